@@ -1,0 +1,39 @@
+// Helpers shared by the memwall subcommands: file reading, scenario lookup, spec loading with warnings,
+// and the mapping from Status to one-line errors and exit codes. CLI-only (reads files and environment).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "spec/spec_loader.h"
+
+namespace memwall::cli {
+
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (flags, files, values).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+
+// Reads a whole file; kNotFound / kIoError with the path and errno text.
+Result<std::string> read_text_file(const std::string& path);
+
+// Where built-in scenarios live: $MEMWALL_SCENARIOS, then next to the executable
+// (../share/memwall/scenarios), then the source tree this binary was built from.
+std::string scenarios_dir();
+
+// `name_or_path` is a file path (contains '/' or ends in .json) or a scenario name looked up in
+// scenarios_dir()/<kind>/<name>.json. Not found -> kNotFound listing the available names.
+Result<std::string> resolve_scenario(const std::string& kind, const std::string& name_or_path);
+
+// Resolve, read and parse; warnings go to `diag`.
+Result<HardwareSpec> load_hardware_arg(const std::string& arg, Diagnostics& diag);
+Result<ModelSpec> load_model_arg(const std::string& arg, Diagnostics& diag);
+Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag);
+
+// Prints "memwall: error: <message>" and returns the exit code for the status.
+int report_error(const Status& status);
+// Prints each warning as "memwall: warning: <text>" to stderr.
+void print_warnings(const Diagnostics& diag);
+
+}  // namespace memwall::cli

@@ -1,0 +1,14 @@
+// Subcommand registration: each subcommand lives in its own file and adds itself to the CLI11 app.
+// The callback runs after parsing and returns the process exit code through `exit_code`.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace memwall::cli {
+
+void register_predict(CLI::App& app, int& exit_code);
+void register_info(CLI::App& app, int& exit_code);
+
+}  // namespace memwall::cli

@@ -1,0 +1,31 @@
+// The memwall command: parses argv (the only place it is parsed) and dispatches to one subcommand.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli_common.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "memwall: break the GPU memory wall (ZeRO-Infinity as a research toolkit).\n"
+      "Docs: docs/cli.md. Exit codes: 0 ok, 1 failure, 2 bad input."};
+  app.set_version_flag("--version", std::string("memwall ") + MEMWALL_VERSION);
+  app.require_subcommand(1);
+  int exit_code = memwall::cli::kExitOk;
+  memwall::cli::register_predict(app, exit_code);
+  memwall::cli::register_info(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "memwall: error: %s (see memwall --help)\n", e.what());
+    return memwall::cli::kExitBadInput;
+  }
+  return exit_code;
+}

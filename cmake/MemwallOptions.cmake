@@ -1,0 +1,68 @@
+# Tri-state (AUTO/ON/OFF) options for optional dependencies and the configure summary.
+#
+# memwall_option(NAME "doc")      declares MEMWALL_<NAME> with values AUTO (default), ON, OFF.
+# memwall_resolve(NAME found hint) turns the option into MEMWALL_HAVE_<NAME> (TRUE/FALSE):
+#   AUTO -> found; ON -> found or a FATAL_ERROR carrying the install hint; OFF -> FALSE.
+# memwall_summary() prints one line per declared option.
+
+set(MEMWALL_DECLARED_OPTIONS "" CACHE INTERNAL "")
+
+function(memwall_option name doc)
+  set(MEMWALL_${name} AUTO CACHE STRING "${doc} (AUTO, ON or OFF)")
+  set_property(CACHE MEMWALL_${name} PROPERTY STRINGS AUTO ON OFF)
+  string(TOUPPER "${MEMWALL_${name}}" value)
+  if(NOT value MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "MEMWALL_${name}=${MEMWALL_${name}} is not allowed; use AUTO, ON or OFF")
+  endif()
+  set(list ${MEMWALL_DECLARED_OPTIONS})
+  list(APPEND list ${name})
+  list(REMOVE_DUPLICATES list)
+  set(MEMWALL_DECLARED_OPTIONS "${list}" CACHE INTERNAL "")
+endfunction()
+
+# True when the option asks us to look for the dependency at all.
+function(memwall_wanted name out)
+  string(TOUPPER "${MEMWALL_${name}}" value)
+  if(value STREQUAL "OFF")
+    set(${out} FALSE PARENT_SCOPE)
+  else()
+    set(${out} TRUE PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(memwall_resolve name found hint)
+  string(TOUPPER "${MEMWALL_${name}}" value)
+  if(value STREQUAL "OFF")
+    set(have FALSE)
+    set(why "disabled (MEMWALL_${name}=OFF)")
+  elseif(found)
+    set(have TRUE)
+    set(why "found")
+  elseif(value STREQUAL "ON")
+    message(FATAL_ERROR "MEMWALL_${name}=ON but it was not found. ${hint}")
+  else()
+    set(have FALSE)
+    set(why "not found (${hint})")
+  endif()
+  set(MEMWALL_HAVE_${name} ${have} PARENT_SCOPE)
+  set(MEMWALL_WHY_${name} "${why}" CACHE INTERNAL "")
+endfunction()
+
+function(memwall_summary)
+  message(STATUS "")
+  message(STATUS "memwall ${PROJECT_VERSION} configuration")
+  message(STATUS "  build type         : ${CMAKE_BUILD_TYPE}")
+  message(STATUS "  compiler           : ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
+  foreach(name ${MEMWALL_DECLARED_OPTIONS})
+    if(MEMWALL_HAVE_${name})
+      set(mark "yes")
+    else()
+      set(mark "no ")
+    endif()
+    string(LENGTH "${name}" len)
+    math(EXPR pad "18 - ${len}")
+    string(REPEAT " " ${pad} spaces)
+    message(STATUS "  ${name}${spaces} : ${mark}  ${MEMWALL_WHY_${name}}")
+  endforeach()
+  message(STATUS "")
+endfunction()

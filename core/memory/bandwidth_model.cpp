@@ -1,0 +1,194 @@
+// Efficiency model (Eq. 6-11) and per-tier bandwidth under bandwidth-centric partitioning or broadcast.
+#include "memory/bandwidth_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/units.h"
+#include "memory/paper_equations.h"
+
+namespace memwall {
+
+namespace {
+
+// Per-GPU bandwidth from host memory when `active` GPUs of one node read at once, and what limits it.
+double host_path_Bps(const HardwareSpec& hw, Tier tier, int active, std::string* bottleneck) {
+  active = std::clamp(active, 1, hw.gpu.count);
+  double bw = hw.pcie.gpu_link_Bps;
+  std::string why = "GPU PCIe link";
+  for (size_t i = 0; i < hw.pcie.switches.size(); ++i) {
+    const auto& level = hw.pcie.switches[i];
+    const int sharing = std::min(level.gpus_per_switch, active);
+    const double share = level.uplink_Bps / sharing;
+    if (share < bw) {
+      bw = share;
+      why = strprintf("PCIe switch level %zu uplink shared by %d GPUs", i + 1, sharing);
+    }
+  }
+  const double dram = hw.cpu.memory_Bps / active;
+  if (dram < bw) {
+    bw = dram;
+    why = strprintf("CPU memory bandwidth shared by %d GPUs", active);
+  }
+  if (tier == Tier::kNvme) {
+    const double nvme = hw.nvme.read_Bps() / active;
+    if (nvme < bw) {
+      bw = nvme;
+      why = strprintf("NVMe read bandwidth (%d drives) shared by %d GPUs", hw.nvme.drives, active);
+    }
+  }
+  if (bottleneck) *bottleneck = why;
+  return bw;
+}
+
+HostPathBandwidth host_path(const HardwareSpec& hw, Tier tier) {
+  HostPathBandwidth h;
+  h.single_gpu_Bps = host_path_Bps(hw, tier, 1, nullptr);
+  h.parallel_per_gpu_Bps = host_path_Bps(hw, tier, hw.gpu.count, &h.bottleneck);
+  return h;
+}
+
+}  // namespace
+
+HostPathBandwidth cpu_to_gpu_bandwidth(const HardwareSpec& hw) {
+  return host_path(hw, Tier::kCpu);
+}
+HostPathBandwidth nvme_to_gpu_bandwidth(const HardwareSpec& hw) {
+  return host_path(hw, Tier::kNvme);
+}
+
+double allgather_Bps(const HardwareSpec& hw, int ranks) {
+  if (ranks <= 1) return hw.gpu.hbm_Bps;
+  const int n = std::min(ranks, hw.gpu.count);
+  const double link = hw.nvlink.gpu_Bps > 0 ? hw.nvlink.gpu_Bps : hw.pcie.gpu_link_Bps;
+  double bw = n > 1 ? link * n / (n - 1) : hw.gpu.hbm_Bps;  // ring: busbw = algbw x (n-1)/n
+  if (ranks > hw.gpu.count) {
+    const int nodes = (ranks + hw.gpu.count - 1) / hw.gpu.count;
+    // Hierarchical: each node takes in (nodes-1)/nodes of the tensor once through its NICs.
+    bw = std::min(bw, hw.network.node_Bps() * nodes / (nodes - 1));
+  }
+  return bw;
+}
+
+double param_tier_bandwidth(const HardwareSpec& hw, Tier tier, int dp, Partitioning partitioning) {
+  const double gather = allgather_Bps(hw, dp);
+  if (tier == Tier::kGpu) return gather;
+  if (partitioning == Partitioning::kBroadcast) return std::min(host_path_Bps(hw, tier, 1, nullptr), gather);
+  const int active = std::min(dp, hw.gpu.count);
+  return std::min(dp * host_path_Bps(hw, tier, active, nullptr), gather);
+}
+
+const char* data_type_name(DataType d) {
+  switch (d) {
+    case DataType::kParamsGrads:
+      return "params_grads";
+    case DataType::kOptimizerStates:
+      return "optimizer_states";
+    case DataType::kActivationCheckpoints:
+      return "activation_checkpoints";
+  }
+  return "unknown";
+}
+
+BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw,
+                                  double target_efficiency) {
+  BandwidthReport r;
+  r.peak_flops = hw.gpu.achievable_flops;
+  r.target_efficiency = target_efficiency;
+  const ZeroConfig& z = run.zero;
+  const int dp = std::max(1, run.memwall.data_parallel);
+  const int mp = run.memwall.model_parallel;
+  const int per_node = std::min(hw.gpu.count, dp * mp);
+  const double bsz = run.micro_batch_per_gpu.value;
+  const double seq = run.memwall.sequence_length;
+  const auto& ac = run.activation_checkpointing;
+  const double passes = ac.enabled ? 4.0 : 3.0;  // forward, backward (2x), recomputation
+  r.flops_per_iteration = 2.0 * passes * bsz * seq * model.total_params() / mp;
+
+  auto tier_of = [](OffloadDevice d) {
+    return d == OffloadDevice::kCpu ? Tier::kCpu : (d == OffloadDevice::kNvme ? Tier::kNvme : Tier::kGpu);
+  };
+  const char* part = run.memwall.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric";
+
+  // Parameters and gradients (Eq. 9).
+  {
+    DataTypeBandwidth row;
+    row.data_type = DataType::kParamsGrads;
+    row.ait = paper::eq9_ait_params_grads(seq, bsz);
+    if (z.stage == 3) {
+      row.location = tier_of(z.offload_param.device);
+      row.moves = dp > 1 || row.location != Tier::kGpu;
+      row.available_Bps = param_tier_bandwidth(hw, row.location, dp, run.memwall.partitioning);
+      row.rule = row.location == Tier::kGpu
+                     ? strprintf("all-gather over %d GPUs", dp)
+                     : strprintf("%s from %s: %s", part, tier_name(row.location),
+                                 run.memwall.partitioning == Partitioning::kBroadcast
+                                     ? "min(one GPU's host path, all-gather)"
+                                     : strprintf("min(dp %d x per-GPU host path, all-gather)", dp).c_str());
+    } else {
+      row.location = Tier::kGpu;
+      row.moves = dp > 1;  // params stay resident; gradients are reduced across data-parallel ranks
+      row.available_Bps = allgather_Bps(hw, dp);
+      row.rule =
+          dp > 1 ? strprintf("gradient reduction over %d GPUs; params resident", dp) : "resident on the GPU";
+    }
+    r.rows.push_back(row);
+  }
+  // Optimizer states (Eq. 10): every rank updates its own shard in parallel.
+  {
+    DataTypeBandwidth row;
+    row.data_type = DataType::kOptimizerStates;
+    row.overlappable = false;
+    row.ait = paper::eq10_ait_optimizer(seq, bsz);
+    row.location = tier_of(z.offload_optimizer.device);
+    const int sharing = z.stage >= 1 ? dp : 1;
+    double per_rank = 0;
+    std::string what;
+    switch (row.location) {
+      case Tier::kGpu:
+        per_rank = hw.gpu.hbm_Bps;
+        what = "GPU memory bandwidth";
+        break;
+      case Tier::kCpu:
+        per_rank = hw.cpu.memory_Bps / per_node;
+        what = strprintf("CPU memory bandwidth / %d ranks per node", per_node);
+        break;
+      case Tier::kNvme: {
+        // Eq. (10) counts one read and one write of every state: harmonic mean of read and write rates.
+        const double rw = 2.0 / (1.0 / hw.nvme.read_Bps() + 1.0 / hw.nvme.write_Bps());
+        per_rank = rw / per_node;
+        what = strprintf("NVMe read/write (harmonic mean) / %d ranks per node", per_node);
+        break;
+      }
+    }
+    row.available_Bps = per_rank * sharing;
+    row.rule =
+        sharing > 1 ? strprintf("%s x %d partitions updated in parallel", what.c_str(), sharing) : what;
+    r.rows.push_back(row);
+  }
+  // Activation checkpoints (Eq. 11): each GPU moves its own.
+  {
+    DataTypeBandwidth row;
+    row.data_type = DataType::kActivationCheckpoints;
+    row.ait = paper::eq11_ait_checkpoints(model.hidden, ac.interval);
+    row.location = ac.cpu_checkpointing && ac.enabled ? Tier::kCpu : Tier::kGpu;
+    row.moves = ac.enabled && ac.cpu_checkpointing;
+    row.available_Bps = row.moves ? host_path_Bps(hw, Tier::kCpu, per_node, nullptr) : hw.gpu.hbm_Bps;
+    row.rule = !ac.enabled ? "no checkpointing: activations stay on the GPU"
+                           : (row.moves ? strprintf("per-GPU CPU path with %d GPUs active", per_node)
+                                        : "checkpoints stay on the GPU");
+    r.rows.push_back(row);
+  }
+  double stall = 0;
+  for (auto& row : r.rows) {
+    row.overlap_Bps = r.peak_flops / row.ait;
+    row.target_Bps = paper::eq6_bandwidth_for(row.ait, target_efficiency, r.peak_flops);
+    row.efficiency = row.moves ? paper::eq6_efficiency(row.ait, row.available_Bps, r.peak_flops) : 1.0;
+    if (row.moves) stall += r.peak_flops / (row.ait * row.available_Bps);
+  }
+  r.combined_efficiency = 1.0 / (1.0 + stall);
+  return r;
+}
+
+}  // namespace memwall

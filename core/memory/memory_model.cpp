@@ -1,0 +1,372 @@
+// The analytic memory model: one MemoryItem per (tier, category) with the rule behind it.
+#include "memory/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/units.h"
+#include "memory/paper_equations.h"
+
+namespace memwall {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::kGpu:
+      return "gpu";
+    case Tier::kCpu:
+      return "cpu";
+    case Tier::kNvme:
+      return "nvme";
+  }
+  return "gpu";
+}
+
+const char* category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::kParams16:
+      return "params16";
+    case MemCategory::kGrads16:
+      return "grads16";
+    case MemCategory::kMasterParams32:
+      return "master_params32";
+    case MemCategory::kMomentum32:
+      return "momentum32";
+    case MemCategory::kVariance32:
+      return "variance32";
+    case MemCategory::kGrads32:
+      return "grads32";
+    case MemCategory::kPersistentParams:
+      return "persistent_params";
+    case MemCategory::kActivationCheckpoints:
+      return "activation_checkpoints";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kActivationWorking:
+      return "activation_working";
+    case MemCategory::kLogits:
+      return "logits";
+    case MemCategory::kModelStateWorking:
+      return "model_state_working";
+    case MemCategory::kGatherPrefetch:
+      return "gather_prefetch";
+    case MemCategory::kReduceBuckets:
+      return "reduce_buckets";
+    case MemCategory::kPinnedSwapBuffers:
+      return "pinned_swap_buffers";
+    case MemCategory::kNvmeFilePadding:
+      return "nvme_file_padding";
+    case MemCategory::kRuntimeReserved:
+      return "runtime_reserved";
+  }
+  return "unknown";
+}
+
+const char* category_label(MemCategory c) {
+  switch (c) {
+    case MemCategory::kParams16:
+      return "16-bit params";
+    case MemCategory::kGrads16:
+      return "16-bit grads";
+    case MemCategory::kMasterParams32:
+      return "fp32 master params";
+    case MemCategory::kMomentum32:
+      return "fp32 momentum";
+    case MemCategory::kVariance32:
+      return "fp32 variance";
+    case MemCategory::kGrads32:
+      return "fp32 grads";
+    case MemCategory::kPersistentParams:
+      return "persistent small params";
+    case MemCategory::kActivationCheckpoints:
+      return "activation checkpoints";
+    case MemCategory::kActivations:
+      return "activations (no ckpt)";
+    case MemCategory::kActivationWorking:
+      return "activation working mem";
+    case MemCategory::kLogits:
+      return "logits + loss";
+    case MemCategory::kModelStateWorking:
+      return "model-state working mem";
+    case MemCategory::kGatherPrefetch:
+      return "gather/prefetch buffers";
+    case MemCategory::kReduceBuckets:
+      return "reduce buckets";
+    case MemCategory::kPinnedSwapBuffers:
+      return "pinned swap buffers";
+    case MemCategory::kNvmeFilePadding:
+      return "NVMe file padding";
+    case MemCategory::kRuntimeReserved:
+      return "runtime reserved";
+  }
+  return "unknown";
+}
+
+double MemoryEstimate::bytes(Tier t, MemCategory c) const {
+  double sum = 0;
+  for (const auto& item : items) {
+    if (item.tier == t && item.category == c) sum += item.bytes_per_rank;
+  }
+  return sum;
+}
+
+std::string MemoryEstimate::shortfall() const {
+  const TierUsage& u = tier(limiting_tier);
+  std::string name = limiting_tier == Tier::kGpu ? "GPU" : (limiting_tier == Tier::kCpu ? "CPU" : "NVMe");
+  std::string s = name + ": needs " + format_bytes(u.used_bytes) + " " + u.scope + ", " +
+                  format_bytes(u.capacity_bytes) + " available";
+  if (!u.fits())
+    s += " (short by " + format_bytes(u.used_bytes - u.capacity_bytes) + ")";
+  else
+    s += " (" + format_bytes(u.headroom_bytes()) + " free)";
+  return s;
+}
+
+namespace {
+
+Tier tier_of(OffloadDevice d) {
+  return d == OffloadDevice::kCpu ? Tier::kCpu : (d == OffloadDevice::kNvme ? Tier::kNvme : Tier::kGpu);
+}
+
+// Bytes of padding when `bytes` is written as a file of aio blocks.
+double padding(double bytes, double block) {
+  if (block <= 0 || bytes <= 0) return 0;
+  return std::ceil(bytes / block) * block - bytes;
+}
+
+class Builder {
+ public:
+  explicit Builder(MemoryEstimate& e) : e_(e) {}
+  void add(Tier t, MemCategory c, double bytes, std::string rule, bool pinned = false,
+           bool per_node = false) {
+    if (bytes <= 0) return;
+    e_.items.push_back({t, c, bytes, per_node, pinned, std::move(rule)});
+  }
+
+ private:
+  MemoryEstimate& e_;
+};
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw) {
+  MemoryEstimate e;
+  Builder b(e);
+  const ZeroConfig& z = run.zero;
+  const int mp = run.memwall.model_parallel;
+  const int dp = std::max(1, run.memwall.data_parallel);
+  e.ranks = dp * mp;
+  e.ranks_per_node = std::min(hw.gpu.count, e.ranks);
+  e.nodes_used = (e.ranks + hw.gpu.count - 1) / hw.gpu.count;
+
+  const double pb = run.param_bytes();  // 2 with mixed precision, else 4
+  const bool mixed = run.mixed_precision();
+  const double P = model.total_params();
+  e.params = P;
+  const double P_mp = P / mp;  // tensor-parallel slice held by one model-parallel rank
+  const std::string mp_s = mp > 1 ? strprintf(" / mp %d", mp) : "";
+  const std::string dp_s = strprintf(" / dp %d", dp);
+  const std::string P_s = format_count(P);
+
+  // Small tensors below the persistence threshold stay whole on every GPU in stage 3.
+  double persistent = 0;
+  if (z.stage == 3) {
+    for (const auto& g : model.param_tensors()) {
+      if (g.elements() / mp < z.param_persistence_threshold.value) persistent += g.elements() * g.count / mp;
+    }
+  }
+  const double partitioned_mp = P_mp - persistent;  // elements partitioned across dp in stage 3
+
+  // Shard sizes per rank.
+  const double opt_elems = z.stage >= 1 ? P_mp / dp : P_mp;              // fp32 optimizer states
+  const double grad_elems = z.stage >= 2 ? P_mp / dp : P_mp;             // 16-bit grads
+  const double param_elems = z.stage == 3 ? partitioned_mp / dp : P_mp;  // 16-bit params (partitioned part)
+  e.shard_elements = opt_elems;
+  const std::string opt_s = z.stage >= 1 ? P_s + mp_s + dp_s : P_s + mp_s;
+  const std::string grad_s = z.stage >= 2 ? P_s + mp_s + dp_s : P_s + mp_s;
+
+  // ---- 16-bit parameters ----
+  const Tier param_tier = z.stage == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
+  if (param_tier == Tier::kNvme) {
+    const double in_cpu = std::min(z.offload_param.max_in_cpu, param_elems);
+    b.add(Tier::kCpu, MemCategory::kParams16, pb * in_cpu,
+          strprintf("%.0f B x min(max_in_cpu %s, shard %s)", pb,
+                    format_count(z.offload_param.max_in_cpu).c_str(), format_count(param_elems).c_str()),
+          z.offload_param.pin_memory);
+    b.add(Tier::kNvme, MemCategory::kParams16, pb * (param_elems - in_cpu),
+          strprintf("%.0f B x (shard %s - kept in CPU)", pb, format_count(param_elems).c_str()));
+    const double bufs = z.offload_param.buffer_count * z.offload_param.buffer_size * pb;
+    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, bufs,
+          strprintf("param swap: buffer_count %d x buffer_size %s x %.0f B", z.offload_param.buffer_count,
+                    format_count(z.offload_param.buffer_size).c_str(), pb),
+          true);
+    const double largest_shard = model.largest_linear_elements() / mp / run.memwall.tiling_factor / dp;
+    if (largest_shard > z.offload_param.buffer_size) {
+      e.notes.push_back(
+          strprintf("offload_param.buffer_size (%s elements) is smaller than the largest parameter "
+                    "shard (%s elements): DeepSpeed asserts here; memwall streams it in chunks",
+                    format_count(z.offload_param.buffer_size).c_str(), format_count(largest_shard).c_str()));
+    }
+    // Swap files rounded up to aio blocks: one extent per parameter tensor shard.
+    double pad = 0;
+    for (const auto& g : model.param_tensors()) {
+      if (g.elements() / mp >= z.param_persistence_threshold.value) {
+        pad += g.count * padding(pb * g.elements() / mp / dp, run.aio.block_size);
+      }
+    }
+    b.add(
+        Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
+        strprintf("param shards rounded up to aio.block_size %s", format_bytes(run.aio.block_size).c_str()));
+  } else {
+    b.add(param_tier, MemCategory::kParams16, pb * param_elems,
+          strprintf("%.0f B x %s", pb,
+                    (z.stage == 3 ? format_count(partitioned_mp) + dp_s : P_s + mp_s).c_str()) +
+              (z.stage == 3 && persistent > 0 ? " (partitioned part)" : ""),
+          param_tier == Tier::kCpu && z.offload_param.pin_memory);
+  }
+  if (persistent > 0) {
+    b.add(Tier::kGpu, MemCategory::kPersistentParams, 2 * pb * persistent,
+          strprintf("%.0f B params + grads x %s elements below stage3_param_persistence_threshold %s", pb,
+                    format_count(persistent).c_str(),
+                    format_count(z.param_persistence_threshold.value).c_str()));
+  }
+
+  // ---- gradients and optimizer states ----
+  const Tier opt_tier = tier_of(z.offload_optimizer.device);
+  const bool opt_offloaded = opt_tier != Tier::kGpu;
+  if (!opt_offloaded) {
+    b.add(Tier::kGpu, MemCategory::kGrads16, pb * grad_elems, strprintf("%.0f B x %s", pb, grad_s.c_str()));
+  }
+  // With optimizer offload the reduced 16-bit gradients stream through the reduce buckets straight into
+  // the fp32 gradient buffer on the optimizer's tier; no persistent 16-bit copy remains on the GPU.
+  const std::string opt_rule = "4 B x " + opt_s;
+  if (mixed) b.add(opt_tier, MemCategory::kMasterParams32, 4 * opt_elems, opt_rule);
+  b.add(opt_tier, MemCategory::kMomentum32, 4 * opt_elems, opt_rule);
+  b.add(opt_tier, MemCategory::kVariance32, 4 * opt_elems, opt_rule);
+  if (mixed) {
+    b.add(opt_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule,
+          opt_tier == Tier::kCpu && z.offload_optimizer.pin_memory);
+  }
+  if (opt_tier == Tier::kNvme) {
+    const double sub = std::min(z.sub_group_size, opt_elems);
+    const int stages =
+        1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
+    const double bufs = stages * z.offload_optimizer.buffer_count * sub * 4.0 + sub * pb;
+    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, bufs,
+          strprintf("optimizer swap: %d stage(s) x buffer_count %d x sub-group %s x 4 B + 16-bit staging",
+                    stages, z.offload_optimizer.buffer_count, format_count(sub).c_str()),
+          true);
+    if (z.offload_optimizer.buffer_count < 4) {
+      e.notes.push_back(
+          strprintf("offload_optimizer.buffer_count %d is below the 4 fp32 states Adam swaps per "
+                    "sub-group; the step serialises on swap buffers",
+                    z.offload_optimizer.buffer_count));
+    }
+    const double groups = std::ceil(opt_elems / sub);
+    const double last = opt_elems - (groups - 1) * sub;
+    const double states = mixed ? 4 : 2;
+    const double pad = states * ((groups - 1) * padding(4 * sub, run.aio.block_size) +
+                                 padding(4 * last, run.aio.block_size));
+    b.add(Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
+          strprintf("%.0f optimizer sub-groups x %.0f states rounded up to aio.block_size", groups, states));
+  }
+
+  // ---- GPU working memory for model states ----
+  const int t = run.memwall.tiling_factor;
+  const double largest = model.largest_linear_elements() / mp;
+  if (z.stage == 3) {
+    b.add(Tier::kGpu, MemCategory::kModelStateWorking, 2 * pb * largest / t,
+          strprintf("Eq.4: %.0f B params + grads x largest linear %s", pb, format_count(largest).c_str()) +
+              (t > 1 ? strprintf(" / tiling %d", t) : ""));
+    if (run.memwall.prefetch) {
+      const double prefetch = std::min(z.prefetch_bucket_size.value, z.max_live_parameters);
+      b.add(Tier::kGpu, MemCategory::kGatherPrefetch, pb * std::min(prefetch, P_mp),
+            strprintf("%.0f B x min(stage3_prefetch_bucket_size %s, max_live_parameters %s)", pb,
+                      format_count(z.prefetch_bucket_size.value).c_str(),
+                      format_count(z.max_live_parameters).c_str()));
+    }
+  }
+  if (z.stage >= 2) {
+    const int copies = z.overlap_comm ? 2 : 1;
+    b.add(Tier::kGpu, MemCategory::kReduceBuckets, copies * pb * std::min(z.reduce_bucket_size.value, P_mp),
+          strprintf("%d x reduce_bucket_size %s x %.0f B", copies,
+                    format_count(z.reduce_bucket_size.value).c_str(), pb));
+  }
+
+  // ---- activations ----
+  const double bsz = run.micro_batch_per_gpu.value;
+  const double seq = run.memwall.sequence_length;
+  const double hd = model.hidden;
+  const double nl = model.layers;
+  const double act_scale = pb / 2.0;  // Eq. (3)/(5) count 16-bit activations
+  const auto& ac = run.activation_checkpointing;
+  if (ac.enabled) {
+    const double ci = ac.interval;
+    const double n_ckpt = std::ceil(nl / ci);
+    const double div = (ac.partition_activations && mp > 1) ? mp : 1;
+    b.add(ac.cpu_checkpointing ? Tier::kCpu : Tier::kGpu, MemCategory::kActivationCheckpoints,
+          act_scale * paper::eq3_checkpoint_bytes(bsz, seq, hd, n_ckpt, 1) / div,
+          strprintf("Eq.3: 2 B x bsz %.0f x seq %.0f x hd %.0f x ceil(nl %.0f / ci %.0f)", bsz, seq, hd, nl,
+                    ci) +
+              (div > 1 ? strprintf(" / mp %d", mp) : ""));
+    b.add(Tier::kGpu, MemCategory::kActivationWorking,
+          act_scale * paper::eq5_awm_bytes(bsz, seq, ci, hd, model.heads) / mp,
+          strprintf("Eq.5: bsz %.0f x seq %.0f x ci %.0f x (16 hd + 2 heads %d x seq)", bsz, seq, ci,
+                    model.heads) +
+              mp_s);
+  } else {
+    b.add(Tier::kGpu, MemCategory::kActivations,
+          act_scale * paper::eq5_awm_bytes(bsz, seq, nl, hd, model.heads) / mp,
+          strprintf("bsz %.0f x seq %.0f x nl %.0f x (16 hd + 2 heads x seq)", bsz, seq, nl) + mp_s);
+  }
+  if (model.vocab > 0) {
+    b.add(Tier::kGpu, MemCategory::kLogits, bsz * seq * model.vocab * (pb + 4.0) / mp,
+          strprintf("bsz %.0f x seq %.0f x vocab %d x (%.0f B logits + 4 B fp32 loss grad)", bsz, seq,
+                    model.vocab, pb) +
+              mp_s);
+  }
+
+  // ---- reserved ----
+  b.add(Tier::kGpu, MemCategory::kRuntimeReserved, hw.gpu.reserved_bytes,
+        "gpu.reserved_bytes (hardware file)");
+  b.add(Tier::kCpu, MemCategory::kRuntimeReserved, hw.cpu.reserved_bytes,
+        "cpu.reserved_bytes per node (hardware file)", false, true);
+
+  // ---- totals per tier ----
+  for (int i = 0; i < kTierCount; ++i) e.tiers[i].tier = static_cast<Tier>(i);
+  TierUsage& gpu = e.tiers[0];
+  TierUsage& cpu = e.tiers[1];
+  TierUsage& nvme = e.tiers[2];
+  gpu.scope = "per GPU";
+  cpu.scope = "per node";
+  nvme.scope = "per node";
+  gpu.capacity_bytes = hw.gpu.memory_bytes;
+  cpu.capacity_bytes = hw.cpu.memory_bytes;
+  nvme.capacity_bytes = hw.nvme.capacity_bytes();
+  for (const auto& item : e.items) {
+    const double per_node = item.per_node ? item.bytes_per_rank : item.bytes_per_rank * e.ranks_per_node;
+    switch (item.tier) {
+      case Tier::kGpu:
+        gpu.used_bytes += item.bytes_per_rank;
+        break;
+      case Tier::kCpu:
+        cpu.used_bytes += per_node;
+        break;
+      case Tier::kNvme:
+        nvme.used_bytes += per_node;
+        break;
+    }
+    if (item.pinned) e.pinned_bytes_per_node += per_node;
+  }
+  e.fits = gpu.fits() && cpu.fits() && nvme.fits();
+  e.limiting_tier = Tier::kGpu;
+  double worst = -1;
+  for (const TierUsage& u : e.tiers) {
+    if (u.used_bytes > 0 && u.utilization() > worst) {
+      worst = u.utilization();
+      e.limiting_tier = u.tier;
+    }
+  }
+  return e;
+}
+
+}  // namespace memwall

@@ -1,0 +1,75 @@
+// Parameter tensors and counts of GPT-2 / Llama style decoders.
+#include "spec/model_spec.h"
+
+#include <algorithm>
+
+namespace memwall {
+
+std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
+  std::vector<ParamTensorGroup> t;
+  const double hd = hidden;
+  const double kv = static_cast<double>(kv_heads) * head_dim();
+  const int L = layers;
+  if (vocab > 0) t.push_back({"embed.tokens", static_cast<double>(vocab), hd, 1, true});
+  if (position == PositionKind::kLearned && max_positions > 0) {
+    t.push_back({"embed.positions", static_cast<double>(max_positions), hd, 1, false});
+  }
+  const bool ln = norm == NormKind::kLayerNorm;
+  t.push_back({"block.norm1.weight", hd, 1, L, false});
+  if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
+  if (kv == hd) {
+    t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
+    if (linear_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
+  } else {  // grouped-query attention: separate q and kv projections
+    t.push_back({"block.attn.q.weight", hd, hd, L, true});
+    t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
+    if (linear_bias) t.push_back({"block.attn.qkv.bias", hd + 2 * kv, 1, L, false});
+  }
+  t.push_back({"block.attn.proj.weight", hd, hd, L, true});
+  if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
+  t.push_back({"block.norm2.weight", hd, 1, L, false});
+  if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});
+  const double ffn = ffn_hidden;
+  if (gated_mlp) {
+    t.push_back({"block.mlp.gate.weight", ffn, hd, L, true});
+    t.push_back({"block.mlp.up.weight", ffn, hd, L, true});
+    if (linear_bias) t.push_back({"block.mlp.gate_up.bias", 2 * ffn, 1, L, false});
+  } else {
+    t.push_back({"block.mlp.fc1.weight", ffn, hd, L, true});
+    if (linear_bias) t.push_back({"block.mlp.fc1.bias", ffn, 1, L, false});
+  }
+  t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
+  if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
+  t.push_back({"final_norm.weight", hd, 1, 1, false});
+  if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
+  if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});
+  return t;
+}
+
+double ModelSpec::total_params() const {
+  double n = 0;
+  for (const auto& g : param_tensors()) n += g.elements() * g.count;
+  return n;
+}
+
+double ModelSpec::params_per_layer() const {
+  double n = 0;
+  for (const auto& g : param_tensors()) {
+    if (g.name.rfind("block.", 0) == 0) n += g.elements();
+  }
+  return n;
+}
+
+double ModelSpec::embedding_params() const {
+  return total_params() - layers * params_per_layer();
+}
+
+double ModelSpec::largest_linear_elements() const {
+  double largest = 0;
+  for (const auto& g : param_tensors()) {
+    if (g.is_linear) largest = std::max(largest, g.elements());
+  }
+  return largest;
+}
+
+}  // namespace memwall

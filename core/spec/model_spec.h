@@ -1,0 +1,54 @@
+// ModelSpec: a decoder-only transformer (GPT-2 or Llama style) and the parameter count derived from it.
+//
+// Loaded from a Hugging Face config.json by load_model() (spec_loader.h). Parameter counts are exact for
+// the architecture described (embeddings, biases, norms, untied head); paper_params() is the paper's
+// Eq. (1) approximation 12·nl·hd², printed beside it so users can check both.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace memwall {
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class PositionKind { kLearned, kRotary };
+
+// A group of identical parameter tensors: `count` tensors of `elements` each (e.g. one per layer).
+struct ParamTensorGroup {
+  std::string name;        // "h.attn.c_attn.weight"
+  double rows = 0;         // output features (or vocab for embeddings)
+  double cols = 1;         // input features (1 for vectors)
+  int count = 1;           // how many such tensors in the model
+  bool is_linear = false;  // a matrix used by a linear op (tiling applies)
+  double elements() const { return rows * cols; }
+};
+
+struct ModelSpec {
+  std::string name;        // file stem or "name" key
+  std::string model_type;  // "gpt2", "llama", ...
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;       // == heads without grouped-query attention
+  int ffn_hidden = 0;     // MLP inner size (4·hidden for GPT-2)
+  int vocab = 0;          // 0: no embedding/head (the paper's idealized models)
+  int max_positions = 0;  // learned position table size; default sequence length
+  bool tied_embeddings = true;
+  bool gated_mlp = false;   // SwiGLU-style: gate, up and down matrices
+  bool linear_bias = true;  // biases on attention and MLP linears
+  NormKind norm = NormKind::kLayerNorm;
+  PositionKind position = PositionKind::kLearned;
+
+  int head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  // Every parameter tensor, grouped. Sum of elements() * count == total_params().
+  std::vector<ParamTensorGroup> param_tensors() const;
+  double total_params() const;
+  double params_per_layer() const;
+  double embedding_params() const;  // token (+ learned position) embedding (+ untied head)
+  // Eq. (1): 12·nl·hd².
+  double paper_params() const { return 12.0 * layers * static_cast<double>(hidden) * hidden; }
+  // Elements of the largest single linear weight (the operator that sets model-state working memory).
+  double largest_linear_elements() const;
+};
+
+}  // namespace memwall

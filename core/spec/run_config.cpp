@@ -1,0 +1,105 @@
+// RunConfig names and resolution of "auto" values and cross-file consistency checks.
+#include "spec/run_config.h"
+
+#include <cmath>
+#include <string>
+
+#include "base/units.h"
+#include "spec/hardware_spec.h"
+#include "spec/model_spec.h"
+
+namespace memwall {
+
+const char* offload_device_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone:
+      return "none";
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
+  }
+  return "none";
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "fp32";
+}
+
+Status resolve_run_config(RunConfig& run, const ModelSpec& model, const HardwareSpec& hw) {
+  const std::string where = "run '" + run.name + "'";
+  MemwallRunConfig& mw = run.memwall;
+  if (mw.sequence_length == 0) mw.sequence_length = model.max_positions;
+  if (mw.sequence_length <= 0) {
+    return Status::invalid_argument(where + ": key 'memwall.sequence_length' is not set and model '" +
+                                    model.name + "' has no max_positions; allowed: an integer >= 1");
+  }
+  const int mp = mw.model_parallel;
+  if (model.heads % mp != 0 || hw.gpu.count % mp != 0) {
+    return Status::invalid_argument(where + ": key 'memwall.model_parallel': " + std::to_string(mp) +
+                                    " is not allowed; allowed: a divisor of " + "both the model's heads (" +
+                                    std::to_string(model.heads) + ") and the GPUs per node (" +
+                                    std::to_string(hw.gpu.count) + ")");
+  }
+  const int total = hw.total_gpus();
+  if (mw.data_parallel == 0) mw.data_parallel = total / mp;
+  if (static_cast<long long>(mw.data_parallel) * mp > total) {
+    return Status::invalid_argument(
+        where + ": key 'memwall.data_parallel': " + std::to_string(mw.data_parallel) + " x model_parallel " +
+        std::to_string(mp) + " = " + std::to_string(static_cast<long long>(mw.data_parallel) * mp) +
+        " ranks, more than the " + std::to_string(total) + " GPUs of '" + hw.name +
+        "'; allowed: data_parallel x model_parallel <= " + std::to_string(total));
+  }
+  const ZeroConfig& z = run.zero;
+  if (!hw.has_nvme() && (z.offload_param.device == OffloadDevice::kNvme ||
+                         z.offload_optimizer.device == OffloadDevice::kNvme)) {
+    return Status::invalid_argument(
+        where + ": NVMe offload is configured but hardware '" + hw.name +
+        "' has no NVMe (nvme.drives is 0); allowed: offload device \"cpu\" or \"none\"");
+  }
+  if (run.activation_checkpointing.interval > model.layers) {
+    return Status::invalid_argument(where + ": key 'activation_checkpointing.interval': " +
+                                    std::to_string(run.activation_checkpointing.interval) +
+                                    " is more than the model's " + std::to_string(model.layers) +
+                                    " layers; allowed: 1.." + std::to_string(model.layers));
+  }
+
+  // "auto" bucket sizes, as the Hugging Face Trainer fills them from the hidden size.
+  const double hd = model.hidden;
+  ZeroConfig& zz = run.zero;
+  if (zz.reduce_bucket_size.is_auto) zz.reduce_bucket_size = {false, hd * hd};
+  if (zz.prefetch_bucket_size.is_auto) zz.prefetch_bucket_size = {false, std::floor(0.9 * hd * hd)};
+  if (zz.param_persistence_threshold.is_auto) zz.param_persistence_threshold = {false, 10 * hd};
+
+  // Batch sizes: train = micro x accumulation x data-parallel degree; any one may be derived.
+  const double dp = mw.data_parallel;
+  AutoCount& tbs = run.train_batch_size;
+  AutoCount& mbs = run.micro_batch_per_gpu;
+  AutoCount& gas = run.gradient_accumulation_steps;
+  if (mbs.is_auto && !tbs.is_auto) {
+    const double g = gas.is_auto ? 1 : gas.value;
+    mbs = {false, std::max(1.0, std::floor(tbs.value / (g * dp)))};
+  }
+  if (mbs.is_auto) mbs = {false, 1};
+  if (gas.is_auto) gas = {false, tbs.is_auto ? 1 : std::max(1.0, std::floor(tbs.value / (mbs.value * dp)))};
+  if (tbs.is_auto) {
+    tbs = {false, mbs.value * gas.value * dp};
+  } else if (tbs.value != mbs.value * gas.value * dp) {
+    return Status::invalid_argument(
+        where + ": key 'train_batch_size': " + strprintf("%.0f", tbs.value) +
+        " is not train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel degree (" +
+        strprintf("%.0f x %.0f x %.0f = %.0f", mbs.value, gas.value, dp, mbs.value * gas.value * dp) +
+        "); allowed: that product, or \"auto\"");
+  }
+  return Status::ok();
+}
+
+}  // namespace memwall

@@ -1,0 +1,119 @@
+// RunConfig: how a model is trained. Read from a DeepSpeed ds_config.json as written (DeepSpeed's key
+// names and defaults), plus memwall's own settings under the top-level "memwall" key.
+//
+// Defaults below are DeepSpeed's current ones (reference/zero-infinity.md §7). A value given as "auto"
+// (as Hugging Face integrations write it) is kept as auto and derived from the model by
+// resolve_run_config(). docs/config-reference.md lists every key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace memwall {
+
+struct ModelSpec;
+struct HardwareSpec;
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* offload_device_name(OffloadDevice d);
+
+enum class Precision { kFp32, kFp16, kBf16 };
+const char* precision_name(Precision p);
+
+// A count that may be "auto" in the file. `value` is meaningful once resolved.
+struct AutoCount {
+  bool is_auto = false;
+  double value = 0;
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  bool pin_memory = true;
+  int buffer_count = 5;      // NVMe param swap buffers
+  double buffer_size = 1e8;  // elements per swap buffer
+  double max_in_cpu = 1e9;   // elements of the (NVMe-offloaded) fp16 shard kept in CPU memory
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  bool pin_memory = true;
+  int buffer_count = 4;         // optimizer swap buffers, each one sub-group of one fp32 state
+  bool pipeline_read = false;   // overlap read of sub-group i+1 with the step of sub-group i
+  bool pipeline_write = false;  // overlap write of sub-group i-1 with the step of sub-group i
+  bool fast_init = false;
+  double ratio = 1.0;  // fraction of the step on the CPU (accepted, modelled as 1.0)
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
+  double sub_group_size = 1e9;                        // elements per optimizer sub-group
+  AutoCount prefetch_bucket_size{false, 5e7};         // stage3_prefetch_bucket_size, elements
+  double max_live_parameters = 1e9;                   // stage3_max_live_parameters, elements
+  double max_reuse_distance = 1e9;                    // stage3_max_reuse_distance, elements
+  AutoCount param_persistence_threshold{false, 1e5};  // stage3_param_persistence_threshold, elements
+  AutoCount reduce_bucket_size{false, 5e8};           // elements
+  double allgather_bucket_size = 5e8;                 // elements
+  bool overlap_comm = false;                          // default: true for stage 3 (resolved by the loader)
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+};
+
+struct AioConfig {
+  double block_size = 1048576;  // bytes
+  int queue_depth = 8;
+  int intra_op_parallelism = 1;  // also read from its old name "thread_count"
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct ActivationCheckpointConfig {
+  bool enabled = false;  // true when the "activation_checkpointing" section is present
+  int interval = 1;      // ci: transformer blocks between two checkpoints (memwall key)
+  bool cpu_checkpointing = false;
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+};
+
+enum class Partitioning { kBandwidthCentric, kBroadcast };
+
+// memwall's own settings, under "memwall" in the run file.
+struct MemwallRunConfig {
+  int tiling_factor = 1;    // memory-centric tiling: tiles per large linear
+  int data_parallel = 0;    // 0 = all GPUs / model_parallel
+  int model_parallel = 1;   // tensor model-parallel degree
+  int sequence_length = 0;  // 0 = the model's max_positions
+  Partitioning partitioning = Partitioning::kBandwidthCentric;
+  bool prefetch = true;  // overlap-centric prefetching on/off
+  std::string strategy;  // informative label ("zero-infinity-nvme", ...)
+};
+
+struct RunConfig {
+  std::string name;
+  AutoCount train_batch_size{true, 0};
+  AutoCount micro_batch_per_gpu{false, 1};  // train_micro_batch_size_per_gpu
+  AutoCount gradient_accumulation_steps{false, 1};
+  Precision precision = Precision::kFp32;
+  std::string optimizer = "Adam";
+  ZeroConfig zero;
+  AioConfig aio;
+  ActivationCheckpointConfig activation_checkpointing;
+  MemwallRunConfig memwall;
+
+  // Bytes of one 16-bit (or fp32 when not mixed) parameter/gradient element.
+  double param_bytes() const { return precision == Precision::kFp32 ? 4.0 : 2.0; }
+  bool mixed_precision() const { return precision != Precision::kFp32; }
+};
+
+// Fills "auto" values from the model (Hugging Face's rules: reduce bucket hd², prefetch bucket 0.9·hd²,
+// persistence threshold 10·hd; batch sizes from each other), the default data-parallel degree from the
+// hardware, and checks cross-file consistency: more ranks than GPUs, a model-parallel degree that does not
+// divide the heads or GPUs per node, NVMe offload on hardware without NVMe, an unknown sequence length.
+Status resolve_run_config(RunConfig& run, const ModelSpec& model, const HardwareSpec& hw);
+
+}  // namespace memwall

@@ -1,0 +1,745 @@
+// Parsing hardware (memwall format), model (Hugging Face config.json) and run (DeepSpeed ds_config.json)
+// files into typed specs, with one-line errors and unknown-key warnings.
+#include "spec/spec_loader.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/units.h"
+#include "spec/json_reader.h"
+
+namespace memwall {
+
+using detail::JsonObjectReader;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kHardwareFormatMajor = 1;
+
+Result<json> parse_json_text(std::string_view text, const std::string& source) {
+  try {
+    json j = json::parse(text.begin(), text.end());
+    if (!j.is_object()) return Status::invalid_argument(source + ": top level is not a JSON object");
+    return j;
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    std::string what = e.what();
+    const auto pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    return Status::invalid_argument(source + ": not valid JSON: " + what);
+  }
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+}
+
+std::string stem_of(const std::string& path) {
+  std::string name =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+// Applies "inherits": "<relative path>" recursively: the base is loaded first, this file patches it.
+Result<json> resolve_inherits(json j, const std::string& source, const ReadFileFn& read_file, int depth) {
+  if (!j.contains("inherits")) return j;
+  const json& ref = j.at("inherits");
+  if (!ref.is_string()) {
+    return Status::invalid_argument(source + ": key 'inherits': " + detail::short_dump(ref) +
+                                    " is not allowed; allowed: a relative path to another hardware file");
+  }
+  if (depth > 8)
+    return Status::invalid_argument(source + ": key 'inherits': chain deeper than 8 files (a cycle?)");
+  if (!read_file) return Status::invalid_argument(source + ": key 'inherits': no file reader available");
+  const std::string ref_str = ref.get<std::string>();
+  const std::string base_path = ref_str.rfind('/', 0) == 0 ? ref_str : directory_of(source) + ref_str;
+  Result<std::string> text = read_file(base_path);
+  if (!text.is_ok()) {
+    return Status::invalid_argument(source + ": key 'inherits': cannot read \"" + ref_str +
+                                    "\": " + text.status().message());
+  }
+  Result<json> base = parse_json_text(*text, base_path);
+  if (!base.is_ok()) return base.status();
+  Result<json> resolved = resolve_inherits(std::move(*base), base_path, read_file, depth + 1);
+  if (!resolved.is_ok()) return resolved.status();
+  j.erase("inherits");
+  json merged = std::move(*resolved);
+  merged.merge_patch(j);
+  return merged;
+}
+
+Status require(JsonObjectReader& r, const char* key) {
+  if (!r.has(key)) return r.error(key, "is missing (required)");
+  return Status::ok();
+}
+
+Status check_format(JsonObjectReader& r, const std::string& expected_format, int major) {
+  std::string format = expected_format;
+  MW_RETURN_IF_ERROR(r.get_string("format", format));
+  if (format != expected_format) {
+    return r.error("format", "\"" + format + "\" is not allowed; allowed: \"" + expected_format + "\"");
+  }
+  int version = major;
+  MW_RETURN_IF_ERROR(r.get_int("version", version, 1, 1000000));
+  if (version != major) {
+    return r.error("version", std::to_string(version) + " is not supported; this memwall reads version " +
+                                  std::to_string(major) + " (upgrade memwall or convert the file)");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- hardware ---------------------------------------------------------------------------------------
+
+Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& source, Diagnostics& diag,
+                                    const ReadFileFn& read_file) {
+  Result<json> parsed = parse_json_text(text, source);
+  if (!parsed.is_ok()) return parsed.status();
+  Result<json> doc = resolve_inherits(std::move(*parsed), source, read_file, 0);
+  if (!doc.is_ok()) return doc.status();
+
+  HardwareSpec hw;
+  hw.name = stem_of(source);
+  JsonObjectReader top(*doc, source, "", diag);
+  MW_RETURN_IF_ERROR(check_format(top, "memwall-hardware", kHardwareFormatMajor));
+  MW_RETURN_IF_ERROR(top.get_string("name", hw.name));
+  MW_RETURN_IF_ERROR(top.get_string("description", hw.description));
+  MW_RETURN_IF_ERROR(top.get_string_list("sources", hw.sources));
+  MW_RETURN_IF_ERROR(top.get_int("nodes", hw.nodes, 1, 1 << 20));
+
+  // gpu
+  MW_RETURN_IF_ERROR(require(top, "gpu"));
+  Result<const json*> gpu_obj = top.get_object("gpu");
+  if (!gpu_obj.is_ok()) return gpu_obj.status();
+  {
+    JsonObjectReader r(**gpu_obj, source, "gpu", diag);
+    for (const char* k : {"count", "memory_bytes", "peak_flops", "achievable_flops", "hbm_Bps"}) {
+      MW_RETURN_IF_ERROR(require(r, k));
+    }
+    MW_RETURN_IF_ERROR(r.get_string("model", hw.gpu.model));
+    MW_RETURN_IF_ERROR(r.get_int("count", hw.gpu.count, 1, 1024));
+    MW_RETURN_IF_ERROR(r.get_number("memory_bytes", hw.gpu.memory_bytes, 1, 1e15));
+    MW_RETURN_IF_ERROR(r.get_number("reserved_bytes", hw.gpu.reserved_bytes, 0, 1e15));
+    MW_RETURN_IF_ERROR(r.get_number("peak_flops", hw.gpu.peak_flops, 1, 1e18));
+    MW_RETURN_IF_ERROR(r.get_number("achievable_flops", hw.gpu.achievable_flops, 1, 1e18));
+    MW_RETURN_IF_ERROR(r.get_number("hbm_Bps", hw.gpu.hbm_Bps, 1, 1e15));
+    if (hw.gpu.reserved_bytes >= hw.gpu.memory_bytes) {
+      return r.error("reserved_bytes", strprintf("%.0f", hw.gpu.reserved_bytes) +
+                                           " is not allowed; allowed: less than gpu.memory_bytes");
+    }
+    if (hw.gpu.achievable_flops > hw.gpu.peak_flops) {
+      return r.error("achievable_flops", strprintf("%g", hw.gpu.achievable_flops) +
+                                             " is not allowed; allowed: at most gpu.peak_flops");
+    }
+    r.finish();
+  }
+
+  // cpu
+  MW_RETURN_IF_ERROR(require(top, "cpu"));
+  Result<const json*> cpu_obj = top.get_object("cpu");
+  if (!cpu_obj.is_ok()) return cpu_obj.status();
+  {
+    JsonObjectReader r(**cpu_obj, source, "cpu", diag);
+    for (const char* k : {"memory_bytes", "memory_Bps"}) MW_RETURN_IF_ERROR(require(r, k));
+    MW_RETURN_IF_ERROR(r.get_string("model", hw.cpu.model));
+    MW_RETURN_IF_ERROR(r.get_int("sockets", hw.cpu.sockets, 1, 64));
+    MW_RETURN_IF_ERROR(r.get_int("cores", hw.cpu.cores, 1, 1 << 16));
+    MW_RETURN_IF_ERROR(r.get_number("memory_bytes", hw.cpu.memory_bytes, 1, 1e18));
+    MW_RETURN_IF_ERROR(r.get_number("reserved_bytes", hw.cpu.reserved_bytes, 0, 1e18));
+    MW_RETURN_IF_ERROR(r.get_number("memory_Bps", hw.cpu.memory_Bps, 1, 1e15));
+    if (hw.cpu.reserved_bytes >= hw.cpu.memory_bytes) {
+      return r.error("reserved_bytes", "is not allowed; allowed: less than cpu.memory_bytes");
+    }
+    r.finish();
+  }
+
+  // nvme (optional: absent means no NVMe tier)
+  Result<const json*> nvme_obj = top.get_object("nvme");
+  if (!nvme_obj.is_ok()) return nvme_obj.status();
+  if (*nvme_obj != nullptr) {
+    JsonObjectReader r(**nvme_obj, source, "nvme", diag);
+    MW_RETURN_IF_ERROR(r.get_int("drives", hw.nvme.drives, 0, 1024));
+    MW_RETURN_IF_ERROR(r.get_number("drive_capacity_bytes", hw.nvme.drive_capacity_bytes, 0, 1e18));
+    MW_RETURN_IF_ERROR(r.get_number("drive_read_Bps", hw.nvme.drive_read_Bps, 0, 1e13));
+    MW_RETURN_IF_ERROR(r.get_number("drive_write_Bps", hw.nvme.drive_write_Bps, 0, 1e13));
+    MW_RETURN_IF_ERROR(r.get_number("latency_s", hw.nvme.latency_s, 0, 1));
+    if (hw.nvme.drives > 0) {
+      for (const char* k : {"drive_capacity_bytes", "drive_read_Bps", "drive_write_Bps"}) {
+        MW_RETURN_IF_ERROR(require(r, k));
+      }
+      if (hw.nvme.drive_read_Bps <= 0 || hw.nvme.drive_write_Bps <= 0 || hw.nvme.drive_capacity_bytes <= 0) {
+        return r.error("drives",
+                       "NVMe drives need positive drive_capacity_bytes, drive_read_Bps and "
+                       "drive_write_Bps");
+      }
+    }
+    r.finish();
+  }
+
+  // pcie
+  MW_RETURN_IF_ERROR(require(top, "pcie"));
+  Result<const json*> pcie_obj = top.get_object("pcie");
+  if (!pcie_obj.is_ok()) return pcie_obj.status();
+  {
+    JsonObjectReader r(**pcie_obj, source, "pcie", diag);
+    MW_RETURN_IF_ERROR(require(r, "gpu_link_Bps"));
+    MW_RETURN_IF_ERROR(r.get_number("gpu_link_Bps", hw.pcie.gpu_link_Bps, 1, 1e13));
+    MW_RETURN_IF_ERROR(r.get_number("latency_s", hw.pcie.latency_s, 0, 1));
+    if (r.has("switches")) {
+      const json& list = (**pcie_obj).at("switches");
+      r.ignore({"switches"});
+      if (!list.is_array()) return r.error("switches", "is not a list of {gpus_per_switch, uplink_Bps}");
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (!list[i].is_object())
+          return r.error("switches", "entry " + std::to_string(i) + " is not an object");
+        JsonObjectReader s(list[i], source, "pcie.switches[" + std::to_string(i) + "]", diag);
+        PcieSwitchLevel level;
+        MW_RETURN_IF_ERROR(require(s, "gpus_per_switch"));
+        MW_RETURN_IF_ERROR(require(s, "uplink_Bps"));
+        MW_RETURN_IF_ERROR(s.get_int("gpus_per_switch", level.gpus_per_switch, 1, 1024));
+        MW_RETURN_IF_ERROR(s.get_number("uplink_Bps", level.uplink_Bps, 1, 1e13));
+        if (level.gpus_per_switch > hw.gpu.count || hw.gpu.count % level.gpus_per_switch != 0) {
+          return s.error("gpus_per_switch", std::to_string(level.gpus_per_switch) +
+                                                " is not allowed; allowed: a divisor of gpu.count (" +
+                                                std::to_string(hw.gpu.count) + ")");
+        }
+        s.finish();
+        hw.pcie.switches.push_back(level);
+      }
+    }
+    r.finish();
+  }
+
+  Result<const json*> nvlink_obj = top.get_object("nvlink");
+  if (!nvlink_obj.is_ok()) return nvlink_obj.status();
+  if (*nvlink_obj != nullptr) {
+    JsonObjectReader r(**nvlink_obj, source, "nvlink", diag);
+    MW_RETURN_IF_ERROR(r.get_number("gpu_Bps", hw.nvlink.gpu_Bps, 0, 1e14));
+    MW_RETURN_IF_ERROR(r.get_number("latency_s", hw.nvlink.latency_s, 0, 1));
+    r.finish();
+  }
+
+  Result<const json*> net_obj = top.get_object("network");
+  if (!net_obj.is_ok()) return net_obj.status();
+  if (*net_obj != nullptr) {
+    JsonObjectReader r(**net_obj, source, "network", diag);
+    MW_RETURN_IF_ERROR(r.get_int("nics", hw.network.nics, 0, 1024));
+    MW_RETURN_IF_ERROR(r.get_number("nic_Bps", hw.network.nic_Bps, 0, 1e14));
+    MW_RETURN_IF_ERROR(r.get_number("latency_s", hw.network.latency_s, 0, 1));
+    r.finish();
+  }
+  if (hw.nodes > 1 && hw.network.node_Bps() <= 0) {
+    return top.error("network", "a cluster of " + std::to_string(hw.nodes) +
+                                    " nodes needs network.nics >= 1 and network.nic_Bps > 0");
+  }
+  top.finish();
+  return hw;
+}
+
+// ---- model (Hugging Face config.json) -----------------------------------------------------------------
+
+Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
+  Result<json> doc = parse_json_text(text, source);
+  if (!doc.is_ok()) return doc.status();
+  const json& j = *doc;
+  JsonObjectReader r(j, source, "", diag);
+
+  ModelSpec m;
+  m.name = stem_of(source);
+  if (m.name == "config")
+    m.name = stem_of(directory_of(source).empty()
+                         ? source
+                         : directory_of(source).substr(0, directory_of(source).size() - 1));
+  MW_RETURN_IF_ERROR(r.get_string("name", m.name));
+
+  std::string type;
+  MW_RETURN_IF_ERROR(r.get_string("model_type", type));
+  if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
+  if (type.empty()) {
+    return r.error("model_type", "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2");
+  }
+  m.model_type = type;
+  // Keys every Hugging Face config carries that do not change the parameter count or memory.
+  r.ignore({"architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype",
+            "transformers_version", "initializer_range", "use_cache", "_name_or_path", "tokenizer_class",
+            "task_specific_params", "id2label", "label2id", "dtype"});
+
+  if (type == "gpt2") {
+    for (const char* k : {"n_layer", "n_embd", "n_head", "vocab_size"}) MW_RETURN_IF_ERROR(require(r, k));
+    MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
+    MW_RETURN_IF_ERROR(r.get_int("n_head", m.heads, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+    MW_RETURN_IF_ERROR(r.get_int("n_positions", m.max_positions, 0, 1 << 28));
+    if (m.max_positions == 0) MW_RETURN_IF_ERROR(r.get_int("n_ctx", m.max_positions, 0, 1 << 28));
+    r.ignore({"n_ctx"});
+    m.ffn_hidden = 4 * m.hidden;
+    MW_RETURN_IF_ERROR(r.get_int("n_inner", m.ffn_hidden, 1, 1 << 26));
+    m.tied_embeddings = true;
+    MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+    std::string act = "gelu_new";
+    MW_RETURN_IF_ERROR(r.get_string("activation_function", act));
+    m.kv_heads = m.heads;
+    m.gated_mlp = false;
+    m.linear_bias = true;
+    m.norm = NormKind::kLayerNorm;
+    m.position = PositionKind::kLearned;
+    r.ignore({"layer_norm_epsilon", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation",
+              "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
+              "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
+              "predict_special_tokens", "output_past", "gradient_checkpointing"});
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    for (const char* k :
+         {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
+      MW_RETURN_IF_ERROR(require(r, k));
+    }
+    MW_RETURN_IF_ERROR(r.get_int("num_hidden_layers", m.layers, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("hidden_size", m.hidden, 1, 1 << 24));
+    MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
+    MW_RETURN_IF_ERROR(r.get_int("num_attention_heads", m.heads, 1, 1 << 20));
+    m.kv_heads = m.heads;
+    MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+    MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
+    m.tied_embeddings = false;
+    MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+    m.linear_bias = type == "qwen2";  // Qwen2 has q/k/v biases; counted as full attention biases (approx.)
+    bool attention_bias = m.linear_bias;
+    MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
+    m.linear_bias = attention_bias;
+    bool mlp_bias = false;
+    MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
+    if (mlp_bias != attention_bias) {
+      diag.warnings.push_back(source +
+                              ": attention_bias and mlp_bias differ; memwall counts biases on both "
+                              "when attention_bias is true");
+    }
+    std::string act = "silu";
+    MW_RETURN_IF_ERROR(r.get_string("hidden_act", act));
+    m.gated_mlp = true;
+    m.norm = NormKind::kRmsNorm;
+    m.position = PositionKind::kRotary;
+    r.ignore({"rms_norm_eps", "rope_theta", "rope_scaling", "pretraining_tp", "attention_dropout",
+              "sliding_window", "max_window_layers", "use_sliding_window", "head_dim"});
+  } else {
+    return r.error("model_type", "\"" + type + "\" is not supported; allowed: gpt2, llama, mistral, qwen2");
+  }
+  if (m.hidden % m.heads != 0) {
+    return Status::invalid_argument(source + ": hidden size " + std::to_string(m.hidden) +
+                                    " is not a multiple of the head count " + std::to_string(m.heads));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    return Status::invalid_argument(source + ": key value head count " + std::to_string(m.kv_heads) +
+                                    " does not divide the head count " + std::to_string(m.heads));
+  }
+  r.finish();
+  return m;
+}
+
+// ---- run (DeepSpeed ds_config.json + "memwall") -------------------------------------------------------
+
+namespace {
+
+Status read_offload_device(JsonObjectReader& r, OffloadDevice& out) {
+  std::string device = "none";
+  MW_RETURN_IF_ERROR(r.get_choice("device", device, {"none", "cpu", "nvme"}));
+  out = device == "cpu" ? OffloadDevice::kCpu
+                        : (device == "nvme" ? OffloadDevice::kNvme : OffloadDevice::kNone);
+  return Status::ok();
+}
+
+Status parse_zero(const json& obj, const std::string& source, Diagnostics& diag, ZeroConfig& z) {
+  JsonObjectReader r(obj, source, "zero_optimization", diag);
+  MW_RETURN_IF_ERROR(r.get_int("stage", z.stage, 0, 3));
+  z.overlap_comm = z.stage == 3;  // DeepSpeed: None -> (stage == 3)
+  MW_RETURN_IF_ERROR(r.get_bool("overlap_comm", z.overlap_comm));
+  MW_RETURN_IF_ERROR(r.get_bool("contiguous_gradients", z.contiguous_gradients));
+  MW_RETURN_IF_ERROR(r.get_bool("reduce_scatter", z.reduce_scatter));
+  MW_RETURN_IF_ERROR(r.get_count("sub_group_size", z.sub_group_size, 1));
+  MW_RETURN_IF_ERROR(r.get_auto_count("stage3_prefetch_bucket_size", z.prefetch_bucket_size, 0));
+  MW_RETURN_IF_ERROR(r.get_auto_count("prefetch_bucket_size", z.prefetch_bucket_size, 0));
+  MW_RETURN_IF_ERROR(r.get_count("stage3_max_live_parameters", z.max_live_parameters, 0));
+  MW_RETURN_IF_ERROR(r.get_count("max_live_parameters", z.max_live_parameters, 0));
+  MW_RETURN_IF_ERROR(r.get_count("stage3_max_reuse_distance", z.max_reuse_distance, 0));
+  MW_RETURN_IF_ERROR(r.get_count("max_reuse_distance", z.max_reuse_distance, 0));
+  MW_RETURN_IF_ERROR(
+      r.get_auto_count("stage3_param_persistence_threshold", z.param_persistence_threshold, 0));
+  MW_RETURN_IF_ERROR(r.get_auto_count("param_persistence_threshold", z.param_persistence_threshold, 0));
+  MW_RETURN_IF_ERROR(r.get_auto_count("reduce_bucket_size", z.reduce_bucket_size, 1));
+  MW_RETURN_IF_ERROR(r.get_count("allgather_bucket_size", z.allgather_bucket_size, 1));
+  r.ignore({"allgather_partitions",
+            "stage3_gather_16bit_weights_on_model_save",
+            "stage3_gather_fp16_weights_on_model_save",
+            "gather_16bit_weights_on_model_save",
+            "round_robin_gradients",
+            "elastic_checkpoint",
+            "ignore_unused_parameters",
+            "load_from_fp32_weights",
+            "memory_efficient_linear",
+            "stage3_model_persistence_threshold",
+            "model_persistence_threshold",
+            "zero_hpz_partition_size",
+            "zero_quantized_weights",
+            "zero_quantized_gradients",
+            "zero_quantized_nontrainable_weights",
+            "mics_shard_size",
+            "mics_hierarchical_params_gather",
+            "stage3_module_granularity_threshold",
+            "use_multi_rank_bucket_allreduce",
+            "legacy_stage1",
+            "offload_param_config",
+            "cpu_offload_use_pin_memory",
+            "cpu_offload_params",
+            "log_trace_cache_warnings"});
+
+  // Legacy boolean: "cpu_offload": true == offload_optimizer.device cpu.
+  bool cpu_offload = false;
+  MW_RETURN_IF_ERROR(r.get_bool("cpu_offload", cpu_offload));
+  if (cpu_offload) z.offload_optimizer.device = OffloadDevice::kCpu;
+
+  Result<const json*> op = r.get_object("offload_param");
+  if (!op.is_ok()) return op.status();
+  if (*op != nullptr) {
+    JsonObjectReader o(**op, source, "zero_optimization.offload_param", diag);
+    MW_RETURN_IF_ERROR(read_offload_device(o, z.offload_param.device));
+    MW_RETURN_IF_ERROR(o.get_string("nvme_path", z.offload_param.nvme_path));
+    MW_RETURN_IF_ERROR(o.get_bool("pin_memory", z.offload_param.pin_memory));
+    MW_RETURN_IF_ERROR(o.get_int("buffer_count", z.offload_param.buffer_count, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_count("buffer_size", z.offload_param.buffer_size, 1));
+    MW_RETURN_IF_ERROR(o.get_count("max_in_cpu", z.offload_param.max_in_cpu, 0));
+    if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
+      return o.error("device", std::string("\"") + offload_device_name(z.offload_param.device) +
+                                   "\" requires zero_optimization.stage 3 (stage is " +
+                                   std::to_string(z.stage) + "); allowed with this stage: \"none\"");
+    }
+    o.finish();
+  }
+  Result<const json*> oo = r.get_object("offload_optimizer");
+  if (!oo.is_ok()) return oo.status();
+  if (*oo != nullptr) {
+    JsonObjectReader o(**oo, source, "zero_optimization.offload_optimizer", diag);
+    MW_RETURN_IF_ERROR(read_offload_device(o, z.offload_optimizer.device));
+    MW_RETURN_IF_ERROR(o.get_string("nvme_path", z.offload_optimizer.nvme_path));
+    MW_RETURN_IF_ERROR(o.get_bool("pin_memory", z.offload_optimizer.pin_memory));
+    MW_RETURN_IF_ERROR(o.get_int("buffer_count", z.offload_optimizer.buffer_count, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_bool("pipeline_read", z.offload_optimizer.pipeline_read));
+    MW_RETURN_IF_ERROR(o.get_bool("pipeline_write", z.offload_optimizer.pipeline_write));
+    bool pipeline = false;
+    MW_RETURN_IF_ERROR(o.get_bool("pipeline", pipeline));
+    if (pipeline) z.offload_optimizer.pipeline_read = z.offload_optimizer.pipeline_write = true;
+    MW_RETURN_IF_ERROR(o.get_bool("fast_init", z.offload_optimizer.fast_init));
+    MW_RETURN_IF_ERROR(o.get_number("ratio", z.offload_optimizer.ratio, 0, 1));
+    o.ignore({"super_offload", "cpuadam_cores_perc"});
+    const OffloadDevice d = z.offload_optimizer.device;
+    if (d == OffloadDevice::kNvme && z.stage != 3) {
+      return o.error("device", "\"nvme\" requires zero_optimization.stage 3 (stage is " +
+                                   std::to_string(z.stage) +
+                                   "); allowed with this stage: \"none\" or \"cpu\"");
+    }
+    if (d == OffloadDevice::kCpu && z.stage == 0) {
+      return o.error("device", "\"cpu\" requires zero_optimization.stage 1, 2 or 3 (stage is 0)");
+    }
+    o.finish();
+  }
+  r.finish();
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<RunConfig> parse_run(std::string_view text, const std::string& source, Diagnostics& diag) {
+  Result<json> doc = parse_json_text(text, source);
+  if (!doc.is_ok()) return doc.status();
+  const json& j = *doc;
+  RunConfig run;
+  run.name = stem_of(source);
+  JsonObjectReader r(j, source, "", diag);
+
+  MW_RETURN_IF_ERROR(r.get_auto_count("train_batch_size", run.train_batch_size, 1));
+  if (!r.has("train_batch_size")) run.train_batch_size.is_auto = true;
+  MW_RETURN_IF_ERROR(r.get_auto_count("train_micro_batch_size_per_gpu", run.micro_batch_per_gpu, 1));
+  MW_RETURN_IF_ERROR(r.get_auto_count("gradient_accumulation_steps", run.gradient_accumulation_steps, 1));
+  r.ignore({"steps_per_print",
+            "wall_clock_breakdown",
+            "gradient_clipping",
+            "zero_allow_untested_optimizer",
+            "scheduler",
+            "prescale_gradients",
+            "gradient_predivide_factor",
+            "sparse_gradients",
+            "amp",
+            "flops_profiler",
+            "tensorboard",
+            "wandb",
+            "csv_monitor",
+            "comms_logger",
+            "communication_data_type",
+            "dump_state",
+            "memory_breakdown",
+            "elasticity",
+            "autotuning",
+            "data_types",
+            "checkpoint",
+            "data_efficiency",
+            "compression_training",
+            "aio_config",
+            "zero_force_ds_cpu_optimizer"});
+
+  // Precision
+  bool fp16 = false, fp16_auto = false, bf16 = false, bf16_auto = false;
+  Result<const json*> fp16_obj = r.get_object("fp16");
+  if (!fp16_obj.is_ok()) return fp16_obj.status();
+  if (*fp16_obj != nullptr) {
+    JsonObjectReader o(**fp16_obj, source, "fp16", diag);
+    fp16 = true;  // DeepSpeed: a present section without "enabled" is enabled
+    MW_RETURN_IF_ERROR(o.get_auto_bool("enabled", fp16, fp16_auto));
+    o.ignore({"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
+              "consecutive_hysteresis", "auto_cast", "fp16_master_weights_and_grads"});
+    o.finish();
+  }
+  Result<const json*> bf16_obj = r.get_object("bf16");
+  if (!bf16_obj.is_ok()) return bf16_obj.status();
+  if (*bf16_obj != nullptr) {
+    JsonObjectReader o(**bf16_obj, source, "bf16", diag);
+    bf16 = true;
+    MW_RETURN_IF_ERROR(o.get_auto_bool("enabled", bf16, bf16_auto));
+    o.ignore({"immediate_grad_update", "check_grad_overflow"});
+    o.finish();
+  }
+  if (fp16 && !fp16_auto && bf16 && !bf16_auto) {
+    return Status::invalid_argument(source +
+                                    ": keys 'fp16.enabled' and 'bf16.enabled' are both true; allowed: "
+                                    "at most one");
+  }
+  // "auto" follows the Hugging Face Trainer, which enables one of them from its own flags; memwall assumes
+  // 16-bit mixed precision, bf16 unless fp16 is explicitly on.
+  if (fp16 && !fp16_auto)
+    run.precision = Precision::kFp16;
+  else if (bf16 || bf16_auto || fp16_auto)
+    run.precision = Precision::kBf16;
+
+  Result<const json*> opt_obj = r.get_object("optimizer");
+  if (!opt_obj.is_ok()) return opt_obj.status();
+  if (*opt_obj != nullptr) {
+    JsonObjectReader o(**opt_obj, source, "optimizer", diag);
+    MW_RETURN_IF_ERROR(o.get_string("type", run.optimizer));
+    std::string lower = run.optimizer;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower != "adam" && lower != "adamw" && lower != "lamb" && lower != "cpuadam" &&
+        lower != "fusedadam") {
+      diag.warnings.push_back(source + ": optimizer.type \"" + run.optimizer +
+                              "\": memwall models Adam-style state (momentum and variance)");
+    }
+    o.ignore({"params"});
+    o.finish();
+  }
+
+  Result<const json*> zero_obj = r.get_object("zero_optimization");
+  if (!zero_obj.is_ok()) return zero_obj.status();
+  if (*zero_obj != nullptr) MW_RETURN_IF_ERROR(parse_zero(**zero_obj, source, diag, run.zero));
+
+  Result<const json*> aio_obj = r.get_object("aio");
+  if (!aio_obj.is_ok()) return aio_obj.status();
+  if (*aio_obj != nullptr) {
+    JsonObjectReader o(**aio_obj, source, "aio", diag);
+    MW_RETURN_IF_ERROR(o.get_count("block_size", run.aio.block_size, 512));
+    if (static_cast<long long>(run.aio.block_size) % 512 != 0) {
+      return o.error("block_size", strprintf("%.0f", run.aio.block_size) +
+                                       " is not allowed; allowed: a multiple of 512 bytes");
+    }
+    MW_RETURN_IF_ERROR(o.get_int("queue_depth", run.aio.queue_depth, 1, 65536));
+    MW_RETURN_IF_ERROR(o.get_int("thread_count", run.aio.intra_op_parallelism, 1, 1024));
+    MW_RETURN_IF_ERROR(o.get_int("intra_op_parallelism", run.aio.intra_op_parallelism, 1, 1024));
+    MW_RETURN_IF_ERROR(o.get_bool("single_submit", run.aio.single_submit));
+    MW_RETURN_IF_ERROR(o.get_bool("overlap_events", run.aio.overlap_events));
+    o.ignore({"use_gds"});
+    o.finish();
+  }
+
+  Result<const json*> ac_obj = r.get_object("activation_checkpointing");
+  if (!ac_obj.is_ok()) return ac_obj.status();
+  if (*ac_obj != nullptr) {
+    JsonObjectReader o(**ac_obj, source, "activation_checkpointing", diag);
+    ActivationCheckpointConfig& ac = run.activation_checkpointing;
+    ac.enabled = true;
+    MW_RETURN_IF_ERROR(o.get_bool("enabled", ac.enabled));
+    MW_RETURN_IF_ERROR(o.get_int("interval", ac.interval, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_bool("cpu_checkpointing", ac.cpu_checkpointing));
+    MW_RETURN_IF_ERROR(o.get_bool("partition_activations", ac.partition_activations));
+    MW_RETURN_IF_ERROR(o.get_bool("contiguous_memory_optimization", ac.contiguous_memory_optimization));
+    o.ignore({"number_checkpoints", "synchronize_checkpoint_boundary", "profile"});
+    o.finish();
+  }
+
+  Result<const json*> mw_obj = r.get_object("memwall");
+  if (!mw_obj.is_ok()) return mw_obj.status();
+  if (*mw_obj != nullptr) {
+    JsonObjectReader o(**mw_obj, source, "memwall", diag);
+    MemwallRunConfig& mw = run.memwall;
+    MW_RETURN_IF_ERROR(o.get_int("tiling_factor", mw.tiling_factor, 1, 4096));
+    if (o.has("data_parallel") && !((**mw_obj).at("data_parallel").is_string() &&
+                                    (**mw_obj).at("data_parallel").get<std::string>() == "auto")) {
+      MW_RETURN_IF_ERROR(o.get_int("data_parallel", mw.data_parallel, 1, 1 << 24));
+    }
+    o.ignore({"data_parallel"});
+    MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
+    MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
+    std::string part = "bandwidth-centric";
+    MW_RETURN_IF_ERROR(o.get_choice("partitioning", part, {"bandwidth-centric", "broadcast"}));
+    mw.partitioning = part == "broadcast" ? Partitioning::kBroadcast : Partitioning::kBandwidthCentric;
+    MW_RETURN_IF_ERROR(o.get_bool("prefetch", mw.prefetch));
+    MW_RETURN_IF_ERROR(o.get_string("strategy", mw.strategy));
+    o.finish();
+  }
+  r.finish();
+  return run;
+}
+
+// ---- loading from files -------------------------------------------------------------------------------
+
+namespace {
+template <typename T, typename Parse>
+Result<T> load_with(const std::string& path, const ReadFileFn& read_file, Parse parse) {
+  Result<std::string> text = read_file(path);
+  if (!text.is_ok()) return text.status();
+  return parse(*text);
+}
+}  // namespace
+
+Result<HardwareSpec> load_hardware(const std::string& path, const ReadFileFn& read_file, Diagnostics& diag) {
+  return load_with<HardwareSpec>(
+      path, read_file, [&](const std::string& t) { return parse_hardware(t, path, diag, read_file); });
+}
+Result<ModelSpec> load_model(const std::string& path, const ReadFileFn& read_file, Diagnostics& diag) {
+  return load_with<ModelSpec>(path, read_file,
+                              [&](const std::string& t) { return parse_model(t, path, diag); });
+}
+Result<RunConfig> load_run(const std::string& path, const ReadFileFn& read_file, Diagnostics& diag) {
+  return load_with<RunConfig>(path, read_file,
+                              [&](const std::string& t) { return parse_run(t, path, diag); });
+}
+
+// ---- resolved specs as JSON ---------------------------------------------------------------------------
+
+std::string to_json_text(const HardwareSpec& hw) {
+  json j;
+  j["format"] = "memwall-hardware";
+  j["version"] = kHardwareFormatMajor;
+  j["name"] = hw.name;
+  j["description"] = hw.description;
+  j["sources"] = hw.sources;
+  j["nodes"] = hw.nodes;
+  j["gpu"] = {{"model", hw.gpu.model},
+              {"count", hw.gpu.count},
+              {"memory_bytes", hw.gpu.memory_bytes},
+              {"reserved_bytes", hw.gpu.reserved_bytes},
+              {"peak_flops", hw.gpu.peak_flops},
+              {"achievable_flops", hw.gpu.achievable_flops},
+              {"hbm_Bps", hw.gpu.hbm_Bps}};
+  j["cpu"] = {{"model", hw.cpu.model},
+              {"sockets", hw.cpu.sockets},
+              {"cores", hw.cpu.cores},
+              {"memory_bytes", hw.cpu.memory_bytes},
+              {"reserved_bytes", hw.cpu.reserved_bytes},
+              {"memory_Bps", hw.cpu.memory_Bps}};
+  j["nvme"] = {{"drives", hw.nvme.drives},
+               {"drive_capacity_bytes", hw.nvme.drive_capacity_bytes},
+               {"drive_read_Bps", hw.nvme.drive_read_Bps},
+               {"drive_write_Bps", hw.nvme.drive_write_Bps},
+               {"latency_s", hw.nvme.latency_s}};
+  json switches = json::array();
+  for (const auto& s : hw.pcie.switches) {
+    switches.push_back({{"gpus_per_switch", s.gpus_per_switch}, {"uplink_Bps", s.uplink_Bps}});
+  }
+  j["pcie"] = {
+      {"gpu_link_Bps", hw.pcie.gpu_link_Bps}, {"latency_s", hw.pcie.latency_s}, {"switches", switches}};
+  j["nvlink"] = {{"gpu_Bps", hw.nvlink.gpu_Bps}, {"latency_s", hw.nvlink.latency_s}};
+  j["network"] = {
+      {"nics", hw.network.nics}, {"nic_Bps", hw.network.nic_Bps}, {"latency_s", hw.network.latency_s}};
+  return j.dump();
+}
+
+std::string to_json_text(const ModelSpec& m) {
+  json j = {{"name", m.name},
+            {"model_type", m.model_type},
+            {"layers", m.layers},
+            {"hidden", m.hidden},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads},
+            {"ffn_hidden", m.ffn_hidden},
+            {"vocab", m.vocab},
+            {"max_positions", m.max_positions},
+            {"tied_embeddings", m.tied_embeddings},
+            {"gated_mlp", m.gated_mlp},
+            {"linear_bias", m.linear_bias},
+            {"norm", m.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
+            {"position", m.position == PositionKind::kLearned ? "learned" : "rotary"},
+            {"params", m.total_params()},
+            {"params_eq1", m.paper_params()}};
+  return j.dump();
+}
+
+std::string to_json_text(const RunConfig& run) {
+  const ZeroConfig& z = run.zero;
+  auto count = [](const AutoCount& c) { return c.is_auto ? json("auto") : json(c.value); };
+  json j;
+  j["name"] = run.name;
+  j["train_batch_size"] = count(run.train_batch_size);
+  j["train_micro_batch_size_per_gpu"] = count(run.micro_batch_per_gpu);
+  j["gradient_accumulation_steps"] = count(run.gradient_accumulation_steps);
+  j["precision"] = precision_name(run.precision);
+  j["optimizer"] = run.optimizer;
+  j["zero_optimization"] = {{"stage", z.stage},
+                            {"overlap_comm", z.overlap_comm},
+                            {"contiguous_gradients", z.contiguous_gradients},
+                            {"reduce_scatter", z.reduce_scatter},
+                            {"sub_group_size", z.sub_group_size},
+                            {"stage3_prefetch_bucket_size", count(z.prefetch_bucket_size)},
+                            {"stage3_max_live_parameters", z.max_live_parameters},
+                            {"stage3_max_reuse_distance", z.max_reuse_distance},
+                            {"stage3_param_persistence_threshold", count(z.param_persistence_threshold)},
+                            {"reduce_bucket_size", count(z.reduce_bucket_size)},
+                            {"allgather_bucket_size", z.allgather_bucket_size},
+                            {"offload_param",
+                             {{"device", offload_device_name(z.offload_param.device)},
+                              {"nvme_path", z.offload_param.nvme_path},
+                              {"pin_memory", z.offload_param.pin_memory},
+                              {"buffer_count", z.offload_param.buffer_count},
+                              {"buffer_size", z.offload_param.buffer_size},
+                              {"max_in_cpu", z.offload_param.max_in_cpu}}},
+                            {"offload_optimizer",
+                             {{"device", offload_device_name(z.offload_optimizer.device)},
+                              {"nvme_path", z.offload_optimizer.nvme_path},
+                              {"pin_memory", z.offload_optimizer.pin_memory},
+                              {"buffer_count", z.offload_optimizer.buffer_count},
+                              {"pipeline_read", z.offload_optimizer.pipeline_read},
+                              {"pipeline_write", z.offload_optimizer.pipeline_write},
+                              {"fast_init", z.offload_optimizer.fast_init},
+                              {"ratio", z.offload_optimizer.ratio}}}};
+  j["aio"] = {{"block_size", run.aio.block_size},
+              {"queue_depth", run.aio.queue_depth},
+              {"intra_op_parallelism", run.aio.intra_op_parallelism},
+              {"single_submit", run.aio.single_submit},
+              {"overlap_events", run.aio.overlap_events}};
+  const auto& ac = run.activation_checkpointing;
+  j["activation_checkpointing"] = {{"enabled", ac.enabled},
+                                   {"interval", ac.interval},
+                                   {"cpu_checkpointing", ac.cpu_checkpointing},
+                                   {"partition_activations", ac.partition_activations},
+                                   {"contiguous_memory_optimization", ac.contiguous_memory_optimization}};
+  const auto& mw = run.memwall;
+  j["memwall"] = {
+      {"tiling_factor", mw.tiling_factor},
+      {"data_parallel", mw.data_parallel},
+      {"model_parallel", mw.model_parallel},
+      {"sequence_length", mw.sequence_length},
+      {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
+      {"prefetch", mw.prefetch},
+      {"strategy", mw.strategy}};
+  return j.dump();
+}
+
+}  // namespace memwall
