@@ -15,6 +15,17 @@ int main(int argc, char** argv) {
   int exit_code = memwall::cli::kExitOk;
   memwall::cli::register_predict(app, exit_code);
   memwall::cli::register_info(app, exit_code);
+  // Name an unknown subcommand (CLI11 would only say that one is required).
+  std::string known;
+  bool is_known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+    is_known = is_known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !is_known) {
+    std::fprintf(stderr, "memwall: error: unknown command '%s'; allowed: %s\n", argv[1], known.c_str());
+    return memwall::cli::kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

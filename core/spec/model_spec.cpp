@@ -15,7 +15,8 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"embed.positions", static_cast<double>(max_positions), hd, 1, false});
   }
   const bool ln = norm == NormKind::kLayerNorm;
-  t.push_back({"block.norm1.weight", hd, 1, L, false});
+  const bool has_norm = norm != NormKind::kNone;
+  if (has_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
   if (kv == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
@@ -27,7 +28,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   }
   t.push_back({"block.attn.proj.weight", hd, hd, L, true});
   if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
-  t.push_back({"block.norm2.weight", hd, 1, L, false});
+  if (has_norm) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});
   const double ffn = ffn_hidden;
   if (gated_mlp) {
@@ -40,7 +41,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   }
   t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
   if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
-  t.push_back({"final_norm.weight", hd, 1, 1, false});
+  if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
   if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});
   return t;

@@ -10,8 +10,8 @@
 
 namespace memwall {
 
-enum class NormKind { kLayerNorm, kRmsNorm };
-enum class PositionKind { kLearned, kRotary };
+enum class NormKind { kLayerNorm, kRmsNorm, kNone };
+enum class PositionKind { kLearned, kRotary, kNone };
 
 // A group of identical parameter tensors: `count` tensors of `elements` each (e.g. one per layer).
 struct ParamTensorGroup {

@@ -259,7 +259,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   MW_RETURN_IF_ERROR(r.get_string("model_type", type));
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
-    return r.error("model_type", "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2");
+    return r.error("model_type",
+                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, "
+                   "zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -267,7 +269,23 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
             "transformers_version", "initializer_range", "use_cache", "_name_or_path", "tokenizer_class",
             "task_specific_params", "id2label", "label2id", "dtype"});
 
-  if (type == "gpt2") {
+  if (type == "zero-infinity-paper") {
+    // The paper's idealized model: transformer blocks of four linear weights, nothing else (Eq. 1).
+    for (const char* k : {"n_layer", "n_embd", "n_head"}) MW_RETURN_IF_ERROR(require(r, k));
+    MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
+    MW_RETURN_IF_ERROR(r.get_int("n_head", m.heads, 1, 1 << 20));
+    m.max_positions = 1024;
+    MW_RETURN_IF_ERROR(r.get_int("n_positions", m.max_positions, 1, 1 << 28));
+    m.kv_heads = m.heads;
+    m.ffn_hidden = 4 * m.hidden;
+    m.vocab = 0;
+    m.tied_embeddings = true;
+    m.gated_mlp = false;
+    m.linear_bias = false;
+    m.norm = NormKind::kNone;
+    m.position = PositionKind::kNone;
+  } else if (type == "gpt2") {
     for (const char* k : {"n_layer", "n_embd", "n_head", "vocab_size"}) MW_RETURN_IF_ERROR(require(r, k));
     MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
@@ -325,7 +343,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     r.ignore({"rms_norm_eps", "rope_theta", "rope_scaling", "pretraining_tp", "attention_dropout",
               "sliding_window", "max_window_layers", "use_sliding_window", "head_dim"});
   } else {
-    return r.error("model_type", "\"" + type + "\" is not supported; allowed: gpt2, llama, mistral, qwen2");
+    return r.error("model_type", "\"" + type +
+                                     "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "
+                                     "zero-infinity-paper");
   }
   if (m.hidden % m.heads != 0) {
     return Status::invalid_argument(source + ": hidden size " + std::to_string(m.hidden) +
@@ -675,8 +695,11 @@ std::string to_json_text(const ModelSpec& m) {
             {"tied_embeddings", m.tied_embeddings},
             {"gated_mlp", m.gated_mlp},
             {"linear_bias", m.linear_bias},
-            {"norm", m.norm == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
-            {"position", m.position == PositionKind::kLearned ? "learned" : "rotary"},
+            {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
+                                                    : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
+            {"position", m.position == PositionKind::kLearned
+                             ? "learned"
+                             : (m.position == PositionKind::kRotary ? "rotary" : "none")},
             {"params", m.total_params()},
             {"params_eq1", m.paper_params()}};
   return j.dump();

@@ -1,0 +1,220 @@
+// Integration tests of the memwall binary: outputs, --json schema, exit codes and one-line errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct CmdResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CmdResult memwall(const std::string& args, bool merge_stderr = true) {
+  const std::string cmd =
+      std::string(MEMWALL_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+nlohmann::json parse_json(const std::string& text) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not JSON: " << e.what() << "\n" << text.substr(0, 500);
+    return {};
+  }
+}
+
+size_t line_count(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(CliPredict, DefaultScenarioFitsAndExplainsEveryRow) {
+  const CmdResult r = memwall("predict");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FITS"), std::string::npos);
+  EXPECT_NE(r.output.find("limiting tier NVMe"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Eq.4"), std::string::npos);
+  EXPECT_NE(r.output.find("fp32 momentum"), std::string::npos);
+  EXPECT_NE(r.output.find("pinned swap buffers"), std::string::npos);
+  EXPECT_NE(r.output.find("bandwidth-centric"), std::string::npos);
+}
+
+TEST(CliPredict, JsonIsOneDocumentWithResolvedInputs) {
+  const CmdResult r = memwall("predict --json", /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json j = parse_json(r.output);
+  EXPECT_EQ(j["command"], "predict");
+  EXPECT_EQ(j["inputs"]["hardware"]["name"], "dgx2");
+  EXPECT_EQ(j["inputs"]["model"]["name"], "paper-1t");
+  EXPECT_EQ(j["inputs"]["run"]["memwall"]["data_parallel"], 16);  // resolved, not "auto"
+  EXPECT_TRUE(j["memory"]["fits"].get<bool>());
+  EXPECT_EQ(j["memory"]["limiting_tier"], "nvme");
+  for (const char* tier : {"gpu", "cpu", "nvme"}) {
+    const auto& t = j["memory"]["tiers"][tier];
+    EXPECT_LE(t["used_bytes"].get<double>(), t["capacity_bytes"].get<double>()) << tier;
+  }
+  double gpu_sum = 0;
+  for (const auto& item : j["memory"]["items"]) {
+    EXPECT_FALSE(item["rule"].get<std::string>().empty());
+    if (item["tier"] == "gpu") gpu_sum += item["bytes_per_rank"].get<double>();
+  }
+  EXPECT_NEAR(gpu_sum, j["memory"]["tiers"]["gpu"]["used_bytes"].get<double>(), 1.0);
+  ASSERT_EQ(j["bandwidth"]["data_types"].size(), 3u);
+  EXPECT_EQ(j["bandwidth"]["data_types"][0]["data_type"], "params_grads");
+}
+
+TEST(CliPredict, EveryShippedScenarioRuns) {
+  for (const char* hw : {"dgx2", "dgx2-4n", "dgx2-16n", "dgx2-32n", "dgx2-64n", "dgx2-96n", "dgx1-v100",
+                         "dgx-a100-80gb", "dgx-h100", "dgx-h200"}) {
+    const CmdResult r =
+        memwall(std::string("predict --hardware ") + hw + " --model paper-100b --json", false);
+    EXPECT_EQ(r.exit_code, 0) << hw;
+    EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
+  }
+  for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
+                        "llama-2-70b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+    const CmdResult r = memwall(std::string("predict --model ") + m);
+    EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
+  }
+  for (const char* run : {"data-parallel", "zero-2", "zero-offload", "3d-parallel", "zero-3",
+                          "zero-infinity-cpu", "zero-infinity-nvme"}) {
+    const CmdResult r = memwall(std::string("predict --model gpt3-175b --run ") + run);
+    EXPECT_EQ(r.exit_code, 0) << run << "\n" << r.output;
+  }
+}
+
+TEST(CliPredict, ModelThatDoesNotFitIsAResultNotAnError) {
+  const CmdResult r = memwall("predict --run data-parallel");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("DOES NOT FIT"), std::string::npos);
+  EXPECT_NE(r.output.find("short by"), std::string::npos);
+}
+
+TEST(CliPredict, MaxModelCoversEveryStrategy) {
+  const CmdResult r = memwall("predict --max-model --json", false);
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json j = parse_json(r.output);
+  const auto& results = j["max_model"]["results"];
+  ASSERT_EQ(results.size(), 7u);
+  double previous = 0;
+  for (const auto& row : results) {
+    ASSERT_TRUE(row["found"].get<bool>()) << row.dump();
+    EXPECT_FALSE(row["next_failure"].get<std::string>().empty());
+    if (row["strategy"] == "zero-3" || row["strategy"] == "zero-infinity-cpu" ||
+        row["strategy"] == "zero-infinity-nvme") {
+      EXPECT_GT(row["params"].get<double>(), previous) << row["strategy"];
+      previous = row["params"].get<double>();
+    }
+  }
+  EXPECT_EQ(results[6]["limiting_tier"], "nvme");
+  const CmdResult human = memwall("predict --max-model --strategy zero-2 --strategy zero-3 --family gpt3");
+  EXPECT_EQ(human.exit_code, 0);
+  EXPECT_NE(human.output.find("ZeRO-3"), std::string::npos);
+  EXPECT_EQ(human.output.find("ZeRO-Offload"), std::string::npos);
+}
+
+TEST(CliPredict, MaxHiddenPerTilingFactor) {
+  const CmdResult r = memwall("predict --max-hidden --tiling 1,4,16 --chunk 2GiB --json", false);
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json j = parse_json(r.output);
+  ASSERT_EQ(j["max_hidden"]["results"].size(), 3u);
+  EXPECT_LT(j["max_hidden"]["results"][0]["max_hidden"].get<int>(),
+            j["max_hidden"]["results"][2]["max_hidden"].get<int>());
+}
+
+// ---- bad input: exit code 2 and one line naming the file/key/value ----
+
+void expect_bad_input(const std::string& args, const std::string& needle) {
+  const CmdResult r = memwall(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.rfind("memwall: error: ", 0), 0u) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+}
+
+TEST(CliErrors, MissingFilesAndUnknownScenarios) {
+  expect_bad_input("predict --model /nonexistent/config.json", "/nonexistent/config.json: no such file");
+  expect_bad_input("predict --hardware dgx3", "available: dgx-a100-80gb");
+  expect_bad_input("predict --run zero-9", "zero-infinity-nvme");
+}
+
+TEST(CliErrors, BadValuesInFiles) {
+  expect_bad_input(
+      "predict --run " + write_file("stage.json", R"({"zero_optimization": {"stage": "three"}})"),
+      "key 'zero_optimization.stage'");
+  expect_bad_input("predict --run " + write_file("neg.json", R"({"train_micro_batch_size_per_gpu": -4})"),
+                   "train_micro_batch_size_per_gpu");
+  expect_bad_input("predict --run " + write_file("broken.json", R"({"zero_optimization": )"),
+                   "not valid JSON");
+  expect_bad_input("predict --model " + write_file("heads.json", R"({"model_type": "gpt2", "n_layer": 2,
+      "n_embd": 100, "n_head": 3, "vocab_size": 10, "n_positions": 64})"),
+                   "heads.json");
+  const std::string no_nvme = write_file("no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
+      "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},
+      "cpu": {"memory_bytes": 1e12, "memory_Bps": 3e11}, "pcie": {"gpu_link_Bps": 5e10}})");
+  expect_bad_input("predict --hardware " + no_nvme, "has no NVMe");
+  expect_bad_input("predict --model paper-1t --run 3d-parallel", "memwall.model_parallel");
+}
+
+TEST(CliErrors, BadFlags) {
+  expect_bad_input("predict --nodes 0", "--nodes");
+  expect_bad_input("predict --max-hidden --chunk lots", "--chunk");
+  expect_bad_input("predict --max-model --family tall", "--family");
+  expect_bad_input("predict --max-model --strategy zero-4", "zero-infinity-nvme");
+  expect_bad_input("predict --target-efficiency 1.5", "--target-efficiency");
+  expect_bad_input("frobnicate", "frobnicate");
+}
+
+TEST(CliErrors, UnknownKeysWarnAndContinue) {
+  const std::string path =
+      write_file("extra.json", R"({"zero_optimization": {"stage": 3, "stage3_prefetch": 1},
+      "train_micro_batch_size_per_gpu": 1})");
+  const CmdResult r = memwall("predict --run " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: " + path + ": unknown key 'zero_optimization.stage3_prefetch' ignored"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(CliInfo, ReportsBackendsAsJson) {
+  const CmdResult r = memwall("info --json", false);
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json j = parse_json(r.output);
+  EXPECT_TRUE(j.contains("backends"));
+  EXPECT_TRUE(j["backends"].contains("io_uring"));
+  EXPECT_TRUE(j["backends"].contains("cuda"));
+}
+
+TEST(CliMain, VersionAndHelp) {
+  EXPECT_EQ(memwall("--version").exit_code, 0);
+  const CmdResult help = memwall("predict --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--max-model"), std::string::npos);
+}
+
+}  // namespace

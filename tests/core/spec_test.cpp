@@ -1,0 +1,282 @@
+// Spec loaders: parameter counts against published sizes, DeepSpeed config handling, and bad input.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+
+#include "spec/spec_loader.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+using testing::load_hardware_scenario;
+using testing::load_model_scenario;
+using testing::load_run_scenario;
+
+TEST(ModelSpec, Gpt2ParameterCountsMatchPublishedSizes) {
+  // Hugging Face reports these exact counts for the GPT-2 checkpoints (tied LM head).
+  EXPECT_EQ(load_model_scenario("gpt2").total_params(), 124439808.0);
+  EXPECT_EQ(load_model_scenario("gpt2-medium").total_params(), 354823168.0);
+  EXPECT_EQ(load_model_scenario("gpt2-large").total_params(), 774030080.0);
+  EXPECT_EQ(load_model_scenario("gpt2-xl").total_params(), 1557611200.0);
+}
+
+TEST(ModelSpec, LlamaParameterCountsMatchPublishedSizes) {
+  // Llama 2 7B and 70B (SwiGLU MLP, untied head, grouped-query attention for 70B).
+  EXPECT_EQ(load_model_scenario("llama-2-7b").total_params(), 6738415616.0);
+  EXPECT_EQ(load_model_scenario("llama-2-70b").total_params(), 68976648192.0);
+}
+
+TEST(ModelSpec, Gpt3And175BWithinOnePercent) {
+  const double p = load_model_scenario("gpt3-175b").total_params();
+  EXPECT_NEAR(p / 175e9, 1.0, 0.01) << p;
+}
+
+TEST(ModelSpec, PaperModelsFollowEquationOne) {
+  // Figure 2a / Table 1 labels: 12 nl hd^2 rounds to the printed sizes.
+  EXPECT_NEAR(load_model_scenario("fig2a-100t").paper_params() / 1e12, 101.47, 0.005);
+  EXPECT_NEAR(load_model_scenario("fig2a-10t").paper_params() / 1e12, 10.05, 0.005);
+  EXPECT_NEAR(load_model_scenario("paper-20t").paper_params() / 1e12, 19.98, 0.005);
+  // Figure 2a's idealized blocks are exactly Eq. 1; a real GPT-2 of the same shape adds biases, norms and
+  // embeddings (13 hd per layer + 2 hd + (vocab + positions) hd).
+  for (const char* name : {"fig2a-0.1t", "fig2a-1t", "fig2a-100t"}) {
+    const ModelSpec m = load_model_scenario(name);
+    EXPECT_EQ(m.total_params(), m.paper_params()) << name;
+  }
+  const ModelSpec t = load_model_scenario("paper-1t");
+  EXPECT_EQ(t.total_params() - t.paper_params(),
+            13.0 * t.hidden * t.layers + 2.0 * t.hidden + (50257.0 + 1024.0) * t.hidden);
+}
+
+TEST(ModelSpec, ParamTensorsSumToTotal) {
+  for (const char* name : {"gpt2", "llama-2-70b", "paper-1t"}) {
+    const ModelSpec m = load_model_scenario(name);
+    double sum = 0;
+    for (const auto& g : m.param_tensors()) sum += g.elements() * g.count;
+    EXPECT_EQ(sum, m.total_params()) << name;
+    EXPECT_EQ(m.embedding_params() + m.layers * m.params_per_layer(), m.total_params()) << name;
+  }
+}
+
+TEST(Scenarios, EveryShippedFileLoadsWithoutWarnings) {
+  namespace fs = std::filesystem;
+  int count = 0;
+  for (const char* kind : {"hardware", "models", "runs"}) {
+    for (const auto& e : fs::directory_iterator(std::string(MEMWALL_TEST_SCENARIOS_DIR) + "/" + kind)) {
+      const std::string stem = e.path().stem().string();
+      if (std::string(kind) == "hardware") load_hardware_scenario(stem);
+      if (std::string(kind) == "models") load_model_scenario(stem);
+      if (std::string(kind) == "runs") load_run_scenario(stem);
+      ++count;
+    }
+  }
+  EXPECT_GE(count, 30);
+}
+
+TEST(HardwareSpec, InheritsAppliesTheChildOverTheBase) {
+  const HardwareSpec base = load_hardware_scenario("dgx2");
+  const HardwareSpec c = load_hardware_scenario("dgx2-32n");
+  EXPECT_EQ(c.nodes, 32);
+  EXPECT_EQ(c.name, "dgx2-32n");
+  EXPECT_EQ(c.gpu.count, base.gpu.count);
+  EXPECT_EQ(c.total_gpus(), 512);
+  const HardwareSpec h200 = load_hardware_scenario("dgx-h200");
+  EXPECT_EQ(h200.gpu.memory_bytes, 141e9);
+  EXPECT_EQ(h200.gpu.count, 8);  // kept from dgx-h100.json
+}
+
+TEST(RunConfig, DeepSpeedDefaultsAndScientificNotation) {
+  Diagnostics diag;
+  Result<RunConfig> r = parse_run(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e9,
+      "stage3_max_live_parameters": 1e9}, "aio": {"thread_count": 4}})",
+                                  "t.json", diag);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->zero.sub_group_size, 1e9);
+  EXPECT_TRUE(r->zero.overlap_comm);  // DeepSpeed: default true for stage 3
+  EXPECT_EQ(r->zero.prefetch_bucket_size.value, 5e7);
+  EXPECT_EQ(r->zero.param_persistence_threshold.value, 1e5);
+  EXPECT_EQ(r->aio.intra_op_parallelism, 4);  // old name thread_count
+  EXPECT_EQ(r->aio.queue_depth, 8);
+  EXPECT_EQ(r->zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(r->zero.offload_optimizer.buffer_count, 4);
+  EXPECT_TRUE(diag.warnings.empty());
+}
+
+TEST(RunConfig, AutoValuesResolveFromTheModel) {
+  Diagnostics diag;
+  Result<RunConfig> r = parse_run(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+      "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+      "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+      "stage3_param_persistence_threshold": "auto"}})",
+                                  "auto.json", diag);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  RunConfig run = *r;
+  const ModelSpec m = load_model_scenario("gpt2");
+  ASSERT_TRUE(resolve_run_config(run, m, testing::simple_hardware(4, 32e9)).is_ok());
+  EXPECT_EQ(run.zero.reduce_bucket_size.value, 768.0 * 768);
+  EXPECT_EQ(run.zero.prefetch_bucket_size.value, std::floor(0.9 * 768 * 768));
+  EXPECT_EQ(run.zero.param_persistence_threshold.value, 7680);
+  EXPECT_EQ(run.micro_batch_per_gpu.value, 1);
+  EXPECT_EQ(run.train_batch_size.value, 4);  // 1 x 1 x 4 ranks
+  EXPECT_EQ(run.precision, Precision::kBf16);
+  EXPECT_EQ(run.memwall.sequence_length, 1024);
+}
+
+// ---- bad input: every case names the file and key and says what is allowed ----
+
+struct BadRun {
+  const char* json;
+  const char* key;      // must appear in the message
+  const char* allowed;  // must appear in the message
+};
+
+class BadRunInput : public ::testing::TestWithParam<BadRun> {};
+
+TEST_P(BadRunInput, IsRejectedWithFileKeyAndAllowedValues) {
+  Diagnostics diag;
+  Result<RunConfig> r = parse_run(GetParam().json, "runs/bad.json", diag);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string& msg = r.status().message();
+  EXPECT_NE(msg.find("runs/bad.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(GetParam().key), std::string::npos) << msg;
+  EXPECT_NE(msg.find(GetParam().allowed), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadRunInput,
+    ::testing::Values(
+        BadRun{R"({"zero_optimization": {"stage": "three"}})", "zero_optimization.stage", "0..3"},
+        BadRun{R"({"zero_optimization": {"stage": 5}})", "zero_optimization.stage", "0..3"},
+        BadRun{R"({"train_micro_batch_size_per_gpu": -1})", "train_micro_batch_size_per_gpu", ">= 1"},
+        BadRun{R"({"train_micro_batch_size_per_gpu": 2.5})", "train_micro_batch_size_per_gpu", "integer"},
+        BadRun{R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
+               "zero_optimization.offload_param.device", "stage 3"},
+        BadRun{R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
+               "zero_optimization.offload_optimizer.device", "\"cpu\""},
+        BadRun{R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "disk"}}})",
+               "zero_optimization.offload_param.device", "none, cpu, nvme"},
+        BadRun{R"({"zero_optimization": {"stage": 3, "sub_group_size": -5}})", "sub_group_size", ">= 1"},
+        BadRun{R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "bf16.enabled", "at most one"},
+        BadRun{R"({"aio": {"block_size": 1000}})", "aio.block_size", "multiple of 512"},
+        BadRun{R"({"aio": {"queue_depth": 0}})", "aio.queue_depth", "1..65536"},
+        BadRun{R"({"memwall": {"partitioning": "scatter"}})", "memwall.partitioning", "bandwidth-centric"},
+        BadRun{R"({"memwall": {"tiling_factor": 0}})", "memwall.tiling_factor", "1..4096"},
+        BadRun{R"({"zero_optimization": [1, 2]})", "zero_optimization", "not an object"},
+        BadRun{R"({"zero_optimization": {"stage": 3,)", "bad.json", "not valid JSON"}),
+    [](const ::testing::TestParamInfo<BadRun>& param_info) {
+      std::string name = std::to_string(param_info.index) + "_" + param_info.param.key;
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+TEST(RunConfig, UnknownKeysWarnButDoNotFail) {
+  Diagnostics diag;
+  Result<RunConfig> r =
+      parse_run(R"({"zero_optimization": {"stage": 3, "stage3_param_persitance_threshold": 1e5},
+      "my_extension": 1})",
+                "runs/x.json", diag);
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(diag.warnings.size(), 2u);
+  EXPECT_NE(diag.warnings[0].find("zero_optimization.stage3_param_persitance_threshold"), std::string::npos);
+  EXPECT_NE(diag.warnings[1].find("my_extension"), std::string::npos);
+}
+
+TEST(HardwareSpec, BadValuesAreRejected) {
+  struct Case {
+    const char* patch;
+    const char* key;
+  };
+  const Case cases[] = {
+      {R"("gpu": {"count": 0, "memory_bytes": 1e9, "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9})",
+       "gpu.count"},
+      {R"("gpu": {"count": 8, "memory_bytes": -1, "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9})",
+       "gpu.memory_bytes"},
+      {R"("gpu": {"count": 8, "memory_bytes": 1e9, "peak_flops": 1e12, "achievable_flops": 2e12, "hbm_Bps": 1e9})",
+       "gpu.achievable_flops"},
+      {R"("gpu": {"count": 8, "memory_bytes": 1e9, "peak_flops": 1e12, "hbm_Bps": 1e9})",
+       "gpu.achievable_flops"},
+      {R"("gpu": {"count": 8, "memory_bytes": "lots", "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9})",
+       "gpu.memory_bytes"},
+  };
+  for (const Case& c : cases) {
+    const std::string text =
+        std::string(R"({"format": "memwall-hardware", "version": 1, )") + c.patch +
+        R"(, "cpu": {"memory_bytes": 1e11, "memory_Bps": 1e10}, "pcie": {"gpu_link_Bps": 1e10}})";
+    Diagnostics diag;
+    Result<HardwareSpec> r = parse_hardware(text, "hw.json", diag, nullptr);
+    ASSERT_FALSE(r.is_ok()) << c.patch;
+    EXPECT_NE(r.status().message().find(c.key), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(HardwareSpec, UnknownMajorVersionIsRejectedWithAHint) {
+  Diagnostics diag;
+  Result<HardwareSpec> r =
+      parse_hardware(R"({"format": "memwall-hardware", "version": 2})", "hw.json", diag, nullptr);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("version 1"), std::string::npos) << r.status().message();
+}
+
+TEST(HardwareSpec, MissingInheritedFileNamesIt) {
+  Diagnostics diag;
+  Result<HardwareSpec> r =
+      parse_hardware(R"({"inherits": "nope.json"})", "dir/hw.json", diag, ReadFileFn(testing::read_file));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("nope.json"), std::string::npos) << r.status().message();
+}
+
+TEST(ModelSpec, BadConfigsAreRejected) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 100, "n_head": 3, "vocab_size": 10})", "multiple"},
+      {R"({"model_type": "bert", "num_hidden_layers": 2})", "bert"},
+      {R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 10})", "n_layer"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 10})",
+       "key value head"},
+      {R"({"hidden": 3})", "model_type"},
+  };
+  for (const auto& [text, needle] : cases) {
+    Diagnostics diag;
+    Result<ModelSpec> r = parse_model(text, "m/config.json", diag);
+    ASSERT_FALSE(r.is_ok()) << text;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("m/config.json"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(RunConfig, CrossFileInconsistenciesAreRejected) {
+  const ModelSpec gpt2 = load_model_scenario("gpt2");  // 12 heads
+  const HardwareSpec dgx2 = load_hardware_scenario("dgx2");
+  HardwareSpec no_nvme = dgx2;
+  no_nvme.nvme = {};
+  struct Case {
+    const char* json;
+    const HardwareSpec* hw;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {R"({"memwall": {"model_parallel": 5}})", &dgx2, "model_parallel"},
+      {R"({"memwall": {"data_parallel": 32}})", &dgx2, "more than the 16 GPUs"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})", &no_nvme, "no NVMe"},
+      {R"({"train_batch_size": 7, "train_micro_batch_size_per_gpu": 1})", &dgx2, "train_batch_size"},
+      {R"({"activation_checkpointing": {"interval": 13}})", &dgx2, "activation_checkpointing.interval"},
+  };
+  for (const Case& c : cases) {
+    Diagnostics diag;
+    Result<RunConfig> r = parse_run(c.json, "run.json", diag);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    RunConfig run = *r;
+    Status s = resolve_run_config(run, gpt2, *c.hw);
+    ASSERT_FALSE(s.is_ok()) << c.json;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace memwall
