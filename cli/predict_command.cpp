@@ -235,10 +235,26 @@ int run_predict(const PredictOptions& opt) {
     if (!s.is_ok()) return report_error(s);
     const MemoryEstimate e = estimate_memory(*model, resolved, *hw);
     const BandwidthReport b = analyze_bandwidth(*model, resolved, *hw, opt.target_efficiency);
+    // When only GPU working memory is short, say which tiling factor would make it fit.
+    std::vector<std::string> suggestions;
+    if (!e.fits && e.limiting_tier == Tier::kGpu && resolved.zero.stage == 3) {
+      for (int t = resolved.memwall.tiling_factor * 2; t <= 1024; t *= 2) {
+        RunConfig tiled = resolved;
+        tiled.memwall.tiling_factor = t;
+        if (estimate_memory(*model, tiled, *hw).fits) {
+          suggestions.push_back(strprintf("fits with memory-centric tiling: set \"memwall\": {\"tiling_factor\": %d}", t));
+          break;
+        }
+      }
+    }
     out["inputs"]["run"] = json::parse(to_json_text(resolved));
     out["memory"] = estimate_json(e);
+    out["memory"]["suggestions"] = suggestions;
     out["bandwidth"] = bandwidth_json(b);
-    if (!opt.json) print_prediction(*hw, *model, resolved, e, b);
+    if (!opt.json) {
+      print_prediction(*hw, *model, resolved, e, b);
+      for (const auto& line : suggestions) std::printf("suggestion: %s\n", line.c_str());
+    }
   } else {
     out["inputs"]["run"] = json::parse(to_json_text(*run));
   }

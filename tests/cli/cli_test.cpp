@@ -115,6 +115,31 @@ TEST(CliPredict, ModelThatDoesNotFitIsAResultNotAnError) {
   EXPECT_NE(r.output.find("short by"), std::string::npos);
 }
 
+TEST(CliPredict, SuggestsTheTilingFactorThatMakesItFit) {
+  // The paper's 20T model on 32 DGX-2 nodes needs ~121 GiB of gathered fc1 weights + grads untiled.
+  const CmdResult r = memwall("predict --hardware dgx2-32n --model paper-20t --json", false);
+  ASSERT_EQ(r.exit_code, 0);
+  const nlohmann::json j = parse_json(r.output);
+  EXPECT_FALSE(j["memory"]["fits"].get<bool>());
+  EXPECT_EQ(j["memory"]["limiting_tier"], "gpu");
+  ASSERT_EQ(j["memory"]["suggestions"].size(), 1u);
+  const std::string s = j["memory"]["suggestions"][0];
+  const int t = std::stoi(s.substr(s.rfind(':') + 2));
+  // The suggested factor really fits, and half of it does not.
+  auto fits_with = [](int tiling) {
+    const std::string run = write_file("tiled" + std::to_string(tiling) + ".json",
+                                       R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 90000000, "stage3_prefetch_bucket_size": 5e7,
+        "offload_param": {"device": "nvme", "max_in_cpu": 1}, "offload_optimizer": {"device": "nvme"},
+        "sub_group_size": 1e8}, "activation_checkpointing": {"cpu_checkpointing": true},
+        "memwall": {"tiling_factor": )" + std::to_string(tiling) + "}}");
+    const CmdResult tr = memwall("predict --hardware dgx2-32n --model paper-20t --json --run " + run, false);
+    return parse_json(tr.output)["memory"]["fits"].get<bool>();
+  };
+  EXPECT_TRUE(fits_with(t));
+  EXPECT_FALSE(fits_with(t / 2));
+}
+
 TEST(CliPredict, MaxModelCoversEveryStrategy) {
   const CmdResult r = memwall("predict --max-model --json", false);
   ASSERT_EQ(r.exit_code, 0);
