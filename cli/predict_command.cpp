@@ -242,7 +242,8 @@ int run_predict(const PredictOptions& opt) {
         RunConfig tiled = resolved;
         tiled.memwall.tiling_factor = t;
         if (estimate_memory(*model, tiled, *hw).fits) {
-          suggestions.push_back(strprintf("fits with memory-centric tiling: set \"memwall\": {\"tiling_factor\": %d}", t));
+          suggestions.push_back(
+              strprintf("fits with memory-centric tiling: set \"memwall\": {\"tiling_factor\": %d}", t));
           break;
         }
       }

@@ -132,7 +132,8 @@ TEST(CliPredict, SuggestsTheTilingFactorThatMakesItFit) {
         "zero_optimization": {"stage": 3, "reduce_bucket_size": 90000000, "stage3_prefetch_bucket_size": 5e7,
         "offload_param": {"device": "nvme", "max_in_cpu": 1}, "offload_optimizer": {"device": "nvme"},
         "sub_group_size": 1e8}, "activation_checkpointing": {"cpu_checkpointing": true},
-        "memwall": {"tiling_factor": )" + std::to_string(tiling) + "}}");
+        "memwall": {"tiling_factor": )" + std::to_string(tiling) +
+                                           "}}");
     const CmdResult tr = memwall("predict --hardware dgx2-32n --model paper-20t --json --run " + run, false);
     return parse_json(tr.output)["memory"]["fits"].get<bool>();
   };
