@@ -106,9 +106,6 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
   const double passes = ac.enabled ? 4.0 : 3.0;  // forward, backward (2x), recomputation
   r.flops_per_iteration = 2.0 * passes * bsz * seq * model.total_params() / mp;
 
-  auto tier_of = [](OffloadDevice d) {
-    return d == OffloadDevice::kCpu ? Tier::kCpu : (d == OffloadDevice::kNvme ? Tier::kNvme : Tier::kGpu);
-  };
   const char* part = run.memwall.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric";
 
   // Parameters and gradients (Eq. 9).

@@ -21,6 +21,10 @@ const char* tier_name(Tier t) {
   return "gpu";
 }
 
+Tier tier_of(OffloadDevice d) {
+  return d == OffloadDevice::kCpu ? Tier::kCpu : (d == OffloadDevice::kNvme ? Tier::kNvme : Tier::kGpu);
+}
+
 const char* category_name(MemCategory c) {
   switch (c) {
     case MemCategory::kParams16:
@@ -122,10 +126,6 @@ std::string MemoryEstimate::shortfall() const {
 }
 
 namespace {
-
-Tier tier_of(OffloadDevice d) {
-  return d == OffloadDevice::kCpu ? Tier::kCpu : (d == OffloadDevice::kNvme ? Tier::kNvme : Tier::kGpu);
-}
 
 // Bytes of padding when `bytes` is written as a file of aio blocks.
 double padding(double bytes, double block) {

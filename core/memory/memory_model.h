@@ -20,6 +20,7 @@ namespace memwall {
 enum class Tier { kGpu = 0, kCpu = 1, kNvme = 2 };
 inline constexpr int kTierCount = 3;
 const char* tier_name(Tier t);  // "gpu", "cpu", "nvme"
+Tier tier_of(OffloadDevice d);  // where an offload device setting puts data (kNone -> kGpu)
 
 enum class MemCategory {
   kParams16,               // 16-bit (or fp32 without mixed precision) parameters
