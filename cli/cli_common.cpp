@@ -79,11 +79,31 @@ Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag) {
   return load_arg<RunConfig>("runs", arg, diag, load_run);
 }
 
+Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run, int nodes) {
+  Inputs in;
+  Result<HardwareSpec> hw = load_hardware_arg(hardware, in.diag);
+  if (!hw.is_ok()) return hw.status();
+  in.hw = std::move(*hw);
+  if (nodes > 0) in.hw.nodes = nodes;
+  if (in.hw.nodes > 1 && in.hw.network.node_Bps() <= 0) {
+    return Status::invalid_argument("--nodes " + std::to_string(in.hw.nodes) + ": hardware '" + in.hw.name +
+                                    "' has no network section; allowed: --nodes 1");
+  }
+  Result<ModelSpec> m = load_model_arg(model, in.diag);
+  if (!m.is_ok()) return m.status();
+  in.model = std::move(*m);
+  Result<RunConfig> r = load_run_arg(run, in.diag);
+  if (!r.is_ok()) return r.status();
+  in.run = std::move(*r);
+  return in;
+}
+
 int report_error(const Status& status) {
   std::fprintf(stderr, "memwall: error: %s\n", status.message().c_str());
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
+    case StatusCode::kOutOfMemory:  // the configuration does not fit the hardware
       return kExitBadInput;
     default:
       return kExitFailure;

@@ -10,7 +10,7 @@
 
 namespace memwall::cli {
 
-// Exit codes: 0 success, 1 runtime failure, 2 bad input (flags, files, values).
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (flags, files, values, a plan that cannot fit).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
@@ -30,6 +30,15 @@ Result<std::string> resolve_scenario(const std::string& kind, const std::string&
 Result<HardwareSpec> load_hardware_arg(const std::string& arg, Diagnostics& diag);
 Result<ModelSpec> load_model_arg(const std::string& arg, Diagnostics& diag);
 Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag);
+
+// The three input files every planning command takes, loaded, with --nodes applied (0 = keep the file's).
+struct Inputs {
+  HardwareSpec hw;
+  ModelSpec model;
+  RunConfig run;  // as read: not yet resolved
+  Diagnostics diag;
+};
+Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run, int nodes);
 
 // Prints "memwall: error: <message>" and returns the exit code for the status.
 int report_error(const Status& status);

@@ -10,5 +10,6 @@ namespace memwall::cli {
 
 void register_predict(CLI::App& app, int& exit_code);
 void register_info(CLI::App& app, int& exit_code);
+void register_plan(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

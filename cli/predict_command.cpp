@@ -183,18 +183,12 @@ void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfi
 }
 
 int run_predict(const PredictOptions& opt) {
-  Diagnostics diag;
-  Result<HardwareSpec> hw = load_hardware_arg(opt.hardware, diag);
-  if (!hw.is_ok()) return report_error(hw.status());
-  if (opt.nodes > 0) hw->nodes = opt.nodes;
-  if (hw->nodes > 1 && hw->network.node_Bps() <= 0) {
-    return report_error(Status::invalid_argument("--nodes " + std::to_string(hw->nodes) + ": hardware '" +
-                                                 hw->name + "' has no network section; allowed: --nodes 1"));
-  }
-  Result<ModelSpec> model = load_model_arg(opt.model, diag);
-  if (!model.is_ok()) return report_error(model.status());
-  Result<RunConfig> run = load_run_arg(opt.run, diag);
-  if (!run.is_ok()) return report_error(run.status());
+  Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes);
+  if (!in.is_ok()) return report_error(in.status());
+  Diagnostics& diag = in->diag;
+  HardwareSpec* hw = &in->hw;
+  ModelSpec* model = &in->model;
+  RunConfig* run = &in->run;
   if (!(opt.target_efficiency > 0 && opt.target_efficiency < 1)) {
     return report_error(Status::invalid_argument(
         strprintf("--target-efficiency %g is not allowed; allowed: 0 < x < 1", opt.target_efficiency)));

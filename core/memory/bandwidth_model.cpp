@@ -13,7 +13,7 @@ namespace memwall {
 namespace {
 
 // Per-GPU bandwidth from host memory when `active` GPUs of one node read at once, and what limits it.
-double host_path_Bps(const HardwareSpec& hw, Tier tier, int active, std::string* bottleneck) {
+double host_path_limit(const HardwareSpec& hw, Tier tier, int active, std::string* bottleneck) {
   active = std::clamp(active, 1, hw.gpu.count);
   double bw = hw.pcie.gpu_link_Bps;
   std::string why = "GPU PCIe link";
@@ -44,12 +44,16 @@ double host_path_Bps(const HardwareSpec& hw, Tier tier, int active, std::string*
 
 HostPathBandwidth host_path(const HardwareSpec& hw, Tier tier) {
   HostPathBandwidth h;
-  h.single_gpu_Bps = host_path_Bps(hw, tier, 1, nullptr);
-  h.parallel_per_gpu_Bps = host_path_Bps(hw, tier, hw.gpu.count, &h.bottleneck);
+  h.single_gpu_Bps = host_path_limit(hw, tier, 1, nullptr);
+  h.parallel_per_gpu_Bps = host_path_limit(hw, tier, hw.gpu.count, &h.bottleneck);
   return h;
 }
 
 }  // namespace
+
+double host_path_Bps(const HardwareSpec& hw, Tier tier, int active) {
+  return host_path_limit(hw, tier, active, nullptr);
+}
 
 HostPathBandwidth cpu_to_gpu_bandwidth(const HardwareSpec& hw) {
   return host_path(hw, Tier::kCpu);
@@ -74,9 +78,9 @@ double allgather_Bps(const HardwareSpec& hw, int ranks) {
 double param_tier_bandwidth(const HardwareSpec& hw, Tier tier, int dp, Partitioning partitioning) {
   const double gather = allgather_Bps(hw, dp);
   if (tier == Tier::kGpu) return gather;
-  if (partitioning == Partitioning::kBroadcast) return std::min(host_path_Bps(hw, tier, 1, nullptr), gather);
+  if (partitioning == Partitioning::kBroadcast) return std::min(host_path_limit(hw, tier, 1, nullptr), gather);
   const int active = std::min(dp, hw.gpu.count);
-  return std::min(dp * host_path_Bps(hw, tier, active, nullptr), gather);
+  return std::min(dp * host_path_Bps(hw, tier, active), gather);
 }
 
 const char* data_type_name(DataType d) {
@@ -171,7 +175,7 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
     row.ait = paper::eq11_ait_checkpoints(model.hidden, ac.interval);
     row.location = ac.cpu_checkpointing && ac.enabled ? Tier::kCpu : Tier::kGpu;
     row.moves = ac.enabled && ac.cpu_checkpointing;
-    row.available_Bps = row.moves ? host_path_Bps(hw, Tier::kCpu, per_node, nullptr) : hw.gpu.hbm_Bps;
+    row.available_Bps = row.moves ? host_path_Bps(hw, Tier::kCpu, per_node) : hw.gpu.hbm_Bps;
     row.rule = !ac.enabled ? "no checkpointing: activations stay on the GPU"
                            : (row.moves ? strprintf("per-GPU CPU path with %d GPUs active", per_node)
                                         : "checkpoints stay on the GPU");

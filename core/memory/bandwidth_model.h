@@ -22,6 +22,9 @@ struct HostPathBandwidth {
   std::string bottleneck;           // what limits parallel_per_gpu_Bps ("pcie switch uplink / 4 GPUs", ...)
 };
 
+// Per-GPU bandwidth from host memory (`tier` kCpu or kNvme) while `active` GPUs of the node read at once.
+double host_path_Bps(const HardwareSpec& hw, Tier tier, int active);
+
 // CPU memory -> GPU: min(GPU link, each PCIe switch level's uplink / GPUs below it, DRAM / GPUs per node).
 HostPathBandwidth cpu_to_gpu_bandwidth(const HardwareSpec& hw);
 // NVMe -> GPU: the CPU path further limited by the node's aggregate NVMe read rate.

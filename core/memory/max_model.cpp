@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/units.h"
+#include "graph/model_graph.h"
 
 namespace memwall {
 
@@ -331,7 +332,7 @@ std::vector<MaxHiddenResult> find_max_hidden(const RunConfig& base, const Hardwa
         const double bsz = resolved.micro_batch_per_gpu.value;
         const double seq = resolved.memwall.sequence_length;
         const std::pair<double, const char*> tensors[] = {
-            {pb * m.largest_linear_elements() / mp / t,
+            {pb * graph_param_stats(m, t, mp, 0).largest_param_elements,
              "a gathered 16-bit parameter tile (and its gradient)"},
             {pb * bsz * seq * std::max<double>(m.ffn_hidden, 3.0 * hd) / mp, "the largest activation tensor"},
             {pb * bsz * (m.heads / mp) * seq * seq, "the attention scores"},

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/units.h"
+#include "graph/model_graph.h"
 #include "memory/paper_equations.h"
 
 namespace memwall {
@@ -127,11 +128,6 @@ std::string MemoryEstimate::shortfall() const {
 
 namespace {
 
-// Bytes of padding when `bytes` is written as a file of aio blocks.
-double padding(double bytes, double block) {
-  if (block <= 0 || bytes <= 0) return 0;
-  return std::ceil(bytes / block) * block - bytes;
-}
 
 class Builder {
  public:
@@ -147,6 +143,28 @@ class Builder {
 };
 
 }  // namespace
+
+double aio_padding(double bytes, double block) {
+  if (block <= 0 || bytes <= 0) return 0;
+  return std::ceil(bytes / block) * block - bytes;
+}
+
+double optimizer_swap_padding(double elements, double sub, double states, double block) {
+  const double groups = std::ceil(elements / sub);
+  const double last = elements - (groups - 1) * sub;
+  return states * ((groups - 1) * aio_padding(4 * sub, block) + aio_padding(4 * last, block));
+}
+
+double param_swap_pool_bytes(const RunConfig& run) {
+  const auto& op = run.zero.offload_param;
+  return op.buffer_count * op.buffer_size * run.param_bytes();
+}
+
+double optimizer_swap_pool_bytes(const RunConfig& run, double sub) {
+  const auto& oo = run.zero.offload_optimizer;
+  const int stages = 1 + (oo.pipeline_read ? 1 : 0) + (oo.pipeline_write ? 1 : 0);
+  return stages * oo.buffer_count * sub * 4.0 + sub * run.param_bytes();
+}
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw) {
   MemoryEstimate e;
@@ -167,13 +185,11 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   const std::string dp_s = strprintf(" / dp %d", dp);
   const std::string P_s = format_count(P);
 
-  // Small tensors below the persistence threshold stay whole on every GPU in stage 3.
-  double persistent = 0;
-  if (z.stage == 3) {
-    for (const auto& g : model.param_tensors()) {
-      if (g.elements() / mp < z.param_persistence_threshold.value) persistent += g.elements() * g.count / mp;
-    }
-  }
+  // What the planner's graph gathers and keeps: small tensors below the persistence threshold stay whole on
+  // every GPU in stage 3; the largest op's parameters set the model-state working memory (Eq. 4).
+  const int t = run.memwall.tiling_factor;
+  const GraphParamStats stats = graph_param_stats(model, t, mp, z.param_persistence_threshold.value);
+  const double persistent = z.stage == 3 ? stats.persistent_elements : 0;
   const double partitioned_mp = P_mp - persistent;  // elements partitioned across dp in stage 3
 
   // Shard sizes per rank.
@@ -194,12 +210,11 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
           z.offload_param.pin_memory);
     b.add(Tier::kNvme, MemCategory::kParams16, pb * (param_elems - in_cpu),
           strprintf("%.0f B x (shard %s - kept in CPU)", pb, format_count(param_elems).c_str()));
-    const double bufs = z.offload_param.buffer_count * z.offload_param.buffer_size * pb;
-    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, bufs,
+    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, param_swap_pool_bytes(run),
           strprintf("param swap: buffer_count %d x buffer_size %s x %.0f B", z.offload_param.buffer_count,
                     format_count(z.offload_param.buffer_size).c_str(), pb),
           true);
-    const double largest_shard = model.largest_linear_elements() / mp / run.memwall.tiling_factor / dp;
+    const double largest_shard = stats.largest_op_elements / dp;
     if (largest_shard > z.offload_param.buffer_size) {
       e.notes.push_back(
           strprintf("offload_param.buffer_size (%s elements) is smaller than the largest parameter "
@@ -207,11 +222,10 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
                     format_count(z.offload_param.buffer_size).c_str(), format_count(largest_shard).c_str()));
     }
     // Swap files rounded up to aio blocks: one extent per parameter tensor shard.
+    // Swap files rounded up to aio blocks: one extent per partitioned tensor shard.
     double pad = 0;
-    for (const auto& g : model.param_tensors()) {
-      if (g.elements() / mp >= z.param_persistence_threshold.value) {
-        pad += g.count * padding(pb * g.elements() / mp / dp, run.aio.block_size);
-      }
+    for (const auto& [elements, copies] : stats.partitioned_tensors) {
+      pad += copies * aio_padding(pb * elements / dp, run.aio.block_size);
     }
     b.add(
         Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
@@ -250,33 +264,27 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
     const double sub = std::min(z.sub_group_size, opt_elems);
     const int stages =
         1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
-    const double bufs = stages * z.offload_optimizer.buffer_count * sub * 4.0 + sub * pb;
-    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, bufs,
-          strprintf("optimizer swap: %d stage(s) x buffer_count %d x sub-group %s x 4 B + 16-bit staging",
-                    stages, z.offload_optimizer.buffer_count, format_count(sub).c_str()),
+    b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run, sub),
+          strprintf("optimizer swap: %d stage(s) x buffer_count %d x sub-group %s x 4 B + 16-bit staging", stages,
+                    z.offload_optimizer.buffer_count, format_count(sub).c_str()),
           true);
     if (z.offload_optimizer.buffer_count < 4) {
-      e.notes.push_back(
-          strprintf("offload_optimizer.buffer_count %d is below the 4 fp32 states Adam swaps per "
-                    "sub-group; the step serialises on swap buffers",
-                    z.offload_optimizer.buffer_count));
+      e.notes.push_back(strprintf("offload_optimizer.buffer_count %d is below the 4 fp32 states Adam swaps per "
+                                  "sub-group; the step serialises on swap buffers",
+                                  z.offload_optimizer.buffer_count));
     }
     const double groups = std::ceil(opt_elems / sub);
-    const double last = opt_elems - (groups - 1) * sub;
     const double states = mixed ? 4 : 2;
-    const double pad = states * ((groups - 1) * padding(4 * sub, run.aio.block_size) +
-                                 padding(4 * last, run.aio.block_size));
+    const double pad = optimizer_swap_padding(opt_elems, sub, states, run.aio.block_size);
     b.add(Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
           strprintf("%.0f optimizer sub-groups x %.0f states rounded up to aio.block_size", groups, states));
   }
 
   // ---- GPU working memory for model states ----
-  const int t = run.memwall.tiling_factor;
-  const double largest = model.largest_linear_elements() / mp;
   if (z.stage == 3) {
-    b.add(Tier::kGpu, MemCategory::kModelStateWorking, 2 * pb * largest / t,
-          strprintf("Eq.4: %.0f B params + grads x largest linear %s", pb, format_count(largest).c_str()) +
-              (t > 1 ? strprintf(" / tiling %d", t) : ""));
+    b.add(Tier::kGpu, MemCategory::kModelStateWorking, 2 * pb * stats.largest_op_elements,
+          strprintf("Eq.4: %.0f B params + grads x largest op %s", pb, format_count(stats.largest_op_elements).c_str()) +
+              (t > 1 ? strprintf(" (tiling %d)", t) : ""));
     if (run.memwall.prefetch) {
       const double prefetch = std::min(z.prefetch_bucket_size.value, z.max_live_parameters);
       b.add(Tier::kGpu, MemCategory::kGatherPrefetch, pb * std::min(prefetch, P_mp),

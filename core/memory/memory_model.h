@@ -84,6 +84,16 @@ struct MemoryEstimate {
   std::string shortfall() const;
 };
 
+// Bytes of padding when `bytes` is written as a file of `block`-byte aio blocks.
+double aio_padding(double bytes, double block);
+// Padding of the optimizer-state swap files on NVMe: `states` files per sub-group of `sub` elements (fp32).
+double optimizer_swap_padding(double elements, double sub, double states, double block);
+// Pinned CPU bytes of the param swap pool (buffer_count x buffer_size 16-bit elements).
+double param_swap_pool_bytes(const RunConfig& run);
+// Pinned CPU bytes of the optimizer swap pool: (1 + pipeline_read + pipeline_write) x buffer_count fp32
+// buffers of one sub-group, plus a 16-bit staging sub-group.
+double optimizer_swap_pool_bytes(const RunConfig& run, double sub_group_elements);
+
 // `run` must have been through resolve_run_config() with the same model and hardware.
 MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw);
 

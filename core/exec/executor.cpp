@@ -1,0 +1,149 @@
+// The reference executor and the schedule driver.
+#include "exec/executor.h"
+
+#include <algorithm>
+#include <deque>
+#include <queue>
+
+#include "memory/bandwidth_model.h"
+
+namespace memwall {
+
+struct ReferenceExecutor::State {
+  double now = 0;
+  struct Running {
+    int task = -1;
+    double start = 0;
+    double end = 0;
+  };
+  Running running[kResourceCount];
+  bool busy[kResourceCount] = {};
+  std::deque<const Task*> queue[kResourceCount];
+  std::vector<Completion> instant;  // zero-duration tasks completed at submit time
+};
+
+ReferenceExecutor::ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node)
+    : state_(std::make_unique<State>()), hw_(hw), ranks_per_node_(std::max(1, ranks_per_node)) {}
+ReferenceExecutor::~ReferenceExecutor() = default;
+
+double ReferenceExecutor::now() const { return state_->now; }
+
+double ReferenceExecutor::duration(const Task& t) const {
+  const int rpn = ranks_per_node_;
+  switch (t.kind) {
+    case TaskKind::kCompute: return t.flops / hw_.gpu.achievable_flops;
+    case TaskKind::kOptimizerStep: {
+      const double bw = t.dst == Tier::kGpu ? hw_.gpu.hbm_Bps : hw_.cpu.memory_Bps / rpn;
+      return t.bytes / bw;
+    }
+    case TaskKind::kCopy: {
+      const Tier host = t.src == Tier::kGpu ? t.dst : t.src;
+      const double bw = host_path_Bps(hw_, host, t.single_link ? 1 : rpn);
+      return hw_.pcie.latency_s + t.bytes / bw;
+    }
+    case TaskKind::kNvmeRead: return hw_.nvme.latency_s + t.bytes / (hw_.nvme.read_Bps() / rpn);
+    case TaskKind::kNvmeWrite: return hw_.nvme.latency_s + t.bytes / (hw_.nvme.write_Bps() / rpn);
+    case TaskKind::kCollective: {
+      if (t.group <= 1) return 0;
+      const double bw = allgather_Bps(hw_, t.group);
+      const double latency = t.group > hw_.gpu.count ? hw_.network.latency_s : hw_.nvlink.latency_s;
+      const double factor = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
+      return latency * (t.group - 1) + factor * t.bytes / bw;
+    }
+    case TaskKind::kAlloc:
+    case TaskKind::kFree: return 0;
+  }
+  return 0;
+}
+
+Status ReferenceExecutor::submit(const Task& t) {
+  State& st = *state_;
+  if (t.resource == Resource::kNone) {
+    st.instant.push_back({t.id, st.now, st.now});
+    return Status::ok();
+  }
+  const int r = static_cast<int>(t.resource);
+  if (!st.busy[r]) {
+    st.busy[r] = true;
+    st.running[r] = {t.id, st.now, st.now + duration(t)};
+  } else {
+    st.queue[r].push_back(&t);
+  }
+  return Status::ok();
+}
+
+Result<Completion> ReferenceExecutor::wait_any() {
+  State& st = *state_;
+  if (!st.instant.empty()) {
+    const Completion c = st.instant.back();
+    st.instant.pop_back();
+    return c;
+  }
+  int best = -1;
+  for (int r = 0; r < kResourceCount; ++r) {
+    if (!st.busy[r]) continue;
+    // Earliest end first; ties by resource order, so runs are deterministic.
+    if (best < 0 || st.running[r].end < st.running[best].end) best = r;
+  }
+  if (best < 0) return Status::failed_precondition("reference executor: wait_any with nothing in flight");
+  const State::Running done = st.running[best];
+  st.now = std::max(st.now, done.end);
+  st.busy[best] = false;
+  if (!st.queue[best].empty()) {
+    const Task* next = st.queue[best].front();
+    st.queue[best].pop_front();
+    st.busy[best] = true;
+    st.running[best] = {next->id, st.now, st.now + duration(*next)};
+  }
+  return Completion{done.task, done.start, done.end};
+}
+
+Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
+  const ExecutorCaps caps = exec.caps();
+  const size_t n = s.tasks.size();
+  RunResult result;
+  result.timing.assign(n, Completion{});
+  std::vector<int> waiting(n, 0);
+  std::vector<std::vector<int>> dependents(n);
+  for (const Task& t : s.tasks) {
+    waiting[t.id] = static_cast<int>(t.deps.size());
+    for (int d : t.deps) dependents[d].push_back(t.id);
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (const Task& t : s.tasks) {
+    if (waiting[t.id] == 0) ready.push(t.id);
+  }
+  size_t done = 0;
+  int in_flight = 0;
+  auto complete = [&](const Completion& c) {
+    result.timing[c.task] = c;
+    const Task& t = s.tasks[c.task];
+    if (t.resource != Resource::kNone) result.busy_s[static_cast<int>(t.resource)] += c.end_s - c.start_s;
+    result.makespan_s = std::max(result.makespan_s, c.end_s);
+    ++done;
+    for (int d : dependents[c.task]) {
+      if (--waiting[d] == 0) ready.push(d);
+    }
+  };
+  while (done < n) {
+    while (!ready.empty() && (caps.concurrent_resources || in_flight == 0)) {
+      const Task& t = s.tasks[ready.top()];
+      ready.pop();
+      if (!caps.allocates_memory && (t.kind == TaskKind::kAlloc || t.kind == TaskKind::kFree)) {
+        complete({t.id, exec.now(), exec.now()});  // bookkeeping only
+        continue;
+      }
+      MW_RETURN_IF_ERROR(exec.submit(t));
+      ++in_flight;
+    }
+    if (done == n) break;
+    if (in_flight == 0) return Status::internal("schedule has a dependency cycle or a missing task");
+    Result<Completion> c = exec.wait_any();
+    if (!c.is_ok()) return c.status();
+    --in_flight;
+    complete(*c);
+  }
+  return result;
+}
+
+}  // namespace memwall

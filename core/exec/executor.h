@@ -1,0 +1,78 @@
+// Executor: runs the tasks of a Schedule and owns the clock. Implementations: the reference executor
+// (below, no contention, for tests and `--fast`), the SimGrid executor (sim/), real executors (engine/).
+//
+// The driver (run_schedule) submits a task once all its dependencies have completed and asks for
+// completions one at a time. Capabilities are optional and the driver falls back when one is missing; it
+// never asks which executor it has.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "plan/schedule.h"
+#include "spec/hardware_spec.h"
+
+namespace memwall {
+
+struct ExecutorCaps {
+  // Tasks on different resources run at the same time. Without it the driver runs one task at a time.
+  bool concurrent_resources = true;
+  // The executor allocates real memory for kAlloc/kFree tasks. Without it the driver completes them
+  // itself, instantly, as bookkeeping.
+  bool allocates_memory = false;
+};
+
+struct Completion {
+  int task = -1;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual const char* name() const = 0;
+  virtual ExecutorCaps caps() const = 0;
+  // Current time in seconds (simulated or measured) since the executor started.
+  virtual double now() const = 0;
+  // Starts (or queues on its resource) a task whose dependencies have completed.
+  virtual Status submit(const Task& task) = 0;
+  // The next completion among submitted tasks; advances the clock to it. Fails if nothing is in flight.
+  virtual Result<Completion> wait_any() = 0;
+};
+
+// Durations from the hardware file with no contention: each resource runs one task at a time at its full
+// rate (compute at achievable FLOP/s; copies over the per-GPU host path with all of the node's ranks
+// active, or one GPU's link for a broadcast owner; NVMe at the node's rate shared by its ranks; collectives
+// at the all-gather algorithm bandwidth, twice the bytes for an all-reduce; the optimizer step at the
+// memory bandwidth of the tier holding the states).
+class ReferenceExecutor final : public Executor {
+ public:
+  ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node);
+  ~ReferenceExecutor() override;
+  const char* name() const override { return "reference"; }
+  ExecutorCaps caps() const override { return {}; }
+  double now() const override;
+  Status submit(const Task& task) override;
+  Result<Completion> wait_any() override;
+
+  // The duration this executor gives a task (seconds).
+  double duration(const Task& task) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  const HardwareSpec hw_;
+  const int ranks_per_node_;
+};
+
+struct RunResult {
+  double makespan_s = 0;
+  std::vector<Completion> timing;          // indexed by task id
+  double busy_s[kResourceCount] = {};      // time each resource was occupied
+};
+
+// Runs every task of `s` on `exec` in dependency order. Ready tasks are submitted lowest id first.
+Result<RunResult> run_schedule(const Schedule& s, Executor& exec);
+
+}  // namespace memwall

@@ -1,0 +1,233 @@
+// Builds the per-rank operator list of a GPT-2 / Llama style decoder, with tiling and tensor parallelism.
+#include "graph/model_graph.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+#include "base/units.h"
+
+namespace memwall {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kEmbedding: return "embedding";
+    case OpKind::kLayerNorm: return "layernorm";
+    case OpKind::kLinear: return "linear";
+    case OpKind::kAttention: return "attention";
+    case OpKind::kGelu: return "gelu";
+    case OpKind::kAllReduce: return "allreduce";
+    case OpKind::kLoss: return "loss";
+  }
+  return "unknown";
+}
+
+double ModelGraph::total_param_elements() const {
+  double n = 0;
+  for (const auto& p : params) n += p.elements;
+  return n;
+}
+double ModelGraph::total_fwd_flops() const {
+  double f = 0;
+  for (const auto& o : ops) f += o.fwd_flops;
+  return f;
+}
+double ModelGraph::total_bwd_flops() const {
+  double f = 0;
+  for (const auto& o : ops) f += o.bwd_flops;
+  return f;
+}
+
+namespace {
+
+class Builder {
+ public:
+  Builder(ModelGraph& g, double tokens, double eb) : g_(g), tokens_(tokens), eb_(eb) {}
+
+  int param(const std::string& name, double elements, int layer) {
+    if (elements <= 0) return -1;
+    GraphParam p;
+    p.id = static_cast<int>(g_.params.size());
+    p.name = name;
+    p.elements = elements;
+    p.layer = layer;
+    g_.params.push_back(p);
+    return p.id;
+  }
+
+  GraphOp& op(const std::string& name, OpKind kind, int layer) {
+    GraphOp o;
+    o.id = static_cast<int>(g_.ops.size());
+    o.name = name;
+    o.kind = kind;
+    o.layer = layer;
+    g_.ops.push_back(o);
+    return g_.ops.back();
+  }
+
+  // An elementwise op over `width` features per token (layernorm, GELU): ~8 FLOP per element forward.
+  GraphOp& elementwise(const std::string& name, OpKind kind, int layer, double width) {
+    GraphOp& o = op(name, kind, layer);
+    o.fwd_flops = 8 * tokens_ * width;
+    o.bwd_flops = 2 * o.fwd_flops;
+    o.out_bytes = eb_ * tokens_ * width;
+    return o;
+  }
+
+  // A linear in -> out (per rank), split into `tiles` ops over the output features. Weights (and biases)
+  // named `prefix` + ".w"/".b" with the given per-matrix output sizes (several matrices fused, e.g. gate+up).
+  void linear(const std::string& name, int layer, double in, const std::vector<double>& outs, bool bias, int tiles,
+              bool save_output) {
+    double out_total = 0;
+    for (double o : outs) out_total += o;
+    for (int t = 0; t < tiles; ++t) {
+      const std::string suffix = tiles > 1 ? strprintf("[%d/%d]", t + 1, tiles) : "";
+      GraphOp o;
+      o.name = name + suffix;
+      o.kind = OpKind::kLinear;
+      o.layer = layer;
+      o.tile = t;
+      o.tiles = tiles;
+      for (size_t m = 0; m < outs.size(); ++m) {
+        const std::string mat = outs.size() > 1 ? strprintf(".w%zu", m) : ".w";
+        o.params.push_back(param(name + mat + suffix, in * outs[m] / tiles, layer));
+        if (bias) o.params.push_back(param(name + (outs.size() > 1 ? strprintf(".b%zu", m) : ".b") + suffix,
+                                           outs[m] / tiles, layer));
+      }
+      o.fwd_flops = 2 * tokens_ * in * out_total / tiles;
+      o.bwd_flops = 2 * o.fwd_flops;
+      o.out_bytes = eb_ * tokens_ * out_total / tiles;
+      o.saved_bytes = save_output ? o.out_bytes : 0;
+      o.id = static_cast<int>(g_.ops.size());
+      g_.ops.push_back(o);
+    }
+  }
+
+  void allreduce(const std::string& name, int layer, double width, int mp) {
+    if (mp <= 1) return;
+    GraphOp& o = op(name, OpKind::kAllReduce, layer);
+    o.out_bytes = eb_ * tokens_ * width;
+    o.mp_group = mp;
+  }
+
+ private:
+  ModelGraph& g_;
+  double tokens_;
+  double eb_;
+};
+
+}  // namespace
+
+ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
+  MW_CHECK(opt.model_parallel >= 1 && opt.tiling >= 1, "graph options");
+  ModelGraph g;
+  g.layers = m.layers;
+  g.hidden = m.hidden;
+  g.options = opt;
+  const double mp = opt.model_parallel;
+  const double eb = opt.element_bytes;
+  const double seq = opt.sequence_length;
+  const double T = opt.micro_batch * seq;  // tokens per rank per micro-batch
+  const double hd = m.hidden;
+  const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  const double ffn = m.ffn_hidden;
+  const bool ln = m.norm == NormKind::kLayerNorm;
+  const bool has_norm = m.norm != NormKind::kNone;
+  const int tiles = opt.tiling;
+  Builder b(g, T, eb);
+
+  // Embedding (vocabulary split over model-parallel ranks).
+  int tok = -1;
+  if (m.vocab > 0 || (m.position == PositionKind::kLearned && m.max_positions > 0)) {
+    GraphOp& e = b.op("embed", OpKind::kEmbedding, -1);
+    const int e_id = e.id;
+    tok = b.param("embed.tokens", m.vocab * hd / mp, -1);
+    const int pos = m.position == PositionKind::kLearned ? b.param("embed.positions", m.max_positions * hd, -1) : -1;
+    GraphOp& e2 = g.ops[e_id];
+    if (tok >= 0) e2.params.push_back(tok);
+    if (pos >= 0) e2.params.push_back(pos);
+    e2.out_bytes = eb * T * hd;
+  }
+  auto norm_op = [&](const std::string& name, int layer) -> GraphOp* {
+    if (!has_norm) return nullptr;
+    const int w = b.param(name + ".w", hd, layer);
+    const int bias = ln ? b.param(name + ".b", hd, layer) : -1;
+    GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, layer, hd);
+    o.params.push_back(w);
+    if (bias >= 0) o.params.push_back(bias);
+    return &o;
+  };
+
+  for (int L = 0; L < m.layers; ++L) {
+    const std::string p = strprintf("L%d", L);
+    const size_t first = g.ops.size();
+    norm_op(p + ".ln1", L);
+    b.linear(p + ".qkv", L, hd, {hd / mp, 2 * kv / mp}, m.linear_bias, tiles, /*save_output=*/true);
+    {
+      GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
+      a.fwd_flops = 4 * T * seq * hd / mp;  // QK^T and AV (no causal discount, as the paper counts)
+      a.bwd_flops = 2 * a.fwd_flops;
+      a.out_bytes = eb * T * hd / mp;
+      a.saved_bytes = a.out_bytes + eb * T * (m.heads / mp) * seq;  // output + probabilities
+    }
+    b.linear(p + ".proj", L, hd / mp, {hd}, m.linear_bias, tiles, false);
+    b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
+    norm_op(p + ".ln2", L);
+    if (m.gated_mlp) {
+      b.linear(p + ".fc1", L, hd, {ffn / mp, ffn / mp}, m.linear_bias, tiles, true);
+    } else {
+      b.linear(p + ".fc1", L, hd, {ffn / mp}, m.linear_bias, tiles, true);
+    }
+    b.elementwise(p + ".gelu", OpKind::kGelu, L, ffn / mp);
+    b.linear(p + ".fc2", L, ffn / mp, {hd}, m.linear_bias, tiles, false);
+    b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
+    g.ops[first].block_start = true;
+  }
+  const int after = m.layers;
+  norm_op("final_norm", after);
+  if (m.vocab > 0) {
+    if (m.tied_embeddings && tok >= 0) {
+      GraphOp& h = b.op("lm_head", OpKind::kLinear, after);
+      h.params.push_back(tok);
+      h.fwd_flops = 2 * T * hd * m.vocab / mp;
+      h.bwd_flops = 2 * h.fwd_flops;
+      h.out_bytes = eb * T * m.vocab / mp;
+      h.saved_bytes = h.out_bytes;  // the logits, kept for the loss gradient
+    } else {
+      b.linear("lm_head", after, hd, {m.vocab / mp}, false, tiles, true);
+    }
+    GraphOp& loss = b.op("loss", OpKind::kLoss, after);
+    loss.fwd_flops = 5 * T * m.vocab / mp;
+    loss.bwd_flops = loss.fwd_flops;
+    loss.out_bytes = 4 * T * m.vocab / mp;  // fp32 gradient of the logits (allocated in backward)
+  }
+  return g;
+}
+
+GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
+                                  double persistence_threshold) {
+  ModelSpec one = model;
+  one.layers = 1;
+  GraphOptions opt;
+  opt.tiling = tiling;
+  opt.model_parallel = model_parallel;
+  const ModelGraph g = build_model_graph(one, opt);
+  GraphParamStats s;
+  for (const auto& p : g.params) {
+    const double copies = p.layer == 0 ? model.layers : 1;  // block 0 stands for every block
+    s.total_elements += copies * p.elements;
+    s.largest_param_elements = std::max(s.largest_param_elements, p.elements);
+    if (p.elements < persistence_threshold) {
+      s.persistent_elements += copies * p.elements;
+    } else {
+      s.partitioned_tensors.emplace_back(p.elements, copies);
+    }
+  }
+  for (const auto& o : g.ops) {
+    double n = 0;
+    for (int id : o.params) n += g.params[id].elements;
+    s.largest_op_elements = std::max(s.largest_op_elements, n);
+  }
+  return s;
+}
+
+}  // namespace memwall

@@ -1,0 +1,82 @@
+// ModelGraph: one rank's view of a GPT-style decoder as operators in execution order, with the parameter
+// tensors each operator needs, its forward/backward FLOPs and its activation bytes.
+//
+// Memory-centric tiling splits every block linear (and an untied LM head) into `tiling` ops over
+// disjoint slices of the output features, each with its own parameter tensors: mathematically the same
+// layer, with 1/tiling of the working memory. Tensor model parallelism (mp > 1) shards the linears
+// Megatron-style (qkv and fc1 by columns, proj and fc2 by rows) and adds an all-reduce op after each
+// row-parallel linear. Activation accounting follows the paper's Eq. (5): per block the qkv output,
+// attention probabilities, attention output and fc1 output are saved for backward; layernorm and GELU
+// outputs are recomputed. Plain data; build once, read from any thread.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "spec/model_spec.h"
+
+namespace memwall {
+
+enum class OpKind { kEmbedding, kLayerNorm, kLinear, kAttention, kGelu, kAllReduce, kLoss };
+const char* op_kind_name(OpKind k);
+
+struct GraphParam {
+  int id = 0;
+  std::string name;     // "L3.fc1.w[2/4]"
+  double elements = 0;  // on this model-parallel rank
+  int layer = -1;       // block index, -1 outside blocks
+};
+
+struct GraphOp {
+  int id = 0;
+  std::string name;        // "L3.fc1[2/4]"
+  OpKind kind = OpKind::kLinear;
+  int layer = -1;          // block index; -1 before the blocks (embedding), `layers` after them
+  std::vector<int> params; // GraphParam ids (the LM head of a tied model uses the embedding's)
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+  double out_bytes = 0;    // output activation (transient in forward)
+  double saved_bytes = 0;  // kept from forward (or recomputation) until this op's backward
+  bool block_start = false;  // first op of a block: its input is the block input (checkpoint)
+  int tile = 0;
+  int tiles = 1;
+  int mp_group = 1;        // kAllReduce: the model-parallel group it reduces over
+};
+
+struct GraphOptions {
+  double micro_batch = 1;  // sequences per GPU
+  int sequence_length = 1024;
+  int tiling = 1;
+  int model_parallel = 1;
+  double element_bytes = 2;  // 16-bit parameters and activations (4 in fp32 training)
+};
+
+struct ModelGraph {
+  std::vector<GraphParam> params;
+  std::vector<GraphOp> ops;
+  int layers = 0;
+  int hidden = 0;
+  GraphOptions options;
+
+  double total_param_elements() const;
+  double total_fwd_flops() const;
+  double total_bwd_flops() const;
+};
+
+ModelGraph build_model_graph(const ModelSpec& model, const GraphOptions& options);
+
+// Parameter facts of the graph without building every layer (blocks are identical): used by the analytic
+// memory model so that it and the planner agree on what is gathered and what persists.
+struct GraphParamStats {
+  double largest_op_elements = 0;  // most parameter elements one op gathers (per rank, after tiling)
+  double largest_param_elements = 0;  // the largest single (contiguous) parameter tensor
+  // Tensors at or above the persistence threshold (partitioned in stage 3): {elements, how many}.
+  std::vector<std::pair<double, double>> partitioned_tensors;
+  double persistent_elements = 0;  // elements in tensors smaller than the persistence threshold
+  double total_elements = 0;       // per model-parallel rank
+};
+GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
+                                  double persistence_threshold);
+
+}  // namespace memwall

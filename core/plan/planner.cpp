@@ -1,0 +1,769 @@
+// The ZeRO-Infinity planner: builds one iteration's task DAG with explicit buffers (see planner.h).
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "base/units.h"
+
+namespace memwall {
+
+namespace {
+
+struct Event {
+  int op = 0;
+  Phase phase = Phase::kForward;
+};
+
+class Planner {
+ public:
+  Planner(const ModelGraph& g, const RunConfig& run, const HardwareSpec& hw) : g_(g), run_(run), hw_(hw) {}
+
+  Schedule plan();
+
+ private:
+  // ---- task and buffer helpers ----
+  int add_task(Task t) {
+    t.id = static_cast<int>(s_.tasks.size());
+    std::sort(t.deps.begin(), t.deps.end());
+    t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
+    t.deps.erase(std::remove(t.deps.begin(), t.deps.end(), -1), t.deps.end());
+    for (int b : t.uses) {
+      MW_CHECK(!freed_[b], "use of a freed buffer: " + s_.buffers[b].name);
+      t.deps.push_back(alloc_task_[b]);
+    }
+    std::sort(t.deps.begin(), t.deps.end());
+    t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
+    for (int d : t.deps) MW_CHECK(d >= 0 && d < t.id, "dependency must precede its task");
+    for (int b : t.uses) users_[b].push_back(t.id);
+    s_.tasks.push_back(std::move(t));
+    return s_.tasks.back().id;
+  }
+
+  int simple(TaskKind kind, Resource r, Phase ph, std::string name, std::vector<int> deps, std::vector<int> uses = {}) {
+    Task t;
+    t.kind = kind;
+    t.resource = r;
+    t.phase = ph;
+    t.name = std::move(name);
+    t.deps = std::move(deps);
+    t.uses = std::move(uses);
+    return add_task(std::move(t));
+  }
+
+  // Allocates a buffer; returns the buffer id (its alloc task is alloc_task_[id]).
+  int alloc(Tier tier, MemCategory cat, double bytes, const std::string& name, Phase ph, std::vector<int> deps,
+            bool persistent = false, bool pinned = false) {
+    Buffer b;
+    b.id = static_cast<int>(s_.buffers.size());
+    b.tier = tier;
+    b.category = cat;
+    b.bytes = bytes;
+    b.persistent = persistent;
+    b.pinned = pinned;
+    b.name = name;
+    s_.buffers.push_back(b);
+    freed_.push_back(false);
+    users_.emplace_back();
+    alloc_task_.push_back(-1);
+    Task t;
+    t.kind = TaskKind::kAlloc;
+    t.phase = ph;
+    t.name = "alloc " + name;
+    t.buffer = b.id;
+    t.deps = std::move(deps);
+    alloc_task_[b.id] = add_task(std::move(t));
+    return b.id;
+  }
+
+  // A slot inside a persistent pool buffer: tracked like a buffer, takes no memory of its own.
+  int slot(int pool, Tier tier, double bytes, const std::string& name, Phase ph, std::vector<int> deps) {
+    const int b = alloc(tier, MemCategory::kPinnedSwapBuffers, bytes, name, ph, std::move(deps), false, true);
+    s_.buffers[b].pool = pool;
+    s_.tasks[alloc_task_[b]].deps.push_back(alloc_task_[pool]);
+    std::sort(s_.tasks[alloc_task_[b]].deps.begin(), s_.tasks[alloc_task_[b]].deps.end());
+    return b;
+  }
+
+  // Frees a buffer after every task that used it.
+  int free_buffer(int buf, Phase ph, std::vector<int> extra_deps = {}) {
+    MW_CHECK(!freed_[buf], "double free: " + s_.buffers[buf].name);
+    Task t;
+    t.kind = TaskKind::kFree;
+    t.phase = ph;
+    t.name = "free " + s_.buffers[buf].name;
+    t.buffer = buf;
+    t.deps = users_[buf];
+    t.deps.push_back(alloc_task_[buf]);
+    t.deps.insert(t.deps.end(), extra_deps.begin(), extra_deps.end());
+    freed_[buf] = true;
+    return add_task(std::move(t));
+  }
+
+  int copy(Tier src, Tier dst, double bytes, const std::string& name, Phase ph, std::vector<int> deps,
+           std::vector<int> uses, bool single_link = false) {
+    Task t;
+    t.phase = ph;
+    t.name = name;
+    t.bytes = bytes;
+    t.src = src;
+    t.dst = dst;
+    t.deps = std::move(deps);
+    t.uses = std::move(uses);
+    if (src == Tier::kNvme) {
+      t.kind = TaskKind::kNvmeRead;
+      t.resource = Resource::kNvmeRead;
+    } else if (dst == Tier::kNvme) {
+      t.kind = TaskKind::kNvmeWrite;
+      t.resource = Resource::kNvmeWrite;
+    } else {
+      t.kind = TaskKind::kCopy;
+      t.resource = dst == Tier::kGpu ? Resource::kH2D : Resource::kD2H;
+      t.single_link = single_link;
+    }
+    return add_task(std::move(t));
+  }
+
+  int collective(CollectiveKind kind, int group, double bytes, const std::string& name, Phase ph,
+                 std::vector<int> deps, std::vector<int> uses) {
+    Task t;
+    t.kind = TaskKind::kCollective;
+    t.resource = Resource::kNetwork;
+    t.phase = ph;
+    t.name = name;
+    t.collective = kind;
+    t.group = group;
+    t.bytes = bytes;
+    t.deps = std::move(deps);
+    t.uses = std::move(uses);
+    return add_task(std::move(t));
+  }
+
+  void setup();
+  void build_events();
+  void plan_events();
+  int fetch(int param, size_t event_index, Phase ph);  // returns the buffer holding the gathered parameter
+  void gradient(int param, Phase ph, int compute_task, int grad_buf);
+  void optimizer();
+
+  bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements >= persistence_; }
+  int trigger(size_t event_index, int ahead) const;
+  double gathered_elements(size_t i) const;
+
+  const ModelGraph& g_;
+  const RunConfig& run_;
+  const HardwareSpec& hw_;
+  Schedule s_;
+  std::vector<bool> freed_;
+  std::vector<std::vector<int>> users_;
+  std::vector<int> alloc_task_;
+
+  // Settings
+  int stage_ = 0;
+  int dp_ = 1;
+  int mp_ = 1;
+  double b_ = 2;
+  double persistence_ = 0;
+  Tier opt_tier_ = Tier::kGpu;
+  bool mixed_ = true;
+  bool broadcast_ = false;
+
+  // Per parameter
+  std::vector<Tier> home_;          // where the partitioned shard lives
+  std::vector<int> shard_buf_;      // its persistent buffer
+  std::vector<int> resident_buf_;   // whole parameter on the GPU (stages 0-2, persistent small params)
+  std::vector<int> grad_buf_;       // persistent 16-bit gradient (stages 0-2 and stage 3 with GPU optimizer)
+  std::vector<int> last_use_;       // index in events_ of the parameter's last backward use
+  std::vector<int> gathered_;       // buffer of a currently gathered (kept) parameter, or -1
+  std::vector<int> gathered_ready_; // task after which gathered_ is valid
+  std::vector<int> grad_done_;      // last task of each parameter's gradient path
+
+  std::vector<Event> events_;
+  std::vector<int> compute_of_event_;
+  std::vector<double> prefix_elems_;  // prefix sums of gathered elements per event
+  int opt_states_buf_ = -1;
+  int param_pool_ = -1;             // pinned param swap pool (NVMe-resident parameters)
+  int opt_pool_ = -1;               // pinned optimizer swap pool (NVMe-resident optimizer states)
+  std::vector<int> swap_in_frees_;  // free tasks of param swap-in slots, in slot order
+};
+
+Schedule Planner::plan() {
+  const ZeroConfig& z = run_.zero;
+  stage_ = z.stage;
+  dp_ = std::max(1, run_.memwall.data_parallel);
+  mp_ = run_.memwall.model_parallel;
+  b_ = run_.param_bytes();
+  mixed_ = run_.mixed_precision();
+  persistence_ = z.param_persistence_threshold.value;
+  opt_tier_ = tier_of(z.offload_optimizer.device);
+  broadcast_ = run_.memwall.partitioning == Partitioning::kBroadcast;
+  s_.data_parallel = dp_;
+  s_.model_parallel = mp_;
+  s_.ranks = dp_ * mp_;
+  s_.ranks_per_node = std::min(hw_.gpu.count, s_.ranks);
+  s_.tokens = g_.options.micro_batch * g_.options.sequence_length;
+  setup();
+  build_events();
+  plan_events();
+  optimizer();
+  return std::move(s_);
+}
+
+void Planner::setup() {
+  const size_t n = g_.params.size();
+  home_.assign(n, Tier::kGpu);
+  shard_buf_.assign(n, -1);
+  resident_buf_.assign(n, -1);
+  grad_buf_.assign(n, -1);
+  gathered_.assign(n, -1);
+  gathered_ready_.assign(n, -1);
+  grad_done_.assign(n, -1);
+  const Phase ph = Phase::kSetup;
+  alloc(Tier::kGpu, MemCategory::kRuntimeReserved, hw_.gpu.reserved_bytes, "gpu reserved", ph, {}, true);
+  alloc(Tier::kCpu, MemCategory::kRuntimeReserved, hw_.cpu.reserved_bytes / s_.ranks_per_node,
+        "cpu reserved (this rank's share)", ph, {}, true);
+  const ZeroConfig& z = run_.zero;
+  const Tier param_tier = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
+  double cpu_budget = param_tier == Tier::kNvme ? z.offload_param.max_in_cpu : 0;  // elements kept in CPU
+  for (size_t p = 0; p < n; ++p) {
+    const GraphParam& gp = g_.params[p];
+    if (partitioned(static_cast<int>(p))) {
+      const double shard = gp.elements / dp_;
+      Tier home = param_tier;
+      if (home == Tier::kNvme && cpu_budget >= shard) {
+        home = Tier::kCpu;
+        cpu_budget -= shard;
+      }
+      home_[p] = home;
+      shard_buf_[p] = alloc(home, MemCategory::kParams16, b_ * shard, gp.name + " shard", ph, {}, true,
+                            home == Tier::kCpu && z.offload_param.pin_memory);
+      if (opt_tier_ == Tier::kGpu) {
+        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kGrads16, b_ * shard, gp.name + " grad shard", ph, {}, true);
+      }
+    } else {
+      const MemCategory cat = stage_ == 3 ? MemCategory::kPersistentParams : MemCategory::kParams16;
+      resident_buf_[p] = alloc(Tier::kGpu, cat, b_ * gp.elements, gp.name, ph, {}, true);
+      if (stage_ == 3) {
+        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kPersistentParams, b_ * gp.elements, gp.name + " grad", ph, {},
+                             true);
+      } else if (opt_tier_ == Tier::kGpu || stage_ < 2) {
+        const double grad = stage_ >= 2 ? gp.elements / dp_ : gp.elements;
+        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kGrads16, b_ * grad, gp.name + " grad", ph, {}, true);
+      }
+    }
+  }
+  // NVMe-resident shards: the pinned swap pool they are staged through, and their files' block padding.
+  double param_padding = 0;
+  for (size_t p = 0; p < n; ++p) {
+    if (home_[p] == Tier::kNvme) param_padding += aio_padding(s_.buffers[shard_buf_[p]].bytes, run_.aio.block_size);
+  }
+  if (std::count(home_.begin(), home_.end(), Tier::kNvme) > 0) {
+    param_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, param_swap_pool_bytes(run_), "param swap pool",
+                        ph, {}, true, true);
+    alloc(Tier::kNvme, MemCategory::kNvmeFilePadding, param_padding, "param swap file padding", ph, {}, true);
+  }
+  // Optimizer states of this rank: fp32 master params, momentum, variance and gradients.
+  const double n_opt = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
+  const bool pin = opt_tier_ == Tier::kCpu && z.offload_optimizer.pin_memory;
+  if (opt_tier_ == Tier::kNvme) {
+    const double sub = std::min(z.sub_group_size, n_opt);
+    opt_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run_, sub),
+                      "optimizer swap pool", ph, {}, true, true);
+    alloc(Tier::kNvme, MemCategory::kNvmeFilePadding,
+          optimizer_swap_padding(n_opt, sub, mixed_ ? 4 : 2, run_.aio.block_size), "optimizer swap file padding", ph,
+          {}, true);
+  }
+  if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_opt, "fp32 master params", ph, {}, true);
+  alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_opt, "fp32 momentum", ph, {}, true);
+  opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_opt, "fp32 variance", ph, {}, true);
+  if (mixed_) opt_states_buf_ = alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads", ph, {}, true, pin);
+}
+
+void Planner::build_events() {
+  const int nl = g_.layers;
+  const auto& ac = run_.activation_checkpointing;
+  const int ci = ac.enabled ? std::max(1, ac.interval) : nl;
+  std::vector<int> before, after;
+  std::vector<std::vector<int>> segments((nl + ci - 1) / std::max(1, ci));
+  for (const GraphOp& o : g_.ops) {
+    events_.push_back({o.id, Phase::kForward});
+    if (o.layer < 0) before.push_back(o.id);
+    else if (o.layer >= nl) after.push_back(o.id);
+    else segments[o.layer / ci].push_back(o.id);
+  }
+  for (auto it = after.rbegin(); it != after.rend(); ++it) events_.push_back({*it, Phase::kBackward});
+  for (auto seg = segments.rbegin(); seg != segments.rend(); ++seg) {
+    if (ac.enabled) {
+      for (int op : *seg) events_.push_back({op, Phase::kRecompute});
+    }
+    for (auto it = seg->rbegin(); it != seg->rend(); ++it) events_.push_back({*it, Phase::kBackward});
+  }
+  for (auto it = before.rbegin(); it != before.rend(); ++it) events_.push_back({*it, Phase::kBackward});
+
+  last_use_.assign(g_.params.size(), -1);
+  prefix_elems_.assign(events_.size() + 1, 0);
+  for (size_t i = 0; i < events_.size(); ++i) {
+    prefix_elems_[i + 1] = prefix_elems_[i] + gathered_elements(i);
+    if (events_[i].phase == Phase::kBackward) {
+      for (int p : g_.ops[events_[i].op].params) last_use_[p] = static_cast<int>(i);
+    }
+  }
+  compute_of_event_.assign(events_.size(), -1);
+}
+
+double Planner::gathered_elements(size_t i) const {
+  double n = 0;
+  for (int p : g_.ops[events_[i].op].params) {
+    if (partitioned(p)) n += g_.params[p].elements;
+  }
+  return n;
+}
+
+// The compute task after which a fetch `ahead` events before event i may start (-1: at once).
+int Planner::trigger(size_t i, int ahead) const {
+  const ZeroConfig& z = run_.zero;
+  long k = static_cast<long>(i) - 1;  // just in time: after the previous op
+  if (run_.memwall.prefetch) {
+    k = static_cast<long>(i) - ahead - 1;
+    // Budgets: parameters gathered for events (k+1, i] (prefetched) must fit the prefetch bucket, and
+    // with the running op k+1 the max-live-parameters budget.
+    const double bucket = std::min(z.prefetch_bucket_size.value, z.max_live_parameters);
+    while (k < static_cast<long>(i) - 2) {
+      const long from = std::max(0L, k + 2);
+      const double ahead_elems = prefix_elems_[i + 1] - prefix_elems_[from];
+      const double live = prefix_elems_[i + 1] - prefix_elems_[std::max(0L, k + 1)];
+      if (ahead_elems <= bucket && live <= z.max_live_parameters) break;
+      ++k;
+    }
+  }
+  if (k < 0) return -1;
+  return compute_of_event_[k];
+}
+
+int Planner::fetch(int p, size_t i, Phase ph) {
+  const GraphParam& gp = g_.params[p];
+  const std::string& nm = gp.name;
+  const double full = b_ * gp.elements;
+  const double shard = broadcast_ ? full : full / dp_;
+  const Tier home = home_[p];
+  int src_buf = shard_buf_[p];
+  int ready = -1;
+  if (home == Tier::kNvme) {
+    // A slot of the pinned swap pool: at most buffer_count swap-ins are in flight.
+    std::vector<int> slot_deps = {trigger(i, 3)};
+    const size_t count = static_cast<size_t>(run_.zero.offload_param.buffer_count);
+    if (swap_in_frees_.size() >= count) slot_deps.push_back(swap_in_frees_[swap_in_frees_.size() - count]);
+    const int swap = slot(param_pool_, Tier::kCpu, std::min(shard, b_ * run_.zero.offload_param.buffer_size),
+                          nm + " swap-in", ph, slot_deps);
+    ready = copy(Tier::kNvme, Tier::kCpu, shard, "nvme->cpu " + nm, ph, {}, {swap, shard_buf_[p]});
+    src_buf = swap;
+  }
+  if (home != Tier::kGpu) {
+    const int staged = alloc(Tier::kGpu, MemCategory::kGatherPrefetch, shard, nm + " staged", ph, {trigger(i, 2)});
+    ready = copy(home == Tier::kNvme ? Tier::kCpu : home, Tier::kGpu, shard, "cpu->gpu " + nm, ph, {ready},
+                 {staged, src_buf}, broadcast_);
+    if (home == Tier::kNvme) swap_in_frees_.push_back(free_buffer(src_buf, ph));
+    src_buf = staged;
+  }
+  if (dp_ == 1 && home == Tier::kGpu) {
+    gathered_ready_[p] = -1;
+    return shard_buf_[p];  // the whole parameter already sits on this GPU
+  }
+  if (dp_ == 1) {
+    gathered_ready_[p] = ready;
+    return src_buf;
+  }
+  const int full_buf = alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {trigger(i, 1)});
+  ready = collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_, full,
+                     (broadcast_ ? "broadcast " : "allgather ") + nm, ph, {ready}, {full_buf, src_buf});
+  if (home != Tier::kGpu) free_buffer(src_buf, ph);
+  gathered_ready_[p] = ready;
+  return full_buf;
+}
+
+void Planner::plan_events() {
+  const auto& ac = run_.activation_checkpointing;
+  const int nl = g_.layers;
+  const int ci = ac.enabled ? std::max(1, ac.interval) : nl;
+  const double eb = g_.options.element_bytes;
+  std::map<int, int> saved;       // op -> saved-activation buffer (until its backward)
+  std::map<int, int> ckpt_gpu;    // segment -> checkpoint on GPU
+  std::map<int, int> ckpt_cpu;    // segment -> checkpoint on CPU
+  std::map<int, int> ckpt_copy;   // segment -> d2h copy task
+  int prev_out = -1;              // transient output of the previous event (freed after the next compute)
+  int prev_compute = -1;
+  int logits_grad = -1;
+  const bool overlap = run_.zero.overlap_comm;
+  std::vector<int> pending_reduce;  // without overlap_comm the next compute waits for these
+
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const Event ev = events_[i];
+    const GraphOp& op = g_.ops[ev.op];
+    const Phase ph = ev.phase;
+    const char* tag = ph == Phase::kForward ? "fwd " : (ph == Phase::kRecompute ? "recompute " : "bwd ");
+    const bool in_block = op.layer >= 0 && op.layer < nl;
+    const int segment = in_block ? op.layer / ci : -1;
+    std::vector<int> deps = {prev_compute};
+    if (!overlap) deps.insert(deps.end(), pending_reduce.begin(), pending_reduce.end());
+    pending_reduce.clear();
+    std::vector<int> uses;
+
+    // Activation checkpoints: saved at the start of a checkpointed block, brought back for recompute.
+    if (ac.enabled && in_block && op.block_start && op.layer % ci == 0) {
+      const double ckpt_bytes = eb * s_.tokens * g_.hidden / (ac.partition_activations ? mp_ : 1);
+      if (ph == Phase::kForward) {
+        const int gbuf = alloc(Tier::kGpu, MemCategory::kActivationCheckpoints, ckpt_bytes,
+                               strprintf("ckpt seg%d", segment), ph, {prev_compute});
+        // The block input is written into the checkpoint by the previous op.
+        if (ac.cpu_checkpointing) {
+          const int cbuf = alloc(Tier::kCpu, MemCategory::kActivationCheckpoints, ckpt_bytes,
+                                 strprintf("ckpt seg%d cpu", segment), ph, {prev_compute});
+          ckpt_copy[segment] = copy(Tier::kGpu, Tier::kCpu, ckpt_bytes, strprintf("gpu->cpu ckpt seg%d", segment), ph,
+                                    {prev_compute}, {gbuf, cbuf});
+          free_buffer(gbuf, ph);
+          ckpt_cpu[segment] = cbuf;
+        } else {
+          ckpt_gpu[segment] = gbuf;
+        }
+      } else if (ph == Phase::kRecompute && ac.cpu_checkpointing) {
+        // Brought back while the previous (later) segment's backward still runs.
+        const int gbuf = alloc(Tier::kGpu, MemCategory::kActivationCheckpoints, ckpt_bytes,
+                               strprintf("ckpt seg%d back", segment), ph, {trigger(i, 2)});
+        const int c = copy(Tier::kCpu, Tier::kGpu, ckpt_bytes, strprintf("cpu->gpu ckpt seg%d", segment), ph,
+                           {ckpt_copy[segment]}, {ckpt_cpu[segment], gbuf});
+        free_buffer(ckpt_cpu[segment], ph);
+        ckpt_gpu[segment] = gbuf;
+        deps.push_back(c);
+      }
+      if (ph == Phase::kRecompute) uses.push_back(ckpt_gpu[segment]);
+    }
+
+    // Parameters.
+    std::vector<int> grad_bufs;
+    for (int p : op.params) {
+      if (partitioned(p)) {
+        int buf = gathered_[p];
+        if (buf < 0) {
+          buf = fetch(p, i, ph);
+        }
+        deps.push_back(gathered_ready_[p]);
+        uses.push_back(buf);
+        gathered_[p] = buf;
+      } else {
+        uses.push_back(resident_buf_[p]);
+      }
+      if (ph == Phase::kBackward) {
+        // A transient gradient buffer when the gradient is reduce-scattered or offloaded from it;
+        // otherwise backward accumulates straight into the persistent gradient.
+        const bool scattered = partitioned(p) || stage_ == 2;
+        if (scattered && (dp_ > 1 || opt_tier_ != Tier::kGpu)) {
+          const int gb = alloc(Tier::kGpu, stage_ == 3 ? MemCategory::kModelStateWorking : MemCategory::kReduceBuckets,
+                               b_ * g_.params[p].elements, g_.params[p].name + " grad", ph, {prev_compute});
+          grad_bufs.push_back(gb);
+          uses.push_back(gb);
+        } else {
+          MW_CHECK(grad_buf_[p] >= 0, "no gradient buffer for " + g_.params[p].name);
+          grad_bufs.push_back(-1);
+          uses.push_back(grad_buf_[p]);
+        }
+      }
+    }
+
+    // Activations.
+    int out_buf = -1;
+    if (ph == Phase::kBackward) {
+      if (op.kind == OpKind::kLoss) {
+        logits_grad = alloc(Tier::kGpu, MemCategory::kLogits, op.out_bytes, "logits grad", ph, {prev_compute});
+        uses.push_back(logits_grad);
+      } else if (op.out_bytes > 0) {
+        out_buf = alloc(Tier::kGpu, MemCategory::kActivationWorking, op.out_bytes, op.name + " dgrad", ph,
+                        {prev_compute});
+        uses.push_back(out_buf);
+      }
+      if (saved.count(op.id)) uses.push_back(saved[op.id]);
+    } else if (op.kind != OpKind::kLoss) {
+      const bool keep = op.saved_bytes > 0 && (!ac.enabled || !in_block || ph == Phase::kRecompute);
+      if (keep && ph == Phase::kForward && !in_block) {
+        saved[op.id] = alloc(Tier::kGpu, op.kind == OpKind::kLinear ? MemCategory::kLogits : MemCategory::kActivationWorking,
+                             op.saved_bytes, op.name + " saved", ph, {prev_compute});
+        uses.push_back(saved[op.id]);
+      } else if (keep) {
+        saved[op.id] = alloc(Tier::kGpu, ac.enabled ? MemCategory::kActivationWorking : MemCategory::kActivations,
+                             op.saved_bytes, op.name + " saved", ph, {prev_compute});
+        uses.push_back(saved[op.id]);
+      }
+      if (op.out_bytes > 0 && !keep) {
+        out_buf = alloc(Tier::kGpu, MemCategory::kActivationWorking, op.out_bytes, op.name + " out", ph, {prev_compute});
+        uses.push_back(out_buf);
+      }
+    } else if (ph == Phase::kForward) {
+      uses.push_back(saved.count(op.id - 1) ? saved[op.id - 1] : -1);
+      uses.erase(std::remove(uses.begin(), uses.end(), -1), uses.end());
+    }
+    if (prev_out >= 0) uses.push_back(prev_out);  // this op reads the previous op's output
+
+    // The op itself.
+    int task = -1;
+    if (op.kind == OpKind::kAllReduce) {
+      task = collective(CollectiveKind::kAllReduce, op.mp_group, op.out_bytes, tag + op.name, ph, deps, uses);
+    } else {
+      Task t;
+      t.kind = TaskKind::kCompute;
+      t.resource = Resource::kCompute;
+      t.phase = ph;
+      t.name = tag + op.name;
+      t.op = op.id;
+      t.flops = ph == Phase::kBackward ? op.bwd_flops : op.fwd_flops;
+      t.deps = deps;
+      t.uses = uses;
+      task = add_task(std::move(t));
+    }
+    compute_of_event_[i] = task;
+    prev_compute = task;
+    if (prev_out >= 0) free_buffer(prev_out, ph);
+    prev_out = out_buf;
+
+    // After the op: release what it no longer needs.
+    if (ph == Phase::kBackward) {
+      if (saved.count(op.id)) {
+        free_buffer(saved[op.id], ph);
+        saved.erase(op.id);
+      }
+      if (op.kind == OpKind::kLinear && op.layer >= nl && logits_grad >= 0) {
+        free_buffer(logits_grad, ph);
+        logits_grad = -1;
+      }
+      if (in_block && op.block_start && op.layer % ci == 0 && ckpt_gpu.count(segment)) {
+        free_buffer(ckpt_gpu[segment], ph);
+        ckpt_gpu.erase(segment);
+      }
+      for (size_t k = 0; k < op.params.size(); ++k) {
+        const int p = op.params[k];
+        if (last_use_[p] == static_cast<int>(i)) {
+          gradient(p, ph, task, grad_bufs[k]);
+          if (!overlap) pending_reduce.push_back(grad_done_[p]);
+        } else if (grad_bufs[k] >= 0) {
+          // A tied parameter used again later in backward: its gradient accumulates in place.
+          free_buffer(grad_bufs[k], ph);
+        }
+      }
+    }
+    // Parameters: keep when reused within the reuse distance, otherwise release.
+    for (int p : op.params) {
+      if (!partitioned(p) || gathered_[p] < 0) continue;
+      int next = -1;
+      for (size_t j = i + 1; j < events_.size() && next < 0; ++j) {
+        for (int q : g_.ops[events_[j].op].params) {
+          if (q == p) next = static_cast<int>(j);
+        }
+      }
+      const double distance = next < 0 ? 1e300 : prefix_elems_[next] - prefix_elems_[i + 1];
+      const bool keep = next >= 0 && distance <= run_.zero.max_reuse_distance && gathered_[p] != shard_buf_[p];
+      if (!keep) {
+        if (gathered_[p] != shard_buf_[p]) free_buffer(gathered_[p], ph);
+        gathered_[p] = -1;
+      }
+    }
+  }
+  if (prev_out >= 0) free_buffer(prev_out, Phase::kBackward);
+  for (auto& [op, buf] : saved) free_buffer(buf, Phase::kBackward);
+  if (logits_grad >= 0) free_buffer(logits_grad, Phase::kBackward);
+}
+
+// Reduce (and offload) the gradient of parameter p after its last backward use. `grad_buf` is the
+// transient full gradient, or -1 when backward accumulated into the persistent gradient grad_buf_[p].
+void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
+  const GraphParam& gp = g_.params[p];
+  const double full = b_ * gp.elements;
+  const std::string& nm = gp.name;
+  int last = compute_task;
+  int shard_buf = grad_buf_[p];
+  double shard = full;
+  if (grad_buf < 0) {
+    // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
+    if (dp_ > 1) {
+      last = collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last}, {grad_buf_[p]});
+    }
+    if (stage_ >= 1) shard = full / dp_;
+  } else {
+    shard_buf = grad_buf;
+    if (dp_ > 1) {
+      shard = full / dp_;
+      shard_buf = opt_tier_ == Tier::kGpu
+                      ? grad_buf_[p]
+                      : alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard, nm + " grad shard", ph, {compute_task});
+      last = collective(CollectiveKind::kReduceScatter, dp_, full, "reducescatter grad " + nm, ph, {last},
+                        {grad_buf, shard_buf});
+      free_buffer(grad_buf, ph);
+    }
+  }
+  if (opt_tier_ == Tier::kCpu) {
+    last = copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_});
+  } else if (opt_tier_ == Tier::kNvme) {
+    const double fp32 = 4 * shard / b_;
+    const int pinned = slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last});
+    const int c = copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, pinned});
+    last = copy(Tier::kCpu, Tier::kNvme, fp32, "cpu->nvme grad " + nm, ph, {c}, {pinned, opt_states_buf_});
+    free_buffer(pinned, ph);
+  }
+  if (shard_buf >= 0 && shard_buf != grad_buf_[p] && !freed_[shard_buf]) free_buffer(shard_buf, ph);
+  grad_done_[p] = last;
+}
+
+void Planner::optimizer() {
+  const ZeroConfig& z = run_.zero;
+  const Phase ph = Phase::kOptimizer;
+  const double n_total = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
+  const double sub = std::min(z.sub_group_size, n_total);
+  const int groups = static_cast<int>(std::ceil(n_total / sub));
+  std::vector<int> join;
+  for (int t : grad_done_) {
+    if (t >= 0) join.push_back(t);
+  }
+  // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
+  const double traffic = mixed_ ? 28 + b_ : 20;
+  const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
+  const int sets = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
+  std::vector<int> step(groups, -1), write(groups, -1), read(groups, -1), freed(groups, -1);
+  for (int g = 0; g < groups; ++g) {
+    const double n = g + 1 < groups ? sub : n_total - sub * (groups - 1);
+    const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
+    std::vector<int> step_deps = join;
+    if (g > 0) step_deps.push_back(step[g - 1]);
+    int swap = -1;
+    if (opt_tier_ == Tier::kNvme) {
+      std::vector<int> alloc_deps = join;
+      if (g >= sets) alloc_deps.push_back(freed[g - sets]);
+      swap = slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, alloc_deps);
+      std::vector<int> read_deps;
+      if (g > 0) {
+        read_deps.push_back(z.offload_optimizer.pipeline_read ? read[g - 1] : step[g - 1]);
+        if (!z.offload_optimizer.pipeline_write) read_deps.push_back(write[g - 1]);
+      }
+      read[g] = copy(Tier::kNvme, Tier::kCpu, 16 * n, "nvme->cpu optimizer " + nm, ph, read_deps,
+                     {swap, opt_states_buf_});
+      step_deps.push_back(read[g]);
+      if (g > 0 && !z.offload_optimizer.pipeline_write) step_deps.push_back(write[g - 1]);
+    }
+    Task t;
+    t.kind = TaskKind::kOptimizerStep;
+    t.resource = opt_tier_ == Tier::kGpu ? Resource::kCompute : Resource::kCpuOptimizer;
+    t.phase = ph;
+    t.name = "adam " + nm;
+    t.elements = n;
+    t.bytes = traffic * n;
+    t.dst = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
+    t.deps = step_deps;
+    t.uses = {opt_states_buf_};
+    if (swap >= 0) t.uses.push_back(swap);
+    step[g] = add_task(std::move(t));
+    int last = step[g];
+    if (opt_tier_ == Tier::kNvme) {
+      write[g] = copy(Tier::kCpu, Tier::kNvme, 12 * n, "cpu->nvme optimizer " + nm, ph, {step[g]},
+                      {swap, opt_states_buf_});
+      last = write[g];
+    }
+    // The updated 16-bit parameters go back to where parameters live.
+    const double p16 = b_ * n;
+    if (opt_tier_ != Tier::kGpu) {
+      const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
+      if (param_home == Tier::kGpu) {
+        last = copy(opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_, Tier::kGpu, p16, "cpu->gpu params " + nm, ph,
+                    {step[g]}, src);
+      } else if (param_home == Tier::kNvme) {
+        const int w = copy(Tier::kCpu, Tier::kNvme, p16, "cpu->nvme params " + nm, ph, {step[g]}, src);
+        if (write[g] >= 0) last = w;
+      }
+    }
+    if (stage_ >= 1 && stage_ < 3 && dp_ > 1) {
+      last = collective(CollectiveKind::kAllGather, dp_, p16 * dp_, "allgather params " + nm, ph, {last}, {});
+    }
+    if (swap >= 0) freed[g] = free_buffer(swap, ph);
+    (void)last;
+  }
+}
+
+}  // namespace
+
+Schedule plan_graph(const ModelGraph& graph, const RunConfig& run, const HardwareSpec& hw) {
+  Planner p(graph, run, hw);
+  return p.plan();
+}
+
+}  // namespace memwall
+
+namespace memwall {
+
+namespace {
+
+// Largest categories at a tier's peak: "model_state_working 9.77 GiB, activation_checkpoints 2.00 GiB".
+std::string top_categories(const MemoryTimeline& tl, Tier tier) {
+  std::vector<std::pair<double, int>> cats;
+  const auto& row = tl.peak_by_category[static_cast<int>(tier)];
+  for (size_t c = 0; c < row.size(); ++c) {
+    if (row[c] > 0) cats.emplace_back(row[c], static_cast<int>(c));
+  }
+  std::sort(cats.rbegin(), cats.rend());
+  std::string out;
+  for (size_t i = 0; i < cats.size() && i < 3; ++i) {
+    out += (i ? ", " : "") + std::string(category_name(static_cast<MemCategory>(cats[i].second))) + " " +
+           format_bytes(cats[i].first);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in, const HardwareSpec& hw) {
+  GraphOptions opt;
+  opt.micro_batch = run_in.micro_batch_per_gpu.value;
+  opt.sequence_length = run_in.memwall.sequence_length;
+  opt.tiling = run_in.memwall.tiling_factor;
+  opt.model_parallel = run_in.memwall.model_parallel;
+  opt.element_bytes = run_in.param_bytes();
+  const ModelGraph graph = build_model_graph(model, opt);
+  RunConfig run = run_in;
+  std::vector<std::string> notes;
+  for (;;) {
+    Schedule s = plan_graph(graph, run, hw);
+    Result<MemoryTimeline> tl = replay_memory(s);
+    if (!tl.is_ok()) return Status::internal("planner produced an inconsistent schedule: " + tl.status().message());
+    const double rpn = s.ranks_per_node;
+    const struct {
+      Tier tier;
+      double used;
+      double capacity;
+      const char* scope;
+    } tiers[] = {{Tier::kGpu, tl->peak_bytes[0], hw.gpu.memory_bytes, "per GPU"},
+                 {Tier::kCpu, tl->peak_bytes[1] * rpn, hw.cpu.memory_bytes, "per node"},
+                 {Tier::kNvme, tl->peak_bytes[2] * rpn, hw.nvme.capacity_bytes(), "per node"}};
+    const auto* over = std::find_if(std::begin(tiers), std::end(tiers), [](const auto& t) { return t.used > t.capacity; });
+    if (over == std::end(tiers)) {
+      s.notes = notes;
+      return s;
+    }
+    // Shrink the prefetch budget first: it is the only part of the plan that is optional.
+    ZeroConfig& z = run.zero;
+    if (over->tier == Tier::kGpu && run.memwall.prefetch) {
+      if (z.prefetch_bucket_size.value >= 1e6) {
+        z.prefetch_bucket_size.value = std::floor(z.prefetch_bucket_size.value / 4);
+        notes.push_back(strprintf("GPU peak over capacity: prefetch bucket shrunk to %s elements",
+                                  format_count(z.prefetch_bucket_size.value).c_str()));
+      } else {
+        run.memwall.prefetch = false;
+        notes.push_back("GPU peak over capacity: prefetching disabled");
+      }
+      continue;
+    }
+    const char* name = over->tier == Tier::kGpu ? "GPU" : (over->tier == Tier::kCpu ? "CPU" : "NVMe");
+    return Status::out_of_memory(strprintf("%s: the schedule needs %s %s at its peak, the hardware has %s (short by "
+                                           "%s); largest at the peak: %s",
+                                           name, format_bytes(over->used).c_str(), over->scope,
+                                           format_bytes(over->capacity).c_str(),
+                                           format_bytes(over->used - over->capacity).c_str(),
+                                           top_categories(*tl, over->tier).c_str()));
+  }
+}
+
+}  // namespace memwall

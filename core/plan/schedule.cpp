@@ -1,0 +1,111 @@
+// Schedule names, totals and the memory replay.
+#include "plan/schedule.h"
+
+#include <algorithm>
+
+namespace memwall {
+
+const char* task_kind_name(TaskKind k) {
+  switch (k) {
+    case TaskKind::kCompute: return "compute";
+    case TaskKind::kCopy: return "copy";
+    case TaskKind::kNvmeRead: return "nvme_read";
+    case TaskKind::kNvmeWrite: return "nvme_write";
+    case TaskKind::kCollective: return "collective";
+    case TaskKind::kOptimizerStep: return "optimizer_step";
+    case TaskKind::kAlloc: return "alloc";
+    case TaskKind::kFree: return "free";
+  }
+  return "unknown";
+}
+
+const char* resource_name(Resource r) {
+  switch (r) {
+    case Resource::kCompute: return "compute";
+    case Resource::kH2D: return "h2d";
+    case Resource::kD2H: return "d2h";
+    case Resource::kNvmeRead: return "nvme_read";
+    case Resource::kNvmeWrite: return "nvme_write";
+    case Resource::kNetwork: return "network";
+    case Resource::kCpuOptimizer: return "cpu_optimizer";
+    case Resource::kNone: return "none";
+  }
+  return "none";
+}
+
+const char* collective_name(CollectiveKind c) {
+  switch (c) {
+    case CollectiveKind::kNone: return "none";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "none";
+}
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kSetup: return "setup";
+    case Phase::kForward: return "forward";
+    case Phase::kRecompute: return "recompute";
+    case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
+  }
+  return "setup";
+}
+
+double Schedule::flops() const {
+  double f = 0;
+  for (const auto& t : tasks) f += t.flops;
+  return f;
+}
+
+Result<MemoryTimeline> replay_memory(const Schedule& s) {
+  MemoryTimeline tl;
+  constexpr int kCategories = static_cast<int>(MemCategory::kRuntimeReserved) + 1;
+  std::vector<std::vector<double>> by_cat(kTierCount, std::vector<double>(kCategories, 0));
+  tl.peak_by_category = by_cat;
+  std::vector<char> live(s.buffers.size(), 0);
+  double now[kTierCount] = {0, 0, 0};
+  for (const Task& t : s.tasks) {
+    for (int b : t.uses) {
+      if (b < 0 || b >= static_cast<int>(s.buffers.size()) || !live[b]) {
+        return Status::failed_precondition("task " + std::to_string(t.id) + " (" + t.name + ") uses buffer " +
+                                           std::to_string(b) + " that is not live");
+      }
+    }
+    if (t.kind != TaskKind::kAlloc && t.kind != TaskKind::kFree) continue;
+    const Buffer& buf = s.buffers.at(t.buffer);
+    const int tier = static_cast<int>(buf.tier);
+    const int cat = static_cast<int>(buf.category);
+    if (buf.pool >= 0 && !live[buf.pool]) {
+      return Status::failed_precondition("buffer " + buf.name + " takes a slot of a pool that is not live");
+    }
+    const double bytes = buf.pool >= 0 ? 0 : buf.bytes;
+    if (t.kind == TaskKind::kAlloc) {
+      if (live[buf.id]) return Status::failed_precondition("buffer " + buf.name + " allocated twice");
+      live[buf.id] = 1;
+      now[tier] += bytes;
+      by_cat[tier][cat] += bytes;
+      if (buf.persistent) tl.persistent_bytes[tier] += bytes;
+    } else {
+      if (!live[buf.id]) return Status::failed_precondition("buffer " + buf.name + " freed while not live");
+      if (buf.persistent) return Status::failed_precondition("persistent buffer " + buf.name + " freed");
+      live[buf.id] = 0;
+      now[tier] -= bytes;
+      by_cat[tier][cat] -= bytes;
+    }
+    MemoryTimeline::Sample sample;
+    sample.task = t.id;
+    std::copy(now, now + kTierCount, sample.bytes);
+    tl.samples.push_back(sample);
+    if (now[tier] > tl.peak_bytes[tier]) {
+      tl.peak_bytes[tier] = now[tier];
+      tl.peak_by_category[tier] = by_cat[tier];
+    }
+  }
+  return tl;
+}
+
+}  // namespace memwall

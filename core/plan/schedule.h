@@ -1,0 +1,89 @@
+// Schedule: one training iteration of one rank as a DAG of tasks, produced by the planner and run by any
+// Executor. Tasks are stored in a valid execution order: every dependency has a smaller id.
+//
+// Memory is explicit: kAlloc/kFree tasks create and release named buffers on a tier; compute, copy and
+// collective tasks list the buffers they use. Persistent buffers (the model states that outlive the
+// iteration) are allocated by setup tasks at the start and never freed. Data-parallel ranks run the same
+// schedule (the planner models rank 0; `ranks` says how many there are).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memory/memory_model.h"
+
+namespace memwall {
+
+enum class TaskKind { kCompute, kCopy, kNvmeRead, kNvmeWrite, kCollective, kOptimizerStep, kAlloc, kFree };
+const char* task_kind_name(TaskKind k);
+
+// The resource a task occupies while it runs. kNone: instantaneous bookkeeping (alloc/free).
+enum class Resource { kCompute, kH2D, kD2H, kNvmeRead, kNvmeWrite, kNetwork, kCpuOptimizer, kNone };
+inline constexpr int kResourceCount = 8;
+const char* resource_name(Resource r);
+
+enum class CollectiveKind { kNone, kAllGather, kReduceScatter, kAllReduce, kBroadcast };
+const char* collective_name(CollectiveKind c);
+
+enum class Phase { kSetup, kForward, kRecompute, kBackward, kOptimizer };
+const char* phase_name(Phase p);
+
+struct Buffer {
+  int id = 0;
+  Tier tier = Tier::kGpu;
+  MemCategory category = MemCategory::kParams16;
+  double bytes = 0;
+  bool persistent = false;  // allocated at setup, alive across iterations
+  bool pinned = false;
+  int pool = -1;            // a slot inside this persistent pool buffer: takes no memory of its own
+  std::string name;
+};
+
+struct Task {
+  int id = 0;
+  TaskKind kind = TaskKind::kCompute;
+  Resource resource = Resource::kNone;
+  Phase phase = Phase::kSetup;
+  std::string name;
+  int op = -1;                 // ModelGraph op, or -1
+  double flops = 0;            // kCompute
+  double bytes = 0;            // bytes moved (copy, NVMe, collective) or state traffic (optimizer step)
+  double elements = 0;         // kOptimizerStep: parameters updated
+  Tier src = Tier::kGpu;       // kCopy / NVMe: from
+  Tier dst = Tier::kGpu;       // kCopy / NVMe: to; kOptimizerStep: where the states live
+  CollectiveKind collective = CollectiveKind::kNone;
+  int group = 1;               // collective group size
+  bool single_link = false;    // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
+  int buffer = -1;             // kAlloc / kFree: the buffer
+  std::vector<int> uses;       // buffers read or written while running
+  std::vector<int> deps;       // task ids that must finish first
+};
+
+struct Schedule {
+  std::vector<Task> tasks;
+  std::vector<Buffer> buffers;
+  int ranks = 1;               // data-parallel x model-parallel ranks running this schedule
+  int ranks_per_node = 1;
+  int data_parallel = 1;
+  int model_parallel = 1;
+  double tokens = 0;           // tokens per rank per iteration
+  std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
+
+  double flops() const;        // compute FLOPs of the iteration on this rank
+};
+
+// Memory occupancy from replaying the schedule's alloc/free tasks in task order.
+struct MemoryTimeline {
+  struct Sample {
+    int task = 0;  // the alloc/free task after which this holds
+    double bytes[kTierCount] = {0, 0, 0};  // per rank
+  };
+  std::vector<Sample> samples;
+  double peak_bytes[kTierCount] = {0, 0, 0};             // per rank
+  std::vector<std::vector<double>> peak_by_category;     // [tier][category] at that tier's peak
+  double persistent_bytes[kTierCount] = {0, 0, 0};
+};
+// Fails (kFailedPrecondition) on a free of a buffer that is not live or a use of a dead buffer.
+Result<MemoryTimeline> replay_memory(const Schedule& s);
+
+}  // namespace memwall
