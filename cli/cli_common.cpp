@@ -79,7 +79,8 @@ Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag) {
   return load_arg<RunConfig>("runs", arg, diag, load_run);
 }
 
-Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run, int nodes) {
+Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
+                           int nodes) {
   Inputs in;
   Result<HardwareSpec> hw = load_hardware_arg(hardware, in.diag);
   if (!hw.is_ok()) return hw.status();

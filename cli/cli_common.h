@@ -38,7 +38,8 @@ struct Inputs {
   RunConfig run;  // as read: not yet resolved
   Diagnostics diag;
 };
-Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run, int nodes);
+Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
+                           int nodes);
 
 // Prints "memwall: error: <message>" and returns the exit code for the status.
 int report_error(const Status& status);

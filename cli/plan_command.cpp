@@ -91,7 +91,8 @@ int run_plan(const PlanOptions& opt) {
     ++k.count;
     k.bytes += t.bytes;
     k.flops += t.flops;
-    if (t.kind != TaskKind::kOptimizerStep && t.kind != TaskKind::kCompute) link_bytes[static_cast<int>(t.resource)] += t.bytes;
+    if (t.kind != TaskKind::kOptimizerStep && t.kind != TaskKind::kCompute)
+      link_bytes[static_cast<int>(t.resource)] += t.bytes;
   }
   const double rpn = s->ranks_per_node;
   const double peaks[kTierCount] = {tl->peak_bytes[0], tl->peak_bytes[1] * rpn, tl->peak_bytes[2] * rpn};
@@ -106,7 +107,8 @@ int run_plan(const PlanOptions& opt) {
                    {"run", json::parse(to_json_text(run))}};
   out["warnings"] = in->diag.warnings;
   json by_kind = json::object();
-  for (const auto& [name, k] : kinds) by_kind[name] = {{"count", k.count}, {"bytes", k.bytes}, {"flops", k.flops}};
+  for (const auto& [name, k] : kinds)
+    by_kind[name] = {{"count", k.count}, {"bytes", k.bytes}, {"flops", k.flops}};
   json links = json::object();
   json busy = json::object();
   for (int i = 0; i < kResourceCount; ++i) {
@@ -119,15 +121,19 @@ int run_plan(const PlanOptions& opt) {
     peak[tier_name(static_cast<Tier>(t))] = peaks[t];
     predicted[tier_name(static_cast<Tier>(t))] = analytic.tiers[t].used_bytes;
   }
-  out["schedule"] = {{"tasks", s->tasks.size()},   {"buffers", s->buffers.size()}, {"ranks", s->ranks},
-                     {"ranks_per_node", s->ranks_per_node}, {"by_kind", by_kind},      {"bytes_per_link", links},
-                     {"peak_bytes", peak},          {"predict_bytes", predicted},    {"notes", s->notes}};
-  out["reference"] = {{"iteration_s", r->makespan_s},
-                      {"busy_s", busy},
-                      {"flops_per_gpu", flops},
-                      {"tflops_per_gpu", tflops_per_gpu},
-                      {"compute_utilization", r->busy_s[static_cast<int>(Resource::kCompute)] / r->makespan_s}};
-  const json summary = {{"iteration_s", r->makespan_s}, {"tflops_per_gpu", tflops_per_gpu}, {"peak_bytes", peak}};
+  out["schedule"] = {{"tasks", s->tasks.size()}, {"buffers", s->buffers.size()},
+                     {"ranks", s->ranks},        {"ranks_per_node", s->ranks_per_node},
+                     {"by_kind", by_kind},       {"bytes_per_link", links},
+                     {"peak_bytes", peak},       {"predict_bytes", predicted},
+                     {"notes", s->notes}};
+  out["reference"] = {
+      {"iteration_s", r->makespan_s},
+      {"busy_s", busy},
+      {"flops_per_gpu", flops},
+      {"tflops_per_gpu", tflops_per_gpu},
+      {"compute_utilization", r->busy_s[static_cast<int>(Resource::kCompute)] / r->makespan_s}};
+  const json summary = {
+      {"iteration_s", r->makespan_s}, {"tflops_per_gpu", tflops_per_gpu}, {"peak_bytes", peak}};
   if (!opt.trace_path.empty()) {
     Status ws = write_trace(opt.trace_path, *in, run, *s, *r, summary);
     if (!ws.is_ok()) return report_error(ws);
@@ -138,13 +144,15 @@ int run_plan(const PlanOptions& opt) {
     return kExitOk;
   }
 
-  std::printf("plan     %s on %s (%d node(s) x %d GPUs) with %s: %zu tasks, %zu buffers for one iteration of rank 0"
-              " (%d ranks run the same schedule)\n\n",
-              in->model.name.c_str(), in->hw.name.c_str(), in->hw.nodes, in->hw.gpu.count, run.name.c_str(),
-              s->tasks.size(), s->buffers.size(), s->ranks);
+  std::printf(
+      "plan     %s on %s (%d node(s) x %d GPUs) with %s: %zu tasks, %zu buffers for one iteration of rank 0"
+      " (%d ranks run the same schedule)\n\n",
+      in->model.name.c_str(), in->hw.name.c_str(), in->hw.nodes, in->hw.gpu.count, run.name.c_str(),
+      s->tasks.size(), s->buffers.size(), s->ranks);
   std::printf("%-15s %8s %14s %14s\n", "task kind", "count", "bytes", "FLOPs");
   for (const auto& [name, k] : kinds) {
-    std::printf("%-15s %8d %14s %14s\n", name.c_str(), k.count, k.bytes > 0 ? format_bytes(k.bytes).c_str() : "-",
+    std::printf("%-15s %8d %14s %14s\n", name.c_str(), k.count,
+                k.bytes > 0 ? format_bytes(k.bytes).c_str() : "-",
                 k.flops > 0 ? strprintf("%.3g", k.flops).c_str() : "-");
   }
   std::printf("\n%-14s %14s %12s %7s\n", "link", "bytes moved", "busy", "busy %");
@@ -158,15 +166,17 @@ int run_plan(const PlanOptions& opt) {
   for (int t = 0; t < kTierCount; ++t) {
     const double a = analytic.tiers[t].used_bytes;
     std::printf("%-5s %-9s %14s %14s %7.1f%%\n", tier_name(static_cast<Tier>(t)), analytic.tiers[t].scope,
-                format_bytes(peaks[t]).c_str(), format_bytes(a).c_str(), a > 0 ? 100 * (peaks[t] - a) / a : 0.0);
+                format_bytes(peaks[t]).c_str(), format_bytes(a).c_str(),
+                a > 0 ? 100 * (peaks[t] - a) / a : 0.0);
   }
-  std::printf("\nreference executor (no contention): iteration %.3f s, %.1f TFLOP/s per GPU of %.1f achievable, "
-              "compute busy %.1f%%\n",
-              r->makespan_s, tflops_per_gpu, in->hw.gpu.achievable_flops / 1e12,
-              100 * r->busy_s[static_cast<int>(Resource::kCompute)] / r->makespan_s);
+  std::printf(
+      "\nreference executor (no contention): iteration %.3f s, %.1f TFLOP/s per GPU of %.1f achievable, "
+      "compute busy %.1f%%\n",
+      r->makespan_s, tflops_per_gpu, in->hw.gpu.achievable_flops / 1e12,
+      100 * r->busy_s[static_cast<int>(Resource::kCompute)] / r->makespan_s);
   for (const auto& n : s->notes) std::printf("note: %s\n", n.c_str());
-  if (!opt.trace_path.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
-                                           opt.trace_path.c_str());
+  if (!opt.trace_path.empty())
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", opt.trace_path.c_str());
   return kExitOk;
 }
 
@@ -174,11 +184,15 @@ int run_plan(const PlanOptions& opt) {
 
 void register_plan(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<PlanOptions>();
-  auto* cmd = app.add_subcommand("plan", "The schedule of one iteration, its memory peaks and a reference trace");
+  auto* cmd =
+      app.add_subcommand("plan", "The schedule of one iteration, its memory peaks and a reference trace");
   cmd->add_option("--hardware,-H", opt->hardware, "Hardware scenario name or file")->capture_default_str();
-  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")->capture_default_str();
-  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")->capture_default_str();
-  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")
+      ->capture_default_str();
+  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")
+      ->capture_default_str();
+  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--trace", opt->trace_path, "Write the reference executor's trace (.json or .json.gz)");
   cmd->callback([opt, &exit_code] { exit_code = run_plan(*opt); });

@@ -26,12 +26,15 @@ ReferenceExecutor::ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node)
     : state_(std::make_unique<State>()), hw_(hw), ranks_per_node_(std::max(1, ranks_per_node)) {}
 ReferenceExecutor::~ReferenceExecutor() = default;
 
-double ReferenceExecutor::now() const { return state_->now; }
+double ReferenceExecutor::now() const {
+  return state_->now;
+}
 
 double ReferenceExecutor::duration(const Task& t) const {
   const int rpn = ranks_per_node_;
   switch (t.kind) {
-    case TaskKind::kCompute: return t.flops / hw_.gpu.achievable_flops;
+    case TaskKind::kCompute:
+      return t.flops / hw_.gpu.achievable_flops;
     case TaskKind::kOptimizerStep: {
       const double bw = t.dst == Tier::kGpu ? hw_.gpu.hbm_Bps : hw_.cpu.memory_Bps / rpn;
       return t.bytes / bw;
@@ -41,8 +44,10 @@ double ReferenceExecutor::duration(const Task& t) const {
       const double bw = host_path_Bps(hw_, host, t.single_link ? 1 : rpn);
       return hw_.pcie.latency_s + t.bytes / bw;
     }
-    case TaskKind::kNvmeRead: return hw_.nvme.latency_s + t.bytes / (hw_.nvme.read_Bps() / rpn);
-    case TaskKind::kNvmeWrite: return hw_.nvme.latency_s + t.bytes / (hw_.nvme.write_Bps() / rpn);
+    case TaskKind::kNvmeRead:
+      return hw_.nvme.latency_s + t.bytes / (hw_.nvme.read_Bps() / rpn);
+    case TaskKind::kNvmeWrite:
+      return hw_.nvme.latency_s + t.bytes / (hw_.nvme.write_Bps() / rpn);
     case TaskKind::kCollective: {
       if (t.group <= 1) return 0;
       const double bw = allgather_Bps(hw_, t.group);
@@ -51,7 +56,8 @@ double ReferenceExecutor::duration(const Task& t) const {
       return latency * (t.group - 1) + factor * t.bytes / bw;
     }
     case TaskKind::kAlloc:
-    case TaskKind::kFree: return 0;
+    case TaskKind::kFree:
+      return 0;
   }
   return 0;
 }

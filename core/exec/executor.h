@@ -68,8 +68,8 @@ class ReferenceExecutor final : public Executor {
 
 struct RunResult {
   double makespan_s = 0;
-  std::vector<Completion> timing;          // indexed by task id
-  double busy_s[kResourceCount] = {};      // time each resource was occupied
+  std::vector<Completion> timing;      // indexed by task id
+  double busy_s[kResourceCount] = {};  // time each resource was occupied
 };
 
 // Runs every task of `s` on `exec` in dependency order. Ready tasks are submitted lowest id first.

@@ -9,7 +9,8 @@ namespace memwall {
 void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::TraceWriter& w) {
   w.process_name(pid, "rank " + std::to_string(pid));
   for (int r = 0; r < kResourceCount; ++r) {
-    if (static_cast<Resource>(r) != Resource::kNone) w.thread_name(pid, r + 1, resource_name(static_cast<Resource>(r)));
+    if (static_cast<Resource>(r) != Resource::kNone)
+      w.thread_name(pid, r + 1, resource_name(static_cast<Resource>(r)));
   }
   for (const Task& t : s.tasks) {
     if (t.resource == Resource::kNone) continue;
@@ -58,7 +59,8 @@ void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::T
                            s.buffers[s.tasks[events[i + 1]].buffer].tier != b.tier;
     if (!last_here) continue;
     trace::CounterSample c{pid, std::string("memory ") + tier_name(b.tier), ts, {}};
-    for (int cat : cats[tier]) c.values.emplace_back(category_name(static_cast<MemCategory>(cat)), now[tier][cat]);
+    for (int cat : cats[tier])
+      c.values.emplace_back(category_name(static_cast<MemCategory>(cat)), now[tier][cat]);
     w.counter(c);
   }
 }

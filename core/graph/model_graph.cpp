@@ -10,13 +10,20 @@ namespace memwall {
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::kEmbedding: return "embedding";
-    case OpKind::kLayerNorm: return "layernorm";
-    case OpKind::kLinear: return "linear";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kGelu: return "gelu";
-    case OpKind::kAllReduce: return "allreduce";
-    case OpKind::kLoss: return "loss";
+    case OpKind::kEmbedding:
+      return "embedding";
+    case OpKind::kLayerNorm:
+      return "layernorm";
+    case OpKind::kLinear:
+      return "linear";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kGelu:
+      return "gelu";
+    case OpKind::kAllReduce:
+      return "allreduce";
+    case OpKind::kLoss:
+      return "loss";
   }
   return "unknown";
 }
@@ -75,8 +82,8 @@ class Builder {
 
   // A linear in -> out (per rank), split into `tiles` ops over the output features. Weights (and biases)
   // named `prefix` + ".w"/".b" with the given per-matrix output sizes (several matrices fused, e.g. gate+up).
-  void linear(const std::string& name, int layer, double in, const std::vector<double>& outs, bool bias, int tiles,
-              bool save_output) {
+  void linear(const std::string& name, int layer, double in, const std::vector<double>& outs, bool bias,
+              int tiles, bool save_output) {
     double out_total = 0;
     for (double o : outs) out_total += o;
     for (int t = 0; t < tiles; ++t) {
@@ -90,8 +97,9 @@ class Builder {
       for (size_t m = 0; m < outs.size(); ++m) {
         const std::string mat = outs.size() > 1 ? strprintf(".w%zu", m) : ".w";
         o.params.push_back(param(name + mat + suffix, in * outs[m] / tiles, layer));
-        if (bias) o.params.push_back(param(name + (outs.size() > 1 ? strprintf(".b%zu", m) : ".b") + suffix,
-                                           outs[m] / tiles, layer));
+        if (bias)
+          o.params.push_back(param(name + (outs.size() > 1 ? strprintf(".b%zu", m) : ".b") + suffix,
+                                   outs[m] / tiles, layer));
       }
       o.fwd_flops = 2 * tokens_ * in * out_total / tiles;
       o.bwd_flops = 2 * o.fwd_flops;
@@ -141,7 +149,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     GraphOp& e = b.op("embed", OpKind::kEmbedding, -1);
     const int e_id = e.id;
     tok = b.param("embed.tokens", m.vocab * hd / mp, -1);
-    const int pos = m.position == PositionKind::kLearned ? b.param("embed.positions", m.max_positions * hd, -1) : -1;
+    const int pos =
+        m.position == PositionKind::kLearned ? b.param("embed.positions", m.max_positions * hd, -1) : -1;
     GraphOp& e2 = g.ops[e_id];
     if (tok >= 0) e2.params.push_back(tok);
     if (pos >= 0) e2.params.push_back(pos);
@@ -161,7 +170,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
     norm_op(p + ".ln1", L);
-    b.linear(p + ".qkv", L, hd, {hd / mp, 2 * kv / mp}, m.linear_bias, tiles, /*save_output=*/true);
+    // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention.
+    const std::vector<double> qkv =
+        kv == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{hd / mp, 2 * kv / mp};
+    b.linear(p + ".qkv", L, hd, qkv, m.linear_bias, tiles, /*save_output=*/true);
     {
       GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
       a.fwd_flops = 4 * T * seq * hd / mp;  // QK^T and AV (no causal discount, as the paper counts)

@@ -30,18 +30,18 @@ struct GraphParam {
 
 struct GraphOp {
   int id = 0;
-  std::string name;        // "L3.fc1[2/4]"
+  std::string name;  // "L3.fc1[2/4]"
   OpKind kind = OpKind::kLinear;
-  int layer = -1;          // block index; -1 before the blocks (embedding), `layers` after them
-  std::vector<int> params; // GraphParam ids (the LM head of a tied model uses the embedding's)
+  int layer = -1;           // block index; -1 before the blocks (embedding), `layers` after them
+  std::vector<int> params;  // GraphParam ids (the LM head of a tied model uses the embedding's)
   double fwd_flops = 0;
   double bwd_flops = 0;
-  double out_bytes = 0;    // output activation (transient in forward)
-  double saved_bytes = 0;  // kept from forward (or recomputation) until this op's backward
+  double out_bytes = 0;      // output activation (transient in forward)
+  double saved_bytes = 0;    // kept from forward (or recomputation) until this op's backward
   bool block_start = false;  // first op of a block: its input is the block input (checkpoint)
   int tile = 0;
   int tiles = 1;
-  int mp_group = 1;        // kAllReduce: the model-parallel group it reduces over
+  int mp_group = 1;  // kAllReduce: the model-parallel group it reduces over
 };
 
 struct GraphOptions {
@@ -69,7 +69,7 @@ ModelGraph build_model_graph(const ModelSpec& model, const GraphOptions& options
 // Parameter facts of the graph without building every layer (blocks are identical): used by the analytic
 // memory model so that it and the planner agree on what is gathered and what persists.
 struct GraphParamStats {
-  double largest_op_elements = 0;  // most parameter elements one op gathers (per rank, after tiling)
+  double largest_op_elements = 0;     // most parameter elements one op gathers (per rank, after tiling)
   double largest_param_elements = 0;  // the largest single (contiguous) parameter tensor
   // Tensors at or above the persistence threshold (partitioned in stage 3): {elements, how many}.
   std::vector<std::pair<double, double>> partitioned_tensors;

@@ -78,7 +78,8 @@ double allgather_Bps(const HardwareSpec& hw, int ranks) {
 double param_tier_bandwidth(const HardwareSpec& hw, Tier tier, int dp, Partitioning partitioning) {
   const double gather = allgather_Bps(hw, dp);
   if (tier == Tier::kGpu) return gather;
-  if (partitioning == Partitioning::kBroadcast) return std::min(host_path_limit(hw, tier, 1, nullptr), gather);
+  if (partitioning == Partitioning::kBroadcast)
+    return std::min(host_path_limit(hw, tier, 1, nullptr), gather);
   const int active = std::min(dp, hw.gpu.count);
   return std::min(dp * host_path_Bps(hw, tier, active), gather);
 }

@@ -128,7 +128,6 @@ std::string MemoryEstimate::shortfall() const {
 
 namespace {
 
-
 class Builder {
  public:
   explicit Builder(MemoryEstimate& e) : e_(e) {}
@@ -265,13 +264,14 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
     const int stages =
         1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
     b.add(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run, sub),
-          strprintf("optimizer swap: %d stage(s) x buffer_count %d x sub-group %s x 4 B + 16-bit staging", stages,
-                    z.offload_optimizer.buffer_count, format_count(sub).c_str()),
+          strprintf("optimizer swap: %d stage(s) x buffer_count %d x sub-group %s x 4 B + 16-bit staging",
+                    stages, z.offload_optimizer.buffer_count, format_count(sub).c_str()),
           true);
     if (z.offload_optimizer.buffer_count < 4) {
-      e.notes.push_back(strprintf("offload_optimizer.buffer_count %d is below the 4 fp32 states Adam swaps per "
-                                  "sub-group; the step serialises on swap buffers",
-                                  z.offload_optimizer.buffer_count));
+      e.notes.push_back(
+          strprintf("offload_optimizer.buffer_count %d is below the 4 fp32 states Adam swaps per "
+                    "sub-group; the step serialises on swap buffers",
+                    z.offload_optimizer.buffer_count));
     }
     const double groups = std::ceil(opt_elems / sub);
     const double states = mixed ? 4 : 2;
@@ -283,7 +283,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   // ---- GPU working memory for model states ----
   if (z.stage == 3) {
     b.add(Tier::kGpu, MemCategory::kModelStateWorking, 2 * pb * stats.largest_op_elements,
-          strprintf("Eq.4: %.0f B params + grads x largest op %s", pb, format_count(stats.largest_op_elements).c_str()) +
+          strprintf("Eq.4: %.0f B params + grads x largest op %s", pb,
+                    format_count(stats.largest_op_elements).c_str()) +
               (t > 1 ? strprintf(" (tiling %d)", t) : ""));
     if (run.memwall.prefetch) {
       const double prefetch = std::min(z.prefetch_bucket_size.value, z.max_live_parameters);

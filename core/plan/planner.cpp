@@ -41,7 +41,8 @@ class Planner {
     return s_.tasks.back().id;
   }
 
-  int simple(TaskKind kind, Resource r, Phase ph, std::string name, std::vector<int> deps, std::vector<int> uses = {}) {
+  int simple(TaskKind kind, Resource r, Phase ph, std::string name, std::vector<int> deps,
+             std::vector<int> uses = {}) {
     Task t;
     t.kind = kind;
     t.resource = r;
@@ -53,8 +54,8 @@ class Planner {
   }
 
   // Allocates a buffer; returns the buffer id (its alloc task is alloc_task_[id]).
-  int alloc(Tier tier, MemCategory cat, double bytes, const std::string& name, Phase ph, std::vector<int> deps,
-            bool persistent = false, bool pinned = false) {
+  int alloc(Tier tier, MemCategory cat, double bytes, const std::string& name, Phase ph,
+            std::vector<int> deps, bool persistent = false, bool pinned = false) {
     Buffer b;
     b.id = static_cast<int>(s_.buffers.size());
     b.tier = tier;
@@ -143,12 +144,22 @@ class Planner {
   void setup();
   void build_events();
   void plan_events();
-  int fetch(int param, size_t event_index, Phase ph);  // returns the buffer holding the gathered parameter
+  // Fetching a partitioned parameter for an event happens in three stages, each emitted right after the
+  // compute task that triggers it: NVMe->CPU (nc), CPU->GPU (cg) and the all-gather (gg).
+  struct Fetch {
+    int param = -1;
+    size_t event = 0;
+    int src_buf = -1;   // where the data is after the stages so far
+    int ready = -1;     // the task after which src_buf holds it
+    int gathered = -1;  // the whole parameter on the GPU, after gg
+  };
+  void plan_fetches();
+  void emit_stage(int fetch, int stage, Phase ph);
   void gradient(int param, Phase ph, int compute_task, int grad_buf);
   void optimizer();
 
   bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements >= persistence_; }
-  int trigger(size_t event_index, int ahead) const;
+  long trigger(size_t event_index, int ahead) const;  // event index of the triggering op, -1: at once
   double gathered_elements(size_t i) const;
 
   const ModelGraph& g_;
@@ -170,14 +181,14 @@ class Planner {
   bool broadcast_ = false;
 
   // Per parameter
-  std::vector<Tier> home_;          // where the partitioned shard lives
-  std::vector<int> shard_buf_;      // its persistent buffer
-  std::vector<int> resident_buf_;   // whole parameter on the GPU (stages 0-2, persistent small params)
-  std::vector<int> grad_buf_;       // persistent 16-bit gradient (stages 0-2 and stage 3 with GPU optimizer)
-  std::vector<int> last_use_;       // index in events_ of the parameter's last backward use
-  std::vector<int> gathered_;       // buffer of a currently gathered (kept) parameter, or -1
-  std::vector<int> gathered_ready_; // task after which gathered_ is valid
-  std::vector<int> grad_done_;      // last task of each parameter's gradient path
+  std::vector<Tier> home_;           // where the partitioned shard lives
+  std::vector<int> shard_buf_;       // its persistent buffer
+  std::vector<int> resident_buf_;    // whole parameter on the GPU (stages 0-2, persistent small params)
+  std::vector<int> grad_buf_;        // persistent 16-bit gradient (stages 0-2 and stage 3 with GPU optimizer)
+  std::vector<int> last_use_;        // index in events_ of the parameter's last backward use
+  std::vector<int> gathered_;        // buffer of a currently gathered (kept) parameter, or -1
+  std::vector<int> gathered_ready_;  // task after which gathered_ is valid
+  std::vector<int> grad_done_;       // last task of each parameter's gradient path
 
   std::vector<Event> events_;
   std::vector<int> compute_of_event_;
@@ -186,6 +197,10 @@ class Planner {
   int param_pool_ = -1;             // pinned param swap pool (NVMe-resident parameters)
   int opt_pool_ = -1;               // pinned optimizer swap pool (NVMe-resident optimizer states)
   std::vector<int> swap_in_frees_;  // free tasks of param swap-in slots, in slot order
+  std::vector<Fetch> fetches_;
+  std::map<std::pair<size_t, int>, int> fetch_of_;           // (event, param) -> fetch
+  std::vector<std::vector<std::pair<int, int>>> stages_at_;  // [trigger event + 1] -> (fetch, stage)
+  std::map<std::pair<size_t, int>, bool> keep_after_;  // (event, param): stays gathered for its next use
 };
 
 Schedule Planner::plan() {
@@ -239,14 +254,15 @@ void Planner::setup() {
       shard_buf_[p] = alloc(home, MemCategory::kParams16, b_ * shard, gp.name + " shard", ph, {}, true,
                             home == Tier::kCpu && z.offload_param.pin_memory);
       if (opt_tier_ == Tier::kGpu) {
-        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kGrads16, b_ * shard, gp.name + " grad shard", ph, {}, true);
+        grad_buf_[p] =
+            alloc(Tier::kGpu, MemCategory::kGrads16, b_ * shard, gp.name + " grad shard", ph, {}, true);
       }
     } else {
       const MemCategory cat = stage_ == 3 ? MemCategory::kPersistentParams : MemCategory::kParams16;
       resident_buf_[p] = alloc(Tier::kGpu, cat, b_ * gp.elements, gp.name, ph, {}, true);
       if (stage_ == 3) {
-        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kPersistentParams, b_ * gp.elements, gp.name + " grad", ph, {},
-                             true);
+        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kPersistentParams, b_ * gp.elements, gp.name + " grad",
+                             ph, {}, true);
       } else if (opt_tier_ == Tier::kGpu || stage_ < 2) {
         const double grad = stage_ >= 2 ? gp.elements / dp_ : gp.elements;
         grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kGrads16, b_ * grad, gp.name + " grad", ph, {}, true);
@@ -256,11 +272,12 @@ void Planner::setup() {
   // NVMe-resident shards: the pinned swap pool they are staged through, and their files' block padding.
   double param_padding = 0;
   for (size_t p = 0; p < n; ++p) {
-    if (home_[p] == Tier::kNvme) param_padding += aio_padding(s_.buffers[shard_buf_[p]].bytes, run_.aio.block_size);
+    if (home_[p] == Tier::kNvme)
+      param_padding += aio_padding(s_.buffers[shard_buf_[p]].bytes, run_.aio.block_size);
   }
   if (std::count(home_.begin(), home_.end(), Tier::kNvme) > 0) {
-    param_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, param_swap_pool_bytes(run_), "param swap pool",
-                        ph, {}, true, true);
+    param_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, param_swap_pool_bytes(run_),
+                        "param swap pool", ph, {}, true, true);
     alloc(Tier::kNvme, MemCategory::kNvmeFilePadding, param_padding, "param swap file padding", ph, {}, true);
   }
   // Optimizer states of this rank: fp32 master params, momentum, variance and gradients.
@@ -271,13 +288,14 @@ void Planner::setup() {
     opt_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run_, sub),
                       "optimizer swap pool", ph, {}, true, true);
     alloc(Tier::kNvme, MemCategory::kNvmeFilePadding,
-          optimizer_swap_padding(n_opt, sub, mixed_ ? 4 : 2, run_.aio.block_size), "optimizer swap file padding", ph,
-          {}, true);
+          optimizer_swap_padding(n_opt, sub, mixed_ ? 4 : 2, run_.aio.block_size),
+          "optimizer swap file padding", ph, {}, true);
   }
   if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_opt, "fp32 master params", ph, {}, true);
   alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_opt, "fp32 momentum", ph, {}, true);
   opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_opt, "fp32 variance", ph, {}, true);
-  if (mixed_) opt_states_buf_ = alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads", ph, {}, true, pin);
+  if (mixed_)
+    opt_states_buf_ = alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads", ph, {}, true, pin);
 }
 
 void Planner::build_events() {
@@ -288,9 +306,12 @@ void Planner::build_events() {
   std::vector<std::vector<int>> segments((nl + ci - 1) / std::max(1, ci));
   for (const GraphOp& o : g_.ops) {
     events_.push_back({o.id, Phase::kForward});
-    if (o.layer < 0) before.push_back(o.id);
-    else if (o.layer >= nl) after.push_back(o.id);
-    else segments[o.layer / ci].push_back(o.id);
+    if (o.layer < 0)
+      before.push_back(o.id);
+    else if (o.layer >= nl)
+      after.push_back(o.id);
+    else
+      segments[o.layer / ci].push_back(o.id);
   }
   for (auto it = after.rbegin(); it != after.rend(); ++it) events_.push_back({*it, Phase::kBackward});
   for (auto seg = segments.rbegin(); seg != segments.rend(); ++seg) {
@@ -320,8 +341,8 @@ double Planner::gathered_elements(size_t i) const {
   return n;
 }
 
-// The compute task after which a fetch `ahead` events before event i may start (-1: at once).
-int Planner::trigger(size_t i, int ahead) const {
+// The event whose op's completion lets a fetch stage `ahead` events before event i start (-1: at once).
+long Planner::trigger(size_t i, int ahead) const {
   const ZeroConfig& z = run_.zero;
   long k = static_cast<long>(i) - 1;  // just in time: after the previous op
   if (run_.memwall.prefetch) {
@@ -337,49 +358,94 @@ int Planner::trigger(size_t i, int ahead) const {
       ++k;
     }
   }
-  if (k < 0) return -1;
-  return compute_of_event_[k];
+  return std::max(-1L, k);
 }
 
-int Planner::fetch(int p, size_t i, Phase ph) {
+// Decides, for every use of every partitioned parameter, whether it must be fetched (its previous use did
+// not keep it within the reuse distance) and when each stage of that fetch is issued.
+void Planner::plan_fetches() {
+  stages_at_.assign(events_.size() + 1, {});
+  std::map<int, size_t> previous;  // param -> its previous use event
+  for (size_t i = 0; i < events_.size(); ++i) {
+    for (int p : g_.ops[events_[i].op].params) {
+      if (!partitioned(p)) continue;
+      if (auto it = previous.find(p); it != previous.end()) {
+        const size_t prev = it->second;
+        const double distance = prefix_elems_[i] - prefix_elems_[prev + 1];
+        const bool keepable = !(dp_ == 1 && home_[p] == Tier::kGpu);  // the shard itself is the parameter
+        keep_after_[{prev, p}] = keepable && distance <= run_.zero.max_reuse_distance;
+      }
+      previous[p] = i;
+      const bool fetched_before = fetch_of_.count({i, p}) > 0;
+      if (fetched_before) continue;
+      bool needed = true;
+      for (size_t back = i; back-- > 0;) {
+        bool uses_p = false;
+        for (int q : g_.ops[events_[back].op].params) uses_p = uses_p || q == p;
+        if (uses_p) {
+          needed = !keep_after_[{back, p}];
+          break;
+        }
+      }
+      if (!needed) continue;
+      const int f = static_cast<int>(fetches_.size());
+      fetches_.push_back({p, i, shard_buf_[p], -1, -1});
+      fetch_of_[{i, p}] = f;
+      // Stages in order, never later than the next one: nc (3 ahead), cg (2 ahead), gg (1 ahead).
+      const long gg = trigger(i, 1);
+      const long cg = std::min(trigger(i, 2), gg);
+      const long nc = std::min(trigger(i, 3), cg);
+      stages_at_[nc + 1].push_back({f, 0});
+      stages_at_[cg + 1].push_back({f, 1});
+      stages_at_[gg + 1].push_back({f, 2});
+    }
+  }
+  // Within one trigger point, issue every nc before any cg before any gg (each stage needs the previous).
+  for (auto& list : stages_at_) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  }
+}
+
+void Planner::emit_stage(int f, int stage, Phase ph) {
+  Fetch& fe = fetches_[f];
+  const int p = fe.param;
   const GraphParam& gp = g_.params[p];
   const std::string& nm = gp.name;
   const double full = b_ * gp.elements;
   const double shard = broadcast_ ? full : full / dp_;
   const Tier home = home_[p];
-  int src_buf = shard_buf_[p];
-  int ready = -1;
-  if (home == Tier::kNvme) {
+  const long trig =
+      stage == 0 ? trigger(fe.event, 3) : (stage == 1 ? trigger(fe.event, 2) : trigger(fe.event, 1));
+  const int after = trig >= 0 ? compute_of_event_[std::min<long>(trig, static_cast<long>(fe.event) - 1)] : -1;
+  if (stage == 0 && home == Tier::kNvme) {
     // A slot of the pinned swap pool: at most buffer_count swap-ins are in flight.
-    std::vector<int> slot_deps = {trigger(i, 3)};
+    std::vector<int> slot_deps = {after};
     const size_t count = static_cast<size_t>(run_.zero.offload_param.buffer_count);
     if (swap_in_frees_.size() >= count) slot_deps.push_back(swap_in_frees_[swap_in_frees_.size() - count]);
     const int swap = slot(param_pool_, Tier::kCpu, std::min(shard, b_ * run_.zero.offload_param.buffer_size),
                           nm + " swap-in", ph, slot_deps);
-    ready = copy(Tier::kNvme, Tier::kCpu, shard, "nvme->cpu " + nm, ph, {}, {swap, shard_buf_[p]});
-    src_buf = swap;
+    fe.ready = copy(Tier::kNvme, Tier::kCpu, shard, "nvme->cpu " + nm, ph, {after}, {swap, shard_buf_[p]});
+    fe.src_buf = swap;
+  } else if (stage == 1 && home != Tier::kGpu) {
+    const int staged = alloc(Tier::kGpu, MemCategory::kGatherPrefetch, shard, nm + " staged", ph, {after});
+    fe.ready = copy(home == Tier::kNvme ? Tier::kCpu : home, Tier::kGpu, shard, "cpu->gpu " + nm, ph,
+                    {fe.ready, after}, {staged, fe.src_buf}, broadcast_);
+    if (home == Tier::kNvme) swap_in_frees_.push_back(free_buffer(fe.src_buf, ph));
+    fe.src_buf = staged;
+  } else if (stage == 2) {
+    if (dp_ == 1) {
+      fe.gathered = fe.src_buf;  // a GPU shard, or the staged copy, is already the whole parameter
+      return;
+    }
+    const int full_buf =
+        alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {after});
+    fe.ready = collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_, full,
+                          (broadcast_ ? "broadcast " : "allgather ") + nm, ph, {fe.ready, after},
+                          {full_buf, fe.src_buf});
+    if (home != Tier::kGpu) free_buffer(fe.src_buf, ph);
+    fe.gathered = full_buf;
   }
-  if (home != Tier::kGpu) {
-    const int staged = alloc(Tier::kGpu, MemCategory::kGatherPrefetch, shard, nm + " staged", ph, {trigger(i, 2)});
-    ready = copy(home == Tier::kNvme ? Tier::kCpu : home, Tier::kGpu, shard, "cpu->gpu " + nm, ph, {ready},
-                 {staged, src_buf}, broadcast_);
-    if (home == Tier::kNvme) swap_in_frees_.push_back(free_buffer(src_buf, ph));
-    src_buf = staged;
-  }
-  if (dp_ == 1 && home == Tier::kGpu) {
-    gathered_ready_[p] = -1;
-    return shard_buf_[p];  // the whole parameter already sits on this GPU
-  }
-  if (dp_ == 1) {
-    gathered_ready_[p] = ready;
-    return src_buf;
-  }
-  const int full_buf = alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {trigger(i, 1)});
-  ready = collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_, full,
-                     (broadcast_ ? "broadcast " : "allgather ") + nm, ph, {ready}, {full_buf, src_buf});
-  if (home != Tier::kGpu) free_buffer(src_buf, ph);
-  gathered_ready_[p] = ready;
-  return full_buf;
 }
 
 void Planner::plan_events() {
@@ -387,20 +453,23 @@ void Planner::plan_events() {
   const int nl = g_.layers;
   const int ci = ac.enabled ? std::max(1, ac.interval) : nl;
   const double eb = g_.options.element_bytes;
-  std::map<int, int> saved;       // op -> saved-activation buffer (until its backward)
-  std::map<int, int> ckpt_gpu;    // segment -> checkpoint on GPU
-  std::map<int, int> ckpt_cpu;    // segment -> checkpoint on CPU
-  std::map<int, int> ckpt_copy;   // segment -> d2h copy task
-  int prev_out = -1;              // transient output of the previous event (freed after the next compute)
+  std::map<int, int> saved;      // op -> saved-activation buffer (until its backward)
+  std::map<int, int> ckpt_gpu;   // segment -> checkpoint on GPU
+  std::map<int, int> ckpt_cpu;   // segment -> checkpoint on CPU
+  std::map<int, int> ckpt_copy;  // segment -> d2h copy task
+  int prev_out = -1;             // transient output of the previous event (freed after the next compute)
   int prev_compute = -1;
   int logits_grad = -1;
   const bool overlap = run_.zero.overlap_comm;
+  plan_fetches();
   std::vector<int> pending_reduce;  // without overlap_comm the next compute waits for these
 
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event ev = events_[i];
     const GraphOp& op = g_.ops[ev.op];
     const Phase ph = ev.phase;
+    // Fetch stages triggered by the previous op (or by nothing, before the first) run while this op runs.
+    for (const auto& [f, stage] : stages_at_[i]) emit_stage(f, stage, events_[fetches_[f].event].phase);
     const char* tag = ph == Phase::kForward ? "fwd " : (ph == Phase::kRecompute ? "recompute " : "bwd ");
     const bool in_block = op.layer >= 0 && op.layer < nl;
     const int segment = in_block ? op.layer / ci : -1;
@@ -419,8 +488,9 @@ void Planner::plan_events() {
         if (ac.cpu_checkpointing) {
           const int cbuf = alloc(Tier::kCpu, MemCategory::kActivationCheckpoints, ckpt_bytes,
                                  strprintf("ckpt seg%d cpu", segment), ph, {prev_compute});
-          ckpt_copy[segment] = copy(Tier::kGpu, Tier::kCpu, ckpt_bytes, strprintf("gpu->cpu ckpt seg%d", segment), ph,
-                                    {prev_compute}, {gbuf, cbuf});
+          ckpt_copy[segment] =
+              copy(Tier::kGpu, Tier::kCpu, ckpt_bytes, strprintf("gpu->cpu ckpt seg%d", segment), ph,
+                   {prev_compute}, {gbuf, cbuf});
           free_buffer(gbuf, ph);
           ckpt_cpu[segment] = cbuf;
         } else {
@@ -429,7 +499,8 @@ void Planner::plan_events() {
       } else if (ph == Phase::kRecompute && ac.cpu_checkpointing) {
         // Brought back while the previous (later) segment's backward still runs.
         const int gbuf = alloc(Tier::kGpu, MemCategory::kActivationCheckpoints, ckpt_bytes,
-                               strprintf("ckpt seg%d back", segment), ph, {trigger(i, 2)});
+                               strprintf("ckpt seg%d back", segment), ph,
+                               {trigger(i, 2) >= 0 ? compute_of_event_[trigger(i, 2)] : -1});
         const int c = copy(Tier::kCpu, Tier::kGpu, ckpt_bytes, strprintf("cpu->gpu ckpt seg%d", segment), ph,
                            {ckpt_copy[segment]}, {ckpt_cpu[segment], gbuf});
         free_buffer(ckpt_cpu[segment], ph);
@@ -443,13 +514,13 @@ void Planner::plan_events() {
     std::vector<int> grad_bufs;
     for (int p : op.params) {
       if (partitioned(p)) {
-        int buf = gathered_[p];
-        if (buf < 0) {
-          buf = fetch(p, i, ph);
+        if (auto it = fetch_of_.find({i, p}); it != fetch_of_.end()) {
+          gathered_[p] = fetches_[it->second].gathered;
+          gathered_ready_[p] = fetches_[it->second].ready;
         }
+        MW_CHECK(gathered_[p] >= 0, "parameter " + g_.params[p].name + " not gathered for " + op.name);
         deps.push_back(gathered_ready_[p]);
-        uses.push_back(buf);
-        gathered_[p] = buf;
+        uses.push_back(gathered_[p]);
       } else {
         uses.push_back(resident_buf_[p]);
       }
@@ -458,8 +529,9 @@ void Planner::plan_events() {
         // otherwise backward accumulates straight into the persistent gradient.
         const bool scattered = partitioned(p) || stage_ == 2;
         if (scattered && (dp_ > 1 || opt_tier_ != Tier::kGpu)) {
-          const int gb = alloc(Tier::kGpu, stage_ == 3 ? MemCategory::kModelStateWorking : MemCategory::kReduceBuckets,
-                               b_ * g_.params[p].elements, g_.params[p].name + " grad", ph, {prev_compute});
+          const int gb =
+              alloc(Tier::kGpu, stage_ == 3 ? MemCategory::kModelStateWorking : MemCategory::kReduceBuckets,
+                    b_ * g_.params[p].elements, g_.params[p].name + " grad", ph, {prev_compute});
           grad_bufs.push_back(gb);
           uses.push_back(gb);
         } else {
@@ -474,7 +546,8 @@ void Planner::plan_events() {
     int out_buf = -1;
     if (ph == Phase::kBackward) {
       if (op.kind == OpKind::kLoss) {
-        logits_grad = alloc(Tier::kGpu, MemCategory::kLogits, op.out_bytes, "logits grad", ph, {prev_compute});
+        logits_grad =
+            alloc(Tier::kGpu, MemCategory::kLogits, op.out_bytes, "logits grad", ph, {prev_compute});
         uses.push_back(logits_grad);
       } else if (op.out_bytes > 0) {
         out_buf = alloc(Tier::kGpu, MemCategory::kActivationWorking, op.out_bytes, op.name + " dgrad", ph,
@@ -485,16 +558,19 @@ void Planner::plan_events() {
     } else if (op.kind != OpKind::kLoss) {
       const bool keep = op.saved_bytes > 0 && (!ac.enabled || !in_block || ph == Phase::kRecompute);
       if (keep && ph == Phase::kForward && !in_block) {
-        saved[op.id] = alloc(Tier::kGpu, op.kind == OpKind::kLinear ? MemCategory::kLogits : MemCategory::kActivationWorking,
-                             op.saved_bytes, op.name + " saved", ph, {prev_compute});
+        saved[op.id] = alloc(
+            Tier::kGpu, op.kind == OpKind::kLinear ? MemCategory::kLogits : MemCategory::kActivationWorking,
+            op.saved_bytes, op.name + " saved", ph, {prev_compute});
         uses.push_back(saved[op.id]);
       } else if (keep) {
-        saved[op.id] = alloc(Tier::kGpu, ac.enabled ? MemCategory::kActivationWorking : MemCategory::kActivations,
-                             op.saved_bytes, op.name + " saved", ph, {prev_compute});
+        saved[op.id] =
+            alloc(Tier::kGpu, ac.enabled ? MemCategory::kActivationWorking : MemCategory::kActivations,
+                  op.saved_bytes, op.name + " saved", ph, {prev_compute});
         uses.push_back(saved[op.id]);
       }
       if (op.out_bytes > 0 && !keep) {
-        out_buf = alloc(Tier::kGpu, MemCategory::kActivationWorking, op.out_bytes, op.name + " out", ph, {prev_compute});
+        out_buf = alloc(Tier::kGpu, MemCategory::kActivationWorking, op.out_bytes, op.name + " out", ph,
+                        {prev_compute});
         uses.push_back(out_buf);
       }
     } else if (ph == Phase::kForward) {
@@ -552,18 +628,9 @@ void Planner::plan_events() {
     // Parameters: keep when reused within the reuse distance, otherwise release.
     for (int p : op.params) {
       if (!partitioned(p) || gathered_[p] < 0) continue;
-      int next = -1;
-      for (size_t j = i + 1; j < events_.size() && next < 0; ++j) {
-        for (int q : g_.ops[events_[j].op].params) {
-          if (q == p) next = static_cast<int>(j);
-        }
-      }
-      const double distance = next < 0 ? 1e300 : prefix_elems_[next] - prefix_elems_[i + 1];
-      const bool keep = next >= 0 && distance <= run_.zero.max_reuse_distance && gathered_[p] != shard_buf_[p];
-      if (!keep) {
-        if (gathered_[p] != shard_buf_[p]) free_buffer(gathered_[p], ph);
-        gathered_[p] = -1;
-      }
+      if (keep_after_[{i, p}]) continue;
+      if (gathered_[p] != shard_buf_[p]) free_buffer(gathered_[p], ph);
+      gathered_[p] = -1;
     }
   }
   if (prev_out >= 0) free_buffer(prev_out, Phase::kBackward);
@@ -583,23 +650,25 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   if (grad_buf < 0) {
     // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
     if (dp_ > 1) {
-      last = collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last}, {grad_buf_[p]});
+      last = collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last},
+                        {grad_buf_[p]});
     }
     if (stage_ >= 1) shard = full / dp_;
   } else {
     shard_buf = grad_buf;
     if (dp_ > 1) {
       shard = full / dp_;
-      shard_buf = opt_tier_ == Tier::kGpu
-                      ? grad_buf_[p]
-                      : alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard, nm + " grad shard", ph, {compute_task});
+      shard_buf = opt_tier_ == Tier::kGpu ? grad_buf_[p]
+                                          : alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
+                                                  nm + " grad shard", ph, {compute_task});
       last = collective(CollectiveKind::kReduceScatter, dp_, full, "reducescatter grad " + nm, ph, {last},
                         {grad_buf, shard_buf});
       free_buffer(grad_buf, ph);
     }
   }
   if (opt_tier_ == Tier::kCpu) {
-    last = copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_});
+    last =
+        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_});
   } else if (opt_tier_ == Tier::kNvme) {
     const double fp32 = 4 * shard / b_;
     const int pinned = slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last});
@@ -624,7 +693,8 @@ void Planner::optimizer() {
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
-  const int sets = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
+  const int sets =
+      1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
   std::vector<int> step(groups, -1), write(groups, -1), read(groups, -1), freed(groups, -1);
   for (int g = 0; g < groups; ++g) {
     const double n = g + 1 < groups ? sub : n_total - sub * (groups - 1);
@@ -669,8 +739,8 @@ void Planner::optimizer() {
     if (opt_tier_ != Tier::kGpu) {
       const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
       if (param_home == Tier::kGpu) {
-        last = copy(opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_, Tier::kGpu, p16, "cpu->gpu params " + nm, ph,
-                    {step[g]}, src);
+        last = copy(opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_, Tier::kGpu, p16,
+                    "cpu->gpu params " + nm, ph, {step[g]}, src);
       } else if (param_home == Tier::kNvme) {
         const int w = copy(Tier::kCpu, Tier::kNvme, p16, "cpu->nvme params " + nm, ph, {step[g]}, src);
         if (write[g] >= 0) last = w;
@@ -728,7 +798,8 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
   for (;;) {
     Schedule s = plan_graph(graph, run, hw);
     Result<MemoryTimeline> tl = replay_memory(s);
-    if (!tl.is_ok()) return Status::internal("planner produced an inconsistent schedule: " + tl.status().message());
+    if (!tl.is_ok())
+      return Status::internal("planner produced an inconsistent schedule: " + tl.status().message());
     const double rpn = s.ranks_per_node;
     const struct {
       Tier tier;
@@ -738,7 +809,8 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
     } tiers[] = {{Tier::kGpu, tl->peak_bytes[0], hw.gpu.memory_bytes, "per GPU"},
                  {Tier::kCpu, tl->peak_bytes[1] * rpn, hw.cpu.memory_bytes, "per node"},
                  {Tier::kNvme, tl->peak_bytes[2] * rpn, hw.nvme.capacity_bytes(), "per node"}};
-    const auto* over = std::find_if(std::begin(tiers), std::end(tiers), [](const auto& t) { return t.used > t.capacity; });
+    const auto* over =
+        std::find_if(std::begin(tiers), std::end(tiers), [](const auto& t) { return t.used > t.capacity; });
     if (over == std::end(tiers)) {
       s.notes = notes;
       return s;
@@ -757,12 +829,11 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
       continue;
     }
     const char* name = over->tier == Tier::kGpu ? "GPU" : (over->tier == Tier::kCpu ? "CPU" : "NVMe");
-    return Status::out_of_memory(strprintf("%s: the schedule needs %s %s at its peak, the hardware has %s (short by "
-                                           "%s); largest at the peak: %s",
-                                           name, format_bytes(over->used).c_str(), over->scope,
-                                           format_bytes(over->capacity).c_str(),
-                                           format_bytes(over->used - over->capacity).c_str(),
-                                           top_categories(*tl, over->tier).c_str()));
+    return Status::out_of_memory(strprintf(
+        "%s: the schedule needs %s %s at its peak, the hardware has %s (short by "
+        "%s); largest at the peak: %s",
+        name, format_bytes(over->used).c_str(), over->scope, format_bytes(over->capacity).c_str(),
+        format_bytes(over->used - over->capacity).c_str(), top_categories(*tl, over->tier).c_str()));
   }
 }
 

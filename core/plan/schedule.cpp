@@ -7,50 +7,76 @@ namespace memwall {
 
 const char* task_kind_name(TaskKind k) {
   switch (k) {
-    case TaskKind::kCompute: return "compute";
-    case TaskKind::kCopy: return "copy";
-    case TaskKind::kNvmeRead: return "nvme_read";
-    case TaskKind::kNvmeWrite: return "nvme_write";
-    case TaskKind::kCollective: return "collective";
-    case TaskKind::kOptimizerStep: return "optimizer_step";
-    case TaskKind::kAlloc: return "alloc";
-    case TaskKind::kFree: return "free";
+    case TaskKind::kCompute:
+      return "compute";
+    case TaskKind::kCopy:
+      return "copy";
+    case TaskKind::kNvmeRead:
+      return "nvme_read";
+    case TaskKind::kNvmeWrite:
+      return "nvme_write";
+    case TaskKind::kCollective:
+      return "collective";
+    case TaskKind::kOptimizerStep:
+      return "optimizer_step";
+    case TaskKind::kAlloc:
+      return "alloc";
+    case TaskKind::kFree:
+      return "free";
   }
   return "unknown";
 }
 
 const char* resource_name(Resource r) {
   switch (r) {
-    case Resource::kCompute: return "compute";
-    case Resource::kH2D: return "h2d";
-    case Resource::kD2H: return "d2h";
-    case Resource::kNvmeRead: return "nvme_read";
-    case Resource::kNvmeWrite: return "nvme_write";
-    case Resource::kNetwork: return "network";
-    case Resource::kCpuOptimizer: return "cpu_optimizer";
-    case Resource::kNone: return "none";
+    case Resource::kCompute:
+      return "compute";
+    case Resource::kH2D:
+      return "h2d";
+    case Resource::kD2H:
+      return "d2h";
+    case Resource::kNvmeRead:
+      return "nvme_read";
+    case Resource::kNvmeWrite:
+      return "nvme_write";
+    case Resource::kNetwork:
+      return "network";
+    case Resource::kCpuOptimizer:
+      return "cpu_optimizer";
+    case Resource::kNone:
+      return "none";
   }
   return "none";
 }
 
 const char* collective_name(CollectiveKind c) {
   switch (c) {
-    case CollectiveKind::kNone: return "none";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kNone:
+      return "none";
+    case CollectiveKind::kAllGather:
+      return "allgather";
+    case CollectiveKind::kReduceScatter:
+      return "reducescatter";
+    case CollectiveKind::kAllReduce:
+      return "allreduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
   }
   return "none";
 }
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::kSetup: return "setup";
-    case Phase::kForward: return "forward";
-    case Phase::kRecompute: return "recompute";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
+    case Phase::kSetup:
+      return "setup";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kRecompute:
+      return "recompute";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
   }
   return "setup";
 }

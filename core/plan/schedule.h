@@ -35,7 +35,7 @@ struct Buffer {
   double bytes = 0;
   bool persistent = false;  // allocated at setup, alive across iterations
   bool pinned = false;
-  int pool = -1;            // a slot inside this persistent pool buffer: takes no memory of its own
+  int pool = -1;  // a slot inside this persistent pool buffer: takes no memory of its own
   std::string name;
 };
 
@@ -45,42 +45,42 @@ struct Task {
   Resource resource = Resource::kNone;
   Phase phase = Phase::kSetup;
   std::string name;
-  int op = -1;                 // ModelGraph op, or -1
-  double flops = 0;            // kCompute
-  double bytes = 0;            // bytes moved (copy, NVMe, collective) or state traffic (optimizer step)
-  double elements = 0;         // kOptimizerStep: parameters updated
-  Tier src = Tier::kGpu;       // kCopy / NVMe: from
-  Tier dst = Tier::kGpu;       // kCopy / NVMe: to; kOptimizerStep: where the states live
+  int op = -1;            // ModelGraph op, or -1
+  double flops = 0;       // kCompute
+  double bytes = 0;       // bytes moved (copy, NVMe, collective) or state traffic (optimizer step)
+  double elements = 0;    // kOptimizerStep: parameters updated
+  Tier src = Tier::kGpu;  // kCopy / NVMe: from
+  Tier dst = Tier::kGpu;  // kCopy / NVMe: to; kOptimizerStep: where the states live
   CollectiveKind collective = CollectiveKind::kNone;
-  int group = 1;               // collective group size
-  bool single_link = false;    // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
-  int buffer = -1;             // kAlloc / kFree: the buffer
-  std::vector<int> uses;       // buffers read or written while running
-  std::vector<int> deps;       // task ids that must finish first
+  int group = 1;             // collective group size
+  bool single_link = false;  // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
+  int buffer = -1;           // kAlloc / kFree: the buffer
+  std::vector<int> uses;     // buffers read or written while running
+  std::vector<int> deps;     // task ids that must finish first
 };
 
 struct Schedule {
   std::vector<Task> tasks;
   std::vector<Buffer> buffers;
-  int ranks = 1;               // data-parallel x model-parallel ranks running this schedule
+  int ranks = 1;  // data-parallel x model-parallel ranks running this schedule
   int ranks_per_node = 1;
   int data_parallel = 1;
   int model_parallel = 1;
-  double tokens = 0;           // tokens per rank per iteration
+  double tokens = 0;               // tokens per rank per iteration
   std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
 
-  double flops() const;        // compute FLOPs of the iteration on this rank
+  double flops() const;  // compute FLOPs of the iteration on this rank
 };
 
 // Memory occupancy from replaying the schedule's alloc/free tasks in task order.
 struct MemoryTimeline {
   struct Sample {
-    int task = 0;  // the alloc/free task after which this holds
+    int task = 0;                          // the alloc/free task after which this holds
     double bytes[kTierCount] = {0, 0, 0};  // per rank
   };
   std::vector<Sample> samples;
-  double peak_bytes[kTierCount] = {0, 0, 0};             // per rank
-  std::vector<std::vector<double>> peak_by_category;     // [tier][category] at that tier's peak
+  double peak_bytes[kTierCount] = {0, 0, 0};          // per rank
+  std::vector<std::vector<double>> peak_by_category;  // [tier][category] at that tier's peak
   double persistent_bytes[kTierCount] = {0, 0, 0};
 };
 // Fails (kFailedPrecondition) on a free of a buffer that is not live or a use of a dead buffer.

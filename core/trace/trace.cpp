@@ -17,11 +17,21 @@ std::string json_quote(std::string_view s) {
   out.push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -57,12 +67,13 @@ const std::string& or_null(const std::string& json) {
 TraceWriter::TraceWriter(std::ostream& out) : out_(out) {}
 
 void TraceWriter::begin(const TraceHeader& h) {
-  out_ << "{\"otherData\":{\"format\":" << json_quote(kFormatName) << ",\"version\":" << json_quote(format_version())
-       << ",\"memwall_version\":" << json_quote(h.memwall_version) << ",\"executor\":" << json_quote(h.executor)
-       << ",\"command\":" << json_quote(h.command) << ",\"ranks\":" << h.ranks
-       << ",\"hardware\":" << or_null(h.hardware_json) << ",\"model\":" << or_null(h.model_json)
-       << ",\"run\":" << or_null(h.run_json) << ",\"summary\":" << or_null(h.summary_json)
-       << "},\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  out_ << "{\"otherData\":{\"format\":" << json_quote(kFormatName)
+       << ",\"version\":" << json_quote(format_version())
+       << ",\"memwall_version\":" << json_quote(h.memwall_version)
+       << ",\"executor\":" << json_quote(h.executor) << ",\"command\":" << json_quote(h.command)
+       << ",\"ranks\":" << h.ranks << ",\"hardware\":" << or_null(h.hardware_json)
+       << ",\"model\":" << or_null(h.model_json) << ",\"run\":" << or_null(h.run_json)
+       << ",\"summary\":" << or_null(h.summary_json) << "},\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   begun_ = true;
 }
 
@@ -72,8 +83,8 @@ void TraceWriter::separator() {
 
 void TraceWriter::process_name(int pid, const std::string& name) {
   separator();
-  out_ << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid << ",\"args\":{\"name\":" << json_quote(name)
-       << "}}";
+  out_ << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid
+       << ",\"args\":{\"name\":" << json_quote(name) << "}}";
 }
 
 void TraceWriter::thread_name(int pid, int tid, const std::string& name) {
@@ -85,8 +96,9 @@ void TraceWriter::thread_name(int pid, int tid, const std::string& name) {
 void TraceWriter::span(const TraceSpan& s) {
   separator();
   out_ << "{\"ph\":\"X\",\"name\":" << json_quote(s.name) << ",\"cat\":" << json_quote(s.category)
-       << ",\"pid\":" << s.pid << ",\"tid\":" << s.tid << ",\"ts\":" << num(s.ts_us) << ",\"dur\":" << num(s.dur_us)
-       << ",\"args\":{\"task\":" << s.task << ",\"phase\":" << json_quote(s.phase);
+       << ",\"pid\":" << s.pid << ",\"tid\":" << s.tid << ",\"ts\":" << num(s.ts_us)
+       << ",\"dur\":" << num(s.dur_us) << ",\"args\":{\"task\":" << s.task
+       << ",\"phase\":" << json_quote(s.phase);
   if (s.bytes > 0) {
     out_ << ",\"bytes\":" << num(s.bytes);
     if (s.dur_us > 0) out_ << ",\"GBps\":" << num(s.bytes / s.dur_us / 1e3);
@@ -100,8 +112,8 @@ void TraceWriter::span(const TraceSpan& s) {
 
 void TraceWriter::counter(const CounterSample& c) {
   separator();
-  out_ << "{\"ph\":\"C\",\"name\":" << json_quote(c.name) << ",\"pid\":" << c.pid << ",\"ts\":" << num(c.ts_us)
-       << ",\"args\":{";
+  out_ << "{\"ph\":\"C\",\"name\":" << json_quote(c.name) << ",\"pid\":" << c.pid
+       << ",\"ts\":" << num(c.ts_us) << ",\"args\":{";
   for (size_t i = 0; i < c.values.size(); ++i) {
     out_ << (i ? "," : "") << json_quote(c.values[i].first) << ":" << num(c.values[i].second);
   }
@@ -125,9 +137,7 @@ class GzipOstream::Buf : public std::streambuf {
     ok_ = deflateInit2(&z_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;  // +16: gzip header
     setp(in_, in_ + sizeof in_);
   }
-  ~Buf() override {
-    (void)finish();
-  }
+  ~Buf() override { (void)finish(); }
   Status finish() {
     if (finished_) return status_;
     finished_ = true;
@@ -175,10 +185,13 @@ class GzipOstream::Buf : public std::streambuf {
   char out_[1 << 16];
 };
 
-GzipOstream::GzipOstream(std::ostream& sink, int level) : std::ostream(nullptr), buf_(std::make_unique<Buf>(sink, level)) {
+GzipOstream::GzipOstream(std::ostream& sink, int level)
+    : std::ostream(nullptr), buf_(std::make_unique<Buf>(sink, level)) {
   rdbuf(buf_.get());
 }
-GzipOstream::~GzipOstream() { (void)close(); }
+GzipOstream::~GzipOstream() {
+  (void)close();
+}
 Status GzipOstream::close() {
   flush();
   return buf_->finish();
@@ -203,7 +216,8 @@ Result<std::string> gunzip(std::string_view in) {
     if (rc != Z_OK && rc != Z_STREAM_END) {
       inflateEnd(&z);
       if (rc == Z_BUF_ERROR) return Status::invalid_argument("gzip data is truncated");
-      return Status::invalid_argument(std::string("gzip data is corrupt (") + (z.msg ? z.msg : "inflate error") + ")");
+      return Status::invalid_argument(std::string("gzip data is corrupt (") +
+                                      (z.msg ? z.msg : "inflate error") + ")");
     }
     out.append(buf, sizeof buf - z.avail_out);
   }
@@ -215,7 +229,8 @@ Result<std::string> gunzip(std::string_view in) {
 
 Result<TraceData> read_trace(std::string_view bytes) {
   std::string inflated;
-  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f && static_cast<unsigned char>(bytes[1]) == 0x8b) {
+  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+      static_cast<unsigned char>(bytes[1]) == 0x8b) {
     Result<std::string> r = gunzip(bytes);
     if (!r.is_ok()) return r.status();
     inflated = std::move(*r);
@@ -231,7 +246,8 @@ Result<TraceData> read_trace(std::string_view bytes) {
     return Status::invalid_argument("not valid JSON (truncated?): " + what);
   }
   if (!j.is_object() || !j.contains("otherData") || !j["otherData"].is_object()) {
-    return Status::invalid_argument("not a memwall trace: no \"otherData\" header (a plain Chrome or PyTorch trace?)");
+    return Status::invalid_argument(
+        "not a memwall trace: no \"otherData\" header (a plain Chrome or PyTorch trace?)");
   }
   const auto& od = j["otherData"];
   TraceData d;
@@ -282,9 +298,12 @@ Result<TraceData> read_trace(std::string_view bytes) {
     } else if (ph == "M") {
       const std::string name = e.value("name", "");
       const std::string value = e.contains("args") ? e["args"].value("name", "") : "";
-      if (name == "thread_name") d.threads[{e.value("pid", 0), e.value("tid", 0)}] = value;
-      else if (name == "process_name") d.processes[e.value("pid", 0)] = value;
-      else ++d.unknown_events;
+      if (name == "thread_name")
+        d.threads[{e.value("pid", 0), e.value("tid", 0)}] = value;
+      else if (name == "process_name")
+        d.processes[e.value("pid", 0)] = value;
+      else
+        ++d.unknown_events;
     } else {
       ++d.unknown_events;
     }

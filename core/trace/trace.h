@@ -28,25 +28,25 @@ namespace memwall::trace {
 
 struct TraceHeader {
   std::string memwall_version;
-  std::string executor;        // "reference", "simgrid", "cpu", "cuda"
-  std::string command;         // "plan", "simulate", "train", "replay"
-  int ranks = 1;               // ranks of the run (the trace may show fewer)
-  std::string hardware_json;   // the resolved specs, as JSON text
+  std::string executor;       // "reference", "simgrid", "cpu", "cuda"
+  std::string command;        // "plan", "simulate", "train", "replay"
+  int ranks = 1;              // ranks of the run (the trace may show fewer)
+  std::string hardware_json;  // the resolved specs, as JSON text
   std::string model_json;
   std::string run_json;
-  std::string summary_json;    // optional run summary (iteration time, peaks), as JSON text
+  std::string summary_json;  // optional run summary (iteration time, peaks), as JSON text
 };
 
 // A complete ("X") event: one task on one track.
 struct TraceSpan {
-  int pid = 0;                 // rank
-  int tid = 0;                 // track (resource) within the rank
+  int pid = 0;  // rank
+  int tid = 0;  // track (resource) within the rank
   std::string name;
-  std::string category;        // task kind: compute, copy, nvme_read, ...
+  std::string category;  // task kind: compute, copy, nvme_read, ...
   double ts_us = 0;
   double dur_us = 0;
   int task = -1;
-  std::string phase;           // forward, recompute, backward, optimizer, setup
+  std::string phase;  // forward, recompute, backward, optimizer, setup
   double bytes = 0;
   double flops = 0;
 };
@@ -54,7 +54,7 @@ struct TraceSpan {
 // A counter ("C") event: several named values of one counter track at one time.
 struct CounterSample {
   int pid = 0;
-  std::string name;            // "memory gpu", "bandwidth h2d"
+  std::string name;  // "memory gpu", "bandwidth h2d"
   double ts_us = 0;
   std::vector<std::pair<std::string, double>> values;
 };

@@ -1,0 +1,88 @@
+// ModelGraph: op order, parameter counts, tiling equivalence, tensor parallelism.
+#include <gtest/gtest.h>
+
+#include "graph/model_graph.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+GraphOptions options(int tiling, int mp) {
+  GraphOptions o;
+  o.micro_batch = 2;
+  o.sequence_length = 1024;
+  o.tiling = tiling;
+  o.model_parallel = mp;
+  return o;
+}
+
+TEST(ModelGraph, GptOpsInExecutionOrder) {
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  ASSERT_EQ(g.ops.size(), 1 + 12 * 8 + 3u);
+  const char* block[] = {"L0.ln1", "L0.qkv", "L0.attn", "L0.proj", "L0.ln2", "L0.fc1", "L0.gelu", "L0.fc2"};
+  EXPECT_EQ(g.ops[0].name, "embed");
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(g.ops[1 + i].name, block[i]);
+  EXPECT_TRUE(g.ops[1].block_start);
+  EXPECT_EQ(g.ops[g.ops.size() - 3].name, "final_norm");
+  EXPECT_EQ(g.ops[g.ops.size() - 2].name, "lm_head");
+  EXPECT_EQ(g.ops.back().name, "loss");
+  // The tied head gathers the embedding's parameter.
+  EXPECT_EQ(g.ops[g.ops.size() - 2].params[0], g.ops[0].params[0]);
+}
+
+TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
+  for (const char* name : {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t"}) {
+    const ModelSpec m = testing::load_model_scenario(name);
+    EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
+    EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;
+    const GraphParamStats st = graph_param_stats(m, 4, 1, 1e5);
+    EXPECT_EQ(st.total_elements, m.total_params()) << name;
+  }
+}
+
+TEST(ModelGraph, TilingKeepsFlopsAndBytesAndDividesTheLargestOp) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const ModelGraph g1 = build_model_graph(m, options(1, 1));
+  for (int t : {2, 4, 16}) {
+    const ModelGraph gt = build_model_graph(m, options(t, 1));
+    EXPECT_NEAR(gt.total_fwd_flops(), g1.total_fwd_flops(), 1e-9 * g1.total_fwd_flops()) << t;
+    EXPECT_NEAR(gt.total_bwd_flops(), g1.total_bwd_flops(), 1e-9 * g1.total_bwd_flops()) << t;
+    double out1 = 0, outt = 0, saved1 = 0, savedt = 0;
+    for (const auto& o : g1.ops) out1 += o.out_bytes, saved1 += o.saved_bytes;
+    for (const auto& o : gt.ops) outt += o.out_bytes, savedt += o.saved_bytes;
+    EXPECT_NEAR(outt, out1, 1e-9 * out1);
+    EXPECT_NEAR(savedt, saved1, 1e-9 * saved1);
+    EXPECT_EQ(gt.total_param_elements(), g1.total_param_elements());
+    // The fc1 weight (4hd x hd) is the largest block tensor; tiles split it t ways.
+    const double fc1 = 4.0 * m.hidden * m.hidden;
+    EXPECT_EQ(graph_param_stats(m, t, 1, 0).largest_param_elements,
+              std::max(fc1 / t, static_cast<double>(m.vocab) * m.hidden));
+  }
+}
+
+TEST(ModelGraph, SavedActivationsPerBlockFollowEquationFive) {
+  const ModelSpec m = testing::load_model_scenario("fig2a-1t");
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  double saved = 0;
+  for (const auto& o : g.ops) {
+    if (o.layer == 0) saved += o.saved_bytes;
+  }
+  const double tokens = 2 * 1024;
+  EXPECT_DOUBLE_EQ(saved, tokens * (16.0 * m.hidden + 2.0 * m.heads * 1024));
+}
+
+TEST(ModelGraph, ModelParallelShardsLinearsAndAddsAllReduces) {
+  const ModelSpec m = testing::load_model_scenario("gpt3-175b");
+  const ModelGraph g1 = build_model_graph(m, options(1, 1));
+  const ModelGraph g4 = build_model_graph(m, options(1, 4));
+  int allreduces = 0;
+  for (const auto& o : g4.ops) allreduces += o.kind == OpKind::kAllReduce;
+  EXPECT_EQ(allreduces, 2 * m.layers);
+  // Linear FLOPs split four ways; parameters nearly so (norms and positions stay replicated).
+  EXPECT_NEAR(g4.total_fwd_flops() / g1.total_fwd_flops(), 0.25, 0.01);
+  EXPECT_NEAR(g4.total_param_elements() / g1.total_param_elements(), 0.25, 0.01);
+}
+
+}  // namespace
+}  // namespace memwall

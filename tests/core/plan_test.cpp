@@ -1,0 +1,377 @@
+// Planner: schedule invariants over many configurations, a golden schedule derived by hand, budgets,
+// capacity handling, and agreement of the schedule's memory peak with the analytic model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "exec/executor.h"
+#include "graph/model_graph.h"
+#include "memory/memory_model.h"
+#include "plan/planner.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+// A small GPT-2 style model: 4 layers, hidden 256, 8 heads, vocabulary 1000.
+ModelSpec tiny_model() {
+  ModelSpec m;
+  m.name = "tiny";
+  m.model_type = "gpt2";
+  m.layers = 4;
+  m.hidden = 256;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.ffn_hidden = 1024;
+  m.vocab = 1000;
+  m.max_positions = 128;
+  return m;
+}
+
+struct Config {
+  int stage;
+  OffloadDevice params;
+  OffloadDevice optimizer;
+  bool prefetch;
+  int tiling;
+  bool checkpointing;
+  bool cpu_checkpointing;
+  int interval;
+  int dp;
+};
+
+RunConfig make_run(const Config& c, const ModelSpec& m, const HardwareSpec& hw) {
+  RunConfig run;
+  run.name = "test";
+  run.precision = Precision::kBf16;
+  run.micro_batch_per_gpu = {false, 2};
+  run.zero.stage = c.stage;
+  run.zero.overlap_comm = true;
+  run.zero.offload_param.device = c.params;
+  run.zero.offload_param.max_in_cpu = 0;
+  run.zero.offload_optimizer.device = c.optimizer;
+  run.zero.sub_group_size = 3e5;
+  run.zero.param_persistence_threshold = {false, 1000};
+  run.zero.prefetch_bucket_size = {false, 3e5};
+  run.zero.max_live_parameters = 1e6;
+  run.zero.max_reuse_distance = 0;
+  run.zero.offload_param.buffer_size = 1e6;
+  run.memwall.prefetch = c.prefetch;
+  run.memwall.tiling_factor = c.tiling;
+  run.memwall.data_parallel = c.dp;
+  run.activation_checkpointing.enabled = c.checkpointing;
+  run.activation_checkpointing.cpu_checkpointing = c.cpu_checkpointing;
+  run.activation_checkpointing.interval = c.interval;
+  Status s = resolve_run_config(run, m, hw);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return run;
+}
+
+// Ancestor sets of every task (bitsets), for DAG-level checks on small schedules.
+class Reach {
+ public:
+  explicit Reach(const Schedule& s) : words_((s.tasks.size() + 63) / 64), bits_(s.tasks.size() * words_, 0) {
+    for (const Task& t : s.tasks) {
+      for (int d : t.deps) {
+        set(t.id, d);
+        for (size_t w = 0; w < words_; ++w) bits_[t.id * words_ + w] |= bits_[d * words_ + w];
+      }
+    }
+  }
+  bool is_ancestor(int a, int of) const { return (bits_[of * words_ + a / 64] >> (a % 64)) & 1; }
+
+ private:
+  void set(int t, int a) { bits_[t * words_ + a / 64] |= 1ull << (a % 64); }
+  size_t words_;
+  std::vector<std::uint64_t> bits_;
+};
+
+void check_invariants(const Schedule& s, const ModelGraph& g, const RunConfig& run,
+                      const std::string& label) {
+  SCOPED_TRACE(label);
+  // Dependencies point backwards (so the DAG is acyclic and the list is an execution order).
+  for (const Task& t : s.tasks) {
+    for (int d : t.deps) ASSERT_LT(d, t.id) << t.name;
+  }
+  // Replaying allocs and frees in list order never uses a dead buffer, double-frees or frees a persistent
+  // one.
+  Result<MemoryTimeline> tl = replay_memory(s);
+  ASSERT_TRUE(tl.is_ok()) << tl.status().message();
+  // Every buffer: exactly one alloc; non-persistent ones exactly one free; every use between them in the DAG.
+  std::vector<int> alloc_of(s.buffers.size(), -1), free_of(s.buffers.size(), -1);
+  for (const Task& t : s.tasks) {
+    if (t.kind == TaskKind::kAlloc) {
+      ASSERT_EQ(alloc_of[t.buffer], -1);
+      alloc_of[t.buffer] = t.id;
+    }
+    if (t.kind == TaskKind::kFree) {
+      ASSERT_EQ(free_of[t.buffer], -1);
+      free_of[t.buffer] = t.id;
+    }
+  }
+  for (const Buffer& b : s.buffers) {
+    ASSERT_GE(alloc_of[b.id], 0) << b.name;
+    EXPECT_EQ(free_of[b.id] >= 0, !b.persistent) << b.name;
+  }
+  const Reach reach(s);
+  for (const Task& t : s.tasks) {
+    for (int b : t.uses) {
+      EXPECT_TRUE(reach.is_ancestor(alloc_of[b], t.id))
+          << t.name << " uses " << s.buffers[b].name << " before alloc";
+      if (free_of[b] >= 0) {
+        EXPECT_TRUE(reach.is_ancestor(t.id, free_of[b]))
+            << t.name << " uses " << s.buffers[b].name << " after free";
+      }
+    }
+  }
+  // Every parameter of an op is on the GPU (whole) when the op computes.
+  for (const Task& t : s.tasks) {
+    if (t.kind != TaskKind::kCompute || t.op < 0) continue;
+    for (int p : g.ops[t.op].params) {
+      const std::string& name = g.params[p].name;
+      const bool present = std::any_of(t.uses.begin(), t.uses.end(), [&](int b) {
+        const Buffer& buf = s.buffers[b];
+        return buf.tier == Tier::kGpu && buf.name.rfind(name, 0) == 0 &&
+               buf.name.find("grad") == std::string::npos &&
+               (buf.bytes >= run.param_bytes() * g.params[p].elements - 1e-6);
+      });
+      EXPECT_TRUE(present) << t.name << " runs without " << name << " whole on the GPU";
+    }
+  }
+  // Each gradient is reduced once (dp > 1) and offloaded once (optimizer off the GPU).
+  std::map<std::string, int> reduced, offloaded;
+  for (const Task& t : s.tasks) {
+    if (t.name.rfind("reducescatter grad ", 0) == 0 || t.name.rfind("allreduce grad ", 0) == 0) {
+      ++reduced[t.name.substr(t.name.find("grad ") + 5)];
+    }
+    if (t.name.rfind("gpu->cpu grad ", 0) == 0) ++offloaded[t.name.substr(14)];
+  }
+  const int dp = run.memwall.data_parallel;
+  for (const GraphParam& p : g.params) {
+    EXPECT_EQ(reduced[p.name], dp > 1 ? 1 : 0) << p.name;
+    EXPECT_EQ(offloaded[p.name], run.zero.offload_optimizer.device != OffloadDevice::kNone ? 1 : 0) << p.name;
+  }
+  // The optimizer updates every element of this rank's shard exactly once.
+  double updated = 0;
+  for (const Task& t : s.tasks) {
+    if (t.kind == TaskKind::kOptimizerStep) updated += t.elements;
+  }
+  const double expected = run.zero.stage >= 1 ? g.total_param_elements() / dp : g.total_param_elements();
+  EXPECT_NEAR(updated, expected, 1e-6 * expected);
+}
+
+TEST(Planner, InvariantsHoldAcrossConfigurations) {
+  const ModelSpec m = tiny_model();
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  using D = OffloadDevice;
+  const Config configs[] = {
+      {0, D::kNone, D::kNone, true, 1, false, false, 1, 4},
+      {1, D::kNone, D::kCpu, true, 1, true, false, 1, 4},
+      {2, D::kNone, D::kNone, true, 1, true, false, 2, 4},
+      {2, D::kNone, D::kCpu, true, 2, true, false, 1, 2},
+      {3, D::kNone, D::kNone, true, 1, true, false, 1, 4},
+      {3, D::kNone, D::kNone, false, 1, false, false, 1, 4},
+      {3, D::kCpu, D::kCpu, true, 1, true, true, 1, 4},
+      {3, D::kCpu, D::kCpu, false, 4, true, true, 2, 1},
+      {3, D::kNvme, D::kNvme, true, 1, true, true, 1, 4},
+      {3, D::kNvme, D::kNvme, true, 4, true, false, 4, 2},
+      {3, D::kNvme, D::kNvme, false, 2, false, false, 1, 16},
+      {3, D::kNone, D::kNvme, true, 1, true, true, 2, 1},
+      {3, D::kNvme, D::kCpu, true, 8, true, true, 1, 8},
+  };
+  int index = 0;
+  for (const Config& c : configs) {
+    const RunConfig run = make_run(c, m, hw);
+    GraphOptions opt;
+    opt.micro_batch = 2;
+    opt.sequence_length = run.memwall.sequence_length;
+    opt.tiling = c.tiling;
+    const ModelGraph g = build_model_graph(m, opt);
+    const Schedule s = plan_graph(g, run, hw);
+    check_invariants(s, g, run, "config " + std::to_string(index++));
+  }
+}
+
+TEST(Planner, GoldenScheduleOfOneLayerDerivedByHand) {
+  // One idealized block (qkv, attn, proj, fc1, gelu, fc2; four weights, nothing else), ZeRO-3 with params
+  // and optimizer on CPU, dp 2, no checkpointing, no reuse: each weight is staged (h2d) and all-gathered
+  // once in forward and once in backward, its gradient reduce-scattered and copied to the CPU once, and
+  // one optimizer sub-group updates the shard. The updated shard stays on the CPU, where parameters live.
+  ModelSpec m;
+  m.name = "one-block";
+  m.model_type = "zero-infinity-paper";
+  m.layers = 1;
+  m.hidden = 512;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn_hidden = 2048;
+  m.vocab = 0;
+  m.max_positions = 64;
+  m.linear_bias = false;
+  m.norm = NormKind::kNone;
+  m.position = PositionKind::kNone;
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = make_run({3, OffloadDevice::kCpu, OffloadDevice::kCpu, true, 1, false, false, 1, 2}, m, hw);
+  run.zero.sub_group_size = 1e9;
+  run.zero.max_reuse_distance = -1;  // even fc2, used again right away in backward, is fetched again
+  const Schedule s = plan_iteration(m, run, hw).value();
+  std::map<std::string, int> count;
+  std::map<std::string, double> bytes;
+  for (const Task& t : s.tasks) {
+    const std::string key =
+        t.kind == TaskKind::kCollective ? collective_name(t.collective) : resource_name(t.resource);
+    ++count[key];
+    bytes[key] += t.bytes;
+  }
+  const double weights = 12.0 * 512 * 512;  // elements
+  EXPECT_EQ(count["compute"], 12);          // 6 ops forward + 6 backward
+  EXPECT_EQ(count["h2d"], 8);               // 4 weights x (forward, backward), shards of 1/2
+  EXPECT_DOUBLE_EQ(bytes["h2d"], 2 * 2 * weights / 2);
+  EXPECT_EQ(count["allgather"], 8);
+  EXPECT_DOUBLE_EQ(bytes["allgather"], 2 * 2 * weights);
+  EXPECT_EQ(count["reducescatter"], 4);
+  EXPECT_DOUBLE_EQ(bytes["reducescatter"], 2 * weights);
+  EXPECT_EQ(count["d2h"], 4);
+  EXPECT_DOUBLE_EQ(bytes["d2h"], 2 * weights / 2);
+  EXPECT_EQ(count["cpu_optimizer"], 1);
+  EXPECT_EQ(count["nvme_read"] + count["nvme_write"] + count["allreduce"], 0);
+}
+
+TEST(Planner, ReuseDistanceKeepsParametersGathered) {
+  const ModelSpec m = tiny_model();
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = make_run({3, OffloadDevice::kCpu, OffloadDevice::kCpu, true, 1, false, false, 1, 4}, m, hw);
+  auto gathers = [&](const RunConfig& r) {
+    Result<Schedule> s = plan_iteration(m, r, hw);
+    EXPECT_TRUE(s.is_ok());
+    int n = 0;
+    if (s.is_ok()) {
+      for (const Task& t : s->tasks) n += t.collective == CollectiveKind::kAllGather;
+    }
+    return n;
+  };
+  const int refetch = gathers(run);
+  run.zero.max_reuse_distance = 1e12;
+  EXPECT_LT(gathers(run), refetch);
+}
+
+TEST(Planner, PrefetchStaysWithinItsBudgets) {
+  // Measured in executor time: the gathered parameters alive at once never exceed max_live_parameters
+  // (plus the one op that is always allowed, whatever its size).
+  const ModelSpec m = testing::load_model_scenario("gpt2-medium");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run =
+      make_run({3, OffloadDevice::kNvme, OffloadDevice::kNvme, true, 1, true, true, 1, 16}, m, hw);
+  run.zero.prefetch_bucket_size = {false, 4e6};
+  run.zero.max_live_parameters = 8e6;
+  const Schedule s = plan_iteration(m, run, hw).value();
+  ReferenceExecutor exec(hw, s.ranks_per_node);
+  const RunResult r = run_schedule(s, exec).value();
+  std::vector<std::pair<double, double>> events;  // (time, +/- elements)
+  for (const Task& t : s.tasks) {
+    if (t.kind != TaskKind::kAlloc && t.kind != TaskKind::kFree) continue;
+    const Buffer& b = s.buffers[t.buffer];
+    if (b.category != MemCategory::kModelStateWorking || b.name.find("gathered") == std::string::npos)
+      continue;
+    const double elements = b.bytes / run.param_bytes();
+    events.emplace_back(r.timing[t.id].end_s, t.kind == TaskKind::kAlloc ? elements : -elements);
+  }
+  std::sort(events.begin(), events.end(),
+            [](auto a, auto b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
+  double live = 0, peak = 0;
+  for (const auto& [time, delta] : events) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  const double largest_op = graph_param_stats(m, 1, 1, 0).largest_op_elements;
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, run.zero.max_live_parameters + largest_op);
+}
+
+TEST(Planner, NoPrefetchIsSlowerThanPrefetch) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  auto iteration = [&](const RunConfig& r) {
+    const Schedule s = plan_iteration(m, r, hw).value();
+    ReferenceExecutor exec(hw, s.ranks_per_node);
+    return run_schedule(s, exec).value().makespan_s;
+  };
+  const double with = iteration(run);
+  run.memwall.prefetch = false;
+  EXPECT_GT(iteration(run), with * 1.05);
+}
+
+TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
+  // Tolerance (docs/memory-model.md): CPU and NVMe within 1%. On the GPU the analytic model adds every
+  // buffer up as if all were live at once, so the schedule's peak is at most that sum (+2%) and at least
+  // the sum less what is never live together with the largest operator's gradient (the logits, the
+  // prefetch bucket) and DeepSpeed's reduce buckets (memwall reduce-scatters each op's gradient from its
+  // own buffer), less 5%.
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const char* model : {"paper-1t", "paper-100b", "gpt3-175b"}) {
+    for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
+      const ModelSpec m = testing::load_model_scenario(model);
+      RunConfig run = testing::load_run_scenario(runname);
+      ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+      const MemoryEstimate e = estimate_memory(m, run, hw);
+      Result<Schedule> s = plan_iteration(m, run, hw);
+      if (!e.fits) {
+        EXPECT_FALSE(s.is_ok()) << model << " " << runname;
+        continue;
+      }
+      ASSERT_TRUE(s.is_ok()) << model << " " << runname << ": " << s.status().message();
+      const MemoryTimeline tl = replay_memory(*s).value();
+      const double rpn = s->ranks_per_node;
+      const double gpu = tl.peak_bytes[0], cpu = tl.peak_bytes[1] * rpn, nvme = tl.peak_bytes[2] * rpn;
+      const double buckets = e.bytes(Tier::kGpu, MemCategory::kReduceBuckets) +
+                             e.bytes(Tier::kGpu, MemCategory::kLogits) +
+                             e.bytes(Tier::kGpu, MemCategory::kGatherPrefetch);
+      SCOPED_TRACE(std::string(model) + " " + runname);
+      EXPECT_LE(gpu, 1.02 * e.tier(Tier::kGpu).used_bytes);
+      EXPECT_GE(gpu, e.tier(Tier::kGpu).used_bytes - buckets - 0.05 * e.tier(Tier::kGpu).used_bytes);
+      EXPECT_NEAR(cpu, e.tier(Tier::kCpu).used_bytes, 0.01 * e.tier(Tier::kCpu).used_bytes);
+      EXPECT_NEAR(nvme, e.tier(Tier::kNvme).used_bytes, 0.01 * e.tier(Tier::kNvme).used_bytes + 1);
+    }
+  }
+}
+
+TEST(Planner, DoesNotFitFailsNamingTheTierAndShortfall) {
+  const ModelSpec m = testing::load_model_scenario("gpt3-175b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  Result<Schedule> s = plan_iteration(m, run, hw);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(s.status().message().find("CPU"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("short by"), std::string::npos) << s.status().message();
+}
+
+TEST(Planner, ShrinksPrefetchWhenTheGpuIsShort) {
+  // A GPU just too small for a large prefetch bucket: the planner shrinks it and says so.
+  ModelSpec m = testing::load_model_scenario("fig2a-0.1t");
+  m.layers = 8;
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  run.zero.prefetch_bucket_size = {false, 2e9};
+  run.zero.max_live_parameters = 4e9;
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const double roomy = replay_memory(plan_iteration(m, run, hw).value()).value().peak_bytes[0];
+  RunConfig lean = run;
+  lean.memwall.prefetch = false;
+  const double tight = replay_memory(plan_iteration(m, lean, hw).value()).value().peak_bytes[0];
+  ASSERT_LT(tight, roomy);
+  hw.gpu.memory_bytes = (roomy + tight) / 2;
+  Result<Schedule> s = plan_iteration(m, run, hw);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  ASSERT_FALSE(s->notes.empty());
+  EXPECT_NE(s->notes[0].find("prefetch"), std::string::npos);
+  EXPECT_LE(replay_memory(*s).value().peak_bytes[0], hw.gpu.memory_bytes);
+}
+
+}  // namespace
+}  // namespace memwall
