@@ -227,6 +227,62 @@ TEST(CliErrors, UnknownKeysWarnAndContinue) {
       << r.output;
 }
 
+TEST(CliPlan, SummarisesTheScheduleAndComparesWithPredict) {
+  const CmdResult r = memwall("plan --model paper-100b");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("schedule peak"), std::string::npos);
+  EXPECT_NE(r.output.find("collective"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reference executor"), std::string::npos);
+  const CmdResult j = memwall("plan --model paper-100b --json", false);
+  ASSERT_EQ(j.exit_code, 0);
+  const nlohmann::json d = parse_json(j.output);
+  EXPECT_GT(d["schedule"]["tasks"].get<int>(), 1000);
+  for (const char* tier : {"gpu", "cpu", "nvme"}) {
+    EXPECT_LE(d["schedule"]["peak_bytes"][tier].get<double>(), 1.02 * d["schedule"]["predict_bytes"][tier].get<double>())
+        << tier;
+  }
+  EXPECT_GT(d["reference"]["iteration_s"].get<double>(), 0);
+  EXPECT_GT(d["schedule"]["bytes_per_link"]["nvme_read"].get<double>(), 0);
+}
+
+TEST(CliPlan, WritesAChromeTraceThatReadsBack) {
+  const std::string path = (std::filesystem::current_path() / "cli_test_files" / "plan.json").string();
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  ASSERT_EQ(memwall("plan --model gpt2 --trace " + path).exit_code, 0);
+  std::ifstream in(path);
+  const nlohmann::json t = nlohmann::json::parse(in);
+  EXPECT_EQ(t["otherData"]["format"], "memwall-trace");
+  EXPECT_EQ(t["otherData"]["hardware"]["name"], "dgx2");
+  int spans = 0, counters = 0, names = 0;
+  for (const auto& e : t["traceEvents"]) {
+    const std::string ph = e["ph"];
+    spans += ph == "X";
+    counters += ph == "C";
+    names += ph == "M";
+    if (ph == "X") {
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  }
+  EXPECT_GT(spans, 500);
+  EXPECT_GT(counters, 500);
+  EXPECT_EQ(names, 8);  // one process and seven resource tracks
+  // gzip when the name ends in .gz
+  const std::string gz = path + ".gz";
+  ASSERT_EQ(memwall("plan --model gpt2 --trace " + gz).exit_code, 0);
+  std::ifstream zin(gz, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  zin.read(reinterpret_cast<char*>(magic), 2);
+  EXPECT_EQ(magic[0], 0x1f);
+  EXPECT_EQ(magic[1], 0x8b);
+}
+
+TEST(CliPlan, APlanThatCannotFitIsRejectedNamingTheTier) {
+  expect_bad_input("plan --model gpt3-175b --run zero-3", "GPU: the schedule needs");
+  const CmdResult io = memwall("plan --trace /nonexistent-dir/x.json --model gpt2");
+  EXPECT_EQ(io.exit_code, 1);  // an I/O failure, not bad input
+  EXPECT_NE(io.output.find("memwall: error: /nonexistent-dir/x.json: cannot open"), std::string::npos) << io.output;
+}
+
 TEST(CliInfo, ReportsBackendsAsJson) {
   const CmdResult r = memwall("info --json", false);
   ASSERT_EQ(r.exit_code, 0);
