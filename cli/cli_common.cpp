@@ -10,7 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "exec/trace_export.h"
+#include "trace/trace.h"
 
 namespace memwall::cli {
 
@@ -79,8 +84,36 @@ Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag) {
   return load_arg<RunConfig>("runs", arg, diag, load_run);
 }
 
+namespace {
+
+// Applies {"a.b": v, ...} to the JSON text of a file, creating sections as needed.
+Result<std::string> apply_overrides(const std::string& text, const std::string& path,
+                                    const std::string& set) {
+  if (set.empty()) return text;
+  nlohmann::json doc, patch;
+  try {
+    doc = nlohmann::json::parse(text);
+    patch = nlohmann::json::parse(set);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::invalid_argument(path + ": cannot apply overrides: " + e.what());
+  }
+  if (!patch.is_object()) return Status::invalid_argument(path + ": overrides must be a JSON object");
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    nlohmann::json* node = &doc;
+    std::string key = it.key();
+    for (size_t dot; (dot = key.find('.')) != std::string::npos; key = key.substr(dot + 1)) {
+      node = &(*node)[key.substr(0, dot)];
+      if (!node->is_object()) *node = nlohmann::json::object();
+    }
+    (*node)[key] = it.value();
+  }
+  return doc.dump();
+}
+
+}  // namespace
+
 Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
-                           int nodes) {
+                           int nodes, const std::string& model_set, const std::string& run_set) {
   Inputs in;
   Result<HardwareSpec> hw = load_hardware_arg(hardware, in.diag);
   if (!hw.is_ok()) return hw.status();
@@ -90,13 +123,56 @@ Result<Inputs> load_inputs(const std::string& hardware, const std::string& model
     return Status::invalid_argument("--nodes " + std::to_string(in.hw.nodes) + ": hardware '" + in.hw.name +
                                     "' has no network section; allowed: --nodes 1");
   }
-  Result<ModelSpec> m = load_model_arg(model, in.diag);
+  Result<std::string> model_path = resolve_scenario("models", model);
+  if (!model_path.is_ok()) return model_path.status();
+  Result<std::string> model_text = read_text_file(*model_path);
+  if (!model_text.is_ok()) return model_text.status();
+  Result<std::string> model_json = apply_overrides(*model_text, *model_path, model_set);
+  if (!model_json.is_ok()) return model_json.status();
+  Result<ModelSpec> m = parse_model(*model_json, *model_path, in.diag);
   if (!m.is_ok()) return m.status();
   in.model = std::move(*m);
-  Result<RunConfig> r = load_run_arg(run, in.diag);
+  Result<std::string> run_path = resolve_scenario("runs", run);
+  if (!run_path.is_ok()) return run_path.status();
+  Result<std::string> run_text = read_text_file(*run_path);
+  if (!run_text.is_ok()) return run_text.status();
+  Result<std::string> run_json = apply_overrides(*run_text, *run_path, run_set);
+  if (!run_json.is_ok()) return run_json.status();
+  Result<RunConfig> r = parse_run(*run_json, *run_path, in.diag);
   if (!r.is_ok()) return r.status();
   in.run = std::move(*r);
   return in;
+}
+
+Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,
+                       const Inputs& in, const RunConfig& run, const Schedule& s, const RunResult& result,
+                       const std::string& summary_json) {
+  std::ofstream file(path, std::ios::binary);
+  if (!file) return Status::io_error(path + ": cannot open for writing");
+  trace::TraceHeader h;
+  h.memwall_version = MEMWALL_VERSION;
+  h.executor = executor;
+  h.command = command;
+  h.ranks = s.ranks;
+  h.hardware_json = to_json_text(in.hw);
+  h.model_json = to_json_text(in.model);
+  h.run_json = to_json_text(run);
+  h.summary_json = summary_json;
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  std::unique_ptr<trace::GzipOstream> gzip;
+  std::ostream* out = &file;
+  if (gz) {
+    gzip = std::make_unique<trace::GzipOstream>(file);
+    out = gzip.get();
+  }
+  trace::TraceWriter w(*out);
+  w.begin(h);
+  export_run_trace(s, result, 0, w);
+  MW_RETURN_IF_ERROR(w.finish());
+  if (gzip) MW_RETURN_IF_ERROR(gzip->close());
+  file.close();
+  if (!file) return Status::io_error(path + ": write failed");
+  return Status::ok();
 }
 
 int report_error(const Status& status) {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "exec/executor.h"
+#include "plan/schedule.h"
 #include "spec/spec_loader.h"
 
 namespace memwall::cli {
@@ -38,8 +40,15 @@ struct Inputs {
   RunConfig run;  // as read: not yet resolved
   Diagnostics diag;
 };
+// `model_set` and `run_set` (JSON object text, may be empty) override keys of the model and run files before
+// they are parsed; dotted keys reach into sections ("zero_optimization.stage").
 Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
-                           int nodes);
+                           int nodes, const std::string& model_set = "", const std::string& run_set = "");
+
+// Writes rank 0's run of `s` as a trace file (.gz compresses), with the resolved inputs in its header.
+Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,
+                       const Inputs& in, const RunConfig& run, const Schedule& s, const RunResult& result,
+                       const std::string& summary_json);
 
 // Prints "memwall: error: <message>" and returns the exit code for the status.
 int report_error(const Status& status);

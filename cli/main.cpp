@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   int exit_code = memwall::cli::kExitOk;
   memwall::cli::register_predict(app, exit_code);
   memwall::cli::register_plan(app, exit_code);
+  memwall::cli::register_simulate(app, exit_code);
   memwall::cli::register_info(app, exit_code);
   // Name an unknown subcommand (CLI11 would only say that one is required).
   std::string known;

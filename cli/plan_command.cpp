@@ -32,36 +32,6 @@ struct PlanOptions {
   std::string trace_path;
 };
 
-Status write_trace(const std::string& path, const Inputs& in, const RunConfig& run, const Schedule& s,
-                   const RunResult& r, const json& summary) {
-  std::ofstream file(path, std::ios::binary);
-  if (!file) return Status::io_error(path + ": cannot open for writing");
-  trace::TraceHeader h;
-  h.memwall_version = MEMWALL_VERSION;
-  h.executor = "reference";
-  h.command = "plan";
-  h.ranks = s.ranks;
-  h.hardware_json = to_json_text(in.hw);
-  h.model_json = to_json_text(in.model);
-  h.run_json = to_json_text(run);
-  h.summary_json = summary.dump();
-  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  std::unique_ptr<trace::GzipOstream> gzip;
-  std::ostream* out = &file;
-  if (gz) {
-    gzip = std::make_unique<trace::GzipOstream>(file);
-    out = gzip.get();
-  }
-  trace::TraceWriter w(*out);
-  w.begin(h);
-  export_run_trace(s, r, 0, w);
-  MW_RETURN_IF_ERROR(w.finish());
-  if (gzip) MW_RETURN_IF_ERROR(gzip->close());
-  file.close();
-  if (!file) return Status::io_error(path + ": write failed");
-  return Status::ok();
-}
-
 int run_plan(const PlanOptions& opt) {
   Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes);
   if (!in.is_ok()) return report_error(in.status());
@@ -135,7 +105,7 @@ int run_plan(const PlanOptions& opt) {
   const json summary = {
       {"iteration_s", r->makespan_s}, {"tflops_per_gpu", tflops_per_gpu}, {"peak_bytes", peak}};
   if (!opt.trace_path.empty()) {
-    Status ws = write_trace(opt.trace_path, *in, run, *s, *r, summary);
+    Status ws = write_run_trace(opt.trace_path, "reference", "plan", *in, run, *s, *r, summary.dump());
     if (!ws.is_ok()) return report_error(ws);
     out["trace"] = opt.trace_path;
   }

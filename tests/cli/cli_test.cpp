@@ -238,7 +238,8 @@ TEST(CliPlan, SummarisesTheScheduleAndComparesWithPredict) {
   const nlohmann::json d = parse_json(j.output);
   EXPECT_GT(d["schedule"]["tasks"].get<int>(), 1000);
   for (const char* tier : {"gpu", "cpu", "nvme"}) {
-    EXPECT_LE(d["schedule"]["peak_bytes"][tier].get<double>(), 1.02 * d["schedule"]["predict_bytes"][tier].get<double>())
+    EXPECT_LE(d["schedule"]["peak_bytes"][tier].get<double>(),
+              1.02 * d["schedule"]["predict_bytes"][tier].get<double>())
         << tier;
   }
   EXPECT_GT(d["reference"]["iteration_s"].get<double>(), 0);
@@ -280,7 +281,8 @@ TEST(CliPlan, APlanThatCannotFitIsRejectedNamingTheTier) {
   expect_bad_input("plan --model gpt3-175b --run zero-3", "GPU: the schedule needs");
   const CmdResult io = memwall("plan --trace /nonexistent-dir/x.json --model gpt2");
   EXPECT_EQ(io.exit_code, 1);  // an I/O failure, not bad input
-  EXPECT_NE(io.output.find("memwall: error: /nonexistent-dir/x.json: cannot open"), std::string::npos) << io.output;
+  EXPECT_NE(io.output.find("memwall: error: /nonexistent-dir/x.json: cannot open"), std::string::npos)
+      << io.output;
 }
 
 TEST(CliInfo, ReportsBackendsAsJson) {

@@ -1,0 +1,223 @@
+// `memwall simulate`: the planner's schedule run on the SimGrid model of the hardware (or the reference
+// executor with --fast): iteration time, TFLOP/s, where the time goes, achieved bandwidth, memory peaks.
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "base/units.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "exec/executor.h"
+#include "exec/run_analysis.h"
+#include "memory/bandwidth_model.h"
+#include "plan/planner.h"
+#include "sim/simgrid_backend.h"
+#if MEMWALL_WITH_SIMGRID
+#include "sim/simulate.h"
+#endif
+
+namespace memwall::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct SimulateCliOptions {
+  std::string hardware = "dgx2";
+  std::string model = "paper-1t";
+  std::string run = "zero-infinity-nvme";
+  int nodes = 0;
+  int iterations = 1;
+  bool fast = false;
+  bool json = false;
+  std::string trace_path;
+  std::string model_set;
+  std::string run_set;
+};
+
+}  // namespace
+
+// One simulated experiment; shared with `memwall sweep`. Fills `out` (the JSON result) and returns the
+// status; prints nothing.
+Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress);
+
+Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress) {
+  Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes, opt.model_set, opt.run_set);
+  if (!in.is_ok()) return in.status();
+  RunConfig run = in->run;
+  MW_RETURN_IF_ERROR(resolve_run_config(run, in->model, in->hw));
+  Result<Schedule> s = plan_iteration(in->model, run, in->hw);
+  if (!s.is_ok()) return s.status();
+  Result<MemoryTimeline> tl = replay_memory(*s);
+  if (!tl.is_ok()) return tl.status();
+
+  RunResult result;
+  double iteration_s = 0;
+  json sim_info;
+  if (opt.fast) {
+    ReferenceExecutor exec(in->hw, s->ranks_per_node);
+    Result<RunResult> r = run_schedule(*s, exec);
+    if (!r.is_ok()) return r.status();
+    result = std::move(*r);
+    iteration_s = result.makespan_s;
+    sim_info = {{"executor", "reference"}};
+  } else {
+#if MEMWALL_WITH_SIMGRID
+    sim::SimulateOptions so;
+    so.iterations = opt.iterations;
+    if (show_progress && isatty(STDERR_FILENO)) {
+      so.progress = [](double, double t) {
+        std::fprintf(stderr, "\rsimulating: %.1f s of simulated time", t);
+      };
+    }
+    Result<sim::SimulationResult> r = sim::simulate_schedule(*s, in->hw, so);
+    if (so.progress) std::fprintf(stderr, "\r%60s\r", "");
+    if (!r.is_ok()) return r.status();
+    result = std::move(r->rank0);
+    iteration_s = r->iteration_s;
+    sim_info = {{"executor", "simgrid"},
+                {"simgrid_version", sim::simgrid_version()},
+                {"simulated_ranks", r->simulated_ranks},
+                {"activities", r->activities},
+                {"wall_s", r->wall_s},
+                {"events_per_s", r->wall_s > 0 ? r->activities / r->wall_s : 0},
+                {"peak_rss_bytes", r->peak_rss_bytes}};
+#else
+    return Status::unavailable("this memwall was built without SimGrid (MEMWALL_SIMGRID); use --fast");
+#endif
+  }
+  const RunBreakdown b = analyze_run(*s, result);
+  const BandwidthReport bw = analyze_bandwidth(in->model, run, in->hw, 0.9);
+  const double tflops = bw.flops_per_iteration / iteration_s / 1e12;
+  const int gpus = run.memwall.data_parallel * run.memwall.model_parallel;
+  const double rpn = s->ranks_per_node;
+
+  out["memwall_version"] = MEMWALL_VERSION;
+  out["command"] = "simulate";
+  out["inputs"] = {{"hardware", json::parse(to_json_text(in->hw))},
+                   {"model", json::parse(to_json_text(in->model))},
+                   {"run", json::parse(to_json_text(run))}};
+  out["warnings"] = in->diag.warnings;
+  out["simulation"] = sim_info;
+  out["iteration_s"] = iteration_s;
+  out["tflops_per_gpu"] = tflops;
+  out["pflops_total"] = tflops * gpus / 1e3;
+  out["gpus"] = gpus;
+  out["params"] = in->model.total_params();
+  out["flops_per_gpu_per_iteration"] = bw.flops_per_iteration;
+  out["breakdown_s"] = {{"compute", b.compute_s},
+                        {"exposed_communication", b.exposed_comm_s},
+                        {"io_stall", b.io_stall_s},
+                        {"idle", b.idle_s},
+                        {"optimizer_step", b.optimizer_s}};
+  json links = json::object();
+  for (Resource r :
+       {Resource::kH2D, Resource::kD2H, Resource::kNvmeRead, Resource::kNvmeWrite, Resource::kNetwork}) {
+    const bool node_shared = r == Resource::kNvmeRead || r == Resource::kNvmeWrite;
+    links[resource_name(r)] = {
+        {"bytes_per_gpu", b.bytes[static_cast<int>(r)]},
+        {"busy_s", b.busy_s[static_cast<int>(r)]},
+        {"achieved_Bps_per_gpu", b.achieved_Bps(r)},
+        {"achieved_Bps_per_node", node_shared ? b.achieved_Bps(r) * rpn : b.achieved_Bps(r) * rpn}};
+  }
+  out["links"] = links;
+  out["peak_bytes"] = {
+      {"gpu", tl->peak_bytes[0]}, {"cpu", tl->peak_bytes[1] * rpn}, {"nvme", tl->peak_bytes[2] * rpn}};
+  out["notes"] = s->notes;
+  if (!opt.trace_path.empty()) {
+    const json summary = {
+        {"iteration_s", iteration_s}, {"tflops_per_gpu", tflops}, {"peak_bytes", out["peak_bytes"]}};
+    MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run, *s, result,
+                                       summary.dump()));
+    out["trace"] = opt.trace_path;
+  }
+  return Status::ok();
+}
+
+namespace {
+
+void print_simulation(const json& o) {
+  const auto& in = o["inputs"];
+  std::printf("simulate %s on %s (%d node(s), %d GPUs) with %s [%s]\n",
+              in["model"]["name"].get<std::string>().c_str(),
+              in["hardware"]["name"].get<std::string>().c_str(), in["hardware"]["nodes"].get<int>(),
+              o["gpus"].get<int>(), in["run"]["name"].get<std::string>().c_str(),
+              o["simulation"]["executor"].get<std::string>().c_str());
+  std::printf(
+      "\niteration %.3f s   %.1f TFLOP/s per GPU   %.3f PFLOP/s total   (%.3g FLOP per GPU per iteration, "
+      "Eq.7)\n\n",
+      o["iteration_s"].get<double>(), o["tflops_per_gpu"].get<double>(), o["pflops_total"].get<double>(),
+      o["flops_per_gpu_per_iteration"].get<double>());
+  const double it = o["iteration_s"].get<double>();
+  std::printf("%-24s %11s %7s\n", "time (rank 0)", "seconds", "share");
+  for (const char* k : {"compute", "exposed_communication", "io_stall", "idle", "optimizer_step"}) {
+    const double v = o["breakdown_s"][k].get<double>();
+    std::printf("%-24s %11.3f %6.1f%%\n", k, v, 100 * v / it);
+  }
+  std::printf("\n%-11s %14s %11s %16s %16s\n", "link", "bytes/GPU", "busy", "achieved/GPU", "achieved/node");
+  for (auto it2 = o["links"].begin(); it2 != o["links"].end(); ++it2) {
+    const auto& l = it2.value();
+    std::printf("%-11s %14s %10.3fs %16s %16s\n", it2.key().c_str(), format_bytes(l["bytes_per_gpu"]).c_str(),
+                l["busy_s"].get<double>(), format_bandwidth(l["achieved_Bps_per_gpu"]).c_str(),
+                format_bandwidth(l["achieved_Bps_per_node"]).c_str());
+  }
+  std::printf("\npeak memory: GPU %s per GPU, CPU %s per node, NVMe %s per node\n",
+              format_bytes(o["peak_bytes"]["gpu"]).c_str(), format_bytes(o["peak_bytes"]["cpu"]).c_str(),
+              format_bytes(o["peak_bytes"]["nvme"]).c_str());
+  if (o["simulation"]["executor"] == "simgrid") {
+    const auto& s = o["simulation"];
+    std::printf("simgrid %s: %d ranks simulated, %llu activities in %.2f s wall (%.0f per s), peak RSS %s\n",
+                s["simgrid_version"].get<std::string>().c_str(), s["simulated_ranks"].get<int>(),
+                static_cast<unsigned long long>(s["activities"].get<std::uint64_t>()),
+                s["wall_s"].get<double>(), s["events_per_s"].get<double>(),
+                format_bytes(s["peak_rss_bytes"]).c_str());
+  }
+  for (const auto& n : o["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
+  if (o.contains("trace")) std::printf("trace: %s\n", o["trace"].get<std::string>().c_str());
+}
+
+}  // namespace
+
+void register_simulate(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<SimulateCliOptions>();
+  auto* cmd = app.add_subcommand("simulate", "Iteration time on the SimGrid model of the hardware");
+  cmd->add_option("--hardware,-H", opt->hardware, "Hardware scenario name or file")->capture_default_str();
+  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")
+      ->capture_default_str();
+  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")
+      ->capture_default_str();
+  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--iterations,-k", opt->iterations, "Iterations to simulate (the mean is reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_flag("--fast", opt->fast, "Use the reference executor (no contention) instead of SimGrid");
+  cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
+  cmd->add_option("--trace", opt->trace_path, "Write rank 0's trace (.json or .json.gz)");
+  cmd->add_option("--set", opt->run_set,
+                  "Override run keys: a JSON object, e.g. '{\"zero_optimization.stage\": 2}'");
+  cmd->add_option("--model-set", opt->model_set,
+                  "Override model keys: a JSON object, e.g. '{\"n_layer\": 10}'");
+  cmd->callback([opt, &exit_code] {
+    json out;
+    Status s = simulate_experiment(*opt, out, !opt->json);
+    if (!s.is_ok()) {
+      exit_code = report_error(s);
+      return;
+    }
+    for (const auto& w : out["warnings"])
+      std::fprintf(stderr, "memwall: warning: %s\n", w.get<std::string>().c_str());
+    if (opt->json) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      print_simulation(out);
+    }
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace memwall::cli

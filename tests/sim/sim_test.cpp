@@ -1,0 +1,124 @@
+// SimGrid model validation: closed forms for uncontended transfers and ring collectives (within 2%),
+// PCIe contention when sixteen GPUs read CPU memory, monotonicity, agreement with the reference executor.
+#include <gtest/gtest.h>
+
+#include "exec/executor.h"
+#include "plan/planner.h"
+#include "sim/simulate.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+// A schedule where each of `ranks` ranks runs one task.
+Schedule one_task(int ranks, Task t) {
+  Schedule s;
+  s.ranks = ranks;
+  s.ranks_per_node = ranks;
+  s.data_parallel = ranks;
+  t.id = 0;
+  t.name = "task";
+  s.tasks.push_back(t);
+  return s;
+}
+
+double simulate(const Schedule& s, const HardwareSpec& hw) {
+  Result<sim::SimulationResult> r = sim::simulate_schedule(s, hw, {});
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? r->iteration_s : 0;
+}
+
+Task copy_task(Tier src, Tier dst, double bytes) {
+  Task t;
+  t.kind = TaskKind::kCopy;
+  t.resource = dst == Tier::kGpu ? Resource::kH2D : Resource::kD2H;
+  t.src = src;
+  t.dst = dst;
+  t.bytes = bytes;
+  return t;
+}
+
+TEST(SimGrid, UncontendedCopyIsSizeOverBandwidthPlusLatency) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const double expected = 12e9 / 12e9 + hw.pcie.latency_s;  // one GPU alone: its 12 GB/s link
+  EXPECT_NEAR(simulate(one_task(1, copy_task(Tier::kCpu, Tier::kGpu, 12e9)), hw), expected, 0.02 * expected);
+  EXPECT_NEAR(simulate(one_task(1, copy_task(Tier::kGpu, Tier::kCpu, 12e9)), hw), expected, 0.02 * expected);
+}
+
+TEST(SimGrid, NvmeReadIsSizeOverTheDrivesRate) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  Task t;
+  t.kind = TaskKind::kNvmeRead;
+  t.resource = Resource::kNvmeRead;
+  t.src = Tier::kNvme;
+  t.dst = Tier::kCpu;
+  t.bytes = 25.6e9;
+  const double expected = 1.0 + hw.nvme.latency_s;  // 8 drives x 3.2 GB/s
+  EXPECT_NEAR(simulate(one_task(1, t), hw), expected, 0.02 * expected);
+}
+
+TEST(SimGrid, RingCollectivesFollowBusBandwidthFactors) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const double S = 4e9, link = hw.nvlink.gpu_Bps, lat = hw.nvlink.latency_s;
+  for (int n : {2, 4, 8, 16}) {
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
+      Task t;
+      t.kind = TaskKind::kCollective;
+      t.resource = Resource::kNetwork;
+      t.collective = kind;
+      t.group = n;
+      t.bytes = S;
+      const double passes = kind == CollectiveKind::kAllReduce ? 2 : 1;
+      // Ring: (n-1)/n of the tensor crosses each link per pass, one latency per step.
+      const double expected = passes * (S * (n - 1) / n / link + (n - 1) * lat);
+      EXPECT_NEAR(simulate(one_task(n, t), hw), expected, 0.02 * expected)
+          << collective_name(kind) << " n=" << n;
+    }
+  }
+}
+
+TEST(SimGrid, SixteenGpusReadingCpuMemoryShareThePcieUplinks) {
+  // Each upper PCIe switch (4 GPUs) has one 12 GB/s uplink: 3 GB/s per GPU, not the 12 GB/s of each GPU's
+  // own link (paper Figure 2b).
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const double time = simulate(one_task(16, copy_task(Tier::kCpu, Tier::kGpu, 3e9)), hw);
+  EXPECT_NEAR(time, 1.0, 0.02);
+  EXPECT_GT(time, 3.5 * (3e9 / 12e9));
+}
+
+TEST(SimGrid, AgreesWithTheReferenceExecutorWithoutContention) {
+  // One rank (dp 1), CPU offload: nothing is shared, so SimGrid and the closed-form reference agree.
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  run.memwall.data_parallel = 1;
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const Schedule s = plan_iteration(m, run, hw).value();
+  ReferenceExecutor ref(hw, s.ranks_per_node);
+  const double reference = run_schedule(s, ref).value().makespan_s;
+  EXPECT_NEAR(simulate(s, hw), reference, 0.02 * reference);
+}
+
+TEST(SimGrid, MoreBandwidthOrFasterGpusAreNeverSlower) {
+  const HardwareSpec base = testing::load_hardware_scenario("dgx2");
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  RunConfig run = testing::load_run_scenario("zero-infinity-nvme");
+  ASSERT_TRUE(resolve_run_config(run, m, base).is_ok());
+  const Schedule s = plan_iteration(m, run, base).value();
+  const double t0 = simulate(s, base);
+  HardwareSpec nvme = base;
+  nvme.nvme.drive_read_Bps *= 2;
+  nvme.nvme.drive_write_Bps *= 2;
+  HardwareSpec pcie = base;
+  pcie.pcie.gpu_link_Bps *= 2;
+  for (auto& l : pcie.pcie.switches) l.uplink_Bps *= 2;
+  HardwareSpec gpu = base;
+  gpu.gpu.achievable_flops *= 2;
+  gpu.gpu.peak_flops *= 2;
+  for (const HardwareSpec* hw : {&nvme, &pcie, &gpu}) EXPECT_LE(simulate(s, *hw), t0 * (1 + 1e-9));
+  EXPECT_LT(simulate(s, nvme), 0.9 * t0);  // this run is NVMe-bound
+}
+
+}  // namespace
+}  // namespace memwall
