@@ -8,7 +8,6 @@ namespace memwall::sim {
 
 namespace {
 using Dir = sg4::LinkInRoute::Direction;
-constexpr double kDelayHostSpeed = 1e9;  // delay hosts run "latency x 1e9" flops
 }  // namespace
 
 Platform::Platform(const HardwareSpec& hw, int gpus) : hw_(hw) {
@@ -63,9 +62,6 @@ Platform::Platform(const HardwareSpec& hw, int gpus) : hw_(hw) {
   for (int i = 0; i < n; ++i) {
     gpus_.push_back(zone->create_host("gpu" + std::to_string(i), hw.gpu.achievable_flops));
     peers_.push_back(zone->create_host("peer" + std::to_string(i), hw.gpu.achievable_flops));
-    auto* d = zone->create_host("delay" + std::to_string(i), kDelayHostSpeed);
-    d->set_core_count(4096);
-    delays_.push_back(d);
   }
   for (int i = 0; i < n; ++i) {
     // GPU <-> CPU memory: own link, every switch level's uplink, DRAM.

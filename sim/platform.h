@@ -27,7 +27,6 @@ class Platform {
   sg4::Host* gpu(int i) const { return gpus_.at(i); }
   sg4::Host* cpu() const { return cpu_; }
   sg4::Host* peer(int i) const { return peers_.at(i); }
-  sg4::Host* delay(int i) const { return delays_.at(i); }  // many-core host for pure latency delays
   sg4::Disk* nvme() const { return nvme_; }
   const HardwareSpec& hardware() const { return hw_; }
 
@@ -35,7 +34,6 @@ class Platform {
   const HardwareSpec& hw_;
   std::vector<sg4::Host*> gpus_;
   std::vector<sg4::Host*> peers_;
-  std::vector<sg4::Host*> delays_;
   sg4::Host* cpu_ = nullptr;
   sg4::Disk* nvme_ = nullptr;
 };

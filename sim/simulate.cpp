@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <queue>
 
 #include "base/units.h"
 #include "memory/bandwidth_model.h"
@@ -92,10 +94,21 @@ class SimGridExecutor final : public Executor {
 
   Result<Completion> wait_any() override {
     while (ready_.empty()) {
-      if (inflight_.empty())
-        return Status::failed_precondition("simgrid executor: wait_any with nothing in flight");
-      const ssize_t i = sg4::Activity::wait_any(inflight_);
-      if (i < 0) return Status::internal("simgrid: wait_any failed");
+      // Latency steps are timers, not activities: wake up for the earliest one.
+      if (!delays_.empty() && delays_.top().first <= sg4::Engine::get_clock()) {
+        const int task = delays_.top().second;
+        delays_.pop();
+        complete(task);
+        continue;
+      }
+      const double timeout = delays_.empty() ? -1 : delays_.top().first - sg4::Engine::get_clock();
+      if (inflight_.empty()) {
+        if (delays_.empty()) return Status::failed_precondition("simgrid executor: wait_any with nothing in flight");
+        sg4::this_actor::sleep_for(timeout);
+        continue;
+      }
+      const ssize_t i = sg4::Activity::wait_any_for(inflight_, timeout);
+      if (i < 0) continue;  // a timer expired
       const int task = owner_[i];
       inflight_.erase(inflight_.begin() + i);
       owner_.erase(owner_.begin() + i);
@@ -112,7 +125,6 @@ class SimGridExecutor final : public Executor {
     double start = 0;
     int parts = 0;
     double extra_delay = 0;  // latency steps added after the transfers (ring steps, device latency)
-    bool delayed = false;
     int resource = 0;
   };
 
@@ -128,14 +140,18 @@ class SimGridExecutor final : public Executor {
     ++activities_;
   }
 
-  // The transfers are done: add the latency steps as a delay, or complete.
+  // The transfers are done: wait out the latency steps, or complete.
   void finish_parts(int task) {
     Pending& pend = pending_[task];
-    if (pend.extra_delay > 0 && !pend.delayed) {
-      pend.delayed = true;
-      start(task, exec_on(p_.delay(rank_), pend.extra_delay * 1e9));
+    if (pend.extra_delay > 0) {
+      delays_.push({sg4::Engine::get_clock() + pend.extra_delay, task});
       return;
     }
+    complete(task);
+  }
+
+  void complete(int task) {
+    Pending& pend = pending_[task];
     ready_.push_back({task, pend.start, now()});
     const int r = pend.resource;
     pending_.erase(task);
@@ -186,6 +202,7 @@ class SimGridExecutor final : public Executor {
   std::map<int, Pending> pending_;
   std::vector<Completion> ready_;
   bool busy_[kResourceCount] = {};
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delays_;
   std::deque<const Task*> queued_[kResourceCount];
 };
 
