@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <queue>
 
 #include "base/units.h"
@@ -25,171 +26,147 @@ namespace memwall::sim {
 
 namespace {
 
-// Rank `rank` of the node: submits each task as SimGrid activities and reports completions.
+// Rank `rank` of the node. Each resource of the rank is a lane: a daemon actor that runs its tasks one at a
+// time in submission order, like a CUDA stream or copy engine, an NCCL stream, an NVMe queue or the
+// optimizer thread; contention comes from the other ranks and from links several lanes cross. A lane waits
+// on one activity at a time (SimGrid 3.32 slows down badly when an actor repeatedly waits on a set that
+// holds long-lived activities), and reports completions to the rank's driver through a semaphore.
 class SimGridExecutor final : public Executor {
  public:
   SimGridExecutor(const Platform& p, int rank, int ranks_per_node, std::uint64_t& activities)
-      : p_(p), rank_(rank), rpn_(ranks_per_node), activities_(activities) {}
+      : p_(p),
+        rank_(rank),
+        rpn_(ranks_per_node),
+        activities_(activities),
+        done_sem_(sg4::Semaphore::create(0)) {
+    for (int r = 0; r < kResourceCount; ++r) {
+      if (static_cast<Resource>(r) == Resource::kNone) continue;
+      lanes_[r].pending = sg4::Semaphore::create(0);
+      sg4::Actor::create("rank" + std::to_string(rank) + "-" + resource_name(static_cast<Resource>(r)),
+                         p.gpu(rank), [this, r]() {
+                           sg4::Actor::self()->daemonize();
+                           lane_loop(r);
+                         });
+    }
+  }
 
   const char* name() const override { return "simgrid"; }
   ExecutorCaps caps() const override { return {}; }
   double now() const override { return sg4::Engine::get_clock() - origin_; }
   void reset_origin() { origin_ = sg4::Engine::get_clock(); }
 
-  // Each rank runs one task per resource at a time, in submission order, like a CUDA stream or copy engine,
-  // an NCCL stream, an NVMe queue or the optimizer thread; contention comes from the other ranks and from
-  // links that several resources cross.
   Status submit(const Task& t) override {
-    const int r = static_cast<int>(t.resource);
-    if (busy_[r]) {
-      queued_[r].push_back(&t);
-      return Status::ok();
+    if (t.resource == Resource::kNone)
+      return Status::internal("simgrid executor: alloc/free reach the driver only");
+    if ((t.kind == TaskKind::kNvmeRead || t.kind == TaskKind::kNvmeWrite) && p_.nvme() == nullptr) {
+      return Status::failed_precondition("NVMe task on hardware without NVMe: " + t.name);
     }
-    busy_[r] = true;
-    return launch(t);
-  }
-
-  Status launch(const Task& t) {
-    const HardwareSpec& hw = p_.hardware();
-    Pending& pend = pending_[t.id];
-    pend.start = now();
-    pend.resource = static_cast<int>(t.resource);
-    switch (t.kind) {
-      case TaskKind::kCompute:
-        start(t.id, exec_on(p_.gpu(rank_), std::max(t.flops, 1.0)));
-        break;
-      case TaskKind::kOptimizerStep:
-        if (t.dst == Tier::kGpu) {
-          start(t.id, exec_on(p_.gpu(rank_), t.bytes * hw.gpu.achievable_flops / hw.gpu.hbm_Bps));
-        } else {
-          start(t.id, exec_on(p_.cpu(), t.bytes));  // CPU host speed is DRAM bytes/s
-        }
-        break;
-      case TaskKind::kCopy: {
-        sg4::Host* gpu = p_.gpu(rank_);
-        start(t.id, t.dst == Tier::kGpu ? sg4::Comm::sendto_async(p_.cpu(), gpu, t.bytes)
-                                        : sg4::Comm::sendto_async(gpu, p_.cpu(), t.bytes));
-        break;
-      }
-      case TaskKind::kNvmeRead:
-      case TaskKind::kNvmeWrite: {
-        if (p_.nvme() == nullptr)
-          return Status::failed_precondition("NVMe task on hardware without NVMe: " + t.name);
-        const auto bytes = static_cast<sg_size_t>(t.bytes);
-        start(t.id,
-              t.kind == TaskKind::kNvmeRead ? p_.nvme()->read_async(bytes) : p_.nvme()->write_async(bytes));
-        pend.extra_delay = hw.nvme.latency_s;
-        break;
-      }
-      case TaskKind::kCollective:
-        submit_collective(t, pend);
-        break;
-      case TaskKind::kAlloc:
-      case TaskKind::kFree:
-        return Status::internal("simgrid executor: alloc/free reach the driver only");
-    }
-    if (pend.parts == 0) finish_parts(t.id);  // nothing to move (e.g. a group of one)
+    Lane& lane = lanes_[static_cast<int>(t.resource)];
+    lane.queue.push_back(&t);
+    lane.pending->release();
     return Status::ok();
   }
 
   Result<Completion> wait_any() override {
-    while (ready_.empty()) {
-      // Latency steps are timers, not activities: wake up for the earliest one.
-      if (!delays_.empty() && delays_.top().first <= sg4::Engine::get_clock()) {
-        const int task = delays_.top().second;
-        delays_.pop();
-        complete(task);
-        continue;
-      }
-      const double timeout = delays_.empty() ? -1 : delays_.top().first - sg4::Engine::get_clock();
-      if (inflight_.empty()) {
-        if (delays_.empty()) return Status::failed_precondition("simgrid executor: wait_any with nothing in flight");
-        sg4::this_actor::sleep_for(timeout);
-        continue;
-      }
-      const ssize_t i = sg4::Activity::wait_any_for(inflight_, timeout);
-      if (i < 0) continue;  // a timer expired
-      const int task = owner_[i];
-      inflight_.erase(inflight_.begin() + i);
-      owner_.erase(owner_.begin() + i);
-      Pending& pend = pending_[task];
-      if (--pend.parts == 0) finish_parts(task);
-    }
-    const Completion c = ready_.back();
-    ready_.pop_back();
+    done_sem_->acquire();
+    const Completion c = done_.front();
+    done_.pop_front();
     return c;
   }
 
  private:
-  struct Pending {
-    double start = 0;
-    int parts = 0;
-    double extra_delay = 0;  // latency steps added after the transfers (ring steps, device latency)
-    int resource = 0;
+  struct Lane {
+    std::deque<const Task*> queue;
+    sg4::SemaphorePtr pending;
   };
 
   // An Exec on `host` (Host::exec_async in 3.32 runs on the calling actor's host, not on `host`).
-  static sg4::ActivityPtr exec_on(sg4::Host* host, double amount) {
+  static sg4::ExecPtr exec_on(sg4::Host* host, double amount) {
     return sg4::Exec::init()->set_flops_amount(amount)->set_host(host)->start();
   }
 
-  void start(int task, sg4::ActivityPtr a) {
-    inflight_.push_back(std::move(a));
-    owner_.push_back(task);
-    ++pending_[task].parts;
+  void lane_loop(int r) {
+    Lane& lane = lanes_[r];
+    for (;;) {
+      lane.pending->acquire();
+      const Task& t = *lane.queue.front();
+      lane.queue.pop_front();
+      const double start = now();
+      run(t);
+      done_.push_back({t.id, start, now()});
+      done_sem_->release();
+    }
+  }
+
+  // Runs one task to completion (blocking this lane only).
+  void run(const Task& t) {
+    const HardwareSpec& hw = p_.hardware();
+    switch (t.kind) {
+      case TaskKind::kCompute:
+        wait(exec_on(p_.gpu(rank_), std::max(t.flops, 1.0)));
+        break;
+      case TaskKind::kOptimizerStep:
+        if (t.dst == Tier::kGpu) {
+          wait(exec_on(p_.gpu(rank_), t.bytes * hw.gpu.achievable_flops / hw.gpu.hbm_Bps));
+        } else {
+          wait(exec_on(p_.cpu(), t.bytes));  // CPU host speed is DRAM bytes/s
+        }
+        break;
+      case TaskKind::kCopy: {
+        sg4::Host* gpu = p_.gpu(rank_);
+        wait(t.dst == Tier::kGpu ? sg4::Comm::sendto_async(p_.cpu(), gpu, t.bytes)
+                                 : sg4::Comm::sendto_async(gpu, p_.cpu(), t.bytes));
+        break;
+      }
+      case TaskKind::kNvmeRead:
+      case TaskKind::kNvmeWrite: {
+        const auto bytes = static_cast<sg_size_t>(t.bytes);
+        wait(t.kind == TaskKind::kNvmeRead ? p_.nvme()->read_async(bytes) : p_.nvme()->write_async(bytes));
+        if (hw.nvme.latency_s > 0) sg4::this_actor::sleep_for(hw.nvme.latency_s);
+        break;
+      }
+      case TaskKind::kCollective:
+        run_collective(t);
+        break;
+      case TaskKind::kAlloc:
+      case TaskKind::kFree:
+        break;
+    }
+  }
+
+  template <typename Ptr>
+  void wait(Ptr a) {
     ++activities_;
-  }
-
-  // The transfers are done: wait out the latency steps, or complete.
-  void finish_parts(int task) {
-    Pending& pend = pending_[task];
-    if (pend.extra_delay > 0) {
-      delays_.push({sg4::Engine::get_clock() + pend.extra_delay, task});
-      return;
-    }
-    complete(task);
-  }
-
-  void complete(int task) {
-    Pending& pend = pending_[task];
-    ready_.push_back({task, pend.start, now()});
-    const int r = pend.resource;
-    pending_.erase(task);
-    busy_[r] = false;
-    if (!queued_[r].empty()) {
-      const Task* next = queued_[r].front();
-      queued_[r].pop_front();
-      busy_[r] = true;
-      const Status s = launch(*next);
-      MW_CHECK(s.is_ok(), s.message());
-    }
+    a->wait();
   }
 
   // Ring collectives: in a group of n on one node every rank sends (n-1)/n of the tensor to its neighbour
   // (twice for an all-reduce); across N nodes, also (N-1)/N of it leaves the node through the NICs, split
   // over the node's ranks. Ring latency: one step per hop, (n-1) steps (2(n-1) for an all-reduce).
-  void submit_collective(const Task& t, Pending& pend) {
+  void run_collective(const Task& t) {
     const HardwareSpec& hw = p_.hardware();
     const int n = t.group;
     if (n <= 1) return;
     const double passes = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
     const int local = std::min(n, hw.gpu.count);
     const int nodes = (n + hw.gpu.count - 1) / hw.gpu.count;
+    sg4::CommPtr intra, inter;
     if (local > 1) {
       const int next = (rank_ + 1) % std::min(local, rpn_);
       if (next != rank_) {
-        start(t.id,
-              sg4::Comm::sendto_async(p_.gpu(rank_), p_.gpu(next), passes * t.bytes * (local - 1) / local));
+        intra = sg4::Comm::sendto_async(p_.gpu(rank_), p_.gpu(next), passes * t.bytes * (local - 1) / local);
       }
     }
     if (nodes > 1) {
-      const double per_rank = passes * t.bytes * (nodes - 1) / nodes / local;
-      start(t.id, sg4::Comm::sendto_async(p_.gpu(rank_), p_.peer(rank_), per_rank));
+      inter = sg4::Comm::sendto_async(p_.gpu(rank_), p_.peer(rank_),
+                                      passes * t.bytes * (nodes - 1) / nodes / local);
     }
+    if (intra) wait(intra);
+    if (inter) wait(inter);
     // Hop latencies beyond the one each transfer already paid.
     const double hop = nodes > 1 ? hw.network.latency_s : hw.nvlink.latency_s;
-    const double steps = passes * (n - 1);
-    pend.extra_delay = std::max(0.0, steps - passes) * hop;
+    const double extra = std::max(0.0, passes * (n - 1) - passes) * hop;
+    if (extra > 0) sg4::this_actor::sleep_for(extra);
   }
 
   const Platform& p_;
@@ -197,13 +174,9 @@ class SimGridExecutor final : public Executor {
   const int rpn_;
   std::uint64_t& activities_;
   double origin_ = 0;
-  std::vector<sg4::ActivityPtr> inflight_;  // kept alive until complete (SimGrid 3.32 requirement)
-  std::vector<int> owner_;
-  std::map<int, Pending> pending_;
-  std::vector<Completion> ready_;
-  bool busy_[kResourceCount] = {};
-  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> delays_;
-  std::deque<const Task*> queued_[kResourceCount];
+  Lane lanes_[kResourceCount];
+  std::deque<Completion> done_;
+  sg4::SemaphorePtr done_sem_;
 };
 
 std::uint64_t peak_rss() {
@@ -230,9 +203,13 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
+  // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
+  std::vector<std::unique_ptr<SimGridExecutor>> execs;
+  for (int r = 0; r < rpn; ++r)
+    execs.push_back(std::make_unique<SimGridExecutor>(platform, r, rpn, result.activities));
   for (int r = 0; r < rpn; ++r) {
     sg4::Actor::create("rank" + std::to_string(r), platform.gpu(r), [&, r]() {
-      SimGridExecutor exec(platform, r, rpn, result.activities);
+      SimGridExecutor& exec = *execs[r];
       for (int it = 0; it < opt.iterations; ++it) {
         exec.reset_origin();
         Result<RunResult> run = run_schedule(s, exec);
