@@ -12,5 +12,6 @@ void register_predict(CLI::App& app, int& exit_code);
 void register_info(CLI::App& app, int& exit_code);
 void register_plan(CLI::App& app, int& exit_code);
 void register_simulate(CLI::App& app, int& exit_code);
+void register_sweep(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

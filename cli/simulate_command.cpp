@@ -16,34 +16,14 @@
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
 #include "sim/simgrid_backend.h"
+#include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID
 #include "sim/simulate.h"
 #endif
 
 namespace memwall::cli {
 
-namespace {
-
 using nlohmann::json;
-
-struct SimulateCliOptions {
-  std::string hardware = "dgx2";
-  std::string model = "paper-1t";
-  std::string run = "zero-infinity-nvme";
-  int nodes = 0;
-  int iterations = 1;
-  bool fast = false;
-  bool json = false;
-  std::string trace_path;
-  std::string model_set;
-  std::string run_set;
-};
-
-}  // namespace
-
-// One simulated experiment; shared with `memwall sweep`. Fills `out` (the JSON result) and returns the
-// status; prints nothing.
-Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress);
 
 Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress) {
   Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes, opt.model_set, opt.run_set);

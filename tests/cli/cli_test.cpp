@@ -285,6 +285,84 @@ TEST(CliPlan, APlanThatCannotFitIsRejectedNamingTheTier) {
       << io.output;
 }
 
+TEST(CliSimulate, ReportsThroughputBreakdownAndLinks) {
+  const CmdResult r = memwall("simulate --model gpt2-xl --run zero-infinity-nvme --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json d = parse_json(r.output);
+  EXPECT_EQ(d["simulation"]["executor"], "simgrid");
+  EXPECT_EQ(d["simulation"]["simulated_ranks"], 16);
+  EXPECT_GT(d["iteration_s"].get<double>(), 0);
+  EXPECT_GT(d["tflops_per_gpu"].get<double>(), 0);
+  EXPECT_LE(d["tflops_per_gpu"].get<double>(), 70.0);  // never above the achievable rate
+  EXPECT_NEAR(d["pflops_total"].get<double>(), d["tflops_per_gpu"].get<double>() * 16 / 1e3, 1e-9);
+  double parts = 0;
+  for (auto it = d["breakdown_s"].begin(); it != d["breakdown_s"].end(); ++it)
+    parts += it.value().get<double>();
+  EXPECT_NEAR(parts, d["iteration_s"].get<double>(), 0.02 * d["iteration_s"].get<double>());
+  EXPECT_GT(d["links"]["nvme_read"]["bytes_per_gpu"].get<double>(), 0);
+  // --fast uses the contention-free reference executor: never slower than SimGrid on the same schedule.
+  const CmdResult f = memwall("simulate --model gpt2-xl --run zero-infinity-nvme --json --fast", false);
+  ASSERT_EQ(f.exit_code, 0);
+  const nlohmann::json fd = parse_json(f.output);
+  EXPECT_EQ(fd["simulation"]["executor"], "reference");
+  const CmdResult human = memwall("simulate --model gpt2 --run zero-infinity-cpu");
+  EXPECT_EQ(human.exit_code, 0);
+  EXPECT_NE(human.output.find("exposed_communication"), std::string::npos) << human.output;
+  EXPECT_NE(human.output.find("activities"), std::string::npos);
+}
+
+TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
+  const std::string no_nvme = write_file("sim_no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
+      "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},
+      "cpu": {"memory_bytes": 1e12, "memory_Bps": 3e11}, "pcie": {"gpu_link_Bps": 5e10}})");
+  expect_bad_input("simulate --hardware " + no_nvme + " --model gpt2", "has no NVMe");
+  expect_bad_input("simulate --model gpt2 --set '{\"memwall.data_parallel\": 64}'", "more than the 16 GPUs");
+  expect_bad_input("simulate --model gpt2 --set '{\"memwall.model_parallel\": 5}'", "memwall.model_parallel");
+  expect_bad_input("simulate --model gpt3-175b --run zero-3", "GPU: the schedule needs");
+  expect_bad_input("simulate --model gpt2 --set 'not json'", "overrides");
+}
+
+TEST(CliSweep, EveryPaperSweepRunsWithTheReferenceExecutor) {
+  for (const char* f : {"table1-1node", "table1-32node", "fig5b-weak-scaling-1t", "fig6c-gradient-offload",
+                        "fig6d-prefetch", "fig6e-checkpoint-offload"}) {
+    const std::string path = std::string(MEMWALL_SOURCE_SCENARIOS) + "/paper/" + f + ".json";
+    const CmdResult r = memwall("sweep --fast --json " + path, false);
+    ASSERT_EQ(r.exit_code, 0) << f << "\n" << r.output;
+    const nlohmann::json d = parse_json(r.output);
+    ASSERT_FALSE(d["results"].empty());
+    for (const auto& row : d["results"]) EXPECT_FALSE(row.contains("error")) << f << ": " << row.dump();
+  }
+}
+
+TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
+  const std::string csv = (std::filesystem::current_path() / "cli_test_files" / "table1.csv").string();
+  std::filesystem::create_directories(std::filesystem::path(csv).parent_path());
+  const CmdResult r =
+      memwall("sweep " + std::string(MEMWALL_SOURCE_SCENARIOS) + "/paper/table1-1node.json --csv " + csv);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("experiment,hardware,model,params", 0), 0u);
+  int rows = 0;
+  double previous_params = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    EXPECT_NE(line.find("simgrid"), std::string::npos) << line;
+    const double params = std::stod(line.substr(line.find(',', line.find(',', line.find(',') + 1) + 1) + 1));
+    EXPECT_GT(params, previous_params);  // the sweep grows the model
+    previous_params = params;
+  }
+  EXPECT_EQ(rows, 5);
+}
+
+TEST(CliSweep, BadSweepFilesAreNamed) {
+  expect_bad_input("sweep " + write_file("sweep_empty.json", R"({"experiments": []})"), "experiments");
+  expect_bad_input("sweep " + write_file("sweep_key.json", R"({"experiments": [{"modle": "gpt2"}]})"),
+                   "unknown key 'modle'");
+  expect_bad_input("sweep /nonexistent/sweep.json", "/nonexistent/sweep.json");
+}
+
 TEST(CliInfo, ReportsBackendsAsJson) {
   const CmdResult r = memwall("info --json", false);
   ASSERT_EQ(r.exit_code, 0);

@@ -1,0 +1,30 @@
+// One simulated experiment (load, resolve, plan, simulate or --fast, analyse), shared by `memwall simulate`
+// and `memwall sweep`. CLI-only.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "base/status.h"
+
+namespace memwall::cli {
+
+struct SimulateCliOptions {
+  std::string hardware = "dgx2";
+  std::string model = "paper-1t";
+  std::string run = "zero-infinity-nvme";
+  int nodes = 0;
+  int iterations = 1;
+  bool fast = false;
+  bool json = false;
+  std::string trace_path;
+  std::string model_set;  // JSON object text of model keys to override
+  std::string run_set;    // JSON object text of run keys to override (dotted)
+};
+
+// Fills `out` with the result object documented in docs/cli.md (simulate). Prints nothing except, when
+// `show_progress` and stderr is a terminal, a progress line.
+Status simulate_experiment(const SimulateCliOptions& opt, nlohmann::json& out, bool show_progress);
+
+}  // namespace memwall::cli
