@@ -37,6 +37,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_p
 
   RunResult result;
   double iteration_s = 0;
+  double node_busy[kResourceCount] = {};
   json sim_info;
   if (opt.fast) {
     ReferenceExecutor exec(in->hw, s->ranks_per_node);
@@ -45,6 +46,8 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_p
     result = std::move(*r);
     iteration_s = result.makespan_s;
     sim_info = {{"executor", "reference"}};
+    // Ranks are identical and each has its fixed share of node resources: they run side by side.
+    std::copy(std::begin(result.busy_s), std::end(result.busy_s), node_busy);
   } else {
 #if MEMWALL_WITH_SIMGRID
     sim::SimulateOptions so;
@@ -59,6 +62,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_p
     if (!r.is_ok()) return r.status();
     result = std::move(r->rank0);
     iteration_s = r->iteration_s;
+    std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), node_busy);
     sim_info = {{"executor", "simgrid"},
                 {"simgrid_version", sim::simgrid_version()},
                 {"simulated_ranks", r->simulated_ranks},
@@ -97,12 +101,14 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_p
   json links = json::object();
   for (Resource r :
        {Resource::kH2D, Resource::kD2H, Resource::kNvmeRead, Resource::kNvmeWrite, Resource::kNetwork}) {
-    const bool node_shared = r == Resource::kNvmeRead || r == Resource::kNvmeWrite;
+    const int i = static_cast<int>(r);
+    // Per node: every rank's bytes over the time any rank of the node used this kind of link.
     links[resource_name(r)] = {
-        {"bytes_per_gpu", b.bytes[static_cast<int>(r)]},
-        {"busy_s", b.busy_s[static_cast<int>(r)]},
+        {"bytes_per_gpu", b.bytes[i]},
+        {"busy_s", b.busy_s[i]},
         {"achieved_Bps_per_gpu", b.achieved_Bps(r)},
-        {"achieved_Bps_per_node", node_shared ? b.achieved_Bps(r) * rpn : b.achieved_Bps(r) * rpn}};
+        {"node_busy_s", node_busy[i]},
+        {"achieved_Bps_per_node", node_busy[i] > 0 ? b.bytes[i] * rpn / node_busy[i] : 0}};
   }
   out["links"] = links;
   out["peak_bytes"] = {

@@ -203,6 +203,7 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
+  std::vector<std::vector<std::pair<double, double>>> node_intervals(kResourceCount);
   // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
   std::vector<std::unique_ptr<SimGridExecutor>> execs;
   for (int r = 0; r < rpn; ++r)
@@ -216,6 +217,13 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
         if (!run.is_ok()) {
           failure = run.status();
           return;
+        }
+        if (it + 1 == opt.iterations) {
+          for (const Task& t : s.tasks) {
+            if (t.resource == Resource::kNone) continue;
+            const Completion& c = run->timing[t.id];
+            node_intervals[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
+          }
         }
         if (r == 0) result.rank0 = std::move(*run);
       }
@@ -234,6 +242,16 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   engine.run();
   if (!failure.is_ok()) return failure;
   result.iteration_s = *std::max_element(rank_time.begin(), rank_time.end()) / opt.iterations;
+  for (int r = 0; r < kResourceCount; ++r) {
+    auto& v = node_intervals[r];
+    std::sort(v.begin(), v.end());
+    double end = -1;
+    for (const auto& [a, z] : v) {
+      if (z <= end) continue;
+      result.node_busy_s[r] += z - std::max(a, end);
+      end = z;
+    }
+  }
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.peak_rss_bytes = peak_rss();
   return result;
@@ -271,6 +289,7 @@ struct Header {
   std::uint64_t activities = 0, rss = 0;
   std::int32_t ranks = 0;
   double busy[kResourceCount] = {};
+  double node_busy[kResourceCount] = {};
 };
 
 }  // namespace
@@ -301,6 +320,7 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
       h.rss = r->peak_rss_bytes;
       h.ranks = r->simulated_ranks;
       std::copy(std::begin(r->rank0.busy_s), std::end(r->rank0.busy_s), h.busy);
+      std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), h.node_busy);
       write_all(fds[1], &h, sizeof h);
       write_all(fds[1], r->rank0.timing.data(), r->rank0.timing.size() * sizeof(Completion));
     }
@@ -325,6 +345,7 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
     }
     out.rank0.makespan_s = h.makespan_s;
     std::copy(std::begin(h.busy), std::end(h.busy), out.rank0.busy_s);
+    std::copy(std::begin(h.node_busy), std::end(h.node_busy), out.node_busy_s);
     out.iteration_s = h.iteration_s;
     out.wall_s = h.wall_s;
     out.activities = h.activities;

@@ -27,12 +27,13 @@ struct SimulateOptions {
 };
 
 struct SimulationResult {
-  RunResult rank0;                   // rank 0's task timings for the last iteration (times from its start)
-  double iteration_s = 0;            // mean simulated iteration time over the iterations
-  int simulated_ranks = 0;           // ranks simulated (one node's)
-  std::uint64_t activities = 0;      // SimGrid activities created (execs, comms, I/Os)
-  double wall_s = 0;                 // wall time of the simulation itself
-  std::uint64_t peak_rss_bytes = 0;  // of the simulating process
+  RunResult rank0;          // rank 0's task timings for the last iteration (times from its start)
+  double iteration_s = 0;   // mean simulated iteration time over the iterations
+  int simulated_ranks = 0;  // ranks simulated (one node's)
+  double node_busy_s[kResourceCount] = {};  // per resource: time any rank of the node was using it
+  std::uint64_t activities = 0;             // SimGrid activities created (execs, comms, I/Os)
+  double wall_s = 0;                        // wall time of the simulation itself
+  std::uint64_t peak_rss_bytes = 0;         // of the simulating process
 };
 
 // Runs the simulation in a child process (SimGrid allows one engine per process), so it can be called any
