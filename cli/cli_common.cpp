@@ -112,8 +112,13 @@ Result<std::string> apply_overrides(const std::string& text, const std::string& 
 
 }  // namespace
 
-Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
-                           int nodes, const std::string& model_set, const std::string& run_set) {
+Result<Inputs> load_inputs(const InputOptions& opt) {
+  const std::string& hardware = opt.hardware;
+  const std::string& model = opt.model;
+  const std::string& run = opt.run;
+  const int nodes = opt.nodes;
+  const std::string& model_set = opt.model_set;
+  const std::string& run_set = opt.run_set;
   Inputs in;
   Result<HardwareSpec> hw = load_hardware_arg(hardware, in.diag);
   if (!hw.is_ok()) return hw.status();

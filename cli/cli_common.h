@@ -40,10 +40,18 @@ struct Inputs {
   RunConfig run;  // as read: not yet resolved
   Diagnostics diag;
 };
-// `model_set` and `run_set` (JSON object text, may be empty) override keys of the model and run files before
-// they are parsed; dotted keys reach into sections ("zero_optimization.stage").
-Result<Inputs> load_inputs(const std::string& hardware, const std::string& model, const std::string& run,
-                           int nodes, const std::string& model_set = "", const std::string& run_set = "");
+// The input flags every planning command takes; registered by add_input_options (input_options.h).
+struct InputOptions {
+  std::string hardware = "dgx2";
+  std::string model = "paper-1t";
+  std::string run = "zero-infinity-nvme";
+  int nodes = 0;          // 0: the hardware file's node count
+  std::string model_set;  // JSON object text of model keys to override
+  std::string run_set;    // JSON object text of run keys to override (dotted: "zero_optimization.stage")
+};
+
+// Loads the three files, applying the overrides before parsing and --nodes after.
+Result<Inputs> load_inputs(const InputOptions& opt);
 
 // Writes rank 0's run of `s` as a trace file (.gz compresses), with the resolved inputs in its header.
 Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "exec/executor.h"
 #include "exec/trace_export.h"
+#include "input_options.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
 #include "trace/trace.h"
@@ -24,16 +25,13 @@ namespace {
 using nlohmann::json;
 
 struct PlanOptions {
-  std::string hardware = "dgx2";
-  std::string model = "paper-1t";
-  std::string run = "zero-infinity-nvme";
-  int nodes = 0;
+  InputOptions inputs;
   bool json = false;
   std::string trace_path;
 };
 
 int run_plan(const PlanOptions& opt) {
-  Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes);
+  Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
   print_warnings(in->diag);
   RunConfig run = in->run;
@@ -156,13 +154,7 @@ void register_plan(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<PlanOptions>();
   auto* cmd =
       app.add_subcommand("plan", "The schedule of one iteration, its memory peaks and a reference trace");
-  cmd->add_option("--hardware,-H", opt->hardware, "Hardware scenario name or file")->capture_default_str();
-  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")
-      ->capture_default_str();
-  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")
-      ->capture_default_str();
-  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")
-      ->check(CLI::Range(1, 1 << 20));
+  add_input_options(cmd, opt->inputs);
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--trace", opt->trace_path, "Write the reference executor's trace (.json or .json.gz)");
   cmd->callback([opt, &exit_code] { exit_code = run_plan(*opt); });

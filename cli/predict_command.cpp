@@ -11,6 +11,7 @@
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
@@ -22,10 +23,7 @@ namespace {
 using nlohmann::json;
 
 struct PredictOptions {
-  std::string hardware = "dgx2";
-  std::string model = "paper-1t";
-  std::string run = "zero-infinity-nvme";
-  int nodes = 0;
+  InputOptions inputs;
   bool json = false;
   bool max_model = false;
   std::string family = "paper";
@@ -183,7 +181,7 @@ void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfi
 }
 
 int run_predict(const PredictOptions& opt) {
-  Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes);
+  Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
   Diagnostics& diag = in->diag;
   HardwareSpec* hw = &in->hw;
@@ -324,14 +322,7 @@ void register_predict(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<PredictOptions>();
   auto* cmd =
       app.add_subcommand("predict", "Memory per tier and bandwidth needs; the largest trainable model");
-  cmd->add_option("--hardware,-H", opt->hardware, "Hardware scenario name or file (scenarios/hardware)")
-      ->capture_default_str();
-  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")
-      ->capture_default_str();
-  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")
-      ->capture_default_str();
-  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")
-      ->check(CLI::Range(1, 1 << 20));
+  add_input_options(cmd, opt->inputs);
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--target-efficiency", opt->target_efficiency,
                   "Efficiency the 'for X%' bandwidth column is computed for (Eq. 6)")

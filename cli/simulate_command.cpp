@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "exec/executor.h"
 #include "exec/run_analysis.h"
+#include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
 #include "sim/simgrid_backend.h"
@@ -26,7 +27,7 @@ namespace memwall::cli {
 using nlohmann::json;
 
 Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress) {
-  Result<Inputs> in = load_inputs(opt.hardware, opt.model, opt.run, opt.nodes, opt.model_set, opt.run_set);
+  Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
   RunConfig run = in->run;
   MW_RETURN_IF_ERROR(resolve_run_config(run, in->model, in->hw));
@@ -171,23 +172,13 @@ void print_simulation(const json& o) {
 void register_simulate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<SimulateCliOptions>();
   auto* cmd = app.add_subcommand("simulate", "Iteration time on the SimGrid model of the hardware");
-  cmd->add_option("--hardware,-H", opt->hardware, "Hardware scenario name or file")->capture_default_str();
-  cmd->add_option("--model,-m", opt->model, "Model: scenario name or Hugging Face config.json")
-      ->capture_default_str();
-  cmd->add_option("--run,-r", opt->run, "Run: scenario name or DeepSpeed ds_config.json")
-      ->capture_default_str();
-  cmd->add_option("--nodes,-n", opt->nodes, "Override the hardware file's node count")
-      ->check(CLI::Range(1, 1 << 20));
+  add_input_options(cmd, opt->inputs);
   cmd->add_option("--iterations,-k", opt->iterations, "Iterations to simulate (the mean is reported)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_flag("--fast", opt->fast, "Use the reference executor (no contention) instead of SimGrid");
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--trace", opt->trace_path, "Write rank 0's trace (.json or .json.gz)");
-  cmd->add_option("--set", opt->run_set,
-                  "Override run keys: a JSON object, e.g. '{\"zero_optimization.stage\": 2}'");
-  cmd->add_option("--model-set", opt->model_set,
-                  "Override model keys: a JSON object, e.g. '{\"n_layer\": 10}'");
   cmd->callback([opt, &exit_code] {
     json out;
     Status s = simulate_experiment(*opt, out, !opt->json);

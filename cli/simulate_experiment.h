@@ -7,20 +7,16 @@
 #include <string>
 
 #include "base/status.h"
+#include "cli_common.h"
 
 namespace memwall::cli {
 
 struct SimulateCliOptions {
-  std::string hardware = "dgx2";
-  std::string model = "paper-1t";
-  std::string run = "zero-infinity-nvme";
-  int nodes = 0;
+  InputOptions inputs;
   int iterations = 1;
   bool fast = false;
   bool json = false;
   std::string trace_path;
-  std::string model_set;  // JSON object text of model keys to override
-  std::string run_set;    // JSON object text of run keys to override (dotted)
 };
 
 // Fills `out` with the result object documented in docs/cli.md (simulate). Prints nothing except, when

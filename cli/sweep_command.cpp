@@ -77,13 +77,14 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
     Experiment ex;
     try {
       ex.name = e.value("name", "experiment " + std::to_string(i + 1));
-      ex.sim.hardware = e.value("hardware", ex.sim.hardware);
-      ex.sim.model = e.value("model", ex.sim.model);
-      ex.sim.run = e.value("run", ex.sim.run);
-      ex.sim.nodes = e.value("nodes", 0);
+      InputOptions& in = ex.sim.inputs;
+      in.hardware = e.value("hardware", in.hardware);
+      in.model = e.value("model", in.model);
+      in.run = e.value("run", in.run);
+      in.nodes = e.value("nodes", 0);
       ex.sim.fast = e.value("fast", false);
-      if (e.contains("set")) ex.sim.run_set = e["set"].dump();
-      if (e.contains("model_set")) ex.sim.model_set = e["model_set"].dump();
+      if (e.contains("set")) in.run_set = e["set"].dump();
+      if (e.contains("model_set")) in.model_set = e["model_set"].dump();
     } catch (const json::exception& err) {
       return bad("experiments[" + std::to_string(i) + "]: " + err.what());
     }
