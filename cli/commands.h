@@ -13,5 +13,6 @@ void register_info(CLI::App& app, int& exit_code);
 void register_plan(CLI::App& app, int& exit_code);
 void register_simulate(CLI::App& app, int& exit_code);
 void register_sweep(CLI::App& app, int& exit_code);
+void register_io_bench(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

@@ -363,6 +363,28 @@ TEST(CliSweep, BadSweepFilesAreNamed) {
   expect_bad_input("sweep /nonexistent/sweep.json", "/nonexistent/sweep.json");
 }
 
+TEST(CliIoBench, MeasuresAndSweeps) {
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "io").string();
+  std::filesystem::create_directories(dir);
+  const CmdResult r =
+      memwall("io-bench --path " + dir + " --size 16M --block-size 256K --queue-depth 8 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json d = parse_json(r.output);
+  EXPECT_GT(d["write_Bps"].get<double>(), 0);
+  EXPECT_GT(d["read_Bps"].get<double>(), 0);
+  EXPECT_EQ(d["settings"]["block_size"], 256 * 1024);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/memwall-io-bench.dat"));  // removed unless --keep
+  const CmdResult sweep =
+      memwall("io-bench --path " + dir + " --size 4M --sweep --backend psync --json", false);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
+  const nlohmann::json sd = parse_json(sweep.output);
+  EXPECT_EQ(sd["sweep"].size(), 25u);
+  EXPECT_TRUE(sd["recommended"]["aio"].contains("queue_depth"));
+  expect_bad_input("io-bench --path /nonexistent-dir", "--path /nonexistent-dir: not a directory");
+  expect_bad_input("io-bench --path " + dir + " --block-size 1000", "--block-size");
+  expect_bad_input("io-bench --path " + dir + " --backend spdk", "allowed: auto, io_uring, libaio, psync");
+}
+
 TEST(CliInfo, ReportsBackendsAsJson) {
   const CmdResult r = memwall("info --json", false);
   ASSERT_EQ(r.exit_code, 0);
