@@ -1,0 +1,369 @@
+// Crash-consistent tensor store over preallocated extent files (see tensor_store.h).
+#include "engine/io/tensor_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/units.h"
+#include "engine/io/crc32c.h"
+
+namespace memwall::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "memwall-tensor-store";
+constexpr int kVersion = 1;
+constexpr std::uint64_t kAlign = 4096;  // region alignment: direct I/O on 512-byte and 4 KiB devices
+
+std::string extent_name(int k) {
+  return "extent-" + std::to_string(k) + ".dat";
+}
+
+Status fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return Status::io_error(path + ": open for fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::io_error(path + ": fsync: " + std::strerror(err));
+  return Status::ok();
+}
+
+std::vector<std::uint32_t> checksums(const void* data, std::uint64_t bytes, std::uint64_t block) {
+  std::vector<std::uint32_t> out;
+  const auto* p = static_cast<const char*>(data);
+  for (std::uint64_t off = 0; off < bytes; off += block) {
+    out.push_back(crc32c(p + off, static_cast<std::size_t>(std::min(block, bytes - off))));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t TensorStore::reserved(std::uint64_t bytes) const {
+  return std::max<std::uint64_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
+
+Status TensorStore::open_extents(bool create) {
+  free_.assign(static_cast<std::size_t>(extent_count_), {});
+  for (int k = 0; k < extent_count_; ++k) {
+    const std::string path = root_ + "/" + extent_name(k);
+    std::vector<std::string> warnings;
+    Result<std::unique_ptr<File>> f = File::open(path, OpenMode::kReadWrite, create, true, &warnings);
+    if (!f.is_ok()) return f.status();
+    if (!create) {
+      Result<std::uint64_t> size = (*f)->size();
+      if (!size.is_ok()) return size.status();
+      if (*size < extent_bytes_) {
+        return Status::io_error(path + ": extent is " + std::to_string(*size) + " bytes, the index expects " +
+                                std::to_string(extent_bytes_));
+      }
+    }
+    extents_.push_back(std::move(*f));
+    free_[static_cast<std::size_t>(k)][0] = extent_bytes_;
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<TensorStore>> TensorStore::create(const StoreOptions& opt, AsyncIo& io) {
+  if (opt.capacity_bytes == 0 || opt.extent_bytes < kAlign || opt.extent_bytes % kAlign != 0 ||
+      opt.checksum_block == 0) {
+    return Status::invalid_argument("tensor store: capacity must be > 0 and extent_bytes a multiple of 4096");
+  }
+  const std::string root = opt.dir + "/rank" + std::to_string(opt.rank);
+  std::error_code ec;
+  if (fs::exists(root + "/index.json", ec)) {
+    return Status::failed_precondition(root + ": a tensor store already exists here (open it instead)");
+  }
+  fs::create_directories(root, ec);
+  if (ec) return Status::io_error(root + ": cannot create directory: " + ec.message());
+  std::unique_ptr<TensorStore> s(new TensorStore(root, io));
+  s->extent_bytes_ = opt.extent_bytes;
+  s->extent_count_ = static_cast<int>((opt.capacity_bytes + opt.extent_bytes - 1) / opt.extent_bytes);
+  s->checksums_ = opt.checksums;
+  s->checksum_block_ = opt.checksum_block;
+  auto cleanup = [&](const Status& st) -> Status {
+    s->extents_.clear();
+    for (int k = 0; k < s->extent_count_; ++k) fs::remove(root + "/" + extent_name(k), ec);
+    return st;
+  };
+  if (Status st = s->open_extents(true); !st.is_ok()) return cleanup(st);
+  // Write every extent once: later writes are overwrites of allocated blocks (faster, and never ENOSPC).
+  const std::size_t chunk = 16u << 20;
+  std::unique_ptr<char, decltype(&std::free)> zeros(static_cast<char*>(alloc_aligned(chunk)), &std::free);
+  std::memset(zeros.get(), 0, chunk);
+  for (auto& f : s->extents_) {
+    for (std::uint64_t off = 0; off < s->extent_bytes_; off += chunk) {
+      io.write(*f, zeros.get(),
+               static_cast<std::size_t>(std::min<std::uint64_t>(chunk, s->extent_bytes_ - off)), off);
+    }
+    if (Status st = io.wait_all(); !st.is_ok())
+      return cleanup(Status::io_error("tensor store: preallocating " + f->path() + ": " + st.message()));
+    if (Status st = f->sync(); !st.is_ok()) return cleanup(st);
+  }
+  if (Status st = s->write_index(); !st.is_ok()) return cleanup(st);
+  return s;
+}
+
+Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& dir, int rank, AsyncIo& io) {
+  const std::string root = dir + "/rank" + std::to_string(rank);
+  const std::string index = root + "/index.json";
+  std::ifstream in(index);
+  if (!in) return Status::not_found(index + ": no tensor store here");
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    return Status::io_error(index + ": corrupt index: " + e.what());
+  }
+  if (j.value("format", "") != kFormat)
+    return Status::invalid_argument(index + ": not a memwall tensor store index");
+  if (j.value("version", 0) != kVersion) {
+    return Status::invalid_argument(index + ": version " + std::to_string(j.value("version", 0)) +
+                                    " is not supported; this memwall reads version " +
+                                    std::to_string(kVersion));
+  }
+  std::unique_ptr<TensorStore> s(new TensorStore(root, io));
+  try {
+    s->extent_bytes_ = j.at("extent_bytes").get<std::uint64_t>();
+    s->extent_count_ = j.at("extents").get<int>();
+    s->checksums_ = j.at("checksums").get<bool>();
+    s->checksum_block_ = j.at("checksum_block").get<std::uint64_t>();
+    MW_RETURN_IF_ERROR(s->open_extents(false));
+    for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
+      Location loc;
+      loc.extent = it.value().at("extent").get<int>();
+      loc.offset = it.value().at("offset").get<std::uint64_t>();
+      loc.bytes = it.value().at("bytes").get<std::uint64_t>();
+      loc.crc = it.value().value("crc32c", std::vector<std::uint32_t>{});
+      if (loc.extent < 0 || loc.extent >= s->extent_count_ || loc.offset + loc.bytes > s->extent_bytes_) {
+        return Status::io_error(index + ": tensor '" + it.key() + "' lies outside the extents");
+      }
+      // Carve the region out of the free map.
+      auto& fm = s->free_[static_cast<std::size_t>(loc.extent)];
+      const std::uint64_t need = s->reserved(loc.bytes);
+      auto f = fm.upper_bound(loc.offset);
+      if (f == fm.begin()) return Status::io_error(index + ": tensor '" + it.key() + "' overlaps another");
+      --f;
+      const std::uint64_t fo = f->first, fs_ = f->second;
+      if (loc.offset + need > fo + fs_)
+        return Status::io_error(index + ": tensor '" + it.key() + "' overlaps another");
+      fm.erase(f);
+      if (loc.offset > fo) fm[fo] = loc.offset - fo;
+      if (fo + fs_ > loc.offset + need) fm[loc.offset + need] = fo + fs_ - (loc.offset + need);
+      s->tensors_[it.key()] = loc;
+    }
+  } catch (const json::exception& e) {
+    return Status::io_error(index + ": corrupt index: " + e.what());
+  }
+  s->committed_ = s->tensors_;
+  return s;
+}
+
+TensorStore::~TensorStore() {
+  (void)io_.wait_all();
+}
+
+Result<TensorStore::Location> TensorStore::allocate(std::uint64_t bytes) {
+  const std::uint64_t need = reserved(bytes);
+  if (need > extent_bytes_) {
+    return Status::invalid_argument(
+        strprintf("tensor store %s: a tensor of %s does not fit one %s extent; create the "
+                  "store with a larger extent size",
+                  root_.c_str(), format_bytes(static_cast<double>(bytes)).c_str(),
+                  format_bytes(static_cast<double>(extent_bytes_)).c_str()));
+  }
+  std::uint64_t largest = 0;
+  for (std::size_t k = 0; k < free_.size(); ++k) {
+    for (auto it = free_[k].begin(); it != free_[k].end(); ++it) {
+      largest = std::max(largest, it->second);
+      if (it->second < need) continue;
+      Location loc;
+      loc.extent = static_cast<int>(k);
+      loc.offset = it->first;
+      loc.bytes = bytes;
+      const std::uint64_t rest = it->second - need, at = it->first + need;
+      free_[k].erase(it);
+      if (rest > 0) free_[k][at] = rest;
+      return loc;
+    }
+  }
+  return Status::out_of_memory(
+      strprintf("tensor store %s is full: needs %s, the largest free region is %s (%s free "
+                "of %s)",
+                root_.c_str(), format_bytes(static_cast<double>(need)).c_str(),
+                format_bytes(static_cast<double>(largest)).c_str(),
+                format_bytes(static_cast<double>(free_bytes())).c_str(),
+                format_bytes(static_cast<double>(capacity_bytes())).c_str()));
+}
+
+void TensorStore::release(const Location& loc) {
+  auto& fm = free_[static_cast<std::size_t>(loc.extent)];
+  std::uint64_t off = loc.offset, size = reserved(loc.bytes);
+  auto next = fm.lower_bound(off);
+  if (next != fm.end() && off + size == next->first) {  // merge with the following region
+    size += next->second;
+    next = fm.erase(next);
+  }
+  if (next != fm.begin()) {  // and with the preceding one
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      size += prev->second;
+      fm.erase(prev);
+    }
+  }
+  fm[off] = size;
+}
+
+Status TensorStore::write(const std::string& name, const void* data, std::uint64_t bytes) {
+  Result<Location> loc = allocate(bytes);
+  if (!loc.is_ok()) return loc.status();
+  File& f = *extents_[static_cast<std::size_t>(loc->extent)];
+  Status st = io_.wait(io_.write(f, data, static_cast<std::size_t>(bytes), loc->offset));
+  if (!st.is_ok()) {
+    release(*loc);  // the committed version stays as it was
+    return Status::io_error("tensor store: writing '" + name + "': " + st.message());
+  }
+  if (checksums_) loc->crc = checksums(data, bytes, checksum_block_);
+  if (auto it = tensors_.find(name); it != tensors_.end()) {
+    // The replaced version: committed ones are freed after the next commit, staged ones at once.
+    auto c = committed_.find(name);
+    if (c != committed_.end() && c->second.extent == it->second.extent &&
+        c->second.offset == it->second.offset) {
+      pending_release_.push_back(it->second);
+    } else {
+      release(it->second);
+    }
+  }
+  tensors_[name] = *loc;
+  dirty_extents_.push_back(loc->extent);
+  return Status::ok();
+}
+
+Status TensorStore::remove(const std::string& name) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Status::not_found("tensor store: no tensor '" + name + "'");
+  auto c = committed_.find(name);
+  if (c != committed_.end() && c->second.extent == it->second.extent &&
+      c->second.offset == it->second.offset) {
+    pending_release_.push_back(it->second);
+  } else {
+    release(it->second);
+  }
+  tensors_.erase(it);
+  return Status::ok();
+}
+
+Status TensorStore::commit() {
+  MW_RETURN_IF_ERROR(io_.wait_all());
+  std::sort(dirty_extents_.begin(), dirty_extents_.end());
+  dirty_extents_.erase(std::unique(dirty_extents_.begin(), dirty_extents_.end()), dirty_extents_.end());
+  for (int k : dirty_extents_) MW_RETURN_IF_ERROR(extents_[static_cast<std::size_t>(k)]->sync());
+  MW_RETURN_IF_ERROR(write_index());
+  dirty_extents_.clear();
+  committed_ = tensors_;
+  for (const Location& loc : pending_release_) release(loc);
+  pending_release_.clear();
+  return Status::ok();
+}
+
+Status TensorStore::put(const std::string& name, const void* data, std::uint64_t bytes) {
+  MW_RETURN_IF_ERROR(write(name, data, bytes));
+  return commit();
+}
+
+Status TensorStore::get(const std::string& name, void* data, std::uint64_t bytes) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Status::not_found("tensor store " + root_ + ": no tensor '" + name + "'");
+  const Location& loc = it->second;
+  if (bytes != loc.bytes) {
+    return Status::invalid_argument(
+        strprintf("tensor store %s: '%s' has %llu bytes, the read asks for %llu", root_.c_str(), name.c_str(),
+                  static_cast<unsigned long long>(loc.bytes), static_cast<unsigned long long>(bytes)));
+  }
+  File& f = *extents_[static_cast<std::size_t>(loc.extent)];
+  MW_RETURN_IF_ERROR(io_.wait(io_.read(f, data, static_cast<std::size_t>(bytes), loc.offset)));
+  if (checksums_ && !loc.crc.empty()) {
+    const std::vector<std::uint32_t> now = checksums(data, bytes, checksum_block_);
+    for (std::size_t b = 0; b < now.size(); ++b) {
+      if (b >= loc.crc.size() || now[b] != loc.crc[b]) {
+        return Status::io_error(
+            strprintf("tensor store %s: '%s' is corrupt: checksum mismatch in block %zu (file %s, "
+                      "offset %llu)",
+                      root_.c_str(), name.c_str(), b, f.path().c_str(),
+                      static_cast<unsigned long long>(loc.offset + b * checksum_block_)));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::uint64_t> TensorStore::size_of(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return Status::not_found("tensor store " + root_ + ": no tensor '" + name + "'");
+  return it->second.bytes;
+}
+
+std::vector<std::string> TensorStore::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, loc] : tensors_) out.push_back(n);
+  return out;
+}
+
+std::uint64_t TensorStore::capacity_bytes() const {
+  return extent_bytes_ * static_cast<std::uint64_t>(extent_count_);
+}
+
+std::uint64_t TensorStore::free_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& fm : free_) {
+    for (const auto& [off, size] : fm) n += size;
+  }
+  return n;
+}
+
+Status TensorStore::write_index() {
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["extent_bytes"] = extent_bytes_;
+  j["extents"] = extent_count_;
+  j["checksums"] = checksums_;
+  j["checksum_block"] = checksum_block_;
+  json tensors = json::object();
+  for (const auto& [name, loc] : tensors_) {
+    json t = {{"extent", loc.extent}, {"offset", loc.offset}, {"bytes", loc.bytes}};
+    if (!loc.crc.empty()) t["crc32c"] = loc.crc;
+    tensors[name] = t;
+  }
+  j["tensors"] = tensors;
+  const std::string index = root_ + "/index.json";
+  const std::string tmp = index + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump();
+    out.flush();
+    if (!out) return Status::io_error(tmp + ": write failed (disk full?); the previous index is intact");
+  }
+  MW_RETURN_IF_ERROR(fsync_path(tmp, false));
+  if (std::rename(tmp.c_str(), index.c_str()) != 0) {
+    return Status::io_error(index + ": rename: " + std::strerror(errno));
+  }
+  return fsync_path(root_, true);
+}
+
+}  // namespace memwall::io
