@@ -229,6 +229,16 @@ void TensorStore::release(const Location& loc) {
   fm[off] = size;
 }
 
+void TensorStore::retire(const std::string& name, const Location& loc) {
+  // A committed version stays readable after a crash until the next commit; a staged one can go at once.
+  auto c = committed_.find(name);
+  if (c != committed_.end() && c->second.extent == loc.extent && c->second.offset == loc.offset) {
+    pending_release_.push_back(loc);
+  } else {
+    release(loc);
+  }
+}
+
 Status TensorStore::write(const std::string& name, const void* data, std::uint64_t bytes) {
   Result<Location> loc = allocate(bytes);
   if (!loc.is_ok()) return loc.status();
@@ -239,16 +249,7 @@ Status TensorStore::write(const std::string& name, const void* data, std::uint64
     return Status::io_error("tensor store: writing '" + name + "': " + st.message());
   }
   if (checksums_) loc->crc = checksums(data, bytes, checksum_block_);
-  if (auto it = tensors_.find(name); it != tensors_.end()) {
-    // The replaced version: committed ones are freed after the next commit, staged ones at once.
-    auto c = committed_.find(name);
-    if (c != committed_.end() && c->second.extent == it->second.extent &&
-        c->second.offset == it->second.offset) {
-      pending_release_.push_back(it->second);
-    } else {
-      release(it->second);
-    }
-  }
+  if (auto it = tensors_.find(name); it != tensors_.end()) retire(name, it->second);
   tensors_[name] = *loc;
   dirty_extents_.push_back(loc->extent);
   return Status::ok();
@@ -257,13 +258,7 @@ Status TensorStore::write(const std::string& name, const void* data, std::uint64
 Status TensorStore::remove(const std::string& name) {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return Status::not_found("tensor store: no tensor '" + name + "'");
-  auto c = committed_.find(name);
-  if (c != committed_.end() && c->second.extent == it->second.extent &&
-      c->second.offset == it->second.offset) {
-    pending_release_.push_back(it->second);
-  } else {
-    release(it->second);
-  }
+  retire(name, it->second);
   tensors_.erase(it);
   return Status::ok();
 }

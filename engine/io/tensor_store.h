@@ -68,6 +68,7 @@ class TensorStore {
   Status open_extents(bool create);
   Result<Location> allocate(std::uint64_t bytes);
   void release(const Location& loc);
+  void retire(const std::string& name, const Location& loc);  // a version being replaced or removed
   Status write_index();
   std::uint64_t reserved(std::uint64_t bytes) const;  // bytes rounded up to the region alignment
 
