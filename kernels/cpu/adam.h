@@ -14,7 +14,10 @@ namespace memwall::kernels {
 
 enum class Isa { kScalar, kAvx2, kAvx512 };
 const char* isa_name(Isa isa);
-Isa best_isa();  // what this CPU supports
+Isa best_isa();  // the widest ISA this CPU supports
+// The ISA adam_step uses: among those the CPU supports, the faster on a memory-bound step, measured once
+// (all paths give bitwise the same results, so the choice never changes the numbers).
+Isa adam_isa();
 
 enum class DType { kF32, kBF16, kF16 };
 
@@ -40,7 +43,7 @@ struct AdamArrays {
   std::size_t n = 0;
 };
 
-// One step with the best ISA. Returns false, updating nothing, when `check_finite` and some unscaled gradient
+// One step with adam_isa(). Returns false, updating nothing, when `check_finite` and some unscaled gradient
 // is inf or NaN (skip the step and lower the loss scale).
 bool adam_step(const AdamArrays& a, const AdamHyper& h, int threads, bool check_finite = false);
 // The same on a chosen ISA (must be supported), for tests and benchmarks.
