@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "cpu/cast.h"
@@ -48,6 +49,37 @@ TEST(Cast, KeepsNanAndInfinities) {
   EXPECT_EQ(out[1], std::numeric_limits<float>::infinity());
   EXPECT_EQ(out[2], -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(out[3]));  // a signalling NaN with low mantissa bits must not become infinity
+}
+
+TEST(Cast, VectorCastsMatchTheReferencesBitwise) {
+  std::mt19937 rng(3);
+  for (std::size_t n : {0, 1, 7, 8, 15, 16, 17, 100, 1037}) {
+    std::vector<float> f(n + 1);
+    std::vector<std::uint16_t> h(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      std::uint32_t bits = rng();
+      if (i % 3) bits = (bits & 0x8000ffffu) | ((100u + rng() % 60u) << 23);
+      std::memcpy(&f[i], &bits, 4);
+      h[i] = static_cast<std::uint16_t>(rng());
+    }
+    for (std::size_t shift : {0, 1}) {  // unaligned too
+      const std::size_t m = n - (shift && n ? 1 : 0);
+      std::vector<std::uint16_t> a(n + 1), b(n + 1);
+      std::vector<float> x(n + 1), y(n + 1);
+      cast_f32_to_bf16(f.data() + shift, a.data(), m);
+      cast_f32_to_bf16_ref(f.data() + shift, b.data(), m);
+      EXPECT_EQ(a, b) << n;
+      cast_f32_to_f16(f.data() + shift, a.data(), m);
+      cast_f32_to_f16_ref(f.data() + shift, b.data(), m);
+      EXPECT_EQ(a, b) << n;
+      cast_bf16_to_f32(h.data() + shift, x.data(), m);
+      cast_bf16_to_f32_ref(h.data() + shift, y.data(), m);
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), m * 4), 0) << n;
+      cast_f16_to_f32(h.data() + shift, x.data(), m);
+      cast_f16_to_f32_ref(h.data() + shift, y.data(), m);
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), m * 4), 0) << n;
+    }
+  }
 }
 
 TEST(Cast, ZeroLengthIsANoOp) {
