@@ -8,7 +8,7 @@ PACKAGES=(
   cmake g++ make pkg-config ccache
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev libopenmpi-dev openmpi-bin libsimgrid-dev
-  qt6-base-dev zlib1g-dev
+  qt6-base-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev
 )
 
 missing=()

@@ -1,0 +1,392 @@
+// GPT-2 operators (see gpt_ops.h): OpenMP loops; matmuls through oneDNN when available.
+#include "cpu/gpt_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#if MEMWALL_HAVE_DNNL
+#include <dnnl.hpp>
+#endif
+
+namespace memwall::kernels {
+
+// ---- matmul ----
+
+void matmul_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                        int OC) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double acc = bias ? bias[o] : 0.0;
+      for (int i = 0; i < IC; ++i)
+        acc += static_cast<double>(inp[static_cast<std::size_t>(n) * IC + i]) *
+               weight[static_cast<std::size_t>(o) * IC + i];
+      out[static_cast<std::size_t>(n) * OC + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int IC, int OC) {
+  if (dinp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; ++n) {
+      for (int i = 0; i < IC; ++i) {
+        double acc = 0;
+        for (int o = 0; o < OC; ++o)
+          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * OC + o]) *
+                 weight[static_cast<std::size_t>(o) * IC + i];
+        dinp[static_cast<std::size_t>(n) * IC + i] += static_cast<float>(acc);
+      }
+    }
+  }
+  if (dweight) {
+#pragma omp parallel for
+    for (int o = 0; o < OC; ++o) {
+      for (int i = 0; i < IC; ++i) {
+        double acc = 0;
+        for (int n = 0; n < N; ++n)
+          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * OC + o]) *
+                 inp[static_cast<std::size_t>(n) * IC + i];
+        dweight[static_cast<std::size_t>(o) * IC + i] += static_cast<float>(acc);
+      }
+    }
+  }
+  if (dbias) {
+    for (int o = 0; o < OC; ++o) {
+      double acc = 0;
+      for (int n = 0; n < N; ++n) acc += dout[static_cast<std::size_t>(n) * OC + o];
+      dbias[o] += static_cast<float>(acc);
+    }
+  }
+}
+
+#if MEMWALL_HAVE_DNNL
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+struct Dnnl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  std::mutex mu;
+  // Primitive cache: (M, K, N, a transposed, b transposed, accumulate, bias, bf16)
+  std::map<std::tuple<int, int, int, bool, bool, bool, bool, bool>, dnnl::matmul> cache;
+};
+
+Dnnl& dnnl_ctx() {
+  static Dnnl ctx;
+  return ctx;
+}
+
+// C[M, N] (+)= A[M, K] . B[K, N] (+ bias[N]); a_t: A stored [K, M]; b_t: B stored [N, K].
+void gemm(float* c, const void* a, const void* b, const float* bias, int M, int K, int N, bool a_t, bool b_t,
+          bool accumulate, bool bf16) {
+  Dnnl& d = dnnl_ctx();
+  const Dt in_t = bf16 ? Dt::bf16 : Dt::f32;
+  const memory::desc a_md({M, K}, in_t, a_t ? Tag::ba : Tag::ab);
+  const memory::desc b_md({K, N}, in_t, b_t ? Tag::ba : Tag::ab);
+  const memory::desc c_md({M, N}, Dt::f32, Tag::ab);
+  const memory::desc bias_md({1, N}, Dt::f32, Tag::ab);
+  const auto key = std::make_tuple(M, K, N, a_t, b_t, accumulate, bias != nullptr, bf16);
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto it = d.cache.find(key);
+  if (it == d.cache.end()) {
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    const auto desc =
+        bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+    it = d.cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, d.eng))).first;
+  }
+  memory am(a_md, d.eng, const_cast<void*>(a)), bm(b_md, d.eng, const_cast<void*>(b)), cm(c_md, d.eng, c);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, d.eng, const_cast<float*>(bias)));
+  it->second.execute(d.strm, args);
+  d.strm.wait();
+}
+
+}  // namespace
+#endif
+
+const char* matmul_backend() {
+#if MEMWALL_HAVE_DNNL
+  return "onednn";
+#else
+  return "reference";
+#endif
+}
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                    int OC) {
+#if MEMWALL_HAVE_DNNL
+  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, false);
+#else
+  matmul_forward_ref(out, inp, weight, bias, N, IC, OC);
+#endif
+}
+
+void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
+                         int N, int IC, int OC) {
+#if MEMWALL_HAVE_DNNL
+  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true);
+#else
+  std::vector<float> a(static_cast<std::size_t>(N) * IC), w(static_cast<std::size_t>(OC) * IC);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(inp[i]) << 16;
+    std::memcpy(&a[i], &bits, 4);
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(weight[i]) << 16;
+    std::memcpy(&w[i], &bits, 4);
+  }
+  matmul_forward_ref(out, a.data(), w.data(), bias, N, IC, OC);
+#endif
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC) {
+#if MEMWALL_HAVE_DNNL
+  if (dinp) gemm(dinp, dout, weight, nullptr, N, OC, IC, false, false, true, false);    // [N,OC].[OC,IC]
+  if (dweight) gemm(dweight, dout, inp, nullptr, OC, N, IC, true, false, true, false);  // [OC,N].[N,IC]
+  if (dbias) {
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + static_cast<std::size_t>(n) * OC;
+      for (int o = 0; o < OC; ++o) dbias[o] += row[o];
+    }
+  }
+#else
+  matmul_backward_ref(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+#endif
+}
+
+// ---- layernorm ----
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  constexpr float kEps = 1e-5f;
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float m = 0;
+    for (int i = 0; i < C; ++i) m += x[i];
+    m /= static_cast<float>(C);
+    float v = 0;
+    for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
+    v /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(v + kEps);
+    float* o = out + static_cast<std::size_t>(n) * C;
+    for (int i = 0; i < C; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* dy = dout + static_cast<std::size_t>(n) * C;
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float* dx = dinp + static_cast<std::size_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (int i = 0; i < C; ++i) {
+      const float norm = (x[i] - m) * s;
+      const float dnorm = weight[i] * dy[i];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    for (int i = 0; i < C; ++i) {
+      const float norm = (x[i] - m) * s;
+      const float dnorm = weight[i] * dy[i];
+      dbias[i] += dy[i];
+      dweight[i] += norm * dy[i];
+      dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+// ---- GELU (tanh approximation) ----
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float t = std::tanh(u);
+    const float sech2 = 1.0f - t * t;
+    const float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// ---- causal attention ----
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t C3 = static_cast<std::size_t>(3) * C;
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
+        float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
+        float maxv = -INFINITY;
+        for (int u = 0; u <= t; ++u) {
+          const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
+          float dot = 0;
+          for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
+          a[u] = dot * scale;
+          maxv = std::max(maxv, a[u]);
+        }
+        float sum = 0;
+        for (int u = 0; u <= t; ++u) {
+          a[u] = std::exp(a[u] - maxv);
+          sum += a[u];
+        }
+        const float inv = 1.0f / sum;
+        for (int u = 0; u <= t; ++u) a[u] *= inv;
+        for (int u = t + 1; u < T; ++u) a[u] = 0;
+        float* o = out + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+        for (int i = 0; i < hs; ++i) o[i] = 0;
+        for (int u = 0; u <= t; ++u) {
+          const float* v = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
+          for (int i = 0; i < hs; ++i) o[i] += a[u] * v[i];
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t C3 = static_cast<std::size_t>(3) * C;
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      std::vector<float> datt(static_cast<std::size_t>(T)), dpre(static_cast<std::size_t>(T));
+      for (int t = 0; t < T; ++t) {
+        const float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
+        const float* dy = dout + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+        // out = sum_u a[u] v[u]  ->  datt[u] = dy . v[u], dv[u] += a[u] dy
+        for (int u = 0; u <= t; ++u) {
+          const float* v = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
+          float* dv = dqkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
+          float d = 0;
+          for (int i = 0; i < hs; ++i) {
+            d += dy[i] * v[i];
+            dv[i] += a[u] * dy[i];
+          }
+          datt[static_cast<std::size_t>(u)] = d;
+        }
+        // softmax backward: dpre[u] = a[u] (datt[u] - sum_w a[w] datt[w])
+        float dot = 0;
+        for (int u = 0; u <= t; ++u) dot += a[u] * datt[static_cast<std::size_t>(u)];
+        for (int u = 0; u <= t; ++u)
+          dpre[static_cast<std::size_t>(u)] = a[u] * (datt[static_cast<std::size_t>(u)] - dot);
+        // pre[u] = scale q . k[u]
+        const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
+        float* dq = dqkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
+        for (int u = 0; u <= t; ++u) {
+          const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
+          float* dk = dqkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
+          const float g = dpre[static_cast<std::size_t>(u)] * scale;
+          for (int i = 0; i < hs; ++i) {
+            dq[i] += g * k[i];
+            dk[i] += g * q[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- embedding ----
+
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) {
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (static_cast<std::size_t>(b) * T + t) * C;
+      const float* e = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+      const float* p = wpe + static_cast<std::size_t>(t) * C;
+      for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
+      float* de = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+      float* dp = dwpe + static_cast<std::size_t>(t) * C;
+      for (int i = 0; i < C; ++i) {
+        de[i] += d[i];
+        dp[i] += d[i];
+      }
+    }
+  }
+}
+
+// ---- cross-entropy ----
+
+float crossentropy_forward(float* probs, const float* logits, const int* targets, int N, int V) {
+  double total = 0;
+#pragma omp parallel for reduction(+ : total)
+  for (int n = 0; n < N; ++n) {
+    const float* l = logits + static_cast<std::size_t>(n) * V;
+    float* p = probs + static_cast<std::size_t>(n) * V;
+    float maxv = -INFINITY;
+    for (int i = 0; i < V; ++i) maxv = std::max(maxv, l[i]);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) {
+      p[i] = std::exp(l[i] - maxv);
+      sum += p[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int i = 0; i < V; ++i) p[i] *= inv;
+    total += -std::log(static_cast<double>(p[targets[n]]));
+  }
+  return static_cast<float>(total / N);
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V) {
+  const float inv_n = 1.0f / static_cast<float>(N);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* p = probs + static_cast<std::size_t>(n) * V;
+    float* d = dlogits + static_cast<std::size_t>(n) * V;
+    for (int i = 0; i < V; ++i) d[i] += (p[i] - (i == targets[n] ? 1.0f : 0.0f)) * inv_n;
+  }
+}
+
+}  // namespace memwall::kernels

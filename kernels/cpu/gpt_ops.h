@@ -1,0 +1,58 @@
+// GPT-2 operators on raw row-major arrays, forward and backward, fp32 compute. Gradients accumulate (+=) into
+// their outputs, as a backward pass through a residual network needs. Shapes: N rows (= B*T tokens),
+// C channels, NH heads, V vocabulary; `[N, C]` means N rows of C floats.
+//
+// Matmuls go through oneDNN when it is built in (fp32, and bf16 inputs with fp32 accumulation on this CPU's
+// AMX/AVX-512-BF16 units), else through the naive reference; the choice and its measured speed are in
+// docs/performance.md. Other operators are plain loops parallelised with OpenMP.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace memwall::kernels {
+
+// out[N, OC] = inp[N, IC] . weight[OC, IC]^T + bias[OC] (bias may be null).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                    int OC);
+// The same with bf16 inputs and weights (fp32 accumulation and output).
+void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
+                         int N, int IC, int OC);
+// dinp[N, IC] += dout . weight; dweight[OC, IC] += dout^T . inp; dbias[OC] += sum over rows of dout.
+// Any of dinp, dweight, dbias may be null.
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
+// Naive references (tests).
+void matmul_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                        int OC);
+void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int IC, int OC);
+const char* matmul_backend();  // "onednn" or "reference"
+
+// Layer normalisation over C with affine weight and bias; mean and rstd [N] are saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
+
+// GELU, tanh approximation (GPT-2's gelu_new).
+void gelu_forward(float* out, const float* inp, std::size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+
+// Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
+// att [B, NH, T, T] holds the softmax probabilities for backward.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int C, int NH);
+
+// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
+
+// Softmax cross-entropy over V classes: probs [N, V]; returns the mean loss over the N rows.
+float crossentropy_forward(float* probs, const float* logits, const int* targets, int N, int V);
+// dlogits[N, V] += (probs - onehot(target)) / N (the gradient of the mean loss).
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V);
+
+}  // namespace memwall::kernels

@@ -1,0 +1,211 @@
+// GPT operators: oneDNN matmuls against the reference, every backward against central finite differences,
+// causal attention against a naive double-precision implementation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cpu/cast.h"
+#include "cpu/gpt_ops.h"
+
+namespace memwall::kernels {
+namespace {
+
+std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rel, double abs,
+                  const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], abs + rel * std::fabs(b[i])) << what << " [" << i << "]";
+  }
+}
+
+// Checks d(sum(out * R))/dx from `backward` against central differences of `forward`.
+void check_gradient(std::vector<float>& x, const std::function<std::vector<float>()>& forward,
+                    const std::vector<float>& analytic, const std::vector<float>& r, const char* what,
+                    float h = 1e-2f, double tol = 2e-2) {
+  for (std::size_t i = 0; i < x.size(); i += std::max<std::size_t>(1, x.size() / 40)) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    std::vector<float> up = forward();
+    x[i] = saved - h;
+    std::vector<float> down = forward();
+    x[i] = saved;
+    double lu = 0, ld = 0;
+    for (std::size_t k = 0; k < r.size(); ++k) {
+      lu += static_cast<double>(up[k]) * r[k];
+      ld += static_cast<double>(down[k]) * r[k];
+    }
+    const double numeric = (lu - ld) / (2.0 * h);
+    EXPECT_NEAR(analytic[i], numeric, 1e-3 + tol * std::fabs(numeric)) << what << " [" << i << "]";
+  }
+}
+
+TEST(Matmul, BackendMatchesTheReference) {
+  const int N = 37, IC = 65, OC = 29;
+  const auto inp = randn(N * IC, 1), w = randn(OC * IC, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
+  std::vector<float> out(N * OC), ref(N * OC);
+  matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  matmul_forward_ref(ref.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  expect_close(out, ref, 1e-4, 1e-4, "forward");
+  // Backward accumulates: start from non-zero gradients.
+  std::vector<float> di = randn(N * IC, 5), dw = randn(OC * IC, 6), db = randn(OC, 7);
+  std::vector<float> di_ref = di, dw_ref = dw, db_ref = db;
+  matmul_backward(di.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+  matmul_backward_ref(di_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), inp.data(), w.data(), N, IC,
+                      OC);
+  expect_close(di, di_ref, 1e-4, 1e-4, "dinp");
+  expect_close(dw, dw_ref, 1e-4, 1e-4, "dweight");
+  expect_close(db, db_ref, 1e-5, 1e-5, "dbias");
+}
+
+TEST(Matmul, Bf16InputsAccumulateInFp32) {
+  const int N = 33, IC = 96, OC = 40;
+  const auto inp = randn(N * IC, 8), w = randn(OC * IC, 9);
+  std::vector<std::uint16_t> inp16(inp.size()), w16(w.size());
+  cast_f32_to_bf16(inp.data(), inp16.data(), inp.size());
+  cast_f32_to_bf16(w.data(), w16.data(), w.size());
+  std::vector<float> inp_r(inp.size()), w_r(w.size());
+  cast_bf16_to_f32(inp16.data(), inp_r.data(), inp.size());
+  cast_bf16_to_f32(w16.data(), w_r.data(), w.size());
+  std::vector<float> out(N * OC), ref(N * OC);
+  matmul_forward_bf16(out.data(), inp16.data(), w16.data(), nullptr, N, IC, OC);
+  matmul_forward_ref(ref.data(), inp_r.data(), w_r.data(), nullptr, N, IC, OC);
+  expect_close(out, ref, 1e-4, 1e-4, "bf16 forward");
+}
+
+TEST(GptOps, MatmulBackwardMatchesFiniteDifferences) {
+  const int N = 4, IC = 6, OC = 5;
+  auto inp = randn(N * IC, 10), w = randn(OC * IC, 11), b = randn(OC, 12);
+  const auto r = randn(N * OC, 13);
+  auto forward = [&] {
+    std::vector<float> out(N * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+    return out;
+  };
+  std::vector<float> di(N * IC), dw(OC * IC), db(OC);
+  matmul_backward(di.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), N, IC, OC);
+  check_gradient(inp, forward, di, r, "dinp");
+  check_gradient(w, forward, dw, r, "dweight");
+  check_gradient(b, forward, db, r, "dbias");
+}
+
+TEST(GptOps, LayernormBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 16;
+  auto x = randn(N * C, 20), w = randn(C, 21), b = randn(C, 22);
+  const auto r = randn(N * C, 23);
+  std::vector<float> mean(N), rstd(N);
+  auto forward = [&] {
+    std::vector<float> out(N * C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    return out;
+  };
+  forward();
+  std::vector<float> dx(N * C), dw(C), db(C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                     N, C);
+  check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
+  check_gradient(w, forward, dw, r, "dweight");
+  check_gradient(b, forward, db, r, "dbias");
+}
+
+TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
+  auto x = randn(64, 30, 2.0f);
+  const auto r = randn(64, 31);
+  auto forward = [&] {
+    std::vector<float> out(x.size());
+    gelu_forward(out.data(), x.data(), x.size());
+    return out;
+  };
+  std::vector<float> dx(x.size());
+  gelu_backward(dx.data(), x.data(), r.data(), x.size());
+  check_gradient(x, forward, dx, r, "gelu", 1e-3f);
+}
+
+TEST(GptOps, AttentionMatchesANaiveImplementation) {
+  const int B = 2, T = 7, C = 12, NH = 3, hs = C / NH;
+  const auto qkv = randn(B * T * 3 * C, 40);
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> s(t + 1);
+        double maxv = -1e300, sum = 0;
+        for (int u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < hs; ++i) {
+            dot += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hs + i]) *
+                   qkv[(b * T + u) * 3 * C + C + h * hs + i];
+          }
+          s[u] = dot / std::sqrt(static_cast<double>(hs));
+          maxv = std::max(maxv, s[u]);
+        }
+        for (auto& e : s) sum += (e = std::exp(e - maxv));
+        for (int i = 0; i < hs; ++i) {
+          double o = 0;
+          for (int u = 0; u <= t; ++u) o += s[u] / sum * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-5) << b << " " << h << " " << t << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
+  const int B = 1, T = 5, C = 8, NH = 2;
+  auto qkv = randn(B * T * 3 * C, 41);
+  const auto r = randn(B * T * C, 42);
+  std::vector<float> att(B * NH * T * T);
+  auto forward = [&] {
+    std::vector<float> out(B * T * C);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return out;
+  };
+  forward();
+  std::vector<float> dqkv(qkv.size());
+  attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
+  check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+}
+
+TEST(GptOps, CrossEntropyAndEmbedding) {
+  const int N = 6, V = 11;
+  auto logits = randn(N * V, 50);
+  const std::vector<int> targets = {0, 3, 10, 5, 5, 1};
+  std::vector<float> probs(N * V);
+  auto loss = [&] {
+    return std::vector<float>{crossentropy_forward(probs.data(), logits.data(), targets.data(), N, V)};
+  };
+  const float l = loss()[0];
+  EXPECT_GT(l, 0.0f);
+  std::vector<float> dl(N * V);
+  crossentropy_backward(dl.data(), probs.data(), targets.data(), N, V);
+  check_gradient(logits, loss, dl, {1.0f}, "dlogits", 1e-2f, 3e-2);
+  // Uniform logits: the loss is log(V).
+  std::vector<float> flat(N * V, 0.0f);
+  EXPECT_NEAR(crossentropy_forward(probs.data(), flat.data(), targets.data(), N, V), std::log(11.0), 1e-6);
+  // Embedding: forward is a lookup plus position; backward scatters into the used rows only.
+  const int B = 1, T = 3, C = 4;
+  const std::vector<int> tokens = {2, 0, 2};
+  const auto wte = randn(5 * C, 51), wpe = randn(T * C, 52), dout = randn(T * C, 53);
+  std::vector<float> out(T * C), dwte(5 * C), dwpe(T * C);
+  embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  EXPECT_FLOAT_EQ(out[1 * C + 2], wte[0 * C + 2] + wpe[1 * C + 2]);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_FLOAT_EQ(dwte[2 * C + 1], dout[0 * C + 1] + dout[2 * C + 1]);
+  EXPECT_FLOAT_EQ(dwte[4 * C + 1], 0.0f);
+  EXPECT_FLOAT_EQ(dwpe[2 * C + 3], dout[2 * C + 3]);
+}
+
+}  // namespace
+}  // namespace memwall::kernels
