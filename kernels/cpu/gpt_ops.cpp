@@ -1,6 +1,8 @@
 // GPT-2 operators (see gpt_ops.h): OpenMP loops; matmuls through oneDNN when available.
 #include "cpu/gpt_ops.h"
 
+#include "cpu/vexp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -116,6 +118,26 @@ void gemm(float* c, const void* a, const void* b, const float* bias, int M, int 
   d.strm.wait();
 }
 
+// Batched C[b, h] (+)= A[b, h] . B[b, h] over 4-D strided views (element strides), fp32.
+using Dims = memory::dims;
+void gemm4(float* c, const Dims& c_strides, const float* a, const Dims& a_strides, const float* b,
+           const Dims& b_strides, int B, int H, int M, int K, int N, bool accumulate) {
+  Dnnl& d = dnnl_ctx();
+  const memory::desc a_md({B, H, M, K}, Dt::f32, a_strides), b_md({B, H, K, N}, Dt::f32, b_strides),
+      c_md({B, H, M, N}, Dt::f32, c_strides);
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  std::lock_guard<std::mutex> lock(d.mu);
+  dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, d.eng));
+  memory am(a_md, d.eng, const_cast<float*>(a)), bm(b_md, d.eng, const_cast<float*>(b)), cm(c_md, d.eng, c);
+  mm.execute(d.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  d.strm.wait();
+}
+
 }  // namespace
 #endif
 
@@ -168,6 +190,26 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 #else
   matmul_backward_ref(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 #endif
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const std::uint16_t* dout16, const std::uint16_t* inp16,
+                          const std::uint16_t* weight16, int N, int IC, int OC) {
+#if MEMWALL_HAVE_DNNL
+  if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
+  if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
+#else
+  (void)dout16;
+  (void)inp16;
+  (void)weight16;
+  return;  // not reached in practice: the bf16 path is only chosen with oneDNN
+#endif
+  if (dbias) {
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + static_cast<std::size_t>(n) * OC;
+      for (int o = 0; o < OC; ++o) dbias[o] += row[o];
+    }
+  }
 }
 
 // ---- layernorm ----
@@ -224,29 +266,47 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 }
 
+// 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u), computed in cache-sized blocks with the vector exp.
+namespace {
+constexpr std::size_t kBlock = 2048;
+void exp2u(float* e, const float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    e[i] = std::min(80.0f, 2.0f * kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]));
+  }
+  exp_inplace(e, n);
+}
+}  // namespace
+
 void gelu_forward(float* out, const float* inp, std::size_t n) {
 #pragma omp parallel for
-  for (std::size_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t m = std::min(kBlock, n - b);
+    float e[kBlock];
+    exp2u(e, inp + b, m);
+    for (std::size_t i = 0; i < m; ++i) out[b + i] = inp[b + i] * (e[i] / (e[i] + 1.0f));
   }
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
 #pragma omp parallel for
-  for (std::size_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float t = std::tanh(u);
-    const float sech2 = 1.0f - t * t;
-    const float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += grad * dout[i];
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t m = std::min(kBlock, n - b);
+    float e[kBlock];
+    exp2u(e, inp + b, m);
+    for (std::size_t i = 0; i < m; ++i) {
+      const float x = inp[b + i];
+      const float t = 1.0f - 2.0f / (e[i] + 1.0f);  // tanh(u)
+      const float sech2 = 1.0f - t * t;
+      const float grad =
+          0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[b + i] += grad * dout[b + i];
+    }
   }
 }
 
 // ---- causal attention ----
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -283,8 +343,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH) {
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                            int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -326,6 +386,74 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       }
     }
   }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+#if MEMWALL_HAVE_DNNL
+  const int hs = C / NH;
+  const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
+                    tt = static_cast<memory::dim>(T) * T;
+  // scores[b, h] = q[b, h] . k[b, h]^T  (q: [T, hs] rows 3C apart; k^T: [hs, T])
+  gemm4(att, {NH * tt, tt, T, 1}, qkv, {bt3c, hs, t3c, 1}, qkv + C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
+        false);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(2)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    for (int t = 0; t < T; ++t) {  // causal softmax of each row, masked part set to 0
+      float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
+      float maxv = -INFINITY;
+      for (int u = 0; u <= t; ++u) maxv = std::max(maxv, a[u] * scale);
+      for (int u = 0; u <= t; ++u) a[u] = a[u] * scale - maxv;
+      exp_inplace(a, static_cast<std::size_t>(t) + 1);
+      float sum = 0;
+      for (int u = 0; u <= t; ++u) sum += a[u];
+      const float inv = 1.0f / sum;
+      for (int u = 0; u <= t; ++u) a[u] *= inv;
+      for (int u = t + 1; u < T; ++u) a[u] = 0;
+    }
+  }
+  // out[b, :, h] = att[b, h] . v[b, h]
+  gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
+        {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
+#else
+  attention_forward_ref(out, att, qkv, B, T, C, NH);
+#endif
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int C, int NH) {
+#if MEMWALL_HAVE_DNNL
+  const int hs = C / NH;
+  const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
+                    tt = static_cast<memory::dim>(T) * T, tc = static_cast<memory::dim>(T) * C;
+  std::vector<float> dpre(static_cast<std::size_t>(B) * NH * T * T);
+  // datt = dout . v^T
+  gemm4(dpre.data(), {NH * tt, tt, T, 1}, dout, {tc, hs, C, 1}, qkv + 2 * C, {bt3c, hs, 1, t3c}, B, NH, T, hs,
+        T, false);
+  // dv += att^T . dout
+  gemm4(dqkv + 2 * C, {bt3c, hs, t3c, 1}, att, {NH * tt, tt, 1, T}, dout, {tc, hs, C, 1}, B, NH, T, T, hs,
+        true);
+  // softmax backward, with the score scale folded in: dpre = scale * att * (datt - sum(att * datt))
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(2)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    for (int t = 0; t < T; ++t) {
+      const float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
+      float* d = dpre.data() + (static_cast<std::size_t>(bh) * T + t) * T;
+      float dot = 0;
+      for (int u = 0; u <= t; ++u) dot += a[u] * d[u];
+      for (int u = 0; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
+      for (int u = t + 1; u < T; ++u) d[u] = 0;
+    }
+  }
+  // dq += dpre . k ; dk += dpre^T . q
+  gemm4(dqkv, {bt3c, hs, t3c, 1}, dpre.data(), {NH * tt, tt, T, 1}, qkv + C, {bt3c, hs, t3c, 1}, B, NH, T, T,
+        hs, true);
+  gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre.data(), {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T,
+        hs, true);
+#else
+  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH);
+#endif
 }
 
 // ---- embedding ----

@@ -22,6 +22,11 @@ void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16
 // Any of dinp, dweight, dbias may be null.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC);
+// The same with the two GEMMs on bf16 operands (fp32 accumulation): `dout16`, `inp16`, `weight16` are bf16
+// copies of dout, inp and weight.
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const std::uint16_t* dout16, const std::uint16_t* inp16,
+                          const std::uint16_t* weight16, int N, int IC, int OC);
 // Naive references (tests).
 void matmul_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                         int OC);
@@ -44,6 +49,10 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                         int C, int NH);
+// Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
+void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                            int C, int NH);
 
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,

@@ -2,6 +2,7 @@
 // causal attention against a naive double-precision implementation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "cpu/cast.h"
 #include "cpu/gpt_ops.h"
+#include "cpu/vexp.h"
 
 namespace memwall::kernels {
 namespace {
@@ -162,6 +164,20 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
   }
 }
 
+TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
+  const int B = 2, T = 9, C = 16, NH = 4;
+  const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
+  expect_close(out, out_r, 1e-4, 1e-5, "out");
+  expect_close(att, att_r, 1e-4, 1e-6, "att");
+  std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
+  attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
+  expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+}
+
 TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 5, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 41);
@@ -205,6 +221,21 @@ TEST(GptOps, CrossEntropyAndEmbedding) {
   EXPECT_FLOAT_EQ(dwte[2 * C + 1], dout[0 * C + 1] + dout[2 * C + 1]);
   EXPECT_FLOAT_EQ(dwte[4 * C + 1], 0.0f);
   EXPECT_FLOAT_EQ(dwpe[2 * C + 3], dout[2 * C + 3]);
+}
+
+TEST(GptOps, VectorExpMatchesStdExp) {
+  // Covers the polynomial range, the clamps at both ends and a tail shorter than one vector.
+  std::vector<float> x;
+  for (int i = -1000; i <= 1000; ++i) x.push_back(static_cast<float>(i) * 0.1f);
+  x.push_back(-200.0f);
+  x.push_back(200.0f);
+  std::vector<float> y = x;
+  exp_inplace(y.data(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(std::clamp(x[i], -87.3f, 88.7f)));
+    ASSERT_TRUE(std::isfinite(y[i])) << "x=" << x[i];
+    EXPECT_NEAR(y[i] / want, 1.0, 1e-6) << "x=" << x[i];
+  }
 }
 
 }  // namespace
