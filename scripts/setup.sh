@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs memwall's Debian packages (once), then configures and builds it (Release) in ./build.
 # Idempotent: re-running only rebuilds what changed. Run as root, or as a user with sudo.
+# --bench also installs the peers the bench/ scripts compare against: fio, Debian's PyTorch and OpenBLAS
+# (which becomes the system libblas.so.3 that Debian's torch calls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,12 @@ PACKAGES=(
   liburing-dev libaio-dev libopenmpi-dev openmpi-bin libsimgrid-dev
   qt6-base-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev
 )
+for arg in "$@"; do
+  case "$arg" in
+    --bench) PACKAGES+=(fio python3-torch libopenblas0-pthread) ;;
+    *) echo "setup: unknown option '$arg' (allowed: --bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do
