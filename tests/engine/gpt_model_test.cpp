@@ -2,11 +2,16 @@
 // against central finite differences of the loss on a tiny configuration.
 #include "engine/model/gpt.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include "cpu/adam.h"
+#include "engine/train/dataset.h"
 
 namespace memwall::model {
 namespace {
@@ -94,6 +99,66 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 3 * 28);
+}
+
+}  // namespace
+}  // namespace memwall::model
+
+namespace memwall::model {
+namespace {
+
+// The model, the byte-level corpus and the SIMD Adam together learn English. On the King James Bible the
+// byte unigram entropy is 3.07 nats (and the bigram conditional entropy 2.34), so a held-out loss below 2.8
+// means the model uses context, not just letter frequencies. A 2-layer, 64-channel model starts at the
+// uniform ln(256) = 5.55 and measured 2.53 after 600 steps. Skipped without bible-kjv.
+TEST(GptModel, TrainingOnTheBibleLowersHeldOutLoss) {
+  if (std::system("command -v bible >/dev/null 2>&1") != 0) GTEST_SKIP() << "bible-kjv not installed";
+  const std::string cache = ::testing::TempDir() + "kjv-train-" + std::to_string(::getpid()) + ".txt";
+  auto path = train::kjv_corpus(cache);
+  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
+  const int B = 8, T = 64;
+  auto ds = train::TextDataset::from_file(*path, 0.05, T);
+  std::remove(cache.c_str());
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  GptConfig c;
+  c.vocab = 256;
+  c.max_seq = T;
+  c.layers = 2;
+  c.heads = 4;
+  c.channels = 64;
+  const std::size_t n = gpt_num_params(c);
+  std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+  gpt_init(c, p.data(), 1);
+  GptModel model(c, B, T);
+  std::vector<int> tok(B * T), tgt(B * T);
+  auto val_loss = [&] {
+    double sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      ds->val_batch(static_cast<std::uint64_t>(k), B, T, tok.data(), tgt.data());
+      sum += static_cast<double>(model.forward(p.data(), tok.data(), tgt.data()));
+    }
+    return sum / 4;
+  };
+  const double before = val_loss();
+  kernels::AdamHyper h;
+  h.lr = 3e-3f;
+  for (int step = 0; step < 600; ++step) {
+    ds->train_batch(9, static_cast<std::uint64_t>(step), B, T, tok.data(), tgt.data());
+    model.forward(p.data(), tok.data(), tgt.data());
+    std::fill(g.begin(), g.end(), 0.0f);
+    model.backward(p.data(), g.data());
+    kernels::AdamArrays a;
+    a.params = p.data();
+    a.exp_avg = m.data();
+    a.exp_avg_sq = v.data();
+    a.grads = g.data();
+    a.n = n;
+    h.step = step + 1;
+    ASSERT_TRUE(kernels::adam_step(a, h, 1, true));
+  }
+  const double after = val_loss();
+  EXPECT_NEAR(before, std::log(256.0), 0.1);
+  EXPECT_LT(after, 2.8) << "held-out loss went from " << before << " to " << after;
 }
 
 }  // namespace
