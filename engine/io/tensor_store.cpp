@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/units.h"
+#include "engine/io/atomic_file.h"
 #include "engine/io/crc32c.h"
 
 namespace memwall::io {
@@ -28,16 +29,6 @@ constexpr std::uint64_t kAlign = 4096;  // region alignment: direct I/O on 512-b
 
 std::string extent_name(int k) {
   return "extent-" + std::to_string(k) + ".dat";
-}
-
-Status fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Status::io_error(path + ": open for fsync: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::io_error(path + ": fsync: " + std::strerror(err));
-  return Status::ok();
 }
 
 std::vector<std::uint32_t> checksums(const void* data, std::uint64_t bytes, std::uint64_t block) {
