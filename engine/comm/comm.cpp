@@ -1,0 +1,148 @@
+// Local communicator, MPI communicator with deadlines and rank-ordered reductions.
+#include "engine/comm/comm.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if MEMWALL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace memwall::comm {
+
+namespace {
+
+class LocalComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status allgather(const void* shard, void* full, std::size_t bytes, const std::string&) override {
+    if (bytes > 0 && shard != full) std::memmove(full, shard, bytes);
+    return Status::ok();
+  }
+  Status reduce_scatter_sum(const float* full, float* shard, std::size_t count, const std::string&) override {
+    if (count > 0 && full != shard) std::memmove(shard, full, count * sizeof(float));
+    return Status::ok();
+  }
+  Status barrier(const std::string&) override { return Status::ok(); }
+};
+
+#if MEMWALL_HAVE_MPI
+class MpiComm final : public Communicator {
+ public:
+  explicit MpiComm(std::chrono::milliseconds timeout) : timeout_(timeout) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status allgather(const void* shard, void* full, std::size_t bytes, const std::string& tag) override {
+    MPI_Request req;
+    MW_RETURN_IF_ERROR(check_count(bytes, tag));
+    MPI_Iallgather(shard, static_cast<int>(bytes), MPI_BYTE, full, static_cast<int>(bytes), MPI_BYTE,
+                   MPI_COMM_WORLD, &req);
+    return wait(req, "allgather", tag);
+  }
+
+  Status reduce_scatter_sum(const float* full, float* shard, std::size_t count,
+                            const std::string& tag) override {
+    MW_RETURN_IF_ERROR(check_count(count, tag));
+    // Every rank sends piece r of its buffer to rank r, then sums the received pieces in rank order.
+    recv_.resize(count * static_cast<std::size_t>(size_));
+    MPI_Request req;
+    MPI_Ialltoall(full, static_cast<int>(count), MPI_FLOAT, recv_.data(), static_cast<int>(count), MPI_FLOAT,
+                  MPI_COMM_WORLD, &req);
+    MW_RETURN_IF_ERROR(wait(req, "reduce-scatter", tag));
+    std::memcpy(shard, recv_.data(), count * sizeof(float));
+    for (int r = 1; r < size_; ++r) {
+      const float* piece = recv_.data() + static_cast<std::size_t>(r) * count;
+      for (std::size_t i = 0; i < count; ++i) shard[i] += piece[i];
+    }
+    return Status::ok();
+  }
+
+  Status barrier(const std::string& tag) override {
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    return wait(req, "barrier", tag);
+  }
+
+ private:
+  Status check_count(std::size_t n, const std::string& tag) const {
+    if (n > static_cast<std::size_t>(INT32_MAX)) {
+      return Status::invalid_argument("rank " + std::to_string(rank_) + ": " + tag + ": " +
+                                      std::to_string(n) +
+                                      " elements per rank exceed MPI's int count; use smaller sub-groups");
+    }
+    return Status::ok();
+  }
+
+  Status wait(MPI_Request& req, const char* op, const std::string& tag) {
+    const auto start = std::chrono::steady_clock::now();
+    int done = 0;
+    while (true) {
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return Status::ok();
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > timeout_) {
+        // The request cannot be cancelled portably; the caller is expected to stop (and MPI_Abort).
+        return Status::unavailable(
+            "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + op + " '" + tag +
+            "' did not complete within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+            " ms: a peer died or left the schedule");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  int rank_ = 0, size_ = 1;
+  std::vector<float> recv_;
+};
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_local_comm() {
+  return std::make_unique<LocalComm>();
+}
+
+Result<std::unique_ptr<Communicator>> make_mpi_comm(std::chrono::milliseconds timeout) {
+#if MEMWALL_HAVE_MPI
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      return Status::unavailable("MPI_Init_thread failed");
+    }
+    std::atexit(finalize_mpi);
+  }
+  return std::unique_ptr<Communicator>(std::make_unique<MpiComm>(timeout));
+#else
+  (void)timeout;
+  return Status::unavailable(
+      "this memwall was built without MPI (apt-get install libopenmpi-dev openmpi-bin, "
+      "then reconfigure with -DMEMWALL_MPI=ON)");
+#endif
+}
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(v) != nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace memwall::comm
