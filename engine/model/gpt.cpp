@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <random>
 
 #include "cpu/gpt_ops.h"
@@ -66,6 +68,82 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
 std::size_t gpt_num_params(const GptConfig& c) {
   const auto layout = gpt_param_layout(c);
   return layout.back().offset + layout.back().numel;
+}
+
+ModelSpec gpt_model_spec(const GptConfig& c) {
+  ModelSpec m;
+  m.name = "memwall-gpt";
+  m.model_type = "gpt2";
+  m.layers = c.layers;
+  m.hidden = c.channels;
+  m.heads = c.heads;
+  m.kv_heads = c.heads;
+  m.ffn_hidden = 4 * c.channels;
+  m.vocab = c.vocab;
+  m.max_positions = c.max_seq;
+  m.tied_embeddings = true;
+  m.gated_mlp = false;
+  m.linear_bias = true;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kLearned;
+  return m;
+}
+
+Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptConfig& c) {
+  std::map<std::string, const ParamTensor*> by_name;
+  const auto layout = gpt_param_layout(c);
+  for (const auto& t : layout) by_name[t.name] = &t;
+  // Graph component -> Hugging Face tensor stem.
+  const std::map<std::string, std::string> stems = {{"ln1", "ln_1"},        {"ln2", "ln_2"},
+                                                    {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
+                                                    {"fc1", "mlp.c_fc"},    {"fc2", "mlp.c_proj"}};
+  std::vector<ParamSlice> out;
+  for (const auto& gp : g.params) {
+    // Names: "embed.tokens", "embed.positions", "final_norm.w", "L3.fc1.w", "L3.fc1.b[2/4]".
+    std::string name = gp.name;
+    int tile = 0, tiles = 1;
+    if (const auto br = name.find('['); br != std::string::npos) {
+      if (std::sscanf(name.c_str() + br, "[%d/%d]", &tile, &tiles) != 2 || tile < 1 || tile > tiles) {
+        return Status::invalid_argument("graph parameter " + gp.name + ": unreadable tile suffix");
+      }
+      --tile;
+      name.resize(br);
+    }
+    std::string hf;
+    if (name == "embed.tokens") {
+      hf = "wte.weight";
+    } else if (name == "embed.positions") {
+      hf = "wpe.weight";
+    } else if (name == "final_norm.w" || name == "final_norm.b") {
+      hf = name.back() == 'w' ? "ln_f.weight" : "ln_f.bias";
+    } else if (name.size() > 1 && name[0] == 'L') {
+      const auto d1 = name.find('.'), d2 = name.rfind('.');
+      const auto stem = stems.find(name.substr(d1 + 1, d2 - d1 - 1));
+      const std::string wb = name.substr(d2 + 1);
+      if (d1 == std::string::npos || d2 == d1 || stem == stems.end() || (wb != "w" && wb != "b")) {
+        return Status::invalid_argument("graph parameter " + gp.name +
+                                        " has no counterpart in the GPT model");
+      }
+      hf = "h." + name.substr(1, d1 - 1) + "." + stem->second + (wb == "w" ? ".weight" : ".bias");
+    }
+    const auto it = by_name.find(hf);
+    if (it == by_name.end()) {
+      return Status::invalid_argument("graph parameter " + gp.name + " has no counterpart in the GPT model");
+    }
+    const ParamTensor& t = *it->second;
+    const int rows = t.shape[0];
+    if (rows % tiles != 0) {
+      return Status::invalid_argument("graph parameter " + gp.name + ": " + std::to_string(rows) +
+                                      " rows do not split into " + std::to_string(tiles) + " tiles");
+    }
+    const std::size_t numel = t.numel / static_cast<std::size_t>(tiles);
+    if (static_cast<double>(numel) != gp.elements) {
+      return Status::invalid_argument("graph parameter " + gp.name + " has " + std::to_string(gp.elements) +
+                                      " elements; the model's " + hf + " slice has " + std::to_string(numel));
+    }
+    out.push_back({t.offset + static_cast<std::size_t>(tile) * numel, numel});
+  }
+  return out;
 }
 
 void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "graph/model_graph.h"
+#include "spec/model_spec.h"
 
 namespace memwall::model {
 
@@ -36,6 +38,19 @@ struct ParamTensor {
 
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
+
+// The core's description of exactly this model (learned positions, layernorm, GELU MLP of 4C, biases, tied
+// head), from which build_model_graph makes the ops and tensors the planner schedules.
+ModelSpec gpt_model_spec(const GptConfig& c);
+
+// Where each GraphParam of a graph built from gpt_model_spec(c) (model_parallel 1, any tiling) lives in the
+// flat parameter array. A tile of a linear is a contiguous block of weight rows ([out, in] layout) and of the
+// bias. Error when the graph does not describe this model (a name or size that does not match).
+struct ParamSlice {
+  std::size_t offset = 0;
+  std::size_t numel = 0;
+};
+Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptConfig& c);
 
 // GPT-2's initialisation, deterministic in `seed`: weights N(0, 0.02), the two residual projections of each
 // block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0.

@@ -42,6 +42,37 @@ TEST(GptModel, LayoutCountsEveryParameterOnce) {
   EXPECT_EQ(layout.back().name, "ln_f.bias");
 }
 
+TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
+  GptConfig c = tiny();
+  c.channels = 16;  // divisible by the tiling factors below
+  const ModelSpec spec = gpt_model_spec(c);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(c)));
+  for (int tiling : {1, 2, 4}) {
+    GraphOptions opt;
+    opt.tiling = tiling;
+    opt.sequence_length = c.max_seq;
+    const ModelGraph g = build_model_graph(spec, opt);
+    auto slices = map_graph_params(g, c);
+    ASSERT_TRUE(slices.is_ok()) << slices.status().to_string();
+    ASSERT_EQ(slices->size(), g.params.size());
+    // Every element of the flat array belongs to exactly one graph parameter.
+    std::vector<int> owners(gpt_num_params(c), 0);
+    for (const auto& s : *slices) {
+      for (std::size_t i = 0; i < s.numel; ++i) ++owners[s.offset + i];
+    }
+    for (std::size_t i = 0; i < owners.size(); ++i)
+      ASSERT_EQ(owners[i], 1) << "element " << i << " tiling " << tiling;
+  }
+  // A graph of a different model is refused, naming the parameter.
+  GptConfig other = c;
+  other.channels = 32;
+  GraphOptions opt;
+  opt.sequence_length = c.max_seq;
+  auto bad = map_graph_params(build_model_graph(gpt_model_spec(other), opt), c);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("embed.tokens"), std::string::npos) << bad.status().message();
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
