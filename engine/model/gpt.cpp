@@ -167,119 +167,244 @@ void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
   }
 }
 
-GptModel::GptModel(const GptConfig& c, int B, int T) : c_(c), B_(B), T_(T) {
+GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B), T_(T) {
   MW_CHECK(validate(c, B, T).is_ok(), "GptModel: invalid configuration (call validate first)");
-  const auto layout = gpt_param_layout(c);
-  std::size_t i = 0;
-  wte_ = layout[i++].offset;
-  wpe_ = layout[i++].offset;
-  for (int l = 0; l < c.layers; ++l) {
-    Layer L{};
-    for (std::size_t* f : {&L.ln1w, &L.ln1b, &L.wqkv, &L.bqkv, &L.wproj, &L.bproj, &L.ln2w, &L.ln2b, &L.wfc,
-                           &L.bfc, &L.wfc2, &L.bfc2}) {
-      *f = layout[i++].offset;
+  MW_CHECK(tiling >= 1 && c.channels % tiling == 0, "GptModel: channels must be divisible by tiling");
+  GraphOptions opt;
+  opt.tiling = tiling;
+  opt.micro_batch = B;
+  opt.sequence_length = T;
+  opt.element_bytes = 4;
+  graph_ = build_model_graph(gpt_model_spec(c), opt);
+  auto slices = map_graph_params(graph_, c);
+  MW_CHECK(slices.is_ok(), slices.status().message());
+  slices_ = std::move(slices).value();
+  const std::map<std::string, Role> roles = {
+      {"ln1", Role::kLn1}, {"qkv", Role::kQkv}, {"attn", Role::kAttn}, {"proj", Role::kProj},
+      {"ln2", Role::kLn2}, {"fc1", Role::kFc1}, {"gelu", Role::kGelu}, {"fc2", Role::kFc2}};
+  for (const auto& op : graph_.ops) {
+    OpInfo o{Role::kEmbed, op.layer, op.tile, op.tiles};
+    std::string name = op.name.substr(0, op.name.find('['));
+    if (name == "embed") {
+      o.role = Role::kEmbed;
+    } else if (name == "final_norm") {
+      o.role = Role::kFinalNorm;
+    } else if (name == "lm_head") {
+      o.role = Role::kHead;
+    } else if (name == "loss") {
+      o.role = Role::kLoss;
+    } else {
+      const auto it = roles.find(name.substr(name.find('.') + 1));
+      MW_CHECK(it != roles.end(), "GptModel: unexpected graph op " + op.name);
+      o.role = it->second;
     }
-    layer_.push_back(L);
+    info_.push_back(o);
   }
-  lnfw_ = layout[i++].offset;
-  lnfb_ = layout[i++].offset;
   const std::size_t N = static_cast<std::size_t>(B) * T, C = static_cast<std::size_t>(c.channels);
   const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * T;
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {
     v.assign(static_cast<std::size_t>(count), std::vector<float>(n));
   };
   per_layer(resid_, N * C, c.layers + 1);
-  per_layer(ln1_, N * C, c.layers);
-  per_layer(m1_, N, c.layers);
-  per_layer(r1_, N, c.layers);
+  for (auto* v : {&ln1_, &atty_, &res1_, &ln2_}) per_layer(*v, N * C, c.layers);
+  for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, c.layers);
   per_layer(qkv_, N * 3 * C, c.layers);
   per_layer(att_, att, c.layers);
-  per_layer(atty_, N * C, c.layers);
-  per_layer(res1_, N * C, c.layers);
-  per_layer(ln2_, N * C, c.layers);
-  per_layer(m2_, N, c.layers);
-  per_layer(r2_, N, c.layers);
   per_layer(fc_, N * 4 * C, c.layers);
   per_layer(gel_, N * 4 * C, c.layers);
   lnf_.resize(N * C);
   mf_.resize(N);
   rf_.resize(N);
-  probs_.resize(N * static_cast<std::size_t>(c.vocab));
-  dx_.resize(N * C);
-  dres_.resize(N * C);
-  dln_.resize(N * C);
-  datty_.resize(N * C);
+  logits_.resize(N * static_cast<std::size_t>(c.vocab));
+  probs_.resize(logits_.size());
+  for (auto* v : {&dx_, &dres_, &dln_, &datty_}) v->resize(N * C);
   dqkv_.resize(N * 3 * C);
   dfc_.resize(N * 4 * C);
   dgel_.resize(N * 4 * C);
-  dlogits_.resize(probs_.size());
+  dlogits_.resize(logits_.size());
 }
 
-float GptModel::forward(const float* p, const int* tokens, const int* targets) {
-  const int N = B_ * T_, C = c_.channels, F = 4 * C;
-  tokens_.assign(tokens, tokens + N);
-  targets_.assign(targets, targets + N);
-  k::embedding_forward(resid_[0].data(), tokens, p + wte_, p + wpe_, B_, T_, C);
-  for (int l = 0; l < c_.layers; ++l) {
-    const Layer& L = layer_[static_cast<std::size_t>(l)];
-    const auto i = static_cast<std::size_t>(l);
-    k::layernorm_forward(ln1_[i].data(), m1_[i].data(), r1_[i].data(), resid_[i].data(), p + L.ln1w,
-                         p + L.ln1b, N, C);
-    k::matmul_forward(qkv_[i].data(), ln1_[i].data(), p + L.wqkv, p + L.bqkv, N, C, 3 * C);
-    k::attention_forward(atty_[i].data(), att_[i].data(), qkv_[i].data(), B_, T_, C, c_.heads);
-    k::matmul_forward(res1_[i].data(), atty_[i].data(), p + L.wproj, p + L.bproj, N, C, C);
-    for (std::size_t j = 0; j < res1_[i].size(); ++j) res1_[i][j] += resid_[i][j];
-    k::layernorm_forward(ln2_[i].data(), m2_[i].data(), r2_[i].data(), res1_[i].data(), p + L.ln2w,
-                         p + L.ln2b, N, C);
-    k::matmul_forward(fc_[i].data(), ln2_[i].data(), p + L.wfc, p + L.bfc, N, C, F);
-    k::gelu_forward(gel_[i].data(), fc_[i].data(), gel_[i].size());
-    k::matmul_forward(resid_[i + 1].data(), gel_[i].data(), p + L.wfc2, p + L.bfc2, N, F, C);
-    for (std::size_t j = 0; j < res1_[i].size(); ++j) resid_[i + 1][j] += res1_[i][j];
+void GptModel::set_batch(const int* tokens, const int* targets) {
+  const auto n = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  tokens_.assign(tokens, tokens + n);
+  targets_.assign(targets, targets + n);
+}
+
+void GptModel::params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
+                         std::vector<float*>& g) const {
+  p.clear();
+  g.clear();
+  for (int id : graph_.ops[static_cast<std::size_t>(op)].params) {
+    const auto off = slices_[static_cast<std::size_t>(id)].offset;
+    p.push_back(base + off);
+    g.push_back(gbase != nullptr ? gbase + off : nullptr);
   }
-  const auto last = static_cast<std::size_t>(c_.layers);
-  k::layernorm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_[last].data(), p + lnfw_, p + lnfb_, N, C);
-  // Logits into dlogits_ (scratch until backward), then probabilities.
-  k::matmul_forward(dlogits_.data(), lnf_.data(), p + wte_, nullptr, N, C, c_.vocab);
-  return k::crossentropy_forward(probs_.data(), dlogits_.data(), targets_.data(), N, c_.vocab);
 }
 
-void GptModel::backward(const float* p, float* g) {
+float GptModel::forward(const float* params, const int* tokens, const int* targets) {
+  set_batch(tokens, targets);
+  for (int op = 0; op < static_cast<int>(graph_.ops.size()); ++op) {
+    params_of(op, params, nullptr, p_, g_);
+    forward_op(op, p_.data());
+  }
+  return loss_;
+}
+
+void GptModel::backward(const float* params, float* grads) {
+  for (int op = static_cast<int>(graph_.ops.size()) - 1; op >= 0; --op) {
+    params_of(op, params, grads, p_, g_);
+    backward_op(op, p_.data(), g_.data());
+  }
+}
+
+// out[:, cols of tile] (row stride out_width) = in . w^T + b (+ residual at the same positions).
+void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
+                              const float* b, const OpInfo& o, const float* residual) {
+  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+  const auto n = static_cast<std::size_t>(N);
+  if (o.tiles == 1) {
+    k::matmul_forward(out, in, w, b, N, in_width, out_width);
+    if (residual != nullptr) {
+      for (std::size_t j = 0; j < n * static_cast<std::size_t>(out_width); ++j) out[j] += residual[j];
+    }
+    return;
+  }
+  tile_out_.resize(n * static_cast<std::size_t>(cols));
+  k::matmul_forward(tile_out_.data(), in, w, b, N, in_width, cols);
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t at = r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0);
+    for (int j = 0; j < cols; ++j) {
+      const float v = tile_out_[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(j)];
+      out[at + static_cast<std::size_t>(j)] =
+          residual != nullptr ? v + residual[at + static_cast<std::size_t>(j)] : v;
+    }
+  }
+}
+
+// din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums.
+void GptModel::linear_backward(float* din, float* dw, float* db, const float* dout, int out_width,
+                               const float* in, int in_width, const float* w, const OpInfo& o) {
+  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+  if (o.tiles == 1) {
+    k::matmul_backward(din, dw, db, dout, in, w, N, in_width, out_width);
+    return;
+  }
+  const auto n = static_cast<std::size_t>(N);
+  tile_dout_.resize(n * static_cast<std::size_t>(cols));
+  for (std::size_t r = 0; r < n; ++r) {
+    std::copy_n(dout + r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0), cols,
+                tile_dout_.data() + r * static_cast<std::size_t>(cols));
+  }
+  k::matmul_backward(din, dw, db, tile_dout_.data(), in, w, N, in_width, cols);
+}
+
+void GptModel::forward_op(int op, const float* const* p) {
+  const OpInfo& o = info_[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  switch (o.role) {
+    case Role::kEmbed:
+      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], p[1], B_, T_, C);
+      break;
+    case Role::kLn1:
+      k::layernorm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p[0], p[1], N, C);
+      break;
+    case Role::kQkv:
+      linear_forward(qkv_[l].data(), 3 * C, ln1_[l].data(), C, p[0], p[1], o, nullptr);
+      break;
+    case Role::kAttn:
+      k::attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+      break;
+    case Role::kProj:
+      linear_forward(res1_[l].data(), C, atty_[l].data(), C, p[0], p[1], o, resid_[l].data());
+      break;
+    case Role::kLn2:
+      k::layernorm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p[0], p[1], N, C);
+      break;
+    case Role::kFc1:
+      linear_forward(fc_[l].data(), F, ln2_[l].data(), C, p[0], p[1], o, nullptr);
+      break;
+    case Role::kGelu:
+      k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
+      break;
+    case Role::kFc2:
+      linear_forward(resid_[l + 1].data(), C, gel_[l].data(), F, p[0], p[1], o, res1_[l].data());
+      break;
+    case Role::kFinalNorm:
+      k::layernorm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p[0], p[1], N, C);
+      break;
+    case Role::kHead:
+      k::matmul_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
+      break;
+    case Role::kLoss:
+      loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
+      break;
+  }
+}
+
+void GptModel::backward_op(int op, const float* const* p, float* const* g) {
+  const OpInfo& o = info_[static_cast<std::size_t>(op)];
+  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
-  zero(dlogits_);
-  k::crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), N, c_.vocab);
-  zero(dln_);
-  k::matmul_backward(dln_.data(), g + wte_, nullptr, dlogits_.data(), lnf_.data(), p + wte_, N, C, c_.vocab);
-  zero(dx_);
-  const auto last = static_cast<std::size_t>(c_.layers);
-  k::layernorm_backward(dx_.data(), g + lnfw_, g + lnfb_, dln_.data(), resid_[last].data(), p + lnfw_,
-                        mf_.data(), rf_.data(), N, C);
-  for (int l = c_.layers - 1; l >= 0; --l) {
-    const Layer& L = layer_[static_cast<std::size_t>(l)];
-    const auto i = static_cast<std::size_t>(l);
-    // dx_ holds d(loss)/d(output of block l) = d/d(res1) through the MLP residual too.
-    zero(dgel_);
-    k::matmul_backward(dgel_.data(), g + L.wfc2, g + L.bfc2, dx_.data(), gel_[i].data(), p + L.wfc2, N, F, C);
-    zero(dfc_);
-    k::gelu_backward(dfc_.data(), fc_[i].data(), dgel_.data(), dfc_.size());
-    zero(dln_);
-    k::matmul_backward(dln_.data(), g + L.wfc, g + L.bfc, dfc_.data(), ln2_[i].data(), p + L.wfc, N, C, F);
-    dres_ = dx_;
-    k::layernorm_backward(dres_.data(), g + L.ln2w, g + L.ln2b, dln_.data(), res1_[i].data(), p + L.ln2w,
-                          m2_[i].data(), r2_[i].data(), N, C);
-    zero(datty_);
-    k::matmul_backward(datty_.data(), g + L.wproj, g + L.bproj, dres_.data(), atty_[i].data(), p + L.wproj, N,
-                       C, C);
-    zero(dqkv_);
-    k::attention_backward(dqkv_.data(), datty_.data(), qkv_[i].data(), att_[i].data(), B_, T_, C, c_.heads);
-    zero(dln_);
-    k::matmul_backward(dln_.data(), g + L.wqkv, g + L.bqkv, dqkv_.data(), ln1_[i].data(), p + L.wqkv, N, C,
-                       3 * C);
-    dx_ = dres_;
-    k::layernorm_backward(dx_.data(), g + L.ln1w, g + L.ln1b, dln_.data(), resid_[i].data(), p + L.ln1w,
-                          m1_[i].data(), r1_[i].data(), N, C);
+  // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
+  const bool first_tile = o.tile == o.tiles - 1;
+  switch (o.role) {
+    case Role::kLoss:
+      zero(dlogits_);
+      k::crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), N, c_.vocab);
+      break;
+    case Role::kHead:
+      zero(dln_);
+      k::matmul_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
+      break;
+    case Role::kFinalNorm:
+      zero(dx_);
+      k::layernorm_backward(dx_.data(), g[0], g[1], dln_.data(), resid_.back().data(), p[0], mf_.data(),
+                            rf_.data(), N, C);
+      break;
+    case Role::kFc2:
+      if (first_tile) {
+        zero(dgel_);
+        dres_ = dx_;  // the MLP's residual branch
+      }
+      linear_backward(dgel_.data(), g[0], g[1], dx_.data(), C, gel_[l].data(), F, p[0], o);
+      break;
+    case Role::kGelu:
+      zero(dfc_);
+      k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
+      break;
+    case Role::kFc1:
+      if (first_tile) zero(dln_);
+      linear_backward(dln_.data(), g[0], g[1], dfc_.data(), F, ln2_[l].data(), C, p[0], o);
+      break;
+    case Role::kLn2:
+      k::layernorm_backward(dres_.data(), g[0], g[1], dln_.data(), res1_[l].data(), p[0], m2_[l].data(),
+                            r2_[l].data(), N, C);
+      break;
+    case Role::kProj:
+      if (first_tile) {
+        zero(datty_);
+        dx_ = dres_;  // the attention's residual branch
+      }
+      linear_backward(datty_.data(), g[0], g[1], dres_.data(), C, atty_[l].data(), C, p[0], o);
+      break;
+    case Role::kAttn:
+      zero(dqkv_);
+      k::attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), att_[l].data(), B_, T_, C, c_.heads);
+      break;
+    case Role::kQkv:
+      if (first_tile) zero(dln_);
+      linear_backward(dln_.data(), g[0], g[1], dqkv_.data(), 3 * C, ln1_[l].data(), C, p[0], o);
+      break;
+    case Role::kLn1:
+      k::layernorm_backward(dx_.data(), g[0], g[1], dln_.data(), resid_[l].data(), p[0], m1_[l].data(),
+                            r1_[l].data(), N, C);
+      break;
+    case Role::kEmbed:
+      k::embedding_backward(g[0], g[1], dx_.data(), tokens_.data(), B_, T_, C);
+      break;
   }
-  k::embedding_backward(g + wte_, g + wpe_, dx_.data(), tokens_.data(), B_, T_, C);
 }
 
 }  // namespace memwall::model

@@ -56,11 +56,15 @@ Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptC
 // block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0.
 void gpt_init(const GptConfig& c, float* params, std::uint64_t seed);
 
-// Activations for one micro-batch of B sequences of T tokens (T <= max_seq), and the forward/backward passes.
+// Runs the model op by op, in the core's ModelGraph: one micro-batch of B sequences of T tokens (T <=
+// max_seq), with memory-centric tiling of every block linear into `tiling` ops over slices of its output
+// features. forward/backward run every op in graph order (reverse for backward); an executor driven by the
+// planner's schedule calls forward_op/backward_op itself, with parameter pointers that may be gathered
+// working copies.
 class GptModel {
  public:
-  // Precondition: validate(c, B, T) is ok.
-  GptModel(const GptConfig& c, int B, int T);
+  // Precondition: validate(c, B, T) is ok and channels is divisible by tiling.
+  GptModel(const GptConfig& c, int B, int T, int tiling = 1);
 
   // Returns the mean cross-entropy of predicting targets[i] at position i. tokens and targets: [B*T].
   float forward(const float* params, const int* tokens, const int* targets);
@@ -68,22 +72,44 @@ class GptModel {
   // params.
   void backward(const float* params, float* grads);
 
+  // One op of graph(). `param[k]` points at the op's k-th parameter (graph().ops[op].params[k]) and `grad[k]`
+  // at its gradient (accumulated). Ops must run in graph order forward and reverse order backward.
+  void set_batch(const int* tokens, const int* targets);
+  void forward_op(int op, const float* const* param);
+  void backward_op(int op, const float* const* param, float* const* grad);
+  float loss() const { return loss_; }
+
   const GptConfig& config() const { return c_; }
+  const ModelGraph& graph() const { return graph_; }
+  const std::vector<ParamSlice>& slices() const { return slices_; }
 
  private:
-  struct Layer {
-    std::size_t ln1w, ln1b, wqkv, bqkv, wproj, bproj, ln2w, ln2b, wfc, bfc, wfc2, bfc2;
+  enum class Role { kEmbed, kLn1, kQkv, kAttn, kProj, kLn2, kFc1, kGelu, kFc2, kFinalNorm, kHead, kLoss };
+  struct OpInfo {
+    Role role;
+    int layer, tile, tiles;
   };
+  void params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
+                 std::vector<float*>& g) const;
+  void linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
+                      const float* b, const OpInfo& o, const float* residual);
+  void linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
+                       int in_width, const float* w, const OpInfo& o);
+
   GptConfig c_;
   int B_, T_;
-  std::size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
-  std::vector<Layer> layer_;
+  ModelGraph graph_;
+  std::vector<ParamSlice> slices_;
+  std::vector<OpInfo> info_;
   std::vector<int> tokens_, targets_;
+  float loss_ = 0;
   // Per layer: the block's input (resid[l]), then everything its backward needs.
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
-  std::vector<float> lnf_, mf_, rf_, probs_;
-  // Gradient scratch, reused across layers.
-  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_;
+  std::vector<float> lnf_, mf_, rf_, logits_, probs_;
+  // Gradient scratch, reused across layers, and the column slices of tiled linears.
+  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_, tile_out_, tile_dout_;
+  std::vector<const float*> p_;
+  std::vector<float*> g_;
 };
 
 }  // namespace memwall::model

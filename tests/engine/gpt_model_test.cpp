@@ -73,6 +73,33 @@ TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
   EXPECT_NE(bad.status().message().find("embed.tokens"), std::string::npos) << bad.status().message();
 }
 
+TEST(GptModel, TilingGivesTheSameLossAndGradients) {
+  GptConfig c = tiny();
+  c.channels = 16;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 11);
+  const int B = 2, T = 6;
+  std::vector<int> tok(B * T), tgt(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (5 * i + 1) % 11, tgt[i] = (3 * i + 2) % 11;
+  std::vector<float> g1(p.size(), 0.0f);
+  GptModel one(c, B, T, 1);
+  const float l1 = one.forward(p.data(), tok.data(), tgt.data());
+  one.backward(p.data(), g1.data());
+  for (int tiling : {2, 4}) {
+    GptModel tiled(c, B, T, tiling);
+    EXPECT_GT(tiled.graph().ops.size(), one.graph().ops.size());
+    std::vector<float> g(p.size(), 0.0f);
+    const float l = tiled.forward(p.data(), tok.data(), tgt.data());
+    tiled.backward(p.data(), g.data());
+    EXPECT_NEAR(static_cast<double>(l), static_cast<double>(l1), 1e-6) << "tiling " << tiling;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      ASSERT_NEAR(static_cast<double>(g[i]), static_cast<double>(g1[i]),
+                  1e-6 + 1e-4 * std::fabs(static_cast<double>(g1[i])))
+          << "tiling " << tiling << " element " << i;
+    }
+  }
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
