@@ -146,25 +146,47 @@ Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptC
   return out;
 }
 
-void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
+namespace {
+// splitmix64: a counter-based generator, so element i's value does not depend on which elements a rank holds.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+// A standard normal from two uniforms derived from (seed, i) (Box-Muller, in double).
+float normal_at(std::uint64_t seed, std::uint64_t i) {
+  const std::uint64_t a = mix(seed ^ mix(2 * i)), b = mix(seed ^ mix(2 * i + 1));
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53,
+               u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+}  // namespace
+
+void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size_t end, std::uint64_t seed) {
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.layers));
   for (const auto& t : gpt_param_layout(c)) {
-    float* p = params + t.offset;
+    const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
     const auto ends_with = [&](const char* s) {
       const std::string suffix(s);
       return t.name.size() >= suffix.size() &&
              t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
+    float* p = out + (lo - begin);
     if (ends_with("bias")) {
-      std::fill(p, p + t.numel, 0.0f);
+      std::fill(p, p + (hi - lo), 0.0f);
     } else if (t.name.find("ln_") != std::string::npos) {
-      std::fill(p, p + t.numel, 1.0f);
+      std::fill(p, p + (hi - lo), 1.0f);
     } else {
-      std::normal_distribution<float> d(0.0f, ends_with("c_proj.weight") ? proj_std : 0.02f);
-      for (std::size_t i = 0; i < t.numel; ++i) p[i] = d(rng);
+      const float sd = ends_with("c_proj.weight") ? proj_std : 0.02f;
+      for (std::size_t i = lo; i < hi; ++i) p[i - lo] = sd * normal_at(seed, i);
     }
   }
+}
+
+void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
+  gpt_init_range(c, params, 0, gpt_num_params(c), seed);
 }
 
 GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B), T_(T) {

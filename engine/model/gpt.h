@@ -54,7 +54,10 @@ Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptC
 
 // GPT-2's initialisation, deterministic in `seed`: weights N(0, 0.02), the two residual projections of each
 // block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0.
+// Counter-based (element i's value depends only on seed and i), so a rank can initialise just its shard.
 void gpt_init(const GptConfig& c, float* params, std::uint64_t seed);
+// Elements [begin, end) of the flat array into out[0, end - begin).
+void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size_t end, std::uint64_t seed);
 
 // Runs the model op by op, in the core's ModelGraph: one micro-batch of B sequences of T tokens (T <=
 // max_seq), with memory-centric tiling of every block linear into `tiling` ops over slices of its output

@@ -115,6 +115,19 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
   gpt_init(c, p.data(), 7);
   gpt_init(c, q.data(), 7);
   EXPECT_EQ(p, q);
+  // Any range initialised on its own equals the same range of the whole (partitioned initialisation).
+  std::vector<float> part(333);
+  gpt_init_range(c, part.data(), 500, 833, 7);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), p.begin() + 500));
+  double sum2 = 0;
+  std::size_t nw = 0;
+  for (const auto& t : gpt_param_layout(c)) {
+    if (t.name == "wte.weight") {
+      for (std::size_t i = 0; i < t.numel; ++i, ++nw)
+        sum2 += static_cast<double>(p[t.offset + i] * p[t.offset + i]);
+    }
+  }
+  EXPECT_NEAR(std::sqrt(sum2 / static_cast<double>(nw)), 0.02, 0.004);  // GPT-2's std of embeddings
   const int B = 2, T = 8;
   std::vector<int> tok(B * T), tgt(B * T);
   for (int i = 0; i < B * T; ++i) tok[i] = (3 * i) % 11, tgt[i] = (5 * i + 1) % 11;
