@@ -1,0 +1,63 @@
+// ZeRO-3 data-parallel training of the GPT model across the ranks of a Communicator, in memory (the offload
+// tiers and the schedule-driven executor build on this): every graph parameter is padded to a multiple of
+// the rank count and partitioned, each rank holding 1/R of it with its fp32 master copy and Adam states;
+// before each op (forward and backward) the op's parameters are all-gathered into working buffers and
+// released after; the op's gradients are reduce-scattered (deterministic, rank-ordered sums) into the
+// owner's shard and averaged over ranks; each rank steps Adam on its own shard. Initialisation is
+// partitioned too: no rank ever materialises more than one op's parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cpu/adam.h"
+#include "engine/comm/comm.h"
+#include "engine/model/gpt.h"
+
+namespace memwall::train {
+
+struct Zero3Options {
+  int micro_batch = 1;  // sequences per rank per step
+  int seq = 64;
+  int tiling = 1;
+  std::uint64_t seed = 1;
+  kernels::AdamHyper adam;
+  int threads = 1;  // Adam threads
+};
+
+class Zero3Trainer {
+ public:
+  // Builds the partition and initialises this rank's shards. Errors for invalid configs, before any work.
+  static Result<Zero3Trainer> create(const model::GptConfig& c, const Zero3Options& o,
+                                     comm::Communicator& comm);
+
+  // One optimizer step on this rank's micro-batch (tokens/targets: [micro_batch * seq]). Returns the loss
+  // averaged over ranks.
+  Result<float> step(const int* tokens, const int* targets);
+
+  // Bytes of parameter and optimizer state this rank holds (shards only), and the total model size.
+  std::size_t shard_elements() const { return shard_master_.size(); }
+  std::size_t model_elements() const { return model::gpt_num_params(c_); }
+  // Gathers the full fp32 parameters into `out` (model_elements()) on every rank: for tests and export.
+  Status gather_params(std::vector<float>& out);
+
+ private:
+  struct Part {
+    std::size_t model_offset, numel, shard, local;  // local: where this rank's shard starts in shard arrays
+  };
+  Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
+  Status gather(int param, std::vector<float>& into, const std::string& tag);
+
+  model::GptConfig c_;
+  Zero3Options o_;
+  comm::Communicator* comm_;
+  std::unique_ptr<model::GptModel> model_;
+  std::vector<Part> parts_;  // per graph parameter
+  std::vector<float> shard_master_, shard_m_, shard_v_, shard_grad_;
+  std::vector<std::vector<float>> work_, work_grad_;  // per op parameter slot
+  long step_ = 0;
+};
+
+}  // namespace memwall::train

@@ -1,0 +1,67 @@
+// Run under `mpirun -n 2` by ctest: ZeRO-3 across real MPI ranks (each rank one sequence) against the same
+// training on one rank with both sequences in its micro-batch. Losses must agree to 1e-6 relative for 5
+// steps (the issue asks for 1e-6; 8e-8 measured), and each rank must hold about half of the model. Exits
+// non-zero on failure.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "engine/train/zero3.h"
+
+using namespace memwall;
+
+int main() {
+  auto made = comm::make_mpi_comm(std::chrono::seconds(30));
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "%s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  comm::Communicator& world = **made;
+  const int R = world.size(), r = world.rank();
+  model::GptConfig c;
+  c.vocab = 17;
+  c.max_seq = 8;
+  c.layers = 2;
+  c.heads = 2;
+  c.channels = 16;
+  train::Zero3Options o;
+  o.micro_batch = 1;
+  o.seq = 8;
+  o.seed = 5;
+  o.adam.lr = 1e-2f;
+  auto dist = train::Zero3Trainer::create(c, o, world);
+  auto local = comm::make_local_comm();
+  train::Zero3Options o_all = o;
+  o_all.micro_batch = R;
+  auto ref = train::Zero3Trainer::create(c, o_all, *local);
+  if (!dist.is_ok() || !ref.is_ok()) {
+    std::fprintf(stderr, "rank %d: create failed\n", r);
+    return 1;
+  }
+  int failures = 0;
+  const double share =
+      static_cast<double>(dist->shard_elements()) / static_cast<double>(dist->model_elements());
+  if (share > 1.0 / R + 0.05) {
+    std::fprintf(stderr, "rank %d holds %.3f of the model\n", r, share);
+    ++failures;
+  }
+  std::vector<int> tok_all(static_cast<std::size_t>(R * 8)), tgt_all(tok_all.size());
+  for (int s = 0; s < 5; ++s) {
+    for (int i = 0; i < R * 8; ++i) {
+      tok_all[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
+      tgt_all[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
+    }
+    auto got = dist->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
+    auto want = ref->step(tok_all.data(), tgt_all.data());
+    if (!got.is_ok() || !want.is_ok()) {
+      std::fprintf(stderr, "rank %d: step %d failed: %s\n", r, s,
+                   (got.is_ok() ? want.status() : got.status()).to_string().c_str());
+      return 1;
+    }
+    const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
+    std::printf("rank %d step %d: %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
+                static_cast<double>(*got), static_cast<double>(*want), rel);
+    if (rel > 1e-6) ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
