@@ -46,14 +46,11 @@ Status Zero3Trainer::gather(int param, std::vector<float>& into, const std::stri
   return comm_->allgather(shard_master_.data() + p.local, into.data(), p.shard * sizeof(float), tag);
 }
 
-Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
+Status Zero3Trainer::forward(const int* tokens, const int* targets, const std::string& at) {
   const ModelGraph& g = model_->graph();
-  const int ops = static_cast<int>(g.ops.size());
-  const std::string at = "step " + std::to_string(step_ + 1) + " ";
   std::vector<const float*> pp;
-  std::vector<float*> gp;
   model_->set_batch(tokens, targets);
-  for (int op = 0; op < ops; ++op) {
+  for (int op = 0; op < static_cast<int>(g.ops.size()); ++op) {
     const auto& params = g.ops[static_cast<std::size_t>(op)].params;
     if (work_.size() < params.size()) work_.resize(params.size());
     pp.clear();
@@ -64,6 +61,21 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
     }
     model_->forward_op(op, pp.data());
   }
+  return Status::ok();
+}
+
+Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {
+  MW_RETURN_IF_ERROR(forward(tokens, targets, "eval "));
+  return model_->loss();
+}
+
+Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
+  const ModelGraph& g = model_->graph();
+  const int ops = static_cast<int>(g.ops.size());
+  const std::string at = "step " + std::to_string(step_ + 1) + " ";
+  std::vector<const float*> pp;
+  std::vector<float*> gp;
+  MW_RETURN_IF_ERROR(forward(tokens, targets, at));
   std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
   std::vector<float> reduced;
   for (int op = ops - 1; op >= 0; --op) {

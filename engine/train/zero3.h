@@ -37,6 +37,11 @@ class Zero3Trainer {
   // averaged over ranks.
   Result<float> step(const int* tokens, const int* targets);
 
+  // The mean loss of this rank's batch without updating anything (parameters gathered per op as in step).
+  Result<float> evaluate(const int* tokens, const int* targets);
+  const ModelGraph& graph() const { return model_->graph(); }
+  int ranks() const { return comm_->size(); }
+
   // Bytes of parameter and optimizer state this rank holds (shards only), and the total model size.
   std::size_t shard_elements() const { return shard_master_.size(); }
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
@@ -49,6 +54,7 @@ class Zero3Trainer {
   };
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
   Status gather(int param, std::vector<float>& into, const std::string& tag);
+  Status forward(const int* tokens, const int* targets, const std::string& at);
 
   model::GptConfig c_;
   Zero3Options o_;

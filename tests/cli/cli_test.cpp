@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -435,3 +436,52 @@ TEST(CliMain, VersionAndHelp) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string training_text() {
+  // Deterministic pseudo-English: a tiny vocabulary of words in a fixed pseudo-random order.
+  const char* words[] = {"the",  "quick", "brown", "fox", "jumps", "over",
+                         "lazy", "dog",   "and",   "cat", "sat",   "on"};
+  std::string s;
+  unsigned x = 1;
+  while (s.size() < 120000) {
+    x = x * 1103515245u + 12345u;
+    s += words[(x >> 16) % 12];
+    s += ' ';
+  }
+  return s;
+}
+
+const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
+
+}  // namespace
+
+TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
+  const std::string data = write_file("train.txt", training_text());
+  const CmdResult r = memwall("train --steps 80 --json --data " + data + " " + kTinyModel, false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(line_count(r.output), 81u) << r.output;  // one line per step, then the summary
+  const auto last_line = r.output.substr(r.output.rfind('\n', r.output.size() - 2) + 1);
+  const auto summary = parse_json(last_line)["summary"];
+  const double first = summary["first_loss"], last = summary["last_loss"], val = summary["val_loss"];
+  // From the uniform ln(256) = 5.55 to below 2.95 nats, the entropy of this text's byte frequencies.
+  EXPECT_NEAR(first, std::log(256.0), 0.2);
+  EXPECT_LT(last, 2.6) << r.output;
+  EXPECT_LT(val, 2.6) << r.output;
+  EXPECT_GT(static_cast<double>(summary["flops_per_s"]), 0.0);
+}
+
+TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
+  const std::string data = write_file("train2.txt", training_text());
+  CmdResult r = memwall("train --run zero-infinity-nvme --steps 1 --data " + data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("offload_param.device = nvme"), std::string::npos) << r.output;
+  r = memwall("train --model llama-2-7b --steps 1 --data " + data);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("SwiGLU"), std::string::npos) << r.output;
+  r = memwall("train --steps 1 --data /nonexistent/text.txt " + std::string(kTinyModel));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/text.txt"), std::string::npos) << r.output;
+}
