@@ -2,7 +2,15 @@
 #include "engine/train/zero3.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/io/atomic_file.h"
+#include "engine/io/crc32c.h"
 
 namespace memwall::train {
 
@@ -129,6 +137,125 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
     std::memcpy(out.data() + parts_[i].model_offset, buf.data(), parts_[i].numel * sizeof(float));
   }
   return Status::ok();
+}
+
+namespace {
+constexpr char kMagic[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '1'};
+
+std::string step_dir_name(long step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08ld", step);
+  return buf;
+}
+
+std::string rank_file(const std::string& step_dir, int rank, int ranks) {
+  return step_dir + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + ".bin";
+}
+
+struct CheckpointHeader {
+  char magic[8];
+  std::int64_t step;
+  std::uint64_t elements;  // per array (master, m, v)
+  std::uint32_t crc;       // CRC32C of the three arrays
+  std::uint32_t reserved;
+};
+}  // namespace
+
+Status Zero3Trainer::save(const std::string& dir) {
+  const std::string step_dir = dir + "/" + step_dir_name(step_);
+  std::error_code ec;
+  std::filesystem::create_directories(step_dir, ec);
+  if (ec) return Status::io_error(step_dir + ": " + ec.message());
+  CheckpointHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.step = step_;
+  h.elements = shard_master_.size();
+  const std::size_t bytes = shard_master_.size() * sizeof(float);
+  std::uint32_t crc = io::crc32c(shard_master_.data(), bytes);
+  crc = io::crc32c_extend(crc, shard_m_.data(), bytes);
+  h.crc = io::crc32c_extend(crc, shard_v_.data(), bytes);
+  auto view = [](const void* p, std::size_t n) { return std::string_view(static_cast<const char*>(p), n); };
+  MW_RETURN_IF_ERROR(io::write_file_atomic(rank_file(step_dir, comm_->rank(), comm_->size()),
+                                           {view(&h, sizeof h), view(shard_master_.data(), bytes),
+                                            view(shard_m_.data(), bytes), view(shard_v_.data(), bytes)}));
+  MW_RETURN_IF_ERROR(io::fsync_path(step_dir, true));
+  MW_RETURN_IF_ERROR(comm_->barrier("checkpoint step " + std::to_string(step_)));
+  if (comm_->rank() == 0) {
+    const nlohmann::json latest = {{"format", "memwall-zero3-checkpoint"},
+                                   {"version", 1},
+                                   {"step", step_},
+                                   {"dir", step_dir_name(step_)},
+                                   {"ranks", comm_->size()},
+                                   {"layers", c_.layers},
+                                   {"channels", c_.channels},
+                                   {"heads", c_.heads},
+                                   {"vocab", c_.vocab},
+                                   {"max_seq", c_.max_seq},
+                                   {"tiling", o_.tiling},
+                                   {"params", model_elements()}};
+    const std::string text = latest.dump(2) + "\n";
+    MW_RETURN_IF_ERROR(io::write_file_atomic(dir + "/latest.json", {text}));
+    // Older checkpoints are no longer named by latest.json.
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("step-", 0) == 0 && name != step_dir_name(step_)) {
+        std::filesystem::remove_all(e.path(), ec);
+      }
+    }
+  }
+  return comm_->barrier("checkpoint step " + std::to_string(step_) + " published");
+}
+
+Result<long> Zero3Trainer::load(const std::string& dir) {
+  const std::string latest_path = dir + "/latest.json";
+  std::ifstream in(latest_path);
+  if (!in) return Status::not_found(latest_path + ": no checkpoint to resume from");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(latest_path + ": not valid JSON: " + e.what());
+  }
+  if (j.value("format", "") != "memwall-zero3-checkpoint") {
+    return Status::invalid_argument(latest_path + ": not a memwall checkpoint");
+  }
+  const std::pair<const char*, long> expect[] = {
+      {"ranks", comm_->size()},  {"layers", c_.layers},
+      {"channels", c_.channels}, {"heads", c_.heads},
+      {"vocab", c_.vocab},       {"max_seq", c_.max_seq},
+      {"tiling", o_.tiling},     {"params", static_cast<long>(model_elements())}};
+  for (const auto& [key, want] : expect) {
+    const long got = j.value(key, -1L);
+    if (got != want) {
+      return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " + std::to_string(got) +
+                                      ", this run has " + std::to_string(want));
+    }
+  }
+  const std::string file = rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size());
+  std::ifstream f(file, std::ios::binary);
+  if (!f) return Status::not_found(file + ": missing rank shard of the checkpoint");
+  CheckpointHeader h{};
+  f.read(reinterpret_cast<char*>(&h), sizeof h);
+  if (!f || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.elements != shard_master_.size()) {
+    return Status::invalid_argument(file + ": not a shard of this model (bad header or size)");
+  }
+  const std::size_t bytes = shard_master_.size() * sizeof(float);
+  std::vector<float> master(shard_master_.size()), m(master.size()), v(master.size());
+  f.read(reinterpret_cast<char*>(master.data()), static_cast<std::streamsize>(bytes));
+  f.read(reinterpret_cast<char*>(m.data()), static_cast<std::streamsize>(bytes));
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(bytes));
+  if (!f) return Status::io_error(file + ": truncated");
+  std::uint32_t crc = io::crc32c(master.data(), bytes);
+  crc = io::crc32c_extend(crc, m.data(), bytes);
+  crc = io::crc32c_extend(crc, v.data(), bytes);
+  if (crc != h.crc) return Status::io_error(file + ": checksum mismatch (corrupt checkpoint)");
+  shard_master_ = std::move(master);
+  shard_m_ = std::move(m);
+  shard_v_ = std::move(v);
+  step_ = h.step;
+  return step_;
 }
 
 }  // namespace memwall::train

@@ -45,6 +45,16 @@ class Zero3Trainer {
   // Bytes of parameter and optimizer state this rank holds (shards only), and the total model size.
   std::size_t shard_elements() const { return shard_master_.size(); }
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
+  // Checkpoints (docs/training.md): every rank writes its shards of the master weights and Adam moments to
+  // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically); after a barrier, rank 0 points
+  // DIR/latest.json at that step (atomically) and removes older step directories. A crash at any point leaves
+  // latest.json naming a complete checkpoint. No rank ever holds more than its own shards.
+  Status save(const std::string& dir);
+  // Loads the checkpoint latest.json names into this trainer (same model, options and rank count; errors name
+  // the file and the mismatch). Returns the step it was taken at.
+  Result<long> load(const std::string& dir);
+  long steps_done() const { return step_; }
+
   // Gathers the full fp32 parameters into `out` (model_elements()) on every rank: for tests and export.
   Status gather_params(std::vector<float>& out);
 
