@@ -36,6 +36,9 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   int eval_batches = 8;
   int log_every = 10;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;  // 0: only at the end
+  bool resume = false;
   bool json = false;
 };
 
@@ -134,6 +137,21 @@ int run_train(const TrainOptions& opt) {
   zo.threads = 1;
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return report_error(trainer.status());
+  if (opt.resume) {
+    if (opt.checkpoint_dir.empty())
+      return report_error(Status::invalid_argument("--resume needs --checkpoint-dir"));
+    auto at = trainer->load(opt.checkpoint_dir);
+    if (!at.is_ok()) return report_error(at.status());
+    if (lead && !opt.json) std::printf("resumed from %s at step %ld\n", opt.checkpoint_dir.c_str(), *at);
+  }
+  auto checkpoint = [&]() -> Status {
+    if (opt.checkpoint_dir.empty()) return Status::ok();
+    MW_RETURN_IF_ERROR(trainer->save(opt.checkpoint_dir));
+    if (lead && !opt.json) {
+      std::printf("checkpoint: step %ld -> %s\n", trainer->steps_done(), opt.checkpoint_dir.c_str());
+    }
+    return Status::ok();
+  };
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R);
   const double tokens_per_step = static_cast<double>(R) * B * seq;
@@ -153,7 +171,13 @@ int run_train(const TrainOptions& opt) {
 
   std::vector<int> tok(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq)), tgt(tok.size());
   double total_s = 0, first_loss = 0, last_loss = 0;
-  for (int s = 0; s < opt.steps; ++s) {
+  const int first_step = static_cast<int>(trainer->steps_done());
+  if (first_step >= opt.steps) {
+    return report_error(Status::invalid_argument("the checkpoint is already at step " +
+                                                 std::to_string(first_step) +
+                                                 "; pass --steps above it to train further"));
+  }
+  for (int s = first_step; s < opt.steps; ++s) {
     ds->train_batch(
         opt.seed,
         static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(R) + static_cast<std::uint64_t>(rank), B,
@@ -163,7 +187,10 @@ int run_train(const TrainOptions& opt) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!loss.is_ok()) return report_error(loss.status());
     total_s += dt;
-    if (s == 0) first_loss = *loss;
+    if (s == first_step) first_loss = *loss;
+    if (opt.checkpoint_every > 0 && (s + 1) % opt.checkpoint_every == 0 && s + 1 < opt.steps) {
+      if (Status st = checkpoint(); !st.is_ok()) return report_error(st);
+    }
     last_loss = *loss;
     if (!lead) continue;
     if (opt.json) {
@@ -174,7 +201,7 @@ int run_train(const TrainOptions& opt) {
                                 {"flops_per_s", flops_per_step / dt}})
                               .dump()
                               .c_str());
-    } else if ((s + 1) % opt.log_every == 0 || s == 0 || s + 1 == opt.steps) {
+    } else if ((s + 1) % opt.log_every == 0 || s == first_step || s + 1 == opt.steps) {
       std::printf("step %*d/%d  loss %.4f  %s tok/s  %s  %.3f s/step\n",
                   static_cast<int>(std::to_string(opt.steps).size()), s + 1, opt.steps,
                   static_cast<double>(*loss), format_count(tokens_per_step / dt).c_str(),
@@ -182,6 +209,7 @@ int run_train(const TrainOptions& opt) {
     }
     std::fflush(stdout);
   }
+  if (Status st = checkpoint(); !st.is_ok()) return report_error(st);
   // Held-out loss: consecutive windows of the validation split, spread over the ranks.
   double val = 0;
   for (int k = 0; k < opt.eval_batches; ++k) {
@@ -234,6 +262,13 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option("--eval-batches", opt->eval_batches, "Held-out batches per rank for the final loss")
       ->capture_default_str();
   cmd->add_option("--log-every", opt->log_every, "Print every N steps")->capture_default_str();
+  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir,
+                  "Write rank-sharded checkpoints here (at the end, and every --checkpoint-every steps)");
+  cmd->add_option("--checkpoint-every", opt->checkpoint_every,
+                  "Steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", opt->resume,
+                "Continue from the latest checkpoint in --checkpoint-dir up to --steps");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -484,4 +486,33 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   r = memwall("train --steps 1 --data /nonexistent/text.txt " + std::string(kTinyModel));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/text.txt"), std::string::npos) << r.output;
+}
+
+TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
+  const std::string data = write_file("train3.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt").string();
+  std::filesystem::remove_all(dir);
+  const std::string common = " --json --data " + data + " " + kTinyModel;
+  const CmdResult straight = memwall("train --steps 12" + common, false);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const CmdResult first = memwall("train --steps 6 --checkpoint-dir " + dir + common, false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CmdResult second = memwall("train --steps 12 --resume --checkpoint-dir " + dir + common, false);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  auto losses = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"step\"") != std::string::npos) v.push_back(parse_json(line)["loss"].dump());
+    }
+    return v;
+  };
+  const auto a = losses(straight.output), b = losses(second.output);
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(a[6 + i], b[i]) << "step " << 7 + i;  // printed in full precision
+  const CmdResult again = memwall("train --steps 12 --resume --checkpoint-dir " + dir + common);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.output.find("already at step 12"), std::string::npos) << again.output;
 }
