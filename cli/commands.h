@@ -16,5 +16,6 @@ void register_sweep(CLI::App& app, int& exit_code);
 void register_io_bench(CLI::App& app, int& exit_code);
 void register_store(CLI::App& app, int& exit_code);
 void register_train(CLI::App& app, int& exit_code);
+void register_export(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

@@ -18,6 +18,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/comm/comm.h"
+#include "engine/model/export.h"
 #include "engine/train/dataset.h"
 #include "engine/train/zero3.h"
 #include "input_options.h"
@@ -246,7 +247,38 @@ int run_train(const TrainOptions& opt) {
   return kExitOk;
 }
 
+struct ExportOptions {
+  std::string checkpoint_dir;
+  std::string out;
+};
+
+int run_export(const ExportOptions& opt) {
+  model::GptConfig c;
+  auto params = train::read_checkpoint_params(opt.checkpoint_dir, c);
+  if (!params.is_ok()) return report_error(params.status());
+  std::error_code ec;
+  std::filesystem::create_directories(opt.out, ec);
+  if (ec) return report_error(Status::io_error(opt.out + ": " + ec.message()));
+  if (Status s = model::export_hf(c, params->data(), opt.out); !s.is_ok()) return report_error(s);
+  std::printf(
+      "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d) to %s/model.safetensors "
+      "and %s/config.json\n",
+      format_count(static_cast<double>(params->size())).c_str(), c.layers, c.channels, c.heads, c.vocab,
+      opt.out.c_str(), opt.out.c_str());
+  return kExitOk;
+}
+
 }  // namespace
+
+void register_export(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<ExportOptions>();
+  auto* cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint's weights as Hugging Face GPT-2 safetensors + config.json (fp32, consolidated)");
+  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
+  cmd->add_option("--out", opt->out, "Output directory")->required();
+  cmd->callback([opt, &exit_code] { exit_code = run_export(*opt); });
+}
 
 void register_train(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TrainOptions>();

@@ -206,10 +206,11 @@ Status Zero3Trainer::save(const std::string& dir) {
   return comm_->barrier("checkpoint step " + std::to_string(step_) + " published");
 }
 
-Result<long> Zero3Trainer::load(const std::string& dir) {
+namespace {
+Result<nlohmann::json> read_latest(const std::string& dir) {
   const std::string latest_path = dir + "/latest.json";
   std::ifstream in(latest_path);
-  if (!in) return Status::not_found(latest_path + ": no checkpoint to resume from");
+  if (!in) return Status::not_found(latest_path + ": no checkpoint here");
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j;
@@ -218,9 +219,44 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
   } catch (const std::exception& e) {
     return Status::invalid_argument(latest_path + ": not valid JSON: " + e.what());
   }
-  if (j.value("format", "") != "memwall-zero3-checkpoint") {
+  if (!j.is_object() || j.value("format", "") != "memwall-zero3-checkpoint") {
     return Status::invalid_argument(latest_path + ": not a memwall checkpoint");
   }
+  return j;
+}
+
+// Reads one rank file's header and arrays; `elements` must match. Checks the CRC.
+Status read_shard(const std::string& file, std::size_t elements, std::vector<float>& master,
+                  std::vector<float>& m, std::vector<float>& v, long& step) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) return Status::not_found(file + ": missing rank shard of the checkpoint");
+  CheckpointHeader h{};
+  f.read(reinterpret_cast<char*>(&h), sizeof h);
+  if (!f || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.elements != elements) {
+    return Status::invalid_argument(file + ": not a shard of this model (bad header or size)");
+  }
+  const std::size_t bytes = elements * sizeof(float);
+  master.resize(elements);
+  m.resize(elements);
+  v.resize(elements);
+  f.read(reinterpret_cast<char*>(master.data()), static_cast<std::streamsize>(bytes));
+  f.read(reinterpret_cast<char*>(m.data()), static_cast<std::streamsize>(bytes));
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(bytes));
+  if (!f) return Status::io_error(file + ": truncated");
+  std::uint32_t crc = io::crc32c(master.data(), bytes);
+  crc = io::crc32c_extend(crc, m.data(), bytes);
+  crc = io::crc32c_extend(crc, v.data(), bytes);
+  if (crc != h.crc) return Status::io_error(file + ": checksum mismatch (corrupt checkpoint)");
+  step = h.step;
+  return Status::ok();
+}
+}  // namespace
+
+Result<long> Zero3Trainer::load(const std::string& dir) {
+  const std::string latest_path = dir + "/latest.json";
+  auto latest = read_latest(dir);
+  if (!latest.is_ok()) return latest.status();
+  const nlohmann::json& j = *latest;
   const std::pair<const char*, long> expect[] = {
       {"ranks", comm_->size()},  {"layers", c_.layers},
       {"channels", c_.channels}, {"heads", c_.heads},
@@ -234,28 +270,52 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
     }
   }
   const std::string file = rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size());
-  std::ifstream f(file, std::ios::binary);
-  if (!f) return Status::not_found(file + ": missing rank shard of the checkpoint");
-  CheckpointHeader h{};
-  f.read(reinterpret_cast<char*>(&h), sizeof h);
-  if (!f || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.elements != shard_master_.size()) {
-    return Status::invalid_argument(file + ": not a shard of this model (bad header or size)");
-  }
-  const std::size_t bytes = shard_master_.size() * sizeof(float);
-  std::vector<float> master(shard_master_.size()), m(master.size()), v(master.size());
-  f.read(reinterpret_cast<char*>(master.data()), static_cast<std::streamsize>(bytes));
-  f.read(reinterpret_cast<char*>(m.data()), static_cast<std::streamsize>(bytes));
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(bytes));
-  if (!f) return Status::io_error(file + ": truncated");
-  std::uint32_t crc = io::crc32c(master.data(), bytes);
-  crc = io::crc32c_extend(crc, m.data(), bytes);
-  crc = io::crc32c_extend(crc, v.data(), bytes);
-  if (crc != h.crc) return Status::io_error(file + ": checksum mismatch (corrupt checkpoint)");
+  std::vector<float> master, m, v;
+  long step = 0;
+  MW_RETURN_IF_ERROR(read_shard(file, shard_master_.size(), master, m, v, step));
   shard_master_ = std::move(master);
   shard_m_ = std::move(m);
   shard_v_ = std::move(v);
-  step_ = h.step;
+  step_ = step;
   return step_;
+}
+
+Result<std::vector<float>> read_checkpoint_params(const std::string& dir, model::GptConfig& c) {
+  auto latest = read_latest(dir);
+  if (!latest.is_ok()) return latest.status();
+  const nlohmann::json& j = *latest;
+  c.layers = j.value("layers", 0);
+  c.channels = j.value("channels", 0);
+  c.heads = j.value("heads", 0);
+  c.vocab = j.value("vocab", 0);
+  c.max_seq = j.value("max_seq", 0);
+  const int ranks = j.value("ranks", 0), tiling = j.value("tiling", 1);
+  if (Status s = model::validate(c, 1, 1);
+      !s.is_ok() || ranks < 1 || tiling < 1 || c.channels % tiling != 0) {
+    return Status::invalid_argument(dir + "/latest.json: inconsistent model fields");
+  }
+  // The partition every rank used: graph parameters in order, each padded to a multiple of the rank count.
+  const model::GptModel shape(c, 1, 1, tiling);
+  const auto R = static_cast<std::size_t>(ranks);
+  std::size_t per_rank = 0;
+  for (const auto& s : shape.slices()) per_rank += (s.numel + R - 1) / R;
+  std::vector<float> full(model::gpt_num_params(c), 0.0f), master, m, v;
+  for (int r = 0; r < ranks; ++r) {
+    long step = 0;
+    MW_RETURN_IF_ERROR(read_shard(rank_file(dir + "/" + j.value("dir", std::string()), r, ranks), per_rank,
+                                  master, m, v, step));
+    std::size_t local = 0;
+    for (const auto& s : shape.slices()) {
+      const std::size_t shard = (s.numel + R - 1) / R,
+                        begin = std::min(s.numel, static_cast<std::size_t>(r) * shard),
+                        end = std::min(s.numel, (static_cast<std::size_t>(r) + 1) * shard);
+      std::copy(master.begin() + static_cast<std::ptrdiff_t>(local),
+                master.begin() + static_cast<std::ptrdiff_t>(local + (end - begin)),
+                full.begin() + static_cast<std::ptrdiff_t>(s.offset + begin));
+      local += shard;
+    }
+  }
+  return full;
 }
 
 }  // namespace memwall::train

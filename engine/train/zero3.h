@@ -76,4 +76,8 @@ class Zero3Trainer {
   long step_ = 0;
 };
 
+// Reassembles the full fp32 parameters of the checkpoint DIR/latest.json names from every rank's shard file,
+// in one process (no MPI), for export. Fills `config` from the checkpoint.
+Result<std::vector<float>> read_checkpoint_params(const std::string& dir, model::GptConfig& config);
+
 }  // namespace memwall::train

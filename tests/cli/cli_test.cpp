@@ -516,3 +516,33 @@ TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.output.find("already at step 12"), std::string::npos) << again.output;
 }
+
+TEST(CliExport, WritesTheCheckpointAsSafetensors) {
+  const std::string data = write_file("train4.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-export").string();
+  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf").string();
+  std::filesystem::remove_all(dir);
+  const CmdResult t =
+      memwall("train --steps 3 --json --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const CmdResult e = memwall("export --checkpoint-dir " + dir + " --out " + out);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  std::ifstream f(out + "/model.safetensors", std::ios::binary);
+  unsigned char len[8];
+  f.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | len[i];
+  // 1 layer, 64 channels, 64 positions, 256 byte tokens.
+  const std::uint64_t params =
+      256 * 64 + 64 * 64 +
+      (2 * 64 + 3 * 64 * 64 + 3 * 64 + 64 * 64 + 64 + 2 * 64 + 4 * 64 * 64 + 4 * 64 + 4 * 64 * 64 + 64) +
+      2 * 64;
+  EXPECT_EQ(std::filesystem::file_size(out + "/model.safetensors"), 8 + hlen + 4 * params);
+  std::ifstream cfg(out + "/config.json");
+  std::stringstream cfg_text;
+  cfg_text << cfg.rdbuf();
+  EXPECT_EQ(parse_json(cfg_text.str())["n_layer"], 1);
+  const CmdResult missing = memwall("export --checkpoint-dir /nonexistent-ckpt --out " + out);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("/nonexistent-ckpt/latest.json"), std::string::npos) << missing.output;
+}
