@@ -2,14 +2,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -545,4 +550,62 @@ TEST(CliExport, WritesTheCheckpointAsSafetensors) {
   const CmdResult missing = memwall("export --checkpoint-dir /nonexistent-ckpt --out " + out);
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("/nonexistent-ckpt/latest.json"), std::string::npos) << missing.output;
+}
+
+TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
+  const std::string data = write_file("train5.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-kill").string();
+  std::filesystem::remove_all(dir);
+  const std::string model = "{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(MEMWALL_BINARY, MEMWALL_BINARY, "train", "--steps", "1000000", "--checkpoint-every", "3",
+            "--checkpoint-dir", dir.c_str(), "--data", data.c_str(), "--model-set", model.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Wait for a few checkpoints, then kill -9 wherever the run is (possibly mid-checkpoint).
+  const std::string latest = dir + "/latest.json";
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::filesystem::exists(latest)) {
+      std::ifstream in(latest);
+      std::stringstream text;
+      text << in.rdbuf();
+      const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+      if (!j.is_discarded() && j.value("step", 0) >= 9) break;
+    }
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(std::filesystem::exists(latest)) << "no checkpoint was written";
+  std::ifstream in(latest);
+  std::stringstream text;
+  text << in.rdbuf();
+  const int at = parse_json(text.str())["step"];
+  ASSERT_GE(at, 9);
+  ASSERT_EQ(at % 3, 0);
+
+  const std::string common = " --json --data " + data + " --model-set '" + model + "'";
+  const CmdResult resumed = memwall(
+      "train --steps " + std::to_string(at + 3) + " --resume --checkpoint-dir " + dir + common, false);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const CmdResult straight = memwall("train --steps " + std::to_string(at + 3) + common, false);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  std::vector<std::string> a, b;
+  for (const auto* out : {&straight.output, &resumed.output}) {
+    std::istringstream lines(*out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("\"step\"") == std::string::npos) continue;
+      const auto j = parse_json(line);
+      if (j["step"].get<int>() > at) (out == &straight.output ? a : b).push_back(j["loss"].dump());
+    }
+  }
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
 }
