@@ -149,16 +149,16 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
   return in;
 }
 
-Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,
-                       const Inputs& in, const RunConfig& run, const Schedule& s, const RunResult& result,
-                       const std::string& summary_json) {
+Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
+                        int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,
+                        const std::function<void(trace::TraceWriter&)>& body) {
   std::ofstream file(path, std::ios::binary);
   if (!file) return Status::io_error(path + ": cannot open for writing");
   trace::TraceHeader h;
   h.memwall_version = MEMWALL_VERSION;
   h.executor = executor;
   h.command = command;
-  h.ranks = s.ranks;
+  h.ranks = ranks;
   h.hardware_json = to_json_text(in.hw);
   h.model_json = to_json_text(in.model);
   h.run_json = to_json_text(run);
@@ -172,12 +172,19 @@ Status write_run_trace(const std::string& path, const std::string& executor, con
   }
   trace::TraceWriter w(*out);
   w.begin(h);
-  export_run_trace(s, result, 0, w);
+  body(w);
   MW_RETURN_IF_ERROR(w.finish());
   if (gzip) MW_RETURN_IF_ERROR(gzip->close());
   file.close();
   if (!file) return Status::io_error(path + ": write failed");
   return Status::ok();
+}
+
+Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,
+                       const Inputs& in, const RunConfig& run, const Schedule& s, const RunResult& result,
+                       const std::string& summary_json) {
+  return write_trace_file(path, executor, command, s.ranks, in, run, summary_json,
+                          [&](trace::TraceWriter& w) { export_run_trace(s, result, 0, w); });
 }
 
 int report_error(const Status& status) {

@@ -2,6 +2,7 @@
 // and the mapping from Status to one-line errors and exit codes. CLI-only (reads files and environment).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "exec/executor.h"
 #include "plan/schedule.h"
 #include "spec/spec_loader.h"
+#include "trace/trace.h"
 
 namespace memwall::cli {
 
@@ -53,6 +55,10 @@ struct InputOptions {
 // Loads the three files, applying the overrides before parsing and --nodes after.
 Result<Inputs> load_inputs(const InputOptions& opt);
 
+// Writes a trace file (.gz compresses) with the resolved inputs in its header; `body` adds the events.
+Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
+                        int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,
+                        const std::function<void(trace::TraceWriter&)>& body);
 // Writes rank 0's run of `s` as a trace file (.gz compresses), with the resolved inputs in its header.
 Status write_run_trace(const std::string& path, const std::string& executor, const std::string& command,
                        const Inputs& in, const RunConfig& run, const Schedule& s, const RunResult& result,

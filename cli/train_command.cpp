@@ -40,6 +40,7 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;  // 0: only at the end
   bool resume = false;
+  std::string trace_path;
   bool json = false;
 };
 
@@ -145,6 +146,10 @@ int run_train(const TrainOptions& opt) {
     if (!at.is_ok()) return report_error(at.status());
     if (lead && !opt.json) std::printf("resumed from %s at step %ld\n", opt.checkpoint_dir.c_str(), *at);
   }
+  std::vector<train::TrainEvent> events;
+  if (!opt.trace_path.empty() && lead) {
+    trainer->set_event_sink([&events](const train::TrainEvent& e) { events.push_back(e); });
+  }
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
     MW_RETURN_IF_ERROR(trainer->save(opt.checkpoint_dir));
@@ -227,16 +232,40 @@ int run_train(const TrainOptions& opt) {
   for (float v : all) val_loss += static_cast<double>(v);
   val_loss /= R;
   if (lead) {
-    const json summary = {{"model", in->model.name},
-                          {"params", trainer->model_elements()},
-                          {"ranks", R},
-                          {"steps", opt.steps},
-                          {"first_loss", first_loss},
-                          {"last_loss", last_loss},
-                          {"val_loss", val_loss},
-                          {"seconds", total_s},
-                          {"tokens_per_s", tokens_per_step * opt.steps / total_s},
-                          {"flops_per_s", flops_per_step * opt.steps / total_s}};
+    json summary = {{"model", in->model.name},
+                    {"params", trainer->model_elements()},
+                    {"ranks", R},
+                    {"steps", opt.steps},
+                    {"first_loss", first_loss},
+                    {"last_loss", last_loss},
+                    {"val_loss", val_loss},
+                    {"seconds", total_s},
+                    {"tokens_per_s", tokens_per_step * opt.steps / total_s},
+                    {"flops_per_s", flops_per_step * opt.steps / total_s}};
+    if (!opt.trace_path.empty()) {
+      const Status st = write_trace_file(opt.trace_path, "cpu", "train", R, *in, run, summary.dump(),
+                                         [&](trace::TraceWriter& w) {
+                                           w.process_name(0, "rank 0");
+                                           for (int r = 0; r < kResourceCount; ++r) {
+                                             w.thread_name(0, r + 1, resource_name(static_cast<Resource>(r)));
+                                           }
+                                           for (const auto& e : events) {
+                                             trace::TraceSpan sp;
+                                             sp.tid = static_cast<int>(e.resource) + 1;
+                                             sp.name = e.name;
+                                             sp.category = e.category;
+                                             sp.ts_us = e.start_s * 1e6;
+                                             sp.dur_us = (e.end_s - e.start_s) * 1e6;
+                                             sp.phase = phase_name(e.phase);
+                                             sp.bytes = e.bytes;
+                                             sp.flops = e.flops;
+                                             w.span(sp);
+                                           }
+                                         });
+      if (!st.is_ok()) return report_error(st);
+      summary["trace"] = opt.trace_path;
+      if (!opt.json) std::printf("trace: %s (%zu events, rank 0)\n", opt.trace_path.c_str(), events.size());
+    }
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {
@@ -301,6 +330,9 @@ void register_train(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", opt->resume,
                 "Continue from the latest checkpoint in --checkpoint-dir up to --steps");
+  cmd->add_option(
+      "--trace", opt->trace_path,
+      "Write rank 0's measured ops, collectives and optimizer steps as a memwall trace (.json or .json.gz)");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

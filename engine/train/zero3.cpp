@@ -48,10 +48,33 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   return t;
 }
 
+void Zero3Trainer::emit(std::string name, const char* category, Phase phase, Resource resource, double start,
+                        double bytes, double flops) {
+  if (!sink_) return;
+  TrainEvent e;
+  e.name = std::move(name);
+  e.category = category;
+  e.phase = phase;
+  e.resource = resource;
+  e.start_s = start;
+  e.end_s = now();
+  e.bytes = bytes;
+  e.flops = flops;
+  sink_(e);
+}
+
 Status Zero3Trainer::gather(int param, std::vector<float>& into, const std::string& tag) {
   const Part& p = parts_[static_cast<std::size_t>(param)];
   into.resize(p.shard * static_cast<std::size_t>(comm_->size()));
-  return comm_->allgather(shard_master_.data() + p.local, into.data(), p.shard * sizeof(float), tag);
+  const double start = sink_ ? now() : 0;
+  MW_RETURN_IF_ERROR(
+      comm_->allgather(shard_master_.data() + p.local, into.data(), p.shard * sizeof(float), tag));
+  if (sink_) {
+    emit(model_->graph().params[static_cast<std::size_t>(param)].name + " allgather", "collective",
+         tag.find("backward") != std::string::npos ? Phase::kBackward : Phase::kForward, Resource::kNetwork,
+         start, static_cast<double>(into.size() * sizeof(float)), 0);
+  }
+  return Status::ok();
 }
 
 Status Zero3Trainer::forward(const int* tokens, const int* targets, const std::string& at) {
@@ -67,7 +90,12 @@ Status Zero3Trainer::forward(const int* tokens, const int* targets, const std::s
           gather(params[k], work_[k], at + g.ops[static_cast<std::size_t>(op)].name + " gather"));
       pp.push_back(work_[k].data());
     }
+    const double start = sink_ ? now() : 0;
     model_->forward_op(op, pp.data());
+    if (sink_) {
+      const auto& gop = g.ops[static_cast<std::size_t>(op)];
+      emit(gop.name, "compute", Phase::kForward, Resource::kCompute, start, 0, gop.fwd_flops);
+    }
   }
   return Status::ok();
 }
@@ -97,7 +125,9 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
       pp.push_back(work_[k].data());
       gp.push_back(work_grad_[k].data());
     }
+    const double start = sink_ ? now() : 0;
     model_->backward_op(op, pp.data(), gp.data());
+    emit(gop.name, "compute", Phase::kBackward, Resource::kCompute, start, 0, gop.bwd_flops);
     for (std::size_t k = 0; k < gop.params.size(); ++k) {
       const Part& p = parts_[static_cast<std::size_t>(gop.params[k])];
       reduced.resize(p.shard);
@@ -119,7 +149,10 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
   a.exp_avg_sq = shard_v_.data();
   a.grads = shard_grad_.data();
   a.n = shard_master_.size();
+  const double adam_start = sink_ ? now() : 0;
   kernels::adam_step(a, h, o_.threads);
+  emit("adam", "optimizer_step", Phase::kOptimizer, Resource::kCpuOptimizer, adam_start,
+       28.0 * static_cast<double>(a.n), 0);
   // Loss averaged over ranks.
   const float mine = model_->loss();
   std::vector<float> all(static_cast<std::size_t>(comm_->size()));

@@ -7,7 +7,9 @@
 // partitioned too: no rank ever materialises more than one op's parameters.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "cpu/adam.h"
 #include "engine/comm/comm.h"
 #include "engine/model/gpt.h"
+#include "plan/schedule.h"
 
 namespace memwall::train {
 
@@ -25,6 +28,17 @@ struct Zero3Options {
   std::uint64_t seed = 1;
   kernels::AdamHyper adam;
   int threads = 1;  // Adam threads
+};
+
+// One measured interval of a step, for traces: `resource` is a core Resource (compute, network, cpu
+// optimizer).
+struct TrainEvent {
+  std::string name;      // "L3.fc1", "L3.fc1.w allgather", "adam"
+  std::string category;  // compute, collective, optimizer_step
+  Phase phase = Phase::kForward;
+  Resource resource = Resource::kCompute;
+  double start_s = 0, end_s = 0;  // since the trainer was created
+  double bytes = 0, flops = 0;
 };
 
 class Zero3Trainer {
@@ -54,6 +68,8 @@ class Zero3Trainer {
   // the file and the mismatch). Returns the step it was taken at.
   Result<long> load(const std::string& dir);
   long steps_done() const { return step_; }
+  // Receives every measured interval of the following steps (null: none). Timing adds a clock read per event.
+  void set_event_sink(std::function<void(const TrainEvent&)> sink) { sink_ = std::move(sink); }
 
   // Gathers the full fp32 parameters into `out` (model_elements()) on every rank: for tests and export.
   Status gather_params(std::vector<float>& out);
@@ -74,6 +90,11 @@ class Zero3Trainer {
   std::vector<float> shard_master_, shard_m_, shard_v_, shard_grad_;
   std::vector<std::vector<float>> work_, work_grad_;  // per op parameter slot
   long step_ = 0;
+  std::function<void(const TrainEvent&)> sink_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  void emit(std::string name, const char* category, Phase phase, Resource resource, double start,
+            double bytes, double flops);
 };
 
 // Reassembles the full fp32 parameters of the checkpoint DIR/latest.json names from every rank's shard file,

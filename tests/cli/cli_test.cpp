@@ -609,3 +609,32 @@ TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
   ASSERT_EQ(a.size(), 3u);
   EXPECT_EQ(a, b);
 }
+
+TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
+  const std::string data = write_file("train6.txt", training_text());
+  const std::string trace =
+      (std::filesystem::current_path() / "cli_test_files" / "train-trace.json").string();
+  const CmdResult r = memwall("train --steps 3 --trace " + trace + " --data " + data + " " + kTinyModel);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(trace);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = parse_json(text.str());
+  EXPECT_EQ(j["otherData"]["command"], "train");
+  EXPECT_EQ(j["otherData"]["executor"], "cpu");
+  int adam = 0, fwd = 0, bwd = 0, gathers = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    const std::string phase = e.at("args").at("phase").get<std::string>();
+    if (e["name"] == "adam") ++adam;
+    if (e["cat"] == "compute" && phase == "forward") ++fwd;
+    if (e["cat"] == "compute" && phase == "backward") ++bwd;
+    if (e["cat"] == "collective") ++gathers;
+  }
+  EXPECT_EQ(adam, 3);
+  EXPECT_GT(fwd, 3 * 10);  // every op of every step, plus the held-out evaluation
+  EXPECT_EQ(bwd % 3, 0);
+  EXPECT_GT(bwd, 0);
+  EXPECT_GT(gathers, 0);
+}
