@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -637,4 +639,29 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   EXPECT_EQ(bwd % 3, 0);
   EXPECT_GT(bwd, 0);
   EXPECT_GT(gathers, 0);
+}
+
+TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) {
+  const std::string data = write_file("train7.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "tiny-fs").string();
+  std::filesystem::create_directories(dir);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1200k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << ")";
+  }
+  // 1 layer, 64 channels: 70.6 K parameters, so a shard file is ~850 KB: the first checkpoint fits, the
+  // second (written beside it before the first is removed) does not.
+  const CmdResult r = memwall("train --steps 6 --checkpoint-every 3 --checkpoint-dir " + dir + " --data " +
+                              data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("previous file is intact"), std::string::npos) << r.output;
+  std::stringstream text;
+  {
+    std::ifstream in(dir + "/latest.json");
+    text << in.rdbuf();
+  }
+  EXPECT_EQ(parse_json(text.str())["step"], 3);  // the last complete checkpoint is still named
+  const CmdResult export_ok = memwall("export --checkpoint-dir " + dir + " --out " + dir + "-hf");
+  EXPECT_EQ(export_ok.exit_code, 0) << export_ok.output;  // and still readable
+  EXPECT_EQ(::umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
