@@ -22,12 +22,7 @@ int main(int argc, char** argv) {
   if (want == "avx2") isa = Isa::kAvx2;
   if (want == "avx512") isa = Isa::kAvx512;
   std::vector<float> p(n, 0.5f), m(n, 0.0f), v(n, 0.0f), g(n, 1e-3f);
-  AdamArrays a;
-  a.params = p.data();
-  a.exp_avg = m.data();
-  a.exp_avg_sq = v.data();
-  a.grads = g.data();
-  a.n = n;
+  const AdamArrays a = fp32_arrays(p.data(), m.data(), v.data(), g.data(), n);
   AdamHyper h;
   std::vector<double> ms;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up (page faults)

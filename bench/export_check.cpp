@@ -1,8 +1,8 @@
-// Cross-check of the Hugging Face export against an independent implementation: initialises a small GPT
-// (seeded), trains it a few steps on the King James Bible, exports it with export_hf into DIR and writes
-// DIR/check.json with one held-out batch and memwall's loss on it. bench/export_check.py then loads the
-// safetensors file into its own PyTorch GPT-2 and must reproduce the loss.
-// Usage: memwall-export-check DIR [steps=50]
+// Cross-check of the Hugging Face export against an independent implementation: trains a small GPT a few
+// steps on the King James Bible (the trainer `memwall train` uses, one rank), exports it with export_hf into
+// DIR and writes DIR/check.json with one held-out batch and memwall's loss on it. bench/export_check.py then
+// loads the safetensors file into its own PyTorch GPT-2 and must reproduce the loss. Usage:
+// memwall-export-check DIR [steps=50]
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "cpu/adam.h"
+#include "engine/comm/comm.h"
 #include "engine/model/export.h"
 #include "engine/model/gpt.h"
 #include "engine/train/dataset.h"
+#include "engine/train/zero3.h"
 
 using namespace memwall;
 
@@ -42,42 +43,40 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memwall-export-check: %s\n", ds.status().to_string().c_str());
     return 1;
   }
-  const std::size_t n = model::gpt_num_params(c);
-  std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
-  model::gpt_init(c, p.data(), 1);
-  model::GptModel gpt(c, B, T);
+  train::Zero3Options o;
+  o.micro_batch = B;
+  o.seq = T;
+  o.seed = 1;
+  o.adam.lr = 3e-3f;
+  auto local = comm::make_local_comm();
+  auto trainer = train::Zero3Trainer::create(c, o, *local);
   std::vector<int> tok(B * T), tgt(B * T);
-  kernels::AdamHyper h;
-  h.lr = 3e-3f;
-  for (int s = 0; s < steps; ++s) {
+  std::vector<float> params;
+  Result<float> loss = Status::internal("no evaluation");
+  for (int s = 0; s < steps && trainer.is_ok(); ++s) {
     ds->train_batch(9, static_cast<std::uint64_t>(s), B, T, tok.data(), tgt.data());
-    gpt.forward(p.data(), tok.data(), tgt.data());
-    std::fill(g.begin(), g.end(), 0.0f);
-    gpt.backward(p.data(), g.data());
-    kernels::AdamArrays a;
-    a.params = p.data();
-    a.exp_avg = m.data();
-    a.exp_avg_sq = v.data();
-    a.grads = g.data();
-    a.n = n;
-    h.step = s + 1;
-    kernels::adam_step(a, h, 1);
+    if (auto l = trainer->step(tok.data(), tgt.data()); !l.is_ok()) loss = l.status();
   }
-  ds->val_batch(0, B, T, tok.data(), tgt.data());
-  const float loss = gpt.forward(p.data(), tok.data(), tgt.data());
-  const Status st = model::export_hf(c, p.data(), dir);
+  if (trainer.is_ok()) {
+    ds->val_batch(0, B, T, tok.data(), tgt.data());
+    loss = trainer->evaluate(tok.data(), tgt.data());
+  }
+  Status st = !trainer.is_ok() ? trainer.status()
+              : !loss.is_ok()  ? loss.status()
+                               : trainer->gather_params(params);
+  if (st.is_ok()) st = model::export_hf(c, params.data(), dir);
   if (!st.is_ok()) {
     std::fprintf(stderr, "memwall-export-check: %s\n", st.to_string().c_str());
     return 1;
   }
   std::ofstream out(dir + "/check.json");
   out.precision(9);
-  out << "{\"B\": " << B << ", \"T\": " << T << ", \"loss\": " << loss << ", \"tokens\": [";
+  out << "{\"B\": " << B << ", \"T\": " << T << ", \"loss\": " << *loss << ", \"tokens\": [";
   for (std::size_t i = 0; i < tok.size(); ++i) out << (i ? "," : "") << tok[i];
   out << "], \"targets\": [";
   for (std::size_t i = 0; i < tgt.size(); ++i) out << (i ? "," : "") << tgt[i];
   out << "]}\n";
   std::printf("{\"dir\": \"%s\", \"steps\": %d, \"memwall_loss\": %.6f}\n", dir.c_str(), steps,
-              static_cast<double>(loss));
+              static_cast<double>(*loss));
   return 0;
 }

@@ -37,12 +37,7 @@ void BM_Adam(benchmark::State& state) {
   }
   auto p = random_floats(n, 1), m = std::vector<float>(n, 0.0f), v = std::vector<float>(n, 0.0f);
   auto g = random_floats(n, 2);
-  AdamArrays a;
-  a.params = p.data();
-  a.exp_avg = m.data();
-  a.exp_avg_sq = v.data();
-  a.grads = g.data();
-  a.n = n;
+  const AdamArrays a = fp32_arrays(p.data(), m.data(), v.data(), g.data(), n);
   AdamHyper h;
   for (auto _ : state) {
     adam_step_isa(isa, a, h, 1);

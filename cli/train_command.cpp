@@ -2,6 +2,7 @@
 // process), printing per-step loss, throughput and achieved FLOP/s, and a held-out loss at the end.
 // Today the model states live in memory: runs that ask for CPU or NVMe offload are refused with a clear
 // error (the schedule-driven offloading executor is not built yet; docs/training.md).
+// `memwall export` lives here too: it turns the checkpoints `memwall train` writes into Hugging Face files.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 

@@ -82,7 +82,6 @@ class GptModel {
   void backward_op(int op, const float* const* param, float* const* grad);
   float loss() const { return loss_; }
 
-  const GptConfig& config() const { return c_; }
   const ModelGraph& graph() const { return graph_; }
   const std::vector<ParamSlice>& slices() const { return slices_; }
 

@@ -63,16 +63,15 @@ void Zero3Trainer::emit(std::string name, const char* category, Phase phase, Res
   sink_(e);
 }
 
-Status Zero3Trainer::gather(int param, std::vector<float>& into, const std::string& tag) {
+Status Zero3Trainer::gather(int param, std::vector<float>& into, const std::string& tag, Phase phase) {
   const Part& p = parts_[static_cast<std::size_t>(param)];
   into.resize(p.shard * static_cast<std::size_t>(comm_->size()));
   const double start = sink_ ? now() : 0;
   MW_RETURN_IF_ERROR(
       comm_->allgather(shard_master_.data() + p.local, into.data(), p.shard * sizeof(float), tag));
   if (sink_) {
-    emit(model_->graph().params[static_cast<std::size_t>(param)].name + " allgather", "collective",
-         tag.find("backward") != std::string::npos ? Phase::kBackward : Phase::kForward, Resource::kNetwork,
-         start, static_cast<double>(into.size() * sizeof(float)), 0);
+    emit(model_->graph().params[static_cast<std::size_t>(param)].name + " allgather", "collective", phase,
+         Resource::kNetwork, start, static_cast<double>(into.size() * sizeof(float)), 0);
   }
   return Status::ok();
 }
@@ -86,8 +85,8 @@ Status Zero3Trainer::forward(const int* tokens, const int* targets, const std::s
     if (work_.size() < params.size()) work_.resize(params.size());
     pp.clear();
     for (std::size_t k = 0; k < params.size(); ++k) {
-      MW_RETURN_IF_ERROR(
-          gather(params[k], work_[k], at + g.ops[static_cast<std::size_t>(op)].name + " gather"));
+      MW_RETURN_IF_ERROR(gather(params[k], work_[k],
+                                at + g.ops[static_cast<std::size_t>(op)].name + " gather", Phase::kForward));
       pp.push_back(work_[k].data());
     }
     const double start = sink_ ? now() : 0;
@@ -120,7 +119,8 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
     pp.clear();
     gp.clear();
     for (std::size_t k = 0; k < gop.params.size(); ++k) {
-      MW_RETURN_IF_ERROR(gather(gop.params[k], work_[k], at + gop.name + " backward gather"));
+      MW_RETURN_IF_ERROR(
+          gather(gop.params[k], work_[k], at + gop.name + " backward gather", Phase::kBackward));
       work_grad_[k].assign(work_[k].size(), 0.0f);
       pp.push_back(work_[k].data());
       gp.push_back(work_grad_[k].data());
@@ -143,12 +143,8 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
   ++step_;
   kernels::AdamHyper h = o_.adam;
   h.step = step_;
-  kernels::AdamArrays a;
-  a.params = shard_master_.data();
-  a.exp_avg = shard_m_.data();
-  a.exp_avg_sq = shard_v_.data();
-  a.grads = shard_grad_.data();
-  a.n = shard_master_.size();
+  const kernels::AdamArrays a = kernels::fp32_arrays(shard_master_.data(), shard_m_.data(), shard_v_.data(),
+                                                     shard_grad_.data(), shard_master_.size());
   const double adam_start = sink_ ? now() : 0;
   kernels::adam_step(a, h, o_.threads);
   emit("adam", "optimizer_step", Phase::kOptimizer, Resource::kCpuOptimizer, adam_start,
@@ -166,7 +162,7 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
   out.assign(model_elements(), 0.0f);
   std::vector<float> buf;
   for (std::size_t i = 0; i < parts_.size(); ++i) {
-    MW_RETURN_IF_ERROR(gather(static_cast<int>(i), buf, "gather_params"));
+    MW_RETURN_IF_ERROR(gather(static_cast<int>(i), buf, "gather_params", Phase::kSetup));
     std::memcpy(out.data() + parts_[i].model_offset, buf.data(), parts_[i].numel * sizeof(float));
   }
   return Status::ok();

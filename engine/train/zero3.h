@@ -54,7 +54,6 @@ class Zero3Trainer {
   // The mean loss of this rank's batch without updating anything (parameters gathered per op as in step).
   Result<float> evaluate(const int* tokens, const int* targets);
   const ModelGraph& graph() const { return model_->graph(); }
-  int ranks() const { return comm_->size(); }
 
   // Bytes of parameter and optimizer state this rank holds (shards only), and the total model size.
   std::size_t shard_elements() const { return shard_master_.size(); }
@@ -79,7 +78,7 @@ class Zero3Trainer {
     std::size_t model_offset, numel, shard, local;  // local: where this rank's shard starts in shard arrays
   };
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
-  Status gather(int param, std::vector<float>& into, const std::string& tag);
+  Status gather(int param, std::vector<float>& into, const std::string& tag, Phase phase);
   Status forward(const int* tokens, const int* targets, const std::string& at);
 
   model::GptConfig c_;

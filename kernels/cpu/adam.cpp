@@ -143,12 +143,7 @@ Isa adam_isa() {
     // 4M parameters (64 MiB of state): larger than the caches, like a real optimizer step.
     const std::size_t n = std::size_t{1} << 22;
     std::vector<float> p(n, 0.5f), m(n, 0.0f), v(n, 0.0f), g(n, 1e-3f);
-    AdamArrays a;
-    a.params = p.data();
-    a.exp_avg = m.data();
-    a.exp_avg_sq = v.data();
-    a.grads = g.data();
-    a.n = n;
+    const AdamArrays a = fp32_arrays(p.data(), m.data(), v.data(), g.data(), n);
     const int threads = static_cast<int>(std::max(1u, std::min(2u, std::thread::hardware_concurrency())));
     auto time_of = [&](Isa isa) {
       double best = 1e30;

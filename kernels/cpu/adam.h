@@ -43,6 +43,18 @@ struct AdamArrays {
   std::size_t n = 0;
 };
 
+// The common case: fp32 gradients, no 16-bit write-back.
+inline AdamArrays fp32_arrays(float* params, float* exp_avg, float* exp_avg_sq, const float* grads,
+                              std::size_t n) {
+  AdamArrays a;
+  a.params = params;
+  a.exp_avg = exp_avg;
+  a.exp_avg_sq = exp_avg_sq;
+  a.grads = grads;
+  a.n = n;
+  return a;
+}
+
 // One step with adam_isa(). Returns false, updating nothing, when `check_finite` and some unscaled gradient
 // is inf or NaN (skip the step and lower the loss scale).
 bool adam_step(const AdamArrays& a, const AdamHyper& h, int threads, bool check_finite = false);

@@ -53,12 +53,7 @@ TEST(Zero3, OneRankFollowsThePlainModel) {
     const float want = ref.forward(p.data(), tok.data(), tgt.data());
     std::fill(g.begin(), g.end(), 0.0f);
     ref.backward(p.data(), g.data());
-    kernels::AdamArrays a;
-    a.params = p.data();
-    a.exp_avg = m.data();
-    a.exp_avg_sq = v.data();
-    a.grads = g.data();
-    a.n = n;
+    const kernels::AdamArrays a = kernels::fp32_arrays(p.data(), m.data(), v.data(), g.data(), n);
     kernels::AdamHyper h = o.adam;
     h.step = s + 1;
     kernels::adam_step(a, h, 1);
