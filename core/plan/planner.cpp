@@ -87,6 +87,17 @@ class Planner {
     return b;
   }
 
+  // Marks what a buffer holds (for executors that move real data).
+  int mark(int buf, int param, BufferRole role) {
+    s_.buffers[buf].param = param;
+    s_.buffers[buf].role = role;
+    return buf;
+  }
+  int of_param(int task, int param) {
+    s_.tasks[task].param = param;
+    return task;
+  }
+
   // Frees a buffer after every task that used it.
   int free_buffer(int buf, Phase ph, std::vector<int> extra_deps = {}) {
     MW_CHECK(!freed_[buf], "double free: " + s_.buffers[buf].name);
@@ -175,6 +186,7 @@ class Planner {
   int dp_ = 1;
   int mp_ = 1;
   double b_ = 2;
+  double gb_ = 2;  // bytes per gradient element
   double persistence_ = 0;
   Tier opt_tier_ = Tier::kGpu;
   bool mixed_ = true;
@@ -189,6 +201,9 @@ class Planner {
   std::vector<int> gathered_;        // buffer of a currently gathered (kept) parameter, or -1
   std::vector<int> gathered_ready_;  // task after which gathered_ is valid
   std::vector<int> grad_done_;       // last task of each parameter's gradient path
+  std::vector<int> pending_grad_;    // gradient buffer kept between two backward uses of a parameter
+  std::vector<int> kept_shard_;      // gradient shard accumulated over several backward uses, or -1
+  std::vector<int> kept_reduce_;     // the last reduce-scatter into kept_shard_
 
   std::vector<Event> events_;
   std::vector<int> compute_of_event_;
@@ -209,6 +224,7 @@ Schedule Planner::plan() {
   dp_ = std::max(1, run_.memwall.data_parallel);
   mp_ = run_.memwall.model_parallel;
   b_ = run_.param_bytes();
+  gb_ = run_.grad_bytes();
   mixed_ = run_.mixed_precision();
   persistence_ = z.param_persistence_threshold.value;
   opt_tier_ = tier_of(z.offload_optimizer.device);
@@ -234,6 +250,9 @@ void Planner::setup() {
   gathered_.assign(n, -1);
   gathered_ready_.assign(n, -1);
   grad_done_.assign(n, -1);
+  pending_grad_.assign(n, -1);
+  kept_shard_.assign(n, -1);
+  kept_reduce_.assign(n, -1);
   const Phase ph = Phase::kSetup;
   alloc(Tier::kGpu, MemCategory::kRuntimeReserved, hw_.gpu.reserved_bytes, "gpu reserved", ph, {}, true);
   alloc(Tier::kCpu, MemCategory::kRuntimeReserved, hw_.cpu.reserved_bytes / s_.ranks_per_node,
@@ -251,21 +270,28 @@ void Planner::setup() {
         cpu_budget -= shard;
       }
       home_[p] = home;
-      shard_buf_[p] = alloc(home, MemCategory::kParams16, b_ * shard, gp.name + " shard", ph, {}, true,
-                            home == Tier::kCpu && z.offload_param.pin_memory);
+      shard_buf_[p] = mark(alloc(home, MemCategory::kParams16, b_ * shard, gp.name + " shard", ph, {}, true,
+                                 home == Tier::kCpu && z.offload_param.pin_memory),
+                           static_cast<int>(p), BufferRole::kShard);
       if (opt_tier_ == Tier::kGpu) {
         grad_buf_[p] =
-            alloc(Tier::kGpu, MemCategory::kGrads16, b_ * shard, gp.name + " grad shard", ph, {}, true);
+            mark(alloc(Tier::kGpu, MemCategory::kGrads16, gb_ * shard, gp.name + " grad shard", ph, {}, true),
+                 static_cast<int>(p), BufferRole::kGradShard);
       }
     } else {
       const MemCategory cat = stage_ == 3 ? MemCategory::kPersistentParams : MemCategory::kParams16;
-      resident_buf_[p] = alloc(Tier::kGpu, cat, b_ * gp.elements, gp.name, ph, {}, true);
+      const int pi = static_cast<int>(p);
+      resident_buf_[p] =
+          mark(alloc(Tier::kGpu, cat, b_ * gp.elements, gp.name, ph, {}, true), pi, BufferRole::kResident);
       if (stage_ == 3) {
-        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kPersistentParams, b_ * gp.elements, gp.name + " grad",
-                             ph, {}, true);
+        grad_buf_[p] = mark(alloc(Tier::kGpu, MemCategory::kPersistentParams, gb_ * gp.elements,
+                                  gp.name + " grad", ph, {}, true),
+                            pi, BufferRole::kGrad);
       } else if (opt_tier_ == Tier::kGpu || stage_ < 2) {
         const double grad = stage_ >= 2 ? gp.elements / dp_ : gp.elements;
-        grad_buf_[p] = alloc(Tier::kGpu, MemCategory::kGrads16, b_ * grad, gp.name + " grad", ph, {}, true);
+        grad_buf_[p] =
+            mark(alloc(Tier::kGpu, MemCategory::kGrads16, gb_ * grad, gp.name + " grad", ph, {}, true), pi,
+                 stage_ >= 2 ? BufferRole::kGradShard : BufferRole::kGrad);
       }
     }
   }
@@ -423,14 +449,20 @@ void Planner::emit_stage(int f, int stage, Phase ph) {
     std::vector<int> slot_deps = {after};
     const size_t count = static_cast<size_t>(run_.zero.offload_param.buffer_count);
     if (swap_in_frees_.size() >= count) slot_deps.push_back(swap_in_frees_[swap_in_frees_.size() - count]);
-    const int swap = slot(param_pool_, Tier::kCpu, std::min(shard, b_ * run_.zero.offload_param.buffer_size),
-                          nm + " swap-in", ph, slot_deps);
-    fe.ready = copy(Tier::kNvme, Tier::kCpu, shard, "nvme->cpu " + nm, ph, {after}, {swap, shard_buf_[p]});
+    const int swap =
+        mark(slot(param_pool_, Tier::kCpu, std::min(shard, b_ * run_.zero.offload_param.buffer_size),
+                  nm + " swap-in", ph, slot_deps),
+             p, BufferRole::kSwapIn);
+    fe.ready = of_param(
+        copy(Tier::kNvme, Tier::kCpu, shard, "nvme->cpu " + nm, ph, {after}, {swap, shard_buf_[p]}), p);
     fe.src_buf = swap;
   } else if (stage == 1 && home != Tier::kGpu) {
-    const int staged = alloc(Tier::kGpu, MemCategory::kGatherPrefetch, shard, nm + " staged", ph, {after});
-    fe.ready = copy(home == Tier::kNvme ? Tier::kCpu : home, Tier::kGpu, shard, "cpu->gpu " + nm, ph,
-                    {fe.ready, after}, {staged, fe.src_buf}, broadcast_);
+    const int staged =
+        mark(alloc(Tier::kGpu, MemCategory::kGatherPrefetch, shard, nm + " staged", ph, {after}), p,
+             BufferRole::kStaged);
+    fe.ready = of_param(copy(home == Tier::kNvme ? Tier::kCpu : home, Tier::kGpu, shard, "cpu->gpu " + nm, ph,
+                             {fe.ready, after}, {staged, fe.src_buf}, broadcast_),
+                        p);
     if (home == Tier::kNvme) swap_in_frees_.push_back(free_buffer(fe.src_buf, ph));
     fe.src_buf = staged;
   } else if (stage == 2) {
@@ -439,10 +471,12 @@ void Planner::emit_stage(int f, int stage, Phase ph) {
       return;
     }
     const int full_buf =
-        alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {after});
-    fe.ready = collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_, full,
-                          (broadcast_ ? "broadcast " : "allgather ") + nm, ph, {fe.ready, after},
-                          {full_buf, fe.src_buf});
+        mark(alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {after}), p,
+             BufferRole::kGathered);
+    fe.ready = of_param(collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_,
+                                   full, (broadcast_ ? "broadcast " : "allgather ") + nm, ph,
+                                   {fe.ready, after}, {full_buf, fe.src_buf}),
+                        p);
     if (home != Tier::kGpu) free_buffer(fe.src_buf, ph);
     fe.gathered = full_buf;
   }
@@ -529,9 +563,15 @@ void Planner::plan_events() {
         // otherwise backward accumulates straight into the persistent gradient.
         const bool scattered = partitioned(p) || stage_ == 2;
         if (scattered && (dp_ > 1 || opt_tier_ != Tier::kGpu)) {
+          // A parameter used again later in backward (the tied embedding) keeps accumulating in one buffer.
           const int gb =
-              alloc(Tier::kGpu, stage_ == 3 ? MemCategory::kModelStateWorking : MemCategory::kReduceBuckets,
-                    b_ * g_.params[p].elements, g_.params[p].name + " grad", ph, {prev_compute});
+              pending_grad_[p] >= 0
+                  ? pending_grad_[p]
+                  : mark(alloc(Tier::kGpu,
+                               stage_ == 3 ? MemCategory::kModelStateWorking : MemCategory::kReduceBuckets,
+                               gb_ * g_.params[p].elements, g_.params[p].name + " grad", ph, {prev_compute}),
+                         p, BufferRole::kGrad);
+          pending_grad_[p] = -1;
           grad_bufs.push_back(gb);
           uses.push_back(gb);
         } else {
@@ -620,8 +660,25 @@ void Planner::plan_events() {
           gradient(p, ph, task, grad_bufs[k]);
           if (!overlap) pending_reduce.push_back(grad_done_[p]);
         } else if (grad_bufs[k] >= 0) {
-          // A tied parameter used again later in backward: its gradient accumulates in place.
-          free_buffer(grad_bufs[k], ph);
+          // A tied parameter used again later in backward: this use's gradient is reduce-scattered now and
+          // the later ones accumulate into the same shard (with one rank, into the same whole gradient).
+          if (dp_ > 1) {
+            const GraphParam& gp = g_.params[p];
+            if (kept_shard_[p] < 0) {
+              kept_shard_[p] = opt_tier_ == Tier::kGpu && grad_buf_[p] >= 0
+                                   ? grad_buf_[p]
+                                   : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets,
+                                                gb_ * gp.elements / dp_, gp.name + " grad shard", ph, {task}),
+                                          p, BufferRole::kGradShard);
+            }
+            kept_reduce_[p] = of_param(collective(CollectiveKind::kReduceScatter, dp_, gb_ * gp.elements,
+                                                  "reducescatter grad " + gp.name, ph,
+                                                  {task, kept_reduce_[p]}, {grad_bufs[k], kept_shard_[p]}),
+                                       p);
+            free_buffer(grad_bufs[k], ph);
+          } else {
+            pending_grad_[p] = grad_bufs[k];
+          }
         }
       }
     }
@@ -642,7 +699,7 @@ void Planner::plan_events() {
 // transient full gradient, or -1 when backward accumulated into the persistent gradient grad_buf_[p].
 void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   const GraphParam& gp = g_.params[p];
-  const double full = b_ * gp.elements;
+  const double full = gb_ * gp.elements;
   const std::string& nm = gp.name;
   int last = compute_task;
   int shard_buf = grad_buf_[p];
@@ -650,8 +707,9 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   if (grad_buf < 0) {
     // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
     if (dp_ > 1) {
-      last = collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last},
-                        {grad_buf_[p]});
+      last = of_param(collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last},
+                                 {grad_buf_[p]}),
+                      p);
     }
     if (stage_ >= 1) shard = full / dp_;
   } else {
@@ -659,21 +717,28 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
     if (dp_ > 1) {
       shard = full / dp_;
       shard_buf = opt_tier_ == Tier::kGpu ? grad_buf_[p]
-                                          : alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
-                                                  nm + " grad shard", ph, {compute_task});
-      last = collective(CollectiveKind::kReduceScatter, dp_, full, "reducescatter grad " + nm, ph, {last},
-                        {grad_buf, shard_buf});
+                  : kept_shard_[p] >= 0   ? kept_shard_[p]
+                                          : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
+                                                       nm + " grad shard", ph, {compute_task}),
+                                                 p, BufferRole::kGradShard);
+      last = of_param(collective(CollectiveKind::kReduceScatter, dp_, full, "reducescatter grad " + nm, ph,
+                                 {last, kept_reduce_[p]}, {grad_buf, shard_buf}),
+                      p);
       free_buffer(grad_buf, ph);
     }
   }
   if (opt_tier_ == Tier::kCpu) {
-    last =
-        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_});
+    last = of_param(
+        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_}),
+        p);
   } else if (opt_tier_ == Tier::kNvme) {
-    const double fp32 = 4 * shard / b_;
-    const int pinned = slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last});
-    const int c = copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, pinned});
-    last = copy(Tier::kCpu, Tier::kNvme, fp32, "cpu->nvme grad " + nm, ph, {c}, {pinned, opt_states_buf_});
+    const double fp32 = 4 * shard / gb_;
+    const int pinned = mark(slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last}), p,
+                            BufferRole::kGradSwapOut);
+    const int c = of_param(
+        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, pinned}), p);
+    last = of_param(
+        copy(Tier::kCpu, Tier::kNvme, fp32, "cpu->nvme grad " + nm, ph, {c}, {pinned, opt_states_buf_}), p);
     free_buffer(pinned, ph);
   }
   if (shard_buf >= 0 && shard_buf != grad_buf_[p] && !freed_[shard_buf]) free_buffer(shard_buf, ph);
@@ -699,13 +764,15 @@ void Planner::optimizer() {
   for (int g = 0; g < groups; ++g) {
     const double n = g + 1 < groups ? sub : n_total - sub * (groups - 1);
     const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
+    const size_t first_task = s_.tasks.size();
     std::vector<int> step_deps = join;
     if (g > 0) step_deps.push_back(step[g - 1]);
     int swap = -1;
     if (opt_tier_ == Tier::kNvme) {
       std::vector<int> alloc_deps = join;
       if (g >= sets) alloc_deps.push_back(freed[g - sets]);
-      swap = slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, alloc_deps);
+      swap = mark(slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, alloc_deps), -1,
+                  BufferRole::kOptimizerSwap);
       std::vector<int> read_deps;
       if (g > 0) {
         read_deps.push_back(z.offload_optimizer.pipeline_read ? read[g - 1] : step[g - 1]);
@@ -750,6 +817,7 @@ void Planner::optimizer() {
       last = collective(CollectiveKind::kAllGather, dp_, p16 * dp_, "allgather params " + nm, ph, {last}, {});
     }
     if (swap >= 0) freed[g] = free_buffer(swap, ph);
+    for (size_t k = first_task; k < s_.tasks.size(); ++k) s_.tasks[k].subgroup = g;
     (void)last;
   }
 }

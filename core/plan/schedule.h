@@ -28,6 +28,22 @@ const char* collective_name(CollectiveKind c);
 enum class Phase { kSetup, kForward, kRecompute, kBackward, kOptimizer };
 const char* phase_name(Phase p);
 
+// What a buffer holds, for an executor that moves real data (engine/): a parameter's 16-bit shard, its
+// staging copies, the gathered whole parameter, its gradient and gradient shard, swap slots. kOther: anything
+// else (activations, reserves, fp32 optimizer states, pools), told apart by category.
+enum class BufferRole {
+  kOther,
+  kShard,          // the persistent partitioned 16-bit parameter shard (home tier)
+  kResident,       // a whole parameter kept on the GPU (stages 0-2, persistent small parameters)
+  kSwapIn,         // a pinned swap slot an NVMe shard is read into
+  kStaged,         // the shard copied to the GPU before the all-gather
+  kGathered,       // the whole parameter on the GPU
+  kGrad,           // the whole gradient of one parameter (accumulated over its uses in backward)
+  kGradShard,      // this rank's part of a gradient after the reduce-scatter (or a persistent GPU grad)
+  kGradSwapOut,    // a pinned slot a gradient shard is staged through on its way to NVMe
+  kOptimizerSwap,  // a pinned slot holding one optimizer sub-group's states
+};
+
 struct Buffer {
   int id = 0;
   Tier tier = Tier::kGpu;
@@ -37,6 +53,8 @@ struct Buffer {
   bool pinned = false;
   int pool = -1;  // a slot inside this persistent pool buffer: takes no memory of its own
   std::string name;
+  int param = -1;  // ModelGraph parameter it belongs to, or -1
+  BufferRole role = BufferRole::kOther;
 };
 
 struct Task {
@@ -55,6 +73,8 @@ struct Task {
   int group = 1;             // collective group size
   bool single_link = false;  // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
   int buffer = -1;           // kAlloc / kFree: the buffer
+  int param = -1;            // kCopy / NVMe / kCollective: the ModelGraph parameter moved, or -1
+  int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
   std::vector<int> uses;     // buffers read or written while running
   std::vector<int> deps;     // task ids that must finish first
 };

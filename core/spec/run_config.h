@@ -99,6 +99,9 @@ struct RunConfig {
   AutoCount micro_batch_per_gpu{false, 1};  // train_micro_batch_size_per_gpu
   AutoCount gradient_accumulation_steps{false, 1};
   Precision precision = Precision::kFp32;
+  // communication_data_type: the precision gradients are kept and reduced in (DeepSpeed's default: the
+  // parameters' precision; "fp32" keeps them in fp32, as memwall train does).
+  bool fp32_gradients = false;
   std::string optimizer = "Adam";
   ZeroConfig zero;
   AioConfig aio;
@@ -108,6 +111,8 @@ struct RunConfig {
   // Bytes of one 16-bit (or fp32 when not mixed) parameter/gradient element.
   double param_bytes() const { return precision == Precision::kFp32 ? 4.0 : 2.0; }
   bool mixed_precision() const { return precision != Precision::kFp32; }
+  // Bytes of one gradient element in the backward pass and its reduction.
+  double grad_bytes() const { return fp32_gradients ? 4.0 : param_bytes(); }
 };
 
 // Fills "auto" values from the model (Hugging Face's rules: reduce bucket hd², prefetch bucket 0.9·hd²,

@@ -496,7 +496,6 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
             "wandb",
             "csv_monitor",
             "comms_logger",
-            "communication_data_type",
             "dump_state",
             "memory_breakdown",
             "elasticity",
@@ -507,6 +506,10 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
             "compression_training",
             "aio_config",
             "zero_force_ds_cpu_optimizer"});
+
+  std::string comm_type;
+  MW_RETURN_IF_ERROR(r.get_choice("communication_data_type", comm_type, {"fp32", "fp16", "bf16"}));
+  run.fp32_gradients = comm_type == "fp32";
 
   // Precision
   bool fp16 = false, fp16_auto = false, bf16 = false, bf16_auto = false;
@@ -714,6 +717,7 @@ std::string to_json_text(const RunConfig& run) {
   j["train_micro_batch_size_per_gpu"] = count(run.micro_batch_per_gpu);
   j["gradient_accumulation_steps"] = count(run.gradient_accumulation_steps);
   j["precision"] = precision_name(run.precision);
+  if (run.fp32_gradients) j["communication_data_type"] = "fp32";
   j["optimizer"] = run.optimizer;
   j["zero_optimization"] = {{"stage", z.stage},
                             {"overlap_comm", z.overlap_comm},

@@ -140,17 +140,26 @@ void check_invariants(const Schedule& s, const ModelGraph& g, const RunConfig& r
       EXPECT_TRUE(present) << t.name << " runs without " << name << " whole on the GPU";
     }
   }
-  // Each gradient is reduced once (dp > 1) and offloaded once (optimizer off the GPU).
-  std::map<std::string, int> reduced, offloaded;
+  // Each gradient is all-reduced once or reduce-scattered once per backward use (dp > 1: the tied
+  // embedding's two uses accumulate into one shard), and offloaded once (optimizer off the GPU).
+  std::map<std::string, int> reduced, scattered, offloaded;
+  std::map<int, int> backward_uses;
   for (const Task& t : s.tasks) {
-    if (t.name.rfind("reducescatter grad ", 0) == 0 || t.name.rfind("allreduce grad ", 0) == 0) {
-      ++reduced[t.name.substr(t.name.find("grad ") + 5)];
-    }
+    if (t.name.rfind("reducescatter grad ", 0) == 0) ++scattered[t.name.substr(t.name.find("grad ") + 5)];
+    if (t.name.rfind("allreduce grad ", 0) == 0) ++reduced[t.name.substr(t.name.find("grad ") + 5)];
     if (t.name.rfind("gpu->cpu grad ", 0) == 0) ++offloaded[t.name.substr(14)];
+    if (t.kind == TaskKind::kCompute && t.phase == Phase::kBackward) {
+      for (int p : g.ops[t.op].params) ++backward_uses[p];
+    }
   }
   const int dp = run.memwall.data_parallel;
   for (const GraphParam& p : g.params) {
-    EXPECT_EQ(reduced[p.name], dp > 1 ? 1 : 0) << p.name;
+    if (dp > 1 && scattered[p.name] > 0) {
+      EXPECT_EQ(scattered[p.name], backward_uses[p.id]) << p.name;
+      EXPECT_EQ(reduced[p.name], 0) << p.name;
+    } else {
+      EXPECT_EQ(reduced[p.name] + scattered[p.name], dp > 1 ? 1 : 0) << p.name;
+    }
     EXPECT_EQ(offloaded[p.name], run.zero.offload_optimizer.device != OffloadDevice::kNone ? 1 : 0) << p.name;
   }
   // The optimizer updates every element of this rank's shard exactly once.
