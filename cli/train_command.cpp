@@ -1,7 +1,8 @@
-// `memwall train`: trains a GPT-2-architecture model on byte-level text with ZeRO-3 across MPI ranks (or one
-// process), printing per-step loss, throughput and achieved FLOP/s, and a held-out loss at the end.
-// Today the model states live in memory: runs that ask for CPU or NVMe offload are refused with a clear
-// error (the schedule-driven offloading executor is not built yet; docs/training.md).
+// `memwall train`: trains a GPT-2-architecture model on byte-level text with ZeRO-3 / ZeRO-Infinity across
+// MPI ranks (or one process), the model states on the tiers the run asks for (host-emulated device, CPU,
+// NVMe), every step the planner's schedule run on real lanes. Prints per step the loss, throughput, achieved
+// FLOP/s, time in compute / exposed I/O and communication / optimizer, bytes moved per link, peak memory per
+// tier; a progress bar on a terminal; a held-out loss at the end.
 // `memwall export` lives here too: it turns the checkpoints `memwall train` writes into Hugging Face files.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -22,7 +23,10 @@
 #include "engine/model/export.h"
 #include "engine/train/dataset.h"
 #include "engine/train/zero3.h"
+#include "exec/trace_export.h"
 #include "input_options.h"
+
+#include <unistd.h>
 
 namespace memwall::cli {
 
@@ -42,6 +46,7 @@ struct TrainOptions {
   int checkpoint_every = 0;  // 0: only at the end
   bool resume = false;
   std::string trace_path;
+  std::string nvme_path;
   bool json = false;
 };
 
@@ -81,16 +86,16 @@ int run_train(const TrainOptions& opt) {
   RunConfig run = in->run;
   if (Status s = resolve_run_config(run, in->model, in->hw); !s.is_ok()) return report_error(s);
   if (Status s = check_model(in->model); !s.is_ok()) return report_error(s);
-  for (const auto& [what, dev] : {std::pair{"offload_param", run.zero.offload_param.device},
-                                  std::pair{"offload_optimizer", run.zero.offload_optimizer.device}}) {
-    if (dev != OffloadDevice::kNone) {
-      return report_error(Status::invalid_argument("run " + run.name + ": zero_optimization." + what +
-                                                   ".device = " + offload_device_name(dev) +
-                                                   ": memwall train keeps model states in memory for now "
-                                                   "(offload is not implemented yet); use --run zero-3 "
-                                                   "or --set '{\"zero_optimization." +
-                                                   what + ".device\": \"none\"}'"));
-    }
+  if (run.zero.stage != 3) {
+    return report_error(Status::invalid_argument(
+        "run " + run.name + ": zero_optimization.stage = " + std::to_string(run.zero.stage) +
+        ": memwall train implements ZeRO stage 3 (with or without offload); allowed: 3"));
+  }
+  std::string swap_dir = opt.nvme_path;
+  if (swap_dir.empty()) {
+    swap_dir = run.zero.offload_optimizer.device == OffloadDevice::kNvme
+                   ? run.zero.offload_optimizer.nvme_path
+                   : run.zero.offload_param.nvme_path;
   }
   if (opt.steps < 1 || opt.eval_batches < 1 || opt.log_every < 1 || !(opt.lr > 0)) {
     return report_error(
@@ -138,6 +143,25 @@ int run_train(const TrainOptions& opt) {
   zo.seed = opt.seed;
   zo.adam.lr = static_cast<float>(opt.lr);
   zo.threads = 1;
+  zo.run = run;
+  zo.hw = in->hw;
+  if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
+  const bool uses_nvme = run.zero.offload_param.device == OffloadDevice::kNvme ||
+                         run.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  if (uses_nvme && !swap_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(swap_dir, ec)) {
+      return report_error(
+          Status::not_found(swap_dir + ": the NVMe path does not exist (run " + run.name +
+                            ", zero_optimization.offload_*.nvme_path); pass --nvme-path DIR, a "
+                            "directory on a local disk"));
+    }
+    std::filesystem::create_directories(zo.swap_dir, ec);
+    if (ec) {
+      return report_error(Status::io_error(zo.swap_dir + ": cannot create the NVMe swap directory (" +
+                                           ec.message() + "); pass --nvme-path DIR on a local disk"));
+    }
+  }
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return report_error(trainer.status());
   if (opt.resume) {
@@ -147,10 +171,7 @@ int run_train(const TrainOptions& opt) {
     if (!at.is_ok()) return report_error(at.status());
     if (lead && !opt.json) std::printf("resumed from %s at step %ld\n", opt.checkpoint_dir.c_str(), *at);
   }
-  std::vector<train::TrainEvent> events;
-  if (!opt.trace_path.empty() && lead) {
-    trainer->set_event_sink([&events](const train::TrainEvent& e) { events.push_back(e); });
-  }
+  std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
     MW_RETURN_IF_ERROR(trainer->save(opt.checkpoint_dir));
@@ -162,19 +183,30 @@ int run_train(const TrainOptions& opt) {
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R);
   const double tokens_per_step = static_cast<double>(R) * B * seq;
+  const Tier param_tier = tier_of(run.zero.offload_param.device),
+             opt_tier = tier_of(run.zero.offload_optimizer.device);
+  const auto& ac = run.activation_checkpointing;
   if (lead && !opt.json) {
     std::printf(
-        "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %d x %d tokens, ZeRO-3 in "
-        "memory, fp32, tiling %d\n",
+        "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %d x %d tokens, ZeRO-3: "
+        "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
+        "tiling %d, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(), R,
-        R == 1 ? "" : "s", B, seq, zo.tiling);
+        R == 1 ? "" : "s", B, seq, tier_name(param_tier), tier_name(opt_tier), zo.tiling,
+        ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
+    std::printf(
+        "tiers: device %s (%s, host-emulated), host %s per rank%s%s; schedule: %zu tasks per step\n",
+        format_bytes(in->hw.gpu.memory_bytes).c_str(), in->hw.gpu.model.c_str(),
+        format_bytes(in->hw.cpu.memory_bytes / std::max(1, trainer->schedule().ranks_per_node)).c_str(),
+        uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
+        trainer->schedule().tasks.size());
+    for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());
     std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
                 format_bytes(static_cast<double>(ds->train_bytes())).c_str(),
                 format_bytes(static_cast<double>(ds->val_bytes())).c_str());
-    if (run.mixed_precision()) {
-      std::printf("note: the run asks for 16-bit training; memwall train computes in fp32 for now\n");
-    }
   }
+  const bool progress = lead && !opt.json && isatty(STDERR_FILENO) == 1;
+  double moved[kResourceCount] = {}, busy[kResourceCount] = {};
 
   std::vector<int> tok(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq)), tgt(tok.size());
   double total_s = 0, first_loss = 0, last_loss = 0;
@@ -194,27 +226,66 @@ int run_train(const TrainOptions& opt) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!loss.is_ok()) return report_error(loss.status());
     total_s += dt;
+    const train::StepStats& st = trainer->last_step();
+    for (int r = 0; r < kResourceCount; ++r) {
+      moved[r] += st.bytes[r];
+      busy[r] += st.busy_s[r];
+    }
+    if (lead && !opt.trace_path.empty()) runs.push_back(trainer->last_run());
     if (s == first_step) first_loss = *loss;
     if (opt.checkpoint_every > 0 && (s + 1) % opt.checkpoint_every == 0 && s + 1 < opt.steps) {
-      if (Status st = checkpoint(); !st.is_ok()) return report_error(st);
+      if (Status cs = checkpoint(); !cs.is_ok()) return report_error(cs);
     }
     last_loss = *loss;
     if (!lead) continue;
+    auto busy_of = [&](Resource r) { return st.busy_s[static_cast<int>(r)]; };
+    auto bytes_of = [&](Resource r) { return st.bytes[static_cast<int>(r)]; };
+    const double compute_s = busy_of(Resource::kCompute), optim_s = busy_of(Resource::kCpuOptimizer);
+    const double exposed_s = std::max(0.0, st.seconds - compute_s - optim_s);
     if (opt.json) {
-      std::printf("%s\n", json({{"step", s + 1},
-                                {"loss", *loss},
-                                {"seconds", dt},
-                                {"tokens_per_s", tokens_per_step / dt},
-                                {"flops_per_s", flops_per_step / dt}})
-                              .dump()
-                              .c_str());
+      std::printf("%s\n",
+                  json({{"step", s + 1},
+                        {"loss", *loss},
+                        {"seconds", dt},
+                        {"tokens_per_s", tokens_per_step / dt},
+                        {"flops_per_s", flops_per_step / dt},
+                        {"compute_s", compute_s},
+                        {"exposed_io_s", exposed_s},
+                        {"optimizer_s", optim_s},
+                        {"bytes",
+                         {{"h2d", bytes_of(Resource::kH2D)},
+                          {"d2h", bytes_of(Resource::kD2H)},
+                          {"nvme_read", bytes_of(Resource::kNvmeRead)},
+                          {"nvme_write", bytes_of(Resource::kNvmeWrite)},
+                          {"network", bytes_of(Resource::kNetwork)}}},
+                        {"peak_bytes",
+                         {{"gpu", st.peak_bytes[0]}, {"cpu", st.peak_bytes[1]}, {"nvme", st.peak_bytes[2]}}}})
+                      .dump()
+                      .c_str());
     } else if ((s + 1) % opt.log_every == 0 || s == first_step || s + 1 == opt.steps) {
-      std::printf("step %*d/%d  loss %.4f  %s tok/s  %s  %.3f s/step\n",
-                  static_cast<int>(std::to_string(opt.steps).size()), s + 1, opt.steps,
-                  static_cast<double>(*loss), format_count(tokens_per_step / dt).c_str(),
-                  format_flops(flops_per_step / dt).c_str(), dt);
+      if (progress) std::fprintf(stderr, "\r\033[K");
+      std::printf(
+          "step %*d/%d  loss %.4f  %s tok/s  %s  %.3f s/step (compute %.3f, exposed I/O+comm %.3f, optimizer "
+          "%.3f)  moved h2d %s d2h %s nvme r/w %s/%s net %s  peak gpu %s cpu %s nvme %s\n",
+          static_cast<int>(std::to_string(opt.steps).size()), s + 1, opt.steps, static_cast<double>(*loss),
+          format_count(tokens_per_step / dt).c_str(), format_flops(flops_per_step / dt).c_str(), dt,
+          compute_s, exposed_s, optim_s, format_bytes(bytes_of(Resource::kH2D)).c_str(),
+          format_bytes(bytes_of(Resource::kD2H)).c_str(), format_bytes(bytes_of(Resource::kNvmeRead)).c_str(),
+          format_bytes(bytes_of(Resource::kNvmeWrite)).c_str(),
+          format_bytes(bytes_of(Resource::kNetwork)).c_str(), format_bytes(st.peak_bytes[0]).c_str(),
+          format_bytes(st.peak_bytes[1]).c_str(), format_bytes(st.peak_bytes[2]).c_str());
     }
     std::fflush(stdout);
+    if (progress) {
+      const int done = s + 1 - first_step, todo = opt.steps - first_step;
+      const int width = 30, filled = width * done / todo;
+      std::fprintf(stderr, "\r[%s%s] %d/%d  loss %.4f  ETA %.0f s",
+                   std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                   std::string(static_cast<std::size_t>(width - filled), '.').c_str(), s + 1, opt.steps,
+                   static_cast<double>(*loss), total_s / done * (todo - done));
+      if (done == todo) std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    }
   }
   if (Status st = checkpoint(); !st.is_ok()) return report_error(st);
   // Held-out loss: consecutive windows of the validation split, spread over the ranks.
@@ -233,45 +304,65 @@ int run_train(const TrainOptions& opt) {
   for (float v : all) val_loss += static_cast<double>(v);
   val_loss /= R;
   if (lead) {
-    json summary = {{"model", in->model.name},
-                    {"params", trainer->model_elements()},
-                    {"ranks", R},
-                    {"steps", opt.steps},
-                    {"first_loss", first_loss},
-                    {"last_loss", last_loss},
-                    {"val_loss", val_loss},
-                    {"seconds", total_s},
-                    {"tokens_per_s", tokens_per_step * opt.steps / total_s},
-                    {"flops_per_s", flops_per_step * opt.steps / total_s}};
+    const train::StepStats& st = trainer->last_step();
+    const int trained = opt.steps - first_step;
+    json per_step_bytes, per_step_busy;
+    for (int r = 0; r < kResourceCount; ++r) {
+      if (static_cast<Resource>(r) == Resource::kNone) continue;
+      per_step_bytes[resource_name(static_cast<Resource>(r))] = moved[r] / trained;
+      per_step_busy[resource_name(static_cast<Resource>(r))] = busy[r] / trained;
+    }
+    json summary = {
+        {"model", in->model.name},
+        {"params", trainer->model_elements()},
+        {"ranks", R},
+        {"offload_param", tier_name(param_tier)},
+        {"offload_optimizer", tier_name(opt_tier)},
+        {"bytes_per_step", per_step_bytes},
+        {"busy_s_per_step", per_step_busy},
+        {"peak_bytes", {{"gpu", st.peak_bytes[0]}, {"cpu", st.peak_bytes[1]}, {"nvme", st.peak_bytes[2]}}},
+        {"capacity_bytes",
+         {{"gpu", st.capacity_bytes[0]}, {"cpu", st.capacity_bytes[1]}, {"nvme", st.capacity_bytes[2]}}},
+        {"steps", opt.steps},
+        {"first_loss", first_loss},
+        {"last_loss", last_loss},
+        {"val_loss", val_loss},
+        {"seconds", total_s},
+        {"tokens_per_s", tokens_per_step * opt.steps / total_s},
+        {"flops_per_s", flops_per_step * opt.steps / total_s}};
     if (!opt.trace_path.empty()) {
-      const Status st = write_trace_file(opt.trace_path, "cpu", "train", R, *in, run, summary.dump(),
-                                         [&](trace::TraceWriter& w) {
-                                           w.process_name(0, "rank 0");
-                                           for (int r = 0; r < kResourceCount; ++r) {
-                                             w.thread_name(0, r + 1, resource_name(static_cast<Resource>(r)));
-                                           }
-                                           for (const auto& e : events) {
-                                             trace::TraceSpan sp;
-                                             sp.tid = static_cast<int>(e.resource) + 1;
-                                             sp.name = e.name;
-                                             sp.category = e.category;
-                                             sp.ts_us = e.start_s * 1e6;
-                                             sp.dur_us = (e.end_s - e.start_s) * 1e6;
-                                             sp.phase = phase_name(e.phase);
-                                             sp.bytes = e.bytes;
-                                             sp.flops = e.flops;
-                                             w.span(sp);
-                                           }
+      const Schedule measured = trainer->measured_schedule();
+      const Status ts = write_trace_file(opt.trace_path, "cpu", "train", R, *in, trainer->run(),
+                                         summary.dump(), [&](trace::TraceWriter& w) {
+                                           for (const RunResult& rr : runs)
+                                             export_run_trace(measured, rr, 0, w);
                                          });
-      if (!st.is_ok()) return report_error(st);
+      if (!ts.is_ok()) return report_error(ts);
       summary["trace"] = opt.trace_path;
-      if (!opt.json) std::printf("trace: %s (%zu events, rank 0)\n", opt.trace_path.c_str(), events.size());
+      if (!opt.json) {
+        std::printf("trace: %s (%zu steps of %zu tasks, rank 0)\n", opt.trace_path.c_str(), runs.size(),
+                    measured.tasks.size());
+      }
     }
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {
       std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%.3f bits/byte)\n",
                   opt.steps, total_s, first_loss, last_loss, val_loss, val_loss / std::log(2.0));
+      std::printf(
+          "per step: compute %.3f s, optimizer %.3f s; moved h2d %s, d2h %s, nvme read %s, nvme write %s, "
+          "network "
+          "%s; peak memory (rank 0): device %s of %s, host %s of %s, nvme %s\n",
+          busy[static_cast<int>(Resource::kCompute)] / trained,
+          busy[static_cast<int>(Resource::kCpuOptimizer)] / trained,
+          format_bytes(moved[static_cast<int>(Resource::kH2D)] / trained).c_str(),
+          format_bytes(moved[static_cast<int>(Resource::kD2H)] / trained).c_str(),
+          format_bytes(moved[static_cast<int>(Resource::kNvmeRead)] / trained).c_str(),
+          format_bytes(moved[static_cast<int>(Resource::kNvmeWrite)] / trained).c_str(),
+          format_bytes(moved[static_cast<int>(Resource::kNetwork)] / trained).c_str(),
+          format_bytes(st.peak_bytes[0]).c_str(), format_bytes(st.capacity_bytes[0]).c_str(),
+          format_bytes(st.peak_bytes[1]).c_str(), format_bytes(st.capacity_bytes[1]).c_str(),
+          format_bytes(st.peak_bytes[2]).c_str());
     }
   }
   return kExitOk;
@@ -334,6 +425,8 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option(
       "--trace", opt->trace_path,
       "Write rank 0's measured ops, collectives and optimizer steps as a memwall trace (.json or .json.gz)");
+  cmd->add_option("--nvme-path", opt->nvme_path,
+                  "Directory for the NVMe tier's swap files (default: the run's offload nvme_path)");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

@@ -1,21 +1,487 @@
-// ZeRO-3: partition, gather per op, reduce-scatter per op, sharded Adam.
+// ZeRO-3 / ZeRO-Infinity training driven by the schedule: tiers, task bindings, checkpoints (see zero3.h).
 #include "engine/train/zero3.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cpu/cast.h"
+#include "engine/exec/lanes.h"
+#include "engine/host/arena.h"
+#include "engine/io/async_io.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/crc32c.h"
+#include "engine/io/tensor_store.h"
+#include "plan/planner.h"
 
 namespace memwall::train {
 
+RunConfig default_train_run() {
+  RunConfig run;
+  run.name = "zero-3";
+  run.zero.stage = 3;
+  run.zero.overlap_comm = true;
+  run.precision = Precision::kBf16;
+  run.memwall.prefetch = true;
+  return run;
+}
+
+HardwareSpec emulated_hardware(double device_bytes, double host_bytes, double nvme_bytes) {
+  HardwareSpec hw;
+  hw.name = "emulated";
+  hw.description = "host-emulated tiers for memwall train";
+  hw.gpu.model = "host-emulated device";
+  hw.gpu.count = 64;
+  hw.gpu.memory_bytes = device_bytes;
+  hw.cpu.memory_bytes = host_bytes;
+  if (nvme_bytes > 0) {
+    hw.nvme.drives = 1;
+    hw.nvme.drive_capacity_bytes = nvme_bytes;
+  }
+  return hw;
+}
+
+namespace {
+
+constexpr std::size_t kB16 = sizeof(std::uint16_t);
+
+std::string store_key(const char* kind, std::size_t index) {
+  return std::string(kind) + "." + std::to_string(index);
+}
+
+}  // namespace
+
+struct Zero3Trainer::State {
+  struct Part {
+    std::size_t model_offset, numel, shard, local;  // local: where this rank's shard starts in flat arrays
+  };
+  struct Group {
+    std::size_t first, last;  // parameters [first, last)
+    std::size_t begin, end;   // flat elements [begin, end)
+  };
+
+  std::unique_ptr<model::GptModel> model;
+  Schedule sched;
+  std::vector<Part> parts;
+  std::size_t total = 0;  // this rank's flat elements
+  std::vector<Group> groups;
+  std::vector<Tier> home;            // per parameter: where its bf16 shard lives
+  std::vector<int> shard_buf;        // per parameter: its persistent shard buffer
+  std::vector<int> persistent_grad;  // per parameter: a persistent fp32 gradient buffer, or -1
+  Tier opt_tier = Tier::kGpu;
+  int R = 1, rank = 0;
+
+  // Tiers.
+  std::unique_ptr<host::Arena> device, host_mem;
+  std::map<int, std::unique_ptr<host::Arena>> pools;  // pool buffer id -> its slots' arena
+  std::vector<host::Arena*> arena_of;                 // per buffer, while allocated
+  std::vector<host::Arena::Block> block;
+  std::vector<char*> mem;
+  std::vector<double> real_bytes;
+  double nvme_peak = 0;              // bytes the store's tensors took at most (old + new versions)
+  double reserved[kTierCount] = {};  // the hardware's reserve, allocated but not reported as used
+  std::unique_ptr<io::AsyncIo> aio;
+  std::unique_ptr<io::TensorStore> store;
+  std::mutex store_mu;
+  std::string swap_root;
+
+  // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
+  // parameters that go to another tier.
+  float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
+  std::vector<std::uint16_t> out16;
+
+  // Compute lane scratch: fp32 copies of an op's parameters. Network lane scratch.
+  std::vector<std::vector<float>> work;
+  std::vector<float> reduced;
+
+  // Measurement.
+  std::mutex stats_mu;
+  StepStats stats;
+  std::vector<double> moved;        // per task: bytes really moved in the last run
+  std::vector<double> moved_train;  // the same for the last training step (every step moves the same)
+  RunResult last_run;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  kernels::AdamHyper adam_hyper;  // step set per iteration
+  int adam_threads = 1;
+
+  char* ptr(int buf) const {
+    char* p = mem[static_cast<std::size_t>(buf)];
+    MW_CHECK(p != nullptr,
+             "buffer " + sched.buffers[static_cast<std::size_t>(buf)].name + " is not in memory");
+    return p;
+  }
+  const Buffer& buffer(int b) const { return sched.buffers[static_cast<std::size_t>(b)]; }
+  int use(const Task& t, BufferRole role) const {
+    for (int b : t.uses) {
+      if (buffer(b).role == role) return b;
+    }
+    return -1;
+  }
+  int use_of_param(const Task& t, int p, std::initializer_list<BufferRole> roles) const {
+    for (BufferRole r : roles) {
+      for (int b : t.uses) {
+        if (buffer(b).param == p && buffer(b).role == r) return b;
+      }
+    }
+    return -1;
+  }
+  const Part& part(int p) const { return parts[static_cast<std::size_t>(p)]; }
+
+  double bytes_of(const Buffer& b) const;
+  Status alloc(int b);
+  void release(int b);
+  Status bind(const Task& t, int step_no);
+  Status compute(const Task& t);
+  Status copy(const Task& t, double& moved_bytes);
+  Status nvme_read(const Task& t, double& moved_bytes);
+  Status nvme_write(const Task& t, double& moved_bytes);
+  Status collective(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
+  Status optimizer(const Task& t);
+  // Where an updated bf16 parameter goes from the optimizer: straight into its shard when that lives next to
+  // the states, else a staging area the following copy or NVMe write takes it from.
+  std::uint16_t* updated16(const Task& t, int p);
+  Status store_get(const std::string& key, void* dst, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(store_mu);
+    return store->get(key, dst, bytes);
+  }
+  Status store_put(const std::string& key, const void* src, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(store_mu);
+    Status s = store->write(key, src, bytes);
+    nvme_peak = std::max(nvme_peak, static_cast<double>(store->capacity_bytes() - store->free_bytes()));
+    return s;
+  }
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  double tier_peak(Tier t) const;
+};
+
+// Real sizes: shards are ceil(numel / R) elements (padded), parameters bf16, gradients fp32.
+double Zero3Trainer::State::bytes_of(const Buffer& b) const {
+  if (b.param >= 0) {
+    const double S = static_cast<double>(part(b.param).shard), full = S * R;
+    switch (b.role) {
+      case BufferRole::kShard:
+      case BufferRole::kStaged:
+      case BufferRole::kSwapIn:
+        return S * kB16;
+      case BufferRole::kGathered:
+      case BufferRole::kResident:
+        return full * kB16;
+      case BufferRole::kGrad:
+        return full * 4;
+      case BufferRole::kGradShard:
+      case BufferRole::kGradSwapOut:
+        return S * 4;
+      default:
+        break;
+    }
+  }
+  if (b.role == BufferRole::kOptimizerSwap) {
+    std::size_t most = 0;
+    for (const Group& g : groups) most = std::max(most, g.end - g.begin);
+    return static_cast<double>(most) * (16 + kB16);
+  }
+  switch (b.category) {
+    case MemCategory::kMasterParams32:
+    case MemCategory::kMomentum32:
+    case MemCategory::kVariance32:
+    case MemCategory::kGrads32:
+      return static_cast<double>(total) * 4;
+    default:
+      return std::ceil(b.bytes);
+  }
+}
+
+Status Zero3Trainer::State::alloc(int b) {
+  const Buffer& buf = buffer(b);
+  const double bytes = bytes_of(buf);
+  real_bytes[static_cast<std::size_t>(b)] = bytes;
+  if (buf.tier == Tier::kNvme) return Status::ok();  // the store holds NVMe data (see store_put)
+  host::Arena* arena = buf.tier == Tier::kGpu ? device.get() : host_mem.get();
+  if (buf.pool >= 0) arena = pools.at(buf.pool).get();
+  auto blk = arena->allocate(static_cast<std::size_t>(bytes), buf.name);
+  if (!blk.is_ok()) return blk.status();
+  block[static_cast<std::size_t>(b)] = *blk;
+  arena_of[static_cast<std::size_t>(b)] = arena;
+  mem[static_cast<std::size_t>(b)] = static_cast<char*>(blk->data);
+  if (buf.persistent && buf.role == BufferRole::kOther && (buf.category == MemCategory::kPinnedSwapBuffers) &&
+      buf.pool < 0) {
+    // A pinned pool: its slots are carved from an arena of the pool's size, scaled by how much larger the
+    // real slots are than planned (shard padding) plus each slot's alignment.
+    double ratio = 1, slots = 0;
+    for (const Buffer& sb : sched.buffers) {
+      if (sb.pool != b) continue;
+      slots += 1;
+      if (sb.bytes > 0) ratio = std::max(ratio, bytes_of(sb) / sb.bytes);
+    }
+    pools[b] = std::make_unique<host::Arena>(
+        buf.name, static_cast<std::size_t>(bytes * ratio + (slots + 1) * host::Arena::kAlign));
+  }
+  // Gradients accumulate from zero.
+  if (buf.role == BufferRole::kGrad || buf.role == BufferRole::kGradShard)
+    std::memset(blk->data, 0, static_cast<std::size_t>(bytes));
+  return Status::ok();
+}
+
+void Zero3Trainer::State::release(int b) {
+  const Buffer& buf = buffer(b);
+  if (buf.tier == Tier::kNvme) return;
+  host::Arena* a = arena_of[static_cast<std::size_t>(b)];
+  if (a == nullptr) return;  // never allocated (a task left out of an evaluation)
+  a->release(block[static_cast<std::size_t>(b)]);
+  arena_of[static_cast<std::size_t>(b)] = nullptr;
+  mem[static_cast<std::size_t>(b)] = nullptr;
+}
+
+double Zero3Trainer::State::tier_peak(Tier t) const {
+  if (t == Tier::kGpu) return static_cast<double>(device->peak()) - reserved[0];
+  if (t == Tier::kCpu) return static_cast<double>(host_mem->peak()) - reserved[1];
+  return nvme_peak;
+}
+
+Status Zero3Trainer::State::compute(const Task& t) {
+  const GraphOp& op = model->graph().ops[static_cast<std::size_t>(t.op)];
+  if (work.size() < op.params.size()) work.resize(op.params.size());
+  std::vector<const float*> pp;
+  std::vector<float*> gp;
+  for (std::size_t k = 0; k < op.params.size(); ++k) {
+    const int p = op.params[k];
+    const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
+    if (b < 0)
+      return Status::internal(t.name + ": the schedule gives no gathered copy of parameter " +
+                              std::to_string(p));
+    const std::size_t n = part(p).numel;
+    work[k].resize(n);
+    kernels::cast_bf16_to_f32(reinterpret_cast<const std::uint16_t*>(ptr(b)), work[k].data(), n);
+    pp.push_back(work[k].data());
+    if (t.phase == Phase::kBackward) {
+      const int g = use_of_param(t, p, {BufferRole::kGrad, BufferRole::kGradShard});
+      if (g < 0)
+        return Status::internal(t.name + ": the schedule gives no gradient buffer for parameter " +
+                                std::to_string(p));
+      gp.push_back(reinterpret_cast<float*>(ptr(g)));
+    }
+  }
+  if (t.phase == Phase::kBackward)
+    model->backward_op(t.op, pp.data(), gp.data());
+  else
+    model->forward_op(t.op, pp.data());
+  return Status::ok();
+}
+
+std::uint16_t* Zero3Trainer::State::updated16(const Task& t, int p) {
+  const Part& pt = part(p);
+  const Tier staging = opt_tier == Tier::kGpu ? Tier::kGpu : Tier::kCpu;
+  if (home[static_cast<std::size_t>(p)] == staging)
+    return reinterpret_cast<std::uint16_t*>(ptr(shard_buf[static_cast<std::size_t>(p)]));
+  if (opt_tier == Tier::kNvme) {
+    const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
+    const std::size_t n = g.end - g.begin;
+    char* slot = ptr(use(t, BufferRole::kOptimizerSwap));
+    return reinterpret_cast<std::uint16_t*>(slot + 16 * n) + (pt.local - g.begin);
+  }
+  return out16.data() + pt.local;
+}
+
+Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
+  if (t.param >= 0) {
+    const Part& pt = part(t.param);
+    if (t.dst == Tier::kGpu) {  // a shard to the device, before its all-gather
+      const int dst = use(t, BufferRole::kStaged);
+      const int src = t.uses[0] == dst ? t.uses[1] : t.uses[0];
+      std::memcpy(ptr(dst), ptr(src), pt.shard * kB16);
+      moved_bytes = static_cast<double>(pt.shard * kB16);
+      return Status::ok();
+    }
+    // A gradient shard off the device: into the fp32 gradients (CPU states) or an NVMe swap-out slot.
+    const int src = t.uses[0];
+    const int slot = use(t, BufferRole::kGradSwapOut);
+    float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
+    std::memcpy(dst, ptr(src), pt.shard * 4);
+    moved_bytes = static_cast<double>(pt.shard * 4);
+    return Status::ok();
+  }
+  if (t.subgroup >= 0 && t.dst == Tier::kGpu) {  // updated bf16 parameters back to their device shards
+    const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
+    for (std::size_t p = g.first; p < g.last; ++p) {
+      if (home[p] != Tier::kGpu) continue;
+      std::memcpy(ptr(shard_buf[p]), updated16(t, static_cast<int>(p)), parts[p].shard * kB16);
+      moved_bytes += static_cast<double>(parts[p].shard * kB16);
+    }
+    return Status::ok();
+  }
+  // Activation checkpoints: the model keeps activations in its own buffers; nothing moves.
+  return Status::ok();
+}
+
+Status Zero3Trainer::State::nvme_read(const Task& t, double& moved_bytes) {
+  if (t.param >= 0) {
+    const Part& pt = part(t.param);
+    MW_RETURN_IF_ERROR(store_get(store_key("param", static_cast<std::size_t>(t.param)),
+                                 ptr(use(t, BufferRole::kSwapIn)), pt.shard * kB16));
+    moved_bytes = static_cast<double>(pt.shard * kB16);
+    return Status::ok();
+  }
+  // An optimizer sub-group: master, momentum, variance, then each parameter's fp32 gradient shard.
+  const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
+  const std::size_t n = g.end - g.begin;
+  char* slot = ptr(use(t, BufferRole::kOptimizerSwap));
+  MW_RETURN_IF_ERROR(store_get(store_key("opt", static_cast<std::size_t>(t.subgroup)), slot, 12 * n));
+  for (std::size_t p = g.first; p < g.last; ++p) {
+    MW_RETURN_IF_ERROR(
+        store_get(store_key("grad", p), slot + 12 * n + 4 * (parts[p].local - g.begin), parts[p].shard * 4));
+  }
+  moved_bytes = static_cast<double>(16 * n);
+  return Status::ok();
+}
+
+Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
+  if (t.param >= 0) {  // a gradient shard, from its swap-out slot
+    const Part& pt = part(t.param);
+    MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)),
+                                 ptr(use(t, BufferRole::kGradSwapOut)), pt.shard * 4));
+    moved_bytes = static_cast<double>(pt.shard * 4);
+    return Status::ok();
+  }
+  const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
+  const std::size_t n = g.end - g.begin;
+  if (t.name.rfind("cpu->nvme params", 0) == 0) {  // updated bf16 parameters to their NVMe shards
+    for (std::size_t p = g.first; p < g.last; ++p) {
+      if (home[p] != Tier::kNvme) continue;
+      MW_RETURN_IF_ERROR(
+          store_put(store_key("param", p), updated16(t, static_cast<int>(p)), parts[p].shard * kB16));
+      moved_bytes += static_cast<double>(parts[p].shard * kB16);
+    }
+    return Status::ok();
+  }
+  MW_RETURN_IF_ERROR(store_put(store_key("opt", static_cast<std::size_t>(t.subgroup)),
+                               ptr(use(t, BufferRole::kOptimizerSwap)), 12 * n));
+  moved_bytes = static_cast<double>(12 * n);
+  return Status::ok();
+}
+
+Status Zero3Trainer::State::collective(const Task& t, const std::string& at, comm::Communicator& comm,
+                                       double& moved_bytes) {
+  const Part& pt = part(t.param);
+  if (t.collective == CollectiveKind::kAllGather) {
+    const int dst = use(t, BufferRole::kGathered);
+    const int src = t.uses[0] == dst ? t.uses[1] : t.uses[0];
+    moved_bytes = static_cast<double>(pt.shard * kB16 * static_cast<std::size_t>(R));
+    return comm.allgather(ptr(src), ptr(dst), pt.shard * kB16, at + t.name);
+  }
+  if (t.collective == CollectiveKind::kReduceScatter) {
+    const int src = use(t, BufferRole::kGrad), dst = use(t, BufferRole::kGradShard);
+    reduced.resize(pt.shard);
+    MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(reinterpret_cast<const float*>(ptr(src)), reduced.data(),
+                                               pt.shard, at + t.name));
+    // Accumulated (a parameter used twice in backward is reduced twice) and averaged over the ranks.
+    float* out = reinterpret_cast<float*>(ptr(dst));
+    const float inv = 1.0f / static_cast<float>(R);
+    for (std::size_t i = 0; i < pt.shard; ++i) out[i] += reduced[i] * inv;
+    moved_bytes = static_cast<double>(pt.shard * 4 * static_cast<std::size_t>(R));
+    return Status::ok();
+  }
+  return Status::internal(t.name + ": memwall train has no binding for a " + collective_name(t.collective));
+}
+
+Status Zero3Trainer::State::optimizer(const Task& t) {
+  const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
+  const std::size_t n = g.end - g.begin;
+  float *p32 = nullptr, *m = nullptr, *v = nullptr, *g32 = nullptr;
+  if (opt_tier == Tier::kNvme) {
+    p32 = reinterpret_cast<float*>(ptr(use(t, BufferRole::kOptimizerSwap)));
+    m = p32 + n;
+    v = m + n;
+    g32 = v + n;
+  }
+  for (std::size_t p = g.first; p < g.last; ++p) {
+    const Part& pt = parts[p];
+    const std::size_t off = opt_tier == Tier::kNvme ? pt.local - g.begin : pt.local;
+    kernels::AdamArrays a;
+    if (opt_tier == Tier::kNvme) {
+      a = kernels::fp32_arrays(p32 + off, m + off, v + off, g32 + off, pt.shard);
+    } else {
+      const float* grad =
+          opt_tier == Tier::kCpu ? grads32 + off : reinterpret_cast<const float*>(ptr(persistent_grad[p]));
+      a = kernels::fp32_arrays(master + off, exp_avg + off, exp_avg_sq + off, grad, pt.shard);
+    }
+    a.params_out = updated16(t, static_cast<int>(p));
+    a.out_type = kernels::DType::kBF16;
+    kernels::adam_step(a, adam_hyper, adam_threads);
+  }
+  return Status::ok();
+}
+
+Status Zero3Trainer::State::bind(const Task& t, int step_no) {
+  double bytes = 0;
+  const std::string at = step_no > 0 ? "step " + std::to_string(step_no) + " " : "eval ";
+  Status st = Status::ok();
+  switch (t.kind) {
+    case TaskKind::kAlloc:
+      return alloc(t.buffer);
+    case TaskKind::kFree:
+      release(t.buffer);
+      return Status::ok();
+    case TaskKind::kCompute:
+      st = compute(t);
+      break;
+    case TaskKind::kCopy:
+      st = copy(t, bytes);
+      break;
+    case TaskKind::kNvmeRead:
+      st = nvme_read(t, bytes);
+      break;
+    case TaskKind::kNvmeWrite:
+      st = nvme_write(t, bytes);
+      break;
+    case TaskKind::kCollective:
+      return Status::internal("collectives are bound by the trainer");
+    case TaskKind::kOptimizerStep:
+      st = optimizer(t);
+      bytes = 28.0 * t.elements;
+      break;
+  }
+  if (!st.is_ok()) return Status(st.code(), at + t.name + ": " + st.message());
+  moved[static_cast<std::size_t>(t.id)] = bytes;
+  return Status::ok();
+}
+
 Zero3Trainer::Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm)
-    : c_(c), o_(o), comm_(&comm) {}
+    : c_(c), o_(o), comm_(&comm), st_(std::make_unique<State>()) {}
+Zero3Trainer::Zero3Trainer(Zero3Trainer&&) noexcept = default;
+Zero3Trainer& Zero3Trainer::operator=(Zero3Trainer&&) noexcept = default;
+Zero3Trainer::~Zero3Trainer() = default;
+
+const ModelGraph& Zero3Trainer::graph() const {
+  return st_->model->graph();
+}
+const Schedule& Zero3Trainer::schedule() const {
+  return st_->sched;
+}
+const StepStats& Zero3Trainer::last_step() const {
+  return st_->stats;
+}
+std::size_t Zero3Trainer::shard_elements() const {
+  return st_->total;
+}
+const RunResult& Zero3Trainer::last_run() const {
+  return st_->last_run;
+}
+
+Schedule Zero3Trainer::measured_schedule() const {
+  Schedule s = st_->sched;
+  for (Task& t : s.tasks) {
+    if (t.resource != Resource::kNone) t.bytes = st_->moved_train[static_cast<std::size_t>(t.id)];
+  }
+  for (Buffer& b : s.buffers) b.bytes = st_->bytes_of(b);
+  return s;
+}
 
 Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3Options& o,
                                           comm::Communicator& comm) {
@@ -24,146 +490,330 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     return Status::invalid_argument("tiling " + std::to_string(o.tiling) + " must divide channels (" +
                                     std::to_string(c.channels) + ")");
   }
-  Zero3Trainer t(c, o, comm);
-  t.model_ = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
-  const auto R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
-  std::size_t local = 0;
-  for (const auto& s : t.model_->slices()) {
-    const std::size_t shard = (s.numel + R - 1) / R;
-    t.parts_.push_back({s.offset, s.numel, shard, local});
-    local += shard;
+  RunConfig run = o.run;
+  const ZeroConfig& z = run.zero;
+  if (run.memwall.partitioning == Partitioning::kBroadcast) {
+    return Status::invalid_argument("run " + run.name +
+                                    ": memwall.partitioning = broadcast is simulated only; memwall train "
+                                    "partitions bandwidth-centric (allowed: bandwidth-centric)");
   }
-  t.shard_master_.assign(local, 0.0f);
-  t.shard_m_.assign(local, 0.0f);
-  t.shard_v_.assign(local, 0.0f);
-  t.shard_grad_.assign(local, 0.0f);
+  if (run.memwall.model_parallel != 1) {
+    return Status::invalid_argument(
+        "run " + run.name + ": memwall.model_parallel = " + std::to_string(run.memwall.model_parallel) +
+        ": memwall train is data parallel only (allowed: 1)");
+  }
+  if (z.offload_param.device != OffloadDevice::kNone && z.offload_optimizer.device == OffloadDevice::kNone) {
+    return Status::invalid_argument("run " + run.name +
+                                    ": zero_optimization.offload_param needs offload_optimizer too (as in "
+                                    "DeepSpeed); allowed: offload_optimizer.device cpu or nvme");
+  }
+  const bool nvme =
+      z.offload_param.device == OffloadDevice::kNvme || z.offload_optimizer.device == OffloadDevice::kNvme;
+  if (nvme && o.swap_dir.empty()) {
+    return Status::invalid_argument("run " + run.name +
+                                    ": NVMe offload needs a swap directory "
+                                    "(zero_optimization.offload_*.nvme_path or --nvme-path)");
+  }
+  // What the engine implements (see default_train_run).
+  run.zero.stage = 3;
+  run.zero.param_persistence_threshold = {false, 0};
+  run.precision = Precision::kBf16;
+  run.fp32_gradients = true;
+  run.micro_batch_per_gpu = {false, static_cast<double>(o.micro_batch)};
+  run.memwall.sequence_length = o.seq;
+  run.memwall.tiling_factor = o.tiling;
+  run.memwall.data_parallel = comm.size();
+  run.memwall.model_parallel = 1;
+
+  Zero3Trainer tr(c, o, comm);
+  tr.o_.run = run;
+  State& st = *tr.st_;
+  st.R = comm.size();
+  st.rank = comm.rank();
+  st.adam_hyper = o.adam;
+  st.adam_threads = o.threads;
+  st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
+  auto sched = plan_iteration(model::gpt_model_spec(c), run, o.hw);
+  if (!sched.is_ok()) {
+    return Status(sched.status().code(),
+                  "the run does not fit " + o.hw.name + ": " + sched.status().message());
+  }
+  st.sched = std::move(sched).value();
+  const ModelGraph& g = st.model->graph();
+  // The planner built its graph from the same spec and options: it must be the model's.
+  std::size_t computes = 0;
+  for (const Task& t : st.sched.tasks) {
+    if (t.kind == TaskKind::kCompute && (t.op < 0 || t.op >= static_cast<int>(g.ops.size()))) {
+      return Status::internal("the schedule names op " + std::to_string(t.op) + " the model does not have");
+    }
+    computes += t.kind == TaskKind::kCompute ? 1 : 0;
+  }
+  MW_CHECK(computes >= g.ops.size(), "the schedule does not run every op");
+
+  // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
+  // boundaries into as many groups as the plan has.
+  const auto R = static_cast<std::size_t>(st.R);
+  for (const auto& s : st.model->slices()) {
+    const std::size_t shard = (s.numel + R - 1) / R;
+    st.parts.push_back({s.offset, s.numel, shard, st.total});
+    st.total += shard;
+  }
+  int groups = 0;
+  for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);
+  groups = std::max(groups, 1);
+  for (std::size_t p = 0, gi = 0; gi < static_cast<std::size_t>(groups); ++gi) {
+    State::Group grp{p, p, st.parts[std::min(p, st.parts.size() - 1)].local, 0};
+    const std::size_t target = st.total * (gi + 1) / static_cast<std::size_t>(groups);
+    while (p < st.parts.size() && (st.parts[p].local < target || grp.last == grp.first)) ++p, ++grp.last;
+    if (gi + 1 == static_cast<std::size_t>(groups)) {
+      while (p < st.parts.size()) ++p, ++grp.last;
+    }
+    grp.begin = grp.first < st.parts.size() ? st.parts[grp.first].local : st.total;
+    grp.end = grp.last < st.parts.size() ? st.parts[grp.last].local : st.total;
+    st.groups.push_back(grp);
+  }
+  // Tiers: the device arena has the GPU's memory; the host arena this rank's share of the node's.
+  const auto n_buf = st.sched.buffers.size();
+  st.arena_of.assign(n_buf, nullptr);
+  st.block.assign(n_buf, {});
+  st.mem.assign(n_buf, nullptr);
+  st.real_bytes.assign(n_buf, 0);
+  st.moved.assign(st.sched.tasks.size(), 0);
+  st.moved_train = st.moved;
+  st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
+                                            static_cast<std::size_t>(o.hw.gpu.memory_bytes));
+  st.host_mem = std::make_unique<host::Arena>(
+      "host memory", static_cast<std::size_t>(o.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
+  st.opt_tier = tier_of(z.offload_optimizer.device);
+  st.home.assign(st.parts.size(), Tier::kGpu);
+  st.shard_buf.assign(st.parts.size(), -1);
+  st.persistent_grad.assign(st.parts.size(), -1);
+  for (const Buffer& b : st.sched.buffers) {
+    if (b.param < 0 || !b.persistent) continue;
+    if (b.role == BufferRole::kShard) {
+      st.home[static_cast<std::size_t>(b.param)] = b.tier;
+      st.shard_buf[static_cast<std::size_t>(b.param)] = b.id;
+    } else if (b.role == BufferRole::kGrad || b.role == BufferRole::kGradShard) {
+      st.persistent_grad[static_cast<std::size_t>(b.param)] = b.id;
+    }
+  }
+  if (nvme) {
+    io::IoSettings ios = io::IoSettings::from(run.aio);
+    auto aio = io::AsyncIo::create(ios);
+    if (!aio.is_ok()) return aio.status();
+    st.aio = std::move(aio).value();
+    io::StoreOptions so;
+    so.dir = o.swap_dir;
+    so.rank = st.rank;
+    // Every tensor twice (a new version is written before the old one is released), with alignment slack.
+    const double data = static_cast<double>(st.total) * (2 + 4 + 12);
+    const double slack = 2.0 * 1048576.0 * static_cast<double>(st.parts.size() * 2 + st.groups.size());
+    so.capacity_bytes = static_cast<std::uint64_t>(2 * data + slack) / 4096 * 4096 + (64ull << 20);
+    so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30);
+    std::error_code ec;
+    std::filesystem::remove_all(o.swap_dir + "/rank" + std::to_string(st.rank), ec);  // swap, not state
+    auto store = io::TensorStore::create(so, *st.aio);
+    if (!store.is_ok()) return store.status();
+    st.store = std::move(store).value();
+  }
+  // Setup tasks: the persistent buffers.
+  for (const Task& t : st.sched.tasks) {
+    if (t.phase != Phase::kSetup) continue;
+    MW_CHECK(t.kind == TaskKind::kAlloc, "setup tasks are allocations");
+    if (Status s = st.alloc(t.buffer); !s.is_ok()) {
+      return Status(s.code(), "allocating the model states: " + s.message());
+    }
+  }
+  for (const Buffer& b : st.sched.buffers) {
+    if (b.persistent && b.category == MemCategory::kRuntimeReserved)
+      st.reserved[static_cast<int>(b.tier)] +=
+          static_cast<double>(st.block[static_cast<std::size_t>(b.id)].bytes);
+    if (!b.persistent || b.tier == Tier::kNvme) continue;
+    float* f = reinterpret_cast<float*>(st.mem[static_cast<std::size_t>(b.id)]);
+    if (b.category == MemCategory::kMasterParams32) st.master = f;
+    if (b.category == MemCategory::kMomentum32) st.exp_avg = f;
+    if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
+    if (b.category == MemCategory::kGrads32) st.grads32 = f;
+  }
+  if (st.opt_tier == Tier::kCpu) st.out16.assign(st.total, 0);
   // Partitioned initialisation: this rank's elements only (padding stays zero).
-  for (const auto& p : t.parts_) {
+  std::vector<float> master(st.total, 0.0f), zeros(st.total, 0.0f);
+  const std::size_t r = static_cast<std::size_t>(st.rank);
+  for (const auto& p : st.parts) {
     const std::size_t begin = std::min(p.numel, r * p.shard), end = std::min(p.numel, (r + 1) * p.shard);
     if (begin < end) {
-      model::gpt_init_range(c, t.shard_master_.data() + p.local, p.model_offset + begin, p.model_offset + end,
-                            o.seed);
+      model::gpt_init_range(c, master.data() + p.local, p.model_offset + begin, p.model_offset + end, o.seed);
     }
   }
-  return t;
+  MW_RETURN_IF_ERROR(tr.install_states(master, zeros, zeros));
+  return tr;
 }
 
-void Zero3Trainer::emit(std::string name, const char* category, Phase phase, Resource resource, double start,
-                        double bytes, double flops) {
-  if (!sink_) return;
-  TrainEvent e;
-  e.name = std::move(name);
-  e.category = category;
-  e.phase = phase;
-  e.resource = resource;
-  e.start_s = start;
-  e.end_s = now();
-  e.bytes = bytes;
-  e.flops = flops;
-  sink_(e);
+// Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
+// parameter shards.
+Status Zero3Trainer::install_states(const std::vector<float>& master, const std::vector<float>& m,
+                                    const std::vector<float>& v) {
+  State& st = *st_;
+  const std::size_t n = st.total;
+  if (st.opt_tier == Tier::kNvme) {
+    std::vector<float> buf;
+    for (std::size_t gi = 0; gi < st.groups.size(); ++gi) {
+      const State::Group& g = st.groups[gi];
+      const std::size_t k = g.end - g.begin;
+      buf.resize(3 * k);
+      std::copy(master.begin() + static_cast<std::ptrdiff_t>(g.begin),
+                master.begin() + static_cast<std::ptrdiff_t>(g.end), buf.begin());
+      std::copy(m.begin() + static_cast<std::ptrdiff_t>(g.begin),
+                m.begin() + static_cast<std::ptrdiff_t>(g.end), buf.begin() + static_cast<std::ptrdiff_t>(k));
+      std::copy(v.begin() + static_cast<std::ptrdiff_t>(g.begin),
+                v.begin() + static_cast<std::ptrdiff_t>(g.end),
+                buf.begin() + static_cast<std::ptrdiff_t>(2 * k));
+      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), buf.data(), 12 * k));
+    }
+  } else {
+    std::memcpy(st.master, master.data(), n * 4);
+    std::memcpy(st.exp_avg, m.data(), n * 4);
+    std::memcpy(st.exp_avg_sq, v.data(), n * 4);
+  }
+  std::vector<std::uint16_t> b16;
+  for (std::size_t p = 0; p < st.parts.size(); ++p) {
+    const auto& pt = st.parts[p];
+    b16.resize(pt.shard);
+    kernels::cast_f32_to_bf16(master.data() + pt.local, b16.data(), pt.shard);
+    if (st.home[p] == Tier::kNvme) {
+      MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
+    } else {
+      std::memcpy(st.ptr(st.shard_buf[p]), b16.data(), pt.shard * kB16);
+    }
+  }
+  if (st.store) MW_RETURN_IF_ERROR(st.store->commit());
+  return Status::ok();
 }
 
-Status Zero3Trainer::gather(int param, std::vector<float>& into, const std::string& tag, Phase phase) {
-  const Part& p = parts_[static_cast<std::size_t>(param)];
-  into.resize(p.shard * static_cast<std::size_t>(comm_->size()));
-  const double start = sink_ ? now() : 0;
-  MW_RETURN_IF_ERROR(
-      comm_->allgather(shard_master_.data() + p.local, into.data(), p.shard * sizeof(float), tag));
-  if (sink_) {
-    emit(model_->graph().params[static_cast<std::size_t>(param)].name + " allgather", "collective", phase,
-         Resource::kNetwork, start, static_cast<double>(into.size() * sizeof(float)), 0);
+// This rank's flat master weights and moments, wherever they live.
+Status Zero3Trainer::read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+  State& st = *st_;
+  const std::size_t n = st.total;
+  master.resize(n);
+  m.resize(n);
+  v.resize(n);
+  if (st.opt_tier != Tier::kNvme) {
+    std::memcpy(master.data(), st.master, n * 4);
+    std::memcpy(m.data(), st.exp_avg, n * 4);
+    std::memcpy(v.data(), st.exp_avg_sq, n * 4);
+    return Status::ok();
+  }
+  std::vector<float> buf;
+  for (std::size_t gi = 0; gi < st.groups.size(); ++gi) {
+    const State::Group& g = st.groups[gi];
+    const std::size_t k = g.end - g.begin;
+    buf.resize(3 * k);
+    MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), buf.data(), 12 * k));
+    std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k),
+              master.begin() + static_cast<std::ptrdiff_t>(g.begin));
+    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(k), buf.begin() + static_cast<std::ptrdiff_t>(2 * k),
+              m.begin() + static_cast<std::ptrdiff_t>(g.begin));
+    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(2 * k),
+              buf.begin() + static_cast<std::ptrdiff_t>(3 * k),
+              v.begin() + static_cast<std::ptrdiff_t>(g.begin));
   }
   return Status::ok();
 }
 
-Status Zero3Trainer::forward(const int* tokens, const int* targets, const std::string& at) {
-  const ModelGraph& g = model_->graph();
-  std::vector<const float*> pp;
-  model_->set_batch(tokens, targets);
-  for (int op = 0; op < static_cast<int>(g.ops.size()); ++op) {
-    const auto& params = g.ops[static_cast<std::size_t>(op)].params;
-    if (work_.size() < params.size()) work_.resize(params.size());
-    pp.clear();
-    for (std::size_t k = 0; k < params.size(); ++k) {
-      MW_RETURN_IF_ERROR(gather(params[k], work_[k],
-                                at + g.ops[static_cast<std::size_t>(op)].name + " gather", Phase::kForward));
-      pp.push_back(work_[k].data());
-    }
-    const double start = sink_ ? now() : 0;
-    model_->forward_op(op, pp.data());
-    if (sink_) {
-      const auto& gop = g.ops[static_cast<std::size_t>(op)];
-      emit(gop.name, "compute", Phase::kForward, Resource::kCompute, start, 0, gop.fwd_flops);
+Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bool train) {
+  State& st = *st_;
+  const Schedule& s = st.sched;
+  st.model->set_batch(tokens, targets);
+  std::vector<char> include(s.tasks.size(), 0);
+  for (const Task& t : s.tasks) {
+    include[static_cast<std::size_t>(t.id)] =
+        t.phase != Phase::kSetup && (train || t.phase == Phase::kForward);
+  }
+  if (train) {
+    for (int b : st.persistent_grad) {
+      if (b >= 0)
+        std::memset(st.ptr(b), 0, static_cast<std::size_t>(st.real_bytes[static_cast<std::size_t>(b)]));
     }
   }
-  return Status::ok();
-}
-
-Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {
-  MW_RETURN_IF_ERROR(forward(tokens, targets, "eval "));
-  return model_->loss();
-}
-
-Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
-  const ModelGraph& g = model_->graph();
-  const int ops = static_cast<int>(g.ops.size());
-  const std::string at = "step " + std::to_string(step_ + 1) + " ";
-  std::vector<const float*> pp;
-  std::vector<float*> gp;
-  MW_RETURN_IF_ERROR(forward(tokens, targets, at));
-  std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
-  std::vector<float> reduced;
-  for (int op = ops - 1; op >= 0; --op) {
-    const auto& gop = g.ops[static_cast<std::size_t>(op)];
-    if (work_grad_.size() < gop.params.size()) work_grad_.resize(gop.params.size());
-    pp.clear();
-    gp.clear();
-    for (std::size_t k = 0; k < gop.params.size(); ++k) {
-      MW_RETURN_IF_ERROR(
-          gather(gop.params[k], work_[k], at + gop.name + " backward gather", Phase::kBackward));
-      work_grad_[k].assign(work_[k].size(), 0.0f);
-      pp.push_back(work_[k].data());
-      gp.push_back(work_grad_[k].data());
-    }
-    const double start = sink_ ? now() : 0;
-    model_->backward_op(op, pp.data(), gp.data());
-    emit(gop.name, "compute", Phase::kBackward, Resource::kCompute, start, 0, gop.bwd_flops);
-    for (std::size_t k = 0; k < gop.params.size(); ++k) {
-      const Part& p = parts_[static_cast<std::size_t>(gop.params[k])];
-      reduced.resize(p.shard);
-      MW_RETURN_IF_ERROR(comm_->reduce_scatter_sum(work_grad_[k].data(), reduced.data(), p.shard,
-                                                   at + gop.name + " reduce-scatter"));
-      float* dst = shard_grad_.data() + p.local;
-      for (std::size_t i = 0; i < p.shard; ++i) dst[i] += reduced[i];
+  st.adam_hyper.step = step_ + 1;
+  std::fill(st.moved.begin(), st.moved.end(), 0.0);
+  const int step_no = train ? static_cast<int>(step_ + 1) : 0;
+  const std::string at = train ? "step " + std::to_string(step_no) + " " : "eval ";
+  comm::Communicator& comm = *comm_;
+  exec::LaneExecutor ex(
+      s, include,
+      [&st, &comm, step_no, at](const Task& t) -> Status {
+        if (t.kind != TaskKind::kCollective) return st.bind(t, step_no);
+        double bytes = 0;
+        MW_RETURN_IF_ERROR(st.collective(t, at, comm, bytes));
+        st.moved[static_cast<std::size_t>(t.id)] = bytes;
+        return Status::ok();
+      },
+      st.t0);
+  const double t_start = st.now();
+  auto run = run_schedule(s, ex);
+  const double t_end = st.now();
+  if (!run.is_ok()) return run.status();
+  // Buffers a forward-only run left allocated (kept for backward) go back.
+  if (!train) {
+    for (const Buffer& b : s.buffers) {
+      if (!b.persistent && st.arena_of[static_cast<std::size_t>(b.id)] != nullptr) st.release(b.id);
     }
   }
-  // Data parallel: the gradient of the mean loss over all ranks' batches.
-  const float inv = 1.0f / static_cast<float>(comm_->size());
-  for (auto& x : shard_grad_) x *= inv;
-  ++step_;
-  kernels::AdamHyper h = o_.adam;
-  h.step = step_;
-  const kernels::AdamArrays a = kernels::fp32_arrays(shard_master_.data(), shard_m_.data(), shard_v_.data(),
-                                                     shard_grad_.data(), shard_master_.size());
-  const double adam_start = sink_ ? now() : 0;
-  kernels::adam_step(a, h, o_.threads);
-  emit("adam", "optimizer_step", Phase::kOptimizer, Resource::kCpuOptimizer, adam_start,
-       28.0 * static_cast<double>(a.n), 0);
-  // Loss averaged over ranks.
-  const float mine = model_->loss();
+  if (st.store) {
+    std::lock_guard<std::mutex> lock(st.store_mu);
+    MW_RETURN_IF_ERROR(st.store->commit());  // releases the versions this step replaced
+  }
+  StepStats stats;
+  stats.seconds = t_end - t_start;
+  for (const Task& t : s.tasks) {
+    if (!include[static_cast<std::size_t>(t.id)] || t.resource == Resource::kNone) continue;
+    const Completion& c = run->timing[static_cast<std::size_t>(t.id)];
+    const auto r = static_cast<std::size_t>(t.resource);
+    stats.busy_s[r] += c.end_s - c.start_s;
+    stats.bytes[r] += st.moved[static_cast<std::size_t>(t.id)];
+  }
+  if (train) st.moved_train = st.moved;
+  st.last_run = std::move(run).value();
+  for (const Task& t : s.tasks) {
+    if (t.phase == Phase::kSetup)
+      st.last_run.timing[static_cast<std::size_t>(t.id)] = {t.id, t_start, t_start};
+  }
+  for (int ti = 0; ti < kTierCount; ++ti) stats.peak_bytes[ti] = st.tier_peak(static_cast<Tier>(ti));
+  stats.capacity_bytes[0] = static_cast<double>(st.device->capacity());
+  stats.capacity_bytes[1] = static_cast<double>(st.host_mem->capacity());
+  stats.capacity_bytes[2] = st.store ? static_cast<double>(st.store->capacity_bytes()) : 0;
+  st.stats = stats;
+  // The loss averaged over ranks.
+  const float mine = st.model->loss();
   std::vector<float> all(static_cast<std::size_t>(comm_->size()));
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));
   float sum = 0.0f;
   for (float l : all) sum += l;
-  return sum * inv;
+  if (train) ++step_;
+  return sum / static_cast<float>(comm_->size());
+}
+
+Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
+  return run_phases(tokens, targets, true);
+}
+
+Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {
+  // The evaluation's loss: this rank's own, as before (callers average over ranks themselves).
+  auto l = run_phases(tokens, targets, false);
+  if (!l.is_ok()) return l.status();
+  return st_->model->loss();
 }
 
 Status Zero3Trainer::gather_params(std::vector<float>& out) {
+  std::vector<float> master, m, v, buf;
+  MW_RETURN_IF_ERROR(read_states(master, m, v));
   out.assign(model_elements(), 0.0f);
-  std::vector<float> buf;
-  for (std::size_t i = 0; i < parts_.size(); ++i) {
-    MW_RETURN_IF_ERROR(gather(static_cast<int>(i), buf, "gather_params", Phase::kSetup));
-    std::memcpy(out.data() + parts_[i].model_offset, buf.data(), parts_[i].numel * sizeof(float));
+  for (const auto& p : st_->parts) {
+    buf.resize(p.shard * static_cast<std::size_t>(comm_->size()));
+    MW_RETURN_IF_ERROR(
+        comm_->allgather(master.data() + p.local, buf.data(), p.shard * sizeof(float), "gather_params"));
+    std::memcpy(out.data() + p.model_offset, buf.data(), p.numel * sizeof(float));
   }
   return Status::ok();
 }
@@ -195,18 +845,20 @@ Status Zero3Trainer::save(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(step_dir, ec);
   if (ec) return Status::io_error(step_dir + ": " + ec.message());
+  std::vector<float> master, m, v;
+  MW_RETURN_IF_ERROR(read_states(master, m, v));
   CheckpointHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.step = step_;
-  h.elements = shard_master_.size();
-  const std::size_t bytes = shard_master_.size() * sizeof(float);
-  std::uint32_t crc = io::crc32c(shard_master_.data(), bytes);
-  crc = io::crc32c_extend(crc, shard_m_.data(), bytes);
-  h.crc = io::crc32c_extend(crc, shard_v_.data(), bytes);
+  h.elements = master.size();
+  const std::size_t bytes = master.size() * sizeof(float);
+  std::uint32_t crc = io::crc32c(master.data(), bytes);
+  crc = io::crc32c_extend(crc, m.data(), bytes);
+  h.crc = io::crc32c_extend(crc, v.data(), bytes);
   auto view = [](const void* p, std::size_t n) { return std::string_view(static_cast<const char*>(p), n); };
-  MW_RETURN_IF_ERROR(io::write_file_atomic(rank_file(step_dir, comm_->rank(), comm_->size()),
-                                           {view(&h, sizeof h), view(shard_master_.data(), bytes),
-                                            view(shard_m_.data(), bytes), view(shard_v_.data(), bytes)}));
+  MW_RETURN_IF_ERROR(io::write_file_atomic(
+      rank_file(step_dir, comm_->rank(), comm_->size()),
+      {view(&h, sizeof h), view(master.data(), bytes), view(m.data(), bytes), view(v.data(), bytes)}));
   MW_RETURN_IF_ERROR(io::fsync_path(step_dir, true));
   MW_RETURN_IF_ERROR(comm_->barrier("checkpoint step " + std::to_string(step_)));
   if (comm_->rank() == 0) {
@@ -301,10 +953,8 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
   const std::string file = rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size());
   std::vector<float> master, m, v;
   long step = 0;
-  MW_RETURN_IF_ERROR(read_shard(file, shard_master_.size(), master, m, v, step));
-  shard_master_ = std::move(master);
-  shard_m_ = std::move(m);
-  shard_v_ = std::move(v);
+  MW_RETURN_IF_ERROR(read_shard(file, st_->total, master, m, v, step));
+  MW_RETURN_IF_ERROR(install_states(master, m, v));
   step_ = step;
   return step_;
 }

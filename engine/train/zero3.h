@@ -1,10 +1,18 @@
-// ZeRO-3 data-parallel training of the GPT model across the ranks of a Communicator, in memory (the offload
-// tiers and the schedule-driven executor build on this): every graph parameter is padded to a multiple of
-// the rank count and partitioned, each rank holding 1/R of it with its fp32 master copy and Adam states;
-// before each op (forward and backward) the op's parameters are all-gathered into working buffers and
-// released after; the op's gradients are reduce-scattered (deterministic, rank-ordered sums) into the
-// owner's shard and averaged over ranks; each rank steps Adam on its own shard. Initialisation is
-// partitioned too: no rank ever materialises more than one op's parameters.
+// ZeRO-3 / ZeRO-Infinity training of the GPT model across the ranks of a Communicator, driven by the core's
+// Schedule. The planner turns the model's graph, the run and the hardware into one iteration's tasks; a
+// LaneExecutor runs them on real threads (compute, copies, NVMe reads and writes, the network and the CPU
+// optimizer each on their own in-order lane) and this trainer binds every task to real work:
+//   - buffers on the GPU tier live in a host-emulated device arena whose capacity is the hardware's GPU
+//     memory; CPU buffers in a host arena of the node's memory share; NVMe buffers in a TensorStore (O_DIRECT
+//     async I/O) under swap_dir; swap slots in arenas the size of the planned pinned pools;
+//   - NVMe reads/writes go through the store; copies are memcpy between tiers; all-gathers and
+//     reduce-scatters go to the Communicator (MPI, deterministic rank-ordered sums); the optimizer step is
+//     the SIMD Adam on each sub-group, writing bf16 parameters back;
+//   - compute tasks run the model's op with the gathered bf16 parameters widened to fp32.
+// Every graph parameter is padded to a multiple of the rank count and partitioned; no rank ever holds more
+// than its own shards plus the parameters the schedule has gathered. Activations stay in the model's own
+// buffers (the arena only accounts for them), so losses are bitwise the same whatever the offload, tiling
+// or checkpointing.
 #pragma once
 
 #include <chrono>
@@ -17,9 +25,22 @@
 #include "cpu/adam.h"
 #include "engine/comm/comm.h"
 #include "engine/model/gpt.h"
+#include "exec/executor.h"
 #include "plan/schedule.h"
+#include "spec/hardware_spec.h"
+#include "spec/run_config.h"
 
 namespace memwall::train {
+
+// The run settings the trainer honours (its planner input): offload_param / offload_optimizer (none, cpu,
+// nvme) with buffer counts and sizes, sub_group_size, prefetch and its budgets, reuse distance, activation
+// checkpointing (with cpu_checkpointing), tiling. create() fixes what the engine implements: ZeRO stage 3,
+// every parameter partitioned (persistence threshold 0), bf16 parameters with fp32 master weights, fp32
+// gradients (communication_data_type fp32), data parallelism over the communicator's ranks.
+RunConfig default_train_run();
+// A machine for the emulated tiers: `device_bytes` of device memory per rank (the host-emulated GPU arena),
+// `host_bytes` of CPU memory and `nvme_bytes` of NVMe per node, no reserves, 64 "GPUs" per node.
+HardwareSpec emulated_hardware(double device_bytes, double host_bytes, double nvme_bytes);
 
 struct Zero3Options {
   int micro_batch = 1;  // sequences per rank per step
@@ -28,72 +49,81 @@ struct Zero3Options {
   std::uint64_t seed = 1;
   kernels::AdamHyper adam;
   int threads = 1;  // Adam threads
+  RunConfig run = default_train_run();
+  HardwareSpec hw = emulated_hardware(4.0 * (1ull << 30), 16.0 * (1ull << 30), 0);
+  // The NVMe tier's directory (this rank's swap store goes to swap_dir/rank<r>, replaced at start). Required
+  // when the run offloads anything to NVMe.
+  std::string swap_dir;
 };
 
-// One measured interval of a step, for traces: `resource` is a core Resource (compute, network, cpu
-// optimizer).
-struct TrainEvent {
-  std::string name;      // "L3.fc1", "L3.fc1.w allgather", "adam"
-  std::string category;  // compute, collective, optimizer_step
-  Phase phase = Phase::kForward;
-  Resource resource = Resource::kCompute;
-  double start_s = 0, end_s = 0;  // since the trainer was created
-  double bytes = 0, flops = 0;
+// What one step did, measured.
+struct StepStats {
+  double seconds = 0;
+  double busy_s[kResourceCount] = {};  // time each lane was running tasks
+  double bytes[kResourceCount] = {};   // bytes moved per lane (h2d, d2h, nvme read/write, network)
+  // High-water mark since the trainer started, this rank, beyond the hardware's reserved memory: the
+  // device and host arenas, and the NVMe store's tensors (both versions while one is being replaced).
+  double peak_bytes[kTierCount] = {};
+  double capacity_bytes[kTierCount] = {};
 };
 
 class Zero3Trainer {
  public:
-  // Builds the partition and initialises this rank's shards. Errors for invalid configs, before any work.
+  // Plans one iteration for this model, run and hardware (rejecting a run that does not fit with the plan's
+  // shortfall), allocates the tiers and initialises this rank's shards. Errors come before any work.
   static Result<Zero3Trainer> create(const model::GptConfig& c, const Zero3Options& o,
                                      comm::Communicator& comm);
+  Zero3Trainer(Zero3Trainer&&) noexcept;
+  Zero3Trainer& operator=(Zero3Trainer&&) noexcept;
+  ~Zero3Trainer();
 
-  // One optimizer step on this rank's micro-batch (tokens/targets: [micro_batch * seq]). Returns the loss
-  // averaged over ranks.
+  // One optimizer step on this rank's micro-batch (tokens/targets: [micro_batch * seq]), running every task
+  // of the schedule on the lanes. Returns the loss averaged over ranks.
   Result<float> step(const int* tokens, const int* targets);
 
-  // The mean loss of this rank's batch without updating anything (parameters gathered per op as in step).
+  // The mean loss of this rank's batch without updating anything: the schedule's forward tasks only.
   Result<float> evaluate(const int* tokens, const int* targets);
-  const ModelGraph& graph() const { return model_->graph(); }
+  const ModelGraph& graph() const;
+  const Schedule& schedule() const;
+  const StepStats& last_step() const;
+  const RunConfig& run() const { return o_.run; }  // as planned (after create()'s normalisation)
 
-  // Bytes of parameter and optimizer state this rank holds (shards only), and the total model size.
-  std::size_t shard_elements() const { return shard_master_.size(); }
+  std::size_t shard_elements() const;  // this rank's elements (with padding)
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
   // Checkpoints (docs/training.md): every rank writes its shards of the master weights and Adam moments to
-  // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically); after a barrier, rank 0 points
-  // DIR/latest.json at that step (atomically) and removes older step directories. A crash at any point leaves
-  // latest.json naming a complete checkpoint. No rank ever holds more than its own shards.
+  // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically), reading NVMe-resident states from the
+  // store; after a barrier, rank 0 points DIR/latest.json at that step (atomically) and removes older step
+  // directories. A crash at any point leaves latest.json naming a complete checkpoint. The format does not
+  // depend on where the states lived, so a run may resume with another offload configuration.
   Status save(const std::string& dir);
-  // Loads the checkpoint latest.json names into this trainer (same model, options and rank count; errors name
+  // Loads the checkpoint latest.json names into this trainer (same model, tiling and rank count; errors name
   // the file and the mismatch). Returns the step it was taken at.
   Result<long> load(const std::string& dir);
   long steps_done() const { return step_; }
-  // Receives every measured interval of the following steps (null: none). Timing adds a clock read per event.
-  void set_event_sink(std::function<void(const TrainEvent&)> sink) { sink_ = std::move(sink); }
+  // The last step's (or evaluation's) measured timing per task, in seconds since the trainer was created;
+  // setup tasks carry the step's start, tasks left out (an evaluation's backward) zero. With
+  // measured_schedule() (the schedule with the bytes really allocated and moved) it is what
+  // export_run_trace turns into the shared trace format.
+  const RunResult& last_run() const;
+  Schedule measured_schedule() const;
 
-  // Gathers the full fp32 parameters into `out` (model_elements()) on every rank: for tests and export.
+  // Gathers the full fp32 master parameters into `out` (model_elements()) on every rank: for tests and
+  // export.
   Status gather_params(std::vector<float>& out);
 
  private:
-  struct Part {
-    std::size_t model_offset, numel, shard, local;  // local: where this rank's shard starts in shard arrays
-  };
+  struct State;
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
-  Status gather(int param, std::vector<float>& into, const std::string& tag, Phase phase);
-  Status forward(const int* tokens, const int* targets, const std::string& at);
+  Result<float> run_phases(const int* tokens, const int* targets, bool train);
+  Status read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
+  Status install_states(const std::vector<float>& master, const std::vector<float>& m,
+                        const std::vector<float>& v);
 
   model::GptConfig c_;
   Zero3Options o_;
   comm::Communicator* comm_;
-  std::unique_ptr<model::GptModel> model_;
-  std::vector<Part> parts_;  // per graph parameter
-  std::vector<float> shard_master_, shard_m_, shard_v_, shard_grad_;
-  std::vector<std::vector<float>> work_, work_grad_;  // per op parameter slot
+  std::unique_ptr<State> st_;
   long step_ = 0;
-  std::function<void(const TrainEvent&)> sink_;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
-  void emit(std::string name, const char* category, Phase phase, Resource resource, double start,
-            double bytes, double flops);
 };
 
 // Reassembles the full fp32 parameters of the checkpoint DIR/latest.json names from every rank's shard file,

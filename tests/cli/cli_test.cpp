@@ -483,10 +483,27 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
 
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   const std::string data = write_file("train2.txt", training_text());
+  // The scenario's nvme_path (/local_nvme) is not on this machine.
   CmdResult r = memwall("train --run zero-infinity-nvme --steps 1 --data " + data + " " + kTinyModel);
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
-  EXPECT_NE(r.output.find("offload_param.device = nvme"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/local_nvme: the NVMe path does not exist"), std::string::npos) << r.output;
+  r = memwall("train --run zero-2 --steps 1 --data " + data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("zero_optimization.stage = 2"), std::string::npos) << r.output;
+  // A device too small for the plan: the shortfall, before any work.
+  const std::filesystem::path files = std::filesystem::current_path() / "cli_test_files";
+  const std::string base =
+      std::filesystem::relative(std::filesystem::path(MEMWALL_SOURCE_SCENARIOS) / "hardware" / "dgx2.json",
+                                files)
+          .string();
+  const std::string tiny = write_file("tiny-device.json", "{\"inherits\": \"" + base +
+                                                              "\", \"gpu\": {\"memory_bytes\": 1000000, "
+                                                              "\"reserved_bytes\": 0}}");
+  r = memwall("train --steps 1 --hardware " + tiny + " --data " + data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("GPU: the schedule needs"), std::string::npos) << r.output;
   r = memwall("train --model llama-2-7b --steps 1 --data " + data);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("SwiGLU"), std::string::npos) << r.output;
@@ -616,7 +633,8 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   const std::string data = write_file("train6.txt", training_text());
   const std::string trace =
       (std::filesystem::current_path() / "cli_test_files" / "train-trace.json").string();
-  const CmdResult r = memwall("train --steps 3 --trace " + trace + " --data " + data + " " + kTinyModel);
+  const CmdResult r = memwall("train --steps 3 --trace " + trace + " --data " + data + " " + kTinyModel +
+                              " --set '{\"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(trace);
   std::stringstream text;
@@ -624,21 +642,28 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   const auto j = parse_json(text.str());
   EXPECT_EQ(j["otherData"]["command"], "train");
   EXPECT_EQ(j["otherData"]["executor"], "cpu");
-  int adam = 0, fwd = 0, bwd = 0, gathers = 0;
+  int adam = 0, fwd = 0, bwd = 0, copies = 0, memory = 0;
+  double moved = 0;
   for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "C" && e.at("name") == "memory gpu") ++memory;
     if (e.at("ph") != "X") continue;
     EXPECT_GE(e.at("dur").get<double>(), 0.0);
     const std::string phase = e.at("args").at("phase").get<std::string>();
-    if (e["name"] == "adam") ++adam;
+    if (e["cat"] == "optimizer_step") ++adam;
     if (e["cat"] == "compute" && phase == "forward") ++fwd;
     if (e["cat"] == "compute" && phase == "backward") ++bwd;
-    if (e["cat"] == "collective") ++gathers;
+    if (e["cat"] == "copy") {
+      ++copies;
+      if (e.at("args").contains("bytes")) moved += e.at("args").at("bytes").get<double>();
+    }
   }
-  EXPECT_EQ(adam, 3);
-  EXPECT_GT(fwd, 3 * 10);  // every op of every step, plus the held-out evaluation
+  EXPECT_EQ(adam, 3);      // one sub-group per step
+  EXPECT_GT(fwd, 3 * 10);  // every op of every step
   EXPECT_EQ(bwd % 3, 0);
   EXPECT_GT(bwd, 0);
-  EXPECT_GT(gathers, 0);
+  EXPECT_GT(copies, 0);  // the optimizer is offloaded: gradients down, parameters up, with real bytes
+  EXPECT_GT(moved, 0.0);
+  EXPECT_GT(memory, 3);
 }
 
 TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) {
