@@ -1,7 +1,8 @@
 // Run under `mpirun -n 2` by ctest: ZeRO-3 across real MPI ranks (each rank one sequence) against the same
 // training on one rank with both sequences in its micro-batch. Losses must agree to 1e-6 relative for 5
-// steps (the issue asks for 1e-6; 8e-8 measured), and each rank must hold about half of the model. Exits
-// non-zero on failure.
+// steps (the issue asks for 1e-6; 8e-8 measured), and each rank must hold about half of the model. The
+// same 2-rank training with parameters and optimizer offloaded to CPU, and to NVMe, must give bitwise the
+// losses of the in-device one. Exits non-zero on failure.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +32,22 @@ int main() {
   o.seed = 5;
   o.adam.lr = 1e-2f;
   auto dist = train::Zero3Trainer::create(c, o, world);
+  train::Zero3Options o_cpu = o, o_nvme = o;
+  o_cpu.run.zero.offload_param.device = o_cpu.run.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  o_nvme.run.zero.offload_param.device = o_nvme.run.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  o_nvme.run.zero.offload_param.max_in_cpu = 0;
+  o_nvme.run.zero.sub_group_size = 1000;
+  o_nvme.run.zero.offload_param.buffer_size = 1e4;
+  o_nvme.swap_dir = "zero3-mpi-swap";
+  o_nvme.hw = train::emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  std::filesystem::create_directories(o_nvme.swap_dir);
+  auto dist_cpu = train::Zero3Trainer::create(c, o_cpu, world);
+  auto dist_nvme = train::Zero3Trainer::create(c, o_nvme, world);
+  if (!dist_cpu.is_ok() || !dist_nvme.is_ok()) {
+    std::fprintf(stderr, "rank %d: create with offload failed: %s\n", r,
+                 (dist_cpu.is_ok() ? dist_nvme.status() : dist_cpu.status()).to_string().c_str());
+    return 1;
+  }
   auto local = comm::make_local_comm();
   train::Zero3Options o_all = o;
   o_all.micro_batch = R;
@@ -59,6 +76,18 @@ int main() {
                    (got.is_ok() ? want.status() : got.status()).to_string().c_str());
       return 1;
     }
+    auto got_cpu = dist_cpu->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
+    auto got_nvme = dist_nvme->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
+    if (!got_cpu.is_ok() || !got_nvme.is_ok()) {
+      std::fprintf(stderr, "rank %d: offloaded step %d failed: %s\n", r, s,
+                   (got_cpu.is_ok() ? got_nvme.status() : got_cpu.status()).to_string().c_str());
+      return 1;
+    }
+    if (*got_cpu != *got || *got_nvme != *got) {
+      std::fprintf(stderr, "rank %d step %d: offloaded losses %.9g (cpu) %.9g (nvme) differ from %.9g\n", r, s,
+                   static_cast<double>(*got_cpu), static_cast<double>(*got_nvme), static_cast<double>(*got));
+      ++failures;
+    }
     const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
     std::printf("rank %d step %d: %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
                 static_cast<double>(*got), static_cast<double>(*want), rel);
@@ -82,5 +111,6 @@ int main() {
     }
     std::filesystem::remove_all(dir);
   }
+  std::filesystem::remove_all(o_nvme.swap_dir + "/rank" + std::to_string(r));
   return failures == 0 ? 0 : 1;
 }
