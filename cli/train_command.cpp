@@ -80,6 +80,14 @@ Status check_model(const ModelSpec& m) {
   return Status::ok();
 }
 
+// Rank r's trace file: the path itself for rank 0, "out.json.gz" -> "out.rank3.json.gz" for the others.
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  const std::string tag = ".rank" + std::to_string(rank);
+  const std::size_t at = path.rfind(".json");
+  return at == std::string::npos ? path + tag : path.substr(0, at) + tag + path.substr(at);
+}
+
 int run_train(const TrainOptions& opt) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
@@ -231,7 +239,7 @@ int run_train(const TrainOptions& opt) {
       moved[r] += st.bytes[r];
       busy[r] += st.busy_s[r];
     }
-    if (lead && !opt.trace_path.empty()) runs.push_back(trainer->last_run());
+    if (!opt.trace_path.empty()) runs.push_back(trainer->last_run());
     if (s == first_step) first_loss = *loss;
     if (opt.checkpoint_every > 0 && (s + 1) % opt.checkpoint_every == 0 && s + 1 < opt.steps) {
       if (Status cs = checkpoint(); !cs.is_ok()) return report_error(cs);
@@ -303,7 +311,7 @@ int run_train(const TrainOptions& opt) {
   double val_loss = 0;
   for (float v : all) val_loss += static_cast<double>(v);
   val_loss /= R;
-  if (lead) {
+  {
     const train::StepStats& st = trainer->last_step();
     const int trained = opt.steps - first_step;
     json per_step_bytes, per_step_busy;
@@ -331,19 +339,22 @@ int run_train(const TrainOptions& opt) {
         {"tokens_per_s", tokens_per_step * opt.steps / total_s},
         {"flops_per_s", flops_per_step * opt.steps / total_s}};
     if (!opt.trace_path.empty()) {
+      // Every rank writes its own measured steps: rank 0 to the path given, rank r to PATH.rank<r>.json[.gz].
+      const std::string path = rank_trace_path(opt.trace_path, rank);
       const Schedule measured = trainer->measured_schedule();
-      const Status ts = write_trace_file(opt.trace_path, "cpu", "train", R, *in, trainer->run(),
-                                         summary.dump(), [&](trace::TraceWriter& w) {
+      const Status ts = write_trace_file(path, "cpu", "train", R, *in, trainer->run(), summary.dump(),
+                                         [&](trace::TraceWriter& w) {
                                            for (const RunResult& rr : runs)
-                                             export_run_trace(measured, rr, 0, w);
+                                             export_run_trace(measured, rr, rank, w);
                                          });
       if (!ts.is_ok()) return report_error(ts);
       summary["trace"] = opt.trace_path;
-      if (!opt.json) {
-        std::printf("trace: %s (%zu steps of %zu tasks, rank 0)\n", opt.trace_path.c_str(), runs.size(),
-                    measured.tasks.size());
+      if (lead && !opt.json) {
+        std::printf("trace: %s (%zu steps of %zu tasks, rank 0%s)\n", opt.trace_path.c_str(), runs.size(),
+                    measured.tasks.size(), R > 1 ? "; the other ranks' next to it as *.rank<r>.json" : "");
       }
     }
+    if (!lead) return kExitOk;
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {

@@ -168,6 +168,11 @@ class Planner {
   void emit_stage(int fetch, int stage, Phase ph);
   void gradient(int param, Phase ph, int compute_task, int grad_buf);
   void optimizer();
+  // NVMe optimizer: sub-group g's swap slot and the read of its fp32 states (not its gradients).
+  void emit_states_read(int g, std::vector<int> alloc_deps, std::vector<int> read_deps);
+  double group_elements(int g) const {
+    return g + 1 < opt_groups_ ? opt_sub_ : opt_total_ - opt_sub_ * (opt_groups_ - 1);
+  }
 
   bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements >= persistence_; }
   long trigger(size_t event_index, int ahead) const;  // event index of the triggering op, -1: at once
@@ -213,6 +218,10 @@ class Planner {
   int opt_pool_ = -1;               // pinned optimizer swap pool (NVMe-resident optimizer states)
   std::vector<int> swap_in_frees_;  // free tasks of param swap-in slots, in slot order
   std::vector<Fetch> fetches_;
+  // Optimizer sub-groups.
+  double opt_total_ = 0, opt_sub_ = 1;
+  int opt_groups_ = 1, opt_sets_ = 1;
+  std::vector<int> opt_swap_, opt_states_;                   // per sub-group, once emitted (else -1)
   std::map<std::pair<size_t, int>, int> fetch_of_;           // (event, param) -> fetch
   std::vector<std::vector<std::pair<int, int>>> stages_at_;  // [trigger event + 1] -> (fetch, stage)
   std::map<std::pair<size_t, int>, bool> keep_after_;  // (event, param): stays gathered for its next use
@@ -234,6 +243,12 @@ Schedule Planner::plan() {
   s_.ranks = dp_ * mp_;
   s_.ranks_per_node = std::min(hw_.gpu.count, s_.ranks);
   s_.tokens = g_.options.micro_batch * g_.options.sequence_length;
+  opt_total_ = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
+  opt_sub_ = std::min(z.sub_group_size, opt_total_);
+  opt_groups_ = static_cast<int>(std::ceil(opt_total_ / opt_sub_));
+  opt_sets_ = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
+  opt_swap_.assign(opt_groups_, -1);
+  opt_states_.assign(opt_groups_, -1);
   setup();
   build_events();
   plan_events();
@@ -502,6 +517,15 @@ void Planner::plan_events() {
     const Event ev = events_[i];
     const GraphOp& op = g_.ops[ev.op];
     const Phase ph = ev.phase;
+    // NVMe optimizer with optimizer_prefetch: the first sub-groups' states are read while backward runs (in
+    // task order before backward's own NVMe reads, so in-order NVMe queues do not hold them back).
+    if (ph == Phase::kBackward && (i == 0 || events_[i - 1].phase != Phase::kBackward) &&
+        opt_tier_ == Tier::kNvme && run_.memwall.optimizer_prefetch && opt_states_[0] < 0) {
+      const auto& oo = run_.zero.offload_optimizer;
+      const int early = oo.pipeline_read && oo.pipeline_write ? std::min(opt_sets_, opt_groups_) : 1;
+      for (int g = 0; g < early; ++g)
+        emit_states_read(g, {}, g > 0 ? std::vector<int>{opt_states_[g - 1]} : std::vector<int>{});
+    }
     // Fetch stages triggered by the previous op (or by nothing, before the first) run while this op runs.
     for (const auto& [f, stage] : stages_at_[i]) emit_stage(f, stage, events_[fetches_[f].event].phase);
     const char* tag = ph == Phase::kForward ? "fwd " : (ph == Phase::kRecompute ? "recompute " : "bwd ");
@@ -748,9 +772,7 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
 void Planner::optimizer() {
   const ZeroConfig& z = run_.zero;
   const Phase ph = Phase::kOptimizer;
-  const double n_total = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
-  const double sub = std::min(z.sub_group_size, n_total);
-  const int groups = static_cast<int>(std::ceil(n_total / sub));
+  const int groups = opt_groups_;
   std::vector<int> join;
   for (int t : grad_done_) {
     if (t >= 0) join.push_back(t);
@@ -758,27 +780,34 @@ void Planner::optimizer() {
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
-  const int sets =
-      1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
+  const int sets = opt_sets_;
   std::vector<int> step(groups, -1), write(groups, -1), read(groups, -1), freed(groups, -1);
   for (int g = 0; g < groups; ++g) {
-    const double n = g + 1 < groups ? sub : n_total - sub * (groups - 1);
+    const double n = group_elements(g);
     const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
     const size_t first_task = s_.tasks.size();
     std::vector<int> step_deps = join;
     if (g > 0) step_deps.push_back(step[g - 1]);
     int swap = -1;
     if (opt_tier_ == Tier::kNvme) {
-      std::vector<int> alloc_deps = join;
-      if (g >= sets) alloc_deps.push_back(freed[g - sets]);
-      swap = mark(slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, alloc_deps), -1,
-                  BufferRole::kOptimizerSwap);
-      std::vector<int> read_deps;
-      if (g > 0) {
-        read_deps.push_back(z.offload_optimizer.pipeline_read ? read[g - 1] : step[g - 1]);
-        if (!z.offload_optimizer.pipeline_write) read_deps.push_back(write[g - 1]);
+      // The fp32 states do not depend on this iteration's gradients: with optimizer_prefetch they are read
+      // as soon as a slot is free (during backward); the gradients after the last one is written.
+      if (opt_states_[g] < 0) {
+        const bool early = run_.memwall.optimizer_prefetch;
+        std::vector<int> alloc_deps = early ? std::vector<int>{} : join;
+        if (g >= sets) alloc_deps.push_back(freed[g - sets]);
+        std::vector<int> read_deps;
+        if (g > 0) {
+          read_deps.push_back(z.offload_optimizer.pipeline_read ? opt_states_[g - 1] : step[g - 1]);
+          if (!z.offload_optimizer.pipeline_write) read_deps.push_back(write[g - 1]);
+        }
+        emit_states_read(g, alloc_deps, read_deps);
       }
-      read[g] = copy(Tier::kNvme, Tier::kCpu, 16 * n, "nvme->cpu optimizer " + nm, ph, read_deps,
+      swap = opt_swap_[g];
+      const int states = opt_states_[g];
+      std::vector<int> grad_deps = join;
+      grad_deps.push_back(states);
+      read[g] = copy(Tier::kNvme, Tier::kCpu, 4 * n, "nvme->cpu grads " + nm, ph, grad_deps,
                      {swap, opt_states_buf_});
       step_deps.push_back(read[g]);
       if (g > 0 && !z.offload_optimizer.pipeline_write) step_deps.push_back(write[g - 1]);
@@ -820,6 +849,19 @@ void Planner::optimizer() {
     for (size_t k = first_task; k < s_.tasks.size(); ++k) s_.tasks[k].subgroup = g;
     (void)last;
   }
+}
+
+void Planner::emit_states_read(int g, std::vector<int> alloc_deps, std::vector<int> read_deps) {
+  const double n = group_elements(g);
+  const std::string nm = strprintf("subgroup %d/%d", g + 1, opt_groups_);
+  const Phase ph = Phase::kOptimizer;
+  opt_swap_[g] =
+      mark(slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, std::move(alloc_deps)), -1,
+           BufferRole::kOptimizerSwap);
+  opt_states_[g] = copy(Tier::kNvme, Tier::kCpu, 12 * n, "nvme->cpu optimizer " + nm, ph,
+                        std::move(read_deps), {opt_swap_[g], opt_states_buf_});
+  s_.tasks[alloc_task_[opt_swap_[g]]].subgroup = g;
+  s_.tasks[opt_states_[g]].subgroup = g;
 }
 
 }  // namespace

@@ -90,6 +90,9 @@ struct MemwallRunConfig {
   int sequence_length = 0;  // 0 = the model's max_positions
   Partitioning partitioning = Partitioning::kBandwidthCentric;
   bool prefetch = true;  // overlap-centric prefetching on/off
+  // NVMe optimizer: read each sub-group's fp32 states (not its gradients) while backward still runs, as
+  // soon as a swap slot is free, instead of after the last gradient (DeepSpeed's order; false).
+  bool optimizer_prefetch = true;
   std::string strategy;  // informative label ("zero-infinity-nvme", ...)
 };
 

@@ -614,6 +614,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_choice("partitioning", part, {"bandwidth-centric", "broadcast"}));
     mw.partitioning = part == "broadcast" ? Partitioning::kBroadcast : Partitioning::kBandwidthCentric;
     MW_RETURN_IF_ERROR(o.get_bool("prefetch", mw.prefetch));
+    MW_RETURN_IF_ERROR(o.get_bool("optimizer_prefetch", mw.optimizer_prefetch));
     MW_RETURN_IF_ERROR(o.get_string("strategy", mw.strategy));
     o.finish();
   }
@@ -765,6 +766,7 @@ std::string to_json_text(const RunConfig& run) {
       {"sequence_length", mw.sequence_length},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
       {"prefetch", mw.prefetch},
+      {"optimizer_prefetch", mw.optimizer_prefetch},
       {"strategy", mw.strategy}};
   return j.dump();
 }

@@ -17,8 +17,8 @@ struct LaneExecutor::State {
   std::array<std::vector<int>, kResourceCount> lanes;  // task ids per lane, ascending
   std::vector<char> submitted;
   std::mutex mu;
-  std::condition_variable cv;       // lanes wait for submissions
-  std::condition_variable done_cv;  // wait_any waits for completions
+  std::array<std::condition_variable, kResourceCount> cv;  // each lane waits for its own submissions
+  std::condition_variable done_cv;                         // wait_any waits for completions
   std::deque<Completion> done;
   bool stop = false;
   Status error = Status::ok();
@@ -32,7 +32,7 @@ struct LaneExecutor::State {
     for (int id : lanes[l]) {
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stop || submitted[static_cast<std::size_t>(id)] != 0; });
+        cv[l].wait(lock, [&] { return stop || submitted[static_cast<std::size_t>(id)] != 0; });
         if (stop) return;
       }
       const Task& t = s->tasks[static_cast<std::size_t>(id)];
@@ -43,7 +43,7 @@ struct LaneExecutor::State {
       if (!st.is_ok()) {
         if (error.is_ok()) error = std::move(st);
         stop = true;
-        cv.notify_all();
+        for (auto& c : cv) c.notify_all();
         done_cv.notify_all();
         return;
       }
@@ -76,7 +76,7 @@ LaneExecutor::~LaneExecutor() {
     std::lock_guard<std::mutex> lock(st_->mu);
     st_->stop = true;
   }
-  st_->cv.notify_all();
+  for (auto& c : st_->cv) c.notify_all();
   for (auto& th : st_->threads) th.join();
 }
 
@@ -93,7 +93,7 @@ Status LaneExecutor::submit(const Task& task) {
     return Status::ok();
   }
   st_->submitted[static_cast<std::size_t>(task.id)] = 1;
-  st_->cv.notify_all();
+  st_->cv[static_cast<std::size_t>(task.resource)].notify_one();
   return Status::ok();
 }
 

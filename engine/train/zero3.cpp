@@ -328,16 +328,21 @@ Status Zero3Trainer::State::nvme_read(const Task& t, double& moved_bytes) {
     moved_bytes = static_cast<double>(pt.shard * kB16);
     return Status::ok();
   }
-  // An optimizer sub-group: master, momentum, variance, then each parameter's fp32 gradient shard.
+  // An optimizer sub-group into its slot: master, momentum and variance ("nvme->cpu optimizer", possibly
+  // during backward), then each parameter's fp32 gradient shard ("nvme->cpu grads", after backward).
   const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
   const std::size_t n = g.end - g.begin;
   char* slot = ptr(use(t, BufferRole::kOptimizerSwap));
-  MW_RETURN_IF_ERROR(store_get(store_key("opt", static_cast<std::size_t>(t.subgroup)), slot, 12 * n));
+  if (t.name.rfind("nvme->cpu grads", 0) != 0) {
+    MW_RETURN_IF_ERROR(store_get(store_key("opt", static_cast<std::size_t>(t.subgroup)), slot, 12 * n));
+    moved_bytes = static_cast<double>(12 * n);
+    return Status::ok();
+  }
   for (std::size_t p = g.first; p < g.last; ++p) {
     MW_RETURN_IF_ERROR(
         store_get(store_key("grad", p), slot + 12 * n + 4 * (parts[p].local - g.begin), parts[p].shard * 4));
   }
-  moved_bytes = static_cast<double>(16 * n);
+  moved_bytes = static_cast<double>(4 * n);
   return Status::ok();
 }
 
