@@ -168,6 +168,9 @@ class Planner {
   void emit_stage(int fetch, int stage, Phase ph);
   void gradient(int param, Phase ph, int compute_task, int grad_buf);
   void optimizer();
+  // Grows a pinned pool to the most bytes its slots hold at once in task order (optimizer states read during
+  // backward share the pool with gradient swap-outs).
+  void size_pools();
   // NVMe optimizer: sub-group g's swap slot and the read of its fp32 states (not its gradients).
   void emit_states_read(int g, std::vector<int> alloc_deps, std::vector<int> read_deps);
   double group_elements(int g) const {
@@ -253,6 +256,7 @@ Schedule Planner::plan() {
   build_events();
   plan_events();
   optimizer();
+  size_pools();
   return std::move(s_);
 }
 
@@ -522,9 +526,17 @@ void Planner::plan_events() {
     if (ph == Phase::kBackward && (i == 0 || events_[i - 1].phase != Phase::kBackward) &&
         opt_tier_ == Tier::kNvme && run_.memwall.optimizer_prefetch && opt_states_[0] < 0) {
       const auto& oo = run_.zero.offload_optimizer;
-      const int early = oo.pipeline_read && oo.pipeline_write ? std::min(opt_sets_, opt_groups_) : 1;
-      for (int g = 0; g < early; ++g)
+      const int most = oo.pipeline_read && oo.pipeline_write ? std::min(opt_sets_, opt_groups_) : 1;
+      // As many as the optimizer swap pool holds beside the largest gradient swap-out slot.
+      double used = 0;
+      for (size_t p = 0; p < g_.params.size(); ++p) {
+        if (partitioned(static_cast<int>(p))) used = std::max(used, 4 * g_.params[p].elements / dp_);
+      }
+      for (int g = 0; g < most; ++g) {
+        used += (16 + b_) * group_elements(g);
+        if (used > s_.buffers[opt_pool_].bytes) break;
         emit_states_read(g, {}, g > 0 ? std::vector<int>{opt_states_[g - 1]} : std::vector<int>{});
+      }
     }
     // Fetch stages triggered by the previous op (or by nothing, before the first) run while this op runs.
     for (const auto& [f, stage] : stages_at_[i]) emit_stage(f, stage, events_[fetches_[f].event].phase);
@@ -851,6 +863,24 @@ void Planner::optimizer() {
   }
 }
 
+void Planner::size_pools() {
+  std::map<int, double> live, peak;
+  for (const Task& t : s_.tasks) {
+    if (t.kind != TaskKind::kAlloc && t.kind != TaskKind::kFree) continue;
+    const Buffer& b = s_.buffers[t.buffer];
+    if (b.pool < 0) continue;
+    live[b.pool] += t.kind == TaskKind::kAlloc ? b.bytes : -b.bytes;
+    peak[b.pool] = std::max(peak[b.pool], live[b.pool]);
+  }
+  for (const auto& [pool, bytes] : peak) {
+    Buffer& b = s_.buffers[pool];
+    if (bytes <= b.bytes) continue;
+    s_.notes.push_back(strprintf("%s grown from %s to %s: the slots it holds at once", b.name.c_str(),
+                                 format_bytes(b.bytes).c_str(), format_bytes(bytes).c_str()));
+    b.bytes = bytes;
+  }
+}
+
 void Planner::emit_states_read(int g, std::vector<int> alloc_deps, std::vector<int> read_deps) {
   const double n = group_elements(g);
   const std::string nm = strprintf("subgroup %d/%d", g + 1, opt_groups_);
@@ -922,7 +952,7 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
     const auto* over =
         std::find_if(std::begin(tiers), std::end(tiers), [](const auto& t) { return t.used > t.capacity; });
     if (over == std::end(tiers)) {
-      s.notes = notes;
+      s.notes.insert(s.notes.begin(), notes.begin(), notes.end());
       return s;
     }
     // Shrink the prefetch budget first: it is the only part of the plan that is optional.
