@@ -690,3 +690,21 @@ TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) 
   EXPECT_EQ(export_ok.exit_code, 0) << export_ok.output;  // and still readable
   EXPECT_EQ(::umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
+
+TEST(CliTrain, ANvmeSwapDiskTooSmallFailsBeforeTrainingWithOneLine) {
+  const std::string data = write_file("train8.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "tiny-swap").string();
+  std::filesystem::create_directories(dir);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=600k") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << ")";
+  }
+  // The swap store preallocates what the run needs (both versions of every tensor), so a disk that cannot
+  // hold it fails at the start, not in the middle of a step.
+  const CmdResult r = memwall("train --run zero-infinity-nvme --steps 2 --nvme-path " + dir + " --data " +
+                              data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir), std::string::npos) << r.output;
+  EXPECT_EQ(::umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+}
