@@ -174,7 +174,7 @@ void MainWindow::fill_summary(const TraceModel& m) {
   add_row(summary_, "exposed (not computing)", {q(human_seconds(s.exposed_s))});
   for (int t = 0; t < 3; ++t) {
     const double cap = m.capacity_of(std::string("memory ") + tiers[t]);
-    add_row(summary_, QString("peak memory %1").arg(tiers[t]),
+    add_row(summary_, QString("peak memory %1 (beyond the reserve)").arg(tiers[t]),
             {q(human_bytes(s.peak_bytes[t])) + (cap > 0 ? " of " + q(human_bytes(cap)) : QString())});
   }
   for (const Stall& st : s.stalls) {

@@ -149,7 +149,8 @@ void TimelineView::paint_axis(QPainter& p) {
 void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool stacked) {
   const double t0 = axis_->t0() + model_->t_min, t1 = axis_->t1() + model_->t_min;
   const double cap = model_->capacity_of(s.name);
-  double scale = std::max(s.peak_total, 1e-12) * 1.1;
+  // The hardware's reserved memory is not drawn (it would flatten everything else); the label says how much.
+  double scale = std::max(stacked ? s.peak_shown : s.peak_total, 1e-12) * 1.1;
   const bool cap_visible = cap > 0 && cap <= 4 * scale;
   if (cap_visible) scale = std::max(scale, cap * 1.05);
   const double y0 = r.y + r.h;
@@ -173,7 +174,9 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   }
   const double x_end = width();
   const std::size_t keys = stacked ? s.keys.size() : 1;
-  auto value = [&](std::size_t k, std::size_t i) { return stacked ? s.values[k][i] : s.total(i); };
+  auto value = [&](std::size_t k, std::size_t i) {
+    return stacked ? (s.shown(k) ? s.values[k][i] : 0.0) : s.total(i);
+  };
   // Each column contributes two steps: [x, x+1) at its peak sample, [x+1, next) at its last sample.
   std::vector<double> xs;
   std::vector<std::size_t> at;
@@ -211,7 +214,11 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   p.drawText(6, r.y + 14, QString::fromStdString(s.name));
   p.drawText(
       6, r.y + 28,
-      QString::fromStdString("peak " + (stacked ? human_bytes(s.peak_total) : human_rate(s.peak_total))));
+      QString::fromStdString("peak " + (stacked ? human_bytes(s.peak_shown) : human_rate(s.peak_total))));
+  if (stacked && s.reserved > 0) {
+    p.setPen(QColor(110, 110, 110));
+    p.drawText(6, r.y + 56, QString::fromStdString("+ reserved " + human_bytes(s.reserved)));
+  }
   if (cap_visible) {
     QPen pen(QColor(200, 0, 0));
     pen.setStyle(Qt::DashLine);

@@ -44,11 +44,12 @@ std::string human_seconds(double s) {
 }
 
 Result<TraceModel> TraceModel::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return Status::not_found(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) return Status::io_error(path + ": cannot read");
   auto m = from_bytes(bytes, path);
   if (!m.is_ok()) return Status(m.status().code(), path + ": " + m.status().message());
   return m;
@@ -154,8 +155,17 @@ void TraceModel::build() {
       sorted.t[i] = s.t[order[i]];
       for (std::size_t k = 0; k < s.keys.size(); ++k) sorted.values[k][i] = s.values[k][order[i]];
     }
-    for (std::size_t i = 0; i < sorted.t.size(); ++i)
+    for (std::size_t i = 0; i < sorted.t.size(); ++i) {
       sorted.peak_total = std::max(sorted.peak_total, sorted.total(i));
+      double shown = 0;
+      for (std::size_t k = 0; k < sorted.keys.size(); ++k) {
+        if (sorted.shown(k))
+          shown += sorted.values[k][i];
+        else
+          sorted.reserved = std::max(sorted.reserved, sorted.values[k][i]);
+      }
+      sorted.peak_shown = std::max(sorted.peak_shown, shown);
+    }
     if (!sorted.t.empty()) {
       t_min = std::min(t_min, sorted.t.front());
       t_max = std::max(t_max, sorted.t.back());
@@ -241,7 +251,7 @@ void TraceModel::build() {
   sm.tflops_per_gpu = sm.span_s > 0 ? flops / sm.span_s / 1e12 : 0;
   for (const Series& s : memory) {
     const int tier = tier_rank(s);
-    sm.peak_bytes[tier] = s.peak_total;
+    sm.peak_bytes[tier] = s.peak_shown;
   }
 }
 

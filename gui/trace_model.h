@@ -31,7 +31,10 @@ struct Series {
   std::vector<double> t;                    // seconds
   std::vector<std::vector<double>> values;  // [key][sample]
   double peak_total = 0;                    // largest sum over keys at one sample
+  double reserved = 0;                      // the largest "runtime_reserved" value (not drawn)
+  double peak_shown = 0;                    // peak_total without the reserve
   double total(std::size_t i) const;
+  bool shown(std::size_t key) const { return keys[key].find("reserved") == std::string::npos; }
 };
 
 struct Stall {
@@ -48,7 +51,7 @@ struct Summary {
   double compute_s = 0;              // rank 0's compute busy time
   double exposed_s = 0;              // span minus compute busy (rank 0)
   double tflops_per_gpu = 0;         // rank 0's compute FLOPs over the span
-  double peak_bytes[3] = {0, 0, 0};  // gpu, cpu, nvme (from the memory counters)
+  double peak_bytes[3] = {0, 0, 0};  // gpu, cpu, nvme (from the memory counters, beyond the reserve)
   std::vector<Stall> stalls;         // the largest gaps on rank 0's compute track
 };
 

@@ -1,6 +1,9 @@
 // Streaming Chrome-trace writer, reader into typed structs, and a gzip ostream.
 #include "trace/trace.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <zlib.h>
 
 #include <cmath>
@@ -227,6 +230,281 @@ Result<std::string> gunzip(std::string_view in) {
 
 }  // namespace
 
+namespace {
+
+// A streaming JSON scanner for traces: parses straight into TraceData without building a document (a
+// million events load in about a second), and names the byte where the JSON stops being valid.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()) {}
+
+  void ws() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool peek(char c) {
+    ws();
+    return p_ < end_ && *p_ == c;
+  }
+  bool eat(char c) {
+    if (!peek(c)) return false;
+    ++p_;
+    return true;
+  }
+  Status expect(char c) {
+    if (eat(c)) return Status::ok();
+    return error(std::string("expected '") + c + "'");
+  }
+  Status error(const std::string& what) const {
+    const std::size_t at = static_cast<std::size_t>(p_ - begin_);
+    if (p_ >= end_)
+      return Status::invalid_argument("not valid JSON (truncated?): the text ends at byte " +
+                                      std::to_string(at) + " where " + what.substr(9) + " was expected");
+    return Status::invalid_argument("not valid JSON (truncated?): at byte " + std::to_string(at) + ": " +
+                                    what);
+  }
+  bool at_end() {
+    ws();
+    return p_ >= end_;
+  }
+  const char* pos() const { return p_; }
+
+  Status string(std::string& out) {
+    out.clear();
+    if (!eat('"')) return error("expected a string");
+    for (;;) {
+      const char* q = p_;
+      while (q < end_ && *q != '"' && *q != '\\') ++q;
+      out.append(p_, q);
+      p_ = q;
+      if (p_ >= end_) return error("expected the end of a string");
+      if (*p_ == '"') {
+        ++p_;
+        return Status::ok();
+      }
+      ++p_;  // backslash
+      if (p_ >= end_) return error("expected an escape");
+      const char e = *p_++;
+      switch (e) {
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'u': {
+          if (end_ - p_ < 4) return error("expected 4 hex digits");
+          unsigned cp = 0;
+          for (int k = 0; k < 4; ++k) {
+            const char h = *p_++;
+            cp = cp * 16 + static_cast<unsigned>(h >= '0' && h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+          }
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default:
+          return error("expected a valid escape");
+      }
+    }
+  }
+
+  bool is_number_start() {
+    ws();
+    return p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9'));
+  }
+  Status number(double& out) {
+    ws();
+    char* stop = nullptr;
+    // The text is not NUL-terminated: copy a number's worth of characters (at most 64) first.
+    char buf[65];
+    std::size_t n = 0;
+    auto numeric = [](char c) {
+      return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+    };
+    while (p_ + n < end_ && n < 64 && numeric(p_[n])) ++n;
+    if (n == 0) return error("expected a number");
+    std::memcpy(buf, p_, n);
+    buf[n] = '\0';
+    out = std::strtod(buf, &stop);
+    if (stop == buf) return error("expected a number");
+    p_ += stop - buf;
+    return Status::ok();
+  }
+  Status literal() {
+    ws();
+    for (const char* w : {"true", "false", "null"}) {
+      const std::size_t n = std::strlen(w);
+      if (static_cast<std::size_t>(end_ - p_) >= n && std::memcmp(p_, w, n) == 0) {
+        p_ += n;
+        return Status::ok();
+      }
+    }
+    return error("expected a value");
+  }
+  Status skip_value(int depth = 0) {
+    if (depth > 64) return error("expected less nesting");
+    ws();
+    if (p_ >= end_) return error("expected a value");
+    if (*p_ == '"') {
+      std::string tmp;
+      return string(tmp);
+    }
+    if (*p_ == '{' || *p_ == '[') {
+      const char close = *p_ == '{' ? '}' : ']';
+      const bool object = *p_ == '{';
+      ++p_;
+      if (eat(close)) return Status::ok();
+      for (;;) {
+        if (object) {
+          std::string key;
+          MW_RETURN_IF_ERROR(string(key));
+          MW_RETURN_IF_ERROR(expect(':'));
+        }
+        MW_RETURN_IF_ERROR(skip_value(depth + 1));
+        if (eat(close)) return Status::ok();
+        MW_RETURN_IF_ERROR(expect(','));
+      }
+    }
+    if (is_number_start()) {
+      double d;
+      return number(d);
+    }
+    return literal();
+  }
+
+ private:
+  const char* begin_;
+  const char* p_;
+  const char* end_;
+};
+
+struct RawEvent {
+  std::string ph, name, cat, phase, arg_name;
+  double pid = 0, tid = 0, ts = 0, dur = 0;
+  double task = -1, bytes = 0, flops = 0;
+  std::vector<std::pair<std::string, double>> numbers;  // every numeric arg (counters)
+};
+
+Status read_event(Scanner& sc, RawEvent& e) {
+  e.ph.clear();
+  e.name.clear();
+  e.cat.clear();
+  e.phase.clear();
+  e.arg_name.clear();
+  e.pid = e.tid = e.ts = e.dur = e.bytes = e.flops = 0;
+  e.task = -1;
+  e.numbers.clear();
+  MW_RETURN_IF_ERROR(sc.expect('{'));
+  if (sc.eat('}')) return Status::ok();
+  std::string key;
+  for (;;) {
+    MW_RETURN_IF_ERROR(sc.string(key));
+    MW_RETURN_IF_ERROR(sc.expect(':'));
+    if (key == "ph" || key == "name" || key == "cat") {
+      if (sc.peek('"')) {
+        MW_RETURN_IF_ERROR(sc.string(key == "ph" ? e.ph : (key == "name" ? e.name : e.cat)));
+      } else {
+        MW_RETURN_IF_ERROR(sc.skip_value());
+      }
+    } else if ((key == "pid" || key == "tid" || key == "ts" || key == "dur") && sc.is_number_start()) {
+      MW_RETURN_IF_ERROR(sc.number(key == "pid" ? e.pid : key == "tid" ? e.tid : key == "ts" ? e.ts : e.dur));
+    } else if (key == "args" && sc.peek('{')) {
+      sc.eat('{');
+      if (!sc.eat('}')) {
+        std::string akey, sval;
+        for (;;) {
+          MW_RETURN_IF_ERROR(sc.string(akey));
+          MW_RETURN_IF_ERROR(sc.expect(':'));
+          if (sc.is_number_start()) {
+            double v = 0;
+            MW_RETURN_IF_ERROR(sc.number(v));
+            if (akey == "task")
+              e.task = v;
+            else if (akey == "bytes")
+              e.bytes = v;
+            else if (akey == "flops")
+              e.flops = v;
+            e.numbers.emplace_back(akey, v);
+          } else if (sc.peek('"')) {
+            MW_RETURN_IF_ERROR(sc.string(sval));
+            if (akey == "phase")
+              e.phase = sval;
+            else if (akey == "name")
+              e.arg_name = sval;
+          } else {
+            MW_RETURN_IF_ERROR(sc.skip_value());
+          }
+          if (sc.eat('}')) break;
+          MW_RETURN_IF_ERROR(sc.expect(','));
+        }
+      }
+    } else {
+      MW_RETURN_IF_ERROR(sc.skip_value());
+    }
+    if (sc.eat('}')) return Status::ok();
+    MW_RETURN_IF_ERROR(sc.expect(','));
+  }
+}
+
+void add_event(TraceData& d, RawEvent& e) {
+  if (e.ph == "X") {
+    TraceSpan s;
+    s.pid = static_cast<int>(e.pid);
+    s.tid = static_cast<int>(e.tid);
+    s.name = std::move(e.name);
+    s.category = std::move(e.cat);
+    s.ts_us = e.ts;
+    s.dur_us = e.dur;
+    s.task = static_cast<int>(e.task);
+    s.phase = std::move(e.phase);
+    s.bytes = e.bytes;
+    s.flops = e.flops;
+    d.spans.push_back(std::move(s));
+  } else if (e.ph == "C") {
+    CounterSample c;
+    c.pid = static_cast<int>(e.pid);
+    c.name = std::move(e.name);
+    c.ts_us = e.ts;
+    c.values = std::move(e.numbers);
+    d.counters.push_back(std::move(c));
+  } else if (e.ph == "M" && e.name == "thread_name") {
+    d.threads[{static_cast<int>(e.pid), static_cast<int>(e.tid)}] = e.arg_name;
+  } else if (e.ph == "M" && e.name == "process_name") {
+    d.processes[static_cast<int>(e.pid)] = e.arg_name;
+  } else {
+    ++d.unknown_events;
+  }
+}
+
+}  // namespace
+
 Result<TraceData> read_trace(std::string_view bytes) {
   std::string inflated;
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
@@ -236,21 +514,46 @@ Result<TraceData> read_trace(std::string_view bytes) {
     inflated = std::move(*r);
     bytes = inflated;
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    const auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    return Status::invalid_argument("not valid JSON (truncated?): " + what);
+  Scanner sc(bytes);
+  TraceData d;
+  std::string_view header;
+  bool have_events = false;
+  MW_RETURN_IF_ERROR(sc.expect('{'));
+  if (!sc.eat('}')) {
+    std::string key;
+    RawEvent e;
+    for (;;) {
+      MW_RETURN_IF_ERROR(sc.string(key));
+      MW_RETURN_IF_ERROR(sc.expect(':'));
+      if (key == "otherData") {
+        sc.ws();
+        const char* from = sc.pos();
+        MW_RETURN_IF_ERROR(sc.skip_value());
+        header = std::string_view(from, static_cast<std::size_t>(sc.pos() - from));
+      } else if (key == "traceEvents" && sc.peek('[')) {
+        have_events = true;
+        sc.eat('[');
+        if (!sc.eat(']')) {
+          for (;;) {
+            MW_RETURN_IF_ERROR(read_event(sc, e));
+            add_event(d, e);
+            if (sc.eat(']')) break;
+            MW_RETURN_IF_ERROR(sc.expect(','));
+          }
+        }
+      } else {
+        MW_RETURN_IF_ERROR(sc.skip_value());
+      }
+      if (sc.eat('}')) break;
+      MW_RETURN_IF_ERROR(sc.expect(','));
+    }
   }
-  if (!j.is_object() || !j.contains("otherData") || !j["otherData"].is_object()) {
+  if (!sc.at_end()) return sc.error("expected the end of the text");
+  nlohmann::json od = header.empty() ? nlohmann::json() : nlohmann::json::parse(header, nullptr, false);
+  if (!od.is_object()) {
     return Status::invalid_argument(
         "not a memwall trace: no \"otherData\" header (a plain Chrome or PyTorch trace?)");
   }
-  const auto& od = j["otherData"];
-  TraceData d;
   d.format = od.value("format", "");
   d.version = od.value("version", "");
   MW_RETURN_IF_ERROR(check_version(d.format, d.version));
@@ -263,51 +566,7 @@ Result<TraceData> read_trace(std::string_view bytes) {
   d.header.model_json = text(od.value("model", nlohmann::json()));
   d.header.run_json = text(od.value("run", nlohmann::json()));
   d.header.summary_json = text(od.value("summary", nlohmann::json()));
-  if (!j.contains("traceEvents") || !j["traceEvents"].is_array()) {
-    return Status::invalid_argument("memwall trace has no \"traceEvents\" list");
-  }
-  for (const auto& e : j["traceEvents"]) {
-    const std::string ph = e.value("ph", "");
-    if (ph == "X") {
-      TraceSpan s;
-      s.pid = e.value("pid", 0);
-      s.tid = e.value("tid", 0);
-      s.name = e.value("name", "");
-      s.category = e.value("cat", "");
-      s.ts_us = e.value("ts", 0.0);
-      s.dur_us = e.value("dur", 0.0);
-      if (e.contains("args")) {
-        const auto& a = e["args"];
-        s.task = a.value("task", -1);
-        s.phase = a.value("phase", "");
-        s.bytes = a.value("bytes", 0.0);
-        s.flops = a.value("flops", 0.0);
-      }
-      d.spans.push_back(std::move(s));
-    } else if (ph == "C") {
-      CounterSample c;
-      c.pid = e.value("pid", 0);
-      c.name = e.value("name", "");
-      c.ts_us = e.value("ts", 0.0);
-      if (e.contains("args")) {
-        for (auto it = e["args"].begin(); it != e["args"].end(); ++it) {
-          if (it->is_number()) c.values.emplace_back(it.key(), it->get<double>());
-        }
-      }
-      d.counters.push_back(std::move(c));
-    } else if (ph == "M") {
-      const std::string name = e.value("name", "");
-      const std::string value = e.contains("args") ? e["args"].value("name", "") : "";
-      if (name == "thread_name")
-        d.threads[{e.value("pid", 0), e.value("tid", 0)}] = value;
-      else if (name == "process_name")
-        d.processes[e.value("pid", 0)] = value;
-      else
-        ++d.unknown_events;
-    } else {
-      ++d.unknown_events;
-    }
-  }
+  if (!have_events) return Status::invalid_argument("memwall trace has no \"traceEvents\" list");
   return d;
 }
 
