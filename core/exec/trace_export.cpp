@@ -6,7 +6,29 @@
 
 namespace memwall {
 
+namespace {
+// A task's dependencies with alloc/free bookkeeping (not in the trace) replaced by what they waited for.
+const std::vector<int>& traced_deps(const Schedule& s, int t, std::vector<std::vector<int>>& memo,
+                                    std::vector<char>& done) {
+  if (done[t]) return memo[t];
+  std::set<int> out;
+  for (int d : s.tasks[t].deps) {
+    if (s.tasks[d].resource != Resource::kNone) {
+      out.insert(d);
+    } else {
+      const auto& inner = traced_deps(s, d, memo, done);
+      out.insert(inner.begin(), inner.end());
+    }
+  }
+  memo[t].assign(out.begin(), out.end());
+  done[t] = 1;
+  return memo[t];
+}
+}  // namespace
+
 void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::TraceWriter& w) {
+  std::vector<std::vector<int>> memo(s.tasks.size());
+  std::vector<char> done(s.tasks.size(), 0);
   w.process_name(pid, "rank " + std::to_string(pid));
   for (int r = 0; r < kResourceCount; ++r) {
     if (static_cast<Resource>(r) != Resource::kNone)
@@ -26,6 +48,11 @@ void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::T
     sp.phase = phase_name(t.phase);
     sp.bytes = t.bytes;
     sp.flops = t.flops;
+    sp.deps = traced_deps(s, t.id, memo, done);
+    if (t.kind == TaskKind::kCollective) {
+      sp.collective = collective_name(t.collective);
+      sp.group = t.group;
+    }
     w.span(sp);
     // Link bandwidth while the transfer runs (one task per resource at a time in a schedule run).
     if (t.bytes > 0 && sp.dur_us > 0 && t.kind != TaskKind::kOptimizerStep && t.kind != TaskKind::kCompute) {

@@ -110,6 +110,12 @@ void TraceWriter::span(const TraceSpan& s) {
     out_ << ",\"flops\":" << num(s.flops);
     if (s.dur_us > 0) out_ << ",\"TFLOPs\":" << num(s.flops / s.dur_us / 1e6);
   }
+  if (!s.collective.empty()) out_ << ",\"collective\":" << json_quote(s.collective) << ",\"group\":" << s.group;
+  if (!s.deps.empty()) {
+    out_ << ",\"deps\":[";
+    for (std::size_t i = 0; i < s.deps.size(); ++i) out_ << (i ? "," : "") << s.deps[i];
+    out_ << "]";
+  }
   out_ << "}}";
 }
 
@@ -406,9 +412,10 @@ class Scanner {
 };
 
 struct RawEvent {
-  std::string ph, name, cat, phase, arg_name;
+  std::string ph, name, cat, phase, arg_name, collective;
   double pid = 0, tid = 0, ts = 0, dur = 0;
-  double task = -1, bytes = 0, flops = 0;
+  double task = -1, bytes = 0, flops = 0, group = 0;
+  std::vector<int> deps;
   std::vector<std::pair<std::string, double>> numbers;  // every numeric arg (counters)
 };
 
@@ -418,7 +425,9 @@ Status read_event(Scanner& sc, RawEvent& e) {
   e.cat.clear();
   e.phase.clear();
   e.arg_name.clear();
-  e.pid = e.tid = e.ts = e.dur = e.bytes = e.flops = 0;
+  e.collective.clear();
+  e.deps.clear();
+  e.pid = e.tid = e.ts = e.dur = e.bytes = e.flops = e.group = 0;
   e.task = -1;
   e.numbers.clear();
   MW_RETURN_IF_ERROR(sc.expect('{'));
@@ -451,6 +460,8 @@ Status read_event(Scanner& sc, RawEvent& e) {
               e.bytes = v;
             else if (akey == "flops")
               e.flops = v;
+            else if (akey == "group")
+              e.group = v;
             e.numbers.emplace_back(akey, v);
           } else if (sc.peek('"')) {
             MW_RETURN_IF_ERROR(sc.string(sval));
@@ -458,6 +469,19 @@ Status read_event(Scanner& sc, RawEvent& e) {
               e.phase = sval;
             else if (akey == "name")
               e.arg_name = sval;
+            else if (akey == "collective")
+              e.collective = sval;
+          } else if (akey == "deps" && sc.peek('[')) {
+            sc.eat('[');
+            if (!sc.eat(']')) {
+              for (;;) {
+                double v = 0;
+                MW_RETURN_IF_ERROR(sc.number(v));
+                e.deps.push_back(static_cast<int>(v));
+                if (sc.eat(']')) break;
+                MW_RETURN_IF_ERROR(sc.expect(','));
+              }
+            }
           } else {
             MW_RETURN_IF_ERROR(sc.skip_value());
           }
@@ -486,6 +510,9 @@ void add_event(TraceData& d, RawEvent& e) {
     s.phase = std::move(e.phase);
     s.bytes = e.bytes;
     s.flops = e.flops;
+    s.deps = std::move(e.deps);
+    s.collective = std::move(e.collective);
+    s.group = static_cast<int>(e.group);
     d.spans.push_back(std::move(s));
   } else if (e.ph == "C") {
     CounterSample c;

@@ -49,6 +49,11 @@ struct TraceSpan {
   std::string phase;  // forward, recompute, backward, optimizer, setup
   double bytes = 0;
   double flops = 0;
+  // Since format 1.1: the task ids this one waited for (alloc/free bookkeeping resolved through), and for
+  // a collective its kind ("allgather", ...) and group size. Replay rebuilds the task graph from these.
+  std::vector<int> deps;
+  std::string collective;
+  int group = 0;
 };
 
 // A counter ("C") event: several named values of one counter track at one time.

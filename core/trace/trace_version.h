@@ -13,7 +13,7 @@ namespace memwall::trace {
 
 inline constexpr const char* kFormatName = "memwall-trace";
 inline constexpr int kFormatMajor = 1;
-inline constexpr int kFormatMinor = 0;
+inline constexpr int kFormatMinor = 1;  // 1.1: spans carry deps, collective and group
 
 // "1.0"
 std::string format_version();
