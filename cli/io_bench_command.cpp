@@ -19,6 +19,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/io/async_io.h"
+#include "io_measure.h"
 
 namespace memwall::cli {
 
@@ -39,70 +40,6 @@ struct IoBenchOptions {
   bool sweep = false;
   bool keep = false;
 };
-
-struct Measurement {
-  double write_Bps = 0;
-  double read_Bps = 0;
-};
-
-// Moves `total` bytes through `file` sequentially with two requests of one window each in flight.
-Result<double> pass(io::AsyncIo& io, io::File& file, io::Op op, std::uint64_t total, char* buf,
-                    std::size_t window) {
-  const auto start = std::chrono::steady_clock::now();
-  std::deque<io::AsyncIo::Ticket> inflight;
-  for (std::uint64_t off = 0; off < total; off += window) {
-    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(window, total - off));
-    char* b = buf + (inflight.size() % 2) * window;
-    inflight.push_back(op == io::Op::kRead ? io.read(file, b, len, off) : io.write(file, b, len, off));
-    if (inflight.size() == 2) {
-      MW_RETURN_IF_ERROR(io.wait(inflight.front()));
-      inflight.pop_front();
-    }
-  }
-  MW_RETURN_IF_ERROR(io.wait_all());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return total / s;
-}
-
-Result<Measurement> measure(const std::string& path, std::uint64_t size, const io::IoSettings& settings,
-                            bool do_write, bool do_read, std::vector<std::string>& warnings,
-                            io::Backend& used) {
-  Result<std::unique_ptr<io::AsyncIo>> io = io::AsyncIo::create(settings);
-  if (!io.is_ok()) return io.status();
-  used = (*io)->backend();
-  Result<std::unique_ptr<io::File>> file =
-      io::File::open(path, io::OpenMode::kReadWrite, true, true, &warnings);
-  if (!file.is_ok()) return file.status();
-  const std::size_t window =
-      settings.block_size * static_cast<std::size_t>(settings.queue_depth * settings.parallelism);
-  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(io::alloc_aligned(2 * window)),
-                                                  &std::free);
-  if (!buf)
-    return Status::out_of_memory("io-bench: cannot allocate " + format_bytes(2.0 * window) + " of buffers");
-  std::memset(buf.get(), 0x5a, 2 * window);
-  Measurement m;
-  // Lay the file out first (untimed), as fio does: a first write into a fresh file is slower than an
-  // overwrite.
-  Result<std::uint64_t> existing = (*file)->size();
-  if (!existing.is_ok()) return existing.status();
-  if (*existing < size) {
-    Result<double> layout = pass(**io, **file, io::Op::kWrite, size, buf.get(), window);
-    if (!layout.is_ok()) return layout.status();
-    MW_RETURN_IF_ERROR((*file)->sync());
-  }
-  if (do_write) {
-    Result<double> w = pass(**io, **file, io::Op::kWrite, size, buf.get(), window);
-    if (!w.is_ok()) return w.status();
-    m.write_Bps = *w;
-    MW_RETURN_IF_ERROR((*file)->sync());
-  }
-  if (do_read) {
-    Result<double> r = pass(**io, **file, io::Op::kRead, size, buf.get(), window);
-    if (!r.is_ok()) return r.status();
-    m.read_Bps = *r;
-  }
-  return m;
-}
 
 int run_io_bench(const IoBenchOptions& opt) {
   namespace fs = std::filesystem;
@@ -138,7 +75,7 @@ int run_io_bench(const IoBenchOptions& opt) {
   int rc = kExitOk;
   if (!opt.sweep) {
     io::Backend used = base.backend;
-    Result<Measurement> m = measure(file, total, base, do_write, do_read, warnings, used);
+    Result<Measurement> m = measure_disk(file, total, base, do_write, do_read, warnings, used);
     if (!m.is_ok()) {
       rc = report_error(m.status());
     } else {
@@ -167,7 +104,7 @@ int run_io_bench(const IoBenchOptions& opt) {
         s.block_size = static_cast<std::size_t>(bs);
         s.queue_depth = qd;
         io::Backend used = s.backend;
-        Result<Measurement> m = measure(file, total, s, true, true, warnings, used);
+        Result<Measurement> m = measure_disk(file, total, s, true, true, warnings, used);
         if (!m.is_ok()) return report_error(m.status());
         const double score = 2.0 / (1.0 / m->write_Bps + 1.0 / m->read_Bps);  // harmonic mean
         json row = {{"block_size", s.block_size},

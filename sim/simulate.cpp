@@ -101,6 +101,11 @@ class SimGridExecutor final : public Executor {
   // Runs one task to completion (blocking this lane only).
   void run(const Task& t) {
     const HardwareSpec& hw = p_.hardware();
+    if (t.delay_s > 0) sg4::this_actor::sleep_for(t.delay_s);  // replay: a measured launch gap
+    if (t.measured_s > 0 && (t.kind == TaskKind::kCompute || t.kind == TaskKind::kOptimizerStep)) {
+      sg4::this_actor::sleep_for(t.measured_s);  // replay: the measured duration (it includes its contention)
+      return;
+    }
     switch (t.kind) {
       case TaskKind::kCompute:
         wait(exec_on(p_.gpu(rank_), std::max(t.flops, 1.0)));

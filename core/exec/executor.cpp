@@ -32,6 +32,13 @@ double ReferenceExecutor::now() const {
 
 double ReferenceExecutor::duration(const Task& t) const {
   const int rpn = ranks_per_node_;
+  if (t.measured_s > 0 && (t.kind == TaskKind::kCompute || t.kind == TaskKind::kOptimizerStep))
+    return t.delay_s + t.measured_s;
+  if (t.delay_s > 0) {
+    Task plain = t;
+    plain.delay_s = 0;
+    return t.delay_s + duration(plain);
+  }
   switch (t.kind) {
     case TaskKind::kCompute:
       return t.flops / hw_.gpu.achievable_flops;

@@ -75,6 +75,8 @@ struct Task {
   int buffer = -1;           // kAlloc / kFree: the buffer
   int param = -1;            // kCopy / NVMe / kCollective: the ModelGraph parameter moved, or -1
   int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
+  double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
+  double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
   std::vector<int> uses;     // buffers read or written while running
   std::vector<int> deps;     // task ids that must finish first
 };

@@ -110,7 +110,8 @@ void TraceWriter::span(const TraceSpan& s) {
     out_ << ",\"flops\":" << num(s.flops);
     if (s.dur_us > 0) out_ << ",\"TFLOPs\":" << num(s.flops / s.dur_us / 1e6);
   }
-  if (!s.collective.empty()) out_ << ",\"collective\":" << json_quote(s.collective) << ",\"group\":" << s.group;
+  if (!s.collective.empty())
+    out_ << ",\"collective\":" << json_quote(s.collective) << ",\"group\":" << s.group;
   if (!s.deps.empty()) {
     out_ << ",\"deps\":[";
     for (std::size_t i = 0; i < s.deps.size(); ++i) out_ << (i ? "," : "") << s.deps[i];

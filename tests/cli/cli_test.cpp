@@ -708,3 +708,54 @@ TEST(CliTrain, ANvmeSwapDiskTooSmallFailsBeforeTrainingWithOneLine) {
   EXPECT_NE(r.output.find(dir), std::string::npos) << r.output;
   EXPECT_EQ(::umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
+
+TEST(CliReplay, ReplaysATrainTraceWithWhatIfsAndNamesBadInput) {
+  const std::string data = write_file("replay-train.txt", training_text());
+  const std::string trace =
+      (std::filesystem::current_path() / "cli_test_files" / "replay-train.json").string();
+  CmdResult r = memwall("train --steps 3 --eval-batches 1 --trace " + trace + " --data " + data + " " +
+                        kTinyModel + " --set '{\"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = memwall("replay " + trace + " --fast --json --steps 1: --what-if compute=2 --what-if pcie=2", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = parse_json(r.output).at("replay").at(0);
+  EXPECT_EQ(j.at("steps").at(0), 1);
+  EXPECT_EQ(j.at("steps").at(1), 3);
+  EXPECT_GT(j.at("measured_iteration_s").get<double>(), 0.0);
+  // Replaying on the trace's own hardware header (dgx2) re-simulates transfers on V100 links: not a
+  // prediction of this machine, but the same order as measured.
+  EXPECT_LT(std::fabs(j.at("error").get<double>()), 0.5) << r.output;
+  EXPECT_GT(j.at("what_if_speedup").get<double>(), 1.05);  // compute twice as fast, faster links
+  r = memwall("replay " + trace + " --what-if disk=2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("allowed: pcie"), std::string::npos) << r.output;
+  std::string text;
+  {
+    std::ifstream in(trace);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  const std::string cut = write_file("replay-truncated.json", text.substr(0, text.size() / 3));
+  r = memwall("replay " + cut);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("replay-truncated.json: not valid JSON"), std::string::npos) << r.output;
+}
+
+TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
+  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "calibrate";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "local.json").string();
+  CmdResult r = memwall("calibrate --path " + dir.string() + " --size 4M --out " + out + " --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = parse_json(r.output);
+  EXPECT_GT(j.at("hardware").at("gpu").at("achievable_flops").get<double>(), 1e8);
+  EXPECT_GT(j.at("hardware").at("nvme").at("drive_read_Bps").get<double>(), 1e6);
+  EXPECT_FALSE(std::filesystem::exists(dir / "memwall-calibrate.dat"));  // the test file is removed
+  r = memwall("predict --hardware " + out + " --model gpt2 --run zero-3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = memwall("calibrate --path /nonexistent/dir");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/dir: not a directory"), std::string::npos) << r.output;
+}

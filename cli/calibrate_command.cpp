@@ -1,0 +1,215 @@
+// `memwall calibrate [--path DIR] [--out FILE] [--json]`: measures this machine and writes a HardwareSpec, so
+// that a `memwall train` run here can be simulated and replayed on the machine it ran on. Measured: memcpy
+// bandwidth (the host-emulated device's copies, and CPU memory traffic), fp32 GEMM FLOP/s through the same
+// matmul memwall train uses, and O_DIRECT write and read rates of the disk under --path through the I/O
+// library. The device is the host-emulated one (its memory: half of RAM, a convention), one per machine.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "base/units.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "cpu/gpt_ops.h"
+#include "engine/io/atomic_file.h"
+#include "io_measure.h"
+#include "spec/spec_loader.h"
+
+namespace memwall::cli {
+
+namespace {
+
+using nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+struct CalibrateOptions {
+  std::string path = ".";
+  std::string out;
+  std::string size = "512M";
+  bool json = false;
+};
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Bytes copied per second by memcpy between two 256 MiB buffers (best of 5).
+double memcpy_rate() {
+  const std::size_t n = 256ull << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto t0 = clock_type::now();
+    std::memcpy(k % 2 ? a.data() : b.data(), k % 2 ? b.data() : a.data(), n);
+    best = std::max(best, static_cast<double>(n) / seconds_since(t0));
+  }
+  return best;
+}
+
+// fp32 GEMM FLOP/s of a transformer-sized matmul (2048 tokens x 1024 x 1024), best of 5.
+double gemm_rate() {
+  const int N = 2048, IC = 1024, OC = 1024;
+  std::vector<float> in(static_cast<std::size_t>(N) * IC, 0.01f), w(static_cast<std::size_t>(OC) * IC, 0.02f),
+      out(static_cast<std::size_t>(N) * OC);
+  kernels::matmul_forward(out.data(), in.data(), w.data(), nullptr, N, IC, OC);  // warm-up
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto t0 = clock_type::now();
+    kernels::matmul_forward(out.data(), in.data(), w.data(), nullptr, N, IC, OC);
+    best = std::max(best, 2.0 * N * IC * OC / seconds_since(t0));
+  }
+  return best;
+}
+
+double mem_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+int run_calibrate(const CalibrateOptions& opt) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(opt.path, ec)) {
+    return report_error(Status::invalid_argument("--path " + opt.path + ": not a directory"));
+  }
+  const ParsedBytes size = parse_bytes(opt.size);
+  if (!size.ok || size.bytes < (1 << 20)) {
+    return report_error(
+        Status::invalid_argument("--size \"" + opt.size + "\": allowed: 1M or more, e.g. 512M"));
+  }
+  const std::string out = opt.out.empty() ? scenarios_dir() + "/hardware/local.json" : opt.out;
+  if (!opt.json) std::fprintf(stderr, "calibrate: memory bandwidth...\n");
+  const double copy_Bps = memcpy_rate();
+  if (!opt.json) std::fprintf(stderr, "calibrate: GEMM (%s)...\n", kernels::matmul_backend());
+  const double flops = gemm_rate();
+  if (!opt.json)
+    std::fprintf(stderr, "calibrate: disk under %s (%s)...\n", opt.path.c_str(), opt.size.c_str());
+  const std::string file = (fs::path(opt.path) / "memwall-calibrate.dat").string();
+  std::vector<std::string> warnings;
+  io::Backend used = io::Backend::kAuto;
+  io::IoSettings settings;
+  settings.block_size = 1 << 20;
+  settings.queue_depth = 8;
+  settings.parallelism = 1;
+  auto disk =
+      measure_disk(file, static_cast<std::uint64_t>(size.bytes), settings, true, true, warnings, used);
+  // Per-request latency: 4 KiB requests one at a time (what a small tensor's read or write pays on top of
+  // its transfer).
+  io::IoSettings small = settings;
+  small.block_size = 4096;
+  small.queue_depth = 1;
+  io::Backend used_small = used;
+  auto lat = disk.is_ok() ? measure_disk(file, 8ull << 20, small, true, true, warnings, used_small)
+                          : Result<Measurement>(disk.status());
+  fs::remove(file, ec);
+  if (!disk.is_ok()) return report_error(disk.status());
+  if (!lat.is_ok()) return report_error(lat.status());
+  const double latency_s = 0.5 * (4096 / lat->read_Bps + 4096 / lat->write_Bps);
+  struct statvfs vfs {};
+  const double disk_bytes = ::statvfs(opt.path.c_str(), &vfs) == 0
+                                ? static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize)
+                                : 0;
+  const double ram = mem_total_bytes();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  char host[256] = "this machine";
+  ::gethostname(host, sizeof host - 1);
+
+  json hw = {
+      {"format", "memwall-hardware"},
+      {"version", 1},
+      {"name", "local"},
+      {"description", std::string("measured by memwall calibrate on ") + host + ": " + cpu_model() + ", " +
+                          std::to_string(cores) + " cores; the device is memwall's host-emulated one"},
+      {"sources",
+       {"memwall calibrate " MEMWALL_VERSION ": memcpy of 256 MiB, fp32 GEMM 2048x1024x1024 (" +
+        std::string(kernels::matmul_backend()) + "), O_DIRECT sequential I/O of " + opt.size +
+        " and 4 KiB requests under " + opt.path + " (" + io::backend_name(used) + ")"}},
+      {"nodes", 1},
+      {"gpu",
+       {{"model", "host-emulated device"},
+        {"count", 1},
+        {"memory_bytes", std::floor(ram / 2 / 4096) * 4096},
+        {"reserved_bytes", 0},
+        {"peak_flops", flops},
+        {"achievable_flops", flops},
+        {"hbm_Bps", 2 * copy_Bps}}},
+      {"cpu",
+       {{"model", cpu_model()},
+        {"sockets", 1},
+        {"cores", cores},
+        {"memory_bytes", std::floor(ram / 4096) * 4096},
+        {"reserved_bytes", 0},
+        {"memory_Bps", 2 * copy_Bps}}},
+      {"nvme",
+       {{"drives", 1},
+        {"drive_capacity_bytes", disk_bytes},
+        {"drive_read_Bps", disk->read_Bps},
+        {"drive_write_Bps", disk->write_Bps},
+        {"latency_s", latency_s}}},
+      {"pcie", {{"gpu_link_Bps", copy_Bps}, {"latency_s", 0}}}};
+  // It must load as a hardware spec before it is written.
+  Diagnostics diag;
+  auto check = parse_hardware(hw.dump(), out, diag, nullptr);
+  if (!check.is_ok())
+    return report_error(Status::internal("calibrate produced an invalid spec: " + check.status().message()));
+  const std::string text = hw.dump(2) + "\n";
+  fs::create_directories(fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path(),
+                         ec);
+  if (Status st = io::write_file_atomic(out, {text}); !st.is_ok()) return report_error(st);
+  if (opt.json) {
+    std::printf("%s\n", json({{"out", out}, {"hardware", hw}}).dump(2).c_str());
+  } else {
+    std::printf("memcpy     %8.2f GB/s  (device copies; CPU memory traffic %.2f GB/s)\n", copy_Bps / 1e9,
+                2 * copy_Bps / 1e9);
+    std::printf("GEMM fp32  %8.2f GFLOP/s (%s)\n", flops / 1e9, kernels::matmul_backend());
+    std::printf("disk write %8.3f GB/s, read %.3f GB/s, %.1f us per 4 KiB request (%s, O_DIRECT, %s)\n",
+                disk->write_Bps / 1e9, disk->read_Bps / 1e9, latency_s * 1e6, io::backend_name(used),
+                opt.path.c_str());
+    std::printf("memory     %s RAM (device: %s)\n", format_bytes(ram).c_str(), format_bytes(ram / 2).c_str());
+    std::printf("wrote %s (use --hardware %s)\n", out.c_str(), opt.out.empty() ? "local" : out.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_calibrate(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<CalibrateOptions>();
+  auto* cmd = app.add_subcommand("calibrate",
+                                 "Measure this machine and write a hardware spec for simulate and replay");
+  cmd->add_option("--path", opt->path, "A directory on the disk to measure (the NVMe tier)")
+      ->capture_default_str();
+  cmd->add_option("--size", opt->size, "Bytes of disk I/O per pass")->capture_default_str();
+  cmd->add_option("--out", opt->out, "Where to write the spec (default: scenarios/hardware/local.json)");
+  cmd->add_flag("--json", opt->json, "Print the measurements and the spec as JSON");
+  cmd->callback([opt, &exit_code] { exit_code = run_calibrate(*opt); });
+}
+
+}  // namespace memwall::cli

@@ -1,0 +1,188 @@
+// `memwall replay TRACE... [--hardware H] [--what-if key=value ...] [--steps a:b] [--trace out.json]
+// [--json]`: re-runs a measured memwall trace in the simulator (measured compute, re-simulated transfers) on
+// its own or another hardware spec, reports measured vs replayed iteration time per rank, and what-if
+// predictions.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "exec/executor.h"
+#include "replay/replay.h"
+#include "sim/simulate.h"
+#include "spec/spec_loader.h"
+
+namespace memwall::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct ReplayOptions {
+  std::vector<std::string> traces;
+  std::string hardware;  // default: the first trace's own
+  std::vector<std::string> what_ifs;
+  std::string steps;  // "a:b"
+  std::string trace_out;
+  bool json = false;
+  bool fast = false;
+};
+
+Result<trace::TraceData> read_trace_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path + ": cannot open the trace");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto d = trace::read_trace(ss.str());
+  if (!d.is_ok()) return Status(d.status().code(), path + ": " + d.status().message());
+  return d;
+}
+
+// Iteration time of a graph on hardware: SimGrid (or the closed-form reference executor with --fast).
+Result<std::pair<double, RunResult>> run_graph(const ReplayGraph& g, const HardwareSpec& hw, bool fast) {
+  if (fast) {
+    ReferenceExecutor exec(hw, g.schedule.ranks_per_node);
+    auto r = run_schedule(g.schedule, exec);
+    if (!r.is_ok()) return r.status();
+    const double t = r->makespan_s;
+    return std::make_pair(t, std::move(*r));
+  }
+#if MEMWALL_WITH_SIMGRID
+  auto r = sim::simulate_schedule(g.schedule, hw, {});
+  if (!r.is_ok()) return r.status();
+  return std::make_pair(r->iteration_s, std::move(r->rank0));
+#else
+  return Status::unavailable("memwall was built without SimGrid: use --fast (the reference executor)");
+#endif
+}
+
+int run_replay(const ReplayOptions& opt) {
+  std::vector<WhatIf> what_ifs;
+  std::unique_ptr<HardwareSpec> gpu_spec;
+  Diagnostics diag;
+  for (const auto& text : opt.what_ifs) {
+    auto w = parse_what_if(text);
+    if (!w.is_ok()) return report_error(w.status());
+    if (w->key == "gpu") {
+      auto g = load_hardware_arg(w->value, diag);
+      if (!g.is_ok()) return report_error(g.status());
+      gpu_spec = std::make_unique<HardwareSpec>(std::move(*g));
+    }
+    what_ifs.push_back(*w);
+  }
+  int first = 0, last = -1;
+  if (!opt.steps.empty()) {
+    const auto colon = opt.steps.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      if (colon > 0) first = std::stoi(opt.steps.substr(0, colon));
+      if (colon + 1 < opt.steps.size()) last = std::stoi(opt.steps.substr(colon + 1));
+    } catch (const std::exception&) {
+      return report_error(Status::invalid_argument(
+          "--steps '" + opt.steps + "': expected a:b (0-based, b exclusive; either may be empty)"));
+    }
+  }
+  json out_ranks = json::array();
+  json what_if_rows = json::array();
+  bool first_trace = true;
+  for (const std::string& path : opt.traces) {
+    auto d = read_trace_file(path);
+    if (!d.is_ok()) return report_error(d.status());
+    if (d->unknown_events > 0 && !opt.json) {
+      std::fprintf(stderr, "memwall: warning: %s: %llu events of kinds replay does not read were skipped\n",
+                   path.c_str(), static_cast<unsigned long long>(d->unknown_events));
+    }
+    int pid = 0;
+    for (const auto& s : d->spans) {
+      pid = s.pid;
+      break;
+    }
+    auto g = import_memwall_trace(*d, pid, first, last);
+    if (!g.is_ok()) return report_error(Status(g.status().code(), path + ": " + g.status().message()));
+    HardwareSpec hw;
+    if (!opt.hardware.empty()) {
+      auto h = load_hardware_arg(opt.hardware, diag);
+      if (!h.is_ok()) return report_error(h.status());
+      hw = std::move(*h);
+    } else {
+      auto h = parse_hardware(d->header.hardware_json, path + " (its hardware header)", diag, nullptr);
+      if (!h.is_ok()) return report_error(h.status());
+      hw = std::move(*h);
+    }
+    place_ranks(hw, *g);
+    auto base = run_graph(*g, hw, opt.fast);
+    if (!base.is_ok()) return report_error(base.status());
+    const double measured = g->measured_iteration_s, replayed = base->first;
+    const double error = (replayed - measured) / measured;
+    json row = {{"trace", path},
+                {"rank", pid},
+                {"hardware", hw.name},
+                {"steps", {g->first_step, g->last_step}},
+                {"tasks", g->schedule.tasks.size()},
+                {"measured_iteration_s", measured},
+                {"replayed_iteration_s", replayed},
+                {"error", error}};
+    if (!what_ifs.empty()) {
+      HardwareSpec hw2 = hw;
+      ReplayGraph g2 = *g;
+      if (Status st = apply_what_ifs(what_ifs, gpu_spec.get(), hw2, g2); !st.is_ok()) return report_error(st);
+      place_ranks(hw2, g2);
+      auto w = run_graph(g2, hw2, opt.fast);
+      if (!w.is_ok()) return report_error(w.status());
+      row["what_if_iteration_s"] = w->first;
+      row["what_if_speedup"] = replayed / w->first;
+    }
+    if (!opt.json) {
+      std::printf("%s (rank %d, %zu tasks, steps %d:%d of %d) on %s:\n", path.c_str(), pid,
+                  g->schedule.tasks.size(), g->first_step, g->last_step, g->steps_total, hw.name.c_str());
+      std::printf("  measured %.4f s/iteration, replayed %.4f s (%+.1f%%)\n", measured, replayed,
+                  100 * error);
+      if (row.contains("what_if_iteration_s")) {
+        std::string list;
+        for (const auto& w : opt.what_ifs) list += (list.empty() ? "" : ", ") + w;
+        std::printf("  what if %s: %.4f s/iteration (%.2fx)\n", list.c_str(),
+                    row["what_if_iteration_s"].get<double>(), row["what_if_speedup"].get<double>());
+      }
+    }
+    if (first_trace && !opt.trace_out.empty()) {
+      Inputs in;
+      in.hw = hw;
+      const Status st = write_run_trace(opt.trace_out, opt.fast ? "reference" : "simgrid", "replay", in,
+                                        in.run, g->schedule, base->second, row.dump());
+      if (!st.is_ok()) return report_error(st);
+      if (!opt.json) std::printf("  trace of the replay: %s\n", opt.trace_out.c_str());
+    }
+    out_ranks.push_back(row);
+    first_trace = false;
+  }
+  if (opt.json) std::printf("%s\n", json({{"replay", out_ranks}}).dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_replay(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<ReplayOptions>();
+  auto* cmd = app.add_subcommand(
+      "replay",
+      "Replay measured memwall traces in the simulator, on their hardware or another, with what-ifs");
+  cmd->add_option("traces", opt->traces, "memwall traces (.json or .json.gz), e.g. one per rank")->required();
+  cmd->add_option("--hardware,-H", opt->hardware,
+                  "Hardware to replay on: scenario name or file (default: the trace's own, from its header)");
+  cmd->add_option("--what-if", opt->what_ifs,
+                  "key=value, repeatable: pcie=X, nvme=X, network=X, cpu_memory=X (bandwidth times X), "
+                  "compute=X (X times faster), gpu=HARDWARE (its GPU), nodes=N");
+  cmd->add_option("--steps", opt->steps, "Steps a:b of the trace to use (0-based, b exclusive; default all)");
+  cmd->add_option("--trace", opt->trace_out, "Write the replayed run of the first trace as a memwall trace");
+  cmd->add_flag("--fast", opt->fast, "The closed-form reference executor instead of SimGrid");
+  cmd->add_flag("--json", opt->json, "One JSON document");
+  cmd->callback([opt, &exit_code] { exit_code = run_replay(*opt); });
+}
+
+}  // namespace memwall::cli

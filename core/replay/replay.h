@@ -1,0 +1,50 @@
+// Replay: a measured trace turned back into a task graph that the simulator can run on other hardware.
+//
+// import_memwall_trace reads a memwall trace (format 1.1+, e.g. from `memwall train --trace`): one rank's
+// tasks with their kinds, resources, bytes, FLOPs and dependencies, and per task the median measured duration
+// over the chosen steps (a task id recurs once per step). Compute and optimizer tasks keep their measured
+// durations (scaled by what-ifs); copies, NVMe I/O and collectives are re-simulated from their bytes.
+//
+// What-ifs change the hardware or the graph: pcie=X, nvme=X, network=X, cpu_memory=X (bandwidths times X),
+// compute=X (compute X times faster), gpu=SPEC (another GPU: compute scaled by the achievable FLOP/s ratio),
+// nodes=N (data-parallel weak scaling: N nodes of the same ranks per node).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/schedule.h"
+#include "spec/hardware_spec.h"
+#include "trace/trace.h"
+
+namespace memwall {
+
+struct ReplayGraph {
+  Schedule schedule;  // the rank's tasks (ids compacted, dependencies kept), measured durations set
+  int pid = 0;
+  int steps_total = 0;                  // steps found in the trace
+  int first_step = 0, last_step = 0;    // the steps used, [first, last)
+  std::vector<double> measured_step_s;  // per step used: first start to last end
+  double measured_iteration_s = 0;      // their mean
+  int ranks = 1;
+  std::size_t skipped_spans = 0;  // spans without a task id (not from a schedule)
+};
+
+// `first`, `last`: steps [first, last) (0-based; last < 0: to the end).
+Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int first, int last);
+
+struct WhatIf {
+  std::string key;
+  std::string value;
+};
+// Parses "key=value" (errors name the text and the allowed keys).
+Result<WhatIf> parse_what_if(const std::string& text);
+// Applies what-ifs to the hardware and to the graph's measured durations and rank count. `gpu` takes a
+// hardware spec already loaded by the caller (core reads no files).
+Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec, HardwareSpec& hw,
+                      ReplayGraph& g);
+// Sets the rank layout of the graph's schedule for this hardware (ranks per node, data parallel degree).
+void place_ranks(const HardwareSpec& hw, ReplayGraph& g);
+
+}  // namespace memwall

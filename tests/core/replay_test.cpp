@@ -1,0 +1,100 @@
+// Replay: a planned schedule run on the reference executor, written as a trace, read back, rebuilt into a
+// graph and re-run must give the same iteration time; what-ifs move it the right way; bad traces are named.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "exec/executor.h"
+#include "exec/trace_export.h"
+#include "plan/planner.h"
+#include "replay/replay.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+struct Traced {
+  Schedule schedule;
+  double iteration_s = 0;
+  trace::TraceData data;
+};
+
+// Two iterations of a planned run (the second shifted after the first), as one trace.
+Traced traced_run(const HardwareSpec& hw, const char* run_name) {
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  RunConfig run = testing::load_run_scenario(run_name);
+  run.memwall.data_parallel = 1;
+  EXPECT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  Traced t;
+  t.schedule = plan_iteration(m, run, hw).value();
+  ReferenceExecutor exec(hw, t.schedule.ranks_per_node);
+  RunResult r = run_schedule(t.schedule, exec).value();
+  t.iteration_s = r.makespan_s;
+  std::ostringstream out;
+  trace::TraceWriter w(out);
+  trace::TraceHeader h;
+  h.command = "test";
+  h.ranks = 1;
+  w.begin(h);
+  export_run_trace(t.schedule, r, 0, w);
+  for (auto& c : r.timing) {
+    c.start_s += r.makespan_s;
+    c.end_s += r.makespan_s;
+  }
+  export_run_trace(t.schedule, r, 0, w);
+  EXPECT_TRUE(w.finish().is_ok());
+  t.data = trace::read_trace(out.str()).value();
+  return t;
+}
+
+double replay_time(const ReplayGraph& g, const HardwareSpec& hw) {
+  ReferenceExecutor exec(hw, g.schedule.ranks_per_node);
+  return run_schedule(g.schedule, exec).value().makespan_s;
+}
+
+TEST(Replay, AReferenceRunReplaysToItsOwnIterationTime) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const Traced t = traced_run(hw, "zero-infinity-nvme");
+  auto g = import_memwall_trace(t.data, 0, 0, -1);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_EQ(g->steps_total, 2);
+  std::size_t traced = 0;
+  for (const Task& task : t.schedule.tasks) traced += task.resource != Resource::kNone ? 1 : 0;
+  EXPECT_EQ(g->schedule.tasks.size(), traced);
+  EXPECT_NEAR(g->measured_iteration_s, t.iteration_s, 1e-9 * t.iteration_s);
+  place_ranks(hw, *g);
+  // Same hardware, measured compute = the reference's compute: the same makespan.
+  EXPECT_NEAR(replay_time(*g, hw), t.iteration_s, 1e-6 * t.iteration_s);
+
+  // What-ifs: more bandwidth never slows it, faster compute speeds it up, NVMe-bound here.
+  HardwareSpec hw2 = hw;
+  ReplayGraph g2 = *g;
+  ASSERT_TRUE(apply_what_ifs({{"nvme", "2"}}, nullptr, hw2, g2).is_ok());
+  EXPECT_LT(replay_time(g2, hw2), t.iteration_s);
+  hw2 = hw;
+  g2 = *g;
+  ASSERT_TRUE(apply_what_ifs({{"compute", "2"}, {"pcie", "2"}}, nullptr, hw2, g2).is_ok());
+  EXPECT_LE(replay_time(g2, hw2), t.iteration_s * (1 + 1e-9));
+  EXPECT_FALSE(apply_what_ifs({{"compute", "-1"}}, nullptr, hw2, g2).is_ok());
+}
+
+TEST(Replay, BadInputIsNamed) {
+  EXPECT_FALSE(parse_what_if("pcie").is_ok());
+  auto w = parse_what_if("disk=2");
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_NE(w.status().message().find("allowed: pcie"), std::string::npos);
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const Traced t = traced_run(hw, "zero-3");
+  auto out_of_range = import_memwall_trace(t.data, 0, 3, 5);
+  ASSERT_FALSE(out_of_range.is_ok());
+  EXPECT_NE(out_of_range.status().message().find("steps 0:2"), std::string::npos);
+  trace::TraceData no_deps = t.data;
+  for (auto& s : no_deps.spans) s.deps.clear();
+  auto old = import_memwall_trace(no_deps, 0, 0, -1);
+  ASSERT_FALSE(old.is_ok());
+  EXPECT_NE(old.status().message().find("no task dependencies"), std::string::npos);
+  EXPECT_FALSE(import_memwall_trace(t.data, 7, 0, -1).is_ok());  // no such rank
+}
+
+}  // namespace
+}  // namespace memwall
