@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -14,6 +16,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "exec/executor.h"
+#include "replay/kineto.h"
 #include "replay/replay.h"
 #include "sim/simulate.h"
 #include "spec/spec_loader.h"
@@ -34,14 +37,69 @@ struct ReplayOptions {
   bool fast = false;
 };
 
-Result<trace::TraceData> read_trace_file(const std::string& path) {
+// A trace file as a replay graph: a memwall trace (its own hardware header), or a PyTorch profiler (Kineto)
+// trace. `hardware_json` receives the memwall header's hardware (empty for Kineto).
+Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
+                               bool quiet) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::not_found(path + ": cannot open the trace");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto d = trace::read_trace(ss.str());
-  if (!d.is_ok()) return Status(d.status().code(), path + ": " + d.status().message());
-  return d;
+  auto bytes = trace::inflate_if_gzip(ss.str());
+  if (!bytes.is_ok()) return Status(bytes.status().code(), path + ": " + bytes.status().message());
+  auto d = trace::read_trace(*bytes);
+  if (d.is_ok()) {
+    if (d->unknown_events > 0 && !quiet) {
+      std::fprintf(stderr, "memwall: warning: %s: %llu events of kinds replay does not read were skipped\n",
+                   path.c_str(), static_cast<unsigned long long>(d->unknown_events));
+    }
+    int pid = 0;
+    for (const auto& sp : d->spans) {
+      pid = sp.pid;
+      break;
+    }
+    hardware_json = d->header.hardware_json;
+    auto g = import_memwall_trace(*d, pid, first, last);
+    if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+    return g;
+  }
+  if (d.status().message().find("not a memwall trace") == std::string::npos) {
+    return Status(d.status().code(), path + ": " + d.status().message());
+  }
+  KinetoInfo info;
+  auto g = import_kineto_trace(*bytes, first, last, info);
+  if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+  hardware_json.clear();
+  if (!quiet) {
+    std::fprintf(
+        stderr,
+        "%s: PyTorch profiler trace, rank %d of %d: %zu kernels, %zu host-device copies, %zu collectives "
+        "(%zu NCCL kernels without record_param_comms kept as measured), %zu events of other kinds "
+        "skipped\n",
+        path.c_str(), info.rank, info.world_size, info.kernels, info.memcpys, info.collectives,
+        info.unmatched_collectives, info.unknown_events);
+  }
+  return g;
+}
+
+// The files of a directory argument (*.json, *.json.gz, sorted), or the argument itself.
+std::vector<std::string> expand(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(a, ec)) {
+      out.push_back(a);
+      continue;
+    }
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(a, ec)) {
+      const std::string n = e.path().string();
+      if (n.ends_with(".json") || n.ends_with(".json.gz")) files.push_back(n);
+    }
+    std::sort(files.begin(), files.end());
+    out.insert(out.end(), files.begin(), files.end());
+  }
+  return out;
 }
 
 // Iteration time of a graph on hardware: SimGrid (or the closed-form reference executor with --fast).
@@ -91,27 +149,24 @@ int run_replay(const ReplayOptions& opt) {
   json out_ranks = json::array();
   json what_if_rows = json::array();
   bool first_trace = true;
-  for (const std::string& path : opt.traces) {
-    auto d = read_trace_file(path);
-    if (!d.is_ok()) return report_error(d.status());
-    if (d->unknown_events > 0 && !opt.json) {
-      std::fprintf(stderr, "memwall: warning: %s: %llu events of kinds replay does not read were skipped\n",
-                   path.c_str(), static_cast<unsigned long long>(d->unknown_events));
-    }
-    int pid = 0;
-    for (const auto& s : d->spans) {
-      pid = s.pid;
-      break;
-    }
-    auto g = import_memwall_trace(*d, pid, first, last);
-    if (!g.is_ok()) return report_error(Status(g.status().code(), path + ": " + g.status().message()));
+  const std::vector<std::string> files = expand(opt.traces);
+  if (files.empty())
+    return report_error(Status::invalid_argument("no .json or .json.gz traces in the arguments"));
+  for (const std::string& path : files) {
+    std::string hardware_json;
+    auto g = load_graph(path, first, last, hardware_json, opt.json);
+    if (!g.is_ok()) return report_error(g.status());
+    const int pid = g->pid;
     HardwareSpec hw;
     if (!opt.hardware.empty()) {
       auto h = load_hardware_arg(opt.hardware, diag);
       if (!h.is_ok()) return report_error(h.status());
       hw = std::move(*h);
+    } else if (hardware_json.empty() || hardware_json == "null") {
+      return report_error(
+          Status::invalid_argument(path + ": the trace names no hardware; pass --hardware H"));
     } else {
-      auto h = parse_hardware(d->header.hardware_json, path + " (its hardware header)", diag, nullptr);
+      auto h = parse_hardware(hardware_json, path + " (its hardware header)", diag, nullptr);
       if (!h.is_ok()) return report_error(h.status());
       hw = std::move(*h);
     }

@@ -91,6 +91,8 @@ class SimGridExecutor final : public Executor {
       lane.pending->acquire();
       const Task& t = *lane.queue.front();
       lane.queue.pop_front();
+      if (t.release_s > now())
+        sg4::this_actor::sleep_for(t.release_s - now());  // replay: not before its launch
       const double start = now();
       run(t);
       done_.push_back({t.id, start, now()});

@@ -78,7 +78,8 @@ Status ReferenceExecutor::submit(const Task& t) {
   const int r = static_cast<int>(t.resource);
   if (!st.busy[r]) {
     st.busy[r] = true;
-    st.running[r] = {t.id, st.now, st.now + duration(t)};
+    const double start = std::max(st.now, t.release_s);
+    st.running[r] = {t.id, start, start + duration(t)};
   } else {
     st.queue[r].push_back(&t);
   }
@@ -106,7 +107,8 @@ Result<Completion> ReferenceExecutor::wait_any() {
     const Task* next = st.queue[best].front();
     st.queue[best].pop_front();
     st.busy[best] = true;
-    st.running[best] = {next->id, st.now, st.now + duration(*next)};
+    const double start = std::max(st.now, next->release_s);
+    st.running[best] = {next->id, start, start + duration(*next)};
   }
   return Completion{done.task, done.start, done.end};
 }

@@ -77,6 +77,7 @@ struct Task {
   int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
   double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
   double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
+  double release_s = 0;      // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
   std::vector<int> uses;     // buffers read or written while running
   std::vector<int> deps;     // task ids that must finish first
 };

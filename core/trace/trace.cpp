@@ -533,6 +533,14 @@ void add_event(TraceData& d, RawEvent& e) {
 
 }  // namespace
 
+Result<std::string> inflate_if_gzip(std::string_view bytes) {
+  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+      static_cast<unsigned char>(bytes[1]) == 0x8b) {
+    return gunzip(bytes);
+  }
+  return std::string(bytes);
+}
+
 Result<TraceData> read_trace(std::string_view bytes) {
   std::string inflated;
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&

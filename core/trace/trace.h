@@ -98,6 +98,10 @@ struct TraceData {
 // truncated gzip, not a memwall trace, an unsupported major version.
 Result<TraceData> read_trace(std::string_view bytes);
 
+// The bytes themselves, or their gzip-decompressed content when they start with gzip's magic (errors name a
+// truncated or corrupt stream). For readers of other trace formats (replay's Kineto importer).
+Result<std::string> inflate_if_gzip(std::string_view bytes);
+
 // An ostream that gzip-compresses into another ostream. Call close() (or destroy it) to finish the stream.
 class GzipOstream : public std::ostream {
  public:

@@ -759,3 +759,31 @@ TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/dir: not a directory"), std::string::npos) << r.output;
 }
+
+TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
+  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "kineto";
+  std::filesystem::create_directories(dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string text =
+        "{\"distributedInfo\": {\"rank\": " + std::to_string(rank) +
+        ", \"world_size\": 2}, \"traceEvents\": ["
+        "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#3\", \"pid\": 1, \"tid\": 1, "
+        "\"ts\": 1000, \"dur\": 5000},"
+        "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, \"tid\": 1, "
+        "\"ts\": 1100, \"dur\": 5, \"args\": {\"correlation\": 7}},"
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"gemm\", \"pid\": 0, \"tid\": 7, \"ts\": 1200, "
+        "\"dur\": 4000, \"args\": {\"stream\": 7, \"correlation\": 7}}]}";
+    write_file("kineto/rank" + std::to_string(rank) + ".json", text);
+  }
+  CmdResult r = memwall("replay " + dir.string() + " --hardware dgx2 --fast --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = parse_json(r.output).at("replay");
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j.at(1).at("rank"), 1);
+  EXPECT_NEAR(j.at(0).at("measured_iteration_s").get<double>(), 5e-3, 1e-9);
+  // The kernel's measured 4 ms, released at its launch 0.1 ms into the step.
+  EXPECT_NEAR(j.at(0).at("replayed_iteration_s").get<double>(), 4.1e-3, 1e-9);
+  r = memwall("replay " + dir.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("the trace names no hardware; pass --hardware"), std::string::npos) << r.output;
+}

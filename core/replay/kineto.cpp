@@ -1,0 +1,250 @@
+// PyTorch profiler (Kineto) traces into a replay graph (see kineto.h).
+#include "replay/kineto.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace memwall {
+
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+double num(const json& j, const char* key, double fallback = 0) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  const json& v = j.at(key);
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    try {
+      return std::stod(v.get<std::string>());
+    } catch (const std::exception&) {
+      return fallback;
+    }
+  }
+  return fallback;
+}
+
+std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>()
+                                                                   : std::string();
+}
+
+double dtype_bytes(const std::string& dtype) {
+  const std::string d = lower(dtype);
+  if (d.find("double") != std::string::npos || d.find("long") != std::string::npos ||
+      d.find("64") != std::string::npos)
+    return 8;
+  if (d.find("half") != std::string::npos || d.find("bfloat16") != std::string::npos ||
+      d.find("16") != std::string::npos)
+    return 2;
+  if (d.find("byte") != std::string::npos || d.find("char") != std::string::npos ||
+      d.find("bool") != std::string::npos || d.find("8") != std::string::npos)
+    return 1;
+  return 4;
+}
+
+CollectiveKind collective_from(const std::string& text) {
+  const std::string t = lower(text);
+  if (t.find("reduce_scatter") != std::string::npos || t.find("reducescatter") != std::string::npos)
+    return CollectiveKind::kReduceScatter;
+  if (t.find("all_gather") != std::string::npos || t.find("allgather") != std::string::npos)
+    return CollectiveKind::kAllGather;
+  if (t.find("broadcast") != std::string::npos) return CollectiveKind::kBroadcast;
+  return CollectiveKind::kAllReduce;
+}
+
+struct GpuEvent {
+  std::string name, cat;
+  double ts = 0, dur = 0, launch = -1, bytes = 0;
+  long stream = 0;
+  bool nccl = false;
+};
+
+struct Comm {
+  double ts = 0, bytes = 0;
+  int group = 0;
+  std::string name;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int last, KinetoInfo& info) {
+  json j = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded()) return Status::invalid_argument("not valid JSON (truncated?)");
+  if (!j.is_object() || !j.contains("traceEvents") || !j.at("traceEvents").is_array()) {
+    return Status::invalid_argument("not a PyTorch profiler trace: no \"traceEvents\" list");
+  }
+  if (j.contains("distributedInfo")) {
+    info.rank = static_cast<int>(num(j.at("distributedInfo"), "rank"));
+    info.world_size = std::max(1, static_cast<int>(num(j.at("distributedInfo"), "world_size", 1)));
+  }
+  std::vector<std::pair<double, double>> steps;  // (ts, dur) of ProfilerStep#N
+  std::map<long, double> launch;                 // correlation -> runtime launch ts
+  std::vector<GpuEvent> gpu;
+  std::vector<Comm> comms;
+  for (const json& e : j.at("traceEvents")) {
+    if (!e.is_object()) continue;
+    const std::string ph = str(e, "ph"), cat = str(e, "cat"), name = str(e, "name");
+    const json args = e.contains("args") ? e.at("args") : json::object();
+    if (ph != "X") {
+      if (ph != "M" && ph != "s" && ph != "f" && ph != "i" && ph != "I" && ph != "C") ++info.unknown_events;
+      continue;
+    }
+    if (cat == "user_annotation" && name.rfind("ProfilerStep#", 0) == 0) {
+      steps.emplace_back(num(e, "ts"), num(e, "dur"));
+    } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
+      if (args.contains("correlation")) launch[static_cast<long>(num(args, "correlation"))] = num(e, "ts");
+    } else if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") {
+      GpuEvent g;
+      g.name = name;
+      g.cat = cat;
+      g.ts = num(e, "ts");
+      g.dur = num(e, "dur");
+      g.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
+      g.bytes = num(args, "bytes");
+      g.nccl = lower(name).find("nccl") != std::string::npos;
+      if (args.contains("correlation")) {
+        auto it = launch.find(static_cast<long>(num(args, "correlation")));
+        if (it != launch.end()) g.launch = it->second;
+        g.launch = g.launch < 0 ? -1 - num(args, "correlation") : g.launch;  // resolved below if later
+      }
+      gpu.push_back(std::move(g));
+    } else if (cat == "cpu_op" && name == "record_param_comms") {
+      Comm c;
+      c.ts = num(e, "ts");
+      c.name = str(args, "Collective name");
+      const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
+      c.bytes = elems * dtype_bytes(str(args, "dtype"));
+      c.group = static_cast<int>(num(args, "Group size", info.world_size));
+      comms.push_back(c);
+    }
+  }
+  // Launches that appear after their kernels in the file.
+  for (GpuEvent& g : gpu) {
+    if (g.launch < -0.5) {
+      auto it = launch.find(static_cast<long>(-1 - g.launch));
+      g.launch = it != launch.end() ? it->second : -1;
+    }
+  }
+  if (gpu.empty())
+    return Status::invalid_argument("no GPU kernels or memcpys in the trace (a CPU-only profile?)");
+  std::sort(gpu.begin(), gpu.end(), [](const GpuEvent& a, const GpuEvent& b) { return a.ts < b.ts; });
+  std::sort(steps.begin(), steps.end());
+  std::sort(comms.begin(), comms.end(), [](const Comm& a, const Comm& b) { return a.ts < b.ts; });
+  if (steps.empty()) {
+    double t0 = gpu.front().launch >= 0 ? std::min(gpu.front().launch, gpu.front().ts) : gpu.front().ts,
+           t1 = 0;
+    for (const auto& g : gpu) t1 = std::max(t1, g.ts + g.dur);
+    steps.emplace_back(t0, t1 - t0);
+  }
+  // NCCL kernels matched in order to the record_param_comms before their launch.
+  std::size_t next_comm = 0;
+  std::vector<int> comm_of(gpu.size(), -1);
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    if (!gpu[i].nccl) continue;
+    const double at = gpu[i].launch >= 0 ? gpu[i].launch : gpu[i].ts;
+    if (next_comm < comms.size() && comms[next_comm].ts <= at) comm_of[i] = static_cast<int>(next_comm++);
+  }
+  // Tasks per step: a GPU task belongs to the step its launch (or its start) falls in.
+  auto step_of = [&](const GpuEvent& g) {
+    const double at = g.launch >= 0 ? g.launch : g.ts;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      if (at >= steps[k].first && at < steps[k].first + steps[k].second) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  std::vector<std::vector<std::size_t>> per_step(steps.size());
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    const int k = step_of(gpu[i]);
+    if (k >= 0) per_step[static_cast<std::size_t>(k)].push_back(i);
+  }
+  ReplayGraph g;
+  g.pid = info.rank;
+  g.ranks = info.world_size;
+  g.steps_total = static_cast<int>(steps.size());
+  const int lo = std::max(0, first), hi = last < 0 ? g.steps_total : std::min(last, g.steps_total);
+  if (lo >= hi) {
+    return Status::invalid_argument("--steps " + std::to_string(first) + ":" + std::to_string(last) +
+                                    ": the trace has steps 0:" + std::to_string(g.steps_total));
+  }
+  g.first_step = lo;
+  g.last_step = hi;
+  for (int k = lo; k < hi; ++k) {
+    double end = steps[static_cast<std::size_t>(k)].first + steps[static_cast<std::size_t>(k)].second;
+    for (std::size_t i : per_step[static_cast<std::size_t>(k)]) end = std::max(end, gpu[i].ts + gpu[i].dur);
+    g.measured_step_s.push_back((end - steps[static_cast<std::size_t>(k)].first) * 1e-6);
+  }
+  double sum = 0;
+  for (double s : g.measured_step_s) sum += s;
+  g.measured_iteration_s = sum / static_cast<double>(g.measured_step_s.size());
+  // The graph: the first chosen step's tasks; durations and releases are medians over the chosen steps with
+  // the same number of tasks.
+  const auto& base = per_step[static_cast<std::size_t>(lo)];
+  if (base.empty()) return Status::invalid_argument("step " + std::to_string(lo) + " has no GPU tasks");
+  std::vector<int> same;
+  for (int k = lo; k < hi; ++k) {
+    if (per_step[static_cast<std::size_t>(k)].size() == base.size()) same.push_back(k);
+  }
+  std::map<long, int> last_on_stream;
+  Schedule& s = g.schedule;
+  for (std::size_t idx = 0; idx < base.size(); ++idx) {
+    const GpuEvent& e = gpu[base[idx]];
+    Task t;
+    t.id = static_cast<int>(idx);
+    t.name = e.name;
+    t.phase = Phase::kForward;
+    std::vector<double> durs, releases;
+    for (int k : same) {
+      const GpuEvent& o = gpu[per_step[static_cast<std::size_t>(k)][idx]];
+      const double step_start = steps[static_cast<std::size_t>(k)].first;
+      durs.push_back(o.dur * 1e-6);
+      releases.push_back(((o.launch >= 0 ? o.launch : o.ts) - step_start) * 1e-6);
+    }
+    t.release_s = std::max(0.0, median(releases));
+    const std::string n = lower(e.name);
+    if (e.nccl && comm_of[base[idx]] >= 0) {
+      const Comm& c = comms[static_cast<std::size_t>(comm_of[base[idx]])];
+      t.kind = TaskKind::kCollective;
+      t.resource = Resource::kNetwork;
+      t.collective = collective_from(c.name.empty() ? e.name : c.name);
+      t.group = std::max(1, c.group > 0 ? c.group : info.world_size);
+      t.bytes = c.bytes;
+      ++info.collectives;
+    } else if (e.cat == "gpu_memcpy" &&
+               (n.find("htod") != std::string::npos || n.find("dtoh") != std::string::npos)) {
+      t.kind = TaskKind::kCopy;
+      const bool h2d = n.find("htod") != std::string::npos;
+      t.resource = h2d ? Resource::kH2D : Resource::kD2H;
+      t.src = h2d ? Tier::kCpu : Tier::kGpu;
+      t.dst = h2d ? Tier::kGpu : Tier::kCpu;
+      t.bytes = e.bytes;
+      ++info.memcpys;
+    } else {
+      if (e.nccl) ++info.unmatched_collectives;
+      t.kind = TaskKind::kCompute;
+      t.resource = e.nccl ? Resource::kNetwork : Resource::kCompute;
+      t.measured_s = std::max(1e-9, median(durs));
+      ++info.kernels;
+    }
+    if (auto it = last_on_stream.find(e.stream); it != last_on_stream.end()) t.deps.push_back(it->second);
+    last_on_stream[e.stream] = t.id;
+    s.tasks.push_back(std::move(t));
+  }
+  s.ranks = s.data_parallel = g.ranks;
+  s.ranks_per_node = 1;
+  return g;
+}
+
+}  // namespace memwall

@@ -1,0 +1,162 @@
+// Replay's PyTorch profiler importer on a small trace written here by hand (two ProfilerSteps, a GEMM and an
+// elementwise kernel and a host-to-device copy on the compute stream, an NCCL all-reduce on its own stream
+// matched to record_param_comms, CUDA runtime launches correlated to each GPU event).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/executor.h"
+#include "replay/kineto.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+using nlohmann::json;
+
+std::string kineto_fixture(bool with_comms = true) {
+  json ev = json::array();
+  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", "python"}}}});
+  long corr = 100;
+  for (int k = 0; k < 2; ++k) {
+    const double t0 = 10000.0 * k;
+    ev.push_back({{"ph", "X"},
+                  {"cat", "user_annotation"},
+                  {"name", "ProfilerStep#" + std::to_string(k)},
+                  {"pid", 1},
+                  {"tid", 1},
+                  {"ts", t0},
+                  {"dur", 9000}});
+    auto launch = [&](double ts) {
+      ev.push_back({{"ph", "X"},
+                    {"cat", "cuda_runtime"},
+                    {"name", "cudaLaunchKernel"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", ts},
+                    {"dur", 5},
+                    {"args", {{"correlation", corr}}}});
+      return corr++;
+    };
+    long c = launch(t0 + 100);
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", "sm80_xmma_gemm_bf16"},
+                  {"pid", 0},
+                  {"tid", 7},
+                  {"ts", t0 + 120},
+                  {"dur", 2000},
+                  {"args", {{"stream", 7}, {"correlation", c}}}});
+    c = launch(t0 + 150);
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", "vectorized_elementwise_kernel"},
+                  {"pid", 0},
+                  {"tid", 7},
+                  {"ts", t0 + 2120},
+                  {"dur", 500},
+                  {"args", {{"stream", 7}, {"correlation", c}}}});
+    c = launch(t0 + 200);
+    ev.push_back({{"ph", "X"},
+                  {"cat", "gpu_memcpy"},
+                  {"name", "Memcpy HtoD (Pinned -> Device)"},
+                  {"pid", 0},
+                  {"tid", 7},
+                  {"ts", t0 + 2620},
+                  {"dur", 1000},
+                  {"args", {{"stream", 7}, {"correlation", c}, {"bytes", 8e6}}}});
+    if (with_comms) {
+      ev.push_back({{"ph", "X"},
+                    {"cat", "cpu_op"},
+                    {"name", "record_param_comms"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", t0 + 300},
+                    {"dur", 10},
+                    {"args",
+                     {{"Collective name", "allreduce"},
+                      {"In msg nelems", 250000000},
+                      {"Out msg nelems", 250000000},
+                      {"dtype", "Float"},
+                      {"Group size", 2}}}});
+    }
+    c = launch(t0 + 310);
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", "ncclKernel_AllReduce_RING_LL_Sum_float"},
+                  {"pid", 0},
+                  {"tid", 20},
+                  {"ts", t0 + 3700},
+                  {"dur", 3000},
+                  {"args", {{"stream", 20}, {"correlation", c}}}});
+    ev.push_back({{"ph", "i"}, {"name", "marker"}, {"pid", 1}, {"tid", 1}, {"ts", t0 + 1}});
+    ev.push_back({{"ph", "b"}, {"name", "async"}, {"pid", 1}, {"tid", 1}, {"ts", t0 + 2}});  // not read
+  }
+  return json({{"schemaVersion", 1},
+               {"distributedInfo", {{"backend", "nccl"}, {"rank", 0}, {"world_size", 2}}},
+               {"traceEvents", ev}})
+      .dump();
+}
+
+TEST(Kineto, ImportsStepsKernelsCopiesAndMatchedCollectives) {
+  KinetoInfo info;
+  auto g = import_kineto_trace(kineto_fixture(), 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(g->steps_total, 2);
+  EXPECT_EQ(info.kernels, 2u);
+  EXPECT_EQ(info.memcpys, 1u);
+  EXPECT_EQ(info.collectives, 1u);
+  EXPECT_EQ(info.unknown_events, 2u);  // one "b" per step
+  // Each step ends with the all-reduce at 6.7 ms, within the 9 ms annotation: 9 ms per step.
+  EXPECT_NEAR(g->measured_iteration_s, 9e-3, 1e-12);
+  const auto& t = g->schedule.tasks;
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0].kind, TaskKind::kCompute);
+  EXPECT_NEAR(t[0].measured_s, 2e-3, 1e-12);
+  EXPECT_NEAR(t[0].release_s, 100e-6, 1e-12);  // its launch, 0.1 ms into the step
+  EXPECT_EQ(t[2].kind, TaskKind::kCopy);
+  EXPECT_EQ(t[2].resource, Resource::kH2D);
+  EXPECT_EQ(t[2].bytes, 8e6);
+  EXPECT_EQ(t[2].deps, std::vector<int>{1});  // stream order
+  EXPECT_EQ(t[3].kind, TaskKind::kCollective);
+  EXPECT_EQ(t[3].collective, CollectiveKind::kAllReduce);
+  EXPECT_EQ(t[3].group, 2);
+  EXPECT_EQ(t[3].bytes, 1e9);      // 250 M floats
+  EXPECT_TRUE(t[3].deps.empty());  // its own stream
+
+  // Replayed on a DGX-2: more network bandwidth helps this all-reduce-bound step; nothing starts before its
+  // launch.
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  place_ranks(hw, *g);
+  ReferenceExecutor ref(hw, g->schedule.ranks_per_node);
+  const RunResult base = run_schedule(g->schedule, ref).value();
+  for (const Task& task : g->schedule.tasks) EXPECT_GE(base.timing[task.id].start_s, task.release_s - 1e-12);
+  HardwareSpec fast = hw;
+  ReplayGraph g2 = *g;
+  ASSERT_TRUE(apply_what_ifs({{"network", "2"}}, nullptr, fast, g2).is_ok());
+  ReferenceExecutor ref2(fast, g2.schedule.ranks_per_node);
+  EXPECT_LT(run_schedule(g2.schedule, ref2).value().makespan_s, base.makespan_s);
+}
+
+TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
+  KinetoInfo info;
+  auto g = import_kineto_trace(kineto_fixture(false), 0, -1, info);
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(info.collectives, 0u);
+  EXPECT_EQ(info.unmatched_collectives, 1u);  // kept with its measured duration
+  EXPECT_EQ(g->schedule.tasks[3].resource, Resource::kNetwork);
+  EXPECT_FALSE(import_kineto_trace("{\"traceEvents\": [", 0, -1, info).is_ok());
+  auto none =
+      import_kineto_trace(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1,
+                                      "dur": 2}]})",
+                          0, -1, info);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("no GPU kernels"), std::string::npos);
+  auto steps = import_kineto_trace(kineto_fixture(), 5, 9, info);
+  ASSERT_FALSE(steps.is_ok());
+  EXPECT_NE(steps.status().message().find("steps 0:2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memwall
