@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 
+#include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "exec/executor.h"
@@ -149,6 +150,7 @@ int run_replay(const ReplayOptions& opt) {
   json out_ranks = json::array();
   json what_if_rows = json::array();
   bool first_trace = true;
+  std::vector<std::pair<int, std::vector<std::pair<CollectiveKind, double>>>> collectives;
   const std::vector<std::string> files = expand(opt.traces);
   if (files.empty())
     return report_error(Status::invalid_argument("no .json or .json.gz traces in the arguments"));
@@ -215,8 +217,34 @@ int run_replay(const ReplayOptions& opt) {
     }
     out_ranks.push_back(row);
     first_trace = false;
+    // The rank's collectives in order (kind and bytes), to match them across ranks.
+    std::vector<std::pair<CollectiveKind, double>> seq;
+    for (const Task& t : g->schedule.tasks) {
+      if (t.kind == TaskKind::kCollective) seq.emplace_back(t.collective, t.bytes);
+    }
+    collectives.emplace_back(pid, std::move(seq));
   }
-  if (opt.json) std::printf("%s\n", json({{"replay", out_ranks}}).dump(2).c_str());
+  // Every rank must run the same collectives in the same order, or the real run would have hung or the
+  // traces are of different runs.
+  json mismatches = json::array();
+  for (std::size_t r = 1; r < collectives.size(); ++r) {
+    const auto& a = collectives[0].second;
+    const auto& b = collectives[r].second;
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    if (i == a.size() && i == b.size()) continue;
+    std::string what = "rank " + std::to_string(collectives[r].first) + " vs rank " +
+                       std::to_string(collectives[0].first) + ": collective #" + std::to_string(i + 1) + " ";
+    auto describe = [](const std::vector<std::pair<CollectiveKind, double>>& v, std::size_t k) {
+      return k < v.size() ? std::string(collective_name(v[k].first)) + " of " + format_bytes(v[k].second)
+                          : std::string("none (") + std::to_string(v.size()) + " in all)";
+    };
+    what += "is " + describe(b, i) + " there and " + describe(a, i) + " here";
+    mismatches.push_back(what);
+    std::fprintf(stderr, "memwall: warning: unmatched collectives across ranks: %s\n", what.c_str());
+  }
+  if (opt.json)
+    std::printf("%s\n", json({{"replay", out_ranks}, {"unmatched_collectives", mismatches}}).dump(2).c_str());
   return kExitOk;
 }
 

@@ -772,7 +772,17 @@ TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
         "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, \"tid\": 1, "
         "\"ts\": 1100, \"dur\": 5, \"args\": {\"correlation\": 7}},"
         "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"gemm\", \"pid\": 0, \"tid\": 7, \"ts\": 1200, "
-        "\"dur\": 4000, \"args\": {\"stream\": 7, \"correlation\": 7}}]}";
+        "\"dur\": 4000, \"args\": {\"stream\": 7, \"correlation\": 7}}" +
+        // Rank 0 alone runs an all-reduce: replay reports the collectives do not match across ranks.
+        std::string(
+            rank == 1
+                ? ""
+                : ",{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"record_param_comms\", \"pid\": 1, "
+                  "\"tid\": 1, \"ts\": 1300, \"dur\": 5, \"args\": {\"Collective name\": \"allreduce\", "
+                  "\"In msg nelems\": 1000, \"dtype\": \"Float\", \"Group size\": 2}},"
+                  "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"ncclKernel_AllReduce\", \"pid\": 0, "
+                  "\"tid\": 9, \"ts\": 1400, \"dur\": 50, \"args\": {\"stream\": 9}}") +
+        "]}";
     write_file("kineto/rank" + std::to_string(rank) + ".json", text);
   }
   CmdResult r = memwall("replay " + dir.string() + " --hardware dgx2 --fast --json", false);
@@ -780,9 +790,12 @@ TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
   const auto j = parse_json(r.output).at("replay");
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j.at(1).at("rank"), 1);
-  EXPECT_NEAR(j.at(0).at("measured_iteration_s").get<double>(), 5e-3, 1e-9);
+  EXPECT_NEAR(j.at(1).at("measured_iteration_s").get<double>(), 5e-3, 1e-9);
   // The kernel's measured 4 ms, released at its launch 0.1 ms into the step.
-  EXPECT_NEAR(j.at(0).at("replayed_iteration_s").get<double>(), 4.1e-3, 1e-9);
+  EXPECT_NEAR(j.at(1).at("replayed_iteration_s").get<double>(), 4.1e-3, 1e-9);
+  const auto unmatched = parse_json(r.output).at("unmatched_collectives");
+  ASSERT_EQ(unmatched.size(), 1u);
+  EXPECT_NE(unmatched.at(0).get<std::string>().find("collective #1 is none"), std::string::npos) << unmatched;
   r = memwall("replay " + dir.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("the trace names no hardware; pass --hardware"), std::string::npos) << r.output;
