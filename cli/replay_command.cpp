@@ -17,6 +17,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "exec/executor.h"
+#include "exec/trace_export.h"
 #include "replay/kineto.h"
 #include "replay/replay.h"
 #include "sim/simulate.h"
@@ -185,6 +186,9 @@ int run_replay(const ReplayOptions& opt) {
                 {"measured_iteration_s", measured},
                 {"replayed_iteration_s", replayed},
                 {"error", error}};
+    if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
+      row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};
+    }
     if (!what_ifs.empty()) {
       HardwareSpec hw2 = hw;
       ReplayGraph g2 = *g;
@@ -210,8 +214,13 @@ int run_replay(const ReplayOptions& opt) {
     if (first_trace && !opt.trace_out.empty()) {
       Inputs in;
       in.hw = hw;
-      const Status st = write_run_trace(opt.trace_out, opt.fast ? "reference" : "simgrid", "replay", in,
-                                        in.run, g->schedule, base->second, row.dump());
+      // The replayed tasks, plus the measured memory timeline of the step (PyTorch profiler traces).
+      const Status st =
+          write_trace_file(opt.trace_out, opt.fast ? "reference" : "simgrid", "replay", g->schedule.ranks, in,
+                           in.run, row.dump(), [&](trace::TraceWriter& w) {
+                             export_run_trace(g->schedule, base->second, 0, w);
+                             for (const auto& c : g->memory) w.counter(c);
+                           });
       if (!st.is_ok()) return report_error(st);
       if (!opt.json) std::printf("  trace of the replay: %s\n", opt.trace_out.c_str());
     }

@@ -67,6 +67,11 @@ struct GpuEvent {
   bool nccl = false;
 };
 
+struct StreamWait {  // cuda_sync "Stream Wait Event": `stream` waits for `on` up to an event record
+  double ts = 0;
+  long stream = 0, on = 0, record = -1;  // record: correlation id of the cudaEventRecord
+};
+
 struct Comm {
   double ts = 0, bytes = 0;
   int group = 0;
@@ -94,10 +99,22 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
   std::map<long, double> launch;                 // correlation -> runtime launch ts
   std::vector<GpuEvent> gpu;
   std::vector<Comm> comms;
+  std::vector<StreamWait> waits;
+  struct MemEvent {
+    double ts, allocated, reserved;
+    bool gpu;
+  };
+  std::vector<MemEvent> mem;
   for (const json& e : j.at("traceEvents")) {
     if (!e.is_object()) continue;
     const std::string ph = str(e, "ph"), cat = str(e, "cat"), name = str(e, "name");
     const json args = e.contains("args") ? e.at("args") : json::object();
+    if ((ph == "i" || ph == "I") && name == "[memory]") {
+      // Device Type 1 is CUDA in PyTorch's profiler (0: CPU).
+      mem.push_back({num(e, "ts"), num(args, "Total Allocated"), num(args, "Total Reserved"),
+                     static_cast<int>(num(args, "Device Type")) != 0});
+      continue;
+    }
     if (ph != "X") {
       if (ph != "M" && ph != "s" && ph != "f" && ph != "i" && ph != "I" && ph != "C") ++info.unknown_events;
       continue;
@@ -121,6 +138,13 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
         g.launch = g.launch < 0 ? -1 - num(args, "correlation") : g.launch;  // resolved below if later
       }
       gpu.push_back(std::move(g));
+    } else if (cat == "cuda_sync" && args.contains("wait_on_stream")) {
+      StreamWait w;
+      w.ts = num(e, "ts");
+      w.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
+      w.on = static_cast<long>(num(args, "wait_on_stream"));
+      w.record = static_cast<long>(num(args, "wait_on_cuda_event_record_corr_id", -1));
+      waits.push_back(w);
     } else if (cat == "cpu_op" && name == "record_param_comms") {
       Comm c;
       c.ts = num(e, "ts");
@@ -241,6 +265,47 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if (auto it = last_on_stream.find(e.stream); it != last_on_stream.end()) t.deps.push_back(it->second);
     last_on_stream[e.stream] = t.id;
     s.tasks.push_back(std::move(t));
+  }
+  // Cross-stream waits of the first chosen step: the first task of `stream` starting after the wait depends
+  // on the last task of the stream it waited on, launched before the event record (or started before the
+  // wait).
+  const double step_start = steps[static_cast<std::size_t>(lo)].first,
+               step_end = step_start + steps[static_cast<std::size_t>(lo)].second;
+  for (const StreamWait& w : waits) {
+    if (w.ts < step_start || w.ts >= step_end) continue;
+    const double record_at = w.record >= 0 && launch.count(w.record) ? launch.at(w.record) : -1;
+    int waiter = -1, waited = -1;
+    for (std::size_t idx = 0; idx < base.size(); ++idx) {
+      const GpuEvent& e = gpu[base[idx]];
+      if (e.stream == w.stream && e.ts >= w.ts && waiter < 0) waiter = static_cast<int>(idx);
+      const bool before = record_at >= 0 ? (e.launch >= 0 && e.launch <= record_at) : e.ts <= w.ts;
+      if (e.stream == w.on && before) waited = static_cast<int>(idx);
+    }
+    if (waiter >= 0 && waited >= 0 && waited < waiter) {
+      s.tasks[static_cast<std::size_t>(waiter)].deps.push_back(waited);
+      ++info.stream_waits;
+    }
+  }
+  for (Task& t : s.tasks) {
+    std::sort(t.deps.begin(), t.deps.end());
+    t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
+  }
+  // Memory: samples within the first step used (times from its start), peaks over the steps used.
+  std::sort(mem.begin(), mem.end(), [](const MemEvent& a, const MemEvent& b) { return a.ts < b.ts; });
+  const double used_end =
+      steps[static_cast<std::size_t>(hi - 1)].first + steps[static_cast<std::size_t>(hi - 1)].second;
+  for (const MemEvent& m : mem) {
+    if (m.ts >= step_start && m.ts < used_end) {
+      double& peak = g.peak_allocated[m.gpu ? 0 : 1];
+      peak = std::max(peak, m.allocated);
+    }
+    if (m.ts >= step_start && m.ts < step_end) {
+      g.memory.push_back(
+          {0,
+           m.gpu ? "memory gpu" : "memory cpu",
+           m.ts - step_start,
+           {{"allocated", m.allocated}, {"reserved_unused", std::max(0.0, m.reserved - m.allocated)}}});
+    }
   }
   s.ranks = s.data_parallel = g.ranks;
   s.ranks_per_node = 1;

@@ -6,8 +6,10 @@
 // to `record_param_comms` CPU ops (collective name, message sizes, dtype, group size), distributedInfo (rank,
 // world size). Tasks: compute kernels and memsets keep their measured durations; host<->device memcpys are
 // re-simulated from their bytes; NCCL kernels become collectives re-simulated from their message bytes.
-// Dependencies: the order within each CUDA stream, plus each task's release time. Approximations: kernels of
-// several compute streams share one compute lane; cross-stream events (cudaStreamWaitEvent) are not read.
+// Dependencies: the order within each CUDA stream, each task's release time, and cross-stream waits from
+// cuda_sync "Stream Wait Event" events (cudaStreamWaitEvent: the waiting stream's next task after the wait
+// depends on the waited stream's last task launched before the event record). Approximation: kernels of
+// several compute streams share one compute lane.
 #pragma once
 
 #include <string>
@@ -20,6 +22,7 @@ namespace memwall {
 struct KinetoInfo {
   int rank = 0, world_size = 1;
   std::size_t kernels = 0, memcpys = 0, collectives = 0, unmatched_collectives = 0;
+  std::size_t stream_waits = 0;    // cross-stream dependencies from cuda_sync "Stream Wait Event"
   std::size_t unknown_events = 0;  // event kinds not read (counted, not fatal)
 };
 

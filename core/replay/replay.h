@@ -29,6 +29,10 @@ struct ReplayGraph {
   double measured_iteration_s = 0;      // their mean
   int ranks = 1;
   std::size_t skipped_spans = 0;  // spans without a task id (not from a schedule)
+  // Measured memory over the first step used, from the trace's memory events (Kineto `[memory]`): counter
+  // samples "memory gpu" / "memory cpu" with the allocated and reserved bytes, times from the step's start.
+  std::vector<trace::CounterSample> memory;
+  double peak_allocated[2] = {0, 0};  // gpu, cpu, over the steps used
 };
 
 // `first`, `last`: steps [first, last) (0-based; last < 0: to the end).

@@ -89,7 +89,42 @@ std::string kineto_fixture(bool with_comms = true) {
                   {"ts", t0 + 3700},
                   {"dur", 3000},
                   {"args", {{"stream", 20}, {"correlation", c}}}});
+    // The compute stream waits for the all-reduce (cudaEventRecord on stream 20, cudaStreamWaitEvent on 7)
+    // before the optimizer kernel.
+    const long record = launch(t0 + 320);
+    ev.push_back(
+        {{"ph", "X"},
+         {"cat", "cuda_sync"},
+         {"name", "Stream Wait Event"},
+         {"pid", 0},
+         {"tid", 7},
+         {"ts", t0 + 3620},  // device time: stream 7 reaches the wait after its copy
+         {"dur", 0},
+         {"args", {{"stream", 7}, {"wait_on_stream", 20}, {"wait_on_cuda_event_record_corr_id", record}}}});
+    c = launch(t0 + 340);
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", "adam_kernel"},
+                  {"pid", 0},
+                  {"tid", 7},
+                  {"ts", t0 + 6800},
+                  {"dur", 100},
+                  {"args", {{"stream", 7}, {"correlation", c}}}});
     ev.push_back({{"ph", "i"}, {"name", "marker"}, {"pid", 1}, {"tid", 1}, {"ts", t0 + 1}});
+    for (int m = 0; m < 3; ++m) {  // the caching allocator's view: 1, 3, then 2 GB allocated on the GPU
+      ev.push_back({{"ph", "i"},
+                    {"cat", "cpu_instant_event"},
+                    {"name", "[memory]"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", t0 + 500 + 1000 * m},
+                    {"args",
+                     {{"Device Type", 1},
+                      {"Device Id", 0},
+                      {"Bytes", 1e9},
+                      {"Total Allocated", m == 1 ? 3e9 : (m == 0 ? 1e9 : 2e9)},
+                      {"Total Reserved", 4e9}}}});
+    }
     ev.push_back({{"ph", "b"}, {"name", "async"}, {"pid", 1}, {"tid", 1}, {"ts", t0 + 2}});  // not read
   }
   return json({{"schemaVersion", 1},
@@ -104,14 +139,21 @@ TEST(Kineto, ImportsStepsKernelsCopiesAndMatchedCollectives) {
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   EXPECT_EQ(info.world_size, 2);
   EXPECT_EQ(g->steps_total, 2);
-  EXPECT_EQ(info.kernels, 2u);
+  EXPECT_EQ(info.kernels, 3u);
+  EXPECT_EQ(info.stream_waits, 1u);
+  ASSERT_EQ(g->memory.size(), 3u);  // the first step's memory events, from its start
+  EXPECT_EQ(g->memory[1].name, "memory gpu");
+  EXPECT_NEAR(g->memory[1].ts_us, 1500, 1e-9);
+  EXPECT_EQ(g->peak_allocated[0], 3e9);
   EXPECT_EQ(info.memcpys, 1u);
   EXPECT_EQ(info.collectives, 1u);
   EXPECT_EQ(info.unknown_events, 2u);  // one "b" per step
   // Each step ends with the all-reduce at 6.7 ms, within the 9 ms annotation: 9 ms per step.
   EXPECT_NEAR(g->measured_iteration_s, 9e-3, 1e-12);
   const auto& t = g->schedule.tasks;
-  ASSERT_EQ(t.size(), 4u);
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_EQ(t[4].deps,
+            (std::vector<int>{2, 3}));  // after the copy on its stream and the all-reduce it waited for
   EXPECT_EQ(t[0].kind, TaskKind::kCompute);
   EXPECT_NEAR(t[0].measured_s, 2e-3, 1e-12);
   EXPECT_NEAR(t[0].release_s, 100e-6, 1e-12);  // its launch, 0.1 ms into the step
