@@ -2,7 +2,8 @@
 # The train -> calibrate -> simulate / replay loop on this machine: trains gpt-mini a few steps with a trace,
 # measures the machine into a hardware spec, then predicts the measured iteration time two ways: replaying
 # the trace on the calibrated spec (measured compute, re-simulated transfers), and simulating the same run
-# config from scratch (compute from FLOPs and the calibrated GEMM rate). Prints both errors.
+# config from scratch (compute from FLOPs and the achievable rate calibrate measured on gpt-mini's forward +
+# backward at the same batch). Prints both errors.
 # Usage: bash bench/replay_validate.sh [DIR=/var/tmp/memwall-validate] [B=8] [STEPS=6] [OFFLOAD=nvme|cpu|none]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ mkdir -p "$DIR"
 off="\"zero_optimization.offload_param.device\":\"$OFF\",\"zero_optimization.offload_optimizer.device\":\"$OFF\""
 [ "$OFF" = none ] && off="\"zero_optimization.offload_optimizer.device\":\"none\""
 run="{\"train_micro_batch_size_per_gpu\":$B,$off,\"zero_optimization.offload_param.max_in_cpu\":0,\"zero_optimization.offload_param.buffer_size\":1000000}"
-$MW calibrate --path "$DIR" --out "$DIR/local.json" >/dev/null 2>&1
+$MW calibrate --path "$DIR" --out "$DIR/local.json" --model gpt-mini --batch "$B" >/dev/null 2>&1
 $MW train --steps "$S" --eval-batches 1 --hardware "$DIR/local.json" --nvme-path "$DIR" --set "$run" \
   --trace "$DIR/train.json" --json > "$DIR/train.jsonl"
 $MW replay "$DIR/train.json" --hardware "$DIR/local.json" --steps 2: --json > "$DIR/replay.json"
