@@ -83,6 +83,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(const StoreOptions& opt
   s->extent_bytes_ = opt.extent_bytes;
   s->extent_count_ = static_cast<int>((opt.capacity_bytes + opt.extent_bytes - 1) / opt.extent_bytes);
   s->checksums_ = opt.checksums;
+  s->durable_ = opt.durable;
   s->checksum_block_ = opt.checksum_block;
   auto cleanup = [&](const Status& st) -> Status {
     s->extents_.clear();
@@ -197,7 +198,7 @@ Result<TensorStore::Location> TensorStore::allocate(std::uint64_t bytes) {
                 "of %s)",
                 root_.c_str(), format_bytes(static_cast<double>(need)).c_str(),
                 format_bytes(static_cast<double>(largest)).c_str(),
-                format_bytes(static_cast<double>(free_bytes())).c_str(),
+                format_bytes(static_cast<double>(free_bytes_locked())).c_str(),
                 format_bytes(static_cast<double>(capacity_bytes())).c_str()));
 }
 
@@ -220,26 +221,28 @@ void TensorStore::release(const Location& loc) {
   fm[off] = size;
 }
 
-void TensorStore::retire(const std::string& name, const Location& loc) {
-  // A committed version stays readable after a crash until the next commit; a staged one can go at once.
-  auto c = committed_.find(name);
-  if (c != committed_.end() && c->second.extent == loc.extent && c->second.offset == loc.offset) {
-    pending_release_.push_back(loc);
-  } else {
-    release(loc);
-  }
+void TensorStore::retire(const std::string& /*name*/, const Location& loc) {
+  // A committed version stays readable after a crash until the next commit, and a staged one may still be
+  // being read by another thread: both are released by the next commit.
+  pending_release_.push_back(loc);
 }
 
 Status TensorStore::write(const std::string& name, const void* data, std::uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
   Result<Location> loc = allocate(bytes);
+  lock.unlock();
   if (!loc.is_ok()) return loc.status();
+  // The I/O and checksums run outside the index lock, so a reader and a writer thread overlap.
   File& f = *extents_[static_cast<std::size_t>(loc->extent)];
   Status st = io_.wait(io_.write(f, data, static_cast<std::size_t>(bytes), loc->offset));
+  std::vector<std::uint32_t> crc;
+  if (st.is_ok() && checksums_) crc = checksums(data, bytes, checksum_block_);
+  lock.lock();
   if (!st.is_ok()) {
     release(*loc);  // the committed version stays as it was
     return Status::io_error("tensor store: writing '" + name + "': " + st.message());
   }
-  if (checksums_) loc->crc = checksums(data, bytes, checksum_block_);
+  loc->crc = std::move(crc);
   if (auto it = tensors_.find(name); it != tensors_.end()) retire(name, it->second);
   tensors_[name] = *loc;
   dirty_extents_.push_back(loc->extent);
@@ -247,6 +250,7 @@ Status TensorStore::write(const std::string& name, const void* data, std::uint64
 }
 
 Status TensorStore::remove(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return Status::not_found("tensor store: no tensor '" + name + "'");
   retire(name, it->second);
@@ -256,10 +260,13 @@ Status TensorStore::remove(const std::string& name) {
 
 Status TensorStore::commit() {
   MW_RETURN_IF_ERROR(io_.wait_all());
+  std::lock_guard<std::mutex> lock(mu_);
   std::sort(dirty_extents_.begin(), dirty_extents_.end());
   dirty_extents_.erase(std::unique(dirty_extents_.begin(), dirty_extents_.end()), dirty_extents_.end());
-  for (int k : dirty_extents_) MW_RETURN_IF_ERROR(extents_[static_cast<std::size_t>(k)]->sync());
-  MW_RETURN_IF_ERROR(write_index());
+  if (durable_) {
+    for (int k : dirty_extents_) MW_RETURN_IF_ERROR(extents_[static_cast<std::size_t>(k)]->sync());
+    MW_RETURN_IF_ERROR(write_index());
+  }
   dirty_extents_.clear();
   committed_ = tensors_;
   for (const Location& loc : pending_release_) release(loc);
@@ -273,9 +280,14 @@ Status TensorStore::put(const std::string& name, const void* data, std::uint64_t
 }
 
 Status TensorStore::get(const std::string& name, void* data, std::uint64_t bytes) {
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) return Status::not_found("tensor store " + root_ + ": no tensor '" + name + "'");
-  const Location& loc = it->second;
+  Location loc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tensors_.find(name);
+    if (it == tensors_.end())
+      return Status::not_found("tensor store " + root_ + ": no tensor '" + name + "'");
+    loc = it->second;  // replaced versions stay until the next commit, so this one stays readable
+  }
   if (bytes != loc.bytes) {
     return Status::invalid_argument(
         strprintf("tensor store %s: '%s' has %llu bytes, the read asks for %llu", root_.c_str(), name.c_str(),
@@ -299,12 +311,14 @@ Status TensorStore::get(const std::string& name, void* data, std::uint64_t bytes
 }
 
 Result<std::uint64_t> TensorStore::size_of(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return Status::not_found("tensor store " + root_ + ": no tensor '" + name + "'");
   return it->second.bytes;
 }
 
 std::vector<std::string> TensorStore::names() const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   for (const auto& [n, loc] : tensors_) out.push_back(n);
   return out;
@@ -315,6 +329,11 @@ std::uint64_t TensorStore::capacity_bytes() const {
 }
 
 std::uint64_t TensorStore::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_bytes_locked();
+}
+
+std::uint64_t TensorStore::free_bytes_locked() const {
   std::uint64_t n = 0;
   for (const auto& fm : free_) {
     for (const auto& [off, size] : fm) n += size;

@@ -8,12 +8,15 @@
 // the old regions are reused. A crash at any point therefore leaves the old or the new version of every
 // tensor, never a torn one. With checksums on, every `checksum_block` bytes carry a CRC32C verified on read.
 //
-// Not thread-safe: one owner per rank. The AsyncIo engine must outlive the store.
+// Thread-safe for concurrent get, write and remove (their I/O and checksums run outside the index lock; a
+// replaced version stays readable until the next commit); commit() must not run while they do. The AsyncIo
+// engine must outlive the store.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,9 @@ struct StoreOptions {
   std::uint64_t extent_bytes = 1ull << 30;
   bool checksums = true;
   std::uint64_t checksum_block = 1 << 20;
+  // false: commit() only releases replaced versions, without syncing the extents or rewriting the index (a
+  // swap area that is recreated on every start needs no crash consistency). Only for create().
+  bool durable = true;
 };
 
 class TensorStore {
@@ -50,7 +56,10 @@ class TensorStore {
   Status get(const std::string& name, void* data, std::uint64_t bytes);
   Status remove(const std::string& name);  // staged like a write
 
-  bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+  bool contains(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tensors_.count(name) > 0;
+  }
   Result<std::uint64_t> size_of(const std::string& name) const;
   std::vector<std::string> names() const;
   std::uint64_t capacity_bytes() const;
@@ -77,6 +86,7 @@ class TensorStore {
   std::uint64_t extent_bytes_ = 0;
   int extent_count_ = 0;
   bool checksums_ = true;
+  bool durable_ = true;
   std::uint64_t checksum_block_ = 1 << 20;
   std::vector<std::unique_ptr<File>> extents_;
   std::map<std::string, Location> tensors_;                   // current (possibly staged) versions
@@ -84,6 +94,8 @@ class TensorStore {
   std::vector<std::map<std::uint64_t, std::uint64_t>> free_;  // per extent: offset -> size
   std::vector<Location> pending_release_;                     // replaced by staged versions
   std::vector<int> dirty_extents_;
+  mutable std::mutex mu_;  // the index: tensors_, committed_, free_, pending_release_, dirty_extents_
+  std::uint64_t free_bytes_locked() const;
 };
 
 }  // namespace memwall::io

@@ -147,14 +147,15 @@ struct Zero3Trainer::State {
   // Where an updated bf16 parameter goes from the optimizer: straight into its shard when that lives next to
   // the states, else a staging area the following copy or NVMe write takes it from.
   std::uint16_t* updated16(const Task& t, int p);
+  // The store is thread-safe for get/write: the NVMe read and write lanes overlap.
   Status store_get(const std::string& key, void* dst, std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(store_mu);
     return store->get(key, dst, bytes);
   }
   Status store_put(const std::string& key, const void* src, std::size_t bytes) {
-    std::lock_guard<std::mutex> lock(store_mu);
     Status s = store->write(key, src, bytes);
-    nvme_peak = std::max(nvme_peak, static_cast<double>(store->capacity_bytes() - store->free_bytes()));
+    const auto used = static_cast<double>(store->capacity_bytes() - store->free_bytes());
+    std::lock_guard<std::mutex> lock(store_mu);
+    nvme_peak = std::max(nvme_peak, used);
     return s;
   }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
@@ -615,6 +616,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     const double slack = 2.0 * 1048576.0 * static_cast<double>(st.parts.size() * 2 + st.groups.size());
     so.capacity_bytes = static_cast<std::uint64_t>(2 * data + slack) / 4096 * 4096 + (64ull << 20);
     so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30);
+    so.durable = false;  // swap: recreated on every start (checkpoints are written elsewhere, durably)
     std::error_code ec;
     std::filesystem::remove_all(o.swap_dir + "/rank" + std::to_string(st.rank), ec);  // swap, not state
     auto store = io::TensorStore::create(so, *st.aio);
