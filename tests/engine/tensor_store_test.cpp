@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -248,6 +249,69 @@ TEST(TensorStore, CreationOnAFullFilesystemLeavesNothingBehind) {
     EXPECT_FALSE(fs::exists(dir + "/rank0/index.json"));
   }
   ::umount(dir.c_str());
+}
+
+}  // namespace
+}  // namespace memwall::io
+
+namespace memwall::io {
+namespace {
+
+// A reader and a writer thread, as memwall train's NVMe read and write lanes: the writer keeps replacing
+// tensors w0..w7 while the reader reads r0..r7 and, between commits, the writer's previous versions (which
+// stay readable until the next commit). Every read is a whole, checksummed version; a non-durable store
+// (swap) reuses the space at each commit without syncing.
+TEST(TensorStore, AReaderAndAWriterThreadOverlap) {
+  for (bool durable : {true, false}) {
+    SCOPED_TRACE(durable ? "durable" : "swap");
+    const std::string dir = fresh_dir(durable ? "threads-durable" : "threads-swap");
+    auto io = engine();
+    StoreOptions opt;
+    opt.dir = dir;
+    opt.capacity_bytes = 32 << 20;
+    opt.extent_bytes = 8 << 20;
+    opt.checksum_block = 64 * 1024;
+    opt.durable = durable;
+    auto store = TensorStore::create(opt, *io).value();
+    const std::size_t bytes = 300 * 1024;
+    for (int i = 0; i < 8; ++i) {
+      const auto r = pattern("r" + std::to_string(i), 1, bytes);
+      const auto w = pattern("w" + std::to_string(i), 0, bytes);
+      ASSERT_TRUE(store->write("r" + std::to_string(i), r.data(), r.size()).is_ok());
+      ASSERT_TRUE(store->write("w" + std::to_string(i), w.data(), w.size()).is_ok());
+    }
+    ASSERT_TRUE(store->commit().is_ok());
+    for (std::uint64_t round = 1; round <= 6; ++round) {
+      std::atomic<int> failures{0};
+      std::thread writer([&] {
+        for (int i = 0; i < 8; ++i) {
+          const auto w = pattern("w" + std::to_string(i), round, bytes);
+          if (!store->write("w" + std::to_string(i), w.data(), w.size()).is_ok()) ++failures;
+        }
+      });
+      std::thread reader([&] {
+        std::vector<char> got(bytes);
+        for (int k = 0; k < 16; ++k) {
+          const std::string name = (k % 2 ? "w" : "r") + std::to_string(k / 2);
+          if (!store->get(name, got.data(), got.size()).is_ok()) {
+            ++failures;
+            continue;
+          }
+          std::uint64_t v = 0;
+          std::memcpy(&v, got.data(), 8);  // whichever version it saw, it must be that version whole
+          if (got != pattern(name, v, bytes)) ++failures;
+        }
+      });
+      writer.join();
+      reader.join();
+      EXPECT_EQ(failures.load(), 0) << "round " << round;
+      ASSERT_TRUE(store->commit().is_ok());  // frees the replaced versions
+    }
+    std::vector<char> got(bytes);
+    ASSERT_TRUE(store->get("w3", got.data(), got.size()).is_ok());
+    EXPECT_EQ(got, pattern("w3", 6, bytes));
+    EXPECT_GT(store->free_bytes(), std::uint64_t{16} << 20);  // space came back at each commit
+  }
 }
 
 }  // namespace
