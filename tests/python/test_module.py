@@ -1,0 +1,77 @@
+"""The Python module against the CLI: the same answers for the same inputs, traces as arrays, errors."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import memwall
+
+MEMWALL = os.environ.get("MEMWALL_BINARY", "memwall")
+
+
+def cli(*args):
+    out = subprocess.run([MEMWALL, *args, "--json"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+class ModuleTest(unittest.TestCase):
+    def test_predict_matches_the_cli(self):
+        got = memwall.predict(hardware="dgx2", model="gpt3-175b", run="zero-infinity-cpu")
+        want = cli("predict", "--hardware", "dgx2", "--model", "gpt3-175b", "--run", "zero-infinity-cpu")["memory"]
+        self.assertEqual(got["fits"], want["fits"])
+        for tier in ("gpu", "cpu", "nvme"):
+            self.assertAlmostEqual(got["tiers"][tier]["used_bytes"], want["tiers"][tier]["used_bytes"], delta=1.0)
+        self.assertIn("params16", got["tiers"]["cpu"]["bytes_per_rank_by_category"])
+        self.assertEqual(got["model"], "gpt3-175b")
+
+    def test_largest_models_follow_the_paper_ordering(self):
+        rows = {r["strategy"]: r for r in memwall.max_model(hardware="dgx2", model="paper-1t")}
+        self.assertEqual(len(rows), 7)
+        self.assertGreater(rows["zero-infinity-nvme"]["params"], rows["zero-infinity-cpu"]["params"])
+        self.assertGreater(rows["zero-infinity-cpu"]["params"], rows["zero-3"]["params"])
+        self.assertGreater(rows["zero-3"]["params"], rows["data-parallel"]["params"])
+        self.assertEqual(rows["zero-infinity-nvme"]["limiting_tier"], "nvme")
+
+    def test_plan_writes_a_trace_the_reader_reads(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json.gz")
+            r = memwall.plan(model="gpt2", run="zero-infinity-cpu", trace=path)
+            self.assertGreater(r["iteration_s"], 0)
+            t = memwall.read_trace(path)
+        self.assertEqual(t["header"]["command"], "plan")
+        self.assertEqual(t["header"]["hardware"]["name"], "dgx2")
+        n = len(t["spans"]["ts_us"])
+        self.assertGreater(n, 100)
+        self.assertEqual(len(t["spans"]["name"]), n)
+        self.assertGreater(float(t["spans"]["dur_us"].sum()), 0.0)
+        self.assertTrue(any(c["name"] == "memory gpu" for c in t["counters"]))
+
+    def test_simulate_runs_simgrid(self):
+        r = memwall.simulate(model="gpt2", run="zero-infinity-cpu", set={"memwall.data_parallel": 1})
+        self.assertEqual(r["executor"], "simgrid")
+        self.assertGreater(r["tflops_per_gpu"], 0)
+
+    def test_bad_input_raises_naming_it(self):
+        with self.assertRaises(ValueError) as e:
+            memwall.predict(set={"zero_optimization.stage": 7})
+        self.assertIn("stage", str(e.exception))
+        with self.assertRaises(ValueError):
+            memwall.read_trace("/nonexistent/trace.json")
+
+    def test_pandas_frames(self):
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            self.skipTest("pandas is not installed")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            memwall.plan(model="gpt2", run="zero-infinity-cpu", trace=path)
+            spans = memwall.spans_frame(path)
+            mem = memwall.counters_frame(path, "memory gpu")
+        self.assertIn("resource", spans.columns)
+        self.assertGreater(len(mem), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
