@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
               : !loss.is_ok()  ? loss.status()
                                : trainer->gather_params(params);
   if (st.is_ok()) st = model::export_hf(c, params.data(), dir);
+  // The loss of exactly the exported fp32 weights (the trainer computes on their bf16 copies, which differ
+  // from the export by bf16 rounding): what an independent implementation must reproduce.
+  if (st.is_ok()) {
+    model::GptModel plain(c, B, T);
+    loss = plain.forward(params.data(), tok.data(), tgt.data());
+  }
   if (!st.is_ok()) {
     std::fprintf(stderr, "memwall-export-check: %s\n", st.to_string().c_str());
     return 1;
