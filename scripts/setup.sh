@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev libopenmpi-dev openmpi-bin libsimgrid-dev
   qt6-base-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev xvfb xauth imagemagick pybind11-dev python3-dev python3-numpy
+  jupyter-nbconvert python3-ipykernel python3-matplotlib python3-pandas
   bible-kjv
 )
 for arg in "$@"; do
