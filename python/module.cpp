@@ -11,6 +11,7 @@
 
 #include "cli_common.h"
 #include "exec/executor.h"
+#include "memory/bandwidth_model.h"
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
@@ -110,6 +111,35 @@ py::dict predict(const std::string& hardware, const std::string& model, const st
   out["hardware"] = in.hw.name;
   out["model"] = in.model.name;
   out["run"] = in.run.name;
+  return out;
+}
+
+py::dict efficiency(const std::string& hardware, const std::string& model, const std::string& run, int nodes,
+                    const py::object& set, const py::object& model_set, double target) {
+  if (!(target > 0 && target < 1)) throw py::value_error("target efficiency must be in (0, 1)");
+  const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
+  const BandwidthReport r = analyze_bandwidth(in.model, in.run, in.hw, target);
+  py::dict out;
+  out["peak_flops_per_gpu"] = r.peak_flops;
+  out["target_efficiency"] = r.target_efficiency;
+  out["combined_efficiency_no_overlap"] = r.combined_efficiency;
+  out["flops_per_iteration_per_gpu"] = r.flops_per_iteration;
+  py::list rows;
+  for (const DataTypeBandwidth& d : r.rows) {
+    py::dict row;
+    row["data_type"] = data_type_name(d.data_type);
+    row["location"] = tier_name(d.location);
+    row["moves"] = d.moves;
+    row["overlappable"] = d.overlappable;
+    row["ait_flops_per_byte"] = d.ait;
+    row["available_Bps"] = d.available_Bps;
+    row["full_overlap_Bps"] = d.overlap_Bps;
+    row["target_Bps"] = d.target_Bps;
+    row["efficiency"] = d.efficiency;
+    row["rule"] = d.rule;
+    rows.append(row);
+  }
+  out["data_types"] = rows;
   return out;
 }
 
@@ -287,6 +317,12 @@ PYBIND11_MODULE(_memwall, m) {
   m.def("predict", &predict, "Memory per tier and category (memwall predict)", py::arg("hardware") = "dgx2",
         py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme", py::arg("nodes") = 0,
         py::arg("set") = py::none(), py::arg("model_set") = py::none());
+  m.def("efficiency", &efficiency,
+        "Bandwidth needs and efficiency per data type, the paper's Eq. 6-11 (the bandwidth part of memwall "
+        "predict)",
+        py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
+        py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
+        py::arg("target") = 0.9);
   m.def("max_model", &max_model, "Largest trainable model per strategy of the paper's Table 2",
         py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
         py::arg("nodes") = 0, py::arg("family") = "paper", py::arg("set") = py::none());

@@ -7,6 +7,6 @@ command -v jupyter >/dev/null || { echo "jupyter-nbconvert is not installed (scr
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cd "$(dirname "$nb")"
-MEMWALL_BUILD="$build" MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1 \
+MEMWALL_BUILD="$build" PYDEVD_DISABLE_FILE_VALIDATION=1 \
   jupyter nbconvert --to notebook --execute "$(basename "$nb")" --output-dir "$out" \
   --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=300
