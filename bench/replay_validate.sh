@@ -14,7 +14,7 @@ mkdir -p "$DIR"
 off="\"zero_optimization.offload_param.device\":\"$OFF\",\"zero_optimization.offload_optimizer.device\":\"$OFF\""
 [ "$OFF" = none ] && off="\"zero_optimization.offload_optimizer.device\":\"none\""
 run="{\"train_micro_batch_size_per_gpu\":$B,$off,\"zero_optimization.offload_param.max_in_cpu\":0,\"zero_optimization.offload_param.buffer_size\":1000000}"
-$MW calibrate --path "$DIR" --out "$DIR/local.json" --model gpt-mini --batch "$B" >/dev/null 2>&1
+$MW calibrate --path "$DIR" --out "$DIR/local.json" --model gpt-mini --batch "$B" --tensor-size 128K >/dev/null 2>&1
 $MW train --steps "$S" --eval-batches 1 --hardware "$DIR/local.json" --nvme-path "$DIR" --set "$run" \
   --trace "$DIR/train.json" --json > "$DIR/train.jsonl"
 $MW replay "$DIR/train.json" --hardware "$DIR/local.json" --steps 2: --json > "$DIR/replay.json"

@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "cpu/gpt_ops.h"
 #include "engine/io/atomic_file.h"
+#include "engine/io/tensor_store.h"
 #include "engine/model/gpt.h"
 #include "io_measure.h"
 #include "spec/spec_loader.h"
@@ -41,11 +42,58 @@ struct CalibrateOptions {
   std::string size = "512M";
   std::string model;  // optional: achievable FLOP/s measured on this GPT's forward + backward
   int batch = 2, seq = 0;
+  std::string tensor_size;  // optional: NVMe rates of memwall's tensor store at this tensor size
   bool json = false;
 };
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Read and write rates of memwall's tensor store (swap settings: checksums, no sync) with tensors of
+// `tensor` bytes, one thread reading and one writing at the same time, as memwall train's NVMe lanes do.
+Result<Measurement> store_rates(const std::string& dir, std::uint64_t total, std::uint64_t tensor) {
+  io::IoSettings settings;
+  auto aio = io::AsyncIo::create(settings);
+  if (!aio.is_ok()) return aio.status();
+  const std::uint64_t count = std::max<std::uint64_t>(4, total / tensor / 2);
+  io::StoreOptions so;
+  so.dir = dir;
+  so.capacity_bytes = 4 * count * ((tensor + (1 << 20)) / 4096 + 1) * 4096;
+  so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30) / 4096 * 4096;
+  so.durable = false;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  auto store = io::TensorStore::create(so, **aio);
+  if (!store.is_ok()) return store.status();
+  std::vector<char> a(tensor, 1), b(tensor, 2);
+  for (std::uint64_t i = 0; i < count; ++i)
+    MW_RETURN_IF_ERROR((*store)->write("r" + std::to_string(i), a.data(), tensor));
+  MW_RETURN_IF_ERROR((*store)->commit());
+  Status rs = Status::ok(), ws = Status::ok();
+  double read_s = 0, write_s = 0;
+  std::thread reader([&] {
+    const auto t0 = clock_type::now();
+    for (std::uint64_t i = 0; i < count && rs.is_ok(); ++i)
+      rs = (*store)->get("r" + std::to_string(i), a.data(), tensor);
+    read_s = seconds_since(t0);
+  });
+  std::thread writer([&] {
+    const auto t0 = clock_type::now();
+    for (std::uint64_t i = 0; i < count && ws.is_ok(); ++i)
+      ws = (*store)->write("w" + std::to_string(i), b.data(), tensor);
+    write_s = seconds_since(t0);
+  });
+  reader.join();
+  writer.join();
+  MW_RETURN_IF_ERROR(rs);
+  MW_RETURN_IF_ERROR(ws);
+  store->reset();
+  std::filesystem::remove_all(dir, ec);
+  Measurement m;
+  m.read_Bps = static_cast<double>(count * tensor) / read_s;
+  m.write_Bps = static_cast<double>(count * tensor) / write_s;
+  return m;
 }
 
 // FLOP/s of the GPT's forward + backward at (batch, seq) as memwall train runs it (fp32 on bf16-rounded
@@ -178,7 +226,25 @@ int run_calibrate(const CalibrateOptions& opt) {
   fs::remove(file, ec);
   if (!disk.is_ok()) return report_error(disk.status());
   if (!lat.is_ok()) return report_error(lat.status());
-  const double latency_s = 0.5 * (4096 / lat->read_Bps + 4096 / lat->write_Bps);
+  double latency_s = 0.5 * (4096 / lat->read_Bps + 4096 / lat->write_Bps);
+  std::string nvme_source = "O_DIRECT sequential I/O of " + opt.size + " and 4 KiB requests";
+  if (!opt.tensor_size.empty()) {
+    const ParsedBytes t = parse_bytes(opt.tensor_size);
+    if (!t.ok || t.bytes < 4096) {
+      return report_error(
+          Status::invalid_argument("--tensor-size \"" + opt.tensor_size + "\": allowed: 4K or more"));
+    }
+    if (!opt.json) {
+      std::fprintf(stderr, "calibrate: tensor store, %s tensors read and written at once...\n",
+                   opt.tensor_size.c_str());
+    }
+    auto st = store_rates((fs::path(opt.path) / "memwall-calibrate-store").string(),
+                          static_cast<std::uint64_t>(size.bytes), static_cast<std::uint64_t>(t.bytes));
+    if (!st.is_ok()) return report_error(st.status());
+    disk = *st;
+    latency_s = 0;  // included in the measured rates
+    nvme_source = "memwall's tensor store, " + opt.tensor_size + " tensors read and written concurrently";
+  }
   struct statvfs vfs {};
   const double disk_bytes = ::statvfs(opt.path.c_str(), &vfs) == 0
                                 ? static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize)
@@ -196,9 +262,8 @@ int run_calibrate(const CalibrateOptions& opt) {
                           std::to_string(cores) + " cores; the device is memwall's host-emulated one"},
       {"sources",
        {"memwall calibrate " MEMWALL_VERSION ": memcpy of 256 MiB, peak = fp32 GEMM 2048x1024x1024 (" +
-        std::string(kernels::matmul_backend()) + "), achievable = " + rate_source +
-        ", O_DIRECT sequential I/O of " + opt.size + " and 4 KiB requests under " + opt.path + " (" +
-        io::backend_name(used) + ")"}},
+        std::string(kernels::matmul_backend()) + "), achievable = " + rate_source + ", NVMe: " + nvme_source +
+        " under " + opt.path + " (" + io::backend_name(used) + ")"}},
       {"nodes", 1},
       {"gpu",
        {{"model", "host-emulated device"},
@@ -263,6 +328,9 @@ void register_calibrate(CLI::App& app, int& exit_code) {
       "of a large GEMM");
   cmd->add_option("--batch", opt->batch, "Sequences per step for --model")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "Sequence length for --model (default: the model's n_positions)");
+  cmd->add_option("--tensor-size", opt->tensor_size,
+                  "Measure the NVMe rates through memwall's tensor store with tensors of this size, read and "
+                  "written at once (what memwall train's NVMe lanes see), e.g. 128K");
   cmd->add_flag("--json", opt->json, "Print the measurements and the spec as JSON");
   cmd->callback([opt, &exit_code] { exit_code = run_calibrate(*opt); });
 }
