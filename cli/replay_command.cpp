@@ -43,11 +43,9 @@ struct ReplayOptions {
 // trace. `hardware_json` receives the memwall header's hardware (empty for Kineto).
 Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
                                bool quiet) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found(path + ": cannot open the trace");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto bytes = trace::inflate_if_gzip(ss.str());
+  auto text = read_text_file(path);
+  if (!text.is_ok()) return text.status();
+  auto bytes = trace::inflate_if_gzip(*text);
   if (!bytes.is_ok()) return Status(bytes.status().code(), path + ": " + bytes.status().message());
   auto d = trace::read_trace(*bytes);
   if (d.is_ok()) {

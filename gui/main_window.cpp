@@ -175,7 +175,7 @@ void MainWindow::fill_summary(const TraceModel& m) {
   for (int t = 0; t < 3; ++t) {
     const double cap = m.capacity_of(std::string("memory ") + tiers[t]);
     add_row(summary_, QString("peak memory %1 (beyond the reserve)").arg(tiers[t]),
-            {q(human_bytes(s.peak_bytes[t])) + (cap > 0 ? " of " + q(human_bytes(cap)) : QString())});
+            {q(format_bytes(s.peak_bytes[t])) + (cap > 0 ? " of " + q(format_bytes(cap)) : QString())});
   }
   for (const Stall& st : s.stalls) {
     add_row(summary_, "stall",

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/units.h"
 #include "memory/max_model.h"
 #include "spec/spec_loader.h"
 
@@ -67,20 +68,12 @@ class TierBars : public QWidget {
       p.setPen(Qt::black);
       p.drawText(left + 4, y + bar_h + 11,
                  QString("%1 of %2 %3")
-                     .arg(QString::fromStdString(human(u.used_bytes)),
-                          QString::fromStdString(human(u.capacity_bytes)), u.scope));
+                     .arg(QString::fromStdString(format_bytes(u.used_bytes)),
+                          QString::fromStdString(format_bytes(u.capacity_bytes)), u.scope));
     }
   }
 
  private:
-  static std::string human(double b) {
-    const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int i = 0;
-    while (b >= 1024 && i < 5) b /= 1024, ++i;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f %s", b, unit[i]);
-    return buf;
-  }
   const MemoryEstimate* e_ = nullptr;
 };
 

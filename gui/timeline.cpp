@@ -212,12 +212,12 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   }
   p.setPen(QColor(40, 40, 40));
   p.drawText(6, r.y + 14, QString::fromStdString(s.name));
-  p.drawText(
-      6, r.y + 28,
-      QString::fromStdString("peak " + (stacked ? human_bytes(s.peak_shown) : human_rate(s.peak_total))));
+  p.drawText(6, r.y + 28,
+             QString::fromStdString("peak " +
+                                    (stacked ? format_bytes(s.peak_shown) : format_bandwidth(s.peak_total))));
   if (stacked && s.reserved > 0) {
     p.setPen(QColor(110, 110, 110));
-    p.drawText(6, r.y + 56, QString::fromStdString("+ reserved " + human_bytes(s.reserved)));
+    p.drawText(6, r.y + 56, QString::fromStdString("+ reserved " + format_bytes(s.reserved)));
   }
   if (cap_visible) {
     QPen pen(QColor(200, 0, 0));
@@ -227,9 +227,9 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   }
   if (cap > 0) {
     p.setPen(QColor(150, 0, 0));
-    p.drawText(
-        6, r.y + 42,
-        QString::fromStdString((stacked ? "capacity " + human_bytes(cap) : "peak " + human_rate(cap))));
+    p.drawText(6, r.y + 42,
+               QString::fromStdString(
+                   (stacked ? "capacity " + format_bytes(cap) : "peak " + format_bandwidth(cap))));
   }
   p.setPen(QColor(220, 220, 220));
   p.drawLine(kGutter, r.y + r.h, width(), r.y + r.h);
@@ -324,8 +324,8 @@ QString TimelineView::tooltip_at(QPoint pt) const {
                               QString::fromStdString(human_seconds(dur)));
       if (s->bytes > 0) {
         text += QString("\nbytes %1, achieved %2")
-                    .arg(QString::fromStdString(human_bytes(s->bytes)),
-                         QString::fromStdString(dur > 0 ? human_rate(s->bytes / dur) : "-"));
+                    .arg(QString::fromStdString(format_bytes(s->bytes)),
+                         QString::fromStdString(dur > 0 ? format_bandwidth(s->bytes / dur) : "-"));
       }
       if (s->flops > 0 && dur > 0) text += QString("\n%1 TFLOP/s").arg(s->flops / dur / 1e12, 0, 'f', 2);
       return text;
@@ -339,13 +339,13 @@ QString TimelineView::tooltip_at(QPoint pt) const {
           QString("%1 at %2")
               .arg(QString::fromStdString(s.name), QString::fromStdString(human_seconds(t - model_->t_min)));
       if (r.kind == Row::kBandwidth)
-        return text + "\n" + QString::fromStdString(human_rate(s.total(static_cast<std::size_t>(i))));
-      text += "\ntotal " + QString::fromStdString(human_bytes(s.total(static_cast<std::size_t>(i))));
+        return text + "\n" + QString::fromStdString(format_bandwidth(s.total(static_cast<std::size_t>(i))));
+      text += "\ntotal " + QString::fromStdString(format_bytes(s.total(static_cast<std::size_t>(i))));
       for (std::size_t k = 0; k < s.keys.size(); ++k) {
         const double v = s.values[k][static_cast<std::size_t>(i)];
         if (v > 0)
           text += QString("\n  %1: %2")
-                      .arg(QString::fromStdString(s.keys[k]), QString::fromStdString(human_bytes(v)));
+                      .arg(QString::fromStdString(s.keys[k]), QString::fromStdString(format_bytes(v)));
       }
       return text;
     }

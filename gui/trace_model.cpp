@@ -17,21 +17,6 @@ double Series::total(std::size_t i) const {
   return s;
 }
 
-std::string human_bytes(double b) {
-  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 5) b /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
-  return buf;
-}
-
-std::string human_rate(double bps) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB/s", bps / 1e9);
-  return buf;
-}
-
 std::string human_seconds(double s) {
   char buf[32];
   if (s >= 1)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/units.h"
 #include "trace/trace.h"
 
 namespace memwall::gui {
@@ -79,9 +80,7 @@ class TraceModel {
   void build();
 };
 
-// "1.50 GiB", "12.0 GB/s", "3.2 ms": short human units for labels and tooltips.
-std::string human_bytes(double b);
-std::string human_rate(double bps);
+// "3.200 ms", "1.234 s": times for labels and tooltips (bytes and rates use base/units.h).
 std::string human_seconds(double s);
 
 }  // namespace memwall::gui

@@ -217,11 +217,8 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
 }
 
 py::dict read_trace_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw py::value_error(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto d = trace::read_trace(ss.str());
+  const std::string text = value_or_raise(cli::read_text_file(path));
+  auto d = trace::read_trace(text);
   if (!d.is_ok()) throw py::value_error(path + ": " + d.status().message());
   const std::size_t n = d->spans.size();
   py::array_t<int> pid(n), tid(n), task(n);

@@ -62,8 +62,8 @@ CollectiveKind collective_from(const std::string& text) {
 
 struct GpuEvent {
   std::string name, cat;
-  double ts = 0, dur = 0, launch = -1, bytes = 0;
-  long stream = 0;
+  double ts = 0, dur = 0, launch = -1, bytes = 0;  // launch: its CUDA runtime call's start, or -1
+  long stream = 0, correlation = -1;
   bool nccl = false;
 };
 
@@ -77,11 +77,6 @@ struct Comm {
   int group = 0;
   std::string name;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -132,11 +127,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       g.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
       g.bytes = num(args, "bytes");
       g.nccl = lower(name).find("nccl") != std::string::npos;
-      if (args.contains("correlation")) {
-        auto it = launch.find(static_cast<long>(num(args, "correlation")));
-        if (it != launch.end()) g.launch = it->second;
-        g.launch = g.launch < 0 ? -1 - num(args, "correlation") : g.launch;  // resolved below if later
-      }
+      g.correlation = static_cast<long>(num(args, "correlation", -1));
       gpu.push_back(std::move(g));
     } else if (cat == "cuda_sync" && args.contains("wait_on_stream")) {
       StreamWait w;
@@ -155,12 +146,9 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       comms.push_back(c);
     }
   }
-  // Launches that appear after their kernels in the file.
+  // Each GPU event's launch (runtime events may come before or after it in the file).
   for (GpuEvent& g : gpu) {
-    if (g.launch < -0.5) {
-      auto it = launch.find(static_cast<long>(-1 - g.launch));
-      g.launch = it != launch.end() ? it->second : -1;
-    }
+    if (auto it = launch.find(g.correlation); g.correlation >= 0 && it != launch.end()) g.launch = it->second;
   }
   if (gpu.empty())
     return Status::invalid_argument("no GPU kernels or memcpys in the trace (a CPU-only profile?)");
@@ -198,21 +186,14 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
   g.pid = info.rank;
   g.ranks = info.world_size;
   g.steps_total = static_cast<int>(steps.size());
-  const int lo = std::max(0, first), hi = last < 0 ? g.steps_total : std::min(last, g.steps_total);
-  if (lo >= hi) {
-    return Status::invalid_argument("--steps " + std::to_string(first) + ":" + std::to_string(last) +
-                                    ": the trace has steps 0:" + std::to_string(g.steps_total));
-  }
-  g.first_step = lo;
-  g.last_step = hi;
+  MW_RETURN_IF_ERROR(choose_steps(g, first, last));
+  const int lo = g.first_step, hi = g.last_step;
   for (int k = lo; k < hi; ++k) {
     double end = steps[static_cast<std::size_t>(k)].first + steps[static_cast<std::size_t>(k)].second;
     for (std::size_t i : per_step[static_cast<std::size_t>(k)]) end = std::max(end, gpu[i].ts + gpu[i].dur);
     g.measured_step_s.push_back((end - steps[static_cast<std::size_t>(k)].first) * 1e-6);
   }
-  double sum = 0;
-  for (double s : g.measured_step_s) sum += s;
-  g.measured_iteration_s = sum / static_cast<double>(g.measured_step_s.size());
+  set_measured_iteration(g);
   // The graph: the first chosen step's tasks; durations and releases are medians over the chosen steps with
   // the same number of tasks.
   const auto& base = per_step[static_cast<std::size_t>(lo)];

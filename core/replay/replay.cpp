@@ -32,13 +32,31 @@ Phase phase_of(const std::string& p) {
   return Phase::kForward;
 }
 
+}  // namespace
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-}  // namespace
+Status choose_steps(ReplayGraph& g, int first, int last) {
+  const int lo = std::max(0, first), hi = last < 0 ? g.steps_total : std::min(last, g.steps_total);
+  if (lo >= hi) {
+    return Status::invalid_argument("--steps " + std::to_string(first) + ":" + std::to_string(last) +
+                                    ": the trace has steps 0:" + std::to_string(g.steps_total));
+  }
+  g.first_step = lo;
+  g.last_step = hi;
+  return Status::ok();
+}
+
+void set_measured_iteration(ReplayGraph& g) {
+  double sum = 0;
+  for (double s : g.measured_step_s) sum += s;
+  g.measured_iteration_s =
+      g.measured_step_s.empty() ? 0 : sum / static_cast<double>(g.measured_step_s.size());
+}
 
 Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int first, int last) {
   ReplayGraph g;
@@ -70,13 +88,8 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
   std::map<int, std::vector<const trace::TraceSpan*>> by_task;
   for (const auto* s : spans) by_task[s->task].push_back(s);
   for (const auto& [id, occ] : by_task) g.steps_total = std::max(g.steps_total, static_cast<int>(occ.size()));
-  const int lo = std::max(0, first), hi = last < 0 ? g.steps_total : std::min(last, g.steps_total);
-  if (lo >= hi) {
-    return Status::invalid_argument("--steps " + std::to_string(first) + ":" + std::to_string(last) +
-                                    ": the trace has steps 0:" + std::to_string(g.steps_total));
-  }
-  g.first_step = lo;
-  g.last_step = hi;
+  MW_RETURN_IF_ERROR(choose_steps(g, first, last));
+  const int lo = g.first_step, hi = g.last_step;
   // Measured step times.
   for (int k = lo; k < hi; ++k) {
     double t0 = 1e300, t1 = -1e300;
@@ -87,9 +100,7 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
     }
     g.measured_step_s.push_back((t1 - t0) * 1e-6);
   }
-  double sum = 0;
-  for (double s : g.measured_step_s) sum += s;
-  g.measured_iteration_s = sum / static_cast<double>(g.measured_step_s.size());
+  set_measured_iteration(g);
   // Launch gaps: how long each task waited after it could have started (its dependencies done and its
   // resource free), per step; the median goes into the replayed task.
   std::map<int, std::vector<double>> gaps;

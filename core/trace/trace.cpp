@@ -375,6 +375,32 @@ class Scanner {
     }
     return error("expected a value");
   }
+  // `[item, ...]`: item() reads each element.
+  template <typename F>
+  Status array(F&& item) {
+    MW_RETURN_IF_ERROR(expect('['));
+    if (eat(']')) return Status::ok();
+    for (;;) {
+      MW_RETURN_IF_ERROR(item());
+      if (eat(']')) return Status::ok();
+      MW_RETURN_IF_ERROR(expect(','));
+    }
+  }
+  // `{"key": value, ...}`: member(key) reads each value.
+  template <typename F>
+  Status object(F&& member) {
+    MW_RETURN_IF_ERROR(expect('{'));
+    if (eat('}')) return Status::ok();
+    std::string key;
+    for (;;) {
+      MW_RETURN_IF_ERROR(string(key));
+      MW_RETURN_IF_ERROR(expect(':'));
+      MW_RETURN_IF_ERROR(member(key));
+      if (eat('}')) return Status::ok();
+      MW_RETURN_IF_ERROR(expect(','));
+    }
+  }
+
   Status skip_value(int depth = 0) {
     if (depth > 64) return error("expected less nesting");
     ws();
@@ -383,22 +409,8 @@ class Scanner {
       std::string tmp;
       return string(tmp);
     }
-    if (*p_ == '{' || *p_ == '[') {
-      const char close = *p_ == '{' ? '}' : ']';
-      const bool object = *p_ == '{';
-      ++p_;
-      if (eat(close)) return Status::ok();
-      for (;;) {
-        if (object) {
-          std::string key;
-          MW_RETURN_IF_ERROR(string(key));
-          MW_RETURN_IF_ERROR(expect(':'));
-        }
-        MW_RETURN_IF_ERROR(skip_value(depth + 1));
-        if (eat(close)) return Status::ok();
-        MW_RETURN_IF_ERROR(expect(','));
-      }
-    }
+    if (*p_ == '{') return object([&](const std::string&) { return skip_value(depth + 1); });
+    if (*p_ == '[') return array([&] { return skip_value(depth + 1); });
     if (is_number_start()) {
       double d;
       return number(d);
@@ -431,71 +443,50 @@ Status read_event(Scanner& sc, RawEvent& e) {
   e.pid = e.tid = e.ts = e.dur = e.bytes = e.flops = e.group = 0;
   e.task = -1;
   e.numbers.clear();
-  MW_RETURN_IF_ERROR(sc.expect('{'));
-  if (sc.eat('}')) return Status::ok();
-  std::string key;
-  for (;;) {
-    MW_RETURN_IF_ERROR(sc.string(key));
-    MW_RETURN_IF_ERROR(sc.expect(':'));
-    if (key == "ph" || key == "name" || key == "cat") {
-      if (sc.peek('"')) {
-        MW_RETURN_IF_ERROR(sc.string(key == "ph" ? e.ph : (key == "name" ? e.name : e.cat)));
-      } else {
-        MW_RETURN_IF_ERROR(sc.skip_value());
-      }
-    } else if ((key == "pid" || key == "tid" || key == "ts" || key == "dur") && sc.is_number_start()) {
-      MW_RETURN_IF_ERROR(sc.number(key == "pid" ? e.pid : key == "tid" ? e.tid : key == "ts" ? e.ts : e.dur));
-    } else if (key == "args" && sc.peek('{')) {
-      sc.eat('{');
-      if (!sc.eat('}')) {
-        std::string akey, sval;
-        for (;;) {
-          MW_RETURN_IF_ERROR(sc.string(akey));
-          MW_RETURN_IF_ERROR(sc.expect(':'));
-          if (sc.is_number_start()) {
-            double v = 0;
-            MW_RETURN_IF_ERROR(sc.number(v));
-            if (akey == "task")
-              e.task = v;
-            else if (akey == "bytes")
-              e.bytes = v;
-            else if (akey == "flops")
-              e.flops = v;
-            else if (akey == "group")
-              e.group = v;
-            e.numbers.emplace_back(akey, v);
-          } else if (sc.peek('"')) {
-            MW_RETURN_IF_ERROR(sc.string(sval));
-            if (akey == "phase")
-              e.phase = sval;
-            else if (akey == "name")
-              e.arg_name = sval;
-            else if (akey == "collective")
-              e.collective = sval;
-          } else if (akey == "deps" && sc.peek('[')) {
-            sc.eat('[');
-            if (!sc.eat(']')) {
-              for (;;) {
-                double v = 0;
-                MW_RETURN_IF_ERROR(sc.number(v));
-                e.deps.push_back(static_cast<int>(v));
-                if (sc.eat(']')) break;
-                MW_RETURN_IF_ERROR(sc.expect(','));
-              }
-            }
-          } else {
-            MW_RETURN_IF_ERROR(sc.skip_value());
-          }
-          if (sc.eat('}')) break;
-          MW_RETURN_IF_ERROR(sc.expect(','));
-        }
-      }
-    } else {
-      MW_RETURN_IF_ERROR(sc.skip_value());
+  std::string sval;
+  auto arg = [&](const std::string& akey) -> Status {
+    if (sc.is_number_start()) {
+      double v = 0;
+      MW_RETURN_IF_ERROR(sc.number(v));
+      if (akey == "task")
+        e.task = v;
+      else if (akey == "bytes")
+        e.bytes = v;
+      else if (akey == "flops")
+        e.flops = v;
+      else if (akey == "group")
+        e.group = v;
+      e.numbers.emplace_back(akey, v);
+      return Status::ok();
     }
-    if (sc.eat('}')) return Status::ok();
-    MW_RETURN_IF_ERROR(sc.expect(','));
-  }
+    if (sc.peek('"')) {
+      MW_RETURN_IF_ERROR(sc.string(sval));
+      if (akey == "phase")
+        e.phase = sval;
+      else if (akey == "name")
+        e.arg_name = sval;
+      else if (akey == "collective")
+        e.collective = sval;
+      return Status::ok();
+    }
+    if (akey == "deps" && sc.peek('[')) {
+      return sc.array([&] {
+        double v = 0;
+        MW_RETURN_IF_ERROR(sc.number(v));
+        e.deps.push_back(static_cast<int>(v));
+        return Status::ok();
+      });
+    }
+    return sc.skip_value();
+  };
+  return sc.object([&](const std::string& key) -> Status {
+    if ((key == "ph" || key == "name" || key == "cat") && sc.peek('"'))
+      return sc.string(key == "ph" ? e.ph : (key == "name" ? e.name : e.cat));
+    if ((key == "pid" || key == "tid" || key == "ts" || key == "dur") && sc.is_number_start())
+      return sc.number(key == "pid" ? e.pid : key == "tid" ? e.tid : key == "ts" ? e.ts : e.dur);
+    if (key == "args" && sc.peek('{')) return sc.object(arg);
+    return sc.skip_value();
+  });
 }
 
 void add_event(TraceData& d, RawEvent& e) {
@@ -554,36 +545,26 @@ Result<TraceData> read_trace(std::string_view bytes) {
   TraceData d;
   std::string_view header;
   bool have_events = false;
-  MW_RETURN_IF_ERROR(sc.expect('{'));
-  if (!sc.eat('}')) {
-    std::string key;
-    RawEvent e;
-    for (;;) {
-      MW_RETURN_IF_ERROR(sc.string(key));
-      MW_RETURN_IF_ERROR(sc.expect(':'));
-      if (key == "otherData") {
-        sc.ws();
-        const char* from = sc.pos();
-        MW_RETURN_IF_ERROR(sc.skip_value());
-        header = std::string_view(from, static_cast<std::size_t>(sc.pos() - from));
-      } else if (key == "traceEvents" && sc.peek('[')) {
-        have_events = true;
-        sc.eat('[');
-        if (!sc.eat(']')) {
-          for (;;) {
-            MW_RETURN_IF_ERROR(read_event(sc, e));
-            add_event(d, e);
-            if (sc.eat(']')) break;
-            MW_RETURN_IF_ERROR(sc.expect(','));
-          }
-        }
-      } else {
-        MW_RETURN_IF_ERROR(sc.skip_value());
-      }
-      if (sc.eat('}')) break;
-      MW_RETURN_IF_ERROR(sc.expect(','));
+  RawEvent e;
+  const Status parsed = sc.object([&](const std::string& key) -> Status {
+    if (key == "otherData") {
+      sc.ws();
+      const char* from = sc.pos();
+      MW_RETURN_IF_ERROR(sc.skip_value());
+      header = std::string_view(from, static_cast<std::size_t>(sc.pos() - from));
+      return Status::ok();
     }
-  }
+    if (key == "traceEvents" && sc.peek('[')) {
+      have_events = true;
+      return sc.array([&] {
+        MW_RETURN_IF_ERROR(read_event(sc, e));
+        add_event(d, e);
+        return Status::ok();
+      });
+    }
+    return sc.skip_value();
+  });
+  if (!parsed.is_ok()) return parsed;
   if (!sc.at_end()) return sc.error("expected the end of the text");
   nlohmann::json od = header.empty() ? nlohmann::json() : nlohmann::json::parse(header, nullptr, false);
   if (!od.is_object()) {

@@ -90,7 +90,6 @@ struct Zero3Trainer::State {
   std::unique_ptr<io::AsyncIo> aio;
   std::unique_ptr<io::TensorStore> store;
   std::mutex store_mu;
-  std::string swap_root;
 
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
@@ -102,7 +101,6 @@ struct Zero3Trainer::State {
   std::vector<float> reduced;
 
   // Measurement.
-  std::mutex stats_mu;
   StepStats stats;
   std::vector<double> moved;        // per task: bytes really moved in the last run
   std::vector<double> moved_train;  // the same for the last training step (every step moves the same)
