@@ -789,13 +789,14 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   stats.capacity_bytes[1] = static_cast<double>(st.host_mem->capacity());
   stats.capacity_bytes[2] = st.store ? static_cast<double>(st.store->capacity_bytes()) : 0;
   st.stats = stats;
-  // The loss averaged over ranks.
+  // A step returns the loss averaged over ranks; an evaluation this rank's own (callers average its batches).
   const float mine = st.model->loss();
+  if (!train) return mine;
   std::vector<float> all(static_cast<std::size_t>(comm_->size()));
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));
   float sum = 0.0f;
   for (float l : all) sum += l;
-  if (train) ++step_;
+  ++step_;
   return sum / static_cast<float>(comm_->size());
 }
 
@@ -804,10 +805,7 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
 }
 
 Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {
-  // The evaluation's loss: this rank's own, as before (callers average over ranks themselves).
-  auto l = run_phases(tokens, targets, false);
-  if (!l.is_ok()) return l.status();
-  return st_->model->loss();
+  return run_phases(tokens, targets, false);
 }
 
 Status Zero3Trainer::gather_params(std::vector<float>& out) {
