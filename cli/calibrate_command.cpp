@@ -23,9 +23,11 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "cpu/gpt_ops.h"
+#include "engine/comm/comm.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/tensor_store.h"
 #include "engine/model/gpt.h"
+#include "engine/train/zero3.h"
 #include "io_measure.h"
 #include "spec/spec_loader.h"
 
@@ -40,7 +42,7 @@ struct CalibrateOptions {
   std::string path = ".";
   std::string out;
   std::string size = "512M";
-  std::string model;  // optional: achievable FLOP/s measured on this GPT's forward + backward
+  std::string model;  // optional: achievable FLOP/s measured on this GPT as memwall train runs it
   int batch = 2, seq = 0;
   std::string tensor_size;  // optional: NVMe rates of memwall's tensor store at this tensor size
   bool json = false;
@@ -50,8 +52,9 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Read and write rates of memwall's tensor store (swap settings: checksums, no sync) with tensors of
-// `tensor` bytes, one thread reading and one writing at the same time, as memwall train's NVMe lanes do.
+// Rates of memwall's tensor store (swap settings: checksums, no sync) with tensors of `tensor` bytes: reads
+// alone, writes alone, then one thread reading and one writing at the same time as memwall train's NVMe
+// lanes do (their sum is the drive's combined rate), and the process CPU time per byte over all three.
 Result<Measurement> store_rates(const std::string& dir, std::uint64_t total, std::uint64_t tensor) {
   io::IoSettings settings;
   auto aio = io::AsyncIo::create(settings);
@@ -70,36 +73,53 @@ Result<Measurement> store_rates(const std::string& dir, std::uint64_t total, std
   for (std::uint64_t i = 0; i < count; ++i)
     MW_RETURN_IF_ERROR((*store)->write("r" + std::to_string(i), a.data(), tensor));
   MW_RETURN_IF_ERROR((*store)->commit());
+  // Timed passes: all `count` tensors read into `a`, or written from `b` under names prefixed `prefix`.
+  auto read_pass = [&](double& seconds) {
+    const auto t0 = clock_type::now();
+    Status st = Status::ok();
+    for (std::uint64_t i = 0; i < count && st.is_ok(); ++i)
+      st = (*store)->get("r" + std::to_string(i), a.data(), tensor);
+    seconds = seconds_since(t0);
+    return st;
+  };
+  auto write_pass = [&](const char* prefix, double& seconds) {
+    const auto t0 = clock_type::now();
+    Status st = Status::ok();
+    for (std::uint64_t i = 0; i < count && st.is_ok(); ++i)
+      st = (*store)->write(prefix + std::to_string(i), b.data(), tensor);
+    seconds = seconds_since(t0);
+    return st;
+  };
+  const double cpu0 = process_cpu_s();
+  double solo_read_s = 0, solo_write_s = 0, read_s = 0, write_s = 0;
+  MW_RETURN_IF_ERROR(read_pass(solo_read_s));
+  MW_RETURN_IF_ERROR(write_pass("s", solo_write_s));
   Status rs = Status::ok(), ws = Status::ok();
-  double read_s = 0, write_s = 0;
-  std::thread reader([&] {
-    const auto t0 = clock_type::now();
-    for (std::uint64_t i = 0; i < count && rs.is_ok(); ++i)
-      rs = (*store)->get("r" + std::to_string(i), a.data(), tensor);
-    read_s = seconds_since(t0);
-  });
-  std::thread writer([&] {
-    const auto t0 = clock_type::now();
-    for (std::uint64_t i = 0; i < count && ws.is_ok(); ++i)
-      ws = (*store)->write("w" + std::to_string(i), b.data(), tensor);
-    write_s = seconds_since(t0);
-  });
+  std::thread reader([&] { rs = read_pass(read_s); });
+  std::thread writer([&] { ws = write_pass("w", write_s); });
   reader.join();
   writer.join();
+  const double cpu_s = process_cpu_s() - cpu0;
   MW_RETURN_IF_ERROR(rs);
   MW_RETURN_IF_ERROR(ws);
   store->reset();
   std::filesystem::remove_all(dir, ec);
+  const auto bytes = static_cast<double>(count * tensor);
   Measurement m;
-  m.read_Bps = static_cast<double>(count * tensor) / read_s;
-  m.write_Bps = static_cast<double>(count * tensor) / write_s;
+  m.read_Bps = bytes / solo_read_s;
+  m.write_Bps = bytes / solo_write_s;
+  m.readwrite_Bps = bytes / read_s + bytes / write_s;
+  m.cpu_s_per_byte = cpu_s / (4 * bytes);
   return m;
 }
 
-// FLOP/s of the GPT's forward + backward at (batch, seq) as memwall train runs it (fp32 on bf16-rounded
-// weights is the same arithmetic), median of 3 after a warm-up: the machine's achievable rate on this
-// workload's op mix (attention, layernorm, GELU and its GEMM shapes), which a large GEMM overstates.
-Result<double> model_rate(const ModelSpec& m, int batch, int seq) {
+// FLOP/s of memwall train's compute on this GPT at (batch, seq): a ZeRO-3 trainer with everything on the
+// device (no offload, so no I/O competes for the cores) runs one warm-up step and `steps` measured ones;
+// each step's rate is the schedule's compute FLOPs (recomputation included) over the compute lane's busy
+// time, the median is kept. This is the device's achievable rate on the workload as train runs it (its op
+// mix, bf16 parameters widened per op, the lane threads), which a large GEMM overstates; the cost of
+// offloading is left to the simulator's model of the links and of host CPU contention.
+Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps) {
   model::GptConfig c;
   c.vocab = 256;
   c.max_seq = m.max_positions;
@@ -108,24 +128,33 @@ Result<double> model_rate(const ModelSpec& m, int batch, int seq) {
   c.channels = m.hidden;
   const int T = seq > 0 ? seq : m.max_positions;
   MW_RETURN_IF_ERROR(model::validate(c, batch, T));
-  model::GptModel gpt(c, batch, T);
-  std::vector<float> p(model::gpt_num_params(c)), g(p.size());
-  model::gpt_init(c, p.data(), 1);
+  train::Zero3Options zo;
+  zo.micro_batch = batch;
+  zo.seq = T;
+  const double params_bytes = 16.0 * static_cast<double>(model::gpt_num_params(c));
+  zo.hw = train::emulated_hardware(4 * params_bytes + (2ull << 30), 4 * params_bytes + (2ull << 30), 0);
+  auto world = comm::make_local_comm();
+  auto trainer = train::Zero3Trainer::create(c, zo, *world);
+  if (!trainer.is_ok()) return trainer.status();
+  double flops = 0;
+  for (const Task& t : trainer->schedule().tasks) {
+    if (t.kind == TaskKind::kCompute) flops += t.flops;
+  }
   std::vector<int> tok(static_cast<std::size_t>(batch) * static_cast<std::size_t>(T)), tgt(tok.size());
   for (std::size_t i = 0; i < tok.size(); ++i) {
     tok[i] = static_cast<int>((i * 31) % 256);
     tgt[i] = static_cast<int>((i * 17 + 3) % 256);
   }
-  const double flops = gpt.graph().total_fwd_flops() + gpt.graph().total_bwd_flops();
-  std::vector<double> times;
-  for (int k = 0; k < 4; ++k) {
-    const auto t0 = clock_type::now();
-    gpt.forward(p.data(), tok.data(), tgt.data());
-    gpt.backward(p.data(), g.data());
-    if (k > 0) times.push_back(seconds_since(t0));
+  std::vector<double> rates;
+  for (int k = 0; k <= steps; ++k) {
+    auto loss = trainer->step(tok.data(), tgt.data());
+    if (!loss.is_ok()) return loss.status();
+    const double busy = trainer->last_step().busy_s[static_cast<int>(Resource::kCompute)];
+    if (k > 0 && busy > 0) rates.push_back(flops / busy);
   }
-  std::sort(times.begin(), times.end());
-  return flops / times[times.size() / 2];
+  if (rates.empty()) return Status::internal("calibrate: the trainer's compute lane recorded no time");
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 // Bytes copied per second by memcpy between two 256 MiB buffers (best of 5).
@@ -198,11 +227,11 @@ int run_calibrate(const CalibrateOptions& opt) {
     Diagnostics mdiag;
     auto m = load_model_arg(opt.model, mdiag);
     if (!m.is_ok()) return report_error(m.status());
-    if (!opt.json) std::fprintf(stderr, "calibrate: %s forward + backward...\n", m->name.c_str());
-    auto r = model_rate(*m, opt.batch, opt.seq);
+    if (!opt.json) std::fprintf(stderr, "calibrate: %s training steps (no offload)...\n", m->name.c_str());
+    auto r = train_rate(*m, opt.batch, opt.seq, 7);
     if (!r.is_ok()) return report_error(r.status());
     flops = *r;
-    rate_source = m->name + " forward + backward, batch " + std::to_string(opt.batch);
+    rate_source = m->name + " compute of memwall train (no offload), batch " + std::to_string(opt.batch);
   }
   if (!opt.json)
     std::fprintf(stderr, "calibrate: disk under %s (%s)...\n", opt.path.c_str(), opt.size.c_str());
@@ -272,7 +301,8 @@ int run_calibrate(const CalibrateOptions& opt) {
         {"reserved_bytes", 0},
         {"peak_flops", gemm},
         {"achievable_flops", flops},
-        {"hbm_Bps", 2 * copy_Bps}}},
+        {"hbm_Bps", 2 * copy_Bps},
+        {"shares_host_cpu", true}}},
       {"cpu",
        {{"model", cpu_model()},
         {"sockets", 1},
@@ -285,7 +315,10 @@ int run_calibrate(const CalibrateOptions& opt) {
         {"drive_capacity_bytes", disk_bytes},
         {"drive_read_Bps", disk->read_Bps},
         {"drive_write_Bps", disk->write_Bps},
-        {"latency_s", latency_s}}},
+        {"drive_readwrite_Bps",
+         disk->readwrite_Bps > 0 ? disk->readwrite_Bps : std::max(disk->read_Bps, disk->write_Bps)},
+        {"latency_s", latency_s},
+        {"host_cpu_s_per_byte", disk->cpu_s_per_byte}}},
       {"pcie", {{"gpu_link_Bps", copy_Bps}, {"latency_s", 0}}}};
   // It must load as a hardware spec before it is written.
   Diagnostics diag;
@@ -306,6 +339,10 @@ int run_calibrate(const CalibrateOptions& opt) {
     std::printf("disk write %8.3f GB/s, read %.3f GB/s, %.1f us per 4 KiB request (%s, O_DIRECT, %s)\n",
                 disk->write_Bps / 1e9, disk->read_Bps / 1e9, latency_s * 1e6, io::backend_name(used),
                 opt.path.c_str());
+    if (disk->readwrite_Bps > 0)
+      std::printf("disk r+w   %8.3f GB/s reads and writes at once\n", disk->readwrite_Bps / 1e9);
+    std::printf("disk CPU   %8.3f ns per byte read or written (%.2f GB/s per core)\n",
+                disk->cpu_s_per_byte * 1e9, disk->cpu_s_per_byte > 0 ? 1e-9 / disk->cpu_s_per_byte : 0.0);
     std::printf("memory     %s RAM (device: %s)\n", format_bytes(ram).c_str(), format_bytes(ram / 2).c_str());
     std::printf("wrote %s (use --hardware %s)\n", out.c_str(), opt.out.empty() ? "local" : out.c_str());
   }
@@ -324,7 +361,7 @@ void register_calibrate(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", opt->out, "Where to write the spec (default: scenarios/hardware/local.json)");
   cmd->add_option(
       "--model", opt->model,
-      "Measure the achievable FLOP/s on this GPT's forward + backward (scenario or config.json) instead "
+      "Measure the achievable FLOP/s of memwall train on this GPT (scenario or config.json) instead "
       "of a large GEMM");
   cmd->add_option("--batch", opt->batch, "Sequences per step for --model")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "Sequence length for --model (default: the model's n_positions)");

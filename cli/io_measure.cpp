@@ -1,6 +1,8 @@
 // Disk rates through the async I/O engine (see io_measure.h).
 #include "io_measure.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +36,13 @@ Result<double> pass(io::AsyncIo& io, io::File& file, io::Op op, std::uint64_t to
 
 }  // namespace
 
+double process_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 Result<Measurement> measure_disk(const std::string& path, std::uint64_t size, const io::IoSettings& settings,
                                  bool do_write, bool do_read, std::vector<std::string>& warnings,
                                  io::Backend& used) {
@@ -60,6 +69,7 @@ Result<Measurement> measure_disk(const std::string& path, std::uint64_t size, co
     if (!layout.is_ok()) return layout.status();
     MW_RETURN_IF_ERROR((*file)->sync());
   }
+  const double cpu0 = process_cpu_s();
   if (do_write) {
     Result<double> w = pass(**io, **file, io::Op::kWrite, size, buf.get(), window);
     if (!w.is_ok()) return w.status();
@@ -71,6 +81,8 @@ Result<Measurement> measure_disk(const std::string& path, std::uint64_t size, co
     if (!r.is_ok()) return r.status();
     m.read_Bps = *r;
   }
+  const int passes = (do_write ? 1 : 0) + (do_read ? 1 : 0);
+  if (passes > 0) m.cpu_s_per_byte = (process_cpu_s() - cpu0) / (static_cast<double>(size) * passes);
   return m;
 }
 

@@ -13,7 +13,13 @@ namespace memwall::cli {
 struct Measurement {
   double write_Bps = 0;
   double read_Bps = 0;
+  double readwrite_Bps = 0;   // reads and writes at once, both directions together (0: not measured)
+  double cpu_s_per_byte = 0;  // CPU seconds this process spent per byte moved in the timed passes
 };
+
+// CPU seconds (user + system) this process has used so far, every thread included (io_uring's workers
+// are threads of the process).
+double process_cpu_s();
 
 // Lays `path` out to `size` bytes (untimed, like fio), then times a write pass and a read pass of it with
 // windows of block_size x queue_depth x parallelism, two in flight. `used` receives the backend.

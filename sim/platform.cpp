@@ -16,7 +16,7 @@ Platform::Platform(const HardwareSpec& hw, int gpus) : hw_(hw) {
   cpu_ = zone->create_host("cpu", hw.cpu.memory_Bps);
   if (hw.has_nvme()) {
     nvme_ = cpu_->create_disk("nvme", hw.nvme.read_Bps(), hw.nvme.write_Bps());
-    nvme_->set_readwrite_bandwidth(std::max(hw.nvme.read_Bps(), hw.nvme.write_Bps()));
+    nvme_->set_readwrite_bandwidth(hw.nvme.readwrite_Bps());
     nvme_->seal();
   }
   // CPU memory as seen by DMA: one link shared by every transfer to or from host memory.

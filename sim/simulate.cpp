@@ -116,19 +116,22 @@ class SimGridExecutor final : public Executor {
         if (t.dst == Tier::kGpu) {
           wait(exec_on(p_.gpu(rank_), t.bytes * hw.gpu.achievable_flops / hw.gpu.hbm_Bps));
         } else {
-          wait(exec_on(p_.cpu(), t.bytes));  // CPU host speed is DRAM bytes/s
+          with_host_cpu(exec_on(p_.cpu(), t.bytes), t.bytes / hw.cpu.memory_Bps);  // CPU speed: DRAM bytes/s
         }
         break;
       case TaskKind::kCopy: {
         sg4::Host* gpu = p_.gpu(rank_);
-        wait(t.dst == Tier::kGpu ? sg4::Comm::sendto_async(p_.cpu(), gpu, t.bytes)
-                                 : sg4::Comm::sendto_async(gpu, p_.cpu(), t.bytes));
+        with_host_cpu(t.dst == Tier::kGpu ? sg4::Comm::sendto_async(p_.cpu(), gpu, t.bytes)
+                                          : sg4::Comm::sendto_async(gpu, p_.cpu(), t.bytes),
+                      t.bytes / hw.pcie.gpu_link_Bps);  // an emulated device's copy is a memcpy
         break;
       }
       case TaskKind::kNvmeRead:
       case TaskKind::kNvmeWrite: {
         const auto bytes = static_cast<sg_size_t>(t.bytes);
-        wait(t.kind == TaskKind::kNvmeRead ? p_.nvme()->read_async(bytes) : p_.nvme()->write_async(bytes));
+        with_host_cpu(
+            t.kind == TaskKind::kNvmeRead ? p_.nvme()->read_async(bytes) : p_.nvme()->write_async(bytes),
+            t.bytes * hw.nvme.host_cpu_s_per_byte);
         if (hw.nvme.latency_s > 0) sg4::this_actor::sleep_for(hw.nvme.latency_s);
         break;
       }
@@ -145,6 +148,24 @@ class SimGridExecutor final : public Executor {
   void wait(Ptr a) {
     ++activities_;
     a->wait();
+  }
+
+  // Waits for `a` and, where the device computes on the host's cores (gpu.shares_host_cpu), for the
+  // `cpu_s` core-seconds of host CPU work the task costs, run at the same time on the device host. The
+  // device's compute is bulk-synchronous across all cores (static partitioning, every thread waits for the
+  // slowest), so a core-second taken by host work delays compute by about a second, not 1/cores of one:
+  // the CPU work is an Exec of cpu_s x the device's full rate that shares the device host fairly with
+  // compute. Alone it takes cpu_s; beside compute both run at half speed.
+  template <typename Ptr>
+  void with_host_cpu(Ptr a, double cpu_s) {
+    const HardwareSpec& hw = p_.hardware();
+    if (!hw.gpu.shares_host_cpu || cpu_s <= 0) {
+      wait(a);
+      return;
+    }
+    sg4::ExecPtr cpu = exec_on(p_.gpu(rank_), cpu_s * hw.gpu.achievable_flops);
+    wait(a);
+    wait(cpu);
   }
 
   // Ring collectives: in a group of n on one node every rank sends (n-1)/n of the tensor to its neighbour

@@ -120,13 +120,20 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
   result.timing.assign(n, Completion{});
   std::vector<int> waiting(n, 0);
   std::vector<std::vector<int>> dependents(n);
+  std::vector<int> memory_ops;  // alloc/free tasks in the planner's order
   for (const Task& t : s.tasks) {
     waiting[t.id] = static_cast<int>(t.deps.size());
     for (int d : t.deps) dependents[d].push_back(t.id);
+    if (t.resource == Resource::kNone) memory_ops.push_back(t.id);
   }
+  std::sort(memory_ops.begin(), memory_ops.end());
+  size_t next_memory_op = 0;
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  // Alloc/free join the ready queue like any task unless the schedule keeps them in program order.
+  const bool ordered_memory = s.memory_in_program_order;
+  auto queued = [&](const Task& t) { return !ordered_memory || t.resource != Resource::kNone; };
   for (const Task& t : s.tasks) {
-    if (waiting[t.id] == 0) ready.push(t.id);
+    if (waiting[t.id] == 0 && queued(t)) ready.push(t.id);
   }
   size_t done = 0;
   int in_flight = 0;
@@ -137,13 +144,22 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
     result.makespan_s = std::max(result.makespan_s, c.end_s);
     ++done;
     for (int d : dependents[c.task]) {
-      if (--waiting[d] == 0) ready.push(d);
+      if (--waiting[d] == 0 && queued(s.tasks[d])) ready.push(d);
     }
   };
   while (done < n) {
-    while (!ready.empty() && (caps.concurrent_resources || in_flight == 0)) {
-      const Task& t = s.tasks[ready.top()];
-      ready.pop();
+    for (;;) {
+      if (!caps.concurrent_resources && in_flight > 0) break;
+      int id = -1;
+      if (ordered_memory && next_memory_op < memory_ops.size() && waiting[memory_ops[next_memory_op]] == 0) {
+        id = memory_ops[next_memory_op++];  // strictly in the planner's order
+      } else if (!ready.empty()) {
+        id = ready.top();
+        ready.pop();
+      } else {
+        break;
+      }
+      const Task& t = s.tasks[id];
       if (!caps.allocates_memory && (t.kind == TaskKind::kAlloc || t.kind == TaskKind::kFree)) {
         complete({t.id, exec.now(), exec.now()});  // bookkeeping only
         continue;

@@ -72,7 +72,10 @@ struct RunResult {
   double busy_s[kResourceCount] = {};  // time each resource was occupied
 };
 
-// Runs every task of `s` on `exec` in dependency order. Ready tasks are submitted lowest id first.
+// Runs every task of `s` on `exec` in dependency order: a task is submitted once its dependencies have
+// completed, lowest id first. With s.memory_in_program_order (run key memwall.memory_order "program", what
+// memwall train's executor does) alloc/free tasks follow the planner's order strictly, each waiting for
+// every earlier one, so memory is taken and given back in the order whose peak the planner checked.
 Result<RunResult> run_schedule(const Schedule& s, Executor& exec);
 
 }  // namespace memwall

@@ -245,6 +245,7 @@ Schedule Planner::plan() {
   s_.model_parallel = mp_;
   s_.ranks = dp_ * mp_;
   s_.ranks_per_node = std::min(hw_.gpu.count, s_.ranks);
+  s_.memory_in_program_order = run_.memwall.memory_in_program_order;
   s_.tokens = g_.options.micro_batch * g_.options.sequence_length;
   opt_total_ = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
   opt_sub_ = std::min(z.sub_group_size, opt_total_);

@@ -90,6 +90,7 @@ struct Schedule {
   int data_parallel = 1;
   int model_parallel = 1;
   double tokens = 0;               // tokens per rank per iteration
+  bool memory_in_program_order = false;  // run_schedule: alloc/free strictly in task order (see executor.h)
   std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank

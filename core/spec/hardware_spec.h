@@ -18,6 +18,9 @@ struct GpuSpec {
   double peak_flops = 0;        // dense 16-bit tensor-core peak per GPU
   double achievable_flops = 0;  // sustained per GPU on large transformer GEMMs (the paper's peak_tp)
   double hbm_Bps = 0;           // HBM bandwidth per GPU
+  // The device computes on this node's CPU cores (memwall's host-emulated device): host-side work —
+  // copies, NVMe I/O, the CPU optimizer — then competes with compute for cores (the simulator models it).
+  bool shares_host_cpu = false;
 };
 
 struct CpuSpec {
@@ -34,11 +37,21 @@ struct NvmeSpec {
   double drive_capacity_bytes = 0;
   double drive_read_Bps = 0;   // sequential read per drive
   double drive_write_Bps = 0;  // sequential write per drive
+  // Reads and writes at once, both directions together, per drive; 0 = the larger of the two rates.
+  double drive_readwrite_Bps = 0;
   double latency_s = 0;
+  // CPU seconds the host spends per byte read or written (request submission, checksums, staging copies);
+  // 0 = not modelled. Matters where the device shares the host's cores (gpu.shares_host_cpu).
+  double host_cpu_s_per_byte = 0;
 
   double capacity_bytes() const { return drives * drive_capacity_bytes; }  // per node
   double read_Bps() const { return drives * drive_read_Bps; }              // per node, all drives
   double write_Bps() const { return drives * drive_write_Bps; }            // per node, all drives
+  double readwrite_Bps() const {                                           // per node, all drives
+    return drives * (drive_readwrite_Bps > 0
+                         ? drive_readwrite_Bps
+                         : (drive_read_Bps > drive_write_Bps ? drive_read_Bps : drive_write_Bps));
+  }
 };
 
 // One level of the PCIe tree between the GPUs and the CPU root complex: `gpus_per_switch` GPUs share

@@ -93,6 +93,10 @@ struct MemwallRunConfig {
   // NVMe optimizer: read each sub-group's fp32 states (not its gradients) while backward still runs, as
   // soon as a swap slot is free, instead of after the last gradient (DeepSpeed's order; false).
   bool optimizer_prefetch = true;
+  // Alloc/free order when a schedule runs: false = each as soon as its dependencies complete (a framework
+  // whose CPU issues allocations ahead of the GPU, as PyTorch's caching allocator lets DeepSpeed do);
+  // true = strictly in the planner's order, what memwall train's executor does ("memory_order": "program").
+  bool memory_in_program_order = false;
   std::string strategy;  // informative label ("zero-infinity-nvme", ...)
 };
 

@@ -126,6 +126,7 @@ Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& so
     MW_RETURN_IF_ERROR(r.get_number("peak_flops", hw.gpu.peak_flops, 1, 1e18));
     MW_RETURN_IF_ERROR(r.get_number("achievable_flops", hw.gpu.achievable_flops, 1, 1e18));
     MW_RETURN_IF_ERROR(r.get_number("hbm_Bps", hw.gpu.hbm_Bps, 1, 1e15));
+    MW_RETURN_IF_ERROR(r.get_bool("shares_host_cpu", hw.gpu.shares_host_cpu));
     if (hw.gpu.reserved_bytes >= hw.gpu.memory_bytes) {
       return r.error("reserved_bytes", strprintf("%.0f", hw.gpu.reserved_bytes) +
                                            " is not allowed; allowed: less than gpu.memory_bytes");
@@ -165,7 +166,9 @@ Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& so
     MW_RETURN_IF_ERROR(r.get_number("drive_capacity_bytes", hw.nvme.drive_capacity_bytes, 0, 1e18));
     MW_RETURN_IF_ERROR(r.get_number("drive_read_Bps", hw.nvme.drive_read_Bps, 0, 1e13));
     MW_RETURN_IF_ERROR(r.get_number("drive_write_Bps", hw.nvme.drive_write_Bps, 0, 1e13));
+    MW_RETURN_IF_ERROR(r.get_number("drive_readwrite_Bps", hw.nvme.drive_readwrite_Bps, 0, 1e13));
     MW_RETURN_IF_ERROR(r.get_number("latency_s", hw.nvme.latency_s, 0, 1));
+    MW_RETURN_IF_ERROR(r.get_number("host_cpu_s_per_byte", hw.nvme.host_cpu_s_per_byte, 0, 1e-3));
     if (hw.nvme.drives > 0) {
       for (const char* k : {"drive_capacity_bytes", "drive_read_Bps", "drive_write_Bps"}) {
         MW_RETURN_IF_ERROR(require(r, k));
@@ -615,6 +618,9 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     mw.partitioning = part == "broadcast" ? Partitioning::kBroadcast : Partitioning::kBandwidthCentric;
     MW_RETURN_IF_ERROR(o.get_bool("prefetch", mw.prefetch));
     MW_RETURN_IF_ERROR(o.get_bool("optimizer_prefetch", mw.optimizer_prefetch));
+    std::string order = mw.memory_in_program_order ? "program" : "dependencies";
+    MW_RETURN_IF_ERROR(o.get_choice("memory_order", order, {"dependencies", "program"}));
+    mw.memory_in_program_order = order == "program";
     MW_RETURN_IF_ERROR(o.get_string("strategy", mw.strategy));
     o.finish();
   }
@@ -662,7 +668,8 @@ std::string to_json_text(const HardwareSpec& hw) {
               {"reserved_bytes", hw.gpu.reserved_bytes},
               {"peak_flops", hw.gpu.peak_flops},
               {"achievable_flops", hw.gpu.achievable_flops},
-              {"hbm_Bps", hw.gpu.hbm_Bps}};
+              {"hbm_Bps", hw.gpu.hbm_Bps},
+              {"shares_host_cpu", hw.gpu.shares_host_cpu}};
   j["cpu"] = {{"model", hw.cpu.model},
               {"sockets", hw.cpu.sockets},
               {"cores", hw.cpu.cores},
@@ -673,7 +680,9 @@ std::string to_json_text(const HardwareSpec& hw) {
                {"drive_capacity_bytes", hw.nvme.drive_capacity_bytes},
                {"drive_read_Bps", hw.nvme.drive_read_Bps},
                {"drive_write_Bps", hw.nvme.drive_write_Bps},
-               {"latency_s", hw.nvme.latency_s}};
+               {"drive_readwrite_Bps", hw.nvme.drive_readwrite_Bps},
+               {"latency_s", hw.nvme.latency_s},
+               {"host_cpu_s_per_byte", hw.nvme.host_cpu_s_per_byte}};
   json switches = json::array();
   for (const auto& s : hw.pcie.switches) {
     switches.push_back({{"gpus_per_switch", s.gpus_per_switch}, {"uplink_Bps", s.uplink_Bps}});
@@ -767,6 +776,7 @@ std::string to_json_text(const RunConfig& run) {
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
       {"prefetch", mw.prefetch},
       {"optimizer_prefetch", mw.optimizer_prefetch},
+      {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};
   return j.dump();
 }

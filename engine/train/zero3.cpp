@@ -39,6 +39,7 @@ HardwareSpec emulated_hardware(double device_bytes, double host_bytes, double nv
   hw.description = "host-emulated tiers for memwall train";
   hw.gpu.model = "host-emulated device";
   hw.gpu.count = 64;
+  hw.gpu.shares_host_cpu = true;
   hw.gpu.memory_bytes = device_bytes;
   hw.cpu.memory_bytes = host_bytes;
   if (nvme_bytes > 0) {
@@ -528,6 +529,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   run.memwall.tiling_factor = o.tiling;
   run.memwall.data_parallel = comm.size();
   run.memwall.model_parallel = 1;
+  run.memwall.memory_in_program_order = true;  // the lanes run alloc/free in task order
 
   Zero3Trainer tr(c, o, comm);
   tr.o_.run = run;

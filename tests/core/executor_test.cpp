@@ -110,5 +110,27 @@ TEST(RunSchedule, FallsBackToOneTaskAtATime) {
   EXPECT_NEAR(r.makespan_s, total, 1e-9 * total);
 }
 
+// A free waiting on a 1 s compute, then an alloc with no dependencies and a copy into that buffer: in
+// dependency order the alloc and the copy go at once; in program order (memwall train's) the alloc waits
+// for the earlier free, so the copy starts after the compute.
+TEST(RunSchedule, ProgramOrderKeepsAllocsBehindEarlierFrees) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  Schedule s;
+  s.tasks.push_back(make(0, TaskKind::kCompute, Resource::kCompute));
+  s.tasks[0].flops = hw.gpu.achievable_flops;  // 1 s
+  s.tasks.push_back(make(1, TaskKind::kFree, Resource::kNone, {0}));
+  s.tasks.push_back(make(2, TaskKind::kAlloc, Resource::kNone));
+  s.tasks.push_back(make(3, TaskKind::kCopy, Resource::kH2D, {2}));
+  s.tasks[3].src = Tier::kCpu;
+  s.tasks[3].bytes = 1e6;
+  for (bool program : {false, true}) {
+    s.memory_in_program_order = program;
+    ReferenceExecutor exec(hw, 1);
+    const RunResult r = run_schedule(s, exec).value();
+    EXPECT_NEAR(r.timing[3].start_s, program ? 1.0 : 0.0, 1e-12) << program;
+    EXPECT_GE(r.timing[2].start_s, program ? r.timing[1].end_s : 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace memwall

@@ -165,6 +165,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{R"({"aio": {"queue_depth": 0}})", "aio.queue_depth", "1..65536"},
         BadRun{R"({"memwall": {"partitioning": "scatter"}})", "memwall.partitioning", "bandwidth-centric"},
         BadRun{R"({"memwall": {"tiling_factor": 0}})", "memwall.tiling_factor", "1..4096"},
+        BadRun{R"({"memwall": {"memory_order": "fifo"}})", "memwall.memory_order", "program"},
         BadRun{R"({"zero_optimization": [1, 2]})", "zero_optimization", "not an object"},
         BadRun{R"({"zero_optimization": {"stage": 3,)", "bad.json", "not valid JSON"}),
     [](const ::testing::TestParamInfo<BadRun>& param_info) {
@@ -203,6 +204,13 @@ TEST(HardwareSpec, BadValuesAreRejected) {
        "gpu.achievable_flops"},
       {R"("gpu": {"count": 8, "memory_bytes": "lots", "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9})",
        "gpu.memory_bytes"},
+      {R"("gpu": {"count": 8, "memory_bytes": 1e9, "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9,
+                  "shares_host_cpu": "yes"})",
+       "gpu.shares_host_cpu"},
+      {R"("gpu": {"count": 8, "memory_bytes": 1e9, "peak_flops": 1e12, "achievable_flops": 1e12, "hbm_Bps": 1e9},
+          "nvme": {"drives": 1, "drive_capacity_bytes": 1e12, "drive_read_Bps": 1e9, "drive_write_Bps": 1e9,
+                   "host_cpu_s_per_byte": -1e-9})",
+       "nvme.host_cpu_s_per_byte"},
   };
   for (const Case& c : cases) {
     const std::string text =
@@ -213,6 +221,23 @@ TEST(HardwareSpec, BadValuesAreRejected) {
     ASSERT_FALSE(r.is_ok()) << c.patch;
     EXPECT_NE(r.status().message().find(c.key), std::string::npos) << r.status().message();
   }
+}
+
+// The host-contention keys calibrate writes survive a write and a read.
+TEST(HardwareSpec, HostContentionKeysRoundTrip) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  EXPECT_FALSE(hw.gpu.shares_host_cpu);
+  EXPECT_DOUBLE_EQ(hw.nvme.readwrite_Bps(),
+                   hw.nvme.drives * std::max(hw.nvme.drive_read_Bps, hw.nvme.drive_write_Bps));
+  hw.gpu.shares_host_cpu = true;
+  hw.nvme.host_cpu_s_per_byte = 7e-10;
+  hw.nvme.drive_readwrite_Bps = 5e9;
+  Diagnostics diag;
+  Result<HardwareSpec> back = parse_hardware(to_json_text(hw), "hw.json", diag, nullptr);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_TRUE(back->gpu.shares_host_cpu);
+  EXPECT_DOUBLE_EQ(back->nvme.host_cpu_s_per_byte, 7e-10);
+  EXPECT_DOUBLE_EQ(back->nvme.readwrite_Bps(), back->nvme.drives * 5e9);
 }
 
 TEST(HardwareSpec, UnknownMajorVersionIsRejectedWithAHint) {

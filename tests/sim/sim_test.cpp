@@ -57,6 +57,60 @@ TEST(SimGrid, NvmeReadIsSizeOverTheDrivesRate) {
   EXPECT_NEAR(simulate(one_task(1, t), hw), expected, 0.02 * expected);
 }
 
+// Reads and writes at once share the drive's combined rate (nvme.drive_readwrite_Bps); alone each gets
+// its own rate.
+TEST(SimGrid, NvmeReadsAndWritesShareTheCombinedRate) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  hw.nvme.drives = 1;
+  hw.nvme.drive_read_Bps = 2e9;
+  hw.nvme.drive_write_Bps = 2e9;
+  hw.nvme.drive_readwrite_Bps = 3e9;
+  hw.nvme.latency_s = 0;
+  Schedule s = one_task(1, Task{});
+  s.tasks[0].kind = TaskKind::kNvmeRead;
+  s.tasks[0].resource = Resource::kNvmeRead;
+  s.tasks[0].src = Tier::kNvme;
+  s.tasks[0].dst = Tier::kCpu;
+  s.tasks[0].bytes = 3e9;
+  EXPECT_NEAR(simulate(s, hw), 1.5, 0.02 * 1.5);  // alone: 2 GB/s
+  Task w = s.tasks[0];
+  w.id = 1;
+  w.kind = TaskKind::kNvmeWrite;
+  w.resource = Resource::kNvmeWrite;
+  w.src = Tier::kCpu;
+  w.dst = Tier::kNvme;
+  s.tasks.push_back(w);
+  EXPECT_NEAR(simulate(s, hw), 2.0, 0.02 * 2.0);  // together: 6 GB over 3 GB/s
+}
+
+// On a device that computes on the host's cores (gpu.shares_host_cpu), an NVMe read's host CPU work
+// (nvme.host_cpu_s_per_byte) shares the device with compute: 1 s of compute beside 0.5 core-seconds of
+// I/O work run at half speed each until the I/O work is done at 1 s, then compute finishes its last 0.5 s
+// alone: 1.5 s. On a real GPU (the flag off) the same schedule takes 1 s.
+TEST(SimGrid, HostIoWorkSlowsComputeOnAHostEmulatedDevice) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  hw.nvme.latency_s = 0;
+  hw.nvme.host_cpu_s_per_byte = 0.5 / 1e9;
+  Schedule s = one_task(1, Task{});
+  s.tasks[0].kind = TaskKind::kCompute;
+  s.tasks[0].resource = Resource::kCompute;
+  s.tasks[0].flops = hw.gpu.achievable_flops;
+  Task rd;
+  rd.id = 1;
+  rd.name = "read";
+  rd.kind = TaskKind::kNvmeRead;
+  rd.resource = Resource::kNvmeRead;
+  rd.src = Tier::kNvme;
+  rd.dst = Tier::kCpu;
+  rd.bytes = 1e9;  // 1 GB: 0.5 core-seconds of host work, 39 ms on the drives
+  s.tasks.push_back(rd);
+  EXPECT_NEAR(simulate(s, hw), 1.0, 0.01);
+  hw.gpu.shares_host_cpu = true;
+  EXPECT_NEAR(simulate(s, hw), 1.5, 0.01);
+  hw.nvme.host_cpu_s_per_byte = 0;  // not measured: no contention modelled
+  EXPECT_NEAR(simulate(s, hw), 1.0, 0.01);
+}
+
 TEST(SimGrid, RingCollectivesFollowBusBandwidthFactors) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const double S = 4e9, link = hw.nvlink.gpu_Bps, lat = hw.nvlink.latency_s;
