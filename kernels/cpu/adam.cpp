@@ -84,6 +84,23 @@ void adam_range_scalar(const AdamArrays& a, const AdamConsts& c, std::size_t beg
   }
 }
 
+AdamConsts adam_consts(const AdamHyper& h) {
+  AdamConsts c;
+  c.inv_scale = 1.0f / h.grad_scale;
+  c.beta1 = h.beta1;
+  c.one_minus_beta1 = 1.0f - h.beta1;
+  c.beta2 = h.beta2;
+  c.one_minus_beta2 = 1.0f - h.beta2;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.eps = h.eps;
+  c.neg_step_size = static_cast<float>(-static_cast<double>(h.lr) / bc1);
+  c.decay = h.decoupled ? 1.0f - h.lr * h.weight_decay : 1.0f;
+  c.l2 = h.decoupled ? 0.0f : h.weight_decay;
+  return c;
+}
+
 }  // namespace detail
 
 namespace {
@@ -118,19 +135,7 @@ bool grads_finite(const void* grads, DType type, std::size_t n, float scale, int
 
 bool adam_step_isa(Isa isa, const AdamArrays& a, const AdamHyper& h, int threads, bool check_finite) {
   if (check_finite && !grads_finite(a.grads, a.grad_type, a.n, h.grad_scale, threads)) return false;
-  detail::AdamConsts c;
-  c.inv_scale = 1.0f / h.grad_scale;
-  c.beta1 = h.beta1;
-  c.one_minus_beta1 = 1.0f - h.beta1;
-  c.beta2 = h.beta2;
-  c.one_minus_beta2 = 1.0f - h.beta2;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  c.eps = h.eps;
-  c.neg_step_size = static_cast<float>(-static_cast<double>(h.lr) / bc1);
-  c.decay = h.decoupled ? 1.0f - h.lr * h.weight_decay : 1.0f;
-  c.l2 = h.decoupled ? 0.0f : h.weight_decay;
+  const detail::AdamConsts c = detail::adam_consts(h);
   auto body = isa == Isa::kAvx512 ? detail::adam_range_avx512
                                   : (isa == Isa::kAvx2 ? detail::adam_range_avx2 : detail::adam_range_scalar);
   parallel_ranges(a.n, threads, [&](std::size_t b, std::size_t e) { body(a, c, b, e); });

@@ -69,6 +69,8 @@ struct AdamConsts {
   float inv_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, neg_step_size, decay,
       l2;
 };
+// The constants of one step (bias corrections in double, then rounded once), shared with the CUDA step.
+AdamConsts adam_consts(const AdamHyper& h);
 void adam_range_scalar(const AdamArrays& a, const AdamConsts& c, std::size_t begin, std::size_t end);
 void adam_range_avx2(const AdamArrays& a, const AdamConsts& c, std::size_t begin, std::size_t end);
 void adam_range_avx512(const AdamArrays& a, const AdamConsts& c, std::size_t begin, std::size_t end);

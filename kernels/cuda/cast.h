@@ -7,5 +7,6 @@
 namespace memwall::kernels::cuda {
 
 int cast_f32_to_bf16(const float* in, void* out, std::size_t n, void* stream);
+int cast_bf16_to_f32(const void* in, float* out, std::size_t n, void* stream);
 
 }  // namespace memwall::kernels::cuda

@@ -1,0 +1,547 @@
+// GPT-2 operators on the GPU (see gpt_ops.h): cuBLAS for the GEMMs, one kernel per elementwise or
+// row-wise operator. Layouts follow kernels/cpu/gpt_ops.cpp; cuBLAS is column-major, so a row-major
+// C[M, N] = A[M, K] . B[K, N] is computed as the column-major C^T = B^T . A^T.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/gpt_ops.h"
+
+namespace memwall::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kLayernormEps = 1e-5f;
+
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+cublasHandle_t as_handle(const Blas& b) {
+  return static_cast<cublasHandle_t>(b.handle());
+}
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
+int launched() {
+  return static_cast<int>(cudaGetLastError());
+}
+int blas_status(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_SUCCESS ? 0 : kBlasError + static_cast<int>(s);
+}
+
+// Sum (or max) of `v` over the block; every thread gets the result. `shared` holds 32 floats.
+template <bool kMax>
+__device__ float block_reduce(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warp == 0) {
+    v = lane < warps ? shared[lane] : (kMax ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = kMax ? fmaxf(v, w) : v + w;
+    }
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  v = shared[0];
+  __syncthreads();
+  return v;
+}
+
+// ---- elementwise ----
+
+__global__ void add_bias_kernel(float* out, const float* bias, std::size_t n, int OC) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] += bias[i % OC];
+}
+
+// dcol[c] += sum over rows of m[N, C] (a thread per column: deterministic).
+__global__ void column_sum_kernel(float* dcol, const float* m, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0;
+  for (int n = 0; n < N; ++n) s += m[static_cast<std::size_t>(n) * C + c];
+  dcol[c] += s;
+}
+
+__global__ void accumulate_kernel(float* out, const float* in, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] += in[i];
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  const float sech2 = 1.0f - t * t;
+  const float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  dinp[i] += grad * dout[i];
+}
+
+// ---- layernorm: a block per row ----
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int C) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  float s = 0;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) s += x[i];
+  const float m = block_reduce<false>(s, shared) / static_cast<float>(C);
+  float v = 0;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) v += (x[i] - m) * (x[i] - m);
+  const float r = 1.0f / sqrtf(block_reduce<false>(v, shared) / static_cast<float>(C) + kLayernormEps);
+  float* o = out + row * C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                const float* weight, const float* mean, const float* rstd,
+                                                int C) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const float* dy = dout + row * C;
+  const float* x = inp + row * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0, b = 0;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    const float dnorm = weight[i] * dy[i];
+    a += dnorm;
+    b += dnorm * (x[i] - m) * r;
+  }
+  const float dnorm_mean = block_reduce<false>(a, shared) / static_cast<float>(C);
+  const float dnorm_norm_mean = block_reduce<false>(b, shared) / static_cast<float>(C);
+  float* dx = dinp + row * C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    const float norm = (x[i] - m) * r;
+    dx[i] += (weight[i] * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  }
+}
+
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
+                                                 const float* inp, const float* mean, const float* rstd,
+                                                 int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float dw = 0, db = 0;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t k = static_cast<std::size_t>(n) * C + c;
+    db += dout[k];
+    dw += (inp[k] - mean[n]) * rstd[n] * dout[k];
+  }
+  dweight[c] += dw;
+  dbias[c] += db;
+}
+
+// ---- attention ----
+
+// dst[B, NH, T, hs] = src[B, T, NH, hs] where src rows are `stride` floats apart starting at `offset`.
+__global__ void split_heads_kernel(float* dst, const float* src, int B, int T, int NH, int hs, int stride,
+                                   int offset) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t total = static_cast<std::size_t>(B) * NH * T * hs;
+  if (i >= total) return;
+  const int d = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / (static_cast<std::size_t>(hs) * T)) % NH);
+  const int b = static_cast<int>(i / (static_cast<std::size_t>(hs) * T * NH));
+  dst[i] = src[(static_cast<std::size_t>(b) * T + t) * stride + offset + h * hs + d];
+}
+
+// The inverse: dst[B, T, NH, hs] (rows `stride` apart from `offset`) = (or +=) src[B, NH, T, hs].
+__global__ void merge_heads_kernel(float* dst, const float* src, int B, int T, int NH, int hs, int stride,
+                                   int offset, bool add) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t total = static_cast<std::size_t>(B) * NH * T * hs;
+  if (i >= total) return;
+  const int d = static_cast<int>(i % hs);
+  const int t = static_cast<int>((i / hs) % T);
+  const int h = static_cast<int>((i / (static_cast<std::size_t>(hs) * T)) % NH);
+  const int b = static_cast<int>(i / (static_cast<std::size_t>(hs) * T * NH));
+  float& o = dst[(static_cast<std::size_t>(b) * T + t) * stride + offset + h * hs + d];
+  o = add ? o + src[i] : src[i];
+}
+
+// In place over rows of `att` [rows, T] (row r is query t = r % T): causal softmax of the scaled scores.
+__global__ void causal_softmax_kernel(float* att, int T) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T);
+  float* a = att + row * T;
+  float mx = -INFINITY;
+  for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, a[u]);
+  mx = block_reduce<true>(mx, shared);
+  float s = 0;
+  for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+    const float e = expf(a[u] - mx);
+    a[u] = e;
+    s += e;
+  }
+  const float inv = 1.0f / block_reduce<false>(s, shared);
+  for (int u = threadIdx.x; u < T; u += blockDim.x) a[u] = u <= t ? a[u] * inv : 0.0f;
+}
+
+// In place: datt becomes the gradient of the scaled scores, att * (datt - sum(att * datt)) * scale, zero
+// above the diagonal.
+__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T);
+  float* d = datt + row * T;
+  const float* a = att + row * T;
+  float s = 0;
+  for (int u = threadIdx.x; u <= t; u += blockDim.x) s += a[u] * d[u];
+  s = block_reduce<false>(s, shared);
+  for (int u = threadIdx.x; u < T; u += blockDim.x) d[u] = u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
+}
+
+// ---- embedding, cross-entropy ----
+
+__global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe,
+                                         int T, int C, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / C;
+  const int c = static_cast<int>(i % C);
+  const int t = static_cast<int>(row % T);
+  out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + wpe[static_cast<std::size_t>(t) * C + c];
+}
+
+__global__ void embedding_backward_tokens_kernel(float* dwte, const float* dout, const int* tokens, int C,
+                                                 std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / C;
+  atomicAdd(&dwte[static_cast<std::size_t>(tokens[row]) * C + i % C], dout[i]);
+}
+
+__global__ void embedding_backward_positions_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<std::size_t>(T) * C) return;
+  float s = 0;
+  for (int b = 0; b < B; ++b) s += dout[static_cast<std::size_t>(b) * T * C + i];
+  dwpe[i] += s;
+}
+
+__global__ void crossentropy_forward_kernel(float* probs, float* losses, const float* logits,
+                                            const int* targets, int V) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const float* l = logits + row * V;
+  float* p = probs + row * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = block_reduce<true>(mx, shared);
+  float s = 0;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf(l[i] - mx);
+    p[i] = e;
+    s += e;
+  }
+  const float inv = 1.0f / block_reduce<false>(s, shared);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] *= inv;
+  __syncthreads();
+  if (threadIdx.x == 0) losses[row] = -logf(p[targets[row]]);
+}
+
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets, int V,
+                                             float inv_n, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / V;
+  const int c = static_cast<int>(i % V);
+  dlogits[i] += (probs[i] - (c == targets[row] ? 1.0f : 0.0f)) * inv_n;
+}
+
+// ---- GEMMs ----
+
+// Row-major out[N, OC] (=, or += with beta 1) = inp[N, IC] . weight[OC, IC]^T.
+cublasStatus_t gemm_nt(cublasHandle_t h, cudaDataType type, float* out, const void* inp, const void* weight,
+                       int N, int IC, int OC, float beta) {
+  const float one = 1.0f;
+  return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, weight, type, IC, inp, type, IC, &beta,
+                      out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+int matmul_forward_any(Blas& blas, cudaDataType type, float* out, const void* inp, const void* weight,
+                       const float* bias, int N, int IC, int OC, void* stream) {
+  cublasHandle_t h = as_handle(blas);
+  if (cublasStatus_t s = cublasSetStream(h, as_stream(stream)); s != CUBLAS_STATUS_SUCCESS)
+    return blas_status(s);
+  if (cublasStatus_t s = gemm_nt(h, type, out, inp, weight, N, IC, OC, 0.0f); s != CUBLAS_STATUS_SUCCESS)
+    return blas_status(s);
+  if (bias != nullptr) {
+    const std::size_t n = static_cast<std::size_t>(N) * OC;
+    add_bias_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, bias, n, OC);
+    return launched();
+  }
+  return 0;
+}
+
+// dinp[N, IC] += dout[N, OC] . weight[OC, IC]; dweight[OC, IC] += dout^T . inp (operands of `type`).
+int matmul_backward_any(Blas& blas, cudaDataType type, float* dinp, float* dweight, float* dbias,
+                        const float* dout, const void* dout_op, const void* inp, const void* weight, int N,
+                        int IC, int OC, void* stream) {
+  cublasHandle_t h = as_handle(blas);
+  const float one = 1.0f;
+  if (cublasStatus_t s = cublasSetStream(h, as_stream(stream)); s != CUBLAS_STATUS_SUCCESS)
+    return blas_status(s);
+  if (dinp != nullptr) {
+    const cublasStatus_t s =
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, weight, type, IC, dout_op, type, OC, &one,
+                     dinp, CUDA_R_32F, IC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  }
+  if (dweight != nullptr) {
+    const cublasStatus_t s =
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, type, IC, dout_op, type, OC, &one,
+                     dweight, CUDA_R_32F, IC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  }
+  if (dbias != nullptr) {
+    column_sum_kernel<<<blocks_for(static_cast<std::size_t>(OC)), kThreads, 0, as_stream(stream)>>>(
+        dbias, dout, N, OC);
+    return launched();
+  }
+  return 0;
+}
+
+// Row-major batched C[b] (T x T or T x hs) products of the attention, fp32, batch = B * NH.
+cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       float alpha, const float* A, int lda, long long sa, const float* Bm, int ldb,
+                       long long sb, float* Cm, int ldc, long long sc, int batch) {
+  const float zero = 0.0f;
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, Bm, CUDA_R_32F, ldb,
+                                    sb, &zero, Cm, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
+}
+
+}  // namespace
+
+// ---- Blas ----
+
+Blas* Blas::create(int& status) {
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t s = cublasCreate(&h);
+  status = blas_status(s);
+  if (s != CUBLAS_STATUS_SUCCESS) return nullptr;
+  Blas* b = new Blas();
+  b->handle_ = h;
+  return b;
+}
+
+Blas::~Blas() {
+  if (handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+int Blas::set_stream(void* stream) {
+  return blas_status(cublasSetStream(static_cast<cublasHandle_t>(handle_), as_stream(stream)));
+}
+
+const char* error_string(int status) {
+  if (status >= kBlasError) return cublasGetStatusString(static_cast<cublasStatus_t>(status - kBlasError));
+  return cudaGetErrorString(static_cast<cudaError_t>(status));
+}
+
+// ---- matmul ----
+
+int matmul_forward(Blas& blas, float* out, const float* inp, const float* weight, const float* bias, int N,
+                   int IC, int OC, void* stream) {
+  return matmul_forward_any(blas, CUDA_R_32F, out, inp, weight, bias, N, IC, OC, stream);
+}
+
+int matmul_forward_bf16(Blas& blas, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
+                        const float* bias, int N, int IC, int OC, void* stream) {
+  return matmul_forward_any(blas, CUDA_R_16BF, out, inp, weight, bias, N, IC, OC, stream);
+}
+
+int matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                    const float* inp, const float* weight, int N, int IC, int OC, void* stream) {
+  return matmul_backward_any(blas, CUDA_R_32F, dinp, dweight, dbias, dout, dout, inp, weight, N, IC, OC,
+                             stream);
+}
+
+int matmul_backward_bf16(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                         const std::uint16_t* dout16, const std::uint16_t* inp16,
+                         const std::uint16_t* weight16, int N, int IC, int OC, void* stream) {
+  return matmul_backward_any(blas, CUDA_R_16BF, dinp, dweight, dbias, dout, dout16, inp16, weight16, N, IC,
+                             OC, stream);
+}
+
+// ---- layernorm, GELU ----
+
+int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, void* stream) {
+  if (N == 0) return 0;
+  layernorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, mean, rstd, inp, weight, bias, C);
+  return launched();
+}
+
+int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, const float* mean, const float* rstd, int N, int C,
+                       void* stream) {
+  if (N == 0) return 0;
+  layernorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd,
+                                                                         C);
+  if (int e = launched(); e != 0) return e;
+  layernorm_backward_params_kernel<<<blocks_for(static_cast<std::size_t>(C)), kThreads, 0,
+                                     as_stream(stream)>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  return launched();
+}
+
+int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  return launched();
+}
+
+int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  return launched();
+}
+
+int accumulate(float* out, const float* in, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, in, n);
+  return launched();
+}
+
+// ---- attention ----
+
+std::size_t attention_forward_scratch(int B, int T, int C) {
+  return 4 * static_cast<std::size_t>(B) * T * C;
+}
+
+int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                      float* scratch, void* stream) {
+  const int hs = C / NH;
+  const std::size_t btc = static_cast<std::size_t>(B) * T * C;
+  float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
+  cudaStream_t st = as_stream(stream);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(q, qkv, B, T, NH, hs, 3 * C, 0);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(k, qkv, B, T, NH, hs, 3 * C, C);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(v, qkv, B, T, NH, hs, 3 * C, 2 * C);
+  if (int e = launched(); e != 0) return e;
+  cublasHandle_t h = as_handle(blas);
+  if (cublasStatus_t s = cublasSetStream(h, st); s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  const long long th = static_cast<long long>(T) * hs, tt = static_cast<long long>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // att[t][u] = scale * q[t] . k[u]
+  cublasStatus_t s =
+      batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(att,
+                                                                                                          T);
+  if (int e = launched(); e != 0) return e;
+  // oh[t] = sum_u att[t][u] v[u]
+  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(out, oh, B, T, NH, hs, C, 0, false);
+  return launched();
+}
+
+std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
+  return 7 * static_cast<std::size_t>(B) * T * C + static_cast<std::size_t>(B) * NH * T * T;
+}
+
+int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                       int T, int C, int NH, float* scratch, void* stream) {
+  const int hs = C / NH;
+  const std::size_t btc = static_cast<std::size_t>(B) * T * C;
+  float *q = scratch, *k = q + btc, *v = k + btc, *dq = v + btc, *dk = dq + btc, *dv = dk + btc,
+        *doh = dv + btc, *datt = doh + btc;
+  cudaStream_t st = as_stream(stream);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(q, qkv, B, T, NH, hs, 3 * C, 0);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(k, qkv, B, T, NH, hs, 3 * C, C);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(v, qkv, B, T, NH, hs, 3 * C, 2 * C);
+  split_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(doh, dout, B, T, NH, hs, C, 0);
+  if (int e = launched(); e != 0) return e;
+  cublasHandle_t h = as_handle(blas);
+  if (cublasStatus_t s = cublasSetStream(h, st); s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  const long long th = static_cast<long long>(T) * hs, tt = static_cast<long long>(T) * T;
+  const int batch = B * NH;
+  // datt[t][u] = doh[t] . v[u]
+  cublasStatus_t s =
+      batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, th, doh, hs, th, datt, T, tt, batch);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  // dv[u] = sum_t att[t][u] doh[t]
+  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, doh, hs, th, att, T, tt, dv, hs, th, batch);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  causal_softmax_backward_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(batch) * T), kThreads, 0,
+                                   st>>>(datt, att, T, scale);
+  if (int e = launched(); e != 0) return e;
+  // dq[t] = sum_u dpre[t][u] k[u]; dk[u] = sum_t dpre[t][u] q[t]
+  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, th, datt, T, tt, dk, hs, th, batch);
+  if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dq, B, T, NH, hs, 3 * C, 0, true);
+  merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dk, B, T, NH, hs, 3 * C, C, true);
+  merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dv, B, T, NH, hs, 3 * C, 2 * C, true);
+  return launched();
+}
+
+// ---- embedding, cross-entropy ----
+
+int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                      void* stream) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  if (n == 0) return 0;
+  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, T, C, n);
+  return launched();
+}
+
+int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                       void* stream) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  if (n == 0) return 0;
+  embedding_backward_tokens_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dwte, dout, tokens, C,
+                                                                                      n);
+  if (int e = launched(); e != 0) return e;
+  const std::size_t tc = static_cast<std::size_t>(T) * C;
+  embedding_backward_positions_kernel<<<blocks_for(tc), kThreads, 0, as_stream(stream)>>>(dwpe, dout, B, T,
+                                                                                          C);
+  return launched();
+}
+
+int crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets, int N, int V,
+                         void* stream) {
+  if (N == 0) return 0;
+  crossentropy_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(probs, losses, logits, targets, V);
+  return launched();
+}
+
+int crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V,
+                          void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * V;
+  if (n == 0) return 0;
+  crossentropy_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(
+      dlogits, probs, targets, V, 1.0f / static_cast<float>(N), n);
+  return launched();
+}
+
+}  // namespace memwall::kernels::cuda

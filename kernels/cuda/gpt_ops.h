@@ -1,0 +1,88 @@
+// GPT-2 operators on the GPU, forward and backward: the device counterparts of kernels/cpu/gpt_ops.h, with
+// the same shapes, the same row-major layouts and the same accumulate-into-gradients (+=) convention, so a
+// trainer can swap one for the other. Pointers are device pointers; `stream` is a cudaStream_t (nullptr =
+// the default stream); every function returns the cudaError_t / cublasStatus_t of its launches as an int
+// (0 = success; describe it with error_string). No CUDA header is needed to call them.
+//
+// Matmuls go through cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx): fp32 operands with fp32 compute
+// (no TF32), or bf16 operands with fp32 accumulation and fp32 output. Reductions over rows (bias, layernorm
+// weight and bias gradients, the positional embedding) are column loops, deterministic; the token
+// embedding's gradient uses atomics (repeated tokens add in any order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace memwall::kernels::cuda {
+
+// A cuBLAS handle bound to one stream.
+class Blas {
+ public:
+  // Creates the handle (fails without a usable GPU); `status` receives 0 or the error.
+  static Blas* create(int& status);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  int set_stream(void* stream);
+  void* handle() const { return handle_; }
+
+ private:
+  Blas() = default;
+  void* handle_ = nullptr;
+};
+
+const char* error_string(int status);  // a CUDA or cuBLAS status (cuBLAS ones are offset by kBlasError)
+constexpr int kBlasError = 100000;     // cuBLAS status s is reported as kBlasError + s
+
+// out[N, OC] = inp[N, IC] . weight[OC, IC]^T + bias[OC] (bias may be null).
+int matmul_forward(Blas& blas, float* out, const float* inp, const float* weight, const float* bias, int N,
+                   int IC, int OC, void* stream);
+// The same with bf16 inputs and weights (fp32 accumulation and output).
+int matmul_forward_bf16(Blas& blas, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
+                        const float* bias, int N, int IC, int OC, void* stream);
+// dinp[N, IC] += dout . weight; dweight[OC, IC] += dout^T . inp; dbias[OC] += sum over rows of dout.
+// Any of dinp, dweight, dbias may be null.
+int matmul_backward(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                    const float* inp, const float* weight, int N, int IC, int OC, void* stream);
+// The same with the GEMMs on bf16 copies of dout, inp and weight (fp32 accumulation).
+int matmul_backward_bf16(Blas& blas, float* dinp, float* dweight, float* dbias, const float* dout,
+                         const std::uint16_t* dout16, const std::uint16_t* inp16,
+                         const std::uint16_t* weight16, int N, int IC, int OC, void* stream);
+
+// Layer normalisation over C (eps 1e-5) with affine weight and bias; mean and rstd [N] saved for backward.
+int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, void* stream);
+int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, const float* mean, const float* rstd, int N, int C, void* stream);
+
+// GELU, tanh approximation.
+int gelu_forward(float* out, const float* inp, std::size_t n, void* stream);
+int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
+
+// Causal multi-head self-attention. qkv [B*T, 3C], out [B*T, C], att [B, NH, T, T] (softmax probabilities,
+// zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats.
+std::size_t attention_forward_scratch(int B, int T, int C);
+int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                      float* scratch, void* stream);
+// dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH) floats.
+std::size_t attention_backward_scratch(int B, int T, int C, int NH);
+int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                       int T, int C, int NH, float* scratch, void* stream);
+
+// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
+int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                      void* stream);
+int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                       void* stream);
+
+// Softmax cross-entropy over V classes: probs [N, V] and each row's loss [N] (the mean is the caller's sum
+// over `losses` / N).
+int crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets, int N, int V,
+                         void* stream);
+// dlogits[N, V] += (probs - onehot(target)) / N.
+int crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V, void* stream);
+
+// out[i] += in[i] (residual gradients and gradient accumulation).
+int accumulate(float* out, const float* in, std::size_t n, void* stream);
+
+}  // namespace memwall::kernels::cuda

@@ -1,0 +1,282 @@
+// Every CUDA kernel against its kernels/cpu reference, on random inputs. Skipped (with the reason) without a
+// usable GPU. Tolerances, |gpu - cpu| <= atol + rtol * |cpu|:
+//   fp32 GEMMs and attention: rtol 1e-4, atol 1e-5 (cuBLAS and oneDNN sum in different orders);
+//   bf16 GEMMs: rtol 2e-3, atol 1e-3 (both round the same bf16 operands, fp32 accumulation in any order);
+//   layernorm, GELU, cross-entropy, embedding: rtol 1e-5, atol 1e-6 (tanhf/expf differ from the CPU's
+//   vector exp by a few ulp); Adam and casts: bitwise.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/adam.h"
+#include "cpu/cast.h"
+#include "cpu/gpt_ops.h"
+#include "cuda/adam.h"
+#include "cuda/cast.h"
+#include "cuda/gpt_ops.h"
+
+namespace memwall::kernels {
+namespace {
+
+namespace cu = kernels::cuda;
+
+// A device copy of a host vector; copied back with host().
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(const std::vector<T>& h) : n_(h.size()) {
+    EXPECT_EQ(cudaMalloc(&p_, std::max<std::size_t>(1, n_) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit Dev(std::size_t n) : Dev(std::vector<T>(n)) {}
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  T* get() { return static_cast<T*>(p_); }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_;
+};
+
+std::vector<float> randn(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+std::vector<std::uint16_t> bf16(const std::vector<float>& v) {
+  std::vector<std::uint16_t> o(v.size());
+  cast_f32_to_bf16_ref(v.data(), o.data(), v.size());
+  return o;
+}
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, float rtol, float atol,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (!(std::fabs(gpu[i] - cpu[i]) <= atol + rtol * std::fabs(cpu[i]))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " differ; first at " << first
+                     << ": gpu " << gpu[first] << " cpu " << cpu[first];
+}
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int devices = 0;
+    const cudaError_t rc = cudaGetDeviceCount(&devices);
+    // Without a driver this is cudaErrorInsufficientDriver, not cudaErrorNoDevice: any error means no GPU.
+    if (rc != cudaSuccess || devices == 0) {
+      GTEST_SKIP() << "no GPU: " << (rc != cudaSuccess ? cudaGetErrorString(rc) : "no device");
+    }
+    int status = 0;
+    blas_ = cu::Blas::create(status);
+    ASSERT_NE(blas_, nullptr) << cu::error_string(status);
+  }
+  void TearDown() override { delete blas_; }
+  cu::Blas* blas_ = nullptr;
+};
+
+constexpr int B = 2, T = 64, C = 96, NH = 4, V = 200, N = B * T, OC = 160;
+
+TEST_F(CudaKernels, MatmulForwardAndBackwardMatchTheCpu) {
+  const auto inp = randn(static_cast<std::size_t>(N) * C, 1),
+             w = randn(static_cast<std::size_t>(OC) * C, 2, 0.1f), bias = randn(OC, 3),
+             dout = randn(static_cast<std::size_t>(N) * OC, 4);
+  std::vector<float> out(static_cast<std::size_t>(N) * OC), dinp = randn(inp.size(), 5),
+                                                            dw = randn(w.size(), 6), db = randn(OC, 7);
+  Dev<float> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_out(out.size()), d_dinp(dinp), d_dw(dw),
+      d_db(db);
+  ASSERT_EQ(cu::matmul_forward(*blas_, d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, nullptr),
+            0);
+  ASSERT_EQ(cu::matmul_backward(*blas_, d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                                d_w.get(), N, C, OC, nullptr),
+            0);
+  matmul_forward_ref(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  matmul_backward_ref(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  expect_close(d_out.host(), out, 1e-4f, 1e-5f, "out");
+  expect_close(d_dinp.host(), dinp, 1e-4f, 1e-5f, "dinp");
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "dweight");
+  expect_close(d_db.host(), db, 1e-4f, 1e-5f, "dbias");
+}
+
+TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
+  const auto inp = randn(static_cast<std::size_t>(N) * C, 11),
+             w = randn(static_cast<std::size_t>(OC) * C, 12, 0.1f),
+             dout = randn(static_cast<std::size_t>(N) * OC, 13);
+  const auto inp16 = bf16(inp), w16 = bf16(w), dout16 = bf16(dout);
+  std::vector<float> out(static_cast<std::size_t>(N) * OC), dinp(inp.size()), dw(w.size());
+  Dev<std::uint16_t> d_inp16(inp16), d_w16(w16), d_dout16(dout16);
+  Dev<float> d_dout(dout), d_out(out.size()), d_dinp(dinp), d_dw(dw);
+  ASSERT_EQ(
+      cu::matmul_forward_bf16(*blas_, d_out.get(), d_inp16.get(), d_w16.get(), nullptr, N, C, OC, nullptr),
+      0);
+  ASSERT_EQ(cu::matmul_backward_bf16(*blas_, d_dinp.get(), d_dw.get(), nullptr, d_dout.get(), d_dout16.get(),
+                                     d_inp16.get(), d_w16.get(), N, C, OC, nullptr),
+            0);
+  matmul_forward_bf16(out.data(), inp16.data(), w16.data(), nullptr, N, C, OC);
+  matmul_backward_bf16(dinp.data(), dw.data(), nullptr, dout.data(), dout16.data(), inp16.data(), w16.data(),
+                       N, C, OC);
+  expect_close(d_out.host(), out, 2e-3f, 1e-3f, "out");
+  expect_close(d_dinp.host(), dinp, 2e-3f, 1e-3f, "dinp");
+  expect_close(d_dw.host(), dw, 2e-3f, 1e-3f, "dweight");
+}
+
+TEST_F(CudaKernels, LayernormAndGeluMatchTheCpu) {
+  const auto x = randn(static_cast<std::size_t>(N) * C, 21), w = randn(C, 22), b = randn(C, 23),
+             dy = randn(x.size(), 24);
+  std::vector<float> out(x.size()), mean(N), rstd(N), dx = randn(x.size(), 25), dw = randn(C, 26),
+                                                      db = randn(C, 27);
+  Dev<float> d_x(x), d_w(w), d_b(b), d_dy(dy), d_out(out.size()), d_mean(mean), d_rstd(rstd), d_dx(dx),
+      d_dw(dw), d_db(db);
+  ASSERT_EQ(cu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N,
+                                  C, nullptr),
+            0);
+  ASSERT_EQ(cu::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(),
+                                   d_mean.get(), d_rstd.get(), N, C, nullptr),
+            0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                     N, C);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm out");
+  expect_close(d_rstd.host(), rstd, 1e-5f, 1e-6f, "rstd");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp");
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "layernorm dweight");
+  expect_close(d_db.host(), db, 1e-5f, 1e-5f, "layernorm dbias");
+
+  std::vector<float> g(x.size()), dg = randn(x.size(), 28);
+  Dev<float> d_g(g.size()), d_dg(dg);
+  ASSERT_EQ(cu::gelu_forward(d_g.get(), d_x.get(), x.size(), nullptr), 0);
+  ASSERT_EQ(cu::gelu_backward(d_dg.get(), d_x.get(), d_dy.get(), x.size(), nullptr), 0);
+  gelu_forward(g.data(), x.data(), x.size());
+  gelu_backward(dg.data(), x.data(), dy.data(), x.size());
+  expect_close(d_g.host(), g, 1e-5f, 1e-6f, "gelu");
+  expect_close(d_dg.host(), dg, 1e-5f, 1e-5f, "gelu backward");
+}
+
+TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
+  const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
+             dout = randn(static_cast<std::size_t>(N) * C, 32);
+  std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
+      dqkv = randn(qkv.size(), 33);
+  Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv),
+      d_scratch(
+          std::max(cu::attention_forward_scratch(B, T, C), cu::attention_backward_scratch(B, T, C, NH)));
+  ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, d_scratch.get(),
+                                  nullptr),
+            0);
+  ASSERT_EQ(cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH,
+                                   d_scratch.get(), nullptr),
+            0);
+  attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  expect_close(d_att.host(), att, 1e-4f, 1e-6f, "att");
+  expect_close(d_out.host(), out, 1e-4f, 1e-5f, "attention out");
+  expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "dqkv");
+}
+
+TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {
+  std::vector<int> tokens(N), targets(N);
+  std::mt19937 g(41);
+  for (int i = 0; i < N; ++i) {
+    tokens[i] = static_cast<int>(g() % V);
+    targets[i] = static_cast<int>(g() % V);
+  }
+  tokens[1] = tokens[0];  // a repeated token: its gradient rows add
+  const auto wte = randn(static_cast<std::size_t>(V) * C, 42),
+             wpe = randn(static_cast<std::size_t>(T) * C, 43),
+             dout = randn(static_cast<std::size_t>(N) * C, 44);
+  std::vector<float> emb(static_cast<std::size_t>(N) * C), dwte = randn(wte.size(), 45),
+                                                           dwpe = randn(wpe.size(), 46);
+  Dev<int> d_tok(tokens), d_tgt(targets);
+  Dev<float> d_wte(wte), d_wpe(wpe), d_dout(dout), d_emb(emb.size()), d_dwte(dwte), d_dwpe(dwpe);
+  ASSERT_EQ(cu::embedding_forward(d_emb.get(), d_tok.get(), d_wte.get(), d_wpe.get(), B, T, C, nullptr), 0);
+  ASSERT_EQ(cu::embedding_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tok.get(), B, T, C, nullptr),
+            0);
+  embedding_forward(emb.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  expect_close(d_emb.host(), emb, 0.0f, 0.0f, "embedding");
+  expect_close(d_dwte.host(), dwte, 1e-5f, 1e-5f, "dwte");
+  expect_close(d_dwpe.host(), dwpe, 1e-5f, 1e-5f, "dwpe");
+
+  const auto logits = randn(static_cast<std::size_t>(N) * V, 47, 3.0f);
+  std::vector<float> probs(logits.size()), dlogits = randn(logits.size(), 48);
+  Dev<float> d_logits(logits), d_probs(probs.size()), d_losses(static_cast<std::size_t>(N)),
+      d_dlogits(dlogits);
+  ASSERT_EQ(
+      cu::crossentropy_forward(d_probs.get(), d_losses.get(), d_logits.get(), d_tgt.get(), N, V, nullptr), 0);
+  ASSERT_EQ(cu::crossentropy_backward(d_dlogits.get(), d_probs.get(), d_tgt.get(), N, V, nullptr), 0);
+  const float loss = crossentropy_forward(probs.data(), logits.data(), targets.data(), N, V);
+  crossentropy_backward(dlogits.data(), probs.data(), targets.data(), N, V);
+  double sum = 0;
+  for (float l : d_losses.host()) sum += static_cast<double>(l);
+  EXPECT_NEAR(sum / N, static_cast<double>(loss), 1e-5 * std::fabs(static_cast<double>(loss)));
+  expect_close(d_probs.host(), probs, 1e-5f, 1e-7f, "probs");
+  expect_close(d_dlogits.host(), dlogits, 1e-5f, 1e-7f, "dlogits");
+}
+
+TEST_F(CudaKernels, AdamAndCastsAreBitwiseTheCpuReference) {
+  const std::size_t n = 100003;
+  for (bool decoupled : {false, true}) {
+    auto p = randn(n, 51), m = randn(n, 52, 0.01f), v = randn(n, 53, 0.01f);
+    for (float& x : v) x = std::fabs(x);
+    const auto grads = randn(n, 54);
+    AdamHyper h;
+    h.lr = 3e-4f;
+    h.weight_decay = 0.1f;
+    h.decoupled = decoupled;
+    h.step = 7;
+    Dev<float> d_p(p), d_m(m), d_v(v), d_g(grads);
+    Dev<std::uint16_t> d_out(n);
+    cu::AdamDeviceArrays a;
+    a.params = d_p.get();
+    a.exp_avg = d_m.get();
+    a.exp_avg_sq = d_v.get();
+    a.grads = d_g.get();
+    a.params_bf16 = d_out.get();
+    a.n = n;
+    ASSERT_EQ(cu::adam_step(a, h, nullptr), 0);
+    std::vector<std::uint16_t> out(n);
+    AdamArrays c = fp32_arrays(p.data(), m.data(), v.data(), grads.data(), n);
+    c.params_out = out.data();
+    ASSERT_TRUE(adam_step_isa(Isa::kScalar, c, h, 1));
+    const auto gp = d_p.host(), gm = d_m.host(), gv = d_v.host();
+    EXPECT_EQ(std::memcmp(gp.data(), p.data(), n * 4), 0) << "params, decoupled " << decoupled;
+    EXPECT_EQ(std::memcmp(gm.data(), m.data(), n * 4), 0) << "exp_avg";
+    EXPECT_EQ(std::memcmp(gv.data(), v.data(), n * 4), 0) << "exp_avg_sq";
+    EXPECT_EQ(d_out.host(), out) << "bf16 params";
+  }
+  const auto x = randn(n, 55, 100.0f);
+  std::vector<std::uint16_t> b(n);
+  std::vector<float> back(n);
+  cast_f32_to_bf16_ref(x.data(), b.data(), n);
+  cast_bf16_to_f32_ref(b.data(), back.data(), n);
+  Dev<float> d_x(x), d_back(n);
+  Dev<std::uint16_t> d_b(n);
+  ASSERT_EQ(cu::cast_f32_to_bf16(d_x.get(), d_b.get(), n, nullptr), 0);
+  ASSERT_EQ(cu::cast_bf16_to_f32(d_b.get(), d_back.get(), n, nullptr), 0);
+  EXPECT_EQ(d_b.host(), b);
+  const auto gb = d_back.host();
+  EXPECT_EQ(std::memcmp(gb.data(), back.data(), n * 4), 0);
+}
+
+}  // namespace
+}  // namespace memwall::kernels
