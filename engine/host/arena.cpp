@@ -23,8 +23,17 @@ Arena::Arena(std::string name, std::size_t capacity)
   }
 }
 
+Arena::Arena(std::string name, void* base, std::size_t capacity)
+    : name_(std::move(name)),
+      capacity_(capacity / kAlign * kAlign),
+      base_(static_cast<char*>(base)),
+      owned_(false) {
+  MW_CHECK(reinterpret_cast<std::uintptr_t>(base) % kAlign == 0, name_ + ": base is not 256-byte aligned");
+  if (capacity_ > 0) free_[0] = capacity_;
+}
+
 Arena::~Arena() {
-  if (base_ != nullptr) ::munmap(base_, capacity_);
+  if (base_ != nullptr && owned_) ::munmap(base_, capacity_);
 }
 
 Result<Arena::Block> Arena::allocate(std::size_t bytes, const std::string& tag) {

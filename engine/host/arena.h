@@ -30,6 +30,9 @@ class Arena {
   // `name` appears in errors (e.g. "device 0"). Backing memory is reserved lazily by the OS (untouched pages
   // cost nothing), so a 32 GiB emulated V100 does not need 32 GiB of RAM unless it is filled.
   Arena(std::string name, std::size_t capacity);
+  // Bookkeeping over memory the caller owns (e.g. one cudaMalloc of a real device): blocks point into
+  // [base, base + capacity); the arena never touches the bytes and does not free them.
+  Arena(std::string name, void* base, std::size_t capacity);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -48,6 +51,7 @@ class Arena {
   std::string name_;
   std::size_t capacity_;
   char* base_ = nullptr;
+  bool owned_ = true;
   mutable std::mutex mu_;
   std::map<std::size_t, std::size_t> free_;  // offset -> bytes, non-adjacent
   std::map<std::size_t, std::size_t> live_;  // offset -> bytes

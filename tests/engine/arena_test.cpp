@@ -10,6 +10,26 @@
 namespace memwall::host {
 namespace {
 
+// Over memory the caller owns (a real GPU's one cudaMalloc): blocks point into it, nothing is freed.
+TEST(Arena, KeepsBooksOverExternalMemory) {
+  alignas(256) static char memory[8192];
+  {
+    Arena a("GPU 0", memory, sizeof memory);
+    auto x = a.allocate(1000, "x");
+    auto y = a.allocate(5000, "y");
+    ASSERT_TRUE(x.is_ok() && y.is_ok());
+    EXPECT_EQ(x->data, memory);
+    EXPECT_EQ(y->data, memory + 1024);
+    auto z = a.allocate(4096, "z");
+    ASSERT_FALSE(z.is_ok());
+    EXPECT_NE(z.status().message().find("GPU 0"), std::string::npos);
+    a.release(*x);
+    a.release(*y);
+  }
+  memory[0] = 1;  // still ours after the arena is gone
+  EXPECT_EQ(memory[0], 1);
+}
+
 TEST(Arena, AlignsTracksAndReusesSpace) {
   Arena a("device 0", 4096);
   auto x = a.allocate(100, "x");
