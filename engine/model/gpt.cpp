@@ -189,7 +189,7 @@ void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
   gpt_init_range(c, params, 0, gpt_num_params(c), seed);
 }
 
-GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B), T_(T) {
+GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling) {
   MW_CHECK(validate(c, B, T).is_ok(), "GptModel: invalid configuration (call validate first)");
   MW_CHECK(tiling >= 1 && c.channels % tiling == 0, "GptModel: channels must be divisible by tiling");
   GraphOptions opt;
@@ -197,31 +197,40 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B),
   opt.micro_batch = B;
   opt.sequence_length = T;
   opt.element_bytes = 4;
-  graph_ = build_model_graph(gpt_model_spec(c), opt);
-  auto slices = map_graph_params(graph_, c);
+  GptGraph out;
+  out.graph = build_model_graph(gpt_model_spec(c), opt);
+  auto slices = map_graph_params(out.graph, c);
   MW_CHECK(slices.is_ok(), slices.status().message());
-  slices_ = std::move(slices).value();
-  const std::map<std::string, Role> roles = {
-      {"ln1", Role::kLn1}, {"qkv", Role::kQkv}, {"attn", Role::kAttn}, {"proj", Role::kProj},
-      {"ln2", Role::kLn2}, {"fc1", Role::kFc1}, {"gelu", Role::kGelu}, {"fc2", Role::kFc2}};
-  for (const auto& op : graph_.ops) {
-    OpInfo o{Role::kEmbed, op.layer, op.tile, op.tiles};
+  out.slices = std::move(slices).value();
+  const std::map<std::string, GptRole> roles = {
+      {"ln1", GptRole::kLn1}, {"qkv", GptRole::kQkv}, {"attn", GptRole::kAttn}, {"proj", GptRole::kProj},
+      {"ln2", GptRole::kLn2}, {"fc1", GptRole::kFc1}, {"gelu", GptRole::kGelu}, {"fc2", GptRole::kFc2}};
+  for (const auto& op : out.graph.ops) {
+    GptOp o{GptRole::kEmbed, op.layer, op.tile, op.tiles};
     std::string name = op.name.substr(0, op.name.find('['));
     if (name == "embed") {
-      o.role = Role::kEmbed;
+      o.role = GptRole::kEmbed;
     } else if (name == "final_norm") {
-      o.role = Role::kFinalNorm;
+      o.role = GptRole::kFinalNorm;
     } else if (name == "lm_head") {
-      o.role = Role::kHead;
+      o.role = GptRole::kHead;
     } else if (name == "loss") {
-      o.role = Role::kLoss;
+      o.role = GptRole::kLoss;
     } else {
       const auto it = roles.find(name.substr(name.find('.') + 1));
       MW_CHECK(it != roles.end(), "GptModel: unexpected graph op " + op.name);
       o.role = it->second;
     }
-    info_.push_back(o);
+    out.ops.push_back(o);
   }
+  return out;
+}
+
+GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B), T_(T) {
+  GptGraph gg = make_gpt_graph(c, B, T, tiling);
+  graph_ = std::move(gg.graph);
+  slices_ = std::move(gg.slices);
+  info_ = std::move(gg.ops);
   const std::size_t N = static_cast<std::size_t>(B) * T, C = static_cast<std::size_t>(c.channels);
   const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * T;
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {

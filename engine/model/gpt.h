@@ -59,6 +59,23 @@ void gpt_init(const GptConfig& c, float* params, std::uint64_t seed);
 // Elements [begin, end) of the flat array into out[0, end - begin).
 void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size_t end, std::uint64_t seed);
 
+// What each op of the model's graph does: its role, layer, and (for a tiled linear) which slice of the
+// output features it computes.
+enum class GptRole { kEmbed, kLn1, kQkv, kAttn, kProj, kLn2, kFc1, kGelu, kFc2, kFinalNorm, kHead, kLoss };
+struct GptOp {
+  GptRole role = GptRole::kEmbed;
+  int layer = 0, tile = 0, tiles = 1;
+};
+
+// The core's graph of this model for one micro-batch of B x T tokens with `tiling`, where each of its
+// parameters lives in the flat array, and each op's role. Shared by the CPU and CUDA models.
+struct GptGraph {
+  ModelGraph graph;
+  std::vector<ParamSlice> slices;
+  std::vector<GptOp> ops;
+};
+GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling);
+
 // Runs the model op by op, in the core's ModelGraph: one micro-batch of B sequences of T tokens (T <=
 // max_seq), with memory-centric tiling of every block linear into `tiling` ops over slices of its output
 // features. forward/backward run every op in graph order (reverse for backward); an executor driven by the
@@ -86,11 +103,8 @@ class GptModel {
   const std::vector<ParamSlice>& slices() const { return slices_; }
 
  private:
-  enum class Role { kEmbed, kLn1, kQkv, kAttn, kProj, kLn2, kFc1, kGelu, kFc2, kFinalNorm, kHead, kLoss };
-  struct OpInfo {
-    Role role;
-    int layer, tile, tiles;
-  };
+  using Role = GptRole;
+  using OpInfo = GptOp;
   void params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
                  std::vector<float*>& g) const;
   void linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,

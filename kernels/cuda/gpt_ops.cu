@@ -79,6 +79,14 @@ __global__ void accumulate_kernel(float* out, const float* in, std::size_t n) {
   if (i < n) out[i] += in[i];
 }
 
+__global__ void accumulate_strided_kernel(float* out, int ld_out, const float* in, int ld_in, int rows, int cols,
+                                          float scale) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<std::size_t>(rows) * cols) return;
+  const std::size_t r = i / cols, c = i % cols;
+  out[r * ld_out + c] += scale * in[r * ld_in + c];
+}
+
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
@@ -426,6 +434,15 @@ int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
 int accumulate(float* out, const float* in, std::size_t n, void* stream) {
   if (n == 0) return 0;
   accumulate_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, in, n);
+  return launched();
+}
+
+int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int rows, int cols, float scale,
+                       void* stream) {
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  if (n == 0) return 0;
+  accumulate_strided_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, ld_out, in, ld_in, rows, cols,
+                                                                               scale);
   return launched();
 }
 

@@ -84,5 +84,8 @@ int crossentropy_backward(float* dlogits, const float* probs, const int* targets
 
 // out[i] += in[i] (residual gradients and gradient accumulation).
 int accumulate(float* out, const float* in, std::size_t n, void* stream);
+// out[r * ld_out + c] += scale * in[r * ld_in + c] for rows x cols (a tile's columns, scaled reductions).
+int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int rows, int cols, float scale,
+                       void* stream);
 
 }  // namespace memwall::kernels::cuda

@@ -1,0 +1,311 @@
+// GPT-2 decoder forward and backward on kernels/cuda (see gpt_cuda.h), op for op the CPU model of gpt.cpp.
+#include "engine/model/gpt_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+
+#include "base/units.h"
+#include "cuda/gpt_ops.h"
+
+namespace memwall::model {
+
+namespace kc = memwall::kernels::cuda;
+
+namespace {
+
+Status check(int rc, const char* what) {
+  if (rc == 0) return Status::ok();
+  return Status::internal(std::string("cuda model: ") + what + ": " + kc::error_string(rc));
+}
+
+Status check_rt(cudaError_t rc, const char* what) {
+  return check(static_cast<int>(rc), what);
+}
+
+}  // namespace
+
+CudaGptModel::CudaGptModel(const GptConfig& c, int B, int T, gpu::Device& device)
+    : c_(c), B_(B), T_(T), dev_(device) {}
+
+CudaGptModel::~CudaGptModel() {
+  cudaStreamSynchronize(static_cast<cudaStream_t>(dev_.compute().get()));
+  for (const auto& b : blocks_) dev_.arena().release(b);
+  delete blas_;
+}
+
+Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, int B, int T, int tiling,
+                                                           gpu::Device& device) {
+  MW_RETURN_IF_ERROR(validate(c, B, T));
+  if (tiling < 1 || c.channels % tiling != 0) {
+    return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
+                                    std::to_string(c.channels) + ")");
+  }
+  std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
+  int rc = 0;
+  m->blas_ = kc::Blas::create(rc);
+  if (m->blas_ == nullptr) return check(rc, "cublasCreate");
+  MW_RETURN_IF_ERROR(check(m->blas_->set_stream(device.compute().get()), "cublasSetStream"));
+  MW_RETURN_IF_ERROR(m->allocate(tiling));
+  return m;
+}
+
+float* CudaGptModel::buf(std::size_t floats, const char* what) {
+  if (!alloc_error_.is_ok()) return nullptr;
+  auto b = dev_.arena().allocate(std::max<std::size_t>(1, floats) * sizeof(float), what);
+  if (!b.is_ok()) {
+    alloc_error_ = Status(b.status().code(), "activations of the CUDA model: " + b.status().message());
+    return nullptr;
+  }
+  blocks_.push_back(*b);
+  activation_bytes_ += b->bytes;
+  return static_cast<float*>(b->data);
+}
+
+Status CudaGptModel::allocate(int tiling) {
+  g_ = make_gpt_graph(c_, B_, T_, tiling);
+  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  const std::size_t C = static_cast<std::size_t>(c_.channels), L = static_cast<std::size_t>(c_.layers);
+  const std::size_t V = static_cast<std::size_t>(c_.vocab);
+  const std::size_t att = static_cast<std::size_t>(B_) * static_cast<std::size_t>(c_.heads) *
+                          static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_);
+  auto per_layer = [&](std::vector<float*>& v, std::size_t n, std::size_t count, const char* what) {
+    v.clear();
+    for (std::size_t l = 0; l < count; ++l) v.push_back(buf(n, what));
+  };
+  per_layer(resid_, N * C, L + 1, "residual stream");
+  per_layer(ln1_, N * C, L, "ln1 output");
+  per_layer(atty_, N * C, L, "attention output");
+  per_layer(res1_, N * C, L, "attention residual");
+  per_layer(ln2_, N * C, L, "ln2 output");
+  per_layer(m1_, N, L, "ln1 mean");
+  per_layer(r1_, N, L, "ln1 rstd");
+  per_layer(m2_, N, L, "ln2 mean");
+  per_layer(r2_, N, L, "ln2 rstd");
+  per_layer(qkv_, N * 3 * C, L, "qkv");
+  per_layer(att_, att, L, "attention probabilities");
+  per_layer(fc_, N * 4 * C, L, "fc1 output");
+  per_layer(gel_, N * 4 * C, L, "gelu output");
+  lnf_ = buf(N * C, "final norm output");
+  mf_ = buf(N, "final norm mean");
+  rf_ = buf(N, "final norm rstd");
+  logits_ = buf(N * V, "logits");
+  probs_ = buf(N * V, "probabilities");
+  losses_ = buf(N, "losses");
+  dx_ = buf(N * C, "dx");
+  dres_ = buf(N * C, "dresidual");
+  dln_ = buf(N * C, "dln");
+  datty_ = buf(N * C, "dattention");
+  dqkv_ = buf(N * 3 * C, "dqkv");
+  dfc_ = buf(N * 4 * C, "dfc");
+  dgel_ = buf(N * 4 * C, "dgelu");
+  dlogits_ = buf(N * V, "dlogits");
+  if (tiling > 1) tile_ = buf(N * 4 * C, "tile");
+  scratch_ = buf(std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
+                          kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
+                 "attention scratch");
+  static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
+  tokens_ = reinterpret_cast<int*>(buf(N, "tokens"));
+  targets_ = reinterpret_cast<int*>(buf(N, "targets"));
+  return alloc_error_;
+}
+
+Status CudaGptModel::zero(float* p, std::size_t floats) {
+  return check_rt(
+      cudaMemsetAsync(p, 0, floats * sizeof(float), static_cast<cudaStream_t>(dev_.compute().get())),
+      "cudaMemsetAsync");
+}
+
+Status CudaGptModel::copy(float* dst, const float* src, std::size_t floats) {
+  return check_rt(cudaMemcpyAsync(dst, src, floats * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  static_cast<cudaStream_t>(dev_.compute().get())),
+                  "cudaMemcpyAsync");
+}
+
+Status CudaGptModel::set_batch(const int* tokens, const int* targets) {
+  const std::size_t bytes = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * sizeof(int);
+  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
+  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(tokens_, tokens, bytes, cudaMemcpyHostToDevice, s), "tokens"));
+  MW_RETURN_IF_ERROR(
+      check_rt(cudaMemcpyAsync(targets_, targets, bytes, cudaMemcpyHostToDevice, s), "targets"));
+  // The host arrays may change once this returns.
+  return check_rt(cudaStreamSynchronize(s), "set_batch");
+}
+
+Result<float> CudaGptModel::loss() {
+  const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  std::vector<float> host(N);
+  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
+  MW_RETURN_IF_ERROR(check_rt(
+      cudaMemcpyAsync(host.data(), losses_, N * sizeof(float), cudaMemcpyDeviceToHost, s), "losses"));
+  MW_RETURN_IF_ERROR(check_rt(cudaStreamSynchronize(s), "loss"));
+  double total = 0;
+  for (float l : host) total += static_cast<double>(l);
+  return static_cast<float>(total / static_cast<double>(N));
+}
+
+Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
+                                    const float* b, const GptOp& o, const float* residual) {
+  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+  void* s = dev_.compute().get();
+  const std::size_t n = static_cast<std::size_t>(N);
+  if (o.tiles == 1) {
+    MW_RETURN_IF_ERROR(check(kc::matmul_forward(*blas_, out, in, w, b, N, in_width, out_width, s), "matmul"));
+    if (residual != nullptr)
+      return check(kc::accumulate(out, residual, n * static_cast<std::size_t>(out_width), s), "residual");
+    return Status::ok();
+  }
+  MW_RETURN_IF_ERROR(check(kc::matmul_forward(*blas_, tile_, in, w, b, N, in_width, cols, s), "matmul tile"));
+  float* dst = out + col0;
+  const std::size_t pitch = static_cast<std::size_t>(out_width) * sizeof(float);
+  const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
+  if (residual != nullptr) {  // the tile's columns = residual + result, as the CPU model adds them
+    MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, residual + col0, pitch, width, n,
+                                                  cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
+                                "tile residual"));
+    return check(kc::accumulate_strided(dst, out_width, tile_, cols, N, cols, 1.0f, s), "tile add");
+  }
+  return check_rt(cudaMemcpy2DAsync(dst, pitch, tile_, width, width, n, cudaMemcpyDeviceToDevice,
+                                    static_cast<cudaStream_t>(s)),
+                  "tile out");
+}
+
+Status CudaGptModel::linear_backward(float* din, float* dw, float* db, const float* dout, int out_width,
+                                     const float* in, int in_width, const float* w, const GptOp& o) {
+  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+  void* s = dev_.compute().get();
+  if (o.tiles == 1)
+    return check(kc::matmul_backward(*blas_, din, dw, db, dout, in, w, N, in_width, out_width, s),
+                 "matmul bwd");
+  const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
+  MW_RETURN_IF_ERROR(check_rt(
+      cudaMemcpy2DAsync(tile_, width, dout + col0, static_cast<std::size_t>(out_width) * sizeof(float), width,
+                        static_cast<std::size_t>(N), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
+      "tile dout"));
+  return check(kc::matmul_backward(*blas_, din, dw, db, tile_, in, w, N, in_width, cols, s),
+               "matmul tile bwd");
+}
+
+Status CudaGptModel::forward_op(int op, const float* const* p) {
+  const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
+  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  void* s = dev_.compute().get();
+  const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
+  switch (o.role) {
+    case GptRole::kEmbed:
+      return check(kc::embedding_forward(resid_[0], tokens_, p[0], p[1], B_, T_, C, s), "embedding");
+    case GptRole::kLn1:
+      return check(kc::layernorm_forward(ln1_[l], m1_[l], r1_[l], resid_[l], p[0], p[1], N, C, s), "ln1");
+    case GptRole::kQkv:
+      return linear_forward(qkv_[l], 3 * C, ln1_[l], C, p[0], p[1], o, nullptr);
+    case GptRole::kAttn:
+      return check(
+          kc::attention_forward(*blas_, atty_[l], att_[l], qkv_[l], B_, T_, C, c_.heads, scratch_, s),
+          "attention");
+    case GptRole::kProj:
+      return linear_forward(res1_[l], C, atty_[l], C, p[0], p[1], o, resid_[l]);
+    case GptRole::kLn2:
+      return check(kc::layernorm_forward(ln2_[l], m2_[l], r2_[l], res1_[l], p[0], p[1], N, C, s), "ln2");
+    case GptRole::kFc1:
+      return linear_forward(fc_[l], F, ln2_[l], C, p[0], p[1], o, nullptr);
+    case GptRole::kGelu:
+      return check(kc::gelu_forward(gel_[l], fc_[l], nf, s), "gelu");
+    case GptRole::kFc2:
+      return linear_forward(resid_[l + 1], C, gel_[l], F, p[0], p[1], o, res1_[l]);
+    case GptRole::kFinalNorm:
+      return check(kc::layernorm_forward(lnf_, mf_, rf_, resid_.back(), p[0], p[1], N, C, s), "final norm");
+    case GptRole::kHead:
+      return check(kc::matmul_forward(*blas_, logits_, lnf_, p[0], nullptr, N, C, c_.vocab, s), "lm head");
+    case GptRole::kLoss:
+      return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
+  }
+  return Status::internal("cuda model: unknown op");
+}
+
+Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g) {
+  const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
+  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  void* s = dev_.compute().get();
+  const std::size_t n = static_cast<std::size_t>(N), nc = n * static_cast<std::size_t>(C),
+                    nf = n * static_cast<std::size_t>(F), nv = n * static_cast<std::size_t>(c_.vocab);
+  // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
+  const bool first_tile = o.tile == o.tiles - 1;
+  switch (o.role) {
+    case GptRole::kLoss:
+      MW_RETURN_IF_ERROR(zero(dlogits_, nv));
+      return check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd");
+    case GptRole::kHead:
+      MW_RETURN_IF_ERROR(zero(dln_, nc));
+      return check(kc::matmul_backward(*blas_, dln_, g[0], nullptr, dlogits_, lnf_, p[0], N, C, c_.vocab, s),
+                   "lm head bwd");
+    case GptRole::kFinalNorm:
+      MW_RETURN_IF_ERROR(zero(dx_, nc));
+      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_.back(), p[0], mf_, rf_, N, C, s),
+                   "final norm bwd");
+    case GptRole::kFc2:
+      if (first_tile) {
+        MW_RETURN_IF_ERROR(zero(dgel_, nf));
+        MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
+      }
+      return linear_backward(dgel_, g[0], g[1], dx_, C, gel_[l], F, p[0], o);
+    case GptRole::kGelu:
+      MW_RETURN_IF_ERROR(zero(dfc_, nf));
+      return check(kc::gelu_backward(dfc_, fc_[l], dgel_, nf, s), "gelu bwd");
+    case GptRole::kFc1:
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
+      return linear_backward(dln_, g[0], g[1], dfc_, F, ln2_[l], C, p[0], o);
+    case GptRole::kLn2:
+      return check(kc::layernorm_backward(dres_, g[0], g[1], dln_, res1_[l], p[0], m2_[l], r2_[l], N, C, s),
+                   "ln2 bwd");
+    case GptRole::kProj:
+      if (first_tile) {
+        MW_RETURN_IF_ERROR(zero(datty_, nc));
+        MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
+      }
+      return linear_backward(datty_, g[0], g[1], dres_, C, atty_[l], C, p[0], o);
+    case GptRole::kAttn:
+      MW_RETURN_IF_ERROR(zero(dqkv_, nc * 3));
+      return check(
+          kc::attention_backward(*blas_, dqkv_, datty_, qkv_[l], att_[l], B_, T_, C, c_.heads, scratch_, s),
+          "attention bwd");
+    case GptRole::kQkv:
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
+      return linear_backward(dln_, g[0], g[1], dqkv_, 3 * C, ln1_[l], C, p[0], o);
+    case GptRole::kLn1:
+      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_[l], p[0], m1_[l], r1_[l], N, C, s),
+                   "ln1 bwd");
+    case GptRole::kEmbed:
+      return check(kc::embedding_backward(g[0], g[1], dx_, tokens_, B_, T_, C, s), "embedding bwd");
+  }
+  return Status::internal("cuda model: unknown op");
+}
+
+Result<float> CudaGptModel::forward(const float* params, const int* tokens, const int* targets) {
+  MW_RETURN_IF_ERROR(set_batch(tokens, targets));
+  for (int op = 0; op < static_cast<int>(g_.graph.ops.size()); ++op) {
+    p_.clear();
+    for (int id : g_.graph.ops[static_cast<std::size_t>(op)].params)
+      p_.push_back(params + g_.slices[static_cast<std::size_t>(id)].offset);
+    MW_RETURN_IF_ERROR(forward_op(op, p_.data()));
+  }
+  return loss();
+}
+
+Status CudaGptModel::backward(const float* params, float* grads) {
+  for (int op = static_cast<int>(g_.graph.ops.size()) - 1; op >= 0; --op) {
+    p_.clear();
+    gr_.clear();
+    for (int id : g_.graph.ops[static_cast<std::size_t>(op)].params) {
+      const auto off = g_.slices[static_cast<std::size_t>(id)].offset;
+      p_.push_back(params + off);
+      gr_.push_back(grads + off);
+    }
+    MW_RETURN_IF_ERROR(backward_op(op, p_.data(), gr_.data()));
+  }
+  return Status::ok();
+}
+
+}  // namespace memwall::model

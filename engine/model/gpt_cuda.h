@@ -1,0 +1,74 @@
+// The GPT of gpt.h on a real GPU: the same graph ops, parameter layout and accumulate-into-gradients
+// convention, on kernels/cuda, with every activation in the device's arena (allocated once, at
+// construction: no allocator traffic while training). Parameter and gradient pointers are device pointers
+// (fp32). All work goes to the device's compute stream; forward_op/backward_op return once it is enqueued
+// (loss() waits for it). Compiled only with CUDA (MEMWALL_HAVE_CUDA).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/cuda/device.h"
+#include "engine/model/gpt.h"
+
+namespace memwall::kernels::cuda {
+class Blas;
+}
+
+namespace memwall::model {
+
+class CudaGptModel {
+ public:
+  // Fails (out of memory naming the activation) when the activations do not fit the device's arena.
+  static Result<std::unique_ptr<CudaGptModel>> create(const GptConfig& c, int B, int T, int tiling,
+                                                      gpu::Device& device);
+  ~CudaGptModel();
+  CudaGptModel(const CudaGptModel&) = delete;
+  CudaGptModel& operator=(const CudaGptModel&) = delete;
+
+  // Host arrays of B*T tokens and targets, copied to the device.
+  Status set_batch(const int* tokens, const int* targets);
+  Status forward_op(int op, const float* const* param);
+  Status backward_op(int op, const float* const* param, float* const* grad);
+  // The last forward's mean cross-entropy (waits for the compute stream).
+  Result<float> loss();
+
+  // Whole passes over a flat device parameter array (and gradient array, accumulated).
+  Result<float> forward(const float* params, const int* tokens, const int* targets);
+  Status backward(const float* params, float* grads);
+
+  const ModelGraph& graph() const { return g_.graph; }
+  const std::vector<ParamSlice>& slices() const { return g_.slices; }
+  std::size_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  CudaGptModel(const GptConfig& c, int B, int T, gpu::Device& device);
+  Status allocate(int tiling);
+  float* buf(std::size_t floats, const char* what);
+  Status linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
+                        const float* b, const GptOp& o, const float* residual);
+  Status linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
+                         int in_width, const float* w, const GptOp& o);
+  Status zero(float* p, std::size_t floats);
+  Status copy(float* dst, const float* src, std::size_t floats);
+
+  GptConfig c_;
+  int B_, T_;
+  gpu::Device& dev_;
+  kernels::cuda::Blas* blas_ = nullptr;
+  GptGraph g_;
+  std::vector<host::Arena::Block> blocks_;
+  std::size_t activation_bytes_ = 0;
+  Status alloc_error_ = Status::ok();
+  int *tokens_ = nullptr, *targets_ = nullptr;
+  std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
+  float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,
+        *losses_ = nullptr;
+  float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,
+        *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
+  std::vector<const float*> p_;
+  std::vector<float*> gr_;
+};
+
+}  // namespace memwall::model
