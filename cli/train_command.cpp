@@ -23,6 +23,9 @@
 #include "engine/model/export.h"
 #include "engine/train/dataset.h"
 #include "engine/train/zero3.h"
+#if MEMWALL_HAVE_CUDA
+#include "engine/cuda/device.h"
+#endif
 #include "exec/trace_export.h"
 #include "input_options.h"
 
@@ -47,6 +50,8 @@ struct TrainOptions {
   bool resume = false;
   std::string trace_path;
   std::string nvme_path;
+  std::string device = "cpu";
+  int gpu = -1;
   bool json = false;
 };
 
@@ -145,6 +150,18 @@ int run_train(const TrainOptions& opt) {
   if (!ds.is_ok()) return report_error(ds.status());
 
   train::Zero3Options zo;
+  // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present.
+  std::string gpu_why = "memwall was built without CUDA (MEMWALL_CUDA)";
+  int gpus = 0;
+#if MEMWALL_HAVE_CUDA
+  gpus = gpu::device_count(&gpu_why);
+#endif
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0);
+  if (use_cuda && gpus == 0) {
+    return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
+  }
+  zo.device = use_cuda ? train::ComputeDevice::kCuda : train::ComputeDevice::kCpu;
+  zo.gpu = opt.gpu;
   zo.micro_batch = B;
   zo.seq = seq;
   zo.tiling = run.memwall.tiling_factor;
@@ -203,8 +220,9 @@ int run_train(const TrainOptions& opt) {
         R == 1 ? "" : "s", B, seq, tier_name(param_tier), tier_name(opt_tier), zo.tiling,
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
-        "tiers: device %s (%s, host-emulated), host %s per rank%s%s; schedule: %zu tasks per step\n",
-        format_bytes(in->hw.gpu.memory_bytes).c_str(), in->hw.gpu.model.c_str(),
+        "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
+        format_bytes(in->hw.gpu.memory_bytes).c_str(),
+        use_cuda ? "a real GPU, CUDA" : (in->hw.gpu.model + ", host-emulated").c_str(),
         format_bytes(in->hw.cpu.memory_bytes / std::max(1, trainer->schedule().ranks_per_node)).c_str(),
         uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
         trainer->schedule().tasks.size());
@@ -438,6 +456,13 @@ void register_train(CLI::App& app, int& exit_code) {
       "Write rank 0's measured ops, collectives and optimizer steps as a memwall trace (.json or .json.gz)");
   cmd->add_option("--nvme-path", opt->nvme_path,
                   "Directory for the NVMe tier's swap files (default: the run's offload nvme_path)");
+  cmd->add_option(
+         "--device", opt->device,
+         "Where to compute: cpu (the host-emulated device), cuda (one GPU per rank), auto (cuda when "
+         "a GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->gpu, "With --device cuda: this GPU (default: rank % GPUs)");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

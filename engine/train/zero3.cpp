@@ -21,6 +21,19 @@
 #include "engine/io/tensor_store.h"
 #include "plan/planner.h"
 
+#if MEMWALL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/adam.h"
+#include "cuda/cast.h"
+#include "cuda/gpt_ops.h"
+#include "engine/cuda/device.h"
+#include "engine/model/gpt_cuda.h"
+#endif
+#if MEMWALL_HAVE_NCCL
+#include "engine/comm/nccl.h"
+#endif
+
 namespace memwall::train {
 
 RunConfig default_train_run() {
@@ -68,7 +81,8 @@ struct Zero3Trainer::State {
     std::size_t begin, end;   // flat elements [begin, end)
   };
 
-  std::unique_ptr<model::GptModel> model;
+  model::GptGraph gg;                      // the graph, parameter slices and op roles
+  std::unique_ptr<model::GptModel> model;  // the CPU model (not built on a GPU)
   Schedule sched;
   std::vector<Part> parts;
   std::size_t total = 0;  // this rank's flat elements
@@ -110,13 +124,38 @@ struct Zero3Trainer::State {
   kernels::AdamHyper adam_hyper;  // step set per iteration
   int adam_threads = 1;
 
+  // On a real GPU (Zero3Options::device == kCuda): the device, its tier carved out of the device's arena
+  // (`device` above is bookkeeping over that block), the model on kernels/cuda, NCCL when built in, and
+  // device scratch for the fp32 copies of an op's parameters and a reduce-scatter's result.
+  bool cuda = false;
+#if MEMWALL_HAVE_CUDA
+  std::unique_ptr<gpu::Device> gpu;
+  host::Arena::Block tier_block{};
+  std::unique_ptr<model::CudaGptModel> cmodel;
+  float *work_dev = nullptr, *reduced_dev = nullptr;
+#endif
+#if MEMWALL_HAVE_NCCL
+  std::unique_ptr<comm::NcclComm> nccl;
+#endif
+  // Whether buffer b's bytes are in GPU memory.
+  bool on_device(int b) const {
+    return cuda && sched.buffers[static_cast<std::size_t>(b)].tier == Tier::kGpu;
+  }
+  // memcpy between any two places, host or device (a GPU copy on the stream of its direction, waited for).
+  Status move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes);
+  Status zero(void* p, bool dev, std::size_t bytes);
+  Status compute_cuda(const Task& t);
+  Status collective_cuda(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
+
   char* ptr(int buf) const {
     char* p = mem[static_cast<std::size_t>(buf)];
     MW_CHECK(p != nullptr,
              "buffer " + sched.buffers[static_cast<std::size_t>(buf)].name + " is not in memory");
     return p;
   }
-  const Buffer& buffer(int b) const { return sched.buffers[static_cast<std::size_t>(b)]; }
+  const Buffer& buffer(int b) const {
+    return sched.buffers[static_cast<std::size_t>(b)];
+  }
   int use(const Task& t, BufferRole role) const {
     for (int b : t.uses) {
       if (buffer(b).role == role) return b;
@@ -131,7 +170,9 @@ struct Zero3Trainer::State {
     }
     return -1;
   }
-  const Part& part(int p) const { return parts[static_cast<std::size_t>(p)]; }
+  const Part& part(int p) const {
+    return parts[static_cast<std::size_t>(p)];
+  }
 
   double bytes_of(const Buffer& b) const;
   Status alloc(int b);
@@ -157,7 +198,9 @@ struct Zero3Trainer::State {
     nvme_peak = std::max(nvme_peak, used);
     return s;
   }
-  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   double tier_peak(Tier t) const;
 };
 
@@ -225,7 +268,7 @@ Status Zero3Trainer::State::alloc(int b) {
   }
   // Gradients accumulate from zero.
   if (buf.role == BufferRole::kGrad || buf.role == BufferRole::kGradShard)
-    std::memset(blk->data, 0, static_cast<std::size_t>(bytes));
+    return zero(blk->data, on_device(b), static_cast<std::size_t>(bytes));
   return Status::ok();
 }
 
@@ -245,8 +288,75 @@ double Zero3Trainer::State::tier_peak(Tier t) const {
   return nvme_peak;
 }
 
+Status Zero3Trainer::State::move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes) {
+  if (!dst_dev && !src_dev) {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+#if MEMWALL_HAVE_CUDA
+  const gpu::Stream& s = dst_dev && !src_dev ? gpu->h2d() : (!dst_dev ? gpu->d2h() : gpu->compute());
+  const cudaError_t rc =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s.get()));
+  if (rc != cudaSuccess) return Status::internal(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(rc));
+  return s.synchronize();
+#else
+  return Status::internal("device memory in a build without CUDA");
+#endif
+}
+
+Status Zero3Trainer::State::zero(void* p, bool dev, std::size_t bytes) {
+  if (!dev) {
+    std::memset(p, 0, bytes);
+    return Status::ok();
+  }
+#if MEMWALL_HAVE_CUDA
+  const cudaError_t rc = cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(gpu->compute().get()));
+  if (rc != cudaSuccess) return Status::internal(std::string("cudaMemsetAsync: ") + cudaGetErrorString(rc));
+  return gpu->compute().synchronize();
+#else
+  return Status::internal("device memory in a build without CUDA");
+#endif
+}
+
+// GPU compute: each gathered bf16 parameter widened to fp32 in device scratch (as the CPU path does in host
+// vectors), then the op on the compute stream.
+Status Zero3Trainer::State::compute_cuda(const Task& t) {
+#if MEMWALL_HAVE_CUDA
+  const GraphOp& op = gg.graph.ops[static_cast<std::size_t>(t.op)];
+  std::vector<const float*> pp;
+  std::vector<float*> gp;
+  std::size_t off = 0;
+  void* stream = gpu->compute().get();
+  for (const int p : op.params) {
+    const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
+    if (b < 0 || !on_device(b))
+      return Status::internal(t.name + ": the schedule gives no device copy of parameter " +
+                              std::to_string(p));
+    const std::size_t n = part(p).numel;
+    if (int rc = kernels::cuda::cast_bf16_to_f32(ptr(b), work_dev + off, n, stream); rc != 0)
+      return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
+    pp.push_back(work_dev + off);
+    off += (n + 63) / 64 * 64;
+    if (t.phase == Phase::kBackward) {
+      const int g = use_of_param(t, p, {BufferRole::kGrad, BufferRole::kGradShard});
+      if (g < 0 || !on_device(g))
+        return Status::internal(t.name + ": the schedule gives no device gradient for parameter " +
+                                std::to_string(p));
+      gp.push_back(reinterpret_cast<float*>(ptr(g)));
+    }
+  }
+  MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data())
+                                                 : cmodel->forward_op(t.op, pp.data()));
+  return gpu->compute().synchronize();
+#else
+  (void)t;
+  return Status::internal("GPU compute in a build without CUDA");
+#endif
+}
+
 Status Zero3Trainer::State::compute(const Task& t) {
-  const GraphOp& op = model->graph().ops[static_cast<std::size_t>(t.op)];
+  if (cuda) return compute_cuda(t);
+  const GraphOp& op = gg.graph.ops[static_cast<std::size_t>(t.op)];
   if (work.size() < op.params.size()) work.resize(op.params.size());
   std::vector<const float*> pp;
   std::vector<float*> gp;
@@ -295,23 +405,22 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     if (t.dst == Tier::kGpu) {  // a shard to the device, before its all-gather
       const int dst = use(t, BufferRole::kStaged);
       const int src = t.uses[0] == dst ? t.uses[1] : t.uses[0];
-      std::memcpy(ptr(dst), ptr(src), pt.shard * kB16);
       moved_bytes = static_cast<double>(pt.shard * kB16);
-      return Status::ok();
+      return move(ptr(dst), on_device(dst), ptr(src), on_device(src), pt.shard * kB16);
     }
     // A gradient shard off the device: into the fp32 gradients (CPU states) or an NVMe swap-out slot.
     const int src = t.uses[0];
     const int slot = use(t, BufferRole::kGradSwapOut);
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
-    std::memcpy(dst, ptr(src), pt.shard * 4);
     moved_bytes = static_cast<double>(pt.shard * 4);
-    return Status::ok();
+    return move(dst, slot >= 0 ? on_device(slot) : false, ptr(src), on_device(src), pt.shard * 4);
   }
   if (t.subgroup >= 0 && t.dst == Tier::kGpu) {  // updated bf16 parameters back to their device shards
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
     for (std::size_t p = g.first; p < g.last; ++p) {
       if (home[p] != Tier::kGpu) continue;
-      std::memcpy(ptr(shard_buf[p]), updated16(t, static_cast<int>(p)), parts[p].shard * kB16);
+      MW_RETURN_IF_ERROR(move(ptr(shard_buf[p]), on_device(shard_buf[p]), updated16(t, static_cast<int>(p)),
+                              cuda && opt_tier == Tier::kGpu, parts[p].shard * kB16));
       moved_bytes += static_cast<double>(parts[p].shard * kB16);
     }
     return Status::ok();
@@ -371,8 +480,68 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
   return Status::ok();
 }
 
+Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at, comm::Communicator& comm,
+                                            double& moved_bytes) {
+#if MEMWALL_HAVE_CUDA
+  const Part& pt = part(t.param);
+  const auto R_ = static_cast<std::size_t>(R);
+  const gpu::Stream& s = gpu->comm();
+  if (t.collective == CollectiveKind::kAllGather) {
+    const int dst = use(t, BufferRole::kGathered);
+    const int src = t.uses[0] == dst ? t.uses[1] : t.uses[0];
+    moved_bytes = static_cast<double>(pt.shard * kB16 * R_);
+#if MEMWALL_HAVE_NCCL
+    if (nccl) {
+      MW_RETURN_IF_ERROR(nccl->all_gather(ptr(src), ptr(dst), pt.shard * kB16, s.get()));
+      return s.synchronize();
+    }
+#endif
+    // Without NCCL (or on one rank): through host memory and the host communicator.
+    std::vector<std::uint16_t> shard(pt.shard), full(pt.shard * R_);
+    MW_RETURN_IF_ERROR(move(shard.data(), false, ptr(src), on_device(src), pt.shard * kB16));
+    MW_RETURN_IF_ERROR(comm.allgather(shard.data(), full.data(), pt.shard * kB16, at + t.name));
+    return move(ptr(dst), on_device(dst), full.data(), false, full.size() * kB16);
+  }
+  if (t.collective == CollectiveKind::kReduceScatter) {
+    const int src = use(t, BufferRole::kGrad), dst = use(t, BufferRole::kGradShard);
+    moved_bytes = static_cast<double>(pt.shard * 4 * R_);
+    bool done = false;
+#if MEMWALL_HAVE_NCCL
+    if (nccl) {
+      MW_RETURN_IF_ERROR(
+          nccl->reduce_scatter_sum(reinterpret_cast<const float*>(ptr(src)), reduced_dev, pt.shard, s.get()));
+      done = true;
+    }
+#endif
+    if (!done) {
+      std::vector<float> full(pt.shard * R_);
+      reduced.resize(pt.shard);
+      MW_RETURN_IF_ERROR(move(full.data(), false, ptr(src), on_device(src), full.size() * 4));
+      MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(full.data(), reduced.data(), pt.shard, at + t.name));
+      MW_RETURN_IF_ERROR(move(reduced_dev, true, reduced.data(), false, pt.shard * 4));
+    }
+    // Accumulated and averaged over the ranks, as on the CPU.
+    const int rc =
+        kernels::cuda::accumulate_strided(reinterpret_cast<float*>(ptr(dst)), 0, reduced_dev, 0, 1,
+                                          static_cast<int>(pt.shard), 1.0f / static_cast<float>(R), s.get());
+    if (rc != 0) return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
+    return s.synchronize();
+  }
+  return Status::internal(t.name + ": memwall train has no binding for a " + collective_name(t.collective));
+#else
+  (void)t, (void)at, (void)comm, (void)moved_bytes;
+  return Status::internal("GPU collectives in a build without CUDA");
+#endif
+}
+
 Status Zero3Trainer::State::collective(const Task& t, const std::string& at, comm::Communicator& comm,
                                        double& moved_bytes) {
+#if MEMWALL_HAVE_CUDA
+  if (cuda) {
+    cudaSetDevice(gpu->info().ordinal);  // lanes are threads; the current device is per thread
+    return collective_cuda(t, at, comm, moved_bytes);
+  }
+#endif
   const Part& pt = part(t.param);
   if (t.collective == CollectiveKind::kAllGather) {
     const int dst = use(t, BufferRole::kGathered);
@@ -418,12 +587,31 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     }
     a.params_out = updated16(t, static_cast<int>(p));
     a.out_type = kernels::DType::kBF16;
+#if MEMWALL_HAVE_CUDA
+    if (cuda && opt_tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
+      kernels::cuda::AdamDeviceArrays d{a.params,
+                                        a.exp_avg,
+                                        a.exp_avg_sq,
+                                        static_cast<const float*>(a.grads),
+                                        static_cast<std::uint16_t*>(a.params_out),
+                                        a.n};
+      if (int rc = kernels::cuda::adam_step(d, adam_hyper, gpu->compute().get()); rc != 0)
+        return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
+      continue;
+    }
+#endif
     kernels::adam_step(a, adam_hyper, adam_threads);
   }
+#if MEMWALL_HAVE_CUDA
+  if (cuda && opt_tier == Tier::kGpu) return gpu->compute().synchronize();
+#endif
   return Status::ok();
 }
 
 Status Zero3Trainer::State::bind(const Task& t, int step_no) {
+#if MEMWALL_HAVE_CUDA
+  if (cuda) cudaSetDevice(gpu->info().ordinal);  // lanes are threads; the current device is per thread
+#endif
   double bytes = 0;
   const std::string at = step_no > 0 ? "step " + std::to_string(step_no) + " " : "eval ";
   Status st = Status::ok();
@@ -464,7 +652,7 @@ Zero3Trainer& Zero3Trainer::operator=(Zero3Trainer&&) noexcept = default;
 Zero3Trainer::~Zero3Trainer() = default;
 
 const ModelGraph& Zero3Trainer::graph() const {
-  return st_->model->graph();
+  return st_->gg.graph;
 }
 const Schedule& Zero3Trainer::schedule() const {
   return st_->sched;
@@ -538,14 +726,16 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.rank = comm.rank();
   st.adam_hyper = o.adam;
   st.adam_threads = o.threads;
-  st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
+  st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling);
+  st.cuda = o.device == ComputeDevice::kCuda;
+  if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
   auto sched = plan_iteration(model::gpt_model_spec(c), run, o.hw);
   if (!sched.is_ok()) {
     return Status(sched.status().code(),
                   "the run does not fit " + o.hw.name + ": " + sched.status().message());
   }
   st.sched = std::move(sched).value();
-  const ModelGraph& g = st.model->graph();
+  const ModelGraph& g = st.gg.graph;
   // The planner built its graph from the same spec and options: it must be the model's.
   std::size_t computes = 0;
   for (const Task& t : st.sched.tasks) {
@@ -559,7 +749,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
   // boundaries into as many groups as the plan has.
   const auto R = static_cast<std::size_t>(st.R);
-  for (const auto& s : st.model->slices()) {
+  for (const auto& s : st.gg.slices) {
     const std::size_t shard = (s.numel + R - 1) / R;
     st.parts.push_back({s.offset, s.numel, shard, st.total});
     st.total += shard;
@@ -586,8 +776,12 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.real_bytes.assign(n_buf, 0);
   st.moved.assign(st.sched.tasks.size(), 0);
   st.moved_train = st.moved;
-  st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
-                                            static_cast<std::size_t>(o.hw.gpu.memory_bytes));
+  if (st.cuda) {
+    MW_RETURN_IF_ERROR(tr.open_gpu());
+  } else {
+    st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
+                                              static_cast<std::size_t>(o.hw.gpu.memory_bytes));
+  }
   st.host_mem = std::make_unique<host::Arena>(
       "host memory", static_cast<std::size_t>(o.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
   st.opt_tier = tier_of(z.offload_optimizer.device);
@@ -656,6 +850,62 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   return tr;
 }
 
+// The GPU of this rank (rank % GPUs unless Zero3Options::gpu says), the model's activations and scratch, then
+// the device tier: a block of the hardware file's GPU memory (or what is left, if less) inside the device's
+// one allocation, with the plan's buffers carved from it; NCCL for more than one rank.
+Status Zero3Trainer::open_gpu() {
+#if MEMWALL_HAVE_CUDA
+  State& st = *st_;
+  std::string why;
+  const int gpus = gpu::device_count(&why);
+  if (gpus == 0) return Status::failed_precondition("--device cuda: " + why);
+  const int ordinal = o_.gpu >= 0 ? o_.gpu : st.rank % gpus;
+  if (ordinal >= gpus) {
+    return Status::invalid_argument("--gpu " + std::to_string(ordinal) + ": this machine has " +
+                                    std::to_string(gpus) + " GPU(s)");
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(ordinal) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+    return Status::internal("cuda: cannot query GPU " + std::to_string(ordinal));
+  auto dev = gpu::Device::open(ordinal, free_bytes / 20 * 19);
+  if (!dev.is_ok()) return dev.status();
+  st.gpu = std::move(dev).value();
+  auto cm = model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu);
+  if (!cm.is_ok()) return cm.status();
+  st.cmodel = std::move(cm).value();
+  std::size_t work = 0, most_shard = 1;
+  for (const GraphOp& op : st.gg.graph.ops) {
+    std::size_t n = 0;
+    for (int p : op.params) n += (st.parts[static_cast<std::size_t>(p)].numel + 63) / 64 * 64;
+    work = std::max(work, n);
+  }
+  for (const auto& pt : st.parts) most_shard = std::max(most_shard, pt.shard);
+  auto w = st.gpu->arena().allocate(std::max<std::size_t>(work, 1) * 4, "fp32 copies of an op's parameters");
+  auto r = st.gpu->arena().allocate(most_shard * 4, "reduce-scatter result");
+  if (!w.is_ok()) return w.status();
+  if (!r.is_ok()) return r.status();
+  st.work_dev = static_cast<float*>(w->data);
+  st.reduced_dev = static_cast<float*>(r->data);
+  const std::size_t left = st.gpu->arena().largest_free() / host::Arena::kAlign * host::Arena::kAlign;
+  const std::size_t tier = std::min(left, static_cast<std::size_t>(o_.hw.gpu.memory_bytes));
+  auto blk = st.gpu->arena().allocate(tier, "the device tier");
+  if (!blk.is_ok()) return blk.status();
+  st.tier_block = *blk;
+  st.device = std::make_unique<host::Arena>(
+      "GPU " + std::to_string(ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
+#if MEMWALL_HAVE_NCCL
+  if (st.R > 1) {
+    auto nc = comm::NcclComm::create(*comm_);
+    if (!nc.is_ok()) return nc.status();
+    st.nccl = std::move(nc).value();
+  }
+#endif
+  return Status::ok();
+#else
+  return Status::failed_precondition("--device cuda: memwall was built without CUDA (MEMWALL_CUDA)");
+#endif
+}
+
 // Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
 // parameter shards.
 Status Zero3Trainer::install_states(const std::vector<float>& master, const std::vector<float>& m,
@@ -678,9 +928,10 @@ Status Zero3Trainer::install_states(const std::vector<float>& master, const std:
       MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), buf.data(), 12 * k));
     }
   } else {
-    std::memcpy(st.master, master.data(), n * 4);
-    std::memcpy(st.exp_avg, m.data(), n * 4);
-    std::memcpy(st.exp_avg_sq, v.data(), n * 4);
+    const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
+    MW_RETURN_IF_ERROR(st.move(st.master, dev, master.data(), false, n * 4));
+    MW_RETURN_IF_ERROR(st.move(st.exp_avg, dev, m.data(), false, n * 4));
+    MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq, dev, v.data(), false, n * 4));
   }
   std::vector<std::uint16_t> b16;
   for (std::size_t p = 0; p < st.parts.size(); ++p) {
@@ -690,7 +941,8 @@ Status Zero3Trainer::install_states(const std::vector<float>& master, const std:
     if (st.home[p] == Tier::kNvme) {
       MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
     } else {
-      std::memcpy(st.ptr(st.shard_buf[p]), b16.data(), pt.shard * kB16);
+      MW_RETURN_IF_ERROR(st.move(st.ptr(st.shard_buf[p]), st.on_device(st.shard_buf[p]), b16.data(), false,
+                                 pt.shard * kB16));
     }
   }
   if (st.store) MW_RETURN_IF_ERROR(st.store->commit());
@@ -705,10 +957,10 @@ Status Zero3Trainer::read_states(std::vector<float>& master, std::vector<float>&
   m.resize(n);
   v.resize(n);
   if (st.opt_tier != Tier::kNvme) {
-    std::memcpy(master.data(), st.master, n * 4);
-    std::memcpy(m.data(), st.exp_avg, n * 4);
-    std::memcpy(v.data(), st.exp_avg_sq, n * 4);
-    return Status::ok();
+    const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
+    MW_RETURN_IF_ERROR(st.move(master.data(), false, st.master, dev, n * 4));
+    MW_RETURN_IF_ERROR(st.move(m.data(), false, st.exp_avg, dev, n * 4));
+    return st.move(v.data(), false, st.exp_avg_sq, dev, n * 4);
   }
   std::vector<float> buf;
   for (std::size_t gi = 0; gi < st.groups.size(); ++gi) {
@@ -730,7 +982,10 @@ Status Zero3Trainer::read_states(std::vector<float>& master, std::vector<float>&
 Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bool train) {
   State& st = *st_;
   const Schedule& s = st.sched;
-  st.model->set_batch(tokens, targets);
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda) MW_RETURN_IF_ERROR(st.cmodel->set_batch(tokens, targets));
+#endif
+  if (!st.cuda) st.model->set_batch(tokens, targets);
   std::vector<char> include(s.tasks.size(), 0);
   for (const Task& t : s.tasks) {
     include[static_cast<std::size_t>(t.id)] =
@@ -738,8 +993,10 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   }
   if (train) {
     for (int b : st.persistent_grad) {
-      if (b >= 0)
-        std::memset(st.ptr(b), 0, static_cast<std::size_t>(st.real_bytes[static_cast<std::size_t>(b)]));
+      if (b >= 0) {
+        MW_RETURN_IF_ERROR(st.zero(st.ptr(b), st.on_device(b),
+                                   static_cast<std::size_t>(st.real_bytes[static_cast<std::size_t>(b)])));
+      }
     }
   }
   st.adam_hyper.step = step_ + 1;
@@ -792,7 +1049,15 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   stats.capacity_bytes[2] = st.store ? static_cast<double>(st.store->capacity_bytes()) : 0;
   st.stats = stats;
   // A step returns the loss averaged over ranks; an evaluation this rank's own (callers average its batches).
-  const float mine = st.model->loss();
+  float mine = 0;
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda) {
+    auto l = st.cmodel->loss();
+    if (!l.is_ok()) return l.status();
+    mine = *l;
+  }
+#endif
+  if (!st.cuda) mine = st.model->loss();
   if (!train) return mine;
   std::vector<float> all(static_cast<std::size_t>(comm_->size()));
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));

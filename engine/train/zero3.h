@@ -42,6 +42,10 @@ RunConfig default_train_run();
 // `host_bytes` of CPU memory and `nvme_bytes` of NVMe per node, no reserves, 64 "GPUs" per node.
 HardwareSpec emulated_hardware(double device_bytes, double host_bytes, double nvme_bytes);
 
+// Where compute, the device tier and collectives run: the host-emulated device (memory arenas on the host,
+// kernels/cpu, MPI), or a real GPU (kernels/cuda, a cudaMalloc'd tier, NCCL when built in).
+enum class ComputeDevice { kCpu, kCuda };
+
 struct Zero3Options {
   int micro_batch = 1;  // sequences per rank per step
   int seq = 64;
@@ -54,6 +58,8 @@ struct Zero3Options {
   // The NVMe tier's directory (this rank's swap store goes to swap_dir/rank<r>, replaced at start). Required
   // when the run offloads anything to NVMe.
   std::string swap_dir;
+  ComputeDevice device = ComputeDevice::kCpu;
+  int gpu = -1;  // kCuda: the GPU ordinal; -1 = rank % GPUs
 };
 
 // What one step did, measured.
@@ -115,6 +121,7 @@ class Zero3Trainer {
   struct State;
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
   Result<float> run_phases(const int* tokens, const int* targets, bool train);
+  Status open_gpu();
   Status read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
   Status install_states(const std::vector<float>& master, const std::vector<float>& m,
                         const std::vector<float>& v);
