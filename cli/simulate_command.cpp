@@ -26,7 +26,7 @@ namespace memwall::cli {
 
 using nlohmann::json;
 
-Status simulate_experiment(const SimulateCliOptions& opt, json& out, bool show_progress) {
+Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
   RunConfig run = in->run;

@@ -21,7 +21,8 @@ mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMEMWALL_CUDA=ON \
   -DMEMWALL_NCCL=ON -DMEMWALL_QT=OFF -DMEMWALL_SIMGRID=OFF -DMEMWALL_PYTHON=OFF "${launcher[@]}" >"$BUILD/configure.log" \
   || { tail -20 "$BUILD/configure.log"; exit 1; }
-cmake --build "$BUILD" -j "$(nproc)" --target cuda_tests memwall-cuda-gpt-bench memwall 2>&1 | tail -3
+cmake --build "$BUILD" -j "$(nproc)" --target cuda_tests memwall-cuda-gpt-bench memwall >"$BUILD/build.log" 2>&1 \
+  || { grep -E "error|Error" "$BUILD/build.log" | head -20; exit 1; }
 echo "== build: $(( $(date +%s) - start )) s"
 
 echo "== GPU tests"
@@ -49,7 +50,8 @@ set +e
 timeout 180 "$BUILD/cli/memwall" train --device cuda --hardware dgx-h200 --model gpt2-xl --model-set '{"n_layer": 32}' \
   --data "$BUILD/corpus.txt" --steps 3 --eval-batches 1 --log-every 1 --nvme-path "$swap" \
   --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024,
-          "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_optimizer.device": "nvme"}' \
+          "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_param.max_in_cpu": 0,
+          "zero_optimization.offload_optimizer.device": "nvme"}' \
   >"$BUILD/train.log" 2>&1
 train_rc=$?
 set -e
