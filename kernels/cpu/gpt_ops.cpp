@@ -158,20 +158,26 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 #endif
 }
 
+#if !MEMWALL_HAVE_DNNL
+namespace {
+std::vector<float> widen_bf16(const std::uint16_t* in, std::size_t n) {
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
+    std::memcpy(&out[i], &bits, 4);
+  }
+  return out;
+}
+}  // namespace
+#endif
+
 void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
                          int N, int IC, int OC) {
 #if MEMWALL_HAVE_DNNL
   gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true);
 #else
-  std::vector<float> a(static_cast<std::size_t>(N) * IC), w(static_cast<std::size_t>(OC) * IC);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(inp[i]) << 16;
-    std::memcpy(&a[i], &bits, 4);
-  }
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(weight[i]) << 16;
-    std::memcpy(&w[i], &bits, 4);
-  }
+  const std::vector<float> a = widen_bf16(inp, static_cast<std::size_t>(N) * IC),
+                           w = widen_bf16(weight, static_cast<std::size_t>(OC) * IC);
   matmul_forward_ref(out, a.data(), w.data(), bias, N, IC, OC);
 #endif
 }
@@ -199,10 +205,11 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
   if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
 #else
-  (void)dout16;
-  (void)inp16;
-  (void)weight16;
-  return;  // not reached in practice: the bf16 path is only chosen with oneDNN
+  // Without oneDNN: the reference on the widened bf16 operands (the same products, fp32 accumulation).
+  const std::vector<float> d = widen_bf16(dout16, static_cast<std::size_t>(N) * OC),
+                           a = widen_bf16(inp16, static_cast<std::size_t>(N) * IC),
+                           w = widen_bf16(weight16, static_cast<std::size_t>(OC) * IC);
+  matmul_backward_ref(dinp, dweight, nullptr, d.data(), a.data(), w.data(), N, IC, OC);
 #endif
   if (dbias) {
     for (int n = 0; n < N; ++n) {
