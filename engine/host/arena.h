@@ -42,6 +42,7 @@ class Arena {
   void release(const Block& block);
 
   std::size_t capacity() const { return capacity_; }
+  void* base() const { return base_; }  // the first byte of the range blocks come from
   std::size_t used() const;
   std::size_t peak() const;
   std::size_t largest_free() const;

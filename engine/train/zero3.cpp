@@ -96,7 +96,13 @@ struct Zero3Trainer::State {
   // Tiers.
   std::unique_ptr<host::Arena> device, host_mem;
   std::map<int, std::unique_ptr<host::Arena>> pools;  // pool buffer id -> its slots' arena
-  std::vector<host::Arena*> arena_of;                 // per buffer, while allocated
+  // On a GPU, the pinned pools are page-locked for the device (cudaHostRegister), so copies between them and
+  // the GPU are DMA; undone before the pools go (declared after them, so destroyed first).
+  struct Registered {
+    std::vector<std::pair<void*, std::size_t>> ranges;
+    ~Registered();
+  } registered;
+  std::vector<host::Arena*> arena_of;  // per buffer, while allocated
   std::vector<host::Arena::Block> block;
   std::vector<char*> mem;
   std::vector<double> real_bytes;
@@ -204,6 +210,12 @@ struct Zero3Trainer::State {
   double tier_peak(Tier t) const;
 };
 
+Zero3Trainer::State::Registered::~Registered() {
+#if MEMWALL_HAVE_CUDA
+  for (const auto& [p, n] : ranges) gpu::unregister_host(p, n);
+#endif
+}
+
 // Real sizes: shards are ceil(numel / R) elements (padded), parameters bf16, gradients fp32.
 double Zero3Trainer::State::bytes_of(const Buffer& b) const {
   if (b.param >= 0) {
@@ -263,8 +275,14 @@ Status Zero3Trainer::State::alloc(int b) {
       slots += 1;
       if (sb.bytes > 0) ratio = std::max(ratio, bytes_of(sb) / sb.bytes);
     }
-    pools[b] = std::make_unique<host::Arena>(
+    auto& pool = pools[b] = std::make_unique<host::Arena>(
         buf.name, static_cast<std::size_t>(bytes * ratio + (slots + 1) * host::Arena::kAlign));
+#if MEMWALL_HAVE_CUDA
+    if (cuda && pool->capacity() > 0) {
+      MW_RETURN_IF_ERROR(gpu::register_host(pool->base(), pool->capacity()));
+      registered.ranges.emplace_back(pool->base(), pool->capacity());
+    }
+#endif
   }
   // Gradients accumulate from zero.
   if (buf.role == BufferRole::kGrad || buf.role == BufferRole::kGradShard)
