@@ -514,7 +514,13 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
       return s.synchronize();
     }
 #endif
-    // Without NCCL (or on one rank): through host memory and the host communicator.
+    if (R == 1) {  // the gather of one shard is a device-to-device copy on the collective stream
+      const cudaError_t rc = cudaMemcpyAsync(ptr(dst), ptr(src), pt.shard * kB16, cudaMemcpyDeviceToDevice,
+                                             static_cast<cudaStream_t>(s.get()));
+      if (rc != cudaSuccess) return Status::internal(t.name + ": " + cudaGetErrorString(rc));
+      return s.synchronize();
+    }
+    // Without NCCL: through host memory and the host communicator.
     std::vector<std::uint16_t> shard(pt.shard), full(pt.shard * R_);
     MW_RETURN_IF_ERROR(move(shard.data(), false, ptr(src), on_device(src), pt.shard * kB16));
     MW_RETURN_IF_ERROR(comm.allgather(shard.data(), full.data(), pt.shard * kB16, at + t.name));
@@ -524,8 +530,13 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
     const int src = use(t, BufferRole::kGrad), dst = use(t, BufferRole::kGradShard);
     moved_bytes = static_cast<double>(pt.shard * 4 * R_);
     bool done = false;
+    const float* summed = reduced_dev;
+    if (R == 1) {  // the sum over one rank is the gradient itself
+      summed = reinterpret_cast<const float*>(ptr(src));
+      done = true;
+    }
 #if MEMWALL_HAVE_NCCL
-    if (nccl) {
+    if (nccl && !done) {
       MW_RETURN_IF_ERROR(
           nccl->reduce_scatter_sum(reinterpret_cast<const float*>(ptr(src)), reduced_dev, pt.shard, s.get()));
       done = true;
@@ -540,7 +551,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
     }
     // Accumulated and averaged over the ranks, as on the CPU.
     const int rc =
-        kernels::cuda::accumulate_strided(reinterpret_cast<float*>(ptr(dst)), 0, reduced_dev, 0, 1,
+        kernels::cuda::accumulate_strided(reinterpret_cast<float*>(ptr(dst)), 0, summed, 0, 1,
                                           static_cast<int>(pt.shard), 1.0f / static_cast<float>(R), s.get());
     if (rc != 0) return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
     return s.synchronize();
