@@ -514,7 +514,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
       return s.synchronize();
     }
 #endif
-    if (R == 1) {  // the gather of one shard is a device-to-device copy on the collective stream
+    if (R == 1 && on_device(src) && on_device(dst)) {  // one shard: a device copy on the collective stream
       const cudaError_t rc = cudaMemcpyAsync(ptr(dst), ptr(src), pt.shard * kB16, cudaMemcpyDeviceToDevice,
                                              static_cast<cudaStream_t>(s.get()));
       if (rc != cudaSuccess) return Status::internal(t.name + ": " + cudaGetErrorString(rc));
@@ -531,7 +531,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
     moved_bytes = static_cast<double>(pt.shard * 4 * R_);
     bool done = false;
     const float* summed = reduced_dev;
-    if (R == 1) {  // the sum over one rank is the gradient itself
+    if (R == 1 && on_device(src)) {  // the sum over one rank is the gradient itself
       summed = reinterpret_cast<const float*>(ptr(src));
       done = true;
     }
