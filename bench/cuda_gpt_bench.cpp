@@ -1,14 +1,16 @@
-// One GPU, no offload: the GPT on kernels/cuda (fp32 compute on cuBLAS) for a few training steps of model +
-// fused Adam, timed with the device synchronised around each step. Prints the step time and achieved
+// One GPU, no offload: the GPT on kernels/cuda (fp32 or bf16 GEMMs on cuBLAS) for a few training steps of
+// model + fused Adam, timed with the device synchronised around each step. Prints the step time and achieved
 // TFLOP/s (6 x params x tokens + the attention's 12 x L x B x T^2 x C, the convention of the paper's Eq. 7
 // without recomputation) and the device memory used. Used by scripts/gpu-check.sh.
 // Usage: memwall-cuda-gpt-bench [layers=20] [channels=2048] [heads=16] [batch=4] [seq=1024] [steps=5]
+// [fp32|bf16]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/adam.h"
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
   c.channels = arg(2, 2048);
   c.heads = arg(3, 16);
   const int B = arg(4, 4), T = arg(5, 1024), steps = arg(6, 5);
+  const bool bf16 = argc > 7 && std::string(argv[7]) == "bf16";
   c.vocab = 50304;
   c.max_seq = T;
   std::string why;
@@ -44,7 +47,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   gpu::Device& d = **dev;
-  auto model = model::CudaGptModel::create(c, B, T, 1, d);
+  auto model = model::CudaGptModel::create(c, B, T, 1, d, bf16);
   if (!model.is_ok()) {
     std::fprintf(stderr, "memwall-cuda-gpt-bench: %s\n", model.status().message().c_str());
     return 1;
@@ -100,8 +103,8 @@ int main(int argc, char** argv) {
               d.info().sm_minor, d.info().multiprocessors);
   std::printf("model               %.3f B parameters: %d layers, %d channels, %d heads, vocab %d\n", n / 1e9,
               c.layers, c.channels, c.heads, c.vocab);
-  std::printf("batch               %d x %d tokens, fp32 compute (cuBLAS, no TF32), fused Adam on the GPU\n",
-              B, T);
+  std::printf("batch               %d x %d tokens, %s GEMMs (cuBLAS), fused Adam on the GPU\n", B, T,
+              bf16 ? "bf16 (fp32 accumulation)" : "fp32 (no TF32)");
   std::printf("step                %.1f ms (mean of %zu after a warm-up), last loss %.4f\n", mean * 1e3,
               times.size(), static_cast<double>(loss));
   std::printf("achieved            %.1f TFLOP/s (%.3g FLOP per step)\n", flops / mean / 1e12, flops);

@@ -52,6 +52,7 @@ struct TrainOptions {
   std::string nvme_path;
   std::string device = "cpu";
   int gpu = -1;
+  std::string gpu_matmul = "fp32";
   bool json = false;
 };
 
@@ -162,6 +163,7 @@ int run_train(const TrainOptions& opt) {
   }
   zo.device = use_cuda ? train::ComputeDevice::kCuda : train::ComputeDevice::kCpu;
   zo.gpu = opt.gpu;
+  zo.gpu_bf16_matmuls = opt.gpu_matmul == "bf16";
   zo.micro_batch = B;
   zo.seq = seq;
   zo.tiling = run.memwall.tiling_factor;
@@ -463,6 +465,12 @@ void register_train(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   cmd->add_option("--gpu", opt->gpu, "With --device cuda: this GPU (default: rank % GPUs)");
+  cmd->add_option(
+         "--gpu-matmul", opt->gpu_matmul,
+         "With --device cuda: GEMM operands in fp32 (the CPU's arithmetic) or bf16 (fp32 accumulation, "
+         "tensor cores)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

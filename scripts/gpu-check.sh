@@ -77,9 +77,11 @@ set -e
 tail -25 "$BUILD/tests.log"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
-echo "== benchmark: ~1B parameters, one GPU, no offload"
-bench=$("$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 2>&1) || true
+echo "== benchmark: ~1B parameters, one GPU, no offload: fp32 GEMMs, then bf16 GEMMs"
+bench=$("$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 fp32 2>&1) || true
 echo "$bench"
+bench16=$("$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 bf16 2>&1) || true
+echo "$bench16"
 
 echo "== memwall train --device cuda: ~1B parameters (gpt2-xl with 32 layers, byte vocabulary), parameters"
 echo "   and optimizer states on NVMe, 4 x 1024 tokens per step, 3 steps"
@@ -106,6 +108,7 @@ else
   echo "GPU tests: $([ "$tests_rc" = 0 ] && echo passed || echo FAILED)"
 fi
 echo "$bench" | grep -E "^(GPU|model|batch|step|achieved|device memory)" || true
+echo "$bench16" | grep -E "^(batch|step|achieved)" || true
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
 grep -E "^(step 3/3|per step|done)" "$BUILD/train.log" || true
 if [ "$train_rc" != 0 ] && [ "$tests_rc" = 0 ]; then tests_rc=4; fi

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/units.h"
+#include "cuda/cast.h"
 #include "cuda/gpt_ops.h"
 
 namespace memwall::model {
@@ -36,13 +37,14 @@ CudaGptModel::~CudaGptModel() {
 }
 
 Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, int B, int T, int tiling,
-                                                           gpu::Device& device) {
+                                                           gpu::Device& device, bool bf16_matmuls) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   if (tiling < 1 || c.channels % tiling != 0) {
     return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
                                     std::to_string(c.channels) + ")");
   }
   std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
+  m->bf16_ = bf16_matmuls;
   int rc = 0;
   m->blas_ = kc::Blas::create(rc);
   if (m->blas_ == nullptr) return check(rc, "cublasCreate");
@@ -106,6 +108,12 @@ Status CudaGptModel::allocate(int tiling) {
                           kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
                  "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
+  if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C), weight and output gradient
+    const std::size_t widest = std::max(4 * C, V);
+    b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * 4 * C + 1) / 2, "bf16 GEMM input"));
+    b16_w_ = reinterpret_cast<std::uint16_t*>(buf((std::max(4 * C * C, V * C) + 1) / 2, "bf16 GEMM weight"));
+    b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
+  }
   tokens_ = reinterpret_cast<int*>(buf(N, "tokens"));
   targets_ = reinterpret_cast<int*>(buf(N, "targets"));
   return alloc_error_;
@@ -145,18 +153,47 @@ Result<float> CudaGptModel::loss() {
   return static_cast<float>(total / static_cast<double>(N));
 }
 
+// out[N, OC] = in . w^T + b: fp32 GEMM, or with bf16_matmuls the operands rounded to bf16 in scratch and a
+// bf16 GEMM with fp32 accumulation (weights that came from bf16 shards round-trip exactly).
+Status CudaGptModel::gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC,
+                                  int OC) {
+  void* s = dev_.compute().get();
+  if (!bf16_) return check(kc::matmul_forward(*blas_, out, in, w, b, N, IC, OC, s), "matmul");
+  const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
+  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(in, b16_in_, n_in, s), "cast input"));
+  MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n_w, s), "cast weight"));
+  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, b16_w_, b, N, IC, OC, s), "bf16 matmul");
+}
+
+Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
+                                   const float* w, int N, int IC, int OC) {
+  void* s = dev_.compute().get();
+  if (!bf16_) return check(kc::matmul_backward(*blas_, din, dw, db, dout, in, w, N, IC, OC, s), "matmul bwd");
+  const auto n = static_cast<std::size_t>(N);
+  MW_RETURN_IF_ERROR(
+      check(kc::cast_f32_to_bf16(dout, b16_dout_, n * static_cast<std::size_t>(OC), s), "cast dout"));
+  MW_RETURN_IF_ERROR(
+      check(kc::cast_f32_to_bf16(in, b16_in_, n * static_cast<std::size_t>(IC), s), "cast input"));
+  MW_RETURN_IF_ERROR(
+      check(kc::cast_f32_to_bf16(w, b16_w_, static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC), s),
+            "cast weight"));
+  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, b16_w_, N, IC, OC, s),
+               "bf16 matmul bwd");
+}
+
 Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
                                     const float* b, const GptOp& o, const float* residual) {
   const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
   void* s = dev_.compute().get();
   const std::size_t n = static_cast<std::size_t>(N);
   if (o.tiles == 1) {
-    MW_RETURN_IF_ERROR(check(kc::matmul_forward(*blas_, out, in, w, b, N, in_width, out_width, s), "matmul"));
+    MW_RETURN_IF_ERROR(gemm_forward(out, in, w, b, N, in_width, out_width));
     if (residual != nullptr)
       return check(kc::accumulate(out, residual, n * static_cast<std::size_t>(out_width), s), "residual");
     return Status::ok();
   }
-  MW_RETURN_IF_ERROR(check(kc::matmul_forward(*blas_, tile_, in, w, b, N, in_width, cols, s), "matmul tile"));
+  MW_RETURN_IF_ERROR(gemm_forward(tile_, in, w, b, N, in_width, cols));
   float* dst = out + col0;
   const std::size_t pitch = static_cast<std::size_t>(out_width) * sizeof(float);
   const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
@@ -175,16 +212,13 @@ Status CudaGptModel::linear_backward(float* din, float* dw, float* db, const flo
                                      const float* in, int in_width, const float* w, const GptOp& o) {
   const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
   void* s = dev_.compute().get();
-  if (o.tiles == 1)
-    return check(kc::matmul_backward(*blas_, din, dw, db, dout, in, w, N, in_width, out_width, s),
-                 "matmul bwd");
+  if (o.tiles == 1) return gemm_backward(din, dw, db, dout, in, w, N, in_width, out_width);
   const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
   MW_RETURN_IF_ERROR(check_rt(
       cudaMemcpy2DAsync(tile_, width, dout + col0, static_cast<std::size_t>(out_width) * sizeof(float), width,
                         static_cast<std::size_t>(N), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
       "tile dout"));
-  return check(kc::matmul_backward(*blas_, din, dw, db, tile_, in, w, N, in_width, cols, s),
-               "matmul tile bwd");
+  return gemm_backward(din, dw, db, tile_, in, w, N, in_width, cols);
 }
 
 Status CudaGptModel::forward_op(int op, const float* const* p) {
@@ -217,7 +251,7 @@ Status CudaGptModel::forward_op(int op, const float* const* p) {
     case GptRole::kFinalNorm:
       return check(kc::layernorm_forward(lnf_, mf_, rf_, resid_.back(), p[0], p[1], N, C, s), "final norm");
     case GptRole::kHead:
-      return check(kc::matmul_forward(*blas_, logits_, lnf_, p[0], nullptr, N, C, c_.vocab, s), "lm head");
+      return gemm_forward(logits_, lnf_, p[0], nullptr, N, C, c_.vocab);
     case GptRole::kLoss:
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
   }
@@ -239,8 +273,7 @@ Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g)
       return check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd");
     case GptRole::kHead:
       MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return check(kc::matmul_backward(*blas_, dln_, g[0], nullptr, dlogits_, lnf_, p[0], N, C, c_.vocab, s),
-                   "lm head bwd");
+      return gemm_backward(dln_, g[0], nullptr, dlogits_, lnf_, p[0], N, C, c_.vocab);
     case GptRole::kFinalNorm:
       MW_RETURN_IF_ERROR(zero(dx_, nc));
       return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_.back(), p[0], mf_, rf_, N, C, s),

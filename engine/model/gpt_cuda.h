@@ -5,6 +5,7 @@
 // (loss() waits for it). Compiled only with CUDA (MEMWALL_HAVE_CUDA).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -21,8 +22,10 @@ namespace memwall::model {
 class CudaGptModel {
  public:
   // Fails (out of memory naming the activation) when the activations do not fit the device's arena.
+  // bf16_matmuls: every GEMM on bf16 operands with fp32 accumulation (the tensor cores' rate), else fp32
+  // GEMMs (no TF32), the CPU model's arithmetic.
   static Result<std::unique_ptr<CudaGptModel>> create(const GptConfig& c, int B, int T, int tiling,
-                                                      gpu::Device& device);
+                                                      gpu::Device& device, bool bf16_matmuls = false);
   ~CudaGptModel();
   CudaGptModel(const CudaGptModel&) = delete;
   CudaGptModel& operator=(const CudaGptModel&) = delete;
@@ -51,6 +54,9 @@ class CudaGptModel {
   Status linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
                          int in_width, const float* w, const GptOp& o);
   Status zero(float* p, std::size_t floats);
+  Status gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
+  Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                       int N, int IC, int OC);
   Status copy(float* dst, const float* src, std::size_t floats);
 
   GptConfig c_;
@@ -61,6 +67,8 @@ class CudaGptModel {
   std::vector<host::Arena::Block> blocks_;
   std::size_t activation_bytes_ = 0;
   Status alloc_error_ = Status::ok();
+  bool bf16_ = false;
+  std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
   int *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,

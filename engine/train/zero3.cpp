@@ -899,7 +899,7 @@ Status Zero3Trainer::open_gpu() {
   auto dev = gpu::Device::open(ordinal, free_bytes / 20 * 19);
   if (!dev.is_ok()) return dev.status();
   st.gpu = std::move(dev).value();
-  auto cm = model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu);
+  auto cm = model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu, o_.gpu_bf16_matmuls);
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;

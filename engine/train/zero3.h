@@ -60,6 +60,9 @@ struct Zero3Options {
   std::string swap_dir;
   ComputeDevice device = ComputeDevice::kCpu;
   int gpu = -1;  // kCuda: the GPU ordinal; -1 = rank % GPUs
+  // kCuda: GEMMs on bf16 operands with fp32 accumulation (tensor-core rate) instead of fp32 (the CPU's
+  // arithmetic, the default).
+  bool gpu_bf16_matmuls = false;
 };
 
 // What one step did, measured.
