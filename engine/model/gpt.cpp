@@ -180,6 +180,8 @@ void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size
       std::fill(p, p + (hi - lo), 1.0f);
     } else {
       const float sd = ends_with("c_proj.weight") ? proj_std : 0.02f;
+      // Counter-based: element i depends on (seed, i) only, so the loop splits over threads freely.
+#pragma omp parallel for schedule(static)
       for (std::size_t i = lo; i < hi; ++i) p[i - lo] = sd * normal_at(seed, i);
     }
   }
