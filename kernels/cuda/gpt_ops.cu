@@ -79,8 +79,8 @@ __global__ void accumulate_kernel(float* out, const float* in, std::size_t n) {
   if (i < n) out[i] += in[i];
 }
 
-__global__ void accumulate_strided_kernel(float* out, int ld_out, const float* in, int ld_in, int rows, int cols,
-                                          float scale) {
+__global__ void accumulate_strided_kernel(float* out, int ld_out, const float* in, int ld_in, int rows,
+                                          int cols, float scale) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<std::size_t>(rows) * cols) return;
   const std::size_t r = i / cols, c = i % cols;
@@ -165,30 +165,28 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
 
 // ---- attention ----
 
+// Where element i of a head-major [B, NH, T, hs] array sits in the token-major [B, T, NH, hs] one whose rows
+// are `stride` floats apart starting at `offset`.
+__device__ std::size_t token_major(std::size_t i, int T, int NH, int hs, int stride, int offset) {
+  const std::size_t d = i % hs, t = (i / hs) % T, h = (i / (static_cast<std::size_t>(hs) * T)) % NH,
+                    b = i / (static_cast<std::size_t>(hs) * T * NH);
+  return (b * T + t) * stride + offset + h * hs + d;
+}
+
 // dst[B, NH, T, hs] = src[B, T, NH, hs] where src rows are `stride` floats apart starting at `offset`.
 __global__ void split_heads_kernel(float* dst, const float* src, int B, int T, int NH, int hs, int stride,
                                    int offset) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  const std::size_t total = static_cast<std::size_t>(B) * NH * T * hs;
-  if (i >= total) return;
-  const int d = static_cast<int>(i % hs);
-  const int t = static_cast<int>((i / hs) % T);
-  const int h = static_cast<int>((i / (static_cast<std::size_t>(hs) * T)) % NH);
-  const int b = static_cast<int>(i / (static_cast<std::size_t>(hs) * T * NH));
-  dst[i] = src[(static_cast<std::size_t>(b) * T + t) * stride + offset + h * hs + d];
+  if (i >= static_cast<std::size_t>(B) * NH * T * hs) return;
+  dst[i] = src[token_major(i, T, NH, hs, stride, offset)];
 }
 
 // The inverse: dst[B, T, NH, hs] (rows `stride` apart from `offset`) = (or +=) src[B, NH, T, hs].
 __global__ void merge_heads_kernel(float* dst, const float* src, int B, int T, int NH, int hs, int stride,
                                    int offset, bool add) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  const std::size_t total = static_cast<std::size_t>(B) * NH * T * hs;
-  if (i >= total) return;
-  const int d = static_cast<int>(i % hs);
-  const int t = static_cast<int>((i / hs) % T);
-  const int h = static_cast<int>((i / (static_cast<std::size_t>(hs) * T)) % NH);
-  const int b = static_cast<int>(i / (static_cast<std::size_t>(hs) * T * NH));
-  float& o = dst[(static_cast<std::size_t>(b) * T + t) * stride + offset + h * hs + d];
+  if (i >= static_cast<std::size_t>(B) * NH * T * hs) return;
+  float& o = dst[token_major(i, T, NH, hs, stride, offset)];
   o = add ? o + src[i] : src[i];
 }
 
@@ -441,8 +439,8 @@ int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int r
                        void* stream) {
   const std::size_t n = static_cast<std::size_t>(rows) * cols;
   if (n == 0) return 0;
-  accumulate_strided_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, ld_out, in, ld_in, rows, cols,
-                                                                               scale);
+  accumulate_strided_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, ld_out, in, ld_in, rows,
+                                                                               cols, scale);
   return launched();
 }
 

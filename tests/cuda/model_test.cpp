@@ -67,26 +67,72 @@ class CudaGpt : public ::testing::TestWithParam<int> {
   std::vector<host::Arena::Block> blocks_;
 };
 
-TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
-  const int tiling = GetParam();
+GptConfig small_gpt() {
   GptConfig c;
   c.vocab = 256;
   c.max_seq = 64;
   c.layers = 2;
   c.heads = 4;
   c.channels = 64;
-  const int B = 2, T = 32;
+  return c;
+}
+constexpr int kB = 2, kT = 32;
+
+// Losses of 10 steps of model + Adam on the CPU and on the GPU from the same initialisation.
+struct Losses {
+  std::vector<float> cpu, gpu;
+};
+
+void train_side_by_side(gpu::Device& dev, std::vector<host::Arena::Block>& blocks, int tiling, bool bf16,
+                        Losses& out) {
+  const GptConfig c = small_gpt();
+  const std::size_t n = gpt_num_params(c);
+  std::vector<float> params(n), grads(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  gpt_init(c, params.data(), 1);
+  GptModel cpu(c, kB, kT, tiling);
+  auto gm = CudaGptModel::create(c, kB, kT, tiling, dev, bf16);
+  ASSERT_TRUE(gm.is_ok()) << gm.status().message();
+  CudaGptModel& gpu = **gm;
+  float* d_params = device_copy(dev, params, blocks);
+  float* d_grads = device_copy(dev, grads, blocks);
+  kernels::cuda::AdamDeviceArrays a;
+  a.params = d_params;
+  a.exp_avg = device_copy(dev, m, blocks);
+  a.exp_avg_sq = device_copy(dev, v, blocks);
+  a.grads = d_grads;
+  a.n = n;
+  kernels::AdamHyper h;
+  h.lr = 1e-3f;
+  for (int step = 1; step <= 10; ++step) {
+    const Batch b = make_batch(kB, kT, c.vocab, step);
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    out.cpu.push_back(cpu.forward(params.data(), b.tokens.data(), b.targets.data()));
+    cpu.backward(params.data(), grads.data());
+    h.step = step;
+    kernels::adam_step(kernels::fp32_arrays(params.data(), m.data(), v.data(), grads.data(), n), h, 1);
+    ASSERT_EQ(cudaMemsetAsync(d_grads, 0, n * 4, static_cast<cudaStream_t>(dev.compute().get())),
+              cudaSuccess);
+    auto lg = gpu.forward(d_params, b.tokens.data(), b.targets.data());
+    ASSERT_TRUE(lg.is_ok()) << lg.status().message();
+    ASSERT_TRUE(gpu.backward(d_params, d_grads).is_ok());
+    ASSERT_EQ(kernels::cuda::adam_step(a, h, dev.compute().get()), 0);
+    out.gpu.push_back(*lg);
+  }
+}
+
+TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
+  const int tiling = GetParam();
+  const GptConfig c = small_gpt();
   const std::size_t n = gpt_num_params(c);
   std::vector<float> params(n), grads(n, 0.0f);
   gpt_init(c, params.data(), 1);
-  GptModel cpu(c, B, T, tiling);
-  auto gm = CudaGptModel::create(c, B, T, tiling, *dev_);
+  GptModel cpu(c, kB, kT, tiling);
+  auto gm = CudaGptModel::create(c, kB, kT, tiling, *dev_);
   ASSERT_TRUE(gm.is_ok()) << gm.status().message();
   CudaGptModel& gpu = **gm;
   float* d_params = device_copy(*dev_, params, blocks_);
   float* d_grads = device_copy(*dev_, grads, blocks_);
-
-  const Batch b0 = make_batch(B, T, c.vocab, 0);
+  const Batch b0 = make_batch(kB, kT, c.vocab, 0);
   const float loss = cpu.forward(params.data(), b0.tokens.data(), b0.targets.data());
   cpu.backward(params.data(), grads.data());
   auto gl = gpu.forward(d_params, b0.tokens.data(), b0.targets.data());
@@ -98,85 +144,24 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   for (std::size_t i = 0; i < n; ++i) bad += std::fabs(g[i] - grads[i]) > 1e-6f + 1e-4f * std::fabs(grads[i]);
   EXPECT_EQ(bad, 0u) << "gradients differing beyond tolerance, tiling " << tiling;
 
-  // 10 steps of model + Adam on each side, from the same start.
-  gpt_init(c, params.data(), 1);
-  ASSERT_TRUE(dev_->copy_to_device(d_params, params.data(), n * 4, dev_->compute()).is_ok());
-  std::vector<float> m(n, 0.0f), v(n, 0.0f);
-  float* d_m = device_copy(*dev_, m, blocks_);
-  float* d_v = device_copy(*dev_, v, blocks_);
-  kernels::AdamHyper h;
-  h.lr = 1e-3f;
-  for (int step = 1; step <= 10; ++step) {
-    const Batch b = make_batch(B, T, c.vocab, step);
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    const float lc = cpu.forward(params.data(), b.tokens.data(), b.targets.data());
-    cpu.backward(params.data(), grads.data());
-    h.step = step;
-    kernels::adam_step(kernels::fp32_arrays(params.data(), m.data(), v.data(), grads.data(), n), h, 1);
-    ASSERT_EQ(cudaMemsetAsync(d_grads, 0, n * 4, static_cast<cudaStream_t>(dev_->compute().get())),
-              cudaSuccess);
-    auto lg = gpu.forward(d_params, b.tokens.data(), b.targets.data());
-    ASSERT_TRUE(lg.is_ok()) << lg.status().message();
-    ASSERT_TRUE(gpu.backward(d_params, d_grads).is_ok());
-    kernels::cuda::AdamDeviceArrays a;
-    a.params = d_params;
-    a.exp_avg = d_m;
-    a.exp_avg_sq = d_v;
-    a.grads = d_grads;
-    a.n = n;
-    ASSERT_EQ(kernels::cuda::adam_step(a, h, dev_->compute().get()), 0);
-    EXPECT_NEAR(*lg, lc, 1e-3f * lc) << "step " << step << ", tiling " << tiling;
-  }
+  Losses l;
+  train_side_by_side(*dev_, blocks_, tiling, false, l);
+  ASSERT_EQ(l.gpu.size(), 10u);
+  for (std::size_t s = 0; s < l.cpu.size(); ++s)
+    EXPECT_NEAR(l.gpu[s], l.cpu[s], 1e-3f * l.cpu[s]) << "step " << s + 1 << ", tiling " << tiling;
 }
 
 // With bf16 GEMM operands (fp32 accumulation) the GPU rounds every matmul input to bf16, which the CPU model
 // does not: losses stay within 1e-2 relative of the CPU's for one step and 3e-2 over 10 Adam steps, and fall.
 TEST_P(CudaGpt, Bf16MatmulsStayCloseToTheCpu) {
   const int tiling = GetParam();
-  GptConfig c;
-  c.vocab = 256;
-  c.max_seq = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.channels = 64;
-  const int B = 2, T = 32;
-  const std::size_t n = gpt_num_params(c);
-  std::vector<float> params(n), grads(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
-  gpt_init(c, params.data(), 1);
-  GptModel cpu(c, B, T, tiling);
-  auto gm = CudaGptModel::create(c, B, T, tiling, *dev_, true);
-  ASSERT_TRUE(gm.is_ok()) << gm.status().message();
-  CudaGptModel& gpu = **gm;
-  float* d_params = device_copy(*dev_, params, blocks_);
-  float* d_grads = device_copy(*dev_, grads, blocks_);
-  float* d_m = device_copy(*dev_, m, blocks_);
-  float* d_v = device_copy(*dev_, v, blocks_);
-  kernels::AdamHyper h;
-  h.lr = 1e-3f;
-  std::vector<float> losses;
-  for (int step = 1; step <= 10; ++step) {
-    const Batch b = make_batch(B, T, c.vocab, step);
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    const float lc = cpu.forward(params.data(), b.tokens.data(), b.targets.data());
-    cpu.backward(params.data(), grads.data());
-    h.step = step;
-    kernels::adam_step(kernels::fp32_arrays(params.data(), m.data(), v.data(), grads.data(), n), h, 1);
-    ASSERT_EQ(cudaMemsetAsync(d_grads, 0, n * 4, static_cast<cudaStream_t>(dev_->compute().get())),
-              cudaSuccess);
-    auto lg = gpu.forward(d_params, b.tokens.data(), b.targets.data());
-    ASSERT_TRUE(lg.is_ok()) << lg.status().message();
-    ASSERT_TRUE(gpu.backward(d_params, d_grads).is_ok());
-    kernels::cuda::AdamDeviceArrays a;
-    a.params = d_params;
-    a.exp_avg = d_m;
-    a.exp_avg_sq = d_v;
-    a.grads = d_grads;
-    a.n = n;
-    ASSERT_EQ(kernels::cuda::adam_step(a, h, dev_->compute().get()), 0);
-    EXPECT_NEAR(*lg, lc, (step == 1 ? 1e-2f : 3e-2f) * lc) << "step " << step << ", tiling " << tiling;
-    losses.push_back(*lg);
-  }
-  EXPECT_LT(losses.back(), losses.front());
+  Losses l;
+  train_side_by_side(*dev_, blocks_, tiling, true, l);
+  ASSERT_EQ(l.gpu.size(), 10u);
+  for (std::size_t s = 0; s < l.cpu.size(); ++s)
+    EXPECT_NEAR(l.gpu[s], l.cpu[s], (s == 0 ? 1e-2f : 3e-2f) * l.cpu[s])
+        << "step " << s + 1 << ", tiling " << tiling;
+  EXPECT_LT(l.gpu.back(), l.gpu.front());
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiling, CudaGpt, ::testing::Values(1, 2));

@@ -12,7 +12,7 @@ namespace {
 
 // Over memory the caller owns (a real GPU's one cudaMalloc): blocks point into it, nothing is freed.
 TEST(Arena, KeepsBooksOverExternalMemory) {
-  alignas(256) static char memory[8192];
+  alignas(256) static char memory[8192] = {};
   {
     Arena a("GPU 0", memory, sizeof memory);
     auto x = a.allocate(1000, "x");
@@ -23,11 +23,14 @@ TEST(Arena, KeepsBooksOverExternalMemory) {
     auto z = a.allocate(4096, "z");
     ASSERT_FALSE(z.is_ok());
     EXPECT_NE(z.status().message().find("GPU 0"), std::string::npos);
+    std::memset(y->data, 0x5a, 5000);  // through a block, into the caller's memory
     a.release(*x);
     a.release(*y);
   }
-  memory[0] = 1;  // still ours after the arena is gone
-  EXPECT_EQ(memory[0], 1);
+  // The arena neither freed nor touched the memory: what was written through the block is still there.
+  EXPECT_EQ(memory[1024], 0x5a);
+  EXPECT_EQ(memory[1024 + 4999], 0x5a);
+  EXPECT_EQ(memory[0], 0);
 }
 
 TEST(Arena, AlignsTracksAndReusesSpace) {
