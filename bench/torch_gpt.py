@@ -37,7 +37,7 @@ class GPT(nn.Module):
         self.lnf = nn.LayerNorm(C)
 
     def forward(self, idx, tgt):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.lnf(x) @ self.wte.weight.T

@@ -2,8 +2,9 @@
 # GPU checks in one run (issue 10). Runs every GPU test (each CUDA kernel against its CPU reference, the device
 # tier, NCCL against the host communicator, the GPT on the GPU against the CPU model over 10 Adam steps, the
 # trainer on the GPU against the host-emulated one), then a ~1B-parameter step benchmark on one GPU without
-# offload and a ~1B `memwall train --device cuda` with parameters and optimizer states on NVMe, and prints a
-# summary to paste into docs/performance.md. Meant to finish in under 5 minutes on an H200. Exits non-zero
+# offload beside its PyTorch peer (bench/cuda_gpt_vs_torch.py, the same GPT) and a ~1B `memwall train
+# --device cuda` with parameters and optimizer states on NVMe, and prints a summary to paste into
+# docs/performance.md. Meant to finish in under 5 minutes on an H200. Exits non-zero
 # when a test fails or when no GPU ran them.
 #
 # The GPU machine may have CUDA, cuBLAS and NCCL but not memwall's build dependencies (nlohmann-json, CLI11,
@@ -83,6 +84,23 @@ echo "$bench"
 bench16=$("$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 bf16 2>&1) || true
 echo "$bench16"
 
+echo "== the PyTorch peer (bench/cuda_gpt_vs_torch.py): the same GPT, shapes and steps, fused AdamW"
+torch32=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 fp32 2>&1 | tail -1) || true
+echo "$torch32"
+torch16=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 bf16 2>&1 | tail -1) || true
+echo "$torch16"
+# "memwall X ms, PyTorch Y ms: memwall takes R x PyTorch's time", from the two outputs.
+versus() {  # $1: memwall benchmark output, $2: the peer's JSON line
+  local mw pt
+  mw=$(echo "$1" | awk '/^step /{print $2}')
+  pt=$(echo "$2" | sed -n 's/.*"ms_per_step": \([0-9.]*\).*/\1/p')
+  if [ -n "$mw" ] && [ -n "$pt" ]; then
+    awk -v a="$mw" -v b="$pt" 'BEGIN{printf "memwall %.1f ms, PyTorch %.1f ms per step: memwall takes %.2fx PyTorch'"'"'s time\n", a, b, a / b}'
+  else
+    echo "no ratio (memwall: ${mw:-failed}, PyTorch: ${pt:-failed})"
+  fi
+}
+
 echo "== memwall train --device cuda: ~1B parameters (gpt2-xl with 32 layers, byte vocabulary), parameters"
 echo "   and optimizer states on NVMe, 4 x 1024 tokens per step, 3 steps"
 swap=${MEMWALL_GPU_SWAP:-/tmp/memwall-gpu-swap}
@@ -109,6 +127,8 @@ else
 fi
 echo "$bench" | grep -E "^(GPU|model|batch|step|achieved|device memory)" || true
 echo "$bench16" | grep -E "^(batch|step|achieved)" || true
+echo "vs PyTorch, fp32 (TF32 off): $(versus "$bench" "$torch32")"
+echo "vs PyTorch, bf16 (autocast): $(versus "$bench16" "$torch16")"
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
 grep -E "^(step 3/3|per step|done)" "$BUILD/train.log" || true
 if [ "$train_rc" != 0 ] && [ "$tests_rc" = 0 ]; then tests_rc=4; fi

@@ -96,13 +96,7 @@ struct Zero3Trainer::State {
   // Tiers.
   std::unique_ptr<host::Arena> device, host_mem;
   std::map<int, std::unique_ptr<host::Arena>> pools;  // pool buffer id -> its slots' arena
-  // On a GPU, the pinned pools are page-locked for the device (cudaHostRegister), so copies between them and
-  // the GPU are DMA; undone before the pools go (declared after them, so destroyed first).
-  struct Registered {
-    std::vector<std::pair<void*, std::size_t>> ranges;
-    ~Registered();
-  } registered;
-  std::vector<host::Arena*> arena_of;  // per buffer, while allocated
+  std::vector<host::Arena*> arena_of;                 // per buffer, while allocated
   std::vector<host::Arena::Block> block;
   std::vector<char*> mem;
   std::vector<double> real_bytes;
@@ -115,7 +109,8 @@ struct Zero3Trainer::State {
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
-  std::vector<std::uint16_t> out16;
+  std::unique_ptr<host::Arena> out16_arena;  // page-aligned, so it can be page-locked on a GPU
+  std::uint16_t* out16 = nullptr;
 
   // Compute lane scratch: fp32 copies of an op's parameters. Network lane scratch.
   std::vector<std::vector<float>> work;
@@ -143,6 +138,15 @@ struct Zero3Trainer::State {
 #if MEMWALL_HAVE_NCCL
   std::unique_ptr<comm::NcclComm> nccl;
 #endif
+  // On a GPU, host memory the GPU copies to and from is page-locked (cudaHostRegister), so the copies are
+  // DMA: the pinned pools, the buffers the plan marks pinned (offload_param / offload_optimizer `pin_memory`)
+  // and the CPU optimizer's bf16 staging. Undone before that memory goes (the last member, so destroyed
+  // first).
+  struct Registered {
+    std::vector<std::pair<void*, std::size_t>> ranges;
+    ~Registered();
+  } registered;
+  Status page_lock(void* p, std::size_t bytes, const std::string& what);
   // Whether buffer b's bytes are in GPU memory.
   bool on_device(int b) const {
     return cuda && sched.buffers[static_cast<std::size_t>(b)].tier == Tier::kGpu;
@@ -260,11 +264,23 @@ Status Zero3Trainer::State::alloc(int b) {
   if (buf.tier == Tier::kNvme) return Status::ok();  // the store holds NVMe data (see store_put)
   host::Arena* arena = buf.tier == Tier::kGpu ? device.get() : host_mem.get();
   if (buf.pool >= 0) arena = pools.at(buf.pool).get();
-  auto blk = arena->allocate(static_cast<std::size_t>(bytes), buf.name);
+  // A pinned host buffer of its own on a GPU (not a pool's slot, nor a pool's bookkeeping block): whole
+  // pages, so that page-locking it touches no neighbour.
+  const bool lock = cuda && buf.pinned && buf.persistent && buf.tier == Tier::kCpu && buf.pool < 0 &&
+                    buf.category != MemCategory::kPinnedSwapBuffers;
+  constexpr std::size_t kPage = 4096;
+  const auto n = static_cast<std::size_t>(bytes);
+  auto blk = arena->allocate(lock ? n + 2 * kPage : n, buf.name);
   if (!blk.is_ok()) return blk.status();
   block[static_cast<std::size_t>(b)] = *blk;
   arena_of[static_cast<std::size_t>(b)] = arena;
   mem[static_cast<std::size_t>(b)] = static_cast<char*>(blk->data);
+  if (lock) {
+    const auto at = (reinterpret_cast<std::uintptr_t>(blk->data) + kPage - 1) / kPage * kPage;
+    mem[static_cast<std::size_t>(b)] = reinterpret_cast<char*>(at);
+    MW_RETURN_IF_ERROR(
+        page_lock(mem[static_cast<std::size_t>(b)], (n + kPage - 1) / kPage * kPage, buf.name));
+  }
   if (buf.persistent && buf.role == BufferRole::kOther && (buf.category == MemCategory::kPinnedSwapBuffers) &&
       buf.pool < 0) {
     // A pinned pool: its slots are carved from an arena of the pool's size, scaled by how much larger the
@@ -277,17 +293,24 @@ Status Zero3Trainer::State::alloc(int b) {
     }
     auto& pool = pools[b] = std::make_unique<host::Arena>(
         buf.name, static_cast<std::size_t>(bytes * ratio + (slots + 1) * host::Arena::kAlign));
-#if MEMWALL_HAVE_CUDA
-    if (cuda && pool->capacity() > 0) {
-      MW_RETURN_IF_ERROR(gpu::register_host(pool->base(), pool->capacity()));
-      registered.ranges.emplace_back(pool->base(), pool->capacity());
-    }
-#endif
+    if (cuda && pool->capacity() > 0) MW_RETURN_IF_ERROR(page_lock(pool->base(), pool->capacity(), buf.name));
   }
   // Gradients accumulate from zero.
   if (buf.role == BufferRole::kGrad || buf.role == BufferRole::kGradShard)
     return zero(blk->data, on_device(b), static_cast<std::size_t>(bytes));
   return Status::ok();
+}
+
+Status Zero3Trainer::State::page_lock(void* p, std::size_t bytes, const std::string& what) {
+#if MEMWALL_HAVE_CUDA
+  if (Status s = gpu::register_host(p, bytes); !s.is_ok())
+    return Status(s.code(), "page-locking " + what + " for the GPU: " + s.message());
+  registered.ranges.emplace_back(p, bytes);
+  return Status::ok();
+#else
+  (void)p, (void)bytes;
+  return Status::internal(what + ": page-locking for a GPU in a build without CUDA");
+#endif
 }
 
 void Zero3Trainer::State::release(int b) {
@@ -414,7 +437,7 @@ std::uint16_t* Zero3Trainer::State::updated16(const Task& t, int p) {
     char* slot = ptr(use(t, BufferRole::kOptimizerSwap));
     return reinterpret_cast<std::uint16_t*>(slot + 16 * n) + (pt.local - g.begin);
   }
-  return out16.data() + pt.local;
+  return out16 + pt.local;
 }
 
 Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
@@ -865,7 +888,15 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
     if (b.category == MemCategory::kGrads32) st.grads32 = f;
   }
-  if (st.opt_tier == Tier::kCpu) st.out16.assign(st.total, 0);
+  if (st.opt_tier == Tier::kCpu) {  // zero-filled (mmap)
+    st.out16_arena = std::make_unique<host::Arena>("bf16 staging of updated parameters",
+                                                   (st.total * kB16 + 4095) / 4096 * 4096);
+    auto blk = st.out16_arena->allocate(st.total * kB16, "bf16 staging");
+    if (!blk.is_ok()) return blk.status();
+    st.out16 = static_cast<std::uint16_t*>(blk->data);
+    if (st.cuda)
+      MW_RETURN_IF_ERROR(st.page_lock(st.out16_arena->base(), st.out16_arena->capacity(), "bf16 staging"));
+  }
   // Partitioned initialisation: this rank's elements only (padding stays zero).
   std::vector<float> master(st.total, 0.0f), zeros(st.total, 0.0f);
   const std::size_t r = static_cast<std::size_t>(st.rank);
