@@ -53,6 +53,7 @@ struct TrainOptions {
   std::string device = "cpu";
   int gpu = -1;
   std::string gpu_matmul = "fp32";
+  std::string gpu_collectives = "nccl";
   bool json = false;
 };
 
@@ -164,6 +165,7 @@ int run_train(const TrainOptions& opt) {
   zo.device = use_cuda ? train::ComputeDevice::kCuda : train::ComputeDevice::kCpu;
   zo.gpu = opt.gpu;
   zo.gpu_bf16_matmuls = opt.gpu_matmul == "bf16";
+  zo.gpu_nccl = opt.gpu_collectives == "nccl";
   zo.micro_batch = B;
   zo.seq = seq;
   zo.tiling = run.memwall.tiling_factor;
@@ -223,8 +225,7 @@ int run_train(const TrainOptions& opt) {
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
-        format_bytes(in->hw.gpu.memory_bytes).c_str(),
-        use_cuda ? "a real GPU, CUDA" : (in->hw.gpu.model + ", host-emulated").c_str(),
+        format_bytes(in->hw.gpu.memory_bytes).c_str(), trainer->device_name().c_str(),
         format_bytes(in->hw.cpu.memory_bytes / std::max(1, trainer->schedule().ranks_per_node)).c_str(),
         uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
         trainer->schedule().tasks.size());
@@ -344,6 +345,7 @@ int run_train(const TrainOptions& opt) {
         {"model", in->model.name},
         {"params", trainer->model_elements()},
         {"ranks", R},
+        {"device", trainer->device_name()},
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
         {"bytes_per_step", per_step_bytes},
@@ -470,6 +472,12 @@ void register_train(CLI::App& app, int& exit_code) {
          "With --device cuda: GEMM operands in fp32 (the CPU's arithmetic) or bf16 (fp32 accumulation, "
          "tensor cores)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--gpu-collectives", opt->gpu_collectives,
+         "With --device cuda on several ranks: nccl (on the GPUs) or host (MPI on host copies of the "
+         "device buffers: slower, for machines where NCCL does not work)")
+      ->check(CLI::IsMember({"nccl", "host"}))
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });

@@ -41,6 +41,7 @@ class Arena {
   // Returns a block from allocate; anything else is a bug (MW_CHECK).
   void release(const Block& block);
 
+  const std::string& name() const { return name_; }
   std::size_t capacity() const { return capacity_; }
   void* base() const { return base_; }  // the first byte of the range blocks come from
   std::size_t used() const;

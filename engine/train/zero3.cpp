@@ -709,6 +709,11 @@ const ModelGraph& Zero3Trainer::graph() const {
 const Schedule& Zero3Trainer::schedule() const {
   return st_->sched;
 }
+std::string Zero3Trainer::device_name() const {
+  if (st_->cuda) return st_->device->name() + ", CUDA";
+  return o_.hw.gpu.model + ", host-emulated";
+}
+
 const StepStats& Zero3Trainer::last_step() const {
   return st_->stats;
 }
@@ -954,7 +959,7 @@ Status Zero3Trainer::open_gpu() {
   st.device = std::make_unique<host::Arena>(
       "GPU " + std::to_string(ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
 #if MEMWALL_HAVE_NCCL
-  if (st.R > 1) {
+  if (st.R > 1 && o_.gpu_nccl) {
     auto nc = comm::NcclComm::create(*comm_);
     if (!nc.is_ok()) return nc.status();
     st.nccl = std::move(nc).value();

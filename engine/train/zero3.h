@@ -63,6 +63,9 @@ struct Zero3Options {
   // kCuda: GEMMs on bf16 operands with fp32 accumulation (tensor-core rate) instead of fp32 (the CPU's
   // arithmetic, the default).
   bool gpu_bf16_matmuls = false;
+  // kCuda with more than one rank: collectives on NCCL (when built in) or, when false, through the host
+  // communicator (MPI) on host copies of the device buffers: slower, for machines where NCCL does not work.
+  bool gpu_nccl = true;
 };
 
 // What one step did, measured.
@@ -95,6 +98,8 @@ class Zero3Trainer {
   const ModelGraph& graph() const;
   const Schedule& schedule() const;
   const StepStats& last_step() const;
+  // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".
+  std::string device_name() const;
   const RunConfig& run() const { return o_.run; }  // as planned (after create()'s normalisation)
 
   std::size_t shard_elements() const;  // this rank's elements (with padding)

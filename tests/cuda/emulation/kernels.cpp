@@ -1,0 +1,284 @@
+// kernels/cuda's interface on the emulated GPU (see emulation.h): each "kernel" checks that its pointer
+// arguments are device memory of the right size, then queues the kernels/cpu operator on the stream.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "cpu/adam.h"
+#include "cpu/cast.h"
+#include "cpu/gpt_ops.h"
+#include "cuda/adam.h"
+#include "cuda/cast.h"
+#include "cuda/emulation/emulation.h"
+#include "cuda/gpt_ops.h"
+
+namespace memwall::kernels::cuda {
+
+namespace {
+
+namespace emu = memwall::emulated_gpu;
+
+struct Arg {
+  const void* p;
+  std::size_t bytes;
+  const char* what;
+};
+
+// 0 when every non-null argument is device memory of its size.
+int device_args(const char* kernel, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) {
+    if (a.p == nullptr) continue;
+    std::string what = std::string(kernel) + " " + a.what;
+    if (int e = emu::check_device(a.p, a.bytes, what.c_str()); e != 0) return e;
+  }
+  return 0;
+}
+
+std::size_t f32(std::size_t n) {
+  return n * sizeof(float);
+}
+std::size_t f32(int a, int b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b) * sizeof(float);
+}
+std::size_t b16(int a, int b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b) * 2;
+}
+
+}  // namespace
+
+Blas* Blas::create(int& status) {
+  status = 0;
+  Blas* b = new Blas();
+  b->handle_ = b;  // a non-null handle; nothing behind it
+  return b;
+}
+
+Blas::~Blas() = default;
+
+int Blas::set_stream(void*) {
+  return 0;
+}
+
+const char* error_string(int status) {
+  return cudaGetErrorString(static_cast<cudaError_t>(status));
+}
+
+int matmul_forward(Blas&, float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                   int OC, void* stream) {
+  if (int e = device_args("matmul_forward", {{out, f32(N, OC), "out"},
+                                             {inp, f32(N, IC), "inp"},
+                                             {weight, f32(OC, IC), "weight"},
+                                             {bias, f32(1, OC), "bias"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::matmul_forward(out, inp, weight, bias, N, IC, OC); });
+}
+
+int matmul_forward_bf16(Blas&, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
+                        const float* bias, int N, int IC, int OC, void* stream) {
+  if (int e = device_args("matmul_forward_bf16", {{out, f32(N, OC), "out"},
+                                                  {inp, b16(N, IC), "inp"},
+                                                  {weight, b16(OC, IC), "weight"},
+                                                  {bias, f32(1, OC), "bias"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::matmul_forward_bf16(out, inp, weight, bias, N, IC, OC); });
+}
+
+int matmul_backward(Blas&, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, int N, int IC, int OC, void* stream) {
+  if (int e = device_args("matmul_backward", {{dinp, f32(N, IC), "dinp"},
+                                              {dweight, f32(OC, IC), "dweight"},
+                                              {dbias, f32(1, OC), "dbias"},
+                                              {dout, f32(N, OC), "dout"},
+                                              {inp, f32(N, IC), "inp"},
+                                              {weight, f32(OC, IC), "weight"}}))
+    return e;
+  return emu::enqueue(stream,
+                      [=] { kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
+}
+
+int matmul_backward_bf16(Blas&, float* dinp, float* dweight, float* dbias, const float* dout,
+                         const std::uint16_t* dout16, const std::uint16_t* inp16,
+                         const std::uint16_t* weight16, int N, int IC, int OC, void* stream) {
+  if (int e = device_args("matmul_backward_bf16", {{dinp, f32(N, IC), "dinp"},
+                                                   {dweight, f32(OC, IC), "dweight"},
+                                                   {dbias, f32(1, OC), "dbias"},
+                                                   {dout, f32(N, OC), "dout"},
+                                                   {dout16, b16(N, OC), "dout16"},
+                                                   {inp16, b16(N, IC), "inp16"},
+                                                   {weight16, b16(OC, IC), "weight16"}}))
+    return e;
+  return emu::enqueue(stream, [=] {
+    kernels::matmul_backward_bf16(dinp, dweight, dbias, dout, dout16, inp16, weight16, N, IC, OC);
+  });
+}
+
+int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, void* stream) {
+  if (int e = device_args("layernorm_forward", {{out, f32(N, C), "out"},
+                                                {mean, f32(1, N), "mean"},
+                                                {rstd, f32(1, N), "rstd"},
+                                                {inp, f32(N, C), "inp"},
+                                                {weight, f32(1, C), "weight"},
+                                                {bias, f32(1, C), "bias"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+}
+
+int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, const float* mean, const float* rstd, int N, int C,
+                       void* stream) {
+  if (int e = device_args("layernorm_backward", {{dinp, f32(N, C), "dinp"},
+                                                 {dweight, f32(1, C), "dweight"},
+                                                 {dbias, f32(1, C), "dbias"},
+                                                 {dout, f32(N, C), "dout"},
+                                                 {inp, f32(N, C), "inp"},
+                                                 {weight, f32(1, C), "weight"},
+                                                 {mean, f32(1, N), "mean"},
+                                                 {rstd, f32(1, N), "rstd"}}))
+    return e;
+  return emu::enqueue(stream, [=] {
+    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  });
+}
+
+int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (int e = device_args("gelu_forward", {{out, f32(n), "out"}, {inp, f32(n), "inp"}})) return e;
+  return emu::enqueue(stream, [=] { kernels::gelu_forward(out, inp, n); });
+}
+
+int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (int e = device_args("gelu_backward",
+                          {{dinp, f32(n), "dinp"}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::gelu_backward(dinp, inp, dout, n); });
+}
+
+// The real kernels' scratch sizes (kernels/cuda/gpt_ops.cu), so the model's allocations are checked.
+std::size_t attention_forward_scratch(int B, int T, int C) {
+  return 4 * static_cast<std::size_t>(B) * T * C;
+}
+
+std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
+  return 7 * static_cast<std::size_t>(B) * T * C + static_cast<std::size_t>(B) * NH * T * T;
+}
+
+int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                      float* scratch, void* stream) {
+  const int N = B * T;
+  if (int e =
+          device_args("attention_forward", {{out, f32(N, C), "out"},
+                                            {att, f32(B * NH, T * T), "att"},
+                                            {qkv, f32(N, 3 * C), "qkv"},
+                                            {scratch, f32(attention_forward_scratch(B, T, C)), "scratch"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH); });
+}
+
+int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                       int T, int C, int NH, float* scratch, void* stream) {
+  const int N = B * T;
+  if (int e = device_args("attention_backward",
+                          {{dqkv, f32(N, 3 * C), "dqkv"},
+                           {dout, f32(N, C), "dout"},
+                           {qkv, f32(N, 3 * C), "qkv"},
+                           {att, f32(B * NH, T * T), "att"},
+                           {scratch, f32(attention_backward_scratch(B, T, C, NH)), "scratch"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH); });
+}
+
+int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                      void* stream) {
+  if (int e = device_args("embedding_forward", {{out, f32(B * T, C), "out"},
+                                                {tokens, f32(B, T), "tokens"},
+                                                {wte, f32(1, C), "wte"},
+                                                {wpe, f32(T, C), "wpe"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::embedding_forward(out, tokens, wte, wpe, B, T, C); });
+}
+
+int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                       void* stream) {
+  if (int e = device_args("embedding_backward", {{dwte, f32(1, C), "dwte"},
+                                                 {dwpe, f32(T, C), "dwpe"},
+                                                 {dout, f32(B * T, C), "dout"},
+                                                 {tokens, f32(B, T), "tokens"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+}
+
+int crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets, int N, int V,
+                         void* stream) {
+  if (int e = device_args("crossentropy_forward", {{probs, f32(N, V), "probs"},
+                                                   {losses, f32(1, N), "losses"},
+                                                   {logits, f32(N, V), "logits"},
+                                                   {targets, f32(1, N), "targets"}}))
+    return e;
+  return emu::enqueue(stream, [=] {
+    kernels::crossentropy_forward(probs, logits, targets, N, V);
+    for (int r = 0; r < N; ++r)
+      losses[r] = -std::log(probs[static_cast<std::size_t>(r) * static_cast<std::size_t>(V) +
+                                  static_cast<std::size_t>(targets[r])]);
+  });
+}
+
+int crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V,
+                          void* stream) {
+  if (int e = device_args(
+          "crossentropy_backward",
+          {{dlogits, f32(N, V), "dlogits"}, {probs, f32(N, V), "probs"}, {targets, f32(1, N), "targets"}}))
+    return e;
+  return emu::enqueue(stream, [=] { kernels::crossentropy_backward(dlogits, probs, targets, N, V); });
+}
+
+int accumulate(float* out, const float* in, std::size_t n, void* stream) {
+  if (int e = device_args("accumulate", {{out, f32(n), "out"}, {in, f32(n), "in"}})) return e;
+  return emu::enqueue(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i) out[i] += in[i];
+  });
+}
+
+int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int rows, int cols, float scale,
+                       void* stream) {
+  if (rows == 0 || cols == 0) return 0;
+  const std::size_t out_n =
+      static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld_out) + static_cast<std::size_t>(cols);
+  const std::size_t in_n =
+      static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld_in) + static_cast<std::size_t>(cols);
+  if (int e = device_args("accumulate_strided", {{out, f32(out_n), "out"}, {in, f32(in_n), "in"}})) return e;
+  return emu::enqueue(stream, [=] {
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+      for (std::size_t c = 0; c < static_cast<std::size_t>(cols); ++c)
+        out[r * static_cast<std::size_t>(ld_out) + c] += scale * in[r * static_cast<std::size_t>(ld_in) + c];
+    }
+  });
+}
+
+int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
+  if (int e = device_args("adam_step", {{a.params, f32(a.n), "params"},
+                                        {a.exp_avg, f32(a.n), "exp_avg"},
+                                        {a.exp_avg_sq, f32(a.n), "exp_avg_sq"},
+                                        {a.grads, f32(a.n), "grads"},
+                                        {a.params_bf16, a.n * 2, "params_bf16"}}))
+    return e;
+  AdamArrays c = fp32_arrays(a.params, a.exp_avg, a.exp_avg_sq, a.grads, a.n);
+  c.params_out = a.params_bf16;
+  c.out_type = DType::kBF16;
+  const detail::AdamConsts k = detail::adam_consts(h);
+  return emu::enqueue(stream, [=] { detail::adam_range_scalar(c, k, 0, c.n); });
+}
+
+int cast_f32_to_bf16(const float* in, void* out, std::size_t n, void* stream) {
+  if (int e = device_args("cast_f32_to_bf16", {{in, f32(n), "in"}, {out, n * 2, "out"}})) return e;
+  return emu::enqueue(stream, [=] { kernels::cast_f32_to_bf16(in, static_cast<std::uint16_t*>(out), n); });
+}
+
+int cast_bf16_to_f32(const void* in, float* out, std::size_t n, void* stream) {
+  if (int e = device_args("cast_bf16_to_f32", {{in, n * 2, "in"}, {out, f32(n), "out"}})) return e;
+  return emu::enqueue(stream,
+                      [=] { kernels::cast_bf16_to_f32(static_cast<const std::uint16_t*>(in), out, n); });
+}
+
+}  // namespace memwall::kernels::cuda
