@@ -54,6 +54,7 @@ struct TrainOptions {
   int gpu = -1;
   std::string gpu_matmul = "fp32";
   std::string gpu_collectives = "nccl";
+  bool gpu_sync = false;
   bool json = false;
 };
 
@@ -166,6 +167,7 @@ int run_train(const TrainOptions& opt) {
   zo.gpu = opt.gpu;
   zo.gpu_bf16_matmuls = opt.gpu_matmul == "bf16";
   zo.gpu_nccl = opt.gpu_collectives == "nccl";
+  zo.gpu_async = !opt.gpu_sync;
   zo.micro_batch = B;
   zo.seq = seq;
   zo.tiling = run.memwall.tiling_factor;
@@ -479,6 +481,9 @@ void register_train(CLI::App& app, int& exit_code) {
          "device buffers: slower, for machines where NCCL does not work)")
       ->check(CLI::IsMember({"nccl", "host"}))
       ->capture_default_str();
+  cmd->add_flag("--gpu-sync", opt->gpu_sync,
+                "With --device cuda: wait for each task's GPU work before its lane moves on (debugging; by "
+                "default CUDA events order the streams and the lanes run ahead)");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
 }

@@ -55,10 +55,19 @@ Status Stream::synchronize() const {
 
 // ---- Event ----
 
-Result<Event> Event::create() {
+Result<Event> Event::create(bool timing) {
   cudaEvent_t e = nullptr;
-  MW_RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  MW_RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags"));
   return Event(e);
+}
+
+Result<double> Event::elapsed_ms(const Event& from, const Event& to) {
+  float ms = 0;
+  MW_RETURN_IF_ERROR(
+      check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.e_), static_cast<cudaEvent_t>(to.e_)),
+            "cudaEventElapsedTime"));
+  return static_cast<double>(ms);
 }
 
 Event::~Event() {

@@ -45,7 +45,7 @@ class Stream {
 // A completion marker: record() on the stream that produces, wait() on the stream that consumes.
 class Event {
  public:
-  static Result<Event> create();  // timing disabled (cheapest)
+  static Result<Event> create(bool timing = false);  // without timing: the cheapest to wait on
   Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
   Event& operator=(Event&&) = delete;
   ~Event();
@@ -53,6 +53,8 @@ class Event {
   Status wait(const Stream& on) const;  // `on` waits for the last record(), without blocking the host
   Status synchronize() const;           // the host waits
   bool done() const;
+  // Milliseconds between two completed records of timing events (on any streams of one device).
+  static Result<double> elapsed_ms(const Event& from, const Event& to);
 
  private:
   explicit Event(void* e) : e_(e) {}

@@ -70,6 +70,15 @@ std::string store_key(const char* kind, std::size_t index) {
   return std::string(kind) + "." + std::to_string(index);
 }
 
+// The task a lane thread is running, with asynchronous GPU completion (see State::deps_on_stream).
+struct GpuTask {
+  const Task* task = nullptr;
+  bool host_waited = false;         // the host has waited for the dependencies' GPU work
+  std::vector<const void*> waited;  // streams made to wait for it
+  const void* recorded = nullptr;   // the stream the task's end event was last recorded on
+};
+thread_local GpuTask* tl_gpu_task = nullptr;
+
 }  // namespace
 
 struct Zero3Trainer::State {
@@ -138,6 +147,22 @@ struct Zero3Trainer::State {
 #if MEMWALL_HAVE_NCCL
   std::unique_ptr<comm::NcclComm> nccl;
 #endif
+  // Asynchronous completion on the GPU (Zero3Options::gpu_async): a task whose work goes to a stream ends by
+  // recording its end event instead of waiting for the stream, and its lane moves on. A task after it waits
+  // for that event on its own stream (cudaStreamWaitEvent: no host wait) or, when its work is host-side
+  // (NVMe, the CPU optimizer, host copies, alloc/free), on the host; a task that does no GPU work waits on
+  // the host too, so that its completion still means everything before it is done. The events also time the
+  // tasks: the trace shows when the GPU ran them, not when they were queued.
+  bool gpu_async = false;
+#if MEMWALL_HAVE_CUDA
+  std::vector<std::unique_ptr<gpu::Event>> ev_start, ev_end;  // per task
+  std::vector<char> pending;                                  // per task: end recorded in this run
+  std::unique_ptr<gpu::Event> ev_origin;                      // time zero of a run on the GPU ...
+  double origin_s = 0;                                        // ... and on the host clock
+  Status deps_on_host();
+  Status deps_on_stream(const gpu::Stream& s);
+  Status done_on(const gpu::Stream& s);
+#endif
   // On a GPU, host memory the GPU copies to and from is page-locked (cudaHostRegister), so the copies are
   // DMA: the pinned pools, the buffers the plan marks pinned (offload_param / offload_optimizer `pin_memory`)
   // and the CPU optimizer's bf16 staging. Undone before that memory goes (the last member, so destroyed
@@ -151,9 +176,10 @@ struct Zero3Trainer::State {
   bool on_device(int b) const {
     return cuda && sched.buffers[static_cast<std::size_t>(b)].tier == Tier::kGpu;
   }
-  // memcpy between any two places, host or device (a GPU copy on the stream of its direction, waited for).
-  Status move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes);
-  Status zero(void* p, bool dev, std::size_t bytes);
+  // memcpy between any two places, host or device: a GPU copy on the stream of its direction, waited for
+  // unless `last` (the task's final work, completed asynchronously when that is on).
+  Status move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes, bool last = false);
+  Status zero(void* p, bool dev, std::size_t bytes, bool last = false);  // `last` as for move()
   Status compute_cuda(const Task& t);
   Status collective_cuda(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
 
@@ -193,6 +219,8 @@ struct Zero3Trainer::State {
   Status nvme_read(const Task& t, double& moved_bytes);
   Status nvme_write(const Task& t, double& moved_bytes);
   Status collective(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
+  // Any task: bind() or collective(), with the bookkeeping of asynchronous GPU completion around it.
+  Status run_task(const Task& t, int step_no, const std::string& at, comm::Communicator& comm);
   Status optimizer(const Task& t);
   // Where an updated bf16 parameter goes from the optimizer: straight into its shard when that lives next to
   // the states, else a staging area the following copy or NVMe write takes it from.
@@ -297,7 +325,7 @@ Status Zero3Trainer::State::alloc(int b) {
   }
   // Gradients accumulate from zero.
   if (buf.role == BufferRole::kGrad || buf.role == BufferRole::kGradShard)
-    return zero(blk->data, on_device(b), static_cast<std::size_t>(bytes));
+    return zero(blk->data, on_device(b), static_cast<std::size_t>(bytes), true);
   return Status::ok();
 }
 
@@ -329,32 +357,89 @@ double Zero3Trainer::State::tier_peak(Tier t) const {
   return nvme_peak;
 }
 
-Status Zero3Trainer::State::move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes) {
+Status Zero3Trainer::State::move(void* dst, bool dst_dev, const void* src, bool src_dev, std::size_t bytes,
+                                 bool last) {
   if (!dst_dev && !src_dev) {
+#if MEMWALL_HAVE_CUDA
+    MW_RETURN_IF_ERROR(deps_on_host());
+#endif
     std::memcpy(dst, src, bytes);
     return Status::ok();
   }
 #if MEMWALL_HAVE_CUDA
   const gpu::Stream& s = dst_dev && !src_dev ? gpu->h2d() : (!dst_dev ? gpu->d2h() : gpu->compute());
+  MW_RETURN_IF_ERROR(deps_on_stream(s));
   const cudaError_t rc =
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s.get()));
   if (rc != cudaSuccess) return Status::internal(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(rc));
-  return s.synchronize();
+  return last ? done_on(s) : s.synchronize();
 #else
+  (void)last;
   return Status::internal("device memory in a build without CUDA");
 #endif
 }
 
-Status Zero3Trainer::State::zero(void* p, bool dev, std::size_t bytes) {
+#if MEMWALL_HAVE_CUDA
+// Before a task's host-side work: the host waits for its dependencies' GPU work.
+Status Zero3Trainer::State::deps_on_host() {
+  GpuTask* c = tl_gpu_task;
+  if (c == nullptr || c->host_waited) return Status::ok();
+  for (const int d : c->task->deps) {
+    if (pending[static_cast<std::size_t>(d)] != 0)
+      MW_RETURN_IF_ERROR(ev_end[static_cast<std::size_t>(d)]->synchronize());
+  }
+  c->host_waited = true;
+  return Status::ok();
+}
+
+// Before a task's work on stream `s`: the stream waits for the dependencies' GPU work (once per stream);
+// the first time, the task's start is recorded.
+Status Zero3Trainer::State::deps_on_stream(const gpu::Stream& s) {
+  GpuTask* c = tl_gpu_task;
+  if (c == nullptr) return Status::ok();
+  for (const void* w : c->waited) {
+    if (w == s.get()) return Status::ok();
+  }
+  if (!c->host_waited) {
+    for (const int d : c->task->deps) {
+      if (pending[static_cast<std::size_t>(d)] != 0)
+        MW_RETURN_IF_ERROR(ev_end[static_cast<std::size_t>(d)]->wait(s));
+    }
+  }
+  if (c->waited.empty()) MW_RETURN_IF_ERROR(ev_start[static_cast<std::size_t>(c->task->id)]->record(s));
+  c->waited.push_back(s.get());
+  return Status::ok();
+}
+
+// The end of a task's work on `s`: with asynchronous completion, its end event (joining an earlier stream's
+// record, if the task used two); else the stream drained.
+Status Zero3Trainer::State::done_on(const gpu::Stream& s) {
+  GpuTask* c = tl_gpu_task;
+  if (c == nullptr) return s.synchronize();
+  const auto id = static_cast<std::size_t>(c->task->id);
+  if (std::find(c->waited.begin(), c->waited.end(), s.get()) == c->waited.end())
+    return Status::internal(c->task->name +
+                            ": GPU work on a stream that did not wait for the task's dependencies");
+  if (c->recorded != nullptr && c->recorded != s.get()) MW_RETURN_IF_ERROR(ev_end[id]->wait(s));
+  MW_RETURN_IF_ERROR(ev_end[id]->record(s));
+  c->recorded = s.get();
+  pending[id] = 1;
+  return Status::ok();
+}
+#endif
+
+Status Zero3Trainer::State::zero(void* p, bool dev, std::size_t bytes, bool last) {
   if (!dev) {
     std::memset(p, 0, bytes);
     return Status::ok();
   }
 #if MEMWALL_HAVE_CUDA
+  MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
   const cudaError_t rc = cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(gpu->compute().get()));
   if (rc != cudaSuccess) return Status::internal(std::string("cudaMemsetAsync: ") + cudaGetErrorString(rc));
-  return gpu->compute().synchronize();
+  return last ? done_on(gpu->compute()) : gpu->compute().synchronize();
 #else
+  (void)last;
   return Status::internal("device memory in a build without CUDA");
 #endif
 }
@@ -368,6 +453,7 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
   std::vector<float*> gp;
   std::size_t off = 0;
   void* stream = gpu->compute().get();
+  MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
   for (const int p : op.params) {
     const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
     if (b < 0 || !on_device(b))
@@ -388,7 +474,7 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
   }
   MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data())
                                                  : cmodel->forward_op(t.op, pp.data()));
-  return gpu->compute().synchronize();
+  return done_on(gpu->compute());
 #else
   (void)t;
   return Status::internal("GPU compute in a build without CUDA");
@@ -447,21 +533,21 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
       const int dst = use(t, BufferRole::kStaged);
       const int src = t.uses[0] == dst ? t.uses[1] : t.uses[0];
       moved_bytes = static_cast<double>(pt.shard * kB16);
-      return move(ptr(dst), on_device(dst), ptr(src), on_device(src), pt.shard * kB16);
+      return move(ptr(dst), on_device(dst), ptr(src), on_device(src), pt.shard * kB16, true);
     }
     // A gradient shard off the device: into the fp32 gradients (CPU states) or an NVMe swap-out slot.
     const int src = t.uses[0];
     const int slot = use(t, BufferRole::kGradSwapOut);
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
     moved_bytes = static_cast<double>(pt.shard * 4);
-    return move(dst, slot >= 0 ? on_device(slot) : false, ptr(src), on_device(src), pt.shard * 4);
+    return move(dst, slot >= 0 ? on_device(slot) : false, ptr(src), on_device(src), pt.shard * 4, true);
   }
   if (t.subgroup >= 0 && t.dst == Tier::kGpu) {  // updated bf16 parameters back to their device shards
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
     for (std::size_t p = g.first; p < g.last; ++p) {
       if (home[p] != Tier::kGpu) continue;
       MW_RETURN_IF_ERROR(move(ptr(shard_buf[p]), on_device(shard_buf[p]), updated16(t, static_cast<int>(p)),
-                              cuda && opt_tier == Tier::kGpu, parts[p].shard * kB16));
+                              cuda && opt_tier == Tier::kGpu, parts[p].shard * kB16, true));
       moved_bytes += static_cast<double>(parts[p].shard * kB16);
     }
     return Status::ok();
@@ -533,15 +619,17 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
     moved_bytes = static_cast<double>(pt.shard * kB16 * R_);
 #if MEMWALL_HAVE_NCCL
     if (nccl) {
+      MW_RETURN_IF_ERROR(deps_on_stream(s));
       MW_RETURN_IF_ERROR(nccl->all_gather(ptr(src), ptr(dst), pt.shard * kB16, s.get()));
-      return s.synchronize();
+      return done_on(s);
     }
 #endif
     if (R == 1 && on_device(src) && on_device(dst)) {  // one shard: a device copy on the collective stream
+      MW_RETURN_IF_ERROR(deps_on_stream(s));
       const cudaError_t rc = cudaMemcpyAsync(ptr(dst), ptr(src), pt.shard * kB16, cudaMemcpyDeviceToDevice,
                                              static_cast<cudaStream_t>(s.get()));
       if (rc != cudaSuccess) return Status::internal(t.name + ": " + cudaGetErrorString(rc));
-      return s.synchronize();
+      return done_on(s);
     }
     // Without NCCL: through host memory and the host communicator.
     std::vector<std::uint16_t> shard(pt.shard), full(pt.shard * R_);
@@ -560,6 +648,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
     }
 #if MEMWALL_HAVE_NCCL
     if (nccl && !done) {
+      MW_RETURN_IF_ERROR(deps_on_stream(s));
       MW_RETURN_IF_ERROR(
           nccl->reduce_scatter_sum(reinterpret_cast<const float*>(ptr(src)), reduced_dev, pt.shard, s.get()));
       done = true;
@@ -570,14 +659,17 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
       reduced.resize(pt.shard);
       MW_RETURN_IF_ERROR(move(full.data(), false, ptr(src), on_device(src), full.size() * 4));
       MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(full.data(), reduced.data(), pt.shard, at + t.name));
+      // The collective stream may still be summing the previous reduce-scatter out of reduced_dev.
+      MW_RETURN_IF_ERROR(s.synchronize());
       MW_RETURN_IF_ERROR(move(reduced_dev, true, reduced.data(), false, pt.shard * 4));
     }
     // Accumulated and averaged over the ranks, as on the CPU.
+    MW_RETURN_IF_ERROR(deps_on_stream(s));
     const int rc =
         kernels::cuda::accumulate_strided(reinterpret_cast<float*>(ptr(dst)), 0, summed, 0, 1,
                                           static_cast<int>(pt.shard), 1.0f / static_cast<float>(R), s.get());
     if (rc != 0) return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
-    return s.synchronize();
+    return done_on(s);
   }
   return Status::internal(t.name + ": memwall train has no binding for a " + collective_name(t.collective));
 #else
@@ -589,10 +681,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
 Status Zero3Trainer::State::collective(const Task& t, const std::string& at, comm::Communicator& comm,
                                        double& moved_bytes) {
 #if MEMWALL_HAVE_CUDA
-  if (cuda) {
-    cudaSetDevice(gpu->info().ordinal);  // lanes are threads; the current device is per thread
-    return collective_cuda(t, at, comm, moved_bytes);
-  }
+  if (cuda) return collective_cuda(t, at, comm, moved_bytes);
 #endif
   const Part& pt = part(t.param);
   if (t.collective == CollectiveKind::kAllGather) {
@@ -641,6 +730,7 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     a.out_type = kernels::DType::kBF16;
 #if MEMWALL_HAVE_CUDA
     if (cuda && opt_tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
+      MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
       kernels::cuda::AdamDeviceArrays d{a.params,
                                         a.exp_avg,
                                         a.exp_avg_sq,
@@ -655,15 +745,45 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     kernels::adam_step(a, adam_hyper, adam_threads);
   }
 #if MEMWALL_HAVE_CUDA
-  if (cuda && opt_tier == Tier::kGpu) return gpu->compute().synchronize();
+  if (cuda && opt_tier == Tier::kGpu) return done_on(gpu->compute());
 #endif
   return Status::ok();
 }
 
-Status Zero3Trainer::State::bind(const Task& t, int step_no) {
+Status Zero3Trainer::State::run_task(const Task& t, int step_no, const std::string& at,
+                                     comm::Communicator& comm) {
 #if MEMWALL_HAVE_CUDA
   if (cuda) cudaSetDevice(gpu->info().ordinal);  // lanes are threads; the current device is per thread
+  GpuTask task;
+  task.task = &t;
+  struct Scope {
+    explicit Scope(GpuTask* c) { tl_gpu_task = c; }
+    ~Scope() { tl_gpu_task = nullptr; }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  } scope(cuda && gpu_async ? &task : nullptr);
+  // Work that is host-side whatever the buffers: the host waits for what it follows first.
+  const bool host_side = t.kind == TaskKind::kAlloc || t.kind == TaskKind::kFree ||
+                         t.kind == TaskKind::kNvmeRead || t.kind == TaskKind::kNvmeWrite ||
+                         (t.kind == TaskKind::kOptimizerStep && opt_tier != Tier::kGpu);
+  if (host_side) MW_RETURN_IF_ERROR(deps_on_host());
 #endif
+  Status st = Status::ok();
+  if (t.kind == TaskKind::kCollective) {
+    double bytes = 0;
+    st = collective(t, at, comm, bytes);
+    moved[static_cast<std::size_t>(t.id)] = bytes;
+  } else {
+    st = bind(t, step_no);
+  }
+#if MEMWALL_HAVE_CUDA
+  // A task that queued no GPU work is complete only once what it follows is.
+  if (st.is_ok() && task.recorded == nullptr) st = deps_on_host();
+#endif
+  return st;
+}
+
+Status Zero3Trainer::State::bind(const Task& t, int step_no) {
   double bytes = 0;
   const std::string at = step_no > 0 ? "step " + std::to_string(step_no) + " " : "eval ";
   Status st = Status::ok();
@@ -785,6 +905,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.adam_threads = o.threads;
   st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling);
   st.cuda = o.device == ComputeDevice::kCuda;
+  st.gpu_async = st.cuda && o.gpu_async;
   if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
   auto sched = plan_iteration(model::gpt_model_spec(c), run, o.hw);
   if (!sched.is_ok()) {
@@ -958,6 +1079,23 @@ Status Zero3Trainer::open_gpu() {
   st.tier_block = *blk;
   st.device = std::make_unique<host::Arena>(
       "GPU " + std::to_string(ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
+  // Per task: timing events for asynchronous completion.
+  if (st.gpu_async) {
+    const std::size_t n = st.sched.tasks.size();
+    st.pending.assign(n, 0);
+    st.ev_start.resize(n);
+    st.ev_end.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (auto* v : {&st.ev_start, &st.ev_end}) {
+        auto e = gpu::Event::create(true);
+        if (!e.is_ok()) return e.status();
+        (*v)[i] = std::make_unique<gpu::Event>(std::move(e).value());
+      }
+    }
+    auto e = gpu::Event::create(true);
+    if (!e.is_ok()) return e.status();
+    st.ev_origin = std::make_unique<gpu::Event>(std::move(e).value());
+  }
 #if MEMWALL_HAVE_NCCL
   if (st.R > 1 && o_.gpu_nccl) {
     auto nc = comm::NcclComm::create(*comm_);
@@ -1069,18 +1207,41 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   const int step_no = train ? static_cast<int>(step_ + 1) : 0;
   const std::string at = train ? "step " + std::to_string(step_no) + " " : "eval ";
   comm::Communicator& comm = *comm_;
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda && st.gpu_async) {  // time zero of the GPU's clock for this run
+    MW_RETURN_IF_ERROR(st.gpu->synchronize());
+    MW_RETURN_IF_ERROR(st.ev_origin->record(st.gpu->compute()));
+    MW_RETURN_IF_ERROR(st.ev_origin->synchronize());
+    st.origin_s = st.now();
+    std::fill(st.pending.begin(), st.pending.end(), 0);
+  }
+#endif
   exec::LaneExecutor ex(
       s, include,
-      [&st, &comm, step_no, at](const Task& t) -> Status {
-        if (t.kind != TaskKind::kCollective) return st.bind(t, step_no);
-        double bytes = 0;
-        MW_RETURN_IF_ERROR(st.collective(t, at, comm, bytes));
-        st.moved[static_cast<std::size_t>(t.id)] = bytes;
-        return Status::ok();
-      },
+      [&st, &comm, step_no, at](const Task& t) -> Status { return st.run_task(t, step_no, at, comm); },
       st.t0);
   const double t_start = st.now();
   auto run = run_schedule(s, ex);
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda) {
+    // Everything queued has run (also after a failure: no buffer may go while the GPU uses it); the GPU's
+    // own times replace the queueing times of the tasks it ran.
+    const Status drained = st.gpu->synchronize();
+    if (run.is_ok() && !drained.is_ok()) return drained;
+    if (run.is_ok() && st.gpu_async) {
+      for (const Task& t : s.tasks) {
+        const auto id = static_cast<std::size_t>(t.id);
+        if (st.pending[id] == 0) continue;
+        auto a = gpu::Event::elapsed_ms(*st.ev_origin, *st.ev_start[id]);
+        auto b = gpu::Event::elapsed_ms(*st.ev_origin, *st.ev_end[id]);
+        if (!a.is_ok()) return a.status();
+        if (!b.is_ok()) return b.status();
+        run->timing[id].start_s = st.origin_s + *a / 1e3;
+        run->timing[id].end_s = st.origin_s + *b / 1e3;
+      }
+    }
+  }
+#endif
   const double t_end = st.now();
   if (!run.is_ok()) return run.status();
   // Buffers a forward-only run left allocated (kept for backward) go back.

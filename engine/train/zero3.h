@@ -66,6 +66,9 @@ struct Zero3Options {
   // kCuda with more than one rank: collectives on NCCL (when built in) or, when false, through the host
   // communicator (MPI) on host copies of the device buffers: slower, for machines where NCCL does not work.
   bool gpu_nccl = true;
+  // kCuda: a task's GPU work completes asynchronously (CUDA events order the streams, the lanes run ahead);
+  // false: each task waits for its stream before its lane moves on (simpler to debug, slower).
+  bool gpu_async = true;
 };
 
 // What one step did, measured.

@@ -30,6 +30,7 @@ run() {  # $1: output name, then extra arguments
 }
 run cpu --steps 6 --device cpu
 run cuda --steps 6 --device cuda --trace "$work/trace.json"
+run cudasync --steps 6 --device cuda --gpu-sync
 run bf16 --steps 6 --device cuda --gpu-matmul bf16
 run first --steps 3 --device cuda --checkpoint-dir "$work/ckpt"
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
@@ -55,7 +56,7 @@ work = sys.argv[1]
 def losses(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["loss"] for r in map(json.loads, f) if "step" in r}
-cpu, cuda, bf16, first, resumed = (losses(n) for n in ("cpu", "cuda", "bf16", "first", "resumed"))
+cpu, cuda, cudasync, bf16, first, resumed = (losses(n) for n in ("cpu", "cuda", "cudasync", "bf16", "first", "resumed"))
 bad = []
 def near(what, a, b, rel):
     if abs(a - b) > rel * abs(b):
@@ -63,6 +64,7 @@ def near(what, a, b, rel):
 assert sorted(cpu) == list(range(1, 7)) and sorted(cuda) == sorted(cpu), (cpu, cuda)
 for s in cpu:
     near(f"step {s}, cuda vs cpu", cuda[s], cpu[s], 1e-4)
+    near(f"step {s}, cuda with --gpu-sync vs cpu", cudasync[s], cpu[s], 1e-4)
     near(f"step {s}, bf16 GEMMs vs fp32", bf16[s], cpu[s], 3e-2)
 if not bf16[6] < bf16[1]:
     bad.append(f"bf16 GEMMs: the loss did not fall ({bf16[1]} -> {bf16[6]})")

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,8 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* stream = nullptr;  // null: recorded on the default stream (complete at once)
   std::size_t seq = 0;            // complete once stream->done reaches it
+  bool recorded = false;
+  double time = 0;  // host seconds when the stream reached the record
 };
 
 namespace memwall::emulated_gpu {
@@ -99,6 +102,10 @@ Emulator& emu() {
 }
 
 thread_local cudaError_t last_error = cudaSuccess;
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 cudaError_t fail(cudaError_t e, const std::string& what) {
   std::fprintf(stderr, "emulated CUDA: %s\n", what.c_str());
@@ -360,8 +367,26 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   Lock lock(emu().mu);
-  e->stream = emu_ns::immediate(s) ? nullptr : s;
-  e->seq = e->stream != nullptr ? s->enqueued : 0;
+  e->recorded = true;
+  if (emu_ns::immediate(s)) {
+    e->stream = nullptr;
+    e->time = emu_ns::seconds();
+    return cudaSuccess;
+  }
+  if (cudaError_t rc = queue(s, [e] { e->time = emu_ns::seconds(); }); rc != cudaSuccess) return rc;
+  e->stream = s;
+  e->seq = s->enqueued;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  Lock lock(emu().mu);
+  for (cudaEvent_t e : {start, end}) {
+    if (!e->recorded)
+      return emu_ns::fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: not recorded");
+    if (e->stream != nullptr && e->stream->done < e->seq) return cudaErrorNotReady;
+  }
+  *ms = static_cast<float>((end->time - start->time) * 1e3);
   return cudaSuccess;
 }
 
