@@ -65,13 +65,31 @@ __global__ void add_bias_kernel(float* out, const float* bias, std::size_t n, in
   if (i < n) out[i] += bias[i % OC];
 }
 
-// dcol[c] += sum over rows of m[N, C] (a thread per column: deterministic).
+// Column reductions over N rows: a block of kTile x kTile threads per kTile columns. Thread (x, y) sums
+// column x's rows y, y + kTile, ... (each warp reads kTile adjacent floats of a row: coalesced), then row y
+// == 0 adds the kTile partial sums in a fixed order: deterministic, and N / kTile loads per thread instead of
+// N.
+constexpr int kTile = 32;
+const dim3 kTileBlock(kTile, kTile);
+unsigned tiles_for(int columns) {
+  return static_cast<unsigned>((columns + kTile - 1) / kTile);
+}
+
+// dcol[c] += sum over rows of m[N, C].
 __global__ void column_sum_kernel(float* dcol, const float* m, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float part[kTile][kTile + 1];
+  const int c = blockIdx.x * kTile + threadIdx.x;
   float s = 0;
-  for (int n = 0; n < N; ++n) s += m[static_cast<std::size_t>(n) * C + c];
-  dcol[c] += s;
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kTile) s += m[static_cast<std::size_t>(n) * C + c];
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0;
+    for (int k = 0; k < kTile; ++k) t += part[k][threadIdx.x];
+    dcol[c] += t;
+  }
 }
 
 __global__ void accumulate_kernel(float* out, const float* in, std::size_t n) {
@@ -148,19 +166,32 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
+// dweight and dbias: column reductions as column_sum_kernel.
 __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
                                                  const float* inp, const float* mean, const float* rstd,
                                                  int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float pw[kTile][kTile + 1], pb[kTile][kTile + 1];
+  const int c = blockIdx.x * kTile + threadIdx.x;
   float dw = 0, db = 0;
-  for (int n = 0; n < N; ++n) {
-    const std::size_t k = static_cast<std::size_t>(n) * C + c;
-    db += dout[k];
-    dw += (inp[k] - mean[n]) * rstd[n] * dout[k];
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kTile) {
+      const std::size_t k = static_cast<std::size_t>(n) * C + c;
+      db += dout[k];
+      dw += (inp[k] - mean[n]) * rstd[n] * dout[k];
+    }
   }
-  dweight[c] += dw;
-  dbias[c] += db;
+  pw[threadIdx.y][threadIdx.x] = dw;
+  pb[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0, tb = 0;
+    for (int k = 0; k < kTile; ++k) {
+      tw += pw[k][threadIdx.x];
+      tb += pb[k][threadIdx.x];
+    }
+    dweight[c] += tw;
+    dbias[c] += tb;
+  }
 }
 
 // ---- attention ----
@@ -327,8 +358,7 @@ int matmul_backward_any(Blas& blas, cudaDataType type, float* dinp, float* dweig
     if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   }
   if (dbias != nullptr) {
-    column_sum_kernel<<<blocks_for(static_cast<std::size_t>(OC)), kThreads, 0, as_stream(stream)>>>(
-        dbias, dout, N, OC);
+    column_sum_kernel<<<tiles_for(OC), kTileBlock, 0, as_stream(stream)>>>(dbias, dout, N, OC);
     return launched();
   }
   return 0;
@@ -412,8 +442,8 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
   layernorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd,
                                                                          C);
   if (int e = launched(); e != 0) return e;
-  layernorm_backward_params_kernel<<<blocks_for(static_cast<std::size_t>(C)), kThreads, 0,
-                                     as_stream(stream)>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(dweight, dbias, dout,
+                                                                                       inp, mean, rstd, N, C);
   return launched();
 }
 
