@@ -4,7 +4,8 @@
 # within 1e-4 relative (the emulated kernels are the CPU's; only the loss's summation order differs); a
 # checkpoint written on the GPU and resumed on the CPU continues with the uninterrupted run's losses; the
 # GPU run writes a trace; with --gpu-matmul bf16 the loss stays within 3e-2 of fp32's and falls; given
-# mpirun, two ranks on the GPU path (collectives through MPI: NCCL needs a real GPU) match two CPU ranks.
+# mpirun, two ranks on the GPU path match two CPU ranks, with the collectives on (emulated) NCCL and through
+# MPI on host copies (--gpu-collectives host).
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -36,14 +37,17 @@ run first --steps 3 --device cuda --checkpoint-dir "$work/ckpt"
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
 ranks2=skipped
 if [ -n "$MPIEXEC" ]; then
-  for d in cpu cuda; do
-    if ! "$MPIEXEC" -n 2 "$BIN" "${common[@]}" --steps 4 --device "$d" --gpu-collectives host \
+  for d in cpu cuda nccl; do
+    args=(--device cuda --gpu-collectives host)
+    [ "$d" = cpu ] && args=(--device cpu)
+    [ "$d" = nccl ] && args=(--device cuda --gpu-collectives nccl)
+    if ! "$MPIEXEC" -n 2 "$BIN" "${common[@]}" --steps 4 "${args[@]}" \
       >"$work/mpi_$d.jsonl" 2>"$work/mpi_$d.err"; then
       if grep -q -e "listener thread failed to start" -e "unable to find network interfaces" "$work/mpi_$d.err"; then
         echo "two ranks: skipped (mpirun cannot start here)"
         break
       fi
-      echo "FAILED: $MPIEXEC -n 2 memwall train --device $d"
+      echo "FAILED: $MPIEXEC -n 2 memwall train ${args[*]}"
       cat "$work/mpi_$d.err"
       exit 1
     fi
@@ -75,18 +79,20 @@ if sorted(resumed) != [4, 5, 6]:
 for s in resumed:
     near(f"step {s}, resumed on cpu from a cuda checkpoint", resumed[s], cpu[s], 1e-4)
 if sys.argv[2] == "ran":
-    two_cpu, two_cuda = losses("mpi_cpu"), losses("mpi_cuda")
-    if sorted(two_cuda) != [1, 2, 3, 4] or sorted(two_cpu) != sorted(two_cuda):
-        bad.append(f"two ranks logged steps {sorted(two_cpu)} (cpu) and {sorted(two_cuda)} (cuda)")
-    for s in two_cpu:
-        if s in two_cuda:
-            near(f"two ranks, step {s}, cuda vs cpu", two_cuda[s], two_cpu[s], 1e-4)
+    two_cpu = losses("mpi_cpu")
+    for name in ("mpi_cuda", "mpi_nccl"):
+        two = losses(name)
+        if sorted(two) != [1, 2, 3, 4] or sorted(two_cpu) != sorted(two):
+            bad.append(f"two ranks logged steps {sorted(two_cpu)} (cpu) and {sorted(two)} ({name})")
+        for s in two_cpu:
+            if s in two:
+                near(f"two ranks, step {s}, {name} vs cpu", two[s], two_cpu[s], 1e-4)
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
 runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA")]
 if sys.argv[2] == "ran":
-    runs.append(("mpi_cuda", "CUDA"))
+    runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA")]
 for name, want in runs:
     if want not in summary(name).get("device", ""):
         bad.append(f"the {name} run computed on {summary(name).get('device')!r}, not {want}")

@@ -9,6 +9,9 @@
 // - every kernel's pointer arguments must lie inside one device allocation, and copies must go the way
 //   their cudaMemcpyKind says.
 //
+// MEMWALL_EMULATED_GPUS (default 1) devices share MEMWALL_EMULATED_GPU_BYTES (default 2 GiB) of memory; each
+// process has its own emulation, so MPI ranks are separate machines (NCCL over MPI: nccl.cpp).
+//
 // The "kernels" are the kernels/cpu operators (tests/cuda/emulation/kernels.cpp), so results match the CPU
 // model closely; what this checks is everything around the kernels, not the kernels themselves (those are
 // checked against the CPU references on a real GPU by cuda_tests).

@@ -41,12 +41,15 @@ struct Emulator {
   std::map<std::uintptr_t, std::size_t> allocs;      // device allocations: base -> bytes (mapped)
   std::map<std::uintptr_t, std::size_t> registered;  // page-locked host ranges
   std::set<CUstream_st*> streams;
-  std::size_t total = 0, used = 0;
+  std::size_t total = 0, used = 0;  // device memory, shared by the devices
+  int devices = 1;
   int running = 0;  // nesting depth of emulated GPU work: device memory is accessible while > 0
 
   Emulator() {
     const char* env = std::getenv("MEMWALL_EMULATED_GPU_BYTES");
     total = env != nullptr ? std::strtoull(env, nullptr, 10) : (std::size_t{2} << 30);
+    const char* n = std::getenv("MEMWALL_EMULATED_GPUS");
+    devices = n != nullptr ? std::max(1, std::atoi(n)) : 1;
   }
   void protect(int prot) {
     for (const auto& [base, bytes] : allocs) ::mprotect(reinterpret_cast<void*>(base), bytes, prot);
@@ -251,16 +254,18 @@ cudaError_t CUDARTAPI cudaGetLastError(void) {
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = emu().devices;
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : emu_ns::fail(cudaErrorInvalidDevice, "cudaSetDevice: one emulated GPU");
+  if (device >= 0 && device < emu().devices) return cudaSuccess;
+  return emu_ns::fail(cudaErrorInvalidDevice, "cudaSetDevice: no such emulated GPU (MEMWALL_EMULATED_GPUS)");
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return emu_ns::fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: one emulated GPU");
+  if (device < 0 || device >= emu().devices)
+    return emu_ns::fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no such emulated GPU");
   std::memset(prop, 0, sizeof *prop);
   std::snprintf(prop->name, sizeof prop->name, "host emulation of a GPU");
   prop->major = 9;
