@@ -7,7 +7,11 @@
 //   cudaEventSynchronize / Query, cudaDeviceSynchronize, a synchronous copy) or when another stream's queued
 //   work waits on one of its events, so a missing synchronisation shows up as stale data;
 // - every kernel's pointer arguments must lie inside one device allocation, and copies must go the way
-//   their cudaMemcpyKind says.
+//   their cudaMemcpyKind says;
+// - work on two streams that touches the same device bytes (one of them writing) must be ordered by an event
+//   wait or a host synchronisation: vector clocks per stream and one for the host (all host threads
+//   together: the emulator sees their calls in one real-time order) find such races when the second piece
+//   of work is queued, whatever order the lazy streams later run in.
 //
 // MEMWALL_EMULATED_GPUS (default 1) devices share MEMWALL_EMULATED_GPU_BYTES (default 2 GiB) of memory; each
 // process has its own emulation, so MPI ranks are separate machines (NCCL over MPI: nccl.cpp).
@@ -19,11 +23,23 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace memwall::emulated_gpu {
 
-// Queues `work` on `stream` (null: the legacy default stream, which runs it at once). Returns 0.
-int enqueue(void* stream, std::function<void()> work);
+// A range of device memory that queued work reads or writes.
+struct Access {
+  const void* p;
+  std::size_t bytes;
+  bool write;
+};
+
+// Queues `work` on `stream` (null: the legacy default stream, which runs it at once), which reads and
+// writes the device memory `access` lists. Returns 0, or an error (with a line on stderr) when the work
+// races with earlier work of another stream: they touch the same bytes, one of them writes, and no event or
+// host synchronisation orders them.
+int enqueue(void* stream, std::function<void()> work, const std::vector<Access>& access = {},
+            const char* what = "work");
 // 0 when [p, p + bytes) lies inside one device allocation; else an error code, with a line on stderr naming
 // `what`.
 int check_device(const void* p, std::size_t bytes, const char* what);

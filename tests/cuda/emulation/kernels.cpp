@@ -3,8 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "cpu/adam.h"
 #include "cpu/cast.h"
@@ -24,16 +26,29 @@ struct Arg {
   const void* p;
   std::size_t bytes;
   const char* what;
+  bool write = false;  // the kernel writes it (else only reads)
 };
 
-// 0 when every non-null argument is device memory of its size.
+// The device memory the next queued kernel of this thread reads and writes (set by device_args).
+thread_local std::vector<emu::Access> tl_access;
+thread_local const char* tl_kernel = "";
+
+// 0 when every non-null argument is device memory of its size; notes what the kernel reads and writes.
 int device_args(const char* kernel, std::initializer_list<Arg> args) {
+  tl_access.clear();
+  tl_kernel = kernel;
   for (const Arg& a : args) {
     if (a.p == nullptr) continue;
     std::string what = std::string(kernel) + " " + a.what;
     if (int e = emu::check_device(a.p, a.bytes, what.c_str()); e != 0) return e;
+    tl_access.push_back({a.p, a.bytes, a.write});
   }
   return 0;
+}
+
+// Queues a kernel with the accesses device_args noted.
+int enqueue(void* stream, std::function<void()> work) {
+  return enqueue(stream, std::move(work), tl_access, tl_kernel);
 }
 
 std::size_t f32(std::size_t n) {
@@ -67,92 +82,92 @@ const char* error_string(int status) {
 
 int matmul_forward(Blas&, float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                    int OC, void* stream) {
-  if (int e = device_args("matmul_forward", {{out, f32(N, OC), "out"},
+  if (int e = device_args("matmul_forward", {{out, f32(N, OC), "out", true},
                                              {inp, f32(N, IC), "inp"},
                                              {weight, f32(OC, IC), "weight"},
                                              {bias, f32(1, OC), "bias"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::matmul_forward(out, inp, weight, bias, N, IC, OC); });
+  return enqueue(stream, [=] { kernels::matmul_forward(out, inp, weight, bias, N, IC, OC); });
 }
 
 int matmul_forward_bf16(Blas&, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
                         const float* bias, int N, int IC, int OC, void* stream) {
-  if (int e = device_args("matmul_forward_bf16", {{out, f32(N, OC), "out"},
+  if (int e = device_args("matmul_forward_bf16", {{out, f32(N, OC), "out", true},
                                                   {inp, b16(N, IC), "inp"},
                                                   {weight, b16(OC, IC), "weight"},
                                                   {bias, f32(1, OC), "bias"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::matmul_forward_bf16(out, inp, weight, bias, N, IC, OC); });
+  return enqueue(stream, [=] { kernels::matmul_forward_bf16(out, inp, weight, bias, N, IC, OC); });
 }
 
 int matmul_backward(Blas&, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int IC, int OC, void* stream) {
-  if (int e = device_args("matmul_backward", {{dinp, f32(N, IC), "dinp"},
-                                              {dweight, f32(OC, IC), "dweight"},
-                                              {dbias, f32(1, OC), "dbias"},
+  if (int e = device_args("matmul_backward", {{dinp, f32(N, IC), "dinp", true},
+                                              {dweight, f32(OC, IC), "dweight", true},
+                                              {dbias, f32(1, OC), "dbias", true},
                                               {dout, f32(N, OC), "dout"},
                                               {inp, f32(N, IC), "inp"},
                                               {weight, f32(OC, IC), "weight"}}))
     return e;
-  return emu::enqueue(stream,
-                      [=] { kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
+  return enqueue(stream,
+                 [=] { kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
 }
 
 int matmul_backward_bf16(Blas&, float* dinp, float* dweight, float* dbias, const float* dout,
                          const std::uint16_t* dout16, const std::uint16_t* inp16,
                          const std::uint16_t* weight16, int N, int IC, int OC, void* stream) {
-  if (int e = device_args("matmul_backward_bf16", {{dinp, f32(N, IC), "dinp"},
-                                                   {dweight, f32(OC, IC), "dweight"},
-                                                   {dbias, f32(1, OC), "dbias"},
+  if (int e = device_args("matmul_backward_bf16", {{dinp, f32(N, IC), "dinp", true},
+                                                   {dweight, f32(OC, IC), "dweight", true},
+                                                   {dbias, f32(1, OC), "dbias", true},
                                                    {dout, f32(N, OC), "dout"},
                                                    {dout16, b16(N, OC), "dout16"},
                                                    {inp16, b16(N, IC), "inp16"},
                                                    {weight16, b16(OC, IC), "weight16"}}))
     return e;
-  return emu::enqueue(stream, [=] {
+  return enqueue(stream, [=] {
     kernels::matmul_backward_bf16(dinp, dweight, dbias, dout, dout16, inp16, weight16, N, IC, OC);
   });
 }
 
 int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C, void* stream) {
-  if (int e = device_args("layernorm_forward", {{out, f32(N, C), "out"},
-                                                {mean, f32(1, N), "mean"},
-                                                {rstd, f32(1, N), "rstd"},
+  if (int e = device_args("layernorm_forward", {{out, f32(N, C), "out", true},
+                                                {mean, f32(1, N), "mean", true},
+                                                {rstd, f32(1, N), "rstd", true},
                                                 {inp, f32(N, C), "inp"},
                                                 {weight, f32(1, C), "weight"},
                                                 {bias, f32(1, C), "bias"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+  return enqueue(stream, [=] { kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
 }
 
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, const float* mean, const float* rstd, int N, int C,
                        void* stream) {
-  if (int e = device_args("layernorm_backward", {{dinp, f32(N, C), "dinp"},
-                                                 {dweight, f32(1, C), "dweight"},
-                                                 {dbias, f32(1, C), "dbias"},
+  if (int e = device_args("layernorm_backward", {{dinp, f32(N, C), "dinp", true},
+                                                 {dweight, f32(1, C), "dweight", true},
+                                                 {dbias, f32(1, C), "dbias", true},
                                                  {dout, f32(N, C), "dout"},
                                                  {inp, f32(N, C), "inp"},
                                                  {weight, f32(1, C), "weight"},
-                                                 {mean, f32(1, N), "mean"},
-                                                 {rstd, f32(1, N), "rstd"}}))
+                                                 {mean, f32(1, N), "mean", true},
+                                                 {rstd, f32(1, N), "rstd", true}}))
     return e;
-  return emu::enqueue(stream, [=] {
+  return enqueue(stream, [=] {
     kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   });
 }
 
 int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
-  if (int e = device_args("gelu_forward", {{out, f32(n), "out"}, {inp, f32(n), "inp"}})) return e;
-  return emu::enqueue(stream, [=] { kernels::gelu_forward(out, inp, n); });
+  if (int e = device_args("gelu_forward", {{out, f32(n), "out", true}, {inp, f32(n), "inp"}})) return e;
+  return enqueue(stream, [=] { kernels::gelu_forward(out, inp, n); });
 }
 
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
   if (int e = device_args("gelu_backward",
-                          {{dinp, f32(n), "dinp"}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
+                          {{dinp, f32(n), "dinp", true}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::gelu_backward(dinp, inp, dout, n); });
+  return enqueue(stream, [=] { kernels::gelu_backward(dinp, inp, dout, n); });
 }
 
 // The real kernels' scratch sizes (kernels/cuda/gpt_ops.cu), so the model's allocations are checked.
@@ -167,56 +182,56 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       float* scratch, void* stream) {
   const int N = B * T;
-  if (int e =
-          device_args("attention_forward", {{out, f32(N, C), "out"},
-                                            {att, f32(B * NH, T * T), "att"},
-                                            {qkv, f32(N, 3 * C), "qkv"},
-                                            {scratch, f32(attention_forward_scratch(B, T, C)), "scratch"}}))
+  if (int e = device_args("attention_forward",
+                          {{out, f32(N, C), "out", true},
+                           {att, f32(B * NH, T * T), "att", true},
+                           {qkv, f32(N, 3 * C), "qkv"},
+                           {scratch, f32(attention_forward_scratch(B, T, C)), "scratch", true}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH); });
+  return enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH); });
 }
 
 int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                        int T, int C, int NH, float* scratch, void* stream) {
   const int N = B * T;
   if (int e = device_args("attention_backward",
-                          {{dqkv, f32(N, 3 * C), "dqkv"},
+                          {{dqkv, f32(N, 3 * C), "dqkv", true},
                            {dout, f32(N, C), "dout"},
                            {qkv, f32(N, 3 * C), "qkv"},
                            {att, f32(B * NH, T * T), "att"},
-                           {scratch, f32(attention_backward_scratch(B, T, C, NH)), "scratch"}}))
+                           {scratch, f32(attention_backward_scratch(B, T, C, NH)), "scratch", true}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH); });
+  return enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH); });
 }
 
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
                       void* stream) {
-  if (int e = device_args("embedding_forward", {{out, f32(B * T, C), "out"},
+  if (int e = device_args("embedding_forward", {{out, f32(B * T, C), "out", true},
                                                 {tokens, f32(B, T), "tokens"},
                                                 {wte, f32(1, C), "wte"},
                                                 {wpe, f32(T, C), "wpe"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::embedding_forward(out, tokens, wte, wpe, B, T, C); });
+  return enqueue(stream, [=] { kernels::embedding_forward(out, tokens, wte, wpe, B, T, C); });
 }
 
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
                        void* stream) {
-  if (int e = device_args("embedding_backward", {{dwte, f32(1, C), "dwte"},
-                                                 {dwpe, f32(T, C), "dwpe"},
+  if (int e = device_args("embedding_backward", {{dwte, f32(1, C), "dwte", true},
+                                                 {dwpe, f32(T, C), "dwpe", true},
                                                  {dout, f32(B * T, C), "dout"},
                                                  {tokens, f32(B, T), "tokens"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+  return enqueue(stream, [=] { kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
 }
 
 int crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets, int N, int V,
                          void* stream) {
-  if (int e = device_args("crossentropy_forward", {{probs, f32(N, V), "probs"},
-                                                   {losses, f32(1, N), "losses"},
+  if (int e = device_args("crossentropy_forward", {{probs, f32(N, V), "probs", true},
+                                                   {losses, f32(1, N), "losses", true},
                                                    {logits, f32(N, V), "logits"},
                                                    {targets, f32(1, N), "targets"}}))
     return e;
-  return emu::enqueue(stream, [=] {
+  return enqueue(stream, [=] {
     kernels::crossentropy_forward(probs, logits, targets, N, V);
     for (int r = 0; r < N; ++r)
       losses[r] = -std::log(probs[static_cast<std::size_t>(r) * static_cast<std::size_t>(V) +
@@ -226,16 +241,16 @@ int crossentropy_forward(float* probs, float* losses, const float* logits, const
 
 int crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V,
                           void* stream) {
-  if (int e = device_args(
-          "crossentropy_backward",
-          {{dlogits, f32(N, V), "dlogits"}, {probs, f32(N, V), "probs"}, {targets, f32(1, N), "targets"}}))
+  if (int e = device_args("crossentropy_backward", {{dlogits, f32(N, V), "dlogits", true},
+                                                    {probs, f32(N, V), "probs"},
+                                                    {targets, f32(1, N), "targets"}}))
     return e;
-  return emu::enqueue(stream, [=] { kernels::crossentropy_backward(dlogits, probs, targets, N, V); });
+  return enqueue(stream, [=] { kernels::crossentropy_backward(dlogits, probs, targets, N, V); });
 }
 
 int accumulate(float* out, const float* in, std::size_t n, void* stream) {
-  if (int e = device_args("accumulate", {{out, f32(n), "out"}, {in, f32(n), "in"}})) return e;
-  return emu::enqueue(stream, [=] {
+  if (int e = device_args("accumulate", {{out, f32(n), "out", true}, {in, f32(n), "in"}})) return e;
+  return enqueue(stream, [=] {
     for (std::size_t i = 0; i < n; ++i) out[i] += in[i];
   });
 }
@@ -247,8 +262,9 @@ int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int r
       static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld_out) + static_cast<std::size_t>(cols);
   const std::size_t in_n =
       static_cast<std::size_t>(rows - 1) * static_cast<std::size_t>(ld_in) + static_cast<std::size_t>(cols);
-  if (int e = device_args("accumulate_strided", {{out, f32(out_n), "out"}, {in, f32(in_n), "in"}})) return e;
-  return emu::enqueue(stream, [=] {
+  if (int e = device_args("accumulate_strided", {{out, f32(out_n), "out", true}, {in, f32(in_n), "in"}}))
+    return e;
+  return enqueue(stream, [=] {
     for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
       for (std::size_t c = 0; c < static_cast<std::size_t>(cols); ++c)
         out[r * static_cast<std::size_t>(ld_out) + c] += scale * in[r * static_cast<std::size_t>(ld_in) + c];
@@ -257,28 +273,27 @@ int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int r
 }
 
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
-  if (int e = device_args("adam_step", {{a.params, f32(a.n), "params"},
-                                        {a.exp_avg, f32(a.n), "exp_avg"},
-                                        {a.exp_avg_sq, f32(a.n), "exp_avg_sq"},
+  if (int e = device_args("adam_step", {{a.params, f32(a.n), "params", true},
+                                        {a.exp_avg, f32(a.n), "exp_avg", true},
+                                        {a.exp_avg_sq, f32(a.n), "exp_avg_sq", true},
                                         {a.grads, f32(a.n), "grads"},
-                                        {a.params_bf16, a.n * 2, "params_bf16"}}))
+                                        {a.params_bf16, a.n * 2, "params_bf16", true}}))
     return e;
   AdamArrays c = fp32_arrays(a.params, a.exp_avg, a.exp_avg_sq, a.grads, a.n);
   c.params_out = a.params_bf16;
   c.out_type = DType::kBF16;
   const detail::AdamConsts k = detail::adam_consts(h);
-  return emu::enqueue(stream, [=] { detail::adam_range_scalar(c, k, 0, c.n); });
+  return enqueue(stream, [=] { detail::adam_range_scalar(c, k, 0, c.n); });
 }
 
 int cast_f32_to_bf16(const float* in, void* out, std::size_t n, void* stream) {
-  if (int e = device_args("cast_f32_to_bf16", {{in, f32(n), "in"}, {out, n * 2, "out"}})) return e;
-  return emu::enqueue(stream, [=] { kernels::cast_f32_to_bf16(in, static_cast<std::uint16_t*>(out), n); });
+  if (int e = device_args("cast_f32_to_bf16", {{in, f32(n), "in"}, {out, n * 2, "out", true}})) return e;
+  return enqueue(stream, [=] { kernels::cast_f32_to_bf16(in, static_cast<std::uint16_t*>(out), n); });
 }
 
 int cast_bf16_to_f32(const void* in, float* out, std::size_t n, void* stream) {
-  if (int e = device_args("cast_bf16_to_f32", {{in, n * 2, "in"}, {out, f32(n), "out"}})) return e;
-  return emu::enqueue(stream,
-                      [=] { kernels::cast_bf16_to_f32(static_cast<const std::uint16_t*>(in), out, n); });
+  if (int e = device_args("cast_bf16_to_f32", {{in, n * 2, "in"}, {out, f32(n), "out", true}})) return e;
+  return enqueue(stream, [=] { kernels::cast_bf16_to_f32(static_cast<const std::uint16_t*>(in), out, n); });
 }
 
 }  // namespace memwall::kernels::cuda

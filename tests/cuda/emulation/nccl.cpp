@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "cuda/emulation/emulation.h"
 
@@ -37,8 +38,9 @@ std::size_t type_bytes(ncclDataType_t t) {
   }
 }
 
-ncclResult_t queued(void* stream, std::function<void()> work) {
-  return emu::enqueue(stream, std::move(work)) == 0 ? ncclSuccess : ncclInvalidArgument;
+ncclResult_t queued(void* stream, std::function<void()> work, const std::vector<emu::Access>& access,
+                    const char* what) {
+  return emu::enqueue(stream, std::move(work), access, what) == 0 ? ncclSuccess : ncclInvalidArgument;
 }
 
 }  // namespace
@@ -88,16 +90,20 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (emu::check_device(sendbuff, bytes, "ncclAllGather send") != 0 ||
       emu::check_device(recvbuff, bytes * static_cast<std::size_t>(comm->size), "ncclAllGather recv") != 0)
     return ncclInvalidArgument;
-  return queued(stream, [=] {
-    char* recv = static_cast<char*>(recvbuff);
-    const bool in_place = sendbuff == recv + bytes * static_cast<std::size_t>(comm->rank);
-    if (comm->size == 1) {
-      if (!in_place) std::memmove(recv, sendbuff, bytes);
-      return;
-    }
-    MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, static_cast<int>(bytes), MPI_BYTE, recv,
-                  static_cast<int>(bytes), MPI_BYTE, comm->comm);
-  });
+  return queued(
+      stream,
+      [=] {
+        char* recv = static_cast<char*>(recvbuff);
+        const bool in_place = sendbuff == recv + bytes * static_cast<std::size_t>(comm->rank);
+        if (comm->size == 1) {
+          if (!in_place) std::memmove(recv, sendbuff, bytes);
+          return;
+        }
+        MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, static_cast<int>(bytes), MPI_BYTE, recv,
+                      static_cast<int>(bytes), MPI_BYTE, comm->comm);
+      },
+      {{sendbuff, bytes, false}, {recvbuff, bytes * static_cast<std::size_t>(comm->size), true}},
+      "ncclAllGather");
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -109,13 +115,18 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
           0 ||
       emu::check_device(recvbuff, bytes, "ncclReduceScatter recv") != 0)
     return ncclInvalidArgument;
-  return queued(stream, [=] {
-    if (comm->size == 1) {
-      std::memmove(recvbuff, sendbuff, bytes);
-      return;
-    }
-    MPI_Reduce_scatter_block(sendbuff, recvbuff, static_cast<int>(recvcount), MPI_FLOAT, MPI_SUM, comm->comm);
-  });
+  return queued(
+      stream,
+      [=] {
+        if (comm->size == 1) {
+          std::memmove(recvbuff, sendbuff, bytes);
+          return;
+        }
+        MPI_Reduce_scatter_block(sendbuff, recvbuff, static_cast<int>(recvcount), MPI_FLOAT, MPI_SUM,
+                                 comm->comm);
+      },
+      {{sendbuff, bytes * static_cast<std::size_t>(comm->size), false}, {recvbuff, bytes, true}},
+      "ncclReduceScatter");
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -125,14 +136,17 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (emu::check_device(sendbuff, bytes, "ncclAllReduce send") != 0 ||
       emu::check_device(recvbuff, bytes, "ncclAllReduce recv") != 0)
     return ncclInvalidArgument;
-  return queued(stream, [=] {
-    if (comm->size == 1) {
-      if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
-      return;
-    }
-    MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, static_cast<int>(count),
-                  MPI_FLOAT, MPI_SUM, comm->comm);
-  });
+  return queued(
+      stream,
+      [=] {
+        if (comm->size == 1) {
+          if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
+          return;
+        }
+        MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, static_cast<int>(count),
+                      MPI_FLOAT, MPI_SUM, comm->comm);
+      },
+      {{sendbuff, bytes, false}, {recvbuff, bytes, true}}, "ncclAllReduce");
 }
 
 }  // extern "C"

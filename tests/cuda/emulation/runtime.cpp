@@ -25,12 +25,15 @@
 struct CUstream_st {
   std::deque<std::function<void()>> queue;
   std::size_t enqueued = 0, done = 0;  // work items queued and run so far
+  std::size_t index = 0;               // this stream's entry in vector clocks (0 is the host's)
+  std::vector<std::size_t> clock;      // what the next item queued here is ordered after
 };
 struct CUevent_st {
   CUstream_st* stream = nullptr;  // null: recorded on the default stream (complete at once)
   std::size_t seq = 0;            // complete once stream->done reaches it
   bool recorded = false;
-  double time = 0;  // host seconds when the stream reached the record
+  double time = 0;                 // host seconds when the stream reached the record
+  std::vector<std::size_t> clock;  // what its completion implies
 };
 
 namespace memwall::emulated_gpu {
@@ -41,6 +44,17 @@ struct Emulator {
   std::map<std::uintptr_t, std::size_t> allocs;      // device allocations: base -> bytes (mapped)
   std::map<std::uintptr_t, std::size_t> registered;  // page-locked host ranges
   std::set<CUstream_st*> streams;
+  std::size_t next_stream = 1;
+  // Race detection: the host's vector clock (all host threads: the emulator sees their calls in one order)
+  // and the device accesses of queued work that the host has not yet synchronised past.
+  std::vector<std::size_t> host_clock;
+  struct Touch {
+    std::uintptr_t begin, end;
+    std::size_t stream, seq;
+    bool write;
+    const char* what;
+  };
+  std::vector<Touch> touches;
   std::size_t total = 0, used = 0;  // device memory, shared by the devices
   int devices = 1;
   int running = 0;  // nesting depth of emulated GPU work: device memory is accessible while > 0
@@ -143,21 +157,80 @@ void run_until(CUstream_st* s, std::size_t seq) {
   }
 }
 
+void merge(std::vector<std::size_t>& into, const std::vector<std::size_t>& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (std::size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+
+bool ordered(const std::vector<std::size_t>& clock, std::size_t stream, std::size_t seq) {
+  return stream < clock.size() && clock[stream] >= seq;
+}
+
+// The host now knows what `clock` says is done: work it covers can no longer race with anything queued later.
+void host_knows(const std::vector<std::size_t>& clock) {
+  Emulator& e = emu();
+  merge(e.host_clock, clock);
+  std::erase_if(e.touches, [&](const Emulator::Touch& t) { return ordered(e.host_clock, t.stream, t.seq); });
+}
+
 void run_all() {
-  for (CUstream_st* s : emu().streams) run_until(s, s->enqueued);
+  for (CUstream_st* s : emu().streams) {
+    run_until(s, s->enqueued);
+    host_knows(s->clock);
+  }
+}
+
+// 0, or an error naming both sides when work with `clock` on stream `stream` (0: the host) touching `a`
+// races with earlier work of another stream.
+int check_races(const std::vector<std::size_t>& clock, std::size_t stream, const Access& a,
+                const char* what) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(a.p), end = begin + a.bytes;
+  for (const Emulator::Touch& t : emu().touches) {
+    if (t.stream == stream || (!t.write && !a.write) || t.end <= begin || end <= t.begin) continue;
+    if (ordered(clock, t.stream, t.seq)) continue;
+    char line[400];
+    std::snprintf(
+        line, sizeof line,
+        "stream race: %s on %s %zu %s %zu bytes at %p that %s on stream %zu %s, with no event wait or "
+        "host synchronisation between them",
+        what, stream == 0 ? "the host" : "stream", stream, a.write ? "writes" : "reads", a.bytes, a.p, t.what,
+        t.stream, t.write ? "writes" : "reads");
+    return fail(cudaErrorLaunchFailure, line);
+  }
+  return 0;
 }
 
 }  // namespace
 
-int enqueue(void* stream, std::function<void()> work) {
+int enqueue(void* stream, std::function<void()> work, const std::vector<Access>& access, const char* what) {
   std::lock_guard<std::recursive_mutex> lock(emu().mu);
+  Emulator& e = emu();
   auto* s = static_cast<cudaStream_t>(stream);
-  if (immediate(s)) {
+  std::vector<Access> on_device;
+  for (const Access& a : access) {
+    if (a.bytes > 0 && e.on_device(a.p)) on_device.push_back(a);
+  }
+  if (immediate(s)) {  // the host's own work, ordered after all it knows
+    for (const Access& a : on_device) {
+      if (int rc = check_races(e.host_clock, 0, a, what); rc != 0) return rc;
+    }
     Running r;
     work();
     return 0;
   }
-  if (emu().streams.count(s) == 0) return fail(cudaErrorInvalidResourceHandle, "work on an unknown stream");
+  if (e.streams.count(s) == 0) return fail(cudaErrorInvalidResourceHandle, "work on an unknown stream");
+  std::vector<std::size_t> clock = s->clock;
+  merge(clock, e.host_clock);  // queued after everything the host has waited for
+  if (clock.size() <= s->index) clock.resize(s->index + 1, 0);
+  clock[s->index] = s->enqueued + 1;
+  for (const Access& a : on_device) {
+    if (int rc = check_races(clock, s->index, a, what); rc != 0) return rc;
+  }
+  for (const Access& a : on_device) {
+    const auto b = reinterpret_cast<std::uintptr_t>(a.p);
+    e.touches.push_back({b, b + a.bytes, s->index, s->enqueued + 1, a.write, what});
+  }
+  s->clock = std::move(clock);
   s->queue.push_back(std::move(work));
   ++s->enqueued;
   return 0;
@@ -214,8 +287,9 @@ cudaError_t check_kind(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 
-cudaError_t queue(cudaStream_t s, std::function<void()> work) {
-  return static_cast<cudaError_t>(emu_ns::enqueue(s, std::move(work)));
+cudaError_t queue(cudaStream_t s, std::function<void()> work, const std::vector<emu_ns::Access>& access = {},
+                  const char* what = "work") {
+  return static_cast<cudaError_t>(emu_ns::enqueue(s, std::move(work), access, what));
 }
 
 }  // namespace
@@ -333,6 +407,7 @@ cudaError_t CUDARTAPI cudaHostUnregister(void* ptr) {
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
   Lock lock(emu().mu);
   *s = new CUstream_st();
+  (*s)->index = emu().next_stream++;
   emu().streams.insert(*s);
   return cudaSuccess;
 }
@@ -341,6 +416,7 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
   Lock lock(emu().mu);
   if (emu().streams.erase(s) == 0) return emu_ns::fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy");
   emu_ns::run_until(s, s->enqueued);  // queued work still completes
+  emu_ns::host_knows(s->clock);
   delete s;
   return cudaSuccess;
 }
@@ -351,6 +427,7 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s) {
   if (emu().streams.count(s) == 0)
     return emu_ns::fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
   emu_ns::run_until(s, s->enqueued);
+  emu_ns::host_knows(s->clock);
   return cudaSuccess;
 }
 
@@ -381,6 +458,7 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (cudaError_t rc = queue(s, [e] { e->time = emu_ns::seconds(); }); rc != cudaSuccess) return rc;
   e->stream = s;
   e->seq = s->enqueued;
+  e->clock = s->clock;
   return cudaSuccess;
 }
 
@@ -397,7 +475,10 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEve
 
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e) {
   Lock lock(emu().mu);
-  if (e->stream != nullptr) emu_ns::run_until(e->stream, e->seq);
+  if (e->stream != nullptr) {
+    emu_ns::run_until(e->stream, e->seq);
+    emu_ns::host_knows(e->clock);
+  }
   return cudaSuccess;
 }
 
@@ -411,6 +492,8 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigne
   CUstream_st* on = e->stream;
   const std::size_t seq = e->seq;
   if (on == nullptr) return cudaSuccess;
+  if (emu_ns::immediate(s)) return cudaEventSynchronize(e);
+  emu_ns::merge(s->clock, e->clock);  // what s runs from now on is ordered after the event
   return queue(s, [on, seq] { emu_ns::run_until(on, seq); });
 }
 
@@ -427,17 +510,20 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, 
     if (!emu_ns::immediate(s)) {
       if (emu().streams.count(s) == 0) return emu_ns::fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync");
       emu_ns::run_until(s, s->enqueued);
+      emu_ns::host_knows(s->clock);
     }
-    emu_ns::Running r;
-    std::memcpy(dst, src, count);
-    return cudaSuccess;
+    return queue(
+        nullptr, [=] { std::memcpy(dst, src, count); }, {{src, count, false}}, "a copy to the host");
   }
+  const std::vector<emu_ns::Access> access = {{dst, count, true}, {src, count, false}};
   if (!src_dev && !emu().is_registered(src, count)) {  // from pageable memory: staged now
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + count);
-    return queue(s, [=] { std::memcpy(dst, staged->data(), count); });
+    return queue(
+        s, [=] { std::memcpy(dst, staged->data(), count); }, access, "cudaMemcpyAsync");
   }
-  return queue(s, [=] { std::memcpy(dst, src, count); });
+  return queue(
+      s, [=] { std::memcpy(dst, src, count); }, access, "cudaMemcpyAsync");
 }
 
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
@@ -456,16 +542,24 @@ cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* sr
     return emu_ns::fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync writes past its device allocation");
   if (sd && emu().find(src, spitch * (height - 1) + width) == emu().allocs.end())
     return emu_ns::fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync reads past its device allocation");
-  return queue(s, [=] {
-    for (std::size_t r = 0; r < height; ++r)
-      std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-  });
+  // The rows' whole span (the columns between them too: an over-approximation for race detection).
+  const std::vector<emu_ns::Access> access = {{dst, dpitch * (height - 1) + width, true},
+                                              {src, spitch * (height - 1) + width, false}};
+  return queue(
+      s,
+      [=] {
+        for (std::size_t r = 0; r < height; ++r)
+          std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                      width);
+      },
+      access, "cudaMemcpy2DAsync");
 }
 
 cudaError_t CUDARTAPI cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t s) {
   Lock lock(emu().mu);
   if (emu_ns::check_device(ptr, count, "cudaMemsetAsync") != 0) return cudaErrorInvalidDevicePointer;
-  return queue(s, [=] { std::memset(ptr, value, count); });
+  return queue(
+      s, [=] { std::memset(ptr, value, count); }, {{ptr, count, true}}, "cudaMemsetAsync");
 }
 
 cudaError_t CUDARTAPI cudaMemset(void* ptr, int value, size_t count) {
