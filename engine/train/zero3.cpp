@@ -709,6 +709,9 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
   const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
   const std::size_t n = g.end - g.begin;
   float *p32 = nullptr, *m = nullptr, *v = nullptr, *g32 = nullptr;
+#if MEMWALL_HAVE_CUDA
+  if (cuda && opt_tier == Tier::kGpu) MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
+#endif
   if (opt_tier == Tier::kNvme) {
     p32 = reinterpret_cast<float*>(ptr(use(t, BufferRole::kOptimizerSwap)));
     m = p32 + n;
@@ -730,7 +733,6 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     a.out_type = kernels::DType::kBF16;
 #if MEMWALL_HAVE_CUDA
     if (cuda && opt_tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
-      MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
       kernels::cuda::AdamDeviceArrays d{a.params,
                                         a.exp_avg,
                                         a.exp_avg_sq,
