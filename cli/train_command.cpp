@@ -238,6 +238,7 @@ int run_train(const TrainOptions& opt) {
   }
   const bool progress = lead && !opt.json && isatty(STDERR_FILENO) == 1;
   double moved[kResourceCount] = {}, busy[kResourceCount] = {};
+  double transfer_total = 0, transfer_hidden = 0;  // seconds any transfer ran, and work ran alongside
 
   std::vector<int> tok(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq)), tgt(tok.size());
   double total_s = 0, first_loss = 0, last_loss = 0;
@@ -262,6 +263,8 @@ int run_train(const TrainOptions& opt) {
       moved[r] += st.bytes[r];
       busy[r] += st.busy_s[r];
     }
+    transfer_total += st.transfer_s;
+    transfer_hidden += st.transfer_overlapped_s;
     if (!opt.trace_path.empty()) runs.push_back(trainer->last_run());
     if (s == first_step) first_loss = *loss;
     if (opt.checkpoint_every > 0 && (s + 1) % opt.checkpoint_every == 0 && s + 1 < opt.steps) {
@@ -283,6 +286,8 @@ int run_train(const TrainOptions& opt) {
                         {"compute_s", compute_s},
                         {"exposed_io_s", exposed_s},
                         {"optimizer_s", optim_s},
+                        {"transfer_s", st.transfer_s},
+                        {"transfer_overlapped_s", st.transfer_overlapped_s},
                         {"bytes",
                          {{"h2d", bytes_of(Resource::kH2D)},
                           {"d2h", bytes_of(Resource::kD2H)},
@@ -352,6 +357,8 @@ int run_train(const TrainOptions& opt) {
         {"offload_optimizer", tier_name(opt_tier)},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
+        {"transfer_s_per_step", transfer_total / trained},
+        {"transfer_overlap", transfer_total > 0 ? transfer_hidden / transfer_total : 0.0},
         {"peak_bytes", {{"gpu", st.peak_bytes[0]}, {"cpu", st.peak_bytes[1]}, {"nvme", st.peak_bytes[2]}}},
         {"capacity_bytes",
          {{"gpu", st.capacity_bytes[0]}, {"cpu", st.capacity_bytes[1]}, {"nvme", st.capacity_bytes[2]}}},
@@ -385,11 +392,12 @@ int run_train(const TrainOptions& opt) {
       std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%.3f bits/byte)\n",
                   opt.steps, total_s, first_loss, last_loss, val_loss, val_loss / std::log(2.0));
       std::printf(
-          "per step: compute %.3f s, optimizer %.3f s; moved h2d %s, d2h %s, nvme read %s, nvme write %s, "
-          "network "
-          "%s; peak memory (rank 0): device %s of %s, host %s of %s, nvme %s\n",
+          "per step: compute %.3f s, optimizer %.3f s, transfers %.3f s (%.0f%% of it alongside compute or "
+          "the optimizer); moved h2d %s, d2h %s, nvme read %s, nvme write %s, network %s; peak memory (rank "
+          "0): device %s of %s, host %s of %s, nvme %s\n",
           busy[static_cast<int>(Resource::kCompute)] / trained,
-          busy[static_cast<int>(Resource::kCpuOptimizer)] / trained,
+          busy[static_cast<int>(Resource::kCpuOptimizer)] / trained, transfer_total / trained,
+          transfer_total > 0 ? 100.0 * transfer_hidden / transfer_total : 0.0,
           format_bytes(moved[static_cast<int>(Resource::kH2D)] / trained).c_str(),
           format_bytes(moved[static_cast<int>(Resource::kD2H)] / trained).c_str(),
           format_bytes(moved[static_cast<int>(Resource::kNvmeRead)] / trained).c_str(),

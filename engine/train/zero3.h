@@ -80,6 +80,10 @@ struct StepStats {
   // device and host arenas, and the NVMe store's tensors (both versions while one is being replaced).
   double peak_bytes[kTierCount] = {};
   double capacity_bytes[kTierCount] = {};
+  // Data movement (h2d, d2h, NVMe reads and writes, network) against work (compute and the CPU optimizer):
+  // how long any transfer was running, and for how much of that time work ran too (prefetching and the
+  // optimizer's swap pipelining at work).
+  double transfer_s = 0, transfer_overlapped_s = 0;
 };
 
 class Zero3Trainer {
