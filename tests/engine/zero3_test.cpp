@@ -333,5 +333,36 @@ TEST(Zero3, AModelFourTimesTheDeviceTrainsWithNvmeOffload) {
   std::filesystem::remove_all(small_device.swap_dir);
 }
 
+// The overlap figures: the time any transfer ran is within the step and covers what the NVMe lanes moved;
+// the share alongside compute or the optimizer is within it.
+TEST(Zero3, StepStatsCountTransfersAndTheirOverlap) {
+  const model::GptConfig c = small();
+  Zero3Options o;
+  o.micro_batch = 2;
+  o.seq = 8;
+  o.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  o.swap_dir = swap_dir("overlap");
+  o.run.zero.offload_param.device = OffloadDevice::kNvme;
+  o.run.zero.offload_param.max_in_cpu = 0;
+  o.run.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  auto local = comm::make_local_comm();
+  auto z = Zero3Trainer::create(c, o, *local);
+  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+  std::vector<int> tok, tgt;
+  for (int s = 0; s < 2; ++s) {
+    batch(s, o.micro_batch, o.seq, tok, tgt);
+    ASSERT_TRUE(z->step(tok.data(), tgt.data()).is_ok());
+    const StepStats& st = z->last_step();
+    const double nvme_busy = std::max(st.busy_s[static_cast<int>(Resource::kNvmeRead)],
+                                      st.busy_s[static_cast<int>(Resource::kNvmeWrite)]);
+    EXPECT_GT(st.bytes[static_cast<int>(Resource::kNvmeRead)], 0);
+    EXPECT_GE(st.transfer_s, nvme_busy - 1e-9);
+    EXPECT_LE(st.transfer_s, st.seconds + 1e-9);
+    EXPECT_GE(st.transfer_overlapped_s, 0.0);
+    EXPECT_LE(st.transfer_overlapped_s, st.transfer_s + 1e-9);
+  }
+  std::filesystem::remove_all(o.swap_dir);
+}
+
 }  // namespace
 }  // namespace memwall::train
