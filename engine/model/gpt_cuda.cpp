@@ -54,6 +54,11 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
 }
 
 float* CudaGptModel::buf(std::size_t floats, const char* what) {
+  if (sizing_) {
+    const std::size_t a = host::Arena::kAlign;
+    needed_ += (std::max<std::size_t>(1, floats) * sizeof(float) + a - 1) / a * a;
+    return nullptr;
+  }
   if (!alloc_error_.is_ok()) return nullptr;
   auto b = dev_.arena().allocate(std::max<std::size_t>(1, floats) * sizeof(float), what);
   if (!b.is_ok()) {
@@ -65,7 +70,26 @@ float* CudaGptModel::buf(std::size_t floats, const char* what) {
   return static_cast<float*>(b->data);
 }
 
+// Sizes every activation first, so that a model that does not fit fails with what it needs, then allocates.
 Status CudaGptModel::allocate(int tiling) {
+  sizing_ = true;
+  needed_ = 0;
+  MW_RETURN_IF_ERROR(allocate_buffers(tiling));
+  sizing_ = false;
+  const std::size_t free = dev_.arena().largest_free();
+  if (needed_ > free) {
+    return Status::out_of_memory(
+        "the GPT's activations on the GPU need " + format_bytes(static_cast<double>(needed_)) +
+        " (micro-batch " + std::to_string(B_) + " x " + std::to_string(T_) + " tokens, " +
+        std::to_string(c_.layers) + " layers, attention probabilities of " + std::to_string(c_.heads) +
+        " heads x " + std::to_string(T_) + "^2 per layer) but " + dev_.arena().name() + " has " +
+        format_bytes(static_cast<double>(free)) +
+        " free; lower train_micro_batch_size_per_gpu or memwall.sequence_length");
+  }
+  return allocate_buffers(tiling);
+}
+
+Status CudaGptModel::allocate_buffers(int tiling) {
   g_ = make_gpt_graph(c_, B_, T_, tiling);
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
   const std::size_t C = static_cast<std::size_t>(c_.channels), L = static_cast<std::size_t>(c_.layers);

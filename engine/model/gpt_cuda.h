@@ -48,6 +48,7 @@ class CudaGptModel {
  private:
   CudaGptModel(const GptConfig& c, int B, int T, gpu::Device& device);
   Status allocate(int tiling);
+  Status allocate_buffers(int tiling);
   float* buf(std::size_t floats, const char* what);
   Status linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
                         const float* b, const GptOp& o, const float* residual);
@@ -67,6 +68,8 @@ class CudaGptModel {
   std::vector<host::Arena::Block> blocks_;
   std::size_t activation_bytes_ = 0;
   Status alloc_error_ = Status::ok();
+  bool sizing_ = false;  // allocate()'s first pass: buf() only adds up what the buffers need
+  std::size_t needed_ = 0;
   bool bf16_ = false;
   std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
   int *tokens_ = nullptr, *targets_ = nullptr;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/units.h"
 #include "cpu/cast.h"
 #include "engine/exec/lanes.h"
 #include "engine/host/arena.h"
@@ -862,6 +863,13 @@ const ModelGraph& Zero3Trainer::graph() const {
 const Schedule& Zero3Trainer::schedule() const {
   return st_->sched;
 }
+std::string Zero3Trainer::device_gpu_name() const {
+#if MEMWALL_HAVE_CUDA
+  if (st_->gpu) return "GPU " + std::to_string(st_->gpu->info().ordinal) + " (" + st_->gpu->info().name + ")";
+#endif
+  return "no GPU";
+}
+
 std::string Zero3Trainer::device_name() const {
   if (st_->cuda) return st_->device->name() + ", CUDA";
   return o_.hw.gpu.model + ", host-emulated";
@@ -940,10 +948,17 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
   if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
-  auto sched = plan_iteration(model::gpt_model_spec(c), run, o.hw);
+  std::string fits = o.hw.name;
+  if (st.cuda) {  // the GPU tier is what the real device has left after the activations, if less
+    const double file_gpu = o.hw.gpu.memory_bytes;
+    MW_RETURN_IF_ERROR(tr.open_gpu());
+    if (tr.o_.hw.gpu.memory_bytes < file_gpu)
+      fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
+              " left for the device tier after the model's activations)";
+  }
+  auto sched = plan_iteration(model::gpt_model_spec(c), run, tr.o_.hw);
   if (!sched.is_ok()) {
-    return Status(sched.status().code(),
-                  "the run does not fit " + o.hw.name + ": " + sched.status().message());
+    return Status(sched.status().code(), "the run does not fit " + fits + ": " + sched.status().message());
   }
   st.sched = std::move(sched).value();
   const ModelGraph& g = st.gg.graph;
@@ -988,7 +1003,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.moved.assign(st.sched.tasks.size(), 0);
   st.moved_train = st.moved;
   if (st.cuda) {
-    MW_RETURN_IF_ERROR(tr.open_gpu());
+    MW_RETURN_IF_ERROR(tr.carve_device_tier());
   } else {
     st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
                                               static_cast<std::size_t>(o.hw.gpu.memory_bytes));
@@ -1069,9 +1084,9 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   return tr;
 }
 
-// The GPU of this rank (rank % GPUs unless Zero3Options::gpu says), the model's activations and scratch, then
-// the device tier: a block of the hardware file's GPU memory (or what is left, if less) inside the device's
-// one allocation, with the plan's buffers carved from it; NCCL for more than one rank.
+// Before planning: the GPU of this rank (rank % GPUs unless Zero3Options::gpu says), the model's activations
+// and the compute scratch, and the hardware file's GPU memory capped at what is left of the device for the
+// tier, so that the plan fits the real GPU (or is refused with what it needs).
 Status Zero3Trainer::open_gpu() {
 #if MEMWALL_HAVE_CUDA
   State& st = *st_;
@@ -1093,12 +1108,13 @@ Status Zero3Trainer::open_gpu() {
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;
+  const auto R = static_cast<std::size_t>(st.R);
   for (const GraphOp& op : st.gg.graph.ops) {
     std::size_t n = 0;
-    for (int p : op.params) n += (st.parts[static_cast<std::size_t>(p)].numel + 63) / 64 * 64;
+    for (int p : op.params) n += (st.gg.slices[static_cast<std::size_t>(p)].numel + 63) / 64 * 64;
     work = std::max(work, n);
   }
-  for (const auto& pt : st.parts) most_shard = std::max(most_shard, pt.shard);
+  for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + R - 1) / R);
   auto w = st.gpu->arena().allocate(std::max<std::size_t>(work, 1) * 4, "fp32 copies of an op's parameters");
   auto r = st.gpu->arena().allocate(most_shard * 4, "reduce-scatter result");
   if (!w.is_ok()) return w.status();
@@ -1106,12 +1122,25 @@ Status Zero3Trainer::open_gpu() {
   st.work_dev = static_cast<float*>(w->data);
   st.reduced_dev = static_cast<float*>(r->data);
   const std::size_t left = st.gpu->arena().largest_free() / host::Arena::kAlign * host::Arena::kAlign;
-  const std::size_t tier = std::min(left, static_cast<std::size_t>(o_.hw.gpu.memory_bytes));
+  o_.hw.gpu.memory_bytes = std::min(o_.hw.gpu.memory_bytes, static_cast<double>(left));
+  return Status::ok();
+#else
+  return Status::failed_precondition("--device cuda: memwall was built without CUDA (MEMWALL_CUDA)");
+#endif
+}
+
+// After planning: the device tier, a block of that memory inside the device's one allocation with the plan's
+// buffers carved from it; the tasks' events; NCCL for more than one rank.
+Status Zero3Trainer::carve_device_tier() {
+#if MEMWALL_HAVE_CUDA
+  State& st = *st_;
+  const std::size_t tier =
+      static_cast<std::size_t>(o_.hw.gpu.memory_bytes) / host::Arena::kAlign * host::Arena::kAlign;
   auto blk = st.gpu->arena().allocate(tier, "the device tier");
   if (!blk.is_ok()) return blk.status();
   st.tier_block = *blk;
   st.device = std::make_unique<host::Arena>(
-      "GPU " + std::to_string(ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
+      "GPU " + std::to_string(st.gpu->info().ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
   // Per task: timing events for asynchronous completion.
   if (st.gpu_async) {
     const std::size_t n = st.sched.tasks.size();

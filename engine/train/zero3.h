@@ -137,6 +137,8 @@ class Zero3Trainer {
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
   Result<float> run_phases(const int* tokens, const int* targets, bool train);
   Status open_gpu();
+  Status carve_device_tier();
+  std::string device_gpu_name() const;
   Status read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
   Status install_states(const std::vector<float>& master, const std::vector<float>& m,
                         const std::vector<float>& v);

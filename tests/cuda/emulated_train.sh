@@ -5,7 +5,8 @@
 # checkpoint written on the GPU and resumed on the CPU continues with the uninterrupted run's losses; the
 # GPU run writes a trace; with --gpu-matmul bf16 the loss stays within 3e-2 of fp32's and falls; given
 # mpirun, two ranks on the GPU path match two CPU ranks, with the collectives on (emulated) NCCL and through
-# MPI on host copies (--gpu-collectives host).
+# MPI on host copies (--gpu-collectives host); --device auto picks the GPU; a GPU that is not there and
+# activations or a plan that do not fit the GPU are one-line errors.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -35,6 +36,25 @@ run cudasync --steps 6 --device cuda --gpu-sync
 run bf16 --steps 6 --device cuda --gpu-matmul bf16
 run first --steps 3 --device cuda --checkpoint-dir "$work/ckpt"
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
+# --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
+run auto --steps 1 --device auto
+expect_error() {  # $1: what the message must say, then the command's environment and extra arguments
+  local want=$1
+  shift
+  local rc=0
+  env "$@" >"$work/err.out" 2>&1 || rc=$?
+  if [ "$rc" != 2 ] || ! grep -q -- "$want" "$work/err.out" || [ "$(wc -l <"$work/err.out")" != 1 ]; then
+    echo "FAILED: expected one line saying '$want' and exit 2, got exit $rc:"
+    cat "$work/err.out"
+    exit 1
+  fi
+}
+expect_error "--gpu 3: this machine has 1 GPU" "$BIN" "${common[@]}" --steps 1 --device cuda --gpu 3
+expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=1000000 "$BIN" "${common[@]}" --steps 1 \
+  --device cuda
+# A GPU smaller than the hardware file says: the plan is made for what the GPU has left, and refused here.
+expect_error "GPU: the schedule needs" MEMWALL_EMULATED_GPU_BYTES=8000000 "$BIN" "${common[@]}" --steps 1 \
+  --device cuda
 ranks2=skipped
 if [ -n "$MPIEXEC" ]; then
   for d in cpu cuda nccl; do
@@ -90,7 +110,7 @@ if sys.argv[2] == "ran":
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
-runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA")]
+runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA")]
 if sys.argv[2] == "ran":
     runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA")]
 for name, want in runs:
