@@ -135,6 +135,32 @@ set -e
 rm -rf "$swap"
 tail -8 "$BUILD/train.log"
 
+# compute-sanitizer's memcheck over the kernel tests (out-of-bounds and misaligned accesses, errors from CUDA
+# calls), with what is left of the 5 minutes.
+sanitizer="not run (no compute-sanitizer)"
+for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+  if ! command -v compute-sanitizer >/dev/null && [ -x "$d/compute-sanitizer" ]; then PATH="$d:$PATH"; fi
+done
+left=$(( 290 - ($(date +%s) - start) ))
+if command -v compute-sanitizer >/dev/null; then
+  if [ "$left" -lt 30 ]; then
+    sanitizer="not run (no time left)"
+  else
+    echo "== compute-sanitizer memcheck of the kernel tests (${left} s at most)"
+    set +e
+    timeout "$left" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda_tests" \
+      --gtest_filter='CudaKernels.*' --gtest_brief=1 >"$BUILD/memcheck.log" 2>&1
+    mc=$?
+    set -e
+    tail -4 "$BUILD/memcheck.log"
+    case $mc in
+      0) sanitizer="memcheck clean" ;;
+      124) sanitizer="memcheck timed out" ;;
+      *) sanitizer="memcheck FAILED (exit $mc, $BUILD/memcheck.log)"; [ "$tests_rc" = 0 ] && tests_rc=5 ;;
+    esac
+  fi
+fi
+
 echo "== summary ($(( $(date +%s) - start )) s in all)"
 if [ "${gpus:-0}" = 0 ] || grep -q "SKIPPED \] [0-9]* test" "$BUILD/tests.log"; then
   echo "GPU tests: NOT RUN on a GPU ($(grep -m1 'no GPU' "$BUILD/tests.log" || echo 'no GPU found'))"
@@ -142,6 +168,7 @@ if [ "${gpus:-0}" = 0 ] || grep -q "SKIPPED \] [0-9]* test" "$BUILD/tests.log"; 
 else
   echo "GPU tests: $([ "$tests_rc" = 0 ] && echo passed || echo FAILED)"
 fi
+echo "kernels under compute-sanitizer: $sanitizer"
 echo "$bench" | grep -E "^(GPU|model|batch|step|achieved|device memory)" || true
 echo "$bench16" | grep -E "^(batch|step|achieved)" || true
 echo "vs PyTorch, fp32 (TF32 off): $(versus "$bench" "$torch32")"
