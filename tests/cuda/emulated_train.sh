@@ -6,7 +6,8 @@
 # GPU run writes a trace; with --gpu-matmul bf16 the loss stays within 3e-2 of fp32's and falls; given
 # mpirun, two ranks on the GPU path match two CPU ranks, with the collectives on (emulated) NCCL and through
 # MPI on host copies (--gpu-collectives host); --device auto picks the GPU; a GPU that is not there and
-# activations or a plan that do not fit the GPU are one-line errors.
+# activations or a plan that do not fit the GPU are one-line errors; calibrate --device cuda writes a spec of the
+# GPU that loads.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -55,6 +56,12 @@ expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=1000000 "$
 # A GPU smaller than the hardware file says: the plan is made for what the GPU has left, and refused here.
 expect_error "GPU: the schedule needs" MEMWALL_EMULATED_GPU_BYTES=8000000 "$BIN" "${common[@]}" --steps 1 \
   --device cuda
+# memwall calibrate --device cuda writes a spec of the (emulated) GPU that predict then loads.
+"$BIN" calibrate --device cuda --gemm-size 128 --size 4M --path "$work/nvme" --out "$work/gpu.json" \
+  >"$work/cal.out" 2>&1 || { echo "FAILED: memwall calibrate --device cuda"; cat "$work/cal.out"; exit 1; }
+"$BIN" predict --hardware "$work/gpu.json" --model gpt-mini >"$work/predict.out" 2>&1 \
+  || { echo "FAILED: memwall predict on the calibrated GPU spec"; cat "$work/predict.out"; exit 1; }
+grep -q "host emulation of a GPU" "$work/predict.out" || { echo "FAILED: the spec does not name the GPU"; exit 1; }
 ranks2=skipped
 if [ -n "$MPIEXEC" ]; then
   for d in cpu cuda nccl; do
