@@ -186,8 +186,9 @@ Status CudaGptModel::gemm_forward(float* out, const float* in, const float* w, c
   const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
   const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
   MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(in, b16_in_, n_in, s), "cast input"));
-  MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n_w, s), "cast weight"));
-  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, b16_w_, b, N, IC, OC, s), "bf16 matmul");
+  if (w16_ == nullptr) MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n_w, s), "cast weight"));
+  const std::uint16_t* w16 = w16_ != nullptr ? w16_ : b16_w_;
+  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, w16, b, N, IC, OC, s), "bf16 matmul");
 }
 
 Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
@@ -199,10 +200,13 @@ Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float
       check(kc::cast_f32_to_bf16(dout, b16_dout_, n * static_cast<std::size_t>(OC), s), "cast dout"));
   MW_RETURN_IF_ERROR(
       check(kc::cast_f32_to_bf16(in, b16_in_, n * static_cast<std::size_t>(IC), s), "cast input"));
-  MW_RETURN_IF_ERROR(
-      check(kc::cast_f32_to_bf16(w, b16_w_, static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC), s),
-            "cast weight"));
-  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, b16_w_, N, IC, OC, s),
+  if (w16_ == nullptr) {
+    MW_RETURN_IF_ERROR(
+        check(kc::cast_f32_to_bf16(w, b16_w_, static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC), s),
+              "cast weight"));
+  }
+  const std::uint16_t* w16 = w16_ != nullptr ? w16_ : b16_w_;
+  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, w16, N, IC, OC, s),
                "bf16 matmul bwd");
 }
 
@@ -245,7 +249,40 @@ Status CudaGptModel::linear_backward(float* din, float* dw, float* db, const flo
   return gemm_backward(din, dw, db, tile_, in, w, N, in_width, cols);
 }
 
-Status CudaGptModel::forward_op(int op, const float* const* p) {
+bool CudaGptModel::takes_bf16_weight(int op) const {
+  if (!bf16_) return false;
+  switch (g_.ops[static_cast<std::size_t>(op)].role) {
+    case GptRole::kQkv:
+    case GptRole::kProj:
+    case GptRole::kFc1:
+    case GptRole::kFc2:
+    case GptRole::kHead:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status CudaGptModel::forward_op(int op, const float* const* p, const std::uint16_t* weight16) {
+  if (weight16 != nullptr && !takes_bf16_weight(op))
+    return Status::internal("cuda model: op " + std::to_string(op) + " takes no bf16 weight");
+  w16_ = weight16;
+  Status st = forward_op_impl(op, p);
+  w16_ = nullptr;
+  return st;
+}
+
+Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g,
+                                 const std::uint16_t* weight16) {
+  if (weight16 != nullptr && !takes_bf16_weight(op))
+    return Status::internal("cuda model: op " + std::to_string(op) + " takes no bf16 weight");
+  w16_ = weight16;
+  Status st = backward_op_impl(op, p, g);
+  w16_ = nullptr;
+  return st;
+}
+
+Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = 4 * C;
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
@@ -282,7 +319,7 @@ Status CudaGptModel::forward_op(int op, const float* const* p) {
   return Status::internal("cuda model: unknown op");
 }
 
-Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g) {
+Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* const* g) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = 4 * C;
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));

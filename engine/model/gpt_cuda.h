@@ -32,8 +32,12 @@ class CudaGptModel {
 
   // Host arrays of B*T tokens and targets, copied to the device.
   Status set_batch(const int* tokens, const int* targets);
-  Status forward_op(int op, const float* const* param);
-  Status backward_op(int op, const float* const* param, float* const* grad);
+  // `weight16`: with bf16 GEMMs, the bf16 copy of the op's GEMM weight (param 0 of a linear, or of the head),
+  // used as it is instead of rounding param 0, which may then be null (takes_bf16_weight says which ops).
+  Status forward_op(int op, const float* const* param, const std::uint16_t* weight16 = nullptr);
+  Status backward_op(int op, const float* const* param, float* const* grad,
+                     const std::uint16_t* weight16 = nullptr);
+  bool takes_bf16_weight(int op) const;
   // The last forward's mean cross-entropy (waits for the compute stream).
   Result<float> loss();
 
@@ -54,6 +58,8 @@ class CudaGptModel {
                         const float* b, const GptOp& o, const float* residual);
   Status linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
                          int in_width, const float* w, const GptOp& o);
+  Status forward_op_impl(int op, const float* const* param);
+  Status backward_op_impl(int op, const float* const* param, float* const* grad);
   Status zero(float* p, std::size_t floats);
   Status gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
   Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
@@ -72,6 +78,7 @@ class CudaGptModel {
   std::size_t needed_ = 0;
   bool bf16_ = false;
   std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
+  const std::uint16_t* w16_ = nullptr;  // the running op's bf16 GEMM weight, when the caller gave one
   int *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,

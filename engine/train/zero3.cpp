@@ -486,16 +486,26 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
   std::size_t off = 0;
   void* stream = gpu->compute().get();
   MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
-  for (const int p : op.params) {
+  // With bf16 GEMMs a linear's (or the head's) weight goes to the GEMM as the gathered bf16 copy it is; the
+  // other parameters are widened to fp32.
+  const bool bf16_weight = cmodel->takes_bf16_weight(t.op);
+  const std::uint16_t* weight16 = nullptr;
+  for (std::size_t k = 0; k < op.params.size(); ++k) {
+    const int p = op.params[k];
     const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
     if (b < 0 || !on_device(b))
       return Status::internal(t.name + ": the schedule gives no device copy of parameter " +
                               std::to_string(p));
     const std::size_t n = part(p).numel;
-    if (int rc = kernels::cuda::cast_bf16_to_f32(ptr(b), work_dev + off, n, stream); rc != 0)
-      return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
-    pp.push_back(work_dev + off);
-    off += (n + 63) / 64 * 64;
+    if (bf16_weight && k == 0) {
+      weight16 = reinterpret_cast<const std::uint16_t*>(ptr(b));
+      pp.push_back(nullptr);
+    } else {
+      if (int rc = kernels::cuda::cast_bf16_to_f32(ptr(b), work_dev + off, n, stream); rc != 0)
+        return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
+      pp.push_back(work_dev + off);
+      off += (n + 63) / 64 * 64;
+    }
     if (t.phase == Phase::kBackward) {
       const int g = use_of_param(t, p, {BufferRole::kGrad, BufferRole::kGradShard});
       if (g < 0 || !on_device(g))
@@ -504,8 +514,8 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
       gp.push_back(reinterpret_cast<float*>(ptr(g)));
     }
   }
-  MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data())
-                                                 : cmodel->forward_op(t.op, pp.data()));
+  MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data(), weight16)
+                                                 : cmodel->forward_op(t.op, pp.data(), weight16));
   return done_on(gpu->compute());
 #else
   (void)t;
