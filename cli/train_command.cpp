@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/units.h"
@@ -55,6 +56,7 @@ struct TrainOptions {
   std::string gpu_matmul = "fp32";
   std::string gpu_collectives = "nccl";
   bool gpu_sync = false;
+  int adam_threads = 0;  // 0: 1 on the CPU device, the node's cores over its ranks on a GPU
   bool json = false;
 };
 
@@ -173,7 +175,13 @@ int run_train(const TrainOptions& opt) {
   zo.tiling = run.memwall.tiling_factor;
   zo.seed = opt.seed;
   zo.adam.lr = static_cast<float>(opt.lr);
-  zo.threads = 1;
+  // CPU Adam threads: on the host-emulated device compute has the cores, so one; on a GPU the cores are
+  // free, so this node's share of them.
+  const int local_ranks = std::max(1, R / std::max(1, in->hw.nodes));
+  zo.threads =
+      opt.adam_threads > 0
+          ? opt.adam_threads
+          : (use_cuda ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks) : 1);
   zo.run = run;
   zo.hw = in->hw;
   if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
@@ -462,7 +470,7 @@ void register_train(CLI::App& app, int& exit_code) {
                   "Write rank-sharded checkpoints here (at the end, and every --checkpoint-every steps)");
   cmd->add_option("--checkpoint-every", opt->checkpoint_every,
                   "Steps between checkpoints (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
   cmd->add_flag("--resume", opt->resume,
                 "Continue from the latest checkpoint in --checkpoint-dir up to --steps");
   cmd->add_option(
@@ -489,6 +497,10 @@ void register_train(CLI::App& app, int& exit_code) {
          "device buffers: slower, for machines where NCCL does not work)")
       ->check(CLI::IsMember({"nccl", "host"}))
       ->capture_default_str();
+  cmd->add_option("--adam-threads", opt->adam_threads,
+                  "Threads of the CPU optimizer (offload_optimizer cpu or nvme); default 1 with --device cpu "
+                  "(compute has the cores), the node's cores over its ranks with --device cuda")
+      ->check(CLI::Range(0, 4096));
   cmd->add_flag("--gpu-sync", opt->gpu_sync,
                 "With --device cuda: wait for each task's GPU work before its lane moves on (debugging; by "
                 "default CUDA events order the streams and the lanes run ahead)");
