@@ -470,7 +470,7 @@ void register_train(CLI::App& app, int& exit_code) {
                   "Write rank-sharded checkpoints here (at the end, and every --checkpoint-every steps)");
   cmd->add_option("--checkpoint-every", opt->checkpoint_every,
                   "Steps between checkpoints (0: only at the end)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", opt->resume,
                 "Continue from the latest checkpoint in --checkpoint-dir up to --steps");
   cmd->add_option(
