@@ -105,11 +105,18 @@ AdamConsts adam_consts(const AdamHyper& h) {
 
 namespace {
 
-// Runs body(begin, end) over [0, n) on `threads` threads, in 64-element-aligned ranges.
+// Elements per thread: an even split in 64-element-aligned ranges, but at least 32K elements (half a MiB of
+// states), so that a small tensor does not start more threads than its work is worth.
+std::size_t chunk_of(std::size_t n, int threads) {
+  const std::size_t t = static_cast<std::size_t>(std::max(1, threads));
+  return std::max<std::size_t>(((n + t - 1) / t + 63) / 64 * 64, std::size_t{1} << 15);
+}
+
+// Runs body(begin, end) over [0, n) on up to `threads` threads, in chunk_of(n, threads) ranges.
 template <typename Body>
 void parallel_ranges(std::size_t n, int threads, Body body) {
   const std::size_t t = static_cast<std::size_t>(std::max(1, threads));
-  const std::size_t chunk = ((n + t - 1) / t + 63) / 64 * 64;
+  const std::size_t chunk = chunk_of(n, threads);
   std::vector<std::thread> pool;
   for (std::size_t k = 1; k < t && k * chunk < n; ++k) {
     pool.emplace_back([&, k] { body(k * chunk, std::min(n, (k + 1) * chunk)); });
@@ -123,8 +130,7 @@ void parallel_ranges(std::size_t n, int threads, Body body) {
 bool grads_finite(const void* grads, DType type, std::size_t n, float scale, int threads) {
   std::vector<char> ok(static_cast<std::size_t>(std::max(1, threads)) + 1, 1);
   const float inv = 1.0f / scale;
-  const std::size_t t = static_cast<std::size_t>(std::max(1, threads));
-  const std::size_t chunk = ((n + t - 1) / t + 63) / 64 * 64;
+  const std::size_t chunk = chunk_of(n, threads);
   parallel_ranges(n, threads, [&](std::size_t b, std::size_t e) {
     bool fine = true;
     for (std::size_t i = b; i < e && fine; ++i) fine = std::isfinite(detail::load_grad(grads, type, i) * inv);

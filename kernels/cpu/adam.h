@@ -4,7 +4,8 @@
 //
 // Paths: a scalar reference, AVX2+FMA+F16C and AVX-512 (F/BW), chosen at run time from CPUID. Every path
 // performs the same IEEE operations in the same order (one fused multiply-add where the others have one),
-// so they agree bitwise. Work is split over `threads` threads in 64-element-aligned ranges.
+// so they agree bitwise. Work is split over up to `threads` threads in 64-element-aligned ranges of at least
+// 32K elements.
 #pragma once
 
 #include <cstddef>

@@ -82,7 +82,7 @@ TEST(Adam, SimdPathsMatchTheScalarReferenceBitwise) {
     for (DType grad : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (int out = 0; out < 3; ++out) {
         for (const AdamHyper& h : hypers) {
-          for (std::size_t n : {0, 1, 7, 15, 16, 17, 1000, 4099}) {
+          for (std::size_t n : {0, 1, 7, 15, 16, 17, 1000, 4099, 70001}) {  // the last: 3 threads' ranges
             for (std::size_t shift : {0, 1}) {
               for (int threads : {1, 3}) {
                 State ref = make_state(n, static_cast<unsigned>(n) + 7), simd = ref;
@@ -147,6 +147,13 @@ TEST(Adam, SkipsTheStepWhenAGradientOverflows) {
   s.g32[37] = 1.0f;
   EXPECT_TRUE(grads_finite(s.g32.data(), DType::kF32, n, 1.0f, 3));
   EXPECT_TRUE(adam_step(arrays(s, n, 0, DType::kF32, false, DType::kBF16), h, 2, true));
+  // In the last of three threads' ranges.
+  const std::size_t big = 70001;
+  State l = make_state(big, 6);
+  l.g32[big - 2] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(grads_finite(l.g32.data(), DType::kF32, big, 1.0f, 3));
+  l.g32[big - 2] = 0.5f;
+  EXPECT_TRUE(grads_finite(l.g32.data(), DType::kF32, big, 1.0f, 3));
 }
 
 TEST(Half, ScalarConversionsMatchF16c) {
