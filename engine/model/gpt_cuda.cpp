@@ -37,7 +37,8 @@ CudaGptModel::~CudaGptModel() {
 }
 
 Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, int B, int T, int tiling,
-                                                           gpu::Device& device, bool bf16_matmuls) {
+                                                           gpu::Device& device, bool bf16_matmuls,
+                                                           int activation_slots) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   if (tiling < 1 || c.channels % tiling != 0) {
     return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
@@ -45,6 +46,7 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
   }
   std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
   m->bf16_ = bf16_matmuls;
+  m->slots_ = activation_slots > 0 ? std::min(activation_slots, c.layers) : c.layers;
   int rc = 0;
   m->blas_ = kc::Blas::create(rc);
   if (m->blas_ == nullptr) return check(rc, "cublasCreate");
@@ -100,19 +102,22 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     v.clear();
     for (std::size_t l = 0; l < count; ++l) v.push_back(buf(n, what));
   };
+  // The residual stream at every layer boundary (the checkpoints); the rest of a layer's activations in one
+  // of slots_ slots, layer l in slot l % slots_.
+  const auto S = static_cast<std::size_t>(slots_);
   per_layer(resid_, N * C, L + 1, "residual stream");
-  per_layer(ln1_, N * C, L, "ln1 output");
-  per_layer(atty_, N * C, L, "attention output");
-  per_layer(res1_, N * C, L, "attention residual");
-  per_layer(ln2_, N * C, L, "ln2 output");
-  per_layer(m1_, N, L, "ln1 mean");
-  per_layer(r1_, N, L, "ln1 rstd");
-  per_layer(m2_, N, L, "ln2 mean");
-  per_layer(r2_, N, L, "ln2 rstd");
-  per_layer(qkv_, N * 3 * C, L, "qkv");
-  per_layer(att_, att, L, "attention probabilities");
-  per_layer(fc_, N * 4 * C, L, "fc1 output");
-  per_layer(gel_, N * 4 * C, L, "gelu output");
+  per_layer(ln1_, N * C, S, "ln1 output");
+  per_layer(atty_, N * C, S, "attention output");
+  per_layer(res1_, N * C, S, "attention residual");
+  per_layer(ln2_, N * C, S, "ln2 output");
+  per_layer(m1_, N, S, "ln1 mean");
+  per_layer(r1_, N, S, "ln1 rstd");
+  per_layer(m2_, N, S, "ln2 mean");
+  per_layer(r2_, N, S, "ln2 rstd");
+  per_layer(qkv_, N * 3 * C, S, "qkv");
+  per_layer(att_, att, S, "attention probabilities");
+  per_layer(fc_, N * 4 * C, S, "fc1 output");
+  per_layer(gel_, N * 4 * C, S, "gelu output");
   lnf_ = buf(N * C, "final norm output");
   mf_ = buf(N, "final norm mean");
   rf_ = buf(N, "final norm rstd");
@@ -286,29 +291,30 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = 4 * C;
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
   switch (o.role) {
     case GptRole::kEmbed:
       return check(kc::embedding_forward(resid_[0], tokens_, p[0], p[1], B_, T_, C, s), "embedding");
     case GptRole::kLn1:
-      return check(kc::layernorm_forward(ln1_[l], m1_[l], r1_[l], resid_[l], p[0], p[1], N, C, s), "ln1");
+      return check(kc::layernorm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p[0], p[1], N, C, s), "ln1");
     case GptRole::kQkv:
-      return linear_forward(qkv_[l], 3 * C, ln1_[l], C, p[0], p[1], o, nullptr);
+      return linear_forward(qkv_[a], 3 * C, ln1_[a], C, p[0], p[1], o, nullptr);
     case GptRole::kAttn:
       return check(
-          kc::attention_forward(*blas_, atty_[l], att_[l], qkv_[l], B_, T_, C, c_.heads, scratch_, s),
+          kc::attention_forward(*blas_, atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, scratch_, s),
           "attention");
     case GptRole::kProj:
-      return linear_forward(res1_[l], C, atty_[l], C, p[0], p[1], o, resid_[l]);
+      return linear_forward(res1_[a], C, atty_[a], C, p[0], p[1], o, resid_[l]);
     case GptRole::kLn2:
-      return check(kc::layernorm_forward(ln2_[l], m2_[l], r2_[l], res1_[l], p[0], p[1], N, C, s), "ln2");
+      return check(kc::layernorm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p[0], p[1], N, C, s), "ln2");
     case GptRole::kFc1:
-      return linear_forward(fc_[l], F, ln2_[l], C, p[0], p[1], o, nullptr);
+      return linear_forward(fc_[a], F, ln2_[a], C, p[0], p[1], o, nullptr);
     case GptRole::kGelu:
-      return check(kc::gelu_forward(gel_[l], fc_[l], nf, s), "gelu");
+      return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
-      return linear_forward(resid_[l + 1], C, gel_[l], F, p[0], p[1], o, res1_[l]);
+      return linear_forward(resid_[l + 1], C, gel_[a], F, p[0], p[1], o, res1_[a]);
     case GptRole::kFinalNorm:
       return check(kc::layernorm_forward(lnf_, mf_, rf_, resid_.back(), p[0], p[1], N, C, s), "final norm");
     case GptRole::kHead:
@@ -323,6 +329,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = 4 * C;
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t n = static_cast<std::size_t>(N), nc = n * static_cast<std::size_t>(C),
                     nf = n * static_cast<std::size_t>(F), nv = n * static_cast<std::size_t>(c_.vocab);
@@ -344,32 +351,32 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
         MW_RETURN_IF_ERROR(zero(dgel_, nf));
         MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
       }
-      return linear_backward(dgel_, g[0], g[1], dx_, C, gel_[l], F, p[0], o);
+      return linear_backward(dgel_, g[0], g[1], dx_, C, gel_[a], F, p[0], o);
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, nf));
-      return check(kc::gelu_backward(dfc_, fc_[l], dgel_, nf, s), "gelu bwd");
+      return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear_backward(dln_, g[0], g[1], dfc_, F, ln2_[l], C, p[0], o);
+      return linear_backward(dln_, g[0], g[1], dfc_, F, ln2_[a], C, p[0], o);
     case GptRole::kLn2:
-      return check(kc::layernorm_backward(dres_, g[0], g[1], dln_, res1_[l], p[0], m2_[l], r2_[l], N, C, s),
+      return check(kc::layernorm_backward(dres_, g[0], g[1], dln_, res1_[a], p[0], m2_[a], r2_[a], N, C, s),
                    "ln2 bwd");
     case GptRole::kProj:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(datty_, nc));
         MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
       }
-      return linear_backward(datty_, g[0], g[1], dres_, C, atty_[l], C, p[0], o);
+      return linear_backward(datty_, g[0], g[1], dres_, C, atty_[a], C, p[0], o);
     case GptRole::kAttn:
       MW_RETURN_IF_ERROR(zero(dqkv_, nc * 3));
       return check(
-          kc::attention_backward(*blas_, dqkv_, datty_, qkv_[l], att_[l], B_, T_, C, c_.heads, scratch_, s),
+          kc::attention_backward(*blas_, dqkv_, datty_, qkv_[a], att_[a], B_, T_, C, c_.heads, scratch_, s),
           "attention bwd");
     case GptRole::kQkv:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear_backward(dln_, g[0], g[1], dqkv_, 3 * C, ln1_[l], C, p[0], o);
+      return linear_backward(dln_, g[0], g[1], dqkv_, 3 * C, ln1_[a], C, p[0], o);
     case GptRole::kLn1:
-      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_[l], p[0], m1_[l], r1_[l], N, C, s),
+      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_[l], p[0], m1_[a], r1_[a], N, C, s),
                    "ln1 bwd");
     case GptRole::kEmbed:
       return check(kc::embedding_backward(g[0], g[1], dx_, tokens_, B_, T_, C, s), "embedding bwd");
@@ -378,6 +385,11 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
 }
 
 Result<float> CudaGptModel::forward(const float* params, const int* tokens, const int* targets) {
+  if (slots_ < c_.layers)
+    return Status::failed_precondition(
+        "cuda model: whole passes keep every layer's activations; this model "
+        "keeps " +
+        std::to_string(slots_) + " of " + std::to_string(c_.layers));
   MW_RETURN_IF_ERROR(set_batch(tokens, targets));
   for (int op = 0; op < static_cast<int>(g_.graph.ops.size()); ++op) {
     p_.clear();
@@ -389,6 +401,11 @@ Result<float> CudaGptModel::forward(const float* params, const int* tokens, cons
 }
 
 Status CudaGptModel::backward(const float* params, float* grads) {
+  if (slots_ < c_.layers)
+    return Status::failed_precondition(
+        "cuda model: whole passes keep every layer's activations; this model "
+        "keeps " +
+        std::to_string(slots_) + " of " + std::to_string(c_.layers));
   for (int op = static_cast<int>(g_.graph.ops.size()) - 1; op >= 0; --op) {
     p_.clear();
     gr_.clear();

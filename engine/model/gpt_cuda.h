@@ -24,8 +24,13 @@ class CudaGptModel {
   // Fails (out of memory naming the activation) when the activations do not fit the device's arena.
   // bf16_matmuls: every GEMM on bf16 operands with fp32 accumulation (the tensor cores' rate), else fp32
   // GEMMs (no TF32), the CPU model's arithmetic.
+  // activation_slots: layers whose activations are kept at once (0: all). With activation checkpointing,
+  // the checkpoint interval: the residual stream is kept at every layer boundary, the rest of layer l's
+  // activations in slot l % activation_slots, refilled by recomputing the layer's forward ops before its
+  // backward ones (as the schedule's recompute tasks do); whole forward() / backward() passes need all.
   static Result<std::unique_ptr<CudaGptModel>> create(const GptConfig& c, int B, int T, int tiling,
-                                                      gpu::Device& device, bool bf16_matmuls = false);
+                                                      gpu::Device& device, bool bf16_matmuls = false,
+                                                      int activation_slots = 0);
   ~CudaGptModel();
   CudaGptModel(const CudaGptModel&) = delete;
   CudaGptModel& operator=(const CudaGptModel&) = delete;
@@ -77,6 +82,7 @@ class CudaGptModel {
   bool sizing_ = false;  // allocate()'s first pass: buf() only adds up what the buffers need
   std::size_t needed_ = 0;
   bool bf16_ = false;
+  int slots_ = 1;  // layers' activations kept at once
   std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
   const std::uint16_t* w16_ = nullptr;  // the running op's bf16 GEMM weight, when the caller gave one
   int *tokens_ = nullptr, *targets_ = nullptr;

@@ -1114,7 +1114,12 @@ Status Zero3Trainer::open_gpu() {
   auto dev = gpu::Device::open(ordinal, free_bytes / 20 * 19);
   if (!dev.is_ok()) return dev.status();
   st.gpu = std::move(dev).value();
-  auto cm = model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu, o_.gpu_bf16_matmuls);
+  // With activation checkpointing the schedule recomputes each segment's forward before its backward, so the
+  // model keeps one segment's activations (and the residual stream at every layer), as the plan assumes.
+  const auto& ac = o_.run.activation_checkpointing;
+  const int slots = ac.enabled ? std::max(1, ac.interval) : 0;
+  auto cm =
+      model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu, o_.gpu_bf16_matmuls, slots);
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;

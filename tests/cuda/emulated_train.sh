@@ -51,7 +51,7 @@ expect_error() {  # $1: what the message must say, then the command's environmen
   fi
 }
 expect_error "--gpu 3: this machine has 1 GPU" "$BIN" "${common[@]}" --steps 1 --device cuda --gpu 3
-expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=1000000 "$BIN" "${common[@]}" --steps 1 \
+expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=500000 "$BIN" "${common[@]}" --steps 1 \
   --device cuda
 # A GPU smaller than the hardware file says: the plan is made for what the GPU has left, and refused here.
 expect_error "GPU: the schedule needs" MEMWALL_EMULATED_GPU_BYTES=8000000 "$BIN" "${common[@]}" --steps 1 \

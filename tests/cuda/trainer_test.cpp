@@ -1,8 +1,9 @@
 // memwall train's ZeRO-3 trainer on a real GPU (--device cuda) against the same trainer on the host-emulated
 // device: the same schedule, 10 steps, losses within 1e-3 relative per step (fp32 compute on cuBLAS against
-// oneDNN; both widen the same bf16 parameters), in five configurations: everything on the GPU (with the
-// lanes running ahead on CUDA events, and with every task waited for), optimizer on the CPU, parameters and
-// optimizer on the CPU, and both on NVMe. Skipped without a GPU.
+// oneDNN; both widen the same bf16 parameters), in six configurations: everything on the GPU (with the
+// lanes running ahead on CUDA events, with every task waited for, and with activation checkpointing: the
+// GPU then keeps one layer's activations and recomputes each layer before its backward), optimizer on the
+// CPU, parameters and optimizer on the CPU, and both on NVMe. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -61,6 +62,11 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
   const std::vector<std::pair<std::string, std::function<void(Zero3Options&)>>> variants = {
       {"everything on the GPU", [](Zero3Options&) {}},
       {"everything on the GPU, each task waited for", [](Zero3Options& o) { o.gpu_async = false; }},
+      {"everything on the GPU, activation checkpointing (one layer's activations kept, recomputed)",
+       [](Zero3Options& o) {
+         o.run.activation_checkpointing.enabled = true;
+         o.run.activation_checkpointing.interval = 1;
+       }},
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
       {"parameters and optimizer on CPU",
