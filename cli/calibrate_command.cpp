@@ -287,6 +287,7 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, boo
   if (cuda) {  // the tier: what the GPU has, at most that
     zo.device = train::ComputeDevice::kCuda;
     zo.gpu = gpu;
+    zo.gpu_bf16_matmuls = true;  // memwall train's default on a GPU
   }
   auto world = comm::make_local_comm();
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
@@ -388,10 +389,10 @@ int run_calibrate(const CalibrateOptions& opt) {
   const double copy_Bps = memcpy_rate();
   if (!opt.json) std::fprintf(stderr, "calibrate: GEMM (%s)...\n", kernels::matmul_backend());
   const double gemm = gemm_rate();
-  double flops = cuda ? g.fp32_flops : gemm;
+  double flops = cuda ? g.bf16_flops : gemm;
   const std::string gemm_shape = std::to_string(opt.gemm_size) + "^3";
   std::string rate_source = cuda
-                                ? "fp32 GEMM " + gemm_shape + " on cuBLAS (no TF32: memwall train's default)"
+                                ? "bf16 GEMM " + gemm_shape + " on cuBLAS (memwall train's default on a GPU)"
                                 : "fp32 GEMM 2048x1024x1024 (" + std::string(kernels::matmul_backend()) + ")";
   if (!opt.model.empty()) {
     Diagnostics mdiag;

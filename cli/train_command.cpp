@@ -53,7 +53,7 @@ struct TrainOptions {
   std::string nvme_path;
   std::string device = "cpu";
   int gpu = -1;
-  std::string gpu_matmul = "fp32";
+  std::string gpu_matmul = "bf16";
   std::string gpu_collectives = "nccl";
   bool gpu_sync = false;
   int adam_threads = 0;  // 0: 1 on the CPU device, the node's cores over its ranks on a GPU
@@ -487,8 +487,8 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option("--gpu", opt->gpu, "With --device cuda: this GPU (default: rank % GPUs)");
   cmd->add_option(
          "--gpu-matmul", opt->gpu_matmul,
-         "With --device cuda: GEMM operands in fp32 (the CPU's arithmetic) or bf16 (fp32 accumulation, "
-         "tensor cores)")
+         "With --device cuda: GEMM operands in bf16 (fp32 accumulation, the tensor cores) or fp32 without "
+         "TF32 (the CPU's arithmetic: the same losses as --device cpu to rounding)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option(

@@ -32,10 +32,10 @@ run() {  # $1: output name, then extra arguments
   }
 }
 run cpu --steps 6 --device cpu
-run cuda --steps 6 --device cuda --trace "$work/trace.json"
-run cudasync --steps 6 --device cuda --gpu-sync
-run bf16 --steps 6 --device cuda --gpu-matmul bf16
-run first --steps 3 --device cuda --checkpoint-dir "$work/ckpt"
+run cuda --steps 6 --device cuda --gpu-matmul fp32 --trace "$work/trace.json"
+run cudasync --steps 6 --device cuda --gpu-matmul fp32 --gpu-sync
+run bf16 --steps 6 --device cuda  # bf16 GEMMs, the default on a GPU
+run first --steps 3 --device cuda --gpu-matmul fp32 --checkpoint-dir "$work/ckpt"
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
 run auto --steps 1 --device auto
@@ -65,9 +65,9 @@ grep -q "host emulation of a GPU" "$work/predict.out" || { echo "FAILED: the spe
 ranks2=skipped
 if [ -n "$MPIEXEC" ]; then
   for d in cpu cuda nccl; do
-    args=(--device cuda --gpu-collectives host)
+    args=(--device cuda --gpu-matmul fp32 --gpu-collectives host)
     [ "$d" = cpu ] && args=(--device cpu)
-    [ "$d" = nccl ] && args=(--device cuda --gpu-collectives nccl)
+    [ "$d" = nccl ] && args=(--device cuda --gpu-matmul fp32 --gpu-collectives nccl)
     if ! "$MPIEXEC" -n 2 "$BIN" "${common[@]}" --steps 4 "${args[@]}" \
       >"$work/mpi_$d.jsonl" 2>"$work/mpi_$d.err"; then
       if grep -q -e "listener thread failed to start" -e "unable to find network interfaces" "$work/mpi_$d.err"; then
