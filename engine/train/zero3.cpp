@@ -1111,7 +1111,13 @@ Status Zero3Trainer::open_gpu() {
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaSetDevice(ordinal) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
     return Status::internal("cuda: cannot query GPU " + std::to_string(ordinal));
-  auto dev = gpu::Device::open(ordinal, free_bytes / 20 * 19);
+  // One allocation of most of what is free (the rest for the CUDA context, cuBLAS's workspace and NCCL's
+  // buffers); a little less if the driver cannot give that much in one piece.
+  Result<std::unique_ptr<gpu::Device>> dev = Status::internal("unreachable");
+  for (const std::size_t twentieths : {19u, 18u, 16u}) {
+    dev = gpu::Device::open(ordinal, free_bytes / 20 * twentieths);
+    if (dev.is_ok() || dev.status().code() != StatusCode::kOutOfMemory) break;
+  }
   if (!dev.is_ok()) return dev.status();
   st.gpu = std::move(dev).value();
   // With activation checkpointing the schedule recomputes each segment's forward before its backward, so the
