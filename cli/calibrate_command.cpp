@@ -145,6 +145,7 @@ struct GpuRates {
   int count = 0;
   double total_bytes = 0, free_bytes = 0;
   double bf16_flops = 0, fp32_flops = 0, hbm_Bps = 0, h2d_Bps = 0, d2h_Bps = 0;
+  bool link_pinned = true;  // false: the driver would not page-lock host memory; the link rate is pageable's
 };
 
 #if MEMWALL_HAVE_CUDA
@@ -245,12 +246,12 @@ Result<GpuRates> gpu_rates(int ordinal, int n) {
   r.hbm_Bps = *hbm;
   // The host link, from and to page-locked host memory (as the trainer's pinned buffers are).
   std::vector<char> pinned(copy, 1);
-  MW_RETURN_IF_ERROR(gpu::register_host(pinned.data(), copy));
+  r.link_pinned = gpu::register_host(pinned.data(), copy).is_ok();  // else pageable, as train then copies
   auto h2d = best_rate(
       static_cast<double>(copy), [&] { return d.copy_to_device(*a, pinned.data(), copy, d.h2d()); }, d.h2d());
   auto d2h = best_rate(
       static_cast<double>(copy), [&] { return d.copy_to_host(pinned.data(), *a, copy, d.d2h()); }, d.d2h());
-  gpu::unregister_host(pinned.data(), copy);
+  if (r.link_pinned) gpu::unregister_host(pinned.data(), copy);
   if (!h2d.is_ok()) return h2d.status();
   if (!d2h.is_ok()) return d2h.status();
   r.h2d_Bps = *h2d;
@@ -528,8 +529,8 @@ int run_calibrate(const CalibrateOptions& opt) {
       std::printf("GPU GEMM   %8.2f TFLOP/s bf16, %.2f TFLOP/s fp32 (cuBLAS, %s)\n", g.bf16_flops / 1e12,
                   g.fp32_flops / 1e12, gemm_shape.c_str());
       std::printf("GPU memory %8.2f GB/s (device-to-device copy, read + written)\n", g.hbm_Bps / 1e9);
-      std::printf("host link  %8.2f GB/s to the GPU, %.2f GB/s back (page-locked)\n", g.h2d_Bps / 1e9,
-                  g.d2h_Bps / 1e9);
+      std::printf("host link  %8.2f GB/s to the GPU, %.2f GB/s back (%s)\n", g.h2d_Bps / 1e9, g.d2h_Bps / 1e9,
+                  g.link_pinned ? "page-locked" : "pageable: the driver would not page-lock host memory");
     }
     std::printf("memcpy     %8.2f GB/s  (%sCPU memory traffic %.2f GB/s)\n", copy_Bps / 1e9,
                 cuda ? "" : "device copies; ", 2 * copy_Bps / 1e9);

@@ -203,6 +203,10 @@ int run_train(const TrainOptions& opt) {
   }
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return report_error(trainer.status());
+  if (lead) {
+    for (const std::string& w : trainer->warnings())
+      std::fprintf(stderr, "memwall: warning: %s\n", w.c_str());
+  }
   if (opt.resume) {
     if (opt.checkpoint_dir.empty())
       return report_error(Status::invalid_argument("--resume needs --checkpoint-dir"));

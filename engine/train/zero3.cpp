@@ -204,6 +204,10 @@ struct Zero3Trainer::State {
     ~Registered();
   } registered;
   Status page_lock(void* p, std::size_t bytes, const std::string& what);
+  std::vector<std::string> warnings;  // what the caller should hear about but that does not stop training
+  std::string pin_refused;            // why the driver would not page-lock host memory, if it would not
+  std::size_t unpinned = 0;
+  double unpinned_bytes = 0;
   // Whether buffer b's bytes are in GPU memory.
   bool on_device(int b) const {
     return cuda && sched.buffers[static_cast<std::size_t>(b)].tier == Tier::kGpu;
@@ -363,8 +367,16 @@ Status Zero3Trainer::State::alloc(int b) {
 
 Status Zero3Trainer::State::page_lock(void* p, std::size_t bytes, const std::string& what) {
 #if MEMWALL_HAVE_CUDA
-  if (Status s = gpu::register_host(p, bytes); !s.is_ok())
-    return Status(s.code(), "page-locking " + what + " for the GPU: " + s.message());
+  // Where the driver refuses (some sandboxes do), the memory stays pageable: copies through it still work,
+  // staged by the driver and synchronous, so one warning (create() adds it) rather than an error, and no
+  // further tries.
+  Status s = pin_refused.empty() ? gpu::register_host(p, bytes) : Status::unavailable(pin_refused);
+  if (!s.is_ok()) {
+    if (pin_refused.empty()) pin_refused = "page-locking " + what + ": " + s.message();
+    ++unpinned;
+    unpinned_bytes += static_cast<double>(bytes);
+    return Status::ok();
+  }
   registered.ranges.emplace_back(p, bytes);
   return Status::ok();
 #else
@@ -885,6 +897,10 @@ std::string Zero3Trainer::device_name() const {
   return o_.hw.gpu.model + ", host-emulated";
 }
 
+const std::vector<std::string>& Zero3Trainer::warnings() const {
+  return st_->warnings;
+}
+
 const StepStats& Zero3Trainer::last_step() const {
   return st_->stats;
 }
@@ -1091,6 +1107,11 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     }
   }
   MW_RETURN_IF_ERROR(tr.install_states(master, zeros, zeros));
+  if (!st.pin_refused.empty()) {
+    st.warnings.push_back("the GPU driver would not page-lock host memory (" + st.pin_refused + "); " +
+                          std::to_string(st.unpinned) + " host buffers (" + format_bytes(st.unpinned_bytes) +
+                          ") stay pageable, so their copies go through the driver's staging, synchronously");
+  }
   return tr;
 }
 

@@ -105,6 +105,8 @@ class Zero3Trainer {
   const ModelGraph& graph() const;
   const Schedule& schedule() const;
   const StepStats& last_step() const;
+  // Degradations found while setting up (e.g. host memory the GPU driver would not page-lock).
+  const std::vector<std::string>& warnings() const;
   // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".
   std::string device_name() const;
   const RunConfig& run() const { return o_.run; }  // as planned (after create()'s normalisation)

@@ -36,6 +36,9 @@ run cuda --steps 6 --device cuda --gpu-matmul fp32 --trace "$work/trace.json"
 run cudasync --steps 6 --device cuda --gpu-matmul fp32 --gpu-sync
 run bf16 --steps 6 --device cuda  # bf16 GEMMs, the default on a GPU
 run first --steps 3 --device cuda --gpu-matmul fp32 --checkpoint-dir "$work/ckpt"
+# A driver that will not page-lock host memory: a warning, and the same losses through pageable copies.
+MEMWALL_EMULATED_NO_PINNING=1 run unpinned --steps 6 --device cuda --gpu-matmul fp32
+grep -q "warning: the GPU driver would not page-lock" "$work/unpinned.err" || { echo "FAILED: no warning about page-locking"; exit 1; }
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
 run auto --steps 1 --device auto
@@ -87,7 +90,8 @@ work = sys.argv[1]
 def losses(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["loss"] for r in map(json.loads, f) if "step" in r}
-cpu, cuda, cudasync, bf16, first, resumed = (losses(n) for n in ("cpu", "cuda", "cudasync", "bf16", "first", "resumed"))
+cpu, cuda, cudasync, bf16, first, resumed, unpinned = (
+    losses(n) for n in ("cpu", "cuda", "cudasync", "bf16", "first", "resumed", "unpinned"))
 bad = []
 def near(what, a, b, rel):
     if abs(a - b) > rel * abs(b):
@@ -96,6 +100,7 @@ assert sorted(cpu) == list(range(1, 7)) and sorted(cuda) == sorted(cpu), (cpu, c
 for s in cpu:
     near(f"step {s}, cuda vs cpu", cuda[s], cpu[s], 1e-4)
     near(f"step {s}, cuda with --gpu-sync vs cpu", cudasync[s], cpu[s], 1e-4)
+    near(f"step {s}, cuda without page-locked memory vs cpu", unpinned[s], cpu[s], 1e-4)
     near(f"step {s}, bf16 GEMMs vs fp32", bf16[s], cpu[s], 3e-2)
 if not bf16[6] < bf16[1]:
     bad.append(f"bf16 GEMMs: the loss did not fall ({bf16[1]} -> {bf16[6]})")

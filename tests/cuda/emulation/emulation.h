@@ -13,6 +13,7 @@
 //   together: the emulator sees their calls in one real-time order) find such races when the second piece
 //   of work is queued, whatever order the lazy streams later run in.
 //
+// MEMWALL_EMULATED_NO_PINNING makes cudaHostRegister fail, as some sandboxed drivers do.
 // MEMWALL_EMULATED_GPUS (default 1) devices share MEMWALL_EMULATED_GPU_BYTES (default 2 GiB) of memory; each
 // process has its own emulation, so MPI ranks are separate machines (NCCL over MPI: nccl.cpp).
 //

@@ -385,6 +385,8 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
 
 cudaError_t CUDARTAPI cudaHostRegister(void* ptr, size_t size, unsigned int) {
   Lock lock(emu().mu);
+  if (std::getenv("MEMWALL_EMULATED_NO_PINNING") != nullptr)  // as drivers in some sandboxes answer
+    return emu_ns::fail(cudaErrorNotSupported, "cudaHostRegister: not supported (MEMWALL_EMULATED_NO_PINNING)");
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   auto& reg = emu().registered;
   auto next = reg.lower_bound(a);
