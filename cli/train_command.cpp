@@ -239,8 +239,9 @@ int run_train(const TrainOptions& opt) {
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
-        format_bytes(in->hw.gpu.memory_bytes).c_str(), trainer->device_name().c_str(),
-        format_bytes(in->hw.cpu.memory_bytes / std::max(1, trainer->schedule().ranks_per_node)).c_str(),
+        format_bytes(trainer->hardware().gpu.memory_bytes).c_str(), trainer->device_name().c_str(),
+        format_bytes(trainer->hardware().cpu.memory_bytes / std::max(1, trainer->schedule().ranks_per_node))
+            .c_str(),
         uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
         trainer->schedule().tasks.size());
     for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());

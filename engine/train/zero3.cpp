@@ -1,6 +1,8 @@
 // ZeRO-3 / ZeRO-Infinity training driven by the schedule: tiers, task bindings, checkpoints (see zero3.h).
 #include "engine/train/zero3.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -981,6 +983,15 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     if (tr.o_.hw.gpu.memory_bytes < file_gpu)
       fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
               " left for the device tier after the model's activations)";
+    // Likewise the CPU tier: a real run cannot use more host memory than this machine has.
+    const double ram =
+        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    // (The file's reserve for the runtime shrinks in proportion.)
+    if (ram > 0 && ram < tr.o_.hw.cpu.memory_bytes) {
+      tr.o_.hw.cpu.reserved_bytes *= ram / tr.o_.hw.cpu.memory_bytes;
+      tr.o_.hw.cpu.memory_bytes = ram;
+      fits += " with this machine's " + format_bytes(ram) + " of host memory";
+    }
   }
   auto sched = plan_iteration(model::gpt_model_spec(c), run, tr.o_.hw);
   if (!sched.is_ok()) {
@@ -1035,7 +1046,8 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                               static_cast<std::size_t>(o.hw.gpu.memory_bytes));
   }
   st.host_mem = std::make_unique<host::Arena>(
-      "host memory", static_cast<std::size_t>(o.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
+      "host memory",
+      static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
   st.opt_tier = tier_of(z.offload_optimizer.device);
   st.home.assign(st.parts.size(), Tier::kGpu);
   st.shard_buf.assign(st.parts.size(), -1);

@@ -109,7 +109,9 @@ class Zero3Trainer {
   const std::vector<std::string>& warnings() const;
   // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".
   std::string device_name() const;
-  const RunConfig& run() const { return o_.run; }  // as planned (after create()'s normalisation)
+  const RunConfig& run() const { return o_.run; }
+  // The hardware as trained on: the file's, with a real GPU's and host's memory where they have less.
+  const HardwareSpec& hardware() const { return o_.hw; }  // as planned (after create()'s normalisation)
 
   std::size_t shard_elements() const;  // this rank's elements (with padding)
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
