@@ -19,6 +19,7 @@
 #include <queue>
 
 #include "base/units.h"
+#include "exec/run_analysis.h"
 #include "memory/bandwidth_model.h"
 #include "sim/platform.h"
 
@@ -231,7 +232,7 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
-  std::vector<std::vector<std::pair<double, double>>> node_intervals(kResourceCount);
+  std::vector<std::vector<Interval>> node_intervals(kResourceCount);
   // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
   std::vector<std::unique_ptr<SimGridExecutor>> execs;
   for (int r = 0; r < rpn; ++r)
@@ -270,16 +271,8 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   engine.run();
   if (!failure.is_ok()) return failure;
   result.iteration_s = *std::max_element(rank_time.begin(), rank_time.end()) / opt.iterations;
-  for (int r = 0; r < kResourceCount; ++r) {
-    auto& v = node_intervals[r];
-    std::sort(v.begin(), v.end());
-    double end = -1;
-    for (const auto& [a, z] : v) {
-      if (z <= end) continue;
-      result.node_busy_s[r] += z - std::max(a, end);
-      end = z;
-    }
-  }
+  for (int r = 0; r < kResourceCount; ++r)
+    result.node_busy_s[r] = total_length(interval_union(std::move(node_intervals[r])));
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.peak_rss_bytes = peak_rss();
   return result;

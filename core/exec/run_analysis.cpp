@@ -5,6 +5,40 @@
 
 namespace memwall {
 
+std::vector<Interval> interval_union(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const Interval& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, iv.second);
+    } else {
+      out.push_back(iv);
+    }
+  }
+  return out;
+}
+
+double total_length(const std::vector<Interval>& disjoint) {
+  double total = 0;
+  for (const Interval& iv : disjoint) total += iv.second - iv.first;
+  return total;
+}
+
+double overlap_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    total += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return total;
+}
+
 RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
   RunBreakdown b;
   b.iteration_s = run.makespan_s;
@@ -15,7 +49,8 @@ RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
     int delta;  // +1 start, -1 end
   };
   std::vector<Edge> edges;
-  std::vector<std::vector<std::pair<double, double>>> per_resource(kResourceCount);
+  std::vector<std::vector<Interval>> per_resource(kResourceCount);
+  std::vector<Interval> transfers, work;
   for (const Task& t : s.tasks) {
     if (t.resource == Resource::kNone) continue;
     const Completion& c = run.timing[t.id];
@@ -23,6 +58,8 @@ RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
     const int r = static_cast<int>(t.resource);
     if (t.kind != TaskKind::kCompute && t.kind != TaskKind::kOptimizerStep) b.bytes[r] += t.bytes;
     per_resource[r].push_back({c.start_s, c.end_s});
+    const bool is_work = t.resource == Resource::kCompute || t.resource == Resource::kCpuOptimizer;
+    (is_work ? work : transfers).push_back({c.start_s, c.end_s});
     if (t.phase == Phase::kOptimizer) continue;
     const int cls = t.kind == TaskKind::kCompute
                         ? 0
@@ -30,20 +67,11 @@ RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
     edges.push_back({c.start_s, cls, +1});
     edges.push_back({c.end_s, cls, -1});
   }
-  for (int r = 0; r < kResourceCount; ++r) {
-    auto& v = per_resource[r];
-    std::sort(v.begin(), v.end());
-    double end = -1;
-    for (const auto& [a, z] : v) {
-      if (a >= end) {
-        b.busy_s[r] += z - a;
-        end = z;
-      } else if (z > end) {
-        b.busy_s[r] += z - end;
-        end = z;
-      }
-    }
-  }
+  for (int r = 0; r < kResourceCount; ++r)
+    b.busy_s[r] = total_length(interval_union(std::move(per_resource[r])));
+  const std::vector<Interval> moving = interval_union(std::move(transfers));
+  b.transfer_s = total_length(moving);
+  b.transfer_overlapped_s = overlap_length(moving, interval_union(std::move(work)));
   std::sort(edges.begin(), edges.end(),
             [](const Edge& x, const Edge& y) { return x.t < y.t || (x.t == y.t && x.delta < y.delta); });
   int active[3] = {0, 0, 0};

@@ -22,6 +22,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/crc32c.h"
 #include "engine/io/tensor_store.h"
+#include "exec/run_analysis.h"
 #include "plan/planner.h"
 
 #if MEMWALL_HAVE_CUDA
@@ -68,37 +69,6 @@ HardwareSpec emulated_hardware(double device_bytes, double host_bytes, double nv
 namespace {
 
 constexpr std::size_t kB16 = sizeof(std::uint16_t);
-
-// The union of intervals, as sorted disjoint intervals.
-std::vector<std::pair<double, double>> interval_union(std::vector<std::pair<double, double>> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<std::pair<double, double>> out;
-  for (const auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) {
-      out.back().second = std::max(out.back().second, iv.second);
-    } else {
-      out.push_back(iv);
-    }
-  }
-  return out;
-}
-
-// The length of the intersection of two sets of sorted disjoint intervals.
-double overlap_length(const std::vector<std::pair<double, double>>& a,
-                      const std::vector<std::pair<double, double>>& b) {
-  double total = 0;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    total += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
-    if (a[i].second < b[j].second) {
-      ++i;
-    } else {
-      ++j;
-    }
-  }
-  return total;
-}
 
 std::string store_key(const char* kind, std::size_t index) {
   return std::string(kind) + "." + std::to_string(index);
@@ -1372,19 +1342,16 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   }
   StepStats stats;
   stats.seconds = t_end - t_start;
-  std::vector<std::pair<double, double>> transfers, computes;
   for (const Task& t : s.tasks) {
     if (!include[static_cast<std::size_t>(t.id)] || t.resource == Resource::kNone) continue;
     const Completion& c = run->timing[static_cast<std::size_t>(t.id)];
     const auto r = static_cast<std::size_t>(t.resource);
     stats.busy_s[r] += c.end_s - c.start_s;
     stats.bytes[r] += st.moved[static_cast<std::size_t>(t.id)];
-    const bool work = t.resource == Resource::kCompute || t.resource == Resource::kCpuOptimizer;
-    (work ? computes : transfers).emplace_back(c.start_s, c.end_s);
   }
-  const auto moving = interval_union(std::move(transfers));
-  for (const auto& iv : moving) stats.transfer_s += iv.second - iv.first;
-  stats.transfer_overlapped_s = overlap_length(moving, interval_union(std::move(computes)));
+  const RunBreakdown rb = analyze_run(s, *run);  // tasks left out ran for no time
+  stats.transfer_s = rb.transfer_s;
+  stats.transfer_overlapped_s = rb.transfer_overlapped_s;
   if (train) st.moved_train = st.moved;
   st.last_run = std::move(run).value();
   for (const Task& t : s.tasks) {

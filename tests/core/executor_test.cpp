@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "exec/executor.h"
+#include "exec/run_analysis.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
 #include "test_support.h"
@@ -130,6 +131,26 @@ TEST(RunSchedule, ProgramOrderKeepsAllocsBehindEarlierFrees) {
     EXPECT_NEAR(r.timing[3].start_s, program ? 1.0 : 0.0, 1e-12) << program;
     EXPECT_GE(r.timing[2].start_s, program ? r.timing[1].end_s : 0.0);
   }
+}
+
+// Busy time per resource is the union of its tasks; the overlap counts transfer time during which compute or
+// the CPU optimizer ran, once however many transfers and work tasks run at the same time.
+TEST(RunAnalysis, TransferTimeAndItsOverlapWithWork) {
+  Schedule s;
+  s.tasks = {make(0, TaskKind::kCompute, Resource::kCompute), make(1, TaskKind::kCopy, Resource::kH2D),
+             make(2, TaskKind::kCopy, Resource::kD2H), make(3, TaskKind::kNvmeRead, Resource::kNvmeRead),
+             make(4, TaskKind::kOptimizerStep, Resource::kCpuOptimizer),
+             make(5, TaskKind::kAlloc, Resource::kNone)};
+  s.tasks[4].phase = Phase::kOptimizer;
+  RunResult run;
+  run.makespan_s = 10;
+  run.timing = {{0, 0, 4}, {1, 1, 3}, {2, 2, 6}, {3, 7, 9}, {4, 8, 10}, {5, 0, 10}};
+  const RunBreakdown b = analyze_run(s, run);
+  EXPECT_DOUBLE_EQ(b.transfer_s, 5 + 2);            // [1, 6) and [7, 9)
+  EXPECT_DOUBLE_EQ(b.transfer_overlapped_s, 3 + 1);  // [1, 4) with compute, [8, 9) with the optimizer
+  EXPECT_DOUBLE_EQ(b.busy_s[static_cast<int>(Resource::kD2H)], 4);
+  EXPECT_DOUBLE_EQ(total_length(interval_union({{0, 2}, {1, 3}, {5, 5}, {4, 6}})), 5);
+  EXPECT_DOUBLE_EQ(overlap_length({{0, 2}, {4, 6}}, {{1, 5}}), 2);
 }
 
 }  // namespace
