@@ -99,6 +99,9 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
                         {"io_stall", b.io_stall_s},
                         {"idle", b.idle_s},
                         {"optimizer_step", b.optimizer_s}};
+  // As memwall train reports it: how long any transfer ran, and the share of it alongside work.
+  out["transfer_s"] = b.transfer_s;
+  out["transfer_overlap"] = b.transfer_s > 0 ? b.transfer_overlapped_s / b.transfer_s : 0.0;
   json links = json::object();
   for (Resource r :
        {Resource::kH2D, Resource::kD2H, Resource::kNvmeRead, Resource::kNvmeWrite, Resource::kNetwork}) {
@@ -145,6 +148,8 @@ void print_simulation(const json& o) {
     const double v = o["breakdown_s"][k].get<double>();
     std::printf("%-24s %11.3f %6.1f%%\n", k, v, 100 * v / it);
   }
+  std::printf("transfers %.3f s, %.0f%% of it alongside compute or the optimizer\n",
+              o["transfer_s"].get<double>(), 100 * o["transfer_overlap"].get<double>());
   std::printf("\n%-11s %14s %11s %16s %16s\n", "link", "bytes/GPU", "busy", "achieved/GPU", "achieved/node");
   for (auto it2 = o["links"].begin(); it2 != o["links"].end(); ++it2) {
     const auto& l = it2.value();
