@@ -269,20 +269,21 @@ bool CudaGptModel::takes_bf16_weight(int op) const {
 }
 
 Status CudaGptModel::forward_op(int op, const float* const* p, const std::uint16_t* weight16) {
-  if (weight16 != nullptr && !takes_bf16_weight(op))
-    return Status::internal("cuda model: op " + std::to_string(op) + " takes no bf16 weight");
-  w16_ = weight16;
-  Status st = forward_op_impl(op, p);
-  w16_ = nullptr;
-  return st;
+  return run_op(op, false, p, nullptr, weight16);
 }
 
 Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g,
                                  const std::uint16_t* weight16) {
+  return run_op(op, true, p, g, weight16);
+}
+
+// The op's forward or backward, with its bf16 GEMM weight in w16_ while it runs.
+Status CudaGptModel::run_op(int op, bool backward, const float* const* p, float* const* g,
+                            const std::uint16_t* weight16) {
   if (weight16 != nullptr && !takes_bf16_weight(op))
     return Status::internal("cuda model: op " + std::to_string(op) + " takes no bf16 weight");
   w16_ = weight16;
-  Status st = backward_op_impl(op, p, g);
+  Status st = backward ? backward_op_impl(op, p, g) : forward_op_impl(op, p);
   w16_ = nullptr;
   return st;
 }

@@ -63,6 +63,8 @@ class CudaGptModel {
                         const float* b, const GptOp& o, const float* residual);
   Status linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
                          int in_width, const float* w, const GptOp& o);
+  Status run_op(int op, bool backward, const float* const* param, float* const* grad,
+                const std::uint16_t* weight16);
   Status forward_op_impl(int op, const float* const* param);
   Status backward_op_impl(int op, const float* const* param, float* const* grad);
   Status zero(float* p, std::size_t floats);

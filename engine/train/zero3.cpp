@@ -169,8 +169,8 @@ struct Zero3Trainer::State {
 #endif
   // On a GPU, host memory the GPU copies to and from is page-locked (cudaHostRegister), so the copies are
   // DMA: the pinned pools, the buffers the plan marks pinned (offload_param / offload_optimizer `pin_memory`)
-  // and the CPU optimizer's bf16 staging. Undone before that memory goes (the last member, so destroyed
-  // first).
+  // and the CPU optimizer's bf16 staging. Undone before that memory goes (declared after every member that
+  // owns such memory, so destroyed before them).
   struct Registered {
     std::vector<std::pair<void*, std::size_t>> ranges;
     ~Registered();

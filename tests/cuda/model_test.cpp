@@ -12,6 +12,7 @@
 
 #include "cpu/adam.h"
 #include "cuda/adam.h"
+#include "cuda/small_gpt.h"
 #include "engine/cuda/device.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_cuda.h"
@@ -67,15 +68,7 @@ class CudaGpt : public ::testing::TestWithParam<int> {
   std::vector<host::Arena::Block> blocks_;
 };
 
-GptConfig small_gpt() {
-  GptConfig c;
-  c.vocab = 256;
-  c.max_seq = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.channels = 64;
-  return c;
-}
+using cuda_test::small_gpt;
 constexpr int kB = 2, kT = 32;
 
 // Losses of 10 steps of model + Adam on the CPU and on the GPU from the same initialisation.

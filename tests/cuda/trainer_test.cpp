@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/small_gpt.h"
 #include "engine/comm/comm.h"
 #include "engine/cuda/device.h"
 #include "engine/train/zero3.h"
@@ -44,12 +45,7 @@ std::vector<float> losses_of(const model::GptConfig& c, const Zero3Options& o, i
 TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << why;
-  model::GptConfig c;
-  c.vocab = 256;
-  c.max_seq = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.channels = 64;
+  const model::GptConfig c = cuda_test::small_gpt();
   Zero3Options base;
   base.micro_batch = 2;
   base.seq = 32;
