@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/stats.h"
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -124,16 +125,14 @@ Result<Measurement> store_rates(const std::string& dir, std::uint64_t total, std
     combined.push_back(moved / read_s + moved / write_s);
     cpu_per_byte.push_back(cpu_s / (2 * moved));
   }
-  std::sort(combined.begin(), combined.end());
-  std::sort(cpu_per_byte.begin(), cpu_per_byte.end());
   store->reset();
   std::filesystem::remove_all(dir, ec);
   const auto bytes = static_cast<double>(count * tensor);
   Measurement m;
   m.read_Bps = bytes / solo_read_s;
   m.write_Bps = bytes / solo_write_s;
-  m.readwrite_Bps = combined[1];
-  m.cpu_s_per_byte = cpu_per_byte[1];
+  m.readwrite_Bps = median(combined);
+  m.cpu_s_per_byte = median(cpu_per_byte);
   return m;
 }
 
@@ -310,8 +309,7 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, boo
     if (k > 0 && busy > 0) rates.push_back(flops / busy);
   }
   if (rates.empty()) return Status::internal("calibrate: the trainer's compute lane recorded no time");
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return median(rates);
 }
 
 // Bytes copied per second by memcpy between two 256 MiB buffers (best of 5).

@@ -6,6 +6,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/stats.h"
+
 namespace memwall {
 
 namespace {

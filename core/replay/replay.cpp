@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "base/stats.h"
+
 namespace memwall {
 
 namespace {
@@ -33,12 +35,6 @@ Phase phase_of(const std::string& p) {
 }
 
 }  // namespace
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 Status choose_steps(ReplayGraph& g, int first, int last) {
   const int lo = std::max(0, first), hi = last < 0 ? g.steps_total : std::min(last, g.steps_total);

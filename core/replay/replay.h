@@ -39,7 +39,6 @@ struct ReplayGraph {
 // or fails naming the range the trace has; after measured_step_s is filled, measured_iteration_s is its mean.
 Status choose_steps(ReplayGraph& g, int first, int last);
 void set_measured_iteration(ReplayGraph& g);
-double median(std::vector<double> v);  // of a non-empty list (0 for an empty one)
 
 // `first`, `last`: steps [first, last) (0-based; last < 0: to the end).
 Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int first, int last);
