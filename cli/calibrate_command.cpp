@@ -63,6 +63,19 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// `work` (bytes, FLOP) per second of the fastest of five runs of `op` after one warm-up; op returns a Status
+// and, for GPU work, waits for it.
+Result<double> best_of_five(double work, const std::function<Status()>& op) {
+  MW_RETURN_IF_ERROR(op());
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto t0 = clock_type::now();
+    MW_RETURN_IF_ERROR(op());
+    best = std::max(best, work / seconds_since(t0));
+  }
+  return best;
+}
+
 // Rates of memwall's tensor store (swap settings: checksums, no sync) with tensors of `tensor` bytes: reads
 // alone, writes alone, then one thread reading and one writing at the same time as memwall train's NVMe
 // lanes do (their sum is the drive's combined rate, and the process CPU time per byte moved is what those
@@ -198,18 +211,12 @@ Result<GpuRates> gpu_rates(int ordinal, int n) {
   if (blas == nullptr) return kernel(status);
   MW_RETURN_IF_ERROR(kernel(blas->set_stream(s.get())));
   // Best of five after a warm-up, each timed with the stream drained around it.
-  auto best_rate = [&](double work, const std::function<Status()>& op,
-                       const gpu::Stream& on) -> Result<double> {
-    MW_RETURN_IF_ERROR(op());
-    MW_RETURN_IF_ERROR(on.synchronize());
-    double best = 0;
-    for (int k = 0; k < 5; ++k) {
-      const auto t0 = clock_type::now();
+  // GPU work timed with its stream drained.
+  auto best_rate = [&](double work, const std::function<Status()>& op, const gpu::Stream& on) {
+    return best_of_five(work, [&] {
       MW_RETURN_IF_ERROR(op());
-      MW_RETURN_IF_ERROR(on.synchronize());
-      best = std::max(best, work / seconds_since(t0));
-    }
-    return best;
+      return on.synchronize();
+    });
   };
   const double gemm_flops = 2.0 * static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(N);
   auto fp32 = best_rate(
@@ -316,13 +323,12 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, boo
 double memcpy_rate() {
   const std::size_t n = 256ull << 20;
   std::vector<char> a(n, 1), b(n, 2);
-  double best = 0;
-  for (int k = 0; k < 5; ++k) {
-    const auto t0 = clock_type::now();
+  int k = 0;
+  return *best_of_five(static_cast<double>(n), [&] {
+    ++k;
     std::memcpy(k % 2 ? a.data() : b.data(), k % 2 ? b.data() : a.data(), n);
-    best = std::max(best, static_cast<double>(n) / seconds_since(t0));
-  }
-  return best;
+    return Status::ok();
+  });
 }
 
 // fp32 GEMM FLOP/s of a transformer-sized matmul (2048 tokens x 1024 x 1024), best of 5.
@@ -330,14 +336,10 @@ double gemm_rate() {
   const int N = 2048, IC = 1024, OC = 1024;
   std::vector<float> in(static_cast<std::size_t>(N) * IC, 0.01f), w(static_cast<std::size_t>(OC) * IC, 0.02f),
       out(static_cast<std::size_t>(N) * OC);
-  kernels::matmul_forward(out.data(), in.data(), w.data(), nullptr, N, IC, OC);  // warm-up
-  double best = 0;
-  for (int k = 0; k < 5; ++k) {
-    const auto t0 = clock_type::now();
+  return *best_of_five(2.0 * N * IC * OC, [&] {
     kernels::matmul_forward(out.data(), in.data(), w.data(), nullptr, N, IC, OC);
-    best = std::max(best, 2.0 * N * IC * OC / seconds_since(t0));
-  }
-  return best;
+    return Status::ok();
+  });
 }
 
 double mem_total_bytes() {
