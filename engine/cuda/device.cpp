@@ -173,10 +173,4 @@ void unregister_host(void* p, std::size_t) {
   cudaHostUnregister(p);
 }
 
-io::PinnedPool::Options with_cuda_registration(io::PinnedPool::Options o) {
-  o.register_fn = register_host;
-  o.unregister_fn = unregister_host;
-  return o;
-}
-
 }  // namespace memwall::gpu

@@ -12,7 +12,6 @@
 
 #include "base/status.h"
 #include "engine/host/arena.h"
-#include "engine/io/pinned_pool.h"
 
 namespace memwall::gpu {
 
@@ -94,7 +93,5 @@ class Device {
 // Page-locks [p, p + bytes) for the GPU (cudaHostRegister) / undoes it.
 Status register_host(void* p, std::size_t bytes);
 void unregister_host(void* p, std::size_t bytes);
-// `o` with the register hooks set, so a PinnedPool's buffers serve GPU copies directly.
-io::PinnedPool::Options with_cuda_registration(io::PinnedPool::Options o);
 
 }  // namespace memwall::gpu
