@@ -938,7 +938,12 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
   std::vector<std::string> notes;
   for (;;) {
     Schedule s = plan_graph(graph, run, hw);
-    Result<MemoryTimeline> tl = replay_memory(s);
+    // An executor that holds the activations outside the tier (memwall train on a GPU) has checked them
+    // itself; the tier must hold the rest.
+    const bool outside = run.memwall.gpu_activations_outside_tier;
+    Result<MemoryTimeline> tl =
+        outside ? replay_memory(s, [](const Buffer& b) { return !held_outside_gpu_tier(b); })
+                : replay_memory(s);
     if (!tl.is_ok())
       return Status::internal("planner produced an inconsistent schedule: " + tl.status().message());
     const double rpn = s.ranks_per_node;
@@ -969,7 +974,9 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
       }
       continue;
     }
-    const char* name = over->tier == Tier::kGpu ? "GPU" : (over->tier == Tier::kCpu ? "CPU" : "NVMe");
+    const char* name = over->tier != Tier::kGpu ? (over->tier == Tier::kCpu ? "CPU" : "NVMe")
+                       : outside                ? "GPU (besides the activations)"
+                                                : "GPU";
     return Status::out_of_memory(strprintf(
         "%s: the schedule needs %s %s at its peak, the hardware has %s (short by "
         "%s); largest at the peak: %s",

@@ -87,7 +87,21 @@ double Schedule::flops() const {
   return f;
 }
 
-Result<MemoryTimeline> replay_memory(const Schedule& s) {
+bool held_outside_gpu_tier(const Buffer& b) {
+  if (b.tier != Tier::kGpu) return false;
+  switch (b.category) {
+    case MemCategory::kActivationCheckpoints:
+    case MemCategory::kActivations:
+    case MemCategory::kActivationWorking:
+    case MemCategory::kLogits:
+    case MemCategory::kRuntimeReserved:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Result<MemoryTimeline> replay_memory(const Schedule& s, const std::function<bool(const Buffer&)>& counted) {
   MemoryTimeline tl;
   constexpr int kCategories = static_cast<int>(MemCategory::kRuntimeReserved) + 1;
   std::vector<std::vector<double>> by_cat(kTierCount, std::vector<double>(kCategories, 0));
@@ -108,7 +122,7 @@ Result<MemoryTimeline> replay_memory(const Schedule& s) {
     if (buf.pool >= 0 && !live[buf.pool]) {
       return Status::failed_precondition("buffer " + buf.name + " takes a slot of a pool that is not live");
     }
-    const double bytes = buf.pool >= 0 ? 0 : buf.bytes;
+    const double bytes = buf.pool >= 0 || (counted && !counted(buf)) ? 0 : buf.bytes;
     if (t.kind == TaskKind::kAlloc) {
       if (live[buf.id]) return Status::failed_precondition("buffer " + buf.name + " allocated twice");
       live[buf.id] = 1;

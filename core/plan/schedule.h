@@ -7,6 +7,7 @@
 // schedule (the planner models rank 0; `ranks` says how many there are).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,9 @@ struct Task {
   int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
   double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
   double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
-  double release_s = 0;      // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
-  std::vector<int> uses;     // buffers read or written while running
-  std::vector<int> deps;     // task ids that must finish first
+  double release_s = 0;   // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
+  std::vector<int> uses;  // buffers read or written while running
+  std::vector<int> deps;  // task ids that must finish first
 };
 
 struct Schedule {
@@ -89,9 +90,9 @@ struct Schedule {
   int ranks_per_node = 1;
   int data_parallel = 1;
   int model_parallel = 1;
-  double tokens = 0;               // tokens per rank per iteration
+  double tokens = 0;                     // tokens per rank per iteration
   bool memory_in_program_order = false;  // run_schedule: alloc/free strictly in task order (see executor.h)
-  std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
+  std::vector<std::string> notes;        // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank
 };
@@ -107,7 +108,12 @@ struct MemoryTimeline {
   std::vector<std::vector<double>> peak_by_category;  // [tier][category] at that tier's peak
   double persistent_bytes[kTierCount] = {0, 0, 0};
 };
-// Fails (kFailedPrecondition) on a free of a buffer that is not live or a use of a dead buffer.
-Result<MemoryTimeline> replay_memory(const Schedule& s);
+// Fails (kFailedPrecondition) on a free of a buffer that is not live or a use of a dead buffer. With
+// `counted`, only the buffers it accepts take memory (the others are still checked for liveness).
+Result<MemoryTimeline> replay_memory(const Schedule& s,
+                                     const std::function<bool(const Buffer&)>& counted = nullptr);
+// What an executor that holds the GPU's activations outside the tier leaves out of it (see
+// MemwallRunConfig::gpu_activations_outside_tier).
+bool held_outside_gpu_tier(const Buffer& b);
 
 }  // namespace memwall

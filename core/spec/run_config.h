@@ -97,6 +97,10 @@ struct MemwallRunConfig {
   // whose CPU issues allocations ahead of the GPU, as PyTorch's caching allocator lets DeepSpeed do);
   // true = strictly in the planner's order, what memwall train's executor does ("memory_order": "program").
   bool memory_in_program_order = false;
+  // Not a run-file key: set by an executor that keeps the GPU's activations (and its runtime's share) in
+  // memory of its own, outside the tier the plan fills (memwall train on a GPU). The plan still has their
+  // buffers, for its timeline, but the GPU's capacity check leaves them out.
+  bool gpu_activations_outside_tier = false;
   std::string strategy;  // informative label ("zero-infinity-nvme", ...)
 };
 

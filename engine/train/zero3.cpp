@@ -248,6 +248,8 @@ struct Zero3Trainer::State {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double tier_peak(Tier t) const;
+  // On a GPU: the device memory beside the tier (the model's activations and the trainer's scratch).
+  std::size_t outside_tier_bytes() const;
 };
 
 Zero3Trainer::State::Registered::~Registered() {
@@ -298,6 +300,9 @@ Status Zero3Trainer::State::alloc(int b) {
   const double bytes = bytes_of(buf);
   real_bytes[static_cast<std::size_t>(b)] = bytes;
   if (buf.tier == Tier::kNvme) return Status::ok();  // the store holds NVMe data (see store_put)
+  // On a GPU the model holds the activations, and the runtime its share, outside the tier: these buffers
+  // are the plan's timeline only (nothing reads or writes them).
+  if (cuda && held_outside_gpu_tier(buf)) return Status::ok();
   host::Arena* arena = buf.tier == Tier::kGpu ? device.get() : host_mem.get();
   if (buf.pool >= 0) arena = pools.at(buf.pool).get();
   // A pinned host buffer of its own on a GPU (not a pool's slot, nor a pool's bookkeeping block): whole
@@ -357,6 +362,13 @@ Status Zero3Trainer::State::page_lock(void* p, std::size_t bytes, const std::str
 #endif
 }
 
+std::size_t Zero3Trainer::State::outside_tier_bytes() const {
+#if MEMWALL_HAVE_CUDA
+  if (cuda && gpu) return gpu->arena().used() - tier_block.bytes;
+#endif
+  return 0;
+}
+
 void Zero3Trainer::State::release(int b) {
   const Buffer& buf = buffer(b);
   if (buf.tier == Tier::kNvme) return;
@@ -368,7 +380,7 @@ void Zero3Trainer::State::release(int b) {
 }
 
 double Zero3Trainer::State::tier_peak(Tier t) const {
-  if (t == Tier::kGpu) return static_cast<double>(device->peak()) - reserved[0];
+  if (t == Tier::kGpu) return static_cast<double>(device->peak() + outside_tier_bytes()) - reserved[0];
   if (t == Tier::kCpu) return static_cast<double>(host_mem->peak()) - reserved[1];
   return nvme_peak;
 }
@@ -934,6 +946,8 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   run.memwall.data_parallel = comm.size();
   run.memwall.model_parallel = 1;
   run.memwall.memory_in_program_order = true;  // the lanes run alloc/free in task order
+  // On a GPU the model keeps its activations in device memory of its own (open_gpu sizes it first).
+  run.memwall.gpu_activations_outside_tier = o.device == ComputeDevice::kCuda;
 
   Zero3Trainer tr(c, o, comm);
   tr.o_.run = run;
@@ -1145,8 +1159,12 @@ Status Zero3Trainer::open_gpu() {
   if (!r.is_ok()) return r.status();
   st.work_dev = static_cast<float*>(w->data);
   st.reduced_dev = static_cast<float*>(r->data);
+  // The tier: what is left of the device allocation, and no more than the hardware file's GPU leaves
+  // beside the runtime's reserve and what the model just took (the plan leaves those out of the tier).
   const std::size_t left = st.gpu->arena().largest_free() / host::Arena::kAlign * host::Arena::kAlign;
-  o_.hw.gpu.memory_bytes = std::min(o_.hw.gpu.memory_bytes, static_cast<double>(left));
+  const double file_left =
+      o_.hw.gpu.memory_bytes - o_.hw.gpu.reserved_bytes - static_cast<double>(st.gpu->arena().used());
+  o_.hw.gpu.memory_bytes = std::max(0.0, std::min(file_left, static_cast<double>(left)));
   return Status::ok();
 #else
   return Status::failed_precondition("--device cuda: memwall was built without CUDA (MEMWALL_CUDA)");
@@ -1359,7 +1377,7 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
       st.last_run.timing[static_cast<std::size_t>(t.id)] = {t.id, t_start, t_start};
   }
   for (int ti = 0; ti < kTierCount; ++ti) stats.peak_bytes[ti] = st.tier_peak(static_cast<Tier>(ti));
-  stats.capacity_bytes[0] = static_cast<double>(st.device->capacity());
+  stats.capacity_bytes[0] = static_cast<double>(st.device->capacity() + st.outside_tier_bytes());
   stats.capacity_bytes[1] = static_cast<double>(st.host_mem->capacity());
   stats.capacity_bytes[2] = st.store ? static_cast<double>(st.store->capacity_bytes()) : 0;
   st.stats = stats;

@@ -382,5 +382,39 @@ TEST(Planner, ShrinksPrefetchWhenTheGpuIsShort) {
   EXPECT_LE(replay_memory(*s).value().peak_bytes[0], hw.gpu.memory_bytes);
 }
 
+TEST(Planner, GpuActivationsOutsideTheTierAreLeftOutOfItsCheck) {
+  // An executor that keeps the activations (and the runtime's share) in GPU memory of its own: the tier must
+  // hold the rest, and the plan's timeline still has every buffer.
+  ModelSpec m = testing::load_model_scenario("fig2a-0.1t");
+  m.layers = 8;
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  run.memwall.prefetch = false;
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const Schedule all = plan_iteration(m, run, hw).value();
+  const double whole = replay_memory(all).value().peak_bytes[0];
+  const MemoryTimeline rest_tl =
+      replay_memory(all, [](const Buffer& b) { return !held_outside_gpu_tier(b); }).value();
+  const double rest = rest_tl.peak_bytes[0];
+  ASSERT_LT(rest, whole - hw.gpu.reserved_bytes / 2);  // the reserve and the activations are outside
+  EXPECT_EQ(rest_tl.peak_by_category[0][static_cast<int>(MemCategory::kRuntimeReserved)], 0);
+  EXPECT_EQ(rest_tl.peak_by_category[0][static_cast<int>(MemCategory::kActivationWorking)], 0);
+  hw.gpu.memory_bytes = (rest + whole) / 2;
+  Result<Schedule> refused = plan_iteration(m, run, hw);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("GPU: the schedule needs"), std::string::npos)
+      << refused.status().message();
+  run.memwall.gpu_activations_outside_tier = true;
+  Result<Schedule> s = plan_iteration(m, run, hw);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_EQ(s->buffers.size(), all.buffers.size());
+  hw.gpu.memory_bytes = rest * 0.99;
+  refused = plan_iteration(m, run, hw);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("GPU (besides the activations): the schedule needs"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 }  // namespace
 }  // namespace memwall
