@@ -17,13 +17,15 @@
 // MEMWALL_EMULATED_GPUS (default 1) devices share MEMWALL_EMULATED_GPU_BYTES (default 2 GiB) of memory; each
 // process has its own emulation, so MPI ranks are separate machines (NCCL over MPI: nccl.cpp).
 //
-// The "kernels" are the kernels/cpu operators (tests/cuda/emulation/kernels.cpp), so results match the CPU
-// model closely; what this checks is everything around the kernels, not the kernels themselves (those are
-// checked against the CPU references on a real GPU by cuda_tests).
+// In cuda_emulated_tests and memwall-emulated-gpu the "kernels" are the kernels/cpu operators
+// (tests/cuda/emulation/kernels.cpp), so results match the CPU model closely and what is checked is
+// everything around the kernels; cuda_simt_tests runs kernels/cuda's own kernels on this runtime instead
+// (tests/cuda/simt), and cuda_tests runs them on a real GPU.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace memwall::emulated_gpu {
@@ -44,5 +46,7 @@ int enqueue(void* stream, std::function<void()> work, const std::vector<Access>&
 // 0 when [p, p + bytes) lies inside one device allocation; else an error code, with a line on stderr naming
 // `what`.
 int check_device(const void* p, std::size_t bytes, const char* what);
+// Records `error` (a cudaError_t) for cudaGetLastError with a line on stderr; returns it.
+int report(int error, const std::string& what);
 
 }  // namespace memwall::emulated_gpu

@@ -41,7 +41,7 @@ namespace {
 
 struct Emulator {
   std::recursive_mutex mu;
-  std::map<std::uintptr_t, std::size_t> allocs;      // device allocations: base -> bytes (mapped)
+  std::map<std::uintptr_t, std::size_t> allocs;      // device allocations: base -> bytes asked for
   std::map<std::uintptr_t, std::size_t> registered;  // page-locked host ranges
   std::set<CUstream_st*> streams;
   std::size_t next_stream = 1;
@@ -65,8 +65,12 @@ struct Emulator {
     const char* n = std::getenv("MEMWALL_EMULATED_GPUS");
     devices = n != nullptr ? std::max(1, std::atoi(n)) : 1;
   }
+  // An allocation is mapped in whole pages; accesses are checked against the bytes asked for.
+  static std::size_t mapped(std::size_t bytes) {
+    return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  }
   void protect(int prot) {
-    for (const auto& [base, bytes] : allocs) ::mprotect(reinterpret_cast<void*>(base), bytes, prot);
+    for (const auto& [base, bytes] : allocs) ::mprotect(reinterpret_cast<void*>(base), mapped(bytes), prot);
   }
   // The allocation holding [p, p + bytes), or allocs.end().
   std::map<std::uintptr_t, std::size_t>::const_iterator find(const void* p, std::size_t bytes) const {
@@ -93,7 +97,7 @@ Emulator& emu();
 void on_segv(int sig, siginfo_t* info, void*) {
   const auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
   for (const auto& [base, bytes] : emu().allocs) {
-    if (a >= base && a < base + bytes) {
+    if (a >= base && a < base + Emulator::mapped(bytes)) {
       char line[160];
       const int n = std::snprintf(line, sizeof line,
                                   "emulated CUDA: host code touched device memory at %p (%zu bytes into a "
@@ -245,6 +249,10 @@ int check_device(const void* p, std::size_t bytes, const char* what) {
   return fail(cudaErrorInvalidDevicePointer, line);
 }
 
+int report(int error, const std::string& what) {
+  return fail(static_cast<cudaError_t>(error), what);
+}
+
 }  // namespace memwall::emulated_gpu
 
 namespace emu_ns = memwall::emulated_gpu;
@@ -358,13 +366,13 @@ cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
   Lock lock(emu().mu);
-  const std::size_t bytes = (std::max<std::size_t>(size, 1) + 4095) / 4096 * 4096;
+  const std::size_t bytes = emu_ns::Emulator::mapped(size);
   if (bytes > emu().total - emu().used)
     return emu_ns::fail(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
   void* p = ::mmap(nullptr, bytes, emu().running > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return emu_ns::fail(cudaErrorMemoryAllocation, "cudaMalloc: mmap failed");
-  emu().allocs[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  emu().allocs[reinterpret_cast<std::uintptr_t>(p)] = size;
   emu().used += bytes;
   *ptr = p;
   return cudaSuccess;
@@ -377,8 +385,8 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
   auto it = emu().allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == emu().allocs.end())
     return emu_ns::fail(cudaErrorInvalidDevicePointer, "cudaFree of a non-allocation");
-  ::munmap(ptr, it->second);
-  emu().used -= it->second;
+  ::munmap(ptr, emu_ns::Emulator::mapped(it->second));
+  emu().used -= emu_ns::Emulator::mapped(it->second);
   emu().allocs.erase(it);
   return cudaSuccess;
 }
@@ -386,7 +394,8 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
 cudaError_t CUDARTAPI cudaHostRegister(void* ptr, size_t size, unsigned int) {
   Lock lock(emu().mu);
   if (std::getenv("MEMWALL_EMULATED_NO_PINNING") != nullptr)  // as drivers in some sandboxes answer
-    return emu_ns::fail(cudaErrorNotSupported, "cudaHostRegister: not supported (MEMWALL_EMULATED_NO_PINNING)");
+    return emu_ns::fail(cudaErrorNotSupported,
+                        "cudaHostRegister: not supported (MEMWALL_EMULATED_NO_PINNING)");
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);
   auto& reg = emu().registered;
   auto next = reg.lower_bound(a);
