@@ -65,12 +65,31 @@ struct Emulator {
     const char* n = std::getenv("MEMWALL_EMULATED_GPUS");
     devices = n != nullptr ? std::max(1, std::atoi(n)) : 1;
   }
-  // An allocation is mapped in whole pages; accesses are checked against the bytes asked for.
-  static std::size_t mapped(std::size_t bytes) {
-    return (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  // An allocation is whole pages with a PROT_NONE guard page on each side, the pointer placed so that its
+  // bytes (rounded up to cudaMalloc's 256-byte alignment) end where the pages do: an access past the end
+  // faults at once, as compute-sanitizer would report it. Accesses are checked against the bytes asked for.
+  static constexpr std::size_t kPage = 4096;
+  static std::size_t padded(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256; }
+  static std::size_t mapped(std::size_t bytes) { return (padded(bytes) + kPage - 1) / kPage * kPage; }
+  static std::uintptr_t pages_of(std::uintptr_t base) { return base / kPage * kPage; }
+  // The bytes between an allocation's end and its pages' end (under 256) hold this pattern; work that
+  // changes them wrote past the end without reaching the guard page.
+  static constexpr unsigned char kCanary = 0xa5;
+  // The first allocation whose canary bytes changed (the caller holds mu, with device memory accessible):
+  // {base, bytes}, or {0, 0}.
+  std::pair<std::uintptr_t, std::size_t> overrun() const {
+    for (const auto& [base, bytes] : allocs) {
+      const auto* tail = reinterpret_cast<const unsigned char*>(base + bytes);
+      const std::size_t slack = padded(bytes) - bytes;
+      for (std::size_t i = 0; i < slack; ++i) {
+        if (tail[i] != kCanary) return {base, bytes};
+      }
+    }
+    return {0, 0};
   }
   void protect(int prot) {
-    for (const auto& [base, bytes] : allocs) ::mprotect(reinterpret_cast<void*>(base), mapped(bytes), prot);
+    for (const auto& [base, bytes] : allocs)
+      ::mprotect(reinterpret_cast<void*>(pages_of(base)), mapped(bytes), prot);
   }
   // The allocation holding [p, p + bytes), or allocs.end().
   std::map<std::uintptr_t, std::size_t>::const_iterator find(const void* p, std::size_t bytes) const {
@@ -93,19 +112,29 @@ struct Emulator {
 
 Emulator& emu();
 
-// A fault inside device memory is host code touching the GPU's memory: say so before crashing.
+// A fault inside device memory is host code touching the GPU's memory, one in a guard page an access out of
+// an allocation's bounds: say so before crashing.
 void on_segv(int sig, siginfo_t* info, void*) {
   const auto a = reinterpret_cast<std::uintptr_t>(info->si_addr);
   for (const auto& [base, bytes] : emu().allocs) {
-    if (a >= base && a < base + Emulator::mapped(bytes)) {
-      char line[160];
-      const int n = std::snprintf(line, sizeof line,
-                                  "emulated CUDA: host code touched device memory at %p (%zu bytes into a "
-                                  "%zu-byte cudaMalloc allocation)\n",
-                                  info->si_addr, static_cast<std::size_t>(a - base), bytes);
-      if (n > 0) (void)!::write(2, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1)));
-      break;
+    const std::uintptr_t pages = Emulator::pages_of(base), end = pages + Emulator::mapped(bytes);
+    if (a + Emulator::kPage < pages || a >= end + Emulator::kPage) continue;
+    char line[200];
+    int n = 0;
+    if (a < pages || a >= end) {
+      const bool before = a < base;
+      n = std::snprintf(line, sizeof line,
+                        "emulated CUDA: an access at %p, %zu bytes %s a %zu-byte cudaMalloc allocation\n",
+                        info->si_addr, static_cast<std::size_t>(before ? base - a : a - (base + bytes)),
+                        before ? "before the start of" : "past the end of", bytes);
+    } else {
+      n = std::snprintf(line, sizeof line,
+                        "emulated CUDA: host code touched device memory at %p (%zd bytes into a %zu-byte "
+                        "cudaMalloc allocation)\n",
+                        info->si_addr, static_cast<std::ptrdiff_t>(a - base), bytes);
     }
+    if (n > 0) (void)!::write(2, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1)));
+    break;
   }
   ::signal(sig, SIG_DFL);  // returning re-runs the access, which now crashes as usual
 }
@@ -206,8 +235,19 @@ int check_races(const std::vector<std::size_t>& clock, std::size_t stream, const
 
 }  // namespace
 
-int enqueue(void* stream, std::function<void()> work, const std::vector<Access>& access, const char* what) {
+int enqueue(void* stream, std::function<void()> work_in, const std::vector<Access>& access,
+            const char* what) {
   std::lock_guard<std::recursive_mutex> lock(emu().mu);
+  // After the work: nothing it wrote may lie past an allocation's end (a kernel bug: stop, loudly).
+  auto work = [run = std::move(work_in), what] {
+    run();
+    if (const auto [base, bytes] = emu().overrun(); base != 0) {
+      std::fprintf(stderr,
+                   "emulated CUDA: %s wrote past the end of the %zu-byte cudaMalloc allocation at %p\n", what,
+                   bytes, reinterpret_cast<void*>(base));
+      std::abort();
+    }
+  };
   Emulator& e = emu();
   auto* s = static_cast<cudaStream_t>(stream);
   std::vector<Access> on_device;
@@ -366,12 +406,18 @@ cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
   Lock lock(emu().mu);
-  const std::size_t bytes = emu_ns::Emulator::mapped(size);
+  using E = emu_ns::Emulator;
+  const std::size_t bytes = E::mapped(size);
   if (bytes > emu().total - emu().used)
     return emu_ns::fail(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
-  void* p = ::mmap(nullptr, bytes, emu().running > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return emu_ns::fail(cudaErrorMemoryAllocation, "cudaMalloc: mmap failed");
+  void* m =
+      ::mmap(nullptr, bytes + 2 * E::kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return emu_ns::fail(cudaErrorMemoryAllocation, "cudaMalloc: mmap failed");
+  char* pages = static_cast<char*>(m) + E::kPage;
+  ::mprotect(pages, bytes, PROT_READ | PROT_WRITE);
+  char* p = pages + bytes - E::padded(size);
+  std::memset(p + size, E::kCanary, E::padded(size) - size);
+  if (emu().running == 0) ::mprotect(pages, bytes, PROT_NONE);
   emu().allocs[reinterpret_cast<std::uintptr_t>(p)] = size;
   emu().used += bytes;
   *ptr = p;
@@ -385,8 +431,9 @@ cudaError_t CUDARTAPI cudaFree(void* ptr) {
   auto it = emu().allocs.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == emu().allocs.end())
     return emu_ns::fail(cudaErrorInvalidDevicePointer, "cudaFree of a non-allocation");
-  ::munmap(ptr, emu_ns::Emulator::mapped(it->second));
-  emu().used -= emu_ns::Emulator::mapped(it->second);
+  using E = emu_ns::Emulator;
+  ::munmap(reinterpret_cast<void*>(E::pages_of(it->first) - E::kPage), E::mapped(it->second) + 2 * E::kPage);
+  emu().used -= E::mapped(it->second);
   emu().allocs.erase(it);
   return cudaSuccess;
 }

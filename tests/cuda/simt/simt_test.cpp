@@ -128,6 +128,34 @@ TEST(Simt, LaunchLimitsAndHostPointersAreErrors) {
   cudaFree(dev);
 }
 
+__global__ void fill_kernel(float* out, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 1.0f;
+}
+
+TEST(SimtDeathTest, AKernelWritingPastItsAllocationIsStopped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 1000), cudaSuccess);  // 250 floats; the pages end 24 bytes later
+  auto* d = static_cast<float*>(dev);
+  launch(fill_kernel, "fill_kernel", dim3(1), dim3(256))(d, 250u);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // One float too many lands in the alignment slack (found after the kernel), many reach the guard page.
+  EXPECT_DEATH(
+      {
+        launch(fill_kernel, "fill_kernel", dim3(1), dim3(256))(d, 251u);
+        (void)cudaDeviceSynchronize();
+      },
+      "fill_kernel wrote past the end of the 1000-byte cudaMalloc allocation");
+  EXPECT_DEATH(
+      {
+        launch(fill_kernel, "fill_kernel", dim3(2), dim3(256))(d, 300u);
+        (void)cudaDeviceSynchronize();
+      },
+      "bytes past the end of a 1000-byte cudaMalloc allocation");
+  cudaFree(dev);
+}
+
 TEST(Simt, EmulatedCublasChecksItsArguments) {
   cublasHandle_t h = nullptr;
   ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
