@@ -901,6 +901,17 @@ Schedule Zero3Trainer::measured_schedule() const {
     if (t.resource != Resource::kNone) t.bytes = st_->moved_train[static_cast<std::size_t>(t.id)];
   }
   for (Buffer& b : s.buffers) b.bytes = st_->bytes_of(b);
+#if MEMWALL_HAVE_CUDA
+  // On a GPU the runtime's share is what memwall's one allocation left of the device (CUDA's context,
+  // cuBLAS's workspace, NCCL's buffers, other processes), not the hardware file's estimate.
+  if (st_->cuda && st_->gpu) {
+    const gpu::DeviceInfo& info = st_->gpu->info();
+    for (Buffer& b : s.buffers) {
+      if (b.tier == Tier::kGpu && b.category == MemCategory::kRuntimeReserved)
+        b.bytes = static_cast<double>(info.total_bytes - st_->gpu->arena().capacity());
+    }
+  }
+#endif
   return s;
 }
 

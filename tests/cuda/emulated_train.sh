@@ -63,7 +63,7 @@ expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=500000 "$B
 # runs, where the plan's whole GPU peak, reserve and activation estimate included, is far more.
 expect_error "GPU (besides the activations): the schedule needs" MEMWALL_EMULATED_GPU_BYTES=1500000 "$BIN" \
   "${common[@]}" --steps 1 --device cuda
-MEMWALL_EMULATED_GPU_BYTES=2000000 run small --steps 1 --device cuda
+MEMWALL_EMULATED_GPU_BYTES=2000000 run small --steps 1 --device cuda --trace "$work/small-trace.json"
 # memwall calibrate --device cuda writes a spec of the (emulated) GPU that predict then loads.
 "$BIN" calibrate --device cuda --gemm-size 128 --size 4M --path "$work/nvme" --out "$work/gpu.json" \
   >"$work/cal.out" 2>&1 || { echo "FAILED: memwall calibrate --device cuda"; cat "$work/cal.out"; exit 1; }
@@ -138,6 +138,14 @@ with open(f"{work}/trace.json") as f:
 events = trace.get("traceEvents", trace.get("events", []))
 if not events:
     bad.append("the cuda run's trace holds no events")
+# The 2 MB GPU's trace shows the runtime's real share (what the trainer's one allocation of 95% of the free
+# memory left), not the hardware file's 1 GiB reserve.
+with open(f"{work}/small-trace.json") as f:
+    small = json.load(f)
+reserved = max((e["args"].get("runtime_reserved", 0) for e in small.get("traceEvents", [])
+                if e.get("ph") == "C" and e.get("name") == "memory gpu"), default=-1)
+if not 0 < reserved <= 0.05 * 2000000 + 4096:
+    bad.append(f"the 2 MB GPU's trace shows {reserved} bytes reserved for the runtime")
 print("\n".join(bad) if bad else f"ok: 6 steps on the emulated GPU match the CPU (last loss {cuda[6]:.4f}); "
       f"a cuda checkpoint resumes on the cpu; bf16 GEMMs {bf16[1]:.4f} -> {bf16[6]:.4f}; trace of {len(events)} events; "
       f"two ranks: {sys.argv[2]}")
