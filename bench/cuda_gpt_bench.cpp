@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   std::printf("model               %.3f B parameters: %d layers, %d channels, %d heads, vocab %d\n", n / 1e9,
               c.layers, c.channels, c.heads, c.vocab);
   std::printf("batch               %d x %d tokens, %s GEMMs (cuBLAS), fused Adam on the GPU\n", B, T,
-              bf16 ? "bf16 (fp32 accumulation)" : "fp32 (no TF32)");
+              bf16 ? "bf16 (fp32 accumulation; attention in TF32)" : "fp32 (no TF32)");
   std::printf("step                %.1f ms (mean of %zu after a warm-up), last loss %.4f\n", mean * 1e3,
               times.size(), static_cast<double>(loss));
   std::printf("achieved            %.1f TFLOP/s (%.3g FLOP per step)\n", flops / mean / 1e12, flops);

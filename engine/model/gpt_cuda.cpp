@@ -304,7 +304,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return linear_forward(qkv_[a], 3 * C, ln1_[a], C, p[0], p[1], o, nullptr);
     case GptRole::kAttn:
       return check(
-          kc::attention_forward(*blas_, atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, scratch_, s),
+          kc::attention_forward(*blas_, atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, bf16_, scratch_, s),
           "attention");
     case GptRole::kProj:
       return linear_forward(res1_[a], C, atty_[a], C, p[0], p[1], o, resid_[l]);
@@ -370,9 +370,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return linear_backward(datty_, g[0], g[1], dres_, C, atty_[a], C, p[0], o);
     case GptRole::kAttn:
       MW_RETURN_IF_ERROR(zero(dqkv_, nc * 3));
-      return check(
-          kc::attention_backward(*blas_, dqkv_, datty_, qkv_[a], att_[a], B_, T_, C, c_.heads, scratch_, s),
-          "attention bwd");
+      return check(kc::attention_backward(*blas_, dqkv_, datty_, qkv_[a], att_[a], B_, T_, C, c_.heads, bf16_,
+                                          scratch_, s),
+                   "attention bwd");
     case GptRole::kQkv:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear_backward(dln_, g[0], g[1], dqkv_, 3 * C, ln1_[a], C, p[0], o);

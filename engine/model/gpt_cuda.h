@@ -22,8 +22,9 @@ namespace memwall::model {
 class CudaGptModel {
  public:
   // Fails (out of memory naming the activation) when the activations do not fit the device's arena.
-  // bf16_matmuls: every GEMM on bf16 operands with fp32 accumulation (the tensor cores' rate), else fp32
-  // GEMMs (no TF32), the CPU model's arithmetic.
+  // bf16_matmuls: every linear's GEMM on bf16 operands with fp32 accumulation (the tensor cores' rate) and
+  // the attention's batched GEMMs on TF32 tensor cores; else fp32 GEMMs (no TF32), the CPU model's
+  // arithmetic.
   // activation_slots: layers whose activations are kept at once (0: all). With activation checkpointing,
   // the checkpoint interval: the residual stream is kept at every layer boundary, the rest of layer l's
   // activations in slot l % activation_slots, refilled by recomputing the layer's forward ops before its

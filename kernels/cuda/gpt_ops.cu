@@ -364,14 +364,15 @@ int matmul_backward_any(Blas& blas, cudaDataType type, float* dinp, float* dweig
   return 0;
 }
 
-// Row-major batched C[b] (T x T or T x hs) products of the attention, fp32, batch = B * NH.
-cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                       float alpha, const float* A, int lda, long long sa, const float* Bm, int ldb,
+// Row-major batched C[b] (T x T or T x hs) products of the attention, fp32 (operands rounded to TF32 with
+// `tf32`), batch = B * NH.
+cublasStatus_t batched(cublasHandle_t h, bool tf32, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, float alpha, const float* A, int lda, long long sa, const float* Bm, int ldb,
                        long long sb, float* Cm, int ldc, long long sc, int batch) {
   const float zero = 0.0f;
-  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, Bm, CUDA_R_32F, ldb,
-                                    sb, &zero, Cm, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT);
+  return cublasGemmStridedBatchedEx(
+      h, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, Bm, CUDA_R_32F, ldb, sb, &zero, Cm, CUDA_R_32F, ldc,
+      sc, batch, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 }  // namespace
@@ -481,7 +482,7 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
 }
 
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                      float* scratch, void* stream) {
+                      bool tf32, float* scratch, void* stream) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -496,13 +497,13 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // att[t][u] = scale * q[t] . k[u]
   cublasStatus_t s =
-      batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
+      batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(att,
                                                                                                           T);
   if (int e = launched(); e != 0) return e;
   // oh[t] = sum_u att[t][u] v[u]
-  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
+  s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(out, oh, B, T, NH, hs, C, 0, false);
   return launched();
@@ -513,7 +514,7 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
 }
 
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, float* scratch, void* stream) {
+                       int T, int C, int NH, bool tf32, float* scratch, void* stream) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *dq = v + btc, *dk = dq + btc, *dv = dk + btc,
@@ -530,19 +531,19 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
   const int batch = B * NH;
   // datt[t][u] = doh[t] . v[u]
   cublasStatus_t s =
-      batched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, th, doh, hs, th, datt, T, tt, batch);
+      batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, th, doh, hs, th, datt, T, tt, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   // dv[u] = sum_t att[t][u] doh[t]
-  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, doh, hs, th, att, T, tt, dv, hs, th, batch);
+  s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, doh, hs, th, att, T, tt, dv, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   causal_softmax_backward_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(batch) * T), kThreads, 0,
                                    st>>>(datt, att, T, scale);
   if (int e = launched(); e != 0) return e;
   // dq[t] = sum_u dpre[t][u] k[u]; dk[u] = sum_t dpre[t][u] q[t]
-  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
+  s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
-  s = batched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, th, datt, T, tt, dk, hs, th, batch);
+  s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, th, datt, T, tt, dk, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dq, B, T, NH, hs, 3 * C, 0, true);
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dk, B, T, NH, hs, 3 * C, C, true);

@@ -60,14 +60,16 @@ int gelu_forward(float* out, const float* inp, std::size_t n, void* stream);
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
 
 // Causal multi-head self-attention. qkv [B*T, 3C], out [B*T, C], att [B, NH, T, T] (softmax probabilities,
-// zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats.
+// zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats. Its batched GEMMs
+// take fp32 operands with fp32 accumulation; with `tf32` cuBLAS may round the operands to TF32 (10-bit
+// mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate.
 std::size_t attention_forward_scratch(int B, int T, int C);
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                      float* scratch, void* stream);
+                      bool tf32, float* scratch, void* stream);
 // dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH) floats.
 std::size_t attention_backward_scratch(int B, int T, int C, int NH);
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, float* scratch, void* stream);
+                       int T, int C, int NH, bool tf32, float* scratch, void* stream);
 
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,

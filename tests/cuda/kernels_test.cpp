@@ -2,6 +2,7 @@
 // usable GPU. Tolerances, |gpu - cpu| <= atol + rtol * |cpu|:
 //   fp32 GEMMs and attention: rtol 1e-4, atol 1e-5, plus 1e-5 of the result's RMS (cuBLAS and oneDNN sum
 //   in different orders; a sum's rounding scales with what it adds up, also where the result cancels);
+//   attention on TF32 operands: rtol 2e-2, atol 1e-3, plus 1e-2 of the RMS;
 //   the same for the column sums of layernorm's and the linears' parameter gradients;
 //   bf16 GEMMs: rtol 2e-3, atol 1e-3 (both round the same bf16 operands, fp32 accumulation in any order);
 //   layernorm, GELU, cross-entropy, embedding: rtol 1e-5, atol 1e-6 (tanhf/expf differ from the CPU's
@@ -182,23 +183,29 @@ TEST_F(CudaKernels, LayernormAndGeluMatchTheCpu) {
 
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
-             dout = randn(static_cast<std::size_t>(N) * C, 32);
+             dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);
   std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
-      dqkv = randn(qkv.size(), 33);
-  Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv),
-      d_scratch(
-          std::max(cu::attention_forward_scratch(B, T, C), cu::attention_backward_scratch(B, T, C, NH)));
-  ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, d_scratch.get(),
-                                  nullptr),
-            0);
-  ASSERT_EQ(cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH,
-                                   d_scratch.get(), nullptr),
-            0);
+      dqkv = dqkv0;
   attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH);
   attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  expect_close(d_att.host(), att, 1e-4f, 1e-6f, "att");
-  expect_close(d_out.host(), out, 1e-4f, 1e-5f, "attention out", 1e-5f);
-  expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "dqkv", 1e-5f);
+  // fp32 GEMMs; then TF32 operands (10 mantissa bits: each product within about 1e-3 relative, whether
+  // the tensor cores round or truncate, compounded through the softmax and the backward's three GEMMs).
+  for (const bool tf32 : {false, true}) {
+    SCOPED_TRACE(tf32 ? "tf32" : "fp32");
+    const float rtol = tf32 ? 2e-2f : 1e-4f, atol = tf32 ? 1e-3f : 1e-5f, arms = tf32 ? 1e-2f : 1e-5f;
+    Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv0),
+        d_scratch(
+            std::max(cu::attention_forward_scratch(B, T, C), cu::attention_backward_scratch(B, T, C, NH)));
+    ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, tf32,
+                                    d_scratch.get(), nullptr),
+              0);
+    ASSERT_EQ(cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C,
+                                     NH, tf32, d_scratch.get(), nullptr),
+              0);
+    expect_close(d_att.host(), att, rtol, tf32 ? atol : 1e-6f, "att");
+    expect_close(d_out.host(), out, rtol, atol, "attention out", arms);
+    expect_close(d_dqkv.host(), dqkv, rtol, atol, "dqkv", arms);
+  }
 }
 
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {

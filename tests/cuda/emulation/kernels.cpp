@@ -179,7 +179,9 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
   return 7 * static_cast<std::size_t>(B) * T * C + static_cast<std::size_t>(B) * NH * T * T;
 }
 
-int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+// The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
+// checks the TF32 path on the emulated cuBLAS).
+int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
                       float* scratch, void* stream) {
   const int N = B * T;
   if (int e = device_args("attention_forward",
@@ -192,7 +194,7 @@ int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, in
 }
 
 int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, float* scratch, void* stream) {
+                       int T, int C, int NH, bool, float* scratch, void* stream) {
   const int N = B * T;
   if (int e = device_args("attention_backward",
                           {{dqkv, f32(N, 3 * C), "dqkv", true},

@@ -1,9 +1,10 @@
 // The slice of cuBLAS kernels/cuda uses, on the emulated GPU (tests/cuda/emulation): handles bound to a
 // stream, and GEMMs (plain and strided batched) with fp32 or bf16 operands, fp32 results and fp32
-// accumulation. Arguments are checked as cuBLAS documents them (operations, types, leading dimensions), and
-// every operand must lie in one device allocation of the size the arguments imply; alpha and beta are read
-// at the call (host pointer mode); the product is queued on the handle's stream with what it reads and
-// writes, so the emulation's race detector sees it.
+// accumulation (fp32 operands rounded to TF32 under CUBLAS_COMPUTE_32F_FAST_TF32). Arguments are checked as
+// cuBLAS documents them (operations, types, leading dimensions), and every operand must lie in one device
+// allocation of the size the arguments imply; alpha and beta are read at the call (host pointer mode); the
+// product is queued on the handle's stream with what it reads and writes, so the emulation's race detector
+// sees it.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -29,6 +30,15 @@ float load(const void* p, cudaDataType t, std::size_t i) {
   const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(p)[i]) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Rounded to TF32 (10 mantissa bits, to nearest even), as the tensor cores take fp32 operands.
+float to_tf32(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+  std::memcpy(&f, &u, sizeof f);
   return f;
 }
 
@@ -58,10 +68,11 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
   if (m < 0 || n < 0 || k < 0 || batch < 0) return invalid(fn + ": a negative size");
   if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
     return invalid(fn + ": only CUBLAS_OP_N and CUBLAS_OP_T are emulated");
+  const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) || ct != CUDA_R_32F ||
-      compute != CUBLAS_COMPUTE_32F) {
-    emu::report(cudaErrorNotSupported,
-                fn + ": emulated for fp32 or bf16 A and B, fp32 C, CUBLAS_COMPUTE_32F");
+      (compute != CUBLAS_COMPUTE_32F && !(tf32 && at == CUDA_R_32F))) {
+    emu::report(cudaErrorNotSupported, fn + ": emulated for fp32 or bf16 A and B, fp32 C, CUBLAS_COMPUTE_32F "
+                                            "(or CUBLAS_COMPUTE_32F_FAST_TF32 with fp32 A and B)");
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
@@ -98,7 +109,9 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                                                      : l + static_cast<std::size_t>(i) * lda;
             const std::size_t ib = tb == CUBLAS_OP_N ? l + static_cast<std::size_t>(j) * ldb
                                                      : j + static_cast<std::size_t>(l) * ldb;
-            acc += load(A, at, oa + ia) * load(B, bt, ob + ib);
+            float x = load(A, at, oa + ia), y = load(B, bt, ob + ib);
+            if (tf32) x = to_tf32(x), y = to_tf32(y);
+            acc += x * y;
           }
           float& out = cb[i + static_cast<std::size_t>(j) * ldc];
           out = alpha * acc + (beta == 0.0f ? 0.0f : beta * out);  // beta 0: C is not read (BLAS's rule)
