@@ -40,6 +40,7 @@ using nlohmann::json;
 
 struct TrainOptions {
   InputOptions inputs;
+  bool hardware_given = false;  // --hardware on the command line (not the default file)
   std::string data;
   int steps = 200;
   double lr = 3e-3;
@@ -184,6 +185,12 @@ int run_train(const TrainOptions& opt) {
           : (use_cuda ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks) : 1);
   zo.run = run;
   zo.hw = in->hw;
+  if (use_cuda && !opt.hardware_given) {
+    // Training on this machine's GPU without a hardware file: the device tier is whatever the GPU has left
+    // (the trainer measures it), not the default file's 32 GB V100.
+    zo.hw.gpu.memory_bytes = 1e18;  // the trainer caps it at what the device has
+    zo.hw.name = "this machine";
+  }
   if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
   const bool uses_nvme = run.zero.offload_param.device == OffloadDevice::kNvme ||
                          run.zero.offload_optimizer.device == OffloadDevice::kNvme;
@@ -493,7 +500,8 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option(
          "--gpu-matmul", opt->gpu_matmul,
          "With --device cuda: GEMM operands in bf16 (fp32 accumulation, the tensor cores; the attention's "
-         "batched GEMMs in TF32) or fp32 without TF32 (the CPU's arithmetic: the same losses as --device cpu to "
+         "batched GEMMs in TF32) or fp32 without TF32 (the CPU's arithmetic: the same losses as --device cpu "
+         "to "
          "rounding)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
@@ -511,7 +519,10 @@ void register_train(CLI::App& app, int& exit_code) {
                 "With --device cuda: wait for each task's GPU work before its lane moves on (debugging; by "
                 "default CUDA events order the streams and the lanes run ahead)");
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
-  cmd->callback([opt, &exit_code] { exit_code = run_train(*opt); });
+  cmd->callback([opt, cmd, &exit_code] {
+    opt->hardware_given = cmd->get_option("--hardware")->count() > 0;
+    exit_code = run_train(*opt);
+  });
 }
 
 }  // namespace memwall::cli

@@ -64,6 +64,16 @@ expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=500000 "$B
 expect_error "GPU (besides the activations): the schedule needs" MEMWALL_EMULATED_GPU_BYTES=1500000 "$BIN" \
   "${common[@]}" --steps 1 --device cuda
 MEMWALL_EMULATED_GPU_BYTES=2000000 run small --steps 1 --device cuda --trace "$work/small-trace.json"
+# Without --hardware a GPU run's device tier is what the GPU has (a 40 GB one here), not the default dgx2
+# file's 32 GB; with the file, the file caps it.
+for hw in own file; do
+  hwargs=()
+  [ "$hw" = file ] && hwargs=(--hardware dgx2)
+  MEMWALL_EMULATED_GPU_BYTES=40000000000 "$BIN" train "${hwargs[@]}" --model gpt-mini \
+    --model-set '{"n_layer": 2, "n_embd": 64, "n_head": 4}' --data "$work/corpus.txt" --eval-batches 1 --json \
+    --set '{"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32}' --steps 1 --device cuda \
+    >"$work/big_$hw.jsonl" 2>"$work/big_$hw.err" || { echo "FAILED: the 40 GB GPU ($hw)"; cat "$work/big_$hw.err"; exit 1; }
+done
 # memwall calibrate --device cuda writes a spec of the (emulated) GPU that predict then loads.
 "$BIN" calibrate --device cuda --gemm-size 128 --size 4M --path "$work/nvme" --out "$work/gpu.json" \
   >"$work/cal.out" 2>&1 || { echo "FAILED: memwall calibrate --device cuda"; cat "$work/cal.out"; exit 1; }
@@ -138,6 +148,10 @@ with open(f"{work}/trace.json") as f:
 events = trace.get("traceEvents", trace.get("events", []))
 if not events:
     bad.append("the cuda run's trace holds no events")
+big_own = summary("big_own")["capacity_bytes"]["gpu"]
+big_file = summary("big_file")["capacity_bytes"]["gpu"]
+if not (big_own > 34e9 and big_file <= 32 * 2**30):
+    bad.append(f"a 40 GB GPU trained with {big_own:.4g} bytes (no --hardware) and {big_file:.4g} (dgx2)")
 # The 2 MB GPU's trace shows the runtime's real share (what the trainer's one allocation of 95% of the free
 # memory left), not the hardware file's 1 GiB reserve.
 with open(f"{work}/small-trace.json") as f:
