@@ -500,9 +500,8 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option(
          "--gpu-matmul", opt->gpu_matmul,
          "With --device cuda: GEMM operands in bf16 (fp32 accumulation, the tensor cores; the attention's "
-         "batched GEMMs in TF32) or fp32 without TF32 (the CPU's arithmetic: the same losses as --device cpu "
-         "to "
-         "rounding)")
+         "batched GEMMs in TF32) or fp32 without TF32 (the CPU's arithmetic: the same losses as --device "
+         "cpu to rounding)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option(
