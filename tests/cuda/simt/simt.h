@@ -4,7 +4,7 @@
 // queued on the emulated runtime's stream (tests/cuda/emulation), like any other GPU work.
 //
 // Every CUDA thread of a block is a fiber with its own stack; a block's fibers run one at a time on the
-// thread that runs the stream's work, switching only at a barrier, so the blocks of a grid run one after
+// thread that runs the stream's work, switching only at a barrier or shuffle, so the blocks of a grid run one after
 // another and a static local is the block's shared memory. The next thread to run is always the first
 // runnable one in the block's order, first to last in even blocks and last to first in odd ones, so the
 // warps at one end race as far ahead of the others as barriers allow: a shared value read without the
@@ -21,8 +21,8 @@
 //   pointer arguments must point into device memory; no dynamic shared memory (the kernels use none).
 //
 // Not modelled: threads of a warp running in lock-step (code that relies on implicit warp synchronism
-// without __syncwarp is not caught), shared-memory races between barriers, the GPU's float rounding of
-// expf/tanhf (the host's libm is used), dynamic shared memory.
+// without __syncwarp is not caught), shared-memory races neither order exposes (no per-access race
+// detector), the GPU's float rounding of expf/tanhf (the host's libm is used), dynamic shared memory.
 #pragma once
 
 #include <cublas_v2.h>
