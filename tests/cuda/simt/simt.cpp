@@ -12,8 +12,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <string>
+
+#if MEMWALL_SIMT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #include "cuda/emulation/emulation.h"
 
@@ -33,14 +38,62 @@ constexpr std::size_t kNowhere = ~std::size_t{0};
 
 enum class Wait { kNone, kBlock, kWarp };
 
+// ThreadSanitizer's view (cuda_simt_race_tests builds this file with MEMWALL_SIMT_TSAN, uninstrumented, and
+// the kernels instrumented): every CUDA thread is a TSan fiber, switched to without synchronisation, so
+// TSan orders two threads' accesses only by CUDA's own happens-before edges, made explicit here: the
+// launch before every thread of the grid; a barrier's arrivals before its departures, and a warp's
+// shuffle the same for its lanes (one token per barrier or shuffle, so work after one barrier is not
+// ordered by the next); every thread of a block before the next block and whatever the host does after
+// the grid. That last edge is not CUDA's (blocks run concurrently on a GPU) but the emulator's, whose
+// blocks share one copy of each __shared__ array and one set of stacks: TSan finds races between the
+// threads of a block, in shared or global memory, not races between blocks.
+namespace tsan {
+#if MEMWALL_SIMT_TSAN
+constexpr bool kOn = true;
+void release(void* token) {
+  __tsan_release(token);
+}
+void acquire(void* token) {
+  __tsan_acquire(token);
+}
+// Thread i of every block is TSan fiber i (made once): blocks are ordered anyway, and making and
+// destroying a fiber per CUDA thread is most of TSan's cost.
+void* pooled(std::size_t i) {
+  static std::vector<void*> pool;  // grids run one at a time (grid_mu)
+  while (pool.size() <= i) pool.push_back(__tsan_create_fiber(0));
+  return pool[i];
+}
+void* current() {
+  return __tsan_get_current_fiber();
+}
+void switch_to(void* fiber) {
+  __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+}
+#else
+constexpr bool kOn = false;
+void release(void*) {}
+void acquire(void*) {}
+void* pooled(std::size_t) {
+  return nullptr;
+}
+void* current() {
+  return nullptr;
+}
+void switch_to(void*) {}
+#endif
+char launch_token, done_token;  // a block's start and end (blocks run one at a time)
+}  // namespace tsan
+
 // A suspended execution context: the fiber's, or the scheduler's while a fiber runs.
 #if defined(__x86_64__)
 struct Context {
   void* sp = nullptr;  // the callee-saved registers and the resume address are on this stack
+  void* tsan = nullptr;
 };
 #else
 struct Context {
   ucontext_t uc{};
+  void* tsan = nullptr;
 };
 #endif
 
@@ -53,11 +106,21 @@ struct Fiber {
   unsigned shuffles = 0;  // how many this thread has done
 };
 
+// Happens-before tokens of successive barriers (or shuffles): a deque keeps their addresses.
+struct Tokens {
+  std::deque<char> all{char{}};
+  char* now() { return &all.back(); }
+  void next() {
+    if (tsan::kOn) all.emplace_back();
+  }
+};
+
 struct Warp {
   unsigned lanes = 0;       // threads of the block in this warp
   unsigned live = 0;        // of them, not returned
   unsigned arrived = 0;     // at the exchange now
   float value[2][32] = {};  // shuffles alternate between two (see __shfl_xor_sync)
+  Tokens tokens;
 };
 
 // The block running on this host thread.
@@ -73,6 +136,7 @@ struct Block {
   bool reverse = false;            // threads run last to first (odd blocks)
   std::size_t restart = kNowhere;  // the earliest position in run order the running thread made runnable
   std::string error;               // set when a thread misuses a barrier or a shuffle
+  Tokens barriers;
 };
 
 thread_local Block* tl_block = nullptr;
@@ -113,6 +177,7 @@ namespace memwall::simt {
 namespace {
 
 void switch_to(Context& save, const Context& load) {
+  tsan::switch_to(load.tsan);
   memwall_simt_switch(&save.sp, load.sp);
 }
 
@@ -127,6 +192,7 @@ void start_fiber(Context& c, char* stack, std::size_t bytes, Context*) {
 }
 #else
 void switch_to(Context& save, const Context& load) {
+  tsan::switch_to(load.tsan);
   ::swapcontext(&save.uc, &load.uc);
 }
 
@@ -191,6 +257,7 @@ void release_block_barrier(Block& b) {
   }
   b.at_barrier = 0;
   b.restart = 0;
+  b.barriers.next();
 }
 
 void release_warp(Block& b, unsigned warp) {
@@ -201,6 +268,7 @@ void release_warp(Block& b, unsigned warp) {
     if (b.fibers[i].wait == Wait::kWarp) b.fibers[i].wait = Wait::kNone;
   }
   w.arrived = 0;
+  w.tokens.next();
   b.restart = std::min(b.restart, b.reverse ? n - 1 - last : std::size_t{32} * warp);
 }
 
@@ -208,15 +276,20 @@ void release_warp(Block& b, unsigned warp) {
 void warp_meet() {
   Block& b = block();
   Fiber& f = self();
+  char* token = b.warps[f.warp].tokens.now();
+  tsan::release(token);
   f.wait = Wait::kWarp;
   ++b.warps[f.warp].arrived;
   release_warp(b, f.warp);
   if (f.wait != Wait::kNone) suspend();
+  tsan::acquire(token);
 }
 
 void trampoline() {
   Block& b = block();
+  tsan::acquire(&tsan::launch_token);
   (*b.thread)();
+  tsan::release(&tsan::done_token);
   Fiber& f = self();
   f.done = true;
   --b.live;
@@ -239,6 +312,7 @@ bool run_grid(const char* kernel, dim3 grid, dim3 block_dim, const std::function
   Block b;
   b.kernel = kernel;
   b.thread = &thread;
+  b.scheduler.tsan = tsan::current();
   gridDim = grid;
   blockDim = block_dim;
   for (unsigned bz = 0; bz < grid.z; ++bz) {
@@ -249,6 +323,8 @@ bool run_grid(const char* kernel, dim3 grid, dim3 block_dim, const std::function
         b.warps.assign((n + 31) / 32, Warp{});
         b.live = n;
         b.at_barrier = 0;
+        b.barriers = Tokens{};
+        tsan::release(&tsan::launch_token);  // the launch (and the blocks before) before these threads
         for (unsigned i = 0; i < n; ++i) {
           Fiber& f = b.fibers[i];
           f.tid = uint3{i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y)};
@@ -257,6 +333,7 @@ bool run_grid(const char* kernel, dim3 grid, dim3 block_dim, const std::function
           ++b.warps[f.warp].lanes;
           ++b.warps[f.warp].live;
           start_fiber(f.ctx, stack + i * (kStack + kGuard) + kGuard, kStack, &b.scheduler);
+          f.ctx.tsan = tsan::pooled(i);
         }
         // Odd blocks run their threads last to first: a value read before the barrier that orders it
         // after its write is then stale in one order or the other.
@@ -280,6 +357,7 @@ bool run_grid(const char* kernel, dim3 grid, dim3 block_dim, const std::function
           k = std::min(b.restart, k + 1);
         }
         tl_block = outer;
+        tsan::acquire(&tsan::done_token);  // this block before the next one (see namespace tsan)
         if (b.error.empty() && b.live > 0) {
           unsigned at_warp = 0;
           for (const Fiber& f : b.fibers) at_warp += f.wait == Wait::kWarp ? 1 : 0;
@@ -329,10 +407,13 @@ void __syncthreads() {
   using namespace memwall::simt;
   Block& b = block();
   Fiber& f = self();
+  char* token = b.barriers.now();
+  tsan::release(token);
   f.wait = Wait::kBlock;
   ++b.at_barrier;
   release_block_barrier(b);
   if (f.wait != Wait::kNone) suspend();
+  tsan::acquire(token);
 }
 
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width) {

@@ -21,8 +21,9 @@
 //   pointer arguments must point into device memory; no dynamic shared memory (the kernels use none).
 //
 // Not modelled: threads of a warp running in lock-step (code that relies on implicit warp synchronism
-// without __syncwarp is not caught), shared-memory races neither order exposes (no per-access race
-// detector), the GPU's float rounding of expf/tanhf (the host's libm is used), dynamic shared memory.
+// without __syncwarp is not caught), the GPU's float rounding of expf/tanhf (the host's libm is used),
+// dynamic shared memory. Races the two orders do not expose are ThreadSanitizer's to find: the
+// cuda_simt_race_tests build gives TSan CUDA's happens-before edges (simt.cpp, namespace tsan).
 #pragma once
 
 #include <cublas_v2.h>
