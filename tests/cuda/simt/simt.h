@@ -4,8 +4,8 @@
 // queued on the emulated runtime's stream (tests/cuda/emulation), like any other GPU work.
 //
 // Every CUDA thread of a block is a fiber with its own stack; a block's fibers run one at a time on the
-// thread that runs the stream's work, switching only at a barrier or shuffle, so the blocks of a grid run one after
-// another and a static local is the block's shared memory. The next thread to run is always the first
+// thread that runs the stream's work, switching only at a barrier or shuffle, so the blocks of a grid run one
+// after another and a static local is the block's shared memory. The next thread to run is always the first
 // runnable one in the block's order, first to last in even blocks and last to first in odd ones, so the
 // warps at one end race as far ahead of the others as barriers allow: a shared value read without the
 // barrier that orders it after its write, or overwritten before a slower warp has read it, comes out wrong

@@ -7,23 +7,12 @@
 
 #include <vector>
 
+#include "cuda/simt/sample_kernels.h"
+
 namespace memwall::simt {
 namespace {
 
-// Sum over the block through shuffles and shared memory (the shape of kernels/cuda's block_reduce).
-__global__ void block_sum_kernel(const float* in, float* out) {
-  __shared__ float partial[32];
-  float v = in[blockIdx.x * blockDim.x + threadIdx.x];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0;
-    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) s += partial[w];
-    out[blockIdx.x] = s;
-  }
-}
+using samples::block_sum_kernel;
 
 TEST(Simt, ShufflesAndBarriersSumEachBlock) {
   const unsigned blocks = 3, threads = 256;
