@@ -26,12 +26,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   const int steps = argc > 2 ? std::atoi(argv[2]) : 50;
   std::filesystem::create_directories(dir);
-  model::GptConfig c;
-  c.vocab = 256;
-  c.max_seq = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.channels = 64;
+  const model::GptConfig c{.vocab = 256, .max_seq = 64, .layers = 2, .heads = 4, .channels = 64};
   const int B = 4, T = 64;
   auto path = train::kjv_corpus(dir + "/kjv.txt");
   if (!path.is_ok()) {

@@ -210,8 +210,7 @@ Result<GpuRates> gpu_rates(int ordinal, int n) {
   std::unique_ptr<kernels::cuda::Blas> blas(kernels::cuda::Blas::create(status));
   if (blas == nullptr) return kernel(status);
   MW_RETURN_IF_ERROR(kernel(blas->set_stream(s.get())));
-  // Best of five after a warm-up, each timed with the stream drained around it.
-  // GPU work timed with its stream drained.
+  // GPU work, best of five after a warm-up, each timed with the stream drained around it.
   auto best_rate = [&](double work, const std::function<Status()>& op, const gpu::Stream& on) {
     return best_of_five(work, [&] {
       MW_RETURN_IF_ERROR(op());

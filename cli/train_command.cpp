@@ -362,6 +362,8 @@ int run_train(const TrainOptions& opt) {
   {
     const train::StepStats& st = trainer->last_step();
     const int trained = opt.steps - first_step;
+    // The share of the time any transfer ran during which compute or the optimizer ran too.
+    const double overlap = transfer_total > 0 ? transfer_hidden / transfer_total : 0.0;
     json per_step_bytes, per_step_busy;
     for (int r = 0; r < kResourceCount; ++r) {
       if (static_cast<Resource>(r) == Resource::kNone) continue;
@@ -378,7 +380,7 @@ int run_train(const TrainOptions& opt) {
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},
-        {"transfer_overlap", transfer_total > 0 ? transfer_hidden / transfer_total : 0.0},
+        {"transfer_overlap", overlap},
         {"peak_bytes", {{"gpu", st.peak_bytes[0]}, {"cpu", st.peak_bytes[1]}, {"nvme", st.peak_bytes[2]}}},
         {"capacity_bytes",
          {{"gpu", st.capacity_bytes[0]}, {"cpu", st.capacity_bytes[1]}, {"nvme", st.capacity_bytes[2]}}},
@@ -417,8 +419,7 @@ int run_train(const TrainOptions& opt) {
           "0): device %s of %s, host %s of %s, nvme %s\n",
           busy[static_cast<int>(Resource::kCompute)] / trained,
           busy[static_cast<int>(Resource::kCpuOptimizer)] / trained, transfer_total / trained,
-          transfer_total > 0 ? 100.0 * transfer_hidden / transfer_total : 0.0,
-          format_bytes(moved[static_cast<int>(Resource::kH2D)] / trained).c_str(),
+          100.0 * overlap, format_bytes(moved[static_cast<int>(Resource::kH2D)] / trained).c_str(),
           format_bytes(moved[static_cast<int>(Resource::kD2H)] / trained).c_str(),
           format_bytes(moved[static_cast<int>(Resource::kNvmeRead)] / trained).c_str(),
           format_bytes(moved[static_cast<int>(Resource::kNvmeWrite)] / trained).c_str(),

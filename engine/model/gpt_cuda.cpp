@@ -182,18 +182,26 @@ Result<float> CudaGptModel::loss() {
   return static_cast<float>(total / static_cast<double>(N));
 }
 
+// The bf16 GEMM weight [OC, IC]: the op's gathered bf16 copy when it came with one, else `w` rounded in
+// scratch (weights that came from bf16 shards round-trip exactly).
+Result<const std::uint16_t*> CudaGptModel::gemm_weight16(const float* w, int IC, int OC) {
+  if (w16_ != nullptr) return w16_;
+  const auto n = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n, dev_.compute().get()), "cast weight"));
+  return b16_w_;
+}
+
 // out[N, OC] = in . w^T + b: fp32 GEMM, or with bf16_matmuls the operands rounded to bf16 in scratch and a
-// bf16 GEMM with fp32 accumulation (weights that came from bf16 shards round-trip exactly).
+// bf16 GEMM with fp32 accumulation.
 Status CudaGptModel::gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC,
                                   int OC) {
   void* s = dev_.compute().get();
   if (!bf16_) return check(kc::matmul_forward(*blas_, out, in, w, b, N, IC, OC, s), "matmul");
   const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
-  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
   MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(in, b16_in_, n_in, s), "cast input"));
-  if (w16_ == nullptr) MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n_w, s), "cast weight"));
-  const std::uint16_t* w16 = w16_ != nullptr ? w16_ : b16_w_;
-  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, w16, b, N, IC, OC, s), "bf16 matmul");
+  auto w16 = gemm_weight16(w, IC, OC);
+  if (!w16.is_ok()) return w16.status();
+  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, *w16, b, N, IC, OC, s), "bf16 matmul");
 }
 
 Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
@@ -205,13 +213,9 @@ Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float
       check(kc::cast_f32_to_bf16(dout, b16_dout_, n * static_cast<std::size_t>(OC), s), "cast dout"));
   MW_RETURN_IF_ERROR(
       check(kc::cast_f32_to_bf16(in, b16_in_, n * static_cast<std::size_t>(IC), s), "cast input"));
-  if (w16_ == nullptr) {
-    MW_RETURN_IF_ERROR(
-        check(kc::cast_f32_to_bf16(w, b16_w_, static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC), s),
-              "cast weight"));
-  }
-  const std::uint16_t* w16 = w16_ != nullptr ? w16_ : b16_w_;
-  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, w16, N, IC, OC, s),
+  auto w16 = gemm_weight16(w, IC, OC);
+  if (!w16.is_ok()) return w16.status();
+  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, *w16, N, IC, OC, s),
                "bf16 matmul bwd");
 }
 
@@ -385,12 +389,16 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   return Status::internal("cuda model: unknown op");
 }
 
+// forward() and backward() run every op in turn, so they need every layer's activations kept.
+Status CudaGptModel::whole_passes_allowed() const {
+  if (slots_ >= c_.layers) return Status::ok();
+  return Status::failed_precondition(
+      "cuda model: whole passes keep every layer's activations; this model keeps " + std::to_string(slots_) +
+      " of " + std::to_string(c_.layers));
+}
+
 Result<float> CudaGptModel::forward(const float* params, const int* tokens, const int* targets) {
-  if (slots_ < c_.layers)
-    return Status::failed_precondition(
-        "cuda model: whole passes keep every layer's activations; this model "
-        "keeps " +
-        std::to_string(slots_) + " of " + std::to_string(c_.layers));
+  MW_RETURN_IF_ERROR(whole_passes_allowed());
   MW_RETURN_IF_ERROR(set_batch(tokens, targets));
   for (int op = 0; op < static_cast<int>(g_.graph.ops.size()); ++op) {
     p_.clear();
@@ -402,11 +410,7 @@ Result<float> CudaGptModel::forward(const float* params, const int* tokens, cons
 }
 
 Status CudaGptModel::backward(const float* params, float* grads) {
-  if (slots_ < c_.layers)
-    return Status::failed_precondition(
-        "cuda model: whole passes keep every layer's activations; this model "
-        "keeps " +
-        std::to_string(slots_) + " of " + std::to_string(c_.layers));
+  MW_RETURN_IF_ERROR(whole_passes_allowed());
   for (int op = static_cast<int>(g_.graph.ops.size()) - 1; op >= 0; --op) {
     p_.clear();
     gr_.clear();

@@ -69,6 +69,8 @@ class CudaGptModel {
   Status forward_op_impl(int op, const float* const* param);
   Status backward_op_impl(int op, const float* const* param, float* const* grad);
   Status zero(float* p, std::size_t floats);
+  Status whole_passes_allowed() const;
+  Result<const std::uint16_t*> gemm_weight16(const float* w, int IC, int OC);
   Status gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
   Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                        int N, int IC, int OC);

@@ -972,12 +972,10 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.gpu_async = st.cuda && o.gpu_async;
   if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
   std::string fits = o.hw.name;
-  if (st.cuda) {  // the GPU tier is what the real device has left after the activations, if less
-    const double file_gpu = o.hw.gpu.memory_bytes;
+  if (st.cuda) {  // the GPU tier is what the real device has left after the activations (see open_gpu)
     MW_RETURN_IF_ERROR(tr.open_gpu());
-    if (tr.o_.hw.gpu.memory_bytes < file_gpu)
-      fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
-              " left for the device tier after the model's activations)";
+    fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
+            " left for the device tier after the model's activations)";
     // Likewise the CPU tier: a real run cannot use more host memory than this machine has.
     const double ram =
         static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
@@ -1192,8 +1190,7 @@ Status Zero3Trainer::carve_device_tier() {
   auto blk = st.gpu->arena().allocate(tier, "the device tier");
   if (!blk.is_ok()) return blk.status();
   st.tier_block = *blk;
-  st.device = std::make_unique<host::Arena>(
-      "GPU " + std::to_string(st.gpu->info().ordinal) + " (" + st.gpu->info().name + ")", blk->data, tier);
+  st.device = std::make_unique<host::Arena>(device_gpu_name(), blk->data, tier);
   // Per task: timing events for asynchronous completion.
   if (st.gpu_async) {
     const std::size_t n = st.sched.tasks.size();

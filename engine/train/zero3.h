@@ -60,8 +60,8 @@ struct Zero3Options {
   std::string swap_dir;
   ComputeDevice device = ComputeDevice::kCpu;
   int gpu = -1;  // kCuda: the GPU ordinal; -1 = rank % GPUs
-  // kCuda: GEMMs on bf16 operands with fp32 accumulation (tensor-core rate) instead of fp32 (the CPU's
-  // arithmetic, the default).
+  // kCuda: the linears' GEMMs on bf16 operands with fp32 accumulation (tensor-core rate) and the
+  // attention's on TF32, instead of fp32 (the CPU's arithmetic, the default).
   bool gpu_bf16_matmuls = false;
   // kCuda with more than one rank: collectives on NCCL (when built in) or, when false, through the host
   // communicator (MPI) on host copies of the device buffers: slower, for machines where NCCL does not work.
@@ -109,9 +109,9 @@ class Zero3Trainer {
   const std::vector<std::string>& warnings() const;
   // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".
   std::string device_name() const;
-  const RunConfig& run() const { return o_.run; }
+  const RunConfig& run() const { return o_.run; }  // as planned (after create()'s normalisation)
   // The hardware as trained on: the file's, with a real GPU's and host's memory where they have less.
-  const HardwareSpec& hardware() const { return o_.hw; }  // as planned (after create()'s normalisation)
+  const HardwareSpec& hardware() const { return o_.hw; }
 
   std::size_t shard_elements() const;  // this rank's elements (with padding)
   std::size_t model_elements() const { return model::gpt_num_params(c_); }

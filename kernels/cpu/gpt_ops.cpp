@@ -1,6 +1,7 @@
 // GPT-2 operators (see gpt_ops.h): OpenMP loops; matmuls through oneDNN when available.
 #include "cpu/gpt_ops.h"
 
+#include "cpu/cast.h"
 #include "cpu/vexp.h"
 
 #include <algorithm>
@@ -162,10 +163,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 namespace {
 std::vector<float> widen_bf16(const std::uint16_t* in, std::size_t n) {
   std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
-    std::memcpy(&out[i], &bits, 4);
-  }
+  cast_bf16_to_f32(in, out.data(), n);
   return out;
 }
 }  // namespace

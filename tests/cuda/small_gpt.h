@@ -7,13 +7,7 @@
 namespace memwall::cuda_test {
 
 inline model::GptConfig small_gpt() {
-  model::GptConfig c;
-  c.vocab = 256;
-  c.max_seq = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.channels = 64;
-  return c;
+  return {.vocab = 256, .max_seq = 64, .layers = 2, .heads = 4, .channels = 64};
 }
 
 }  // namespace memwall::cuda_test

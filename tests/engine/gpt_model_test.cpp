@@ -17,13 +17,7 @@ namespace memwall::model {
 namespace {
 
 GptConfig tiny() {
-  GptConfig c;
-  c.vocab = 11;
-  c.max_seq = 8;
-  c.layers = 2;
-  c.heads = 2;
-  c.channels = 8;
-  return c;
+  return {.vocab = 11, .max_seq = 8, .layers = 2, .heads = 2, .channels = 8};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {

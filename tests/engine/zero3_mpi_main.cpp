@@ -20,12 +20,7 @@ int main() {
   }
   comm::Communicator& world = **made;
   const int R = world.size(), r = world.rank();
-  model::GptConfig c;
-  c.vocab = 17;
-  c.max_seq = 8;
-  c.layers = 2;
-  c.heads = 2;
-  c.channels = 16;
+  const model::GptConfig c{.vocab = 17, .max_seq = 8, .layers = 2, .heads = 2, .channels = 16};
   train::Zero3Options o;
   o.micro_batch = 1;
   o.seq = 8;

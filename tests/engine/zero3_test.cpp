@@ -16,13 +16,7 @@ namespace memwall::train {
 namespace {
 
 model::GptConfig small() {
-  model::GptConfig c;
-  c.vocab = 17;
-  c.max_seq = 8;
-  c.layers = 2;
-  c.heads = 2;
-  c.channels = 16;
-  return c;
+  return {.vocab = 17, .max_seq = 8, .layers = 2, .heads = 2, .channels = 16};
 }
 
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
