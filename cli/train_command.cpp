@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "engine/comm/comm.h"
 #include "engine/model/export.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/dataset.h"
 #include "engine/train/zero3.h"
 #if MEMWALL_HAVE_CUDA
@@ -439,12 +440,16 @@ struct ExportOptions {
 
 int run_export(const ExportOptions& opt) {
   model::GptConfig c;
-  auto params = train::read_checkpoint_params(opt.checkpoint_dir, c);
+  // Read from the rank files tensor by tensor (every file's checksum checked first), never whole.
+  auto params = train::ckpt::CheckpointParams::open(opt.checkpoint_dir, c);
   if (!params.is_ok()) return report_error(params.status());
   std::error_code ec;
   std::filesystem::create_directories(opt.out, ec);
   if (ec) return report_error(Status::io_error(opt.out + ": " + ec.message()));
-  if (Status s = model::export_hf(c, params->data(), opt.out); !s.is_ok()) return report_error(s);
+  const auto read = [&params](std::size_t offset, std::size_t n, float* out) {
+    return params->read(offset, n, out);
+  };
+  if (Status s = model::export_hf(c, read, opt.out); !s.is_ok()) return report_error(s);
   std::printf(
       "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d) to %s/model.safetensors "
       "and %s/config.json\n",

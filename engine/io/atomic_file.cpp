@@ -20,36 +20,69 @@ Status fsync_path(const std::string& path, bool directory) {
   return Status::ok();
 }
 
-Status write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+Result<AtomicFile> AtomicFile::create(const std::string& path) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::io_error(tmp + ": " + std::strerror(errno));
-  auto fail = [&](const std::string& what) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Status::io_error(path + ": " + what + ": " + err + "; the previous file is intact");
-  };
-  for (std::string_view part : parts) {
-    while (!part.empty()) {
-      const ssize_t n = ::write(fd, part.data(), part.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("write");
-      part.remove_prefix(static_cast<std::size_t>(n));
-    }
+  return AtomicFile(path, std::move(tmp), fd);
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_), end_(o.end_) {
+  o.fd_ = -1;
+  o.tmp_.clear();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+Status AtomicFile::fail(const std::string& what, int err) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+  return Status::io_error(path_ + ": " + what + ": " + std::strerror(err) + "; the previous file is intact");
+}
+
+Status AtomicFile::pwrite(const void* data, std::size_t n, std::uint64_t offset) {
+  if (fd_ < 0) return Status::failed_precondition(path_ + ": written after it was committed or failed");
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail("write", w < 0 ? errno : ENOSPC);
+    p += w;
+    n -= static_cast<std::size_t>(w);
+    offset += static_cast<std::uint64_t>(w);
   }
-  if (::fsync(fd) != 0) return fail("fsync");
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::io_error(path + ": close: " + std::strerror(errno) + "; the previous file is intact");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return Status::io_error(path + ": rename: " + err + "; the previous file is intact");
-  }
-  const auto slash = path.find_last_of('/');
-  return fsync_path(slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash)), true);
+  return Status::ok();
+}
+
+Status AtomicFile::append(const void* data, std::size_t n) {
+  MW_RETURN_IF_ERROR(pwrite(data, n, end_));
+  end_ += n;
+  return Status::ok();
+}
+
+Status AtomicFile::commit() {
+  if (fd_ < 0) return Status::failed_precondition(path_ + ": committed twice or after a failure");
+  if (::fsync(fd_) != 0) return fail("fsync", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return fail("close", errno);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return fail("rename", errno);
+  tmp_.clear();
+  const auto slash = path_.find_last_of('/');
+  return fsync_path(slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash)), true);
+}
+
+Status write_file_atomic(const std::string& path, const std::vector<std::string_view>& parts) {
+  auto f = AtomicFile::create(path);
+  if (!f.is_ok()) return f.status();
+  for (std::string_view part : parts) MW_RETURN_IF_ERROR(f->append(part.data(), part.size()));
+  return f->commit();
 }
 
 }  // namespace memwall::io

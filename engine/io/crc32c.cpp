@@ -39,7 +39,29 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::uint32_t crc, 
 }
 #endif
 
+// Product of two polynomials modulo the CRC polynomial, in the CRC's reflected bit order (bit 31 is x^0).
+std::uint32_t mul_mod_poly(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;  // b * x
+  }
+  return product;
+}
+
 }  // namespace
+
+// Appending B to A feeds crc(A)'s register through 8 * |B| more bit steps, which multiplies it by
+// x^(8 |B|); the pre- and post-inversions cancel in the sum (the same identity zlib's crc32_combine uses).
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t bytes_b) {
+  std::uint32_t shift = 1u << 31;   // x^0
+  std::uint32_t square = 1u << 23;  // x^8: one byte
+  for (std::uint64_t n = bytes_b; n != 0; n >>= 1) {
+    if (n & 1) shift = mul_mod_poly(shift, square);
+    square = mul_mod_poly(square, square);
+  }
+  return mul_mod_poly(shift, crc_a) ^ crc_b;
+}
 
 std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* data, std::size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);

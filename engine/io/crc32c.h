@@ -11,6 +11,9 @@ std::uint32_t crc32c_extend(std::uint32_t crc, const void* data, std::size_t n);
 inline std::uint32_t crc32c(const void* data, std::size_t n) {
   return crc32c_extend(0, data, n);
 }
+// The CRC of A followed by B from crc(A), crc(B) and B's length: for data written out of order, e.g. arrays
+// written piece by piece at their offsets, each with its own running CRC.
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t bytes_b);
 // The portable table implementation, for tests against the hardware path.
 std::uint32_t crc32c_extend_portable(std::uint32_t crc, const void* data, std::size_t n);
 

@@ -2,6 +2,7 @@
 // padded with spaces to 8 bytes, then the raw little-endian tensor bytes.
 #include "engine/model/export.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -19,37 +20,54 @@ bool is_linear_weight(const ParamTensor& t) {
 }  // namespace
 
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir) {
+  return export_hf(
+      c,
+      [params](std::size_t offset, std::size_t n, float* out) {
+        std::copy(params + offset, params + offset + n, out);
+        return Status::ok();
+      },
+      dir);
+}
+
+Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir) {
   MW_RETURN_IF_ERROR(validate(c, 1, 1));
+  const std::vector<ParamTensor> layout = gpt_param_layout(c);
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"producer", "memwall"}};
-  std::vector<float> data;
-  data.reserve(gpt_num_params(c));
-  for (const auto& t : gpt_param_layout(c)) {
-    const float* src = params + t.offset;
+  std::size_t at = 0, largest = 0;
+  for (const auto& t : layout) {
     std::vector<int> shape = t.shape;
-    const std::size_t begin = data.size() * sizeof(float);
-    if (is_linear_weight(t)) {
-      // memwall stores [out, in]; Conv1D stores [in, out].
-      const int out = t.shape[0], in = t.shape[1];
-      shape = {in, out};
-      for (int i = 0; i < in; ++i) {
-        for (int o = 0; o < out; ++o) data.push_back(src[static_cast<std::size_t>(o) * in + i]);
-      }
-    } else {
-      data.insert(data.end(), src, src + t.numel);
-    }
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size() * sizeof(float)}}};
+    if (is_linear_weight(t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
+    const std::size_t bytes = t.numel * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+    largest = std::max(largest, t.numel);
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
   unsigned char len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<unsigned char>((static_cast<std::uint64_t>(h.size()) >> (8 * i)) & 0xff);
-  MW_RETURN_IF_ERROR(io::write_file_atomic(
-      dir + "/model.safetensors",
-      {std::string_view(reinterpret_cast<const char*>(len), 8), h,
-       std::string_view(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float))}));
+  // Tensor by tensor: the file is written without the model ever being in memory whole.
+  auto file = io::AtomicFile::create(dir + "/model.safetensors");
+  if (!file.is_ok()) return file.status();
+  MW_RETURN_IF_ERROR(file->append(len, 8));
+  MW_RETURN_IF_ERROR(file->append(h.data(), h.size()));
+  std::vector<float> src(largest), transposed;
+  for (const auto& t : layout) {
+    MW_RETURN_IF_ERROR(read(t.offset, t.numel, src.data()));
+    const float* data = src.data();
+    if (is_linear_weight(t)) {
+      const auto out = static_cast<std::size_t>(t.shape[0]), in = static_cast<std::size_t>(t.shape[1]);
+      transposed.resize(t.numel);
+      for (std::size_t i = 0; i < in; ++i) {
+        for (std::size_t o = 0; o < out; ++o) transposed[i * out + o] = src[o * in + i];
+      }
+      data = transposed.data();
+    }
+    MW_RETURN_IF_ERROR(file->append(data, t.numel * sizeof(float)));
+  }
+  MW_RETURN_IF_ERROR(file->commit());
 
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},

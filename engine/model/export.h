@@ -4,6 +4,8 @@
 // atomically.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -11,7 +13,12 @@
 
 namespace memwall::model {
 
-// `params`: gpt_num_params(c) floats in gpt_param_layout order. `dir` must exist.
+// Fills `out` with parameters [offset, offset + n) in gpt_param_layout order.
+using ParamReader = std::function<Status(std::size_t offset, std::size_t n, float* out)>;
+
+// Reads the parameters one tensor at a time (memory: twice the largest tensor). `dir` must exist.
+Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir);
+// `params`: gpt_num_params(c) floats in gpt_param_layout order.
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir);
 
 }  // namespace memwall::model

@@ -22,6 +22,7 @@
 #include "engine/io/atomic_file.h"
 #include "engine/io/crc32c.h"
 #include "engine/io/tensor_store.h"
+#include "engine/train/checkpoint.h"
 #include "exec/run_analysis.h"
 #include "plan/planner.h"
 
@@ -1102,16 +1103,24 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     if (st.cuda)
       MW_RETURN_IF_ERROR(st.page_lock(st.out16_arena->base(), st.out16_arena->capacity(), "bf16 staging"));
   }
-  // Partitioned initialisation: this rank's elements only (padding stays zero).
-  std::vector<float> master(st.total, 0.0f), zeros(st.total, 0.0f);
+  // Partitioned initialisation: this rank's elements only (padding stays zero), made piece by piece.
   const std::size_t r = static_cast<std::size_t>(st.rank);
-  for (const auto& p : st.parts) {
-    const std::size_t begin = std::min(p.numel, r * p.shard), end = std::min(p.numel, (r + 1) * p.shard);
-    if (begin < end) {
-      model::gpt_init_range(c, master.data() + p.local, p.model_offset + begin, p.model_offset + end, o.seed);
+  MW_RETURN_IF_ERROR(tr.install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
+                                           float* v) {
+    std::fill(master, master + n, 0.0f);
+    if (m != nullptr) std::fill(m, m + n, 0.0f);
+    if (v != nullptr) std::fill(v, v + n, 0.0f);
+    for (const auto& p : st.parts) {
+      // This rank's real (unpadded) elements of the parameter, in flat and in model coordinates.
+      const std::size_t first = std::min(p.numel, r * p.shard), last = std::min(p.numel, (r + 1) * p.shard);
+      const std::size_t lo = std::max(begin, p.local), hi = std::min(begin + n, p.local + (last - first));
+      if (lo < hi) {
+        model::gpt_init_range(c, master + (lo - begin), p.model_offset + first + (lo - p.local),
+                              p.model_offset + first + (hi - p.local), o.seed);
+      }
     }
-  }
-  MW_RETURN_IF_ERROR(tr.install_states(master, zeros, zeros));
+    return Status::ok();
+  }));
   if (!st.pin_refused.empty()) {
     st.warnings.push_back("the GPU driver would not page-lock host memory (" + st.pin_refused + "); " +
                           std::to_string(st.unpinned) + " host buffers (" + format_bytes(st.unpinned_bytes) +
@@ -1221,75 +1230,99 @@ Status Zero3Trainer::carve_device_tier() {
 #endif
 }
 
-// Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
-// parameter shards.
-Status Zero3Trainer::install_states(const std::vector<float>& master, const std::vector<float>& m,
-                                    const std::vector<float>& v) {
-  State& st = *st_;
-  const std::size_t n = st.total;
+// Pieces of this rank's flat states, each a run of whole parameters: the optimizer's sub-groups when the
+// states live on NVMe (the store's unit), else parameters packed up to kStatePiece elements (a larger
+// parameter is a piece of its own). Checkpoints and initialisation stage one piece at a time.
+std::vector<Zero3Trainer::Piece> Zero3Trainer::state_pieces() const {
+  const State& st = *st_;
+  std::vector<Piece> out;
   if (st.opt_tier == Tier::kNvme) {
-    std::vector<float> buf;
-    for (std::size_t gi = 0; gi < st.groups.size(); ++gi) {
-      const State::Group& g = st.groups[gi];
-      const std::size_t k = g.end - g.begin;
-      buf.resize(3 * k);
-      std::copy(master.begin() + static_cast<std::ptrdiff_t>(g.begin),
-                master.begin() + static_cast<std::ptrdiff_t>(g.end), buf.begin());
-      std::copy(m.begin() + static_cast<std::ptrdiff_t>(g.begin),
-                m.begin() + static_cast<std::ptrdiff_t>(g.end), buf.begin() + static_cast<std::ptrdiff_t>(k));
-      std::copy(v.begin() + static_cast<std::ptrdiff_t>(g.begin),
-                v.begin() + static_cast<std::ptrdiff_t>(g.end),
-                buf.begin() + static_cast<std::ptrdiff_t>(2 * k));
-      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), buf.data(), 12 * k));
-    }
-  } else {
-    const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
-    MW_RETURN_IF_ERROR(st.move(st.master, dev, master.data(), false, n * 4));
-    MW_RETURN_IF_ERROR(st.move(st.exp_avg, dev, m.data(), false, n * 4));
-    MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq, dev, v.data(), false, n * 4));
+    for (const State::Group& g : st.groups) out.push_back({g.first, g.last, g.begin, g.end});
+    return out;
   }
+  for (std::size_t p = 0; p < st.parts.size();) {
+    Piece pc{p, p, st.parts[p].local, st.parts[p].local};
+    while (p < st.parts.size() &&
+           (pc.last == pc.first || st.parts[p].local + st.parts[p].shard - pc.begin <= kStatePiece)) {
+      pc.end = st.parts[p].local + st.parts[p].shard;
+      ++p, ++pc.last;
+    }
+    out.push_back(pc);
+  }
+  return out;
+}
+
+void Zero3Trainer::note_staging(std::size_t bytes) {
+  staging_peak_ = std::max(staging_peak_, bytes);
+}
+
+// Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
+// parameter shards, one piece at a time.
+Status Zero3Trainer::install_states(const StateSource& src) {
+  State& st = *st_;
+  const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
+  const bool host = st.opt_tier != Tier::kNvme && !dev;  // the states' own memory is the staging
+  std::vector<float> buf;
   std::vector<std::uint16_t> b16;
-  for (std::size_t p = 0; p < st.parts.size(); ++p) {
-    const auto& pt = st.parts[p];
-    b16.resize(pt.shard);
-    kernels::cast_f32_to_bf16(master.data() + pt.local, b16.data(), pt.shard);
-    if (st.home[p] == Tier::kNvme) {
-      MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
-    } else {
-      MW_RETURN_IF_ERROR(st.move(st.ptr(st.shard_buf[p]), st.on_device(st.shard_buf[p]), b16.data(), false,
-                                 pt.shard * kB16));
+  const std::vector<Piece> pieces = state_pieces();
+  for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
+    const Piece& pc = pieces[gi];
+    const std::size_t k = pc.end - pc.begin;
+    float *master = st.master + pc.begin, *m = st.exp_avg + pc.begin, *v = st.exp_avg_sq + pc.begin;
+    if (!host) {
+      buf.resize(3 * k);
+      master = buf.data(), m = master + k, v = m + k;
+    }
+    MW_RETURN_IF_ERROR(src(pc.begin, k, master, m, v));
+    if (st.opt_tier == Tier::kNvme) {
+      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), buf.data(), 12 * k));
+    } else if (dev) {
+      MW_RETURN_IF_ERROR(st.move(st.master + pc.begin, true, master, false, k * 4));
+      MW_RETURN_IF_ERROR(st.move(st.exp_avg + pc.begin, true, m, false, k * 4));
+      MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq + pc.begin, true, v, false, k * 4));
+    }
+    for (std::size_t p = pc.first; p < pc.last; ++p) {
+      const auto& pt = st.parts[p];
+      b16.resize(pt.shard);
+      note_staging((host ? 0 : 12 * k) + pt.shard * kB16);
+      kernels::cast_f32_to_bf16(master + (pt.local - pc.begin), b16.data(), pt.shard);
+      if (st.home[p] == Tier::kNvme) {
+        MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
+      } else {
+        MW_RETURN_IF_ERROR(st.move(st.ptr(st.shard_buf[p]), st.on_device(st.shard_buf[p]), b16.data(), false,
+                                   pt.shard * kB16));
+      }
     }
   }
   if (st.store) MW_RETURN_IF_ERROR(st.store->commit());
   return Status::ok();
 }
 
-// This rank's flat master weights and moments, wherever they live.
-Status Zero3Trainer::read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+// This rank's flat master weights and moments, wherever they live, one piece at a time and in order.
+Status Zero3Trainer::visit_states(const StateVisitor& fn) {
   State& st = *st_;
-  const std::size_t n = st.total;
-  master.resize(n);
-  m.resize(n);
-  v.resize(n);
-  if (st.opt_tier != Tier::kNvme) {
-    const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
-    MW_RETURN_IF_ERROR(st.move(master.data(), false, st.master, dev, n * 4));
-    MW_RETURN_IF_ERROR(st.move(m.data(), false, st.exp_avg, dev, n * 4));
-    return st.move(v.data(), false, st.exp_avg_sq, dev, n * 4);
-  }
+  const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
+  const bool host = st.opt_tier != Tier::kNvme && !dev;
   std::vector<float> buf;
-  for (std::size_t gi = 0; gi < st.groups.size(); ++gi) {
-    const State::Group& g = st.groups[gi];
-    const std::size_t k = g.end - g.begin;
+  const std::vector<Piece> pieces = state_pieces();
+  for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
+    const Piece& pc = pieces[gi];
+    const std::size_t k = pc.end - pc.begin;
+    if (host) {
+      MW_RETURN_IF_ERROR(
+          fn(pc.begin, k, st.master + pc.begin, st.exp_avg + pc.begin, st.exp_avg_sq + pc.begin));
+      continue;
+    }
     buf.resize(3 * k);
-    MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), buf.data(), 12 * k));
-    std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k),
-              master.begin() + static_cast<std::ptrdiff_t>(g.begin));
-    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(k), buf.begin() + static_cast<std::ptrdiff_t>(2 * k),
-              m.begin() + static_cast<std::ptrdiff_t>(g.begin));
-    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(2 * k),
-              buf.begin() + static_cast<std::ptrdiff_t>(3 * k),
-              v.begin() + static_cast<std::ptrdiff_t>(g.begin));
+    note_staging(12 * k);
+    if (st.opt_tier == Tier::kNvme) {
+      MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), buf.data(), 12 * k));
+    } else {
+      MW_RETURN_IF_ERROR(st.move(buf.data(), false, st.master + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(buf.data() + k, false, st.exp_avg + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(buf.data() + 2 * k, false, st.exp_avg_sq + pc.begin, true, k * 4));
+    }
+    MW_RETURN_IF_ERROR(fn(pc.begin, k, buf.data(), buf.data() + k, buf.data() + 2 * k));
   }
   return Status::ok();
 }
@@ -1417,8 +1450,12 @@ Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {
 }
 
 Status Zero3Trainer::gather_params(std::vector<float>& out) {
-  std::vector<float> master, m, v, buf;
-  MW_RETURN_IF_ERROR(read_states(master, m, v));
+  std::vector<float> master(st_->total), buf;
+  MW_RETURN_IF_ERROR(
+      visit_states([&](std::size_t begin, std::size_t n, const float* m32, const float*, const float*) {
+        std::copy(m32, m32 + n, master.begin() + static_cast<std::ptrdiff_t>(begin));
+        return Status::ok();
+      }));
   out.assign(model_elements(), 0.0f);
   for (const auto& p : st_->parts) {
     buf.resize(p.shard * static_cast<std::size_t>(comm_->size()));
@@ -1429,54 +1466,24 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
   return Status::ok();
 }
 
-namespace {
-constexpr char kMagic[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '1'};
-
-std::string step_dir_name(long step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08ld", step);
-  return buf;
-}
-
-std::string rank_file(const std::string& step_dir, int rank, int ranks) {
-  return step_dir + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + ".bin";
-}
-
-struct CheckpointHeader {
-  char magic[8];
-  std::int64_t step;
-  std::uint64_t elements;  // per array (master, m, v)
-  std::uint32_t crc;       // CRC32C of the three arrays
-  std::uint32_t reserved;
-};
-}  // namespace
-
 Status Zero3Trainer::save(const std::string& dir) {
-  const std::string step_dir = dir + "/" + step_dir_name(step_);
+  const std::string step_dir = dir + "/" + ckpt::step_dir_name(step_);
   std::error_code ec;
   std::filesystem::create_directories(step_dir, ec);
   if (ec) return Status::io_error(step_dir + ": " + ec.message());
-  std::vector<float> master, m, v;
-  MW_RETURN_IF_ERROR(read_states(master, m, v));
-  CheckpointHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.step = step_;
-  h.elements = master.size();
-  const std::size_t bytes = master.size() * sizeof(float);
-  std::uint32_t crc = io::crc32c(master.data(), bytes);
-  crc = io::crc32c_extend(crc, m.data(), bytes);
-  h.crc = io::crc32c_extend(crc, v.data(), bytes);
-  auto view = [](const void* p, std::size_t n) { return std::string_view(static_cast<const char*>(p), n); };
-  MW_RETURN_IF_ERROR(io::write_file_atomic(
-      rank_file(step_dir, comm_->rank(), comm_->size()),
-      {view(&h, sizeof h), view(master.data(), bytes), view(m.data(), bytes), view(v.data(), bytes)}));
+  auto w =
+      ckpt::ShardWriter::create(ckpt::rank_file(step_dir, comm_->rank(), comm_->size()), step_, st_->total);
+  if (!w.is_ok()) return w.status();
+  MW_RETURN_IF_ERROR(visit_states([&](std::size_t begin, std::size_t n, const float* master, const float* m,
+                                      const float* v) { return w->write(begin, n, master, m, v); }));
+  MW_RETURN_IF_ERROR(w->commit());
   MW_RETURN_IF_ERROR(io::fsync_path(step_dir, true));
   MW_RETURN_IF_ERROR(comm_->barrier("checkpoint step " + std::to_string(step_)));
   if (comm_->rank() == 0) {
     const nlohmann::json latest = {{"format", "memwall-zero3-checkpoint"},
                                    {"version", 1},
                                    {"step", step_},
-                                   {"dir", step_dir_name(step_)},
+                                   {"dir", ckpt::step_dir_name(step_)},
                                    {"ranks", comm_->size()},
                                    {"layers", c_.layers},
                                    {"channels", c_.channels},
@@ -1490,7 +1497,7 @@ Status Zero3Trainer::save(const std::string& dir) {
     // Older checkpoints are no longer named by latest.json.
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (e.is_directory() && name.rfind("step-", 0) == 0 && name != step_dir_name(step_)) {
+      if (e.is_directory() && name.rfind("step-", 0) == 0 && name != ckpt::step_dir_name(step_)) {
         std::filesystem::remove_all(e.path(), ec);
       }
     }
@@ -1498,55 +1505,9 @@ Status Zero3Trainer::save(const std::string& dir) {
   return comm_->barrier("checkpoint step " + std::to_string(step_) + " published");
 }
 
-namespace {
-Result<nlohmann::json> read_latest(const std::string& dir) {
-  const std::string latest_path = dir + "/latest.json";
-  std::ifstream in(latest_path);
-  if (!in) return Status::not_found(latest_path + ": no checkpoint here");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const std::exception& e) {
-    return Status::invalid_argument(latest_path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || j.value("format", "") != "memwall-zero3-checkpoint") {
-    return Status::invalid_argument(latest_path + ": not a memwall checkpoint");
-  }
-  return j;
-}
-
-// Reads one rank file's header and arrays; `elements` must match. Checks the CRC.
-Status read_shard(const std::string& file, std::size_t elements, std::vector<float>& master,
-                  std::vector<float>& m, std::vector<float>& v, long& step) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) return Status::not_found(file + ": missing rank shard of the checkpoint");
-  CheckpointHeader h{};
-  f.read(reinterpret_cast<char*>(&h), sizeof h);
-  if (!f || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.elements != elements) {
-    return Status::invalid_argument(file + ": not a shard of this model (bad header or size)");
-  }
-  const std::size_t bytes = elements * sizeof(float);
-  master.resize(elements);
-  m.resize(elements);
-  v.resize(elements);
-  f.read(reinterpret_cast<char*>(master.data()), static_cast<std::streamsize>(bytes));
-  f.read(reinterpret_cast<char*>(m.data()), static_cast<std::streamsize>(bytes));
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(bytes));
-  if (!f) return Status::io_error(file + ": truncated");
-  std::uint32_t crc = io::crc32c(master.data(), bytes);
-  crc = io::crc32c_extend(crc, m.data(), bytes);
-  crc = io::crc32c_extend(crc, v.data(), bytes);
-  if (crc != h.crc) return Status::io_error(file + ": checksum mismatch (corrupt checkpoint)");
-  step = h.step;
-  return Status::ok();
-}
-}  // namespace
-
 Result<long> Zero3Trainer::load(const std::string& dir) {
   const std::string latest_path = dir + "/latest.json";
-  auto latest = read_latest(dir);
+  auto latest = ckpt::read_latest(dir);
   if (!latest.is_ok()) return latest.status();
   const nlohmann::json& j = *latest;
   const std::pair<const char*, long> expect[] = {
@@ -1561,50 +1522,24 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
                                       ", this run has " + std::to_string(want));
     }
   }
-  const std::string file = rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size());
-  std::vector<float> master, m, v;
-  long step = 0;
-  MW_RETURN_IF_ERROR(read_shard(file, st_->total, master, m, v, step));
-  MW_RETURN_IF_ERROR(install_states(master, m, v));
-  step_ = step;
+  // The whole file is checked before anything is installed: a corrupt checkpoint leaves this trainer as it
+  // was. Then the states go in piece by piece, straight from the file.
+  auto reader = ckpt::ShardReader::open(
+      ckpt::rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size()), st_->total);
+  if (!reader.is_ok()) return reader.status();
+  MW_RETURN_IF_ERROR(reader->verify());
+  MW_RETURN_IF_ERROR(install_states([&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
+    return reader->read(begin, n, master, m, v);
+  }));
+  step_ = reader->step();
   return step_;
 }
 
 Result<std::vector<float>> read_checkpoint_params(const std::string& dir, model::GptConfig& c) {
-  auto latest = read_latest(dir);
-  if (!latest.is_ok()) return latest.status();
-  const nlohmann::json& j = *latest;
-  c.layers = j.value("layers", 0);
-  c.channels = j.value("channels", 0);
-  c.heads = j.value("heads", 0);
-  c.vocab = j.value("vocab", 0);
-  c.max_seq = j.value("max_seq", 0);
-  const int ranks = j.value("ranks", 0), tiling = j.value("tiling", 1);
-  if (Status s = model::validate(c, 1, 1);
-      !s.is_ok() || ranks < 1 || tiling < 1 || c.channels % tiling != 0) {
-    return Status::invalid_argument(dir + "/latest.json: inconsistent model fields");
-  }
-  // The partition every rank used: graph parameters in order, each padded to a multiple of the rank count.
-  const model::GptModel shape(c, 1, 1, tiling);
-  const auto R = static_cast<std::size_t>(ranks);
-  std::size_t per_rank = 0;
-  for (const auto& s : shape.slices()) per_rank += (s.numel + R - 1) / R;
-  std::vector<float> full(model::gpt_num_params(c), 0.0f), master, m, v;
-  for (int r = 0; r < ranks; ++r) {
-    long step = 0;
-    MW_RETURN_IF_ERROR(read_shard(rank_file(dir + "/" + j.value("dir", std::string()), r, ranks), per_rank,
-                                  master, m, v, step));
-    std::size_t local = 0;
-    for (const auto& s : shape.slices()) {
-      const std::size_t shard = (s.numel + R - 1) / R,
-                        begin = std::min(s.numel, static_cast<std::size_t>(r) * shard),
-                        end = std::min(s.numel, (static_cast<std::size_t>(r) + 1) * shard);
-      std::copy(master.begin() + static_cast<std::ptrdiff_t>(local),
-                master.begin() + static_cast<std::ptrdiff_t>(local + (end - begin)),
-                full.begin() + static_cast<std::ptrdiff_t>(s.offset + begin));
-      local += shard;
-    }
-  }
+  auto cp = ckpt::CheckpointParams::open(dir, c);
+  if (!cp.is_ok()) return cp.status();
+  std::vector<float> full(cp->size());
+  MW_RETURN_IF_ERROR(cp->read(0, full.size(), full.data()));
   return full;
 }
 

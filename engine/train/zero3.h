@@ -125,6 +125,10 @@ class Zero3Trainer {
   // the file and the mismatch). Returns the step it was taken at.
   Result<long> load(const std::string& dir);
   long steps_done() const { return step_; }
+  // The most host memory initialisation, save and load have staged at once: one piece of the states (an
+  // optimizer sub-group off NVMe, or up to 48 MB off a GPU; none for states in host memory) and one bf16
+  // parameter shard, never the whole state.
+  std::size_t checkpoint_staging_bytes() const { return staging_peak_; }
   // The last step's (or evaluation's) measured timing per task, in seconds since the trainer was created;
   // setup tasks carry the step's start, tasks left out (an evaluation's backward) zero. With
   // measured_schedule() (the schedule with the bytes really allocated and moved) it is what
@@ -143,15 +147,30 @@ class Zero3Trainer {
   Status open_gpu();
   Status carve_device_tier();
   std::string device_gpu_name() const;
-  Status read_states(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
-  Status install_states(const std::vector<float>& master, const std::vector<float>& m,
-                        const std::vector<float>& v);
+  // A run of whole parameters [first, last), flat elements [begin, end) of this rank's states.
+  struct Piece {
+    std::size_t first, last, begin, end;
+  };
+  static constexpr std::size_t kStatePiece = std::size_t{1} << 22;  // elements per piece off NVMe (48 MB)
+  std::vector<Piece> state_pieces() const;
+  void note_staging(std::size_t bytes);
+  // Fills elements [begin, begin + n) of this rank's flat fp32 master weights and Adam moments.
+  using StateSource =
+      std::function<Status(std::size_t begin, std::size_t n, float* master, float* m, float* v)>;
+  using StateVisitor = std::function<Status(std::size_t begin, std::size_t n, const float* master,
+                                            const float* m, const float* v)>;
+  // Puts the states `src` gives where the run keeps them (and their bf16 copies into the parameter shards),
+  // one piece at a time.
+  Status install_states(const StateSource& src);
+  // Shows `fn` this rank's states, one piece at a time, in order.
+  Status visit_states(const StateVisitor& fn);
 
   model::GptConfig c_;
   Zero3Options o_;
   comm::Communicator* comm_;
   std::unique_ptr<State> st_;
   long step_ = 0;
+  std::size_t staging_peak_ = 0;
 };
 
 // Reassembles the full fp32 parameters of the checkpoint DIR/latest.json names from every rank's shard file,

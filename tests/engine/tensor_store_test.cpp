@@ -56,6 +56,23 @@ TEST(Crc32c, KnownValueAndHardwareMatchesPortable) {
             crc32c(data.data(), data.size()));
 }
 
+TEST(Crc32c, CombineGivesTheCrcOfTheConcatenation) {
+  std::vector<char> data = pattern("y", 2, 70001);
+  const std::uint32_t whole = crc32c(data.data(), data.size());
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4096}, data.size() - 3, data.size()}) {
+    const std::uint32_t a = crc32c(data.data(), cut), b = crc32c(data.data() + cut, data.size() - cut);
+    EXPECT_EQ(crc32c_combine(a, b, data.size() - cut), whole) << "cut at " << cut;
+  }
+  // Three pieces, as a checkpoint's three arrays; a changed byte changes the result.
+  const std::size_t third = data.size() / 3;
+  std::uint32_t c = crc32c_combine(crc32c(data.data(), third), crc32c(data.data() + third, third), third);
+  c = crc32c_combine(c, crc32c(data.data() + 2 * third, data.size() - 2 * third), data.size() - 2 * third);
+  EXPECT_EQ(c, whole);
+  EXPECT_NE(crc32c_combine(crc32c(data.data(), third), crc32c(data.data() + third, third), third + 1),
+            crc32c(data.data(), 2 * third));
+}
+
 TEST(TensorStore, RoundTripAndReopen) {
   const std::string dir = fresh_dir("roundtrip");
   auto io = engine();

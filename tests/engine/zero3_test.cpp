@@ -112,6 +112,10 @@ TEST(Zero3, ResumeFromACheckpointGivesBitwiseTheSameLosses) {
         ASSERT_TRUE(z->save(dir).is_ok());
       }
     }
+    // States in host memory are written from where they are: only the bf16 shards of initialisation were
+    // staged, never a copy of the 12 bytes per element of master weights and moments.
+    EXPECT_GT(z->checkpoint_staging_bytes(), 0u);
+    EXPECT_LE(z->checkpoint_staging_bytes(), 2 * z->shard_elements());
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/step-00000002"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/step-00000003/rank-0-of-1.bin"));
@@ -140,6 +144,10 @@ TEST(Zero3, ResumeFromACheckpointGivesBitwiseTheSameLosses) {
     auto nv = Zero3Trainer::create(c, on_nvme, *local);
     ASSERT_TRUE(nv.is_ok()) << nv.status().to_string();
     ASSERT_TRUE(nv->load(dir).is_ok());
+    // Off NVMe, initialisation, load and save stage one optimizer sub-group (about 1500 elements, whole
+    // parameters) at a time, not the whole state.
+    EXPECT_GE(nv->checkpoint_staging_bytes(), 12u * 1500);
+    EXPECT_LE(nv->checkpoint_staging_bytes(), 12u * nv->shard_elements() / 2);
     batch(3, 2, 8, tok, tgt);
     EXPECT_EQ(*nv->step(tok.data(), tgt.data()), straight[3]);
     const std::string dir2 = dir + "-from-nvme";
@@ -169,10 +177,21 @@ TEST(Zero3, ResumeFromACheckpointGivesBitwiseTheSameLosses) {
     f.seekp(100);
     f.put('\x7f');
   }
+  std::vector<float> before, after;
+  ASSERT_TRUE(resumed->gather_params(before).is_ok());
   auto corrupt = resumed->load(dir);
   ASSERT_FALSE(corrupt.is_ok());
   EXPECT_NE(corrupt.status().message().find("checksum mismatch"), std::string::npos)
       << corrupt.status().message();
+  // The whole file is checked before anything is installed: the trainer keeps its own states and step.
+  ASSERT_TRUE(resumed->gather_params(after).is_ok());
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(resumed->steps_done(), 6);
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 4);
+  auto truncated = resumed->load(dir);
+  ASSERT_FALSE(truncated.is_ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos)
+      << truncated.status().message();
   std::filesystem::remove_all(dir);
 }
 

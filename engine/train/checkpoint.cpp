@@ -1,0 +1,235 @@
+// Checkpoint files read and written piece by piece (see checkpoint.h).
+#include "engine/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "engine/io/crc32c.h"
+
+namespace memwall::train::ckpt {
+
+namespace {
+constexpr char kMagic[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '1'};
+
+struct Header {
+  char magic[8];
+  std::int64_t step;
+  std::uint64_t elements;  // per array (master, m, v)
+  std::uint32_t crc;       // CRC32C of the three arrays
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Header) == 32);
+
+constexpr std::size_t kVerifyPiece = std::size_t{8} << 20;  // bytes per read while verifying
+
+std::uint64_t array_offset(std::size_t elements, int array, std::size_t element) {
+  return sizeof(Header) + (static_cast<std::uint64_t>(array) * elements + element) * sizeof(float);
+}
+}  // namespace
+
+std::string step_dir_name(long step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08ld", step);
+  return buf;
+}
+
+std::string rank_file(const std::string& step_dir, int rank, int ranks) {
+  return step_dir + "/rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + ".bin";
+}
+
+Result<nlohmann::json> read_latest(const std::string& dir) {
+  const std::string latest_path = dir + "/latest.json";
+  std::ifstream in(latest_path);
+  if (!in) return Status::not_found(latest_path + ": no checkpoint here");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(latest_path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || j.value("format", "") != "memwall-zero3-checkpoint") {
+    return Status::invalid_argument(latest_path + ": not a memwall checkpoint");
+  }
+  return j;
+}
+
+Result<ShardWriter> ShardWriter::create(const std::string& path, long step, std::size_t elements) {
+  auto f = io::AtomicFile::create(path);
+  if (!f.is_ok()) return f.status();
+  return ShardWriter(std::move(f).value(), step, elements);
+}
+
+Status ShardWriter::write(std::size_t begin, std::size_t n, const float* master, const float* m,
+                          const float* v) {
+  if (begin != written_ || n > elements_ - written_) {
+    return Status::internal(file_.path() + ": checkpoint piece [" + std::to_string(begin) + ", " +
+                            std::to_string(begin + n) + ") out of order (written " +
+                            std::to_string(written_) + " of " + std::to_string(elements_) + ")");
+  }
+  const float* arrays[3] = {master, m, v};
+  for (int a = 0; a < 3; ++a) {
+    MW_RETURN_IF_ERROR(file_.pwrite(arrays[a], n * sizeof(float), array_offset(elements_, a, begin)));
+    crc_[a] = io::crc32c_extend(crc_[a], arrays[a], n * sizeof(float));
+  }
+  written_ += n;
+  return Status::ok();
+}
+
+Status ShardWriter::commit() {
+  if (written_ != elements_) {
+    return Status::internal(file_.path() + ": committed with " + std::to_string(written_) + " of " +
+                            std::to_string(elements_) + " elements written");
+  }
+  const std::uint64_t bytes = static_cast<std::uint64_t>(elements_) * sizeof(float);
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.step = step_;
+  h.elements = elements_;
+  h.crc = io::crc32c_combine(io::crc32c_combine(crc_[0], crc_[1], bytes), crc_[2], bytes);
+  MW_RETURN_IF_ERROR(file_.pwrite(&h, sizeof h, 0));
+  return file_.commit();
+}
+
+Result<ShardReader> ShardReader::open(const std::string& path, std::size_t elements) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::not_found(path + ": missing rank shard of the checkpoint");
+    return Status::io_error(path + ": " + std::strerror(errno));
+  }
+  Header h{};
+  const ssize_t got = ::pread(fd, &h, sizeof h, 0);
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  if (got != static_cast<ssize_t>(sizeof h) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
+      h.elements != elements) {
+    ::close(fd);
+    return Status::invalid_argument(path + ": not a shard of this model (bad header or size)");
+  }
+  if (size < 0 || static_cast<std::uint64_t>(size) < array_offset(elements, 3, 0)) {
+    ::close(fd);
+    return Status::io_error(path + ": truncated");
+  }
+  return ShardReader(path, fd, static_cast<long>(h.step), elements, h.crc);
+}
+
+ShardReader::ShardReader(ShardReader&& o) noexcept
+    : path_(std::move(o.path_)), fd_(o.fd_), step_(o.step_), elements_(o.elements_), crc_(o.crc_) {
+  o.fd_ = -1;
+}
+
+ShardReader::~ShardReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status ShardReader::pread(void* dst, std::size_t bytes, std::uint64_t offset) const {
+  auto* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::io_error(path_ + ": read: " + std::strerror(errno));
+    if (r == 0) return Status::io_error(path_ + ": truncated");
+    p += r;
+    bytes -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+  return Status::ok();
+}
+
+Status ShardReader::verify() const {
+  std::vector<char> buf(kVerifyPiece);
+  const std::uint64_t end = array_offset(elements_, 3, 0);
+  std::uint32_t crc = 0;
+  for (std::uint64_t at = sizeof(Header); at < end;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - at));
+    MW_RETURN_IF_ERROR(pread(buf.data(), n, at));
+    crc = io::crc32c_extend(crc, buf.data(), n);
+    at += n;
+  }
+  if (crc != crc_) return Status::io_error(path_ + ": checksum mismatch (corrupt checkpoint)");
+  return Status::ok();
+}
+
+Status ShardReader::read(std::size_t begin, std::size_t n, float* master, float* m, float* v) const {
+  if (begin > elements_ || n > elements_ - begin) {
+    return Status::internal(path_ + ": read of elements [" + std::to_string(begin) + ", " +
+                            std::to_string(begin + n) + ") past " + std::to_string(elements_));
+  }
+  float* arrays[3] = {master, m, v};
+  for (int a = 0; a < 3; ++a) {
+    if (arrays[a] != nullptr)
+      MW_RETURN_IF_ERROR(pread(arrays[a], n * sizeof(float), array_offset(elements_, a, begin)));
+  }
+  return Status::ok();
+}
+
+Result<CheckpointParams> CheckpointParams::open(const std::string& dir, model::GptConfig& c) {
+  auto latest = read_latest(dir);
+  if (!latest.is_ok()) return latest.status();
+  const nlohmann::json& j = *latest;
+  c.layers = j.value("layers", 0);
+  c.channels = j.value("channels", 0);
+  c.heads = j.value("heads", 0);
+  c.vocab = j.value("vocab", 0);
+  c.max_seq = j.value("max_seq", 0);
+  const int ranks = j.value("ranks", 0), tiling = j.value("tiling", 1);
+  if (Status s = model::validate(c, 1, 1);
+      !s.is_ok() || ranks < 1 || tiling < 1 || c.channels % tiling != 0) {
+    return Status::invalid_argument(dir + "/latest.json: inconsistent model fields");
+  }
+  // The partition every rank used: graph parameters in order, each padded to a multiple of the rank count.
+  CheckpointParams cp;
+  const auto R = static_cast<std::size_t>(ranks);
+  std::size_t local = 0;
+  for (const auto& s : model::make_gpt_graph(c, 1, 1, tiling).slices) {
+    const std::size_t shard = (s.numel + R - 1) / R;
+    cp.slices_.push_back({s.offset, s.numel, shard, local});
+    local += shard;
+  }
+  std::sort(cp.slices_.begin(), cp.slices_.end(),
+            [](const Slice& a, const Slice& b) { return a.offset < b.offset; });
+  cp.params_ = model::gpt_num_params(c);
+  const std::string step_dir = dir + "/" + j.value("dir", std::string());
+  for (int r = 0; r < ranks; ++r) {
+    auto reader = ShardReader::open(rank_file(step_dir, r, ranks), local);
+    if (!reader.is_ok()) return reader.status();
+    MW_RETURN_IF_ERROR(reader->verify());
+    if (r == 0) cp.step_ = reader->step();
+    cp.ranks_.push_back(std::move(reader).value());
+  }
+  return cp;
+}
+
+Status CheckpointParams::read(std::size_t offset, std::size_t n, float* out) const {
+  if (offset > params_ || n > params_ - offset) {
+    return Status::internal("checkpoint read of parameters [" + std::to_string(offset) + ", " +
+                            std::to_string(offset + n) + ") past " + std::to_string(params_));
+  }
+  const std::size_t end = offset + n;
+  // Slices are in model order; each element e of a slice is rank e / shard's element local + e % shard.
+  auto s = std::upper_bound(slices_.begin(), slices_.end(), offset,
+                            [](std::size_t at, const Slice& sl) { return at < sl.offset; });
+  if (s != slices_.begin()) --s;
+  for (std::size_t at = offset; at < end; ++s) {
+    if (s == slices_.end() || at < s->offset || at >= s->offset + s->numel) {
+      return Status::internal("checkpoint parameter " + std::to_string(at) + " is in no slice");
+    }
+    const std::size_t stop = std::min(end, s->offset + s->numel);
+    while (at < stop) {
+      const std::size_t e = at - s->offset, r = e / s->shard;
+      const std::size_t k = std::min(stop - at, (r + 1) * s->shard - e);
+      MW_RETURN_IF_ERROR(ranks_[r].read(s->local + e % s->shard, k, out + (at - offset), nullptr, nullptr));
+      at += k;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace memwall::train::ckpt

@@ -1,0 +1,96 @@
+// The files of a ZeRO-3 checkpoint (docs/training.md), written and read in pieces so that no process holds a
+// rank's whole optimizer state, or the whole model, in memory: the states may live on NVMe and be larger
+// than host memory.
+//
+// DIR/latest.json names the step directory and the model; DIR/step-NNNNNNNN/rank-R-of-N.bin holds rank R's
+// shards: a 32-byte header (magic "MWZ3CKP1", step, elements per array, CRC32C, reserved), then the fp32
+// master weights, the first Adam moment and the second, each `elements` long. The CRC covers the three arrays
+// in that order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/io/atomic_file.h"
+#include "engine/model/gpt.h"
+
+namespace memwall::train::ckpt {
+
+std::string step_dir_name(long step);
+std::string rank_file(const std::string& step_dir, int rank, int ranks);
+// DIR/latest.json, checked to be a memwall checkpoint's.
+Result<nlohmann::json> read_latest(const std::string& dir);
+
+// One rank's file, written under a temporary name and renamed into place by commit(). Elements are written
+// in order, [0, elements), in pieces of any size; each array's CRC runs along.
+class ShardWriter {
+ public:
+  static Result<ShardWriter> create(const std::string& path, long step, std::size_t elements);
+  // Elements [begin, begin + n) of the three arrays; `begin` is where the previous piece ended.
+  Status write(std::size_t begin, std::size_t n, const float* master, const float* m, const float* v);
+  // Fails (and leaves any previous file) unless every element was written.
+  Status commit();
+
+ private:
+  ShardWriter(io::AtomicFile f, long step, std::size_t elements)
+      : file_(std::move(f)), step_(step), elements_(elements) {}
+  io::AtomicFile file_;
+  long step_;
+  std::size_t elements_, written_ = 0;
+  std::uint32_t crc_[3] = {};
+};
+
+// One rank's file, opened with its header checked; verify() reads it once, in pieces, and checks the CRC.
+class ShardReader {
+ public:
+  // `elements` is what this model's partition gives the rank; a file of another size is refused.
+  static Result<ShardReader> open(const std::string& path, std::size_t elements);
+  ShardReader(ShardReader&& o) noexcept;
+  ShardReader& operator=(ShardReader&&) = delete;
+  ShardReader(const ShardReader&) = delete;
+  ~ShardReader();
+
+  Status verify() const;
+  long step() const { return step_; }
+  std::size_t elements() const { return elements_; }
+  // Elements [begin, begin + n) of the arrays wanted (nullptr: not wanted).
+  Status read(std::size_t begin, std::size_t n, float* master, float* m, float* v) const;
+
+ private:
+  ShardReader(std::string path, int fd, long step, std::size_t elements, std::uint32_t crc)
+      : path_(std::move(path)), fd_(fd), step_(step), elements_(elements), crc_(crc) {}
+  Status pread(void* dst, std::size_t bytes, std::uint64_t offset) const;
+  std::string path_;
+  int fd_ = -1;
+  long step_;
+  std::size_t elements_;
+  std::uint32_t crc_;
+};
+
+// The fp32 parameters of a whole checkpoint, read from every rank's file on demand (one process, no MPI): for
+// export. open() checks every file's header and CRC.
+class CheckpointParams {
+ public:
+  // Fills `config` from DIR/latest.json.
+  static Result<CheckpointParams> open(const std::string& dir, model::GptConfig& config);
+  // Parameters [offset, offset + n) in gpt_param_layout order.
+  Status read(std::size_t offset, std::size_t n, float* out) const;
+  std::size_t size() const { return params_; }
+  long step() const { return step_; }
+
+ private:
+  CheckpointParams() = default;
+  struct Slice {
+    std::size_t offset, numel, shard, local;  // model offset, elements, per-rank shard, offset in rank files
+  };
+  std::vector<ShardReader> ranks_;
+  std::vector<Slice> slices_;
+  std::size_t params_ = 0;
+  long step_ = 0;
+};
+
+}  // namespace memwall::train::ckpt
