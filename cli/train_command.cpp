@@ -103,13 +103,46 @@ std::string rank_trace_path(const std::string& path, int rank) {
 int run_train(const TrainOptions& opt) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
+  // Ranks: MPI when started by mpirun, else one process.
+  std::unique_ptr<comm::Communicator> world;
+  if (comm::launched_by_mpi()) {
+    auto w = comm::make_mpi_comm(std::chrono::seconds(120));
+    if (!w.is_ok()) return report_error(w.status());
+    world = std::move(w).value();
+  } else {
+    world = comm::make_local_comm();
+  }
+  const int R = world->size(), rank = world->rank();
   RunConfig run = in->run;
+  // The ranks are the data-parallel degree (train_batch_size is checked against them, not the hardware
+  // file's GPU count).
+  if (run.memwall.data_parallel != 0 && run.memwall.data_parallel != R) {
+    return report_error(Status::invalid_argument(
+        "run " + run.name + ": memwall.data_parallel = " + std::to_string(run.memwall.data_parallel) +
+        ": memwall train is data parallel over its " + std::to_string(R) +
+        " rank(s); allowed: " + std::to_string(R) + " or leave it out"));
+  }
+  run.memwall.data_parallel = R;
   if (Status s = resolve_run_config(run, in->model, in->hw); !s.is_ok()) return report_error(s);
   if (Status s = check_model(in->model); !s.is_ok()) return report_error(s);
   if (run.zero.stage != 3) {
     return report_error(Status::invalid_argument(
         "run " + run.name + ": zero_optimization.stage = " + std::to_string(run.zero.stage) +
         ": memwall train implements ZeRO stage 3 (with or without offload); allowed: 3"));
+  }
+  if (run.gradient_accumulation_steps.value != 1) {
+    const auto& given = in->run;
+    const std::string from =
+        given.gradient_accumulation_steps.is_auto
+            ? strprintf(" (from train_batch_size = %.0f over micro-batch %.0f x %d rank(s))",
+                        run.train_batch_size.value, run.micro_batch_per_gpu.value, run.memwall.data_parallel)
+            : "";
+    return report_error(Status::invalid_argument(
+        "run " + run.name +
+        strprintf(": gradient_accumulation_steps = %.0f", run.gradient_accumulation_steps.value) + from +
+        ": memwall train takes one optimizer step per micro-batch and does not accumulate gradients; "
+        "allowed: 1 "
+        "(for larger batches raise train_micro_batch_size_per_gpu or the rank count)"));
   }
   std::string swap_dir = opt.nvme_path;
   if (swap_dir.empty()) {
@@ -122,16 +155,6 @@ int run_train(const TrainOptions& opt) {
         Status::invalid_argument("--steps, --eval-batches and --log-every must be >= 1 and --lr > 0"));
   }
 
-  // Ranks: MPI when started by mpirun, else one process.
-  std::unique_ptr<comm::Communicator> world;
-  if (comm::launched_by_mpi()) {
-    auto w = comm::make_mpi_comm(std::chrono::seconds(120));
-    if (!w.is_ok()) return report_error(w.status());
-    world = std::move(w).value();
-  } else {
-    world = comm::make_local_comm();
-  }
-  const int R = world->size(), rank = world->rank();
   const bool lead = rank == 0;
   if (lead) print_warnings(in->diag);
 

@@ -491,6 +491,33 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   r = memwall("train --run zero-2 --steps 1 --data " + data + " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("zero_optimization.stage = 2"), std::string::npos) << r.output;
+  // Gradient accumulation is refused rather than ignored, given or derived from train_batch_size.
+  r = memwall("train --set '{\"gradient_accumulation_steps\": 4}' --steps 1 --data " + data + " " +
+              kTinyModel);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("gradient_accumulation_steps = 4: memwall train takes one optimizer step"),
+            std::string::npos)
+      << r.output;
+  r = memwall(
+      "train --set '{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 2, "
+      "\"gradient_accumulation_steps\": \"auto\"}' --steps 1 --data " +
+      data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("= 3 (from train_batch_size = 6 over micro-batch 2 x 1 rank(s))"),
+            std::string::npos)
+      << r.output;
+  // train_batch_size is checked against the ranks, not the hardware file's 16 GPUs.
+  r = memwall(
+      "train --set '{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2}' --steps 1 "
+      "--eval-batches 1 --data " +
+      data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = memwall("train --set '{\"memwall.data_parallel\": 16}' --steps 1 --data " + data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("memwall.data_parallel = 16: memwall train is data parallel over its 1 rank(s)"),
+            std::string::npos)
+      << r.output;
   // A device too small for the plan: the shortfall, before any work.
   const std::filesystem::path files = std::filesystem::current_path() / "cli_test_files";
   const std::string base =
