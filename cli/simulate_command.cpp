@@ -36,7 +36,11 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   Result<MemoryTimeline> tl = replay_memory(*s);
   if (!tl.is_ok()) return tl.status();
 
-  RunResult result;
+  // Gradient accumulation: an iteration is G micro-steps, the last with the optimizer step. The ones before
+  // it run the schedule without its optimizer phase.
+  const int G = std::max(1, static_cast<int>(run.gradient_accumulation_steps.value));
+  const Schedule micro = G > 1 ? without_optimizer_phase(*s) : Schedule{};
+  RunResult result, micro_result;
   double iteration_s = 0;
   double node_busy[kResourceCount] = {};
   json sim_info;
@@ -49,10 +53,20 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
     sim_info = {{"executor", "reference"}};
     // Ranks are identical and each has its fixed share of node resources: they run side by side.
     std::copy(std::begin(result.busy_s), std::end(result.busy_s), node_busy);
+    if (G > 1) {
+      ReferenceExecutor micro_exec(in->hw, s->ranks_per_node);  // its own clock from zero
+      Result<RunResult> m = run_schedule(micro, micro_exec);
+      if (!m.is_ok()) return m.status();
+      micro_result = std::move(*m);
+      iteration_s += (G - 1) * micro_result.makespan_s;
+      for (int i = 0; i < kResourceCount; ++i) node_busy[i] += (G - 1) * micro_result.busy_s[i];
+    }
   } else {
 #if MEMWALL_WITH_SIMGRID
     sim::SimulateOptions so;
     so.iterations = opt.iterations;
+    so.accumulation_steps = G;
+    so.micro_step = G > 1 ? &micro : nullptr;
     if (show_progress && isatty(STDERR_FILENO)) {
       so.progress = [](double, double t) {
         std::fprintf(stderr, "\rsimulating: %.1f s of simulated time", t);
@@ -62,6 +76,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
     if (so.progress) std::fprintf(stderr, "\r%60s\r", "");
     if (!r.is_ok()) return r.status();
     result = std::move(r->rank0);
+    micro_result = std::move(r->rank0_micro);
     iteration_s = r->iteration_s;
     std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), node_busy);
     sim_info = {{"executor", "simgrid"},
@@ -75,9 +90,11 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
     return Status::unavailable("this memwall was built without SimGrid (MEMWALL_SIMGRID); use --fast");
 #endif
   }
-  const RunBreakdown b = analyze_run(*s, result);
+  const RunBreakdown b = G > 1 ? add_runs(analyze_run(*s, result), analyze_run(micro, micro_result), G - 1)
+                               : analyze_run(*s, result);
   const BandwidthReport bw = analyze_bandwidth(in->model, run, in->hw, 0.9);
-  const double tflops = bw.flops_per_iteration / iteration_s / 1e12;
+  const double flops = G * bw.flops_per_iteration;  // Eq. 7 is one micro-batch's
+  const double tflops = flops / iteration_s / 1e12;
   const int gpus = run.memwall.data_parallel * run.memwall.model_parallel;
   const double rpn = s->ranks_per_node;
 
@@ -93,7 +110,12 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["pflops_total"] = tflops * gpus / 1e3;
   out["gpus"] = gpus;
   out["params"] = in->model.total_params();
-  out["flops_per_gpu_per_iteration"] = bw.flops_per_iteration;
+  out["flops_per_gpu_per_iteration"] = flops;
+  out["gradient_accumulation_steps"] = G;
+  if (G > 1) {
+    out["micro_step_s"] = micro_result.makespan_s;  // one micro-step without the optimizer
+    out["last_micro_step_s"] = result.makespan_s;   // the last, with it
+  }
   out["breakdown_s"] = {{"compute", b.compute_s},
                         {"exposed_communication", b.exposed_comm_s},
                         {"io_stall", b.io_stall_s},
@@ -118,6 +140,12 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["peak_bytes"] = {
       {"gpu", tl->peak_bytes[0]}, {"cpu", tl->peak_bytes[1] * rpn}, {"nvme", tl->peak_bytes[2] * rpn}};
   out["notes"] = s->notes;
+  if (G > 1) {
+    out["notes"].push_back(strprintf(
+        "gradient accumulation: %d micro-steps per iteration, the first %d without the optimizer phase; times, "
+        "bytes and the breakdown cover all of them, a trace shows the last (with the optimizer step)",
+        G, G - 1));
+  }
   if (!opt.trace_path.empty()) {
     const json summary = {
         {"iteration_s", iteration_s}, {"tflops_per_gpu", tflops}, {"peak_bytes", out["peak_bytes"]}};
@@ -142,6 +170,13 @@ void print_simulation(const json& o) {
       "Eq.7)\n\n",
       o["iteration_s"].get<double>(), o["tflops_per_gpu"].get<double>(), o["pflops_total"].get<double>(),
       o["flops_per_gpu_per_iteration"].get<double>());
+  if (o.value("gradient_accumulation_steps", 1) > 1) {
+    std::printf(
+        "gradient accumulation: %d micro-batches per iteration, %d x %.3f s without the optimizer step, "
+        "then %.3f s with it\n\n",
+        o["gradient_accumulation_steps"].get<int>(), o["gradient_accumulation_steps"].get<int>() - 1,
+        o["micro_step_s"].get<double>(), o["last_micro_step_s"].get<double>());
+  }
   const double it = o["iteration_s"].get<double>();
   std::printf("%-24s %11s %7s\n", "time (rank 0)", "seconds", "share");
   for (const char* k : {"compute", "exposed_communication", "io_stall", "idle", "optimizer_step"}) {

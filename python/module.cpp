@@ -165,17 +165,22 @@ py::list max_model(const std::string& hardware, const std::string& model, const 
   return out;
 }
 
-py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, const std::string& executor) {
+// With gradient accumulation (G > 1) `micro` is one of the G - 1 micro-steps before the step `r` with the
+// optimizer; iteration_s covers all G.
+py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, const std::string& executor,
+                  int G, const RunResult& micro) {
   py::dict out;
   out["executor"] = executor;
   out["iteration_s"] = iteration_s;
   out["tasks"] = s.tasks.size();
-  out["flops_per_iteration"] = s.flops();
-  out["tflops_per_gpu"] = iteration_s > 0 ? s.flops() / iteration_s / 1e12 : 0.0;
+  out["gradient_accumulation_steps"] = G;
+  if (G > 1) out["micro_step_s"] = micro.makespan_s;
+  out["flops_per_iteration"] = G * s.flops();
+  out["tflops_per_gpu"] = iteration_s > 0 ? G * s.flops() / iteration_s / 1e12 : 0.0;
   py::dict busy;
   for (int k = 0; k < kResourceCount; ++k) {
     if (static_cast<Resource>(k) != Resource::kNone)
-      busy[resource_name(static_cast<Resource>(k))] = r.busy_s[k];
+      busy[resource_name(static_cast<Resource>(k))] = r.busy_s[k] + (G > 1 ? (G - 1) * micro.busy_s[k] : 0.0);
   }
   out["busy_s"] = busy;
   const MemoryTimeline tl = value_or_raise(replay_memory(s));
@@ -191,13 +196,20 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
                           const std::string& trace) {
   const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
   const Schedule s = value_or_raise(plan_iteration(in.model, in.run, in.hw));
-  RunResult result;
+  // Gradient accumulation: G - 1 micro-steps without the optimizer phase, then the full schedule.
+  const int G = std::max(1, static_cast<int>(in.run.gradient_accumulation_steps.value));
+  const Schedule micro = G > 1 ? without_optimizer_phase(s) : Schedule{};
+  RunResult result, micro_result;
   double iteration_s = 0;
   std::string executor = "reference";
   if (simulate) {
 #if MEMWALL_WITH_SIMGRID
-    sim::SimulationResult r = value_or_raise(sim::simulate_schedule(s, in.hw, {}));
+    sim::SimulateOptions so;
+    so.accumulation_steps = G;
+    so.micro_step = G > 1 ? &micro : nullptr;
+    sim::SimulationResult r = value_or_raise(sim::simulate_schedule(s, in.hw, so));
     result = std::move(r.rank0);
+    micro_result = std::move(r.rank0_micro);
     iteration_s = r.iteration_s;
     executor = "simgrid";
 #else
@@ -207,13 +219,18 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
     ReferenceExecutor exec(in.hw, s.ranks_per_node);
     result = value_or_raise(run_schedule(s, exec));
     iteration_s = result.makespan_s;
+    if (G > 1) {
+      ReferenceExecutor micro_exec(in.hw, s.ranks_per_node);
+      micro_result = value_or_raise(run_schedule(micro, micro_exec));
+      iteration_s += (G - 1) * micro_result.makespan_s;
+    }
   }
   if (!trace.empty()) {
     const Status st =
         cli::write_run_trace(trace, executor, simulate ? "simulate" : "plan", in, in.run, s, result, "{}");
     if (!st.is_ok()) raise(st);
   }
-  return run_dict(s, result, iteration_s, executor);
+  return run_dict(s, result, iteration_s, executor, G, micro_result);
 }
 
 py::dict read_trace_file(const std::string& path) {

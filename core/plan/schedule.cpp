@@ -5,6 +5,27 @@
 
 namespace memwall {
 
+Schedule without_optimizer_phase(const Schedule& s) {
+  Schedule out = s;
+  out.tasks.clear();
+  std::vector<int> renumbered(s.tasks.size(), -1);
+  for (const Task& t : s.tasks) {
+    if (t.phase == Phase::kOptimizer) continue;
+    renumbered[static_cast<std::size_t>(t.id)] = static_cast<int>(out.tasks.size());
+    out.tasks.push_back(t);
+  }
+  for (Task& t : out.tasks) {
+    t.id = renumbered[static_cast<std::size_t>(t.id)];
+    std::vector<int> deps;
+    for (int d : t.deps) {
+      if (renumbered[static_cast<std::size_t>(d)] >= 0)
+        deps.push_back(renumbered[static_cast<std::size_t>(d)]);
+    }
+    t.deps = std::move(deps);
+  }
+  return out;
+}
+
 const char* task_kind_name(TaskKind k) {
   switch (k) {
     case TaskKind::kCompute:

@@ -97,6 +97,11 @@ struct Schedule {
   double flops() const;  // compute FLOPs of the iteration on this rank
 };
 
+// A gradient-accumulation micro-step: the iteration without its optimizer phase. Forward, backward, the
+// gradients' reduce-scatter and offload run as in every micro-step; the optimizer runs after the last one.
+// Tasks are renumbered; dependencies on the dropped tasks are dropped; buffers are kept as they are.
+Schedule without_optimizer_phase(const Schedule& s);
+
 // Memory occupancy from replaying the schedule's alloc/free tasks in task order.
 struct MemoryTimeline {
   struct Sample {

@@ -321,6 +321,39 @@ TEST(CliSimulate, ReportsThroughputBreakdownAndLinks) {
   EXPECT_NE(human.output.find("activities"), std::string::npos);
 }
 
+TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
+  // The CPU optimizer of ZeRO-Infinity is a large share of one micro-batch's iteration; with 8 micro-batches
+  // per optimizer step it is paid once for 8 micro-batches' FLOPs.
+  const std::string base = "simulate --model gpt2-xl --run zero-infinity-cpu --json";
+  for (const char* executor : {" --fast", ""}) {
+    const CmdResult one = memwall(base + executor, false);
+    const CmdResult eight = memwall(base + executor + " --set '{\"gradient_accumulation_steps\": 8}'", false);
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    ASSERT_EQ(eight.exit_code, 0) << eight.output;
+    const nlohmann::json a = parse_json(one.output), b = parse_json(eight.output);
+    EXPECT_EQ(a["gradient_accumulation_steps"], 1);
+    EXPECT_FALSE(a.contains("micro_step_s"));
+    EXPECT_EQ(b["gradient_accumulation_steps"], 8);
+    EXPECT_NEAR(b["flops_per_gpu_per_iteration"].get<double>(),
+                8 * a["flops_per_gpu_per_iteration"].get<double>(),
+                1e-6 * b["flops_per_gpu_per_iteration"].get<double>());
+    const double micro = b["micro_step_s"].get<double>(), last = b["last_micro_step_s"].get<double>();
+    EXPECT_NEAR(last, a["iteration_s"].get<double>(), 1e-3 * last) << executor;
+    EXPECT_LT(micro, 0.8 * last) << executor;  // no optimizer step in the micro-steps
+    EXPECT_NEAR(b["iteration_s"].get<double>(), 7 * micro + last, 1e-3 * last) << executor;
+    EXPECT_GT(b["tflops_per_gpu"].get<double>(), 1.3 * a["tflops_per_gpu"].get<double>()) << executor;
+    // The breakdown covers the whole iteration; the optimizer's time is one step's.
+    double parts = 0;
+    for (auto it = b["breakdown_s"].begin(); it != b["breakdown_s"].end(); ++it)
+      parts += it.value().get<double>();
+    EXPECT_NEAR(parts, b["iteration_s"].get<double>(), 0.02 * b["iteration_s"].get<double>()) << executor;
+    EXPECT_NEAR(b["breakdown_s"]["optimizer_step"].get<double>(),
+                a["breakdown_s"]["optimizer_step"].get<double>(),
+                0.01 * a["breakdown_s"]["optimizer_step"].get<double>() + 1e-9)
+        << executor;
+  }
+}
+
 TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
   const std::string no_nvme = write_file("sim_no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
       "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},

@@ -314,6 +314,37 @@ TEST(Planner, NoPrefetchIsSlowerThanPrefetch) {
   EXPECT_GT(iteration(run), with * 1.05);
 }
 
+TEST(Planner, AMicroStepIsTheIterationWithoutItsOptimizer) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
+    RunConfig run = testing::load_run_scenario(runname);
+    ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+    const Schedule s = plan_iteration(m, run, hw).value();
+    const Schedule micro = without_optimizer_phase(s);
+    std::size_t kept = 0, optimizer = 0;
+    for (const Task& t : s.tasks) (t.phase == Phase::kOptimizer ? optimizer : kept) += 1;
+    ASSERT_GT(optimizer, 0u) << runname;
+    ASSERT_EQ(micro.tasks.size(), kept) << runname;
+    for (std::size_t i = 0; i < micro.tasks.size(); ++i) {
+      const Task& t = micro.tasks[i];
+      EXPECT_EQ(t.id, static_cast<int>(i));
+      EXPECT_NE(t.phase, Phase::kOptimizer);
+      for (int d : t.deps) EXPECT_TRUE(d >= 0 && d < static_cast<int>(micro.tasks.size())) << t.name;
+    }
+    // The same compute, the optimizer's work and NVMe state traffic gone, and no slower.
+    EXPECT_DOUBLE_EQ(micro.flops(), s.flops()) << runname;
+    ReferenceExecutor a(hw, s.ranks_per_node), b(hw, s.ranks_per_node);
+    const RunResult full = run_schedule(s, a).value(), part = run_schedule(micro, b).value();
+    EXPECT_EQ(part.busy_s[static_cast<int>(Resource::kCpuOptimizer)], 0) << runname;
+    EXPECT_GT(full.busy_s[static_cast<int>(Resource::kCpuOptimizer)] +
+                  full.busy_s[static_cast<int>(Resource::kCompute)],
+              part.busy_s[static_cast<int>(Resource::kCompute)])
+        << runname;
+    EXPECT_LE(part.makespan_s, full.makespan_s) << runname;
+  }
+}
+
 TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
   // Tolerance (docs/memory-model.md): CPU and NVMe within 1%. On the GPU the analytic model adds every
   // buffer up as if all were live at once, so the schedule's peak is at most that sum (+2%) and at least

@@ -52,6 +52,19 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(r["executor"], "simgrid")
         self.assertGreater(r["tflops_per_gpu"], 0)
 
+    def test_gradient_accumulation_matches_the_cli(self):
+        args = dict(model="gpt2", run="zero-infinity-cpu", set={"gradient_accumulation_steps": 4})
+        for fn, fast in ((memwall.plan, ["--fast"]), (memwall.simulate, [])):
+            got = fn(**args)
+            want = cli("simulate", "--model", "gpt2", "--run", "zero-infinity-cpu", "--set",
+                       '{"gradient_accumulation_steps": 4}', *fast)
+            self.assertEqual(got["gradient_accumulation_steps"], 4)
+            self.assertAlmostEqual(got["iteration_s"], want["iteration_s"], delta=1e-6 * want["iteration_s"])
+            self.assertAlmostEqual(got["micro_step_s"], want["micro_step_s"], delta=1e-6 * want["micro_step_s"])
+            one = fn(model="gpt2", run="zero-infinity-cpu")
+            self.assertAlmostEqual(got["flops_per_iteration"], 4 * one["flops_per_iteration"], delta=1.0)
+            self.assertGreater(got["tflops_per_gpu"], one["tflops_per_gpu"])  # the optimizer step amortised
+
     def test_bad_input_raises_naming_it(self):
         with self.assertRaises(ValueError) as e:
             memwall.predict(set={"zero_optimization.stage": 7})
