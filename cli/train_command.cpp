@@ -130,20 +130,6 @@ int run_train(const TrainOptions& opt) {
         "run " + run.name + ": zero_optimization.stage = " + std::to_string(run.zero.stage) +
         ": memwall train implements ZeRO stage 3 (with or without offload); allowed: 3"));
   }
-  if (run.gradient_accumulation_steps.value != 1) {
-    const auto& given = in->run;
-    const std::string from =
-        given.gradient_accumulation_steps.is_auto
-            ? strprintf(" (from train_batch_size = %.0f over micro-batch %.0f x %d rank(s))",
-                        run.train_batch_size.value, run.micro_batch_per_gpu.value, run.memwall.data_parallel)
-            : "";
-    return report_error(Status::invalid_argument(
-        "run " + run.name +
-        strprintf(": gradient_accumulation_steps = %.0f", run.gradient_accumulation_steps.value) + from +
-        ": memwall train takes one optimizer step per micro-batch and does not accumulate gradients; "
-        "allowed: 1 "
-        "(for larger batches raise train_micro_batch_size_per_gpu or the rank count)"));
-  }
   std::string swap_dir = opt.nvme_path;
   if (swap_dir.empty()) {
     swap_dir = run.zero.offload_optimizer.device == OffloadDevice::kNvme
@@ -254,19 +240,22 @@ int run_train(const TrainOptions& opt) {
     }
     return Status::ok();
   };
+  // Gradient accumulation: G micro-batches of B sequences per rank and optimizer step.
+  const int G = std::max(1, static_cast<int>(run.gradient_accumulation_steps.value));
   const double flops_per_step =
-      (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R);
-  const double tokens_per_step = static_cast<double>(R) * B * seq;
+      (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
+  const double tokens_per_step = static_cast<double>(R) * G * B * seq;
   const Tier param_tier = tier_of(run.zero.offload_param.device),
              opt_tier = tier_of(run.zero.offload_optimizer.device);
   const auto& ac = run.activation_checkpointing;
   if (lead && !opt.json) {
     std::printf(
-        "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %d x %d tokens, ZeRO-3: "
+        "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %s%d x %d tokens, ZeRO-3: "
         "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
         "tiling %d, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(), R,
-        R == 1 ? "" : "s", B, seq, tier_name(param_tier), tier_name(opt_tier), zo.tiling,
+        R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
+        tier_name(param_tier), tier_name(opt_tier), zo.tiling,
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
@@ -284,7 +273,8 @@ int run_train(const TrainOptions& opt) {
   double moved[kResourceCount] = {}, busy[kResourceCount] = {};
   double transfer_total = 0, transfer_hidden = 0;  // seconds any transfer ran, and work ran alongside
 
-  std::vector<int> tok(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq)), tgt(tok.size());
+  const std::size_t per_micro = static_cast<std::size_t>(B) * static_cast<std::size_t>(seq);
+  std::vector<int> tok(per_micro * static_cast<std::size_t>(G)), tgt(tok.size());
   double total_s = 0, first_loss = 0, last_loss = 0;
   const int first_step = static_cast<int>(trainer->steps_done());
   if (first_step >= opt.steps) {
@@ -293,12 +283,16 @@ int run_train(const TrainOptions& opt) {
                                                  "; pass --steps above it to train further"));
   }
   for (int s = first_step; s < opt.steps; ++s) {
-    ds->train_batch(
-        opt.seed,
-        static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(R) + static_cast<std::uint64_t>(rank), B,
-        seq, tok.data(), tgt.data());
+    // Batch number (s * G + k) * R + rank: every rank and micro-batch its own, the same on resume.
+    for (int k = 0; k < G; ++k) {
+      const auto index =
+          (static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(G) + static_cast<std::uint64_t>(k)) *
+              static_cast<std::uint64_t>(R) +
+          static_cast<std::uint64_t>(rank);
+      ds->train_batch(opt.seed, index, B, seq, tok.data() + k * per_micro, tgt.data() + k * per_micro);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    auto loss = trainer->step(tok.data(), tgt.data());
+    auto loss = trainer->step(tok.data(), tgt.data(), G);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!loss.is_ok()) return report_error(loss.status());
     total_s += dt;
@@ -398,6 +392,8 @@ int run_train(const TrainOptions& opt) {
         {"model", in->model.name},
         {"params", trainer->model_elements()},
         {"ranks", R},
+        {"micro_batch", B},
+        {"gradient_accumulation_steps", G},
         {"device", trainer->device_name()},
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
@@ -413,8 +409,8 @@ int run_train(const TrainOptions& opt) {
         {"last_loss", last_loss},
         {"val_loss", val_loss},
         {"seconds", total_s},
-        {"tokens_per_s", tokens_per_step * opt.steps / total_s},
-        {"flops_per_s", flops_per_step * opt.steps / total_s}};
+        {"tokens_per_s", tokens_per_step * trained / total_s},
+        {"flops_per_s", flops_per_step * trained / total_s}};
     if (!opt.trace_path.empty()) {
       // Every rank writes its own measured steps: rank 0 to the path given, rank r to PATH.rank<r>.json[.gz].
       const std::string path = rank_trace_path(opt.trace_path, rank);

@@ -137,6 +137,7 @@ struct Zero3Trainer::State {
   RunResult last_run;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   kernels::AdamHyper adam_hyper;  // step set per iteration
+  int micro = 0;                  // gradient accumulation: the micro-batch running (0: the first)
   int adam_threads = 1;
 
   // On a real GPU (Zero3Options::device == kCuda): the device, its tier carved out of the device's arena
@@ -579,6 +580,17 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     const int slot = use(t, BufferRole::kGradSwapOut);
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
     moved_bytes = static_cast<double>(pt.shard * 4);
+    if (slot < 0 && micro > 0) {  // gradient accumulation: added to the earlier micro-batches' sum
+      const auto* from = reinterpret_cast<const float*>(ptr(src));
+      std::vector<float> staged;
+      if (on_device(src)) {
+        staged.resize(pt.shard);
+        MW_RETURN_IF_ERROR(move(staged.data(), false, from, true, pt.shard * 4));
+        from = staged.data();
+      }
+      for (std::size_t i = 0; i < pt.shard; ++i) dst[i] += from[i];
+      return Status::ok();
+    }
     return move(dst, slot >= 0 ? on_device(slot) : false, ptr(src), on_device(src), pt.shard * 4, true);
   }
   if (t.subgroup >= 0 && t.dst == Tier::kGpu) {  // updated bf16 parameters back to their device shards
@@ -624,8 +636,14 @@ Status Zero3Trainer::State::nvme_read(const Task& t, double& moved_bytes) {
 Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
   if (t.param >= 0) {  // a gradient shard, from its swap-out slot
     const Part& pt = part(t.param);
-    MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)),
-                                 ptr(use(t, BufferRole::kGradSwapOut)), pt.shard * 4));
+    auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
+    if (micro > 0) {  // gradient accumulation: the earlier micro-batches' sum is read back and added
+      std::vector<float> sum(pt.shard);
+      MW_RETURN_IF_ERROR(
+          store_get(store_key("grad", static_cast<std::size_t>(t.param)), sum.data(), pt.shard * 4));
+      for (std::size_t i = 0; i < pt.shard; ++i) slot[i] += sum[i];
+    }
+    MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
   }
@@ -1327,7 +1345,7 @@ Status Zero3Trainer::visit_states(const StateVisitor& fn) {
   return Status::ok();
 }
 
-Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bool train) {
+Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bool train, bool optimizer) {
   State& st = *st_;
   const Schedule& s = st.sched;
 #if MEMWALL_HAVE_CUDA
@@ -1336,10 +1354,11 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   if (!st.cuda) st.model->set_batch(tokens, targets);
   std::vector<char> include(s.tasks.size(), 0);
   for (const Task& t : s.tasks) {
-    include[static_cast<std::size_t>(t.id)] =
-        t.phase != Phase::kSetup && (train || t.phase == Phase::kForward);
+    include[static_cast<std::size_t>(t.id)] = t.phase != Phase::kSetup &&
+                                              (train || t.phase == Phase::kForward) &&
+                                              (optimizer || t.phase != Phase::kOptimizer);
   }
-  if (train) {
+  if (train && st.micro == 0) {  // later micro-batches add to the first one's gradients
     for (int b : st.persistent_grad) {
       if (b >= 0) {
         MW_RETURN_IF_ERROR(st.zero(st.ptr(b), st.on_device(b),
@@ -1350,7 +1369,10 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   st.adam_hyper.step = step_ + 1;
   std::fill(st.moved.begin(), st.moved.end(), 0.0);
   const int step_no = train ? static_cast<int>(step_ + 1) : 0;
-  const std::string at = train ? "step " + std::to_string(step_no) + " " : "eval ";
+  const std::string at = !train                       ? "eval "
+                         : optimizer && st.micro == 0 ? "step " + std::to_string(step_no) + " "
+                                                      : "step " + std::to_string(step_no) + " micro-batch " +
+                                                            std::to_string(st.micro + 1) + " ";
   comm::Communicator& comm = *comm_;
 #if MEMWALL_HAVE_CUDA
   if (st.cuda && st.gpu_async) {  // time zero of the GPU's clock for this run
@@ -1437,12 +1459,39 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));
   float sum = 0.0f;
   for (float l : all) sum += l;
-  ++step_;
+  if (optimizer) ++step_;
   return sum / static_cast<float>(comm_->size());
 }
 
-Result<float> Zero3Trainer::step(const int* tokens, const int* targets) {
-  return run_phases(tokens, targets, true);
+Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micro_batches) {
+  State& st = *st_;
+  if (micro_batches < 1) {
+    return Status::invalid_argument("micro-batches per step: " + std::to_string(micro_batches) +
+                                    " (allowed: 1 or more)");
+  }
+  const std::size_t per = static_cast<std::size_t>(o_.micro_batch) * static_cast<std::size_t>(o_.seq);
+  st.adam_hyper.grad_scale = static_cast<float>(micro_batches);  // the mean of the micro-batches' gradients
+  StepStats total;
+  float loss = 0;
+  for (int k = 0; k < micro_batches; ++k) {
+    st.micro = k;
+    auto l = run_phases(tokens + k * per, targets + k * per, true, k + 1 == micro_batches);
+    st.micro = 0;
+    if (!l.is_ok()) return l;
+    loss += *l;
+    const StepStats& one = st.stats;
+    total.seconds += one.seconds;
+    for (int r = 0; r < kResourceCount; ++r) {
+      total.busy_s[r] += one.busy_s[r];
+      total.bytes[r] += one.bytes[r];
+    }
+    total.transfer_s += one.transfer_s;
+    total.transfer_overlapped_s += one.transfer_overlapped_s;
+    std::copy(std::begin(one.peak_bytes), std::end(one.peak_bytes), total.peak_bytes);
+    std::copy(std::begin(one.capacity_bytes), std::end(one.capacity_bytes), total.capacity_bytes);
+  }
+  st.stats = total;
+  return loss / static_cast<float>(micro_batches);
 }
 
 Result<float> Zero3Trainer::evaluate(const int* tokens, const int* targets) {

@@ -98,7 +98,13 @@ class Zero3Trainer {
 
   // One optimizer step on this rank's micro-batch (tokens/targets: [micro_batch * seq]), running every task
   // of the schedule on the lanes. Returns the loss averaged over ranks.
-  Result<float> step(const int* tokens, const int* targets);
+  //
+  // Gradient accumulation: with micro_batches G > 1, tokens/targets hold G micro-batches one after another;
+  // the first G - 1 run the schedule without its optimizer phase (their gradients summed where the optimizer
+  // finds them: the persistent fp32 gradients on the device or in CPU memory, or read, added to and
+  // rewritten on NVMe), the last runs all of it, and Adam divides the sum by G. Returns the loss averaged
+  // over the micro-batches and ranks; last_step() sums the G runs, last_run() is the last one's.
+  Result<float> step(const int* tokens, const int* targets, int micro_batches = 1);
 
   // The mean loss of this rank's batch without updating anything: the schedule's forward tasks only.
   Result<float> evaluate(const int* tokens, const int* targets);
@@ -143,7 +149,8 @@ class Zero3Trainer {
  private:
   struct State;
   Zero3Trainer(const model::GptConfig& c, const Zero3Options& o, comm::Communicator& comm);
-  Result<float> run_phases(const int* tokens, const int* targets, bool train);
+  // train: forward and backward (else forward only); optimizer: the optimizer phase too (train only).
+  Result<float> run_phases(const int* tokens, const int* targets, bool train, bool optimizer = true);
   Status open_gpu();
   Status carve_device_tier();
   std::string device_gpu_name() const;

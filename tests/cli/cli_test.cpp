@@ -524,22 +524,6 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   r = memwall("train --run zero-2 --steps 1 --data " + data + " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("zero_optimization.stage = 2"), std::string::npos) << r.output;
-  // Gradient accumulation is refused rather than ignored, given or derived from train_batch_size.
-  r = memwall("train --set '{\"gradient_accumulation_steps\": 4}' --steps 1 --data " + data + " " +
-              kTinyModel);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(line_count(r.output), 1u) << r.output;
-  EXPECT_NE(r.output.find("gradient_accumulation_steps = 4: memwall train takes one optimizer step"),
-            std::string::npos)
-      << r.output;
-  r = memwall(
-      "train --set '{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 2, "
-      "\"gradient_accumulation_steps\": \"auto\"}' --steps 1 --data " +
-      data + " " + kTinyModel);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("= 3 (from train_batch_size = 6 over micro-batch 2 x 1 rank(s))"),
-            std::string::npos)
-      << r.output;
   // train_batch_size is checked against the ranks, not the hardware file's 16 GPUs.
   r = memwall(
       "train --set '{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2}' --steps 1 "
@@ -599,6 +583,56 @@ TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
   const CmdResult again = memwall("train --steps 12 --resume --checkpoint-dir " + dir + common);
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.output.find("already at step 12"), std::string::npos) << again.output;
+}
+
+TEST(CliTrain, GradientAccumulationTrainsAndResumesBitwise) {
+  const std::string data = write_file("train-gas.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-gas").string();
+  std::filesystem::remove_all(dir);
+  // Two micro-batches per optimizer step, given, or derived from train_batch_size over micro-batch x ranks.
+  const std::string common = " --json --eval-batches 1 --data " + data + " " + kTinyModel;
+  const std::string gas = " --set '{\"gradient_accumulation_steps\": 2}'";
+  const CmdResult straight = memwall("train --steps 4" + gas + common, false);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const CmdResult derived = memwall(
+      "train --steps 4 --set '{\"train_batch_size\": 4, \"gradient_accumulation_steps\": \"auto\"}'" + common,
+      false);
+  ASSERT_EQ(derived.exit_code, 0) << derived.output;
+  const CmdResult plain = memwall("train --steps 4" + common, false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto steps = [](const std::string& out) {
+    std::vector<nlohmann::json> v;
+    nlohmann::json summary;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = parse_json(line);
+      if (j.contains("step")) v.push_back(j);
+      if (j.contains("summary")) summary = j["summary"];
+    }
+    v.push_back(summary);
+    return v;
+  };
+  const auto a = steps(straight.output), d = steps(derived.output), p = steps(plain.output);
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(a[4]["gradient_accumulation_steps"], 2);
+  EXPECT_EQ(a[4]["micro_batch"], 2);
+  EXPECT_EQ(p[4]["gradient_accumulation_steps"], 1);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i]["loss"].dump(), d[i]["loss"].dump()) << "step " << i + 1;
+    // Twice the tokens and FLOPs per optimizer step; the second micro-batch changes the loss.
+    EXPECT_NEAR(a[i]["tokens_per_s"].get<double>() * a[i]["seconds"].get<double>(),
+                2 * p[i]["tokens_per_s"].get<double>() * p[i]["seconds"].get<double>(), 1e-6 * 1024);
+  }
+  EXPECT_EQ(a[0]["loss"].dump() == p[0]["loss"].dump(), false);
+  const CmdResult first = memwall("train --steps 2 --checkpoint-dir " + dir + gas + common, false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CmdResult second = memwall("train --steps 4 --resume --checkpoint-dir " + dir + gas + common, false);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const auto b = steps(second.output);
+  ASSERT_EQ(b.size(), 3u);
+  for (std::size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(a[2 + i]["loss"].dump(), b[i]["loss"].dump()) << "step " << 3 + i;
 }
 
 TEST(CliExport, WritesTheCheckpointAsSafetensors) {

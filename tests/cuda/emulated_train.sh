@@ -18,11 +18,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat "$SRC/README.md" "$SRC"/docs/*.md >"$work/corpus.txt"
 mkdir -p "$work/nvme"
-common=(train --hardware dgx2 --model gpt-mini --model-set '{"n_layer": 2, "n_embd": 64, "n_head": 4}'
-  --data "$work/corpus.txt" --eval-batches 1 --json --nvme-path "$work/nvme"
-  --set '{"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32,
+base=(train --hardware dgx2 --model gpt-mini --model-set '{"n_layer": 2, "n_embd": 64, "n_head": 4}'
+  --data "$work/corpus.txt" --eval-batches 1 --json --nvme-path "$work/nvme")
+nvme_set='"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32,
           "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_param.max_in_cpu": 0,
-          "zero_optimization.offload_optimizer.device": "nvme", "zero_optimization.sub_group_size": 40000}')
+          "zero_optimization.offload_optimizer.device": "nvme", "zero_optimization.sub_group_size": 40000'
+common=("${base[@]}" --set "{$nvme_set}")
 run() {  # $1: output name, then extra arguments
   local out=$1
   shift
@@ -41,6 +42,20 @@ run first --steps 3 --device cuda --gpu-matmul fp32 --checkpoint-dir "$work/ckpt
 MEMWALL_EMULATED_NO_PINNING=1 run unpinned --steps 6 --device cuda --gpu-matmul fp32
 grep -q "warning: the GPU driver would not page-lock" "$work/unpinned.err" || { echo "FAILED: no warning about page-locking"; exit 1; }
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
+# Gradient accumulation, 2 micro-batches per step: on NVMe (gradients read back and added) and with the
+# optimizer on the CPU (each micro-batch's device gradients staged and added), on the GPU and on the CPU.
+gas_run() {  # $1: output name, $2: run keys, then extra arguments
+  local out=$1 keys=$2
+  shift 2
+  "$BIN" "${base[@]}" --set "{$keys, \"gradient_accumulation_steps\": 2}" --steps 3 "$@" >"$work/$out.jsonl" \
+    2>"$work/$out.err" || { echo "FAILED: gradient accumulation run $out"; cat "$work/$out.err"; exit 1; }
+}
+cpu_opt_set='"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32,
+             "zero_optimization.offload_optimizer.device": "cpu"'
+gas_run gas_nvme_cpu "$nvme_set" --device cpu
+gas_run gas_nvme_cuda "$nvme_set" --device cuda --gpu-matmul fp32
+gas_run gas_opt_cpu "$cpu_opt_set" --device cpu
+gas_run gas_opt_cuda "$cpu_opt_set" --device cuda --gpu-matmul fp32
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
 run auto --steps 1 --device auto
 expect_error() {  # $1: what the message must say, then the command's environment and extra arguments
@@ -125,6 +140,13 @@ if sorted(resumed) != [4, 5, 6]:
     bad.append(f"the resumed run logged steps {sorted(resumed)}, not 4..6")
 for s in resumed:
     near(f"step {s}, resumed on cpu from a cuda checkpoint", resumed[s], cpu[s], 1e-4)
+for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_opt_cuda", "gas_opt_cpu")):
+    a, b = losses(dev_run), losses(host_run)
+    if sorted(a) != [1, 2, 3] or sorted(b) != [1, 2, 3]:
+        bad.append(f"gradient accumulation: {dev_run} logged {sorted(a)}, {host_run} {sorted(b)}")
+    for s in b:
+        if s in a:
+            near(f"step {s}, {dev_run} vs {host_run}", a[s], b[s], 1e-4)
 if sys.argv[2] == "ran":
     two_cpu = losses("mpi_cpu")
     for name in ("mpi_cuda", "mpi_nccl"):

@@ -231,6 +231,75 @@ void train_variant(const model::GptConfig& c, Zero3Options o, int steps, std::ve
   ASSERT_TRUE(z->gather_params(params).is_ok());
 }
 
+// Losses and final parameters of `steps` steps of `micro_batches` micro-batches of o.micro_batch sequences,
+// from the same tokens as one micro-batch of micro_batches x o.micro_batch sequences.
+void train_accumulating(const model::GptConfig& c, const Zero3Options& o, int micro_batches, int steps,
+                        std::vector<float>& losses, std::vector<float>& params) {
+  auto local = comm::make_local_comm();
+  auto z = Zero3Trainer::create(c, o, *local);
+  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+  std::vector<int> tok, tgt;
+  losses.clear();
+  for (int s = 0; s < steps; ++s) {
+    batch(s, o.micro_batch * micro_batches, o.seq, tok, tgt);
+    auto l = z->step(tok.data(), tgt.data(), micro_batches);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    losses.push_back(*l);
+  }
+  EXPECT_EQ(z->steps_done(), steps);
+  ASSERT_TRUE(z->gather_params(params).is_ok());
+}
+
+TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
+  const model::GptConfig c = small();
+  Zero3Options base;
+  base.seq = 8;
+  base.seed = 5;
+  base.adam.lr = 1e-2f;
+  base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  const std::string dir = swap_dir("accumulation");
+  const std::vector<Variant> variants = {
+      {"optimizer on the device", [](Zero3Options&) {}},
+      {"optimizer on CPU",
+       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
+      {"parameters and optimizer on NVMe",
+       [dir](Zero3Options& o) {
+         o.swap_dir = dir;
+         auto& z = o.run.zero;
+         z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
+         z.offload_param.max_in_cpu = 0;
+         z.sub_group_size = 2000;
+       }},
+  };
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    Zero3Options whole = base, half = base;
+    whole.micro_batch = 2;
+    half.micro_batch = 1;
+    v.apply(whole);
+    v.apply(half);
+    std::vector<float> want_losses, want_params, losses, params, first_losses, first_params;
+    train_accumulating(c, whole, 1, 6, want_losses, want_params);
+    train_accumulating(c, half, 2, 6, losses, params);
+    // The same gradients summed in another order, then Adam: equal to rounding.
+    ASSERT_EQ(losses.size(), want_losses.size());
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      EXPECT_NEAR(losses[s], want_losses[s], 1e-5f * want_losses[s]) << "step " << s + 1;
+    ASSERT_EQ(params.size(), want_params.size());
+    float worst = 0;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      worst = std::max(worst, std::fabs(params[i] - want_params[i]));
+    EXPECT_LT(worst, 1e-4f);
+    // The second micro-batch counts: training on the first alone ends elsewhere.
+    train_accumulating(c, half, 1, 6, first_losses, first_params);
+    float apart = 0;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      apart = std::max(apart, std::fabs(first_params[i] - want_params[i]));
+    EXPECT_GT(apart, 100 * worst + 1e-3f);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   const model::GptConfig c = small();
   Zero3Options base;
