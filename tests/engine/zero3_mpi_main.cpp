@@ -2,7 +2,8 @@
 // training on one rank with both sequences in its micro-batch. Losses must agree to 1e-6 relative for 5
 // steps (the issue asks for 1e-6; 8e-8 measured), and each rank must hold about half of the model. The
 // same 2-rank training with parameters and optimizer offloaded to CPU, and to NVMe, must give bitwise the
-// losses of the in-device one. Exits non-zero on failure.
+// losses of the in-device one; 2 micro-batches per rank with gradient accumulation must match one rank with
+// all of them in one micro-batch to 1e-5 (2e-7 measured). Exits non-zero on failure.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -79,14 +80,51 @@ int main() {
       return 1;
     }
     if (*got_cpu != *got || *got_nvme != *got) {
-      std::fprintf(stderr, "rank %d step %d: offloaded losses %.9g (cpu) %.9g (nvme) differ from %.9g\n", r, s,
-                   static_cast<double>(*got_cpu), static_cast<double>(*got_nvme), static_cast<double>(*got));
+      std::fprintf(stderr, "rank %d step %d: offloaded losses %.9g (cpu) %.9g (nvme) differ from %.9g\n", r,
+                   s, static_cast<double>(*got_cpu), static_cast<double>(*got_nvme),
+                   static_cast<double>(*got));
       ++failures;
     }
     const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
     std::printf("rank %d step %d: %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
                 static_cast<double>(*got), static_cast<double>(*want), rel);
     if (rel > 1e-6) ++failures;
+  }
+  // Gradient accumulation across ranks: 2 micro-batches of one sequence on each rank train like one rank
+  // with all 2R sequences in one micro-batch (the gradients summed in another order: 1e-5 relative).
+  {
+    train::Zero3Options o_ref4 = o;
+    o_ref4.micro_batch = 2 * R;
+    auto gas = train::Zero3Trainer::create(c, o, world);
+    auto ref4 = train::Zero3Trainer::create(c, o_ref4, *local);
+    if (!gas.is_ok() || !ref4.is_ok()) {
+      std::fprintf(stderr, "rank %d: create for gradient accumulation failed\n", r);
+      return 1;
+    }
+    std::vector<int> tok4(static_cast<std::size_t>(2 * R * 8)), tgt4(tok4.size()), mine(16), mine_t(16);
+    for (int s = 0; s < 4; ++s) {
+      for (std::size_t i = 0; i < tok4.size(); ++i) {
+        tok4[i] = static_cast<int>((11 * i + 3 * static_cast<std::size_t>(s) + 1) % 17);
+        tgt4[i] = static_cast<int>((5 * i + static_cast<std::size_t>(s) + 4) % 17);
+      }
+      for (int k = 0; k < 2; ++k) {  // micro-batch k of rank r: sequence k * R + r
+        for (int i = 0; i < 8; ++i) {
+          mine[static_cast<std::size_t>(k * 8 + i)] = tok4[static_cast<std::size_t>((k * R + r) * 8 + i)];
+          mine_t[static_cast<std::size_t>(k * 8 + i)] = tgt4[static_cast<std::size_t>((k * R + r) * 8 + i)];
+        }
+      }
+      auto got = gas->step(mine.data(), mine_t.data(), 2);
+      auto want = ref4->step(tok4.data(), tgt4.data());
+      if (!got.is_ok() || !want.is_ok()) {
+        std::fprintf(stderr, "rank %d: accumulating step %d failed: %s\n", r, s,
+                     (got.is_ok() ? want.status() : got.status()).to_string().c_str());
+        return 1;
+      }
+      const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
+      std::printf("rank %d step %d: %d ranks x 2 micro-batches %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
+                  static_cast<double>(*got), static_cast<double>(*want), rel);
+      if (rel > 1e-5) ++failures;
+    }
   }
   // A 2-rank checkpoint, reassembled in one process, is the model the ranks hold.
   const std::string dir = "zero3-mpi-ckpt";
