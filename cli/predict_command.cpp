@@ -175,7 +175,7 @@ void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfi
                 format_bandwidth(r.target_Bps).c_str(), 100 * r.efficiency, r.rule.c_str(),
                 r.moves ? "" : " (no traffic)");
   }
-  std::printf("combined efficiency if nothing overlaps: %.1f%%; %.3g FLOP per GPU per iteration (Eq.7)\n",
+  std::printf("combined efficiency if nothing overlaps: %.1f%%; %.3g FLOP per GPU per micro-batch (Eq.7)\n",
               100 * b.combined_efficiency, b.flops_per_iteration);
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }

@@ -142,7 +142,9 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
     DataTypeBandwidth row;
     row.data_type = DataType::kOptimizerStates;
     row.overlappable = false;
-    row.ait = paper::eq10_ait_optimizer(seq, bsz);
+    // One optimizer step per iteration of G accumulated micro-batches: G times the compute per state moved.
+    const double gas = std::max(1.0, run.gradient_accumulation_steps.value);
+    row.ait = paper::eq10_ait_optimizer(seq, bsz * gas);
     row.location = tier_of(z.offload_optimizer.device);
     const int sharing = z.stage >= 1 ? dp : 1;
     double per_rank = 0;
@@ -167,6 +169,7 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
     row.available_Bps = per_rank * sharing;
     row.rule =
         sharing > 1 ? strprintf("%s x %d partitions updated in parallel", what.c_str(), sharing) : what;
+    if (gas > 1) row.rule += strprintf("; once per %.0f accumulated micro-batches", gas);
     r.rows.push_back(row);
   }
   // Activation checkpoints (Eq. 11): each GPU moves its own.

@@ -120,6 +120,16 @@ TEST(TierBandwidth, EfficiencyReportUsesThePlacement) {
   EXPECT_DOUBLE_EQ(r.rows[2].available_Bps, 3e9);
   EXPECT_GT(r.rows[2].efficiency, 0.95);  // §5.2.3: > 80% for hidden >= 8K at ~3 GB/s
   EXPECT_LT(r.combined_efficiency, r.rows[0].efficiency);
+  // Gradient accumulation: the optimizer states move once per 8 micro-batches (Eq. 10 with 8x the batch);
+  // parameters, gradients and checkpoints move every micro-batch.
+  RunConfig gas = run;
+  gas.gradient_accumulation_steps = {false, 8};
+  const BandwidthReport g = analyze_bandwidth(m, gas, hw, 0.9);
+  EXPECT_DOUBLE_EQ(g.rows[1].ait, 8 * r.rows[1].ait);
+  EXPECT_DOUBLE_EQ(g.rows[0].ait, r.rows[0].ait);
+  EXPECT_DOUBLE_EQ(g.rows[2].ait, r.rows[2].ait);
+  EXPECT_GT(g.combined_efficiency, r.combined_efficiency);
+  EXPECT_DOUBLE_EQ(g.flops_per_iteration, r.flops_per_iteration);  // Eq. 7: one micro-batch
   // Broadcast is strictly worse for NVMe-resident parameters on 16 GPUs.
   run.memwall.partitioning = Partitioning::kBroadcast;
   EXPECT_LT(analyze_bandwidth(m, run, hw, 0.9).rows[0].available_Bps, r.rows[0].available_Bps);
