@@ -2,8 +2,27 @@
 #include "plan/schedule.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace memwall {
+
+std::uint64_t fingerprint(const Schedule& s) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields' bytes
+  auto mix = [&h](const auto& v) {
+    unsigned char bytes[sizeof v];
+    std::memcpy(bytes, &v, sizeof v);
+    for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  };
+  for (const Task& t : s.tasks) {
+    mix(static_cast<int>(t.kind)), mix(static_cast<int>(t.phase)), mix(static_cast<int>(t.resource));
+    mix(static_cast<int>(t.collective)), mix(t.param), mix(t.subgroup), mix(t.buffer), mix(t.bytes),
+        mix(t.flops);
+    for (int d : t.deps) mix(d);
+    mix(-1);
+  }
+  for (const Buffer& b : s.buffers) mix(static_cast<int>(b.tier)), mix(b.bytes), mix(b.pool);
+  return h;
+}
 
 Schedule without_optimizer_phase(const Schedule& s) {
   Schedule out = s;

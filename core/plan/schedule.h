@@ -7,6 +7,7 @@
 // schedule (the planner models rank 0; `ranks` says how many there are).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ struct Schedule {
 
   double flops() const;  // compute FLOPs of the iteration on this rank
 };
+
+// A hash of what the schedule runs (every task's kind, phase, resource, collective, parameter, sub-group,
+// bytes, FLOPs and dependencies, every buffer's tier and bytes): equal on ranks that planned alike.
+std::uint64_t fingerprint(const Schedule& s);
 
 // A gradient-accumulation micro-step: the iteration without its optimizer phase. Forward, backward, the
 // gradients' reduce-scatter and offload run as in every micro-step; the optimizer runs after the last one.

@@ -43,6 +43,7 @@ class MpiComm final : public Communicator {
   Status allgather(const void* shard, void* full, std::size_t bytes, const std::string& tag) override {
     MPI_Request req;
     MW_RETURN_IF_ERROR(check_count(bytes, tag));
+    MW_RETURN_IF_ERROR(agree("allgather", bytes, tag));
     MPI_Iallgather(shard, static_cast<int>(bytes), MPI_BYTE, full, static_cast<int>(bytes), MPI_BYTE,
                    MPI_COMM_WORLD, &req);
     return wait(req, "allgather", tag);
@@ -51,6 +52,7 @@ class MpiComm final : public Communicator {
   Status reduce_scatter_sum(const float* full, float* shard, std::size_t count,
                             const std::string& tag) override {
     MW_RETURN_IF_ERROR(check_count(count, tag));
+    MW_RETURN_IF_ERROR(agree("reduce-scatter", count * sizeof(float), tag));
     // Every rank sends piece r of its buffer to rank r, then sums the received pieces in rank order.
     recv_.resize(count * static_cast<std::size_t>(size_));
     MPI_Request req;
@@ -66,6 +68,7 @@ class MpiComm final : public Communicator {
   }
 
   Status barrier(const std::string& tag) override {
+    MW_RETURN_IF_ERROR(agree("barrier", 0, tag));
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     return wait(req, "barrier", tag);
@@ -79,6 +82,44 @@ class MpiComm final : public Communicator {
                                       " elements per rank exceed MPI's int count; use smaller sub-groups");
     }
     return Status::ok();
+  }
+
+  // Ranks that run the same schedule call the same collectives in the same order. Before each one they
+  // exchange what they are about to run (operation, bytes, tag), so ranks that diverged (a different plan,
+  // a rank that skipped a step) get an error naming what every rank runs, not a hang or silently mixed data.
+  struct Intent {
+    std::uint64_t bytes, tag_hash;
+    char op[16];
+    char tag[96];  // the tag's first 95 characters, for the message
+  };
+  Status agree(const char* op, std::size_t bytes, const std::string& tag) {
+    Intent mine{};
+    mine.bytes = bytes;
+    mine.tag_hash = 1469598103934665603ull;  // FNV-1a: the same in every process
+    for (unsigned char ch : tag) mine.tag_hash = (mine.tag_hash ^ ch) * 1099511628211ull;
+    std::strncpy(mine.op, op, sizeof mine.op - 1);
+    std::strncpy(mine.tag, tag.c_str(), sizeof mine.tag - 1);
+    intents_.resize(static_cast<std::size_t>(size_));
+    MPI_Request req;
+    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, intents_.data(), sizeof(Intent), MPI_BYTE, MPI_COMM_WORLD,
+                   &req);
+    MW_RETURN_IF_ERROR(wait(req, op, tag));
+    bool same = true;
+    for (const Intent& o : intents_) {
+      same = same && o.bytes == mine.bytes && o.tag_hash == mine.tag_hash && std::strcmp(o.op, mine.op) == 0;
+    }
+    if (same) return Status::ok();
+    std::string each;
+    for (int q = 0; q < size_; ++q) {
+      const Intent& o = intents_[static_cast<std::size_t>(q)];
+      each += (q ? "; rank " : "rank ") + std::to_string(q) + " runs " + o.op + " '" + o.tag + "' (" +
+              std::to_string(o.bytes) + " bytes)";
+    }
+    return Status::failed_precondition(
+        "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+        ": the ranks diverged (every rank must run the same collectives in the "
+        "same order): " +
+        each);
   }
 
   Status wait(MPI_Request& req, const char* op, const std::string& tag) {
@@ -103,6 +144,7 @@ class MpiComm final : public Communicator {
   std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
   std::vector<float> recv_;
+  std::vector<Intent> intents_;
 };
 
 void finalize_mpi() {

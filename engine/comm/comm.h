@@ -3,7 +3,9 @@
 //
 // Every collective has a deadline. A peer that died or a rank that left the schedule shows up as a Status
 // naming this rank, the collective, its tag (e.g. "step 12 h.3 allgather") and how long it waited, not as a
-// silent hang. Reductions are deterministic: each rank receives every peer's piece of its shard and sums
+// silent hang. Before each collective the ranks exchange what they are about to run (operation, size, tag):
+// ranks that diverged get an error naming what each one runs, instead of a hang or mixed-up data.
+// Reductions are deterministic: each rank receives every peer's piece of its shard and sums
 // them in rank order, so results do not depend on the MPI library's reduction algorithm, and one rank gives
 // bitwise the same sum as the sequential reference.
 #pragma once

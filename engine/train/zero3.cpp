@@ -1020,6 +1020,32 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     computes += t.kind == TaskKind::kCompute ? 1 : 0;
   }
   MW_CHECK(computes >= g.ops.size(), "the schedule does not run every op");
+  // Every rank must run the same schedule: a rank that planned with less free GPU or host memory than the
+  // others could plan another one, and its collectives would not match theirs. Checked before any work.
+  if (st.R > 1) {
+    struct Plan {
+      std::uint64_t hash, tasks;
+      double gpu_tier, cpu;
+    };
+    const Plan mine{fingerprint(st.sched), st.sched.tasks.size(), tr.o_.hw.gpu.memory_bytes,
+                    tr.o_.hw.cpu.memory_bytes};
+    std::vector<Plan> all(static_cast<std::size_t>(st.R));
+    MW_RETURN_IF_ERROR(comm.allgather(&mine, all.data(), sizeof mine, "schedule check"));
+    for (int q = 1; q < st.R; ++q) {
+      const Plan& a = all[0];
+      const Plan& b = all[static_cast<std::size_t>(q)];
+      if (b.hash == a.hash) continue;
+      return Status::failed_precondition(strprintf(
+          "rank %d of %d: rank %d planned another schedule than rank 0 (%llu tasks for a %s GPU tier and %s "
+          "of "
+          "host memory, against %llu for %s and %s): every rank must plan alike; give the ranks the same "
+          "free "
+          "memory, or a --hardware file with less",
+          st.rank, st.R, q, static_cast<unsigned long long>(b.tasks), format_bytes(b.gpu_tier).c_str(),
+          format_bytes(b.cpu).c_str(), static_cast<unsigned long long>(a.tasks),
+          format_bytes(a.gpu_tier).c_str(), format_bytes(a.cpu).c_str()));
+    }
+  }
 
   // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
   // boundaries into as many groups as the plan has.

@@ -1,5 +1,6 @@
 // Run under `mpirun -np 2` by ctest (and alone, as one rank): all-gather, deterministic reduce-scatter, and
-// a collective that a peer joins too late, which must come back as a timeout naming the rank and the tag.
+// a collective that a peer joins too late, which must come back as a timeout naming the rank and the tag, and
+// ranks that call different collectives, which must come back as an error naming what each rank runs.
 // Exits non-zero on the first failed check.
 #include <chrono>
 #include <cstdio>
@@ -54,6 +55,23 @@ int main() {
     for (int q = 0; q < n; ++q) want += static_cast<float>(q + 1) * 0.1f + static_cast<float>(j) * 1e-3f;
     check(std::memcmp(&mine[i], &want, sizeof want) == 0, "reduce-scatter is the rank-ordered sum, bitwise",
           r);
+  }
+
+  // Ranks that diverged: rank 0 gathers one tensor while rank 1 reduces another. Both get an error naming
+  // what each rank runs (no hang, no mixed data), and the next matching collective works.
+  if (n >= 2) {
+    Status diverged = r == 0
+                          ? c.allgather(shard.data(), full.data(), count * sizeof(float), "step 5 h.1 gather")
+                          : c.reduce_scatter_sum(grads.data(), mine.data(), count / 2, "step 5 h.2 reduce");
+    check(!diverged.is_ok(), "diverged ranks get an error", r);
+    const std::string m = diverged.message();
+    check(m.find("diverged") != std::string::npos &&
+              m.find("rank 0 runs allgather 'step 5 h.1 gather' (4000 bytes)") != std::string::npos &&
+              m.find("rank 1 runs reduce-scatter 'step 5 h.2 reduce' (2000 bytes)") != std::string::npos,
+          "the error names what every rank runs", r);
+    if (r == 0) std::fprintf(stderr, "rank 0 got, as expected: %s\n", m.c_str());
+    check(c.allgather(shard.data(), full.data(), count * sizeof(float), "after divergence").is_ok(),
+          "a matching collective after the divergence", r);
   }
 
   // A late peer: rank 1 joins the barrier after rank 0's deadline.

@@ -126,6 +126,17 @@ int main() {
       if (rel > 1e-5) ++failures;
     }
   }
+  // Ranks that plan differently (here rank 1 with smaller optimizer sub-groups, as a rank with less free
+  // memory would get) are refused on every rank before any work, naming the difference.
+  {
+    train::Zero3Options skewed = o_nvme;
+    if (r == 1) skewed.run.zero.sub_group_size = 300;
+    auto refused = train::Zero3Trainer::create(c, skewed, world);
+    const std::string m = refused.is_ok() ? "" : refused.status().message();
+    std::printf("rank %d: differently planned ranks: %s\n", r, m.c_str());
+    if (refused.is_ok() || m.find("rank 1 planned another schedule than rank 0") == std::string::npos)
+      ++failures;
+  }
   // A 2-rank checkpoint, reassembled in one process, is the model the ranks hold.
   const std::string dir = "zero3-mpi-ckpt";
   if (!dist->save(dir).is_ok()) {
