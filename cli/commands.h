@@ -17,6 +17,7 @@ void register_io_bench(CLI::App& app, int& exit_code);
 void register_store(CLI::App& app, int& exit_code);
 void register_train(CLI::App& app, int& exit_code);
 void register_export(CLI::App& app, int& exit_code);
+void register_generate(CLI::App& app, int& exit_code);
 void register_replay(CLI::App& app, int& exit_code);
 void register_calibrate(CLI::App& app, int& exit_code);
 

@@ -98,6 +98,8 @@ class GptModel {
   void forward_op(int op, const float* const* param);
   void backward_op(int op, const float* const* param, float* const* grad);
   float loss() const { return loss_; }
+  // After forward: the logits of every position, [B*T][vocab].
+  const float* logits() const { return logits_.data(); }
 
   const ModelGraph& graph() const { return graph_; }
   const std::vector<ParamSlice>& slices() const { return slices_; }

@@ -1,0 +1,118 @@
+// `memwall generate`: sample text from a checkpoint of `memwall train` (byte-level GPT), on the CPU.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/model/gpt.h"
+#include "engine/train/checkpoint.h"
+
+namespace memwall::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string checkpoint_dir;
+  std::string prompt = "\n";
+  int tokens = 200;
+  double temperature = 0.8;
+  int top_k = 40;
+  std::uint64_t seed = 1;
+  bool json = false;
+};
+
+// The next byte from the logits at one position: greedy at temperature 0, else softmax(logits / temperature)
+// over the top_k most likely (all with top_k 0).
+int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19937_64& rng) {
+  std::vector<int> order(static_cast<std::size_t>(vocab));
+  for (int v = 0; v < vocab; ++v) order[static_cast<std::size_t>(v)] = v;
+  std::stable_sort(order.begin(), order.end(), [logits](int a, int b) { return logits[a] > logits[b]; });
+  if (opt.temperature == 0) return order[0];
+  const int k = opt.top_k > 0 ? std::min(opt.top_k, vocab) : vocab;
+  std::vector<double> weight(static_cast<std::size_t>(k));
+  const double top = static_cast<double>(logits[order[0]]);
+  for (int i = 0; i < k; ++i) {
+    weight[static_cast<std::size_t>(i)] =
+        std::exp((static_cast<double>(logits[order[static_cast<std::size_t>(i)]]) - top) / opt.temperature);
+  }
+  std::discrete_distribution<int> pick(weight.begin(), weight.end());
+  return order[static_cast<std::size_t>(pick(rng))];
+}
+
+int run_generate(const GenerateOptions& opt) {
+  if (opt.tokens < 1 || !(opt.temperature >= 0) || opt.top_k < 0) {
+    return report_error(Status::invalid_argument(
+        "--tokens must be >= 1, --temperature >= 0 and --top-k >= 0 (0: every byte)"));
+  }
+  if (opt.prompt.empty())
+    return report_error(Status::invalid_argument("--prompt: empty (allowed: any text)"));
+  model::GptConfig c;
+  auto cp = train::ckpt::CheckpointParams::open(opt.checkpoint_dir, c);
+  if (!cp.is_ok()) return report_error(cp.status());
+  std::vector<float> params(cp->size());
+  if (Status s = cp->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
+  // One sequence of the model's whole context; causal attention makes position i depend on bytes 0..i only,
+  // so the text sits at the start and the rest is padding. The context slides when the text outgrows it.
+  const int T = c.max_seq;
+  model::GptModel m(c, 1, T, 1);
+  std::vector<int> context(static_cast<std::size_t>(T), 0), targets(context.size(), 0);
+  std::string text = opt.prompt;
+  std::mt19937_64 rng(opt.seed);
+  std::string out;
+  if (!opt.json) {
+    std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
+  for (int n = 0; n < opt.tokens; ++n) {
+    const std::size_t len = std::min(text.size(), static_cast<std::size_t>(T));
+    for (std::size_t i = 0; i < len; ++i)
+      context[i] = static_cast<unsigned char>(text[text.size() - len + i]) % c.vocab;
+    m.forward(params.data(), context.data(), targets.data());
+    const float* logits = m.logits() + (len - 1) * static_cast<std::size_t>(c.vocab);
+    const char next = static_cast<char>(sample(logits, c.vocab, opt, rng));
+    text += next;
+    out += next;
+    if (!opt.json) {
+      std::fputc(next, stdout);
+      std::fflush(stdout);
+    }
+  }
+  if (opt.json) {
+    // Bytes that are not valid UTF-8 are replaced, as nlohmann's dump does with error_handler::replace.
+    const nlohmann::json j = {
+        {"checkpoint_step", cp->step()},  {"prompt", opt.prompt}, {"text", out},     {"tokens", opt.tokens},
+        {"temperature", opt.temperature}, {"top_k", opt.top_k},   {"seed", opt.seed}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<GenerateOptions>();
+  auto* cmd = app.add_subcommand(
+      "generate", "Sample text from a checkpoint of memwall train (byte-level GPT, on the CPU)");
+  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
+  cmd->add_option("--prompt", opt->prompt, "Text to continue (bytes are tokens; default: a newline)");
+  cmd->add_option("--tokens", opt->tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", opt->temperature, "Softmax temperature; 0 picks the most likely byte")
+      ->capture_default_str();
+  cmd->add_option("--top-k", opt->top_k, "Sample among the k most likely bytes (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_flag("--json", opt->json, "Print one JSON object instead of streaming the text");
+  cmd->callback([opt, &exit_code] { exit_code = run_generate(*opt); });
+}
+
+}  // namespace memwall::cli
