@@ -4,7 +4,8 @@
 // lanes running ahead on CUDA events, with every task waited for, with activation checkpointing: the GPU
 // then keeps one layer's activations and recomputes each layer before its backward, and with bf16 GEMMs
 // taking the gathered bf16 weights as they are, within 3e-2), optimizer on the CPU, parameters and
-// optimizer on the CPU, and both on NVMe. Skipped without a GPU.
+// optimizer on the CPU, and both on NVMe. Then gradient accumulation and checkpoints to and from the GPU.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -96,6 +97,75 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
     const float rel = o.gpu_bf16_matmuls ? 3e-2f : 1e-3f;
     for (std::size_t s = 0; s < cpu.size(); ++s)
       EXPECT_NEAR(gpu[s], cpu[s], rel * cpu[s]) << "step " << s + 1;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Gradient accumulation (2 micro-batches per step) and checkpoints written from and read into the device
+// (the states staged through host memory piece by piece) on the GPU: losses as on the host-emulated device,
+// and a checkpoint taken on the GPU resumed there, and on the host, continues as the run that wrote it.
+TEST(CudaTrainer, GradientAccumulationAndCheckpointsMatchTheHost) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << why;
+  const model::GptConfig c = cuda_test::small_gpt();
+  Zero3Options base;
+  base.micro_batch = 1;
+  base.seq = 32;
+  base.adam.lr = 3e-3f;
+  base.hw = emulated_hardware(256 << 20, 1 << 30, 1 << 30);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("memwall-cuda-ckpt-" + std::to_string(::getpid()))).string();
+  std::vector<int> tok(static_cast<std::size_t>(2 * base.seq)), tgt(tok.size());
+  for (std::size_t i = 0; i < tok.size(); ++i) {
+    tok[i] = static_cast<int>((7 * i + 1) % static_cast<std::size_t>(c.vocab));
+    tgt[i] = static_cast<int>((5 * i + 2) % static_cast<std::size_t>(c.vocab));
+  }
+  const std::vector<std::pair<std::string, std::function<void(Zero3Options&)>>> variants = {
+      {"everything on the GPU", [](Zero3Options&) {}},
+      {"optimizer on CPU",
+       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
+  };
+  for (const auto& [name, apply] : variants) {
+    SCOPED_TRACE(name);
+    Zero3Options host = base;
+    apply(host);
+    Zero3Options dev = host;
+    dev.device = ComputeDevice::kCuda;
+    auto local = comm::make_local_comm();
+    auto on_host = Zero3Trainer::create(c, host, *local);
+    auto on_gpu = Zero3Trainer::create(c, dev, *local);
+    ASSERT_TRUE(on_host.is_ok()) << on_host.status().to_string();
+    ASSERT_TRUE(on_gpu.is_ok()) << on_gpu.status().to_string();
+    std::vector<float> gpu_losses;
+    for (int s = 0; s < 5; ++s) {
+      if (s == 3) {
+        std::filesystem::remove_all(dir);
+        ASSERT_TRUE(on_gpu->save(dir).is_ok());
+      }
+      auto a = on_host->step(tok.data(), tgt.data(), 2);
+      auto b = on_gpu->step(tok.data(), tgt.data(), 2);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      EXPECT_NEAR(*b, *a, 1e-3f * *a) << "step " << s + 1;
+      gpu_losses.push_back(*b);
+    }
+    EXPECT_LT(gpu_losses.back(), gpu_losses.front());
+    for (const ComputeDevice d : {ComputeDevice::kCuda, ComputeDevice::kCpu}) {
+      Zero3Options o = host;
+      o.device = d;
+      auto resumed = Zero3Trainer::create(c, o, *local);
+      ASSERT_TRUE(resumed.is_ok()) << resumed.status().to_string();
+      auto at = resumed->load(dir);
+      ASSERT_TRUE(at.is_ok()) << at.status().to_string();
+      EXPECT_EQ(*at, 3);
+      for (int s = 3; s < 5; ++s) {
+        auto l = resumed->step(tok.data(), tgt.data(), 2);
+        ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+        EXPECT_NEAR(*l, gpu_losses[static_cast<std::size_t>(s)],
+                    1e-3f * gpu_losses[static_cast<std::size_t>(s)])
+            << (d == ComputeDevice::kCuda ? "on the GPU" : "on the host") << ", step " << s + 1;
+      }
+    }
   }
   std::filesystem::remove_all(dir);
 }
