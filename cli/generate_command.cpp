@@ -86,7 +86,7 @@ int run_generate(const GenerateOptions& opt) {
     }
   }
   if (opt.json) {
-    // Bytes that are not valid UTF-8 are replaced, as nlohmann's dump does with error_handler::replace.
+    // Bytes that are not valid UTF-8 become U+FFFD in the JSON.
     const nlohmann::json j = {
         {"checkpoint_step", cp->step()},  {"prompt", opt.prompt}, {"text", out},     {"tokens", opt.tokens},
         {"temperature", opt.temperature}, {"top_k", opt.top_k},   {"seed", opt.seed}};

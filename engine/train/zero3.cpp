@@ -1035,15 +1035,15 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       const Plan& a = all[0];
       const Plan& b = all[static_cast<std::size_t>(q)];
       if (b.hash == a.hash) continue;
-      return Status::failed_precondition(strprintf(
-          "rank %d of %d: rank %d planned another schedule than rank 0 (%llu tasks for a %s GPU tier and %s "
-          "of "
-          "host memory, against %llu for %s and %s): every rank must plan alike; give the ranks the same "
-          "free "
-          "memory, or a --hardware file with less",
-          st.rank, st.R, q, static_cast<unsigned long long>(b.tasks), format_bytes(b.gpu_tier).c_str(),
+      const std::string what = strprintf(
+          "rank %d planned another schedule than rank 0 (%llu tasks for a %s GPU tier and %s of host memory, "
+          "against %llu for %s and %s)",
+          q, static_cast<unsigned long long>(b.tasks), format_bytes(b.gpu_tier).c_str(),
           format_bytes(b.cpu).c_str(), static_cast<unsigned long long>(a.tasks),
-          format_bytes(a.gpu_tier).c_str(), format_bytes(a.cpu).c_str()));
+          format_bytes(a.gpu_tier).c_str(), format_bytes(a.cpu).c_str());
+      return Status::failed_precondition(strprintf("rank %d of %d: ", st.rank, st.R) + what +
+                                         ": every rank must plan alike; give the ranks the same free memory, "
+                                         "or a --hardware file with less");
     }
   }
 
