@@ -250,6 +250,8 @@ struct Zero3Trainer::State {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double tier_peak(Tier t) const;
+  // The arena of the pinned pool the optimizer's sub-group swap slots come from (NVMe optimizer), or null.
+  host::Arena* optimizer_pool() const;
   // On a GPU: the device memory beside the tier (the model's activations and the trainer's scratch).
   std::size_t outside_tier_bytes() const;
 };
@@ -1300,26 +1302,69 @@ void Zero3Trainer::note_staging(std::size_t bytes) {
   staging_peak_ = std::max(staging_peak_, bytes);
 }
 
+namespace {
+// Host memory for one piece of the states while checkpointing or initialising: with the optimizer on NVMe,
+// a block of the optimizer's swap pool (pinned, sized for a sub-group's states, and idle between steps), so
+// this takes no memory beyond the plan; else (or when the pool cannot give it) a heap buffer.
+class Staging {
+ public:
+  Staging(host::Arena* pool, std::size_t floats) : pool_(pool) {
+    if (pool_ != nullptr) {
+      auto blk = pool_->allocate(floats * sizeof(float), "checkpoint staging");
+      if (blk.is_ok()) {
+        block_ = *blk;
+        data_ = static_cast<float*>(block_.data);
+        return;
+      }
+    }
+    heap_.resize(floats);
+    data_ = heap_.data();
+  }
+  ~Staging() {
+    if (block_.data != nullptr) pool_->release(block_);
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  float* data() const { return data_; }
+  std::size_t heap_bytes() const { return heap_.size() * sizeof(float); }
+
+ private:
+  host::Arena* pool_;
+  host::Arena::Block block_{};
+  std::vector<float> heap_;
+  float* data_ = nullptr;
+};
+}  // namespace
+
+host::Arena* Zero3Trainer::State::optimizer_pool() const {
+  for (const Buffer& b : sched.buffers) {
+    if (b.role != BufferRole::kOptimizerSwap || b.pool < 0) continue;
+    auto it = pools.find(b.pool);
+    return it == pools.end() ? nullptr : it->second.get();
+  }
+  return nullptr;
+}
+
 // Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
 // parameter shards, one piece at a time.
 Status Zero3Trainer::install_states(const StateSource& src) {
   State& st = *st_;
   const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
   const bool host = st.opt_tier != Tier::kNvme && !dev;  // the states' own memory is the staging
-  std::vector<float> buf;
   std::vector<std::uint16_t> b16;
   const std::vector<Piece> pieces = state_pieces();
   for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
     const Piece& pc = pieces[gi];
     const std::size_t k = pc.end - pc.begin;
     float *master = st.master + pc.begin, *m = st.exp_avg + pc.begin, *v = st.exp_avg_sq + pc.begin;
+    std::unique_ptr<Staging> buf;
     if (!host) {
-      buf.resize(3 * k);
-      master = buf.data(), m = master + k, v = m + k;
+      buf = std::make_unique<Staging>(st.optimizer_pool(), 3 * k);
+      master = buf->data(), m = master + k, v = m + k;
     }
     MW_RETURN_IF_ERROR(src(pc.begin, k, master, m, v));
     if (st.opt_tier == Tier::kNvme) {
-      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), buf.data(), 12 * k));
+      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), master, 12 * k));
     } else if (dev) {
       MW_RETURN_IF_ERROR(st.move(st.master + pc.begin, true, master, false, k * 4));
       MW_RETURN_IF_ERROR(st.move(st.exp_avg + pc.begin, true, m, false, k * 4));
@@ -1328,7 +1373,7 @@ Status Zero3Trainer::install_states(const StateSource& src) {
     for (std::size_t p = pc.first; p < pc.last; ++p) {
       const auto& pt = st.parts[p];
       b16.resize(pt.shard);
-      note_staging((host ? 0 : 12 * k) + pt.shard * kB16);
+      note_staging((buf ? buf->heap_bytes() : 0) + pt.shard * kB16);
       kernels::cast_f32_to_bf16(master + (pt.local - pc.begin), b16.data(), pt.shard);
       if (st.home[p] == Tier::kNvme) {
         MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
@@ -1347,7 +1392,6 @@ Status Zero3Trainer::visit_states(const StateVisitor& fn) {
   State& st = *st_;
   const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
   const bool host = st.opt_tier != Tier::kNvme && !dev;
-  std::vector<float> buf;
   const std::vector<Piece> pieces = state_pieces();
   for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
     const Piece& pc = pieces[gi];
@@ -1357,16 +1401,17 @@ Status Zero3Trainer::visit_states(const StateVisitor& fn) {
           fn(pc.begin, k, st.master + pc.begin, st.exp_avg + pc.begin, st.exp_avg_sq + pc.begin));
       continue;
     }
-    buf.resize(3 * k);
-    note_staging(12 * k);
+    const Staging buf(st.optimizer_pool(), 3 * k);
+    note_staging(buf.heap_bytes());
+    float* p = buf.data();
     if (st.opt_tier == Tier::kNvme) {
-      MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), buf.data(), 12 * k));
+      MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), p, 12 * k));
     } else {
-      MW_RETURN_IF_ERROR(st.move(buf.data(), false, st.master + pc.begin, true, k * 4));
-      MW_RETURN_IF_ERROR(st.move(buf.data() + k, false, st.exp_avg + pc.begin, true, k * 4));
-      MW_RETURN_IF_ERROR(st.move(buf.data() + 2 * k, false, st.exp_avg_sq + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p, false, st.master + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p + k, false, st.exp_avg + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p + 2 * k, false, st.exp_avg_sq + pc.begin, true, k * 4));
     }
-    MW_RETURN_IF_ERROR(fn(pc.begin, k, buf.data(), buf.data() + k, buf.data() + 2 * k));
+    MW_RETURN_IF_ERROR(fn(pc.begin, k, p, p + k, p + 2 * k));
   }
   return Status::ok();
 }

@@ -131,9 +131,9 @@ class Zero3Trainer {
   // the file and the mismatch). Returns the step it was taken at.
   Result<long> load(const std::string& dir);
   long steps_done() const { return step_; }
-  // The most host memory initialisation, save and load have staged at once: one piece of the states (an
-  // optimizer sub-group off NVMe, or up to 48 MB off a GPU; none for states in host memory) and one bf16
-  // parameter shard, never the whole state.
+  // The most host memory beyond the plan's pools that initialisation, save and load have staged at once:
+  // one bf16 parameter shard, and up to 48 MB of states off a GPU (states on NVMe go through the
+  // optimizer's idle swap pool one sub-group at a time; states in host memory are used where they are).
   std::size_t checkpoint_staging_bytes() const { return staging_peak_; }
   // The last step's (or evaluation's) measured timing per task, in seconds since the trainer was created;
   // setup tasks carry the step's start, tasks left out (an evaluation's backward) zero. With

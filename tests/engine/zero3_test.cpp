@@ -144,10 +144,10 @@ TEST(Zero3, ResumeFromACheckpointGivesBitwiseTheSameLosses) {
     auto nv = Zero3Trainer::create(c, on_nvme, *local);
     ASSERT_TRUE(nv.is_ok()) << nv.status().to_string();
     ASSERT_TRUE(nv->load(dir).is_ok());
-    // Off NVMe, initialisation, load and save stage one optimizer sub-group (about 1500 elements, whole
-    // parameters) at a time, not the whole state.
-    EXPECT_GE(nv->checkpoint_staging_bytes(), 12u * 1500);
-    EXPECT_LE(nv->checkpoint_staging_bytes(), 12u * nv->shard_elements() / 2);
+    // Off NVMe, initialisation, load and save stage one optimizer sub-group at a time in the optimizer's
+    // idle swap pool: beyond the plan's memory only a bf16 parameter shard, never the 12 bytes per element.
+    EXPECT_GT(nv->checkpoint_staging_bytes(), 0u);
+    EXPECT_LE(nv->checkpoint_staging_bytes(), 2 * nv->shard_elements());
     batch(3, 2, 8, tok, tgt);
     EXPECT_EQ(*nv->step(tok.data(), tgt.data()), straight[3]);
     const std::string dir2 = dir + "-from-nvme";
