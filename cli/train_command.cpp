@@ -234,9 +234,23 @@ int run_train(const TrainOptions& opt) {
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
+    const auto t0 = std::chrono::steady_clock::now();
     MW_RETURN_IF_ERROR(trainer->save(opt.checkpoint_dir));
-    if (lead && !opt.json) {
-      std::printf("checkpoint: step %ld -> %s\n", trainer->steps_done(), opt.checkpoint_dir.c_str());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Each rank's file: fp32 master weights and both Adam moments of its shard.
+    const double bytes = 12.0 * static_cast<double>(trainer->shard_elements()) * R;
+    if (lead && opt.json) {
+      std::printf("%s\n", json({{"checkpoint",
+                                 {{"steps_done", trainer->steps_done()},
+                                  {"dir", opt.checkpoint_dir},
+                                  {"bytes", bytes},
+                                  {"seconds", secs}}}})
+                              .dump()
+                              .c_str());
+    } else if (lead) {
+      std::printf("checkpoint: step %ld -> %s (%s in %.2f s, %s)\n", trainer->steps_done(),
+                  opt.checkpoint_dir.c_str(), format_bytes(bytes).c_str(), secs,
+                  format_bandwidth(bytes / std::max(secs, 1e-9)).c_str());
     }
     return Status::ok();
   };
