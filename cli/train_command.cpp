@@ -227,9 +227,22 @@ int run_train(const TrainOptions& opt) {
   if (opt.resume) {
     if (opt.checkpoint_dir.empty())
       return report_error(Status::invalid_argument("--resume needs --checkpoint-dir"));
+    const auto t0 = std::chrono::steady_clock::now();
     auto at = trainer->load(opt.checkpoint_dir);
     if (!at.is_ok()) return report_error(at.status());
-    if (lead && !opt.json) std::printf("resumed from %s at step %ld\n", opt.checkpoint_dir.c_str(), *at);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double bytes = 12.0 * static_cast<double>(trainer->shard_elements()) * R;
+    if (lead && opt.json) {
+      std::printf(
+          "%s\n",
+          json({{"resumed",
+                 {{"steps_done", *at}, {"dir", opt.checkpoint_dir}, {"bytes", bytes}, {"seconds", secs}}}})
+              .dump()
+              .c_str());
+    } else if (lead) {
+      std::printf("resumed from %s at step %ld (%s checked and loaded in %.2f s)\n",
+                  opt.checkpoint_dir.c_str(), *at, format_bytes(bytes).c_str(), secs);
+    }
   }
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
   auto checkpoint = [&]() -> Status {
