@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # memwall train's streamed checkpoint of NVMe-resident states against fio on the same disk. Saving reads each
 # optimizer sub-group's fp32 states from the NVMe store (O_DIRECT) and writes them to the checkpoint file
-# (buffered, fsync at the end); loading reads the file twice (checksum, then install) and writes the store.
-# The peer is fio doing the same transfers one after another: an O_DIRECT sequential read plus a buffered
-# sequential write with a final fsync, of the checkpoint's size (and for loading two buffered reads plus an
-# O_DIRECT write). The ratio is fio's time over memwall's (>= 1: memwall as fast as the disk's transfers).
+# (O_DIRECT, three aligned sequential streams); loading reads the file twice (buffered: the checksum, then
+# the install, from the page cache) and writes the store (O_DIRECT). The peer is fio doing the same transfers
+# one after another, of the checkpoint's size: for saving an O_DIRECT sequential read plus an O_DIRECT write;
+# for loading, from a cold page cache, two buffered reads plus an O_DIRECT write. The ratio is fio's time over
+# memwall's (>= 1: memwall is as fast as those transfers back to back).
 # Usage: bash bench/checkpoint_vs_fio.sh [DIR] [LAYERS] [ROUNDS]   (defaults: ./build/ckpt-bench, 8, 2)
 # The model is gpt2-medium's width with LAYERS layers (8: 152 M parameters, a 1.2 GB checkpoint).
 set -euo pipefail
@@ -41,10 +42,11 @@ for i in $(seq "$ROUNDS"); do
   out=$("${train[@]}" --steps 1)
   bytes=$(field checkpoint bytes <<<"$out")
   save+=("$(field checkpoint seconds <<<"$out")")
+  sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   out=$("${train[@]}" --resume --steps 2)
   load+=("$(field resumed seconds <<<"$out")")
   b=${bytes%.*}
-  w=$(fio_s write 0 "$b" --end_fsync=1); r=$(fio_s read 1 "$b")
+  w=$(fio_s write 1 "$b" --end_fsync=1); r=$(fio_s read 1 "$b")
   fsave+=("$($PY -c "print($w + $r)")")
   sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   r1=$(fio_s read 0 "$b"); r2=$(fio_s read 0 "$b"); w2=$(fio_s write 1 "$b")

@@ -20,15 +20,19 @@ Status fsync_path(const std::string& path, bool directory) {
   return Status::ok();
 }
 
-Result<AtomicFile> AtomicFile::create(const std::string& path) {
+Result<AtomicFile> AtomicFile::create(const std::string& path, bool direct) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int fd = direct ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
+  if (fd < 0 && direct && errno != EINVAL) return Status::io_error(tmp + ": " + std::strerror(errno));
+  const bool is_direct = fd >= 0;
+  if (fd < 0) fd = ::open(tmp.c_str(), flags, 0644);
   if (fd < 0) return Status::io_error(tmp + ": " + std::strerror(errno));
-  return AtomicFile(path, std::move(tmp), fd);
+  return AtomicFile(path, std::move(tmp), fd, is_direct);
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_), end_(o.end_) {
+    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(o.fd_), direct_(o.direct_), end_(o.end_) {
   o.fd_ = -1;
   o.tmp_.clear();
 }

@@ -20,7 +20,10 @@ Status fsync_path(const std::string& path, bool directory);
 // intact; destroying an uncommitted AtomicFile removes the temporary. For files too large to hold in memory.
 class AtomicFile {
  public:
-  static Result<AtomicFile> create(const std::string& path);
+  // direct: open with O_DIRECT (writes then need 4096-aligned buffers, offsets and sizes), falling back to
+  // buffered I/O where the filesystem refuses it (tmpfs); direct() says which.
+  static Result<AtomicFile> create(const std::string& path, bool direct = false);
+  bool direct() const { return direct_; }
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
   AtomicFile(const AtomicFile&) = delete;
@@ -32,12 +35,13 @@ class AtomicFile {
   const std::string& path() const { return path_; }
 
  private:
-  AtomicFile(std::string path, std::string tmp, int fd)
-      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  AtomicFile(std::string path, std::string tmp, int fd, bool direct)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), direct_(direct) {}
   Status fail(const std::string& what, int err);
 
   std::string path_, tmp_;
   int fd_ = -1;
+  bool direct_ = false;
   std::uint64_t end_ = 0;
 };
 

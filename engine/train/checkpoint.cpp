@@ -16,7 +16,10 @@
 namespace memwall::train::ckpt {
 
 namespace {
-constexpr char kMagic[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '1'};
+constexpr char kMagicV1[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '1'};
+constexpr char kMagicV2[8] = {'M', 'W', 'Z', '3', 'C', 'K', 'P', '2'};
+constexpr std::size_t kBlock = 4096;                   // O_DIRECT alignment of version 2
+constexpr std::size_t kStream = std::size_t{4} << 20;  // bytes buffered per array before a write
 
 struct Header {
   char magic[8];
@@ -29,8 +32,15 @@ static_assert(sizeof(Header) == 32);
 
 constexpr std::size_t kVerifyPiece = std::size_t{8} << 20;  // bytes per read while verifying
 
-std::uint64_t array_offset(std::size_t elements, int array, std::size_t element) {
-  return sizeof(Header) + (static_cast<std::uint64_t>(array) * elements + element) * sizeof(float);
+std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
+  return (n + to - 1) / to * to;
+}
+// Where element `element` of array `array` (0 master, 1 m, 2 v; array 3: the end) starts in a file.
+std::uint64_t array_offset(int version, std::size_t elements, int array, std::size_t element) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(elements) * sizeof(float);
+  if (version == 1)
+    return sizeof(Header) + static_cast<std::uint64_t>(array) * bytes + element * sizeof(float);
+  return kBlock + static_cast<std::uint64_t>(array) * round_up(bytes, kBlock) + element * sizeof(float);
 }
 }  // namespace
 
@@ -63,9 +73,27 @@ Result<nlohmann::json> read_latest(const std::string& dir) {
 }
 
 Result<ShardWriter> ShardWriter::create(const std::string& path, long step, std::size_t elements) {
-  auto f = io::AtomicFile::create(path);
+  auto f = io::AtomicFile::create(path, true);
   if (!f.is_ok()) return f.status();
-  return ShardWriter(std::move(f).value(), step, elements);
+  ShardWriter w(std::move(f).value(), step, elements);
+  for (auto& b : w.buf_) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kBlock, kStream) != 0)
+      return Status::out_of_memory(path + ": checkpoint buffers");
+    std::memset(p, 0, kStream);
+    b.reset(static_cast<char*>(p));
+  }
+  return w;
+}
+
+ShardWriter::ShardWriter(io::AtomicFile f, long step, std::size_t elements)
+    : file_(std::move(f)), step_(step), elements_(elements) {}
+
+Status ShardWriter::flush(int a, std::size_t bytes) {
+  MW_RETURN_IF_ERROR(file_.pwrite(buf_[a].get(), bytes, array_offset(2, elements_, a, 0) + flushed_[a]));
+  flushed_[a] += bytes;
+  fill_[a] = 0;
+  return Status::ok();
 }
 
 Status ShardWriter::write(std::size_t begin, std::size_t n, const float* master, const float* m,
@@ -77,8 +105,15 @@ Status ShardWriter::write(std::size_t begin, std::size_t n, const float* master,
   }
   const float* arrays[3] = {master, m, v};
   for (int a = 0; a < 3; ++a) {
-    MW_RETURN_IF_ERROR(file_.pwrite(arrays[a], n * sizeof(float), array_offset(elements_, a, begin)));
     crc_[a] = io::crc32c_extend(crc_[a], arrays[a], n * sizeof(float));
+    // Each array is one sequential stream through its aligned buffer, written a full buffer at a time.
+    const char* src = reinterpret_cast<const char*>(arrays[a]);
+    for (std::size_t left = n * sizeof(float); left > 0;) {
+      const std::size_t k = std::min(left, kStream - fill_[a]);
+      std::memcpy(buf_[a].get() + fill_[a], src, k);
+      fill_[a] += k, src += k, left -= k;
+      if (fill_[a] == kStream) MW_RETURN_IF_ERROR(flush(a, kStream));
+    }
   }
   written_ += n;
   return Status::ok();
@@ -89,13 +124,23 @@ Status ShardWriter::commit() {
     return Status::internal(file_.path() + ": committed with " + std::to_string(written_) + " of " +
                             std::to_string(elements_) + " elements written");
   }
+  // Each array's tail, zero-padded to the block size (which is where the next array starts).
+  for (int a = 0; a < 3; ++a) {
+    if (fill_[a] == 0) continue;
+    const std::size_t padded = round_up(fill_[a], kBlock);
+    std::memset(buf_[a].get() + fill_[a], 0, padded - fill_[a]);
+    MW_RETURN_IF_ERROR(flush(a, padded));
+  }
   const std::uint64_t bytes = static_cast<std::uint64_t>(elements_) * sizeof(float);
   Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  std::memcpy(h.magic, kMagicV2, sizeof kMagicV2);
   h.step = step_;
   h.elements = elements_;
   h.crc = io::crc32c_combine(io::crc32c_combine(crc_[0], crc_[1], bytes), crc_[2], bytes);
-  MW_RETURN_IF_ERROR(file_.pwrite(&h, sizeof h, 0));
+  char* block = buf_[0].get();  // a header block, zero beyond the header
+  std::memset(block, 0, kBlock);
+  std::memcpy(block, &h, sizeof h);
+  MW_RETURN_IF_ERROR(file_.pwrite(block, kBlock, 0));
   return file_.commit();
 }
 
@@ -108,20 +153,28 @@ Result<ShardReader> ShardReader::open(const std::string& path, std::size_t eleme
   Header h{};
   const ssize_t got = ::pread(fd, &h, sizeof h, 0);
   const off_t size = ::lseek(fd, 0, SEEK_END);
-  if (got != static_cast<ssize_t>(sizeof h) || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
-      h.elements != elements) {
+  const int version = std::memcmp(h.magic, kMagicV2, sizeof kMagicV2) == 0   ? 2
+                      : std::memcmp(h.magic, kMagicV1, sizeof kMagicV1) == 0 ? 1
+                                                                             : 0;
+  if (got != static_cast<ssize_t>(sizeof h) || version == 0 || h.elements != elements) {
     ::close(fd);
     return Status::invalid_argument(path + ": not a shard of this model (bad header or size)");
   }
-  if (size < 0 || static_cast<std::uint64_t>(size) < array_offset(elements, 3, 0)) {
+  if (size < 0 || static_cast<std::uint64_t>(size) < array_offset(version, elements, 3, 0)) {
     ::close(fd);
     return Status::io_error(path + ": truncated");
   }
-  return ShardReader(path, fd, static_cast<long>(h.step), elements, h.crc);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // verify() streams the file: a larger read-ahead
+  return ShardReader(path, fd, static_cast<long>(h.step), elements, h.crc, version);
 }
 
 ShardReader::ShardReader(ShardReader&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), step_(o.step_), elements_(o.elements_), crc_(o.crc_) {
+    : path_(std::move(o.path_)),
+      fd_(o.fd_),
+      step_(o.step_),
+      elements_(o.elements_),
+      crc_(o.crc_),
+      version_(o.version_) {
   o.fd_ = -1;
 }
 
@@ -143,15 +196,21 @@ Status ShardReader::pread(void* dst, std::size_t bytes, std::uint64_t offset) co
   return Status::ok();
 }
 
+std::uint64_t ShardReader::offset(int array, std::size_t element) const {
+  return array_offset(version_, elements_, array, element);
+}
+
 Status ShardReader::verify() const {
   std::vector<char> buf(kVerifyPiece);
-  const std::uint64_t end = array_offset(elements_, 3, 0);
   std::uint32_t crc = 0;
-  for (std::uint64_t at = sizeof(Header); at < end;) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - at));
-    MW_RETURN_IF_ERROR(pread(buf.data(), n, at));
-    crc = io::crc32c_extend(crc, buf.data(), n);
-    at += n;
+  for (int a = 0; a < 3; ++a) {  // the arrays' bytes in order, without version 2's padding
+    const std::uint64_t end = offset(a, elements_);
+    for (std::uint64_t at = offset(a, 0); at < end;) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - at));
+      MW_RETURN_IF_ERROR(pread(buf.data(), n, at));
+      crc = io::crc32c_extend(crc, buf.data(), n);
+      at += n;
+    }
   }
   if (crc != crc_) return Status::io_error(path_ + ": checksum mismatch (corrupt checkpoint)");
   return Status::ok();
@@ -164,8 +223,7 @@ Status ShardReader::read(std::size_t begin, std::size_t n, float* master, float*
   }
   float* arrays[3] = {master, m, v};
   for (int a = 0; a < 3; ++a) {
-    if (arrays[a] != nullptr)
-      MW_RETURN_IF_ERROR(pread(arrays[a], n * sizeof(float), array_offset(elements_, a, begin)));
+    if (arrays[a] != nullptr) MW_RETURN_IF_ERROR(pread(arrays[a], n * sizeof(float), offset(a, begin)));
   }
   return Status::ok();
 }

@@ -3,13 +3,17 @@
 // than host memory.
 //
 // DIR/latest.json names the step directory and the model; DIR/step-NNNNNNNN/rank-R-of-N.bin holds rank R's
-// shards: a 32-byte header (magic "MWZ3CKP1", step, elements per array, CRC32C, reserved), then the fp32
-// master weights, the first Adam moment and the second, each `elements` long. The CRC covers the three arrays
-// in that order.
+// shards: a header (magic, step, elements per array, CRC32C, reserved), then the fp32 master weights, the
+// first Adam moment and the second, each `elements` long. The CRC covers the three arrays in that order.
+// Version 2 ("MWZ3CKP2", written) pads the header and each array to 4096 bytes so that the file is written
+// with O_DIRECT, three sequential streams through aligned buffers; version 1 ("MWZ3CKP1": a 32-byte header,
+// the arrays back to back) is still read.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,14 +38,21 @@ class ShardWriter {
   Status write(std::size_t begin, std::size_t n, const float* master, const float* m, const float* v);
   // Fails (and leaves any previous file) unless every element was written.
   Status commit();
+  bool direct() const { return file_.direct(); }
 
  private:
-  ShardWriter(io::AtomicFile f, long step, std::size_t elements)
-      : file_(std::move(f)), step_(step), elements_(elements) {}
+  struct AlignedFree {
+    void operator()(char* p) const { std::free(p); }
+  };
+  ShardWriter(io::AtomicFile f, long step, std::size_t elements);
+  Status flush(int array, std::size_t bytes);  // writes array's buffered bytes (a multiple of 4096)
   io::AtomicFile file_;
   long step_;
   std::size_t elements_, written_ = 0;
   std::uint32_t crc_[3] = {};
+  // Per array: an aligned buffer, how much of it is filled, and how many bytes of the array are on disk.
+  std::unique_ptr<char, AlignedFree> buf_[3];
+  std::size_t fill_[3] = {}, flushed_[3] = {};
 };
 
 // One rank's file, opened with its header checked; verify() reads it once, in pieces, and checks the CRC.
@@ -50,6 +61,7 @@ class ShardReader {
   // `elements` is what this model's partition gives the rank; a file of another size is refused.
   static Result<ShardReader> open(const std::string& path, std::size_t elements);
   ShardReader(ShardReader&& o) noexcept;
+  int version() const { return version_; }
   ShardReader& operator=(ShardReader&&) = delete;
   ShardReader(const ShardReader&) = delete;
   ~ShardReader();
@@ -61,14 +73,16 @@ class ShardReader {
   Status read(std::size_t begin, std::size_t n, float* master, float* m, float* v) const;
 
  private:
-  ShardReader(std::string path, int fd, long step, std::size_t elements, std::uint32_t crc)
-      : path_(std::move(path)), fd_(fd), step_(step), elements_(elements), crc_(crc) {}
+  ShardReader(std::string path, int fd, long step, std::size_t elements, std::uint32_t crc, int version)
+      : path_(std::move(path)), fd_(fd), step_(step), elements_(elements), crc_(crc), version_(version) {}
   Status pread(void* dst, std::size_t bytes, std::uint64_t offset) const;
+  std::uint64_t offset(int array, std::size_t element) const;
   std::string path_;
   int fd_ = -1;
   long step_;
   std::size_t elements_;
   std::uint32_t crc_;
+  int version_;
 };
 
 // The fp32 parameters of a whole checkpoint, read from every rank's file on demand (one process, no MPI): for

@@ -122,10 +122,11 @@ class Zero3Trainer {
   std::size_t shard_elements() const;  // this rank's elements (with padding)
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
   // Checkpoints (docs/training.md): every rank writes its shards of the master weights and Adam moments to
-  // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically), reading NVMe-resident states from the
-  // store; after a barrier, rank 0 points DIR/latest.json at that step (atomically) and removes older step
-  // directories. A crash at any point leaves latest.json naming a complete checkpoint. The format does not
-  // depend on where the states lived, so a run may resume with another offload configuration.
+  // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically, piece by piece: checkpoint.h), reading
+  // NVMe-resident states from the store; after a barrier, rank 0 points DIR/latest.json at that step
+  // (atomically) and removes older step directories. A crash at any point leaves latest.json naming a
+  // complete checkpoint. The format does not depend on where the states lived, so a run may resume with
+  // another offload configuration.
   Status save(const std::string& dir);
   // Loads the checkpoint latest.json names into this trainer (same model, tiling and rank count; errors name
   // the file and the mismatch). Returns the step it was taken at.
