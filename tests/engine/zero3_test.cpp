@@ -214,23 +214,6 @@ struct Variant {
   std::function<void(Zero3Options&)> apply;
 };
 
-// Losses of `steps` steps and the final fp32 parameters.
-void train_variant(const model::GptConfig& c, Zero3Options o, int steps, std::vector<float>& losses,
-                   std::vector<float>& params) {
-  auto local = comm::make_local_comm();
-  auto z = Zero3Trainer::create(c, o, *local);
-  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
-  std::vector<int> tok, tgt;
-  losses.clear();
-  for (int s = 0; s < steps; ++s) {
-    batch(s, o.micro_batch, o.seq, tok, tgt);
-    auto l = z->step(tok.data(), tgt.data());
-    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-    losses.push_back(*l);
-  }
-  ASSERT_TRUE(z->gather_params(params).is_ok());
-}
-
 // Losses and final parameters of `steps` steps of `micro_batches` micro-batches of o.micro_batch sequences,
 // from the same tokens as one micro-batch of micro_batches x o.micro_batch sequences.
 void train_accumulating(const model::GptConfig& c, const Zero3Options& o, int micro_batches, int steps,
@@ -248,6 +231,12 @@ void train_accumulating(const model::GptConfig& c, const Zero3Options& o, int mi
   }
   EXPECT_EQ(z->steps_done(), steps);
   ASSERT_TRUE(z->gather_params(params).is_ok());
+}
+
+// Losses of `steps` steps and the final fp32 parameters.
+void train_variant(const model::GptConfig& c, const Zero3Options& o, int steps, std::vector<float>& losses,
+                   std::vector<float>& params) {
+  train_accumulating(c, o, 1, steps, losses, params);
 }
 
 TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
