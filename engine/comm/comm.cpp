@@ -137,7 +137,13 @@ class MpiComm final : public Communicator {
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
             " ms: a peer died or left the schedule");
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Small collectives (and the intents exchanged before each) complete within microseconds: poll
+      // without sleeping for the first 100 us, then in 50 us naps.
+      if (waited < std::chrono::microseconds(100)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
     }
   }
 
