@@ -61,6 +61,17 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     hardware_json = d->header.hardware_json;
     auto g = import_memwall_trace(*d, pid, first, last);
     if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+    // memwall train traces each step's last micro-batch only (with the optimizer step): say so.
+    const json summary =
+        json::parse(d->header.summary_json.empty() ? "{}" : d->header.summary_json, nullptr, false);
+    const int gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
+    if (gas > 1 && !quiet) {
+      std::fprintf(stderr,
+                   "memwall: note: %s was trained with %d micro-batches per step and holds each step's last "
+                   "one (with the optimizer step): the iterations below are that micro-batch, not the whole "
+                   "step\n",
+                   path.c_str(), gas);
+    }
     return g;
   }
   if (d.status().message().find("not a memwall trace") == std::string::npos) {
