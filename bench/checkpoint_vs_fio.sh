@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # memwall train's streamed checkpoint of NVMe-resident states against fio on the same disk. Saving reads each
 # optimizer sub-group's fp32 states from the NVMe store (O_DIRECT) and writes them to the checkpoint file
-# (O_DIRECT, three aligned sequential streams); loading reads the file twice (buffered: the checksum, then
-# the install, from the page cache) and writes the store (O_DIRECT). The peer is fio doing the same transfers
-# one after another, of the checkpoint's size: for saving an O_DIRECT sequential read plus an O_DIRECT write;
-# for loading, from a cold page cache, two buffered reads plus an O_DIRECT write. The ratio is fio's time over
-# memwall's (>= 1: memwall is as fast as those transfers back to back).
+# (O_DIRECT, three aligned sequential streams); loading (every state in the store: max_in_cpu 0) reads the
+# file once, buffered, staging it in the store and committing once the checksum matched. The peer is fio doing
+# the transfers of the checkpoint's size one after another: for saving an O_DIRECT sequential read plus an
+# O_DIRECT write; for loading, from a cold page cache, a buffered read, a second one (cached, what a
+# check-then-install load does) and an O_DIRECT write. The ratio is fio's time over memwall's (>= 1: memwall
+# is as fast as those transfers back to back).
 # Usage: bash bench/checkpoint_vs_fio.sh [DIR] [LAYERS] [ROUNDS]   (defaults: ./build/ckpt-bench, 8, 2)
 # The model is gpt2-medium's width with LAYERS layers (8: 152 M parameters, a 1.2 GB checkpoint).
 set -euo pipefail
@@ -24,7 +25,7 @@ train=("$MW" train --model gpt2-medium --model-set "{\"n_layer\": $LAYERS}" --ev
   --nvme-path "$DIR" --checkpoint-dir "$DIR/ckpt"
   --set '{"train_micro_batch_size_per_gpu": 1, "memwall.sequence_length": 16,
           "zero_optimization.offload_param.device": "nvme", "zero_optimization.offload_optimizer.device": "nvme",
-          "zero_optimization.sub_group_size": 20000000}')
+          "zero_optimization.offload_param.max_in_cpu": 0, "zero_optimization.sub_group_size": 20000000}')
 field() {  # $1: key of the JSON line ("checkpoint" or "resumed"), $2: field
   $PY -c "import json,sys
 for l in sys.stdin:

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "base/units.h"
@@ -272,6 +273,23 @@ Status TensorStore::commit() {
   for (const Location& loc : pending_release_) release(loc);
   pending_release_.clear();
   return Status::ok();
+}
+
+void TensorStore::rollback() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::pair<int, std::uint64_t>> kept;
+  for (const auto& [name, c] : committed_) kept.insert({c.extent, c.offset});
+  auto committed = [&kept](const Location& loc) { return kept.count({loc.extent, loc.offset}) > 0; };
+  // Staged versions: the current ones that were not committed, and the replaced ones in between.
+  for (const auto& [name, loc] : tensors_) {
+    if (!committed(loc)) release(loc);
+  }
+  for (const Location& loc : pending_release_) {
+    if (!committed(loc)) release(loc);
+  }
+  pending_release_.clear();
+  dirty_extents_.clear();
+  tensors_ = committed_;
 }
 
 Status TensorStore::put(const std::string& name, const void* data, std::uint64_t bytes) {

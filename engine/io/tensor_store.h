@@ -50,6 +50,9 @@ class TensorStore {
   Status write(const std::string& name, const void* data, std::uint64_t bytes);
   // Makes every staged version durable atomically; then frees the regions of the versions they replaced.
   Status commit();
+  // Drops every version staged since the last commit (writes and removes): the store is as it was committed,
+  // and their regions are free again. Must not run while get/write/remove do.
+  void rollback();
   // write() + commit().
   Status put(const std::string& name, const void* data, std::uint64_t bytes);
   // Reads the current version into `data` (exactly `bytes`, its size), verifying checksums.

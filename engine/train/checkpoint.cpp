@@ -216,6 +216,13 @@ Status ShardReader::verify() const {
   return Status::ok();
 }
 
+Status ShardReader::matches(const std::uint32_t crc[3]) const {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(elements_) * sizeof(float);
+  if (io::crc32c_combine(io::crc32c_combine(crc[0], crc[1], bytes), crc[2], bytes) != crc_)
+    return Status::io_error(path_ + ": checksum mismatch (corrupt checkpoint)");
+  return Status::ok();
+}
+
 Status ShardReader::read(std::size_t begin, std::size_t n, float* master, float* m, float* v) const {
   if (begin > elements_ || n > elements_ - begin) {
     return Status::internal(path_ + ": read of elements [" + std::to_string(begin) + ", " +

@@ -67,6 +67,9 @@ class ShardReader {
   ~ShardReader();
 
   Status verify() const;
+  // Whether the arrays whose CRC32Cs (master, m, v, each over all elements) are `crc` are the file's: for a
+  // caller that read every element once in order and checked as it went.
+  Status matches(const std::uint32_t crc[3]) const;
   long step() const { return step_; }
   std::size_t elements() const { return elements_; }
   // Elements [begin, begin + n) of the arrays wanted (nullptr: not wanted).

@@ -1347,7 +1347,7 @@ host::Arena* Zero3Trainer::State::optimizer_pool() const {
 
 // Puts this rank's flat master weights and moments where the run keeps them, and their bf16 copies into the
 // parameter shards, one piece at a time.
-Status Zero3Trainer::install_states(const StateSource& src) {
+Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
   State& st = *st_;
   const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
   const bool host = st.opt_tier != Tier::kNvme && !dev;  // the states' own memory is the staging
@@ -1383,7 +1383,7 @@ Status Zero3Trainer::install_states(const StateSource& src) {
       }
     }
   }
-  if (st.store) MW_RETURN_IF_ERROR(st.store->commit());
+  if (st.store && commit) MW_RETURN_IF_ERROR(st.store->commit());
   return Status::ok();
 }
 
@@ -1642,15 +1642,38 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
                                       ", this run has " + std::to_string(want));
     }
   }
-  // The whole file is checked before anything is installed: a corrupt checkpoint leaves this trainer as it
-  // was. Then the states go in piece by piece, straight from the file.
+  // A corrupt checkpoint must leave this trainer as it was. When everything it installs goes to the NVMe
+  // store (optimizer states and every parameter shard there), one pass: the pieces are staged in the store,
+  // checked as they are read, and committed only if the file's checksum matches (else rolled back).
+  // Otherwise the whole file is checked first, then read again to install it.
   auto reader = ckpt::ShardReader::open(
       ckpt::rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size()), st_->total);
   if (!reader.is_ok()) return reader.status();
-  MW_RETURN_IF_ERROR(reader->verify());
-  MW_RETURN_IF_ERROR(install_states([&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
-    return reader->read(begin, n, master, m, v);
-  }));
+  State& st = *st_;
+  const bool all_in_store =
+      st.store && st.opt_tier == Tier::kNvme &&
+      std::all_of(st.home.begin(), st.home.end(), [](Tier t) { return t == Tier::kNvme; });
+  if (all_in_store) {
+    std::uint32_t crc[3] = {};
+    Status s = install_states(
+        [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
+          MW_RETURN_IF_ERROR(reader->read(begin, n, master, m, v));
+          const float* arrays[3] = {master, m, v};
+          for (int a = 0; a < 3; ++a) crc[a] = io::crc32c_extend(crc[a], arrays[a], n * sizeof(float));
+          return Status::ok();
+        },
+        false);
+    if (s.is_ok()) s = reader->matches(crc);
+    if (!s.is_ok()) {
+      st.store->rollback();
+      return s;
+    }
+    MW_RETURN_IF_ERROR(st.store->commit());
+  } else {
+    MW_RETURN_IF_ERROR(reader->verify());
+    MW_RETURN_IF_ERROR(install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
+                                          float* v) { return reader->read(begin, n, master, m, v); }));
+  }
   step_ = reader->step();
   return step_;
 }

@@ -169,7 +169,8 @@ class Zero3Trainer {
                                             const float* m, const float* v)>;
   // Puts the states `src` gives where the run keeps them (and their bf16 copies into the parameter shards),
   // one piece at a time.
-  Status install_states(const StateSource& src);
+  // commit: make NVMe-resident states durable at the end (else the caller commits or rolls back the store).
+  Status install_states(const StateSource& src, bool commit = true);
   // Shows `fn` this rank's states, one piece at a time, in order.
   Status visit_states(const StateVisitor& fn);
 

@@ -73,6 +73,43 @@ TEST(Crc32c, CombineGivesTheCrcOfTheConcatenation) {
             crc32c(data.data(), 2 * third));
 }
 
+TEST(TensorStore, RollbackDropsWhatWasStagedSinceTheCommit) {
+  const std::string dir = fresh_dir("rollback");
+  auto io = engine();
+  StoreOptions opt;
+  opt.dir = dir;
+  opt.capacity_bytes = 8 << 20;
+  opt.extent_bytes = 4 << 20;
+  auto store = TensorStore::create(opt, *io).value();
+  const std::vector<char> a1 = pattern("a", 1, 300000), b1 = pattern("b", 1, 5000);
+  ASSERT_TRUE(store->write("a", a1.data(), a1.size()).is_ok());
+  ASSERT_TRUE(store->write("b", b1.data(), b1.size()).is_ok());
+  ASSERT_TRUE(store->commit().is_ok());
+  const std::uint64_t free_before = store->free_bytes();
+  // Staged: "a" twice, a new "c", "b" removed.
+  const std::vector<char> a2 = pattern("a", 2, 300000), a3 = pattern("a", 3, 300000),
+                          c1 = pattern("c", 1, 7000);
+  ASSERT_TRUE(store->write("a", a2.data(), a2.size()).is_ok());
+  ASSERT_TRUE(store->write("a", a3.data(), a3.size()).is_ok());
+  ASSERT_TRUE(store->write("c", c1.data(), c1.size()).is_ok());
+  ASSERT_TRUE(store->remove("b").is_ok());
+  EXPECT_LT(store->free_bytes(), free_before);
+  store->rollback();
+  EXPECT_EQ(store->free_bytes(), free_before);
+  EXPECT_FALSE(store->contains("c"));
+  std::vector<char> got(a1.size());
+  ASSERT_TRUE(store->get("a", got.data(), got.size()).is_ok());
+  EXPECT_EQ(got, a1);
+  got.resize(b1.size());
+  ASSERT_TRUE(store->get("b", got.data(), got.size()).is_ok());
+  EXPECT_EQ(got, b1);
+  // Writing and committing after a rollback works as ever.
+  ASSERT_TRUE(store->put("a", a2.data(), a2.size()).is_ok());
+  got.resize(a2.size());
+  ASSERT_TRUE(store->get("a", got.data(), got.size()).is_ok());
+  EXPECT_EQ(got, a2);
+}
+
 TEST(TensorStore, RoundTripAndReopen) {
   const std::string dir = fresh_dir("roundtrip");
   auto io = engine();
