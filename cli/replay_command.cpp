@@ -41,8 +41,10 @@ struct ReplayOptions {
 
 // A trace file as a replay graph: a memwall trace (its own hardware header), or a PyTorch profiler (Kineto)
 // trace. `hardware_json` receives the memwall header's hardware (empty for Kineto).
+// `gas`: the gradient accumulation steps a memwall train trace was written with (1 otherwise).
 Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
-                               bool quiet) {
+                               int& gas, bool quiet) {
+  gas = 1;
   auto text = read_text_file(path);
   if (!text.is_ok()) return text.status();
   auto bytes = trace::inflate_if_gzip(*text);
@@ -64,7 +66,7 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     // memwall train traces each step's last micro-batch only (with the optimizer step): say so.
     const json summary =
         json::parse(d->header.summary_json.empty() ? "{}" : d->header.summary_json, nullptr, false);
-    const int gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
+    gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
     if (gas > 1 && !quiet) {
       std::fprintf(stderr,
                    "memwall: note: %s was trained with %d micro-batches per step and holds each step's last "
@@ -166,7 +168,8 @@ int run_replay(const ReplayOptions& opt) {
     return report_error(Status::invalid_argument("no .json or .json.gz traces in the arguments"));
   for (const std::string& path : files) {
     std::string hardware_json;
-    auto g = load_graph(path, first, last, hardware_json, opt.json);
+    int gas = 1;
+    auto g = load_graph(path, first, last, hardware_json, gas, opt.json);
     if (!g.is_ok()) return report_error(g.status());
     const int pid = g->pid;
     HardwareSpec hw;
@@ -195,6 +198,8 @@ int run_replay(const ReplayOptions& opt) {
                 {"measured_iteration_s", measured},
                 {"replayed_iteration_s", replayed},
                 {"error", error}};
+    // Trained with gradient accumulation: the iterations are each step's last micro-batch.
+    if (gas > 1) row["gradient_accumulation_steps"] = gas;
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
       row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};
     }
