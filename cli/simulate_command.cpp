@@ -38,29 +38,21 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
 
   // Gradient accumulation: an iteration is G micro-steps, the last with the optimizer step. The ones before
   // it run the schedule without its optimizer phase.
-  const int G = std::max(1, static_cast<int>(run.gradient_accumulation_steps.value));
+  const int G = run.accumulation_steps();
   const Schedule micro = G > 1 ? without_optimizer_phase(*s) : Schedule{};
   RunResult result, micro_result;
   double iteration_s = 0;
   double node_busy[kResourceCount] = {};
   json sim_info;
   if (opt.fast) {
-    ReferenceExecutor exec(in->hw, s->ranks_per_node);
-    Result<RunResult> r = run_schedule(*s, exec);
+    Result<AccumulatedRun> r = run_reference_accumulated(*s, micro, G, in->hw);
     if (!r.is_ok()) return r.status();
-    result = std::move(*r);
-    iteration_s = result.makespan_s;
+    result = std::move(r->step);
+    micro_result = std::move(r->micro);
+    iteration_s = r->iteration_s;
     sim_info = {{"executor", "reference"}};
     // Ranks are identical and each has its fixed share of node resources: they run side by side.
-    std::copy(std::begin(result.busy_s), std::end(result.busy_s), node_busy);
-    if (G > 1) {
-      ReferenceExecutor micro_exec(in->hw, s->ranks_per_node);  // its own clock from zero
-      Result<RunResult> m = run_schedule(micro, micro_exec);
-      if (!m.is_ok()) return m.status();
-      micro_result = std::move(*m);
-      iteration_s += (G - 1) * micro_result.makespan_s;
-      for (int i = 0; i < kResourceCount; ++i) node_busy[i] += (G - 1) * micro_result.busy_s[i];
-    }
+    std::copy(std::begin(r->busy_s), std::end(r->busy_s), node_busy);
   } else {
 #if MEMWALL_WITH_SIMGRID
     sim::SimulateOptions so;
@@ -142,7 +134,8 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["notes"] = s->notes;
   if (G > 1) {
     out["notes"].push_back(strprintf(
-        "gradient accumulation: %d micro-steps per iteration, the first %d without the optimizer phase; times, "
+        "gradient accumulation: %d micro-steps per iteration, the first %d without the optimizer phase; "
+        "times, "
         "bytes and the breakdown cover all of them, a trace shows the last (with the optimizer step)",
         G, G - 1));
   }

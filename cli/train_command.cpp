@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -224,51 +225,41 @@ int run_train(const TrainOptions& opt) {
     for (const std::string& w : trainer->warnings())
       std::fprintf(stderr, "memwall: warning: %s\n", w.c_str());
   }
-  if (opt.resume) {
-    if (opt.checkpoint_dir.empty())
-      return report_error(Status::invalid_argument("--resume needs --checkpoint-dir"));
+  // Times a checkpoint save or load and reports it: its size (every rank's fp32 master weights and both Adam
+  // moments), time and rate, as a line or, with --json, {"<what>": {...}}.
+  auto timed_checkpoint = [&](const char* what, const std::function<Status()>& io) -> Status {
     const auto t0 = std::chrono::steady_clock::now();
-    auto at = trainer->load(opt.checkpoint_dir);
-    if (!at.is_ok()) return report_error(at.status());
+    MW_RETURN_IF_ERROR(io());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double bytes = 12.0 * static_cast<double>(trainer->shard_elements()) * R;
-    if (lead && opt.json) {
-      std::printf(
-          "%s\n",
-          json({{"resumed",
-                 {{"steps_done", *at}, {"dir", opt.checkpoint_dir}, {"bytes", bytes}, {"seconds", secs}}}})
-              .dump()
-              .c_str());
-    } else if (lead) {
-      std::printf("resumed from %s at step %ld (%s checked and loaded in %.2f s)\n",
-                  opt.checkpoint_dir.c_str(), *at, format_bytes(bytes).c_str(), secs);
-    }
-  }
-  std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
-  auto checkpoint = [&]() -> Status {
-    if (opt.checkpoint_dir.empty()) return Status::ok();
-    const auto t0 = std::chrono::steady_clock::now();
-    MW_RETURN_IF_ERROR(trainer->save(opt.checkpoint_dir));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Each rank's file: fp32 master weights and both Adam moments of its shard.
-    const double bytes = 12.0 * static_cast<double>(trainer->shard_elements()) * R;
-    if (lead && opt.json) {
-      std::printf("%s\n", json({{"checkpoint",
-                                 {{"steps_done", trainer->steps_done()},
-                                  {"dir", opt.checkpoint_dir},
-                                  {"bytes", bytes},
-                                  {"seconds", secs}}}})
-                              .dump()
-                              .c_str());
-    } else if (lead) {
-      std::printf("checkpoint: step %ld -> %s (%s in %.2f s, %s)\n", trainer->steps_done(),
+    if (!lead) return Status::ok();
+    if (opt.json) {
+      const json j = {{"steps_done", trainer->steps_done()},
+                      {"dir", opt.checkpoint_dir},
+                      {"bytes", bytes},
+                      {"seconds", secs}};
+      std::printf("%s\n", json({{what, j}}).dump().c_str());
+    } else {
+      std::printf("%s: step %ld, %s (%s in %.2f s, %s)\n", what, trainer->steps_done(),
                   opt.checkpoint_dir.c_str(), format_bytes(bytes).c_str(), secs,
                   format_bandwidth(bytes / std::max(secs, 1e-9)).c_str());
     }
     return Status::ok();
   };
+  if (opt.resume) {
+    if (opt.checkpoint_dir.empty())
+      return report_error(Status::invalid_argument("--resume needs --checkpoint-dir"));
+    if (Status s = timed_checkpoint("resumed", [&] { return trainer->load(opt.checkpoint_dir).status(); });
+        !s.is_ok())
+      return report_error(s);
+  }
+  std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
+  auto checkpoint = [&]() -> Status {
+    if (opt.checkpoint_dir.empty()) return Status::ok();
+    return timed_checkpoint("checkpoint", [&] { return trainer->save(opt.checkpoint_dir); });
+  };
   // Gradient accumulation: G micro-batches of B sequences per rank and optimizer step.
-  const int G = std::max(1, static_cast<int>(run.gradient_accumulation_steps.value));
+  const int G = run.accumulation_steps();
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;

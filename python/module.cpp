@@ -197,7 +197,7 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
   const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
   const Schedule s = value_or_raise(plan_iteration(in.model, in.run, in.hw));
   // Gradient accumulation: G - 1 micro-steps without the optimizer phase, then the full schedule.
-  const int G = std::max(1, static_cast<int>(in.run.gradient_accumulation_steps.value));
+  const int G = in.run.accumulation_steps();
   const Schedule micro = G > 1 ? without_optimizer_phase(s) : Schedule{};
   RunResult result, micro_result;
   double iteration_s = 0;
@@ -216,14 +216,10 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
     throw std::runtime_error("memwall was built without SimGrid");
 #endif
   } else {
-    ReferenceExecutor exec(in.hw, s.ranks_per_node);
-    result = value_or_raise(run_schedule(s, exec));
-    iteration_s = result.makespan_s;
-    if (G > 1) {
-      ReferenceExecutor micro_exec(in.hw, s.ranks_per_node);
-      micro_result = value_or_raise(run_schedule(micro, micro_exec));
-      iteration_s += (G - 1) * micro_result.makespan_s;
-    }
+    AccumulatedRun r = value_or_raise(run_reference_accumulated(s, micro, G, in.hw));
+    result = std::move(r.step);
+    micro_result = std::move(r.micro);
+    iteration_s = r.iteration_s;
   }
   if (!trace.empty()) {
     const Status st =

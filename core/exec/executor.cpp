@@ -177,4 +177,24 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
   return result;
 }
 
+Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
+                                                 int accumulation_steps, const HardwareSpec& hw) {
+  AccumulatedRun out;
+  ReferenceExecutor exec(hw, s.ranks_per_node);
+  auto step = run_schedule(s, exec);
+  if (!step.is_ok()) return step.status();
+  out.step = std::move(*step);
+  out.iteration_s = out.step.makespan_s;
+  std::copy(std::begin(out.step.busy_s), std::end(out.step.busy_s), out.busy_s);
+  if (accumulation_steps > 1) {
+    ReferenceExecutor micro_exec(hw, s.ranks_per_node);  // its own clock from zero
+    auto micro = run_schedule(micro_step, micro_exec);
+    if (!micro.is_ok()) return micro.status();
+    out.micro = std::move(*micro);
+    out.iteration_s += (accumulation_steps - 1) * out.micro.makespan_s;
+    for (int i = 0; i < kResourceCount; ++i) out.busy_s[i] += (accumulation_steps - 1) * out.micro.busy_s[i];
+  }
+  return out;
+}
+
 }  // namespace memwall

@@ -78,4 +78,15 @@ struct RunResult {
 // every earlier one, so memory is taken and given back in the order whose peak the planner checked.
 Result<RunResult> run_schedule(const Schedule& s, Executor& exec);
 
+// One iteration of gradient accumulation on the reference executor: `micro_step` (the schedule without its
+// optimizer phase, without_optimizer_phase) accumulation_steps - 1 times, then `s`, back to back, each on a
+// clock of its own. `micro` is left empty with one step.
+struct AccumulatedRun {
+  RunResult step, micro;  // the step with the optimizer; one micro-step before it
+  double iteration_s = 0;
+  double busy_s[kResourceCount] = {};  // per resource over the whole iteration
+};
+Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
+                                                 int accumulation_steps, const HardwareSpec& hw);
+
 }  // namespace memwall

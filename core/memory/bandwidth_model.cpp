@@ -143,7 +143,7 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
     row.data_type = DataType::kOptimizerStates;
     row.overlappable = false;
     // One optimizer step per iteration of G accumulated micro-batches: G times the compute per state moved.
-    const double gas = std::max(1.0, run.gradient_accumulation_steps.value);
+    const double gas = run.accumulation_steps();
     row.ait = paper::eq10_ait_optimizer(seq, bsz * gas);
     row.location = tier_of(z.offload_optimizer.device);
     const int sharing = z.stage >= 1 ? dp : 1;

@@ -122,6 +122,10 @@ struct RunConfig {
   // Bytes of one 16-bit (or fp32 when not mixed) parameter/gradient element.
   double param_bytes() const { return precision == Precision::kFp32 ? 4.0 : 2.0; }
   bool mixed_precision() const { return precision != Precision::kFp32; }
+  // Micro-batches per optimizer step (gradient_accumulation_steps once resolved; at least 1).
+  int accumulation_steps() const {
+    return gradient_accumulation_steps.value > 1 ? static_cast<int>(gradient_accumulation_steps.value) : 1;
+  }
   // Bytes of one gradient element in the backward pass and its reduction.
   double grad_bytes() const { return fp32_gradients ? 4.0 : param_bytes(); }
 };
