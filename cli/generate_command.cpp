@@ -13,6 +13,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_decode.h"
 #include "engine/train/checkpoint.h"
 
 namespace memwall::cli {
@@ -59,12 +60,37 @@ int run_generate(const GenerateOptions& opt) {
   if (!cp.is_ok()) return report_error(cp.status());
   std::vector<float> params(cp->size());
   if (Status s = cp->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
-  // One sequence of the model's whole context; causal attention makes position i depend on bytes 0..i only,
-  // so the text sits at the start and the rest is padding. The context slides when the text outgrows it.
+  // While the text fits the model's context, each byte runs one position through the key/value cache. Once
+  // it outgrows the context, the window slides and every position moves, so each byte then runs the whole
+  // window of the last T bytes through the model (causal attention: the text sits at the start of the
+  // sequence, the rest is padding that position i never sees).
   const int T = c.max_seq;
-  model::GptModel m(c, 1, T, 1);
+  model::GptDecoder decoder(c, params.data());
+  std::unique_ptr<model::GptModel> window;
   std::vector<int> context(static_cast<std::size_t>(T), 0), targets(context.size(), 0);
-  std::string text = opt.prompt;
+  std::string text;
+  const float* logits = nullptr;
+  const auto add = [&](char byte) -> Status {
+    text += byte;
+    if (!window && decoder.positions() < T) {
+      auto l = decoder.append(static_cast<unsigned char>(byte) % c.vocab);
+      if (!l.is_ok()) return l.status();
+      logits = *l;
+      return Status::ok();
+    }
+    if (!window) window = std::make_unique<model::GptModel>(c, 1, T, 1);
+    for (std::size_t i = 0; i < context.size(); ++i)
+      context[i] = static_cast<unsigned char>(text[text.size() - context.size() + i]) % c.vocab;
+    window->forward(params.data(), context.data(), targets.data());
+    logits = window->logits() + (context.size() - 1) * static_cast<std::size_t>(c.vocab);
+    return Status::ok();
+  };
+  // A prompt longer than the context: its last T bytes are the window.
+  const std::size_t skip = opt.prompt.size() > context.size() ? opt.prompt.size() - context.size() : 0;
+  text = opt.prompt.substr(0, skip);
+  for (std::size_t i = skip; i < opt.prompt.size(); ++i) {
+    if (Status s = add(opt.prompt[i]); !s.is_ok()) return report_error(s);
+  }
   std::mt19937_64 rng(opt.seed);
   std::string out;
   if (!opt.json) {
@@ -72,17 +98,14 @@ int run_generate(const GenerateOptions& opt) {
     std::fflush(stdout);
   }
   for (int n = 0; n < opt.tokens; ++n) {
-    const std::size_t len = std::min(text.size(), static_cast<std::size_t>(T));
-    for (std::size_t i = 0; i < len; ++i)
-      context[i] = static_cast<unsigned char>(text[text.size() - len + i]) % c.vocab;
-    m.forward(params.data(), context.data(), targets.data());
-    const float* logits = m.logits() + (len - 1) * static_cast<std::size_t>(c.vocab);
     const char next = static_cast<char>(sample(logits, c.vocab, opt, rng));
-    text += next;
     out += next;
     if (!opt.json) {
       std::fputc(next, stdout);
       std::fflush(stdout);
+    }
+    if (n + 1 < opt.tokens) {
+      if (Status s = add(next); !s.is_ok()) return report_error(s);
     }
   }
   if (opt.json) {

@@ -649,6 +649,17 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
       memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 20 --temperature 0", false);
   ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
   EXPECT_EQ(greedy.output, "the cat sat. the cat sat.\n");
+  // Past the model's 64 positions the window slides (the key/value cache gives way to whole-window passes),
+  // and a prompt longer than the window is cut to its last 64 bytes: the sentence goes on either way.
+  const CmdResult slid =
+      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 100 --temperature 0", false);
+  ASSERT_EQ(slid.exit_code, 0) << slid.output;
+  EXPECT_EQ(slid.output, text.substr(0, 105) + "\n");
+  const CmdResult long_prompt = memwall("generate --checkpoint-dir " + dir + " --prompt '" +
+                                            text.substr(0, 78) + "' --tokens 26 --temperature 0",
+                                        false);
+  ASSERT_EQ(long_prompt.exit_code, 0) << long_prompt.output;
+  EXPECT_EQ(long_prompt.output, text.substr(0, 104) + "\n");
   // Sampling is reproducible per seed; the JSON names the checkpoint's step.
   const std::string sampled =
       "generate --checkpoint-dir " + dir + " --prompt 'the' --tokens 30 --json --seed ";

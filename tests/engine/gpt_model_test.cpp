@@ -1,6 +1,7 @@
 // The GPT model assembled from kernels/cpu: parameter layout, initialisation, and the full backward pass
 // against central finite differences of the loss on a tiny configuration.
 #include "engine/model/gpt.h"
+#include "engine/model/gpt_decode.h"
 
 #include <unistd.h>
 
@@ -92,6 +93,43 @@ TEST(GptModel, TilingGivesTheSameLossAndGradients) {
           << "tiling " << tiling << " element " << i;
     }
   }
+}
+
+// The decoder's cached, one-position-at-a-time logits are the full forward pass's at every position, also
+// after a reset; a full context and a token outside the vocabulary are errors.
+TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
+  const GptConfig c{.vocab = 23, .max_seq = 12, .layers = 3, .heads = 4, .channels = 32};
+  std::vector<float> params(gpt_num_params(c));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.3f);  // larger than GPT-2's init: logits far from uniform
+  for (float& p : params) p = normal(rng);
+  std::vector<int> tokens(static_cast<std::size_t>(c.max_seq)), targets(tokens.size(), 0);
+  for (int& t : tokens) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
+  GptModel m(c, 1, c.max_seq);
+  m.forward(params.data(), tokens.data(), targets.data());
+  GptDecoder d(c, params.data());
+  for (int round = 0; round < 2; ++round) {
+    d.reset();
+    double worst = 0, largest = 0;
+    for (int t = 0; t < c.max_seq; ++t) {
+      auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+      ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+      for (int v = 0; v < c.vocab; ++v) {
+        const float want = m.logits()[static_cast<std::size_t>(t * c.vocab + v)];
+        worst = std::max(worst, static_cast<double>(std::fabs((*logits)[v] - want)));
+        largest = std::max(largest, static_cast<double>(std::fabs(want)));
+      }
+    }
+    EXPECT_GT(largest, 1.0);  // the comparison is of logits that differ between bytes
+    EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
+    EXPECT_EQ(d.positions(), c.max_seq);
+  }
+  auto full = d.append(0);
+  ASSERT_FALSE(full.is_ok());
+  EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
+  d.reset();
+  EXPECT_FALSE(d.append(c.vocab).is_ok());
+  EXPECT_FALSE(d.append(-1).is_ok());
 }
 
 TEST(GptModel, RejectsBadConfigsNamingTheField) {

@@ -1,0 +1,40 @@
+// Incremental decoding of the GPT of gpt.h with a key/value cache: each appended token runs the model on one
+// position, attending to the keys and values its predecessors left in the cache, so generating n tokens
+// costs n single-position passes instead of n passes over the whole context. Same parameter layout, same
+// kernels (layernorm, matmul, GELU) as GptModel; the logits agree with GptModel::forward's at every position
+// to float rounding (the test compares them).
+#pragma once
+
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/gpt.h"
+
+namespace memwall::model {
+
+class GptDecoder {
+ public:
+  // `params`: the flat array of gpt_param_layout(c), which must outlive the decoder.
+  GptDecoder(const GptConfig& c, const float* params);
+
+  // Forgets every cached position.
+  void reset() { pos_ = 0; }
+  // Runs the model on `token` at the next position (0 after reset) and returns that position's logits
+  // [vocab], valid until the next append. Error when the context is full (c.max_seq positions) or the token
+  // is outside the vocabulary.
+  Result<const float*> append(int token);
+  int positions() const { return pos_; }
+
+ private:
+  GptConfig c_;
+  const float* params_;
+  std::vector<ParamTensor> layout_;  // by position in gpt_param_layout
+  int pos_ = 0;
+  // Per layer: keys and values of every cached position, [max_seq][C] each.
+  std::vector<std::vector<float>> k_, v_;
+  // One position's activations.
+  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, scores_, logits_;
+  float mean_ = 0, rstd_ = 0;
+};
+
+}  // namespace memwall::model
