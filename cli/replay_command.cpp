@@ -63,15 +63,14 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     hardware_json = d->header.hardware_json;
     auto g = import_memwall_trace(*d, pid, first, last);
     if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
-    // memwall train traces each step's last micro-batch only (with the optimizer step): say so.
+    // A step of memwall train with gradient accumulation is all its micro-batches: say so.
     const json summary =
         json::parse(d->header.summary_json.empty() ? "{}" : d->header.summary_json, nullptr, false);
     gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
     if (gas > 1 && !quiet) {
       std::fprintf(stderr,
-                   "memwall: note: %s was trained with %d micro-batches per step and holds each step's last "
-                   "one (with the optimizer step): the iterations below are that micro-batch, not the whole "
-                   "step\n",
+                   "memwall: note: %s was trained with %d micro-batches per step: each iteration below is "
+                   "a whole step (the micro-batches back to back, the optimizer step after the last)\n",
                    path.c_str(), gas);
     }
     return g;
@@ -198,7 +197,7 @@ int run_replay(const ReplayOptions& opt) {
                 {"measured_iteration_s", measured},
                 {"replayed_iteration_s", replayed},
                 {"error", error}};
-    // Trained with gradient accumulation: the iterations are each step's last micro-batch.
+    // Trained with gradient accumulation: each iteration is a whole step of that many micro-batches.
     if (gas > 1) row["gradient_accumulation_steps"] = gas;
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
       row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};

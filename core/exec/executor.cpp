@@ -177,6 +177,21 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
   return result;
 }
 
+RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunResult>& runs) {
+  RunResult out;
+  for (const RunResult& r : runs) {
+    out.makespan_s += r.makespan_s;
+    for (int i = 0; i < kResourceCount; ++i) out.busy_s[i] += r.busy_s[i];
+  }
+  out.timing.resize(a.schedule.tasks.size());
+  for (std::size_t i = 0; i < out.timing.size(); ++i) {
+    const RunResult& r = runs[static_cast<std::size_t>(a.micro[i])];
+    out.timing[i] = r.timing[static_cast<std::size_t>(a.origin[i])];
+    out.timing[i].task = static_cast<int>(i);
+  }
+  return out;
+}
+
 Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
                                                  int accumulation_steps, const HardwareSpec& hw) {
   AccumulatedRun out;

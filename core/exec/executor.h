@@ -86,6 +86,10 @@ struct AccumulatedRun {
   double iteration_s = 0;
   double busy_s[kResourceCount] = {};  // per resource over the whole iteration
 };
+// The run of accumulated_schedule(s, G) from the runs of its G copies (runs[k]: micro-batch k's timings,
+// indexed by the task ids of `s`, on one clock): makespan and busy time summed over the runs.
+RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunResult>& runs);
+
 Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
                                                  int accumulation_steps, const HardwareSpec& hw);
 

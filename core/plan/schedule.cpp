@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace memwall {
 
@@ -41,6 +42,56 @@ Schedule without_optimizer_phase(const Schedule& s) {
         deps.push_back(renumbered[static_cast<std::size_t>(d)]);
     }
     t.deps = std::move(deps);
+  }
+  return out;
+}
+
+AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_steps) {
+  const int G = std::max(1, accumulation_steps);
+  AccumulatedSchedule out;
+  out.schedule = s;
+  Schedule& a = out.schedule;
+  a.tasks.clear();
+  std::vector<int> prev_sinks;                 // the previous copy's tasks nothing in it depends on
+  std::vector<int> setup(s.tasks.size(), -1);  // a setup task's id in the first copy
+  for (int k = 0; k < G; ++k) {
+    std::vector<int> id(s.tasks.size(), -1);
+    const std::size_t first = a.tasks.size();
+    for (const Task& t : s.tasks) {
+      const auto i = static_cast<std::size_t>(t.id);
+      if ((k > 0 && t.phase == Phase::kSetup) || (k + 1 < G && t.phase == Phase::kOptimizer)) continue;
+      Task c = t;
+      c.id = static_cast<int>(a.tasks.size());
+      if (k + 1 < G)
+        c.name = "micro-batch " + std::to_string(k + 1) + "/" + std::to_string(G) + ": " + t.name;
+      c.deps.clear();
+      bool in_copy = false;  // depends on a task of this copy
+      for (int d : t.deps) {
+        const auto di = static_cast<std::size_t>(d);
+        if (id[di] >= 0) {
+          c.deps.push_back(id[di]);
+          in_copy = true;
+        } else if (setup[di] >= 0) {
+          c.deps.push_back(setup[di]);
+        }
+      }
+      if (!in_copy) c.deps.insert(c.deps.end(), prev_sinks.begin(), prev_sinks.end());
+      id[i] = c.id;
+      if (t.phase == Phase::kSetup) setup[i] = c.id;
+      out.origin.push_back(t.id);
+      out.micro.push_back(k);
+      a.tasks.push_back(std::move(c));
+    }
+    std::vector<char> depended(a.tasks.size() - first, 0);
+    for (std::size_t i = first; i < a.tasks.size(); ++i) {
+      for (int d : a.tasks[i].deps) {
+        if (static_cast<std::size_t>(d) >= first) depended[static_cast<std::size_t>(d) - first] = 1;
+      }
+    }
+    prev_sinks.clear();
+    for (std::size_t i = first; i < a.tasks.size(); ++i) {
+      if (depended[i - first] == 0) prev_sinks.push_back(static_cast<int>(i));
+    }
   }
   return out;
 }

@@ -107,6 +107,17 @@ std::uint64_t fingerprint(const Schedule& s);
 // Tasks are renumbered; dependencies on the dropped tasks are dropped; buffers are kept as they are.
 Schedule without_optimizer_phase(const Schedule& s);
 
+// A whole gradient-accumulation step as one schedule, as memwall train runs it: G copies of `s`, the first
+// G - 1 without the optimizer phase and every copy after the first without the setup tasks (persistent
+// buffers are allocated once); each copy starts when every task of the one before has finished (the
+// micro-batches run back to back). Task names of the first G - 1 copies start with "micro-batch k/G: ".
+// origin[i] and micro[i]: task i's id in `s` and its micro-batch (0-based). G = 1 gives `s`.
+struct AccumulatedSchedule {
+  Schedule schedule;
+  std::vector<int> origin, micro;
+};
+AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_steps);
+
 // Memory occupancy from replaying the schedule's alloc/free tasks in task order.
 struct MemoryTimeline {
   struct Sample {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -134,7 +135,16 @@ struct Zero3Trainer::State {
   StepStats stats;
   std::vector<double> moved;        // per task: bytes really moved in the last run
   std::vector<double> moved_train;  // the same for the last training step (every step moves the same)
+  // Gradient accumulation on NVMe: the earlier micro-batches' sums read back inside gradient writes (NVMe
+  // reads that no task of the schedule names), this run.
+  std::atomic<std::uint64_t> accumulation_read_bytes{0};
   RunResult last_run;
+  // Gradient accumulation: the last step's runs (one per micro-batch) and bytes moved in each, and that
+  // step as one schedule (accumulated_schedule), rebuilt when the micro-batch count changes.
+  std::vector<RunResult> micro_runs;
+  std::vector<std::vector<double>> micro_moved;
+  AccumulatedSchedule accumulated;
+  int accumulated_steps = 1;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   kernels::AdamHyper adam_hyper;  // step set per iteration
   int micro = 0;                  // gradient accumulation: the micro-batch running (0: the first)
@@ -643,6 +653,7 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
       std::vector<float> sum(pt.shard);
       MW_RETURN_IF_ERROR(
           store_get(store_key("grad", static_cast<std::size_t>(t.param)), sum.data(), pt.shard * 4));
+      accumulation_read_bytes += pt.shard * 4;
       for (std::size_t i = 0; i < pt.shard; ++i) slot[i] += sum[i];
     }
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
@@ -917,9 +928,14 @@ const RunResult& Zero3Trainer::last_run() const {
 }
 
 Schedule Zero3Trainer::measured_schedule() const {
-  Schedule s = st_->sched;
+  const bool accumulating = st_->accumulated_steps > 1;
+  Schedule s = accumulating ? st_->accumulated.schedule : st_->sched;
   for (Task& t : s.tasks) {
-    if (t.resource != Resource::kNone) t.bytes = st_->moved_train[static_cast<std::size_t>(t.id)];
+    if (t.resource == Resource::kNone) continue;
+    const auto i = static_cast<std::size_t>(t.id);
+    t.bytes = accumulating ? st_->micro_moved[static_cast<std::size_t>(st_->accumulated.micro[i])]
+                                             [static_cast<std::size_t>(st_->accumulated.origin[i])]
+                           : st_->moved_train[i];
   }
   for (Buffer& b : s.buffers) b.bytes = st_->bytes_of(b);
 #if MEMWALL_HAVE_CUDA
@@ -1439,6 +1455,7 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   }
   st.adam_hyper.step = step_ + 1;
   std::fill(st.moved.begin(), st.moved.end(), 0.0);
+  st.accumulation_read_bytes = 0;
   const int step_no = train ? static_cast<int>(step_ + 1) : 0;
   const std::string at = !train                       ? "eval "
                          : optimizer && st.micro == 0 ? "step " + std::to_string(step_no) + " "
@@ -1501,6 +1518,7 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
     stats.busy_s[r] += c.end_s - c.start_s;
     stats.bytes[r] += st.moved[static_cast<std::size_t>(t.id)];
   }
+  stats.bytes[static_cast<int>(Resource::kNvmeRead)] += static_cast<double>(st.accumulation_read_bytes.load());
   const RunBreakdown rb = analyze_run(s, *run);  // tasks left out ran for no time
   stats.transfer_s = rb.transfer_s;
   stats.transfer_overlapped_s = rb.transfer_overlapped_s;
@@ -1544,12 +1562,18 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
   st.adam_hyper.grad_scale = static_cast<float>(micro_batches);  // the mean of the micro-batches' gradients
   StepStats total;
   float loss = 0;
+  st.micro_runs.clear();
+  st.micro_moved.clear();
   for (int k = 0; k < micro_batches; ++k) {
     st.micro = k;
     auto l = run_phases(tokens + k * per, targets + k * per, true, k + 1 == micro_batches);
     st.micro = 0;
     if (!l.is_ok()) return l;
     loss += *l;
+    if (micro_batches > 1) {
+      st.micro_runs.push_back(st.last_run);
+      st.micro_moved.push_back(st.moved);
+    }
     const StepStats& one = st.stats;
     total.seconds += one.seconds;
     for (int r = 0; r < kResourceCount; ++r) {
@@ -1562,6 +1586,14 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
     std::copy(std::begin(one.capacity_bytes), std::end(one.capacity_bytes), total.capacity_bytes);
   }
   st.stats = total;
+  // The whole step as one run of one schedule, so that a trace holds every micro-batch.
+  if (micro_batches > 1) {
+    if (st.accumulated_steps != micro_batches || st.accumulated.schedule.tasks.empty()) {
+      st.accumulated = accumulated_schedule(st.sched, micro_batches);
+    }
+    st.last_run = accumulated_run(st.accumulated, st.micro_runs);
+  }
+  st.accumulated_steps = micro_batches;
   return loss / static_cast<float>(micro_batches);
 }
 

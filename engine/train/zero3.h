@@ -103,7 +103,8 @@ class Zero3Trainer {
   // the first G - 1 run the schedule without its optimizer phase (their gradients summed where the optimizer
   // finds them: the persistent fp32 gradients on the device or in CPU memory, or read, added to and
   // rewritten on NVMe), the last runs all of it, and Adam divides the sum by G. Returns the loss averaged
-  // over the micro-batches and ranks; last_step() sums the G runs, last_run() is the last one's.
+  // over the micro-batches and ranks; last_step() sums the G runs; last_run() and measured_schedule() are
+  // the whole step's, as one run of accumulated_schedule(schedule(), G).
   Result<float> step(const int* tokens, const int* targets, int micro_batches = 1);
 
   // The mean loss of this rank's batch without updating anything: the schedule's forward tasks only.

@@ -882,6 +882,37 @@ TEST(CliReplay, ReplaysATrainTraceWithWhatIfsAndNamesBadInput) {
   EXPECT_NE(r.output.find("replay-truncated.json: not valid JSON"), std::string::npos) << r.output;
 }
 
+// With gradient accumulation a traced step is every micro-batch (forward and backward G times, the
+// optimizer once), and replay reads it as one iteration.
+TEST(CliReplay, ATrainTraceWithAccumulationHoldsWholeSteps) {
+  const std::string data = write_file("replay-gas.txt", training_text());
+  auto traced = [&](int G) {
+    const std::string trace =
+        (std::filesystem::current_path() / "cli_test_files" / ("replay-gas" + std::to_string(G) + ".json"))
+            .string();
+    CmdResult r = memwall("train --steps 2 --eval-batches 1 --trace " + trace + " --data " + data + " " +
+                          kTinyModel + " --set '{\"gradient_accumulation_steps\": " + std::to_string(G) +
+                          ", \"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(trace);
+    std::stringstream text;
+    text << in.rdbuf();
+    r = memwall("replay " + trace + " --fast --json", false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::make_pair(parse_json(r.output).at("replay").at(0), text.str());
+  };
+  const auto [one, one_text] = traced(1);
+  const auto [two, two_text] = traced(2);
+  EXPECT_EQ(one_text.find("micro-batch 1/"), std::string::npos);
+  EXPECT_NE(two_text.find("\"micro-batch 1/2: "), std::string::npos);
+  EXPECT_EQ(two.at("gradient_accumulation_steps"), 2);
+  EXPECT_EQ(two.at("steps").at(1), 2);  // two steps, not four micro-batches
+  // Forward and backward twice, the optimizer's tasks once.
+  const auto n1 = one.at("tasks").get<std::size_t>(), n2 = two.at("tasks").get<std::size_t>();
+  EXPECT_GT(n2, n1 + n1 / 2) << n1 << " vs " << n2;
+  EXPECT_LT(n2, 2 * n1);
+}
+
 TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
   const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "calibrate";
   std::filesystem::create_directories(dir);

@@ -348,6 +348,73 @@ TEST(Planner, AMicroStepIsTheIterationWithoutItsOptimizer) {
   }
 }
 
+// A whole accumulation step as one schedule (memwall train's traces): the setup once, G forward/backward
+// copies, the optimizer once, the copies back to back; it takes as long as the micro-steps run one after
+// another, holds the same memory at its peak, and its run is merged from the copies' runs.
+TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const char* runname : {"zero-3", "zero-infinity-nvme"}) {
+    RunConfig run = testing::load_run_scenario(runname);
+    ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+    const Schedule s = plan_iteration(m, run, hw).value();
+    std::size_t setup = 0, optimizer = 0, rest = 0;
+    for (const Task& t : s.tasks) {
+      (t.phase == Phase::kSetup ? setup : t.phase == Phase::kOptimizer ? optimizer : rest) += 1;
+    }
+    const int G = 3;
+    const AccumulatedSchedule a = accumulated_schedule(s, G);
+    ASSERT_EQ(a.schedule.tasks.size(), setup + G * rest + optimizer) << runname;
+    ASSERT_EQ(a.origin.size(), a.schedule.tasks.size());
+    for (std::size_t i = 0; i < a.schedule.tasks.size(); ++i) {
+      const Task& t = a.schedule.tasks[i];
+      const Task& o = s.tasks[static_cast<std::size_t>(a.origin[i])];
+      EXPECT_EQ(t.id, static_cast<int>(i));
+      EXPECT_EQ(t.kind, o.kind);
+      EXPECT_EQ(t.bytes, o.bytes);
+      for (int d : t.deps) ASSERT_TRUE(d >= 0 && d < t.id) << t.name;
+      if (o.phase == Phase::kSetup) {
+        EXPECT_EQ(a.micro[i], 0);
+      } else if (o.phase == Phase::kOptimizer) {
+        EXPECT_EQ(a.micro[i], G - 1);
+      }
+      const bool named = t.name.rfind("micro-batch " + std::to_string(a.micro[i] + 1) + "/3: ", 0) == 0;
+      EXPECT_EQ(named, a.micro[i] + 1 < G) << t.name;
+    }
+    EXPECT_DOUBLE_EQ(a.schedule.flops(), G * s.flops());
+    const MemoryTimeline one = replay_memory(s).value(), all = replay_memory(a.schedule).value();
+    for (int tier = 0; tier < kTierCount; ++tier)
+      EXPECT_DOUBLE_EQ(all.peak_bytes[tier], one.peak_bytes[tier]);
+    // As long as the micro-steps one after another on the reference executor.
+    const AccumulatedRun apart = run_reference_accumulated(s, without_optimizer_phase(s), G, hw).value();
+    ReferenceExecutor exec(hw, s.ranks_per_node);
+    const RunResult together = run_schedule(a.schedule, exec).value();
+    EXPECT_NEAR(together.makespan_s, apart.iteration_s, 1e-9 * apart.iteration_s) << runname;
+    // Merged from the copies' runs: every task's timing from its copy's run, busy time summed.
+    std::vector<RunResult> runs(G);
+    for (int k = 0; k < G; ++k) {
+      runs[static_cast<std::size_t>(k)].makespan_s = 1 + k;
+      runs[static_cast<std::size_t>(k)].busy_s[0] = 0.5;
+      for (const Task& t : s.tasks)
+        runs[static_cast<std::size_t>(k)].timing.push_back({t.id, 10.0 * k, 10.0 * k + t.id});
+    }
+    const RunResult merged = accumulated_run(a, runs);
+    EXPECT_DOUBLE_EQ(merged.makespan_s, 6);
+    EXPECT_DOUBLE_EQ(merged.busy_s[0], 1.5);
+    for (std::size_t i = 0; i < merged.timing.size(); ++i) {
+      EXPECT_EQ(merged.timing[i].task, static_cast<int>(i));
+      EXPECT_DOUBLE_EQ(merged.timing[i].start_s, 10.0 * a.micro[i]);
+      EXPECT_DOUBLE_EQ(merged.timing[i].end_s, 10.0 * a.micro[i] + a.origin[i]);
+    }
+  }
+  // One micro-batch: the schedule itself.
+  const ModelSpec m2 = testing::load_model_scenario("paper-10b");
+  RunConfig run = testing::load_run_scenario("zero-3");
+  ASSERT_TRUE(resolve_run_config(run, m2, hw).is_ok());
+  const Schedule s = plan_iteration(m2, run, hw).value();
+  EXPECT_EQ(fingerprint(accumulated_schedule(s, 1).schedule), fingerprint(s));
+}
+
 TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
   // Tolerance (docs/memory-model.md): CPU and NVMe within 1%. On the GPU the analytic model adds every
   // buffer up as if all were live at once, so the schedule's peak is at most that sum (+2%) and at least
