@@ -135,15 +135,21 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   if (G > 1) {
     out["notes"].push_back(strprintf(
         "gradient accumulation: %d micro-steps per iteration, the first %d without the optimizer phase; "
-        "times, "
-        "bytes and the breakdown cover all of them, a trace shows the last (with the optimizer step)",
+        "times, bytes, the breakdown and a trace cover all of them",
         G, G - 1));
   }
   if (!opt.trace_path.empty()) {
     const json summary = {
         {"iteration_s", iteration_s}, {"tflops_per_gpu", tflops}, {"peak_bytes", out["peak_bytes"]}};
-    MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run, *s, result,
-                                       summary.dump()));
+    if (G > 1) {  // the whole iteration: the micro-steps and the step end to end
+      const AccumulatedSchedule a = accumulated_schedule(*s, G);
+      MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run,
+                                         a.schedule, accumulated_run(*s, a, micro_result, result),
+                                         summary.dump()));
+    } else {
+      MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run, *s,
+                                         result, summary.dump()));
+    }
     out["trace"] = opt.trace_path;
   }
   return Status::ok();

@@ -192,6 +192,30 @@ RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunRes
   return out;
 }
 
+RunResult accumulated_run(const Schedule& s, const AccumulatedSchedule& a, const RunResult& micro,
+                          const RunResult& step) {
+  int G = 1;
+  for (int k : a.micro) G = std::max(G, k + 1);
+  std::vector<RunResult> runs(static_cast<std::size_t>(G));
+  double offset = 0;
+  for (int k = 0; k < G; ++k) {
+    const bool last = k + 1 == G;
+    const RunResult& from = last ? step : micro;
+    RunResult& r = runs[static_cast<std::size_t>(k)];
+    r.makespan_s = from.makespan_s;
+    std::copy(std::begin(from.busy_s), std::end(from.busy_s), r.busy_s);
+    r.timing.resize(s.tasks.size());
+    std::size_t j = 0;  // the task's id in without_optimizer_phase(s), which keeps the order
+    for (const Task& t : s.tasks) {
+      if (!last && t.phase == Phase::kOptimizer) continue;
+      const Completion& c = from.timing[last ? static_cast<std::size_t>(t.id) : j++];
+      r.timing[static_cast<std::size_t>(t.id)] = {t.id, c.start_s + offset, c.end_s + offset};
+    }
+    offset += from.makespan_s;
+  }
+  return accumulated_run(a, runs);
+}
+
 Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
                                                  int accumulation_steps, const HardwareSpec& hw) {
   AccumulatedRun out;

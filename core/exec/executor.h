@@ -89,6 +89,10 @@ struct AccumulatedRun {
 // The run of accumulated_schedule(s, G) from the runs of its G copies (runs[k]: micro-batch k's timings,
 // indexed by the task ids of `s`, on one clock): makespan and busy time summed over the runs.
 RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunResult>& runs);
+// The same from one run of without_optimizer_phase(s) (`micro`, repeated G - 1 times) and one of `s`
+// (`step`), each on a clock from zero, as the simulator runs them: laid end to end on one clock.
+RunResult accumulated_run(const Schedule& s, const AccumulatedSchedule& a, const RunResult& micro,
+                          const RunResult& step);
 
 Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
                                                  int accumulation_steps, const HardwareSpec& hw);

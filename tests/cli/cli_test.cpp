@@ -351,6 +351,20 @@ TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
                 a["breakdown_s"]["optimizer_step"].get<double>(),
                 0.01 * a["breakdown_s"]["optimizer_step"].get<double>() + 1e-9)
         << executor;
+    // The trace is the whole iteration: replayed, its measured iteration is the simulated one, and the
+    // replay takes as long.
+    const std::string trace = (std::filesystem::current_path() / "cli_test_files" /
+                               (std::string("sim-gas") + (executor[0] != 0 ? "-fast" : "") + ".json"))
+                                  .string();
+    const CmdResult traced =
+        memwall(base + executor + " --set '{\"gradient_accumulation_steps\": 3}' --trace " + trace, false);
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    const CmdResult replayed = memwall("replay " + trace + " --fast --json", false);
+    ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+    const double it = parse_json(traced.output)["iteration_s"].get<double>();
+    const nlohmann::json r = parse_json(replayed.output)["replay"][0];
+    EXPECT_NEAR(r["measured_iteration_s"].get<double>(), it, 1e-6 * it) << executor;
+    EXPECT_NEAR(r["replayed_iteration_s"].get<double>(), it, 0.01 * it) << executor;
   }
 }
 

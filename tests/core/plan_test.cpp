@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -390,6 +391,13 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
     ReferenceExecutor exec(hw, s.ranks_per_node);
     const RunResult together = run_schedule(a.schedule, exec).value();
     EXPECT_NEAR(together.makespan_s, apart.iteration_s, 1e-9 * apart.iteration_s) << runname;
+    // The micro-step's and the step's runs laid end to end (what simulate --trace writes) are that run.
+    const RunResult laid = accumulated_run(s, a, apart.micro, apart.step);
+    EXPECT_NEAR(laid.makespan_s, apart.iteration_s, 1e-9 * apart.iteration_s) << runname;
+    double worst = 0;
+    for (std::size_t i = 0; i < laid.timing.size(); ++i)
+      worst = std::max(worst, std::fabs(laid.timing[i].end_s - together.timing[i].end_s));
+    EXPECT_LT(worst, 1e-9 * apart.iteration_s) << runname;
     // Merged from the copies' runs: every task's timing from its copy's run, busy time summed.
     std::vector<RunResult> runs(G);
     for (int k = 0; k < G; ++k) {
