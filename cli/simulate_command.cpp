@@ -36,39 +36,37 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   Result<MemoryTimeline> tl = replay_memory(*s);
   if (!tl.is_ok()) return tl.status();
 
-  // Gradient accumulation: an iteration is G micro-steps, the last with the optimizer step. The ones before
-  // it run the schedule without its optimizer phase.
+  // Gradient accumulation: an iteration is G micro-steps back to back, the last with the optimizer step
+  // (accumulated_schedule, the schedule memwall train runs such a step as).
   const int G = run.accumulation_steps();
-  const Schedule micro = G > 1 ? without_optimizer_phase(*s) : Schedule{};
-  RunResult result, micro_result;
+  const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(*s, G) : AccumulatedSchedule{};
+  const Schedule& iteration = G > 1 ? acc.schedule : *s;
+  RunResult result;
   double iteration_s = 0;
   double node_busy[kResourceCount] = {};
   json sim_info;
   if (opt.fast) {
-    Result<AccumulatedRun> r = run_reference_accumulated(*s, micro, G, in->hw);
+    ReferenceExecutor exec(in->hw, s->ranks_per_node);
+    Result<RunResult> r = run_schedule(iteration, exec);
     if (!r.is_ok()) return r.status();
-    result = std::move(r->step);
-    micro_result = std::move(r->micro);
-    iteration_s = r->iteration_s;
+    result = std::move(*r);
+    iteration_s = result.makespan_s;
     sim_info = {{"executor", "reference"}};
     // Ranks are identical and each has its fixed share of node resources: they run side by side.
-    std::copy(std::begin(r->busy_s), std::end(r->busy_s), node_busy);
+    std::copy(std::begin(result.busy_s), std::end(result.busy_s), node_busy);
   } else {
 #if MEMWALL_WITH_SIMGRID
     sim::SimulateOptions so;
     so.iterations = opt.iterations;
-    so.accumulation_steps = G;
-    so.micro_step = G > 1 ? &micro : nullptr;
     if (show_progress && isatty(STDERR_FILENO)) {
       so.progress = [](double, double t) {
         std::fprintf(stderr, "\rsimulating: %.1f s of simulated time", t);
       };
     }
-    Result<sim::SimulationResult> r = sim::simulate_schedule(*s, in->hw, so);
+    Result<sim::SimulationResult> r = sim::simulate_schedule(iteration, in->hw, so);
     if (so.progress) std::fprintf(stderr, "\r%60s\r", "");
     if (!r.is_ok()) return r.status();
     result = std::move(r->rank0);
-    micro_result = std::move(r->rank0_micro);
     iteration_s = r->iteration_s;
     std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), node_busy);
     sim_info = {{"executor", "simgrid"},
@@ -82,8 +80,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
     return Status::unavailable("this memwall was built without SimGrid (MEMWALL_SIMGRID); use --fast");
 #endif
   }
-  const RunBreakdown b = G > 1 ? add_runs(analyze_run(*s, result), analyze_run(micro, micro_result), G - 1)
-                               : analyze_run(*s, result);
+  const RunBreakdown b = analyze_run(iteration, result);
   const BandwidthReport bw = analyze_bandwidth(in->model, run, in->hw, 0.9);
   const double flops = G * bw.flops_per_iteration;  // Eq. 7 is one micro-batch's
   const double tflops = flops / iteration_s / 1e12;
@@ -105,8 +102,11 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["flops_per_gpu_per_iteration"] = flops;
   out["gradient_accumulation_steps"] = G;
   if (G > 1) {
-    out["micro_step_s"] = micro_result.makespan_s;  // one micro-step without the optimizer
-    out["last_micro_step_s"] = result.makespan_s;   // the last, with it
+    const std::vector<double> each = micro_batch_seconds(acc, result);
+    double before = 0;
+    for (int k = 0; k + 1 < G; ++k) before += each[static_cast<std::size_t>(k)];
+    out["micro_step_s"] = before / (G - 1);  // the mean of the micro-steps without the optimizer
+    out["last_micro_step_s"] = each.back();  // the last, with it
   }
   out["breakdown_s"] = {{"compute", b.compute_s},
                         {"exposed_communication", b.exposed_comm_s},
@@ -134,22 +134,15 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["notes"] = s->notes;
   if (G > 1) {
     out["notes"].push_back(strprintf(
-        "gradient accumulation: %d micro-steps per iteration, the first %d without the optimizer phase; "
-        "times, bytes, the breakdown and a trace cover all of them",
+        "gradient accumulation: %d micro-steps per iteration back to back, the first %d without the "
+        "optimizer phase; times, bytes, the breakdown and a trace cover all of them",
         G, G - 1));
   }
   if (!opt.trace_path.empty()) {
     const json summary = {
         {"iteration_s", iteration_s}, {"tflops_per_gpu", tflops}, {"peak_bytes", out["peak_bytes"]}};
-    if (G > 1) {  // the whole iteration: the micro-steps and the step end to end
-      const AccumulatedSchedule a = accumulated_schedule(*s, G);
-      MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run,
-                                         a.schedule, accumulated_run(*s, a, micro_result, result),
-                                         summary.dump()));
-    } else {
-      MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run, *s,
-                                         result, summary.dump()));
-    }
+    MW_RETURN_IF_ERROR(write_run_trace(opt.trace_path, sim_info["executor"], "simulate", *in, run, iteration,
+                                       result, summary.dump()));
     out["trace"] = opt.trace_path;
   }
   return Status::ok();
@@ -171,8 +164,8 @@ void print_simulation(const json& o) {
       o["flops_per_gpu_per_iteration"].get<double>());
   if (o.value("gradient_accumulation_steps", 1) > 1) {
     std::printf(
-        "gradient accumulation: %d micro-batches per iteration, %d x %.3f s without the optimizer step, "
-        "then %.3f s with it\n\n",
+        "gradient accumulation: %d micro-batches per iteration, %d without the optimizer step (%.3f s "
+        "each on average), then %.3f s with it\n\n",
         o["gradient_accumulation_steps"].get<int>(), o["gradient_accumulation_steps"].get<int>() - 1,
         o["micro_step_s"].get<double>(), o["last_micro_step_s"].get<double>());
   }

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 
 #include "cli_common.h"
@@ -165,22 +166,24 @@ py::list max_model(const std::string& hardware, const std::string& model, const 
   return out;
 }
 
-// With gradient accumulation (G > 1) `micro` is one of the G - 1 micro-steps before the step `r` with the
-// optimizer; iteration_s covers all G.
+// `s`: the iteration as run (with gradient accumulation G > 1, accumulated_schedule's `acc.schedule`).
 py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, const std::string& executor,
-                  int G, const RunResult& micro) {
+                  int G, const AccumulatedSchedule& acc) {
   py::dict out;
   out["executor"] = executor;
   out["iteration_s"] = iteration_s;
   out["tasks"] = s.tasks.size();
   out["gradient_accumulation_steps"] = G;
-  if (G > 1) out["micro_step_s"] = micro.makespan_s;
-  out["flops_per_iteration"] = G * s.flops();
-  out["tflops_per_gpu"] = iteration_s > 0 ? G * s.flops() / iteration_s / 1e12 : 0.0;
+  if (G > 1) {
+    const std::vector<double> each = micro_batch_seconds(acc, r);
+    out["micro_step_s"] = std::accumulate(each.begin(), each.end() - 1, 0.0) / (G - 1);
+  }
+  out["flops_per_iteration"] = s.flops();
+  out["tflops_per_gpu"] = iteration_s > 0 ? s.flops() / iteration_s / 1e12 : 0.0;
   py::dict busy;
   for (int k = 0; k < kResourceCount; ++k) {
     if (static_cast<Resource>(k) != Resource::kNone)
-      busy[resource_name(static_cast<Resource>(k))] = r.busy_s[k] + (G > 1 ? (G - 1) * micro.busy_s[k] : 0.0);
+      busy[resource_name(static_cast<Resource>(k))] = r.busy_s[k];
   }
   out["busy_s"] = busy;
   const MemoryTimeline tl = value_or_raise(replay_memory(s));
@@ -196,37 +199,33 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
                           const std::string& trace) {
   const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
   const Schedule s = value_or_raise(plan_iteration(in.model, in.run, in.hw));
-  // Gradient accumulation: G - 1 micro-steps without the optimizer phase, then the full schedule.
+  // Gradient accumulation: the G micro-steps back to back, the optimizer after the last.
   const int G = in.run.accumulation_steps();
-  const Schedule micro = G > 1 ? without_optimizer_phase(s) : Schedule{};
-  RunResult result, micro_result;
+  const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(s, G) : AccumulatedSchedule{};
+  const Schedule& iteration = G > 1 ? acc.schedule : s;
+  RunResult result;
   double iteration_s = 0;
   std::string executor = "reference";
   if (simulate) {
 #if MEMWALL_WITH_SIMGRID
-    sim::SimulateOptions so;
-    so.accumulation_steps = G;
-    so.micro_step = G > 1 ? &micro : nullptr;
-    sim::SimulationResult r = value_or_raise(sim::simulate_schedule(s, in.hw, so));
+    sim::SimulationResult r = value_or_raise(sim::simulate_schedule(iteration, in.hw, {}));
     result = std::move(r.rank0);
-    micro_result = std::move(r.rank0_micro);
     iteration_s = r.iteration_s;
     executor = "simgrid";
 #else
     throw std::runtime_error("memwall was built without SimGrid");
 #endif
   } else {
-    AccumulatedRun r = value_or_raise(run_reference_accumulated(s, micro, G, in.hw));
-    result = std::move(r.step);
-    micro_result = std::move(r.micro);
-    iteration_s = r.iteration_s;
+    ReferenceExecutor exec(in.hw, s.ranks_per_node);
+    result = value_or_raise(run_schedule(iteration, exec));
+    iteration_s = result.makespan_s;
   }
   if (!trace.empty()) {
-    const Status st =
-        cli::write_run_trace(trace, executor, simulate ? "simulate" : "plan", in, in.run, s, result, "{}");
+    const Status st = cli::write_run_trace(trace, executor, simulate ? "simulate" : "plan", in, in.run,
+                                           iteration, result, "{}");
     if (!st.is_ok()) raise(st);
   }
-  return run_dict(s, result, iteration_s, executor, G, micro_result);
+  return run_dict(iteration, result, iteration_s, executor, G, acc);
 }
 
 py::dict read_trace_file(const std::string& path) {

@@ -232,9 +232,7 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
-  // [0]: the step with the optimizer; [1]: a micro-step before it (gradient accumulation only).
-  std::vector<std::vector<Interval>> node_intervals[2] = {std::vector<std::vector<Interval>>(kResourceCount),
-                                                          std::vector<std::vector<Interval>>(kResourceCount)};
+  std::vector<std::vector<Interval>> node_intervals(kResourceCount);
   // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
   std::vector<std::unique_ptr<SimGridExecutor>> execs;
   for (int r = 0; r < rpn; ++r)
@@ -242,28 +240,21 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   for (int r = 0; r < rpn; ++r) {
     sg4::Actor::create("rank" + std::to_string(r), platform.gpu(r), [&, r]() {
       SimGridExecutor& exec = *execs[r];
-      const int micro_steps = opt.micro_step != nullptr ? std::max(1, opt.accumulation_steps) - 1 : 0;
       for (int it = 0; it < opt.iterations; ++it) {
-        for (int k = 0; k <= micro_steps; ++k) {
-          const bool last_micro = k + 1 == micro_steps, full = k == micro_steps;
-          const Schedule& sched = full ? s : *opt.micro_step;
-          exec.reset_origin();
-          Result<RunResult> run = run_schedule(sched, exec);
-          if (!run.is_ok()) {
-            failure = run.status();
-            return;
+        exec.reset_origin();
+        Result<RunResult> run = run_schedule(s, exec);
+        if (!run.is_ok()) {
+          failure = run.status();
+          return;
+        }
+        if (it + 1 == opt.iterations) {
+          // Each rank's intervals from its iteration's start.
+          for (const Task& t : s.tasks) {
+            if (t.resource == Resource::kNone) continue;
+            const Completion& c = run->timing[t.id];
+            node_intervals[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
           }
-          if (it + 1 == opt.iterations && (full || last_micro)) {
-            // Each run's intervals from its own start; a node's busy time adds up over the runs.
-            auto& iv = node_intervals[full ? 0 : 1];
-            for (const Task& t : sched.tasks) {
-              if (t.resource == Resource::kNone) continue;
-              const Completion& c = run->timing[t.id];
-              iv[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
-            }
-          }
-          if (r == 0 && full) result.rank0 = std::move(*run);
-          if (r == 0 && last_micro) result.rank0_micro = std::move(*run);
+          if (r == 0) result.rank0 = std::move(*run);
         }
       }
       rank_time[r] = sg4::Engine::get_clock();
@@ -281,11 +272,8 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   engine.run();
   if (!failure.is_ok()) return failure;
   result.iteration_s = *std::max_element(rank_time.begin(), rank_time.end()) / opt.iterations;
-  const int micro_steps = opt.micro_step != nullptr ? std::max(1, opt.accumulation_steps) - 1 : 0;
-  for (int r = 0; r < kResourceCount; ++r) {
-    result.node_busy_s[r] = total_length(interval_union(std::move(node_intervals[0][r]))) +
-                            micro_steps * total_length(interval_union(std::move(node_intervals[1][r])));
-  }
+  for (int r = 0; r < kResourceCount; ++r)
+    result.node_busy_s[r] = total_length(interval_union(std::move(node_intervals[r])));
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   result.peak_rss_bytes = peak_rss();
   return result;
@@ -324,10 +312,6 @@ struct Header {
   std::int32_t ranks = 0;
   double busy[kResourceCount] = {};
   double node_busy[kResourceCount] = {};
-  std::uint64_t micro_payload =
-      0;  // timings of the last micro-step (gradient accumulation), after the step's
-  double micro_makespan_s = 0;
-  double micro_busy[kResourceCount] = {};
 };
 
 }  // namespace
@@ -359,12 +343,8 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
       h.ranks = r->simulated_ranks;
       std::copy(std::begin(r->rank0.busy_s), std::end(r->rank0.busy_s), h.busy);
       std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), h.node_busy);
-      h.micro_payload = r->rank0_micro.timing.size();
-      h.micro_makespan_s = r->rank0_micro.makespan_s;
-      std::copy(std::begin(r->rank0_micro.busy_s), std::end(r->rank0_micro.busy_s), h.micro_busy);
       write_all(fds[1], &h, sizeof h);
       write_all(fds[1], r->rank0.timing.data(), r->rank0.timing.size() * sizeof(Completion));
-      write_all(fds[1], r->rank0_micro.timing.data(), r->rank0_micro.timing.size() * sizeof(Completion));
     }
     ::close(fds[1]);
     std::fflush(nullptr);
@@ -382,13 +362,8 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
     status = Status::internal("simulation failed: " + msg);
   } else {
     out.rank0.timing.resize(h.payload);
-    out.rank0_micro.timing.resize(h.micro_payload);
-    if (!read_all(fds[0], out.rank0.timing.data(), h.payload * sizeof(Completion)) ||
-        !read_all(fds[0], out.rank0_micro.timing.data(), h.micro_payload * sizeof(Completion))) {
+    if (!read_all(fds[0], out.rank0.timing.data(), h.payload * sizeof(Completion)))
       status = Status::internal("simulation result truncated");
-    }
-    out.rank0_micro.makespan_s = h.micro_makespan_s;
-    std::copy(std::begin(h.micro_busy), std::end(h.micro_busy), out.rank0_micro.busy_s);
     out.rank0.makespan_s = h.makespan_s;
     std::copy(std::begin(h.busy), std::end(h.busy), out.rank0.busy_s);
     std::copy(std::begin(h.node_busy), std::end(h.node_busy), out.node_busy_s);

@@ -20,21 +20,15 @@
 namespace memwall::sim {
 
 struct SimulateOptions {
-  int iterations = 1;
-  // Gradient accumulation: each iteration runs `micro_step` (the schedule without its optimizer phase,
-  // without_optimizer_phase) accumulation_steps - 1 times, then the schedule itself.
-  int accumulation_steps = 1;
-  const Schedule* micro_step = nullptr;
+  int iterations = 1;  // (gradient accumulation: simulate accumulated_schedule, one run per iteration)
   // Called from the simulation about once a second of wall time: (fraction of rank-0 tasks done,
   // simulated seconds so far).
   std::function<void(double, double)> progress;
 };
 
 struct SimulationResult {
-  RunResult rank0;  // rank 0's task timings for the last iteration (times from its start)
-  RunResult
-      rank0_micro;  // with gradient accumulation: rank 0's last micro-step before that (times from its start)
-  double iteration_s = 0;   // mean simulated iteration time over the iterations (all of its micro-steps)
+  RunResult rank0;          // rank 0's task timings for the last iteration (times from its start)
+  double iteration_s = 0;   // mean simulated iteration time over the iterations
   int simulated_ranks = 0;  // ranks simulated (one node's)
   double node_busy_s[kResourceCount] = {};  // per resource: time any rank of the node was using it
   std::uint64_t activities = 0;             // SimGrid activities created (execs, comms, I/Os)

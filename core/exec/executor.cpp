@@ -192,46 +192,20 @@ RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunRes
   return out;
 }
 
-RunResult accumulated_run(const Schedule& s, const AccumulatedSchedule& a, const RunResult& micro,
-                          const RunResult& step) {
+std::vector<double> micro_batch_seconds(const AccumulatedSchedule& a, const RunResult& run) {
   int G = 1;
   for (int k : a.micro) G = std::max(G, k + 1);
-  std::vector<RunResult> runs(static_cast<std::size_t>(G));
-  double offset = 0;
-  for (int k = 0; k < G; ++k) {
-    const bool last = k + 1 == G;
-    const RunResult& from = last ? step : micro;
-    RunResult& r = runs[static_cast<std::size_t>(k)];
-    r.makespan_s = from.makespan_s;
-    std::copy(std::begin(from.busy_s), std::end(from.busy_s), r.busy_s);
-    r.timing.resize(s.tasks.size());
-    std::size_t j = 0;  // the task's id in without_optimizer_phase(s), which keeps the order
-    for (const Task& t : s.tasks) {
-      if (!last && t.phase == Phase::kOptimizer) continue;
-      const Completion& c = from.timing[last ? static_cast<std::size_t>(t.id) : j++];
-      r.timing[static_cast<std::size_t>(t.id)] = {t.id, c.start_s + offset, c.end_s + offset};
-    }
-    offset += from.makespan_s;
+  std::vector<double> end(static_cast<std::size_t>(G), -1e300);
+  double start = 1e300;
+  for (std::size_t i = 0; i < a.micro.size(); ++i) {
+    const Completion& c = run.timing[i];
+    start = std::min(start, c.start_s);
+    end[static_cast<std::size_t>(a.micro[i])] = std::max(end[static_cast<std::size_t>(a.micro[i])], c.end_s);
   }
-  return accumulated_run(a, runs);
-}
-
-Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
-                                                 int accumulation_steps, const HardwareSpec& hw) {
-  AccumulatedRun out;
-  ReferenceExecutor exec(hw, s.ranks_per_node);
-  auto step = run_schedule(s, exec);
-  if (!step.is_ok()) return step.status();
-  out.step = std::move(*step);
-  out.iteration_s = out.step.makespan_s;
-  std::copy(std::begin(out.step.busy_s), std::end(out.step.busy_s), out.busy_s);
-  if (accumulation_steps > 1) {
-    ReferenceExecutor micro_exec(hw, s.ranks_per_node);  // its own clock from zero
-    auto micro = run_schedule(micro_step, micro_exec);
-    if (!micro.is_ok()) return micro.status();
-    out.micro = std::move(*micro);
-    out.iteration_s += (accumulation_steps - 1) * out.micro.makespan_s;
-    for (int i = 0; i < kResourceCount; ++i) out.busy_s[i] += (accumulation_steps - 1) * out.micro.busy_s[i];
+  std::vector<double> out;
+  for (double e : end) {
+    out.push_back(e - start);
+    start = e;
   }
   return out;
 }

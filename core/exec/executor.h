@@ -78,23 +78,11 @@ struct RunResult {
 // every earlier one, so memory is taken and given back in the order whose peak the planner checked.
 Result<RunResult> run_schedule(const Schedule& s, Executor& exec);
 
-// One iteration of gradient accumulation on the reference executor: `micro_step` (the schedule without its
-// optimizer phase, without_optimizer_phase) accumulation_steps - 1 times, then `s`, back to back, each on a
-// clock of its own. `micro` is left empty with one step.
-struct AccumulatedRun {
-  RunResult step, micro;  // the step with the optimizer; one micro-step before it
-  double iteration_s = 0;
-  double busy_s[kResourceCount] = {};  // per resource over the whole iteration
-};
 // The run of accumulated_schedule(s, G) from the runs of its G copies (runs[k]: micro-batch k's timings,
 // indexed by the task ids of `s`, on one clock): makespan and busy time summed over the runs.
 RunResult accumulated_run(const AccumulatedSchedule& a, const std::vector<RunResult>& runs);
-// The same from one run of without_optimizer_phase(s) (`micro`, repeated G - 1 times) and one of `s`
-// (`step`), each on a clock from zero, as the simulator runs them: laid end to end on one clock.
-RunResult accumulated_run(const Schedule& s, const AccumulatedSchedule& a, const RunResult& micro,
-                          const RunResult& step);
-
-Result<AccumulatedRun> run_reference_accumulated(const Schedule& s, const Schedule& micro_step,
-                                                 int accumulation_steps, const HardwareSpec& hw);
+// How long each micro-batch of a run of accumulated_schedule took: from the end of the one before (the
+// run's first start for the first) to the end of its last task.
+std::vector<double> micro_batch_seconds(const AccumulatedSchedule& a, const RunResult& run);
 
 }  // namespace memwall

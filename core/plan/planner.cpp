@@ -772,8 +772,18 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
     const double fp32 = 4 * shard / gb_;
     const int pinned = mark(slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last}), p,
                             BufferRole::kGradSwapOut);
+    std::vector<int> before_copy = {last};
+    if (run_.accumulation_steps() > 1) {
+      // Gradient accumulation: after the first micro-batch the sum so far is read back into the slot, the
+      // shard is added to it and the sum written out again.
+      const int sum = of_param(
+          copy(Tier::kNvme, Tier::kCpu, fp32, "nvme->cpu grad sum " + nm, ph, {}, {pinned, opt_states_buf_}),
+          p);
+      s_.tasks[sum].later_micro_batches = true;
+      before_copy.push_back(sum);
+    }
     const int c = of_param(
-        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, pinned}), p);
+        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, before_copy, {shard_buf, pinned}), p);
     last = of_param(
         copy(Tier::kCpu, Tier::kNvme, fp32, "cpu->nvme grad " + nm, ph, {c}, {pinned, opt_states_buf_}), p);
     free_buffer(pinned, ph);

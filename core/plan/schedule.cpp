@@ -17,33 +17,12 @@ std::uint64_t fingerprint(const Schedule& s) {
   for (const Task& t : s.tasks) {
     mix(static_cast<int>(t.kind)), mix(static_cast<int>(t.phase)), mix(static_cast<int>(t.resource));
     mix(static_cast<int>(t.collective)), mix(t.param), mix(t.subgroup), mix(t.buffer), mix(t.bytes),
-        mix(t.flops);
+        mix(t.flops), mix(t.later_micro_batches);
     for (int d : t.deps) mix(d);
     mix(-1);
   }
   for (const Buffer& b : s.buffers) mix(static_cast<int>(b.tier)), mix(b.bytes), mix(b.pool);
   return h;
-}
-
-Schedule without_optimizer_phase(const Schedule& s) {
-  Schedule out = s;
-  out.tasks.clear();
-  std::vector<int> renumbered(s.tasks.size(), -1);
-  for (const Task& t : s.tasks) {
-    if (t.phase == Phase::kOptimizer) continue;
-    renumbered[static_cast<std::size_t>(t.id)] = static_cast<int>(out.tasks.size());
-    out.tasks.push_back(t);
-  }
-  for (Task& t : out.tasks) {
-    t.id = renumbered[static_cast<std::size_t>(t.id)];
-    std::vector<int> deps;
-    for (int d : t.deps) {
-      if (renumbered[static_cast<std::size_t>(d)] >= 0)
-        deps.push_back(renumbered[static_cast<std::size_t>(d)]);
-    }
-    t.deps = std::move(deps);
-  }
-  return out;
 }
 
 AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_steps) {
@@ -59,7 +38,10 @@ AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_ste
     const std::size_t first = a.tasks.size();
     for (const Task& t : s.tasks) {
       const auto i = static_cast<std::size_t>(t.id);
-      if ((k > 0 && t.phase == Phase::kSetup) || (k + 1 < G && t.phase == Phase::kOptimizer)) continue;
+      if ((k > 0 && t.phase == Phase::kSetup) || (k + 1 < G && t.phase == Phase::kOptimizer) ||
+          (k == 0 && t.later_micro_batches)) {
+        continue;
+      }
       Task c = t;
       c.id = static_cast<int>(a.tasks.size());
       if (k + 1 < G)

@@ -79,7 +79,10 @@ struct Task {
   int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
   double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
   double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
-  double release_s = 0;   // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
+  double release_s = 0;  // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
+  // Gradient accumulation: runs in every micro-batch but the first (reading back the gradient sum the
+  // earlier ones left on NVMe); accumulated_schedule leaves it out of the first copy.
+  bool later_micro_batches = false;
   std::vector<int> uses;  // buffers read or written while running
   std::vector<int> deps;  // task ids that must finish first
 };
@@ -102,16 +105,13 @@ struct Schedule {
 // bytes, FLOPs and dependencies, every buffer's tier and bytes): equal on ranks that planned alike.
 std::uint64_t fingerprint(const Schedule& s);
 
-// A gradient-accumulation micro-step: the iteration without its optimizer phase. Forward, backward, the
-// gradients' reduce-scatter and offload run as in every micro-step; the optimizer runs after the last one.
-// Tasks are renumbered; dependencies on the dropped tasks are dropped; buffers are kept as they are.
-Schedule without_optimizer_phase(const Schedule& s);
-
-// A whole gradient-accumulation step as one schedule, as memwall train runs it: G copies of `s`, the first
-// G - 1 without the optimizer phase and every copy after the first without the setup tasks (persistent
-// buffers are allocated once); each copy starts when every task of the one before has finished (the
-// micro-batches run back to back). Task names of the first G - 1 copies start with "micro-batch k/G: ".
-// origin[i] and micro[i]: task i's id in `s` and its micro-batch (0-based). G = 1 gives `s`.
+// A whole gradient-accumulation step as one schedule, as memwall train runs it and the simulator times it: G
+// copies of `s` (planned for G micro-batches), the first G - 1 without the optimizer phase, the first
+// without the tasks marked later_micro_batches and every copy after the first without the setup tasks
+// (persistent buffers are allocated once); each copy starts when every task of the one before has finished
+// (the micro-batches run back to back). Task names of the first G - 1 copies start with
+// "micro-batch k/G: ". origin[i] and micro[i]: task i's id in `s` and its micro-batch (0-based). G = 1
+// gives `s`.
 struct AccumulatedSchedule {
   Schedule schedule;
   std::vector<int> origin, micro;

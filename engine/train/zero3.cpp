@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -135,9 +134,6 @@ struct Zero3Trainer::State {
   StepStats stats;
   std::vector<double> moved;        // per task: bytes really moved in the last run
   std::vector<double> moved_train;  // the same for the last training step (every step moves the same)
-  // Gradient accumulation on NVMe: the earlier micro-batches' sums read back inside gradient writes (NVMe
-  // reads that no task of the schedule names), this run.
-  std::atomic<std::uint64_t> accumulation_read_bytes{0};
   RunResult last_run;
   // Gradient accumulation: the last step's runs (one per micro-batch) and bytes moved in each, and that
   // step as one schedule (accumulated_schedule), rebuilt when the micro-batch count changes.
@@ -592,7 +588,7 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     const int slot = use(t, BufferRole::kGradSwapOut);
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
     moved_bytes = static_cast<double>(pt.shard * 4);
-    if (slot < 0 && micro > 0) {  // gradient accumulation: added to the earlier micro-batches' sum
+    if (micro > 0) {  // gradient accumulation: added to the earlier micro-batches' sum (read into the slot)
       const auto* from = reinterpret_cast<const float*>(ptr(src));
       std::vector<float> staged;
       if (on_device(src)) {
@@ -620,6 +616,13 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
 }
 
 Status Zero3Trainer::State::nvme_read(const Task& t, double& moved_bytes) {
+  if (t.param >= 0 && t.later_micro_batches) {  // the earlier micro-batches' gradient sum, to be added to
+    const Part& pt = part(t.param);
+    MW_RETURN_IF_ERROR(store_get(store_key("grad", static_cast<std::size_t>(t.param)),
+                                 ptr(use(t, BufferRole::kGradSwapOut)), pt.shard * 4));
+    moved_bytes = static_cast<double>(pt.shard * 4);
+    return Status::ok();
+  }
   if (t.param >= 0) {
     const Part& pt = part(t.param);
     MW_RETURN_IF_ERROR(store_get(store_key("param", static_cast<std::size_t>(t.param)),
@@ -649,13 +652,6 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
   if (t.param >= 0) {  // a gradient shard, from its swap-out slot
     const Part& pt = part(t.param);
     auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
-    if (micro > 0) {  // gradient accumulation: the earlier micro-batches' sum is read back and added
-      std::vector<float> sum(pt.shard);
-      MW_RETURN_IF_ERROR(
-          store_get(store_key("grad", static_cast<std::size_t>(t.param)), sum.data(), pt.shard * 4));
-      accumulation_read_bytes += pt.shard * 4;
-      for (std::size_t i = 0; i < pt.shard; ++i) slot[i] += sum[i];
-    }
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
@@ -1441,9 +1437,9 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   if (!st.cuda) st.model->set_batch(tokens, targets);
   std::vector<char> include(s.tasks.size(), 0);
   for (const Task& t : s.tasks) {
-    include[static_cast<std::size_t>(t.id)] = t.phase != Phase::kSetup &&
-                                              (train || t.phase == Phase::kForward) &&
-                                              (optimizer || t.phase != Phase::kOptimizer);
+    include[static_cast<std::size_t>(t.id)] =
+        t.phase != Phase::kSetup && (train || t.phase == Phase::kForward) &&
+        (optimizer || t.phase != Phase::kOptimizer) && (st.micro > 0 || !t.later_micro_batches);
   }
   if (train && st.micro == 0) {  // later micro-batches add to the first one's gradients
     for (int b : st.persistent_grad) {
@@ -1455,7 +1451,6 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   }
   st.adam_hyper.step = step_ + 1;
   std::fill(st.moved.begin(), st.moved.end(), 0.0);
-  st.accumulation_read_bytes = 0;
   const int step_no = train ? static_cast<int>(step_ + 1) : 0;
   const std::string at = !train                       ? "eval "
                          : optimizer && st.micro == 0 ? "step " + std::to_string(step_no) + " "
@@ -1518,7 +1513,6 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
     stats.busy_s[r] += c.end_s - c.start_s;
     stats.bytes[r] += st.moved[static_cast<std::size_t>(t.id)];
   }
-  stats.bytes[static_cast<int>(Resource::kNvmeRead)] += static_cast<double>(st.accumulation_read_bytes.load());
   const RunBreakdown rb = analyze_run(s, *run);  // tasks left out ran for no time
   stats.transfer_s = rb.transfer_s;
   stats.transfer_overlapped_s = rb.transfer_overlapped_s;
@@ -1557,6 +1551,11 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
   if (micro_batches < 1) {
     return Status::invalid_argument("micro-batches per step: " + std::to_string(micro_batches) +
                                     " (allowed: 1 or more)");
+  }
+  if (micro_batches > 1 && micro_batches != o_.run.accumulation_steps()) {
+    return Status::invalid_argument(
+        "step: " + std::to_string(micro_batches) + " micro-batches, but the schedule was planned for " +
+        std::to_string(o_.run.accumulation_steps()) + " (gradient_accumulation_steps of the run)");
   }
   const std::size_t per = static_cast<std::size_t>(o_.micro_batch) * static_cast<std::size_t>(o_.seq);
   st.adam_hyper.grad_scale = static_cast<float>(micro_batches);  // the mean of the micro-batches' gradients

@@ -99,10 +99,12 @@ class Zero3Trainer {
   // One optimizer step on this rank's micro-batch (tokens/targets: [micro_batch * seq]), running every task
   // of the schedule on the lanes. Returns the loss averaged over ranks.
   //
-  // Gradient accumulation: with micro_batches G > 1, tokens/targets hold G micro-batches one after another;
+  // Gradient accumulation: with micro_batches G > 1 (the run's gradient_accumulation_steps, which the
+  // schedule is planned for: an error otherwise), tokens/targets hold G micro-batches one after another;
   // the first G - 1 run the schedule without its optimizer phase (their gradients summed where the optimizer
-  // finds them: the persistent fp32 gradients on the device or in CPU memory, or read, added to and
-  // rewritten on NVMe), the last runs all of it, and Adam divides the sum by G. Returns the loss averaged
+  // finds them: the persistent fp32 gradients on the device or in CPU memory, or on NVMe, where the
+  // schedule's later_micro_batches tasks read the sum back before it is added to and rewritten), the last
+  // runs all of it, and Adam divides the sum by G. Returns the loss averaged
   // over the micro-batches and ranks; last_step() sums the G runs; last_run() and measured_schedule() are
   // the whole step's, as one run of accumulated_schedule(schedule(), G).
   Result<float> step(const int* tokens, const int* targets, int micro_batches = 1);

@@ -315,57 +315,45 @@ TEST(Planner, NoPrefetchIsSlowerThanPrefetch) {
   EXPECT_GT(iteration(run), with * 1.05);
 }
 
-TEST(Planner, AMicroStepIsTheIterationWithoutItsOptimizer) {
-  const ModelSpec m = testing::load_model_scenario("paper-10b");
-  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-  for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
-    RunConfig run = testing::load_run_scenario(runname);
-    ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
-    const Schedule s = plan_iteration(m, run, hw).value();
-    const Schedule micro = without_optimizer_phase(s);
-    // Ranks compare fingerprints: planning again gives the same, another schedule another.
-    EXPECT_EQ(fingerprint(plan_iteration(m, run, hw).value()), fingerprint(s));
-    EXPECT_NE(fingerprint(micro), fingerprint(s));
-    std::size_t kept = 0, optimizer = 0;
-    for (const Task& t : s.tasks) (t.phase == Phase::kOptimizer ? optimizer : kept) += 1;
-    ASSERT_GT(optimizer, 0u) << runname;
-    ASSERT_EQ(micro.tasks.size(), kept) << runname;
-    for (std::size_t i = 0; i < micro.tasks.size(); ++i) {
-      const Task& t = micro.tasks[i];
-      EXPECT_EQ(t.id, static_cast<int>(i));
-      EXPECT_NE(t.phase, Phase::kOptimizer);
-      for (int d : t.deps) EXPECT_TRUE(d >= 0 && d < static_cast<int>(micro.tasks.size())) << t.name;
-    }
-    // The same compute, the optimizer's work and NVMe state traffic gone, and no slower.
-    EXPECT_DOUBLE_EQ(micro.flops(), s.flops()) << runname;
-    ReferenceExecutor a(hw, s.ranks_per_node), b(hw, s.ranks_per_node);
-    const RunResult full = run_schedule(s, a).value(), part = run_schedule(micro, b).value();
-    EXPECT_EQ(part.busy_s[static_cast<int>(Resource::kCpuOptimizer)], 0) << runname;
-    EXPECT_GT(full.busy_s[static_cast<int>(Resource::kCpuOptimizer)] +
-                  full.busy_s[static_cast<int>(Resource::kCompute)],
-              part.busy_s[static_cast<int>(Resource::kCompute)])
-        << runname;
-    EXPECT_LE(part.makespan_s, full.makespan_s) << runname;
-  }
-}
-
-// A whole accumulation step as one schedule (memwall train's traces): the setup once, G forward/backward
-// copies, the optimizer once, the copies back to back; it takes as long as the micro-steps run one after
-// another, holds the same memory at its peak, and its run is merged from the copies' runs.
+// A whole accumulation step as one schedule (memwall train's runs and traces, the simulator's iteration):
+// the setup once, G forward/backward copies back to back, the optimizer once; with the optimizer on NVMe
+// every micro-batch after the first reads the gradient sums back. It holds the same memory at its peak as
+// one micro-batch, and its run can be merged from the copies' runs.
 TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
   const ModelSpec m = testing::load_model_scenario("paper-10b");
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-  for (const char* runname : {"zero-3", "zero-infinity-nvme"}) {
+  const int G = 4;
+  for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
     RunConfig run = testing::load_run_scenario(runname);
     ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+    const Schedule one = plan_iteration(m, run, hw).value();
+    run.gradient_accumulation_steps = {false, G};
     const Schedule s = plan_iteration(m, run, hw).value();
-    std::size_t setup = 0, optimizer = 0, rest = 0;
+    // Ranks compare fingerprints: planning again gives the same.
+    EXPECT_EQ(fingerprint(plan_iteration(m, run, hw).value()), fingerprint(s));
+    const bool nvme = std::string(runname) == "zero-infinity-nvme";
+    std::size_t setup = 0, optimizer = 0, rest = 0, sums = 0;
+    double written = 0, read_back = 0;
     for (const Task& t : s.tasks) {
       (t.phase == Phase::kSetup ? setup : t.phase == Phase::kOptimizer ? optimizer : rest) += 1;
+      if (t.later_micro_batches) {
+        ++sums;
+        EXPECT_EQ(t.kind, TaskKind::kNvmeRead) << t.name;
+        read_back += t.bytes;
+      }
+      if (t.kind == TaskKind::kNvmeWrite && t.phase == Phase::kBackward) written += t.bytes;
     }
-    const int G = 3;
+    ASSERT_GT(optimizer, 0u) << runname;
+    // One read of the sum per gradient written to NVMe, of its bytes; nothing else changes.
+    EXPECT_EQ(sums > 0, nvme) << runname;
+    EXPECT_DOUBLE_EQ(read_back, written) << runname;
+    EXPECT_EQ(s.tasks.size(), one.tasks.size() + sums) << runname;
+    if (!nvme) {
+      EXPECT_EQ(fingerprint(s), fingerprint(one)) << runname;
+    }
+
     const AccumulatedSchedule a = accumulated_schedule(s, G);
-    ASSERT_EQ(a.schedule.tasks.size(), setup + G * rest + optimizer) << runname;
+    ASSERT_EQ(a.schedule.tasks.size(), setup + G * rest - sums + optimizer) << runname;
     ASSERT_EQ(a.origin.size(), a.schedule.tasks.size());
     for (std::size_t i = 0; i < a.schedule.tasks.size(); ++i) {
       const Task& t = a.schedule.tasks[i];
@@ -378,26 +366,31 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
         EXPECT_EQ(a.micro[i], 0);
       } else if (o.phase == Phase::kOptimizer) {
         EXPECT_EQ(a.micro[i], G - 1);
+      } else if (o.later_micro_batches) {
+        EXPECT_GT(a.micro[i], 0);
       }
-      const bool named = t.name.rfind("micro-batch " + std::to_string(a.micro[i] + 1) + "/3: ", 0) == 0;
+      const bool named = t.name.rfind("micro-batch " + std::to_string(a.micro[i] + 1) + "/4: ", 0) == 0;
       EXPECT_EQ(named, a.micro[i] + 1 < G) << t.name;
     }
     EXPECT_DOUBLE_EQ(a.schedule.flops(), G * s.flops());
-    const MemoryTimeline one = replay_memory(s).value(), all = replay_memory(a.schedule).value();
+    const MemoryTimeline peak1 = replay_memory(s).value(), peakG = replay_memory(a.schedule).value();
     for (int tier = 0; tier < kTierCount; ++tier)
-      EXPECT_DOUBLE_EQ(all.peak_bytes[tier], one.peak_bytes[tier]);
-    // As long as the micro-steps one after another on the reference executor.
-    const AccumulatedRun apart = run_reference_accumulated(s, without_optimizer_phase(s), G, hw).value();
+      EXPECT_DOUBLE_EQ(peakG.peak_bytes[tier], peak1.peak_bytes[tier]);
+    // On the reference executor the copies run one after another: the two middle ones (the same tasks)
+    // take the same time, the first no longer (no sums to read), the last longer (the optimizer step).
     ReferenceExecutor exec(hw, s.ranks_per_node);
-    const RunResult together = run_schedule(a.schedule, exec).value();
-    EXPECT_NEAR(together.makespan_s, apart.iteration_s, 1e-9 * apart.iteration_s) << runname;
-    // The micro-step's and the step's runs laid end to end (what simulate --trace writes) are that run.
-    const RunResult laid = accumulated_run(s, a, apart.micro, apart.step);
-    EXPECT_NEAR(laid.makespan_s, apart.iteration_s, 1e-9 * apart.iteration_s) << runname;
-    double worst = 0;
-    for (std::size_t i = 0; i < laid.timing.size(); ++i)
-      worst = std::max(worst, std::fabs(laid.timing[i].end_s - together.timing[i].end_s));
-    EXPECT_LT(worst, 1e-9 * apart.iteration_s) << runname;
+    const RunResult r = run_schedule(a.schedule, exec).value();
+    const std::vector<double> each = micro_batch_seconds(a, r);
+    ASSERT_EQ(each.size(), static_cast<std::size_t>(G));
+    EXPECT_NEAR(each[1], each[2], 1e-9 * each[1]) << runname;
+    EXPECT_LE(each[0], each[1] * (1 + 1e-9)) << runname;
+    EXPECT_GT(each[3], each[2]) << runname;
+    EXPECT_NEAR(each[0] + each[1] + each[2] + each[3], r.makespan_s, 1e-9 * r.makespan_s) << runname;
+    for (std::size_t i = 0; i < a.schedule.tasks.size(); ++i) {
+      if (a.micro[i] + 1 < G) {
+        EXPECT_NE(a.schedule.tasks[i].resource, Resource::kCpuOptimizer);
+      }
+    }
     // Merged from the copies' runs: every task's timing from its copy's run, busy time summed.
     std::vector<RunResult> runs(G);
     for (int k = 0; k < G; ++k) {
@@ -407,20 +400,16 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
         runs[static_cast<std::size_t>(k)].timing.push_back({t.id, 10.0 * k, 10.0 * k + t.id});
     }
     const RunResult merged = accumulated_run(a, runs);
-    EXPECT_DOUBLE_EQ(merged.makespan_s, 6);
-    EXPECT_DOUBLE_EQ(merged.busy_s[0], 1.5);
+    EXPECT_DOUBLE_EQ(merged.makespan_s, 10);
+    EXPECT_DOUBLE_EQ(merged.busy_s[0], 2);
     for (std::size_t i = 0; i < merged.timing.size(); ++i) {
       EXPECT_EQ(merged.timing[i].task, static_cast<int>(i));
       EXPECT_DOUBLE_EQ(merged.timing[i].start_s, 10.0 * a.micro[i]);
       EXPECT_DOUBLE_EQ(merged.timing[i].end_s, 10.0 * a.micro[i] + a.origin[i]);
     }
+    // One micro-batch: the schedule itself.
+    EXPECT_EQ(fingerprint(accumulated_schedule(one, 1).schedule), fingerprint(one));
   }
-  // One micro-batch: the schedule itself.
-  const ModelSpec m2 = testing::load_model_scenario("paper-10b");
-  RunConfig run = testing::load_run_scenario("zero-3");
-  ASSERT_TRUE(resolve_run_config(run, m2, hw).is_ok());
-  const Schedule s = plan_iteration(m2, run, hw).value();
-  EXPECT_EQ(fingerprint(accumulated_schedule(s, 1).schedule), fingerprint(s));
 }
 
 TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {

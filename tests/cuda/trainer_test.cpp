@@ -113,6 +113,7 @@ TEST(CudaTrainer, GradientAccumulationAndCheckpointsMatchTheHost) {
   base.seq = 32;
   base.adam.lr = 3e-3f;
   base.hw = emulated_hardware(256 << 20, 1 << 30, 1 << 30);
+  base.run.gradient_accumulation_steps = {false, 2};  // planned for 2 micro-batches a step
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("memwall-cuda-ckpt-" + std::to_string(::getpid()))).string();
   std::vector<int> tok(static_cast<std::size_t>(2 * base.seq)), tgt(tok.size());

@@ -93,9 +93,10 @@ int main() {
   // Gradient accumulation across ranks: 2 micro-batches of one sequence on each rank train like one rank
   // with all 2R sequences in one micro-batch (the gradients summed in another order: 1e-5 relative).
   {
-    train::Zero3Options o_ref4 = o;
+    train::Zero3Options o_ref4 = o, o_gas = o;
     o_ref4.micro_batch = 2 * R;
-    auto gas = train::Zero3Trainer::create(c, o, world);
+    o_gas.run.gradient_accumulation_steps = {false, 2};
+    auto gas = train::Zero3Trainer::create(c, o_gas, world);
     auto ref4 = train::Zero3Trainer::create(c, o_ref4, *local);
     if (!gas.is_ok() || !ref4.is_ok()) {
       std::fprintf(stderr, "rank %d: create for gradient accumulation failed\n", r);

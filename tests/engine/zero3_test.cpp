@@ -247,7 +247,9 @@ struct Variant {
 void train_accumulating(const model::GptConfig& c, const Zero3Options& o, int micro_batches, int steps,
                         std::vector<float>& losses, std::vector<float>& params) {
   auto local = comm::make_local_comm();
-  auto z = Zero3Trainer::create(c, o, *local);
+  Zero3Options planned = o;  // the schedule is planned for the micro-batches of a step
+  planned.run.gradient_accumulation_steps = {false, static_cast<double>(micro_batches)};
+  auto z = Zero3Trainer::create(c, planned, *local);
   ASSERT_TRUE(z.is_ok()) << z.status().to_string();
   std::vector<int> tok, tgt;
   losses.clear();
