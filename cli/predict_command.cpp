@@ -26,6 +26,7 @@ struct PredictOptions {
   InputOptions inputs;
   bool json = false;
   bool max_model = false;
+  int max_tiling = 64;
   std::string family = "paper";
   std::vector<std::string> strategies;
   bool max_hidden = false;
@@ -260,11 +261,11 @@ int run_predict(const PredictOptions& opt) {
           "(micro-batch %.0f)\n",
           hw->name.c_str(), hw->nodes, hw->gpu.count, family->name().c_str(), model->name.c_str(),
           run->name.c_str(), run->micro_batch_per_gpu.is_auto ? 1.0 : run->micro_batch_per_gpu.value);
-      std::printf("%-21s %9s %7s %7s %6s  %-5s %s\n", "strategy", "params", "hidden", "layers", "heads",
-                  "limit", "why the next size up does not fit");
+      std::printf("%-21s %9s %7s %7s %6s %6s  %-5s %s\n", "strategy", "params", "hidden", "layers", "heads",
+                  "tiling", "limit", "why the next size up does not fit");
     }
     for (Strategy s : strategies) {
-      const MaxModelResult r = find_max_model(s, *family, *model, *run, *hw);
+      const MaxModelResult r = find_max_model(s, *family, *model, *run, *hw, opt.max_tiling);
       json row = {{"strategy", strategy_name(s)}, {"label", strategy_label(s)}, {"found", r.found}};
       if (r.found) {
         row["params"] = r.model.total_params();
@@ -272,6 +273,7 @@ int run_predict(const PredictOptions& opt) {
         row["hidden"] = r.model.hidden;
         row["layers"] = r.model.layers;
         row["heads"] = r.model.heads;
+        row["tiling_factor"] = r.tiling_factor;
         row["tiers"] = tiers_json(r.estimate);
       }
       row["limiting_tier"] = tier_name(r.limiting_tier);
@@ -280,11 +282,11 @@ int run_predict(const PredictOptions& opt) {
       results.push_back(row);
       if (!opt.json) {
         if (r.found) {
-          std::printf("%-21s %9s %7d %7d %6d  %-5s %s\n", strategy_label(s),
+          std::printf("%-21s %9s %7d %7d %6d %6d  %-5s %s\n", strategy_label(s),
                       format_count(r.model.total_params()).c_str(), r.model.hidden, r.model.layers,
-                      r.model.heads, tier_title(r.limiting_tier), r.next_failure.c_str());
+                      r.model.heads, r.tiling_factor, tier_title(r.limiting_tier), r.next_failure.c_str());
         } else {
-          std::printf("%-21s %9s %7s %7s %6s  %-5s %s\n", strategy_label(s), "none", "-", "-", "-",
+          std::printf("%-21s %9s %7s %7s %6s %6s  %-5s %s\n", strategy_label(s), "none", "-", "-", "-", "-",
                       tier_title(r.limiting_tier),
                       r.error.empty() ? r.next_failure.c_str() : r.error.c_str());
         }
@@ -332,6 +334,10 @@ void register_predict(CLI::App& app, int& exit_code) {
   cmd->add_option("--family", opt->family, "Shape family for --max-model: paper, gpt3, layers=N, hidden=H")
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategies, "Limit --max-model to these strategies (repeatable)");
+  cmd->add_option("--max-tiling", opt->max_tiling,
+                  "Largest memory-centric tiling factor --max-model tries for ZeRO-Infinity (1: the run's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--max-hidden", opt->max_hidden, "Largest hidden size of one layer per tiling factor");
   cmd->add_option("--chunk", opt->chunk, "Largest contiguous GPU allocation for --max-hidden")
       ->capture_default_str();

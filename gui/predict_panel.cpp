@@ -180,7 +180,9 @@ bool PredictPanel::compute() {
     largest_->setItem(
         row, 1,
         new QTableWidgetItem(
-            res.found ? QString("%1B").arg(static_cast<double>(res.model.total_params()) / 1e9, 0, 'f', 2)
+            res.found ? QString("%1B%2")
+                            .arg(static_cast<double>(res.model.total_params()) / 1e9, 0, 'f', 2)
+                            .arg(res.tiling_factor > 1 ? QString(" (tiling %1)").arg(res.tiling_factor) : "")
                       : QString("none")));
     largest_->setItem(
         row, 2,

@@ -158,6 +158,7 @@ py::list max_model(const std::string& hardware, const std::string& model, const 
     d["params"] = r.found ? r.model.total_params() : 0.0;
     d["layers"] = r.found ? r.model.layers : 0;
     d["hidden"] = r.found ? r.model.hidden : 0;
+    d["tiling_factor"] = r.tiling_factor;
     d["limiting_tier"] = tier_name(r.limiting_tier);
     d["next_failure"] = r.next_failure;
     d["error"] = r.error;

@@ -251,10 +251,11 @@ double total_capacity(const HardwareSpec& hw) {
 }  // namespace
 
 MaxModelResult find_max_model(Strategy s, const ShapeFamily& family, const ModelSpec& templ,
-                              const RunConfig& base, const HardwareSpec& hw) {
+                              const RunConfig& base, const HardwareSpec& hw, int max_tiling) {
   MaxModelResult result;
   result.strategy = s;
   const RunConfig run = apply_strategy(base, s, hw);
+  const bool tiles = s == Strategy::kZeroInfCpu || s == Strategy::kZeroInfNvme;
   const double capacity = total_capacity(hw);
   const int step = family.step();
   bool any_valid = false;
@@ -263,7 +264,20 @@ MaxModelResult find_max_model(Strategy s, const ShapeFamily& family, const Model
     if (m.heads == 0) continue;
     // Even 2 bytes per parameter over every tier of the cluster would not fit: stop searching.
     if (2.0 * m.total_params() > capacity || size > (1 << 22)) break;
-    const Evaluation ev = evaluate(m, run, hw);
+    Evaluation ev = evaluate(m, run, hw);
+    int tiling = run.memwall.tiling_factor;
+    // Memory-centric tiling while GPU memory is what does not fit.
+    for (int t = 2 * tiling;
+         tiles && ev.valid && !ev.estimate.fits && ev.estimate.limiting_tier == Tier::kGpu &&
+         t <= max_tiling && m.hidden % t == 0 && m.ffn_hidden % t == 0;
+         t *= 2) {
+      RunConfig tiled = run;
+      tiled.memwall.tiling_factor = t;
+      Evaluation e = evaluate(m, tiled, hw);
+      if (!e.valid) break;
+      ev = std::move(e);
+      tiling = t;
+    }
     if (!ev.valid) {
       if (result.error.empty()) result.error = ev.error;
       continue;  // e.g. heads not divisible by the model-parallel degree at this size
@@ -274,11 +288,13 @@ MaxModelResult find_max_model(Strategy s, const ShapeFamily& family, const Model
         result.found = true;
         result.model = m;
         result.estimate = ev.estimate;
+        result.tiling_factor = tiling;
         result.next_failure.clear();
       }
     } else if (result.found && result.next_failure.empty()) {
       result.next_failure =
-          strprintf("%s (h %d, %d layers): ", format_count(m.total_params()).c_str(), m.hidden, m.layers) +
+          strprintf("%s (h %d, %d layers%s): ", format_count(m.total_params()).c_str(), m.hidden, m.layers,
+                    tiling > 1 ? strprintf(", tiling %d", tiling).c_str() : "") +
           ev.estimate.shortfall();
       result.limiting_tier = ev.estimate.limiting_tier;
     } else if (!result.found && result.next_failure.empty()) {

@@ -53,11 +53,15 @@ struct MaxModelResult {
   MemoryEstimate estimate;   // its memory
   std::string next_failure;  // why the next member up does not fit ("GPU: needs ...")
   Tier limiting_tier = Tier::kGpu;
-  std::string error;  // a configuration error for this strategy, if any
+  std::string error;      // a configuration error for this strategy, if any
+  int tiling_factor = 1;  // memory-centric tiling of the largest model found
 };
 
+// The ZeRO-Infinity strategies include memory-centric tiling (the paper's §5.1.3): where GPU memory is what
+// stops a size, they try the base run's tiling factor doubled, up to `max_tiling` (dividing the hidden and
+// MLP sizes), and keep the smallest factor that fits. The other strategies keep the base run's factor.
 MaxModelResult find_max_model(Strategy s, const ShapeFamily& family, const ModelSpec& templ,
-                              const RunConfig& base, const HardwareSpec& hw);
+                              const RunConfig& base, const HardwareSpec& hw, int max_tiling = 64);
 
 struct MaxHiddenResult {
   int tiling_factor = 1;

@@ -64,6 +64,34 @@ TEST(MaxModel, OneDgx2NodeOrdersStrategiesByWhatTheyPartitionAndOffload) {
   EXPECT_GT(inf_nvme, 1e12);  // the paper trains 1T on one node with NVMe offload
 }
 
+// On 32 DGX-2 nodes the untiled ZeRO-Infinity NVMe model is stopped by the GPU working memory of its
+// largest operator (Eq. 4 grows with hd^2); memory-centric tiling lifts that limit until CPU or NVMe
+// capacity stops it. The other strategies keep the run's tiling.
+TEST(MaxModel, MemoryCentricTilingLiftsTheGpuLimitOfZeroInfinity) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2-32n");
+  const ModelSpec templ = testing::load_model_scenario("paper-1t");
+  const RunConfig base = testing::load_run_scenario("zero-infinity-nvme");
+  const ShapeFamily family = parse_family("paper").value();
+  const MaxModelResult untiled = find_max_model(Strategy::kZeroInfNvme, family, templ, base, hw, 1);
+  const MaxModelResult tiled = find_max_model(Strategy::kZeroInfNvme, family, templ, base, hw);
+  ASSERT_TRUE(untiled.found && tiled.found);
+  EXPECT_EQ(untiled.tiling_factor, 1);
+  EXPECT_EQ(untiled.limiting_tier, Tier::kGpu);
+  EXPECT_GT(tiled.tiling_factor, 1);
+  EXPECT_NE(tiled.limiting_tier, Tier::kGpu) << tiled.next_failure;
+  EXPECT_GT(tiled.model.total_params(), 4 * untiled.model.total_params());
+  EXPECT_EQ(tiled.model.hidden % tiled.tiling_factor, 0);
+  // The smallest factor that fits: half of it does not.
+  RunConfig half = apply_strategy(base, Strategy::kZeroInfNvme, hw);
+  half.memwall.tiling_factor = tiled.tiling_factor / 2;
+  ASSERT_TRUE(resolve_run_config(half, tiled.model, hw).is_ok());
+  EXPECT_FALSE(estimate_memory(tiled.model, half, hw).fits);
+  const MaxModelResult z3 = find_max_model(Strategy::kZero3, family, templ, base, hw);
+  EXPECT_EQ(z3.tiling_factor, 1);
+  EXPECT_EQ(z3.model.total_params(),
+            find_max_model(Strategy::kZero3, family, templ, base, hw, 1).model.total_params());
+}
+
 TEST(MaxModel, MoreNodesNeverShrinkZero3) {
   double previous = 0;
   for (const char* name : {"dgx2", "dgx2-4n", "dgx2-16n"}) {
