@@ -952,8 +952,9 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                           comm::Communicator& comm) {
   MW_RETURN_IF_ERROR(model::validate(c, o.micro_batch, o.seq));
   if (o.tiling < 1 || c.channels % o.tiling != 0) {
-    return Status::invalid_argument("tiling " + std::to_string(o.tiling) + " must divide channels (" +
-                                    std::to_string(c.channels) + ")");
+    return Status::invalid_argument("memwall.tiling_factor " + std::to_string(o.tiling) +
+                                    " must divide the model's channels (n_embd " +
+                                    std::to_string(c.channels) + "); allowed: a divisor of it");
   }
   RunConfig run = o.run;
   const ZeroConfig& z = run.zero;
