@@ -120,6 +120,7 @@ void print_run_line(const RunConfig& run) {
                                                          : "gpu",
       precision_name(run.precision), run.micro_batch_per_gpu.value, run.memwall.data_parallel,
       run.memwall.model_parallel);
+  if (run.memwall.pipeline_parallel > 1) std::printf(" x pp %d", run.memwall.pipeline_parallel);
   if (ac.enabled) {
     std::printf(", checkpoint every %d block(s)%s", ac.interval, ac.cpu_checkpointing ? " on CPU" : "");
   } else {

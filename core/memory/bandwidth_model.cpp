@@ -104,12 +104,13 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
   const ZeroConfig& z = run.zero;
   const int dp = std::max(1, run.memwall.data_parallel);
   const int mp = run.memwall.model_parallel;
-  const int per_node = std::min(hw.gpu.count, dp * mp);
+  const int pp = run.memwall.pipeline_parallel;
+  const int per_node = std::min(hw.gpu.count, dp * mp * pp);
   const double bsz = run.micro_batch_per_gpu.value;
   const double seq = run.memwall.sequence_length;
   const auto& ac = run.activation_checkpointing;
   const double passes = ac.enabled ? 4.0 : 3.0;  // forward, backward (2x), recomputation
-  r.flops_per_iteration = 2.0 * passes * bsz * seq * model.total_params() / mp;
+  r.flops_per_iteration = 2.0 * passes * bsz * seq * model.total_params() / (mp * pp);
 
   const char* part = run.memwall.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric";
 

@@ -73,6 +73,7 @@ RunConfig apply_strategy(const RunConfig& base, Strategy s, const HardwareSpec& 
   z.offload_param.device = OffloadDevice::kNone;
   z.offload_optimizer.device = OffloadDevice::kNone;
   r.memwall.model_parallel = 1;
+  r.memwall.pipeline_parallel = 1;
   r.memwall.data_parallel = 0;
   r.memwall.strategy = strategy_name(s);
   r.activation_checkpointing.enabled = true;
@@ -94,6 +95,7 @@ RunConfig apply_strategy(const RunConfig& base, Strategy s, const HardwareSpec& 
     case Strategy::k3D:
       z.stage = 1;
       r.memwall.model_parallel = hw.gpu.count;
+      r.memwall.pipeline_parallel = hw.nodes;
       r.activation_checkpointing.partition_activations = true;
       break;
     case Strategy::kZero3:

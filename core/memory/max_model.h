@@ -24,7 +24,8 @@ Result<Strategy> parse_strategy(const std::string& name);
 // `base` with the strategy's ZeRO stage, offload devices and parallelism applied; everything else (batch,
 // checkpoint interval, buffers, tiling) kept. Activation checkpointing is on for every strategy and
 // offloaded to CPU for the ZeRO-Infinity ones. 3D parallelism is tensor slicing over the GPUs of a node
-// (model_parallel = GPUs per node) with ZeRO-1 across nodes; pipeline stages are not modelled.
+// (model_parallel = GPUs per node) and a pipeline stage per node (pipeline_parallel = nodes), with ZeRO-1
+// over what data parallelism is left (none then).
 // The result still needs resolve_run_config() (data_parallel is reset to auto).
 RunConfig apply_strategy(const RunConfig& base, Strategy s, const HardwareSpec& hw);
 

@@ -171,7 +171,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   const ZeroConfig& z = run.zero;
   const int mp = run.memwall.model_parallel;
   const int dp = std::max(1, run.memwall.data_parallel);
-  e.ranks = dp * mp;
+  const int pp = run.memwall.pipeline_parallel;  // each stage holds 1/pp of the layers' states
+  e.ranks = dp * mp * pp;
   e.ranks_per_node = std::min(hw.gpu.count, e.ranks);
   e.nodes_used = (e.ranks + hw.gpu.count - 1) / hw.gpu.count;
 
@@ -179,8 +180,9 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   const bool mixed = run.mixed_precision();
   const double P = model.total_params();
   e.params = P;
-  const double P_mp = P / mp;  // tensor-parallel slice held by one model-parallel rank
+  const double P_mp = P / (mp * pp);  // the slice held by one model-parallel rank of one pipeline stage
   const std::string mp_s = mp > 1 ? strprintf(" / mp %d", mp) : "";
+  const std::string st_s = mp_s + (pp > 1 ? strprintf(" / pp %d", pp) : "");
   const std::string dp_s = strprintf(" / dp %d", dp);
   const std::string P_s = format_count(P);
 
@@ -188,7 +190,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   // every GPU in stage 3; the largest op's parameters set the model-state working memory (Eq. 4).
   const int t = run.memwall.tiling_factor;
   const GraphParamStats stats = graph_param_stats(model, t, mp, z.param_persistence_threshold.value);
-  const double persistent = z.stage == 3 ? stats.persistent_elements : 0;
+  const double persistent = z.stage == 3 ? stats.persistent_elements / pp : 0;
   const double partitioned_mp = P_mp - persistent;  // elements partitioned across dp in stage 3
 
   // Shard sizes per rank.
@@ -196,8 +198,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   const double grad_elems = z.stage >= 2 ? P_mp / dp : P_mp;             // 16-bit grads
   const double param_elems = z.stage == 3 ? partitioned_mp / dp : P_mp;  // 16-bit params (partitioned part)
   e.shard_elements = opt_elems;
-  const std::string opt_s = z.stage >= 1 ? P_s + mp_s + dp_s : P_s + mp_s;
-  const std::string grad_s = z.stage >= 2 ? P_s + mp_s + dp_s : P_s + mp_s;
+  const std::string opt_s = z.stage >= 1 ? P_s + st_s + dp_s : P_s + st_s;
+  const std::string grad_s = z.stage >= 2 ? P_s + st_s + dp_s : P_s + st_s;
 
   // ---- 16-bit parameters ----
   const Tier param_tier = z.stage == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
@@ -224,7 +226,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
     // Swap files rounded up to aio blocks: one extent per partitioned tensor shard.
     double pad = 0;
     for (const auto& [elements, copies] : stats.partitioned_tensors) {
-      pad += copies * aio_padding(pb * elements / dp, run.aio.block_size);
+      pad += copies / pp * aio_padding(pb * elements / dp, run.aio.block_size);
     }
     b.add(
         Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
@@ -232,7 +234,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   } else {
     b.add(param_tier, MemCategory::kParams16, pb * param_elems,
           strprintf("%.0f B x %s", pb,
-                    (z.stage == 3 ? format_count(partitioned_mp) + dp_s : P_s + mp_s).c_str()) +
+                    (z.stage == 3 ? format_count(partitioned_mp) + dp_s : P_s + st_s).c_str()) +
               (z.stage == 3 && persistent > 0 ? " (partitioned part)" : ""),
           param_tier == Tier::kCpu && z.offload_param.pin_memory);
   }

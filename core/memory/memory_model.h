@@ -68,7 +68,7 @@ struct TierUsage {
 struct MemoryEstimate {
   std::vector<MemoryItem> items;
   TierUsage tiers[kTierCount];  // indexed by Tier: GPU per GPU, CPU per node, NVMe per node
-  int ranks = 1;                // data_parallel x model_parallel
+  int ranks = 1;                // data_parallel x model_parallel x pipeline_parallel
   int ranks_per_node = 1;
   int nodes_used = 1;
   double params = 0;          // exact parameter count

@@ -937,6 +937,13 @@ std::string top_categories(const MemoryTimeline& tl, Tier tier) {
 }  // namespace
 
 Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in, const HardwareSpec& hw) {
+  if (run_in.memwall.pipeline_parallel != 1) {
+    return Status::invalid_argument(
+        "run '" + run_in.name +
+        "': key 'memwall.pipeline_parallel': " + std::to_string(run_in.memwall.pipeline_parallel) +
+        ": memwall's schedule has no pipeline stages (predict's memory model has); "
+        "allowed: 1 for plan, simulate, sweep and train");
+  }
   GraphOptions opt;
   opt.micro_batch = run_in.micro_batch_per_gpu.value;
   opt.sequence_length = run_in.memwall.sequence_length;

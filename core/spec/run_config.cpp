@@ -49,14 +49,23 @@ Status resolve_run_config(RunConfig& run, const ModelSpec& model, const Hardware
                                     std::to_string(model.heads) + ") and the GPUs per node (" +
                                     std::to_string(hw.gpu.count) + ")");
   }
+  const int pp = mw.pipeline_parallel;
   const int total = hw.total_gpus();
-  if (mw.data_parallel == 0) mw.data_parallel = total / mp;
-  if (static_cast<long long>(mw.data_parallel) * mp > total) {
+  if (pp > model.layers || static_cast<long long>(pp) * mp > total) {
+    return Status::invalid_argument(where + ": key 'memwall.pipeline_parallel': " + std::to_string(pp) +
+                                    " is not allowed; allowed: 1.." +
+                                    std::to_string(std::min(model.layers, total / mp)) +
+                                    " (at most the model's layers and the GPUs / model_parallel)");
+  }
+  if (mw.data_parallel == 0) mw.data_parallel = total / (mp * pp);
+  const long long ranks = static_cast<long long>(mw.data_parallel) * mp * pp;
+  if (ranks > total) {
     return Status::invalid_argument(
         where + ": key 'memwall.data_parallel': " + std::to_string(mw.data_parallel) + " x model_parallel " +
-        std::to_string(mp) + " = " + std::to_string(static_cast<long long>(mw.data_parallel) * mp) +
-        " ranks, more than the " + std::to_string(total) + " GPUs of '" + hw.name +
-        "'; allowed: data_parallel x model_parallel <= " + std::to_string(total));
+        std::to_string(mp) + (pp > 1 ? " x pipeline_parallel " + std::to_string(pp) : std::string()) + " = " +
+        std::to_string(ranks) + " ranks, more than the " + std::to_string(total) + " GPUs of '" + hw.name +
+        "'; allowed: data_parallel x model_parallel" + (pp > 1 ? " x pipeline_parallel" : "") +
+        " <= " + std::to_string(total));
   }
   const ZeroConfig& z = run.zero;
   if (!hw.has_nvme() && (z.offload_param.device == OffloadDevice::kNvme ||

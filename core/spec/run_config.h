@@ -84,10 +84,11 @@ enum class Partitioning { kBandwidthCentric, kBroadcast };
 
 // memwall's own settings, under "memwall" in the run file.
 struct MemwallRunConfig {
-  int tiling_factor = 1;    // memory-centric tiling: tiles per large linear
-  int data_parallel = 0;    // 0 = all GPUs / model_parallel
-  int model_parallel = 1;   // tensor model-parallel degree
-  int sequence_length = 0;  // 0 = the model's max_positions
+  int tiling_factor = 1;      // memory-centric tiling: tiles per large linear
+  int data_parallel = 0;      // 0 = all GPUs / (model_parallel x pipeline_parallel)
+  int model_parallel = 1;     // tensor model-parallel degree
+  int pipeline_parallel = 1;  // pipeline stages: predict's memory model only (plan, simulate, train: 1)
+  int sequence_length = 0;    // 0 = the model's max_positions
   Partitioning partitioning = Partitioning::kBandwidthCentric;
   bool prefetch = true;  // overlap-centric prefetching on/off
   // NVMe optimizer: read each sub-group's fp32 states (not its gradients) while backward still runs, as

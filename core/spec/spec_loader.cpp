@@ -612,6 +612,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     }
     o.ignore({"data_parallel"});
     MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
+    MW_RETURN_IF_ERROR(o.get_int("pipeline_parallel", mw.pipeline_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
     std::string part = "bandwidth-centric";
     MW_RETURN_IF_ERROR(o.get_choice("partitioning", part, {"bandwidth-centric", "broadcast"}));
@@ -772,6 +773,7 @@ std::string to_json_text(const RunConfig& run) {
       {"tiling_factor", mw.tiling_factor},
       {"data_parallel", mw.data_parallel},
       {"model_parallel", mw.model_parallel},
+      {"pipeline_parallel", mw.pipeline_parallel},
       {"sequence_length", mw.sequence_length},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
       {"prefetch", mw.prefetch},

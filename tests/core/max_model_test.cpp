@@ -92,6 +92,16 @@ TEST(MaxModel, MemoryCentricTilingLiftsTheGpuLimitOfZeroInfinity) {
             find_max_model(Strategy::kZero3, family, templ, base, hw, 1).model.total_params());
 }
 
+// 3D parallelism is tensor slicing in a node and a pipeline stage per node: its largest model grows with
+// the nodes (the stages share the model states), and stays below ZeRO-Infinity's.
+TEST(MaxModel, ThreeDParallelismGrowsWithPipelineStages) {
+  const double one = max_params(Strategy::k3D, testing::load_hardware_scenario("dgx2"));
+  const HardwareSpec cluster = testing::load_hardware_scenario("dgx2-32n");
+  const double many = max_params(Strategy::k3D, cluster);
+  EXPECT_GT(many, 16 * one);
+  EXPECT_LT(many, max_params(Strategy::kZeroInfNvme, cluster) / 10);
+}
+
 TEST(MaxModel, MoreNodesNeverShrinkZero3) {
   double previous = 0;
   for (const char* name : {"dgx2", "dgx2-4n", "dgx2-16n"}) {
