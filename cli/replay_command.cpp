@@ -86,10 +86,10 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     std::fprintf(
         stderr,
         "%s: PyTorch profiler trace, rank %d of %d: %zu kernels, %zu host-device copies, %zu collectives "
-        "(%zu NCCL kernels without record_param_comms kept as measured), %zu events of other kinds "
-        "skipped\n",
+        "(%zu NCCL kernels without their sizes and %zu send/recv kept as measured), %zu events of other "
+        "kinds skipped\n",
         path.c_str(), info.rank, info.world_size, info.kernels, info.memcpys, info.collectives,
-        info.unmatched_collectives, info.unknown_events);
+        info.unmatched_collectives, info.point_to_point, info.unknown_events);
   }
   return g;
 }

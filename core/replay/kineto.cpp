@@ -62,13 +62,6 @@ CollectiveKind collective_from(const std::string& text) {
   return CollectiveKind::kAllReduce;
 }
 
-struct GpuEvent {
-  std::string name, cat;
-  double ts = 0, dur = 0, launch = -1, bytes = 0;  // launch: its CUDA runtime call's start, or -1
-  long stream = 0, correlation = -1;
-  bool nccl = false;
-};
-
 struct StreamWait {  // cuda_sync "Stream Wait Event": `stream` waits for `on` up to an event record
   double ts = 0;
   long stream = 0, on = 0, record = -1;  // record: correlation id of the cudaEventRecord
@@ -78,6 +71,25 @@ struct Comm {
   double ts = 0, bytes = 0;
   int group = 0;
   std::string name;
+};
+
+// A collective's name, message size and group from record_param_comms' arguments (or an NCCL kernel's).
+Comm comm_of_args(const json& args, double ts, int world_size) {
+  Comm c;
+  c.ts = ts;
+  c.name = str(args, "Collective name");
+  const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
+  c.bytes = elems * dtype_bytes(str(args, "dtype"));
+  c.group = static_cast<int>(num(args, "Group size", world_size));
+  return c;
+}
+
+struct GpuEvent {
+  std::string name, cat;
+  double ts = 0, dur = 0, launch = -1, bytes = 0;  // launch: its CUDA runtime call's start, or -1
+  long stream = 0, correlation = -1;
+  bool nccl = false;
+  Comm comm;  // an NCCL kernel's own collective arguments (bytes 0: none)
 };
 
 }  // namespace
@@ -116,36 +128,40 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       if (ph != "M" && ph != "s" && ph != "f" && ph != "i" && ph != "I" && ph != "C") ++info.unknown_events;
       continue;
     }
-    if (cat == "user_annotation" && name.rfind("ProfilerStep#", 0) == 0) {
+    // Categories as PyTorch 1.9+ names them, and as 1.8's Kineto did (Operator, Runtime, Kernel, Memcpy,
+    // Memset).
+    const std::string c = lower(cat);
+    const bool kernel = c == "kernel", memcpy = c == "gpu_memcpy" || c == "memcpy",
+               memset = c == "gpu_memset" || c == "memset";
+    if ((c == "user_annotation" || c == "cpu_op" || c == "operator") && name.rfind("ProfilerStep#", 0) == 0) {
       steps.emplace_back(num(e, "ts"), num(e, "dur"));
-    } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
+    } else if (c == "cuda_runtime" || c == "cuda_driver" || c == "runtime") {
       if (args.contains("correlation")) launch[static_cast<long>(num(args, "correlation"))] = num(e, "ts");
-    } else if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") {
+    } else if (kernel || memcpy || memset) {
       GpuEvent g;
       g.name = name;
-      g.cat = cat;
+      g.cat = memcpy ? "gpu_memcpy" : memset ? "gpu_memset" : "kernel";
       g.ts = num(e, "ts");
       g.dur = num(e, "dur");
       g.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
       g.bytes = num(args, "bytes");
       g.nccl = lower(name).find("nccl") != std::string::npos;
       g.correlation = static_cast<long>(num(args, "correlation", -1));
+      // PyTorch 2.x puts the collective's sizes on the NCCL kernel itself.
+      if (g.nccl && (args.contains("In msg nelems") || args.contains("Out msg nelems"))) {
+        g.comm = comm_of_args(args, g.ts, info.world_size);
+        if (g.comm.name.empty()) g.comm.name = name;
+      }
       gpu.push_back(std::move(g));
-    } else if (cat == "cuda_sync" && args.contains("wait_on_stream")) {
+    } else if (c == "cuda_sync" && args.contains("wait_on_stream")) {
       StreamWait w;
       w.ts = num(e, "ts");
       w.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
       w.on = static_cast<long>(num(args, "wait_on_stream"));
       w.record = static_cast<long>(num(args, "wait_on_cuda_event_record_corr_id", -1));
       waits.push_back(w);
-    } else if (cat == "cpu_op" && name == "record_param_comms") {
-      Comm c;
-      c.ts = num(e, "ts");
-      c.name = str(args, "Collective name");
-      const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
-      c.bytes = elems * dtype_bytes(str(args, "dtype"));
-      c.group = static_cast<int>(num(args, "Group size", info.world_size));
-      comms.push_back(c);
+    } else if ((c == "cpu_op" || c == "operator") && name == "record_param_comms") {
+      comms.push_back(comm_of_args(args, num(e, "ts"), info.world_size));
     }
   }
   // Each GPU event's launch (runtime events may come before or after it in the file).
@@ -167,7 +183,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
   std::size_t next_comm = 0;
   std::vector<int> comm_of(gpu.size(), -1);
   for (std::size_t i = 0; i < gpu.size(); ++i) {
-    if (!gpu[i].nccl) continue;
+    if (!gpu[i].nccl || gpu[i].comm.bytes > 0) continue;
     const double at = gpu[i].launch >= 0 ? gpu[i].launch : gpu[i].ts;
     if (next_comm < comms.size() && comms[next_comm].ts <= at) comm_of[i] = static_cast<int>(next_comm++);
   }
@@ -221,8 +237,10 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     }
     t.release_s = std::max(0.0, median(releases));
     const std::string n = lower(e.name);
-    if (e.nccl && comm_of[base[idx]] >= 0) {
-      const Comm& c = comms[static_cast<std::size_t>(comm_of[base[idx]])];
+    const bool p2p = n.find("sendrecv") != std::string::npos || n.find("_send") != std::string::npos ||
+                     n.find("_recv") != std::string::npos;
+    if (e.nccl && !p2p && (e.comm.bytes > 0 || comm_of[base[idx]] >= 0)) {
+      const Comm& c = e.comm.bytes > 0 ? e.comm : comms[static_cast<std::size_t>(comm_of[base[idx]])];
       t.kind = TaskKind::kCollective;
       t.resource = Resource::kNetwork;
       t.collective = collective_from(c.name.empty() ? e.name : c.name);
@@ -239,7 +257,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       t.bytes = e.bytes;
       ++info.memcpys;
     } else {
-      if (e.nccl) ++info.unmatched_collectives;
+      if (e.nccl) ++(p2p ? info.point_to_point : info.unmatched_collectives);
       t.kind = TaskKind::kCompute;
       t.resource = e.nccl ? Resource::kNetwork : Resource::kCompute;
       t.measured_s = std::max(1e-9, median(durs));

@@ -3,6 +3,7 @@
 // matched to record_param_comms, CUDA runtime launches correlated to each GPU event).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "exec/executor.h"
@@ -179,6 +180,79 @@ TEST(Kineto, ImportsStepsKernelsCopiesAndMatchedCollectives) {
   ASSERT_TRUE(apply_what_ifs({{"network", "2"}}, nullptr, fast, g2).is_ok());
   ReferenceExecutor ref2(fast, g2.schedule.ranks_per_node);
   EXPECT_LT(run_schedule(g2.schedule, ref2).value().makespan_s, base.makespan_s);
+}
+
+// The same trace as PyTorch 1.8's Kineto wrote it (categories Operator, Runtime, Kernel, Memcpy) imports
+// to the same graph.
+TEST(Kineto, ReadsTheCategoriesOfOlderProfilers) {
+  json old = json::parse(kineto_fixture());
+  const std::map<std::string, std::string> renamed = {{"user_annotation", "Operator"},
+                                                      {"cuda_runtime", "Runtime"},
+                                                      {"kernel", "Kernel"},
+                                                      {"gpu_memcpy", "Memcpy"},
+                                                      {"cpu_op", "Operator"}};
+  for (json& e : old["traceEvents"]) {
+    if (e.contains("cat") && renamed.count(e["cat"].get<std::string>())) e["cat"] = renamed.at(e["cat"]);
+  }
+  KinetoInfo a, b;
+  auto modern = import_kineto_trace(kineto_fixture(), 0, -1, a);
+  auto older = import_kineto_trace(old.dump(), 0, -1, b);
+  ASSERT_TRUE(modern.is_ok() && older.is_ok()) << older.status().to_string();
+  EXPECT_EQ(older->steps_total, 2);
+  EXPECT_EQ(b.kernels, a.kernels);
+  EXPECT_EQ(b.memcpys, 1u);
+  EXPECT_EQ(b.collectives, 1u);
+  ASSERT_EQ(older->schedule.tasks.size(), modern->schedule.tasks.size());
+  for (std::size_t i = 0; i < older->schedule.tasks.size(); ++i) {
+    EXPECT_EQ(older->schedule.tasks[i].kind, modern->schedule.tasks[i].kind) << i;
+    EXPECT_EQ(older->schedule.tasks[i].deps, modern->schedule.tasks[i].deps) << i;
+    EXPECT_DOUBLE_EQ(older->schedule.tasks[i].release_s, modern->schedule.tasks[i].release_s) << i;
+  }
+}
+
+// PyTorch 2.x writes a collective's sizes on its NCCL kernel: read there without record_param_comms; NCCL
+// send/recv kernels (pipeline stages) are point-to-point, kept with their measured durations.
+TEST(Kineto, ReadsCollectiveSizesFromNcclKernelsAndKeepsSendRecvAsMeasured) {
+  json t = json::parse(kineto_fixture(false));
+  json extra = json::array();
+  for (json& e : t["traceEvents"]) {
+    if (e.value("name", "").rfind("ncclKernel_AllReduce", 0) != 0) continue;
+    e["args"]["Collective name"] = "allreduce";
+    e["args"]["In msg nelems"] = 250000000;
+    e["args"]["Out msg nelems"] = 250000000;
+    e["args"]["dtype"] = "Float";
+    e["args"]["Group size"] = 2;
+    json p2p = e;
+    p2p["name"] = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)";
+    p2p["ts"] = e["ts"].get<double>() + 100;
+    p2p["dur"] = 700;
+    p2p["tid"] = 21;
+    p2p["args"] = {{"stream", 21}};
+    extra.push_back(p2p);
+  }
+  for (json& e : extra) t["traceEvents"].push_back(e);
+  KinetoInfo info;
+  auto g = import_kineto_trace(t.dump(), 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_EQ(info.collectives, 1u);
+  EXPECT_EQ(info.unmatched_collectives, 0u);
+  EXPECT_EQ(info.point_to_point, 1u);
+  int allreduce = 0, sendrecv = 0;
+  for (const Task& task : g->schedule.tasks) {
+    if (task.kind == TaskKind::kCollective) {
+      ++allreduce;
+      EXPECT_EQ(task.bytes, 1e9);
+      EXPECT_EQ(task.group, 2);
+    }
+    if (task.name.rfind("ncclDevKernel_SendRecv", 0) == 0) {
+      ++sendrecv;
+      EXPECT_EQ(task.kind, TaskKind::kCompute);
+      EXPECT_EQ(task.resource, Resource::kNetwork);
+      EXPECT_NEAR(task.measured_s, 700e-6, 1e-12);
+    }
+  }
+  EXPECT_EQ(allreduce, 1);
+  EXPECT_EQ(sendrecv, 1);
 }
 
 TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
