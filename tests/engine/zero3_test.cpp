@@ -81,7 +81,7 @@ TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
   o.tiling = 3;
   z = Zero3Trainer::create(small(), o, *local);
   ASSERT_FALSE(z.is_ok());
-  EXPECT_NE(z.status().message().find("tiling 3"), std::string::npos);
+  EXPECT_NE(z.status().message().find("memwall.tiling_factor 3"), std::string::npos);
 }
 
 }  // namespace
