@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -93,6 +94,7 @@ int run_generate(const GenerateOptions& opt) {
   }
   std::mt19937_64 rng(opt.seed);
   std::string out;
+  const auto started = std::chrono::steady_clock::now();
   if (!opt.json) {
     std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
     std::fflush(stdout);
@@ -110,9 +112,16 @@ int run_generate(const GenerateOptions& opt) {
   }
   if (opt.json) {
     // Bytes that are not valid UTF-8 become U+FFFD in the JSON.
-    const nlohmann::json j = {
-        {"checkpoint_step", cp->step()},  {"prompt", opt.prompt}, {"text", out},     {"tokens", opt.tokens},
-        {"temperature", opt.temperature}, {"top_k", opt.top_k},   {"seed", opt.seed}};
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const nlohmann::json j = {{"seconds", seconds},
+                              {"tokens_per_s", seconds > 0 ? opt.tokens / seconds : 0.0},
+                              {"checkpoint_step", cp->step()},
+                              {"prompt", opt.prompt},
+                              {"text", out},
+                              {"tokens", opt.tokens},
+                              {"temperature", opt.temperature},
+                              {"top_k", opt.top_k},
+                              {"seed", opt.seed}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");

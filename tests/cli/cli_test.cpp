@@ -679,8 +679,9 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
       "generate --checkpoint-dir " + dir + " --prompt 'the' --tokens 30 --json --seed ";
   const CmdResult a = memwall(sampled + "7", false), b = memwall(sampled + "7", false);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  EXPECT_EQ(a.output, b.output);
   const nlohmann::json j = parse_json(a.output);
+  EXPECT_EQ(j["text"], parse_json(b.output)["text"]);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
   EXPECT_EQ(j["checkpoint_step"], 300);
   EXPECT_EQ(j["prompt"], "the");
   EXPECT_FALSE(j["text"].get<std::string>().empty());
