@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/units.h"
 #include "cli_common.h"
@@ -16,6 +17,7 @@
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
+#include "replay/replay.h"
 #include "sim/simgrid_backend.h"
 #include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID
@@ -26,9 +28,11 @@ namespace memwall::cli {
 
 using nlohmann::json;
 
-Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress) {
+Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress,
+                           const std::function<Status(HardwareSpec&)>& adjust_hardware) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
+  if (adjust_hardware) MW_RETURN_IF_ERROR(adjust_hardware(in->hw));
   RunConfig run = in->run;
   MW_RETURN_IF_ERROR(resolve_run_config(run, in->model, in->hw));
   Result<Schedule> s = plan_iteration(in->model, run, in->hw);
@@ -197,6 +201,54 @@ void print_simulation(const json& o) {
   }
   for (const auto& n : o["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
   if (o.contains("trace")) std::printf("trace: %s\n", o["trace"].get<std::string>().c_str());
+  if (o.contains("what_if")) {
+    const auto& w = o["what_if"];
+    std::string list;
+    for (const auto& c : w["changes"]) list += (list.empty() ? "" : ", ") + c.get<std::string>();
+    std::printf("\nwhat if %s: iteration %.3f s, %.1f TFLOP/s per GPU: %.2fx the speed\n", list.c_str(),
+                w["iteration_s"].get<double>(), w["tflops_per_gpu"].get<double>(),
+                w["speedup"].get<double>());
+    std::printf("%-24s %11s %11s\n", "time (rank 0)", "as is", "what if");
+    for (const char* k : {"compute", "exposed_communication", "io_stall", "idle", "optimizer_step"}) {
+      std::printf("%-24s %11.3f %11.3f\n", k, o["breakdown_s"][k].get<double>(),
+                  w["breakdown_s"][k].get<double>());
+    }
+  }
+}
+
+// The same experiment on the hardware changed by what-ifs (planned and simulated again), beside `base`.
+Status simulate_what_if(const SimulateCliOptions& opt, json& base) {
+  std::vector<WhatIf> what_ifs;
+  std::unique_ptr<HardwareSpec> gpu_spec;
+  Diagnostics diag;
+  for (const auto& text : opt.what_ifs) {
+    auto w = parse_what_if(text);
+    if (!w.is_ok()) return w.status();
+    if (w->key == "gpu") {
+      auto g = load_hardware_arg(w->value, diag);
+      if (!g.is_ok()) return g.status();
+      gpu_spec = std::make_unique<HardwareSpec>(std::move(*g));
+    }
+    what_ifs.push_back(*w);
+  }
+  SimulateCliOptions changed = opt;
+  changed.trace_path.clear();
+  json out;
+  MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false, [&](HardwareSpec& hw) {
+    return apply_hardware_what_ifs(what_ifs, gpu_spec.get(), hw);
+  }));
+  const double it = out["iteration_s"].get<double>();
+  base["what_if"] = {{"changes", opt.what_ifs},
+                     {"hardware", out["inputs"]["hardware"]},
+                     {"iteration_s", it},
+                     {"tflops_per_gpu", out["tflops_per_gpu"]},
+                     {"pflops_total", out["pflops_total"]},
+                     {"gpus", out["gpus"]},
+                     {"speedup", it > 0 ? base["iteration_s"].get<double>() / it : 0.0},
+                     {"breakdown_s", out["breakdown_s"]},
+                     {"links", out["links"]},
+                     {"peak_bytes", out["peak_bytes"]}};
+  return Status::ok();
 }
 
 }  // namespace
@@ -211,9 +263,15 @@ void register_simulate(CLI::App& app, int& exit_code) {
   cmd->add_flag("--fast", opt->fast, "Use the reference executor (no contention) instead of SimGrid");
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--trace", opt->trace_path, "Write rank 0's trace (.json or .json.gz)");
+  cmd->add_option(
+      "--what-if", opt->what_ifs,
+      "key=value, repeatable: also simulate on the hardware changed so, beside it: pcie=X, nvme=X, "
+      "network=X, cpu_memory=X (bandwidth times X), compute=X (FLOP/s times X), gpu=HARDWARE "
+      "(its GPU), nodes=N");
   cmd->callback([opt, &exit_code] {
     json out;
     Status s = simulate_experiment(*opt, out, !opt->json);
+    if (s.is_ok() && !opt->what_ifs.empty()) s = simulate_what_if(*opt, out);
     if (!s.is_ok()) {
       exit_code = report_error(s);
       return;

@@ -219,14 +219,87 @@ void place_ranks(const HardwareSpec& hw, ReplayGraph& g) {
   s.ranks_per_node = std::max(1, std::min(hw.gpu.count, s.ranks));
 }
 
+namespace {
+
+// A what-if's number: positive.
+Result<double> what_if_factor(const WhatIf& w) {
+  char* end = nullptr;
+  const double x = std::strtod(w.value.c_str(), &end);
+  if (end == w.value.c_str() || *end != '\0' || !(x > 0)) {
+    return Status::invalid_argument("--what-if " + w.key + "=" + w.value + ": expected a positive number");
+  }
+  return x;
+}
+
+// pcie, nvme, network, cpu_memory: bandwidths times x. False for the other keys.
+bool scale_bandwidth(const std::string& key, double x, HardwareSpec& hw) {
+  if (key == "pcie") {
+    hw.pcie.gpu_link_Bps *= x;
+    for (auto& l : hw.pcie.switches) l.uplink_Bps *= x;
+  } else if (key == "nvme") {
+    hw.nvme.drive_read_Bps *= x;
+    hw.nvme.drive_write_Bps *= x;
+    hw.nvme.drive_readwrite_Bps *= x;  // 0 (derived from the two) stays 0
+  } else if (key == "network") {
+    hw.network.nic_Bps *= x;
+    hw.nvlink.gpu_Bps *= x;
+  } else if (key == "cpu_memory") {
+    hw.cpu.memory_Bps *= x;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Status check_gpu_what_if(const WhatIf& w, const HardwareSpec* gpu_spec, const HardwareSpec& hw) {
+  if (gpu_spec == nullptr || gpu_spec->gpu.achievable_flops <= 0 || hw.gpu.achievable_flops <= 0) {
+    return Status::invalid_argument("--what-if gpu=" + w.value +
+                                    ": needs hardware with gpu.achievable_flops");
+  }
+  return Status::ok();
+}
+
+Result<int> what_if_nodes(const WhatIf& w, double x, const HardwareSpec& hw) {
+  const int nodes = static_cast<int>(x);
+  if (nodes < 1 || nodes != x || (nodes > 1 && hw.network.node_Bps() <= 0)) {
+    return Status::invalid_argument("--what-if nodes=" + w.value +
+                                    ": expected a whole number of nodes, on hardware with a network");
+  }
+  return nodes;
+}
+
+}  // namespace
+
+Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec,
+                               HardwareSpec& hw) {
+  for (const WhatIf& w : what_ifs) {
+    if (w.key == "gpu") {
+      MW_RETURN_IF_ERROR(check_gpu_what_if(w, gpu_spec, hw));
+      const int count = hw.gpu.count;
+      hw.gpu = gpu_spec->gpu;
+      hw.gpu.count = count;
+      continue;
+    }
+    auto x = what_if_factor(w);
+    if (!x.is_ok()) return x.status();
+    if (scale_bandwidth(w.key, *x, hw)) continue;
+    if (w.key == "compute") {
+      hw.gpu.achievable_flops *= *x;
+      hw.gpu.peak_flops *= *x;
+    } else if (w.key == "nodes") {
+      auto nodes = what_if_nodes(w, *x, hw);
+      if (!nodes.is_ok()) return nodes.status();
+      hw.nodes = *nodes;
+    }
+  }
+  return Status::ok();
+}
+
 Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec, HardwareSpec& hw,
                       ReplayGraph& g) {
   for (const WhatIf& w : what_ifs) {
     if (w.key == "gpu") {
-      if (gpu_spec == nullptr || gpu_spec->gpu.achievable_flops <= 0 || hw.gpu.achievable_flops <= 0) {
-        return Status::invalid_argument("--what-if gpu=" + w.value +
-                                        ": needs hardware with gpu.achievable_flops");
-      }
+      MW_RETURN_IF_ERROR(check_gpu_what_if(w, gpu_spec, hw));
       const double ratio = hw.gpu.achievable_flops / gpu_spec->gpu.achievable_flops;
       for (Task& t : g.schedule.tasks) {
         if (t.kind == TaskKind::kCompute) t.measured_s *= ratio;
@@ -236,35 +309,19 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
       hw.gpu.count = count;
       continue;
     }
-    char* end = nullptr;
-    const double x = std::strtod(w.value.c_str(), &end);
-    if (end == w.value.c_str() || *end != '\0' || !(x > 0)) {
-      return Status::invalid_argument("--what-if " + w.key + "=" + w.value + ": expected a positive number");
-    }
-    if (w.key == "pcie") {
-      hw.pcie.gpu_link_Bps *= x;
-      for (auto& l : hw.pcie.switches) l.uplink_Bps *= x;
-    } else if (w.key == "nvme") {
-      hw.nvme.drive_read_Bps *= x;
-      hw.nvme.drive_write_Bps *= x;
-    } else if (w.key == "network") {
-      hw.network.nic_Bps *= x;
-      hw.nvlink.gpu_Bps *= x;
-    } else if (w.key == "cpu_memory") {
-      hw.cpu.memory_Bps *= x;
-    } else if (w.key == "compute") {
+    auto x = what_if_factor(w);
+    if (!x.is_ok()) return x.status();
+    if (scale_bandwidth(w.key, *x, hw)) continue;
+    if (w.key == "compute") {
       for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute) t.measured_s /= x;
+        if (t.kind == TaskKind::kCompute) t.measured_s /= *x;
       }
     } else if (w.key == "nodes") {
-      const int nodes = static_cast<int>(x);
-      if (nodes < 1 || nodes != x || (nodes > 1 && hw.network.node_Bps() <= 0)) {
-        return Status::invalid_argument("--what-if nodes=" + w.value +
-                                        ": expected a whole number of nodes, on hardware with a network");
-      }
+      auto nodes = what_if_nodes(w, *x, hw);
+      if (!nodes.is_ok()) return nodes.status();
       const int per_node = std::max(1, std::min(hw.gpu.count, g.schedule.ranks));
-      hw.nodes = nodes;
-      g.schedule.ranks = g.schedule.data_parallel = per_node * nodes;
+      hw.nodes = *nodes;
+      g.schedule.ranks = g.schedule.data_parallel = per_node * *nodes;
       for (Task& t : g.schedule.tasks) {
         if (t.kind == TaskKind::kCollective && t.group > 1) t.group = g.schedule.ranks;
       }

@@ -368,6 +368,33 @@ TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
   }
 }
 
+// "What if NVMe were 2x faster?": the run planned and simulated again on the changed hardware, beside it.
+TEST(CliSimulate, WhatIfsSimulateTheChangedHardwareBesideIt) {
+  for (const char* executor : {" --fast", ""}) {
+    const CmdResult r = memwall(std::string("simulate --json --what-if nvme=2") + executor, false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = parse_json(r.output);
+    const nlohmann::json& w = j["what_if"];
+    EXPECT_EQ(w["changes"], nlohmann::json::array({"nvme=2"}));
+    // The default run (1T, everything on NVMe) waits on the drives: twice their rate is much faster.
+    EXPECT_GT(w["speedup"].get<double>(), 1.3) << executor;
+    EXPECT_NEAR(w["speedup"].get<double>(), j["iteration_s"].get<double>() / w["iteration_s"].get<double>(),
+                1e-9);
+    EXPECT_LT(w["breakdown_s"]["optimizer_step"].get<double>(),
+              j["breakdown_s"]["optimizer_step"].get<double>());
+    EXPECT_NEAR(w["breakdown_s"]["compute"].get<double>(), j["breakdown_s"]["compute"].get<double>(),
+                1e-9 * j["breakdown_s"]["compute"].get<double>());
+  }
+  // Nothing changed: the same time.
+  const nlohmann::json same = parse_json(memwall("simulate --fast --json --what-if pcie=1", false).output);
+  EXPECT_NEAR(same["what_if"]["speedup"].get<double>(), 1.0, 1e-9);
+  const CmdResult text = memwall("simulate --fast --model gpt2 --run zero-3 --what-if compute=2");
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.output.find("what if compute=2:"), std::string::npos) << text.output;
+  expect_bad_input("simulate --fast --what-if disk=2", "allowed: pcie");
+  expect_bad_input("simulate --fast --what-if gpu=no-such-gpu", "no-such-gpu");
+}
+
 TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
   const std::string no_nvme = write_file("sim_no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
       "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},

@@ -78,6 +78,35 @@ TEST(Replay, AReferenceRunReplaysToItsOwnIterationTime) {
   EXPECT_FALSE(apply_what_ifs({{"compute", "-1"}}, nullptr, hw2, g2).is_ok());
 }
 
+// The hardware what-ifs simulate applies: bandwidths (NVMe's combined rate too, when the file sets it),
+// the GPU's FLOP/s, another GPU, the node count.
+TEST(Replay, HardwareWhatIfsChangeOnlyWhatTheyName) {
+  const HardwareSpec base = testing::load_hardware_scenario("dgx2");
+  HardwareSpec hw = base;
+  hw.nvme.drive_readwrite_Bps = 3e9;
+  ASSERT_TRUE(
+      apply_hardware_what_ifs({{"nvme", "2"}, {"compute", "1.5"}, {"nodes", "4"}}, nullptr, hw).is_ok());
+  EXPECT_DOUBLE_EQ(hw.nvme.drive_read_Bps, 2 * base.nvme.drive_read_Bps);
+  EXPECT_DOUBLE_EQ(hw.nvme.drive_write_Bps, 2 * base.nvme.drive_write_Bps);
+  EXPECT_DOUBLE_EQ(hw.nvme.drive_readwrite_Bps, 6e9);
+  EXPECT_DOUBLE_EQ(hw.gpu.achievable_flops, 1.5 * base.gpu.achievable_flops);
+  EXPECT_EQ(hw.nodes, 4);
+  EXPECT_DOUBLE_EQ(hw.pcie.gpu_link_Bps, base.pcie.gpu_link_Bps);
+  EXPECT_DOUBLE_EQ(hw.cpu.memory_Bps, base.cpu.memory_Bps);
+  HardwareSpec derived = base;  // no combined rate in the file: it stays derived from the two
+  ASSERT_TRUE(apply_hardware_what_ifs({{"nvme", "2"}}, nullptr, derived).is_ok());
+  EXPECT_EQ(derived.nvme.drive_readwrite_Bps, base.nvme.drive_readwrite_Bps);
+  EXPECT_DOUBLE_EQ(derived.nvme.readwrite_Bps(), 2 * base.nvme.readwrite_Bps());
+  const HardwareSpec h100 = testing::load_hardware_scenario("dgx-h100");
+  HardwareSpec swapped = base;
+  ASSERT_TRUE(apply_hardware_what_ifs({{"gpu", "dgx-h100"}}, &h100, swapped).is_ok());
+  EXPECT_EQ(swapped.gpu.count, base.gpu.count);
+  EXPECT_DOUBLE_EQ(swapped.gpu.achievable_flops, h100.gpu.achievable_flops);
+  EXPECT_FALSE(apply_hardware_what_ifs({{"gpu", "x"}}, nullptr, swapped).is_ok());
+  EXPECT_FALSE(apply_hardware_what_ifs({{"nodes", "1.5"}}, nullptr, swapped).is_ok());
+  EXPECT_FALSE(apply_hardware_what_ifs({{"pcie", "0"}}, nullptr, swapped).is_ok());
+}
+
 TEST(Replay, BadInputIsNamed) {
   EXPECT_FALSE(parse_what_if("pcie").is_ok());
   auto w = parse_what_if("disk=2");
