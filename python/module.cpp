@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
+#include "replay/replay.h"
 #include "sim/simulate.h"
 #include "spec/spec_loader.h"
 #include "trace/trace.h"
@@ -48,7 +50,8 @@ std::string overrides(const py::object& o) {
 }
 
 cli::Inputs inputs(const std::string& hardware, const std::string& model, const std::string& run, int nodes,
-                   const py::object& set, const py::object& model_set, bool resolve = true) {
+                   const py::object& set, const py::object& model_set, bool resolve = true,
+                   const std::vector<std::string>& what_ifs = {}) {
   cli::InputOptions opt;
   opt.hardware = hardware;
   opt.model = model;
@@ -57,6 +60,18 @@ cli::Inputs inputs(const std::string& hardware, const std::string& model, const 
   opt.run_set = overrides(set);
   opt.model_set = overrides(model_set);
   cli::Inputs in = value_or_raise(cli::load_inputs(opt));
+  // Hardware what-ifs ("nvme=2", "gpu=dgx-h100", ...), as memwall simulate --what-if applies them.
+  std::vector<WhatIf> changes;
+  std::unique_ptr<HardwareSpec> gpu_spec;
+  for (const std::string& text : what_ifs) {
+    changes.push_back(value_or_raise(parse_what_if(text)));
+    if (changes.back().key == "gpu") {
+      Diagnostics diag;
+      gpu_spec =
+          std::make_unique<HardwareSpec>(value_or_raise(cli::load_hardware_arg(changes.back().value, diag)));
+    }
+  }
+  if (const Status st = apply_hardware_what_ifs(changes, gpu_spec.get(), in.hw); !st.is_ok()) raise(st);
   if (resolve) {
     const Status st = resolve_run_config(in.run, in.model, in.hw);
     if (!st.is_ok()) raise(st);
@@ -197,8 +212,8 @@ py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, con
 
 py::dict plan_or_simulate(const std::string& hardware, const std::string& model, const std::string& run,
                           int nodes, const py::object& set, const py::object& model_set, bool simulate,
-                          const std::string& trace) {
-  const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
+                          const std::string& trace, const std::vector<std::string>& what_ifs) {
+  const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set, true, what_ifs);
   const Schedule s = value_or_raise(plan_iteration(in.model, in.run, in.hw));
   // Gradient accumulation: the G micro-steps back to back, the optimizer after the last.
   const int G = in.run.accumulation_steps();
@@ -339,21 +354,23 @@ PYBIND11_MODULE(_memwall, m) {
   m.def(
       "plan",
       [](const std::string& h, const std::string& mo, const std::string& r, int n, const py::object& set,
-         const py::object& model_set,
-         const std::string& trace) { return plan_or_simulate(h, mo, r, n, set, model_set, false, trace); },
+         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if) {
+        return plan_or_simulate(h, mo, r, n, set, model_set, false, trace, what_if);
+      },
       "Plan one iteration and time it with the reference executor (memwall plan / simulate --fast)",
       py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
       py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
-      py::arg("trace") = "");
+      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{});
   m.def(
       "simulate",
       [](const std::string& h, const std::string& mo, const std::string& r, int n, const py::object& set,
-         const py::object& model_set,
-         const std::string& trace) { return plan_or_simulate(h, mo, r, n, set, model_set, true, trace); },
+         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if) {
+        return plan_or_simulate(h, mo, r, n, set, model_set, true, trace, what_if);
+      },
       "Simulate one iteration on the SimGrid model of the hardware (memwall simulate)",
       py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
       py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
-      py::arg("trace") = "");
+      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{});
   m.def("read_trace", &read_trace_file, "A memwall trace (.json or .json.gz) as numpy arrays and dicts",
         py::arg("path"));
 }

@@ -65,6 +65,16 @@ class ModuleTest(unittest.TestCase):
             self.assertAlmostEqual(got["flops_per_iteration"], 4 * one["flops_per_iteration"], delta=1.0)
             self.assertGreater(got["tflops_per_gpu"], one["tflops_per_gpu"])  # the optimizer step amortised
 
+    def test_what_if_matches_the_cli(self):
+        got = memwall.plan(model="paper-1t", what_if=["nvme=2", "pcie=1.5"])
+        want = cli("simulate", "--model", "paper-1t", "--fast", "--what-if", "nvme=2", "--what-if", "pcie=1.5")
+        self.assertAlmostEqual(got["iteration_s"], want["what_if"]["iteration_s"],
+                               delta=1e-6 * got["iteration_s"])
+        self.assertLess(got["iteration_s"], memwall.plan(model="paper-1t")["iteration_s"])
+        with self.assertRaises(ValueError) as e:
+            memwall.plan(what_if=["disk=2"])
+        self.assertIn("allowed: pcie", str(e.exception))
+
     def test_bad_input_raises_naming_it(self):
         with self.assertRaises(ValueError) as e:
             memwall.predict(set={"zero_optimization.stage": 7})
