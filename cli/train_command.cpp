@@ -252,6 +252,16 @@ int run_train(const TrainOptions& opt) {
     if (Status s = timed_checkpoint("resumed", [&] { return trainer->load(opt.checkpoint_dir).status(); });
         !s.is_ok())
       return report_error(s);
+    if (auto latest = train::ckpt::read_latest(opt.checkpoint_dir);
+        lead && latest.is_ok() &&
+        (latest->value("ranks", R) != R || latest->value("tiling", 1) != zo.tiling)) {
+      std::fprintf(
+          stderr,
+          "memwall: note: the checkpoint was written by %d rank(s) with tiling %d, this run has %d with "
+          "tiling %d: its states were partitioned anew%s\n",
+          latest->value("ranks", R), latest->value("tiling", 1), R, zo.tiling,
+          latest->value("ranks", R) != R ? " (each step's batches now follow this rank count)" : "");
+    }
   }
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
   auto checkpoint = [&]() -> Status {

@@ -272,7 +272,7 @@ Result<CheckpointParams> CheckpointParams::open(const std::string& dir, model::G
   return cp;
 }
 
-Status CheckpointParams::read(std::size_t offset, std::size_t n, float* out) const {
+Status CheckpointParams::read(std::size_t offset, std::size_t n, float* master, float* m, float* v) const {
   if (offset > params_ || n > params_ - offset) {
     return Status::internal("checkpoint read of parameters [" + std::to_string(offset) + ", " +
                             std::to_string(offset + n) + ") past " + std::to_string(params_));
@@ -290,7 +290,9 @@ Status CheckpointParams::read(std::size_t offset, std::size_t n, float* out) con
     while (at < stop) {
       const std::size_t e = at - s->offset, r = e / s->shard;
       const std::size_t k = std::min(stop - at, (r + 1) * s->shard - e);
-      MW_RETURN_IF_ERROR(ranks_[r].read(s->local + e % s->shard, k, out + (at - offset), nullptr, nullptr));
+      const std::size_t to = at - offset;
+      MW_RETURN_IF_ERROR(ranks_[r].read(s->local + e % s->shard, k, master + to,
+                                        m != nullptr ? m + to : nullptr, v != nullptr ? v + to : nullptr));
       at += k;
     }
   }

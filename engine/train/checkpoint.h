@@ -88,14 +88,17 @@ class ShardReader {
   int version_;
 };
 
-// The fp32 parameters of a whole checkpoint, read from every rank's file on demand (one process, no MPI): for
-// export. open() checks every file's header and CRC.
+// The states of a whole checkpoint in model order, read from every rank's file on demand (one process, no
+// MPI): for export and generate (the parameters), and for a run that resumes with another rank count or
+// tiling (all three arrays). open() checks every file's header and CRC.
 class CheckpointParams {
  public:
   // Fills `config` from DIR/latest.json.
   static Result<CheckpointParams> open(const std::string& dir, model::GptConfig& config);
-  // Parameters [offset, offset + n) in gpt_param_layout order.
-  Status read(std::size_t offset, std::size_t n, float* out) const;
+  // Elements [offset, offset + n) in gpt_param_layout order of the fp32 master parameters and, where not
+  // null, of Adam's two moments.
+  Status read(std::size_t offset, std::size_t n, float* master, float* m = nullptr, float* v = nullptr) const;
+  int ranks() const { return static_cast<int>(ranks_.size()); }
   std::size_t size() const { return params_; }
   long step() const { return step_; }
 

@@ -1663,16 +1663,38 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
   if (!latest.is_ok()) return latest.status();
   const nlohmann::json& j = *latest;
   const std::pair<const char*, long> expect[] = {
-      {"ranks", comm_->size()},  {"layers", c_.layers},
-      {"channels", c_.channels}, {"heads", c_.heads},
-      {"vocab", c_.vocab},       {"max_seq", c_.max_seq},
-      {"tiling", o_.tiling},     {"params", static_cast<long>(model_elements())}};
+      {"layers", c_.layers}, {"channels", c_.channels}, {"heads", c_.heads},
+      {"vocab", c_.vocab},   {"max_seq", c_.max_seq},   {"params", static_cast<long>(model_elements())}};
   for (const auto& [key, want] : expect) {
     const long got = j.value(key, -1L);
     if (got != want) {
       return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " + std::to_string(got) +
                                       ", this run has " + std::to_string(want));
     }
+  }
+  State& st = *st_;
+  if (j.value("ranks", -1L) != comm_->size() || j.value("tiling", -1L) != o_.tiling) {
+    // Written by another rank count or tiling: the states are partitioned anew. Every file is checked
+    // first (its CRC over the whole file), then this rank's elements are read in model order.
+    model::GptConfig written;
+    auto cp = ckpt::CheckpointParams::open(dir, written);
+    if (!cp.is_ok()) return cp.status();
+    const auto rank = static_cast<std::size_t>(comm_->rank());
+    const auto repartitioned = [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
+      for (float* a : {master, m, v}) std::fill(a, a + n, 0.0f);  // the shards' padding
+      for (const auto& pt : st.parts) {
+        const std::size_t lo = std::max(begin, pt.local), hi = std::min(begin + n, pt.local + pt.shard);
+        if (lo >= hi) continue;
+        const std::size_t e = rank * pt.shard + (lo - pt.local);  // element of the parameter
+        if (e >= pt.numel) continue;
+        const std::size_t k = std::min(hi - lo, pt.numel - e), at = lo - begin;
+        MW_RETURN_IF_ERROR(cp->read(pt.model_offset + e, k, master + at, m + at, v + at));
+      }
+      return Status::ok();
+    };
+    MW_RETURN_IF_ERROR(install_states(repartitioned));
+    step_ = cp->step();
+    return step_;
   }
   // A corrupt checkpoint must leave this trainer as it was. When everything it installs goes to the NVMe
   // store (optimizer states and every parameter shard there), one pass: the pieces are staged in the store,
@@ -1681,7 +1703,6 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
   auto reader = ckpt::ShardReader::open(
       ckpt::rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size()), st_->total);
   if (!reader.is_ok()) return reader.status();
-  State& st = *st_;
   const bool all_in_store =
       st.store && st.opt_tier == Tier::kNvme &&
       std::all_of(st.home.begin(), st.home.end(), [](Tier t) { return t == Tier::kNvme; });

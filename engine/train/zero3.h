@@ -131,8 +131,9 @@ class Zero3Trainer {
   // complete checkpoint. The format does not depend on where the states lived, so a run may resume with
   // another offload configuration.
   Status save(const std::string& dir);
-  // Loads the checkpoint latest.json names into this trainer (same model, tiling and rank count; errors name
-  // the file and the mismatch). Returns the step it was taken at.
+  // Loads the checkpoint latest.json names into this trainer (the same model: errors name the file and the
+  // mismatch). Written by another rank count or tiling, its states are partitioned anew for this run (every
+  // file checked first, then read in model order). Returns the step it was taken at.
   Result<long> load(const std::string& dir);
   long steps_done() const { return step_; }
   // The most host memory beyond the plan's pools that initialisation, save and load have staged at once:

@@ -676,6 +676,24 @@ TEST(CliTrain, GradientAccumulationTrainsAndResumesBitwise) {
     EXPECT_EQ(a[2 + i]["loss"].dump(), b[i]["loss"].dump()) << "step " << 3 + i;
 }
 
+// A checkpoint resumes under another tiling (or rank count): the states are partitioned anew, with a note.
+TEST(CliTrain, ResumesACheckpointOfAnotherLayout) {
+  const std::string data = write_file("train-relayout.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-relayout").string();
+  std::filesystem::remove_all(dir);
+  const std::string common =
+      " --eval-batches 1 --data " + data + " --checkpoint-dir " + dir + " " + kTinyModel;
+  const CmdResult first = memwall("train --steps 2" + common);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CmdResult second =
+      memwall("train --steps 3 --resume --json --set '{\"memwall.tiling_factor\": 2}'" + common);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("written by 1 rank(s) with tiling 1, this run has 1 with tiling 2"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("\"steps_done\":2"), std::string::npos) << second.output;
+}
+
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
