@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "exec/trace_export.h"
+#include "replay/replay.h"
 #include "trace/trace.h"
 
 namespace memwall::cli {
@@ -111,6 +112,24 @@ Result<std::string> apply_overrides(const std::string& text, const std::string& 
 }
 
 }  // namespace
+
+Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts) {
+  std::vector<WhatIf> changes;
+  std::shared_ptr<HardwareSpec> gpu_spec;
+  for (const std::string& text : texts) {
+    auto w = parse_what_if(text);
+    if (!w.is_ok()) return w.status();
+    if (w->key == "gpu") {
+      Diagnostics diag;
+      auto g = load_hardware_arg(w->value, diag);
+      if (!g.is_ok()) return g.status();
+      gpu_spec = std::make_shared<HardwareSpec>(std::move(*g));
+    }
+    changes.push_back(*w);
+  }
+  return std::function<Status(HardwareSpec&)>(
+      [changes, gpu_spec](HardwareSpec& hw) { return apply_hardware_what_ifs(changes, gpu_spec.get(), hw); });
+}
 
 Result<Inputs> load_inputs(const InputOptions& opt) {
   const std::string& hardware = opt.hardware;

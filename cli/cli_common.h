@@ -55,6 +55,10 @@ struct InputOptions {
 // Loads the three files, applying the overrides before parsing and --nodes after.
 Result<Inputs> load_inputs(const InputOptions& opt);
 
+// `--what-if key=value` texts (memwall simulate, sweep files, the Python module) as a change to loaded
+// hardware (apply_hardware_what_ifs; gpu=HARDWARE is loaded here). Errors name the text.
+Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts);
+
 // Writes a trace file (.gz compresses) with the resolved inputs in its header; `body` adds the events.
 Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
                         int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,

@@ -17,7 +17,6 @@
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
-#include "replay/replay.h"
 #include "sim/simgrid_backend.h"
 #include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID
@@ -218,25 +217,12 @@ void print_simulation(const json& o) {
 
 // The same experiment on the hardware changed by what-ifs (planned and simulated again), beside `base`.
 Status simulate_what_if(const SimulateCliOptions& opt, json& base) {
-  std::vector<WhatIf> what_ifs;
-  std::unique_ptr<HardwareSpec> gpu_spec;
-  Diagnostics diag;
-  for (const auto& text : opt.what_ifs) {
-    auto w = parse_what_if(text);
-    if (!w.is_ok()) return w.status();
-    if (w->key == "gpu") {
-      auto g = load_hardware_arg(w->value, diag);
-      if (!g.is_ok()) return g.status();
-      gpu_spec = std::make_unique<HardwareSpec>(std::move(*g));
-    }
-    what_ifs.push_back(*w);
-  }
+  auto change = hardware_what_ifs(opt.what_ifs);
+  if (!change.is_ok()) return change.status();
   SimulateCliOptions changed = opt;
   changed.trace_path.clear();
   json out;
-  MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false, [&](HardwareSpec& hw) {
-    return apply_hardware_what_ifs(what_ifs, gpu_spec.get(), hw);
-  }));
+  MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false, *change));
   const double it = out["iteration_s"].get<double>();
   base["what_if"] = {{"changes", opt.what_ifs},
                      {"hardware", out["inputs"]["hardware"]},

@@ -33,8 +33,8 @@ struct Experiment {
 
 // Reads a sweep file: {"format": "memwall-sweep", "version": 1, "name", "description",
 // "defaults": {...}, "experiments": [{"name", "hardware", "model", "run", "nodes", "fast", "set",
-// "model_set"}]}. An experiment's keys override the defaults; its "set"/"model_set" objects are merged over
-// theirs.
+// "model_set", "what_if"}]}. An experiment's keys override the defaults; its "set"/"model_set" objects are
+// merged over theirs. "what_if": a list of simulate --what-if changes to the hardware ("nvme=2").
 Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string& title) {
   Result<std::string> text = read_text_file(path);
   if (!text.is_ok()) return text.status();
@@ -68,10 +68,10 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
     }
     for (auto it = e.begin(); it != e.end(); ++it) {
       static const char* const kKeys[] = {"name", "hardware", "model",     "run",     "nodes",
-                                          "fast", "set",      "model_set", "_comment"};
+                                          "fast", "set",      "model_set", "what_if", "_comment"};
       if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
         return bad("experiments[" + std::to_string(i) + "]: unknown key '" + it.key() +
-                   "'; allowed: name, hardware, model, run, nodes, fast, set, model_set");
+                   "'; allowed: name, hardware, model, run, nodes, fast, set, model_set, what_if");
       }
     }
     Experiment ex;
@@ -85,6 +85,7 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
       ex.sim.fast = e.value("fast", false);
       if (e.contains("set")) in.run_set = e["set"].dump();
       if (e.contains("model_set")) in.model_set = e["model_set"].dump();
+      if (e.contains("what_if")) ex.sim.what_ifs = e["what_if"].get<std::vector<std::string>>();
     } catch (const json::exception& err) {
       return bad("experiments[" + std::to_string(i) + "]: " + err.what());
     }
@@ -117,7 +118,8 @@ int run_sweep(const SweepOptions& opt) {
     if (opt.fast) ex.sim.fast = true;
     std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, n, ex.name.c_str());
     json r;
-    Status s = simulate_experiment(ex.sim, r, false);
+    auto change = hardware_what_ifs(ex.sim.what_ifs);
+    Status s = change.is_ok() ? simulate_experiment(ex.sim, r, false, *change) : change.status();
     json row = {{"experiment", ex.name}};
     if (!s.is_ok()) {
       // A configuration that does not fit the hardware is a result of the sweep; anything else is a failure.
@@ -159,6 +161,7 @@ int run_sweep(const SweepOptions& opt) {
                 {"breakdown_s", r["breakdown_s"]},
                 {"largest_share", largest},
                 {"peak_bytes", r["peak_bytes"]}});
+    if (!ex.sim.what_ifs.empty()) row["what_if"] = ex.sim.what_ifs;
     rows.push_back(row);
     if (!opt.json) {
       std::printf("%-26s %9s %5d %5d %6.0f %3d %-10s %10.2fs %9.1f %9.3f  %s %.0f%%\n", ex.name.c_str(),

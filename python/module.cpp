@@ -17,7 +17,6 @@
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
-#include "replay/replay.h"
 #include "sim/simulate.h"
 #include "spec/spec_loader.h"
 #include "trace/trace.h"
@@ -61,17 +60,8 @@ cli::Inputs inputs(const std::string& hardware, const std::string& model, const 
   opt.model_set = overrides(model_set);
   cli::Inputs in = value_or_raise(cli::load_inputs(opt));
   // Hardware what-ifs ("nvme=2", "gpu=dgx-h100", ...), as memwall simulate --what-if applies them.
-  std::vector<WhatIf> changes;
-  std::unique_ptr<HardwareSpec> gpu_spec;
-  for (const std::string& text : what_ifs) {
-    changes.push_back(value_or_raise(parse_what_if(text)));
-    if (changes.back().key == "gpu") {
-      Diagnostics diag;
-      gpu_spec =
-          std::make_unique<HardwareSpec>(value_or_raise(cli::load_hardware_arg(changes.back().value, diag)));
-    }
-  }
-  if (const Status st = apply_hardware_what_ifs(changes, gpu_spec.get(), in.hw); !st.is_ok()) raise(st);
+  const auto change = value_or_raise(cli::hardware_what_ifs(what_ifs));
+  if (const Status st = change(in.hw); !st.is_ok()) raise(st);
   if (resolve) {
     const Status st = resolve_run_config(in.run, in.model, in.hw);
     if (!st.is_ok()) raise(st);

@@ -440,6 +440,27 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
   EXPECT_EQ(rows, 5);
 }
 
+// A sweep over hardware changes: each experiment's what_if list changes its hardware, as simulate --what-if.
+TEST(CliSweep, ExperimentsTakeHardwareWhatIfs) {
+  const std::string file = write_file("sweep_what_if.json", R"({"name": "NVMe speed",
+      "defaults": {"model": "paper-1t", "run": "zero-infinity-nvme", "fast": true},
+      "experiments": [{"name": "as is"}, {"name": "x2", "what_if": ["nvme=2"]}]})");
+  const CmdResult r = memwall("sweep " + file + " --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = parse_json(r.output)["results"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["what_if"], nlohmann::json::array({"nvme=2"}));
+  const nlohmann::json beside =
+      parse_json(memwall("simulate --fast --json --what-if nvme=2", false).output)["what_if"];
+  EXPECT_NEAR(rows[1]["iteration_s"].get<double>(), beside["iteration_s"].get<double>(),
+              1e-9 * beside["iteration_s"].get<double>());
+  EXPECT_GT(rows[0]["iteration_s"].get<double>(), rows[1]["iteration_s"].get<double>());
+  const CmdResult bad = memwall(
+      "sweep " + write_file("sweep_bad_what_if.json", R"({"experiments": [{"what_if": ["disk=2"]}]})"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("unknown key 'disk'"), std::string::npos) << bad.output;
+}
+
 TEST(CliSweep, BadSweepFilesAreNamed) {
   expect_bad_input("sweep " + write_file("sweep_empty.json", R"({"experiments": []})"), "experiments");
   expect_bad_input("sweep " + write_file("sweep_key.json", R"({"experiments": [{"modle": "gpt2"}]})"),
