@@ -168,6 +168,16 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
   return in;
 }
 
+Result<std::string> run_file_with_overrides(const std::string& run, const std::string& run_set) {
+  Result<std::string> path = resolve_scenario("runs", run);
+  if (!path.is_ok()) return path.status();
+  Result<std::string> text = read_text_file(*path);
+  if (!text.is_ok()) return text.status();
+  Result<std::string> patched = apply_overrides(*text, *path, run_set);
+  if (!patched.is_ok()) return patched.status();
+  return nlohmann::json::parse(*patched).dump(2) + "\n";
+}
+
 Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
                         int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,
                         const std::function<void(trace::TraceWriter&)>& body) {

@@ -54,6 +54,9 @@ struct InputOptions {
 
 // Loads the three files, applying the overrides before parsing and --nodes after.
 Result<Inputs> load_inputs(const InputOptions& opt);
+// The run file `run` (scenario name or path) with the dotted overrides `run_set` applied, as JSON text that
+// --run reads (memwall tune --write-run).
+Result<std::string> run_file_with_overrides(const std::string& run, const std::string& run_set);
 
 // `--what-if key=value` texts (memwall simulate, sweep files, the Python module) as a change to loaded
 // hardware (apply_hardware_what_ifs; gpu=HARDWARE is loaded here). Errors name the text.

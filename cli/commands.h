@@ -20,5 +20,6 @@ void register_export(CLI::App& app, int& exit_code);
 void register_generate(CLI::App& app, int& exit_code);
 void register_replay(CLI::App& app, int& exit_code);
 void register_calibrate(CLI::App& app, int& exit_code);
+void register_tune(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   memwall::cli::register_plan(app, exit_code);
   memwall::cli::register_simulate(app, exit_code);
   memwall::cli::register_sweep(app, exit_code);
+  memwall::cli::register_tune(app, exit_code);
   memwall::cli::register_io_bench(app, exit_code);
   memwall::cli::register_store(app, exit_code);
   memwall::cli::register_train(app, exit_code);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -441,6 +442,35 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
 }
 
 // A sweep over hardware changes: each experiment's what_if list changes its hardware, as simulate --what-if.
+// memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
+// best written as a run file that simulates to the same time.
+TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
+  const std::string best = (std::filesystem::current_path() / "cli_test_files" / "tuned.json").string();
+  const CmdResult r = memwall(
+      "tune --model gpt2 --max-micro-batch 4 --global-batch 64 --top 100 --json --write-run " + best, false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  const auto& rows = j["results"];
+  EXPECT_EQ(j["tried"], 36);  // 6 placements x 2 checkpoint places x micro-batch 1, 2, 4
+  ASSERT_EQ(rows.size(), j["fit"].get<std::size_t>());
+  std::set<std::string> placements;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["micro_batch"].get<int>() * rows[i]["gradient_accumulation_steps"].get<int>() * 16, 64);
+    if (i > 0) {
+      EXPECT_LE(rows[i]["tokens_per_s_per_gpu"].get<double>(),
+                rows[i - 1]["tokens_per_s_per_gpu"].get<double>());
+    }
+    placements.insert(rows[i]["placement"].get<std::string>());
+  }
+  EXPECT_EQ(placements.size(), 6u);
+  const CmdResult again = memwall("simulate --fast --json --model gpt2 --run " + best, false);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NEAR(parse_json(again.output)["iteration_s"].get<double>(), rows[0]["iteration_s"].get<double>(),
+              1e-9 * rows[0]["iteration_s"].get<double>());
+  expect_bad_input("tune --model gpt2 --global-batch 7",
+                   "no configuration of gpt2 fits dgx2 with a global batch");
+}
+
 TEST(CliSweep, ExperimentsTakeHardwareWhatIfs) {
   const std::string file = write_file("sweep_what_if.json", R"({"name": "NVMe speed",
       "defaults": {"model": "paper-1t", "run": "zero-infinity-nvme", "fast": true},

@@ -1,0 +1,235 @@
+// `memwall tune`: which ZeRO-3 / ZeRO-Infinity configuration trains this model fastest on this hardware?
+// Searches the placements of parameters and optimizer states (GPU, CPU, NVMe), the micro-batch, checkpoint
+// offload and memory-centric tiling, simulates every configuration that fits (the reference executor, or
+// SimGrid with --simgrid) and ranks them by tokens per second per GPU. DeepSpeed leaves this search to its
+// users (docs/cli.md).
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/units.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/io/atomic_file.h"
+#include "input_options.h"
+#include "simulate_experiment.h"
+
+namespace memwall::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct TuneOptions {
+  InputOptions inputs;
+  int top = 5;
+  int max_micro_batch = 64;
+  int max_tiling = 64;
+  long global_batch = 0;  // 0: no target (gradient accumulation 1)
+  bool simgrid = false;
+  bool json = false;
+  std::string write_run;
+};
+
+struct Placement {
+  const char* name;   // "params/optimizer"
+  const char* param;  // offload_param.device
+  const char* opt;    // offload_optimizer.device
+  bool nvme;
+};
+constexpr Placement kPlacements[] = {{"gpu/gpu", "none", "none", false}, {"gpu/cpu", "none", "cpu", false},
+                                     {"cpu/cpu", "cpu", "cpu", false},   {"gpu/nvme", "none", "nvme", true},
+                                     {"cpu/nvme", "cpu", "nvme", true},  {"nvme/nvme", "nvme", "nvme", true}};
+
+struct Tried {
+  json set;     // the overrides over the base run
+  json result;  // simulate's JSON
+  std::string placement;
+  int micro = 0, accumulation = 1, tiling = 1;
+  bool cpu_checkpointing = false;
+  double tokens_per_s_per_gpu = 0;
+};
+
+// One configuration simulated, with tiling doubled while GPU memory is what does not fit. kOutOfMemory when
+// even the largest tiling does not fit.
+Status simulate_config(const TuneOptions& opt, const json& user_set, Tried& t) {
+  for (t.tiling = 1;; t.tiling *= 2) {
+    json set = user_set;
+    set.update(t.set);
+    set["memwall.tiling_factor"] = t.tiling;
+    SimulateCliOptions sim;
+    sim.inputs = opt.inputs;
+    sim.inputs.run_set = set.dump();
+    sim.fast = !opt.simgrid;
+    json out;
+    const Status s = simulate_experiment(sim, out, false);
+    if (s.is_ok()) {
+      t.set = set;
+      t.result = std::move(out);
+      return s;
+    }
+    const bool gpu_short = s.code() == StatusCode::kOutOfMemory && s.message().rfind("GPU", 0) == 0;
+    if (!gpu_short || 2 * t.tiling > opt.max_tiling) return s;
+  }
+}
+
+int run_tune(const TuneOptions& opt) {
+  Result<Inputs> in = load_inputs(opt.inputs);
+  if (!in.is_ok()) return report_error(in.status());
+  RunConfig base = in->run;
+  if (Status s = resolve_run_config(base, in->model, in->hw); !s.is_ok()) return report_error(s);
+  const int dp = base.memwall.data_parallel, gpus = dp * base.memwall.model_parallel;
+  const double seq = base.memwall.sequence_length;
+  json user_set = json::object();
+  if (!opt.inputs.run_set.empty()) user_set = json::parse(opt.inputs.run_set, nullptr, false);
+  if (!user_set.is_object()) return report_error(Status::invalid_argument("--set: not a JSON object"));
+
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  std::vector<Tried> fit;
+  int tried = 0, errors = 0;
+  std::string first_error;
+  for (const Placement& p : kPlacements) {
+    if (p.nvme && !in->hw.has_nvme()) continue;
+    for (const bool cpu_ckpt : {false, true}) {
+      for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
+        int accumulation = 1;
+        if (opt.global_batch > 0) {
+          const long per_step = static_cast<long>(micro) * dp;
+          if (opt.global_batch % per_step != 0) continue;
+          accumulation = static_cast<int>(opt.global_batch / per_step);
+        }
+        Tried t;
+        t.placement = p.name;
+        t.micro = micro;
+        t.accumulation = accumulation;
+        t.cpu_checkpointing = cpu_ckpt;
+        t.set = {{"zero_optimization.stage", 3},
+                 {"zero_optimization.offload_param.device", p.param},
+                 {"zero_optimization.offload_optimizer.device", p.opt},
+                 {"train_micro_batch_size_per_gpu", micro},
+                 {"gradient_accumulation_steps", accumulation},
+                 {"train_batch_size", "auto"},
+                 {"activation_checkpointing.cpu_checkpointing", cpu_ckpt}};
+        ++tried;
+        if (progress) {
+          std::fprintf(stderr, "\r[%d] %s, micro-batch %d%s        ", tried, p.name, micro,
+                       cpu_ckpt ? ", checkpoints on CPU" : "");
+        }
+        const Status s = simulate_config(opt, user_set, t);
+        if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
+        if (!s.is_ok()) {
+          if (first_error.empty()) first_error = std::string(p.name) + ": " + s.message();
+          ++errors;
+          break;
+        }
+        const double it = t.result["iteration_s"].get<double>();
+        t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / it : 0;
+        fit.push_back(std::move(t));
+      }
+    }
+  }
+  if (progress) std::fprintf(stderr, "\r%70s\r", "");
+  if (fit.empty()) {
+    return report_error(Status::out_of_memory(
+        "no configuration of " + in->model.name + " fits " + in->hw.name +
+        (opt.global_batch > 0 ? " with a global batch of " + std::to_string(opt.global_batch)
+                              : std::string()) +
+        " (" + std::to_string(tried) + " tried" + (first_error.empty() ? "" : "; " + first_error) +
+        "); allowed: a smaller model, more nodes, or hardware with more memory"));
+  }
+  std::stable_sort(fit.begin(), fit.end(), [](const Tried& a, const Tried& b) {
+    return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+  });
+
+  json rows = json::array();
+  for (std::size_t i = 0; i < fit.size() && static_cast<int>(i) < opt.top; ++i) {
+    const Tried& t = fit[i];
+    rows.push_back({{"placement", t.placement},
+                    {"micro_batch", t.micro},
+                    {"gradient_accumulation_steps", t.accumulation},
+                    {"cpu_checkpointing", t.cpu_checkpointing},
+                    {"tiling_factor", t.tiling},
+                    {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
+                    {"tflops_per_gpu", t.result["tflops_per_gpu"]},
+                    {"iteration_s", t.result["iteration_s"]},
+                    {"peak_bytes", t.result["peak_bytes"]},
+                    {"breakdown_s", t.result["breakdown_s"]},
+                    {"set", t.set}});
+  }
+  if (!opt.write_run.empty()) {
+    auto text = run_file_with_overrides(opt.inputs.run, fit.front().set.dump());
+    if (!text.is_ok()) return report_error(text.status());
+    if (Status s = io::write_file_atomic(opt.write_run, {*text}); !s.is_ok()) return report_error(s);
+  }
+  if (opt.json) {
+    json out = {{"memwall_version", MEMWALL_VERSION},
+                {"command", "tune"},
+                {"hardware", in->hw.name},
+                {"model", in->model.name},
+                {"gpus", gpus},
+                {"executor", opt.simgrid ? "simgrid" : "reference"},
+                {"tried", tried},
+                {"fit", fit.size()},
+                {"results", rows}};
+    if (opt.global_batch > 0) out["global_batch"] = opt.global_batch;
+    if (!opt.write_run.empty()) out["run_file"] = opt.write_run;
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("tune %s on %s (%d GPUs, sequence %.0f%s), %s executor: %d configurations tried, %zu fit\n",
+              in->model.name.c_str(), in->hw.name.c_str(), gpus, seq,
+              opt.global_batch > 0 ? (", global batch " + std::to_string(opt.global_batch)).c_str() : "",
+              opt.simgrid ? "SimGrid" : "reference", tried, fit.size());
+  std::printf("%4s  %-10s %5s %4s %-8s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt", "micro",
+              "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration", "GPU peak", "CPU/node",
+              "NVMe/node");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    std::printf("%4zu  %-10s %5d %4d %-8s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
+                r["placement"].get<std::string>().c_str(), r["micro_batch"].get<int>(),
+                r["gradient_accumulation_steps"].get<int>(),
+                r["cpu_checkpointing"].get<bool>() ? "CPU" : "GPU", r["tiling_factor"].get<int>(),
+                r["tokens_per_s_per_gpu"].get<double>(), r["tflops_per_gpu"].get<double>(),
+                r["iteration_s"].get<double>(), format_bytes(r["peak_bytes"]["gpu"]).c_str(),
+                format_bytes(r["peak_bytes"]["cpu"]).c_str(), format_bytes(r["peak_bytes"]["nvme"]).c_str());
+  }
+  std::printf("best: --set '%s'\n", rows[0]["set"].dump().c_str());
+  if (!opt.write_run.empty()) std::printf("written: %s (use it with --run)\n", opt.write_run.c_str());
+  if (errors > 0)
+    std::printf("note: %d placement(s) could not be planned: %s\n", errors, first_error.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_tune(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<TuneOptions>();
+  auto* cmd = app.add_subcommand(
+      "tune", "Search offload placements, micro-batch, checkpoint offload and tiling for the fastest config");
+  add_input_options(cmd, opt->inputs);
+  cmd->add_option("--global-batch", opt->global_batch,
+                  "Sequences per optimizer step to keep (micro-batch x accumulation x data-parallel ranks)")
+      ->check(CLI::Range(1L, 1L << 40));
+  cmd->add_option("--max-micro-batch", opt->max_micro_batch, "Largest micro-batch tried (powers of two)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-tiling", opt->max_tiling, "Largest memory-centric tiling factor tried")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--top", opt->top, "Configurations listed")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_flag("--simgrid", opt->simgrid,
+                "Simulate each configuration on SimGrid (slower; default: reference)");
+  cmd->add_option("--write-run", opt->write_run, "Write the best configuration as a run file (JSON)");
+  cmd->add_flag("--json", opt->json, "Print one JSON object");
+  cmd->callback([opt, &exit_code] { exit_code = run_tune(*opt); });
+}
+
+}  // namespace memwall::cli
