@@ -111,6 +111,17 @@ Result<std::string> apply_overrides(const std::string& text, const std::string& 
   return doc.dump();
 }
 
+// A scenario (or file) of `kind` read, with the overrides applied; `path` is where it was found.
+Result<std::string> read_with_overrides(const std::string& kind, const std::string& arg,
+                                        const std::string& set, std::string& path) {
+  Result<std::string> found = resolve_scenario(kind, arg);
+  if (!found.is_ok()) return found.status();
+  path = *found;
+  Result<std::string> text = read_text_file(path);
+  if (!text.is_ok()) return text.status();
+  return apply_overrides(*text, path, set);
+}
+
 }  // namespace
 
 Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts) {
@@ -147,33 +158,23 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
     return Status::invalid_argument("--nodes " + std::to_string(in.hw.nodes) + ": hardware '" + in.hw.name +
                                     "' has no network section; allowed: --nodes 1");
   }
-  Result<std::string> model_path = resolve_scenario("models", model);
-  if (!model_path.is_ok()) return model_path.status();
-  Result<std::string> model_text = read_text_file(*model_path);
-  if (!model_text.is_ok()) return model_text.status();
-  Result<std::string> model_json = apply_overrides(*model_text, *model_path, model_set);
+  std::string path;
+  Result<std::string> model_json = read_with_overrides("models", model, model_set, path);
   if (!model_json.is_ok()) return model_json.status();
-  Result<ModelSpec> m = parse_model(*model_json, *model_path, in.diag);
+  Result<ModelSpec> m = parse_model(*model_json, path, in.diag);
   if (!m.is_ok()) return m.status();
   in.model = std::move(*m);
-  Result<std::string> run_path = resolve_scenario("runs", run);
-  if (!run_path.is_ok()) return run_path.status();
-  Result<std::string> run_text = read_text_file(*run_path);
-  if (!run_text.is_ok()) return run_text.status();
-  Result<std::string> run_json = apply_overrides(*run_text, *run_path, run_set);
+  Result<std::string> run_json = read_with_overrides("runs", run, run_set, path);
   if (!run_json.is_ok()) return run_json.status();
-  Result<RunConfig> r = parse_run(*run_json, *run_path, in.diag);
+  Result<RunConfig> r = parse_run(*run_json, path, in.diag);
   if (!r.is_ok()) return r.status();
   in.run = std::move(*r);
   return in;
 }
 
 Result<std::string> run_file_with_overrides(const std::string& run, const std::string& run_set) {
-  Result<std::string> path = resolve_scenario("runs", run);
-  if (!path.is_ok()) return path.status();
-  Result<std::string> text = read_text_file(*path);
-  if (!text.is_ok()) return text.status();
-  Result<std::string> patched = apply_overrides(*text, *path, run_set);
+  std::string path;
+  Result<std::string> patched = read_with_overrides("runs", run, run_set, path);
   if (!patched.is_ok()) return patched.status();
   return nlohmann::json::parse(*patched).dump(2) + "\n";
 }

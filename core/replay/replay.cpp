@@ -251,12 +251,17 @@ bool scale_bandwidth(const std::string& key, double x, HardwareSpec& hw) {
   return true;
 }
 
-Status check_gpu_what_if(const WhatIf& w, const HardwareSpec* gpu_spec, const HardwareSpec& hw) {
+// gpu=HARDWARE: that spec's GPU, this node's GPU count. Returns the ratio of achievable FLOP/s, old over new.
+Result<double> take_gpu(const WhatIf& w, const HardwareSpec* gpu_spec, HardwareSpec& hw) {
   if (gpu_spec == nullptr || gpu_spec->gpu.achievable_flops <= 0 || hw.gpu.achievable_flops <= 0) {
     return Status::invalid_argument("--what-if gpu=" + w.value +
                                     ": needs hardware with gpu.achievable_flops");
   }
-  return Status::ok();
+  const double ratio = hw.gpu.achievable_flops / gpu_spec->gpu.achievable_flops;
+  const int count = hw.gpu.count;
+  hw.gpu = gpu_spec->gpu;
+  hw.gpu.count = count;
+  return ratio;
 }
 
 Result<int> what_if_nodes(const WhatIf& w, double x, const HardwareSpec& hw) {
@@ -274,10 +279,7 @@ Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const Hardwa
                                HardwareSpec& hw) {
   for (const WhatIf& w : what_ifs) {
     if (w.key == "gpu") {
-      MW_RETURN_IF_ERROR(check_gpu_what_if(w, gpu_spec, hw));
-      const int count = hw.gpu.count;
-      hw.gpu = gpu_spec->gpu;
-      hw.gpu.count = count;
+      if (auto r = take_gpu(w, gpu_spec, hw); !r.is_ok()) return r.status();
       continue;
     }
     auto x = what_if_factor(w);
@@ -299,14 +301,11 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
                       ReplayGraph& g) {
   for (const WhatIf& w : what_ifs) {
     if (w.key == "gpu") {
-      MW_RETURN_IF_ERROR(check_gpu_what_if(w, gpu_spec, hw));
-      const double ratio = hw.gpu.achievable_flops / gpu_spec->gpu.achievable_flops;
+      auto ratio = take_gpu(w, gpu_spec, hw);
+      if (!ratio.is_ok()) return ratio.status();
       for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute) t.measured_s *= ratio;
+        if (t.kind == TaskKind::kCompute) t.measured_s *= *ratio;
       }
-      const int count = hw.gpu.count;
-      hw.gpu = gpu_spec->gpu;
-      hw.gpu.count = count;
       continue;
     }
     auto x = what_if_factor(w);
