@@ -37,8 +37,12 @@ int run_plan(const PlanOptions& opt) {
   RunConfig run = in->run;
   Status resolved = resolve_run_config(run, in->model, in->hw);
   if (!resolved.is_ok()) return report_error(resolved);
-  Result<Schedule> s = plan_iteration(in->model, run, in->hw);
-  if (!s.is_ok()) return report_error(s.status());
+  Result<Schedule> planned = plan_iteration(in->model, run, in->hw);
+  if (!planned.is_ok()) return report_error(planned.status());
+  // With gradient accumulation an iteration is G micro-batches back to back (as simulate and train run it).
+  const int G = run.accumulation_steps();
+  const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(*planned, G) : AccumulatedSchedule{};
+  const Schedule* s = G > 1 ? &acc.schedule : &*planned;
   Result<MemoryTimeline> tl = replay_memory(*s);
   if (!tl.is_ok()) return report_error(tl.status());
   ReferenceExecutor exec(in->hw, s->ranks_per_node);
@@ -89,10 +93,15 @@ int run_plan(const PlanOptions& opt) {
     peak[tier_name(static_cast<Tier>(t))] = peaks[t];
     predicted[tier_name(static_cast<Tier>(t))] = analytic.tiers[t].used_bytes;
   }
-  out["schedule"] = {{"tasks", s->tasks.size()}, {"buffers", s->buffers.size()},
-                     {"ranks", s->ranks},        {"ranks_per_node", s->ranks_per_node},
-                     {"by_kind", by_kind},       {"bytes_per_link", links},
-                     {"peak_bytes", peak},       {"predict_bytes", predicted},
+  out["schedule"] = {{"tasks", s->tasks.size()},
+                     {"buffers", s->buffers.size()},
+                     {"gradient_accumulation_steps", G},
+                     {"ranks", s->ranks},
+                     {"ranks_per_node", s->ranks_per_node},
+                     {"by_kind", by_kind},
+                     {"bytes_per_link", links},
+                     {"peak_bytes", peak},
+                     {"predict_bytes", predicted},
                      {"notes", s->notes}};
   out["reference"] = {
       {"iteration_s", r->makespan_s},
@@ -114,9 +123,10 @@ int run_plan(const PlanOptions& opt) {
 
   std::printf(
       "plan     %s on %s (%d node(s) x %d GPUs) with %s: %zu tasks, %zu buffers for one iteration of rank 0"
-      " (%d ranks run the same schedule)\n\n",
+      "%s (%d ranks run the same schedule)\n\n",
       in->model.name.c_str(), in->hw.name.c_str(), in->hw.nodes, in->hw.gpu.count, run.name.c_str(),
-      s->tasks.size(), s->buffers.size(), s->ranks);
+      s->tasks.size(), s->buffers.size(),
+      G > 1 ? (", " + std::to_string(G) + " micro-batches back to back").c_str() : "", s->ranks);
   std::printf("%-15s %8s %14s %14s\n", "task kind", "count", "bytes", "FLOPs");
   for (const auto& [name, k] : kinds) {
     std::printf("%-15s %8d %14s %14s\n", name.c_str(), k.count,

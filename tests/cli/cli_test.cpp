@@ -367,6 +367,14 @@ TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
     EXPECT_NEAR(r["measured_iteration_s"].get<double>(), it, 1e-6 * it) << executor;
     EXPECT_NEAR(r["replayed_iteration_s"].get<double>(), it, 0.01 * it) << executor;
   }
+  // memwall plan times the same accumulated iteration as simulate --fast.
+  const std::string gas =
+      " --model gpt2-xl --run zero-infinity-cpu --json --set '{\"gradient_accumulation_steps\": 3}'";
+  const nlohmann::json plan = parse_json(memwall("plan" + gas, false).output);
+  const nlohmann::json fast = parse_json(memwall("simulate --fast" + gas, false).output);
+  EXPECT_EQ(plan["schedule"]["gradient_accumulation_steps"], 3);
+  EXPECT_NEAR(plan["reference"]["iteration_s"].get<double>(), fast["iteration_s"].get<double>(),
+              1e-9 * fast["iteration_s"].get<double>());
 }
 
 // "What if NVMe were 2x faster?": the run planned and simulated again on the changed hardware, beside it.
