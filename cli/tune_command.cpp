@@ -1,8 +1,8 @@
-// `memwall tune`: which ZeRO-3 / ZeRO-Infinity configuration trains this model fastest on this hardware?
-// Searches the placements of parameters and optimizer states (GPU, CPU, NVMe), the micro-batch, checkpoint
-// offload and memory-centric tiling, simulates every configuration that fits (the reference executor, or
-// SimGrid with --simgrid) and ranks them by tokens per second per GPU. DeepSpeed leaves this search to its
-// users (docs/cli.md).
+// `memwall tune`: which ZeRO configuration trains this model fastest on this hardware? Searches ZeRO-2,
+// ZeRO-Offload and the ZeRO-3 placements of parameters and optimizer states (GPU, CPU, NVMe), the
+// micro-batch, checkpoint offload and memory-centric tiling, simulates every configuration that fits (the
+// reference executor, or SimGrid with --simgrid) and ranks them by tokens per second per GPU. DeepSpeed
+// leaves this search to its users (docs/cli.md).
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -38,14 +38,18 @@ struct TuneOptions {
 };
 
 struct Placement {
-  const char* name;   // "params/optimizer"
+  const char* name;   // "params/optimizer", "z2" for ZeRO-2
+  int stage;          // zero_optimization.stage
   const char* param;  // offload_param.device
   const char* opt;    // offload_optimizer.device
   bool nvme;
 };
-constexpr Placement kPlacements[] = {{"gpu/gpu", "none", "none", false}, {"gpu/cpu", "none", "cpu", false},
-                                     {"cpu/cpu", "cpu", "cpu", false},   {"gpu/nvme", "none", "nvme", true},
-                                     {"cpu/nvme", "cpu", "nvme", true},  {"nvme/nvme", "nvme", "nvme", true}};
+// ZeRO-2 (parameters replicated, no all-gathers) and ZeRO-Offload, then ZeRO-3 / ZeRO-Infinity placements.
+constexpr Placement kPlacements[] = {
+    {"z2 gpu/gpu", 2, "none", "none", false}, {"z2 gpu/cpu", 2, "none", "cpu", false},
+    {"gpu/gpu", 3, "none", "none", false},    {"gpu/cpu", 3, "none", "cpu", false},
+    {"cpu/cpu", 3, "cpu", "cpu", false},      {"gpu/nvme", 3, "none", "nvme", true},
+    {"cpu/nvme", 3, "cpu", "nvme", true},     {"nvme/nvme", 3, "nvme", "nvme", true}};
 
 struct Tried {
   json set;     // the overrides over the base run
@@ -109,7 +113,7 @@ int run_tune(const TuneOptions& opt) {
         t.micro = micro;
         t.accumulation = accumulation;
         t.cpu_checkpointing = cpu_ckpt;
-        t.set = {{"zero_optimization.stage", 3},
+        t.set = {{"zero_optimization.stage", p.stage},
                  {"zero_optimization.offload_param.device", p.param},
                  {"zero_optimization.offload_optimizer.device", p.opt},
                  {"train_micro_batch_size_per_gpu", micro},

@@ -459,7 +459,7 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = parse_json(r.output);
   const auto& rows = j["results"];
-  EXPECT_EQ(j["tried"], 36);  // 6 placements x 2 checkpoint places x micro-batch 1, 2, 4
+  EXPECT_EQ(j["tried"], 48);  // 8 placements x 2 checkpoint places x micro-batch 1, 2, 4
   ASSERT_EQ(rows.size(), j["fit"].get<std::size_t>());
   std::set<std::string> placements;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -470,7 +470,8 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
     }
     placements.insert(rows[i]["placement"].get<std::string>());
   }
-  EXPECT_EQ(placements.size(), 6u);
+  EXPECT_EQ(placements.size(), 8u);
+  EXPECT_TRUE(placements.count("z2 gpu/cpu"));  // ZeRO-Offload
   const CmdResult again = memwall("simulate --fast --json --model gpt2 --run " + best, false);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NEAR(parse_json(again.output)["iteration_s"].get<double>(), rows[0]["iteration_s"].get<double>(),
