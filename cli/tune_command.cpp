@@ -31,7 +31,8 @@ struct TuneOptions {
   int top = 5;
   int max_micro_batch = 64;
   int max_tiling = 64;
-  long global_batch = 0;  // 0: no target (gradient accumulation 1)
+  long global_batch = 0;            // 0: no target (gradient accumulation 1)
+  std::vector<int> model_parallel;  // tensor-parallel degrees to try (empty: the run's own)
   bool simgrid = false;
   bool json = false;
   std::string write_run;
@@ -55,7 +56,7 @@ struct Tried {
   json set;     // the overrides over the base run
   json result;  // simulate's JSON
   std::string placement;
-  int micro = 0, accumulation = 1, tiling = 1;
+  int micro = 0, accumulation = 1, tiling = 1, mp = 1;
   bool cpu_checkpointing = false;
   double tokens_per_s_per_gpu = 0;
 };
@@ -88,7 +89,7 @@ int run_tune(const TuneOptions& opt) {
   if (!in.is_ok()) return report_error(in.status());
   RunConfig base = in->run;
   if (Status s = resolve_run_config(base, in->model, in->hw); !s.is_ok()) return report_error(s);
-  const int dp = base.memwall.data_parallel, gpus = dp * base.memwall.model_parallel;
+  const int gpus = base.memwall.data_parallel * base.memwall.model_parallel;
   const double seq = base.memwall.sequence_length;
   json user_set = json::object();
   if (!opt.inputs.run_set.empty()) user_set = json::parse(opt.inputs.run_set, nullptr, false);
@@ -98,43 +99,63 @@ int run_tune(const TuneOptions& opt) {
   std::vector<Tried> fit;
   int tried = 0, errors = 0;
   std::string first_error;
-  for (const Placement& p : kPlacements) {
-    if (p.nvme && !in->hw.has_nvme()) continue;
-    for (const bool cpu_ckpt : {false, true}) {
-      for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
-        int accumulation = 1;
-        if (opt.global_batch > 0) {
-          const long per_step = static_cast<long>(micro) * dp;
-          if (opt.global_batch % per_step != 0) continue;
-          accumulation = static_cast<int>(opt.global_batch / per_step);
+  std::vector<int> mps = opt.model_parallel;
+  if (mps.empty()) mps.push_back(base.memwall.model_parallel);
+  for (const int mp : mps) {
+    if (in->model.heads % mp != 0 || in->hw.gpu.count % mp != 0) {
+      return report_error(Status::invalid_argument(
+          "--model-parallel " + std::to_string(mp) + ": allowed: a divisor of both the model's heads (" +
+          std::to_string(in->model.heads) + ") and the GPUs per node (" + std::to_string(in->hw.gpu.count) +
+          ")"));
+    }
+  }
+  for (const int mp : mps) {
+    // With --model-parallel the data-parallel degree follows: all GPUs / mp.
+    const int dp = opt.model_parallel.empty() ? base.memwall.data_parallel : in->hw.total_gpus() / mp;
+    for (const Placement& p : kPlacements) {
+      if (p.nvme && !in->hw.has_nvme()) continue;
+      for (const bool cpu_ckpt : {false, true}) {
+        for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
+          int accumulation = 1;
+          if (opt.global_batch > 0) {
+            const long per_step = static_cast<long>(micro) * dp;
+            if (opt.global_batch % per_step != 0) continue;
+            accumulation = static_cast<int>(opt.global_batch / per_step);
+          }
+          Tried t;
+          t.placement = p.name;
+          t.micro = micro;
+          t.accumulation = accumulation;
+          t.cpu_checkpointing = cpu_ckpt;
+          t.mp = mp;
+          t.set = {{"zero_optimization.stage", p.stage},
+                   {"zero_optimization.offload_param.device", p.param},
+                   {"zero_optimization.offload_optimizer.device", p.opt},
+                   {"train_micro_batch_size_per_gpu", micro},
+                   {"gradient_accumulation_steps", accumulation},
+                   {"train_batch_size", "auto"},
+                   {"activation_checkpointing.cpu_checkpointing", cpu_ckpt}};
+          if (!opt.model_parallel.empty()) {
+            t.set["memwall.model_parallel"] = mp;
+            t.set["memwall.data_parallel"] = "auto";
+          }
+          ++tried;
+          if (progress) {
+            std::fprintf(stderr, "\r[%d] %s, micro-batch %d%s        ", tried, p.name, micro,
+                         cpu_ckpt ? ", checkpoints on CPU" : "");
+          }
+          const Status s = simulate_config(opt, user_set, t);
+          if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
+          if (!s.is_ok()) {
+            if (first_error.empty()) first_error = std::string(p.name) + ": " + s.message();
+            ++errors;
+            break;
+          }
+          const double it = t.result["iteration_s"].get<double>();
+          // A tensor-parallel group of mp GPUs works on one micro-batch.
+          t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / (it * mp) : 0;
+          fit.push_back(std::move(t));
         }
-        Tried t;
-        t.placement = p.name;
-        t.micro = micro;
-        t.accumulation = accumulation;
-        t.cpu_checkpointing = cpu_ckpt;
-        t.set = {{"zero_optimization.stage", p.stage},
-                 {"zero_optimization.offload_param.device", p.param},
-                 {"zero_optimization.offload_optimizer.device", p.opt},
-                 {"train_micro_batch_size_per_gpu", micro},
-                 {"gradient_accumulation_steps", accumulation},
-                 {"train_batch_size", "auto"},
-                 {"activation_checkpointing.cpu_checkpointing", cpu_ckpt}};
-        ++tried;
-        if (progress) {
-          std::fprintf(stderr, "\r[%d] %s, micro-batch %d%s        ", tried, p.name, micro,
-                       cpu_ckpt ? ", checkpoints on CPU" : "");
-        }
-        const Status s = simulate_config(opt, user_set, t);
-        if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
-        if (!s.is_ok()) {
-          if (first_error.empty()) first_error = std::string(p.name) + ": " + s.message();
-          ++errors;
-          break;
-        }
-        const double it = t.result["iteration_s"].get<double>();
-        t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / it : 0;
-        fit.push_back(std::move(t));
       }
     }
   }
@@ -156,6 +177,7 @@ int run_tune(const TuneOptions& opt) {
     const Tried& t = fit[i];
     rows.push_back({{"placement", t.placement},
                     {"micro_batch", t.micro},
+                    {"model_parallel", t.mp},
                     {"gradient_accumulation_steps", t.accumulation},
                     {"cpu_checkpointing", t.cpu_checkpointing},
                     {"tiling_factor", t.tiling},
@@ -190,14 +212,14 @@ int run_tune(const TuneOptions& opt) {
               in->model.name.c_str(), in->hw.name.c_str(), gpus, seq,
               opt.global_batch > 0 ? (", global batch " + std::to_string(opt.global_batch)).c_str() : "",
               opt.simgrid ? "SimGrid" : "reference", tried, fit.size());
-  std::printf("%4s  %-10s %5s %4s %-8s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt", "micro",
-              "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration", "GPU peak", "CPU/node",
+  std::printf("%4s  %-10s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt", "mp",
+              "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration", "GPU peak", "CPU/node",
               "NVMe/node");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const json& r = rows[i];
-    std::printf("%4zu  %-10s %5d %4d %-8s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
-                r["placement"].get<std::string>().c_str(), r["micro_batch"].get<int>(),
-                r["gradient_accumulation_steps"].get<int>(),
+    std::printf("%4zu  %-10s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
+                r["placement"].get<std::string>().c_str(), r["model_parallel"].get<int>(),
+                r["micro_batch"].get<int>(), r["gradient_accumulation_steps"].get<int>(),
                 r["cpu_checkpointing"].get<bool>() ? "CPU" : "GPU", r["tiling_factor"].get<int>(),
                 r["tokens_per_s_per_gpu"].get<double>(), r["tflops_per_gpu"].get<double>(),
                 r["iteration_s"].get<double>(), format_bytes(r["peak_bytes"]["gpu"]).c_str(),
@@ -220,6 +242,10 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--global-batch", opt->global_batch,
                   "Sequences per optimizer step to keep (micro-batch x accumulation x data-parallel ranks)")
       ->check(CLI::Range(1L, 1L << 40));
+  cmd->add_option(
+         "--model-parallel", opt->model_parallel,
+         "Tensor-parallel degrees to try, e.g. 1,2,4 (default: the run's; data parallelism takes the rest)")
+      ->delimiter(',');
   cmd->add_option("--max-micro-batch", opt->max_micro_batch, "Largest micro-batch tried (powers of two)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

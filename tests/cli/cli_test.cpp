@@ -478,6 +478,24 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
               1e-9 * rows[0]["iteration_s"].get<double>());
   expect_bad_input("tune --model gpt2 --global-batch 7",
                    "no configuration of gpt2 fits dgx2 with a global batch");
+  // Tensor parallelism: a group of mp GPUs shares a micro-batch, data parallelism takes the other GPUs.
+  const nlohmann::json mp = parse_json(
+      memwall(
+          "tune --model gpt2 --model-parallel 1,2 --max-micro-batch 2 --global-batch 32 --top 1000 --json",
+          false)
+          .output);
+  int with_two = 0;
+  for (const auto& row : mp["results"]) {
+    const int m = row["model_parallel"].get<int>();
+    with_two += m == 2;
+    EXPECT_EQ(row["micro_batch"].get<int>() * row["gradient_accumulation_steps"].get<int>() * (16 / m), 32);
+    EXPECT_NEAR(row["tokens_per_s_per_gpu"].get<double>(),
+                row["micro_batch"].get<double>() * row["gradient_accumulation_steps"].get<double>() * 1024 /
+                    (row["iteration_s"].get<double>() * m),
+                1e-6 * row["tokens_per_s_per_gpu"].get<double>());
+  }
+  EXPECT_GT(with_two, 0);
+  expect_bad_input("tune --model gpt2 --model-parallel 5", "--model-parallel 5: allowed: a divisor");
 }
 
 TEST(CliSweep, ExperimentsTakeHardwareWhatIfs) {
