@@ -7,10 +7,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/units.h"
@@ -33,6 +37,7 @@ struct TuneOptions {
   int max_tiling = 64;
   long global_batch = 0;            // 0: no target (gradient accumulation 1)
   std::vector<int> model_parallel;  // tensor-parallel degrees to try (empty: the run's own)
+  int jobs = 0;                     // searches at once (0: one per core)
   bool simgrid = false;
   bool json = false;
   std::string write_run;
@@ -84,6 +89,144 @@ Status simulate_config(const TuneOptions& opt, const json& user_set, Tried& t) {
   }
 }
 
+// One line of the search: a tensor-parallel degree, a placement and where the checkpoints go, tried with
+// micro-batches 1, 2, 4, ... until one does not fit.
+struct Chain {
+  int mp = 1, dp = 1;
+  const Placement* placement = nullptr;
+  bool cpu_checkpointing = false;
+};
+
+json tried_json(const Tried& t) {
+  return {{"set", t.set},
+          {"placement", t.placement},
+          {"micro", t.micro},
+          {"accumulation", t.accumulation},
+          {"tiling", t.tiling},
+          {"mp", t.mp},
+          {"cpu_checkpointing", t.cpu_checkpointing},
+          {"tokens", t.tokens_per_s_per_gpu},
+          {"result",
+           {{"iteration_s", t.result["iteration_s"]},
+            {"tflops_per_gpu", t.result["tflops_per_gpu"]},
+            {"peak_bytes", t.result["peak_bytes"]},
+            {"breakdown_s", t.result["breakdown_s"]}}}};
+}
+
+Tried tried_of(const json& j) {
+  Tried t;
+  t.set = j["set"];
+  t.placement = j["placement"];
+  t.micro = j["micro"];
+  t.accumulation = j["accumulation"];
+  t.tiling = j["tiling"];
+  t.mp = j["mp"];
+  t.cpu_checkpointing = j["cpu_checkpointing"];
+  t.tokens_per_s_per_gpu = j["tokens"];
+  t.result = j["result"];
+  return t;
+}
+
+// {"tried": n, "fit": [tried_json...], "error": first error or ""}.
+json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, double seq) {
+  json out = {{"tried", 0}, {"fit", json::array()}, {"error", ""}};
+  const Placement& p = *c.placement;
+  for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
+    int accumulation = 1;
+    if (opt.global_batch > 0) {
+      const long per_step = static_cast<long>(micro) * c.dp;
+      if (opt.global_batch % per_step != 0) continue;
+      accumulation = static_cast<int>(opt.global_batch / per_step);
+    }
+    Tried t;
+    t.placement = p.name;
+    t.micro = micro;
+    t.accumulation = accumulation;
+    t.cpu_checkpointing = c.cpu_checkpointing;
+    t.mp = c.mp;
+    t.set = {{"zero_optimization.stage", p.stage},
+             {"zero_optimization.offload_param.device", p.param},
+             {"zero_optimization.offload_optimizer.device", p.opt},
+             {"train_micro_batch_size_per_gpu", micro},
+             {"gradient_accumulation_steps", accumulation},
+             {"train_batch_size", "auto"},
+             {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}};
+    if (!opt.model_parallel.empty()) {
+      t.set["memwall.model_parallel"] = c.mp;
+      t.set["memwall.data_parallel"] = "auto";
+    }
+    out["tried"] = out["tried"].get<int>() + 1;
+    const Status s = simulate_config(opt, user_set, t);
+    if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
+    if (!s.is_ok()) {
+      out["error"] = std::string(p.name) + ": " + s.message();
+      break;
+    }
+    const double it = t.result["iteration_s"].get<double>();
+    // A tensor-parallel group of mp GPUs works on one micro-batch.
+    t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / (it * c.mp) : 0;
+    out["fit"].push_back(tried_json(t));
+  }
+  return out;
+}
+
+// Runs the chains in up to `jobs` child processes at once (each writes its result to a file of its own);
+// the results come back in chain order. A child that fails is a chain with that error.
+std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const std::vector<Chain>& chains,
+                             double seq, int jobs, bool progress) {
+  std::vector<json> results(chains.size());
+  std::vector<std::string> files(chains.size());
+  std::vector<std::pair<pid_t, std::size_t>> running;
+  std::size_t next = 0, done = 0;
+  auto collect = [&](pid_t pid, int status) {
+    for (auto it = running.begin(); it != running.end(); ++it) {
+      if (it->first != pid) continue;
+      const std::size_t k = it->second;
+      running.erase(it);
+      auto text = read_text_file(files[k]);
+      json r = text.is_ok() ? json::parse(*text, nullptr, false) : json();
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !r.is_object()) {
+        r = {
+            {"tried", 1}, {"fit", json::array()}, {"error", "the search process for a configuration failed"}};
+      }
+      results[k] = std::move(r);
+      std::remove(files[k].c_str());
+      ++done;
+      if (progress) std::fprintf(stderr, "\rtune: %zu of %zu searches done   ", done, chains.size());
+      return;
+    }
+  };
+  while (done < chains.size()) {
+    while (next < chains.size() && static_cast<int>(running.size()) < jobs) {
+      char name[] = "/tmp/memwall-tune-XXXXXX";
+      const int fd = ::mkstemp(name);
+      files[next] = name;
+      std::fflush(nullptr);
+      const pid_t pid = fd < 0 ? -1 : ::fork();
+      if (pid == 0) {
+        const std::string text = run_chain(opt, user_set, chains[next], seq).dump();
+        const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+        ::close(fd);
+        ::_exit(ok ? 0 : 1);
+      }
+      if (fd >= 0) ::close(fd);
+      if (pid < 0) {  // no process: run it here
+        results[next] = run_chain(opt, user_set, chains[next], seq);
+        std::remove(files[next].c_str());
+        ++done;
+      } else {
+        running.emplace_back(pid, next);
+      }
+      ++next;
+    }
+    if (running.empty()) continue;
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid > 0) collect(pid, status);
+  }
+  return results;
+}
+
 int run_tune(const TuneOptions& opt) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
@@ -96,11 +239,9 @@ int run_tune(const TuneOptions& opt) {
   if (!user_set.is_object()) return report_error(Status::invalid_argument("--set: not a JSON object"));
 
   const bool progress = isatty(STDERR_FILENO) != 0;
-  std::vector<Tried> fit;
-  int tried = 0, errors = 0;
-  std::string first_error;
   std::vector<int> mps = opt.model_parallel;
   if (mps.empty()) mps.push_back(base.memwall.model_parallel);
+  std::vector<Chain> chains;
   for (const int mp : mps) {
     if (in->model.heads % mp != 0 || in->hw.gpu.count % mp != 0) {
       return report_error(Status::invalid_argument(
@@ -108,55 +249,24 @@ int run_tune(const TuneOptions& opt) {
           std::to_string(in->model.heads) + ") and the GPUs per node (" + std::to_string(in->hw.gpu.count) +
           ")"));
     }
-  }
-  for (const int mp : mps) {
     // With --model-parallel the data-parallel degree follows: all GPUs / mp.
     const int dp = opt.model_parallel.empty() ? base.memwall.data_parallel : in->hw.total_gpus() / mp;
     for (const Placement& p : kPlacements) {
       if (p.nvme && !in->hw.has_nvme()) continue;
-      for (const bool cpu_ckpt : {false, true}) {
-        for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
-          int accumulation = 1;
-          if (opt.global_batch > 0) {
-            const long per_step = static_cast<long>(micro) * dp;
-            if (opt.global_batch % per_step != 0) continue;
-            accumulation = static_cast<int>(opt.global_batch / per_step);
-          }
-          Tried t;
-          t.placement = p.name;
-          t.micro = micro;
-          t.accumulation = accumulation;
-          t.cpu_checkpointing = cpu_ckpt;
-          t.mp = mp;
-          t.set = {{"zero_optimization.stage", p.stage},
-                   {"zero_optimization.offload_param.device", p.param},
-                   {"zero_optimization.offload_optimizer.device", p.opt},
-                   {"train_micro_batch_size_per_gpu", micro},
-                   {"gradient_accumulation_steps", accumulation},
-                   {"train_batch_size", "auto"},
-                   {"activation_checkpointing.cpu_checkpointing", cpu_ckpt}};
-          if (!opt.model_parallel.empty()) {
-            t.set["memwall.model_parallel"] = mp;
-            t.set["memwall.data_parallel"] = "auto";
-          }
-          ++tried;
-          if (progress) {
-            std::fprintf(stderr, "\r[%d] %s, micro-batch %d%s        ", tried, p.name, micro,
-                         cpu_ckpt ? ", checkpoints on CPU" : "");
-          }
-          const Status s = simulate_config(opt, user_set, t);
-          if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
-          if (!s.is_ok()) {
-            if (first_error.empty()) first_error = std::string(p.name) + ": " + s.message();
-            ++errors;
-            break;
-          }
-          const double it = t.result["iteration_s"].get<double>();
-          // A tensor-parallel group of mp GPUs works on one micro-batch.
-          t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / (it * mp) : 0;
-          fit.push_back(std::move(t));
-        }
-      }
+      for (const bool cpu_ckpt : {false, true}) chains.push_back({mp, dp, &p, cpu_ckpt});
+    }
+  }
+  const int jobs =
+      opt.jobs > 0 ? opt.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Tried> fit;
+  int tried = 0, errors = 0;
+  std::string first_error;
+  for (const json& r : run_chains(opt, user_set, chains, seq, jobs, progress)) {
+    tried += r["tried"].get<int>();
+    for (const json& t : r["fit"]) fit.push_back(tried_of(t));
+    if (!r["error"].get<std::string>().empty()) {
+      ++errors;
+      if (first_error.empty()) first_error = r["error"];
     }
   }
   if (progress) std::fprintf(stderr, "\r%70s\r", "");
@@ -252,6 +362,8 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-tiling", opt->max_tiling, "Largest memory-centric tiling factor tried")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--jobs,-j", opt->jobs, "Searches run at once (default: one per core)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--top", opt->top, "Configurations listed")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
