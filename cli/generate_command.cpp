@@ -61,16 +61,19 @@ int run_generate(const GenerateOptions& opt) {
   if (!cp.is_ok()) return report_error(cp.status());
   std::vector<float> params(cp->size());
   if (Status s = cp->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
-  // While the text fits the model's context, each byte runs one position through the key/value cache. Once
-  // it outgrows the context, the window slides and every position moves, so each byte then runs the whole
-  // window of the last T bytes through the model (causal attention: the text sits at the start of the
-  // sequence, the rest is padding that position i never sees).
+  // The prompt runs through the model in one pass; then, while the text fits the model's context, each byte
+  // runs one position through the key/value cache. Once the text outgrows the context the window slides and
+  // every position moves, so each byte then runs the whole window of the last T bytes (causal attention: the
+  // text sits at the start of the sequence, the rest is padding that position i never sees).
   const int T = c.max_seq;
   model::GptDecoder decoder(c, params.data());
   std::unique_ptr<model::GptModel> window;
   std::vector<int> context(static_cast<std::size_t>(T), 0), targets(context.size(), 0);
-  std::string text;
+  std::string text = opt.prompt;
   const float* logits = nullptr;
+  const auto tokens = [&](std::size_t from, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) context[i] = static_cast<unsigned char>(text[from + i]) % c.vocab;
+  };
   const auto add = [&](char byte) -> Status {
     text += byte;
     if (!window && decoder.positions() < T) {
@@ -80,17 +83,18 @@ int run_generate(const GenerateOptions& opt) {
       return Status::ok();
     }
     if (!window) window = std::make_unique<model::GptModel>(c, 1, T, 1);
-    for (std::size_t i = 0; i < context.size(); ++i)
-      context[i] = static_cast<unsigned char>(text[text.size() - context.size() + i]) % c.vocab;
+    tokens(text.size() - context.size(), context.size());
     window->forward(params.data(), context.data(), targets.data());
     logits = window->logits() + (context.size() - 1) * static_cast<std::size_t>(c.vocab);
     return Status::ok();
   };
-  // A prompt longer than the context: its last T bytes are the window.
-  const std::size_t skip = opt.prompt.size() > context.size() ? opt.prompt.size() - context.size() : 0;
-  text = opt.prompt.substr(0, skip);
-  for (std::size_t i = skip; i < opt.prompt.size(); ++i) {
-    if (Status s = add(opt.prompt[i]); !s.is_ok()) return report_error(s);
+  // The prompt (its last T bytes when it is longer than the context) in one pass.
+  const std::size_t first = std::min(text.size(), context.size());
+  tokens(text.size() - first, first);
+  if (auto l = decoder.append(context.data(), static_cast<int>(first)); l.is_ok()) {
+    logits = *l;
+  } else {
+    return report_error(l.status());
   }
   std::mt19937_64 rng(opt.seed);
   std::string out;

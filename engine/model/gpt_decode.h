@@ -22,7 +22,10 @@ class GptDecoder {
   // Runs the model on `token` at the next position (0 after reset) and returns that position's logits
   // [vocab], valid until the next append. Error when the context is full (c.max_seq positions) or the token
   // is outside the vocabulary.
-  Result<const float*> append(int token);
+  Result<const float*> append(int token) { return append(&token, 1); }
+  // The same for n tokens at once (a prompt: its linears as matrix products over n rows); the logits are the
+  // last one's.
+  Result<const float*> append(const int* tokens, int n);
   int positions() const { return pos_; }
 
  private:
@@ -32,9 +35,8 @@ class GptDecoder {
   int pos_ = 0;
   // Per layer: keys and values of every cached position, [max_seq][C] each.
   std::vector<std::vector<float>> k_, v_;
-  // One position's activations.
-  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, scores_, logits_;
-  float mean_ = 0, rstd_ = 0;
+  // Activations of the rows being appended.
+  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, mean_, rstd_, scores_, logits_;
 };
 
 }  // namespace memwall::model

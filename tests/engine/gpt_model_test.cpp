@@ -124,6 +124,22 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
     EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
     EXPECT_EQ(d.positions(), c.max_seq);
   }
+  // Several tokens at once (a prompt) give the same logits as one at a time.
+  d.reset();
+  ASSERT_TRUE(d.append(tokens.data(), 5).is_ok());
+  for (int t = 5; t < c.max_seq; ++t) {
+    const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+    ASSERT_TRUE(logits.is_ok());
+    for (int v = 0; v < c.vocab; ++v) {
+      EXPECT_NEAR((*logits)[v], m.logits()[static_cast<std::size_t>(t * c.vocab + v)], 3e-5) << t << " " << v;
+    }
+  }
+  d.reset();
+  const auto whole = d.append(tokens.data(), c.max_seq);
+  ASSERT_TRUE(whole.is_ok());
+  for (int v = 0; v < c.vocab; ++v) {
+    EXPECT_NEAR((*whole)[v], m.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
+  }
   auto full = d.append(0);
   ASSERT_FALSE(full.is_ok());
   EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
