@@ -16,10 +16,7 @@ LAYERS=${2:-8}
 ROUNDS=${3:-2}
 MW=./build/cli/memwall
 PY=/usr/bin/python3
-if ! command -v fio >/dev/null; then
-  if [ "$(id -u)" -eq 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null; else
-    echo "fio is not installed (apt-get install fio)" >&2; exit 1; fi
-fi
+command -v fio >/dev/null || { echo "needs fio: bash scripts/setup.sh --bench (or apt-get install fio)" >&2; exit 1; }
 mkdir -p "$DIR"
 train=("$MW" train --model gpt2-medium --model-set "{\"n_layer\": $LAYERS}" --eval-batches 1 --json
   --nvme-path "$DIR" --checkpoint-dir "$DIR/ckpt"

@@ -2,7 +2,7 @@
 # memwall io-bench against fio on the same disk, file size, block size, queue depth and job count, alternating
 # runs, printing each median and the ratio (goal: memwall >= 0.95 x fio for sequential read and write).
 # Usage: bash bench/io_vs_fio.sh [DIR] [SIZE] [ROUNDS]   (defaults: ./build/io-bench, 2G, 5)
-# Needs fio (Debian package `fio`; installed here when missing and running as root).
+# Needs fio (`bash scripts/setup.sh --bench` installs it with the other peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-./build/io-bench}
@@ -14,10 +14,7 @@ JOBS=1
 ENGINE=io_uring
 MW=./build/cli/memwall
 PY=/usr/bin/python3
-if ! command -v fio >/dev/null; then
-  if [ "$(id -u)" -eq 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null; else
-    echo "fio is not installed (apt-get install fio)" >&2; exit 1; fi
-fi
+command -v fio >/dev/null || { echo "needs fio: bash scripts/setup.sh --bench (or apt-get install fio)" >&2; exit 1; }
 mkdir -p "$DIR"
 fio_run() {  # rw -> bytes/s
   fio --name=memwall-vs-fio --filename="$DIR/fio.dat" --size="$SIZE" --bs=$BS --iodepth=$QD --numjobs=$JOBS \

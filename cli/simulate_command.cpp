@@ -27,11 +27,14 @@ namespace memwall::cli {
 
 using nlohmann::json;
 
-Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress,
-                           const std::function<Status(HardwareSpec&)>& adjust_hardware) {
+Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
-  if (adjust_hardware) MW_RETURN_IF_ERROR(adjust_hardware(in->hw));
+  if (!opt.what_ifs.empty()) {
+    auto change = hardware_what_ifs(opt.what_ifs);
+    if (!change.is_ok()) return change.status();
+    MW_RETURN_IF_ERROR((*change)(in->hw));
+  }
   RunConfig run = in->run;
   MW_RETURN_IF_ERROR(resolve_run_config(run, in->model, in->hw));
   Result<Schedule> s = plan_iteration(in->model, run, in->hw);
@@ -215,14 +218,12 @@ void print_simulation(const json& o) {
   }
 }
 
-// The same experiment on the hardware changed by what-ifs (planned and simulated again), beside `base`.
+// The same experiment on the hardware changed by the what-ifs (planned and simulated again), beside `base`.
 Status simulate_what_if(const SimulateCliOptions& opt, json& base) {
-  auto change = hardware_what_ifs(opt.what_ifs);
-  if (!change.is_ok()) return change.status();
   SimulateCliOptions changed = opt;
   changed.trace_path.clear();
   json out;
-  MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false, *change));
+  MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false));
   const double it = out["iteration_s"].get<double>();
   base["what_if"] = {{"changes", opt.what_ifs},
                      {"hardware", out["inputs"]["hardware"]},
@@ -256,7 +257,9 @@ void register_simulate(CLI::App& app, int& exit_code) {
       "(its GPU), nodes=N");
   cmd->callback([opt, &exit_code] {
     json out;
-    Status s = simulate_experiment(*opt, out, !opt->json);
+    SimulateCliOptions as_is = *opt;  // the hardware as given; the what-ifs run beside it
+    as_is.what_ifs.clear();
+    Status s = simulate_experiment(as_is, out, !opt->json);
     if (s.is_ok() && !opt->what_ifs.empty()) s = simulate_what_if(*opt, out);
     if (!s.is_ok()) {
       exit_code = report_error(s);

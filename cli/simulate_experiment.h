@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,13 +18,11 @@ struct SimulateCliOptions {
   bool fast = false;
   bool json = false;
   std::string trace_path;
-  std::vector<std::string> what_ifs;  // memwall simulate --what-if key=value
+  std::vector<std::string> what_ifs;  // hardware changes (key=value), applied before anything is planned
 };
 
 // Fills `out` with the result object documented in docs/cli.md (simulate). Prints nothing except, when
-// `show_progress` and stderr is a terminal, a progress line. `adjust_hardware`, when given, changes the
-// loaded hardware before anything is planned (what-ifs).
-Status simulate_experiment(const SimulateCliOptions& opt, nlohmann::json& out, bool show_progress,
-                           const std::function<Status(HardwareSpec&)>& adjust_hardware = nullptr);
+// `show_progress` and stderr is a terminal, a progress line.
+Status simulate_experiment(const SimulateCliOptions& opt, nlohmann::json& out, bool show_progress);
 
 }  // namespace memwall::cli

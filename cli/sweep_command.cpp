@@ -118,8 +118,7 @@ int run_sweep(const SweepOptions& opt) {
     if (opt.fast) ex.sim.fast = true;
     std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, n, ex.name.c_str());
     json r;
-    auto change = hardware_what_ifs(ex.sim.what_ifs);
-    Status s = change.is_ok() ? simulate_experiment(ex.sim, r, false, *change) : change.status();
+    Status s = simulate_experiment(ex.sim, r, false);
     json row = {{"experiment", ex.name}};
     if (!s.is_ok()) {
       // A configuration that does not fit the hardware is a result of the sweep; anything else is a failure.

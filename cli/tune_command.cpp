@@ -57,35 +57,19 @@ constexpr Placement kPlacements[] = {
     {"cpu/cpu", 3, "cpu", "cpu", false},      {"gpu/nvme", 3, "none", "nvme", true},
     {"cpu/nvme", 3, "cpu", "nvme", true},     {"nvme/nvme", 3, "nvme", "nvme", true}};
 
-struct Tried {
-  json set;     // the overrides over the base run
-  json result;  // simulate's JSON
-  std::string placement;
-  int micro = 0, accumulation = 1, tiling = 1, mp = 1;
-  bool cpu_checkpointing = false;
-  double tokens_per_s_per_gpu = 0;
-};
-
-// One configuration simulated, with tiling doubled while GPU memory is what does not fit. kOutOfMemory when
-// even the largest tiling does not fit.
-Status simulate_config(const TuneOptions& opt, const json& user_set, Tried& t) {
-  for (t.tiling = 1;; t.tiling *= 2) {
-    json set = user_set;
-    set.update(t.set);
-    set["memwall.tiling_factor"] = t.tiling;
+// One configuration simulated, with tiling doubled while GPU memory is what does not fit: `set` gets the
+// tiling factor that fitted and `result` simulate's JSON. kOutOfMemory when even the largest does not fit.
+Status simulate_config(const TuneOptions& opt, json& set, json& result) {
+  for (int tiling = 1;; tiling *= 2) {
+    set["memwall.tiling_factor"] = tiling;
     SimulateCliOptions sim;
     sim.inputs = opt.inputs;
     sim.inputs.run_set = set.dump();
     sim.fast = !opt.simgrid;
-    json out;
-    const Status s = simulate_experiment(sim, out, false);
-    if (s.is_ok()) {
-      t.set = set;
-      t.result = std::move(out);
-      return s;
-    }
+    const Status s = simulate_experiment(sim, result, false);
+    if (s.is_ok()) return s;
     const bool gpu_short = s.code() == StatusCode::kOutOfMemory && s.message().rfind("GPU", 0) == 0;
-    if (!gpu_short || 2 * t.tiling > opt.max_tiling) return s;
+    if (!gpu_short || 2 * tiling > opt.max_tiling) return s;
   }
 }
 
@@ -97,37 +81,7 @@ struct Chain {
   bool cpu_checkpointing = false;
 };
 
-json tried_json(const Tried& t) {
-  return {{"set", t.set},
-          {"placement", t.placement},
-          {"micro", t.micro},
-          {"accumulation", t.accumulation},
-          {"tiling", t.tiling},
-          {"mp", t.mp},
-          {"cpu_checkpointing", t.cpu_checkpointing},
-          {"tokens", t.tokens_per_s_per_gpu},
-          {"result",
-           {{"iteration_s", t.result["iteration_s"]},
-            {"tflops_per_gpu", t.result["tflops_per_gpu"]},
-            {"peak_bytes", t.result["peak_bytes"]},
-            {"breakdown_s", t.result["breakdown_s"]}}}};
-}
-
-Tried tried_of(const json& j) {
-  Tried t;
-  t.set = j["set"];
-  t.placement = j["placement"];
-  t.micro = j["micro"];
-  t.accumulation = j["accumulation"];
-  t.tiling = j["tiling"];
-  t.mp = j["mp"];
-  t.cpu_checkpointing = j["cpu_checkpointing"];
-  t.tokens_per_s_per_gpu = j["tokens"];
-  t.result = j["result"];
-  return t;
-}
-
-// {"tried": n, "fit": [tried_json...], "error": first error or ""}.
+// {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}.
 json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, double seq) {
   json out = {{"tried", 0}, {"fit", json::array()}, {"error", ""}};
   const Placement& p = *c.placement;
@@ -138,34 +92,40 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       if (opt.global_batch % per_step != 0) continue;
       accumulation = static_cast<int>(opt.global_batch / per_step);
     }
-    Tried t;
-    t.placement = p.name;
-    t.micro = micro;
-    t.accumulation = accumulation;
-    t.cpu_checkpointing = c.cpu_checkpointing;
-    t.mp = c.mp;
-    t.set = {{"zero_optimization.stage", p.stage},
-             {"zero_optimization.offload_param.device", p.param},
-             {"zero_optimization.offload_optimizer.device", p.opt},
-             {"train_micro_batch_size_per_gpu", micro},
-             {"gradient_accumulation_steps", accumulation},
-             {"train_batch_size", "auto"},
-             {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}};
+    json set = user_set;
+    set.update({{"zero_optimization.stage", p.stage},
+                {"zero_optimization.offload_param.device", p.param},
+                {"zero_optimization.offload_optimizer.device", p.opt},
+                {"train_micro_batch_size_per_gpu", micro},
+                {"gradient_accumulation_steps", accumulation},
+                {"train_batch_size", "auto"},
+                {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}});
     if (!opt.model_parallel.empty()) {
-      t.set["memwall.model_parallel"] = c.mp;
-      t.set["memwall.data_parallel"] = "auto";
+      set["memwall.model_parallel"] = c.mp;
+      set["memwall.data_parallel"] = "auto";
     }
     out["tried"] = out["tried"].get<int>() + 1;
-    const Status s = simulate_config(opt, user_set, t);
+    json r;
+    const Status s = simulate_config(opt, set, r);
     if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
     if (!s.is_ok()) {
       out["error"] = std::string(p.name) + ": " + s.message();
       break;
     }
-    const double it = t.result["iteration_s"].get<double>();
+    const double it = r["iteration_s"].get<double>();
     // A tensor-parallel group of mp GPUs works on one micro-batch.
-    t.tokens_per_s_per_gpu = it > 0 ? micro * accumulation * seq / (it * c.mp) : 0;
-    out["fit"].push_back(tried_json(t));
+    out["fit"].push_back({{"placement", p.name},
+                          {"micro_batch", micro},
+                          {"model_parallel", c.mp},
+                          {"gradient_accumulation_steps", accumulation},
+                          {"cpu_checkpointing", c.cpu_checkpointing},
+                          {"tiling_factor", set["memwall.tiling_factor"]},
+                          {"tokens_per_s_per_gpu", it > 0 ? micro * accumulation * seq / (it * c.mp) : 0.0},
+                          {"tflops_per_gpu", r["tflops_per_gpu"]},
+                          {"iteration_s", it},
+                          {"peak_bytes", r["peak_bytes"]},
+                          {"breakdown_s", r["breakdown_s"]},
+                          {"set", set}});
   }
   return out;
 }
@@ -258,12 +218,12 @@ int run_tune(const TuneOptions& opt) {
   }
   const int jobs =
       opt.jobs > 0 ? opt.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::vector<Tried> fit;
+  json fit = json::array();
   int tried = 0, errors = 0;
   std::string first_error;
   for (const json& r : run_chains(opt, user_set, chains, seq, jobs, progress)) {
     tried += r["tried"].get<int>();
-    for (const json& t : r["fit"]) fit.push_back(tried_of(t));
+    for (const json& row : r["fit"]) fit.push_back(row);
     if (!r["error"].get<std::string>().empty()) {
       ++errors;
       if (first_error.empty()) first_error = r["error"];
@@ -278,28 +238,13 @@ int run_tune(const TuneOptions& opt) {
         " (" + std::to_string(tried) + " tried" + (first_error.empty() ? "" : "; " + first_error) +
         "); allowed: a smaller model, more nodes, or hardware with more memory"));
   }
-  std::stable_sort(fit.begin(), fit.end(), [](const Tried& a, const Tried& b) {
-    return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+  std::stable_sort(fit.begin(), fit.end(), [](const json& a, const json& b) {
+    return a["tokens_per_s_per_gpu"].get<double>() > b["tokens_per_s_per_gpu"].get<double>();
   });
-
   json rows = json::array();
-  for (std::size_t i = 0; i < fit.size() && static_cast<int>(i) < opt.top; ++i) {
-    const Tried& t = fit[i];
-    rows.push_back({{"placement", t.placement},
-                    {"micro_batch", t.micro},
-                    {"model_parallel", t.mp},
-                    {"gradient_accumulation_steps", t.accumulation},
-                    {"cpu_checkpointing", t.cpu_checkpointing},
-                    {"tiling_factor", t.tiling},
-                    {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
-                    {"tflops_per_gpu", t.result["tflops_per_gpu"]},
-                    {"iteration_s", t.result["iteration_s"]},
-                    {"peak_bytes", t.result["peak_bytes"]},
-                    {"breakdown_s", t.result["breakdown_s"]},
-                    {"set", t.set}});
-  }
+  for (std::size_t i = 0; i < fit.size() && static_cast<int>(i) < opt.top; ++i) rows.push_back(fit[i]);
   if (!opt.write_run.empty()) {
-    auto text = run_file_with_overrides(opt.inputs.run, fit.front().set.dump());
+    auto text = run_file_with_overrides(opt.inputs.run, fit.front()["set"].dump());
     if (!text.is_ok()) return report_error(text.status());
     if (Status s = io::write_file_atomic(opt.write_run, {*text}); !s.is_ok()) return report_error(s);
   }

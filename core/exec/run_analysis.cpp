@@ -39,24 +39,6 @@ double overlap_length(const std::vector<Interval>& a, const std::vector<Interval
   return total;
 }
 
-RunBreakdown add_runs(const RunBreakdown& one, const RunBreakdown& other, int times) {
-  RunBreakdown r = one;
-  const double k = times;
-  r.iteration_s += k * other.iteration_s;
-  r.compute_s += k * other.compute_s;
-  r.exposed_comm_s += k * other.exposed_comm_s;
-  r.io_stall_s += k * other.io_stall_s;
-  r.idle_s += k * other.idle_s;
-  r.optimizer_s += k * other.optimizer_s;
-  for (int i = 0; i < kResourceCount; ++i) {
-    r.bytes[i] += k * other.bytes[i];
-    r.busy_s[i] += k * other.busy_s[i];
-  }
-  r.transfer_s += k * other.transfer_s;
-  r.transfer_overlapped_s += k * other.transfer_overlapped_s;
-  return r;
-}
-
 RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
   RunBreakdown b;
   b.iteration_s = run.makespan_s;

@@ -34,9 +34,6 @@ struct RunBreakdown {
 };
 
 RunBreakdown analyze_run(const Schedule& s, const RunResult& run);
-// One run followed by `times` runs of another, back to back (gradient accumulation: micro-steps, then the
-// step with the optimizer): every time and byte count summed.
-RunBreakdown add_runs(const RunBreakdown& one, const RunBreakdown& other, int times);
 
 using Interval = std::pair<double, double>;  // [start, end) in seconds
 // The union of intervals as sorted disjoint intervals, and its length.

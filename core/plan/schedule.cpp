@@ -2,18 +2,15 @@
 #include "plan/schedule.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
+
+#include "base/hash.h"
 
 namespace memwall {
 
 std::uint64_t fingerprint(const Schedule& s) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields' bytes
-  auto mix = [&h](const auto& v) {
-    unsigned char bytes[sizeof v];
-    std::memcpy(bytes, &v, sizeof v);
-    for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
-  };
+  std::uint64_t h = kFnv1aOffset;  // over the fields' bytes
+  auto mix = [&h](const auto& v) { h = fnv1a(&v, sizeof v, h); };
   for (const Task& t : s.tasks) {
     mix(static_cast<int>(t.kind)), mix(static_cast<int>(t.phase)), mix(static_cast<int>(t.resource));
     mix(static_cast<int>(t.collective)), mix(t.param), mix(t.subgroup), mix(t.buffer), mix(t.bytes),

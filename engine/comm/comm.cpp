@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/hash.h"
+
 #if MEMWALL_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -95,8 +97,7 @@ class MpiComm final : public Communicator {
   Status agree(const char* op, std::size_t bytes, const std::string& tag) {
     Intent mine{};
     mine.bytes = bytes;
-    mine.tag_hash = 1469598103934665603ull;  // FNV-1a: the same in every process
-    for (unsigned char ch : tag) mine.tag_hash = (mine.tag_hash ^ ch) * 1099511628211ull;
+    mine.tag_hash = fnv1a(tag.data(), tag.size());  // the same in every process
     std::strncpy(mine.op, op, sizeof mine.op - 1);
     std::strncpy(mine.tag, tag.c_str(), sizeof mine.tag - 1);
     intents_.resize(static_cast<std::size_t>(size_));

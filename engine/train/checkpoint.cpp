@@ -42,6 +42,11 @@ std::uint64_t array_offset(int version, std::size_t elements, int array, std::si
     return sizeof(Header) + static_cast<std::uint64_t>(array) * bytes + element * sizeof(float);
   return kBlock + static_cast<std::uint64_t>(array) * round_up(bytes, kBlock) + element * sizeof(float);
 }
+// The file's CRC32C: of the three arrays one after another, from each array's own.
+std::uint32_t combined_crc(const std::uint32_t crc[3], std::size_t elements) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(elements) * sizeof(float);
+  return io::crc32c_combine(io::crc32c_combine(crc[0], crc[1], bytes), crc[2], bytes);
+}
 }  // namespace
 
 std::string step_dir_name(long step) {
@@ -131,12 +136,11 @@ Status ShardWriter::commit() {
     std::memset(buf_[a].get() + fill_[a], 0, padded - fill_[a]);
     MW_RETURN_IF_ERROR(flush(a, padded));
   }
-  const std::uint64_t bytes = static_cast<std::uint64_t>(elements_) * sizeof(float);
   Header h{};
   std::memcpy(h.magic, kMagicV2, sizeof kMagicV2);
   h.step = step_;
   h.elements = elements_;
-  h.crc = io::crc32c_combine(io::crc32c_combine(crc_[0], crc_[1], bytes), crc_[2], bytes);
+  h.crc = combined_crc(crc_, elements_);
   char* block = buf_[0].get();  // a header block, zero beyond the header
   std::memset(block, 0, kBlock);
   std::memcpy(block, &h, sizeof h);
@@ -217,8 +221,7 @@ Status ShardReader::verify() const {
 }
 
 Status ShardReader::matches(const std::uint32_t crc[3]) const {
-  const std::uint64_t bytes = static_cast<std::uint64_t>(elements_) * sizeof(float);
-  if (io::crc32c_combine(io::crc32c_combine(crc[0], crc[1], bytes), crc[2], bytes) != crc_)
+  if (combined_crc(crc, elements_) != crc_)
     return Status::io_error(path_ + ": checksum mismatch (corrupt checkpoint)");
   return Status::ok();
 }

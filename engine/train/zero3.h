@@ -163,7 +163,7 @@ class Zero3Trainer {
   struct Piece {
     std::size_t first, last, begin, end;
   };
-  static constexpr std::size_t kStatePiece = std::size_t{1} << 22;  // elements per piece off NVMe (48 MB)
+  static constexpr std::size_t kStatePiece = std::size_t{1} << 22;  // per piece of states not on NVMe (48 MB)
   std::vector<Piece> state_pieces() const;
   void note_staging(std::size_t bytes);
   // Fills elements [begin, begin + n) of this rank's flat fp32 master weights and Adam moments.

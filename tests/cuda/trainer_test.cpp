@@ -23,18 +23,34 @@
 namespace memwall::train {
 namespace {
 
+// The tests' trainer options: sequences of 32 tokens, an emulated hardware file with room for the plan.
+Zero3Options test_options(int micro_batch) {
+  Zero3Options o;
+  o.micro_batch = micro_batch;
+  o.seq = 32;
+  o.adam.lr = 3e-3f;
+  o.hw = emulated_hardware(256 << 20, 1 << 30, 1 << 30);
+  return o;
+}
+
+// n tokens and targets, the same every call (so repeated steps on them must lower the loss).
+void fixed_batch(const model::GptConfig& c, std::size_t n, std::vector<int>& tok, std::vector<int>& tgt) {
+  tok.resize(n);
+  tgt.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    tok[i] = static_cast<int>((7 * i + 1) % static_cast<std::size_t>(c.vocab));
+    tgt[i] = static_cast<int>((5 * i + 2) % static_cast<std::size_t>(c.vocab));
+  }
+}
+
 std::vector<float> losses_of(const model::GptConfig& c, const Zero3Options& o, int steps) {
   auto local = comm::make_local_comm();
   auto z = Zero3Trainer::create(c, o, *local);
   EXPECT_TRUE(z.is_ok()) << z.status().to_string();
   std::vector<float> out;
   if (!z.is_ok()) return out;
-  std::vector<int> tok(static_cast<std::size_t>(o.micro_batch * o.seq)), tgt(tok.size());
-  // One batch every step, so the loss must fall.
-  for (std::size_t i = 0; i < tok.size(); ++i) {
-    tok[i] = static_cast<int>((7 * i + 1) % static_cast<std::size_t>(c.vocab));
-    tgt[i] = static_cast<int>((5 * i + 2) % static_cast<std::size_t>(c.vocab));
-  }
+  std::vector<int> tok, tgt;
+  fixed_batch(c, static_cast<std::size_t>(o.micro_batch * o.seq), tok, tgt);
   for (int s = 0; s < steps; ++s) {
     auto l = z->step(tok.data(), tgt.data());
     EXPECT_TRUE(l.is_ok()) << l.status().to_string();
@@ -48,11 +64,7 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << why;
   const model::GptConfig c = cuda_test::small_gpt();
-  Zero3Options base;
-  base.micro_batch = 2;
-  base.seq = 32;
-  base.adam.lr = 3e-3f;
-  base.hw = emulated_hardware(256 << 20, 1 << 30, 1 << 30);
+  const Zero3Options base = test_options(2);
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("memwall-cuda-trainer-" + std::to_string(::getpid())))
           .string();
@@ -108,19 +120,12 @@ TEST(CudaTrainer, GradientAccumulationAndCheckpointsMatchTheHost) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << why;
   const model::GptConfig c = cuda_test::small_gpt();
-  Zero3Options base;
-  base.micro_batch = 1;
-  base.seq = 32;
-  base.adam.lr = 3e-3f;
-  base.hw = emulated_hardware(256 << 20, 1 << 30, 1 << 30);
+  Zero3Options base = test_options(1);
   base.run.gradient_accumulation_steps = {false, 2};  // planned for 2 micro-batches a step
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("memwall-cuda-ckpt-" + std::to_string(::getpid()))).string();
-  std::vector<int> tok(static_cast<std::size_t>(2 * base.seq)), tgt(tok.size());
-  for (std::size_t i = 0; i < tok.size(); ++i) {
-    tok[i] = static_cast<int>((7 * i + 1) % static_cast<std::size_t>(c.vocab));
-    tgt[i] = static_cast<int>((5 * i + 2) % static_cast<std::size_t>(c.vocab));
-  }
+  std::vector<int> tok, tgt;
+  fixed_batch(c, static_cast<std::size_t>(2 * base.seq), tok, tgt);
   const std::vector<std::pair<std::string, std::function<void(Zero3Options&)>>> variants = {
       {"everything on the GPU", [](Zero3Options&) {}},
       {"optimizer on CPU",

@@ -13,16 +13,13 @@
 #include <vector>
 
 #include "engine/io/crc32c.h"
+#include "engine/temp_dir.h"
 
 namespace memwall::train::ckpt {
 namespace {
 
 std::string temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("memwall-ckpt-" + name + "-" + std::to_string(static_cast<long>(::getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return testing::fresh_temp_dir("ckpt-" + name);
 }
 
 std::vector<float> values(std::size_t n, int array) {
@@ -47,7 +44,8 @@ TEST(Checkpoint, PiecesOfAnySizeWriteAlignedStreamsThatReadBack) {
       at += k;
     }
     EXPECT_FALSE(w->write(0, 1, a.data(), b.data(), c.data()).is_ok());  // out of order
-    std::printf("checkpoint file written %s\n", w->direct() ? "with O_DIRECT" : "buffered (no O_DIRECT here)");
+    std::printf("checkpoint file written %s\n",
+                w->direct() ? "with O_DIRECT" : "buffered (no O_DIRECT here)");
     ASSERT_TRUE(w->commit().is_ok());
   }
   // Header block, then each array padded to 4096 bytes.

@@ -1,6 +1,7 @@
 // ZeRO-3 on one rank against the plain model + Adam: the same losses step after step.
 #include "engine/train/zero3.h"
 #include "cpu/cast.h"
+#include "engine/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -259,11 +260,7 @@ namespace memwall::train {
 namespace {
 
 std::string swap_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("memwall-zero3-" + name + "-" + std::to_string(static_cast<long>(::getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return testing::fresh_temp_dir("zero3-" + name);
 }
 
 struct Variant {
