@@ -373,6 +373,7 @@ int run_calibrate(const CalibrateOptions& opt) {
         Status::invalid_argument("--size \"" + opt.size + "\": allowed: 1M or more, e.g. 512M"));
   }
   const std::string out = opt.out.empty() ? scenarios_dir() + "/hardware/local.json" : opt.out;
+  if (Status s = prepare_output("--out", out, false); !s.is_ok()) return report_error(s);
   const bool cuda = opt.device == "cuda";
   if (cuda && (opt.gemm_size < 64 || opt.gemm_size > 32768)) {
     return report_error(
@@ -516,8 +517,6 @@ int run_calibrate(const CalibrateOptions& opt) {
   if (!check.is_ok())
     return report_error(Status::internal("calibrate produced an invalid spec: " + check.status().message()));
   const std::string text = hw.dump(2) + "\n";
-  fs::create_directories(fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path(),
-                         ec);
   if (Status st = io::write_file_atomic(out, {text}); !st.is_ok()) return report_error(st);
   if (opt.json) {
     std::printf("%s\n", json({{"out", out}, {"hardware", hw}}).dump(2).c_str());

@@ -179,9 +179,25 @@ Result<std::string> run_file_with_overrides(const std::string& run, const std::s
   return nlohmann::json::parse(*patched).dump(2) + "\n";
 }
 
+Status prepare_output(const std::string& option, const std::string& path, bool is_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  const std::string shown = option + " " + path;
+  std::error_code ec;
+  if (!dir.empty()) fs::create_directories(dir, ec);
+  if (ec) return Status::io_error(shown + ": cannot create " + dir.string() + ": " + ec.message());
+  const std::string d = dir.empty() ? "." : dir.string();
+  if (::access(d.c_str(), W_OK) != 0) {
+    return Status::io_error(shown + ": " + d + " is not writable: " + std::strerror(errno));
+  }
+  if (!is_dir && fs::is_directory(path, ec)) return Status::io_error(shown + ": is a directory, not a file");
+  return Status::ok();
+}
+
 Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
                         int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,
                         const std::function<void(trace::TraceWriter&)>& body) {
+  MW_RETURN_IF_ERROR(prepare_output("trace", path, false));
   std::ofstream file(path, std::ios::binary);
   if (!file) return Status::io_error(path + ": cannot open for writing");
   trace::TraceHeader h;

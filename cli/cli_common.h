@@ -62,6 +62,10 @@ Result<std::string> run_file_with_overrides(const std::string& run, const std::s
 // hardware (apply_hardware_what_ifs; gpu=HARDWARE is loaded here). Errors name the text.
 Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts);
 
+// Makes an output's directory (`path` itself when `is_dir`, else its parent) and checks that it can be
+// written, so that a command fails before its work rather than after: "OPTION PATH: why".
+Status prepare_output(const std::string& option, const std::string& path, bool is_dir);
+
 // Writes a trace file (.gz compresses) with the resolved inputs in its header; `body` adds the events.
 Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
                         int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,

@@ -245,7 +245,8 @@ int run_predict(const PredictOptions& opt) {
     out["inputs"]["run"] = json::parse(to_json_text(resolved));
     out["memory"] = estimate_json(e);
     if (!e.fits && suggestions.empty()) {  // not a matter of tiling alone
-      suggestions.push_back("memwall tune --model " + opt.inputs.model + " --hardware " + opt.inputs.hardware +
+      suggestions.push_back("memwall tune --model " + opt.inputs.model + " --hardware " +
+                            opt.inputs.hardware +
                             " searches the offload placements, batch and tiling that fit, fastest first");
     }
     out["memory"]["suggestions"] = suggestions;

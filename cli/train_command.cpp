@@ -137,9 +137,24 @@ int run_train(const TrainOptions& opt) {
                    ? run.zero.offload_optimizer.nvme_path
                    : run.zero.offload_param.nvme_path;
   }
-  if (opt.steps < 1 || opt.eval_batches < 1 || opt.log_every < 1 || !(opt.lr > 0)) {
-    return report_error(
-        Status::invalid_argument("--steps, --eval-batches and --log-every must be >= 1 and --lr > 0"));
+  for (const auto& [name, value] : {std::pair<const char*, int>{"--steps", opt.steps},
+                                    {"--eval-batches", opt.eval_batches},
+                                    {"--log-every", opt.log_every}}) {
+    if (value < 1) {
+      return report_error(
+          Status::invalid_argument(std::string(name) + " " + std::to_string(value) + ": allowed: 1 or more"));
+    }
+  }
+  if (!(opt.lr > 0)) {
+    return report_error(Status::invalid_argument(strprintf("--lr %g: allowed: > 0", opt.lr)));
+  }
+  // Outputs are checked before training, not after it.
+  if (!opt.checkpoint_dir.empty()) {
+    if (Status s = prepare_output("--checkpoint-dir", opt.checkpoint_dir, true); !s.is_ok())
+      return report_error(s);
+  }
+  if (!opt.trace_path.empty()) {
+    if (Status s = prepare_output("--trace", opt.trace_path, false); !s.is_ok()) return report_error(s);
   }
 
   const bool lead = rank == 0;

@@ -216,6 +216,25 @@ int run_tune(const TuneOptions& opt) {
       for (const bool cpu_ckpt : {false, true}) chains.push_back({mp, dp, &p, cpu_ckpt});
     }
   }
+  if (opt.global_batch > 0) {
+    // Some micro-batch must divide the global batch per data-parallel rank, or nothing can be tried.
+    bool any = false;
+    std::string dps;
+    for (const Chain& c : chains) {
+      for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
+        any = any || opt.global_batch % (static_cast<long>(micro) * c.dp) == 0;
+      }
+      const std::string d = std::to_string(c.dp);
+      if (dps.find(" " + d + ",") == std::string::npos) dps += " " + d + ",";
+    }
+    if (!any) {
+      dps.pop_back();
+      return report_error(Status::invalid_argument(
+          "--global-batch " + std::to_string(opt.global_batch) +
+          ": allowed: a multiple of the data-parallel degree (" + dps.substr(1) +
+          ") times a micro-batch of 1.." + std::to_string(opt.max_micro_batch) + " (a power of two)"));
+    }
+  }
   const int jobs =
       opt.jobs > 0 ? opt.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   json fit = json::array();

@@ -227,6 +227,26 @@ TEST(CliErrors, BadFlags) {
   expect_bad_input("frobnicate", "frobnicate");
 }
 
+TEST(CliErrors, TrainFlagsNameTheValue) {
+  expect_bad_input("train --steps 0", "--steps 0: allowed: 1 or more");
+  expect_bad_input("train --log-every -2", "--log-every -2");
+  expect_bad_input("train --lr -0.5", "--lr -0.5: allowed: > 0");
+}
+
+TEST(CliErrors, UnwritableOutputsFailBeforeTheWork) {
+  // A regular file where a directory must go: nothing is trained or measured, one line names the option.
+  const std::string file = write_file("not-a-dir", "x");
+  for (const std::string& args :
+       {"train --steps 1 --checkpoint-dir " + file + "/ckpt", "train --steps 1 --trace " + file + "/t.json",
+        "calibrate --out " + file + "/hw.json"}) {
+    const CmdResult r = memwall(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("memwall: error: --", 0), 0u) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(file), std::string::npos) << r.output;
+    EXPECT_EQ(line_count(r.output), 1u) << args << "\n" << r.output;
+  }
+}
+
 TEST(CliErrors, UnknownKeysWarnAndContinue) {
   const std::string path =
       write_file("extra.json", R"({"zero_optimization": {"stage": 3, "stage3_prefetch": 1},
@@ -477,7 +497,7 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   EXPECT_NEAR(parse_json(again.output)["iteration_s"].get<double>(), rows[0]["iteration_s"].get<double>(),
               1e-9 * rows[0]["iteration_s"].get<double>());
   expect_bad_input("tune --model gpt2 --global-batch 7",
-                   "no configuration of gpt2 fits dgx2 with a global batch");
+                   "--global-batch 7: allowed: a multiple of the data-parallel degree (16)");
   // Tensor parallelism: a group of mp GPUs shares a micro-batch, data parallelism takes the other GPUs.
   const nlohmann::json mp = parse_json(
       memwall(
