@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "engine/io/atomic_file.h"
 #include "input_options.h"
+#include "memory/memory_model.h"
 #include "simulate_experiment.h"
 
 namespace memwall::cli {
@@ -57,10 +58,25 @@ constexpr Placement kPlacements[] = {
     {"cpu/cpu", 3, "cpu", "cpu", false},      {"gpu/nvme", 3, "none", "nvme", true},
     {"cpu/nvme", 3, "cpu", "nvme", true},     {"nvme/nvme", 3, "nvme", "nvme", true}};
 
-// One configuration simulated, with tiling doubled while GPU memory is what does not fit: `set` gets the
+// The next tiling factor above `tiling` (doubling, up to `max_tiling`) at which the closed-form memory model
+// has the GPU tier fit, or 0 when none does. Planning a huge model with a large tiling factor takes seconds,
+// so the factors the memory model already rules out are not planned.
+int next_tiling(const InputOptions& inputs, int tiling, int max_tiling) {
+  Result<Inputs> in = load_inputs(inputs);
+  if (!in.is_ok()) return 2 * tiling <= max_tiling ? 2 * tiling : 0;
+  for (int t = 2 * tiling; t <= max_tiling; t *= 2) {
+    RunConfig run = in->run;
+    run.memwall.tiling_factor = t;
+    if (!resolve_run_config(run, in->model, in->hw).is_ok()) return t;  // let the planner say why
+    if (estimate_memory(in->model, run, in->hw).tier(Tier::kGpu).fits()) return t;
+  }
+  return 0;
+}
+
+// One configuration simulated, with tiling raised while GPU memory is what does not fit: `set` gets the
 // tiling factor that fitted and `result` simulate's JSON. kOutOfMemory when even the largest does not fit.
 Status simulate_config(const TuneOptions& opt, json& set, json& result) {
-  for (int tiling = 1;; tiling *= 2) {
+  for (int tiling = 1;;) {
     set["memwall.tiling_factor"] = tiling;
     SimulateCliOptions sim;
     sim.inputs = opt.inputs;
@@ -69,7 +85,9 @@ Status simulate_config(const TuneOptions& opt, json& set, json& result) {
     const Status s = simulate_experiment(sim, result, false);
     if (s.is_ok()) return s;
     const bool gpu_short = s.code() == StatusCode::kOutOfMemory && s.message().rfind("GPU", 0) == 0;
-    if (!gpu_short || 2 * tiling > opt.max_tiling) return s;
+    if (!gpu_short) return s;
+    tiling = next_tiling(sim.inputs, tiling, opt.max_tiling);
+    if (tiling == 0) return s;
   }
 }
 
@@ -79,6 +97,8 @@ struct Chain {
   int mp = 1, dp = 1;
   const Placement* placement = nullptr;
   bool cpu_checkpointing = false;
+  bool optimizer_pipeline =
+      false;  // optimizer states on NVMe: reads and writes overlap the sub-groups' steps
 };
 
 // {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}.
@@ -100,6 +120,10 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
                 {"gradient_accumulation_steps", accumulation},
                 {"train_batch_size", "auto"},
                 {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}});
+    if (std::string(p.opt) == "nvme") {
+      set["zero_optimization.offload_optimizer.pipeline_read"] = c.optimizer_pipeline;
+      set["zero_optimization.offload_optimizer.pipeline_write"] = c.optimizer_pipeline;
+    }
     if (!opt.model_parallel.empty()) {
       set["memwall.model_parallel"] = c.mp;
       set["memwall.data_parallel"] = "auto";
@@ -119,6 +143,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
                           {"model_parallel", c.mp},
                           {"gradient_accumulation_steps", accumulation},
                           {"cpu_checkpointing", c.cpu_checkpointing},
+                          {"optimizer_pipeline", c.optimizer_pipeline},
                           {"tiling_factor", set["memwall.tiling_factor"]},
                           {"tokens_per_s_per_gpu", it > 0 ? micro * accumulation * seq / (it * c.mp) : 0.0},
                           {"tflops_per_gpu", r["tflops_per_gpu"]},
@@ -213,7 +238,11 @@ int run_tune(const TuneOptions& opt) {
     const int dp = opt.model_parallel.empty() ? base.memwall.data_parallel : in->hw.total_gpus() / mp;
     for (const Placement& p : kPlacements) {
       if (p.nvme && !in->hw.has_nvme()) continue;
-      for (const bool cpu_ckpt : {false, true}) chains.push_back({mp, dp, &p, cpu_ckpt});
+      for (const bool cpu_ckpt : {false, true}) {
+        chains.push_back({mp, dp, &p, cpu_ckpt, false});
+        // Pipelined optimizer swapping needs a second (and third) set of swap buffers in CPU memory.
+        if (std::string(p.opt) == "nvme") chains.push_back({mp, dp, &p, cpu_ckpt, true});
+      }
     }
   }
   if (opt.global_batch > 0) {
@@ -286,14 +315,17 @@ int run_tune(const TuneOptions& opt) {
               in->model.name.c_str(), in->hw.name.c_str(), gpus, seq,
               opt.global_batch > 0 ? (", global batch " + std::to_string(opt.global_batch)).c_str() : "",
               opt.simgrid ? "SimGrid" : "reference", tried, fit.size());
-  std::printf("%4s  %-10s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt", "mp",
-              "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration", "GPU peak", "CPU/node",
-              "NVMe/node");
+  std::printf("%4s  %-10s %-4s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt",
+              "pipe", "mp", "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration",
+              "GPU peak", "CPU/node", "NVMe/node");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const json& r = rows[i];
-    std::printf("%4zu  %-10s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
-                r["placement"].get<std::string>().c_str(), r["model_parallel"].get<int>(),
-                r["micro_batch"].get<int>(), r["gradient_accumulation_steps"].get<int>(),
+    const bool nvme_opt = r["set"]["zero_optimization.offload_optimizer.device"] == "nvme";
+    std::printf("%4zu  %-10s %-4s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
+                r["placement"].get<std::string>().c_str(),
+                !nvme_opt ? "-" : (r["optimizer_pipeline"].get<bool>() ? "yes" : "no"),
+                r["model_parallel"].get<int>(), r["micro_batch"].get<int>(),
+                r["gradient_accumulation_steps"].get<int>(),
                 r["cpu_checkpointing"].get<bool>() ? "CPU" : "GPU", r["tiling_factor"].get<int>(),
                 r["tokens_per_s_per_gpu"].get<double>(), r["tflops_per_gpu"].get<double>(),
                 r["iteration_s"].get<double>(), format_bytes(r["peak_bytes"]["gpu"]).c_str(),

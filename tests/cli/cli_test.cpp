@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -472,6 +473,28 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
 // A sweep over hardware changes: each experiment's what_if list changes its hardware, as simulate --what-if.
 // memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
 // best written as a run file that simulates to the same time.
+TEST(CliTune, PipelinedOptimizerSwappingWinsWhereTheNvmeStepDominates) {
+  // 1T parameters on one DGX-2: the optimizer step streams 16 bytes per parameter through NVMe; overlapping
+  // the reads and writes of neighbouring sub-groups with the step (pipeline_read/write) must be faster.
+  const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  std::map<std::string, double> plain, piped;
+  for (const auto& row : j["results"]) {
+    const std::string key = row["placement"].get<std::string>() + " " + row["micro_batch"].dump() + " " +
+                            row["cpu_checkpointing"].dump() + " " + row["tiling_factor"].dump();
+    (row["optimizer_pipeline"].get<bool>() ? piped : plain)[key] = row["iteration_s"].get<double>();
+  }
+  int pairs = 0;
+  for (const auto& [key, seconds] : piped) {
+    if (!plain.count(key)) continue;  // the third set of swap buffers may not fit where two do
+    ++pairs;
+    EXPECT_LT(seconds, 0.9 * plain[key]) << key;
+  }
+  EXPECT_GE(pairs, 2);
+  EXPECT_TRUE(j["results"][0]["optimizer_pipeline"].get<bool>()) << j["results"][0];
+}
+
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   const std::string best = (std::filesystem::current_path() / "cli_test_files" / "tuned.json").string();
   const CmdResult r = memwall(
@@ -479,10 +502,20 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = parse_json(r.output);
   const auto& rows = j["results"];
-  EXPECT_EQ(j["tried"], 48);  // 8 placements x 2 checkpoint places x micro-batch 1, 2, 4
+  // (5 placements + 3 with the optimizer on NVMe, pipelined or not) x 2 checkpoint places x micro-batch 1, 2,
+  // 4
+  EXPECT_EQ(j["tried"], 66);
   ASSERT_EQ(rows.size(), j["fit"].get<std::size_t>());
   std::set<std::string> placements;
+  int pipelined = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& set = rows[i]["set"];
+    const bool nvme_opt = set["zero_optimization.offload_optimizer.device"] == "nvme";
+    EXPECT_EQ(set.contains("zero_optimization.offload_optimizer.pipeline_read"), nvme_opt) << set;
+    if (nvme_opt) {
+      EXPECT_EQ(set["zero_optimization.offload_optimizer.pipeline_read"], rows[i]["optimizer_pipeline"]);
+      pipelined += rows[i]["optimizer_pipeline"].get<bool>();
+    }
     EXPECT_EQ(rows[i]["micro_batch"].get<int>() * rows[i]["gradient_accumulation_steps"].get<int>() * 16, 64);
     if (i > 0) {
       EXPECT_LE(rows[i]["tokens_per_s_per_gpu"].get<double>(),
@@ -491,6 +524,7 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
     placements.insert(rows[i]["placement"].get<std::string>());
   }
   EXPECT_EQ(placements.size(), 8u);
+  EXPECT_GT(pipelined, 0);
   EXPECT_TRUE(placements.count("z2 gpu/cpu"));  // ZeRO-Offload
   const CmdResult again = memwall("simulate --fast --json --model gpt2 --run " + best, false);
   ASSERT_EQ(again.exit_code, 0) << again.output;
