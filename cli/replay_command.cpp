@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "commands.h"
 #include "exec/executor.h"
 #include "exec/trace_export.h"
+#include "replay/chakra.h"
 #include "replay/kineto.h"
 #include "replay/replay.h"
 #include "sim/simulate.h"
@@ -39,8 +41,54 @@ struct ReplayOptions {
   bool fast = false;
 };
 
-// A trace file as a replay graph: a memwall trace (its own hardware header), or a PyTorch profiler (Kineto)
-// trace. `hardware_json` receives the memwall header's hardware (empty for Kineto).
+// PREFIX.RANK.et (chakra_converter's names): the rank, and the world size as the number of PREFIX.N.et files
+// beside it (1 and 1 for another name).
+std::pair<int, int> chakra_rank_and_world(const std::string& path) {
+  namespace fs = std::filesystem;
+  auto rank_of = [](const std::string& name, std::string& prefix) {
+    if (!name.ends_with(".et")) return -1;
+    const std::string stem = name.substr(0, name.size() - 3);
+    const auto dot = stem.rfind('.');
+    if (dot == std::string::npos || dot + 1 == stem.size()) return -1;
+    const std::string digits = stem.substr(dot + 1);
+    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    prefix = stem.substr(0, dot);
+    return std::stoi(digits);
+  };
+  std::string prefix;
+  const int rank = rank_of(fs::path(path).filename().string(), prefix);
+  if (rank < 0) return {0, 1};
+  int world = 0;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string other;
+    if (rank_of(e.path().filename().string(), other) >= 0 && other == prefix) ++world;
+  }
+  return {rank, std::max(world, rank + 1)};
+}
+
+Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes, int first, int last,
+                                bool quiet) {
+  const auto [rank, world] = chakra_rank_and_world(path);
+  ChakraInfo info;
+  auto g = import_chakra_trace(bytes, rank, world, first, last, info);
+  if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+  if (!quiet) {
+    std::fprintf(
+        stderr,
+        "%s: Chakra execution trace%s%s, rank %d of %d: %zu nodes; %zu GPU compute, %zu CPU ops, %zu "
+        "collectives, %zu communications kept as measured, %zu copies; %zu skipped%s\n",
+        path.c_str(), info.version.empty() ? "" : " ", info.version.c_str(), rank, world, info.nodes,
+        info.compute, info.cpu_ops, info.collectives, info.measured_communication, info.copies, info.skipped,
+        info.timed ? "" : "; no start times, so no measured iteration to compare with");
+  }
+  return g;
+}
+
+// A trace file as a replay graph: a memwall trace (its own hardware header), a PyTorch profiler (Kineto)
+// trace or a Chakra execution trace (.et). `hardware_json` receives the memwall header's hardware (empty for
+// the others).
 // `gas`: the gradient accumulation steps a memwall train trace was written with (1 otherwise).
 Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
                                int& gas, bool quiet) {
@@ -49,6 +97,8 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
   if (!text.is_ok()) return text.status();
   auto bytes = trace::inflate_if_gzip(*text);
   if (!bytes.is_ok()) return Status(bytes.status().code(), path + ": " + bytes.status().message());
+  hardware_json.clear();
+  if (path.ends_with(".et")) return load_chakra(path, *bytes, first, last, quiet);
   auto d = trace::read_trace(*bytes);
   if (d.is_ok()) {
     if (d->unknown_events > 0 && !quiet) {
@@ -75,13 +125,15 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     }
     return g;
   }
+  const bool json_text = !bytes->empty() && ((*bytes)[0] == '{' || (*bytes)[0] == '[' ||
+                                             std::isspace(static_cast<unsigned char>((*bytes)[0])));
+  if (!json_text && looks_like_chakra(*bytes)) return load_chakra(path, *bytes, first, last, quiet);
   if (d.status().message().find("not a memwall trace") == std::string::npos) {
     return Status(d.status().code(), path + ": " + d.status().message());
   }
   KinetoInfo info;
   auto g = import_kineto_trace(*bytes, first, last, info);
   if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
-  hardware_json.clear();
   if (!quiet) {
     std::fprintf(
         stderr,
@@ -94,7 +146,8 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
   return g;
 }
 
-// The files of a directory argument (*.json, *.json.gz, sorted), or the argument itself.
+// The files of a directory argument (*.json, *.json.gz, *.et; sorted, PREFIX.RANK.et by rank), or the
+// argument itself.
 std::vector<std::string> expand(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (const auto& a : args) {
@@ -106,9 +159,12 @@ std::vector<std::string> expand(const std::vector<std::string>& args) {
     std::vector<std::string> files;
     for (const auto& e : std::filesystem::directory_iterator(a, ec)) {
       const std::string n = e.path().string();
-      if (n.ends_with(".json") || n.ends_with(".json.gz")) files.push_back(n);
+      if (n.ends_with(".json") || n.ends_with(".json.gz") || n.ends_with(".et")) files.push_back(n);
     }
-    std::sort(files.begin(), files.end());
+    std::sort(files.begin(), files.end(), [](const std::string& x, const std::string& y) {
+      if (x.ends_with(".et") && y.ends_with(".et") && x.size() != y.size()) return x.size() < y.size();
+      return x < y;  // PREFIX.2.et before PREFIX.10.et
+    });
     out.insert(out.end(), files.begin(), files.end());
   }
   return out;
@@ -164,7 +220,7 @@ int run_replay(const ReplayOptions& opt) {
   std::vector<std::pair<int, std::vector<std::pair<CollectiveKind, double>>>> collectives;
   const std::vector<std::string> files = expand(opt.traces);
   if (files.empty())
-    return report_error(Status::invalid_argument("no .json or .json.gz traces in the arguments"));
+    return report_error(Status::invalid_argument("no .json, .json.gz or .et traces in the arguments"));
   for (const std::string& path : files) {
     std::string hardware_json;
     int gas = 1;
@@ -188,15 +244,16 @@ int run_replay(const ReplayOptions& opt) {
     auto base = run_graph(*g, hw, opt.fast);
     if (!base.is_ok()) return report_error(base.status());
     const double measured = g->measured_iteration_s, replayed = base->first;
-    const double error = (replayed - measured) / measured;
+    const bool timed = measured > 0;  // a Chakra trace without start times has no measured iteration
+    const double error = timed ? (replayed - measured) / measured : 0;
     json row = {{"trace", path},
                 {"rank", pid},
                 {"hardware", hw.name},
                 {"steps", {g->first_step, g->last_step}},
                 {"tasks", g->schedule.tasks.size()},
-                {"measured_iteration_s", measured},
+                {"measured_iteration_s", timed ? json(measured) : json(nullptr)},
                 {"replayed_iteration_s", replayed},
-                {"error", error}};
+                {"error", timed ? json(error) : json(nullptr)}};
     // Trained with gradient accumulation: each iteration is a whole step of that many micro-batches.
     if (gas > 1) row["gradient_accumulation_steps"] = gas;
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
@@ -215,8 +272,12 @@ int run_replay(const ReplayOptions& opt) {
     if (!opt.json) {
       std::printf("%s (rank %d, %zu tasks, steps %d:%d of %d) on %s:\n", path.c_str(), pid,
                   g->schedule.tasks.size(), g->first_step, g->last_step, g->steps_total, hw.name.c_str());
-      std::printf("  measured %.4f s/iteration, replayed %.4f s (%+.1f%%)\n", measured, replayed,
-                  100 * error);
+      if (timed) {
+        std::printf("  measured %.4f s/iteration, replayed %.4f s (%+.1f%%)\n", measured, replayed,
+                    100 * error);
+      } else {
+        std::printf("  replayed %.4f s/iteration (the trace has no timings to compare with)\n", replayed);
+      }
       if (row.contains("what_if_iteration_s")) {
         std::string list;
         for (const auto& w : opt.what_ifs) list += (list.empty() ? "" : ", ") + w;
@@ -277,7 +338,7 @@ void register_replay(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "replay",
       "Replay measured memwall traces in the simulator, on their hardware or another, with what-ifs");
-  cmd->add_option("traces", opt->traces, "memwall traces (.json or .json.gz), e.g. one per rank")->required();
+  cmd->add_option("traces", opt->traces, "Traces, e.g. one per rank: memwall or PyTorch profiler (.json, .json.gz), Chakra (.et)")->required();
   cmd->add_option("--hardware,-H", opt->hardware,
                   "Hardware to replay on: scenario name or file (default: the trace's own, from its header)");
   cmd->add_option("--what-if", opt->what_ifs,

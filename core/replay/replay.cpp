@@ -304,7 +304,7 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
       auto ratio = take_gpu(w, gpu_spec, hw);
       if (!ratio.is_ok()) return ratio.status();
       for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute) t.measured_s *= *ratio;
+        if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s *= *ratio;
       }
       continue;
     }
@@ -313,7 +313,7 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
     if (scale_bandwidth(w.key, *x, hw)) continue;
     if (w.key == "compute") {
       for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute) t.measured_s /= *x;
+        if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s /= *x;
       }
     } else if (w.key == "nodes") {
       auto nodes = what_if_nodes(w, *x, hw);

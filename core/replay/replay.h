@@ -6,7 +6,8 @@
 // durations (scaled by what-ifs); copies, NVMe I/O and collectives are re-simulated from their bytes.
 //
 // What-ifs change the hardware or the graph: pcie=X, nvme=X, network=X, cpu_memory=X (bandwidths times X),
-// compute=X (compute X times faster), gpu=SPEC (another GPU: compute scaled by the achievable FLOP/s ratio),
+// compute=X (GPU compute X times faster; measured host CPU work and communication kept as they are),
+// gpu=SPEC (another GPU: GPU compute scaled by the achievable FLOP/s ratio),
 // nodes=N (data-parallel weak scaling: N nodes of the same ranks per node).
 #pragma once
 

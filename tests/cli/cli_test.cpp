@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "chakra_writer.h"
+
 namespace {
 
 struct CmdResult {
@@ -1120,6 +1122,58 @@ TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
   r = memwall("calibrate --path /nonexistent/dir");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/dir: not a directory"), std::string::npos) << r.output;
+}
+
+// Chakra execution traces as chakra_converter names them (PREFIX.RANK.et): ranks and world size from the
+// names, a directory read in rank order, what-ifs, and a damaged file.
+TEST(CliReplay, ReadsChakraExecutionTraces) {
+  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "chakra";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (int rank = 0; rank < 3; ++rank) {
+    chakra_testing::ChakraWriter w;
+    chakra_testing::ChakraWriter::Node gemm;
+    gemm.id = 1;
+    gemm.name = "gemm";
+    gemm.start_us = 100;
+    gemm.dur_us = 2000;
+    w.add(gemm);
+    chakra_testing::ChakraWriter::Node ar;
+    ar.id = 2;
+    ar.name = "ncclDevKernel_AllReduce";
+    ar.type = chakra_testing::ChakraWriter::kColl;
+    ar.data_deps = {1};
+    ar.start_us = 2100;
+    ar.dur_us = 3000;
+    ar.int_attrs = {{"comm_type", chakra_testing::ChakraWriter::kAllReduce}, {"comm_size", 256 << 20}};
+    w.add(ar);
+    std::ofstream((dir / ("llm." + std::to_string(rank) + ".et")).string(), std::ios::binary) << w.bytes();
+  }
+  CmdResult r =
+      memwall("replay " + dir.string() + " --hardware dgx2 --fast --json --what-if network=2", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = parse_json(r.output).at("replay");
+  ASSERT_EQ(j.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(j.at(rank).at("rank"), rank);
+    EXPECT_EQ(j.at(rank).at("tasks"), 2);
+    EXPECT_NEAR(j.at(rank).at("measured_iteration_s").get<double>(), 5.0e-3, 1e-12);
+    // The GEMM as measured, then the all-reduce of 256 MiB across the 3 ranks as a DGX-2 runs it.
+    EXPECT_GT(j.at(rank).at("replayed_iteration_s").get<double>(), 2e-3);
+    EXPECT_GT(j.at(rank).at("what_if_speedup").get<double>(), 1.05);
+  }
+  EXPECT_TRUE(parse_json(r.output).at("unmatched_collectives").empty());
+  r = memwall("replay " + (dir / "llm.1.et").string() + " --hardware dgx2");  // SimGrid
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Chakra execution trace 0.0.4, rank 1 of 3: 2 nodes"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("measured 0.0050 s/iteration"), std::string::npos) << r.output;
+  const std::string bad = write_file("chakra-bad.0.et", std::string("\x0a\x05\x0a\x03", 4));
+  r = memwall("replay " + bad + " --hardware dgx2 --fast");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("memwall: error: " + bad + ": truncated or not a Chakra trace", 0), 0u)
+      << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
 }
 
 TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {

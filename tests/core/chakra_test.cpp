@@ -1,0 +1,180 @@
+// Replay's Chakra execution-trace importer on small traces written here byte by byte (tests/chakra_writer.h):
+// node kinds, dependencies through skipped nodes, attributes, timing, malformed files.
+#include <gtest/gtest.h>
+
+#include "chakra_writer.h"
+#include "exec/executor.h"
+#include "replay/chakra.h"
+#include "test_support.h"
+
+namespace memwall {
+namespace {
+
+using chakra_testing::ChakraWriter;
+
+// One rank's iteration as chakra_converter would write it: a CPU op launching a GEMM; a metadata node between
+// the GEMM and the gradient all-reduce (its dependency must pass through); an all-to-all without a size
+// model (kept as measured); a host-to-device load; the optimizer kernel after the all-reduce.
+std::string fixture(bool packed = true, bool timed = true) {
+  ChakraWriter w;
+  auto node = [&](std::uint64_t id, const char* name, int type, std::vector<std::uint64_t> data,
+                  std::uint64_t start, std::uint64_t dur) {
+    ChakraWriter::Node n;
+    n.id = id;
+    n.name = name;
+    n.type = type;
+    n.data_deps = std::move(data);
+    n.start_us = timed ? start : 0;
+    n.dur_us = dur;
+    n.packed_deps = packed;
+    return n;
+  };
+  ChakraWriter::Node launch = node(10, "aten::mm", ChakraWriter::kComp, {}, 1000, 50);
+  launch.bool_attrs = {{"is_cpu_op", true}};
+  w.add(launch);
+  ChakraWriter::Node gemm = node(11, "sm90_xmma_gemm_bf16", ChakraWriter::kComp, {10}, 1040, 3000);
+  gemm.bool_attrs = {{"is_cpu_op", false}};
+  gemm.int_attrs = {{"num_ops", 123}};
+  w.add(gemm);
+  w.add(node(12, "## marker ##", ChakraWriter::kMetadata, {11}, 0, 0));
+  ChakraWriter::Node ar = node(13, "ncclDevKernel_AllReduce", ChakraWriter::kColl, {12}, 4100, 900);
+  ar.int_attrs = {{"comm_type", ChakraWriter::kAllReduce}, {"comm_size", 64 << 20}};
+  w.add(ar);
+  ChakraWriter::Node a2a = node(14, "ncclDevKernel_AllToAll", ChakraWriter::kColl, {11}, 4100, 700);
+  a2a.int_attrs = {{"comm_type", ChakraWriter::kAllToAll}, {"comm_size", 1 << 20}};
+  w.add(a2a);
+  ChakraWriter::Node load = node(15, "load", ChakraWriter::kMemLoad, {}, 1000, 0);
+  load.double_attrs = {{"tensor_size", 8e6}};
+  w.add(load);
+  ChakraWriter::Node adam = node(16, "multi_tensor_apply_kernel", ChakraWriter::kComp, {}, 5000, 400);
+  adam.ctrl_deps = {13, 14, 15};
+  adam.packed_deps = packed;
+  w.add(adam);
+  return w.bytes();
+}
+
+TEST(Chakra, ImportsNodeKindsDependenciesAndAttributes) {
+  for (const bool packed : {true, false}) {
+    SCOPED_TRACE(packed ? "packed dependencies" : "one varint field per dependency");
+    ChakraInfo info;
+    auto g = import_chakra_trace(fixture(packed), 3, 8, 0, -1, info);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(info.version, "0.0.4");
+    EXPECT_EQ(info.nodes, 7u);
+    EXPECT_EQ(info.cpu_ops, 1u);
+    EXPECT_EQ(info.compute, 2u);
+    EXPECT_EQ(info.collectives, 1u);
+    EXPECT_EQ(info.measured_communication, 1u);
+    EXPECT_EQ(info.copies, 1u);
+    EXPECT_EQ(info.skipped, 1u);
+    EXPECT_EQ(g->pid, 3);
+    EXPECT_EQ(g->ranks, 8);
+    EXPECT_EQ(g->steps_total, 1);
+    // First start 1000 us, last end 5400 us.
+    EXPECT_NEAR(g->measured_iteration_s, 4.4e-3, 1e-12);
+    const auto& t = g->schedule.tasks;
+    ASSERT_EQ(t.size(), 6u);
+    // Topological order with ids breaking ties: 10, 11, 13, 14, 15, 16 (12 skipped).
+    EXPECT_EQ(t[0].resource, Resource::kCpuOptimizer);  // the host CPU lane
+    EXPECT_NEAR(t[0].measured_s, 50e-6, 1e-15);
+    EXPECT_EQ(t[1].resource, Resource::kCompute);
+    EXPECT_EQ(t[1].deps, std::vector<int>{0});
+    EXPECT_EQ(t[1].flops, 123);
+    EXPECT_NEAR(t[1].measured_s, 3e-3, 1e-15);
+    EXPECT_EQ(t[2].kind, TaskKind::kCollective);
+    EXPECT_EQ(t[2].collective, CollectiveKind::kAllReduce);
+    EXPECT_EQ(t[2].bytes, 64 << 20);
+    EXPECT_EQ(t[2].group, 8);
+    EXPECT_EQ(t[2].deps, std::vector<int>{1});  // through the metadata node
+    EXPECT_EQ(t[3].kind, TaskKind::kCompute);   // all-to-all: measured, on the network lane
+    EXPECT_EQ(t[3].resource, Resource::kNetwork);
+    EXPECT_NEAR(t[3].measured_s, 700e-6, 1e-15);
+    EXPECT_EQ(t[4].kind, TaskKind::kCopy);
+    EXPECT_EQ(t[4].resource, Resource::kH2D);
+    EXPECT_EQ(t[4].bytes, 8e6);
+    EXPECT_EQ(t[5].deps, (std::vector<int>{2, 3, 4}));  // control dependencies count too
+  }
+}
+
+TEST(Chakra, ReplaysOnHardwareAndAnswersWhatIfs) {
+  ChakraInfo info;
+  auto g = import_chakra_trace(fixture(), 0, 8, 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  place_ranks(hw, *g);
+  ReferenceExecutor ref(hw, g->schedule.ranks_per_node);
+  const RunResult base = run_schedule(g->schedule, ref).value();
+  // The critical path: CPU launch, GEMM, the all-reduce as this hardware runs it and the measured all-to-all
+  // (one network lane: one after the other), the optimizer kernel.
+  const auto& t = g->schedule.tasks;
+  const double path = 50e-6 + 3e-3 + ref.duration(t[2]) + 700e-6 + 400e-6;
+  EXPECT_NEAR(base.makespan_s, path, 1e-9);
+  EXPECT_GT(ref.duration(t[2]), 700e-6);  // 64 MiB all-reduce over 8 ranks: longer than the all-to-all
+  // A faster network shortens the all-reduce; faster GPU compute shortens the GEMM and the optimizer kernel
+  // but not the CPU op or the all-to-all measured on the network.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"network", "2"}, {"compute", "2"}}) {
+    HardwareSpec hw2 = hw;
+    ReplayGraph g2 = *g;
+    ASSERT_TRUE(apply_what_ifs({{key, value}}, nullptr, hw2, g2).is_ok());
+    ReferenceExecutor ref2(hw2, g2.schedule.ranks_per_node);
+    EXPECT_LT(run_schedule(g2.schedule, ref2).value().makespan_s, base.makespan_s) << key;
+    if (key == "compute") {
+      EXPECT_NEAR(g2.schedule.tasks[1].measured_s, 1.5e-3, 1e-15);
+      EXPECT_NEAR(g2.schedule.tasks[0].measured_s, 50e-6, 1e-15);
+      EXPECT_NEAR(g2.schedule.tasks[3].measured_s, 700e-6, 1e-15);
+    }
+  }
+}
+
+TEST(Chakra, UntimedTracesAndRooflineNodes) {
+  // No start times (ASTRA-sim's generated traces): no measured iteration; a compute node with FLOPs and no
+  // duration runs at the hardware's achievable rate.
+  ChakraWriter w("0.0.4");
+  ChakraWriter::Node gemm;
+  gemm.id = 1;
+  gemm.name = "gemm";
+  gemm.type = ChakraWriter::kComp;
+  gemm.int_attrs = {{"num_ops", 2000000000000}};
+  w.add(gemm);
+  ChakraInfo info;
+  auto g = import_chakra_trace(w.bytes(), 0, 1, 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_FALSE(info.timed);
+  EXPECT_EQ(g->measured_iteration_s, 0);
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  ReferenceExecutor ref(hw, 1);
+  EXPECT_NEAR(run_schedule(g->schedule, ref).value().makespan_s, 2e12 / hw.gpu.achievable_flops, 1e-12);
+}
+
+TEST(Chakra, MalformedFilesAreOneClearError) {
+  ChakraInfo info;
+  const std::string good = fixture();
+  auto truncated = import_chakra_trace(good.substr(0, good.size() - 5), 0, 1, 0, -1, info);
+  ASSERT_FALSE(truncated.is_ok());
+  EXPECT_NE(truncated.status().message().find("runs past the end"), std::string::npos)
+      << truncated.status().message();
+  EXPECT_FALSE(import_chakra_trace("", 0, 1, 0, -1, info).is_ok());
+  EXPECT_FALSE(looks_like_chakra("{\"traceEvents\": []}"));
+  EXPECT_TRUE(looks_like_chakra(good));
+  // A cycle: 1 waits for 2 and 2 for 1.
+  ChakraWriter w;
+  for (std::uint64_t id : {1u, 2u}) {
+    ChakraWriter::Node n;
+    n.id = id;
+    n.name = "k";
+    n.dur_us = 5;
+    n.data_deps = {3 - id};
+    w.add(n);
+  }
+  auto cycle = import_chakra_trace(w.bytes(), 0, 1, 0, -1, info);
+  ASSERT_FALSE(cycle.is_ok());
+  EXPECT_NE(cycle.status().message().find("cycle"), std::string::npos);
+  // Steps other than the one iteration are refused naming the range.
+  auto steps = import_chakra_trace(good, 0, 1, 1, 2, info);
+  ASSERT_FALSE(steps.is_ok());
+  EXPECT_NE(steps.status().message().find("0:1"), std::string::npos) << steps.status().message();
+}
+
+}  // namespace
+}  // namespace memwall
