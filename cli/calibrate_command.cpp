@@ -373,6 +373,7 @@ int run_calibrate(const CalibrateOptions& opt) {
         Status::invalid_argument("--size \"" + opt.size + "\": allowed: 1M or more, e.g. 512M"));
   }
   const std::string out = opt.out.empty() ? scenarios_dir() + "/hardware/local.json" : opt.out;
+  if (!fs::path(out).parent_path().empty()) fs::create_directories(fs::path(out).parent_path(), ec);
   if (Status s = prepare_output("--out", out, false); !s.is_ok()) return report_error(s);
   const bool cuda = opt.device == "cuda";
   if (cuda && (opt.gemm_size < 64 || opt.gemm_size > 32768)) {

@@ -181,23 +181,31 @@ Result<std::string> run_file_with_overrides(const std::string& run, const std::s
 
 Status prepare_output(const std::string& option, const std::string& path, bool is_dir) {
   namespace fs = std::filesystem;
-  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
-  const std::string shown = option + " " + path;
+  const std::string shown = (option.empty() ? "" : option + " ") + path;
   std::error_code ec;
-  if (!dir.empty()) fs::create_directories(dir, ec);
-  if (ec) return Status::io_error(shown + ": cannot create " + dir.string() + ": " + ec.message());
-  const std::string d = dir.empty() ? "." : dir.string();
-  if (::access(d.c_str(), W_OK) != 0) {
-    return Status::io_error(shown + ": " + d + " is not writable: " + std::strerror(errno));
-  }
   if (!is_dir && fs::is_directory(path, ec)) return Status::io_error(shown + ": is a directory, not a file");
+  // A directory output is made (with its parents); a file's directory must exist.
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  const std::string d = dir.empty() ? "." : dir.string();
+  if (is_dir) {
+    fs::create_directories(dir, ec);
+    if (ec) return Status::io_error(shown + ": cannot create it: " + ec.message());
+  } else if (!fs::exists(d, ec)) {
+    return Status::io_error(shown + ": cannot open for writing: " + d + " does not exist");
+  } else if (!fs::is_directory(d, ec)) {
+    return Status::io_error(shown + ": cannot open for writing: " + d + " is not a directory");
+  }
+  if (::access(d.c_str(), W_OK) != 0) {
+    return Status::io_error(shown + ": cannot open for writing: " + d + " is not writable (" +
+                            std::strerror(errno) + ")");
+  }
   return Status::ok();
 }
 
 Status write_trace_file(const std::string& path, const std::string& executor, const std::string& command,
                         int ranks, const Inputs& in, const RunConfig& run, const std::string& summary_json,
                         const std::function<void(trace::TraceWriter&)>& body) {
-  MW_RETURN_IF_ERROR(prepare_output("trace", path, false));
+  MW_RETURN_IF_ERROR(prepare_output("", path, false));
   std::ofstream file(path, std::ios::binary);
   if (!file) return Status::io_error(path + ": cannot open for writing");
   trace::TraceHeader h;

@@ -62,8 +62,9 @@ Result<std::string> run_file_with_overrides(const std::string& run, const std::s
 // hardware (apply_hardware_what_ifs; gpu=HARDWARE is loaded here). Errors name the text.
 Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts);
 
-// Makes an output's directory (`path` itself when `is_dir`, else its parent) and checks that it can be
-// written, so that a command fails before its work rather than after: "OPTION PATH: why".
+// Checks before a command's work, not after it, that an output can be written: a directory output
+// (`is_dir`) is made with its parents; a file's directory must exist and be writable. Errors read
+// "OPTION PATH: why" ("PATH: why" without an option).
 Status prepare_output(const std::string& option, const std::string& path, bool is_dir);
 
 // Writes a trace file (.gz compresses) with the resolved inputs in its header; `body` adds the events.

@@ -338,7 +338,9 @@ void register_replay(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "replay",
       "Replay measured memwall traces in the simulator, on their hardware or another, with what-ifs");
-  cmd->add_option("traces", opt->traces, "Traces, e.g. one per rank: memwall or PyTorch profiler (.json, .json.gz), Chakra (.et)")->required();
+  cmd->add_option("traces", opt->traces,
+                  "Traces, e.g. one per rank: memwall or PyTorch profiler (.json, .json.gz), Chakra (.et)")
+      ->required();
   cmd->add_option("--hardware,-H", opt->hardware,
                   "Hardware to replay on: scenario name or file (default: the trace's own, from its header)");
   cmd->add_option("--what-if", opt->what_ifs,

@@ -67,6 +67,14 @@ RunBreakdown analyze_run(const Schedule& s, const RunResult& run) {
     edges.push_back({c.start_s, cls, +1});
     edges.push_back({c.end_s, cls, -1});
   }
+  // The optimizer's share is what it adds after forward and backward: a step that overlaps them (delayed
+  // parameter update) counts from where they end.
+  double step_end = 0;
+  for (const Task& t : s.tasks) {
+    if (t.resource != Resource::kNone && t.phase != Phase::kOptimizer)
+      step_end = std::max(step_end, run.timing[t.id].end_s);
+  }
+  opt_start = std::max(opt_start, std::min(step_end, run.makespan_s));
   for (int r = 0; r < kResourceCount; ++r)
     b.busy_s[r] = total_length(interval_union(std::move(per_resource[r])));
   const std::vector<Interval> moving = interval_union(std::move(transfers));

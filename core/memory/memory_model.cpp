@@ -261,6 +261,10 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
     b.add(opt_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule,
           opt_tier == Tier::kCpu && z.offload_optimizer.pin_memory);
   }
+  if (run.memwall.delayed_parameter_update) {  // the CPU step reads the last step's while this one's arrive
+    b.add(opt_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule + " (the previous step's, DPU)",
+          z.offload_optimizer.pin_memory);
+  }
   if (opt_tier == Tier::kNvme) {
     const double sub = std::min(z.sub_group_size, opt_elems);
     const int stages =

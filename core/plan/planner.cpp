@@ -246,6 +246,7 @@ Schedule Planner::plan() {
   s_.ranks = dp_ * mp_;
   s_.ranks_per_node = std::min(hw_.gpu.count, s_.ranks);
   s_.memory_in_program_order = run_.memwall.memory_in_program_order;
+  s_.delayed_parameter_update = run_.memwall.delayed_parameter_update;
   s_.tokens = g_.options.micro_batch * g_.options.sequence_length;
   opt_total_ = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
   opt_sub_ = std::min(z.sub_group_size, opt_total_);
@@ -342,6 +343,11 @@ void Planner::setup() {
   opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_opt, "fp32 variance", ph, {}, true);
   if (mixed_)
     opt_states_buf_ = alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads", ph, {}, true, pin);
+  // Delayed parameter update: the step works on the previous step's gradients, kept beside this step's.
+  if (run_.memwall.delayed_parameter_update) {
+    alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads of the previous step (DPU)", ph, {}, true,
+          pin);
+  }
 }
 
 void Planner::build_events() {
@@ -800,6 +806,27 @@ void Planner::optimizer() {
   for (int t : grad_done_) {
     if (t >= 0) join.push_back(t);
   }
+  // Delayed parameter update (steady state): the step uses the previous step's gradients, so it does not
+  // wait for this one's backward; only the updated parameters must wait until backward no longer reads the
+  // current ones.
+  const bool delayed = run_.memwall.delayed_parameter_update;
+  // Per sub-group, the gradient tasks of the parameters its slice of the flat shard covers (parameters in
+  // graph order, each rank holding 1/dp of each): a parameter's new values may go to the GPU once backward
+  // is done with it.
+  std::vector<std::vector<int>> backward_done(groups);
+  if (delayed) {
+    double at = 0;
+    for (size_t p = 0; p < g_.params.size(); ++p) {
+      const double n = stage_ >= 1 ? g_.params[p].elements / dp_ : g_.params[p].elements;
+      const int lo = std::min(groups - 1, static_cast<int>(at / opt_sub_));
+      const int hi = std::min(groups - 1, static_cast<int>(std::max(at, at + n - 1) / opt_sub_));
+      for (int g = lo; g <= hi; ++g) {
+        if (grad_done_[p] >= 0) backward_done[g].push_back(grad_done_[p]);
+      }
+      at += n;
+    }
+    join.clear();
+  }
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
@@ -858,8 +885,10 @@ void Planner::optimizer() {
     if (opt_tier_ != Tier::kGpu) {
       const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
       if (param_home == Tier::kGpu) {
+        std::vector<int> copy_deps = {step[g]};
+        if (delayed) copy_deps.insert(copy_deps.end(), backward_done[g].begin(), backward_done[g].end());
         last = copy(opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_, Tier::kGpu, p16,
-                    "cpu->gpu params " + nm, ph, {step[g]}, src);
+                    "cpu->gpu params " + nm, ph, copy_deps, src);
       } else if (param_home == Tier::kNvme) {
         const int w = copy(Tier::kCpu, Tier::kNvme, p16, "cpu->nvme params " + nm, ph, {step[g]}, src);
         if (write[g] >= 0) last = w;

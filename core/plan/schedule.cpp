@@ -54,7 +54,8 @@ AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_ste
           c.deps.push_back(setup[di]);
         }
       }
-      if (!in_copy) c.deps.insert(c.deps.end(), prev_sinks.begin(), prev_sinks.end());
+      const bool from_step_start = s.delayed_parameter_update && t.phase == Phase::kOptimizer;
+      if (!in_copy && !from_step_start) c.deps.insert(c.deps.end(), prev_sinks.begin(), prev_sinks.end());
       id[i] = c.id;
       if (t.phase == Phase::kSetup) setup[i] = c.id;
       out.origin.push_back(t.id);

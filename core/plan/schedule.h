@@ -96,6 +96,9 @@ struct Schedule {
   int model_parallel = 1;
   double tokens = 0;                     // tokens per rank per iteration
   bool memory_in_program_order = false;  // run_schedule: alloc/free strictly in task order (see executor.h)
+  // Delayed parameter update: the optimizer phase works on the previous step's gradients, so with gradient
+  // accumulation it may start with the step's first micro-batch (accumulated_schedule).
+  bool delayed_parameter_update = false;
   std::vector<std::string> notes;        // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank

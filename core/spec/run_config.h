@@ -94,6 +94,10 @@ struct MemwallRunConfig {
   // NVMe optimizer: read each sub-group's fp32 states (not its gradients) while backward still runs, as
   // soon as a swap slot is free, instead of after the last gradient (DeepSpeed's order; false).
   bool optimizer_prefetch = true;
+  // ZeRO-Offload's one-step delayed parameter update (DPU, ZeRO-Offload paper section 5.2): the CPU optimizer
+  // step of step i's gradients runs while the GPU computes step i+1 with the parameters of step i-1. The
+  // plan is the steady state (after the warm-up steps that run without it); plan and simulate only.
+  bool delayed_parameter_update = false;
   // Alloc/free order when a schedule runs: false = each as soon as its dependencies complete (a framework
   // whose CPU issues allocations ahead of the GPU, as PyTorch's caching allocator lets DeepSpeed do);
   // true = strictly in the planner's order, what memwall train's executor does ("memory_order": "program").

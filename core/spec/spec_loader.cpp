@@ -619,6 +619,16 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     mw.partitioning = part == "broadcast" ? Partitioning::kBroadcast : Partitioning::kBandwidthCentric;
     MW_RETURN_IF_ERROR(o.get_bool("prefetch", mw.prefetch));
     MW_RETURN_IF_ERROR(o.get_bool("optimizer_prefetch", mw.optimizer_prefetch));
+    MW_RETURN_IF_ERROR(o.get_bool("delayed_parameter_update", mw.delayed_parameter_update));
+    if (mw.delayed_parameter_update && (run.zero.offload_optimizer.device != OffloadDevice::kCpu ||
+                                        run.zero.stage < 1 || run.zero.stage > 2)) {
+      return o.error(
+          "delayed_parameter_update",
+          "true requires ZeRO-Offload: zero_optimization.offload_optimizer.device \"cpu\" with stage 1 "
+          "or 2 (stage is " +
+              std::to_string(run.zero.stage) + ", optimizer on \"" +
+              offload_device_name(run.zero.offload_optimizer.device) + "\"); allowed: false otherwise");
+    }
     std::string order = mw.memory_in_program_order ? "program" : "dependencies";
     MW_RETURN_IF_ERROR(o.get_choice("memory_order", order, {"dependencies", "program"}));
     mw.memory_in_program_order = order == "program";
@@ -778,6 +788,7 @@ std::string to_json_text(const RunConfig& run) {
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
       {"prefetch", mw.prefetch},
       {"optimizer_prefetch", mw.optimizer_prefetch},
+      {"delayed_parameter_update", mw.delayed_parameter_update},
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};
   return j.dump();

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "exec/executor.h"
 #include "graph/model_graph.h"
 #include "memory/memory_model.h"
@@ -443,6 +445,84 @@ TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
       EXPECT_NEAR(cpu, e.tier(Tier::kCpu).used_bytes, 0.01 * e.tier(Tier::kCpu).used_bytes);
       EXPECT_NEAR(nvme, e.tier(Tier::kNvme).used_bytes, 0.01 * e.tier(Tier::kNvme).used_bytes + 1);
     }
+  }
+}
+
+// ZeRO-Offload's one-step delayed parameter update: the CPU step of the previous step's gradients overlaps
+// forward and backward; the updated parameters go to the GPU only after backward; the previous step's
+// gradients cost 4 bytes per element of CPU memory more, in the schedule and in predict alike; with gradient
+// accumulation the step may start with the first micro-batch. Only ZeRO-Offload (stage 1-2, optimizer on
+// the CPU) accepts it.
+TEST(Planner, DelayedParameterUpdateOverlapsTheCpuStepWithTheNextStep) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-offload");
+  run.zero.sub_group_size = 5e7;         // 13 sub-groups of this rank's 625 M elements
+  run.micro_batch_per_gpu = {false, 8};  // backward longer than the whole CPU step
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  auto timed = [&](const RunConfig& r) {
+    const Schedule s = plan_iteration(m, r, hw).value();
+    ReferenceExecutor exec(hw, s.ranks_per_node);
+    return std::make_pair(s, run_schedule(s, exec).value());
+  };
+  const auto [plain, plain_run] = timed(run);
+  RunConfig dpu = run;
+  dpu.memwall.delayed_parameter_update = true;
+  const auto [delayed, delayed_run] = timed(dpu);
+  double optimizer_s = 0, last_backward_end = 0, last_compute_end = 0, first_step_start = 1e30;
+  std::map<int, double> copy_start, step_end;  // per sub-group
+  for (const Task& t : delayed.tasks) {
+    const Completion& tt = delayed_run.timing[static_cast<std::size_t>(t.id)];
+    if (t.phase == Phase::kBackward) last_backward_end = std::max(last_backward_end, tt.end_s);
+    if (t.phase == Phase::kBackward && t.kind == TaskKind::kCompute)
+      last_compute_end = std::max(last_compute_end, tt.end_s);
+    if (t.kind == TaskKind::kOptimizerStep) {
+      first_step_start = std::min(first_step_start, tt.start_s);
+      optimizer_s += tt.end_s - tt.start_s;
+      step_end[t.subgroup] = tt.end_s;
+    }
+    if (t.kind == TaskKind::kCopy && t.phase == Phase::kOptimizer && t.dst == Tier::kGpu)
+      copy_start[t.subgroup] = tt.start_s;
+  }
+  ASSERT_EQ(copy_start.size(), 13u);
+  EXPECT_LT(first_step_start, 0.1 * last_backward_end);  // the CPU step runs during forward
+  // A sub-group's new parameters go to the GPU after its step, and once backward is done with them: the
+  // first sub-group (the embedding, whose gradient comes last) after the last backward op, the last ones
+  // (the last blocks, done first in backward) before the end of backward.
+  for (const auto& [g, start] : copy_start) EXPECT_GE(start, step_end[g]) << g;
+  EXPECT_GE(copy_start[0], last_compute_end);
+  EXPECT_LT(copy_start[12], last_backward_end);
+  // Overlapped: faster by at least half the CPU step, and never faster than the GPU's own work.
+  EXPECT_LT(delayed_run.makespan_s, plain_run.makespan_s - 0.5 * optimizer_s);
+  EXPECT_GE(delayed_run.makespan_s, last_backward_end);
+  // Memory: the previous step's fp32 gradients, in the plan and in the analytic model.
+  const double extra = 4 * m.total_params() / run.memwall.data_parallel * plain.ranks_per_node;
+  const double cpu_plain = replay_memory(plain).value().peak_bytes[1] * plain.ranks_per_node;
+  const double cpu_dpu = replay_memory(delayed).value().peak_bytes[1] * delayed.ranks_per_node;
+  EXPECT_NEAR(cpu_dpu - cpu_plain, extra, 0.01 * extra);
+  EXPECT_NEAR(estimate_memory(m, dpu, hw).tier(Tier::kCpu).used_bytes -
+                  estimate_memory(m, run, hw).tier(Tier::kCpu).used_bytes,
+              extra, 0.01 * extra);
+  // Gradient accumulation: the step of the last step's gradients overlaps the first micro-batch.
+  const AccumulatedSchedule acc = accumulated_schedule(delayed, 4);
+  ReferenceExecutor exec(hw, acc.schedule.ranks_per_node);
+  const RunResult acc_run = run_schedule(acc.schedule, exec).value();
+  for (const Task& t : acc.schedule.tasks) {
+    if (t.kind == TaskKind::kOptimizerStep && t.subgroup == 0) {
+      EXPECT_LT(acc_run.timing[static_cast<std::size_t>(t.id)].start_s, 0.25 * acc_run.makespan_s);
+    }
+  }
+  // Elsewhere it is an error naming the key.
+  for (const char* other : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme", "zero-2"}) {
+    Diagnostics diag;
+    const std::string path = testing::scenario_path("runs", other);
+    std::string text = testing::read_file(path).value();
+    auto j = nlohmann::json::parse(text);
+    j["memwall"]["delayed_parameter_update"] = true;
+    auto r = parse_run(j.dump(), path, diag);
+    ASSERT_FALSE(r.is_ok()) << other;
+    EXPECT_NE(r.status().message().find("delayed_parameter_update"), std::string::npos)
+        << r.status().message();
   }
 }
 
