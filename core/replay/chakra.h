@@ -8,8 +8,10 @@
 //   COMP_NODE      GPU compute with its measured duration, or num_ops FLOPs at the hardware's achievable
 //                  rate when the duration is 0 (ASTRA-sim's roofline mode); is_cpu_op: on the host CPU lane
 //   COMM_COLL_NODE all-reduce / all-gather / reduce-scatter / broadcast re-simulated from comm_size bytes
-//                  (taken as the collective's whole buffer, as for Kineto); the other kinds (all-to-all,
-//                  reduce, gather, scatter, barrier) keep their measured duration on the network
+//                  (taken as the collective's whole buffer, as for Kineto; chakra_converter's sum of the
+//                  op's tensor arguments is one shard more where both whole and shard are passed); the other
+//                  kinds (all-to-all, reduce, gather, scatter, barrier) keep their measured duration on the
+//                  network
 //   COMM_SEND/RECV kept with their measured duration on the network
 //   MEM_LOAD/STORE host-to-device / device-to-host copies of tensor_size bytes (else measured)
 // Everything else (metadata, storage, batch, checkpoint nodes; nodes with neither duration nor FLOPs nor
