@@ -40,6 +40,7 @@ struct TuneOptions {
   std::vector<int> model_parallel;  // tensor-parallel degrees to try (empty: the run's own)
   int jobs = 0;                     // searches at once (0: one per core)
   bool simgrid = false;
+  bool dpu = false;  // also try ZeRO-Offload with the delayed parameter update (changes the training math)
   bool json = false;
   std::string write_run;
 };
@@ -97,8 +98,9 @@ struct Chain {
   int mp = 1, dp = 1;
   const Placement* placement = nullptr;
   bool cpu_checkpointing = false;
-  bool optimizer_pipeline =
-      false;  // optimizer states on NVMe: reads and writes overlap the sub-groups' steps
+  // Optimizer states on NVMe: reads and writes overlap the sub-groups' steps (pipeline_read/write).
+  bool optimizer_pipeline = false;
+  bool delayed_update = false;  // ZeRO-Offload's delayed parameter update (--dpu)
 };
 
 // {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}.
@@ -120,6 +122,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
                 {"gradient_accumulation_steps", accumulation},
                 {"train_batch_size", "auto"},
                 {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}});
+    if (c.delayed_update) set["memwall.delayed_parameter_update"] = true;
     if (std::string(p.opt) == "nvme") {
       set["zero_optimization.offload_optimizer.pipeline_read"] = c.optimizer_pipeline;
       set["zero_optimization.offload_optimizer.pipeline_write"] = c.optimizer_pipeline;
@@ -138,12 +141,13 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
     }
     const double it = r["iteration_s"].get<double>();
     // A tensor-parallel group of mp GPUs works on one micro-batch.
-    out["fit"].push_back({{"placement", p.name},
+    out["fit"].push_back({{"placement", std::string(p.name) + (c.delayed_update ? " dpu" : "")},
                           {"micro_batch", micro},
                           {"model_parallel", c.mp},
                           {"gradient_accumulation_steps", accumulation},
                           {"cpu_checkpointing", c.cpu_checkpointing},
                           {"optimizer_pipeline", c.optimizer_pipeline},
+                          {"delayed_parameter_update", c.delayed_update},
                           {"tiling_factor", set["memwall.tiling_factor"]},
                           {"tokens_per_s_per_gpu", it > 0 ? micro * accumulation * seq / (it * c.mp) : 0.0},
                           {"tflops_per_gpu", r["tflops_per_gpu"]},
@@ -239,9 +243,12 @@ int run_tune(const TuneOptions& opt) {
     for (const Placement& p : kPlacements) {
       if (p.nvme && !in->hw.has_nvme()) continue;
       for (const bool cpu_ckpt : {false, true}) {
-        chains.push_back({mp, dp, &p, cpu_ckpt, false});
+        chains.push_back({mp, dp, &p, cpu_ckpt, false, false});
         // Pipelined optimizer swapping needs a second (and third) set of swap buffers in CPU memory.
-        if (std::string(p.opt) == "nvme") chains.push_back({mp, dp, &p, cpu_ckpt, true});
+        if (std::string(p.opt) == "nvme") chains.push_back({mp, dp, &p, cpu_ckpt, true, false});
+        // ZeRO-Offload's delayed parameter update, only when asked: it trains on one-step-stale parameters.
+        if (opt.dpu && p.stage < 3 && std::string(p.opt) == "cpu")
+          chains.push_back({mp, dp, &p, cpu_ckpt, false, true});
       }
     }
   }
@@ -315,13 +322,13 @@ int run_tune(const TuneOptions& opt) {
               in->model.name.c_str(), in->hw.name.c_str(), gpus, seq,
               opt.global_batch > 0 ? (", global batch " + std::to_string(opt.global_batch)).c_str() : "",
               opt.simgrid ? "SimGrid" : "reference", tried, fit.size());
-  std::printf("%4s  %-10s %-4s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt",
+  std::printf("%4s  %-14s %-4s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt",
               "pipe", "mp", "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration",
               "GPU peak", "CPU/node", "NVMe/node");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const json& r = rows[i];
     const bool nvme_opt = r["set"]["zero_optimization.offload_optimizer.device"] == "nvme";
-    std::printf("%4zu  %-10s %-4s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
+    std::printf("%4zu  %-14s %-4s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
                 r["placement"].get<std::string>().c_str(),
                 !nvme_opt ? "-" : (r["optimizer_pipeline"].get<bool>() ? "yes" : "no"),
                 r["model_parallel"].get<int>(), r["micro_batch"].get<int>(),
@@ -363,6 +370,9 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", opt->top, "Configurations listed")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  cmd->add_flag(
+      "--dpu", opt->dpu,
+      "Also try ZeRO-Offload with the delayed parameter update (steps on one-step-stale parameters)");
   cmd->add_flag("--simgrid", opt->simgrid,
                 "Simulate each configuration on SimGrid (slower; default: reference)");
   cmd->add_option("--write-run", opt->write_run, "Write the best configuration as a run file (JSON)");

@@ -497,6 +497,28 @@ TEST(CliTune, PipelinedOptimizerSwappingWinsWhereTheNvmeStepDominates) {
   EXPECT_TRUE(j["results"][0]["optimizer_pipeline"].get<bool>()) << j["results"][0];
 }
 
+TEST(CliTune, DelayedParameterUpdateOnlyWhenAskedAndOnlyForZeroOffload) {
+  const CmdResult r = memwall("tune --model gpt2 --dpu --max-micro-batch 2 --top 1000 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  // 22 searches as without --dpu, plus z2 gpu/cpu dpu x 2 checkpoint places; micro-batches 1 and 2.
+  EXPECT_EQ(j["tried"], 48);
+  int delayed = 0;
+  for (const auto& row : j["results"]) {
+    const bool dpu = row["delayed_parameter_update"].get<bool>();
+    delayed += dpu;
+    EXPECT_EQ(row["set"].contains("memwall.delayed_parameter_update"), dpu) << row["set"];
+    if (dpu) {
+      EXPECT_EQ(row["placement"], "z2 gpu/cpu dpu");
+    }
+  }
+  EXPECT_EQ(delayed, 4);
+  const CmdResult without = memwall("tune --model gpt2 --max-micro-batch 2 --top 1000 --json", false);
+  for (const auto& row : parse_json(without.output)["results"]) {
+    EXPECT_FALSE(row["delayed_parameter_update"].get<bool>());
+  }
+}
+
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   const std::string best = (std::filesystem::current_path() / "cli_test_files" / "tuned.json").string();
   const CmdResult r = memwall(
@@ -504,7 +526,8 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = parse_json(r.output);
   const auto& rows = j["results"];
-  // (5 placements + 3 with the optimizer on NVMe, pipelined or not) x 2 checkpoint places x micro-batch 1, 2,
+  // (5 placements + 3 with the optimizer on NVMe, pipelined or not) x 2 checkpoint places x micro-batch 1,
+  // 2,
   // 4
   EXPECT_EQ(j["tried"], 66);
   ASSERT_EQ(rows.size(), j["fit"].get<std::size_t>());
