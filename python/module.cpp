@@ -17,6 +17,7 @@
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
+#include "replay_traces.h"
 #include "sim/simulate.h"
 #include "spec/spec_loader.h"
 #include "trace/trace.h"
@@ -361,6 +362,28 @@ PYBIND11_MODULE(_memwall, m) {
       py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
       py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
       py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{});
+  m.def(
+      "replay",
+      [](const py::object& traces, const std::string& hardware, const std::vector<std::string>& what_if,
+         const std::string& steps, const std::string& trace, bool fast) {
+        cli::ReplayRequest req;
+        if (py::isinstance<py::str>(traces)) {
+          req.traces.push_back(traces.cast<std::string>());
+        } else {
+          req.traces = traces.cast<std::vector<std::string>>();
+        }
+        req.hardware = hardware;
+        req.what_ifs = what_if;
+        req.steps = steps;
+        req.trace_out = trace;
+        req.fast = fast;
+        return from_json(value_or_raise(cli::replay_traces(req, nullptr)));
+      },
+      "Replay measured traces (memwall, PyTorch profiler, Chakra .et; files or directories) on a hardware "
+      "spec "
+      "with what-ifs (memwall replay --json)",
+      py::arg("traces"), py::arg("hardware") = "", py::arg("what_if") = std::vector<std::string>{},
+      py::arg("steps") = "", py::arg("trace") = "", py::arg("fast") = false);
   m.def("read_trace", &read_trace_file, "A memwall trace (.json or .json.gz) as numpy arrays and dicts",
         py::arg("path"));
 }

@@ -1,10 +1,10 @@
 """memwall: ZeRO-Infinity's memory, bandwidth and scheduling models, and memwall traces, from Python.
 
-Functions (docs/python.md): load, predict, efficiency, max_model, plan, simulate, read_trace; with pandas installed,
-spans_frame and counters_frame turn a trace into DataFrames.
+Functions (docs/python.md): load, predict, efficiency, max_model, plan, simulate, replay, read_trace; with
+pandas installed, spans_frame and counters_frame turn a trace into DataFrames.
 """
 from ._memwall import (__version__, efficiency, load, max_model, plan, predict, read_trace,  # noqa: F401
-                       scenarios_dir, simulate)
+                       replay, scenarios_dir, simulate)
 
 
 def spans_frame(trace):

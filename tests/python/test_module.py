@@ -75,6 +75,24 @@ class ModuleTest(unittest.TestCase):
             memwall.plan(what_if=["disk=2"])
         self.assertIn("allowed: pcie", str(e.exception))
 
+    def test_replay_matches_the_cli(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            memwall.plan(model="gpt2", run="zero-infinity-cpu", trace=path)
+            got = memwall.replay(path, fast=True, what_if=["pcie=2"])
+            want = cli("replay", path, "--fast", "--what-if", "pcie=2")
+            self.assertEqual(len(memwall.replay([path, path], fast=True)["replay"]), 2)
+            with self.assertRaises(ValueError) as e:
+                memwall.replay(os.path.join(d, "missing.json"))
+            self.assertIn("missing.json", str(e.exception))
+        row, cli_row = got["replay"][0], want["replay"][0]
+        self.assertEqual(row["hardware"], "dgx2")  # the trace's own
+        for key in ("replayed_iteration_s", "measured_iteration_s", "what_if_iteration_s"):
+            self.assertAlmostEqual(row[key], cli_row[key], delta=1e-9 * cli_row[key])
+        # Replaying the plan's own reference run on its hardware gives back its iteration time.
+        self.assertAlmostEqual(row["error"], 0.0, delta=0.01)
+        self.assertGreaterEqual(row["what_if_speedup"], 1.0)
+
     def test_bad_input_raises_naming_it(self):
         with self.assertRaises(ValueError) as e:
             memwall.predict(set={"zero_optimization.stage": 7})

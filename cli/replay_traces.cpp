@@ -1,0 +1,292 @@
+// The replay engine behind `memwall replay` and the Python module's replay() (replay_traces.h).
+#include "replay_traces.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <memory>
+
+#include "base/units.h"
+#include "cli_common.h"
+#include "exec/executor.h"
+#include "exec/trace_export.h"
+#include "replay/chakra.h"
+#include "replay/kineto.h"
+#include "replay/replay.h"
+#include "spec/spec_loader.h"
+#if MEMWALL_WITH_SIMGRID
+#include "sim/simulate.h"
+#endif
+
+namespace memwall::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// PREFIX.RANK.et (chakra_converter's names): the rank, and the world size as the number of PREFIX.N.et files
+// beside it (1 and 1 for another name).
+std::pair<int, int> chakra_rank_and_world(const std::string& path) {
+  namespace fs = std::filesystem;
+  auto rank_of = [](const std::string& name, std::string& prefix) {
+    if (!name.ends_with(".et")) return -1;
+    const std::string stem = name.substr(0, name.size() - 3);
+    const auto dot = stem.rfind('.');
+    if (dot == std::string::npos || dot + 1 == stem.size()) return -1;
+    const std::string digits = stem.substr(dot + 1);
+    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    prefix = stem.substr(0, dot);
+    return std::stoi(digits);
+  };
+  std::string prefix;
+  const int rank = rank_of(fs::path(path).filename().string(), prefix);
+  if (rank < 0) return {0, 1};
+  int world = 0;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string other;
+    if (rank_of(e.path().filename().string(), other) >= 0 && other == prefix) ++world;
+  }
+  return {rank, std::max(world, rank + 1)};
+}
+
+Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes, int first, int last,
+                                std::FILE* log) {
+  const auto [rank, world] = chakra_rank_and_world(path);
+  ChakraInfo info;
+  auto g = import_chakra_trace(bytes, rank, world, first, last, info);
+  if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+  if (log != nullptr) {
+    std::fprintf(
+        log,
+        "%s: Chakra execution trace%s%s, rank %d of %d: %zu nodes; %zu GPU compute, %zu CPU ops, %zu "
+        "collectives, %zu communications kept as measured, %zu copies; %zu skipped%s\n",
+        path.c_str(), info.version.empty() ? "" : " ", info.version.c_str(), rank, world, info.nodes,
+        info.compute, info.cpu_ops, info.collectives, info.measured_communication, info.copies, info.skipped,
+        info.timed ? "" : "; no start times, so no measured iteration to compare with");
+  }
+  return g;
+}
+
+// A trace file as a replay graph: a memwall trace (its own hardware header), a PyTorch profiler (Kineto)
+// trace or a Chakra execution trace (.et). `hardware_json` receives the memwall header's hardware (empty for
+// the others).
+// `gas`: the gradient accumulation steps a memwall train trace was written with (1 otherwise).
+Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
+                               int& gas, std::FILE* log) {
+  gas = 1;
+  auto text = read_text_file(path);
+  if (!text.is_ok()) return text.status();
+  auto bytes = trace::inflate_if_gzip(*text);
+  if (!bytes.is_ok()) return Status(bytes.status().code(), path + ": " + bytes.status().message());
+  hardware_json.clear();
+  if (path.ends_with(".et")) return load_chakra(path, *bytes, first, last, log);
+  auto d = trace::read_trace(*bytes);
+  if (d.is_ok()) {
+    if (d->unknown_events > 0 && log != nullptr) {
+      std::fprintf(log, "memwall: warning: %s: %llu events of kinds replay does not read were skipped\n",
+                   path.c_str(), static_cast<unsigned long long>(d->unknown_events));
+    }
+    int pid = 0;
+    for (const auto& sp : d->spans) {
+      pid = sp.pid;
+      break;
+    }
+    hardware_json = d->header.hardware_json;
+    auto g = import_memwall_trace(*d, pid, first, last);
+    if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+    // A step of memwall train with gradient accumulation is all its micro-batches: say so.
+    const json summary =
+        json::parse(d->header.summary_json.empty() ? "{}" : d->header.summary_json, nullptr, false);
+    gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
+    if (gas > 1 && log != nullptr) {
+      std::fprintf(log,
+                   "memwall: note: %s was trained with %d micro-batches per step: each iteration below is "
+                   "a whole step (the micro-batches back to back, the optimizer step after the last)\n",
+                   path.c_str(), gas);
+    }
+    return g;
+  }
+  const bool json_text = !bytes->empty() && ((*bytes)[0] == '{' || (*bytes)[0] == '[' ||
+                                             std::isspace(static_cast<unsigned char>((*bytes)[0])));
+  if (!json_text && looks_like_chakra(*bytes)) return load_chakra(path, *bytes, first, last, log);
+  if (d.status().message().find("not a memwall trace") == std::string::npos) {
+    return Status(d.status().code(), path + ": " + d.status().message());
+  }
+  KinetoInfo info;
+  auto g = import_kineto_trace(*bytes, first, last, info);
+  if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
+  if (log != nullptr) {
+    std::fprintf(
+        log,
+        "%s: PyTorch profiler trace, rank %d of %d: %zu kernels, %zu host-device copies, %zu collectives "
+        "(%zu NCCL kernels without their sizes and %zu send/recv kept as measured), %zu events of other "
+        "kinds skipped\n",
+        path.c_str(), info.rank, info.world_size, info.kernels, info.memcpys, info.collectives,
+        info.unmatched_collectives, info.point_to_point, info.unknown_events);
+  }
+  return g;
+}
+
+// The files of a directory argument (*.json, *.json.gz, *.et; sorted, PREFIX.RANK.et by rank), or the
+// argument itself.
+std::vector<std::string> expand(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(a, ec)) {
+      out.push_back(a);
+      continue;
+    }
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(a, ec)) {
+      const std::string n = e.path().string();
+      if (n.ends_with(".json") || n.ends_with(".json.gz") || n.ends_with(".et")) files.push_back(n);
+    }
+    std::sort(files.begin(), files.end(), [](const std::string& x, const std::string& y) {
+      if (x.ends_with(".et") && y.ends_with(".et") && x.size() != y.size()) return x.size() < y.size();
+      return x < y;  // PREFIX.2.et before PREFIX.10.et
+    });
+    out.insert(out.end(), files.begin(), files.end());
+  }
+  return out;
+}
+
+// Iteration time of a graph on hardware: SimGrid (or the closed-form reference executor with --fast).
+Result<std::pair<double, RunResult>> run_graph(const ReplayGraph& g, const HardwareSpec& hw, bool fast) {
+  if (fast) {
+    ReferenceExecutor exec(hw, g.schedule.ranks_per_node);
+    auto r = run_schedule(g.schedule, exec);
+    if (!r.is_ok()) return r.status();
+    const double t = r->makespan_s;
+    return std::make_pair(t, std::move(*r));
+  }
+#if MEMWALL_WITH_SIMGRID
+  auto r = sim::simulate_schedule(g.schedule, hw, {});
+  if (!r.is_ok()) return r.status();
+  return std::make_pair(r->iteration_s, std::move(r->rank0));
+#else
+  return Status::unavailable("memwall was built without SimGrid: use --fast (the reference executor)");
+#endif
+}
+
+}  // namespace
+
+Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
+  std::vector<WhatIf> what_ifs;
+  std::unique_ptr<HardwareSpec> gpu_spec;
+  Diagnostics diag;
+  for (const auto& text : req.what_ifs) {
+    auto w = parse_what_if(text);
+    if (!w.is_ok()) return w.status();
+    if (w->key == "gpu") {
+      auto g = load_hardware_arg(w->value, diag);
+      if (!g.is_ok()) return g.status();
+      gpu_spec = std::make_unique<HardwareSpec>(std::move(*g));
+    }
+    what_ifs.push_back(*w);
+  }
+  int first = 0, last = -1;
+  if (!req.steps.empty()) {
+    const auto colon = req.steps.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      if (colon > 0) first = std::stoi(req.steps.substr(0, colon));
+      if (colon + 1 < req.steps.size()) last = std::stoi(req.steps.substr(colon + 1));
+    } catch (const std::exception&) {
+      return Status::invalid_argument("--steps '" + req.steps +
+                                      "': expected a:b (0-based, b exclusive; either may be empty)");
+    }
+  }
+  json rows = json::array();
+  std::vector<std::pair<int, std::vector<std::pair<CollectiveKind, double>>>> collectives;
+  const std::vector<std::string> files = expand(req.traces);
+  if (files.empty()) return Status::invalid_argument("no .json, .json.gz or .et traces in the arguments");
+  for (const std::string& path : files) {
+    std::string hardware_json;
+    int gas = 1;
+    auto g = load_graph(path, first, last, hardware_json, gas, log);
+    if (!g.is_ok()) return g.status();
+    HardwareSpec hw;
+    if (!req.hardware.empty()) {
+      auto h = load_hardware_arg(req.hardware, diag);
+      if (!h.is_ok()) return h.status();
+      hw = std::move(*h);
+    } else if (hardware_json.empty() || hardware_json == "null") {
+      return Status::invalid_argument(path + ": the trace names no hardware; pass --hardware H");
+    } else {
+      auto h = parse_hardware(hardware_json, path + " (its hardware header)", diag, nullptr);
+      if (!h.is_ok()) return h.status();
+      hw = std::move(*h);
+    }
+    place_ranks(hw, *g);
+    auto base = run_graph(*g, hw, req.fast);
+    if (!base.is_ok()) return base.status();
+    const double measured = g->measured_iteration_s, replayed = base->first;
+    const bool timed = measured > 0;  // a Chakra trace without start times has no measured iteration
+    json row = {{"trace", path},
+                {"rank", g->pid},
+                {"hardware", hw.name},
+                {"steps", {g->first_step, g->last_step}},
+                {"steps_total", g->steps_total},
+                {"tasks", g->schedule.tasks.size()},
+                {"measured_iteration_s", timed ? json(measured) : json(nullptr)},
+                {"replayed_iteration_s", replayed},
+                {"error", timed ? json((replayed - measured) / measured) : json(nullptr)}};
+    // Trained with gradient accumulation: each iteration is a whole step of that many micro-batches.
+    if (gas > 1) row["gradient_accumulation_steps"] = gas;
+    if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
+      row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};
+    }
+    if (!what_ifs.empty()) {
+      HardwareSpec hw2 = hw;
+      ReplayGraph g2 = *g;
+      MW_RETURN_IF_ERROR(apply_what_ifs(what_ifs, gpu_spec.get(), hw2, g2));
+      place_ranks(hw2, g2);
+      auto w = run_graph(g2, hw2, req.fast);
+      if (!w.is_ok()) return w.status();
+      row["what_if_iteration_s"] = w->first;
+      row["what_if_speedup"] = replayed / w->first;
+    }
+    if (rows.empty() && !req.trace_out.empty()) {
+      Inputs in;
+      in.hw = hw;
+      // The replayed tasks, plus the measured memory timeline of the step (PyTorch profiler traces).
+      MW_RETURN_IF_ERROR(write_trace_file(req.trace_out, req.fast ? "reference" : "simgrid", "replay",
+                                          g->schedule.ranks, in, in.run, row.dump(),
+                                          [&](trace::TraceWriter& w) {
+                                            export_run_trace(g->schedule, base->second, 0, w);
+                                            for (const auto& c : g->memory) w.counter(c);
+                                          }));
+    }
+    rows.push_back(row);
+    // The rank's collectives in order (kind and bytes), to match them across ranks.
+    std::vector<std::pair<CollectiveKind, double>> seq;
+    for (const Task& t : g->schedule.tasks) {
+      if (t.kind == TaskKind::kCollective) seq.emplace_back(t.collective, t.bytes);
+    }
+    collectives.emplace_back(g->pid, std::move(seq));
+  }
+  // Every rank must run the same collectives in the same order, or the real run would have hung or the
+  // traces are of different runs.
+  json mismatches = json::array();
+  for (std::size_t r = 1; r < collectives.size(); ++r) {
+    const auto& a = collectives[0].second;
+    const auto& b = collectives[r].second;
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    if (i == a.size() && i == b.size()) continue;
+    std::string what = "rank " + std::to_string(collectives[r].first) + " vs rank " +
+                       std::to_string(collectives[0].first) + ": collective #" + std::to_string(i + 1) + " ";
+    auto describe = [](const std::vector<std::pair<CollectiveKind, double>>& v, std::size_t k) {
+      return k < v.size() ? std::string(collective_name(v[k].first)) + " of " + format_bytes(v[k].second)
+                          : std::string("none (") + std::to_string(v.size()) + " in all)";
+    };
+    what += "is " + describe(b, i) + " there and " + describe(a, i) + " here";
+    mismatches.push_back(what);
+  }
+  return json{{"replay", rows}, {"unmatched_collectives", mismatches}};
+}
+
+}  // namespace memwall::cli
