@@ -93,6 +93,14 @@ int run_plan(const PlanOptions& opt) {
     peak[tier_name(static_cast<Tier>(t))] = peaks[t];
     predicted[tier_name(static_cast<Tier>(t))] = analytic.tiers[t].used_bytes;
   }
+  // Where each phase's memory peaks (setup: the persistent buffers), per GPU and per node like the peaks.
+  json by_phase = json::object();
+  for (int ph = 0; ph < kPhaseCount; ++ph) {
+    json row = json::object();
+    for (int t = 0; t < kTierCount; ++t)
+      row[tier_name(static_cast<Tier>(t))] = tl->phase_peak_bytes[ph][t] * (t == 0 ? 1.0 : rpn);
+    by_phase[phase_name(static_cast<Phase>(ph))] = row;
+  }
   out["schedule"] = {{"tasks", s->tasks.size()},
                      {"buffers", s->buffers.size()},
                      {"gradient_accumulation_steps", G},
@@ -102,6 +110,7 @@ int run_plan(const PlanOptions& opt) {
                      {"bytes_per_link", links},
                      {"peak_bytes", peak},
                      {"predict_bytes", predicted},
+                     {"peak_bytes_by_phase", by_phase},
                      {"notes", s->notes}};
   out["reference"] = {
       {"iteration_s", r->makespan_s},
@@ -146,6 +155,15 @@ int run_plan(const PlanOptions& opt) {
     std::printf("%-5s %-9s %14s %14s %7.1f%%\n", tier_name(static_cast<Tier>(t)), analytic.tiers[t].scope,
                 format_bytes(peaks[t]).c_str(), format_bytes(a).c_str(),
                 a > 0 ? 100 * (peaks[t] - a) / a : 0.0);
+  }
+  std::printf("\n%-10s %14s %14s %14s   (peak while the phase runs, in task order)\n", "phase", "gpu/GPU",
+              "cpu/node", "nvme/node");
+  for (int ph = 0; ph < kPhaseCount; ++ph) {  // in phase order
+    const std::string name = phase_name(static_cast<Phase>(ph));
+    const json& row = by_phase[name];
+    if (row["gpu"].get<double>() + row["cpu"].get<double>() + row["nvme"].get<double>() <= 0) continue;
+    std::printf("%-10s %14s %14s %14s\n", name.c_str(), format_bytes(row["gpu"]).c_str(),
+                format_bytes(row["cpu"]).c_str(), format_bytes(row["nvme"]).c_str());
   }
   std::printf(
       "\nreference executor (no contention): iteration %.3f s, %.1f TFLOP/s per GPU of %.1f achievable, "

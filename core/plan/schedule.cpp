@@ -211,6 +211,8 @@ Result<MemoryTimeline> replay_memory(const Schedule& s, const std::function<bool
     sample.task = t.id;
     std::copy(now, now + kTierCount, sample.bytes);
     tl.samples.push_back(sample);
+    double* phase_peak = tl.phase_peak_bytes[static_cast<int>(t.phase)];
+    for (int k = 0; k < kTierCount; ++k) phase_peak[k] = std::max(phase_peak[k], now[k]);
     if (now[tier] > tl.peak_bytes[tier]) {
       tl.peak_bytes[tier] = now[tier];
       tl.peak_by_category[tier] = by_cat[tier];

@@ -28,6 +28,7 @@ enum class CollectiveKind { kNone, kAllGather, kReduceScatter, kAllReduce, kBroa
 const char* collective_name(CollectiveKind c);
 
 enum class Phase { kSetup, kForward, kRecompute, kBackward, kOptimizer };
+inline constexpr int kPhaseCount = 5;
 const char* phase_name(Phase p);
 
 // What a buffer holds, for an executor that moves real data (engine/): a parameter's 16-bit shard, its
@@ -99,7 +100,7 @@ struct Schedule {
   // Delayed parameter update: the optimizer phase works on the previous step's gradients, so with gradient
   // accumulation it may start with the step's first micro-batch (accumulated_schedule).
   bool delayed_parameter_update = false;
-  std::vector<std::string> notes;        // planning decisions (budgets shrunk, ...)
+  std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank
 };
@@ -131,6 +132,8 @@ struct MemoryTimeline {
   double peak_bytes[kTierCount] = {0, 0, 0};          // per rank
   std::vector<std::vector<double>> peak_by_category;  // [tier][category] at that tier's peak
   double persistent_bytes[kTierCount] = {0, 0, 0};
+  // Per phase (of the alloc/free task), the most each tier held (per rank): where an iteration's memory goes.
+  double phase_peak_bytes[kPhaseCount][kTierCount] = {};
 };
 // Fails (kFailedPrecondition) on a free of a buffer that is not live or a use of a dead buffer. With
 // `counted`, only the buffers it accepts take memory (the others are still checked for liveness).

@@ -278,6 +278,17 @@ TEST(CliPlan, SummarisesTheScheduleAndComparesWithPredict) {
   }
   EXPECT_GT(d["reference"]["iteration_s"].get<double>(), 0);
   EXPECT_GT(d["schedule"]["bytes_per_link"]["nvme_read"].get<double>(), 0);
+  // Peaks per phase: the iteration's peak is the largest of them; backward holds more of the GPU than the
+  // persistent setup (gathered parameters, gradients, checkpoints).
+  const auto& phases = d["schedule"]["peak_bytes_by_phase"];
+  ASSERT_EQ(phases.size(), 5u) << phases;
+  for (const char* tier : {"gpu", "cpu", "nvme"}) {
+    double most = 0;
+    for (const auto& [phase, row] : phases.items()) most = std::max(most, row[tier].get<double>());
+    EXPECT_NEAR(most, d["schedule"]["peak_bytes"][tier].get<double>(), 1.0) << tier;
+  }
+  EXPECT_GT(phases["backward"]["gpu"].get<double>(), phases["setup"]["gpu"].get<double>());
+  EXPECT_NE(r.output.find("peak while the phase runs"), std::string::npos) << r.output;
 }
 
 TEST(CliPlan, WritesAChromeTraceThatReadsBack) {
