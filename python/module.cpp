@@ -197,6 +197,13 @@ py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, con
   py::dict peaks;
   for (int t = 0; t < kTierCount; ++t) peaks[tier_name(static_cast<Tier>(t))] = tl.peak_bytes[t];
   out["peak_bytes_per_rank"] = peaks;
+  py::dict by_phase;  // per rank, like the peaks
+  for (int ph = 0; ph < kPhaseCount; ++ph) {
+    py::dict row;
+    for (int t = 0; t < kTierCount; ++t) row[tier_name(static_cast<Tier>(t))] = tl.phase_peak_bytes[ph][t];
+    by_phase[phase_name(static_cast<Phase>(ph))] = row;
+  }
+  out["peak_bytes_per_rank_by_phase"] = by_phase;
   out["notes"] = s.notes;
   return out;
 }

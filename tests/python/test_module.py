@@ -38,6 +38,8 @@ class ModuleTest(unittest.TestCase):
             path = os.path.join(d, "plan.json.gz")
             r = memwall.plan(model="gpt2", run="zero-infinity-cpu", trace=path)
             self.assertGreater(r["iteration_s"], 0)
+            phases = r["peak_bytes_per_rank_by_phase"]
+            self.assertEqual(max(p["gpu"] for p in phases.values()), r["peak_bytes_per_rank"]["gpu"])
             t = memwall.read_trace(path)
         self.assertEqual(t["header"]["command"], "plan")
         self.assertEqual(t["header"]["hardware"]["name"], "dgx2")
