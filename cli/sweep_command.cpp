@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -108,10 +109,12 @@ int run_sweep(const SweepOptions& opt) {
   json rows = json::array();
   int failed = 0;
   const size_t n = experiments->size();
+  int w = 26;  // the experiment column: as wide as the longest name
+  for (const Experiment& ex : *experiments) w = std::max(w, static_cast<int>(ex.name.size()));
   if (!opt.json) {
     std::printf("sweep %s: %zu experiment(s)\n", title.c_str(), n);
-    std::printf("%-26s %9s %5s %5s %6s %3s %-10s %11s %9s %9s  %s\n", "experiment", "params", "nodes", "GPUs",
-                "batch", "mp", "params/opt", "iteration", "TFLOP/s", "PFLOP/s", "largest share");
+    std::printf("%-*s %9s %5s %5s %6s %3s %-10s %11s %9s %9s  %s\n", w, "experiment", "params", "nodes",
+                "GPUs", "batch", "mp", "params/opt", "iteration", "TFLOP/s", "PFLOP/s", "largest share");
   }
   for (size_t i = 0; i < n; ++i) {
     Experiment& ex = (*experiments)[i];
@@ -127,7 +130,7 @@ int run_sweep(const SweepOptions& opt) {
       row[fits ? "error" : "does_not_fit"] = s.message();
       rows.push_back(row);
       if (!opt.json) {
-        std::printf("%-26s %s\n", ex.name.c_str(),
+        std::printf("%-*s %s\n", w, ex.name.c_str(),
                     ((fits ? "error: " : "does not fit: ") + s.message()).c_str());
       }
       continue;
@@ -163,7 +166,7 @@ int run_sweep(const SweepOptions& opt) {
     if (!ex.sim.what_ifs.empty()) row["what_if"] = ex.sim.what_ifs;
     rows.push_back(row);
     if (!opt.json) {
-      std::printf("%-26s %9s %5d %5d %6.0f %3d %-10s %10.2fs %9.1f %9.3f  %s %.0f%%\n", ex.name.c_str(),
+      std::printf("%-*s %9s %5d %5d %6.0f %3d %-10s %10.2fs %9.1f %9.3f  %s %.0f%%\n", w, ex.name.c_str(),
                   format_count(r["params"]).c_str(), r["inputs"]["hardware"]["nodes"].get<int>(),
                   r["gpus"].get<int>(), run["train_micro_batch_size_per_gpu"].get<double>(),
                   run["memwall"]["model_parallel"].get<int>(), placement.c_str(),

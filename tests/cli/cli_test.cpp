@@ -477,35 +477,47 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
     ++rows;
     EXPECT_NE(line.find("simgrid"), std::string::npos) << line;
     const double params = std::stod(line.substr(line.find(',', line.find(',', line.find(',') + 1) + 1) + 1));
-    EXPECT_GT(params, previous_params);  // the sweep grows the model
+    if (rows <= 5) {
+      EXPECT_GT(params, previous_params);  // the sweep grows the model, 10B to 1T
+    } else {
+      EXPECT_EQ(line.rfind(rows == 6 ? "0.5T" : "1T", 0), 0u) << line;  // again, pipelined
+      EXPECT_NE(line.find("pipelined"), std::string::npos) << line;
+    }
     previous_params = params;
   }
-  EXPECT_EQ(rows, 5);
+  EXPECT_EQ(rows, 7);
 }
 
-// A sweep over hardware changes: each experiment's what_if list changes its hardware, as simulate --what-if.
-// memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
-// best written as a run file that simulates to the same time.
-TEST(CliTune, PipelinedOptimizerSwappingWinsWhereTheNvmeStepDominates) {
-  // 1T parameters on one DGX-2: the optimizer step streams 16 bytes per parameter through NVMe; overlapping
-  // the reads and writes of neighbouring sub-groups with the step (pipeline_read/write) must be faster.
-  const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json", false);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json j = parse_json(r.output);
-  std::map<std::string, double> plain, piped;
-  for (const auto& row : j["results"]) {
-    const std::string key = row["placement"].get<std::string>() + " " + row["micro_batch"].dump() + " " +
-                            row["cpu_checkpointing"].dump() + " " + row["tiling_factor"].dump();
-    (row["optimizer_pipeline"].get<bool>() ? piped : plain)[key] = row["iteration_s"].get<double>();
+// 1T parameters on one DGX-2: the optimizer step streams 28 bytes per parameter through NVMe. Pipelined
+// swapping (pipeline_read/write) overlaps a sub-group's reads and writes with the neighbours' steps. The
+// closed-form executor (--fast) gives reads and writes a drive each, so it overrates that overlap; SimGrid
+// shares the drives between both directions, so the gain is at most what the CPU step hid: smaller for every
+// configuration, never a slowdown beyond noise.
+TEST(CliTune, PipelinedSwappingGainsLessOnADriveSharedByReadsAndWrites) {
+  auto pairs = [](const std::string& extra) {
+    const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json" + extra, false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, double> plain, piped, ratio;
+    const nlohmann::json j = parse_json(r.output);  // kept: the loop below reads into it
+    for (const auto& row : j["results"]) {
+      const std::string key = row["placement"].get<std::string>() + " " + row["micro_batch"].dump() + " " +
+                              row["cpu_checkpointing"].dump() + " " + row["tiling_factor"].dump();
+      (row["optimizer_pipeline"].get<bool>() ? piped : plain)[key] = row["iteration_s"].get<double>();
+    }
+    for (const auto& [key, seconds] : piped) {
+      if (plain.count(key)) ratio[key] = seconds / plain[key];  // a third set of buffers may not fit
+    }
+    return ratio;
+  };
+  const auto closed_form = pairs(" --fast"), simgrid = pairs("");
+  EXPECT_GE(simgrid.size(), 3u);
+  for (const auto& [key, r] : simgrid) {
+    ASSERT_TRUE(closed_form.count(key)) << key;
+    EXPECT_LT(closed_form.at(key), 0.9) << key;  // separate read and write lanes: a large gain
+    EXPECT_GT(r, closed_form.at(key)) << key;
+    EXPECT_GT(r, 0.8) << key;
+    EXPECT_LT(r, 1.03) << key;
   }
-  int pairs = 0;
-  for (const auto& [key, seconds] : piped) {
-    if (!plain.count(key)) continue;  // the third set of swap buffers may not fit where two do
-    ++pairs;
-    EXPECT_LT(seconds, 0.9 * plain[key]) << key;
-  }
-  EXPECT_GE(pairs, 2);
-  EXPECT_TRUE(j["results"][0]["optimizer_pipeline"].get<bool>()) << j["results"][0];
 }
 
 TEST(CliTune, DelayedParameterUpdateOnlyWhenAskedAndOnlyForZeroOffload) {
@@ -525,11 +537,14 @@ TEST(CliTune, DelayedParameterUpdateOnlyWhenAskedAndOnlyForZeroOffload) {
   }
   EXPECT_EQ(delayed, 4);
   const CmdResult without = memwall("tune --model gpt2 --max-micro-batch 2 --top 1000 --json", false);
-  for (const auto& row : parse_json(without.output)["results"]) {
+  const nlohmann::json plain = parse_json(without.output);
+  for (const auto& row : plain["results"]) {
     EXPECT_FALSE(row["delayed_parameter_update"].get<bool>());
   }
 }
 
+// memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
+// best written as a run file that simulates to the same time.
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   const std::string best = (std::filesystem::current_path() / "cli_test_files" / "tuned.json").string();
   const CmdResult r = memwall(
@@ -561,8 +576,8 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   }
   EXPECT_EQ(placements.size(), 8u);
   EXPECT_GT(pipelined, 0);
-  EXPECT_TRUE(placements.count("z2 gpu/cpu"));  // ZeRO-Offload
-  const CmdResult again = memwall("simulate --fast --json --model gpt2 --run " + best, false);
+  EXPECT_TRUE(placements.count("z2 gpu/cpu"));                                           // ZeRO-Offload
+  const CmdResult again = memwall("simulate --json --model gpt2 --run " + best, false);  // SimGrid, as tune
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NEAR(parse_json(again.output)["iteration_s"].get<double>(), rows[0]["iteration_s"].get<double>(),
               1e-9 * rows[0]["iteration_s"].get<double>());
@@ -588,6 +603,7 @@ TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   expect_bad_input("tune --model gpt2 --model-parallel 5", "--model-parallel 5: allowed: a divisor");
 }
 
+// A sweep over hardware changes: each experiment's what_if list changes its hardware, as simulate --what-if.
 TEST(CliSweep, ExperimentsTakeHardwareWhatIfs) {
   const std::string file = write_file("sweep_what_if.json", R"({"name": "NVMe speed",
       "defaults": {"model": "paper-1t", "run": "zero-infinity-nvme", "fast": true},
