@@ -27,6 +27,12 @@ std::string format_count(double count);
 // printf-style into a std::string.
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// A number read from a file as a whole number: `v` truncated when it is finite and within +-2^53 (where a
+// double still holds every integer), else `fallback` (casting anything larger is undefined behaviour).
+inline long whole_or(double v, long fallback) {
+  return v == v && v >= -9007199254740992.0 && v <= 9007199254740992.0 ? static_cast<long>(v) : fallback;
+}
+
 }  // namespace memwall
 
 namespace memwall {

@@ -9,6 +9,8 @@
 #include <queue>
 #include <unordered_map>
 
+#include "base/units.h"
+
 namespace memwall {
 
 namespace {
@@ -353,7 +355,9 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
       if (keep) ++(cpu ? info.cpu_ops : info.compute);
     } else if (n.type == kColl || n.type == kSend || n.type == kRecv) {
       const CollectiveKind kind =
-          n.type == kColl ? collective_of(static_cast<int>(n.attr("comm_type", -1))) : CollectiveKind::kNone;
+          n.type == kColl
+              ? collective_of(static_cast<int>(std::clamp(whole_or(n.attr("comm_type", -1), -1), -1L, 64L)))
+              : CollectiveKind::kNone;
       const double size = n.attr("comm_size");
       if (kind != CollectiveKind::kNone && size > 0) {
         t.kind = TaskKind::kCollective;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/stats.h"
+#include "base/units.h"
 
 namespace memwall {
 
@@ -80,7 +81,8 @@ Comm comm_of_args(const json& args, double ts, int world_size) {
   c.name = str(args, "Collective name");
   const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
   c.bytes = elems * dtype_bytes(str(args, "dtype"));
-  c.group = static_cast<int>(num(args, "Group size", world_size));
+  c.group =
+      static_cast<int>(std::clamp(whole_or(num(args, "Group size", world_size), world_size), 0L, 1L << 24));
   return c;
 }
 
@@ -101,8 +103,9 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     return Status::invalid_argument("not a PyTorch profiler trace: no \"traceEvents\" list");
   }
   if (j.contains("distributedInfo")) {
-    info.rank = static_cast<int>(num(j.at("distributedInfo"), "rank"));
-    info.world_size = std::max(1, static_cast<int>(num(j.at("distributedInfo"), "world_size", 1)));
+    info.rank = static_cast<int>(std::clamp(whole_or(num(j.at("distributedInfo"), "rank"), 0), 0L, 1L << 24));
+    info.world_size = static_cast<int>(
+        std::clamp(whole_or(num(j.at("distributedInfo"), "world_size", 1), 1), 1L, 1L << 24));
   }
   std::vector<std::pair<double, double>> steps;  // (ts, dur) of ProfilerStep#N
   std::map<long, double> launch;                 // correlation -> runtime launch ts
@@ -121,7 +124,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if ((ph == "i" || ph == "I") && name == "[memory]") {
       // Device Type 1 is CUDA in PyTorch's profiler (0: CPU).
       mem.push_back({num(e, "ts"), num(args, "Total Allocated"), num(args, "Total Reserved"),
-                     static_cast<int>(num(args, "Device Type")) != 0});
+                     whole_or(num(args, "Device Type"), 0) != 0});
       continue;
     }
     if (ph != "X") {
@@ -136,17 +139,17 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if ((c == "user_annotation" || c == "cpu_op" || c == "operator") && name.rfind("ProfilerStep#", 0) == 0) {
       steps.emplace_back(num(e, "ts"), num(e, "dur"));
     } else if (c == "cuda_runtime" || c == "cuda_driver" || c == "runtime") {
-      if (args.contains("correlation")) launch[static_cast<long>(num(args, "correlation"))] = num(e, "ts");
+      if (args.contains("correlation")) launch[whole_or(num(args, "correlation"), -1)] = num(e, "ts");
     } else if (kernel || memcpy || memset) {
       GpuEvent g;
       g.name = name;
       g.cat = memcpy ? "gpu_memcpy" : memset ? "gpu_memset" : "kernel";
       g.ts = num(e, "ts");
       g.dur = num(e, "dur");
-      g.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
+      g.stream = whole_or(num(args, "stream", num(e, "tid")), 0);
       g.bytes = num(args, "bytes");
       g.nccl = lower(name).find("nccl") != std::string::npos;
-      g.correlation = static_cast<long>(num(args, "correlation", -1));
+      g.correlation = whole_or(num(args, "correlation", -1), -1);
       // PyTorch 2.x puts the collective's sizes on the NCCL kernel itself.
       if (g.nccl && (args.contains("In msg nelems") || args.contains("Out msg nelems"))) {
         g.comm = comm_of_args(args, g.ts, info.world_size);
@@ -156,9 +159,9 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     } else if (c == "cuda_sync" && args.contains("wait_on_stream")) {
       StreamWait w;
       w.ts = num(e, "ts");
-      w.stream = static_cast<long>(num(args, "stream", num(e, "tid")));
-      w.on = static_cast<long>(num(args, "wait_on_stream"));
-      w.record = static_cast<long>(num(args, "wait_on_cuda_event_record_corr_id", -1));
+      w.stream = whole_or(num(args, "stream", num(e, "tid")), 0);
+      w.on = whole_or(num(args, "wait_on_stream"), 0);
+      w.record = whole_or(num(args, "wait_on_cuda_event_record_corr_id", -1), -1);
       waits.push_back(w);
     } else if ((c == "cpu_op" || c == "operator") && name == "record_param_comms") {
       comms.push_back(comm_of_args(args, num(e, "ts"), info.world_size));

@@ -265,7 +265,7 @@ Result<double> take_gpu(const WhatIf& w, const HardwareSpec* gpu_spec, HardwareS
 }
 
 Result<int> what_if_nodes(const WhatIf& w, double x, const HardwareSpec& hw) {
-  const int nodes = static_cast<int>(x);
+  const int nodes = x >= 1 && x <= 1 << 20 ? static_cast<int>(x) : 0;  // beyond: refused below, not cast
   if (nodes < 1 || nodes != x || (nodes > 1 && hw.network.node_Bps() <= 0)) {
     return Status::invalid_argument("--what-if nodes=" + w.value +
                                     ": expected a whole number of nodes, on hardware with a network");

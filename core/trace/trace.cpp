@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "base/units.h"
 #include "trace/trace_version.h"
 
 namespace memwall::trace {
@@ -50,6 +51,14 @@ std::string json_quote(std::string_view s) {
 }
 
 namespace {
+
+// A trace's number as an int id (pid, tid, task, group, dependency): out-of-range values become -1, which no
+// task or track has, instead of an undefined cast.
+int id_of(double v) {
+  const long w = whole_or(v, -1);
+  return w >= -1 && w <= 2147483647L ? static_cast<int>(w) : -1;
+}
+
 // Numbers: integers exactly, others with enough digits; JSON has no inf/nan.
 std::string num(double v) {
   if (!std::isfinite(v)) return "0";
@@ -473,7 +482,7 @@ Status read_event(Scanner& sc, RawEvent& e) {
       return sc.array([&] {
         double v = 0;
         MW_RETURN_IF_ERROR(sc.number(v));
-        e.deps.push_back(static_cast<int>(v));
+        e.deps.push_back(id_of(v));
         return Status::ok();
       });
     }
@@ -492,31 +501,31 @@ Status read_event(Scanner& sc, RawEvent& e) {
 void add_event(TraceData& d, RawEvent& e) {
   if (e.ph == "X") {
     TraceSpan s;
-    s.pid = static_cast<int>(e.pid);
-    s.tid = static_cast<int>(e.tid);
+    s.pid = id_of(e.pid);
+    s.tid = id_of(e.tid);
     s.name = std::move(e.name);
     s.category = std::move(e.cat);
     s.ts_us = e.ts;
     s.dur_us = e.dur;
-    s.task = static_cast<int>(e.task);
+    s.task = id_of(e.task);
     s.phase = std::move(e.phase);
     s.bytes = e.bytes;
     s.flops = e.flops;
     s.deps = std::move(e.deps);
     s.collective = std::move(e.collective);
-    s.group = static_cast<int>(e.group);
+    s.group = id_of(e.group);
     d.spans.push_back(std::move(s));
   } else if (e.ph == "C") {
     CounterSample c;
-    c.pid = static_cast<int>(e.pid);
+    c.pid = id_of(e.pid);
     c.name = std::move(e.name);
     c.ts_us = e.ts;
     c.values = std::move(e.numbers);
     d.counters.push_back(std::move(c));
   } else if (e.ph == "M" && e.name == "thread_name") {
-    d.threads[{static_cast<int>(e.pid), static_cast<int>(e.tid)}] = e.arg_name;
+    d.threads[{id_of(e.pid), id_of(e.tid)}] = e.arg_name;
   } else if (e.ph == "M" && e.name == "process_name") {
-    d.processes[static_cast<int>(e.pid)] = e.arg_name;
+    d.processes[id_of(e.pid)] = e.arg_name;
   } else {
     ++d.unknown_events;
   }

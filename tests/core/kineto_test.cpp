@@ -274,5 +274,52 @@ TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
   EXPECT_NE(steps.status().message().find("steps 0:2"), std::string::npos);
 }
 
+// Traces with events dropped, fields removed or given the wrong type (strings, nulls, objects, negative or
+// huge numbers) end in a graph whose dependencies point backwards or in an error, never a crash.
+TEST(Kineto, DamagedTracesNeverCrash) {
+  const json good = json::parse(kineto_fixture());
+  std::uint64_t x = 0x243F6A8885A308D3ull;  // xorshift: the same cases on every run
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const json odd[] = {json("7"),   json(nullptr), json::object(), json(-1e300),
+                      json(1e300), json(-5),      json("x")};
+  for (int i = 0; i < 400; ++i) {
+    json t = good;
+    json& ev = t["traceEvents"];
+    for (int e = 0, edits = 1 + static_cast<int>(next() % 6); e < edits; ++e) {
+      json& event = ev[next() % ev.size()];
+      switch (next() % 3) {
+        case 0:  // drop the event
+          event = json::object();
+          break;
+        case 1: {  // a field, or an argument, of the wrong type
+          json& where = (next() % 2 == 0 && event.contains("args")) ? event["args"] : event;
+          if (!where.is_object() || where.empty()) break;
+          auto it = where.begin();
+          std::advance(it, static_cast<long>(next() % where.size()));
+          it.value() = odd[next() % std::size(odd)];
+          break;
+        }
+        default:  // remove a field
+          if (event.is_object() && !event.empty()) event.erase(event.begin());
+      }
+    }
+    KinetoInfo info;
+    const std::string text = t.dump();
+    auto g = import_kineto_trace(text, 0, -1, info);
+    if (!g.is_ok()) {
+      EXPECT_FALSE(g.status().message().empty());
+      continue;
+    }
+    for (const Task& task : g->schedule.tasks) {
+      for (int d : task.deps) EXPECT_LT(d, task.id);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace memwall

@@ -108,6 +108,18 @@ TEST(Trace, UnknownEventKindsAreCountedNotFatal) {
   EXPECT_EQ(d->spans.size(), 1u);
 }
 
+// Ids far outside int (a damaged or hostile file) read as -1 (no task, no track), not as an undefined cast.
+TEST(Trace, OutOfRangeIdsReadAsNone) {
+  const Result<TraceData> d = read_trace(
+      R"({"otherData": {"format": "memwall-trace", "version": "1.3"}, "traceEvents": [{"ph": "X", "name": "k",
+          "pid": 1e300, "tid": -1e300, "ts": 1, "dur": 2, "args": {"task": 5e20, "deps": [1e300, 3]}}]})");
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  ASSERT_EQ(d->spans.size(), 1u);
+  EXPECT_EQ(d->spans[0].pid, -1);
+  EXPECT_EQ(d->spans[0].tid, -1);
+  EXPECT_EQ(d->spans[0].task, -1);
+}
+
 TEST(Trace, QuotesEveryControlCharacter) {
   EXPECT_EQ(json_quote("a\"b\\c\n\t\x01"), "\"a\\\"b\\\\c\\n\\t\\u0001\"");
 }
