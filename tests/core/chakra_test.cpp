@@ -179,13 +179,7 @@ TEST(Chakra, MalformedFilesAreOneClearError) {
 // Damaged files (bytes flipped, cut short, spliced) end in a result or an error, never a crash or a hang.
 TEST(Chakra, DamagedFilesNeverCrash) {
   const std::string good = fixture();
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;  // xorshift: the same cases on every run
-  auto next = [&] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
+  testing::XorShift next{0x9E3779B97F4A7C15ull};  // the same cases on every run
   int errors = 0;
   for (int i = 0; i < 3000; ++i) {
     std::string bad = good;

@@ -278,13 +278,7 @@ TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
 // huge numbers) end in a graph whose dependencies point backwards or in an error, never a crash.
 TEST(Kineto, DamagedTracesNeverCrash) {
   const json good = json::parse(kineto_fixture());
-  std::uint64_t x = 0x243F6A8885A308D3ull;  // xorshift: the same cases on every run
-  auto next = [&] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
+  testing::XorShift next{0x243F6A8885A308D3ull};  // the same cases on every run
   const json odd[] = {json("7"),   json(nullptr), json::object(), json(-1e300),
                       json(1e300), json(-5),      json("x")};
   for (int i = 0; i < 400; ++i) {
