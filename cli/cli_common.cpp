@@ -124,9 +124,8 @@ Result<std::string> read_with_overrides(const std::string& kind, const std::stri
 
 }  // namespace
 
-Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts) {
-  std::vector<WhatIf> changes;
-  std::shared_ptr<HardwareSpec> gpu_spec;
+Result<WhatIfs> parse_what_ifs(const std::vector<std::string>& texts) {
+  WhatIfs out;
   for (const std::string& text : texts) {
     auto w = parse_what_if(text);
     if (!w.is_ok()) return w.status();
@@ -134,12 +133,11 @@ Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector
       Diagnostics diag;
       auto g = load_hardware_arg(w->value, diag);
       if (!g.is_ok()) return g.status();
-      gpu_spec = std::make_shared<HardwareSpec>(std::move(*g));
+      out.gpu = std::make_shared<const HardwareSpec>(std::move(*g));
     }
-    changes.push_back(*w);
+    out.changes.push_back(*w);
   }
-  return std::function<Status(HardwareSpec&)>(
-      [changes, gpu_spec](HardwareSpec& hw) { return apply_hardware_what_ifs(changes, gpu_spec.get(), hw); });
+  return out;
 }
 
 Result<Inputs> load_inputs(const InputOptions& opt) {

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "exec/executor.h"
 #include "plan/schedule.h"
+#include "replay/replay.h"
 #include "spec/spec_loader.h"
 #include "trace/trace.h"
 
@@ -58,9 +60,15 @@ Result<Inputs> load_inputs(const InputOptions& opt);
 // --run reads (memwall tune --write-run).
 Result<std::string> run_file_with_overrides(const std::string& run, const std::string& run_set);
 
-// `--what-if key=value` texts (memwall simulate, sweep files, the Python module) as a change to loaded
-// hardware (apply_hardware_what_ifs; gpu=HARDWARE is loaded here). Errors name the text.
-Result<std::function<Status(HardwareSpec&)>> hardware_what_ifs(const std::vector<std::string>& texts);
+// `--what-if key=value` texts (memwall simulate and replay, sweep files, the Python module) parsed, with
+// gpu=HARDWARE's spec loaded. Errors name the text.
+struct WhatIfs {
+  std::vector<WhatIf> changes;
+  std::shared_ptr<const HardwareSpec> gpu;  // gpu=HARDWARE's spec, or none
+  // The changes on loaded hardware alone (apply_hardware_what_ifs), for a run planned on it.
+  Status apply(HardwareSpec& hw) const { return apply_hardware_what_ifs(changes, gpu.get(), hw); }
+};
+Result<WhatIfs> parse_what_ifs(const std::vector<std::string>& texts);
 
 // Checks before a command's work, not after it, that an output can be written: a directory output
 // (`is_dir`) is made with its parents; a file's directory must exist and be writable. Errors read

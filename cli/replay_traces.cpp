@@ -24,29 +24,31 @@ namespace {
 
 using nlohmann::json;
 
-// PREFIX.RANK.et (chakra_converter's names): the rank, and the world size as the number of PREFIX.N.et files
-// beside it (1 and 1 for another name).
+// PREFIX.RANK.et (chakra_converter's names): the rank (-1 for another name) and PREFIX.
+int chakra_rank(const std::string& filename, std::string& prefix) {
+  if (!filename.ends_with(".et")) return -1;
+  const std::string stem = filename.substr(0, filename.size() - 3);
+  const auto dot = stem.rfind('.');
+  if (dot == std::string::npos || dot + 1 == stem.size()) return -1;
+  const std::string digits = stem.substr(dot + 1);
+  if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  prefix = stem.substr(0, dot);
+  return std::stoi(digits);
+}
+
+// The rank of a Chakra trace and the world size: the number of PREFIX.N.et files beside it (1 and 1 for
+// another name).
 std::pair<int, int> chakra_rank_and_world(const std::string& path) {
   namespace fs = std::filesystem;
-  auto rank_of = [](const std::string& name, std::string& prefix) {
-    if (!name.ends_with(".et")) return -1;
-    const std::string stem = name.substr(0, name.size() - 3);
-    const auto dot = stem.rfind('.');
-    if (dot == std::string::npos || dot + 1 == stem.size()) return -1;
-    const std::string digits = stem.substr(dot + 1);
-    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-    prefix = stem.substr(0, dot);
-    return std::stoi(digits);
-  };
   std::string prefix;
-  const int rank = rank_of(fs::path(path).filename().string(), prefix);
+  const int rank = chakra_rank(fs::path(path).filename().string(), prefix);
   if (rank < 0) return {0, 1};
   int world = 0;
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string other;
-    if (rank_of(e.path().filename().string(), other) >= 0 && other == prefix) ++world;
+    if (chakra_rank(e.path().filename().string(), other) >= 0 && other == prefix) ++world;
   }
   return {rank, std::max(world, rank + 1)};
 }
@@ -144,10 +146,14 @@ std::vector<std::string> expand(const std::vector<std::string>& args) {
       const std::string n = e.path().string();
       if (n.ends_with(".json") || n.ends_with(".json.gz") || n.ends_with(".et")) files.push_back(n);
     }
-    std::sort(files.begin(), files.end(), [](const std::string& x, const std::string& y) {
-      if (x.ends_with(".et") && y.ends_with(".et") && x.size() != y.size()) return x.size() < y.size();
-      return x < y;  // PREFIX.2.et before PREFIX.10.et
-    });
+    // By name, except that PREFIX.RANK.et files of one prefix go by rank (PREFIX.2.et before PREFIX.10.et).
+    const auto key = [](const std::string& path) {
+      std::string prefix;
+      const int rank = chakra_rank(path, prefix);
+      return rank < 0 ? std::make_pair(path, -1) : std::make_pair(prefix, rank);
+    };
+    std::sort(files.begin(), files.end(),
+              [&](const std::string& x, const std::string& y) { return key(x) < key(y); });
     out.insert(out.end(), files.begin(), files.end());
   }
   return out;
@@ -174,19 +180,9 @@ Result<std::pair<double, RunResult>> run_graph(const ReplayGraph& g, const Hardw
 }  // namespace
 
 Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
-  std::vector<WhatIf> what_ifs;
-  std::unique_ptr<HardwareSpec> gpu_spec;
+  auto what_ifs = parse_what_ifs(req.what_ifs);
+  if (!what_ifs.is_ok()) return what_ifs.status();
   Diagnostics diag;
-  for (const auto& text : req.what_ifs) {
-    auto w = parse_what_if(text);
-    if (!w.is_ok()) return w.status();
-    if (w->key == "gpu") {
-      auto g = load_hardware_arg(w->value, diag);
-      if (!g.is_ok()) return g.status();
-      gpu_spec = std::make_unique<HardwareSpec>(std::move(*g));
-    }
-    what_ifs.push_back(*w);
-  }
   int first = 0, last = -1;
   if (!req.steps.empty()) {
     const auto colon = req.steps.find(':');
@@ -239,10 +235,10 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
       row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};
     }
-    if (!what_ifs.empty()) {
+    if (!what_ifs->changes.empty()) {
       HardwareSpec hw2 = hw;
       ReplayGraph g2 = *g;
-      MW_RETURN_IF_ERROR(apply_what_ifs(what_ifs, gpu_spec.get(), hw2, g2));
+      MW_RETURN_IF_ERROR(apply_what_ifs(what_ifs->changes, what_ifs->gpu.get(), hw2, g2));
       place_ranks(hw2, g2);
       auto w = run_graph(g2, hw2, req.fast);
       if (!w.is_ok()) return w.status();

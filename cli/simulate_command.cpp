@@ -31,9 +31,9 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
   if (!opt.what_ifs.empty()) {
-    auto change = hardware_what_ifs(opt.what_ifs);
-    if (!change.is_ok()) return change.status();
-    MW_RETURN_IF_ERROR((*change)(in->hw));
+    auto what_ifs = parse_what_ifs(opt.what_ifs);
+    if (!what_ifs.is_ok()) return what_ifs.status();
+    MW_RETURN_IF_ERROR(what_ifs->apply(in->hw));
   }
   RunConfig run = in->run;
   MW_RETURN_IF_ERROR(resolve_run_config(run, in->model, in->hw));

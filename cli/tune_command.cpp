@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -226,6 +227,9 @@ int run_tune(const TuneOptions& options) {
     opt.fast = true;
   }
 #endif
+  if (!opt.write_run.empty()) {  // checked before the search, not after it
+    if (Status s = prepare_output("--write-run", opt.write_run, false); !s.is_ok()) return report_error(s);
+  }
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
   RunConfig base = in->run;
@@ -264,20 +268,20 @@ int run_tune(const TuneOptions& options) {
   if (opt.global_batch > 0) {
     // Some micro-batch must divide the global batch per data-parallel rank, or nothing can be tried.
     bool any = false;
-    std::string dps;
+    std::set<int> dps;
     for (const Chain& c : chains) {
       for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
         any = any || opt.global_batch % (static_cast<long>(micro) * c.dp) == 0;
       }
-      const std::string d = std::to_string(c.dp);
-      if (dps.find(" " + d + ",") == std::string::npos) dps += " " + d + ",";
+      dps.insert(c.dp);
     }
     if (!any) {
-      dps.pop_back();
+      std::string list;
+      for (int d : dps) list += (list.empty() ? "" : ", ") + std::to_string(d);
       return report_error(Status::invalid_argument(
           "--global-batch " + std::to_string(opt.global_batch) +
-          ": allowed: a multiple of the data-parallel degree (" + dps.substr(1) +
-          ") times a micro-batch of 1.." + std::to_string(opt.max_micro_batch) + " (a power of two)"));
+          ": allowed: a multiple of the data-parallel degree (" + list + ") times a micro-batch of 1.." +
+          std::to_string(opt.max_micro_batch) + " (a power of two)"));
     }
   }
   const int jobs =
@@ -385,8 +389,6 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_flag("--fast", opt->fast,
                 "The closed-form reference executor instead of SimGrid (faster; no contention for drives and "
                 "links, so it overrates pipelined NVMe swapping)");
-  cmd->add_flag_callback(
-      "--simgrid", [opt] { opt->fast = false; }, "SimGrid (the default; kept for older scripts)");
   cmd->add_option("--write-run", opt->write_run, "Write the best configuration as a run file (JSON)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt, &exit_code] { exit_code = run_tune(*opt); });

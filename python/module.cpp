@@ -61,8 +61,8 @@ cli::Inputs inputs(const std::string& hardware, const std::string& model, const 
   opt.model_set = overrides(model_set);
   cli::Inputs in = value_or_raise(cli::load_inputs(opt));
   // Hardware what-ifs ("nvme=2", "gpu=dgx-h100", ...), as memwall simulate --what-if applies them.
-  const auto change = value_or_raise(cli::hardware_what_ifs(what_ifs));
-  if (const Status st = change(in.hw); !st.is_ok()) raise(st);
+  const cli::WhatIfs changes = value_or_raise(cli::parse_what_ifs(what_ifs));
+  if (const Status st = changes.apply(in.hw); !st.is_ok()) raise(st);
   if (resolve) {
     const Status st = resolve_run_config(in.run, in.model, in.hw);
     if (!st.is_ok()) raise(st);
@@ -386,9 +386,8 @@ PYBIND11_MODULE(_memwall, m) {
         req.fast = fast;
         return from_json(value_or_raise(cli::replay_traces(req, nullptr)));
       },
-      "Replay measured traces (memwall, PyTorch profiler, Chakra .et; files or directories) on a hardware "
-      "spec "
-      "with what-ifs (memwall replay --json)",
+      "Replay measured traces (memwall, PyTorch profiler, Chakra .et; files or directories) with what-ifs "
+      "(memwall replay --json)",
       py::arg("traces"), py::arg("hardware") = "", py::arg("what_if") = std::vector<std::string>{},
       py::arg("steps") = "", py::arg("trace") = "", py::arg("fast") = false);
   m.def("read_trace", &read_trace_file, "A memwall trace (.json or .json.gz) as numpy arrays and dicts",

@@ -74,6 +74,12 @@ struct Comm {
   std::string name;
 };
 
+// A rank, world size or group size from the file: a whole number in [lo, 2^24], else `fallback`.
+int count_of(double v, int fallback, long lo) {
+  const long w = whole_or(v, fallback);
+  return static_cast<int>(w >= lo && w <= (1L << 24) ? w : fallback);
+}
+
 // A collective's name, message size and group from record_param_comms' arguments (or an NCCL kernel's).
 Comm comm_of_args(const json& args, double ts, int world_size) {
   Comm c;
@@ -81,8 +87,7 @@ Comm comm_of_args(const json& args, double ts, int world_size) {
   c.name = str(args, "Collective name");
   const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
   c.bytes = elems * dtype_bytes(str(args, "dtype"));
-  c.group =
-      static_cast<int>(std::clamp(whole_or(num(args, "Group size", world_size), world_size), 0L, 1L << 24));
+  c.group = count_of(num(args, "Group size", world_size), world_size, 0);
   return c;
 }
 
@@ -103,9 +108,8 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     return Status::invalid_argument("not a PyTorch profiler trace: no \"traceEvents\" list");
   }
   if (j.contains("distributedInfo")) {
-    info.rank = static_cast<int>(std::clamp(whole_or(num(j.at("distributedInfo"), "rank"), 0), 0L, 1L << 24));
-    info.world_size = static_cast<int>(
-        std::clamp(whole_or(num(j.at("distributedInfo"), "world_size", 1), 1), 1L, 1L << 24));
+    info.rank = count_of(num(j.at("distributedInfo"), "rank"), 0, 0);
+    info.world_size = count_of(num(j.at("distributedInfo"), "world_size", 1), 1, 1);
   }
   std::vector<std::pair<double, double>> steps;  // (ts, dur) of ProfilerStep#N
   std::map<long, double> launch;                 // correlation -> runtime launch ts
