@@ -1,6 +1,7 @@
 // Local communicator, MPI communicator with deadlines and rank-ordered reductions.
 #include "engine/comm/comm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -162,6 +163,29 @@ void finalize_mpi() {
 #endif
 
 }  // namespace
+
+Status agree(Communicator& comm, const Status& local, const std::string& tag) {
+  if (comm.size() == 1) return local;
+  struct Outcome {
+    std::int32_t code = 0;
+    char message[1020] = {};  // truncated; one line is far shorter
+  };
+  Outcome mine;
+  mine.code = static_cast<std::int32_t>(local.code());
+  std::strncpy(mine.message, local.message().c_str(), sizeof mine.message - 1);
+  std::vector<Outcome> all(static_cast<std::size_t>(comm.size()));
+  MW_RETURN_IF_ERROR(comm.allgather(&mine, all.data(), sizeof mine, tag));
+  for (int r = 0; r < comm.size(); ++r) {
+    const Outcome& o = all[static_cast<std::size_t>(r)];
+    if (o.code == static_cast<std::int32_t>(StatusCode::kOk)) continue;
+    if (r == comm.rank()) return local;
+    const std::string who = "rank " + std::to_string(r) + " of " + std::to_string(comm.size()) + ": ";
+    const auto code = std::min(o.code, static_cast<std::int32_t>(StatusCode::kInternal));
+    return {static_cast<StatusCode>(code),
+            who + std::string(o.message, strnlen(o.message, sizeof o.message))};
+  }
+  return Status::ok();
+}
 
 std::unique_ptr<Communicator> make_local_comm() {
   return std::make_unique<LocalComm>();

@@ -33,6 +33,12 @@ class Communicator {
   virtual Status barrier(const std::string& tag) = 0;
 };
 
+// Every rank's `local` outcome, agreed by all of them (a collective): ok on every rank when it is ok on all,
+// else every rank returns the failure of the lowest failing rank, its code and message, prefixed "rank K of
+// N: " where K is another rank. So a step that one rank cannot do (a corrupt checkpoint file, a full disk)
+// stops every rank at once with the reason, instead of leaving the others waiting for a collective.
+Status agree(Communicator& comm, const Status& local, const std::string& tag);
+
 // One rank, no MPI: collectives are copies.
 std::unique_ptr<Communicator> make_local_comm();
 

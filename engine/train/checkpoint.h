@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -93,8 +94,11 @@ class ShardReader {
 // tiling (all three arrays). open() checks every file's header and CRC.
 class CheckpointParams {
  public:
-  // Fills `config` from DIR/latest.json.
-  static Result<CheckpointParams> open(const std::string& dir, model::GptConfig& config);
+  // Fills `config` from DIR/latest.json. Every rank file's header is checked; its checksum over the whole
+  // file only where `verify(file's rank)` says so (all when not given): ranks that share the checking
+  // out, and agree on it, read each file once between them instead of all files each.
+  static Result<CheckpointParams> open(const std::string& dir, model::GptConfig& config,
+                                       const std::function<bool(int)>& verify = {});
   // Elements [offset, offset + n) in gpt_param_layout order of the fp32 master parameters and, where not
   // null, of Adam's two moments.
   Status read(std::size_t offset, std::size_t n, float* master, float* m = nullptr, float* v = nullptr) const;

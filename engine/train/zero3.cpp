@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "base/units.h"
@@ -1621,16 +1622,20 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
 Status Zero3Trainer::save(const std::string& dir) {
   const std::string step_dir = dir + "/" + ckpt::step_dir_name(step_);
   std::error_code ec;
-  std::filesystem::create_directories(step_dir, ec);
-  if (ec) return Status::io_error(step_dir + ": " + ec.message());
-  auto w =
-      ckpt::ShardWriter::create(ckpt::rank_file(step_dir, comm_->rank(), comm_->size()), step_, st_->total);
-  if (!w.is_ok()) return w.status();
-  MW_RETURN_IF_ERROR(visit_states([&](std::size_t begin, std::size_t n, const float* master, const float* m,
-                                      const float* v) { return w->write(begin, n, master, m, v); }));
-  MW_RETURN_IF_ERROR(w->commit());
-  MW_RETURN_IF_ERROR(io::fsync_path(step_dir, true));
-  MW_RETURN_IF_ERROR(comm_->barrier("checkpoint step " + std::to_string(step_)));
+  // Each rank writes its file; latest.json names the step only once every rank's file is on disk (a rank
+  // that could not write, a full disk say, fails the save on every rank and the last checkpoint stays).
+  const Status written = [&]() -> Status {
+    std::filesystem::create_directories(step_dir, ec);
+    if (ec) return Status::io_error(step_dir + ": " + ec.message());
+    auto w =
+        ckpt::ShardWriter::create(ckpt::rank_file(step_dir, comm_->rank(), comm_->size()), step_, st_->total);
+    if (!w.is_ok()) return w.status();
+    MW_RETURN_IF_ERROR(visit_states([&](std::size_t begin, std::size_t n, const float* master, const float* m,
+                                        const float* v) { return w->write(begin, n, master, m, v); }));
+    MW_RETURN_IF_ERROR(w->commit());
+    return io::fsync_path(step_dir, true);
+  }();
+  MW_RETURN_IF_ERROR(comm::agree(*comm_, written, "checkpoint step " + std::to_string(step_)));
   if (comm_->rank() == 0) {
     const nlohmann::json latest = {{"format", "memwall-zero3-checkpoint"},
                                    {"version", 1},
@@ -1658,55 +1663,49 @@ Status Zero3Trainer::save(const std::string& dir) {
 }
 
 Result<long> Zero3Trainer::load(const std::string& dir) {
-  const std::string latest_path = dir + "/latest.json";
-  auto latest = ckpt::read_latest(dir);
-  if (!latest.is_ok()) return latest.status();
-  const nlohmann::json& j = *latest;
-  const std::pair<const char*, long> expect[] = {
-      {"layers", c_.layers}, {"channels", c_.channels}, {"heads", c_.heads},
-      {"vocab", c_.vocab},   {"max_seq", c_.max_seq},   {"params", static_cast<long>(model_elements())}};
-  for (const auto& [key, want] : expect) {
-    const long got = j.value(key, -1L);
-    if (got != want) {
-      return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " + std::to_string(got) +
-                                      ", this run has " + std::to_string(want));
-    }
-  }
   State& st = *st_;
-  if (j.value("ranks", -1L) != comm_->size() || j.value("tiling", -1L) != o_.tiling) {
-    // Written by another rank count or tiling: the states are partitioned anew. Every file is checked
-    // first (its CRC over the whole file), then this rank's elements are read in model order.
-    model::GptConfig written;
-    auto cp = ckpt::CheckpointParams::open(dir, written);
-    if (!cp.is_ok()) return cp.status();
-    const auto rank = static_cast<std::size_t>(comm_->rank());
-    const auto repartitioned = [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
-      for (float* a : {master, m, v}) std::fill(a, a + n, 0.0f);  // the shards' padding
-      for (const auto& pt : st.parts) {
-        const std::size_t lo = std::max(begin, pt.local), hi = std::min(begin + n, pt.local + pt.shard);
-        if (lo >= hi) continue;
-        const std::size_t e = rank * pt.shard + (lo - pt.local);  // element of the parameter
-        if (e >= pt.numel) continue;
-        const std::size_t k = std::min(hi - lo, pt.numel - e), at = lo - begin;
-        MW_RETURN_IF_ERROR(cp->read(pt.model_offset + e, k, master + at, m + at, v + at));
+  const int R = comm_->size(), me = comm_->rank();
+  // Every rank checks what it will read, and the ranks agree before any of them installs anything: a corrupt
+  // or missing file fails the load on every rank, naming the file, and leaves every trainer as it was.
+  std::optional<ckpt::CheckpointParams> written;  // another rank count or tiling: partitioned anew
+  std::optional<ckpt::ShardReader> reader;        // this rank's own file
+  bool staged = false;                            // installed in the NVMe store, not yet committed
+  const Status checked = [&]() -> Status {
+    const std::string latest_path = dir + "/latest.json";
+    auto latest = ckpt::read_latest(dir);
+    if (!latest.is_ok()) return latest.status();
+    const nlohmann::json& j = *latest;
+    const std::pair<const char*, long> expect[] = {
+        {"layers", c_.layers}, {"channels", c_.channels}, {"heads", c_.heads},
+        {"vocab", c_.vocab},   {"max_seq", c_.max_seq},   {"params", static_cast<long>(model_elements())}};
+    for (const auto& [key, want] : expect) {
+      const long got = j.value(key, -1L);
+      if (got != want) {
+        return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " +
+                                        std::to_string(got) + ", this run has " + std::to_string(want));
       }
+    }
+    if (j.value("ranks", -1L) != R || j.value("tiling", -1L) != o_.tiling) {
+      // Each old file's checksum is checked by one rank (file k by rank k mod R); then every rank reads
+      // just its elements, in model order.
+      model::GptConfig config;
+      auto cp = ckpt::CheckpointParams::open(dir, config, [&](int file) { return file % R == me; });
+      if (!cp.is_ok()) return cp.status();
+      written.emplace(std::move(cp).value());
       return Status::ok();
-    };
-    MW_RETURN_IF_ERROR(install_states(repartitioned));
-    step_ = cp->step();
-    return step_;
-  }
-  // A corrupt checkpoint must leave this trainer as it was. When everything it installs goes to the NVMe
-  // store (optimizer states and every parameter shard there), one pass: the pieces are staged in the store,
-  // checked as they are read, and committed only if the file's checksum matches (else rolled back).
-  // Otherwise the whole file is checked first, then read again to install it.
-  auto reader = ckpt::ShardReader::open(
-      ckpt::rank_file(dir + "/" + j.value("dir", std::string()), comm_->rank(), comm_->size()), st_->total);
-  if (!reader.is_ok()) return reader.status();
-  const bool all_in_store =
-      st.store && st.opt_tier == Tier::kNvme &&
-      std::all_of(st.home.begin(), st.home.end(), [](Tier t) { return t == Tier::kNvme; });
-  if (all_in_store) {
+    }
+    auto opened =
+        ckpt::ShardReader::open(ckpt::rank_file(dir + "/" + j.value("dir", std::string()), me, R), st.total);
+    if (!opened.is_ok()) return opened.status();
+    reader.emplace(std::move(opened).value());
+    // When everything it installs goes to the NVMe store (optimizer states and every parameter shard
+    // there), one pass: the pieces are staged in the store, checked as they are read, and committed only if
+    // the file's checksum matches on every rank (else rolled back). Otherwise the whole file is checked
+    // first, and read again to install it once every rank's file checked out.
+    const bool all_in_store =
+        st.store && st.opt_tier == Tier::kNvme &&
+        std::all_of(st.home.begin(), st.home.end(), [](Tier t) { return t == Tier::kNvme; });
+    if (!all_in_store) return reader->verify();
     std::uint32_t crc[3] = {};
     Status s = install_states(
         [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
@@ -1721,9 +1720,34 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
       st.store->rollback();
       return s;
     }
+    staged = true;
+    return Status::ok();
+  }();
+  if (Status s = comm::agree(*comm_, checked, "checkpoint load"); !s.is_ok()) {
+    if (staged) st.store->rollback();
+    return s;
+  }
+  if (written) {
+    const auto rank = static_cast<std::size_t>(me);
+    const auto repartitioned = [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
+      for (float* a : {master, m, v}) std::fill(a, a + n, 0.0f);  // the shards' padding
+      for (const auto& pt : st.parts) {
+        const std::size_t lo = std::max(begin, pt.local), hi = std::min(begin + n, pt.local + pt.shard);
+        if (lo >= hi) continue;
+        const std::size_t e = rank * pt.shard + (lo - pt.local);  // element of the parameter
+        if (e >= pt.numel) continue;
+        const std::size_t k = std::min(hi - lo, pt.numel - e), at = lo - begin;
+        MW_RETURN_IF_ERROR(written->read(pt.model_offset + e, k, master + at, m + at, v + at));
+      }
+      return Status::ok();
+    };
+    MW_RETURN_IF_ERROR(install_states(repartitioned));
+    step_ = written->step();
+    return step_;
+  }
+  if (staged) {
     MW_RETURN_IF_ERROR(st.store->commit());
   } else {
-    MW_RETURN_IF_ERROR(reader->verify());
     MW_RETURN_IF_ERROR(install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
                                           float* v) { return reader->read(begin, n, master, m, v); }));
   }

@@ -3,12 +3,15 @@
 // steps (the issue asks for 1e-6; 8e-8 measured), and each rank must hold about half of the model. The
 // same 2-rank training with parameters and optimizer offloaded to CPU, and to NVMe, must give bitwise the
 // losses of the in-device one; 2 micro-batches per rank with gradient accumulation must match one rank with
-// all of them in one micro-batch to 1e-5 (2e-7 measured). Exits non-zero on failure.
+// all of them in one micro-batch to 1e-5 (2e-7 measured). Checkpoints resume with another rank count, and a
+// damaged one is refused on every rank. Exits non-zero on failure.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "engine/train/checkpoint.h"
 #include "engine/train/zero3.h"
 
 using namespace memwall;
@@ -182,6 +185,38 @@ int main() {
     std::printf("rank %d: checkpoints resumed with another rank count: %s\n", r, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
     if (!world.barrier("resumed").is_ok()) return 1;
+    // A damaged file fails the load on every rank, naming the file, and leaves every trainer as it was:
+    // rank 1's file of the 2-rank checkpoint (checked by rank 1 alone), and the one file of the 1-rank
+    // checkpoint loaded by both ranks (checked by rank 0 alone: the ranks share the checking out).
+    const auto damage = [&](const std::string& ckpt_dir, int file, int files) {
+      if (r == 0) {
+        auto latest = train::ckpt::read_latest(ckpt_dir);
+        std::fstream f(
+            train::ckpt::rank_file(ckpt_dir + "/" + latest->value("dir", std::string()), file, files),
+            std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(4096 + 100);  // inside the master weights
+        f.put('\x7f');
+      }
+      return world.barrier("damaged").is_ok();
+    };
+    const auto refused = [&](train::Zero3Trainer& t, const std::string& ckpt_dir, const std::string& file,
+                             int checked_by) {
+      std::vector<float> before, after;
+      const auto loaded = t.gather_params(before).is_ok() ? t.load(ckpt_dir) : Result<long>(0L);
+      const std::string msg = loaded.is_ok() ? "" : loaded.status().message();
+      const bool named =
+          msg.find(file) != std::string::npos && msg.find("checksum mismatch") != std::string::npos &&
+          (r == checked_by) ==
+              (msg.find("rank " + std::to_string(checked_by) + " of 2: ") == std::string::npos);
+      const bool kept = t.gather_params(after).is_ok() && after == before;
+      std::printf("rank %d: damaged %s refused on every rank (%s): %s\n", r, file.c_str(), msg.c_str(),
+                  !loaded.is_ok() && named && kept ? "ok" : "FAILED");
+      return !loaded.is_ok() && named && kept;
+    };
+    if (!damage(dir, 1, 2) || !damage(one_dir, 0, 1)) return 1;
+    if (!refused(*dist, dir, "rank-1-of-2.bin", 1)) ++failures;
+    if (!refused(*again, one_dir, "rank-0-of-1.bin", 0)) ++failures;
+    if (!world.barrier("refused").is_ok()) return 1;
     if (r == 0) std::filesystem::remove_all(one_dir);
   }
   if (r == 0) std::filesystem::remove_all(dir);
