@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Simulator scale benchmark (issue 4): one iteration of the paper's 1T model on one DGX-2 node and of the 20T
 # model on 32 nodes (512 GPUs). Prints simulated iteration time, wall time, activities, events per second and
-# the simulating process's peak memory, beside the contention-free closed-form (reference executor) iteration
-# time of the same schedule. Targets: 1T/1 node <= 5 s, 20T/512 GPUs <= 120 s and < 4 GiB.
+# the simulating process's peak memory, beside the closed-form (reference executor: no contention but the NVMe
+# drives' between reads and writes) iteration time of the same schedule. Targets: 1T/1 node <= 5 s, 20T/512 GPUs <= 120 s and < 4 GiB.
 # Usage: bash bench/sim_scale.sh [path/to/memwall]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -166,7 +166,7 @@ int run_plan(const PlanOptions& opt) {
                 format_bytes(row["cpu"]).c_str(), format_bytes(row["nvme"]).c_str());
   }
   std::printf(
-      "\nreference executor (no contention): iteration %.3f s, %.1f TFLOP/s per GPU of %.1f achievable, "
+      "\nreference executor (closed form): iteration %.3f s, %.1f TFLOP/s per GPU of %.1f achievable, "
       "compute busy %.1f%%\n",
       r->makespan_s, tflops_per_gpu, in->hw.gpu.achievable_flops / 1e12,
       100 * r->busy_s[static_cast<int>(Resource::kCompute)] / r->makespan_s);

@@ -14,13 +14,25 @@ struct ReferenceExecutor::State {
   struct Running {
     int task = -1;
     double start = 0;
-    double end = 0;
+    double end =
+        0;  // NVMe lanes: end at the present rates, recomputed as the other direction starts or stops
+    double transfer_from = 0;  // NVMe: when the launch delay and latency are over and its bytes begin to move
+    double bytes_left = 0;     // NVMe: bytes not yet moved at `nvme_updated`
   };
   Running running[kResourceCount];
   bool busy[kResourceCount] = {};
   std::deque<const Task*> queue[kResourceCount];
   std::vector<Completion> instant;  // zero-duration tasks completed at submit time
+  double nvme_updated = 0;          // when the NVMe lanes' bytes_left were last brought up to date
 };
+
+namespace {
+
+bool is_nvme_lane(int r) {
+  return r == static_cast<int>(Resource::kNvmeRead) || r == static_cast<int>(Resource::kNvmeWrite);
+}
+
+}  // namespace
 
 ReferenceExecutor::ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node)
     : state_(std::make_unique<State>()), hw_(hw), ranks_per_node_(std::max(1, ranks_per_node)) {}
@@ -69,6 +81,68 @@ double ReferenceExecutor::duration(const Task& t) const {
   return 0;
 }
 
+// The NVMe lanes' rates now (bytes/s, index 0 reads, 1 writes): each direction at most its rate, both
+// together at most the drives' combined read+write rate, shared max-min fairly (SimGrid's disk model). Only
+// a lane past its latency moves bytes.
+void ReferenceExecutor::nvme_rates(double rate[2]) const {
+  const State& st = *state_;
+  const int lanes[2] = {static_cast<int>(Resource::kNvmeRead), static_cast<int>(Resource::kNvmeWrite)};
+  const double cap[2] = {hw_.nvme.read_Bps() / ranks_per_node_, hw_.nvme.write_Bps() / ranks_per_node_};
+  const double both = hw_.nvme.readwrite_Bps() / ranks_per_node_;
+  bool moving[2];
+  for (int i = 0; i < 2; ++i) {
+    moving[i] = st.busy[lanes[i]] && st.running[lanes[i]].transfer_from <= st.nvme_updated;
+    rate[i] = moving[i] ? std::min(cap[i], both) : 0;
+  }
+  if (moving[0] && moving[1] && rate[0] + rate[1] > both) {
+    const int small = cap[0] <= cap[1] ? 0 : 1;  // the direction that may not use its fair half
+    rate[small] = std::min(cap[small], both / 2);
+    rate[1 - small] = std::min(cap[1 - small], both - rate[small]);
+  }
+}
+
+// Moves the NVMe lanes' bytes on to time `to` at the rates of the interval (constant: every change of them
+// is an event of wait_any), and sets each lane's end at the rates from `to` on.
+void ReferenceExecutor::advance_nvme(double to) {
+  State& st = *state_;
+  const int lanes[2] = {static_cast<int>(Resource::kNvmeRead), static_cast<int>(Resource::kNvmeWrite)};
+  double rate[2];
+  nvme_rates(rate);
+  for (int i = 0; i < 2; ++i) {
+    State::Running& run = st.running[lanes[i]];
+    if (rate[i] > 0 && to > st.nvme_updated)
+      run.bytes_left = std::max(0.0, run.bytes_left - rate[i] * (to - st.nvme_updated));
+  }
+  st.nvme_updated = std::max(st.nvme_updated, to);
+  nvme_rates(rate);
+  for (int i = 0; i < 2; ++i) {
+    State::Running& run = st.running[lanes[i]];
+    if (!st.busy[lanes[i]]) continue;
+    const double from = std::max(run.transfer_from, st.nvme_updated);
+    // Not moving yet: an estimate at its rate alone, set again when it starts moving (an event).
+    run.end = from + run.bytes_left / (rate[i] > 0 ? rate[i] : rate_alone(lanes[i]));
+  }
+}
+
+double ReferenceExecutor::rate_alone(int lane) const {
+  const double cap =
+      lane == static_cast<int>(Resource::kNvmeRead) ? hw_.nvme.read_Bps() : hw_.nvme.write_Bps();
+  return std::min(cap, hw_.nvme.readwrite_Bps()) / ranks_per_node_;
+}
+
+void ReferenceExecutor::start(int r, const Task& t) {
+  State& st = *state_;
+  if (is_nvme_lane(r)) advance_nvme(st.now);
+  st.busy[r] = true;
+  const double start = std::max(st.now, t.release_s);
+  st.running[r] = {t.id, start, start + duration(t)};
+  if (is_nvme_lane(r)) {
+    st.running[r].transfer_from = start + t.delay_s + hw_.nvme.latency_s;
+    st.running[r].bytes_left = t.bytes;
+    advance_nvme(st.now);
+  }
+}
+
 Status ReferenceExecutor::submit(const Task& t) {
   State& st = *state_;
   if (t.resource == Resource::kNone) {
@@ -77,9 +151,7 @@ Status ReferenceExecutor::submit(const Task& t) {
   }
   const int r = static_cast<int>(t.resource);
   if (!st.busy[r]) {
-    st.busy[r] = true;
-    const double start = std::max(st.now, t.release_s);
-    st.running[r] = {t.id, start, start + duration(t)};
+    start(r, t);
   } else {
     st.queue[r].push_back(&t);
   }
@@ -93,24 +165,38 @@ Result<Completion> ReferenceExecutor::wait_any() {
     st.instant.pop_back();
     return c;
   }
-  int best = -1;
-  for (int r = 0; r < kResourceCount; ++r) {
-    if (!st.busy[r]) continue;
-    // Earliest end first; ties by resource order, so runs are deterministic.
-    if (best < 0 || st.running[r].end < st.running[best].end) best = r;
+  for (;;) {
+    // The next event: a lane's end (earliest first, ties by resource order, so runs are deterministic), or
+    // an NVMe lane's bytes starting to move, which changes the other direction's rate.
+    int best = -1;
+    double at = 0;
+    bool moves = false;
+    for (int r = 0; r < kResourceCount; ++r) {
+      if (!st.busy[r]) continue;
+      const State::Running& run = st.running[r];
+      const bool starts_moving =
+          is_nvme_lane(r) && run.transfer_from > st.nvme_updated && run.end > run.transfer_from;
+      const double when = starts_moving ? run.transfer_from : run.end;
+      if (best < 0 || when < at) {
+        best = r;
+        at = when;
+        moves = starts_moving;
+      }
+    }
+    if (best < 0) return Status::failed_precondition("reference executor: wait_any with nothing in flight");
+    if (at > st.nvme_updated) advance_nvme(at);
+    if (moves) continue;
+    const State::Running done = st.running[best];
+    st.now = std::max(st.now, done.end);
+    st.busy[best] = false;
+    if (is_nvme_lane(best)) advance_nvme(st.now);  // the other direction speeds up
+    if (!st.queue[best].empty()) {
+      const Task* next = st.queue[best].front();
+      st.queue[best].pop_front();
+      start(best, *next);
+    }
+    return Completion{done.task, done.start, done.end};
   }
-  if (best < 0) return Status::failed_precondition("reference executor: wait_any with nothing in flight");
-  const State::Running done = st.running[best];
-  st.now = std::max(st.now, done.end);
-  st.busy[best] = false;
-  if (!st.queue[best].empty()) {
-    const Task* next = st.queue[best].front();
-    st.queue[best].pop_front();
-    st.busy[best] = true;
-    const double start = std::max(st.now, next->release_s);
-    st.running[best] = {next->id, start, start + duration(*next)};
-  }
-  return Completion{done.task, done.start, done.end};
 }
 
 Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {

@@ -1,5 +1,5 @@
 // Executor: runs the tasks of a Schedule and owns the clock. Implementations: the reference executor
-// (below, no contention, for tests and `--fast`), the SimGrid executor (sim/), real executors (engine/).
+// (below, closed-form, for tests and `--fast`), the SimGrid executor (sim/), real executors (engine/).
 //
 // The driver (run_schedule) submits a task once all its dependencies have completed and asks for
 // completions one at a time. Capabilities are optional and the driver falls back when one is missing; it
@@ -41,11 +41,12 @@ class Executor {
   virtual Result<Completion> wait_any() = 0;
 };
 
-// Durations from the hardware file with no contention: each resource runs one task at a time at its full
-// rate (compute at achievable FLOP/s; copies over the per-GPU host path with all of the node's ranks
-// active, or one GPU's link for a broadcast owner; NVMe at the node's rate shared by its ranks; collectives
-// at the all-gather algorithm bandwidth, twice the bytes for an all-reduce; the optimizer step at the
-// memory bandwidth of the tier holding the states).
+// Durations from the hardware file, with no contention but the NVMe drives': each resource runs one task at a
+// time at its full rate (compute at achievable FLOP/s; copies over the per-GPU host path with all of the
+// node's ranks active, or one GPU's link for a broadcast owner; NVMe at the node's rate shared by its ranks,
+// a read and a write at once sharing the drives' combined read+write rate (the one contention it models);
+// collectives at the all-gather algorithm bandwidth, twice the bytes for an all-reduce; the optimizer step at
+// the memory bandwidth of the tier holding the states).
 class ReferenceExecutor final : public Executor {
  public:
   ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node);
@@ -61,6 +62,10 @@ class ReferenceExecutor final : public Executor {
 
  private:
   struct State;
+  void start(int lane, const Task& task);
+  void nvme_rates(double rate[2]) const;
+  void advance_nvme(double to);
+  double rate_alone(int lane) const;
   std::unique_ptr<State> state_;
   const HardwareSpec hw_;
   const int ranks_per_node_;

@@ -489,11 +489,11 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
 }
 
 // 1T parameters on one DGX-2: the optimizer step streams 28 bytes per parameter through NVMe. Pipelined
-// swapping (pipeline_read/write) overlaps a sub-group's reads and writes with the neighbours' steps. The
-// closed-form executor (--fast) gives reads and writes a drive each, so it overrates that overlap; SimGrid
-// shares the drives between both directions, so the gain is at most what the CPU step hid: smaller for every
-// configuration, never a slowdown beyond noise.
-TEST(CliTune, PipelinedSwappingGainsLessOnADriveSharedByReadsAndWrites) {
+// swapping (pipeline_read/write) overlaps a sub-group's reads and writes with the neighbours' steps. Both the
+// closed-form executor (--fast) and SimGrid share the drives between reads and writes, so the gain is at most
+// what the CPU step hid: under a fifth, never a slowdown beyond noise, and the two agree within 0.15 (when
+// the closed form gave each direction a drive of its own it rated the overlap 1.46x).
+TEST(CliTune, PipelinedSwappingGainsLittleOnDrivesSharedByReadsAndWrites) {
   auto pairs = [](const std::string& extra) {
     const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json" + extra, false);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -513,10 +513,11 @@ TEST(CliTune, PipelinedSwappingGainsLessOnADriveSharedByReadsAndWrites) {
   EXPECT_GE(simgrid.size(), 3u);
   for (const auto& [key, r] : simgrid) {
     ASSERT_TRUE(closed_form.count(key)) << key;
-    EXPECT_LT(closed_form.at(key), 0.9) << key;  // separate read and write lanes: a large gain
-    EXPECT_GT(r, closed_form.at(key)) << key;
-    EXPECT_GT(r, 0.8) << key;
-    EXPECT_LT(r, 1.03) << key;
+    for (double ratio : {r, closed_form.at(key)}) {
+      EXPECT_GT(ratio, 0.8) << key;
+      EXPECT_LT(ratio, 1.03) << key;
+    }
+    EXPECT_NEAR(r, closed_form.at(key), 0.15) << key;
   }
 }
 

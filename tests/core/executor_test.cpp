@@ -1,5 +1,5 @@
-// Reference executor: closed-form durations, dependency order, one task per resource at a time; the
-// driver's fallback when the executor cannot overlap resources.
+// Reference executor: closed-form durations, NVMe reads and writes sharing the drives, dependency order, one
+// task per resource at a time; the driver's fallback when the executor cannot overlap resources.
 #include <gtest/gtest.h>
 
 #include "exec/executor.h"
@@ -58,7 +58,15 @@ TEST(ReferenceExecutor, RunsDependenciesInOrderAndResourcesOneAtATime) {
   for (const Task& t : s.tasks) {
     const Completion& c = r.timing[t.id];
     EXPECT_EQ(c.task, t.id);
-    EXPECT_NEAR(c.end_s - c.start_s, exec.duration(t), 1e-12) << t.name;
+    if (t.kind == TaskKind::kNvmeRead || t.kind == TaskKind::kNvmeWrite) {
+      // The drives' combined rate shared with the other direction: no faster than alone, no slower than half.
+      const double alone = t.kind == TaskKind::kNvmeRead ? hw.nvme.read_Bps() : hw.nvme.write_Bps();
+      const double half = std::min(alone, hw.nvme.readwrite_Bps() / 2) / s.ranks_per_node;
+      EXPECT_GE(c.end_s - c.start_s, exec.duration(t) - 1e-12) << t.name;
+      EXPECT_LE(c.end_s - c.start_s, hw.nvme.latency_s + t.bytes / half + 1e-12) << t.name;
+    } else {
+      EXPECT_NEAR(c.end_s - c.start_s, exec.duration(t), 1e-12) << t.name;
+    }
     for (int d : t.deps) EXPECT_GE(c.start_s, r.timing[d].end_s - 1e-12) << t.name;
     if (t.resource != Resource::kNone)
       per_resource[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
@@ -72,6 +80,36 @@ TEST(ReferenceExecutor, RunsDependenciesInOrderAndResourcesOneAtATime) {
   for (double b : r.busy_s) total += b, busiest = std::max(busiest, b);
   EXPECT_LT(r.makespan_s, total);
   EXPECT_GE(r.makespan_s, busiest - 1e-9);
+}
+
+// A read and a write at once share the drives' combined rate max-min fairly (SimGrid's disk model): on a
+// DGX-2 (25.6 GB/s read, 24 GB/s write, 25.6 GB/s both together) 2.56 GB read and 2.4 GB written, 0.1 s each
+// alone, move at 12.8 GB/s each until the write is done (0.1875 s), then the read's last 0.16 GB at 25.6
+// GB/s: the 4.96 GB take 0.19375 s, as at the combined rate. Drives that carry both directions at full rate
+// at once run them side by side in 0.1 s.
+TEST(ReferenceExecutor, NvmeReadsAndWritesShareTheDrives) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  Schedule s;
+  s.tasks = {make(0, TaskKind::kNvmeRead, Resource::kNvmeRead),
+             make(1, TaskKind::kNvmeWrite, Resource::kNvmeWrite),
+             make(2, TaskKind::kNvmeRead, Resource::kNvmeRead, {1})};
+  s.tasks[0].bytes = 2.56e9;
+  s.tasks[1].bytes = 2.4e9;
+  s.tasks[2].bytes = 2.56e9;  // after the write: alone from the start
+  const double lat = hw.nvme.latency_s;
+  {
+    ReferenceExecutor exec(hw, 1);
+    const RunResult r = run_schedule(s, exec).value();
+    EXPECT_NEAR(r.timing[1].end_s, lat + 0.1875, 1e-9);
+    // The second read queues behind the first on the read lane, which now ends at 0.19375 s.
+    EXPECT_NEAR(r.timing[0].end_s, lat + 0.19375, 1e-9);
+    EXPECT_NEAR(r.timing[2].end_s, r.timing[0].end_s + lat + 0.1, 1e-9);
+  }
+  hw.nvme.drive_readwrite_Bps = hw.nvme.drive_read_Bps + hw.nvme.drive_write_Bps;
+  ReferenceExecutor exec(hw, 1);
+  const RunResult r = run_schedule(s, exec).value();
+  EXPECT_NEAR(r.timing[0].end_s, lat + 0.1, 1e-9);
+  EXPECT_NEAR(r.timing[1].end_s, lat + 0.1, 1e-9);
 }
 
 // An executor without concurrent resources: the driver must run one task at a time.
@@ -137,8 +175,10 @@ TEST(RunSchedule, ProgramOrderKeepsAllocsBehindEarlierFrees) {
 // the CPU optimizer ran, once however many transfers and work tasks run at the same time.
 TEST(RunAnalysis, TransferTimeAndItsOverlapWithWork) {
   Schedule s;
-  s.tasks = {make(0, TaskKind::kCompute, Resource::kCompute), make(1, TaskKind::kCopy, Resource::kH2D),
-             make(2, TaskKind::kCopy, Resource::kD2H), make(3, TaskKind::kNvmeRead, Resource::kNvmeRead),
+  s.tasks = {make(0, TaskKind::kCompute, Resource::kCompute),
+             make(1, TaskKind::kCopy, Resource::kH2D),
+             make(2, TaskKind::kCopy, Resource::kD2H),
+             make(3, TaskKind::kNvmeRead, Resource::kNvmeRead),
              make(4, TaskKind::kOptimizerStep, Resource::kCpuOptimizer),
              make(5, TaskKind::kAlloc, Resource::kNone)};
   s.tasks[4].phase = Phase::kOptimizer;
@@ -146,7 +186,7 @@ TEST(RunAnalysis, TransferTimeAndItsOverlapWithWork) {
   run.makespan_s = 10;
   run.timing = {{0, 0, 4}, {1, 1, 3}, {2, 2, 6}, {3, 7, 9}, {4, 8, 10}, {5, 0, 10}};
   const RunBreakdown b = analyze_run(s, run);
-  EXPECT_DOUBLE_EQ(b.transfer_s, 5 + 2);            // [1, 6) and [7, 9)
+  EXPECT_DOUBLE_EQ(b.transfer_s, 5 + 2);             // [1, 6) and [7, 9)
   EXPECT_DOUBLE_EQ(b.transfer_overlapped_s, 3 + 1);  // [1, 4) with compute, [8, 9) with the optimizer
   EXPECT_DOUBLE_EQ(b.busy_s[static_cast<int>(Resource::kD2H)], 4);
   EXPECT_DOUBLE_EQ(total_length(interval_union({{0, 2}, {1, 3}, {5, 5}, {4, 6}})), 5);
