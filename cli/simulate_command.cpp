@@ -113,6 +113,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
     for (int k = 0; k + 1 < G; ++k) before += each[static_cast<std::size_t>(k)];
     out["micro_step_s"] = before / (G - 1);  // the mean of the micro-steps without the optimizer
     out["last_micro_step_s"] = each.back();  // the last, with it
+    out["micro_steps_s"] = each;
   }
   out["breakdown_s"] = {{"compute", b.compute_s},
                         {"exposed_communication", b.exposed_comm_s},
@@ -247,7 +248,7 @@ void register_simulate(CLI::App& app, int& exit_code) {
   cmd->add_option("--iterations,-k", opt->iterations, "Iterations to simulate (the mean is reported)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  cmd->add_flag("--fast", opt->fast, "Use the reference executor (no contention) instead of SimGrid");
+  cmd->add_flag("--fast", opt->fast, "Use the closed-form reference executor instead of SimGrid");
   cmd->add_flag("--json", opt->json, "Print one JSON object (schema: docs/cli.md)");
   cmd->add_option("--trace", opt->trace_path, "Write rank 0's trace (.json or .json.gz)");
   cmd->add_option(

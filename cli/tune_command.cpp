@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -40,9 +41,12 @@ struct TuneOptions {
   long global_batch = 0;            // 0: no target (gradient accumulation 1)
   std::vector<int> model_parallel;  // tensor-parallel degrees to try (empty: the run's own)
   int jobs = 0;                     // searches at once (0: one per core)
-  // The reference executor instead of SimGrid. It does not share a drive between reads and writes nor a PCIe
-  // switch between GPUs, so it overrates overlapping NVMe reads with writes (pipelined optimizer swapping).
+  // The reference executor instead of SimGrid. It does not share a PCIe switch between GPUs nor CPU memory
+  // between ranks, so it overrates overlap somewhat (pipelined optimizer swapping, docs/performance.md).
   bool fast = false;
+  // With gradient accumulation, every micro-batch of a step simulated; else kSimulatedMicroBatches of them
+  // and, where those settle into a period, the rest extrapolated from it.
+  bool all_micro_batches = false;
   bool dpu = false;  // also try ZeRO-Offload with the delayed parameter update (changes the training math)
   bool json = false;
   std::string write_run;
@@ -95,6 +99,10 @@ Status simulate_config(const TuneOptions& opt, json& set, json& result) {
   }
 }
 
+// An accumulated step simulates this many micro-batches first unless --all-micro-batches: the first (the
+// step's prefetch ramp-up), two steady ones, the last (with the optimizer).
+constexpr int kSimulatedMicroBatches = 4;
+
 // One line of the search: a tensor-parallel degree, a placement and where the checkpoints go, tried with
 // micro-batches 1, 2, 4, ... until one does not fit.
 struct Chain {
@@ -110,6 +118,11 @@ struct Chain {
 json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, double seq) {
   json out = {{"tried", 0}, {"fit", json::array()}, {"error", ""}};
   const Placement& p = *c.placement;
+  // Whether this chain's steps settled into a period so far; once not, larger micro-batches (the same
+  // traffic, more of it) are simulated whole without trying. Not with the delayed parameter update: its
+  // optimizer step runs beside the first micro-batches, for as many of them as it takes, so four of them
+  // say nothing of forty.
+  bool periodic = !opt.all_micro_batches && !c.delayed_update;
   for (int micro = 1; micro <= opt.max_micro_batch; micro *= 2) {
     int accumulation = 1;
     if (opt.global_batch > 0) {
@@ -117,6 +130,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       if (opt.global_batch % per_step != 0) continue;
       accumulation = static_cast<int>(opt.global_batch / per_step);
     }
+    int simulated = periodic ? std::min(accumulation, kSimulatedMicroBatches) : accumulation;
     json set = user_set;
     set.update({{"zero_optimization.stage", p.stage},
                 {"zero_optimization.offload_param.device", p.param},
@@ -135,25 +149,48 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       set["memwall.data_parallel"] = "auto";
     }
     out["tried"] = out["tried"].get<int>() + 1;
-    json r;
-    const Status s = simulate_config(opt, set, r);
+    json r, simulated_set = set;
+    simulated_set["gradient_accumulation_steps"] = simulated;
+    Status s = simulate_config(opt, simulated_set, r);
+    // Where the steady micro-batches took exactly as long as each other the step has settled into a period
+    // (the same tasks from the same state, as with parameters and optimizer in GPU or CPU memory), and the
+    // micro-batches not simulated take that long too. Where they did not (NVMe traffic that carries over
+    // from one micro-batch into the next, say) every micro-batch is simulated. A test compares both ways.
+    std::vector<double> each;
+    if (s.is_ok() && simulated < accumulation) {
+      each = r["micro_steps_s"].get<std::vector<double>>();
+      if (std::fabs(each[1] - each[2]) > 1e-9 * each[2]) {
+        periodic = false;
+        simulated = accumulation;
+        simulated_set["gradient_accumulation_steps"] = simulated;
+        s = simulate_config(opt, simulated_set, r);
+      }
+    }
+    set["memwall.tiling_factor"] = simulated_set["memwall.tiling_factor"];
     if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
     if (!s.is_ok()) {
       out["error"] = std::string(p.name) + ": " + s.message();
       break;
     }
-    const double it = r["iteration_s"].get<double>();
+    double it = r["iteration_s"].get<double>();
+    double tflops = r["tflops_per_gpu"].get<double>();
+    if (simulated < accumulation) {
+      const double simulated_s = it;
+      it += (accumulation - simulated) * each[1];
+      tflops *= accumulation * simulated_s / (simulated * it);
+    }
     // A tensor-parallel group of mp GPUs works on one micro-batch.
     out["fit"].push_back({{"placement", std::string(p.name) + (c.delayed_update ? " dpu" : "")},
                           {"micro_batch", micro},
                           {"model_parallel", c.mp},
                           {"gradient_accumulation_steps", accumulation},
+                          {"simulated_micro_batches", simulated},
                           {"cpu_checkpointing", c.cpu_checkpointing},
                           {"optimizer_pipeline", c.optimizer_pipeline},
                           {"delayed_parameter_update", c.delayed_update},
                           {"tiling_factor", set["memwall.tiling_factor"]},
                           {"tokens_per_s_per_gpu", it > 0 ? micro * accumulation * seq / (it * c.mp) : 0.0},
-                          {"tflops_per_gpu", r["tflops_per_gpu"]},
+                          {"tflops_per_gpu", tflops},
                           {"iteration_s", it},
                           {"peak_bytes", r["peak_bytes"]},
                           {"breakdown_s", r["breakdown_s"]},
@@ -352,6 +389,15 @@ int run_tune(const TuneOptions& options) {
                 format_bytes(r["peak_bytes"]["cpu"]).c_str(), format_bytes(r["peak_bytes"]["nvme"]).c_str());
   }
   std::printf("best: --set '%s'\n", rows[0]["set"].dump().c_str());
+  if (std::any_of(rows.begin(), rows.end(), [](const json& r) {
+        return r["simulated_micro_batches"] != r["gradient_accumulation_steps"];
+      })) {
+    std::printf(
+        "note: where a step's steady micro-batches took exactly as long as each other, %d of them were "
+        "simulated (the first, two steady ones, the last) and the others extrapolated; "
+        "--all-micro-batches simulates every one\n",
+        kSimulatedMicroBatches);
+  }
   if (!opt.write_run.empty()) std::printf("written: %s (use it with --run)\n", opt.write_run.c_str());
   if (errors > 0)
     std::printf("note: %d placement(s) could not be planned: %s\n", errors, first_error.c_str());
@@ -386,10 +432,15 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_flag(
       "--dpu", opt->dpu,
       "Also try ZeRO-Offload with the delayed parameter update (steps on one-step-stale parameters)");
-  cmd->add_flag("--fast", opt->fast,
-                "The closed-form reference executor instead of SimGrid (faster; no contention for drives and "
-                "links, so it overrates pipelined NVMe swapping)");
+  cmd->add_flag(
+      "--fast", opt->fast,
+      "The closed-form reference executor instead of SimGrid (faster; no contention for links, so it "
+      "overrates overlap somewhat)");
   cmd->add_option("--write-run", opt->write_run, "Write the best configuration as a run file (JSON)");
+  cmd->add_flag(
+      "--all-micro-batches", opt->all_micro_batches,
+      "With --global-batch, simulate every micro-batch of a step (default: the first, two steady ones "
+      "and the last; the others extrapolated from the steady ones)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt, &exit_code] { exit_code = run_tune(*opt); });
 }
