@@ -1006,26 +1006,33 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
   if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
-  std::string fits = o.hw.name;
-  if (st.cuda) {  // the GPU tier is what the real device has left after the activations (see open_gpu)
-    MW_RETURN_IF_ERROR(tr.open_gpu());
-    fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
-            " left for the device tier after the model's activations)";
-    // Likewise the CPU tier: a real run cannot use more host memory than this machine has.
-    const double ram =
-        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-    // (The file's reserve for the runtime shrinks in proportion.)
-    if (ram > 0 && ram < tr.o_.hw.cpu.memory_bytes) {
-      tr.o_.hw.cpu.reserved_bytes *= ram / tr.o_.hw.cpu.memory_bytes;
-      tr.o_.hw.cpu.memory_bytes = ram;
-      fits += " with this machine's " + format_bytes(ram) + " of host memory";
+  // A rank can fail where the others do not (its GPU, its memory, a plan that does not fit it): the ranks
+  // agree before their first collective, so each fails at once with that rank's reason instead of waiting
+  // out the collective's deadline.
+  const Status planned = [&]() -> Status {
+    std::string fits = o.hw.name;
+    if (st.cuda) {  // the GPU tier is what the real device has left after the activations (see open_gpu)
+      MW_RETURN_IF_ERROR(tr.open_gpu());
+      fits += " on " + tr.device_gpu_name() + " (" + format_bytes(tr.o_.hw.gpu.memory_bytes) +
+              " left for the device tier after the model's activations)";
+      // Likewise the CPU tier: a real run cannot use more host memory than this machine has.
+      const double ram =
+          static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+      // (The file's reserve for the runtime shrinks in proportion.)
+      if (ram > 0 && ram < tr.o_.hw.cpu.memory_bytes) {
+        tr.o_.hw.cpu.reserved_bytes *= ram / tr.o_.hw.cpu.memory_bytes;
+        tr.o_.hw.cpu.memory_bytes = ram;
+        fits += " with this machine's " + format_bytes(ram) + " of host memory";
+      }
     }
-  }
-  auto sched = plan_iteration(model::gpt_model_spec(c), run, tr.o_.hw);
-  if (!sched.is_ok()) {
-    return Status(sched.status().code(), "the run does not fit " + fits + ": " + sched.status().message());
-  }
-  st.sched = std::move(sched).value();
+    auto sched = plan_iteration(model::gpt_model_spec(c), run, tr.o_.hw);
+    if (!sched.is_ok()) {
+      return Status(sched.status().code(), "the run does not fit " + fits + ": " + sched.status().message());
+    }
+    st.sched = std::move(sched).value();
+    return Status::ok();
+  }();
+  MW_RETURN_IF_ERROR(comm::agree(comm, planned, "trainer setup: plan"));
   const ModelGraph& g = st.gg.graph;
   // The planner built its graph from the same spec and options: it must be the model's.
   std::size_t computes = 0;
@@ -1063,129 +1070,134 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     }
   }
 
-  // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
-  // boundaries into as many groups as the plan has.
-  const auto R = static_cast<std::size_t>(st.R);
-  for (const auto& s : st.gg.slices) {
-    const std::size_t shard = (s.numel + R - 1) / R;
-    st.parts.push_back({s.offset, s.numel, shard, st.total});
-    st.total += shard;
-  }
-  int groups = 0;
-  for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);
-  groups = std::max(groups, 1);
-  for (std::size_t p = 0, gi = 0; gi < static_cast<std::size_t>(groups); ++gi) {
-    State::Group grp{p, p, st.parts[std::min(p, st.parts.size() - 1)].local, 0};
-    const std::size_t target = st.total * (gi + 1) / static_cast<std::size_t>(groups);
-    while (p < st.parts.size() && (st.parts[p].local < target || grp.last == grp.first)) ++p, ++grp.last;
-    if (gi + 1 == static_cast<std::size_t>(groups)) {
-      while (p < st.parts.size()) ++p, ++grp.last;
+  const Status built = [&]() -> Status {
+    // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
+    // boundaries into as many groups as the plan has.
+    const auto R = static_cast<std::size_t>(st.R);
+    for (const auto& s : st.gg.slices) {
+      const std::size_t shard = (s.numel + R - 1) / R;
+      st.parts.push_back({s.offset, s.numel, shard, st.total});
+      st.total += shard;
     }
-    grp.begin = grp.first < st.parts.size() ? st.parts[grp.first].local : st.total;
-    grp.end = grp.last < st.parts.size() ? st.parts[grp.last].local : st.total;
-    st.groups.push_back(grp);
-  }
-  // Tiers: the device arena has the GPU's memory; the host arena this rank's share of the node's.
-  const auto n_buf = st.sched.buffers.size();
-  st.arena_of.assign(n_buf, nullptr);
-  st.block.assign(n_buf, {});
-  st.mem.assign(n_buf, nullptr);
-  st.real_bytes.assign(n_buf, 0);
-  st.moved.assign(st.sched.tasks.size(), 0);
-  st.moved_train = st.moved;
-  if (st.cuda) {
-    MW_RETURN_IF_ERROR(tr.carve_device_tier());
-  } else {
-    st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
-                                              static_cast<std::size_t>(o.hw.gpu.memory_bytes));
-  }
-  st.host_mem = std::make_unique<host::Arena>(
-      "host memory",
-      static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
-  st.opt_tier = tier_of(z.offload_optimizer.device);
-  st.home.assign(st.parts.size(), Tier::kGpu);
-  st.shard_buf.assign(st.parts.size(), -1);
-  st.persistent_grad.assign(st.parts.size(), -1);
-  for (const Buffer& b : st.sched.buffers) {
-    if (b.param < 0 || !b.persistent) continue;
-    if (b.role == BufferRole::kShard) {
-      st.home[static_cast<std::size_t>(b.param)] = b.tier;
-      st.shard_buf[static_cast<std::size_t>(b.param)] = b.id;
-    } else if (b.role == BufferRole::kGrad || b.role == BufferRole::kGradShard) {
-      st.persistent_grad[static_cast<std::size_t>(b.param)] = b.id;
+    int groups = 0;
+    for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);
+    groups = std::max(groups, 1);
+    for (std::size_t p = 0, gi = 0; gi < static_cast<std::size_t>(groups); ++gi) {
+      State::Group grp{p, p, st.parts[std::min(p, st.parts.size() - 1)].local, 0};
+      const std::size_t target = st.total * (gi + 1) / static_cast<std::size_t>(groups);
+      while (p < st.parts.size() && (st.parts[p].local < target || grp.last == grp.first)) ++p, ++grp.last;
+      if (gi + 1 == static_cast<std::size_t>(groups)) {
+        while (p < st.parts.size()) ++p, ++grp.last;
+      }
+      grp.begin = grp.first < st.parts.size() ? st.parts[grp.first].local : st.total;
+      grp.end = grp.last < st.parts.size() ? st.parts[grp.last].local : st.total;
+      st.groups.push_back(grp);
     }
-  }
-  if (nvme) {
-    io::IoSettings ios = io::IoSettings::from(run.aio);
-    auto aio = io::AsyncIo::create(ios);
-    if (!aio.is_ok()) return aio.status();
-    st.aio = std::move(aio).value();
-    io::StoreOptions so;
-    so.dir = o.swap_dir;
-    so.rank = st.rank;
-    // Every tensor twice (a new version is written before the old one is released), with alignment slack.
-    const double data = static_cast<double>(st.total) * (2 + 4 + 12);
-    const double slack = 2.0 * 1048576.0 * static_cast<double>(st.parts.size() * 2 + st.groups.size());
-    so.capacity_bytes = static_cast<std::uint64_t>(2 * data + slack) / 4096 * 4096 + (64ull << 20);
-    so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30);
-    so.durable = false;  // swap: recreated on every start (checkpoints are written elsewhere, durably)
-    std::error_code ec;
-    std::filesystem::remove_all(o.swap_dir + "/rank" + std::to_string(st.rank), ec);  // swap, not state
-    auto store = io::TensorStore::create(so, *st.aio);
-    if (!store.is_ok()) return store.status();
-    st.store = std::move(store).value();
-  }
-  // Setup tasks: the persistent buffers.
-  for (const Task& t : st.sched.tasks) {
-    if (t.phase != Phase::kSetup) continue;
-    MW_CHECK(t.kind == TaskKind::kAlloc, "setup tasks are allocations");
-    if (Status s = st.alloc(t.buffer); !s.is_ok()) {
-      return Status(s.code(), "allocating the model states: " + s.message());
+    // Tiers: the device arena has the GPU's memory; the host arena this rank's share of the node's.
+    const auto n_buf = st.sched.buffers.size();
+    st.arena_of.assign(n_buf, nullptr);
+    st.block.assign(n_buf, {});
+    st.mem.assign(n_buf, nullptr);
+    st.real_bytes.assign(n_buf, 0);
+    st.moved.assign(st.sched.tasks.size(), 0);
+    st.moved_train = st.moved;
+    if (st.cuda) {
+      MW_RETURN_IF_ERROR(tr.carve_device_tier());
+    } else {
+      st.device = std::make_unique<host::Arena>("device (" + o.hw.gpu.model + ")",
+                                                static_cast<std::size_t>(o.hw.gpu.memory_bytes));
     }
-  }
-  for (const Buffer& b : st.sched.buffers) {
-    if (b.persistent && b.category == MemCategory::kRuntimeReserved)
-      st.reserved[static_cast<int>(b.tier)] +=
-          static_cast<double>(st.block[static_cast<std::size_t>(b.id)].bytes);
-    if (!b.persistent || b.tier == Tier::kNvme) continue;
-    float* f = reinterpret_cast<float*>(st.mem[static_cast<std::size_t>(b.id)]);
-    if (b.category == MemCategory::kMasterParams32) st.master = f;
-    if (b.category == MemCategory::kMomentum32) st.exp_avg = f;
-    if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
-    if (b.category == MemCategory::kGrads32) st.grads32 = f;
-  }
-  if (st.opt_tier == Tier::kCpu) {  // zero-filled (mmap)
-    st.out16_arena = std::make_unique<host::Arena>("bf16 staging of updated parameters",
-                                                   (st.total * kB16 + 4095) / 4096 * 4096);
-    auto blk = st.out16_arena->allocate(st.total * kB16, "bf16 staging");
-    if (!blk.is_ok()) return blk.status();
-    st.out16 = static_cast<std::uint16_t*>(blk->data);
-    if (st.cuda)
-      MW_RETURN_IF_ERROR(st.page_lock(st.out16_arena->base(), st.out16_arena->capacity(), "bf16 staging"));
-  }
-  // Partitioned initialisation: this rank's elements only (padding stays zero), made piece by piece.
-  const std::size_t r = static_cast<std::size_t>(st.rank);
-  MW_RETURN_IF_ERROR(tr.install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
-                                           float* v) {
-    std::fill(master, master + n, 0.0f);
-    if (m != nullptr) std::fill(m, m + n, 0.0f);
-    if (v != nullptr) std::fill(v, v + n, 0.0f);
-    for (const auto& p : st.parts) {
-      // This rank's real (unpadded) elements of the parameter, in flat and in model coordinates.
-      const std::size_t first = std::min(p.numel, r * p.shard), last = std::min(p.numel, (r + 1) * p.shard);
-      const std::size_t lo = std::max(begin, p.local), hi = std::min(begin + n, p.local + (last - first));
-      if (lo < hi) {
-        model::gpt_init_range(c, master + (lo - begin), p.model_offset + first + (lo - p.local),
-                              p.model_offset + first + (hi - p.local), o.seed);
+    st.host_mem = std::make_unique<host::Arena>(
+        "host memory",
+        static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
+    st.opt_tier = tier_of(z.offload_optimizer.device);
+    st.home.assign(st.parts.size(), Tier::kGpu);
+    st.shard_buf.assign(st.parts.size(), -1);
+    st.persistent_grad.assign(st.parts.size(), -1);
+    for (const Buffer& b : st.sched.buffers) {
+      if (b.param < 0 || !b.persistent) continue;
+      if (b.role == BufferRole::kShard) {
+        st.home[static_cast<std::size_t>(b.param)] = b.tier;
+        st.shard_buf[static_cast<std::size_t>(b.param)] = b.id;
+      } else if (b.role == BufferRole::kGrad || b.role == BufferRole::kGradShard) {
+        st.persistent_grad[static_cast<std::size_t>(b.param)] = b.id;
       }
     }
+    if (nvme) {
+      io::IoSettings ios = io::IoSettings::from(run.aio);
+      auto aio = io::AsyncIo::create(ios);
+      if (!aio.is_ok()) return aio.status();
+      st.aio = std::move(aio).value();
+      io::StoreOptions so;
+      so.dir = o.swap_dir;
+      so.rank = st.rank;
+      // Every tensor twice (a new version is written before the old one is released), with alignment slack.
+      const double data = static_cast<double>(st.total) * (2 + 4 + 12);
+      const double slack = 2.0 * 1048576.0 * static_cast<double>(st.parts.size() * 2 + st.groups.size());
+      so.capacity_bytes = static_cast<std::uint64_t>(2 * data + slack) / 4096 * 4096 + (64ull << 20);
+      so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30);
+      so.durable = false;  // swap: recreated on every start (checkpoints are written elsewhere, durably)
+      std::error_code ec;
+      std::filesystem::remove_all(o.swap_dir + "/rank" + std::to_string(st.rank), ec);  // swap, not state
+      auto store = io::TensorStore::create(so, *st.aio);
+      if (!store.is_ok()) return store.status();
+      st.store = std::move(store).value();
+    }
+    // Setup tasks: the persistent buffers.
+    for (const Task& t : st.sched.tasks) {
+      if (t.phase != Phase::kSetup) continue;
+      MW_CHECK(t.kind == TaskKind::kAlloc, "setup tasks are allocations");
+      if (Status s = st.alloc(t.buffer); !s.is_ok()) {
+        return Status(s.code(), "allocating the model states: " + s.message());
+      }
+    }
+    for (const Buffer& b : st.sched.buffers) {
+      if (b.persistent && b.category == MemCategory::kRuntimeReserved)
+        st.reserved[static_cast<int>(b.tier)] +=
+            static_cast<double>(st.block[static_cast<std::size_t>(b.id)].bytes);
+      if (!b.persistent || b.tier == Tier::kNvme) continue;
+      float* f = reinterpret_cast<float*>(st.mem[static_cast<std::size_t>(b.id)]);
+      if (b.category == MemCategory::kMasterParams32) st.master = f;
+      if (b.category == MemCategory::kMomentum32) st.exp_avg = f;
+      if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
+      if (b.category == MemCategory::kGrads32) st.grads32 = f;
+    }
+    if (st.opt_tier == Tier::kCpu) {  // zero-filled (mmap)
+      st.out16_arena = std::make_unique<host::Arena>("bf16 staging of updated parameters",
+                                                     (st.total * kB16 + 4095) / 4096 * 4096);
+      auto blk = st.out16_arena->allocate(st.total * kB16, "bf16 staging");
+      if (!blk.is_ok()) return blk.status();
+      st.out16 = static_cast<std::uint16_t*>(blk->data);
+      if (st.cuda)
+        MW_RETURN_IF_ERROR(st.page_lock(st.out16_arena->base(), st.out16_arena->capacity(), "bf16 staging"));
+    }
+    // Partitioned initialisation: this rank's elements only (padding stays zero), made piece by piece.
+    const std::size_t r = static_cast<std::size_t>(st.rank);
+    MW_RETURN_IF_ERROR(tr.install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
+                                             float* v) {
+      std::fill(master, master + n, 0.0f);
+      if (m != nullptr) std::fill(m, m + n, 0.0f);
+      if (v != nullptr) std::fill(v, v + n, 0.0f);
+      for (const auto& p : st.parts) {
+        // This rank's real (unpadded) elements of the parameter, in flat and in model coordinates.
+        const std::size_t first = std::min(p.numel, r * p.shard), last = std::min(p.numel, (r + 1) * p.shard);
+        const std::size_t lo = std::max(begin, p.local), hi = std::min(begin + n, p.local + (last - first));
+        if (lo < hi) {
+          model::gpt_init_range(c, master + (lo - begin), p.model_offset + first + (lo - p.local),
+                                p.model_offset + first + (hi - p.local), o.seed);
+        }
+      }
+      return Status::ok();
+    }));
+    if (!st.pin_refused.empty()) {
+      st.warnings.push_back(
+          "the GPU driver would not page-lock host memory (" + st.pin_refused + "); " +
+          std::to_string(st.unpinned) + " host buffers (" + format_bytes(st.unpinned_bytes) +
+          ") stay pageable, so their copies go through the driver's staging, synchronously");
+    }
     return Status::ok();
-  }));
-  if (!st.pin_refused.empty()) {
-    st.warnings.push_back("the GPU driver would not page-lock host memory (" + st.pin_refused + "); " +
-                          std::to_string(st.unpinned) + " host buffers (" + format_bytes(st.unpinned_bytes) +
-                          ") stay pageable, so their copies go through the driver's staging, synchronously");
-  }
+  }();
+  MW_RETURN_IF_ERROR(comm::agree(comm, built, "trainer setup: memory and files"));
   return tr;
 }
 

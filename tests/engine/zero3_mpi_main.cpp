@@ -5,6 +5,7 @@
 // losses of the in-device one; 2 micro-batches per rank with gradient accumulation must match one rank with
 // all of them in one micro-batch to 1e-5 (2e-7 measured). Checkpoints resume with another rank count, and a
 // damaged one is refused on every rank. Exits non-zero on failure.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -140,6 +141,20 @@ int main() {
     std::printf("rank %d: differently planned ranks: %s\n", r, m.c_str());
     if (refused.is_ok() || m.find("rank 1 planned another schedule than rank 0") == std::string::npos)
       ++failures;
+  }
+  // A rank whose plan does not fit (here rank 1 with a CPU tier far too small for the optimizer states) fails
+  // the setup on every rank at once with its reason, before any collective could wait for it.
+  {
+    train::Zero3Options starved = o_cpu;
+    if (r == 1) starved.hw = train::emulated_hardware(64 << 20, 64 << 10, 1 << 30);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto refused = train::Zero3Trainer::create(c, starved, world);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = refused.is_ok() ? "" : refused.status().message();
+    const bool named = m.find("does not fit") != std::string::npos &&
+                       (r == 1) == (m.find("rank 1 of 2: ") == std::string::npos);
+    std::printf("rank %d: a plan that does not fit one rank (%.2f s): %s\n", r, waited, m.c_str());
+    if (refused.is_ok() || !named) ++failures;  // without the agreement rank 0 would time out in a collective
   }
   // A 2-rank checkpoint, reassembled in one process, is the model the ranks hold.
   const std::string dir = "zero3-mpi-ckpt";
