@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "base/units.h"
 #include "cli_common.h"
@@ -53,11 +55,40 @@ std::pair<int, int> chakra_rank_and_world(const std::string& path) {
   return {rank, std::max(world, rank + 1)};
 }
 
+// The process groups of a Chakra job: the ranks whose traces (every PREFIX.N.et beside `path`) name each
+// pg_name; none unless the traces of ranks 0 to N-1 are all there and readable. Read once per job.
+const ChakraGroups& chakra_groups_beside(const std::string& path) {
+  namespace fs = std::filesystem;
+  static std::map<std::string, ChakraGroups> jobs;
+  std::string prefix;
+  chakra_rank(fs::path(path).filename().string(), prefix);
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  const std::string key = (dir / prefix).string();
+  if (auto it = jobs.find(key); it != jobs.end()) return it->second;
+  ChakraGroups& groups = jobs[key];
+  std::set<int> read;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string other;
+    const int r = chakra_rank(e.path().filename().string(), other);
+    if (r < 0 || other != prefix) continue;
+    auto text = read_text_file(e.path().string());
+    if (!text.is_ok()) continue;  // its own replay, if asked for, says why
+    read.insert(r);
+    for (const std::string& pg : chakra_process_groups(*text)) groups[pg].push_back(r);
+  }
+  if (read.empty() || *read.rbegin() + 1 != static_cast<int>(read.size())) {
+    groups.clear();  // a rank missing: who is in which group is not known
+  }
+  for (auto& [pg, ranks] : groups) std::sort(ranks.begin(), ranks.end());
+  return groups;
+}
+
 Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes, int first, int last,
                                 std::FILE* log) {
   const auto [rank, world] = chakra_rank_and_world(path);
   ChakraInfo info;
-  auto g = import_chakra_trace(bytes, rank, world, first, last, info);
+  auto g = import_chakra_trace(bytes, rank, world, first, last, info, chakra_groups_beside(path));
   if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
   if (log != nullptr) {
     std::fprintf(
@@ -67,6 +98,19 @@ Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes,
         path.c_str(), info.version.empty() ? "" : " ", info.version.c_str(), rank, world, info.nodes,
         info.compute, info.cpu_ops, info.collectives, info.measured_communication, info.copies, info.skipped,
         info.timed ? "" : "; no start times, so no measured iteration to compare with");
+    if (info.in_subgroups > 0) {
+      std::fprintf(log,
+                   "%s: %zu collectives in process groups smaller than the world (their ranks: the traces "
+                   "beside it that name them)\n",
+                   path.c_str(), info.in_subgroups);
+    }
+    if (!info.unresolved_groups.empty()) {
+      std::fprintf(
+          log,
+          "memwall: note: %s: %zu process group(s) (%s, ...) whose ranks are not known (the traces of "
+          "ranks 0 to %d are not all beside it): their collectives span all of them\n",
+          path.c_str(), info.unresolved_groups.size(), info.unresolved_groups.begin()->c_str(), world - 1);
+    }
   }
   return g;
 }

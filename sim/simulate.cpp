@@ -177,11 +177,13 @@ class SimGridExecutor final : public Executor {
     const int n = t.group;
     if (n <= 1) return;
     const double passes = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
-    const int local = std::min(n, hw.gpu.count);
-    const int nodes = (n + hw.gpu.count - 1) / hw.gpu.count;
+    const int nodes = group_node_count(hw, n, t.group_nodes);
+    const int local = std::min((n + nodes - 1) / nodes, hw.gpu.count);
     sg4::CommPtr intra, inter;
     if (local > 1) {
-      const int next = (rank_ + 1) % std::min(local, rpn_);
+      // The ring of this rank's group on the node: `local` consecutive ranks.
+      const int base = rank_ / local * local;
+      const int next = std::min(base + (rank_ - base + 1) % local, rpn_ - 1);
       if (next != rank_) {
         intra = sg4::Comm::sendto_async(p_.gpu(rank_), p_.gpu(next), passes * t.bytes * (local - 1) / local);
       }

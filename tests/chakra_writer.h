@@ -22,9 +22,10 @@ class ChakraWriter {
     int type = kComp;
     std::vector<std::uint64_t> data_deps, ctrl_deps;
     std::uint64_t start_us = 0, dur_us = 0;
-    std::vector<std::pair<std::string, std::int64_t>> int_attrs;  // int64_val
-    std::vector<std::pair<std::string, bool>> bool_attrs;         // bool_val
-    std::vector<std::pair<std::string, double>> double_attrs;     // double_val
+    std::vector<std::pair<std::string, std::int64_t>> int_attrs;    // int64_val
+    std::vector<std::pair<std::string, bool>> bool_attrs;           // bool_val
+    std::vector<std::pair<std::string, double>> double_attrs;       // double_val
+    std::vector<std::pair<std::string, std::string>> string_attrs;  // string_val
     bool packed_deps = true;
   };
 
@@ -52,6 +53,12 @@ class ChakraWriter {
       std::string a;
       field_bytes(a, 1, name);
       field_varint(a, 27, v ? 1 : 0);
+      field_bytes(m, 10, a);
+    }
+    for (const auto& [name, v] : n.string_attrs) {
+      std::string a;
+      field_bytes(a, 1, name);
+      field_bytes(a, 29, v);
       field_bytes(m, 10, a);
     }
     for (const auto& [name, v] : n.double_attrs) {

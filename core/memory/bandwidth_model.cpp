@@ -62,15 +62,22 @@ HostPathBandwidth nvme_to_gpu_bandwidth(const HardwareSpec& hw) {
   return host_path(hw, Tier::kNvme);
 }
 
-double allgather_Bps(const HardwareSpec& hw, int ranks) {
+int group_node_count(const HardwareSpec& hw, int ranks, int nodes) {
+  const int per_node = std::max(1, hw.gpu.count);
+  return std::max(1, nodes > 0 ? std::min(nodes, ranks) : (ranks + per_node - 1) / per_node);
+}
+
+double allgather_Bps(const HardwareSpec& hw, int ranks, int nodes) {
   if (ranks <= 1) return hw.gpu.hbm_Bps;
-  const int n = std::min(ranks, hw.gpu.count);
+  const int spans = group_node_count(hw, ranks, nodes);
+  const int n = std::min((ranks + spans - 1) / spans, hw.gpu.count);  // the group's GPUs on a node
   const double link = hw.nvlink.gpu_Bps > 0 ? hw.nvlink.gpu_Bps : hw.pcie.gpu_link_Bps;
   double bw = n > 1 ? link * n / (n - 1) : hw.gpu.hbm_Bps;  // ring: busbw = algbw x (n-1)/n
-  if (ranks > hw.gpu.count) {
-    const int nodes = (ranks + hw.gpu.count - 1) / hw.gpu.count;
-    // Hierarchical: each node takes in (nodes-1)/nodes of the tensor once through its NICs.
-    bw = std::min(bw, hw.network.node_Bps() * nodes / (nodes - 1));
+  if (spans > 1) {
+    // Hierarchical: each node takes in (nodes-1)/nodes of the tensor once through its NICs, of which the
+    // group has its GPUs' share.
+    const double share = static_cast<double>(n) / std::max(n, hw.gpu.count);
+    bw = std::min(bw, hw.network.node_Bps() * share * spans / (spans - 1));
   }
   return bw;
 }

@@ -30,8 +30,14 @@ HostPathBandwidth cpu_to_gpu_bandwidth(const HardwareSpec& hw);
 // NVMe -> GPU: the CPU path further limited by the node's aggregate NVMe read rate.
 HostPathBandwidth nvme_to_gpu_bandwidth(const HardwareSpec& hw);
 // Algorithm bandwidth of an all-gather over `ranks` GPUs (ring inside a node, hierarchical across nodes):
-// bytes of the gathered tensor per second at each GPU.
-double allgather_Bps(const HardwareSpec& hw, int ranks);
+// bytes of the gathered tensor per second at each GPU. The group spans `nodes` nodes with ranks/nodes GPUs
+// on each (0: consecutive ranks, ceil(ranks / GPUs per node) nodes); where it has fewer GPUs on a node than
+// the node has, the node's other GPUs are taken to be in groups of their own running alike (as data-parallel
+// groups beside tensor parallelism are), so the group gets that share of the node's NICs.
+double allgather_Bps(const HardwareSpec& hw, int ranks, int nodes = 0);
+
+// The nodes a collective group of `ranks` GPUs spans (`nodes` as in allgather_Bps).
+int group_node_count(const HardwareSpec& hw, int ranks, int nodes);
 
 // Effective bandwidth at which a GPU receives parameters (or sends gradients) that live on `tier`.
 // Bandwidth-centric: min(dp x per-GPU parallel host bandwidth, all-gather bandwidth).

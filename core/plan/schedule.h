@@ -74,6 +74,8 @@ struct Task {
   Tier dst = Tier::kGpu;  // kCopy / NVMe: to; kOptimizerStep: where the states live
   CollectiveKind collective = CollectiveKind::kNone;
   int group = 1;             // collective group size
+  int group_nodes = 0;       // nodes the group spans, as many of its ranks on each; 0: its ranks are
+                             // consecutive (ceil(group / GPUs per node) nodes)
   bool single_link = false;  // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
   int buffer = -1;           // kAlloc / kFree: the buffer
   int param = -1;            // kCopy / NVMe / kCollective: the ModelGraph parameter moved, or -1

@@ -96,6 +96,8 @@ struct Attr {
   std::string name;
   double number = 0;  // any numeric or bool value
   bool has_number = false;
+  std::string text;  // string_val
+  bool has_text = false;
 };
 
 // AttributeProto: name = 1, then a oneof of scalar values (lists are skipped).
@@ -128,6 +130,10 @@ Attr parse_attr(std::string_view msg, bool& ok) {
     } else if (type == 1 && (field == 21 || field == 25)) {
       const std::uint64_t raw = w.fixed(8);
       v = field == 21 ? static_cast<double>(raw) : static_cast<double>(static_cast<std::int64_t>(raw));
+    } else if (type == 2 && field == 29) {
+      a.text = std::string(w.bytes());
+      a.has_text = true;
+      numeric = false;
     } else {
       numeric = false;
       w.skip(type);
@@ -150,9 +156,14 @@ struct Node {
   std::vector<std::uint64_t> deps;  // data and control
   double start_us = 0, dur_us = 0;
   std::map<std::string, double> attrs;
+  std::map<std::string, std::string> texts;
   double attr(const char* key, double fallback = 0) const {
     auto it = attrs.find(key);
     return it == attrs.end() ? fallback : it->second;
+  }
+  std::string text(const char* key) const {
+    auto it = texts.find(key);
+    return it == texts.end() ? std::string() : it->second;
   }
 };
 
@@ -194,6 +205,7 @@ Result<Node> parse_node(std::string_view msg) {
     } else if (field == 10 && type == 2) {
       const Attr a = parse_attr(w.bytes(), ok);
       if (a.has_number) n.attrs[a.name] = a.number;
+      if (a.has_text) n.texts[a.name] = a.text;
     } else {
       w.skip(type);
     }
@@ -247,8 +259,19 @@ bool looks_like_chakra(std::string_view bytes) {
   return m.ok && (key == ((1 << 3) | 2) || key == ((2 << 3) | 2));
 }
 
+std::set<std::string> chakra_process_groups(std::string_view bytes) {
+  std::set<std::string> out;
+  auto messages = split_messages(bytes);
+  if (!messages.is_ok()) return out;  // the import says what is wrong with the file
+  for (std::size_t i = 1; i < messages->size(); ++i) {
+    auto n = parse_node((*messages)[i]);
+    if (n.is_ok() && n->type == kColl && !n->text("pg_name").empty()) out.insert(n->text("pg_name"));
+  }
+  return out;
+}
+
 Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int world_size, int first, int last,
-                                        ChakraInfo& info) {
+                                        ChakraInfo& info, const ChakraGroups& groups) {
   auto messages = split_messages(bytes);
   if (!messages.is_ok()) return messages.status();
   if (messages->empty()) return Status::invalid_argument("an empty file, not a Chakra trace");
@@ -338,6 +361,7 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     Task t;
+    const std::vector<int>* members = nullptr;  // a process group's ranks, not the world's
     t.name = n.name;
     t.phase = Phase::kForward;
     const double dur_s = n.dur_us * 1e-6;
@@ -366,6 +390,15 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
         t.group = g.ranks;
         t.bytes = size;
         ++info.collectives;
+        if (const std::string pg = n.text("pg_name"); !pg.empty()) {
+          auto it = groups.find(pg);
+          if (it == groups.end() || !std::binary_search(it->second.begin(), it->second.end(), rank)) {
+            info.unresolved_groups.insert(pg);
+          } else if (static_cast<int>(it->second.size()) < g.ranks) {
+            members = &it->second;
+            ++info.in_subgroups;
+          }
+        }
       } else if (dur_s > 0) {  // kept as measured, on the network lane
         t.kind = TaskKind::kCompute;
         t.resource = Resource::kNetwork;
@@ -407,6 +440,10 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
     }
     t.id = static_cast<int>(s.tasks.size());
     t.deps = std::move(deps);
+    if (members != nullptr) {
+      g.group_ranks[t.id] = *members;
+      t.group = static_cast<int>(members->size());
+    }
     stands_for[i] = {t.id};
     s.tasks.push_back(std::move(t));
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "base/stats.h"
 
@@ -217,6 +218,14 @@ Result<WhatIf> parse_what_if(const std::string& text) {
 void place_ranks(const HardwareSpec& hw, ReplayGraph& g) {
   Schedule& s = g.schedule;
   s.ranks_per_node = std::max(1, std::min(hw.gpu.count, s.ranks));
+  // Ranks fill the nodes in order: a group spans the nodes its ranks are on.
+  for (const auto& [id, ranks] : g.group_ranks) {
+    std::set<int> nodes;
+    for (int r : ranks) nodes.insert(r / s.ranks_per_node);
+    Task& t = s.tasks[static_cast<std::size_t>(id)];
+    t.group = static_cast<int>(ranks.size());
+    t.group_nodes = static_cast<int>(nodes.size());
+  }
 }
 
 namespace {
@@ -319,10 +328,28 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
       auto nodes = what_if_nodes(w, *x, hw);
       if (!nodes.is_ok()) return nodes.status();
       const int per_node = std::max(1, std::min(hw.gpu.count, g.schedule.ranks));
+      const int old_nodes = (g.schedule.ranks + per_node - 1) / per_node;
       hw.nodes = *nodes;
       g.schedule.ranks = g.schedule.data_parallel = per_node * *nodes;
       for (Task& t : g.schedule.tasks) {
         if (t.kind == TaskKind::kCollective && t.group > 1) t.group = g.schedule.ranks;
+      }
+      // A process group that spans every node (data parallelism beside tensor parallelism) spans the new
+      // ones too, with the same GPUs on each; a group inside a node stays as it was.
+      for (auto& [id, ranks] : g.group_ranks) {
+        std::set<int> on;
+        for (int r : ranks) on.insert(r / per_node);
+        std::vector<int> grown;
+        if (static_cast<int>(on.size()) == old_nodes && old_nodes > 1) {
+          std::set<int> local;
+          for (int r : ranks) local.insert(r % per_node);
+          for (int node = 0; node < *nodes; ++node) {
+            for (int l : local) grown.push_back(node * per_node + l);
+          }
+        } else {
+          grown = ranks;
+        }
+        ranks = std::move(grown);
       }
     }
   }

@@ -11,6 +11,7 @@
 // nodes=N (data-parallel weak scaling: N nodes of the same ranks per node).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ReplayGraph {
   // samples "memory gpu" / "memory cpu" with the allocated and reserved bytes, times from the step's start.
   std::vector<trace::CounterSample> memory;
   double peak_allocated[2] = {0, 0};  // gpu, cpu, over the steps used
+  // Collectives of a process group other than the world's: task id -> the group's ranks (sorted). place_ranks
+  // turns them into the nodes each group spans on the hardware.
+  std::map<int, std::vector<int>> group_ranks;
 };
 
 // For importers: sets g.first_step/last_step to steps [first, last) of g.steps_total (last < 0: to the end),

@@ -83,7 +83,7 @@ struct GpuTask {
   std::vector<const void*> waited;  // streams made to wait for it
   const void* recorded = nullptr;   // the stream the task's end event was last recorded on
 };
-thread_local GpuTask* tl_gpu_task = nullptr;
+[[maybe_unused]] thread_local GpuTask* tl_gpu_task = nullptr;
 
 }  // namespace
 

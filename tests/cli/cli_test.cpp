@@ -1265,6 +1265,52 @@ TEST(CliReplay, ReadsChakraExecutionTraces) {
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
 }
 
+// Four ranks, tensor parallelism 2 beside data parallelism 2: each rank's all-reduces name their process
+// groups (pg_name), whose ranks replay finds from the traces beside it: pairs inside the node, faster than
+// the same all-reduces over all four ranks. With a rank's trace missing it says so and uses the world.
+TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
+  const std::filesystem::path root = std::filesystem::current_path() / "cli_test_files" / "chakra-groups";
+  std::filesystem::remove_all(root);
+  for (const bool named : {true, false}) {
+    const std::filesystem::path dir = root / (named ? "named" : "plain");
+    std::filesystem::create_directories(dir);
+    for (int rank = 0; rank < 4; ++rank) {
+      chakra_testing::ChakraWriter w;
+      const std::string tp = "tp" + std::to_string(rank / 2), dp = "dp" + std::to_string(rank % 2);
+      std::uint64_t id = 1;
+      for (const std::string& pg : {tp, dp}) {
+        chakra_testing::ChakraWriter::Node ar;
+        ar.id = id;
+        ar.name = "ncclDevKernel_AllReduce " + pg;
+        ar.type = chakra_testing::ChakraWriter::kColl;
+        if (id > 1) ar.data_deps = {id - 1};
+        ar.int_attrs = {{"comm_type", chakra_testing::ChakraWriter::kAllReduce}, {"comm_size", 256 << 20}};
+        if (named) ar.string_attrs = {{"pg_name", pg}};
+        w.add(ar);
+        ++id;
+      }
+      std::ofstream((dir / ("job." + std::to_string(rank) + ".et")).string(), std::ios::binary) << w.bytes();
+    }
+  }
+  auto replayed = [](const std::filesystem::path& trace) {
+    const CmdResult r = memwall("replay " + trace.string() + " --hardware dgx2 --fast --json", false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return parse_json(r.output).at("replay").at(0).at("replayed_iteration_s").get<double>();
+  };
+  const double grouped = replayed(root / "named" / "job.0.et"), world = replayed(root / "plain" / "job.0.et");
+  EXPECT_LT(grouped, 0.9 * world);  // rings of 2 (link x 2) against rings of 4 (link x 4/3)
+  CmdResult r = memwall("replay " + (root / "named" / "job.2.et").string() + " --hardware dgx2");  // SimGrid
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("job.2.et: 2 collectives in process groups smaller than the world"),
+            std::string::npos)
+      << r.output;
+  std::filesystem::remove(root / "named" / "job.3.et");  // ranks 0-2 are complete: rename rank 2 away
+  std::filesystem::rename(root / "named" / "job.2.et", root / "named" / "job.5.et");
+  r = memwall("replay " + (root / "named" / "job.0.et").string() + " --hardware dgx2 --fast");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("whose ranks are not known"), std::string::npos) << r.output;
+}
+
 TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
   const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "kineto";
   std::filesystem::create_directories(dir);

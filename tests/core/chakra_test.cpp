@@ -127,6 +127,68 @@ TEST(Chakra, ReplaysOnHardwareAndAnswersWhatIfs) {
   }
 }
 
+// Rank 3 of 32 on two DGX-2 nodes, tensor parallelism 4 beside data parallelism: a 64 MiB all-reduce in its
+// tensor-parallel group (ranks 0-3, on node 0), one in its data-parallel group (ranks 3 and 19, one GPU on
+// each node, with the node's NICs shared by the 16 such groups) and one over the world (pg "0").
+TEST(Chakra, CollectivesSpanTheirProcessGroups) {
+  ChakraWriter w;
+  std::uint64_t id = 1;
+  for (const char* pg : {"tp", "dp", "0"}) {
+    ChakraWriter::Node ar;
+    ar.id = id;
+    ar.name = std::string("allreduce ") + pg;
+    ar.type = ChakraWriter::kColl;
+    if (id > 1) ar.data_deps = {id - 1};
+    ar.int_attrs = {{"comm_type", ChakraWriter::kAllReduce}, {"comm_size", 64 << 20}};
+    ar.string_attrs = {{"pg_name", pg}};
+    w.add(ar);
+    ++id;
+  }
+  EXPECT_EQ(chakra_process_groups(w.bytes()), (std::set<std::string>{"0", "dp", "tp"}));
+  std::vector<int> world(32);
+  for (int r = 0; r < 32; ++r) world[static_cast<std::size_t>(r)] = r;
+  const ChakraGroups groups = {{"tp", {0, 1, 2, 3}}, {"dp", {3, 19}}, {"0", world}};
+  ChakraInfo info;
+  auto g = import_chakra_trace(w.bytes(), 3, 32, 0, -1, info, groups);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  EXPECT_EQ(info.in_subgroups, 2u);
+  EXPECT_TRUE(info.unresolved_groups.empty());
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  hw.nodes = 2;
+  place_ranks(hw, *g);
+  const auto& t = g->schedule.tasks;
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].group, 4);
+  EXPECT_EQ(t[0].group_nodes, 1);
+  EXPECT_EQ(t[1].group, 2);
+  EXPECT_EQ(t[1].group_nodes, 2);
+  EXPECT_EQ(t[2].group, 32);
+  ReferenceExecutor ref(hw, g->schedule.ranks_per_node);
+  const double bytes = 64 << 20;
+  // Inside a node: a ring of 4 over NVLink.
+  EXPECT_NEAR(ref.duration(t[0]), 3 * hw.nvlink.latency_s + 2 * bytes / (hw.nvlink.gpu_Bps * 4 / 3), 1e-12);
+  // One GPU per node: the tensor through 1/16 of the node's NICs, (2-1)/2 of it crossing.
+  EXPECT_NEAR(ref.duration(t[1]), hw.network.latency_s + 2 * bytes / (hw.network.node_Bps() / 16 * 2), 1e-12);
+  EXPECT_LT(ref.duration(t[0]), ref.duration(t[2]));
+  EXPECT_GT(ref.duration(t[1]), ref.duration(t[2]));  // the world's ring has the whole NIC per node
+  // Four nodes: the data-parallel group spans them all; the tensor-parallel one stays on its node.
+  ReplayGraph g4 = *g;
+  HardwareSpec hw4 = hw;
+  ASSERT_TRUE(apply_what_ifs({{"nodes", "4"}}, nullptr, hw4, g4).is_ok());
+  place_ranks(hw4, g4);
+  EXPECT_EQ(g4.schedule.tasks[0].group, 4);
+  EXPECT_EQ(g4.schedule.tasks[0].group_nodes, 1);
+  EXPECT_EQ(g4.schedule.tasks[1].group, 4);
+  EXPECT_EQ(g4.schedule.tasks[1].group_nodes, 4);
+  EXPECT_EQ(g4.schedule.tasks[2].group, 64);
+  // Without the groups (not every rank's trace at hand) every collective spans the world, as before.
+  ChakraInfo bare;
+  auto all = import_chakra_trace(w.bytes(), 3, 32, 0, -1, bare);
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(bare.unresolved_groups.size(), 3u);
+  for (const Task& task : all->schedule.tasks) EXPECT_EQ(task.group, 32);
+}
+
 TEST(Chakra, UntimedTracesAndRooflineNodes) {
   // No start times (ASTRA-sim's generated traces): no measured iteration; a compute node with FLOPs and no
   // duration runs at the hardware's achievable rate.
