@@ -171,6 +171,10 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
         "kinds skipped\n",
         path.c_str(), info.rank, info.world_size, info.kernels, info.memcpys, info.collectives,
         info.unmatched_collectives, info.point_to_point, info.unknown_events);
+    if (info.in_subgroups > 0) {
+      std::fprintf(log, "%s: %zu collectives in process groups smaller than the world (their ranks listed)\n",
+                   path.c_str(), info.in_subgroups);
+    }
   }
   return g;
 }

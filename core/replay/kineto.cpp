@@ -72,7 +72,26 @@ struct Comm {
   double ts = 0, bytes = 0;
   int group = 0;
   std::string name;
+  std::vector<int> ranks;  // the process group's ranks, sorted, when the trace lists them all
 };
+
+// "Process Group Ranks" (PyTorch 2.2 and later): "[0, 1, 2, 3]", or a list. A list shortened with "..." (past
+// 30 ranks) or holding anything but ranks gives none.
+std::vector<int> group_ranks_of(const json& args) {
+  auto it = args.find("Process Group Ranks");
+  if (it == args.end()) return {};
+  json list = *it;
+  if (list.is_string()) list = json::parse(list.get<std::string>(), nullptr, false);
+  std::vector<int> out;
+  if (!list.is_array()) return {};
+  for (const json& r : list) {
+    if (!r.is_number_integer() || r.get<long>() < 0 || r.get<long>() > (1L << 24)) return {};
+    out.push_back(static_cast<int>(r.get<long>()));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 
 // A rank, world size or group size from the file: a whole number in [lo, 2^24], else `fallback`.
 int count_of(double v, int fallback, long lo) {
@@ -88,6 +107,11 @@ Comm comm_of_args(const json& args, double ts, int world_size) {
   const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
   c.bytes = elems * dtype_bytes(str(args, "dtype"));
   c.group = count_of(num(args, "Group size", world_size), world_size, 0);
+  c.ranks = group_ranks_of(args);
+  if (c.ranks.empty() || (c.group > 0 && static_cast<int>(c.ranks.size()) != c.group) ||
+      c.ranks.back() >= world_size) {
+    c.ranks.clear();  // not the whole group, or not of this world: its size alone
+  }
   return c;
 }
 
@@ -254,6 +278,11 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       t.group = std::max(1, c.group > 0 ? c.group : info.world_size);
       t.bytes = c.bytes;
       ++info.collectives;
+      if (!c.ranks.empty() && static_cast<int>(c.ranks.size()) < info.world_size) {
+        t.group = static_cast<int>(c.ranks.size());
+        g.group_ranks[t.id] = c.ranks;  // placed on the nodes by place_ranks
+        ++info.in_subgroups;
+      }
     } else if (e.cat == "gpu_memcpy" &&
                (n.find("htod") != std::string::npos || n.find("dtoh") != std::string::npos)) {
       t.kind = TaskKind::kCopy;

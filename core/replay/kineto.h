@@ -23,6 +23,7 @@ struct KinetoInfo {
   int rank = 0, world_size = 1;
   std::size_t kernels = 0, memcpys = 0, collectives = 0, unmatched_collectives = 0;
   std::size_t point_to_point = 0;  // NCCL send/recv kernels (kept with their measured durations)
+  std::size_t in_subgroups = 0;    // collectives of a process group smaller than the world, its ranks listed
   std::size_t stream_waits = 0;    // cross-stream dependencies from cuda_sync "Stream Wait Event"
   std::size_t unknown_events = 0;  // event kinds not read (counted, not fatal)
 };

@@ -255,6 +255,38 @@ TEST(Kineto, ReadsCollectiveSizesFromNcclKernelsAndKeepsSendRecvAsMeasured) {
   EXPECT_EQ(sendrecv, 1);
 }
 
+// PyTorch 2.2 and later list a collective's process group ("Process Group Ranks"): rank 3 of 32 all-reducing
+// with rank 19 spans two DGX-2 nodes with one GPU on each. A list shortened with "..." says only its size.
+TEST(Kineto, CollectivesSpanTheProcessGroupsTheTraceLists) {
+  for (const std::string& ranks : {std::string("[3, 19]"), std::string("[0, 1, ..., 31]")}) {
+    json t = json::parse(kineto_fixture(false));
+    t["distributedInfo"]["rank"] = 3;
+    t["distributedInfo"]["world_size"] = 32;
+    for (json& e : t["traceEvents"]) {
+      if (e.value("name", "").rfind("ncclKernel_AllReduce", 0) != 0) continue;
+      e["args"]["Collective name"] = "allreduce";
+      e["args"]["In msg nelems"] = 1000;
+      e["args"]["dtype"] = "Float";
+      e["args"]["Group size"] = ranks == "[3, 19]" ? 2 : 32;
+      e["args"]["Process Group Ranks"] = ranks;
+    }
+    KinetoInfo info;
+    auto g = import_kineto_trace(t.dump(), 0, -1, info);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+    hw.nodes = 2;
+    place_ranks(hw, *g);
+    const bool listed = ranks == "[3, 19]";
+    EXPECT_EQ(info.in_subgroups, listed ? 1u : 0u) << ranks;
+    EXPECT_EQ(g->group_ranks.size(), listed ? 1u : 0u) << ranks;
+    for (const Task& task : g->schedule.tasks) {
+      if (task.kind != TaskKind::kCollective) continue;
+      EXPECT_EQ(task.group, listed ? 2 : 32) << ranks;
+      EXPECT_EQ(task.group_nodes, listed ? 2 : 0) << ranks;
+    }
+  }
+}
+
 TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
   KinetoInfo info;
   auto g = import_kineto_trace(kineto_fixture(false), 0, -1, info);
