@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/hash.h"
@@ -34,6 +36,18 @@ class LocalComm final : public Communicator {
 };
 
 #if MEMWALL_HAVE_MPI
+// A collective that timed out cannot be cancelled: its request stays posted, and MPI may still read and write
+// its buffers later (when the late peer joins, or while MPI_Finalize progresses what is pending). memwall's
+// own buffers of such a request are kept here until the process ends (reachable, so not a leak). The caller's
+// buffers of a timed-out all-gather or reduce-scatter are beyond reach: then MPI_Finalize, which would
+// progress the request into them after they are freed, is not called at exit (the run is failing anyway;
+// mpirun reports that the rank exited without finalizing).
+std::vector<std::shared_ptr<void>>& abandoned_buffers() {
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  return *kept;
+}
+bool caller_buffers_abandoned = false;
+
 class MpiComm final : public Communicator {
  public:
   explicit MpiComm(std::chrono::milliseconds timeout) : timeout_(timeout) {
@@ -46,32 +60,39 @@ class MpiComm final : public Communicator {
   Status allgather(const void* shard, void* full, std::size_t bytes, const std::string& tag) override {
     MPI_Request req;
     MW_RETURN_IF_ERROR(check_count(bytes, tag));
-    MW_RETURN_IF_ERROR(agree("allgather", bytes, tag));
+    MW_RETURN_IF_ERROR(check_intents("allgather", bytes, tag));
     MPI_Iallgather(shard, static_cast<int>(bytes), MPI_BYTE, full, static_cast<int>(bytes), MPI_BYTE,
                    MPI_COMM_WORLD, &req);
-    return wait(req, "allgather", tag);
+    const Status s = wait(req, "allgather", tag);
+    if (!s.is_ok()) caller_buffers_abandoned = true;
+    return s;
   }
 
   Status reduce_scatter_sum(const float* full, float* shard, std::size_t count,
                             const std::string& tag) override {
     MW_RETURN_IF_ERROR(check_count(count, tag));
-    MW_RETURN_IF_ERROR(agree("reduce-scatter", count * sizeof(float), tag));
+    MW_RETURN_IF_ERROR(check_intents("reduce-scatter", count * sizeof(float), tag));
     // Every rank sends piece r of its buffer to rank r, then sums the received pieces in rank order.
-    recv_.resize(count * static_cast<std::size_t>(size_));
+    std::vector<float>& recv = *recv_;
+    recv.resize(count * static_cast<std::size_t>(size_));
     MPI_Request req;
-    MPI_Ialltoall(full, static_cast<int>(count), MPI_FLOAT, recv_.data(), static_cast<int>(count), MPI_FLOAT,
+    MPI_Ialltoall(full, static_cast<int>(count), MPI_FLOAT, recv.data(), static_cast<int>(count), MPI_FLOAT,
                   MPI_COMM_WORLD, &req);
-    MW_RETURN_IF_ERROR(wait(req, "reduce-scatter", tag));
-    std::memcpy(shard, recv_.data(), count * sizeof(float));
+    if (Status s = wait(req, "reduce-scatter", tag); !s.is_ok()) {
+      abandoned_buffers().push_back(std::exchange(recv_, std::make_shared<std::vector<float>>()));
+      caller_buffers_abandoned = true;
+      return s;
+    }
+    std::memcpy(shard, recv.data(), count * sizeof(float));
     for (int r = 1; r < size_; ++r) {
-      const float* piece = recv_.data() + static_cast<std::size_t>(r) * count;
+      const float* piece = recv.data() + static_cast<std::size_t>(r) * count;
       for (std::size_t i = 0; i < count; ++i) shard[i] += piece[i];
     }
     return Status::ok();
   }
 
   Status barrier(const std::string& tag) override {
-    MW_RETURN_IF_ERROR(agree("barrier", 0, tag));
+    MW_RETURN_IF_ERROR(check_intents("barrier", 0, tag));
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     return wait(req, "barrier", tag);
@@ -95,25 +116,33 @@ class MpiComm final : public Communicator {
     char op[16];
     char tag[96];  // the tag's first 95 characters, for the message
   };
-  Status agree(const char* op, std::size_t bytes, const std::string& tag) {
+  struct Intents {
     Intent mine{};
+    std::vector<Intent> all;
+  };
+  Status check_intents(const char* op, std::size_t bytes, const std::string& tag) {
+    Intent& mine = intents_->mine;
+    mine = Intent{};
     mine.bytes = bytes;
     mine.tag_hash = fnv1a(tag.data(), tag.size());  // the same in every process
     std::strncpy(mine.op, op, sizeof mine.op - 1);
     std::strncpy(mine.tag, tag.c_str(), sizeof mine.tag - 1);
-    intents_.resize(static_cast<std::size_t>(size_));
+    std::vector<Intent>& all = intents_->all;
+    all.resize(static_cast<std::size_t>(size_));
     MPI_Request req;
-    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, intents_.data(), sizeof(Intent), MPI_BYTE, MPI_COMM_WORLD,
-                   &req);
-    MW_RETURN_IF_ERROR(wait(req, op, tag));
+    MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof(Intent), MPI_BYTE, MPI_COMM_WORLD, &req);
+    if (Status s = wait(req, op, tag); !s.is_ok()) {
+      abandoned_buffers().push_back(std::exchange(intents_, std::make_shared<Intents>()));
+      return s;
+    }
     bool same = true;
-    for (const Intent& o : intents_) {
+    for (const Intent& o : all) {
       same = same && o.bytes == mine.bytes && o.tag_hash == mine.tag_hash && std::strcmp(o.op, mine.op) == 0;
     }
     if (same) return Status::ok();
     std::string each;
     for (int q = 0; q < size_; ++q) {
-      const Intent& o = intents_[static_cast<std::size_t>(q)];
+      const Intent& o = all[static_cast<std::size_t>(q)];
       each += (q ? "; rank " : "rank ") + std::to_string(q) + " runs " + o.op + " '" + o.tag + "' (" +
               std::to_string(o.bytes) + " bytes)";
     }
@@ -132,7 +161,7 @@ class MpiComm final : public Communicator {
       if (done) return Status::ok();
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited > timeout_) {
-        // The request cannot be cancelled portably; the caller is expected to stop (and MPI_Abort).
+        // The request cannot be cancelled: the caller keeps what it may still touch (abandoned_buffers).
         return Status::unavailable(
             "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " + op + " '" + tag +
             "' did not complete within " +
@@ -151,14 +180,14 @@ class MpiComm final : public Communicator {
 
   std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
-  std::vector<float> recv_;
-  std::vector<Intent> intents_;
+  std::shared_ptr<std::vector<float>> recv_ = std::make_shared<std::vector<float>>();
+  std::shared_ptr<Intents> intents_ = std::make_shared<Intents>();
 };
 
 void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized && !caller_buffers_abandoned) MPI_Finalize();
 }
 #endif
 
