@@ -280,6 +280,8 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
                 {"error", timed ? json((replayed - measured) / measured) : json(nullptr)}};
     // Trained with gradient accumulation: each iteration is a whole step of that many micro-batches.
     if (gas > 1) row["gradient_accumulation_steps"] = gas;
+    // Collectives of a process group smaller than the world (Chakra pg_name, Kineto's listed ranks).
+    if (!g->group_ranks.empty()) row["collectives_in_process_groups"] = g->group_ranks.size();
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {
       row["measured_peak_allocated_bytes"] = {{"gpu", g->peak_allocated[0]}, {"cpu", g->peak_allocated[1]}};
     }

@@ -1295,7 +1295,10 @@ TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
   auto replayed = [](const std::filesystem::path& trace) {
     const CmdResult r = memwall("replay " + trace.string() + " --hardware dgx2 --fast --json", false);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return parse_json(r.output).at("replay").at(0).at("replayed_iteration_s").get<double>();
+    const auto row = parse_json(r.output).at("replay").at(0);
+    EXPECT_EQ(row.value("collectives_in_process_groups", 0),
+              trace.string().find("named") != std::string::npos ? 2 : 0);
+    return row.at("replayed_iteration_s").get<double>();
   };
   const double grouped = replayed(root / "named" / "job.0.et"), world = replayed(root / "plain" / "job.0.et");
   EXPECT_LT(grouped, 0.9 * world);  // rings of 2 (link x 2) against rings of 4 (link x 4/3)
