@@ -75,19 +75,54 @@ struct Comm {
   std::vector<int> ranks;  // the process group's ranks, sorted, when the trace lists them all
 };
 
-// "Process Group Ranks" (PyTorch 2.2 and later): "[0, 1, 2, 3]", or a list. A list shortened with "..." (past
-// 30 ranks) or holding anything but ranks gives none.
-std::vector<int> group_ranks_of(const json& args) {
+// "Process Group Ranks" (PyTorch 2.2 and later): "[0, 1, 2, 3]", or a list. Past 30 ranks PyTorch writes the
+// first 29, "...", and the last: when those 29 step evenly (a tensor-parallel group's ranks in a row, a
+// data-parallel group's every tp-th rank) and the step reaches the last in `group` ranks, that is the group.
+// Anything else gives none.
+std::vector<int> group_ranks_of(const json& args, int group) {
   auto it = args.find("Process Group Ranks");
   if (it == args.end()) return {};
-  json list = *it;
-  if (list.is_string()) list = json::parse(list.get<std::string>(), nullptr, false);
-  std::vector<int> out;
-  if (!list.is_array()) return {};
-  for (const json& r : list) {
-    if (!r.is_number_integer() || r.get<long>() < 0 || r.get<long>() > (1L << 24)) return {};
-    out.push_back(static_cast<int>(r.get<long>()));
+  std::vector<long> seen;
+  bool shortened = false;
+  if (it->is_array()) {
+    for (const json& r : *it) {
+      if (!r.is_number_integer()) return {};
+      seen.push_back(r.get<long>());
+    }
+  } else if (it->is_string()) {
+    const std::string text = it->get<std::string>();
+    std::size_t i = 0;
+    while (i < text.size()) {
+      if (text.compare(i, 3, "...") == 0) {
+        shortened = true;
+        i += 3;
+      } else if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+        std::size_t used = 0;
+        seen.push_back(std::stol(text.substr(i, 9), &used));
+        i += used;
+      } else if (text[i] == '[' || text[i] == ']' || text[i] == ',' || text[i] == ' ') {
+        ++i;
+      } else {
+        return {};
+      }
+    }
+  } else {
+    return {};
   }
+  for (long r : seen) {
+    if (r < 0 || r > (1L << 24)) return {};
+  }
+  if (shortened) {
+    if (seen.size() < 3 || group < 3) return {};
+    const long first = seen.front(), step = seen[1] - seen[0], last = seen.back();
+    for (std::size_t k = 1; k + 1 < seen.size(); ++k) {
+      if (seen[k] - seen[k - 1] != step) return {};
+    }
+    if (step < 1 || (last - first) % step != 0 || (last - first) / step + 1 != group) return {};
+    seen.clear();
+    for (long r = first; r <= last; r += step) seen.push_back(r);
+  }
+  std::vector<int> out(seen.begin(), seen.end());
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -107,7 +142,7 @@ Comm comm_of_args(const json& args, double ts, int world_size) {
   const double elems = std::max(num(args, "In msg nelems"), num(args, "Out msg nelems"));
   c.bytes = elems * dtype_bytes(str(args, "dtype"));
   c.group = count_of(num(args, "Group size", world_size), world_size, 0);
-  c.ranks = group_ranks_of(args);
+  c.ranks = group_ranks_of(args, c.group);
   if (c.ranks.empty() || (c.group > 0 && static_cast<int>(c.ranks.size()) != c.group) ||
       c.ranks.back() >= world_size) {
     c.ranks.clear();  // not the whole group, or not of this world: its size alone

@@ -256,7 +256,8 @@ TEST(Kineto, ReadsCollectiveSizesFromNcclKernelsAndKeepsSendRecvAsMeasured) {
 }
 
 // PyTorch 2.2 and later list a collective's process group ("Process Group Ranks"): rank 3 of 32 all-reducing
-// with rank 19 spans two DGX-2 nodes with one GPU on each. A list shortened with "..." says only its size.
+// with rank 19 spans two DGX-2 nodes with one GPU on each. A shortened list ("...") of the whole world is the
+// world.
 TEST(Kineto, CollectivesSpanTheProcessGroupsTheTraceLists) {
   for (const std::string& ranks : {std::string("[3, 19]"), std::string("[0, 1, ..., 31]")}) {
     json t = json::parse(kineto_fixture(false));
@@ -283,6 +284,34 @@ TEST(Kineto, CollectivesSpanTheProcessGroupsTheTraceLists) {
       if (task.kind != TaskKind::kCollective) continue;
       EXPECT_EQ(task.group, listed ? 2 : 32) << ranks;
       EXPECT_EQ(task.group_nodes, listed ? 2 : 0) << ranks;
+    }
+  }
+  // A shortened list that steps evenly: every 8th rank of 256 (tensor parallelism 8) from rank 3, 32 of them
+  // on 16 DGX-2 nodes, two per node; one that does not step evenly says only its size.
+  for (const std::string& ranks :
+       {std::string("[3, 11, 19, 27, ..., 251]"), std::string("[3, 11, 20, ..., 251]")}) {
+    json t = json::parse(kineto_fixture(false));
+    t["distributedInfo"]["rank"] = 3;
+    t["distributedInfo"]["world_size"] = 256;
+    for (json& e : t["traceEvents"]) {
+      if (e.value("name", "").rfind("ncclKernel_AllReduce", 0) != 0) continue;
+      e["args"]["Collective name"] = "allreduce";
+      e["args"]["In msg nelems"] = 1000;
+      e["args"]["dtype"] = "Float";
+      e["args"]["Group size"] = 32;
+      e["args"]["Process Group Ranks"] = ranks;
+    }
+    KinetoInfo info;
+    auto g = import_kineto_trace(t.dump(), 0, -1, info);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+    hw.nodes = 16;
+    place_ranks(hw, *g);
+    const bool even = ranks.find("20") == std::string::npos;
+    for (const Task& task : g->schedule.tasks) {
+      if (task.kind != TaskKind::kCollective) continue;
+      EXPECT_EQ(task.group, 32) << ranks;
+      EXPECT_EQ(task.group_nodes, even ? 16 : 0) << ranks;
     }
   }
 }
