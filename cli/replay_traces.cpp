@@ -38,21 +38,25 @@ int chakra_rank(const std::string& filename, std::string& prefix) {
   return std::stoi(digits);
 }
 
-// The rank of a Chakra trace and the world size: the number of PREFIX.N.et files beside it (1 and 1 for
-// another name).
+// The rank of a Chakra trace and the world size: the number of PREFIX.N.et files beside it, or the highest N
+// + 1 where ranks are missing (1 and 1 for another name).
 std::pair<int, int> chakra_rank_and_world(const std::string& path) {
   namespace fs = std::filesystem;
   std::string prefix;
   const int rank = chakra_rank(fs::path(path).filename().string(), prefix);
   if (rank < 0) return {0, 1};
-  int world = 0;
+  int files = 0, highest = -1;
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string other;
-    if (chakra_rank(e.path().filename().string(), other) >= 0 && other == prefix) ++world;
+    const int r = chakra_rank(e.path().filename().string(), other);
+    if (r >= 0 && other == prefix) {
+      ++files;
+      highest = std::max(highest, r);
+    }
   }
-  return {rank, std::max(world, rank + 1)};
+  return {rank, std::max({files, highest + 1, rank + 1})};  // ranks missing in between still count
 }
 
 // The process groups of a Chakra job: the ranks whose traces (every PREFIX.N.et beside `path`) name each

@@ -1312,6 +1312,7 @@ TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
   r = memwall("replay " + (root / "named" / "job.0.et").string() + " --hardware dgx2 --fast");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("whose ranks are not known"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 of 6"), std::string::npos) << r.output;  // rank 5's trace: six ranks
 }
 
 TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
