@@ -256,62 +256,43 @@ TEST(Kineto, ReadsCollectiveSizesFromNcclKernelsAndKeepsSendRecvAsMeasured) {
 }
 
 // PyTorch 2.2 and later list a collective's process group ("Process Group Ranks"): rank 3 of 32 all-reducing
-// with rank 19 spans two DGX-2 nodes with one GPU on each. A shortened list ("...") of the whole world is the
-// world.
+// with rank 19 spans two DGX-2 nodes with one GPU on each; a shortened list ("...") of the whole world is the
+// world; one that steps evenly (every 8th rank of 256 from rank 3: tensor parallelism 8) is read whole, 32
+// ranks on 16 nodes; one that does not step evenly says only the group's size.
 TEST(Kineto, CollectivesSpanTheProcessGroupsTheTraceLists) {
-  for (const std::string& ranks : {std::string("[3, 19]"), std::string("[0, 1, ..., 31]")}) {
+  struct Case {
+    int world, group;
+    std::string ranks;
+    int nodes;                   // of the hardware
+    int want_group, want_nodes;  // the task's (want_nodes 0: ranks not known, consecutive assumed)
+  };
+  const Case cases[] = {{32, 2, "[3, 19]", 2, 2, 2},
+                        {32, 32, "[0, 1, ..., 31]", 2, 32, 0},
+                        {256, 32, "[3, 11, 19, 27, ..., 251]", 16, 32, 16},
+                        {256, 32, "[3, 11, 20, ..., 251]", 16, 32, 0}};
+  for (const Case& k : cases) {
     json t = json::parse(kineto_fixture(false));
     t["distributedInfo"]["rank"] = 3;
-    t["distributedInfo"]["world_size"] = 32;
+    t["distributedInfo"]["world_size"] = k.world;
     for (json& e : t["traceEvents"]) {
       if (e.value("name", "").rfind("ncclKernel_AllReduce", 0) != 0) continue;
       e["args"]["Collective name"] = "allreduce";
       e["args"]["In msg nelems"] = 1000;
       e["args"]["dtype"] = "Float";
-      e["args"]["Group size"] = ranks == "[3, 19]" ? 2 : 32;
-      e["args"]["Process Group Ranks"] = ranks;
+      e["args"]["Group size"] = k.group;
+      e["args"]["Process Group Ranks"] = k.ranks;
     }
     KinetoInfo info;
     auto g = import_kineto_trace(t.dump(), 0, -1, info);
     ASSERT_TRUE(g.is_ok()) << g.status().to_string();
     HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-    hw.nodes = 2;
+    hw.nodes = k.nodes;
     place_ranks(hw, *g);
-    const bool listed = ranks == "[3, 19]";
-    EXPECT_EQ(info.in_subgroups, listed ? 1u : 0u) << ranks;
-    EXPECT_EQ(g->group_ranks.size(), listed ? 1u : 0u) << ranks;
+    EXPECT_EQ(info.in_subgroups, k.want_nodes > 0 ? 1u : 0u) << k.ranks;
     for (const Task& task : g->schedule.tasks) {
       if (task.kind != TaskKind::kCollective) continue;
-      EXPECT_EQ(task.group, listed ? 2 : 32) << ranks;
-      EXPECT_EQ(task.group_nodes, listed ? 2 : 0) << ranks;
-    }
-  }
-  // A shortened list that steps evenly: every 8th rank of 256 (tensor parallelism 8) from rank 3, 32 of them
-  // on 16 DGX-2 nodes, two per node; one that does not step evenly says only its size.
-  for (const std::string& ranks :
-       {std::string("[3, 11, 19, 27, ..., 251]"), std::string("[3, 11, 20, ..., 251]")}) {
-    json t = json::parse(kineto_fixture(false));
-    t["distributedInfo"]["rank"] = 3;
-    t["distributedInfo"]["world_size"] = 256;
-    for (json& e : t["traceEvents"]) {
-      if (e.value("name", "").rfind("ncclKernel_AllReduce", 0) != 0) continue;
-      e["args"]["Collective name"] = "allreduce";
-      e["args"]["In msg nelems"] = 1000;
-      e["args"]["dtype"] = "Float";
-      e["args"]["Group size"] = 32;
-      e["args"]["Process Group Ranks"] = ranks;
-    }
-    KinetoInfo info;
-    auto g = import_kineto_trace(t.dump(), 0, -1, info);
-    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-    HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-    hw.nodes = 16;
-    place_ranks(hw, *g);
-    const bool even = ranks.find("20") == std::string::npos;
-    for (const Task& task : g->schedule.tasks) {
-      if (task.kind != TaskKind::kCollective) continue;
-      EXPECT_EQ(task.group, 32) << ranks;
-      EXPECT_EQ(task.group_nodes, even ? 16 : 0) << ranks;
+      EXPECT_EQ(task.group, k.want_group) << k.ranks;
+      EXPECT_EQ(task.group_nodes, k.want_nodes) << k.ranks;
     }
   }
 }
