@@ -102,12 +102,6 @@ Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes,
         path.c_str(), info.version.empty() ? "" : " ", info.version.c_str(), rank, world, info.nodes,
         info.compute, info.cpu_ops, info.collectives, info.measured_communication, info.copies, info.skipped,
         info.timed ? "" : "; no start times, so no measured iteration to compare with");
-    if (info.in_subgroups > 0) {
-      std::fprintf(log,
-                   "%s: %zu collectives in process groups smaller than the world (their ranks: the traces "
-                   "beside it that name them)\n",
-                   path.c_str(), info.in_subgroups);
-    }
     if (!info.unresolved_groups.empty()) {
       std::fprintf(
           log,
@@ -175,10 +169,6 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
         "kinds skipped\n",
         path.c_str(), info.rank, info.world_size, info.kernels, info.memcpys, info.collectives,
         info.unmatched_collectives, info.point_to_point, info.unknown_events);
-    if (info.in_subgroups > 0) {
-      std::fprintf(log, "%s: %zu collectives in process groups smaller than the world (their ranks listed)\n",
-                   path.c_str(), info.in_subgroups);
-    }
   }
   return g;
 }
@@ -256,6 +246,10 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
     int gas = 1;
     auto g = load_graph(path, first, last, hardware_json, gas, log);
     if (!g.is_ok()) return g.status();
+    if (log != nullptr && !g->group_ranks.empty()) {
+      std::fprintf(log, "%s: %zu collectives in process groups smaller than the world\n", path.c_str(),
+                   g->group_ranks.size());
+    }
     HardwareSpec hw;
     if (!req.hardware.empty()) {
       auto h = load_hardware_arg(req.hardware, diag);

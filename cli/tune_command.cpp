@@ -439,8 +439,8 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--write-run", opt->write_run, "Write the best configuration as a run file (JSON)");
   cmd->add_flag(
       "--all-micro-batches", opt->all_micro_batches,
-      "With --global-batch, simulate every micro-batch of a step (default: the first, two steady ones "
-      "and the last; the others extrapolated from the steady ones)");
+      "With --global-batch, simulate every micro-batch of a step (default: 4 of them first; the others "
+      "extrapolated where the steady ones repeat exactly)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt, &exit_code] { exit_code = run_tune(*opt); });
 }

@@ -177,11 +177,11 @@ class SimGridExecutor final : public Executor {
     const int n = t.group;
     if (n <= 1) return;
     const double passes = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
-    const int nodes = group_node_count(hw, n, t.group_nodes);
-    const int local = std::min((n + nodes - 1) / nodes, hw.gpu.count);
+    const GroupSpan span = group_span(hw, n, t.group_nodes);
+    const int nodes = span.nodes, local = span.per_node;
     sg4::CommPtr intra, inter;
     if (local > 1) {
-      // The ring of this rank's group on the node: `local` consecutive ranks.
+      // The ring of this rank's group on the node, taken as `local` consecutive ranks (links are alike).
       const int base = rank_ / local * local;
       const int next = std::min(base + (rank_ - base + 1) % local, rpn_ - 1);
       if (next != rank_) {

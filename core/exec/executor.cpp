@@ -71,7 +71,7 @@ double ReferenceExecutor::duration(const Task& t) const {
       if (t.group <= 1) return 0;
       const double bw = allgather_Bps(hw_, t.group, t.group_nodes);
       const double latency =
-          group_node_count(hw_, t.group, t.group_nodes) > 1 ? hw_.network.latency_s : hw_.nvlink.latency_s;
+          group_span(hw_, t.group, t.group_nodes).nodes > 1 ? hw_.network.latency_s : hw_.nvlink.latency_s;
       const double factor = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
       return latency * (t.group - 1) + factor * t.bytes / bw;
     }

@@ -62,15 +62,19 @@ HostPathBandwidth nvme_to_gpu_bandwidth(const HardwareSpec& hw) {
   return host_path(hw, Tier::kNvme);
 }
 
-int group_node_count(const HardwareSpec& hw, int ranks, int nodes) {
-  const int per_node = std::max(1, hw.gpu.count);
-  return std::max(1, nodes > 0 ? std::min(nodes, ranks) : (ranks + per_node - 1) / per_node);
+GroupSpan group_span(const HardwareSpec& hw, int ranks, int nodes) {
+  const int gpus = std::max(1, hw.gpu.count);
+  ranks = std::max(1, ranks);
+  GroupSpan g;
+  g.nodes = std::max(1, nodes > 0 ? std::min(nodes, ranks) : (ranks + gpus - 1) / gpus);
+  g.per_node = std::min((ranks + g.nodes - 1) / g.nodes, gpus);
+  return g;
 }
 
 double allgather_Bps(const HardwareSpec& hw, int ranks, int nodes) {
   if (ranks <= 1) return hw.gpu.hbm_Bps;
-  const int spans = group_node_count(hw, ranks, nodes);
-  const int n = std::min((ranks + spans - 1) / spans, hw.gpu.count);  // the group's GPUs on a node
+  const GroupSpan span = group_span(hw, ranks, nodes);
+  const int spans = span.nodes, n = span.per_node;
   const double link = hw.nvlink.gpu_Bps > 0 ? hw.nvlink.gpu_Bps : hw.pcie.gpu_link_Bps;
   double bw = n > 1 ? link * n / (n - 1) : hw.gpu.hbm_Bps;  // ring: busbw = algbw x (n-1)/n
   if (spans > 1) {

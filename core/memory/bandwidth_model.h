@@ -36,8 +36,13 @@ HostPathBandwidth nvme_to_gpu_bandwidth(const HardwareSpec& hw);
 // groups beside tensor parallelism are), so the group gets that share of the node's NICs.
 double allgather_Bps(const HardwareSpec& hw, int ranks, int nodes = 0);
 
-// The nodes a collective group of `ranks` GPUs spans (`nodes` as in allgather_Bps).
-int group_node_count(const HardwareSpec& hw, int ranks, int nodes);
+// Where a collective group of `ranks` GPUs runs (`nodes` as in allgather_Bps): the nodes it spans and its
+// GPUs on each.
+struct GroupSpan {
+  int nodes = 1;
+  int per_node = 1;
+};
+GroupSpan group_span(const HardwareSpec& hw, int ranks, int nodes);
 
 // Effective bandwidth at which a GPU receives parameters (or sends gradients) that live on `tier`.
 // Bandwidth-centric: min(dp x per-GPU parallel host bandwidth, all-gather bandwidth).

@@ -314,8 +314,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       t.bytes = c.bytes;
       ++info.collectives;
       if (!c.ranks.empty() && static_cast<int>(c.ranks.size()) < info.world_size) {
-        t.group = static_cast<int>(c.ranks.size());
-        g.group_ranks[t.id] = c.ranks;  // placed on the nodes by place_ranks
+        g.group_ranks[t.id] = c.ranks;  // placed on the nodes by place_ranks (t.group is its size already)
         ++info.in_subgroups;
       }
     } else if (e.cat == "gpu_memcpy" &&
