@@ -165,7 +165,30 @@ double optimizer_swap_pool_bytes(const RunConfig& run, double sub) {
   return stages * oo.buffer_count * sub * 4.0 + sub * run.param_bytes();
 }
 
+namespace {
+MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw);
+}  // namespace
+
 MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw) {
+  if (run.zero.offload_optimizer.device != OffloadDevice::kNvme ||
+      run.memwall.optimizer_gradients != OptimizerGradients::kAuto)
+    return estimate_resolved(model, run, hw);
+  // "auto": the NVMe optimizer's gradients in CPU memory where the node holds them, else on NVMe.
+  RunConfig in_cpu = run;
+  in_cpu.memwall.optimizer_gradients = OptimizerGradients::kCpu;
+  MemoryEstimate e = estimate_resolved(model, in_cpu, hw);
+  if (e.tiers[static_cast<int>(Tier::kCpu)].fits()) return e;
+  RunConfig on_nvme = run;
+  on_nvme.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+  const double short_by = e.tiers[static_cast<int>(Tier::kCpu)].used_bytes - hw.cpu.memory_bytes;
+  e = estimate_resolved(model, on_nvme, hw);
+  e.notes.push_back("fp32 gradients on NVMe (memwall.optimizer_gradients auto): CPU memory is " +
+                    format_bytes(short_by) + " short of keeping them");
+  return e;
+}
+
+namespace {
+MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw) {
   MemoryEstimate e;
   Builder b(e);
   const ZeroConfig& z = run.zero;
@@ -257,12 +280,15 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   if (mixed) b.add(opt_tier, MemCategory::kMasterParams32, 4 * opt_elems, opt_rule);
   b.add(opt_tier, MemCategory::kMomentum32, 4 * opt_elems, opt_rule);
   b.add(opt_tier, MemCategory::kVariance32, 4 * opt_elems, opt_rule);
-  if (mixed) {
-    b.add(opt_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule,
-          opt_tier == Tier::kCpu && z.offload_optimizer.pin_memory);
-  }
+  // An offloaded optimizer reads fp32 gradients (without mixed precision too: the GPU keeps none); an NVMe
+  // optimizer's wait in CPU memory unless memwall.optimizer_gradients is "nvme".
+  const Tier grad_tier = tier_of(run.gradients_device());
+  const bool grads_pinned = grad_tier == Tier::kCpu && z.offload_optimizer.pin_memory;
+  const std::string grad_rule =
+      opt_rule + (grad_tier != opt_tier ? " (memwall.optimizer_gradients: kept in CPU memory)" : "");
+  if (mixed || opt_offloaded) b.add(grad_tier, MemCategory::kGrads32, 4 * opt_elems, grad_rule, grads_pinned);
   if (run.memwall.delayed_parameter_update) {  // the CPU step reads the last step's while this one's arrive
-    b.add(opt_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule + " (the previous step's, DPU)",
+    b.add(grad_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule + " (the previous step's, DPU)",
           z.offload_optimizer.pin_memory);
   }
   if (opt_tier == Tier::kNvme) {
@@ -383,5 +409,6 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, con
   }
   return e;
 }
+}  // namespace
 
 }  // namespace memwall

@@ -197,6 +197,8 @@ class Planner {
   double gb_ = 2;  // bytes per gradient element
   double persistence_ = 0;
   Tier opt_tier_ = Tier::kGpu;
+  Tier grad_tier_ = Tier::kGpu;  // where an offloaded optimizer's fp32 gradients wait for the step
+  int grads32_buf_ = -1;         // those gradients (CPU or NVMe), or -1 (optimizer on the GPU)
   bool mixed_ = true;
   bool broadcast_ = false;
 
@@ -240,6 +242,7 @@ Schedule Planner::plan() {
   mixed_ = run_.mixed_precision();
   persistence_ = z.param_persistence_threshold.value;
   opt_tier_ = tier_of(z.offload_optimizer.device);
+  grad_tier_ = tier_of(run_.gradients_device());
   broadcast_ = run_.memwall.partitioning == Partitioning::kBroadcast;
   s_.data_parallel = dp_;
   s_.model_parallel = mp_;
@@ -329,7 +332,7 @@ void Planner::setup() {
   }
   // Optimizer states of this rank: fp32 master params, momentum, variance and gradients.
   const double n_opt = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
-  const bool pin = opt_tier_ == Tier::kCpu && z.offload_optimizer.pin_memory;
+  const bool pin = grad_tier_ == Tier::kCpu && z.offload_optimizer.pin_memory;
   if (opt_tier_ == Tier::kNvme) {
     const double sub = std::min(z.sub_group_size, n_opt);
     opt_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run_, sub),
@@ -341,11 +344,16 @@ void Planner::setup() {
   if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_opt, "fp32 master params", ph, {}, true);
   alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_opt, "fp32 momentum", ph, {}, true);
   opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_opt, "fp32 variance", ph, {}, true);
-  if (mixed_)
-    opt_states_buf_ = alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads", ph, {}, true, pin);
+  // The fp32 gradients an offloaded optimizer reads (without mixed precision too: the GPU keeps none).
+  if (mixed_ || opt_tier_ != Tier::kGpu) {
+    grads32_buf_ =
+        alloc(grad_tier_, MemCategory::kGrads32, 4 * n_opt,
+              grad_tier_ != opt_tier_ ? "fp32 grads (kept in CPU memory)" : "fp32 grads", ph, {}, true, pin);
+    if (grad_tier_ == opt_tier_) opt_states_buf_ = grads32_buf_;
+  }
   // Delayed parameter update: the step works on the previous step's gradients, kept beside this step's.
   if (run_.memwall.delayed_parameter_update) {
-    alloc(opt_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads of the previous step (DPU)", ph, {}, true,
+    alloc(grad_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads of the previous step (DPU)", ph, {}, true,
           pin);
   }
 }
@@ -770,10 +778,9 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
       free_buffer(grad_buf, ph);
     }
   }
-  if (opt_tier_ == Tier::kCpu) {
+  if (grad_tier_ == Tier::kCpu) {  // into the fp32 gradients in CPU memory (summed there over micro-batches)
     last = of_param(
-        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, opt_states_buf_}),
-        p);
+        copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, grads32_buf_}), p);
   } else if (opt_tier_ == Tier::kNvme) {
     const double fp32 = 4 * shard / gb_;
     const int pinned = mark(slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last}), p,
@@ -855,11 +862,15 @@ void Planner::optimizer() {
       }
       swap = opt_swap_[g];
       const int states = opt_states_[g];
-      std::vector<int> grad_deps = join;
-      grad_deps.push_back(states);
-      read[g] = copy(Tier::kNvme, Tier::kCpu, 4 * n, "nvme->cpu grads " + nm, ph, grad_deps,
-                     {swap, opt_states_buf_});
-      step_deps.push_back(read[g]);
+      if (grad_tier_ == Tier::kNvme) {
+        std::vector<int> grad_deps = join;
+        grad_deps.push_back(states);
+        read[g] = copy(Tier::kNvme, Tier::kCpu, 4 * n, "nvme->cpu grads " + nm, ph, grad_deps,
+                       {swap, opt_states_buf_});
+        step_deps.push_back(read[g]);
+      } else {  // the step reads the gradients where they are, in CPU memory
+        step_deps.push_back(states);
+      }
       if (g > 0 && !z.offload_optimizer.pipeline_write) step_deps.push_back(write[g - 1]);
     }
     Task t;
@@ -873,6 +884,7 @@ void Planner::optimizer() {
     t.deps = step_deps;
     t.uses = {opt_states_buf_};
     if (swap >= 0) t.uses.push_back(swap);
+    if (grads32_buf_ >= 0 && grads32_buf_ != opt_states_buf_) t.uses.push_back(grads32_buf_);
     step[g] = add_task(std::move(t));
     int last = step[g];
     if (opt_tier_ == Tier::kNvme) {
@@ -1007,8 +1019,17 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
       s.notes.insert(s.notes.begin(), notes.begin(), notes.end());
       return s;
     }
-    // Shrink the prefetch budget first: it is the only part of the plan that is optional.
     ZeroConfig& z = run.zero;
+    // An NVMe optimizer's gradients kept in CPU memory ("auto") go to NVMe when the CPU cannot hold them.
+    if (over->tier == Tier::kCpu && z.offload_optimizer.device == OffloadDevice::kNvme &&
+        run.memwall.optimizer_gradients == OptimizerGradients::kAuto) {
+      run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+      notes.push_back(strprintf(
+          "fp32 gradients on NVMe (memwall.optimizer_gradients auto): CPU memory is %s short of keeping them",
+          format_bytes(over->used - over->capacity).c_str()));
+      continue;
+    }
+    // Shrink the prefetch budget first: it is the only part of the plan that is optional.
     if (over->tier == Tier::kGpu && run.memwall.prefetch) {
       if (z.prefetch_bucket_size.value >= 1e6) {
         z.prefetch_bucket_size.value = std::floor(z.prefetch_bucket_size.value / 4);

@@ -22,6 +22,18 @@ const char* offload_device_name(OffloadDevice d) {
   return "none";
 }
 
+const char* optimizer_gradients_name(OptimizerGradients g) {
+  switch (g) {
+    case OptimizerGradients::kAuto:
+      return "auto";
+    case OptimizerGradients::kCpu:
+      return "cpu";
+    case OptimizerGradients::kNvme:
+      return "nvme";
+  }
+  return "auto";
+}
+
 const char* precision_name(Precision p) {
   switch (p) {
     case Precision::kFp32:

@@ -83,6 +83,9 @@ struct ActivationCheckpointConfig {
 enum class Partitioning { kBandwidthCentric, kBroadcast };
 
 // memwall's own settings, under "memwall" in the run file.
+enum class OptimizerGradients { kAuto, kCpu, kNvme };
+const char* optimizer_gradients_name(OptimizerGradients g);  // "auto", "cpu", "nvme"
+
 struct MemwallRunConfig {
   int tiling_factor = 1;      // memory-centric tiling: tiles per large linear
   int data_parallel = 0;      // 0 = all GPUs / (model_parallel x pipeline_parallel)
@@ -98,6 +101,12 @@ struct MemwallRunConfig {
   // step of step i's gradients runs while the GPU computes step i+1 with the parameters of step i-1. The
   // plan is the steady state (after the warm-up steps that run without it); plan and simulate only.
   bool delayed_parameter_update = false;
+  // NVMe optimizer: where the fp32 gradients the step reads are kept between backward and the step. kCpu: a
+  // CPU buffer of 4 B per optimizer element (as DeepSpeed's flat gradient buffer), summed there over
+  // micro-batches and read by the step in place, so gradients never touch NVMe; kNvme: each micro-batch's
+  // gradients stream through the pinned swap slots to NVMe (no CPU buffer; sums read back and rewritten
+  // with gradient accumulation); kAuto: kCpu when the node's CPU memory holds it, else kNvme.
+  OptimizerGradients optimizer_gradients = OptimizerGradients::kAuto;
   // Alloc/free order when a schedule runs: false = each as soon as its dependencies complete (a framework
   // whose CPU issues allocations ahead of the GPU, as PyTorch's caching allocator lets DeepSpeed do);
   // true = strictly in the planner's order, what memwall train's executor does ("memory_order": "program").
@@ -130,6 +139,15 @@ struct RunConfig {
   // Micro-batches per optimizer step (gradient_accumulation_steps once resolved; at least 1).
   int accumulation_steps() const {
     return gradient_accumulation_steps.value > 1 ? static_cast<int>(gradient_accumulation_steps.value) : 1;
+  }
+  // Where an offloaded optimizer's fp32 gradients wait for its step: the optimizer's device, but the CPU
+  // for an NVMe optimizer unless memwall.optimizer_gradients is "nvme" ("auto" counts as the CPU here;
+  // plan_iteration and estimate_memory fall back to NVMe when the CPU memory does not hold them).
+  OffloadDevice gradients_device() const {
+    const OffloadDevice d = zero.offload_optimizer.device;
+    return d == OffloadDevice::kNvme && memwall.optimizer_gradients != OptimizerGradients::kNvme
+               ? OffloadDevice::kCpu
+               : d;
   }
   // Bytes of one gradient element in the backward pass and its reduction.
   double grad_bytes() const { return fp32_gradients ? 4.0 : param_bytes(); }

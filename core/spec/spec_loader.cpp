@@ -629,6 +629,13 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
               std::to_string(run.zero.stage) + ", optimizer on \"" +
               offload_device_name(run.zero.offload_optimizer.device) + "\"); allowed: false otherwise");
     }
+    // Where an NVMe optimizer's gradients wait for the step; other placements have one place for them, and
+    // the key is ignored there (so tune and sweep may move the optimizer without editing it).
+    std::string grads = optimizer_gradients_name(mw.optimizer_gradients);
+    MW_RETURN_IF_ERROR(o.get_choice("optimizer_gradients", grads, {"auto", "cpu", "nvme"}));
+    mw.optimizer_gradients = grads == "cpu"    ? OptimizerGradients::kCpu
+                             : grads == "nvme" ? OptimizerGradients::kNvme
+                                               : OptimizerGradients::kAuto;
     std::string order = mw.memory_in_program_order ? "program" : "dependencies";
     MW_RETURN_IF_ERROR(o.get_choice("memory_order", order, {"dependencies", "program"}));
     mw.memory_in_program_order = order == "program";
@@ -789,6 +796,7 @@ std::string to_json_text(const RunConfig& run) {
       {"prefetch", mw.prefetch},
       {"optimizer_prefetch", mw.optimizer_prefetch},
       {"delayed_parameter_update", mw.delayed_parameter_update},
+      {"optimizer_gradients", optimizer_gradients_name(mw.optimizer_gradients)},
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};
   return j.dump();

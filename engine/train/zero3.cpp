@@ -783,7 +783,9 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     p32 = reinterpret_cast<float*>(ptr(use(t, BufferRole::kOptimizerSwap)));
     m = p32 + n;
     v = m + n;
-    g32 = v + n;
+    // The gradients: read into the slot after the states, or where backward left them in CPU memory
+    // (memwall.optimizer_gradients; grads32 is set only for a CPU-resident buffer).
+    g32 = grads32 != nullptr ? grads32 + g.begin : v + n;
   }
   for (std::size_t p = g.first; p < g.last; ++p) {
     const Part& pt = parts[p];

@@ -325,15 +325,25 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
   const ModelSpec m = testing::load_model_scenario("paper-10b");
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const int G = 4;
-  for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
+  // The NVMe optimizer twice: its gradients kept in CPU memory ("auto": the node holds 10B's) and on NVMe.
+  const struct {
+    const char* runname;
+    OptimizerGradients grads;
+  } cases[] = {{"zero-3", OptimizerGradients::kAuto},
+               {"zero-infinity-cpu", OptimizerGradients::kAuto},
+               {"zero-infinity-nvme", OptimizerGradients::kAuto},
+               {"zero-infinity-nvme", OptimizerGradients::kNvme}};
+  for (const auto& [runname, grads] : cases) {
+    SCOPED_TRACE(optimizer_gradients_name(grads));
     RunConfig run = testing::load_run_scenario(runname);
+    run.memwall.optimizer_gradients = grads;
     ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
     const Schedule one = plan_iteration(m, run, hw).value();
     run.gradient_accumulation_steps = {false, G};
     const Schedule s = plan_iteration(m, run, hw).value();
     // Ranks compare fingerprints: planning again gives the same.
     EXPECT_EQ(fingerprint(plan_iteration(m, run, hw).value()), fingerprint(s));
-    const bool nvme = std::string(runname) == "zero-infinity-nvme";
+    const bool nvme = grads == OptimizerGradients::kNvme;
     std::size_t setup = 0, optimizer = 0, rest = 0, sums = 0;
     double written = 0, read_back = 0;
     for (const Task& t : s.tasks) {
@@ -524,6 +534,82 @@ TEST(Planner, DelayedParameterUpdateOverlapsTheCpuStepWithTheNextStep) {
     EXPECT_NE(r.status().message().find("delayed_parameter_update"), std::string::npos)
         << r.status().message();
   }
+}
+
+// An NVMe optimizer's fp32 gradients wait for the step in CPU memory where the node holds them: backward
+// writes none to NVMe and the step reads none back (4 B per optimizer element each way less per step); where
+// the CPU is too small "auto" puts them on NVMe and says why, as predict's memory model does; "cpu" then
+// fails naming the CPU.
+TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-nvme");
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  RunConfig on_nvme = run;
+  on_nvme.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+  struct Traffic {
+    double read = 0, written = 0, grads_in_cpu = 0;
+    std::size_t tasks = 0;
+  };
+  const auto traffic = [](const Schedule& s) {
+    Traffic t;
+    t.tasks = s.tasks.size();
+    for (const Task& k : s.tasks) {
+      if (k.kind == TaskKind::kNvmeRead) t.read += k.bytes;
+      if (k.kind == TaskKind::kNvmeWrite) t.written += k.bytes;
+    }
+    for (const Buffer& b : s.buffers) {
+      if (b.category == MemCategory::kGrads32 && b.tier == Tier::kCpu) t.grads_in_cpu += b.bytes;
+    }
+    return t;
+  };
+  const Schedule kept = plan_iteration(m, run, hw).value();
+  const Schedule streamed = plan_iteration(m, on_nvme, hw).value();
+  const Traffic a = traffic(kept), b = traffic(streamed);
+  const double n_opt = m.total_params() / kept.ranks_per_node;  // optimizer elements of one rank
+  EXPECT_NEAR(a.grads_in_cpu, 4 * n_opt, 1e-6 * n_opt);
+  EXPECT_EQ(b.grads_in_cpu, 0);
+  EXPECT_NEAR(b.read - a.read, 4 * n_opt, 1e-6 * n_opt);
+  EXPECT_NEAR(b.written - a.written, 4 * n_opt, 1e-6 * n_opt);
+  EXPECT_LT(a.tasks, b.tasks);
+  for (const Task& t : kept.tasks) EXPECT_EQ(t.name.find("nvme->cpu grads"), std::string::npos) << t.name;
+  for (const Buffer& buf : kept.buffers) {
+    if (buf.category == MemCategory::kGrads32) {
+      EXPECT_TRUE(buf.pinned) << buf.name;
+    }
+  }
+  // Less NVMe traffic: the step is no slower (the reference executor).
+  ReferenceExecutor exec_kept(hw, kept.ranks_per_node), exec_streamed(hw, streamed.ranks_per_node);
+  EXPECT_LT(run_schedule(kept, exec_kept).value().makespan_s,
+            run_schedule(streamed, exec_streamed).value().makespan_s);
+  // predict agrees on where they are.
+  EXPECT_NEAR(estimate_memory(m, run, hw).bytes(Tier::kCpu, MemCategory::kGrads32), 4 * n_opt, 1e-6 * n_opt);
+  EXPECT_EQ(estimate_memory(m, on_nvme, hw).bytes(Tier::kCpu, MemCategory::kGrads32), 0);
+
+  // A node whose memory holds everything but the gradients.
+  const double with = replay_memory(kept).value().peak_bytes[1] * kept.ranks_per_node;
+  const double without = replay_memory(streamed).value().peak_bytes[1] * streamed.ranks_per_node;
+  ASSERT_LT(without, with);
+  hw.cpu.memory_bytes = (with + without) / 2;
+  const Schedule fallback = plan_iteration(m, run, hw).value();
+  const Traffic f = traffic(fallback);
+  EXPECT_EQ(f.grads_in_cpu, 0);
+  EXPECT_DOUBLE_EQ(f.read, b.read);
+  EXPECT_DOUBLE_EQ(f.written, b.written);
+  ASSERT_FALSE(fallback.notes.empty());
+  EXPECT_NE(fallback.notes[0].find("fp32 gradients on NVMe"), std::string::npos) << fallback.notes[0];
+  const MemoryEstimate e = estimate_memory(m, run, hw);
+  EXPECT_TRUE(e.fits);
+  EXPECT_EQ(e.bytes(Tier::kCpu, MemCategory::kGrads32), 0);
+  EXPECT_GT(e.bytes(Tier::kNvme, MemCategory::kGrads32), 0);
+  EXPECT_TRUE(std::any_of(e.notes.begin(), e.notes.end(),
+                          [](const std::string& n) { return n.find("fp32 gradients on NVMe") == 0; }));
+  RunConfig in_cpu = run;
+  in_cpu.memwall.optimizer_gradients = OptimizerGradients::kCpu;
+  Result<Schedule> refused = plan_iteration(m, in_cpu, hw);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().message().rfind("CPU:", 0), 0u) << refused.status().message();
+  EXPECT_FALSE(estimate_memory(m, in_cpu, hw).fits);
 }
 
 TEST(Planner, DoesNotFitFailsNamingTheTierAndShortfall) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "spec/spec_loader.h"
 #include "test_support.h"
 
@@ -124,6 +126,27 @@ TEST(RunConfig, AutoValuesResolveFromTheModel) {
   EXPECT_EQ(run.memwall.sequence_length, 1024);
 }
 
+TEST(RunConfig, OptimizerGradientsKeyRoundTripsAndDefaultsToAuto) {
+  Diagnostics diag;
+  Result<RunConfig> empty = parse_run("{}", "runs/empty.json", diag);
+  ASSERT_TRUE(empty.is_ok()) << empty.status().message();
+  EXPECT_EQ(empty->memwall.optimizer_gradients, OptimizerGradients::kAuto);
+  for (const OptimizerGradients g :
+       {OptimizerGradients::kAuto, OptimizerGradients::kCpu, OptimizerGradients::kNvme}) {
+    const std::string text =
+        std::string(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}, )") +
+        R"("memwall": {"optimizer_gradients": ")" + optimizer_gradients_name(g) + "\"}}";
+    Result<RunConfig> run = parse_run(text, "runs/grads.json", diag);
+    ASSERT_TRUE(run.is_ok()) << run.status().message();
+    EXPECT_EQ(run->memwall.optimizer_gradients, g);
+    EXPECT_EQ(run->gradients_device(),
+              g == OptimizerGradients::kNvme ? OffloadDevice::kNvme : OffloadDevice::kCpu);
+    const auto j = nlohmann::json::parse(to_json_text(*run));
+    EXPECT_EQ(j.at("memwall").at("optimizer_gradients"), optimizer_gradients_name(g));
+  }
+  EXPECT_TRUE(diag.warnings.empty());
+}
+
 // ---- bad input: every case names the file and key and says what is allowed ----
 
 struct BadRun {
@@ -166,6 +189,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{R"({"memwall": {"partitioning": "scatter"}})", "memwall.partitioning", "bandwidth-centric"},
         BadRun{R"({"memwall": {"tiling_factor": 0}})", "memwall.tiling_factor", "1..4096"},
         BadRun{R"({"memwall": {"memory_order": "fifo"}})", "memwall.memory_order", "program"},
+        BadRun{R"({"memwall": {"optimizer_gradients": "disk"}})", "memwall.optimizer_gradients",
+               "auto, cpu, nvme"},
         BadRun{R"({"zero_optimization": [1, 2]})", "zero_optimization", "not an object"},
         BadRun{R"({"zero_optimization": {"stage": 3,)", "bad.json", "not valid JSON"}),
     [](const ::testing::TestParamInfo<BadRun>& param_info) {

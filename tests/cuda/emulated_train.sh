@@ -42,8 +42,9 @@ run first --steps 3 --device cuda --gpu-matmul fp32 --checkpoint-dir "$work/ckpt
 MEMWALL_EMULATED_NO_PINNING=1 run unpinned --steps 6 --device cuda --gpu-matmul fp32
 grep -q "warning: the GPU driver would not page-lock" "$work/unpinned.err" || { echo "FAILED: no warning about page-locking"; exit 1; }
 run resumed --steps 6 --device cpu --checkpoint-dir "$work/ckpt" --resume
-# Gradient accumulation, 2 micro-batches per step: on NVMe (gradients read back and added) and with the
-# optimizer on the CPU (each micro-batch's device gradients staged and added), on the GPU and on the CPU.
+# Gradient accumulation, 2 micro-batches per step: the optimizer on NVMe with its gradients summed in CPU
+# memory (the default where they fit) and on NVMe (read back and added), and the optimizer on the CPU (each
+# micro-batch's device gradients staged and added), on the GPU and on the CPU.
 gas_run() {  # $1: output name, $2: run keys, then extra arguments
   local out=$1 keys=$2
   shift 2
@@ -54,6 +55,9 @@ cpu_opt_set='"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32,
              "zero_optimization.offload_optimizer.device": "cpu"'
 gas_run gas_nvme_cpu "$nvme_set" --device cpu
 gas_run gas_nvme_cuda "$nvme_set" --device cuda --gpu-matmul fp32
+sums_set="$nvme_set, \"memwall.optimizer_gradients\": \"nvme\""
+gas_run gas_sums_cpu "$sums_set" --device cpu
+gas_run gas_sums_cuda "$sums_set" --device cuda --gpu-matmul fp32
 gas_run gas_opt_cpu "$cpu_opt_set" --device cpu
 gas_run gas_opt_cuda "$cpu_opt_set" --device cuda --gpu-matmul fp32
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
@@ -140,7 +144,8 @@ if sorted(resumed) != [4, 5, 6]:
     bad.append(f"the resumed run logged steps {sorted(resumed)}, not 4..6")
 for s in resumed:
     near(f"step {s}, resumed on cpu from a cuda checkpoint", resumed[s], cpu[s], 1e-4)
-for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_opt_cuda", "gas_opt_cpu")):
+for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_sums_cuda", "gas_sums_cpu"),
+                          ("gas_sums_cpu", "gas_nvme_cpu"), ("gas_opt_cuda", "gas_opt_cpu")):
     a, b = losses(dev_run), losses(host_run)
     if sorted(a) != [1, 2, 3] or sorted(b) != [1, 2, 3]:
         bad.append(f"gradient accumulation: {dev_run} logged {sorted(a)}, {host_run} {sorted(b)}")
