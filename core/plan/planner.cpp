@@ -226,6 +226,9 @@ class Planner {
   // Optimizer sub-groups.
   double opt_total_ = 0, opt_sub_ = 1;
   int opt_groups_ = 1, opt_sets_ = 1;
+  // An NVMe optimizer's swap slot for n elements: fp32 master, momentum, variance (and the gradients, when
+  // they are read from NVMe too) and the 16-bit updated parameters.
+  double opt_slot_bytes(double n) const { return ((grad_tier_ == Tier::kNvme ? 16 : 12) + b_) * n; }
   std::vector<int> opt_swap_, opt_states_;                   // per sub-group, once emitted (else -1)
   std::map<std::pair<size_t, int>, int> fetch_of_;           // (event, param) -> fetch
   std::vector<std::vector<std::pair<int, int>>> stages_at_;  // [trigger event + 1] -> (fetch, stage)
@@ -542,13 +545,14 @@ void Planner::plan_events() {
         opt_tier_ == Tier::kNvme && run_.memwall.optimizer_prefetch && opt_states_[0] < 0) {
       const auto& oo = run_.zero.offload_optimizer;
       const int most = oo.pipeline_read && oo.pipeline_write ? std::min(opt_sets_, opt_groups_) : 1;
-      // As many as the optimizer swap pool holds beside the largest gradient swap-out slot.
+      // As many as the optimizer swap pool holds beside the largest gradient swap-out slot (if gradients
+      // go through it).
       double used = 0;
-      for (size_t p = 0; p < g_.params.size(); ++p) {
+      for (size_t p = 0; p < g_.params.size() && grad_tier_ == Tier::kNvme; ++p) {
         if (partitioned(static_cast<int>(p))) used = std::max(used, 4 * g_.params[p].elements / dp_);
       }
       for (int g = 0; g < most; ++g) {
-        used += (16 + b_) * group_elements(g);
+        used += opt_slot_bytes(group_elements(g));
         if (used > s_.buffers[opt_pool_].bytes) break;
         emit_states_read(g, {}, g > 0 ? std::vector<int>{opt_states_[g - 1]} : std::vector<int>{});
       }
@@ -938,8 +942,8 @@ void Planner::emit_states_read(int g, std::vector<int> alloc_deps, std::vector<i
   const std::string nm = strprintf("subgroup %d/%d", g + 1, opt_groups_);
   const Phase ph = Phase::kOptimizer;
   opt_swap_[g] =
-      mark(slot(opt_pool_, Tier::kCpu, (16 + b_) * n, "optimizer swap " + nm, ph, std::move(alloc_deps)), -1,
-           BufferRole::kOptimizerSwap);
+      mark(slot(opt_pool_, Tier::kCpu, opt_slot_bytes(n), "optimizer swap " + nm, ph, std::move(alloc_deps)),
+           -1, BufferRole::kOptimizerSwap);
   opt_states_[g] = copy(Tier::kNvme, Tier::kCpu, 12 * n, "nvme->cpu optimizer " + nm, ph,
                         std::move(read_deps), {opt_swap_[g], opt_states_buf_});
   s_.tasks[alloc_task_[opt_swap_[g]]].subgroup = g;

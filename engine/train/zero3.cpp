@@ -124,6 +124,12 @@ struct Zero3Trainer::State {
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
+  // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan's fp32 grads on the CPU tier), so its
+  // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients.
+  bool grads_in_cpu = false;
+  std::size_t slot_fp32_bytes() const {
+    return grads_in_cpu ? 12 : 16;
+  }                                          // per element, before the 16-bit part
   std::unique_ptr<host::Arena> out16_arena;  // page-aligned, so it can be page-locked on a GPU
   std::uint16_t* out16 = nullptr;
 
@@ -293,7 +299,7 @@ double Zero3Trainer::State::bytes_of(const Buffer& b) const {
   if (b.role == BufferRole::kOptimizerSwap) {
     std::size_t most = 0;
     for (const Group& g : groups) most = std::max(most, g.end - g.begin);
-    return static_cast<double>(most) * (16 + kB16);
+    return static_cast<double>(most) * static_cast<double>(slot_fp32_bytes() + kB16);
   }
   switch (b.category) {
     case MemCategory::kMasterParams32:
@@ -570,7 +576,7 @@ std::uint16_t* Zero3Trainer::State::updated16(const Task& t, int p) {
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
     const std::size_t n = g.end - g.begin;
     char* slot = ptr(use(t, BufferRole::kOptimizerSwap));
-    return reinterpret_cast<std::uint16_t*>(slot + 16 * n) + (pt.local - g.begin);
+    return reinterpret_cast<std::uint16_t*>(slot + slot_fp32_bytes() * n) + (pt.local - g.begin);
   }
   return out16 + pt.local;
 }
@@ -785,7 +791,7 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     v = m + n;
     // The gradients: read into the slot after the states, or where backward left them in CPU memory
     // (memwall.optimizer_gradients; grads32 is set only for a CPU-resident buffer).
-    g32 = grads32 != nullptr ? grads32 + g.begin : v + n;
+    g32 = grads_in_cpu ? grads32 + g.begin : v + n;
   }
   for (std::size_t p = g.first; p < g.last; ++p) {
     const Part& pt = parts[p];
@@ -1113,6 +1119,10 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         "host memory",
         static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
     st.opt_tier = tier_of(z.offload_optimizer.device);
+    for (const Buffer& b : st.sched.buffers) {
+      if (st.opt_tier == Tier::kNvme && b.category == MemCategory::kGrads32 && b.tier == Tier::kCpu)
+        st.grads_in_cpu = true;
+    }
     st.home.assign(st.parts.size(), Tier::kGpu);
     st.shard_buf.assign(st.parts.size(), -1);
     st.persistent_grad.assign(st.parts.size(), -1);

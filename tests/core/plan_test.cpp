@@ -548,7 +548,7 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   RunConfig on_nvme = run;
   on_nvme.memwall.optimizer_gradients = OptimizerGradients::kNvme;
   struct Traffic {
-    double read = 0, written = 0, grads_in_cpu = 0;
+    double read = 0, written = 0, grads_in_cpu = 0, slots = 0;
     std::size_t tasks = 0;
   };
   const auto traffic = [](const Schedule& s) {
@@ -560,6 +560,7 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
     }
     for (const Buffer& b : s.buffers) {
       if (b.category == MemCategory::kGrads32 && b.tier == Tier::kCpu) t.grads_in_cpu += b.bytes;
+      if (b.role == BufferRole::kOptimizerSwap) t.slots += b.bytes;
     }
     return t;
   };
@@ -572,6 +573,8 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   EXPECT_NEAR(b.read - a.read, 4 * n_opt, 1e-6 * n_opt);
   EXPECT_NEAR(b.written - a.written, 4 * n_opt, 1e-6 * n_opt);
   EXPECT_LT(a.tasks, b.tasks);
+  // The optimizer's swap slots hold no gradients: 12 + 2 bytes per element instead of 16 + 2.
+  EXPECT_NEAR(a.slots / b.slots, 14.0 / 18.0, 1e-12);
   for (const Task& t : kept.tasks) EXPECT_EQ(t.name.find("nvme->cpu grads"), std::string::npos) << t.name;
   for (const Buffer& buf : kept.buffers) {
     if (buf.category == MemCategory::kGrads32) {
