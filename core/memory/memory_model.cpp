@@ -306,7 +306,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
                     z.offload_optimizer.buffer_count));
     }
     const double groups = std::ceil(opt_elems / sub);
-    const double states = mixed ? 4 : 2;
+    const double states = (mixed ? 3 : 2) + (grad_tier == Tier::kNvme ? 1 : 0);  // files per sub-group
     const double pad = optimizer_swap_padding(opt_elems, sub, states, run.aio.block_size);
     b.add(Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
           strprintf("%.0f optimizer sub-groups x %.0f states rounded up to aio.block_size", groups, states));
