@@ -104,6 +104,7 @@ int run_plan(const PlanOptions& opt) {
   out["schedule"] = {{"tasks", s->tasks.size()},
                      {"buffers", s->buffers.size()},
                      {"gradient_accumulation_steps", G},
+                     {"optimizer_gradients", s->optimizer_gradients},
                      {"ranks", s->ranks},
                      {"ranks_per_node", s->ranks_per_node},
                      {"by_kind", by_kind},

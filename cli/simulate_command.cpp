@@ -138,6 +138,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   out["links"] = links;
   out["peak_bytes"] = {
       {"gpu", tl->peak_bytes[0]}, {"cpu", tl->peak_bytes[1] * rpn}, {"nvme", tl->peak_bytes[2] * rpn}};
+  out["optimizer_gradients"] = s->optimizer_gradients;
   out["notes"] = s->notes;
   if (G > 1) {
     out["notes"].push_back(strprintf(

@@ -440,6 +440,7 @@ int run_train(const TrainOptions& opt) {
         {"device", trainer->device_name()},
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
+        {"optimizer_gradients", trainer->schedule().optimizer_gradients},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},

@@ -260,6 +260,7 @@ Schedule Planner::plan() {
   opt_sets_ = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
   opt_swap_.assign(opt_groups_, -1);
   opt_states_.assign(opt_groups_, -1);
+  if (opt_tier_ != Tier::kGpu) s_.optimizer_gradients = tier_name(grad_tier_);
   setup();
   build_events();
   plan_events();

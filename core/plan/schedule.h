@@ -102,6 +102,9 @@ struct Schedule {
   // Delayed parameter update: the optimizer phase works on the previous step's gradients, so with gradient
   // accumulation it may start with the step's first micro-batch (accumulated_schedule).
   bool delayed_parameter_update = false;
+  // Where an offloaded optimizer's fp32 gradients wait for its step ("cpu" or "nvme", as
+  // memwall.optimizer_gradients resolved); "" with the optimizer on the GPU.
+  std::string optimizer_gradients;
   std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank

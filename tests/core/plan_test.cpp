@@ -567,6 +567,8 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   const Schedule kept = plan_iteration(m, run, hw).value();
   const Schedule streamed = plan_iteration(m, on_nvme, hw).value();
   const Traffic a = traffic(kept), b = traffic(streamed);
+  EXPECT_EQ(kept.optimizer_gradients, "cpu");
+  EXPECT_EQ(streamed.optimizer_gradients, "nvme");
   const double n_opt = m.total_params() / kept.ranks_per_node;  // optimizer elements of one rank
   EXPECT_NEAR(a.grads_in_cpu, 4 * n_opt, 1e-6 * n_opt);
   EXPECT_EQ(b.grads_in_cpu, 0);
@@ -596,6 +598,7 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   hw.cpu.memory_bytes = (with + without) / 2;
   const Schedule fallback = plan_iteration(m, run, hw).value();
   const Traffic f = traffic(fallback);
+  EXPECT_EQ(fallback.optimizer_gradients, "nvme");
   EXPECT_EQ(f.grads_in_cpu, 0);
   EXPECT_DOUBLE_EQ(f.read, b.read);
   EXPECT_DOUBLE_EQ(f.written, b.written);
@@ -607,6 +610,10 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   EXPECT_GT(e.bytes(Tier::kNvme, MemCategory::kGrads32), 0);
   EXPECT_TRUE(std::any_of(e.notes.begin(), e.notes.end(),
                           [](const std::string& n) { return n.find("fp32 gradients on NVMe") == 0; }));
+  RunConfig on_gpu = run;
+  on_gpu.zero.offload_optimizer.device = OffloadDevice::kNone;
+  on_gpu.zero.offload_param.device = OffloadDevice::kNone;
+  EXPECT_EQ(plan_iteration(m, on_gpu, hw).value().optimizer_gradients, "");
   RunConfig in_cpu = run;
   in_cpu.memwall.optimizer_gradients = OptimizerGradients::kCpu;
   Result<Schedule> refused = plan_iteration(m, in_cpu, hw);
