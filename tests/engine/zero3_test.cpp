@@ -303,25 +303,21 @@ TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
   base.adam.lr = 1e-2f;
   base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
   const std::string dir = swap_dir("accumulation");
+  auto nvme = [dir](Zero3Options& o) {
+    o.swap_dir = dir;
+    auto& z = o.run.zero;
+    z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
+    z.offload_param.max_in_cpu = 0;
+    z.sub_group_size = 2000;
+  };
   const std::vector<Variant> variants = {
       {"optimizer on the device", [](Zero3Options&) {}},
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
-      {"parameters and optimizer on NVMe (gradients summed in CPU memory)",
-       [dir](Zero3Options& o) {
-         o.swap_dir = dir;
-         auto& z = o.run.zero;
-         z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
-         z.offload_param.max_in_cpu = 0;
-         z.sub_group_size = 2000;
-       }},
+      {"parameters and optimizer on NVMe (gradients summed in CPU memory)", nvme},
       {"parameters, optimizer and its gradient sums on NVMe",
-       [dir](Zero3Options& o) {
-         o.swap_dir = dir;
-         auto& z = o.run.zero;
-         z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
-         z.offload_param.max_in_cpu = 0;
-         z.sub_group_size = 2000;
+       [nvme](Zero3Options& o) {
+         nvme(o);
          o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
        }},
   };
@@ -474,18 +470,25 @@ TEST(Zero3, AModelFourTimesTheDeviceTrainsWithNvmeOffload) {
   std::filesystem::remove_all(small_device.swap_dir);
 }
 
-// The overlap figures: the time any transfer ran is within the step and covers what the NVMe lanes moved;
-// the share alongside compute or the optimizer is within it.
-TEST(Zero3, StepStatsCountTransfersAndTheirOverlap) {
-  const model::GptConfig c = small();
+// Micro-batches of 2 sequences of 8 on a 64 MiB device, parameters (none kept in CPU memory) and
+// optimizer states on NVMe under a fresh swap directory.
+Zero3Options all_on_nvme(const std::string& name) {
   Zero3Options o;
   o.micro_batch = 2;
   o.seq = 8;
   o.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
-  o.swap_dir = swap_dir("overlap");
+  o.swap_dir = swap_dir(name);
   o.run.zero.offload_param.device = OffloadDevice::kNvme;
   o.run.zero.offload_param.max_in_cpu = 0;
   o.run.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  return o;
+}
+
+// The overlap figures: the time any transfer ran is within the step and covers what the NVMe lanes moved;
+// the share alongside compute or the optimizer is within it.
+TEST(Zero3, StepStatsCountTransfersAndTheirOverlap) {
+  const model::GptConfig c = small();
+  const Zero3Options o = all_on_nvme("overlap");
   auto local = comm::make_local_comm();
   auto z = Zero3Trainer::create(c, o, *local);
   ASSERT_TRUE(z.is_ok()) << z.status().to_string();
@@ -510,14 +513,7 @@ TEST(Zero3, StepStatsCountTransfersAndTheirOverlap) {
 // the trainer from the data it moved.
 TEST(Zero3, NvmeOptimizerGradientsKeptInCpuMemorySkipTheirNvmeRoundTrip) {
   const model::GptConfig c = small();
-  Zero3Options o;
-  o.micro_batch = 2;
-  o.seq = 8;
-  o.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
-  o.swap_dir = swap_dir("grads-in-cpu");
-  o.run.zero.offload_param.device = OffloadDevice::kNvme;
-  o.run.zero.offload_param.max_in_cpu = 0;
-  o.run.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  Zero3Options o = all_on_nvme("grads-in-cpu");
   double moved[2][2] = {};
   for (const OptimizerGradients g : {OptimizerGradients::kAuto, OptimizerGradients::kNvme}) {
     o.run.memwall.optimizer_gradients = g;
