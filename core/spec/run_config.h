@@ -82,10 +82,11 @@ struct ActivationCheckpointConfig {
 
 enum class Partitioning { kBandwidthCentric, kBroadcast };
 
-// memwall's own settings, under "memwall" in the run file.
+// Where an NVMe optimizer's fp32 gradients wait for its step (memwall.optimizer_gradients).
 enum class OptimizerGradients { kAuto, kCpu, kNvme };
 const char* optimizer_gradients_name(OptimizerGradients g);  // "auto", "cpu", "nvme"
 
+// memwall's own settings, under "memwall" in the run file.
 struct MemwallRunConfig {
   int tiling_factor = 1;      // memory-centric tiling: tiles per large linear
   int data_parallel = 0;      // 0 = all GPUs / (model_parallel x pipeline_parallel)

@@ -125,11 +125,10 @@ struct Zero3Trainer::State {
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
   // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan's fp32 grads on the CPU tier), so its
-  // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients.
+  // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients;
+  // slot_fp32_bytes() is a slot's fp32 bytes per element, before the 16-bit part.
   bool grads_in_cpu = false;
-  std::size_t slot_fp32_bytes() const {
-    return grads_in_cpu ? 12 : 16;
-  }                                          // per element, before the 16-bit part
+  std::size_t slot_fp32_bytes() const { return grads_in_cpu ? 12 : 16; }
   std::unique_ptr<host::Arena> out16_arena;  // page-aligned, so it can be page-locked on a GPU
   std::uint16_t* out16 = nullptr;
 
