@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <set>
 
 #include "base/units.h"
 #include "cli_common.h"
@@ -38,61 +37,60 @@ int chakra_rank(const std::string& filename, std::string& prefix) {
   return std::stoi(digits);
 }
 
-// The rank of a Chakra trace and the world size: the number of PREFIX.N.et files beside it, or the highest N
-// + 1 where ranks are missing (1 and 1 for another name).
-std::pair<int, int> chakra_rank_and_world(const std::string& path) {
+// The traces of the Chakra job `path` belongs to: every PREFIX.N.et beside it, by rank (empty for a name
+// of another form).
+std::map<int, std::filesystem::path> chakra_job_files(const std::string& path) {
   namespace fs = std::filesystem;
+  std::map<int, fs::path> files;
   std::string prefix;
-  const int rank = chakra_rank(fs::path(path).filename().string(), prefix);
-  if (rank < 0) return {0, 1};
-  int files = 0, highest = -1;
+  if (chakra_rank(fs::path(path).filename().string(), prefix) < 0) return files;
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string other;
     const int r = chakra_rank(e.path().filename().string(), other);
-    if (r >= 0 && other == prefix) {
-      ++files;
-      highest = std::max(highest, r);
-    }
+    if (r >= 0 && other == prefix) files[r] = e.path();
   }
-  return {rank, std::max({files, highest + 1, rank + 1})};  // ranks missing in between still count
+  return files;
 }
 
-// The process groups of a Chakra job: the ranks whose traces (every PREFIX.N.et beside `path`) name each
-// pg_name; none unless the traces of ranks 0 to N-1 are all there and readable. Read once per job.
-const ChakraGroups& chakra_groups_beside(const std::string& path) {
-  namespace fs = std::filesystem;
-  static std::map<std::string, ChakraGroups> jobs;
+// The rank of a Chakra trace and the world size: the number of its job's traces, or the highest rank + 1
+// where ranks are missing in between (1 and 1 for a name of another form).
+std::pair<int, int> chakra_rank_and_world(const std::string& path,
+                                          const std::map<int, std::filesystem::path>& job) {
   std::string prefix;
-  chakra_rank(fs::path(path).filename().string(), prefix);
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  const std::string key = (dir / prefix).string();
-  if (auto it = jobs.find(key); it != jobs.end()) return it->second;
-  ChakraGroups& groups = jobs[key];
-  std::set<int> read;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string other;
-    const int r = chakra_rank(e.path().filename().string(), other);
-    if (r < 0 || other != prefix) continue;
-    auto text = read_text_file(e.path().string());
+  const int rank = chakra_rank(std::filesystem::path(path).filename().string(), prefix);
+  if (rank < 0) return {0, 1};
+  const int highest = job.empty() ? -1 : job.rbegin()->first;
+  return {rank, std::max({static_cast<int>(job.size()), highest + 1, rank + 1})};
+}
+
+// The process groups of a Chakra job: the ranks whose traces name each pg_name; none unless the traces of
+// ranks 0 to N-1 are all there and readable.
+ChakraGroups chakra_groups(const std::map<int, std::filesystem::path>& job) {
+  ChakraGroups groups;
+  int read = 0;
+  for (const auto& [r, file] : job) {
+    auto text = read_text_file(file.string());
     if (!text.is_ok()) continue;  // its own replay, if asked for, says why
-    read.insert(r);
-    for (const std::string& pg : chakra_process_groups(*text)) groups[pg].push_back(r);
+    if (r != read++) return {};   // a rank missing: who is in which group is not known
+    for (const std::string& pg : chakra_process_groups(*text)) groups[pg].push_back(r);  // ranks ascending
   }
-  if (read.empty() || *read.rbegin() + 1 != static_cast<int>(read.size())) {
-    groups.clear();  // a rank missing: who is in which group is not known
-  }
-  for (auto& [pg, ranks] : groups) std::sort(ranks.begin(), ranks.end());
   return groups;
 }
 
+// Chakra process groups already read, by job (the directory and prefix), for one replay of several ranks.
+using ChakraGroupCache = std::map<std::string, ChakraGroups>;
+
 Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes, int first, int last,
-                                std::FILE* log) {
-  const auto [rank, world] = chakra_rank_and_world(path);
+                                ChakraGroupCache& cache, std::FILE* log) {
+  const auto job = chakra_job_files(path);
+  const auto [rank, world] = chakra_rank_and_world(path, job);
+  const std::string key = job.empty() ? path : job.begin()->second.string();
+  auto cached = cache.find(key);
+  if (cached == cache.end()) cached = cache.emplace(key, chakra_groups(job)).first;
   ChakraInfo info;
-  auto g = import_chakra_trace(bytes, rank, world, first, last, info, chakra_groups_beside(path));
+  auto g = import_chakra_trace(bytes, rank, world, first, last, info, cached->second);
   if (!g.is_ok()) return Status(g.status().code(), path + ": " + g.status().message());
   if (log != nullptr) {
     std::fprintf(
@@ -118,14 +116,14 @@ Result<ReplayGraph> load_chakra(const std::string& path, std::string_view bytes,
 // the others).
 // `gas`: the gradient accumulation steps a memwall train trace was written with (1 otherwise).
 Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std::string& hardware_json,
-                               int& gas, std::FILE* log) {
+                               int& gas, ChakraGroupCache& chakra_cache, std::FILE* log) {
   gas = 1;
   auto text = read_text_file(path);
   if (!text.is_ok()) return text.status();
   auto bytes = trace::inflate_if_gzip(*text);
   if (!bytes.is_ok()) return Status(bytes.status().code(), path + ": " + bytes.status().message());
   hardware_json.clear();
-  if (path.ends_with(".et")) return load_chakra(path, *bytes, first, last, log);
+  if (path.ends_with(".et")) return load_chakra(path, *bytes, first, last, chakra_cache, log);
   auto d = trace::read_trace(*bytes);
   if (d.is_ok()) {
     if (d->unknown_events > 0 && log != nullptr) {
@@ -154,7 +152,8 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
   }
   const bool json_text = !bytes->empty() && ((*bytes)[0] == '{' || (*bytes)[0] == '[' ||
                                              std::isspace(static_cast<unsigned char>((*bytes)[0])));
-  if (!json_text && looks_like_chakra(*bytes)) return load_chakra(path, *bytes, first, last, log);
+  if (!json_text && looks_like_chakra(*bytes))
+    return load_chakra(path, *bytes, first, last, chakra_cache, log);
   if (d.status().message().find("not a memwall trace") == std::string::npos) {
     return Status(d.status().code(), path + ": " + d.status().message());
   }
@@ -241,10 +240,11 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
   std::vector<std::pair<int, std::vector<std::pair<CollectiveKind, double>>>> collectives;
   const std::vector<std::string> files = expand(req.traces);
   if (files.empty()) return Status::invalid_argument("no .json, .json.gz or .et traces in the arguments");
+  ChakraGroupCache chakra_groups_read;  // a Chakra job's process groups, read once for all its ranks
   for (const std::string& path : files) {
     std::string hardware_json;
     int gas = 1;
-    auto g = load_graph(path, first, last, hardware_json, gas, log);
+    auto g = load_graph(path, first, last, hardware_json, gas, chakra_groups_read, log);
     if (!g.is_ok()) return g.status();
     if (log != nullptr && !g->group_ranks.empty()) {
       std::fprintf(log, "%s: %zu collectives in process groups smaller than the world\n", path.c_str(),

@@ -124,7 +124,7 @@ struct Zero3Trainer::State {
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
-  // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan's fp32 grads on the CPU tier), so its
+  // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan resolved optimizer_gradients so), so its
   // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients;
   // slot_fp32_bytes() is a slot's fp32 bytes per element, before the 16-bit part.
   bool grads_in_cpu = false;
@@ -1118,10 +1118,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         "host memory",
         static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
     st.opt_tier = tier_of(z.offload_optimizer.device);
-    for (const Buffer& b : st.sched.buffers) {
-      if (st.opt_tier == Tier::kNvme && b.category == MemCategory::kGrads32 && b.tier == Tier::kCpu)
-        st.grads_in_cpu = true;
-    }
+    st.grads_in_cpu = st.opt_tier == Tier::kNvme && st.sched.optimizer_gradients == tier_name(Tier::kCpu);
     st.home.assign(st.parts.size(), Tier::kGpu);
     st.shard_buf.assign(st.parts.size(), -1);
     st.persistent_grad.assign(st.parts.size(), -1);

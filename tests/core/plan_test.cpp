@@ -569,7 +569,7 @@ TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   const Traffic a = traffic(kept), b = traffic(streamed);
   EXPECT_EQ(kept.optimizer_gradients, "cpu");
   EXPECT_EQ(streamed.optimizer_gradients, "nvme");
-  const double n_opt = m.total_params() / kept.ranks_per_node;  // optimizer elements of one rank
+  const double n_opt = m.total_params() / kept.data_parallel;  // optimizer elements of one rank
   EXPECT_NEAR(a.grads_in_cpu, 4 * n_opt, 1e-6 * n_opt);
   EXPECT_EQ(b.grads_in_cpu, 0);
   EXPECT_NEAR(b.read - a.read, 4 * n_opt, 1e-6 * n_opt);
