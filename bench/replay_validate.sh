@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/var/tmp/memwall-validate}; B=${2:-8}; S=${3:-6}; OFF=${4:-nvme}; N=${5:-3}
-MW=./build/cli/memwall
+MW=${MEMWALL:-./build/cli/memwall}  # MEMWALL=path/to/memwall: another build
 [ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
 mkdir -p "$DIR"
 off="\"zero_optimization.offload_param.device\":\"$OFF\",\"zero_optimization.offload_optimizer.device\":\"$OFF\""

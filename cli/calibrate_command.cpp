@@ -30,6 +30,7 @@
 #include "engine/model/gpt.h"
 #include "engine/train/zero3.h"
 #include "io_measure.h"
+#include "memory/bandwidth_model.h"
 #include "spec/spec_loader.h"
 #if MEMWALL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -272,11 +273,15 @@ Result<GpuRates> gpu_rates(int, int) {
 
 // FLOP/s of memwall train's compute on this GPT at (batch, seq): a ZeRO-3 trainer with everything on the
 // device (no offload, so no I/O competes for the cores) runs one warm-up step and `steps` measured ones;
-// each step's rate is the schedule's compute FLOPs (recomputation included) over the compute lane's busy
-// time, the median is kept. This is the device's achievable rate on the workload as train runs it (its op
-// mix, bf16 parameters widened per op, the lane threads), which a large GEMM overstates; the cost of
-// offloading is left to the simulator's model of the links and of host CPU contention.
-Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, bool cuda, int gpu) {
+// each step's rate is the achievable FLOP/s at which the schedule's compute tasks (recomputation included),
+// each timed by the roofline with memory at `hbm_Bps` as the simulator times them, fill the compute lane's
+// busy time; the median is kept. This is the device's achievable rate on the workload as train runs it (its
+// GEMM shapes, bf16 parameters widened per op, the lane threads), which a large GEMM overstates; the cost of
+// offloading is left to the simulator's model of the links and of host CPU contention. Where the memory
+// time alone exceeds a step's busy time, that step's rate is its FLOPs over its busy time (a warning says
+// so).
+Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, bool cuda, int gpu,
+                          double hbm_Bps, std::vector<std::string>& warnings) {
   model::GptConfig c;
   c.vocab = 256;
   c.max_seq = m.max_positions;
@@ -299,8 +304,11 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, boo
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return trainer.status();
   double flops = 0;
+  std::vector<std::pair<double, double>> ops;  // {FLOPs, memory bytes} of each compute task
   for (const Task& t : trainer->schedule().tasks) {
-    if (t.kind == TaskKind::kCompute) flops += t.flops;
+    if (t.kind != TaskKind::kCompute) continue;
+    flops += t.flops;
+    ops.emplace_back(t.flops, t.bytes);
   }
   std::vector<int> tok(static_cast<std::size_t>(batch) * static_cast<std::size_t>(T)), tgt(tok.size());
   for (std::size_t i = 0; i < tok.size(); ++i) {
@@ -308,11 +316,21 @@ Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, boo
     tgt[i] = static_cast<int>((i * 17 + 3) % 256);
   }
   std::vector<double> rates;
+  bool warned = false;
   for (int k = 0; k <= steps; ++k) {
     auto loss = trainer->step(tok.data(), tgt.data());
     if (!loss.is_ok()) return loss.status();
     const double busy = trainer->last_step().busy_s[static_cast<int>(Resource::kCompute)];
-    if (k > 0 && busy > 0) rates.push_back(flops / busy);
+    if (k == 0 || busy <= 0) continue;
+    const double rate = roofline_flops_for(ops, hbm_Bps, busy);
+    if (rate <= 0 && !warned) {
+      warned = true;
+      warnings.push_back(
+          strprintf("a training step's compute took %.1f ms, less than its memory traffic at the measured "
+                    "%.1f GB/s would; its achievable rate is its FLOPs over its time (no roofline)",
+                    busy * 1e3, hbm_Bps / 1e9));
+    }
+    rates.push_back(rate > 0 ? rate : flops / busy);
   }
   if (rates.empty()) return Status::internal("calibrate: the trainer's compute lane recorded no time");
   return median(rates);
@@ -380,6 +398,7 @@ int run_calibrate(const CalibrateOptions& opt) {
     return report_error(
         Status::invalid_argument("--gemm-size " + std::to_string(opt.gemm_size) + ": allowed: 64 to 32768"));
   }
+  std::vector<std::string> warnings;
   GpuRates g;
   if (cuda) {
     if (!opt.json) std::fprintf(stderr, "calibrate: GPU %d (GEMMs, memory, host link)...\n", opt.gpu);
@@ -401,7 +420,7 @@ int run_calibrate(const CalibrateOptions& opt) {
     auto m = load_model_arg(opt.model, mdiag);
     if (!m.is_ok()) return report_error(m.status());
     if (!opt.json) std::fprintf(stderr, "calibrate: %s training steps (no offload)...\n", m->name.c_str());
-    auto r = train_rate(*m, opt.batch, opt.seq, 7, cuda, opt.gpu);
+    auto r = train_rate(*m, opt.batch, opt.seq, 7, cuda, opt.gpu, cuda ? g.hbm_Bps : 2 * copy_Bps, warnings);
     if (!r.is_ok()) return report_error(r.status());
     flops = *r;
     rate_source = m->name + " compute of memwall train" + (cuda ? " --device cuda" : "") +
@@ -410,7 +429,6 @@ int run_calibrate(const CalibrateOptions& opt) {
   if (!opt.json)
     std::fprintf(stderr, "calibrate: disk under %s (%s)...\n", opt.path.c_str(), opt.size.c_str());
   const std::string file = (fs::path(opt.path) / "memwall-calibrate.dat").string();
-  std::vector<std::string> warnings;
   io::Backend used = io::Backend::kAuto;
   io::IoSettings settings;
   settings.block_size = 1 << 20;
@@ -520,8 +538,9 @@ int run_calibrate(const CalibrateOptions& opt) {
   const std::string text = hw.dump(2) + "\n";
   if (Status st = io::write_file_atomic(out, {text}); !st.is_ok()) return report_error(st);
   if (opt.json) {
-    std::printf("%s\n", json({{"out", out}, {"hardware", hw}}).dump(2).c_str());
+    std::printf("%s\n", json({{"out", out}, {"hardware", hw}, {"warnings", warnings}}).dump(2).c_str());
   } else {
+    for (const std::string& w : warnings) std::fprintf(stderr, "memwall: warning: %s\n", w.c_str());
     if (cuda) {
       std::printf("GPU        %s (%d on this machine), %s\n", g.name.c_str(), g.count,
                   format_bytes(g.total_bytes).c_str());

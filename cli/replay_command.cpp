@@ -75,7 +75,8 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--hardware,-H", opt->req.hardware,
                   "Hardware to replay on: scenario name or file (default: the trace's own, from its header)");
   cmd->add_option("--what-if", opt->req.what_ifs,
-                  "key=value, repeatable: pcie=X, nvme=X, network=X, cpu_memory=X (bandwidth times X), "
+                  "key=value, repeatable: pcie=X, nvme=X, network=X, cpu_memory=X, gpu_memory=X (bandwidth times "
+                  "X), "
                   "compute=X (GPU compute X times faster), gpu=HARDWARE (its GPU), nodes=N");
   cmd->add_option("--steps", opt->req.steps,
                   "Steps a:b of the trace to use (0-based, b exclusive; default all)");

@@ -255,7 +255,7 @@ void register_simulate(CLI::App& app, int& exit_code) {
   cmd->add_option(
       "--what-if", opt->what_ifs,
       "key=value, repeatable: also simulate on the hardware changed so, beside it: pcie=X, nvme=X, "
-      "network=X, cpu_memory=X (bandwidth times X), compute=X (FLOP/s times X), gpu=HARDWARE "
+      "network=X, cpu_memory=X, gpu_memory=X (bandwidth times X), compute=X (FLOP/s times X), gpu=HARDWARE "
       "(its GPU), nodes=N");
   cmd->callback([opt, &exit_code] {
     json out;

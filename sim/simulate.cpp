@@ -111,7 +111,10 @@ class SimGridExecutor final : public Executor {
     }
     switch (t.kind) {
       case TaskKind::kCompute:
-        wait(exec_on(p_.gpu(rank_), std::max(t.flops, 1.0)));
+        // The roofline's time as work on the GPU host (whose speed is the achievable FLOP/s), so that
+        // host CPU work sharing an emulated device slows a memory-bound op as much as a GEMM.
+        wait(exec_on(p_.gpu(rank_),
+                     std::max(compute_seconds(hw, t.flops, t.bytes) * hw.gpu.achievable_flops, 1.0)));
         break;
       case TaskKind::kOptimizerStep:
         if (t.dst == Tier::kGpu) {

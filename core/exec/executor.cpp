@@ -53,7 +53,7 @@ double ReferenceExecutor::duration(const Task& t) const {
   }
   switch (t.kind) {
     case TaskKind::kCompute:
-      return t.flops / hw_.gpu.achievable_flops;
+      return compute_seconds(hw_, t.flops, t.bytes);
     case TaskKind::kOptimizerStep: {
       const double bw = t.dst == Tier::kGpu ? hw_.gpu.hbm_Bps : hw_.cpu.memory_Bps / rpn;
       return t.bytes / bw;

@@ -72,11 +72,15 @@ class Builder {
   }
 
   // An elementwise op over `width` features per token (layernorm, GELU): ~8 FLOP per element forward.
+  // Memory: forward reads its input and writes its output; backward reads the output's gradient and the
+  // input and writes the input's gradient (the parameters' own traffic is added by norm ops).
   GraphOp& elementwise(const std::string& name, OpKind kind, int layer, double width) {
     GraphOp& o = op(name, kind, layer);
     o.fwd_flops = 8 * tokens_ * width;
     o.bwd_flops = 2 * o.fwd_flops;
     o.out_bytes = eb_ * tokens_ * width;
+    o.fwd_mem_bytes = 2 * o.out_bytes;
+    o.bwd_mem_bytes = 3 * o.out_bytes;
     return o;
   }
 
@@ -104,10 +108,19 @@ class Builder {
       o.fwd_flops = 2 * tokens_ * in * out_total / tiles;
       o.bwd_flops = 2 * o.fwd_flops;
       o.out_bytes = eb_ * tokens_ * out_total / tiles;
+      set_matmul_bytes(o, in, out_total / tiles);
       o.saved_bytes = save_output ? o.out_bytes : 0;
       o.id = static_cast<int>(g_.ops.size());
       g_.ops.push_back(o);
     }
+  }
+
+  // A matmul of the tokens by an in x out weight: forward reads the input and the weight and writes the
+  // output; backward computes the input's gradient (reads the output's gradient and the weight, writes
+  // in) and the weight's (reads the input and the output's gradient, writes in x out).
+  void set_matmul_bytes(GraphOp& o, double in, double out) const {
+    o.fwd_mem_bytes = eb_ * (tokens_ * in + in * out + tokens_ * out);
+    o.bwd_mem_bytes = 2 * o.fwd_mem_bytes;
   }
 
   void allreduce(const std::string& name, int layer, double width, int mp) {
@@ -155,6 +168,11 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     if (tok >= 0) e2.params.push_back(tok);
     if (pos >= 0) e2.params.push_back(pos);
     e2.out_bytes = eb * T * hd;
+    // Forward gathers a row of each table per token and writes their sum; backward reads the output's
+    // gradient and adds it into each table's gradient rows (read and written).
+    const double tables = (tok >= 0 ? 1 : 0) + (pos >= 0 ? 1 : 0);
+    e2.fwd_mem_bytes = (tables + 1) * e2.out_bytes;
+    e2.bwd_mem_bytes = (2 * tables + 1) * e2.out_bytes;
   }
   auto norm_op = [&](const std::string& name, int layer) -> GraphOp* {
     if (!has_norm) return nullptr;
@@ -163,6 +181,9 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, layer, hd);
     o.params.push_back(w);
     if (bias >= 0) o.params.push_back(bias);
+    const double pb = eb * hd * (bias >= 0 ? 2 : 1);  // read forward; read and gradient written backward
+    o.fwd_mem_bytes += pb;
+    o.bwd_mem_bytes += 2 * pb;
     return &o;
   };
 
@@ -180,6 +201,15 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       a.bwd_flops = 2 * a.fwd_flops;
       a.out_bytes = eb * T * hd / mp;
       a.saved_bytes = a.out_bytes + eb * T * (m.heads / mp) * seq;  // output + probabilities
+      // Unfused attention over scores S (heads x seq per token) and q = T x hd / mp (Q, K, V, output;
+      // K and V smaller with grouped-query attention). Forward: QK^T reads Q, K and writes S; the
+      // softmax reads S and writes P; PV reads P, V and writes the output. Backward: dV = P^T dO (reads
+      // P, dO; writes dV), dP = dO V^T (reads dO, V; writes dP), the softmax's gradient (reads P, dP;
+      // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
+      const double S = eb * T * (m.heads / mp) * seq;
+      const double q = eb * T * hd / mp, k = eb * T * kv / mp;
+      a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
+      a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
     }
     b.linear(p + ".proj", L, hd / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
@@ -204,6 +234,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       h.bwd_flops = 2 * h.fwd_flops;
       h.out_bytes = eb * T * m.vocab / mp;
       h.saved_bytes = h.out_bytes;  // the logits, kept for the loss gradient
+      h.fwd_mem_bytes = eb * (T * hd + hd * m.vocab / mp) + h.out_bytes;
+      h.bwd_mem_bytes = 2 * h.fwd_mem_bytes;
     } else {
       b.linear("lm_head", after, hd, {m.vocab / mp}, false, tiles, true);
     }
@@ -211,6 +243,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     loss.fwd_flops = 5 * T * m.vocab / mp;
     loss.bwd_flops = loss.fwd_flops;
     loss.out_bytes = 4 * T * m.vocab / mp;  // fp32 gradient of the logits (allocated in backward)
+    // The softmax cross-entropy reads the logits twice forward (maximum, then the sum of exponentials);
+    // backward reads them once more and writes their fp32 gradient.
+    loss.fwd_mem_bytes = 2 * eb * T * m.vocab / mp;
+    loss.bwd_mem_bytes = eb * T * m.vocab / mp + loss.out_bytes;
   }
   return g;
 }

@@ -7,7 +7,9 @@
 // Megatron-style (qkv and fc1 by columns, proj and fc2 by rows) and adds an all-reduce op after each
 // row-parallel linear. Activation accounting follows the paper's Eq. (5): per block the qkv output,
 // attention probabilities, attention output and fc1 output are saved for backward; layernorm and GELU
-// outputs are recomputed. Plain data; build once, read from any thread.
+// outputs are recomputed. Each op also counts the device memory its forward and backward read and write
+// (unfused kernels: elementwise ops are memory-bound, attention writes and reads its scores and
+// probabilities). Plain data; build once, read from any thread.
 #pragma once
 
 #include <string>
@@ -36,6 +38,10 @@ struct GraphOp {
   std::vector<int> params;  // GraphParam ids (the LM head of a tied model uses the embedding's)
   double fwd_flops = 0;
   double bwd_flops = 0;
+  // Device memory the pass reads and writes (activations, parameters, gradients; the roofline's bytes: an
+  // op takes the longer of its FLOPs at the achievable rate and these bytes at the memory bandwidth).
+  double fwd_mem_bytes = 0;
+  double bwd_mem_bytes = 0;
   double out_bytes = 0;      // output activation (transient in forward)
   double saved_bytes = 0;    // kept from forward (or recomputation) until this op's backward
   bool block_start = false;  // first op of a block: its input is the block input (checkpoint)

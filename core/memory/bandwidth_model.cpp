@@ -51,6 +51,33 @@ HostPathBandwidth host_path(const HardwareSpec& hw, Tier tier) {
 
 }  // namespace
 
+double compute_seconds(const HardwareSpec& hw, double flops, double mem_bytes) {
+  const double math = hw.gpu.achievable_flops > 0 ? flops / hw.gpu.achievable_flops : 0;
+  const double memory = hw.gpu.hbm_Bps > 0 ? mem_bytes / hw.gpu.hbm_Bps : 0;
+  return std::max(math, memory);
+}
+
+double roofline_flops_for(const std::vector<std::pair<double, double>>& ops, double hbm_Bps, double seconds) {
+  double flops = 0, memory_s = 0;
+  for (const auto& [f, m] : ops) {
+    flops += f;
+    memory_s += hbm_Bps > 0 ? m / hbm_Bps : 0;
+  }
+  if (flops <= 0 || seconds <= 0 || memory_s >= seconds) return 0;
+  auto total = [&](double rate) {  // decreasing in rate
+    double s = 0;
+    for (const auto& [f, m] : ops) s += std::max(f / rate, hbm_Bps > 0 ? m / hbm_Bps : 0);
+    return s;
+  };
+  double lo = flops / seconds, hi = lo;  // total(lo) >= seconds
+  for (int i = 0; i < 2000 && total(hi) > seconds; ++i) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (total(mid) > seconds ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 double host_path_Bps(const HardwareSpec& hw, Tier tier, int active) {
   return host_path_limit(hw, tier, active, nullptr);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memory/memory_model.h"
@@ -21,6 +22,15 @@ struct HostPathBandwidth {
   double parallel_per_gpu_Bps = 0;  // each GPU's share when all GPUs of the node read at once
   std::string bottleneck;           // what limits parallel_per_gpu_Bps ("pcie switch uplink / 4 GPUs", ...)
 };
+
+// Seconds a GPU operator takes by the roofline: its FLOPs at `gpu.achievable_flops` (the rate of large
+// transformer GEMMs) or the device memory it reads and writes at `gpu.hbm_Bps`, whichever is longer.
+double compute_seconds(const HardwareSpec& hw, double flops, double mem_bytes);
+
+// The inverse for calibration: the achievable FLOP/s at which operators of {FLOPs, memory bytes}, each
+// taking its roofline time with memory at `hbm_Bps`, add up to `seconds`. 0 where their memory time alone
+// reaches `seconds` (the bandwidth understated, or the FLOPs explain nothing).
+double roofline_flops_for(const std::vector<std::pair<double, double>>& ops, double hbm_Bps, double seconds);
 
 // Per-GPU bandwidth from host memory (`tier` kCpu or kNvme) while `active` GPUs of the node read at once.
 double host_path_Bps(const HardwareSpec& hw, Tier tier, int active);

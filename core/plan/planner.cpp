@@ -688,6 +688,7 @@ void Planner::plan_events() {
       t.name = tag + op.name;
       t.op = op.id;
       t.flops = ph == Phase::kBackward ? op.bwd_flops : op.fwd_flops;
+      t.bytes = ph == Phase::kBackward ? op.bwd_mem_bytes : op.fwd_mem_bytes;
       t.deps = deps;
       t.uses = uses;
       task = add_task(std::move(t));

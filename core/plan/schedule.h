@@ -68,7 +68,8 @@ struct Task {
   std::string name;
   int op = -1;            // ModelGraph op, or -1
   double flops = 0;       // kCompute
-  double bytes = 0;       // bytes moved (copy, NVMe, collective) or state traffic (optimizer step)
+  double bytes = 0;       // bytes moved (copy, NVMe, collective), state traffic (optimizer step) or
+                          // device memory read and written (compute: the roofline's bytes)
   double elements = 0;    // kOptimizerStep: parameters updated
   Tier src = Tier::kGpu;  // kCopy / NVMe: from
   Tier dst = Tier::kGpu;  // kCopy / NVMe: to; kOptimizerStep: where the states live

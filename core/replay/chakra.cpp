@@ -371,9 +371,10 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
       const bool cpu = n.attr("is_cpu_op") != 0;
       t.resource = cpu ? Resource::kCpuOptimizer : Resource::kCompute;
       t.flops = std::max(0.0, n.attr("num_ops"));
+      t.bytes = std::max(0.0, n.attr("tensor_size"));  // memory it reads and writes (the roofline's bytes)
       if (dur_s > 0) {
         t.measured_s = dur_s;
-      } else if (cpu || t.flops <= 0) {
+      } else if (cpu || (t.flops <= 0 && t.bytes <= 0)) {
         keep = false;  // nothing to time it by
       }
       if (keep) ++(cpu ? info.cpu_ops : info.compute);

@@ -202,13 +202,13 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
 
 Result<WhatIf> parse_what_if(const std::string& text) {
   const auto eq = text.find('=');
-  const char* allowed = "pcie, nvme, network, cpu_memory, compute, gpu, nodes";
+  const char* allowed = "pcie, nvme, network, cpu_memory, gpu_memory, compute, gpu, nodes";
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
     return Status::invalid_argument("--what-if '" + text + "': expected key=value with key one of " +
                                     allowed);
   }
   WhatIf w{text.substr(0, eq), text.substr(eq + 1)};
-  for (const char* k : {"pcie", "nvme", "network", "cpu_memory", "compute", "gpu", "nodes"}) {
+  for (const char* k : {"pcie", "nvme", "network", "cpu_memory", "gpu_memory", "compute", "gpu", "nodes"}) {
     if (w.key == k) return w;
   }
   return Status::invalid_argument("--what-if '" + text + "': unknown key '" + w.key +
@@ -240,7 +240,7 @@ Result<double> what_if_factor(const WhatIf& w) {
   return x;
 }
 
-// pcie, nvme, network, cpu_memory: bandwidths times x. False for the other keys.
+// pcie, nvme, network, cpu_memory, gpu_memory: bandwidths times x. False for the other keys.
 bool scale_bandwidth(const std::string& key, double x, HardwareSpec& hw) {
   if (key == "pcie") {
     hw.pcie.gpu_link_Bps *= x;
@@ -254,6 +254,8 @@ bool scale_bandwidth(const std::string& key, double x, HardwareSpec& hw) {
     hw.nvlink.gpu_Bps *= x;
   } else if (key == "cpu_memory") {
     hw.cpu.memory_Bps *= x;
+  } else if (key == "gpu_memory") {
+    hw.gpu.hbm_Bps *= x;  // memory-bound operators (the roofline) and a GPU optimizer's step
   } else {
     return false;
   }

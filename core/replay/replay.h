@@ -55,8 +55,8 @@ struct WhatIf {
 // Parses "key=value" (errors name the text and the allowed keys).
 Result<WhatIf> parse_what_if(const std::string& text);
 // What-ifs on the hardware alone, for a run planned and timed on it (memwall simulate): pcie, nvme, network,
-// cpu_memory multiply those bandwidths (nvme its read, write and combined rates); compute multiplies the
-// GPU's FLOP/s; gpu takes `gpu_spec`'s GPU (the count kept); nodes sets the node count.
+// cpu_memory, gpu_memory multiply those bandwidths (nvme its read, write and combined rates); compute
+// multiplies the GPU's FLOP/s; gpu takes `gpu_spec`'s GPU (the count kept); nodes sets the node count.
 Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec,
                                HardwareSpec& hw);
 // Applies what-ifs to the hardware and to the graph's measured durations and rank count. `gpu` takes a

@@ -935,7 +935,8 @@ Schedule Zero3Trainer::measured_schedule() const {
   const bool accumulating = st_->accumulated_steps > 1;
   Schedule s = accumulating ? st_->accumulated.schedule : st_->sched;
   for (Task& t : s.tasks) {
-    if (t.resource == Resource::kNone) continue;
+    // A compute task keeps the device memory traffic the plan counts (the roofline's bytes, not measured).
+    if (t.resource == Resource::kNone || t.kind == TaskKind::kCompute) continue;
     const auto i = static_cast<std::size_t>(t.id);
     t.bytes = accumulating ? st_->micro_moved[static_cast<std::size_t>(st_->accumulated.micro[i])]
                                              [static_cast<std::size_t>(st_->accumulated.origin[i])]

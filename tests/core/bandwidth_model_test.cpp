@@ -135,5 +135,24 @@ TEST(TierBandwidth, EfficiencyReportUsesThePlacement) {
   EXPECT_LT(analyze_bandwidth(m, run, hw, 0.9).rows[0].available_Bps, r.rows[0].available_Bps);
 }
 
+// The roofline (compute_seconds) and its inverse for calibration: operators timed at a rate come back to it.
+TEST(Roofline, CalibrationRecoversTheRateThatTimedTheOperators) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  EXPECT_DOUBLE_EQ(compute_seconds(hw, 7e13, 0), 1.0);
+  EXPECT_DOUBLE_EQ(compute_seconds(hw, 7e13, 1.8e12), 2.0);  // memory-bound: 1.8 TB at 900 GB/s
+  const std::vector<std::pair<double, double>> ops = {{7e13, 1e9}, {1e9, 9e11}, {3.5e13, 4.5e11}, {0, 9e10}};
+  for (double rate : {35e12, 70e12, 140e12}) {
+    hw.gpu.achievable_flops = rate;
+    double seconds = 0;
+    for (const auto& [f, m] : ops) seconds += compute_seconds(hw, f, m);
+    EXPECT_NEAR(roofline_flops_for(ops, hw.gpu.hbm_Bps, seconds), rate, 1e-6 * rate);
+    // Plain FLOPs over time understates the rate by the memory-bound operators' share.
+    EXPECT_LT((7e13 + 1e9 + 3.5e13) / seconds, rate);
+  }
+  // Memory alone takes longer than the measured time: no rate explains it.
+  EXPECT_EQ(roofline_flops_for(ops, hw.gpu.hbm_Bps, 1.0), 0);
+  EXPECT_EQ(roofline_flops_for({}, hw.gpu.hbm_Bps, 1.0), 0);
+}
+
 }  // namespace
 }  // namespace memwall

@@ -207,6 +207,24 @@ TEST(Chakra, UntimedTracesAndRooflineNodes) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   ReferenceExecutor ref(hw, 1);
   EXPECT_NEAR(run_schedule(g->schedule, ref).value().makespan_s, 2e12 / hw.gpu.achievable_flops, 1e-12);
+
+  // With `tensor_size`, the longer of its FLOPs' and its bytes' time (ASTRA-sim's roofline).
+  ChakraWriter w2("0.0.4");
+  gemm.int_attrs = {{"num_ops", 2000000000000}, {"tensor_size", 900000000000}};
+  w2.add(gemm);
+  ChakraWriter::Node softmax;
+  softmax.id = 2;
+  softmax.name = "softmax";
+  softmax.type = ChakraWriter::kComp;
+  softmax.data_deps = {1};
+  softmax.int_attrs = {{"tensor_size", 90000000000}};  // no FLOPs counted: memory alone times it
+  w2.add(softmax);
+  auto g2 = import_chakra_trace(w2.bytes(), 0, 1, 0, -1, info);
+  ASSERT_TRUE(g2.is_ok()) << g2.status().to_string();
+  ASSERT_EQ(g2->schedule.tasks.size(), 2u);
+  ReferenceExecutor ref2(hw, 1);
+  EXPECT_NEAR(run_schedule(g2->schedule, ref2).value().makespan_s,
+              9e11 / hw.gpu.hbm_Bps + 9e10 / hw.gpu.hbm_Bps, 1e-12);
 }
 
 TEST(Chakra, MalformedFilesAreOneClearError) {

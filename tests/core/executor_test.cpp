@@ -27,6 +27,10 @@ TEST(ReferenceExecutor, DurationsFollowClosedForms) {
   Task compute = make(0, TaskKind::kCompute, Resource::kCompute);
   compute.flops = 7e13;
   EXPECT_DOUBLE_EQ(exec.duration(compute), 1.0);  // 70 TFLOP at 70 TFLOP/s
+  compute.bytes = 450e9;                          // the roofline: its memory at 900 GB/s takes half that
+  EXPECT_DOUBLE_EQ(exec.duration(compute), 1.0);
+  compute.bytes = 1800e9;  // memory-bound: 2 s
+  EXPECT_DOUBLE_EQ(exec.duration(compute), 2.0);
   Task h2d = make(1, TaskKind::kCopy, Resource::kH2D);
   h2d.src = Tier::kCpu;
   h2d.bytes = 3e9;

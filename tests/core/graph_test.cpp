@@ -72,6 +72,50 @@ TEST(ModelGraph, SavedActivationsPerBlockFollowEquationFive) {
   EXPECT_DOUBLE_EQ(saved, tokens * (16.0 * m.hidden + 2.0 * m.heads * 1024));
 }
 
+// Each op's device memory traffic (the roofline's bytes), counted by hand for GPT-2 small: 2 x 1024 tokens,
+// 16-bit activations, hidden 768, 12 heads, vocabulary 50257.
+TEST(ModelGraph, OpsCountTheDeviceMemoryTheyReadAndWrite) {
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  const double T = 2 * 1024, C = m.hidden, b = 2, S = T * m.heads * 1024, V = m.vocab;
+  auto op = [&](const std::string& name) -> const GraphOp& {
+    for (const auto& o : g.ops) {
+      if (o.name == name) return o;
+    }
+    ADD_FAILURE() << name;
+    return g.ops[0];
+  };
+  // Token and position rows read, their sum written; backward adds the gradient into both tables.
+  EXPECT_DOUBLE_EQ(op("embed").fwd_mem_bytes, b * 3 * T * C);
+  EXPECT_DOUBLE_EQ(op("embed").bwd_mem_bytes, b * 5 * T * C);
+  // Layernorm: x read, y written, weight and bias read; backward reads dy and x, writes dx and dw, db.
+  EXPECT_DOUBLE_EQ(op("L0.ln1").fwd_mem_bytes, b * (2 * T * C + 2 * C));
+  EXPECT_DOUBLE_EQ(op("L0.ln1").bwd_mem_bytes, b * (3 * T * C + 4 * C));
+  EXPECT_DOUBLE_EQ(op("L0.gelu").fwd_mem_bytes, b * 2 * T * 4 * C);
+  EXPECT_DOUBLE_EQ(op("L0.gelu").bwd_mem_bytes, b * 3 * T * 4 * C);
+  // fc1: x (T x C) and W (C x 4C) read, y (T x 4C) written; backward twice that.
+  EXPECT_DOUBLE_EQ(op("L0.fc1").fwd_mem_bytes, b * (T * C + C * 4 * C + T * 4 * C));
+  EXPECT_DOUBLE_EQ(op("L0.fc1").bwd_mem_bytes, 2 * op("L0.fc1").fwd_mem_bytes);
+  // Attention: scores written and read, probabilities written and read; Q, K, V read and the output written.
+  EXPECT_DOUBLE_EQ(op("L0.attn").fwd_mem_bytes, b * (4 * S + 4 * T * C));
+  EXPECT_DOUBLE_EQ(op("L0.attn").bwd_mem_bytes, b * (7 * S + 8 * T * C));
+  EXPECT_DOUBLE_EQ(op("loss").fwd_mem_bytes, b * 2 * T * V);
+  EXPECT_DOUBLE_EQ(op("loss").bwd_mem_bytes, (b + 4) * T * V);
+  // On a V100 (70 TFLOP/s, 900 GB/s) the elementwise ops and attention are memory-bound, the GEMMs are not.
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const auto& o : g.ops) {
+    const bool memory_bound = o.fwd_mem_bytes / hw.gpu.hbm_Bps > o.fwd_flops / hw.gpu.achievable_flops;
+    const bool expected = o.kind != OpKind::kLinear;
+    EXPECT_EQ(memory_bound, expected) << o.name;
+  }
+  // Tiling splits the GEMMs' weights and outputs, each tile reading the whole input: more bytes in all.
+  const ModelGraph g4 = build_model_graph(m, options(4, 1));
+  double b1 = 0, b4 = 0;
+  for (const auto& o : g.ops) b1 += o.fwd_mem_bytes;
+  for (const auto& o : g4.ops) b4 += o.fwd_mem_bytes;
+  EXPECT_GT(b4, b1);
+}
+
 TEST(ModelGraph, ModelParallelShardsLinearsAndAddsAllReduces) {
   const ModelSpec m = testing::load_model_scenario("gpt3-175b");
   const ModelGraph g1 = build_model_graph(m, options(1, 1));
