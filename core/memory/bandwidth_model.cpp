@@ -187,7 +187,7 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
     row.location = tier_of(z.offload_optimizer.device);
     const int sharing = z.stage >= 1 ? dp : 1;
     double per_rank = 0;
-    std::string what;
+    std::string what, grads_note;
     switch (row.location) {
       case Tier::kGpu:
         per_rank = hw.gpu.hbm_Bps;
@@ -202,12 +202,20 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
         const double rw = 2.0 / (1.0 / hw.nvme.read_Bps() + 1.0 / hw.nvme.write_Bps());
         per_rank = rw / per_node;
         what = strprintf("NVMe read/write (harmonic mean) / %d ranks per node", per_node);
+        // Eq. (10)'s 32 bytes per parameter are 16 read and 16 written (fp32 parameter, momentum, variance,
+        // gradient); gradients kept in CPU memory (memwall.optimizer_gradients) leave 24 through NVMe, so
+        // each byte moved carries 32/24 as much compute.
+        if (estimate_memory(model, run, hw).optimizer_gradients == Tier::kCpu) {
+          row.ait *= 32.0 / 24.0;
+          grads_note = "; fp32 gradients in CPU memory: 24 of Eq. 10's 32 B/param through NVMe";
+        }
         break;
       }
     }
     row.available_Bps = per_rank * sharing;
     row.rule =
         sharing > 1 ? strprintf("%s x %d partitions updated in parallel", what.c_str(), sharing) : what;
+    row.rule += grads_note;
     if (gas > 1) row.rule += strprintf("; once per %.0f accumulated micro-batches", gas);
     r.rows.push_back(row);
   }

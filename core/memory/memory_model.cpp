@@ -283,6 +283,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // An offloaded optimizer reads fp32 gradients (without mixed precision too: the GPU keeps none); an NVMe
   // optimizer's wait in CPU memory unless memwall.optimizer_gradients is "nvme".
   const Tier grad_tier = tier_of(run.gradients_device());
+  e.optimizer_gradients = grad_tier;
   const bool grads_pinned = grad_tier == Tier::kCpu && z.offload_optimizer.pin_memory;
   const std::string grad_rule =
       opt_rule + (grad_tier != opt_tier ? " (memwall.optimizer_gradients: kept in CPU memory)" : "");

@@ -76,7 +76,10 @@ struct MemoryEstimate {
   double pinned_bytes_per_node = 0;
   bool fits = false;
   Tier limiting_tier = Tier::kGpu;  // the tier with the highest utilization
-  std::vector<std::string> notes;   // configuration remarks (e.g. buffers too small, DeepSpeed would assert)
+  // Where an offloaded optimizer's fp32 gradients wait for its step (memwall.optimizer_gradients resolved);
+  // the GPU with the optimizer there.
+  Tier optimizer_gradients = Tier::kGpu;
+  std::vector<std::string> notes;  // configuration remarks (e.g. buffers too small, DeepSpeed would assert)
 
   const TierUsage& tier(Tier t) const { return tiers[static_cast<int>(t)]; }
   double bytes(Tier t, MemCategory c) const;  // per rank, summed over items

@@ -116,6 +116,21 @@ TEST(TierBandwidth, EfficiencyReportUsesThePlacement) {
   EXPECT_NEAR(r.rows[0].available_Bps, 25.6e9, 1e6);
   EXPECT_DOUBLE_EQ(r.rows[0].ait, 2048);
   EXPECT_FALSE(r.rows[1].overlappable);
+  // 1T on one DGX-2: the fp32 gradients do not fit in CPU memory (auto puts them on NVMe), Eq. 10 as is.
+  EXPECT_DOUBLE_EQ(r.rows[1].ait, 1024.0 * run.micro_batch_per_gpu.value / 4);
+  // Where they fit (memwall.optimizer_gradients auto or cpu) NVMe moves 24 of Eq. 10's 32 B per parameter.
+  RunConfig cpu_grads = run;
+  cpu_grads.memwall.optimizer_gradients = OptimizerGradients::kCpu;
+  EXPECT_DOUBLE_EQ(analyze_bandwidth(m, cpu_grads, hw, 0.9).rows[1].ait, r.rows[1].ait * 32 / 24);
+  const ModelSpec m100 = testing::load_model_scenario("paper-100b");
+  RunConfig small = testing::load_run_scenario("zero-infinity-nvme");
+  ASSERT_TRUE(resolve_run_config(small, m100, hw).is_ok());
+  const BandwidthReport fits = analyze_bandwidth(m100, small, hw, 0.9);
+  EXPECT_DOUBLE_EQ(fits.rows[1].ait, 1024.0 * small.micro_batch_per_gpu.value / 3);
+  EXPECT_NE(fits.rows[1].rule.find("fp32 gradients in CPU memory"), std::string::npos) << fits.rows[1].rule;
+  small.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+  EXPECT_DOUBLE_EQ(analyze_bandwidth(m100, small, hw, 0.9).rows[1].ait,
+                   1024.0 * small.micro_batch_per_gpu.value / 4);
   EXPECT_EQ(r.rows[2].location, Tier::kCpu);
   EXPECT_DOUBLE_EQ(r.rows[2].available_Bps, 3e9);
   EXPECT_GT(r.rows[2].efficiency, 0.95);  // §5.2.3: > 80% for hidden >= 8K at ~3 GB/s
