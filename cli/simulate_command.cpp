@@ -120,6 +120,15 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
                         {"io_stall", b.io_stall_s},
                         {"idle", b.idle_s},
                         {"optimizer_step", b.optimizer_s}};
+  // The roofline's split of the compute lane (uncontended): operators bound by memory bandwidth rather
+  // than FLOPs (layernorm, GELU, attention's scores and probabilities, the loss at these sizes).
+  double memory_bound_s = 0;
+  for (const Task& t : iteration.tasks) {
+    if (t.kind == TaskKind::kCompute && t.measured_s <= 0 &&
+        t.bytes * in->hw.gpu.achievable_flops > t.flops * in->hw.gpu.hbm_Bps)
+      memory_bound_s += compute_seconds(in->hw, t.flops, t.bytes);
+  }
+  out["compute_memory_bound_s"] = memory_bound_s;
   // As memwall train reports it: how long any transfer ran, and the share of it alongside work.
   out["transfer_s"] = b.transfer_s;
   out["transfer_overlap"] = b.transfer_s > 0 ? b.transfer_overlapped_s / b.transfer_s : 0.0;
@@ -182,6 +191,11 @@ void print_simulation(const json& o) {
   for (const char* k : {"compute", "exposed_communication", "io_stall", "idle", "optimizer_step"}) {
     const double v = o["breakdown_s"][k].get<double>();
     std::printf("%-24s %11.3f %6.1f%%\n", k, v, 100 * v / it);
+    if (std::string(k) == "compute" && o.contains("compute_memory_bound_s")) {
+      const double mb = o["compute_memory_bound_s"].get<double>();
+      std::printf("%-24s %11.3f %6.1f%%   (by the roofline: norms, GELU, attention scores, loss)\n",
+                  "  of it memory-bound", mb, 100 * mb / it);
+    }
   }
   std::printf("transfers %.3f s, %.0f%% of it alongside compute or the optimizer\n",
               o["transfer_s"].get<double>(), 100 * o["transfer_overlap"].get<double>());
@@ -216,6 +230,10 @@ void print_simulation(const json& o) {
     for (const char* k : {"compute", "exposed_communication", "io_stall", "idle", "optimizer_step"}) {
       std::printf("%-24s %11.3f %11.3f\n", k, o["breakdown_s"][k].get<double>(),
                   w["breakdown_s"][k].get<double>());
+      if (std::string(k) == "compute") {
+        std::printf("%-24s %11.3f %11.3f\n", "  of it memory-bound",
+                    o["compute_memory_bound_s"].get<double>(), w["compute_memory_bound_s"].get<double>());
+      }
     }
   }
 }
@@ -235,6 +253,7 @@ Status simulate_what_if(const SimulateCliOptions& opt, json& base) {
                      {"gpus", out["gpus"]},
                      {"speedup", it > 0 ? base["iteration_s"].get<double>() / it : 0.0},
                      {"breakdown_s", out["breakdown_s"]},
+                     {"compute_memory_bound_s", out["compute_memory_bound_s"]},
                      {"links", out["links"]},
                      {"peak_bytes", out["peak_bytes"]}};
   return Status::ok();

@@ -434,6 +434,25 @@ TEST(CliSimulate, WhatIfsSimulateTheChangedHardwareBesideIt) {
   const CmdResult text = memwall("simulate --fast --model gpt2 --run zero-3 --what-if compute=2");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.output.find("what if compute=2:"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("of it memory-bound"), std::string::npos) << text.output;
+  // The roofline: GPT-2 small's norms, GELU, attention scores and loss are bound by GPU memory. Twice its
+  // bandwidth halves them (or less, where an operator turns FLOP-bound); twice the FLOP/s leaves them.
+  for (const char* change : {"gpu_memory=2", "compute=2"}) {
+    const nlohmann::json g = parse_json(
+        memwall(std::string("simulate --fast --model gpt2 --run zero-3 --json --what-if ") + change, false)
+            .output);
+    const double mb = g["compute_memory_bound_s"].get<double>(),
+                 compute = g["breakdown_s"]["compute"].get<double>();
+    EXPECT_GT(mb, 0.1 * compute) << change;
+    EXPECT_LT(mb, compute) << change;
+    const double w_mb = g["what_if"]["compute_memory_bound_s"].get<double>();
+    if (std::string(change) == "gpu_memory=2") {
+      EXPECT_LE(w_mb, 0.5 * mb * (1 + 1e-9));
+    } else {
+      EXPECT_GE(w_mb, mb * (1 - 1e-9));
+    }
+    EXPECT_LT(g["what_if"]["breakdown_s"]["compute"].get<double>(), compute) << change;
+  }
   expect_bad_input("simulate --fast --what-if disk=2", "allowed: pcie");
   expect_bad_input("simulate --fast --what-if gpu=no-such-gpu", "no-such-gpu");
 }
