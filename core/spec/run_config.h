@@ -129,6 +129,19 @@ struct RunConfig {
   // parameters' precision; "fp32" keeps them in fp32, as memwall train does).
   bool fp32_gradients = false;
   std::string optimizer = "Adam";
+  // optimizer.params as the file gives them (memwall train uses them; a negative value: not given, so the
+  // trainer's own default or command-line flag applies). betas is [beta1, beta2].
+  struct OptimizerParams {
+    double lr = -1;
+    double beta1 = -1;
+    double beta2 = -1;
+    double eps = -1;
+    double weight_decay = -1;
+    bool adam_w_mode = true;  // weight decay decoupled from the gradient (AdamW), DeepSpeed's default
+  } optimizer_params;
+  // gradient_clipping: before each step the gradients are scaled so that their global L2 norm (over every
+  // rank's shard, of the mean over the micro-batches) is at most this; 0 turns it off (DeepSpeed's default).
+  double gradient_clipping = 0;
   ZeroConfig zero;
   AioConfig aio;
   ActivationCheckpointConfig activation_checkpointing;

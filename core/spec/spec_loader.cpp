@@ -485,9 +485,9 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
   if (!r.has("train_batch_size")) run.train_batch_size.is_auto = true;
   MW_RETURN_IF_ERROR(r.get_auto_count("train_micro_batch_size_per_gpu", run.micro_batch_per_gpu, 1));
   MW_RETURN_IF_ERROR(r.get_auto_count("gradient_accumulation_steps", run.gradient_accumulation_steps, 1));
+  MW_RETURN_IF_ERROR(r.get_number("gradient_clipping", run.gradient_clipping, 0, 1e30));
   r.ignore({"steps_per_print",
             "wall_clock_breakdown",
-            "gradient_clipping",
             "zero_allow_untested_optimizer",
             "scheduler",
             "prescale_gradients",
@@ -559,7 +559,31 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
       diag.warnings.push_back(source + ": optimizer.type \"" + run.optimizer +
                               "\": memwall models Adam-style state (momentum and variance)");
     }
-    o.ignore({"params"});
+    Result<const json*> params = o.get_object("params");
+    if (!params.is_ok()) return params.status();
+    if (*params != nullptr) {
+      JsonObjectReader pr(**params, source, "optimizer.params", diag);
+      RunConfig::OptimizerParams& op = run.optimizer_params;
+      MW_RETURN_IF_ERROR(pr.get_number("lr", op.lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_number("eps", op.eps, 0, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("weight_decay", op.weight_decay, 0, 10));
+      if (pr.has("betas")) {
+        const json& b = (**params)["betas"];
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() || b[0] < 0 ||
+            b[0] >= 1 || b[1] < 0 || b[1] >= 1) {
+          return pr.error("betas",
+                          detail::short_dump(b) + " is not allowed; allowed: [beta1, beta2], each in [0, 1)");
+        }
+        op.beta1 = b[0].get<double>();
+        op.beta2 = b[1].get<double>();
+      }
+      // Accepted and not used: DeepSpeed's implementation switches and the other optimizers' knobs.
+      // DeepSpeed's Adam and AdamW both decay weights decoupled (AdamW) unless adam_w_mode is false.
+      MW_RETURN_IF_ERROR(pr.get_bool("adam_w_mode", op.adam_w_mode));
+      pr.ignore({"betas", "torch_adam", "fp32_optimizer_states", "amsgrad", "bias_correction", "max_coeff",
+                 "min_coeff", "momentum", "freeze_step", "cuda_aware", "comm_backend_name"});
+      pr.finish();
+    }
     o.finish();
   }
 
@@ -747,6 +771,17 @@ std::string to_json_text(const RunConfig& run) {
   j["precision"] = precision_name(run.precision);
   if (run.fp32_gradients) j["communication_data_type"] = "fp32";
   j["optimizer"] = run.optimizer;
+  {
+    const RunConfig::OptimizerParams& op = run.optimizer_params;
+    json params = json::object();
+    if (op.lr >= 0) params["lr"] = op.lr;
+    if (op.beta1 >= 0) params["betas"] = {op.beta1, op.beta2};
+    if (op.eps >= 0) params["eps"] = op.eps;
+    if (op.weight_decay >= 0) params["weight_decay"] = op.weight_decay;
+    if (!op.adam_w_mode) params["adam_w_mode"] = false;
+    if (!params.empty()) j["optimizer_params"] = params;
+  }
+  if (run.gradient_clipping > 0) j["gradient_clipping"] = run.gradient_clipping;
   j["zero_optimization"] = {{"stage", z.stage},
                             {"overlap_comm", z.overlap_comm},
                             {"contiguous_gradients", z.contiguous_gradients},

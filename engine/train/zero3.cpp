@@ -72,6 +72,13 @@ namespace {
 
 constexpr std::size_t kB16 = sizeof(std::uint16_t);
 
+// Sum of squares in double, in index order.
+double sum_of_squares(const float* x, std::size_t n) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
 std::string store_key(const char* kind, std::size_t index) {
   return std::string(kind) + "." + std::to_string(index);
 }
@@ -150,6 +157,20 @@ struct Zero3Trainer::State {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   kernels::AdamHyper adam_hyper;  // step set per iteration
   int micro = 0;                  // gradient accumulation: the micro-batch running (0: the first)
+  // Gradient clipping (RunConfig::gradient_clipping > 0): the first optimizer task of a step sums the
+  // squares of every parameter's final gradient shard (grad_sq, per parameter, so that every placement
+  // adds them in the same order; gradients that went to NVMe were summed as they were written in the last
+  // micro-batch), the ranks add theirs in rank order, and the step's gradients are scaled down to the norm.
+  double clip = 0;
+  bool last_micro = false;      // the micro-batch with the optimizer phase is running
+  bool clip_pending = false;    // the step's norm is still to be taken
+  std::vector<double> grad_sq;  // per parameter: the sum of squares of this rank's gradient shard
+  double grad_norm = -1;        // the last step's global gradient norm (of the mean gradient), or -1
+  Status clip_gradients(const std::string& at, comm::Communicator& comm);
+  std::size_t valid(const Part& pt) const {  // elements of a shard inside its parameter (not padding)
+    const std::size_t from = static_cast<std::size_t>(rank) * pt.shard;
+    return from >= pt.numel ? 0 : std::min(pt.shard, pt.numel - from);
+  }
   int adam_threads = 1;
 
   // On a real GPU (Zero3Options::device == kCuda): the device, its tier carved out of the device's arena
@@ -658,6 +679,7 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
   if (t.param >= 0) {  // a gradient shard, from its swap-out slot
     const Part& pt = part(t.param);
     auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
+    if (clip > 0 && last_micro) grad_sq[static_cast<std::size_t>(t.param)] = sum_of_squares(slot, valid(pt));
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
@@ -777,6 +799,47 @@ Status Zero3Trainer::State::collective(const Task& t, const std::string& at, com
   return Status::internal(t.name + ": memwall train has no binding for a " + collective_name(t.collective));
 }
 
+Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communicator& comm) {
+  clip_pending = false;
+#if MEMWALL_HAVE_CUDA
+  if (cuda) MW_RETURN_IF_ERROR(deps_on_host());  // the gradients' GPU work (reduce-scatters, copies) is done
+#endif
+  // This rank's squares: where the gradients wait for the optimizer (on the GPU, in CPU memory), or as the
+  // last micro-batch wrote them to NVMe.
+  const bool on_nvme = opt_tier == Tier::kNvme && !grads_in_cpu;
+  std::vector<float> staged;
+  double local = 0;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const Part& pt = parts[p];
+    if (!on_nvme) {
+      const float* g = grads32 + pt.local;
+      if (opt_tier == Tier::kGpu) {
+        const int b = persistent_grad[p];
+        g = reinterpret_cast<const float*>(ptr(b));
+        if (on_device(b)) {
+          staged.resize(pt.shard);
+          MW_RETURN_IF_ERROR(move(staged.data(), false, g, true, pt.shard * 4));
+          g = staged.data();
+        }
+      }
+      grad_sq[p] = sum_of_squares(g, valid(pt));
+    }
+    local += grad_sq[p];
+  }
+  // Every rank's, added in rank order (the same sum on every rank).
+  std::vector<double> all(static_cast<std::size_t>(R));
+  MW_RETURN_IF_ERROR(comm.allgather(&local, all.data(), sizeof(double), at + "gradient norm"));
+  double sq = 0;
+  for (double x : all) sq += x;
+  // The norm of the mean over the micro-batches (adam_hyper.grad_scale divides the summed gradients by
+  // their count); PyTorch's clip_grad_norm_: scaled by max_norm / (norm + 1e-6) where that is below 1.
+  const double mean_scale = adam_hyper.grad_scale;
+  grad_norm = std::sqrt(sq) / mean_scale;
+  const double coef = clip / (grad_norm + 1e-6);
+  if (coef < 1) adam_hyper.grad_scale = static_cast<float>(mean_scale / coef);
+  return Status::ok();
+}
+
 Status Zero3Trainer::State::optimizer(const Task& t) {
   const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
   const std::size_t n = g.end - g.begin;
@@ -850,7 +913,10 @@ Status Zero3Trainer::State::run_task(const Task& t, int step_no, const std::stri
     st = collective(t, at, comm, bytes);
     moved[static_cast<std::size_t>(t.id)] = bytes;
   } else {
-    st = bind(t, step_no);
+    // The first optimizer task of a step with gradient clipping takes the global norm first (a collective:
+    // every collective of the step is done by then, they all precede the gradients it waits for).
+    if (t.kind == TaskKind::kOptimizerStep && clip_pending) st = clip_gradients(at, comm);
+    if (st.is_ok()) st = bind(t, step_no);
   }
 #if MEMWALL_HAVE_CUDA
   // A task that queued no GPU work is complete only once what it follows is.
@@ -926,6 +992,9 @@ const StepStats& Zero3Trainer::last_step() const {
 }
 std::size_t Zero3Trainer::shard_elements() const {
   return st_->total;
+}
+double Zero3Trainer::last_grad_norm() const {
+  return st_->grad_norm;
 }
 const RunResult& Zero3Trainer::last_run() const {
   return st_->last_run;
@@ -1120,6 +1189,8 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         static_cast<std::size_t>(tr.o_.hw.cpu.memory_bytes / std::max(1, st.sched.ranks_per_node)));
     st.opt_tier = tier_of(z.offload_optimizer.device);
     st.grads_in_cpu = st.opt_tier == Tier::kNvme && st.sched.optimizer_gradients == tier_name(Tier::kCpu);
+    st.clip = o.run.gradient_clipping;
+    st.grad_sq.assign(st.parts.size(), 0.0);
     st.home.assign(st.parts.size(), Tier::kGpu);
     st.shard_buf.assign(st.parts.size(), -1);
     st.persistent_grad.assign(st.parts.size(), -1);
@@ -1582,14 +1653,18 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
   }
   const std::size_t per = static_cast<std::size_t>(o_.micro_batch) * static_cast<std::size_t>(o_.seq);
   st.adam_hyper.grad_scale = static_cast<float>(micro_batches);  // the mean of the micro-batches' gradients
+  st.clip_pending = st.clip > 0;
+  st.grad_norm = -1;
   StepStats total;
   float loss = 0;
   st.micro_runs.clear();
   st.micro_moved.clear();
   for (int k = 0; k < micro_batches; ++k) {
     st.micro = k;
+    st.last_micro = k + 1 == micro_batches;
     auto l = run_phases(tokens + k * per, targets + k * per, true, k + 1 == micro_batches);
     st.micro = 0;
+    st.last_micro = false;
     if (!l.is_ok()) return l;
     loss += *l;
     if (micro_batches > 1) {

@@ -114,6 +114,9 @@ class Zero3Trainer {
   const ModelGraph& graph() const;
   const Schedule& schedule() const;
   const StepStats& last_step() const;
+  // The last step's global L2 norm of the (mean) gradient before clipping, with RunConfig::gradient_clipping
+  // set; -1 without clipping (the norm is not taken).
+  double last_grad_norm() const;
   // Degradations found while setting up (e.g. host memory the GPU driver would not page-lock).
   const std::vector<std::string>& warnings() const;
   // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".

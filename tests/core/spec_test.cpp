@@ -147,6 +147,39 @@ TEST(RunConfig, OptimizerGradientsKeyRoundTripsAndDefaultsToAuto) {
   EXPECT_TRUE(diag.warnings.empty());
 }
 
+// DeepSpeed's optimizer.params and gradient_clipping are read (memwall train uses them); absent, nothing is
+// set and clipping is off.
+TEST(RunConfig, OptimizerParamsAndGradientClippingAreRead) {
+  Diagnostics diag;
+  Result<RunConfig> empty = parse_run("{}", "runs/empty.json", diag);
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_EQ(empty->gradient_clipping, 0);
+  EXPECT_LT(empty->optimizer_params.lr, 0);
+  EXPECT_TRUE(empty->optimizer_params.adam_w_mode);
+  Result<RunConfig> run = parse_run(
+      R"({"gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95],
+          "eps": 1e-8, "weight_decay": 0.1, "adam_w_mode": false, "torch_adam": true}}})",
+      "runs/opt.json", diag);
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  EXPECT_EQ(run->gradient_clipping, 1.0);
+  EXPECT_EQ(run->optimizer_params.lr, 6e-4);
+  EXPECT_EQ(run->optimizer_params.beta1, 0.9);
+  EXPECT_EQ(run->optimizer_params.beta2, 0.95);
+  EXPECT_EQ(run->optimizer_params.eps, 1e-8);
+  EXPECT_EQ(run->optimizer_params.weight_decay, 0.1);
+  EXPECT_FALSE(run->optimizer_params.adam_w_mode);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  const auto j = nlohmann::json::parse(to_json_text(*run));
+  EXPECT_EQ(j.at("gradient_clipping"), 1.0);
+  EXPECT_EQ(j.at("optimizer_params").at("betas"), nlohmann::json::array({0.9, 0.95}));
+  // A key of another optimizer that memwall does not know is reported, not an error.
+  Result<RunConfig> other =
+      parse_run(R"({"optimizer": {"type": "Adam", "params": {"lrr": 1}}})", "runs/o.json", diag);
+  ASSERT_TRUE(other.is_ok());
+  ASSERT_FALSE(diag.warnings.empty());
+  EXPECT_NE(diag.warnings.back().find("optimizer.params.lrr"), std::string::npos) << diag.warnings.back();
+}
+
 // ---- bad input: every case names the file and key and says what is allowed ----
 
 struct BadRun {
@@ -173,6 +206,13 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, BadRunInput,
     ::testing::Values(
         BadRun{R"({"zero_optimization": {"stage": "three"}})", "zero_optimization.stage", "0..3"},
+        BadRun{R"({"gradient_clipping": -1})", "gradient_clipping", "allowed: 0 to"},
+        BadRun{R"({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})", "optimizer.params.lr",
+               "allowed"},
+        BadRun{R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})", "optimizer.params.betas",
+               "[beta1, beta2], each in [0, 1)"},
+        BadRun{R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}})",
+               "optimizer.params.betas", "each in [0, 1)"},
         BadRun{R"({"zero_optimization": {"stage": 5}})", "zero_optimization.stage", "0..3"},
         BadRun{R"({"train_micro_batch_size_per_gpu": -1})", "train_micro_batch_size_per_gpu", ">= 1"},
         BadRun{R"({"train_micro_batch_size_per_gpu": 2.5})", "train_micro_batch_size_per_gpu", "integer"},

@@ -8,7 +8,7 @@
 # MPI on host copies (--gpu-collectives host); --device auto picks the GPU; a GPU that is not there and
 # activations or a plan that do not fit the GPU are one-line errors, and a GPU that holds the activations
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
-# GPU that loads.
+# GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -60,6 +60,14 @@ gas_run gas_sums_cpu "$sums_set" --device cpu
 gas_run gas_sums_cuda "$sums_set" --device cuda --gpu-matmul fp32
 gas_run gas_opt_cpu "$cpu_opt_set" --device cpu
 gas_run gas_opt_cuda "$cpu_opt_set" --device cuda --gpu-matmul fp32
+# Gradient clipping with the optimizer on the GPU: the norm is taken from the device's fp32 gradients.
+clip_set='"train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "gradient_clipping": 0.5'
+for d in cpu cuda; do
+  args=(--device cpu)
+  [ "$d" = cuda ] && args=(--device cuda --gpu-matmul fp32)
+  "$BIN" "${base[@]}" --set "{$clip_set}" --steps 3 "${args[@]}" >"$work/clip_$d.jsonl" 2>"$work/clip_$d.err" \
+    || { echo "FAILED: gradient clipping on $d"; cat "$work/clip_$d.err"; exit 1; }
+done
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
 run auto --steps 1 --device auto
 expect_error() {  # $1: what the message must say, then the command's environment and extra arguments
@@ -152,6 +160,19 @@ for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_sums_cuda", "
     for s in b:
         if s in a:
             near(f"step {s}, {dev_run} vs {host_run}", a[s], b[s], 1e-4)
+def norms(name):
+    with open(f"{work}/{name}.jsonl") as f:
+        return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
+clip_cpu, clip_cuda = norms("clip_cpu"), norms("clip_cuda")
+if sorted(clip_cpu) != [1, 2, 3] or sorted(clip_cuda) != [1, 2, 3] or None in clip_cpu.values() \
+        or None in clip_cuda.values():
+    bad.append(f"gradient clipping: norms {clip_cpu} (cpu), {clip_cuda} (cuda)")
+else:
+    for s in clip_cpu:
+        near(f"step {s}, gradient norm on cuda vs cpu", clip_cuda[s], clip_cpu[s], 1e-4)
+        near(f"step {s}, clipped loss on cuda vs cpu", losses("clip_cuda")[s], losses("clip_cpu")[s], 1e-4)
+    if not clip_cpu[1] > 0.5:
+        bad.append(f"gradient clipping: the first norm {clip_cpu[1]} is under the bound, nothing was clipped")
 if sys.argv[2] == "ran":
     two_cpu = losses("mpi_cpu")
     for name in ("mpi_cuda", "mpi_nccl"):

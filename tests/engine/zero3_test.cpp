@@ -71,6 +71,59 @@ TEST(Zero3, OneRankFollowsThePlainModel) {
   }
 }
 
+// gradient_clipping: the reference model's gradients scaled as PyTorch's clip_grad_norm_ does (by max_norm /
+// (norm + 1e-6) when that is below 1), at a bound low enough to clip every step.
+TEST(Zero3, GradientClippingFollowsThePlainModel) {
+  const model::GptConfig c = small();
+  Zero3Options o;
+  o.micro_batch = 2;
+  o.seq = 8;
+  o.seed = 5;
+  o.adam.lr = 1e-2f;
+  o.run.gradient_clipping = 0.05;
+  auto local = comm::make_local_comm();
+  auto z = Zero3Trainer::create(c, o, *local);
+  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+  const std::size_t n = model::gpt_num_params(c);
+  std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f), pw(n);
+  std::vector<std::uint16_t> p16(n);
+  model::gpt_init(c, p.data(), 5);
+  model::GptModel ref(c, 2, 8);
+  std::vector<int> tok, tgt;
+  for (int s = 0; s < 5; ++s) {
+    batch(s, 2, 8, tok, tgt);
+    kernels::cast_f32_to_bf16(p.data(), p16.data(), n);
+    kernels::cast_bf16_to_f32(p16.data(), pw.data(), n);
+    const float want = ref.forward(pw.data(), tok.data(), tgt.data());
+    std::fill(g.begin(), g.end(), 0.0f);
+    ref.backward(pw.data(), g.data());
+    double sq = 0;
+    for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
+    const double norm = std::sqrt(sq), coef = 0.05 / (norm + 1e-6);
+    ASSERT_LT(coef, 1) << "step " << s << ": the bound must clip";
+    kernels::AdamHyper h = o.adam;
+    h.step = s + 1;
+    h.grad_scale = static_cast<float>(1 / coef);
+    kernels::adam_step(kernels::fp32_arrays(p.data(), m.data(), v.data(), g.data(), n), h, 1);
+    auto got = z->step(tok.data(), tgt.data());
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    // The norm is summed per parameter, the reference's over the whole array: the same to rounding.
+    EXPECT_NEAR(z->last_grad_norm(), norm, 1e-9 * norm) << "step " << s;
+    EXPECT_NEAR(*got, want, 1e-6f * std::fabs(want)) << "step " << s;
+  }
+  std::vector<float> full;
+  ASSERT_TRUE(z->gather_params(full).is_ok());
+  for (std::size_t i = 0; i < n; i += 7)
+    EXPECT_NEAR(full[i], p[i], 1e-5f * std::max(1.0f, std::fabs(p[i]))) << i;
+  // Without clipping no norm is taken.
+  Zero3Options off = o;
+  off.run.gradient_clipping = 0;
+  auto z2 = Zero3Trainer::create(c, off, *local);
+  ASSERT_TRUE(z2.is_ok());
+  ASSERT_TRUE(z2->step(tok.data(), tgt.data()).is_ok());
+  EXPECT_EQ(z2->last_grad_norm(), -1);
+}
+
 TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
   auto local = comm::make_local_comm();
   Zero3Options o;
@@ -346,6 +399,66 @@ TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
     for (std::size_t i = 0; i < params.size(); ++i)
       apart = std::max(apart, std::fabs(first_params[i] - want_params[i]));
     EXPECT_GT(apart, 100 * worst + 1e-3f);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Clipping's norm is summed per parameter in the same order wherever the gradients wait (the device, CPU
+// memory, NVMe as the last micro-batch writes them): every placement trains bitwise alike; with two
+// micro-batches per step the norm is the mean gradient's, as with one micro-batch of both.
+TEST(Zero3, GradientClippingIsTheSameOnEveryPlacementAndWithAccumulation) {
+  const model::GptConfig c = small();
+  Zero3Options base;
+  base.seq = 8;
+  base.seed = 5;
+  base.adam.lr = 1e-2f;
+  base.run.gradient_clipping = 0.05;
+  base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  const std::string dir = swap_dir("clipping");
+  auto nvme = [dir](Zero3Options& o) {
+    o.swap_dir = dir;
+    auto& z = o.run.zero;
+    z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
+    z.offload_param.max_in_cpu = 0;
+    z.sub_group_size = 2000;
+  };
+  const std::vector<Variant> variants = {
+      {"optimizer on CPU",
+       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
+      {"parameters and optimizer on NVMe (gradients in CPU memory)", nvme},
+      {"parameters, optimizer and its gradients on NVMe",
+       [nvme](Zero3Options& o) {
+         nvme(o);
+         o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+       }},
+  };
+  Zero3Options whole = base;
+  whole.micro_batch = 2;
+  std::vector<float> want_losses, want_params, unclipped_losses, unclipped_params;
+  train_accumulating(c, whole, 1, 6, want_losses, want_params);
+  Zero3Options off = whole;
+  off.run.gradient_clipping = 0;
+  train_accumulating(c, off, 1, 6, unclipped_losses, unclipped_params);
+  EXPECT_NE(unclipped_losses.back(), want_losses.back());  // the bound clips
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    Zero3Options o = whole;
+    v.apply(o);
+    std::vector<float> losses, params;
+    train_accumulating(c, o, 1, 6, losses, params);
+    EXPECT_EQ(losses, want_losses);
+    EXPECT_EQ(params, want_params);
+    Zero3Options half = base;
+    half.micro_batch = 1;
+    v.apply(half);
+    train_accumulating(c, half, 2, 6, losses, params);
+    ASSERT_EQ(losses.size(), want_losses.size());
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      EXPECT_NEAR(losses[s], want_losses[s], 1e-5f * want_losses[s]) << "step " << s + 1;
+    float worst = 0;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      worst = std::max(worst, std::fabs(params[i] - want_params[i]));
+    EXPECT_LT(worst, 1e-4f);
   }
   std::filesystem::remove_all(dir);
 }
