@@ -12,7 +12,7 @@ MW=./build/cli/memwall
 [ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
 $PY -c "import torch" 2>/dev/null || { echo "needs python3-torch: bash scripts/setup.sh --bench" >&2; exit 1; }
 model="{\"n_layer\":$L,\"n_embd\":$C,\"n_head\":$NH,\"n_positions\":$T}"
-run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null}"
+run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0}"  # torch's loop does not clip
 mw=(); pt=()
 for i in $(seq "$R"); do
   mw+=("$(OMP_NUM_THREADS=$TH $MW train --steps "$S" --json --model-set "$model" --set "$run" --eval-batches 1 |

@@ -555,7 +555,7 @@ void register_export(CLI::App& app, int& exit_code) {
 void register_train(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TrainOptions>();
   opt->inputs.model = "gpt-mini";
-  opt->inputs.run = "zero-3";
+  opt->inputs.run = "train-gpt";
   auto* cmd = app.add_subcommand("train", "Train a GPT model on text with ZeRO-3 (mpirun -n N for N ranks)");
   add_input_options(cmd, opt->inputs);
   cmd->add_option("--data", opt->data,
