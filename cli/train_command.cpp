@@ -245,6 +245,12 @@ int run_train(const TrainOptions& opt) {
   }
   auto trainer = train::Zero3Trainer::create(c, zo, *world);
   if (!trainer.is_ok()) return report_error(trainer.status());
+  if (lead && !run.scheduler.type.empty() && !run.scheduler.implemented()) {
+    std::fprintf(stderr,
+                 "memwall: warning: %s: scheduler.type \"%s\" is not implemented by memwall train (WarmupLR, "
+                 "WarmupDecayLR are); the learning rate stays at %g\n",
+                 run.name.c_str(), run.scheduler.type.c_str(), static_cast<double>(zo.adam.lr));
+  }
   if (lead) {
     for (const std::string& w : trainer->warnings())
       std::fprintf(stderr, "memwall: warning: %s\n", w.c_str());
@@ -322,6 +328,14 @@ int run_train(const TrainOptions& opt) {
                 static_cast<double>(h.beta2), static_cast<double>(h.eps), static_cast<double>(h.weight_decay),
                 h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
+    const RunConfig::LrSchedule& ls = run.scheduler;
+    if (ls.implemented()) {
+      std::printf("scheduler: %s, %g -> %g over %.0f steps (%s)%s\n", ls.type.c_str(), ls.warmup_min_lr,
+                  ls.warmup_max_lr, ls.warmup_num_steps, ls.warmup_type.c_str(),
+                  ls.type == "WarmupDecayLR"
+                      ? strprintf(", then linearly to 0 at step %.0f", ls.total_num_steps).c_str()
+                      : "");
+    }
     for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());
     std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
                 format_bytes(static_cast<double>(ds->train_bytes())).c_str(),
@@ -349,6 +363,9 @@ int run_train(const TrainOptions& opt) {
           static_cast<std::uint64_t>(rank);
       ds->train_batch(opt.seed, index, B, seq, tok.data() + k * per_micro, tgt.data() + k * per_micro);
     }
+    // The scheduler's rate for this step (a function of the step alone, so a resumed run continues it).
+    const double lr = scheduled_lr(run.scheduler, s, zo.adam.lr);
+    trainer->set_learning_rate(static_cast<float>(lr));
     const auto t0 = std::chrono::steady_clock::now();
     auto loss = trainer->step(tok.data(), tgt.data(), G);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -378,6 +395,7 @@ int run_train(const TrainOptions& opt) {
                   json({{"step", s + 1},
                         {"loss", *loss},
                         {"grad_norm", grad_norm >= 0 ? json(grad_norm) : json(nullptr)},
+                        {"lr", lr},
                         {"seconds", dt},
                         {"tokens_per_s", tokens_per_step / dt},
                         {"flops_per_s", flops_per_step / dt},
@@ -398,7 +416,8 @@ int run_train(const TrainOptions& opt) {
                       .c_str());
     } else if ((s + 1) % opt.log_every == 0 || s == first_step || s + 1 == opt.steps) {
       if (progress) std::fprintf(stderr, "\r\033[K");
-      const std::string norm = grad_norm >= 0 ? strprintf("  grad norm %.3g", grad_norm) : "";
+      const std::string norm = (run.scheduler.implemented() ? strprintf("  lr %.3g", lr) : "") +
+                               (grad_norm >= 0 ? strprintf("  grad norm %.3g", grad_norm) : "");
       std::printf(
           "step %*d/%d  loss %.4f%s  %s tok/s  %s  %.3f s/step (compute %.3f, exposed I/O+comm %.3f, "
           "optimizer "

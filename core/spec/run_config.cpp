@@ -1,6 +1,7 @@
 // RunConfig names and resolution of "auto" values and cross-file consistency checks.
 #include "spec/run_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -20,6 +21,19 @@ const char* offload_device_name(OffloadDevice d) {
       return "nvme";
   }
   return "none";
+}
+
+double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr) {
+  if (!s.implemented()) return lr;
+  const double n = std::max(2.0, s.warmup_num_steps);  // DeepSpeed warms up over at least 2 steps
+  const double it = static_cast<double>(std::max(0L, step));
+  double gamma = 1;
+  if (it < n) {
+    gamma = s.warmup_type == "linear" ? it / n : std::log(it + 1) / std::log(n);
+  } else if (s.type == "WarmupDecayLR") {
+    gamma = std::max(0.0, (s.total_num_steps - it) / std::max(1.0, s.total_num_steps - n));
+  }
+  return s.warmup_min_lr + (s.warmup_max_lr - s.warmup_min_lr) * gamma;
 }
 
 const char* optimizer_gradients_name(OptimizerGradients g) {

@@ -142,6 +142,18 @@ struct RunConfig {
   // gradient_clipping: before each step the gradients are scaled so that their global L2 norm (over every
   // rank's shard, of the mean over the micro-batches) is at most this; 0 turns it off (DeepSpeed's default).
   double gradient_clipping = 0;
+  // DeepSpeed's `scheduler` (memwall train): the learning rate per optimizer step. WarmupLR rises from
+  // warmup_min_lr to warmup_max_lr over warmup_num_steps (log or linear) and stays there; WarmupDecayLR then
+  // falls linearly to 0 at total_num_steps. Other types are read (train warns and keeps optimizer lr).
+  struct LrSchedule {
+    std::string type;  // "" (none), "WarmupLR", "WarmupDecayLR", or another DeepSpeed type
+    double warmup_min_lr = 0;
+    double warmup_max_lr = 0.001;
+    double warmup_num_steps = 1000;
+    std::string warmup_type = "log";  // "log" or "linear"
+    double total_num_steps = 0;       // WarmupDecayLR
+    bool implemented() const { return type == "WarmupLR" || type == "WarmupDecayLR"; }
+  } scheduler;
   ZeroConfig zero;
   AioConfig aio;
   ActivationCheckpointConfig activation_checkpointing;
@@ -166,6 +178,10 @@ struct RunConfig {
   // Bytes of one gradient element in the backward pass and its reduction.
   double grad_bytes() const { return fp32_gradients ? 4.0 : param_bytes(); }
 };
+
+// The learning rate of 0-based optimizer step `step` under `s` (DeepSpeed's value at last_batch_iteration =
+// step), or `lr` where the schedule is not implemented or absent.
+double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr);
 
 // Fills "auto" values from the model (Hugging Face's rules: reduce bucket hd², prefetch bucket 0.9·hd²,
 // persistence threshold 10·hd; batch sizes from each other), the default data-parallel degree from the

@@ -489,7 +489,6 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
   r.ignore({"steps_per_print",
             "wall_clock_breakdown",
             "zero_allow_untested_optimizer",
-            "scheduler",
             "prescale_gradients",
             "gradient_predivide_factor",
             "sparse_gradients",
@@ -584,6 +583,35 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
                  "min_coeff", "momentum", "freeze_step", "cuda_aware", "comm_backend_name"});
       pr.finish();
     }
+    o.finish();
+  }
+
+  Result<const json*> sched_obj = r.get_object("scheduler");
+  if (!sched_obj.is_ok()) return sched_obj.status();
+  if (*sched_obj != nullptr) {
+    JsonObjectReader o(**sched_obj, source, "scheduler", diag);
+    RunConfig::LrSchedule& ls = run.scheduler;
+    MW_RETURN_IF_ERROR(o.get_string("type", ls.type));
+    Result<const json*> params = o.get_object("params");
+    if (!params.is_ok()) return params.status();
+    if (ls.implemented() && *params != nullptr) {
+      JsonObjectReader pr(**params, source, "scheduler.params", diag);
+      MW_RETURN_IF_ERROR(pr.get_number("warmup_min_lr", ls.warmup_min_lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_number("warmup_max_lr", ls.warmup_max_lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_count("warmup_num_steps", ls.warmup_num_steps, 0));
+      MW_RETURN_IF_ERROR(pr.get_choice("warmup_type", ls.warmup_type, {"log", "linear"}));
+      MW_RETURN_IF_ERROR(pr.get_count("total_num_steps", ls.total_num_steps, 1));
+      pr.ignore({"last_batch_iteration"});
+      pr.finish();
+    }
+    if (ls.type == "WarmupDecayLR" && ls.total_num_steps <= 0) {
+      return Status::invalid_argument(source +
+                                      ": key 'scheduler.params.total_num_steps': missing; allowed: the run's "
+                                      "total optimizer steps (WarmupDecayLR decays to 0 there)");
+    }
+    // Other schedulers (OneCycle, LRRangeTest, WarmupCosineLR) are not implemented: their parameters are not
+    // checked, and memwall train says it keeps the optimizer's rate.
+    o.ignore({"params"});
     o.finish();
   }
 

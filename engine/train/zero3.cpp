@@ -993,6 +993,9 @@ const StepStats& Zero3Trainer::last_step() const {
 std::size_t Zero3Trainer::shard_elements() const {
   return st_->total;
 }
+void Zero3Trainer::set_learning_rate(float lr) {
+  st_->adam_hyper.lr = lr;
+}
 double Zero3Trainer::last_grad_norm() const {
   return st_->grad_norm;
 }

@@ -868,11 +868,16 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_NE(r.output.find("/nonexistent/text.txt"), std::string::npos) << r.output;
 }
 
+// With a learning-rate schedule (DeepSpeed's WarmupDecayLR: linear warm-up over 4 steps, then linear decay to
+// 0 at step 12), which the resumed run continues from its step.
 TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
   const std::string data = write_file("train3.txt", training_text());
   const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt").string();
   std::filesystem::remove_all(dir);
-  const std::string common = " --json --data " + data + " " + kTinyModel;
+  const std::string common =
+      " --json --data " + data + " " + kTinyModel +
+      R"( --set '{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.003, )" +
+      R"("warmup_num_steps": 4, "warmup_type": "linear", "total_num_steps": 12}}}')";
   const CmdResult straight = memwall("train --steps 12" + common, false);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const CmdResult first = memwall("train --steps 6 --checkpoint-dir " + dir + common, false);
@@ -892,6 +897,14 @@ TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
   ASSERT_EQ(b.size(), 6u);
   for (std::size_t i = 0; i < 6; ++i)
     EXPECT_EQ(a[6 + i], b[i]) << "step " << 7 + i;  // printed in full precision
+  std::istringstream in(straight.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"step\"") == std::string::npos) continue;
+    const nlohmann::json j = parse_json(line);
+    const int s = j["step"].get<int>() - 1;  // DeepSpeed's last_batch_iteration
+    const double want = s < 4 ? 0.003 * s / 4 : 0.003 * (12 - s) / 8;
+    EXPECT_NEAR(j["lr"].get<double>(), want, 1e-12) << line;
+  }
   const CmdResult again = memwall("train --steps 12 --resume --checkpoint-dir " + dir + common);
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.output.find("already at step 12"), std::string::npos) << again.output;

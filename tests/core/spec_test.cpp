@@ -180,6 +180,42 @@ TEST(RunConfig, OptimizerParamsAndGradientClippingAreRead) {
   EXPECT_NE(diag.warnings.back().find("optimizer.params.lrr"), std::string::npos) << diag.warnings.back();
 }
 
+// DeepSpeed's WarmupLR and WarmupDecayLR at last_batch_iteration = step: log or linear warm-up over at least
+// 2 steps, then constant or a linear decay to 0 at total_num_steps; anything else keeps the rate.
+TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
+  RunConfig::LrSchedule s;
+  EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // none
+  s.type = "OneCycle";
+  EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // not implemented
+  s.type = "WarmupLR";
+  s.warmup_min_lr = 0.001;
+  s.warmup_max_lr = 0.011;
+  s.warmup_num_steps = 1000;
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 0, 0.1), 0.001);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 9, 0.1), 0.001 + 0.01 / 3);  // log(10) / log(1000)
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1000, 0.1), 0.011);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 5000, 0.1), 0.011);
+  s.warmup_type = "linear";
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 250, 0.1), 0.001 + 0.01 / 4);
+  s.type = "WarmupDecayLR";
+  s.total_num_steps = 2000;
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1500, 0.1), 0.001 + 0.01 / 2);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 2000, 0.1), 0.001);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 2500, 0.1), 0.001);  // never below the minimum
+  s.warmup_num_steps = 1;                               // DeepSpeed warms up over at least 2 steps
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 1, 0.1), 0.001 + 0.01 / 2);
+  // Read from a run file, defaults where params leave them out.
+  Diagnostics diag;
+  Result<RunConfig> run = parse_run(
+      R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.002}}})", "runs/sched.json", diag);
+  ASSERT_TRUE(run.is_ok()) << run.status().message();
+  EXPECT_EQ(run->scheduler.type, "WarmupLR");
+  EXPECT_EQ(run->scheduler.warmup_max_lr, 0.002);
+  EXPECT_EQ(run->scheduler.warmup_num_steps, 1000);
+  EXPECT_EQ(run->scheduler.warmup_type, "log");
+  EXPECT_TRUE(diag.warnings.empty());
+}
+
 // ---- bad input: every case names the file and key and says what is allowed ----
 
 struct BadRun {
@@ -207,6 +243,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadRun{R"({"zero_optimization": {"stage": "three"}})", "zero_optimization.stage", "0..3"},
         BadRun{R"({"gradient_clipping": -1})", "gradient_clipping", "allowed: 0 to"},
+        BadRun{R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.1}}})",
+               "scheduler.params.total_num_steps", "total optimizer steps"},
+        BadRun{R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
+               "scheduler.params.warmup_type", "log, linear"},
         BadRun{R"({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})", "optimizer.params.lr",
                "allowed"},
         BadRun{R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})", "optimizer.params.betas",
