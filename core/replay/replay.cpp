@@ -310,6 +310,10 @@ Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const Hardwa
 
 Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec, HardwareSpec& hw,
                       ReplayGraph& g) {
+  // Measured GPU compute is scaled whole by compute= and gpu=: a trace does not say what bound each operator
+  // on the machine that measured it (a memwall train trace of the host-emulated device names the hardware
+  // it planned for, not the CPU that computed). The hardware changes too, for compute the replay times from
+  // FLOPs and bytes (a Chakra node without a duration, by the roofline).
   for (const WhatIf& w : what_ifs) {
     if (w.key == "gpu") {
       auto ratio = take_gpu(w, gpu_spec, hw);
@@ -323,6 +327,8 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
     if (!x.is_ok()) return x.status();
     if (scale_bandwidth(w.key, *x, hw)) continue;
     if (w.key == "compute") {
+      hw.gpu.achievable_flops *= *x;
+      hw.gpu.peak_flops *= *x;
       for (Task& t : g.schedule.tasks) {
         if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s /= *x;
       }

@@ -59,8 +59,10 @@ Result<WhatIf> parse_what_if(const std::string& text);
 // multiplies the GPU's FLOP/s; gpu takes `gpu_spec`'s GPU (the count kept); nodes sets the node count.
 Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec,
                                HardwareSpec& hw);
-// Applies what-ifs to the hardware and to the graph's measured durations and rank count. `gpu` takes a
-// hardware spec already loaded by the caller (core reads no files).
+// Applies what-ifs to the hardware and to the graph's measured durations and rank count: compute and gpu
+// scale measured GPU compute whole and change the hardware's GPU for what is timed from FLOPs and bytes;
+// the bandwidth keys change the hardware only. `gpu` takes a hardware spec already loaded by the caller
+// (core reads no files).
 Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec, HardwareSpec& hw,
                       ReplayGraph& g);
 // Sets the rank layout of the graph's schedule for this hardware (ranks per node, data parallel degree).

@@ -225,6 +225,21 @@ TEST(Chakra, UntimedTracesAndRooflineNodes) {
   ReferenceExecutor ref2(hw, 1);
   EXPECT_NEAR(run_schedule(g2->schedule, ref2).value().makespan_s,
               9e11 / hw.gpu.hbm_Bps + 9e10 / hw.gpu.hbm_Bps, 1e-12);
+  // What-ifs on untimed nodes: twice the FLOP rate halves the FLOP-bound one (the first trace), twice the
+  // GPU memory bandwidth the memory-bound ones (the second); neither moves the other kind.
+  auto timed = [](const ReplayGraph& graph, const HardwareSpec& h) {
+    ReferenceExecutor e(h, 1);
+    return run_schedule(graph.schedule, e).value().makespan_s;
+  };
+  for (const char* key : {"compute", "gpu_memory"}) {
+    HardwareSpec h1 = hw, h2 = hw;
+    ReplayGraph flop_bound = *g, memory_bound = *g2;
+    ASSERT_TRUE(apply_what_ifs({{key, "2"}}, nullptr, h1, flop_bound).is_ok());
+    ASSERT_TRUE(apply_what_ifs({{key, "2"}}, nullptr, h2, memory_bound).is_ok());
+    const bool flops = std::string(key) == "compute";
+    EXPECT_NEAR(timed(flop_bound, h1), timed(*g, hw) / (flops ? 2 : 1), 1e-12) << key;
+    EXPECT_NEAR(timed(memory_bound, h2), timed(*g2, hw) / (flops ? 1 : 2), 1e-12) << key;
+  }
 }
 
 TEST(Chakra, MalformedFilesAreOneClearError) {
