@@ -846,12 +846,29 @@ void Planner::optimizer() {
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
   const int sets = opt_sets_;
   std::vector<int> step(groups, -1), write(groups, -1), read(groups, -1), freed(groups, -1);
+  // Gradient clipping: the global norm of the gradients before the first sub-group's step, on the
+  // optimizer's resource: a pass over this rank's fp32 gradients where they wait (none where they went to
+  // NVMe: summed as they were written) and an exchange of one number between the ranks (not modelled).
+  int norm = -1;
+  if (run_.gradient_clipping > 0) {
+    Task t;
+    t.kind = TaskKind::kOptimizerStep;
+    t.resource = opt_tier_ == Tier::kGpu ? Resource::kCompute : Resource::kCpuOptimizer;
+    t.phase = ph;
+    t.name = "gradient norm";
+    t.bytes = opt_tier_ == Tier::kNvme && grad_tier_ == Tier::kNvme ? 0 : 4 * opt_total_;
+    t.dst = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
+    t.deps = join;
+    if (grads32_buf_ >= 0) t.uses = {grads32_buf_};
+    norm = add_task(std::move(t));
+  }
   for (int g = 0; g < groups; ++g) {
     const double n = group_elements(g);
     const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
     const size_t first_task = s_.tasks.size();
     std::vector<int> step_deps = join;
     if (g > 0) step_deps.push_back(step[g - 1]);
+    if (norm >= 0) step_deps.push_back(norm);
     int swap = -1;
     if (opt_tier_ == Tier::kNvme) {
       // The fp32 states do not depend on this iteration's gradients: with optimizer_prefetch they are read

@@ -157,13 +157,12 @@ struct Zero3Trainer::State {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   kernels::AdamHyper adam_hyper;  // step set per iteration
   int micro = 0;                  // gradient accumulation: the micro-batch running (0: the first)
-  // Gradient clipping (RunConfig::gradient_clipping > 0): the first optimizer task of a step sums the
-  // squares of every parameter's final gradient shard (grad_sq, per parameter, so that every placement
-  // adds them in the same order; gradients that went to NVMe were summed as they were written in the last
-  // micro-batch), the ranks add theirs in rank order, and the step's gradients are scaled down to the norm.
+  // Gradient clipping (RunConfig::gradient_clipping > 0): the plan's "gradient norm" task sums the squares
+  // of every parameter's final gradient shard (grad_sq, per parameter, so that every placement adds them in
+  // the same order; gradients that went to NVMe were summed as they were written in the last micro-batch),
+  // the ranks add theirs in rank order, and the step's gradients are scaled down to the norm.
   double clip = 0;
   bool last_micro = false;      // the micro-batch with the optimizer phase is running
-  bool clip_pending = false;    // the step's norm is still to be taken
   std::vector<double> grad_sq;  // per parameter: the sum of squares of this rank's gradient shard
   double grad_norm = -1;        // the last step's global gradient norm (of the mean gradient), or -1
   Status clip_gradients(const std::string& at, comm::Communicator& comm);
@@ -800,7 +799,6 @@ Status Zero3Trainer::State::collective(const Task& t, const std::string& at, com
 }
 
 Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communicator& comm) {
-  clip_pending = false;
 #if MEMWALL_HAVE_CUDA
   if (cuda) MW_RETURN_IF_ERROR(deps_on_host());  // the gradients' GPU work (reduce-scatters, copies) is done
 #endif
@@ -913,10 +911,15 @@ Status Zero3Trainer::State::run_task(const Task& t, int step_no, const std::stri
     st = collective(t, at, comm, bytes);
     moved[static_cast<std::size_t>(t.id)] = bytes;
   } else {
-    // The first optimizer task of a step with gradient clipping takes the global norm first (a collective:
-    // every collective of the step is done by then, they all precede the gradients it waits for).
-    if (t.kind == TaskKind::kOptimizerStep && clip_pending) st = clip_gradients(at, comm);
-    if (st.is_ok()) st = bind(t, step_no);
+    // Gradient clipping's norm (the plan's "gradient norm" task, before the first sub-group's step): a
+    // collective too, but every other collective of the step precedes the gradients it waits for.
+    if (t.kind == TaskKind::kOptimizerStep && t.subgroup < 0) {
+      st = clip_gradients(at, comm);
+      if (!st.is_ok()) st = Status(st.code(), at + t.name + ": " + st.message());
+      moved[static_cast<std::size_t>(t.id)] = t.bytes;
+    } else {
+      st = bind(t, step_no);
+    }
   }
 #if MEMWALL_HAVE_CUDA
   // A task that queued no GPU work is complete only once what it follows is.
@@ -1656,7 +1659,6 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
   }
   const std::size_t per = static_cast<std::size_t>(o_.micro_batch) * static_cast<std::size_t>(o_.seq);
   st.adam_hyper.grad_scale = static_cast<float>(micro_batches);  // the mean of the micro-batches' gradients
-  st.clip_pending = st.clip > 0;
   st.grad_norm = -1;
   StepStats total;
   float loss = 0;

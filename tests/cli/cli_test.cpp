@@ -1125,14 +1125,14 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   const auto j = parse_json(text.str());
   EXPECT_EQ(j["otherData"]["command"], "train");
   EXPECT_EQ(j["otherData"]["executor"], "cpu");
-  int adam = 0, fwd = 0, bwd = 0, copies = 0, memory = 0;
+  int adam = 0, norms = 0, fwd = 0, bwd = 0, copies = 0, memory = 0;
   double moved = 0;
   for (const auto& e : j.at("traceEvents")) {
     if (e.at("ph") == "C" && e.at("name") == "memory gpu") ++memory;
     if (e.at("ph") != "X") continue;
     EXPECT_GE(e.at("dur").get<double>(), 0.0);
     const std::string phase = e.at("args").at("phase").get<std::string>();
-    if (e["cat"] == "optimizer_step") ++adam;
+    if (e["cat"] == "optimizer_step") ++(e["name"] == "gradient norm" ? norms : adam);
     if (e["cat"] == "compute" && phase == "forward") ++fwd;
     if (e["cat"] == "compute" && phase == "backward") ++bwd;
     if (e["cat"] == "copy") {
@@ -1141,6 +1141,7 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
     }
   }
   EXPECT_EQ(adam, 3);      // one sub-group per step
+  EXPECT_EQ(norms, 3);     // and gradient clipping's norm before it (train-gpt clips)
   EXPECT_GT(fwd, 3 * 10);  // every op of every step
   EXPECT_EQ(bwd % 3, 0);
   EXPECT_GT(bwd, 0);

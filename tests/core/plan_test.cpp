@@ -540,6 +540,45 @@ TEST(Planner, DelayedParameterUpdateOverlapsTheCpuStepWithTheNextStep) {
 // writes none to NVMe and the step reads none back (4 B per optimizer element each way less per step); where
 // the CPU is too small "auto" puts them on NVMe and says why, as predict's memory model does; "cpu" then
 // fails naming the CPU.
+// gradient_clipping plans the global norm as a task before the first sub-group's step, on the optimizer's
+// resource: a read of the rank's fp32 gradients where they wait (none when they went to NVMe, summed as
+// written), so the reference executor's step takes that much longer; without clipping there is none.
+TEST(Planner, GradientClippingPlansTheNormBeforeTheFirstStep) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const char* grads : {"cpu optimizer", "nvme, in cpu", "nvme, on nvme"}) {
+    SCOPED_TRACE(grads);
+    RunConfig run = testing::load_run_scenario(std::string(grads) == "cpu optimizer" ? "zero-infinity-cpu"
+                                                                                     : "zero-infinity-nvme");
+    if (std::string(grads) == "nvme, on nvme") run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
+    ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+    const Schedule plain = plan_iteration(m, run, hw).value();
+    run.gradient_clipping = 1.0;
+    const Schedule clipped = plan_iteration(m, run, hw).value();
+    ASSERT_EQ(clipped.tasks.size(), plain.tasks.size() + 1);
+    const Task* norm = nullptr;
+    int first_step = -1;
+    for (const Task& t : clipped.tasks) {
+      if (t.name == "gradient norm") norm = &t;
+      if (t.kind == TaskKind::kOptimizerStep && t.subgroup == 0 && first_step < 0) first_step = t.id;
+    }
+    ASSERT_NE(norm, nullptr);
+    EXPECT_EQ(norm->kind, TaskKind::kOptimizerStep);
+    EXPECT_EQ(norm->resource, Resource::kCpuOptimizer);
+    EXPECT_EQ(norm->subgroup, -1);
+    const auto& deps = clipped.tasks[static_cast<std::size_t>(first_step)].deps;
+    EXPECT_NE(std::find(deps.begin(), deps.end(), norm->id), deps.end());
+    const double n_opt = m.total_params() / clipped.data_parallel;
+    const bool read = std::string(grads) != "nvme, on nvme";
+    EXPECT_NEAR(norm->bytes, read ? 4 * n_opt : 0, 1e-6 * n_opt);
+    ReferenceExecutor a(hw, plain.ranks_per_node), b(hw, clipped.ranks_per_node);
+    const RunResult ra = run_schedule(plain, a).value(), rb = run_schedule(clipped, b).value();
+    const int lane = static_cast<int>(Resource::kCpuOptimizer);
+    EXPECT_NEAR(rb.busy_s[lane] - ra.busy_s[lane], norm->bytes / (hw.cpu.memory_Bps / clipped.ranks_per_node),
+                1e-9 * rb.busy_s[lane]);
+  }
+}
+
 TEST(Planner, NvmeOptimizerKeepsItsGradientsInCpuMemoryWhereTheyFit) {
   const ModelSpec m = testing::load_model_scenario("paper-10b");
   HardwareSpec hw = testing::load_hardware_scenario("dgx2");
