@@ -29,13 +29,19 @@ void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt)
   }
 }
 
-TEST(Zero3, OneRankFollowsThePlainModel) {
+// The trainer on one rank (2 sequences of 8 tokens, lr 1e-2) against the plain model + Adam with
+// bf16-rounded weights for 5 steps. With `clip` > 0 the reference scales its gradients as PyTorch's
+// clip_grad_norm_ does (by clip / (norm + 1e-6) when that is below 1; `clip` is low enough to clip every
+// step): the trainer sums the squares per parameter, the reference over the whole array, so the norms
+// agree to rounding (1e-9) and the losses to 1e-6; without clipping everything is bitwise the same.
+void follow_the_plain_model(double clip) {
   const model::GptConfig c = small();
   Zero3Options o;
   o.micro_batch = 2;
   o.seq = 8;
   o.seed = 5;
   o.adam.lr = 1e-2f;
+  o.run.gradient_clipping = clip;
   auto local = comm::make_local_comm();
   auto z = Zero3Trainer::create(c, o, *local);
   ASSERT_TRUE(z.is_ok()) << z.status().to_string();
@@ -56,72 +62,45 @@ TEST(Zero3, OneRankFollowsThePlainModel) {
     const float want = ref.forward(pw.data(), tok.data(), tgt.data());
     std::fill(g.begin(), g.end(), 0.0f);
     ref.backward(pw.data(), g.data());
-    const kernels::AdamArrays a = kernels::fp32_arrays(p.data(), m.data(), v.data(), g.data(), n);
     kernels::AdamHyper h = o.adam;
     h.step = s + 1;
-    kernels::adam_step(a, h, 1);
+    double norm = -1;
+    if (clip > 0) {
+      double sq = 0;
+      for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
+      norm = std::sqrt(sq);
+      const double coef = clip / (norm + 1e-6);
+      ASSERT_LT(coef, 1) << "step " << s << ": the bound must clip";
+      h.grad_scale = static_cast<float>(1 / coef);
+    }
+    kernels::adam_step(kernels::fp32_arrays(p.data(), m.data(), v.data(), g.data(), n), h, 1);
     auto got = z->step(tok.data(), tgt.data());
     ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    EXPECT_EQ(*got, want) << "step " << s;
+    if (clip > 0) {
+      EXPECT_NEAR(z->last_grad_norm(), norm, 1e-9 * norm) << "step " << s;
+      EXPECT_NEAR(*got, want, 1e-6f * std::fabs(want)) << "step " << s;
+    } else {
+      EXPECT_EQ(z->last_grad_norm(), -1);  // no norm is taken
+      EXPECT_EQ(*got, want) << "step " << s;
+    }
   }
   std::vector<float> full;
   ASSERT_TRUE(z->gather_params(full).is_ok());
   for (std::size_t i = 0; i < n; i += 7) {
-    EXPECT_EQ(full[i], p[i]) << i;
+    if (clip > 0) {
+      EXPECT_NEAR(full[i], p[i], 1e-5f * std::max(1.0f, std::fabs(p[i]))) << i;
+    } else {
+      EXPECT_EQ(full[i], p[i]) << i;
+    }
   }
 }
 
-// gradient_clipping: the reference model's gradients scaled as PyTorch's clip_grad_norm_ does (by max_norm /
-// (norm + 1e-6) when that is below 1), at a bound low enough to clip every step.
+TEST(Zero3, OneRankFollowsThePlainModel) {
+  follow_the_plain_model(0);
+}
+
 TEST(Zero3, GradientClippingFollowsThePlainModel) {
-  const model::GptConfig c = small();
-  Zero3Options o;
-  o.micro_batch = 2;
-  o.seq = 8;
-  o.seed = 5;
-  o.adam.lr = 1e-2f;
-  o.run.gradient_clipping = 0.05;
-  auto local = comm::make_local_comm();
-  auto z = Zero3Trainer::create(c, o, *local);
-  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
-  const std::size_t n = model::gpt_num_params(c);
-  std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f), pw(n);
-  std::vector<std::uint16_t> p16(n);
-  model::gpt_init(c, p.data(), 5);
-  model::GptModel ref(c, 2, 8);
-  std::vector<int> tok, tgt;
-  for (int s = 0; s < 5; ++s) {
-    batch(s, 2, 8, tok, tgt);
-    kernels::cast_f32_to_bf16(p.data(), p16.data(), n);
-    kernels::cast_bf16_to_f32(p16.data(), pw.data(), n);
-    const float want = ref.forward(pw.data(), tok.data(), tgt.data());
-    std::fill(g.begin(), g.end(), 0.0f);
-    ref.backward(pw.data(), g.data());
-    double sq = 0;
-    for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
-    const double norm = std::sqrt(sq), coef = 0.05 / (norm + 1e-6);
-    ASSERT_LT(coef, 1) << "step " << s << ": the bound must clip";
-    kernels::AdamHyper h = o.adam;
-    h.step = s + 1;
-    h.grad_scale = static_cast<float>(1 / coef);
-    kernels::adam_step(kernels::fp32_arrays(p.data(), m.data(), v.data(), g.data(), n), h, 1);
-    auto got = z->step(tok.data(), tgt.data());
-    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
-    // The norm is summed per parameter, the reference's over the whole array: the same to rounding.
-    EXPECT_NEAR(z->last_grad_norm(), norm, 1e-9 * norm) << "step " << s;
-    EXPECT_NEAR(*got, want, 1e-6f * std::fabs(want)) << "step " << s;
-  }
-  std::vector<float> full;
-  ASSERT_TRUE(z->gather_params(full).is_ok());
-  for (std::size_t i = 0; i < n; i += 7)
-    EXPECT_NEAR(full[i], p[i], 1e-5f * std::max(1.0f, std::fabs(p[i]))) << i;
-  // Without clipping no norm is taken.
-  Zero3Options off = o;
-  off.run.gradient_clipping = 0;
-  auto z2 = Zero3Trainer::create(c, off, *local);
-  ASSERT_TRUE(z2.is_ok());
-  ASSERT_TRUE(z2->step(tok.data(), tgt.data()).is_ok());
-  EXPECT_EQ(z2->last_grad_norm(), -1);
+  follow_the_plain_model(0.05);
 }
 
 TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
@@ -348,14 +327,20 @@ void train_variant(const model::GptConfig& c, const Zero3Options& o, int steps, 
   train_accumulating(c, o, 1, steps, losses, params);
 }
 
-TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
-  const model::GptConfig c = small();
+// The accumulation and clipping tests' trainer options: micro-batches of 8 tokens, lr 1e-2, a large emulated
+// device.
+Zero3Options accumulation_base() {
   Zero3Options base;
   base.seq = 8;
   base.seed = 5;
   base.adam.lr = 1e-2f;
   base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
-  const std::string dir = swap_dir("accumulation");
+  return base;
+}
+
+// Where the optimizer's states and gradients can wait (NVMe swap files in `dir`): on CPU; with the
+// parameters on NVMe, the gradients in CPU memory; and on NVMe too.
+std::vector<Variant> optimizer_placements(const std::string& dir) {
   auto nvme = [dir](Zero3Options& o) {
     o.swap_dir = dir;
     auto& z = o.run.zero;
@@ -363,17 +348,24 @@ TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
     z.offload_param.max_in_cpu = 0;
     z.sub_group_size = 2000;
   };
-  const std::vector<Variant> variants = {
-      {"optimizer on the device", [](Zero3Options&) {}},
+  return {
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
-      {"parameters and optimizer on NVMe (gradients summed in CPU memory)", nvme},
-      {"parameters, optimizer and its gradient sums on NVMe",
+      {"parameters and optimizer on NVMe (gradients in CPU memory)", nvme},
+      {"parameters, optimizer and its gradients on NVMe",
        [nvme](Zero3Options& o) {
          nvme(o);
          o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
        }},
   };
+}
+
+TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
+  const model::GptConfig c = small();
+  const Zero3Options base = accumulation_base();
+  const std::string dir = swap_dir("accumulation");
+  std::vector<Variant> variants = {{"optimizer on the device", [](Zero3Options&) {}}};
+  for (Variant& v : optimizer_placements(dir)) variants.push_back(std::move(v));
   for (const auto& v : variants) {
     SCOPED_TRACE(v.name);
     Zero3Options whole = base, half = base;
@@ -408,30 +400,10 @@ TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
 // micro-batches per step the norm is the mean gradient's, as with one micro-batch of both.
 TEST(Zero3, GradientClippingIsTheSameOnEveryPlacementAndWithAccumulation) {
   const model::GptConfig c = small();
-  Zero3Options base;
-  base.seq = 8;
-  base.seed = 5;
-  base.adam.lr = 1e-2f;
+  Zero3Options base = accumulation_base();
   base.run.gradient_clipping = 0.05;
-  base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
   const std::string dir = swap_dir("clipping");
-  auto nvme = [dir](Zero3Options& o) {
-    o.swap_dir = dir;
-    auto& z = o.run.zero;
-    z.offload_param.device = z.offload_optimizer.device = OffloadDevice::kNvme;
-    z.offload_param.max_in_cpu = 0;
-    z.sub_group_size = 2000;
-  };
-  const std::vector<Variant> variants = {
-      {"optimizer on CPU",
-       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
-      {"parameters and optimizer on NVMe (gradients in CPU memory)", nvme},
-      {"parameters, optimizer and its gradients on NVMe",
-       [nvme](Zero3Options& o) {
-         nvme(o);
-         o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
-       }},
-  };
+  const std::vector<Variant> variants = optimizer_placements(dir);
   Zero3Options whole = base;
   whole.micro_batch = 2;
   std::vector<float> want_losses, want_params, unclipped_losses, unclipped_params;
