@@ -27,7 +27,7 @@ one_round() {  # $1: round number; writes $DIR/round$1.json (a failed step is re
   # The same run as memwall train plans it: stage 3, every parameter partitioned, bf16 with fp32
   # gradients, alloc/free in program order.
   local sim_set="${run%\}},\"zero_optimization.stage3_param_persistence_threshold\":0,\"communication_data_type\":\"fp32\",\"memwall.memory_order\":\"program\",\"fp16\":{\"enabled\":false},\"bf16\":{\"enabled\":true}}"
-  step $MW simulate --hardware "$DIR/local.json" --model gpt-mini --model-set '{"vocab_size":256}' --run zero-3 \
+  step $MW simulate --hardware "$DIR/local.json" --model gpt-mini --model-set '{"vocab_size":256}' --run train-gpt \
     --set "$sim_set" --json > "$DIR/simulate.json" || return 0
   python3 - "$DIR" "$1" <<'PY'
 import json, sys

@@ -163,7 +163,7 @@ if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then
       \"communication_data_type\": \"fp32\", \"memwall.memory_order\": \"program\", \"fp16\": {\"enabled\": false},
       \"bf16\": {\"enabled\": true}}"
     "$BUILD/cli/memwall" simulate --hardware "$BUILD/gpu-local.json" --model gpt2-xl \
-      --model-set '{"n_layer": 32, "vocab_size": 256}' --run zero-3 --set "$sim_set" --fast >"$BUILD/simulate.log" 2>&1
+      --model-set '{"n_layer": 32, "vocab_size": 256}' --run train-gpt --set "$sim_set" --fast >"$BUILD/simulate.log" 2>&1
   fi
   set -e
   cat "$BUILD/calibrate.log" | grep -Ev '^calibrate:' || true
