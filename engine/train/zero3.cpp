@@ -813,6 +813,8 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
       const float* g = grads32 + pt.local;
       if (opt_tier == Tier::kGpu) {
         const int b = persistent_grad[p];
+        if (b < 0)
+          return Status::internal("gradient norm: parameter " + std::to_string(p) + " has no gradient");
         g = reinterpret_cast<const float*>(ptr(b));
         if (on_device(b)) {
           staged.resize(pt.shard);
