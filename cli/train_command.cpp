@@ -469,6 +469,8 @@ int run_train(const TrainOptions& opt) {
       per_step_bytes[resource_name(static_cast<Resource>(r))] = moved[r] / trained;
       per_step_busy[resource_name(static_cast<Resource>(r))] = busy[r] / trained;
     }
+    // A float setting as the file or flag wrote it (0.9, not 0.8999999761581421).
+    const auto as_given = [](float x) { return std::stod(strprintf("%.7g", static_cast<double>(x))); };
     json summary = {
         {"model", in->model.name},
         {"params", trainer->model_elements()},
@@ -479,6 +481,15 @@ int run_train(const TrainOptions& opt) {
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
         {"optimizer_gradients", trainer->schedule().optimizer_gradients},
+        // What the step ran with: the run file's optimizer.params, --lr, gradient_clipping, scheduler.
+        {"optimizer",
+         {{"type", zo.adam.decoupled ? "AdamW" : "Adam"},
+          {"lr", as_given(zo.adam.lr)},
+          {"betas", {as_given(zo.adam.beta1), as_given(zo.adam.beta2)}},
+          {"eps", as_given(zo.adam.eps)},
+          {"weight_decay", as_given(zo.adam.weight_decay)},
+          {"gradient_clipping", run.gradient_clipping},
+          {"scheduler", run.scheduler.implemented() ? json(run.scheduler.type) : json(nullptr)}}},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},

@@ -795,6 +795,23 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
   EXPECT_LT(last, 2.6) << r.output;
   EXPECT_LT(val, 2.6) << r.output;
   EXPECT_GT(static_cast<double>(summary["flops_per_s"]), 0.0);
+  // The default run's optimizer (train-gpt): AdamW at 3e-3, clipping at norm 1.
+  EXPECT_EQ(summary["optimizer"]["type"], "AdamW");
+  EXPECT_EQ(summary["optimizer"]["lr"], 0.003);
+  EXPECT_EQ(summary["optimizer"]["gradient_clipping"], 1.0);
+  // A run file's optimizer.params are used; --lr overrides its rate.
+  const std::string adam =
+      R"( --set '{"optimizer": {"type": "Adam", "params": {"lr": 0.0005, "weight_decay": 0.1, "adam_w_mode": false}}}')";
+  for (const char* lr : {"", " --lr 0.01"}) {
+    const CmdResult o = memwall(
+        "train --steps 1 --eval-batches 1 --json --data " + data + " " + kTinyModel + adam + lr, false);
+    ASSERT_EQ(o.exit_code, 0) << o.output;
+    const auto opt =
+        parse_json(o.output.substr(o.output.rfind('\n', o.output.size() - 2) + 1))["summary"]["optimizer"];
+    EXPECT_EQ(opt["type"], "Adam");  // adam_w_mode false: L2 weight decay
+    EXPECT_EQ(opt["weight_decay"], 0.1);
+    EXPECT_EQ(opt["lr"], std::string(lr).empty() ? 0.0005 : 0.01) << lr;
+  }
 }
 
 // With the optimizer on NVMe the summary says where its gradients waited, and the bytes it moved show it:
