@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "commands.h"
 #include "exec/executor.h"
 #include "exec/run_analysis.h"
+#include "graph/model_graph.h"
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
@@ -122,13 +125,19 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
                         {"optimizer_step", b.optimizer_s}};
   // The roofline's split of the compute lane (uncontended): operators bound by memory bandwidth rather
   // than FLOPs (layernorm, GELU, attention's scores and probabilities, the loss at these sizes).
+  // And by operator kind (linear, attention, layernorm, gelu, embedding, loss), uncontended.
+  const ModelGraph graph = build_model_graph(in->model, graph_options(run));
   double memory_bound_s = 0;
+  std::map<std::string, double> by_kind;
   for (const Task& t : iteration.tasks) {
-    if (t.kind == TaskKind::kCompute && t.measured_s <= 0 &&
-        t.bytes * in->hw.gpu.achievable_flops > t.flops * in->hw.gpu.hbm_Bps)
-      memory_bound_s += compute_seconds(in->hw, t.flops, t.bytes);
+    if (t.kind != TaskKind::kCompute || t.measured_s > 0) continue;
+    const double secs = compute_seconds(in->hw, t.flops, t.bytes);
+    if (t.bytes * in->hw.gpu.achievable_flops > t.flops * in->hw.gpu.hbm_Bps) memory_bound_s += secs;
+    if (t.op >= 0 && t.op < static_cast<int>(graph.ops.size()))
+      by_kind[op_kind_name(graph.ops[static_cast<std::size_t>(t.op)].kind)] += secs;
   }
   out["compute_memory_bound_s"] = memory_bound_s;
+  out["compute_by_op_s"] = by_kind;
   // As memwall train reports it: how long any transfer ran, and the share of it alongside work.
   out["transfer_s"] = b.transfer_s;
   out["transfer_overlap"] = b.transfer_s > 0 ? b.transfer_overlapped_s / b.transfer_s : 0.0;
@@ -195,6 +204,19 @@ void print_simulation(const json& o) {
       const double mb = o["compute_memory_bound_s"].get<double>();
       std::printf("%-24s %11.3f %6.1f%%   (by the roofline: norms, GELU, attention scores, loss)\n",
                   "  of it memory-bound", mb, 100 * mb / it);
+      std::vector<std::pair<double, std::string>> kinds;
+      double sum = 0;
+      for (auto kv = o["compute_by_op_s"].begin(); kv != o["compute_by_op_s"].end(); ++kv) {
+        kinds.emplace_back(kv.value().get<double>(), kv.key());
+        sum += kinds.back().first;
+      }
+      std::sort(kinds.rbegin(), kinds.rend());
+      std::string line;
+      for (const auto& [secs, kind] : kinds) {
+        line += strprintf("%s%s %.0f%%", line.empty() ? "" : ", ", kind.c_str(),
+                          sum > 0 ? 100 * secs / sum : 0.0);
+      }
+      if (!line.empty()) std::printf("  by operator: %s\n", line.c_str());
     }
   }
   std::printf("transfers %.3f s, %.0f%% of it alongside compute or the optimizer\n",

@@ -1001,6 +1001,16 @@ std::string top_categories(const MemoryTimeline& tl, Tier tier) {
 
 }  // namespace
 
+GraphOptions graph_options(const RunConfig& run) {
+  GraphOptions opt;
+  opt.micro_batch = run.micro_batch_per_gpu.value;
+  opt.sequence_length = run.memwall.sequence_length;
+  opt.tiling = run.memwall.tiling_factor;
+  opt.model_parallel = run.memwall.model_parallel;
+  opt.element_bytes = run.param_bytes();
+  return opt;
+}
+
 Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in, const HardwareSpec& hw) {
   if (run_in.memwall.pipeline_parallel != 1) {
     return Status::invalid_argument(
@@ -1009,13 +1019,7 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
         ": memwall's schedule has no pipeline stages (predict's memory model has); "
         "allowed: 1 for plan, simulate, sweep and train");
   }
-  GraphOptions opt;
-  opt.micro_batch = run_in.micro_batch_per_gpu.value;
-  opt.sequence_length = run_in.memwall.sequence_length;
-  opt.tiling = run_in.memwall.tiling_factor;
-  opt.model_parallel = run_in.memwall.model_parallel;
-  opt.element_bytes = run_in.param_bytes();
-  const ModelGraph graph = build_model_graph(model, opt);
+  const ModelGraph graph = build_model_graph(model, graph_options(run_in));
   RunConfig run = run_in;
   std::vector<std::string> notes;
   for (;;) {

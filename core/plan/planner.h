@@ -32,6 +32,10 @@ namespace memwall {
 // `run` must be resolved (resolve_run_config) against `model` and `hw`.
 Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw);
 
+// The model graph's options plan_iteration uses for `run` (micro-batch, sequence, tiling, model parallelism,
+// element bytes): a schedule's Task::op indexes build_model_graph(model, graph_options(run)).ops.
+GraphOptions graph_options(const RunConfig& run);
+
 // The same on a prebuilt graph, without the capacity check and budget shrinking (for tests and tools).
 Schedule plan_graph(const ModelGraph& graph, const RunConfig& run, const HardwareSpec& hw);
 

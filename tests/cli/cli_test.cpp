@@ -452,6 +452,15 @@ TEST(CliSimulate, WhatIfsSimulateTheChangedHardwareBesideIt) {
       EXPECT_GE(w_mb, mb * (1 - 1e-9));
     }
     EXPECT_LT(g["what_if"]["breakdown_s"]["compute"].get<double>(), compute) << change;
+    // By operator kind, adding up to the compute lane's time (the closed form has no contention): GEMMs
+    // first, then attention, whose T x T scores and probabilities outweigh the norms.
+    double by_op = 0;
+    for (auto kv = g["compute_by_op_s"].begin(); kv != g["compute_by_op_s"].end(); ++kv)
+      by_op += kv.value().get<double>();
+    EXPECT_NEAR(by_op, compute, 1e-6 * compute) << change;
+    EXPECT_GT(g["compute_by_op_s"]["linear"].get<double>(), g["compute_by_op_s"]["attention"].get<double>());
+    EXPECT_GT(g["compute_by_op_s"]["attention"].get<double>(),
+              g["compute_by_op_s"]["layernorm"].get<double>());
   }
   expect_bad_input("simulate --fast --what-if disk=2", "allowed: pcie");
   expect_bad_input("simulate --fast --what-if gpu=no-such-gpu", "no-such-gpu");
