@@ -323,18 +323,21 @@ int run_train(const TrainOptions& opt) {
         uses_nvme ? ", NVMe swap in " : "", uses_nvme ? zo.swap_dir.c_str() : "",
         trainer->schedule().tasks.size());
     const kernels::AdamHyper& h = zo.adam;
-    std::printf("optimizer: %s, lr %g, betas (%g, %g), eps %g, weight decay %g%s, gradient clipping %s\n",
-                h.decoupled ? "AdamW" : "Adam", static_cast<double>(h.lr), static_cast<double>(h.beta1),
-                static_cast<double>(h.beta2), static_cast<double>(h.eps), static_cast<double>(h.weight_decay),
+    const RunConfig::LrSchedule& ls = run.scheduler;
+    std::printf("optimizer: %s, lr %s, betas (%g, %g), eps %g, weight decay %g%s, gradient clipping %s\n",
+                h.decoupled ? "AdamW" : "Adam",
+                ls.implemented() ? "by the scheduler" : strprintf("%g", static_cast<double>(h.lr)).c_str(),
+                static_cast<double>(h.beta1), static_cast<double>(h.beta2), static_cast<double>(h.eps),
+                static_cast<double>(h.weight_decay),
                 h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
-    const RunConfig::LrSchedule& ls = run.scheduler;
     if (ls.implemented()) {
       std::printf("scheduler: %s, %g -> %g over %.0f steps (%s)%s\n", ls.type.c_str(), ls.warmup_min_lr,
                   ls.warmup_max_lr, ls.warmup_num_steps, ls.warmup_type.c_str(),
-                  ls.type == "WarmupDecayLR"
-                      ? strprintf(", then linearly to 0 at step %.0f", ls.total_num_steps).c_str()
-                      : "");
+                  ls.type == "WarmupDecayLR" ? strprintf(", then linearly back to %g at step %.0f",
+                                                         ls.warmup_min_lr, ls.total_num_steps)
+                                                   .c_str()
+                                             : "");
     }
     for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());
     std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),

@@ -154,6 +154,10 @@ double optimizer_swap_padding(double elements, double sub, double states, double
   return states * ((groups - 1) * aio_padding(4 * sub, block) + aio_padding(4 * last, block));
 }
 
+double optimizer_swap_files(const RunConfig& run) {
+  return (run.mixed_precision() ? 3 : 2) + (run.gradients_device() == OffloadDevice::kNvme ? 1 : 0);
+}
+
 double param_swap_pool_bytes(const RunConfig& run) {
   const auto& op = run.zero.offload_param;
   return op.buffer_count * op.buffer_size * run.param_bytes();
@@ -307,7 +311,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
                     z.offload_optimizer.buffer_count));
     }
     const double groups = std::ceil(opt_elems / sub);
-    const double states = (mixed ? 3 : 2) + (grad_tier == Tier::kNvme ? 1 : 0);  // files per sub-group
+    const double states = optimizer_swap_files(run);
     const double pad = optimizer_swap_padding(opt_elems, sub, states, run.aio.block_size);
     b.add(Tier::kNvme, MemCategory::kNvmeFilePadding, pad,
           strprintf("%.0f optimizer sub-groups x %.0f states rounded up to aio.block_size", groups, states));

@@ -91,6 +91,9 @@ struct MemoryEstimate {
 double aio_padding(double bytes, double block);
 // Padding of the optimizer-state swap files on NVMe: `states` files per sub-group of `sub` elements (fp32).
 double optimizer_swap_padding(double elements, double sub, double states, double block);
+// Swap files per optimizer sub-group of a resolved run with the optimizer on NVMe: momentum and variance,
+// the fp32 master with mixed precision, the gradients when they wait on NVMe (memwall.optimizer_gradients).
+double optimizer_swap_files(const RunConfig& run);
 // Pinned CPU bytes of the param swap pool (buffer_count x buffer_size 16-bit elements).
 double param_swap_pool_bytes(const RunConfig& run);
 // Pinned CPU bytes of the optimizer swap pool: (1 + pipeline_read + pipeline_write) x buffer_count fp32

@@ -342,8 +342,7 @@ void Planner::setup() {
     opt_pool_ = alloc(Tier::kCpu, MemCategory::kPinnedSwapBuffers, optimizer_swap_pool_bytes(run_, sub),
                       "optimizer swap pool", ph, {}, true, true);
     alloc(Tier::kNvme, MemCategory::kNvmeFilePadding,
-          optimizer_swap_padding(n_opt, sub, (mixed_ ? 3 : 2) + (grad_tier_ == Tier::kNvme ? 1 : 0),
-                                 run_.aio.block_size),
+          optimizer_swap_padding(n_opt, sub, optimizer_swap_files(run_), run_.aio.block_size),
           "optimizer swap file padding", ph, {}, true);
   }
   if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_opt, "fp32 master params", ph, {}, true);

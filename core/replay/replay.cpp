@@ -262,17 +262,16 @@ bool scale_bandwidth(const std::string& key, double x, HardwareSpec& hw) {
   return true;
 }
 
-// gpu=HARDWARE: that spec's GPU, this node's GPU count. Returns the ratio of achievable FLOP/s, old over new.
-Result<double> take_gpu(const WhatIf& w, const HardwareSpec* gpu_spec, HardwareSpec& hw) {
+// gpu=HARDWARE: that spec's GPU, this node's GPU count.
+Status take_gpu(const WhatIf& w, const HardwareSpec* gpu_spec, HardwareSpec& hw) {
   if (gpu_spec == nullptr || gpu_spec->gpu.achievable_flops <= 0 || hw.gpu.achievable_flops <= 0) {
     return Status::invalid_argument("--what-if gpu=" + w.value +
                                     ": needs hardware with gpu.achievable_flops");
   }
-  const double ratio = hw.gpu.achievable_flops / gpu_spec->gpu.achievable_flops;
   const int count = hw.gpu.count;
   hw.gpu = gpu_spec->gpu;
   hw.gpu.count = count;
-  return ratio;
+  return Status::ok();
 }
 
 Result<int> what_if_nodes(const WhatIf& w, double x, const HardwareSpec& hw) {
@@ -290,7 +289,7 @@ Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const Hardwa
                                HardwareSpec& hw) {
   for (const WhatIf& w : what_ifs) {
     if (w.key == "gpu") {
-      if (auto r = take_gpu(w, gpu_spec, hw); !r.is_ok()) return r.status();
+      MW_RETURN_IF_ERROR(take_gpu(w, gpu_spec, hw));
       continue;
     }
     auto x = what_if_factor(w);
@@ -310,35 +309,23 @@ Status apply_hardware_what_ifs(const std::vector<WhatIf>& what_ifs, const Hardwa
 
 Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* gpu_spec, HardwareSpec& hw,
                       ReplayGraph& g) {
-  // Measured GPU compute is scaled whole by compute= and gpu=: a trace does not say what bound each operator
-  // on the machine that measured it (a memwall train trace of the host-emulated device names the hardware
-  // it planned for, not the CPU that computed). The hardware changes too, for compute the replay times from
-  // FLOPs and bytes (a Chakra node without a duration, by the roofline).
   for (const WhatIf& w : what_ifs) {
-    if (w.key == "gpu") {
-      auto ratio = take_gpu(w, gpu_spec, hw);
-      if (!ratio.is_ok()) return ratio.status();
+    const HardwareSpec before = hw;
+    const int per_node = std::max(1, std::min(hw.gpu.count, g.schedule.ranks));
+    MW_RETURN_IF_ERROR(apply_hardware_what_ifs({w}, gpu_spec, hw));
+    if (w.key == "gpu" || w.key == "compute") {
+      // Measured GPU compute is scaled whole by the FLOP rate: a trace does not say what bound each operator
+      // on the machine that measured it (a memwall train trace of the host-emulated device names the
+      // hardware it planned for, not the CPU that computed). What the replay times from FLOPs and bytes (a
+      // Chakra node without a duration) follows the changed hardware by the roofline.
+      const double ratio = before.gpu.achievable_flops / hw.gpu.achievable_flops;
       for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s *= *ratio;
-      }
-      continue;
-    }
-    auto x = what_if_factor(w);
-    if (!x.is_ok()) return x.status();
-    if (scale_bandwidth(w.key, *x, hw)) continue;
-    if (w.key == "compute") {
-      hw.gpu.achievable_flops *= *x;
-      hw.gpu.peak_flops *= *x;
-      for (Task& t : g.schedule.tasks) {
-        if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s /= *x;
+        if (t.kind == TaskKind::kCompute && t.resource == Resource::kCompute) t.measured_s *= ratio;
       }
     } else if (w.key == "nodes") {
-      auto nodes = what_if_nodes(w, *x, hw);
-      if (!nodes.is_ok()) return nodes.status();
-      const int per_node = std::max(1, std::min(hw.gpu.count, g.schedule.ranks));
       const int old_nodes = (g.schedule.ranks + per_node - 1) / per_node;
-      hw.nodes = *nodes;
-      g.schedule.ranks = g.schedule.data_parallel = per_node * *nodes;
+      const int nodes = hw.nodes;
+      g.schedule.ranks = g.schedule.data_parallel = per_node * nodes;
       for (Task& t : g.schedule.tasks) {
         if (t.kind == TaskKind::kCollective && t.group > 1) t.group = g.schedule.ranks;
       }
@@ -351,7 +338,7 @@ Status apply_what_ifs(const std::vector<WhatIf>& what_ifs, const HardwareSpec* g
         if (static_cast<int>(on.size()) == old_nodes && old_nodes > 1) {
           std::set<int> local;
           for (int r : ranks) local.insert(r % per_node);
-          for (int node = 0; node < *nodes; ++node) {
+          for (int node = 0; node < nodes; ++node) {
             for (int l : local) grown.push_back(node * per_node + l);
           }
         } else {

@@ -144,7 +144,8 @@ struct RunConfig {
   double gradient_clipping = 0;
   // DeepSpeed's `scheduler` (memwall train): the learning rate per optimizer step. WarmupLR rises from
   // warmup_min_lr to warmup_max_lr over warmup_num_steps (log or linear) and stays there; WarmupDecayLR then
-  // falls linearly to 0 at total_num_steps. Other types are read (train warns and keeps optimizer lr).
+  // falls linearly back to warmup_min_lr at total_num_steps. Other types are read (train warns and keeps
+  // the optimizer's lr).
   struct LrSchedule {
     std::string type;  // "" (none), "WarmupLR", "WarmupDecayLR", or another DeepSpeed type
     double warmup_min_lr = 0;

@@ -576,9 +576,9 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
         op.beta1 = b[0].get<double>();
         op.beta2 = b[1].get<double>();
       }
-      // Accepted and not used: DeepSpeed's implementation switches and the other optimizers' knobs.
       // DeepSpeed's Adam and AdamW both decay weights decoupled (AdamW) unless adam_w_mode is false.
       MW_RETURN_IF_ERROR(pr.get_bool("adam_w_mode", op.adam_w_mode));
+      // Accepted and not used: DeepSpeed's implementation switches and the other optimizers' knobs.
       pr.ignore({"betas", "torch_adam", "fp32_optimizer_states", "amsgrad", "bias_correction", "max_coeff",
                  "min_coeff", "momentum", "freeze_step", "cuda_aware", "comm_backend_name"});
       pr.finish();
@@ -607,7 +607,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     if (ls.type == "WarmupDecayLR" && ls.total_num_steps <= 0) {
       return Status::invalid_argument(source +
                                       ": key 'scheduler.params.total_num_steps': missing; allowed: the run's "
-                                      "total optimizer steps (WarmupDecayLR decays to 0 there)");
+                                      "total optimizer steps (WarmupDecayLR decays to warmup_min_lr there)");
     }
     // Other schedulers (OneCycle, LRRangeTest, WarmupCosineLR) are not implemented: their parameters are not
     // checked, and memwall train says it keeps the optimizer's rate.
