@@ -127,6 +127,7 @@ void print_run_line(const RunConfig& run) {
     std::printf(", no activation checkpointing");
   }
   if (run.memwall.tiling_factor > 1) std::printf(", tiling %d", run.memwall.tiling_factor);
+  if (run.memwall.attention == AttentionKernel::kFlash) std::printf(", flash attention");
   std::printf("\n");
 }
 

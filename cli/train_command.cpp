@@ -310,10 +310,10 @@ int run_train(const TrainOptions& opt) {
     std::printf(
         "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %s%d x %d tokens, ZeRO-3: "
         "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
-        "tiling %d, activation checkpointing %s, prefetch %s\n",
+        "tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(), R,
         R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
-        tier_name(param_tier), tier_name(opt_tier), zo.tiling,
+        tier_name(param_tier), tier_name(opt_tier), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",

@@ -200,16 +200,27 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       a.fwd_flops = 4 * T * seq * hd / mp;  // QK^T and AV (no causal discount, as the paper counts)
       a.bwd_flops = 2 * a.fwd_flops;
       a.out_bytes = eb * T * hd / mp;
-      a.saved_bytes = a.out_bytes + eb * T * (m.heads / mp) * seq;  // output + probabilities
-      // Unfused attention over scores S (heads x seq per token) and q = T x hd / mp (Q, K, V, output;
-      // K and V smaller with grouped-query attention). Forward: QK^T reads Q, K and writes S; the
-      // softmax reads S and writes P; PV reads P, V and writes the output. Backward: dV = P^T dO (reads
-      // P, dO; writes dV), dP = dO V^T (reads dO, V; writes dP), the softmax's gradient (reads P, dP;
-      // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
       const double S = eb * T * (m.heads / mp) * seq;
       const double q = eb * T * hd / mp, k = eb * T * kv / mp;
-      a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
-      a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
+      if (opt.flash_attention) {
+        // Fused: backward recomputes QK^T (half the forward's FLOPs) before its four GEMMs; the output and
+        // an fp32 log-sum-exp per row and head are saved. Device memory as FlashAttention-2 moves it when
+        // its tiles stay on chip: forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and
+        // writes dQ, dK, dV (the per-row sums and log-sum-exps are T x heads, negligible).
+        a.bwd_flops += a.fwd_flops / 2;
+        a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
+        a.fwd_mem_bytes = 2 * q + 2 * k;
+        a.bwd_mem_bytes = 4 * q + 4 * k;
+      } else {
+        a.saved_bytes = a.out_bytes + S;  // output + probabilities
+        // Unfused attention over scores S (heads x seq per token) and q = T x hd / mp (Q, K, V, output;
+        // K and V smaller with grouped-query attention). Forward: QK^T reads Q, K and writes S; the
+        // softmax reads S and writes P; PV reads P, V and writes the output. Backward: dV = P^T dO (reads
+        // P, dO; writes dV), dP = dO V^T (reads dO, V; writes dP), the softmax's gradient (reads P, dP;
+        // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
+        a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
+        a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
+      }
     }
     b.linear(p + ".proj", L, hd / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);

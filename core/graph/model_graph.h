@@ -9,7 +9,8 @@
 // attention probabilities, attention output and fc1 output are saved for backward; layernorm and GELU
 // outputs are recomputed. Each op also counts the device memory its forward and backward read and write
 // (unfused kernels: elementwise ops are memory-bound, attention writes and reads its scores and
-// probabilities). Plain data; build once, read from any thread.
+// probabilities). With flash_attention the attention saves a log-sum-exp per row instead of the
+// probabilities and moves no scores. Plain data; build once, read from any thread.
 #pragma once
 
 #include <string>
@@ -56,6 +57,10 @@ struct GraphOptions {
   int tiling = 1;
   int model_parallel = 1;
   double element_bytes = 2;  // 16-bit parameters and activations (4 in fp32 training)
+  // Fused (FlashAttention-style) attention: saves the output and an fp32 log-sum-exp per row and head
+  // instead of the probabilities, never writes the scores to device memory, and recomputes QK^T in
+  // backward.
+  bool flash_attention = false;
 };
 
 struct ModelGraph {

@@ -353,7 +353,9 @@ std::vector<MaxHiddenResult> find_max_hidden(const RunConfig& base, const Hardwa
             {pb * graph_param_stats(m, t, mp, 0).largest_param_elements,
              "a gathered 16-bit parameter tile (and its gradient)"},
             {pb * bsz * seq * std::max<double>(m.ffn_hidden, 3.0 * hd) / mp, "the largest activation tensor"},
-            {pb * bsz * (m.heads / mp) * seq * seq, "the attention scores"},
+            {resolved.memwall.attention == AttentionKernel::kFlash ? 0
+                                                                   : pb * bsz * (m.heads / mp) * seq * seq,
+             "the attention scores"},
             {resolved.zero.stage >= 2
                  ? pb * std::min(resolved.zero.reduce_bucket_size.value, m.total_params())
                  : 0,

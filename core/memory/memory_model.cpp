@@ -345,6 +345,17 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const double nl = model.layers;
   const double act_scale = pb / 2.0;  // Eq. (3)/(5) count 16-bit activations
   const auto& ac = run.activation_checkpointing;
+  // Eq. (5)'s 2 heads x seq per token are the unfused attention's probabilities; fused (flash) attention
+  // keeps an fp32 log-sum-exp per head instead.
+  const bool flash = run.memwall.attention == AttentionKernel::kFlash;
+  auto awm = [&](double blocks) {
+    if (!flash) return act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, hd, model.heads) / mp;
+    return (act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, hd, 0) +
+            bsz * seq * blocks * 4.0 * model.heads) /
+           mp;
+  };
+  const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
+                                      : strprintf("2 heads %d x seq", model.heads);
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);
@@ -354,15 +365,12 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
           strprintf("Eq.3: 2 B x bsz %.0f x seq %.0f x hd %.0f x ceil(nl %.0f / ci %.0f)", bsz, seq, hd, nl,
                     ci) +
               (div > 1 ? strprintf(" / mp %d", mp) : ""));
-    b.add(Tier::kGpu, MemCategory::kActivationWorking,
-          act_scale * paper::eq5_awm_bytes(bsz, seq, ci, hd, model.heads) / mp,
-          strprintf("Eq.5: bsz %.0f x seq %.0f x ci %.0f x (16 hd + 2 heads %d x seq)", bsz, seq, ci,
-                    model.heads) +
-              mp_s);
+    b.add(
+        Tier::kGpu, MemCategory::kActivationWorking, awm(ci),
+        strprintf("Eq.5: bsz %.0f x seq %.0f x ci %.0f x (16 hd + ", bsz, seq, ci) + attn_term + ")" + mp_s);
   } else {
-    b.add(Tier::kGpu, MemCategory::kActivations,
-          act_scale * paper::eq5_awm_bytes(bsz, seq, nl, hd, model.heads) / mp,
-          strprintf("bsz %.0f x seq %.0f x nl %.0f x (16 hd + 2 heads x seq)", bsz, seq, nl) + mp_s);
+    b.add(Tier::kGpu, MemCategory::kActivations, awm(nl),
+          strprintf("bsz %.0f x seq %.0f x nl %.0f x (16 hd + ", bsz, seq, nl) + attn_term + ")" + mp_s);
   }
   if (model.vocab > 0) {
     b.add(Tier::kGpu, MemCategory::kLogits, bsz * seq * model.vocab * (pb + 4.0) / mp,

@@ -1007,6 +1007,7 @@ GraphOptions graph_options(const RunConfig& run) {
   opt.tiling = run.memwall.tiling_factor;
   opt.model_parallel = run.memwall.model_parallel;
   opt.element_bytes = run.param_bytes();
+  opt.flash_attention = run.memwall.attention == AttentionKernel::kFlash;
   return opt;
 }
 

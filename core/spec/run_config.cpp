@@ -36,6 +36,10 @@ double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr) {
   return s.warmup_min_lr + (s.warmup_max_lr - s.warmup_min_lr) * gamma;
 }
 
+const char* attention_kernel_name(AttentionKernel a) {
+  return a == AttentionKernel::kFlash ? "flash" : "unfused";
+}
+
 const char* optimizer_gradients_name(OptimizerGradients g) {
   switch (g) {
     case OptimizerGradients::kAuto:

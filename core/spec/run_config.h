@@ -86,6 +86,13 @@ enum class Partitioning { kBandwidthCentric, kBroadcast };
 enum class OptimizerGradients { kAuto, kCpu, kNvme };
 const char* optimizer_gradients_name(OptimizerGradients g);  // "auto", "cpu", "nvme"
 
+// How attention runs (memwall.attention). kUnfused: separate kernels that write the T x T scores and
+// softmax probabilities to device memory and keep the probabilities for backward (what the paper's Eq. 5
+// counts); kFlash: one fused kernel per pass (FlashAttention's scheme) that keeps only the output and a
+// per-row log-sum-exp, and recomputes the scores in backward.
+enum class AttentionKernel { kUnfused, kFlash };
+const char* attention_kernel_name(AttentionKernel a);  // "unfused", "flash"
+
 // memwall's own settings, under "memwall" in the run file.
 struct MemwallRunConfig {
   int tiling_factor = 1;      // memory-centric tiling: tiles per large linear
@@ -93,6 +100,7 @@ struct MemwallRunConfig {
   int model_parallel = 1;     // tensor model-parallel degree
   int pipeline_parallel = 1;  // pipeline stages: predict's memory model only (plan, simulate, train: 1)
   int sequence_length = 0;    // 0 = the model's max_positions
+  AttentionKernel attention = AttentionKernel::kUnfused;
   Partitioning partitioning = Partitioning::kBandwidthCentric;
   bool prefetch = true;  // overlap-centric prefetching on/off
   // NVMe optimizer: read each sub-group's fp32 states (not its gradients) while backward still runs, as

@@ -666,6 +666,9 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
     MW_RETURN_IF_ERROR(o.get_int("pipeline_parallel", mw.pipeline_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
+    std::string attention = attention_kernel_name(mw.attention);
+    MW_RETURN_IF_ERROR(o.get_choice("attention", attention, {"unfused", "flash"}));
+    mw.attention = attention == "flash" ? AttentionKernel::kFlash : AttentionKernel::kUnfused;
     std::string part = "bandwidth-centric";
     MW_RETURN_IF_ERROR(o.get_choice("partitioning", part, {"bandwidth-centric", "broadcast"}));
     mw.partitioning = part == "broadcast" ? Partitioning::kBroadcast : Partitioning::kBandwidthCentric;
@@ -855,6 +858,7 @@ std::string to_json_text(const RunConfig& run) {
       {"model_parallel", mw.model_parallel},
       {"pipeline_parallel", mw.pipeline_parallel},
       {"sequence_length", mw.sequence_length},
+      {"attention", attention_kernel_name(mw.attention)},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},
       {"prefetch", mw.prefetch},
       {"optimizer_prefetch", mw.optimizer_prefetch},

@@ -191,7 +191,7 @@ void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
   gpt_init_range(c, params, 0, gpt_num_params(c), seed);
 }
 
-GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling) {
+GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash_attention) {
   MW_CHECK(validate(c, B, T).is_ok(), "GptModel: invalid configuration (call validate first)");
   MW_CHECK(tiling >= 1 && c.channels % tiling == 0, "GptModel: channels must be divisible by tiling");
   GraphOptions opt;
@@ -199,6 +199,7 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling) {
   opt.micro_batch = B;
   opt.sequence_length = T;
   opt.element_bytes = 4;
+  opt.flash_attention = flash_attention;
   GptGraph out;
   out.graph = build_model_graph(gpt_model_spec(c), opt);
   auto slices = map_graph_params(out.graph, c);
@@ -228,13 +229,14 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling) {
   return out;
 }
 
-GptModel::GptModel(const GptConfig& c, int B, int T, int tiling) : c_(c), B_(B), T_(T) {
-  GptGraph gg = make_gpt_graph(c, B, T, tiling);
+GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_attention)
+    : c_(c), B_(B), T_(T), flash_(flash_attention) {
+  GptGraph gg = make_gpt_graph(c, B, T, tiling, flash_attention);
   graph_ = std::move(gg.graph);
   slices_ = std::move(gg.slices);
   info_ = std::move(gg.ops);
   const std::size_t N = static_cast<std::size_t>(B) * T, C = static_cast<std::size_t>(c.channels);
-  const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * T;
+  const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * (flash_attention ? 1 : T);
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {
     v.assign(static_cast<std::size_t>(count), std::vector<float>(n));
   };
@@ -346,7 +348,11 @@ void GptModel::forward_op(int op, const float* const* p) {
       linear_forward(qkv_[l].data(), 3 * C, ln1_[l].data(), C, p[0], p[1], o, nullptr);
       break;
     case Role::kAttn:
-      k::attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+      if (flash_) {
+        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+      } else {
+        k::attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+      }
       break;
     case Role::kProj:
       linear_forward(res1_[l].data(), C, atty_[l].data(), C, p[0], p[1], o, resid_[l].data());
@@ -424,7 +430,13 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g) {
       break;
     case Role::kAttn:
       zero(dqkv_);
-      k::attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), att_[l].data(), B_, T_, C, c_.heads);
+      if (flash_) {
+        k::flash_attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), atty_[l].data(),
+                                    att_[l].data(), B_, T_, C, c_.heads);
+      } else {
+        k::attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), att_[l].data(), B_, T_, C,
+                              c_.heads);
+      }
       break;
     case Role::kQkv:
       if (first_tile) zero(dln_);

@@ -67,24 +67,26 @@ struct GptOp {
   int layer = 0, tile = 0, tiles = 1;
 };
 
-// The core's graph of this model for one micro-batch of B x T tokens with `tiling`, where each of its
-// parameters lives in the flat array, and each op's role. Shared by the CPU and CUDA models.
+// The core's graph of this model for one micro-batch of B x T tokens with `tiling` (and fused attention
+// when `flash_attention`: the graph's activation and traffic accounting, not its ops, change), where each of
+// its parameters lives in the flat array, and each op's role. Shared by the CPU and CUDA models.
 struct GptGraph {
   ModelGraph graph;
   std::vector<ParamSlice> slices;
   std::vector<GptOp> ops;
 };
-GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling);
+GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash_attention = false);
 
 // Runs the model op by op, in the core's ModelGraph: one micro-batch of B sequences of T tokens (T <=
 // max_seq), with memory-centric tiling of every block linear into `tiling` ops over slices of its output
-// features. forward/backward run every op in graph order (reverse for backward); an executor driven by the
-// planner's schedule calls forward_op/backward_op itself, with parameter pointers that may be gathered
-// working copies.
+// features. With `flash_attention` the attention is the fused kernel (kernels/cpu flash_attention_*): a
+// layer keeps B x heads x T log-sum-exps instead of its B x heads x T x T probabilities. forward/backward run
+// every op in graph order (reverse for backward); an executor driven by the planner's schedule calls
+// forward_op/backward_op itself, with parameter pointers that may be gathered working copies.
 class GptModel {
  public:
   // Precondition: validate(c, B, T) is ok and channels is divisible by tiling.
-  GptModel(const GptConfig& c, int B, int T, int tiling = 1);
+  GptModel(const GptConfig& c, int B, int T, int tiling = 1, bool flash_attention = false);
 
   // Returns the mean cross-entropy of predicting targets[i] at position i. tokens and targets: [B*T].
   float forward(const float* params, const int* tokens, const int* targets);
@@ -116,12 +118,14 @@ class GptModel {
 
   GptConfig c_;
   int B_, T_;
+  bool flash_;
   ModelGraph graph_;
   std::vector<ParamSlice> slices_;
   std::vector<OpInfo> info_;
   std::vector<int> tokens_, targets_;
   float loss_ = 0;
-  // Per layer: the block's input (resid[l]), then everything its backward needs.
+  // Per layer: the block's input (resid[l]), then everything its backward needs (att_: the probabilities,
+  // or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
   // Gradient scratch, reused across layers, and the column slices of tiled linears.

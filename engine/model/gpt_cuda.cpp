@@ -38,14 +38,21 @@ CudaGptModel::~CudaGptModel() {
 
 Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, int B, int T, int tiling,
                                                            gpu::Device& device, bool bf16_matmuls,
-                                                           int activation_slots) {
+                                                           int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   if (tiling < 1 || c.channels % tiling != 0) {
     return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
                                     std::to_string(c.channels) + ")");
   }
+  if (flash_attention && c.channels / c.heads > 128) {
+    return Status::invalid_argument(
+        "memwall.attention \"flash\" on the GPU takes heads of at most 128 channels (" +
+        std::to_string(c.channels) + " / " + std::to_string(c.heads) +
+        " heads here); allowed: \"unfused\", or more heads");
+  }
   std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
   m->bf16_ = bf16_matmuls;
+  m->flash_ = flash_attention;
   m->slots_ = activation_slots > 0 ? std::min(activation_slots, c.layers) : c.layers;
   int rc = 0;
   m->blas_ = kc::Blas::create(rc);
@@ -83,21 +90,23 @@ Status CudaGptModel::allocate(int tiling) {
     return Status::out_of_memory(
         "the GPT's activations on the GPU need " + format_bytes(static_cast<double>(needed_)) +
         " (micro-batch " + std::to_string(B_) + " x " + std::to_string(T_) + " tokens, " +
-        std::to_string(c_.layers) + " layers, attention probabilities of " + std::to_string(c_.heads) +
-        " heads x " + std::to_string(T_) + "^2 per layer) but " + dev_.arena().name() + " has " +
-        format_bytes(static_cast<double>(free)) +
+        std::to_string(c_.layers) + " layers, " +
+        (flash_ ? std::string("flash attention")
+                : "attention probabilities of " + std::to_string(c_.heads) + " heads x " +
+                      std::to_string(T_) + "^2 per layer") +
+        ") but " + dev_.arena().name() + " has " + format_bytes(static_cast<double>(free)) +
         " free; lower train_micro_batch_size_per_gpu or memwall.sequence_length");
   }
   return allocate_buffers(tiling);
 }
 
 Status CudaGptModel::allocate_buffers(int tiling) {
-  g_ = make_gpt_graph(c_, B_, T_, tiling);
+  g_ = make_gpt_graph(c_, B_, T_, tiling, flash_);
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
   const std::size_t C = static_cast<std::size_t>(c_.channels), L = static_cast<std::size_t>(c_.layers);
   const std::size_t V = static_cast<std::size_t>(c_.vocab);
   const std::size_t att = static_cast<std::size_t>(B_) * static_cast<std::size_t>(c_.heads) *
-                          static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_);
+                          static_cast<std::size_t>(T_) * (flash_ ? 1 : static_cast<std::size_t>(T_));
   auto per_layer = [&](std::vector<float*>& v, std::size_t n, std::size_t count, const char* what) {
     v.clear();
     for (std::size_t l = 0; l < count; ++l) v.push_back(buf(n, what));
@@ -115,7 +124,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
   per_layer(qkv_, N * 3 * C, S, "qkv");
-  per_layer(att_, att, S, "attention probabilities");
+  per_layer(att_, att, S, flash_ ? "attention log-sum-exps" : "attention probabilities");
   per_layer(fc_, N * 4 * C, S, "fc1 output");
   per_layer(gel_, N * 4 * C, S, "gelu output");
   lnf_ = buf(N * C, "final norm output");
@@ -133,8 +142,9 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dgel_ = buf(N * 4 * C, "dgelu");
   dlogits_ = buf(N * V, "dlogits");
   if (tiling > 1) tile_ = buf(N * 4 * C, "tile");
-  scratch_ = buf(std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
-                          kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
+  scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
+                        : std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
+                                   kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
                  "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
   if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C), weight and output gradient
@@ -307,6 +317,10 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kQkv:
       return linear_forward(qkv_[a], 3 * C, ln1_[a], C, p[0], p[1], o, nullptr);
     case GptRole::kAttn:
+      if (flash_) {
+        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, s),
+                     "flash attention");
+      }
       return check(
           kc::attention_forward(*blas_, atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, bf16_, scratch_, s),
           "attention");
@@ -374,6 +388,11 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return linear_backward(datty_, g[0], g[1], dres_, C, atty_[a], C, p[0], o);
     case GptRole::kAttn:
       MW_RETURN_IF_ERROR(zero(dqkv_, nc * 3));
+      if (flash_) {
+        return check(kc::flash_attention_backward(dqkv_, datty_, qkv_[a], atty_[a], att_[a], B_, T_, C,
+                                                  c_.heads, scratch_, s),
+                     "flash attention bwd");
+      }
       return check(kc::attention_backward(*blas_, dqkv_, datty_, qkv_[a], att_[a], B_, T_, C, c_.heads, bf16_,
                                           scratch_, s),
                    "attention bwd");

@@ -29,9 +29,11 @@ class CudaGptModel {
   // the checkpoint interval: the residual stream is kept at every layer boundary, the rest of layer l's
   // activations in slot l % activation_slots, refilled by recomputing the layer's forward ops before its
   // backward ones (as the schedule's recompute tasks do); whole forward() / backward() passes need all.
+  // flash_attention: the fused attention kernels (kernels/cuda flash_attention_*), which keep a
+  // log-sum-exp per row instead of the T x T probabilities; fp32, so bf16_matmuls leaves them as they are.
   static Result<std::unique_ptr<CudaGptModel>> create(const GptConfig& c, int B, int T, int tiling,
                                                       gpu::Device& device, bool bf16_matmuls = false,
-                                                      int activation_slots = 0);
+                                                      int activation_slots = 0, bool flash_attention = false);
   ~CudaGptModel();
   CudaGptModel(const CudaGptModel&) = delete;
   CudaGptModel& operator=(const CudaGptModel&) = delete;
@@ -87,6 +89,7 @@ class CudaGptModel {
   bool sizing_ = false;  // allocate()'s first pass: buf() only adds up what the buffers need
   std::size_t needed_ = 0;
   bool bf16_ = false;
+  bool flash_ = false;
   int slots_ = 1;  // layers' activations kept at once
   std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
   const std::uint16_t* w16_ = nullptr;  // the running op's bf16 GEMM weight, when the caller gave one

@@ -1087,10 +1087,11 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.rank = comm.rank();
   st.adam_hyper = o.adam;
   st.adam_threads = o.threads;
-  st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling);
+  const bool flash = run.memwall.attention == AttentionKernel::kFlash;
+  st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling, flash);
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
-  if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling);
+  if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash);
   // A rank can fail where the others do not (its GPU, its memory, a plan that does not fit it): the ranks
   // agree before their first collective, so each fails at once with that rank's reason instead of waiting
   // out the collective's deadline.
@@ -1319,8 +1320,8 @@ Status Zero3Trainer::open_gpu() {
   // model keeps one segment's activations (and the residual stream at every layer), as the plan assumes.
   const auto& ac = o_.run.activation_checkpointing;
   const int slots = ac.enabled ? std::max(1, ac.interval) : 0;
-  auto cm =
-      model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu, o_.gpu_bf16_matmuls, slots);
+  auto cm = model::CudaGptModel::create(c_, o_.micro_batch, o_.seq, o_.tiling, *st.gpu, o_.gpu_bf16_matmuls,
+                                        slots, o_.run.memwall.attention == AttentionKernel::kFlash);
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;

@@ -461,6 +461,98 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 #endif
 }
 
+// ---- fused (flash) attention ----
+
+namespace {
+float dot_f(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+}  // namespace
+
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t C3 = static_cast<std::size_t>(3) * C;
+#pragma omp parallel
+  {
+    std::vector<float> s(static_cast<std::size_t>(T));  // one row of scores, then probabilities
+#pragma omp for collapse(2) schedule(dynamic, 16)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      for (int t = 0; t < T; ++t) {
+        const int b = bh / NH, h = bh % NH;
+        const float* base = qkv + static_cast<std::size_t>(b) * T * C3 + static_cast<std::size_t>(h) * hs;
+        const float* q = base + static_cast<std::size_t>(t) * C3;
+        float maxv = -INFINITY;
+        for (int u = 0; u <= t; ++u) {
+          s[static_cast<std::size_t>(u)] = scale * dot_f(q, base + static_cast<std::size_t>(u) * C3 + C, hs);
+          maxv = std::max(maxv, s[static_cast<std::size_t>(u)]);
+        }
+        for (int u = 0; u <= t; ++u) s[static_cast<std::size_t>(u)] -= maxv;
+        exp_inplace(s.data(), static_cast<std::size_t>(t) + 1);
+        float sum = 0;
+        for (int u = 0; u <= t; ++u) sum += s[static_cast<std::size_t>(u)];
+        float* o = out + (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
+        std::fill(o, o + hs, 0.0f);
+        for (int u = 0; u <= t; ++u) {
+          const float p = s[static_cast<std::size_t>(u)] / sum;
+          const float* v = base + static_cast<std::size_t>(u) * C3 + 2 * C;
+          for (int i = 0; i < hs; ++i) o[i] += p * v[i];
+        }
+        lse[static_cast<std::size_t>(bh) * T + t] = maxv + std::log(sum);
+      }
+    }
+  }
+}
+
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t C3 = static_cast<std::size_t>(3) * C;
+  // Each (batch, head) writes only its own columns of dqkv; its rows run in order because every row adds
+  // into the keys' and values' gradients of the rows before it.
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<std::size_t>(T));
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const std::size_t head = static_cast<std::size_t>(h) * hs;
+      const float* base = qkv + static_cast<std::size_t>(b) * T * C3 + head;
+      float* dbase = dqkv + static_cast<std::size_t>(b) * T * C3 + head;
+      for (int t = 0; t < T; ++t) {
+        const float* q = base + static_cast<std::size_t>(t) * C3;
+        const float* dy = dout + (static_cast<std::size_t>(b) * T + t) * C + head;
+        const float* o = out + (static_cast<std::size_t>(b) * T + t) * C + head;
+        const float l = lse[static_cast<std::size_t>(bh) * T + t];
+        for (int u = 0; u <= t; ++u) {
+          p[static_cast<std::size_t>(u)] =
+              scale * dot_f(q, base + static_cast<std::size_t>(u) * C3 + C, hs) - l;
+        }
+        exp_inplace(p.data(), static_cast<std::size_t>(t) + 1);
+        // out = sum_u p[u] v[u], so sum_u p[u] (dy . v[u]) = dy . out: the softmax gradient's row sum.
+        const float rowsum = dot_f(dy, o, hs);
+        float* dq = dbase + static_cast<std::size_t>(t) * C3;
+        for (int u = 0; u <= t; ++u) {
+          const float* k = base + static_cast<std::size_t>(u) * C3 + C;
+          const float* v = k + C;
+          float* dk = dbase + static_cast<std::size_t>(u) * C3 + C;
+          float* dv = dk + C;
+          const float pu = p[static_cast<std::size_t>(u)];
+          const float g = scale * pu * (dot_f(dy, v, hs) - rowsum);
+          for (int i = 0; i < hs; ++i) {
+            dq[i] += g * k[i];
+            dk[i] += g * q[i];
+            dv[i] += pu * dy[i];
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- embedding ----
 
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,

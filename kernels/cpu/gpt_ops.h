@@ -54,6 +54,14 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                             int C, int NH);
 
+// Fused causal attention (FlashAttention's memory scheme, row by row): keeps only out [B*T, C] and
+// lse [B, NH, T], each row's log-sum-exp of its scaled scores; no [T, T] tensor exists outside one row of
+// per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
+// softmax's row sums as dout . out.
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T, int C, int NH);
+
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                        int C);

@@ -254,6 +254,138 @@ __global__ void causal_softmax_backward_kernel(float* datt, const float* att, in
   for (int u = threadIdx.x; u < T; u += blockDim.x) d[u] = u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
 }
 
+// ---- fused (flash) attention ----
+
+constexpr int kFlashTile = 128;  // threads per block, and keys (or queries) per tile
+
+// Where row `row` = (b * NH + h) * T + t of a head's attention starts in qkv (its q; k at +C, v at +2C)
+// and in a [B*T, C] array.
+struct FlashRow {
+  std::size_t qkv, bt;
+};
+__device__ FlashRow flash_row(std::size_t row, int T, int C, int NH) {
+  const int hs = C / NH;
+  const std::size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
+  return {(b * T + t) * 3 * static_cast<std::size_t>(C) + h * hs, (b * T + t) * C + h * hs};
+}
+__device__ float flash_dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int j = 0; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+// One block per query row t: each thread scores one key of the tile; thread i < hs accumulates output
+// channel i, rescaled whenever the running maximum grows.
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
+                                     float scale) {
+  __shared__ float shared[32];
+  __shared__ float p[kFlashTile];
+  const std::size_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = 3 * static_cast<std::size_t>(C);
+  const FlashRow r = flash_row(row, T, C, NH);
+  const float* q = qkv + r.qkv;
+  const float* k0 = q - static_cast<std::size_t>(t) * C3 + C;  // key 0 of this sequence and head
+  float m = -INFINITY, l = 0, acc = 0;
+  for (int u0 = 0; u0 <= t; u0 += kFlashTile) {
+    const int u = u0 + i;
+    const float s = u <= t ? scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs) : -INFINITY;
+    const float m_new = fmaxf(m, block_reduce<true>(s, shared));
+    const float e = u <= t ? expf(s - m_new) : 0.0f;
+    p[i] = e;
+    const float tile_sum = block_reduce<false>(e, shared);  // its barriers publish p
+    const float corr = expf(m - m_new);                     // 0 on the first tile
+    l = l * corr + tile_sum;
+    if (i < hs) {
+      const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
+      float a = 0;
+      for (int j = 0; j < n; ++j) a += p[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + C + i];
+      acc = acc * corr + a;
+    }
+    m = m_new;
+    __syncthreads();  // the next tile rewrites p
+  }
+  if (i < hs) out[r.bt + i] = acc / l;
+  if (i == 0) lse[row] = m + logf(l);
+}
+
+// One block per query row t: dq[t] += sum_u g[t][u] k[u], g = scale p (dout[t] . v[u] - dout[t] . out[t]);
+// keeps dout[t] . out[t] in rowsum for the key pass.
+__global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
+                                            const float* out, const float* lse, int T, int C, int NH,
+                                            float scale) {
+  __shared__ float shared[32];
+  __shared__ float g[kFlashTile];
+  const std::size_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = 3 * static_cast<std::size_t>(C);
+  const FlashRow r = flash_row(row, T, C, NH);
+  const float* q = qkv + r.qkv;
+  const float* k0 = q - static_cast<std::size_t>(t) * C3 + C;
+  const float* dy = dout + r.bt;
+  const float D = block_reduce<false>(i < hs ? dy[i] * out[r.bt + i] : 0.0f, shared);
+  if (i == 0) rowsum[row] = D;
+  const float L = lse[row];
+  float dq = 0;
+  for (int u0 = 0; u0 <= t; u0 += kFlashTile) {
+    const int u = u0 + i;
+    float gu = 0;
+    if (u <= t) {
+      const float* k = k0 + static_cast<std::size_t>(u) * C3;
+      const float p = expf(scale * flash_dot(q, k, hs) - L);
+      gu = scale * p * (flash_dot(dy, k + C, hs) - D);
+    }
+    g[i] = gu;
+    __syncthreads();
+    if (i < hs) {
+      const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
+      for (int j = 0; j < n; ++j) dq += g[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + i];
+    }
+    __syncthreads();
+  }
+  if (i < hs) dqkv[r.qkv + i] += dq;
+}
+
+// One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over t >= u.
+__global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
+                                          const float* qkv, const float* lse, int T, int C, int NH,
+                                          float scale) {
+  __shared__ float g[kFlashTile];
+  __shared__ float p[kFlashTile];
+  const std::size_t row = blockIdx.x;
+  const int u = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = 3 * static_cast<std::size_t>(C), first = row - static_cast<std::size_t>(u);
+  const FlashRow r = flash_row(row, T, C, NH);
+  const float* k = qkv + r.qkv + C;
+  const float* q0 = qkv + r.qkv - static_cast<std::size_t>(u) * C3;  // query 0 of this sequence and head
+  const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
+  float dk = 0, dv = 0;
+  for (int t0 = u; t0 < T; t0 += kFlashTile) {
+    const int t = t0 + i;
+    float pt = 0, gt = 0;
+    if (t < T) {
+      const float* dy = dy0 + static_cast<std::size_t>(t) * C;
+      pt = expf(scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs) - lse[first + t]);
+      gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]);
+    }
+    p[i] = pt;
+    g[i] = gt;
+    __syncthreads();
+    if (i < hs) {
+      const int n = T - t0 < kFlashTile ? T - t0 : kFlashTile;
+      for (int j = 0; j < n; ++j) {
+        dk += g[j] * q0[static_cast<std::size_t>(t0 + j) * C3 + i];
+        dv += p[j] * dy0[static_cast<std::size_t>(t0 + j) * C + i];
+      }
+    }
+    __syncthreads();
+  }
+  if (i < hs) {
+    dqkv[r.qkv + C + i] += dk;
+    dqkv[r.qkv + 2 * static_cast<std::size_t>(C) + i] += dv;
+  }
+}
+
 // ---- embedding, cross-entropy ----
 
 __global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe,
@@ -548,6 +680,39 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dq, B, T, NH, hs, 3 * C, 0, true);
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dk, B, T, NH, hs, 3 * C, C, true);
   merge_heads_kernel<<<blocks_for(btc), kThreads, 0, st>>>(dqkv, dv, B, T, NH, hs, 3 * C, 2 * C, true);
+  return launched();
+}
+
+// ---- fused (flash) attention ----
+
+int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            void* stream) {
+  const int hs = C / NH;
+  if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
+  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+  if (rows == 0) return 0;
+  flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
+      out, lse, qkv, T, C, NH, 1.0f / std::sqrt(static_cast<float>(hs)));
+  return launched();
+}
+
+std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
+  return static_cast<std::size_t>(B) * NH * T;
+}
+
+int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream) {
+  const int hs = C / NH;
+  if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
+  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+  if (rows == 0) return 0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  cudaStream_t st = as_stream(stream);
+  flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(dqkv, scratch, dout, qkv,
+                                                                                  out, lse, T, C, NH, scale);
+  if (int e = launched(); e != 0) return e;
+  flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(dqkv, scratch, dout, qkv, lse,
+                                                                                T, C, NH, scale);
   return launched();
 }
 

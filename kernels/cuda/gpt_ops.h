@@ -71,6 +71,19 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH);
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                        int T, int C, int NH, bool tf32, float* scratch, void* stream);
 
+// Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
+// row's log-sum-exp of its scaled scores) are all it keeps; no [T, T] tensor exists. Forward runs one block
+// per query row over the keys in tiles with an online softmax. Backward runs one block per query row for dq
+// (and each row's dout . out, kept in `scratch` of flash_attention_backward_scratch(B, T, NH) floats), then
+// one block per key row for dk and dv, so no two blocks add into the same gradient. fp32 on the CUDA cores:
+// the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 128, else
+// cudaErrorInvalidValue.
+int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            void* stream);
+std::size_t flash_attention_backward_scratch(int B, int T, int NH);
+int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream);
+
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
                       void* stream);

@@ -466,6 +466,47 @@ TEST(CliSimulate, WhatIfsSimulateTheChangedHardwareBesideIt) {
   expect_bad_input("simulate --fast --what-if gpu=no-such-gpu", "no-such-gpu");
 }
 
+// memwall.attention "flash": predict's activation working memory loses the T x T probabilities (Llama-2-7B at
+// 4096 tokens: 2.5 GiB -> 0.5 GiB per GPU), the largest model grows, and the simulated attention moves no
+// scores through GPU memory, so GPT-2's attention time falls and its iteration is faster.
+TEST(CliPredict, FlashAttentionShrinksActivationsAndTheAttentionsTime) {
+  auto working = [](const nlohmann::json& j) {
+    for (const auto& item : j["memory"]["items"]) {
+      if (item["category"] == "activation_working") return item["bytes_per_rank"].get<double>();
+    }
+    ADD_FAILURE() << "no activation working memory";
+    return 0.0;
+  };
+  const std::string llama = "predict --model llama-2-7b --run zero-3 --json --set ";
+  const nlohmann::json u = parse_json(memwall(llama + "'{\"memwall.sequence_length\": 4096}'", false).output);
+  const nlohmann::json f = parse_json(
+      memwall(llama + "'{\"memwall.sequence_length\": 4096, \"memwall.attention\": \"flash\"}'", false)
+          .output);
+  EXPECT_EQ(f["inputs"]["run"]["memwall"]["attention"], "flash");
+  // Eq. 5 with ci = 1, bsz 2, 4096 tokens, hidden 4096, 32 heads: 16 hd + 2 heads seq bytes per token, and
+  // 16 hd + 4 heads.
+  const double tokens = 2 * 4096.0;
+  EXPECT_DOUBLE_EQ(working(u), tokens * (16 * 4096.0 + 2 * 32 * 4096.0));
+  EXPECT_DOUBLE_EQ(working(f), tokens * (16 * 4096.0 + 4 * 32.0));
+  const CmdResult text =
+      memwall("predict --model llama-2-7b --run zero-3 --set '{\"memwall.attention\": \"flash\"}'");
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.output.find(", flash attention"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("4 B x heads 32 (flash attention)"), std::string::npos) << text.output;
+
+  const std::string sim = "simulate --fast --model gpt2 --run zero-3 --json";
+  const nlohmann::json su = parse_json(memwall(sim, false).output);
+  const nlohmann::json sf =
+      parse_json(memwall(sim + " --set '{\"memwall.attention\": \"flash\"}'", false).output);
+  EXPECT_LT(sf["compute_by_op_s"]["attention"].get<double>(),
+            su["compute_by_op_s"]["attention"].get<double>());
+  EXPECT_LT(sf["compute_memory_bound_s"].get<double>(), su["compute_memory_bound_s"].get<double>());
+  EXPECT_LT(sf["iteration_s"].get<double>(), su["iteration_s"].get<double>());
+  EXPECT_NEAR(sf["compute_by_op_s"]["linear"].get<double>(), su["compute_by_op_s"]["linear"].get<double>(),
+              1e-9 * su["compute_by_op_s"]["linear"].get<double>());
+  expect_bad_input("predict --set '{\"memwall.attention\": \"fused\"}'", "allowed: unfused, flash");
+}
+
 TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
   const std::string no_nvme = write_file("sim_no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
       "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},

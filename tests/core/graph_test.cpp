@@ -72,6 +72,40 @@ TEST(ModelGraph, SavedActivationsPerBlockFollowEquationFive) {
   EXPECT_DOUBLE_EQ(saved, tokens * (16.0 * m.hidden + 2.0 * m.heads * 1024));
 }
 
+// Fused (flash) attention: the same forward FLOPs, backward recomputing QK^T; it keeps the output and an
+// fp32 log-sum-exp per row and head instead of the probabilities, and moves Q, K, V, O (and their gradients
+// and dO in backward) but no scores. Only the attention op changes.
+TEST(ModelGraph, FlashAttentionSavesNoProbabilitiesAndMovesNoScores) {
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  GraphOptions fo = options(1, 1);
+  fo.flash_attention = true;
+  const ModelGraph g = build_model_graph(m, options(1, 1)), f = build_model_graph(m, fo);
+  ASSERT_EQ(g.ops.size(), f.ops.size());
+  const double T = 2 * 1024, C = m.hidden, b = 2;
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    const GraphOp &u = g.ops[i], &o = f.ops[i];
+    if (o.kind != OpKind::kAttention) {
+      EXPECT_EQ(o.saved_bytes, u.saved_bytes) << o.name;
+      EXPECT_EQ(o.fwd_mem_bytes, u.fwd_mem_bytes) << o.name;
+      EXPECT_EQ(o.bwd_flops, u.bwd_flops) << o.name;
+      continue;
+    }
+    EXPECT_EQ(o.fwd_flops, u.fwd_flops);
+    EXPECT_DOUBLE_EQ(o.bwd_flops, 2.5 * o.fwd_flops);
+    EXPECT_DOUBLE_EQ(o.saved_bytes, b * T * C + 4.0 * T * m.heads);
+    EXPECT_DOUBLE_EQ(o.fwd_mem_bytes, b * 4 * T * C);
+    EXPECT_DOUBLE_EQ(o.bwd_mem_bytes, b * 8 * T * C);
+    EXPECT_LT(o.saved_bytes * 16, u.saved_bytes);  // at 1024 tokens the probabilities are 94% of it
+  }
+  // GPT-2's attention is memory-bound on a V100 unfused, compute-bound fused.
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const auto& o : f.ops) {
+    if (o.kind == OpKind::kAttention) {
+      EXPECT_LT(o.fwd_mem_bytes / hw.gpu.hbm_Bps, o.fwd_flops / hw.gpu.achievable_flops) << o.name;
+    }
+  }
+}
+
 // Each op's device memory traffic (the roofline's bytes), counted by hand for GPT-2 small: 2 x 1024 tokens,
 // 16-bit activations, hidden 768, 12 heads, vocabulary 50257.
 TEST(ModelGraph, OpsCountTheDeviceMemoryTheyReadAndWrite) {

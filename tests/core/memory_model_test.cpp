@@ -193,6 +193,26 @@ TEST(MemoryModel, CheckpointOffloadAndIntervalFollowEquationsThreeAndFive) {
                    paper::eq5_awm_bytes(2, 1024, 4, m.hidden, m.heads));
 }
 
+// memwall.attention "flash": Eq. (5)'s 2 heads x seq bytes of probabilities per token become an fp32
+// log-sum-exp per head; nothing else moves.
+TEST(MemoryModel, FlashAttentionReplacesTheProbabilitiesInEquationFive) {
+  const ModelSpec m = load_model_scenario("paper-1t");
+  const HardwareSpec hw = simple_hardware(1, 1e15);
+  RunConfig run = one_rank_run(3, 2, true, m, hw);
+  run.activation_checkpointing.interval = 4;
+  const MemoryEstimate unfused = estimate_memory(m, run, hw);
+  run.memwall.attention = AttentionKernel::kFlash;
+  const MemoryEstimate flash = estimate_memory(m, run, hw);
+  EXPECT_DOUBLE_EQ(flash.bytes(Tier::kGpu, MemCategory::kActivationWorking),
+                   paper::eq5_awm_bytes(2, 1024, 4, m.hidden, 0) + 2 * 1024 * 4 * 4.0 * m.heads);
+  EXPECT_DOUBLE_EQ(unfused.bytes(Tier::kGpu, MemCategory::kActivationWorking) -
+                       flash.bytes(Tier::kGpu, MemCategory::kActivationWorking),
+                   2 * 1024 * 4 * (2.0 * m.heads * 1024 - 4.0 * m.heads));
+  EXPECT_EQ(flash.bytes(Tier::kGpu, MemCategory::kActivationCheckpoints),
+            unfused.bytes(Tier::kGpu, MemCategory::kActivationCheckpoints));
+  EXPECT_EQ(flash.bytes(Tier::kGpu, MemCategory::kLogits), unfused.bytes(Tier::kGpu, MemCategory::kLogits));
+}
+
 TEST(MemoryModel, NvmeOffloadPlacesStatesOnNvmeAndPinnedBuffersOnCpu) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const ModelSpec m = load_model_scenario("paper-1t");

@@ -147,6 +147,18 @@ TEST(RunConfig, OptimizerGradientsKeyRoundTripsAndDefaultsToAuto) {
   EXPECT_TRUE(diag.warnings.empty());
 }
 
+TEST(RunConfig, AttentionKeyRoundTripsAndDefaultsToUnfused) {
+  Diagnostics diag;
+  Result<RunConfig> empty = parse_run("{}", "runs/empty.json", diag);
+  ASSERT_TRUE(empty.is_ok()) << empty.status().message();
+  EXPECT_EQ(empty->memwall.attention, AttentionKernel::kUnfused);
+  Result<RunConfig> flash = parse_run(R"({"memwall": {"attention": "flash"}})", "runs/flash.json", diag);
+  ASSERT_TRUE(flash.is_ok()) << flash.status().message();
+  EXPECT_EQ(flash->memwall.attention, AttentionKernel::kFlash);
+  EXPECT_EQ(nlohmann::json::parse(to_json_text(*flash)).at("memwall").at("attention"), "flash");
+  EXPECT_TRUE(diag.warnings.empty());
+}
+
 // DeepSpeed's optimizer.params and gradient_clipping are read (memwall train uses them); absent, nothing is
 // set and clipping is off.
 TEST(RunConfig, OptimizerParamsAndGradientClippingAreRead) {
@@ -269,6 +281,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{R"({"memwall": {"partitioning": "scatter"}})", "memwall.partitioning", "bandwidth-centric"},
         BadRun{R"({"memwall": {"tiling_factor": 0}})", "memwall.tiling_factor", "1..4096"},
         BadRun{R"({"memwall": {"memory_order": "fifo"}})", "memwall.memory_order", "program"},
+        BadRun{R"({"memwall": {"attention": "fused"}})", "memwall.attention", "unfused, flash"},
         BadRun{R"({"memwall": {"optimizer_gradients": "disk"}})", "memwall.optimizer_gradients",
                "auto, cpu, nvme"},
         BadRun{R"({"zero_optimization": [1, 2]})", "zero_optimization", "not an object"},

@@ -208,6 +208,41 @@ TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   }
 }
 
+// The fused kernels against the unfused CPU reference (fp32 tolerances): the fixture's shape, and a sequence
+// of three key tiles (T = 300 > 2 x 128) whose running maximum and sums carry across tiles.
+TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const Shape s : {Shape{B, T, C, NH}, Shape{1, 300, 32, 2}}) {
+    SCOPED_TRACE("T " + std::to_string(s.T));
+    const std::size_t n = static_cast<std::size_t>(s.B) * s.T;
+    auto qkv = randn(n * 3 * s.C, 34);
+    for (auto& x : qkv) x *= 2.0f;  // peaked rows: later tiles raise the running maximum
+    const auto dout = randn(n * s.C, 35), dqkv0 = randn(qkv.size(), 36);
+    std::vector<float> out(n * s.C), att(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T), dqkv = dqkv0;
+    attention_forward_ref(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+    Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_lse(static_cast<std::size_t>(s.B) * s.NH * s.T),
+        d_dqkv(dqkv0), d_scratch(cu::flash_attention_backward_scratch(s.B, s.T, s.NH));
+    ASSERT_EQ(
+        cu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, nullptr), 0);
+    ASSERT_EQ(cu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                           s.B, s.T, s.C, s.NH, d_scratch.get(), nullptr),
+              0);
+    expect_close(d_out.host(), out, 1e-4f, 1e-5f, "flash out", 1e-5f);
+    expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "flash dqkv", 1e-5f);
+    // The CPU's fused kernel keeps the same log-sum-exps.
+    std::vector<float> out_c(out.size()), lse_c(static_cast<std::size_t>(s.B) * s.NH * s.T);
+    flash_attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    expect_close(d_lse.host(), lse_c, 1e-5f, 1e-5f, "lse");
+  }
+  // Heads wider than a block: refused, nothing launched.
+  Dev<float> d(static_cast<std::size_t>(3) * 256);
+  EXPECT_EQ(cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 1, 256, 1, nullptr),
+            static_cast<int>(cudaErrorInvalidValue));
+}
+
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {
   std::vector<int> tokens(N), targets(N);
   std::mt19937 g(41);

@@ -77,13 +77,13 @@ struct Losses {
 };
 
 void train_side_by_side(gpu::Device& dev, std::vector<host::Arena::Block>& blocks, int tiling, bool bf16,
-                        Losses& out) {
+                        Losses& out, bool flash = false) {
   const GptConfig c = small_gpt();
   const std::size_t n = gpt_num_params(c);
   std::vector<float> params(n), grads(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   gpt_init(c, params.data(), 1);
   GptModel cpu(c, kB, kT, tiling);
-  auto gm = CudaGptModel::create(c, kB, kT, tiling, dev, bf16);
+  auto gm = CudaGptModel::create(c, kB, kT, tiling, dev, bf16, 0, flash);
   ASSERT_TRUE(gm.is_ok()) << gm.status().message();
   CudaGptModel& gpu = **gm;
   float* d_params = device_copy(dev, params, blocks);
@@ -155,6 +155,21 @@ TEST_P(CudaGpt, Bf16MatmulsStayCloseToTheCpu) {
     EXPECT_NEAR(l.gpu[s], l.cpu[s], (s == 0 ? 1e-2f : 3e-2f) * l.cpu[s])
         << "step " << s + 1 << ", tiling " << tiling;
   EXPECT_LT(l.gpu.back(), l.gpu.front());
+}
+
+// The fused attention kernels on the GPU against the CPU's unfused model: the fp32 tolerances, and the GPU
+// keeps B x heads x T log-sum-exps per layer instead of B x heads x T x T probabilities.
+TEST_P(CudaGpt, FlashAttentionTrainsLikeTheCpusUnfusedModel) {
+  const int tiling = GetParam();
+  Losses l;
+  train_side_by_side(*dev_, blocks_, tiling, false, l, true);
+  ASSERT_EQ(l.gpu.size(), 10u);
+  for (std::size_t s = 0; s < l.cpu.size(); ++s)
+    EXPECT_NEAR(l.gpu[s], l.cpu[s], 1e-3f * l.cpu[s]) << "step " << s + 1 << ", tiling " << tiling;
+  auto unfused = CudaGptModel::create(small_gpt(), kB, kT, tiling, *dev_);
+  auto flash = CudaGptModel::create(small_gpt(), kB, kT, tiling, *dev_, false, 0, true);
+  ASSERT_TRUE(unfused.is_ok() && flash.is_ok());
+  EXPECT_LT((*flash)->activation_bytes(), (*unfused)->activation_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiling, CudaGpt, ::testing::Values(1, 2));

@@ -1,11 +1,11 @@
 // memwall train's ZeRO-3 trainer on a real GPU (--device cuda) against the same trainer on the host-emulated
 // device: the same schedule, 10 steps, losses within 1e-3 relative per step (fp32 compute on cuBLAS against
-// oneDNN; both widen the same bf16 parameters), in seven configurations: everything on the GPU (with the
+// oneDNN; both widen the same bf16 parameters), in eight configurations: everything on the GPU (with the
 // lanes running ahead on CUDA events, with every task waited for, with activation checkpointing: the GPU
-// then keeps one layer's activations and recomputes each layer before its backward, and with bf16 GEMMs
-// taking the gathered bf16 weights as they are, within 3e-2), optimizer on the CPU, parameters and
-// optimizer on the CPU, and both on NVMe. Then gradient accumulation and checkpoints to and from the GPU.
-// Skipped without a GPU.
+// then keeps one layer's activations and recomputes each layer before its backward, with flash attention
+// (the fused kernels on each side) and with bf16 GEMMs taking the gathered bf16 weights as they are,
+// within 3e-2), optimizer on the CPU, parameters and optimizer on the CPU, and both on NVMe. Then gradient
+// accumulation and checkpoints to and from the GPU. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -74,6 +74,11 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
       {"everything on the GPU, bf16 GEMMs (train's default on a GPU)",
        [](Zero3Options& o) { o.gpu_bf16_matmuls = true; }},
       {"everything on the GPU, each task waited for", [](Zero3Options& o) { o.gpu_async = false; }},
+      {"everything on the GPU, flash attention with activation checkpointing",
+       [](Zero3Options& o) {
+         o.run.memwall.attention = AttentionKernel::kFlash;
+         o.run.activation_checkpointing.enabled = true;
+       }},
       {"everything on the GPU, activation checkpointing (one layer's activations kept, recomputed)",
        [](Zero3Options& o) {
          o.run.activation_checkpointing.enabled = true;

@@ -509,6 +509,61 @@ TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   std::filesystem::remove_all(dir);
 }
 
+// memwall.attention "flash": the fused kernels compute the same function in another order, so 10 steps'
+// losses agree to 1e-5 relative and the parameters to 1e-4 (Adam amplifies rounding; the key bias aside),
+// also with activation checkpointing recomputing the attention; the plan keeps fewer activation bytes.
+TEST(Zero3, FlashAttentionTrainsLikeTheUnfusedKernels) {
+  const model::GptConfig c = small();
+  Zero3Options base;
+  base.micro_batch = 2;
+  base.seq = 8;
+  base.seed = 4;
+  base.adam.lr = 1e-2f;
+  std::vector<float> want_losses, want_params;
+  train_variant(c, base, 10, want_losses, want_params);
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "activation checkpointing" : "no checkpointing");
+    Zero3Options o = base;
+    o.run.memwall.attention = AttentionKernel::kFlash;
+    o.run.activation_checkpointing.enabled = checkpointing;
+    std::vector<float> losses, params;
+    train_variant(c, o, 10, losses, params);
+    ASSERT_EQ(losses.size(), want_losses.size());
+    for (std::size_t s = 0; s < losses.size(); ++s) {
+      EXPECT_NEAR(losses[s], want_losses[s], 1e-5f * want_losses[s]) << "step " << s + 1;
+    }
+    ASSERT_EQ(params.size(), want_params.size());
+    // The key bias has a zero gradient (a row's softmax ignores a shift common to all its scores): what each
+    // run gives it is rounding noise that Adam scales up to steps of lr, so it is only checked to stay within
+    // 10 steps of lr.
+    std::vector<bool> key_bias(params.size(), false);
+    for (const auto& t : model::gpt_param_layout(c)) {
+      if (t.name.find("attn.c_attn.bias") == std::string::npos) continue;
+      for (int i = c.channels; i < 2 * c.channels; ++i)
+        key_bias[t.offset + static_cast<std::size_t>(i)] = true;
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const float tol = key_bias[i] ? 0.1f : 1e-4f * std::max(1.0f, std::fabs(want_params[i]));
+      differ += std::fabs(params[i] - want_params[i]) > tol;
+    }
+    EXPECT_EQ(differ, 0u);
+  }
+  auto activations = [&](AttentionKernel a) {
+    Zero3Options o = base;
+    o.run.memwall.attention = a;
+    auto local = comm::make_local_comm();
+    auto z = Zero3Trainer::create(c, o, *local);
+    EXPECT_TRUE(z.is_ok()) << z.status().to_string();
+    double bytes = 0;
+    for (const Buffer& b : z->schedule().buffers) {
+      if (b.category == MemCategory::kActivations) bytes += b.bytes;
+    }
+    return bytes;
+  };
+  EXPECT_LT(activations(AttentionKernel::kFlash), activations(AttentionKernel::kUnfused));
+}
+
 TEST(Zero3, AModelFourTimesTheDeviceTrainsWithNvmeOffload) {
   model::GptConfig c;
   c.vocab = 17;

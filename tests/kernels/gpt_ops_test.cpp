@@ -178,6 +178,51 @@ TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
 }
 
+TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
+  const int B = 2, T = 37, C = 24, NH = 3;  // a sequence longer than one SIMD row and odd head sizes
+  auto qkv = randn(B * T * 3 * C, 70);
+  for (auto& x : qkv) x *= 3.0f;  // peaked softmax rows: the log-sum-exp must carry the maximum
+  const auto dout = randn(B * T * C, 71);
+  std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
+  flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
+  expect_close(out, out_r, 1e-4, 1e-5, "out");
+  // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH, hs = C / NH;
+    for (int t = 0; t < T; ++t) {
+      float s = 0;
+      for (int i = 0; i < hs; ++i) {
+        s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t) * 3 * C + C + h * hs + i];
+      }
+      EXPECT_NEAR(std::exp(scale * s - lse[bh * T + t]), att_r[(bh * T + t) * T + t], 1e-5)
+          << "bh " << bh << " t " << t;
+    }
+  }
+  std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
+  flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
+  expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
+}
+
+TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
+  const int B = 1, T = 6, C = 8, NH = 2;
+  auto qkv = randn(B * T * 3 * C, 43);
+  const auto r = randn(B * T * C, 44);
+  std::vector<float> lse(B * NH * T), out(B * T * C);
+  auto forward = [&] {
+    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    return out;
+  };
+  forward();
+  const auto out0 = out;
+  const auto lse0 = lse;
+  std::vector<float> dqkv(qkv.size());
+  flash_attention_backward(dqkv.data(), r.data(), qkv.data(), out0.data(), lse0.data(), B, T, C, NH);
+  check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+}
+
 TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 5, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 41);

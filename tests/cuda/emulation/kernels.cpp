@@ -206,6 +206,37 @@ int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, 
   return enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH); });
 }
 
+// The fused kernels' limit (head size at most one block of 128 threads) is the real one's too.
+int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            void* stream) {
+  if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
+  const int N = B * T;
+  if (int e = device_args(
+          "flash_attention_forward",
+          {{out, f32(N, C), "out", true}, {lse, f32(B * NH, T), "lse", true}, {qkv, f32(N, 3 * C), "qkv"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH); });
+}
+
+std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
+  return static_cast<std::size_t>(B) * NH * T;
+}
+
+int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream) {
+  if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
+  const int N = B * T;
+  if (int e = device_args("flash_attention_backward",
+                          {{dqkv, f32(N, 3 * C), "dqkv", true},
+                           {dout, f32(N, C), "dout"},
+                           {qkv, f32(N, 3 * C), "qkv"},
+                           {out, f32(N, C), "out"},
+                           {lse, f32(B * NH, T), "lse"},
+                           {scratch, f32(flash_attention_backward_scratch(B, T, NH)), "scratch", true}}))
+    return e;
+  return enqueue(stream, [=] { kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+}
+
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
                       void* stream) {
   if (int e = device_args("embedding_forward", {{out, f32(B * T, C), "out", true},
