@@ -462,45 +462,156 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 // ---- fused (flash) attention ----
+//
+// FlashAttention's tiling on the CPU: blocks of kRows query rows against blocks of kKeys keys, a score tile
+// [kKeys][kRows] (query rows innermost, one SIMD vector) built from a transposed query block, an online
+// softmax across key blocks, and the output (or, backward, the gradients) accumulated per tile. Rows past
+// the end of the sequence are zero-padded and see every key, so every row has a finite maximum.
 
 namespace {
+
+constexpr int kRows = 16, kKeys = 64;
+
 float dot_f(const float* a, const float* b, int n) {
   float s = 0;
+#pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
+struct FlashTile {
+  alignas(64) float s[kKeys][kRows];  // scores, then probabilities
+  alignas(64) float d[kKeys][kRows];  // backward: dP, then dS
+};
+
+// The tile loops are built for AVX-512, AVX2 and the baseline, chosen at load time by the CPU (GCC's
+// target_clones); the rest of this file is baseline code.
+#define MEMWALL_TILE_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+
+// tile[u][r] = sum_d qt[d][r] * key[u][d] for the n keys of the block (rows `ld` floats apart).
+MEMWALL_TILE_CLONES void score_tile(float (*tile)[kRows], const float* qt, const float* key, std::size_t ld,
+                                    int n, int hs) {
+  for (int u = 0; u < n; ++u) {
+    float* t = tile[u];
+#pragma omp simd
+    for (int r = 0; r < kRows; ++r) t[r] = 0;
+    const float* k = key + static_cast<std::size_t>(u) * ld;
+    for (int c = 0; c < hs; ++c) {
+      const float kc = k[c];
+      const float* q = qt + static_cast<std::size_t>(c) * kRows;
+#pragma omp simd
+      for (int r = 0; r < kRows; ++r) t[r] += q[r] * kc;
+    }
+  }
+}
+
+// Loads rows [r0, r0 + kRows) of a [T, ld] head slice transposed into out[hs][kRows], times `scale`; rows at
+// or past T are zero.
+void load_transposed(float* out, const float* src, std::size_t ld, int r0, int T, int hs, float scale) {
+  for (int r = 0; r < kRows; ++r) {
+    const float* row = r0 + r < T ? src + static_cast<std::size_t>(r0 + r) * ld : nullptr;
+    for (int c = 0; c < hs; ++c) out[static_cast<std::size_t>(c) * kRows + r] = row ? scale * row[c] : 0.0f;
+  }
+}
+
+// acc[r][:] += sum_u p[u][r] v[u][:] over the block's n keys and `rows` rows.
+MEMWALL_TILE_CLONES void accumulate_values(float* acc, const float (*p)[kRows], const float* v,
+                                           std::size_t ld, int n, int rows, int hs) {
+  for (int u = 0; u < n; ++u) {
+    const float* vu = v + static_cast<std::size_t>(u) * ld;
+    for (int r = 0; r < rows; ++r) {
+      const float pr = p[u][r];
+      if (pr == 0) continue;
+      float* a = acc + static_cast<std::size_t>(r) * hs;
+#pragma omp simd
+      for (int c = 0; c < hs; ++c) a[c] += pr * vu[c];
+    }
+  }
+}
+
+// Backward of one tile: dv[u] += p[u][r] dy[r], dk[u] += ds[u][r] q[r], dq[r] += ds[u][r] k[u].
+MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[kRows],
+                                        const float (*ds)[kRows], const float* q, const float* k,
+                                        const float* dy, std::size_t ld, std::size_t ld_dy, int C, int n,
+                                        int rows, int hs) {
+  for (int u = 0; u < n; ++u) {
+    const float* ku = k + static_cast<std::size_t>(u) * ld;
+    float* dk = dkv + static_cast<std::size_t>(u) * ld;
+    float* dv = dk + C;
+    for (int r = 0; r < rows; ++r) {
+      const float pr = p[u][r], g = ds[u][r];
+      if (pr == 0) continue;
+      const float* qr = q + static_cast<std::size_t>(r) * ld;
+      const float* dyr = dy + static_cast<std::size_t>(r) * ld_dy;
+      float* dqr = dq + static_cast<std::size_t>(r) * hs;
+#pragma omp simd
+      for (int c = 0; c < hs; ++c) {
+        dv[c] += pr * dyr[c];
+        dk[c] += g * qr[c];
+        dqr[c] += g * ku[c];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+  const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
 #pragma omp parallel
   {
-    std::vector<float> s(static_cast<std::size_t>(T));  // one row of scores, then probabilities
-#pragma omp for collapse(2) schedule(dynamic, 16)
+    FlashTile tile;
+    std::vector<float> qt(static_cast<std::size_t>(hs) * kRows), acc(static_cast<std::size_t>(hs) * kRows);
+    float m[kRows], l[kRows], corr[kRows];
+#pragma omp for collapse(2) schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh) {
-      for (int t = 0; t < T; ++t) {
-        const int b = bh / NH, h = bh % NH;
+      for (int qb = 0; qb < blocks; ++qb) {
+        const int b = bh / NH, h = bh % NH, r0 = qb * kRows;
         const float* base = qkv + static_cast<std::size_t>(b) * T * C3 + static_cast<std::size_t>(h) * hs;
-        const float* q = base + static_cast<std::size_t>(t) * C3;
-        float maxv = -INFINITY;
-        for (int u = 0; u <= t; ++u) {
-          s[static_cast<std::size_t>(u)] = scale * dot_f(q, base + static_cast<std::size_t>(u) * C3 + C, hs);
-          maxv = std::max(maxv, s[static_cast<std::size_t>(u)]);
+        load_transposed(qt.data(), base, C3, r0, T, hs, scale);
+        std::fill(acc.begin(), acc.end(), 0.0f);  // acc[r][c]: row r's output, unnormalised
+        for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0;
+        const int end = std::min(T, r0 + kRows);  // keys any row of the block sees
+        for (int u0 = 0; u0 < end; u0 += kKeys) {
+          const int n = std::min(kKeys, end - u0);
+          score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          float mx[kRows];
+          for (int r = 0; r < kRows; ++r) mx[r] = m[r];
+          for (int u = 0; u < n; ++u) {
+            for (int r = 0; r < kRows; ++r) {
+              if (u0 + u <= r0 + r) mx[r] = std::max(mx[r], tile.s[u][r]);
+            }
+          }
+          for (int u = 0; u < n; ++u) {
+#pragma omp simd
+            for (int r = 0; r < kRows; ++r) tile.s[u][r] -= mx[r];
+          }
+          exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
+          float sum[kRows] = {};
+          for (int u = 0; u < n; ++u) {
+            for (int r = 0; r < kRows; ++r) {
+              if (u0 + u > r0 + r) tile.s[u][r] = 0;  // above the diagonal
+              sum[r] += tile.s[u][r];
+            }
+          }
+          for (int r = 0; r < kRows; ++r) {
+            corr[r] = std::exp(m[r] - mx[r]);  // 0 on the first block
+            l[r] = l[r] * corr[r] + sum[r];
+            m[r] = mx[r];
+            float* a = acc.data() + static_cast<std::size_t>(r) * hs;
+            for (int c = 0; c < hs; ++c) a[c] *= corr[r];
+          }
+          accumulate_values(acc.data(), tile.s, base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n,
+                            kRows, hs);
         }
-        for (int u = 0; u <= t; ++u) s[static_cast<std::size_t>(u)] -= maxv;
-        exp_inplace(s.data(), static_cast<std::size_t>(t) + 1);
-        float sum = 0;
-        for (int u = 0; u <= t; ++u) sum += s[static_cast<std::size_t>(u)];
-        float* o = out + (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
-        std::fill(o, o + hs, 0.0f);
-        for (int u = 0; u <= t; ++u) {
-          const float p = s[static_cast<std::size_t>(u)] / sum;
-          const float* v = base + static_cast<std::size_t>(u) * C3 + 2 * C;
-          for (int i = 0; i < hs; ++i) o[i] += p * v[i];
+        for (int r = 0; r < end - r0; ++r) {
+          float* o = out + (static_cast<std::size_t>(b) * T + r0 + r) * C + static_cast<std::size_t>(h) * hs;
+          const float inv = 1.0f / l[r];
+          for (int c = 0; c < hs; ++c) o[c] = acc[static_cast<std::size_t>(r) * hs + c] * inv;
+          lse[static_cast<std::size_t>(bh) * T + r0 + r] = m[r] + std::log(l[r]);
         }
-        lse[static_cast<std::size_t>(bh) * T + t] = maxv + std::log(sum);
       }
     }
   }
@@ -508,45 +619,60 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+  const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
-  // Each (batch, head) writes only its own columns of dqkv; its rows run in order because every row adds
-  // into the keys' and values' gradients of the rows before it.
+  // Each (batch, head) writes only its own columns of dqkv; its query blocks run in order because every
+  // block adds into the keys' and values' gradients.
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<std::size_t>(T));
+    FlashTile tile;
+    const std::size_t hk = static_cast<std::size_t>(hs) * kRows;
+    std::vector<float> qt(hk), dot(hk), dq(hk);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const std::size_t head = static_cast<std::size_t>(h) * hs;
       const float* base = qkv + static_cast<std::size_t>(b) * T * C3 + head;
+      const float* dyb = dout + static_cast<std::size_t>(b) * T * C + head;
+      const float* ob = out + static_cast<std::size_t>(b) * T * C + head;
       float* dbase = dqkv + static_cast<std::size_t>(b) * T * C3 + head;
-      for (int t = 0; t < T; ++t) {
-        const float* q = base + static_cast<std::size_t>(t) * C3;
-        const float* dy = dout + (static_cast<std::size_t>(b) * T + t) * C + head;
-        const float* o = out + (static_cast<std::size_t>(b) * T + t) * C + head;
-        const float l = lse[static_cast<std::size_t>(bh) * T + t];
-        for (int u = 0; u <= t; ++u) {
-          p[static_cast<std::size_t>(u)] =
-              scale * dot_f(q, base + static_cast<std::size_t>(u) * C3 + C, hs) - l;
+      for (int qb = 0; qb < blocks; ++qb) {
+        const int r0 = qb * kRows, end = std::min(T, r0 + kRows);
+        load_transposed(qt.data(), base, C3, r0, T, hs, scale);
+        load_transposed(dot.data(), dyb, static_cast<std::size_t>(C), r0, T, hs, 1.0f);
+        std::fill(dq.begin(), dq.end(), 0.0f);  // dq[r][c]
+        float L[kRows], D[kRows];               // log-sum-exp; the softmax gradient's row sum dout . out
+        for (int r = 0; r < kRows; ++r) {
+          L[r] = 0, D[r] = 0;
+          if (r0 + r >= T) continue;
+          L[r] = lse[static_cast<std::size_t>(bh) * T + r0 + r];
+          D[r] = dot_f(dyb + static_cast<std::size_t>(r0 + r) * C, ob + static_cast<std::size_t>(r0 + r) * C,
+                       hs);
         }
-        exp_inplace(p.data(), static_cast<std::size_t>(t) + 1);
-        // out = sum_u p[u] v[u], so sum_u p[u] (dy . v[u]) = dy . out: the softmax gradient's row sum.
-        const float rowsum = dot_f(dy, o, hs);
-        float* dq = dbase + static_cast<std::size_t>(t) * C3;
-        for (int u = 0; u <= t; ++u) {
-          const float* k = base + static_cast<std::size_t>(u) * C3 + C;
-          const float* v = k + C;
-          float* dk = dbase + static_cast<std::size_t>(u) * C3 + C;
-          float* dv = dk + C;
-          const float pu = p[static_cast<std::size_t>(u)];
-          const float g = scale * pu * (dot_f(dy, v, hs) - rowsum);
-          for (int i = 0; i < hs; ++i) {
-            dq[i] += g * k[i];
-            dk[i] += g * q[i];
-            dv[i] += pu * dy[i];
+        for (int u0 = 0; u0 < end; u0 += kKeys) {
+          const int n = std::min(kKeys, end - u0);
+          score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          for (int u = 0; u < n; ++u) {
+#pragma omp simd
+            for (int r = 0; r < kRows; ++r) tile.s[u][r] -= L[r];
           }
+          exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
+          for (int u = 0; u < n; ++u) {
+            for (int r = 0; r < kRows; ++r) {
+              if (u0 + u > r0 + r) tile.s[u][r] = 0;
+              tile.d[u][r] = scale * tile.s[u][r] * (tile.d[u][r] - D[r]);  // dS (scaled)
+            }
+          }
+          tile_gradients(dq.data(), dbase + C + static_cast<std::size_t>(u0) * C3, tile.s, tile.d,
+                         base + static_cast<std::size_t>(r0) * C3,
+                         base + C + static_cast<std::size_t>(u0) * C3, dyb + static_cast<std::size_t>(r0) * C,
+                         C3, static_cast<std::size_t>(C), C, n, end - r0, hs);
+        }
+        for (int r = 0; r < end - r0; ++r) {
+          float* d = dbase + static_cast<std::size_t>(r0 + r) * C3;
+          for (int c = 0; c < hs; ++c) d[c] += dq[static_cast<std::size_t>(r) * hs + c];
         }
       }
     }
