@@ -3,7 +3,7 @@
 // TFLOP/s (6 x params x tokens + the attention's 12 x L x B x T^2 x C, the convention of the paper's Eq. 7
 // without recomputation) and the device memory used. Used by scripts/gpu-check.sh.
 // Usage: memwall-cuda-gpt-bench [layers=20] [channels=2048] [heads=16] [batch=4] [seq=1024] [steps=5]
-// [fp32|bf16]
+// [fp32|bf16] [unfused|flash]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   c.heads = arg(3, 16);
   const int B = arg(4, 4), T = arg(5, 1024), steps = arg(6, 5);
   const bool bf16 = argc > 7 && std::string(argv[7]) == "bf16";
+  const bool flash = argc > 8 && std::string(argv[8]) == "flash";
   c.vocab = 50304;
   c.max_seq = T;
   std::string why;
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   gpu::Device& d = **dev;
-  auto model = model::CudaGptModel::create(c, B, T, 1, d, bf16);
+  auto model = model::CudaGptModel::create(c, B, T, 1, d, bf16, 0, flash);
   if (!model.is_ok()) {
     std::fprintf(stderr, "memwall-cuda-gpt-bench: %s\n", model.status().message().c_str());
     return 1;
@@ -103,8 +104,10 @@ int main(int argc, char** argv) {
               d.info().sm_minor, d.info().multiprocessors);
   std::printf("model               %.3f B parameters: %d layers, %d channels, %d heads, vocab %d\n", n / 1e9,
               c.layers, c.channels, c.heads, c.vocab);
-  std::printf("batch               %d x %d tokens, %s GEMMs (cuBLAS), fused Adam on the GPU\n", B, T,
-              bf16 ? "bf16 (fp32 accumulation; attention in TF32)" : "fp32 (no TF32)");
+  std::printf("batch               %d x %d tokens, %s GEMMs (cuBLAS), %s, fused Adam on the GPU\n", B, T,
+              bf16 ? "bf16 (fp32 accumulation)" : "fp32 (no TF32)",
+              flash ? "flash attention (fp32 fused kernels)"
+                    : (bf16 ? "unfused attention (TF32 GEMMs)" : "unfused attention (fp32 GEMMs)"));
   std::printf("step                %.1f ms (mean of %zu after a warm-up), last loss %.4f\n", mean * 1e3,
               times.size(), static_cast<double>(loss));
   std::printf("achieved            %.1f TFLOP/s (%.3g FLOP per step)\n", flops / mean / 1e12, flops);

@@ -202,7 +202,7 @@ void print_simulation(const json& o) {
     std::printf("%-24s %11.3f %6.1f%%\n", k, v, 100 * v / it);
     if (std::string(k) == "compute" && o.contains("compute_memory_bound_s")) {
       const double mb = o["compute_memory_bound_s"].get<double>();
-      std::printf("%-24s %11.3f %6.1f%%   (by the roofline: norms, GELU, attention scores, loss)\n",
+      std::printf("%-24s %11.3f %6.1f%%   (ops the roofline finds bound by GPU memory)\n",
                   "  of it memory-bound", mb, 100 * mb / it);
       std::vector<std::pair<double, std::string>> kinds;
       double sum = 0;

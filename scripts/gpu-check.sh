@@ -5,7 +5,7 @@
 # GPU without offload (fp32 and bf16 GEMMs); a ~1B `memwall train --device cuda` with parameters and optimizer
 # states on NVMe (step time, TFLOP/s, bytes moved per tier, overlap). Then, while the time budget lasts
 # (MEMWALL_GPU_CHECK_BUDGET seconds, default 290): the benchmark's PyTorch peer (bench/cuda_gpt_vs_torch.py),
-# the 1B model without offload with the lanes running ahead on CUDA events against --gpu-sync, `memwall
+# the benchmark with flash attention (memwall.attention "flash": the fused kernels), the 1B model without offload with the lanes running ahead on CUDA events against --gpu-sync, `memwall
 # calibrate --device cuda` with the NVMe run replayed and simulated on that spec, and compute-sanitizer's
 # memcheck of the kernel tests. Prints a summary to paste into docs/performance.md; exits non-zero when a test
 # or a training run fails, or when no GPU ran the tests.
@@ -130,6 +130,13 @@ versus() {  # $1: memwall benchmark output, $2: the peer's JSON line
   fi
 }
 
+flash16=""
+if [ "$(left)" -gt 60 ]; then
+  echo "== the benchmark with memwall.attention flash (fused fp32 kernels instead of TF32 GEMMs + softmax)"
+  flash16=$(timeout 60 "$BUILD/bench/memwall-cuda-gpt-bench" 20 2048 16 4 1024 5 bf16 flash 2>&1) || true
+  echo "$flash16"
+fi
+
 if [ "$(left)" -gt 60 ]; then
   echo "== memwall train --device cuda: the same model with everything on the GPU, 3 steps with the lanes running"
   echo "   ahead on CUDA events, then 3 with --gpu-sync"
@@ -207,6 +214,12 @@ if [ -n "$torch32$torch16" ]; then
   echo "vs PyTorch, bf16 (autocast): $(versus "$bench16" "$torch16")"
 else
   echo "vs PyTorch: not run (time)"
+fi
+if [ -n "$flash16" ]; then
+  echo "flash attention, bf16 GEMMs: $(echo "$flash16" | grep -E "^step" || echo "FAILED: $flash16" | head -1)"
+  echo "$flash16" | grep -E "^device memory" | sed 's/^/flash attention: /' || true
+else
+  echo "flash attention benchmark: not run (time)"
 fi
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
 grep -E "^(step 2/2|per step|done|warning)" "$BUILD/train.log" || true
