@@ -248,7 +248,7 @@ int run_train(const TrainOptions& opt) {
   if (lead && !run.scheduler.type.empty() && !run.scheduler.implemented()) {
     std::fprintf(stderr,
                  "memwall: warning: %s: scheduler.type \"%s\" is not implemented by memwall train (WarmupLR, "
-                 "WarmupDecayLR are); the learning rate stays at %g\n",
+                 "WarmupDecayLR, WarmupCosineLR are); the learning rate stays at %g\n",
                  run.name.c_str(), run.scheduler.type.c_str(), static_cast<double>(zo.adam.lr));
   }
   if (lead) {
@@ -331,7 +331,12 @@ int run_train(const TrainOptions& opt) {
                 static_cast<double>(h.weight_decay),
                 h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
-    if (ls.implemented()) {
+    if (ls.type == "WarmupCosineLR") {
+      std::printf("scheduler: %s, %g -> %g over %.0f steps (%s), then a half cosine to %g at step %.0f\n",
+                  ls.type.c_str(), ls.warmup_min_ratio * static_cast<double>(h.lr), static_cast<double>(h.lr),
+                  ls.warmup_num_steps, ls.warmup_type.c_str(), ls.cos_min_ratio * static_cast<double>(h.lr),
+                  ls.total_num_steps);
+    } else if (ls.implemented()) {
       std::printf("scheduler: %s, %g -> %g over %.0f steps (%s)%s\n", ls.type.c_str(), ls.warmup_min_lr,
                   ls.warmup_max_lr, ls.warmup_num_steps, ls.warmup_type.c_str(),
                   ls.type == "WarmupDecayLR" ? strprintf(", then linearly back to %g at step %.0f",

@@ -30,7 +30,14 @@ double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr) {
   double gamma = 1;
   if (it < n) {
     gamma = s.warmup_type == "linear" ? it / n : std::log(it + 1) / std::log(n);
-  } else if (s.type == "WarmupDecayLR") {
+  }
+  if (s.type == "WarmupCosineLR") {  // ratios of the optimizer's rate; a half cosine after the warm-up
+    if (it < n) return lr * (s.warmup_min_ratio + (1 - s.warmup_min_ratio) * gamma);
+    const double done = (it - n + 1) / std::max(1.0, s.total_num_steps - n);
+    const double cosine = (1 + std::cos(std::acos(-1.0) * std::min(1.0, done))) / 2;
+    return lr * (s.cos_min_ratio + (1 - s.cos_min_ratio) * cosine);
+  }
+  if (it >= n && s.type == "WarmupDecayLR") {
     gamma = std::max(0.0, (s.total_num_steps - it) / std::max(1.0, s.total_num_steps - n));
   }
   return s.warmup_min_lr + (s.warmup_max_lr - s.warmup_min_lr) * gamma;

@@ -155,13 +155,19 @@ struct RunConfig {
   // falls linearly back to warmup_min_lr at total_num_steps. Other types are read (train warns and keeps
   // the optimizer's lr).
   struct LrSchedule {
-    std::string type;  // "" (none), "WarmupLR", "WarmupDecayLR", or another DeepSpeed type
+    // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", or another DeepSpeed type
+    std::string type;
     double warmup_min_lr = 0;
     double warmup_max_lr = 0.001;
     double warmup_num_steps = 1000;
     std::string warmup_type = "log";  // "log" or "linear"
-    double total_num_steps = 0;       // WarmupDecayLR
-    bool implemented() const { return type == "WarmupLR" || type == "WarmupDecayLR"; }
+    double total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR
+    // WarmupCosineLR: fractions of the optimizer's lr, where the warm-up starts and the cosine ends.
+    double warmup_min_ratio = 0;
+    double cos_min_ratio = 0.0001;
+    bool implemented() const {
+      return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR";
+    }
   } scheduler;
   ZeroConfig zero;
   AioConfig aio;

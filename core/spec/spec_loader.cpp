@@ -601,16 +601,21 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
       MW_RETURN_IF_ERROR(pr.get_count("warmup_num_steps", ls.warmup_num_steps, 0));
       MW_RETURN_IF_ERROR(pr.get_choice("warmup_type", ls.warmup_type, {"log", "linear"}));
       MW_RETURN_IF_ERROR(pr.get_count("total_num_steps", ls.total_num_steps, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("warmup_min_ratio", ls.warmup_min_ratio, 0, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("cos_min_ratio", ls.cos_min_ratio, 0, 1));
       pr.ignore({"last_batch_iteration"});
       pr.finish();
     }
-    if (ls.type == "WarmupDecayLR" && ls.total_num_steps <= 0) {
-      return Status::invalid_argument(source +
-                                      ": key 'scheduler.params.total_num_steps': missing; allowed: the run's "
-                                      "total optimizer steps (WarmupDecayLR decays to warmup_min_lr there)");
+    if ((ls.type == "WarmupDecayLR" || ls.type == "WarmupCosineLR") && ls.total_num_steps <= 0) {
+      return Status::invalid_argument(
+          source +
+          ": key 'scheduler.params.total_num_steps': missing; allowed: the run's total optimizer steps (" +
+          ls.type +
+          (ls.type == "WarmupDecayLR" ? " decays to warmup_min_lr there)"
+                                      : " ends its cosine at cos_min_ratio there)"));
     }
-    // Other schedulers (OneCycle, LRRangeTest, WarmupCosineLR) are not implemented: their parameters are not
-    // checked, and memwall train says it keeps the optimizer's rate.
+    // Other schedulers (OneCycle, LRRangeTest) are not implemented: their parameters are not checked, and
+    // memwall train says it keeps the optimizer's rate.
     o.ignore({"params"});
     o.finish();
   }

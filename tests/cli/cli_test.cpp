@@ -935,6 +935,40 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_NE(r.output.find("/nonexistent/text.txt"), std::string::npos) << r.output;
 }
 
+// DeepSpeed's WarmupCosineLR: the optimizer's rate (0.004) times a ratio that rises linearly from 0.25 over 3
+// steps, then falls along a half cosine to 0.1 at step 8; the header says so, and flash attention trains too.
+TEST(CliTrain, WarmupCosineScheduleFollowsItsRatios) {
+  const std::string data = write_file("train_cosine.txt", training_text());
+  const CmdResult r = memwall(
+      "train --steps 8 --eval-batches 1 --json --data " + data + " " + kTinyModel +
+          R"( --set '{"optimizer": {"type": "AdamW", "params": {"lr": 0.004}}, "memwall.attention": "flash", )" +
+          R"("scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 3, "warmup_type": "linear", )" +
+          R"("warmup_min_ratio": 0.25, "cos_min_ratio": 0.1, "total_num_steps": 8}}}')",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream in(r.output);
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"step\"") == std::string::npos) continue;
+    const nlohmann::json j = parse_json(line);
+    const int s = j["step"].get<int>() - 1;
+    const double pi = std::acos(-1.0);
+    const double ratio =
+        s < 3 ? 0.25 + 0.75 * s / 3.0 : 0.1 + 0.9 * (1 + std::cos(pi * (s - 3 + 1) / 5.0)) / 2;
+    EXPECT_NEAR(j["lr"].get<double>(), 0.004 * ratio, 1e-7 * 0.004)
+        << line;  // the optimizer's rate is a float
+    EXPECT_TRUE(std::isfinite(j["loss"].get<double>())) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 8);
+  const CmdResult text = memwall("train --steps 1 --eval-batches 1 --data " + data + " " + kTinyModel +
+                                 R"( --set '{"scheduler": {"type": "WarmupCosineLR", "params": )" +
+                                 R"({"total_num_steps": 100, "warmup_num_steps": 10}}}')");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("then a half cosine to"), std::string::npos) << text.output;
+  EXPECT_EQ(text.output.find("not implemented"), std::string::npos) << text.output;
+}
+
 // With a learning-rate schedule (DeepSpeed's WarmupDecayLR: linear warm-up over 4 steps, then linear decay to
 // 0 at step 12), which the resumed run continues from its step.
 TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {

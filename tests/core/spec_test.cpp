@@ -216,6 +216,23 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 2500, 0.1), 0.001);  // never below the minimum
   s.warmup_num_steps = 1;                               // DeepSpeed warms up over at least 2 steps
   EXPECT_DOUBLE_EQ(scheduled_lr(s, 1, 0.1), 0.001 + 0.01 / 2);
+  // WarmupCosineLR: fractions of the optimizer's rate (0.1 here), from warmup_min_ratio up over the warm-up,
+  // then (1 + cos(pi * (step - warmup + 1) / (total - warmup))) / 2 scaled into [cos_min_ratio, 1]; it stays
+  // at cos_min_ratio after total_num_steps (DeepSpeed's cosine would rise again).
+  RunConfig::LrSchedule c;
+  c.type = "WarmupCosineLR";
+  c.warmup_num_steps = 10;
+  c.warmup_type = "linear";
+  c.warmup_min_ratio = 0.2;
+  c.cos_min_ratio = 0.1;
+  c.total_num_steps = 110;
+  EXPECT_DOUBLE_EQ(scheduled_lr(c, 0, 0.1), 0.1 * 0.2);
+  EXPECT_DOUBLE_EQ(scheduled_lr(c, 5, 0.1), 0.1 * (0.2 + 0.8 * 0.5));
+  EXPECT_DOUBLE_EQ(scheduled_lr(c, 59, 0.1), 0.1 * (0.1 + 0.9 * 0.5));  // half-way: cos(pi / 2) = 0
+  EXPECT_NEAR(scheduled_lr(c, 109, 0.1), 0.1 * 0.1, 1e-15);             // the end: cos(pi) = -1
+  EXPECT_NEAR(scheduled_lr(c, 500, 0.1), 0.1 * 0.1, 1e-15);
+  for (long step = 10; step < 109; ++step)
+    EXPECT_LT(scheduled_lr(c, step + 1, 0.1), scheduled_lr(c, step, 0.1));
   // Read from a run file, defaults where params leave them out.
   Diagnostics diag;
   Result<RunConfig> run = parse_run(
@@ -225,6 +242,13 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   EXPECT_EQ(run->scheduler.warmup_max_lr, 0.002);
   EXPECT_EQ(run->scheduler.warmup_num_steps, 1000);
   EXPECT_EQ(run->scheduler.warmup_type, "log");
+  Result<RunConfig> cosine = parse_run(
+      R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 500, "cos_min_ratio": 0.05}}})",
+      "runs/cosine.json", diag);
+  ASSERT_TRUE(cosine.is_ok()) << cosine.status().message();
+  EXPECT_EQ(cosine->scheduler.cos_min_ratio, 0.05);
+  EXPECT_EQ(cosine->scheduler.warmup_min_ratio, 0);
+  EXPECT_EQ(cosine->scheduler.total_num_steps, 500);
   EXPECT_TRUE(diag.warnings.empty());
 }
 
@@ -255,6 +279,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadRun{R"({"zero_optimization": {"stage": "three"}})", "zero_optimization.stage", "0..3"},
         BadRun{R"({"gradient_clipping": -1})", "gradient_clipping", "allowed: 0 to"},
+        BadRun{R"({"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10}}})",
+               "scheduler.params.total_num_steps", "cos_min_ratio"},
+        BadRun{
+            R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "cos_min_ratio": 2}}})",
+            "scheduler.params.cos_min_ratio", "0 to 1"},
         BadRun{R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.1}}})",
                "scheduler.params.total_num_steps", "total optimizer steps"},
         BadRun{R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
