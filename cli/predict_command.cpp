@@ -243,6 +243,24 @@ int run_predict(const PredictOptions& opt) {
         }
       }
     }
+    // When the GPU is short and the attention's probabilities are what overflows it, say that fused attention
+    // fits (with the run's tiling).
+    if (!e.fits && e.limiting_tier == Tier::kGpu && resolved.memwall.attention == AttentionKernel::kUnfused) {
+      RunConfig flash = resolved;
+      flash.memwall.attention = AttentionKernel::kFlash;
+      const MemoryEstimate f = estimate_memory(*model, flash, *hw);
+      if (f.fits) {
+        suggestions.push_back(strprintf(
+            "fits with fused attention, which keeps no T x T probabilities: set \"memwall\": {\"attention\": "
+            "\"flash\"} (activations %s -> %s per GPU)",
+            format_bytes(e.bytes(Tier::kGpu, MemCategory::kActivationWorking) +
+                         e.bytes(Tier::kGpu, MemCategory::kActivations))
+                .c_str(),
+            format_bytes(f.bytes(Tier::kGpu, MemCategory::kActivationWorking) +
+                         f.bytes(Tier::kGpu, MemCategory::kActivations))
+                .c_str()));
+      }
+    }
     out["inputs"]["run"] = json::parse(to_json_text(resolved));
     out["memory"] = estimate_json(e);
     if (!e.fits && suggestions.empty()) {  // not a matter of tiling alone

@@ -505,6 +505,20 @@ TEST(CliPredict, FlashAttentionShrinksActivationsAndTheAttentionsTime) {
   EXPECT_NEAR(sf["compute_by_op_s"]["linear"].get<double>(), su["compute_by_op_s"]["linear"].get<double>(),
               1e-9 * su["compute_by_op_s"]["linear"].get<double>());
   expect_bad_input("predict --set '{\"memwall.attention\": \"fused\"}'", "allowed: unfused, flash");
+  // 8 sequences of 4096 tokens overflow a V100 by the probabilities (8 x 1.25 GiB of Eq. 5 against 0.25 GiB
+  // fused): predict says fused attention fits, with the activations before and after.
+  const nlohmann::json big = parse_json(
+      memwall(
+          llama +
+              "'{\"memwall.sequence_length\": 4096, \"train_micro_batch_size_per_gpu\": 8}' --hardware dgx2",
+          false)
+          .output);
+  EXPECT_FALSE(big["memory"]["fits"].get<bool>());
+  ASSERT_EQ(big["memory"]["suggestions"].size(), 1u) << big["memory"]["suggestions"];
+  EXPECT_NE(big["memory"]["suggestions"][0].get<std::string>().find(
+                "\"attention\": \"flash\"} (activations 10.00 GiB -> 2.00 GiB per GPU)"),
+            std::string::npos)
+      << big["memory"]["suggestions"];
 }
 
 TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
