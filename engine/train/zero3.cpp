@@ -1271,7 +1271,10 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         // This rank's real (unpadded) elements of the parameter, in flat and in model coordinates.
         const std::size_t first = std::min(p.numel, r * p.shard), last = std::min(p.numel, (r + 1) * p.shard);
         const std::size_t lo = std::max(begin, p.local), hi = std::min(begin + n, p.local + (last - first));
-        if (lo < hi) {
+        if (lo < hi && o.init) {
+          const Status read = o.init(p.model_offset + first + (lo - p.local), hi - lo, master + (lo - begin));
+          if (!read.is_ok()) return read;
+        } else if (lo < hi) {
           model::gpt_init_range(c, master + (lo - begin), p.model_offset + first + (lo - p.local),
                                 p.model_offset + first + (hi - p.local), o.seed);
         }

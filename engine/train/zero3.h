@@ -51,6 +51,10 @@ struct Zero3Options {
   int seq = 64;
   int tiling = 1;
   std::uint64_t seed = 1;
+  // Where the initial parameters come from: GPT-2's initialisation from `seed` (empty), or this reader of
+  // elements [offset, offset + n) of the flat gpt_param_layout array (model::HfWeights::read), which each
+  // rank calls for its own shard only, piece by piece.
+  std::function<Status(std::size_t offset, std::size_t n, float* out)> init;
   kernels::AdamHyper adam;
   int threads = 1;  // Adam threads
   RunConfig run = default_train_run();

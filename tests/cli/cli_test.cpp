@@ -1169,6 +1169,49 @@ TEST(CliExport, WritesTheCheckpointAsSafetensors) {
   EXPECT_NE(missing.output.find("/nonexistent-ckpt/latest.json"), std::string::npos) << missing.output;
 }
 
+// --init-from an export: the export's config.json is the model (no --model), the first step starts from the
+// trained weights (its loss far below a fresh model's ln 256 = 5.55), and the JSON summary names the file. A
+// model the file does not describe is one line naming the tensor, exit 2.
+TEST(CliTrain, StartsFromExportedWeights) {
+  const std::string data = write_file("train_init.txt", training_text());
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-init").string();
+  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf-init").string();
+  std::filesystem::remove_all(dir);
+  const CmdResult t = memwall(
+      "train --steps 40 --json --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel, false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  ASSERT_EQ(memwall("export --checkpoint-dir " + dir + " --out " + out).exit_code, 0);
+  auto first_loss = [](const std::string& output) {
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"step\":1,") != std::string::npos || line.find("\"step\": 1,") != std::string::npos)
+        return parse_json(line)["loss"].get<double>();
+    }
+    return -1.0;
+  };
+  const CmdResult fresh =
+      memwall("train --steps 1 --eval-batches 1 --json --data " + data + " " + kTinyModel, false);
+  const CmdResult init =
+      memwall("train --init-from " + out + " --steps 1 --eval-batches 1 --json --data " + data, false);
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  EXPECT_GT(first_loss(fresh.output), 5.0) << fresh.output;
+  EXPECT_GT(first_loss(init.output), 0.0) << init.output;
+  EXPECT_LT(first_loss(init.output), first_loss(fresh.output) - 1.0) << init.output;
+  const std::string last = init.output.substr(init.output.rfind("{\"summary\""));
+  EXPECT_EQ(parse_json(last)["summary"]["init_from"], out + "/model.safetensors");
+  const CmdResult text = memwall("train --init-from " + out + " --steps 1 --eval-batches 1 --data " + data);
+  EXPECT_NE(text.output.find("initial weights: " + out + "/model.safetensors (F32)"), std::string::npos)
+      << text.output;
+  const CmdResult wrong =
+      memwall("train --init-from " + out + " --steps 1 --data " + data + " --model-set '{\"n_layer\": 2}'");
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_NE(
+      wrong.output.find("--init-from: " + out + "/model.safetensors: tensor 'h.1.ln_1.weight' is missing"),
+      std::string::npos)
+      << wrong.output;
+  EXPECT_EQ(line_count(wrong.output), 1u) << wrong.output;
+}
+
 TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
   const std::string data = write_file("train5.txt", training_text());
   const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-kill").string();

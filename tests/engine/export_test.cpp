@@ -1,4 +1,6 @@
-// Hugging Face export: the safetensors header and bytes, transposed linear weights, the config.
+// Hugging Face export: the safetensors header and bytes, transposed linear weights, the config. Import: the
+// exported file (and hand-made ones in F16/BF16 with transformers' names) read back by range, and every way a
+// file can fail to describe the model named.
 #include "engine/model/export.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
+
+#include "cpu/cast.h"
+#include "engine/model/import.h"
 
 namespace memwall::model {
 namespace {
@@ -85,6 +90,136 @@ TEST(Export, MissingDirectoryIsAClearError) {
   const Status s = export_hf(c, p.data(), "/nonexistent-dir/out");
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("/nonexistent-dir/out/model.safetensors"), std::string::npos);
+}
+
+GptConfig small_config() {
+  GptConfig c;
+  c.vocab = 13;
+  c.max_seq = 6;
+  c.layers = 2;
+  c.heads = 2;
+  c.channels = 8;
+  return c;
+}
+
+std::string temp_dir(const char* what) {
+  const std::string dir = ::testing::TempDir() + what + "-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Export, then read back in pieces that cross tensors (and the transposed Conv1D weights): every element as
+// it was.
+TEST(Import, ReadsAnExportBackByRange) {
+  const GptConfig c = small_config();
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 3);
+  const std::string dir = temp_dir("import");
+  ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+  auto w = HfWeights::open(dir, c);
+  ASSERT_TRUE(w.is_ok()) << w.status().message();
+  EXPECT_EQ(w->dtype(), "F32");
+  EXPECT_TRUE(w->ignored().empty());
+  for (const std::size_t piece : {p.size(), std::size_t{97}, std::size_t{1}}) {
+    std::vector<float> got(p.size(), -1.0f);
+    for (std::size_t at = 0; at < p.size(); at += piece) {
+      const std::size_t n = std::min(piece, p.size() - at);
+      ASSERT_TRUE(w->read(at, n, got.data() + at).is_ok());
+    }
+    EXPECT_EQ(got, p) << "pieces of " << piece;
+  }
+}
+
+// A file as transformers writes it: "transformer." names, 16-bit tensors, the tied head and the attention's
+// mask buffers beside them (not used).
+TEST(Import, ReadsSixteenBitTensorsWithTransformersNames) {
+  const GptConfig c = small_config();
+  for (const char* dtype : {"BF16", "F16"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 4);
+    std::vector<std::uint16_t> half(p.size());
+    std::vector<float> want(p.size());
+    if (std::string(dtype) == "BF16") {
+      kernels::cast_f32_to_bf16(p.data(), half.data(), p.size());
+      kernels::cast_bf16_to_f32(half.data(), want.data(), p.size());
+    } else {
+      kernels::cast_f32_to_f16(p.data(), half.data(), p.size());
+      kernels::cast_f16_to_f32(half.data(), want.data(), p.size());
+    }
+    nlohmann::ordered_json header;
+    std::string data;
+    auto add = [&](const std::string& name, std::vector<int> shape, const std::uint16_t* v, std::size_t n) {
+      header[name] = {
+          {"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + 2 * n}}};
+      data.append(reinterpret_cast<const char*>(v), 2 * n);
+    };
+    std::vector<std::uint16_t> mask(36, 0);
+    add("transformer.h.0.attn.bias", {1, 1, 6, 6}, mask.data(), mask.size());
+    for (const auto& t : gpt_param_layout(c)) {
+      const bool linear = t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
+      std::vector<std::uint16_t> v(half.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                                   half.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+      std::vector<int> shape = t.shape;
+      if (linear) {  // Conv1D [in, out]
+        const auto out = static_cast<std::size_t>(t.shape[0]), in = static_cast<std::size_t>(t.shape[1]);
+        for (std::size_t o = 0; o < out; ++o) {
+          for (std::size_t k = 0; k < in; ++k) v[k * out + o] = half[t.offset + o * in + k];
+        }
+        shape = {t.shape[1], t.shape[0]};
+      }
+      add("transformer." + t.name, shape, v.data(), v.size());
+    }
+    add("lm_head.weight", {c.vocab, c.channels}, half.data(), static_cast<std::size_t>(c.vocab) * c.channels);
+    std::string h = header.dump();
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      file[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    file += h + data;
+    const std::string path = temp_dir("import16") + "/weights.safetensors";
+    std::ofstream(path, std::ios::binary) << file;
+    auto w = HfWeights::open(path, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().message();
+    EXPECT_EQ(w->dtype(), dtype);
+    EXPECT_EQ(w->ignored(), (std::vector<std::string>{"lm_head.weight", "transformer.h.0.attn.bias"}));
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, want);
+  }
+}
+
+// Each way a file can fail to be this model's weights: one message naming the file and what is wrong.
+TEST(Import, FilesThatAreNotThisModelAreNamed) {
+  const GptConfig c = small_config();
+  std::vector<float> p(gpt_num_params(c), 0.5f);
+  const std::string dir = temp_dir("import-bad");
+  ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+  const std::string good = slurp(dir + "/model.safetensors");
+  auto expect_error = [&](const GptConfig& model, const std::string& bytes, const std::string& needle) {
+    const std::string path = dir + "/case.safetensors";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    auto w = HfWeights::open(path, model);
+    ASSERT_FALSE(w.is_ok()) << needle;
+    EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();
+    EXPECT_NE(w.status().message().find(needle), std::string::npos) << w.status().message();
+    EXPECT_EQ(w.status().message().find('\n'), std::string::npos);
+  };
+  GptConfig deeper = c;
+  deeper.layers = 3;
+  expect_error(deeper, good, "tensor 'h.2.ln_1.weight' is missing");
+  GptConfig wider_vocab = c;
+  wider_vocab.vocab = 256;
+  expect_error(wider_vocab, good, "'wte.weight' has shape [13, 8], this model needs [256, 8]");
+  expect_error(c, good.substr(0, good.size() - 4), "data_offsets do not fit");
+  expect_error(c, "not a file of tensors", "not a safetensors file");
+  std::string bad_dtype = good;
+  const std::size_t at = bad_dtype.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  bad_dtype.replace(at, 5, "\"I32\"");
+  expect_error(c, bad_dtype, "has dtype I32; allowed: F32, F16, BF16");
+  auto missing = HfWeights::open(dir + "/nope.safetensors", c);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("nope.safetensors"), std::string::npos);
 }
 
 }  // namespace

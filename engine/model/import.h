@@ -1,0 +1,59 @@
+// Hugging Face GPT-2 weights (`model.safetensors`, as `memwall export` writes them or transformers'
+// GPT2LMHeadModel saves them) as the source of a GPT's initial parameters. The file's header is read and
+// checked against the model at open (every tensor present with the shape this config needs, F32, F16 or
+// BF16); the data is then read on demand by range of the flat gpt_param_layout array, so a ZeRO rank reads
+// only the bytes of its own shard (a transposed Conv1D weight is read whole, one tensor at a time), and no
+// rank ever holds the model or broadcasts it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/model/gpt.h"
+
+namespace memwall::model {
+
+class HfWeights {
+ public:
+  // `path`: the .safetensors file, or a directory holding model.safetensors. Tensor names may carry
+  // transformers' "transformer." prefix; tensors the model does not use (lm_head.weight of a tied head, the
+  // attention's mask buffers) are listed in ignored().
+  static Result<HfWeights> open(const std::string& path, const GptConfig& c);
+  HfWeights(HfWeights&&) noexcept;
+  HfWeights& operator=(HfWeights&&) noexcept;
+  ~HfWeights();
+
+  // Parameters [offset, offset + n) in gpt_param_layout order, as fp32 (a model::ParamReader).
+  Status read(std::size_t offset, std::size_t n, float* out);
+
+  const std::string& file() const { return file_; }
+  const std::vector<std::string>& ignored() const { return ignored_; }
+  const std::string& dtype() const {
+    return dtype_;
+  }  // of the model's tensors ("F32", "F16", "BF16", "mixed")
+
+ private:
+  struct Tensor {
+    std::size_t offset = 0, numel = 0;  // in gpt_param_layout
+    std::size_t file_offset = 0;        // absolute byte offset of its data in the file
+    int element_bytes = 4;
+    std::string dtype;
+    bool transposed = false;  // stored [in, out] (Conv1D), memwall [out, in]
+    std::size_t out = 0, in = 0;
+  };
+  HfWeights() = default;
+  Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
+
+  int fd_ = -1;
+  std::string file_;
+  std::vector<Tensor> tensors_;
+  std::vector<std::string> ignored_;
+  std::string dtype_;
+  // The last transposed tensor read, in memwall's [out, in] order.
+  int cached_ = -1;
+  std::vector<float> cache_;
+};
+
+}  // namespace memwall::model
