@@ -258,15 +258,20 @@ __global__ void causal_softmax_backward_kernel(float* datt, const float* att, in
 
 constexpr int kFlashTile = 128;  // threads per block, and keys (or queries) per tile
 
-// Where row `row` = (b * NH + h) * T + t of a head's attention starts in qkv (its q; k at +C, v at +2C)
-// and in a [B*T, C] array.
+// Row `row` = (b * NH + h) * T + t of a head's attention: its q in qkv (its k at +C, v at +2C), row 0 of
+// its sequence and head there, where it starts in a [B*T, C] array, its position t, the head size and qkv's
+// row stride.
 struct FlashRow {
-  std::size_t qkv, bt;
+  const float* q;
+  const float* q0;
+  std::size_t qkv, bt, C3;
+  int t, hs;
 };
-__device__ FlashRow flash_row(std::size_t row, int T, int C, int NH) {
+__device__ FlashRow flash_row(const float* qkv, std::size_t row, int T, int C, int NH) {
   const int hs = C / NH;
-  const std::size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-  return {(b * T + t) * 3 * static_cast<std::size_t>(C) + h * hs, (b * T + t) * C + h * hs};
+  const std::size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH, C3 = 3 * static_cast<std::size_t>(C);
+  const std::size_t at = (b * T + t) * C3 + h * hs;
+  return {qkv + at, qkv + at - t * C3, at, (b * T + t) * C + h * hs, C3, static_cast<int>(t), hs};
 }
 __device__ float flash_dot(const float* a, const float* b, int n) {
   float s = 0;
@@ -281,11 +286,10 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = 3 * static_cast<std::size_t>(C);
-  const FlashRow r = flash_row(row, T, C, NH);
-  const float* q = qkv + r.qkv;
-  const float* k0 = q - static_cast<std::size_t>(t) * C3 + C;  // key 0 of this sequence and head
+  const FlashRow r = flash_row(qkv, row, T, C, NH);
+  const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = r.C3;
+  const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
   float m = -INFINITY, l = 0, acc = 0;
   for (int u0 = 0; u0 <= t; u0 += kFlashTile) {
     const int u = u0 + i;
@@ -317,11 +321,10 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = 3 * static_cast<std::size_t>(C);
-  const FlashRow r = flash_row(row, T, C, NH);
-  const float* q = qkv + r.qkv;
-  const float* k0 = q - static_cast<std::size_t>(t) * C3 + C;
+  const FlashRow r = flash_row(qkv, row, T, C, NH);
+  const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = r.C3;
+  const float *q = r.q, *k0 = r.q0 + C;
   const float* dy = dout + r.bt;
   const float D = block_reduce<false>(i < hs ? dy[i] * out[r.bt + i] : 0.0f, shared);
   if (i == 0) rowsum[row] = D;
@@ -353,11 +356,10 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   __shared__ float g[kFlashTile];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
-  const int u = static_cast<int>(row % T), hs = C / NH, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = 3 * static_cast<std::size_t>(C), first = row - static_cast<std::size_t>(u);
-  const FlashRow r = flash_row(row, T, C, NH);
-  const float* k = qkv + r.qkv + C;
-  const float* q0 = qkv + r.qkv - static_cast<std::size_t>(u) * C3;  // query 0 of this sequence and head
+  const FlashRow r = flash_row(qkv, row, T, C, NH);  // key row u
+  const int u = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
+  const std::size_t C3 = r.C3, first = row - static_cast<std::size_t>(u);
+  const float *k = r.q + C, *q0 = r.q0;  // query 0 of this sequence and head
   const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
   float dk = 0, dv = 0;
   for (int t0 = u; t0 < T; t0 += kFlashTile) {

@@ -27,12 +27,18 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-TEST(Export, WritesSafetensorsWithConv1dLayoutAndConfig) {
+GptConfig small_config() {
   GptConfig c;
   c.vocab = 13;
   c.max_seq = 6;
   c.layers = 2;
   c.heads = 2;
+  c.channels = 8;
+  return c;
+}
+
+TEST(Export, WritesSafetensorsWithConv1dLayoutAndConfig) {
+  GptConfig c = small_config();
   c.channels = 4;
   std::vector<float> p(gpt_num_params(c));
   for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(i) * 0.5f;
@@ -90,16 +96,6 @@ TEST(Export, MissingDirectoryIsAClearError) {
   const Status s = export_hf(c, p.data(), "/nonexistent-dir/out");
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("/nonexistent-dir/out/model.safetensors"), std::string::npos);
-}
-
-GptConfig small_config() {
-  GptConfig c;
-  c.vocab = 13;
-  c.max_seq = 6;
-  c.layers = 2;
-  c.heads = 2;
-  c.channels = 8;
-  return c;
 }
 
 std::string temp_dir(const char* what) {

@@ -340,6 +340,14 @@ Zero3Options accumulation_base() {
   return base;
 }
 
+// Two sequences of 8 tokens per micro-batch, lr 1e-2, initialised from `seed`, on a 64 MiB emulated device.
+Zero3Options two_sequences(std::uint64_t seed) {
+  Zero3Options o = accumulation_base();
+  o.micro_batch = 2;
+  o.seed = seed;
+  return o;
+}
+
 // Where the optimizer's states and gradients can wait (NVMe swap files in `dir`): on CPU; with the
 // parameters on NVMe, the gradients in CPU memory; and on NVMe too.
 std::vector<Variant> optimizer_placements(const std::string& dir) {
@@ -439,12 +447,7 @@ TEST(Zero3, GradientClippingIsTheSameOnEveryPlacementAndWithAccumulation) {
 
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   const model::GptConfig c = small();
-  Zero3Options base;
-  base.micro_batch = 2;
-  base.seq = 8;
-  base.seed = 3;
-  base.adam.lr = 1e-2f;
-  base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  const Zero3Options base = two_sequences(3);
   const std::string dir = swap_dir("equivalence");
   auto nvme = [dir](Zero3Options& o) {
     o.swap_dir = dir;
@@ -516,11 +519,7 @@ TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
 // also with activation checkpointing recomputing the attention; the plan keeps fewer activation bytes.
 TEST(Zero3, FlashAttentionTrainsLikeTheUnfusedKernels) {
   const model::GptConfig c = small();
-  Zero3Options base;
-  base.micro_batch = 2;
-  base.seq = 8;
-  base.seed = 4;
-  base.adam.lr = 1e-2f;
+  const Zero3Options base = two_sequences(4);
   std::vector<float> want_losses, want_params;
   train_variant(c, base, 10, want_losses, want_params);
   for (const bool checkpointing : {false, true}) {
@@ -572,12 +571,7 @@ TEST(Zero3, FlashAttentionTrainsLikeTheUnfusedKernels) {
 // store).
 TEST(Zero3, InitialWeightsFromSafetensorsTrainAsTheirSeed) {
   const model::GptConfig c = small();
-  Zero3Options base;
-  base.micro_batch = 2;
-  base.seq = 8;
-  base.seed = 9;
-  base.adam.lr = 1e-2f;
-  base.hw = emulated_hardware(64 << 20, 1 << 30, 1 << 30);
+  const Zero3Options base = two_sequences(9);
   std::vector<float> want_losses, want_params;
   train_variant(c, base, 5, want_losses, want_params);
   std::vector<float> p(model::gpt_num_params(c));
