@@ -1,4 +1,5 @@
-// `memwall generate`: sample text from a checkpoint of `memwall train` (byte-level GPT), on the CPU.
+// `memwall generate`: sample text from a checkpoint of `memwall train`, or from Hugging Face GPT-2 weights
+// with the byte vocabulary (`memwall export`'s output), on the CPU.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_decode.h"
+#include "engine/model/import.h"
 #include "engine/train/checkpoint.h"
 
 namespace memwall::cli {
@@ -23,6 +25,7 @@ namespace {
 
 struct GenerateOptions {
   std::string checkpoint_dir;
+  std::string weights;  // or a directory with model.safetensors and config.json
   std::string prompt = "\n";
   int tokens = 200;
   double temperature = 0.8;
@@ -56,11 +59,39 @@ int run_generate(const GenerateOptions& opt) {
   }
   if (opt.prompt.empty())
     return report_error(Status::invalid_argument("--prompt: empty (allowed: any text)"));
+  if (opt.checkpoint_dir.empty() == opt.weights.empty()) {
+    return report_error(Status::invalid_argument(
+        "generate: give one of --checkpoint-dir (memwall train's checkpoint) and --weights (a directory with "
+        "model.safetensors and config.json)"));
+  }
   model::GptConfig c;
-  auto cp = train::ckpt::CheckpointParams::open(opt.checkpoint_dir, c);
-  if (!cp.is_ok()) return report_error(cp.status());
-  std::vector<float> params(cp->size());
-  if (Status s = cp->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
+  std::vector<float> params;
+  long step = -1;  // of the checkpoint; -1 for weights
+  if (!opt.checkpoint_dir.empty()) {
+    auto cp = train::ckpt::CheckpointParams::open(opt.checkpoint_dir, c);
+    if (!cp.is_ok()) return report_error(cp.status());
+    params.resize(cp->size());
+    if (Status s = cp->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
+    step = cp->step();
+  } else {
+    Diagnostics diag;
+    auto spec = load_model_arg(opt.weights + "/config.json", diag);
+    if (!spec.is_ok()) return report_error(spec.status());
+    c.vocab = spec->vocab;
+    c.max_seq = spec->max_positions;
+    c.layers = spec->layers;
+    c.heads = spec->heads;
+    c.channels = spec->hidden;
+    if (c.vocab != 256) {
+      return report_error(Status::invalid_argument(
+          opt.weights + "/config.json: vocab_size " + std::to_string(c.vocab) +
+          ": generate samples bytes; allowed: 256 (a model trained by memwall train)"));
+    }
+    auto w = model::HfWeights::open(opt.weights, c);
+    if (!w.is_ok()) return report_error(w.status());
+    params.resize(model::gpt_num_params(c));
+    if (Status s = w->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
+  }
   // The prompt runs through the model in one pass; then, while the text fits the model's context, each byte
   // runs one position through the key/value cache. Once the text outgrows the context the window slides and
   // every position moves, so each byte then runs the whole window of the last T bytes (causal attention: the
@@ -119,7 +150,7 @@ int run_generate(const GenerateOptions& opt) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const nlohmann::json j = {{"seconds", seconds},
                               {"tokens_per_s", seconds > 0 ? opt.tokens / seconds : 0.0},
-                              {"checkpoint_step", cp->step()},
+                              {"checkpoint_step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
                               {"prompt", opt.prompt},
                               {"text", out},
                               {"tokens", opt.tokens},
@@ -139,7 +170,11 @@ void register_generate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand(
       "generate", "Sample text from a checkpoint of memwall train (byte-level GPT, on the CPU)");
-  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
+  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
+  cmd->add_option(
+      "--weights", opt->weights,
+      "Instead of a checkpoint: a directory with Hugging Face GPT-2 model.safetensors and config.json "
+      "of the byte vocabulary (memwall export's output)");
   cmd->add_option("--prompt", opt->prompt, "Text to continue (bytes are tokens; default: a newline)");
   cmd->add_option("--tokens", opt->tokens, "Bytes to generate")->capture_default_str();
   cmd->add_option("--temperature", opt->temperature, "Softmax temperature; 0 picks the most likely byte")

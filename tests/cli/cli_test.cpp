@@ -1210,6 +1210,17 @@ TEST(CliTrain, StartsFromExportedWeights) {
       std::string::npos)
       << wrong.output;
   EXPECT_EQ(line_count(wrong.output), 1u) << wrong.output;
+  // generate samples the same text from the export as from the checkpoint it came from (the same fp32
+  // weights), and takes one source only.
+  const std::string sample = " --tokens 24 --seed 3 --json --prompt 'And '";
+  const CmdResult from_ckpt = memwall("generate --checkpoint-dir " + dir + sample, false);
+  const CmdResult from_weights = memwall("generate --weights " + out + sample, false);
+  ASSERT_EQ(from_weights.exit_code, 0) << from_weights.output;
+  EXPECT_EQ(parse_json(from_weights.output)["text"], parse_json(from_ckpt.output)["text"]);
+  EXPECT_TRUE(parse_json(from_weights.output)["checkpoint_step"].is_null());
+  const CmdResult both = memwall("generate --checkpoint-dir " + dir + " --weights " + out);
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_NE(both.output.find("give one of --checkpoint-dir"), std::string::npos) << both.output;
 }
 
 TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
