@@ -521,6 +521,7 @@ int run_train(const TrainOptions& opt) {
           {"gradient_clipping", run.gradient_clipping},
           {"scheduler", run.scheduler.implemented() ? json(run.scheduler.type) : json(nullptr)}}},
         {"init_from", weights ? json(weights->file()) : json(nullptr)},
+        {"attention", attention_kernel_name(run.memwall.attention)},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},

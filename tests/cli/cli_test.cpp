@@ -975,6 +975,7 @@ TEST(CliTrain, WarmupCosineScheduleFollowsItsRatios) {
     ++steps;
   }
   EXPECT_EQ(steps, 8);
+  EXPECT_EQ(parse_json(r.output.substr(r.output.rfind("{\"summary\"")))["summary"]["attention"], "flash");
   const CmdResult text = memwall("train --steps 1 --eval-batches 1 --data " + data + " " + kTinyModel +
                                  R"( --set '{"scheduler": {"type": "WarmupCosineLR", "params": )" +
                                  R"({"total_num_steps": 100, "warmup_num_steps": 10}}}')");
