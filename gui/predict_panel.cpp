@@ -12,6 +12,7 @@
 #include <QLabel>
 #include <QPainter>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -114,6 +115,21 @@ PredictPanel::PredictPanel(QWidget* parent) : QDockWidget("Predict", parent) {
   form->addRow("hardware", hw_);
   form->addRow("model", model_);
   form->addRow("run", run_);
+  seq_ = new QSpinBox;
+  seq_->setRange(0, 1 << 20);
+  seq_->setSingleStep(1024);
+  seq_->setSpecialValueText("the run's");
+  seq_->setToolTip("memwall.sequence_length (0: the run's, else the model's n_positions)");
+  attention_ = new QComboBox;
+  attention_->addItem("the run's", "run");
+  attention_->addItem("unfused (Eq. 5)", "unfused");
+  attention_->addItem("flash (fused)", "flash");
+  attention_->setToolTip(
+      "memwall.attention: unfused keeps the T x T probabilities, flash a log-sum-exp per row");
+  connect(seq_, &QSpinBox::editingFinished, this, [this] { compute(); });
+  connect(attention_, &QComboBox::activated, this, [this] { compute(); });
+  form->addRow("sequence", seq_);
+  form->addRow("attention", attention_);
   layout->addLayout(form);
   status_ = new QLabel;
   status_->setWordWrap(true);
@@ -141,6 +157,12 @@ bool PredictPanel::choose(const QString& hardware, const QString& model, const Q
   return compute();
 }
 
+bool PredictPanel::set_sequence(int sequence_length, const QString& attention) {
+  seq_->setValue(sequence_length);
+  attention_->setCurrentIndex(std::max(0, attention_->findData(attention)));
+  return compute();
+}
+
 bool PredictPanel::compute() {
   const ReadFileFn read = [](const std::string& path) -> Result<std::string> {
     std::ifstream in(path, std::ios::binary);
@@ -155,6 +177,12 @@ bool PredictPanel::compute() {
                       : Result<ModelSpec>(hw.status());
   auto r = m.is_ok() ? load_run(run_->currentData().toString().toStdString(), read, diag)
                      : Result<RunConfig>(m.status());
+  if (r.is_ok()) {
+    if (seq_->value() > 0) r->memwall.sequence_length = seq_->value();
+    const QString attention = attention_->currentData().toString();
+    if (attention != "run")
+      r->memwall.attention = attention == "flash" ? AttentionKernel::kFlash : AttentionKernel::kUnfused;
+  }
   Status st = r.is_ok() ? resolve_run_config(*r, *m, *hw) : r.status();
   if (!st.is_ok()) {
     status_->setText("<span style='color:#b00'>" + QString::fromStdString(st.message()).toHtmlEscaped() +
@@ -165,9 +193,11 @@ bool PredictPanel::compute() {
   }
   estimate_ = estimate_memory(*m, *r, *hw);
   status_->setText(
-      QString("%1: %2 parameters, %3")
+      QString("%1: %2 parameters, %3 tokens, %4 attention, %5")
           .arg(QString::fromStdString(m->name))
           .arg(static_cast<double>(m->total_params()), 0, 'g', 4)
+          .arg(r->memwall.sequence_length)
+          .arg(attention_kernel_name(r->memwall.attention))
           .arg(estimate_.fits ? "<b style='color:#060'>fits</b>" : "<b style='color:#b00'>does not fit</b>"));
   bars_->set(&estimate_);
   largest_->setRowCount(0);
