@@ -2,6 +2,7 @@
 #include "graph/model_graph.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/status.h"
 #include "base/units.h"
@@ -208,6 +209,9 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         // its tiles stay on chip: forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and
         // writes dQ, dK, dV (the per-row sums and log-sum-exps are T x heads, negligible).
         a.bwd_flops += a.fwd_flops / 2;
+        // Causal: of n key tiles of 128 (FlashAttention-2's), query tile i computes i + 1.
+        const double key_tiles = std::ceil(seq / 128.0);
+        a.exec_fraction = (key_tiles + 1) / (2 * key_tiles);
         a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
         a.fwd_mem_bytes = 2 * q + 2 * k;
         a.bwd_mem_bytes = 4 * q + 4 * k;

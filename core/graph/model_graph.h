@@ -37,8 +37,11 @@ struct GraphOp {
   OpKind kind = OpKind::kLinear;
   int layer = -1;           // block index; -1 before the blocks (embedding), `layers` after them
   std::vector<int> params;  // GraphParam ids (the LM head of a tied model uses the embedding's)
-  double fwd_flops = 0;
+  double fwd_flops = 0;     // the model's FLOPs, as the paper counts them (what FLOP/s figures divide)
   double bwd_flops = 0;
+  // The share of those FLOPs the kernels execute (what the op's time follows): below 1 for fused causal
+  // attention, which skips the key tiles above the diagonal.
+  double exec_fraction = 1;
   // Device memory the pass reads and writes (activations, parameters, gradients; the roofline's bytes: an
   // op takes the longer of its FLOPs at the achievable rate and these bytes at the memory bandwidth).
   double fwd_mem_bytes = 0;

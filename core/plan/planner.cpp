@@ -686,7 +686,7 @@ void Planner::plan_events() {
       t.phase = ph;
       t.name = tag + op.name;
       t.op = op.id;
-      t.flops = ph == Phase::kBackward ? op.bwd_flops : op.fwd_flops;
+      t.flops = (ph == Phase::kBackward ? op.bwd_flops : op.fwd_flops) * op.exec_fraction;
       t.bytes = ph == Phase::kBackward ? op.bwd_mem_bytes : op.fwd_mem_bytes;
       t.deps = deps;
       t.uses = uses;

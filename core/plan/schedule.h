@@ -67,7 +67,7 @@ struct Task {
   Phase phase = Phase::kSetup;
   std::string name;
   int op = -1;            // ModelGraph op, or -1
-  double flops = 0;       // kCompute
+  double flops = 0;       // kCompute: the FLOPs its kernels execute (GraphOp's times its exec_fraction)
   double bytes = 0;       // bytes moved (copy, NVMe, collective), state traffic (optimizer step) or
                           // device memory read and written (compute: the roofline's bytes)
   double elements = 0;    // kOptimizerStep: parameters updated
