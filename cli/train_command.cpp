@@ -580,6 +580,7 @@ int run_train(const TrainOptions& opt) {
 struct ExportOptions {
   std::string checkpoint_dir;
   std::string out;
+  std::string dtype = "fp32";
 };
 
 int run_export(const ExportOptions& opt) {
@@ -593,12 +594,15 @@ int run_export(const ExportOptions& opt) {
   const auto read = [&params](std::size_t offset, std::size_t n, float* out) {
     return params->read(offset, n, out);
   };
-  if (Status s = model::export_hf(c, read, opt.out); !s.is_ok()) return report_error(s);
+  const model::ExportDtype dtype = opt.dtype == "bf16"   ? model::ExportDtype::kBF16
+                                   : opt.dtype == "fp16" ? model::ExportDtype::kF16
+                                                         : model::ExportDtype::kF32;
+  if (Status s = model::export_hf(c, read, opt.out, dtype); !s.is_ok()) return report_error(s);
   std::printf(
-      "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d) to %s/model.safetensors "
+      "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
       "and %s/config.json\n",
       format_count(static_cast<double>(params->size())).c_str(), c.layers, c.channels, c.heads, c.vocab,
-      opt.out.c_str(), opt.out.c_str());
+      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str());
   return kExitOk;
 }
 
@@ -608,9 +612,13 @@ void register_export(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand(
       "export",
-      "Write a checkpoint's weights as Hugging Face GPT-2 safetensors + config.json (fp32, consolidated)");
+      "Write a checkpoint's weights as Hugging Face GPT-2 safetensors + config.json (consolidated)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
   cmd->add_option("--out", opt->out, "Output directory")->required();
+  cmd->add_option("--dtype", opt->dtype,
+                  "Tensor type in the file: the fp32 master weights, or rounded to bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->callback([opt, &exit_code] { exit_code = run_export(*opt); });
 }
 

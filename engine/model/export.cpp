@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpu/cast.h"
 #include "engine/io/atomic_file.h"
 
 namespace memwall::model {
@@ -19,17 +20,19 @@ bool is_linear_weight(const ParamTensor& t) {
 }
 }  // namespace
 
-Status export_hf(const GptConfig& c, const float* params, const std::string& dir) {
+Status export_hf(const GptConfig& c, const float* params, const std::string& dir, ExportDtype dtype) {
   return export_hf(
       c,
       [params](std::size_t offset, std::size_t n, float* out) {
         std::copy(params + offset, params + offset + n, out);
         return Status::ok();
       },
-      dir);
+      dir, dtype);
 }
 
-Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir) {
+Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir, ExportDtype dtype) {
+  const std::size_t eb = dtype == ExportDtype::kF32 ? 4 : 2;
+  const char* dtype_name = dtype == ExportDtype::kF32 ? "F32" : dtype == ExportDtype::kBF16 ? "BF16" : "F16";
   MW_RETURN_IF_ERROR(validate(c, 1, 1));
   const std::vector<ParamTensor> layout = gpt_param_layout(c);
   nlohmann::ordered_json header;
@@ -38,8 +41,8 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   for (const auto& t : layout) {
     std::vector<int> shape = t.shape;
     if (is_linear_weight(t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
-    const std::size_t bytes = t.numel * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
+    const std::size_t bytes = t.numel * eb;
+    header[t.name] = {{"dtype", dtype_name}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
     largest = std::max(largest, t.numel);
   }
@@ -54,6 +57,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   MW_RETURN_IF_ERROR(file->append(len, 8));
   MW_RETURN_IF_ERROR(file->append(h.data(), h.size()));
   std::vector<float> src(largest), transposed;
+  std::vector<std::uint16_t> half(eb == 2 ? largest : 0);
   for (const auto& t : layout) {
     MW_RETURN_IF_ERROR(read(t.offset, t.numel, src.data()));
     const float* data = src.data();
@@ -65,7 +69,16 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
       }
       data = transposed.data();
     }
-    MW_RETURN_IF_ERROR(file->append(data, t.numel * sizeof(float)));
+    if (dtype == ExportDtype::kF32) {
+      MW_RETURN_IF_ERROR(file->append(data, t.numel * sizeof(float)));
+      continue;
+    }
+    if (dtype == ExportDtype::kBF16) {
+      kernels::cast_f32_to_bf16(data, half.data(), t.numel);
+    } else {
+      kernels::cast_f32_to_f16(data, half.data(), t.numel);
+    }
+    MW_RETURN_IF_ERROR(file->append(half.data(), t.numel * 2));
   }
   MW_RETURN_IF_ERROR(file->commit());
 
@@ -85,7 +98,9 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
       {"tie_word_embeddings", true},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", dtype == ExportDtype::kF32    ? "float32"
+                      : dtype == ExportDtype::kBF16 ? "bfloat16"
+                                                    : "float16"},
   };
   const std::string cfg = config.dump(2) + "\n";
   return io::write_file_atomic(dir + "/config.json", {cfg});

@@ -1,7 +1,7 @@
 // Export of a GPT model's fp32 weights in Hugging Face's format: `model.safetensors` (tensor names and shapes
-// of transformers' GPT2Model, linear weights transposed to Conv1D's [in, out]) and a GPT-2 `config.json`,
-// so GPT2LMHeadModel.from_pretrained(dir) loads it (the LM head is tied to wte). Both files are replaced
-// atomically.
+// of transformers' GPT2Model, linear weights transposed to Conv1D's [in, out]; F32, or rounded to BF16 or
+// F16) and a GPT-2 `config.json` (its torch_dtype saying which), so GPT2LMHeadModel.from_pretrained(dir)
+// loads it (the LM head is tied to wte). Both files are replaced atomically.
 #pragma once
 
 #include <cstddef>
@@ -16,9 +16,15 @@ namespace memwall::model {
 // Fills `out` with parameters [offset, offset + n) in gpt_param_layout order.
 using ParamReader = std::function<Status(std::size_t offset, std::size_t n, float* out)>;
 
+// The tensors' element type in the file: F32, or BF16 / F16 (round to nearest even; F16 saturates to
+// +-65504 as the cast kernels do).
+enum class ExportDtype { kF32, kBF16, kF16 };
+
 // Reads the parameters one tensor at a time (memory: twice the largest tensor). `dir` must exist.
-Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir);
+Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir,
+                 ExportDtype dtype = ExportDtype::kF32);
 // `params`: gpt_num_params(c) floats in gpt_param_layout order.
-Status export_hf(const GptConfig& c, const float* params, const std::string& dir);
+Status export_hf(const GptConfig& c, const float* params, const std::string& dir,
+                 ExportDtype dtype = ExportDtype::kF32);
 
 }  // namespace memwall::model

@@ -1200,6 +1200,18 @@ TEST(CliTrain, StartsFromExportedWeights) {
   EXPECT_LT(first_loss(init.output), first_loss(fresh.output) - 1.0) << init.output;
   const std::string last = init.output.substr(init.output.rfind("{\"summary\""));
   EXPECT_EQ(parse_json(last)["summary"]["init_from"], out + "/model.safetensors");
+  // Exported in bf16 (half the file): the same first loss, since the trainer computes on bf16 copies of its
+  // fp32 master weights, which the bf16 file holds exactly.
+  const std::string out16 = out + "-bf16";
+  const CmdResult e16 = memwall("export --dtype bf16 --checkpoint-dir " + dir + " --out " + out16);
+  ASSERT_EQ(e16.exit_code, 0) << e16.output;
+  EXPECT_LT(std::filesystem::file_size(out16 + "/model.safetensors"),
+            std::filesystem::file_size(out + "/model.safetensors") * 0.51);
+  const CmdResult init16 =
+      memwall("train --init-from " + out16 + " --steps 1 --eval-batches 1 --json --data " + data, false);
+  ASSERT_EQ(init16.exit_code, 0) << init16.output;
+  EXPECT_EQ(first_loss(init16.output), first_loss(init.output));
+  EXPECT_EQ(memwall("export --dtype int8 --checkpoint-dir " + dir + " --out " + out16).exit_code, 2);
   const CmdResult text = memwall("train --init-from " + out + " --steps 1 --eval-batches 1 --data " + data);
   EXPECT_NE(text.output.find("initial weights: " + out + "/model.safetensors (F32)"), std::string::npos)
       << text.output;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "cpu/cast.h"
@@ -123,6 +124,37 @@ TEST(Import, ReadsAnExportBackByRange) {
       ASSERT_TRUE(w->read(at, n, got.data() + at).is_ok());
     }
     EXPECT_EQ(got, p) << "pieces of " << piece;
+  }
+}
+
+// Exported in BF16 or F16: the header says so (and config.json's torch_dtype), and importing gives the
+// rounded weights exactly.
+TEST(Import, ReadsSixteenBitExports) {
+  const GptConfig c = small_config();
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 5);
+  for (const auto& [dtype, name, torch] : {std::tuple{ExportDtype::kBF16, "BF16", "bfloat16"},
+                                           std::tuple{ExportDtype::kF16, "F16", "float16"}}) {
+    SCOPED_TRACE(name);
+    const std::string dir = temp_dir(name);
+    ASSERT_TRUE(export_hf(c, p.data(), dir, dtype).is_ok());
+    std::vector<std::uint16_t> half(p.size());
+    std::vector<float> want(p.size());
+    if (dtype == ExportDtype::kBF16) {
+      kernels::cast_f32_to_bf16(p.data(), half.data(), p.size());
+      kernels::cast_bf16_to_f32(half.data(), want.data(), p.size());
+    } else {
+      kernels::cast_f32_to_f16(p.data(), half.data(), p.size());
+      kernels::cast_f16_to_f32(half.data(), want.data(), p.size());
+    }
+    auto w = HfWeights::open(dir, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().message();
+    EXPECT_EQ(w->dtype(), name);
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/config.json"))["torch_dtype"], torch);
+    EXPECT_LT(std::filesystem::file_size(dir + "/model.safetensors"), 2 * p.size() + 4096);
   }
 }
 
