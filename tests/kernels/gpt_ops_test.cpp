@@ -178,32 +178,41 @@ TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
 }
 
+// Flash attention against the loop reference, on sequences around its tiles (16 query rows, 64 keys): one
+// token, exactly one row tile, a partial one, more than one key tile; odd head sizes and peaked softmax rows
+// (the log-sum-exp must carry the maximum across key tiles).
 TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
-  const int B = 2, T = 37, C = 24, NH = 3;  // a sequence longer than one SIMD row and odd head sizes
-  auto qkv = randn(B * T * 3 * C, 70);
-  for (auto& x : qkv) x *= 3.0f;  // peaked softmax rows: the log-sum-exp must carry the maximum
-  const auto dout = randn(B * T * C, 71);
-  std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
-  flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
-  expect_close(out, out_r, 1e-4, 1e-5, "out");
-  // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  for (int bh = 0; bh < B * NH; ++bh) {
-    const int b = bh / NH, h = bh % NH, hs = C / NH;
-    for (int t = 0; t < T; ++t) {
-      float s = 0;
-      for (int i = 0; i < hs; ++i) {
-        s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t) * 3 * C + C + h * hs + i];
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const Shape sh : {Shape{1, 1, 8, 2}, Shape{2, 16, 24, 3}, Shape{2, 37, 24, 3}, Shape{1, 130, 40, 2}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+    SCOPED_TRACE("T " + std::to_string(T));
+    auto qkv = randn(B * T * 3 * C, 70);
+    for (auto& x : qkv) x *= 3.0f;
+    const auto dout = randn(B * T * C, 71);
+    std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
+    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
+    expect_close(out, out_r, 1e-4, 1e-5, "out");
+    // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH, hs = C / NH;
+      for (int t = 0; t < T; ++t) {
+        float s = 0;
+        for (int i = 0; i < hs; ++i) {
+          s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t) * 3 * C + C + h * hs + i];
+        }
+        EXPECT_NEAR(std::exp(scale * s - lse[bh * T + t]), att_r[(bh * T + t) * T + t], 1e-5)
+            << "bh " << bh << " t " << t;
       }
-      EXPECT_NEAR(std::exp(scale * s - lse[bh * T + t]), att_r[(bh * T + t) * T + t], 1e-5)
-          << "bh " << bh << " t " << t;
     }
+    std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
+    flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
+    expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
   }
-  std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
-  flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-  attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
-  expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
 }
 
 TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
