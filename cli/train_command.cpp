@@ -264,7 +264,7 @@ int run_train(const TrainOptions& opt) {
   if (lead && !run.scheduler.type.empty() && !run.scheduler.implemented()) {
     std::fprintf(stderr,
                  "memwall: warning: %s: scheduler.type \"%s\" is not implemented by memwall train (WarmupLR, "
-                 "WarmupDecayLR, WarmupCosineLR are); the learning rate stays at %g\n",
+                 "WarmupDecayLR, WarmupCosineLR, OneCycle are); the learning rate stays at %g\n",
                  run.name.c_str(), run.scheduler.type.c_str(), static_cast<double>(zo.adam.lr));
   }
   if (lead) {
@@ -347,7 +347,19 @@ int run_train(const TrainOptions& opt) {
                 static_cast<double>(h.weight_decay),
                 h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
-    if (ls.type == "WarmupCosineLR") {
+    if (ls.type == "OneCycle") {
+      const double second =
+          ls.cycle_second_step_size > 0 ? ls.cycle_second_step_size : ls.cycle_first_step_size;
+      std::printf(
+          "scheduler: OneCycle, %g -> %g over %.0f steps and back over %.0f%s%s\n", ls.cycle_min_lr,
+          ls.cycle_max_lr, ls.cycle_first_step_size, second,
+          ls.decay_step_size > 0 && ls.decay_lr_rate != 0
+              ? strprintf(", then / (1 + %g x steps / %.0f)", ls.decay_lr_rate, ls.decay_step_size).c_str()
+              : "",
+          ls.cycle_momentum
+              ? strprintf("; beta1 %g -> %g and back, beta2 0.99", ls.cycle_max_mom, ls.cycle_min_mom).c_str()
+              : "");
+    } else if (ls.type == "WarmupCosineLR") {
       std::printf("scheduler: %s, %g -> %g over %.0f steps (%s), then a half cosine to %g at step %.0f\n",
                   ls.type.c_str(), ls.warmup_min_ratio * static_cast<double>(h.lr), static_cast<double>(h.lr),
                   ls.warmup_num_steps, ls.warmup_type.c_str(), ls.cos_min_ratio * static_cast<double>(h.lr),
@@ -396,6 +408,8 @@ int run_train(const TrainOptions& opt) {
     // The scheduler's rate for this step (a function of the step alone, so a resumed run continues it).
     const double lr = scheduled_lr(run.scheduler, s, zo.adam.lr);
     trainer->set_learning_rate(static_cast<float>(lr));
+    const auto [beta1, beta2] = scheduled_betas(run.scheduler, s, zo.adam.beta1, zo.adam.beta2);
+    trainer->set_betas(static_cast<float>(beta1), static_cast<float>(beta2));
     const auto t0 = std::chrono::steady_clock::now();
     auto loss = trainer->step(tok.data(), tgt.data(), G);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -426,6 +440,7 @@ int run_train(const TrainOptions& opt) {
                         {"loss", *loss},
                         {"grad_norm", grad_norm >= 0 ? json(grad_norm) : json(nullptr)},
                         {"lr", lr},
+                        {"betas", {beta1, beta2}},
                         {"seconds", dt},
                         {"tokens_per_s", tokens_per_step / dt},
                         {"flops_per_s", flops_per_step / dt},

@@ -23,8 +23,42 @@ const char* offload_device_name(OffloadDevice d) {
   return "none";
 }
 
+namespace {
+// OneCycle at last_batch_iteration `it`: where in the cycle (0 at the bottom, 1 at the top), or -1 after it
+// (the decay phase, `after` steps into it).
+double one_cycle_height(const RunConfig::LrSchedule& s, double it, double& after) {
+  const double first = s.cycle_first_step_size,
+               total = first + (s.cycle_second_step_size > 0 ? s.cycle_second_step_size : first);
+  if (it >= total) {
+    after = it - total + 1;
+    return -1;
+  }
+  const double b = it + 1, ratio = first / total;
+  const double x = 1 + b / total - std::floor(1 + b / total);
+  return x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+}
+}  // namespace
+
+std::pair<double, double> scheduled_betas(const RunConfig::LrSchedule& s, long step, double beta1,
+                                          double beta2) {
+  if (s.type != "OneCycle" || !s.cycle_momentum) return {beta1, beta2};
+  double after = 0;
+  const double h = one_cycle_height(s, static_cast<double>(std::max(0L, step)), after);
+  if (h >= 0) return {s.cycle_max_mom - (s.cycle_max_mom - s.cycle_min_mom) * h, 0.99};
+  const bool decays = s.decay_step_size > 0 && s.decay_mom_rate != 0;
+  return {decays ? s.cycle_max_mom * (1 + s.decay_mom_rate * after / s.decay_step_size) : s.cycle_max_mom,
+          0.99};
+}
+
 double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr) {
   if (!s.implemented()) return lr;
+  if (s.type == "OneCycle") {
+    double after = 0;
+    const double h = one_cycle_height(s, static_cast<double>(std::max(0L, step)), after);
+    if (h >= 0) return s.cycle_min_lr + (s.cycle_max_lr - s.cycle_min_lr) * h;
+    const bool decays = s.decay_step_size > 0 && s.decay_lr_rate != 0;
+    return decays ? s.cycle_min_lr / (1 + s.decay_lr_rate * after / s.decay_step_size) : s.cycle_min_lr;
+  }
   const double n = std::max(2.0, s.warmup_num_steps);  // DeepSpeed warms up over at least 2 steps
   const double it = static_cast<double>(std::max(0L, step));
   double gamma = 1;

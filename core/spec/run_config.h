@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 
@@ -155,7 +156,7 @@ struct RunConfig {
   // falls linearly back to warmup_min_lr at total_num_steps. Other types are read (train warns and keeps
   // the optimizer's lr).
   struct LrSchedule {
-    // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", or another DeepSpeed type
+    // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", or another DeepSpeed type
     std::string type;
     double warmup_min_lr = 0;
     double warmup_max_lr = 0.001;
@@ -165,8 +166,16 @@ struct RunConfig {
     // WarmupCosineLR: fractions of the optimizer's lr, where the warm-up starts and the cosine ends.
     double warmup_min_ratio = 0;
     double cos_min_ratio = 0.0001;
+    // OneCycle: the rate rises from cycle_min_lr to cycle_max_lr over cycle_first_step_size steps and falls
+    // back over cycle_second_step_size (<= 0: the same), then is divided by 1 + decay_lr_rate x (steps after
+    // the cycle / decay_step_size); with cycle_momentum, Adam's beta1 moves inversely between cycle_max_mom
+    // and cycle_min_mom (then times 1 + decay_mom_rate x ...), and beta2 is 0.99, as DeepSpeed sets it.
+    double cycle_min_lr = -1, cycle_max_lr = -1, decay_lr_rate = 0;
+    double cycle_first_step_size = 2000, cycle_second_step_size = 0, decay_step_size = 0;
+    bool cycle_momentum = true;
+    double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
     bool implemented() const {
-      return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR";
+      return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR" || type == "OneCycle";
     }
   } scheduler;
   ZeroConfig zero;
@@ -197,6 +206,9 @@ struct RunConfig {
 // The learning rate of 0-based optimizer step `step` under `s` (DeepSpeed's value at last_batch_iteration =
 // step), or `lr` where the schedule is not implemented or absent.
 double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr);
+// Adam's (beta1, beta2) at that step: OneCycle's cycled momentum where it cycles it, else the given ones.
+std::pair<double, double> scheduled_betas(const RunConfig::LrSchedule& s, long step, double beta1,
+                                          double beta2);
 
 // Fills "auto" values from the model (Hugging Face's rules: reduce bucket hd², prefetch bucket 0.9·hd²,
 // persistence threshold 10·hd; batch sizes from each other), the default data-parallel degree from the

@@ -603,7 +603,21 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
       MW_RETURN_IF_ERROR(pr.get_count("total_num_steps", ls.total_num_steps, 1));
       MW_RETURN_IF_ERROR(pr.get_number("warmup_min_ratio", ls.warmup_min_ratio, 0, 1));
       MW_RETURN_IF_ERROR(pr.get_number("cos_min_ratio", ls.cos_min_ratio, 0, 1));
-      pr.ignore({"last_batch_iteration"});
+      MW_RETURN_IF_ERROR(pr.get_number("cycle_min_lr", ls.cycle_min_lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_number("cycle_max_lr", ls.cycle_max_lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_number("decay_lr_rate", ls.decay_lr_rate, 0, 1e6));
+      MW_RETURN_IF_ERROR(pr.get_count("cycle_first_step_size", ls.cycle_first_step_size, 1));
+      if (pr.has("cycle_second_step_size")) {  // null (DeepSpeed's default): the first half's size
+        MW_RETURN_IF_ERROR(pr.get_count("cycle_second_step_size", ls.cycle_second_step_size, 1));
+      }
+      pr.ignore({"cycle_second_step_size"});
+      MW_RETURN_IF_ERROR(pr.get_count("decay_step_size", ls.decay_step_size, 0));
+      MW_RETURN_IF_ERROR(pr.get_bool("cycle_momentum", ls.cycle_momentum));
+      MW_RETURN_IF_ERROR(pr.get_number("cycle_min_mom", ls.cycle_min_mom, 0, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("cycle_max_mom", ls.cycle_max_mom, 0, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("decay_mom_rate", ls.decay_mom_rate, 0, 1e6));
+      // DeepSpeed's OneCycle takes the stair counts but does not use them.
+      pr.ignore({"last_batch_iteration", "cycle_first_stair_count", "cycle_second_stair_count"});
       pr.finish();
     }
     if ((ls.type == "WarmupDecayLR" || ls.type == "WarmupCosineLR") && ls.total_num_steps <= 0) {
@@ -614,8 +628,13 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
           (ls.type == "WarmupDecayLR" ? " decays to warmup_min_lr there)"
                                       : " ends its cosine at cos_min_ratio there)"));
     }
-    // Other schedulers (OneCycle, LRRangeTest) are not implemented: their parameters are not checked, and
-    // memwall train says it keeps the optimizer's rate.
+    if (ls.type == "OneCycle" && (ls.cycle_min_lr < 0 || ls.cycle_max_lr < 0)) {
+      return Status::invalid_argument(source + ": key 'scheduler.params." +
+                                      (ls.cycle_min_lr < 0 ? "cycle_min_lr" : "cycle_max_lr") +
+                                      "': missing; allowed: OneCycle's learning-rate bounds (0 to 10)");
+    }
+    // Other schedulers (LRRangeTest) are not implemented: their parameters are not checked, and memwall
+    // train says it keeps the optimizer's rate.
     o.ignore({"params"});
     o.finish();
   }

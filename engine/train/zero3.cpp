@@ -1001,6 +1001,10 @@ std::size_t Zero3Trainer::shard_elements() const {
 void Zero3Trainer::set_learning_rate(float lr) {
   st_->adam_hyper.lr = lr;
 }
+void Zero3Trainer::set_betas(float beta1, float beta2) {
+  st_->adam_hyper.beta1 = beta1;
+  st_->adam_hyper.beta2 = beta2;
+}
 double Zero3Trainer::last_grad_norm() const {
   return st_->grad_norm;
 }

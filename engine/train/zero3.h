@@ -121,8 +121,10 @@ class Zero3Trainer {
   // The last step's global L2 norm of the (mean) gradient before clipping, with RunConfig::gradient_clipping
   // set; -1 without clipping (the norm is not taken).
   double last_grad_norm() const;
-  // The learning rate of the next steps (a scheduler's per-step rate).
+  // The learning rate of the next steps (a scheduler's per-step rate), and Adam's betas (OneCycle's
+  // cycled momentum).
   void set_learning_rate(float lr);
+  void set_betas(float beta1, float beta2);
   // Degradations found while setting up (e.g. host memory the GPU driver would not page-lock).
   const std::vector<std::string>& warnings() const;
   // What computes: "GPU 0 (NVIDIA H200), CUDA" or "<hardware file's GPU model>, host-emulated".

@@ -984,6 +984,32 @@ TEST(CliTrain, WarmupCosineScheduleFollowsItsRatios) {
   EXPECT_EQ(text.output.find("not implemented"), std::string::npos) << text.output;
 }
 
+// DeepSpeed's OneCycle: the rate up over 2 steps and down over 2 (from b = step + 1), then divided by 1 +
+// steps after the cycle; beta1 inversely between 0.9 and 0.8, beta2 0.99; each step's JSON line says so.
+TEST(CliTrain, OneCycleCyclesTheRateAndMomentum) {
+  const std::string data = write_file("train_cycle.txt", training_text());
+  const CmdResult r = memwall(
+      "train --steps 6 --eval-batches 1 --json --data " + data + " " + kTinyModel +
+          R"( --set '{"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.003, )" +
+          R"("cycle_first_step_size": 2, "decay_step_size": 1, "decay_lr_rate": 1}}}')",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double want_lr[] = {0.002, 0.003, 0.002, 0.001, 0.0005, 0.001 / 3};
+  const double want_b1[] = {0.85, 0.8, 0.85, 0.9, 0.9, 0.9};
+  std::istringstream in(r.output);
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"step\"") == std::string::npos) continue;
+    const nlohmann::json j = parse_json(line);
+    const auto s = static_cast<std::size_t>(j["step"].get<int>() - 1);
+    EXPECT_NEAR(j["lr"].get<double>(), want_lr[s], 1e-12) << line;
+    EXPECT_NEAR(j["betas"][0].get<double>(), want_b1[s], 1e-12) << line;
+    EXPECT_EQ(j["betas"][1].get<double>(), 0.99) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 6);
+}
+
 // With a learning-rate schedule (DeepSpeed's WarmupDecayLR: linear warm-up over 4 steps, then linear decay to
 // 0 at step 12), which the resumed run continues from its step.
 TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {

@@ -197,7 +197,7 @@ TEST(RunConfig, OptimizerParamsAndGradientClippingAreRead) {
 TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   RunConfig::LrSchedule s;
   EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // none
-  s.type = "OneCycle";
+  s.type = "LRRangeTest";
   EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // not implemented
   s.type = "WarmupLR";
   s.warmup_min_lr = 0.001;
@@ -233,6 +233,35 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   EXPECT_NEAR(scheduled_lr(c, 500, 0.1), 0.1 * 0.1, 1e-15);
   for (long step = 10; step < 109; ++step)
     EXPECT_LT(scheduled_lr(c, step + 1, 0.1), scheduled_lr(c, step, 0.1));
+  // OneCycle, as DeepSpeed computes it at last_batch_iteration = step: up over 4 steps, down over 6 (b = step
+  // + 1 into a cycle of 10), then divided by 1 + 0.5 x (steps after it) / 2; beta1 inversely between 0.9 and
+  // 0.8, then times 1 + 0.1 x ...; beta2 0.99 while momentum cycles.
+  RunConfig::LrSchedule o;
+  o.type = "OneCycle";
+  o.cycle_min_lr = 0.001;
+  o.cycle_max_lr = 0.011;
+  o.cycle_first_step_size = 4;
+  o.cycle_second_step_size = 6;
+  o.decay_step_size = 2;
+  o.decay_lr_rate = 0.5;
+  o.decay_mom_rate = 0.1;
+  const std::pair<long, std::pair<double, double>> cases[] = {{0, {0.001 + 0.01 * 0.25, 0.9 - 0.1 * 0.25}},
+                                                              {3, {0.011, 0.8}},
+                                                              {6, {0.001 + 0.01 * 0.5, 0.85}},
+                                                              {9, {0.001, 0.9}},
+                                                              {10, {0.001 / 1.25, 0.9 * 1.05}},
+                                                              {13, {0.001 / 2, 0.9 * 1.2}}};
+  for (const auto& [step, want] : cases) {
+    EXPECT_NEAR(scheduled_lr(o, step, 0.1), want.first, 1e-15) << "step " << step;
+    const auto [b1, b2] = scheduled_betas(o, step, 0.95, 0.999);
+    EXPECT_NEAR(b1, want.second, 1e-15) << "step " << step;
+    EXPECT_EQ(b2, 0.99);
+  }
+  o.cycle_momentum = false;
+  EXPECT_EQ(scheduled_betas(o, 3, 0.95, 0.999), std::make_pair(0.95, 0.999));
+  o.decay_step_size = 0;  // no decay after the cycle
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 50, 0.1), 0.001);
+  EXPECT_EQ(scheduled_betas(s, 3, 0.95, 0.999), std::make_pair(0.95, 0.999));  // other schedules keep them
   // Read from a run file, defaults where params leave them out.
   Diagnostics diag;
   Result<RunConfig> run = parse_run(
@@ -249,6 +278,14 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   EXPECT_EQ(cosine->scheduler.cos_min_ratio, 0.05);
   EXPECT_EQ(cosine->scheduler.warmup_min_ratio, 0);
   EXPECT_EQ(cosine->scheduler.total_num_steps, 500);
+  Result<RunConfig> cycle = parse_run(
+      R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.001, )"
+      R"("cycle_first_step_size": 100, "cycle_second_step_size": null, "cycle_first_stair_count": 0}}})",
+      "runs/cycle.json", diag);
+  ASSERT_TRUE(cycle.is_ok()) << cycle.status().message();
+  EXPECT_EQ(cycle->scheduler.cycle_first_step_size, 100);
+  EXPECT_EQ(cycle->scheduler.cycle_second_step_size, 0);  // null: the first half's
+  EXPECT_TRUE(cycle->scheduler.cycle_momentum);
   EXPECT_TRUE(diag.warnings.empty());
 }
 
@@ -279,6 +316,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadRun{R"({"zero_optimization": {"stage": "three"}})", "zero_optimization.stage", "0..3"},
         BadRun{R"({"gradient_clipping": -1})", "gradient_clipping", "allowed: 0 to"},
+        BadRun{R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.001}}})",
+               "scheduler.params.cycle_max_lr", "missing"},
         BadRun{R"({"scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 10}}})",
                "scheduler.params.total_num_steps", "cos_min_ratio"},
         BadRun{
