@@ -263,8 +263,8 @@ int run_train(const TrainOptions& opt) {
   if (!trainer.is_ok()) return report_error(trainer.status());
   if (lead && !run.scheduler.type.empty() && !run.scheduler.implemented()) {
     std::fprintf(stderr,
-                 "memwall: warning: %s: scheduler.type \"%s\" is not implemented by memwall train (WarmupLR, "
-                 "WarmupDecayLR, WarmupCosineLR, OneCycle are); the learning rate stays at %g\n",
+                 "memwall: warning: %s: scheduler.type \"%s\" is not one of DeepSpeed's (WarmupLR, "
+                 "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest); the learning rate stays at %g\n",
                  run.name.c_str(), run.scheduler.type.c_str(), static_cast<double>(zo.adam.lr));
   }
   if (lead) {
@@ -347,7 +347,11 @@ int run_train(const TrainOptions& opt) {
                 static_cast<double>(h.weight_decay),
                 h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
-    if (ls.type == "OneCycle") {
+    if (ls.type == "LRRangeTest") {
+      std::printf("scheduler: LRRangeTest, %g x (1 + %g x steps / %.0f)%s\n", ls.lr_range_test_min_lr,
+                  ls.lr_range_test_step_rate, ls.lr_range_test_step_size,
+                  ls.lr_range_test_staircase ? ", in stairs" : "");
+    } else if (ls.type == "OneCycle") {
       const double second =
           ls.cycle_second_step_size > 0 ? ls.cycle_second_step_size : ls.cycle_first_step_size;
       std::printf(

@@ -52,6 +52,11 @@ std::pair<double, double> scheduled_betas(const RunConfig::LrSchedule& s, long s
 
 double scheduled_lr(const RunConfig::LrSchedule& s, long step, double lr) {
   if (!s.implemented()) return lr;
+  if (s.type == "LRRangeTest") {
+    const double steps = static_cast<double>(std::max(0L, step) + 1) / s.lr_range_test_step_size;
+    return s.lr_range_test_min_lr *
+           (1 + s.lr_range_test_step_rate * (s.lr_range_test_staircase ? std::floor(steps) : steps));
+  }
   if (s.type == "OneCycle") {
     double after = 0;
     const double h = one_cycle_height(s, static_cast<double>(std::max(0L, step)), after);

@@ -156,7 +156,7 @@ struct RunConfig {
   // falls linearly back to warmup_min_lr at total_num_steps. Other types are read (train warns and keeps
   // the optimizer's lr).
   struct LrSchedule {
-    // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", or another DeepSpeed type
+    // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest", or another name
     std::string type;
     double warmup_min_lr = 0;
     double warmup_max_lr = 0.001;
@@ -174,8 +174,13 @@ struct RunConfig {
     double cycle_first_step_size = 2000, cycle_second_step_size = 0, decay_step_size = 0;
     bool cycle_momentum = true;
     double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
+    // LRRangeTest: lr_range_test_min_lr x (1 + step_rate x (step + 1) / step_size), the quotient rounded down
+    // with staircase.
+    double lr_range_test_min_lr = 1e-3, lr_range_test_step_size = 2000, lr_range_test_step_rate = 1;
+    bool lr_range_test_staircase = false;
     bool implemented() const {
-      return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR" || type == "OneCycle";
+      return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR" ||
+             type == "OneCycle" || type == "LRRangeTest";
     }
   } scheduler;
   ZeroConfig zero;

@@ -616,6 +616,10 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
       MW_RETURN_IF_ERROR(pr.get_number("cycle_min_mom", ls.cycle_min_mom, 0, 1));
       MW_RETURN_IF_ERROR(pr.get_number("cycle_max_mom", ls.cycle_max_mom, 0, 1));
       MW_RETURN_IF_ERROR(pr.get_number("decay_mom_rate", ls.decay_mom_rate, 0, 1e6));
+      MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_min_lr", ls.lr_range_test_min_lr, 0, 10));
+      MW_RETURN_IF_ERROR(pr.get_count("lr_range_test_step_size", ls.lr_range_test_step_size, 1));
+      MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_step_rate", ls.lr_range_test_step_rate, 0, 1e6));
+      MW_RETURN_IF_ERROR(pr.get_bool("lr_range_test_staircase", ls.lr_range_test_staircase));
       // DeepSpeed's OneCycle takes the stair counts but does not use them.
       pr.ignore({"last_batch_iteration", "cycle_first_stair_count", "cycle_second_stair_count"});
       pr.finish();
@@ -633,7 +637,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
                                       (ls.cycle_min_lr < 0 ? "cycle_min_lr" : "cycle_max_lr") +
                                       "': missing; allowed: OneCycle's learning-rate bounds (0 to 10)");
     }
-    // Other schedulers (LRRangeTest) are not implemented: their parameters are not checked, and memwall
+    // Other names are not DeepSpeed schedulers memwall knows: their parameters are not checked, and memwall
     // train says it keeps the optimizer's rate.
     o.ignore({"params"});
     o.finish();

@@ -197,8 +197,8 @@ TEST(RunConfig, OptimizerParamsAndGradientClippingAreRead) {
 TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   RunConfig::LrSchedule s;
   EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // none
-  s.type = "LRRangeTest";
-  EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // not implemented
+  s.type = "CyclicLR";
+  EXPECT_EQ(scheduled_lr(s, 5, 0.1), 0.1);  // not one of DeepSpeed's
   s.type = "WarmupLR";
   s.warmup_min_lr = 0.001;
   s.warmup_max_lr = 0.011;
@@ -262,6 +262,17 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   o.decay_step_size = 0;  // no decay after the cycle
   EXPECT_DOUBLE_EQ(scheduled_lr(o, 50, 0.1), 0.001);
   EXPECT_EQ(scheduled_betas(s, 3, 0.95, 0.999), std::make_pair(0.95, 0.999));  // other schedules keep them
+  // LRRangeTest: min_lr x (1 + rate x (step + 1) / size), continuous or in stairs.
+  RunConfig::LrSchedule range;
+  range.type = "LRRangeTest";
+  range.lr_range_test_min_lr = 0.001;
+  range.lr_range_test_step_size = 4;
+  range.lr_range_test_step_rate = 2;
+  EXPECT_DOUBLE_EQ(scheduled_lr(range, 0, 0.1), 0.001 * (1 + 2 * 0.25));
+  EXPECT_DOUBLE_EQ(scheduled_lr(range, 9, 0.1), 0.001 * (1 + 2 * 2.5));
+  range.lr_range_test_staircase = true;
+  EXPECT_DOUBLE_EQ(scheduled_lr(range, 0, 0.1), 0.001);
+  EXPECT_DOUBLE_EQ(scheduled_lr(range, 9, 0.1), 0.001 * (1 + 2 * 2));
   // Read from a run file, defaults where params leave them out.
   Diagnostics diag;
   Result<RunConfig> run = parse_run(
