@@ -162,7 +162,43 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() != "__metadata__" && !used.count(it.key())) w.ignored_.push_back(it.key());
   }
+  MW_RETURN_IF_ERROR(w.check_tied_head(header, data_start, size));
   return w;
+}
+
+// memwall's GPT ties its LM head to wte: a file whose lm_head.weight is another matrix is another model.
+Status HfWeights::check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size) {
+  if (!header.contains("lm_head.weight")) return Status::ok();
+  const Tensor& wte = tensors_.front();  // gpt_param_layout starts with wte
+  Tensor head = wte;
+  try {
+    const nlohmann::json& e = header.at("lm_head.weight");
+    head.dtype = e.at("dtype").get<std::string>();
+    head.element_bytes = head.dtype == "F32" ? 4 : 2;
+    const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
+    const auto shape = e.at("shape").get<std::vector<long long>>();
+    if ((head.dtype != "F32" && head.dtype != "F16" && head.dtype != "BF16") || offsets.size() != 2 ||
+        shape != std::vector<long long>{static_cast<long long>(wte.out), static_cast<long long>(wte.in)} ||
+        offsets[1] - offsets[0] != wte.numel * static_cast<std::size_t>(head.element_bytes) ||
+        data_start + offsets[1] > size) {
+      return Status::invalid_argument(file_ +
+                                      ": tensor 'lm_head.weight' is not a [vocab, channels] matrix like "
+                                      "wte.weight; allowed: a GPT-2 with its LM head tied to wte");
+    }
+    head.file_offset = data_start + offsets[0];
+  } catch (const nlohmann::json::exception& ex) {
+    return Status::invalid_argument(file_ + ": tensor 'lm_head.weight': malformed header entry (" +
+                                    ex.what() + ")");
+  }
+  std::vector<float> a(wte.numel), b(wte.numel);
+  MW_RETURN_IF_ERROR(read_elements(wte, 0, wte.numel, a.data()));
+  MW_RETURN_IF_ERROR(read_elements(head, 0, wte.numel, b.data()));
+  if (a != b) {
+    return Status::invalid_argument(file_ +
+                                    ": tensor 'lm_head.weight' differs from wte.weight; allowed: a GPT-2 "
+                                    "with its LM head tied to wte (memwall's GPT ties them)");
+  }
+  return Status::ok();
 }
 
 Status HfWeights::read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ class HfWeights {
  public:
   // `path`: the .safetensors file, or a directory holding model.safetensors. Tensor names may carry
   // transformers' "transformer." prefix; tensors the model does not use (lm_head.weight of a tied head, the
-  // attention's mask buffers) are listed in ignored().
+  // attention's mask buffers) are listed in ignored(). An lm_head.weight that is not wte.weight's copy is an
+  // error (memwall's GPT ties them).
   static Result<HfWeights> open(const std::string& path, const GptConfig& c);
   HfWeights(HfWeights&&) noexcept;
   HfWeights& operator=(HfWeights&&) noexcept;
@@ -45,6 +47,7 @@ class HfWeights {
   };
   HfWeights() = default;
   Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
+  Status check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size);
 
   int fd_ = -1;
   std::string file_;

@@ -213,6 +213,14 @@ TEST(Import, ReadsSixteenBitTensorsWithTransformersNames) {
     std::vector<float> got(p.size());
     ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
     EXPECT_EQ(got, want);
+    // An LM head that is not wte's copy (the file's last tensor zeroed) is another model: refused.
+    std::string untied = file;
+    std::fill(untied.end() - 2 * static_cast<std::ptrdiff_t>(c.vocab) * c.channels, untied.end(), '\0');
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << untied;
+    auto refused = HfWeights::open(path, c);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.status().message().find("'lm_head.weight' differs from wte.weight"), std::string::npos)
+        << refused.status().message();
   }
 }
 
