@@ -132,9 +132,12 @@ int run_plan(const PlanOptions& opt) {
   }
 
   std::printf(
-      "plan     %s on %s (%d node(s) x %d GPUs) with %s: %zu tasks, %zu buffers for one iteration of rank 0"
+      "plan     %s on %s (%d node(s) x %d GPUs) with %s%s: %zu tasks, %zu buffers for one iteration of rank 0"
       "%s (%d ranks run the same schedule)\n\n",
       in->model.name.c_str(), in->hw.name.c_str(), in->hw.nodes, in->hw.gpu.count, run.name.c_str(),
+      run.memwall.attention == AttentionKernel::kFlash
+          ? " (flash attention: FLOPs below are what its causal kernels execute)"
+          : "",
       s->tasks.size(), s->buffers.size(),
       G > 1 ? (", " + std::to_string(G) + " micro-batches back to back").c_str() : "", s->ranks);
   std::printf("%-15s %8s %14s %14s\n", "task kind", "count", "bytes", "FLOPs");

@@ -504,6 +504,18 @@ TEST(CliPredict, FlashAttentionShrinksActivationsAndTheAttentionsTime) {
   EXPECT_LT(sf["iteration_s"].get<double>(), su["iteration_s"].get<double>());
   EXPECT_NEAR(sf["compute_by_op_s"]["linear"].get<double>(), su["compute_by_op_s"]["linear"].get<double>(),
               1e-9 * su["compute_by_op_s"]["linear"].get<double>());
+  // plan's compute FLOPs are what the kernels execute: the causal flash kernel skips tiles, and says so.
+  const std::string plan = "plan --model gpt2 --run zero-3";
+  const double pu =
+      parse_json(memwall(plan + " --json", false).output)["schedule"]["by_kind"]["compute"]["flops"]
+          .get<double>();
+  const double pf = parse_json(memwall(plan + " --json --set '{\"memwall.attention\": \"flash\"}'", false)
+                                   .output)["schedule"]["by_kind"]["compute"]["flops"]
+                        .get<double>();
+  EXPECT_LT(pf, pu);
+  EXPECT_NE(
+      memwall(plan + " --set '{\"memwall.attention\": \"flash\"}'").output.find("(flash attention: FLOPs"),
+      std::string::npos);
   expect_bad_input("predict --set '{\"memwall.attention\": \"fused\"}'", "allowed: unfused, flash");
   // 8 sequences of 4096 tokens overflow a V100 by the probabilities (8 x 1.25 GiB of Eq. 5 against 0.25 GiB
   // fused): predict says fused attention fits, with the activations before and after.
