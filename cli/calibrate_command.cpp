@@ -282,12 +282,8 @@ Result<GpuRates> gpu_rates(int, int) {
 // so).
 Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, bool cuda, int gpu,
                           double hbm_Bps, std::vector<std::string>& warnings) {
-  model::GptConfig c;
-  c.vocab = 256;
-  c.max_seq = m.max_positions;
-  c.layers = m.layers;
-  c.heads = m.heads;
-  c.channels = m.hidden;
+  model::GptConfig c = model::gpt_config_of(m);
+  c.vocab = 256;  // as memwall train: byte tokens
   const int T = seq > 0 ? seq : m.max_positions;
   MW_RETURN_IF_ERROR(model::validate(c, batch, T));
   train::Zero3Options zo;

@@ -77,11 +77,7 @@ int run_generate(const GenerateOptions& opt) {
     Diagnostics diag;
     auto spec = load_model_arg(opt.weights + "/config.json", diag);
     if (!spec.is_ok()) return report_error(spec.status());
-    c.vocab = spec->vocab;
-    c.max_seq = spec->max_positions;
-    c.layers = spec->layers;
-    c.heads = spec->heads;
-    c.channels = spec->hidden;
+    c = model::gpt_config_of(*spec);
     if (c.vocab != 256) {
       return report_error(Status::invalid_argument(
           opt.weights + "/config.json: vocab_size " + std::to_string(c.vocab) +

@@ -132,7 +132,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   for (const Task& t : iteration.tasks) {
     if (t.kind != TaskKind::kCompute || t.measured_s > 0) continue;
     const double secs = compute_seconds(in->hw, t.flops, t.bytes);
-    if (t.bytes * in->hw.gpu.achievable_flops > t.flops * in->hw.gpu.hbm_Bps) memory_bound_s += secs;
+    if (memory_bound(in->hw, t.flops, t.bytes)) memory_bound_s += secs;
     if (t.op >= 0 && t.op < static_cast<int>(graph.ops.size()))
       by_kind[op_kind_name(graph.ops[static_cast<std::size_t>(t.op)].kind)] += secs;
   }

@@ -166,12 +166,8 @@ int run_train(const TrainOptions& opt) {
 
   const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length : in->model.max_positions;
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
-  model::GptConfig c;
-  c.vocab = train::TextDataset::kVocab;
-  c.max_seq = in->model.max_positions;
-  c.layers = in->model.layers;
-  c.heads = in->model.heads;
-  c.channels = in->model.hidden;
+  model::GptConfig c = model::gpt_config_of(in->model);
+  c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
 
   std::string data = opt.data;
   if (data.empty()) {

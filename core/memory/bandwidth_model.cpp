@@ -51,10 +51,24 @@ HostPathBandwidth host_path(const HardwareSpec& hw, Tier tier) {
 
 }  // namespace
 
+namespace {
+struct RooflineSides {
+  double math, memory;
+};
+RooflineSides roofline_sides(const HardwareSpec& hw, double flops, double mem_bytes) {
+  return {hw.gpu.achievable_flops > 0 ? flops / hw.gpu.achievable_flops : 0,
+          hw.gpu.hbm_Bps > 0 ? mem_bytes / hw.gpu.hbm_Bps : 0};
+}
+}  // namespace
+
 double compute_seconds(const HardwareSpec& hw, double flops, double mem_bytes) {
-  const double math = hw.gpu.achievable_flops > 0 ? flops / hw.gpu.achievable_flops : 0;
-  const double memory = hw.gpu.hbm_Bps > 0 ? mem_bytes / hw.gpu.hbm_Bps : 0;
-  return std::max(math, memory);
+  const RooflineSides s = roofline_sides(hw, flops, mem_bytes);
+  return std::max(s.math, s.memory);
+}
+
+bool memory_bound(const HardwareSpec& hw, double flops, double mem_bytes) {
+  const RooflineSides s = roofline_sides(hw, flops, mem_bytes);
+  return s.memory > s.math;
 }
 
 double roofline_flops_for(const std::vector<std::pair<double, double>>& ops, double hbm_Bps, double seconds) {

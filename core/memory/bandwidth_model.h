@@ -26,6 +26,8 @@ struct HostPathBandwidth {
 // Seconds a GPU operator takes by the roofline: its FLOPs at `gpu.achievable_flops` (the rate of large
 // transformer GEMMs) or the device memory it reads and writes at `gpu.hbm_Bps`, whichever is longer.
 double compute_seconds(const HardwareSpec& hw, double flops, double mem_bytes);
+// Whether the memory side of that roofline is the longer one.
+bool memory_bound(const HardwareSpec& hw, double flops, double mem_bytes);
 
 // The inverse for calibration: the achievable FLOP/s at which operators of {FLOPs, memory bytes}, each
 // taking its roofline time with memory at `hbm_Bps`, add up to `seconds`. 0 where their memory time alone

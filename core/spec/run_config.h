@@ -151,10 +151,11 @@ struct RunConfig {
   // gradient_clipping: before each step the gradients are scaled so that their global L2 norm (over every
   // rank's shard, of the mean over the micro-batches) is at most this; 0 turns it off (DeepSpeed's default).
   double gradient_clipping = 0;
-  // DeepSpeed's `scheduler` (memwall train): the learning rate per optimizer step. WarmupLR rises from
-  // warmup_min_lr to warmup_max_lr over warmup_num_steps (log or linear) and stays there; WarmupDecayLR then
-  // falls linearly back to warmup_min_lr at total_num_steps. Other types are read (train warns and keeps
-  // the optimizer's lr).
+  // DeepSpeed's `scheduler` (memwall train): the learning rate per optimizer step (scheduled_lr, and
+  // OneCycle's betas: scheduled_betas). WarmupLR rises from warmup_min_lr to warmup_max_lr over
+  // warmup_num_steps (log or linear) and stays there; WarmupDecayLR then falls linearly back to warmup_min_lr
+  // at total_num_steps; WarmupCosineLR, OneCycle and LRRangeTest as below. Another type is read (train warns
+  // and keeps the optimizer's lr).
   struct LrSchedule {
     // "" (none), "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest", or another name
     std::string type;

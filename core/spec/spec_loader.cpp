@@ -595,33 +595,48 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     Result<const json*> params = o.get_object("params");
     if (!params.is_ok()) return params.status();
     if (ls.implemented() && *params != nullptr) {
+      // Each type's own parameters; another type's are unknown keys (a warning), as DeepSpeed would refuse
+      // them.
       JsonObjectReader pr(**params, source, "scheduler.params", diag);
-      MW_RETURN_IF_ERROR(pr.get_number("warmup_min_lr", ls.warmup_min_lr, 0, 10));
-      MW_RETURN_IF_ERROR(pr.get_number("warmup_max_lr", ls.warmup_max_lr, 0, 10));
-      MW_RETURN_IF_ERROR(pr.get_count("warmup_num_steps", ls.warmup_num_steps, 0));
-      MW_RETURN_IF_ERROR(pr.get_choice("warmup_type", ls.warmup_type, {"log", "linear"}));
-      MW_RETURN_IF_ERROR(pr.get_count("total_num_steps", ls.total_num_steps, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("warmup_min_ratio", ls.warmup_min_ratio, 0, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("cos_min_ratio", ls.cos_min_ratio, 0, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("cycle_min_lr", ls.cycle_min_lr, 0, 10));
-      MW_RETURN_IF_ERROR(pr.get_number("cycle_max_lr", ls.cycle_max_lr, 0, 10));
-      MW_RETURN_IF_ERROR(pr.get_number("decay_lr_rate", ls.decay_lr_rate, 0, 1e6));
-      MW_RETURN_IF_ERROR(pr.get_count("cycle_first_step_size", ls.cycle_first_step_size, 1));
-      if (pr.has("cycle_second_step_size")) {  // null (DeepSpeed's default): the first half's size
-        MW_RETURN_IF_ERROR(pr.get_count("cycle_second_step_size", ls.cycle_second_step_size, 1));
+      const std::string& ty = ls.type;
+      if (ty == "WarmupLR" || ty == "WarmupDecayLR") {
+        MW_RETURN_IF_ERROR(pr.get_number("warmup_min_lr", ls.warmup_min_lr, 0, 10));
+        MW_RETURN_IF_ERROR(pr.get_number("warmup_max_lr", ls.warmup_max_lr, 0, 10));
       }
-      pr.ignore({"cycle_second_step_size"});
-      MW_RETURN_IF_ERROR(pr.get_count("decay_step_size", ls.decay_step_size, 0));
-      MW_RETURN_IF_ERROR(pr.get_bool("cycle_momentum", ls.cycle_momentum));
-      MW_RETURN_IF_ERROR(pr.get_number("cycle_min_mom", ls.cycle_min_mom, 0, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("cycle_max_mom", ls.cycle_max_mom, 0, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("decay_mom_rate", ls.decay_mom_rate, 0, 1e6));
-      MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_min_lr", ls.lr_range_test_min_lr, 0, 10));
-      MW_RETURN_IF_ERROR(pr.get_count("lr_range_test_step_size", ls.lr_range_test_step_size, 1));
-      MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_step_rate", ls.lr_range_test_step_rate, 0, 1e6));
-      MW_RETURN_IF_ERROR(pr.get_bool("lr_range_test_staircase", ls.lr_range_test_staircase));
-      // DeepSpeed's OneCycle takes the stair counts but does not use them.
-      pr.ignore({"last_batch_iteration", "cycle_first_stair_count", "cycle_second_stair_count"});
+      if (ty == "WarmupLR" || ty == "WarmupDecayLR" || ty == "WarmupCosineLR") {
+        MW_RETURN_IF_ERROR(pr.get_count("warmup_num_steps", ls.warmup_num_steps, 0));
+        MW_RETURN_IF_ERROR(pr.get_choice("warmup_type", ls.warmup_type, {"log", "linear"}));
+      }
+      if (ty == "WarmupDecayLR" || ty == "WarmupCosineLR") {
+        MW_RETURN_IF_ERROR(pr.get_count("total_num_steps", ls.total_num_steps, 1));
+      }
+      if (ty == "WarmupCosineLR") {
+        MW_RETURN_IF_ERROR(pr.get_number("warmup_min_ratio", ls.warmup_min_ratio, 0, 1));
+        MW_RETURN_IF_ERROR(pr.get_number("cos_min_ratio", ls.cos_min_ratio, 0, 1));
+      }
+      if (ty == "OneCycle") {
+        MW_RETURN_IF_ERROR(pr.get_number("cycle_min_lr", ls.cycle_min_lr, 0, 10));
+        MW_RETURN_IF_ERROR(pr.get_number("cycle_max_lr", ls.cycle_max_lr, 0, 10));
+        MW_RETURN_IF_ERROR(pr.get_number("decay_lr_rate", ls.decay_lr_rate, 0, 1e6));
+        MW_RETURN_IF_ERROR(pr.get_count("cycle_first_step_size", ls.cycle_first_step_size, 1));
+        if (pr.has("cycle_second_step_size")) {  // null (DeepSpeed's default): the first half's size
+          MW_RETURN_IF_ERROR(pr.get_count("cycle_second_step_size", ls.cycle_second_step_size, 1));
+        }
+        MW_RETURN_IF_ERROR(pr.get_count("decay_step_size", ls.decay_step_size, 0));
+        MW_RETURN_IF_ERROR(pr.get_bool("cycle_momentum", ls.cycle_momentum));
+        MW_RETURN_IF_ERROR(pr.get_number("cycle_min_mom", ls.cycle_min_mom, 0, 1));
+        MW_RETURN_IF_ERROR(pr.get_number("cycle_max_mom", ls.cycle_max_mom, 0, 1));
+        MW_RETURN_IF_ERROR(pr.get_number("decay_mom_rate", ls.decay_mom_rate, 0, 1e6));
+        // DeepSpeed's OneCycle takes the stair counts but does not use them.
+        pr.ignore({"cycle_second_step_size", "cycle_first_stair_count", "cycle_second_stair_count"});
+      }
+      if (ty == "LRRangeTest") {
+        MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_min_lr", ls.lr_range_test_min_lr, 0, 10));
+        MW_RETURN_IF_ERROR(pr.get_count("lr_range_test_step_size", ls.lr_range_test_step_size, 1));
+        MW_RETURN_IF_ERROR(pr.get_number("lr_range_test_step_rate", ls.lr_range_test_step_rate, 0, 1e6));
+        MW_RETURN_IF_ERROR(pr.get_bool("lr_range_test_staircase", ls.lr_range_test_staircase));
+      }
+      pr.ignore({"last_batch_iteration"});
       pr.finish();
     }
     if ((ls.type == "WarmupDecayLR" || ls.type == "WarmupCosineLR") && ls.total_num_steps <= 0) {

@@ -14,12 +14,6 @@
 
 namespace memwall::model {
 
-namespace {
-bool is_linear_weight(const ParamTensor& t) {
-  return t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
-}
-}  // namespace
-
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir, ExportDtype dtype) {
   return export_hf(
       c,
@@ -40,7 +34,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   std::size_t at = 0, largest = 0;
   for (const auto& t : layout) {
     std::vector<int> shape = t.shape;
-    if (is_linear_weight(t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
+    if (hf_transposed(t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
     const std::size_t bytes = t.numel * eb;
     header[t.name] = {{"dtype", dtype_name}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
@@ -61,12 +55,10 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   for (const auto& t : layout) {
     MW_RETURN_IF_ERROR(read(t.offset, t.numel, src.data()));
     const float* data = src.data();
-    if (is_linear_weight(t)) {
-      const auto out = static_cast<std::size_t>(t.shape[0]), in = static_cast<std::size_t>(t.shape[1]);
-      transposed.resize(t.numel);
-      for (std::size_t i = 0; i < in; ++i) {
-        for (std::size_t o = 0; o < out; ++o) transposed[i * out + o] = src[o * in + i];
-      }
+    if (hf_transposed(t)) {
+      transposed.resize(t.numel);  // [out, in] -> Conv1D's [in, out]
+      transpose(src.data(), static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]),
+                transposed.data());
       data = transposed.data();
     }
     if (dtype == ExportDtype::kF32) {

@@ -13,9 +13,6 @@
 
 namespace memwall::model {
 
-// Fills `out` with parameters [offset, offset + n) in gpt_param_layout order.
-using ParamReader = std::function<Status(std::size_t offset, std::size_t n, float* out)>;
-
 // The tensors' element type in the file: F32, or BF16 / F16 (round to nearest even; F16 saturates to
 // +-65504 as the cast kernels do).
 enum class ExportDtype { kF32, kBF16, kF16 };

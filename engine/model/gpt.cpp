@@ -70,6 +70,26 @@ std::size_t gpt_num_params(const GptConfig& c) {
   return layout.back().offset + layout.back().numel;
 }
 
+GptConfig gpt_config_of(const ModelSpec& m) {
+  GptConfig c;
+  c.vocab = m.vocab;
+  c.max_seq = m.max_positions;
+  c.layers = m.layers;
+  c.heads = m.heads;
+  c.channels = m.hidden;
+  return c;
+}
+
+bool hf_transposed(const ParamTensor& t) {
+  return t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
+}
+
+void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+
 ModelSpec gpt_model_spec(const GptConfig& c) {
   ModelSpec m;
   m.name = "memwall-gpt";

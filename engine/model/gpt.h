@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,18 @@ std::size_t gpt_num_params(const GptConfig& c);
 // The core's description of exactly this model (learned positions, layernorm, GELU MLP of 4C, biases, tied
 // head), from which build_model_graph makes the ops and tensors the planner schedules.
 ModelSpec gpt_model_spec(const GptConfig& c);
+// The inverse: this GPT's sizes from a model file (its vocabulary kept; memwall train replaces it with the
+// 256 byte values). The caller checks that the file describes this architecture.
+GptConfig gpt_config_of(const ModelSpec& m);
+
+// Fills `out` with parameters [offset, offset + n) in gpt_param_layout order (a checkpoint, a safetensors
+// file, ...).
+using ParamReader = std::function<Status(std::size_t offset, std::size_t n, float* out)>;
+
+// Hugging Face's GPT-2 keeps the blocks' linear weights as Conv1D [in, out]; memwall stores them [out, in].
+bool hf_transposed(const ParamTensor& t);
+// dst[c * rows + r] = src[r * cols + c]: a rows x cols matrix transposed.
+void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst);
 
 // Where each GraphParam of a graph built from gpt_model_spec(c) (model_parallel 1, any tiling) lives in the
 // flat parameter array. A tile of a linear is a contiguous block of weight rows ([out, in] layout) and of the

@@ -45,10 +45,6 @@ std::string shape_text(const std::vector<long long>& s) {
   return out + "]";
 }
 
-bool is_linear_weight(const ParamTensor& t) {
-  return t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
-}
-
 }  // namespace
 
 HfWeights::HfWeights(HfWeights&& o) noexcept {
@@ -117,45 +113,19 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                                       ")");
     }
     used[name] = true;
-    const nlohmann::json& e = header.at(name);
     Tensor x;
     x.offset = t.offset;
     x.numel = t.numel;
-    x.transposed = is_linear_weight(t);
+    x.transposed = hf_transposed(t);
     x.out = static_cast<std::size_t>(t.shape[0]);
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
-    try {
-      x.dtype = e.at("dtype").get<std::string>();
-      const auto shape = e.at("shape").get<std::vector<long long>>();
-      const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
-      std::vector<long long> want(t.shape.begin(), t.shape.end());
-      if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
-      if (shape != want) {
-        return Status::invalid_argument(
-            f + ": tensor '" + name + "' has shape " + shape_text(shape) + ", this model needs " +
-            shape_text(want) + "; allowed: GPT-2 weights of this model (" + model_text +
-            (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values)" : ")"));
-      }
-      if (x.dtype == "F32") {
-        x.element_bytes = 4;
-      } else if (x.dtype == "F16" || x.dtype == "BF16") {
-        x.element_bytes = 2;
-      } else {
-        return Status::invalid_argument(f + ": tensor '" + name + "' has dtype " + x.dtype +
-                                        "; allowed: F32, F16, BF16");
-      }
-      if (offsets.size() != 2 || offsets[1] < offsets[0] ||
-          offsets[1] - offsets[0] != t.numel * static_cast<std::size_t>(x.element_bytes) ||
-          data_start + offsets[1] > size) {
-        return Status::invalid_argument(f + ": tensor '" + name +
-                                        "': its data_offsets do not fit its shape or the " +
-                                        std::to_string(size) + "-byte file (truncated?)");
-      }
-      x.file_offset = data_start + offsets[0];
-    } catch (const nlohmann::json::exception& ex) {
-      return Status::invalid_argument(f + ": tensor '" + name + "': malformed header entry (" + ex.what() +
-                                      ")");
-    }
+    std::vector<long long> want(t.shape.begin(), t.shape.end());
+    if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
+    MW_RETURN_IF_ERROR(
+        w.locate(header, name, want, data_start, size,
+                 "GPT-2 weights of this model (" + model_text +
+                     (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values)" : ")"),
+                 x));
     w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
     w.tensors_.push_back(std::move(x));
   }
@@ -166,30 +136,51 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   return w;
 }
 
+// Header entry `name`'s dtype and data into x (its numel set): the shape must be `want`, the dtype one this
+// reads, the data inside the file. Errors name the file and tensor, and `allowed` after a shape mismatch.
+Status HfWeights::locate(const nlohmann::json& header, const std::string& name,
+                         const std::vector<long long>& want, std::size_t data_start, std::size_t size,
+                         const std::string& allowed, Tensor& x) const {
+  try {
+    const nlohmann::json& e = header.at(name);
+    x.dtype = e.at("dtype").get<std::string>();
+    const auto shape = e.at("shape").get<std::vector<long long>>();
+    const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
+    if (shape != want) {
+      return Status::invalid_argument(file_ + ": tensor '" + name + "' has shape " + shape_text(shape) +
+                                      ", this model needs " + shape_text(want) + "; allowed: " + allowed);
+    }
+    if (x.dtype == "F32") {
+      x.element_bytes = 4;
+    } else if (x.dtype == "F16" || x.dtype == "BF16") {
+      x.element_bytes = 2;
+    } else {
+      return Status::invalid_argument(file_ + ": tensor '" + name + "' has dtype " + x.dtype +
+                                      "; allowed: F32, F16, BF16");
+    }
+    if (offsets.size() != 2 || offsets[1] < offsets[0] ||
+        offsets[1] - offsets[0] != x.numel * static_cast<std::size_t>(x.element_bytes) ||
+        data_start + offsets[1] > size) {
+      return Status::invalid_argument(file_ + ": tensor '" + name +
+                                      "': its data_offsets do not fit its shape or the " +
+                                      std::to_string(size) + "-byte file (truncated?)");
+    }
+    x.file_offset = data_start + offsets[0];
+  } catch (const nlohmann::json::exception& ex) {
+    return Status::invalid_argument(file_ + ": tensor '" + name + "': malformed header entry (" + ex.what() +
+                                    ")");
+  }
+  return Status::ok();
+}
+
 // memwall's GPT ties its LM head to wte: a file whose lm_head.weight is another matrix is another model.
 Status HfWeights::check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size) {
   if (!header.contains("lm_head.weight")) return Status::ok();
   const Tensor& wte = tensors_.front();  // gpt_param_layout starts with wte
   Tensor head = wte;
-  try {
-    const nlohmann::json& e = header.at("lm_head.weight");
-    head.dtype = e.at("dtype").get<std::string>();
-    head.element_bytes = head.dtype == "F32" ? 4 : 2;
-    const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
-    const auto shape = e.at("shape").get<std::vector<long long>>();
-    if ((head.dtype != "F32" && head.dtype != "F16" && head.dtype != "BF16") || offsets.size() != 2 ||
-        shape != std::vector<long long>{static_cast<long long>(wte.out), static_cast<long long>(wte.in)} ||
-        offsets[1] - offsets[0] != wte.numel * static_cast<std::size_t>(head.element_bytes) ||
-        data_start + offsets[1] > size) {
-      return Status::invalid_argument(file_ +
-                                      ": tensor 'lm_head.weight' is not a [vocab, channels] matrix like "
-                                      "wte.weight; allowed: a GPT-2 with its LM head tied to wte");
-    }
-    head.file_offset = data_start + offsets[0];
-  } catch (const nlohmann::json::exception& ex) {
-    return Status::invalid_argument(file_ + ": tensor 'lm_head.weight': malformed header entry (" +
-                                    ex.what() + ")");
-  }
+  MW_RETURN_IF_ERROR(locate(header, "lm_head.weight",
+                            {static_cast<long long>(wte.out), static_cast<long long>(wte.in)}, data_start,
+                            size, "a GPT-2 with its LM head tied to wte", head));
   std::vector<float> a(wte.numel), b(wte.numel);
   MW_RETURN_IF_ERROR(read_elements(wte, 0, wte.numel, a.data()));
   MW_RETURN_IF_ERROR(read_elements(head, 0, wte.numel, b.data()));
@@ -234,9 +225,7 @@ Status HfWeights::read(std::size_t offset, std::size_t n, float* out) {
       std::vector<float> file_order(t.numel);
       MW_RETURN_IF_ERROR(read_elements(t, 0, t.numel, file_order.data()));
       cache_.resize(t.numel);
-      for (std::size_t k = 0; k < t.in; ++k) {
-        for (std::size_t o = 0; o < t.out; ++o) cache_[o * t.in + k] = file_order[k * t.out + o];
-      }
+      transpose(file_order.data(), t.in, t.out, cache_.data());
       cached_ = static_cast<int>(i);
     }
     std::copy(cache_.begin() + static_cast<std::ptrdiff_t>(lo),

@@ -47,6 +47,8 @@ class HfWeights {
   };
   HfWeights() = default;
   Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
+  Status locate(const nlohmann::json& header, const std::string& name, const std::vector<long long>& want,
+                std::size_t data_start, std::size_t size, const std::string& allowed, Tensor& x) const;
   Status check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size);
 
   int fd_ = -1;

@@ -1275,12 +1275,13 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         // This rank's real (unpadded) elements of the parameter, in flat and in model coordinates.
         const std::size_t first = std::min(p.numel, r * p.shard), last = std::min(p.numel, (r + 1) * p.shard);
         const std::size_t lo = std::max(begin, p.local), hi = std::min(begin + n, p.local + (last - first));
-        if (lo < hi && o.init) {
-          const Status read = o.init(p.model_offset + first + (lo - p.local), hi - lo, master + (lo - begin));
+        if (lo >= hi) continue;
+        const std::size_t from = p.model_offset + first + (lo - p.local);
+        if (o.init) {
+          const Status read = o.init(from, hi - lo, master + (lo - begin));
           if (!read.is_ok()) return read;
-        } else if (lo < hi) {
-          model::gpt_init_range(c, master + (lo - begin), p.model_offset + first + (lo - p.local),
-                                p.model_offset + first + (hi - p.local), o.seed);
+        } else {
+          model::gpt_init_range(c, master + (lo - begin), from, from + (hi - lo), o.seed);
         }
       }
       return Status::ok();

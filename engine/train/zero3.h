@@ -54,7 +54,7 @@ struct Zero3Options {
   // Where the initial parameters come from: GPT-2's initialisation from `seed` (empty), or this reader of
   // elements [offset, offset + n) of the flat gpt_param_layout array (model::HfWeights::read), which each
   // rank calls for its own shard only, piece by piece.
-  std::function<Status(std::size_t offset, std::size_t n, float* out)> init;
+  model::ParamReader init;
   kernels::AdamHyper adam;
   int threads = 1;  // Adam threads
   RunConfig run = default_train_run();

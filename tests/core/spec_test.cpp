@@ -298,6 +298,14 @@ TEST(RunConfig, LearningRateSchedulesFollowDeepSpeed) {
   EXPECT_EQ(cycle->scheduler.cycle_second_step_size, 0);  // null: the first half's
   EXPECT_TRUE(cycle->scheduler.cycle_momentum);
   EXPECT_TRUE(diag.warnings.empty());
+  // Another type's parameter is an unknown key for this one (and left as it was).
+  Result<RunConfig> mixed = parse_run(
+      R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.002, "cos_min_ratio": 0.5}}})",
+      "runs/mixed.json", diag);
+  ASSERT_TRUE(mixed.is_ok()) << mixed.status().message();
+  EXPECT_EQ(mixed->scheduler.cos_min_ratio, 0.0001);
+  ASSERT_EQ(diag.warnings.size(), 1u);
+  EXPECT_NE(diag.warnings[0].find("scheduler.params.cos_min_ratio"), std::string::npos) << diag.warnings[0];
 }
 
 // ---- bad input: every case names the file and key and says what is allowed ----
