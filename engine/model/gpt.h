@@ -44,7 +44,8 @@ std::size_t gpt_num_params(const GptConfig& c);
 // head), from which build_model_graph makes the ops and tensors the planner schedules.
 ModelSpec gpt_model_spec(const GptConfig& c);
 // The inverse: this GPT's sizes from a model file (its vocabulary kept; memwall train replaces it with the
-// 256 byte values). The caller checks that the file describes this architecture.
+// 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
+// architecture.
 GptConfig gpt_config_of(const ModelSpec& m);
 
 // Fills `out` with parameters [offset, offset + n) in gpt_param_layout order (a checkpoint, a safetensors

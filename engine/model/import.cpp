@@ -121,11 +121,13 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
     std::vector<long long> want(t.shape.begin(), t.shape.end());
     if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
-    MW_RETURN_IF_ERROR(
-        w.locate(header, name, want, data_start, size,
-                 "GPT-2 weights of this model (" + model_text +
-                     (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values)" : ")"),
-                 x));
+    MW_RETURN_IF_ERROR(w.locate(
+        header, name, want, data_start, size,
+        "GPT-2 weights of this model (" + model_text +
+            (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
+                                      "tokenizer is given: --tokenizer DIR)"
+                                    : ")"),
+        x));
     w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
     w.tensors_.push_back(std::move(x));
   }

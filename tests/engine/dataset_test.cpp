@@ -20,8 +20,8 @@ std::vector<std::uint8_t> text(std::size_t n) {
 TEST(Dataset, SplitsAndShiftsTargetsByOne) {
   auto ds = TextDataset::from_bytes(text(1000), 0.1, 16, "mem");
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
-  EXPECT_EQ(ds->train_bytes(), 900u);
-  EXPECT_EQ(ds->val_bytes(), 100u);
+  EXPECT_EQ(ds->train_tokens(), 900u);
+  EXPECT_EQ(ds->val_tokens(), 100u);
   std::vector<int> tok(4 * 16), tgt(4 * 16);
   ds->train_batch(1, 0, 4, 16, tok.data(), tgt.data());
   for (int i = 0; i < 4 * 16; ++i) {
@@ -70,7 +70,7 @@ TEST(Dataset, KingJamesBibleCorpus) {
   ASSERT_TRUE(path.is_ok()) << path.status().to_string();
   auto ds = TextDataset::from_file(*path, 0.05, 256);
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
-  EXPECT_GT(ds->train_bytes() + ds->val_bytes(), 4'000'000u);
+  EXPECT_GT(ds->train_tokens() + ds->val_tokens(), 4'000'000u);
   std::FILE* f = std::fopen(path->c_str(), "rb");
   ASSERT_NE(f, nullptr);
   std::string head(4096, '\0');

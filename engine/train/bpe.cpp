@@ -1,0 +1,348 @@
+// GPT-2's byte-level BPE: vocab.json/merges.txt loading, the pre-tokenizer, merging, decoding.
+#include "engine/train/bpe.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace memwall::train {
+
+namespace {
+
+struct CodeRange {
+  char32_t first, last;
+};
+#include "engine/train/unicode_classes.inc"
+
+template <std::size_t N>
+bool in_ranges(const CodeRange (&ranges)[N], char32_t c) {
+  const CodeRange* end = ranges + N;
+  const CodeRange* it =
+      std::upper_bound(ranges, end, c, [](char32_t v, const CodeRange& r) { return v < r.first; });
+  return it != ranges && c <= (it - 1)->last;
+}
+
+// Unicode's White_Space property.
+bool is_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+enum class Cls { kLetter, kNumber, kSpace, kOther };
+
+struct CodePoint {
+  char32_t c;
+  std::size_t len;  // bytes; an invalid byte is a code point of its own (class other)
+  Cls cls;
+};
+
+CodePoint decode_at(std::string_view s, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  std::size_t len = 1;
+  char32_t c = b0;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+    c = b0 & 0x1Fu;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    c = b0 & 0x0Fu;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    c = b0 & 0x07u;
+  } else if (b0 >= 0x80) {
+    return {b0, 1, Cls::kOther};  // a stray continuation byte or an invalid lead byte
+  }
+  if (i + len > s.size()) return {b0, 1, Cls::kOther};
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0u) != 0x80u) return {b0, 1, Cls::kOther};
+    c = (c << 6) | (b & 0x3Fu);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+  if ((len == 3 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
+      (len == 4 && (c < 0x10000 || c > 0x10FFFF)))
+    return {b0, 1, Cls::kOther};
+  const Cls cls = is_space(c)                   ? Cls::kSpace
+                  : in_ranges(kLetterRanges, c) ? Cls::kLetter
+                  : in_ranges(kNumberRanges, c) ? Cls::kNumber
+                                                : Cls::kOther;
+  return {c, len, cls};
+}
+
+// GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
+// bytes (33-126, 161-172, 174-255) map to themselves, the others, in order, to 256, 257, ...
+char32_t byte_to_unicode(unsigned b) {
+  const auto printable = [](unsigned v) {
+    return (v >= 33 && v <= 126) || (v >= 161 && v <= 172) || v >= 174;
+  };
+  if (printable(b)) return b;
+  char32_t next = 256;
+  for (unsigned v = 0; v < b; ++v) {
+    if (!printable(v)) ++next;
+  }
+  return next;
+}
+
+void append_utf8(char32_t c, std::string& out) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+Result<std::string> read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) return Status::io_error(path + ": read failed");
+  return out.str();
+}
+
+std::uint64_t pair_key(int left, int right) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
+         static_cast<std::uint32_t>(right);
+}
+
+}  // namespace
+
+bool BpeTokenizer::present(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir + "/vocab.json", ec) &&
+         std::filesystem::is_regular_file(dir + "/merges.txt", ec);
+}
+
+Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
+  auto vocab = read_whole(dir + "/vocab.json");
+  if (!vocab.is_ok()) return vocab.status();
+  auto merges = read_whole(dir + "/merges.txt");
+  if (!merges.is_ok()) return merges.status();
+  return parse(*vocab, *merges, dir);
+}
+
+Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::string_view merges_txt,
+                                         const std::string& source) {
+  const std::string vocab_name = source + "/vocab.json", merges_name = source + "/merges.txt";
+  const nlohmann::json j = nlohmann::json::parse(vocab_json.begin(), vocab_json.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.empty()) {
+    return Status::invalid_argument(vocab_name + ": not a JSON object of token -> id");
+  }
+  // The inverse of byte_to_unicode, for the code points vocab.json's keys use.
+  std::vector<int> unicode_to_byte(324, -1);
+  for (unsigned b = 0; b < 256; ++b) unicode_to_byte[byte_to_unicode(b)] = static_cast<int>(b);
+
+  BpeTokenizer t;
+  t.source_ = source;
+  t.bytes_.assign(j.size(), std::string());
+  std::vector<bool> seen(j.size(), false);
+  std::unordered_map<std::string, int> id_of;
+  id_of.reserve(j.size());
+  for (const auto& [key, value] : j.items()) {
+    if (!value.is_number_integer() || value.get<long>() < 0 ||
+        value.get<long>() >= static_cast<long>(j.size())) {
+      return Status::invalid_argument(vocab_name + ": token \"" + key + "\": id " + value.dump() +
+                                      "; allowed: an integer in [0, " + std::to_string(j.size()) + ")");
+    }
+    const auto id = static_cast<std::size_t>(value.get<long>());
+    if (seen[id])
+      return Status::invalid_argument(vocab_name + ": id " + std::to_string(id) + " is used twice");
+    seen[id] = true;
+    std::string& raw = t.bytes_[id];
+    for (std::size_t i = 0; i < key.size();) {
+      const CodePoint cp = decode_at(key, i);
+      const int b =
+          cp.len > 1 || cp.c < 0x80 ? (cp.c < unicode_to_byte.size() ? unicode_to_byte[cp.c] : -1) : -1;
+      if (b < 0) {
+        return Status::invalid_argument(vocab_name + ": token \"" + key +
+                                        "\" is not byte-level BPE (GPT-2's byte-to-character mapping)");
+      }
+      raw += static_cast<char>(b);
+      i += cp.len;
+    }
+    id_of.emplace(key, static_cast<int>(id));
+  }
+  for (unsigned b = 0; b < 256; ++b) {
+    std::string key;
+    append_utf8(byte_to_unicode(b), key);
+    auto it = id_of.find(key);
+    if (it == id_of.end()) {
+      return Status::invalid_argument(vocab_name + ": no token for byte " + std::to_string(b) +
+                                      " (byte-level BPE needs all 256)");
+    }
+    t.byte_token_[b] = it->second;
+  }
+
+  std::size_t line_no = 0, begin = 0;
+  int rank = 0;
+  while (begin < merges_txt.size()) {
+    std::size_t end = merges_txt.find('\n', begin);
+    if (end == std::string_view::npos) end = merges_txt.size();
+    std::string_view line = merges_txt.substr(begin, end - begin);
+    begin = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const std::size_t space = line.find(' ');
+    const auto where = [&] {
+      return merges_name + " line " + std::to_string(line_no) + " \"" + std::string(line) + "\"";
+    };
+    if (space == std::string_view::npos || space == 0 || space + 1 >= line.size() ||
+        line.find(' ', space + 1) != std::string_view::npos) {
+      return Status::invalid_argument(where() + ": allowed: two tokens separated by one space");
+    }
+    const std::string left(line.substr(0, space)), right(line.substr(space + 1));
+    const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
+    if (l == id_of.end() || r == id_of.end() || m == id_of.end()) {
+      return Status::invalid_argument(where() + ": vocab.json lacks \"" +
+                                      (l == id_of.end()   ? left
+                                       : r == id_of.end() ? right
+                                                          : left + right) +
+                                      "\"");
+    }
+    // A pair listed twice takes its last rank, as GPT-2's dictionary of ranks does.
+    t.merges_.insert_or_assign(pair_key(l->second, r->second), Merge{rank++, m->second});
+  }
+  return t;
+}
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) const {
+  std::vector<int> word(piece.size());
+  for (std::size_t i = 0; i < piece.size(); ++i) word[i] = byte_token_[static_cast<unsigned char>(piece[i])];
+  std::vector<int> next;
+  while (word.size() > 1) {
+    const Merge* best = nullptr;
+    int left = 0, right = 0;
+    for (std::size_t i = 0; i + 1 < word.size(); ++i) {
+      auto it = merges_.find(pair_key(word[i], word[i + 1]));
+      if (it != merges_.end() && (best == nullptr || it->second.rank < best->rank)) {
+        best = &it->second;
+        left = word[i];
+        right = word[i + 1];
+      }
+    }
+    if (best == nullptr) break;
+    next.clear();
+    for (std::size_t i = 0; i < word.size();) {
+      if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) {
+        next.push_back(best->merged);
+        i += 2;
+      } else {
+        next.push_back(word[i++]);
+      }
+    }
+    word.swap(next);
+  }
+  out.insert(out.end(), word.begin(), word.end());
+}
+
+std::vector<int> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int> out;
+  out.reserve(text.size() / 3 + 1);
+  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>
+      cache;  // piece -> [from, to) of out
+  for (std::string_view piece : gpt2_pretokenize(text)) {
+    if (auto it = cache.find(piece); it != cache.end()) {
+      const auto [from, to] = it->second;
+      for (std::size_t k = from; k < to; ++k) out.push_back(out[k]);
+      continue;
+    }
+    const std::size_t from = out.size();
+    encode_piece(piece, out);
+    cache.emplace(piece, std::make_pair(from, out.size()));
+  }
+  return out;
+}
+
+std::string BpeTokenizer::decode(const int* ids, std::size_t n) const {
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ids[i] >= 0 && ids[i] < vocab_size()) out += bytes_[static_cast<std::size_t>(ids[i])];
+  }
+  return out;
+}
+
+Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, const std::string& model_dir,
+                                                     int max_vocab, const std::string& what) {
+  if (choice == "bytes") return std::optional<BpeTokenizer>();
+  std::string dir = choice;
+  if (dir.empty()) {
+    if (model_dir.empty() || !BpeTokenizer::present(model_dir)) return std::optional<BpeTokenizer>();
+    dir = model_dir;
+  } else if (!BpeTokenizer::present(dir)) {
+    return Status::not_found(what + " " + dir +
+                             ": no vocab.json and merges.txt there; allowed: a directory holding GPT-2's "
+                             "BPE files, or bytes");
+  }
+  auto t = BpeTokenizer::load(dir);
+  if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
+  if (max_vocab > 0 && t->vocab_size() > max_vocab) {
+    return Status::invalid_argument(what + " " + dir + ": " + std::to_string(t->vocab_size()) +
+                                    " tokens, more than the model's vocabulary of " +
+                                    std::to_string(max_vocab));
+  }
+  return std::optional<BpeTokenizer>(std::move(t).value());
+}
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view s) {
+  std::vector<std::string_view> pieces;
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  // The end of the run of code points of class `cls` starting at `from`.
+  const auto run_end = [&](std::size_t from, Cls cls) {
+    std::size_t k = from;
+    while (k < n) {
+      const CodePoint cp = decode_at(s, k);
+      if (cp.cls != cls) break;
+      k += cp.len;
+    }
+    return k;
+  };
+  while (i < n) {
+    std::size_t end = i;
+    if (s[i] == '\'') {
+      for (std::string_view suffix : {"s", "t", "re", "ve", "m", "ll", "d"}) {
+        if (s.substr(i + 1, suffix.size()) == suffix) {
+          end = i + 1 + suffix.size();
+          break;
+        }
+      }
+    }
+    if (end == i) {
+      const CodePoint cp = decode_at(s, i);
+      if (s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls != Cls::kSpace) {
+        end = run_end(i + 1, decode_at(s, i + 1).cls);  // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+"
+      } else if (cp.cls != Cls::kSpace) {
+        end = run_end(i, cp.cls);
+      } else {
+        // "\s+(?!\S)": a run of whitespace, less its last code point when a non-space follows; "\s+": a lone
+        // whitespace code point before a non-space.
+        std::size_t last = i;
+        end = i;
+        while (end < n) {
+          const CodePoint w = decode_at(s, end);
+          if (w.cls != Cls::kSpace) break;
+          last = end;
+          end += w.len;
+        }
+        if (end < n && last > i) end = last;
+      }
+    }
+    pieces.push_back(s.substr(i, end - i));
+    i = end;
+  }
+  return pieces;
+}
+
+}  // namespace memwall::train

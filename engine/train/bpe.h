@@ -1,0 +1,70 @@
+// GPT-2's byte-level BPE tokenizer, read from a Hugging Face model directory's vocab.json and merges.txt, so
+// that memwall train can continue a real GPT-2 checkpoint on new text and memwall generate can sample it.
+//
+// Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
+// 'd; an optional space then letters; an optional space then numbers; an optional space then other
+// characters; whitespace, leaving a space to start the next piece), each piece's bytes become the byte
+// tokens, and the lowest-ranked adjacent pair in merges.txt is merged, everywhere in the piece, until none
+// is left. Letters and numbers are Unicode's general categories L* and N* (a table generated from Unicode
+// 14, scripts/gen_unicode_classes.py); whitespace is Unicode's White_Space property. Bytes that are not valid
+// UTF-8 are pieces of their own, so any file encodes, and decode(encode(x)) == x for every byte string.
+// Special tokens such as <|endoftext|> are not recognised in the text (as GPT-2's own encoder).
+//
+// Immutable after load(); const methods are safe from several threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+
+namespace memwall::train {
+
+class BpeTokenizer {
+ public:
+  // DIR/vocab.json and DIR/merges.txt. Errors name the file and the entry (a token that is not byte-level
+  // BPE, a merge whose parts or result the vocabulary lacks, ids that are not 0..n-1).
+  static Result<BpeTokenizer> load(const std::string& dir);
+  // The same from the files' contents; `source` names them in errors.
+  static Result<BpeTokenizer> parse(std::string_view vocab_json, std::string_view merges_txt,
+                                    const std::string& source);
+  // Whether DIR holds both files.
+  static bool present(const std::string& dir);
+
+  std::vector<int> encode(std::string_view text) const;
+  // The bytes of ids[0..n) (ids outside the vocabulary are skipped).
+  std::string decode(const int* ids, std::size_t n) const;
+  // One token's bytes.
+  const std::string& bytes(int id) const { return bytes_[static_cast<std::size_t>(id)]; }
+  int vocab_size() const { return static_cast<int>(bytes_.size()); }
+  std::size_t merges() const { return merges_.size(); }
+  const std::string& source() const { return source_; }
+
+ private:
+  struct Merge {
+    int rank, merged;
+  };
+  BpeTokenizer() = default;
+  void encode_piece(std::string_view piece, std::vector<int>& out) const;
+
+  std::vector<std::string> bytes_;                   // [vocab] each token's bytes
+  int byte_token_[256] = {};                         // the token of each single byte
+  std::unordered_map<std::uint64_t, Merge> merges_;  // (left << 32 | right) -> rank and merged token
+  std::string source_;
+};
+
+// The tokenizer a command uses: `choice` "bytes": none; a directory: its files (an error when they are
+// missing); empty: `model_dir`'s files when it has both, else none (bytes are tokens). `what` names the
+// option in errors. A tokenizer of more tokens than `max_vocab` (when > 0) is refused.
+Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, const std::string& model_dir,
+                                                     int max_vocab, const std::string& what);
+
+// GPT-2's pre-tokenizer: the pieces of `text`, in order, covering it exactly.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
+}  // namespace memwall::train

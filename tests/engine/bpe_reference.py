@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Reference for engine/train/bpe.cpp's test: learns a small byte-level BPE on a corpus and writes it in
+Hugging Face GPT-2's layout (vocab.json, merges.txt), then encodes a text the way GPT-2's encoder does: its
+pre-tokenizer pattern run by the `regex` module (Unicode \\p{L}, \\p{N}, \\s), then the lowest-ranked pair merged
+everywhere until none is left. Writes OUT/ids.json (the text's tokens) and OUT/pieces.json (its pieces).
+
+usage: bpe_reference.py OUT CORPUS TEXT MERGES
+"""
+import collections
+import json
+import sys
+
+import regex
+
+PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+def byte_chars():
+    """GPT-2's byte -> printable character map."""
+    keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def learn(corpus, merges):
+    chars = byte_chars()
+    words = collections.Counter(
+        tuple(chars[b] for b in piece.encode("utf-8")) for piece in PATTERN.findall(corpus))
+    ranks = []
+    for _ in range(merges):
+        pairs = collections.Counter()
+        for word, n in words.items():
+            for a, b in zip(word, word[1:]):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        ranks.append(best)
+        merged = collections.Counter()
+        for word, n in words.items():
+            merged[merge(word, best)] += n
+        words = merged
+    return ranks
+
+
+def merge(word, pair):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def encode(text, ranks, vocab):
+    chars = byte_chars()
+    rank = {pair: r for r, pair in enumerate(ranks)}
+    ids, pieces = [], []
+    for piece in PATTERN.findall(text):
+        pieces.append(piece)
+        word = tuple(chars[b] for b in piece.encode("utf-8"))
+        while len(word) > 1:
+            pairs = [(rank[p], p) for p in zip(word, word[1:]) if p in rank]
+            if not pairs:
+                break
+            word = merge(word, min(pairs)[1])
+        ids.extend(vocab[t] for t in word)
+    return ids, pieces
+
+
+def main():
+    out, corpus_path, text_path, merges = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    with open(corpus_path, encoding="utf-8") as f:
+        corpus = f.read()
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    ranks = learn(corpus, merges)
+    chars = byte_chars()
+    vocab = {chars[b]: i for i, b in enumerate(sorted(range(256), key=lambda b: ord(chars[b])))}
+    for a, b in ranks:
+        vocab.setdefault(a + b, len(vocab))
+    vocab["<|endoftext|>"] = len(vocab)
+    with open(out + "/vocab.json", "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(out + "/merges.txt", "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in ranks))
+    ids, pieces = encode(text, ranks, vocab)
+    with open(out + "/ids.json", "w", encoding="utf-8") as f:
+        json.dump(ids, f)
+    with open(out + "/pieces.json", "w", encoding="utf-8") as f:
+        json.dump(pieces, f, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+// GPT-2's byte-level BPE: the pre-tokenizer's pieces, merge order, lossless round trips of any bytes, clear
+// errors, and agreement with a Python reference encoder (tests/engine/bpe_reference.py) on Unicode text.
+#include "engine/train/bpe.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/train/dataset.h"
+
+namespace memwall::train {
+namespace {
+
+const std::string kTiny = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void spit(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::vector<std::string> pieces(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view p : gpt2_pretokenize(text)) out.emplace_back(p);
+  return out;
+}
+
+// vocab.json of the 256 byte tokens (GPT-2's printable stand-ins) plus `extra` tokens, ids in that order.
+std::string byte_vocab(const std::vector<std::string>& extra) {
+  nlohmann::json j = nlohmann::json::object();
+  int next_hidden = 256, id = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const int cp = printable ? b : next_hidden++;
+    std::string key;
+    if (cp < 0x80) {
+      key += static_cast<char>(cp);
+    } else {
+      key += static_cast<char>(0xC0 | (cp >> 6));
+      key += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    j[key] = id++;
+  }
+  for (const std::string& t : extra) j[t] = id++;
+  return j.dump();
+}
+
+TEST(Bpe, PretokenizerFollowsGpt2Pattern) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(pieces("don't stop!'s"), (V{"don", "'t", " stop", "!'", "s"}));
+  EXPECT_EQ(pieces("a  b"), (V{"a", " ", " b"}));
+  EXPECT_EQ(pieces("a\n\nb"), (V{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces("x   "), (V{"x", "   "}));
+  EXPECT_EQ(pieces(" 42 apples"), (V{" 42", " apples"}));
+  EXPECT_EQ(pieces("na\xC3\xAFve \xC2\xBD"), (V{"na\xC3\xAFve", " \xC2\xBD"}));  // letter, number (1/2)
+  EXPECT_EQ(pieces("\xC2\xA0\xC2\xA0x"), (V{"\xC2\xA0", "\xC2\xA0", "x"}));      // no-break spaces
+  EXPECT_EQ(pieces("\x1C\x1Dx"), (V{"\x1C\x1D", "x"}));                          // not White_Space
+  EXPECT_EQ(pieces("ab\xFF\xFE"
+                   "cd"),
+            (V{"ab", "\xFF\xFE", "cd"}));  // invalid UTF-8: other
+  EXPECT_TRUE(pieces("").empty());
+}
+
+TEST(Bpe, MergesLowestRankFirstEverywhere) {
+  // "e l" outranks "h e": "hell" becomes h + el + l, not he + ll.
+  auto t = BpeTokenizer::parse(byte_vocab({"el", "he", "ll"}), "#version: 0.2\ne l\nh e\nl l\n", "mem");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->vocab_size(), 259);
+  std::vector<int> ids = t->encode("hell");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(t->bytes(ids[0]), "h");
+  EXPECT_EQ(t->bytes(ids[1]), "el");
+  EXPECT_EQ(t->bytes(ids[2]), "l");
+  // Every occurrence in a piece merges in the same pass; pieces never merge across each other.
+  auto u = BpeTokenizer::parse(byte_vocab({"ll", "Ġl"}), "l l\n\xC4\xA0 l\n", "mem");
+  ASSERT_TRUE(u.is_ok()) << u.status().to_string();
+  ids = u->encode("llll ll");
+  std::vector<std::string> got;
+  for (int id : ids) got.push_back(u->bytes(id));
+  EXPECT_EQ(got, (std::vector<std::string>{"ll", "ll", " ", "ll"}));  // "l l" outranks "Ġ l"
+}
+
+TEST(Bpe, AnyBytesRoundTrip) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_GT(t->merges(), 300u);
+  std::string text =
+      "In the beginning God created the heaven and the earth.\n\tIt's 1611; caf\xC3\xA9 \xE2\x80\x94 ";
+  std::uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 4000; ++i) {  // arbitrary bytes, most of them not UTF-8
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    text += static_cast<char>(x & 0xFF);
+  }
+  const std::vector<int> ids = t->encode(text);
+  EXPECT_EQ(t->decode(ids.data(), ids.size()), text);
+  const std::vector<int> english = t->encode("And God said, Let there be light: and there was light.");
+  EXPECT_LT(english.size(), 30u) << "the merges learnt on Genesis should shorten Genesis-like text";
+}
+
+TEST(Bpe, ErrorsNameTheFileAndEntry) {
+  auto no_byte = BpeTokenizer::parse(R"({"a": 0})", "", "dir");
+  ASSERT_FALSE(no_byte.is_ok());
+  EXPECT_NE(no_byte.status().message().find("dir/vocab.json: no token for byte 0"), std::string::npos)
+      << no_byte.status().message();
+  auto bad_merge = BpeTokenizer::parse(byte_vocab({}), "#version: 0.2\nq u\n", "dir");
+  ASSERT_FALSE(bad_merge.is_ok());
+  EXPECT_NE(bad_merge.status().message().find("dir/merges.txt line 2 \"q u\": vocab.json lacks \"qu\""),
+            std::string::npos)
+      << bad_merge.status().message();
+  auto bad_line = BpeTokenizer::parse(byte_vocab({}), "abc\n", "dir");
+  ASSERT_FALSE(bad_line.is_ok());
+  EXPECT_NE(bad_line.status().message().find("line 1"), std::string::npos);
+  auto bad_id = BpeTokenizer::parse(R"({"a": 5})", "", "dir");
+  ASSERT_FALSE(bad_id.is_ok());
+  EXPECT_NE(bad_id.status().message().find("allowed: an integer in [0, 1)"), std::string::npos);
+  EXPECT_FALSE(BpeTokenizer::parse("[1, 2]", "", "dir").is_ok());
+  auto none = choose_tokenizer("/nonexistent/tok", "", 0, "--tokenizer");
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("--tokenizer /nonexistent/tok: no vocab.json and merges.txt"),
+            std::string::npos);
+  auto too_big = choose_tokenizer(kTiny, "", 300, "--tokenizer");
+  ASSERT_FALSE(too_big.is_ok());
+  EXPECT_NE(too_big.status().message().find("more than the model's vocabulary of 300"), std::string::npos);
+  auto bytes = choose_tokenizer("bytes", kTiny, 0, "--tokenizer");
+  ASSERT_TRUE(bytes.is_ok());
+  EXPECT_FALSE(bytes->has_value());
+  auto beside = choose_tokenizer("", kTiny, 0, "--tokenizer");
+  ASSERT_TRUE(beside.is_ok());
+  EXPECT_TRUE(beside->has_value());
+}
+
+TEST(Bpe, DatasetOfTokens) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok());
+  const std::string path = ::testing::TempDir() + "bpe-data-" + std::to_string(::getpid()) + ".txt";
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += "And the evening and the morning were the day " + std::to_string(i) + ".\n";
+  spit(path, text);
+  auto ds = TextDataset::from_file(path, 0.1, 16, &*t);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->vocab(), t->vocab_size());
+  EXPECT_GT(ds->val_bytes_per_token(), 1.5) << "Genesis merges on Genesis-like text";
+  EXPECT_LT(ds->val_bytes_per_token(), 8.0);
+  EXPECT_EQ(ds->train_tokens() + ds->val_tokens(), t->encode(text).size());
+  std::vector<int> tok(2 * 16), tgt(tok.size());
+  ds->train_batch(1, 0, 2, 16, tok.data(), tgt.data());
+  for (int i = 0; i < 2 * 16; ++i) {
+    EXPECT_GE(tok[static_cast<std::size_t>(i)], 0);
+    EXPECT_LT(tok[static_cast<std::size_t>(i)], t->vocab_size());
+    if (i % 16 != 15) {
+      EXPECT_EQ(tgt[static_cast<std::size_t>(i)], tok[static_cast<std::size_t>(i) + 1]);
+    }
+  }
+  auto few = TextDataset::from_file(path, 0.1, 100000, &*t);
+  ASSERT_FALSE(few.is_ok());
+  EXPECT_NE(few.status().message().find("tokens are too few"), std::string::npos) << few.status().message();
+  std::remove(path.c_str());
+}
+
+// The reference learns its own merges on a multilingual corpus, so both sides see the same files; the text
+// mixes scripts, digits of other scripts, letter-numbers, no-break and ideographic spaces, contractions.
+TEST(Bpe, MatchesPythonReferenceEncoder) {
+  if (std::system("/usr/bin/python3 -c 'import regex' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  const std::string dir = ::testing::TempDir() + "bpe-ref-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string corpus;
+  const char* lines[] = {
+      "In the beginning God created the heaven and the earth. ",
+      "Und Gott sprach: Es werde Licht! Und es ward Licht. ",
+      "Au commencement, Dieu cr\xC3\xA9"
+      "a les cieux et la terre. ",
+      "\xD0\x92 \xD0\xBD\xD0\xB0\xD1\x87\xD0\xB0\xD0\xBB\xD0\xB5 "
+      "\xD1\x81\xD0\xBE\xD1\x82\xD0\xB2\xD0\xBE\xD1\x80\xD0\xB8\xD0\xBB "
+      "\xD0\x91\xD0\xBE\xD0\xB3 \xD0\xBD\xD0\xB5\xD0\xB1\xD0\xBE \xD0\xB8 "
+      "\xD0\xB7\xD0\xB5\xD0\xBC\xD0\xBB\xD1\x8E. ",
+      "\xE8\xB5\xB7\xE5\x88\x9D\xE7\xA5\x9E\xE5\x88\x9B\xE9\x80\xA0\xE5\xA4\xA9\xE5\x9C\xB0\xE3\x80\x82 ",
+      "it's we'll they're I've you'd I'm 123 4567 \xD9\xA3\xD9\xA4 \xE2\x85\xAB\n\n  ",
+  };
+  for (int rep = 0; rep < 40; ++rep) {
+    for (const char* l : lines) corpus += l;
+    corpus += std::to_string(rep * 37) + "\n";
+  }
+  const std::string text =
+      "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
+      "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
+      "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... \xF0\x9F\x98\x80 "
+      "end   ";
+  spit(dir + "/corpus.txt", corpus);
+  spit(dir + "/text.txt", text);
+  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
+                          "/engine/bpe_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
+                          "/text.txt 300";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto t = BpeTokenizer::load(dir);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  const auto want_pieces = nlohmann::json::parse(slurp(dir + "/pieces.json")).get<std::vector<std::string>>();
+  EXPECT_EQ(pieces(text), want_pieces);
+  const auto want_ids = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
+  const std::vector<int> ids = t->encode(text);
+  EXPECT_EQ(ids, want_ids);
+  EXPECT_LT(ids.size(), text.size() * 3 / 4) << "the learnt merges should apply";
+  EXPECT_EQ(t->decode(ids.data(), ids.size()), text);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace memwall::train
