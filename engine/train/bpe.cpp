@@ -173,6 +173,14 @@ Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::strin
     }
     id_of.emplace(key, static_cast<int>(id));
   }
+  for (std::size_t id = 0; id < t.bytes_.size(); ++id) {
+    const std::string& raw = t.bytes_[id];
+    if (raw.size() > 4 && raw.rfind("<|", 0) == 0 && raw.compare(raw.size() - 2, 2, "|>") == 0)
+      t.specials_.push_back(static_cast<int>(id));
+  }
+  // Longest first, so that one special token that begins another does not cut it.
+  std::stable_sort(t.specials_.begin(), t.specials_.end(),
+                   [&t](int x, int y) { return t.bytes(x).size() > t.bytes(y).size(); });
   for (unsigned b = 0; b < 256; ++b) {
     std::string key;
     append_utf8(byte_to_unicode(b), key);
@@ -247,22 +255,50 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) c
   out.insert(out.end(), word.begin(), word.end());
 }
 
+std::vector<int> BpeTokenizer::special_tokens() const {
+  std::vector<int> ids = specials_;
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 std::vector<int> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int> out;
   out.reserve(text.size() / 3 + 1);
-  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>
-      cache;  // piece -> [from, to) of out
-  for (std::string_view piece : gpt2_pretokenize(text)) {
-    if (auto it = cache.find(piece); it != cache.end()) {
-      const auto [from, to] = it->second;
-      for (std::size_t k = from; k < to; ++k) out.push_back(out[k]);
-      continue;
+  PieceCache cache;
+  // Split at the special tokens: the earliest occurrence of any (the longest where several start there).
+  std::size_t from = 0;
+  while (from < text.size()) {
+    std::size_t at = std::string_view::npos;
+    int special = -1;
+    for (int id : specials_) {
+      const std::size_t pos = text.find(bytes(id), from);
+      if (pos < at) {
+        at = pos;
+        special = id;
+      }
     }
-    const std::size_t from = out.size();
-    encode_piece(piece, out);
-    cache.emplace(piece, std::make_pair(from, out.size()));
+    encode_text(text.substr(from, at == std::string_view::npos ? at : at - from), out, cache);
+    if (special < 0) break;
+    out.push_back(special);
+    from = at + bytes(special).size();
   }
   return out;
+}
+
+void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const {
+  for (std::string_view piece : gpt2_pretokenize(text)) {
+    if (auto it = cache.find(piece); it != cache.end()) {
+      const auto [first, last] = it->second;
+      for (std::size_t k = first; k < last; ++k) {
+        const int id = out[k];
+        out.push_back(id);
+      }
+      continue;
+    }
+    const std::size_t first = out.size();
+    encode_piece(piece, out);
+    cache.emplace(piece, std::make_pair(first, out.size()));
+  }
 }
 
 std::string BpeTokenizer::decode(const int* ids, std::size_t n) const {

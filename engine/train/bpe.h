@@ -8,7 +8,9 @@
 // is left. Letters and numbers are Unicode's general categories L* and N* (a table generated from Unicode
 // 14, scripts/gen_unicode_classes.py); whitespace is Unicode's White_Space property. Bytes that are not valid
 // UTF-8 are pieces of their own, so any file encodes, and decode(encode(x)) == x for every byte string.
-// Special tokens such as <|endoftext|> are not recognised in the text (as GPT-2's own encoder).
+// Special tokens, the vocabulary's entries written <|...|> (GPT-2's <|endoftext|>), are recognised in the
+// text as themselves before anything else, as Hugging Face's GPT-2 tokenizers do (GPT-2's own encoder did
+// not); a document separator in the training text thus becomes the token the model was trained with.
 //
 // Immutable after load(); const methods are safe from several threads.
 #pragma once
@@ -19,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -43,6 +46,8 @@ class BpeTokenizer {
   const std::string& bytes(int id) const { return bytes_[static_cast<std::size_t>(id)]; }
   int vocab_size() const { return static_cast<int>(bytes_.size()); }
   std::size_t merges() const { return merges_.size(); }
+  // The special tokens' ids, in vocabulary order.
+  std::vector<int> special_tokens() const;
   const std::string& source() const { return source_; }
 
  private:
@@ -51,10 +56,15 @@ class BpeTokenizer {
   };
   BpeTokenizer() = default;
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
+  // A piece already encoded -> [first, last) of its tokens in the output.
+  using PieceCache = std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>;
+  // Ordinary text (no special tokens in it), appended to `out`.
+  void encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const;
 
   std::vector<std::string> bytes_;                   // [vocab] each token's bytes
   int byte_token_[256] = {};                         // the token of each single byte
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left << 32 | right) -> rank and merged token
+  std::vector<int> specials_;                        // tokens written <|...|>, longest first
   std::string source_;
 };
 

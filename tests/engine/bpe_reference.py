@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reference for engine/train/bpe.cpp's test: learns a small byte-level BPE on a corpus and writes it in
-Hugging Face GPT-2's layout (vocab.json, merges.txt), then encodes a text the way GPT-2's encoder does: its
-pre-tokenizer pattern run by the `regex` module (Unicode \\p{L}, \\p{N}, \\s), then the lowest-ranked pair merged
-everywhere until none is left. Writes OUT/ids.json (the text's tokens) and OUT/pieces.json (its pieces).
+Hugging Face GPT-2's layout (vocab.json, merges.txt), then encodes a text the way Hugging Face's GPT-2 tokenizer does:
+special tokens (<|...|>) split out, then GPT-2's pre-tokenizer pattern run by the `regex` module (Unicode
+\\p{L}, \\p{N}, \\s), then the lowest-ranked pair merged everywhere until none is left. Writes OUT/ids.json (the text's tokens) and OUT/pieces.json (its pieces).
 
 usage: bpe_reference.py OUT CORPUS TEXT MERGES
 """
@@ -64,6 +64,25 @@ def merge(word, pair):
 def encode(text, ranks, vocab):
     chars = byte_chars()
     rank = {pair: r for r, pair in enumerate(ranks)}
+    ids, pieces = [], []
+    # Special tokens (<|...|>) first, as Hugging Face's GPT-2 tokenizers split them out.
+    specials = sorted((t for t in vocab if len(t) > 4 and t.startswith("<|") and t.endswith("|>")), key=len,
+                      reverse=True)
+    if specials:
+        parts = regex.split("(" + "|".join(regex.escape(t) for t in specials) + ")", text)
+    else:
+        parts = [text]
+    for k, part in enumerate(parts):
+        if k % 2 == 1:
+            ids.append(vocab[part])
+            continue
+        part_ids, part_pieces = encode_ordinary(part, chars, rank, vocab)
+        ids.extend(part_ids)
+        pieces.extend(part_pieces)
+    return ids, pieces
+
+
+def encode_ordinary(text, chars, rank, vocab):
     ids, pieces = [], []
     for piece in PATTERN.findall(text):
         pieces.append(piece)

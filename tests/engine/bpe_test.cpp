@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -113,6 +114,26 @@ TEST(Bpe, AnyBytesRoundTrip) {
   EXPECT_LT(english.size(), 30u) << "the merges learnt on Genesis should shorten Genesis-like text";
 }
 
+TEST(Bpe, SpecialTokensAreRecognisedInTheText) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  const std::vector<int> specials = t->special_tokens();
+  ASSERT_EQ(specials.size(), 1u);
+  const int eot = specials[0];
+  EXPECT_EQ(t->bytes(eot), "<|endoftext|>");
+  const std::vector<int> a = t->encode("the end"), b = t->encode("In the"),
+                         joined = t->encode("the end<|endoftext|>In the");
+  std::vector<int> want = a;
+  want.push_back(eot);
+  want.insert(want.end(), b.begin(), b.end());
+  EXPECT_EQ(joined, want);
+  // Not quite the token: ordinary text.
+  const std::vector<int> partial = t->encode("<|endoftext|");
+  EXPECT_EQ(std::count(partial.begin(), partial.end(), eot), 0);
+  EXPECT_EQ(t->decode(partial.data(), partial.size()), "<|endoftext|");
+  EXPECT_EQ(t->encode("<|endoftext|><|endoftext|>"), (std::vector<int>{eot, eot}));
+}
+
 TEST(Bpe, ErrorsNameTheFileAndEntry) {
   auto no_byte = BpeTokenizer::parse(R"({"a": 0})", "", "dir");
   ASSERT_FALSE(no_byte.is_ok());
@@ -203,7 +224,7 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
       "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
       "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
       "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... \xF0\x9F\x98\x80 "
-      "end   ";
+      "end<|endoftext|> Next  document<|endoftext|><|endoftext|>   ";
   spit(dir + "/corpus.txt", corpus);
   spit(dir + "/text.txt", text);
   const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
@@ -212,8 +233,18 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto t = BpeTokenizer::load(dir);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  // The pieces of the text between its special tokens.
+  std::vector<std::string> got_pieces;
+  for (std::size_t from = 0;;) {
+    const std::size_t at = text.find("<|endoftext|>", from);
+    for (std::string& p :
+         pieces(std::string_view(text).substr(from, at == std::string::npos ? at : at - from)))
+      got_pieces.push_back(std::move(p));
+    if (at == std::string::npos) break;
+    from = at + 13;
+  }
   const auto want_pieces = nlohmann::json::parse(slurp(dir + "/pieces.json")).get<std::vector<std::string>>();
-  EXPECT_EQ(pieces(text), want_pieces);
+  EXPECT_EQ(got_pieces, want_pieces);
   const auto want_ids = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
   const std::vector<int> ids = t->encode(text);
   EXPECT_EQ(ids, want_ids);
