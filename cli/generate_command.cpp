@@ -99,6 +99,8 @@ int run_generate(const GenerateOptions& opt) {
         " tokens and no vocab.json/merges.txt beside the model; pass --tokenizer DIR (GPT-2's BPE files), or "
         "use a model of the byte vocabulary (256)"));
   }
+  // A model's vocabulary may be padded past the tokenizer's (50304 for 50257): those ids are never sampled.
+  const int sampled_vocab = bpe != nullptr ? bpe->vocab_size() : c.vocab;
   std::vector<int> ids;  // the prompt's tokens, then the generated ones
   if (bpe != nullptr) {
     ids = bpe->encode(opt.prompt);
@@ -147,7 +149,7 @@ int run_generate(const GenerateOptions& opt) {
     std::fflush(stdout);
   }
   for (int n = 0; n < opt.tokens; ++n) {
-    const int next = sample(logits, c.vocab, opt, rng);
+    const int next = sample(logits, sampled_vocab, opt, rng);
     const std::string piece = text_of(next);
     out += piece;
     if (!opt.json) {

@@ -1218,6 +1218,22 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const CmdResult j = memwall("generate --weights " + out + " --prompt 'And' --tokens 5 --json", false);
   ASSERT_EQ(j.exit_code, 0) << j.output;
   EXPECT_EQ(parse_json(j.output)["tokenizer"], out);
+  // A vocabulary padded past the tokenizer's (as 50304 for GPT-2's 50257): the padding ids are never sampled,
+  // even where sampling is nearly uniform.
+  const std::string padded =
+      (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe-padded").string();
+  std::filesystem::remove_all(padded);
+  const CmdResult p =
+      memwall("train --tokenizer " + tok + " --steps 2 --eval-batches 1 --checkpoint-dir " + padded +
+              " --data " + data + " --model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2," +
+              "\"n_positions\":64,\"vocab_size\":4096}'");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("GPT-2 BPE vocabulary of 4096"), std::string::npos) << p.output;
+  const CmdResult hot = memwall("generate --checkpoint-dir " + padded +
+                                    " --prompt 'And' --tokens 300 --temperature 50 --top-k 0 --json",
+                                false);
+  ASSERT_EQ(hot.exit_code, 0) << hot.output;
+  EXPECT_GE(parse_json(hot.output)["text"].get<std::string>().size(), 300u);
   // Resuming without --tokenizer uses the checkpoint's.
   const CmdResult resumed = memwall("train --resume --steps 201 --eval-batches 1 --checkpoint-dir " + dir +
                                     " --data " + data + " " + kTinyModel);
