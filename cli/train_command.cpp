@@ -222,36 +222,45 @@ int run_train(const TrainOptions& opt) {
   const std::string tokenizer_home = !init_dir.empty() && train::BpeTokenizer::present(init_dir) ? init_dir
                                      : opt.resume ? opt.checkpoint_dir
                                                   : std::string();
-  auto tokenizer = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
-  if (!tokenizer.is_ok()) return report_error(tokenizer.status());
-  const train::BpeTokenizer* bpe = tokenizer->has_value() ? &**tokenizer : nullptr;
+  // The tokenizer, the checkpoint's files and the text are read by every rank, and the ranks agree on the
+  // outcome: a rank that cannot read one fails the run on every rank, naming the file, instead of leaving the
+  // others waiting in a collective.
+  std::optional<train::BpeTokenizer> tokenizer;
+  std::optional<train::TextDataset> ds;
   model::GptConfig c = model::gpt_config_of(in->model);
-  if (bpe == nullptr) {
-    c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
-  } else if (c.vocab < bpe->vocab_size()) {
-    if (lead) {
-      std::fprintf(stderr,
-                   "memwall: note: model %s has a vocabulary of %d, the tokenizer %d tokens: it gets %d\n",
-                   in->model.name.c_str(), c.vocab, bpe->vocab_size(), bpe->vocab_size());
+  const Status inputs_read = [&]() -> Status {
+    auto t = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
+    if (!t.is_ok()) return t.status();
+    tokenizer = std::move(t).value();
+    if (!tokenizer) {
+      c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
+    } else if (c.vocab < tokenizer->vocab_size()) {
+      if (lead) {
+        std::fprintf(stderr,
+                     "memwall: note: model %s has a vocabulary of %d, the tokenizer %d tokens: it gets %d\n",
+                     in->model.name.c_str(), c.vocab, tokenizer->vocab_size(), tokenizer->vocab_size());
+      }
+      c.vocab = tokenizer->vocab_size();
     }
-    c.vocab = bpe->vocab_size();
-  }
-  if (!opt.checkpoint_dir.empty()) {
-    if (Status s = check_checkpoint_tokenizer(opt.checkpoint_dir, bpe, opt.resume); !s.is_ok())
-      return report_error(s);
-  }
-
-  std::string data = opt.data;
-  if (data.empty()) {
-    const std::string dir = default_cache_dir();
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    auto kjv = train::kjv_corpus(dir + "/kjv.txt");
-    if (!kjv.is_ok()) return report_error(kjv.status());
-    data = *kjv;
-  }
-  auto ds = train::TextDataset::from_file(data, 0.05, seq, bpe);
-  if (!ds.is_ok()) return report_error(ds.status());
+    if (!opt.checkpoint_dir.empty())
+      MW_RETURN_IF_ERROR(
+          check_checkpoint_tokenizer(opt.checkpoint_dir, tokenizer ? &*tokenizer : nullptr, opt.resume));
+    std::string data = opt.data;
+    if (data.empty()) {
+      const std::string dir = default_cache_dir();
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      auto kjv = train::kjv_corpus(dir + "/kjv.txt");
+      if (!kjv.is_ok()) return kjv.status();
+      data = *kjv;
+    }
+    auto d = train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr);
+    if (!d.is_ok()) return d.status();
+    ds.emplace(std::move(d).value());
+    return Status::ok();
+  }();
+  if (Status s = comm::agree(*world, inputs_read, "training data"); !s.is_ok()) return report_error(s);
+  const train::BpeTokenizer* bpe = tokenizer ? &*tokenizer : nullptr;
 
   train::Zero3Options zo;
   // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present.
