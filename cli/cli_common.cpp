@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 Result<std::string> read_text_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return Status::not_found(path + ": no such file");
-  if (fs::is_directory(path, ec)) return Status::invalid_argument(path + ": is a directory, not a JSON file");
+  if (fs::is_directory(path, ec)) return Status::invalid_argument(path + ": is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::io_error(path + ": cannot open: " + std::strerror(errno));
   std::ostringstream out;

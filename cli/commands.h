@@ -18,6 +18,7 @@ void register_store(CLI::App& app, int& exit_code);
 void register_train(CLI::App& app, int& exit_code);
 void register_export(CLI::App& app, int& exit_code);
 void register_generate(CLI::App& app, int& exit_code);
+void register_tokenize(CLI::App& app, int& exit_code);
 void register_replay(CLI::App& app, int& exit_code);
 void register_calibrate(CLI::App& app, int& exit_code);
 void register_tune(CLI::App& app, int& exit_code);

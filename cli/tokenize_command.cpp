@@ -1,0 +1,126 @@
+// `memwall tokenize`: GPT-2 BPE tokens of a text or a file, and token files (nanoGPT's train.bin layout) that
+// `memwall train --data` reads without encoding again.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/units.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/train/bpe.h"
+#include "engine/train/dataset.h"
+
+namespace memwall::cli {
+
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer;
+  std::string data;
+  std::string text;
+  std::string out;
+  std::string dtype = "u16";
+  bool json = false;
+};
+
+// A token's bytes for a terminal: control characters escaped, the rest as they are.
+std::string shown(const std::string& bytes) {
+  std::string s;
+  for (char ch : bytes) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\n') {
+      s += "\\n";
+    } else if (ch == '\t') {
+      s += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      s += strprintf("\\x%02X", u);
+    } else {
+      s += ch;
+    }
+  }
+  return s;
+}
+
+int run_tokenize(const TokenizeOptions& opt) {
+  if (opt.data.empty() == opt.text.empty())
+    return report_error(Status::invalid_argument("tokenize: give one of --data FILE and --text TEXT"));
+  if (opt.tokenizer == "bytes") {
+    return report_error(Status::invalid_argument(
+        "--tokenizer bytes: nothing to do (each byte is its token); allowed: a directory with vocab.json and "
+        "merges.txt"));
+  }
+  auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
+  if (!chosen.is_ok()) return report_error(chosen.status());
+  const train::BpeTokenizer& t = **chosen;
+  std::string text = opt.text;
+  if (!opt.data.empty()) {
+    auto read = read_text_file(opt.data);
+    if (!read.is_ok()) return report_error(read.status());
+    text = std::move(read).value();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> ids = t.encode(text);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int width = opt.dtype == "u32" ? 4 : 2;
+  if (!opt.out.empty()) {
+    if (Status s = train::write_token_file(opt.out, ids, width); !s.is_ok()) return report_error(s);
+  }
+  const double per_token =
+      ids.empty() ? 0.0 : static_cast<double>(text.size()) / static_cast<double>(ids.size());
+  if (opt.json) {
+    nlohmann::json j = {{"tokenizer", t.source()},
+                        {"vocab", t.vocab_size()},
+                        {"bytes", text.size()},
+                        {"tokens", ids.size()},
+                        {"bytes_per_token", per_token},
+                        {"seconds", secs},
+                        {"out", opt.out.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt.out)},
+                        {"dtype", opt.dtype}};
+    if (!opt.text.empty()) {
+      std::vector<std::string> pieces;
+      for (int id : ids) pieces.push_back(t.bytes(id));
+      j["ids"] = ids;
+      j["pieces"] = pieces;
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  if (!opt.text.empty()) {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      std::printf("%s%d '%s'", i == 0 ? "" : " | ", ids[i], shown(t.bytes(ids[i])).c_str());
+    std::printf("\n");
+  }
+  std::printf(
+      "%s: %s bytes -> %s tokens (%.2f bytes per token) in %.2f s (%s)%s\n",
+      opt.data.empty() ? "text" : opt.data.c_str(), format_count(static_cast<double>(text.size())).c_str(),
+      format_count(static_cast<double>(ids.size())).c_str(), per_token, secs,
+      format_bandwidth(static_cast<double>(text.size()) / std::max(secs, 1e-9)).c_str(),
+      opt.out.empty() ? "" : strprintf("; written to %s (%s)", opt.out.c_str(), opt.dtype.c_str()).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_tokenize(CLI::App& app, int& exit_code) {
+  auto opt = std::make_shared<TokenizeOptions>();
+  auto* cmd = app.add_subcommand(
+      "tokenize",
+      "GPT-2 BPE tokens of a text or file; --out writes token ids that memwall train --data reads");
+  cmd->add_option("--tokenizer", opt->tokenizer, "Directory with GPT-2's vocab.json and merges.txt")
+      ->required();
+  cmd->add_option("--data", opt->data, "File to encode");
+  cmd->add_option("--text", opt->text, "Text to encode (its tokens are listed)");
+  cmd->add_option("--out", opt->out,
+                  "Write the token ids here as little-endian unsigned integers (nanoGPT's train.bin layout)");
+  cmd->add_option("--dtype", opt->dtype, "Token id width in --out: u16 (vocabularies up to 65536) or u32")
+      ->check(CLI::IsMember({"u16", "u32"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", opt->json, "One JSON object (with --text, the ids and their pieces)");
+  cmd->callback([opt, &exit_code] { exit_code = run_tokenize(*opt); });
+}
+
+}  // namespace memwall::cli
