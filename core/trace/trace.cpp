@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/units.h"
+#include "base/utf8.h"
 #include "trace/trace_version.h"
 
 namespace memwall::trace {
@@ -333,16 +334,7 @@ class Scanner {
             const char h = *p_++;
             cp = cp * 16 + static_cast<unsigned>(h >= '0' && h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
           }
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
+          append_utf8(cp, out);
           break;
         }
         default:
