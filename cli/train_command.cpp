@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -69,9 +70,12 @@ struct TrainOptions {
   bool json = false;
 };
 
-// A checkpoint of a BPE run holds its tokenizer's vocab.json and merges.txt beside latest.json, so that
-// export and generate find them. Resuming with another tokenizer, or a byte-level run resuming a BPE
-// checkpoint (or the reverse), is refused before anything is read.
+// The files a BPE tokenizer may be read from (engine/train/bpe.h).
+constexpr const char* kTokenizerFiles[] = {"vocab.json", "merges.txt", "tokenizer.json"};
+
+// A checkpoint of a BPE run holds its tokenizer's files (vocab.json and merges.txt, or tokenizer.json) beside
+// latest.json, so that export and generate find them. Resuming with another tokenizer, or a byte-level run
+// resuming a BPE checkpoint (or the reverse), is refused before anything is read.
 Status check_checkpoint_tokenizer(const std::string& dir, const train::BpeTokenizer* bpe, bool resume) {
   if (!resume) return Status::ok();
   const bool has = train::BpeTokenizer::present(dir);
@@ -84,11 +88,11 @@ Status check_checkpoint_tokenizer(const std::string& dir, const train::BpeTokeni
   if (!has && train::ckpt::read_latest(dir).is_ok()) {
     return Status::invalid_argument(dir + ": the checkpoint was trained on bytes; pass --tokenizer bytes");
   }
-  for (const char* name : {"/vocab.json", "/merges.txt"}) {
-    auto mine = read_text_file(bpe->source() + name), saved = read_text_file(dir + name);
-    if (mine.is_ok() && saved.is_ok() && *mine != *saved) {
-      return Status::invalid_argument(dir + name + ": the checkpoint's tokenizer differs from --tokenizer " +
-                                      bpe->source());
+  for (const std::string& name : bpe->files()) {
+    auto mine = read_text_file(bpe->source() + "/" + name), saved = read_text_file(dir + "/" + name);
+    if (mine.is_ok() && (!saved.is_ok() || *mine != *saved)) {
+      return Status::invalid_argument(dir + ": the checkpoint's tokenizer is not --tokenizer " +
+                                      bpe->source() + "'s (" + name + ")");
     }
   }
   return Status::ok();
@@ -97,16 +101,18 @@ Status check_checkpoint_tokenizer(const std::string& dir, const train::BpeTokeni
 // Before a checkpoint is written: the run's tokenizer files into it (atomically, when they differ), or a
 // byte-level run's checkpoint rid of an earlier run's.
 Status write_checkpoint_tokenizer(const std::string& dir, const train::BpeTokenizer* bpe) {
-  for (const char* name : {"/vocab.json", "/merges.txt"}) {
-    if (bpe == nullptr) {
+  for (const std::string name : kTokenizerFiles) {
+    const bool used =
+        bpe != nullptr && std::find(bpe->files().begin(), bpe->files().end(), name) != bpe->files().end();
+    if (!used) {
       std::error_code ec;
-      std::filesystem::remove(dir + name, ec);
+      std::filesystem::remove(dir + "/" + name, ec);
       continue;
     }
-    auto text = read_text_file(bpe->source() + name);
+    auto text = read_text_file(bpe->source() + "/" + name);
     if (!text.is_ok()) return text.status();
-    if (auto saved = read_text_file(dir + name); saved.is_ok() && *saved == *text) continue;
-    MW_RETURN_IF_ERROR(io::write_file_atomic(dir + name, {*text}));
+    if (auto saved = read_text_file(dir + "/" + name); saved.is_ok() && *saved == *text) continue;
+    MW_RETURN_IF_ERROR(io::write_file_atomic(dir + "/" + name, {*text}));
   }
   return Status::ok();
 }
@@ -729,19 +735,20 @@ int run_export(const ExportOptions& opt) {
                                                          : model::ExportDtype::kF32;
   if (Status s = model::export_hf(c, read, opt.out, dtype); !s.is_ok()) return report_error(s);
   // A BPE run's tokenizer goes with its weights.
-  const bool bpe = train::BpeTokenizer::present(opt.checkpoint_dir);
-  for (const char* name : {"/vocab.json", "/merges.txt"}) {
-    if (!bpe) continue;
-    auto text = read_text_file(opt.checkpoint_dir + name);
+  std::string copied;
+  for (const std::string name : kTokenizerFiles) {
+    if (!std::filesystem::is_regular_file(opt.checkpoint_dir + "/" + name, ec)) continue;
+    auto text = read_text_file(opt.checkpoint_dir + "/" + name);
     if (!text.is_ok()) return report_error(text.status());
-    if (Status s = io::write_file_atomic(opt.out + name, {*text}); !s.is_ok()) return report_error(s);
+    if (Status s = io::write_file_atomic(opt.out + "/" + name, {*text}); !s.is_ok()) return report_error(s);
+    copied += (copied.empty() ? "" : " and ") + name;
   }
   std::printf(
       "exported %s parameters (%d layers, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
       "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.layers, c.channels, c.heads, c.vocab,
       opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
-      bpe ? " with the BPE tokenizer's vocab.json and merges.txt" : "");
+      copied.empty() ? "" : (" with the BPE tokenizer's " + copied).c_str());
   return kExitOk;
 }
 

@@ -107,13 +107,25 @@ std::uint64_t pair_key(int left, int right) {
 
 }  // namespace
 
-bool BpeTokenizer::present(const std::string& dir) {
+namespace {
+bool has_vocab_and_merges(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir + "/vocab.json", ec) &&
          std::filesystem::is_regular_file(dir + "/merges.txt", ec);
 }
+}  // namespace
+
+bool BpeTokenizer::present(const std::string& dir) {
+  std::error_code ec;
+  return has_vocab_and_merges(dir) || std::filesystem::is_regular_file(dir + "/tokenizer.json", ec);
+}
 
 Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
+  if (!has_vocab_and_merges(dir)) {
+    auto whole = read_whole(dir + "/tokenizer.json");
+    if (!whole.is_ok()) return whole.status();
+    return parse_tokenizer_json(*whole, dir);
+  }
   auto vocab = read_whole(dir + "/vocab.json");
   if (!vocab.is_ok()) return vocab.status();
   auto merges = read_whole(dir + "/merges.txt");
@@ -123,7 +135,85 @@ Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
 
 Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::string_view merges_txt,
                                          const std::string& source) {
-  const std::string vocab_name = source + "/vocab.json", merges_name = source + "/merges.txt";
+  auto t = parse_named(vocab_json, merges_txt, source, source + "/vocab.json", source + "/merges.txt");
+  if (t.is_ok()) t->files_ = {"vocab.json", "merges.txt"};
+  return t;
+}
+
+Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, const std::string& source) {
+  using nlohmann::json;
+  const std::string name = source + "/tokenizer.json";
+  const json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j.at("model").is_object())
+    return Status::invalid_argument(name + ": not a Hugging Face tokenizer (no \"model\" object)");
+  const json& model = j.at("model");
+  const auto kind = [](const json& o) {
+    return o.is_object() ? o.value("type", std::string()) : std::string();
+  };
+  if (kind(model) != "BPE") {
+    return Status::invalid_argument(name + ": model.type \"" + kind(model) +
+                                    "\"; allowed: BPE (GPT-2's byte-level BPE)");
+  }
+  const json pre = j.value("pre_tokenizer", json());
+  if (kind(pre) != "ByteLevel" || pre.value("add_prefix_space", false) || !pre.value("use_regex", true)) {
+    return Status::invalid_argument(
+        name + ": pre_tokenizer " + pre.dump() +
+        "; allowed: GPT-2's {\"type\": \"ByteLevel\", \"add_prefix_space\": false}");
+  }
+  if (!j.value("normalizer", json()).is_null())
+    return Status::invalid_argument(name + ": has a normalizer; allowed: none (GPT-2's)");
+  if (!model.contains("vocab") || !model.at("vocab").is_object() || !model.contains("merges") ||
+      !model.at("merges").is_array()) {
+    return Status::invalid_argument(name + ": model.vocab (an object) and model.merges (a list) are needed");
+  }
+  // The merges as merges.txt lines (byte-level tokens hold no spaces): "a b" strings, or ["a", "b"] pairs.
+  std::string merges;
+  for (const json& m : model.at("merges")) {
+    if (m.is_string()) {
+      merges += m.get<std::string>();
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      merges += m[0].get<std::string>() + " " + m[1].get<std::string>();
+    } else {
+      return Status::invalid_argument(name + ": model.merges entry " + m.dump() +
+                                      "; allowed: \"a b\" or [\"a\", \"b\"]");
+    }
+    merges += '\n';
+  }
+  auto t =
+      parse_named(model.at("vocab").dump(), merges, source, name + " model.vocab", name + " model.merges");
+  if (!t.is_ok()) return t;
+  t->files_ = {"tokenizer.json"};
+  // Added special tokens: in the vocabulary already (GPT-2's <|endoftext|>), or appended after it.
+  for (const json& a : j.value("added_tokens", json::array())) {
+    if (!a.is_object() || !a.value("special", false)) continue;
+    const std::string content = a.value("content", std::string());
+    const long id = a.value("id", -1L);
+    const auto size = static_cast<long>(t->bytes_.size());
+    if (id >= 0 && id < size && t->bytes_[static_cast<std::size_t>(id)] == content) {
+      if (std::find(t->specials_.begin(), t->specials_.end(), id) == t->specials_.end())
+        t->specials_.push_back(static_cast<int>(id));
+    } else if (id == size && !content.empty()) {
+      t->bytes_.push_back(content);
+      t->specials_.push_back(static_cast<int>(id));
+    } else {
+      return Status::invalid_argument(name + ": added token " + a.dump() +
+                                      " is neither its vocabulary entry nor the next id (" +
+                                      std::to_string(size) + ")");
+    }
+  }
+  t->sort_specials();
+  return t;
+}
+
+void BpeTokenizer::sort_specials() {
+  // Longest first, so that one special token that begins another does not cut it.
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [this](int x, int y) { return bytes(x).size() > bytes(y).size(); });
+}
+
+Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std::string_view merges_txt,
+                                               const std::string& source, const std::string& vocab_name,
+                                               const std::string& merges_name) {
   const nlohmann::json j = nlohmann::json::parse(vocab_json.begin(), vocab_json.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.empty()) {
     return Status::invalid_argument(vocab_name + ": not a JSON object of token -> id");
@@ -167,9 +257,7 @@ Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::strin
     if (raw.size() > 4 && raw.rfind("<|", 0) == 0 && raw.compare(raw.size() - 2, 2, "|>") == 0)
       t.specials_.push_back(static_cast<int>(id));
   }
-  // Longest first, so that one special token that begins another does not cut it.
-  std::stable_sort(t.specials_.begin(), t.specials_.end(),
-                   [&t](int x, int y) { return t.bytes(x).size() > t.bytes(y).size(); });
+  t.sort_specials();
   for (unsigned b = 0; b < 256; ++b) {
     std::string key;
     append_utf8(byte_to_unicode(b), key);
@@ -202,7 +290,7 @@ Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::strin
     const std::string left(line.substr(0, space)), right(line.substr(space + 1));
     const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
     if (l == id_of.end() || r == id_of.end() || m == id_of.end()) {
-      return Status::invalid_argument(where() + ": vocab.json lacks \"" +
+      return Status::invalid_argument(where() + ": the vocabulary lacks \"" +
                                       (l == id_of.end()   ? left
                                        : r == id_of.end() ? right
                                                           : left + right) +
@@ -307,8 +395,8 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
     dir = model_dir;
   } else if (!BpeTokenizer::present(dir)) {
     return Status::not_found(what + " " + dir +
-                             ": no vocab.json and merges.txt there; allowed: a directory holding GPT-2's "
-                             "BPE files, or bytes");
+                             ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
+                             "holding GPT-2's BPE files, or bytes");
   }
   auto t = BpeTokenizer::load(dir);
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());

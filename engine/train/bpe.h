@@ -1,4 +1,5 @@
-// GPT-2's byte-level BPE tokenizer, read from a Hugging Face model directory's vocab.json and merges.txt, so
+// GPT-2's byte-level BPE tokenizer, read from a Hugging Face model directory's vocab.json and merges.txt (or
+// its tokenizer.json, when that describes the same: a BPE model behind GPT-2's ByteLevel pre-tokenizer), so
 // that memwall train can continue a real GPT-2 checkpoint on new text and memwall generate can sample it.
 //
 // Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
@@ -30,14 +31,19 @@ namespace memwall::train {
 
 class BpeTokenizer {
  public:
-  // DIR/vocab.json and DIR/merges.txt. Errors name the file and the entry (a token that is not byte-level
-  // BPE, a merge whose parts or result the vocabulary lacks, ids that are not 0..n-1).
+  // DIR/vocab.json and DIR/merges.txt, else DIR/tokenizer.json. Errors name the file and the entry (a token
+  // that is not byte-level BPE, a merge whose parts or result the vocabulary lacks, ids that are not 0..n-1,
+  // a tokenizer.json of another kind of tokenizer).
   static Result<BpeTokenizer> load(const std::string& dir);
-  // The same from the files' contents; `source` names them in errors.
+  // The same from the files' contents; `source` (the directory) names them in errors.
   static Result<BpeTokenizer> parse(std::string_view vocab_json, std::string_view merges_txt,
                                     const std::string& source);
-  // Whether DIR holds both files.
+  static Result<BpeTokenizer> parse_tokenizer_json(std::string_view tokenizer_json,
+                                                   const std::string& source);
+  // Whether DIR holds vocab.json and merges.txt, or tokenizer.json.
   static bool present(const std::string& dir);
+  // The files of source() it was read from: {"vocab.json", "merges.txt"} or {"tokenizer.json"}.
+  const std::vector<std::string>& files() const { return files_; }
 
   std::vector<int> encode(std::string_view text) const;
   // The bytes of ids[0..n) (ids outside the vocabulary are skipped).
@@ -55,6 +61,11 @@ class BpeTokenizer {
     int rank, merged;
   };
   BpeTokenizer() = default;
+  // parse() with the names its errors give the two texts.
+  static Result<BpeTokenizer> parse_named(std::string_view vocab_json, std::string_view merges_txt,
+                                          const std::string& source, const std::string& vocab_name,
+                                          const std::string& merges_name);
+  void sort_specials();
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
   // A piece already encoded -> [first, last) of its tokens in the output.
   using PieceCache = std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>;
@@ -66,10 +77,11 @@ class BpeTokenizer {
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left << 32 | right) -> rank and merged token
   std::vector<int> specials_;                        // tokens written <|...|>, longest first
   std::string source_;
+  std::vector<std::string> files_;
 };
 
 // The tokenizer a command uses: `choice` "bytes": none; a directory: its files (an error when they are
-// missing); empty: `model_dir`'s files when it has both, else none (bytes are tokens). `what` names the
+// missing); empty: `model_dir`'s files when it has them, else none (bytes are tokens). `what` names the
 // option in errors. A tokenizer of more tokens than `max_vocab` (when > 0) is refused.
 Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, const std::string& model_dir,
                                                      int max_vocab, const std::string& what);

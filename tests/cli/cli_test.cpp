@@ -1254,6 +1254,35 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const CmdResult on_ids = memwall("train --tokenizer " + tok + " --data " + bin + one, false);
   ASSERT_EQ(on_ids.exit_code, 0) << on_ids.output;
   EXPECT_EQ(first_loss(on_ids.output), first_loss(on_text.output));
+  // The same tokenizer as Hugging Face's tokenizer.json alone: the checkpoint and the export carry that file.
+  const std::string tj = (std::filesystem::current_path() / "cli_test_files" / "tokenizer-json").string();
+  std::filesystem::remove_all(tj);
+  std::filesystem::create_directories(tj);
+  {
+    nlohmann::json merges = nlohmann::json::array();
+    std::ifstream lines(tok + "/merges.txt");
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line[0] != '#') merges.push_back(line);
+    }
+    std::ifstream vocab(tok + "/vocab.json");
+    const nlohmann::json doc = {
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+        {"normalizer", nullptr},
+        {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(vocab)}, {"merges", merges}}}};
+    std::ofstream(tj + "/tokenizer.json") << doc.dump();
+  }
+  const std::string tj_ckpt = (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe-tj").string();
+  std::filesystem::remove_all(tj_ckpt);
+  const CmdResult on_tj =
+      memwall("train --tokenizer " + tj + " --checkpoint-dir " + tj_ckpt + " --data " + bin + one, false);
+  ASSERT_EQ(on_tj.exit_code, 0) << on_tj.output;
+  EXPECT_EQ(first_loss(on_tj.output), first_loss(on_text.output));
+  EXPECT_TRUE(std::filesystem::exists(tj_ckpt + "/tokenizer.json"));
+  EXPECT_FALSE(std::filesystem::exists(tj_ckpt + "/vocab.json"));
+  const CmdResult tj_export = memwall("export --checkpoint-dir " + tj_ckpt + " --out " + tj_ckpt + "-hf");
+  EXPECT_NE(tj_export.output.find("with the BPE tokenizer's tokenizer.json"), std::string::npos)
+      << tj_export.output;
+  EXPECT_EQ(memwall("generate --weights " + tj_ckpt + "-hf --prompt And --tokens 3").exit_code, 0);
   // Resuming without --tokenizer uses the checkpoint's.
   const CmdResult resumed = memwall("train --resume --steps 201 --eval-batches 1 --checkpoint-dir " + dir +
                                     " --data " + data + " " + kTinyModel);

@@ -134,6 +134,71 @@ TEST(Bpe, SpecialTokensAreRecognisedInTheText) {
   EXPECT_EQ(t->encode("<|endoftext|><|endoftext|>"), (std::vector<int>{eot, eot}));
 }
 
+// Hugging Face's tokenizer.json of the same tokenizer (merges as "a b" strings or as pairs) encodes alike; a
+// special token appended after the vocabulary is recognised; other kinds of tokenizer are refused by name.
+TEST(Bpe, TokenizerJsonOfTheSameBpe) {
+  auto files = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(files.is_ok());
+  EXPECT_EQ(files->files(), (std::vector<std::string>{"vocab.json", "merges.txt"}));
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(slurp(kTiny + "/merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t sp = line.find(' ');
+    if (merges.size() % 2 == 0) {
+      merges.push_back(line);
+    } else {
+      merges.push_back({line.substr(0, sp), line.substr(sp + 1)});
+    }
+  }
+  const nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
+  nlohmann::json tj = {
+      {"version", "1.0"},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"added_tokens",
+       {{{"id", 656}, {"content", "<|endoftext|>"}, {"special", true}},
+        {{"id", 657}, {"content", "[SEP]"}, {"special", true}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  auto t = BpeTokenizer::parse_tokenizer_json(tj.dump(), "hf");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->files(), (std::vector<std::string>{"tokenizer.json"}));
+  EXPECT_EQ(t->vocab_size(), files->vocab_size() + 1);
+  EXPECT_EQ(t->merges(), files->merges());
+  const std::string text =
+      "In the beginning God created the heaven and the earth.\n<|endoftext|>And it's 42.";
+  EXPECT_EQ(t->encode(text), files->encode(text));
+  const std::vector<int> sep = t->encode("light[SEP]dark");
+  EXPECT_EQ(std::count(sep.begin(), sep.end(), 657), 1);
+  EXPECT_EQ(t->decode(sep.data(), sep.size()), "light[SEP]dark");
+  EXPECT_EQ(t->special_tokens(), (std::vector<int>{656, 657}));
+
+  const auto refused = [&](nlohmann::json bad, const std::string& needle) {
+    auto r = BpeTokenizer::parse_tokenizer_json(bad.dump(), "hf");
+    ASSERT_FALSE(r.is_ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  nlohmann::json wordpiece = tj;
+  wordpiece["model"]["type"] = "WordPiece";
+  refused(wordpiece, "hf/tokenizer.json: model.type \"WordPiece\"; allowed: BPE");
+  nlohmann::json metaspace = tj;
+  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}};
+  refused(metaspace, "allowed: GPT-2's {\"type\": \"ByteLevel\"");
+  nlohmann::json prefix = tj;
+  prefix["pre_tokenizer"]["add_prefix_space"] = true;
+  refused(prefix, "pre_tokenizer");
+  nlohmann::json normalized = tj;
+  normalized["normalizer"] = {{"type", "NFC"}};
+  refused(normalized, "has a normalizer");
+  nlohmann::json gap = tj;
+  gap["added_tokens"][1]["id"] = 700;
+  refused(gap, "is neither its vocabulary entry nor the next id (657)");
+  nlohmann::json bad_merge = tj;
+  bad_merge["model"]["merges"].push_back("q u");
+  refused(bad_merge, "hf/tokenizer.json model.merges line 401 \"q u\": the vocabulary lacks \"qu\"");
+  refused(nlohmann::json::array(), "not a Hugging Face tokenizer");
+}
+
 TEST(Bpe, ErrorsNameTheFileAndEntry) {
   auto no_byte = BpeTokenizer::parse(R"({"a": 0})", "", "dir");
   ASSERT_FALSE(no_byte.is_ok());
@@ -141,7 +206,7 @@ TEST(Bpe, ErrorsNameTheFileAndEntry) {
       << no_byte.status().message();
   auto bad_merge = BpeTokenizer::parse(byte_vocab({}), "#version: 0.2\nq u\n", "dir");
   ASSERT_FALSE(bad_merge.is_ok());
-  EXPECT_NE(bad_merge.status().message().find("dir/merges.txt line 2 \"q u\": vocab.json lacks \"qu\""),
+  EXPECT_NE(bad_merge.status().message().find("dir/merges.txt line 2 \"q u\": the vocabulary lacks \"qu\""),
             std::string::npos)
       << bad_merge.status().message();
   auto bad_line = BpeTokenizer::parse(byte_vocab({}), "abc\n", "dir");
