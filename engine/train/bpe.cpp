@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 
 #include "base/utf8.h"
@@ -302,7 +303,56 @@ Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std:
   return t;
 }
 
+void BpeTokenizer::encode_long_piece(std::string_view piece, std::vector<int>& out) const {
+  if (piece.empty()) return;
+  const auto n = static_cast<int>(piece.size());
+  // The symbols as a linked list over the piece's byte positions; a merge keeps the left one.
+  std::vector<int> id(piece.size()), prev(piece.size()), next(piece.size());
+  std::vector<bool> gone(piece.size(), false);
+  for (int i = 0; i < n; ++i) {
+    id[static_cast<std::size_t>(i)] =
+        byte_token_[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])];
+    prev[static_cast<std::size_t>(i)] = i - 1;
+    next[static_cast<std::size_t>(i)] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int rank, pos, left, right;
+  };
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> heap(later);
+  const auto consider = [&](int pos) {
+    if (pos < 0) return;
+    const int nx = next[static_cast<std::size_t>(pos)];
+    if (nx < 0) return;
+    const int l = id[static_cast<std::size_t>(pos)], r = id[static_cast<std::size_t>(nx)];
+    if (auto it = merges_.find(pair_key(l, r)); it != merges_.end()) heap.push({it->second.rank, pos, l, r});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const auto p = static_cast<std::size_t>(c.pos);
+    const int nx = next[p];
+    // Stale: one side merged away or into something else since the pair was seen.
+    if (gone[p] || nx < 0 || id[p] != c.left || id[static_cast<std::size_t>(nx)] != c.right) continue;
+    id[p] = merges_.at(pair_key(c.left, c.right)).merged;
+    gone[static_cast<std::size_t>(nx)] = true;
+    next[p] = next[static_cast<std::size_t>(nx)];
+    if (next[p] >= 0) prev[static_cast<std::size_t>(next[p])] = c.pos;
+    consider(prev[p]);
+    consider(c.pos);
+  }
+  for (int i = 0; i >= 0; i = next[static_cast<std::size_t>(i)])
+    out.push_back(id[static_cast<std::size_t>(i)]);
+}
+
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) const {
+  if (piece.size() > long_piece_bytes_) {
+    encode_long_piece(piece, out);
+    return;
+  }
   std::vector<int> word(piece.size());
   for (std::size_t i = 0; i < piece.size(); ++i) word[i] = byte_token_[static_cast<unsigned char>(piece[i])];
   std::vector<int> next;

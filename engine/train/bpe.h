@@ -55,6 +55,9 @@ class BpeTokenizer {
   // The special tokens' ids, in vocabulary order.
   std::vector<int> special_tokens() const;
   const std::string& source() const { return source_; }
+  // Pieces longer than this many bytes are merged from a heap (default 64; tests set 0 or a huge value to
+  // run one path only).
+  void set_long_piece_bytes(std::size_t n) { long_piece_bytes_ = n; }
 
  private:
   struct Merge {
@@ -66,7 +69,13 @@ class BpeTokenizer {
                                           const std::string& source, const std::string& vocab_name,
                                           const std::string& merges_name);
   void sort_specials();
+  // One piece's tokens appended to `out`: GPT-2's loop (merge every occurrence of the lowest-ranked pair,
+  // again) for pieces up to long_piece_bytes_, else the same merges from a heap of candidate pairs (lowest
+  // rank, then leftmost), O(n log n) instead of O(n) per merge for a long run of letters or punctuation.
+  // The two agree for merges lists where a merge comes after the merges that make its parts (every trained
+  // one); tests compare them.
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
+  void encode_long_piece(std::string_view piece, std::vector<int>& out) const;
   // A piece already encoded -> [first, last) of its tokens in the output.
   using PieceCache = std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>;
   // Ordinary text (no special tokens in it), appended to `out`.
@@ -78,6 +87,7 @@ class BpeTokenizer {
   std::vector<int> specials_;                        // tokens written <|...|>, longest first
   std::string source_;
   std::vector<std::string> files_;
+  std::size_t long_piece_bytes_ = 64;
 };
 
 // The tokenizer a command uses: `choice` "bytes": none; a directory: its files (an error when they are

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -199,6 +200,33 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(nlohmann::json::array(), "not a Hugging Face tokenizer");
 }
 
+// The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of
+// letters, digits, punctuation and spaces among ordinary words) through each path alone.
+TEST(Bpe, LongPiecesMergeFromAHeapAsTheLoopDoes) {
+  auto loop = BpeTokenizer::load(kTiny), heap = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(loop.is_ok() && heap.is_ok());
+  loop->set_long_piece_bytes(std::numeric_limits<std::size_t>::max());
+  heap->set_long_piece_bytes(0);
+  std::string text = slurp(kTiny + "/merges.txt");  // words and pieces of words, one per line
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  const char* words[] = {"the", "and", "God", "beginning", "waters", "light", "day", "earth", "--", "..."};
+  for (int run = 0; run < 50; ++run) {
+    std::string piece;
+    const int parts = 5 + run * 7;
+    for (int k = 0; k < parts; ++k) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      piece += words[x % (run % 2 == 0 ? 8 : 10)];
+    }
+    text += " " + piece + std::string(static_cast<std::size_t>(run % 5), ' ') + std::to_string(x) + "\n";
+  }
+  const std::vector<int> a = loop->encode(text), b = heap->encode(text);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(heap->decode(b.data(), b.size()), text);
+  EXPECT_LT(b.size(), text.size() * 3 / 4);
+}
+
 TEST(Bpe, ErrorsNameTheFileAndEntry) {
   auto no_byte = BpeTokenizer::parse(R"({"a": 0})", "", "dir");
   ASSERT_FALSE(no_byte.is_ok());
@@ -335,7 +363,12 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
       "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
       "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
       "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... \xF0\x9F\x98\x80 "
-      "end<|endoftext|> Next  document<|endoftext|><|endoftext|>   ";
+      "end<|endoftext|> Next  document<|endoftext|><|endoftext|>   " +
+      [] {  // one piece long enough to be merged from the heap
+        std::string w;
+        for (int k = 0; k < 40; ++k) w += k % 3 == 0 ? "Gott" : k % 3 == 1 ? "beginning" : "Licht";
+        return w;
+      }();
   spit(dir + "/corpus.txt", corpus);
   spit(dir + "/text.txt", text);
   const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
