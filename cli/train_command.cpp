@@ -479,6 +479,14 @@ int run_train(const TrainOptions& opt) {
       for (const auto& name : weights->ignored()) ignored += (ignored.empty() ? "" : ", ") + name;
       std::printf("initial weights: %s (%s)%s\n", weights->file().c_str(), weights->dtype().c_str(),
                   ignored.empty() ? "" : (", not used: " + ignored).c_str());
+      // The default rate suits small models from scratch; pretrained weights usually take a tenth of it or
+      // less.
+      if (!run.scheduler.implemented() && zo.adam.lr > 1e-3f && !opt.lr_given) {
+        std::fprintf(stderr,
+                     "memwall: note: lr %g (the run's, for training from scratch) may undo what the initial "
+                     "weights learned; fine-tuning usually takes 1e-4 or less (--lr)\n",
+                     static_cast<double>(zo.adam.lr));
+      }
     }
     if (bpe != nullptr || ds->val_bytes_per_token() == 0) {
       std::printf("data: %s (%s tokens train, %s held out; %s)\n", ds->source().c_str(),
