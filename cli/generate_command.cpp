@@ -34,6 +34,7 @@ struct GenerateOptions {
   int top_k = 40;
   std::uint64_t seed = 1;
   bool json = false;
+  bool no_stop = false;  // keep going past a special token
 };
 
 // The next token from the logits at one position: greedy at temperature 0, else softmax(logits / temperature)
@@ -148,8 +149,17 @@ int run_generate(const GenerateOptions& opt) {
     std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
     std::fflush(stdout);
   }
+  // A special token (GPT-2's <|endoftext|>) ends the text, as it ended the documents the model learnt from.
+  const std::vector<int> stops = bpe != nullptr && !opt.no_stop ? bpe->special_tokens() : std::vector<int>();
+  int made = 0;
+  std::string stopped;
   for (int n = 0; n < opt.tokens; ++n) {
     const int next = sample(logits, sampled_vocab, opt, rng);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      stopped = text_of(next);
+      break;
+    }
+    ++made;
     const std::string piece = text_of(next);
     out += piece;
     if (!opt.json) {
@@ -165,11 +175,12 @@ int run_generate(const GenerateOptions& opt) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const nlohmann::json j = {
         {"seconds", seconds},
-        {"tokens_per_s", seconds > 0 ? opt.tokens / seconds : 0.0},
+        {"tokens_per_s", seconds > 0 ? made / seconds : 0.0},
         {"checkpoint_step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
         {"prompt", opt.prompt},
         {"text", out},
-        {"tokens", opt.tokens},
+        {"tokens", made},
+        {"stopped_at", stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(stopped)},
         {"tokenizer", bpe != nullptr ? nlohmann::json(bpe->source()) : nlohmann::json("bytes")},
         {"temperature", opt.temperature},
         {"top_k", opt.top_k},
@@ -203,6 +214,8 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--top-k", opt->top_k, "Sample among the k most likely tokens (0: all)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_flag("--no-stop", opt->no_stop,
+                "Keep generating past a special token such as <|endoftext|> (by default it ends the text)");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of streaming the text");
   cmd->callback([opt, &exit_code] { exit_code = run_generate(*opt); });
 }

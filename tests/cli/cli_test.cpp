@@ -1309,6 +1309,31 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   }
 }
 
+// Documents joined by <|endoftext|>: the model learns the separator as one token, and generation ends there
+// unless --no-stop.
+TEST(CliGenerate, EndsAtTheEndOfTextToken) {
+  const std::string tok = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "And God saw the light.<|endoftext|>";
+  const std::string data = write_file("eot.txt", text);
+  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-eot").string();
+  std::filesystem::remove_all(dir);
+  const CmdResult t = memwall("train --tokenizer " + tok + " --steps 200 --eval-batches 1 --checkpoint-dir " +
+                              dir + " --data " + data + " " + kTinyModel);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::string gen =
+      "generate --checkpoint-dir " + dir + " --prompt 'And God' --tokens 40 --temperature 0";
+  const CmdResult stopped = memwall(gen, false);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_EQ(stopped.output, "And God saw the light.\n");
+  const nlohmann::json j = parse_json(memwall(gen + " --json", false).output);
+  EXPECT_EQ(j["stopped_at"], "<|endoftext|>");
+  EXPECT_EQ(j["text"], " saw the light.");
+  EXPECT_LT(j["tokens"].get<int>(), 40);
+  const CmdResult on = memwall(gen + " --no-stop", false);
+  EXPECT_EQ(on.output.rfind("And God saw the light.<|endoftext|>And God saw the light.", 0), 0u) << on.output;
+}
+
 TEST(CliExport, WritesTheCheckpointAsSafetensors) {
   const std::string data = write_file("train4.txt", training_text());
   const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-export").string();
