@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -106,14 +105,12 @@ std::uint64_t pair_key(int left, int right) {
          static_cast<std::uint32_t>(right);
 }
 
-}  // namespace
-
-namespace {
 bool has_vocab_and_merges(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir + "/vocab.json", ec) &&
          std::filesystem::is_regular_file(dir + "/merges.txt", ec);
 }
+
 }  // namespace
 
 bool BpeTokenizer::present(const std::string& dir) {

@@ -9,9 +9,10 @@
 // is left. Letters and numbers are Unicode's general categories L* and N* (a table generated from Unicode
 // 14, scripts/gen_unicode_classes.py); whitespace is Unicode's White_Space property. Bytes that are not valid
 // UTF-8 are pieces of their own, so any file encodes, and decode(encode(x)) == x for every byte string.
-// Special tokens, the vocabulary's entries written <|...|> (GPT-2's <|endoftext|>), are recognised in the
-// text as themselves before anything else, as Hugging Face's GPT-2 tokenizers do (GPT-2's own encoder did
-// not); a document separator in the training text thus becomes the token the model was trained with.
+// Special tokens, the vocabulary's entries written <|...|> (GPT-2's <|endoftext|>) and tokenizer.json's
+// special added tokens, are recognised in the text as themselves before anything else, as Hugging Face's
+// GPT-2 tokenizers do (GPT-2's own encoder did not); a document separator in the training text thus becomes
+// the token the model was trained with.
 //
 // Immutable after load(); const methods are safe from several threads.
 #pragma once
