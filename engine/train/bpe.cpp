@@ -44,8 +44,16 @@ struct CodePoint {
   Cls cls;
 };
 
+Cls ascii_class(unsigned char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return Cls::kLetter;
+  if (c >= '0' && c <= '9') return Cls::kNumber;
+  if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return Cls::kSpace;
+  return Cls::kOther;
+}
+
 CodePoint decode_at(std::string_view s, std::size_t i) {
   const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) return {b0, 1, ascii_class(b0)};  // most text: no table lookups
   std::size_t len = 1;
   char32_t c = b0;
   if (b0 >= 0xC2 && b0 <= 0xDF) {
@@ -75,6 +83,42 @@ CodePoint decode_at(std::string_view s, std::size_t i) {
                   : in_ranges(kNumberRanges, c) ? Cls::kNumber
                                                 : Cls::kOther;
   return {c, len, cls};
+}
+
+// The end of the run of code points of class `cls` starting at `from`.
+std::size_t run_end(std::string_view s, std::size_t from, Cls cls) {
+  std::size_t k = from;
+  while (k < s.size()) {
+    const CodePoint cp = decode_at(s, k);
+    if (cp.cls != cls) break;
+    k += cp.len;
+  }
+  return k;
+}
+
+// Where the pre-tokenizer's piece starting at `i` (< s.size()) ends: the first of GPT-2's alternatives that
+// matches there.
+std::size_t piece_end(std::string_view s, std::size_t i) {
+  const std::size_t n = s.size();
+  if (s[i] == '\'') {
+    for (std::string_view suffix : {"s", "t", "re", "ve", "m", "ll", "d"}) {
+      if (s.substr(i + 1, suffix.size()) == suffix) return i + 1 + suffix.size();
+    }
+  }
+  const CodePoint cp = decode_at(s, i);
+  const Cls after = s[i] == ' ' && i + 1 < n ? decode_at(s, i + 1).cls : Cls::kSpace;
+  if (after != Cls::kSpace) return run_end(s, i + 1, after);  // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+"
+  if (cp.cls != Cls::kSpace) return run_end(s, i, cp.cls);
+  // "\s+(?!\S)": a run of whitespace, less its last code point when a non-space follows; "\s+": a lone
+  // whitespace code point before a non-space.
+  std::size_t last = i, end = i;
+  while (end < n) {
+    const CodePoint w = decode_at(s, end);
+    if (w.cls != Cls::kSpace) break;
+    last = end;
+    end += w.len;
+  }
+  return end < n && last > i ? last : end;
 }
 
 // GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
@@ -387,7 +431,7 @@ std::vector<int> BpeTokenizer::special_tokens() const {
 
 std::vector<int> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int> out;
-  out.reserve(text.size() / 3 + 1);
+  out.reserve(text.size() / 2 + 16);  // English runs at 2 to 4 bytes per token
   PieceCache cache;
   // Split at the special tokens: the earliest occurrence of any (the longest where several start there).
   std::size_t from = 0;
@@ -410,7 +454,9 @@ std::vector<int> BpeTokenizer::encode(std::string_view text) const {
 }
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const {
-  for (std::string_view piece : gpt2_pretokenize(text)) {
+  for (std::size_t i = 0, end = 0; i < text.size(); i = end) {
+    end = piece_end(text, i);
+    const std::string_view piece = text.substr(i, end - i);
     if (auto it = cache.find(piece); it != cache.end()) {
       const auto [first, last] = it->second;
       for (std::size_t k = first; k < last; ++k) {
@@ -457,48 +503,8 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
 
 std::vector<std::string_view> gpt2_pretokenize(std::string_view s) {
   std::vector<std::string_view> pieces;
-  const std::size_t n = s.size();
-  std::size_t i = 0;
-  // The end of the run of code points of class `cls` starting at `from`.
-  const auto run_end = [&](std::size_t from, Cls cls) {
-    std::size_t k = from;
-    while (k < n) {
-      const CodePoint cp = decode_at(s, k);
-      if (cp.cls != cls) break;
-      k += cp.len;
-    }
-    return k;
-  };
-  while (i < n) {
-    std::size_t end = i;
-    if (s[i] == '\'') {
-      for (std::string_view suffix : {"s", "t", "re", "ve", "m", "ll", "d"}) {
-        if (s.substr(i + 1, suffix.size()) == suffix) {
-          end = i + 1 + suffix.size();
-          break;
-        }
-      }
-    }
-    if (end == i) {
-      const CodePoint cp = decode_at(s, i);
-      if (s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls != Cls::kSpace) {
-        end = run_end(i + 1, decode_at(s, i + 1).cls);  // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+"
-      } else if (cp.cls != Cls::kSpace) {
-        end = run_end(i, cp.cls);
-      } else {
-        // "\s+(?!\S)": a run of whitespace, less its last code point when a non-space follows; "\s+": a lone
-        // whitespace code point before a non-space.
-        std::size_t last = i;
-        end = i;
-        while (end < n) {
-          const CodePoint w = decode_at(s, end);
-          if (w.cls != Cls::kSpace) break;
-          last = end;
-          end += w.len;
-        }
-        if (end < n && last > i) end = last;
-      }
-    }
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t end = piece_end(s, i);
     pieces.push_back(s.substr(i, end - i));
     i = end;
   }

@@ -5,10 +5,12 @@ special tokens (<|...|>) split out, then GPT-2's pre-tokenizer pattern run by th
 \\p{L}, \\p{N}, \\s), then the lowest-ranked pair merged everywhere until none is left. Writes OUT/ids.json (the text's tokens) and OUT/pieces.json (its pieces).
 
 usage: bpe_reference.py OUT CORPUS TEXT MERGES
+       bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
 """
 import collections
 import json
 import sys
+import time
 
 import regex
 
@@ -83,20 +85,41 @@ def encode(text, ranks, vocab):
 
 
 def encode_ordinary(text, chars, rank, vocab):
-    ids, pieces = [], []
+    ids, pieces, cache = [], [], {}
     for piece in PATTERN.findall(text):
         pieces.append(piece)
-        word = tuple(chars[b] for b in piece.encode("utf-8"))
-        while len(word) > 1:
-            pairs = [(rank[p], p) for p in zip(word, word[1:]) if p in rank]
-            if not pairs:
-                break
-            word = merge(word, min(pairs)[1])
-        ids.extend(vocab[t] for t in word)
+        if piece not in cache:  # GPT-2's encoder caches each piece's tokens too
+            word = tuple(chars[b] for b in piece.encode("utf-8"))
+            while len(word) > 1:
+                pairs = [(rank[p], p) for p in zip(word, word[1:]) if p in rank]
+                if not pairs:
+                    break
+                word = merge(word, min(pairs)[1])
+            cache[piece] = [vocab[t] for t in word]
+        ids.extend(cache[piece])
     return ids, pieces
 
 
+def encode_with(directory, text_path, out):
+    with open(directory + "/vocab.json", encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(directory + "/merges.txt", encoding="utf-8") as f:
+        ranks = [tuple(line.split(" ")) for line in f.read().splitlines()
+                 if line and not line.startswith("#version")]
+    with open(text_path, "rb") as f:
+        text = f.read().decode("utf-8")
+    start = time.perf_counter()
+    ids, _ = encode(text, ranks, vocab)
+    seconds = time.perf_counter() - start
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(ids, f)
+    print(json.dumps({"tokens": len(ids), "seconds": seconds}))
+
+
 def main():
+    if sys.argv[1] == "--encode":
+        encode_with(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     out, corpus_path, text_path, merges = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     with open(corpus_path, encoding="utf-8") as f:
         corpus = f.read()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# memwall tokenize against a Python implementation of GPT-2's encoder (tests/engine/bpe_reference.py: its
+# pattern on the `regex` module, a cache per piece, the lowest-ranked pair merged until none is left) on the
+# same text and tokenizer: checks that every token id agrees, then prints both times and the ratio.
+# Needs python3-regex. Usage: bash bench/tokenize_vs_python.sh [TOKENIZER_DIR=tests/data/tiny-bpe] [TEXT=KJV]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOK=${1:-tests/data/tiny-bpe}
+TEXT=${2:-${XDG_CACHE_HOME:-$HOME/.cache}/memwall/kjv.txt}
+MW=./build/cli/memwall
+PY=/usr/bin/python3
+[ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
+$PY -c "import regex" 2>/dev/null || { echo "needs python3-regex: apt-get install python3-regex" >&2; exit 1; }
+[ -f "$TEXT" ] || $MW train --steps 1 --eval-batches 1 >/dev/null  # materialises the default corpus
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mw=$($MW tokenize --tokenizer "$TOK" --data "$TEXT" --out "$WORK/mw.bin" --dtype u32 --json)
+py=$($PY tests/engine/bpe_reference.py --encode "$TOK" "$TEXT" "$WORK/py.json")
+$PY - "$mw" "$py" "$WORK" <<'PY'
+import json, struct, sys
+mw, py, work = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+with open(work + "/mw.bin", "rb") as f:
+    data = f.read()
+mine = list(struct.unpack("<%dI" % (len(data) // 4), data))
+with open(work + "/py.json") as f:
+    ref = json.load(f)
+first = next((i for i, (a, b) in enumerate(zip(mine, ref)) if a != b), None)
+if len(mine) != len(ref) or first is not None:
+    sys.exit(f"DIFFERENT tokens: memwall {len(mine)}, Python {len(ref)}, first difference at {first}")
+mb = mw["bytes"] / 1e6
+print(f"{mw['tokenizer']}: {mw['vocab']} tokens; {mb:.1f} MB of text -> {len(mine):,} tokens, every id the same")
+print(f"{'':30} {'seconds':>8} {'MB/s':>7} {'ratio':>7}")
+print(f"{'memwall tokenize':30} {mw['seconds']:>8.2f} {mb / mw['seconds']:>7.1f}")
+print(f"{'Python GPT-2 encoder (regex)':30} {py['seconds']:>8.2f} {mb / py['seconds']:>7.1f} {py['seconds'] / mw['seconds']:>6.1f}x")
+PY
