@@ -150,6 +150,20 @@ Comm comm_of_args(const json& args, double ts, int world_size) {
   return c;
 }
 
+// A GPU event's stream: args.stream, else its tid, a number or PyTorch 1.8/1.9's "stream 7".
+long stream_of(const json& e, const json& args) {
+  if (args.is_object() && args.contains("stream")) return whole_or(num(args, "stream"), 0);
+  const std::string tid = lower(str(e, "tid"));
+  if (tid.rfind("stream ", 0) == 0) {
+    try {
+      return std::stol(tid.substr(7));
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return whole_or(num(e, "tid"), 0);
+}
+
 struct GpuEvent {
   std::string name, cat;
   double ts = 0, dur = 0, launch = -1, bytes = 0;  // launch: its CUDA runtime call's start, or -1
@@ -209,7 +223,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       g.cat = memcpy ? "gpu_memcpy" : memset ? "gpu_memset" : "kernel";
       g.ts = num(e, "ts");
       g.dur = num(e, "dur");
-      g.stream = whole_or(num(args, "stream", num(e, "tid")), 0);
+      g.stream = stream_of(e, args);
       g.bytes = num(args, "bytes");
       g.nccl = lower(name).find("nccl") != std::string::npos;
       g.correlation = whole_or(num(args, "correlation", -1), -1);
@@ -222,7 +236,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     } else if (c == "cuda_sync" && args.contains("wait_on_stream")) {
       StreamWait w;
       w.ts = num(e, "ts");
-      w.stream = whole_or(num(args, "stream", num(e, "tid")), 0);
+      w.stream = stream_of(e, args);
       w.on = whole_or(num(args, "wait_on_stream"), 0);
       w.record = whole_or(num(args, "wait_on_cuda_event_record_corr_id", -1), -1);
       waits.push_back(w);
