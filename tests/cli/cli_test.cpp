@@ -854,6 +854,8 @@ std::string training_text() {
   return s;
 }
 
+// A GPT-2-style BPE tokenizer of 657 tokens whose 400 merges were learnt on Genesis.
+const std::string kTinyBpe = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
 const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
 
 }  // namespace
@@ -1183,7 +1185,7 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
 // generate from either gives the same text; resuming takes the checkpoint's tokenizer, and mixing bytes with
 // BPE is one line, exit 2.
 TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
-  const std::string tok = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
+  const std::string tok = kTinyBpe;
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "And the evening and the morning were the first day. ";
   const std::string data = write_file("bpe.txt", text);
@@ -1317,7 +1319,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
 // Documents joined by <|endoftext|>: the model learns the separator as one token, and generation ends there
 // unless --no-stop.
 TEST(CliGenerate, EndsAtTheEndOfTextToken) {
-  const std::string tok = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
+  const std::string tok = kTinyBpe;
   std::string text;
   for (int i = 0; i < 3000; ++i) text += "And God saw the light.<|endoftext|>";
   const std::string data = write_file("eot.txt", text);
