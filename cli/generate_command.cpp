@@ -203,9 +203,10 @@ void register_generate(CLI::App& app, int& exit_code) {
       "--weights", opt->weights,
       "Instead of a checkpoint: a directory with Hugging Face GPT-2 model.safetensors and config.json "
       "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
-  cmd->add_option("--tokenizer", opt->tokenizer,
-                  "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt (default: the model's "
-                  "directory when it has them, else bytes are tokens), or bytes");
+  cmd->add_option(
+      "--tokenizer", opt->tokenizer,
+      "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt or tokenizer.json (default: "
+      "the model's directory when it has them, else bytes are tokens), or bytes");
   cmd->add_option("--prompt", opt->prompt, "Text to continue (default: a newline)");
   cmd->add_option("--tokens", opt->tokens, "Tokens to generate (bytes with the byte vocabulary)")
       ->capture_default_str();

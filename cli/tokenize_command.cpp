@@ -110,7 +110,8 @@ void register_tokenize(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "tokenize",
       "GPT-2 BPE tokens of a text or file; --out writes token ids that memwall train --data reads");
-  cmd->add_option("--tokenizer", opt->tokenizer, "Directory with GPT-2's vocab.json and merges.txt")
+  cmd->add_option("--tokenizer", opt->tokenizer,
+                  "Directory with GPT-2's vocab.json and merges.txt, or tokenizer.json")
       ->required();
   cmd->add_option("--data", opt->data, "File to encode");
   cmd->add_option("--text", opt->text, "Text to encode (its tokens are listed)");

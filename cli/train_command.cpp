@@ -798,9 +798,11 @@ void register_train(CLI::App& app, int& exit_code) {
                   "the name ends in .bin, else text")
       ->check(CLI::IsMember({"auto", "text", "u16", "u32"}))
       ->capture_default_str();
-  cmd->add_option("--tokenizer", opt->tokenizer,
-                  "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt (default: --init-from's "
-                  "directory when it has them, else bytes are tokens), or bytes");
+  cmd->add_option(
+      "--tokenizer", opt->tokenizer,
+      "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt or tokenizer.json (default: "
+      "--init-from's directory when it has them, resuming the checkpoint's, else bytes are tokens), "
+      "or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
       "Initial weights instead of GPT-2's initialisation: a Hugging Face GPT-2 model.safetensors (F32, "
