@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "engine/io/atomic_file.h"
@@ -65,7 +67,7 @@ Result<std::vector<std::uint8_t>> read_bytes(const std::string& path, const char
 
 namespace {
 // All of a token file's ids, each below `vocab`.
-Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab) {
+Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int width, int vocab) {
   if (width != 2 && width != 4)
     return Status::invalid_argument("token width " + std::to_string(width) + "; allowed: 2 or 4 bytes");
   auto bytes = read_bytes(path, "token ids");
@@ -92,7 +94,7 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
 }
 
 // All of a text file's tokens: its bytes, or the tokenizer's encoding.
-Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, const BpeTokenizer* tokenizer) {
+Result<std::vector<std::int32_t>> read_file_text(const std::string& path, const BpeTokenizer* tokenizer) {
   auto read = read_bytes(path, "text");
   if (!read.is_ok()) return read.status();
   if (tokenizer == nullptr) return std::vector<std::int32_t>(read->begin(), read->end());
@@ -100,6 +102,56 @@ Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, cons
       tokenizer->encode(std::string_view(reinterpret_cast<const char*>(read->data()), read->size()));
   return std::vector<std::int32_t>(ids.begin(), ids.end());
 }
+// The files `path` stands for: itself, or a directory's regular files (not hidden), by name.
+Result<std::vector<std::string>> files_of(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return std::vector<std::string>{path};
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file(ec) && !name.empty() && name[0] != '.') files.push_back(e.path().string());
+  }
+  if (ec) return Status::io_error(path + ": " + ec.message());
+  if (files.empty()) return Status::invalid_argument(path + ": a directory without files");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// All the token ids of a file, or of a directory's files one after another.
+Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab) {
+  auto files = files_of(path);
+  if (!files.is_ok()) return files.status();
+  std::vector<std::int32_t> all;
+  for (const std::string& f : *files) {
+    auto ids = read_file_ids(f, width, vocab);
+    if (!ids.is_ok()) return ids.status();
+    all.insert(all.end(), ids->begin(), ids->end());
+  }
+  return all;
+}
+
+// All the tokens of a text file, or of a directory's files as documents: with a tokenizer that has
+// <|endoftext|> (or another special token) it separates them, as in GPT-2's training data; bytes are joined
+// as they are.
+Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, const BpeTokenizer* tokenizer) {
+  auto files = files_of(path);
+  if (!files.is_ok()) return files.status();
+  int separator = -1;
+  if (tokenizer != nullptr) {
+    for (int id : tokenizer->special_tokens()) {
+      if (separator < 0 || tokenizer->bytes(id) == "<|endoftext|>") separator = id;
+    }
+  }
+  std::vector<std::int32_t> all;
+  for (std::size_t k = 0; k < files->size(); ++k) {
+    auto tokens = read_file_text((*files)[k], tokenizer);
+    if (!tokens.is_ok()) return tokens.status();
+    if (k > 0 && separator >= 0) all.push_back(separator);
+    all.insert(all.end(), tokens->begin(), tokens->end());
+  }
+  return all;
+}
+
 }  // namespace
 
 void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer) {

@@ -200,6 +200,46 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(nlohmann::json::array(), "not a Hugging Face tokenizer");
 }
 
+// A directory of texts is its files by name, documents separated by <|endoftext|> with BPE (joined as they
+// are with bytes); a directory of token files is their ids one after another. Hidden files are skipped.
+TEST(Bpe, DirectoriesOfDocuments) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok());
+  const std::string dir = ::testing::TempDir() + "bpe-docs-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/texts");
+  std::filesystem::create_directories(dir + "/ids");
+  std::string a, b;
+  for (int i = 0; i < 40; ++i) a += "And God called the light Day. ";
+  for (int i = 0; i < 40; ++i) b += "And the darkness he called Night. ";
+  spit(dir + "/texts/2-b.txt", b);
+  spit(dir + "/texts/1-a.txt", a);
+  spit(dir + "/texts/.hidden", "never read");
+  auto docs = TextDataset::from_files(dir + "/texts", dir + "/texts", 0, 0, 16, &*t);
+  ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
+  std::vector<int> want = t->encode(a);
+  want.push_back(t->special_tokens()[0]);
+  const std::vector<int> tail = t->encode(b);
+  want.insert(want.end(), tail.begin(), tail.end());
+  ASSERT_EQ(docs->train_tokens(), want.size());
+  std::vector<int> got(want.size()), targets(want.size());
+  docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
+  got.back() = targets[targets.size() - 2];
+  EXPECT_EQ(got, want);
+  auto bytes = TextDataset::from_files(dir + "/texts", dir + "/texts", 0, 0, 16);
+  ASSERT_TRUE(bytes.is_ok());
+  EXPECT_EQ(bytes->train_tokens(), a.size() + b.size());
+  ASSERT_TRUE(write_token_file(dir + "/ids/0.bin", t->encode(a), 2).is_ok());
+  ASSERT_TRUE(write_token_file(dir + "/ids/1.bin", t->encode(b), 2).is_ok());
+  auto ids = TextDataset::from_token_file(dir + "/ids", 2, t->vocab_size(), 0.1, 16, &*t);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  EXPECT_EQ(ids->train_tokens() + ids->val_tokens(), want.size() - 1);
+  std::filesystem::create_directories(dir + "/empty");
+  auto empty = TextDataset::from_file(dir + "/empty", 0.1, 16, &*t);
+  ASSERT_FALSE(empty.is_ok());
+  EXPECT_NE(empty.status().message().find("a directory without files"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 // The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of
 // letters, digits, punctuation and spaces among ordinary words) through each path alone.
 TEST(Bpe, LongPiecesMergeFromAHeapAsTheLoopDoes) {
