@@ -56,25 +56,29 @@ int run_tokenize(const TokenizeOptions& opt) {
   auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
   if (!chosen.is_ok()) return report_error(chosen.status());
   const train::BpeTokenizer& t = **chosen;
-  std::string text = opt.text;
-  if (!opt.data.empty()) {
-    auto read = read_text_file(opt.data);
-    if (!read.is_ok()) return report_error(read.status());
-    text = std::move(read).value();
-  }
+  // A file, or a directory's files as documents, read as memwall train reads them.
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int> ids = t.encode(text);
+  std::vector<int> ids;
+  std::size_t text_bytes = opt.text.size();
+  if (opt.data.empty()) {
+    ids = t.encode(opt.text);
+  } else {
+    text_bytes = 0;
+    auto read = train::text_tokens(opt.data, &t, &text_bytes);
+    if (!read.is_ok()) return report_error(read.status());
+    ids = std::move(read).value();
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int width = opt.dtype == "u32" ? 4 : 2;
   if (!opt.out.empty()) {
     if (Status s = train::write_token_file(opt.out, ids, width); !s.is_ok()) return report_error(s);
   }
   const double per_token =
-      ids.empty() ? 0.0 : static_cast<double>(text.size()) / static_cast<double>(ids.size());
+      ids.empty() ? 0.0 : static_cast<double>(text_bytes) / static_cast<double>(ids.size());
   if (opt.json) {
     nlohmann::json j = {{"tokenizer", t.source()},
                         {"vocab", t.vocab_size()},
-                        {"bytes", text.size()},
+                        {"bytes", text_bytes},
                         {"tokens", ids.size()},
                         {"bytes_per_token", per_token},
                         {"seconds", secs},
@@ -96,9 +100,9 @@ int run_tokenize(const TokenizeOptions& opt) {
   }
   std::printf(
       "%s: %s bytes -> %s tokens (%.2f bytes per token) in %.2f s (%s)%s\n",
-      opt.data.empty() ? "text" : opt.data.c_str(), format_count(static_cast<double>(text.size())).c_str(),
+      opt.data.empty() ? "text" : opt.data.c_str(), format_count(static_cast<double>(text_bytes)).c_str(),
       format_count(static_cast<double>(ids.size())).c_str(), per_token, secs,
-      format_bandwidth(static_cast<double>(text.size()) / std::max(secs, 1e-9)).c_str(),
+      format_bandwidth(static_cast<double>(text_bytes) / std::max(secs, 1e-9)).c_str(),
       opt.out.empty() ? "" : strprintf("; written to %s (%s)", opt.out.c_str(), opt.dtype.c_str()).c_str());
   return kExitOk;
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <type_traits>
 
 #include "engine/io/atomic_file.h"
 
@@ -55,6 +56,8 @@ Result<std::vector<std::uint8_t>> read_bytes(const std::string& path, const char
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return Status::not_found(path + ": cannot open " + what + ": " + std::strerror(errno));
   std::vector<std::uint8_t> bytes;
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<std::size_t>(st.st_size));
   std::uint8_t buf[1 << 16];
   std::size_t got = 0;
   while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
@@ -94,14 +97,16 @@ Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int wid
 }
 
 // All of a text file's tokens: its bytes, or the tokenizer's encoding.
-Result<std::vector<std::int32_t>> read_file_text(const std::string& path, const BpeTokenizer* tokenizer) {
+Result<std::vector<std::int32_t>> read_file_text(const std::string& path, const BpeTokenizer* tokenizer,
+                                                 std::size_t* bytes) {
   auto read = read_bytes(path, "text");
   if (!read.is_ok()) return read.status();
+  if (bytes != nullptr) *bytes += read->size();
   if (tokenizer == nullptr) return std::vector<std::int32_t>(read->begin(), read->end());
-  const std::vector<int> ids =
-      tokenizer->encode(std::string_view(reinterpret_cast<const char*>(read->data()), read->size()));
-  return std::vector<std::int32_t>(ids.begin(), ids.end());
+  static_assert(std::is_same_v<int, std::int32_t>, "token ids are ints");
+  return tokenizer->encode(std::string_view(reinterpret_cast<const char*>(read->data()), read->size()));
 }
+
 // The files `path` stands for: itself, or a directory's regular files (not hidden), by name.
 Result<std::vector<std::string>> files_of(const std::string& path) {
   std::error_code ec;
@@ -130,10 +135,10 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
   return all;
 }
 
-// All the tokens of a text file, or of a directory's files as documents: with a tokenizer that has
-// <|endoftext|> (or another special token) it separates them, as in GPT-2's training data; bytes are joined
-// as they are.
-Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, const BpeTokenizer* tokenizer) {
+}  // namespace
+
+Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
+                                              std::size_t* bytes) {
   auto files = files_of(path);
   if (!files.is_ok()) return files.status();
   int separator = -1;
@@ -144,15 +149,13 @@ Result<std::vector<std::int32_t>> read_text_tokens(const std::string& path, cons
   }
   std::vector<std::int32_t> all;
   for (std::size_t k = 0; k < files->size(); ++k) {
-    auto tokens = read_file_text((*files)[k], tokenizer);
+    auto tokens = read_file_text((*files)[k], tokenizer, bytes);
     if (!tokens.is_ok()) return tokens.status();
     if (k > 0 && separator >= 0) all.push_back(separator);
     all.insert(all.end(), tokens->begin(), tokens->end());
   }
   return all;
 }
-
-}  // namespace
 
 void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer) {
   if (tokenizer == nullptr) {
@@ -183,9 +186,9 @@ Result<TextDataset> TextDataset::from_files(const std::string& path, const std::
   if (seq < 1)
     return Status::invalid_argument("dataset: sequence length must be >= 1, got " + std::to_string(seq));
   if (width == 0) vocab = tokenizer != nullptr ? tokenizer->vocab_size() : kVocab;
-  auto train = width == 0 ? read_text_tokens(path, tokenizer) : read_token_ids(path, width, vocab);
+  auto train = width == 0 ? text_tokens(path, tokenizer) : read_token_ids(path, width, vocab);
   if (!train.is_ok()) return train.status();
-  auto val = width == 0 ? read_text_tokens(val_path, tokenizer) : read_token_ids(val_path, width, vocab);
+  auto val = width == 0 ? text_tokens(val_path, tokenizer) : read_token_ids(val_path, width, vocab);
   if (!val.is_ok()) return val.status();
   const auto need = static_cast<std::size_t>(seq) + 1;
   for (const auto& [file, n] : {std::pair{path, train->size()}, std::pair{val_path, val->size()}}) {
@@ -221,7 +224,7 @@ Status write_token_file(const std::string& path, const std::vector<int>& tokens,
 
 Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
                                            const BpeTokenizer* tokenizer) {
-  auto tokens = read_text_tokens(path, tokenizer);
+  auto tokens = text_tokens(path, tokenizer);
   if (!tokens.is_ok()) return tokens.status();
   auto ds = from_tokens(std::move(tokens).value(), tokenizer != nullptr ? tokenizer->vocab_size() : kVocab,
                         val_fraction, seq, path);

@@ -73,6 +73,12 @@ class TextDataset {
   std::string source_;
 };
 
+// All the tokens of a text file, or of a directory's files as documents (the datasets' reading: with a
+// tokenizer that has <|endoftext|>, or another special token, it separates them; bytes are joined as they
+// are). `bytes` (when given) grows by the text's size.
+Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
+                                              std::size_t* bytes = nullptr);
+
 // Writes `tokens` as little-endian unsigned ids of `width` bytes (2 or 4), atomically (a temporary file
 // renamed into place). Error when an id does not fit the width.
 Status write_token_file(const std::string& path, const std::vector<int>& tokens, int width);
