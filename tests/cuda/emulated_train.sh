@@ -8,7 +8,8 @@
 # MPI on host copies (--gpu-collectives host); --device auto picks the GPU; a GPU that is not there and
 # activations or a plan that do not fit the GPU are one-line errors, and a GPU that holds the activations
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
-# GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's.
+# GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
+# tokens.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -67,6 +68,13 @@ for d in cpu cuda; do
   [ "$d" = cuda ] && args=(--device cuda --gpu-matmul fp32)
   "$BIN" "${base[@]}" --set "{$clip_set}" --steps 3 "${args[@]}" >"$work/clip_$d.jsonl" 2>"$work/clip_$d.err" \
     || { echo "FAILED: gradient clipping on $d"; cat "$work/clip_$d.err"; exit 1; }
+done
+# GPT-2 BPE tokens (a 657-token vocabulary): the GPU's embedding, head and cross-entropy over it follow the CPU's.
+for d in cpu cuda; do
+  args=(--device cpu)
+  [ "$d" = cuda ] && args=(--device cuda --gpu-matmul fp32)
+  "$BIN" "${base[@]}" --tokenizer "$SRC/tests/data/tiny-bpe" --set '{"memwall.sequence_length": 32}' --steps 3 \
+    "${args[@]}" >"$work/bpe_$d.jsonl" 2>"$work/bpe_$d.err" || { echo "FAILED: BPE run on $d"; cat "$work/bpe_$d.err"; exit 1; }
 done
 # --device auto picks the (emulated) GPU; bad GPU requests are one-line errors with exit code 2.
 run auto --steps 1 --device auto
@@ -160,6 +168,12 @@ for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_sums_cuda", "
     for s in b:
         if s in a:
             near(f"step {s}, {dev_run} vs {host_run}", a[s], b[s], 1e-4)
+bpe_cpu, bpe_cuda = losses("bpe_cpu"), losses("bpe_cuda")
+if sorted(bpe_cpu) != [1, 2, 3] or sorted(bpe_cuda) != [1, 2, 3]:
+    bad.append(f"BPE: logged steps {sorted(bpe_cpu)} (cpu), {sorted(bpe_cuda)} (cuda)")
+for s in bpe_cpu:
+    if s in bpe_cuda:
+        near(f"step {s}, BPE tokens on cuda vs cpu", bpe_cuda[s], bpe_cpu[s], 1e-4)
 def norms(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
