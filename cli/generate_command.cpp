@@ -32,13 +32,15 @@ struct GenerateOptions {
   int tokens = 200;
   double temperature = 0.8;
   int top_k = 40;
+  double top_p = 1.0;  // nucleus sampling's probability mass; 1: off
   std::uint64_t seed = 1;
   bool json = false;
   bool no_stop = false;  // keep going past a special token
 };
 
 // The next token from the logits at one position: greedy at temperature 0, else softmax(logits / temperature)
-// over the top_k most likely (all with top_k 0). Ties go to the lower id.
+// over the top_k most likely (all with top_k 0), cut to the fewest most likely whose probability reaches
+// top_p (nucleus sampling; 1: no cut). Ties go to the lower id.
 int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19937_64& rng) {
   std::vector<int> order(static_cast<std::size_t>(vocab));
   for (int v = 0; v < vocab; ++v) order[static_cast<std::size_t>(v)] = v;
@@ -49,15 +51,27 @@ int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19
   if (opt.temperature == 0) return order[0];
   std::vector<double> weight(static_cast<std::size_t>(k));
   const double top = static_cast<double>(logits[order[0]]);
+  double total = 0;
   for (int i = 0; i < k; ++i) {
     weight[static_cast<std::size_t>(i)] =
         std::exp((static_cast<double>(logits[order[static_cast<std::size_t>(i)]]) - top) / opt.temperature);
+    total += weight[static_cast<std::size_t>(i)];
+  }
+  if (opt.top_p < 1) {
+    double mass = 0;
+    std::size_t keep = 0;
+    while (keep < weight.size() && mass < opt.top_p * total) mass += weight[keep++];
+    weight.resize(std::max<std::size_t>(keep, 1));
   }
   std::discrete_distribution<int> pick(weight.begin(), weight.end());
   return order[static_cast<std::size_t>(pick(rng))];
 }
 
 int run_generate(const GenerateOptions& opt) {
+  if (!(opt.top_p > 0 && opt.top_p <= 1)) {
+    return report_error(
+        Status::invalid_argument("--top-p " + std::to_string(opt.top_p) + ": allowed: 0 < p <= 1 (1: off)"));
+  }
   if (opt.tokens < 1 || !(opt.temperature >= 0) || opt.top_k < 0) {
     return report_error(Status::invalid_argument(
         "--tokens must be >= 1, --temperature >= 0 and --top-k >= 0 (0: every token)"));
@@ -184,6 +198,7 @@ int run_generate(const GenerateOptions& opt) {
         {"tokenizer", bpe != nullptr ? nlohmann::json(bpe->source()) : nlohmann::json("bytes")},
         {"temperature", opt.temperature},
         {"top_k", opt.top_k},
+        {"top_p", opt.top_p},
         {"seed", opt.seed}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
@@ -213,6 +228,10 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--temperature", opt->temperature, "Softmax temperature; 0 picks the most likely token")
       ->capture_default_str();
   cmd->add_option("--top-k", opt->top_k, "Sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--top-p", opt->top_p,
+         "Then among the fewest most likely tokens whose probability reaches p (nucleus sampling; 1: off)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the sampling")->capture_default_str();
   cmd->add_flag("--no-stop", opt->no_stop,

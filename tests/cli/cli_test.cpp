@@ -1170,9 +1170,15 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
   EXPECT_EQ(j["checkpoint_step"], 300);
   EXPECT_EQ(j["prompt"], "the");
   EXPECT_FALSE(j["text"].get<std::string>().empty());
+  // Nucleus sampling with a mass the top byte alone reaches is greedy, whatever the temperature and seed.
+  const CmdResult nucleus = memwall("generate --checkpoint-dir " + dir +
+                                        " --prompt 'the c' --tokens 20 --temperature 2 --seed 5 --top-p 1e-6",
+                                    false);
+  EXPECT_EQ(nucleus.output, greedy.output);
   // Bad input: one line, exit code 2.
   const std::vector<std::string> bad = {"generate --checkpoint-dir /nonexistent-ckpt",
-                                        "generate --checkpoint-dir " + dir + " --temperature -1"};
+                                        "generate --checkpoint-dir " + dir + " --temperature -1",
+                                        "generate --checkpoint-dir " + dir + " --top-p 0"};
   for (const std::string& args : bad) {
     const CmdResult r = memwall(args);
     EXPECT_EQ(r.exit_code, 2) << args;
