@@ -118,6 +118,24 @@ Status write_checkpoint_tokenizer(const std::string& dir, const train::BpeTokeni
   return Status::ok();
 }
 
+// --data-format auto: token ids (u16, nanoGPT's layout) when the name ends in .bin, or for a directory when
+// every file in it does; else text.
+bool names_token_files(const std::string& path) {
+  const auto bin = [](const std::string& name) {
+    return name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+  };
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return bin(path);
+  bool any = false;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec) || name.empty() || name[0] == '.') continue;
+    if (!bin(name)) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::string default_cache_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
     return std::string(x) + "/memwall";
@@ -240,10 +258,9 @@ int run_train(const TrainOptions& opt) {
     auto t = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
     if (!t.is_ok()) return t.status();
     tokenizer = std::move(t).value();
-    const std::string format = opt.data_format != "auto" ? opt.data_format
-                               : opt.data.size() > 4 && opt.data.compare(opt.data.size() - 4, 4, ".bin") == 0
-                                   ? "u16"
-                                   : "text";
+    const std::string format = opt.data_format != "auto"     ? opt.data_format
+                               : names_token_files(opt.data) ? "u16"
+                                                             : "text";
     if (!tokenizer && format == "text") {
       c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
     } else if (!tokenizer) {
@@ -795,7 +812,7 @@ void register_train(CLI::App& app, int& exit_code) {
                   "of --data");
   cmd->add_option("--data-format", opt->data_format,
                   "--data holds text, or little-endian token ids of 2 (u16) or 4 (u32) bytes; auto: u16 when "
-                  "the name ends in .bin, else text")
+                  "the name ends in .bin (for a directory, every file's), else text")
       ->check(CLI::IsMember({"auto", "text", "u16", "u32"}))
       ->capture_default_str();
   cmd->add_option(
