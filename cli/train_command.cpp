@@ -427,7 +427,10 @@ int run_train(const TrainOptions& opt) {
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
     return timed_checkpoint("checkpoint", [&]() -> Status {
-      if (lead) MW_RETURN_IF_ERROR(write_checkpoint_tokenizer(opt.checkpoint_dir, bpe));
+      // Rank 0 writes the tokenizer's files; every rank learns whether that worked before the save begins.
+      const Status tokenizer_written =
+          lead ? write_checkpoint_tokenizer(opt.checkpoint_dir, bpe) : Status::ok();
+      MW_RETURN_IF_ERROR(comm::agree(*world, tokenizer_written, "checkpoint tokenizer files"));
       return trainer->save(opt.checkpoint_dir);
     });
   };
