@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/units.h"
@@ -24,6 +25,7 @@ struct TokenizeOptions {
   std::string text;
   std::string out;
   std::string dtype = "u16";
+  int threads = 0;  // 0: every core
   bool json = false;
 };
 
@@ -55,7 +57,8 @@ int run_tokenize(const TokenizeOptions& opt) {
   }
   auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
   if (!chosen.is_ok()) return report_error(chosen.status());
-  const train::BpeTokenizer& t = **chosen;
+  train::BpeTokenizer& t = **chosen;
+  t.set_threads(opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
   // A file, or a directory's files as documents, read as memwall train reads them.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int> ids;
@@ -76,14 +79,16 @@ int run_tokenize(const TokenizeOptions& opt) {
   const double per_token =
       ids.empty() ? 0.0 : static_cast<double>(text_bytes) / static_cast<double>(ids.size());
   if (opt.json) {
-    nlohmann::json j = {{"tokenizer", t.source()},
-                        {"vocab", t.vocab_size()},
-                        {"bytes", text_bytes},
-                        {"tokens", ids.size()},
-                        {"bytes_per_token", per_token},
-                        {"seconds", secs},
-                        {"out", opt.out.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt.out)},
-                        {"dtype", opt.dtype}};
+    nlohmann::json j = {
+        {"tokenizer", t.source()},
+        {"vocab", t.vocab_size()},
+        {"bytes", text_bytes},
+        {"tokens", ids.size()},
+        {"bytes_per_token", per_token},
+        {"seconds", secs},
+        {"threads", opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency())},
+        {"out", opt.out.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt.out)},
+        {"dtype", opt.dtype}};
     if (!opt.text.empty()) {
       std::vector<std::string> pieces;
       for (int id : ids) pieces.push_back(t.bytes(id));
@@ -123,6 +128,11 @@ void register_tokenize(CLI::App& app, int& exit_code) {
                   "Write the token ids here as little-endian unsigned integers (nanoGPT's train.bin layout)");
   cmd->add_option("--dtype", opt->dtype, "Token id width in --out: u16 (vocabularies up to 65536) or u32")
       ->check(CLI::IsMember({"u16", "u32"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--threads", opt->threads,
+         "Threads for a long text (cut into pieces of at least 1 MiB where lines start; 0: every core)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "One JSON object (with --text, the ids and their pieces)");
   cmd->callback([opt, &exit_code] { exit_code = run_tokenize(*opt); });

@@ -258,6 +258,11 @@ int run_train(const TrainOptions& opt) {
     auto t = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
     if (!t.is_ok()) return t.status();
     tokenizer = std::move(t).value();
+    // Encoding a long text uses this node's share of the cores.
+    if (tokenizer) {
+      tokenizer->set_threads(static_cast<int>(std::thread::hardware_concurrency()) /
+                             std::max(1, R / std::max(1, in->hw.nodes)));
+    }
     const std::string format = opt.data_format != "auto"     ? opt.data_format
                                : names_token_files(opt.data) ? "u16"
                                                              : "text";

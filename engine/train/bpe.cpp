@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
+#include <thread>
 
 #include "base/utf8.h"
 
@@ -430,19 +431,54 @@ std::vector<int> BpeTokenizer::special_tokens() const {
 }
 
 std::vector<int> BpeTokenizer::encode(std::string_view text) const {
+  // A long text in pieces on several threads, cut where a line starts with a non-space character: GPT-2's
+  // pattern always starts a piece there (a newline never joins what follows it), and no special token spans
+  // a newline, so the tokens are those of one pass.
+  constexpr std::size_t kMinChunk = 1 << 20;
+  const bool specials_cross_lines = std::any_of(specials_.begin(), specials_.end(), [this](int id) {
+    return bytes(id).find('\n') != std::string::npos;
+  });
+  const std::size_t parts =
+      std::min<std::size_t>(static_cast<std::size_t>(threads_), text.size() / kMinChunk);
+  std::vector<std::size_t> cuts{0};
+  if (parts > 1 && !specials_cross_lines) {
+    for (std::size_t k = 1; k < parts; ++k) {
+      std::size_t p = std::max(cuts.back() + 1, k * text.size() / parts);
+      while (p < text.size() && !(text[p - 1] == '\n' && decode_at(text, p).cls != Cls::kSpace)) ++p;
+      if (p < text.size()) cuts.push_back(p);
+    }
+  }
+  cuts.push_back(text.size());
+  if (cuts.size() == 2) return encode_serial(text);
+  std::vector<std::vector<int>> chunks(cuts.size() - 1);
+  std::vector<std::thread> workers;
+  for (std::size_t k = 1; k < chunks.size(); ++k) {
+    workers.emplace_back([&, k] { chunks[k] = encode_serial(text.substr(cuts[k], cuts[k + 1] - cuts[k])); });
+  }
+  chunks[0] = encode_serial(text.substr(0, cuts[1]));
+  for (std::thread& w : workers) w.join();
+  std::vector<int> out = std::move(chunks[0]);
+  for (std::size_t k = 1; k < chunks.size(); ++k) out.insert(out.end(), chunks[k].begin(), chunks[k].end());
+  return out;
+}
+
+std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
   std::vector<int> out;
   out.reserve(text.size() / 2 + 16);  // English runs at 2 to 4 bytes per token
   PieceCache cache;
-  // Split at the special tokens: the earliest occurrence of any (the longest where several start there).
+  // Split at the special tokens: the earliest occurrence of any (the longest where several start there). Each
+  // special token's next occurrence is looked up again only once the text has passed it.
+  std::vector<std::size_t> next(specials_.size(), 0);
+  for (std::size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(bytes(specials_[k]));
   std::size_t from = 0;
   while (from < text.size()) {
     std::size_t at = std::string_view::npos;
     int special = -1;
-    for (int id : specials_) {
-      const std::size_t pos = text.find(bytes(id), from);
-      if (pos < at) {
-        at = pos;
-        special = id;
+    for (std::size_t k = 0; k < specials_.size(); ++k) {
+      if (next[k] != std::string_view::npos && next[k] < from) next[k] = text.find(bytes(specials_[k]), from);
+      if (next[k] < at) {
+        at = next[k];
+        special = specials_[k];
       }
     }
     encode_text(text.substr(from, at == std::string_view::npos ? at : at - from), out, cache);

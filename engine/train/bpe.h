@@ -46,6 +46,7 @@ class BpeTokenizer {
   // The files of source() it was read from: {"vocab.json", "merges.txt"} or {"tokenizer.json"}.
   const std::vector<std::string>& files() const { return files_; }
 
+  // A text of several MiB is encoded on up to set_threads() threads (the same tokens as one pass).
   std::vector<int> encode(std::string_view text) const;
   // The bytes of ids[0..n) (ids outside the vocabulary are skipped).
   std::string decode(const int* ids, std::size_t n) const;
@@ -59,6 +60,8 @@ class BpeTokenizer {
   // Pieces longer than this many bytes are merged from a heap (default 64; tests set 0 or a huge value to
   // run one path only).
   void set_long_piece_bytes(std::size_t n) { long_piece_bytes_ = n; }
+  // Threads encode() may use on a long text, cut into pieces of at least 1 MiB (default 1).
+  void set_threads(int n) { threads_ = n < 1 ? 1 : n; }
 
  private:
   struct Merge {
@@ -75,6 +78,7 @@ class BpeTokenizer {
   // rank, then leftmost), O(n log n) instead of O(n) per merge for a long run of letters or punctuation.
   // The two agree for merges lists where a merge comes after the merges that make its parts (every trained
   // one); tests compare them.
+  std::vector<int> encode_serial(std::string_view text) const;
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
   void encode_long_piece(std::string_view piece, std::vector<int>& out) const;
   // A piece already encoded -> [first, last) of its tokens in the output.
@@ -89,6 +93,7 @@ class BpeTokenizer {
   std::string source_;
   std::vector<std::string> files_;
   std::size_t long_piece_bytes_ = 64;
+  int threads_ = 1;
 };
 
 // The tokenizer a command uses: `choice` "bytes": none; a directory: its files (an error when they are

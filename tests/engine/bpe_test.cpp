@@ -240,6 +240,23 @@ TEST(Bpe, DirectoriesOfDocuments) {
   std::filesystem::remove_all(dir);
 }
 
+// A long text on several threads, cut where lines start: the tokens of one pass (lines that start with
+// spaces, blank lines, special tokens and multi-byte letters around the cuts included).
+TEST(Bpe, ThreadsGiveTheTokensOfOnePass) {
+  auto one = BpeTokenizer::load(kTiny), three = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(one.is_ok() && three.is_ok());
+  three->set_threads(3);
+  std::string text;
+  for (int i = 0; text.size() < (7u << 20) / 2; ++i) {
+    text += i % 5 == 0 ? "  indented line " : i % 7 == 0 ? "\n" : "And God said, Let there be light";
+    text += std::to_string(i) + (i % 11 == 0 ? "<|endoftext|>" : "") + (i % 3 == 0 ? " caf\xC3\xA9\n" : "\n");
+  }
+  const std::vector<int> serial = one->encode(text), threaded = three->encode(text);
+  EXPECT_EQ(threaded.size(), serial.size());
+  EXPECT_TRUE(threaded == serial);
+  EXPECT_EQ(three->decode(threaded.data(), threaded.size()), text);
+}
+
 // The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of
 // letters, digits, punctuation and spaces among ordinary words) through each path alone.
 TEST(Bpe, LongPiecesMergeFromAHeapAsTheLoopDoes) {
