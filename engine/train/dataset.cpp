@@ -162,9 +162,13 @@ void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer) {
     val_bytes_per_token_ = vocab_ == kVocab ? 1 : 0;
     return;
   }
+  // Special tokens (document separators) stand for no text.
+  std::vector<bool> text_token(static_cast<std::size_t>(tokenizer->vocab_size()), true);
+  for (int id : tokenizer->special_tokens()) text_token[static_cast<std::size_t>(id)] = false;
   double held_out_bytes = 0;
   for (std::size_t i = split_; i < tokens_.size(); ++i) {
-    if (tokens_[i] < tokenizer->vocab_size())
+    const auto t = static_cast<std::size_t>(tokens_[i]);
+    if (t < text_token.size() && text_token[t])
       held_out_bytes += static_cast<double>(tokenizer->bytes(tokens_[i]).size());
   }
   val_bytes_per_token_ = held_out_bytes / static_cast<double>(val_tokens());

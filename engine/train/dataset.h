@@ -62,8 +62,8 @@ class TextDataset {
  private:
   TextDataset(std::vector<std::int32_t> tokens, int vocab, std::size_t split, std::string source)
       : tokens_(std::move(tokens)), vocab_(vocab), split_(split), source_(std::move(source)) {}
-  // val_bytes_per_token_ over the held-out split: the tokenizer's bytes per token; without one, 1 for byte
-  // tokens, else 0 (unknown).
+  // val_bytes_per_token_ over the held-out split: the bytes of text its tokens stand for (special tokens:
+  // none) per token; without a tokenizer, 1 for byte tokens, else 0 (unknown).
   void measure_val_bytes(const BpeTokenizer* tokenizer);
 
   std::vector<std::int32_t> tokens_;

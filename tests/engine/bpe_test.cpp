@@ -225,6 +225,9 @@ TEST(Bpe, DirectoriesOfDocuments) {
   docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
   got.back() = targets[targets.size() - 2];
   EXPECT_EQ(got, want);
+  // Bits per byte count the documents' bytes, not the separator's.
+  EXPECT_NEAR(docs->val_bytes_per_token(),
+              static_cast<double>(a.size() + b.size()) / static_cast<double>(want.size()), 1e-12);
   auto bytes = TextDataset::from_files(dir + "/texts", dir + "/texts", 0, 0, 16);
   ASSERT_TRUE(bytes.is_ok());
   EXPECT_EQ(bytes->train_tokens(), a.size() + b.size());
