@@ -49,9 +49,7 @@ HostPathBandwidth host_path(const HardwareSpec& hw, Tier tier) {
   return h;
 }
 
-}  // namespace
-
-namespace {
+// A GPU operator's roofline: its seconds at the achievable FLOP rate and at the memory bandwidth.
 struct RooflineSides {
   double math, memory;
 };

@@ -16,6 +16,7 @@
 
 #include "base/units.h"
 #include "cpu/cast.h"
+#include "engine/io/read_file.h"
 
 namespace memwall::model {
 
@@ -23,21 +24,6 @@ namespace {
 
 constexpr std::size_t kMaxHeaderBytes = 100u << 20;  // safetensors' own limit
 constexpr std::size_t kChunkElements = 4u << 20;     // 16-bit staging while converting, per read
-
-Status pread_all(int fd, void* dst, std::size_t bytes, std::size_t at, const std::string& file) {
-  auto* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, p, bytes, static_cast<off_t>(at));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return Status::io_error(file + ": read failed: " + std::strerror(errno));
-    if (got == 0)
-      return Status::io_error(file + ": ends early (truncated at byte " + std::to_string(at) + ")");
-    p += got;
-    at += static_cast<std::size_t>(got);
-    bytes -= static_cast<std::size_t>(got);
-  }
-  return Status::ok();
-}
 
 std::string shape_text(const std::vector<long long>& s) {
   std::string out = "[";
@@ -81,7 +67,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   unsigned char len[8];
   if (size < 8)
     return Status::invalid_argument(f + ": not a safetensors file (" + std::to_string(size) + " bytes)");
-  MW_RETURN_IF_ERROR(pread_all(w.fd_, len, 8, 0, f));
+  MW_RETURN_IF_ERROR(io::pread_full(w.fd_, len, 8, 0, f));
   std::uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len[i];
   if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > size) {
@@ -90,7 +76,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                                     " bytes)");
   }
   std::string text(header_bytes, '\0');
-  MW_RETURN_IF_ERROR(pread_all(w.fd_, text.data(), text.size(), 8, f));
+  MW_RETURN_IF_ERROR(io::pread_full(w.fd_, text.data(), text.size(), 8, f));
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -196,11 +182,11 @@ Status HfWeights::check_tied_head(const nlohmann::json& header, std::size_t data
 
 Status HfWeights::read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out) {
   const std::size_t at = t.file_offset + first * static_cast<std::size_t>(t.element_bytes);
-  if (t.element_bytes == 4) return pread_all(fd_, out, n * 4, at, file_);
+  if (t.element_bytes == 4) return io::pread_full(fd_, out, n * 4, at, file_);
   std::vector<std::uint16_t> half(std::min(n, kChunkElements));
   for (std::size_t done = 0; done < n;) {
     const std::size_t k = std::min(half.size(), n - done);
-    MW_RETURN_IF_ERROR(pread_all(fd_, half.data(), k * 2, at + done * 2, file_));
+    MW_RETURN_IF_ERROR(io::pread_full(fd_, half.data(), k * 2, at + done * 2, file_));
     if (t.dtype == "BF16") {
       kernels::cast_bf16_to_f32(half.data(), out + done, k);
     } else {

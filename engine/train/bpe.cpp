@@ -2,16 +2,14 @@
 #include "engine/train/bpe.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <thread>
 
 #include "base/utf8.h"
+#include "engine/io/read_file.h"
 
 namespace memwall::train {
 
@@ -136,15 +134,6 @@ char32_t byte_to_unicode(unsigned b) {
   return next;
 }
 
-Result<std::string> read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::not_found(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return Status::io_error(path + ": read failed");
-  return out.str();
-}
-
 std::uint64_t pair_key(int left, int right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
          static_cast<std::uint32_t>(right);
@@ -165,13 +154,13 @@ bool BpeTokenizer::present(const std::string& dir) {
 
 Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
   if (!has_vocab_and_merges(dir)) {
-    auto whole = read_whole(dir + "/tokenizer.json");
+    auto whole = io::read_file(dir + "/tokenizer.json");
     if (!whole.is_ok()) return whole.status();
     return parse_tokenizer_json(*whole, dir);
   }
-  auto vocab = read_whole(dir + "/vocab.json");
+  auto vocab = io::read_file(dir + "/vocab.json");
   if (!vocab.is_ok()) return vocab.status();
-  auto merges = read_whole(dir + "/merges.txt");
+  auto merges = io::read_file(dir + "/merges.txt");
   if (!merges.is_ok()) return merges.status();
   return parse(*vocab, *merges, dir);
 }

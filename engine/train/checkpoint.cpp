@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "engine/io/crc32c.h"
+#include "engine/io/read_file.h"
 
 namespace memwall::train::ckpt {
 
@@ -187,17 +188,7 @@ ShardReader::~ShardReader() {
 }
 
 Status ShardReader::pread(void* dst, std::size_t bytes, std::uint64_t offset) const {
-  auto* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    const ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::io_error(path_ + ": read: " + std::strerror(errno));
-    if (r == 0) return Status::io_error(path_ + ": truncated");
-    p += r;
-    bytes -= static_cast<std::size_t>(r);
-    offset += static_cast<std::uint64_t>(r);
-  }
-  return Status::ok();
+  return io::pread_full(fd_, dst, bytes, offset, path_);
 }
 
 std::uint64_t ShardReader::offset(int array, std::size_t element) const {

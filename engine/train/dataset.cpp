@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "engine/io/atomic_file.h"
+#include "engine/io/read_file.h"
 
 namespace memwall::train {
 
@@ -52,28 +53,11 @@ Result<TextDataset> TextDataset::from_bytes(std::vector<std::uint8_t> bytes, dou
 }
 
 namespace {
-Result<std::vector<std::uint8_t>> read_bytes(const std::string& path, const char* what) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return Status::not_found(path + ": cannot open " + what + ": " + std::strerror(errno));
-  std::vector<std::uint8_t> bytes;
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<std::size_t>(st.st_size));
-  std::uint8_t buf[1 << 16];
-  std::size_t got = 0;
-  while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + got);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return Status::io_error(path + ": read failed");
-  return bytes;
-}
-}  // namespace
-
-namespace {
 // All of a token file's ids, each below `vocab`.
 Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int width, int vocab) {
   if (width != 2 && width != 4)
     return Status::invalid_argument("token width " + std::to_string(width) + "; allowed: 2 or 4 bytes");
-  auto bytes = read_bytes(path, "token ids");
+  auto bytes = io::read_file(path);
   if (!bytes.is_ok()) return bytes.status();
   const auto w = static_cast<std::size_t>(width);
   if (bytes->size() % w != 0) {
@@ -84,7 +68,7 @@ Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int wid
   std::vector<std::int32_t> tokens(bytes->size() / w);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     std::uint32_t id = 0;
-    for (std::size_t k = w; k-- > 0;) id = (id << 8) | (*bytes)[i * w + k];
+    for (std::size_t k = w; k-- > 0;) id = (id << 8) | static_cast<unsigned char>((*bytes)[i * w + k]);
     if (id >= static_cast<std::uint32_t>(vocab)) {
       return Status::invalid_argument(path + ": token " + std::to_string(i) + " is " + std::to_string(id) +
                                       ", outside the vocabulary of " + std::to_string(vocab) +
@@ -99,12 +83,16 @@ Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int wid
 // All of a text file's tokens: its bytes, or the tokenizer's encoding.
 Result<std::vector<std::int32_t>> read_file_text(const std::string& path, const BpeTokenizer* tokenizer,
                                                  std::size_t* bytes) {
-  auto read = read_bytes(path, "text");
+  auto read = io::read_file(path);
   if (!read.is_ok()) return read.status();
   if (bytes != nullptr) *bytes += read->size();
-  if (tokenizer == nullptr) return std::vector<std::int32_t>(read->begin(), read->end());
+  if (tokenizer == nullptr) {
+    std::vector<std::int32_t> tokens(read->size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<unsigned char>((*read)[i]);
+    return tokens;
+  }
   static_assert(std::is_same_v<int, std::int32_t>, "token ids are ints");
-  return tokenizer->encode(std::string_view(reinterpret_cast<const char*>(read->data()), read->size()));
+  return tokenizer->encode(*read);
 }
 
 // The files `path` stands for: itself, or a directory's regular files (not hidden), by name.
@@ -157,9 +145,9 @@ Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const Bpe
   return all;
 }
 
-void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer) {
+void TextDataset::measure_val_bytes(const BpeTokenizer* tokenizer, bool token_ids) {
   if (tokenizer == nullptr) {
-    val_bytes_per_token_ = vocab_ == kVocab ? 1 : 0;
+    val_bytes_per_token_ = token_ids ? 0 : 1;
     return;
   }
   // Special tokens (document separators) stand for no text.
@@ -180,8 +168,7 @@ Result<TextDataset> TextDataset::from_token_file(const std::string& path, int wi
   auto tokens = read_token_ids(path, width, vocab);
   if (!tokens.is_ok()) return tokens.status();
   auto ds = from_tokens(std::move(tokens).value(), vocab, val_fraction, seq, path);
-  if (ds.is_ok()) ds->measure_val_bytes(tokenizer);
-  if (ds.is_ok() && tokenizer == nullptr) ds->val_bytes_per_token_ = 0;
+  if (ds.is_ok()) ds->measure_val_bytes(tokenizer, true);
   return ds;
 }
 
@@ -205,8 +192,7 @@ Result<TextDataset> TextDataset::from_files(const std::string& path, const std::
   std::vector<std::int32_t> tokens = std::move(train).value();
   tokens.insert(tokens.end(), val->begin(), val->end());
   TextDataset ds(std::move(tokens), vocab, split, path + " (held out: " + val_path + ")");
-  ds.measure_val_bytes(tokenizer);
-  if (width != 0 && tokenizer == nullptr) ds.val_bytes_per_token_ = 0;
+  ds.measure_val_bytes(tokenizer, width != 0);
   return ds;
 }
 
@@ -232,7 +218,7 @@ Result<TextDataset> TextDataset::from_file(const std::string& path, double val_f
   if (!tokens.is_ok()) return tokens.status();
   auto ds = from_tokens(std::move(tokens).value(), tokenizer != nullptr ? tokenizer->vocab_size() : kVocab,
                         val_fraction, seq, path);
-  if (ds.is_ok()) ds->measure_val_bytes(tokenizer);
+  if (ds.is_ok()) ds->measure_val_bytes(tokenizer, false);
   return ds;
 }
 

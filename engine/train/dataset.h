@@ -63,8 +63,8 @@ class TextDataset {
   TextDataset(std::vector<std::int32_t> tokens, int vocab, std::size_t split, std::string source)
       : tokens_(std::move(tokens)), vocab_(vocab), split_(split), source_(std::move(source)) {}
   // val_bytes_per_token_ over the held-out split: the bytes of text its tokens stand for (special tokens:
-  // none) per token; without a tokenizer, 1 for byte tokens, else 0 (unknown).
-  void measure_val_bytes(const BpeTokenizer* tokenizer);
+  // none) per token; without a tokenizer, 1 for bytes read as tokens, 0 (unknown) for token ids.
+  void measure_val_bytes(const BpeTokenizer* tokenizer, bool token_ids);
 
   std::vector<std::int32_t> tokens_;
   int vocab_ = kVocab;

@@ -1312,7 +1312,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
       {"generate --weights " + out + " --prompt x", "vocabulary of 657 tokens and no vocab.json/merges.txt"},
       {"train --data " + bin + " --steps 1 " + kTinyModel, "outside the vocabulary of 256"},
       {"tokenize --tokenizer " + tok + " --text a --data " + data, "give one of --data FILE and --text TEXT"},
-      {"tokenize --tokenizer " + tok + " --data /nonexistent.txt", "/nonexistent.txt: cannot open text"},
+      {"tokenize --tokenizer " + tok + " --data /nonexistent.txt", "/nonexistent.txt: cannot open"},
   };
   for (const auto& [args, needle] : bad) {
     const CmdResult r = memwall(args);
