@@ -250,11 +250,13 @@ int run_train(const TrainOptions& opt) {
                                                   : std::string();
   // The tokenizer, the checkpoint's files and the text are read by every rank, and the ranks agree on the
   // outcome: a rank that cannot read one fails the run on every rank, naming the file, instead of leaving the
-  // others waiting in a collective.
+  // others waiting in a collective. A text's BPE encoding is shared out among the ranks.
   std::optional<train::BpeTokenizer> tokenizer;
   std::optional<train::TextDataset> ds;
   model::GptConfig c = model::gpt_config_of(in->model);
-  const Status inputs_read = [&]() -> Status {
+  std::string data = opt.data;
+  std::string format;
+  const Status tokenizer_read = [&]() -> Status {
     auto t = train::choose_tokenizer(opt.tokenizer, tokenizer_home, 0, "--tokenizer");
     if (!t.is_ok()) return t.status();
     tokenizer = std::move(t).value();
@@ -263,9 +265,7 @@ int run_train(const TrainOptions& opt) {
       tokenizer->set_threads(static_cast<int>(std::thread::hardware_concurrency()) /
                              std::max(1, R / std::max(1, in->hw.nodes)));
     }
-    const std::string format = opt.data_format != "auto"     ? opt.data_format
-                               : names_token_files(opt.data) ? "u16"
-                                                             : "text";
+    format = opt.data_format != "auto" ? opt.data_format : names_token_files(opt.data) ? "u16" : "text";
     if (!tokenizer && format == "text") {
       c.vocab = train::TextDataset::kVocab;  // byte tokens, whatever the model file's vocabulary
     } else if (!tokenizer) {
@@ -281,7 +281,6 @@ int run_train(const TrainOptions& opt) {
     if (!opt.checkpoint_dir.empty())
       MW_RETURN_IF_ERROR(
           check_checkpoint_tokenizer(opt.checkpoint_dir, tokenizer ? &*tokenizer : nullptr, opt.resume));
-    std::string data = opt.data;
     if (data.empty()) {
       const std::string dir = default_cache_dir();
       std::error_code ec;
@@ -290,13 +289,18 @@ int run_train(const TrainOptions& opt) {
       if (!kjv.is_ok()) return kjv.status();
       data = *kjv;
     }
+    return Status::ok();
+  }();
+  if (Status s = comm::agree(*world, tokenizer_read, "tokenizer"); !s.is_ok()) return report_error(s);
+  const Status inputs_read = [&]() -> Status {
     const int width = format == "text" ? 0 : format == "u32" ? 4 : 2;
-    auto d = !opt.val_data.empty() ? train::TextDataset::from_files(data, opt.val_data, width, c.vocab, seq,
-                                                                    tokenizer ? &*tokenizer : nullptr)
-             : format == "text"
-                 ? train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr)
-                 : train::TextDataset::from_token_file(data, width, c.vocab, 0.05, seq,
-                                                       tokenizer ? &*tokenizer : nullptr);
+    auto d =
+        !opt.val_data.empty() ? train::TextDataset::from_files(data, opt.val_data, width, c.vocab, seq,
+                                                               tokenizer ? &*tokenizer : nullptr, world.get())
+        : format == "text"
+            ? train::TextDataset::from_file(data, 0.05, seq, tokenizer ? &*tokenizer : nullptr, world.get())
+            : train::TextDataset::from_token_file(data, width, c.vocab, 0.05, seq,
+                                                  tokenizer ? &*tokenizer : nullptr);
     if (!d.is_ok()) return d.status();
     ds.emplace(std::move(d).value());
     return Status::ok();

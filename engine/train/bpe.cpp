@@ -419,32 +419,36 @@ std::vector<int> BpeTokenizer::special_tokens() const {
   return ids;
 }
 
-std::vector<int> BpeTokenizer::encode(std::string_view text) const {
-  // A long text in pieces on several threads, cut where a line starts with a non-space character: GPT-2's
-  // pattern always starts a piece there (a newline never joins what follows it), and no special token spans
-  // a newline, so the tokens are those of one pass.
-  constexpr std::size_t kMinChunk = 1 << 20;
+std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t parts,
+                                            std::size_t min_part) const {
+  // GPT-2's pattern always starts a piece where a line starts with a non-space character (a newline never
+  // joins what follows it), and a special token without a newline cannot span one.
   const bool specials_cross_lines = std::any_of(specials_.begin(), specials_.end(), [this](int id) {
     return bytes(id).find('\n') != std::string::npos;
   });
-  const std::size_t parts =
-      std::min<std::size_t>(static_cast<std::size_t>(threads_), text.size() / kMinChunk);
-  std::vector<std::size_t> cuts{0};
+  parts = std::min(parts, text.size() / std::max<std::size_t>(min_part, 1));
+  std::vector<std::size_t> at{0};
   if (parts > 1 && !specials_cross_lines) {
     for (std::size_t k = 1; k < parts; ++k) {
-      std::size_t p = std::max(cuts.back() + 1, k * text.size() / parts);
+      std::size_t p = std::max(at.back() + 1, k * text.size() / parts);
       while (p < text.size() && !(text[p - 1] == '\n' && decode_at(text, p).cls != Cls::kSpace)) ++p;
-      if (p < text.size()) cuts.push_back(p);
+      if (p < text.size()) at.push_back(p);
     }
   }
-  cuts.push_back(text.size());
-  if (cuts.size() == 2) return encode_serial(text);
-  std::vector<std::vector<int>> chunks(cuts.size() - 1);
+  at.push_back(text.size());
+  return at;
+}
+
+std::vector<int> BpeTokenizer::encode(std::string_view text) const {
+  // A long text in pieces of at least 1 MiB on several threads.
+  const std::vector<std::size_t> at = cuts(text, static_cast<std::size_t>(threads_), 1 << 20);
+  if (at.size() == 2) return encode_serial(text);
+  std::vector<std::vector<int>> chunks(at.size() - 1);
   std::vector<std::thread> workers;
   for (std::size_t k = 1; k < chunks.size(); ++k) {
-    workers.emplace_back([&, k] { chunks[k] = encode_serial(text.substr(cuts[k], cuts[k + 1] - cuts[k])); });
+    workers.emplace_back([&, k] { chunks[k] = encode_serial(text.substr(at[k], at[k + 1] - at[k])); });
   }
-  chunks[0] = encode_serial(text.substr(0, cuts[1]));
+  chunks[0] = encode_serial(text.substr(0, at[1]));
   for (std::thread& w : workers) w.join();
   std::vector<int> out = std::move(chunks[0]);
   for (std::size_t k = 1; k < chunks.size(); ++k) out.insert(out.end(), chunks[k].begin(), chunks[k].end());

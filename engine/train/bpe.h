@@ -48,6 +48,11 @@ class BpeTokenizer {
 
   // A text of several MiB is encoded on up to set_threads() threads (the same tokens as one pass).
   std::vector<int> encode(std::string_view text) const;
+  // Where `text` may be cut into at most `parts` pieces of at least `min_part` bytes (roughly equal) so
+  // that encoding each alone gives the tokens of one pass: 0, the cuts (where a line starts with a
+  // non-space character), text.size(). {0, size} alone when it cannot be cut (short, no such line start,
+  // or a special token holding a newline).
+  std::vector<std::size_t> cuts(std::string_view text, std::size_t parts, std::size_t min_part) const;
   // The bytes of ids[0..n) (ids outside the vocabulary are skipped).
   std::string decode(const int* ids, std::size_t n) const;
   // One token's bytes.

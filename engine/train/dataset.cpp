@@ -11,9 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <random>
+#include <string_view>
 #include <type_traits>
 
+#include "engine/comm/comm.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/read_file.h"
 
@@ -125,16 +128,102 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
 
 }  // namespace
 
-Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
-                                              std::size_t* bytes) {
-  auto files = files_of(path);
-  if (!files.is_ok()) return files.status();
+namespace {
+// The token between documents: <|endoftext|>, else the tokenizer's first special token; none (-1) for bytes.
+int separator_of(const BpeTokenizer* tokenizer) {
   int separator = -1;
   if (tokenizer != nullptr) {
     for (int id : tokenizer->special_tokens()) {
       if (separator < 0 || tokenizer->bytes(id) == "<|endoftext|>") separator = id;
     }
   }
+  return separator;
+}
+
+// Every rank's `mine`, concatenated in rank order on every rank: the counts first, then the tokens in
+// all-gathers of at most 64 Mi tokens a rank (each rank's share padded to the longest).
+Result<std::vector<std::int32_t>> gather_shares(comm::Communicator& comm, std::vector<std::int32_t> mine,
+                                                const std::string& tag) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::uint64_t> counts(n);
+  const std::uint64_t my_count = mine.size();
+  MW_RETURN_IF_ERROR(comm.allgather(&my_count, counts.data(), sizeof my_count, tag + " counts"));
+  const std::size_t longest = *std::max_element(counts.begin(), counts.end());
+  mine.resize(longest);
+  std::vector<std::vector<std::int32_t>> shares(n);
+  for (auto& share : shares) share.reserve(longest);
+  constexpr std::size_t kChunk = std::size_t{1} << 26;
+  std::vector<std::int32_t> full;
+  for (std::size_t at = 0; at < longest; at += kChunk) {
+    const std::size_t len = std::min(kChunk, longest - at);
+    full.resize(len * n);
+    MW_RETURN_IF_ERROR(comm.allgather(mine.data() + at, full.data(), len * sizeof(std::int32_t), tag));
+    for (std::size_t r = 0; r < n; ++r) {
+      const auto* piece = full.data() + r * len;
+      shares[r].insert(shares[r].end(), piece, piece + len);
+    }
+  }
+  std::vector<std::int32_t> all;
+  all.reserve(std::accumulate(counts.begin(), counts.end(), std::uint64_t{0}));
+  for (std::size_t r = 0; r < n; ++r) {
+    all.insert(all.end(), shares[r].begin(), shares[r].begin() + static_cast<std::ptrdiff_t>(counts[r]));
+  }
+  return all;
+}
+}  // namespace
+
+std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, const BpeTokenizer& tokenizer,
+                                       int separator, int part, int parts, std::size_t min_bytes) {
+  std::size_t total = 0;
+  for (const std::string& d : docs) total += d.size();
+  // Pieces of about a quarter of a share, so that the shares come out even where the text's cuts allow.
+  const std::size_t target =
+      std::max<std::size_t>({min_bytes, total / (4 * static_cast<std::size_t>(std::max(parts, 1))), 1});
+  std::vector<std::int32_t> out;
+  std::size_t offset = 0;  // bytes of the documents before docs[k]
+  for (std::size_t k = 0; k < docs.size(); ++k) {
+    const std::string_view doc = docs[k];
+    const std::vector<std::size_t> at = tokenizer.cuts(doc, doc.size() / target + 1, min_bytes);
+    for (std::size_t i = 0; i + 1 < at.size(); ++i) {
+      // A piece belongs to the share its middle byte falls in: the shares are consecutive runs of pieces.
+      const std::size_t middle = offset + at[i] + (at[i + 1] - at[i]) / 2;
+      const std::size_t owner = total == 0 ? 0 : middle * static_cast<std::size_t>(parts) / total;
+      if (std::min(owner, static_cast<std::size_t>(parts - 1)) != static_cast<std::size_t>(part)) continue;
+      if (i == 0 && k > 0 && separator >= 0) out.push_back(separator);
+      const std::vector<int> ids = tokenizer.encode(doc.substr(at[i], at[i + 1] - at[i]));
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    offset += doc.size();
+  }
+  return out;
+}
+
+Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
+                                              std::size_t* bytes, comm::Communicator* comm) {
+  const int separator = separator_of(tokenizer);
+  if (comm != nullptr && comm->size() > 1 && tokenizer != nullptr) {
+    std::vector<std::string> docs;
+    const Status read = [&]() -> Status {
+      auto files = files_of(path);
+      if (!files.is_ok()) return files.status();
+      for (const std::string& f : *files) {
+        auto text = io::read_file(f);
+        if (!text.is_ok()) return text.status();
+        docs.push_back(std::move(text).value());
+      }
+      return Status::ok();
+    }();
+    MW_RETURN_IF_ERROR(comm::agree(*comm, read, "reading " + path));
+    for (const std::string& d : docs) {
+      if (bytes != nullptr) *bytes += d.size();
+    }
+    // Shares of at least 64 KiB: below that, the all-gathers cost more than the encoding they save.
+    return gather_shares(
+        *comm, encode_share(docs, *tokenizer, separator, comm->rank(), comm->size(), std::size_t{1} << 16),
+        "tokens of " + path);
+  }
+  auto files = files_of(path);
+  if (!files.is_ok()) return files.status();
   std::vector<std::int32_t> all;
   for (std::size_t k = 0; k < files->size(); ++k) {
     auto tokens = read_file_text((*files)[k], tokenizer, bytes);
@@ -173,13 +262,15 @@ Result<TextDataset> TextDataset::from_token_file(const std::string& path, int wi
 }
 
 Result<TextDataset> TextDataset::from_files(const std::string& path, const std::string& val_path, int width,
-                                            int vocab, int seq, const BpeTokenizer* tokenizer) {
+                                            int vocab, int seq, const BpeTokenizer* tokenizer,
+                                            comm::Communicator* comm) {
   if (seq < 1)
     return Status::invalid_argument("dataset: sequence length must be >= 1, got " + std::to_string(seq));
   if (width == 0) vocab = tokenizer != nullptr ? tokenizer->vocab_size() : kVocab;
-  auto train = width == 0 ? text_tokens(path, tokenizer) : read_token_ids(path, width, vocab);
+  auto train = width == 0 ? text_tokens(path, tokenizer, nullptr, comm) : read_token_ids(path, width, vocab);
   if (!train.is_ok()) return train.status();
-  auto val = width == 0 ? text_tokens(val_path, tokenizer) : read_token_ids(val_path, width, vocab);
+  auto val =
+      width == 0 ? text_tokens(val_path, tokenizer, nullptr, comm) : read_token_ids(val_path, width, vocab);
   if (!val.is_ok()) return val.status();
   const auto need = static_cast<std::size_t>(seq) + 1;
   for (const auto& [file, n] : {std::pair{path, train->size()}, std::pair{val_path, val->size()}}) {
@@ -213,8 +304,8 @@ Status write_token_file(const std::string& path, const std::vector<int>& tokens,
 }
 
 Result<TextDataset> TextDataset::from_file(const std::string& path, double val_fraction, int seq,
-                                           const BpeTokenizer* tokenizer) {
-  auto tokens = text_tokens(path, tokenizer);
+                                           const BpeTokenizer* tokenizer, comm::Communicator* comm) {
+  auto tokens = text_tokens(path, tokenizer, nullptr, comm);
   if (!tokens.is_ok()) return tokens.status();
   auto ds = from_tokens(std::move(tokens).value(), tokenizer != nullptr ? tokenizer->vocab_size() : kVocab,
                         val_fraction, seq, path);

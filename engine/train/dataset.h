@@ -15,6 +15,10 @@
 #include "base/status.h"
 #include "engine/train/bpe.h"
 
+namespace memwall::comm {
+class Communicator;
+}
+
 namespace memwall::train {
 
 class TextDataset {
@@ -25,8 +29,10 @@ class TextDataset {
   // each split, and 0 < val_fraction < 1. With a tokenizer the file's text is encoded by it; without, each
   // byte is a token. Every reader of a path here also takes a directory: its regular files (not hidden) by
   // name, one after another; text files are then documents, separated by the tokenizer's <|endoftext|>.
+  // With `comm`, its ranks share the encoding (text_tokens); every rank must call alike.
   static Result<TextDataset> from_file(const std::string& path, double val_fraction, int seq,
-                                       const BpeTokenizer* tokenizer = nullptr);
+                                       const BpeTokenizer* tokenizer = nullptr,
+                                       comm::Communicator* comm = nullptr);
   static Result<TextDataset> from_bytes(std::vector<std::uint8_t> bytes, double val_fraction, int seq,
                                         std::string source);
   // Pre-tokenized text: little-endian unsigned token ids of `width` bytes each (2: nanoGPT's train.bin; 4),
@@ -36,9 +42,10 @@ class TextDataset {
                                              const BpeTokenizer* tokenizer = nullptr);
   // Training tokens from all of `path`, held-out tokens from all of `val_path` (nanoGPT's train.bin and
   // val.bin, or two texts): `width` 0 reads text (bytes, or the tokenizer's encoding; `vocab` then follows),
-  // 2 or 4 token ids below `vocab`. Each file needs seq+1 tokens.
+  // 2 or 4 token ids below `vocab`. Each file needs seq+1 tokens. `comm`: as for from_file.
   static Result<TextDataset> from_files(const std::string& path, const std::string& val_path, int width,
-                                        int vocab, int seq, const BpeTokenizer* tokenizer = nullptr);
+                                        int vocab, int seq, const BpeTokenizer* tokenizer = nullptr,
+                                        comm::Communicator* comm = nullptr);
   // Tokens of a vocabulary of `vocab` (each in [0, vocab)).
   static Result<TextDataset> from_tokens(std::vector<std::int32_t> tokens, int vocab, double val_fraction,
                                          int seq, std::string source);
@@ -76,8 +83,17 @@ class TextDataset {
 // All the tokens of a text file, or of a directory's files as documents (the datasets' reading: with a
 // tokenizer that has <|endoftext|>, or another special token, it separates them; bytes are joined as they
 // are). `bytes` (when given) grows by the text's size.
+// With a tokenizer and a `comm` of several ranks (every rank calls alike), the ranks share the work: each
+// reads every file, they agree on that (a file one rank cannot read is that rank's error on all of them),
+// each encodes a 1/size share of the text (encode_share) and they all-gather the shares: the same tokens.
 Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
-                                              std::size_t* bytes = nullptr);
+                                              std::size_t* bytes = nullptr,
+                                              comm::Communicator* comm = nullptr);
+// Share `part` of `parts` of the tokens of documents `docs` joined by `separator` (none when < 0): the text
+// is cut where the tokenizer allows (BpeTokenizer::cuts, pieces of at least `min_bytes`), the pieces dealt
+// out in order by their bytes; the shares of parts 0..parts-1, concatenated, are the tokens of one pass.
+std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, const BpeTokenizer& tokenizer,
+                                       int separator, int part, int parts, std::size_t min_bytes);
 
 // Writes `tokens` as little-endian unsigned ids of `width` bytes (2 or 4), atomically (a temporary file
 // renamed into place). Error when an id does not fit the width.

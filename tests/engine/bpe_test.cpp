@@ -260,6 +260,39 @@ TEST(Bpe, ThreadsGiveTheTokensOfOnePass) {
   EXPECT_EQ(three->decode(threaded.data(), threaded.size()), text);
 }
 
+// Ranks sharing a directory's encoding (text_tokens with a communicator): the shares of 1 to 5 parts,
+// concatenated in order, are the tokens of one pass, separators and an empty document included, and each
+// part gets some of a text that can be cut.
+TEST(Bpe, SharesOfTheEncodingJoinIntoOnePass) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok());
+  std::vector<std::string> docs(4);
+  for (int i = 0; i < 3000; ++i) {
+    docs[static_cast<std::size_t>(i % 7 == 0   ? 0
+                                  : i % 3 == 0 ? 1
+                                               : 3)] +=
+        (i % 5 == 0 ? "  indented " : "And God said, Let there be light ") + std::to_string(i) +
+        (i % 4 == 0 ? "\n\n" : "\n");
+  }
+  const int eot = t->special_tokens().at(0);
+  std::vector<std::int32_t> serial;
+  for (std::size_t k = 0; k < docs.size(); ++k) {
+    if (k > 0) serial.push_back(eot);
+    const std::vector<int> ids = t->encode(docs[k]);
+    serial.insert(serial.end(), ids.begin(), ids.end());
+  }
+  for (int parts = 1; parts <= 5; ++parts) {
+    std::vector<std::int32_t> joined;
+    for (int part = 0; part < parts; ++part) {
+      const std::vector<std::int32_t> share = encode_share(docs, *t, eot, part, parts, 256);
+      EXPECT_GT(share.size(), serial.size() / static_cast<std::size_t>(4 * parts)) << part << " of " << parts;
+      joined.insert(joined.end(), share.begin(), share.end());
+    }
+    EXPECT_TRUE(joined == serial) << parts << " parts: " << joined.size() << " tokens, one pass "
+                                  << serial.size();
+  }
+}
+
 // The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of
 // letters, digits, punctuation and spaces among ordinary words) through each path alone.
 TEST(Bpe, LongPiecesMergeFromAHeapAsTheLoopDoes) {

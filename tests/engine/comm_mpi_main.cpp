@@ -1,14 +1,22 @@
 // Run under `mpirun -np 2` by ctest (and alone, as one rank): all-gather, deterministic reduce-scatter, and
 // a collective that a peer joins too late, which must come back as a timeout naming the rank and the tag, and
-// ranks that call different collectives, which must come back as an error naming what each rank runs.
+// ranks that call different collectives, which must come back as an error naming what each rank runs; the
+// ranks sharing a text's BPE encoding (the tokens of one pass; a file one rank cannot read fails them all).
 // Exits non-zero on the first failed check.
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/comm/comm.h"
+#include "engine/train/dataset.h"
 
 using namespace memwall;
 
@@ -19,6 +27,43 @@ void check(bool ok, const char* what, int rank) {
     std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what);
     ++failures;
   }
+}
+
+// A directory of two documents and a file only rank 0 has, in a directory of this rank's own (relative
+// paths then name the same files on every rank): the shared encoding against one pass, and the error.
+void check_shared_encoding(comm::Communicator& c) {
+  const int r = c.rank();
+  auto t = train::BpeTokenizer::load(std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe");
+  check(t.is_ok(), "the test tokenizer loads", r);
+  if (!t.is_ok()) return;
+  char dir[] = "/tmp/memwall-comm-XXXXXX";
+  check(mkdtemp(dir) != nullptr, "a temporary directory", r);
+  const auto home = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  std::filesystem::create_directory("corpus");
+  std::string text;
+  for (int i = 0; text.size() < 300000; ++i)
+    text += "And God said, Let there be light " + std::to_string(i) + "\n";
+  std::ofstream("corpus/a.txt") << text;
+  std::ofstream("corpus/b.txt") << text.substr(1000);
+  if (r == 0) std::ofstream("only0.txt") << text;
+
+  std::size_t shared_bytes = 0, bytes = 0;
+  auto shared = train::text_tokens("corpus", &*t, &shared_bytes, &c);
+  auto alone = train::text_tokens("corpus", &*t, &bytes);
+  check(shared.is_ok() && alone.is_ok() && *shared == *alone, "shared encoding = one pass", r);
+  check(shared_bytes == bytes && bytes == 2 * text.size() - 1000, "shared encoding counts the bytes", r);
+
+  if (c.size() >= 2) {
+    auto missing = train::text_tokens("only0.txt", &*t, nullptr, &c);
+    check(!missing.is_ok(), "a file one rank cannot read fails every rank", r);
+    const std::string m = missing.status().message();
+    check(m.find("only0.txt") != std::string::npos && (r == 1 || m.find("rank 1 of ") != std::string::npos),
+          "the error names the file and, elsewhere, the rank", r);
+    if (r == 0) std::fprintf(stderr, "rank 0 got, as expected: %s\n", m.c_str());
+  }
+  std::filesystem::current_path(home);
+  std::filesystem::remove_all(dir);
 }
 }  // namespace
 
@@ -56,6 +101,8 @@ int main() {
     check(std::memcmp(&mine[i], &want, sizeof want) == 0, "reduce-scatter is the rank-ordered sum, bitwise",
           r);
   }
+
+  check_shared_encoding(c);
 
   // Ranks that diverged: rank 0 gathers one tensor while rank 1 reduces another. Both get an error naming
   // what each rank runs (no hang, no mixed data), and the next matching collective works.
