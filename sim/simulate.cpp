@@ -29,7 +29,9 @@ namespace {
 
 // Rank `rank` of the node. Each resource of the rank is a lane: a daemon actor that runs its tasks one at a
 // time in submission order, like a CUDA stream or copy engine, an NCCL stream, an NVMe queue or the
-// optimizer thread; contention comes from the other ranks and from links several lanes cross. A lane waits
+// optimizer thread; contention comes from the other ranks and from links several lanes cross. A replayed
+// trace's further lanes of a resource (Task::lane: its other streams) get actors of their own, made when
+// their first task arrives; they share the resource's hosts and links with lane 0. A lane waits
 // on one activity at a time (SimGrid 3.32 slows down badly when an actor repeatedly waits on a set that
 // holds long-lived activities), and reports completions to the rank's driver through a semaphore.
 class SimGridExecutor final : public Executor {
@@ -41,13 +43,7 @@ class SimGridExecutor final : public Executor {
         activities_(activities),
         done_sem_(sg4::Semaphore::create(0)) {
     for (int r = 0; r < kResourceCount; ++r) {
-      if (static_cast<Resource>(r) == Resource::kNone) continue;
-      lanes_[r].pending = sg4::Semaphore::create(0);
-      sg4::Actor::create("rank" + std::to_string(rank) + "-" + resource_name(static_cast<Resource>(r)),
-                         p.gpu(rank), [this, r]() {
-                           sg4::Actor::self()->daemonize();
-                           lane_loop(r);
-                         });
+      if (static_cast<Resource>(r) != Resource::kNone) lane(static_cast<Resource>(r), 0);
     }
   }
 
@@ -62,9 +58,9 @@ class SimGridExecutor final : public Executor {
     if ((t.kind == TaskKind::kNvmeRead || t.kind == TaskKind::kNvmeWrite) && p_.nvme() == nullptr) {
       return Status::failed_precondition("NVMe task on hardware without NVMe: " + t.name);
     }
-    Lane& lane = lanes_[static_cast<int>(t.resource)];
-    lane.queue.push_back(&t);
-    lane.pending->release();
+    Lane& l = lane(t.resource, std::max(0, t.lane));
+    l.queue.push_back(&t);
+    l.pending->release();
     return Status::ok();
   }
 
@@ -86,8 +82,24 @@ class SimGridExecutor final : public Executor {
     return sg4::Exec::init()->set_flops_amount(amount)->set_host(host)->start();
   }
 
-  void lane_loop(int r) {
-    Lane& lane = lanes_[r];
+  // The lane of resource `r` numbered `index`, its actor started the first time.
+  Lane& lane(Resource r, int index) {
+    std::unique_ptr<Lane>& slot = lanes_[{static_cast<int>(r), index}];
+    if (!slot) {
+      slot = std::make_unique<Lane>();
+      slot->pending = sg4::Semaphore::create(0);
+      Lane* l = slot.get();
+      sg4::Actor::create("rank" + std::to_string(rank_) + "-" + resource_name(r) +
+                             (index > 0 ? "-" + std::to_string(index) : std::string()),
+                         p_.gpu(rank_), [this, l]() {
+                           sg4::Actor::self()->daemonize();
+                           lane_loop(*l);
+                         });
+    }
+    return *slot;
+  }
+
+  void lane_loop(Lane& lane) {
     for (;;) {
       lane.pending->acquire();
       const Task& t = *lane.queue.front();
@@ -208,7 +220,7 @@ class SimGridExecutor final : public Executor {
   const int rpn_;
   std::uint64_t& activities_;
   double origin_ = 0;
-  Lane lanes_[kResourceCount];
+  std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (resource, lane)
   std::deque<Completion> done_;
   sg4::SemaphorePtr done_sem_;
 };

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <queue>
+#include <utility>
 
+#include "exec/run_analysis.h"
 #include "memory/bandwidth_model.h"
 
 namespace memwall {
@@ -19,9 +22,14 @@ struct ReferenceExecutor::State {
     double transfer_from = 0;  // NVMe: when the launch delay and latency are over and its bytes begin to move
     double bytes_left = 0;     // NVMe: bytes not yet moved at `nvme_updated`
   };
-  Running running[kResourceCount];
-  bool busy[kResourceCount] = {};
-  std::deque<const Task*> queue[kResourceCount];
+  // One per resource and lane, in that order (NVMe reads and writes: lane 0 alone).
+  struct Lane {
+    Running running;
+    bool busy = false;
+    std::deque<const Task*> queue;
+  };
+  std::map<std::pair<int, int>, Lane> lanes;
+  Lane& nvme(int r) { return lanes[{r, 0}]; }
   std::vector<Completion> instant;  // zero-duration tasks completed at submit time
   double nvme_updated = 0;          // when the NVMe lanes' bytes_left were last brought up to date
 };
@@ -92,7 +100,9 @@ void ReferenceExecutor::nvme_rates(double rate[2]) const {
   const double both = hw_.nvme.readwrite_Bps() / ranks_per_node_;
   bool moving[2];
   for (int i = 0; i < 2; ++i) {
-    moving[i] = st.busy[lanes[i]] && st.running[lanes[i]].transfer_from <= st.nvme_updated;
+    auto it = st.lanes.find({lanes[i], 0});
+    moving[i] =
+        it != st.lanes.end() && it->second.busy && it->second.running.transfer_from <= st.nvme_updated;
     rate[i] = moving[i] ? std::min(cap[i], both) : 0;
   }
   if (moving[0] && moving[1] && rate[0] + rate[1] > both) {
@@ -110,15 +120,16 @@ void ReferenceExecutor::advance_nvme(double to) {
   double rate[2];
   nvme_rates(rate);
   for (int i = 0; i < 2; ++i) {
-    State::Running& run = st.running[lanes[i]];
+    State::Running& run = st.nvme(lanes[i]).running;
     if (rate[i] > 0 && to > st.nvme_updated)
       run.bytes_left = std::max(0.0, run.bytes_left - rate[i] * (to - st.nvme_updated));
   }
   st.nvme_updated = std::max(st.nvme_updated, to);
   nvme_rates(rate);
   for (int i = 0; i < 2; ++i) {
-    State::Running& run = st.running[lanes[i]];
-    if (!st.busy[lanes[i]]) continue;
+    State::Lane& lane = st.nvme(lanes[i]);
+    State::Running& run = lane.running;
+    if (!lane.busy) continue;
     const double from = std::max(run.transfer_from, st.nvme_updated);
     // Not moving yet: an estimate at its rate alone, set again when it starts moving (an event).
     run.end = from + run.bytes_left / (rate[i] > 0 ? rate[i] : rate_alone(lanes[i]));
@@ -131,15 +142,16 @@ double ReferenceExecutor::rate_alone(int lane) const {
   return std::min(cap, hw_.nvme.readwrite_Bps()) / ranks_per_node_;
 }
 
-void ReferenceExecutor::start(int r, const Task& t) {
+void ReferenceExecutor::start(int r, int lane, const Task& t) {
   State& st = *state_;
   if (is_nvme_lane(r)) advance_nvme(st.now);
-  st.busy[r] = true;
+  State::Lane& l = st.lanes[{r, lane}];
+  l.busy = true;
   const double start = std::max(st.now, t.release_s);
-  st.running[r] = {t.id, start, start + duration(t)};
+  l.running = {t.id, start, start + duration(t)};
   if (is_nvme_lane(r)) {
-    st.running[r].transfer_from = start + t.delay_s + hw_.nvme.latency_s;
-    st.running[r].bytes_left = t.bytes;
+    l.running.transfer_from = start + t.delay_s + hw_.nvme.latency_s;
+    l.running.bytes_left = t.bytes;
     advance_nvme(st.now);
   }
 }
@@ -151,10 +163,11 @@ Status ReferenceExecutor::submit(const Task& t) {
     return Status::ok();
   }
   const int r = static_cast<int>(t.resource);
-  if (!st.busy[r]) {
-    start(r, t);
+  const int lane = is_nvme_lane(r) ? 0 : std::max(0, t.lane);
+  if (State::Lane& l = st.lanes[{r, lane}]; !l.busy) {
+    start(r, lane, t);
   } else {
-    st.queue[r].push_back(&t);
+    l.queue.push_back(&t);
   }
   return Status::ok();
 }
@@ -169,32 +182,34 @@ Result<Completion> ReferenceExecutor::wait_any() {
   for (;;) {
     // The next event: a lane's end (earliest first, ties by resource order, so runs are deterministic), or
     // an NVMe lane's bytes starting to move, which changes the other direction's rate.
-    int best = -1;
+    std::pair<int, int> best{-1, 0};
     double at = 0;
     bool moves = false;
-    for (int r = 0; r < kResourceCount; ++r) {
-      if (!st.busy[r]) continue;
-      const State::Running& run = st.running[r];
+    for (const auto& [key, lane] : st.lanes) {
+      if (!lane.busy) continue;
+      const State::Running& run = lane.running;
       const bool starts_moving =
-          is_nvme_lane(r) && run.transfer_from > st.nvme_updated && run.end > run.transfer_from;
+          is_nvme_lane(key.first) && run.transfer_from > st.nvme_updated && run.end > run.transfer_from;
       const double when = starts_moving ? run.transfer_from : run.end;
-      if (best < 0 || when < at) {
-        best = r;
+      if (best.first < 0 || when < at) {
+        best = key;
         at = when;
         moves = starts_moving;
       }
     }
-    if (best < 0) return Status::failed_precondition("reference executor: wait_any with nothing in flight");
+    if (best.first < 0)
+      return Status::failed_precondition("reference executor: wait_any with nothing in flight");
     if (at > st.nvme_updated) advance_nvme(at);
     if (moves) continue;
-    const State::Running done = st.running[best];
+    State::Lane& lane = st.lanes[best];
+    const State::Running done = lane.running;
     st.now = std::max(st.now, done.end);
-    st.busy[best] = false;
-    if (is_nvme_lane(best)) advance_nvme(st.now);  // the other direction speeds up
-    if (!st.queue[best].empty()) {
-      const Task* next = st.queue[best].front();
-      st.queue[best].pop_front();
-      start(best, *next);
+    lane.busy = false;
+    if (is_nvme_lane(best.first)) advance_nvme(st.now);  // the other direction speeds up
+    if (!lane.queue.empty()) {
+      const Task* next = lane.queue.front();
+      lane.queue.pop_front();
+      start(best.first, best.second, *next);
     }
     return Completion{done.task, done.start, done.end};
   }
@@ -224,10 +239,21 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
   }
   size_t done = 0;
   int in_flight = 0;
+  // A resource with several lanes (replayed streams) is busy while any of them is: the union of its tasks'
+  // intervals, not their sum.
+  std::vector<Interval> lane_intervals[kResourceCount];
+  bool lanes_of[kResourceCount] = {};
+  for (const Task& t : s.tasks) {
+    if (t.resource != Resource::kNone && t.lane > 0) lanes_of[static_cast<int>(t.resource)] = true;
+  }
   auto complete = [&](const Completion& c) {
     result.timing[c.task] = c;
     const Task& t = s.tasks[c.task];
-    if (t.resource != Resource::kNone) result.busy_s[static_cast<int>(t.resource)] += c.end_s - c.start_s;
+    if (t.resource != Resource::kNone && lanes_of[static_cast<int>(t.resource)]) {
+      lane_intervals[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
+    } else if (t.resource != Resource::kNone) {
+      result.busy_s[static_cast<int>(t.resource)] += c.end_s - c.start_s;
+    }
     result.makespan_s = std::max(result.makespan_s, c.end_s);
     ++done;
     for (int d : dependents[c.task]) {
@@ -260,6 +286,9 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
     if (!c.is_ok()) return c.status();
     --in_flight;
     complete(*c);
+  }
+  for (int r = 0; r < kResourceCount; ++r) {
+    if (lanes_of[r]) result.busy_s[r] = total_length(interval_union(std::move(lane_intervals[r])));
   }
   return result;
 }

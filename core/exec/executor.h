@@ -46,7 +46,8 @@ class Executor {
 // node's ranks active, or one GPU's link for a broadcast owner; NVMe at the node's rate shared by its ranks,
 // a read and a write at once sharing the drives' combined read+write rate (the one contention it models);
 // collectives at the all-gather algorithm bandwidth, twice the bytes for an all-reduce; the optimizer step at
-// the memory bandwidth of the tier holding the states).
+// the memory bandwidth of the tier holding the states). A resource's lanes (Task::lane: a replayed trace's
+// streams) run side by side, each in order, without slowing each other; NVMe has one lane per direction.
 class ReferenceExecutor final : public Executor {
  public:
   ReferenceExecutor(const HardwareSpec& hw, int ranks_per_node);
@@ -62,7 +63,7 @@ class ReferenceExecutor final : public Executor {
 
  private:
   struct State;
-  void start(int lane, const Task& task);
+  void start(int resource, int lane, const Task& task);
   void nvme_rates(double rate[2]) const;
   void advance_nvme(double to);
   double rate_alone(int lane) const;

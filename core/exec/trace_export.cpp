@@ -34,12 +34,21 @@ void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::T
     if (static_cast<Resource>(r) != Resource::kNone)
       w.thread_name(pid, r + 1, resource_name(static_cast<Resource>(r)));
   }
+  // Further lanes of a resource (a replayed trace's streams): tracks of their own, "compute 1", ...
+  std::set<std::pair<int, int>> lanes;
+  for (const Task& t : s.tasks) {
+    if (t.resource != Resource::kNone && t.lane > 0) lanes.insert({static_cast<int>(t.resource), t.lane});
+  }
+  for (const auto& [r, lane] : lanes) {
+    w.thread_name(pid, track_of(static_cast<Resource>(r), lane),
+                  std::string(resource_name(static_cast<Resource>(r))) + " " + std::to_string(lane));
+  }
   for (const Task& t : s.tasks) {
     if (t.resource == Resource::kNone) continue;
     const Completion& c = run.timing[t.id];
     trace::TraceSpan sp;
     sp.pid = pid;
-    sp.tid = static_cast<int>(t.resource) + 1;
+    sp.tid = track_of(t.resource, t.lane);
     sp.name = t.name;
     sp.category = task_kind_name(t.kind);
     sp.ts_us = c.start_s * 1e6;
@@ -54,9 +63,10 @@ void export_run_trace(const Schedule& s, const RunResult& run, int pid, trace::T
       sp.group = t.group;
     }
     w.span(sp);
-    // Link bandwidth while the transfer runs (one task per resource at a time in a schedule run).
+    // Link bandwidth while the transfer runs (one task per resource lane at a time in a schedule run).
     if (t.bytes > 0 && sp.dur_us > 0 && t.kind != TaskKind::kOptimizerStep && t.kind != TaskKind::kCompute) {
-      const std::string name = std::string("bandwidth ") + resource_name(t.resource);
+      const std::string name = std::string("bandwidth ") + resource_name(t.resource) +
+                               (t.lane > 0 ? " " + std::to_string(t.lane) : std::string());
       w.counter({pid, name, sp.ts_us, {{"Bps", t.bytes / (c.end_s - c.start_s)}}});
       w.counter({pid, name, sp.ts_us + sp.dur_us, {{"Bps", 0}}});
     }

@@ -23,6 +23,18 @@ const char* task_kind_name(TaskKind k);
 enum class Resource { kCompute, kH2D, kD2H, kNvmeRead, kNvmeWrite, kNetwork, kCpuOptimizer, kNone };
 inline constexpr int kResourceCount = 8;
 const char* resource_name(Resource r);
+// A resource's lane as a trace track (tid): resource + 1 for lane 0 (every trace before lanes), then
+// kResourceCount further on for each lane; and back (a track past the last resource wraps to lanes).
+inline int track_of(Resource r, int lane) {
+  return static_cast<int>(r) + 1 + kResourceCount * lane;
+}
+inline Resource resource_of_track(int tid) {
+  const int r = tid < 1 ? 0 : (tid - 1) % kResourceCount;
+  return r == static_cast<int>(Resource::kNone) ? Resource::kCpuOptimizer : static_cast<Resource>(r);
+}
+inline int lane_of_track(int tid) {
+  return tid < 1 ? 0 : (tid - 1) / kResourceCount;
+}
 
 enum class CollectiveKind { kNone, kAllGather, kReduceScatter, kAllReduce, kBroadcast };
 const char* collective_name(CollectiveKind c);
@@ -84,6 +96,10 @@ struct Task {
   double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
   double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
   double release_s = 0;  // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
+  // replay: the resource's lane, e.g. the CUDA stream a measured kernel ran on. Lanes of one resource run
+  // side by side, each in order (a compute kernel on a side stream overlaps the main stream's, as it did
+  // when measured); the planner's schedules use lane 0 only.
+  int lane = 0;
   // Gradient accumulation: runs in every micro-batch but the first (reading back the gradient sum the
   // earlier ones left on NVMe); accumulated_schedule leaves it out of the first copy.
   bool later_micro_batches = false;

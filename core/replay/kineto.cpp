@@ -301,6 +301,8 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if (per_step[static_cast<std::size_t>(k)].size() == base.size()) same.push_back(k);
   }
   std::map<long, int> last_on_stream;
+  std::map<std::pair<Resource, long>, int> lane_of;  // a resource's streams, numbered as they first appear
+  std::map<Resource, int> lanes;
   Schedule& s = g.schedule;
   for (std::size_t idx = 0; idx < base.size(); ++idx) {
     const GpuEvent& e = gpu[base[idx]];
@@ -347,6 +349,10 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       t.measured_s = std::max(1e-9, median(durs));
       ++info.kernels;
     }
+    // Each stream a lane of its resource: kernels of a side stream overlap the main stream's as measured.
+    const auto [lane, added] = lane_of.emplace(std::pair{t.resource, e.stream}, lanes[t.resource]);
+    if (added) ++lanes[t.resource];
+    t.lane = lane->second;
     if (auto it = last_on_stream.find(e.stream); it != last_on_stream.end()) t.deps.push_back(it->second);
     last_on_stream[e.stream] = t.id;
     s.tasks.push_back(std::move(t));

@@ -8,8 +8,8 @@
 // re-simulated from their bytes; NCCL kernels become collectives re-simulated from their message bytes.
 // Dependencies: the order within each CUDA stream, each task's release time, and cross-stream waits from
 // cuda_sync "Stream Wait Event" events (cudaStreamWaitEvent: the waiting stream's next task after the wait
-// depends on the waited stream's last task launched before the event record). Approximation: kernels of
-// several compute streams share one compute lane.
+// depends on the waited stream's last task launched before the event record). Each stream is a lane of its
+// resource (Task::lane): kernels of several compute streams run side by side, as they were measured.
 #pragma once
 
 #include <string>

@@ -146,7 +146,8 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
     auto kind = kind_of(sp.category);
     if (!kind.is_ok()) return kind.status();
     t.kind = *kind;
-    t.resource = static_cast<Resource>(std::clamp(sp.tid - 1, 0, kResourceCount - 2));
+    t.resource = resource_of_track(sp.tid);
+    t.lane = lane_of_track(sp.tid);
     t.phase = phase_of(sp.phase);
     t.name = sp.name;
     t.bytes = sp.bytes;

@@ -302,6 +302,75 @@ TEST(Kineto, CollectivesSpanTheProcessGroupsTheTraceLists) {
   }
 }
 
+// FSDP's pattern: a parameter's copy-in kernel and its all-gather run on a side stream while the main
+// stream's GEMM runs. Each stream is a lane of its resource, so the replay keeps them side by side, as
+// measured: the copy-in does not wait behind the 3 ms GEMM, nor does the all-gather after it.
+TEST(Kineto, EachStreamIsALaneOfItsResource) {
+  json ev = json::array();
+  ev.push_back({{"ph", "X"},
+                {"cat", "user_annotation"},
+                {"name", "ProfilerStep#0"},
+                {"pid", 1},
+                {"tid", 1},
+                {"ts", 0},
+                {"dur", 4100}});
+  long corr = 1;
+  auto gpu = [&](const char* name, long stream, double launch, double ts, double dur, json args) {
+    ev.push_back({{"ph", "X"},
+                  {"cat", "cuda_runtime"},
+                  {"name", "cudaLaunchKernel"},
+                  {"pid", 1},
+                  {"tid", 1},
+                  {"ts", launch},
+                  {"dur", 5},
+                  {"args", {{"correlation", corr}}}});
+    args["stream"] = stream;
+    args["correlation"] = corr++;
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", name},
+                  {"pid", 0},
+                  {"tid", stream},
+                  {"ts", ts},
+                  {"dur", dur},
+                  {"args", args}});
+  };
+  gpu("sm80_xmma_gemm_bf16 A", 7, 10, 20, 3000, json::object());
+  gpu("split_with_sizes_copy_out", 20, 30, 40, 100, json::object());
+  gpu("ncclDevKernel_AllGather_RING_LL", 20, 40, 140, 1500,
+      {{"Collective name", "_allgather_base"},
+       {"In msg nelems", 50000000},
+       {"Out msg nelems", 100000000},
+       {"dtype", "BFloat16"},
+       {"Group size", 2}});
+  gpu("sm80_xmma_gemm_bf16 B", 7, 50, 3020, 1000, json::object());
+  const json trace = {{"traceEvents", ev}, {"distributedInfo", {{"rank", 0}, {"world_size", 2}}}};
+  KinetoInfo info;
+  auto g = import_kineto_trace(trace.dump(), 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  const auto& t = g->schedule.tasks;
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0].resource, Resource::kCompute);
+  EXPECT_EQ(t[0].lane, 0);
+  EXPECT_EQ(t[1].resource, Resource::kCompute);
+  EXPECT_EQ(t[1].lane, 1);  // the side stream's kernel
+  EXPECT_EQ(t[2].kind, TaskKind::kCollective);
+  EXPECT_EQ(t[2].lane, 0);  // the first stream with collectives
+  EXPECT_EQ(t[2].deps, std::vector<int>{1});
+  EXPECT_EQ(t[3].lane, 0);
+  EXPECT_EQ(t[3].deps, std::vector<int>{0});
+
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  place_ranks(hw, *g);
+  ReferenceExecutor ref(hw, g->schedule.ranks_per_node);
+  const RunResult run = run_schedule(g->schedule, ref).value();
+  EXPECT_NEAR(run.timing[1].start_s, 30e-6, 1e-12);  // at its launch, beside the GEMM
+  EXPECT_LT(run.timing[2].start_s, run.timing[0].end_s);
+  EXPECT_NEAR(run.makespan_s, 4.01e-3, 1e-9);  // the main stream: launched at 10 us, 3 + 1 ms
+  // Compute is busy while either lane is: the GEMMs' 4 ms, the copy-in inside them.
+  EXPECT_NEAR(run.busy_s[static_cast<int>(Resource::kCompute)], 4e-3, 1e-9);
+}
+
 TEST(Kineto, UnmatchedCollectivesAndBadFilesAreReported) {
   KinetoInfo info;
   auto g = import_kineto_trace(kineto_fixture(false), 0, -1, info);

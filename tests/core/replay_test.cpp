@@ -79,6 +79,44 @@ TEST(Replay, AReferenceRunReplaysToItsOwnIterationTime) {
   EXPECT_FALSE(apply_what_ifs({{"compute", "-1"}}, nullptr, hw2, g2).is_ok());
 }
 
+// A resource's further lanes are tracks of their own in the trace ("compute 1") and come back as lanes.
+TEST(Replay, LanesSurviveTheTrace) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  Schedule s;
+  for (int i = 0; i < 3; ++i) {
+    Task t;
+    t.id = i;
+    t.name = "kernel " + std::to_string(i);
+    t.kind = TaskKind::kCompute;
+    t.resource = Resource::kCompute;
+    t.lane = i == 1 ? 1 : 0;
+    t.flops = 1e12;
+    if (i == 2) t.deps = {0, 1};
+    s.tasks.push_back(t);
+  }
+  ReferenceExecutor exec(hw, 1);
+  const RunResult r = run_schedule(s, exec).value();
+  EXPECT_NEAR(r.timing[1].start_s, 0, 1e-12);  // beside kernel 0
+  std::ostringstream out;
+  trace::TraceWriter w(out);
+  trace::TraceHeader h;
+  h.command = "test";
+  w.begin(h);
+  export_run_trace(s, r, 0, w);
+  ASSERT_TRUE(w.finish().is_ok());
+  const trace::TraceData d = trace::read_trace(out.str()).value();
+  EXPECT_EQ(d.threads.at({0, track_of(Resource::kCompute, 1)}), "compute 1");
+  auto g = import_memwall_trace(d, 0, 0, -1);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_EQ(g->schedule.tasks.size(), 3u);
+  for (const Task& t : g->schedule.tasks) {
+    EXPECT_EQ(t.resource, Resource::kCompute);
+    EXPECT_EQ(t.lane, t.name == "kernel 1" ? 1 : 0) << t.name;
+  }
+  place_ranks(hw, *g);
+  EXPECT_NEAR(replay_time(*g, hw), r.makespan_s, 1e-6 * r.makespan_s);
+}
+
 // The hardware what-ifs simulate applies: bandwidths (NVMe's combined rate too, when the file sets it),
 // the GPU's FLOP/s, another GPU, the node count.
 TEST(Replay, HardwareWhatIfsChangeOnlyWhatTheyName) {

@@ -46,6 +46,32 @@ TEST(SimGrid, UncontendedCopyIsSizeOverBandwidthPlusLatency) {
   EXPECT_NEAR(simulate(one_task(1, copy_task(Tier::kGpu, Tier::kCpu, 12e9)), hw), expected, 0.02 * expected);
 }
 
+// Lanes of one resource (a replayed trace's streams) run side by side: measured kernels keep their
+// durations, while kernels timed by the roofline share the GPU's FLOP rate (no faster than one lane).
+TEST(SimGrid, LanesOfAResourceRunSideBySide) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  for (const bool measured : {true, false}) {
+    for (const int second_lane : {0, 1}) {
+      Schedule s = one_task(1, {});
+      s.tasks.clear();
+      for (int i = 0; i < 2; ++i) {
+        Task t;
+        t.id = i;
+        t.name = "kernel " + std::to_string(i);
+        t.kind = TaskKind::kCompute;
+        t.resource = Resource::kCompute;
+        t.lane = i == 0 ? 0 : second_lane;
+        t.measured_s = measured ? 0.5 : 0;
+        t.flops = measured ? 0 : 0.5 * hw.gpu.achievable_flops;
+        s.tasks.push_back(t);
+      }
+      const double want = measured && second_lane == 1 ? 0.5 : 1.0;
+      EXPECT_NEAR(simulate(s, hw), want, 0.01 * want)
+          << (measured ? "measured" : "roofline") << " lanes " << second_lane + 1;
+    }
+  }
+}
+
 TEST(SimGrid, NvmeReadIsSizeOverTheDrivesRate) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   Task t;
