@@ -4,7 +4,9 @@
 // The file is a stream of varint32-length-prefixed protobuf messages: GlobalMetadata, then one Node each
 // (schema/protobuf/et_def.proto; decoded here from the wire format, no protobuf library). What is read:
 // each node's id, name, type, data and control dependencies, start time and duration, and the attributes
-// comm_type, comm_size, pg_name, is_cpu_op, num_ops and tensor_size. Tasks:
+// comm_type, comm_size, pg_name, is_cpu_op, num_ops, tensor_size, and stream or tid (chakra_converter's
+// copy of a GPU op's CUDA stream, or a CPU op's thread): each stream or thread is a lane of its resource
+// (Task::lane), so ops of different streams run side by side as measured. Tasks:
 //   COMP_NODE      GPU compute with its measured duration, or num_ops FLOPs at the hardware's achievable
 //                  rate when the duration is 0 (ASTRA-sim's roofline mode); is_cpu_op: on the host CPU lane
 //   COMM_COLL_NODE all-reduce / all-gather / reduce-scatter / broadcast re-simulated from comm_size bytes

@@ -127,6 +127,38 @@ TEST(Chakra, ReplaysOnHardwareAndAnswersWhatIfs) {
   }
 }
 
+// chakra_converter copies a GPU op's stream into its `tid` attribute: each stream is a lane, so the 2 ms
+// GEMMs of streams 7 and 20, launched together, replay side by side as measured; the third, on stream 7
+// again, follows the first.
+TEST(Chakra, EachStreamIsALane) {
+  ChakraWriter w;
+  std::uint64_t id = 1;
+  for (const std::int64_t stream : {7, 20, 7}) {
+    ChakraWriter::Node n;
+    n.id = id++;
+    n.name = "gemm on stream " + std::to_string(stream);
+    n.type = ChakraWriter::kComp;
+    n.start_us = 1000 + (n.id == 3 ? 2000 : 0);
+    n.dur_us = 2000;
+    n.bool_attrs = {{"is_cpu_op", false}};
+    n.int_attrs = {{"tid", stream}};
+    w.add(n);
+  }
+  ChakraInfo info;
+  auto g = import_chakra_trace(w.bytes(), 0, 1, 0, -1, info);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  const auto& t = g->schedule.tasks;
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].lane, 0);
+  EXPECT_EQ(t[1].lane, 1);
+  EXPECT_EQ(t[2].lane, 0);
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  place_ranks(hw, *g);
+  ReferenceExecutor ref(hw, g->schedule.ranks_per_node);
+  EXPECT_NEAR(run_schedule(g->schedule, ref).value().makespan_s, 4e-3, 1e-12);
+  EXPECT_NEAR(g->measured_iteration_s, 4e-3, 1e-12);
+}
+
 // Rank 3 of 32 on two DGX-2 nodes, tensor parallelism 4 beside data parallelism: a 64 MiB all-reduce in its
 // tensor-parallel group (ranks 0-3, on node 0), one in its data-parallel group (ranks 3 and 19, one GPU on
 // each node, with the node's NICs shared by the 16 such groups) and one over the world (pg "0").
