@@ -122,6 +122,12 @@ Result<std::string> read_with_overrides(const std::string& kind, const std::stri
   return apply_overrides(*text, path, set);
 }
 
+// An error in a file the user patched with `flag`: says so, as the value may be the flag's, not the file's.
+Status with_overrides_named(const Status& s, const char* flag, const std::string& set) {
+  if (set.empty()) return s;
+  return {s.code(), s.message() + " (the file with " + flag + " '" + set + "' applied)"};
+}
+
 }  // namespace
 
 Result<WhatIfs> parse_what_ifs(const std::vector<std::string>& texts) {
@@ -160,12 +166,12 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
   Result<std::string> model_json = read_with_overrides("models", model, model_set, path);
   if (!model_json.is_ok()) return model_json.status();
   Result<ModelSpec> m = parse_model(*model_json, path, in.diag);
-  if (!m.is_ok()) return m.status();
+  if (!m.is_ok()) return with_overrides_named(m.status(), "--model-set", model_set);
   in.model = std::move(*m);
   Result<std::string> run_json = read_with_overrides("runs", run, run_set, path);
   if (!run_json.is_ok()) return run_json.status();
   Result<RunConfig> r = parse_run(*run_json, path, in.diag);
-  if (!r.is_ok()) return r.status();
+  if (!r.is_ok()) return with_overrides_named(r.status(), "--set", run_set);
   in.run = std::move(*r);
   return in;
 }

@@ -517,6 +517,9 @@ TEST(CliPredict, FlashAttentionShrinksActivationsAndTheAttentionsTime) {
       memwall(plan + " --set '{\"memwall.attention\": \"flash\"}'").output.find("(flash attention: FLOPs"),
       std::string::npos);
   expect_bad_input("predict --set '{\"memwall.attention\": \"fused\"}'", "allowed: unfused, flash");
+  // The value came from --set, not the run file the error names: it says so.
+  expect_bad_input("predict --set '{\"memwall.attention\": \"fused\"}'",
+                   "(the file with --set '{\"memwall.attention\": \"fused\"}' applied)");
   // 8 sequences of 4096 tokens overflow a V100 by the probabilities (8 x 1.25 GiB of Eq. 5 against 0.25 GiB
   // fused): predict says fused attention fits, with the activations before and after.
   const nlohmann::json big = parse_json(
