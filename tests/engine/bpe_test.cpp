@@ -293,6 +293,90 @@ TEST(Bpe, SharesOfTheEncodingJoinIntoOnePass) {
   }
 }
 
+// Tokenizer files with bytes flipped, ranges cut, repeated or dropped, loads as a tokenizer or fails with
+// one line, never a crash (run under the sanitizers by scripts/sanitize.sh); a tokenizer that loads still
+// round-trips any bytes.
+TEST(Bpe, DamagedTokenizerFilesNeverCrash) {
+  const std::string vocab = slurp(kTiny + "/vocab.json"), merges = slurp(kTiny + "/merges.txt");
+  nlohmann::json merge_lines = nlohmann::json::array();
+  std::istringstream lines(merges);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') merge_lines.push_back(line);
+  }
+  const std::string tj =
+      nlohmann::json{
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+          {"added_tokens", {{{"id", 656}, {"content", "<|endoftext|>"}}}},
+          {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(vocab)}, {"merges", merge_lines}}}}
+          .dump();
+  const std::string text =
+      "In the beginning\n\n  God said 42 caf\xC3\xA9 \xFF\xC3<|endoftext|>!!! \xE2\x80\xA8 x";
+  std::uint64_t x = 0x243F6A8885A308D3ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  // Valid JSON with odd values: ids negative, huge, repeated, fractional or strings; entries dropped.
+  const nlohmann::json vocab_json = nlohmann::json::parse(vocab);
+  std::vector<std::string> keys;
+  for (const auto& item : vocab_json.items()) keys.push_back(item.key());
+  const nlohmann::json odd[] = {-1, 1000000000, 0, 655, 3.5, "7", nullptr, 657};
+  int loaded = 0, refused = 0;
+  for (int c = 0; c < 600; ++c) {
+    std::string v = vocab, m = merges, j = tj;
+    if (c >= 300) {
+      nlohmann::json changed = vocab_json;
+      for (int k = 0, edits = 1 + static_cast<int>(next() % 3); k < edits; ++k) {
+        const std::string& key = keys[next() % keys.size()];
+        if (next() % 4 == 0) {
+          changed.erase(key);
+        } else {
+          changed[key] = odd[next() % std::size(odd)];
+        }
+      }
+      v = changed.dump();
+      m = "#version: 0.2\n" + keys[next() % keys.size()] + " " + keys[next() % keys.size()] + "\n" + merges;
+    }
+    std::string& target = c % 3 == 0 ? v : c % 3 == 1 ? m : j;
+    for (int k = 0, edits = c >= 300 ? 0 : 1 + static_cast<int>(next() % 3); k < edits && !target.empty();
+         ++k) {
+      const std::size_t at = next() % target.size(), len = 1 + next() % 40;
+      switch (next() % 5) {
+        case 0:
+          target[at] = static_cast<char>(next());
+          break;
+        case 1:
+          target.erase(at, len);
+          break;
+        case 2:
+          target.insert(at, target.substr(at, len));
+          break;
+        case 3:
+          target.resize(at);
+          break;
+        default:
+          target.insert(at, 1, "{}[]\",:0 \n\\"[next() % 11]);
+          break;
+      }
+    }
+    auto t = c % 3 == 2 && c < 300 ? BpeTokenizer::parse_tokenizer_json(j, "hf")
+                                   : BpeTokenizer::parse(v, m, "mem");
+    if (!t.is_ok()) {
+      ++refused;
+      EXPECT_EQ(t.status().message().find('\n'), std::string::npos) << t.status().message();
+      continue;
+    }
+    ++loaded;
+    const std::vector<int> ids = t->encode(text);
+    EXPECT_EQ(t->decode(ids.data(), ids.size()), text) << "case " << c;
+  }
+  EXPECT_GT(loaded, 0);
+  EXPECT_GT(refused, 0);
+  std::printf("%d damaged tokenizers loaded, %d refused\n", loaded, refused);
+}
+
 // The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of
 // letters, digits, punctuation and spaces among ordinary words) through each path alone.
 TEST(Bpe, LongPiecesMergeFromAHeapAsTheLoopDoes) {
