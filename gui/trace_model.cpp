@@ -200,6 +200,29 @@ void TraceModel::build() {
       flops += spans[i].flops;
       ++names[spans[i].name];
     }
+    // A replayed trace's further compute lanes (its other CUDA streams, "compute 1", ...): their FLOPs count,
+    // and compute is busy while any lane is (the union of the lanes' spans).
+    const std::string lane_prefix = compute->name + " ";
+    std::vector<std::pair<double, double>> busy;
+    for (const Track& t : tracks) {
+      if (&t == compute || t.pid != compute->pid || t.name.rfind(lane_prefix, 0) != 0) continue;
+      for (std::size_t i : t.span) flops += spans[i].flops;
+      for (std::size_t k = 0; k < t.start.size(); ++k) busy.emplace_back(t.start[k], t.end[k]);
+    }
+    if (!busy.empty()) {
+      for (std::size_t k = 0; k < compute->start.size(); ++k)
+        busy.emplace_back(compute->start[k], compute->end[k]);
+      std::sort(busy.begin(), busy.end());
+      double total = 0, from = busy.front().first, to = busy.front().second;
+      for (const auto& [s0, e0] : busy) {
+        if (s0 > to) {
+          total += to - from;
+          from = s0;
+        }
+        to = std::max(to, e0);
+      }
+      sm.compute_s = total + (to - from);
+    }
     // Iterations: how often the first op of the trace appears.
     if (!compute->span.empty()) sm.iterations = std::max(1, names[spans[compute->span.front()].name]);
     // Stalls: the largest gaps on the compute track, with the task that ended last before the op resumed.

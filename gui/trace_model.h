@@ -49,11 +49,11 @@ struct Summary {
   int iterations = 1;
   double span_s = 0;                 // first start to last end
   double iteration_s = 0;            // span / iterations
-  double compute_s = 0;              // rank 0's compute busy time
+  double compute_s = 0;              // rank 0's compute busy time (any of its compute lanes)
   double exposed_s = 0;              // span minus compute busy (rank 0)
   double tflops_per_gpu = 0;         // rank 0's compute FLOPs over the span
   double peak_bytes[3] = {0, 0, 0};  // gpu, cpu, nvme (from the memory counters, beyond the reserve)
-  std::vector<Stall> stalls;         // the largest gaps on rank 0's compute track
+  std::vector<Stall> stalls;         // the largest gaps on rank 0's (main) compute track
 };
 
 class TraceModel {

@@ -95,6 +95,39 @@ class GuiTest : public QObject {
     QVERIFY(m->span_at(0, 120e-6) == nullptr);
   }
 
+  // A replayed trace's side-stream lane ("compute 1", tid 9) counts towards compute: busy while any lane is
+  // (80-170 us bridges the main lane's gap), its FLOPs included; stalls stay on the main lane.
+  void compute_lanes() {
+    std::ostringstream out;
+    trace::TraceWriter w(out);
+    trace::TraceHeader h;
+    h.command = "replay";
+    w.begin(h);
+    w.thread_name(0, 1, "compute");
+    w.thread_name(0, 9, "compute 1");
+    auto span = [&](int tid, const char* name, double ts, double dur, double flops) {
+      trace::TraceSpan sp;
+      sp.tid = tid;
+      sp.name = name;
+      sp.category = "compute";
+      sp.ts_us = ts;
+      sp.dur_us = dur;
+      sp.flops = flops;
+      w.span(sp);
+    };
+    span(1, "gemm a", 0, 100, 2e6);
+    span(1, "gemm b", 150, 100, 2e6);
+    span(9, "copy-in", 80, 90, 1e6);
+    (void)w.finish();
+    auto m = gui::TraceModel::from_bytes(out.str(), "lanes");
+    QVERIFY2(m.is_ok(), m.status().message().c_str());
+    QCOMPARE(m->tracks.size(), std::size_t{2});
+    QCOMPARE(m->tracks[1].name, std::string("rank 0 / compute 1"));
+    QVERIFY(std::abs(m->summary.compute_s - 250e-6) < 1e-12);
+    QVERIFY(std::abs(m->summary.tflops_per_gpu - 5e6 / 250e-6 / 1e12) < 1e-9);
+    QCOMPARE(m->summary.stalls.size(), std::size_t{1});
+  }
+
   void zoom_pan_and_keys() {
     gui::MainWindow w;
     QVERIFY(w.open(write("a.json", sample_trace())));
