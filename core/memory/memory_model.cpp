@@ -348,14 +348,26 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // Eq. (5)'s 2 heads x seq per token are the unfused attention's probabilities; fused (flash) attention
   // keeps an fp32 log-sum-exp per head instead.
   const bool flash = run.memwall.attention == AttentionKernel::kFlash;
+  // Eq. (5)'s 16 hd bytes per token and block are the 16-bit tensors a GPT block keeps for its backward:
+  // the QKV projection's output (3 hd), the attention's output (hd) and the MLP's inner activation (4 hd).
+  // Other shapes keep the same tensors (as the planner's graph does): Q (hd), K and V (kv each: kv_heads x
+  // head_dim with grouped-query attention), the attention's output (hd) and the MLP's ffn inner features,
+  // twice for a gated (SwiGLU) MLP's gate and up: 2 B x (2 hd + 2 kv + ffn (x 2)), 16 hd for GPT.
+  const double kv =
+      model.kv_heads > 0 && model.heads > 0 ? static_cast<double>(model.kv_heads) * model.head_dim() : hd;
+  const double ffn = model.ffn_hidden > 0 ? model.ffn_hidden : 4 * hd;
+  const double block_bytes = 2.0 * (2 * hd + 2 * kv + ffn * (model.gated_mlp ? 2 : 1));  // 16 hd for GPT
   auto awm = [&](double blocks) {
-    if (!flash) return act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, hd, model.heads) / mp;
-    return (act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, hd, 0) +
-            bsz * seq * blocks * 4.0 * model.heads) /
-           mp;
+    const double scores = flash ? 0 : model.heads;  // Eq. (5)'s attention probabilities
+    double bytes = act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, block_bytes / 16.0, scores);
+    if (flash) bytes += bsz * seq * blocks * 4.0 * model.heads;
+    return bytes / mp;
   };
   const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
                                       : strprintf("2 heads %d x seq", model.heads);
+  const std::string block_term = block_bytes == 16 * hd ? std::string("16 hd + ")
+                                                        : strprintf("2 x (2 hd + 2 kv %.0f + %sffn %.0f) + ",
+                                                                    kv, model.gated_mlp ? "2 " : "", ffn);
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);
@@ -365,12 +377,12 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
           strprintf("Eq.3: 2 B x bsz %.0f x seq %.0f x hd %.0f x ceil(nl %.0f / ci %.0f)", bsz, seq, hd, nl,
                     ci) +
               (div > 1 ? strprintf(" / mp %d", mp) : ""));
-    b.add(
-        Tier::kGpu, MemCategory::kActivationWorking, awm(ci),
-        strprintf("Eq.5: bsz %.0f x seq %.0f x ci %.0f x (16 hd + ", bsz, seq, ci) + attn_term + ")" + mp_s);
+    b.add(Tier::kGpu, MemCategory::kActivationWorking, awm(ci),
+          strprintf("Eq.5: bsz %.0f x seq %.0f x ci %.0f x (", bsz, seq, ci) + block_term + attn_term + ")" +
+              mp_s);
   } else {
     b.add(Tier::kGpu, MemCategory::kActivations, awm(nl),
-          strprintf("bsz %.0f x seq %.0f x nl %.0f x (16 hd + ", bsz, seq, nl) + attn_term + ")" + mp_s);
+          strprintf("bsz %.0f x seq %.0f x nl %.0f x (", bsz, seq, nl) + block_term + attn_term + ")" + mp_s);
   }
   if (model.vocab > 0) {
     b.add(Tier::kGpu, MemCategory::kLogits, bsz * seq * model.vocab * (pb + 4.0) / mp,

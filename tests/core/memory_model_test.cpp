@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/units.h"
+#include "graph/model_graph.h"
 #include "memory/memory_model.h"
 #include "memory/paper_equations.h"
 #include "plan/planner.h"
@@ -191,6 +192,39 @@ TEST(MemoryModel, CheckpointOffloadAndIntervalFollowEquationsThreeAndFive) {
                    paper::eq3_checkpoint_bytes(2, 1024, m.hidden, m.layers, 4));
   EXPECT_DOUBLE_EQ(e.bytes(Tier::kGpu, MemCategory::kActivationWorking),
                    paper::eq5_awm_bytes(2, 1024, 4, m.hidden, m.heads));
+}
+
+// Eq. (5) is what one block keeps for its backward, as the planner's graph saves it: for GPT 16 hd bytes per
+// token plus the probabilities; for Llama 2's gated MLP (gate and up) and 70B's grouped-query attention
+// (K and V of 8 of 64 heads) the same tensors in their shapes, with and without flash attention.
+TEST(MemoryModel, ActivationWorkingMemoryIsWhatTheGraphSavesPerBlock) {
+  const HardwareSpec hw = simple_hardware(1, 1e15);
+  for (const char* name : {"paper-1t", "gpt2", "llama-2-7b", "llama-2-70b"}) {
+    for (const bool flash : {false, true}) {
+      const ModelSpec m = load_model_scenario(name);
+      RunConfig run = one_rank_run(3, 2, true, m, hw);
+      if (flash) run.memwall.attention = AttentionKernel::kFlash;
+      const MemoryEstimate e = estimate_memory(m, run, hw);
+      GraphOptions o;
+      o.micro_batch = 2;
+      o.sequence_length = run.memwall.sequence_length;
+      o.flash_attention = flash;
+      const ModelGraph g = build_model_graph(m, o);
+      double saved = 0;
+      for (const GraphOp& op : g.ops) saved += op.layer == 0 ? op.saved_bytes : 0;
+      EXPECT_NEAR(e.bytes(Tier::kGpu, MemCategory::kActivationWorking), saved, 1e-9 * saved)
+          << name << (flash ? " flash" : "");
+    }
+  }
+  // Llama 2 70B keeps 2 x (2 x 8192 + 2 x 1024 + 2 x 28672) bytes per token and block besides the
+  // probabilities: 1.16 x GPT's 16 hd.
+  const ModelSpec m = load_model_scenario("llama-2-70b");
+  RunConfig run = one_rank_run(3, 1, true, m, hw);
+  run.memwall.attention = AttentionKernel::kFlash;
+  const double per_token = estimate_memory(m, run, hw).bytes(Tier::kGpu, MemCategory::kActivationWorking) /
+                               run.memwall.sequence_length -
+                           4.0 * m.heads;
+  EXPECT_DOUBLE_EQ(per_token, 2.0 * (2 * 8192 + 2 * 1024 + 2 * 28672));
 }
 
 // memwall.attention "flash": Eq. (5)'s 2 heads x seq bytes of probabilities per token become an fp32
