@@ -50,6 +50,12 @@ int run_replay(const ReplayOptions& opt) {
     } else {
       std::printf("  replayed %.4f s/iteration (the trace has no timings to compare with)\n", replayed);
     }
+    if (row.contains("lanes")) {
+      std::string lanes;
+      for (const auto& [name, n] : row["lanes"].items())
+        lanes += (lanes.empty() ? "" : ", ") + name + " " + std::to_string(n.get<int>());
+      std::printf("  lanes side by side (the trace's streams or threads): %s\n", lanes.c_str());
+    }
     if (row.contains("what_if_iteration_s")) {
       std::printf("  what if %s: %.4f s/iteration (%.2fx)\n", what_ifs.c_str(),
                   row["what_if_iteration_s"].get<double>(), row["what_if_speedup"].get<double>());
@@ -74,10 +80,11 @@ void register_replay(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--hardware,-H", opt->req.hardware,
                   "Hardware to replay on: scenario name or file (default: the trace's own, from its header)");
-  cmd->add_option("--what-if", opt->req.what_ifs,
-                  "key=value, repeatable: pcie=X, nvme=X, network=X, cpu_memory=X, gpu_memory=X (bandwidth times "
-                  "X), "
-                  "compute=X (GPU compute X times faster), gpu=HARDWARE (its GPU), nodes=N");
+  cmd->add_option(
+      "--what-if", opt->req.what_ifs,
+      "key=value, repeatable: pcie=X, nvme=X, network=X, cpu_memory=X, gpu_memory=X (bandwidth times "
+      "X), "
+      "compute=X (GPU compute X times faster), gpu=HARDWARE (its GPU), nodes=N");
   cmd->add_option("--steps", opt->req.steps,
                   "Steps a:b of the trace to use (0-based, b exclusive; default all)");
   cmd->add_option("--trace", opt->req.trace_out,

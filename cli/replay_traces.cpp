@@ -278,6 +278,17 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
                 {"error", timed ? json((replayed - measured) / measured) : json(nullptr)}};
     // Trained with gradient accumulation: each iteration is a whole step of that many micro-batches.
     if (gas > 1) row["gradient_accumulation_steps"] = gas;
+    // Resources with several lanes (the trace's streams or threads, run side by side): how many each has.
+    std::map<std::string, int> lanes;
+    for (const Task& t : g->schedule.tasks) {
+      int& n = lanes[resource_name(t.resource)];
+      n = std::max(n, t.lane + 1);
+    }
+    json several = json::object();
+    for (const auto& [name, n] : lanes) {
+      if (n > 1) several[name] = n;
+    }
+    if (!several.empty()) row["lanes"] = several;
     // Collectives of a process group smaller than the world (Chakra pg_name, Kineto's listed ranks).
     if (!g->group_ranks.empty()) row["collectives_in_process_groups"] = g->group_ranks.size();
     if (g->peak_allocated[0] > 0 || g->peak_allocated[1] > 0) {

@@ -1782,10 +1782,14 @@ TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
         "\"ts\": 1100, \"dur\": 5, \"args\": {\"correlation\": 7}},"
         "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"gemm\", \"pid\": 0, \"tid\": 7, \"ts\": 1200, "
         "\"dur\": 4000, \"args\": {\"stream\": 7, \"correlation\": 7}}" +
-        // Rank 0 alone runs an all-reduce: replay reports the collectives do not match across ranks.
+        // Rank 0 alone runs an all-reduce: replay reports the collectives do not match across ranks. Rank 1
+        // runs a kernel on a second stream during the GEMM: a lane of its own, overlapping as measured.
         std::string(
             rank == 1
-                ? ""
+                ? ",{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, "
+                  "\"tid\": 1, \"ts\": 1150, \"dur\": 5, \"args\": {\"correlation\": 8}},"
+                  "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"copy_in\", \"pid\": 0, \"tid\": 20, "
+                  "\"ts\": 1250, \"dur\": 100, \"args\": {\"stream\": 20, \"correlation\": 8}}"
                 : ",{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"record_param_comms\", \"pid\": 1, "
                   "\"tid\": 1, \"ts\": 1300, \"dur\": 5, \"args\": {\"Collective name\": \"allreduce\", "
                   "\"In msg nelems\": 1000, \"dtype\": \"Float\", \"Group size\": 2}},"
@@ -1800,11 +1804,18 @@ TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j.at(1).at("rank"), 1);
   EXPECT_NEAR(j.at(1).at("measured_iteration_s").get<double>(), 5e-3, 1e-9);
-  // The kernel's measured 4 ms, released at its launch 0.1 ms into the step.
+  // The kernel's measured 4 ms, released at its launch 0.1 ms into the step; the side stream's kernel beside
+  // it.
   EXPECT_NEAR(j.at(1).at("replayed_iteration_s").get<double>(), 4.1e-3, 1e-9);
+  EXPECT_EQ(j.at(1).at("lanes"), nlohmann::json({{"compute", 2}}));
+  EXPECT_FALSE(j.at(0).contains("lanes"));
   const auto unmatched = parse_json(r.output).at("unmatched_collectives");
   ASSERT_EQ(unmatched.size(), 1u);
   EXPECT_NE(unmatched.at(0).get<std::string>().find("collective #1 is none"), std::string::npos) << unmatched;
+  r = memwall("replay " + (dir / "rank1.json").string() + " --hardware dgx2 --fast");
+  EXPECT_NE(r.output.find("lanes side by side (the trace's streams or threads): compute 2"),
+            std::string::npos)
+      << r.output;
   r = memwall("replay " + dir.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("the trace names no hardware; pass --hardware"), std::string::npos) << r.output;
