@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "plan/schedule.h"
 #include "spec/spec_loader.h"
 
 namespace memwall::testing {
@@ -23,6 +24,16 @@ struct XorShift {
     return x;
   }
 };
+// Compute task `id`, named "kernel <id>", on lane `lane` of the compute resource (no FLOPs or duration yet).
+inline Task compute_task(int id, int lane) {
+  Task t;
+  t.id = id;
+  t.name = "kernel " + std::to_string(id);
+  t.kind = TaskKind::kCompute;
+  t.resource = Resource::kCompute;
+  t.lane = lane;
+  return t;
+}
 // One node of `gpus` GPUs with `gpu_bytes` each and effectively unlimited host memory, no NVMe.
 HardwareSpec simple_hardware(int gpus, double gpu_bytes);
 

@@ -84,12 +84,7 @@ TEST(Replay, LanesSurviveTheTrace) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   Schedule s;
   for (int i = 0; i < 3; ++i) {
-    Task t;
-    t.id = i;
-    t.name = "kernel " + std::to_string(i);
-    t.kind = TaskKind::kCompute;
-    t.resource = Resource::kCompute;
-    t.lane = i == 1 ? 1 : 0;
+    Task t = testing::compute_task(i, i == 1 ? 1 : 0);
     t.flops = 1e12;
     if (i == 2) t.deps = {0, 1};
     s.tasks.push_back(t);

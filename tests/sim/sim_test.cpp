@@ -55,12 +55,7 @@ TEST(SimGrid, LanesOfAResourceRunSideBySide) {
       Schedule s = one_task(1, {});
       s.tasks.clear();
       for (int i = 0; i < 2; ++i) {
-        Task t;
-        t.id = i;
-        t.name = "kernel " + std::to_string(i);
-        t.kind = TaskKind::kCompute;
-        t.resource = Resource::kCompute;
-        t.lane = i == 0 ? 0 : second_lane;
+        Task t = testing::compute_task(i, i == 0 ? 0 : second_lane);
         t.measured_s = measured ? 0.5 : 0;
         t.flops = measured ? 0 : 0.5 * hw.gpu.achievable_flops;
         s.tasks.push_back(t);
