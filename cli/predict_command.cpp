@@ -356,7 +356,8 @@ void register_predict(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--max-model", opt->max_model,
                 "Largest trainable model for each strategy of the paper's Table 2");
-  cmd->add_option("--family", opt->family, "Shape family for --max-model: paper, gpt3, layers=N, hidden=H")
+  cmd->add_option("--family", opt->family,
+                  "Shape family for --max-model: paper, gpt3, llama, layers=N, hidden=H")
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategies, "Limit --max-model to these strategies (repeatable)");
   cmd->add_option("--max-tiling", opt->max_tiling,

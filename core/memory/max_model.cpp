@@ -125,6 +125,9 @@ const std::vector<std::pair<double, double>> kPaperShapes = {
     {10240, 80}, {20480, 100}, {25600, 128}, {65536, 195}, {163840, 315}};
 const std::vector<std::pair<double, double>> kGpt3Shapes = {{768, 12},  {1024, 24}, {2048, 24}, {2560, 32},
                                                             {4096, 32}, {5120, 40}, {12288, 96}};
+// Llama 2 7B, 13B, 70B (Touvron et al. 2023) and Llama 3 405B (Llama Team 2024): hidden, layers.
+const std::vector<std::pair<double, double>> kLlamaShapes = {
+    {4096, 32}, {5120, 40}, {8192, 80}, {16384, 126}};
 
 // Piecewise linear in log-log space through `pts`; extrapolates with the end segments' slopes.
 double interpolate_layers(const std::vector<std::pair<double, double>>& pts, double hd) {
@@ -144,6 +147,8 @@ std::string ShapeFamily::name() const {
       return "paper";
     case Kind::kGpt3:
       return "gpt3";
+    case Kind::kLlama:
+      return "llama";
     case Kind::kFixedLayers:
       return "layers=" + std::to_string(fixed);
     case Kind::kFixedHidden:
@@ -162,6 +167,9 @@ ModelSpec ShapeFamily::member(const ModelSpec& templ, int size, int heads_multip
       break;
     case Kind::kGpt3:
       nl = static_cast<int>(std::lround(interpolate_layers(kGpt3Shapes, hd)));
+      break;
+    case Kind::kLlama:
+      nl = static_cast<int>(std::lround(interpolate_layers(kLlamaShapes, hd)));
       break;
     case Kind::kFixedLayers:
       nl = fixed;
@@ -210,6 +218,10 @@ Result<ShapeFamily> parse_family(const std::string& text) {
     f.kind = ShapeFamily::Kind::kGpt3;
     return f;
   }
+  if (text == "llama") {
+    f.kind = ShapeFamily::Kind::kLlama;
+    return f;
+  }
   if (text.rfind("layers=", 0) == 0 && number_after("layers=", f.fixed)) {
     f.kind = ShapeFamily::Kind::kFixedLayers;
     return f;
@@ -220,7 +232,7 @@ Result<ShapeFamily> parse_family(const std::string& text) {
   }
   return Status::invalid_argument(
       "--family \"" + text +
-      "\" is not allowed; allowed: paper, gpt3, layers=N, hidden=H (H a multiple of 128)");
+      "\" is not allowed; allowed: paper, gpt3, llama, layers=N, hidden=H (H a multiple of 128)");
 }
 
 namespace {

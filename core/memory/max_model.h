@@ -31,7 +31,7 @@ RunConfig apply_strategy(const RunConfig& base, Strategy s, const HardwareSpec& 
 
 // How layers (and heads) follow the hidden size.
 struct ShapeFamily {
-  enum class Kind { kPaper, kGpt3, kFixedLayers, kFixedHidden };
+  enum class Kind { kPaper, kGpt3, kFixedLayers, kFixedHidden, kLlama };
   Kind kind = Kind::kPaper;
   int fixed = 0;       // layers for kFixedLayers, hidden for kFixedHidden
   int head_dim = 128;  // heads = hidden / head_dim
@@ -44,7 +44,8 @@ struct ShapeFamily {
   int step() const { return kind == Kind::kFixedHidden ? 1 : head_dim; }
 };
 // "paper" (layers interpolated through the paper's Figure 2a configurations), "gpt3" (through the GPT-3
-// family of Brown et al.), "layers=N", "hidden=H".
+// family of Brown et al.), "llama" (through Llama 2's and Llama 3's: with a Llama template model its gated
+// MLP and grouped-query attention follow), "layers=N", "hidden=H".
 Result<ShapeFamily> parse_family(const std::string& text);
 
 struct MaxModelResult {

@@ -112,7 +112,7 @@ TEST(MaxModel, MoreNodesNeverShrinkZero3) {
 }
 
 TEST(MaxModel, FamiliesParseAndGrow) {
-  for (const char* f : {"paper", "gpt3", "layers=10", "hidden=4096"}) {
+  for (const char* f : {"paper", "gpt3", "llama", "layers=10", "hidden=4096"}) {
     Result<ShapeFamily> fam = parse_family(f);
     ASSERT_TRUE(fam.is_ok()) << f;
     const ModelSpec templ = testing::load_model_scenario("gpt2");
@@ -124,6 +124,20 @@ TEST(MaxModel, FamiliesParseAndGrow) {
   const ModelSpec m = parse_family("paper")->member(testing::load_model_scenario("gpt2"), 25600);
   EXPECT_EQ(m.layers, 128);
   EXPECT_EQ(parse_family("gpt3")->member(testing::load_model_scenario("gpt2"), 12288).layers, 96);
+  // The llama family goes through Llama 2's and Llama 3's shapes; a Llama template keeps its style: 70B's
+  // member at 8192 is Llama 2 70B itself, at 16384 Llama 3 405B's depth with 70B's ratios.
+  const ModelSpec l70 = testing::load_model_scenario("llama-2-70b");
+  const ModelSpec same = parse_family("llama")->member(l70, 8192);
+  EXPECT_EQ(same.layers, 80);
+  EXPECT_EQ(same.heads, 64);
+  EXPECT_EQ(same.kv_heads, 8);
+  EXPECT_EQ(same.ffn_hidden, 28672);
+  EXPECT_TRUE(same.gated_mlp);
+  EXPECT_DOUBLE_EQ(same.total_params(), l70.total_params());
+  const ModelSpec big = parse_family("llama")->member(l70, 16384);
+  EXPECT_EQ(big.layers, 126);
+  EXPECT_EQ(big.kv_heads, 16);  // 128 heads of 128, kv in 70B's ratio of 8
+  EXPECT_EQ(parse_family("llama")->member(l70, 5120).layers, 40);
   EXPECT_FALSE(parse_family("tall").is_ok());
   EXPECT_FALSE(parse_family("layers=0").is_ok());
   EXPECT_FALSE(parse_family("hidden=100").is_ok());
