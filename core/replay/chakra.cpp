@@ -349,7 +349,7 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
   // Per node: the tasks that stand for it as a dependency (itself, or a skipped node's own dependencies).
   std::vector<std::vector<int>> stands_for(nodes.size());
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
-  // A resource's streams (or CPU threads) as lanes, numbered as they first appear: chakra_converter copies
+  // A resource's streams (or CPU threads) as lanes (renumbered by load at the end): chakra_converter copies
   // a GPU op's stream into its `tid` attribute (a CPU op's is its thread); `stream` where a trace names it.
   std::map<std::pair<Resource, double>, int> lane_of;
   std::map<Resource, int> lanes;
@@ -462,6 +462,7 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
   }
   if (info.timed && t1 > t0) g.measured_step_s.push_back((t1 - t0) * 1e-6);
   set_measured_iteration(g);
+  number_lanes_by_load(s);
   s.ranks = s.data_parallel = g.ranks;
   s.ranks_per_node = 1;
   return g;

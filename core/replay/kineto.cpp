@@ -301,7 +301,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if (per_step[static_cast<std::size_t>(k)].size() == base.size()) same.push_back(k);
   }
   std::map<long, int> last_on_stream;
-  std::map<std::pair<Resource, long>, int> lane_of;  // a resource's streams, numbered as they first appear
+  std::map<std::pair<Resource, long>, int> lane_of;  // a resource's streams, as they first appear
   std::map<Resource, int> lanes;
   Schedule& s = g.schedule;
   for (std::size_t idx = 0; idx < base.size(); ++idx) {
@@ -398,6 +398,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
            {{"allocated", m.allocated}, {"reserved_unused", std::max(0.0, m.reserved - m.allocated)}}});
     }
   }
+  number_lanes_by_load(s);
   s.ranks = s.data_parallel = g.ranks;
   s.ranks_per_node = 1;
   return g;
