@@ -281,6 +281,13 @@ long TraceModel::sample_at(const Series& s, double t) {
 
 double TraceModel::capacity_of(const std::string& series) const {
   auto it = capacity.find(series);
+  if (it != capacity.end()) return it->second;
+  // A further lane of a link ("bandwidth network 1", a replayed trace's second stream) shares its capacity.
+  const std::size_t space = series.find_last_of(' ');
+  if (space != std::string::npos && space + 1 < series.size() &&
+      series.find_first_not_of("0123456789", space + 1) == std::string::npos) {
+    it = capacity.find(series.substr(0, space));
+  }
   return it == capacity.end() ? 0 : it->second;
 }
 

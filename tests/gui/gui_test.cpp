@@ -80,6 +80,8 @@ class GuiTest : public QObject {
     QCOMPARE(m->memory[0].peak_total, 500.0);
     QCOMPARE(m->capacity_of("memory gpu"), 1000.0);
     QCOMPARE(m->capacity_of("bandwidth h2d"), 1e9);
+    QCOMPARE(m->capacity_of("bandwidth h2d 1"), 1e9);  // a further lane of the link
+    QCOMPARE(m->capacity_of("bandwidth h2d x"), 0.0);
     QCOMPARE(m->summary.ranks, 2);
     QCOMPARE(m->summary.peak_bytes[0], 500.0);
     QVERIFY(std::abs(m->summary.span_s - 250e-6) < 1e-12);
