@@ -121,19 +121,10 @@ Status write_checkpoint_tokenizer(const std::string& dir, const train::BpeTokeni
 // --data-format auto: token ids (u16, nanoGPT's layout) when the name ends in .bin, or for a directory when
 // every file in it does; else text.
 bool names_token_files(const std::string& path) {
-  const auto bin = [](const std::string& name) {
-    return name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
-  };
-  std::error_code ec;
-  if (!std::filesystem::is_directory(path, ec)) return bin(path);
-  bool any = false;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file(ec) || name.empty() || name[0] == '.') continue;
-    if (!bin(name)) return false;
-    any = true;
-  }
-  return any;
+  auto files = train::data_files(path);
+  return files.is_ok() && std::all_of(files->begin(), files->end(), [](const std::string& name) {
+           return name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+         });
 }
 
 std::string default_cache_dir() {

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "exec/run_analysis.h"
+
 namespace memwall::gui {
 
 double Series::total(std::size_t i) const {
@@ -203,7 +205,7 @@ void TraceModel::build() {
     // A replayed trace's further compute lanes (its other CUDA streams, "compute 1", ...): their FLOPs count,
     // and compute is busy while any lane is (the union of the lanes' spans).
     const std::string lane_prefix = compute->name + " ";
-    std::vector<std::pair<double, double>> busy;
+    std::vector<Interval> busy;
     for (const Track& t : tracks) {
       if (&t == compute || t.pid != compute->pid || t.name.rfind(lane_prefix, 0) != 0) continue;
       for (std::size_t i : t.span) flops += spans[i].flops;
@@ -212,16 +214,7 @@ void TraceModel::build() {
     if (!busy.empty()) {
       for (std::size_t k = 0; k < compute->start.size(); ++k)
         busy.emplace_back(compute->start[k], compute->end[k]);
-      std::sort(busy.begin(), busy.end());
-      double total = 0, from = busy.front().first, to = busy.front().second;
-      for (const auto& [s0, e0] : busy) {
-        if (s0 > to) {
-          total += to - from;
-          from = s0;
-        }
-        to = std::max(to, e0);
-      }
-      sm.compute_s = total + (to - from);
+      sm.compute_s = total_length(interval_union(std::move(busy)));
     }
     // Iterations: how often the first op of the trace appears.
     if (!compute->span.empty()) sm.iterations = std::max(1, names[spans[compute->span.front()].name]);

@@ -358,10 +358,11 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const double ffn = model.ffn_hidden > 0 ? model.ffn_hidden : 4 * hd;
   const double block_bytes = 2.0 * (2 * hd + 2 * kv + ffn * (model.gated_mlp ? 2 : 1));  // 16 hd for GPT
   auto awm = [&](double blocks) {
-    const double scores = flash ? 0 : model.heads;  // Eq. (5)'s attention probabilities
-    double bytes = act_scale * paper::eq5_awm_bytes(bsz, seq, blocks, block_bytes / 16.0, scores);
-    if (flash) bytes += bsz * seq * blocks * 4.0 * model.heads;
-    return bytes / mp;
+    // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
+    // attention's fp32 log-sum-exp per head.
+    const double per_token = flash ? act_scale * block_bytes + 4.0 * model.heads
+                                   : act_scale * (block_bytes + 2.0 * model.heads * seq);
+    return bsz * seq * blocks * per_token / mp;
   };
   const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
                                       : strprintf("2 heads %d x seq", model.heads);

@@ -349,10 +349,9 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
   // Per node: the tasks that stand for it as a dependency (itself, or a skipped node's own dependencies).
   std::vector<std::vector<int>> stands_for(nodes.size());
   double t0 = std::numeric_limits<double>::infinity(), t1 = 0;
-  // A resource's streams (or CPU threads) as lanes (renumbered by load at the end): chakra_converter copies
-  // a GPU op's stream into its `tid` attribute (a CPU op's is its thread); `stream` where a trace names it.
-  std::map<std::pair<Resource, double>, int> lane_of;
-  std::map<Resource, int> lanes;
+  // Per task: its stream or CPU thread, a lane of its resource (assign_lanes). chakra_converter copies a GPU
+  // op's stream into its `tid` attribute (a CPU op's is its thread); `stream` where a trace names it.
+  std::vector<double> streams;
   for (const std::size_t i : order) {
     const Node& n = nodes[i];
     std::vector<int> deps;
@@ -443,10 +442,7 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
       t0 = std::min(t0, n.start_us);
       t1 = std::max(t1, n.start_us + n.dur_us);
     }
-    const auto [lane, added] =
-        lane_of.emplace(std::pair{t.resource, n.attr("stream", n.attr("tid", -1))}, lanes[t.resource]);
-    if (added) ++lanes[t.resource];
-    t.lane = lane->second;
+    streams.push_back(n.attr("stream", n.attr("tid", -1)));
     t.id = static_cast<int>(s.tasks.size());
     t.deps = std::move(deps);
     if (members != nullptr) {
@@ -462,7 +458,7 @@ Result<ReplayGraph> import_chakra_trace(std::string_view bytes, int rank, int wo
   }
   if (info.timed && t1 > t0) g.measured_step_s.push_back((t1 - t0) * 1e-6);
   set_measured_iteration(g);
-  number_lanes_by_load(s);
+  assign_lanes(s, streams);
   s.ranks = s.data_parallel = g.ranks;
   s.ranks_per_node = 1;
   return g;

@@ -301,8 +301,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
     if (per_step[static_cast<std::size_t>(k)].size() == base.size()) same.push_back(k);
   }
   std::map<long, int> last_on_stream;
-  std::map<std::pair<Resource, long>, int> lane_of;  // a resource's streams, as they first appear
-  std::map<Resource, int> lanes;
+  std::vector<double> streams;  // per task: its stream, a lane of its resource (assign_lanes)
   Schedule& s = g.schedule;
   for (std::size_t idx = 0; idx < base.size(); ++idx) {
     const GpuEvent& e = gpu[base[idx]];
@@ -349,10 +348,7 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
       t.measured_s = std::max(1e-9, median(durs));
       ++info.kernels;
     }
-    // Each stream a lane of its resource: kernels of a side stream overlap the main stream's as measured.
-    const auto [lane, added] = lane_of.emplace(std::pair{t.resource, e.stream}, lanes[t.resource]);
-    if (added) ++lanes[t.resource];
-    t.lane = lane->second;
+    streams.push_back(static_cast<double>(e.stream));
     if (auto it = last_on_stream.find(e.stream); it != last_on_stream.end()) t.deps.push_back(it->second);
     last_on_stream[e.stream] = t.id;
     s.tasks.push_back(std::move(t));
@@ -398,7 +394,8 @@ Result<ReplayGraph> import_kineto_trace(std::string_view bytes, int first, int l
            {{"allocated", m.allocated}, {"reserved_unused", std::max(0.0, m.reserved - m.allocated)}}});
     }
   }
-  number_lanes_by_load(s);
+  // Each stream a lane of its resource: kernels of a side stream overlap the main stream's as measured.
+  assign_lanes(s, streams);
   s.ranks = s.data_parallel = g.ranks;
   s.ranks_per_node = 1;
   return g;

@@ -55,31 +55,31 @@ void set_measured_iteration(ReplayGraph& g) {
       g.measured_step_s.empty() ? 0 : sum / static_cast<double>(g.measured_step_s.size());
 }
 
-void number_lanes_by_load(Schedule& s) {
-  // Per resource and lane: measured seconds, task count, first task.
+void assign_lanes(Schedule& s, const std::vector<double>& stream) {
+  // Per resource and stream: measured seconds, task count, first task.
   struct Load {
     double seconds = 0;
     int tasks = 0, first = 0;
   };
-  std::map<std::pair<Resource, int>, Load> load;
+  std::map<std::pair<Resource, double>, Load> load;
   for (const Task& t : s.tasks) {
-    auto [it, added] = load.try_emplace({t.resource, t.lane});
+    auto [it, added] = load.try_emplace({t.resource, stream[static_cast<std::size_t>(t.id)]});
     if (added) it->second.first = t.id;
     it->second.seconds += t.measured_s;
     ++it->second.tasks;
   }
-  std::map<Resource, std::vector<std::pair<int, Load>>> lanes;
+  std::map<Resource, std::vector<std::pair<double, Load>>> lanes;
   for (const auto& [key, l] : load) lanes[key.first].emplace_back(key.second, l);
-  std::map<std::pair<Resource, int>, int> renumbered;
+  std::map<std::pair<Resource, double>, int> lane_of;
   for (auto& [resource, list] : lanes) {
     std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
       if (a.second.seconds != b.second.seconds) return a.second.seconds > b.second.seconds;
       if (a.second.tasks != b.second.tasks) return a.second.tasks > b.second.tasks;
       return a.second.first < b.second.first;
     });
-    for (std::size_t k = 0; k < list.size(); ++k) renumbered[{resource, list[k].first}] = static_cast<int>(k);
+    for (std::size_t k = 0; k < list.size(); ++k) lane_of[{resource, list[k].first}] = static_cast<int>(k);
   }
-  for (Task& t : s.tasks) t.lane = renumbered[{t.resource, t.lane}];
+  for (Task& t : s.tasks) t.lane = lane_of[{t.resource, stream[static_cast<std::size_t>(t.id)]}];
 }
 
 Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int first, int last) {

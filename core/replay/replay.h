@@ -45,9 +45,10 @@ struct ReplayGraph {
 Status choose_steps(ReplayGraph& g, int first, int last);
 void set_measured_iteration(ReplayGraph& g);
 
-// For importers: numbers each resource's lanes by load, so that lane 0 is its main stream (the most measured
-// time, then the most tasks, then the first to appear); the others follow in that order.
-void number_lanes_by_load(Schedule& s);
+// For importers: each task's lane from `stream[task id]` (the CUDA stream or CPU thread it was measured on):
+// one lane per stream of each resource, numbered by load, so that lane 0 is the resource's main stream (the
+// most measured time, then the most tasks, then the first to appear).
+void assign_lanes(Schedule& s, const std::vector<double>& stream);
 
 // `first`, `last`: steps [first, last) (0-based; last < 0: to the end).
 Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int first, int last);

@@ -6,6 +6,7 @@
 
 #include "base/units.h"
 #include "spec/json_reader.h"
+#include "spec/json_text.h"
 
 namespace memwall {
 
@@ -15,20 +16,6 @@ using nlohmann::json;
 namespace {
 
 constexpr int kHardwareFormatMajor = 1;
-
-Result<json> parse_json_text(std::string_view text, const std::string& source) {
-  try {
-    json j = json::parse(text.begin(), text.end());
-    if (!j.is_object()) return Status::invalid_argument(source + ": top level is not a JSON object");
-    return j;
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-    std::string what = e.what();
-    const auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    return Status::invalid_argument(source + ": not valid JSON: " + what);
-  }
-}
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
@@ -60,7 +47,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
     return Status::invalid_argument(source + ": key 'inherits': cannot read \"" + ref_str +
                                     "\": " + text.status().message());
   }
-  Result<json> base = parse_json_text(*text, base_path);
+  Result<json> base = parse_json_object(*text, base_path);
   if (!base.is_ok()) return base.status();
   Result<json> resolved = resolve_inherits(std::move(*base), base_path, read_file, depth + 1);
   if (!resolved.is_ok()) return resolved.status();
@@ -96,7 +83,7 @@ Status check_format(JsonObjectReader& r, const std::string& expected_format, int
 
 Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& source, Diagnostics& diag,
                                     const ReadFileFn& read_file) {
-  Result<json> parsed = parse_json_text(text, source);
+  Result<json> parsed = parse_json_object(text, source);
   if (!parsed.is_ok()) return parsed.status();
   Result<json> doc = resolve_inherits(std::move(*parsed), source, read_file, 0);
   if (!doc.is_ok()) return doc.status();
@@ -245,7 +232,7 @@ Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& so
 // ---- model (Hugging Face config.json) -----------------------------------------------------------------
 
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
-  Result<json> doc = parse_json_text(text, source);
+  Result<json> doc = parse_json_object(text, source);
   if (!doc.is_ok()) return doc.status();
   const json& j = *doc;
   JsonObjectReader r(j, source, "", diag);
@@ -474,7 +461,7 @@ Status parse_zero(const json& obj, const std::string& source, Diagnostics& diag,
 }  // namespace
 
 Result<RunConfig> parse_run(std::string_view text, const std::string& source, Diagnostics& diag) {
-  Result<json> doc = parse_json_text(text, source);
+  Result<json> doc = parse_json_object(text, source);
   if (!doc.is_ok()) return doc.status();
   const json& j = *doc;
   RunConfig run;
@@ -910,6 +897,20 @@ std::string to_json_text(const RunConfig& run) {
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};
   return j.dump();
+}
+
+Result<json> parse_json_object(std::string_view text, const std::string& source) {
+  try {
+    json j = json::parse(text.begin(), text.end());
+    if (!j.is_object()) return Status::invalid_argument(source + ": top level is not a JSON object");
+    return j;
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    std::string what = e.what();
+    const auto pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    return Status::invalid_argument(source + ": not valid JSON: " + what);
+  }
 }
 
 }  // namespace memwall

@@ -10,6 +10,7 @@
 
 #include "base/utf8.h"
 #include "engine/io/read_file.h"
+#include "spec/json_text.h"
 
 namespace memwall::train {
 
@@ -172,24 +173,13 @@ Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::strin
   return t;
 }
 
-namespace {
-// `text` as JSON, or an error naming the file and where the syntax breaks.
-Result<nlohmann::json> parse_json_named(std::string_view text, const std::string& name) {
-  try {
-    return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_argument(name + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-  }
-}
-}  // namespace
-
 Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, const std::string& source) {
   using nlohmann::json;
   const std::string name = source + "/tokenizer.json";
-  auto parsed = parse_json_named(text, name);
+  auto parsed = parse_json_object(text, name);
   if (!parsed.is_ok()) return parsed.status();
   const json& j = *parsed;
-  if (!j.is_object() || !j.contains("model") || !j.at("model").is_object())
+  if (!j.contains("model") || !j.at("model").is_object())
     return Status::invalid_argument(name + ": not a Hugging Face tokenizer (no \"model\" object)");
   const json& model = j.at("model");
   const auto kind = [](const json& o) {
@@ -259,10 +249,10 @@ void BpeTokenizer::sort_specials() {
 Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std::string_view merges_txt,
                                                const std::string& source, const std::string& vocab_name,
                                                const std::string& merges_name) {
-  auto parsed = parse_json_named(vocab_json, vocab_name);
+  auto parsed = parse_json_object(vocab_json, vocab_name);
   if (!parsed.is_ok()) return parsed.status();
   const nlohmann::json& j = *parsed;
-  if (!j.is_object() || j.empty()) {
+  if (j.empty()) {
     return Status::invalid_argument(vocab_name + ": not a JSON object of token -> id");
   }
   // The inverse of byte_to_unicode, for the code points vocab.json's keys use.

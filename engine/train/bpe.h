@@ -78,12 +78,13 @@ class BpeTokenizer {
                                           const std::string& source, const std::string& vocab_name,
                                           const std::string& merges_name);
   void sort_specials();
+  // encode() on one thread.
+  std::vector<int> encode_serial(std::string_view text) const;
   // One piece's tokens appended to `out`: GPT-2's loop (merge every occurrence of the lowest-ranked pair,
   // again) for pieces up to long_piece_bytes_, else the same merges from a heap of candidate pairs (lowest
   // rank, then leftmost), O(n log n) instead of O(n) per merge for a long run of letters or punctuation.
   // The two agree for merges lists where a merge comes after the merges that make its parts (every trained
   // one); tests compare them.
-  std::vector<int> encode_serial(std::string_view text) const;
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
   void encode_long_piece(std::string_view piece, std::vector<int>& out) const;
   // A piece already encoded -> [first, last) of its tokens in the output.

@@ -83,23 +83,9 @@ Result<std::vector<std::int32_t>> read_file_ids(const std::string& path, int wid
   return tokens;
 }
 
-// All of a text file's tokens: its bytes, or the tokenizer's encoding.
-Result<std::vector<std::int32_t>> read_file_text(const std::string& path, const BpeTokenizer* tokenizer,
-                                                 std::size_t* bytes) {
-  auto read = io::read_file(path);
-  if (!read.is_ok()) return read.status();
-  if (bytes != nullptr) *bytes += read->size();
-  if (tokenizer == nullptr) {
-    std::vector<std::int32_t> tokens(read->size());
-    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<unsigned char>((*read)[i]);
-    return tokens;
-  }
-  static_assert(std::is_same_v<int, std::int32_t>, "token ids are ints");
-  return tokenizer->encode(*read);
-}
+}  // namespace
 
-// The files `path` stands for: itself, or a directory's regular files (not hidden), by name.
-Result<std::vector<std::string>> files_of(const std::string& path) {
+Result<std::vector<std::string>> data_files(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return std::vector<std::string>{path};
   std::vector<std::string> files;
@@ -113,9 +99,11 @@ Result<std::vector<std::string>> files_of(const std::string& path) {
   return files;
 }
 
+namespace {
+
 // All the token ids of a file, or of a directory's files one after another.
 Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab) {
-  auto files = files_of(path);
+  auto files = data_files(path);
   if (!files.is_ok()) return files.status();
   std::vector<std::int32_t> all;
   for (const std::string& f : *files) {
@@ -126,9 +114,18 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
   return all;
 }
 
-}  // namespace
+// The texts of the documents `path` stands for (data_files), read whole.
+Status read_documents(const std::string& path, std::vector<std::string>& docs) {
+  auto files = data_files(path);
+  if (!files.is_ok()) return files.status();
+  for (const std::string& f : *files) {
+    auto text = io::read_file(f);
+    if (!text.is_ok()) return text.status();
+    docs.push_back(std::move(text).value());
+  }
+  return Status::ok();
+}
 
-namespace {
 // The token between documents: <|endoftext|>, else the tokenizer's first special token; none (-1) for bytes.
 int separator_of(const BpeTokenizer* tokenizer) {
   int separator = -1;
@@ -200,36 +197,32 @@ std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, con
 
 Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
                                               std::size_t* bytes, comm::Communicator* comm) {
+  std::vector<std::string> docs;
+  const Status read = read_documents(path, docs);
+  const bool shared = comm != nullptr && comm->size() > 1 && tokenizer != nullptr;
+  MW_RETURN_IF_ERROR(shared ? comm::agree(*comm, read, "reading " + path) : read);
+  for (const std::string& d : docs) {
+    if (bytes != nullptr) *bytes += d.size();
+  }
   const int separator = separator_of(tokenizer);
-  if (comm != nullptr && comm->size() > 1 && tokenizer != nullptr) {
-    std::vector<std::string> docs;
-    const Status read = [&]() -> Status {
-      auto files = files_of(path);
-      if (!files.is_ok()) return files.status();
-      for (const std::string& f : *files) {
-        auto text = io::read_file(f);
-        if (!text.is_ok()) return text.status();
-        docs.push_back(std::move(text).value());
-      }
-      return Status::ok();
-    }();
-    MW_RETURN_IF_ERROR(comm::agree(*comm, read, "reading " + path));
-    for (const std::string& d : docs) {
-      if (bytes != nullptr) *bytes += d.size();
-    }
+  if (shared) {
     // Shares of at least 64 KiB: below that, the all-gathers cost more than the encoding they save.
     return gather_shares(
         *comm, encode_share(docs, *tokenizer, separator, comm->rank(), comm->size(), std::size_t{1} << 16),
         "tokens of " + path);
   }
-  auto files = files_of(path);
-  if (!files.is_ok()) return files.status();
+  static_assert(std::is_same_v<int, std::int32_t>, "token ids are ints");
   std::vector<std::int32_t> all;
-  for (std::size_t k = 0; k < files->size(); ++k) {
-    auto tokens = read_file_text((*files)[k], tokenizer, bytes);
-    if (!tokens.is_ok()) return tokens.status();
+  for (std::size_t k = 0; k < docs.size(); ++k) {
     if (k > 0 && separator >= 0) all.push_back(separator);
-    all.insert(all.end(), tokens->begin(), tokens->end());
+    if (tokenizer == nullptr) {
+      all.insert(all.end(), reinterpret_cast<const unsigned char*>(docs[k].data()),
+                 reinterpret_cast<const unsigned char*>(docs[k].data()) + docs[k].size());
+    } else {
+      const std::vector<int> ids = tokenizer->encode(docs[k]);
+      all.insert(all.end(), ids.begin(), ids.end());
+    }
+    std::string().swap(docs[k]);  // the text is no longer needed
   }
   return all;
 }

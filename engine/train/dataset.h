@@ -80,6 +80,9 @@ class TextDataset {
   std::string source_;
 };
 
+// The files a data path stands for: itself, or a directory's regular files (not hidden), by name (an error
+// for a directory without any).
+Result<std::vector<std::string>> data_files(const std::string& path);
 // All the tokens of a text file, or of a directory's files as documents (the datasets' reading: with a
 // tokenizer that has <|endoftext|>, or another special token, it separates them; bytes are joined as they
 // are). `bytes` (when given) grows by the text's size.

@@ -44,10 +44,15 @@ CmdResult memwall(const std::string& args, bool merge_stderr = true) {
   return r;
 }
 
-std::string write_file(const std::string& name, const std::string& text) {
+// `name` under the tests' scratch directory (cli_test_files/ in the working directory, made when needed).
+std::filesystem::path test_path(const std::string& name) {
   const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files";
   std::filesystem::create_directories(dir);
-  const std::string path = (dir / name).string();
+  return dir / name;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = test_path(name).string();
   std::ofstream(path) << text;
   return path;
 }
@@ -292,7 +297,7 @@ TEST(CliPlan, SummarisesTheScheduleAndComparesWithPredict) {
 }
 
 TEST(CliPlan, WritesAChromeTraceThatReadsBack) {
-  const std::string path = (std::filesystem::current_path() / "cli_test_files" / "plan.json").string();
+  const std::string path = test_path("plan.json").string();
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   ASSERT_EQ(memwall("plan --model gpt2 --trace " + path).exit_code, 0);
   std::ifstream in(path);
@@ -388,9 +393,8 @@ TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
         << executor;
     // The trace is the whole iteration: replayed, its measured iteration is the simulated one, and the
     // replay takes as long.
-    const std::string trace = (std::filesystem::current_path() / "cli_test_files" /
-                               (std::string("sim-gas") + (executor[0] != 0 ? "-fast" : "") + ".json"))
-                                  .string();
+    const std::string trace =
+        test_path(std::string("sim-gas") + (executor[0] != 0 ? "-fast" : "") + ".json").string();
     const CmdResult traced =
         memwall(base + executor + " --set '{\"gradient_accumulation_steps\": 3}' --trace " + trace, false);
     ASSERT_EQ(traced.exit_code, 0) << traced.output;
@@ -560,7 +564,7 @@ TEST(CliSweep, EveryPaperSweepRunsWithTheReferenceExecutor) {
 }
 
 TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
-  const std::string csv = (std::filesystem::current_path() / "cli_test_files" / "table1.csv").string();
+  const std::string csv = test_path("table1.csv").string();
   std::filesystem::create_directories(std::filesystem::path(csv).parent_path());
   const CmdResult r =
       memwall("sweep " + std::string(MEMWALL_SOURCE_SCENARIOS) + "/paper/table1-1node.json --csv " + csv);
@@ -683,7 +687,7 @@ TEST(CliTune, DelayedParameterUpdateOnlyWhenAskedAndOnlyForZeroOffload) {
 // memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
 // best written as a run file that simulates to the same time.
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
-  const std::string best = (std::filesystem::current_path() / "cli_test_files" / "tuned.json").string();
+  const std::string best = test_path("tuned.json").string();
   const CmdResult r = memwall(
       "tune --model gpt2 --max-micro-batch 4 --global-batch 64 --top 100 --json --write-run " + best, false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -769,7 +773,7 @@ TEST(CliSweep, BadSweepFilesAreNamed) {
 }
 
 TEST(CliIoBench, MeasuresAndSweeps) {
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "io").string();
+  const std::string dir = test_path("io").string();
   std::filesystem::create_directories(dir);
   const CmdResult r =
       memwall("io-bench --path " + dir + " --size 16M --block-size 256K --queue-depth 8 --json", false);
@@ -791,7 +795,7 @@ TEST(CliIoBench, MeasuresAndSweeps) {
 }
 
 TEST(CliStore, FillVerifyAndDetectCorruption) {
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "store").string();
+  const std::string dir = test_path("store").string();
   std::filesystem::remove_all(dir);
   const CmdResult fill =
       memwall("store fill --path " + dir + " --tensors 3 --tensor-size 100K --capacity 4M --versions 4");
@@ -899,7 +903,7 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
 // kept in CPU memory ("auto" here), 4 B per parameter less read and written per step than through NVMe.
 TEST(CliTrain, NvmeOptimizerGradientsInCpuMemoryMoveLessThroughNvme) {
   const std::string data = write_file("train-grads.txt", training_text());
-  const std::string nvme = (std::filesystem::current_path() / "cli_test_files" / "nvme-grads").string();
+  const std::string nvme = test_path("nvme-grads").string();
   std::filesystem::create_directories(nvme);
   std::map<std::string, nlohmann::json> summary;
   for (const char* grads : {"auto", "nvme"}) {
@@ -1031,7 +1035,7 @@ TEST(CliTrain, OneCycleCyclesTheRateAndMomentum) {
 // 0 at step 12), which the resumed run continues from its step.
 TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
   const std::string data = write_file("train3.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt").string();
+  const std::string dir = test_path("ckpt").string();
   std::filesystem::remove_all(dir);
   const std::string common =
       " --json --data " + data + " " + kTinyModel +
@@ -1071,7 +1075,7 @@ TEST(CliTrain, ResumeContinuesWithBitwiseTheSameLosses) {
 
 TEST(CliTrain, GradientAccumulationTrainsAndResumesBitwise) {
   const std::string data = write_file("train-gas.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-gas").string();
+  const std::string dir = test_path("ckpt-gas").string();
   std::filesystem::remove_all(dir);
   // Two micro-batches per optimizer step, given, or derived from train_batch_size over micro-batch x ranks.
   const std::string common = " --json --eval-batches 1 --data " + data + " " + kTinyModel;
@@ -1122,7 +1126,7 @@ TEST(CliTrain, GradientAccumulationTrainsAndResumesBitwise) {
 // A checkpoint resumes under another tiling (or rank count): the states are partitioned anew, with a note.
 TEST(CliTrain, ResumesACheckpointOfAnotherLayout) {
   const std::string data = write_file("train-relayout.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-relayout").string();
+  const std::string dir = test_path("ckpt-relayout").string();
   std::filesystem::remove_all(dir);
   const std::string common =
       " --eval-batches 1 --data " + data + " --checkpoint-dir " + dir + " " + kTinyModel;
@@ -1141,7 +1145,7 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
   const std::string data = write_file("cat.txt", text);
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-generate").string();
+  const std::string dir = test_path("ckpt-generate").string();
   std::filesystem::remove_all(dir);
   const CmdResult t = memwall("train --steps 300 --log-every 300 --eval-batches 1 --checkpoint-dir " + dir +
                               " --data " + data + " " + kTinyModel);
@@ -1198,8 +1202,8 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "And the evening and the morning were the first day. ";
   const std::string data = write_file("bpe.txt", text);
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe").string();
-  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf-bpe").string();
+  const std::string dir = test_path("ckpt-bpe").string();
+  const std::string out = test_path("hf-bpe").string();
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(out);
   const CmdResult t =
@@ -1231,8 +1235,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   EXPECT_EQ(parse_json(j.output)["tokenizer"], out);
   // A vocabulary padded past the tokenizer's (as 50304 for GPT-2's 50257): the padding ids are never sampled,
   // even where sampling is nearly uniform.
-  const std::string padded =
-      (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe-padded").string();
+  const std::string padded = test_path("ckpt-bpe-padded").string();
   std::filesystem::remove_all(padded);
   const CmdResult p =
       memwall("train --tokenizer " + tok + " --steps 2 --eval-batches 1 --checkpoint-dir " + padded +
@@ -1253,7 +1256,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const nlohmann::json lj = parse_json(listed.output);
   EXPECT_EQ(lj["pieces"], (nlohmann::json{" And", " God", "<|endoftext|>"})) << lj.dump();
   EXPECT_EQ(lj["ids"].back(), 656);
-  const std::string bin = (std::filesystem::current_path() / "cli_test_files" / "bpe.bin").string();
+  const std::string bin = test_path("bpe.bin").string();
   const CmdResult written = memwall("tokenize --tokenizer " + tok + " --data " + data + " --out " + bin);
   ASSERT_EQ(written.exit_code, 0) << written.output;
   EXPECT_NE(written.output.find("written to " + bin + " (u16)"), std::string::npos) << written.output;
@@ -1271,7 +1274,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   ASSERT_EQ(with_val.exit_code, 0) << with_val.output;
   EXPECT_NE(with_val.output.find("(held out: " + bin + ")"), std::string::npos) << with_val.output;
   // The same tokenizer as Hugging Face's tokenizer.json alone: the checkpoint and the export carry that file.
-  const std::string tj = (std::filesystem::current_path() / "cli_test_files" / "tokenizer-json").string();
+  const std::string tj = test_path("tokenizer-json").string();
   std::filesystem::remove_all(tj);
   std::filesystem::create_directories(tj);
   {
@@ -1287,7 +1290,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
         {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(vocab)}, {"merges", merges}}}};
     std::ofstream(tj + "/tokenizer.json") << doc.dump();
   }
-  const std::string tj_ckpt = (std::filesystem::current_path() / "cli_test_files" / "ckpt-bpe-tj").string();
+  const std::string tj_ckpt = test_path("ckpt-bpe-tj").string();
   std::filesystem::remove_all(tj_ckpt);
   const CmdResult on_tj =
       memwall("train --tokenizer " + tj + " --checkpoint-dir " + tj_ckpt + " --data " + bin + one, false);
@@ -1332,7 +1335,7 @@ TEST(CliGenerate, EndsAtTheEndOfTextToken) {
   std::string text;
   for (int i = 0; i < 3000; ++i) text += "And God saw the light.<|endoftext|>";
   const std::string data = write_file("eot.txt", text);
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-eot").string();
+  const std::string dir = test_path("ckpt-eot").string();
   std::filesystem::remove_all(dir);
   const CmdResult t = memwall("train --tokenizer " + tok + " --steps 200 --eval-batches 1 --checkpoint-dir " +
                               dir + " --data " + data + " " + kTinyModel);
@@ -1352,8 +1355,8 @@ TEST(CliGenerate, EndsAtTheEndOfTextToken) {
 
 TEST(CliExport, WritesTheCheckpointAsSafetensors) {
   const std::string data = write_file("train4.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-export").string();
-  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf").string();
+  const std::string dir = test_path("ckpt-export").string();
+  const std::string out = test_path("hf").string();
   std::filesystem::remove_all(dir);
   const CmdResult t =
       memwall("train --steps 3 --json --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);
@@ -1385,8 +1388,8 @@ TEST(CliExport, WritesTheCheckpointAsSafetensors) {
 // model the file does not describe is one line naming the tensor, exit 2.
 TEST(CliTrain, StartsFromExportedWeights) {
   const std::string data = write_file("train_init.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-init").string();
-  const std::string out = (std::filesystem::current_path() / "cli_test_files" / "hf-init").string();
+  const std::string dir = test_path("ckpt-init").string();
+  const std::string out = test_path("hf-init").string();
   std::filesystem::remove_all(dir);
   const CmdResult t = memwall(
       "train --steps 40 --json --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel, false);
@@ -1448,7 +1451,7 @@ TEST(CliTrain, StartsFromExportedWeights) {
 
 TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
   const std::string data = write_file("train5.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "ckpt-kill").string();
+  const std::string dir = test_path("ckpt-kill").string();
   std::filesystem::remove_all(dir);
   const std::string model = "{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}";
   const pid_t pid = fork();
@@ -1506,8 +1509,7 @@ TEST(CliTrain, KillNineMidRunThenResumeMatchesAnUninterruptedRun) {
 
 TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   const std::string data = write_file("train6.txt", training_text());
-  const std::string trace =
-      (std::filesystem::current_path() / "cli_test_files" / "train-trace.json").string();
+  const std::string trace = test_path("train-trace.json").string();
   const CmdResult r = memwall("train --steps 3 --trace " + trace + " --data " + data + " " + kTinyModel +
                               " --set '{\"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1544,7 +1546,7 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
 
 TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) {
   const std::string data = write_file("train7.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "tiny-fs").string();
+  const std::string dir = test_path("tiny-fs").string();
   std::filesystem::create_directories(dir);
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1200k") != 0) {
     GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << ")";
@@ -1569,7 +1571,7 @@ TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) 
 
 TEST(CliTrain, ANvmeSwapDiskTooSmallFailsBeforeTrainingWithOneLine) {
   const std::string data = write_file("train8.txt", training_text());
-  const std::string dir = (std::filesystem::current_path() / "cli_test_files" / "tiny-swap").string();
+  const std::string dir = test_path("tiny-swap").string();
   std::filesystem::create_directories(dir);
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=600k") != 0) {
     GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << ")";
@@ -1587,8 +1589,7 @@ TEST(CliTrain, ANvmeSwapDiskTooSmallFailsBeforeTrainingWithOneLine) {
 
 TEST(CliReplay, ReplaysATrainTraceWithWhatIfsAndNamesBadInput) {
   const std::string data = write_file("replay-train.txt", training_text());
-  const std::string trace =
-      (std::filesystem::current_path() / "cli_test_files" / "replay-train.json").string();
+  const std::string trace = test_path("replay-train.json").string();
   CmdResult r = memwall("train --steps 3 --eval-batches 1 --trace " + trace + " --data " + data + " " +
                         kTinyModel + " --set '{\"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1624,9 +1625,7 @@ TEST(CliReplay, ReplaysATrainTraceWithWhatIfsAndNamesBadInput) {
 TEST(CliReplay, ATrainTraceWithAccumulationHoldsWholeSteps) {
   const std::string data = write_file("replay-gas.txt", training_text());
   auto traced = [&](int G) {
-    const std::string trace =
-        (std::filesystem::current_path() / "cli_test_files" / ("replay-gas" + std::to_string(G) + ".json"))
-            .string();
+    const std::string trace = test_path("replay-gas" + std::to_string(G) + ".json").string();
     CmdResult r = memwall("train --steps 2 --eval-batches 1 --trace " + trace + " --data " + data + " " +
                           kTinyModel + " --set '{\"gradient_accumulation_steps\": " + std::to_string(G) +
                           ", \"zero_optimization.offload_optimizer.device\": \"cpu\"}'");
@@ -1651,7 +1650,7 @@ TEST(CliReplay, ATrainTraceWithAccumulationHoldsWholeSteps) {
 }
 
 TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
-  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "calibrate";
+  const std::filesystem::path dir = test_path("calibrate");
   std::filesystem::create_directories(dir);
   const std::string out = (dir / "local.json").string();
   CmdResult r = memwall("calibrate --path " + dir.string() + " --size 4M --out " + out + " --json", false);
@@ -1670,7 +1669,7 @@ TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
 // Chakra execution traces as chakra_converter names them (PREFIX.RANK.et): ranks and world size from the
 // names, a directory read in rank order, what-ifs, and a damaged file.
 TEST(CliReplay, ReadsChakraExecutionTraces) {
-  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "chakra";
+  const std::filesystem::path dir = test_path("chakra");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   for (int rank = 0; rank < 12; ++rank) {  // llm.10.et and llm.11.et come after llm.9.et
@@ -1723,7 +1722,7 @@ TEST(CliReplay, ReadsChakraExecutionTraces) {
 // groups (pg_name), whose ranks replay finds from the traces beside it: pairs inside the node, faster than
 // the same all-reduces over all four ranks. With a rank's trace missing it says so and uses the world.
 TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
-  const std::filesystem::path root = std::filesystem::current_path() / "cli_test_files" / "chakra-groups";
+  const std::filesystem::path root = test_path("chakra-groups");
   std::filesystem::remove_all(root);
   for (const bool named : {true, false}) {
     const std::filesystem::path dir = root / (named ? "named" : "plain");
@@ -1770,7 +1769,7 @@ TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
 }
 
 TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
-  const std::filesystem::path dir = std::filesystem::current_path() / "cli_test_files" / "kineto";
+  const std::filesystem::path dir = test_path("kineto");
   std::filesystem::create_directories(dir);
   for (int rank = 0; rank < 2; ++rank) {
     const std::string text =

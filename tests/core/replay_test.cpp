@@ -112,20 +112,19 @@ TEST(Replay, LanesSurviveTheTrace) {
   EXPECT_NEAR(replay_time(*g, hw), r.makespan_s, 1e-6 * r.makespan_s);
 }
 
-// Importers number a resource's lanes by load: its main stream (most measured time) is lane 0, whichever
-// stream a step's first kernel ran on.
+// Importers give each stream of a resource a lane, numbered by load: the main stream (most measured time) is
+// lane 0, whichever stream a step's first kernel ran on.
 TEST(Replay, LanesAreNumberedByLoad) {
   Schedule s;
   const double measured[] = {1e-4, 3e-3, 1e-3, 5e-5};
-  const int lanes[] = {0, 1, 1, 2};
   for (int i = 0; i < 4; ++i) {
-    s.tasks.push_back(testing::compute_task(i, lanes[i]));
+    s.tasks.push_back(testing::compute_task(i, 0));
     s.tasks.back().measured_s = measured[i];
   }
-  Task net = testing::compute_task(4, 3);
+  Task net = testing::compute_task(4, 0);
   net.resource = Resource::kNetwork;  // a resource's lanes are numbered on their own
   s.tasks.push_back(net);
-  number_lanes_by_load(s);
+  assign_lanes(s, {7, 20, 20, 13, 20});
   EXPECT_EQ(s.tasks[0].lane, 1);
   EXPECT_EQ(s.tasks[1].lane, 0);
   EXPECT_EQ(s.tasks[2].lane, 0);

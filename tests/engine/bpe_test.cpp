@@ -197,7 +197,8 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   nlohmann::json bad_merge = tj;
   bad_merge["model"]["merges"].push_back("q u");
   refused(bad_merge, "hf/tokenizer.json model.merges line 401 \"q u\": the vocabulary lacks \"qu\"");
-  refused(nlohmann::json::array(), "not a Hugging Face tokenizer");
+  refused(nlohmann::json::array(), "hf/tokenizer.json: top level is not a JSON object");
+  refused(nlohmann::json::object(), "not a Hugging Face tokenizer (no \"model\" object)");
 }
 
 // A directory of texts is its files by name, documents separated by <|endoftext|> with BPE (joined as they
