@@ -1,9 +1,9 @@
-// `memwall train`: trains a GPT-2-architecture model on byte-level text with ZeRO-3 / ZeRO-Infinity across
-// MPI ranks (or one process), the model states on the tiers the run asks for (host-emulated device, CPU,
-// NVMe), every step the planner's schedule run on real lanes. Prints per step the loss, throughput, achieved
-// FLOP/s, time in compute / exposed I/O and communication / optimizer, bytes moved per link, peak memory per
-// tier; a progress bar on a terminal; a held-out loss at the end.
-// `memwall export` lives here too: it turns the checkpoints `memwall train` writes into Hugging Face files.
+// `memwall train`: trains a GPT-2-architecture model on text with ZeRO (stage 1, 2 or 3) / ZeRO-Infinity
+// across MPI ranks (or one process), the model states on the tiers the run asks for (host-emulated device,
+// CPU, NVMe), every step the planner's schedule run on real lanes. Prints per step the loss, throughput,
+// achieved FLOP/s, time in compute / exposed I/O and communication / optimizer, bytes moved per link, peak
+// memory per tier; a progress bar on a terminal; a held-out loss at the end. `memwall export` lives here too:
+// it turns the checkpoints `memwall train` writes into Hugging Face files.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -190,11 +190,6 @@ int run_train(const TrainOptions& opt) {
   run.memwall.data_parallel = R;
   if (Status s = resolve_run_config(run, in->model, in->hw); !s.is_ok()) return report_error(s);
   if (Status s = check_model(in->model); !s.is_ok()) return report_error(s);
-  if (run.zero.stage != 3) {
-    return report_error(Status::invalid_argument(
-        "run " + run.name + ": zero_optimization.stage = " + std::to_string(run.zero.stage) +
-        ": memwall train implements ZeRO stage 3 (with or without offload); allowed: 3"));
-  }
   std::string swap_dir = opt.nvme_path;
   if (swap_dir.empty()) {
     swap_dir = run.zero.offload_optimizer.device == OffloadDevice::kNvme
@@ -439,18 +434,20 @@ int run_train(const TrainOptions& opt) {
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;
-  const Tier param_tier = tier_of(run.zero.offload_param.device),
+  // Below stage 3 every rank keeps the whole parameters on its device (offload_param is stage 3's).
+  const Tier param_tier = run.zero.stage == 3 ? tier_of(run.zero.offload_param.device) : Tier::kGpu,
              opt_tier = tier_of(run.zero.offload_optimizer.device);
   const auto& ac = run.activation_checkpointing;
   if (lead && !opt.json) {
     std::printf(
-        "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-3: "
+        "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-%d: "
         "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
         "tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
-        tier_name(param_tier), tier_name(opt_tier), zo.tiling, attention_kernel_name(run.memwall.attention),
+        run.zero.stage, run.zero.stage == 3 ? tier_name(param_tier) : "gpu (whole on every rank)",
+        tier_name(opt_tier), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
@@ -665,6 +662,7 @@ int run_train(const TrainOptions& opt) {
         {"micro_batch", B},
         {"gradient_accumulation_steps", G},
         {"device", trainer->device_name()},
+        {"zero_stage", run.zero.stage},
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
         {"optimizer_gradients", trainer->schedule().optimizer_gradients},
@@ -804,7 +802,9 @@ void register_train(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TrainOptions>();
   opt->inputs.model = "gpt-mini";
   opt->inputs.run = "train-gpt";
-  auto* cmd = app.add_subcommand("train", "Train a GPT model on text with ZeRO-3 (mpirun -n N for N ranks)");
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Train a GPT model on text with ZeRO (stage 1, 2 or 3, with offload; mpirun -n N for N ranks)");
   add_input_options(cmd, opt->inputs);
   cmd->add_option(
       "--data", opt->data,

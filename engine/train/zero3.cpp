@@ -110,9 +110,11 @@ struct Zero3Trainer::State {
   std::size_t total = 0;  // this rank's flat elements
   std::vector<Group> groups;
   std::vector<Tier> home;            // per parameter: where its bf16 shard lives
-  std::vector<int> shard_buf;        // per parameter: its persistent shard buffer
+  std::vector<int> shard_buf;        // per parameter: its persistent shard buffer (stage 3), or -1
+  std::vector<int> resident;         // per parameter: its whole bf16 copy on the device (stages 1, 2), or -1
   std::vector<int> persistent_grad;  // per parameter: a persistent fp32 gradient buffer, or -1
   Tier opt_tier = Tier::kGpu;
+  int stage = 3;  // ZeRO stage: 3 partitions the parameters; 1 and 2 keep them whole on every rank
   int R = 1, rank = 0;
 
   // Tiers.
@@ -251,6 +253,23 @@ struct Zero3Trainer::State {
   const Part& part(int p) const {
     return parts[static_cast<std::size_t>(p)];
   }
+  // This rank's bf16 shard of parameter p: its shard buffer (stage 3), or its slice of the whole copy every
+  // rank keeps (stages 1 and 2), and the buffer that holds it.
+  int shard16_buffer(int p) const {
+    const auto i = static_cast<std::size_t>(p);
+    return shard_buf[i] >= 0 ? shard_buf[i] : resident[i];
+  }
+  char* shard16(int p) const {
+    const auto i = static_cast<std::size_t>(p);
+    if (shard_buf[i] >= 0) return ptr(shard_buf[i]);
+    return ptr(resident[i]) + static_cast<std::size_t>(rank) * parts[i].shard * kB16;
+  }
+  // This rank's shard of parameter p's fp32 gradient in buffer b: all of a shard buffer, or this rank's slice
+  // of a whole gradient (stage 1 keeps whole gradients, all-reduced).
+  float* grad_shard(int p, int b) const {
+    auto* g = reinterpret_cast<float*>(ptr(b));
+    return buffer(b).role == BufferRole::kGrad ? g + static_cast<std::size_t>(rank) * part(p).shard : g;
+  }
 
   double bytes_of(const Buffer& b) const;
   Status alloc(int b);
@@ -261,6 +280,11 @@ struct Zero3Trainer::State {
   Status nvme_read(const Task& t, double& moved_bytes);
   Status nvme_write(const Task& t, double& moved_bytes);
   Status collective(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
+  // Stage 1: parameter p's whole gradient in buffer b, replaced by its mean over the ranks.
+  Status all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
+  // Stages 1 and 2: every rank's slice of the whole bf16 copies of sub-group g's parameters (after its
+  // optimizer step, or after the states were installed), gathered into every rank's copies.
+  Status gather_resident(int g, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Any task: bind() or collective(), with the bookkeeping of asynchronous GPU completion around it.
   Status run_task(const Task& t, int step_no, const std::string& at, comm::Communicator& comm);
   Status optimizer(const Task& t);
@@ -524,7 +548,8 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
   const std::uint16_t* weight16 = nullptr;
   for (std::size_t k = 0; k < op.params.size(); ++k) {
     const int p = op.params[k];
-    const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
+    const int b = use_of_param(
+        t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard, BufferRole::kResident});
     if (b < 0 || !on_device(b))
       return Status::internal(t.name + ": the schedule gives no device copy of parameter " +
                               std::to_string(p));
@@ -563,7 +588,8 @@ Status Zero3Trainer::State::compute(const Task& t) {
   std::vector<float*> gp;
   for (std::size_t k = 0; k < op.params.size(); ++k) {
     const int p = op.params[k];
-    const int b = use_of_param(t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard});
+    const int b = use_of_param(
+        t, p, {BufferRole::kGathered, BufferRole::kStaged, BufferRole::kShard, BufferRole::kResident});
     if (b < 0)
       return Status::internal(t.name + ": the schedule gives no gathered copy of parameter " +
                               std::to_string(p));
@@ -589,8 +615,7 @@ Status Zero3Trainer::State::compute(const Task& t) {
 std::uint16_t* Zero3Trainer::State::updated16(const Task& t, int p) {
   const Part& pt = part(p);
   const Tier staging = opt_tier == Tier::kGpu ? Tier::kGpu : Tier::kCpu;
-  if (home[static_cast<std::size_t>(p)] == staging)
-    return reinterpret_cast<std::uint16_t*>(ptr(shard_buf[static_cast<std::size_t>(p)]));
+  if (home[static_cast<std::size_t>(p)] == staging) return reinterpret_cast<std::uint16_t*>(shard16(p));
   if (opt_tier == Tier::kNvme) {
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
     const std::size_t n = g.end - g.begin;
@@ -613,9 +638,10 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     const int src = t.uses[0];
     const int slot = use(t, BufferRole::kGradSwapOut);
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
+    const float* shard = grad_shard(t.param, src);
     moved_bytes = static_cast<double>(pt.shard * 4);
     if (micro > 0) {  // gradient accumulation: added to the earlier micro-batches' sum (read into the slot)
-      const auto* from = reinterpret_cast<const float*>(ptr(src));
+      const float* from = shard;
       std::vector<float> staged;
       if (on_device(src)) {
         staged.resize(pt.shard);
@@ -625,13 +651,14 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
       for (std::size_t i = 0; i < pt.shard; ++i) dst[i] += from[i];
       return Status::ok();
     }
-    return move(dst, slot >= 0 ? on_device(slot) : false, ptr(src), on_device(src), pt.shard * 4, true);
+    return move(dst, slot >= 0 ? on_device(slot) : false, shard, on_device(src), pt.shard * 4, true);
   }
   if (t.subgroup >= 0 && t.dst == Tier::kGpu) {  // updated bf16 parameters back to their device shards
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
     for (std::size_t p = g.first; p < g.last; ++p) {
       if (home[p] != Tier::kGpu) continue;
-      MW_RETURN_IF_ERROR(move(ptr(shard_buf[p]), on_device(shard_buf[p]), updated16(t, static_cast<int>(p)),
+      const int q = static_cast<int>(p);
+      MW_RETURN_IF_ERROR(move(shard16(q), on_device(shard16_buffer(q)), updated16(t, q),
                               cuda && opt_tier == Tier::kGpu, parts[p].shard * kB16, true));
       moved_bytes += static_cast<double>(parts[p].shard * kB16);
     }
@@ -773,6 +800,17 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
 
 Status Zero3Trainer::State::collective(const Task& t, const std::string& at, comm::Communicator& comm,
                                        double& moved_bytes) {
+  if (t.collective == CollectiveKind::kAllGather && t.param < 0 && t.subgroup >= 0)
+    return gather_resident(t.subgroup, at + t.name, comm, moved_bytes);
+  if (t.collective == CollectiveKind::kAllReduce && t.param >= 0) {
+    // With the optimizer on the device the gradients accumulate over the micro-batches where it reads
+    // them, so they are reduced once, after the last (as DeepSpeed's stage 1 does); an offloaded optimizer
+    // sums each micro-batch's mean in CPU memory.
+    if (opt_tier == Tier::kGpu && !last_micro) return Status::ok();
+    const int b = use(t, BufferRole::kGrad);
+    if (b < 0) return Status::internal(t.name + ": the schedule gives no gradient to all-reduce");
+    return all_reduce_grad(t.param, b, at + t.name, comm, moved_bytes);
+  }
 #if MEMWALL_HAVE_CUDA
   if (cuda) return collective_cuda(t, at, comm, moved_bytes);
 #endif
@@ -798,6 +836,76 @@ Status Zero3Trainer::State::collective(const Task& t, const std::string& at, com
   return Status::internal(t.name + ": memwall train has no binding for a " + collective_name(t.collective));
 }
 
+Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm,
+                                            double& moved_bytes) {
+  const std::size_t S = part(p).shard, R_ = static_cast<std::size_t>(R);
+  auto* full = reinterpret_cast<float*>(ptr(b));
+  moved_bytes = static_cast<double>(2 * S * 4 * R_);
+#if MEMWALL_HAVE_NCCL
+  if (nccl && on_device(b)) {  // reduce-scatter, this rank's slice scaled in place, all-gather in place
+    const gpu::Stream& s = gpu->comm();
+    float* own = full + static_cast<std::size_t>(rank) * S;
+    MW_RETURN_IF_ERROR(deps_on_stream(s));
+    MW_RETURN_IF_ERROR(nccl->reduce_scatter_sum(full, reduced_dev, S, s.get()));
+    const cudaError_t rc = cudaMemsetAsync(own, 0, S * 4, static_cast<cudaStream_t>(s.get()));
+    if (rc != cudaSuccess) return Status::internal(tag + ": " + cudaGetErrorString(rc));
+    if (int k = kernels::cuda::accumulate_strided(own, 0, reduced_dev, 0, 1, static_cast<int>(S),
+                                                  1.0f / static_cast<float>(R), s.get());
+        k != 0)
+      return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+    MW_RETURN_IF_ERROR(nccl->all_gather(own, full, S * 4, s.get()));
+    return done_on(s);
+  }
+#endif
+  // Through the host communicator (on host copies of device buffers): the same reduce-scatter, scaled by
+  // 1/R, then all-gathered, so every rank holds bitwise the same mean.
+  std::vector<float> staged;
+  float* host = full;
+  if (on_device(b)) {
+    staged.resize(S * R_);
+    MW_RETURN_IF_ERROR(move(staged.data(), false, full, true, S * R_ * 4));
+    host = staged.data();
+  }
+  reduced.resize(S);
+  MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(host, reduced.data(), S, tag));
+  const float inv = 1.0f / static_cast<float>(R);
+  for (float& x : reduced) x *= inv;
+  MW_RETURN_IF_ERROR(comm.allgather(reduced.data(), host, S * 4, tag));
+  return host == full ? Status::ok() : move(full, true, host, false, S * R_ * 4);
+}
+
+Status Zero3Trainer::State::gather_resident(int g, const std::string& tag, comm::Communicator& comm,
+                                            double& moved_bytes) {
+  const Group& grp = groups[static_cast<std::size_t>(g)];
+  const auto R_ = static_cast<std::size_t>(R);
+#if MEMWALL_HAVE_NCCL
+  if (nccl && grp.first < grp.last && on_device(resident[grp.first])) {  // in place, on the collective stream
+    const gpu::Stream& s = gpu->comm();
+    MW_RETURN_IF_ERROR(deps_on_stream(s));
+    for (std::size_t p = grp.first; p < grp.last; ++p) {
+      const std::size_t bytes = parts[p].shard * kB16;
+      MW_RETURN_IF_ERROR(nccl->all_gather(shard16(static_cast<int>(p)), ptr(resident[p]), bytes, s.get()));
+      moved_bytes += static_cast<double>(bytes * R_);
+    }
+    return done_on(s);
+  }
+#endif
+  std::vector<char> mine, staged;
+  for (std::size_t p = grp.first; p < grp.last; ++p) {
+    const int b = resident[p];
+    if (b < 0) return Status::internal(tag + ": parameter " + std::to_string(p) + " has no whole copy");
+    const std::size_t bytes = parts[p].shard * kB16;
+    mine.resize(bytes);
+    MW_RETURN_IF_ERROR(move(mine.data(), false, shard16(static_cast<int>(p)), on_device(b), bytes));
+    char* full = ptr(b);
+    if (on_device(b)) staged.resize(bytes * R_);
+    MW_RETURN_IF_ERROR(comm.allgather(mine.data(), on_device(b) ? staged.data() : full, bytes, tag));
+    if (on_device(b)) MW_RETURN_IF_ERROR(move(full, true, staged.data(), false, bytes * R_));
+    moved_bytes += static_cast<double>(bytes * R_);
+  }
+  return Status::ok();
+}
+
 Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communicator& comm) {
 #if MEMWALL_HAVE_CUDA
   if (cuda) MW_RETURN_IF_ERROR(deps_on_host());  // the gradients' GPU work (reduce-scatters, copies) is done
@@ -815,7 +923,7 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
         const int b = persistent_grad[p];
         if (b < 0)
           return Status::internal("gradient norm: parameter " + std::to_string(p) + " has no gradient");
-        g = reinterpret_cast<const float*>(ptr(b));
+        g = grad_shard(static_cast<int>(p), b);
         if (on_device(b)) {
           staged.resize(pt.shard);
           MW_RETURN_IF_ERROR(move(staged.data(), false, g, true, pt.shard * 4));
@@ -863,7 +971,7 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
       a = kernels::fp32_arrays(p32 + off, m + off, v + off, g32 + off, pt.shard);
     } else {
       const float* grad =
-          opt_tier == Tier::kCpu ? grads32 + off : reinterpret_cast<const float*>(ptr(persistent_grad[p]));
+          opt_tier == Tier::kCpu ? grads32 + off : grad_shard(static_cast<int>(p), persistent_grad[p]);
       a = kernels::fp32_arrays(master + off, exp_avg + off, exp_avg_sq + off, grad, pt.shard);
     }
     a.params_out = updated16(t, static_cast<int>(p));
@@ -1063,6 +1171,18 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                     ": zero_optimization.offload_param needs offload_optimizer too (as in "
                                     "DeepSpeed); allowed: offload_optimizer.device cpu or nvme");
   }
+  if (z.stage < 1 || z.stage > 3) {
+    return Status::invalid_argument(
+        "run " + run.name + ": zero_optimization.stage = " + std::to_string(z.stage) +
+        ": memwall train partitions at least the optimizer states (stage 0 keeps them whole on every rank); "
+        "allowed: 1, 2 or 3");
+  }
+  if (run.memwall.delayed_parameter_update) {
+    return Status::invalid_argument(
+        "run " + run.name +
+        ": memwall.delayed_parameter_update is simulated only: memwall train steps "
+        "the optimizer on each step's own gradients (allowed: false)");
+  }
   const bool nvme =
       z.offload_param.device == OffloadDevice::kNvme || z.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme && o.swap_dir.empty()) {
@@ -1071,7 +1191,6 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                     "(zero_optimization.offload_*.nvme_path or --nvme-path)");
   }
   // What the engine implements (see default_train_run).
-  run.zero.stage = 3;
   run.zero.param_persistence_threshold = {false, 0};
   run.precision = Precision::kBf16;
   run.fp32_gradients = true;
@@ -1089,6 +1208,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   State& st = *tr.st_;
   st.R = comm.size();
   st.rank = comm.rank();
+  st.stage = run.zero.stage;
   st.adam_hyper = o.adam;
   st.adam_threads = o.threads;
   const bool flash = run.memwall.attention == AttentionKernel::kFlash;
@@ -1206,10 +1326,13 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     st.grad_sq.assign(st.parts.size(), 0.0);
     st.home.assign(st.parts.size(), Tier::kGpu);
     st.shard_buf.assign(st.parts.size(), -1);
+    st.resident.assign(st.parts.size(), -1);
     st.persistent_grad.assign(st.parts.size(), -1);
     for (const Buffer& b : st.sched.buffers) {
       if (b.param < 0 || !b.persistent) continue;
-      if (b.role == BufferRole::kShard) {
+      if (b.role == BufferRole::kResident) {
+        st.resident[static_cast<std::size_t>(b.param)] = b.id;
+      } else if (b.role == BufferRole::kShard) {
         st.home[static_cast<std::size_t>(b.param)] = b.tier;
         st.shard_buf[static_cast<std::size_t>(b.param)] = b.id;
       } else if (b.role == BufferRole::kGrad || b.role == BufferRole::kGradShard) {
@@ -1476,36 +1599,51 @@ Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
   const bool host = st.opt_tier != Tier::kNvme && !dev;  // the states' own memory is the staging
   std::vector<std::uint16_t> b16;
   const std::vector<Piece> pieces = state_pieces();
-  for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
-    const Piece& pc = pieces[gi];
-    const std::size_t k = pc.end - pc.begin;
-    float *master = st.master + pc.begin, *m = st.exp_avg + pc.begin, *v = st.exp_avg_sq + pc.begin;
-    std::unique_ptr<Staging> buf;
-    if (!host) {
-      buf = std::make_unique<Staging>(st.optimizer_pool(), 3 * k);
-      master = buf->data(), m = master + k, v = m + k;
-    }
-    MW_RETURN_IF_ERROR(src(pc.begin, k, master, m, v));
-    if (st.opt_tier == Tier::kNvme) {
-      MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), master, 12 * k));
-    } else if (dev) {
-      MW_RETURN_IF_ERROR(st.move(st.master + pc.begin, true, master, false, k * 4));
-      MW_RETURN_IF_ERROR(st.move(st.exp_avg + pc.begin, true, m, false, k * 4));
-      MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq + pc.begin, true, v, false, k * 4));
-    }
-    for (std::size_t p = pc.first; p < pc.last; ++p) {
-      const auto& pt = st.parts[p];
-      b16.resize(pt.shard);
-      note_staging((buf ? buf->heap_bytes() : 0) + pt.shard * kB16);
-      kernels::cast_f32_to_bf16(master + (pt.local - pc.begin), b16.data(), pt.shard);
-      if (st.home[p] == Tier::kNvme) {
-        MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
-      } else {
-        MW_RETURN_IF_ERROR(st.move(st.ptr(st.shard_buf[p]), st.on_device(st.shard_buf[p]), b16.data(), false,
-                                   pt.shard * kB16));
+  const Status installed = [&]() -> Status {
+    for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
+      const Piece& pc = pieces[gi];
+      const std::size_t k = pc.end - pc.begin;
+      float *master = st.master + pc.begin, *m = st.exp_avg + pc.begin, *v = st.exp_avg_sq + pc.begin;
+      std::unique_ptr<Staging> buf;
+      if (!host) {
+        buf = std::make_unique<Staging>(st.optimizer_pool(), 3 * k);
+        master = buf->data(), m = master + k, v = m + k;
+      }
+      MW_RETURN_IF_ERROR(src(pc.begin, k, master, m, v));
+      if (st.opt_tier == Tier::kNvme) {
+        MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), master, 12 * k));
+      } else if (dev) {
+        MW_RETURN_IF_ERROR(st.move(st.master + pc.begin, true, master, false, k * 4));
+        MW_RETURN_IF_ERROR(st.move(st.exp_avg + pc.begin, true, m, false, k * 4));
+        MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq + pc.begin, true, v, false, k * 4));
+      }
+      for (std::size_t p = pc.first; p < pc.last; ++p) {
+        const auto& pt = st.parts[p];
+        b16.resize(pt.shard);
+        note_staging((buf ? buf->heap_bytes() : 0) + pt.shard * kB16);
+        kernels::cast_f32_to_bf16(master + (pt.local - pc.begin), b16.data(), pt.shard);
+        if (st.home[p] == Tier::kNvme) {
+          MW_RETURN_IF_ERROR(st.store_put(store_key("param", p), b16.data(), pt.shard * kB16));
+        } else {
+          const int q = static_cast<int>(p);
+          MW_RETURN_IF_ERROR(
+              st.move(st.shard16(q), st.on_device(st.shard16_buffer(q)), b16.data(), false, pt.shard * kB16));
+        }
       }
     }
+    return Status::ok();
+  }();
+  // Stages 1 and 2: every rank's slice into every rank's whole copies, once every rank has its slices.
+  if (st.stage < 3) {
+    MW_RETURN_IF_ERROR(comm::agree(*comm_, installed, "installing the parameters"));
+    double moved = 0;
+    for (std::size_t g = 0; g < st.groups.size(); ++g)
+      MW_RETURN_IF_ERROR(st.gather_resident(static_cast<int>(g), "installing the parameters", *comm_, moved));
+#if MEMWALL_HAVE_CUDA
+    if (st.cuda) MW_RETURN_IF_ERROR(st.gpu->synchronize());
+#endif
   }
+  MW_RETURN_IF_ERROR(installed);
   if (st.store && commit) MW_RETURN_IF_ERROR(st.store->commit());
   return Status::ok();
 }
@@ -1552,7 +1690,9 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
         t.phase != Phase::kSetup && (train || t.phase == Phase::kForward) &&
         (optimizer || t.phase != Phase::kOptimizer) && (st.micro > 0 || !t.later_micro_batches);
   }
-  if (train && st.micro == 0) {  // later micro-batches add to the first one's gradients
+  // Later micro-batches add to the first one's gradients, where the optimizer reads them; whole gradients
+  // (stage 1) of an offloaded optimizer go to CPU memory every micro-batch, and start from zero each time.
+  if (train && (st.micro == 0 || (st.stage < 3 && st.opt_tier != Tier::kGpu))) {
     for (int b : st.persistent_grad) {
       if (b >= 0) {
         MW_RETURN_IF_ERROR(st.zero(st.ptr(b), st.on_device(b),

@@ -9,8 +9,11 @@
 //     reduce-scatters go to the Communicator (MPI, deterministic rank-ordered sums); the optimizer step is
 //     the SIMD Adam on each sub-group, writing bf16 parameters back;
 //   - compute tasks run the model's op with the gathered bf16 parameters widened to fp32.
-// Every graph parameter is padded to a multiple of the rank count and partitioned; no rank ever holds more
-// than its own shards plus the parameters the schedule has gathered. Activations stay in the model's own
+// Every graph parameter is padded to a multiple of the rank count and partitioned; in stage 3 no rank ever
+// holds more than its own shards plus the parameters the schedule has gathered. Stages 1 and 2 (the run's
+// zero_optimization.stage) keep every parameter whole on each rank's device and partition the optimizer
+// states (and in stage 2 the gradients) by the same shards: each rank updates its slice of the whole copies,
+// then an all-gather per optimizer sub-group fills in the others. Activations stay in the model's own
 // buffers (the arena only accounts for them), so losses are bitwise the same whatever the offload, tiling
 // or checkpointing.
 #pragma once
@@ -34,9 +37,10 @@ namespace memwall::train {
 
 // The run settings the trainer honours (its planner input): offload_param / offload_optimizer (none, cpu,
 // nvme) with buffer counts and sizes, sub_group_size, prefetch and its budgets, reuse distance, activation
-// checkpointing (with cpu_checkpointing), tiling. create() fixes what the engine implements: ZeRO stage 3,
-// every parameter partitioned (persistence threshold 0), bf16 parameters with fp32 master weights, fp32
-// gradients (communication_data_type fp32), data parallelism over the communicator's ranks.
+// checkpointing (with cpu_checkpointing), tiling, ZeRO stage 1, 2 or 3. create() fixes what the engine
+// implements: in stage 3 every parameter partitioned (persistence threshold 0), bf16 parameters with fp32
+// master weights, fp32 gradients (communication_data_type fp32), data parallelism over the communicator's
+// ranks; it refuses stage 0 and delayed parameter updates.
 RunConfig default_train_run();
 // A machine for the emulated tiers: `device_bytes` of device memory per rank (the host-emulated GPU arena),
 // `host_bytes` of CPU memory and `nvme_bytes` of NVMe per node, no reserves, 64 "GPUs" per node.

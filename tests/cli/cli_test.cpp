@@ -928,6 +928,40 @@ TEST(CliTrain, NvmeOptimizerGradientsInCpuMemoryMoveLessThroughNvme) {
   std::filesystem::remove_all(nvme);
 }
 
+// The shipped ZeRO-Offload run (stage 2, optimizer on the CPU) trains: the whole bf16 parameters stay on the
+// device, each step sends the fp32 gradients down (4 B per parameter) and the updated bf16 parameters up
+// (2 B); on one rank its losses are stage 3's with the same optimizer placement, bitwise.
+TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
+  const std::string data = write_file("train-offload.txt", training_text());
+  std::map<int, nlohmann::json> summary;
+  std::map<int, std::vector<double>> losses;
+  for (const int stage : {2, 3}) {
+    const CmdResult r = memwall(
+        "train --run zero-offload --steps 3 --eval-batches 1 --json --set "
+        "'{\"zero_optimization.stage\": " +
+            std::to_string(stage) + "}' --data " + data + " " + kTinyModel,
+        false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = parse_json(line);
+      if (j.contains("summary")) summary[stage] = j["summary"];
+      if (j.contains("loss")) losses[stage].push_back(j["loss"].get<double>());
+    }
+  }
+  ASSERT_EQ(losses[2].size(), 3u);
+  EXPECT_EQ(losses[2], losses[3]);
+  EXPECT_EQ(summary[2]["zero_stage"], 2);
+  EXPECT_EQ(summary[2]["offload_param"], "gpu");
+  EXPECT_EQ(summary[2]["offload_optimizer"], "cpu");
+  const double params = summary[2]["params"].get<double>();
+  const auto& bytes = summary[2]["bytes_per_step"];
+  EXPECT_GE(bytes["d2h"].get<double>(), 4 * params);
+  EXPECT_LT(bytes["d2h"].get<double>(), 4.2 * params);
+  EXPECT_GE(bytes["h2d"].get<double>(), 2 * params);
+  EXPECT_LT(bytes["h2d"].get<double>(), 2.1 * params);
+}
+
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   const std::string data = write_file("train2.txt", training_text());
   // The scenario's nvme_path (/local_nvme) is not on this machine.
@@ -935,9 +969,17 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find("/local_nvme: the NVMe path does not exist"), std::string::npos) << r.output;
-  r = memwall("train --run zero-2 --steps 1 --data " + data + " " + kTinyModel);
+  // Stage 0 keeps the optimizer states whole on every rank; delayed parameter updates are simulated only.
+  r = memwall("train --run data-parallel --steps 1 --data " + data + " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("zero_optimization.stage = 2"), std::string::npos) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.stage = 0"), std::string::npos) << r.output;
+  r = memwall(
+      "train --run zero-offload --set '{\"memwall.delayed_parameter_update\": true}' --steps 1 --data " +
+      data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find("delayed_parameter_update is simulated only"), std::string::npos) << r.output;
   // train_batch_size is checked against the ranks, not the hardware file's 16 GPUs.
   r = memwall(
       "train --set '{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2}' --steps 1 "

@@ -9,7 +9,7 @@
 # activations or a plan that do not fit the GPU are one-line errors, and a GPU that holds the activations
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
-# tokens.
+# tokens; ZeRO stages 1 and 2 on two GPU ranks follow the same runs on two CPU ranks.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -134,6 +134,26 @@ if [ -n "$MPIEXEC" ]; then
     ranks2=ran
   done
 fi
+# ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
+# (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
+# on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
+# collectives), against the same runs on --device cpu.
+if [ "$ranks2" = ran ]; then
+  for v in z1_cpu z1_nccl z2off_cpu z2off_nccl z2off_host; do
+    case $v in
+      z1_*) stage_set='"zero_optimization.stage": 1' ;;
+      *) stage_set='"zero_optimization.stage": 2, "zero_optimization.offload_optimizer.device": "cpu"' ;;
+    esac
+    case $v in
+      *_cpu) args=(--device cpu) ;;
+      *_nccl) args=(--device cuda --gpu-matmul fp32 --gpu-collectives nccl) ;;
+      *) args=(--device cuda --gpu-matmul fp32 --gpu-collectives host) ;;
+    esac
+    "$MPIEXEC" -n 2 "$BIN" "${base[@]}" --steps 3 "${args[@]}" \
+      --set "{\"train_micro_batch_size_per_gpu\": 2, \"memwall.sequence_length\": 32, $stage_set}" \
+      >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: two ranks, $v"; cat "$work/$v.err"; exit 1; }
+  done
+fi
 python3 - "$work" "$ranks2" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -196,12 +216,21 @@ if sys.argv[2] == "ran":
         for s in two_cpu:
             if s in two:
                 near(f"two ranks, step {s}, {name} vs cpu", two[s], two_cpu[s], 1e-4)
+    for host_run, dev_runs in (("z1_cpu", ("z1_nccl",)), ("z2off_cpu", ("z2off_nccl", "z2off_host"))):
+        want = losses(host_run)
+        for name in dev_runs:
+            got = losses(name)
+            if sorted(got) != [1, 2, 3] or sorted(want) != [1, 2, 3]:
+                bad.append(f"two ranks logged steps {sorted(want)} ({host_run}) and {sorted(got)} ({name})")
+            for s in want:
+                if s in got:
+                    near(f"two ranks, step {s}, {name} vs {host_run}", got[s], want[s], 1e-4)
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
 runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA")]
 if sys.argv[2] == "ran":
-    runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA")]
+    runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z1_nccl", "CUDA"), ("z2off_host", "CUDA")]
 for name, want in runs:
     if want not in summary(name).get("device", ""):
         bad.append(f"the {name} run computed on {summary(name).get('device')!r}, not {want}")

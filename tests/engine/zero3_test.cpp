@@ -117,6 +117,20 @@ TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
   z = Zero3Trainer::create(small(), o, *local);
   ASSERT_FALSE(z.is_ok());
   EXPECT_NE(z.status().message().find("memwall.tiling_factor 3"), std::string::npos);
+  o.tiling = 1;
+  o.run.zero.stage = 0;
+  z = Zero3Trainer::create(small(), o, *local);
+  ASSERT_FALSE(z.is_ok());
+  EXPECT_NE(z.status().message().find("zero_optimization.stage = 0"), std::string::npos)
+      << z.status().message();
+  EXPECT_NE(z.status().message().find("allowed: 1, 2 or 3"), std::string::npos) << z.status().message();
+  o.run.zero.stage = 2;
+  o.run.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  o.run.memwall.delayed_parameter_update = true;
+  z = Zero3Trainer::create(small(), o, *local);
+  ASSERT_FALSE(z.is_ok());
+  EXPECT_NE(z.status().message().find("delayed_parameter_update is simulated only"), std::string::npos)
+      << z.status().message();
 }
 
 }  // namespace
@@ -370,12 +384,31 @@ std::vector<Variant> optimizer_placements(const std::string& dir) {
   };
 }
 
+// ZeRO stages 1 and 2: every rank keeps the whole bf16 parameters on the device (stage 1 its whole gradients
+// too, all-reduced; stage 2 reduce-scatters them), with the optimizer on the device or on the CPU. On one
+// rank, and over MPI ranks (zero3_mpi_main.cpp), they train as stage 3 does.
+std::vector<Variant> zero_stages() {
+  std::vector<Variant> out;
+  for (const int stage : {1, 2}) {
+    for (const OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu}) {
+      out.push_back({"ZeRO stage " + std::to_string(stage) + ", optimizer on " +
+                         (d == OffloadDevice::kCpu ? "CPU" : "the device"),
+                     [stage, d](Zero3Options& o) {
+                       o.run.zero.stage = stage;
+                       o.run.zero.offload_optimizer.device = d;
+                     }});
+    }
+  }
+  return out;
+}
+
 TEST(Zero3, GradientAccumulationMatchesOneLargerMicroBatch) {
   const model::GptConfig c = small();
   const Zero3Options base = accumulation_base();
   const std::string dir = swap_dir("accumulation");
   std::vector<Variant> variants = {{"optimizer on the device", [](Zero3Options&) {}}};
   for (Variant& v : optimizer_placements(dir)) variants.push_back(std::move(v));
+  for (Variant& v : zero_stages()) variants.push_back(std::move(v));
   for (const auto& v : variants) {
     SCOPED_TRACE(v.name);
     Zero3Options whole = base, half = base;
@@ -413,7 +446,8 @@ TEST(Zero3, GradientClippingIsTheSameOnEveryPlacementAndWithAccumulation) {
   Zero3Options base = accumulation_base();
   base.run.gradient_clipping = 0.05;
   const std::string dir = swap_dir("clipping");
-  const std::vector<Variant> variants = optimizer_placements(dir);
+  std::vector<Variant> variants = optimizer_placements(dir);
+  for (Variant& v : zero_stages()) variants.push_back(std::move(v));
   Zero3Options whole = base;
   whole.micro_batch = 2;
   std::vector<float> want_losses, want_params, unclipped_losses, unclipped_params;
@@ -459,7 +493,7 @@ TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
     z.offload_optimizer.pipeline_read = z.offload_optimizer.pipeline_write = true;
     z.sub_group_size = 2000;  // several optimizer sub-groups, each read, stepped and written back
   };
-  const std::vector<Variant> variants = {
+  std::vector<Variant> variants = {
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
       {"parameters and optimizer on CPU",
@@ -486,6 +520,7 @@ TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
          o.run.activation_checkpointing.cpu_checkpointing = true;
        }},
   };
+  for (Variant& v : zero_stages()) variants.push_back(std::move(v));
   std::vector<float> want_losses, want_params;
   train_variant(c, base, 10, want_losses, want_params);
   ASSERT_EQ(want_losses.size(), 10u);
