@@ -441,13 +441,17 @@ int run_train(const TrainOptions& opt) {
   if (lead && !opt.json) {
     std::printf(
         "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-%d: "
-        "parameters on %s, optimizer states on %s, bf16 parameters with fp32 master weights and gradients, "
+        "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
         run.zero.stage, run.zero.stage == 3 ? tier_name(param_tier) : "gpu (whole on every rank)",
-        tier_name(opt_tier), zo.tiling, attention_kernel_name(run.memwall.attention),
+        tier_name(opt_tier),
+        run.memwall.delayed_parameter_update
+            ? " (delayed update: each step's optimizer on the last step's gradients)"
+            : "",
+        zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
@@ -663,6 +667,7 @@ int run_train(const TrainOptions& opt) {
         {"gradient_accumulation_steps", G},
         {"device", trainer->device_name()},
         {"zero_stage", run.zero.stage},
+        {"delayed_parameter_update", run.memwall.delayed_parameter_update},
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
         {"optimizer_gradients", trainer->schedule().optimizer_gradients},

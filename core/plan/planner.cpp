@@ -357,8 +357,9 @@ void Planner::setup() {
   }
   // Delayed parameter update: the step works on the previous step's gradients, kept beside this step's.
   if (run_.memwall.delayed_parameter_update) {
-    alloc(grad_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads of the previous step (DPU)", ph, {}, true,
-          pin);
+    mark(alloc(grad_tier_, MemCategory::kGrads32, 4 * n_opt, "fp32 grads of the previous step (DPU)", ph, {},
+               true, pin),
+         -1, BufferRole::kDelayedGrads);
   }
 }
 

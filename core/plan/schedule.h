@@ -57,6 +57,7 @@ enum class BufferRole {
   kGradShard,      // this rank's part of a gradient after the reduce-scatter (or a persistent GPU grad)
   kGradSwapOut,    // a pinned slot a gradient shard is staged through on its way to NVMe
   kOptimizerSwap,  // a pinned slot holding one optimizer sub-group's states
+  kDelayedGrads,   // the previous step's fp32 gradients, which a delayed parameter update steps on
 };
 
 struct Buffer {

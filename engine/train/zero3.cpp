@@ -133,6 +133,15 @@ struct Zero3Trainer::State {
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
+  // Delayed parameter update (memwall.delayed_parameter_update): the optimizer steps, at the start of each
+  // step and beside its forward and backward, on the previous step's gradients (prev_grads), while this
+  // step's go to grads32; the two swap when the step ends. pending_step: the step whose gradients wait in
+  // prev_grads (0: none, as before the first step and after a checkpoint drained them).
+  bool delayed = false;
+  float* prev_grads = nullptr;
+  long pending_step = 0;
+  // The fp32 gradients in CPU memory the optimizer steps on.
+  float* step_grads() const { return delayed ? prev_grads : grads32; }
   // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan resolved optimizer_gradients so), so its
   // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients;
   // slot_fp32_bytes() is a slot's fp32 bytes per element, before the 16-bit part.
@@ -918,7 +927,7 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const Part& pt = parts[p];
     if (!on_nvme) {
-      const float* g = grads32 + pt.local;
+      const float* g = step_grads() + pt.local;
       if (opt_tier == Tier::kGpu) {
         const int b = persistent_grad[p];
         if (b < 0)
@@ -971,7 +980,7 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
       a = kernels::fp32_arrays(p32 + off, m + off, v + off, g32 + off, pt.shard);
     } else {
       const float* grad =
-          opt_tier == Tier::kCpu ? grads32 + off : grad_shard(static_cast<int>(p), persistent_grad[p]);
+          opt_tier == Tier::kCpu ? step_grads() + off : grad_shard(static_cast<int>(p), persistent_grad[p]);
       a = kernels::fp32_arrays(master + off, exp_avg + off, exp_avg_sq + off, grad, pt.shard);
     }
     a.params_out = updated16(t, static_cast<int>(p));
@@ -1016,7 +1025,10 @@ Status Zero3Trainer::State::run_task(const Task& t, int step_no, const std::stri
   if (host_side) MW_RETURN_IF_ERROR(deps_on_host());
 #endif
   Status st = Status::ok();
-  if (t.kind == TaskKind::kCollective) {
+  if (delayed && pending_step == 0 && t.phase == Phase::kOptimizer) {
+    // A delayed update with no gradients waiting (the first step, or the first after a checkpoint): nothing
+    // to step on, so the optimizer phase does nothing.
+  } else if (t.kind == TaskKind::kCollective) {
     double bytes = 0;
     st = collective(t, at, comm, bytes);
     moved[static_cast<std::size_t>(t.id)] = bytes;
@@ -1177,12 +1189,6 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         ": memwall train partitions at least the optimizer states (stage 0 keeps them whole on every rank); "
         "allowed: 1, 2 or 3");
   }
-  if (run.memwall.delayed_parameter_update) {
-    return Status::invalid_argument(
-        "run " + run.name +
-        ": memwall.delayed_parameter_update is simulated only: memwall train steps "
-        "the optimizer on each step's own gradients (allowed: false)");
-  }
   const bool nvme =
       z.offload_param.device == OffloadDevice::kNvme || z.offload_optimizer.device == OffloadDevice::kNvme;
   if (nvme && o.swap_dir.empty()) {
@@ -1209,6 +1215,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.R = comm.size();
   st.rank = comm.rank();
   st.stage = run.zero.stage;
+  st.delayed = run.memwall.delayed_parameter_update;
   st.adam_hyper = o.adam;
   st.adam_threads = o.threads;
   const bool flash = run.memwall.attention == AttentionKernel::kFlash;
@@ -1376,7 +1383,8 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       if (b.category == MemCategory::kMasterParams32) st.master = f;
       if (b.category == MemCategory::kMomentum32) st.exp_avg = f;
       if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
-      if (b.category == MemCategory::kGrads32) st.grads32 = f;
+      if (b.category == MemCategory::kGrads32)
+        (b.role == BufferRole::kDelayedGrads ? st.prev_grads : st.grads32) = f;
     }
     if (st.opt_tier == Tier::kCpu) {  // zero-filled (mmap)
       st.out16_arena = std::make_unique<host::Arena>("bf16 staging of updated parameters",
@@ -1700,7 +1708,8 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
       }
     }
   }
-  st.adam_hyper.step = step_ + 1;
+  // The update a step applies: its own, or with a delayed update the pending one's.
+  st.adam_hyper.step = st.delayed ? st.pending_step : step_ + 1;
   std::fill(st.moved.begin(), st.moved.end(), 0.0);
   const int step_no = train ? static_cast<int>(step_ + 1) : 0;
   const std::string at = !train                       ? "eval "
@@ -1793,7 +1802,13 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));
   float sum = 0.0f;
   for (float l : all) sum += l;
-  if (optimizer) ++step_;
+  if (optimizer) {
+    ++step_;
+    if (st.delayed) {  // this step's gradients wait for the next step's optimizer
+      std::swap(st.grads32, st.prev_grads);
+      st.pending_step = step_;
+    }
+  }
   return sum / static_cast<float>(comm_->size());
 }
 
@@ -1871,7 +1886,41 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
   return Status::ok();
 }
 
+// A delayed update's waiting gradients, applied now: the schedule's optimizer phase alone (its sub-groups'
+// steps, the copies of their parameters to the device and, below stage 3, the all-gathers).
+Status Zero3Trainer::drain_delayed_update() {
+  State& st = *st_;
+  if (!st.delayed || st.pending_step == 0) return Status::ok();
+  const Schedule& s = st.sched;
+  std::vector<char> include(s.tasks.size(), 0);
+  for (const Task& t : s.tasks) include[static_cast<std::size_t>(t.id)] = t.phase == Phase::kOptimizer;
+  st.adam_hyper.step = st.pending_step;
+  st.adam_hyper.grad_scale = static_cast<float>(o_.run.accumulation_steps());
+  st.last_micro = true;
+  const std::string at = "draining the delayed update of step " + std::to_string(st.pending_step) + " ";
+  comm::Communicator& comm = *comm_;
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda && st.gpu_async) {
+    MW_RETURN_IF_ERROR(st.gpu->synchronize());
+    std::fill(st.pending.begin(), st.pending.end(), 0);
+  }
+#endif
+  exec::LaneExecutor ex(
+      s, include, [&st, &comm, at](const Task& t) -> Status { return st.run_task(t, 0, at, comm); }, st.t0);
+  auto run = run_schedule(s, ex);
+  st.last_micro = false;
+#if MEMWALL_HAVE_CUDA
+  if (st.cuda) MW_RETURN_IF_ERROR(st.gpu->synchronize());
+#endif
+  if (!run.is_ok()) return run.status();
+  st.pending_step = 0;
+  return Status::ok();
+}
+
 Status Zero3Trainer::save(const std::string& dir) {
+  // A checkpoint holds no waiting gradients: a delayed update applies them first (the run goes on from
+  // there too, so a resumed run follows the one that saved).
+  MW_RETURN_IF_ERROR(drain_delayed_update());
   const std::string step_dir = dir + "/" + ckpt::step_dir_name(step_);
   std::error_code ec;
   // Each rank writes its file; latest.json names the step only once every rank's file is on disk (a rank
@@ -1995,6 +2044,7 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
     };
     MW_RETURN_IF_ERROR(install_states(repartitioned));
     step_ = written->step();
+    st.pending_step = 0;
     return step_;
   }
   if (staged) {
@@ -2004,6 +2054,7 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
                                           float* v) { return reader->read(begin, n, master, m, v); }));
   }
   step_ = reader->step();
+  st.pending_step = 0;
   return step_;
 }
 

@@ -40,7 +40,10 @@ namespace memwall::train {
 // checkpointing (with cpu_checkpointing), tiling, ZeRO stage 1, 2 or 3. create() fixes what the engine
 // implements: in stage 3 every parameter partitioned (persistence threshold 0), bf16 parameters with fp32
 // master weights, fp32 gradients (communication_data_type fp32), data parallelism over the communicator's
-// ranks; it refuses stage 0 and delayed parameter updates.
+// ranks; it refuses stage 0. memwall.delayed_parameter_update (stages 1 and 2 with the optimizer on the CPU)
+// steps the optimizer on the previous step's gradients beside each step's forward and backward: the first
+// step applies nothing, step k the gradients of step k - 1 (computed with the parameters before step k - 1's
+// own update), as ZeRO-Offload's one-step delayed update does.
 RunConfig default_train_run();
 // A machine for the emulated tiers: `device_bytes` of device memory per rank (the host-emulated GPU arena),
 // `host_bytes` of CPU memory and `nvme_bytes` of NVMe per node, no reserves, 64 "GPUs" per node.
@@ -144,7 +147,8 @@ class Zero3Trainer {
   // NVMe-resident states from the store; after a barrier, rank 0 points DIR/latest.json at that step
   // (atomically) and removes older step directories. A crash at any point leaves latest.json naming a
   // complete checkpoint. The format does not depend on where the states lived, so a run may resume with
-  // another offload configuration.
+  // another offload configuration. With a delayed parameter update the gradients waiting for the next
+  // step's optimizer are applied first (and the trainer goes on from there too).
   Status save(const std::string& dir);
   // Loads the checkpoint latest.json names into this trainer (the same model: errors name the file and the
   // mismatch). Written by another rank count or tiling, its states are partitioned anew for this run (every
@@ -172,6 +176,8 @@ class Zero3Trainer {
   // train: forward and backward (else forward only); optimizer: the optimizer phase too (train only).
   Result<float> run_phases(const int* tokens, const int* targets, bool train, bool optimizer = true);
   Status open_gpu();
+  // Delayed parameter update: applies the gradients waiting for the next step's optimizer (before a save).
+  Status drain_delayed_update();
   Status carve_device_tier();
   std::string device_gpu_name() const;
   // A run of whole parameters [first, last), flat elements [begin, end) of this rank's states.

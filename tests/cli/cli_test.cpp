@@ -930,17 +930,19 @@ TEST(CliTrain, NvmeOptimizerGradientsInCpuMemoryMoveLessThroughNvme) {
 
 // The shipped ZeRO-Offload run (stage 2, optimizer on the CPU) trains: the whole bf16 parameters stay on the
 // device, each step sends the fp32 gradients down (4 B per parameter) and the updated bf16 parameters up
-// (2 B); on one rank its losses are stage 3's with the same optimizer placement, bitwise.
+// (2 B); on one rank its losses are stage 3's with the same optimizer placement, bitwise; with its delayed
+// parameter update they part after the first step.
 TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
   const std::string data = write_file("train-offload.txt", training_text());
   std::map<int, nlohmann::json> summary;
   std::map<int, std::vector<double>> losses;
-  for (const int stage : {2, 3}) {
-    const CmdResult r = memwall(
-        "train --run zero-offload --steps 3 --eval-batches 1 --json --set "
-        "'{\"zero_optimization.stage\": " +
-            std::to_string(stage) + "}' --data " + data + " " + kTinyModel,
-        false);
+  // Stage 2, stage 3, and stage 2 with the delayed parameter update (key 1 here).
+  for (const int stage : {2, 3, 1}) {
+    const std::string set = stage == 1 ? "{\"memwall.delayed_parameter_update\": true}"
+                                       : "{\"zero_optimization.stage\": " + std::to_string(stage) + "}";
+    const CmdResult r = memwall("train --run zero-offload --steps 3 --eval-batches 1 --json --set '" + set +
+                                    "' --data " + data + " " + kTinyModel,
+                                false);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::istringstream lines(r.output);
     for (std::string line; std::getline(lines, line);) {
@@ -951,6 +953,14 @@ TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
   }
   ASSERT_EQ(losses[2].size(), 3u);
   EXPECT_EQ(losses[2], losses[3]);
+  // The delayed update: the second step still has the first one's parameters (its optimizer steps on the
+  // first step's gradients beside it), so from then on the losses are not stage 2's.
+  ASSERT_EQ(losses[1].size(), 3u);
+  EXPECT_EQ(losses[1][0], losses[2][0]);
+  EXPECT_NE(losses[1][1], losses[2][1]);
+  EXPECT_NE(losses[1][2], losses[2][2]);
+  EXPECT_TRUE(summary[1]["delayed_parameter_update"].get<bool>());
+  EXPECT_FALSE(summary[2]["delayed_parameter_update"].get<bool>());
   EXPECT_EQ(summary[2]["zero_stage"], 2);
   EXPECT_EQ(summary[2]["offload_param"], "gpu");
   EXPECT_EQ(summary[2]["offload_optimizer"], "cpu");
@@ -969,17 +979,11 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find("/local_nvme: the NVMe path does not exist"), std::string::npos) << r.output;
-  // Stage 0 keeps the optimizer states whole on every rank; delayed parameter updates are simulated only.
+  // Stage 0 would keep the optimizer states whole on every rank.
   r = memwall("train --run data-parallel --steps 1 --data " + data + " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.stage = 0"), std::string::npos) << r.output;
-  r = memwall(
-      "train --run zero-offload --set '{\"memwall.delayed_parameter_update\": true}' --steps 1 --data " +
-      data + " " + kTinyModel);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(line_count(r.output), 1u) << r.output;
-  EXPECT_NE(r.output.find("delayed_parameter_update is simulated only"), std::string::npos) << r.output;
   // train_batch_size is checked against the ranks, not the hardware file's 16 GPUs.
   r = memwall(
       "train --set '{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2}' --steps 1 "

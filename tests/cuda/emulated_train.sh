@@ -9,7 +9,8 @@
 # activations or a plan that do not fit the GPU are one-line errors, and a GPU that holds the activations
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
-# tokens; ZeRO stages 1 and 2 on two GPU ranks follow the same runs on two CPU ranks.
+# tokens; ZeRO stages 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
+# parameter update on the GPU the one on the host.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -134,6 +135,16 @@ if [ -n "$MPIEXEC" ]; then
     ranks2=ran
   done
 fi
+# The delayed parameter update (stage 2, the CPU optimizer stepping on the last step's gradients while the
+# GPU computes) on the GPU and on the host.
+for v in dpu_cpu dpu_cuda; do
+  args=(--device cpu)
+  [ "$v" = dpu_cuda ] && args=(--device cuda --gpu-matmul fp32)
+  "$BIN" "${base[@]}" --steps 3 "${args[@]}" --set '{"train_micro_batch_size_per_gpu": 2,
+    "memwall.sequence_length": 32, "zero_optimization.stage": 2, "zero_optimization.offload_optimizer.device":
+    "cpu", "memwall.delayed_parameter_update": true}' >"$work/$v.jsonl" 2>"$work/$v.err" \
+    || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
+done
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
 # (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
 # on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
@@ -194,6 +205,12 @@ if sorted(bpe_cpu) != [1, 2, 3] or sorted(bpe_cuda) != [1, 2, 3]:
 for s in bpe_cpu:
     if s in bpe_cuda:
         near(f"step {s}, BPE tokens on cuda vs cpu", bpe_cuda[s], bpe_cpu[s], 1e-4)
+dpu_cpu, dpu_cuda = losses("dpu_cpu"), losses("dpu_cuda")
+if sorted(dpu_cpu) != [1, 2, 3] or sorted(dpu_cuda) != [1, 2, 3]:
+    bad.append(f"delayed update: logged steps {sorted(dpu_cpu)} (cpu), {sorted(dpu_cuda)} (cuda)")
+for s in dpu_cpu:
+    if s in dpu_cuda:
+        near(f"step {s}, delayed update on cuda vs cpu", dpu_cuda[s], dpu_cpu[s], 1e-4)
 def norms(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
