@@ -109,8 +109,11 @@ struct MemwallRunConfig {
   bool optimizer_prefetch = true;
   // ZeRO-Offload's one-step delayed parameter update (DPU, ZeRO-Offload paper section 5.2): the CPU optimizer
   // step of step i's gradients runs while the GPU computes step i+1 with the parameters of step i-1. The
-  // plan is the steady state (after the warm-up steps that run without it); plan and simulate only.
+  // plan is the steady state (after the warm-up steps that run without it); train runs it for real.
   bool delayed_parameter_update = false;
+  // Training steps before the delay starts, each applying its own gradients right after its backward (the
+  // ZeRO-Offload paper used 40). Only train reads it (the plan is the steady state).
+  int delayed_parameter_update_warmup = 0;
   // NVMe optimizer: where the fp32 gradients the step reads are kept between backward and the step. kCpu: a
   // CPU buffer of 4 B per optimizer element (as DeepSpeed's flat gradient buffer), summed there over
   // micro-batches and read by the step in place, so gradients never touch NVMe; kNvme: each micro-batch's

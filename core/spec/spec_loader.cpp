@@ -705,6 +705,8 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_bool("prefetch", mw.prefetch));
     MW_RETURN_IF_ERROR(o.get_bool("optimizer_prefetch", mw.optimizer_prefetch));
     MW_RETURN_IF_ERROR(o.get_bool("delayed_parameter_update", mw.delayed_parameter_update));
+    MW_RETURN_IF_ERROR(
+        o.get_int("delayed_parameter_update_warmup", mw.delayed_parameter_update_warmup, 0, 1 << 30));
     if (mw.delayed_parameter_update && (run.zero.offload_optimizer.device != OffloadDevice::kCpu ||
                                         run.zero.stage < 1 || run.zero.stage > 2)) {
       return o.error(
@@ -893,6 +895,7 @@ std::string to_json_text(const RunConfig& run) {
       {"prefetch", mw.prefetch},
       {"optimizer_prefetch", mw.optimizer_prefetch},
       {"delayed_parameter_update", mw.delayed_parameter_update},
+      {"delayed_parameter_update_warmup", mw.delayed_parameter_update_warmup},
       {"optimizer_gradients", optimizer_gradients_name(mw.optimizer_gradients)},
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};

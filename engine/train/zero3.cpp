@@ -1853,6 +1853,13 @@ Result<float> Zero3Trainer::step(const int* tokens, const int* targets, int micr
     std::copy(std::begin(one.peak_bytes), std::end(one.peak_bytes), total.peak_bytes);
     std::copy(std::begin(one.capacity_bytes), std::end(one.capacity_bytes), total.capacity_bytes);
   }
+  // Warming up a delayed update: the step's gradients are applied right after it, as without the delay (the
+  // time counts in the step's).
+  if (st.delayed && step_ <= o_.run.memwall.delayed_parameter_update_warmup) {
+    const double began = st.now();
+    MW_RETURN_IF_ERROR(drain_delayed_update(&total));
+    total.seconds += st.now() - began;
+  }
   st.stats = total;
   // The whole step as one run of one schedule, so that a trace holds every micro-batch.
   if (micro_batches > 1) {
@@ -1888,7 +1895,7 @@ Status Zero3Trainer::gather_params(std::vector<float>& out) {
 
 // A delayed update's waiting gradients, applied now: the schedule's optimizer phase alone (its sub-groups'
 // steps, the copies of their parameters to the device and, below stage 3, the all-gathers).
-Status Zero3Trainer::drain_delayed_update() {
+Status Zero3Trainer::drain_delayed_update(StepStats* add) {
   State& st = *st_;
   if (!st.delayed || st.pending_step == 0) return Status::ok();
   const Schedule& s = st.sched;
@@ -1914,6 +1921,15 @@ Status Zero3Trainer::drain_delayed_update() {
 #endif
   if (!run.is_ok()) return run.status();
   st.pending_step = 0;
+  if (add != nullptr) {
+    for (const Task& t : s.tasks) {
+      const auto id = static_cast<std::size_t>(t.id);
+      if (include[id] == 0 || t.resource == Resource::kNone) continue;
+      const auto r = static_cast<std::size_t>(t.resource);
+      add->busy_s[r] += run->timing[id].end_s - run->timing[id].start_s;
+      add->bytes[r] += st.moved[id];
+    }
+  }
   return Status::ok();
 }
 

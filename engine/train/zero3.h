@@ -43,7 +43,8 @@ namespace memwall::train {
 // ranks; it refuses stage 0. memwall.delayed_parameter_update (stages 1 and 2 with the optimizer on the CPU)
 // steps the optimizer on the previous step's gradients beside each step's forward and backward: the first
 // step applies nothing, step k the gradients of step k - 1 (computed with the parameters before step k - 1's
-// own update), as ZeRO-Offload's one-step delayed update does.
+// own update), as ZeRO-Offload's one-step delayed update does; the first
+// memwall.delayed_parameter_update_warmup steps apply their own gradients right after their backward.
 RunConfig default_train_run();
 // A machine for the emulated tiers: `device_bytes` of device memory per rank (the host-emulated GPU arena),
 // `host_bytes` of CPU memory and `nvme_bytes` of NVMe per node, no reserves, 64 "GPUs" per node.
@@ -176,8 +177,9 @@ class Zero3Trainer {
   // train: forward and backward (else forward only); optimizer: the optimizer phase too (train only).
   Result<float> run_phases(const int* tokens, const int* targets, bool train, bool optimizer = true);
   Status open_gpu();
-  // Delayed parameter update: applies the gradients waiting for the next step's optimizer (before a save).
-  Status drain_delayed_update();
+  // Delayed parameter update: applies the gradients waiting for the next step's optimizer (before a save,
+  // and after each warm-up step), adding its lanes' busy time and bytes to `add` when given.
+  Status drain_delayed_update(StepStats* add = nullptr);
   Status carve_device_tier();
   std::string device_gpu_name() const;
   // A run of whole parameters [first, last), flat elements [begin, end) of this rank's states.

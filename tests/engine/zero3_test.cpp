@@ -897,5 +897,26 @@ TEST(Zero3, DelayedParameterUpdateStepsOnThePreviousGradients) {
   std::filesystem::remove_all(dir);
 }
 
+// With warm-up steps (memwall.delayed_parameter_update_warmup) the delay starts after them: the first three
+// steps apply their own gradients, as the undelayed run, bitwise; the fifth is the first whose parameters
+// lack the step before's update.
+TEST(Zero3, DelayedParameterUpdateStartsAfterItsWarmUp) {
+  const model::GptConfig c = small();
+  Zero3Options o = two_sequences(5);
+  o.run.zero.stage = 2;
+  o.run.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  Zero3Options delayed = o;
+  delayed.run.memwall.delayed_parameter_update = true;
+  delayed.run.memwall.delayed_parameter_update_warmup = 3;
+  std::vector<float> want, got, want_params, got_params;
+  train_variant(c, o, 6, want, want_params);
+  train_variant(c, delayed, 6, got, got_params);
+  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(want.size(), 6u);
+  for (std::size_t s = 0; s < 4; ++s) EXPECT_EQ(got[s], want[s]) << "step " << s + 1;
+  EXPECT_NE(got[4], want[4]);
+  EXPECT_NE(got[5], want[5]);
+}
+
 }  // namespace
 }  // namespace memwall::train
