@@ -762,6 +762,9 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   int last = compute_task;
   int shard_buf = grad_buf_[p];
   double shard = full;
+  // Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step.
+  const bool at_boundary = grad_buf < 0 && stage_ <= 1;
+  const std::size_t first_task = s_.tasks.size();
   if (grad_buf < 0) {
     // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
     if (dp_ > 1) {
@@ -809,6 +812,12 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
     free_buffer(pinned, ph);
   }
   if (shard_buf >= 0 && shard_buf != grad_buf_[p] && !freed_[shard_buf]) free_buffer(shard_buf, ph);
+  if (at_boundary) {
+    for (std::size_t k = first_task; k < s_.tasks.size(); ++k) {
+      Task& t = s_.tasks[k];
+      if (t.kind == TaskKind::kCollective || t.kind == TaskKind::kCopy) t.last_micro_batch = true;
+    }
+  }
   grad_done_[p] = last;
 }
 

@@ -14,7 +14,7 @@ std::uint64_t fingerprint(const Schedule& s) {
   for (const Task& t : s.tasks) {
     mix(static_cast<int>(t.kind)), mix(static_cast<int>(t.phase)), mix(static_cast<int>(t.resource));
     mix(static_cast<int>(t.collective)), mix(t.param), mix(t.subgroup), mix(t.buffer), mix(t.bytes),
-        mix(t.flops), mix(t.later_micro_batches);
+        mix(t.flops), mix(t.later_micro_batches), mix(t.last_micro_batch);
     for (int d : t.deps) mix(d);
     mix(-1);
   }
@@ -35,7 +35,8 @@ AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_ste
     const std::size_t first = a.tasks.size();
     for (const Task& t : s.tasks) {
       const auto i = static_cast<std::size_t>(t.id);
-      if ((k > 0 && t.phase == Phase::kSetup) || (k + 1 < G && t.phase == Phase::kOptimizer) ||
+      if ((k > 0 && t.phase == Phase::kSetup) ||
+          (k + 1 < G && (t.phase == Phase::kOptimizer || t.last_micro_batch)) ||
           (k == 0 && t.later_micro_batches)) {
         continue;
       }

@@ -104,6 +104,10 @@ struct Task {
   // Gradient accumulation: runs in every micro-batch but the first (reading back the gradient sum the
   // earlier ones left on NVMe); accumulated_schedule leaves it out of the first copy.
   bool later_micro_batches = false;
+  // Gradient accumulation: runs only in the last micro-batch (stages 0 and 1 sum whole gradients over the
+  // micro-batches and reduce them once per step, at the accumulation boundary, as DDP's no_sync and
+  // DeepSpeed's stage 1 do); accumulated_schedule leaves it out of the others.
+  bool last_micro_batch = false;
   std::vector<int> uses;  // buffers read or written while running
   std::vector<int> deps;  // task ids that must finish first
 };
@@ -133,12 +137,12 @@ struct Schedule {
 std::uint64_t fingerprint(const Schedule& s);
 
 // A whole gradient-accumulation step as one schedule, as memwall train runs it and the simulator times it: G
-// copies of `s` (planned for G micro-batches), the first G - 1 without the optimizer phase, the first
-// without the tasks marked later_micro_batches and every copy after the first without the setup tasks
-// (persistent buffers are allocated once); each copy starts when every task of the one before has finished
-// (the micro-batches run back to back). Task names of the first G - 1 copies start with
-// "micro-batch k/G: ". origin[i] and micro[i]: task i's id in `s` and its micro-batch (0-based). G = 1
-// gives `s`.
+// copies of `s` (planned for G micro-batches), the first G - 1 without the optimizer phase and the tasks
+// marked last_micro_batch, the first without the tasks marked later_micro_batches and every copy after the
+// first without the setup tasks (persistent buffers are allocated once); each copy starts when every task of
+// the one before has finished (the micro-batches run back to back). Task names of the first G - 1 copies
+// start with "micro-batch k/G: ". origin[i] and micro[i]: task i's id in `s` and its micro-batch (0-based). G
+// = 1 gives `s`.
 struct AccumulatedSchedule {
   Schedule schedule;
   std::vector<int> origin, micro;

@@ -649,7 +649,9 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
     const float* shard = grad_shard(t.param, src);
     moved_bytes = static_cast<double>(pt.shard * 4);
-    if (micro > 0) {  // gradient accumulation: added to the earlier micro-batches' sum (read into the slot)
+    // Gradient accumulation: added to the earlier micro-batches' sum (read into the slot), unless the
+    // micro-batches were summed before (stage 1's whole gradients, offloaded once per step).
+    if (micro > 0 && !t.last_micro_batch) {
       const float* from = shard;
       std::vector<float> staged;
       if (on_device(src)) {
@@ -812,10 +814,6 @@ Status Zero3Trainer::State::collective(const Task& t, const std::string& at, com
   if (t.collective == CollectiveKind::kAllGather && t.param < 0 && t.subgroup >= 0)
     return gather_resident(t.subgroup, at + t.name, comm, moved_bytes);
   if (t.collective == CollectiveKind::kAllReduce && t.param >= 0) {
-    // With the optimizer on the device the gradients accumulate over the micro-batches where it reads
-    // them, so they are reduced once, after the last (as DeepSpeed's stage 1 does); an offloaded optimizer
-    // sums each micro-batch's mean in CPU memory.
-    if (opt_tier == Tier::kGpu && !last_micro) return Status::ok();
     const int b = use(t, BufferRole::kGrad);
     if (b < 0) return Status::internal(t.name + ": the schedule gives no gradient to all-reduce");
     return all_reduce_grad(t.param, b, at + t.name, comm, moved_bytes);
@@ -1696,11 +1694,12 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   for (const Task& t : s.tasks) {
     include[static_cast<std::size_t>(t.id)] =
         t.phase != Phase::kSetup && (train || t.phase == Phase::kForward) &&
-        (optimizer || t.phase != Phase::kOptimizer) && (st.micro > 0 || !t.later_micro_batches);
+        (optimizer || (t.phase != Phase::kOptimizer && !t.last_micro_batch)) &&
+        (st.micro > 0 || !t.later_micro_batches);
   }
-  // Later micro-batches add to the first one's gradients, where the optimizer reads them; whole gradients
-  // (stage 1) of an offloaded optimizer go to CPU memory every micro-batch, and start from zero each time.
-  if (train && (st.micro == 0 || (st.stage < 3 && st.opt_tier != Tier::kGpu))) {
+  // Later micro-batches add to the first one's gradients (stage 1's whole gradients too: they are reduced,
+  // and offloaded, once per step, in the last).
+  if (train && st.micro == 0) {
     for (int b : st.persistent_grad) {
       if (b >= 0) {
         MW_RETURN_IF_ERROR(st.zero(st.ptr(b), st.on_device(b),

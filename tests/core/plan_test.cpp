@@ -424,6 +424,46 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
   }
 }
 
+// Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step, at
+// the accumulation boundary; stage 2 reduce-scatters every micro-batch's.
+TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const int G = 4;
+  for (const int stage : {0, 1, 2}) {
+    for (const OffloadDevice opt : {OffloadDevice::kNone, OffloadDevice::kCpu}) {
+      if (stage == 0 && opt == OffloadDevice::kCpu) continue;
+      SCOPED_TRACE("stage " + std::to_string(stage) +
+                   (opt == OffloadDevice::kCpu ? ", optimizer on CPU" : ""));
+      RunConfig run = testing::load_run_scenario("zero-2");
+      run.zero.stage = stage;
+      run.zero.offload_optimizer.device = opt;
+      run.gradient_accumulation_steps = {false, G};
+      ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+      const Schedule s = plan_iteration(m, run, hw).value();
+      const AccumulatedSchedule a = accumulated_schedule(s, G);
+      std::size_t reductions = 0, offloads = 0, in_last = 0;
+      for (std::size_t i = 0; i < a.schedule.tasks.size(); ++i) {
+        const Task& t = a.schedule.tasks[i];
+        const bool reduce = t.kind == TaskKind::kCollective && t.param >= 0;
+        const bool offload = t.kind == TaskKind::kCopy && t.src == Tier::kGpu && t.dst == Tier::kCpu;
+        reductions += reduce;
+        offloads += offload;
+        if (reduce || offload) in_last += a.micro[i] == G - 1;
+        EXPECT_EQ(t.last_micro_batch, stage <= 1 && (reduce || offload)) << t.name;
+      }
+      ASSERT_GT(reductions, 0u);
+      if (stage <= 1) {
+        EXPECT_EQ(in_last, reductions + offloads);  // all at the boundary
+      } else {
+        EXPECT_EQ(reductions % G, 0u);  // every micro-batch's
+        EXPECT_EQ(in_last * G, reductions + offloads);
+      }
+      EXPECT_EQ(offloads > 0, opt == OffloadDevice::kCpu);
+    }
+  }
+}
+
 TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
   // Tolerance (docs/memory-model.md): CPU and NVMe within 1%. On the GPU the analytic model adds every
   // buffer up as if all were live at once, so the schedule's peak is at most that sum (+2%) and at least
