@@ -70,11 +70,14 @@ int main() {
     ++failures;
   }
   std::vector<int> tok_all(static_cast<std::size_t>(R * 8)), tgt_all(tok_all.size());
-  for (int s = 0; s < 5; ++s) {
+  const auto fill_batch = [&](int s) {  // step s's sequences of every rank (rank r's: the r-th 8 tokens)
     for (int i = 0; i < R * 8; ++i) {
       tok_all[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
       tgt_all[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
     }
+  };
+  for (int s = 0; s < 5; ++s) {
+    fill_batch(s);
     auto got = dist->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
     auto want = ref->step(tok_all.data(), tgt_all.data());
     if (!got.is_ok() || !want.is_ok()) {
@@ -153,10 +156,7 @@ int main() {
       return 1;
     }
     for (int s = 0; s < 4; ++s) {
-      for (int i = 0; i < R * 8; ++i) {
-        tok_all[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
-        tgt_all[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
-      }
+      fill_batch(s);
       auto got = clip->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
       auto got_nvme = clip_nvme->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
       auto want = clip_ref->step(tok_all.data(), tgt_all.data());
@@ -292,10 +292,7 @@ int main() {
       return 1;
     }
     for (int s = 0; s < 4; ++s) {
-      for (int i = 0; i < R * 8; ++i) {
-        tok_all[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
-        tgt_all[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
-      }
+      fill_batch(s);
       auto got = dpu->step(tok_all.data() + r * 8, tgt_all.data() + r * 8);
       auto want = dpu_ref->step(tok_all.data(), tgt_all.data());
       if (!got.is_ok() || !want.is_ok()) {
