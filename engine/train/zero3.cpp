@@ -1920,13 +1920,23 @@ Status Zero3Trainer::drain_delayed_update(StepStats* add) {
 #endif
   if (!run.is_ok()) return run.status();
   st.pending_step = 0;
-  if (add != nullptr) {
+  if (add != nullptr) {  // part of the step just run: its figures, and its tasks' times in the step's run
     for (const Task& t : s.tasks) {
       const auto id = static_cast<std::size_t>(t.id);
-      if (include[id] == 0 || t.resource == Resource::kNone) continue;
+      if (include[id] == 0) continue;
+      st.last_run.timing[id] = run->timing[id];
+      if (!st.micro_runs.empty()) st.micro_runs.back().timing[id] = run->timing[id];
+      st.moved_train[id] = st.moved[id];
+      if (!st.micro_moved.empty()) st.micro_moved.back()[id] = st.moved[id];
+      if (t.resource == Resource::kNone) continue;
       const auto r = static_cast<std::size_t>(t.resource);
       add->busy_s[r] += run->timing[id].end_s - run->timing[id].start_s;
       add->bytes[r] += st.moved[id];
+    }
+    for (RunResult* into : {&st.last_run, st.micro_runs.empty() ? nullptr : &st.micro_runs.back()}) {
+      if (into == nullptr) continue;
+      into->makespan_s = std::max(into->makespan_s, run->makespan_s);  // (times since the trainer began)
+      for (int r = 0; r < kResourceCount; ++r) into->busy_s[r] += run->busy_s[r];
     }
   }
   return Status::ok();

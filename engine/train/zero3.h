@@ -178,7 +178,9 @@ class Zero3Trainer {
   Result<float> run_phases(const int* tokens, const int* targets, bool train, bool optimizer = true);
   Status open_gpu();
   // Delayed parameter update: applies the gradients waiting for the next step's optimizer (before a save,
-  // and after each warm-up step), adding its lanes' busy time and bytes to `add` when given.
+  // and after each warm-up step). Given `add`, it is part of the step just run: its lanes' busy time and
+  // bytes are added to `add`, and its tasks' times and bytes replace those of the step's run, whose
+  // optimizer phase did not run.
   Status drain_delayed_update(StepStats* add = nullptr);
   Status carve_device_tier();
   std::string device_gpu_name() const;

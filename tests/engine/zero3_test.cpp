@@ -916,6 +916,28 @@ TEST(Zero3, DelayedParameterUpdateStartsAfterItsWarmUp) {
   for (std::size_t s = 0; s < 4; ++s) EXPECT_EQ(got[s], want[s]) << "step " << s + 1;
   EXPECT_NE(got[4], want[4]);
   EXPECT_NE(got[5], want[5]);
+  // A warm-up step's measured run holds its optimizer phase, after its backward (as a trace shows it).
+  auto local = comm::make_local_comm();
+  auto z = Zero3Trainer::create(c, delayed, *local);
+  ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+  const std::vector<int> tok = {1, 8, 15, 5, 12, 2, 9, 16, 6, 13, 3, 10, 0, 7, 14, 4};
+  ASSERT_TRUE(z->step(tok.data(), tok.data()).is_ok());
+  double backward_end = 0, step_start = 1e300, step_end = 0;
+  std::size_t steps = 0;
+  for (const Task& t : z->schedule().tasks) {
+    const Completion& done = z->last_run().timing[static_cast<std::size_t>(t.id)];
+    if (t.phase == Phase::kBackward) backward_end = std::max(backward_end, done.end_s);
+    if (t.kind == TaskKind::kOptimizerStep && t.subgroup >= 0) {
+      ++steps;
+      EXPECT_GT(done.end_s, done.start_s) << t.name;
+      step_start = std::min(step_start, done.start_s);
+      step_end = std::max(step_end, done.end_s);
+    }
+  }
+  ASSERT_GT(steps, 0u);
+  EXPECT_GE(step_start, backward_end);
+  EXPECT_GE(z->last_run().makespan_s, step_end);
+  EXPECT_GT(z->last_step().busy_s[static_cast<int>(Resource::kCpuOptimizer)], 0.0);
 }
 
 }  // namespace
