@@ -296,6 +296,10 @@ struct Zero3Trainer::State {
   Status gather_resident(int g, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Any task: bind() or collective(), with the bookkeeping of asynchronous GPU completion around it.
   Status run_task(const Task& t, int step_no, const std::string& at, comm::Communicator& comm);
+  // The schedule's tasks in `include` on the lanes (every GPU task done after, with the GPU's own times);
+  // `started`: when the lanes began.
+  Result<RunResult> run_lanes(const std::vector<char>& include, int step_no, const std::string& at,
+                              comm::Communicator& comm, double& started);
   Status optimizer(const Task& t);
   // Where an updated bf16 parameter goes from the optimizer: straight into its shard when that lives next to
   // the states, else a staging area the following copy or NVMe write takes it from.
@@ -1683,6 +1687,46 @@ Status Zero3Trainer::visit_states(const StateVisitor& fn) {
   return Status::ok();
 }
 
+Result<RunResult> Zero3Trainer::State::run_lanes(const std::vector<char>& include, int step_no,
+                                                 const std::string& at, comm::Communicator& comm,
+                                                 double& started) {
+#if MEMWALL_HAVE_CUDA
+  if (cuda && gpu_async) {  // time zero of the GPU's clock for this run
+    MW_RETURN_IF_ERROR(gpu->synchronize());
+    MW_RETURN_IF_ERROR(ev_origin->record(gpu->compute()));
+    MW_RETURN_IF_ERROR(ev_origin->synchronize());
+    origin_s = now();
+    std::fill(pending.begin(), pending.end(), 0);
+  }
+#endif
+  exec::LaneExecutor ex(
+      sched, include,
+      [this, &comm, step_no, &at](const Task& t) -> Status { return run_task(t, step_no, at, comm); }, t0);
+  started = now();
+  auto run = run_schedule(sched, ex);
+#if MEMWALL_HAVE_CUDA
+  if (cuda) {
+    // Everything queued has run (also after a failure: no buffer may go while the GPU uses it); the GPU's
+    // own times replace the queueing times of the tasks it ran.
+    const Status drained = gpu->synchronize();
+    if (run.is_ok() && !drained.is_ok()) return drained;
+    if (run.is_ok() && gpu_async) {
+      for (const Task& t : sched.tasks) {
+        const auto id = static_cast<std::size_t>(t.id);
+        if (pending[id] == 0) continue;
+        auto a = gpu::Event::elapsed_ms(*ev_origin, *ev_start[id]);
+        auto b = gpu::Event::elapsed_ms(*ev_origin, *ev_end[id]);
+        if (!a.is_ok()) return a.status();
+        if (!b.is_ok()) return b.status();
+        run->timing[id].start_s = origin_s + *a / 1e3;
+        run->timing[id].end_s = origin_s + *b / 1e3;
+      }
+    }
+  }
+#endif
+  return run;
+}
+
 Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bool train, bool optimizer) {
   State& st = *st_;
   const Schedule& s = st.sched;
@@ -1715,42 +1759,8 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
                          : optimizer && st.micro == 0 ? "step " + std::to_string(step_no) + " "
                                                       : "step " + std::to_string(step_no) + " micro-batch " +
                                                             std::to_string(st.micro + 1) + " ";
-  comm::Communicator& comm = *comm_;
-#if MEMWALL_HAVE_CUDA
-  if (st.cuda && st.gpu_async) {  // time zero of the GPU's clock for this run
-    MW_RETURN_IF_ERROR(st.gpu->synchronize());
-    MW_RETURN_IF_ERROR(st.ev_origin->record(st.gpu->compute()));
-    MW_RETURN_IF_ERROR(st.ev_origin->synchronize());
-    st.origin_s = st.now();
-    std::fill(st.pending.begin(), st.pending.end(), 0);
-  }
-#endif
-  exec::LaneExecutor ex(
-      s, include,
-      [&st, &comm, step_no, at](const Task& t) -> Status { return st.run_task(t, step_no, at, comm); },
-      st.t0);
-  const double t_start = st.now();
-  auto run = run_schedule(s, ex);
-#if MEMWALL_HAVE_CUDA
-  if (st.cuda) {
-    // Everything queued has run (also after a failure: no buffer may go while the GPU uses it); the GPU's
-    // own times replace the queueing times of the tasks it ran.
-    const Status drained = st.gpu->synchronize();
-    if (run.is_ok() && !drained.is_ok()) return drained;
-    if (run.is_ok() && st.gpu_async) {
-      for (const Task& t : s.tasks) {
-        const auto id = static_cast<std::size_t>(t.id);
-        if (st.pending[id] == 0) continue;
-        auto a = gpu::Event::elapsed_ms(*st.ev_origin, *st.ev_start[id]);
-        auto b = gpu::Event::elapsed_ms(*st.ev_origin, *st.ev_end[id]);
-        if (!a.is_ok()) return a.status();
-        if (!b.is_ok()) return b.status();
-        run->timing[id].start_s = st.origin_s + *a / 1e3;
-        run->timing[id].end_s = st.origin_s + *b / 1e3;
-      }
-    }
-  }
-#endif
+  double t_start = 0;
+  auto run = st.run_lanes(include, step_no, at, *comm_, t_start);
   const double t_end = st.now();
   if (!run.is_ok()) return run.status();
   // Buffers a forward-only run left allocated (kept for backward) go back.
@@ -1904,20 +1914,9 @@ Status Zero3Trainer::drain_delayed_update(StepStats* add) {
   st.adam_hyper.grad_scale = static_cast<float>(o_.run.accumulation_steps());
   st.last_micro = true;
   const std::string at = "draining the delayed update of step " + std::to_string(st.pending_step) + " ";
-  comm::Communicator& comm = *comm_;
-#if MEMWALL_HAVE_CUDA
-  if (st.cuda && st.gpu_async) {
-    MW_RETURN_IF_ERROR(st.gpu->synchronize());
-    std::fill(st.pending.begin(), st.pending.end(), 0);
-  }
-#endif
-  exec::LaneExecutor ex(
-      s, include, [&st, &comm, at](const Task& t) -> Status { return st.run_task(t, 0, at, comm); }, st.t0);
-  auto run = run_schedule(s, ex);
+  double started = 0;
+  auto run = st.run_lanes(include, 0, at, *comm_, started);
   st.last_micro = false;
-#if MEMWALL_HAVE_CUDA
-  if (st.cuda) MW_RETURN_IF_ERROR(st.gpu->synchronize());
-#endif
   if (!run.is_ok()) return run.status();
   st.pending_step = 0;
   if (add != nullptr) {  // part of the step just run: its figures, and its tasks' times in the step's run
