@@ -1,4 +1,4 @@
-// `memwall train`: trains a GPT-2-architecture model on text with ZeRO (stage 1, 2 or 3) / ZeRO-Infinity
+// `memwall train`: trains a GPT-2-architecture model on text with ZeRO (stage 0, 1, 2 or 3) / ZeRO-Infinity
 // across MPI ranks (or one process), the model states on the tiers the run asks for (host-emulated device,
 // CPU, NVMe), every step the planner's schedule run on real lanes. Prints per step the loss, throughput,
 // achieved FLOP/s, time in compute / exposed I/O and communication / optimizer, bytes moved per link, peak
@@ -808,8 +808,7 @@ void register_train(CLI::App& app, int& exit_code) {
   opt->inputs.model = "gpt-mini";
   opt->inputs.run = "train-gpt";
   auto* cmd = app.add_subcommand(
-      "train",
-      "Train a GPT model on text with ZeRO (stage 1, 2 or 3, with offload; mpirun -n N for N ranks)");
+      "train", "Train a GPT model on text with ZeRO (stage 0-3, with offload; mpirun -n N for N ranks)");
   add_input_options(cmd, opt->inputs);
   cmd->add_option(
       "--data", opt->data,

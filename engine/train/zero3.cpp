@@ -114,8 +114,12 @@ struct Zero3Trainer::State {
   std::vector<int> resident;         // per parameter: its whole bf16 copy on the device (stages 1, 2), or -1
   std::vector<int> persistent_grad;  // per parameter: a persistent fp32 gradient buffer, or -1
   Tier opt_tier = Tier::kGpu;
-  int stage = 3;  // ZeRO stage: 3 partitions the parameters; 1 and 2 keep them whole on every rank
+  int stage = 3;  // ZeRO stage: 3 partitions the parameters; 0, 1 and 2 keep them whole on every rank
   int R = 1, rank = 0;
+  // The optimizer states (and the flat arrays, shards and checkpoint files) are partitioned over
+  // `partitions` ranks and this rank holds partition `partition`: over every rank in stages 1-3; stage 0
+  // (plain data parallelism) keeps them whole on every rank, one partition each rank steps alike.
+  int partitions = 1, partition = 0;
 
   // Tiers.
   std::unique_ptr<host::Arena> device, host_mem;
@@ -178,7 +182,7 @@ struct Zero3Trainer::State {
   double grad_norm = -1;        // the last step's global gradient norm (of the mean gradient), or -1
   Status clip_gradients(const std::string& at, comm::Communicator& comm);
   std::size_t valid(const Part& pt) const {  // elements of a shard inside its parameter (not padding)
-    const std::size_t from = static_cast<std::size_t>(rank) * pt.shard;
+    const std::size_t from = static_cast<std::size_t>(partition) * pt.shard;
     return from >= pt.numel ? 0 : std::min(pt.shard, pt.numel - from);
   }
   int adam_threads = 1;
@@ -263,7 +267,7 @@ struct Zero3Trainer::State {
     return parts[static_cast<std::size_t>(p)];
   }
   // This rank's bf16 shard of parameter p: its shard buffer (stage 3), or its slice of the whole copy every
-  // rank keeps (stages 1 and 2), and the buffer that holds it.
+  // rank keeps (stages 1 and 2; all of it in stage 0), and the buffer that holds it.
   int shard16_buffer(int p) const {
     const auto i = static_cast<std::size_t>(p);
     return shard_buf[i] >= 0 ? shard_buf[i] : resident[i];
@@ -271,13 +275,13 @@ struct Zero3Trainer::State {
   char* shard16(int p) const {
     const auto i = static_cast<std::size_t>(p);
     if (shard_buf[i] >= 0) return ptr(shard_buf[i]);
-    return ptr(resident[i]) + static_cast<std::size_t>(rank) * parts[i].shard * kB16;
+    return ptr(resident[i]) + static_cast<std::size_t>(partition) * parts[i].shard * kB16;
   }
   // This rank's shard of parameter p's fp32 gradient in buffer b: all of a shard buffer, or this rank's slice
-  // of a whole gradient (stage 1 keeps whole gradients, all-reduced).
+  // of a whole gradient (stages 0 and 1 keep whole gradients, all-reduced).
   float* grad_shard(int p, int b) const {
     auto* g = reinterpret_cast<float*>(ptr(b));
-    return buffer(b).role == BufferRole::kGrad ? g + static_cast<std::size_t>(rank) * part(p).shard : g;
+    return buffer(b).role == BufferRole::kGrad ? g + static_cast<std::size_t>(partition) * part(p).shard : g;
   }
 
   double bytes_of(const Buffer& b) const;
@@ -289,7 +293,7 @@ struct Zero3Trainer::State {
   Status nvme_read(const Task& t, double& moved_bytes);
   Status nvme_write(const Task& t, double& moved_bytes);
   Status collective(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
-  // Stage 1: parameter p's whole gradient in buffer b, replaced by its mean over the ranks.
+  // Stages 0 and 1: parameter p's whole gradient in buffer b, replaced by its mean over the ranks.
   Status all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Stages 1 and 2: every rank's slice of the whole bf16 copies of sub-group g's parameters (after its
   // optimizer step, or after the states were installed), gathered into every rank's copies.
@@ -331,10 +335,10 @@ Zero3Trainer::State::Registered::~Registered() {
 #endif
 }
 
-// Real sizes: shards are ceil(numel / R) elements (padded), parameters bf16, gradients fp32.
+// Real sizes: shards are ceil(numel / partitions) elements (padded), parameters bf16, gradients fp32.
 double Zero3Trainer::State::bytes_of(const Buffer& b) const {
   if (b.param >= 0) {
-    const double S = static_cast<double>(part(b.param).shard), full = S * R;
+    const double S = static_cast<double>(part(b.param).shard), full = S * partitions;
     switch (b.role) {
       case BufferRole::kShard:
       case BufferRole::kStaged:
@@ -849,40 +853,59 @@ Status Zero3Trainer::State::collective(const Task& t, const std::string& at, com
 
 Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm,
                                             double& moved_bytes) {
-  const std::size_t S = part(p).shard, R_ = static_cast<std::size_t>(R);
+  // The whole gradient (N elements: stage 1's padded to a multiple of R, stage 0's the parameter's own) in
+  // R chunks of C: each rank sums one chunk over the ranks, scales it by 1/R, and all of them are gathered.
+  const auto R_ = static_cast<std::size_t>(R);
+  const std::size_t N = part(p).shard * static_cast<std::size_t>(partitions), C = (N + R_ - 1) / R_;
   auto* full = reinterpret_cast<float*>(ptr(b));
-  moved_bytes = static_cast<double>(2 * S * 4 * R_);
+  moved_bytes = static_cast<double>(2 * C * 4 * R_);
 #if MEMWALL_HAVE_NCCL
-  if (nccl && on_device(b)) {  // reduce-scatter, this rank's slice scaled in place, all-gather in place
+  if (nccl && on_device(b)) {
     const gpu::Stream& s = gpu->comm();
-    float* own = full + static_cast<std::size_t>(rank) * S;
+    const auto stream = static_cast<cudaStream_t>(s.get());
     MW_RETURN_IF_ERROR(deps_on_stream(s));
-    MW_RETURN_IF_ERROR(nccl->reduce_scatter_sum(full, reduced_dev, S, s.get()));
-    const cudaError_t rc = cudaMemsetAsync(own, 0, S * 4, static_cast<cudaStream_t>(s.get()));
-    if (rc != cudaSuccess) return Status::internal(tag + ": " + cudaGetErrorString(rc));
-    if (int k = kernels::cuda::accumulate_strided(own, 0, reduced_dev, 0, 1, static_cast<int>(S),
+    if (C * R_ == N) {  // reduce-scatter, this rank's chunk scaled in place, all-gather in place
+      float* own = full + static_cast<std::size_t>(rank) * C;
+      MW_RETURN_IF_ERROR(nccl->reduce_scatter_sum(full, reduced_dev, C, s.get()));
+      if (const cudaError_t rc = cudaMemsetAsync(own, 0, C * 4, stream); rc != cudaSuccess)
+        return Status::internal(tag + ": " + cudaGetErrorString(rc));
+      if (int k = kernels::cuda::accumulate_strided(own, 0, reduced_dev, 0, 1, static_cast<int>(C),
+                                                    1.0f / static_cast<float>(R), s.get());
+          k != 0)
+        return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+      MW_RETURN_IF_ERROR(nccl->all_gather(own, full, C * 4, s.get()));
+      return done_on(s);
+    }
+    // Stage 0 (no padding to split by): summed by an all-reduce in the scratch (a whole parameter there),
+    // then written back scaled.
+    if (const cudaError_t rc = cudaMemcpyAsync(reduced_dev, full, N * 4, cudaMemcpyDeviceToDevice, stream);
+        rc != cudaSuccess)
+      return Status::internal(tag + ": " + cudaGetErrorString(rc));
+    MW_RETURN_IF_ERROR(nccl->all_reduce_sum(reduced_dev, N, s.get()));
+    if (const cudaError_t rc = cudaMemsetAsync(full, 0, N * 4, stream); rc != cudaSuccess)
+      return Status::internal(tag + ": " + cudaGetErrorString(rc));
+    if (int k = kernels::cuda::accumulate_strided(full, 0, reduced_dev, 0, 1, static_cast<int>(N),
                                                   1.0f / static_cast<float>(R), s.get());
         k != 0)
       return Status::internal(tag + ": " + kernels::cuda::error_string(k));
-    MW_RETURN_IF_ERROR(nccl->all_gather(own, full, S * 4, s.get()));
     return done_on(s);
   }
 #endif
-  // Through the host communicator (on host copies of device buffers): the same reduce-scatter, scaled by
-  // 1/R, then all-gathered, so every rank holds bitwise the same mean.
+  // Through the host communicator (on host copies of device buffers, padded when N is not R chunks): the
+  // same reduce-scatter, scaled by 1/R, then all-gathered, so every rank holds bitwise the same mean.
   std::vector<float> staged;
   float* host = full;
-  if (on_device(b)) {
-    staged.resize(S * R_);
-    MW_RETURN_IF_ERROR(move(staged.data(), false, full, true, S * R_ * 4));
+  if (on_device(b) || C * R_ != N) {
+    staged.assign(C * R_, 0.0f);
+    MW_RETURN_IF_ERROR(move(staged.data(), false, full, on_device(b), N * 4));
     host = staged.data();
   }
-  reduced.resize(S);
-  MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(host, reduced.data(), S, tag));
+  reduced.resize(C);
+  MW_RETURN_IF_ERROR(comm.reduce_scatter_sum(host, reduced.data(), C, tag));
   const float inv = 1.0f / static_cast<float>(R);
   for (float& x : reduced) x *= inv;
-  MW_RETURN_IF_ERROR(comm.allgather(reduced.data(), host, S * 4, tag));
-  return host == full ? Status::ok() : move(full, true, host, false, S * R_ * 4);
+  MW_RETURN_IF_ERROR(comm.allgather(reduced.data(), host, C * 4, tag));
+  return host == full ? Status::ok() : move(full, on_device(b), host, false, N * 4);
 }
 
 Status Zero3Trainer::State::gather_resident(int g, const std::string& tag, comm::Communicator& comm,
@@ -945,11 +968,14 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
     }
     local += grad_sq[p];
   }
-  // Every rank's, added in rank order (the same sum on every rank).
-  std::vector<double> all(static_cast<std::size_t>(R));
-  MW_RETURN_IF_ERROR(comm.allgather(&local, all.data(), sizeof(double), at + "gradient norm"));
-  double sq = 0;
-  for (double x : all) sq += x;
+  // Every rank's, added in rank order (the same sum on every rank); in stage 0 every rank has them all.
+  double sq = local;
+  if (partitions > 1) {
+    std::vector<double> all(static_cast<std::size_t>(R));
+    MW_RETURN_IF_ERROR(comm.allgather(&local, all.data(), sizeof(double), at + "gradient norm"));
+    sq = 0;
+    for (double x : all) sq += x;
+  }
   // The norm of the mean over the micro-batches (adam_hyper.grad_scale divides the summed gradients by
   // their count); PyTorch's clip_grad_norm_: scaled by max_norm / (norm + 1e-6) where that is below 1.
   const double mean_scale = adam_hyper.grad_scale;
@@ -1185,11 +1211,15 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                     ": zero_optimization.offload_param needs offload_optimizer too (as in "
                                     "DeepSpeed); allowed: offload_optimizer.device cpu or nvme");
   }
-  if (z.stage < 1 || z.stage > 3) {
+  if (z.stage < 0 || z.stage > 3) {
+    return Status::invalid_argument("run " + run.name + ": zero_optimization.stage = " +
+                                    std::to_string(z.stage) + ": allowed: 0, 1, 2 or 3");
+  }
+  if (z.stage == 0 && z.offload_optimizer.device != OffloadDevice::kNone) {
     return Status::invalid_argument(
-        "run " + run.name + ": zero_optimization.stage = " + std::to_string(z.stage) +
-        ": memwall train partitions at least the optimizer states (stage 0 keeps them whole on every rank); "
-        "allowed: 1, 2 or 3");
+        "run " + run.name +
+        ": zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0, "
+        "as in DeepSpeed); allowed with stage 0: offload_optimizer.device none");
   }
   const bool nvme =
       z.offload_param.device == OffloadDevice::kNvme || z.offload_optimizer.device == OffloadDevice::kNvme;
@@ -1217,6 +1247,8 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.R = comm.size();
   st.rank = comm.rank();
   st.stage = run.zero.stage;
+  st.partitions = st.stage == 0 ? 1 : st.R;
+  st.partition = st.stage == 0 ? 0 : st.rank;
   st.delayed = run.memwall.delayed_parameter_update;
   st.adam_hyper = o.adam;
   st.adam_threads = o.threads;
@@ -1290,11 +1322,11 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   }
 
   const Status built = [&]() -> Status {
-    // Partition: every graph parameter padded to a multiple of R; optimizer sub-groups split at parameter
-    // boundaries into as many groups as the plan has.
-    const auto R = static_cast<std::size_t>(st.R);
+    // Partition: every graph parameter padded to a multiple of the partitions (R; stage 0: 1); optimizer
+    // sub-groups split at parameter boundaries into as many groups as the plan has.
+    const auto P = static_cast<std::size_t>(st.partitions);
     for (const auto& s : st.gg.slices) {
-      const std::size_t shard = (s.numel + R - 1) / R;
+      const std::size_t shard = (s.numel + P - 1) / P;
       st.parts.push_back({s.offset, s.numel, shard, st.total});
       st.total += shard;
     }
@@ -1398,7 +1430,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         MW_RETURN_IF_ERROR(st.page_lock(st.out16_arena->base(), st.out16_arena->capacity(), "bf16 staging"));
     }
     // Partitioned initialisation: this rank's elements only (padding stays zero), made piece by piece.
-    const std::size_t r = static_cast<std::size_t>(st.rank);
+    const std::size_t r = static_cast<std::size_t>(st.partition);
     MW_RETURN_IF_ERROR(tr.install_states([&](std::size_t begin, std::size_t n, float* master, float* m,
                                              float* v) {
       std::fill(master, master + n, 0.0f);
@@ -1466,13 +1498,14 @@ Status Zero3Trainer::open_gpu() {
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;
-  const auto R = static_cast<std::size_t>(st.R);
+  const auto P = static_cast<std::size_t>(st.partitions);
   for (const GraphOp& op : st.gg.graph.ops) {
     std::size_t n = 0;
     for (int p : op.params) n += (st.gg.slices[static_cast<std::size_t>(p)].numel + 63) / 64 * 64;
     work = std::max(work, n);
   }
-  for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + R - 1) / R);
+  // (Stage 0's all-reduce sums a whole parameter there.)
+  for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + P - 1) / P);
   auto w = st.gpu->arena().allocate(std::max<std::size_t>(work, 1) * 4, "fp32 copies of an op's parameters");
   auto r = st.gpu->arena().allocate(most_shard * 4, "reduce-scatter result");
   if (!w.is_ok()) return w.status();
@@ -1644,7 +1677,7 @@ Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
     return Status::ok();
   }();
   // Stages 1 and 2: every rank's slice into every rank's whole copies, once every rank has its slices.
-  if (st.stage < 3) {
+  if (st.stage == 1 || st.stage == 2) {
     MW_RETURN_IF_ERROR(comm::agree(*comm_, installed, "installing the parameters"));
     double moved = 0;
     for (std::size_t g = 0; g < st.groups.size(); ++g)
@@ -1947,13 +1980,15 @@ Status Zero3Trainer::save(const std::string& dir) {
   MW_RETURN_IF_ERROR(drain_delayed_update());
   const std::string step_dir = dir + "/" + ckpt::step_dir_name(step_);
   std::error_code ec;
-  // Each rank writes its file; latest.json names the step only once every rank's file is on disk (a rank
-  // that could not write, a full disk say, fails the save on every rank and the last checkpoint stays).
+  // Each partition's rank writes its file (in stage 0 rank 0 the one whole partition every rank holds alike,
+  // so the checkpoint reads as a one-rank one); latest.json names the step only once every file is on disk (a
+  // rank that could not write, a full disk say, fails the save on every rank and the last checkpoint stays).
+  const int files = st_->partitions;
   const Status written = [&]() -> Status {
     std::filesystem::create_directories(step_dir, ec);
     if (ec) return Status::io_error(step_dir + ": " + ec.message());
-    auto w =
-        ckpt::ShardWriter::create(ckpt::rank_file(step_dir, comm_->rank(), comm_->size()), step_, st_->total);
+    if (comm_->rank() >= files) return Status::ok();
+    auto w = ckpt::ShardWriter::create(ckpt::rank_file(step_dir, st_->partition, files), step_, st_->total);
     if (!w.is_ok()) return w.status();
     MW_RETURN_IF_ERROR(visit_states([&](std::size_t begin, std::size_t n, const float* master, const float* m,
                                         const float* v) { return w->write(begin, n, master, m, v); }));
@@ -1966,7 +2001,7 @@ Status Zero3Trainer::save(const std::string& dir) {
                                    {"version", 1},
                                    {"step", step_},
                                    {"dir", ckpt::step_dir_name(step_)},
-                                   {"ranks", comm_->size()},
+                                   {"ranks", files},
                                    {"layers", c_.layers},
                                    {"channels", c_.channels},
                                    {"heads", c_.heads},
@@ -1989,7 +2024,8 @@ Status Zero3Trainer::save(const std::string& dir) {
 
 Result<long> Zero3Trainer::load(const std::string& dir) {
   State& st = *st_;
-  const int R = comm_->size(), me = comm_->rank();
+  // Partitions: the ranks (stage 0: one partition, whole on every rank); R and me for sharing the checks.
+  const int R = comm_->size(), me = comm_->rank(), P = st.partitions;
   // Every rank checks what it will read, and the ranks agree before any of them installs anything: a corrupt
   // or missing file fails the load on every rank, naming the file, and leaves every trainer as it was.
   std::optional<ckpt::CheckpointParams> written;  // another rank count or tiling: partitioned anew
@@ -2010,7 +2046,7 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
                                         std::to_string(got) + ", this run has " + std::to_string(want));
       }
     }
-    if (j.value("ranks", -1L) != R || j.value("tiling", -1L) != o_.tiling) {
+    if (j.value("ranks", -1L) != P || j.value("tiling", -1L) != o_.tiling) {
       // Each old file's checksum is checked by one rank (file k by rank k mod R); then every rank reads
       // just its elements, in model order.
       model::GptConfig config;
@@ -2019,8 +2055,8 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
       written.emplace(std::move(cp).value());
       return Status::ok();
     }
-    auto opened =
-        ckpt::ShardReader::open(ckpt::rank_file(dir + "/" + j.value("dir", std::string()), me, R), st.total);
+    auto opened = ckpt::ShardReader::open(
+        ckpt::rank_file(dir + "/" + j.value("dir", std::string()), st.partition, P), st.total);
     if (!opened.is_ok()) return opened.status();
     reader.emplace(std::move(opened).value());
     // When everything it installs goes to the NVMe store (optimizer states and every parameter shard
@@ -2053,7 +2089,7 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
     return s;
   }
   if (written) {
-    const auto rank = static_cast<std::size_t>(me);
+    const auto rank = static_cast<std::size_t>(st.partition);
     const auto repartitioned = [&](std::size_t begin, std::size_t n, float* master, float* m, float* v) {
       for (float* a : {master, m, v}) std::fill(a, a + n, 0.0f);  // the shards' padding
       for (const auto& pt : st.parts) {

@@ -13,7 +13,9 @@
 // holds more than its own shards plus the parameters the schedule has gathered. Stages 1 and 2 (the run's
 // zero_optimization.stage) keep every parameter whole on each rank's device and partition the optimizer
 // states (and in stage 2 the gradients) by the same shards: each rank updates its slice of the whole copies,
-// then an all-gather per optimizer sub-group fills in the others. Activations stay in the model's own
+// then an all-gather per optimizer sub-group fills in the others. Stage 0 (plain data parallelism) keeps
+// everything whole on every rank: gradients are all-reduced and every rank steps all of the states alike
+// (its checkpoint is one partition, written by rank 0). Activations stay in the model's own
 // buffers (the arena only accounts for them), so losses are bitwise the same whatever the offload, tiling
 // or checkpointing.
 #pragma once
@@ -37,10 +39,10 @@ namespace memwall::train {
 
 // The run settings the trainer honours (its planner input): offload_param / offload_optimizer (none, cpu,
 // nvme) with buffer counts and sizes, sub_group_size, prefetch and its budgets, reuse distance, activation
-// checkpointing (with cpu_checkpointing), tiling, ZeRO stage 1, 2 or 3. create() fixes what the engine
+// checkpointing (with cpu_checkpointing), tiling, ZeRO stage 0, 1, 2 or 3. create() fixes what the engine
 // implements: in stage 3 every parameter partitioned (persistence threshold 0), bf16 parameters with fp32
 // master weights, fp32 gradients (communication_data_type fp32), data parallelism over the communicator's
-// ranks; it refuses stage 0. memwall.delayed_parameter_update (stages 1 and 2 with the optimizer on the CPU)
+// ranks. memwall.delayed_parameter_update (stages 1 and 2 with the optimizer on the CPU)
 // steps the optimizer on the previous step's gradients beside each step's forward and backward: the first
 // step applies nothing, step k the gradients of step k - 1 (computed with the parameters before step k - 1's
 // own update), as ZeRO-Offload's one-step delayed update does; the first

@@ -6,7 +6,7 @@
 // all of them in one micro-batch to 1e-5 (2e-7 measured); with gradient clipping the global norm spans the
 // ranks (1e-6 against one rank). Checkpoints resume with another rank count, and a damaged one is refused on
 // every rank. Initial weights read shard by shard from a safetensors export train as the seed that made them.
-// ZeRO stages 1 and 2 train as stage 3 does, and their checkpoints resume on it; the delayed parameter
+// ZeRO stages 0, 1 and 2 train as stage 3 does, and their checkpoints resume on it; the delayed parameter
 // update on 2 ranks steps like one rank. Exits non-zero on failure.
 #include <algorithm>
 #include <chrono>
@@ -187,7 +187,9 @@ int main() {
   // on the device or on the CPU, 2 micro-batches per step and gradient clipping: stage 3's losses, norms and
   // parameters, bitwise for stage 2; stage 1 sums a rank's own contributions before reducing them (the tied
   // embedding's two uses, and with the optimizer on the device the micro-batches), hence 1e-6 relative.
-  // A stage-2 checkpoint then resumes on stage 3 with stage 2's next loss.
+  // Stage 0 (plain data parallelism: every rank steps all of the states, the optimizer on the device) as
+  // stage 1, and its gradient norm sums the whole gradients on each rank, so 1e-6 too. A stage-2 and a
+  // stage-0 checkpoint (one file, every rank's states alike) then resume on stage 3 with the next loss.
   {
     train::Zero3Options base = o;
     base.run.gradient_accumulation_steps = {false, 2};
@@ -229,7 +231,9 @@ int main() {
         std::fprintf(stderr, "rank %d: stage 3 with the optimizer on %s failed\n", r, where);
         return 1;
       }
-      for (const int stage : {1, 2}) {
+      for (const int stage : {0, 1, 2}) {
+        if (stage == 0 && opt != OffloadDevice::kNone)
+          continue;  // (stage 0 keeps the optimizer on the device)
         train::Zero3Options os = o3;
         os.run.zero.stage = stage;
         auto zs = train::Zero3Trainer::create(c, os, world);
@@ -240,7 +244,7 @@ int main() {
                        trained.to_string().c_str());
           return 1;
         }
-        const double tol = stage == 1 ? 1e-6 : 0.0;
+        const double tol = stage == 2 ? 0.0 : 1e-6;
         double worst = 0;
         for (std::size_t s = 0; s < want.losses.size(); ++s) {
           worst = std::max(worst, std::fabs(static_cast<double>(got.losses[s] - want.losses[s])) /
@@ -258,20 +262,47 @@ int main() {
             r, stage, where, static_cast<double>(got.losses.front()), static_cast<double>(got.losses.back()),
             worst, tol, clipped ? "" : ", NOT CLIPPED");
         if (worst > tol || !clipped) ++failures;
-        if (stage != 2 || opt != OffloadDevice::kCpu) continue;
-        // ZeRO-Offload's checkpoint, resumed by stage 3: the step stage 2 takes next.
-        const std::string ckpt = "zero3-mpi-stage2-ckpt";
+        if (stage == 1 || (stage == 2 && opt != OffloadDevice::kCpu)) continue;
+        // ZeRO-Offload's and plain data parallelism's checkpoints, resumed by stage 3: the step stage 2 (0)
+        // takes next. Stage 0's is one partition (every rank holds the same states): one rank's file.
+        const std::string ckpt = "zero3-mpi-stage" + std::to_string(stage) + "-ckpt";
         auto resumed = train::Zero3Trainer::create(c, o3, world);
         const bool saved = zs->save(ckpt).is_ok();
         bool ok = saved && resumed.is_ok() && resumed->load(ckpt).is_ok();
+        if (stage == 0) {
+          auto latest = train::ckpt::read_latest(ckpt);
+          ok = ok && latest.is_ok() && latest->value("ranks", -1L) == 1;
+        }
         batch(4);
         const auto a = ok ? zs->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
         const auto b = ok ? resumed->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
         ok = ok && a.is_ok() && b.is_ok() && *a == *b;
-        std::printf("rank %d: a stage-2 checkpoint resumed on stage 3: %s\n", r, ok ? "ok" : "FAILED");
+        std::printf("rank %d: a stage-%d checkpoint resumed on stage 3: %s\n", r, stage,
+                    ok ? "ok" : "FAILED");
         if (!ok) ++failures;
-        if (!world.barrier("stage-2 checkpoint").is_ok()) return 1;
-        if (r == 0) std::filesystem::remove_all(ckpt);
+        const std::string ckpt3 = "zero3-mpi-stage3-ckpt";
+        if (stage == 0 && ok) {
+          // And back, one step on: stage 3's two files resumed on stage 0 (each rank reads all of both), and
+          // stage 0's own one file (read by both ranks).
+          bool back = resumed->save(ckpt3).is_ok() && zs->save(ckpt).is_ok();
+          auto from3 = train::Zero3Trainer::create(c, os, world);
+          auto from0 = train::Zero3Trainer::create(c, os, world);
+          back = back && from3.is_ok() && from0.is_ok() && from3->load(ckpt3).is_ok() &&
+                 from0->load(ckpt).is_ok();
+          batch(5);
+          const auto x = back ? resumed->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
+          const auto y = back ? from3->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
+          const auto w = back ? from0->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
+          back = back && x.is_ok() && y.is_ok() && w.is_ok() && *x == *y && *x == *w;
+          std::printf("rank %d: stage 3's and stage 0's checkpoints resumed on stage 0: %s\n", r,
+                      back ? "ok" : "FAILED");
+          if (!back) ++failures;
+        }
+        if (!world.barrier("stage checkpoint").is_ok()) return 1;
+        if (r == 0) {
+          std::filesystem::remove_all(ckpt);
+          std::filesystem::remove_all(ckpt3);
+        }
       }
     }
   }

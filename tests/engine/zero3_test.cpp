@@ -118,12 +118,17 @@ TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
   ASSERT_FALSE(z.is_ok());
   EXPECT_NE(z.status().message().find("memwall.tiling_factor 3"), std::string::npos);
   o.tiling = 1;
-  o.run.zero.stage = 0;
+  o.run.zero.stage = 0;  // plain data parallelism keeps the optimizer on the device
+  o.run.zero.offload_optimizer.device = OffloadDevice::kCpu;
   z = Zero3Trainer::create(small(), o, *local);
   ASSERT_FALSE(z.is_ok());
-  EXPECT_NE(z.status().message().find("zero_optimization.stage = 0"), std::string::npos)
+  EXPECT_NE(z.status().message().find("offload_optimizer needs stage 1, 2 or 3"), std::string::npos)
       << z.status().message();
-  EXPECT_NE(z.status().message().find("allowed: 1, 2 or 3"), std::string::npos) << z.status().message();
+  o.run.zero.stage = 4;
+  o.run.zero.offload_optimizer.device = OffloadDevice::kNone;
+  z = Zero3Trainer::create(small(), o, *local);
+  ASSERT_FALSE(z.is_ok());
+  EXPECT_NE(z.status().message().find("allowed: 0, 1, 2 or 3"), std::string::npos) << z.status().message();
 }
 
 }  // namespace
@@ -377,11 +382,14 @@ std::vector<Variant> optimizer_placements(const std::string& dir) {
   };
 }
 
-// ZeRO stages 1 and 2: every rank keeps the whole bf16 parameters on the device (stage 1 its whole gradients
-// too, all-reduced; stage 2 reduce-scatters them), with the optimizer on the device or on the CPU. On one
-// rank, and over MPI ranks (zero3_mpi_main.cpp), they train as stage 3 does.
+// ZeRO stages 0, 1 and 2: every rank keeps the whole bf16 parameters on the device (stages 0 and 1 their
+// whole gradients too, all-reduced; stage 2 reduce-scatters them), with the optimizer on the device or on the
+// CPU (stage 0: the device only, and all of its states on every rank). On one rank, and over MPI ranks
+// (zero3_mpi_main.cpp), they train as stage 3 does.
 std::vector<Variant> zero_stages() {
   std::vector<Variant> out;
+  out.push_back({"ZeRO stage 0 (data parallel), optimizer on the device",
+                 [](Zero3Options& o) { o.run.zero.stage = 0; }});
   for (const int stage : {1, 2}) {
     for (const OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu}) {
       out.push_back({"ZeRO stage " + std::to_string(stage) + ", optimizer on " +
