@@ -972,6 +972,37 @@ TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
   EXPECT_LT(bytes["h2d"].get<double>(), 2.1 * params);
 }
 
+// The shipped data-parallel run (ZeRO stage 0) trains: every rank keeps all of the model states on its device
+// (2 B bf16 parameters, 4 B fp32 gradients and 12 B of fp32 master weights and moments per parameter), no
+// bytes cross PCIe, and on one rank its losses are stage 3's, bitwise.
+TEST(CliTrain, TrainsTheDataParallelRunAsStage3Does) {
+  const std::string data = write_file("train-dp.txt", training_text());
+  std::map<int, nlohmann::json> summary;
+  std::map<int, std::vector<double>> losses;
+  for (const int stage : {0, 3}) {
+    const CmdResult r = memwall(
+        "train --run data-parallel --steps 3 --eval-batches 1 --json --set "
+        "'{\"zero_optimization.stage\": " +
+            std::to_string(stage) + "}' --data " + data + " " + kTinyModel,
+        false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = parse_json(line);
+      if (j.contains("summary")) summary[stage] = j["summary"];
+      if (j.contains("loss")) losses[stage].push_back(j["loss"].get<double>());
+    }
+  }
+  ASSERT_EQ(losses[0].size(), 3u);
+  EXPECT_EQ(losses[0], losses[3]);
+  EXPECT_EQ(summary[0]["zero_stage"], 0);
+  EXPECT_EQ(summary[0]["offload_optimizer"], "gpu");
+  const double params = summary[0]["params"].get<double>();
+  EXPECT_EQ(summary[0]["bytes_per_step"]["d2h"].get<double>(), 0.0);
+  EXPECT_EQ(summary[0]["bytes_per_step"]["h2d"].get<double>(), 0.0);
+  EXPECT_GE(summary[0]["peak_bytes"]["gpu"].get<double>(), 18 * params);
+}
+
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   const std::string data = write_file("train2.txt", training_text());
   // The scenario's nvme_path (/local_nvme) is not on this machine.
@@ -979,11 +1010,14 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find("/local_nvme: the NVMe path does not exist"), std::string::npos) << r.output;
-  // Stage 0 would keep the optimizer states whole on every rank.
-  r = memwall("train --run data-parallel --steps 1 --data " + data + " " + kTinyModel);
+  // Tensor parallelism is predicted and simulated, not trained.
+  r = memwall("train --run data-parallel --set '{\"memwall.model_parallel\": 2}' --steps 1 --data " + data +
+              " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
-  EXPECT_NE(r.output.find("zero_optimization.stage = 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memwall.model_parallel = 2: memwall train is data parallel only (allowed: 1)"),
+            std::string::npos)
+      << r.output;
   // train_batch_size is checked against the ranks, not the hardware file's 16 GPUs.
   r = memwall(
       "train --set '{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 2}' --steps 1 "

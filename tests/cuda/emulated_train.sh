@@ -9,7 +9,7 @@
 # activations or a plan that do not fit the GPU are one-line errors, and a GPU that holds the activations
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
-# tokens; ZeRO stages 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
+# tokens; ZeRO stages 0, 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
 # parameter update on the GPU the one on the host.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
@@ -148,10 +148,12 @@ done
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
 # (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
 # on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
-# collectives), against the same runs on --device cpu.
+# collectives), and stage 0 (every rank steps all of the states; its gradients all-reduced whole, by an NCCL
+# all-reduce or through the host), against the same runs on --device cpu.
 if [ "$ranks2" = ran ]; then
-  for v in z1_cpu z1_nccl z2off_cpu z2off_nccl z2off_host; do
+  for v in z0_cpu z0_nccl z0_host z1_cpu z1_nccl z2off_cpu z2off_nccl z2off_host; do
     case $v in
+      z0_*) stage_set='"zero_optimization.stage": 0' ;;
       z1_*) stage_set='"zero_optimization.stage": 1' ;;
       *) stage_set='"zero_optimization.stage": 2, "zero_optimization.offload_optimizer.device": "cpu"' ;;
     esac
@@ -225,14 +227,16 @@ if sys.argv[2] == "ran":
         for s in two_cpu:
             if s in two:
                 near(f"two ranks, step {s}, {name} vs cpu", two[s], two_cpu[s], 1e-4)
-    for dev_run, host_run in (("z1_nccl", "z1_cpu"), ("z2off_nccl", "z2off_cpu"), ("z2off_host", "z2off_cpu")):
+    for dev_run, host_run in (("z0_nccl", "z0_cpu"), ("z0_host", "z0_cpu"), ("z1_nccl", "z1_cpu"),
+                              ("z2off_nccl", "z2off_cpu"), ("z2off_host", "z2off_cpu")):
         follows("two ranks", dev_run, host_run)
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
 runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA")]
 if sys.argv[2] == "ran":
-    runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z1_nccl", "CUDA"), ("z2off_host", "CUDA")]
+    runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z0_nccl", "CUDA"), ("z1_nccl", "CUDA"),
+             ("z2off_host", "CUDA")]
 for name, want in runs:
     if want not in summary(name).get("device", ""):
         bad.append(f"the {name} run computed on {summary(name).get('device')!r}, not {want}")
