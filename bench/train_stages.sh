@@ -2,6 +2,7 @@
 # `memwall train` on 2 MPI ranks with each ZeRO stage, and ZeRO-Offload with and without its delayed parameter
 # update: step time and the network bytes each step moved, against the closed form of what the stage must
 # move for Psi parameters (bf16 parameters, fp32 gradients; a collective counted as its whole tensor):
+#   stage 0: all-reduce of the gradients (2 x 4 Psi); every rank steps all of the states      =  8 Psi
 #   stage 1: all-reduce of the gradients (2 x 4 Psi) + all-gather of the updated parameters (2 Psi) = 10 Psi
 #   stage 2: reduce-scatter (4 Psi) + all-gather (2 Psi)                                            =  6 Psi
 #   stage 3: all-gather once (2 Psi; the parameters stay gathered from forward to backward when the
@@ -17,15 +18,16 @@ MW=./build/cli/memwall
 command -v mpirun >/dev/null || { echo "mpirun not found (Debian: openmpi-bin)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 model="{\"n_layer\":$L,\"n_embd\":$C,\"n_head\":4,\"n_positions\":256}"
-names=(z1 z2 z3 z2-offload z2-offload-dpu)
+names=(z0 z1 z2 z3 z2-offload z2-offload-dpu)
 declare -A sets=(
+  [z0]='"zero_optimization.stage":0'
   [z1]='"zero_optimization.stage":1'
   [z2]='"zero_optimization.stage":2'
   [z3]='"zero_optimization.stage":3'
   [z2-offload]='"zero_optimization.stage":2,"zero_optimization.offload_optimizer.device":"cpu"'
   [z2-offload-dpu]='"zero_optimization.stage":2,"zero_optimization.offload_optimizer.device":"cpu","memwall.delayed_parameter_update":true'
 )
-declare -A factor=([z1]=10 [z2]=6 [z3]=6 [z2-offload]=6 [z2-offload-dpu]=6)
+declare -A factor=([z0]=8 [z1]=10 [z2]=6 [z3]=6 [z2-offload]=6 [z2-offload-dpu]=6)
 out=""
 for name in "${names[@]}"; do
   line=$(mpirun -n 2 $MW train --steps "$S" --json --eval-batches 1 --adam-threads 1 --model-set "$model" \
