@@ -471,9 +471,12 @@ TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
   // prefetch bucket) and DeepSpeed's reduce buckets (memwall reduce-scatters each op's gradient from its
   // own buffer), less 5%.
   // Llama 2: a gated MLP and (70B) grouped-query attention, Eq. (5) generalized as the graph keeps them.
+  // Stages 0-2 (data-parallel, zero-2, zero-offload) too, where the models fit them.
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-  for (const char* model : {"paper-1t", "paper-100b", "gpt3-175b", "llama-2-7b", "llama-2-70b"}) {
-    for (const char* runname : {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme"}) {
+  for (const char* model :
+       {"paper-1t", "paper-100b", "gpt3-175b", "llama-2-7b", "llama-2-70b", "gpt2-xl", "paper-10b"}) {
+    for (const char* runname :
+         {"zero-3", "zero-infinity-cpu", "zero-infinity-nvme", "data-parallel", "zero-2", "zero-offload"}) {
       const ModelSpec m = testing::load_model_scenario(model);
       RunConfig run = testing::load_run_scenario(runname);
       ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
