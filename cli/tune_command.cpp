@@ -53,18 +53,23 @@ struct TuneOptions {
 };
 
 struct Placement {
-  const char* name;   // "params/optimizer", "z2" for ZeRO-2
+  const char* name;   // "params/optimizer", prefixed "z0", "z1", "z2" below stage 3
   int stage;          // zero_optimization.stage
   const char* param;  // offload_param.device
   const char* opt;    // offload_optimizer.device
   bool nvme;
 };
-// ZeRO-2 (parameters replicated, no all-gathers) and ZeRO-Offload, then ZeRO-3 / ZeRO-Infinity placements.
+// Below stage 3 the parameters are whole on every GPU (no all-gathers in forward and backward): plain data
+// parallelism (stage 0: the optimizer states whole on every GPU too), ZeRO-1 (gradients reduced once per
+// step, at the accumulation boundary) on the GPU and with its optimizer on the CPU, ZeRO-2 and ZeRO-Offload
+// (stage 2, optimizer on the CPU); then the ZeRO-3 / ZeRO-Infinity placements.
 constexpr Placement kPlacements[] = {
-    {"z2 gpu/gpu", 2, "none", "none", false}, {"z2 gpu/cpu", 2, "none", "cpu", false},
-    {"gpu/gpu", 3, "none", "none", false},    {"gpu/cpu", 3, "none", "cpu", false},
-    {"cpu/cpu", 3, "cpu", "cpu", false},      {"gpu/nvme", 3, "none", "nvme", true},
-    {"cpu/nvme", 3, "cpu", "nvme", true},     {"nvme/nvme", 3, "nvme", "nvme", true}};
+    {"z0 gpu/gpu", 0, "none", "none", false}, {"z1 gpu/gpu", 1, "none", "none", false},
+    {"z1 gpu/cpu", 1, "none", "cpu", false},  {"z2 gpu/gpu", 2, "none", "none", false},
+    {"z2 gpu/cpu", 2, "none", "cpu", false},  {"gpu/gpu", 3, "none", "none", false},
+    {"gpu/cpu", 3, "none", "cpu", false},     {"cpu/cpu", 3, "cpu", "cpu", false},
+    {"gpu/nvme", 3, "none", "nvme", true},    {"cpu/nvme", 3, "cpu", "nvme", true},
+    {"nvme/nvme", 3, "nvme", "nvme", true}};
 
 // The next tiling factor above `tiling` (doubling, up to `max_tiling`) at which the closed-form memory model
 // has the GPU tier fit, or 0 when none does. Planning a huge model with a large tiling factor takes seconds,
