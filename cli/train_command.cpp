@@ -447,7 +447,7 @@ int run_train(const TrainOptions& opt) {
         bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
         run.zero.stage, run.zero.stage == 3 ? tier_name(param_tier) : "gpu (whole on every rank)",
-        tier_name(opt_tier),
+        run.zero.stage == 0 ? "gpu (whole on every rank)" : tier_name(opt_tier),
         run.memwall.delayed_parameter_update
             ? " (delayed update: each step's optimizer on the last step's gradients)"
             : "",
