@@ -8,7 +8,8 @@
 #   stage 3: all-gather once (2 Psi; the parameters stay gathered from forward to backward when the
 #            live-parameter budget holds them, as here) + reduce-scatter (4 Psi)                    =  6 Psi
 # The losses of stages 2 and 3 are bitwise the same (tests); this measures what each stage moves and costs.
-# Medians over the steps after 2 warm-up steps, rank 0.
+# Medians over the steps after 2 warm-up steps, rank 0, and its device tier's peak (model states, activations
+# and working buffers, as planned).
 # Usage: bash bench/train_stages.sh [STEPS=12] [LAYERS=4] [CHANNELS=256] [MICRO_BATCH=4]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,19 +39,22 @@ rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 steps = [r for r in rows if "step" in r][2:]
 summary = [r["summary"] for r in rows if "summary" in r][0]
 med = lambda k: statistics.median(r[k] for r in steps)
-print(med("seconds"), med("compute_s"), med("optimizer_s"), steps[-1]["bytes"]["network"], summary["params"])')
+print(med("seconds"), med("compute_s"), med("optimizer_s"), steps[-1]["bytes"]["network"], summary["params"],
+      summary["peak_bytes"]["gpu"])')
   out+="$name ${factor[$name]} $line"$'\n'
 done
 python3 - "$out" "$B" <<'PY'
 import sys
 rows = [l.split() for l in sys.argv[1].strip().splitlines()]
 print(f"memwall train, 2 ranks x {sys.argv[2]} x 256 tokens, medians after 2 warm-up steps")
-print(f"{'config':<16}{'s/step':>8}{'compute':>9}{'optim':>8}{'net MiB':>9}{'closed form':>13}{'ratio':>7}")
+print(f"{'config':<16}{'s/step':>8}{'compute':>9}{'optim':>8}{'net MiB':>9}{'closed form':>13}{'ratio':>7}"
+      f"{'GPU peak MiB':>14}")
 base = None
-for name, f, s, c, o, net, psi in rows:
-    s, c, o, net, psi = map(float, (s, c, o, net, psi))
+for name, f, s, c, o, net, psi, gpu in rows:
+    s, c, o, net, psi, gpu = map(float, (s, c, o, net, psi, gpu))
     closed = int(f) * psi
-    print(f"{name:<16}{s:8.3f}{c:9.3f}{o:8.3f}{net/2**20:9.2f}{closed/2**20:9.2f} MiB{net/closed:7.3f}")
+    print(f"{name:<16}{s:8.3f}{c:9.3f}{o:8.3f}{net/2**20:9.2f}{closed/2**20:9.2f} MiB{net/closed:7.3f}"
+          f"{gpu/2**20:14.2f}")
     if name == "z2-offload": base = s
     if name == "z2-offload-dpu" and base: print(f"delayed parameter update: step {base/s:.2f}x faster than without")
 PY
