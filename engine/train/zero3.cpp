@@ -876,18 +876,22 @@ Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag
       MW_RETURN_IF_ERROR(nccl->all_gather(own, full, C * 4, s.get()));
       return done_on(s);
     }
-    // Stage 0 (no padding to split by): summed by an all-reduce in the scratch (a whole parameter there),
-    // then written back scaled.
-    if (const cudaError_t rc = cudaMemcpyAsync(reduced_dev, full, N * 4, cudaMemcpyDeviceToDevice, stream);
-        rc != cudaSuccess)
-      return Status::internal(tag + ": " + cudaGetErrorString(rc));
-    MW_RETURN_IF_ERROR(nccl->all_reduce_sum(reduced_dev, N, s.get()));
-    if (const cudaError_t rc = cudaMemsetAsync(full, 0, N * 4, stream); rc != cudaSuccess)
-      return Status::internal(tag + ": " + cudaGetErrorString(rc));
-    if (int k = kernels::cuda::accumulate_strided(full, 0, reduced_dev, 0, 1, static_cast<int>(N),
-                                                  1.0f / static_cast<float>(R), s.get());
-        k != 0)
-      return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+    // Stage 0 (no padding to split by): R chunks of at most C, each summed by an all-reduce in the scratch
+    // (C elements, as for the other stages; the stream orders its reuse), then written back scaled.
+    for (std::size_t at = 0; at < N; at += C) {
+      const std::size_t n = std::min(C, N - at);
+      float* chunk = full + at;
+      if (const cudaError_t rc = cudaMemcpyAsync(reduced_dev, chunk, n * 4, cudaMemcpyDeviceToDevice, stream);
+          rc != cudaSuccess)
+        return Status::internal(tag + ": " + cudaGetErrorString(rc));
+      MW_RETURN_IF_ERROR(nccl->all_reduce_sum(reduced_dev, n, s.get()));
+      if (const cudaError_t rc = cudaMemsetAsync(chunk, 0, n * 4, stream); rc != cudaSuccess)
+        return Status::internal(tag + ": " + cudaGetErrorString(rc));
+      if (int k = kernels::cuda::accumulate_strided(chunk, 0, reduced_dev, 0, 1, static_cast<int>(n),
+                                                    1.0f / static_cast<float>(R), s.get());
+          k != 0)
+        return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+    }
     return done_on(s);
   }
 #endif
@@ -1498,14 +1502,14 @@ Status Zero3Trainer::open_gpu() {
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
   std::size_t work = 0, most_shard = 1;
-  const auto P = static_cast<std::size_t>(st.partitions);
+  const auto R = static_cast<std::size_t>(st.R);
   for (const GraphOp& op : st.gg.graph.ops) {
     std::size_t n = 0;
     for (int p : op.params) n += (st.gg.slices[static_cast<std::size_t>(p)].numel + 63) / 64 * 64;
     work = std::max(work, n);
   }
-  // (Stage 0's all-reduce sums a whole parameter there.)
-  for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + P - 1) / P);
+  // (A shard's worth: stage 0's all-reduce goes through it in R chunks.)
+  for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + R - 1) / R);
   auto w = st.gpu->arena().allocate(std::max<std::size_t>(work, 1) * 4, "fp32 copies of an op's parameters");
   auto r = st.gpu->arena().allocate(most_shard * 4, "reduce-scatter result");
   if (!w.is_ok()) return w.status();
