@@ -863,16 +863,21 @@ Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag
   if (nccl && on_device(b)) {
     const gpu::Stream& s = gpu->comm();
     const auto stream = static_cast<cudaStream_t>(s.get());
+    // dst[0, n) = the sum in the scratch / R.
+    const auto write_mean = [&](float* dst, std::size_t n) -> Status {
+      if (const cudaError_t rc = cudaMemsetAsync(dst, 0, n * 4, stream); rc != cudaSuccess)
+        return Status::internal(tag + ": " + cudaGetErrorString(rc));
+      if (int k = kernels::cuda::accumulate_strided(dst, 0, reduced_dev, 0, 1, static_cast<int>(n),
+                                                    1.0f / static_cast<float>(R), s.get());
+          k != 0)
+        return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+      return Status::ok();
+    };
     MW_RETURN_IF_ERROR(deps_on_stream(s));
     if (C * R_ == N) {  // reduce-scatter, this rank's chunk scaled in place, all-gather in place
       float* own = full + static_cast<std::size_t>(rank) * C;
       MW_RETURN_IF_ERROR(nccl->reduce_scatter_sum(full, reduced_dev, C, s.get()));
-      if (const cudaError_t rc = cudaMemsetAsync(own, 0, C * 4, stream); rc != cudaSuccess)
-        return Status::internal(tag + ": " + cudaGetErrorString(rc));
-      if (int k = kernels::cuda::accumulate_strided(own, 0, reduced_dev, 0, 1, static_cast<int>(C),
-                                                    1.0f / static_cast<float>(R), s.get());
-          k != 0)
-        return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+      MW_RETURN_IF_ERROR(write_mean(own, C));
       MW_RETURN_IF_ERROR(nccl->all_gather(own, full, C * 4, s.get()));
       return done_on(s);
     }
@@ -885,12 +890,7 @@ Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag
           rc != cudaSuccess)
         return Status::internal(tag + ": " + cudaGetErrorString(rc));
       MW_RETURN_IF_ERROR(nccl->all_reduce_sum(reduced_dev, n, s.get()));
-      if (const cudaError_t rc = cudaMemsetAsync(chunk, 0, n * 4, stream); rc != cudaSuccess)
-        return Status::internal(tag + ": " + cudaGetErrorString(rc));
-      if (int k = kernels::cuda::accumulate_strided(chunk, 0, reduced_dev, 0, 1, static_cast<int>(n),
-                                                    1.0f / static_cast<float>(R), s.get());
-          k != 0)
-        return Status::internal(tag + ": " + kernels::cuda::error_string(k));
+      MW_RETURN_IF_ERROR(write_mean(chunk, n));
     }
     return done_on(s);
   }

@@ -866,6 +866,28 @@ std::string training_text() {
 const std::string kTinyBpe = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
 const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
 
+// The losses and the summary of `memwall train --json --run RUN --set SET` for 3 steps of the tiny model on
+// `data` (none when it failed: the failure is reported).
+struct TrainJson {
+  std::vector<double> losses;
+  nlohmann::json summary;
+};
+TrainJson train_json(const std::string& run, const std::string& set, const std::string& data) {
+  TrainJson t;
+  const CmdResult r = memwall("train --run " + run + " --steps 3 --eval-batches 1 --json --set '" + set +
+                                  "' --data " + data + " " + kTinyModel,
+                              false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return t;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = parse_json(line);
+    if (j.contains("summary")) t.summary = j["summary"];
+    if (j.contains("loss")) t.losses.push_back(j["loss"].get<double>());
+  }
+  return t;
+}
+
 }  // namespace
 
 TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
@@ -939,18 +961,12 @@ TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
   std::map<int, std::vector<double>> losses;
   // Stage 2, stage 3, and stage 2 with the delayed parameter update (key 1 here).
   for (const int stage : {2, 3, 1}) {
-    const std::string set = stage == 1 ? "{\"memwall.delayed_parameter_update\": true}"
-                                       : "{\"zero_optimization.stage\": " + std::to_string(stage) + "}";
-    const CmdResult r = memwall("train --run zero-offload --steps 3 --eval-batches 1 --json --set '" + set +
-                                    "' --data " + data + " " + kTinyModel,
-                                false);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::istringstream lines(r.output);
-    for (std::string line; std::getline(lines, line);) {
-      const auto j = parse_json(line);
-      if (j.contains("summary")) summary[stage] = j["summary"];
-      if (j.contains("loss")) losses[stage].push_back(j["loss"].get<double>());
-    }
+    TrainJson t = train_json("zero-offload",
+                             stage == 1 ? "{\"memwall.delayed_parameter_update\": true}"
+                                        : "{\"zero_optimization.stage\": " + std::to_string(stage) + "}",
+                             data);
+    summary[stage] = std::move(t.summary);
+    losses[stage] = std::move(t.losses);
   }
   ASSERT_EQ(losses[2].size(), 3u);
   EXPECT_EQ(losses[2], losses[3]);
@@ -978,30 +994,17 @@ TEST(CliTrain, TrainsTheZeroOffloadRunAsStage3Does) {
 // bytes cross PCIe, and on one rank its losses are stage 3's, bitwise.
 TEST(CliTrain, TrainsTheDataParallelRunAsStage3Does) {
   const std::string data = write_file("train-dp.txt", training_text());
-  std::map<int, nlohmann::json> summary;
-  std::map<int, std::vector<double>> losses;
-  for (const int stage : {0, 3}) {
-    const CmdResult r = memwall(
-        "train --run data-parallel --steps 3 --eval-batches 1 --json --set "
-        "'{\"zero_optimization.stage\": " +
-            std::to_string(stage) + "}' --data " + data + " " + kTinyModel,
-        false);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::istringstream lines(r.output);
-    for (std::string line; std::getline(lines, line);) {
-      const auto j = parse_json(line);
-      if (j.contains("summary")) summary[stage] = j["summary"];
-      if (j.contains("loss")) losses[stage].push_back(j["loss"].get<double>());
-    }
-  }
-  ASSERT_EQ(losses[0].size(), 3u);
-  EXPECT_EQ(losses[0], losses[3]);
-  EXPECT_EQ(summary[0]["zero_stage"], 0);
-  EXPECT_EQ(summary[0]["offload_optimizer"], "gpu");
-  const double params = summary[0]["params"].get<double>();
-  EXPECT_EQ(summary[0]["bytes_per_step"]["d2h"].get<double>(), 0.0);
-  EXPECT_EQ(summary[0]["bytes_per_step"]["h2d"].get<double>(), 0.0);
-  EXPECT_GE(summary[0]["peak_bytes"]["gpu"].get<double>(), 18 * params);
+  const TrainJson dp = train_json("data-parallel", "{}", data);
+  const TrainJson z3 = train_json("data-parallel", "{\"zero_optimization.stage\": 3}", data);
+  ASSERT_EQ(dp.losses.size(), 3u);
+  EXPECT_EQ(dp.losses, z3.losses);
+  const nlohmann::json& summary = dp.summary;
+  EXPECT_EQ(summary["zero_stage"], 0);
+  EXPECT_EQ(summary["offload_optimizer"], "gpu");
+  const double params = summary["params"].get<double>();
+  EXPECT_EQ(summary["bytes_per_step"]["d2h"].get<double>(), 0.0);
+  EXPECT_EQ(summary["bytes_per_step"]["h2d"].get<double>(), 0.0);
+  EXPECT_GE(summary["peak_bytes"]["gpu"].get<double>(), 18 * params);
 }
 
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
