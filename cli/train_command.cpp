@@ -56,6 +56,7 @@ struct TrainOptions {
   double lr = 3e-3;
   std::uint64_t seed = 1;
   int eval_batches = 8;
+  int eval_every = 0;  // steps between held-out evaluations during training (0: only at the end)
   int log_every = 10;
   std::string checkpoint_dir;
   int checkpoint_every = 0;  // 0: only at the end
@@ -532,6 +533,30 @@ int run_train(const TrainOptions& opt) {
 
   const std::size_t per_micro = static_cast<std::size_t>(B) * static_cast<std::size_t>(seq);
   std::vector<int> tok(per_micro * static_cast<std::size_t>(G)), tgt(tok.size());
+  // Held-out loss: --eval-batches consecutive windows of the validation split (the same ones every time),
+  // spread over the ranks, averaged over the ranks.
+  auto held_out = [&]() -> Result<double> {
+    std::vector<int> vtok(per_micro), vtgt(per_micro);
+    double val = 0;
+    for (int k = 0; k < opt.eval_batches; ++k) {
+      ds->val_batch(static_cast<std::uint64_t>(k * R + rank), B, seq, vtok.data(), vtgt.data());
+      auto l = trainer->evaluate(vtok.data(), vtgt.data());
+      if (!l.is_ok()) return l.status();
+      val += static_cast<double>(*l);
+    }
+    std::vector<float> all(static_cast<std::size_t>(R));
+    const float mine = static_cast<float>(val / opt.eval_batches);
+    MW_RETURN_IF_ERROR(world->allgather(&mine, all.data(), sizeof(float), "eval loss"));
+    double sum = 0;
+    for (float v : all) sum += static_cast<double>(v);
+    return sum / R;
+  };
+  const auto bits_per_byte = [&](double loss) {
+    return ds->val_bytes_per_token() > 0 ? json(loss / std::log(2.0) / ds->val_bytes_per_token())
+                                         : json(nullptr);
+  };
+  std::vector<std::pair<int, double>> evals;  // (step, held-out loss) during training
+  train::StepStats last_stats;                // the last training step's figures (not an evaluation's)
   double total_s = 0, first_loss = 0, last_loss = 0;
   const int first_step = static_cast<int>(trainer->steps_done());
   if (first_step >= opt.steps) {
@@ -558,7 +583,9 @@ int run_train(const TrainOptions& opt) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!loss.is_ok()) return report_error(loss.status());
     total_s += dt;
-    const train::StepStats& st = trainer->last_step();
+    // A copy: a held-out evaluation below runs the schedule again and replaces the trainer's figures.
+    const train::StepStats st = trainer->last_step();
+    last_stats = st;
     for (int r = 0; r < kResourceCount; ++r) {
       moved[r] += st.bytes[r];
       busy[r] += st.busy_s[r];
@@ -571,6 +598,14 @@ int run_train(const TrainOptions& opt) {
       if (Status cs = checkpoint(); !cs.is_ok()) return report_error(cs);
     }
     last_loss = *loss;
+    // A held-out loss every --eval-every steps (every rank: a collective); the last step's comes below.
+    std::optional<double> eval_loss;
+    if (opt.eval_every > 0 && (s + 1) % opt.eval_every == 0 && s + 1 < opt.steps) {
+      auto v = held_out();
+      if (!v.is_ok()) return report_error(v.status());
+      eval_loss = *v;
+      evals.emplace_back(s + 1, *v);
+    }
     if (!lead) continue;
     auto busy_of = [&](Resource r) { return st.busy_s[static_cast<int>(r)]; };
     auto bytes_of = [&](Resource r) { return st.bytes[static_cast<int>(r)]; };
@@ -618,6 +653,20 @@ int run_train(const TrainOptions& opt) {
           format_bytes(bytes_of(Resource::kNetwork)).c_str(), format_bytes(st.peak_bytes[0]).c_str(),
           format_bytes(st.peak_bytes[1]).c_str(), format_bytes(st.peak_bytes[2]).c_str());
     }
+    if (eval_loss) {
+      if (opt.json) {
+        std::printf("%s\n", json({{"eval_step", s + 1},
+                                  {"val_loss", *eval_loss},
+                                  {"val_bits_per_byte", bits_per_byte(*eval_loss)}})
+                                .dump()
+                                .c_str());
+      } else {
+        if (progress) std::fprintf(stderr, "\r\033[K");
+        const json bpb = bits_per_byte(*eval_loss);
+        std::printf("eval at step %d: held-out loss %.4f%s\n", s + 1, *eval_loss,
+                    bpb.is_null() ? "" : strprintf(" (%.3f bits/byte)", bpb.get<double>()).c_str());
+      }
+    }
     std::fflush(stdout);
     if (progress) {
       const int done = s + 1 - first_step, todo = opt.steps - first_step;
@@ -631,23 +680,12 @@ int run_train(const TrainOptions& opt) {
     }
   }
   if (Status st = checkpoint(); !st.is_ok()) return report_error(st);
-  // Held-out loss: consecutive windows of the validation split, spread over the ranks.
-  double val = 0;
-  for (int k = 0; k < opt.eval_batches; ++k) {
-    ds->val_batch(static_cast<std::uint64_t>(k * R + rank), B, seq, tok.data(), tgt.data());
-    auto l = trainer->evaluate(tok.data(), tgt.data());
-    if (!l.is_ok()) return report_error(l.status());
-    val += static_cast<double>(*l);
-  }
-  std::vector<float> all(static_cast<std::size_t>(R));
-  const float mine = static_cast<float>(val / opt.eval_batches);
-  if (Status st = world->allgather(&mine, all.data(), sizeof(float), "eval loss"); !st.is_ok())
-    return report_error(st);
-  double val_loss = 0;
-  for (float v : all) val_loss += static_cast<double>(v);
-  val_loss /= R;
+  auto final_val = held_out();
+  if (!final_val.is_ok()) return report_error(final_val.status());
+  const double val_loss = *final_val;
+  evals.emplace_back(opt.steps, val_loss);
   {
-    const train::StepStats& st = trainer->last_step();
+    const train::StepStats& st = last_stats;
     const int trained = opt.steps - first_step;
     // The share of the time any transfer ran during which compute or the optimizer ran too.
     const double overlap = transfer_total > 0 ? transfer_hidden / transfer_total : 0.0;
@@ -695,9 +733,13 @@ int run_train(const TrainOptions& opt) {
         {"first_loss", first_loss},
         {"last_loss", last_loss},
         {"val_loss", val_loss},
-        {"val_bits_per_byte", ds->val_bytes_per_token() > 0
-                                  ? json(val_loss / std::log(2.0) / ds->val_bytes_per_token())
-                                  : json(nullptr)},
+        {"val_bits_per_byte", bits_per_byte(val_loss)},
+        {"val_losses",
+         [&] {
+           json v = json::array();
+           for (const auto& [step, l] : evals) v.push_back({{"step", step}, {"loss", l}});
+           return v;
+         }()},
         {"seconds", total_s},
         {"tokens_per_s", tokens_per_step * trained / total_s},
         {"flops_per_s", flops_per_step * trained / total_s}};
@@ -836,7 +878,12 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option("--lr", opt->lr,
                   "Adam learning rate (default: the run's optimizer.params.lr where it has one, else 0.003)");
   cmd->add_option("--seed", opt->seed, "Seed of initialisation and batches")->capture_default_str();
-  cmd->add_option("--eval-batches", opt->eval_batches, "Held-out batches per rank for the final loss")
+  cmd->add_option("--eval-batches", opt->eval_batches,
+                  "Held-out batches per rank for each held-out loss (the same windows every time)")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", opt->eval_every,
+                  "Steps between held-out losses during training (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--log-every", opt->log_every, "Print every N steps")->capture_default_str();
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir,

@@ -866,6 +866,16 @@ std::string training_text() {
 const std::string kTinyBpe = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
 const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
 
+// The summary line of a `memwall train --json` output.
+nlohmann::json train_json_summary(const std::string& output) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = parse_json(line);
+    if (j.contains("summary")) return j["summary"];
+  }
+  return {};
+}
+
 // The losses and the summary of `memwall train --json --run RUN --set SET` for 3 steps of the tiny model on
 // `data` (none when it failed: the failure is reported).
 struct TrainJson {
@@ -1005,6 +1015,45 @@ TEST(CliTrain, TrainsTheDataParallelRunAsStage3Does) {
   EXPECT_EQ(summary["bytes_per_step"]["d2h"].get<double>(), 0.0);
   EXPECT_EQ(summary["bytes_per_step"]["h2d"].get<double>(), 0.0);
   EXPECT_GE(summary["peak_bytes"]["gpu"].get<double>(), 18 * params);
+}
+
+// --eval-every N: a held-out loss every N steps over the same --eval-batches windows; training goes on
+// bitwise as without it, the loss at step 2 is the final held-out loss of a 2-step run (the same parameters
+// and windows), and the summary lists every held-out loss with the final one last.
+TEST(CliTrain, EvalEveryReportsHeldOutLossesWithoutChangingTraining) {
+  const std::string data = write_file("train-eval.txt", training_text());
+  const std::string common = " --eval-batches 2 --json --data " + data + " " + kTinyModel;
+  const CmdResult with = memwall("train --steps 5 --eval-every 2" + common, false);
+  const CmdResult without = memwall("train --steps 5" + common, false);
+  const CmdResult two = memwall("train --steps 2" + common, false);
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  std::vector<double> losses[2];
+  std::map<int, double> evals;
+  nlohmann::json summary;
+  for (int k = 0; k < 2; ++k) {
+    std::istringstream lines(k == 0 ? with.output : without.output);
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = parse_json(line);
+      if (j.contains("step")) losses[k].push_back(j["loss"].get<double>());
+      if (j.contains("eval_step")) evals[j["eval_step"].get<int>()] = j["val_loss"].get<double>();
+      if (k == 0 && j.contains("summary")) summary = j["summary"];
+    }
+  }
+  ASSERT_EQ(losses[0].size(), 5u);
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(evals.size(), 2u);  // steps 2 and 4; step 5's is the summary's
+  EXPECT_TRUE(evals.count(2) && evals.count(4));
+  EXPECT_EQ(evals[2], train_json_summary(two.output)["val_loss"].get<double>());
+  EXPECT_NE(evals[2], evals[4]);
+  const auto& listed = summary["val_losses"];
+  ASSERT_EQ(listed.size(), 3u) << summary;
+  EXPECT_EQ(listed[0]["step"], 2);
+  EXPECT_EQ(listed[0]["loss"].get<double>(), evals[2]);
+  EXPECT_EQ(listed[2]["step"], 5);
+  EXPECT_EQ(listed[2]["loss"].get<double>(), summary["val_loss"].get<double>());
+  expect_bad_input("train --steps 2 --eval-every -1 --data " + data, "--eval-every");
 }
 
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
