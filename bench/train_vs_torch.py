@@ -1,11 +1,13 @@
-# PyTorch peer of `memwall train`: the same GPT-2 architecture (bench/torch_gpt.py) and shapes, fp32,
-# torch.optim.Adam, random byte batches; prints the median seconds per training step.
-# Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS
+# PyTorch peer of `memwall train`: the same GPT-2 architecture (bench/torch_gpt.py) and shapes, fp32 (or with
+# PRECISION bf16 its forward under torch.autocast("cpu", bfloat16)), torch.optim.Adam, random byte batches;
+# prints the median seconds per training step.
+# Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS [PRECISION=fp32]
 import json, sys, time
 import torch
 from torch_gpt import GPT
 
 L, C, NH, B, T, steps, threads = map(int, sys.argv[1:8])
+bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
@@ -16,7 +18,8 @@ for s in range(steps):
     idx = torch.randint(0, 256, (B, T))
     tgt = torch.randint(0, 256, (B, T))
     t0 = time.perf_counter()
-    loss = model(idx, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(idx, tgt)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

@@ -66,6 +66,7 @@ struct TrainOptions {
   std::string device = "cpu";
   int gpu = -1;
   std::string gpu_matmul = "bf16";
+  std::string cpu_matmul = "fp32";
   std::string gpu_collectives = "nccl";
   bool gpu_sync = false;
   int adam_threads = 0;  // 0: 1 on the CPU device, the node's cores over its ranks on a GPU
@@ -309,6 +310,7 @@ int run_train(const TrainOptions& opt) {
   zo.device = use_cuda ? train::ComputeDevice::kCuda : train::ComputeDevice::kCpu;
   zo.gpu = opt.gpu;
   zo.gpu_bf16_matmuls = opt.gpu_matmul == "bf16";
+  zo.cpu_bf16_matmuls = opt.cpu_matmul == "bf16";
   zo.gpu_nccl = opt.gpu_collectives == "nccl";
   zo.gpu_async = !opt.gpu_sync;
   zo.micro_batch = B;
@@ -435,6 +437,9 @@ int run_train(const TrainOptions& opt) {
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;
+  // The GEMMs' operand precision on the device in effect (--gpu-matmul or --cpu-matmul).
+  const std::string gemm_precision =
+      zo.device == train::ComputeDevice::kCuda ? opt.gpu_matmul : opt.cpu_matmul;
   // Below stage 3 every rank keeps the whole parameters on its device (offload_param is stage 3's).
   const Tier param_tier = run.zero.stage == 3 ? tier_of(run.zero.offload_param.device) : Tier::kGpu,
              opt_tier = tier_of(run.zero.offload_optimizer.device);
@@ -443,7 +448,7 @@ int run_train(const TrainOptions& opt) {
     std::printf(
         "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-%d: "
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
-        "tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
+        "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
@@ -452,7 +457,7 @@ int run_train(const TrainOptions& opt) {
         run.memwall.delayed_parameter_update
             ? " (delayed update: each step's optimizer on the last step's gradients)"
             : "",
-        zo.tiling, attention_kernel_name(run.memwall.attention),
+        gemm_precision.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
@@ -704,6 +709,7 @@ int run_train(const TrainOptions& opt) {
         {"micro_batch", B},
         {"gradient_accumulation_steps", G},
         {"device", trainer->device_name()},
+        {"matmul", gemm_precision},
         {"zero_stage", run.zero.stage},
         {"delayed_parameter_update", run.memwall.delayed_parameter_update},
         {"offload_param", tier_name(param_tier)},
@@ -910,6 +916,13 @@ void register_train(CLI::App& app, int& exit_code) {
          "With --device cuda: GEMM operands in bf16 (fp32 accumulation, the tensor cores; the attention's "
          "batched GEMMs in TF32) or fp32 without TF32 (the CPU's arithmetic: the same losses as --device "
          "cpu to rounding)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--cpu-matmul", opt->cpu_matmul,
+         "With --device cpu: the linears' and the head's GEMMs on bf16 operands with fp32 accumulation "
+         "(oneDNN on AMX or AVX-512 BF16, like PyTorch's bf16 autocast; faster where the CPU has them) "
+         "or fp32 (the reference arithmetic: every offload configuration gives bitwise its losses)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option(

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "cpu/cast.h"
 #include "cpu/gpt_ops.h"
 
 namespace memwall::model {
@@ -312,20 +313,53 @@ void GptModel::backward(const float* params, float* grads) {
   }
 }
 
+void GptModel::mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC,
+                          int OC) {
+  if (!bf16_) {
+    k::matmul_forward(out, in, w, b, N, IC, OC);
+    return;
+  }
+  const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
+  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  in16_.resize(n_in);
+  w16_.resize(n_w);
+  k::cast_f32_to_bf16(in, in16_.data(), n_in);
+  k::cast_f32_to_bf16(w, w16_.data(), n_w);
+  k::matmul_forward_bf16(out, in16_.data(), w16_.data(), b, N, IC, OC);
+}
+
+void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
+                           const float* w, int N, int IC, int OC) {
+  if (!bf16_) {
+    k::matmul_backward(din, dw, db, dout, in, w, N, IC, OC);
+    return;
+  }
+  const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
+  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  const auto n_out = static_cast<std::size_t>(N) * static_cast<std::size_t>(OC);
+  in16_.resize(n_in);
+  w16_.resize(n_w);
+  dout16_.resize(n_out);
+  k::cast_f32_to_bf16(in, in16_.data(), n_in);
+  k::cast_f32_to_bf16(w, w16_.data(), n_w);
+  k::cast_f32_to_bf16(dout, dout16_.data(), n_out);
+  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16_.data(), N, IC, OC);
+}
+
 // out[:, cols of tile] (row stride out_width) = in . w^T + b (+ residual at the same positions).
 void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
                               const float* b, const OpInfo& o, const float* residual) {
   const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
   const auto n = static_cast<std::size_t>(N);
   if (o.tiles == 1) {
-    k::matmul_forward(out, in, w, b, N, in_width, out_width);
+    mm_forward(out, in, w, b, N, in_width, out_width);
     if (residual != nullptr) {
       for (std::size_t j = 0; j < n * static_cast<std::size_t>(out_width); ++j) out[j] += residual[j];
     }
     return;
   }
   tile_out_.resize(n * static_cast<std::size_t>(cols));
-  k::matmul_forward(tile_out_.data(), in, w, b, N, in_width, cols);
+  mm_forward(tile_out_.data(), in, w, b, N, in_width, cols);
   for (std::size_t r = 0; r < n; ++r) {
     const std::size_t at = r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0);
     for (int j = 0; j < cols; ++j) {
@@ -341,7 +375,7 @@ void GptModel::linear_backward(float* din, float* dw, float* db, const float* do
                                const float* in, int in_width, const float* w, const OpInfo& o) {
   const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
   if (o.tiles == 1) {
-    k::matmul_backward(din, dw, db, dout, in, w, N, in_width, out_width);
+    mm_backward(din, dw, db, dout, in, w, N, in_width, out_width);
     return;
   }
   const auto n = static_cast<std::size_t>(N);
@@ -350,7 +384,7 @@ void GptModel::linear_backward(float* din, float* dw, float* db, const float* do
     std::copy_n(dout + r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0), cols,
                 tile_dout_.data() + r * static_cast<std::size_t>(cols));
   }
-  k::matmul_backward(din, dw, db, tile_dout_.data(), in, w, N, in_width, cols);
+  mm_backward(din, dw, db, tile_dout_.data(), in, w, N, in_width, cols);
 }
 
 void GptModel::forward_op(int op, const float* const* p) {
@@ -393,7 +427,7 @@ void GptModel::forward_op(int op, const float* const* p) {
       k::layernorm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p[0], p[1], N, C);
       break;
     case Role::kHead:
-      k::matmul_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
+      mm_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
       break;
     case Role::kLoss:
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
@@ -415,7 +449,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g) {
       break;
     case Role::kHead:
       zero(dln_);
-      k::matmul_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
+      mm_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
       break;
     case Role::kFinalNorm:
       zero(dx_);

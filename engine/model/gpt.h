@@ -114,6 +114,11 @@ class GptModel {
   void forward_op(int op, const float* const* param);
   void backward_op(int op, const float* const* param, float* const* grad);
   float loss() const { return loss_; }
+  // bf16 GEMMs: the linears' and the head's matmuls, forward and backward, on bf16 copies of their operands
+  // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
+  // does; the attention's GEMMs and everything else stay fp32. Off by default (fp32 throughout).
+  void set_bf16_matmuls(bool on) { bf16_ = on; }
+  bool bf16_matmuls() const { return bf16_; }
   // After forward: the logits of every position, [B*T][vocab].
   const float* logits() const { return logits_.data(); }
 
@@ -129,10 +134,16 @@ class GptModel {
                       const float* b, const OpInfo& o, const float* residual);
   void linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
                        int in_width, const float* w, const OpInfo& o);
+  // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands.
+  void mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
+  void mm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                   int N, int IC, int OC);
 
   GptConfig c_;
   int B_, T_;
   bool flash_;
+  bool bf16_ = false;
+  std::vector<std::uint16_t> in16_, w16_, dout16_;  // bf16 copies of a matmul's operands
   ModelGraph graph_;
   std::vector<ParamSlice> slices_;
   std::vector<OpInfo> info_;

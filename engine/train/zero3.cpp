@@ -1260,7 +1260,10 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling, flash);
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
-  if (!st.cuda) st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash);
+  if (!st.cuda) {
+    st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash);
+    st.model->set_bf16_matmuls(o.cpu_bf16_matmuls);
+  }
   // A rank can fail where the others do not (its GPU, its memory, a plan that does not fit it): the ranks
   // agree before their first collective, so each fails at once with that rank's reason instead of waiting
   // out the collective's deadline.

@@ -77,6 +77,9 @@ struct Zero3Options {
   // kCuda: the linears' GEMMs on bf16 operands with fp32 accumulation (tensor-core rate) and the
   // attention's on TF32, instead of fp32 (the CPU's arithmetic, the default).
   bool gpu_bf16_matmuls = false;
+  // kCpu: the linears' and the head's GEMMs on bf16 operands with fp32 accumulation (GptModel's
+  // set_bf16_matmuls: oneDNN on AMX or AVX-512 BF16), instead of fp32 (the default).
+  bool cpu_bf16_matmuls = false;
   // kCuda with more than one rank: collectives on NCCL (when built in) or, when false, through the host
   // communicator (MPI) on host copies of the device buffers: slower, for machines where NCCL does not work.
   bool gpu_nccl = true;

@@ -882,10 +882,11 @@ struct TrainJson {
   std::vector<double> losses;
   nlohmann::json summary;
 };
-TrainJson train_json(const std::string& run, const std::string& set, const std::string& data) {
+TrainJson train_json(const std::string& run, const std::string& set, const std::string& data,
+                     const std::string& extra = "") {
   TrainJson t;
   const CmdResult r = memwall("train --run " + run + " --steps 3 --eval-batches 1 --json --set '" + set +
-                                  "' --data " + data + " " + kTinyModel,
+                                  "' --data " + data + " " + kTinyModel + extra,
                               false);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   if (r.exit_code != 0) return t;
@@ -1054,6 +1055,21 @@ TEST(CliTrain, EvalEveryReportsHeldOutLossesWithoutChangingTraining) {
   EXPECT_EQ(listed[2]["step"], 5);
   EXPECT_EQ(listed[2]["loss"].get<double>(), summary["val_loss"].get<double>());
   expect_bad_input("train --steps 2 --eval-every -1 --data " + data, "--eval-every");
+}
+
+// --cpu-matmul bf16: the GEMMs on bf16 operands; the losses stay within 3e-2 of fp32's (and are not bitwise
+// them: the option took effect), and the summary says which ran.
+TEST(CliTrain, CpuBf16MatmulsTrainCloseToFp32) {
+  const std::string data = write_file("train-bf16.txt", training_text());
+  const TrainJson fp32 = train_json("train-gpt", "{}", data);
+  const TrainJson bf16 = train_json("train-gpt", "{}", data, " --cpu-matmul bf16");
+  ASSERT_EQ(fp32.losses.size(), 3u);
+  ASSERT_EQ(bf16.losses.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 3e-2 * fp32.losses[i]);
+  EXPECT_NE(bf16.losses, fp32.losses);
+  EXPECT_EQ(fp32.summary["matmul"], "fp32");
+  EXPECT_EQ(bf16.summary["matmul"], "bf16");
+  expect_bad_input("train --steps 1 --cpu-matmul fp16 --data " + data, "--cpu-matmul");
 }
 
 TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {

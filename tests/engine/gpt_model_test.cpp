@@ -123,6 +123,46 @@ TEST(GptModel, FlashAttentionGivesTheSameLossAndGradients) {
   EXPECT_LT(saved_f, saved_u);
 }
 
+// bf16 GEMMs (set_bf16_matmuls): the same model within bf16's rounding of the GEMM operands (8 bits of
+// mantissa, fp32 accumulation): the loss within 1e-3 relative, the gradient within 2% in L2 norm (and each
+// large element within 5%), with tiling too; and not bitwise fp32's, so the bf16 path ran.
+TEST(GptModel, Bf16MatmulsStayWithinBf16RoundingOfFp32) {
+  GptConfig c = tiny();
+  c.channels = 32;
+  c.heads = 4;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 5);
+  const int B = 2, T = c.max_seq;
+  std::vector<int> tok(B * T), tgt(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (3 * i + 1) % 11, tgt[i] = (7 * i + 4) % 11;
+  for (const int tiling : {1, 2}) {
+    SCOPED_TRACE("tiling " + std::to_string(tiling));
+    GptModel fp32(c, B, T, tiling), bf16(c, B, T, tiling);
+    bf16.set_bf16_matmuls(true);
+    std::vector<float> g32(p.size(), 0.0f), g16(p.size(), 0.0f);
+    const float l32 = fp32.forward(p.data(), tok.data(), tgt.data());
+    fp32.backward(p.data(), g32.data());
+    const float l16 = bf16.forward(p.data(), tok.data(), tgt.data());
+    bf16.backward(p.data(), g16.data());
+    EXPECT_NEAR(static_cast<double>(l16), static_cast<double>(l32), 1e-3 * static_cast<double>(l32));
+    double diff = 0, norm = 0, largest = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const double d = static_cast<double>(g16[i]) - static_cast<double>(g32[i]);
+      diff += d * d;
+      norm += static_cast<double>(g32[i]) * static_cast<double>(g32[i]);
+      largest = std::max(largest, std::fabs(static_cast<double>(g32[i])));
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 2e-2);
+    EXPECT_GT(diff, 0.0);  // the bf16 GEMMs ran
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (std::fabs(static_cast<double>(g32[i])) < 0.1 * largest) continue;
+      EXPECT_NEAR(static_cast<double>(g16[i]), static_cast<double>(g32[i]),
+                  5e-2 * std::fabs(static_cast<double>(g32[i])))
+          << "element " << i;
+    }
+  }
+}
+
 // The decoder's cached, one-position-at-a-time logits are the full forward pass's at every position, also
 // after a reset; a full context and a token outside the vocabulary are errors.
 TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
