@@ -410,15 +410,20 @@ int run_train(const TrainOptions& opt) {
     if (Status s = timed_checkpoint("resumed", [&] { return trainer->load(opt.checkpoint_dir).status(); });
         !s.is_ok())
       return report_error(s);
-    if (auto latest = train::ckpt::read_latest(opt.checkpoint_dir);
-        lead && latest.is_ok() &&
-        (latest->value("ranks", R) != R || latest->value("tiling", 1) != zo.tiling)) {
-      std::fprintf(
-          stderr,
-          "memwall: note: the checkpoint was written by %d rank(s) with tiling %d, this run has %d with "
-          "tiling %d: its states were partitioned anew%s\n",
-          latest->value("ranks", R), latest->value("tiling", 1), R, zo.tiling,
-          latest->value("ranks", R) != R ? " (each step's batches now follow this rank count)" : "");
+    if (auto latest = train::ckpt::read_latest(opt.checkpoint_dir); lead && latest.is_ok()) {
+      // "ranks" counts the checkpoint's files (its partitions: one in stage 0), "data_parallel" the ranks
+      // that trained (older checkpoints: the same).
+      const int files = latest->value("ranks", R), trained_by = latest->value("data_parallel", files);
+      const bool anew = files != (run.zero.stage == 0 ? 1 : R) || latest->value("tiling", 1) != zo.tiling;
+      if (anew || trained_by != R) {
+        std::fprintf(
+            stderr,
+            "memwall: note: the checkpoint was written by %d rank(s) with tiling %d, this run has %d "
+            "with tiling %d: its states %s%s\n",
+            trained_by, latest->value("tiling", 1), R, zo.tiling,
+            anew ? "were partitioned anew" : "load as they were saved",
+            trained_by != R ? " (each step's batches now follow this rank count)" : "");
+      }
     }
   }
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
@@ -743,7 +748,8 @@ int run_train(const TrainOptions& opt) {
         {"val_losses",
          [&] {
            json v = json::array();
-           for (const auto& [step, l] : evals) v.push_back({{"step", step}, {"loss", l}});
+           // (Not "step"/"loss" keys: scripts find the step lines by those.)
+           for (const auto& [step, l] : evals) v.push_back({{"steps_done", step}, {"val_loss", l}});
            return v;
          }()},
         {"seconds", total_s},

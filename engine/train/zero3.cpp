@@ -2008,7 +2008,8 @@ Status Zero3Trainer::save(const std::string& dir) {
                                    {"version", 1},
                                    {"step", step_},
                                    {"dir", ckpt::step_dir_name(step_)},
-                                   {"ranks", files},
+                                   {"ranks", files},  // the files (partitions)
+                                   {"data_parallel", comm_->size()},  // the ranks that trained
                                    {"layers", c_.layers},
                                    {"channels", c_.channels},
                                    {"heads", c_.heads},

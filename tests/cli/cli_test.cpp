@@ -1050,10 +1050,12 @@ TEST(CliTrain, EvalEveryReportsHeldOutLossesWithoutChangingTraining) {
   EXPECT_NE(evals[2], evals[4]);
   const auto& listed = summary["val_losses"];
   ASSERT_EQ(listed.size(), 3u) << summary;
-  EXPECT_EQ(listed[0]["step"], 2);
-  EXPECT_EQ(listed[0]["loss"].get<double>(), evals[2]);
-  EXPECT_EQ(listed[2]["step"], 5);
-  EXPECT_EQ(listed[2]["loss"].get<double>(), summary["val_loss"].get<double>());
+  EXPECT_EQ(listed[0]["steps_done"], 2);
+  EXPECT_EQ(listed[0]["val_loss"].get<double>(), evals[2]);
+  EXPECT_EQ(listed[2]["steps_done"], 5);
+  EXPECT_EQ(listed[2]["val_loss"].get<double>(), summary["val_loss"].get<double>());
+  // The step lines stay the only lines with a "step" key, for scripts that look for it in the text.
+  EXPECT_EQ(with.output.find("\"step\"", with.output.find("\"summary\"")), std::string::npos);
   expect_bad_input("train --steps 2 --eval-every -1 --data " + data, "--eval-every");
 }
 

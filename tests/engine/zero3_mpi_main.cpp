@@ -271,7 +271,7 @@ int main() {
         bool ok = saved && resumed.is_ok() && resumed->load(ckpt).is_ok();
         if (stage == 0) {
           auto latest = train::ckpt::read_latest(ckpt);
-          ok = ok && latest.is_ok() && latest->value("ranks", -1L) == 1;
+          ok = ok && latest.is_ok() && latest->value("ranks", -1L) == 1 && latest->value("data_parallel", -1L) == R;
         }
         batch(4);
         const auto a = ok ? zs->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
