@@ -565,6 +565,13 @@ int run_train(const TrainOptions& opt) {
     return ds->val_bytes_per_token() > 0 ? json(loss / std::log(2.0) / ds->val_bytes_per_token())
                                          : json(nullptr);
   };
+  // A held-out loss in bits: per token for token ids, per byte for text (with BPE at its bytes per token).
+  const auto in_bits = [&](double loss) {
+    const double per_token = ds->val_bytes_per_token(), bits = loss / std::log(2.0);
+    return per_token == 0   ? strprintf("%.3f bits/token", bits)
+           : per_token == 1 ? strprintf("%.3f bits/byte", bits)
+                            : strprintf("%.3f bits/byte at %.2f bytes/token", bits / per_token, per_token);
+  };
   std::vector<std::pair<int, double>> evals;  // (step, held-out loss) during training
   train::StepStats last_stats;                // the last training step's figures (not an evaluation's)
   double total_s = 0, first_loss = 0, last_loss = 0;
@@ -672,9 +679,8 @@ int run_train(const TrainOptions& opt) {
                                 .c_str());
       } else {
         if (progress) std::fprintf(stderr, "\r\033[K");
-        const json bpb = bits_per_byte(*eval_loss);
-        std::printf("eval at step %d: held-out loss %.4f%s\n", s + 1, *eval_loss,
-                    bpb.is_null() ? "" : strprintf(" (%.3f bits/byte)", bpb.get<double>()).c_str());
+        std::printf("eval at step %d: held-out loss %.4f (%s)\n", s + 1, *eval_loss,
+                    in_bits(*eval_loss).c_str());
       }
     }
     std::fflush(stdout);
@@ -775,14 +781,8 @@ int run_train(const TrainOptions& opt) {
     if (opt.json) {
       std::printf("%s\n", json({{"summary", summary}}).dump().c_str());
     } else {
-      const double per_token = ds->val_bytes_per_token();
       std::printf("done: %d steps in %.1f s, loss %.4f -> %.4f, held-out loss %.4f (%s)\n", opt.steps,
-                  total_s, first_loss, last_loss, val_loss,
-                  per_token == 0   ? strprintf("%.3f bits/token", val_loss / std::log(2.0)).c_str()
-                  : per_token == 1 ? strprintf("%.3f bits/byte", val_loss / std::log(2.0)).c_str()
-                                   : strprintf("%.3f bits/byte at %.2f bytes/token",
-                                               val_loss / std::log(2.0) / per_token, per_token)
-                                         .c_str());
+                  total_s, first_loss, last_loss, val_loss, in_bits(val_loss).c_str());
       std::printf(
           "per step: compute %.3f s, optimizer %.3f s, transfers %.3f s (%.0f%% of it alongside compute or "
           "the optimizer); moved h2d %s, d2h %s, nvme read %s, nvme write %s, network %s; peak memory (rank "

@@ -118,7 +118,6 @@ class GptModel {
   // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
   // does; the attention's GEMMs and everything else stay fp32. Off by default (fp32 throughout).
   void set_bf16_matmuls(bool on) { bf16_ = on; }
-  bool bf16_matmuls() const { return bf16_; }
   // After forward: the logits of every position, [B*T][vocab].
   const float* logits() const { return logits_.data(); }
 

@@ -63,6 +63,14 @@ int main() {
     return 1;
   }
   int failures = 0;
+  // One step's loss over the R ranks against one rank's with all their sequences: printed, and a failure
+  // beyond `tol` relative.
+  const auto against_one_rank = [&](const char* what, int s, float got, float want, double tol) {
+    const double rel = std::fabs(static_cast<double>(got - want)) / static_cast<double>(want);
+    std::printf("rank %d step %d: %s, %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, what, R,
+                static_cast<double>(got), static_cast<double>(want), rel);
+    if (rel > tol) ++failures;
+  };
   const double share =
       static_cast<double>(dist->shard_elements()) / static_cast<double>(dist->model_elements());
   if (share > 1.0 / R + 0.05) {
@@ -98,10 +106,7 @@ int main() {
                    static_cast<double>(*got));
       ++failures;
     }
-    const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
-    std::printf("rank %d step %d: %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
-                static_cast<double>(*got), static_cast<double>(*want), rel);
-    if (rel > 1e-6) ++failures;
+    against_one_rank("ZeRO-3", s, *got, *want, 1e-6);
   }
   // Gradient accumulation across ranks: 2 micro-batches of one sequence on each rank train like one rank
   // with all 2R sequences in one micro-batch (the gradients summed in another order: 1e-5 relative).
@@ -134,10 +139,7 @@ int main() {
                      (got.is_ok() ? want.status() : got.status()).to_string().c_str());
         return 1;
       }
-      const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
-      std::printf("rank %d step %d: %d ranks x 2 micro-batches %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
-                  static_cast<double>(*got), static_cast<double>(*want), rel);
-      if (rel > 1e-5) ++failures;
+      against_one_rank("2 micro-batches each", s, *got, *want, 1e-5);
     }
   }
   // Gradient clipping across ranks: the global norm is every rank's shard together, so 2 ranks clip like one
@@ -271,7 +273,8 @@ int main() {
         bool ok = saved && resumed.is_ok() && resumed->load(ckpt).is_ok();
         if (stage == 0) {
           auto latest = train::ckpt::read_latest(ckpt);
-          ok = ok && latest.is_ok() && latest->value("ranks", -1L) == 1 && latest->value("data_parallel", -1L) == R;
+          ok = ok && latest.is_ok() && latest->value("ranks", -1L) == 1 &&
+               latest->value("data_parallel", -1L) == R;
         }
         batch(4);
         const auto a = ok ? zs->step(mine.data(), mine_t.data(), 2) : Result<float>(0.0f);
@@ -331,10 +334,7 @@ int main() {
                      (got.is_ok() ? want.status() : got.status()).to_string().c_str());
         return 1;
       }
-      const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
-      std::printf("rank %d step %d: delayed update, %d ranks %.7f, one rank %.7f, rel diff %.2e\n", r, s, R,
-                  static_cast<double>(*got), static_cast<double>(*want), rel);
-      if (rel > 1e-6) ++failures;
+      against_one_rank("delayed update", s, *got, *want, 1e-6);
     }
   }
   // Ranks that plan differently (here rank 1 with smaller optimizer sub-groups, as a rank with less free

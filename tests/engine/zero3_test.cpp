@@ -839,13 +839,17 @@ TEST(Zero3, DelayedParameterUpdateStepsOnThePreviousGradients) {
     kernels::adam_step(kernels::fp32_arrays(p.data(), m.data(), v.data(), waiting.data(), n), h, 1);
     pending = false;
   };
-  // One step of the reference: the loss with the parameters as they are, then the waiting update.
+  // Step s's batch, and one step of the reference: the loss with the parameters as they are, then the
+  // waiting update.
   std::vector<int> tok(16), tgt(16);
-  const auto reference_step = [&](int s) {
+  const auto fill_batch = [&](int s) {
     for (int i = 0; i < 16; ++i) {
       tok[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
       tgt[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
     }
+  };
+  const auto reference_step = [&](int s) {
+    fill_batch(s);
     kernels::cast_f32_to_bf16(p.data(), p16.data(), n);
     kernels::cast_bf16_to_f32(p16.data(), pw.data(), n);
     const float loss = ref.forward(pw.data(), tok.data(), tgt.data());
@@ -871,10 +875,7 @@ TEST(Zero3, DelayedParameterUpdateStepsOnThePreviousGradients) {
   auto plain = Zero3Trainer::create(c, plain_o, *local);
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
   for (int s = 0; s < 6; ++s) {
-    for (int i = 0; i < 16; ++i) {
-      tok[static_cast<std::size_t>(i)] = (7 * i + 3 * s + 1) % 17;
-      tgt[static_cast<std::size_t>(i)] = (5 * i + s + 2) % 17;
-    }
+    fill_batch(s);
     auto l = plain->step(tok.data(), tgt.data());
     ASSERT_TRUE(l.is_ok());
     if (s == 0) {
