@@ -1,5 +1,5 @@
-// `memwall generate`: sample text from a checkpoint of `memwall train`, or from Hugging Face GPT-2 weights
-// (`memwall export`'s output, or GPT-2 itself with its BPE vocabulary), on the CPU.
+// `memwall generate`: sample text from a checkpoint of `memwall train`, or from Hugging Face GPT-2 or Llama
+// weights (`memwall export`'s output, or GPT-2 itself with its BPE vocabulary), on the CPU.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,29 +130,37 @@ int run_generate(const GenerateOptions& opt) {
   // runs one position through the key/value cache. Once the text outgrows the context the window slides and
   // every position moves, so each token then runs the whole window of the last T tokens (causal attention:
   // the text sits at the start of the sequence, the rest is padding that position i never sees).
+  // The key/value cache decoder is GPT-2's: a Llama-shaped model runs the window for every token.
   const auto T = static_cast<std::size_t>(c.max_seq);
-  model::GptDecoder decoder(c, params.data());
+  std::optional<model::GptDecoder> decoder;
+  if (!c.llama()) decoder.emplace(c, params.data());
   std::unique_ptr<model::GptModel> window;
   std::vector<int> context(T, 0), targets(T, 0);
   const float* logits = nullptr;
+  const auto run_window = [&] {
+    if (!window) window = std::make_unique<model::GptModel>(c, 1, c.max_seq, 1);
+    const std::size_t n = std::min(ids.size(), T);
+    std::copy(ids.end() - static_cast<std::ptrdiff_t>(n), ids.end(), context.begin());
+    window->forward(params.data(), context.data(), targets.data());
+    logits = window->logits() + (n - 1) * static_cast<std::size_t>(c.vocab);
+  };
   const auto add = [&](int id) -> Status {
     ids.push_back(id);
-    if (!window && decoder.positions() < c.max_seq) {
-      auto l = decoder.append(id);
+    if (decoder && !window && decoder->positions() < c.max_seq) {
+      auto l = decoder->append(id);
       if (!l.is_ok()) return l.status();
       logits = *l;
       return Status::ok();
     }
-    if (!window) window = std::make_unique<model::GptModel>(c, 1, c.max_seq, 1);
-    std::copy(ids.end() - static_cast<std::ptrdiff_t>(T), ids.end(), context.begin());
-    window->forward(params.data(), context.data(), targets.data());
-    logits = window->logits() + (T - 1) * static_cast<std::size_t>(c.vocab);
+    run_window();
     return Status::ok();
   };
   // The prompt (its last T tokens when it is longer than the context) in one pass.
   const std::size_t first = std::min(ids.size(), T);
   std::copy(ids.end() - static_cast<std::ptrdiff_t>(first), ids.end(), context.begin());
-  if (auto l = decoder.append(context.data(), static_cast<int>(first)); l.is_ok()) {
+  if (!decoder) {
+    run_window();
+  } else if (auto l = decoder->append(context.data(), static_cast<int>(first)); l.is_ok()) {
     logits = *l;
   } else {
     return report_error(l.status());
@@ -214,10 +223,10 @@ void register_generate(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "generate", "Sample text from a checkpoint of memwall train or GPT-2 weights (on the CPU)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
-  cmd->add_option(
-      "--weights", opt->weights,
-      "Instead of a checkpoint: a directory with Hugging Face GPT-2 model.safetensors and config.json "
-      "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
+  cmd->add_option("--weights", opt->weights,
+                  "Instead of a checkpoint: a directory with Hugging Face GPT-2 or Llama model.safetensors "
+                  "and config.json "
+                  "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
       "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt or tokenizer.json (default: "

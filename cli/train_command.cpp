@@ -140,6 +140,21 @@ std::string default_cache_dir() {
 // The model file must describe the architecture memwall's GPT implements.
 Status check_model(const ModelSpec& m) {
   const std::string where = "model " + m.name + ": ";
+  if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
+    // The Llama shape: all three together, without biases.
+    if (m.norm != NormKind::kRmsNorm || !m.gated_mlp || m.position != PositionKind::kRotary) {
+      return Status::invalid_argument(where +
+                                      "memwall train takes GPT-2's shape or Llama's (RMSNorm, rotary "
+                                      "positions and a SwiGLU MLP together)");
+    }
+    if (m.linear_bias) {
+      return Status::invalid_argument(where +
+                                      "biases on Llama-shaped linears (attention_bias, Qwen2's q/k/v "
+                                      "biases) are not supported by memwall train; allowed: attention_bias "
+                                      "false");
+    }
+    return Status::ok();
+  }
   if (m.gated_mlp)
     return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by memwall train");
   if (m.norm != NormKind::kLayerNorm)
@@ -303,7 +318,14 @@ int run_train(const TrainOptions& opt) {
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0);
+  // The GPU kernels are GPT-2's: auto trains a Llama-shaped model on the CPU.
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.llama());
+  if (use_cuda && c.llama()) {
+    return report_error(Status::invalid_argument(
+        "--device cuda: model " + in->model.name +
+        " is Llama-shaped (RMSNorm, rotary positions, SwiGLU); memwall's GPU kernels implement GPT-2; "
+        "allowed: --device cpu"));
+  }
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }
@@ -451,10 +473,15 @@ int run_train(const TrainOptions& opt) {
   const auto& ac = run.activation_checkpointing;
   if (lead && !opt.json) {
     std::printf(
-        "memwall train: %s (%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-%d: "
+        "memwall train: %s (%s%s params, %s), %d rank%s x %s%d x %d tokens, ZeRO-%d: "
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
-        in->model.name.c_str(), format_count(static_cast<double>(trainer->model_elements())).c_str(),
+        in->model.name.c_str(),
+        c.llama() ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads, %s head; ",
+                              c.ffn_width(), c.kv_head_count(), c.tied ? "tied" : "untied")
+                        .c_str()
+                  : "",
+        format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
         run.zero.stage, run.zero.stage == 3 ? tier_name(param_tier) : "gpu (whole on every rank)",
@@ -845,9 +872,9 @@ int run_export(const ExportOptions& opt) {
 
 void register_export(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<ExportOptions>();
-  auto* cmd = app.add_subcommand(
-      "export",
-      "Write a checkpoint's weights as Hugging Face GPT-2 safetensors + config.json (consolidated)");
+  auto* cmd = app.add_subcommand("export",
+                                 "Write a checkpoint's weights as Hugging Face safetensors + config.json "
+                                 "(GPT-2 or Llama, consolidated)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
   cmd->add_option("--out", opt->out, "Output directory")->required();
   cmd->add_option("--dtype", opt->dtype,
@@ -883,7 +910,8 @@ void register_train(CLI::App& app, int& exit_code) {
       "or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
-      "Initial weights instead of GPT-2's initialisation: a Hugging Face GPT-2 model.safetensors (F32, "
+      "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama model.safetensors "
+      "(F32, "
       "F16 or BF16), or a directory holding it (memwall export's output), whose config.json is then "
       "the model unless --model is given; each rank reads only its shard");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();

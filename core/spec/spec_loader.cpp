@@ -330,8 +330,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
-    r.ignore({"rms_norm_eps", "rope_theta", "rope_scaling", "pretraining_tp", "attention_dropout",
-              "sliding_window", "max_window_layers", "use_sliding_window", "head_dim"});
+    m.norm_eps = 1e-6;  // transformers' LlamaConfig default
+    MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
+    MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+    r.ignore({"rope_scaling", "pretraining_tp", "attention_dropout", "sliding_window", "max_window_layers",
+              "use_sliding_window", "head_dim"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "

@@ -74,6 +74,30 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   }
   MW_RETURN_IF_ERROR(file->commit());
 
+  const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
+                            : dtype == ExportDtype::kBF16 ? "bfloat16"
+                                                          : "float16";
+  if (c.llama()) {
+    const nlohmann::ordered_json config = {
+        {"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"vocab_size", c.vocab},
+        {"max_position_embeddings", c.max_seq},
+        {"hidden_size", c.channels},
+        {"intermediate_size", c.ffn_width()},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"num_key_value_heads", c.kv_head_count()},
+        {"hidden_act", "silu"},
+        {"rms_norm_eps", shortest_decimal(c.norm_eps)},
+        {"rope_theta", shortest_decimal(c.rope_theta)},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", c.tied},
+        {"torch_dtype", torch_dtype},
+    };
+    return io::write_file_atomic(dir + "/config.json", {config.dump(2) + "\n"});
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -90,9 +114,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
       {"tie_word_embeddings", true},
-      {"torch_dtype", dtype == ExportDtype::kF32    ? "float32"
-                      : dtype == ExportDtype::kBF16 ? "bfloat16"
-                                                    : "float16"},
+      {"torch_dtype", torch_dtype},
   };
   const std::string cfg = config.dump(2) + "\n";
   return io::write_file_atomic(dir + "/config.json", {cfg});

@@ -1,7 +1,8 @@
 // Export of a GPT model's fp32 weights in Hugging Face's format: `model.safetensors` (tensor names and shapes
 // of transformers' GPT2Model, linear weights transposed to Conv1D's [in, out]; F32, or rounded to BF16 or
 // F16) and a GPT-2 `config.json` (its torch_dtype saying which), so GPT2LMHeadModel.from_pretrained(dir)
-// loads it (the LM head is tied to wte). Both files are replaced atomically.
+// loads it (the LM head is tied to wte). The Llama shape: transformers' LlamaForCausalLM names ([out, in]
+// weights, as memwall keeps them) and a Llama config.json. Both files are replaced atomically.
 #pragma once
 
 #include <cstddef>

@@ -2,8 +2,10 @@
 #include "engine/model/gpt.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -31,6 +33,54 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: seq (" + std::to_string(seq) + ") exceeds max_seq (" +
                                     std::to_string(c.max_seq) + ")");
   }
+  if (c.kv_heads < 0 || c.ffn < 0) {
+    return Status::invalid_argument("model: kv_heads and ffn must be >= 0 (0: GPT-2's), got " +
+                                    std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
+  }
+  if (!c.llama()) {
+    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied) {
+      return Status::invalid_argument(
+          "model: GPT-2 has kv_heads = heads, ffn = 4 * channels and a tied head; allowed: the Llama shape "
+          "for others");
+    }
+    return Status::ok();
+  }
+  if (c.heads % c.kv_head_count() != 0) {
+    return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
+                                    ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
+  }
+  if (c.head_size() % 2 != 0) {
+    return Status::invalid_argument("model: rotary positions need an even head size, got " +
+                                    std::to_string(c.head_size()) + " (channels / heads)");
+  }
+  if (!(c.rope_theta > 1.0f) || !(c.norm_eps > 0.0f)) {
+    return Status::invalid_argument("model: rope_theta must be > 1 and norm_eps > 0");
+  }
+  return Status::ok();
+}
+
+double shortest_decimal(float x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, x);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
+  // Each matrix a tile splits, and its output rows.
+  std::vector<std::pair<const char*, int>> rows = {
+      {c.llama() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
+  if (c.llama()) {
+    if (c.kv_head_count() != c.heads) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
+    rows.push_back({"the MLP's inner size", c.ffn_width()});
+    if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
+  }
+  for (const auto& [rows_of, n] : rows) {
+    if (tiling < 1 || n % tiling != 0) {
+      return Status::invalid_argument(what + " " + std::to_string(tiling) + " must divide " + rows_of + " (" +
+                                      std::to_string(n) + "); allowed: a divisor of it");
+    }
+  }
   return Status::ok();
 }
 
@@ -44,6 +94,26 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     offset += n;
   };
   const int C = c.channels;
+  if (c.llama()) {
+    const int kv = c.kv_width(), F = c.ffn_width();
+    add("model.embed_tokens.weight", {c.vocab, C});
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string h = "model.layers." + std::to_string(l) + ".";
+      add(h + "input_layernorm.weight", {C});
+      // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
+      add(h + "self_attn.q_proj.weight", {C, C});
+      add(h + "self_attn.k_proj.weight", {kv, C});
+      add(h + "self_attn.v_proj.weight", {kv, C});
+      add(h + "self_attn.o_proj.weight", {C, C});
+      add(h + "post_attention_layernorm.weight", {C});
+      add(h + "mlp.gate_proj.weight", {F, C});
+      add(h + "mlp.up_proj.weight", {F, C});
+      add(h + "mlp.down_proj.weight", {C, F});
+    }
+    add("model.norm.weight", {C});
+    if (!c.tied) add("lm_head.weight", {c.vocab, C});
+    return out;
+  }
   add("wte.weight", {c.vocab, C});
   add("wpe.weight", {c.max_seq, C});
   for (int l = 0; l < c.layers; ++l) {
@@ -78,6 +148,14 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   c.layers = m.layers;
   c.heads = m.heads;
   c.channels = m.hidden;
+  if (m.norm == NormKind::kRmsNorm) {
+    c.arch = GptArch::kLlama;
+    c.kv_heads = m.kv_heads;
+    c.ffn = m.ffn_hidden;
+    c.tied = m.tied_embeddings;
+    c.rope_theta = static_cast<float>(m.rope_theta);
+    c.norm_eps = static_cast<float>(m.norm_eps);
+  }
   return c;
 }
 
@@ -107,20 +185,74 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.linear_bias = true;
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
+  if (c.llama()) {
+    m.model_type = "llama";
+    m.kv_heads = c.kv_head_count();
+    m.ffn_hidden = c.ffn_width();
+    m.tied_embeddings = c.tied;
+    m.gated_mlp = true;
+    m.linear_bias = false;
+    m.norm = NormKind::kRmsNorm;
+    m.position = PositionKind::kRotary;
+    m.rope_theta = c.rope_theta;
+    m.norm_eps = c.norm_eps;
+  }
   return m;
 }
+
+namespace {
+// The tensors of the flat layout a graph parameter (its name without a tile suffix) stands for: one, or
+// several back to back in the layout (a fused weight: GPT-2's c_attn is one tensor, the Llama shape's fused
+// qkv is q_proj, k_proj and v_proj). Empty when the name has no counterpart.
+std::vector<std::string> layout_names(const std::string& name, const GptConfig& c) {
+  if (!c.llama()) {
+    if (name == "embed.tokens") return {"wte.weight"};
+    if (name == "embed.positions") return {"wpe.weight"};
+    if (name == "final_norm.w") return {"ln_f.weight"};
+    if (name == "final_norm.b") return {"ln_f.bias"};
+  } else {
+    if (name == "embed.tokens") return {"model.embed_tokens.weight"};
+    if (name == "final_norm.w") return {"model.norm.weight"};
+    if (name == "lm_head.w") return {"lm_head.weight"};
+  }
+  const auto d1 = name.find('.'), d2 = name.rfind('.');
+  if (name.size() < 2 || name[0] != 'L' || d1 == std::string::npos || d2 == d1) return {};
+  const std::string layer = name.substr(1, d1 - 1), op = name.substr(d1 + 1, d2 - d1 - 1),
+                    wb = name.substr(d2 + 1);
+  if (!c.llama()) {
+    static const std::map<std::string, std::string> stems = {{"ln1", "ln_1"},        {"ln2", "ln_2"},
+                                                             {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
+                                                             {"fc1", "mlp.c_fc"},    {"fc2", "mlp.c_proj"}};
+    const auto stem = stems.find(op);
+    if (stem == stems.end() || (wb != "w" && wb != "b")) return {};
+    return {"h." + layer + "." + stem->second + (wb == "w" ? ".weight" : ".bias")};
+  }
+  // Graph weights: ".w", or ".w0" and ".w1" for two matrices fused in one op.
+  static const std::map<std::string, std::vector<std::string>> llama = {
+      {"ln1.w", {"input_layernorm"}},
+      {"ln2.w", {"post_attention_layernorm"}},
+      {"qkv.w", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+      {"qkv.w0", {"self_attn.q_proj"}},
+      {"qkv.w1", {"self_attn.k_proj", "self_attn.v_proj"}},
+      {"proj.w", {"self_attn.o_proj"}},
+      {"fc1.w0", {"mlp.gate_proj"}},
+      {"fc1.w1", {"mlp.up_proj"}},
+      {"fc2.w", {"mlp.down_proj"}}};
+  const auto it = llama.find(op + "." + wb);
+  if (it == llama.end()) return {};
+  std::vector<std::string> out;
+  for (const auto& stem : it->second) out.push_back("model.layers." + layer + "." + stem + ".weight");
+  return out;
+}
+}  // namespace
 
 Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptConfig& c) {
   std::map<std::string, const ParamTensor*> by_name;
   const auto layout = gpt_param_layout(c);
   for (const auto& t : layout) by_name[t.name] = &t;
-  // Graph component -> Hugging Face tensor stem.
-  const std::map<std::string, std::string> stems = {{"ln1", "ln_1"},        {"ln2", "ln_2"},
-                                                    {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
-                                                    {"fc1", "mlp.c_fc"},    {"fc2", "mlp.c_proj"}};
   std::vector<ParamSlice> out;
   for (const auto& gp : g.params) {
-    // Names: "embed.tokens", "embed.positions", "final_norm.w", "L3.fc1.w", "L3.fc1.b[2/4]".
+    // Names: "embed.tokens", "embed.positions", "final_norm.w", "L3.fc1.w", "L3.fc1.b[2/4]", "L3.qkv.w1".
     std::string name = gp.name;
     int tile = 0, tiles = 1;
     if (const auto br = name.find('['); br != std::string::npos) {
@@ -130,39 +262,34 @@ Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptC
       --tile;
       name.resize(br);
     }
-    std::string hf;
-    if (name == "embed.tokens") {
-      hf = "wte.weight";
-    } else if (name == "embed.positions") {
-      hf = "wpe.weight";
-    } else if (name == "final_norm.w" || name == "final_norm.b") {
-      hf = name.back() == 'w' ? "ln_f.weight" : "ln_f.bias";
-    } else if (name.size() > 1 && name[0] == 'L') {
-      const auto d1 = name.find('.'), d2 = name.rfind('.');
-      const auto stem = stems.find(name.substr(d1 + 1, d2 - d1 - 1));
-      const std::string wb = name.substr(d2 + 1);
-      if (d1 == std::string::npos || d2 == d1 || stem == stems.end() || (wb != "w" && wb != "b")) {
+    const std::vector<std::string> names = layout_names(name, c);
+    // The tensors, back to back: one block of rows of `numel` elements.
+    std::size_t offset = 0, numel = 0;
+    int rows = 0;
+    for (const auto& n : names) {
+      const auto it = by_name.find(n);
+      if (it == by_name.end() || (numel > 0 && it->second->offset != offset + numel)) {
         return Status::invalid_argument("graph parameter " + gp.name +
                                         " has no counterpart in the GPT model");
       }
-      hf = "h." + name.substr(1, d1 - 1) + "." + stem->second + (wb == "w" ? ".weight" : ".bias");
+      if (numel == 0) offset = it->second->offset;
+      numel += it->second->numel;
+      rows += it->second->shape[0];
     }
-    const auto it = by_name.find(hf);
-    if (it == by_name.end()) {
+    if (names.empty()) {
       return Status::invalid_argument("graph parameter " + gp.name + " has no counterpart in the GPT model");
     }
-    const ParamTensor& t = *it->second;
-    const int rows = t.shape[0];
     if (rows % tiles != 0) {
       return Status::invalid_argument("graph parameter " + gp.name + ": " + std::to_string(rows) +
                                       " rows do not split into " + std::to_string(tiles) + " tiles");
     }
-    const std::size_t numel = t.numel / static_cast<std::size_t>(tiles);
-    if (static_cast<double>(numel) != gp.elements) {
+    const std::size_t part = numel / static_cast<std::size_t>(tiles);
+    if (static_cast<double>(part) != gp.elements) {
       return Status::invalid_argument("graph parameter " + gp.name + " has " + std::to_string(gp.elements) +
-                                      " elements; the model's " + hf + " slice has " + std::to_string(numel));
+                                      " elements; the model's " + names.front() + " slice has " +
+                                      std::to_string(part));
     }
-    out.push_back({t.offset + static_cast<std::size_t>(tile) * numel, numel});
+    out.push_back({offset + static_cast<std::size_t>(tile) * part, part});
   }
   return out;
 }
@@ -197,10 +324,10 @@ void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size
     float* p = out + (lo - begin);
     if (ends_with("bias")) {
       std::fill(p, p + (hi - lo), 0.0f);
-    } else if (t.name.find("ln_") != std::string::npos) {
+    } else if (t.shape.size() == 1) {  // a norm's weight
       std::fill(p, p + (hi - lo), 1.0f);
     } else {
-      const float sd = ends_with("c_proj.weight") ? proj_std : 0.02f;
+      const float sd = !c.llama() && ends_with("c_proj.weight") ? proj_std : 0.02f;
       // Counter-based: element i depends on (seed, i) only, so the loop splits over threads freely.
 #pragma omp parallel for schedule(static)
       for (std::size_t i = lo; i < hi; ++i) p[i - lo] = sd * normal_at(seed, i);
@@ -214,7 +341,7 @@ void gpt_init(const GptConfig& c, float* params, std::uint64_t seed) {
 
 GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash_attention) {
   MW_CHECK(validate(c, B, T).is_ok(), "GptModel: invalid configuration (call validate first)");
-  MW_CHECK(tiling >= 1 && c.channels % tiling == 0, "GptModel: channels must be divisible by tiling");
+  MW_CHECK(validate_tiling(c, tiling).is_ok(), "GptModel: tiling must divide every linear's output rows");
   GraphOptions opt;
   opt.tiling = tiling;
   opt.micro_batch = B;
@@ -257,6 +384,8 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   slices_ = std::move(gg.slices);
   info_ = std::move(gg.ops);
   const std::size_t N = static_cast<std::size_t>(B) * T, C = static_cast<std::size_t>(c.channels);
+  const auto Wq = static_cast<std::size_t>(c.qkv_width()), Wf = static_cast<std::size_t>(c.fc_width()),
+             F = static_cast<std::size_t>(c.ffn_width());
   const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * (flash_attention ? 1 : T);
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {
     v.assign(static_cast<std::size_t>(count), std::vector<float>(n));
@@ -264,20 +393,24 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   per_layer(resid_, N * C, c.layers + 1);
   for (auto* v : {&ln1_, &atty_, &res1_, &ln2_}) per_layer(*v, N * C, c.layers);
   for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, c.layers);
-  per_layer(qkv_, N * 3 * C, c.layers);
+  per_layer(qkv_, N * Wq, c.layers);
   per_layer(att_, att, c.layers);
-  per_layer(fc_, N * 4 * C, c.layers);
-  per_layer(gel_, N * 4 * C, c.layers);
+  per_layer(fc_, N * Wf, c.layers);
+  per_layer(gel_, N * F, c.layers);
   lnf_.resize(N * C);
   mf_.resize(N);
   rf_.resize(N);
   logits_.resize(N * static_cast<std::size_t>(c.vocab));
   probs_.resize(logits_.size());
   for (auto* v : {&dx_, &dres_, &dln_, &datty_}) v->resize(N * C);
-  dqkv_.resize(N * 3 * C);
-  dfc_.resize(N * 4 * C);
-  dgel_.resize(N * 4 * C);
+  dqkv_.resize(N * Wq);
+  dfc_.resize(N * Wf);
+  dgel_.resize(N * F);
   dlogits_.resize(logits_.size());
+  if (c.llama()) {
+    qf_.resize(N * 3 * C);
+    dqf_.resize(N * 3 * C);
+  }
 }
 
 void GptModel::set_batch(const int* tokens, const int* targets) {
@@ -346,88 +479,207 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
   k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16_.data(), N, IC, OC);
 }
 
-// out[:, cols of tile] (row stride out_width) = in . w^T + b (+ residual at the same positions).
-void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
-                              const float* b, const OpInfo& o, const float* residual) {
-  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
-  const auto n = static_cast<std::size_t>(N);
-  if (o.tiles == 1) {
-    mm_forward(out, in, w, b, N, in_width, out_width);
+// out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there).
+void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts,
+                              int n, const OpInfo& o, const float* residual) {
+  const int N = B_ * T_;
+  const auto rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(out_width);
+  if (o.tiles == 1 && n == 1) {
+    mm_forward(out, in, parts[0].w, parts[0].b, N, in_width, out_width);
     if (residual != nullptr) {
-      for (std::size_t j = 0; j < n * static_cast<std::size_t>(out_width); ++j) out[j] += residual[j];
+      for (std::size_t j = 0; j < rows * width; ++j) out[j] += residual[j];
     }
     return;
   }
-  tile_out_.resize(n * static_cast<std::size_t>(cols));
-  mm_forward(tile_out_.data(), in, w, b, N, in_width, cols);
-  for (std::size_t r = 0; r < n; ++r) {
-    const std::size_t at = r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0);
-    for (int j = 0; j < cols; ++j) {
-      const float v = tile_out_[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(j)];
-      out[at + static_cast<std::size_t>(j)] =
-          residual != nullptr ? v + residual[at + static_cast<std::size_t>(j)] : v;
+  for (int k = 0; k < n; ++k) {
+    const Part& pt = parts[k];
+    const int cols = pt.rows / o.tiles;
+    const auto col0 = static_cast<std::size_t>(pt.col0 + o.tile * cols), w = static_cast<std::size_t>(cols);
+    tile_out_.resize(rows * w);
+    mm_forward(tile_out_.data(), in, pt.w, pt.b, N, in_width, cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t at = r * width + col0;
+      for (std::size_t j = 0; j < w; ++j) {
+        const float v = tile_out_[r * w + j];
+        out[at + j] = residual != nullptr ? v + residual[at + j] : v;
+      }
     }
   }
 }
 
-// din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums.
-void GptModel::linear_backward(float* din, float* dw, float* db, const float* dout, int out_width,
-                               const float* in, int in_width, const float* w, const OpInfo& o) {
-  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
-  if (o.tiles == 1) {
-    mm_backward(din, dw, db, dout, in, w, N, in_width, out_width);
+// din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums; for each part.
+void GptModel::linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
+                               const Part* parts, int n, const OpInfo& o) {
+  const int N = B_ * T_;
+  if (o.tiles == 1 && n == 1) {
+    mm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, N, in_width, out_width);
     return;
   }
-  const auto n = static_cast<std::size_t>(N);
-  tile_dout_.resize(n * static_cast<std::size_t>(cols));
-  for (std::size_t r = 0; r < n; ++r) {
-    std::copy_n(dout + r * static_cast<std::size_t>(out_width) + static_cast<std::size_t>(col0), cols,
-                tile_dout_.data() + r * static_cast<std::size_t>(cols));
+  const auto rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(out_width);
+  for (int k = 0; k < n; ++k) {
+    const Part& pt = parts[k];
+    const int cols = pt.rows / o.tiles;
+    const auto col0 = static_cast<std::size_t>(pt.col0 + o.tile * cols), w = static_cast<std::size_t>(cols);
+    tile_dout_.resize(rows * w);
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(dout + r * width + col0, w, tile_dout_.data() + r * w);
+    mm_backward(din, pt.dw, pt.db, tile_dout_.data(), in, pt.w, N, in_width, cols);
   }
-  mm_backward(din, dw, db, tile_dout_.data(), in, w, N, in_width, cols);
+}
+
+int GptModel::parts_of(const OpInfo& o, const float* const* p, float* const* g, Part* parts) const {
+  const int C = c_.channels;
+  // GPT-2's linears: [w, b]; the Llama shape's: [w], or [w0, w1] for two fused matrices.
+  const auto one = [&](int rows) {
+    parts[0] = {p[0],
+                c_.llama() ? nullptr : p[1],
+                g != nullptr ? g[0] : nullptr,
+                g != nullptr && !c_.llama() ? g[1] : nullptr,
+                0,
+                rows};
+    return 1;
+  };
+  const auto two = [&](int rows0, int rows1) {
+    parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, rows0};
+    parts[1] = {p[1], nullptr, g != nullptr ? g[1] : nullptr, nullptr, rows0, rows1};
+    return 2;
+  };
+  switch (o.role) {
+    case Role::kQkv:
+      return c_.kv_head_count() == c_.heads ? one(c_.qkv_width()) : two(C, 2 * c_.kv_width());
+    case Role::kFc1:
+      return c_.llama() ? two(c_.ffn_width(), c_.ffn_width()) : one(c_.ffn_width());
+    case Role::kHead:
+      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c_.vocab};
+      return 1;
+    default:  // kProj, kFc2
+      return one(C);
+  }
+}
+
+void GptModel::expand_qkv(const float* qkv) {
+  const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
+  const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  const auto Wq = static_cast<std::size_t>(c_.qkv_width()), W = 3 * static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (std::size_t r = 0; r < N; ++r) {
+    const float* src = qkv + r * Wq;
+    float* dst = qf_.data() + r * W;
+    std::copy_n(src, C, dst);
+    for (int h = 0; h < c_.heads; ++h) {
+      const std::size_t from = static_cast<std::size_t>(C + h / group * hs),
+                        to = static_cast<std::size_t>(h * hs);
+      std::copy_n(src + from, hs, dst + C + to);           // k
+      std::copy_n(src + from + kv, hs, dst + 2 * C + to);  // v
+    }
+  }
+  k::rope_rotate(qf_.data(), B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, false);      // q
+  k::rope_rotate(qf_.data() + C, B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, false);  // k
+}
+
+void GptModel::collapse_dqkv() {
+  const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
+  const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  const auto Wq = static_cast<std::size_t>(c_.qkv_width()), W = 3 * static_cast<std::size_t>(C);
+  k::rope_rotate(dqf_.data(), B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, true);
+  k::rope_rotate(dqf_.data() + C, B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, true);
+#pragma omp parallel for
+  for (std::size_t r = 0; r < N; ++r) {
+    const float* src = dqf_.data() + r * W;
+    float* dst = dqkv_.data() + r * Wq;
+    std::copy_n(src, C, dst);
+    std::fill(dst + C, dst + Wq, 0.0f);
+    for (int h = 0; h < c_.heads; ++h) {
+      const std::size_t to = static_cast<std::size_t>(C + h / group * hs),
+                        from = static_cast<std::size_t>(h * hs);
+      for (int i = 0; i < hs; ++i) {
+        dst[to + static_cast<std::size_t>(i)] +=
+            src[static_cast<std::size_t>(C) + from + static_cast<std::size_t>(i)];
+        dst[to + static_cast<std::size_t>(kv + i)] +=
+            src[2 * static_cast<std::size_t>(C) + from + static_cast<std::size_t>(i)];
+      }
+    }
+  }
+}
+
+void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
+  const int N = B_ * T_, C = c_.channels;
+  if (c_.llama()) {
+    k::rmsnorm_forward(out, rstd, in, p[0], N, C, c_.norm_eps);
+  } else {
+    k::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C);
+  }
+}
+
+void GptModel::norm_backward(float* din, float* const* g, const float* dout, const float* in,
+                             const float* const* p, const float* mean, const float* rstd) {
+  const int N = B_ * T_, C = c_.channels;
+  if (c_.llama()) {
+    k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C);
+  } else {
+    k::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C);
+  }
 }
 
 void GptModel::forward_op(int op, const float* const* p) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  Part parts[2];
+  const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
+    const int n = parts_of(o, p, nullptr, parts);
+    linear_forward(out, out_width, in, in_width, parts, n, o, residual);
+  };
   switch (o.role) {
     case Role::kEmbed:
-      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], p[1], B_, T_, C);
+      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], c_.llama() ? nullptr : p[1], B_, T_, C);
       break;
     case Role::kLn1:
-      k::layernorm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p[0], p[1], N, C);
+      norm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p);
       break;
     case Role::kQkv:
-      linear_forward(qkv_[l].data(), 3 * C, ln1_[l].data(), C, p[0], p[1], o, nullptr);
+      linear(qkv_[l].data(), c_.qkv_width(), ln1_[l].data(), C, nullptr);
       break;
-    case Role::kAttn:
+    case Role::kAttn: {
+      const float* qkv = qkv_[l].data();
+      if (c_.llama()) {
+        expand_qkv(qkv);
+        qkv = qf_.data();
+      }
       if (flash_) {
-        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads);
       } else {
-        k::attention_forward(atty_[l].data(), att_[l].data(), qkv_[l].data(), B_, T_, C, c_.heads);
+        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads);
       }
       break;
+    }
     case Role::kProj:
-      linear_forward(res1_[l].data(), C, atty_[l].data(), C, p[0], p[1], o, resid_[l].data());
+      linear(res1_[l].data(), C, atty_[l].data(), C, resid_[l].data());
       break;
     case Role::kLn2:
-      k::layernorm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p[0], p[1], N, C);
+      norm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p);
       break;
     case Role::kFc1:
-      linear_forward(fc_[l].data(), F, ln2_[l].data(), C, p[0], p[1], o, nullptr);
+      linear(fc_[l].data(), c_.fc_width(), ln2_[l].data(), C, nullptr);
       break;
     case Role::kGelu:
-      k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
+      if (c_.llama()) {
+        k::swiglu_forward(gel_[l].data(), fc_[l].data(), N, F);
+      } else {
+        k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
+      }
       break;
     case Role::kFc2:
-      linear_forward(resid_[l + 1].data(), C, gel_[l].data(), F, p[0], p[1], o, res1_[l].data());
+      linear(resid_[l + 1].data(), C, gel_[l].data(), F, res1_[l].data());
       break;
     case Role::kFinalNorm:
-      k::layernorm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p[0], p[1], N, C);
+      norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
       break;
     case Role::kHead:
-      mm_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
+      if (c_.tied) {
+        mm_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
+      } else {
+        linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
+      }
       break;
     case Role::kLoss:
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
@@ -437,71 +689,93 @@ void GptModel::forward_op(int op, const float* const* p) {
 
 void GptModel::backward_op(int op, const float* const* p, float* const* g) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
+  Part parts[2];
+  const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
+    const int n = parts_of(o, p, g, parts);
+    linear_backward(din, dout, out_width, in, in_width, parts, n, o);
+  };
   switch (o.role) {
     case Role::kLoss:
       zero(dlogits_);
       k::crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), N, c_.vocab);
       break;
     case Role::kHead:
-      zero(dln_);
-      mm_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
+      if (c_.tied) {
+        zero(dln_);
+        mm_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
+      } else {
+        if (first_tile) zero(dln_);
+        linear(dln_.data(), dlogits_.data(), c_.vocab, lnf_.data(), C);
+      }
       break;
     case Role::kFinalNorm:
       zero(dx_);
-      k::layernorm_backward(dx_.data(), g[0], g[1], dln_.data(), resid_.back().data(), p[0], mf_.data(),
-                            rf_.data(), N, C);
+      norm_backward(dx_.data(), g, dln_.data(), resid_.back().data(), p, mf_.data(), rf_.data());
       break;
     case Role::kFc2:
       if (first_tile) {
         zero(dgel_);
         dres_ = dx_;  // the MLP's residual branch
       }
-      linear_backward(dgel_.data(), g[0], g[1], dx_.data(), C, gel_[l].data(), F, p[0], o);
+      linear(dgel_.data(), dx_.data(), C, gel_[l].data(), F);
       break;
     case Role::kGelu:
       zero(dfc_);
-      k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
+      if (c_.llama()) {
+        k::swiglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
+      } else {
+        k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
+      }
       break;
     case Role::kFc1:
       if (first_tile) zero(dln_);
-      linear_backward(dln_.data(), g[0], g[1], dfc_.data(), F, ln2_[l].data(), C, p[0], o);
+      linear(dln_.data(), dfc_.data(), c_.fc_width(), ln2_[l].data(), C);
       break;
     case Role::kLn2:
-      k::layernorm_backward(dres_.data(), g[0], g[1], dln_.data(), res1_[l].data(), p[0], m2_[l].data(),
-                            r2_[l].data(), N, C);
+      norm_backward(dres_.data(), g, dln_.data(), res1_[l].data(), p, m2_[l].data(), r2_[l].data());
       break;
     case Role::kProj:
       if (first_tile) {
         zero(datty_);
         dx_ = dres_;  // the attention's residual branch
       }
-      linear_backward(datty_.data(), g[0], g[1], dres_.data(), C, atty_[l].data(), C, p[0], o);
+      linear(datty_.data(), dres_.data(), C, atty_[l].data(), C);
       break;
-    case Role::kAttn:
-      zero(dqkv_);
-      if (flash_) {
-        k::flash_attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), atty_[l].data(),
-                                    att_[l].data(), B_, T_, C, c_.heads);
+    case Role::kAttn: {
+      // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
+      const float* qkv = qkv_[l].data();
+      float* dqkv = dqkv_.data();
+      if (c_.llama()) {
+        expand_qkv(qkv);
+        qkv = qf_.data();
+        dqkv = dqf_.data();
+        zero(dqf_);
       } else {
-        k::attention_backward(dqkv_.data(), datty_.data(), qkv_[l].data(), att_[l].data(), B_, T_, C,
-                              c_.heads);
+        zero(dqkv_);
       }
+      if (flash_) {
+        k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, C,
+                                    c_.heads);
+      } else {
+        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, C, c_.heads);
+      }
+      if (c_.llama()) collapse_dqkv();
       break;
+    }
     case Role::kQkv:
       if (first_tile) zero(dln_);
-      linear_backward(dln_.data(), g[0], g[1], dqkv_.data(), 3 * C, ln1_[l].data(), C, p[0], o);
+      linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[l].data(), C);
       break;
     case Role::kLn1:
-      k::layernorm_backward(dx_.data(), g[0], g[1], dln_.data(), resid_[l].data(), p[0], m1_[l].data(),
-                            r1_[l].data(), N, C);
+      norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[l].data(), r1_[l].data());
       break;
     case Role::kEmbed:
-      k::embedding_backward(g[0], g[1], dx_.data(), tokens_.data(), B_, T_, C);
+      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_.data(), tokens_.data(), B_, T_, C);
       break;
   }
 }

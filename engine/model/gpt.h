@@ -1,10 +1,12 @@
 // A GPT-2-style decoder on memwall's CPU kernels: token + position embedding; L blocks of (layernorm, causal
 // multi-head attention, residual, layernorm, GELU MLP, residual); a final layernorm; an LM head tied to the
-// token embedding; mean softmax cross-entropy.
+// token embedding; mean softmax cross-entropy. Or (GptArch::kLlama) the Llama shape: token embedding only,
+// RMSNorm, rotary positions applied to queries and keys, grouped-query attention, a SwiGLU MLP (gate, up,
+// down), no biases, the head tied or not.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
-// keys. Linear weights are stored [out, in] (memwall's matmul convention); Hugging Face's Conv1D stores
-// [in, out], so an exporter transposes them.
+// keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
+// Hugging Face's GPT-2 Conv1D stores [in, out], so an exporter transposes them.
 #pragma once
 
 #include <cstddef>
@@ -19,16 +21,39 @@
 
 namespace memwall::model {
 
+enum class GptArch { kGpt2, kLlama };
+
 struct GptConfig {
   int vocab = 256;    // V
-  int max_seq = 256;  // positions in wpe
+  int max_seq = 256;  // positions in wpe (the longest sequence with rotary positions)
   int layers = 2;     // L
   int heads = 4;      // NH
   int channels = 64;  // C, divisible by heads
+  // The Llama shape's own sizes (GPT-2 has kv_heads = heads, ffn = 4C, a tied head).
+  GptArch arch = GptArch::kGpt2;
+  int kv_heads = 0;  // key/value heads (0: heads); heads is a multiple of it
+  int ffn = 0;       // the MLP's inner width F (0: 4C)
+  bool tied = true;  // the head is the token embedding
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;  // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
+
+  bool llama() const { return arch == GptArch::kLlama; }
+  int head_size() const { return channels / heads; }
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
+  int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
+  int qkv_width() const { return channels + 2 * kv_width(); }       // the qkv linear's output
+  int fc_width() const { return (llama() ? 2 : 1) * ffn_width(); }  // fc1's output (gate and up)
 };
 
-// Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field.
+// Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field; for the
+// Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for GPT-2 the Llama
+// shape's fields other than their GPT-2 values.
 Status validate(const GptConfig& c, int batch, int seq);
+// The shortest decimal that reads back as x (1e-05 for 1e-5f, not 9.99999975e-06), for files people read.
+double shortest_decimal(float x);
+// Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
+Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
 
 struct ParamTensor {
   std::string name;  // e.g. "h.3.attn.c_attn.weight"
@@ -40,8 +65,9 @@ struct ParamTensor {
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 
-// The core's description of exactly this model (learned positions, layernorm, GELU MLP of 4C, biases, tied
-// head), from which build_model_graph makes the ops and tensors the planner schedules.
+// The core's description of exactly this model (GPT-2: learned positions, layernorm, GELU MLP of 4C, biases,
+// tied head; or the Llama shape), from which build_model_graph makes the ops and tensors the planner
+// schedules.
 ModelSpec gpt_model_spec(const GptConfig& c);
 // The inverse: this GPT's sizes from a model file (its vocabulary kept; memwall train replaces it with the
 // 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
@@ -67,7 +93,8 @@ struct ParamSlice {
 Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptConfig& c);
 
 // GPT-2's initialisation, deterministic in `seed`: weights N(0, 0.02), the two residual projections of each
-// block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0.
+// block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0. The Llama shape: every matrix
+// N(0, 0.02) (transformers' initializer_range), norm weights 1.
 // Counter-based (element i's value depends only on seed and i), so a rank can initialise just its shard.
 void gpt_init(const GptConfig& c, float* params, std::uint64_t seed);
 // Elements [begin, end) of the flat array into out[0, end - begin).
@@ -99,7 +126,7 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
 // forward_op/backward_op itself, with parameter pointers that may be gathered working copies.
 class GptModel {
  public:
-  // Precondition: validate(c, B, T) is ok and channels is divisible by tiling.
+  // Precondition: validate(c, B, T) and validate_tiling(c, tiling) are ok.
   GptModel(const GptConfig& c, int B, int T, int tiling = 1, bool flash_attention = false);
 
   // Returns the mean cross-entropy of predicting targets[i] at position i. tokens and targets: [B*T].
@@ -127,12 +154,31 @@ class GptModel {
  private:
   using Role = GptRole;
   using OpInfo = GptOp;
+  // One weight matrix of a linear op (several when fused: GQA's q and kv, SwiGLU's gate and up): its rows
+  // are the output columns [col0, col0 + rows) of the op's output (of which a tile computes its share).
+  struct Part {
+    const float* w = nullptr;
+    const float* b = nullptr;
+    float* dw = nullptr;
+    float* db = nullptr;
+    int col0 = 0, rows = 0;
+  };
+  // The parts of linear op `op` (role kQkv, kProj, kFc1, kFc2 or an untied kHead); g may be null (forward).
+  int parts_of(const OpInfo& o, const float* const* p, float* const* g, Part* parts) const;
   void params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
                  std::vector<float*>& g) const;
-  void linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
-                      const float* b, const OpInfo& o, const float* residual);
-  void linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
-                       int in_width, const float* w, const OpInfo& o);
+  void linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,
+                      const OpInfo& o, const float* residual);
+  void linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
+                       const Part* parts, int n, const OpInfo& o);
+  // The Llama shape's attention input: qkv_[l] with K and V repeated to every query head and rotary
+  // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
+  // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
+  void expand_qkv(const float* qkv);
+  void collapse_dqkv();
+  void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
+  void norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
+                     const float* mean, const float* rstd);
   // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands.
   void mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
   void mm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
@@ -154,6 +200,7 @@ class GptModel {
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
   // Gradient scratch, reused across layers, and the column slices of tiled linears.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_, tile_out_, tile_dout_;
+  std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
   std::vector<const float*> p_;
   std::vector<float*> g_;
 };

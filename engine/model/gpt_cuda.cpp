@@ -40,6 +40,11 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            gpu::Device& device, bool bf16_matmuls,
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
+  if (c.llama()) {
+    return Status::failed_precondition(
+        "the GPU kernels implement GPT-2 (layernorm, GELU, learned positions); a Llama-shaped model trains "
+        "with --device cpu");
+  }
   if (tiling < 1 || c.channels % tiling != 0) {
     return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
                                     std::to_string(c.channels) + ")");

@@ -95,8 +95,8 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     if (!header.contains(name) && header.contains("transformer." + name)) name = "transformer." + name;
     if (!header.contains(name)) {
       return Status::invalid_argument(f + ": tensor '" + t.name +
-                                      "' is missing; allowed: GPT-2 weights of this model (" + model_text +
-                                      ")");
+                                      "' is missing; allowed: " + (c.llama() ? "Llama" : "GPT-2") +
+                                      " weights of this model (" + model_text + ")");
     }
     used[name] = true;
     Tensor x;
@@ -109,7 +109,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
     MW_RETURN_IF_ERROR(w.locate(
         header, name, want, data_start, size,
-        "GPT-2 weights of this model (" + model_text +
+        std::string(c.llama() ? "Llama" : "GPT-2") + " weights of this model (" + model_text +
             (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
                                       "tokenizer is given: --tokenizer DIR)"
                                     : ")"),
@@ -120,7 +120,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() != "__metadata__" && !used.count(it.key())) w.ignored_.push_back(it.key());
   }
-  MW_RETURN_IF_ERROR(w.check_tied_head(header, data_start, size));
+  if (c.tied) MW_RETURN_IF_ERROR(w.check_tied_head(header, data_start, size));  // else lm_head is a tensor
   return w;
 }
 

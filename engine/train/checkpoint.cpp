@@ -78,6 +78,38 @@ Result<nlohmann::json> read_latest(const std::string& dir) {
   return j;
 }
 
+nlohmann::json model_fields(const model::GptConfig& c) {
+  return {{"layers", c.layers},
+          {"channels", c.channels},
+          {"heads", c.heads},
+          {"vocab", c.vocab},
+          {"max_seq", c.max_seq},
+          {"arch", c.llama() ? "llama" : "gpt2"},
+          {"kv_heads", c.kv_head_count()},
+          {"ffn", c.ffn_width()},
+          {"tied", c.tied},
+          {"rope_theta", model::shortest_decimal(c.rope_theta)},
+          {"norm_eps", model::shortest_decimal(c.norm_eps)}};
+}
+
+model::GptConfig model_of(const nlohmann::json& j) {
+  model::GptConfig c;
+  c.layers = j.value("layers", 0);
+  c.channels = j.value("channels", 0);
+  c.heads = j.value("heads", 0);
+  c.vocab = j.value("vocab", 0);
+  c.max_seq = j.value("max_seq", 0);
+  if (j.value("arch", std::string("gpt2")) == "llama") {
+    c.arch = model::GptArch::kLlama;
+    c.kv_heads = j.value("kv_heads", 0);
+    c.ffn = j.value("ffn", 0);
+    c.tied = j.value("tied", true);
+    c.rope_theta = j.value("rope_theta", c.rope_theta);
+    c.norm_eps = j.value("norm_eps", c.norm_eps);
+  }
+  return c;
+}
+
 Result<ShardWriter> ShardWriter::create(const std::string& path, long step, std::size_t elements) {
   auto f = io::AtomicFile::create(path, true);
   if (!f.is_ok()) return f.status();
@@ -234,14 +266,10 @@ Result<CheckpointParams> CheckpointParams::open(const std::string& dir, model::G
   auto latest = read_latest(dir);
   if (!latest.is_ok()) return latest.status();
   const nlohmann::json& j = *latest;
-  c.layers = j.value("layers", 0);
-  c.channels = j.value("channels", 0);
-  c.heads = j.value("heads", 0);
-  c.vocab = j.value("vocab", 0);
-  c.max_seq = j.value("max_seq", 0);
+  c = model_of(j);
   const int ranks = j.value("ranks", 0), tiling = j.value("tiling", 1);
   if (Status s = model::validate(c, 1, 1);
-      !s.is_ok() || ranks < 1 || tiling < 1 || c.channels % tiling != 0) {
+      !s.is_ok() || ranks < 1 || !model::validate_tiling(c, tiling).is_ok()) {
     return Status::invalid_argument(dir + "/latest.json: inconsistent model fields");
   }
   // The partition every rank used: graph parameters in order, each padded to a multiple of the rank count.

@@ -29,6 +29,11 @@ std::string step_dir_name(long step);
 std::string rank_file(const std::string& step_dir, int rank, int ranks);
 // DIR/latest.json, checked to be a memwall checkpoint's.
 Result<nlohmann::json> read_latest(const std::string& dir);
+// The model's keys of latest.json: layers, channels, heads, vocab, max_seq, and arch ("gpt2" or "llama"),
+// kv_heads, ffn, tied, rope_theta, norm_eps.
+nlohmann::json model_fields(const model::GptConfig& c);
+// The model latest.json describes (one written before the Llama shape, without arch, is GPT-2).
+model::GptConfig model_of(const nlohmann::json& latest);
 
 // One rank's file, written under a temporary name and renamed into place by commit(). Elements are written
 // in order, [0, elements), in pieces of any size; each array's CRC runs along.

@@ -1193,11 +1193,7 @@ Schedule Zero3Trainer::measured_schedule() const {
 Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3Options& o,
                                           comm::Communicator& comm) {
   MW_RETURN_IF_ERROR(model::validate(c, o.micro_batch, o.seq));
-  if (o.tiling < 1 || c.channels % o.tiling != 0) {
-    return Status::invalid_argument("memwall.tiling_factor " + std::to_string(o.tiling) +
-                                    " must divide the model's channels (n_embd " +
-                                    std::to_string(c.channels) + "); allowed: a divisor of it");
-  }
+  MW_RETURN_IF_ERROR(model::validate_tiling(c, o.tiling, "memwall.tiling_factor"));
   RunConfig run = o.run;
   const ZeroConfig& z = run.zero;
   if (run.memwall.partitioning == Partitioning::kBroadcast) {
@@ -2004,19 +2000,15 @@ Status Zero3Trainer::save(const std::string& dir) {
   }();
   MW_RETURN_IF_ERROR(comm::agree(*comm_, written, "checkpoint step " + std::to_string(step_)));
   if (comm_->rank() == 0) {
-    const nlohmann::json latest = {{"format", "memwall-zero3-checkpoint"},
-                                   {"version", 1},
-                                   {"step", step_},
-                                   {"dir", ckpt::step_dir_name(step_)},
-                                   {"ranks", files},  // the files (partitions)
-                                   {"data_parallel", comm_->size()},  // the ranks that trained
-                                   {"layers", c_.layers},
-                                   {"channels", c_.channels},
-                                   {"heads", c_.heads},
-                                   {"vocab", c_.vocab},
-                                   {"max_seq", c_.max_seq},
-                                   {"tiling", o_.tiling},
-                                   {"params", model_elements()}};
+    nlohmann::json latest = {{"format", "memwall-zero3-checkpoint"},
+                             {"version", 1},
+                             {"step", step_},
+                             {"dir", ckpt::step_dir_name(step_)},
+                             {"ranks", files},                  // the files (partitions)
+                             {"data_parallel", comm_->size()},  // the ranks that trained
+                             {"tiling", o_.tiling},
+                             {"params", model_elements()}};
+    latest.update(ckpt::model_fields(c_));
     const std::string text = latest.dump(2) + "\n";
     MW_RETURN_IF_ERROR(io::write_file_atomic(dir + "/latest.json", {text}));
     // Older checkpoints are no longer named by latest.json.
@@ -2044,14 +2036,14 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
     auto latest = ckpt::read_latest(dir);
     if (!latest.is_ok()) return latest.status();
     const nlohmann::json& j = *latest;
-    const std::pair<const char*, long> expect[] = {
-        {"layers", c_.layers}, {"channels", c_.channels}, {"heads", c_.heads},
-        {"vocab", c_.vocab},   {"max_seq", c_.max_seq},   {"params", static_cast<long>(model_elements())}};
-    for (const auto& [key, want] : expect) {
-      const long got = j.value(key, -1L);
-      if (got != want) {
-        return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " +
-                                        std::to_string(got) + ", this run has " + std::to_string(want));
+    // The model's fields (a checkpoint older than the Llama shape's keys reads as GPT-2) and its size.
+    nlohmann::json got = ckpt::model_fields(ckpt::model_of(j)), want = ckpt::model_fields(c_);
+    got["params"] = j.value("params", -1L);
+    want["params"] = static_cast<long>(model_elements());
+    for (const auto& [key, value] : want.items()) {
+      if (got[key] != value) {
+        return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " + got[key].dump() +
+                                        ", this run has " + value.dump());
       }
     }
     if (j.value("ranks", -1L) != P || j.value("tiling", -1L) != o_.tiling) {

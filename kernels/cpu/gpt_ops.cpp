@@ -265,6 +265,94 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
+// ---- RMSNorm ----
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float ms = 0;
+    for (int i = 0; i < C; ++i) ms += x[i] * x[i];
+    const float s = 1.0f / std::sqrt(ms / static_cast<float>(C) + eps);
+    float* o = out + static_cast<std::size_t>(n) * C;
+    for (int i = 0; i < C; ++i) o[i] = x[i] * s * weight[i];
+    rstd[n] = s;
+  }
+}
+
+// y = x s w with s = (mean(x^2) + eps)^-1/2: dx = s (w dy) - x s^3 mean(w dy x); dw += dy x s.
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* dy = dout + static_cast<std::size_t>(n) * C;
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float* dx = dinp + static_cast<std::size_t>(n) * C;
+    const float s = rstd[n];
+    float dot = 0;
+    for (int i = 0; i < C; ++i) dot += weight[i] * dy[i] * x[i];
+    const float k = s * s * s * dot / static_cast<float>(C);
+    for (int i = 0; i < C; ++i) {
+      dweight[i] += dy[i] * x[i] * s;
+      dx[i] += s * weight[i] * dy[i] - x[i] * k;
+    }
+  }
+}
+
+// ---- rotary position embedding ----
+
+void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse) {
+  const int half = hs / 2;
+  // Per position: cos and sin of pos * theta^(-2i/hs) (in double, then rounded), shared by every head.
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* row = x + (static_cast<std::size_t>(b) * T + t) * static_cast<std::size_t>(stride);
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos0 + t) *
+                             std::pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
+        const auto c = static_cast<float>(std::cos(angle));
+        const auto s = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
+        for (int h = 0; h < heads; ++h) {
+          float* v = row + static_cast<std::size_t>(h) * hs;
+          const float a = v[i], d = v[i + half];
+          v[i] = a * c - d * s;
+          v[i + half] = d * c + a * s;
+        }
+      }
+    }
+  }
+}
+
+// ---- SwiGLU ----
+
+void swiglu_forward(float* out, const float* inp, int N, int F) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* gate = inp + static_cast<std::size_t>(n) * 2 * F;
+    const float* up = gate + F;
+    float* o = out + static_cast<std::size_t>(n) * F;
+    for (int i = 0; i < F; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+}
+
+// out = silu(g) u: du = dout silu(g); dg = dout u sigma(g) (1 + g (1 - sigma(g))).
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* gate = inp + static_cast<std::size_t>(n) * 2 * F;
+    const float* up = gate + F;
+    const float* d = dout + static_cast<std::size_t>(n) * F;
+    float* dg = dinp + static_cast<std::size_t>(n) * 2 * F;
+    float* du = dg + F;
+    for (int i = 0; i < F; ++i) {
+      const float sig = 1.0f / (1.0f + std::exp(-gate[i]));
+      du[i] += d[i] * gate[i] * sig;
+      dg[i] += d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
+    }
+  }
+}
+
 // ---- GELU (tanh approximation) ----
 
 namespace {
@@ -688,6 +776,10 @@ void embedding_forward(float* out, const int* tokens, const float* wte, const fl
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<std::size_t>(b) * T + t) * C;
       const float* e = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+      if (wpe == nullptr) {
+        std::copy_n(e, C, o);
+        continue;
+      }
       const float* p = wpe + static_cast<std::size_t>(t) * C;
       for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
     }
@@ -699,11 +791,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
       float* de = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+      for (int i = 0; i < C; ++i) de[i] += d[i];
+      if (dwpe == nullptr) continue;
       float* dp = dwpe + static_cast<std::size_t>(t) * C;
-      for (int i = 0; i < C; ++i) {
-        de[i] += d[i];
-        dp[i] += d[i];
-      }
+      for (int i = 0; i < C; ++i) dp[i] += d[i];
     }
   }
 }

@@ -40,6 +40,21 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C);
 
+// RMS normalisation over C (Llama's RMSNorm): out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] saved.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C);
+
+// Rotary position embedding, in place, in Hugging Face Llama's layout (each head's halves are the pairs:
+// element i turns with i + hs/2 by (pos0 + t) * theta^(-2i/hs)). x: B*T rows of `stride` floats, the first
+// heads * hs of which are rotated. `inverse` turns back by the same angles: the rotation's transpose, which
+// is also its backward.
+void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse);
+
+// SwiGLU's product: inp [N, 2F] holds gate then up; out [N, F] = silu(gate) * up.
+void swiglu_forward(float* out, const float* inp, int N, int F);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
+
 // GELU, tanh approximation (GPT-2's gelu_new).
 void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
@@ -62,7 +77,8 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH);
 
-// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
+// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe
+// may be null (no position table: rotary positions).
 void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                        int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);

@@ -1113,9 +1113,12 @@ TEST(CliTrain, RefusesWhatItCannotTrainWithOneLine) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find("GPU: the schedule needs"), std::string::npos) << r.output;
-  r = memwall("train --model llama-2-7b --steps 1 --data " + data);
+  r = memwall("train --model llama-mini --model-set '{\"attention_bias\": true}' --steps 1 --data " + data);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("SwiGLU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("attention_bias"), std::string::npos) << r.output;
+  r = memwall("train --model-set '{\"n_inner\": 100}' --steps 1 --data " + data);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("n_inner"), std::string::npos) << r.output;
   r = memwall("train --steps 1 --data /nonexistent/text.txt " + std::string(kTinyModel));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/text.txt"), std::string::npos) << r.output;
@@ -1290,6 +1293,60 @@ TEST(CliTrain, ResumesACheckpointOfAnotherLayout) {
             std::string::npos)
       << second.output;
   EXPECT_NE(second.output.find("\"steps_done\":2"), std::string::npos) << second.output;
+}
+
+// The Llama shape (RMSNorm, rotary positions, 4 query heads on 2 key/value heads, a SwiGLU MLP, an untied
+// head) trains on the repeated sentence as GPT-2 does and continues it, past its 64 positions too; its
+// checkpoint resumes only as itself; its export is Llama's (transformers' LlamaForCausalLM config and names)
+// and generates the same text; the GPU kernels (GPT-2's) refuse it.
+TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
+  const char* tiny_llama =
+      " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
+      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
+      "\"max_position_embeddings\": 64}'";
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
+  const std::string data = write_file("cat-llama.txt", text);
+  const std::string dir = test_path("ckpt-llama").string(), hf = test_path("llama-hf").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hf);
+  const CmdResult t = memwall("train --steps 300 --log-every 300 --eval-batches 1 --json --checkpoint-dir " +
+                                  dir + " --data " + data + tiny_llama,
+                              false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json summary = train_json_summary(t.output);
+  EXPECT_NEAR(static_cast<double>(summary["first_loss"]), std::log(256.0), 0.3) << t.output;
+  EXPECT_LT(static_cast<double>(summary["val_loss"]), 0.2) << t.output;
+  const CmdResult greedy =
+      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 20 --temperature 0", false);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  EXPECT_EQ(greedy.output, "the cat sat. the cat sat.\n");
+  const CmdResult slid =
+      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 100 --temperature 0", false);
+  ASSERT_EQ(slid.exit_code, 0) << slid.output;
+  EXPECT_EQ(slid.output, text.substr(0, 105) + "\n");
+  // Export, and generation from the exported weights.
+  const CmdResult ex = memwall("export --checkpoint-dir " + dir + " --out " + hf, false);
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  std::ifstream cf(hf + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(cf);
+  EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["intermediate_size"], 176);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["rms_norm_eps"], 1e-5);
+  const CmdResult from_weights =
+      memwall("generate --weights " + hf + " --prompt 'the c' --tokens 20 --temperature 0", false);
+  EXPECT_EQ(from_weights.output, greedy.output);
+  // Its checkpoint is not a GPT-2's, and the GPU path refuses it (before looking for a GPU).
+  CmdResult r =
+      memwall("train --steps 301 --resume --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpoint has arch = \"llama\", this run has \"gpt2\""), std::string::npos)
+      << r.output;
+  r = memwall("train --steps 1 --device cuda --data " + data + tiny_llama);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("Llama-shaped"), std::string::npos) << r.output;
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -121,6 +121,81 @@ TEST(GptOps, LayernormBackwardMatchesFiniteDifferences) {
   check_gradient(b, forward, db, r, "dbias");
 }
 
+TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 16;
+  auto x = randn(N * C, 24), w = randn(C, 25);
+  const auto r = randn(N * C, 26);
+  std::vector<float> rstd(N);
+  auto forward = [&] {
+    std::vector<float> out(N * C);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    return out;
+  };
+  const auto y = forward();
+  // Each row of the output over the weight has unit root mean square.
+  double ms = 0;
+  for (int i = 0; i < C; ++i) ms += std::pow(static_cast<double>(y[i] / w[i]), 2);
+  EXPECT_NEAR(ms / C, 1.0, 1e-4);
+  std::vector<float> dx(N * C), dw(C);
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
+  check_gradient(w, forward, dw, r, "dweight");
+}
+
+TEST(GptOps, SwigluBackwardMatchesFiniteDifferences) {
+  const int N = 3, F = 8;
+  auto x = randn(N * 2 * F, 27, 2.0f);
+  const auto r = randn(N * F, 28);
+  auto forward = [&] {
+    std::vector<float> out(N * F);
+    swiglu_forward(out.data(), x.data(), N, F);
+    return out;
+  };
+  const auto y = forward();
+  // silu(g) * u for one element by hand.
+  const double g = x[1], u = x[F + 1];
+  EXPECT_NEAR(y[1], g / (1 + std::exp(-g)) * u, 1e-5);
+  std::vector<float> dx(x.size());
+  swiglu_backward(dx.data(), x.data(), r.data(), N, F);
+  check_gradient(x, forward, dx, r, "swiglu", 1e-3f);
+}
+
+// Rotary embedding: Hugging Face Llama's pairing (i with i + hs/2) and angles, norm-preserving, undone by the
+// inverse, and the inverse is the backward (the transpose of the rotation).
+TEST(GptOps, RopeRotatesHalvesByPositionAngles) {
+  const int B = 2, T = 5, heads = 2, hs = 8, stride = 20;  // 4 trailing floats per row are not touched
+  const float theta = 10000.0f;
+  auto x = randn(static_cast<std::size_t>(B) * T * stride, 29);
+  auto y = x;
+  rope_rotate(y.data(), B, T, stride, heads, hs, theta, 3, false);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const std::size_t row = (static_cast<std::size_t>(b) * T + t) * stride;
+      for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < hs / 2; ++i) {
+          const double a = (3 + t) * std::pow(10000.0, -2.0 * i / hs);
+          const std::size_t lo = row + static_cast<std::size_t>(h) * hs + i, hi = lo + hs / 2;
+          EXPECT_NEAR(y[lo], x[lo] * std::cos(a) - x[hi] * std::sin(a), 1e-5);
+          EXPECT_NEAR(y[hi], x[hi] * std::cos(a) + x[lo] * std::sin(a), 1e-5);
+        }
+      }
+      for (int i = heads * hs; i < stride; ++i) EXPECT_EQ(y[row + i], x[row + i]);
+    }
+  }
+  auto back = y;
+  rope_rotate(back.data(), B, T, stride, heads, hs, theta, 3, true);
+  expect_close(back, x, 0, 1e-5, "inverse");
+  const auto r = randn(x.size(), 30);
+  auto forward = [&] {
+    auto out = x;
+    rope_rotate(out.data(), B, T, stride, heads, hs, theta, 3, false);
+    return out;
+  };
+  auto dx = r;
+  rope_rotate(dx.data(), B, T, stride, heads, hs, theta, 3, true);
+  check_gradient(x, forward, dx, r, "rope");
+}
+
 TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
   auto x = randn(64, 30, 2.0f);
   const auto r = randn(64, 31);

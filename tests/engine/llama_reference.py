@@ -1,0 +1,72 @@
+"""A Llama-shaped decoder in PyTorch, written from transformers' LlamaForCausalLM equations (RMSNorm in
+fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d), repeat_kv for grouped-query attention,
+SiLU-gated MLP, causal softmax attention, untied or tied head), as the reference memwall's CPU model is
+checked against (tests/engine/gpt_model_test.cpp).
+
+usage: llama_reference.py DIR
+DIR holds config.json, layout.json ([name, offset, shape] per tensor), params.f32, tokens.i32, targets.i32;
+writes loss.json and grads.f32 (the flat gradient of the mean cross-entropy). Exits 77 without torch.
+"""
+import json
+import sys
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+
+def main(d):
+    cfg = json.load(open(d + "/config.json"))
+    layout = json.load(open(d + "/layout.json"))
+    flat = torch.tensor(
+        list(memoryview(open(d + "/params.f32", "rb").read()).cast("f")), dtype=torch.float64
+    )
+    flat.requires_grad_(True)
+    t = {name: flat[off:off + torch.Size(shape).numel()].view(*shape) for name, off, shape in layout}
+    B, T = cfg["batch"], cfg["seq"]
+    C, H, KV = cfg["channels"], cfg["heads"], cfg["kv_heads"]
+    hs, eps, theta = C // H, cfg["norm_eps"], cfg["rope_theta"]
+    tokens = torch.tensor(list(memoryview(open(d + "/tokens.i32", "rb").read()).cast("i"))).view(B, T)
+    targets = torch.tensor(list(memoryview(open(d + "/targets.i32", "rb").read()).cast("i"))).view(B, T)
+
+    def rmsnorm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def rotate_half(x):
+        return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
+
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    x = t["model.embed_tokens.weight"][tokens]
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    for layer in range(cfg["layers"]):
+        p = "model.layers.%d." % layer
+        h = rmsnorm(x, t[p + "input_layernorm.weight"])
+        q = (h @ t[p + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
+        k = (h @ t[p + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
+        v = (h @ t[p + "self_attn.v_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / hs**0.5 + mask, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ t[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
+        gate = h @ t[p + "mlp.gate_proj.weight"].T
+        up = h @ t[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ t[p + "mlp.down_proj.weight"].T
+    x = rmsnorm(x, t["model.norm.weight"])
+    head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
+    logits = x @ head.T
+    loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
+    loss.backward()
+    json.dump({"loss": loss.item()}, open(d + "/loss.json", "w"))
+    open(d + "/grads.f32", "wb").write(flat.grad.to(torch.float32).numpy().tobytes())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
