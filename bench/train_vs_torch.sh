@@ -3,8 +3,10 @@
 # machine (Adam, same thread count), medians over the steps after 3 warm-up steps, alternating rounds.
 # PRECISION fp32: PyTorch in its best fp32 configuration here, OpenBLAS with OPENBLAS_CORETYPE=SkylakeX (see
 # bench/block_vs_torch.sh), against `memwall train` (fp32 GEMMs); bf16: PyTorch's bf16 autocast (its matmuls
-# on oneDNN) against `memwall train --cpu-matmul bf16`. Needs `bash scripts/setup.sh --bench`.
-# Usage: bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
+# on oneDNN) against `memwall train --cpu-matmul bf16`. With ARCH=llama in the environment both train the Llama
+# shape instead (llama-mini's: HEADS/2 key/value heads, a SwiGLU MLP of 8/3 CHANNELS rounded up to 16, untied
+# head; bench/torch_llama.py). Needs `bash scripts/setup.sh --bench`.
+# Usage: [ARCH=gpt2|llama] bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 L=${1:-4}; C=${2:-256}; NH=${3:-4}; B=${4:-2}; T=${5:-256}; S=${6:-20}; TH=${7:-2}; R=${8:-2}; P=${9:-fp32}
@@ -13,22 +15,30 @@ PY=/usr/bin/python3
 MW=./build/cli/memwall
 [ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
 $PY -c "import torch" 2>/dev/null || { echo "needs python3-torch: bash scripts/setup.sh --bench" >&2; exit 1; }
-model="{\"n_layer\":$L,\"n_embd\":$C,\"n_head\":$NH,\"n_positions\":$T}"
+ARCH=${ARCH:-gpt2}
+KV=$((NH / 2 > 0 ? NH / 2 : 1)); FF=$(( (8 * C / 3 + 15) / 16 * 16 ))
+case "$ARCH" in
+  gpt2) model="{\"n_layer\":$L,\"n_embd\":$C,\"n_head\":$NH,\"n_positions\":$T}"; base=gpt-mini; extra=() ;;
+  llama) model="{\"num_hidden_layers\":$L,\"hidden_size\":$C,\"num_attention_heads\":$NH,\"num_key_value_heads\":$KV,\"intermediate_size\":$FF,\"max_position_embeddings\":$T}"
+         base=llama-mini; extra=(llama "$KV" "$FF") ;;
+  *) echo "ARCH must be gpt2 or llama, got '$ARCH'" >&2; exit 2 ;;
+esac
 run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0}"  # torch's loop does not clip
 mw=(); pt=()
 for i in $(seq "$R"); do
-  mw+=("$(OMP_NUM_THREADS=$TH $MW train --steps "$S" --json --model-set "$model" --set "$run" --eval-batches 1 \
+  mw+=("$(OMP_NUM_THREADS=$TH $MW train --steps "$S" --json --model "$base" --model-set "$model" --set "$run" --eval-batches 1 \
           --cpu-matmul "$P" |
           $PY -c 'import json,sys; r=[json.loads(l) for l in sys.stdin if l.startswith("{")]; t=sorted(x["seconds"] for x in r if "step" in x)[3:]; print(t[len(t)//2])')")
-  pt+=("$(OPENBLAS_CORETYPE=${TORCH_OPENBLAS_CORETYPE:-SkylakeX} OMP_NUM_THREADS=$TH $PY bench/train_vs_torch.py "$L" "$C" "$NH" "$B" "$T" "$S" "$TH" "$P")")
+  pt+=("$(OPENBLAS_CORETYPE=${TORCH_OPENBLAS_CORETYPE:-SkylakeX} OMP_NUM_THREADS=$TH $PY bench/train_vs_torch.py "$L" "$C" "$NH" "$B" "$T" "$S" "$TH" "$P" "${extra[@]}")")
 done
-$PY - "$(printf '%s\n' "${mw[@]}")" "$(printf '%s\n' "${pt[@]}")" "$P" <<'PY'
+$PY - "$(printf '%s\n' "${mw[@]}")" "$(printf '%s\n' "${pt[@]}")" "$P" "$ARCH" <<'PY'
 import json, statistics, sys
 mw = [float(x) for x in sys.argv[1].split()]
 pt = [json.loads(l) for l in sys.argv[2].splitlines()]
 m, p = statistics.median(mw), statistics.median(r["s_per_step"] for r in pt)
 what = "fp32" if sys.argv[3] == "fp32" else "bf16 GEMMs: memwall --cpu-matmul bf16, torch bf16 autocast"
-print(f"GPT training step ({what}, Adam), {pt[0]['params']:,} params, {len(mw)} alternating rounds; torch {pt[0]['torch']}")
+arch = "GPT-2" if sys.argv[4] == "gpt2" else "Llama-shaped"
+print(f"{arch} training step ({what}, Adam), {pt[0]['params']:,} params, {len(mw)} alternating rounds; torch {pt[0]['torch']}")
 print(f"memwall train   {m*1e3:8.1f} ms/step")
 print(f"torch           {p*1e3:8.1f} ms/step   memwall speedup {p/m:.2f}x")
 PY

@@ -318,14 +318,7 @@ int run_train(const TrainOptions& opt) {
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  // The GPU kernels are GPT-2's: auto trains a Llama-shaped model on the CPU.
-  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.llama());
-  if (use_cuda && c.llama()) {
-    return report_error(Status::invalid_argument(
-        "--device cuda: model " + in->model.name +
-        " is Llama-shaped (RMSNorm, rotary positions, SwiGLU); memwall's GPU kernels implement GPT-2; "
-        "allowed: --device cpu"));
-  }
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0);
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }

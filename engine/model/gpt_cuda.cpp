@@ -40,15 +40,7 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            gpu::Device& device, bool bf16_matmuls,
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
-  if (c.llama()) {
-    return Status::failed_precondition(
-        "the GPU kernels implement GPT-2 (layernorm, GELU, learned positions); a Llama-shaped model trains "
-        "with --device cpu");
-  }
-  if (tiling < 1 || c.channels % tiling != 0) {
-    return Status::invalid_argument("tiling " + std::to_string(tiling) + " must divide channels (" +
-                                    std::to_string(c.channels) + ")");
-  }
+  MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
   if (flash_attention && c.channels / c.heads > 128) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 128 channels (" +
@@ -109,7 +101,9 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   g_ = make_gpt_graph(c_, B_, T_, tiling, flash_);
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
   const std::size_t C = static_cast<std::size_t>(c_.channels), L = static_cast<std::size_t>(c_.layers);
-  const std::size_t V = static_cast<std::size_t>(c_.vocab);
+  const std::size_t V = static_cast<std::size_t>(c_.vocab), Wq = static_cast<std::size_t>(c_.qkv_width()),
+                    Wf = static_cast<std::size_t>(c_.fc_width()),
+                    F = static_cast<std::size_t>(c_.ffn_width());
   const std::size_t att = static_cast<std::size_t>(B_) * static_cast<std::size_t>(c_.heads) *
                           static_cast<std::size_t>(T_) * (flash_ ? 1 : static_cast<std::size_t>(T_));
   auto per_layer = [&](std::vector<float*>& v, std::size_t n, std::size_t count, const char* what) {
@@ -128,10 +122,10 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(r1_, N, S, "ln1 rstd");
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
-  per_layer(qkv_, N * 3 * C, S, "qkv");
+  per_layer(qkv_, N * Wq, S, "qkv");
   per_layer(att_, att, S, flash_ ? "attention log-sum-exps" : "attention probabilities");
-  per_layer(fc_, N * 4 * C, S, "fc1 output");
-  per_layer(gel_, N * 4 * C, S, "gelu output");
+  per_layer(fc_, N * Wf, S, "fc1 output");
+  per_layer(gel_, N * F, S, c_.llama() ? "swiglu output" : "gelu output");
   lnf_ = buf(N * C, "final norm output");
   mf_ = buf(N, "final norm mean");
   rf_ = buf(N, "final norm rstd");
@@ -142,20 +136,27 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dres_ = buf(N * C, "dresidual");
   dln_ = buf(N * C, "dln");
   datty_ = buf(N * C, "dattention");
-  dqkv_ = buf(N * 3 * C, "dqkv");
-  dfc_ = buf(N * 4 * C, "dfc");
-  dgel_ = buf(N * 4 * C, "dgelu");
+  dqkv_ = buf(N * Wq, "dqkv");
+  dfc_ = buf(N * Wf, "dfc");
+  dgel_ = buf(N * F, c_.llama() ? "dswiglu" : "dgelu");
   dlogits_ = buf(N * V, "dlogits");
-  if (tiling > 1) tile_ = buf(N * 4 * C, "tile");
+  // A linear's tile, or one matrix of a fused pair (the Llama shape's q and kv, gate and up): at most the
+  // widest matrix's rows (an untied head's vocabulary too).
+  const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
+  if (tiling > 1 || c_.llama()) tile_ = buf(N * widest, "tile");
+  if (c_.llama()) {
+    qf_ = buf(N * 3 * C, "rotated qkv");
+    dqf_ = buf(N * 3 * C, "rotated dqkv");
+  }
   scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
                         : std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
                                    kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
                  "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
-  if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C), weight and output gradient
-    const std::size_t widest = std::max(4 * C, V);
-    b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * 4 * C + 1) / 2, "bf16 GEMM input"));
-    b16_w_ = reinterpret_cast<std::uint16_t*>(buf((std::max(4 * C * C, V * C) + 1) / 2, "bf16 GEMM weight"));
+  if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C or F), weight and output gradient
+    const std::size_t in = std::max(4 * C, F);
+    b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * in + 1) / 2, "bf16 GEMM input"));
+    b16_w_ = reinterpret_cast<std::uint16_t*>(buf((widest * in + 1) / 2, "bf16 GEMM weight"));
     b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
   }
   tokens_ = reinterpret_cast<int*>(buf(N, "tokens"));
@@ -234,43 +235,129 @@ Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float
                "bf16 matmul bwd");
 }
 
-Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
-                                    const float* b, const GptOp& o, const float* residual) {
-  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+// out[:, this tile's columns of each part] = in . w^T + b (+ residual there). Only the first part's GEMM
+// takes the op's gathered bf16 weight; a second matrix comes as fp32 and is rounded in scratch.
+Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width,
+                                    const Part* parts, int n, const GptOp& o, const float* residual) {
+  const int N = B_ * T_;
   void* s = dev_.compute().get();
-  const std::size_t n = static_cast<std::size_t>(N);
-  if (o.tiles == 1) {
-    MW_RETURN_IF_ERROR(gemm_forward(out, in, w, b, N, in_width, out_width));
+  const std::size_t rows = static_cast<std::size_t>(N);
+  if (o.tiles == 1 && n == 1) {
+    MW_RETURN_IF_ERROR(gemm_forward(out, in, parts[0].w, parts[0].b, N, in_width, out_width));
     if (residual != nullptr)
-      return check(kc::accumulate(out, residual, n * static_cast<std::size_t>(out_width), s), "residual");
+      return check(kc::accumulate(out, residual, rows * static_cast<std::size_t>(out_width), s), "residual");
     return Status::ok();
   }
-  MW_RETURN_IF_ERROR(gemm_forward(tile_, in, w, b, N, in_width, cols));
-  float* dst = out + col0;
-  const std::size_t pitch = static_cast<std::size_t>(out_width) * sizeof(float);
-  const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
-  if (residual != nullptr) {  // the tile's columns = residual + result, as the CPU model adds them
-    MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, residual + col0, pitch, width, n,
+  const std::uint16_t* op_w16 = w16_;
+  for (int k = 0; k < n; ++k) {
+    const Part& pt = parts[k];
+    const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
+    w16_ = k == 0 ? op_w16 : nullptr;
+    Status st = gemm_forward(tile_, in, pt.w, pt.b, N, in_width, cols);
+    w16_ = op_w16;
+    MW_RETURN_IF_ERROR(st);
+    float* dst = out + col0;
+    const std::size_t pitch = static_cast<std::size_t>(out_width) * sizeof(float);
+    const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
+    if (residual != nullptr) {  // the tile's columns = residual + result, as the CPU model adds them
+      MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, residual + col0, pitch, width, rows,
+                                                    cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
+                                  "tile residual"));
+      MW_RETURN_IF_ERROR(
+          check(kc::accumulate_strided(dst, out_width, tile_, cols, N, cols, 1.0f, s), "tile add"));
+      continue;
+    }
+    MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, tile_, width, width, rows,
                                                   cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
-                                "tile residual"));
-    return check(kc::accumulate_strided(dst, out_width, tile_, cols, N, cols, 1.0f, s), "tile add");
+                                "tile out"));
   }
-  return check_rt(cudaMemcpy2DAsync(dst, pitch, tile_, width, width, n, cudaMemcpyDeviceToDevice,
-                                    static_cast<cudaStream_t>(s)),
-                  "tile out");
+  return Status::ok();
 }
 
-Status CudaGptModel::linear_backward(float* din, float* dw, float* db, const float* dout, int out_width,
-                                     const float* in, int in_width, const float* w, const GptOp& o) {
-  const int N = B_ * T_, cols = out_width / o.tiles, col0 = o.tile * cols;
+Status CudaGptModel::linear_backward(float* din, const float* dout, int out_width, const float* in,
+                                     int in_width, const Part* parts, int n, const GptOp& o) {
+  const int N = B_ * T_;
   void* s = dev_.compute().get();
-  if (o.tiles == 1) return gemm_backward(din, dw, db, dout, in, w, N, in_width, out_width);
-  const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
-  MW_RETURN_IF_ERROR(check_rt(
-      cudaMemcpy2DAsync(tile_, width, dout + col0, static_cast<std::size_t>(out_width) * sizeof(float), width,
-                        static_cast<std::size_t>(N), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
-      "tile dout"));
-  return gemm_backward(din, dw, db, tile_, in, w, N, in_width, cols);
+  if (o.tiles == 1 && n == 1)
+    return gemm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, N, in_width, out_width);
+  const std::uint16_t* op_w16 = w16_;
+  for (int k = 0; k < n; ++k) {
+    const Part& pt = parts[k];
+    const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
+    const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
+    MW_RETURN_IF_ERROR(check_rt(
+        cudaMemcpy2DAsync(tile_, width, dout + col0, static_cast<std::size_t>(out_width) * sizeof(float),
+                          width, static_cast<std::size_t>(N), cudaMemcpyDeviceToDevice,
+                          static_cast<cudaStream_t>(s)),
+        "tile dout"));
+    w16_ = k == 0 ? op_w16 : nullptr;
+    Status st = gemm_backward(din, pt.dw, pt.db, tile_, in, pt.w, N, in_width, cols);
+    w16_ = op_w16;
+    MW_RETURN_IF_ERROR(st);
+  }
+  return Status::ok();
+}
+
+int CudaGptModel::parts_of(const GptOp& o, const float* const* p, float* const* g, Part* parts) const {
+  const int C = c_.channels;
+  // GPT-2's linears: [w, b]; the Llama shape's: [w], or [w0, w1] for two fused matrices.
+  const auto one = [&](int rows) {
+    parts[0] = {p[0],
+                c_.llama() ? nullptr : p[1],
+                g != nullptr ? g[0] : nullptr,
+                g != nullptr && !c_.llama() ? g[1] : nullptr,
+                0,
+                rows};
+    return 1;
+  };
+  const auto two = [&](int rows0, int rows1) {
+    parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, rows0};
+    parts[1] = {p[1], nullptr, g != nullptr ? g[1] : nullptr, nullptr, rows0, rows1};
+    return 2;
+  };
+  switch (o.role) {
+    case GptRole::kQkv:
+      return c_.kv_head_count() == c_.heads ? one(c_.qkv_width()) : two(C, 2 * c_.kv_width());
+    case GptRole::kFc1:
+      return c_.llama() ? two(c_.ffn_width(), c_.ffn_width()) : one(c_.ffn_width());
+    case GptRole::kHead:
+      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c_.vocab};
+      return 1;
+    default:  // kProj, kFc2
+      return one(C);
+  }
+}
+
+Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const float* in,
+                                  const float* const* p) {
+  const int N = B_ * T_, C = c_.channels;
+  void* s = dev_.compute().get();
+  if (c_.llama()) return check(kc::rmsnorm_forward(out, rstd, in, p[0], N, C, c_.norm_eps, s), "rmsnorm");
+  return check(kc::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C, s), "layernorm");
+}
+
+Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dout, const float* in,
+                                   const float* const* p, const float* mean, const float* rstd) {
+  const int N = B_ * T_, C = c_.channels;
+  void* s = dev_.compute().get();
+  if (c_.llama()) return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s), "rmsnorm bwd");
+  return check(kc::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C, s), "layernorm bwd");
+}
+
+Status CudaGptModel::expand_qkv(const float* qkv) {
+  const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
+  void* s = dev_.compute().get();
+  MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, C, c_.heads, c_.kv_head_count(), s), "repeat kv"));
+  // q and k: 2 x heads heads of hs from the start of each 3C row.
+  return check(kc::rope_rotate(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, c_.rope_theta, 0, false, s), "rope");
+}
+
+Status CudaGptModel::collapse_dqkv() {
+  const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
+  void* s = dev_.compute().get();
+  MW_RETURN_IF_ERROR(
+      check(kc::rope_rotate(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, c_.rope_theta, 0, true, s), "rope bwd"));
+  return check(kc::sum_kv(dqkv_, dqf_, N, C, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
 bool CudaGptModel::takes_bf16_weight(int op) const {
@@ -309,39 +396,53 @@ Status CudaGptModel::run_op(int op, bool backward, const float* const* p, float*
 
 Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
+  Part parts[2];
+  const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
+    const int n = parts_of(o, p, nullptr, parts);
+    return linear_forward(out, out_width, in, in_width, parts, n, o, residual);
+  };
   switch (o.role) {
     case GptRole::kEmbed:
-      return check(kc::embedding_forward(resid_[0], tokens_, p[0], p[1], B_, T_, C, s), "embedding");
+      return check(kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1], B_, T_, C, s),
+                   "embedding");
     case GptRole::kLn1:
-      return check(kc::layernorm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p[0], p[1], N, C, s), "ln1");
+      return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:
-      return linear_forward(qkv_[a], 3 * C, ln1_[a], C, p[0], p[1], o, nullptr);
-    case GptRole::kAttn:
+      return linear(qkv_[a], c_.qkv_width(), ln1_[a], C, nullptr);
+    case GptRole::kAttn: {
+      const float* qkv = qkv_[a];
+      if (c_.llama()) {
+        MW_RETURN_IF_ERROR(expand_qkv(qkv));
+        qkv = qf_;
+      }
       if (flash_) {
-        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, s),
+        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, C, c_.heads, s),
                      "flash attention");
       }
       return check(
-          kc::attention_forward(*blas_, atty_[a], att_[a], qkv_[a], B_, T_, C, c_.heads, bf16_, scratch_, s),
+          kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, C, c_.heads, bf16_, scratch_, s),
           "attention");
+    }
     case GptRole::kProj:
-      return linear_forward(res1_[a], C, atty_[a], C, p[0], p[1], o, resid_[l]);
+      return linear(res1_[a], C, atty_[a], C, resid_[l]);
     case GptRole::kLn2:
-      return check(kc::layernorm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p[0], p[1], N, C, s), "ln2");
+      return norm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p);
     case GptRole::kFc1:
-      return linear_forward(fc_[a], F, ln2_[a], C, p[0], p[1], o, nullptr);
+      return linear(fc_[a], c_.fc_width(), ln2_[a], C, nullptr);
     case GptRole::kGelu:
+      if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
-      return linear_forward(resid_[l + 1], C, gel_[a], F, p[0], p[1], o, res1_[a]);
+      return linear(resid_[l + 1], C, gel_[a], F, res1_[a]);
     case GptRole::kFinalNorm:
-      return check(kc::layernorm_forward(lnf_, mf_, rf_, resid_.back(), p[0], p[1], N, C, s), "final norm");
+      return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
     case GptRole::kHead:
+      if (!c_.tied) return linear(logits_, c_.vocab, lnf_, C, nullptr);
       return gemm_forward(logits_, lnf_, p[0], nullptr, N, C, c_.vocab);
     case GptRole::kLoss:
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
@@ -351,7 +452,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
 
 Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* const* g) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = 4 * C;
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
@@ -359,56 +460,73 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                     nf = n * static_cast<std::size_t>(F), nv = n * static_cast<std::size_t>(c_.vocab);
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
+  Part parts[2];
+  const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
+    const int k = parts_of(o, p, g, parts);
+    return linear_backward(din, dout, out_width, in, in_width, parts, k, o);
+  };
   switch (o.role) {
     case GptRole::kLoss:
       MW_RETURN_IF_ERROR(zero(dlogits_, nv));
       return check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd");
     case GptRole::kHead:
+      if (!c_.tied) {
+        if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
+        return linear(dln_, dlogits_, c_.vocab, lnf_, C);
+      }
       MW_RETURN_IF_ERROR(zero(dln_, nc));
       return gemm_backward(dln_, g[0], nullptr, dlogits_, lnf_, p[0], N, C, c_.vocab);
     case GptRole::kFinalNorm:
       MW_RETURN_IF_ERROR(zero(dx_, nc));
-      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_.back(), p[0], mf_, rf_, N, C, s),
-                   "final norm bwd");
+      return norm_backward(dx_, g, dln_, resid_.back(), p, mf_, rf_);
     case GptRole::kFc2:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(dgel_, nf));
         MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
       }
-      return linear_backward(dgel_, g[0], g[1], dx_, C, gel_[a], F, p[0], o);
+      return linear(dgel_, dx_, C, gel_[a], F);
     case GptRole::kGelu:
-      MW_RETURN_IF_ERROR(zero(dfc_, nf));
+      MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
+      if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear_backward(dln_, g[0], g[1], dfc_, F, ln2_[a], C, p[0], o);
+      return linear(dln_, dfc_, c_.fc_width(), ln2_[a], C);
     case GptRole::kLn2:
-      return check(kc::layernorm_backward(dres_, g[0], g[1], dln_, res1_[a], p[0], m2_[a], r2_[a], N, C, s),
-                   "ln2 bwd");
+      return norm_backward(dres_, g, dln_, res1_[a], p, m2_[a], r2_[a]);
     case GptRole::kProj:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(datty_, nc));
         MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
       }
-      return linear_backward(datty_, g[0], g[1], dres_, C, atty_[a], C, p[0], o);
-    case GptRole::kAttn:
-      MW_RETURN_IF_ERROR(zero(dqkv_, nc * 3));
-      if (flash_) {
-        return check(kc::flash_attention_backward(dqkv_, datty_, qkv_[a], atty_[a], att_[a], B_, T_, C,
-                                                  c_.heads, scratch_, s),
-                     "flash attention bwd");
+      return linear(datty_, dres_, C, atty_[a], C);
+    case GptRole::kAttn: {
+      // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
+      const float* qkv = qkv_[a];
+      float* dqkv = dqkv_;
+      if (c_.llama()) {
+        MW_RETURN_IF_ERROR(expand_qkv(qkv));
+        qkv = qf_;
+        dqkv = dqf_;
       }
-      return check(kc::attention_backward(*blas_, dqkv_, datty_, qkv_[a], att_[a], B_, T_, C, c_.heads, bf16_,
-                                          scratch_, s),
-                   "attention bwd");
+      MW_RETURN_IF_ERROR(zero(dqkv, nc * 3));
+      Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, C,
+                                                              c_.heads, scratch_, s),
+                                 "flash attention bwd")
+                         : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, C,
+                                                        c_.heads, bf16_, scratch_, s),
+                                 "attention bwd");
+      MW_RETURN_IF_ERROR(st);
+      return c_.llama() ? collapse_dqkv() : Status::ok();
+    }
     case GptRole::kQkv:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear_backward(dln_, g[0], g[1], dqkv_, 3 * C, ln1_[a], C, p[0], o);
+      return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);
     case GptRole::kLn1:
-      return check(kc::layernorm_backward(dx_, g[0], g[1], dln_, resid_[l], p[0], m1_[a], r1_[a], N, C, s),
-                   "ln1 bwd");
+      return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
-      return check(kc::embedding_backward(g[0], g[1], dx_, tokens_, B_, T_, C, s), "embedding bwd");
+      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_, tokens_, B_, T_, C, s),
+                   "embedding bwd");
   }
   return Status::internal("cuda model: unknown op");
 }

@@ -1,8 +1,8 @@
-// The GPT of gpt.h on a real GPU: the same graph ops, parameter layout and accumulate-into-gradients
-// convention, on kernels/cuda, with every activation in the device's arena (allocated once, at
-// construction: no allocator traffic while training). Parameter and gradient pointers are device pointers
-// (fp32). All work goes to the device's compute stream; forward_op/backward_op return once it is enqueued
-// (loss() waits for it). Compiled only with CUDA (MEMWALL_HAVE_CUDA).
+// The GPT of gpt.h (GPT-2's shape or Llama's) on a real GPU: the same graph ops, parameter layout and
+// accumulate-into-gradients convention, on kernels/cuda, with every activation in the device's arena
+// (allocated once, at construction: no allocator traffic while training). Parameter and gradient pointers are
+// device pointers (fp32). All work goes to the device's compute stream; forward_op/backward_op return once it
+// is enqueued (loss() waits for it). Compiled only with CUDA (MEMWALL_HAVE_CUDA).
 #pragma once
 
 #include <cstdint>
@@ -62,10 +62,27 @@ class CudaGptModel {
   Status allocate(int tiling);
   Status allocate_buffers(int tiling);
   float* buf(std::size_t floats, const char* what);
-  Status linear_forward(float* out, int out_width, const float* in, int in_width, const float* w,
-                        const float* b, const GptOp& o, const float* residual);
-  Status linear_backward(float* din, float* dw, float* db, const float* dout, int out_width, const float* in,
-                         int in_width, const float* w, const GptOp& o);
+  // One weight matrix of a linear op, as GptModel's: its rows are the op's output columns [col0, col0 +
+  // rows).
+  struct Part {
+    const float* w = nullptr;
+    const float* b = nullptr;
+    float* dw = nullptr;
+    float* db = nullptr;
+    int col0 = 0, rows = 0;
+  };
+  int parts_of(const GptOp& o, const float* const* p, float* const* g, Part* parts) const;
+  Status linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,
+                        const GptOp& o, const float* residual);
+  Status linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
+                         const Part* parts, int n, const GptOp& o);
+  Status norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
+  Status norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
+                       const float* mean, const float* rstd);
+  // The Llama shape's attention input in the [B*T, 3C] layout of the attention kernels (key/value heads
+  // repeated over their groups, rotary positions on q and k), and its gradient back into dqkv_.
+  Status expand_qkv(const float* qkv);
+  Status collapse_dqkv();
   Status run_op(int op, bool backward, const float* const* param, float* const* grad,
                 const std::uint16_t* weight16);
   Status forward_op_impl(int op, const float* const* param);
@@ -99,6 +116,7 @@ class CudaGptModel {
         *losses_ = nullptr;
   float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,
         *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
+  float *qf_ = nullptr, *dqf_ = nullptr;  // the Llama shape's expanded, rotated qkv and its gradient
   std::vector<const float*> p_;
   std::vector<float*> gr_;
 };

@@ -194,6 +194,126 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
   }
 }
 
+// ---- RMSNorm, rotary positions, SwiGLU, grouped-query heads (the Llama shape) ----
+
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C,
+                                       float eps) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const float* x = inp + row * C;
+  float s = 0;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) s += x[i] * x[i];
+  const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(C) + eps);
+  float* o = out + row * C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = x[i] * r * weight[i];
+  if (threadIdx.x == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                              const float* weight, const float* rstd, int C) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const float* dy = dout + row * C;
+  const float* x = inp + row * C;
+  const float r = rstd[row];
+  float a = 0;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) a += weight[i] * dy[i] * x[i];
+  const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(C);
+  float* dx = dinp + row * C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * weight[i] * dy[i] - x[i] * k;
+}
+
+// dweight: a column reduction as column_sum_kernel.
+__global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
+                                               const float* rstd, int N, int C) {
+  __shared__ float pw[kTile][kTile + 1];
+  const int c = blockIdx.x * kTile + threadIdx.x;
+  float dw = 0;
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kTile) {
+      const std::size_t k = static_cast<std::size_t>(n) * C + c;
+      dw += inp[k] * rstd[n] * dout[k];
+    }
+  }
+  pw[threadIdx.y][threadIdx.x] = dw;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0;
+    for (int k = 0; k < kTile; ++k) tw += pw[k][threadIdx.x];
+    dweight[c] += tw;
+  }
+}
+
+// One thread per (row, head, pair): element i turns with i + hs/2 by (pos0 + t) * theta^(-2i/hs), the angle
+// and its sine and cosine in double as the CPU kernel takes them.
+__global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, float theta, int pos0, float sign,
+                            std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const int half = hs / 2;
+  const int i = static_cast<int>(k % half), h = static_cast<int>((k / half) % heads);
+  const std::size_t row = k / (static_cast<std::size_t>(half) * heads);
+  const double angle = static_cast<double>(pos0 + static_cast<int>(row % T)) *
+                       pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
+  const auto c = static_cast<float>(cos(angle)), s = sign * static_cast<float>(sin(angle));
+  float* v = x + row * stride + static_cast<std::size_t>(h) * hs;
+  const float a = v[i], d = v[i + half];
+  v[i] = a * c - d * s;
+  v[i + half] = d * c + a * s;
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int F, std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  const float g = inp[at], u = inp[at + F];
+  out[k] = g / (1.0f + expf(-g)) * u;
+}
+
+__global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, int F,
+                                       std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  const float g = inp[at], u = inp[at + F], sig = 1.0f / (1.0f + expf(-g));
+  dinp[at + F] += dout[k] * g * sig;
+  dinp[at] += dout[k] * u * sig * (1.0f + g * (1.0f - sig));
+}
+
+// dst [N, 3C] from src [N, C + 2 kv]: q as it is, each query head's key and value from its group's head.
+__global__ void repeat_kv_kernel(float* dst, const float* src, int C, int kv, int hs, int group,
+                                 std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t row = k / (3 * static_cast<std::size_t>(C));
+  const int col = static_cast<int>(k % (3 * static_cast<std::size_t>(C)));
+  const std::size_t width = static_cast<std::size_t>(C) + 2 * static_cast<std::size_t>(kv);
+  int from = col;
+  if (col >= C) {
+    const int part = col < 2 * C ? 0 : 1, within = col - C - part * C;  // part 0: k, 1: v
+    from = C + part * kv + within / hs / group * hs + within % hs;
+  }
+  dst[k] = src[row * width + from];
+}
+
+// dst [N, C + 2 kv] = the gradient of repeat_kv: dq as it is, each key/value head's the sum over its group.
+__global__ void sum_kv_kernel(float* dst, const float* src, int C, int kv, int hs, int group, std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t width = static_cast<std::size_t>(C) + 2 * static_cast<std::size_t>(kv);
+  const std::size_t row = k / width;
+  const int col = static_cast<int>(k % width);
+  const float* s = src + row * 3 * static_cast<std::size_t>(C);
+  if (col < C) {
+    dst[k] = s[col];
+    return;
+  }
+  const int part = col < C + kv ? 0 : 1, within = col - C - part * kv, head = within / hs, d = within % hs;
+  float sum = 0;
+  for (int j = 0; j < group; ++j) sum += s[C + part * C + (head * group + j) * hs + d];
+  dst[k] = sum;
+}
+
 // ---- attention ----
 
 // Where element i of a head-major [B, NH, T, hs] array sits in the token-major [B, T, NH, hs] one whose rows
@@ -397,7 +517,8 @@ __global__ void embedding_forward_kernel(float* out, const int* tokens, const fl
   const std::size_t row = i / C;
   const int c = static_cast<int>(i % C);
   const int t = static_cast<int>(row % T);
-  out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + wpe[static_cast<std::size_t>(t) * C + c];
+  const float pos = wpe != nullptr ? wpe[static_cast<std::size_t>(t) * C + c] : 0.0f;
+  out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + pos;
 }
 
 __global__ void embedding_backward_tokens_kernel(float* dwte, const float* dout, const int* tokens, int C,
@@ -582,6 +703,63 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
   return launched();
 }
 
+int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                    void* stream) {
+  if (N == 0) return 0;
+  rmsnorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, rstd, inp, weight, C, eps);
+  return launched();
+}
+
+int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const float* rstd, int N, int C, void* stream) {
+  if (N == 0) return 0;
+  rmsnorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, rstd, C);
+  if (int e = launched(); e != 0) return e;
+  rmsnorm_backward_weight_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(dweight, dout, inp, rstd,
+                                                                                     N, C);
+  return launched();
+}
+
+int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
+                void* stream) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * heads * (hs / 2);
+  if (n == 0) return 0;
+  rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, theta, pos0,
+                                                                 inverse ? -1.0f : 1.0f, n);
+  return launched();
+}
+
+int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, F, n);
+  return launched();
+}
+
+int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, F, n);
+  return launched();
+}
+
+int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * 3 * C;
+  if (n == 0) return 0;
+  const int hs = C / NH;
+  repeat_kv_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(qkv3, qkv, C, KVH * hs, hs, NH / KVH,
+                                                                      n);
+  return launched();
+}
+
+int sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH, void* stream) {
+  const int hs = C / NH;
+  const std::size_t n = static_cast<std::size_t>(N) * (C + 2 * KVH * hs);
+  if (n == 0) return 0;
+  sum_kv_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dqkv, dqkv3, C, KVH * hs, hs, NH / KVH, n);
+  return launched();
+}
+
 int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
   if (n == 0) return 0;
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
@@ -735,6 +913,7 @@ int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* t
   embedding_backward_tokens_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dwte, dout, tokens, C,
                                                                                       n);
   if (int e = launched(); e != 0) return e;
+  if (dwpe == nullptr) return 0;
   const std::size_t tc = static_cast<std::size_t>(T) * C;
   embedding_backward_positions_kernel<<<blocks_for(tc), kThreads, 0, as_stream(stream)>>>(dwpe, dout, B, T,
                                                                                           C);

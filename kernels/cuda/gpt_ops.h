@@ -55,6 +55,23 @@ int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, co
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, const float* mean, const float* rstd, int N, int C, void* stream);
 
+// The Llama shape's operators, as kernels/cpu's: RMSNorm (rstd [N] saved; the weight's gradient a
+// deterministic column reduction); rotary embedding in place on the first heads * hs floats of rows `stride`
+// apart (inverse: the transpose, also its backward); SwiGLU's silu(gate) * up over [N, 2F] -> [N, F].
+int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                    void* stream);
+int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const float* rstd, int N, int C, void* stream);
+int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
+                void* stream);
+int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
+int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
+// Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] with each of the KVH
+// key and value heads repeated over its NH / KVH query heads; sum_kv writes dqkv [N, C + 2 kv] from the
+// gradient of that layout, summing each group (no atomics: deterministic).
+int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream);
+int sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH, void* stream);
+
 // GELU, tanh approximation.
 int gelu_forward(float* out, const float* inp, std::size_t n, void* stream);
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
@@ -84,7 +101,8 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH);
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream);
 
-// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C].
+// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe may
+// be null (rotary positions).
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
                       void* stream);
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,

@@ -1298,7 +1298,7 @@ TEST(CliTrain, ResumesACheckpointOfAnotherLayout) {
 // The Llama shape (RMSNorm, rotary positions, 4 query heads on 2 key/value heads, a SwiGLU MLP, an untied
 // head) trains on the repeated sentence as GPT-2 does and continues it, past its 64 positions too; its
 // checkpoint resumes only as itself; its export is Llama's (transformers' LlamaForCausalLM config and names)
-// and generates the same text; the GPU kernels (GPT-2's) refuse it.
+// and generates the same text.
 TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const char* tiny_llama =
       " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
@@ -1338,15 +1338,12 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const CmdResult from_weights =
       memwall("generate --weights " + hf + " --prompt 'the c' --tokens 20 --temperature 0", false);
   EXPECT_EQ(from_weights.output, greedy.output);
-  // Its checkpoint is not a GPT-2's, and the GPU path refuses it (before looking for a GPU).
-  CmdResult r =
+  // Its checkpoint is not a GPT-2's.
+  const CmdResult r =
       memwall("train --steps 301 --resume --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("checkpoint has arch = \"llama\", this run has \"gpt2\""), std::string::npos)
       << r.output;
-  r = memwall("train --steps 1 --device cuda --data " + data + tiny_llama);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("Llama-shaped"), std::string::npos) << r.output;
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -10,7 +10,7 @@
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
 # tokens; ZeRO stages 0, 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
-# parameter update on the GPU the one on the host.
+# parameter update on the GPU the one on the host; so does a Llama-shaped model with NVMe offload.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -145,6 +145,16 @@ for v in dpu_cpu dpu_cuda; do
     "cpu", "memwall.delayed_parameter_update": true}' >"$work/$v.jsonl" 2>"$work/$v.err" \
     || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
+# The Llama shape (RMSNorm, rotary positions, 4 query heads on 2 key/value heads, SwiGLU, an untied head)
+# with its parameters and optimizer states on NVMe, on the GPU and on the host.
+for v in llama_cpu llama_cuda; do
+  args=(--device cpu)
+  [ "$v" = llama_cuda ] && args=(--device cuda --gpu-matmul fp32)
+  "$BIN" train --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 176}' --data "$work/corpus.txt" \
+    --eval-batches 1 --json --nvme-path "$work/nvme" --set "{$nvme_set}" --steps 3 "${args[@]}" \
+    >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
+done
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
 # (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
 # on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
@@ -205,6 +215,7 @@ for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_sums_cuda", "
     follows("gradient accumulation", dev_run, host_run)
 follows("BPE tokens", "bpe_cuda", "bpe_cpu")
 follows("delayed update", "dpu_cuda", "dpu_cpu")
+follows("Llama shape", "llama_cuda", "llama_cpu")
 def norms(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
@@ -233,7 +244,7 @@ if sys.argv[2] == "ran":
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
-runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA")]
+runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA"), ("llama_cuda", "CUDA")]
 if sys.argv[2] == "ran":
     runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z0_nccl", "CUDA"), ("z1_nccl", "CUDA"),
              ("z2off_host", "CUDA")]

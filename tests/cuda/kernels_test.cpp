@@ -181,6 +181,88 @@ TEST_F(CudaKernels, LayernormAndGeluMatchTheCpu) {
   expect_close(d_dg.host(), dg, 1e-5f, 1e-5f, "gelu backward");
 }
 
+// The Llama shape's operators: RMSNorm, SwiGLU and the rotary rotation (both ways) at the elementwise
+// tolerances; repeating and summing grouped key/value heads exactly (sums of 2 in the same order); the token
+// embedding without a position table.
+TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
+  const auto x = randn(static_cast<std::size_t>(N) * C, 61), w = randn(C, 62), dy = randn(x.size(), 63);
+  std::vector<float> out(x.size()), rstd(N), dx = randn(x.size(), 64), dw = randn(C, 65);
+  Dev<float> d_x(x), d_w(w), d_dy(dy), d_out(out.size()), d_rstd(rstd), d_dx(dx), d_dw(dw);
+  ASSERT_EQ(cu::rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C, 1e-5f, nullptr), 0);
+  ASSERT_EQ(cu::rmsnorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), d_rstd.get(), N, C,
+                                 nullptr),
+            0);
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "rmsnorm out");
+  expect_close(d_rstd.host(), rstd, 1e-5f, 1e-6f, "rmsnorm rstd");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "rmsnorm dinp", 1e-5f);
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "rmsnorm dweight", 1e-5f);
+
+  const int F = C / 2;  // x read as [N, 2F]: gate, up
+  std::vector<float> sg(static_cast<std::size_t>(N) * F), dsg = randn(x.size(), 66);
+  const auto dsw = randn(sg.size(), 67);
+  Dev<float> d_sg(sg.size()), d_dsg(dsg), d_dsw(dsw);
+  ASSERT_EQ(cu::swiglu_forward(d_sg.get(), d_x.get(), N, F, nullptr), 0);
+  ASSERT_EQ(cu::swiglu_backward(d_dsg.get(), d_x.get(), d_dsw.get(), N, F, nullptr), 0);
+  swiglu_forward(sg.data(), x.data(), N, F);
+  swiglu_backward(dsg.data(), x.data(), dsw.data(), N, F);
+  expect_close(d_sg.host(), sg, 1e-5f, 1e-6f, "swiglu");
+  expect_close(d_dsg.host(), dsg, 1e-5f, 1e-5f, "swiglu backward");
+
+  // Rotary on the q and k heads of a [N, 3C] tensor (v untouched), then back.
+  const int heads = 4, hs = C / heads;
+  auto q = randn(static_cast<std::size_t>(N) * 3 * C, 68);
+  Dev<float> d_q(q);
+  ASSERT_EQ(cu::rope_rotate(d_q.get(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, false, nullptr), 0);
+  const auto rotated = d_q.host();
+  auto want = q;
+  rope_rotate(want.data(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, false);
+  expect_close(rotated, want, 1e-5f, 1e-6f, "rope");
+  ASSERT_EQ(cu::rope_rotate(d_q.get(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, true, nullptr), 0);
+  expect_close(d_q.host(), q, 1e-5f, 1e-5f, "rope inverse");
+
+  // 4 query heads on 2 key/value heads: [N, C + 2 kv] -> [N, 3C] and the gradient back.
+  const int kvh = 2, kv = kvh * hs, W = C + 2 * kv;
+  const auto src = randn(static_cast<std::size_t>(N) * W, 69), dfull = randn(q.size(), 70);
+  Dev<float> d_src(src), d_full(q.size()), d_dfull(dfull), d_dsrc(src.size());
+  ASSERT_EQ(cu::repeat_kv(d_full.get(), d_src.get(), N, C, heads, kvh, nullptr), 0);
+  ASSERT_EQ(cu::sum_kv(d_dsrc.get(), d_dfull.get(), N, C, heads, kvh, nullptr), 0);
+  std::vector<float> full(q.size()), dsrc(src.size(), 0.0f);
+  for (int r = 0; r < N; ++r) {
+    const std::size_t s0 = static_cast<std::size_t>(r) * W, f0 = static_cast<std::size_t>(r) * 3 * C;
+    for (int i = 0; i < C; ++i) {
+      full[f0 + i] = src[s0 + i];
+      dsrc[s0 + i] = dfull[f0 + i];
+    }
+    for (int h = 0; h < heads; ++h) {
+      for (int d = 0; d < hs; ++d) {
+        const std::size_t from = s0 + C + static_cast<std::size_t>(h / 2 * hs + d),
+                          to = f0 + C + static_cast<std::size_t>(h * hs + d);
+        full[to] = src[from];
+        full[to + C] = src[from + kv];
+        dsrc[from] += dfull[to];
+        dsrc[from + kv] += dfull[to + C];
+      }
+    }
+  }
+  expect_close(d_full.host(), full, 0.0f, 0.0f, "repeat_kv");
+  expect_close(d_dsrc.host(), dsrc, 0.0f, 0.0f, "sum_kv");
+
+  std::vector<int> tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (7 * i + 3) % V;
+  const auto wte = randn(static_cast<std::size_t>(V) * C, 71);
+  std::vector<float> emb(static_cast<std::size_t>(N) * C), dwte = randn(wte.size(), 72);
+  Dev<int> d_tok(tokens);
+  Dev<float> d_wte(wte), d_emb(emb.size()), d_dwte(dwte);
+  ASSERT_EQ(cu::embedding_forward(d_emb.get(), d_tok.get(), d_wte.get(), nullptr, B, T, C, nullptr), 0);
+  ASSERT_EQ(cu::embedding_backward(d_dwte.get(), nullptr, d_dy.get(), d_tok.get(), B, T, C, nullptr), 0);
+  embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  embedding_backward(dwte.data(), nullptr, dy.data(), tokens.data(), B, T, C);
+  expect_close(d_emb.host(), emb, 0.0f, 0.0f, "embedding without positions");
+  expect_close(d_dwte.host(), dwte, 1e-5f, 1e-5f, "dwte without positions");
+}
+
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
              dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);

@@ -69,6 +69,7 @@ class CudaGpt : public ::testing::TestWithParam<int> {
 };
 
 using cuda_test::small_gpt;
+using cuda_test::small_llama;
 constexpr int kB = 2, kT = 32;
 
 // Losses of 10 steps of model + Adam on the CPU and on the GPU from the same initialisation.
@@ -77,8 +78,7 @@ struct Losses {
 };
 
 void train_side_by_side(gpu::Device& dev, std::vector<host::Arena::Block>& blocks, int tiling, bool bf16,
-                        Losses& out, bool flash = false) {
-  const GptConfig c = small_gpt();
+                        Losses& out, bool flash = false, const GptConfig& c = small_gpt()) {
   const std::size_t n = gpt_num_params(c);
   std::vector<float> params(n), grads(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   gpt_init(c, params.data(), 1);
@@ -113,18 +113,17 @@ void train_side_by_side(gpu::Device& dev, std::vector<host::Arena::Block>& block
   }
 }
 
-TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
-  const int tiling = GetParam();
-  const GptConfig c = small_gpt();
+void forward_backward_and_ten_steps(gpu::Device& dev, std::vector<host::Arena::Block>& blocks, int tiling,
+                                    const GptConfig& c) {
   const std::size_t n = gpt_num_params(c);
   std::vector<float> params(n), grads(n, 0.0f);
   gpt_init(c, params.data(), 1);
   GptModel cpu(c, kB, kT, tiling);
-  auto gm = CudaGptModel::create(c, kB, kT, tiling, *dev_);
+  auto gm = CudaGptModel::create(c, kB, kT, tiling, dev);
   ASSERT_TRUE(gm.is_ok()) << gm.status().message();
   CudaGptModel& gpu = **gm;
-  float* d_params = device_copy(*dev_, params, blocks_);
-  float* d_grads = device_copy(*dev_, grads, blocks_);
+  float* d_params = device_copy(dev, params, blocks);
+  float* d_grads = device_copy(dev, grads, blocks);
   const Batch b0 = make_batch(kB, kT, c.vocab, 0);
   const float loss = cpu.forward(params.data(), b0.tokens.data(), b0.targets.data());
   cpu.backward(params.data(), grads.data());
@@ -132,16 +131,38 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   ASSERT_TRUE(gl.is_ok()) << gl.status().message();
   ASSERT_TRUE(gpu.backward(d_params, d_grads).is_ok());
   EXPECT_NEAR(*gl, loss, 1e-5f * loss);
-  const auto g = host_copy(*dev_, d_grads, n);
+  const auto g = host_copy(dev, d_grads, n);
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) bad += std::fabs(g[i] - grads[i]) > 1e-6f + 1e-4f * std::fabs(grads[i]);
   EXPECT_EQ(bad, 0u) << "gradients differing beyond tolerance, tiling " << tiling;
 
   Losses l;
-  train_side_by_side(*dev_, blocks_, tiling, false, l);
+  train_side_by_side(dev, blocks, tiling, false, l, false, c);
   ASSERT_EQ(l.gpu.size(), 10u);
   for (std::size_t s = 0; s < l.cpu.size(); ++s)
     EXPECT_NEAR(l.gpu[s], l.cpu[s], 1e-3f * l.cpu[s]) << "step " << s + 1 << ", tiling " << tiling;
+}
+
+TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
+  forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), small_gpt());
+}
+
+// The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head) at GPT-2's
+// tolerances: fp32, flash attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is
+// rounded in scratch).
+TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, small_llama());
+  Losses flash, bf16;
+  train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
+  train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());
+  ASSERT_EQ(flash.gpu.size(), 10u);
+  ASSERT_EQ(bf16.gpu.size(), 10u);
+  for (std::size_t s = 0; s < flash.cpu.size(); ++s) {
+    EXPECT_NEAR(flash.gpu[s], flash.cpu[s], 1e-3f * flash.cpu[s]) << "flash, step " << s + 1;
+    EXPECT_NEAR(bf16.gpu[s], bf16.cpu[s], (s == 0 ? 1e-2f : 3e-2f) * bf16.cpu[s]) << "bf16, step " << s + 1;
+  }
+  EXPECT_LT(bf16.gpu.back(), bf16.gpu.front());
 }
 
 // With bf16 GEMM operands (fp32 accumulation) the GPU rounds every matmul input to bf16, which the CPU model

@@ -10,4 +10,17 @@ inline model::GptConfig small_gpt() {
   return {.vocab = 256, .max_seq = 64, .layers = 2, .heads = 4, .channels = 64};
 }
 
+// The Llama shape of the same size: 4 query heads on 2 key/value heads, a SwiGLU MLP of 176, an untied head.
+inline model::GptConfig small_llama() {
+  return {.vocab = 256,
+          .max_seq = 64,
+          .layers = 2,
+          .heads = 4,
+          .channels = 64,
+          .arch = model::GptArch::kLlama,
+          .kv_heads = 2,
+          .ffn = 176,
+          .tied = false};
+}
+
 }  // namespace memwall::cuda_test

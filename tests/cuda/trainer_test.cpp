@@ -116,13 +116,12 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
          o.run.memwall.delayed_parameter_update = true;
        }},
   };
-  for (const auto& [name, apply] : variants) {
-    SCOPED_TRACE(name);
+  const auto check = [&base](const model::GptConfig& model, const std::function<void(Zero3Options&)>& apply) {
     Zero3Options o = base;
     apply(o);
-    const std::vector<float> cpu = losses_of(c, o, 10);
+    const std::vector<float> cpu = losses_of(model, o, 10);
     o.device = ComputeDevice::kCuda;
-    const std::vector<float> gpu = losses_of(c, o, 10);
+    const std::vector<float> gpu = losses_of(model, o, 10);
     ASSERT_EQ(cpu.size(), 10u);
     ASSERT_EQ(gpu.size(), cpu.size());
     EXPECT_LT(gpu.back(), gpu.front());
@@ -130,7 +129,19 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
     const float rel = o.gpu_bf16_matmuls ? 3e-2f : 1e-3f;
     for (std::size_t s = 0; s < cpu.size(); ++s)
       EXPECT_NEAR(gpu[s], cpu[s], rel * cpu[s]) << "step " << s + 1;
+  };
+  for (const auto& [name, apply] : variants) {
+    SCOPED_TRACE(name);
+    check(c, apply);
   }
+  // The Llama shape: everything on the GPU (fp32 and bf16 GEMMs), its activations recomputed, its
+  // parameters and optimizer on CPU, and tiled in 2.
+  for (const std::size_t v : {0, 1, 4, 6}) {
+    SCOPED_TRACE("Llama shape, " + variants[v].first);
+    check(cuda_test::small_llama(), variants[v].second);
+  }
+  SCOPED_TRACE("Llama shape, tiling 2");
+  check(cuda_test::small_llama(), [](Zero3Options& o) { o.tiling = 2; });
   std::filesystem::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 // arguments are device memory of the right size, then queues the kernels/cpu operator on the stream.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -155,6 +156,90 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
     return e;
   return enqueue(stream, [=] {
     kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  });
+}
+
+int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                    void* stream) {
+  if (int e = device_args("rmsnorm_forward", {{out, f32(N, C), "out", true},
+                                              {rstd, f32(1, N), "rstd", true},
+                                              {inp, f32(N, C), "inp"},
+                                              {weight, f32(1, C), "weight"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+}
+
+int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     const float* rstd, int N, int C, void* stream) {
+  if (int e = device_args("rmsnorm_backward", {{dinp, f32(N, C), "dinp", true},
+                                               {dweight, f32(1, C), "dweight", true},
+                                               {dout, f32(N, C), "dout"},
+                                               {inp, f32(N, C), "inp"},
+                                               {weight, f32(1, C), "weight"},
+                                               {rstd, f32(1, N), "rstd"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+}
+
+int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
+                void* stream) {
+  // The rows' last element read is at (B T - 1) stride + heads hs.
+  const std::size_t bytes =
+      f32(static_cast<std::size_t>(B * T - 1) * stride + static_cast<std::size_t>(heads * hs));
+  if (int e = device_args("rope_rotate", {{x, bytes, "x", true}})) return e;
+  return enqueue(stream, [=] { kernels::rope_rotate(x, B, T, stride, heads, hs, theta, pos0, inverse); });
+}
+
+int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
+  if (int e = device_args("swiglu_forward", {{out, f32(N, F), "out", true}, {inp, f32(N, 2 * F), "inp"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::swiglu_forward(out, inp, N, F); });
+}
+
+int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream) {
+  if (int e = device_args(
+          "swiglu_backward",
+          {{dinp, f32(N, 2 * F), "dinp", true}, {inp, f32(N, 2 * F), "inp"}, {dout, f32(N, F), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::swiglu_backward(dinp, inp, dout, N, F); });
+}
+
+int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream) {
+  const int hs = C / NH, kv = KVH * hs, W = C + 2 * kv;
+  if (int e = device_args("repeat_kv", {{qkv3, f32(N, 3 * C), "qkv3", true}, {qkv, f32(N, W), "qkv"}}))
+    return e;
+  return enqueue(stream, [=] {
+    for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
+      const float* src = qkv + r * static_cast<std::size_t>(W);
+      float* dst = qkv3 + r * 3 * static_cast<std::size_t>(C);
+      std::copy_n(src, C, dst);
+      for (int h = 0; h < NH; ++h) {
+        const float* k = src + C + h / (NH / KVH) * hs;
+        std::copy_n(k, hs, dst + C + h * hs);
+        std::copy_n(k + kv, hs, dst + 2 * C + h * hs);
+      }
+    }
+  });
+}
+
+int sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH, void* stream) {
+  const int hs = C / NH, kv = KVH * hs, W = C + 2 * kv;
+  if (int e = device_args("sum_kv", {{dqkv, f32(N, W), "dqkv", true}, {dqkv3, f32(N, 3 * C), "dqkv3"}}))
+    return e;
+  return enqueue(stream, [=] {
+    for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
+      const float* src = dqkv3 + r * 3 * static_cast<std::size_t>(C);
+      float* dst = dqkv + r * static_cast<std::size_t>(W);
+      std::copy_n(src, C, dst);
+      std::fill(dst + C, dst + W, 0.0f);
+      for (int h = 0; h < NH; ++h) {
+        float* k = dst + C + h / (NH / KVH) * hs;
+        for (int d = 0; d < hs; ++d) {
+          k[d] += src[C + h * hs + d];
+          k[kv + d] += src[2 * C + h * hs + d];
+        }
+      }
+    }
   });
 }
 
