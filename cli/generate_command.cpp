@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -130,37 +129,29 @@ int run_generate(const GenerateOptions& opt) {
   // runs one position through the key/value cache. Once the text outgrows the context the window slides and
   // every position moves, so each token then runs the whole window of the last T tokens (causal attention:
   // the text sits at the start of the sequence, the rest is padding that position i never sees).
-  // The key/value cache decoder is GPT-2's: a Llama-shaped model runs the window for every token.
   const auto T = static_cast<std::size_t>(c.max_seq);
-  std::optional<model::GptDecoder> decoder;
-  if (!c.llama()) decoder.emplace(c, params.data());
+  model::GptDecoder decoder(c, params.data());
   std::unique_ptr<model::GptModel> window;
   std::vector<int> context(T, 0), targets(T, 0);
   const float* logits = nullptr;
-  const auto run_window = [&] {
-    if (!window) window = std::make_unique<model::GptModel>(c, 1, c.max_seq, 1);
-    const std::size_t n = std::min(ids.size(), T);
-    std::copy(ids.end() - static_cast<std::ptrdiff_t>(n), ids.end(), context.begin());
-    window->forward(params.data(), context.data(), targets.data());
-    logits = window->logits() + (n - 1) * static_cast<std::size_t>(c.vocab);
-  };
   const auto add = [&](int id) -> Status {
     ids.push_back(id);
-    if (decoder && !window && decoder->positions() < c.max_seq) {
-      auto l = decoder->append(id);
+    if (!window && decoder.positions() < c.max_seq) {
+      auto l = decoder.append(id);
       if (!l.is_ok()) return l.status();
       logits = *l;
       return Status::ok();
     }
-    run_window();
+    if (!window) window = std::make_unique<model::GptModel>(c, 1, c.max_seq, 1);
+    std::copy(ids.end() - static_cast<std::ptrdiff_t>(T), ids.end(), context.begin());
+    window->forward(params.data(), context.data(), targets.data());
+    logits = window->logits() + (T - 1) * static_cast<std::size_t>(c.vocab);
     return Status::ok();
   };
   // The prompt (its last T tokens when it is longer than the context) in one pass.
   const std::size_t first = std::min(ids.size(), T);
   std::copy(ids.end() - static_cast<std::ptrdiff_t>(first), ids.end(), context.begin());
-  if (!decoder) {
-    run_window();
-  } else if (auto l = decoder->append(context.data(), static_cast<int>(first)); l.is_ok()) {
+  if (auto l = decoder.append(context.data(), static_cast<int>(first)); l.is_ok()) {
     logits = *l;
   } else {
     return report_error(l.status());
@@ -221,7 +212,7 @@ int run_generate(const GenerateOptions& opt) {
 void register_generate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand(
-      "generate", "Sample text from a checkpoint of memwall train or GPT-2 weights (on the CPU)");
+      "generate", "Sample text from a checkpoint of memwall train or GPT-2 / Llama weights (on the CPU)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
   cmd->add_option("--weights", opt->weights,
                   "Instead of a checkpoint: a directory with Hugging Face GPT-2 or Llama model.safetensors "

@@ -410,6 +410,9 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.llama()) {
     qf_.resize(N * 3 * C);
     dqf_.resize(N * 3 * C);
+    rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
+    rope_sin_.resize(rope_cos_.size());
+    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_theta, 0);
   }
 }
 
@@ -572,16 +575,15 @@ void GptModel::expand_qkv(const float* qkv) {
       std::copy_n(src + from + kv, hs, dst + 2 * C + to);  // v
     }
   }
-  k::rope_rotate(qf_.data(), B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, false);      // q
-  k::rope_rotate(qf_.data() + C, B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, false);  // k
+  // q and k: 2 x heads heads of hs from the start of each 3C row.
+  k::rope_apply(qf_.data(), B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_.data(), rope_sin_.data(), false);
 }
 
 void GptModel::collapse_dqkv() {
   const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
   const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
   const auto Wq = static_cast<std::size_t>(c_.qkv_width()), W = 3 * static_cast<std::size_t>(C);
-  k::rope_rotate(dqf_.data(), B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, true);
-  k::rope_rotate(dqf_.data() + C, B_, T_, 3 * C, c_.heads, hs, c_.rope_theta, 0, true);
+  k::rope_apply(dqf_.data(), B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_.data(), rope_sin_.data(), true);
 #pragma omp parallel for
   for (std::size_t r = 0; r < N; ++r) {
     const float* src = dqf_.data() + r * W;

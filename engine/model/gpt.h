@@ -201,6 +201,7 @@ class GptModel {
   // Gradient scratch, reused across layers, and the column slices of tiled linears.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_, tile_out_, tile_dout_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
+  std::vector<float> rope_cos_, rope_sin_;  // its rotary angles' cosines and sines, [T][head size / 2]
   std::vector<const float*> p_;
   std::vector<float*> g_;
 };

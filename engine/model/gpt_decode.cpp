@@ -14,15 +14,16 @@ namespace k = memwall::kernels;
 GptDecoder::GptDecoder(const GptConfig& c, const float* params)
     : c_(c), params_(params), layout_(gpt_param_layout(c)) {
   const auto T = static_cast<std::size_t>(c.max_seq), C = static_cast<std::size_t>(c.channels);
-  k_.assign(static_cast<std::size_t>(c.layers), std::vector<float>(T * C));
+  const auto kv = static_cast<std::size_t>(c.kv_width()), F = static_cast<std::size_t>(c.ffn_width());
+  k_.assign(static_cast<std::size_t>(c.layers), std::vector<float>(T * kv));
   v_ = k_;
   // Activations of up to a whole context's rows at once (a prompt is run in one pass).
   x_.resize(T * C);
   ln_.resize(T * C);
-  qkv_.resize(T * 3 * C);
+  qkv_.resize(T * static_cast<std::size_t>(c.qkv_width()));
   y_.resize(T * C);
-  fc_.resize(T * 4 * C);
-  gel_.resize(T * 4 * C);
+  fc_.resize(T * static_cast<std::size_t>(c.fc_width()));
+  gel_.resize(T * F);
   mean_.resize(T);
   rstd_.resize(T);
   scores_.resize(T);
@@ -41,36 +42,59 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
                                       " is outside the vocabulary of " + std::to_string(c_.vocab));
     }
   }
-  const int C = c_.channels, F = 4 * C, hs = C / c_.heads;
-  const auto Cz = static_cast<std::size_t>(C), rows = static_cast<std::size_t>(n);
+  const bool llama = c_.llama();
+  const int C = c_.channels, F = c_.ffn_width(), hs = c_.head_size(), kv = c_.kv_width(), Wq = c_.qkv_width();
+  const int group = c_.heads / c_.kv_head_count();
+  const auto Cz = static_cast<std::size_t>(C), KVz = static_cast<std::size_t>(kv),
+             Wqz = static_cast<std::size_t>(Wq), rows = static_cast<std::size_t>(n);
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
-  // Token and position embeddings.
+  const auto bias = [&](std::size_t i) { return llama ? nullptr : at(i); };
+  const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
+    if (llama) {
+      k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, c_.norm_eps);
+    } else {
+      k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), at(w + 1), count, C);
+    }
+  };
+  // Embeddings: the token's, plus (GPT-2) the position's.
   for (std::size_t r = 0; r < rows; ++r) {
     const float* wte = at(0) + static_cast<std::size_t>(tokens[r]) * Cz;
-    const float* wpe = at(1) + (static_cast<std::size_t>(pos_) + r) * Cz;
-    for (std::size_t i = 0; i < Cz; ++i) x_[r * Cz + i] = wte[i] + wpe[i];
+    const float* wpe = llama ? nullptr : at(1) + (static_cast<std::size_t>(pos_) + r) * Cz;
+    for (std::size_t i = 0; i < Cz; ++i) x_[r * Cz + i] = wte[i] + (wpe != nullptr ? wpe[i] : 0.0f);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
+  // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [C + 2 kv, C] matrix), o, post norm,
+  // gate, up (one [2F, C] matrix), down.
+  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 : 12;
+  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 : 4, ln2_w = llama ? 5 : 6,
+                    fc_w = llama ? 6 : 8, down_w = llama ? 8 : 10;
   for (int l = 0; l < c_.layers; ++l) {
-    const std::size_t p = 2 + 12 * static_cast<std::size_t>(l);  // this block's first tensor in the layout
+    const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
-    k::layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), at(p), at(p + 1), n, C);
-    k::matmul_forward(qkv_.data(), ln_.data(), at(p + 2), at(p + 3), n, C, 3 * C);
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t row = (static_cast<std::size_t>(pos_) + r) * Cz;
-      std::copy_n(qkv_.data() + r * 3 * Cz + Cz, Cz, keys.data() + row);
-      std::copy_n(qkv_.data() + r * 3 * Cz + 2 * Cz, Cz, values.data() + row);
+    norm(ln_.data(), x_.data(), p, n);
+    k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), bias(p + qkv_w + 1), n, C, Wq);
+    if (llama) {  // rotary positions on the new rows' queries and keys
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, c_.rope_theta, pos_, false);
+      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, c_.rope_theta, pos_, false);
     }
-    // Causal attention of each new position's query over the positions up to it, head by head.
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;
+      std::copy_n(qkv_.data() + r * Wqz + Cz, KVz, keys.data() + row);
+      std::copy_n(qkv_.data() + r * Wqz + Cz + KVz, KVz, values.data() + row);
+    }
+    // Causal attention of each new position's query over the positions up to it, head by head (a query head
+    // reads its group's key/value head).
     for (std::size_t r = 0; r < rows; ++r) {
       const int last = pos_ + static_cast<int>(r);
       for (int h = 0; h < c_.heads; ++h) {
-        const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs);
-        const float* q = qkv_.data() + r * 3 * Cz + off;
+        const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
+                          kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
+        const float* q = qkv_.data() + r * Wqz + off;
         float maxv = -INFINITY;
         for (int u = 0; u <= last; ++u) {
-          const float* key = keys.data() + static_cast<std::size_t>(u) * Cz + off;
+          const float* key = keys.data() + static_cast<std::size_t>(u) * KVz + kv_off;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
           scores_[static_cast<std::size_t>(u)] = dot * scale;
@@ -86,26 +110,32 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
         std::fill_n(o, hs, 0.0f);
         for (int u = 0; u <= last; ++u) {
           const float a = scores_[static_cast<std::size_t>(u)] * inv;
-          const float* value = values.data() + static_cast<std::size_t>(u) * Cz + off;
+          const float* value = values.data() + static_cast<std::size_t>(u) * KVz + kv_off;
           for (int i = 0; i < hs; ++i) o[i] += a * value[i];
         }
       }
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     const std::size_t nc = rows * Cz;
-    k::matmul_forward(ln_.data(), y_.data(), at(p + 4), at(p + 5), n, C, C);
+    k::matmul_forward(ln_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, C, C);
     for (std::size_t i = 0; i < nc; ++i) x_[i] = ln_[i] + x_[i];
-    k::layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), at(p + 6), at(p + 7), n, C);
-    k::matmul_forward(fc_.data(), ln_.data(), at(p + 8), at(p + 9), n, C, F);
-    k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
-    k::matmul_forward(y_.data(), gel_.data(), at(p + 10), at(p + 11), n, F, C);
+    norm(ln_.data(), x_.data(), p + ln2_w, n);
+    if (llama) {
+      k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
+      k::swiglu_forward(gel_.data(), fc_.data(), n, F);
+    } else {
+      k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), at(p + fc_w + 1), n, C, F);
+      k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+    }
+    k::matmul_forward(y_.data(), gel_.data(), at(p + down_w), bias(p + down_w + 1), n, F, C);
     for (std::size_t i = 0; i < nc; ++i) x_[i] = y_[i] + x_[i];
   }
-  // The logits of the last new position only.
-  const std::size_t f = 2 + 12 * static_cast<std::size_t>(c_.layers);
+  // The logits of the last new position only; the head is the token embedding unless the model has its own.
+  const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
-  k::layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x_last, at(f), at(f + 1), 1, C);
-  k::matmul_forward(logits_.data(), ln_.data(), at(0), nullptr, 1, C, c_.vocab);  // the head tied to wte
+  norm(ln_.data(), x_last, f, 1);
+  const float* head = c_.tied ? at(0) : at(f + 1);
+  k::matmul_forward(logits_.data(), ln_.data(), head, nullptr, 1, C, c_.vocab);
   pos_ += n;
   return static_cast<const float*>(logits_.data());
 }

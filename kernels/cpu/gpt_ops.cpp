@@ -301,30 +301,60 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- rotary position embedding ----
 
-void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse) {
+void rope_table(float* cos, float* sin, int T, int hs, float theta, int pos0) {
   const int half = hs / 2;
-  // Per position: cos and sin of pos * theta^(-2i/hs) (in double, then rounded), shared by every head.
+  for (int i = 0; i < half; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
+    for (int t = 0; t < T; ++t) {
+      const double angle = static_cast<double>(pos0 + t) * freq;
+      const std::size_t at =
+          static_cast<std::size_t>(t) * static_cast<std::size_t>(half) + static_cast<std::size_t>(i);
+      cos[at] = static_cast<float>(std::cos(angle));
+      sin[at] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
+                bool inverse) {
+  const int half = hs / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* row = x + (static_cast<std::size_t>(b) * T + t) * static_cast<std::size_t>(stride);
-      for (int i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(pos0 + t) *
-                             std::pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
-        const auto c = static_cast<float>(std::cos(angle));
-        const auto s = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
-        for (int h = 0; h < heads; ++h) {
-          float* v = row + static_cast<std::size_t>(h) * hs;
-          const float a = v[i], d = v[i + half];
-          v[i] = a * c - d * s;
-          v[i + half] = d * c + a * s;
+      const float* c = cos + static_cast<std::size_t>(t) * static_cast<std::size_t>(half);
+      const float* s = sin + static_cast<std::size_t>(t) * static_cast<std::size_t>(half);
+      for (int h = 0; h < heads; ++h) {
+        float* lo = row + static_cast<std::size_t>(h) * static_cast<std::size_t>(hs);
+        float* hi = lo + half;
+        for (int i = 0; i < half; ++i) {
+          const float a = lo[i], d = hi[i], si = sign * s[i];
+          lo[i] = a * c[i] - d * si;
+          hi[i] = d * c[i] + a * si;
         }
       }
     }
   }
 }
 
+void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse) {
+  std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2)), s(c.size());
+  rope_table(c.data(), s.data(), T, hs, theta, pos0);
+  rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse);
+}
+
 // ---- SwiGLU ----
+
+// silu(g) u with sigma(g) = 1 / (1 + exp(-g)), the exponentials by the vector exp in cache-sized blocks (as
+// GELU's); -g is clamped at 80 (exp(80) is finite; sigma is then 0 to float precision).
+namespace {
+constexpr int kSwigluBlock = 2048;
+void exp_neg(float* e, const float* g, int n) {
+  for (int i = 0; i < n; ++i) e[i] = std::min(80.0f, -g[i]);
+  exp_inplace(e, static_cast<std::size_t>(n));
+}
+}  // namespace
 
 void swiglu_forward(float* out, const float* inp, int N, int F) {
 #pragma omp parallel for
@@ -332,7 +362,12 @@ void swiglu_forward(float* out, const float* inp, int N, int F) {
     const float* gate = inp + static_cast<std::size_t>(n) * 2 * F;
     const float* up = gate + F;
     float* o = out + static_cast<std::size_t>(n) * F;
-    for (int i = 0; i < F; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    float e[kSwigluBlock];
+    for (int b = 0; b < F; b += kSwigluBlock) {
+      const int m = std::min(kSwigluBlock, F - b);
+      exp_neg(e, gate + b, m);
+      for (int i = 0; i < m; ++i) o[b + i] = gate[b + i] / (1.0f + e[i]) * up[b + i];
+    }
   }
 }
 
@@ -345,10 +380,15 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, in
     const float* d = dout + static_cast<std::size_t>(n) * F;
     float* dg = dinp + static_cast<std::size_t>(n) * 2 * F;
     float* du = dg + F;
-    for (int i = 0; i < F; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-gate[i]));
-      du[i] += d[i] * gate[i] * sig;
-      dg[i] += d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
+    float e[kSwigluBlock];
+    for (int b = 0; b < F; b += kSwigluBlock) {
+      const int m = std::min(kSwigluBlock, F - b);
+      exp_neg(e, gate + b, m);
+      for (int i = 0; i < m; ++i) {
+        const float g = gate[b + i], sig = 1.0f / (1.0f + e[i]);
+        du[b + i] += d[b + i] * g * sig;
+        dg[b + i] += d[b + i] * up[b + i] * sig * (1.0f + g * (1.0f - sig));
+      }
     }
   }
 }
@@ -519,10 +559,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
                     tt = static_cast<memory::dim>(T) * T, tc = static_cast<memory::dim>(T) * C;
-  std::vector<float> dpre(static_cast<std::size_t>(B) * NH * T * T);
+  // The probabilities' gradient, [B, NH, T, T]: this thread's scratch, kept between calls (a fresh 12 MB
+  // vector per call, zeroed and page-faulted in, cost 7% of a training step; the first GEMM writes all of
+  // it). (thread_local: the OpenMP workers below see only this pointer to the calling thread's buffer.)
+  static thread_local std::vector<float> scratch;
+  scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(B) * NH * T * T));
+  float* const dpre = scratch.data();
   // datt = dout . v^T
-  gemm4(dpre.data(), {NH * tt, tt, T, 1}, dout, {tc, hs, C, 1}, qkv + 2 * C, {bt3c, hs, 1, t3c}, B, NH, T, hs,
-        T, false);
+  gemm4(dpre, {NH * tt, tt, T, 1}, dout, {tc, hs, C, 1}, qkv + 2 * C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
+        false);
   // dv += att^T . dout
   gemm4(dqkv + 2 * C, {bt3c, hs, t3c, 1}, att, {NH * tt, tt, 1, T}, dout, {tc, hs, C, 1}, B, NH, T, T, hs,
         true);
@@ -532,7 +577,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {
       const float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
-      float* d = dpre.data() + (static_cast<std::size_t>(bh) * T + t) * T;
+      float* d = dpre + (static_cast<std::size_t>(bh) * T + t) * T;
       float dot = 0;
       for (int u = 0; u <= t; ++u) dot += a[u] * d[u];
       for (int u = 0; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
@@ -540,10 +585,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     }
   }
   // dq += dpre . k ; dk += dpre^T . q
-  gemm4(dqkv, {bt3c, hs, t3c, 1}, dpre.data(), {NH * tt, tt, T, 1}, qkv + C, {bt3c, hs, t3c, 1}, B, NH, T, T,
-        hs, true);
-  gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre.data(), {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T,
-        hs, true);
+  gemm4(dqkv, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, T, 1}, qkv + C, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
+        true);
+  gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
+        true);
 #else
   attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH);
 #endif

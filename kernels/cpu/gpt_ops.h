@@ -50,6 +50,11 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 // heads * hs of which are rotated. `inverse` turns back by the same angles: the rotation's transpose, which
 // is also its backward.
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse);
+// The same in two parts: the angles' cosines and sines for positions pos0 .. pos0 + T - 1, [T][hs/2] each
+// (computed in double, then rounded), and the rotation by them (a model computes the table once).
+void rope_table(float* cos, float* sin, int T, int hs, float theta, int pos0);
+void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
+                bool inverse);
 
 // SwiGLU's product: inp [N, 2F] holds gate then up; out [N, F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int N, int F);

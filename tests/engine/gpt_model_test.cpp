@@ -271,54 +271,67 @@ TEST(GptModel, Bf16MatmulsStayWithinBf16RoundingOfFp32) {
 // The decoder's cached, one-position-at-a-time logits are the full forward pass's at every position, also
 // after a reset; a full context and a token outside the vocabulary are errors.
 TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
-  const GptConfig c{.vocab = 23, .max_seq = 12, .layers = 3, .heads = 4, .channels = 32};
-  std::vector<float> params(gpt_num_params(c));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 0.3f);  // larger than GPT-2's init: logits far from uniform
-  for (float& p : params) p = normal(rng);
-  std::vector<int> tokens(static_cast<std::size_t>(c.max_seq)), targets(tokens.size(), 0);
-  for (int& t : tokens) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
-  GptModel m(c, 1, c.max_seq);
-  m.forward(params.data(), tokens.data(), targets.data());
-  GptDecoder d(c, params.data());
-  for (int round = 0; round < 2; ++round) {
+  // GPT-2, and the Llama shape with grouped-query attention and an untied head, and with multi-head
+  // attention and a tied one (a low rotary base, so that positions turn far within 12).
+  const GptConfig gpt2{.vocab = 23, .max_seq = 12, .layers = 3, .heads = 4, .channels = 32};
+  GptConfig gqa = gpt2, mha = gpt2;
+  gqa.arch = mha.arch = GptArch::kLlama;
+  gqa.kv_heads = 2;
+  gqa.ffn = 40;
+  gqa.tied = false;
+  mha.ffn = 24;
+  gqa.rope_theta = mha.rope_theta = 100.0f;
+  for (const GptConfig& c : {gpt2, gqa, mha}) {
+    SCOPED_TRACE(!c.llama() ? "gpt2" : c.tied ? "llama, mha" : "llama, gqa");
+    std::vector<float> params(gpt_num_params(c));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.3f);  // larger than GPT-2's init: logits far from uniform
+    for (float& p : params) p = normal(rng);
+    std::vector<int> tokens(static_cast<std::size_t>(c.max_seq)), targets(tokens.size(), 0);
+    for (int& t : tokens) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
+    GptModel m(c, 1, c.max_seq);
+    m.forward(params.data(), tokens.data(), targets.data());
+    GptDecoder d(c, params.data());
+    for (int round = 0; round < 2; ++round) {
+      d.reset();
+      double worst = 0, largest = 0;
+      for (int t = 0; t < c.max_seq; ++t) {
+        auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+        ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+        for (int v = 0; v < c.vocab; ++v) {
+          const float want = m.logits()[static_cast<std::size_t>(t * c.vocab + v)];
+          worst = std::max(worst, static_cast<double>(std::fabs((*logits)[v] - want)));
+          largest = std::max(largest, static_cast<double>(std::fabs(want)));
+        }
+      }
+      EXPECT_GT(largest, 1.0);  // the comparison is of logits that differ between bytes
+      EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
+      EXPECT_EQ(d.positions(), c.max_seq);
+    }
+    // Several tokens at once (a prompt) give the same logits as one at a time.
     d.reset();
-    double worst = 0, largest = 0;
-    for (int t = 0; t < c.max_seq; ++t) {
-      auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
-      ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+    ASSERT_TRUE(d.append(tokens.data(), 5).is_ok());
+    for (int t = 5; t < c.max_seq; ++t) {
+      const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+      ASSERT_TRUE(logits.is_ok());
       for (int v = 0; v < c.vocab; ++v) {
-        const float want = m.logits()[static_cast<std::size_t>(t * c.vocab + v)];
-        worst = std::max(worst, static_cast<double>(std::fabs((*logits)[v] - want)));
-        largest = std::max(largest, static_cast<double>(std::fabs(want)));
+        EXPECT_NEAR((*logits)[v], m.logits()[static_cast<std::size_t>(t * c.vocab + v)], 3e-5)
+            << t << " " << v;
       }
     }
-    EXPECT_GT(largest, 1.0);  // the comparison is of logits that differ between bytes
-    EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
-    EXPECT_EQ(d.positions(), c.max_seq);
-  }
-  // Several tokens at once (a prompt) give the same logits as one at a time.
-  d.reset();
-  ASSERT_TRUE(d.append(tokens.data(), 5).is_ok());
-  for (int t = 5; t < c.max_seq; ++t) {
-    const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
-    ASSERT_TRUE(logits.is_ok());
+    d.reset();
+    const auto whole = d.append(tokens.data(), c.max_seq);
+    ASSERT_TRUE(whole.is_ok());
     for (int v = 0; v < c.vocab; ++v) {
-      EXPECT_NEAR((*logits)[v], m.logits()[static_cast<std::size_t>(t * c.vocab + v)], 3e-5) << t << " " << v;
+      EXPECT_NEAR((*whole)[v], m.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
     }
+    auto full = d.append(0);
+    ASSERT_FALSE(full.is_ok());
+    EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
+    d.reset();
+    EXPECT_FALSE(d.append(c.vocab).is_ok());
+    EXPECT_FALSE(d.append(-1).is_ok());
   }
-  d.reset();
-  const auto whole = d.append(tokens.data(), c.max_seq);
-  ASSERT_TRUE(whole.is_ok());
-  for (int v = 0; v < c.vocab; ++v) {
-    EXPECT_NEAR((*whole)[v], m.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
-  }
-  auto full = d.append(0);
-  ASSERT_FALSE(full.is_ok());
-  EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
-  d.reset();
-  EXPECT_FALSE(d.append(c.vocab).is_ok());
-  EXPECT_FALSE(d.append(-1).is_ok());
 }
 
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
