@@ -237,6 +237,13 @@ int run_train(const TrainOptions& opt) {
   if (lead) print_warnings(in->diag);
 
   const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length : in->model.max_positions;
+  if (lead && in->model.sliding_window > 0 && seq > in->model.sliding_window) {
+    std::fprintf(
+        stderr,
+        "memwall: warning: model %s attends over a sliding window of %d positions; memwall trains full "
+        "causal attention over all %d, a different function past the window\n",
+        in->model.name.c_str(), in->model.sliding_window, seq);
+  }
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
   // Tokens: GPT-2's BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming, the
   // checkpoint) when it holds vocab.json and merges.txt; else each byte is a token.

@@ -40,6 +40,7 @@ struct ModelSpec {
   PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000;  // rotary base (rope_theta); memwall train and generate use it
   double norm_eps = 1e-5;     // the norms' epsilon (rms_norm_eps; GPT-2's layer_norm_epsilon is 1e-5)
+  int sliding_window = 0;     // Mistral's attention window (0: none); memwall's attention is full causal
 
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
   // Every parameter tensor, grouped. Sum of elements() * count == total_params().

@@ -333,8 +333,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm_eps = 1e-6;  // transformers' LlamaConfig default
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
-    r.ignore({"rope_scaling", "pretraining_tp", "attention_dropout", "sliding_window", "max_window_layers",
-              "use_sliding_window", "head_dim"});
+    // Mistral's attention window (Qwen2's only with use_sliding_window); null or absent: none.
+    bool use_window = type == "mistral";
+    MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
+    int window = 0;
+    MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
+    if (use_window) m.sliding_window = window;
+    r.ignore({"rope_scaling", "pretraining_tp", "attention_dropout", "max_window_layers", "head_dim"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "

@@ -1338,6 +1338,18 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const CmdResult from_weights =
       memwall("generate --weights " + hf + " --prompt 'the c' --tokens 20 --temperature 0", false);
   EXPECT_EQ(from_weights.output, greedy.output);
+  // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
+  const CmdResult windowed =
+      memwall("train --steps 1 --eval-batches 1 --data " + data +
+                  " --model llama-mini --model-set '{\"model_type\": \"mistral\", \"sliding_window\": 32, "
+                  "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                  "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'",
+              false);
+  EXPECT_EQ(windowed.exit_code, 0) << windowed.output;
+  EXPECT_NE(windowed.output.find(
+                "sliding window of 32 positions; memwall trains full causal attention over all 64"),
+            std::string::npos)
+      << windowed.output;
   // Its checkpoint is not a GPT-2's.
   const CmdResult r =
       memwall("train --steps 301 --resume --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);
