@@ -1341,10 +1341,9 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
   const CmdResult windowed =
       memwall("train --steps 1 --eval-batches 1 --data " + data +
-                  " --model llama-mini --model-set '{\"model_type\": \"mistral\", \"sliding_window\": 32, "
-                  "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, "
-                  "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'",
-              false);
+              " --model llama-mini --model-set '{\"model_type\": \"mistral\", \"sliding_window\": 32, "
+              "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+              "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'");
   EXPECT_EQ(windowed.exit_code, 0) << windowed.output;
   EXPECT_NE(windowed.output.find(
                 "sliding window of 32 positions; memwall trains full causal attention over all 64"),
