@@ -807,12 +807,17 @@ TEST(Zero3, MeasuredPeaksAreThePlans) {
   variants.push_back({"ZeRO stage 3, optimizer on the device", [](Zero3Options&) {}});
   variants.push_back({"ZeRO stage 3, optimizer on CPU",
                       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }});
-  for (const auto& v : variants) {
-    SCOPED_TRACE(v.name);
+  for (const auto& [v, c] : [&] {
+         std::vector<std::pair<Variant, model::GptConfig>> cases;
+         for (const auto& x : variants) cases.emplace_back(x, small());
+         cases.emplace_back(variants.back(), small_llama());  // the Llama shape, optimizer on CPU
+         return cases;
+       }()) {
+    SCOPED_TRACE(v.name + (c.llama() ? ", Llama shape" : ""));
     Zero3Options o = two_sequences(3);
     v.apply(o);
     auto local = comm::make_local_comm();
-    auto z = Zero3Trainer::create(small(), o, *local);
+    auto z = Zero3Trainer::create(c, o, *local);
     ASSERT_TRUE(z.is_ok()) << z.status().to_string();
     const std::vector<int> tok = {1, 8, 15, 5, 12, 2, 9, 16, 6, 13, 3, 10, 0, 7, 14, 4};
     ASSERT_TRUE(z->step(tok.data(), tok.data()).is_ok());
