@@ -449,83 +449,79 @@ void GptModel::backward(const float* params, float* grads) {
   }
 }
 
-void GptModel::mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC,
-                          int OC) {
+void GptModel::mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC,
+                          int ld_out, bool cast_in) {
   if (!bf16_) {
-    k::matmul_forward(out, in, w, b, N, IC, OC);
+    k::matmul_forward(out, in, w, b, N, IC, OC, ld_out);
     return;
   }
   const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
   const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
-  in16_.resize(n_in);
+  if (cast_in) {
+    in16_.resize(n_in);
+    k::cast_f32_to_bf16(in, in16_.data(), n_in);
+  }
   w16_.resize(n_w);
-  k::cast_f32_to_bf16(in, in16_.data(), n_in);
   k::cast_f32_to_bf16(w, w16_.data(), n_w);
-  k::matmul_forward_bf16(out, in16_.data(), w16_.data(), b, N, IC, OC);
+  k::matmul_forward_bf16(out, in16_.data(), w16_.data(), b, N, IC, OC, ld_out);
 }
 
 void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
-                           const float* w, int N, int IC, int OC) {
+                           const float* w, int N, int IC, int OC, int ld_dout, bool cast_in) {
   if (!bf16_) {
-    k::matmul_backward(din, dw, db, dout, in, w, N, IC, OC);
+    k::matmul_backward(din, dw, db, dout, in, w, N, IC, OC, ld_dout);
     return;
   }
   const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
   const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
-  const auto n_out = static_cast<std::size_t>(N) * static_cast<std::size_t>(OC);
-  in16_.resize(n_in);
+  const auto rows = static_cast<std::size_t>(N), cols = static_cast<std::size_t>(OC);
+  if (cast_in) {
+    in16_.resize(n_in);
+    k::cast_f32_to_bf16(in, in16_.data(), n_in);
+  }
   w16_.resize(n_w);
-  dout16_.resize(n_out);
-  k::cast_f32_to_bf16(in, in16_.data(), n_in);
   k::cast_f32_to_bf16(w, w16_.data(), n_w);
-  k::cast_f32_to_bf16(dout, dout16_.data(), n_out);
-  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16_.data(), N, IC, OC);
+  dout16_.resize(rows * cols);
+  if (ld_dout == 0 || ld_dout == OC) {
+    k::cast_f32_to_bf16(dout, dout16_.data(), rows * cols);
+  } else {  // OC columns of a wider array, row by row into a dense copy
+    for (std::size_t r = 0; r < rows; ++r)
+      k::cast_f32_to_bf16(dout + r * static_cast<std::size_t>(ld_dout), dout16_.data() + r * cols, cols);
+  }
+  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16_.data(), N, IC, OC, ld_dout);
 }
 
-// out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there).
+// out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there): each
+// part's GEMM writes its columns in place (the input cast to bf16 once for all parts).
 void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts,
                               int n, const OpInfo& o, const float* residual) {
   const int N = B_ * T_;
   const auto rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(out_width);
-  if (o.tiles == 1 && n == 1) {
-    mm_forward(out, in, parts[0].w, parts[0].b, N, in_width, out_width);
-    if (residual != nullptr) {
-      for (std::size_t j = 0; j < rows * width; ++j) out[j] += residual[j];
-    }
-    return;
-  }
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
-    const int cols = pt.rows / o.tiles;
-    const auto col0 = static_cast<std::size_t>(pt.col0 + o.tile * cols), w = static_cast<std::size_t>(cols);
-    tile_out_.resize(rows * w);
-    mm_forward(tile_out_.data(), in, pt.w, pt.b, N, in_width, cols);
+    const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
+    mm_forward(out + col0, in, pt.w, pt.b, N, in_width, cols, out_width, k == 0);
+    if (residual == nullptr) continue;
+    if (cols == out_width) {
+      for (std::size_t j = 0; j < rows * width; ++j) out[j] += residual[j];
+      continue;
+    }
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t at = r * width + col0;
-      for (std::size_t j = 0; j < w; ++j) {
-        const float v = tile_out_[r * w + j];
-        out[at + j] = residual != nullptr ? v + residual[at + j] : v;
-      }
+      float* dst = out + r * width + static_cast<std::size_t>(col0);
+      const float* add = residual + r * width + static_cast<std::size_t>(col0);
+      for (int j = 0; j < cols; ++j) dst[j] += add[j];
     }
   }
 }
 
-// din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums; for each part.
+// din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums; for each part, dout read in place.
 void GptModel::linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
                                const Part* parts, int n, const OpInfo& o) {
   const int N = B_ * T_;
-  if (o.tiles == 1 && n == 1) {
-    mm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, N, in_width, out_width);
-    return;
-  }
-  const auto rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(out_width);
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
-    const int cols = pt.rows / o.tiles;
-    const auto col0 = static_cast<std::size_t>(pt.col0 + o.tile * cols), w = static_cast<std::size_t>(cols);
-    tile_dout_.resize(rows * w);
-    for (std::size_t r = 0; r < rows; ++r) std::copy_n(dout + r * width + col0, w, tile_dout_.data() + r * w);
-    mm_backward(din, pt.dw, pt.db, tile_dout_.data(), in, pt.w, N, in_width, cols);
+    const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
+    mm_backward(din, pt.dw, pt.db, dout + col0, in, pt.w, N, in_width, cols, out_width, k == 0);
   }
 }
 

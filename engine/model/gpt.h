@@ -179,10 +179,13 @@ class GptModel {
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
                      const float* mean, const float* rstd);
-  // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands.
-  void mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
+  // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands;
+  // `ld`: the row stride of out (forward) or dout (backward) when they are columns of a wider array;
+  // `cast_in`: false when in16_ already holds `in` in bf16 (a second matrix of the same op).
+  void mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC,
+                  int ld_out = 0, bool cast_in = true);
   void mm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                   int N, int IC, int OC);
+                   int N, int IC, int OC, int ld_dout = 0, bool cast_in = true);
 
   GptConfig c_;
   int B_, T_;
@@ -199,7 +202,7 @@ class GptModel {
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
   // Gradient scratch, reused across layers, and the column slices of tiled linears.
-  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_, tile_out_, tile_dout_;
+  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
   std::vector<float> rope_cos_, rope_sin_;  // its rotary angles' cosines and sines, [T][head size / 2]
   std::vector<const float*> p_;

@@ -21,7 +21,8 @@ namespace memwall::kernels {
 // ---- matmul ----
 
 void matmul_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                        int OC) {
+                        int OC, int ld_out) {
+  const std::size_t ld = static_cast<std::size_t>(ld_out > 0 ? ld_out : OC);
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
     for (int o = 0; o < OC; ++o) {
@@ -29,20 +30,21 @@ void matmul_forward_ref(float* out, const float* inp, const float* weight, const
       for (int i = 0; i < IC; ++i)
         acc += static_cast<double>(inp[static_cast<std::size_t>(n) * IC + i]) *
                weight[static_cast<std::size_t>(o) * IC + i];
-      out[static_cast<std::size_t>(n) * OC + o] = static_cast<float>(acc);
+      out[static_cast<std::size_t>(n) * ld + o] = static_cast<float>(acc);
     }
   }
 }
 
 void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int IC, int OC) {
+                         const float* weight, int N, int IC, int OC, int ld_dout) {
+  const std::size_t ld = static_cast<std::size_t>(ld_dout > 0 ? ld_dout : OC);
   if (dinp) {
 #pragma omp parallel for
     for (int n = 0; n < N; ++n) {
       for (int i = 0; i < IC; ++i) {
         double acc = 0;
         for (int o = 0; o < OC; ++o)
-          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * OC + o]) *
+          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * ld + o]) *
                  weight[static_cast<std::size_t>(o) * IC + i];
         dinp[static_cast<std::size_t>(n) * IC + i] += static_cast<float>(acc);
       }
@@ -54,7 +56,7 @@ void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float*
       for (int i = 0; i < IC; ++i) {
         double acc = 0;
         for (int n = 0; n < N; ++n)
-          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * OC + o]) *
+          acc += static_cast<double>(dout[static_cast<std::size_t>(n) * ld + o]) *
                  inp[static_cast<std::size_t>(n) * IC + i];
         dweight[static_cast<std::size_t>(o) * IC + i] += static_cast<float>(acc);
       }
@@ -63,7 +65,7 @@ void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float*
   if (dbias) {
     for (int o = 0; o < OC; ++o) {
       double acc = 0;
-      for (int n = 0; n < N; ++n) acc += dout[static_cast<std::size_t>(n) * OC + o];
+      for (int n = 0; n < N; ++n) acc += dout[static_cast<std::size_t>(n) * ld + o];
       dbias[o] += static_cast<float>(acc);
     }
   }
@@ -80,8 +82,8 @@ struct Dnnl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::mutex mu;
-  // Primitive cache: (M, K, N, a transposed, b transposed, accumulate, bias, bf16)
-  std::map<std::tuple<int, int, int, bool, bool, bool, bool, bool>, dnnl::matmul> cache;
+  // Primitive cache: (M, K, N, a transposed, b transposed, accumulate, bias, bf16, lda, ldc)
+  std::map<std::tuple<int, int, int, bool, bool, bool, bool, bool, int, int>, dnnl::matmul> cache;
 };
 
 Dnnl& dnnl_ctx() {
@@ -89,16 +91,20 @@ Dnnl& dnnl_ctx() {
   return ctx;
 }
 
-// C[M, N] (+)= A[M, K] . B[K, N] (+ bias[N]); a_t: A stored [K, M]; b_t: B stored [N, K].
+// C[M, N] (+)= A[M, K] . B[K, N] (+ bias[N]); a_t: A stored [K, M]; b_t: B stored [N, K]. lda: the row
+// stride of A as stored, ldc: of C (0: dense), for a block of columns of a wider array.
 void gemm(float* c, const void* a, const void* b, const float* bias, int M, int K, int N, bool a_t, bool b_t,
-          bool accumulate, bool bf16) {
+          bool accumulate, bool bf16, int lda = 0, int ldc = 0) {
   Dnnl& d = dnnl_ctx();
   const Dt in_t = bf16 ? Dt::bf16 : Dt::f32;
-  const memory::desc a_md({M, K}, in_t, a_t ? Tag::ba : Tag::ab);
+  const memory::desc a_md =
+      lda == 0 ? memory::desc({M, K}, in_t, a_t ? Tag::ba : Tag::ab)
+               : memory::desc({M, K}, in_t, a_t ? memory::dims{1, lda} : memory::dims{lda, 1});
   const memory::desc b_md({K, N}, in_t, b_t ? Tag::ba : Tag::ab);
-  const memory::desc c_md({M, N}, Dt::f32, Tag::ab);
+  const memory::desc c_md =
+      ldc == 0 ? memory::desc({M, N}, Dt::f32, Tag::ab) : memory::desc({M, N}, Dt::f32, memory::dims{ldc, 1});
   const memory::desc bias_md({1, N}, Dt::f32, Tag::ab);
-  const auto key = std::make_tuple(M, K, N, a_t, b_t, accumulate, bias != nullptr, bf16);
+  const auto key = std::make_tuple(M, K, N, a_t, b_t, accumulate, bias != nullptr, bf16, lda, ldc);
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.cache.find(key);
   if (it == d.cache.end()) {
@@ -151,11 +157,11 @@ const char* matmul_backend() {
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                    int OC) {
+                    int OC, int ld_out) {
 #if MEMWALL_HAVE_DNNL
-  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, false);
+  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, false, 0, ld_out == OC ? 0 : ld_out);
 #else
-  matmul_forward_ref(out, inp, weight, bias, N, IC, OC);
+  matmul_forward_ref(out, inp, weight, bias, N, IC, OC, ld_out);
 #endif
 }
 
@@ -170,35 +176,37 @@ std::vector<float> widen_bf16(const std::uint16_t* in, std::size_t n) {
 #endif
 
 void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
-                         int N, int IC, int OC) {
+                         int N, int IC, int OC, int ld_out) {
 #if MEMWALL_HAVE_DNNL
-  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true);
+  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true, 0, ld_out == OC ? 0 : ld_out);
 #else
   const std::vector<float> a = widen_bf16(inp, static_cast<std::size_t>(N) * IC),
                            w = widen_bf16(weight, static_cast<std::size_t>(OC) * IC);
-  matmul_forward_ref(out, a.data(), w.data(), bias, N, IC, OC);
+  matmul_forward_ref(out, a.data(), w.data(), bias, N, IC, OC, ld_out);
 #endif
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
+                     const float* weight, int N, int IC, int OC, int ld_dout) {
 #if MEMWALL_HAVE_DNNL
-  if (dinp) gemm(dinp, dout, weight, nullptr, N, OC, IC, false, false, true, false);    // [N,OC].[OC,IC]
-  if (dweight) gemm(dweight, dout, inp, nullptr, OC, N, IC, true, false, true, false);  // [OC,N].[N,IC]
+  const int ld = ld_dout == OC ? 0 : ld_dout;
+  if (dinp) gemm(dinp, dout, weight, nullptr, N, OC, IC, false, false, true, false, ld);    // [N,OC].[OC,IC]
+  if (dweight) gemm(dweight, dout, inp, nullptr, OC, N, IC, true, false, true, false, ld);  // [OC,N].[N,IC]
   if (dbias) {
+    const std::size_t stride = static_cast<std::size_t>(ld > 0 ? ld : OC);
     for (int n = 0; n < N; ++n) {
-      const float* row = dout + static_cast<std::size_t>(n) * OC;
+      const float* row = dout + static_cast<std::size_t>(n) * stride;
       for (int o = 0; o < OC; ++o) dbias[o] += row[o];
     }
   }
 #else
-  matmul_backward_ref(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  matmul_backward_ref(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, ld_dout);
 #endif
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const std::uint16_t* dout16, const std::uint16_t* inp16,
-                          const std::uint16_t* weight16, int N, int IC, int OC) {
+                          const std::uint16_t* weight16, int N, int IC, int OC, int ld_dout) {
 #if MEMWALL_HAVE_DNNL
   if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
   if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
@@ -210,8 +218,9 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
   matmul_backward_ref(dinp, dweight, nullptr, d.data(), a.data(), w.data(), N, IC, OC);
 #endif
   if (dbias) {
+    const std::size_t stride = static_cast<std::size_t>(ld_dout > 0 ? ld_dout : OC);
     for (int n = 0; n < N; ++n) {
-      const float* row = dout + static_cast<std::size_t>(n) * OC;
+      const float* row = dout + static_cast<std::size_t>(n) * stride;
       for (int o = 0; o < OC; ++o) dbias[o] += row[o];
     }
   }

@@ -12,26 +12,28 @@
 
 namespace memwall::kernels {
 
-// out[N, OC] = inp[N, IC] . weight[OC, IC]^T + bias[OC] (bias may be null).
+// out[N, OC] = inp[N, IC] . weight[OC, IC]^T + bias[OC] (bias may be null). `ld_out`: the row stride of out
+// when it is OC columns of a wider array (0: OC), so a tile of a linear, or one matrix of two fused in one
+// op, writes its columns in place.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                    int OC);
+                    int OC, int ld_out = 0);
 // The same with bf16 inputs and weights (fp32 accumulation and output).
 void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
-                         int N, int IC, int OC);
+                         int N, int IC, int OC, int ld_out = 0);
 // dinp[N, IC] += dout . weight; dweight[OC, IC] += dout^T . inp; dbias[OC] += sum over rows of dout.
-// Any of dinp, dweight, dbias may be null.
+// Any of dinp, dweight, dbias may be null. `ld_dout`: the row stride of dout (0: OC).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC);
-// The same with the two GEMMs on bf16 operands (fp32 accumulation): `dout16`, `inp16`, `weight16` are bf16
-// copies of dout, inp and weight.
+                     const float* weight, int N, int IC, int OC, int ld_dout = 0);
+// The same with the two GEMMs on bf16 operands (fp32 accumulation): `dout16` (dense [N, OC]), `inp16`,
+// `weight16` are bf16 copies of dout, inp and weight; `ld_dout` is dout's row stride (for dbias).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const std::uint16_t* dout16, const std::uint16_t* inp16,
-                          const std::uint16_t* weight16, int N, int IC, int OC);
+                          const std::uint16_t* weight16, int N, int IC, int OC, int ld_dout = 0);
 // Naive references (tests).
 void matmul_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                        int OC);
+                        int OC, int ld_out = 0);
 void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int IC, int OC);
+                         const float* weight, int N, int IC, int OC, int ld_dout = 0);
 const char* matmul_backend();  // "onednn" or "reference"
 
 // Layer normalisation over C with affine weight and bias; mean and rstd [N] are saved for backward.

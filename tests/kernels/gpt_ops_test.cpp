@@ -71,6 +71,72 @@ TEST(Matmul, BackendMatchesTheReference) {
   expect_close(db, db_ref, 1e-5, 1e-5, "dbias");
 }
 
+// A block of OC columns at column 11 of a W-wide array: forward writes those columns only (the rest keep
+// their values) and equals the dense product; backward reading dout there equals the dense backward; fp32
+// and bf16 (oneDNN and the reference alike).
+TEST(Matmul, ColumnsOfAWiderArrayMatchTheDenseProduct) {
+  const int N = 37, IC = 65, OC = 29, W = 50, col0 = 11;
+  const auto inp = randn(N * IC, 31), w = randn(OC * IC, 32), b = randn(OC, 33), wide_dout = randn(N * W, 34);
+  std::vector<std::uint16_t> inp16(inp.size()), w16(w.size());
+  cast_f32_to_bf16(inp.data(), inp16.data(), inp.size());
+  cast_f32_to_bf16(w.data(), w16.data(), w.size());
+  std::vector<float> dout(N * OC);
+  for (int r = 0; r < N; ++r) std::copy_n(wide_dout.data() + r * W + col0, OC, dout.data() + r * OC);
+  std::vector<std::uint16_t> dout16(dout.size());
+  cast_f32_to_bf16(dout.data(), dout16.data(), dout.size());
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    std::vector<float> dense(N * OC), wide = randn(N * W, 35);
+    const std::vector<float> before = wide;
+    if (bf16) {
+      matmul_forward_bf16(dense.data(), inp16.data(), w16.data(), b.data(), N, IC, OC);
+      matmul_forward_bf16(wide.data() + col0, inp16.data(), w16.data(), b.data(), N, IC, OC, W);
+    } else {
+      matmul_forward(dense.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+      matmul_forward(wide.data() + col0, inp.data(), w.data(), b.data(), N, IC, OC, W);
+    }
+    for (int r = 0; r < N; ++r) {
+      for (int c = 0; c < W; ++c) {
+        const std::size_t at = static_cast<std::size_t>(r) * W + c;
+        if (c < col0 || c >= col0 + OC) {
+          ASSERT_EQ(wide[at], before[at]) << r << " " << c;
+        } else {
+          ASSERT_NEAR(wide[at], dense[static_cast<std::size_t>(r) * OC + c - col0], 1e-4) << r << " " << c;
+        }
+      }
+    }
+    std::vector<float> di = randn(N * IC, 36), dw = randn(OC * IC, 37), db = randn(OC, 38);
+    std::vector<float> di2 = di, dw2 = dw, db2 = db;
+    if (bf16) {
+      matmul_backward_bf16(di.data(), dw.data(), db.data(), dout.data(), dout16.data(), inp16.data(),
+                           w16.data(), N, IC, OC);
+      matmul_backward_bf16(di2.data(), dw2.data(), db2.data(), wide_dout.data() + col0, dout16.data(),
+                           inp16.data(), w16.data(), N, IC, OC, W);
+    } else {
+      matmul_backward(di.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+      matmul_backward(di2.data(), dw2.data(), db2.data(), wide_dout.data() + col0, inp.data(), w.data(), N,
+                      IC, OC, W);
+    }
+    expect_close(di2, di, 1e-5, 1e-5, "dinp");
+    expect_close(dw2, dw, 1e-5, 1e-5, "dweight");
+    expect_close(db2, db, 1e-6, 1e-6, "dbias");
+  }
+  // The references too.
+  std::vector<float> dense(N * OC), wide(N * W, 0.0f);
+  matmul_forward_ref(dense.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  matmul_forward_ref(wide.data() + col0, inp.data(), w.data(), b.data(), N, IC, OC, W);
+  for (int r = 0; r < N; ++r)
+    for (int c = 0; c < OC; ++c)
+      ASSERT_EQ(wide[static_cast<std::size_t>(r) * W + col0 + c], dense[r * OC + c]);
+  std::vector<float> di(N * IC, 0.0f), dw(OC * IC, 0.0f), db(OC, 0.0f), di2 = di, dw2 = dw, db2 = db;
+  matmul_backward_ref(di.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+  matmul_backward_ref(di2.data(), dw2.data(), db2.data(), wide_dout.data() + col0, inp.data(), w.data(), N,
+                      IC, OC, W);
+  EXPECT_EQ(di2, di);
+  EXPECT_EQ(dw2, dw);
+  EXPECT_EQ(db2, db);
+}
+
 TEST(Matmul, Bf16InputsAccumulateInFp32) {
   const int N = 33, IC = 96, OC = 40;
   const auto inp = randn(N * IC, 8), w = randn(OC * IC, 9);
