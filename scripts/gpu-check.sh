@@ -5,7 +5,7 @@
 # GPU without offload (fp32 and bf16 GEMMs); a ~1B `memwall train --device cuda` with parameters and optimizer
 # states on NVMe (step time, TFLOP/s, bytes moved per tier, overlap). Then, while the time budget lasts
 # (MEMWALL_GPU_CHECK_BUDGET seconds, default 290): the benchmark's PyTorch peer (bench/cuda_gpt_vs_torch.py),
-# the benchmark with flash attention (memwall.attention "flash": the fused kernels), the 1B model without offload with the lanes running ahead on CUDA events against --gpu-sync, `memwall
+# the benchmark with flash attention (memwall.attention "flash": the fused kernels), the 1B model without offload with the lanes running ahead on CUDA events against --gpu-sync, a 0.72 B Llama-shaped model trained on the GPU, `memwall
 # calibrate --device cuda` with the NVMe run replayed and simulated on that spec, and compute-sanitizer's
 # memcheck of the kernel tests. Prints a summary to paste into docs/performance.md; exits non-zero when a test
 # or a training run fails, or when no GPU ran the tests.
@@ -110,7 +110,7 @@ set -e
 tail -8 "$BUILD/train.log"
 
 # Optional, while time is left.
-torch32="" torch16="" gpu_rc=0 ran_async=no calibrated=no sanitizer="not run (time)"
+torch32="" torch16="" gpu_rc=0 ran_async=no ran_llama=no calibrated=no sanitizer="not run (time)"
 if [ "$(left)" -gt 60 ]; then
   echo "== the PyTorch peer (bench/cuda_gpt_vs_torch.py): the same GPT, shapes and steps, fused AdamW"
   torch32=$(timeout 120 python3 bench/cuda_gpt_vs_torch.py 20 2048 16 4 1024 5 fp32 2>&1 | tail -1) || true
@@ -153,6 +153,22 @@ if [ "$(left)" -gt 60 ]; then
     echo "-- $mode (exit $rc)"
     tail -3 "$BUILD/train_$mode.log"
   done
+fi
+
+if [ "$(left)" -gt 45 ]; then
+  echo "== memwall train --device cuda, the Llama shape: 16 layers of 2048 channels, 16 query heads on 4 key/value"
+  echo "   heads, SwiGLU of 5632, untied head (0.72 B parameters), everything on the GPU, 4 x 1024 tokens, 3 steps"
+  ran_llama=yes
+  set +e
+  timeout 90 "$BUILD/cli/memwall" train --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 16,
+    "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 5632,
+    "max_position_embeddings": 1024}' --device cuda --steps 3 --eval-batches 1 \
+    --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_llama.log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] || gpu_rc=$rc
+  echo "-- exit $rc"
+  tail -3 "$BUILD/train_llama.log"
 fi
 
 if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then
@@ -236,6 +252,11 @@ if [ "$ran_async" = yes ]; then
   done
 else
   echo "memwall train async against --gpu-sync: not run (time)"
+fi
+if [ "$ran_llama" = yes ]; then
+  echo "memwall train (Llama shape, 0.72 B, one GPU): $(grep -E "^step 3/3" "$BUILD/train_llama.log" || echo FAILED)"
+else
+  echo "memwall train, Llama shape: not run (time)"
 fi
 if [ "$train_rc" = 0 ]; then train_rc=$gpu_rc; fi
 if [ "$train_rc" != 0 ] && [ "$tests_rc" = 0 ]; then tests_rc=4; fi
