@@ -149,9 +149,8 @@ Status check_model(const ModelSpec& m) {
     }
     if (m.linear_bias) {
       return Status::invalid_argument(where +
-                                      "biases on Llama-shaped linears (attention_bias, Qwen2's q/k/v "
-                                      "biases) are not supported by memwall train; allowed: attention_bias "
-                                      "false");
+                                      "attention_bias (biases on q, k, v and o) is not supported by memwall "
+                                      "train; allowed: attention_bias false (Qwen2's q, k and v biases are)");
     }
     return Status::ok();
   }
@@ -477,8 +476,9 @@ int run_train(const TrainOptions& opt) {
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
-        c.llama() ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads, %s head; ",
-                              c.ffn_width(), c.kv_head_count(), c.tied ? "tied" : "untied")
+        c.llama() ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads, %s head%s; ",
+                              c.ffn_width(), c.kv_head_count(), c.tied ? "tied" : "untied",
+                              c.qkv_bias ? ", q/k/v biases" : "")
                         .c_str()
                   : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

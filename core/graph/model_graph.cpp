@@ -195,7 +195,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention.
     const std::vector<double> qkv =
         kv == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{hd / mp, 2 * kv / mp};
-    b.linear(p + ".qkv", L, hd, qkv, m.linear_bias, tiles, /*save_output=*/true);
+    b.linear(p + ".qkv", L, hd, qkv, m.linear_bias || m.qkv_bias, tiles, /*save_output=*/true);
     {
       GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
       a.fwd_flops = 4 * T * seq * hd / mp;  // QK^T and AV (no causal discount, as the paper counts)

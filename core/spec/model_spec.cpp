@@ -20,11 +20,11 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
   if (kv == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
-    if (linear_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
+    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
   } else {  // grouped-query attention: separate q and kv projections
     t.push_back({"block.attn.q.weight", hd, hd, L, true});
     t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
-    if (linear_bias) t.push_back({"block.attn.qkv.bias", hd + 2 * kv, 1, L, false});
+    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", hd + 2 * kv, 1, L, false});
   }
   t.push_back({"block.attn.proj.weight", hd, hd, L, true});
   if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});

@@ -36,6 +36,7 @@ struct ModelSpec {
   bool tied_embeddings = true;
   bool gated_mlp = false;   // SwiGLU-style: gate, up and down matrices
   bool linear_bias = true;  // biases on attention and MLP linears
+  bool qkv_bias = false;    // biases on the q, k and v projections only (Qwen2's), when linear_bias is false
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000;  // rotary base (rope_theta); memwall train and generate use it

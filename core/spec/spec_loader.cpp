@@ -314,13 +314,16 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
     m.tied_embeddings = false;
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
-    m.linear_bias = type == "qwen2";  // Qwen2 has q/k/v biases; counted as full attention biases (approx.)
-    bool attention_bias = m.linear_bias;
+    // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama and Mistral:
+    // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices.
+    m.linear_bias = false;
+    m.qkv_bias = type == "qwen2";
+    bool attention_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
-    m.linear_bias = attention_bias;
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
-    if (mlp_bias != attention_bias) {
+    if (type != "qwen2") m.linear_bias = attention_bias;
+    if (type != "qwen2" && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");
@@ -821,6 +824,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"tied_embeddings", m.tied_embeddings},
             {"gated_mlp", m.gated_mlp},
             {"linear_bias", m.linear_bias},
+            {"qkv_bias", m.qkv_bias},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

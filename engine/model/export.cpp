@@ -79,8 +79,8 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
                                                           : "float16";
   if (c.llama()) {
     const nlohmann::ordered_json config = {
-        {"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
+        {"architectures", {c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+        {"model_type", c.qkv_bias ? "qwen2" : "llama"},
         {"vocab_size", c.vocab},
         {"max_position_embeddings", c.max_seq},
         {"hidden_size", c.channels},

@@ -38,7 +38,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
                                     std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
   }
   if (!c.llama()) {
-    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied) {
+    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels and a tied head; allowed: the Llama shape "
           "for others");
@@ -104,6 +104,11 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       add(h + "self_attn.q_proj.weight", {C, C});
       add(h + "self_attn.k_proj.weight", {kv, C});
       add(h + "self_attn.v_proj.weight", {kv, C});
+      if (c.qkv_bias) {  // back to back too
+        add(h + "self_attn.q_proj.bias", {C});
+        add(h + "self_attn.k_proj.bias", {kv});
+        add(h + "self_attn.v_proj.bias", {kv});
+      }
       add(h + "self_attn.o_proj.weight", {C, C});
       add(h + "post_attention_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
@@ -153,6 +158,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
+    c.qkv_bias = m.qkv_bias;
     c.rope_theta = static_cast<float>(m.rope_theta);
     c.norm_eps = static_cast<float>(m.norm_eps);
   }
@@ -192,6 +198,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.tied_embeddings = c.tied;
     m.gated_mlp = true;
     m.linear_bias = false;
+    m.qkv_bias = c.qkv_bias;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
     m.rope_theta = c.rope_theta;
@@ -234,6 +241,9 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"qkv.w", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
       {"qkv.w0", {"self_attn.q_proj"}},
       {"qkv.w1", {"self_attn.k_proj", "self_attn.v_proj"}},
+      {"qkv.b", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+      {"qkv.b0", {"self_attn.q_proj"}},
+      {"qkv.b1", {"self_attn.k_proj", "self_attn.v_proj"}},
       {"proj.w", {"self_attn.o_proj"}},
       {"fc1.w0", {"mlp.gate_proj"}},
       {"fc1.w1", {"mlp.up_proj"}},
@@ -241,7 +251,8 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   const auto it = llama.find(op + "." + wb);
   if (it == llama.end()) return {};
   std::vector<std::string> out;
-  for (const auto& stem : it->second) out.push_back("model.layers." + layer + "." + stem + ".weight");
+  const char* kind = wb[0] == 'b' ? ".bias" : ".weight";
+  for (const auto& stem : it->second) out.push_back("model.layers." + layer + "." + stem + kind);
   return out;
 }
 }  // namespace
@@ -527,19 +538,26 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
 
 int GptModel::parts_of(const OpInfo& o, const float* const* p, float* const* g, Part* parts) const {
   const int C = c_.channels;
-  // GPT-2's linears: [w, b]; the Llama shape's: [w], or [w0, w1] for two fused matrices.
+  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
+  // [w0, w1] for two fused matrices.
+  const bool bias = !c_.llama() || (o.role == Role::kQkv && c_.qkv_bias);
   const auto one = [&](int rows) {
-    parts[0] = {p[0],
-                c_.llama() ? nullptr : p[1],
-                g != nullptr ? g[0] : nullptr,
-                g != nullptr && !c_.llama() ? g[1] : nullptr,
-                0,
-                rows};
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows};
     return 1;
   };
   const auto two = [&](int rows0, int rows1) {
-    parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, rows0};
-    parts[1] = {p[1], nullptr, g != nullptr ? g[1] : nullptr, nullptr, rows0, rows1};
+    const int k = bias ? 2 : 1;  // the second matrix's weight
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows0};
+    parts[1] = {p[k],
+                bias ? p[k + 1] : nullptr,
+                g != nullptr ? g[k] : nullptr,
+                g != nullptr && bias ? g[k + 1] : nullptr,
+                rows0,
+                rows1};
     return 2;
   };
   switch (o.role) {

@@ -2,7 +2,7 @@
 // multi-head attention, residual, layernorm, GELU MLP, residual); a final layernorm; an LM head tied to the
 // token embedding; mean softmax cross-entropy. Or (GptArch::kLlama) the Llama shape: token embedding only,
 // RMSNorm, rotary positions applied to queries and keys, grouped-query attention, a SwiGLU MLP (gate, up,
-// down), no biases, the head tied or not.
+// down), no biases (or Qwen2's on q, k and v), the head tied or not.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -31,9 +31,10 @@ struct GptConfig {
   int channels = 64;  // C, divisible by heads
   // The Llama shape's own sizes (GPT-2 has kv_heads = heads, ffn = 4C, a tied head).
   GptArch arch = GptArch::kGpt2;
-  int kv_heads = 0;  // key/value heads (0: heads); heads is a multiple of it
-  int ffn = 0;       // the MLP's inner width F (0: 4C)
-  bool tied = true;  // the head is the token embedding
+  int kv_heads = 0;       // key/value heads (0: heads); heads is a multiple of it
+  int ffn = 0;            // the MLP's inner width F (0: 4C)
+  bool tied = true;       // the head is the token embedding
+  bool qkv_bias = false;  // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;  // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
 

@@ -300,19 +300,26 @@ Status CudaGptModel::linear_backward(float* din, const float* dout, int out_widt
 
 int CudaGptModel::parts_of(const GptOp& o, const float* const* p, float* const* g, Part* parts) const {
   const int C = c_.channels;
-  // GPT-2's linears: [w, b]; the Llama shape's: [w], or [w0, w1] for two fused matrices.
+  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
+  // [w0, w1] for two fused matrices.
+  const bool bias = !c_.llama() || (o.role == GptRole::kQkv && c_.qkv_bias);
   const auto one = [&](int rows) {
-    parts[0] = {p[0],
-                c_.llama() ? nullptr : p[1],
-                g != nullptr ? g[0] : nullptr,
-                g != nullptr && !c_.llama() ? g[1] : nullptr,
-                0,
-                rows};
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows};
     return 1;
   };
   const auto two = [&](int rows0, int rows1) {
-    parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, rows0};
-    parts[1] = {p[1], nullptr, g != nullptr ? g[1] : nullptr, nullptr, rows0, rows1};
+    const int k = bias ? 2 : 1;  // the second matrix's weight
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows0};
+    parts[1] = {p[k],
+                bias ? p[k + 1] : nullptr,
+                g != nullptr ? g[k] : nullptr,
+                g != nullptr && bias ? g[k + 1] : nullptr,
+                rows0,
+                rows1};
     return 2;
   };
   switch (o.role) {

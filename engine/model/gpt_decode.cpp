@@ -66,15 +66,18 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
   // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [C + 2 kv, C] matrix), o, post norm,
   // gate, up (one [2F, C] matrix), down.
-  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 : 12;
-  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 : 4, ln2_w = llama ? 5 : 6,
-                    fc_w = llama ? 6 : 8, down_w = llama ? 8 : 10;
+  // Qwen2's q, k and v biases (back to back, one [C + 2 kv] vector) follow v_proj.
+  const std::size_t qb = c_.qkv_bias ? 3 : 0;
+  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb : 12;
+  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb : 4, ln2_w = llama ? 5 + qb : 6,
+                    fc_w = llama ? 6 + qb : 8, down_w = llama ? 8 + qb : 10;
   for (int l = 0; l < c_.layers; ++l) {
     const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     norm(ln_.data(), x_.data(), p, n);
-    k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), bias(p + qkv_w + 1), n, C, Wq);
+    const float* qkv_bias = !llama ? at(p + qkv_w + 1) : c_.qkv_bias ? at(p + 4) : nullptr;
+    k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (llama) {  // rotary positions on the new rows' queries and keys
       k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, c_.rope_theta, pos_, false);
       k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, c_.rope_theta, pos_, false);

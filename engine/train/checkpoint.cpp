@@ -88,6 +88,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"kv_heads", c.kv_head_count()},
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
+          {"qkv_bias", c.qkv_bias},
           {"rope_theta", model::shortest_decimal(c.rope_theta)},
           {"norm_eps", model::shortest_decimal(c.norm_eps)}};
 }
@@ -104,6 +105,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);
+    c.qkv_bias = j.value("qkv_bias", false);
     c.rope_theta = j.value("rope_theta", c.rope_theta);
     c.norm_eps = j.value("norm_eps", c.norm_eps);
   }

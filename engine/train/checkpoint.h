@@ -30,7 +30,7 @@ std::string rank_file(const std::string& step_dir, int rank, int ranks);
 // DIR/latest.json, checked to be a memwall checkpoint's.
 Result<nlohmann::json> read_latest(const std::string& dir);
 // The model's keys of latest.json: layers, channels, heads, vocab, max_seq, and arch ("gpt2" or "llama"),
-// kv_heads, ffn, tied, rope_theta, norm_eps.
+// kv_heads, ffn, tied, qkv_bias, rope_theta, norm_eps.
 nlohmann::json model_fields(const model::GptConfig& c);
 // The model latest.json describes (one written before the Llama shape, without arch, is GPT-2).
 model::GptConfig model_of(const nlohmann::json& latest);

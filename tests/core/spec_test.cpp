@@ -31,6 +31,26 @@ TEST(ModelSpec, LlamaParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(load_model_scenario("llama-2-70b").total_params(), 68976648192.0);
 }
 
+TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
+  // Qwen2-0.5B's shape: 24 layers of 896 channels, 14 query heads on 2 key/value heads, an MLP of 4864, a
+  // vocabulary of 151936 tied to the head, biases on q, k and v only: 494,032,768 parameters, the count of
+  // its published checkpoint (988,065,536 bytes of bf16 tensors). With biases on o as well (attention_bias
+  // read as Llama's) it would be 21,504 more.
+  const std::string text = R"({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+      "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+      "max_position_embeddings": 32768, "tie_word_embeddings": true, "rms_norm_eps": 1e-6,
+      "rope_theta": 1000000.0, "sliding_window": 32768, "use_sliding_window": false})";
+  Diagnostics diag;
+  auto m = parse_model(text, "qwen2/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->total_params(), 494032768.0);
+  EXPECT_TRUE(m->qkv_bias);
+  EXPECT_FALSE(m->linear_bias);
+  EXPECT_EQ(m->sliding_window, 0);  // use_sliding_window false
+  EXPECT_EQ(m->rope_theta, 1e6);
+  EXPECT_EQ(m->norm_eps, 1e-6);
+}
+
 TEST(ModelSpec, Gpt3And175BWithinOnePercent) {
   const double p = load_model_scenario("gpt3-175b").total_params();
   EXPECT_NEAR(p / 175e9, 1.0, 0.01) << p;

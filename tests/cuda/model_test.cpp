@@ -153,6 +153,9 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   const int tiling = GetParam();
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, small_llama());
+  GptConfig qwen2 = small_llama();  // with Qwen2's q, k and v biases
+  qwen2.qkv_bias = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, qwen2);
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

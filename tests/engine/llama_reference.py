@@ -1,6 +1,7 @@
 """A Llama-shaped decoder in PyTorch, written from transformers' LlamaForCausalLM equations (RMSNorm in
 fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d), repeat_kv for grouped-query attention,
-SiLU-gated MLP, causal softmax attention, untied or tied head), as the reference memwall's CPU model is
+SiLU-gated MLP, causal softmax attention, untied or tied head; Qwen2's q, k, v biases where the layout has
+them), as the reference memwall's CPU model is
 checked against (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -46,9 +47,12 @@ def main(d):
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = rmsnorm(x, t[p + "input_layernorm.weight"])
-        q = (h @ t[p + "self_attn.q_proj.weight"].T).view(B, T, H, hs).transpose(1, 2)
-        k = (h @ t[p + "self_attn.k_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
-        v = (h @ t[p + "self_attn.v_proj.weight"].T).view(B, T, KV, hs).transpose(1, 2)
+        q, k, v = (h @ t[p + "self_attn.%s_proj.weight" % x].T for x in "qkv")
+        if p + "self_attn.q_proj.bias" in t:  # Qwen2's q, k and v biases
+            q, k, v = (y + t[p + "self_attn.%s_proj.bias" % x] for y, x in zip((q, k, v), "qkv"))
+        q = q.view(B, T, H, hs).transpose(1, 2)
+        k = k.view(B, T, KV, hs).transpose(1, 2)
+        v = v.view(B, T, KV, hs).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
