@@ -192,7 +192,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = "llama";
+    m.model_type = c.qkv_bias ? "qwen2" : "llama";
     m.kv_heads = c.kv_head_count();
     m.ffn_hidden = c.ffn_width();
     m.tied_embeddings = c.tied;
