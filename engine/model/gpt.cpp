@@ -388,6 +388,44 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
   return out;
 }
 
+int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
+                 LinearPart* parts) {
+  const int C = c.channels;
+  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
+  // [w0, w1] for two fused matrices.
+  const bool bias = !c.llama() || (o.role == GptRole::kQkv && c.qkv_bias);
+  const auto one = [&](int rows) {
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows};
+    return 1;
+  };
+  const auto two = [&](int rows0, int rows1) {
+    const int k = bias ? 2 : 1;  // the second matrix's weight
+    parts[0] = {
+        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
+        rows0};
+    parts[1] = {p[k],
+                bias ? p[k + 1] : nullptr,
+                g != nullptr ? g[k] : nullptr,
+                g != nullptr && bias ? g[k + 1] : nullptr,
+                rows0,
+                rows1};
+    return 2;
+  };
+  switch (o.role) {
+    case GptRole::kQkv:
+      return c.kv_head_count() == c.heads ? one(c.qkv_width()) : two(C, 2 * c.kv_width());
+    case GptRole::kFc1:
+      return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
+    case GptRole::kHead:
+      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c.vocab};
+      return 1;
+    default:  // kProj, kFc2
+      return one(C);
+  }
+}
+
 GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_attention)
     : c_(c), B_(B), T_(T), flash_(flash_attention) {
   GptGraph gg = make_gpt_graph(c, B, T, tiling, flash_attention);
@@ -536,43 +574,6 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   }
 }
 
-int GptModel::parts_of(const OpInfo& o, const float* const* p, float* const* g, Part* parts) const {
-  const int C = c_.channels;
-  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
-  // [w0, w1] for two fused matrices.
-  const bool bias = !c_.llama() || (o.role == Role::kQkv && c_.qkv_bias);
-  const auto one = [&](int rows) {
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows};
-    return 1;
-  };
-  const auto two = [&](int rows0, int rows1) {
-    const int k = bias ? 2 : 1;  // the second matrix's weight
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows0};
-    parts[1] = {p[k],
-                bias ? p[k + 1] : nullptr,
-                g != nullptr ? g[k] : nullptr,
-                g != nullptr && bias ? g[k + 1] : nullptr,
-                rows0,
-                rows1};
-    return 2;
-  };
-  switch (o.role) {
-    case Role::kQkv:
-      return c_.kv_head_count() == c_.heads ? one(c_.qkv_width()) : two(C, 2 * c_.kv_width());
-    case Role::kFc1:
-      return c_.llama() ? two(c_.ffn_width(), c_.ffn_width()) : one(c_.ffn_width());
-    case Role::kHead:
-      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c_.vocab};
-      return 1;
-    default:  // kProj, kFc2
-      return one(C);
-  }
-}
-
 void GptModel::expand_qkv(const float* qkv) {
   const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
   const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
@@ -642,7 +643,7 @@ void GptModel::forward_op(int op, const float* const* p) {
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
-    const int n = parts_of(o, p, nullptr, parts);
+    const int n = linear_parts(c_, o, p, nullptr, parts);
     linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
@@ -712,7 +713,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g) {
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
   const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
-    const int n = parts_of(o, p, g, parts);
+    const int n = linear_parts(c_, o, p, g, parts);
     linear_backward(din, dout, out_width, in, in_width, parts, n, o);
   };
   switch (o.role) {

@@ -109,6 +109,21 @@ struct GptOp {
   int layer = 0, tile = 0, tiles = 1;
 };
 
+// One weight matrix of a linear op (several when fused: GQA's q and kv, SwiGLU's gate and up): its rows are
+// the output columns [col0, col0 + rows) of the op's output, of which a tile computes its share.
+struct LinearPart {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  float* dw = nullptr;
+  float* db = nullptr;
+  int col0 = 0, rows = 0;
+};
+// The matrices of linear op `o` (role kQkv, kProj, kFc1, kFc2, or the head when untied), from the op's
+// parameter pointers `p` ([w, b] per matrix with biases, else [w] per matrix) and gradient pointers `g`
+// (null in forward); returns how many (1 or 2). Shared by the CPU and CUDA models.
+int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
+                 LinearPart* parts);
+
 // The core's graph of this model for one micro-batch of B x T tokens with `tiling` (and fused attention
 // when `flash_attention`: the graph's activation and traffic accounting, not its ops, change), where each of
 // its parameters lives in the flat array, and each op's role. Shared by the CPU and CUDA models.
@@ -155,17 +170,7 @@ class GptModel {
  private:
   using Role = GptRole;
   using OpInfo = GptOp;
-  // One weight matrix of a linear op (several when fused: GQA's q and kv, SwiGLU's gate and up): its rows
-  // are the output columns [col0, col0 + rows) of the op's output (of which a tile computes its share).
-  struct Part {
-    const float* w = nullptr;
-    const float* b = nullptr;
-    float* dw = nullptr;
-    float* db = nullptr;
-    int col0 = 0, rows = 0;
-  };
-  // The parts of linear op `op` (role kQkv, kProj, kFc1, kFc2 or an untied kHead); g may be null (forward).
-  int parts_of(const OpInfo& o, const float* const* p, float* const* g, Part* parts) const;
+  using Part = LinearPart;
   void params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
                  std::vector<float*>& g) const;
   void linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,

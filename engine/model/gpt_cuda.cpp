@@ -298,43 +298,6 @@ Status CudaGptModel::linear_backward(float* din, const float* dout, int out_widt
   return Status::ok();
 }
 
-int CudaGptModel::parts_of(const GptOp& o, const float* const* p, float* const* g, Part* parts) const {
-  const int C = c_.channels;
-  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
-  // [w0, w1] for two fused matrices.
-  const bool bias = !c_.llama() || (o.role == GptRole::kQkv && c_.qkv_bias);
-  const auto one = [&](int rows) {
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows};
-    return 1;
-  };
-  const auto two = [&](int rows0, int rows1) {
-    const int k = bias ? 2 : 1;  // the second matrix's weight
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows0};
-    parts[1] = {p[k],
-                bias ? p[k + 1] : nullptr,
-                g != nullptr ? g[k] : nullptr,
-                g != nullptr && bias ? g[k + 1] : nullptr,
-                rows0,
-                rows1};
-    return 2;
-  };
-  switch (o.role) {
-    case GptRole::kQkv:
-      return c_.kv_head_count() == c_.heads ? one(c_.qkv_width()) : two(C, 2 * c_.kv_width());
-    case GptRole::kFc1:
-      return c_.llama() ? two(c_.ffn_width(), c_.ffn_width()) : one(c_.ffn_width());
-    case GptRole::kHead:
-      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c_.vocab};
-      return 1;
-    default:  // kProj, kFc2
-      return one(C);
-  }
-}
-
 Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const float* in,
                                   const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
@@ -410,7 +373,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
-    const int n = parts_of(o, p, nullptr, parts);
+    const int n = linear_parts(c_, o, p, nullptr, parts);
     return linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
@@ -469,7 +432,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
   const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
-    const int k = parts_of(o, p, g, parts);
+    const int k = linear_parts(c_, o, p, g, parts);
     return linear_backward(din, dout, out_width, in, in_width, parts, k, o);
   };
   switch (o.role) {

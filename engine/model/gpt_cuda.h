@@ -62,16 +62,7 @@ class CudaGptModel {
   Status allocate(int tiling);
   Status allocate_buffers(int tiling);
   float* buf(std::size_t floats, const char* what);
-  // One weight matrix of a linear op, as GptModel's: its rows are the op's output columns [col0, col0 +
-  // rows).
-  struct Part {
-    const float* w = nullptr;
-    const float* b = nullptr;
-    float* dw = nullptr;
-    float* db = nullptr;
-    int col0 = 0, rows = 0;
-  };
-  int parts_of(const GptOp& o, const float* const* p, float* const* g, Part* parts) const;
+  using Part = LinearPart;
   Status linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,
                         const GptOp& o, const float* residual);
   Status linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,

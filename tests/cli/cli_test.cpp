@@ -1299,6 +1299,16 @@ TEST(CliTrain, ResumesACheckpointOfAnotherLayout) {
 // head) trains on the repeated sentence as GPT-2 does and continues it, past its 64 positions too; its
 // checkpoint resumes only as itself; its export is Llama's (transformers' LlamaForCausalLM config and names)
 // and generates the same text.
+// `memwall generate SOURCE --prompt 'the c' --tokens N --temperature 0`: the greedy text (a failure is
+// reported).
+std::string greedy_text(const std::string& source, int tokens) {
+  const CmdResult r = memwall(
+      "generate " + source + " --prompt 'the c' --tokens " + std::to_string(tokens) + " --temperature 0",
+      false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
 TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const char* tiny_llama =
       " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
@@ -1317,14 +1327,9 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const nlohmann::json summary = train_json_summary(t.output);
   EXPECT_NEAR(static_cast<double>(summary["first_loss"]), std::log(256.0), 0.3) << t.output;
   EXPECT_LT(static_cast<double>(summary["val_loss"]), 0.2) << t.output;
-  const CmdResult greedy =
-      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 20 --temperature 0", false);
-  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
-  EXPECT_EQ(greedy.output, "the cat sat. the cat sat.\n");
-  const CmdResult slid =
-      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 100 --temperature 0", false);
-  ASSERT_EQ(slid.exit_code, 0) << slid.output;
-  EXPECT_EQ(slid.output, text.substr(0, 105) + "\n");
+  const std::string greedy = greedy_text("--checkpoint-dir " + dir, 20);
+  EXPECT_EQ(greedy, "the cat sat. the cat sat.\n");
+  EXPECT_EQ(greedy_text("--checkpoint-dir " + dir, 100), text.substr(0, 105) + "\n");
   // Export, and generation from the exported weights.
   const CmdResult ex = memwall("export --checkpoint-dir " + dir + " --out " + hf, false);
   ASSERT_EQ(ex.exit_code, 0) << ex.output;
@@ -1335,9 +1340,7 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(config["intermediate_size"], 176);
   EXPECT_EQ(config["tie_word_embeddings"], false);
   EXPECT_EQ(config["rms_norm_eps"], 1e-5);
-  const CmdResult from_weights =
-      memwall("generate --weights " + hf + " --prompt 'the c' --tokens 20 --temperature 0", false);
-  EXPECT_EQ(from_weights.output, greedy.output);
+  EXPECT_EQ(greedy_text("--weights " + hf, 20), greedy);
   // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
   const CmdResult windowed =
       memwall("train --steps 1 --eval-batches 1 --data " + data +
@@ -1367,16 +1370,10 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
                               " --data " + data + " " + kTinyModel);
   ASSERT_EQ(t.exit_code, 0) << t.output;
   // Greedy: the sentence, byte for byte (held-out loss about 0.03 nats per byte after 300 steps).
-  const CmdResult greedy =
-      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 20 --temperature 0", false);
-  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
-  EXPECT_EQ(greedy.output, "the cat sat. the cat sat.\n");
+  EXPECT_EQ(greedy_text("--checkpoint-dir " + dir, 20), "the cat sat. the cat sat.\n");
   // Past the model's 64 positions the window slides (the key/value cache gives way to whole-window passes),
   // and a prompt longer than the window is cut to its last 64 bytes: the sentence goes on either way.
-  const CmdResult slid =
-      memwall("generate --checkpoint-dir " + dir + " --prompt 'the c' --tokens 100 --temperature 0", false);
-  ASSERT_EQ(slid.exit_code, 0) << slid.output;
-  EXPECT_EQ(slid.output, text.substr(0, 105) + "\n");
+  EXPECT_EQ(greedy_text("--checkpoint-dir " + dir, 100), text.substr(0, 105) + "\n");
   const CmdResult long_prompt = memwall("generate --checkpoint-dir " + dir + " --prompt '" +
                                             text.substr(0, 78) + "' --tokens 26 --temperature 0",
                                         false);
@@ -1397,7 +1394,7 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
   const CmdResult nucleus = memwall("generate --checkpoint-dir " + dir +
                                         " --prompt 'the c' --tokens 20 --temperature 2 --seed 5 --top-p 1e-6",
                                     false);
-  EXPECT_EQ(nucleus.output, greedy.output);
+  EXPECT_EQ(nucleus.output, "the cat sat. the cat sat.\n");
   // Bad input: one line, exit code 2.
   const std::vector<std::string> bad = {"generate --checkpoint-dir /nonexistent-ckpt",
                                         "generate --checkpoint-dir " + dir + " --temperature -1",
