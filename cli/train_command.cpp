@@ -141,7 +141,7 @@ std::string default_cache_dir() {
 Status check_model(const ModelSpec& m) {
   const std::string where = "model " + m.name + ": ";
   if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
-    // The Llama shape: all three together, without biases.
+    // The Llama shape: all three together, without biases but Qwen2's on q, k and v.
     if (m.norm != NormKind::kRmsNorm || !m.gated_mlp || m.position != PositionKind::kRotary) {
       return Status::invalid_argument(where +
                                       "memwall train takes GPT-2's shape or Llama's (RMSNorm, rotary "
@@ -911,8 +911,7 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option(
       "--init-from", opt->init_from,
       "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama model.safetensors "
-      "(F32, "
-      "F16 or BF16), or a directory holding it (memwall export's output), whose config.json is then "
+      "(F32, F16 or BF16), or a directory holding it (memwall export's output), whose config.json is then "
       "the model unless --model is given; each rank reads only its shard");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--lr", opt->lr,

@@ -137,6 +137,19 @@ if [ "$(left)" -gt 60 ]; then
   echo "$flash16"
 fi
 
+# memwall train on the GPU for at most 90 s: gpu_train LOG ARGS...; a failure is remembered in gpu_rc.
+gpu_train() {
+  local log=$1 rc
+  shift
+  set +e
+  timeout 90 "$BUILD/cli/memwall" train "$@" >"$log" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] || gpu_rc=$rc
+  echo "-- $(basename "$log" .log) (exit $rc)"
+  tail -3 "$log"
+}
+
 if [ "$(left)" -gt 60 ]; then
   echo "== memwall train --device cuda: the same model with everything on the GPU, 3 steps with the lanes running"
   echo "   ahead on CUDA events, then 3 with --gpu-sync"
@@ -144,14 +157,8 @@ if [ "$(left)" -gt 60 ]; then
   for mode in async sync; do
     extra=()
     [ "$mode" = sync ] && extra=(--gpu-sync)
-    set +e
-    timeout 90 "$BUILD/cli/memwall" train "${gpt1b[@]}" --steps 3 "${extra[@]}" \
-      --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_$mode.log" 2>&1
-    rc=$?
-    set -e
-    [ "$rc" = 0 ] || gpu_rc=$rc
-    echo "-- $mode (exit $rc)"
-    tail -3 "$BUILD/train_$mode.log"
+    gpu_train "$BUILD/train_$mode.log" "${gpt1b[@]}" --steps 3 "${extra[@]}" \
+      --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}'
   done
 fi
 
@@ -159,16 +166,10 @@ if [ "$(left)" -gt 45 ]; then
   echo "== memwall train --device cuda, the Llama shape: 16 layers of 2048 channels, 16 query heads on 4 key/value"
   echo "   heads, SwiGLU of 5632, untied head (0.72 B parameters), everything on the GPU, 4 x 1024 tokens, 3 steps"
   ran_llama=yes
-  set +e
-  timeout 90 "$BUILD/cli/memwall" train --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 16,
+  gpu_train "$BUILD/train_llama.log" --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 16,
     "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 5632,
     "max_position_embeddings": 1024}' --device cuda --steps 3 --eval-batches 1 \
-    --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}' >"$BUILD/train_llama.log" 2>&1
-  rc=$?
-  set -e
-  [ "$rc" = 0 ] || gpu_rc=$rc
-  echo "-- exit $rc"
-  tail -3 "$BUILD/train_llama.log"
+    --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}'
 fi
 
 if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then

@@ -2,10 +2,8 @@
 #include "engine/model/gpt.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -53,17 +51,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: rotary positions need an even head size, got " +
                                     std::to_string(c.head_size()) + " (channels / heads)");
   }
-  if (!(c.rope_theta > 1.0f) || !(c.norm_eps > 0.0f)) {
+  if (!(c.rope_theta > 1.0) || !(c.norm_eps > 0.0)) {
     return Status::invalid_argument("model: rope_theta must be > 1 and norm_eps > 0");
   }
   return Status::ok();
-}
-
-double shortest_decimal(float x) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf - 1, x);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
 }
 
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
@@ -159,8 +150,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
     c.qkv_bias = m.qkv_bias;
-    c.rope_theta = static_cast<float>(m.rope_theta);
-    c.norm_eps = static_cast<float>(m.norm_eps);
+    c.rope_theta = m.rope_theta;
+    c.norm_eps = m.norm_eps;
   }
   return c;
 }
@@ -461,7 +452,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * C);
     rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
     rope_sin_.resize(rope_cos_.size());
-    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_theta, 0);
+    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), static_cast<float>(c.rope_theta), 0);
   }
 }
 
@@ -575,53 +566,24 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
 }
 
 void GptModel::expand_qkv(const float* qkv) {
-  const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
-  const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
-  const auto Wq = static_cast<std::size_t>(c_.qkv_width()), W = 3 * static_cast<std::size_t>(C);
-#pragma omp parallel for
-  for (std::size_t r = 0; r < N; ++r) {
-    const float* src = qkv + r * Wq;
-    float* dst = qf_.data() + r * W;
-    std::copy_n(src, C, dst);
-    for (int h = 0; h < c_.heads; ++h) {
-      const std::size_t from = static_cast<std::size_t>(C + h / group * hs),
-                        to = static_cast<std::size_t>(h * hs);
-      std::copy_n(src + from, hs, dst + C + to);           // k
-      std::copy_n(src + from + kv, hs, dst + 2 * C + to);  // v
-    }
-  }
+  const int N = B_ * T_, C = c_.channels;
+  k::repeat_kv(qf_.data(), qkv, N, C, c_.heads, c_.kv_head_count());
   // q and k: 2 x heads heads of hs from the start of each 3C row.
-  k::rope_apply(qf_.data(), B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_.data(), rope_sin_.data(), false);
+  k::rope_apply(qf_.data(), B_, T_, 3 * C, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
+                false);
 }
 
 void GptModel::collapse_dqkv() {
-  const int C = c_.channels, hs = c_.head_size(), kv = c_.kv_width(), group = c_.heads / c_.kv_head_count();
-  const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
-  const auto Wq = static_cast<std::size_t>(c_.qkv_width()), W = 3 * static_cast<std::size_t>(C);
-  k::rope_apply(dqf_.data(), B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_.data(), rope_sin_.data(), true);
-#pragma omp parallel for
-  for (std::size_t r = 0; r < N; ++r) {
-    const float* src = dqf_.data() + r * W;
-    float* dst = dqkv_.data() + r * Wq;
-    std::copy_n(src, C, dst);
-    std::fill(dst + C, dst + Wq, 0.0f);
-    for (int h = 0; h < c_.heads; ++h) {
-      const std::size_t to = static_cast<std::size_t>(C + h / group * hs),
-                        from = static_cast<std::size_t>(h * hs);
-      for (int i = 0; i < hs; ++i) {
-        dst[to + static_cast<std::size_t>(i)] +=
-            src[static_cast<std::size_t>(C) + from + static_cast<std::size_t>(i)];
-        dst[to + static_cast<std::size_t>(kv + i)] +=
-            src[2 * static_cast<std::size_t>(C) + from + static_cast<std::size_t>(i)];
-      }
-    }
-  }
+  const int N = B_ * T_, C = c_.channels;
+  k::rope_apply(dqf_.data(), B_, T_, 3 * C, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
+                true);
+  k::sum_kv(dqkv_.data(), dqf_.data(), N, C, c_.heads, c_.kv_head_count());
 }
 
 void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
   if (c_.llama()) {
-    k::rmsnorm_forward(out, rstd, in, p[0], N, C, c_.norm_eps);
+    k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps));
   } else {
     k::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C);
   }
@@ -691,12 +653,8 @@ void GptModel::forward_op(int op, const float* const* p) {
     case Role::kFinalNorm:
       norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
       break;
-    case Role::kHead:
-      if (c_.tied) {
-        mm_forward(logits_.data(), lnf_.data(), p[0], nullptr, N, C, c_.vocab);
-      } else {
-        linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
-      }
+    case Role::kHead:  // the token embedding's rows when tied
+      linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
       break;
     case Role::kLoss:
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
@@ -722,13 +680,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g) {
       k::crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), N, c_.vocab);
       break;
     case Role::kHead:
-      if (c_.tied) {
-        zero(dln_);
-        mm_backward(dln_.data(), g[0], nullptr, dlogits_.data(), lnf_.data(), p[0], N, C, c_.vocab);
-      } else {
-        if (first_tile) zero(dln_);
-        linear(dln_.data(), dlogits_.data(), c_.vocab, lnf_.data(), C);
-      }
+      if (first_tile) zero(dln_);
+      linear(dln_.data(), dlogits_.data(), c_.vocab, lnf_.data(), C);
       break;
     case Role::kFinalNorm:
       zero(dx_);

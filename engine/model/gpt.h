@@ -31,12 +31,12 @@ struct GptConfig {
   int channels = 64;  // C, divisible by heads
   // The Llama shape's own sizes (GPT-2 has kv_heads = heads, ffn = 4C, a tied head).
   GptArch arch = GptArch::kGpt2;
-  int kv_heads = 0;       // key/value heads (0: heads); heads is a multiple of it
-  int ffn = 0;            // the MLP's inner width F (0: 4C)
-  bool tied = true;       // the head is the token embedding
-  bool qkv_bias = false;  // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
-  float rope_theta = 10000.0f;
-  float norm_eps = 1e-5f;  // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
+  int kv_heads = 0;           // key/value heads (0: heads); heads is a multiple of it
+  int ffn = 0;                // the MLP's inner width F (0: 4C)
+  bool tied = true;           // the head is the token embedding
+  bool qkv_bias = false;      // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
+  double rope_theta = 10000;  // as the model file has them (the kernels take them as float)
+  double norm_eps = 1e-5;     // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return channels / heads; }
@@ -51,8 +51,6 @@ struct GptConfig {
 // Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for GPT-2 the Llama
 // shape's fields other than their GPT-2 values.
 Status validate(const GptConfig& c, int batch, int seq);
-// The shortest decimal that reads back as x (1e-05 for 1e-5f, not 9.99999975e-06), for files people read.
-double shortest_decimal(float x);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
 
@@ -118,7 +116,8 @@ struct LinearPart {
   float* db = nullptr;
   int col0 = 0, rows = 0;
 };
-// The matrices of linear op `o` (role kQkv, kProj, kFc1, kFc2, or the head when untied), from the op's
+// The matrices of linear op `o` (role kQkv, kProj, kFc1, kFc2 or kHead, whose weight is the token
+// embedding when tied), from the op's
 // parameter pointers `p` ([w, b] per matrix with biases, else [w] per matrix) and gradient pointers `g`
 // (null in forward); returns how many (1 or 2). Shared by the CPU and CUDA models.
 int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
@@ -207,7 +206,7 @@ class GptModel {
   // or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
-  // Gradient scratch, reused across layers, and the column slices of tiled linears.
+  // Gradient scratch, reused across layers.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
   std::vector<float> rope_cos_, rope_sin_;  // its rotary angles' cosines and sines, [T][head size / 2]

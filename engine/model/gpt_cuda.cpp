@@ -302,7 +302,9 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
                                   const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
   void* s = dev_.compute().get();
-  if (c_.llama()) return check(kc::rmsnorm_forward(out, rstd, in, p[0], N, C, c_.norm_eps, s), "rmsnorm");
+  if (c_.llama())
+    return check(kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s),
+                 "rmsnorm");
   return check(kc::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C, s), "layernorm");
 }
 
@@ -319,14 +321,17 @@ Status CudaGptModel::expand_qkv(const float* qkv) {
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, C, c_.heads, c_.kv_head_count(), s), "repeat kv"));
   // q and k: 2 x heads heads of hs from the start of each 3C row.
-  return check(kc::rope_rotate(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, c_.rope_theta, 0, false, s), "rope");
+  return check(
+      kc::rope_rotate(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, static_cast<float>(c_.rope_theta), 0, false, s),
+      "rope");
 }
 
 Status CudaGptModel::collapse_dqkv() {
   const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
   void* s = dev_.compute().get();
-  MW_RETURN_IF_ERROR(
-      check(kc::rope_rotate(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, c_.rope_theta, 0, true, s), "rope bwd"));
+  MW_RETURN_IF_ERROR(check(
+      kc::rope_rotate(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, static_cast<float>(c_.rope_theta), 0, true, s),
+      "rope bwd"));
   return check(kc::sum_kv(dqkv_, dqf_, N, C, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
@@ -411,9 +416,8 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return linear(resid_[l + 1], C, gel_[a], F, res1_[a]);
     case GptRole::kFinalNorm:
       return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
-    case GptRole::kHead:
-      if (!c_.tied) return linear(logits_, c_.vocab, lnf_, C, nullptr);
-      return gemm_forward(logits_, lnf_, p[0], nullptr, N, C, c_.vocab);
+    case GptRole::kHead:  // the token embedding's rows when tied
+      return linear(logits_, c_.vocab, lnf_, C, nullptr);
     case GptRole::kLoss:
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
   }
@@ -440,12 +444,8 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(dlogits_, nv));
       return check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd");
     case GptRole::kHead:
-      if (!c_.tied) {
-        if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-        return linear(dln_, dlogits_, c_.vocab, lnf_, C);
-      }
-      MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return gemm_backward(dln_, g[0], nullptr, dlogits_, lnf_, p[0], N, C, c_.vocab);
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
+      return linear(dln_, dlogits_, c_.vocab, lnf_, C);
     case GptRole::kFinalNorm:
       MW_RETURN_IF_ERROR(zero(dx_, nc));
       return norm_backward(dx_, g, dln_, resid_.back(), p, mf_, rf_);

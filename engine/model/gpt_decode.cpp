@@ -51,7 +51,7 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   const auto bias = [&](std::size_t i) { return llama ? nullptr : at(i); };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
     if (llama) {
-      k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, c_.norm_eps);
+      k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps));
     } else {
       k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), at(w + 1), count, C);
     }
@@ -79,8 +79,9 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     const float* qkv_bias = !llama ? at(p + qkv_w + 1) : c_.qkv_bias ? at(p + 4) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (llama) {  // rotary positions on the new rows' queries and keys
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, c_.rope_theta, pos_, false);
-      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, c_.rope_theta, pos_, false);
+      const auto theta = static_cast<float>(c_.rope_theta);
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, theta, pos_, false);
+      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, theta, pos_, false);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;

@@ -89,8 +89,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
           {"qkv_bias", c.qkv_bias},
-          {"rope_theta", model::shortest_decimal(c.rope_theta)},
-          {"norm_eps", model::shortest_decimal(c.norm_eps)}};
+          {"rope_theta", c.rope_theta},
+          {"norm_eps", c.norm_eps}};
 }
 
 model::GptConfig model_of(const nlohmann::json& j) {

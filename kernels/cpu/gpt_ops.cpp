@@ -353,6 +353,46 @@ void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float th
   rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse);
 }
 
+// ---- grouped-query heads ----
+
+void repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH) {
+  const int hs = C / NH, group = NH / KVH;
+  const auto Cz = static_cast<std::size_t>(C), kv = static_cast<std::size_t>(KVH * hs), W = Cz + 2 * kv,
+             hsz = static_cast<std::size_t>(hs);
+#pragma omp parallel for
+  for (int r = 0; r < N; ++r) {
+    const float* src = qkv + static_cast<std::size_t>(r) * W;
+    float* dst = qkv3 + static_cast<std::size_t>(r) * 3 * Cz;
+    std::copy_n(src, Cz, dst);
+    for (int h = 0; h < NH; ++h) {
+      const float* k = src + Cz + static_cast<std::size_t>(h / group) * hsz;
+      std::copy_n(k, hsz, dst + Cz + static_cast<std::size_t>(h) * hsz);
+      std::copy_n(k + kv, hsz, dst + 2 * Cz + static_cast<std::size_t>(h) * hsz);
+    }
+  }
+}
+
+void sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH) {
+  const int hs = C / NH, group = NH / KVH;
+  const auto Cz = static_cast<std::size_t>(C), kv = static_cast<std::size_t>(KVH * hs), W = Cz + 2 * kv,
+             hsz = static_cast<std::size_t>(hs);
+#pragma omp parallel for
+  for (int r = 0; r < N; ++r) {
+    const float* src = dqkv3 + static_cast<std::size_t>(r) * 3 * Cz;
+    float* dst = dqkv + static_cast<std::size_t>(r) * W;
+    std::copy_n(src, Cz, dst);
+    std::fill(dst + Cz, dst + W, 0.0f);
+    for (int h = 0; h < NH; ++h) {  // in head order, as the GPU kernel adds them
+      float* k = dst + Cz + static_cast<std::size_t>(h / group) * hsz;
+      const float* dk = src + Cz + static_cast<std::size_t>(h) * hsz;
+      for (std::size_t i = 0; i < hsz; ++i) {
+        k[i] += dk[i];
+        k[kv + i] += dk[Cz + i];
+      }
+    }
+  }
+}
+
 // ---- SwiGLU ----
 
 // silu(g) u with sigma(g) = 1 / (1 + exp(-g)), the exponentials by the vector exp in cache-sized blocks (as

@@ -58,6 +58,12 @@ void rope_table(float* cos, float* sin, int T, int hs, float theta, int pos0);
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                 bool inverse);
 
+// Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] (kv = KVH * C / NH)
+// with each of the KVH key and value heads repeated over its NH / KVH query heads; sum_kv writes dqkv
+// [N, C + 2 kv] from the gradient of that layout, each key/value head's the sum over its group (the adjoint).
+void repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH);
+void sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH);
+
 // SwiGLU's product: inp [N, 2F] holds gate then up; out [N, F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int N, int F);
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);

@@ -166,7 +166,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-// dweight and dbias: column reductions as column_sum_kernel.
+// dweight and dbias: column reductions as column_sum_kernel. RMSNorm's dweight too: `mean` and `dbias` null.
 __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
                                                  const float* inp, const float* mean, const float* rstd,
                                                  int N, int C) {
@@ -177,7 +177,7 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
     for (int n = threadIdx.y; n < N; n += kTile) {
       const std::size_t k = static_cast<std::size_t>(n) * C + c;
       db += dout[k];
-      dw += (inp[k] - mean[n]) * rstd[n] * dout[k];
+      dw += (inp[k] - (mean != nullptr ? mean[n] : 0.0f)) * rstd[n] * dout[k];
     }
   }
   pw[threadIdx.y][threadIdx.x] = dw;
@@ -190,7 +190,7 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
       tb += pb[k][threadIdx.x];
     }
     dweight[c] += tw;
-    dbias[c] += tb;
+    if (dbias != nullptr) dbias[c] += tb;
   }
 }
 
@@ -221,27 +221,6 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(C);
   float* dx = dinp + row * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * weight[i] * dy[i] - x[i] * k;
-}
-
-// dweight: a column reduction as column_sum_kernel.
-__global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
-                                               const float* rstd, int N, int C) {
-  __shared__ float pw[kTile][kTile + 1];
-  const int c = blockIdx.x * kTile + threadIdx.x;
-  float dw = 0;
-  if (c < C) {
-    for (int n = threadIdx.y; n < N; n += kTile) {
-      const std::size_t k = static_cast<std::size_t>(n) * C + c;
-      dw += inp[k] * rstd[n] * dout[k];
-    }
-  }
-  pw[threadIdx.y][threadIdx.x] = dw;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float tw = 0;
-    for (int k = 0; k < kTile; ++k) tw += pw[k][threadIdx.x];
-    dweight[c] += tw;
-  }
 }
 
 // One thread per (row, head, pair): element i turns with i + hs/2 by (pos0 + t) * theta^(-2i/hs), the angle
@@ -715,8 +694,8 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   if (N == 0) return 0;
   rmsnorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, rstd, C);
   if (int e = launched(); e != 0) return e;
-  rmsnorm_backward_weight_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(dweight, dout, inp, rstd,
-                                                                                     N, C);
+  layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(
+      dweight, nullptr, dout, inp, nullptr, rstd, N, C);
   return launched();
 }
 

@@ -228,24 +228,9 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   Dev<float> d_src(src), d_full(q.size()), d_dfull(dfull), d_dsrc(src.size());
   ASSERT_EQ(cu::repeat_kv(d_full.get(), d_src.get(), N, C, heads, kvh, nullptr), 0);
   ASSERT_EQ(cu::sum_kv(d_dsrc.get(), d_dfull.get(), N, C, heads, kvh, nullptr), 0);
-  std::vector<float> full(q.size()), dsrc(src.size(), 0.0f);
-  for (int r = 0; r < N; ++r) {
-    const std::size_t s0 = static_cast<std::size_t>(r) * W, f0 = static_cast<std::size_t>(r) * 3 * C;
-    for (int i = 0; i < C; ++i) {
-      full[f0 + i] = src[s0 + i];
-      dsrc[s0 + i] = dfull[f0 + i];
-    }
-    for (int h = 0; h < heads; ++h) {
-      for (int d = 0; d < hs; ++d) {
-        const std::size_t from = s0 + C + static_cast<std::size_t>(h / 2 * hs + d),
-                          to = f0 + C + static_cast<std::size_t>(h * hs + d);
-        full[to] = src[from];
-        full[to + C] = src[from + kv];
-        dsrc[from] += dfull[to];
-        dsrc[from + kv] += dfull[to + C];
-      }
-    }
-  }
+  std::vector<float> full(q.size()), dsrc(src.size());
+  repeat_kv(full.data(), src.data(), N, C, heads, kvh);
+  sum_kv(dsrc.data(), dfull.data(), N, C, heads, kvh);
   expect_close(d_full.host(), full, 0.0f, 0.0f, "repeat_kv");
   expect_close(d_dsrc.host(), dsrc, 0.0f, 0.0f, "sum_kv");
 

@@ -208,6 +208,32 @@ TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
   check_gradient(w, forward, dw, r, "dweight");
 }
 
+// Grouped-query heads: query head h reads key/value head h / group, and sum_kv is repeat_kv's adjoint:
+// <repeat(x), y> = <x, sum(y)> for any x and y.
+TEST(GptOps, RepeatKvCopiesGroupsAndSumKvIsItsAdjoint) {
+  const int N = 5, C = 24, NH = 6, KVH = 2, hs = C / NH, kv = KVH * hs, W = C + 2 * kv;
+  const auto x = randn(static_cast<std::size_t>(N) * W, 40),
+             y = randn(static_cast<std::size_t>(N) * 3 * C, 41);
+  std::vector<float> rx(y.size()), sy(x.size());
+  repeat_kv(rx.data(), x.data(), N, C, NH, KVH);
+  sum_kv(sy.data(), y.data(), N, C, NH, KVH);
+  for (int r = 0; r < N; ++r) {
+    for (int h = 0; h < NH; ++h) {
+      for (int d = 0; d < hs; ++d) {
+        const std::size_t q = static_cast<std::size_t>(r) * 3 * C + h * hs + d;
+        const std::size_t k = static_cast<std::size_t>(r) * W + C + h / (NH / KVH) * hs + d;
+        EXPECT_EQ(rx[q], x[static_cast<std::size_t>(r) * W + h * hs + d]);  // q as it is
+        EXPECT_EQ(rx[q + C], x[k]);                                         // k of the group
+        EXPECT_EQ(rx[q + 2 * C], x[k + kv]);                                // v of the group
+      }
+    }
+  }
+  double lhs = 0, rhs = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) lhs += static_cast<double>(rx[i]) * y[i];
+  for (std::size_t i = 0; i < x.size(); ++i) rhs += static_cast<double>(x[i]) * sy[i];
+  EXPECT_NEAR(lhs, rhs, 1e-4 * std::fabs(lhs) + 1e-4);
+}
+
 TEST(GptOps, SwigluBackwardMatchesFiniteDifferences) {
   const int N = 3, F = 8;
   auto x = randn(N * 2 * F, 27, 2.0f);

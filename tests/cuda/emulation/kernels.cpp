@@ -2,7 +2,6 @@
 // arguments are device memory of the right size, then queues the kernels/cpu operator on the stream.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -205,42 +204,17 @@ int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int
 }
 
 int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream) {
-  const int hs = C / NH, kv = KVH * hs, W = C + 2 * kv;
+  const int W = C + 2 * KVH * (C / NH);
   if (int e = device_args("repeat_kv", {{qkv3, f32(N, 3 * C), "qkv3", true}, {qkv, f32(N, W), "qkv"}}))
     return e;
-  return enqueue(stream, [=] {
-    for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
-      const float* src = qkv + r * static_cast<std::size_t>(W);
-      float* dst = qkv3 + r * 3 * static_cast<std::size_t>(C);
-      std::copy_n(src, C, dst);
-      for (int h = 0; h < NH; ++h) {
-        const float* k = src + C + h / (NH / KVH) * hs;
-        std::copy_n(k, hs, dst + C + h * hs);
-        std::copy_n(k + kv, hs, dst + 2 * C + h * hs);
-      }
-    }
-  });
+  return enqueue(stream, [=] { kernels::repeat_kv(qkv3, qkv, N, C, NH, KVH); });
 }
 
 int sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH, void* stream) {
-  const int hs = C / NH, kv = KVH * hs, W = C + 2 * kv;
+  const int W = C + 2 * KVH * (C / NH);
   if (int e = device_args("sum_kv", {{dqkv, f32(N, W), "dqkv", true}, {dqkv3, f32(N, 3 * C), "dqkv3"}}))
     return e;
-  return enqueue(stream, [=] {
-    for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
-      const float* src = dqkv3 + r * 3 * static_cast<std::size_t>(C);
-      float* dst = dqkv + r * static_cast<std::size_t>(W);
-      std::copy_n(src, C, dst);
-      std::fill(dst + C, dst + W, 0.0f);
-      for (int h = 0; h < NH; ++h) {
-        float* k = dst + C + h / (NH / KVH) * hs;
-        for (int d = 0; d < hs; ++d) {
-          k[d] += src[C + h * hs + d];
-          k[kv + d] += src[2 * C + h * hs + d];
-        }
-      }
-    }
-  });
+  return enqueue(stream, [=] { kernels::sum_kv(dqkv, dqkv3, N, C, NH, KVH); });
 }
 
 int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
