@@ -2,8 +2,35 @@
 #include "spec/model_spec.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 
 namespace memwall {
+
+std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling) {
+  std::vector<double> f(static_cast<std::size_t>(head_dim / 2));
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  if (scaling.type == "linear") {
+    for (double& x : f) x /= scaling.factor;
+  } else if (scaling.type == "llama3") {
+    const double old_context = scaling.original_max_positions;
+    const double low_wavelen = old_context / scaling.low_freq_factor;    // longer: divided by factor
+    const double high_wavelen = old_context / scaling.high_freq_factor;  // shorter: kept
+    for (double& x : f) {
+      const double wavelen = 2.0 * std::numbers::pi / x;
+      if (wavelen > low_wavelen) {
+        x /= scaling.factor;
+      } else if (wavelen >= high_wavelen) {  // the band between: a blend, 0 at low_wavelen, 1 at high_wavelen
+        const double smooth = (old_context / wavelen - scaling.low_freq_factor) /
+                              (scaling.high_freq_factor - scaling.low_freq_factor);
+        x = (1.0 - smooth) * x / scaling.factor + smooth * x;
+      }
+    }
+  }
+  return f;
+}
 
 std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   std::vector<ParamTensorGroup> t;

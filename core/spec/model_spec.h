@@ -13,6 +13,27 @@ namespace memwall {
 enum class NormKind { kLayerNorm, kRmsNorm, kNone };
 enum class PositionKind { kLearned, kRotary, kNone };
 
+// A Llama-shaped model file's rope_scaling: how the rotary frequencies are stretched for contexts longer
+// than the model was pre-trained on. "linear" divides every frequency by `factor` (positions interpolated);
+// "llama3" (Llama 3.1 / 3.2) divides the low frequencies (wavelength above original_max_positions /
+// low_freq_factor) by `factor`, keeps the high ones (wavelength below original_max_positions /
+// high_freq_factor) and blends the band between. Other types (dynamic, yarn, longrope, ...) are kept by name
+// only: predict and simulate do not need them, memwall train refuses them.
+struct RopeScaling {
+  std::string type{};  // "" (none: transformers' "default"), "linear", "llama3", or another type's name
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_positions = 8192;  // original_max_position_embeddings
+
+  bool none() const { return type.empty(); }
+  bool supported() const { return type.empty() || type == "linear" || type == "llama3"; }
+};
+
+// Rotary frequencies of the `head_dim / 2` pairs (radians per position): theta^(-2i / head_dim), then
+// `scaling` (a supported type) applied, in double as transformers computes them.
+std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
+
 // A group of identical parameter tensors: `count` tensors of `elements` each (e.g. one per layer).
 struct ParamTensorGroup {
   std::string name;        // "h.attn.c_attn.weight"
@@ -39,9 +60,10 @@ struct ModelSpec {
   bool qkv_bias = false;    // biases on the q, k and v projections only (Qwen2's), when linear_bias is false
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
-  double rope_theta = 10000;  // rotary base (rope_theta); memwall train and generate use it
-  double norm_eps = 1e-5;     // the norms' epsilon (rms_norm_eps; GPT-2's layer_norm_epsilon is 1e-5)
-  int sliding_window = 0;     // Mistral's attention window (0: none); memwall's attention is full causal
+  double rope_theta = 10000;   // rotary base (rope_theta); memwall train and generate use it
+  double norm_eps = 1e-5;      // the norms' epsilon (rms_norm_eps; GPT-2's layer_norm_epsilon is 1e-5)
+  int sliding_window = 0;      // Mistral's attention window (0: none); memwall's attention is full causal
+  RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
 
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
   // Every parameter tensor, grouped. Sum of elements() * count == total_params().

@@ -62,6 +62,41 @@ Status require(JsonObjectReader& r, const char* key) {
   return Status::ok();
 }
 
+// rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
+Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Diagnostics& diag,
+                         RopeScaling& out) {
+  Result<const json*> got = parent.get_object("rope_scaling");
+  if (!got.is_ok()) return got.status();
+  out = RopeScaling{};
+  const json* obj = *got;
+  if (obj == nullptr) return Status::ok();
+  JsonObjectReader r(*obj, source, "rope_scaling", diag);
+  const char* type_key = r.has("rope_type") ? "rope_type" : "type";
+  MW_RETURN_IF_ERROR(require(r, type_key));
+  MW_RETURN_IF_ERROR(r.get_string(type_key, out.type));
+  r.ignore({"rope_type", "type"});
+  if (out.type == "default") out.type.clear();
+  if (out.type == "linear" || out.type == "llama3") {
+    MW_RETURN_IF_ERROR(require(r, "factor"));
+    MW_RETURN_IF_ERROR(r.get_number("factor", out.factor, 1.0, 1e6));
+  }
+  if (out.type == "llama3") {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+      MW_RETURN_IF_ERROR(require(r, k));
+    }
+    MW_RETURN_IF_ERROR(r.get_number("low_freq_factor", out.low_freq_factor, 1e-6, 1e6));
+    MW_RETURN_IF_ERROR(r.get_number("high_freq_factor", out.high_freq_factor, 1e-6, 1e6));
+    MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 1, 1 << 28));
+    if (!(out.high_freq_factor > out.low_freq_factor)) {
+      return r.error("high_freq_factor", "must be greater than low_freq_factor (" +
+                                             detail::short_dump(obj->at("low_freq_factor")) + ")");
+    }
+  }
+  if (!out.supported()) return Status::ok();  // another type's keys: kept by name only
+  r.finish();
+  return Status::ok();
+}
+
 Status check_format(JsonObjectReader& r, const std::string& expected_format, int major) {
   std::string format = expected_format;
   MW_RETURN_IF_ERROR(r.get_string("format", format));
@@ -238,6 +273,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   JsonObjectReader r(j, source, "", diag);
 
   ModelSpec m;
+  int head_dim = 0;  // the Llama shape's, when the file gives it
   m.name = stem_of(source);
   if (m.name == "config")
     m.name = stem_of(directory_of(source).empty()
@@ -342,7 +378,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     int window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
-    r.ignore({"rope_scaling", "pretraining_tp", "attention_dropout", "max_window_layers", "head_dim"});
+    MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+    MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
+    r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "
@@ -351,6 +389,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (m.hidden % m.heads != 0) {
     return Status::invalid_argument(source + ": hidden size " + std::to_string(m.hidden) +
                                     " is not a multiple of the head count " + std::to_string(m.heads));
+  }
+  if (head_dim != 0 && head_dim * m.heads != m.hidden) {
+    return Status::invalid_argument(source + ": key 'head_dim': " + std::to_string(head_dim) +
+                                    " is not hidden_size / num_attention_heads (" +
+                                    std::to_string(m.hidden / m.heads) +
+                                    "); memwall models heads of hidden_size / num_attention_heads only");
   }
   if (m.heads % m.kv_heads != 0) {
     return Status::invalid_argument(source + ": key value head count " + std::to_string(m.kv_heads) +

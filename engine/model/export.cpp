@@ -14,6 +14,28 @@
 
 namespace memwall::model {
 
+nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
+  if (s.none()) return nullptr;
+  nlohmann::ordered_json j = {{"rope_type", s.type}, {"factor", s.factor}};
+  if (s.type == "llama3") {
+    j["low_freq_factor"] = s.low_freq_factor;
+    j["high_freq_factor"] = s.high_freq_factor;
+    j["original_max_position_embeddings"] = s.original_max_positions;
+  }
+  return j;
+}
+
+RopeScaling rope_scaling_of(const nlohmann::json& j) {
+  RopeScaling s;
+  if (!j.is_object()) return s;
+  s.type = j.value("rope_type", std::string());
+  s.factor = j.value("factor", s.factor);
+  s.low_freq_factor = j.value("low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = j.value("high_freq_factor", s.high_freq_factor);
+  s.original_max_positions = j.value("original_max_position_embeddings", s.original_max_positions);
+  return s;
+}
+
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir, ExportDtype dtype) {
   return export_hf(
       c,
@@ -91,6 +113,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
         {"hidden_act", "silu"},
         {"rms_norm_eps", c.norm_eps},
         {"rope_theta", c.rope_theta},
+        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
         {"attention_bias", false},
         {"mlp_bias", false},
         {"tie_word_embeddings", c.tied},

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "base/status.h"
 #include "engine/model/gpt.h"
 
@@ -17,6 +19,11 @@ namespace memwall::model {
 // The tensors' element type in the file: F32, or BF16 / F16 (round to nearest even; F16 saturates to
 // +-65504 as the cast kernels do).
 enum class ExportDtype { kF32, kBF16, kF16 };
+
+// config.json's rope_scaling for `s` (null for none): rope_type and the type's keys, as transformers writes
+// them; memwall's checkpoints keep the same object. rope_scaling_of reads it back (null or absent: none).
+nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s);
+RopeScaling rope_scaling_of(const nlohmann::json& j);
 
 // Reads the parameters one tensor at a time (memory: twice the largest tensor). `dir` must exist.
 Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir,

@@ -54,6 +54,12 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (!(c.rope_theta > 1.0) || !(c.norm_eps > 0.0)) {
     return Status::invalid_argument("model: rope_theta must be > 1 and norm_eps > 0");
   }
+  if (!c.rope_scaling.supported()) {
+    return Status::invalid_argument(
+        "model: rope_scaling type \"" + c.rope_scaling.type +
+        "\" is not supported by memwall's rotary kernels; allowed: linear, llama3, "
+        "or none");
+  }
   return Status::ok();
 }
 
@@ -152,6 +158,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.qkv_bias = m.qkv_bias;
     c.rope_theta = m.rope_theta;
     c.norm_eps = m.norm_eps;
+    c.rope_scaling = m.rope_scaling;
   }
   return c;
 }
@@ -194,6 +201,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.position = PositionKind::kRotary;
     m.rope_theta = c.rope_theta;
     m.norm_eps = c.norm_eps;
+    m.rope_scaling = c.rope_scaling;
   }
   return m;
 }
@@ -452,7 +460,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * C);
     rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
     rope_sin_.resize(rope_cos_.size());
-    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), static_cast<float>(c.rope_theta), 0);
+    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0);
   }
 }
 

@@ -31,12 +31,13 @@ struct GptConfig {
   int channels = 64;  // C, divisible by heads
   // The Llama shape's own sizes (GPT-2 has kv_heads = heads, ffn = 4C, a tied head).
   GptArch arch = GptArch::kGpt2;
-  int kv_heads = 0;           // key/value heads (0: heads); heads is a multiple of it
-  int ffn = 0;                // the MLP's inner width F (0: 4C)
-  bool tied = true;           // the head is the token embedding
-  bool qkv_bias = false;      // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
-  double rope_theta = 10000;  // as the model file has them (the kernels take them as float)
-  double norm_eps = 1e-5;     // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
+  int kv_heads = 0;            // key/value heads (0: heads); heads is a multiple of it
+  int ffn = 0;                 // the MLP's inner width F (0: 4C)
+  bool tied = true;            // the head is the token embedding
+  bool qkv_bias = false;       // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
+  double rope_theta = 10000;   // as the model file has them (the kernels take them as float)
+  double norm_eps = 1e-5;      // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
+  RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (linear or llama3; none by default)
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return channels / heads; }
@@ -45,6 +46,10 @@ struct GptConfig {
   int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
   int qkv_width() const { return channels + 2 * kv_width(); }       // the qkv linear's output
   int fc_width() const { return (llama() ? 2 : 1) * ffn_width(); }  // fc1's output (gate and up)
+  // The rotary frequencies of the head's head_size() / 2 pairs (rope_theta and rope_scaling).
+  std::vector<double> rope_inv_freq() const {
+    return memwall::rope_inv_freq(head_size(), rope_theta, rope_scaling);
+  }
 };
 
 // Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field; for the

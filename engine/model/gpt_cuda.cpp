@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/units.h"
+#include "cpu/gpt_ops.h"
 #include "cuda/cast.h"
 #include "cuda/gpt_ops.h"
 
@@ -94,7 +95,16 @@ Status CudaGptModel::allocate(int tiling) {
         ") but " + dev_.arena().name() + " has " + format_bytes(static_cast<double>(free)) +
         " free; lower train_micro_batch_size_per_gpu or memwall.sequence_length");
   }
-  return allocate_buffers(tiling);
+  MW_RETURN_IF_ERROR(allocate_buffers(tiling));
+  if (!c_.llama()) return Status::ok();
+  // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
+  std::vector<float> cos_t(static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2));
+  std::vector<float> sin_t(cos_t.size());
+  memwall::kernels::rope_table(cos_t.data(), sin_t.data(), T_, c_.head_size(), c_.rope_inv_freq().data(), 0);
+  const std::size_t bytes = cos_t.size() * sizeof(float);
+  MW_RETURN_IF_ERROR(
+      check_rt(cudaMemcpy(rope_cos_, cos_t.data(), bytes, cudaMemcpyHostToDevice), "rotary table"));
+  return check_rt(cudaMemcpy(rope_sin_, sin_t.data(), bytes, cudaMemcpyHostToDevice), "rotary table");
 }
 
 Status CudaGptModel::allocate_buffers(int tiling) {
@@ -147,6 +157,9 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   if (c_.llama()) {
     qf_ = buf(N * 3 * C, "rotated qkv");
     dqf_ = buf(N * 3 * C, "rotated dqkv");
+    const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2);
+    rope_cos_ = buf(table, "rotary cosines");
+    rope_sin_ = buf(table, "rotary sines");
   }
   scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
                         : std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
@@ -321,17 +334,14 @@ Status CudaGptModel::expand_qkv(const float* qkv) {
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, C, c_.heads, c_.kv_head_count(), s), "repeat kv"));
   // q and k: 2 x heads heads of hs from the start of each 3C row.
-  return check(
-      kc::rope_rotate(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, static_cast<float>(c_.rope_theta), 0, false, s),
-      "rope");
+  return check(kc::rope_apply(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_, rope_sin_, false, s), "rope");
 }
 
 Status CudaGptModel::collapse_dqkv() {
   const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(
-      kc::rope_rotate(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, static_cast<float>(c_.rope_theta), 0, true, s),
-      "rope bwd"));
+      kc::rope_apply(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_, rope_sin_, true, s), "rope bwd"));
   return check(kc::sum_kv(dqkv_, dqf_, N, C, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 

@@ -12,7 +12,7 @@ namespace memwall::model {
 namespace k = memwall::kernels;
 
 GptDecoder::GptDecoder(const GptConfig& c, const float* params)
-    : c_(c), params_(params), layout_(gpt_param_layout(c)) {
+    : c_(c), params_(params), layout_(gpt_param_layout(c)), inv_freq_(c.rope_inv_freq()) {
   const auto T = static_cast<std::size_t>(c.max_seq), C = static_cast<std::size_t>(c.channels);
   const auto kv = static_cast<std::size_t>(c.kv_width()), F = static_cast<std::size_t>(c.ffn_width());
   k_.assign(static_cast<std::size_t>(c.layers), std::vector<float>(T * kv));
@@ -79,9 +79,8 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     const float* qkv_bias = !llama ? at(p + qkv_w + 1) : c_.qkv_bias ? at(p + 4) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (llama) {  // rotary positions on the new rows' queries and keys
-      const auto theta = static_cast<float>(c_.rope_theta);
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, theta, pos_, false);
-      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, theta, pos_, false);
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, inv_freq_.data(), pos_, false);
+      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;

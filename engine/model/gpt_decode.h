@@ -33,6 +33,7 @@ class GptDecoder {
   GptConfig c_;
   const float* params_;
   std::vector<ParamTensor> layout_;  // by position in gpt_param_layout
+  std::vector<double> inv_freq_;     // the rotary frequencies (the Llama shape)
   int pos_ = 0;
   // Per layer: keys and values of every cached position, [max_seq][kv_width] each.
   std::vector<std::vector<float>> k_, v_;

@@ -13,6 +13,7 @@
 
 #include "engine/io/crc32c.h"
 #include "engine/io/read_file.h"
+#include "engine/model/export.h"
 
 namespace memwall::train::ckpt {
 
@@ -90,6 +91,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"tied", c.tied},
           {"qkv_bias", c.qkv_bias},
           {"rope_theta", c.rope_theta},
+          {"rope_scaling", model::hf_rope_scaling(c.rope_scaling)},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -108,6 +110,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.qkv_bias = j.value("qkv_bias", false);
     c.rope_theta = j.value("rope_theta", c.rope_theta);
     c.norm_eps = j.value("norm_eps", c.norm_eps);
+    if (j.contains("rope_scaling")) c.rope_scaling = model::rope_scaling_of(j["rope_scaling"]);
   }
   return c;
 }

@@ -310,10 +310,10 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- rotary position embedding ----
 
-void rope_table(float* cos, float* sin, int T, int hs, float theta, int pos0) {
+void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0) {
   const int half = hs / 2;
   for (int i = 0; i < half; ++i) {
-    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
+    const double freq = inv_freq[i];
     for (int t = 0; t < T; ++t) {
       const double angle = static_cast<double>(pos0 + t) * freq;
       const std::size_t at =
@@ -347,9 +347,10 @@ void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const flo
   }
 }
 
-void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse) {
+void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
+                 bool inverse) {
   std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2)), s(c.size());
-  rope_table(c.data(), s.data(), T, hs, theta, pos0);
+  rope_table(c.data(), s.data(), T, hs, inv_freq, pos0);
   rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse);
 }
 

@@ -223,18 +223,16 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * weight[i] * dy[i] - x[i] * k;
 }
 
-// One thread per (row, head, pair): element i turns with i + hs/2 by (pos0 + t) * theta^(-2i/hs), the angle
-// and its sine and cosine in double as the CPU kernel takes them.
-__global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, float theta, int pos0, float sign,
-                            std::size_t n) {
+// One thread per (row, head, pair): element i turns with i + hs/2 by the table's angle of (t, i).
+__global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, const float* cos_t,
+                            const float* sin_t, float sign, std::size_t n) {
   const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (k >= n) return;
   const int half = hs / 2;
   const int i = static_cast<int>(k % half), h = static_cast<int>((k / half) % heads);
   const std::size_t row = k / (static_cast<std::size_t>(half) * heads);
-  const double angle = static_cast<double>(pos0 + static_cast<int>(row % T)) *
-                       pow(static_cast<double>(theta), -2.0 * i / static_cast<double>(hs));
-  const auto c = static_cast<float>(cos(angle)), s = sign * static_cast<float>(sin(angle));
+  const std::size_t at = (row % T) * half + i;
+  const float c = cos_t[at], s = sign * sin_t[at];
   float* v = x + row * stride + static_cast<std::size_t>(h) * hs;
   const float a = v[i], d = v[i + half];
   v[i] = a * c - d * s;
@@ -699,11 +697,11 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   return launched();
 }
 
-int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
-                void* stream) {
+int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
+               bool inverse, void* stream) {
   const std::size_t n = static_cast<std::size_t>(B) * T * heads * (hs / 2);
   if (n == 0) return 0;
-  rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, theta, pos0,
+  rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, cos, sin,
                                                                  inverse ? -1.0f : 1.0f, n);
   return launched();
 }

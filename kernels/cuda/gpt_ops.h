@@ -57,13 +57,14 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 
 // The Llama shape's operators, as kernels/cpu's: RMSNorm (rstd [N] saved; the weight's gradient a
 // deterministic column reduction); rotary embedding in place on the first heads * hs floats of rows `stride`
-// apart (inverse: the transpose, also its backward); SwiGLU's silu(gate) * up over [N, 2F] -> [N, F].
+// apart by a table of the angles' cosines and sines [T][hs/2] in device memory (kernels/cpu's rope_table,
+// uploaded; inverse: the transpose, also its backward); SwiGLU's silu(gate) * up over [N, 2F] -> [N, F].
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                     void* stream);
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                      const float* rstd, int N, int C, void* stream);
-int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
-                void* stream);
+int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
+               bool inverse, void* stream);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
 // Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] with each of the KVH

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <numbers>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +50,78 @@ TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
   EXPECT_EQ(m->sliding_window, 0);  // use_sliding_window false
   EXPECT_EQ(m->rope_theta, 1e6);
   EXPECT_EQ(m->norm_eps, 1e-6);
+}
+
+TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
+  // Llama-3.2-1B's config.json: 16 layers of 2048 channels, 32 query heads on 8 key/value heads, an MLP of
+  // 8192, a vocabulary of 128256 tied to the head: 1,235,814,400 parameters, its published count.
+  const std::string text = R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+      "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+      "max_position_embeddings": 131072, "tie_word_embeddings": true, "rms_norm_eps": 1e-5,
+      "rope_theta": 500000.0, "head_dim": 64, "mlp_bias": false, "attention_bias": false,
+      "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                       "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+  Diagnostics diag;
+  auto m = parse_model(text, "llama-3.2-1b/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  EXPECT_EQ(m->total_params(), 1235814400.0);
+  EXPECT_EQ(m->rope_scaling.type, "llama3");
+  EXPECT_EQ(m->rope_scaling.factor, 32.0);
+  EXPECT_EQ(m->rope_scaling.original_max_positions, 8192);
+
+  // Frequencies: wavelengths under 8192 / 4 positions are kept, over 8192 / 1 divided by 32, and the band
+  // between blends the two, meeting them at its ends.
+  const std::vector<double> plain = rope_inv_freq(64, 500000.0, RopeScaling{});
+  const std::vector<double> scaled = rope_inv_freq(64, 500000.0, m->rope_scaling);
+  ASSERT_EQ(plain.size(), 32u);
+  EXPECT_DOUBLE_EQ(plain[1], std::pow(500000.0, -2.0 / 64));
+  int kept = 0, divided = 0, blended = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    const double wavelen = 2 * std::numbers::pi / plain[i];
+    if (wavelen < 2048) {
+      EXPECT_EQ(scaled[i], plain[i]) << i;
+      ++kept;
+    } else if (wavelen > 8192) {
+      EXPECT_DOUBLE_EQ(scaled[i], plain[i] / 32) << i;
+      ++divided;
+    } else {
+      EXPECT_LT(scaled[i], plain[i]) << i;
+      EXPECT_GT(scaled[i], plain[i] / 32) << i;
+      const double smooth = (8192 / wavelen - 1) / 3;  // 0 at 8192, 1 at 2048
+      EXPECT_NEAR(scaled[i], plain[i] / 32 + smooth * (plain[i] - plain[i] / 32), 1e-15) << i;
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  const std::vector<double> linear = rope_inv_freq(64, 500000.0, RopeScaling{"linear", 4.0});
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_DOUBLE_EQ(linear[i], plain[i] / 4) << i;
+
+  // Other types are kept by name (predict does not need them); bad values name their key.
+  auto yarn = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 32}})",
+                          "yarn.json", diag);
+  ASSERT_TRUE(yarn.is_ok()) << yarn.status().to_string();
+  EXPECT_EQ(yarn->rope_scaling.type, "yarn");
+  EXPECT_FALSE(yarn->rope_scaling.supported());
+  auto bad = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                       "original_max_position_embeddings": 64}})",
+                         "bad.json", diag);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().to_string().find("bad.json: key 'rope_scaling.high_freq_factor'"), std::string::npos)
+      << bad.status().to_string();
+  auto missing = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"rope_type": "linear"}})",
+                             "missing.json", diag);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().to_string().find("'rope_scaling.factor': is missing"), std::string::npos)
+      << missing.status().to_string();
 }
 
 TEST(ModelSpec, Gpt3And175BWithinOnePercent) {

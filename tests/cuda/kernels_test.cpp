@@ -213,13 +213,19 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   // Rotary on the q and k heads of a [N, 3C] tensor (v untouched), then back.
   const int heads = 4, hs = C / heads;
   auto q = randn(static_cast<std::size_t>(N) * 3 * C, 68);
-  Dev<float> d_q(q);
-  ASSERT_EQ(cu::rope_rotate(d_q.get(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, false, nullptr), 0);
+  std::vector<double> freq(static_cast<std::size_t>(hs / 2));
+  for (std::size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(500.0, -2.0 * static_cast<double>(i) / hs);
+  std::vector<float> cos_t(static_cast<std::size_t>(T) * freq.size()), sin_t(cos_t.size());
+  rope_table(cos_t.data(), sin_t.data(), T, hs, freq.data(), 3);
+  Dev<float> d_q(q), d_cos(cos_t), d_sin(sin_t);
+  ASSERT_EQ(cu::rope_apply(d_q.get(), B, T, 3 * C, 2 * heads, hs, d_cos.get(), d_sin.get(), false, nullptr),
+            0);
   const auto rotated = d_q.host();
   auto want = q;
-  rope_rotate(want.data(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, false);
+  rope_rotate(want.data(), B, T, 3 * C, 2 * heads, hs, freq.data(), 3, false);
   expect_close(rotated, want, 1e-5f, 1e-6f, "rope");
-  ASSERT_EQ(cu::rope_rotate(d_q.get(), B, T, 3 * C, 2 * heads, hs, 500.0f, 3, true, nullptr), 0);
+  ASSERT_EQ(cu::rope_apply(d_q.get(), B, T, 3 * C, 2 * heads, hs, d_cos.get(), d_sin.get(), true, nullptr),
+            0);
   expect_close(d_q.host(), q, 1e-5f, 1e-5f, "rope inverse");
 
   // 4 query heads on 2 key/value heads: [N, C + 2 kv] -> [N, 3C] and the gradient back.

@@ -1,5 +1,6 @@
 // The GPT model assembled from kernels/cpu: parameter layout, initialisation, and the full backward pass
 // against central finite differences of the loss on a tiny configuration.
+#include "engine/model/export.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_decode.h"
 
@@ -60,11 +61,28 @@ GptConfig qwen2() {
   return c;
 }
 
+// Llama 3's rope_scaling on the MHA shape (head size 8) at rope_theta 500: of its 4 rotary pairs (wavelengths
+// 6.3, 30, 140 and 660 positions against 64 / 4 and 64 / 1) one is kept, one blended, two divided by 4.
+GptConfig llama3_scaled() {
+  GptConfig c = llama_mha();
+  c.rope_theta = 500;
+  c.rope_scaling = {.type = "llama3",
+                    .factor = 4,
+                    .low_freq_factor = 1,
+                    .high_freq_factor = 4,
+                    .original_max_positions = 64};
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
-  return {{"gpt2", gpt2}, {"llama-gqa", llama_gqa()}, {"llama-mha", llama_mha()}, {"qwen2", qwen2()}};
+  return {{"gpt2", gpt2},
+          {"llama-gqa", llama_gqa()},
+          {"llama-mha", llama_mha()},
+          {"qwen2", qwen2()},
+          {"llama3-scaled", llama3_scaled()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -290,8 +308,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   gqa.rope_theta = mha.rope_theta = 100.0f;
   GptConfig qwen = gqa;  // and Qwen2's q, k and v biases
   qwen.qkv_bias = true;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen}) {
-    SCOPED_TRACE(!c.llama() ? "gpt2" : c.qkv_bias ? "qwen2" : c.tied ? "llama, mha" : "llama, gqa");
+  GptConfig scaled = mha;  // and Llama 3's rope_scaling (head size 8: pairs kept, blended and divided)
+  scaled.rope_scaling = llama3_scaled().rope_scaling;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled}) {
+    SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : !c.rope_scaling.none() ? "llama3 rope_scaling"
+                 : c.qkv_bias             ? "qwen2"
+                 : c.tied                 ? "llama, mha"
+                                          : "llama, gqa");
     std::vector<float> params(gpt_num_params(c));
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 0.3f);  // larger than GPT-2's init: logits far from uniform
@@ -345,16 +369,20 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
 
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
-// head and MHA with a tied one, on trained-looking (perturbed) weights. Skipped without torch.
+// head and MHA with a tied one, Qwen2's biases, Llama 3's rope_scaling, on trained-looking (perturbed)
+// weights. Skipped without torch.
 TEST(GptModel, LlamaMatchesAPyTorchReference) {
   const std::string dir = memwall::testing::fresh_temp_dir("llama-ref");
   const auto spit = [&](const std::string& name, const void* data, std::size_t bytes) {
     std::ofstream(dir + "/" + name, std::ios::binary)
         .write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   };
-  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2()}) {
+  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.qkv_bias ? "qwen2" : c.tied ? "mha, tied" : "gqa, untied");
+    SCOPED_TRACE(!c.rope_scaling.none() ? "llama3 rope_scaling"
+                 : c.qkv_bias           ? "qwen2"
+                 : c.tied               ? "mha, tied"
+                                        : "gqa, untied");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 4);
     std::mt19937 rng(9);
@@ -377,7 +405,8 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
                                    {"norm_eps", c.norm_eps},
-                                   {"rope_theta", c.rope_theta}};
+                                   {"rope_theta", c.rope_theta},
+                                   {"rope_scaling", hf_rope_scaling(c.rope_scaling)}};
     const std::string lj = layout.dump(), cj = config.dump();
     spit("layout.json", lj.data(), lj.size());
     spit("config.json", cj.data(), cj.size());

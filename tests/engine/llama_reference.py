@@ -1,5 +1,6 @@
 """A Llama-shaped decoder in PyTorch, written from transformers' LlamaForCausalLM equations (RMSNorm in
-fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d), repeat_kv for grouped-query attention,
+fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d) and rope_scaling "linear" or "llama3" as
+transformers' rope initialisation functions define them, repeat_kv for grouped-query attention,
 SiLU-gated MLP, causal softmax attention, untied or tied head; Qwen2's q, k, v biases where the layout has
 them), as the reference memwall's CPU model is
 checked against (tests/engine/gpt_model_test.cpp).
@@ -9,6 +10,7 @@ DIR holds config.json, layout.json ([name, offset, shape] per tensor), params.f3
 writes loss.json and grads.f32 (the flat gradient of the mean cross-entropy). Exits 77 without torch.
 """
 import json
+import math
 import sys
 
 try:
@@ -38,6 +40,20 @@ def main(d):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
 
     inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling["rope_type"] == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif scaling and scaling["rope_type"] == "llama3":
+        factor, old = scaling["factor"], scaling["original_max_position_embeddings"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        inv_freq = torch.where(medium, blended, scaled)
+    elif scaling:
+        raise SystemExit("unknown rope_scaling " + str(scaling))
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()

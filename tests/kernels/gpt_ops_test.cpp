@@ -252,11 +252,15 @@ TEST(GptOps, SwigluBackwardMatchesFiniteDifferences) {
   check_gradient(x, forward, dx, r, "swiglu", 1e-3f);
 }
 
-// Rotary embedding: Hugging Face Llama's pairing (i with i + hs/2) and angles, norm-preserving, undone by the
-// inverse, and the inverse is the backward (the transpose of the rotation).
+// Rotary embedding: Hugging Face Llama's pairing (i with i + hs/2) and angles (position x the pair's
+// frequency, here theta^(-2i/hs) with the last pair's divided by 8 as a rope_scaling would), norm-preserving,
+// undone by the inverse, and the inverse is the backward (the transpose of the rotation).
 TEST(GptOps, RopeRotatesHalvesByPositionAngles) {
   const int B = 2, T = 5, heads = 2, hs = 8, stride = 20;  // 4 trailing floats per row are not touched
-  const float theta = 10000.0f;
+  std::vector<double> freq(hs / 2);
+  for (int i = 0; i < hs / 2; ++i) freq[static_cast<std::size_t>(i)] = std::pow(10000.0, -2.0 * i / hs);
+  freq.back() /= 8;
+  const double* theta = freq.data();
   auto x = randn(static_cast<std::size_t>(B) * T * stride, 29);
   auto y = x;
   rope_rotate(y.data(), B, T, stride, heads, hs, theta, 3, false);
@@ -265,7 +269,7 @@ TEST(GptOps, RopeRotatesHalvesByPositionAngles) {
       const std::size_t row = (static_cast<std::size_t>(b) * T + t) * stride;
       for (int h = 0; h < heads; ++h) {
         for (int i = 0; i < hs / 2; ++i) {
-          const double a = (3 + t) * std::pow(10000.0, -2.0 * i / hs);
+          const double a = (3 + t) * std::pow(10000.0, -2.0 * i / hs) / (i == hs / 2 - 1 ? 8 : 1);
           const std::size_t lo = row + static_cast<std::size_t>(h) * hs + i, hi = lo + hs / 2;
           EXPECT_NEAR(y[lo], x[lo] * std::cos(a) - x[hi] * std::sin(a), 1e-5);
           EXPECT_NEAR(y[hi], x[hi] * std::cos(a) + x[lo] * std::sin(a), 1e-5);

@@ -180,13 +180,16 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   return enqueue(stream, [=] { kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
 
-int rope_rotate(float* x, int B, int T, int stride, int heads, int hs, float theta, int pos0, bool inverse,
-                void* stream) {
+int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
+               bool inverse, void* stream) {
   // The rows' last element read is at (B T - 1) stride + heads hs.
   const std::size_t bytes =
       f32(static_cast<std::size_t>(B * T - 1) * stride + static_cast<std::size_t>(heads * hs));
-  if (int e = device_args("rope_rotate", {{x, bytes, "x", true}})) return e;
-  return enqueue(stream, [=] { kernels::rope_rotate(x, B, T, stride, heads, hs, theta, pos0, inverse); });
+  const std::size_t table = f32(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2));
+  if (int e = device_args("rope_apply", {{x, bytes, "x", true}, {cos, table, "cos"}, {sin, table, "sin"}})) {
+    return e;
+  }
+  return enqueue(stream, [=] { kernels::rope_apply(x, B, T, stride, heads, hs, cos, sin, inverse); });
 }
 
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
