@@ -27,7 +27,7 @@ namespace {
 struct GenerateOptions {
   std::string checkpoint_dir;
   std::string weights;    // or a directory with model.safetensors and config.json
-  std::string tokenizer;  // GPT-2 BPE files (default: beside the model), or "bytes"
+  std::string tokenizer;  // byte-level BPE files (default: beside the model), or "bytes"
   std::string prompt = "\n";
   int tokens = 200;
   double temperature = 0.8;
@@ -102,8 +102,8 @@ int run_generate(const GenerateOptions& opt) {
     params.resize(model::gpt_num_params(c));
     if (Status s = w->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
   }
-  // The vocabulary: GPT-2's BPE where the model's directory (or --tokenizer) holds vocab.json and merges.txt,
-  // else bytes.
+  // The vocabulary: byte-level BPE where the model's directory (or --tokenizer) holds vocab.json and
+  // merges.txt or tokenizer.json, else bytes.
   const std::string model_dir = opt.checkpoint_dir.empty() ? opt.weights : opt.checkpoint_dir;
   auto tokenizer = train::choose_tokenizer(opt.tokenizer, model_dir, c.vocab, "--tokenizer");
   if (!tokenizer.is_ok()) return report_error(tokenizer.status());
@@ -111,7 +111,7 @@ int run_generate(const GenerateOptions& opt) {
   if (bpe == nullptr && c.vocab != 256) {
     return report_error(Status::invalid_argument(
         model_dir + ": vocabulary of " + std::to_string(c.vocab) +
-        " tokens and no vocab.json/merges.txt beside the model; pass --tokenizer DIR (GPT-2's BPE files), or "
+        " tokens and no vocab.json/merges.txt or tokenizer.json beside the model; pass --tokenizer DIR, or "
         "use a model of the byte vocabulary (256)"));
   }
   // A model's vocabulary may be padded past the tokenizer's (50304 for 50257): those ids are never sampled.
@@ -220,7 +220,8 @@ void register_generate(CLI::App& app, int& exit_code) {
                   "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
-      "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt or tokenizer.json (default: "
+      "Byte-level BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json "
+      "(GPT-2's, Llama 3's or Qwen2's) (default: "
       "the model's directory when it has them, else bytes are tokens), or bytes");
   cmd->add_option("--prompt", opt->prompt, "Text to continue (default: a newline)");
   cmd->add_option("--tokens", opt->tokens, "Tokens to generate (bytes with the byte vocabulary)")

@@ -1,5 +1,5 @@
-// `memwall tokenize`: GPT-2 BPE tokens of a text or a file, and token files (nanoGPT's train.bin layout) that
-// `memwall train --data` reads without encoding again.
+// `memwall tokenize`: byte-level BPE tokens of a text or a file, and token files (nanoGPT's train.bin layout)
+// that `memwall train --data` reads without encoding again.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -53,7 +53,7 @@ int run_tokenize(const TokenizeOptions& opt) {
   if (opt.tokenizer == "bytes") {
     return report_error(Status::invalid_argument(
         "--tokenizer bytes: nothing to do (each byte is its token); allowed: a directory with vocab.json and "
-        "merges.txt"));
+        "merges.txt, or tokenizer.json"));
   }
   auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
   if (!chosen.is_ok()) return report_error(chosen.status());
@@ -81,6 +81,8 @@ int run_tokenize(const TokenizeOptions& opt) {
   if (opt.json) {
     nlohmann::json j = {
         {"tokenizer", t.source()},
+        {"pre_tokenizer", train::pre_tokenizer_name(t.pre_tokenizer())},
+        {"normalizer", t.normalizes() ? nlohmann::json("NFC") : nlohmann::json(nullptr)},
         {"vocab", t.vocab_size()},
         {"bytes", text_bytes},
         {"tokens", ids.size()},
@@ -118,7 +120,8 @@ void register_tokenize(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TokenizeOptions>();
   auto* cmd = app.add_subcommand(
       "tokenize",
-      "GPT-2 BPE tokens of a text or file; --out writes token ids that memwall train --data reads");
+      "Byte-level BPE tokens (GPT-2's, Llama 3's, Qwen2's tokenizer) of a text or file; --out writes token "
+      "ids that memwall train --data reads");
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "Directory with GPT-2's vocab.json and merges.txt, or tokenizer.json")
       ->required();

@@ -1,8 +1,9 @@
-// GPT-2's byte-level BPE: vocab.json/merges.txt loading, the pre-tokenizer, merging, decoding.
+// Byte-level BPE: vocab.json/merges.txt or tokenizer.json loading, the pre-tokenizers, merging, decoding.
 #include "engine/train/bpe.h"
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -10,6 +11,7 @@
 
 #include "base/utf8.h"
 #include "engine/io/read_file.h"
+#include "engine/train/nfc.h"
 #include "spec/json_text.h"
 
 namespace memwall::train {
@@ -54,30 +56,9 @@ Cls ascii_class(unsigned char c) {
 CodePoint decode_at(std::string_view s, std::size_t i) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   if (b0 < 0x80) return {b0, 1, ascii_class(b0)};  // most text: no table lookups
-  std::size_t len = 1;
-  char32_t c = b0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-    c = b0 & 0x1Fu;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    c = b0 & 0x0Fu;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    c = b0 & 0x07u;
-  } else if (b0 >= 0x80) {
-    return {b0, 1, Cls::kOther};  // a stray continuation byte or an invalid lead byte
-  }
-  if (i + len > s.size()) return {b0, 1, Cls::kOther};
-  for (std::size_t k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0u) != 0x80u) return {b0, 1, Cls::kOther};
-    c = (c << 6) | (b & 0x3Fu);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-  if ((len == 3 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
-      (len == 4 && (c < 0x10000 || c > 0x10FFFF)))
-    return {b0, 1, Cls::kOther};
+  char32_t c = 0;
+  const std::size_t len = decode_utf8(s, i, c);
+  if (len == 0) return {b0, 1, Cls::kOther};  // not UTF-8: a piece of its own byte
   const Cls cls = is_space(c)                   ? Cls::kSpace
                   : in_ranges(kLetterRanges, c) ? Cls::kLetter
                   : in_ranges(kNumberRanges, c) ? Cls::kNumber
@@ -96,9 +77,9 @@ std::size_t run_end(std::string_view s, std::size_t from, Cls cls) {
   return k;
 }
 
-// Where the pre-tokenizer's piece starting at `i` (< s.size()) ends: the first of GPT-2's alternatives that
+// Where GPT-2's pre-tokenizer's piece starting at `i` (< s.size()) ends: the first of its alternatives that
 // matches there.
-std::size_t piece_end(std::string_view s, std::size_t i) {
+std::size_t gpt2_piece_end(std::string_view s, std::size_t i) {
   const std::size_t n = s.size();
   if (s[i] == '\'') {
     for (std::string_view suffix : {"s", "t", "re", "ve", "m", "ll", "d"}) {
@@ -121,6 +102,78 @@ std::size_t piece_end(std::string_view s, std::size_t i) {
   return end < n && last > i ? last : end;
 }
 
+// The length of a contraction's letters (s, t, re, ve, m, ll, d in any case; s also as U+017F, long s,
+// which Unicode case folding makes an s) at s[i], or 0.
+std::size_t contraction(std::string_view s, std::size_t i) {
+  const auto lower = [&](std::size_t k) {
+    return k < s.size() ? static_cast<char>(s[k] >= 'A' && s[k] <= 'Z' ? s[k] - 'A' + 'a' : s[k]) : '\0';
+  };
+  if (s.substr(i, 2) == "\xC5\xBF") return 2;
+  const char a = lower(i), b = lower(i + 1);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 1;
+  if ((a == 'r' || a == 'v') && b == 'e') return 2;
+  if (a == 'l' && b == 'l') return 2;
+  return 0;
+}
+
+bool is_newline(char b) {
+  return b == '\r' || b == '\n';
+}
+
+// The same for the pattern Llama 3 and Qwen2 share (numbers in runs of at most `digits`):
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+
+std::size_t llama3_piece_end(std::string_view s, std::size_t i, int digits) {
+  const std::size_t n = s.size();
+  if (s[i] == '\'') {
+    if (const std::size_t len = contraction(s, i + 1); len > 0) return i + 1 + len;
+  }
+  const CodePoint cp = decode_at(s, i);
+  if (cp.cls == Cls::kLetter) return run_end(s, i, Cls::kLetter);
+  if (!is_newline(s[i]) && cp.cls != Cls::kNumber && i + cp.len < n &&
+      decode_at(s, i + cp.len).cls == Cls::kLetter) {
+    return run_end(s, i + cp.len, Cls::kLetter);  // one leading space, tab, punctuation mark, ...
+  }
+  if (cp.cls == Cls::kNumber) {
+    std::size_t k = i;
+    for (int d = 0; d < digits && k < n; ++d) {
+      const CodePoint x = decode_at(s, k);
+      if (x.cls != Cls::kNumber) break;
+      k += x.len;
+    }
+    return k;
+  }
+  const std::size_t o = s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls == Cls::kOther ? i + 1 : i;
+  if (decode_at(s, o).cls == Cls::kOther) {
+    std::size_t k = run_end(s, o, Cls::kOther);
+    while (k < n && is_newline(s[k])) ++k;
+    return k;
+  }
+  // Whitespace: through its last newline ("\s*[\r\n]+" backtracks to there), else GPT-2's rules.
+  std::size_t last = i, end = i, after_newline = 0;
+  while (end < n) {
+    const CodePoint w = decode_at(s, end);
+    if (w.cls != Cls::kSpace) break;
+    if (is_newline(s[end])) after_newline = end + 1;
+    last = end;
+    end += w.len;
+  }
+  if (after_newline > 0) return after_newline;
+  return end < n && last > i ? last : end;
+}
+
+std::size_t piece_end(std::string_view s, std::size_t i, PreTokenizer pre) {
+  switch (pre) {
+    case PreTokenizer::kLlama3:
+      return llama3_piece_end(s, i, 3);
+    case PreTokenizer::kQwen2:
+      return llama3_piece_end(s, i, 1);
+    case PreTokenizer::kGpt2:
+      break;
+  }
+  return gpt2_piece_end(s, i);
+}
+
 // GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
 // bytes (33-126, 161-172, 174-255) map to themselves, the others, in order, to 256, 257, ...
 char32_t byte_to_unicode(unsigned b) {
@@ -138,6 +191,39 @@ char32_t byte_to_unicode(unsigned b) {
 std::uint64_t pair_key(int left, int right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
          static_cast<std::uint32_t>(right);
+}
+
+// The pre-tokenizers of tokenizer.json that memwall implements.
+constexpr std::string_view kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
+  const auto is = [](const nlohmann::json& o, const char* type) {
+    return o.is_object() && o.value("type", std::string()) == type;
+  };
+  if (is(pre, "ByteLevel") && !pre.value("add_prefix_space", false) && pre.value("use_regex", true))
+    return PreTokenizer::kGpt2;
+  // Llama 3's and Qwen2's: a Split by their pattern, then ByteLevel without its own pattern.
+  if (is(pre, "Sequence") && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
+      pre["pretokenizers"].size() == 2) {
+    const nlohmann::json& split = pre["pretokenizers"][0];
+    const nlohmann::json& bytes = pre["pretokenizers"][1];
+    const nlohmann::json pattern = split.value("pattern", nlohmann::json()).value("Regex", nlohmann::json());
+    if (is(split, "Split") && split.value("behavior", std::string()) == "Isolated" &&
+        !split.value("invert", false) && pattern.is_string() && is(bytes, "ByteLevel") &&
+        !bytes.value("add_prefix_space", false) && !bytes.value("use_regex", true)) {
+      if (pattern.get<std::string>() == kLlama3Pattern) return PreTokenizer::kLlama3;
+      if (pattern.get<std::string>() == kQwen2Pattern) return PreTokenizer::kQwen2;
+    }
+  }
+  std::string shown = pre.dump();
+  if (shown.size() > 300) shown = shown.substr(0, 300) + "...";
+  return Status::invalid_argument("pre_tokenizer " + shown +
+                                  " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
+                                  "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
+                                  "then ByteLevel with use_regex false)");
 }
 
 bool has_vocab_and_merges(const std::string& dir) {
@@ -187,16 +273,21 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   };
   if (kind(model) != "BPE") {
     return Status::invalid_argument(name + ": model.type \"" + kind(model) +
-                                    "\"; allowed: BPE (GPT-2's byte-level BPE)");
+                                    "\"; allowed: BPE (byte-level BPE: GPT-2's, Llama 3's, Qwen2's)");
   }
-  const json pre = j.value("pre_tokenizer", json());
-  if (kind(pre) != "ByteLevel" || pre.value("add_prefix_space", false) || !pre.value("use_regex", true)) {
-    return Status::invalid_argument(
-        name + ": pre_tokenizer " + pre.dump() +
-        "; allowed: GPT-2's {\"type\": \"ByteLevel\", \"add_prefix_space\": false}");
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    const json v = model.value(key, json());
+    if (!v.is_null() && v != json("")) {
+      return Status::invalid_argument(name + ": model." + key + " " + v.dump() + "; allowed: null");
+    }
   }
-  if (!j.value("normalizer", json()).is_null())
-    return Status::invalid_argument(name + ": has a normalizer; allowed: none (GPT-2's)");
+  auto pre = pre_tokenizer_of(j.value("pre_tokenizer", json()));
+  if (!pre.is_ok()) return Status::invalid_argument(name + ": " + pre.status().message());
+  const json normalizer = j.value("normalizer", json());
+  if (!normalizer.is_null() && kind(normalizer) != "NFC") {
+    return Status::invalid_argument(name + ": normalizer " + normalizer.dump() +
+                                    "; allowed: none (GPT-2's, Llama 3's) or NFC (Qwen2's)");
+  }
   if (!model.contains("vocab") || !model.at("vocab").is_object() || !model.contains("merges") ||
       !model.at("merges").is_array()) {
     return Status::invalid_argument(name + ": model.vocab (an object) and model.merges (a list) are needed");
@@ -218,14 +309,23 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
       parse_named(model.at("vocab").dump(), merges, source, name + " model.vocab", name + " model.merges");
   if (!t.is_ok()) return t;
   t->files_ = {"tokenizer.json"};
-  // Added special tokens: in the vocabulary already (GPT-2's <|endoftext|>), or appended after it.
+  t->pre_ = *pre;
+  t->nfc_ = !normalizer.is_null();
+  if (model.value("ignore_merges", false)) {  // Llama 3's: a piece that is a token is that token
+    t->whole_.reserve(t->bytes_.size());
+    for (std::size_t id = 0; id < t->bytes_.size(); ++id)
+      t->whole_.emplace(t->bytes_[id], static_cast<int>(id));
+  }
+  // Added tokens: special ones in the vocabulary already (GPT-2's <|endoftext|>), or any appended after it
+  // (Llama 3's and Qwen2's), in id order.
   for (const json& a : j.value("added_tokens", json::array())) {
-    if (!a.is_object() || !a.value("special", false)) continue;
+    if (!a.is_object()) continue;
     const std::string content = a.value("content", std::string());
     const long id = a.value("id", -1L);
     const auto size = static_cast<long>(t->bytes_.size());
     if (id >= 0 && id < size && t->bytes_[static_cast<std::size_t>(id)] == content) {
-      if (std::find(t->specials_.begin(), t->specials_.end(), id) == t->specials_.end())
+      if (a.value("special", false) &&
+          std::find(t->specials_.begin(), t->specials_.end(), id) == t->specials_.end())
         t->specials_.push_back(static_cast<int>(id));
     } else if (id == size && !content.empty()) {
       t->bytes_.push_back(content);
@@ -385,6 +485,12 @@ void BpeTokenizer::encode_long_piece(std::string_view piece, std::vector<int>& o
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) const {
+  if (!whole_.empty()) {
+    if (auto it = whole_.find(std::string(piece)); it != whole_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
   if (piece.size() > long_piece_bytes_) {
     encode_long_piece(piece, out);
     return;
@@ -468,6 +574,14 @@ std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
   // special token's next occurrence is looked up again only once the text has passed it.
   std::vector<std::size_t> next(specials_.size(), 0);
   for (std::size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(bytes(specials_[k]));
+  std::deque<std::string> normalized;  // NFC text between special tokens, which the cache's pieces point into
+  const auto plain = [&](std::string_view part) {
+    if (nfc_ && nfc_may_change(part)) {
+      normalized.push_back(nfc(part));
+      part = normalized.back();
+    }
+    encode_text(part, out, cache);
+  };
   std::size_t from = 0;
   while (from < text.size()) {
     std::size_t at = std::string_view::npos;
@@ -479,7 +593,7 @@ std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
         special = specials_[k];
       }
     }
-    encode_text(text.substr(from, at == std::string_view::npos ? at : at - from), out, cache);
+    plain(text.substr(from, at == std::string_view::npos ? at : at - from));
     if (special < 0) break;
     out.push_back(special);
     from = at + bytes(special).size();
@@ -489,7 +603,7 @@ std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const {
   for (std::size_t i = 0, end = 0; i < text.size(); i = end) {
-    end = piece_end(text, i);
+    end = piece_end(text, i, pre_);
     const std::string_view piece = text.substr(i, end - i);
     if (auto it = cache.find(piece); it != cache.end()) {
       const auto [first, last] = it->second;
@@ -523,7 +637,7 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
   } else if (!BpeTokenizer::present(dir)) {
     return Status::not_found(what + " " + dir +
                              ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
-                             "holding GPT-2's BPE files, or bytes");
+                             "holding byte-level BPE files (GPT-2's, Llama 3's, Qwen2's), or bytes");
   }
   auto t = BpeTokenizer::load(dir);
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
@@ -535,10 +649,22 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
   return std::optional<BpeTokenizer>(std::move(t).value());
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view s) {
+const char* pre_tokenizer_name(PreTokenizer pre) {
+  switch (pre) {
+    case PreTokenizer::kLlama3:
+      return "Llama 3";
+    case PreTokenizer::kQwen2:
+      return "Qwen2";
+    case PreTokenizer::kGpt2:
+      break;
+  }
+  return "GPT-2";
+}
+
+std::vector<std::string_view> pretokenize(std::string_view s, PreTokenizer pre) {
   std::vector<std::string_view> pieces;
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t end = piece_end(s, i);
+    const std::size_t end = piece_end(s, i, pre);
     pieces.push_back(s.substr(i, end - i));
     i = end;
   }

@@ -1,6 +1,6 @@
-// GPT-2's byte-level BPE tokenizer, read from a Hugging Face model directory's vocab.json and merges.txt (or
-// its tokenizer.json, when that describes the same: a BPE model behind GPT-2's ByteLevel pre-tokenizer), so
-// that memwall train can continue a real GPT-2 checkpoint on new text and memwall generate can sample it.
+// Byte-level BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's)
+// or its tokenizer.json (GPT-2's, Llama 3's or Qwen2's: a BPE model behind one of their pre-tokenizers), so
+// that memwall train can continue a real checkpoint on new text and memwall generate can sample it.
 //
 // Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
 // 'd; an optional space then letters; an optional space then numbers; an optional space then other
@@ -9,6 +9,12 @@
 // is left. Letters and numbers are Unicode's general categories L* and N* (a table generated from Unicode
 // 14, scripts/gen_unicode_classes.py); whitespace is Unicode's White_Space property. Bytes that are not valid
 // UTF-8 are pieces of their own, so any file encodes, and decode(encode(x)) == x for every byte string.
+//
+// Llama 3's and Qwen2's tokenizer.json split the text by another pattern (PreTokenizer::kLlama3 / kQwen2, see
+// pretokenize()) before the same byte-level BPE; Qwen2's first normalizes the text to Unicode's NFC (nfc.h),
+// so there decode(encode(x)) == nfc(x). Llama 3's BPE model has ignore_merges: a piece that is a vocabulary
+// token as a whole is that token, merges or not. Neither adds the beginning-of-text token Llama 3's
+// post-processor would (memwall trains on the text as it is).
 // Special tokens, the vocabulary's entries written <|...|> (GPT-2's <|endoftext|>) and tokenizer.json's
 // special added tokens, are recognised in the text as themselves before anything else, as Hugging Face's
 // GPT-2 tokenizers do (GPT-2's own encoder did not); a document separator in the training text thus becomes
@@ -29,6 +35,15 @@
 #include "base/status.h"
 
 namespace memwall::train {
+
+// The pattern a text is split by before BPE (Hugging Face's pre-tokenizer). GPT-2's; or the one Llama 3 and
+// Qwen2 share: contractions case-insensitively, a run of letters with at most one leading character that
+// is not a newline, letter or number, numbers in runs of at most 3 (Llama 3) or one by one (Qwen2), an
+// optional space then other characters and the newlines after them, whitespace through its last newline,
+// then GPT-2's whitespace rules.
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2 };
+// "GPT-2", "Llama 3", "Qwen2".
+const char* pre_tokenizer_name(PreTokenizer pre);
 
 class BpeTokenizer {
  public:
@@ -59,8 +74,12 @@ class BpeTokenizer {
   const std::string& bytes(int id) const { return bytes_[static_cast<std::size_t>(id)]; }
   int vocab_size() const { return static_cast<int>(bytes_.size()); }
   std::size_t merges() const { return merges_.size(); }
-  // The special tokens' ids, in vocabulary order.
+  // The special tokens' ids, in vocabulary order (tokenizer.json: every added token, all matched in the text
+  // as themselves, as Hugging Face's tokenizers do).
   std::vector<int> special_tokens() const;
+  PreTokenizer pre_tokenizer() const { return pre_; }
+  // Whether the text is normalized to NFC first (Qwen2's normalizer).
+  bool normalizes() const { return nfc_; }
   const std::string& source() const { return source_; }
   // Pieces longer than this many bytes are merged from a heap (default 64; tests set 0 or a huge value to
   // run one path only).
@@ -96,6 +115,9 @@ class BpeTokenizer {
   int byte_token_[256] = {};                         // the token of each single byte
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left << 32 | right) -> rank and merged token
   std::vector<int> specials_;                        // tokens written <|...|>, longest first
+  PreTokenizer pre_ = PreTokenizer::kGpt2;
+  bool nfc_ = false;
+  std::unordered_map<std::string, int> whole_;  // ignore_merges: the vocabulary by bytes (else empty)
   std::string source_;
   std::vector<std::string> files_;
   std::size_t long_piece_bytes_ = 64;
@@ -108,7 +130,7 @@ class BpeTokenizer {
 Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, const std::string& model_dir,
                                                      int max_vocab, const std::string& what);
 
-// GPT-2's pre-tokenizer: the pieces of `text`, in order, covering it exactly.
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+// The pre-tokenizer's pieces of `text`, in order, covering it exactly.
+std::vector<std::string_view> pretokenize(std::string_view text, PreTokenizer pre = PreTokenizer::kGpt2);
 
 }  // namespace memwall::train

@@ -1,5 +1,6 @@
-// GPT-2's byte-level BPE: the pre-tokenizer's pieces, merge order, lossless round trips of any bytes, clear
-// errors, and agreement with a Python reference encoder (tests/engine/bpe_reference.py) on Unicode text.
+// Byte-level BPE: the pre-tokenizers' pieces, merge order, lossless round trips of any bytes, clear errors,
+// and agreement with a Python reference encoder (tests/engine/bpe_reference.py, the `regex` module running
+// GPT-2's, Llama 3's and Qwen2's patterns, unicodedata's NFC) on Unicode text.
 #include "engine/train/bpe.h"
 
 #include <gtest/gtest.h>
@@ -12,11 +13,13 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/train/dataset.h"
+#include "engine/train/nfc.h"
 
 namespace memwall::train {
 namespace {
@@ -34,10 +37,14 @@ void spit(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::vector<std::string> pieces(std::string_view text) {
+std::vector<std::string> pieces(std::string_view text, PreTokenizer pre = PreTokenizer::kGpt2) {
   std::vector<std::string> out;
-  for (std::string_view p : gpt2_pretokenize(text)) out.emplace_back(p);
+  for (std::string_view p : pretokenize(text, pre)) out.emplace_back(p);
   return out;
+}
+
+bool have_python_regex() {
+  return std::system("/usr/bin/python3 -c 'import regex' >/dev/null 2>&1") == 0;
 }
 
 // vocab.json of the 256 byte tokens (GPT-2's printable stand-ins) plus `extra` tokens, ids in that order.
@@ -75,6 +82,126 @@ TEST(Bpe, PretokenizerFollowsGpt2Pattern) {
                    "cd"),
             (V{"ab", "\xFF\xFE", "cd"}));  // invalid UTF-8: other
   EXPECT_TRUE(pieces("").empty());
+}
+
+// Llama 3's pattern (Qwen2's the same but for numbers, one digit a piece): contractions in any case, one
+// leading non-letter joins a run of letters, numbers in threes, newlines end the other characters' piece.
+TEST(Bpe, PretokenizerFollowsLlama3Pattern) {
+  using V = std::vector<std::string>;
+  const auto l3 = [](std::string_view t) { return pieces(t, PreTokenizer::kLlama3); };
+  EXPECT_EQ(l3("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(l3("DON'T stop!'S"), (V{"DON", "'T", " stop", "!'", "S"}));  // !' then S: "'S" starts at '
+  EXPECT_EQ(l3("(abc ((x"), (V{"(abc", " ((", "x"}));
+  EXPECT_EQ(l3("\tx"), (V{"\tx"}));
+  EXPECT_EQ(l3(" 1234567"), (V{" ", "123", "456", "7"}));
+  EXPECT_EQ(pieces(" 1234567", PreTokenizer::kQwen2), (V{" ", "1", "2", "3", "4", "5", "6", "7"}));
+  EXPECT_EQ(l3("a.\n\nb"), (V{"a", ".\n\n", "b"}));
+  EXPECT_EQ(l3("a \n \n  b"), (V{"a", " \n \n", " ", " b"}));
+  EXPECT_EQ(l3("x   "), (V{"x", "   "}));
+  EXPECT_EQ(l3("it\xC5\xBF'\xC5\xBF"), (V{"it\xC5\xBF", "'\xC5\xBF"}));  // long s folds to s
+  EXPECT_TRUE(l3("").empty());
+}
+
+// NFC: compositions (also of a composite's decomposition and Hangul), marks put in canonical order, a
+// singleton replaced, composition exclusions left decomposed, bytes that are not UTF-8 kept.
+TEST(Bpe, NfcComposesAndOrdersMarks) {
+  EXPECT_EQ(nfc("cafe\xCC\x81"), "caf\xC3\xA9");                // e + acute -> é
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                   // Angstrom sign -> Å
+  EXPECT_EQ(nfc("a\xCC\x81\xCC\xA3"), "\xE1\xBA\xA1\xCC\x81");  // a + acute + dot below -> ạ + acute
+  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
+  EXPECT_EQ(nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");              // excluded: stays apart
+  EXPECT_EQ(nfc("x\xFF\xCC\x81"), "x\xFF\xCC\x81");                        // not UTF-8: composes nothing
+  EXPECT_EQ(nfc("plain ASCII"), "plain ASCII");
+  EXPECT_FALSE(nfc_may_change("na\xC3\xAFve"));
+  EXPECT_TRUE(nfc_may_change("\xE4\xB8\xAD"));
+}
+
+// Random strings of letters, marks, numbers, spaces and symbols from many scripts: each pre-tokenizer's
+// pieces are the `regex` module's for the same pattern, and nfc() is unicodedata's.
+TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
+  if (!have_python_regex()) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  const std::vector<std::string> pool = {"a",
+                                         "Z",
+                                         "q",
+                                         "0",
+                                         "9",
+                                         " ",
+                                         " ",
+                                         "\t",
+                                         "\n",
+                                         "\r",
+                                         "'",
+                                         "s",
+                                         "S",
+                                         "t",
+                                         "re",
+                                         "LL",
+                                         "ve",
+                                         "M",
+                                         "d",
+                                         "\xC5\xBF",
+                                         "\xC3\xA9",
+                                         "e\xCC\x81",
+                                         "\xCC\x81",
+                                         "\xCC\xA7",
+                                         "\xCC\xA3",
+                                         "\xE2\x84\xAB",
+                                         "\xE1\x84\x80",
+                                         "\xE1\x85\xA1",
+                                         "\xE1\x86\xA8",
+                                         "\xEA\xB0\x80",
+                                         "\xCD\x84",
+                                         "\xE2\x85\xAB",
+                                         "\xD9\xA3",
+                                         "\xC2\xBD",
+                                         "\xE3\x80\x80",
+                                         "\xC2\xA0",
+                                         "\xC2\x85",
+                                         "\x1C",
+                                         "!",
+                                         "?",
+                                         ".",
+                                         "-",
+                                         "\xF0\x9F\x98\x80",
+                                         "\xE4\xB8\xAD",
+                                         "\xE0\xA4\x95",
+                                         "\xE0\xA4\xBC",
+                                         "\xC3\x87",
+                                         "\xEF\xBD\x91",
+                                         "\xE2\x80\xA8",
+                                         "\xE0\xA5\x98",
+                                         "\xE1\xBA\xA1"};
+  std::mt19937 rng(11);
+  nlohmann::json texts = nlohmann::json::array();
+  for (int k = 0; k < 400; ++k) {
+    std::string t;
+    const int n = static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) t += pool[rng() % pool.size()];
+    texts.push_back(t);
+  }
+  const std::string dir = ::testing::TempDir() + "bpe-pieces-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  spit(dir + "/texts.json", texts.dump());
+  for (const auto& [name, pre] :
+       {std::pair{"gpt2", PreTokenizer::kGpt2}, std::pair{"llama3", PreTokenizer::kLlama3},
+        std::pair{"qwen2", PreTokenizer::kQwen2}}) {
+    SCOPED_TRACE(name);
+    const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
+                            "/engine/bpe_reference.py --pieces " + name + " " + dir + "/texts.json " + dir +
+                            "/out.json";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const auto want = nlohmann::json::parse(slurp(dir + "/out.json"));
+    ASSERT_EQ(want.size(), texts.size());
+    for (std::size_t k = 0; k < texts.size(); ++k) {
+      const std::string t = texts[k].get<std::string>();
+      EXPECT_EQ(pieces(t, pre), want[k]["pieces"].get<std::vector<std::string>>())
+          << nlohmann::json(t).dump();
+      EXPECT_EQ(nfc(t), want[k]["nfc"].get<std::string>()) << nlohmann::json(t).dump();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Bpe, MergesLowestRankFirstEverywhere) {
@@ -184,13 +311,24 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(wordpiece, "hf/tokenizer.json: model.type \"WordPiece\"; allowed: BPE");
   nlohmann::json metaspace = tj;
   metaspace["pre_tokenizer"] = {{"type", "Metaspace"}};
-  refused(metaspace, "allowed: GPT-2's {\"type\": \"ByteLevel\"");
+  refused(metaspace, "is not one memwall implements; allowed: GPT-2's (ByteLevel, add_prefix_space false)");
+  nlohmann::json other_split = tj;  // a Split by a pattern memwall does not implement
+  other_split["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  refused(other_split, "hf/tokenizer.json: pre_tokenizer {\"pretokenizers\"");
+  nlohmann::json dropout = tj;
+  dropout["model"]["dropout"] = 0.1;
+  refused(dropout, "hf/tokenizer.json: model.dropout 0.1; allowed: null");
   nlohmann::json prefix = tj;
   prefix["pre_tokenizer"]["add_prefix_space"] = true;
   refused(prefix, "pre_tokenizer");
   nlohmann::json normalized = tj;
-  normalized["normalizer"] = {{"type", "NFC"}};
-  refused(normalized, "has a normalizer");
+  normalized["normalizer"] = {{"type", "NFKC"}};
+  refused(normalized,
+          "hf/tokenizer.json: normalizer {\"type\":\"NFKC\"}; allowed: none (GPT-2's, Llama 3's) or NFC");
   nlohmann::json gap = tj;
   gap["added_tokens"][1]["id"] = 700;
   refused(gap, "is neither its vocabulary entry nor the next id (657)");
@@ -531,11 +669,23 @@ TEST(Bpe, TokenFilesRoundTrip) {
 
 // The reference learns its own merges on a multilingual corpus, so both sides see the same files; the text
 // mixes scripts, digits of other scripts, letter-numbers, no-break and ideographic spaces, contractions.
-TEST(Bpe, MatchesPythonReferenceEncoder) {
-  if (std::system("/usr/bin/python3 -c 'import regex' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
-  }
-  const std::string dir = ::testing::TempDir() + "bpe-ref-" + std::to_string(::getpid());
+// Where two lists first differ, and a few entries from there, as JSON.
+template <typename T>
+std::string first_difference(const std::vector<T>& got, const std::vector<T>& want) {
+  std::size_t k = 0;
+  while (k < got.size() && k < want.size() && got[k] == want[k]) ++k;
+  const auto window = [&](const std::vector<T>& v) {
+    return nlohmann::json(std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())),
+                                         v.begin() + static_cast<std::ptrdiff_t>(std::min(k + 4, v.size()))))
+        .dump();
+  };
+  return "first difference at " + std::to_string(k) + ": got " + window(got) + ", want " + window(want);
+}
+
+// A BPE learnt by the reference on a corpus with `name`'s pattern, then the same text encoded by both.
+void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
+  SCOPED_TRACE(name);
+  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::string corpus;
   const char* lines[] = {
@@ -558,6 +708,7 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
       "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
       "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
       "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... \xF0\x9F\x98\x80 "
+      "cafe\xCC\x81 \xE2\x84\xAB quux 1234567 IT'S\r\n(x) "
       "end<|endoftext|> Next  document<|endoftext|><|endoftext|>   " +
       [] {  // one piece long enough to be merged from the heap
         std::string w;
@@ -568,28 +719,52 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
   spit(dir + "/text.txt", text);
   const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
                           "/engine/bpe_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
-                          "/text.txt 300";
+                          "/text.txt 300 " + name;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto t = BpeTokenizer::load(dir);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-  // The pieces of the text between its special tokens.
+  EXPECT_EQ(t->pre_tokenizer(), pre);
+  EXPECT_EQ(t->normalizes(), pre == PreTokenizer::kQwen2);
+  // The pieces of the text between its special tokens (of its NFC for Qwen2).
   std::vector<std::string> got_pieces;
   for (std::size_t from = 0;;) {
     const std::size_t at = text.find("<|endoftext|>", from);
-    for (std::string& p :
-         pieces(std::string_view(text).substr(from, at == std::string::npos ? at : at - from)))
-      got_pieces.push_back(std::move(p));
+    std::string part = text.substr(from, at == std::string::npos ? at : at - from);
+    if (t->normalizes()) part = nfc(part);
+    for (std::string& p : pieces(part, pre)) got_pieces.push_back(std::move(p));
     if (at == std::string::npos) break;
     from = at + 13;
   }
   const auto want_pieces = nlohmann::json::parse(slurp(dir + "/pieces.json")).get<std::vector<std::string>>();
-  EXPECT_EQ(got_pieces, want_pieces);
+  EXPECT_EQ(got_pieces, want_pieces) << first_difference(got_pieces, want_pieces);
   const auto want_ids = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
   const std::vector<int> ids = t->encode(text);
-  EXPECT_EQ(ids, want_ids);
+  EXPECT_EQ(ids, want_ids) << first_difference(ids, want_ids);
   EXPECT_LT(ids.size(), text.size() * 3 / 4) << "the learnt merges should apply";
-  EXPECT_EQ(t->decode(ids.data(), ids.size()), text);
+  EXPECT_EQ(t->decode(ids.data(), ids.size()), t->normalizes() ? nfc(text) : text);
+  if (t->normalizes()) {
+    EXPECT_NE(nfc(text), text);
+  }
+  // Llama 3's ignore_merges: " quux", a token no merge makes, is one token as a whole piece.
+  const std::vector<int> quux = t->encode(" quux");
+  EXPECT_EQ(quux.size() == 1, pre == PreTokenizer::kLlama3) << quux.size();
   std::filesystem::remove_all(dir);
+}
+
+TEST(Bpe, MatchesPythonReferenceEncoder) {
+  if (!have_python_regex()) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  expect_reference_encoding("gpt2", PreTokenizer::kGpt2);
+}
+
+// Llama 3's and Qwen2's tokenizer.json (their pre-tokenizer pattern, ignore_merges, NFC, added tokens).
+TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
+  if (!have_python_regex()) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  expect_reference_encoding("llama3", PreTokenizer::kLlama3);
+  expect_reference_encoding("qwen2", PreTokenizer::kQwen2);
 }
 
 }  // namespace
