@@ -48,8 +48,9 @@ struct TrainOptions {
   bool hardware_given = false;  // --hardware on the command line (not the default file)
   bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
-  std::string init_from;  // initial weights: a Hugging Face GPT-2 model.safetensors or its directory
-  std::string tokenizer;  // GPT-2 BPE files (default: beside --init-from's weights), or "bytes"
+  std::string
+      init_from;  // initial weights: a Hugging Face model.safetensors (or its shards' index) or its directory
+  std::string tokenizer;  // byte-level BPE files (default: beside --init-from's weights), or "bytes"
   std::string val_data;   // held-out text or ids (default: the last 5% of --data)
   std::string data_format = "auto";  // text, u16 or u32 token ids; auto: u16 for *.bin, else text
   int steps = 200;
@@ -84,7 +85,7 @@ Status check_checkpoint_tokenizer(const std::string& dir, const train::BpeTokeni
   const bool has = train::BpeTokenizer::present(dir);
   if (bpe == nullptr && has) {
     return Status::invalid_argument(dir +
-                                    ": the checkpoint was trained with the GPT-2 BPE tokenizer saved in it, "
+                                    ": the checkpoint was trained with the BPE tokenizer saved in it, "
                                     "not on bytes; leave --tokenizer out to use it");
   }
   if (bpe == nullptr) return Status::ok();
@@ -151,6 +152,11 @@ Status check_model(const ModelSpec& m) {
       return Status::invalid_argument(where +
                                       "attention_bias (biases on q, k, v and o) is not supported by memwall "
                                       "train; allowed: attention_bias false (Qwen2's q, k and v biases are)");
+    }
+    if (!m.rope_scaling.supported()) {
+      return Status::invalid_argument(
+          where + "rope_scaling type \"" + m.rope_scaling.type +
+          "\" is not supported by memwall train; allowed: linear, llama3, or none");
     }
     return Status::ok();
   }
@@ -244,8 +250,8 @@ int run_train(const TrainOptions& opt) {
         in->model.name.c_str(), in->model.sliding_window, seq);
   }
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
-  // Tokens: GPT-2's BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming, the
-  // checkpoint) when it holds vocab.json and merges.txt; else each byte is a token.
+  // Tokens: byte-level BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming,
+  // the checkpoint) when it holds vocab.json and merges.txt; else each byte is a token.
   std::string init_dir;
   if (!opt.init_from.empty()) {
     std::error_code ec;
@@ -482,7 +488,10 @@ int run_train(const TrainOptions& opt) {
                         .c_str()
                   : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
-        bpe != nullptr ? strprintf("GPT-2 BPE vocabulary of %d", c.vocab).c_str() : "byte-level vocabulary",
+        bpe != nullptr
+            ? strprintf("%s BPE vocabulary of %d", train::pre_tokenizer_name(bpe->pre_tokenizer()), c.vocab)
+                  .c_str()
+            : "byte-level vocabulary",
         R, R == 1 ? "" : "s", G > 1 ? strprintf("%d micro-batches x ", G).c_str() : "", B, seq,
         run.zero.stage, run.zero.stage == 3 ? tier_name(param_tier) : "gpu (whole on every rank)",
         run.zero.stage == 0 ? "gpu (whole on every rank)" : tier_name(opt_tier),
@@ -905,14 +914,16 @@ void register_train(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
-      "GPT-2 BPE tokenizer: a directory with vocab.json and merges.txt or tokenizer.json (default: "
+      "Byte-level BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json "
+      "(GPT-2's, Llama 3's or Qwen2's) (default: "
       "--init-from's directory when it has them, resuming the checkpoint's, else bytes are tokens), "
       "or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
       "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama model.safetensors "
-      "(F32, F16 or BF16), or a directory holding it (memwall export's output), whose config.json is then "
-      "the model unless --model is given; each rank reads only its shard");
+      "(F32, F16 or BF16), the model.safetensors.index.json of its shards, or a directory holding either "
+      "(memwall export's output, a Hub download), whose config.json is then the model unless --model is "
+      "given; each rank reads only its shard");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--lr", opt->lr,
                   "Adam learning rate (default: the run's optimizer.params.lr where it has one, else 0.003)");

@@ -1,5 +1,6 @@
 // Reading a safetensors file (u64 little-endian header length, a JSON header of {name: {dtype, shape,
-// data_offsets}}, then the raw little-endian tensor bytes) into memwall's flat parameter layout.
+// data_offsets}}, then the raw little-endian tensor bytes), or the shards a model.safetensors.index.json
+// lists, into memwall's flat parameter layout.
 #include "engine/model/import.h"
 
 #include <fcntl.h>
@@ -38,8 +39,8 @@ HfWeights::HfWeights(HfWeights&& o) noexcept {
 }
 HfWeights& HfWeights::operator=(HfWeights&& o) noexcept {
   if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(o.fd_, -1);
+    for (const Shard& s : shards_) ::close(s.fd);
+    shards_ = std::exchange(o.shards_, {});
     file_ = std::move(o.file_);
     tensors_ = std::move(o.tensors_);
     ignored_ = std::move(o.ignored_);
@@ -50,24 +51,28 @@ HfWeights& HfWeights::operator=(HfWeights&& o) noexcept {
   return *this;
 }
 HfWeights::~HfWeights() {
-  if (fd_ >= 0) ::close(fd_);
+  for (const Shard& s : shards_) ::close(s.fd);
 }
 
-Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
-  MW_RETURN_IF_ERROR(validate(c, 1, 1));
-  HfWeights w;
-  std::error_code ec;
-  w.file_ = std::filesystem::is_directory(path, ec) ? path + "/model.safetensors" : path;
-  const std::string& f = w.file_;
-  w.fd_ = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-  if (w.fd_ < 0) return Status::not_found(f + ": cannot open: " + std::strerror(errno));
+std::vector<std::string> HfWeights::files() const {
+  std::vector<std::string> out;
+  for (const Shard& s : shards_) out.push_back(s.path);
+  return out;
+}
+
+Status HfWeights::open_shard(const std::string& f, nlohmann::json& header) {
+  Shard sh;
+  sh.path = f;
+  sh.fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+  if (sh.fd < 0) return Status::not_found(f + ": cannot open: " + std::strerror(errno));
+  shards_.push_back(sh);  // closed with the others from here on
   struct stat sb {};
-  if (::fstat(w.fd_, &sb) != 0) return Status::io_error(f + ": " + std::strerror(errno));
+  if (::fstat(sh.fd, &sb) != 0) return Status::io_error(f + ": " + std::strerror(errno));
   const auto size = static_cast<std::size_t>(sb.st_size);
   unsigned char len[8];
   if (size < 8)
     return Status::invalid_argument(f + ": not a safetensors file (" + std::to_string(size) + " bytes)");
-  MW_RETURN_IF_ERROR(io::pread_full(w.fd_, len, 8, 0, f));
+  MW_RETURN_IF_ERROR(io::pread_full(sh.fd, len, 8, 0, f));
   std::uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len[i];
   if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > size) {
@@ -76,8 +81,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                                     " bytes)");
   }
   std::string text(header_bytes, '\0');
-  MW_RETURN_IF_ERROR(io::pread_full(w.fd_, text.data(), text.size(), 8, f));
-  nlohmann::json header;
+  MW_RETURN_IF_ERROR(io::pread_full(sh.fd, text.data(), text.size(), 8, f));
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -86,15 +90,84 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   if (!header.is_object())
     return Status::invalid_argument(f + ": not a safetensors file (header not an object)");
-  const std::size_t data_start = 8 + header_bytes;
+  shards_.back().data_start = 8 + header_bytes;
+  shards_.back().size = size;
+  return Status::ok();
+}
+
+namespace {
+
+// The shard files an index names (its weight_map's values), relative to the index's directory, in name order.
+Result<std::vector<std::string>> shards_of_index(const std::string& index) {
+  auto text = io::read_file(index);
+  if (!text.is_ok()) return text.status();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(index + ": not JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
+      j["weight_map"].empty()) {
+    return Status::invalid_argument(index +
+                                    ": no weight_map; allowed: a safetensors index of {tensor: shard file}");
+  }
+  const std::string dir = std::filesystem::path(index).parent_path().string();
+  std::vector<std::string> files;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    const std::string f = file.is_string() ? file.get<std::string>() : std::string();
+    if (f.empty() || f.find('/') != std::string::npos) {
+      return Status::invalid_argument(index + ": weight_map['" + name + "'] = " + file.dump() +
+                                      "; allowed: a file name beside the index");
+    }
+    files.push_back((dir.empty() ? "" : dir + "/") + f);
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+}  // namespace
+
+Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
+  MW_RETURN_IF_ERROR(validate(c, 1, 1));
+  HfWeights w;
+  std::error_code ec;
+  w.file_ = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    w.file_ = path + "/model.safetensors";
+    if (!std::filesystem::exists(w.file_, ec) &&
+        std::filesystem::exists(path + "/model.safetensors.index.json", ec)) {
+      w.file_ = path + "/model.safetensors.index.json";
+    }
+  }
+  const bool sharded = w.file_.size() > 11 && w.file_.compare(w.file_.size() - 11, 11, ".index.json") == 0;
+  std::vector<std::string> paths = {w.file_};
+  if (sharded) {
+    auto listed = shards_of_index(w.file_);
+    if (!listed.is_ok()) return listed.status();
+    paths = std::move(listed).value();
+  }
+  std::vector<nlohmann::json> headers(paths.size());
+  std::map<std::string, int> shard_of;  // tensor name -> the shard holding it
+  for (std::size_t k = 0; k < paths.size(); ++k) {
+    MW_RETURN_IF_ERROR(w.open_shard(paths[k], headers[k]));
+    for (auto it = headers[k].begin(); it != headers[k].end(); ++it) {
+      if (it.key() == "__metadata__") continue;
+      if (auto [at, fresh] = shard_of.emplace(it.key(), static_cast<int>(k)); !fresh) {
+        return Status::invalid_argument(w.file_ + ": tensor '" + it.key() + "' is in both " +
+                                        paths[static_cast<std::size_t>(at->second)] + " and " + paths[k]);
+      }
+    }
+  }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
   std::map<std::string, bool> used;
   for (const auto& t : gpt_param_layout(c)) {
     std::string name = t.name;
-    if (!header.contains(name) && header.contains("transformer." + name)) name = "transformer." + name;
-    if (!header.contains(name)) {
-      return Status::invalid_argument(f + ": tensor '" + t.name +
+    if (!shard_of.count(name) && shard_of.count("transformer." + name)) name = "transformer." + name;
+    if (!shard_of.count(name)) {
+      return Status::invalid_argument(w.file_ + ": tensor '" + t.name +
                                       "' is missing; allowed: " + (c.llama() ? "Llama" : "GPT-2") +
                                       " weights of this model (" + model_text + ")");
     }
@@ -102,13 +175,14 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     Tensor x;
     x.offset = t.offset;
     x.numel = t.numel;
+    x.shard = shard_of.at(name);
     x.transposed = hf_transposed(t);
     x.out = static_cast<std::size_t>(t.shape[0]);
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
     std::vector<long long> want(t.shape.begin(), t.shape.end());
     if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
     MW_RETURN_IF_ERROR(w.locate(
-        header, name, want, data_start, size,
+        headers[static_cast<std::size_t>(x.shard)], x.shard, name, want,
         std::string(c.llama() ? "Llama" : "GPT-2") + " weights of this model (" + model_text +
             (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
                                       "tokenizer is given: --tokenizer DIR)"
@@ -117,25 +191,27 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
     w.tensors_.push_back(std::move(x));
   }
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() != "__metadata__" && !used.count(it.key())) w.ignored_.push_back(it.key());
+  for (const auto& [name, shard] : shard_of) {
+    if (!used.count(name)) w.ignored_.push_back(name);
   }
-  if (c.tied) MW_RETURN_IF_ERROR(w.check_tied_head(header, data_start, size));  // else lm_head is a tensor
+  if (c.tied) MW_RETURN_IF_ERROR(w.check_tied_head(headers));  // else lm_head is a tensor
   return w;
 }
 
-// Header entry `name`'s dtype and data into x (its numel set): the shape must be `want`, the dtype one this
-// reads, the data inside the file. Errors name the file and tensor, and `allowed` after a shape mismatch.
-Status HfWeights::locate(const nlohmann::json& header, const std::string& name,
-                         const std::vector<long long>& want, std::size_t data_start, std::size_t size,
-                         const std::string& allowed, Tensor& x) const {
+// Header entry `name` (of shards_[shard]) into x (its numel set): the shape must be `want`, the dtype one
+// this reads, the data inside the file. Errors name the file and tensor, and `allowed` after a shape
+// mismatch.
+Status HfWeights::locate(const nlohmann::json& header, int shard, const std::string& name,
+                         const std::vector<long long>& want, const std::string& allowed, Tensor& x) const {
+  const Shard& sh = shards_[static_cast<std::size_t>(shard)];
+  x.shard = shard;
   try {
     const nlohmann::json& e = header.at(name);
     x.dtype = e.at("dtype").get<std::string>();
     const auto shape = e.at("shape").get<std::vector<long long>>();
     const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
     if (shape != want) {
-      return Status::invalid_argument(file_ + ": tensor '" + name + "' has shape " + shape_text(shape) +
+      return Status::invalid_argument(sh.path + ": tensor '" + name + "' has shape " + shape_text(shape) +
                                       ", this model needs " + shape_text(want) + "; allowed: " + allowed);
     }
     if (x.dtype == "F32") {
@@ -143,37 +219,41 @@ Status HfWeights::locate(const nlohmann::json& header, const std::string& name,
     } else if (x.dtype == "F16" || x.dtype == "BF16") {
       x.element_bytes = 2;
     } else {
-      return Status::invalid_argument(file_ + ": tensor '" + name + "' has dtype " + x.dtype +
+      return Status::invalid_argument(sh.path + ": tensor '" + name + "' has dtype " + x.dtype +
                                       "; allowed: F32, F16, BF16");
     }
     if (offsets.size() != 2 || offsets[1] < offsets[0] ||
         offsets[1] - offsets[0] != x.numel * static_cast<std::size_t>(x.element_bytes) ||
-        data_start + offsets[1] > size) {
-      return Status::invalid_argument(file_ + ": tensor '" + name +
+        sh.data_start + offsets[1] > sh.size) {
+      return Status::invalid_argument(sh.path + ": tensor '" + name +
                                       "': its data_offsets do not fit its shape or the " +
-                                      std::to_string(size) + "-byte file (truncated?)");
+                                      std::to_string(sh.size) + "-byte file (truncated?)");
     }
-    x.file_offset = data_start + offsets[0];
+    x.file_offset = sh.data_start + offsets[0];
   } catch (const nlohmann::json::exception& ex) {
-    return Status::invalid_argument(file_ + ": tensor '" + name + "': malformed header entry (" + ex.what() +
-                                    ")");
+    return Status::invalid_argument(sh.path + ": tensor '" + name + "': malformed header entry (" +
+                                    ex.what() + ")");
   }
   return Status::ok();
 }
 
 // memwall's GPT ties its LM head to wte: a file whose lm_head.weight is another matrix is another model.
-Status HfWeights::check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size) {
-  if (!header.contains("lm_head.weight")) return Status::ok();
+Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers) {
+  int shard = -1;
+  for (std::size_t k = 0; k < headers.size(); ++k) {
+    if (headers[k].contains("lm_head.weight")) shard = static_cast<int>(k);
+  }
+  if (shard < 0) return Status::ok();
   const Tensor& wte = tensors_.front();  // gpt_param_layout starts with wte
   Tensor head = wte;
-  MW_RETURN_IF_ERROR(locate(header, "lm_head.weight",
-                            {static_cast<long long>(wte.out), static_cast<long long>(wte.in)}, data_start,
-                            size, "a GPT-2 with its LM head tied to wte", head));
+  MW_RETURN_IF_ERROR(locate(headers[static_cast<std::size_t>(shard)], shard, "lm_head.weight",
+                            {static_cast<long long>(wte.out), static_cast<long long>(wte.in)},
+                            "a GPT-2 with its LM head tied to wte", head));
   std::vector<float> a(wte.numel), b(wte.numel);
   MW_RETURN_IF_ERROR(read_elements(wte, 0, wte.numel, a.data()));
   MW_RETURN_IF_ERROR(read_elements(head, 0, wte.numel, b.data()));
   if (a != b) {
-    return Status::invalid_argument(file_ +
+    return Status::invalid_argument(shards_[static_cast<std::size_t>(shard)].path +
                                     ": tensor 'lm_head.weight' differs from wte.weight; allowed: a GPT-2 "
                                     "with its LM head tied to wte (memwall's GPT ties them)");
   }
@@ -181,12 +261,13 @@ Status HfWeights::check_tied_head(const nlohmann::json& header, std::size_t data
 }
 
 Status HfWeights::read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out) {
+  const Shard& sh = shards_[static_cast<std::size_t>(t.shard)];
   const std::size_t at = t.file_offset + first * static_cast<std::size_t>(t.element_bytes);
-  if (t.element_bytes == 4) return io::pread_full(fd_, out, n * 4, at, file_);
+  if (t.element_bytes == 4) return io::pread_full(sh.fd, out, n * 4, at, sh.path);
   std::vector<std::uint16_t> half(std::min(n, kChunkElements));
   for (std::size_t done = 0; done < n;) {
     const std::size_t k = std::min(half.size(), n - done);
-    MW_RETURN_IF_ERROR(io::pread_full(fd_, half.data(), k * 2, at + done * 2, file_));
+    MW_RETURN_IF_ERROR(io::pread_full(sh.fd, half.data(), k * 2, at + done * 2, sh.path));
     if (t.dtype == "BF16") {
       kernels::cast_bf16_to_f32(half.data(), out + done, k);
     } else {

@@ -3,7 +3,8 @@
 // checked against the model at open (every tensor present with the shape this config needs, F32, F16 or
 // BF16); the data is then read on demand by range of the flat gpt_param_layout array, so a ZeRO rank reads
 // only the bytes of its own shard (a transposed Conv1D weight is read whole, one tensor at a time), and no
-// rank ever holds the model or broadcasts it.
+// rank ever holds the model or broadcasts it. A model saved in shards (model.safetensors.index.json naming
+// model-00001-of-0000N.safetensors, ...) is read the same way, each tensor from its shard.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,8 @@ namespace memwall::model {
 
 class HfWeights {
  public:
-  // `path`: the .safetensors file, or a directory holding model.safetensors. Tensor names may carry
+  // `path`: the .safetensors file, a model.safetensors.index.json, or a directory holding either (the single
+  // file first). Tensor names may carry
   // transformers' "transformer." prefix; tensors the model does not use (lm_head.weight of a tied head, the
   // attention's mask buffers) are listed in ignored(). An lm_head.weight that is not wte.weight's copy is an
   // error (memwall's GPT ties them).
@@ -30,28 +32,40 @@ class HfWeights {
   // Parameters [offset, offset + n) in gpt_param_layout order, as fp32 (a model::ParamReader).
   Status read(std::size_t offset, std::size_t n, float* out);
 
+  // What was opened: the .safetensors file, or the index of the shards.
   const std::string& file() const { return file_; }
+  // The .safetensors files read (one, or the shards in name order).
+  std::vector<std::string> files() const;
   const std::vector<std::string>& ignored() const { return ignored_; }
   const std::string& dtype() const {
     return dtype_;
   }  // of the model's tensors ("F32", "F16", "BF16", "mixed")
 
  private:
+  // One .safetensors file: its descriptor, header and where its data starts.
+  struct Shard {
+    int fd = -1;
+    std::string path;
+    std::size_t data_start = 0, size = 0;
+  };
   struct Tensor {
     std::size_t offset = 0, numel = 0;  // in gpt_param_layout
-    std::size_t file_offset = 0;        // absolute byte offset of its data in the file
+    int shard = 0;                      // the file it is in
+    std::size_t file_offset = 0;        // absolute byte offset of its data in that file
     int element_bytes = 4;
     std::string dtype;
     bool transposed = false;  // stored [in, out] (Conv1D), memwall [out, in]
     std::size_t out = 0, in = 0;
   };
   HfWeights() = default;
+  // Opens `path` as shards_[k] and parses its header into `header`.
+  Status open_shard(const std::string& path, nlohmann::json& header);
   Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
-  Status locate(const nlohmann::json& header, const std::string& name, const std::vector<long long>& want,
-                std::size_t data_start, std::size_t size, const std::string& allowed, Tensor& x) const;
-  Status check_tied_head(const nlohmann::json& header, std::size_t data_start, std::size_t size);
+  Status locate(const nlohmann::json& header, int shard, const std::string& name,
+                const std::vector<long long>& want, const std::string& allowed, Tensor& x) const;
+  Status check_tied_head(const std::vector<nlohmann::json>& headers);
 
-  int fd_ = -1;
+  std::vector<Shard> shards_;
   std::string file_;
   std::vector<Tensor> tensors_;
   std::vector<std::string> ignored_;

@@ -1310,10 +1310,12 @@ std::string greedy_text(const std::string& source, int tokens) {
 }
 
 TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
+  // With Llama 3's rope_scaling (head size 16: of 8 rotary pairs 1 kept, 2 blended, 5 slowed 8 times).
   const char* tiny_llama =
       " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
-      "\"max_position_embeddings\": 64}'";
+      "\"max_position_embeddings\": 64, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+      "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}'";
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
   const std::string data = write_file("cat-llama.txt", text);
@@ -1340,6 +1342,13 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(config["intermediate_size"], 176);
   EXPECT_EQ(config["tie_word_embeddings"], false);
   EXPECT_EQ(config["rms_norm_eps"], 1e-5);
+  EXPECT_EQ(config["rope_scaling"], (nlohmann::json{{"rope_type", "llama3"},
+                                                    {"factor", 8.0},
+                                                    {"low_freq_factor", 1.0},
+                                                    {"high_freq_factor", 4.0},
+                                                    {"original_max_position_embeddings", 64}}));
+  std::ifstream lf(dir + "/latest.json");
+  EXPECT_EQ(nlohmann::json::parse(lf)["rope_scaling"], config["rope_scaling"]);
   EXPECT_EQ(greedy_text("--weights " + hf, 20), greedy);
   // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
   const CmdResult windowed =
@@ -1358,6 +1367,15 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("checkpoint has arch = \"llama\", this run has \"gpt2\""), std::string::npos)
       << r.output;
+  // A rope_scaling memwall's kernels do not implement: one line naming it.
+  const CmdResult yarn = memwall(
+      "train --steps 1 --data " + data +
+      " --model llama-mini --model-set '{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}'");
+  EXPECT_EQ(yarn.exit_code, 2) << yarn.output;
+  EXPECT_NE(yarn.output.find("rope_scaling type \"yarn\" is not supported by memwall train; allowed: linear, "
+                             "llama3, or none"),
+            std::string::npos)
+      << yarn.output;
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
@@ -1515,6 +1533,41 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   EXPECT_NE(tj_export.output.find("with the BPE tokenizer's tokenizer.json"), std::string::npos)
       << tj_export.output;
   EXPECT_EQ(memwall("generate --weights " + tj_ckpt + "-hf --prompt And --tokens 3").exit_code, 0);
+  // Llama 3's pre-tokenizer over the same BPE (a Split by its pattern, then ByteLevel): numbers in threes,
+  // never joined to the space before them; train and tokenize name it.
+  const std::string l3 = test_path("tokenizer-llama3").string();
+  std::filesystem::remove_all(l3);
+  std::filesystem::create_directories(l3);
+  {
+    std::ifstream in(tj + "/tokenizer.json");
+    nlohmann::json doc = nlohmann::json::parse(in);
+    doc["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"},
+                               {"pattern",
+                                {{"Regex",
+                                  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+                               {"behavior", "Isolated"},
+                               {"invert", false}},
+                              {{"type", "ByteLevel"},
+                               {"add_prefix_space", false},
+                               {"trim_offsets", true},
+                               {"use_regex", false}}}}};
+    std::ofstream(l3 + "/tokenizer.json") << doc.dump();
+  }
+  const CmdResult l3_listed = memwall("tokenize --tokenizer " + l3 + " --text 'And 12345' --json", false);
+  ASSERT_EQ(l3_listed.exit_code, 0) << l3_listed.output;
+  const nlohmann::json l3j = parse_json(l3_listed.output);
+  EXPECT_EQ(l3j["pre_tokenizer"], "Llama 3");
+  std::string joined;
+  for (const auto& piece : l3j["pieces"]) joined += "|" + piece.get<std::string>();
+  EXPECT_NE(joined.find("| |1"), std::string::npos) << joined;  // " " alone, then "123"'s tokens
+  EXPECT_NE(joined.find("3|4"), std::string::npos) << joined;
+  const CmdResult on_l3 =
+      memwall("train --tokenizer " + l3 + " --data " + data + " --steps 1 --eval-batches 1 " + kTinyModel);
+  ASSERT_EQ(on_l3.exit_code, 0) << on_l3.output;
+  EXPECT_NE(on_l3.output.find("Llama 3 BPE vocabulary of 657"), std::string::npos) << on_l3.output;
   // Resuming without --tokenizer uses the checkpoint's.
   const CmdResult resumed = memwall("train --resume --steps 201 --eval-batches 1 --checkpoint-dir " + dir +
                                     " --data " + data + " " + kTinyModel);

@@ -1,6 +1,6 @@
 // Hugging Face export: the safetensors header and bytes, transposed linear weights, the config. Import: the
-// exported file (and hand-made ones in F16/BF16 with transformers' names) read back by range, and every way a
-// file can fail to describe the model named.
+// exported file (and hand-made ones in F16/BF16 with transformers' names, and in shards with an index) read
+// back by range, and every way a file can fail to describe the model named.
 #include "engine/model/export.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +26,16 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A safetensors file: the little-endian header length, the header, the data.
+void write_safetensors(const std::string& path, const nlohmann::ordered_json& header,
+                       const std::string& data) {
+  const std::string h = header.dump();
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    file[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << file + h + data;
 }
 
 GptConfig small_config() {
@@ -199,13 +209,9 @@ TEST(Import, ReadsSixteenBitTensorsWithTransformersNames) {
       add("transformer." + t.name, shape, v.data(), v.size());
     }
     add("lm_head.weight", {c.vocab, c.channels}, half.data(), static_cast<std::size_t>(c.vocab) * c.channels);
-    std::string h = header.dump();
-    std::string file(8, '\0');
-    for (int i = 0; i < 8; ++i)
-      file[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
-    file += h + data;
     const std::string path = temp_dir("import16") + "/weights.safetensors";
-    std::ofstream(path, std::ios::binary) << file;
+    write_safetensors(path, header, data);
+    const std::string file = slurp(path);
     auto w = HfWeights::open(path, c);
     ASSERT_TRUE(w.is_ok()) << w.status().message();
     EXPECT_EQ(w->dtype(), dtype);
@@ -222,6 +228,77 @@ TEST(Import, ReadsSixteenBitTensorsWithTransformersNames) {
     EXPECT_NE(refused.status().message().find("'lm_head.weight' differs from wte.weight"), std::string::npos)
         << refused.status().message();
   }
+}
+
+// A model in shards as transformers saves a large one: model.safetensors.index.json's weight_map naming
+// model-0000k-of-00003.safetensors for each tensor (a Llama shape here, its tensors dealt round the shards).
+// Reading by range crosses shards; the directory, or the index itself, opens it.
+TEST(Import, ReadsAModelSavedInShards) {
+  GptConfig c = small_config();
+  c.arch = GptArch::kLlama;
+  c.kv_heads = 1;
+  c.ffn = 12;
+  c.tied = false;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 6);
+  const std::string whole = temp_dir("import-whole"), dir = temp_dir("import-shards");
+  ASSERT_TRUE(export_hf(c, p.data(), whole).is_ok());
+  const std::string bytes = slurp(whole + "/model.safetensors");
+  std::uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i)
+    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
+  const std::string all = bytes.substr(8 + header_bytes);
+  std::vector<nlohmann::ordered_json> headers(3);
+  std::vector<std::string> data(3);
+  nlohmann::json weight_map = nlohmann::json::object();
+  int k = 0;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto off = e["data_offsets"].get<std::vector<std::size_t>>();
+    const auto s = static_cast<std::size_t>(k++ % 3);
+    headers[s][name] = {{"dtype", e["dtype"]},
+                        {"shape", e["shape"]},
+                        {"data_offsets", {data[s].size(), data[s].size() + off[1] - off[0]}}};
+    data[s] += all.substr(off[0], off[1] - off[0]);
+    weight_map[name] = "model-0000" + std::to_string(s + 1) + "-of-00003.safetensors";
+  }
+  for (std::size_t s = 0; s < 3; ++s)
+    write_safetensors(dir + "/model-0000" + std::to_string(s + 1) + "-of-00003.safetensors", headers[s],
+                      data[s]);
+  const nlohmann::json index = {{"metadata", {{"total_size", all.size()}}}, {"weight_map", weight_map}};
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  for (const std::string& path : {dir, dir + "/model.safetensors.index.json"}) {
+    auto w = HfWeights::open(path, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().message();
+    EXPECT_EQ(w->file(), dir + "/model.safetensors.index.json");
+    ASSERT_EQ(w->files().size(), 3u);
+    EXPECT_EQ(w->files()[2], dir + "/model-00003-of-00003.safetensors");
+    for (const std::size_t piece : {p.size(), std::size_t{61}}) {
+      std::vector<float> got(p.size(), -1.0f);
+      for (std::size_t at = 0; at < p.size(); at += piece) {
+        const std::size_t n = std::min(piece, p.size() - at);
+        ASSERT_TRUE(w->read(at, n, got.data() + at).is_ok());
+      }
+      EXPECT_EQ(got, p) << "pieces of " << piece;
+    }
+  }
+  // A shard missing, a tensor in two shards, an index without a weight_map: one line naming the file.
+  const auto expect_error = [&](const std::string& needle) {
+    auto w = HfWeights::open(dir, c);
+    ASSERT_FALSE(w.is_ok()) << needle;
+    EXPECT_NE(w.status().message().find(needle), std::string::npos) << w.status().message();
+  };
+  std::filesystem::rename(dir + "/model-00002-of-00003.safetensors", dir + "/moved");
+  expect_error(dir + "/model-00002-of-00003.safetensors: cannot open");
+  std::filesystem::copy_file(dir + "/model-00001-of-00003.safetensors",
+                             dir + "/model-00002-of-00003.safetensors");
+  expect_error("' is in both " + dir + "/model-00001-of-00003.safetensors and " + dir +
+               "/model-00002-of-00003.safetensors");
+  std::ofstream(dir + "/model.safetensors.index.json", std::ios::trunc) << R"({"metadata": {}})";
+  expect_error(dir + "/model.safetensors.index.json: no weight_map");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(whole);
 }
 
 // Each way a file can fail to be this model's weights: one message naming the file and what is wrong.
