@@ -387,29 +387,44 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
   return out;
 }
 
+namespace {
+// GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
+// [w0, w1] for two fused matrices.
+bool linear_bias(const GptConfig& c, const GptOp& o) {
+  return !c.llama() || (o.role == GptRole::kQkv && c.qkv_bias);
+}
+}  // namespace
+
+bool is_linear(const GptOp& o) {
+  return o.role == GptRole::kQkv || o.role == GptRole::kProj || o.role == GptRole::kFc1 ||
+         o.role == GptRole::kFc2 || o.role == GptRole::kHead;
+}
+
+bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
+  return is_linear(o) && (o.role == GptRole::kHead || !linear_bias(c, o) || k % 2 == 0);
+}
+
 int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
-                 LinearPart* parts) {
+                 LinearPart* parts, const std::uint16_t* const* p16) {
   const int C = c.channels;
-  // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
-  // [w0, w1] for two fused matrices.
-  const bool bias = !c.llama() || (o.role == GptRole::kQkv && c.qkv_bias);
+  const bool bias = linear_bias(c, o);
+  // The matrix whose weight is p[k] (and its bias p[k + 1]), rows from col0.
+  const auto part = [&](int k, int col0, int rows) {
+    return LinearPart{p[k],
+                      bias ? p[k + 1] : nullptr,
+                      g != nullptr ? g[k] : nullptr,
+                      g != nullptr && bias ? g[k + 1] : nullptr,
+                      col0,
+                      rows,
+                      p16 != nullptr ? p16[k] : nullptr};
+  };
   const auto one = [&](int rows) {
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows};
+    parts[0] = part(0, 0, rows);
     return 1;
   };
   const auto two = [&](int rows0, int rows1) {
-    const int k = bias ? 2 : 1;  // the second matrix's weight
-    parts[0] = {
-        p[0], bias ? p[1] : nullptr, g != nullptr ? g[0] : nullptr, g != nullptr && bias ? g[1] : nullptr, 0,
-        rows0};
-    parts[1] = {p[k],
-                bias ? p[k + 1] : nullptr,
-                g != nullptr ? g[k] : nullptr,
-                g != nullptr && bias ? g[k + 1] : nullptr,
-                rows0,
-                rows1};
+    parts[0] = part(0, 0, rows0);
+    parts[1] = part(bias ? 2 : 1, rows0, rows1);
     return 2;
   };
   switch (o.role) {
@@ -417,8 +432,9 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
       return c.kv_head_count() == c.heads ? one(c.qkv_width()) : two(C, 2 * c.kv_width());
     case GptRole::kFc1:
       return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
-    case GptRole::kHead:
-      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr, nullptr, 0, c.vocab};
+    case GptRole::kHead:  // no bias
+      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr,    nullptr,
+                  0,    c.vocab, p16 != nullptr ? p16[0] : nullptr};
       return 1;
     default:  // kProj, kFc2
       return one(C);
@@ -498,7 +514,7 @@ void GptModel::backward(const float* params, float* grads) {
 }
 
 void GptModel::mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC,
-                          int ld_out, bool cast_in) {
+                          int ld_out, bool cast_in, const std::uint16_t* w16) {
   if (!bf16_) {
     k::matmul_forward(out, in, w, b, N, IC, OC, ld_out);
     return;
@@ -509,13 +525,17 @@ void GptModel::mm_forward(float* out, const float* in, const float* w, const flo
     in16_.resize(n_in);
     k::cast_f32_to_bf16(in, in16_.data(), n_in);
   }
-  w16_.resize(n_w);
-  k::cast_f32_to_bf16(w, w16_.data(), n_w);
-  k::matmul_forward_bf16(out, in16_.data(), w16_.data(), b, N, IC, OC, ld_out);
+  if (w16 == nullptr) {
+    w16_.resize(n_w);
+    k::cast_f32_to_bf16(w, w16_.data(), n_w);
+    w16 = w16_.data();
+  }
+  k::matmul_forward_bf16(out, in16_.data(), w16, b, N, IC, OC, ld_out);
 }
 
 void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
-                           const float* w, int N, int IC, int OC, int ld_dout, bool cast_in) {
+                           const float* w, int N, int IC, int OC, int ld_dout, bool cast_in,
+                           const std::uint16_t* w16) {
   if (!bf16_) {
     k::matmul_backward(din, dw, db, dout, in, w, N, IC, OC, ld_dout);
     return;
@@ -527,8 +547,11 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
     in16_.resize(n_in);
     k::cast_f32_to_bf16(in, in16_.data(), n_in);
   }
-  w16_.resize(n_w);
-  k::cast_f32_to_bf16(w, w16_.data(), n_w);
+  if (w16 == nullptr) {
+    w16_.resize(n_w);
+    k::cast_f32_to_bf16(w, w16_.data(), n_w);
+    w16 = w16_.data();
+  }
   dout16_.resize(rows * cols);
   if (ld_dout == 0 || ld_dout == OC) {
     k::cast_f32_to_bf16(dout, dout16_.data(), rows * cols);
@@ -536,7 +559,7 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
     for (std::size_t r = 0; r < rows; ++r)
       k::cast_f32_to_bf16(dout + r * static_cast<std::size_t>(ld_dout), dout16_.data() + r * cols, cols);
   }
-  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16_.data(), N, IC, OC, ld_dout);
+  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16, N, IC, OC, ld_dout);
 }
 
 // out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there): each
@@ -548,7 +571,7 @@ void GptModel::linear_forward(float* out, int out_width, const float* in, int in
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
-    mm_forward(out + col0, in, pt.w, pt.b, N, in_width, cols, out_width, k == 0);
+    mm_forward(out + col0, in, pt.w, pt.b, N, in_width, cols, out_width, k == 0, pt.w16);
     if (residual == nullptr) continue;
     if (cols == out_width) {
       for (std::size_t j = 0; j < rows * width; ++j) out[j] += residual[j];
@@ -569,7 +592,7 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
-    mm_backward(din, pt.dw, pt.db, dout + col0, in, pt.w, N, in_width, cols, out_width, k == 0);
+    mm_backward(din, pt.dw, pt.db, dout + col0, in, pt.w, N, in_width, cols, out_width, k == 0, pt.w16);
   }
 }
 
@@ -607,13 +630,17 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
   }
 }
 
-void GptModel::forward_op(int op, const float* const* p) {
+bool GptModel::bf16_weight(int op, int k) const {
+  return bf16_ && linear_weight(c_, info_[static_cast<std::size_t>(op)], k);
+}
+
+void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* const* p16) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
-    const int n = linear_parts(c_, o, p, nullptr, parts);
+    const int n = linear_parts(c_, o, p, nullptr, parts, bf16_ ? p16 : nullptr);
     linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
@@ -670,7 +697,7 @@ void GptModel::forward_op(int op, const float* const* p) {
   }
 }
 
-void GptModel::backward_op(int op, const float* const* p, float* const* g) {
+void GptModel::backward_op(int op, const float* const* p, float* const* g, const std::uint16_t* const* p16) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
@@ -679,7 +706,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g) {
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
   const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
-    const int n = linear_parts(c_, o, p, g, parts);
+    const int n = linear_parts(c_, o, p, g, parts, bf16_ ? p16 : nullptr);
     linear_backward(din, dout, out_width, in, in_width, parts, n, o);
   };
   switch (o.role) {

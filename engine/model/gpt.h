@@ -120,13 +120,17 @@ struct LinearPart {
   float* dw = nullptr;
   float* db = nullptr;
   int col0 = 0, rows = 0;
+  const std::uint16_t* w16 = nullptr;  // w in bf16, when the caller has it
 };
-// The matrices of linear op `o` (role kQkv, kProj, kFc1, kFc2 or kHead, whose weight is the token
-// embedding when tied), from the op's
-// parameter pointers `p` ([w, b] per matrix with biases, else [w] per matrix) and gradient pointers `g`
-// (null in forward); returns how many (1 or 2). Shared by the CPU and CUDA models.
+// Whether op `o` is a linear (role kQkv, kProj, kFc1, kFc2 or kHead, whose weight is the token embedding
+// when tied), and whether its k-th parameter is a matrix's weight (not a bias).
+bool is_linear(const GptOp& o);
+bool linear_weight(const GptConfig& c, const GptOp& o, int k);
+// The matrices of linear op `o`, from the op's parameter pointers `p` ([w, b] per matrix with biases, else
+// [w] per matrix), gradient pointers `g` (null in forward) and, when given, bf16 copies `p16` of the
+// parameters (parallel to p); returns how many (1 or 2). Shared by the CPU and CUDA models.
 int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
-                 LinearPart* parts);
+                 LinearPart* parts, const std::uint16_t* const* p16 = nullptr);
 
 // The core's graph of this model for one micro-batch of B x T tokens with `tiling` (and fused attention
 // when `flash_attention`: the graph's activation and traffic accounting, not its ops, change), where each of
@@ -157,9 +161,15 @@ class GptModel {
 
   // One op of graph(). `param[k]` points at the op's k-th parameter (graph().ops[op].params[k]) and `grad[k]`
   // at its gradient (accumulated). Ops must run in graph order forward and reverse order backward.
+  // `param16`, when given (with bf16 matmuls), holds bf16 copies of the parameters that a linear's GEMMs
+  // then take as they are: param[k] may be null where bf16_weight(op, k).
   void set_batch(const int* tokens, const int* targets);
-  void forward_op(int op, const float* const* param);
-  void backward_op(int op, const float* const* param, float* const* grad);
+  void forward_op(int op, const float* const* param, const std::uint16_t* const* param16 = nullptr);
+  void backward_op(int op, const float* const* param, float* const* grad,
+                   const std::uint16_t* const* param16 = nullptr);
+  // With bf16 matmuls: whether op `op` reads its k-th parameter only as the bf16 copy, if given one (a
+  // linear's weight).
+  bool bf16_weight(int op, int k) const;
   float loss() const { return loss_; }
   // bf16 GEMMs: the linears' and the head's matmuls, forward and backward, on bf16 copies of their operands
   // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
@@ -192,10 +202,12 @@ class GptModel {
   // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands;
   // `ld`: the row stride of out (forward) or dout (backward) when they are columns of a wider array;
   // `cast_in`: false when in16_ already holds `in` in bf16 (a second matrix of the same op).
+  // `w16`: w in bf16 already (else cast here).
   void mm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC,
-                  int ld_out = 0, bool cast_in = true);
+                  int ld_out = 0, bool cast_in = true, const std::uint16_t* w16 = nullptr);
   void mm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                   int N, int IC, int OC, int ld_dout = 0, bool cast_in = true);
+                   int N, int IC, int OC, int ld_dout = 0, bool cast_in = true,
+                   const std::uint16_t* w16 = nullptr);
 
   GptConfig c_;
   int B_, T_;

@@ -211,10 +211,11 @@ Result<float> CudaGptModel::loss() {
   return static_cast<float>(total / static_cast<double>(N));
 }
 
-// The bf16 GEMM weight [OC, IC]: the op's gathered bf16 copy when it came with one, else `w` rounded in
+// The bf16 GEMM weight [OC, IC]: the gathered bf16 copy when the op came with one, else `w` rounded in
 // scratch (weights that came from bf16 shards round-trip exactly).
-Result<const std::uint16_t*> CudaGptModel::gemm_weight16(const float* w, int IC, int OC) {
-  if (w16_ != nullptr) return w16_;
+Result<const std::uint16_t*> CudaGptModel::gemm_weight16(const float* w, const std::uint16_t* w16, int IC,
+                                                         int OC) {
+  if (w16 != nullptr) return w16;
   const auto n = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
   MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(w, b16_w_, n, dev_.compute().get()), "cast weight"));
   return b16_w_;
@@ -222,19 +223,19 @@ Result<const std::uint16_t*> CudaGptModel::gemm_weight16(const float* w, int IC,
 
 // out[N, OC] = in . w^T + b: fp32 GEMM, or with bf16_matmuls the operands rounded to bf16 in scratch and a
 // bf16 GEMM with fp32 accumulation.
-Status CudaGptModel::gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC,
-                                  int OC) {
+Status CudaGptModel::gemm_forward(float* out, const float* in, const float* w, const std::uint16_t* w16,
+                                  const float* b, int N, int IC, int OC) {
   void* s = dev_.compute().get();
   if (!bf16_) return check(kc::matmul_forward(*blas_, out, in, w, b, N, IC, OC, s), "matmul");
   const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
   MW_RETURN_IF_ERROR(check(kc::cast_f32_to_bf16(in, b16_in_, n_in, s), "cast input"));
-  auto w16 = gemm_weight16(w, IC, OC);
-  if (!w16.is_ok()) return w16.status();
-  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, *w16, b, N, IC, OC, s), "bf16 matmul");
+  auto weight = gemm_weight16(w, w16, IC, OC);
+  if (!weight.is_ok()) return weight.status();
+  return check(kc::matmul_forward_bf16(*blas_, out, b16_in_, *weight, b, N, IC, OC, s), "bf16 matmul");
 }
 
 Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
-                                   const float* w, int N, int IC, int OC) {
+                                   const float* w, const std::uint16_t* w16, int N, int IC, int OC) {
   void* s = dev_.compute().get();
   if (!bf16_) return check(kc::matmul_backward(*blas_, din, dw, db, dout, in, w, N, IC, OC, s), "matmul bwd");
   const auto n = static_cast<std::size_t>(N);
@@ -242,33 +243,29 @@ Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float
       check(kc::cast_f32_to_bf16(dout, b16_dout_, n * static_cast<std::size_t>(OC), s), "cast dout"));
   MW_RETURN_IF_ERROR(
       check(kc::cast_f32_to_bf16(in, b16_in_, n * static_cast<std::size_t>(IC), s), "cast input"));
-  auto w16 = gemm_weight16(w, IC, OC);
-  if (!w16.is_ok()) return w16.status();
-  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, *w16, N, IC, OC, s),
+  auto weight = gemm_weight16(w, w16, IC, OC);
+  if (!weight.is_ok()) return weight.status();
+  return check(kc::matmul_backward_bf16(*blas_, din, dw, db, dout, b16_dout_, b16_in_, *weight, N, IC, OC, s),
                "bf16 matmul bwd");
 }
 
-// out[:, this tile's columns of each part] = in . w^T + b (+ residual there). Only the first part's GEMM
-// takes the op's gathered bf16 weight; a second matrix comes as fp32 and is rounded in scratch.
+// out[:, this tile's columns of each part] = in . w^T + b (+ residual there); each part's GEMM takes its
+// gathered bf16 weight where the op came with them.
 Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width,
                                     const Part* parts, int n, const GptOp& o, const float* residual) {
   const int N = B_ * T_;
   void* s = dev_.compute().get();
   const std::size_t rows = static_cast<std::size_t>(N);
   if (o.tiles == 1 && n == 1) {
-    MW_RETURN_IF_ERROR(gemm_forward(out, in, parts[0].w, parts[0].b, N, in_width, out_width));
+    MW_RETURN_IF_ERROR(gemm_forward(out, in, parts[0].w, parts[0].w16, parts[0].b, N, in_width, out_width));
     if (residual != nullptr)
       return check(kc::accumulate(out, residual, rows * static_cast<std::size_t>(out_width), s), "residual");
     return Status::ok();
   }
-  const std::uint16_t* op_w16 = w16_;
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
-    w16_ = k == 0 ? op_w16 : nullptr;
-    Status st = gemm_forward(tile_, in, pt.w, pt.b, N, in_width, cols);
-    w16_ = op_w16;
-    MW_RETURN_IF_ERROR(st);
+    MW_RETURN_IF_ERROR(gemm_forward(tile_, in, pt.w, pt.w16, pt.b, N, in_width, cols));
     float* dst = out + col0;
     const std::size_t pitch = static_cast<std::size_t>(out_width) * sizeof(float);
     const std::size_t width = static_cast<std::size_t>(cols) * sizeof(float);
@@ -292,8 +289,8 @@ Status CudaGptModel::linear_backward(float* din, const float* dout, int out_widt
   const int N = B_ * T_;
   void* s = dev_.compute().get();
   if (o.tiles == 1 && n == 1)
-    return gemm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, N, in_width, out_width);
-  const std::uint16_t* op_w16 = w16_;
+    return gemm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, parts[0].w16, N, in_width,
+                         out_width);
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
@@ -303,10 +300,7 @@ Status CudaGptModel::linear_backward(float* din, const float* dout, int out_widt
                           width, static_cast<std::size_t>(N), cudaMemcpyDeviceToDevice,
                           static_cast<cudaStream_t>(s)),
         "tile dout"));
-    w16_ = k == 0 ? op_w16 : nullptr;
-    Status st = gemm_backward(din, pt.dw, pt.db, tile_, in, pt.w, N, in_width, cols);
-    w16_ = op_w16;
-    MW_RETURN_IF_ERROR(st);
+    MW_RETURN_IF_ERROR(gemm_backward(din, pt.dw, pt.db, tile_, in, pt.w, pt.w16, N, in_width, cols));
   }
   return Status::ok();
 }
@@ -345,37 +339,25 @@ Status CudaGptModel::collapse_dqkv() {
   return check(kc::sum_kv(dqkv_, dqf_, N, C, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
-bool CudaGptModel::takes_bf16_weight(int op) const {
-  if (!bf16_) return false;
-  switch (g_.ops[static_cast<std::size_t>(op)].role) {
-    case GptRole::kQkv:
-    case GptRole::kProj:
-    case GptRole::kFc1:
-    case GptRole::kFc2:
-    case GptRole::kHead:
-      return true;
-    default:
-      return false;
-  }
+bool CudaGptModel::bf16_weight(int op, int k) const {
+  return bf16_ && linear_weight(c_, g_.ops[static_cast<std::size_t>(op)], k);
 }
 
-Status CudaGptModel::forward_op(int op, const float* const* p, const std::uint16_t* weight16) {
-  return run_op(op, false, p, nullptr, weight16);
+Status CudaGptModel::forward_op(int op, const float* const* p, const std::uint16_t* const* p16) {
+  return run_op(op, false, p, nullptr, p16);
 }
 
 Status CudaGptModel::backward_op(int op, const float* const* p, float* const* g,
-                                 const std::uint16_t* weight16) {
-  return run_op(op, true, p, g, weight16);
+                                 const std::uint16_t* const* p16) {
+  return run_op(op, true, p, g, p16);
 }
 
-// The op's forward or backward, with its bf16 GEMM weight in w16_ while it runs.
+// The op's forward or backward, with its bf16 parameters in p16_ while it runs (with bf16 GEMMs).
 Status CudaGptModel::run_op(int op, bool backward, const float* const* p, float* const* g,
-                            const std::uint16_t* weight16) {
-  if (weight16 != nullptr && !takes_bf16_weight(op))
-    return Status::internal("cuda model: op " + std::to_string(op) + " takes no bf16 weight");
-  w16_ = weight16;
+                            const std::uint16_t* const* p16) {
+  p16_ = bf16_ ? p16 : nullptr;
   Status st = backward ? backward_op_impl(op, p, g) : forward_op_impl(op, p);
-  w16_ = nullptr;
+  p16_ = nullptr;
   return st;
 }
 
@@ -388,7 +370,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
-    const int n = linear_parts(c_, o, p, nullptr, parts);
+    const int n = linear_parts(c_, o, p, nullptr, parts, p16_);
     return linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
@@ -446,7 +428,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
   const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
-    const int k = linear_parts(c_, o, p, g, parts);
+    const int k = linear_parts(c_, o, p, g, parts, p16_);
     return linear_backward(din, dout, out_width, in, in_width, parts, k, o);
   };
   switch (o.role) {

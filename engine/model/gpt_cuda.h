@@ -40,12 +40,13 @@ class CudaGptModel {
 
   // Host arrays of B*T tokens and targets, copied to the device.
   Status set_batch(const int* tokens, const int* targets);
-  // `weight16`: with bf16 GEMMs, the bf16 copy of the op's GEMM weight (param 0 of a linear, or of the head),
-  // used as it is instead of rounding param 0, which may then be null (takes_bf16_weight says which ops).
-  Status forward_op(int op, const float* const* param, const std::uint16_t* weight16 = nullptr);
+  // `param16`, when given (with bf16 GEMMs), holds bf16 copies of the op's parameters (parallel to param)
+  // that a linear's GEMMs take as they are instead of rounding the fp32 weight: param[k] may be null where
+  // bf16_weight(op, k), as GptModel's.
+  Status forward_op(int op, const float* const* param, const std::uint16_t* const* param16 = nullptr);
   Status backward_op(int op, const float* const* param, float* const* grad,
-                     const std::uint16_t* weight16 = nullptr);
-  bool takes_bf16_weight(int op) const;
+                     const std::uint16_t* const* param16 = nullptr);
+  bool bf16_weight(int op, int k) const;
   // The last forward's mean cross-entropy (waits for the compute stream).
   Result<float> loss();
 
@@ -75,15 +76,17 @@ class CudaGptModel {
   Status expand_qkv(const float* qkv);
   Status collapse_dqkv();
   Status run_op(int op, bool backward, const float* const* param, float* const* grad,
-                const std::uint16_t* weight16);
+                const std::uint16_t* const* param16);
   Status forward_op_impl(int op, const float* const* param);
   Status backward_op_impl(int op, const float* const* param, float* const* grad);
   Status zero(float* p, std::size_t floats);
   Status whole_passes_allowed() const;
-  Result<const std::uint16_t*> gemm_weight16(const float* w, int IC, int OC);
-  Status gemm_forward(float* out, const float* in, const float* w, const float* b, int N, int IC, int OC);
+  // `w16`: w in bf16 already (else rounded in scratch when bf16_).
+  Result<const std::uint16_t*> gemm_weight16(const float* w, const std::uint16_t* w16, int IC, int OC);
+  Status gemm_forward(float* out, const float* in, const float* w, const std::uint16_t* w16, const float* b,
+                      int N, int IC, int OC);
   Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                       int N, int IC, int OC);
+                       const std::uint16_t* w16, int N, int IC, int OC);
   Status copy(float* dst, const float* src, std::size_t floats);
 
   GptConfig c_;
@@ -100,7 +103,7 @@ class CudaGptModel {
   bool flash_ = false;
   int slots_ = 1;  // layers' activations kept at once
   std::uint16_t *b16_in_ = nullptr, *b16_w_ = nullptr, *b16_dout_ = nullptr;
-  const std::uint16_t* w16_ = nullptr;  // the running op's bf16 GEMM weight, when the caller gave one
+  const std::uint16_t* const* p16_ = nullptr;  // the running op's bf16 parameters, when the caller gave them
   int *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,

@@ -559,10 +559,9 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
   std::size_t off = 0;
   void* stream = gpu->compute().get();
   MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
-  // With bf16 GEMMs a linear's (or the head's) weight goes to the GEMM as the gathered bf16 copy it is; the
-  // other parameters are widened to fp32.
-  const bool bf16_weight = cmodel->takes_bf16_weight(t.op);
-  const std::uint16_t* weight16 = nullptr;
+  // With bf16 GEMMs a linear's (or the head's) weights go to the GEMMs as the gathered bf16 copies they are;
+  // the other parameters are widened to fp32.
+  std::vector<const std::uint16_t*> p16;
   for (std::size_t k = 0; k < op.params.size(); ++k) {
     const int p = op.params[k];
     const int b = use_of_param(
@@ -571,8 +570,8 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
       return Status::internal(t.name + ": the schedule gives no device copy of parameter " +
                               std::to_string(p));
     const std::size_t n = part(p).numel;
-    if (bf16_weight && k == 0) {
-      weight16 = reinterpret_cast<const std::uint16_t*>(ptr(b));
+    p16.push_back(reinterpret_cast<const std::uint16_t*>(ptr(b)));
+    if (cmodel->bf16_weight(t.op, static_cast<int>(k))) {
       pp.push_back(nullptr);
     } else {
       if (int rc = kernels::cuda::cast_bf16_to_f32(ptr(b), work_dev + off, n, stream); rc != 0)
@@ -588,8 +587,8 @@ Status Zero3Trainer::State::compute_cuda(const Task& t) {
       gp.push_back(reinterpret_cast<float*>(ptr(g)));
     }
   }
-  MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data(), weight16)
-                                                 : cmodel->forward_op(t.op, pp.data(), weight16));
+  MW_RETURN_IF_ERROR(t.phase == Phase::kBackward ? cmodel->backward_op(t.op, pp.data(), gp.data(), p16.data())
+                                                 : cmodel->forward_op(t.op, pp.data(), p16.data()));
   return done_on(gpu->compute());
 #else
   (void)t;
@@ -603,6 +602,7 @@ Status Zero3Trainer::State::compute(const Task& t) {
   if (work.size() < op.params.size()) work.resize(op.params.size());
   std::vector<const float*> pp;
   std::vector<float*> gp;
+  std::vector<const std::uint16_t*> p16;  // the gathered bf16 parameters, which bf16 GEMMs take as they are
   for (std::size_t k = 0; k < op.params.size(); ++k) {
     const int p = op.params[k];
     const int b = use_of_param(
@@ -611,9 +611,15 @@ Status Zero3Trainer::State::compute(const Task& t) {
       return Status::internal(t.name + ": the schedule gives no gathered copy of parameter " +
                               std::to_string(p));
     const std::size_t n = part(p).numel;
-    work[k].resize(n);
-    kernels::cast_bf16_to_f32(reinterpret_cast<const std::uint16_t*>(ptr(b)), work[k].data(), n);
-    pp.push_back(work[k].data());
+    const auto* gathered = reinterpret_cast<const std::uint16_t*>(ptr(b));
+    p16.push_back(gathered);
+    if (model->bf16_weight(t.op, static_cast<int>(k))) {  // read only in bf16: no fp32 copy
+      pp.push_back(nullptr);
+    } else {
+      work[k].resize(n);
+      kernels::cast_bf16_to_f32(gathered, work[k].data(), n);
+      pp.push_back(work[k].data());
+    }
     if (t.phase == Phase::kBackward) {
       const int g = use_of_param(t, p, {BufferRole::kGrad, BufferRole::kGradShard});
       if (g < 0)
@@ -623,9 +629,9 @@ Status Zero3Trainer::State::compute(const Task& t) {
     }
   }
   if (t.phase == Phase::kBackward)
-    model->backward_op(t.op, pp.data(), gp.data());
+    model->backward_op(t.op, pp.data(), gp.data(), p16.data());
   else
-    model->forward_op(t.op, pp.data());
+    model->forward_op(t.op, pp.data(), p16.data());
   return Status::ok();
 }
 

@@ -48,9 +48,12 @@ void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt)
 // bf16-rounded weights for 5 steps. With `clip` > 0 the reference scales its gradients as PyTorch's
 // clip_grad_norm_ does (by clip / (norm + 1e-6) when that is below 1; `clip` is low enough to clip every
 // step): the trainer sums the squares per parameter, the reference over the whole array, so the norms
-// agree to rounding (1e-9) and the losses to 1e-6; without clipping everything is bitwise the same.
-void follow_the_plain_model(double clip, const model::GptConfig& c = small()) {
+// agree to rounding (1e-9) and the losses to 1e-6; without clipping everything is bitwise the same. With
+// `bf16_matmuls` both run their GEMMs on bf16 operands (the trainer on its gathered bf16 weights as they are,
+// the reference on its weights cast to bf16): bitwise the same too.
+void follow_the_plain_model(double clip, const model::GptConfig& c = small(), bool bf16_matmuls = false) {
   Zero3Options o;
+  o.cpu_bf16_matmuls = bf16_matmuls;
   o.micro_batch = 2;
   o.seq = 8;
   o.seed = 5;
@@ -65,6 +68,7 @@ void follow_the_plain_model(double clip, const model::GptConfig& c = small()) {
   std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
   model::gpt_init(c, p.data(), 5);
   model::GptModel ref(c, 2, 8);
+  ref.set_bf16_matmuls(bf16_matmuls);
   std::vector<int> tok, tgt;
   // The trainer computes with bf16 parameters (fp32 master weights, fp32 gradients): so does the reference.
   std::vector<std::uint16_t> p16(n);
@@ -120,6 +124,11 @@ TEST(Zero3, GradientClippingFollowsThePlainModel) {
 TEST(Zero3, OneRankFollowsThePlainLlamaShapedModel) {
   follow_the_plain_model(0, small_llama());
   follow_the_plain_model(0.05, small_llama());
+}
+
+TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
+  follow_the_plain_model(0, small(), true);
+  follow_the_plain_model(0, small_llama(), true);
 }
 
 TEST(Zero3, InvalidConfigsAreRejectedBeforeAnyWork) {
