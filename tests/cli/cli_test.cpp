@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "chakra_writer.h"
+#include "safetensors_files.h"
 
 namespace {
 
@@ -866,6 +867,43 @@ std::string training_text() {
 const std::string kTinyBpe = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
 const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
 
+// A directory `name` with tests/data/tiny-bpe's vocabulary and merges as a Llama 3 tokenizer.json (a Split by
+// Llama 3's pattern, then ByteLevel without its own).
+std::string llama3_tokenizer(const std::string& name) {
+  const std::string dir = test_path(name).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  nlohmann::json merges = nlohmann::json::array();
+  std::ifstream lines(kTinyBpe + "/merges.txt");
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') merges.push_back(line);
+  }
+  std::ifstream vocab(kTinyBpe + "/vocab.json");
+  const nlohmann::json doc = {
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", true},
+           {"use_regex", false}}}}}},
+      {"normalizer", nullptr},
+      {"model",
+       {{"type", "BPE"},
+        {"ignore_merges", true},
+        {"vocab", nlohmann::json::parse(vocab)},
+        {"merges", merges}}}};
+  std::ofstream(dir + "/tokenizer.json") << doc.dump();
+  return dir;
+}
+
 // The summary line of a `memwall train --json` output.
 nlohmann::json train_json_summary(const std::string& output) {
   std::istringstream lines(output);
@@ -1428,6 +1466,62 @@ TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {
 // Genesis) continues its sentence token by token; the checkpoint, then the export, carry the tokenizer, so
 // generate from either gives the same text; resuming takes the checkpoint's tokenizer, and mixing bytes with
 // BPE is one line, exit 2.
+// A Llama 3-shaped model as the Hub has one: a tied head, rope_scaling llama3, a Llama 3 tokenizer.json, bf16
+// weights in shards. Trained here, exported in bf16 and split; then generated from and trained on from that
+// directory alone (its config.json, tokenizer and shards), starting where the training left off.
+TEST(CliGenerate, ALlama3ModelInShardsWithItsTokenizer) {
+  const std::string tok = llama3_tokenizer("tokenizer-llama3-hub");
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "And the evening and the morning were the first day. ";
+  const std::string data = write_file("llama3.txt", text);
+  const std::string dir = test_path("ckpt-llama3").string(), hub = test_path("llama3-hub").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hub);
+  const std::string model =
+      " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
+      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 176, "
+      "\"vocab_size\": 657, \"tie_word_embeddings\": true, \"max_position_embeddings\": 64, "
+      "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, "
+      "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 32}}'";
+  const CmdResult t =
+      memwall("train --tokenizer " + tok + " --steps 150 --eval-batches 1 --json --checkpoint-dir " + dir +
+                  " --data " + data + model,
+              false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const double trained = train_json_summary(t.output)["val_loss"].get<double>();
+  EXPECT_LT(trained, 1.0) << t.output;
+  const CmdResult ex = memwall("export --dtype bf16 --checkpoint-dir " + dir + " --out " + hub, false);
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  test_files::split_safetensors(hub + "/model.safetensors", hub, 2);
+  std::filesystem::remove(hub + "/model.safetensors");
+  ASSERT_TRUE(std::filesystem::exists(hub + "/tokenizer.json"));
+  std::ifstream cf(hub + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(cf);
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(config["tie_word_embeddings"], true);
+  const std::string prompt = " --prompt 'And the evening' --tokens 12 --temperature 0";
+  const CmdResult from_ckpt = memwall("generate --checkpoint-dir " + dir + prompt, false);
+  const CmdResult from_hub = memwall("generate --weights " + hub + prompt, false);
+  ASSERT_EQ(from_hub.exit_code, 0) << from_hub.output;
+  EXPECT_EQ(from_hub.output, from_ckpt.output);  // the bf16 rounding does not change the greedy text
+  EXPECT_EQ(from_hub.output.rfind("And the evening and the", 0), 0u) << from_hub.output;  // the text's words
+  EXPECT_NE(from_hub.output.find(" the first day."), std::string::npos) << from_hub.output;
+  // Training on from the directory: its config.json is the model, its tokenizer the vocabulary, and the
+  // first loss is the trained model's (in bf16), not a fresh one's ln 657 = 6.5.
+  const CmdResult resumed =
+      memwall("train --init-from " + hub + " --steps 1 --eval-batches 1 --data " + data, true);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Llama 3 BPE vocabulary of 657"), std::string::npos) << resumed.output;
+  const std::string json_run =
+      "train --init-from " + hub + " --steps 1 --eval-batches 1 --json --data " + data;
+  const CmdResult first = memwall(json_run, false);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const double loss = parse_json(first.output.substr(0, first.output.find('\n')))["loss"].get<double>();
+  EXPECT_LT(loss, trained + 0.5) << first.output;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hub);
+}
+
 TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const std::string tok = kTinyBpe;
   std::string text;
@@ -1535,27 +1629,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   EXPECT_EQ(memwall("generate --weights " + tj_ckpt + "-hf --prompt And --tokens 3").exit_code, 0);
   // Llama 3's pre-tokenizer over the same BPE (a Split by its pattern, then ByteLevel): numbers in threes,
   // never joined to the space before them; train and tokenize name it.
-  const std::string l3 = test_path("tokenizer-llama3").string();
-  std::filesystem::remove_all(l3);
-  std::filesystem::create_directories(l3);
-  {
-    std::ifstream in(tj + "/tokenizer.json");
-    nlohmann::json doc = nlohmann::json::parse(in);
-    doc["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers",
-                             {{{"type", "Split"},
-                               {"pattern",
-                                {{"Regex",
-                                  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-                                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
-                               {"behavior", "Isolated"},
-                               {"invert", false}},
-                              {{"type", "ByteLevel"},
-                               {"add_prefix_space", false},
-                               {"trim_offsets", true},
-                               {"use_regex", false}}}}};
-    std::ofstream(l3 + "/tokenizer.json") << doc.dump();
-  }
+  const std::string l3 = llama3_tokenizer("tokenizer-llama3");
   const CmdResult l3_listed = memwall("tokenize --tokenizer " + l3 + " --text 'And 12345' --json", false);
   ASSERT_EQ(l3_listed.exit_code, 0) << l3_listed.output;
   const nlohmann::json l3j = parse_json(l3_listed.output);

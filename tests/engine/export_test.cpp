@@ -17,6 +17,7 @@
 
 #include "cpu/cast.h"
 #include "engine/model/import.h"
+#include "safetensors_files.h"
 
 namespace memwall::model {
 namespace {
@@ -28,15 +29,8 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// A safetensors file: the little-endian header length, the header, the data.
-void write_safetensors(const std::string& path, const nlohmann::ordered_json& header,
-                       const std::string& data) {
-  const std::string h = header.dump();
-  std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    file[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << file + h + data;
-}
+using test_files::split_safetensors;
+using test_files::write_safetensors;
 
 GptConfig small_config() {
   GptConfig c;
@@ -243,31 +237,7 @@ TEST(Import, ReadsAModelSavedInShards) {
   gpt_init(c, p.data(), 6);
   const std::string whole = temp_dir("import-whole"), dir = temp_dir("import-shards");
   ASSERT_TRUE(export_hf(c, p.data(), whole).is_ok());
-  const std::string bytes = slurp(whole + "/model.safetensors");
-  std::uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i)
-    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
-  const std::string all = bytes.substr(8 + header_bytes);
-  std::vector<nlohmann::ordered_json> headers(3);
-  std::vector<std::string> data(3);
-  nlohmann::json weight_map = nlohmann::json::object();
-  int k = 0;
-  for (const auto& [name, e] : header.items()) {
-    if (name == "__metadata__") continue;
-    const auto off = e["data_offsets"].get<std::vector<std::size_t>>();
-    const auto s = static_cast<std::size_t>(k++ % 3);
-    headers[s][name] = {{"dtype", e["dtype"]},
-                        {"shape", e["shape"]},
-                        {"data_offsets", {data[s].size(), data[s].size() + off[1] - off[0]}}};
-    data[s] += all.substr(off[0], off[1] - off[0]);
-    weight_map[name] = "model-0000" + std::to_string(s + 1) + "-of-00003.safetensors";
-  }
-  for (std::size_t s = 0; s < 3; ++s)
-    write_safetensors(dir + "/model-0000" + std::to_string(s + 1) + "-of-00003.safetensors", headers[s],
-                      data[s]);
-  const nlohmann::json index = {{"metadata", {{"total_size", all.size()}}}, {"weight_map", weight_map}};
-  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  split_safetensors(whole + "/model.safetensors", dir, 3);
   for (const std::string& path : {dir, dir + "/model.safetensors.index.json"}) {
     auto w = HfWeights::open(path, c);
     ASSERT_TRUE(w.is_ok()) << w.status().message();
