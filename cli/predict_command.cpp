@@ -101,7 +101,12 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   std::printf("model    %s: %s, %d layers, hidden %d, %d heads", m.name.c_str(), m.model_type.c_str(),
               m.layers, m.hidden, m.heads);
   if (m.kv_heads != m.heads) std::printf(" (%d kv)", m.kv_heads);
-  std::printf(", ffn %d, vocab %d, seq %d\n", m.ffn_hidden, m.vocab, run.memwall.sequence_length);
+  std::printf(", ffn %d, vocab %d, seq %d", m.ffn_hidden, m.vocab, run.memwall.sequence_length);
+  if (run.memwall.sequence_length == m.pretraining_positions() && m.pretraining_positions() < m.max_positions) {
+    std::printf(" (its pre-training context; rope_scaling %s stretches it to %d positions)",
+                m.rope_scaling.type.c_str(), m.max_positions);
+  }
+  std::printf("\n");
   std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s\n",
               format_count(m.total_params()).c_str(), m.total_params(),
               format_count(m.paper_params()).c_str());

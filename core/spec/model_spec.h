@@ -24,7 +24,7 @@ struct RopeScaling {
   double factor = 1;
   double low_freq_factor = 1;
   double high_freq_factor = 4;
-  int original_max_positions = 8192;  // original_max_position_embeddings
+  int original_max_positions = 0;  // original_max_position_embeddings (0: not given)
 
   bool none() const { return type.empty(); }
   bool supported() const { return type.empty() || type == "linear" || type == "llama3"; }
@@ -66,6 +66,12 @@ struct ModelSpec {
   RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
 
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
+  // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.
+  int pretraining_positions() const {
+    const int original = rope_scaling.original_max_positions;
+    return original > 0 && original < max_positions ? original : max_positions;
+  }
   // Every parameter tensor, grouped. Sum of elements() * count == total_params().
   std::vector<ParamTensorGroup> param_tensors() const;
   double total_params() const;

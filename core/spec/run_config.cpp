@@ -113,7 +113,7 @@ const char* precision_name(Precision p) {
 Status resolve_run_config(RunConfig& run, const ModelSpec& model, const HardwareSpec& hw) {
   const std::string where = "run '" + run.name + "'";
   MemwallRunConfig& mw = run.memwall;
-  if (mw.sequence_length == 0) mw.sequence_length = model.max_positions;
+  if (mw.sequence_length == 0) mw.sequence_length = model.pretraining_positions();
   if (mw.sequence_length <= 0) {
     return Status::invalid_argument(where + ": key 'memwall.sequence_length' is not set and model '" +
                                     model.name + "' has no max_positions; allowed: an integer >= 1");

@@ -92,7 +92,11 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
                                              detail::short_dump(obj->at("low_freq_factor")) + ")");
     }
   }
-  if (!out.supported()) return Status::ok();  // another type's keys: kept by name only
+  if (!out.supported()) {  // another type's keys: kept by name only, and the context it stretches
+    MW_RETURN_IF_ERROR(
+        r.get_int("original_max_position_embeddings", out.original_max_positions, 0, 1 << 28));
+    return Status::ok();
+  }
   r.finish();
   return Status::ok();
 }

@@ -117,10 +117,20 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
   for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
-                        "llama-2-70b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+                        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "fig2a-0.1t", "fig2a-100t",
+                        "paper-10b", "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
+    EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
   }
+  // Llama 3.1's 131072 positions are its rope_scaling's stretch of the 8192 it was pre-trained at: runs
+  // default to 8192 tokens and say so (memwall.sequence_length sets any other).
+  const CmdResult l31 = memwall("predict --model llama-3.1-8b --json", false);
+  EXPECT_EQ(parse_json(l31.output)["inputs"]["run"]["memwall"]["sequence_length"], 8192);
+  EXPECT_NE(memwall("predict --model llama-3.1-8b")
+                .output.find("seq 8192 (its pre-training context; rope_scaling llama3 stretches it to 131072 "
+                             "positions)"),
+            std::string::npos);
   for (const char* run : {"data-parallel", "zero-2", "zero-offload", "3d-parallel", "zero-3",
                           "zero-infinity-cpu", "zero-infinity-nvme"}) {
     const CmdResult r = memwall(std::string("predict --model gpt3-175b --run ") + run);

@@ -30,6 +30,12 @@ TEST(ModelSpec, LlamaParameterCountsMatchPublishedSizes) {
   // Llama 2 7B and 70B (SwiGLU MLP, untied head, grouped-query attention for 70B).
   EXPECT_EQ(load_model_scenario("llama-2-7b").total_params(), 6738415616.0);
   EXPECT_EQ(load_model_scenario("llama-2-70b").total_params(), 68976648192.0);
+  // Llama 3.1 8B, Llama 3.2 1B and Qwen2 0.5B as published (grouped-query attention, Qwen2's q/k/v biases).
+  EXPECT_EQ(load_model_scenario("llama-3.1-8b").total_params(), 8030261248.0);
+  EXPECT_EQ(load_model_scenario("llama-3.2-1b").total_params(), 1235814400.0);
+  EXPECT_EQ(load_model_scenario("qwen2-0.5b").total_params(), 494032768.0);
+  EXPECT_EQ(load_model_scenario("llama-3.1-8b").pretraining_positions(), 8192);
+  EXPECT_EQ(load_model_scenario("llama-2-7b").pretraining_positions(), 4096);
 }
 
 TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
