@@ -60,6 +60,14 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "\" is not supported by memwall's rotary kernels; allowed: linear, llama3, "
         "or none");
   }
+  const RopeScaling& rs = c.rope_scaling;
+  if (!rs.none() && (!(rs.factor > 0) ||
+                     (rs.type == "llama3" && (rs.original_max_positions < 1 || !(rs.low_freq_factor > 0) ||
+                                              !(rs.high_freq_factor > rs.low_freq_factor))))) {
+    return Status::invalid_argument(
+        "model: rope_scaling needs factor > 0, and for llama3 original_max_position_embeddings >= 1 and "
+        "high_freq_factor > low_freq_factor > 0");
+  }
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <thread>
+#include <type_traits>
 
 #include "base/utf8.h"
 #include "engine/io/read_file.h"
@@ -193,6 +194,23 @@ std::uint64_t pair_key(int left, int right) {
          static_cast<std::uint32_t>(right);
 }
 
+// o[key] where o is an object holding it with T's JSON type, else `def`: a tokenizer.json with a value of
+// another type is refused by the checks that follow (never thrown on).
+template <typename T>
+T field(const nlohmann::json& o, const char* key, T def) {
+  if (!o.is_object() || !o.contains(key)) return def;
+  const nlohmann::json& v = o.at(key);
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean() ? v.get<bool>() : def;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string() ? v.get<std::string>() : def;
+  } else if constexpr (std::is_same_v<T, long>) {
+    return v.is_number_integer() ? v.get<long>() : def;
+  } else {
+    return v;
+  }
+}
+
 // The pre-tokenizers of tokenizer.json that memwall implements.
 constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -201,21 +219,21 @@ constexpr std::string_view kQwen2Pattern =
 
 Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
   const auto is = [](const nlohmann::json& o, const char* type) {
-    return o.is_object() && o.value("type", std::string()) == type;
+    return field(o, "type", std::string()) == type;
   };
-  if (is(pre, "ByteLevel") && !pre.value("add_prefix_space", false) && pre.value("use_regex", true))
+  if (is(pre, "ByteLevel") && !field(pre, "add_prefix_space", false) && field(pre, "use_regex", true))
     return PreTokenizer::kGpt2;
   // Llama 3's and Qwen2's: a Split by their pattern, then ByteLevel without its own pattern.
   if (is(pre, "Sequence") && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
       pre["pretokenizers"].size() == 2) {
     const nlohmann::json& split = pre["pretokenizers"][0];
     const nlohmann::json& bytes = pre["pretokenizers"][1];
-    const nlohmann::json pattern = split.value("pattern", nlohmann::json()).value("Regex", nlohmann::json());
-    if (is(split, "Split") && split.value("behavior", std::string()) == "Isolated" &&
-        !split.value("invert", false) && pattern.is_string() && is(bytes, "ByteLevel") &&
-        !bytes.value("add_prefix_space", false) && !bytes.value("use_regex", true)) {
-      if (pattern.get<std::string>() == kLlama3Pattern) return PreTokenizer::kLlama3;
-      if (pattern.get<std::string>() == kQwen2Pattern) return PreTokenizer::kQwen2;
+    const std::string pattern = field(field(split, "pattern", nlohmann::json()), "Regex", std::string());
+    if (is(split, "Split") && field(split, "behavior", std::string()) == "Isolated" &&
+        !field(split, "invert", false) && is(bytes, "ByteLevel") &&
+        !field(bytes, "add_prefix_space", false) && !field(bytes, "use_regex", true)) {
+      if (pattern == kLlama3Pattern) return PreTokenizer::kLlama3;
+      if (pattern == kQwen2Pattern) return PreTokenizer::kQwen2;
     }
   }
   std::string shown = pre.dump();
@@ -268,22 +286,20 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   if (!j.contains("model") || !j.at("model").is_object())
     return Status::invalid_argument(name + ": not a Hugging Face tokenizer (no \"model\" object)");
   const json& model = j.at("model");
-  const auto kind = [](const json& o) {
-    return o.is_object() ? o.value("type", std::string()) : std::string();
-  };
+  const auto kind = [](const json& o) { return field(o, "type", std::string()); };
   if (kind(model) != "BPE") {
     return Status::invalid_argument(name + ": model.type \"" + kind(model) +
                                     "\"; allowed: BPE (byte-level BPE: GPT-2's, Llama 3's, Qwen2's)");
   }
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
-    const json v = model.value(key, json());
+    const json v = field(model, key, json());
     if (!v.is_null() && v != json("")) {
       return Status::invalid_argument(name + ": model." + key + " " + v.dump() + "; allowed: null");
     }
   }
-  auto pre = pre_tokenizer_of(j.value("pre_tokenizer", json()));
+  auto pre = pre_tokenizer_of(field(j, "pre_tokenizer", json()));
   if (!pre.is_ok()) return Status::invalid_argument(name + ": " + pre.status().message());
-  const json normalizer = j.value("normalizer", json());
+  const json normalizer = field(j, "normalizer", json());
   if (!normalizer.is_null() && kind(normalizer) != "NFC") {
     return Status::invalid_argument(name + ": normalizer " + normalizer.dump() +
                                     "; allowed: none (GPT-2's, Llama 3's) or NFC (Qwen2's)");
@@ -311,20 +327,20 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   t->files_ = {"tokenizer.json"};
   t->pre_ = *pre;
   t->nfc_ = !normalizer.is_null();
-  if (model.value("ignore_merges", false)) {  // Llama 3's: a piece that is a token is that token
+  if (field(model, "ignore_merges", false)) {  // Llama 3's: a piece that is a token is that token
     t->whole_.reserve(t->bytes_.size());
     for (std::size_t id = 0; id < t->bytes_.size(); ++id)
       t->whole_.emplace(t->bytes_[id], static_cast<int>(id));
   }
   // Added tokens: special ones in the vocabulary already (GPT-2's <|endoftext|>), or any appended after it
   // (Llama 3's and Qwen2's), in id order.
-  for (const json& a : j.value("added_tokens", json::array())) {
+  for (const json& a : field(j, "added_tokens", json::array())) {
     if (!a.is_object()) continue;
-    const std::string content = a.value("content", std::string());
-    const long id = a.value("id", -1L);
+    const std::string content = field(a, "content", std::string());
+    const long id = field(a, "id", -1L);
     const auto size = static_cast<long>(t->bytes_.size());
     if (id >= 0 && id < size && t->bytes_[static_cast<std::size_t>(id)] == content) {
-      if (a.value("special", false) &&
+      if (field(a, "special", false) &&
           std::find(t->specials_.begin(), t->specials_.end(), id) == t->specials_.end())
         t->specials_.push_back(static_cast<int>(id));
     } else if (id == size && !content.empty()) {

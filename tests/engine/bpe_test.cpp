@@ -514,6 +514,27 @@ TEST(Bpe, DamagedTokenizerFilesNeverCrash) {
   EXPECT_GT(loaded, 0);
   EXPECT_GT(refused, 0);
   std::printf("%d damaged tokenizers loaded, %d refused\n", loaded, refused);
+  // Values of the wrong JSON type where tokenizer.json's keys are read: read or refused, never thrown on.
+  const nlohmann::json base = nlohmann::json::parse(tj);
+  const std::vector<std::pair<const char*, nlohmann::json>> confused = {
+      {"/pre_tokenizer/add_prefix_space", "yes"},
+      {"/pre_tokenizer/type", 5},
+      {"/pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {"x", 3}}}},
+      {"/pre_tokenizer",
+       {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", "\\s+"}}, {{"type", 7}}}}}},
+      {"/normalizer", "NFC"},
+      {"/model/ignore_merges", "true"},
+      {"/model/dropout", {{"p", 1}}},
+      {"/added_tokens", {{{"id", "656"}, {"content", 3}}}},
+      {"/added_tokens", "none"}};
+  for (const auto& [where, value] : confused) {
+    nlohmann::json doc = base;
+    doc[nlohmann::json::json_pointer(where)] = value;
+    auto t = BpeTokenizer::parse_tokenizer_json(doc.dump(), "hf");
+    if (!t.is_ok()) {
+      EXPECT_EQ(t.status().message().find('\n'), std::string::npos) << where;
+    }
+  }
 }
 
 // The heap that merges long pieces gives GPT-2's loop's tokens: every piece of a mixed text (long runs of

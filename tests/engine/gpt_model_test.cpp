@@ -442,6 +442,13 @@ TEST(GptModel, RejectsBadConfigsNamingTheField) {
   EXPECT_NE(validate(tiny(), 1, 9).message().find("max_seq"), std::string::npos);
   EXPECT_NE(validate(tiny(), 0, 4).message().find("batch"), std::string::npos);
   EXPECT_TRUE(validate(tiny(), 2, 8).is_ok());
+  GptConfig scaled = llama3_scaled();  // e.g. a checkpoint's rope_scaling without its context
+  EXPECT_TRUE(validate(scaled, 1, 8).is_ok());
+  scaled.rope_scaling.original_max_positions = 0;
+  EXPECT_NE(validate(scaled, 1, 8).message().find("original_max_position_embeddings >= 1"),
+            std::string::npos);
+  scaled.rope_scaling.type = "yarn";
+  EXPECT_NE(validate(scaled, 1, 8).message().find("rope_scaling type \"yarn\""), std::string::npos);
 }
 
 TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
