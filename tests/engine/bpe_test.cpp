@@ -375,6 +375,29 @@ TEST(Bpe, DirectoriesOfDocuments) {
   auto ids = TextDataset::from_token_file(dir + "/ids", 2, t->vocab_size(), 0.1, 16, &*t);
   ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
   EXPECT_EQ(ids->train_tokens() + ids->val_tokens(), want.size() - 1);
+  // A tokenizer without <|endoftext|> (Llama 3's added tokens instead): its first special token, here
+  // <|begin_of_text|>, separates the documents.
+  nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
+  ASSERT_EQ(vocab["<|endoftext|>"], 656);
+  vocab.erase("<|endoftext|>");
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(slurp(kTiny + "/merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') merges.push_back(line);
+  }
+  const nlohmann::json llama3 = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                                 {"added_tokens",
+                                  {{{"id", 656}, {"content", "<|begin_of_text|>"}, {"special", true}},
+                                   {{"id", 657}, {"content", "<|end_of_text|>"}, {"special", true}}}},
+                                 {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  auto l3 = BpeTokenizer::parse_tokenizer_json(llama3.dump(), "llama3");
+  ASSERT_TRUE(l3.is_ok()) << l3.status().to_string();
+  auto l3_docs = TextDataset::from_files(dir + "/texts", dir + "/texts", 0, 0, 16, &*l3);
+  ASSERT_TRUE(l3_docs.is_ok()) << l3_docs.status().to_string();
+  std::vector<int> l3_got(want.size()), l3_targets(want.size());
+  ASSERT_EQ(l3_docs->train_tokens(), want.size());
+  l3_docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, l3_got.data(), l3_targets.data());
+  EXPECT_EQ(l3_got[t->encode(a).size()], 656);  // <|begin_of_text|> between the two documents
   std::filesystem::create_directories(dir + "/empty");
   auto empty = TextDataset::from_file(dir + "/empty", 0.1, 16, &*t);
   ASSERT_FALSE(empty.is_ok());
