@@ -116,9 +116,9 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(r.exit_code, 0) << hw;
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
-  for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
-                        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "fig2a-0.1t", "fig2a-100t",
-                        "paper-10b", "paper-20t"}) {
+  for (const char* m :
+       {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b", "llama-2-70b",
+        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -877,9 +877,10 @@ std::string training_text() {
 const std::string kTinyBpe = std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe";
 const char* kTinyModel = "--model-set '{\"n_layer\":1,\"n_embd\":64,\"n_head\":2,\"n_positions\":64}'";
 
-// A directory `name` with tests/data/tiny-bpe's vocabulary and merges as a Llama 3 tokenizer.json (a Split by
-// Llama 3's pattern, then ByteLevel without its own).
-std::string llama3_tokenizer(const std::string& name) {
+// A directory `name` with tests/data/tiny-bpe's vocabulary and merges as a tokenizer.json behind
+// `pre_tokenizer` (and Llama 3's ignore_merges when asked).
+std::string tiny_bpe_tokenizer_json(const std::string& name, const nlohmann::json& pre_tokenizer,
+                                    bool ignore_merges) {
   const std::string dir = test_path(name).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -889,29 +890,31 @@ std::string llama3_tokenizer(const std::string& name) {
     if (!line.empty() && line[0] != '#') merges.push_back(line);
   }
   std::ifstream vocab(kTinyBpe + "/vocab.json");
-  const nlohmann::json doc = {
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern",
-            {{"Regex",
-              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"},
-           {"add_prefix_space", false},
-           {"trim_offsets", true},
-           {"use_regex", false}}}}}},
-      {"normalizer", nullptr},
-      {"model",
-       {{"type", "BPE"},
-        {"ignore_merges", true},
-        {"vocab", nlohmann::json::parse(vocab)},
-        {"merges", merges}}}};
+  const nlohmann::json doc = {{"pre_tokenizer", pre_tokenizer},
+                              {"normalizer", nullptr},
+                              {"model",
+                               {{"type", "BPE"},
+                                {"ignore_merges", ignore_merges},
+                                {"vocab", nlohmann::json::parse(vocab)},
+                                {"merges", merges}}}};
   std::ofstream(dir + "/tokenizer.json") << doc.dump();
   return dir;
+}
+
+// The same as a Llama 3 tokenizer.json (a Split by Llama 3's pattern, then ByteLevel without its own).
+std::string llama3_tokenizer(const std::string& name) {
+  const nlohmann::json pre = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern",
+          {{"Regex",
+            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+            "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  return tiny_bpe_tokenizer_json(name, pre, true);
 }
 
 // The summary line of a `memwall train --json` output.
@@ -1609,22 +1612,8 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   ASSERT_EQ(with_val.exit_code, 0) << with_val.output;
   EXPECT_NE(with_val.output.find("(held out: " + bin + ")"), std::string::npos) << with_val.output;
   // The same tokenizer as Hugging Face's tokenizer.json alone: the checkpoint and the export carry that file.
-  const std::string tj = test_path("tokenizer-json").string();
-  std::filesystem::remove_all(tj);
-  std::filesystem::create_directories(tj);
-  {
-    nlohmann::json merges = nlohmann::json::array();
-    std::ifstream lines(tok + "/merges.txt");
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty() && line[0] != '#') merges.push_back(line);
-    }
-    std::ifstream vocab(tok + "/vocab.json");
-    const nlohmann::json doc = {
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-        {"normalizer", nullptr},
-        {"model", {{"type", "BPE"}, {"vocab", nlohmann::json::parse(vocab)}, {"merges", merges}}}};
-    std::ofstream(tj + "/tokenizer.json") << doc.dump();
-  }
+  const std::string tj =
+      tiny_bpe_tokenizer_json("tokenizer-json", {{"type", "ByteLevel"}, {"add_prefix_space", false}}, false);
   const std::string tj_ckpt = test_path("ckpt-bpe-tj").string();
   std::filesystem::remove_all(tj_ckpt);
   const CmdResult on_tj =
