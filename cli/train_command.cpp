@@ -48,8 +48,7 @@ struct TrainOptions {
   bool hardware_given = false;  // --hardware on the command line (not the default file)
   bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
-  std::string
-      init_from;  // initial weights: a Hugging Face model.safetensors (or its shards' index) or its directory
+  std::string init_from;  // initial weights: model.safetensors, its shards' index, or their directory
   std::string tokenizer;  // byte-level BPE files (default: beside --init-from's weights), or "bytes"
   std::string val_data;   // held-out text or ids (default: the last 5% of --data)
   std::string data_format = "auto";  // text, u16 or u32 token ids; auto: u16 for *.bin, else text
@@ -251,7 +250,7 @@ int run_train(const TrainOptions& opt) {
   }
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
   // Tokens: byte-level BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming,
-  // the checkpoint) when it holds vocab.json and merges.txt; else each byte is a token.
+  // the checkpoint) when it holds vocab.json and merges.txt or tokenizer.json; else each byte is a token.
   std::string init_dir;
   if (!opt.init_from.empty()) {
     std::error_code ec;

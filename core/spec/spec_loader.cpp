@@ -93,8 +93,7 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
     }
   }
   if (!out.supported()) {  // another type's keys: kept by name only, and the context it stretches
-    MW_RETURN_IF_ERROR(
-        r.get_int("original_max_position_embeddings", out.original_max_positions, 0, 1 << 28));
+    MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 0, 1 << 28));
     return Status::ok();
   }
   r.finish();
@@ -269,6 +268,20 @@ Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& so
 }
 
 // ---- model (Hugging Face config.json) -----------------------------------------------------------------
+
+Result<RopeScaling> parse_rope_scaling(std::string_view text, const std::string& source) {
+  json j;
+  try {
+    j = json{{"rope_scaling", json::parse(text)}};
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(source + ": key 'rope_scaling' is not JSON (" + e.what() + ")");
+  }
+  Diagnostics diag;
+  JsonObjectReader r(j, source, "", diag);
+  RopeScaling out;
+  MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, out));
+  return out;
+}
 
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
   Result<json> doc = parse_json_object(text, source);

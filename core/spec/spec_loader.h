@@ -32,6 +32,9 @@ Result<HardwareSpec> parse_hardware(std::string_view text, const std::string& so
                                     const ReadFileFn& read_file);
 // A Hugging Face config.json (GPT-2 or Llama key names; model_type selects which).
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag);
+// A model file's rope_scaling object alone (JSON text; null: none), as parse_model reads it (memwall's
+// checkpoints keep the same object).
+Result<RopeScaling> parse_rope_scaling(std::string_view text, const std::string& source);
 // A DeepSpeed ds_config.json with an optional "memwall" section.
 Result<RunConfig> parse_run(std::string_view text, const std::string& source, Diagnostics& diag);
 

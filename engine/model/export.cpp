@@ -25,17 +25,6 @@ nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
   return j;
 }
 
-RopeScaling rope_scaling_of(const nlohmann::json& j) {
-  RopeScaling s;
-  if (!j.is_object()) return s;
-  s.type = j.value("rope_type", std::string());
-  s.factor = j.value("factor", s.factor);
-  s.low_freq_factor = j.value("low_freq_factor", s.low_freq_factor);
-  s.high_freq_factor = j.value("high_freq_factor", s.high_freq_factor);
-  s.original_max_positions = j.value("original_max_position_embeddings", s.original_max_positions);
-  return s;
-}
-
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir, ExportDtype dtype) {
   return export_hf(
       c,

@@ -21,9 +21,8 @@ namespace memwall::model {
 enum class ExportDtype { kF32, kBF16, kF16 };
 
 // config.json's rope_scaling for `s` (null for none): rope_type and the type's keys, as transformers writes
-// them; memwall's checkpoints keep the same object. rope_scaling_of reads it back (null or absent: none).
+// them; memwall's checkpoints keep the same object (read back by core's parse_rope_scaling).
 nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s);
-RopeScaling rope_scaling_of(const nlohmann::json& j);
 
 // Reads the parameters one tensor at a time (memory: twice the largest tensor). `dir` must exist.
 Status export_hf(const GptConfig& c, const ParamReader& read, const std::string& dir,

@@ -527,18 +527,22 @@ void GptModel::mm_forward(float* out, const float* in, const float* w, const flo
     k::matmul_forward(out, in, w, b, N, IC, OC, ld_out);
     return;
   }
-  const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
-  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  k::matmul_forward_bf16(out, in16_.data(), bf16_operands(in, w, w16, N, IC, OC, cast_in), b, N, IC, OC,
+                         ld_out);
+}
+
+const std::uint16_t* GptModel::bf16_operands(const float* in, const float* w, const std::uint16_t* w16, int N,
+                                             int IC, int OC, bool cast_in) {
   if (cast_in) {
+    const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
     in16_.resize(n_in);
     k::cast_f32_to_bf16(in, in16_.data(), n_in);
   }
-  if (w16 == nullptr) {
-    w16_.resize(n_w);
-    k::cast_f32_to_bf16(w, w16_.data(), n_w);
-    w16 = w16_.data();
-  }
-  k::matmul_forward_bf16(out, in16_.data(), w16, b, N, IC, OC, ld_out);
+  if (w16 != nullptr) return w16;
+  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  w16_.resize(n_w);
+  k::cast_f32_to_bf16(w, w16_.data(), n_w);
+  return w16_.data();
 }
 
 void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
@@ -548,18 +552,8 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
     k::matmul_backward(din, dw, db, dout, in, w, N, IC, OC, ld_dout);
     return;
   }
-  const auto n_in = static_cast<std::size_t>(N) * static_cast<std::size_t>(IC);
-  const auto n_w = static_cast<std::size_t>(OC) * static_cast<std::size_t>(IC);
+  const std::uint16_t* weight = bf16_operands(in, w, w16, N, IC, OC, cast_in);
   const auto rows = static_cast<std::size_t>(N), cols = static_cast<std::size_t>(OC);
-  if (cast_in) {
-    in16_.resize(n_in);
-    k::cast_f32_to_bf16(in, in16_.data(), n_in);
-  }
-  if (w16 == nullptr) {
-    w16_.resize(n_w);
-    k::cast_f32_to_bf16(w, w16_.data(), n_w);
-    w16 = w16_.data();
-  }
   dout16_.resize(rows * cols);
   if (ld_dout == 0 || ld_dout == OC) {
     k::cast_f32_to_bf16(dout, dout16_.data(), rows * cols);
@@ -567,7 +561,7 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
     for (std::size_t r = 0; r < rows; ++r)
       k::cast_f32_to_bf16(dout + r * static_cast<std::size_t>(ld_dout), dout16_.data() + r * cols, cols);
   }
-  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), w16, N, IC, OC, ld_dout);
+  k::matmul_backward_bf16(din, dw, db, dout, dout16_.data(), in16_.data(), weight, N, IC, OC, ld_dout);
 }
 
 // out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there): each

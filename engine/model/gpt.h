@@ -208,6 +208,10 @@ class GptModel {
   void mm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                    int N, int IC, int OC, int ld_dout = 0, bool cast_in = true,
                    const std::uint16_t* w16 = nullptr);
+  // A bf16 GEMM's operands: `in` [N, IC] cast into in16_ (when cast_in), and the weight [OC, IC]: w16 when
+  // given, else w cast into w16_.
+  const std::uint16_t* bf16_operands(const float* in, const float* w, const std::uint16_t* w16, int N, int IC,
+                                     int OC, bool cast_in);
 
   GptConfig c_;
   int B_, T_;
