@@ -119,6 +119,8 @@ int run_generate(const GenerateOptions& opt) {
   std::vector<int> ids;  // the prompt's tokens, then the generated ones
   if (bpe != nullptr) {
     ids = bpe->encode(opt.prompt);
+    // Llama's beginning-of-text token first, as its tokenizer's post-processor puts it.
+    if (bpe->bos() >= 0 && (ids.empty() || ids[0] != bpe->bos())) ids.insert(ids.begin(), bpe->bos());
   } else {
     for (char ch : opt.prompt) ids.push_back(static_cast<unsigned char>(ch));
   }

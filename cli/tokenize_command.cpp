@@ -83,6 +83,7 @@ int run_tokenize(const TokenizeOptions& opt) {
         {"tokenizer", t.source()},
         {"pre_tokenizer", train::pre_tokenizer_name(t.pre_tokenizer())},
         {"normalizer", t.normalizes() ? nlohmann::json("NFC") : nlohmann::json(nullptr)},
+        {"bos", t.bos() >= 0 ? nlohmann::json(t.bos()) : nlohmann::json(nullptr)},
         {"vocab", t.vocab_size()},
         {"bytes", text_bytes},
         {"tokens", ids.size()},

@@ -1,4 +1,5 @@
-// Byte-level BPE: vocab.json/merges.txt or tokenizer.json loading, the pre-tokenizers, merging, decoding.
+// BPE tokenizers: vocab.json/merges.txt or tokenizer.json loading (byte-level or SentencePiece-style), the
+// pre-tokenizers, merging, decoding.
 #include "engine/train/bpe.h"
 
 #include <algorithm>
@@ -169,6 +170,8 @@ std::size_t piece_end(std::string_view s, std::size_t i, PreTokenizer pre) {
       return llama3_piece_end(s, i, 3);
     case PreTokenizer::kQwen2:
       return llama3_piece_end(s, i, 1);
+    case PreTokenizer::kSentencePiece:
+      return s.size();
     case PreTokenizer::kGpt2:
       break;
   }
@@ -238,10 +241,44 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
   }
   std::string shown = pre.dump();
   if (shown.size() > 300) shown = shown.substr(0, 300) + "...";
-  return Status::invalid_argument("pre_tokenizer " + shown +
-                                  " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
-                                  "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
-                                  "then ByteLevel with use_regex false)");
+  return Status::invalid_argument(
+      "pre_tokenizer " + shown +
+      " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
+      "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
+      "then ByteLevel with use_regex false), or Llama 2's and Mistral's SentencePiece "
+      "style (none, or Metaspace)");
+}
+
+// SentencePiece's space, U+2581.
+constexpr std::string_view kMeta = "\xE2\x96\x81";
+constexpr char32_t kMetaChar = 0x2581;
+
+// The byte of a byte-fallback token's name "<0xAB>" (upper-case hex), else -1.
+int fallback_byte(std::string_view key) {
+  const auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (key.size() != 6 || key.substr(0, 3) != "<0x" || key[5] != '>') return -1;
+  const int hi = hex(key[3]), lo = hex(key[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+// A merges entry of tokenizer.json: "a b" or ["a", "b"].
+bool merge_parts(const nlohmann::json& m, std::string& left, std::string& right) {
+  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+    left = m[0].get<std::string>();
+    right = m[1].get<std::string>();
+    return true;
+  }
+  if (!m.is_string()) return false;
+  const std::string line = m.get<std::string>();
+  const std::size_t space = line.find(' ');
+  if (space == std::string::npos || space == 0 || space + 1 >= line.size() ||
+      line.find(' ', space + 1) != std::string::npos)
+    return false;
+  left = line.substr(0, space);
+  right = line.substr(space + 1);
+  return true;
 }
 
 bool has_vocab_and_merges(const std::string& dir) {
@@ -288,8 +325,10 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   const json& model = j.at("model");
   const auto kind = [](const json& o) { return field(o, "type", std::string()); };
   if (kind(model) != "BPE") {
-    return Status::invalid_argument(name + ": model.type \"" + kind(model) +
-                                    "\"; allowed: BPE (byte-level BPE: GPT-2's, Llama 3's, Qwen2's)");
+    return Status::invalid_argument(
+        name + ": model.type \"" + kind(model) +
+        "\"; allowed: BPE (GPT-2's, Llama 3's, Qwen2's byte-level BPE; Llama 2's, "
+        "Mistral's SentencePiece-style BPE)");
   }
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     const json v = field(model, key, json());
@@ -297,37 +336,73 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
       return Status::invalid_argument(name + ": model." + key + " " + v.dump() + "; allowed: null");
     }
   }
-  auto pre = pre_tokenizer_of(field(j, "pre_tokenizer", json()));
-  if (!pre.is_ok()) return Status::invalid_argument(name + ": " + pre.status().message());
-  const json normalizer = field(j, "normalizer", json());
-  if (!normalizer.is_null() && kind(normalizer) != "NFC") {
-    return Status::invalid_argument(name + ": normalizer " + normalizer.dump() +
-                                    "; allowed: none (GPT-2's, Llama 3's) or NFC (Qwen2's)");
-  }
   if (!model.contains("vocab") || !model.at("vocab").is_object() || !model.contains("merges") ||
       !model.at("merges").is_array()) {
     return Status::invalid_argument(name + ": model.vocab (an object) and model.merges (a list) are needed");
   }
-  // The merges as merges.txt lines (byte-level tokens hold no spaces): "a b" strings, or ["a", "b"] pairs.
-  std::string merges;
-  for (const json& m : model.at("merges")) {
-    if (m.is_string()) {
-      merges += m.get<std::string>();
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      merges += m[0].get<std::string>() + " " + m[1].get<std::string>();
-    } else {
-      return Status::invalid_argument(name + ": model.merges entry " + m.dump() +
-                                      "; allowed: \"a b\" or [\"a\", \"b\"]");
-    }
-    merges += '\n';
+  const json pre_json = field(j, "pre_tokenizer", json());
+  const json normalizer = field(j, "normalizer", json());
+  // SentencePiece-style: Llama 2's and Mistral's Prepend("▁") + Replace(" " -> "▁") normalizer without a
+  // pre-tokenizer, the Replace alone, or no normalizer and a Metaspace pre-tokenizer that does not split.
+  const auto replaces_spaces = [&](const json& n) {
+    return kind(n) == "Replace" && field(field(n, "pattern", json()), "String", std::string()) == " " &&
+           field(n, "content", std::string()) == kMeta;
+  };
+  std::optional<Prepend> sentencepiece;
+  if (pre_json.is_null() && replaces_spaces(normalizer)) sentencepiece = Prepend::kNever;
+  if (pre_json.is_null() && kind(normalizer) == "Sequence") {
+    const json parts = field(normalizer, "normalizers", json());
+    if (parts.is_array() && parts.size() == 2 && kind(parts[0]) == "Prepend" &&
+        field(parts[0], "prepend", std::string()) == kMeta && replaces_spaces(parts[1]))
+      sentencepiece = Prepend::kEvery;
   }
-  auto t =
-      parse_named(model.at("vocab").dump(), merges, source, name + " model.vocab", name + " model.merges");
-  if (!t.is_ok()) return t;
+  if (normalizer.is_null() && kind(pre_json) == "Metaspace") {
+    const std::string scheme =
+        field(pre_json, "prepend_scheme",
+              std::string(field(pre_json, "add_prefix_space", true) ? "always" : "never"));
+    if (field(pre_json, "replacement", std::string()) != kMeta || field(pre_json, "split", true) ||
+        (scheme != "always" && scheme != "first" && scheme != "never")) {
+      return Status::invalid_argument(name + ": pre_tokenizer " + pre_json.dump() +
+                                      "; allowed: Metaspace with replacement \"\u2581\", split false and "
+                                      "prepend_scheme first, always or never");
+    }
+    sentencepiece = scheme == "first"    ? Prepend::kFirstUnlessSpace
+                    : scheme == "always" ? Prepend::kEveryUnlessSpace
+                                         : Prepend::kNever;
+  }
+  Result<BpeTokenizer> t = Status::internal("unset");
+  if (sentencepiece) {
+    t = parse_sentencepiece(model, name, source, *sentencepiece);
+    if (!t.is_ok()) return t;
+  } else {
+    auto pre = pre_tokenizer_of(pre_json);
+    if (!pre.is_ok()) return Status::invalid_argument(name + ": " + pre.status().message());
+    if (!normalizer.is_null() && kind(normalizer) != "NFC") {
+      return Status::invalid_argument(name + ": normalizer " + normalizer.dump() +
+                                      "; allowed: none (GPT-2's, Llama 3's), NFC (Qwen2's) or Llama 2's "
+                                      "(Prepend \"\u2581\" then Replace \" \" by \"\u2581\")");
+    }
+    // The merges as merges.txt lines (byte-level tokens hold no spaces).
+    std::string merges, left, right;
+    for (const json& m : model.at("merges")) {
+      if (!merge_parts(m, left, right)) {
+        return Status::invalid_argument(name + ": model.merges entry " + m.dump() +
+                                        "; allowed: \"a b\" or [\"a\", \"b\"]");
+      }
+      merges += left + " " + right + "\n";
+    }
+    t = parse_named(model.at("vocab").dump(), merges, source, name + " model.vocab", name + " model.merges");
+    if (!t.is_ok()) return t;
+    t->pre_ = *pre;
+    t->nfc_ = !normalizer.is_null();
+  }
   t->files_ = {"tokenizer.json"};
-  t->pre_ = *pre;
-  t->nfc_ = !normalizer.is_null();
   if (field(model, "ignore_merges", false)) {  // Llama 3's: a piece that is a token is that token
+    if (sentencepiece) {
+      return Status::invalid_argument(name +
+                                      ": model.ignore_merges true with a SentencePiece-style vocabulary; "
+                                      "allowed: false");
+    }
     t->whole_.reserve(t->bytes_.size());
     for (std::size_t id = 0; id < t->bytes_.size(); ++id)
       t->whole_.emplace(t->bytes_[id], static_cast<int>(id));
@@ -353,6 +428,106 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
     }
   }
   t->sort_specials();
+  // The post-processor's leading special token, from a TemplateProcessing alone or in a Sequence.
+  json template_processing = field(j, "post_processor", json());
+  if (kind(template_processing) == "Sequence") {
+    for (const json& p : field(template_processing, "processors", json::array())) {
+      if (kind(p) == "TemplateProcessing") template_processing = p;
+    }
+  }
+  const json single = field(template_processing, "single", json());
+  if (kind(template_processing) == "TemplateProcessing" && single.is_array() && !single.empty()) {
+    const std::string first = field(field(single[0], "SpecialToken", json()), "id", std::string());
+    const json ids = field(field(field(template_processing, "special_tokens", json()), first.c_str(), json()),
+                           "ids", json());
+    if (!first.empty()) {
+      if (!ids.is_array() || ids.size() != 1 || !ids[0].is_number_integer() || ids[0].get<long>() < 0 ||
+          ids[0].get<long>() >= t->vocab_size()) {
+        return Status::invalid_argument(name + ": post_processor's special token \"" + first + "\" has ids " +
+                                        ids.dump() + "; allowed: one id in [0, " +
+                                        std::to_string(t->vocab_size()) + ")");
+      }
+      t->bos_ = ids[0].get<int>();
+    }
+  }
+  return t;
+}
+
+Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& model, const std::string& name,
+                                                       const std::string& source, Prepend prepend) {
+  if (!field(model, "byte_fallback", false)) {
+    return Status::invalid_argument(name +
+                                    ": model.byte_fallback is not true; a SentencePiece-style vocabulary "
+                                    "needs it (allowed: true, with the tokens <0x00>..<0xFF>)");
+  }
+  const nlohmann::json& vocab = model.at("vocab");
+  BpeTokenizer t;
+  t.source_ = source;
+  t.pre_ = PreTokenizer::kSentencePiece;
+  t.prepend_ = prepend;
+  t.bytes_.assign(vocab.size(), std::string());
+  std::vector<bool> seen(vocab.size(), false);
+  std::fill(std::begin(t.byte_token_), std::end(t.byte_token_), -1);
+  std::unordered_map<std::string, int> id_of;
+  id_of.reserve(vocab.size());
+  for (const auto& [key, value] : vocab.items()) {
+    if (!value.is_number_integer() || value.get<long>() < 0 ||
+        value.get<long>() >= static_cast<long>(vocab.size())) {
+      return Status::invalid_argument(name + " model.vocab: token \"" + key + "\": id " + value.dump() +
+                                      "; allowed: an integer in [0, " + std::to_string(vocab.size()) + ")");
+    }
+    const auto id = static_cast<std::size_t>(value.get<long>());
+    if (seen[id])
+      return Status::invalid_argument(name + " model.vocab: id " + std::to_string(id) + " is used twice");
+    seen[id] = true;
+    id_of.emplace(key, static_cast<int>(id));
+    if (const int b = fallback_byte(key); b >= 0) {
+      t.bytes_[id] = std::string(1, static_cast<char>(b));
+      t.byte_token_[b] = static_cast<int>(id);
+      continue;
+    }
+    std::string& text = t.bytes_[id];
+    for (std::size_t at = 0;;) {  // ▁ is a space
+      const std::size_t meta = key.find(kMeta, at);
+      text.append(key, at, meta == std::string::npos ? std::string::npos : meta - at);
+      if (meta == std::string::npos) break;
+      text += ' ';
+      at = meta + kMeta.size();
+    }
+    char32_t c = 0;
+    if (!key.empty() && decode_utf8(key, 0, c) == key.size()) t.char_token_.emplace(c, static_cast<int>(id));
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (t.byte_token_[b] < 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      return Status::invalid_argument(name + " model.vocab: no byte token " + hex +
+                                      " (byte_fallback needs all 256, <0x00>..<0xFF>)");
+    }
+  }
+  int rank = 0;
+  std::string left, right;
+  for (const nlohmann::json& m : model.at("merges")) {
+    if (!merge_parts(m, left, right)) {
+      return Status::invalid_argument(name + ": model.merges entry " + m.dump() +
+                                      "; allowed: \"a b\" or [\"a\", \"b\"]");
+    }
+    const auto l = id_of.find(left), r = id_of.find(right), merged = id_of.find(left + right);
+    if (l == id_of.end() || r == id_of.end() || merged == id_of.end()) {
+      const std::string lacked = l == id_of.end() ? left : r == id_of.end() ? right : left + right;
+      return Status::invalid_argument(name + ": model.merges entry " + m.dump() + ": the vocabulary lacks " +
+                                      nlohmann::json(lacked).dump());
+    }
+    t.merges_.insert_or_assign(pair_key(l->second, r->second), Merge{rank++, merged->second});
+  }
+  // A cut after a newline keeps the tokens of one pass when a newline is only ever its byte token, which no
+  // merge takes.
+  const int newline = t.byte_token_[static_cast<unsigned char>('\n')];
+  t.newline_cuts_ = t.char_token_.count(U'\n') == 0 &&
+                    std::none_of(t.merges_.begin(), t.merges_.end(), [newline](const auto& m) {
+                      return static_cast<int>(m.first >> 32) == newline ||
+                             static_cast<int>(m.first & 0xFFFFFFFFu) == newline;
+                    });
   return t;
 }
 
@@ -456,14 +631,38 @@ Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std:
 }
 
 void BpeTokenizer::encode_long_piece(std::string_view piece, std::vector<int>& out) const {
-  if (piece.empty()) return;
-  const auto n = static_cast<int>(piece.size());
-  // The symbols as a linked list over the piece's byte positions; a merge keeps the left one.
-  std::vector<int> id(piece.size()), prev(piece.size()), next(piece.size());
-  std::vector<bool> gone(piece.size(), false);
+  std::vector<int> id(piece.size());
+  for (std::size_t i = 0; i < piece.size(); ++i) id[i] = byte_token_[static_cast<unsigned char>(piece[i])];
+  merge_from_heap(std::move(id), out);
+}
+
+void BpeTokenizer::encode_sentencepiece(std::string_view piece, std::vector<int>& out) const {
+  std::vector<int> id;
+  id.reserve(piece.size());
+  for (std::size_t i = 0; i < piece.size();) {
+    char32_t c = 0;
+    const std::size_t len = decode_utf8(piece, i, c);
+    if (len > 0) {
+      if (auto it = char_token_.find(c); it != char_token_.end()) {
+        id.push_back(it->second);
+        i += len;
+        continue;
+      }
+    }
+    // Not in the vocabulary (or not UTF-8): its bytes' tokens.
+    for (const std::size_t end = i + std::max<std::size_t>(len, 1); i < end; ++i)
+      id.push_back(byte_token_[static_cast<unsigned char>(piece[i])]);
+  }
+  merge_from_heap(std::move(id), out);
+}
+
+void BpeTokenizer::merge_from_heap(std::vector<int> id, std::vector<int>& out) const {
+  if (id.empty()) return;
+  const auto n = static_cast<int>(id.size());
+  // The symbols as a linked list over their first positions; a merge keeps the left one.
+  std::vector<int> prev(id.size()), next(id.size());
+  std::vector<bool> gone(id.size(), false);
   for (int i = 0; i < n; ++i) {
-    id[static_cast<std::size_t>(i)] =
-        byte_token_[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])];
     prev[static_cast<std::size_t>(i)] = i - 1;
     next[static_cast<std::size_t>(i)] = i + 1 < n ? i + 1 : -1;
   }
@@ -501,6 +700,10 @@ void BpeTokenizer::encode_long_piece(std::string_view piece, std::vector<int>& o
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) const {
+  if (pre_ == PreTokenizer::kSentencePiece) {
+    encode_sentencepiece(piece, out);
+    return;
+  }
   if (!whole_.empty()) {
     if (auto it = whole_.find(std::string(piece)); it != whole_.end()) {
       out.push_back(it->second);
@@ -555,10 +758,13 @@ std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t p
   });
   parts = std::min(parts, text.size() / std::max<std::size_t>(min_part, 1));
   std::vector<std::size_t> at{0};
-  if (parts > 1 && !specials_cross_lines) {
+  const bool sentencepiece = pre_ == PreTokenizer::kSentencePiece;
+  if (parts > 1 && !specials_cross_lines && (!sentencepiece || newline_cuts_)) {
     for (std::size_t k = 1; k < parts; ++k) {
       std::size_t p = std::max(at.back() + 1, k * text.size() / parts);
-      while (p < text.size() && !(text[p - 1] == '\n' && decode_at(text, p).cls != Cls::kSpace)) ++p;
+      while (p < text.size() &&
+             !(text[p - 1] == '\n' && (sentencepiece || decode_at(text, p).cls != Cls::kSpace)))
+        ++p;
       if (p < text.size()) at.push_back(p);
     }
   }
@@ -566,23 +772,23 @@ std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t p
   return at;
 }
 
-std::vector<int> BpeTokenizer::encode(std::string_view text) const {
+std::vector<int> BpeTokenizer::encode(std::string_view text, bool continues) const {
   // A long text in pieces of at least 1 MiB on several threads.
   const std::vector<std::size_t> at = cuts(text, static_cast<std::size_t>(threads_), 1 << 20);
-  if (at.size() == 2) return encode_serial(text);
+  if (at.size() == 2) return encode_serial(text, continues);
   std::vector<std::vector<int>> chunks(at.size() - 1);
   std::vector<std::thread> workers;
   for (std::size_t k = 1; k < chunks.size(); ++k) {
-    workers.emplace_back([&, k] { chunks[k] = encode_serial(text.substr(at[k], at[k + 1] - at[k])); });
+    workers.emplace_back([&, k] { chunks[k] = encode_serial(text.substr(at[k], at[k + 1] - at[k]), true); });
   }
-  chunks[0] = encode_serial(text.substr(0, at[1]));
+  chunks[0] = encode_serial(text.substr(0, at[1]), continues);
   for (std::thread& w : workers) w.join();
   std::vector<int> out = std::move(chunks[0]);
   for (std::size_t k = 1; k < chunks.size(); ++k) out.insert(out.end(), chunks[k].begin(), chunks[k].end());
   return out;
 }
 
-std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
+std::vector<int> BpeTokenizer::encode_serial(std::string_view text, bool continues) const {
   std::vector<int> out;
   out.reserve(text.size() / 2 + 16);  // English runs at 2 to 4 bytes per token
   PieceCache cache;
@@ -590,15 +796,34 @@ std::vector<int> BpeTokenizer::encode_serial(std::string_view text) const {
   // special token's next occurrence is looked up again only once the text has passed it.
   std::vector<std::size_t> next(specials_.size(), 0);
   for (std::size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(bytes(specials_[k]));
-  std::deque<std::string> normalized;  // NFC text between special tokens, which the cache's pieces point into
+  // Normalized text between special tokens (NFC, SentencePiece's ▁), which the cache's pieces point into.
+  std::deque<std::string> normalized;
+  std::size_t from = 0;
   const auto plain = [&](std::string_view part) {
     if (nfc_ && nfc_may_change(part)) {
       normalized.push_back(nfc(part));
       part = normalized.back();
     }
+    if (pre_ == PreTokenizer::kSentencePiece && !part.empty()) {
+      const bool space = part[0] == ' ' || part.substr(0, kMeta.size()) == kMeta;
+      const bool starts = from > 0 || !continues;  // not a continuation after a cut
+      const bool prepend =
+          starts && (prepend_ == Prepend::kEvery || (prepend_ == Prepend::kEveryUnlessSpace && !space) ||
+                     (prepend_ == Prepend::kFirstUnlessSpace && !space && from == 0));
+      std::string& s = normalized.emplace_back();
+      s.reserve(part.size() + part.size() / 4 + kMeta.size());
+      if (prepend) s += kMeta;
+      for (const char ch : part) {
+        if (ch == ' ') {
+          s += kMeta;
+        } else {
+          s += ch;
+        }
+      }
+      part = s;
+    }
     encode_text(part, out, cache);
   };
-  std::size_t from = 0;
   while (from < text.size()) {
     std::size_t at = std::string_view::npos;
     int special = -1;
@@ -640,6 +865,8 @@ std::string BpeTokenizer::decode(const int* ids, std::size_t n) const {
   for (std::size_t i = 0; i < n; ++i) {
     if (ids[i] >= 0 && ids[i] < vocab_size()) out += bytes_[static_cast<std::size_t>(ids[i])];
   }
+  if (pre_ == PreTokenizer::kSentencePiece && prepend_ != Prepend::kNever && !out.empty() && out[0] == ' ')
+    out.erase(0, 1);
   return out;
 }
 
@@ -653,7 +880,8 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
   } else if (!BpeTokenizer::present(dir)) {
     return Status::not_found(what + " " + dir +
                              ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
-                             "holding byte-level BPE files (GPT-2's, Llama 3's, Qwen2's), or bytes");
+                             "holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Llama 2's, "
+                             "Mistral's), or bytes");
   }
   auto t = BpeTokenizer::load(dir);
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
@@ -671,6 +899,8 @@ const char* pre_tokenizer_name(PreTokenizer pre) {
       return "Llama 3";
     case PreTokenizer::kQwen2:
       return "Qwen2";
+    case PreTokenizer::kSentencePiece:
+      return "SentencePiece";
     case PreTokenizer::kGpt2:
       break;
   }

@@ -1,6 +1,7 @@
-// Byte-level BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's)
-// or its tokenizer.json (GPT-2's, Llama 3's or Qwen2's: a BPE model behind one of their pre-tokenizers), so
-// that memwall train can continue a real checkpoint on new text and memwall generate can sample it.
+// BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's) or its
+// tokenizer.json (GPT-2's, Llama 3's or Qwen2's: byte-level BPE behind one of their pre-tokenizers; Llama 2's
+// or Mistral's: SentencePiece-style BPE over characters), so that memwall train can continue a real
+// checkpoint on new text and memwall generate can sample it.
 //
 // Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
 // 'd; an optional space then letters; an optional space then numbers; an optional space then other
@@ -15,10 +16,19 @@
 // so there decode(encode(x)) == nfc(x). Llama 3's BPE model has ignore_merges: a piece that is a vocabulary
 // token as a whole is that token, merges or not. Neither adds the beginning-of-text token Llama 3's
 // post-processor would (memwall trains on the text as it is).
-// Special tokens, the vocabulary's entries written <|...|> (GPT-2's <|endoftext|>) and tokenizer.json's
-// special added tokens, are recognised in the text as themselves before anything else, as Hugging Face's
-// GPT-2 tokenizers do (GPT-2's own encoder did not); a document separator in the training text thus becomes
-// the token the model was trained with.
+// Llama 2's and Mistral's tokenizer.json (PreTokenizer::kSentencePiece) are SentencePiece models converted to
+// BPE: a text's spaces become "\u2581" (U+2581, written ▁ below), which is also put before the text (Llama
+// 2's Prepend normalizer: before every text between special tokens; a Metaspace pre-tokenizer: unless it
+// starts with a space, before the first text only or every one, as its prepend_scheme says), then the whole
+// text is one piece whose characters are the symbols: a character the vocabulary lacks becomes the tokens of
+// its UTF-8 bytes (<0x00>..<0xFF>, byte_fallback), and merges apply lowest rank first, leftmost first, as
+// Hugging Face's BPE does. Tokens' bytes() have ▁ as a space and a byte token as its byte; decode() drops the
+// one leading space the encoder put there, as their decoders do, so decode(encode(x)) == x for every byte
+// string that does not start with a space (Metaspace) and holds no special token. Special tokens, the
+// vocabulary's entries written <|...|> (GPT-2's <|endoftext|>) and tokenizer.json's special added tokens, are
+// recognised in the text as themselves before anything else, as Hugging Face's GPT-2 tokenizers do (GPT-2's
+// own encoder did not); a document separator in the training text thus becomes the token the model was
+// trained with.
 //
 // Immutable after load(); const methods are safe from several threads.
 #pragma once
@@ -32,6 +42,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "base/status.h"
 
 namespace memwall::train {
@@ -41,8 +53,9 @@ namespace memwall::train {
 // is not a newline, letter or number, numbers in runs of at most 3 (Llama 3) or one by one (Qwen2), an
 // optional space then other characters and the newlines after them, whitespace through its last newline,
 // then GPT-2's whitespace rules.
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2 };
-// "GPT-2", "Llama 3", "Qwen2".
+// kSentencePiece: no split (the text between special tokens is one piece), characters then bytes.
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kSentencePiece };
+// "GPT-2", "Llama 3", "Qwen2", "SentencePiece".
 const char* pre_tokenizer_name(PreTokenizer pre);
 
 class BpeTokenizer {
@@ -62,13 +75,17 @@ class BpeTokenizer {
   const std::vector<std::string>& files() const { return files_; }
 
   // A text of several MiB is encoded on up to set_threads() threads (the same tokens as one pass).
-  std::vector<int> encode(std::string_view text) const;
+  // `continues`: the text goes on from text already encoded (a piece after one of cuts()), so SentencePiece's
+  // ▁ is not put before it.
+  std::vector<int> encode(std::string_view text, bool continues = false) const;
   // Where `text` may be cut into at most `parts` pieces of at least `min_part` bytes (roughly equal) so
-  // that encoding each alone gives the tokens of one pass: 0, the cuts (where a line starts with a
-  // non-space character), text.size(). {0, size} alone when it cannot be cut (short, no such line start,
-  // or a special token holding a newline).
+  // that encoding each alone (the ones after the first with `continues`) gives the tokens of one pass: 0,
+  // the cuts (where a line starts with a non-space character; SentencePiece: after any newline, when the
+  // vocabulary writes a newline only as its byte token, which no merge takes), text.size(). {0, size}
+  // alone when it cannot be cut (short, no such line start, or a special token holding a newline).
   std::vector<std::size_t> cuts(std::string_view text, std::size_t parts, std::size_t min_part) const;
-  // The bytes of ids[0..n) (ids outside the vocabulary are skipped).
+  // The bytes of ids[0..n) (ids outside the vocabulary are skipped; SentencePiece: less one leading space
+  // when the encoder puts ▁ before a text).
   std::string decode(const int* ids, std::size_t n) const;
   // One token's bytes.
   const std::string& bytes(int id) const { return bytes_[static_cast<std::size_t>(id)]; }
@@ -77,6 +94,11 @@ class BpeTokenizer {
   // The special tokens' ids, in vocabulary order (tokenizer.json: every added token, all matched in the text
   // as themselves, as Hugging Face's tokenizers do).
   std::vector<int> special_tokens() const;
+  // The beginning-of-text token tokenizer.json's post-processor puts before a text (a TemplateProcessing
+  // whose single template starts with a special token: Llama 2's <s>, Llama 3's <|begin_of_text|>), else -1.
+  // encode() does not add it; memwall generate puts it before the prompt and the documents of a training
+  // text are separated by it when the vocabulary has no <|endoftext|>.
+  int bos() const { return bos_; }
   PreTokenizer pre_tokenizer() const { return pre_; }
   // Whether the text is normalized to NFC first (Qwen2's normalizer).
   bool normalizes() const { return nfc_; }
@@ -91,14 +113,21 @@ class BpeTokenizer {
   struct Merge {
     int rank, merged;
   };
+  // Where SentencePiece's ▁ goes before a text between special tokens: never; before every one (Llama 2's
+  // Prepend normalizer); before every one / the first that does not start with a space (Metaspace's
+  // prepend_scheme always / first).
+  enum class Prepend { kNever, kEvery, kEveryUnlessSpace, kFirstUnlessSpace };
   BpeTokenizer() = default;
+  // A tokenizer.json's SentencePiece-style BPE model (vocabulary, merges, byte tokens).
+  static Result<BpeTokenizer> parse_sentencepiece(const nlohmann::json& model, const std::string& name,
+                                                  const std::string& source, Prepend prepend);
   // parse() with the names its errors give the two texts.
   static Result<BpeTokenizer> parse_named(std::string_view vocab_json, std::string_view merges_txt,
                                           const std::string& source, const std::string& vocab_name,
                                           const std::string& merges_name);
   void sort_specials();
   // encode() on one thread.
-  std::vector<int> encode_serial(std::string_view text) const;
+  std::vector<int> encode_serial(std::string_view text, bool continues) const;
   // One piece's tokens appended to `out`: GPT-2's loop (merge every occurrence of the lowest-ranked pair,
   // again) for pieces up to long_piece_bytes_, else the same merges from a heap of candidate pairs (lowest
   // rank, then leftmost), O(n log n) instead of O(n) per merge for a long run of letters or punctuation.
@@ -106,6 +135,10 @@ class BpeTokenizer {
   // one); tests compare them.
   void encode_piece(std::string_view piece, std::vector<int>& out) const;
   void encode_long_piece(std::string_view piece, std::vector<int>& out) const;
+  // The merges from the heap over symbols `id` (consumed), appended to `out`.
+  void merge_from_heap(std::vector<int> id, std::vector<int>& out) const;
+  // A SentencePiece piece: its characters' tokens (else their bytes'), merged from the heap.
+  void encode_sentencepiece(std::string_view piece, std::vector<int>& out) const;
   // A piece already encoded -> [first, last) of its tokens in the output.
   using PieceCache = std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>;
   // Ordinary text (no special tokens in it), appended to `out`.
@@ -118,6 +151,11 @@ class BpeTokenizer {
   PreTokenizer pre_ = PreTokenizer::kGpt2;
   bool nfc_ = false;
   std::unordered_map<std::string, int> whole_;  // ignore_merges: the vocabulary by bytes (else empty)
+  // SentencePiece: the single-character tokens, where ▁ goes, whether a newline is only ever its byte token.
+  std::unordered_map<char32_t, int> char_token_;
+  Prepend prepend_ = Prepend::kNever;
+  bool newline_cuts_ = false;
+  int bos_ = -1;
   std::string source_;
   std::vector<std::string> files_;
   std::size_t long_piece_bytes_ = 64;

@@ -126,15 +126,18 @@ Status read_documents(const std::string& path, std::vector<std::string>& docs) {
   return Status::ok();
 }
 
-// The token between documents: <|endoftext|>, else the tokenizer's first special token; none (-1) for bytes.
+// The token between documents: <|endoftext|> (GPT-2's, Qwen2's), else the beginning-of-text token the
+// tokenizer's post-processor puts before a text (Llama 3's <|begin_of_text|>, Llama 2's <s>: each document
+// after the first then starts with it, as Hugging Face's run_clm packs them), else its first special token;
+// none (-1) for bytes.
 int separator_of(const BpeTokenizer* tokenizer) {
-  int separator = -1;
-  if (tokenizer != nullptr) {
-    for (int id : tokenizer->special_tokens()) {
-      if (separator < 0 || tokenizer->bytes(id) == "<|endoftext|>") separator = id;
-    }
+  if (tokenizer == nullptr) return -1;
+  const std::vector<int> specials = tokenizer->special_tokens();
+  for (int id : specials) {
+    if (tokenizer->bytes(id) == "<|endoftext|>") return id;
   }
-  return separator;
+  if (tokenizer->bos() >= 0) return tokenizer->bos();
+  return specials.empty() ? -1 : specials[0];
 }
 
 // Every rank's `mine`, concatenated in rank order on every rank: the counts first, then the tokens in
@@ -187,7 +190,7 @@ std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, con
       const std::size_t owner = total == 0 ? 0 : middle * static_cast<std::size_t>(parts) / total;
       if (std::min(owner, static_cast<std::size_t>(parts - 1)) != static_cast<std::size_t>(part)) continue;
       if (i == 0 && k > 0 && separator >= 0) out.push_back(separator);
-      const std::vector<int> ids = tokenizer.encode(doc.substr(at[i], at[i + 1] - at[i]));
+      const std::vector<int> ids = tokenizer.encode(doc.substr(at[i], at[i + 1] - at[i]), at[i] > 0);
       out.insert(out.end(), ids.begin(), ids.end());
     }
     offset += doc.size();

@@ -8,7 +8,15 @@ it), written as a tokenizer.json: Llama 3's BPE ignores merges for a piece that 
 vocabulary gets one token no merge makes, " quux"), Qwen2's normalizes the text to NFC first (Python's
 unicodedata); their special tokens are added tokens after the vocabulary.
 
-usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2]
+With PATTERN llama2 or mistral: a SentencePiece-style tokenizer.json as Hugging Face converts Llama 2's and
+Mistral's: spaces become U+2581 (META), which Llama 2's Prepend normalizer puts before every text between
+special tokens and Mistral's Metaspace pre-tokenizer (prepend_scheme first) before the first one unless it
+starts with a space; the whole text is one piece of characters (a character the vocabulary lacks becomes its
+UTF-8 bytes' tokens <0x00>..<0xFF>) merged lowest rank first, leftmost first. Its merges are learnt on the
+corpus's words (each from a META on) and the vocabulary keeps the characters seen at least twice but the
+newline (Llama 2's and Mistral's vocabularies write it as its byte token <0x0A> only).
+
+usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|llama2|mistral]
        bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
        bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each)
 """
@@ -65,6 +73,121 @@ def learn(corpus, merges):
             merged[merge(word, best)] += n
         words = merged
     return ranks
+
+
+META = "\u2581"
+SP_SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def sp_normalize(part, scheme, first):
+    """A text between special tokens as the SentencePiece-style normalizer / pre-tokenizer leaves it."""
+    text = part.replace(" ", META)
+    if scheme == "llama2":
+        prepend = bool(part)
+    else:  # Metaspace, prepend_scheme first
+        prepend = first and bool(part) and not text.startswith(META)
+    return (META if prepend else "") + text
+
+
+def sp_learn(corpus, merges):
+    words = collections.Counter()
+    for line in sp_normalize(corpus, "llama2", True).split(META):
+        if line:
+            words[(META,) + tuple(line)] += 1
+    ranks = []
+    for _ in range(merges):
+        pairs = collections.Counter()
+        for word, n in words.items():
+            for a, b in zip(word, word[1:]):
+                if a != "\n" and b != "\n":  # a newline stays its byte token
+                    pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        ranks.append(best)
+        merged = collections.Counter()
+        for word, n in words.items():
+            merged[merge(word, best)] += n
+        words = merged
+    return ranks
+
+
+def sp_encode(text, ranks, vocab, scheme):
+    rank = {pair: r for r, pair in enumerate(ranks)}
+    ids, pieces = [], []
+    parts = regex.split("(" + "|".join(regex.escape(t) for t in SP_SPECIALS) + ")", text)
+    offset = 0
+    for k, part in enumerate(parts):
+        if k % 2 == 1:
+            ids.append(vocab[part])
+        elif part:
+            piece = sp_normalize(part, scheme, offset == 0)
+            pieces.append(piece)
+            symbols = []
+            for ch in piece:
+                if ch in vocab:
+                    symbols.append(ch)
+                else:
+                    symbols.extend(f"<0x{b:02X}>" for b in ch.encode("utf-8"))
+            while True:  # one merge at a time: the lowest rank, then the leftmost
+                best = None
+                for i in range(len(symbols) - 1):
+                    r = rank.get((symbols[i], symbols[i + 1]))
+                    if r is not None and (best is None or r < best[0]):
+                        best = (r, i)
+                if best is None:
+                    break
+                i = best[1]
+                symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+            ids.extend(vocab[s] for s in symbols)
+        offset += len(part)
+    return ids, pieces
+
+
+def sp_main(out, corpus, text, merges, scheme):
+    ranks = sp_learn(corpus, merges)
+    vocab = {t: i for i, t in enumerate(SP_SPECIALS)}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    counts = collections.Counter(sp_normalize(corpus, "llama2", True))
+    for ch, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n >= 2 and ch != "\n":
+            vocab.setdefault(ch, len(vocab))
+    for a, b in ranks:
+        vocab.setdefault(a + b, len(vocab))
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(SP_SPECIALS)]
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+             "vocab": vocab}
+    if scheme == "llama2":
+        model["merges"] = [f"{a} {b}" for a, b in ranks]
+        normalizer = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": META},
+            {"type": "Replace", "pattern": {"String": " "}, "content": META}]}
+        pre_tokenizer = None
+        decoder = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": META}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    else:
+        model["merges"] = [[a, b] for a, b in ranks]
+        normalizer = None
+        pre_tokenizer = {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False}
+        decoder = {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False}
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    post = {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+                 "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": post,
+                 "decoder": decoder, "model": model}
+    with open(out + "/tokenizer.json", "w", encoding="utf-8") as f:
+        json.dump(tokenizer, f, ensure_ascii=False)
+    ids, pieces = sp_encode(text, ranks, vocab, scheme)
+    with open(out + "/ids.json", "w", encoding="utf-8") as f:
+        json.dump(ids, f)
+    with open(out + "/pieces.json", "w", encoding="utf-8") as f:
+        json.dump(pieces, f, ensure_ascii=False)
 
 
 def merge(word, pair):
@@ -157,6 +280,13 @@ def main():
         return
     out, corpus_path, text_path, merges = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     name = sys.argv[5] if len(sys.argv) > 5 else "gpt2"
+    if name in ("llama2", "mistral"):
+        with open(corpus_path, encoding="utf-8", newline="") as f:
+            corpus = f.read()
+        with open(text_path, encoding="utf-8", newline="") as f:
+            text = f.read()
+        sp_main(out, corpus, text, merges, name)
+        return
     PATTERN, NFC, WHOLE = regex.compile(PATTERNS[name]), name == "qwen2", name == "llama3"
     with open(corpus_path, encoding="utf-8", newline="") as f:
         corpus = f.read()

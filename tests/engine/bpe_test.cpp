@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -311,7 +312,12 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(wordpiece, "hf/tokenizer.json: model.type \"WordPiece\"; allowed: BPE");
   nlohmann::json metaspace = tj;
   metaspace["pre_tokenizer"] = {{"type", "Metaspace"}};
-  refused(metaspace, "is not one memwall implements; allowed: GPT-2's (ByteLevel, add_prefix_space false)");
+  refused(metaspace,
+          "hf/tokenizer.json: pre_tokenizer {\"type\":\"Metaspace\"}; allowed: Metaspace with "
+          "replacement \"\xE2\x96\x81\", split false");
+  nlohmann::json whitespace = tj;
+  whitespace["pre_tokenizer"] = {{"type", "Whitespace"}};
+  refused(whitespace, "is not one memwall implements; allowed: GPT-2's (ByteLevel, add_prefix_space false)");
   nlohmann::json other_split = tj;  // a Split by a pattern memwall does not implement
   other_split["pre_tokenizer"] = {
       {"type", "Sequence"},
@@ -328,7 +334,7 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   nlohmann::json normalized = tj;
   normalized["normalizer"] = {{"type", "NFKC"}};
   refused(normalized,
-          "hf/tokenizer.json: normalizer {\"type\":\"NFKC\"}; allowed: none (GPT-2's, Llama 3's) or NFC");
+          "hf/tokenizer.json: normalizer {\"type\":\"NFKC\"}; allowed: none (GPT-2's, Llama 3's), NFC");
   nlohmann::json gap = tj;
   gap["added_tokens"][1]["id"] = 700;
   refused(gap, "is neither its vocabulary entry nor the next id (657)");
@@ -375,8 +381,8 @@ TEST(Bpe, DirectoriesOfDocuments) {
   auto ids = TextDataset::from_token_file(dir + "/ids", 2, t->vocab_size(), 0.1, 16, &*t);
   ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
   EXPECT_EQ(ids->train_tokens() + ids->val_tokens(), want.size() - 1);
-  // A tokenizer without <|endoftext|> (Llama 3's added tokens instead): its first special token, here
-  // <|begin_of_text|>, separates the documents.
+  // A tokenizer without <|endoftext|> (Llama 3's added tokens instead) and no post-processor: its first
+  // special token, here <|begin_of_text|>, separates the documents.
   nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
   ASSERT_EQ(vocab["<|endoftext|>"], 656);
   vocab.erase("<|endoftext|>");
@@ -727,10 +733,8 @@ std::string first_difference(const std::vector<T>& got, const std::vector<T>& wa
 }
 
 // A BPE learnt by the reference on a corpus with `name`'s pattern, then the same text encoded by both.
-void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
-  SCOPED_TRACE(name);
-  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+// The reference's corpus: six scripts, contractions, numbers.
+std::string reference_corpus() {
   std::string corpus;
   const char* lines[] = {
       "In the beginning God created the heaven and the earth. ",
@@ -748,17 +752,31 @@ void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
     for (const char* l : lines) corpus += l;
     corpus += std::to_string(rep * 37) + "\n";
   }
-  const std::string text =
-      "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
-      "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
-      "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... \xF0\x9F\x98\x80 "
-      "cafe\xCC\x81 \xE2\x84\xAB quux 1234567 IT'S\r\n(x) "
-      "end<|endoftext|> Next  document<|endoftext|><|endoftext|>   " +
-      [] {  // one piece long enough to be merged from the heap
-        std::string w;
-        for (int k = 0; k < 40; ++k) w += k % 3 == 0 ? "Gott" : k % 3 == 1 ? "beginning" : "Licht";
-        return w;
-      }();
+  return corpus;
+}
+
+// The text it encodes: spacing, scripts, marks, an emoji, `end` / `end2` as document separators.
+std::string reference_text(const std::string& end, const std::string& end2) {
+  return "And God said,  Let there be light:\tand there was light.\n\n   It's 2024 \xE2\x80\x94 caf\xC3\xA9 "
+         "na\xC3\xAFve \xC2\xBD \xE2\x85\xAB\xE2\x85\xA0 \xD9\xA3\xD9\xA4\xD9\xA5 "
+         "\xE8\xB5\xB7\xE5\x88\x9D\xE3\x80\x80\xE7\xA5\x9E \xC2\xA0x  'quoted' we'LL ?!'s ... "
+         "\xF0\x9F\x98\x80 "
+         "cafe\xCC\x81 \xE2\x84\xAB quux 1234567 IT'S\r\n(x) "
+         "end" +
+         end + " Next  document" + end + end2 + "   " +
+         [] {  // one piece long enough to be merged from the heap
+           std::string w;
+           for (int k = 0; k < 40; ++k) w += k % 3 == 0 ? "Gott" : k % 3 == 1 ? "beginning" : "Licht";
+           return w;
+         }();
+}
+
+void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
+  SCOPED_TRACE(name);
+  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string corpus = reference_corpus();
+  const std::string text = reference_text("<|endoftext|>", "<|endoftext|>");
   spit(dir + "/corpus.txt", corpus);
   spit(dir + "/text.txt", text);
   const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
@@ -809,6 +827,134 @@ TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
   }
   expect_reference_encoding("llama3", PreTokenizer::kLlama3);
   expect_reference_encoding("qwen2", PreTokenizer::kQwen2);
+}
+
+// Llama 2's and Mistral's SentencePiece-style tokenizer.json (spaces as U+2581 put before the text, one piece
+// of characters, byte fallback, merges lowest rank then leftmost first).
+void expect_sentencepiece_encoding(const std::string& name) {
+  SCOPED_TRACE(name);
+  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string meta = "\xE2\x96\x81";
+  // A literal U+2581 (encoded as a space is) and an emoji the corpus lacks (its four byte tokens).
+  const std::string text = reference_text("</s>", "<s>") + " a" + meta + "b \xF0\x9F\x90\x8D\n";
+  spit(dir + "/corpus.txt", reference_corpus());
+  spit(dir + "/text.txt", text);
+  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
+                          "/engine/bpe_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
+                          "/text.txt 300 " + name;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto t = BpeTokenizer::load(dir);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->pre_tokenizer(), PreTokenizer::kSentencePiece);
+  EXPECT_EQ(t->bos(), 1);
+  EXPECT_EQ(t->special_tokens(), (std::vector<int>{0, 1, 2}));
+  const auto want_ids = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
+  const std::vector<int> ids = t->encode(text);
+  EXPECT_EQ(ids, want_ids) << first_difference(ids, want_ids);
+  EXPECT_LT(ids.size(), text.size() * 4 / 5) << "the learnt merges should apply";
+  // Byte tokens: the emoji's four (<0xF0> is id 3 + 0xF0), a byte that is not UTF-8 alone.
+  const std::vector<int> emoji = t->encode("\xF0\x9F\x90\x8D");
+  ASSERT_GE(emoji.size(), 4U);
+  EXPECT_EQ(std::vector<int>(emoji.end() - 4, emoji.end()),
+            (std::vector<int>{3 + 0xF0, 3 + 0x9F, 3 + 0x90, 3 + 0x8D}));
+  const std::vector<int> stray = t->encode("x\xFFy");
+  EXPECT_NE(std::find(stray.begin(), stray.end(), 3 + 0xFF), stray.end());
+  EXPECT_EQ(t->bytes(3 + 0x41), "A");
+  // A space at the start: Llama 2's normalizer puts U+2581 before it all the same, Mistral's Metaspace not.
+  const std::string hello = t->decode(t->encode(" God said").data(), t->encode(" God said").size());
+  EXPECT_EQ(t->encode(" God said").size(), t->encode("God said").size() + (name == "llama2" ? 1 : 0));
+  EXPECT_EQ(hello, name == "llama2" ? " God said" : "God said");
+  // Text without special tokens round-trips (decode drops the one space the encoder put first), stray bytes
+  // and all; a literal U+2581 comes back as a space.
+  for (const std::string& x :
+       {std::string("In the beginning\n\n  God \xFF\xC3 created\t"), std::string("\n")}) {
+    const std::vector<int> v = t->encode(x);
+    EXPECT_EQ(t->decode(v.data(), v.size()), x);
+  }
+  const std::vector<int> lit = t->encode("a" + meta + "b");
+  EXPECT_EQ(lit, t->encode("a b"));
+  // After a cut at a newline the text continues without a U+2581 of its own: the tokens of one pass, on
+  // several threads as in the dataset's shares.
+  std::string book;
+  for (int k = 0; book.size() < (5U << 20); ++k) {
+    book += (k % 7 == 0   ? "\n  "
+             : k % 5 == 0 ? "\n"
+                          : " ") +
+            std::string(k % 3 == 0 ? "Und Gott" : "the earth");
+    book += k % 11 == 0 ? "\xF0\x9F\x98\x80," : ".";
+  }
+  const std::vector<int> one = t->encode(book);
+  const std::vector<std::size_t> at = t->cuts(book, 4, 1 << 20);
+  ASSERT_EQ(at.size(), 5U);
+  std::vector<int> joined;
+  for (std::size_t k = 0; k + 1 < at.size(); ++k) {
+    EXPECT_EQ(book[at[k + 1] - 1], k + 2 < at.size() ? '\n' : book.back());
+    const std::vector<int> part = t->encode(std::string_view(book).substr(at[k], at[k + 1] - at[k]), k > 0);
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(joined, one) << first_difference(joined, one);
+  t->set_threads(4);
+  EXPECT_EQ(t->encode(book), one);
+  // What memwall does not implement, or a damaged file: one line each.
+  const nlohmann::json tj = nlohmann::json::parse(slurp(dir + "/tokenizer.json"));
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& damage, const std::string& needle) {
+    nlohmann::json bad = tj;
+    damage(bad);
+    auto r = BpeTokenizer::parse_tokenizer_json(bad.dump(), "hf");
+    ASSERT_FALSE(r.is_ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  refused([](nlohmann::json& j) { j["model"]["byte_fallback"] = false; },
+          "hf/tokenizer.json: model.byte_fallback is not true");
+  refused(
+      [](nlohmann::json& j) {
+        j["model"]["vocab"]["<0x7f>"] = j["model"]["vocab"]["<0x7F>"];
+        j["model"]["vocab"].erase("<0x7F>");
+      },
+      "hf/tokenizer.json model.vocab: no byte token <0x7F>");
+  refused(
+      [](nlohmann::json& j) {
+        j["model"]["merges"].push_back(nlohmann::json::array({"q", "\xE2\x96\x81q"}));
+      },
+      "hf/tokenizer.json: model.merges entry [\"q\",\"\xE2\x96\x81q\"]: the vocabulary lacks \"q\"");
+  refused([](nlohmann::json& j) { j["model"]["ignore_merges"] = true; }, "model.ignore_merges true");
+  refused(
+      [](nlohmann::json& j) {
+        j["post_processor"]["special_tokens"]["<s>"]["ids"] = {1, 2};
+      },
+      "post_processor's special token \"<s>\" has ids [1,2]; allowed: one id");
+  // Values of the wrong type anywhere it looks: read or refused, never thrown on.
+  const nlohmann::json odd[] = {nullptr, 5, -1, "x", nlohmann::json::array(), nlohmann::json::object(), true};
+  for (const nlohmann::json& v : odd) {
+    for (const char* path :
+         {"/normalizer", "/normalizer/normalizers", "/normalizer/normalizers/0",
+          "/normalizer/normalizers/1/pattern", "/pre_tokenizer", "/pre_tokenizer/prepend_scheme",
+          "/pre_tokenizer/split", "/post_processor", "/post_processor/single", "/post_processor/single/0",
+          "/post_processor/special_tokens/<s>/ids", "/model/byte_fallback", "/model/vocab/<0x41>",
+          "/model/merges/3", "/added_tokens/1"}) {
+      nlohmann::json bad = tj;
+      const nlohmann::json::json_pointer where(path);
+      if (!bad.contains(where.parent_pointer())) continue;
+      bad[where] = v;
+      EXPECT_NO_THROW((void)BpeTokenizer::parse_tokenizer_json(bad.dump(), "hf"))
+          << path << " = " << v.dump();
+    }
+  }
+  if (name == "mistral") {
+    refused([](nlohmann::json& j) { j["pre_tokenizer"]["split"] = true; }, "split false");
+    refused([](nlohmann::json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
+            "prepend_scheme first, always or never");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Bpe, SentencePieceStyleMatchesPythonReferenceEncoder) {
+  if (!have_python_regex()) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  expect_sentencepiece_encoding("llama2");
+  expect_sentencepiece_encoding("mistral");
 }
 
 }  // namespace
