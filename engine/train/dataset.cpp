@@ -126,20 +126,6 @@ Status read_documents(const std::string& path, std::vector<std::string>& docs) {
   return Status::ok();
 }
 
-// The token between documents: <|endoftext|> (GPT-2's, Qwen2's), else the beginning-of-text token the
-// tokenizer's post-processor puts before a text (Llama 3's <|begin_of_text|>, Llama 2's <s>: each document
-// after the first then starts with it, as Hugging Face's run_clm packs them), else its first special token;
-// none (-1) for bytes.
-int separator_of(const BpeTokenizer* tokenizer) {
-  if (tokenizer == nullptr) return -1;
-  const std::vector<int> specials = tokenizer->special_tokens();
-  for (int id : specials) {
-    if (tokenizer->bytes(id) == "<|endoftext|>") return id;
-  }
-  if (tokenizer->bos() >= 0) return tokenizer->bos();
-  return specials.empty() ? -1 : specials[0];
-}
-
 // Every rank's `mine`, concatenated in rank order on every rank: the counts first, then the tokens in
 // all-gathers of at most 64 Mi tokens a rank (each rank's share padded to the longest).
 Result<std::vector<std::int32_t>> gather_shares(comm::Communicator& comm, std::vector<std::int32_t> mine,
@@ -172,8 +158,23 @@ Result<std::vector<std::int32_t>> gather_shares(comm::Communicator& comm, std::v
 }
 }  // namespace
 
+DocumentMarks document_marks(const BpeTokenizer* tokenizer) {
+  DocumentMarks marks;
+  if (tokenizer == nullptr) return marks;
+  const std::vector<int> specials = tokenizer->special_tokens();
+  for (int id : specials) {
+    if (tokenizer->bytes(id) == "<|endoftext|>") marks.between = id;
+  }
+  if (marks.between < 0 && tokenizer->bos() >= 0) {
+    marks.before = tokenizer->bos();
+  } else if (marks.between < 0 && !specials.empty()) {
+    marks.between = specials[0];
+  }
+  return marks;
+}
+
 std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, const BpeTokenizer& tokenizer,
-                                       int separator, int part, int parts, std::size_t min_bytes) {
+                                       DocumentMarks marks, int part, int parts, std::size_t min_bytes) {
   std::size_t total = 0;
   for (const std::string& d : docs) total += d.size();
   // Pieces of about a quarter of a share, so that the shares come out even where the text's cuts allow.
@@ -189,7 +190,8 @@ std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, con
       const std::size_t middle = offset + at[i] + (at[i + 1] - at[i]) / 2;
       const std::size_t owner = total == 0 ? 0 : middle * static_cast<std::size_t>(parts) / total;
       if (std::min(owner, static_cast<std::size_t>(parts - 1)) != static_cast<std::size_t>(part)) continue;
-      if (i == 0 && k > 0 && separator >= 0) out.push_back(separator);
+      if (i == 0 && k > 0 && marks.between >= 0) out.push_back(marks.between);
+      if (i == 0 && marks.before >= 0) out.push_back(marks.before);
       const std::vector<int> ids = tokenizer.encode(doc.substr(at[i], at[i + 1] - at[i]), at[i] > 0);
       out.insert(out.end(), ids.begin(), ids.end());
     }
@@ -207,17 +209,18 @@ Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const Bpe
   for (const std::string& d : docs) {
     if (bytes != nullptr) *bytes += d.size();
   }
-  const int separator = separator_of(tokenizer);
+  const DocumentMarks marks = document_marks(tokenizer);
   if (shared) {
     // Shares of at least 64 KiB: below that, the all-gathers cost more than the encoding they save.
     return gather_shares(
-        *comm, encode_share(docs, *tokenizer, separator, comm->rank(), comm->size(), std::size_t{1} << 16),
+        *comm, encode_share(docs, *tokenizer, marks, comm->rank(), comm->size(), std::size_t{1} << 16),
         "tokens of " + path);
   }
   static_assert(std::is_same_v<int, std::int32_t>, "token ids are ints");
   std::vector<std::int32_t> all;
   for (std::size_t k = 0; k < docs.size(); ++k) {
-    if (k > 0 && separator >= 0) all.push_back(separator);
+    if (k > 0 && marks.between >= 0) all.push_back(marks.between);
+    if (marks.before >= 0) all.push_back(marks.before);
     if (tokenizer == nullptr) {
       all.insert(all.end(), reinterpret_cast<const unsigned char*>(docs[k].data()),
                  reinterpret_cast<const unsigned char*>(docs[k].data()) + docs[k].size());

@@ -92,11 +92,21 @@ Result<std::vector<std::string>> data_files(const std::string& path);
 Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
                                               std::size_t* bytes = nullptr,
                                               comm::Communicator* comm = nullptr);
-// Share `part` of `parts` of the tokens of documents `docs` joined by `separator` (none when < 0): the text
-// is cut where the tokenizer allows (BpeTokenizer::cuts, pieces of at least `min_bytes`), the pieces dealt
-// out in order by their bytes; the shares of parts 0..parts-1, concatenated, are the tokens of one pass.
+// The special tokens a training text's documents are marked with (-1: none): `between` two documents
+// (<|endoftext|>: GPT-2's and Qwen2's), else `before` each (the beginning-of-text token Llama's
+// post-processor puts before a text: documents as Hugging Face's tokenizers, and run_clm, give them), else
+// the tokenizer's first special token between them.
+struct DocumentMarks {
+  int between = -1;
+  int before = -1;
+};
+DocumentMarks document_marks(const BpeTokenizer* tokenizer);
+
+// Share `part` of `parts` of the tokens of documents `docs` marked with `marks`: the text is cut where the
+// tokenizer allows (BpeTokenizer::cuts, pieces of at least `min_bytes`), the pieces dealt out in order by
+// their bytes; the shares of parts 0..parts-1, concatenated, are the tokens of one pass.
 std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, const BpeTokenizer& tokenizer,
-                                       int separator, int part, int parts, std::size_t min_bytes);
+                                       DocumentMarks marks, int part, int parts, std::size_t min_bytes);
 
 // Writes `tokens` as little-endian unsigned ids of `width` bytes (2 or 4), atomically (a temporary file
 // renamed into place). Error when an id does not fit the width.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -917,6 +918,95 @@ std::string llama3_tokenizer(const std::string& name) {
   return tiny_bpe_tokenizer_json(name, pre, true);
 }
 
+// tiny-bpe's merges as Llama 2's SentencePiece-style tokenizer.json: <unk>, <s>, </s>, the byte tokens
+// <0x00>..<0xFF>, printable ASCII and U+2581 (a space) as characters, then tiny-bpe's merged tokens with
+// spaces as U+2581; Llama 2's normalizer (U+2581 before the text, spaces to U+2581) and its post-processor
+// (<s> first).
+std::string llama2_tokenizer(const std::string& name) {
+  const std::string dir = test_path(name).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string meta = "\xE2\x96\x81";
+  // GPT-2's byte -> character map, inverted: tiny-bpe's keys back to bytes, spaces then to U+2581.
+  std::map<std::string, char> byte_of;
+  for (int b = 0, hidden = 256; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const int cp = printable ? b : hidden++;
+    std::string key;
+    if (cp < 0x80) {
+      key += static_cast<char>(cp);
+    } else {
+      key += static_cast<char>(0xC0 | (cp >> 6));
+      key += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    byte_of[key] = static_cast<char>(b);
+  }
+  const auto sentencepiece = [&](const std::string& key) {
+    std::string out;
+    for (std::size_t i = 0; i < key.size();) {
+      const std::size_t len = static_cast<unsigned char>(key[i]) < 0x80 ? 1 : 2;
+      const char b = byte_of.at(key.substr(i, len));
+      const auto u = static_cast<unsigned char>(b);
+      if (u >= 0x80 || (u < 0x20 && u != ' ')) return std::string();  // not printable ASCII: left out
+      out += b == ' ' ? meta : std::string(1, b);
+      i += len;
+    }
+    return out;
+  };
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const char* special : {"<unk>", "<s>", "</s>"}) vocab[special] = vocab.size();
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    vocab[hex] = vocab.size();
+  }
+  vocab[meta] = vocab.size();
+  for (char c = 33; c < 127; ++c) vocab[std::string(1, c)] = vocab.size();
+  std::ifstream tiny_file(kTinyBpe + "/vocab.json");
+  const nlohmann::json tiny = nlohmann::json::parse(tiny_file);
+  std::vector<std::pair<int, std::string>> merged;
+  for (const auto& [key, id] : tiny.items()) {
+    if (id.get<int>() >= 256 && key.rfind("<|", 0) != 0)
+      merged.emplace_back(id.get<int>(), sentencepiece(key));
+  }
+  std::sort(merged.begin(), merged.end());
+  for (const auto& m : merged) {
+    if (!m.second.empty() && !vocab.contains(m.second)) vocab[m.second] = vocab.size();
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  std::ifstream lines(kTinyBpe + "/merges.txt");
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string a = sentencepiece(line.substr(0, line.find(' '))),
+                      b = sentencepiece(line.substr(line.find(' ') + 1));
+    if (!a.empty() && !b.empty() && vocab.contains(a + b)) merges.push_back(a + " " + b);
+  }
+  const nlohmann::json bos = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const nlohmann::json doc = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+        {{"id", 1}, {"content", "<s>"}, {"special", true}},
+        {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", meta}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {bos, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", true},
+        {"unk_token", "<unk>"},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+  std::ofstream(dir + "/tokenizer.json") << doc.dump();
+  return dir;
+}
+
 // The summary line of a `memwall train --json` output.
 nlohmann::json train_json_summary(const std::string& output) {
   std::istringstream lines(output);
@@ -1531,6 +1621,60 @@ TEST(CliGenerate, ALlama3ModelInShardsWithItsTokenizer) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const double loss = parse_json(first.output.substr(0, first.output.find('\n')))["loss"].get<double>();
   EXPECT_LT(loss, trained + 0.5) << first.output;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hub);
+}
+
+// A Llama 2-shaped model with Llama 2's kind of tokenizer.json (SentencePiece-style: spaces as U+2581, put
+// before the text; <s> before each document and before the prompt): trained on a directory of two documents,
+// it continues its sentence with the spaces where they belong, from the checkpoint and from its export.
+TEST(CliGenerate, ALlama2ModelWithItsSentencePieceTokenizer) {
+  const std::string tok = llama2_tokenizer("tokenizer-llama2");
+  const CmdResult listed = memwall("tokenize --tokenizer " + tok + " --text 'And the evening' --json", false);
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const nlohmann::json lj = parse_json(listed.output);
+  EXPECT_EQ(lj["pre_tokenizer"], "SentencePiece");
+  EXPECT_EQ(lj["bos"], 1);
+  std::string joined;
+  for (const auto& piece : lj["pieces"]) joined += piece.get<std::string>();
+  EXPECT_EQ(joined, " And the evening");                   // the U+2581 put before the text is a space
+  EXPECT_LT(lj["tokens"].get<int>(), 8) << listed.output;  // merged, not a token a character
+  const std::string docs = test_path("llama2-docs").string();
+  std::filesystem::remove_all(docs);
+  std::filesystem::create_directories(docs);
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "And the evening and the morning were the first day. ";
+  std::ofstream(docs + "/1.txt") << text;
+  std::ofstream(docs + "/2.txt") << text;
+  const std::string dir = test_path("ckpt-llama2").string(), hub = test_path("llama2-hub").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hub);
+  const std::string model =
+      " --model llama-mini --model-set '{\"num_hidden_layers\": 1, \"hidden_size\": 64, "
+      "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 176, "
+      "\"vocab_size\": 800, \"max_position_embeddings\": 64}'";
+  const CmdResult t =
+      memwall("train --tokenizer " + tok + " --steps 150 --eval-batches 1 --json --checkpoint-dir " + dir +
+                  " --data " + docs + model,
+              false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_LT(train_json_summary(t.output)["val_loss"].get<double>(), 1.0) << t.output;
+  const std::string prompt = " --prompt 'And the evening' --tokens 12 --temperature 0";
+  const CmdResult greedy = memwall("generate --checkpoint-dir " + dir + prompt, false);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  EXPECT_EQ(greedy.output.rfind("And the evening and the morning", 0), 0u) << greedy.output;
+  EXPECT_NE(greedy.output.find(" the first day."), std::string::npos) << greedy.output;
+  const CmdResult as_json = memwall("generate --json --checkpoint-dir " + dir + prompt, false);
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.output;
+  EXPECT_EQ(parse_json(as_json.output)["text"].get<std::string>().rfind(" and the", 0), 0u) << as_json.output;
+  ASSERT_EQ(memwall("export --checkpoint-dir " + dir + " --out " + hub).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(hub + "/tokenizer.json"));
+  EXPECT_EQ(memwall("generate --weights " + hub + prompt, false).output, greedy.output);
+  const CmdResult on =
+      memwall("train --init-from " + hub + " --steps 1 --eval-batches 1 --data " + docs, true);
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_NE(on.output.find("SentencePiece BPE vocabulary of "), std::string::npos) << on.output;
+  std::filesystem::remove_all(docs);
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(hub);
 }

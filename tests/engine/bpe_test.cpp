@@ -443,21 +443,25 @@ TEST(Bpe, SharesOfTheEncodingJoinIntoOnePass) {
         (i % 4 == 0 ? "\n\n" : "\n");
   }
   const int eot = t->special_tokens().at(0);
-  std::vector<std::int32_t> serial;
-  for (std::size_t k = 0; k < docs.size(); ++k) {
-    if (k > 0) serial.push_back(eot);
-    const std::vector<int> ids = t->encode(docs[k]);
-    serial.insert(serial.end(), ids.begin(), ids.end());
-  }
-  for (int parts = 1; parts <= 5; ++parts) {
-    std::vector<std::int32_t> joined;
-    for (int part = 0; part < parts; ++part) {
-      const std::vector<std::int32_t> share = encode_share(docs, *t, eot, part, parts, 256);
-      EXPECT_GT(share.size(), serial.size() / static_cast<std::size_t>(4 * parts)) << part << " of " << parts;
-      joined.insert(joined.end(), share.begin(), share.end());
+  for (const DocumentMarks marks : {DocumentMarks{eot, -1}, DocumentMarks{-1, eot}}) {
+    std::vector<std::int32_t> serial;  // the token between the documents, or before each
+    for (std::size_t k = 0; k < docs.size(); ++k) {
+      if (k > 0 && marks.between >= 0) serial.push_back(eot);
+      if (marks.before >= 0) serial.push_back(eot);
+      const std::vector<int> ids = t->encode(docs[k]);
+      serial.insert(serial.end(), ids.begin(), ids.end());
     }
-    EXPECT_TRUE(joined == serial) << parts << " parts: " << joined.size() << " tokens, one pass "
-                                  << serial.size();
+    for (int parts = 1; parts <= 5; ++parts) {
+      std::vector<std::int32_t> joined;
+      for (int part = 0; part < parts; ++part) {
+        const std::vector<std::int32_t> share = encode_share(docs, *t, marks, part, parts, 256);
+        EXPECT_GT(share.size(), serial.size() / static_cast<std::size_t>(4 * parts))
+            << part << " of " << parts;
+        joined.insert(joined.end(), share.begin(), share.end());
+      }
+      EXPECT_TRUE(joined == serial) << parts << " parts: " << joined.size() << " tokens, one pass "
+                                    << serial.size() << (marks.before >= 0 ? " (before each)" : "");
+    }
   }
 }
 
@@ -896,6 +900,23 @@ void expect_sentencepiece_encoding(const std::string& name) {
   EXPECT_EQ(joined, one) << first_difference(joined, one);
   t->set_threads(4);
   EXPECT_EQ(t->encode(book), one);
+  // Ranks sharing two documents, each after the beginning-of-text token <s> (Llama's marks).
+  const DocumentMarks marks = document_marks(&*t);
+  EXPECT_EQ(marks.before, 1);
+  EXPECT_EQ(marks.between, -1);
+  const std::vector<std::string> docs = {book.substr(0, 300000), "  " + book.substr(300000, 400000)};
+  std::vector<std::int32_t> serial;
+  for (const std::string& d : docs) {
+    serial.push_back(1);
+    const std::vector<int> doc_ids = t->encode(d);
+    serial.insert(serial.end(), doc_ids.begin(), doc_ids.end());
+  }
+  std::vector<std::int32_t> shared;
+  for (int part = 0; part < 3; ++part) {
+    const std::vector<std::int32_t> share = encode_share(docs, *t, marks, part, 3, 4096);
+    shared.insert(shared.end(), share.begin(), share.end());
+  }
+  EXPECT_TRUE(shared == serial) << shared.size() << " tokens shared, one pass " << serial.size();
   // What memwall does not implement, or a damaged file: one line each.
   const nlohmann::json tj = nlohmann::json::parse(slurp(dir + "/tokenizer.json"));
   const auto refused = [&](const std::function<void(nlohmann::json&)>& damage, const std::string& needle) {
