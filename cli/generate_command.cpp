@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -109,10 +110,16 @@ int run_generate(const GenerateOptions& opt) {
   if (!tokenizer.is_ok()) return report_error(tokenizer.status());
   const train::BpeTokenizer* bpe = tokenizer->has_value() ? &**tokenizer : nullptr;
   if (bpe == nullptr && c.vocab != 256) {
+    std::error_code ec;
+    const bool sentencepiece_only = std::filesystem::exists(model_dir + "/tokenizer.model", ec);
     return report_error(Status::invalid_argument(
         model_dir + ": vocabulary of " + std::to_string(c.vocab) +
-        " tokens and no vocab.json/merges.txt or tokenizer.json beside the model; pass --tokenizer DIR, or "
-        "use a model of the byte vocabulary (256)"));
+        " tokens and no vocab.json/merges.txt or tokenizer.json beside the model" +
+        (sentencepiece_only
+             ? " (its tokenizer.model is SentencePiece's own format, which memwall does not read; "
+               "the tokenizer.json of the same model is read)"
+             : "") +
+        "; pass --tokenizer DIR, or use a model of the byte vocabulary (256)"));
   }
   // A model's vocabulary may be padded past the tokenizer's (50304 for 50257): those ids are never sampled.
   const int sampled_vocab = bpe != nullptr ? bpe->vocab_size() : c.vocab;
@@ -222,8 +229,8 @@ void register_generate(CLI::App& app, int& exit_code) {
                   "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
-      "Byte-level BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json "
-      "(GPT-2's, Llama 3's or Qwen2's) (default: "
+      "BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json (GPT-2's, "
+      "Llama 3's, Qwen2's, Llama 2's or Mistral's) (default: "
       "the model's directory when it has them, else bytes are tokens), or bytes");
   cmd->add_option("--prompt", opt->prompt, "Text to continue (default: a newline)");
   cmd->add_option("--tokens", opt->tokens, "Tokens to generate (bytes with the byte vocabulary)")

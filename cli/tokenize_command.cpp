@@ -119,10 +119,11 @@ int run_tokenize(const TokenizeOptions& opt) {
 
 void register_tokenize(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TokenizeOptions>();
-  auto* cmd = app.add_subcommand(
-      "tokenize",
-      "Byte-level BPE tokens (GPT-2's, Llama 3's, Qwen2's tokenizer) of a text or file; --out writes token "
-      "ids that memwall train --data reads");
+  auto* cmd = app.add_subcommand("tokenize",
+                                 "BPE tokens (GPT-2's, Llama 3's, Qwen2's, Llama 2's, Mistral's tokenizer) "
+                                 "of a text or file; --out writes "
+                                 "token "
+                                 "ids that memwall train --data reads");
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "Directory with GPT-2's vocab.json and merges.txt, or tokenizer.json")
       ->required();

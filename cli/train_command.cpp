@@ -913,8 +913,8 @@ void register_train(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
-      "Byte-level BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json "
-      "(GPT-2's, Llama 3's or Qwen2's) (default: "
+      "BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json (GPT-2's, "
+      "Llama 3's, Qwen2's, Llama 2's or Mistral's) (default: "
       "--init-from's directory when it has them, resuming the checkpoint's, else bytes are tokens), "
       "or bytes");
   cmd->add_option(
