@@ -10,7 +10,7 @@ PACKAGES=(
   cmake g++ make pkg-config ccache
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev libopenmpi-dev openmpi-bin libsimgrid-dev
-  qt6-base-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev xvfb xauth imagemagick pybind11-dev python3-dev python3-numpy python3-regex
+  qt6-base-dev zlib1g-dev libdnnl-dev ocl-icd-opencl-dev xvfb xauth imagemagick pybind11-dev python3-dev python3-numpy python3-regex python3-sentencepiece
   jupyter-nbconvert python3-ipykernel python3-matplotlib python3-pandas
   bible-kjv
 )

@@ -470,6 +470,7 @@ Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& mod
   std::fill(std::begin(t.byte_token_), std::end(t.byte_token_), -1);
   std::unordered_map<std::string, int> id_of;
   id_of.reserve(vocab.size());
+  bool mid_meta = false;  // a token with ▁ after another character
   for (const auto& [key, value] : vocab.items()) {
     if (!value.is_number_integer() || value.get<long>() < 0 ||
         value.get<long>() >= static_cast<long>(vocab.size())) {
@@ -496,7 +497,11 @@ Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& mod
     }
     char32_t c = 0;
     if (!key.empty() && decode_utf8(key, 0, c) == key.size()) t.char_token_.emplace(c, static_cast<int>(id));
+    for (std::size_t at = key.find(kMeta, 1); at != std::string::npos; at = key.find(kMeta, at + 1)) {
+      if (at < kMeta.size() || key.compare(at - kMeta.size(), kMeta.size(), kMeta) != 0) mid_meta = true;
+    }
   }
+  t.word_pieces_ = !mid_meta;
   for (int b = 0; b < 256; ++b) {
     if (t.byte_token_[b] < 0) {
       char hex[8];
@@ -842,9 +847,18 @@ std::vector<int> BpeTokenizer::encode_serial(std::string_view text, bool continu
   return out;
 }
 
+std::size_t BpeTokenizer::sentencepiece_piece_end(std::string_view s, std::size_t i) const {
+  if (!word_pieces_) return s.size();
+  // The next ▁ after another character: no token spans it, so merging each side alone changes nothing.
+  for (std::size_t at = s.find(kMeta, i + 1); at != std::string_view::npos; at = s.find(kMeta, at + 1)) {
+    if (at < kMeta.size() || s.compare(at - kMeta.size(), kMeta.size(), kMeta) != 0) return at;
+  }
+  return s.size();
+}
+
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const {
   for (std::size_t i = 0, end = 0; i < text.size(); i = end) {
-    end = piece_end(text, i, pre_);
+    end = pre_ == PreTokenizer::kSentencePiece ? sentencepiece_piece_end(text, i) : piece_end(text, i, pre_);
     const std::string_view piece = text.substr(i, end - i);
     if (auto it = cache.find(piece); it != cache.end()) {
       const auto [first, last] = it->second;

@@ -143,6 +143,8 @@ class BpeTokenizer {
   using PieceCache = std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>>;
   // Ordinary text (no special tokens in it), appended to `out`.
   void encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const;
+  // SentencePiece: where the piece starting at s[i] ends (the text's end unless word_pieces_).
+  std::size_t sentencepiece_piece_end(std::string_view s, std::size_t i) const;
 
   std::vector<std::string> bytes_;                   // [vocab] each token's bytes
   int byte_token_[256] = {};                         // the token of each single byte
@@ -151,10 +153,13 @@ class BpeTokenizer {
   PreTokenizer pre_ = PreTokenizer::kGpt2;
   bool nfc_ = false;
   std::unordered_map<std::string, int> whole_;  // ignore_merges: the vocabulary by bytes (else empty)
-  // SentencePiece: the single-character tokens, where ▁ goes, whether a newline is only ever its byte token.
+  // SentencePiece: the single-character tokens, where ▁ goes, whether a newline is only ever its byte token,
+  // whether no token has a ▁ after another character (then a ▁ after another character starts a piece
+  // no merge crosses, and the pieces are cached as GPT-2's are).
   std::unordered_map<char32_t, int> char_token_;
   Prepend prepend_ = Prepend::kNever;
   bool newline_cuts_ = false;
+  bool word_pieces_ = false;
   int bos_ = -1;
   std::string source_;
   std::vector<std::string> files_;

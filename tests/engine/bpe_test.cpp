@@ -945,6 +945,17 @@ void expect_sentencepiece_encoding(const std::string& name) {
         j["post_processor"]["special_tokens"]["<s>"]["ids"] = {1, 2};
       },
       "post_processor's special token \"<s>\" has ids [1,2]; allowed: one id");
+  // A token with U+2581 after another character ("s▁", merged first): the text is then one piece, so that
+  // merge applies across what would otherwise be a word's end.
+  nlohmann::json mid = tj;
+  const int s_meta = static_cast<int>(mid["model"]["vocab"].size());
+  mid["model"]["vocab"]["s" + meta] = s_meta;
+  mid["model"]["merges"].insert(mid["model"]["merges"].begin(), nlohmann::json::array({"s", meta}));
+  auto across = BpeTokenizer::parse_tokenizer_json(mid.dump(), "mid");
+  ASSERT_TRUE(across.is_ok()) << across.status().to_string();
+  const std::vector<int> is_good = across->encode("it is good");
+  EXPECT_NE(std::find(is_good.begin(), is_good.end(), s_meta), is_good.end());
+  EXPECT_EQ(across->decode(is_good.data(), is_good.size()), "it is good");
   // Values of the wrong type anywhere it looks: read or refused, never thrown on.
   const nlohmann::json odd[] = {nullptr, 5, -1, "x", nlohmann::json::array(), nlohmann::json::object(), true};
   for (const nlohmann::json& v : odd) {
@@ -967,6 +978,36 @@ void expect_sentencepiece_encoding(const std::string& name) {
     refused([](nlohmann::json& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
             "prepend_scheme first, always or never");
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The SentencePiece library itself (Debian's python3-sentencepiece) trains a BPE model with Llama 2's
+// settings; written as the tokenizer.json Hugging Face converts it to, memwall encodes a text of six scripts,
+// digits, runs of spaces, newlines and characters the model lacks (byte fallback) to SentencePiece's ids.
+TEST(Bpe, MatchesTheSentencePieceLibrary) {
+  if (std::system("/usr/bin/python3 -c 'import sentencepiece' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with the sentencepiece module (Debian's python3-sentencepiece) is not "
+                    "installed";
+  }
+  const std::string dir = ::testing::TempDir() + "spm-ref-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string corpus = reference_corpus();
+  const std::string text = corpus.substr(0, corpus.find('\n', 2000) + 1) + reference_text("", "") +
+                           "\n\n  x \xF0\x9F\x90\x8D 12345\n";
+  spit(dir + "/corpus.txt", corpus);
+  spit(dir + "/text.txt", text);
+  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
+                          "/engine/spm_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
+                          "/text.txt 600";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto t = BpeTokenizer::load(dir);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->pre_tokenizer(), PreTokenizer::kSentencePiece);
+  const auto want = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
+  const std::vector<int> ids = t->encode(text);
+  EXPECT_EQ(ids, want) << first_difference(ids, want);
+  EXPECT_LT(ids.size(), text.size() / 2) << "the model's merges should apply";
+  EXPECT_EQ(t->decode(ids.data(), ids.size()), text);
   std::filesystem::remove_all(dir);
 }
 
