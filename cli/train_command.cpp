@@ -155,7 +155,7 @@ Status check_model(const ModelSpec& m) {
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(
           where + "rope_scaling type \"" + m.rope_scaling.type +
-          "\" is not supported by memwall train; allowed: linear, llama3, or none");
+          "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
     }
     return Status::ok();
   }
@@ -241,6 +241,13 @@ int run_train(const TrainOptions& opt) {
   if (lead) print_warnings(in->diag);
 
   const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length : in->model.max_positions;
+  if (in->model.rope_scaling.type == "dynamic" && seq > in->model.max_positions) {
+    return report_error(Status::invalid_argument(
+        "memwall.sequence_length " + std::to_string(seq) + ": model " + in->model.name +
+        "'s rope_scaling dynamic raises the rotary base with a sequence past max_position_embeddings (" +
+        std::to_string(in->model.max_positions) + "), which memwall does not; allowed: at most " +
+        std::to_string(in->model.max_positions)));
+  }
   if (lead && in->model.sliding_window > 0 && seq > in->model.sliding_window) {
     std::fprintf(
         stderr,

@@ -28,8 +28,40 @@ std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling&
         x = (1.0 - smooth) * x / scaling.factor + smooth * x;
       }
     }
+  } else if (scaling.type == "yarn") {
+    // The pair index at which a frequency turns `rotations` times within the original context.
+    const double dim = head_dim, base = theta;
+    const auto pair_of = [&](double rotations) {
+      return dim * std::log(scaling.original_max_positions / (rotations * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(base));
+    };
+    double low = pair_of(scaling.beta_fast), high = pair_of(scaling.beta_slow);
+    if (scaling.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      // keep: 1 below the ramp (fast pairs, kept), 0 above it (slow pairs, divided by factor).
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double keep = 1.0 - ramp;
+      f[i] = f[i] / scaling.factor * (1.0 - keep) + f[i] * keep;
+    }
   }
   return f;
+}
+
+double rope_attention_scale(const RopeScaling& scaling) {
+  if (scaling.type != "yarn") return 1.0;
+  if (scaling.attention_factor > 0) return scaling.attention_factor;
+  const auto mscale = [](double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+  };
+  if (scaling.mscale > 0 && scaling.mscale_all_dim > 0)
+    return mscale(scaling.factor, scaling.mscale) / mscale(scaling.factor, scaling.mscale_all_dim);
+  return mscale(scaling.factor, 1.0);
 }
 
 std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {

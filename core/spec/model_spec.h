@@ -17,22 +17,40 @@ enum class PositionKind { kLearned, kRotary, kNone };
 // than the model was pre-trained on. "linear" divides every frequency by `factor` (positions interpolated);
 // "llama3" (Llama 3.1 / 3.2) divides the low frequencies (wavelength above original_max_positions /
 // low_freq_factor) by `factor`, keeps the high ones (wavelength below original_max_positions /
-// high_freq_factor) and blends the band between. Other types (dynamic, yarn, longrope, ...) are kept by name
+// high_freq_factor) and blends the band between; "yarn" (YaRN: Qwen2.5's long-context setting) blends each
+// pair between divided by `factor` and kept along a ramp over the pairs that turn between beta_slow and
+// beta_fast times within original_max_positions, and scales the rotated queries and keys by an attention
+// factor (0.1 ln factor + 1 unless given); "dynamic" (NTK) raises the base only for sequences longer than
+// max_position_embeddings, so within them it is no scaling. Other types (longrope, ...) are kept by name
 // only: predict and simulate do not need them, memwall train refuses them.
 struct RopeScaling {
-  std::string type{};  // "" (none: transformers' "default"), "linear", "llama3", or another type's name
+  std::string
+      type{};  // "" (none: transformers' "default"), "linear", "llama3", "yarn", "dynamic", or another
   double factor = 1;
   double low_freq_factor = 1;
   double high_freq_factor = 4;
   int original_max_positions = 0;  // original_max_position_embeddings (0: not given)
+  // yarn's: attention_factor (0: derived from factor, mscale and mscale_all_dim), the ramp's rotations, and
+  // whether its ends are rounded outwards to whole pairs (truncate).
+  double attention_factor = 0;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 0;
+  double mscale_all_dim = 0;
+  bool truncate = true;
 
   bool none() const { return type.empty(); }
-  bool supported() const { return type.empty() || type == "linear" || type == "llama3"; }
+  bool supported() const {
+    return type.empty() || type == "linear" || type == "llama3" || type == "yarn" || type == "dynamic";
+  }
 };
 
 // Rotary frequencies of the `head_dim / 2` pairs (radians per position): theta^(-2i / head_dim), then
-// `scaling` (a supported type) applied, in double as transformers computes them.
+// `scaling` (a supported type) applied, in double as transformers computes them ("dynamic": as within
+// max_position_embeddings, unscaled).
 std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
+// The factor the rotary cosines and sines are multiplied by (yarn's attention factor; 1 for the others).
+double rope_attention_scale(const RopeScaling& scaling);
 
 // A group of identical parameter tensors: `count` tensors of `elements` each (e.g. one per layer).
 struct ParamTensorGroup {

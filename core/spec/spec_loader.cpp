@@ -76,9 +76,28 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
   MW_RETURN_IF_ERROR(r.get_string(type_key, out.type));
   r.ignore({"rope_type", "type"});
   if (out.type == "default") out.type.clear();
-  if (out.type == "linear" || out.type == "llama3") {
+  if (out.type == "linear" || out.type == "llama3" || out.type == "yarn" || out.type == "dynamic") {
     MW_RETURN_IF_ERROR(require(r, "factor"));
     MW_RETURN_IF_ERROR(r.get_number("factor", out.factor, 1.0, 1e6));
+  }
+  if (out.type ==
+      "yarn") {  // original_max_position_embeddings: the model's max_position_embeddings if absent
+    MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 1, 1 << 28));
+    for (auto [key, value] :
+         {std::pair{"attention_factor", &out.attention_factor}, std::pair{"beta_fast", &out.beta_fast},
+          std::pair{"beta_slow", &out.beta_slow}, std::pair{"mscale", &out.mscale},
+          std::pair{"mscale_all_dim", &out.mscale_all_dim}}) {
+      if (r.has(key) && obj->at(key).is_null()) {  // null: the default
+        r.ignore({key});
+        continue;
+      }
+      MW_RETURN_IF_ERROR(r.get_number(key, *value, 0.0, 1e6));
+    }
+    MW_RETURN_IF_ERROR(r.get_bool("truncate", out.truncate));
+    if (!(out.beta_fast > out.beta_slow) || !(out.beta_slow > 0)) {
+      return r.error("beta_fast", "must be greater than beta_slow (" +
+                                      detail::short_dump(json(out.beta_slow)) + "), which must be > 0");
+    }
   }
   if (out.type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
@@ -396,6 +415,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+    // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
+    if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
+      m.rope_scaling.original_max_positions = m.max_positions;
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers"});
   } else {

@@ -22,6 +22,15 @@ nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
     j["high_freq_factor"] = s.high_freq_factor;
     j["original_max_position_embeddings"] = s.original_max_positions;
   }
+  if (s.type == "yarn") {
+    j["original_max_position_embeddings"] = s.original_max_positions;
+    j["beta_fast"] = s.beta_fast;
+    j["beta_slow"] = s.beta_slow;
+    if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
+    if (s.mscale > 0) j["mscale"] = s.mscale;
+    if (s.mscale_all_dim > 0) j["mscale_all_dim"] = s.mscale_all_dim;
+    if (!s.truncate) j["truncate"] = false;
+  }
   return j;
 }
 

@@ -57,16 +57,19 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (!c.rope_scaling.supported()) {
     return Status::invalid_argument(
         "model: rope_scaling type \"" + c.rope_scaling.type +
-        "\" is not supported by memwall's rotary kernels; allowed: linear, llama3, "
+        "\" is not supported by memwall's rotary kernels; allowed: linear, llama3, yarn, dynamic, "
         "or none");
   }
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.none() && (!(rs.factor > 0) ||
                      (rs.type == "llama3" && (rs.original_max_positions < 1 || !(rs.low_freq_factor > 0) ||
-                                              !(rs.high_freq_factor > rs.low_freq_factor))))) {
+                                              !(rs.high_freq_factor > rs.low_freq_factor))) ||
+                     (rs.type == "yarn" && (rs.original_max_positions < 1 || !(rs.beta_slow > 0) ||
+                                            !(rs.beta_fast > rs.beta_slow))))) {
     return Status::invalid_argument(
-        "model: rope_scaling needs factor > 0, and for llama3 original_max_position_embeddings >= 1 and "
-        "high_freq_factor > low_freq_factor > 0");
+        "model: rope_scaling needs factor > 0, for llama3 original_max_position_embeddings >= 1 and "
+        "high_freq_factor > low_freq_factor > 0, for yarn original_max_position_embeddings >= 1 and "
+        "beta_fast > beta_slow > 0");
   }
   return Status::ok();
 }
@@ -484,7 +487,8 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * C);
     rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
     rope_sin_.resize(rope_cos_.size());
-    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0);
+    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
+                  c.rope_attention_scale());
   }
 }
 

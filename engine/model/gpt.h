@@ -37,7 +37,7 @@ struct GptConfig {
   bool qkv_bias = false;       // biases on q, k and v (Qwen2's; the Llama shape has no other biases)
   double rope_theta = 10000;   // as the model file has them (the kernels take them as float)
   double norm_eps = 1e-5;      // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
-  RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (linear or llama3; none by default)
+  RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (a supported type; none by default)
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return channels / heads; }
@@ -50,6 +50,8 @@ struct GptConfig {
   std::vector<double> rope_inv_freq() const {
     return memwall::rope_inv_freq(head_size(), rope_theta, rope_scaling);
   }
+  // What the rotary cosines and sines are multiplied by (yarn's attention factor, else 1).
+  double rope_attention_scale() const { return memwall::rope_attention_scale(rope_scaling); }
 };
 
 // Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field; for the

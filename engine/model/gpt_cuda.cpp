@@ -100,7 +100,8 @@ Status CudaGptModel::allocate(int tiling) {
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
   std::vector<float> cos_t(static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2));
   std::vector<float> sin_t(cos_t.size());
-  memwall::kernels::rope_table(cos_t.data(), sin_t.data(), T_, c_.head_size(), c_.rope_inv_freq().data(), 0);
+  memwall::kernels::rope_table(cos_t.data(), sin_t.data(), T_, c_.head_size(), c_.rope_inv_freq().data(), 0,
+                               c_.rope_attention_scale());
   const std::size_t bytes = cos_t.size() * sizeof(float);
   MW_RETURN_IF_ERROR(
       check_rt(cudaMemcpy(rope_cos_, cos_t.data(), bytes, cudaMemcpyHostToDevice), "rotary table"));

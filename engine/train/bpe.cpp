@@ -281,6 +281,26 @@ bool merge_parts(const nlohmann::json& m, std::string& left, std::string& right)
   return true;
 }
 
+// A vocabulary object's token -> id, checked: integer ids 0..n-1, each once. `name` names it in errors.
+Result<std::unordered_map<std::string, int>> vocabulary_ids(const nlohmann::json& vocab,
+                                                            const std::string& name) {
+  std::unordered_map<std::string, int> id_of;
+  id_of.reserve(vocab.size());
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& [key, value] : vocab.items()) {
+    if (!value.is_number_integer() || value.get<long>() < 0 ||
+        value.get<long>() >= static_cast<long>(vocab.size())) {
+      return Status::invalid_argument(name + ": token \"" + key + "\": id " + value.dump() +
+                                      "; allowed: an integer in [0, " + std::to_string(vocab.size()) + ")");
+    }
+    const auto id = static_cast<std::size_t>(value.get<long>());
+    if (seen[id]) return Status::invalid_argument(name + ": id " + std::to_string(id) + " is used twice");
+    seen[id] = true;
+    id_of.emplace(key, static_cast<int>(id));
+  }
+  return id_of;
+}
+
 bool has_vocab_and_merges(const std::string& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir + "/vocab.json", ec) &&
@@ -466,22 +486,14 @@ Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& mod
   t.pre_ = PreTokenizer::kSentencePiece;
   t.prepend_ = prepend;
   t.bytes_.assign(vocab.size(), std::string());
-  std::vector<bool> seen(vocab.size(), false);
   std::fill(std::begin(t.byte_token_), std::end(t.byte_token_), -1);
-  std::unordered_map<std::string, int> id_of;
-  id_of.reserve(vocab.size());
+  auto ids = vocabulary_ids(vocab, name + " model.vocab");
+  if (!ids.is_ok()) return ids.status();
+  const std::unordered_map<std::string, int>& id_of = *ids;
   bool mid_meta = false;  // a token with ▁ after another character
-  for (const auto& [key, value] : vocab.items()) {
-    if (!value.is_number_integer() || value.get<long>() < 0 ||
-        value.get<long>() >= static_cast<long>(vocab.size())) {
-      return Status::invalid_argument(name + " model.vocab: token \"" + key + "\": id " + value.dump() +
-                                      "; allowed: an integer in [0, " + std::to_string(vocab.size()) + ")");
-    }
-    const auto id = static_cast<std::size_t>(value.get<long>());
-    if (seen[id])
-      return Status::invalid_argument(name + " model.vocab: id " + std::to_string(id) + " is used twice");
-    seen[id] = true;
-    id_of.emplace(key, static_cast<int>(id));
+  for (const auto& item : vocab.items()) {
+    const std::string& key = item.key();
+    const auto id = static_cast<std::size_t>(id_of.at(key));
     if (const int b = fallback_byte(key); b >= 0) {
       t.bytes_[id] = std::string(1, static_cast<char>(b));
       t.byte_token_[b] = static_cast<int>(id);
@@ -558,19 +570,12 @@ Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std:
   BpeTokenizer t;
   t.source_ = source;
   t.bytes_.assign(j.size(), std::string());
-  std::vector<bool> seen(j.size(), false);
-  std::unordered_map<std::string, int> id_of;
-  id_of.reserve(j.size());
-  for (const auto& [key, value] : j.items()) {
-    if (!value.is_number_integer() || value.get<long>() < 0 ||
-        value.get<long>() >= static_cast<long>(j.size())) {
-      return Status::invalid_argument(vocab_name + ": token \"" + key + "\": id " + value.dump() +
-                                      "; allowed: an integer in [0, " + std::to_string(j.size()) + ")");
-    }
-    const auto id = static_cast<std::size_t>(value.get<long>());
-    if (seen[id])
-      return Status::invalid_argument(vocab_name + ": id " + std::to_string(id) + " is used twice");
-    seen[id] = true;
+  auto ids = vocabulary_ids(j, vocab_name);
+  if (!ids.is_ok()) return ids.status();
+  const std::unordered_map<std::string, int>& id_of = *ids;
+  for (const auto& item : j.items()) {  // in the file's key order, so that the first bad token is named
+    const std::string& key = item.key();
+    const auto id = static_cast<std::size_t>(id_of.at(key));
     std::string& raw = t.bytes_[id];
     for (std::size_t i = 0; i < key.size();) {
       const CodePoint cp = decode_at(key, i);
@@ -583,7 +588,6 @@ Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std:
       raw += static_cast<char>(b);
       i += cp.len;
     }
-    id_of.emplace(key, static_cast<int>(id));
   }
   for (std::size_t id = 0; id < t.bytes_.size(); ++id) {
     const std::string& raw = t.bytes_[id];

@@ -310,7 +310,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 
 // ---- rotary position embedding ----
 
-void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0) {
+void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0, double scale) {
   const int half = hs / 2;
   for (int i = 0; i < half; ++i) {
     const double freq = inv_freq[i];
@@ -318,8 +318,8 @@ void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, i
       const double angle = static_cast<double>(pos0 + t) * freq;
       const std::size_t at =
           static_cast<std::size_t>(t) * static_cast<std::size_t>(half) + static_cast<std::size_t>(i);
-      cos[at] = static_cast<float>(std::cos(angle));
-      sin[at] = static_cast<float>(std::sin(angle));
+      cos[at] = static_cast<float>(std::cos(angle) * scale);
+      sin[at] = static_cast<float>(std::sin(angle) * scale);
     }
   }
 }
@@ -348,9 +348,9 @@ void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const flo
 }
 
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse) {
+                 bool inverse, double scale) {
   std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2)), s(c.size());
-  rope_table(c.data(), s.data(), T, hs, inv_freq, pos0);
+  rope_table(c.data(), s.data(), T, hs, inv_freq, pos0, scale);
   rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse);
 }
 

@@ -52,10 +52,11 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 // the model's rope_scaling says). x: B*T rows of `stride` floats, the first heads * hs of which are rotated.
 // `inverse` turns back by the same angles: the rotation's transpose, which is also its backward.
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse);
+                 bool inverse, double scale = 1.0);
 // The same in two parts: the angles' cosines and sines for positions pos0 .. pos0 + T - 1, [T][hs/2] each
 // (computed in double, then rounded), and the rotation by them (a model computes the table once).
-void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0);
+// `scale` multiplies both (YaRN's attention factor: queries and keys rotated and scaled).
+void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0, double scale = 1.0);
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                 bool inverse);
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "chakra_writer.h"
+#include "gpt2_bytes.h"
 #include "safetensors_files.h"
 
 namespace {
@@ -929,18 +930,7 @@ std::string llama2_tokenizer(const std::string& name) {
   const std::string meta = "\xE2\x96\x81";
   // GPT-2's byte -> character map, inverted: tiny-bpe's keys back to bytes, spaces then to U+2581.
   std::map<std::string, char> byte_of;
-  for (int b = 0, hidden = 256; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    const int cp = printable ? b : hidden++;
-    std::string key;
-    if (cp < 0x80) {
-      key += static_cast<char>(cp);
-    } else {
-      key += static_cast<char>(0xC0 | (cp >> 6));
-      key += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    byte_of[key] = static_cast<char>(b);
-  }
+  for (int b = 0; b < 256; ++b) byte_of[test_files::gpt2_byte_key(b)] = static_cast<char>(b);
   const auto sentencepiece = [&](const std::string& key) {
     std::string out;
     for (std::size_t i = 0; i < key.size();) {
@@ -1491,6 +1481,40 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   std::ifstream lf(dir + "/latest.json");
   EXPECT_EQ(nlohmann::json::parse(lf)["rope_scaling"], config["rope_scaling"]);
   EXPECT_EQ(greedy_text("--weights " + hf, 20), greedy);
+  // YaRN's rope_scaling (Qwen2.5's long-context setting) trains, exports and generates alike; dynamic NTK's
+  // trains within max_position_embeddings and is refused past it.
+  const std::string yarn_dir = test_path("ckpt-yarn").string(), yarn_hf = test_path("yarn-hf").string();
+  std::filesystem::remove_all(yarn_dir);
+  std::filesystem::remove_all(yarn_hf);
+  const std::string small =
+      "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": "
+      "176, "
+      "\"max_position_embeddings\": 64, ";
+  const CmdResult yarn =
+      memwall("train --steps 40 --eval-batches 1 --checkpoint-dir " + yarn_dir + " --data " + data +
+                  " --model llama-mini --model-set '{\"model_type\": \"qwen2\", " + small +
+                  "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, "
+                  "\"original_max_position_embeddings\": 16}}'",
+              false);
+  ASSERT_EQ(yarn.exit_code, 0) << yarn.output;
+  ASSERT_EQ(memwall("export --checkpoint-dir " + yarn_dir + " --out " + yarn_hf).exit_code, 0);
+  std::ifstream ycf(yarn_hf + "/config.json");
+  const nlohmann::json yarn_config = nlohmann::json::parse(ycf);
+  EXPECT_EQ(yarn_config["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(yarn_config["rope_scaling"]["original_max_position_embeddings"], 16);
+  EXPECT_EQ(greedy_text("--weights " + yarn_hf, 20), greedy_text("--checkpoint-dir " + yarn_dir, 20));
+  const std::string dynamic = "train --steps 1 --eval-batches 1 --data " + data +
+                              " --model llama-mini --model-set '{" + small +
+                              "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}'";
+  EXPECT_EQ(memwall(dynamic).exit_code, 0);
+  const CmdResult past = memwall(dynamic + " --set '{\"memwall\": {\"sequence_length\": 128}}'");
+  EXPECT_EQ(past.exit_code, 2) << past.output;
+  EXPECT_NE(past.output.find("rope_scaling dynamic raises the rotary base with a sequence past "
+                             "max_position_embeddings (64)"),
+            std::string::npos)
+      << past.output;
+  std::filesystem::remove_all(yarn_dir);
+  std::filesystem::remove_all(yarn_hf);
   // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
   const CmdResult windowed =
       memwall("train --steps 1 --eval-batches 1 --data " + data +
@@ -1509,14 +1533,14 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   EXPECT_NE(r.output.find("checkpoint has arch = \"llama\", this run has \"gpt2\""), std::string::npos)
       << r.output;
   // A rope_scaling memwall's kernels do not implement: one line naming it.
-  const CmdResult yarn = memwall(
+  const CmdResult longrope = memwall(
       "train --steps 1 --data " + data +
-      " --model llama-mini --model-set '{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}'");
-  EXPECT_EQ(yarn.exit_code, 2) << yarn.output;
-  EXPECT_NE(yarn.output.find("rope_scaling type \"yarn\" is not supported by memwall train; allowed: linear, "
-                             "llama3, or none"),
+      " --model llama-mini --model-set '{\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}'");
+  EXPECT_EQ(longrope.exit_code, 2) << longrope.output;
+  EXPECT_NE(longrope.output.find("rope_scaling type \"longrope\" is not supported by memwall train; allowed: "
+                                 "linear, llama3, yarn, dynamic, or none"),
             std::string::npos)
-      << yarn.output;
+      << longrope.output;
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -1,6 +1,7 @@
 // Spec loaders: parameter counts against published sizes, DeepSpeed config handling, and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -105,14 +106,67 @@ TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
   const std::vector<double> linear = rope_inv_freq(64, 500000.0, RopeScaling{"linear", 4.0});
   for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_DOUBLE_EQ(linear[i], plain[i] / 4) << i;
 
-  // Other types are kept by name (predict does not need them); bad values name their key.
-  auto yarn = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
-      "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 32}})",
-                          "yarn.json", diag);
+  // Qwen2.5's long-context setting (its model card's): YaRN by 4 over its 32768 positions, head size 128 at
+  // rope_theta 1e6. The ramp runs from pair floor(23.6) = 23 (32 turns within 32768 positions) to pair
+  // ceil(39.65) = 40 (one turn): pairs below it kept, above it divided by 4, between blended linearly; the
+  // rotated queries and keys are scaled by 0.1 ln 4 + 1.
+  auto yarn = parse_model(R"({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+      "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+      "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})",
+                          "qwen2.5-7b.json", diag);
   ASSERT_TRUE(yarn.is_ok()) << yarn.status().to_string();
   EXPECT_EQ(yarn->rope_scaling.type, "yarn");
-  EXPECT_FALSE(yarn->rope_scaling.supported());
+  EXPECT_TRUE(yarn->rope_scaling.supported());
+  EXPECT_EQ(yarn->pretraining_positions(), 32768);
+  const std::vector<double> base = rope_inv_freq(128, 1e6, RopeScaling{});
+  const std::vector<double> yf = rope_inv_freq(128, 1e6, yarn->rope_scaling);
+  ASSERT_EQ(yf.size(), 64U);
+  for (std::size_t i = 0; i < yf.size(); ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - 23.0) / 17.0, 0.0, 1.0);
+    EXPECT_NEAR(yf[i], base[i] * (1 - ramp) + base[i] / 4 * ramp, 1e-15 * base[i]) << i;
+  }
+  EXPECT_EQ(yf[23], base[23]);
+  EXPECT_EQ(yf[40], base[40] / 4);
+  EXPECT_NEAR(rope_attention_scale(yarn->rope_scaling), 0.1 * std::log(4.0) + 1, 1e-15);
+  EXPECT_EQ(rope_attention_scale(m->rope_scaling), 1.0);  // llama3's: none
+  // Without original_max_position_embeddings, the model's max_position_embeddings; DeepSeek's mscale ratio.
+  auto own = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256, "max_position_embeddings": 4096,
+      "rope_scaling": {"rope_type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 0.707,
+                       "beta_fast": null}})",
+                         "own.json", diag);
+  ASSERT_TRUE(own.is_ok()) << own.status().to_string();
+  EXPECT_EQ(own->rope_scaling.original_max_positions, 4096);
+  EXPECT_EQ(own->rope_scaling.beta_fast, 32);
+  EXPECT_NEAR(rope_attention_scale(own->rope_scaling),
+              (0.1 * std::log(40.0) + 1) / (0.1 * 0.707 * std::log(40.0) + 1), 1e-12);
+  // dynamic: no scaling within max_position_embeddings.
+  auto dynamic = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"type": "dynamic", "factor": 2.0}})",
+                             "dynamic.json", diag);
+  ASSERT_TRUE(dynamic.is_ok()) << dynamic.status().to_string();
+  EXPECT_TRUE(dynamic->rope_scaling.supported());
+  EXPECT_EQ(rope_inv_freq(16, 10000.0, dynamic->rope_scaling), rope_inv_freq(16, 10000.0, RopeScaling{}));
+
+  // Other types are kept by name (predict does not need them); bad values name their key.
+  auto longrope = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}})",
+                              "longrope.json", diag);
+  ASSERT_TRUE(longrope.is_ok()) << longrope.status().to_string();
+  EXPECT_EQ(longrope->rope_scaling.type, "longrope");
+  EXPECT_FALSE(longrope->rope_scaling.supported());
+  auto bad_yarn = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 1, "beta_slow": 2}})",
+                              "bad_yarn.json", diag);
+  ASSERT_FALSE(bad_yarn.is_ok());
+  EXPECT_NE(bad_yarn.status().to_string().find("bad_yarn.json: key 'rope_scaling.beta_fast': must be greater "
+                                               "than beta_slow"),
+            std::string::npos)
+      << bad_yarn.status().to_string();
   auto bad = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
       "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,

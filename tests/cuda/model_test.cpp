@@ -156,12 +156,9 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   GptConfig qwen2 = small_llama();  // with Qwen2's q, k and v biases
   qwen2.qkv_bias = true;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, qwen2);
-  GptConfig scaled = small_llama();  // with Llama 3's rope_scaling (the GPU rotates by the CPU's table)
-  scaled.rope_scaling = {.type = "llama3",
-                         .factor = 8,
-                         .low_freq_factor = 1,
-                         .high_freq_factor = 4,
-                         .original_max_positions = 32};
+  // With YaRN's rope_scaling: the GPU rotates by the CPU's table, its frequencies and attention factor.
+  GptConfig scaled = small_llama();
+  scaled.rope_scaling = {.type = "yarn", .factor = 8, .original_max_positions = 32};
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, scaled);
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());

@@ -58,12 +58,18 @@ def learn(corpus, merges):
     chars = byte_chars()
     words = collections.Counter(
         tuple(chars[b] for b in piece.encode("utf-8")) for piece in PATTERN.findall(corpus))
+    return learn_words(words, merges, lambda a, b: True)
+
+
+def learn_words(words, merges, allowed):
+    """`merges` merges of the most frequent allowed pair (the greatest on a tie) of the words' symbols."""
     ranks = []
     for _ in range(merges):
         pairs = collections.Counter()
         for word, n in words.items():
             for a, b in zip(word, word[1:]):
-                pairs[(a, b)] += n
+                if allowed(a, b):
+                    pairs[(a, b)] += n
         if not pairs:
             break
         best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
@@ -94,22 +100,7 @@ def sp_learn(corpus, merges):
     for line in sp_normalize(corpus, "llama2", True).split(META):
         if line:
             words[(META,) + tuple(line)] += 1
-    ranks = []
-    for _ in range(merges):
-        pairs = collections.Counter()
-        for word, n in words.items():
-            for a, b in zip(word, word[1:]):
-                if a != "\n" and b != "\n":  # a newline stays its byte token
-                    pairs[(a, b)] += n
-        if not pairs:
-            break
-        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
-        ranks.append(best)
-        merged = collections.Counter()
-        for word, n in words.items():
-            merged[merge(word, best)] += n
-        words = merged
-    return ranks
+    return learn_words(words, merges, lambda a, b: a != "\n" and b != "\n")  # a newline stays a byte token
 
 
 def sp_encode(text, ranks, vocab, scheme):

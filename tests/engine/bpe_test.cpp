@@ -21,6 +21,7 @@
 
 #include "engine/train/dataset.h"
 #include "engine/train/nfc.h"
+#include "gpt2_bytes.h"
 
 namespace memwall::train {
 namespace {
@@ -51,19 +52,8 @@ bool have_python_regex() {
 // vocab.json of the 256 byte tokens (GPT-2's printable stand-ins) plus `extra` tokens, ids in that order.
 std::string byte_vocab(const std::vector<std::string>& extra) {
   nlohmann::json j = nlohmann::json::object();
-  int next_hidden = 256, id = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    const int cp = printable ? b : next_hidden++;
-    std::string key;
-    if (cp < 0x80) {
-      key += static_cast<char>(cp);
-    } else {
-      key += static_cast<char>(0xC0 | (cp >> 6));
-      key += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    j[key] = id++;
-  }
+  int id = 0;
+  for (int b = 0; b < 256; ++b) j[test_files::gpt2_byte_key(b)] = id++;
   for (const std::string& t : extra) j[t] = id++;
   return j.dump();
 }
@@ -775,18 +765,30 @@ std::string reference_text(const std::string& end, const std::string& end2) {
          }();
 }
 
-void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
-  SCOPED_TRACE(name);
-  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
+// A fresh directory holding corpus.txt and text.txt, after `tests/engine/SCRIPT DIR DIR/corpus.txt
+// DIR/text.txt ARGS` ran there; empty (and a test failure) when the script failed.
+std::string run_reference(const std::string& script, const std::string& tag, const std::string& corpus,
+                          const std::string& text, const std::string& args) {
+  const std::string dir = ::testing::TempDir() + tag + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string corpus = reference_corpus();
-  const std::string text = reference_text("<|endoftext|>", "<|endoftext|>");
   spit(dir + "/corpus.txt", corpus);
   spit(dir + "/text.txt", text);
-  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
-                          "/engine/bpe_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
-                          "/text.txt 300 " + name;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) + "/engine/" + script +
+                          " " + dir + " " + dir + "/corpus.txt " + dir + "/text.txt " + args;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << cmd;
+    return "";
+  }
+  return dir;
+}
+
+void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
+  SCOPED_TRACE(name);
+  const std::string text = reference_text("<|endoftext|>", "<|endoftext|>");
+  const std::string dir =
+      run_reference("bpe_reference.py", "bpe-ref-" + name, reference_corpus(), text, "300 " + name);
+  ASSERT_FALSE(dir.empty());
   auto t = BpeTokenizer::load(dir);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
   EXPECT_EQ(t->pre_tokenizer(), pre);
@@ -837,17 +839,12 @@ TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
 // of characters, byte fallback, merges lowest rank then leftmost first).
 void expect_sentencepiece_encoding(const std::string& name) {
   SCOPED_TRACE(name);
-  const std::string dir = ::testing::TempDir() + "bpe-ref-" + name + "-" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
   const std::string meta = "\xE2\x96\x81";
   // A literal U+2581 (encoded as a space is) and an emoji the corpus lacks (its four byte tokens).
   const std::string text = reference_text("</s>", "<s>") + " a" + meta + "b \xF0\x9F\x90\x8D\n";
-  spit(dir + "/corpus.txt", reference_corpus());
-  spit(dir + "/text.txt", text);
-  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
-                          "/engine/bpe_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
-                          "/text.txt 300 " + name;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string dir =
+      run_reference("bpe_reference.py", "bpe-ref-" + name, reference_corpus(), text, "300 " + name);
+  ASSERT_FALSE(dir.empty());
   auto t = BpeTokenizer::load(dir);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
   EXPECT_EQ(t->pre_tokenizer(), PreTokenizer::kSentencePiece);
@@ -989,17 +986,11 @@ TEST(Bpe, MatchesTheSentencePieceLibrary) {
     GTEST_SKIP() << "/usr/bin/python3 with the sentencepiece module (Debian's python3-sentencepiece) is not "
                     "installed";
   }
-  const std::string dir = ::testing::TempDir() + "spm-ref-" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
   const std::string corpus = reference_corpus();
   const std::string text = corpus.substr(0, corpus.find('\n', 2000) + 1) + reference_text("", "") +
                            "\n\n  x \xF0\x9F\x90\x8D 12345\n";
-  spit(dir + "/corpus.txt", corpus);
-  spit(dir + "/text.txt", text);
-  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
-                          "/engine/spm_reference.py " + dir + " " + dir + "/corpus.txt " + dir +
-                          "/text.txt 600";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string dir = run_reference("spm_reference.py", "spm-ref", corpus, text, "600");
+  ASSERT_FALSE(dir.empty());
   auto t = BpeTokenizer::load(dir);
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
   EXPECT_EQ(t->pre_tokenizer(), PreTokenizer::kSentencePiece);

@@ -74,15 +74,22 @@ GptConfig llama3_scaled() {
   return c;
 }
 
+// YaRN's rope_scaling on the same shape: its ramp (beta 32 and 1 turns within 64 positions) keeps pair 0,
+// blends pair 1 halfway and divides pairs 2 and 3 by 4; the rotated queries and keys are scaled by
+// 0.1 ln 4 + 1 = 1.139.
+GptConfig yarn_scaled() {
+  GptConfig c = llama_mha();
+  c.rope_theta = 500;
+  c.rope_scaling = {.type = "yarn", .factor = 4, .original_max_positions = 64};
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
-  return {{"gpt2", gpt2},
-          {"llama-gqa", llama_gqa()},
-          {"llama-mha", llama_mha()},
-          {"qwen2", qwen2()},
-          {"llama3-scaled", llama3_scaled()}};
+  return {{"gpt2", gpt2},     {"llama-gqa", llama_gqa()},         {"llama-mha", llama_mha()},
+          {"qwen2", qwen2()}, {"llama3-scaled", llama3_scaled()}, {"yarn-scaled", yarn_scaled()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -310,9 +317,11 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   qwen.qkv_bias = true;
   GptConfig scaled = mha;  // and Llama 3's rope_scaling (head size 8: pairs kept, blended and divided)
   scaled.rope_scaling = llama3_scaled().rope_scaling;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled}) {
+  GptConfig yarn = mha;  // and YaRN's (its attention factor on the rotated queries and keys)
+  yarn.rope_scaling = yarn_scaled().rope_scaling;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
-                 : !c.rope_scaling.none() ? "llama3 rope_scaling"
+                 : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
                  : c.qkv_bias             ? "qwen2"
                  : c.tied                 ? "llama, mha"
                                           : "llama, gqa");
@@ -369,17 +378,19 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
 
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
-// head and MHA with a tied one, Qwen2's biases, Llama 3's rope_scaling, on trained-looking (perturbed)
-// weights. Skipped without torch.
+// head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, on
+// trained-looking (perturbed) weights. Skipped without torch.
 TEST(GptModel, LlamaMatchesAPyTorchReference) {
   const std::string dir = memwall::testing::fresh_temp_dir("llama-ref");
   const auto spit = [&](const std::string& name, const void* data, std::size_t bytes) {
     std::ofstream(dir + "/" + name, std::ios::binary)
         .write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   };
-  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled()}) {
+  GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
+  dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
+  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(!c.rope_scaling.none() ? "llama3 rope_scaling"
+    SCOPED_TRACE(!c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
                  : c.qkv_bias           ? "qwen2"
                  : c.tied               ? "mha, tied"
                                         : "gqa, untied");
@@ -447,8 +458,12 @@ TEST(GptModel, RejectsBadConfigsNamingTheField) {
   scaled.rope_scaling.original_max_positions = 0;
   EXPECT_NE(validate(scaled, 1, 8).message().find("original_max_position_embeddings >= 1"),
             std::string::npos);
-  scaled.rope_scaling.type = "yarn";
-  EXPECT_NE(validate(scaled, 1, 8).message().find("rope_scaling type \"yarn\""), std::string::npos);
+  scaled.rope_scaling.type = "longrope";
+  EXPECT_NE(validate(scaled, 1, 8).message().find("rope_scaling type \"longrope\""), std::string::npos);
+  GptConfig yarn = yarn_scaled();
+  EXPECT_TRUE(validate(yarn, 1, 8).is_ok());
+  yarn.rope_scaling.beta_slow = 40;
+  EXPECT_NE(validate(yarn, 1, 8).message().find("beta_fast > beta_slow > 0"), std::string::npos);
 }
 
 TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {

@@ -1,5 +1,6 @@
 """A Llama-shaped decoder in PyTorch, written from transformers' LlamaForCausalLM equations (RMSNorm in
-fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d) and rope_scaling "linear" or "llama3" as
+fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d) and rope_scaling "linear", "llama3", "yarn"
+(with its attention factor on the cosines and sines) or "dynamic" (within max_position_embeddings: none) as
 transformers' rope initialisation functions define them, repeat_kv for grouped-query attention,
 SiLU-gated MLP, causal softmax attention, untied or tied head; Qwen2's q, k, v biases where the layout has
 them), as the reference memwall's CPU model is
@@ -40,6 +41,7 @@ def main(d):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
 
     inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    attention = 1.0  # what the cosines and sines are multiplied by
     scaling = cfg.get("rope_scaling")
     if scaling and scaling["rope_type"] == "linear":
         inv_freq = inv_freq / scaling["factor"]
@@ -52,11 +54,29 @@ def main(d):
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < old / high) * ~(wavelen > old / low)
         inv_freq = torch.where(medium, blended, scaled)
+    elif scaling and scaling["rope_type"] == "yarn":
+        factor, old = scaling["factor"], scaling["original_max_position_embeddings"]
+
+        def pair_turning(rotations):  # the pair that turns `rotations` times within the original context
+            return hs * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = pair_turning(scaling.get("beta_fast") or 32), pair_turning(scaling.get("beta_slow") or 1)
+        if scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, hs - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(hs // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        kept = 1 - ramp
+        inv_freq = inv_freq / factor * (1 - kept) + inv_freq * kept
+        attention = scaling.get("attention_factor") or (0.1 * math.log(factor) + 1 if factor > 1 else 1.0)
+    elif scaling and scaling["rope_type"] == "dynamic":
+        pass  # the base grows only past max_position_embeddings
     elif scaling:
         raise SystemExit("unknown rope_scaling " + str(scaling))
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * attention, emb.sin() * attention
 
     x = t["model.embed_tokens.weight"][tokens]
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
