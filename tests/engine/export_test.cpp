@@ -305,5 +305,134 @@ TEST(Import, FilesThatAreNotThisModelAreNamed) {
   EXPECT_NE(missing.status().message().find("nope.safetensors"), std::string::npos);
 }
 
+// Weights files damaged every way: header bytes flipped, cut, repeated; the header length wrong; valid JSON
+// with odd values in every entry (dtypes, shapes, offsets negative, huge, fractional, strings, reversed,
+// overlapping); a shard index with odd weight maps. Each opens and reads back, or is one line naming the
+// file, never a crash (scripts/sanitize.sh runs this under ASan and UBSan).
+TEST(Import, DamagedFilesNeverCrash) {
+  GptConfig c = small_config();
+  c.arch = GptArch::kLlama;
+  c.kv_heads = 1;
+  c.ffn = 12;
+  c.tied = false;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 3);
+  const std::string dir = temp_dir("import-damaged"), shards = temp_dir("import-damaged-shards");
+  ASSERT_TRUE(export_hf(c, p.data(), dir, ExportDtype::kBF16).is_ok());
+  const std::string good = slurp(dir + "/model.safetensors");
+  std::uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i)
+    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(good[static_cast<std::size_t>(i)]);
+  const nlohmann::json header = nlohmann::json::parse(good.substr(8, header_bytes));
+  const std::string data = good.substr(8 + header_bytes);
+  split_safetensors(dir + "/model.safetensors", shards, 2);
+  const nlohmann::json index = nlohmann::json::parse(slurp(shards + "/model.safetensors.index.json"));
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const nlohmann::json odd[] = {-1,
+                                nullptr,
+                                "F32",
+                                3.5,
+                                nlohmann::json::array(),
+                                nlohmann::json::array({1}),
+                                nlohmann::json::array({-8, 4}),
+                                nlohmann::json::array({8, 4}),
+                                nlohmann::json::array({0, 1ull << 62}),
+                                nlohmann::json::array({1ull << 40, 1ull << 40}),
+                                nlohmann::json::object(),
+                                "I8",
+                                "BF16"};
+  int opened = 0, refused = 0;
+  const std::string path = dir + "/case.safetensors";
+  const auto try_open = [&](const std::string& file) {
+    auto w = HfWeights::open(file, c);
+    if (!w.is_ok()) {
+      ++refused;
+      EXPECT_EQ(w.status().message().find('\n'), std::string::npos) << w.status().message();
+      return;
+    }
+    ++opened;
+    std::vector<float> got(p.size());
+    (void)w->read(0, got.size(), got.data());  // reads back, or says why not
+  };
+  std::vector<std::string> names;
+  for (const auto& item : header.items()) {
+    if (item.key() != "__metadata__") names.push_back(item.key());
+  }
+  for (int k = 0; k < 400; ++k) {
+    std::string bytes;
+    if (k < 150) {  // bytes of the header (and its length) damaged
+      bytes = good;
+      const std::size_t span = 8 + static_cast<std::size_t>(header_bytes);
+      for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits; ++e) {
+        if (bytes.empty()) break;
+        const std::size_t at = next() % std::min(span, bytes.size()), len = 1 + next() % 24;
+        switch (next() % 4) {
+          case 0:
+            bytes[at] = static_cast<char>(next());
+            break;
+          case 1:
+            bytes.erase(at, len);
+            break;
+          case 2:
+            bytes.insert(at, bytes.substr(at, len));
+            break;
+          default:
+            bytes.resize(at);
+            break;
+        }
+      }
+    } else {  // valid JSON with odd values
+      nlohmann::ordered_json h = nlohmann::ordered_json::parse(header.dump());
+      for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits; ++e) {
+        const std::string& name = names[next() % names.size()];
+        const char* key = next() % 3 == 0 ? "dtype" : next() % 2 == 0 ? "shape" : "data_offsets";
+        if (next() % 10 == 0) {
+          h[name] = odd[next() % std::size(odd)];
+        } else {
+          h[name][key] = odd[next() % std::size(odd)];
+        }
+      }
+      std::string hs = h.dump();
+      std::string len(8, '\0');
+      for (int i = 0; i < 8; ++i)
+        len[static_cast<std::size_t>(i)] = static_cast<char>((hs.size() >> (8 * i)) & 0xff);
+      bytes = len + hs + data;
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try_open(path);
+  }
+  // Shard indexes with odd weight maps (the shards themselves good).
+  for (int k = 0; k < 100; ++k) {
+    nlohmann::json bad = index;
+    const std::string& name = names[next() % names.size()];
+    switch (next() % 4) {
+      case 0:
+        bad["weight_map"][name] = odd[next() % std::size(odd)];
+        break;
+      case 1:
+        bad["weight_map"][name] = "../" + std::string("model-00001-of-00002.safetensors");
+        break;
+      case 2:
+        bad["weight_map"] = odd[next() % std::size(odd)];
+        break;
+      default:
+        bad["weight_map"][name + "x"] = "model-00002-of-00002.safetensors";
+        break;
+    }
+    std::ofstream(shards + "/model.safetensors.index.json", std::ios::trunc) << bad.dump();
+    try_open(shards);
+  }
+  std::printf("%d damaged weights files opened, %d refused\n", opened, refused);
+  EXPECT_GT(refused, 250);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(shards);
+}
+
 }  // namespace
 }  // namespace memwall::model
