@@ -661,5 +661,109 @@ TEST(RunConfig, CrossFileInconsistenciesAreRejected) {
   }
 }
 
+// Every kind of file a user writes, damaged: each value (and each object) replaced by odd values of every
+// JSON type, and bytes flipped, cut and repeated. Each parses or is one line naming the file, never an
+// exception or a crash (scripts/sanitize.sh runs this under ASan and UBSan); a model that parses counts its
+// parameters finitely and computes its rotary frequencies.
+TEST(Specs, DamagedFilesNeverCrash) {
+  const std::pair<const char*, const char*> files[] = {
+      {"models", "llama-3.1-8b"},     {"models", "gpt2"},      {"models", "qwen2-0.5b"},
+      {"runs", "zero-infinity-nvme"}, {"runs", "3d-parallel"}, {"runs", "train-gpt"},
+      {"hardware", "dgx2"},           {"hardware", "dgx-h200"}};
+  const nlohmann::json odd[] = {nullptr,
+                                -1,
+                                0,
+                                1e300,
+                                -1e300,
+                                3.5,
+                                9223372036854775807LL,
+                                "x",
+                                "",
+                                true,
+                                nlohmann::json::array(),
+                                nlohmann::json::array({1, 2}),
+                                nlohmann::json::object(),
+                                nlohmann::json{{"a", 1}}};
+  int parsed = 0, refused = 0;
+  const auto parse = [&](const std::string& kind, const std::string& text) {
+    Diagnostics diag;
+    Status st = Status::ok();
+    if (kind == "models") {
+      auto m = parse_model(text, "damaged.json", diag);
+      st = m.status();
+      if (m.is_ok()) {
+        EXPECT_TRUE(std::isfinite(m->total_params()));
+        (void)m->param_tensors();
+        (void)m->pretraining_positions();
+        if (m->heads > 0 && m->rope_scaling.supported())
+          (void)rope_inv_freq(m->head_dim(), m->rope_theta, m->rope_scaling);
+      }
+    } else if (kind == "runs") {
+      st = parse_run(text, "damaged.json", diag).status();
+    } else {
+      st = parse_hardware(text, "damaged.json", diag, ReadFileFn(testing::read_file)).status();
+    }
+    if (st.is_ok()) {
+      ++parsed;
+    } else {
+      ++refused;
+      EXPECT_NE(st.message().find("damaged.json"), std::string::npos) << st.message();
+      EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+    }
+  };
+  std::uint64_t x = 0x2545F4914F6CDD1Dull;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (const auto& [kind, name] : files) {
+    SCOPED_TRACE(std::string(kind) + "/" + name);
+    auto text = testing::read_file(testing::scenario_path(kind, name));
+    ASSERT_TRUE(text.is_ok());
+    const nlohmann::json doc = nlohmann::json::parse(*text);
+    // Every value and every object in the file, each replaced by every odd value.
+    std::vector<nlohmann::json::json_pointer> where;
+    const nlohmann::json flat = doc.flatten();
+    for (const auto& [path, value] : flat.items()) {
+      (void)value;
+      for (nlohmann::json::json_pointer p(path); !p.empty(); p = p.parent_pointer()) {
+        if (std::find(where.begin(), where.end(), p) == where.end()) where.push_back(p);
+      }
+    }
+    for (const auto& p : where) {
+      for (const nlohmann::json& v : odd) {
+        nlohmann::json bad = doc;
+        bad[p] = v;
+        EXPECT_NO_THROW(parse(kind, bad.dump())) << p.to_string() << " = " << v.dump();
+      }
+    }
+    for (int k = 0; k < 200; ++k) {  // bytes
+      std::string bad = *text;
+      for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits && !bad.empty(); ++e) {
+        const std::size_t at = next() % bad.size(), len = 1 + next() % 16;
+        switch (next() % 4) {
+          case 0:
+            bad[at] = static_cast<char>(next());
+            break;
+          case 1:
+            bad.erase(at, len);
+            break;
+          case 2:
+            bad.insert(at, bad.substr(at, len));
+            break;
+          default:
+            bad.resize(at);
+            break;
+        }
+      }
+      EXPECT_NO_THROW(parse(kind, bad)) << bad.substr(0, 200);
+    }
+  }
+  std::printf("%d damaged spec files parsed, %d refused\n", parsed, refused);
+  EXPECT_GT(refused, parsed / 4);
+}
+
 }  // namespace
 }  // namespace memwall
