@@ -1,5 +1,5 @@
-// `memwall tokenize`: byte-level BPE tokens of a text or a file, and token files (nanoGPT's train.bin layout)
-// that `memwall train --data` reads without encoding again.
+// `memwall tokenize`: BPE tokens of a text or a file, token files (nanoGPT's train.bin layout) that
+// `memwall train --data` reads without encoding again, and such files turned back into text (--decode).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +12,7 @@
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "engine/io/atomic_file.h"
 #include "engine/train/bpe.h"
 #include "engine/train/dataset.h"
 
@@ -23,6 +24,7 @@ struct TokenizeOptions {
   std::string tokenizer;
   std::string data;
   std::string text;
+  std::string decode;
   std::string out;
   std::string dtype = "u16";
   int threads = 0;  // 0: every core
@@ -47,9 +49,43 @@ std::string shown(const std::string& bytes) {
   return s;
 }
 
+// --decode: a token file's ids back to text, on stdout (or --out); the summary on stderr.
+int run_decode(const TokenizeOptions& opt, const train::BpeTokenizer& t) {
+  const int width = opt.dtype == "u32" ? 4 : 2;
+  auto ids = train::read_token_ids(opt.decode, width, t.vocab_size());
+  if (!ids.is_ok()) return report_error(ids.status());
+  const std::vector<int> as_int(ids->begin(), ids->end());
+  const std::string text = t.decode(as_int.data(), as_int.size());
+  if (!opt.out.empty()) {
+    auto file = io::AtomicFile::create(opt.out);
+    if (!file.is_ok()) return report_error(file.status());
+    if (Status s = file->append(text.data(), text.size()); !s.is_ok()) return report_error(s);
+    if (Status s = file->commit(); !s.is_ok()) return report_error(s);
+  }
+  if (opt.json) {
+    const nlohmann::json j = {{"tokenizer", t.source()},
+                              {"decoded", opt.decode},
+                              {"dtype", opt.dtype},
+                              {"tokens", as_int.size()},
+                              {"bytes", text.size()},
+                              {"out", opt.out.empty() ? nlohmann::json(nullptr) : nlohmann::json(opt.out)},
+                              {"text", opt.out.empty() ? nlohmann::json(text) : nlohmann::json(nullptr)}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  if (opt.out.empty()) std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fprintf(stderr, "%s: %s tokens (%s) -> %s bytes%s\n", opt.decode.c_str(),
+               format_count(static_cast<double>(as_int.size())).c_str(), opt.dtype.c_str(),
+               format_count(static_cast<double>(text.size())).c_str(),
+               opt.out.empty() ? "" : strprintf("; written to %s", opt.out.c_str()).c_str());
+  return kExitOk;
+}
+
 int run_tokenize(const TokenizeOptions& opt) {
-  if (opt.data.empty() == opt.text.empty())
-    return report_error(Status::invalid_argument("tokenize: give one of --data FILE and --text TEXT"));
+  if ((opt.data.empty() ? 0 : 1) + (opt.text.empty() ? 0 : 1) + (opt.decode.empty() ? 0 : 1) != 1) {
+    return report_error(
+        Status::invalid_argument("tokenize: give one of --data FILE, --text TEXT and --decode IDS_FILE"));
+  }
   if (opt.tokenizer == "bytes") {
     return report_error(Status::invalid_argument(
         "--tokenizer bytes: nothing to do (each byte is its token); allowed: a directory with vocab.json and "
@@ -58,6 +94,7 @@ int run_tokenize(const TokenizeOptions& opt) {
   auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
   if (!chosen.is_ok()) return report_error(chosen.status());
   train::BpeTokenizer& t = **chosen;
+  if (!opt.decode.empty()) return run_decode(opt, t);
   t.set_threads(opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
   // A file, or a directory's files as documents, read as memwall train reads them.
   const auto t0 = std::chrono::steady_clock::now();
@@ -121,17 +158,20 @@ void register_tokenize(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TokenizeOptions>();
   auto* cmd = app.add_subcommand("tokenize",
                                  "BPE tokens (GPT-2's, Llama 3's, Qwen2's, Llama 2's, Mistral's tokenizer) "
-                                 "of a text or file; --out writes "
-                                 "token "
-                                 "ids that memwall train --data reads");
+                                 "of a text or file; --out writes token ids that memwall train --data reads; "
+                                 "--decode turns such a file back into text");
   cmd->add_option("--tokenizer", opt->tokenizer,
                   "Directory with GPT-2's vocab.json and merges.txt, or tokenizer.json")
       ->required();
   cmd->add_option("--data", opt->data, "File to encode");
   cmd->add_option("--text", opt->text, "Text to encode (its tokens are listed)");
+  cmd->add_option("--decode", opt->decode,
+                  "Token id file (--dtype wide; a directory: its files one after another) to turn back into "
+                  "text, on stdout or in --out");
   cmd->add_option("--out", opt->out,
                   "Write the token ids here as little-endian unsigned integers (nanoGPT's train.bin layout)");
-  cmd->add_option("--dtype", opt->dtype, "Token id width in --out: u16 (vocabularies up to 65536) or u32")
+  cmd->add_option("--dtype", opt->dtype,
+                  "Token id width in --out and --decode: u16 (vocabularies up to 65536) or u32")
       ->check(CLI::IsMember({"u16", "u32"}))
       ->capture_default_str();
   cmd->add_option(

@@ -99,9 +99,6 @@ Result<std::vector<std::string>> data_files(const std::string& path) {
   return files;
 }
 
-namespace {
-
-// All the token ids of a file, or of a directory's files one after another.
 Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab) {
   auto files = data_files(path);
   if (!files.is_ok()) return files.status();
@@ -113,6 +110,8 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
   }
   return all;
 }
+
+namespace {
 
 // The texts of the documents `path` stands for (data_files), read whole.
 Status read_documents(const std::string& path, std::vector<std::string>& docs) {

@@ -111,6 +111,9 @@ std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, con
 // Writes `tokens` as little-endian unsigned ids of `width` bytes (2 or 4), atomically (a temporary file
 // renamed into place). Error when an id does not fit the width.
 Status write_token_file(const std::string& path, const std::vector<int>& tokens, int width);
+// All the token ids of a token file (little-endian, `width` 2 or 4 bytes each, every one below `vocab`), or
+// of a directory's files one after another; an id out of range is one line naming the file and position.
+Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int width, int vocab);
 
 // Path of the King James Bible text, generating it with bible-kjv's `bible` into `cache_path` (written to a
 // temporary file and renamed) when that file does not exist yet. Error, with the package to install, when

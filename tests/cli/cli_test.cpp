@@ -1766,6 +1766,22 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const CmdResult written = memwall("tokenize --tokenizer " + tok + " --data " + data + " --out " + bin);
   ASSERT_EQ(written.exit_code, 0) << written.output;
   EXPECT_NE(written.output.find("written to " + bin + " (u16)"), std::string::npos) << written.output;
+  // --decode turns the ids back into the text, on stdout or into --out; as u32 the same ids read otherwise.
+  const CmdResult decoded = memwall("tokenize --tokenizer " + tok + " --decode " + bin, false);
+  ASSERT_EQ(decoded.exit_code, 0);
+  EXPECT_EQ(decoded.output, text);
+  const std::string back = test_path("bpe-back.txt").string();
+  const CmdResult to_file =
+      memwall("tokenize --json --tokenizer " + tok + " --decode " + bin + " --out " + back, false);
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.output;
+  EXPECT_EQ(parse_json(to_file.output)["bytes"], text.size());
+  std::ifstream back_in(back, std::ios::binary);
+  std::ostringstream back_text;
+  back_text << back_in.rdbuf();
+  EXPECT_EQ(back_text.str(), text);
+  const CmdResult wide = memwall("tokenize --tokenizer " + tok + " --decode " + bin + " --dtype u32");
+  EXPECT_EQ(wide.exit_code, 2) << wide.output;
+  EXPECT_NE(wide.output.find(bin), std::string::npos) << wide.output;
   auto first_loss = [](const std::string& output) {
     return parse_json(output.substr(0, output.find('\n')))["loss"].get<double>();
   };
@@ -1824,7 +1840,8 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
        "--tokenizer /nonexistent/tok: no vocab.json and merges.txt"},
       {"generate --weights " + out + " --prompt x", "vocabulary of 657 tokens and no vocab.json/merges.txt"},
       {"train --data " + bin + " --steps 1 " + kTinyModel, "outside the vocabulary of 256"},
-      {"tokenize --tokenizer " + tok + " --text a --data " + data, "give one of --data FILE and --text TEXT"},
+      {"tokenize --tokenizer " + tok + " --text a --data " + data,
+       "give one of --data FILE, --text TEXT and --decode IDS_FILE"},
       {"tokenize --tokenizer " + tok + " --data /nonexistent.txt", "/nonexistent.txt: cannot open"},
   };
   for (const auto& [args, needle] : bad) {
