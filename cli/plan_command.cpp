@@ -41,6 +41,7 @@ int run_plan(const PlanOptions& opt) {
   if (!planned.is_ok()) return report_error(planned.status());
   // With gradient accumulation an iteration is G micro-batches back to back (as simulate and train run it).
   const int G = run.accumulation_steps();
+  if (Status s = accumulation_fits(*planned, G); !s.is_ok()) return report_error(s);
   const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(*planned, G) : AccumulatedSchedule{};
   const Schedule* s = G > 1 ? &acc.schedule : &*planned;
   Result<MemoryTimeline> tl = replay_memory(*s);

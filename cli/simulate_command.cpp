@@ -48,6 +48,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   // Gradient accumulation: an iteration is G micro-steps back to back, the last with the optimizer step
   // (accumulated_schedule, the schedule memwall train runs such a step as).
   const int G = run.accumulation_steps();
+  MW_RETURN_IF_ERROR(accumulation_fits(*s, G));
   const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(*s, G) : AccumulatedSchedule{};
   const Schedule& iteration = G > 1 ? acc.schedule : *s;
   RunResult result;

@@ -472,6 +472,7 @@ int run_train(const TrainOptions& opt) {
   };
   // Gradient accumulation: G micro-batches of B sequences per rank and optimizer step.
   const int G = run.accumulation_steps();
+  if (Status s = accumulation_fits(trainer->schedule(), G); !s.is_ok()) return report_error(s);
   const double flops_per_step =
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;

@@ -2,9 +2,11 @@
 #include "plan/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "base/hash.h"
+#include "base/units.h"
 
 namespace memwall {
 
@@ -20,6 +22,17 @@ std::uint64_t fingerprint(const Schedule& s) {
   }
   for (const Buffer& b : s.buffers) mix(static_cast<int>(b.tier)), mix(b.bytes), mix(b.pool);
   return h;
+}
+
+Status accumulation_fits(const Schedule& s, int accumulation_steps) {
+  constexpr double kMaxTasks = 1 << 24;
+  const double tasks = static_cast<double>(s.tasks.size()) * std::max(1, accumulation_steps);
+  if (tasks <= kMaxTasks) return Status::ok();
+  const double most = std::floor(kMaxTasks / std::max<double>(1.0, static_cast<double>(s.tasks.size())));
+  return Status::invalid_argument(
+      "key 'gradient_accumulation_steps': " + std::to_string(accumulation_steps) + " micro-batches of " +
+      std::to_string(s.tasks.size()) + " tasks make a step of " + strprintf("%.0f", tasks) +
+      " tasks, more than memwall schedules (16777216); allowed: at most " + strprintf("%.0f", most));
 }
 
 AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_steps) {

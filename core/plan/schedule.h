@@ -148,6 +148,9 @@ struct AccumulatedSchedule {
   std::vector<int> origin, micro;
 };
 AccumulatedSchedule accumulated_schedule(const Schedule& s, int accumulation_steps);
+// Whether accumulated_schedule(s, G) stays within 2^24 tasks (a few GiB); else one line naming
+// gradient_accumulation_steps and the most it may be for this schedule.
+Status accumulation_fits(const Schedule& s, int accumulation_steps);
 
 // Memory occupancy from replaying the schedule's alloc/free tasks in task order.
 struct MemoryTimeline {

@@ -46,8 +46,11 @@ Status JsonObjectReader::get_count(const char* key, double& out, double min) {
     return error(key, short_dump(v) + " is not a number; allowed: an integer >= " + strprintf("%.0f", min));
   }
   const double d = v.get<double>();
-  if (!std::isfinite(d) || std::floor(d) != d || d < min) {
-    return error(key, short_dump(v) + " is not allowed; allowed: an integer >= " + strprintf("%.0f", min));
+  // Up to 2^53, where doubles still hold every integer (and sizes convert to 64-bit integers exactly).
+  constexpr double kMax = 9007199254740992.0;
+  if (!std::isfinite(d) || std::floor(d) != d || d < min || d > kMax) {
+    return error(key, short_dump(v) + " is not allowed; allowed: an integer >= " + strprintf("%.0f", min) +
+                          " (at most 2^53)");
   }
   out = d;
   return Status::ok();

@@ -25,7 +25,7 @@ class JsonObjectReader {
 
   // Each getter leaves *out unchanged when the key is absent or null, and marks the key as known.
   Status get_int(const char* key, int& out, long long min, long long max);
-  Status get_count(const char* key, double& out, double min);  // integral number >= min (1e9 ok)
+  Status get_count(const char* key, double& out, double min);  // integral number in [min, 2^53] (1e9 ok)
   Status get_auto_count(const char* key, AutoCount& out, double min);
   Status get_number(const char* key, double& out, double min, double max);
   Status get_bool(const char* key, bool& out);

@@ -184,6 +184,16 @@ Status resolve_run_config(RunConfig& run, const ModelSpec& model, const Hardware
         strprintf("%.0f x %.0f x %.0f = %.0f", mbs.value, gas.value, dp, mbs.value * gas.value * dp) +
         "); allowed: that product, or \"auto\"");
   }
+  // Micro-batches and accumulation steps are counted in ints downstream.
+  constexpr double kMaxCount = 1 << 24;
+  for (const auto& [key, count] : {std::pair{"train_micro_batch_size_per_gpu", mbs.value},
+                                   std::pair{"gradient_accumulation_steps", gas.value}}) {
+    if (count > kMaxCount) {
+      return Status::invalid_argument(where + ": key '" + key + "': " + strprintf("%.0f", count) +
+                                      " (as given or derived from train_batch_size) is not allowed; allowed: "
+                                      "1..16777216");
+    }
+  }
   return Status::ok();
 }
 
