@@ -426,6 +426,35 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
 
 // Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step, at
 // the accumulation boundary; stage 2 reduce-scatters every micro-batch's.
+// Counts a step cannot hold: more than 2^24 micro-batches or accumulation steps (as given or derived from
+// train_batch_size) are one line from resolve_run_config; an accumulated schedule past 2^24 tasks is refused
+// naming the most gradient_accumulation_steps this schedule allows.
+TEST(Planner, AStepTooLargeToScheduleIsOneLine) {
+  const ModelSpec m = testing::load_model_scenario("paper-10b");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-3");
+  run.gradient_accumulation_steps = {false, 33554432.0};
+  const Status gas = resolve_run_config(run, m, hw);
+  EXPECT_NE(gas.message().find("key 'gradient_accumulation_steps': 33554432 (as given or derived from "
+                               "train_batch_size) is not allowed; allowed: 1..16777216"),
+            std::string::npos)
+      << gas.message();
+  run = testing::load_run_scenario("zero-3");
+  run.micro_batch_per_gpu = {true, 0};
+  run.gradient_accumulation_steps = {false, 1};
+  run.train_batch_size = {false, 16.0 * (1 << 25)};  // 2^25 sequences per GPU of 16
+  EXPECT_NE(resolve_run_config(run, m, hw).message().find("key 'train_micro_batch_size_per_gpu': 33554432"),
+            std::string::npos);
+  run = testing::load_run_scenario("zero-3");
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const Schedule s = plan_iteration(m, run, hw).value();
+  const auto most = static_cast<int>((1 << 24) / s.tasks.size());
+  EXPECT_TRUE(accumulation_fits(s, most).is_ok());
+  const Status over = accumulation_fits(s, most + 1);
+  EXPECT_NE(over.message().find("allowed: at most " + std::to_string(most)), std::string::npos)
+      << over.message();
+}
+
 TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
   const ModelSpec m = testing::load_model_scenario("gpt2");
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
