@@ -42,6 +42,16 @@ GptConfig small_config() {
   return c;
 }
 
+// The same as a Llama shape: one key/value head, an MLP of 12, an untied head.
+GptConfig small_llama_config() {
+  GptConfig c = small_config();
+  c.arch = GptArch::kLlama;
+  c.kv_heads = 1;
+  c.ffn = 12;
+  c.tied = false;
+  return c;
+}
+
 TEST(Export, WritesSafetensorsWithConv1dLayoutAndConfig) {
   GptConfig c = small_config();
   c.channels = 4;
@@ -228,11 +238,7 @@ TEST(Import, ReadsSixteenBitTensorsWithTransformersNames) {
 // model-0000k-of-00003.safetensors for each tensor (a Llama shape here, its tensors dealt round the shards).
 // Reading by range crosses shards; the directory, or the index itself, opens it.
 TEST(Import, ReadsAModelSavedInShards) {
-  GptConfig c = small_config();
-  c.arch = GptArch::kLlama;
-  c.kv_heads = 1;
-  c.ffn = 12;
-  c.tied = false;
+  const GptConfig c = small_llama_config();
   std::vector<float> p(gpt_num_params(c));
   gpt_init(c, p.data(), 6);
   const std::string whole = temp_dir("import-whole"), dir = temp_dir("import-shards");
@@ -310,11 +316,7 @@ TEST(Import, FilesThatAreNotThisModelAreNamed) {
 // overlapping); a shard index with odd weight maps. Each opens and reads back, or is one line naming the
 // file, never a crash (scripts/sanitize.sh runs this under ASan and UBSan).
 TEST(Import, DamagedFilesNeverCrash) {
-  GptConfig c = small_config();
-  c.arch = GptArch::kLlama;
-  c.kv_heads = 1;
-  c.ffn = 12;
-  c.tied = false;
+  const GptConfig c = small_llama_config();
   std::vector<float> p(gpt_num_params(c));
   gpt_init(c, p.data(), 3);
   const std::string dir = temp_dir("import-damaged"), shards = temp_dir("import-damaged-shards");
