@@ -49,7 +49,7 @@ struct TrainOptions {
   bool lr_given = false;        // --lr on the command line (else the run's optimizer.params.lr, else lr)
   std::string data;
   std::string init_from;  // initial weights: model.safetensors, its shards' index, or their directory
-  std::string tokenizer;  // byte-level BPE files (default: beside --init-from's weights), or "bytes"
+  std::string tokenizer;  // BPE tokenizer files (default: beside --init-from's weights), or "bytes"
   std::string val_data;   // held-out text or ids (default: the last 5% of --data)
   std::string data_format = "auto";  // text, u16 or u32 token ids; auto: u16 for *.bin, else text
   int steps = 200;

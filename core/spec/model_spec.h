@@ -24,8 +24,8 @@ enum class PositionKind { kLearned, kRotary, kNone };
 // max_position_embeddings, so within them it is no scaling. Other types (longrope, ...) are kept by name
 // only: predict and simulate do not need them, memwall train refuses them.
 struct RopeScaling {
-  std::string
-      type{};  // "" (none: transformers' "default"), "linear", "llama3", "yarn", "dynamic", or another
+  // "" (none: transformers' "default"), "linear", "llama3", "yarn", "dynamic", or another type's name.
+  std::string type{};
   double factor = 1;
   double low_freq_factor = 1;
   double high_freq_factor = 4;

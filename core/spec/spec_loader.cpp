@@ -80,8 +80,9 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
     MW_RETURN_IF_ERROR(require(r, "factor"));
     MW_RETURN_IF_ERROR(r.get_number("factor", out.factor, 1.0, 1e6));
   }
-  if (out.type ==
-      "yarn") {  // original_max_position_embeddings: the model's max_position_embeddings if absent
+  // yarn's original_max_position_embeddings: parse_model gives it the model's max_position_embeddings
+  // when absent.
+  if (out.type == "yarn") {
     MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 1, 1 << 28));
     for (auto [key, value] :
          {std::pair{"attention_factor", &out.attention_factor}, std::pair{"beta_fast", &out.beta_fast},

@@ -81,7 +81,8 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     if (llama) {  // rotary positions on the new rows' queries and keys
       const double rope_scale = c_.rope_attention_scale();
       k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, inv_freq_.data(), pos_, false, rope_scale);
-      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false, rope_scale);
+      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false,
+                     rope_scale);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;

@@ -3,6 +3,7 @@
 #include "engine/train/bpe.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -251,7 +252,6 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
 
 // SentencePiece's space, U+2581.
 constexpr std::string_view kMeta = "\xE2\x96\x81";
-constexpr char32_t kMetaChar = 0x2581;
 
 // The byte of a byte-fallback token's name "<0xAB>" (upper-case hex), else -1.
 int fallback_byte(std::string_view key) {
@@ -263,6 +263,17 @@ int fallback_byte(std::string_view key) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// A merge written "a b" (merges.txt's lines, tokenizer.json's strings): two tokens and one space.
+bool split_merge(std::string_view line, std::string& left, std::string& right) {
+  const std::size_t space = line.find(' ');
+  if (space == std::string_view::npos || space == 0 || space + 1 >= line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos)
+    return false;
+  left = line.substr(0, space);
+  right = line.substr(space + 1);
+  return true;
+}
+
 // A merges entry of tokenizer.json: "a b" or ["a", "b"].
 bool merge_parts(const nlohmann::json& m, std::string& left, std::string& right) {
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
@@ -270,15 +281,21 @@ bool merge_parts(const nlohmann::json& m, std::string& left, std::string& right)
     right = m[1].get<std::string>();
     return true;
   }
-  if (!m.is_string()) return false;
-  const std::string line = m.get<std::string>();
-  const std::size_t space = line.find(' ');
-  if (space == std::string::npos || space == 0 || space + 1 >= line.size() ||
-      line.find(' ', space + 1) != std::string::npos)
-    return false;
-  left = line.substr(0, space);
-  right = line.substr(space + 1);
-  return true;
+  return m.is_string() && split_merge(m.get<std::string>(), left, right);
+}
+
+// The ids of a merge's two parts and of their concatenation; the error names the one the vocabulary lacks.
+Result<std::array<int, 3>> merge_ids(const std::unordered_map<std::string, int>& id_of,
+                                     const std::string& left, const std::string& right) {
+  const auto l = id_of.find(left), r = id_of.find(right), merged = id_of.find(left + right);
+  if (l == id_of.end() || r == id_of.end() || merged == id_of.end()) {
+    const std::string lacked = l == id_of.end() ? left : r == id_of.end() ? right : left + right;
+    // Escaped (a token may hold a newline), and bytes that are not UTF-8 (a damaged merges.txt) replaced.
+    return Status::invalid_argument(
+        "the vocabulary lacks " +
+        nlohmann::json(lacked).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return std::array<int, 3>{l->second, r->second, merged->second};
 }
 
 // A vocabulary object's token -> id, checked: integer ids 0..n-1, each once. `name` names it in errors.
@@ -529,13 +546,12 @@ Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& mod
       return Status::invalid_argument(name + ": model.merges entry " + m.dump() +
                                       "; allowed: \"a b\" or [\"a\", \"b\"]");
     }
-    const auto l = id_of.find(left), r = id_of.find(right), merged = id_of.find(left + right);
-    if (l == id_of.end() || r == id_of.end() || merged == id_of.end()) {
-      const std::string lacked = l == id_of.end() ? left : r == id_of.end() ? right : left + right;
-      return Status::invalid_argument(name + ": model.merges entry " + m.dump() + ": the vocabulary lacks " +
-                                      nlohmann::json(lacked).dump());
-    }
-    t.merges_.insert_or_assign(pair_key(l->second, r->second), Merge{rank++, merged->second});
+    auto ids_of = merge_ids(id_of, left, right);
+    if (!ids_of.is_ok())
+      return Status::invalid_argument(name + ": model.merges entry " + m.dump() + ": " +
+                                      ids_of.status().message());
+    const auto [l, r, merged] = *ids_of;
+    t.merges_.insert_or_assign(pair_key(l, r), Merge{rank++, merged});
   }
   // A cut after a newline keeps the tokens of one pass when a newline is only ever its byte token, which no
   // merge takes.
@@ -616,25 +632,17 @@ Result<BpeTokenizer> BpeTokenizer::parse_named(std::string_view vocab_json, std:
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-    const std::size_t space = line.find(' ');
     const auto where = [&] {
       return merges_name + " line " + std::to_string(line_no) + " \"" + std::string(line) + "\"";
     };
-    if (space == std::string_view::npos || space == 0 || space + 1 >= line.size() ||
-        line.find(' ', space + 1) != std::string_view::npos) {
+    std::string left, right;
+    if (!split_merge(line, left, right))
       return Status::invalid_argument(where() + ": allowed: two tokens separated by one space");
-    }
-    const std::string left(line.substr(0, space)), right(line.substr(space + 1));
-    const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
-    if (l == id_of.end() || r == id_of.end() || m == id_of.end()) {
-      return Status::invalid_argument(where() + ": the vocabulary lacks \"" +
-                                      (l == id_of.end()   ? left
-                                       : r == id_of.end() ? right
-                                                          : left + right) +
-                                      "\"");
-    }
+    auto ids_of = merge_ids(id_of, left, right);
+    if (!ids_of.is_ok()) return Status::invalid_argument(where() + ": " + ids_of.status().message());
     // A pair listed twice takes its last rank, as GPT-2's dictionary of ranks does.
-    t.merges_.insert_or_assign(pair_key(l->second, r->second), Merge{rank++, m->second});
+    const auto [l, r, merged] = *ids_of;
+    t.merges_.insert_or_assign(pair_key(l, r), Merge{rank++, merged});
   }
   return t;
 }

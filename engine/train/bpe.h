@@ -14,8 +14,7 @@
 // Llama 3's and Qwen2's tokenizer.json split the text by another pattern (PreTokenizer::kLlama3 / kQwen2, see
 // pretokenize()) before the same byte-level BPE; Qwen2's first normalizes the text to Unicode's NFC (nfc.h),
 // so there decode(encode(x)) == nfc(x). Llama 3's BPE model has ignore_merges: a piece that is a vocabulary
-// token as a whole is that token, merges or not. Neither adds the beginning-of-text token Llama 3's
-// post-processor would (memwall trains on the text as it is).
+// token as a whole is that token, merges or not. encode() adds no beginning-of-text token (see bos()).
 // Llama 2's and Mistral's tokenizer.json (PreTokenizer::kSentencePiece) are SentencePiece models converted to
 // BPE: a text's spaces become "\u2581" (U+2581, written ▁ below), which is also put before the text (Llama
 // 2's Prepend normalizer: before every text between special tokens; a Metaspace pre-tokenizer: unless it
@@ -96,8 +95,8 @@ class BpeTokenizer {
   std::vector<int> special_tokens() const;
   // The beginning-of-text token tokenizer.json's post-processor puts before a text (a TemplateProcessing
   // whose single template starts with a special token: Llama 2's <s>, Llama 3's <|begin_of_text|>), else -1.
-  // encode() does not add it; memwall generate puts it before the prompt and the documents of a training
-  // text are separated by it when the vocabulary has no <|endoftext|>.
+  // encode() does not add it; memwall generate puts it before the prompt, and a training text's documents
+  // each start with it when the vocabulary has no <|endoftext|> (dataset.h, DocumentMarks).
   int bos() const { return bos_; }
   PreTokenizer pre_tokenizer() const { return pre_; }
   // Whether the text is normalized to NFC first (Qwen2's normalizer).

@@ -50,7 +50,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 // Rotary position embedding, in place, in Hugging Face Llama's layout (each head's halves are the pairs:
 // element i turns with i + hs/2 by (pos0 + t) * inv_freq[i]; inv_freq [hs/2] is theta^(-2i/hs), scaled as
 // the model's rope_scaling says). x: B*T rows of `stride` floats, the first heads * hs of which are rotated.
-// `inverse` turns back by the same angles: the rotation's transpose, which is also its backward.
+// `inverse` applies the transpose (the backward): turning back by the same angles, times the same `scale`.
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
                  bool inverse, double scale = 1.0);
 // The same in two parts: the angles' cosines and sines for positions pos0 .. pos0 + T - 1, [T][hs/2] each

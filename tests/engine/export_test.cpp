@@ -18,6 +18,7 @@
 #include "cpu/cast.h"
 #include "engine/model/import.h"
 #include "safetensors_files.h"
+#include "test_support.h"
 
 namespace memwall::model {
 namespace {
@@ -329,13 +330,7 @@ TEST(Import, DamagedFilesNeverCrash) {
   const std::string data = good.substr(8 + header_bytes);
   split_safetensors(dir + "/model.safetensors", shards, 2);
   const nlohmann::json index = nlohmann::json::parse(slurp(shards + "/model.safetensors.index.json"));
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;
-  const auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
+  testing::XorShift next{0x9E3779B97F4A7C15ull};  // the same cases on every run
   const nlohmann::json odd[] = {-1,
                                 nullptr,
                                 "F32",
