@@ -1,6 +1,7 @@
 // Helpers for core tests: load built-in scenarios from the source tree, build small specs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +25,27 @@ struct XorShift {
     return x;
   }
 };
+// One to three damages to `bytes` within its first `span` bytes: a byte flipped, a run of up to `max_run`
+// bytes cut out or repeated, or the rest cut off.
+inline void damage_bytes(std::string& bytes, XorShift& next, std::size_t span, std::size_t max_run) {
+  for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits && !bytes.empty(); ++e) {
+    const std::size_t at = next() % std::min(span, bytes.size()), len = 1 + next() % max_run;
+    switch (next() % 4) {
+      case 0:
+        bytes[at] = static_cast<char>(next());
+        break;
+      case 1:
+        bytes.erase(at, len);
+        break;
+      case 2:
+        bytes.insert(at, bytes.substr(at, len));
+        break;
+      default:
+        bytes.resize(at);
+        break;
+    }
+  }
+}
 // Compute task `id`, named "kernel <id>", on lane `lane` of the compute resource (no FLOPs or duration yet).
 inline Task compute_task(int id, int lane) {
   Task t;

@@ -735,23 +735,7 @@ TEST(Specs, DamagedFilesNeverCrash) {
     }
     for (int k = 0; k < 200; ++k) {  // bytes
       std::string bad = *text;
-      for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits && !bad.empty(); ++e) {
-        const std::size_t at = next() % bad.size(), len = 1 + next() % 16;
-        switch (next() % 4) {
-          case 0:
-            bad[at] = static_cast<char>(next());
-            break;
-          case 1:
-            bad.erase(at, len);
-            break;
-          case 2:
-            bad.insert(at, bad.substr(at, len));
-            break;
-          default:
-            bad.resize(at);
-            break;
-        }
-      }
+      testing::damage_bytes(bad, next, bad.size(), 16);
       EXPECT_NO_THROW(parse(kind, bad)) << bad.substr(0, 200);
     }
   }

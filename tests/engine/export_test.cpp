@@ -365,25 +365,7 @@ TEST(Import, DamagedFilesNeverCrash) {
     std::string bytes;
     if (k < 150) {  // bytes of the header (and its length) damaged
       bytes = good;
-      const std::size_t span = 8 + static_cast<std::size_t>(header_bytes);
-      for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits; ++e) {
-        if (bytes.empty()) break;
-        const std::size_t at = next() % std::min(span, bytes.size()), len = 1 + next() % 24;
-        switch (next() % 4) {
-          case 0:
-            bytes[at] = static_cast<char>(next());
-            break;
-          case 1:
-            bytes.erase(at, len);
-            break;
-          case 2:
-            bytes.insert(at, bytes.substr(at, len));
-            break;
-          default:
-            bytes.resize(at);
-            break;
-        }
-      }
+      testing::damage_bytes(bytes, next, 8 + static_cast<std::size_t>(header_bytes), 24);
     } else {  // valid JSON with odd values
       nlohmann::ordered_json h = nlohmann::ordered_json::parse(header.dump());
       for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits; ++e) {
