@@ -78,9 +78,10 @@ struct ModelSpec {
   bool qkv_bias = false;    // biases on the q, k and v projections only (Qwen2's), when linear_bias is false
   NormKind norm = NormKind::kLayerNorm;
   PositionKind position = PositionKind::kLearned;
-  double rope_theta = 10000;   // rotary base (rope_theta); memwall train and generate use it
-  double norm_eps = 1e-5;      // the norms' epsilon (rms_norm_eps; GPT-2's layer_norm_epsilon is 1e-5)
-  int sliding_window = 0;      // Mistral's attention window (0: none); memwall's attention is full causal
+  double rope_theta = 10000;  // rotary base (rope_theta); memwall train and generate use it
+  double norm_eps = 1e-5;     // the norms' epsilon (rms_norm_eps; GPT-2's layer_norm_epsilon is 1e-5)
+  int sliding_window = 0;     // the attention window (Mistral's sliding_window; 0: none): keys t - w < u <= t
+  int first_window_layer = 0;  // the first layer attending over that window (Qwen2's max_window_layers)
   RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
 
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }

@@ -415,12 +415,38 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     int window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
+    // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28), or
+    // as its layer_types lists them, full_attention layers then sliding_attention ones.
+    if (type == "qwen2") {
+      m.first_window_layer = 28;
+      MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
+    }
+    if (type == "qwen2" && j.contains("layer_types")) {
+      const json& lt = j["layer_types"];
+      int first = -1;  // the first sliding_attention layer
+      bool ok = lt.is_array() && static_cast<int>(lt.size()) == m.layers;
+      for (std::size_t i = 0; ok && i < lt.size(); ++i) {
+        const bool sliding = lt[i] == "sliding_attention";
+        ok = sliding || lt[i] == "full_attention";
+        if (sliding && first < 0) first = static_cast<int>(i);
+        if (ok && !sliding && first >= 0) ok = false;  // a full layer after a sliding one
+      }
+      if (!ok) {
+        return r.error("layer_types",
+                       "must list num_hidden_layers (" + std::to_string(m.layers) +
+                           ") entries, \"full_attention\" layers then \"sliding_attention\" ones (memwall "
+                           "windows a run of last layers only)");
+      }
+      m.first_window_layer = first < 0 ? m.layers : first;
+    }
+    if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
+    if (m.sliding_window == 0) m.first_window_layer = 0;
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
-    r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers"});
+    r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "

@@ -98,9 +98,21 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
   if (c.llama()) {
-    const nlohmann::ordered_json config = {
-        {"architectures", {c.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-        {"model_type", c.qkv_bias ? "qwen2" : "llama"},
+    // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 says which layers.
+    const bool mistral = !c.qkv_bias && c.sliding_window > 0;
+    if (mistral && c.first_window_layer > 0) {
+      return Status::invalid_argument(dir + ": a sliding window from layer " +
+                                      std::to_string(c.first_window_layer) +
+                                      " on has no Mistral config.json form (Mistral windows every layer)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures",
+         {c.qkv_bias ? "Qwen2ForCausalLM"
+          : mistral  ? "MistralForCausalLM"
+                     : "LlamaForCausalLM"}},
+        {"model_type", c.qkv_bias ? "qwen2"
+                       : mistral  ? "mistral"
+                                  : "llama"},
         {"vocab_size", c.vocab},
         {"max_position_embeddings", c.max_seq},
         {"hidden_size", c.channels},
@@ -117,6 +129,12 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
         {"tie_word_embeddings", c.tied},
         {"torch_dtype", torch_dtype},
     };
+    if (mistral) config["sliding_window"] = c.sliding_window;
+    if (c.qkv_bias) {
+      config["use_sliding_window"] = c.sliding_window > 0;
+      config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      config["max_window_layers"] = c.sliding_window > 0 ? c.first_window_layer : c.layers;
+    }
     return io::write_file_atomic(dir + "/config.json", {config.dump(2) + "\n"});
   }
   nlohmann::ordered_json config = {

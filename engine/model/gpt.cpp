@@ -35,11 +35,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: kv_heads and ffn must be >= 0 (0: GPT-2's), got " +
                                     std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
   }
+  if (c.sliding_window < 0 || c.first_window_layer < 0) {
+    return Status::invalid_argument("model: sliding_window and first_window_layer must be >= 0, got " +
+                                    std::to_string(c.sliding_window) + " and " +
+                                    std::to_string(c.first_window_layer));
+  }
   if (!c.llama()) {
-    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias) {
+    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
+        c.sliding_window != 0) {
       return Status::invalid_argument(
-          "model: GPT-2 has kv_heads = heads, ffn = 4 * channels and a tied head; allowed: the Llama shape "
-          "for others");
+          "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, a tied head and full attention; allowed: "
+          "the Llama shape for others");
     }
     return Status::ok();
   }
@@ -170,6 +176,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.rope_theta = m.rope_theta;
     c.norm_eps = m.norm_eps;
     c.rope_scaling = m.rope_scaling;
+    c.sliding_window = m.sliding_window;
+    c.first_window_layer = m.first_window_layer;
   }
   return c;
 }
@@ -201,7 +209,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.qkv_bias ? "qwen2" : "llama";
+    m.model_type = c.qkv_bias ? "qwen2" : (c.sliding_window > 0 ? "mistral" : "llama");
     m.kv_heads = c.kv_head_count();
     m.ffn_hidden = c.ffn_width();
     m.tied_embeddings = c.tied;
@@ -213,6 +221,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_theta = c.rope_theta;
     m.norm_eps = c.norm_eps;
     m.rope_scaling = c.rope_scaling;
+    m.sliding_window = c.sliding_window;
+    m.first_window_layer = c.first_window_layer;
   }
   return m;
 }
@@ -666,9 +676,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         qkv = qf_.data();
       }
       if (flash_) {
-        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads);
+        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads,
+                                   c_.attention_window(l));
       } else {
-        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads);
+        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads,
+                             c_.attention_window(l));
       }
       break;
     }
@@ -771,9 +783,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       }
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, C,
-                                    c_.heads);
+                                    c_.heads, c_.attention_window(l));
       } else {
-        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, C, c_.heads);
+        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, C, c_.heads,
+                              c_.attention_window(l));
       }
       if (c_.llama()) collapse_dqkv();
       break;

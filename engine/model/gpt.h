@@ -38,6 +38,8 @@ struct GptConfig {
   double rope_theta = 10000;   // as the model file has them (the kernels take them as float)
   double norm_eps = 1e-5;      // RMSNorm's epsilon (GPT-2's layernorm uses 1e-5)
   RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (a supported type; none by default)
+  int sliding_window = 0;      // attention window (Mistral's): query t sees keys t - w < u <= t; 0: all
+  int first_window_layer = 0;  // layers from this one on attend over the window (Qwen2's max_window_layers)
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return channels / heads; }
@@ -52,6 +54,10 @@ struct GptConfig {
   }
   // What the rotary cosines and sines are multiplied by (yarn's attention factor, else 1).
   double rope_attention_scale() const { return memwall::rope_attention_scale(rope_scaling); }
+  // Layer l's attention window for the kernels (0: full causal attention).
+  int attention_window(int layer) const {
+    return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
+  }
 };
 
 // Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field; for the

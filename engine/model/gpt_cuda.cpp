@@ -389,12 +389,13 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
         qkv = qf_;
       }
       if (flash_) {
-        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, C, c_.heads, s),
+        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, C, c_.heads, s,
+                                                 c_.attention_window(l)),
                      "flash attention");
       }
-      return check(
-          kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, C, c_.heads, bf16_, scratch_, s),
-          "attention");
+      return check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, C, c_.heads, bf16_, scratch_,
+                                         s, c_.attention_window(l)),
+                   "attention");
     }
     case GptRole::kProj:
       return linear(res1_[a], C, atty_[a], C, resid_[l]);
@@ -474,10 +475,10 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       }
       MW_RETURN_IF_ERROR(zero(dqkv, nc * 3));
       Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, C,
-                                                              c_.heads, scratch_, s),
+                                                              c_.heads, scratch_, s, c_.attention_window(l)),
                                  "flash attention bwd")
                          : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, C,
-                                                        c_.heads, bf16_, scratch_, s),
+                                                        c_.heads, bf16_, scratch_, s, c_.attention_window(l)),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
       return c_.llama() ? collapse_dqkv() : Status::ok();

@@ -89,16 +89,17 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       std::copy_n(qkv_.data() + r * Wqz + Cz, KVz, keys.data() + row);
       std::copy_n(qkv_.data() + r * Wqz + Cz + KVz, KVz, values.data() + row);
     }
-    // Causal attention of each new position's query over the positions up to it, head by head (a query head
-    // reads its group's key/value head).
+    // Causal attention of each new position's query over the positions up to it (those in the layer's
+    // window, if it has one), head by head (a query head reads its group's key/value head).
+    const int window = c_.attention_window(l);
     for (std::size_t r = 0; r < rows; ++r) {
-      const int last = pos_ + static_cast<int>(r);
+      const int last = pos_ + static_cast<int>(r), lo = k::attention_window_start(last, window);
       for (int h = 0; h < c_.heads; ++h) {
         const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
         float maxv = -INFINITY;
-        for (int u = 0; u <= last; ++u) {
+        for (int u = lo; u <= last; ++u) {
           const float* key = keys.data() + static_cast<std::size_t>(u) * KVz + kv_off;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
@@ -106,14 +107,14 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
           maxv = std::max(maxv, scores_[static_cast<std::size_t>(u)]);
         }
         float sum = 0;
-        for (int u = 0; u <= last; ++u) {
+        for (int u = lo; u <= last; ++u) {
           scores_[static_cast<std::size_t>(u)] = std::exp(scores_[static_cast<std::size_t>(u)] - maxv);
           sum += scores_[static_cast<std::size_t>(u)];
         }
         const float inv = 1.0f / sum;
         float* o = y_.data() + r * Cz + off;
         std::fill_n(o, hs, 0.0f);
-        for (int u = 0; u <= last; ++u) {
+        for (int u = lo; u <= last; ++u) {
           const float a = scores_[static_cast<std::size_t>(u)] * inv;
           const float* value = values.data() + static_cast<std::size_t>(u) * KVz + kv_off;
           for (int i = 0; i < hs; ++i) o[i] += a * value[i];

@@ -93,6 +93,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"qkv_bias", c.qkv_bias},
           {"rope_theta", c.rope_theta},
           {"rope_scaling", model::hf_rope_scaling(c.rope_scaling)},
+          {"sliding_window", c.sliding_window},
+          {"first_window_layer", c.first_window_layer},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -111,6 +113,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.qkv_bias = j.value("qkv_bias", false);
     c.rope_theta = j.value("rope_theta", c.rope_theta);
     c.norm_eps = j.value("norm_eps", c.norm_eps);
+    c.sliding_window = j.value("sliding_window", 0);
+    c.first_window_layer = j.value("first_window_layer", 0);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

@@ -489,7 +489,8 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 
 // ---- causal attention ----
 
-void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                           int window) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -499,8 +500,9 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
       for (int t = 0; t < T; ++t) {
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
+        const int lo = attention_window_start(t, window);
         float maxv = -INFINITY;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = lo; u <= t; ++u) {
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
@@ -508,16 +510,17 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
           maxv = std::max(maxv, a[u]);
         }
         float sum = 0;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = lo; u <= t; ++u) {
           a[u] = std::exp(a[u] - maxv);
           sum += a[u];
         }
         const float inv = 1.0f / sum;
-        for (int u = 0; u <= t; ++u) a[u] *= inv;
+        for (int u = lo; u <= t; ++u) a[u] *= inv;
+        for (int u = 0; u < lo; ++u) a[u] = 0;
         for (int u = t + 1; u < T; ++u) a[u] = 0;
         float* o = out + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
         for (int i = 0; i < hs; ++i) o[i] = 0;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = lo; u <= t; ++u) {
           const float* v = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
           for (int i = 0; i < hs; ++i) o[i] += a[u] * v[i];
         }
@@ -527,7 +530,7 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
 }
 
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH) {
+                            int C, int NH, int window) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -538,8 +541,9 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
       for (int t = 0; t < T; ++t) {
         const float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
         const float* dy = dout + (static_cast<std::size_t>(b) * T + t) * C + h * hs;
+        const int lo = attention_window_start(t, window);
         // out = sum_u a[u] v[u]  ->  datt[u] = dy . v[u], dv[u] += a[u] dy
-        for (int u = 0; u <= t; ++u) {
+        for (int u = lo; u <= t; ++u) {
           const float* v = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
           float* dv = dqkv + (static_cast<std::size_t>(b) * T + u) * C3 + 2 * C + h * hs;
           float d = 0;
@@ -551,13 +555,13 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
         }
         // softmax backward: dpre[u] = a[u] (datt[u] - sum_w a[w] datt[w])
         float dot = 0;
-        for (int u = 0; u <= t; ++u) dot += a[u] * datt[static_cast<std::size_t>(u)];
-        for (int u = 0; u <= t; ++u)
+        for (int u = lo; u <= t; ++u) dot += a[u] * datt[static_cast<std::size_t>(u)];
+        for (int u = lo; u <= t; ++u)
           dpre[static_cast<std::size_t>(u)] = a[u] * (datt[static_cast<std::size_t>(u)] - dot);
         // pre[u] = scale q . k[u]
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* dq = dqkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = lo; u <= t; ++u) {
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           float* dk = dqkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           const float g = dpre[static_cast<std::size_t>(u)] * scale;
@@ -571,7 +575,7 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   }
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -584,14 +588,16 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {  // causal softmax of each row, masked part set to 0
       float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
+      const int lo = attention_window_start(t, window);
       float maxv = -INFINITY;
-      for (int u = 0; u <= t; ++u) maxv = std::max(maxv, a[u] * scale);
-      for (int u = 0; u <= t; ++u) a[u] = a[u] * scale - maxv;
-      exp_inplace(a, static_cast<std::size_t>(t) + 1);
+      for (int u = lo; u <= t; ++u) maxv = std::max(maxv, a[u] * scale);
+      for (int u = lo; u <= t; ++u) a[u] = a[u] * scale - maxv;
+      exp_inplace(a + lo, static_cast<std::size_t>(t - lo) + 1);
       float sum = 0;
-      for (int u = 0; u <= t; ++u) sum += a[u];
+      for (int u = lo; u <= t; ++u) sum += a[u];
       const float inv = 1.0f / sum;
-      for (int u = 0; u <= t; ++u) a[u] *= inv;
+      for (int u = lo; u <= t; ++u) a[u] *= inv;
+      for (int u = 0; u < lo; ++u) a[u] = 0;
       for (int u = t + 1; u < T; ++u) a[u] = 0;
     }
   }
@@ -599,12 +605,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
         {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
 #else
-  attention_forward_ref(out, att, qkv, B, T, C, NH);
+  attention_forward_ref(out, att, qkv, B, T, C, NH, window);
 #endif
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH) {
+                        int C, int NH, int window) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -628,9 +634,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     for (int t = 0; t < T; ++t) {
       const float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
       float* d = dpre + (static_cast<std::size_t>(bh) * T + t) * T;
+      const int lo = attention_window_start(t, window);
       float dot = 0;
-      for (int u = 0; u <= t; ++u) dot += a[u] * d[u];
-      for (int u = 0; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
+      for (int u = lo; u <= t; ++u) dot += a[u] * d[u];
+      for (int u = lo; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
+      for (int u = 0; u < lo; ++u) d[u] = 0;
       for (int u = t + 1; u < T; ++u) d[u] = 0;
     }
   }
@@ -640,7 +648,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
         true);
 #else
-  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH);
+  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window);
 #endif
 }
 
@@ -739,7 +747,8 @@ MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[
 
 }  // namespace
 
-void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             int window) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -757,30 +766,36 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
         std::fill(acc.begin(), acc.end(), 0.0f);  // acc[r][c]: row r's output, unnormalised
         for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0;
         const int end = std::min(T, r0 + kRows);  // keys any row of the block sees
-        for (int u0 = 0; u0 < end; u0 += kKeys) {
+        // From the key tile holding the first row's first key (with a sliding window, a row may see no
+        // key of that tile: its maximum stays -inf, subtracted as 0, and it adds nothing).
+        const int first = attention_window_start(r0, window);
+        for (int u0 = first - first % kKeys; u0 < end; u0 += kKeys) {
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
-          float mx[kRows];
+          float mx[kRows], shift[kRows];
           for (int r = 0; r < kRows; ++r) mx[r] = m[r];
           for (int u = 0; u < n; ++u) {
             for (int r = 0; r < kRows; ++r) {
-              if (u0 + u <= r0 + r) mx[r] = std::max(mx[r], tile.s[u][r]);
+              if (u0 + u <= r0 + r && u0 + u >= attention_window_start(r0 + r, window))
+                mx[r] = std::max(mx[r], tile.s[u][r]);
             }
           }
+          for (int r = 0; r < kRows; ++r) shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
           for (int u = 0; u < n; ++u) {
 #pragma omp simd
-            for (int r = 0; r < kRows; ++r) tile.s[u][r] -= mx[r];
+            for (int r = 0; r < kRows; ++r) tile.s[u][r] -= shift[r];
           }
           exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
           float sum[kRows] = {};
           for (int u = 0; u < n; ++u) {
             for (int r = 0; r < kRows; ++r) {
-              if (u0 + u > r0 + r) tile.s[u][r] = 0;  // above the diagonal
+              // above the diagonal, or before the window
+              if (u0 + u > r0 + r || u0 + u < attention_window_start(r0 + r, window)) tile.s[u][r] = 0;
               sum[r] += tile.s[u][r];
             }
           }
           for (int r = 0; r < kRows; ++r) {
-            corr[r] = std::exp(m[r] - mx[r]);  // 0 on the first block
+            corr[r] = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - mx[r]);  // 0 until a key is seen
             l[r] = l[r] * corr[r] + sum[r];
             m[r] = mx[r];
             float* a = acc.data() + static_cast<std::size_t>(r) * hs;
@@ -801,7 +816,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 }
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH) {
+                              const float* lse, int B, int T, int C, int NH, int window) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -833,7 +848,8 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           D[r] = dot_f(dyb + static_cast<std::size_t>(r0 + r) * C, ob + static_cast<std::size_t>(r0 + r) * C,
                        hs);
         }
-        for (int u0 = 0; u0 < end; u0 += kKeys) {
+        const int first = attention_window_start(r0, window);
+        for (int u0 = first - first % kKeys; u0 < end; u0 += kKeys) {
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
@@ -844,7 +860,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
           for (int u = 0; u < n; ++u) {
             for (int r = 0; r < kRows; ++r) {
-              if (u0 + u > r0 + r) tile.s[u][r] = 0;
+              if (u0 + u > r0 + r || u0 + u < attention_window_start(r0 + r, window)) tile.s[u][r] = 0;
               tile.d[u][r] = scale * tile.s[u][r] * (tile.d[u][r] - D[r]);  // dS (scaled)
             }
           }

@@ -75,22 +75,29 @@ void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
-// att [B, NH, T, T] holds the softmax probabilities for backward.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window
+// (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH);
+                        int C, int NH, int window = 0);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
-void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                           int window = 0);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH);
+                            int C, int NH, int window = 0);
+// The first key query t sees: 0, or t - window + 1 with a sliding window.
+inline int attention_window_start(int t, int window) {
+  return window > 0 && t >= window ? t - window + 1 : 0;
+}
 
 // Fused causal attention (FlashAttention's memory scheme, row by row): keeps only out [B*T, C] and
 // lse [B, NH, T], each row's log-sum-exp of its scaled scores; no [T, T] tensor exists outside one row of
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
-// softmax's row sums as dout . out.
-void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
+void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             int window = 0);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH);
+                              const float* lse, int B, int T, int C, int NH, int window = 0);
 
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe
 // may be null (no position table: rotary positions).

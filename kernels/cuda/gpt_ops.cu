@@ -318,37 +318,45 @@ __global__ void merge_heads_kernel(float* dst, const float* src, int B, int T, i
   o = add ? o + src[i] : src[i];
 }
 
-// In place over rows of `att` [rows, T] (row r is query t = r % T): causal softmax of the scaled scores.
-__global__ void causal_softmax_kernel(float* att, int T) {
+// The first key query t sees: 0, or t - window + 1 with a sliding window.
+__device__ int window_start(int t, int window) {
+  return window > 0 && t >= window ? t - window + 1 : 0;
+}
+
+// In place over rows of `att` [rows, T] (row r is query t = r % T): causal softmax of the scaled scores
+// over keys window_start(t) .. t, zero elsewhere.
+__global__ void causal_softmax_kernel(float* att, int T, int window) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T);
+  const int t = static_cast<int>(row % T), lo = window_start(t, window);
   float* a = att + row * T;
   float mx = -INFINITY;
-  for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, a[u]);
+  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, a[u]);
   mx = block_reduce<true>(mx, shared);
   float s = 0;
-  for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
     const float e = expf(a[u] - mx);
     a[u] = e;
     s += e;
   }
   const float inv = 1.0f / block_reduce<false>(s, shared);
-  for (int u = threadIdx.x; u < T; u += blockDim.x) a[u] = u <= t ? a[u] * inv : 0.0f;
+  for (int u = threadIdx.x; u < T; u += blockDim.x) a[u] = u >= lo && u <= t ? a[u] * inv : 0.0f;
 }
 
 // In place: datt becomes the gradient of the scaled scores, att * (datt - sum(att * datt)) * scale, zero
-// above the diagonal.
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale) {
+// above the diagonal and before the window.
+__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale,
+                                               int window) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T);
+  const int t = static_cast<int>(row % T), lo = window_start(t, window);
   float* d = datt + row * T;
   const float* a = att + row * T;
   float s = 0;
-  for (int u = threadIdx.x; u <= t; u += blockDim.x) s += a[u] * d[u];
+  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) s += a[u] * d[u];
   s = block_reduce<false>(s, shared);
-  for (int u = threadIdx.x; u < T; u += blockDim.x) d[u] = u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
+  for (int u = threadIdx.x; u < T; u += blockDim.x)
+    d[u] = u >= lo && u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
 }
 
 // ---- fused (flash) attention ----
@@ -379,7 +387,7 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
 // One block per query row t: each thread scores one key of the tile; thread i < hs accumulates output
 // channel i, rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                                     float scale) {
+                                     float scale, int window) {
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -388,7 +396,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   const std::size_t C3 = r.C3;
   const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
   float m = -INFINITY, l = 0, acc = 0;
-  for (int u0 = 0; u0 <= t; u0 += kFlashTile) {
+  for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
     const int u = u0 + i;
     const float s = u <= t ? scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs) : -INFINITY;
     const float m_new = fmaxf(m, block_reduce<true>(s, shared));
@@ -414,7 +422,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 // keeps dout[t] . out[t] in rowsum for the key pass.
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale) {
+                                            float scale, int window) {
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -427,7 +435,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   if (i == 0) rowsum[row] = D;
   const float L = lse[row];
   float dq = 0;
-  for (int u0 = 0; u0 <= t; u0 += kFlashTile) {
+  for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {
     const int u = u0 + i;
     float gu = 0;
     if (u <= t) {
@@ -446,10 +454,11 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   if (i < hs) dqkv[r.qkv + i] += dq;
 }
 
-// One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over t >= u.
+// One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over the
+// queries that see it, u <= t < u + window (or T).
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
-                                          float scale) {
+                                          float scale, int window) {
   __shared__ float g[kFlashTile];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -459,10 +468,11 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   const float *k = r.q + C, *q0 = r.q0;  // query 0 of this sequence and head
   const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
   float dk = 0, dv = 0;
-  for (int t0 = u; t0 < T; t0 += kFlashTile) {
+  const int end = window > 0 && T - u > window ? u + window : T;  // past the last query that sees key u
+  for (int t0 = u; t0 < end; t0 += kFlashTile) {
     const int t = t0 + i;
     float pt = 0, gt = 0;
-    if (t < T) {
+    if (t < end) {
       const float* dy = dy0 + static_cast<std::size_t>(t) * C;
       pt = expf(scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs) - lse[first + t]);
       gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]);
@@ -471,7 +481,7 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
     g[i] = gt;
     __syncthreads();
     if (i < hs) {
-      const int n = T - t0 < kFlashTile ? T - t0 : kFlashTile;
+      const int n = end - t0 < kFlashTile ? end - t0 : kFlashTile;
       for (int j = 0; j < n; ++j) {
         dk += g[j] * q0[static_cast<std::size_t>(t0 + j) * C3 + i];
         dv += p[j] * dy0[static_cast<std::size_t>(t0 + j) * C + i];
@@ -771,7 +781,7 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
 }
 
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                      bool tf32, float* scratch, void* stream) {
+                      bool tf32, float* scratch, void* stream, int window) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -788,8 +798,8 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   cublasStatus_t s =
       batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
-  causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(att,
-                                                                                                          T);
+  causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(
+      att, T, window);
   if (int e = launched(); e != 0) return e;
   // oh[t] = sum_u att[t][u] v[u]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
@@ -803,7 +813,7 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
 }
 
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, bool tf32, float* scratch, void* stream) {
+                       int T, int C, int NH, bool tf32, float* scratch, void* stream, int window) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *dq = v + btc, *dk = dq + btc, *dv = dk + btc,
@@ -827,7 +837,7 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   causal_softmax_backward_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(batch) * T), kThreads, 0,
-                                   st>>>(datt, att, T, scale);
+                                   st>>>(datt, att, T, scale, window);
   if (int e = launched(); e != 0) return e;
   // dq[t] = sum_u dpre[t][u] k[u]; dk[u] = sum_t dpre[t][u] q[t]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
@@ -843,13 +853,13 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream) {
+                            void* stream, int window) {
   const int hs = C / NH;
   if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, 1.0f / std::sqrt(static_cast<float>(hs)));
+      out, lse, qkv, T, C, NH, 1.0f / std::sqrt(static_cast<float>(hs)), window);
   return launched();
 }
 
@@ -858,18 +868,19 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 }
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream) {
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
+                             int window) {
   const int hs = C / NH;
   if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   cudaStream_t st = as_stream(stream);
-  flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(dqkv, scratch, dout, qkv,
-                                                                                  out, lse, T, C, NH, scale);
+  flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
+      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window);
   if (int e = launched(); e != 0) return e;
   flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(dqkv, scratch, dout, qkv, lse,
-                                                                                T, C, NH, scale);
+                                                                                T, C, NH, scale, window);
   return launched();
 }
 

@@ -80,14 +80,15 @@ int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
 // Causal multi-head self-attention. qkv [B*T, 3C], out [B*T, C], att [B, NH, T, T] (softmax probabilities,
 // zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats. Its batched GEMMs
 // take fp32 operands with fp32 accumulation; with `tf32` cuBLAS may round the operands to TF32 (10-bit
-// mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate.
+// mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate. `window` > 0:
+// a sliding window, query t sees keys t - window < u <= t (kernels/cpu's attention_window_start).
 std::size_t attention_forward_scratch(int B, int T, int C);
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                      bool tf32, float* scratch, void* stream);
+                      bool tf32, float* scratch, void* stream, int window = 0);
 // dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH) floats.
 std::size_t attention_backward_scratch(int B, int T, int C, int NH);
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, bool tf32, float* scratch, void* stream);
+                       int T, int C, int NH, bool tf32, float* scratch, void* stream, int window = 0);
 
 // Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
 // row's log-sum-exp of its scaled scores) are all it keeps; no [T, T] tensor exists. Forward runs one block
@@ -95,12 +96,13 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // (and each row's dout . out, kept in `scratch` of flash_attention_backward_scratch(B, T, NH) floats), then
 // one block per key row for dk and dv, so no two blocks add into the same gradient. fp32 on the CUDA cores:
 // the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 128, else
-// cudaErrorInvalidValue.
+// cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream);
+                            void* stream, int window = 0);
 std::size_t flash_attention_backward_scratch(int B, int T, int NH);
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream);
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
+                             int window = 0);
 
 // out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe may
 // be null (rotary positions).

@@ -160,6 +160,16 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   GptConfig scaled = small_llama();
   scaled.rope_scaling = {.type = "yarn", .factor = 8, .original_max_positions = 32};
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, scaled);
+  // Mistral's sliding window (8 of the 32 positions trained) on the unfused kernels and the flash ones.
+  GptConfig window = small_llama();
+  window.sliding_window = 8;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, window);
+  Losses window_flash;
+  train_side_by_side(*dev_, blocks_, tiling, false, window_flash, true, window);
+  ASSERT_EQ(window_flash.gpu.size(), 10u);
+  for (std::size_t s = 0; s < window_flash.cpu.size(); ++s)
+    EXPECT_NEAR(window_flash.gpu[s], window_flash.cpu[s], 1e-3f * window_flash.cpu[s])
+        << "window, step " << s + 1;
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

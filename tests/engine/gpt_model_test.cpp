@@ -84,12 +84,33 @@ GptConfig yarn_scaled() {
   return c;
 }
 
+// Mistral's sliding-window attention on the GQA shape: each query sees itself and the 2 keys before it.
+GptConfig mistral() {
+  GptConfig c = llama_gqa();
+  c.sliding_window = 3;
+  return c;
+}
+
+// Qwen2 with use_sliding_window: layer 0 full, layer 1 (from max_window_layers 1) a window of 2.
+GptConfig qwen2_windowed() {
+  GptConfig c = qwen2();
+  c.sliding_window = 2;
+  c.first_window_layer = 1;
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
-  return {{"gpt2", gpt2},     {"llama-gqa", llama_gqa()},         {"llama-mha", llama_mha()},
-          {"qwen2", qwen2()}, {"llama3-scaled", llama3_scaled()}, {"yarn-scaled", yarn_scaled()}};
+  return {{"gpt2", gpt2},
+          {"llama-gqa", llama_gqa()},
+          {"llama-mha", llama_mha()},
+          {"qwen2", qwen2()},
+          {"llama3-scaled", llama3_scaled()},
+          {"yarn-scaled", yarn_scaled()},
+          {"mistral-window", mistral()},
+          {"qwen2-window", qwen2_windowed()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -319,8 +340,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   scaled.rope_scaling = llama3_scaled().rope_scaling;
   GptConfig yarn = mha;  // and YaRN's (its attention factor on the rotated queries and keys)
   yarn.rope_scaling = yarn_scaled().rope_scaling;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn}) {
+  GptConfig window = gqa;  // and a sliding window of 5 from layer 1 (the cache keeps every position)
+  window.sliding_window = 5;
+  window.first_window_layer = 1;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.sliding_window > 0   ? "sliding window"
                  : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
                  : c.qkv_bias             ? "qwen2"
                  : c.tied                 ? "llama, mha"
@@ -388,12 +413,15 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   };
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
-  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic}) {
+  for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
+                      qwen2_windowed()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
     SCOPED_TRACE(!c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
-                 : c.qkv_bias           ? "qwen2"
-                 : c.tied               ? "mha, tied"
-                                        : "gqa, untied");
+                 : c.sliding_window > 0 ? "sliding window " + std::to_string(c.sliding_window) +
+                                              " from layer " + std::to_string(c.first_window_layer)
+                 : c.qkv_bias ? "qwen2"
+                 : c.tied     ? "mha, tied"
+                              : "gqa, untied");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 4);
     std::mt19937 rng(9);
@@ -417,7 +445,9 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"kv_heads", c.kv_head_count()},
                                    {"norm_eps", c.norm_eps},
                                    {"rope_theta", c.rope_theta},
-                                   {"rope_scaling", hf_rope_scaling(c.rope_scaling)}};
+                                   {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                                   {"sliding_window", c.sliding_window},
+                                   {"first_window_layer", c.first_window_layer}};
     const std::string lj = layout.dump(), cj = config.dump();
     spit("layout.json", lj.data(), lj.size());
     spit("config.json", cj.data(), cj.size());

@@ -2,8 +2,9 @@
 fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d) and rope_scaling "linear", "llama3", "yarn"
 (with its attention factor on the cosines and sines) or "dynamic" (within max_position_embeddings: none) as
 transformers' rope initialisation functions define them, repeat_kv for grouped-query attention,
-SiLU-gated MLP, causal softmax attention, untied or tied head; Qwen2's q, k, v biases where the layout has
-them), as the reference memwall's CPU model is
+SiLU-gated MLP, causal softmax attention (over a sliding window where the config has one: query t sees keys
+u with t - window < u <= t, transformers' sliding_window_overlay, in the layers from first_window_layer on),
+untied or tied head; Qwen2's q, k, v biases where the layout has them), as the reference memwall's CPU model is
 checked against (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -80,7 +81,11 @@ def main(d):
 
     x = t["model.embed_tokens.weight"][tokens]
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    window = cfg.get("sliding_window", 0)
+    rows, cols = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
+    window_mask = mask.masked_fill(cols <= rows - window, float("-inf")) if window else mask
     for layer in range(cfg["layers"]):
+        layer_mask = window_mask if layer >= cfg.get("first_window_layer", 0) else mask
         p = "model.layers.%d." % layer
         h = rmsnorm(x, t[p + "input_layernorm.weight"])
         q, k, v = (h @ t[p + "self_attn.%s_proj.weight" % x].T for x in "qkv")
@@ -92,7 +97,7 @@ def main(d):
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        att = torch.softmax(q @ k.transpose(-1, -2) / hs**0.5 + mask, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / hs**0.5 + layer_mask, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ t[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])

@@ -305,30 +305,40 @@ TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
   check_gradient(x, forward, dx, r, "gelu", 1e-3f);
 }
 
+// Full causal attention, and with a sliding window of 3 (query t sees keys t - 2 .. t, as transformers'
+// sliding_window_overlay masks kv_idx > q_idx - window).
 TEST(GptOps, AttentionMatchesANaiveImplementation) {
   const int B = 2, T = 7, C = 12, NH = 3, hs = C / NH;
   const auto qkv = randn(B * T * 3 * C, 40);
-  std::vector<float> out(B * T * C), att(B * NH * T * T);
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      for (int t = 0; t < T; ++t) {
-        std::vector<double> s(t + 1);
-        double maxv = -1e300, sum = 0;
-        for (int u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int i = 0; i < hs; ++i) {
-            dot += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hs + i]) *
-                   qkv[(b * T + u) * 3 * C + C + h * hs + i];
+  for (const int window : {0, 3}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> out(B * T * C), att(B * NH * T * T);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; ++t) {
+          const int lo = window > 0 ? std::max(0, t - window + 1) : 0;
+          std::vector<double> s(t + 1, -INFINITY);
+          double maxv = -1e300, sum = 0;
+          for (int u = lo; u <= t; ++u) {
+            double dot = 0;
+            for (int i = 0; i < hs; ++i) {
+              dot += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hs + i]) *
+                     qkv[(b * T + u) * 3 * C + C + h * hs + i];
+            }
+            s[u] = dot / std::sqrt(static_cast<double>(hs));
+            maxv = std::max(maxv, s[u]);
           }
-          s[u] = dot / std::sqrt(static_cast<double>(hs));
-          maxv = std::max(maxv, s[u]);
-        }
-        for (auto& e : s) sum += (e = std::exp(e - maxv));
-        for (int i = 0; i < hs; ++i) {
-          double o = 0;
-          for (int u = 0; u <= t; ++u) o += s[u] / sum * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
-          EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-5) << b << " " << h << " " << t << " " << i;
+          for (auto& e : s) sum += (e = std::exp(e - maxv));
+          for (int u = 0; u < T; ++u) {  // the probabilities kept for backward: zero outside the window
+            EXPECT_NEAR(att[((b * NH + h) * T + t) * T + u], u <= t ? s[u] / sum : 0.0, 1e-6)
+                << t << " " << u;
+          }
+          for (int i = 0; i < hs; ++i) {
+            double o = 0;
+            for (int u = 0; u <= t; ++u) o += s[u] / sum * qkv[(b * T + u) * 3 * C + 2 * C + h * hs + i];
+            EXPECT_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-5) << b << " " << h << " " << t << " " << i;
+          }
         }
       }
     }
@@ -338,33 +348,40 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
 TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   const int B = 2, T = 9, C = 16, NH = 4;
   const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
-  std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
-  expect_close(out, out_r, 1e-4, 1e-5, "out");
-  expect_close(att, att_r, 1e-4, 1e-6, "att");
-  std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
-  attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
-  expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+  for (const int window : {0, 1, 4, 9}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, window);
+    expect_close(out, out_r, 1e-4, 1e-5, "out");
+    expect_close(att, att_r, 1e-4, 1e-6, "att");
+    std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
+    attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window);
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, window);
+    expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+  }
 }
 
 // Flash attention against the loop reference, on sequences around its tiles (16 query rows, 64 keys): one
 // token, exactly one row tile, a partial one, more than one key tile; odd head sizes and peaked softmax rows
-// (the log-sum-exp must carry the maximum across key tiles).
+// (the log-sum-exp must carry the maximum across key tiles). Sliding windows: one key, shorter than a row
+// tile, one that starts a row tile's keys inside a later key tile (rows of the tile that see no key of the
+// first tile visited), longer than a key tile, and as long as the sequence.
 TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
   struct Shape {
-    int B, T, C, NH;
+    int B, T, C, NH, window;
   };
-  for (const Shape sh : {Shape{1, 1, 8, 2}, Shape{2, 16, 24, 3}, Shape{2, 37, 24, 3}, Shape{1, 130, 40, 2}}) {
-    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
-    SCOPED_TRACE("T " + std::to_string(T));
+  for (const Shape sh : {Shape{1, 1, 8, 2, 0}, Shape{2, 16, 24, 3, 0}, Shape{2, 37, 24, 3, 0},
+                         Shape{1, 130, 40, 2, 0}, Shape{2, 37, 24, 3, 1}, Shape{2, 37, 24, 3, 5},
+                         Shape{1, 130, 40, 2, 20}, Shape{1, 150, 16, 2, 70}, Shape{2, 37, 24, 3, 37}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
+    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W));
     auto qkv = randn(B * T * 3 * C, 70);
     for (auto& x : qkv) x *= 3.0f;
     const auto dout = randn(B * T * C, 71);
     std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
-    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
+    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, W);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W);
     expect_close(out, out_r, 1e-4, 1e-5, "out");
     // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
     const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
@@ -380,8 +397,8 @@ TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
       }
     }
     std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
-    flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
+    flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, W);
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W);
     expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
   }
 }
@@ -390,33 +407,40 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 6, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 43);
   const auto r = randn(B * T * C, 44);
-  std::vector<float> lse(B * NH * T), out(B * T * C);
-  auto forward = [&] {
-    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    return out;
-  };
-  forward();
-  const auto out0 = out;
-  const auto lse0 = lse;
-  std::vector<float> dqkv(qkv.size());
-  flash_attention_backward(dqkv.data(), r.data(), qkv.data(), out0.data(), lse0.data(), B, T, C, NH);
-  check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+  for (const int window : {0, 2}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> lse(B * NH * T), out(B * T * C);
+    auto forward = [&] {
+      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, window);
+      return out;
+    };
+    forward();
+    const auto out0 = out;
+    const auto lse0 = lse;
+    std::vector<float> dqkv(qkv.size());
+    flash_attention_backward(dqkv.data(), r.data(), qkv.data(), out0.data(), lse0.data(), B, T, C, NH,
+                             window);
+    check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+  }
 }
 
 TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 5, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 41);
   const auto r = randn(B * T * C, 42);
-  std::vector<float> att(B * NH * T * T);
-  auto forward = [&] {
-    std::vector<float> out(B * T * C);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    return out;
-  };
-  forward();
-  std::vector<float> dqkv(qkv.size());
-  attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
-  check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+  for (const int window : {0, 2}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> att(B * NH * T * T);
+    auto forward = [&] {
+      std::vector<float> out(B * T * C);
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+      return out;
+    };
+    forward();
+    std::vector<float> dqkv(qkv.size());
+    attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, C, NH, window);
+    check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
+  }
 }
 
 TEST(GptOps, CrossEntropyAndEmbedding) {

@@ -244,7 +244,7 @@ std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
 // The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
 // checks the TF32 path on the emulated cuBLAS).
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
-                      float* scratch, void* stream) {
+                      float* scratch, void* stream, int window) {
   const int N = B * T;
   if (int e = device_args("attention_forward",
                           {{out, f32(N, C), "out", true},
@@ -252,11 +252,11 @@ int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, in
                            {qkv, f32(N, 3 * C), "qkv"},
                            {scratch, f32(attention_forward_scratch(B, T, C)), "scratch", true}}))
     return e;
-  return enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH); });
+  return enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH, window); });
 }
 
 int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, bool, float* scratch, void* stream) {
+                       int T, int C, int NH, bool, float* scratch, void* stream, int window) {
   const int N = B * T;
   if (int e = device_args("attention_backward",
                           {{dqkv, f32(N, 3 * C), "dqkv", true},
@@ -265,19 +265,19 @@ int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, 
                            {att, f32(B * NH, T * T), "att"},
                            {scratch, f32(attention_backward_scratch(B, T, C, NH)), "scratch", true}}))
     return e;
-  return enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH); });
+  return enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, window); });
 }
 
 // The fused kernels' limit (head size at most one block of 128 threads) is the real one's too.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream) {
+                            void* stream, int window) {
   if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args(
           "flash_attention_forward",
           {{out, f32(N, C), "out", true}, {lse, f32(B * NH, T), "lse", true}, {qkv, f32(N, 3 * C), "qkv"}}))
     return e;
-  return enqueue(stream, [=] { kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH); });
+  return enqueue(stream, [=] { kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH, window); });
 }
 
 std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
@@ -285,7 +285,8 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 }
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream) {
+                             const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
+                             int window) {
   if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args("flash_attention_backward",
@@ -296,7 +297,8 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
                            {lse, f32(B * NH, T), "lse"},
                            {scratch, f32(flash_attention_backward_scratch(B, T, NH)), "scratch", true}}))
     return e;
-  return enqueue(stream, [=] { kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+  return enqueue(stream,
+                 [=] { kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, window); });
 }
 
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
