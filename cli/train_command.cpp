@@ -248,13 +248,6 @@ int run_train(const TrainOptions& opt) {
         std::to_string(in->model.max_positions) + "), which memwall does not; allowed: at most " +
         std::to_string(in->model.max_positions)));
   }
-  if (lead && in->model.sliding_window > 0 && seq > in->model.sliding_window) {
-    std::fprintf(
-        stderr,
-        "memwall: warning: model %s attends over a sliding window of %d positions; memwall trains full "
-        "causal attention over all %d, a different function past the window\n",
-        in->model.name.c_str(), in->model.sliding_window, seq);
-  }
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
   // Tokens: byte-level BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming,
   // the checkpoint) when it holds vocab.json and merges.txt or tokenizer.json; else each byte is a token.

@@ -1515,17 +1515,31 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
       << past.output;
   std::filesystem::remove_all(yarn_dir);
   std::filesystem::remove_all(yarn_hf);
-  // A Mistral window shorter than the sequence: trained as full causal attention, with a warning.
+  // A Mistral window shorter than the sequence (16 of 64 positions) trains over that window, is kept by the
+  // checkpoint, exported as Mistral's config.json, and generates the same text from either (20 new tokens:
+  // the decoder's window slides too).
+  const std::string window_dir = test_path("ckpt-window").string(),
+                    window_hf = test_path("window-hf").string();
+  std::filesystem::remove_all(window_dir);
+  std::filesystem::remove_all(window_hf);
   const CmdResult windowed =
-      memwall("train --steps 1 --eval-batches 1 --data " + data +
-              " --model llama-mini --model-set '{\"model_type\": \"mistral\", \"sliding_window\": 32, "
-              "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, "
-              "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'");
-  EXPECT_EQ(windowed.exit_code, 0) << windowed.output;
-  EXPECT_NE(windowed.output.find(
-                "sliding window of 32 positions; memwall trains full causal attention over all 64"),
-            std::string::npos)
-      << windowed.output;
+      memwall("train --steps 40 --eval-batches 1 --checkpoint-dir " + window_dir + " --data " + data +
+                  " --model llama-mini --model-set '{\"model_type\": \"mistral\", \"sliding_window\": 16, " +
+                  small.substr(0, small.size() - 2) + "}'",
+              false);
+  ASSERT_EQ(windowed.exit_code, 0) << windowed.output;
+  EXPECT_EQ(windowed.output.find("sliding window"), std::string::npos) << windowed.output;
+  std::ifstream wlf(window_dir + "/latest.json");
+  EXPECT_EQ(nlohmann::json::parse(wlf)["sliding_window"], 16);
+  ASSERT_EQ(memwall("export --checkpoint-dir " + window_dir + " --out " + window_hf).exit_code, 0);
+  std::ifstream wcf(window_hf + "/config.json");
+  const nlohmann::json window_config = nlohmann::json::parse(wcf);
+  EXPECT_EQ(window_config["model_type"], "mistral");
+  EXPECT_EQ(window_config["architectures"][0], "MistralForCausalLM");
+  EXPECT_EQ(window_config["sliding_window"], 16);
+  EXPECT_EQ(greedy_text("--weights " + window_hf, 20), greedy_text("--checkpoint-dir " + window_dir, 20));
+  std::filesystem::remove_all(window_dir);
+  std::filesystem::remove_all(window_hf);
   // Its checkpoint is not a GPT-2's.
   const CmdResult r =
       memwall("train --steps 301 --resume --checkpoint-dir " + dir + " --data " + data + " " + kTinyModel);

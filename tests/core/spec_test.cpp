@@ -59,6 +59,54 @@ TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
   EXPECT_EQ(m->norm_eps, 1e-6);
 }
 
+TEST(ModelSpec, SlidingWindowsAndTheLayersTheyApplyTo) {
+  // Mistral-7B-v0.1's config.json: 32 layers of 4096 channels, 32 query heads on 8 key/value heads, an MLP
+  // of 14336, 32000 tokens, an untied head: 7,241,732,096 parameters, its published count; every layer
+  // attends over the last 4096 positions.
+  const std::string mistral = R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+      "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+      "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": false, "hidden_act": "silu"})";
+  Diagnostics diag;
+  auto m = parse_model(mistral, "mistral-7b/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->total_params(), 7241732096.0);
+  EXPECT_EQ(m->sliding_window, 4096);
+  EXPECT_EQ(m->first_window_layer, 0);
+  // Mistral v0.2's null window: full attention.
+  std::string v02 = mistral;
+  v02.replace(v02.find("\"sliding_window\": 4096"), 22, "\"sliding_window\": null");
+  m = parse_model(v02, "mistral-7b-v0.2/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->sliding_window, 0);
+  // Qwen2 with use_sliding_window: the layers from max_window_layers on; or as layer_types lists them.
+  const std::string qwen = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "use_sliding_window": true,
+      "sliding_window": 16, )";
+  m = parse_model(qwen + R"("max_window_layers": 3})", "qwen/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->sliding_window, 16);
+  EXPECT_EQ(m->first_window_layer, 3);
+  m = parse_model(qwen + R"("max_window_layers": 4})", "qwen/config.json", diag);  // no layer has it
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->sliding_window, 0);
+  m = parse_model(qwen + R"("layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+      "sliding_attention"]})",
+                  "qwen/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->first_window_layer, 1);
+  // Windows interleaved with full layers (Gemma 2's pattern) are not a form memwall runs: one line.
+  m = parse_model(qwen + R"("layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+      "full_attention"]})",
+                  "qwen/config.json", diag);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("qwen/config.json: key 'layer_types': must list num_hidden_layers (4) "
+                                      "entries, \"full_attention\" layers then \"sliding_attention\" ones"),
+            std::string::npos)
+      << m.status().message();
+  EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+}
+
 TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
   // Llama-3.2-1B's config.json: 16 layers of 2048 channels, 32 query heads on 8 key/value heads, an MLP of
   // 8192, a vocabulary of 128256 tied to the head: 1,235,814,400 parameters, its published count.
