@@ -102,9 +102,14 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
               m.layers, m.hidden, m.heads);
   if (m.kv_heads != m.heads) std::printf(" (%d kv)", m.kv_heads);
   std::printf(", ffn %d, vocab %d, seq %d", m.ffn_hidden, m.vocab, run.memwall.sequence_length);
-  if (run.memwall.sequence_length == m.pretraining_positions() && m.pretraining_positions() < m.max_positions) {
+  if (run.memwall.sequence_length == m.pretraining_positions() &&
+      m.pretraining_positions() < m.max_positions) {
     std::printf(" (its pre-training context; rope_scaling %s stretches it to %d positions)",
                 m.rope_scaling.type.c_str(), m.max_positions);
+  }
+  if (m.sliding_window > 0 && m.sliding_window < run.memwall.sequence_length) {
+    std::printf(", attention window %d", m.sliding_window);
+    if (m.first_window_layer > 0) std::printf(" from layer %d", m.first_window_layer);
   }
   std::printf("\n");
   std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s\n",

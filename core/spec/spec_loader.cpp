@@ -935,6 +935,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"gated_mlp", m.gated_mlp},
             {"linear_bias", m.linear_bias},
             {"qkv_bias", m.qkv_bias},
+            {"sliding_window", m.sliding_window},
+            {"first_window_layer", m.first_window_layer},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

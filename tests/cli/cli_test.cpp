@@ -118,9 +118,9 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(r.exit_code, 0) << hw;
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
-  for (const char* m :
-       {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b", "llama-2-70b",
-        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+  for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
+                        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b",
+                        "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -132,6 +132,9 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
   EXPECT_NE(memwall("predict --model llama-3.1-8b")
                 .output.find("seq 8192 (its pre-training context; rope_scaling llama3 stretches it to 131072 "
                              "positions)"),
+            std::string::npos);
+  // Mistral 7B's window, shorter than its 32768 positions, is said.
+  EXPECT_NE(memwall("predict --model mistral-7b").output.find("seq 32768, attention window 4096\n"),
             std::string::npos);
   for (const char* run : {"data-parallel", "zero-2", "zero-offload", "3d-parallel", "zero-3",
                           "zero-infinity-cpu", "zero-infinity-nvme"}) {

@@ -111,6 +111,36 @@ TEST(ModelGraph, FlashAttentionSavesNoProbabilitiesAndMovesNoScores) {
   }
 }
 
+// A sliding window (Mistral 7B's 4096 at 32768 positions) leaves fused attention the key tiles each query
+// tile sees: of 256 tiles of 128, query tile i computes min(i + 1, 33) (32 tiles of window plus the one its
+// first row's first key falls in), 7920 of 65536; unfused attention computes every score. Qwen2's window
+// from layer 1 on leaves layer 0 causal.
+TEST(ModelGraph, FlashAttentionSkipsTheTilesOutsideASlidingWindow) {
+  ModelSpec m = testing::load_model_scenario("gpt2");
+  m.layers = 2;
+  m.sliding_window = 4096;
+  GraphOptions fo = options(1, 1);
+  fo.sequence_length = 32768;
+  fo.flash_attention = true;
+  std::vector<double> fractions;
+  for (const auto& o : build_model_graph(m, fo).ops) {
+    if (o.kind == OpKind::kAttention) fractions.push_back(o.exec_fraction);
+  }
+  EXPECT_EQ(fractions, (std::vector<double>{7920.0 / 65536, 7920.0 / 65536}));
+  m.first_window_layer = 1;
+  fractions.clear();
+  for (const auto& o : build_model_graph(m, fo).ops) {
+    if (o.kind == OpKind::kAttention) fractions.push_back(o.exec_fraction);
+  }
+  EXPECT_EQ(fractions, (std::vector<double>{257.0 / 512, 7920.0 / 65536}));
+  fo.flash_attention = false;
+  for (const auto& o : build_model_graph(m, fo).ops) {
+    if (o.kind == OpKind::kAttention) {
+      EXPECT_EQ(o.exec_fraction, 1) << o.name;
+    }
+  }
+}
+
 // Each op's device memory traffic (the roofline's bytes), counted by hand for GPT-2 small: 2 x 1024 tokens,
 // 16-bit activations, hidden 768, 12 heads, vocabulary 50257.
 TEST(ModelGraph, OpsCountTheDeviceMemoryTheyReadAndWrite) {

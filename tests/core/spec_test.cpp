@@ -35,6 +35,8 @@ TEST(ModelSpec, LlamaParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(load_model_scenario("llama-3.1-8b").total_params(), 8030261248.0);
   EXPECT_EQ(load_model_scenario("llama-3.2-1b").total_params(), 1235814400.0);
   EXPECT_EQ(load_model_scenario("qwen2-0.5b").total_params(), 494032768.0);
+  EXPECT_EQ(load_model_scenario("mistral-7b").total_params(), 7241732096.0);
+  EXPECT_EQ(load_model_scenario("mistral-7b").sliding_window, 4096);
   EXPECT_EQ(load_model_scenario("llama-3.1-8b").pretraining_positions(), 8192);
   EXPECT_EQ(load_model_scenario("llama-2-7b").pretraining_positions(), 4096);
 }
