@@ -105,10 +105,12 @@ BENCHMARK(BM_MatmulBF16)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->U
 
 // Causal attention forward + backward, B = 2 sequences of T tokens, 4 heads of 64 channels: the batched-GEMM
 // unfused kernels (arg 0, T x T probabilities kept) against the fused row-by-row ones (arg 1, a log-sum-exp
-// per row). GFLOP/s counts the unfused kernels' 12 B T^2 C (forward 4, backward 8; no causal discount), so
-// the two rows compare as times.
+// per row), and those over a sliding window of 256 keys (args 2 and 3: the fused ones then visit only the key
+// tiles in it). GFLOP/s counts the unfused kernels' 12 B T^2 C (forward 4, backward 8; no causal discount),
+// so the rows compare as times.
 void BM_Attention(benchmark::State& state) {
-  const bool flash = state.range(0) == 1;
+  const bool flash = state.range(0) % 2 == 1;
+  const int window = state.range(0) >= 2 ? 256 : 0;
   const int B = 2, T = static_cast<int>(state.range(1)), C = 256, NH = 4;
   const std::size_t n = static_cast<std::size_t>(B) * T;
   const auto qkv = random_floats(n * 3 * C, 9), dout = random_floats(n * C, 10);
@@ -116,19 +118,20 @@ void BM_Attention(benchmark::State& state) {
       att(static_cast<std::size_t>(B) * NH * T * (flash ? 1 : static_cast<std::size_t>(T)));
   for (auto _ : state) {
     if (flash) {
-      flash_attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-      flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
+      flash_attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+      flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH,
+                               window);
     } else {
-      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-      attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window);
     }
   }
-  state.SetLabel(flash ? "flash" : "unfused");
+  state.SetLabel(std::string(flash ? "flash" : "unfused") + (window > 0 ? ", window 256" : ""));
   state.counters["GFLOP/s"] = benchmark::Counter(
       12.0 * B * T * static_cast<double>(T) * C * static_cast<double>(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Attention)->ArgsProduct({{0, 1}, {256, 1024}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Attention)->ArgsProduct({{0, 1, 2, 3}, {256, 1024, 4096}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace memwall::kernels
