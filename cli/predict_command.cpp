@@ -101,6 +101,7 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   std::printf("model    %s: %s, %d layers, hidden %d, %d heads", m.name.c_str(), m.model_type.c_str(),
               m.layers, m.hidden, m.heads);
   if (m.kv_heads != m.heads) std::printf(" (%d kv)", m.kv_heads);
+  if (m.head_size > 0) std::printf(" of head_dim %d", m.head_size);
   std::printf(", ffn %d, vocab %d, seq %d", m.ffn_hidden, m.vocab, run.memwall.sequence_length);
   if (run.memwall.sequence_length == m.pretraining_positions() &&
       m.pretraining_positions() < m.max_positions) {

@@ -151,6 +151,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   const double T = opt.micro_batch * seq;  // tokens per rank per micro-batch
   const double hd = m.hidden;
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  const double qw = m.q_width();  // queries and the attention's output: hidden unless head_dim differs
   const double ffn = m.ffn_hidden;
   const bool ln = m.norm == NormKind::kLayerNorm;
   const bool has_norm = m.norm != NormKind::kNone;
@@ -192,17 +193,24 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
     norm_op(p + ".ln1", L);
-    // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention.
+    // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention
+    // (or heads of their own size).
     const std::vector<double> qkv =
-        kv == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{hd / mp, 2 * kv / mp};
+        kv == hd && qw == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{qw / mp, 2 * kv / mp};
     b.linear(p + ".qkv", L, hd, qkv, m.linear_bias || m.qkv_bias, tiles, /*save_output=*/true);
+    if (m.qk_norm) {
+      // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn.
+      const int w = b.param(p + ".qk_norm.w", 2.0 * m.head_dim(), L);
+      GraphOp& o = b.elementwise(p + ".qk_norm", OpKind::kLayerNorm, L, (qw + kv) / mp);
+      o.params.push_back(w);
+    }
     {
       GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
-      a.fwd_flops = 4 * T * seq * hd / mp;  // QK^T and AV (no causal discount, as the paper counts)
+      a.fwd_flops = 4 * T * seq * qw / mp;  // QK^T and AV (no causal discount, as the paper counts)
       a.bwd_flops = 2 * a.fwd_flops;
-      a.out_bytes = eb * T * hd / mp;
+      a.out_bytes = eb * T * qw / mp;
       const double S = eb * T * (m.heads / mp) * seq;
-      const double q = eb * T * hd / mp, k = eb * T * kv / mp;
+      const double q = eb * T * qw / mp, k = eb * T * kv / mp;
       if (opt.flash_attention) {
         // Fused: backward recomputes QK^T (half the forward's FLOPs) before its four GEMMs; the output and
         // an fp32 log-sum-exp per row and head are saved. Device memory as FlashAttention-2 moves it when
@@ -233,7 +241,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
       }
     }
-    b.linear(p + ".proj", L, hd / mp, {hd}, m.linear_bias, tiles, false);
+    b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     norm_op(p + ".ln2", L);
     if (m.gated_mlp) {

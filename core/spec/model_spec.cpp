@@ -68,6 +68,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   std::vector<ParamTensorGroup> t;
   const double hd = hidden;
   const double kv = static_cast<double>(kv_heads) * head_dim();
+  const double q = q_width();
   const int L = layers;
   if (vocab > 0) t.push_back({"embed.tokens", static_cast<double>(vocab), hd, 1, true});
   if (position == PositionKind::kLearned && max_positions > 0) {
@@ -77,15 +78,16 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   const bool has_norm = norm != NormKind::kNone;
   if (has_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
-  if (kv == hd) {
+  if (kv == hd && q == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
     if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
-  } else {  // grouped-query attention: separate q and kv projections
-    t.push_back({"block.attn.q.weight", hd, hd, L, true});
+  } else {  // grouped-query attention (or heads of their own size): separate q and kv projections
+    t.push_back({"block.attn.q.weight", q, hd, L, true});
     t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
-    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", hd + 2 * kv, 1, L, false});
+    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
   }
-  t.push_back({"block.attn.proj.weight", hd, hd, L, true});
+  if (qk_norm) t.push_back({"block.attn.qk_norm.weight", 2.0 * head_dim(), 1, L, false});
+  t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (has_norm) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});

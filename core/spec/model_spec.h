@@ -83,8 +83,13 @@ struct ModelSpec {
   int sliding_window = 0;     // the attention window (Mistral's sliding_window; 0: none): keys t - w < u <= t
   int first_window_layer = 0;  // the first layer attending over that window (Qwen2's max_window_layers)
   RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
+  int head_size = 0;           // head_dim where it is not hidden / heads (Qwen3's, Mistral Nemo's); 0: that
+  bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head (q_norm, k_norm) before rotary
 
-  int head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
+  // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
+  // differs).
+  int q_width() const { return heads * head_dim(); }
   // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
   // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.
   int pretraining_positions() const {

@@ -323,7 +323,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
     return r.error("model_type",
-                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, "
+                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, "
                    "zero-infinity-paper");
   }
   m.model_type = type;
@@ -372,7 +372,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
               "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
               "predict_special_tokens", "output_past", "gradient_checkpointing"});
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
     for (const char* k :
          {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
       MW_RETURN_IF_ERROR(require(r, k));
@@ -387,8 +387,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
     m.tied_embeddings = false;
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
-    // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama and Mistral:
-    // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices.
+    // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
+    // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
+    // query and key head (q_norm, k_norm).
     m.linear_bias = false;
     m.qkv_bias = type == "qwen2";
     bool attention_bias = false;
@@ -396,6 +397,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
     if (type != "qwen2") m.linear_bias = attention_bias;
+    m.qk_norm = type == "qwen3";
     if (type != "qwen2" && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
@@ -417,11 +419,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (use_window) m.sliding_window = window;
     // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28), or
     // as its layer_types lists them, full_attention layers then sliding_attention ones.
-    if (type == "qwen2") {
+    if (type == "qwen2" || type == "qwen3") {
       m.first_window_layer = 28;
       MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
     }
-    if (type == "qwen2" && j.contains("layer_types")) {
+    if ((type == "qwen2" || type == "qwen3") && j.contains("layer_types")) {
       const json& lt = j["layer_types"];
       int first = -1;  // the first sliding_attention layer
       bool ok = lt.is_array() && static_cast<int>(lt.size()) == m.layers;
@@ -449,18 +451,20 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types"});
   } else {
     return r.error("model_type", "\"" + type +
-                                     "\" is not supported; allowed: gpt2, llama, mistral, qwen2, "
+                                     "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
                                      "zero-infinity-paper");
   }
-  if (m.hidden % m.heads != 0) {
-    return Status::invalid_argument(source + ": hidden size " + std::to_string(m.hidden) +
-                                    " is not a multiple of the head count " + std::to_string(m.heads));
+  // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
+  // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
+  if (head_dim != 0 && static_cast<long long>(head_dim) * m.heads > (1LL << 26)) {
+    return r.error("head_dim", std::to_string(head_dim) + " x " + std::to_string(m.heads) +
+                                   " heads is more than 2^26 query channels");
   }
-  if (head_dim != 0 && head_dim * m.heads != m.hidden) {
-    return Status::invalid_argument(source + ": key 'head_dim': " + std::to_string(head_dim) +
-                                    " is not hidden_size / num_attention_heads (" +
-                                    std::to_string(m.hidden / m.heads) +
-                                    "); memwall models heads of hidden_size / num_attention_heads only");
+  if (head_dim != 0 && head_dim * m.heads != m.hidden) m.head_size = head_dim;
+  if (m.head_size == 0 && m.hidden % m.heads != 0) {
+    return Status::invalid_argument(source + ": hidden size " + std::to_string(m.hidden) +
+                                    " is not a multiple of the head count " + std::to_string(m.heads) +
+                                    " (and no head_dim says the heads' size)");
   }
   if (m.heads % m.kv_heads != 0) {
     return Status::invalid_argument(source + ": key value head count " + std::to_string(m.kv_heads) +
@@ -935,6 +939,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"gated_mlp", m.gated_mlp},
             {"linear_bias", m.linear_bias},
             {"qkv_bias", m.qkv_bias},
+            {"head_dim", m.head_dim()},
+            {"qk_norm", m.qk_norm},
             {"sliding_window", m.sliding_window},
             {"first_window_layer", m.first_window_layer},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"

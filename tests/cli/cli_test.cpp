@@ -120,7 +120,7 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
   }
   for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
                         "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b",
-                        "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+                        "qwen3-0.6b", "qwen3-8b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -1558,6 +1558,19 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
                                  "linear, llama3, yarn, dynamic, or none"),
             std::string::npos)
       << longrope.output;
+  // Qwen3's heads of their own size and per-head norms are predicted, not trained: one line each.
+  const CmdResult qwen3 = memwall("train --steps 1 --data " + data + " --model qwen3-0.6b");
+  EXPECT_EQ(qwen3.exit_code, 2) << qwen3.output;
+  EXPECT_NE(
+      qwen3.output.find("model qwen3-0.6b: head_dim 128 x 16 heads is not hidden_size 1024; memwall train "
+                        "runs heads of hidden_size / num_attention_heads only"),
+      std::string::npos)
+      << qwen3.output;
+  const CmdResult qwen3_8b = memwall("train --steps 1 --data " + data + " --model qwen3-8b");
+  EXPECT_EQ(qwen3_8b.exit_code, 2) << qwen3_8b.output;
+  EXPECT_NE(qwen3_8b.output.find("qwen3's per-head q_norm and k_norm are not supported by memwall train"),
+            std::string::npos)
+      << qwen3_8b.output;
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -1,6 +1,8 @@
 // ModelGraph: op order, parameter counts, tiling equivalence, tensor parallelism.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "graph/model_graph.h"
 #include "test_support.h"
 
@@ -32,12 +34,37 @@ TEST(ModelGraph, GptOpsInExecutionOrder) {
 }
 
 TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
-  for (const char* name : {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t"}) {
+  for (const char* name :
+       {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b", "qwen3-8b", "mistral-7b"}) {
     const ModelSpec m = testing::load_model_scenario(name);
     EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
     EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;
     const GraphParamStats st = graph_param_stats(m, 4, 1, 1e5);
     EXPECT_EQ(st.total_elements, m.total_params()) << name;
+  }
+}
+
+// Qwen3-0.6B's heads of their own size: queries and the attention's output are 16 x 128 = 2048 channels over
+// a hidden size of 1024, so q_proj is 2048 x 1024, o_proj 1024 x 2048 and the attention's FLOPs and bytes
+// are twice a 1024-channel attention's; q_norm and k_norm are one op of 2 x 128 weights.
+TEST(ModelGraph, HeadsOfTheirOwnSizeWidenTheAttention) {
+  const ModelSpec m = testing::load_model_scenario("qwen3-0.6b");
+  ASSERT_EQ(m.q_width(), 2048);
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  const double T = 2 * 1024;
+  std::map<std::string, double> params;
+  for (const auto& p : g.params) {
+    if (p.layer == 0) params[p.name] = p.elements;
+  }
+  EXPECT_EQ(params["L0.qkv.w0"], 2048.0 * 1024);
+  EXPECT_EQ(params["L0.qkv.w1"], 2.0 * 1024 * 1024);
+  EXPECT_EQ(params["L0.qk_norm.w"], 256.0);
+  EXPECT_EQ(params["L0.proj.w"], 1024.0 * 2048);
+  for (const auto& o : g.ops) {
+    if (o.name == "L0.attn") {
+      EXPECT_EQ(o.fwd_flops, 4 * T * 1024 * 2048);
+      EXPECT_EQ(o.out_bytes, 2 * T * 2048);
+    }
   }
 }
 

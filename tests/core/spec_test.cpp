@@ -61,6 +61,45 @@ TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
   EXPECT_EQ(m->norm_eps, 1e-6);
 }
 
+TEST(ModelSpec, Qwen3HeadsOfTheirOwnSizeAndQueryKeyNorms) {
+  // Qwen3-0.6B: 28 layers of 1024 channels, 16 query heads on 8 key/value heads of head_dim 128 (queries of
+  // 2048 channels), q_norm and k_norm of 128 each, an MLP of 3072, 151936 tokens tied to the head:
+  // 440,466,432 parameters in the blocks (its card's 0.44B non-embedding), 596,049,920 in all.
+  const ModelSpec small = load_model_scenario("qwen3-0.6b");
+  EXPECT_EQ(small.head_dim(), 128);
+  EXPECT_EQ(small.q_width(), 2048);
+  EXPECT_TRUE(small.qk_norm);
+  EXPECT_FALSE(small.qkv_bias);
+  EXPECT_EQ(small.sliding_window, 0);
+  EXPECT_EQ(small.layers * small.params_per_layer(), 440466432.0);
+  EXPECT_EQ(small.total_params(), 596049920.0);
+  // Qwen3-8B: head_dim 128 x 32 heads is its hidden size: 6,946,071,552 in the blocks (6.95B), 8.19B in all.
+  const ModelSpec big = load_model_scenario("qwen3-8b");
+  EXPECT_EQ(big.head_size, 0);
+  EXPECT_EQ(big.layers * big.params_per_layer(), 6946071552.0);
+  EXPECT_EQ(big.total_params(), 8190735360.0);
+  // Mistral Nemo's 32 heads of 128 over 5120 channels: 12,247,782,400 parameters.
+  const std::string nemo = R"({"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 14336,
+      "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 131072, "max_position_embeddings": 1024000, "rope_theta": 1000000.0,
+      "sliding_window": null, "tie_word_embeddings": false})";
+  Diagnostics diag;
+  auto m = parse_model(nemo, "nemo/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->q_width(), 4096);
+  EXPECT_FALSE(m->qk_norm);
+  EXPECT_EQ(m->total_params(), 12247782400.0);
+  // Neither head_dim nor a hidden size the heads divide: one line.
+  m = parse_model(R"({"model_type": "llama", "hidden_size": 100, "intermediate_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 3, "vocab_size": 10})",
+                  "odd/config.json", diag);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(
+      m.status().message().find("hidden size 100 is not a multiple of the head count 3 (and no head_dim"),
+      std::string::npos)
+      << m.status().message();
+}
+
 TEST(ModelSpec, SlidingWindowsAndTheLayersTheyApplyTo) {
   // Mistral-7B-v0.1's config.json: 32 layers of 4096 channels, 32 query heads on 8 key/value heads, an MLP
   // of 14336, 32000 tokens, an untied head: 7,241,732,096 parameters, its published count; every layer
