@@ -18,6 +18,7 @@
 #include "cpu/cast.h"
 #include "engine/model/import.h"
 #include "safetensors_files.h"
+#include "spec/spec_loader.h"
 #include "test_support.h"
 
 namespace memwall::model {
@@ -140,6 +141,41 @@ TEST(Import, ReadsAnExportBackByRange) {
     }
     EXPECT_EQ(got, p) << "pieces of " << piece;
   }
+}
+
+// Sliding windows survive an export and a read back: Mistral's (every layer) as MistralForCausalLM with
+// its sliding_window, Qwen2's from a layer on as use_sliding_window and max_window_layers, and none as
+// Llama's.
+TEST(Export, SlidingWindowsReadBackAsWritten) {
+  GptConfig mistral = small_llama_config(), qwen2 = small_llama_config(), plain = small_llama_config();
+  mistral.sliding_window = 4;
+  qwen2.qkv_bias = true;
+  qwen2.sliding_window = 3;
+  qwen2.first_window_layer = 1;
+  for (const GptConfig& c : {mistral, qwen2, plain}) {
+    SCOPED_TRACE(gpt_model_spec(c).model_type);
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 3);
+    const std::string dir = temp_dir("export-window");
+    ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+    Diagnostics diag;
+    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+    const GptConfig back = gpt_config_of(*spec);
+    EXPECT_EQ(back.sliding_window, c.sliding_window);
+    EXPECT_EQ(back.first_window_layer, c.first_window_layer);
+    EXPECT_EQ(spec->model_type, c.qkv_bias ? "qwen2" : c.sliding_window > 0 ? "mistral" : "llama");
+    EXPECT_TRUE(HfWeights::open(dir, back).is_ok());
+  }
+  // A window from a later layer has no Mistral form: refused, naming it.
+  GptConfig late = mistral;
+  late.first_window_layer = 1;
+  std::vector<float> p(gpt_num_params(late));
+  const Status s = export_hf(late, p.data(), temp_dir("export-late-window"));
+  EXPECT_NE(s.message().find("a sliding window from layer 1 on has no Mistral config.json form"),
+            std::string::npos)
+      << s.message();
 }
 
 // Exported in BF16 or F16: the header says so (and config.json's torch_dtype), and importing gives the
