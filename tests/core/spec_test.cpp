@@ -756,9 +756,10 @@ TEST(RunConfig, CrossFileInconsistenciesAreRejected) {
 // parameters finitely and computes its rotary frequencies.
 TEST(Specs, DamagedFilesNeverCrash) {
   const std::pair<const char*, const char*> files[] = {
-      {"models", "llama-3.1-8b"},     {"models", "gpt2"},      {"models", "qwen2-0.5b"},
-      {"runs", "zero-infinity-nvme"}, {"runs", "3d-parallel"}, {"runs", "train-gpt"},
-      {"hardware", "dgx2"},           {"hardware", "dgx-h200"}};
+      {"models", "llama-3.1-8b"}, {"models", "gpt2"},       {"models", "qwen2-0.5b"},
+      {"models", "qwen3-0.6b"},   {"models", "mistral-7b"}, {"runs", "zero-infinity-nvme"},
+      {"runs", "3d-parallel"},    {"runs", "train-gpt"},    {"hardware", "dgx2"},
+      {"hardware", "dgx-h200"}};
   const nlohmann::json odd[] = {nullptr,
                                 -1,
                                 0,
