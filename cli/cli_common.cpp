@@ -245,22 +245,6 @@ Status write_run_trace(const std::string& path, const std::string& executor, con
                           [&](trace::TraceWriter& w) { export_run_trace(s, result, 0, w); });
 }
 
-Status check_runnable_heads(const ModelSpec& m, const std::string& command) {
-  if (m.head_size > 0) {
-    return Status::invalid_argument(
-        "model " + m.name + ": head_dim " + std::to_string(m.head_size) + " x " + std::to_string(m.heads) +
-        " heads is not hidden_size " + std::to_string(m.hidden) + "; memwall " + command +
-        " runs heads of hidden_size / num_attention_heads only (predict, plan and "
-        "simulate take it)");
-  }
-  if (m.qk_norm) {
-    return Status::invalid_argument("model " + m.name + ": " + m.model_type +
-                                    "'s per-head q_norm and k_norm " + "are not supported by memwall " +
-                                    command + " (predict, plan and simulate take them)");
-  }
-  return Status::ok();
-}
-
 int report_error(const Status& status) {
   std::fprintf(stderr, "memwall: error: %s\n", status.message().c_str());
   switch (status.code()) {

@@ -86,11 +86,6 @@ Status write_run_trace(const std::string& path, const std::string& executor, con
 
 // Prints "memwall: error: <message>" and returns the exit code for the status.
 int report_error(const Status& status);
-
-// The attention memwall's models run (train, generate, calibrate): heads of hidden / heads channels and no
-// per-head query/key norm. Others (Qwen3, Mistral Nemo) are predicted and simulated, and refused here in
-// one line naming `command`.
-Status check_runnable_heads(const ModelSpec& m, const std::string& command);
 // Prints each warning as "memwall: warning: <text>" to stderr.
 void print_warnings(const Diagnostics& diag);
 

@@ -157,7 +157,7 @@ Status check_model(const ModelSpec& m) {
           where + "rope_scaling type \"" + m.rope_scaling.type +
           "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
     }
-    return check_runnable_heads(m, "train");
+    return model::check_heads(m);
   }
   if (m.gated_mlp)
     return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by memwall train");

@@ -26,11 +26,12 @@ struct XorShift {
   }
 };
 // One to three damages to `bytes` within its first `span` bytes: a byte flipped, a run of up to `max_run`
-// bytes cut out or repeated, or the rest cut off.
-inline void damage_bytes(std::string& bytes, XorShift& next, std::size_t span, std::size_t max_run) {
+// bytes cut out or repeated, the rest cut off, or (given `inserts`) one of those characters put in.
+inline void damage_bytes(std::string& bytes, XorShift& next, std::size_t span, std::size_t max_run,
+                         const std::string& inserts = "") {
   for (int e = 0, edits = 1 + static_cast<int>(next() % 3); e < edits && !bytes.empty(); ++e) {
     const std::size_t at = next() % std::min(span, bytes.size()), len = 1 + next() % max_run;
-    switch (next() % 4) {
+    switch (next() % (inserts.empty() ? 4 : 5)) {
       case 0:
         bytes[at] = static_cast<char>(next());
         break;
@@ -40,8 +41,11 @@ inline void damage_bytes(std::string& bytes, XorShift& next, std::size_t span, s
       case 2:
         bytes.insert(at, bytes.substr(at, len));
         break;
-      default:
+      case 3:
         bytes.resize(at);
+        break;
+      default:
+        bytes.insert(at, 1, inserts[next() % inserts.size()]);
         break;
     }
   }

@@ -217,16 +217,12 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         // its tiles stay on chip: forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and
         // writes dQ, dK, dV (the per-row sums and log-sum-exps are T x heads, negligible).
         a.bwd_flops += a.fwd_flops / 2;
-        // Causal: of n key tiles of 128 (FlashAttention-2's), query tile i computes i + 1; with a sliding
-        // window w (this layer's), only those from the tile holding its first row's first key, 128 i - w + 1.
-        const double key_tiles = std::ceil(seq / 128.0);
-        const int window = m.sliding_window > 0 && L >= m.first_window_layer ? m.sliding_window : 0;
-        double computed = 0;
-        for (double i = 0; i < key_tiles; ++i) {
-          const double first_key = window > 0 ? std::max(0.0, 128 * i - window + 1) : 0;
-          computed += i - std::floor(first_key / 128) + 1;
-        }
-        a.exec_fraction = computed / (key_tiles * key_tiles);
+        // Causal: of n key tiles of 128 (FlashAttention-2's), query tile i computes i + 1. With this layer's
+        // sliding window w, only those from the tile holding its first row's first key, 128 i - w + 1: i + 1
+        // while i < r = ceil((w - 1) / 128), then r + 1 each.
+        const double n = std::ceil(seq / 128.0), w = m.attention_window(L);
+        const double r = w > 0 ? std::min(n, std::ceil((w - 1) / 128)) : n;
+        a.exec_fraction = (r * (r + 1) / 2 + (n - r) * (r + 1)) / (n * n);
         a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
         a.fwd_mem_bytes = 2 * q + 2 * k;
         a.bwd_mem_bytes = 4 * q + 4 * k;

@@ -90,6 +90,10 @@ struct ModelSpec {
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
   // differs).
   int q_width() const { return heads * head_dim(); }
+  // Layer l's attention window (0: full causal attention).
+  int attention_window(int layer) const {
+    return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
+  }
   // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
   // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.
   int pretraining_positions() const {

@@ -160,7 +160,25 @@ std::size_t gpt_num_params(const GptConfig& c) {
   return layout.back().offset + layout.back().numel;
 }
 
+Status check_heads(const ModelSpec& m) {
+  if (m.head_size > 0) {
+    return Status::invalid_argument("model " + m.name + ": head_dim " + std::to_string(m.head_size) + " x " +
+                                    std::to_string(m.heads) + " heads is not hidden_size " +
+                                    std::to_string(m.hidden) +
+                                    "; memwall's models run heads of hidden_size / num_attention_heads only "
+                                    "(predict, plan and simulate take it)");
+  }
+  if (m.qk_norm) {
+    return Status::invalid_argument("model " + m.name + ": " + m.model_type +
+                                    "'s per-head q_norm and k_norm are not supported by memwall's models "
+                                    "(predict, plan and simulate take them)");
+  }
+  return Status::ok();
+}
+
 GptConfig gpt_config_of(const ModelSpec& m) {
+  const Status heads = check_heads(m);
+  MW_CHECK(heads.is_ok(), heads.message());
   GptConfig c;
   c.vocab = m.vocab;
   c.max_seq = m.max_positions;

@@ -83,8 +83,13 @@ std::size_t gpt_num_params(const GptConfig& c);
 ModelSpec gpt_model_spec(const GptConfig& c);
 // The inverse: this GPT's sizes from a model file (its vocabulary kept; memwall train replaces it with the
 // 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
-// architecture.
+// architecture, its attention with check_heads (a spec that fails it aborts here rather than become another
+// model).
 GptConfig gpt_config_of(const ModelSpec& m);
+// Whether these models run the spec's attention: heads of hidden / heads channels, no per-head query/key
+// norm. Others (Qwen3, Mistral Nemo) are predicted and simulated by the core; train, generate and calibrate
+// refuse them with this one line.
+Status check_heads(const ModelSpec& m);
 
 // Fills `out` with parameters [offset, offset + n) in gpt_param_layout order (a checkpoint, a safetensors
 // file, ...).

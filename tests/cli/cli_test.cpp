@@ -1562,13 +1562,13 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   const CmdResult qwen3 = memwall("train --steps 1 --data " + data + " --model qwen3-0.6b");
   EXPECT_EQ(qwen3.exit_code, 2) << qwen3.output;
   EXPECT_NE(
-      qwen3.output.find("model qwen3-0.6b: head_dim 128 x 16 heads is not hidden_size 1024; memwall train "
-                        "runs heads of hidden_size / num_attention_heads only"),
+      qwen3.output.find("model qwen3-0.6b: head_dim 128 x 16 heads is not hidden_size 1024; memwall's models "
+                        "run heads of hidden_size / num_attention_heads only"),
       std::string::npos)
       << qwen3.output;
   const CmdResult qwen3_8b = memwall("train --steps 1 --data " + data + " --model qwen3-8b");
   EXPECT_EQ(qwen3_8b.exit_code, 2) << qwen3_8b.output;
-  EXPECT_NE(qwen3_8b.output.find("qwen3's per-head q_norm and k_norm are not supported by memwall train"),
+  EXPECT_NE(qwen3_8b.output.find("qwen3's per-head q_norm and k_norm are not supported by memwall's models"),
             std::string::npos)
       << qwen3_8b.output;
 }

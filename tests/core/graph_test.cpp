@@ -1,6 +1,7 @@
 // ModelGraph: op order, parameter counts, tiling equivalence, tensor parallelism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "graph/model_graph.h"
@@ -60,12 +61,11 @@ TEST(ModelGraph, HeadsOfTheirOwnSizeWidenTheAttention) {
   EXPECT_EQ(params["L0.qkv.w1"], 2.0 * 1024 * 1024);
   EXPECT_EQ(params["L0.qk_norm.w"], 256.0);
   EXPECT_EQ(params["L0.proj.w"], 1024.0 * 2048);
-  for (const auto& o : g.ops) {
-    if (o.name == "L0.attn") {
-      EXPECT_EQ(o.fwd_flops, 4 * T * 1024 * 2048);
-      EXPECT_EQ(o.out_bytes, 2 * T * 2048);
-    }
-  }
+  const auto attn =
+      std::find_if(g.ops.begin(), g.ops.end(), [](const GraphOp& o) { return o.name == "L0.attn"; });
+  ASSERT_NE(attn, g.ops.end());
+  EXPECT_EQ(attn->fwd_flops, 4 * T * 1024 * 2048);
+  EXPECT_EQ(attn->out_bytes, 2 * T * 2048);
 }
 
 TEST(ModelGraph, TilingKeepsFlopsAndBytesAndDividesTheLargestOp) {

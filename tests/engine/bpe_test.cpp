@@ -497,27 +497,7 @@ TEST(Bpe, DamagedTokenizerFilesNeverCrash) {
       m = "#version: 0.2\n" + keys[next() % keys.size()] + " " + keys[next() % keys.size()] + "\n" + merges;
     }
     std::string& target = c % 3 == 0 ? v : c % 3 == 1 ? m : j;
-    for (int k = 0, edits = c >= 300 ? 0 : 1 + static_cast<int>(next() % 3); k < edits && !target.empty();
-         ++k) {
-      const std::size_t at = next() % target.size(), len = 1 + next() % 40;
-      switch (next() % 5) {
-        case 0:
-          target[at] = static_cast<char>(next());
-          break;
-        case 1:
-          target.erase(at, len);
-          break;
-        case 2:
-          target.insert(at, target.substr(at, len));
-          break;
-        case 3:
-          target.resize(at);
-          break;
-        default:
-          target.insert(at, 1, "{}[]\",:0 \n\\"[next() % 11]);
-          break;
-      }
-    }
+    if (c < 300) testing::damage_bytes(target, next, std::string::npos, 40, "{}[]\",:0 \n\\");
     auto t = c % 3 == 2 && c < 300 ? BpeTokenizer::parse_tokenizer_json(j, "hf")
                                    : BpeTokenizer::parse(v, m, "mem");
     if (!t.is_ok()) {
