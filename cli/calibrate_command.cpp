@@ -282,7 +282,6 @@ Result<GpuRates> gpu_rates(int, int) {
 // so).
 Result<double> train_rate(const ModelSpec& m, int batch, int seq, int steps, bool cuda, int gpu,
                           double hbm_Bps, std::vector<std::string>& warnings) {
-  MW_RETURN_IF_ERROR(model::check_heads(m));
   model::GptConfig c = model::gpt_config_of(m);
   c.vocab = 256;  // as memwall train: byte tokens
   const int T = seq > 0 ? seq : m.max_positions;

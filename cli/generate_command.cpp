@@ -97,7 +97,6 @@ int run_generate(const GenerateOptions& opt) {
     Diagnostics diag;
     auto spec = load_model_arg(opt.weights + "/config.json", diag);
     if (!spec.is_ok()) return report_error(spec.status());
-    if (Status s = model::check_heads(*spec); !s.is_ok()) return report_error(s);
     c = model::gpt_config_of(*spec);
     auto w = model::HfWeights::open(opt.weights, c);
     if (!w.is_ok()) return report_error(w.status());

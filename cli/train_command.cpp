@@ -157,7 +157,7 @@ Status check_model(const ModelSpec& m) {
           where + "rope_scaling type \"" + m.rope_scaling.type +
           "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
     }
-    return model::check_heads(m);
+    return Status::ok();
   }
   if (m.gated_mlp)
     return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by memwall train");
@@ -482,11 +482,14 @@ int run_train(const TrainOptions& opt) {
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
-        c.llama() ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads, %s head%s; ",
-                              c.ffn_width(), c.kv_head_count(), c.tied ? "tied" : "untied",
-                              c.qkv_bias ? ", q/k/v biases" : "")
-                        .c_str()
-                  : "",
+        c.llama()
+            ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads%s, %s head%s%s; ",
+                        c.ffn_width(), c.kv_head_count(),
+                        c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
+                        c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
+                        c.qk_norm ? ", per-head q/k norms" : "")
+                  .c_str()
+            : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr
             ? strprintf("%s BPE vocabulary of %d", train::pre_tokenizer_name(bpe->pre_tokenizer()), c.vocab)

@@ -447,6 +447,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
+    if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types"});
   } else {

@@ -98,8 +98,15 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
   if (c.llama()) {
-    // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 says which layers.
-    const bool mistral = !c.qkv_bias && c.sliding_window > 0;
+    // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
+    // layers. Qwen3 is the shape with per-head query and key norms.
+    const bool qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
+    const bool mistral = !qwen && c.sliding_window > 0;
+    if (qwen3 && c.qkv_bias) {
+      return Status::invalid_argument(dir +
+                                      ": q, k and v biases with per-head q/k norms have no Qwen3 "
+                                      "config.json form (its attention_bias puts biases on o_proj too)");
+    }
     if (mistral && c.first_window_layer > 0) {
       return Status::invalid_argument(dir + ": a sliding window from layer " +
                                       std::to_string(c.first_window_layer) +
@@ -107,12 +114,14 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
     }
     nlohmann::ordered_json config = {
         {"architectures",
-         {c.qkv_bias ? "Qwen2ForCausalLM"
-          : mistral  ? "MistralForCausalLM"
-                     : "LlamaForCausalLM"}},
-        {"model_type", c.qkv_bias ? "qwen2"
-                       : mistral  ? "mistral"
-                                  : "llama"},
+         {qwen3     ? "Qwen3ForCausalLM"
+          : qwen2   ? "Qwen2ForCausalLM"
+          : mistral ? "MistralForCausalLM"
+                    : "LlamaForCausalLM"}},
+        {"model_type", qwen3     ? "qwen3"
+                       : qwen2   ? "qwen2"
+                       : mistral ? "mistral"
+                                 : "llama"},
         {"vocab_size", c.vocab},
         {"max_position_embeddings", c.max_seq},
         {"hidden_size", c.channels},
@@ -129,8 +138,10 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
         {"tie_word_embeddings", c.tied},
         {"torch_dtype", torch_dtype},
     };
+    // Qwen3's config defaults head_dim to 128: always written for it; for others where it is not C / heads.
+    if (qwen3 || c.head_dim > 0) config["head_dim"] = c.head_size();
     if (mistral) config["sliding_window"] = c.sliding_window;
-    if (c.qkv_bias) {
+    if (qwen) {
       config["use_sliding_window"] = c.sliding_window > 0;
       config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
       config["max_window_layers"] = c.sliding_window > 0 ? c.first_window_layer : c.layers;

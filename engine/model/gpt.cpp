@@ -23,7 +23,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
       return Status::invalid_argument(std::string("model: ") + name + " must be >= 1, got " +
                                       std::to_string(v));
   }
-  if (c.channels % c.heads != 0) {
+  if (c.head_dim < 0) {
+    return Status::invalid_argument("model: head_dim must be >= 0 (0: channels / heads), got " +
+                                    std::to_string(c.head_dim));
+  }
+  if (c.head_dim == 0 && c.channels % c.heads != 0) {
     return Status::invalid_argument("model: channels (" + std::to_string(c.channels) +
                                     ") must be divisible by heads (" + std::to_string(c.heads) + ")");
   }
@@ -42,10 +46,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
-        c.sliding_window != 0) {
+        c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm) {
       return Status::invalid_argument(
-          "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, a tied head and full attention; allowed: "
-          "the Llama shape for others");
+          "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
+          "full attention; allowed: the Llama shape for others");
     }
     return Status::ok();
   }
@@ -55,7 +59,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (c.head_size() % 2 != 0) {
     return Status::invalid_argument("model: rotary positions need an even head size, got " +
-                                    std::to_string(c.head_size()) + " (channels / heads)");
+                                    std::to_string(c.head_size()) +
+                                    (c.head_dim > 0 ? " (head_dim)" : " (channels / heads)"));
   }
   if (!(c.rope_theta > 1.0) || !(c.norm_eps > 0.0)) {
     return Status::invalid_argument("model: rope_theta must be > 1 and norm_eps > 0");
@@ -85,7 +90,8 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   std::vector<std::pair<const char*, int>> rows = {
       {c.llama() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
   if (c.llama()) {
-    if (c.kv_head_count() != c.heads) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
+    if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
+    if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
     rows.push_back({"the MLP's inner size", c.ffn_width()});
     if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   }
@@ -109,21 +115,25 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   };
   const int C = c.channels;
   if (c.llama()) {
-    const int kv = c.kv_width(), F = c.ffn_width();
+    const int kv = c.kv_width(), F = c.ffn_width(), Q = c.q_width(), hs = c.head_size();
     add("model.embed_tokens.weight", {c.vocab, C});
     for (int l = 0; l < c.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
       add(h + "input_layernorm.weight", {C});
       // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
-      add(h + "self_attn.q_proj.weight", {C, C});
+      add(h + "self_attn.q_proj.weight", {Q, C});
       add(h + "self_attn.k_proj.weight", {kv, C});
       add(h + "self_attn.v_proj.weight", {kv, C});
       if (c.qkv_bias) {  // back to back too
-        add(h + "self_attn.q_proj.bias", {C});
+        add(h + "self_attn.q_proj.bias", {Q});
         add(h + "self_attn.k_proj.bias", {kv});
         add(h + "self_attn.v_proj.bias", {kv});
       }
-      add(h + "self_attn.o_proj.weight", {C, C});
+      if (c.qk_norm) {  // back to back: the graph's one qk_norm weight
+        add(h + "self_attn.q_norm.weight", {hs});
+        add(h + "self_attn.k_norm.weight", {hs});
+      }
+      add(h + "self_attn.o_proj.weight", {C, Q});
       add(h + "post_attention_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
@@ -160,25 +170,7 @@ std::size_t gpt_num_params(const GptConfig& c) {
   return layout.back().offset + layout.back().numel;
 }
 
-Status check_heads(const ModelSpec& m) {
-  if (m.head_size > 0) {
-    return Status::invalid_argument("model " + m.name + ": head_dim " + std::to_string(m.head_size) + " x " +
-                                    std::to_string(m.heads) + " heads is not hidden_size " +
-                                    std::to_string(m.hidden) +
-                                    "; memwall's models run heads of hidden_size / num_attention_heads only "
-                                    "(predict, plan and simulate take it)");
-  }
-  if (m.qk_norm) {
-    return Status::invalid_argument("model " + m.name + ": " + m.model_type +
-                                    "'s per-head q_norm and k_norm are not supported by memwall's models "
-                                    "(predict, plan and simulate take them)");
-  }
-  return Status::ok();
-}
-
 GptConfig gpt_config_of(const ModelSpec& m) {
-  const Status heads = check_heads(m);
-  MW_CHECK(heads.is_ok(), heads.message());
   GptConfig c;
   c.vocab = m.vocab;
   c.max_seq = m.max_positions;
@@ -196,6 +188,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.rope_scaling = m.rope_scaling;
     c.sliding_window = m.sliding_window;
     c.first_window_layer = m.first_window_layer;
+    c.head_dim = m.head_size;
+    c.qk_norm = m.qk_norm;
   }
   return c;
 }
@@ -227,7 +221,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.qkv_bias ? "qwen2" : (c.sliding_window > 0 ? "mistral" : "llama");
+    m.model_type = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : (c.sliding_window > 0 ? "mistral" : "llama");
     m.kv_heads = c.kv_head_count();
     m.ffn_hidden = c.ffn_width();
     m.tied_embeddings = c.tied;
@@ -241,6 +235,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_scaling = c.rope_scaling;
     m.sliding_window = c.sliding_window;
     m.first_window_layer = c.first_window_layer;
+    m.head_size = c.head_dim;
+    m.qk_norm = c.qk_norm;
   }
   return m;
 }
@@ -282,6 +278,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"qkv.b", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
       {"qkv.b0", {"self_attn.q_proj"}},
       {"qkv.b1", {"self_attn.k_proj", "self_attn.v_proj"}},
+      {"qk_norm.w", {"self_attn.q_norm", "self_attn.k_norm"}},
       {"proj.w", {"self_attn.o_proj"}},
       {"fc1.w0", {"mlp.gate_proj"}},
       {"fc1.w1", {"mlp.up_proj"}},
@@ -403,8 +400,9 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
   MW_CHECK(slices.is_ok(), slices.status().message());
   out.slices = std::move(slices).value();
   const std::map<std::string, GptRole> roles = {
-      {"ln1", GptRole::kLn1}, {"qkv", GptRole::kQkv}, {"attn", GptRole::kAttn}, {"proj", GptRole::kProj},
-      {"ln2", GptRole::kLn2}, {"fc1", GptRole::kFc1}, {"gelu", GptRole::kGelu}, {"fc2", GptRole::kFc2}};
+      {"ln1", GptRole::kLn1},   {"qkv", GptRole::kQkv},   {"qk_norm", GptRole::kQkNorm},
+      {"attn", GptRole::kAttn}, {"proj", GptRole::kProj}, {"ln2", GptRole::kLn2},
+      {"fc1", GptRole::kFc1},   {"gelu", GptRole::kGelu}, {"fc2", GptRole::kFc2}};
   for (const auto& op : out.graph.ops) {
     GptOp o{GptRole::kEmbed, op.layer, op.tile, op.tiles};
     std::string name = op.name.substr(0, op.name.find('['));
@@ -468,7 +466,7 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
   };
   switch (o.role) {
     case GptRole::kQkv:
-      return c.kv_head_count() == c.heads ? one(c.qkv_width()) : two(C, 2 * c.kv_width());
+      return c.split_qkv() ? two(c.q_width(), 2 * c.kv_width()) : one(c.qkv_width());
     case GptRole::kFc1:
       return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
     case GptRole::kHead:  // no bias
@@ -488,15 +486,21 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   info_ = std::move(gg.ops);
   const std::size_t N = static_cast<std::size_t>(B) * T, C = static_cast<std::size_t>(c.channels);
   const auto Wq = static_cast<std::size_t>(c.qkv_width()), Wf = static_cast<std::size_t>(c.fc_width()),
-             F = static_cast<std::size_t>(c.ffn_width());
+             F = static_cast<std::size_t>(c.ffn_width()), Q = static_cast<std::size_t>(c.q_width());
   const std::size_t att = static_cast<std::size_t>(B) * c.heads * T * (flash_attention ? 1 : T);
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {
     v.assign(static_cast<std::size_t>(count), std::vector<float>(n));
   };
   per_layer(resid_, N * C, c.layers + 1);
-  for (auto* v : {&ln1_, &atty_, &res1_, &ln2_}) per_layer(*v, N * C, c.layers);
+  for (auto* v : {&ln1_, &res1_, &ln2_}) per_layer(*v, N * C, c.layers);
+  per_layer(atty_, N * Q, c.layers);
   for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, c.layers);
   per_layer(qkv_, N * Wq, c.layers);
+  if (c.qk_norm) {
+    per_layer(qkn_, N * Wq, c.layers);
+    per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), c.layers);
+    dqkn_.resize(N * Wq);
+  }
   per_layer(att_, att, c.layers);
   per_layer(fc_, N * Wf, c.layers);
   per_layer(gel_, N * F, c.layers);
@@ -505,14 +509,15 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   rf_.resize(N);
   logits_.resize(N * static_cast<std::size_t>(c.vocab));
   probs_.resize(logits_.size());
-  for (auto* v : {&dx_, &dres_, &dln_, &datty_}) v->resize(N * C);
+  for (auto* v : {&dx_, &dres_, &dln_}) v->resize(N * C);
+  datty_.resize(N * Q);
   dqkv_.resize(N * Wq);
   dfc_.resize(N * Wf);
   dgel_.resize(N * F);
   dlogits_.resize(logits_.size());
   if (c.llama()) {
-    qf_.resize(N * 3 * C);
-    dqf_.resize(N * 3 * C);
+    qf_.resize(N * 3 * Q);
+    dqf_.resize(N * 3 * Q);
     rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
     rope_sin_.resize(rope_cos_.size());
     k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
@@ -631,18 +636,18 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
 }
 
 void GptModel::expand_qkv(const float* qkv) {
-  const int N = B_ * T_, C = c_.channels;
-  k::repeat_kv(qf_.data(), qkv, N, C, c_.heads, c_.kv_head_count());
-  // q and k: 2 x heads heads of hs from the start of each 3C row.
-  k::rope_apply(qf_.data(), B_, T_, 3 * C, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
+  const int N = B_ * T_, Q = c_.q_width();
+  k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
+  // q and k: 2 x heads heads of hs from the start of each 3Q row.
+  k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
                 false);
 }
 
 void GptModel::collapse_dqkv() {
-  const int N = B_ * T_, C = c_.channels;
-  k::rope_apply(dqf_.data(), B_, T_, 3 * C, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
+  const int N = B_ * T_, Q = c_.q_width();
+  k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
                 true);
-  k::sum_kv(dqkv_.data(), dqf_.data(), N, C, c_.heads, c_.kv_head_count());
+  k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
 
 void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
@@ -670,7 +675,7 @@ bool GptModel::bf16_weight(int op, int k) const {
 
 void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* const* p16) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
@@ -687,23 +692,27 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kQkv:
       linear(qkv_[l].data(), c_.qkv_width(), ln1_[l].data(), C, nullptr);
       break;
+    case Role::kQkNorm:
+      k::head_rmsnorm_forward(qkn_[l].data(), rqk_[l].data(), qkv_[l].data(), p[0], N, c_.qkv_width(),
+                              c_.heads, c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps));
+      break;
     case Role::kAttn: {
-      const float* qkv = qkv_[l].data();
+      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
       if (c_.llama()) {
         expand_qkv(qkv);
         qkv = qf_.data();
       }
       if (flash_) {
-        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads,
+        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
                                    c_.attention_window(l));
       } else {
-        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, C, c_.heads,
+        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
                              c_.attention_window(l));
       }
       break;
     }
     case Role::kProj:
-      linear(res1_[l].data(), C, atty_[l].data(), C, resid_[l].data());
+      linear(res1_[l].data(), C, atty_[l].data(), Q, resid_[l].data());
       break;
     case Role::kLn2:
       norm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p);
@@ -735,7 +744,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
 
 void GptModel::backward_op(int op, const float* const* p, float* const* g, const std::uint16_t* const* p16) {
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
@@ -785,11 +794,11 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         zero(datty_);
         dx_ = dres_;  // the attention's residual branch
       }
-      linear(datty_.data(), dres_.data(), C, atty_[l].data(), C);
+      linear(datty_.data(), dres_.data(), C, atty_[l].data(), Q);
       break;
     case Role::kAttn: {
       // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
-      const float* qkv = qkv_[l].data();
+      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
       float* dqkv = dqkv_.data();
       if (c_.llama()) {
         expand_qkv(qkv);
@@ -800,15 +809,20 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         zero(dqkv_);
       }
       if (flash_) {
-        k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, C,
+        k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, Q,
                                     c_.heads, c_.attention_window(l));
       } else {
-        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, C, c_.heads,
+        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l));
       }
       if (c_.llama()) collapse_dqkv();
       break;
     }
+    case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
+      dqkn_ = dqkv_;
+      k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[l].data(), p[0], rqk_[l].data(), N,
+                               c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size());
+      break;
     case Role::kQkv:
       if (first_tile) zero(dln_);
       linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[l].data(), C);

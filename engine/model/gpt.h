@@ -2,7 +2,8 @@
 // multi-head attention, residual, layernorm, GELU MLP, residual); a final layernorm; an LM head tied to the
 // token embedding; mean softmax cross-entropy. Or (GptArch::kLlama) the Llama shape: token embedding only,
 // RMSNorm, rotary positions applied to queries and keys, grouped-query attention, a SwiGLU MLP (gate, up,
-// down), no biases (or Qwen2's on q, k and v), the head tied or not.
+// down), no biases (or Qwen2's on q, k and v), the head tied or not; heads of their own width (head_dim) and
+// Qwen3's RMSNorm of each query and key head before the rotary turn.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -28,7 +29,7 @@ struct GptConfig {
   int max_seq = 256;  // positions in wpe (the longest sequence with rotary positions)
   int layers = 2;     // L
   int heads = 4;      // NH
-  int channels = 64;  // C, divisible by heads
+  int channels = 64;  // C, divisible by heads unless head_dim is given
   // The Llama shape's own sizes (GPT-2 has kv_heads = heads, ffn = 4C, a tied head).
   GptArch arch = GptArch::kGpt2;
   int kv_heads = 0;            // key/value heads (0: heads); heads is a multiple of it
@@ -40,13 +41,18 @@ struct GptConfig {
   RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (a supported type; none by default)
   int sliding_window = 0;      // attention window (Mistral's): query t sees keys t - w < u <= t; 0: all
   int first_window_layer = 0;  // layers from this one on attend over the window (Qwen2's max_window_layers)
+  int head_dim = 0;            // a head's width where it is not channels / heads (Qwen3's); 0: that
+  bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head before rotary (q_norm, k_norm)
 
   bool llama() const { return arch == GptArch::kLlama; }
-  int head_size() const { return channels / heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
+  int q_width() const { return heads * head_size(); }             // of Q, and of the attention's output
   int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
-  int qkv_width() const { return channels + 2 * kv_width(); }       // the qkv linear's output
+  int qkv_width() const { return q_width() + 2 * kv_width(); }  // the qkv linear's output
+  // Whether the qkv linear is two matrices (q, and k with v) in the graph: unless all three are C wide.
+  bool split_qkv() const { return kv_width() != channels || q_width() != channels; }
   int fc_width() const { return (llama() ? 2 : 1) * ffn_width(); }  // fc1's output (gate and up)
   // The rotary frequencies of the head's head_size() / 2 pairs (rope_theta and rope_scaling).
   std::vector<double> rope_inv_freq() const {
@@ -60,9 +66,9 @@ struct GptConfig {
   }
 };
 
-// Rejects non-positive sizes, channels not divisible by heads and seq > max_seq, naming the field; for the
-// Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for GPT-2 the Llama
-// shape's fields other than their GPT-2 values.
+// Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
+// the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
+// GPT-2 the Llama shape's fields other than their GPT-2 values.
 Status validate(const GptConfig& c, int batch, int seq);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
@@ -83,13 +89,8 @@ std::size_t gpt_num_params(const GptConfig& c);
 ModelSpec gpt_model_spec(const GptConfig& c);
 // The inverse: this GPT's sizes from a model file (its vocabulary kept; memwall train replaces it with the
 // 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
-// architecture, its attention with check_heads (a spec that fails it aborts here rather than become another
-// model).
+// architecture.
 GptConfig gpt_config_of(const ModelSpec& m);
-// Whether these models run the spec's attention: heads of hidden / heads channels, no per-head query/key
-// norm. Others (Qwen3, Mistral Nemo) are predicted and simulated by the core; train, generate and calibrate
-// refuse them with this one line.
-Status check_heads(const ModelSpec& m);
 
 // Fills `out` with parameters [offset, offset + n) in gpt_param_layout order (a checkpoint, a safetensors
 // file, ...).
@@ -119,7 +120,21 @@ void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size
 
 // What each op of the model's graph does: its role, layer, and (for a tiled linear) which slice of the
 // output features it computes.
-enum class GptRole { kEmbed, kLn1, kQkv, kAttn, kProj, kLn2, kFc1, kGelu, kFc2, kFinalNorm, kHead, kLoss };
+enum class GptRole {
+  kEmbed,
+  kLn1,
+  kQkv,
+  kQkNorm,
+  kAttn,
+  kProj,
+  kLn2,
+  kFc1,
+  kGelu,
+  kFc2,
+  kFinalNorm,
+  kHead,
+  kLoss
+};
 struct GptOp {
   GptRole role = GptRole::kEmbed;
   int layer = 0, tile = 0, tiles = 1;
@@ -239,9 +254,10 @@ class GptModel {
   // Per layer: the block's input (resid[l]), then everything its backward needs (att_: the probabilities,
   // or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
+  std::vector<std::vector<float>> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, their rstd
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
   // Gradient scratch, reused across layers.
-  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dfc_, dgel_, dlogits_;
+  std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
   std::vector<float> rope_cos_, rope_sin_;  // its rotary angles' cosines and sines, [T][head size / 2]
   std::vector<const float*> p_;

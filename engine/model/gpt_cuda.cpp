@@ -42,11 +42,10 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
-  if (flash_attention && c.channels / c.heads > 128) {
+  if (flash_attention && c.head_size() > 128) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 128 channels (" +
-        std::to_string(c.channels) + " / " + std::to_string(c.heads) +
-        " heads here); allowed: \"unfused\", or more heads");
+        std::to_string(c.head_size()) + " here); allowed: \"unfused\", or more heads");
   }
   std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
   m->bf16_ = bf16_matmuls;
@@ -114,7 +113,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   const std::size_t C = static_cast<std::size_t>(c_.channels), L = static_cast<std::size_t>(c_.layers);
   const std::size_t V = static_cast<std::size_t>(c_.vocab), Wq = static_cast<std::size_t>(c_.qkv_width()),
                     Wf = static_cast<std::size_t>(c_.fc_width()),
-                    F = static_cast<std::size_t>(c_.ffn_width());
+                    F = static_cast<std::size_t>(c_.ffn_width()), Q = static_cast<std::size_t>(c_.q_width());
   const std::size_t att = static_cast<std::size_t>(B_) * static_cast<std::size_t>(c_.heads) *
                           static_cast<std::size_t>(T_) * (flash_ ? 1 : static_cast<std::size_t>(T_));
   auto per_layer = [&](std::vector<float*>& v, std::size_t n, std::size_t count, const char* what) {
@@ -126,7 +125,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   const auto S = static_cast<std::size_t>(slots_);
   per_layer(resid_, N * C, L + 1, "residual stream");
   per_layer(ln1_, N * C, S, "ln1 output");
-  per_layer(atty_, N * C, S, "attention output");
+  per_layer(atty_, N * Q, S, "attention output");
   per_layer(res1_, N * C, S, "attention residual");
   per_layer(ln2_, N * C, S, "ln2 output");
   per_layer(m1_, N, S, "ln1 mean");
@@ -134,6 +133,11 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
   per_layer(qkv_, N * Wq, S, "qkv");
+  if (c_.qk_norm) {
+    per_layer(qkn_, N * Wq, S, "qkv with normed heads");
+    per_layer(rqk_, N * static_cast<std::size_t>(c_.heads + c_.kv_head_count()), S, "head norms' rstd");
+    dqkn_ = buf(N * Wq, "dqkv of normed heads");
+  }
   per_layer(att_, att, S, flash_ ? "attention log-sum-exps" : "attention probabilities");
   per_layer(fc_, N * Wf, S, "fc1 output");
   per_layer(gel_, N * F, S, c_.llama() ? "swiglu output" : "gelu output");
@@ -146,7 +150,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dx_ = buf(N * C, "dx");
   dres_ = buf(N * C, "dresidual");
   dln_ = buf(N * C, "dln");
-  datty_ = buf(N * C, "dattention");
+  datty_ = buf(N * Q, "dattention");
   dqkv_ = buf(N * Wq, "dqkv");
   dfc_ = buf(N * Wf, "dfc");
   dgel_ = buf(N * F, c_.llama() ? "dswiglu" : "dgelu");
@@ -156,19 +160,19 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
   if (tiling > 1 || c_.llama()) tile_ = buf(N * widest, "tile");
   if (c_.llama()) {
-    qf_ = buf(N * 3 * C, "rotated qkv");
-    dqf_ = buf(N * 3 * C, "rotated dqkv");
+    qf_ = buf(N * 3 * Q, "rotated qkv");
+    dqf_ = buf(N * 3 * Q, "rotated dqkv");
     const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2);
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
   }
   scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
-                        : std::max(kc::attention_forward_scratch(B_, T_, c_.channels),
-                                   kc::attention_backward_scratch(B_, T_, c_.channels, c_.heads)),
+                        : std::max(kc::attention_forward_scratch(B_, T_, c_.q_width()),
+                                   kc::attention_backward_scratch(B_, T_, c_.q_width(), c_.heads)),
                  "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
-  if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C or F), weight and output gradient
-    const std::size_t in = std::max(4 * C, F);
+  if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C, F or Q), weight, output gradient
+    const std::size_t in = std::max({4 * C, F, Q});
     b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * in + 1) / 2, "bf16 GEMM input"));
     b16_w_ = reinterpret_cast<std::uint16_t*>(buf((widest * in + 1) / 2, "bf16 GEMM weight"));
     b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
@@ -325,19 +329,19 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
 }
 
 Status CudaGptModel::expand_qkv(const float* qkv) {
-  const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
+  const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
-  MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, C, c_.heads, c_.kv_head_count(), s), "repeat kv"));
-  // q and k: 2 x heads heads of hs from the start of each 3C row.
-  return check(kc::rope_apply(qf_, B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_, rope_sin_, false, s), "rope");
+  MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
+  // q and k: 2 x heads heads of hs from the start of each 3Q row.
+  return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_, rope_sin_, false, s), "rope");
 }
 
 Status CudaGptModel::collapse_dqkv() {
-  const int N = B_ * T_, C = c_.channels, hs = c_.head_size();
+  const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(
-      kc::rope_apply(dqf_, B_, T_, 3 * C, 2 * c_.heads, hs, rope_cos_, rope_sin_, true, s), "rope bwd"));
-  return check(kc::sum_kv(dqkv_, dqf_, N, C, c_.heads, c_.kv_head_count(), s), "sum kv");
+      kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_, rope_sin_, true, s), "rope bwd"));
+  return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
 bool CudaGptModel::bf16_weight(int op, int k) const {
@@ -364,7 +368,7 @@ Status CudaGptModel::run_op(int op, bool backward, const float* const* p, float*
 
 Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
@@ -382,23 +386,28 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:
       return linear(qkv_[a], c_.qkv_width(), ln1_[a], C, nullptr);
+    case GptRole::kQkNorm:
+      return check(
+          kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.heads,
+                                   c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps), s),
+          "head rmsnorm");
     case GptRole::kAttn: {
-      const float* qkv = qkv_[a];
+      const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       if (c_.llama()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv));
         qkv = qf_;
       }
       if (flash_) {
-        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, C, c_.heads, s,
+        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
                                                  c_.attention_window(l)),
                      "flash attention");
       }
-      return check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, C, c_.heads, bf16_, scratch_,
+      return check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_,
                                          s, c_.attention_window(l)),
                    "attention");
     }
     case GptRole::kProj:
-      return linear(res1_[a], C, atty_[a], C, resid_[l]);
+      return linear(res1_[a], C, atty_[a], Q, resid_[l]);
     case GptRole::kLn2:
       return norm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p);
     case GptRole::kFc1:
@@ -420,12 +429,13 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
 
 Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* const* g) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
-  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width();
+  const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t n = static_cast<std::size_t>(N), nc = n * static_cast<std::size_t>(C),
-                    nf = n * static_cast<std::size_t>(F), nv = n * static_cast<std::size_t>(c_.vocab);
+                    nq = n * static_cast<std::size_t>(Q), nf = n * static_cast<std::size_t>(F),
+                    nv = n * static_cast<std::size_t>(c_.vocab);
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
@@ -460,29 +470,34 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return norm_backward(dres_, g, dln_, res1_[a], p, m2_[a], r2_[a]);
     case GptRole::kProj:
       if (first_tile) {
-        MW_RETURN_IF_ERROR(zero(datty_, nc));
+        MW_RETURN_IF_ERROR(zero(datty_, nq));
         MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
       }
-      return linear(datty_, dres_, C, atty_[a], C);
+      return linear(datty_, dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
       // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
-      const float* qkv = qkv_[a];
+      const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
       if (c_.llama()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv));
         qkv = qf_;
         dqkv = dqf_;
       }
-      MW_RETURN_IF_ERROR(zero(dqkv, nc * 3));
-      Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, C,
+      MW_RETURN_IF_ERROR(zero(dqkv, nq * 3));
+      Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
                                                               c_.heads, scratch_, s, c_.attention_window(l)),
                                  "flash attention bwd")
-                         : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, C,
+                         : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q,
                                                         c_.heads, bf16_, scratch_, s, c_.attention_window(l)),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
       return c_.llama() ? collapse_dqkv() : Status::ok();
     }
+    case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
+      MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
+      return check(kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(),
+                                             c_.heads, c_.kv_head_count(), c_.head_size(), s),
+                   "head rmsnorm bwd");
     case GptRole::kQkv:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);

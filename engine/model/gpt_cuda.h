@@ -106,6 +106,8 @@ class CudaGptModel {
   const std::uint16_t* const* p16_ = nullptr;  // the running op's bf16 parameters, when the caller gave them
   int *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
+  std::vector<float*> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, and their rstd
+  float* dqkn_ = nullptr;          // and the normed heads' gradient (one layer's)
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,
         *losses_ = nullptr;
   float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,

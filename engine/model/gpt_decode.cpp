@@ -21,7 +21,8 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params)
   x_.resize(T * C);
   ln_.resize(T * C);
   qkv_.resize(T * static_cast<std::size_t>(c.qkv_width()));
-  y_.resize(T * C);
+  y_.resize(T * static_cast<std::size_t>(std::max(c.channels, c.q_width())));  // attention's, MLP's output
+  if (c.qk_norm) rqk_.resize(T * static_cast<std::size_t>(c.heads + c.kv_head_count()));
   fc_.resize(T * static_cast<std::size_t>(c.fc_width()));
   gel_.resize(T * F);
   mean_.resize(T);
@@ -43,10 +44,12 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     }
   }
   const bool llama = c_.llama();
-  const int C = c_.channels, F = c_.ffn_width(), hs = c_.head_size(), kv = c_.kv_width(), Wq = c_.qkv_width();
+  const int C = c_.channels, F = c_.ffn_width(), hs = c_.head_size(), kv = c_.kv_width(), Wq = c_.qkv_width(),
+            Q = c_.q_width();
   const int group = c_.heads / c_.kv_head_count();
   const auto Cz = static_cast<std::size_t>(C), KVz = static_cast<std::size_t>(kv),
-             Wqz = static_cast<std::size_t>(Wq), rows = static_cast<std::size_t>(n);
+             Wqz = static_cast<std::size_t>(Wq), Qz = static_cast<std::size_t>(Q),
+             rows = static_cast<std::size_t>(n);
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
   const auto bias = [&](std::size_t i) { return llama ? nullptr : at(i); };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
@@ -64,13 +67,14 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
-  // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [C + 2 kv, C] matrix), o, post norm,
+  // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [Q + 2 kv, C] matrix), o, post norm,
   // gate, up (one [2F, C] matrix), down.
-  // Qwen2's q, k and v biases (back to back, one [C + 2 kv] vector) follow v_proj.
-  const std::size_t qb = c_.qkv_bias ? 3 : 0;
-  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb : 12;
-  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb : 4, ln2_w = llama ? 5 + qb : 6,
-                    fc_w = llama ? 6 + qb : 8, down_w = llama ? 8 + qb : 10;
+  // Qwen2's q, k and v biases (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms
+  // (one [2 hs] vector).
+  const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0;
+  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb + qn : 12;
+  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4, ln2_w = llama ? 5 + qb + qn : 6,
+                    fc_w = llama ? 6 + qb + qn : 8, down_w = llama ? 8 + qb + qn : 10;
   for (int l = 0; l < c_.layers; ++l) {
     const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
     auto& keys = k_[static_cast<std::size_t>(l)];
@@ -78,16 +82,20 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     norm(ln_.data(), x_.data(), p, n);
     const float* qkv_bias = !llama ? at(p + qkv_w + 1) : c_.qkv_bias ? at(p + 4) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
+    if (c_.qk_norm) {  // each query and key head normed, in place
+      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
+                              c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps));
+    }
     if (llama) {  // rotary positions on the new rows' queries and keys
       const double rope_scale = c_.rope_attention_scale();
       k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, inv_freq_.data(), pos_, false, rope_scale);
-      k::rope_rotate(qkv_.data() + C, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false,
+      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false,
                      rope_scale);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;
-      std::copy_n(qkv_.data() + r * Wqz + Cz, KVz, keys.data() + row);
-      std::copy_n(qkv_.data() + r * Wqz + Cz + KVz, KVz, values.data() + row);
+      std::copy_n(qkv_.data() + r * Wqz + Qz, KVz, keys.data() + row);
+      std::copy_n(qkv_.data() + r * Wqz + Qz + KVz, KVz, values.data() + row);
     }
     // Causal attention of each new position's query over the positions up to it (those in the layer's
     // window, if it has one), head by head (a query head reads its group's key/value head).
@@ -112,7 +120,7 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
           sum += scores_[static_cast<std::size_t>(u)];
         }
         const float inv = 1.0f / sum;
-        float* o = y_.data() + r * Cz + off;
+        float* o = y_.data() + r * Qz + off;
         std::fill_n(o, hs, 0.0f);
         for (int u = lo; u <= last; ++u) {
           const float a = scores_[static_cast<std::size_t>(u)] * inv;
@@ -123,7 +131,7 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     const std::size_t nc = rows * Cz;
-    k::matmul_forward(ln_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, C, C);
+    k::matmul_forward(ln_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
     for (std::size_t i = 0; i < nc; ++i) x_[i] = ln_[i] + x_[i];
     norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {

@@ -1,9 +1,9 @@
 // Incremental decoding of the GPT of gpt.h with a key/value cache: each appended token runs the model on one
 // position, attending to the keys and values its predecessors left in the cache, so generating n tokens
 // costs n single-position passes instead of n passes over the whole context. Same parameter layout, same
-// kernels (layernorm, matmul, GELU; for the Llama shape RMSNorm, rotary positions at each row's own position,
-// SwiGLU, a cache of the key/value heads only) as GptModel; the logits agree with GptModel::forward's at
-// every position to float rounding (the test compares them).
+// kernels (layernorm, matmul, GELU; for the Llama shape RMSNorm, Qwen3's per-head norms, rotary positions at
+// each row's own position, SwiGLU, a cache of the key/value heads only) as GptModel; the logits agree with
+// GptModel::forward's at every position to float rounding (the test compares them).
 #pragma once
 
 #include <vector>
@@ -38,7 +38,7 @@ class GptDecoder {
   // Per layer: keys and values of every cached position, [max_seq][kv_width] each.
   std::vector<std::vector<float>> k_, v_;
   // Activations of the rows being appended.
-  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, mean_, rstd_, scores_, logits_;
+  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
 };
 
 }  // namespace memwall::model

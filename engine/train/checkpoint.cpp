@@ -95,6 +95,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"rope_scaling", model::hf_rope_scaling(c.rope_scaling)},
           {"sliding_window", c.sliding_window},
           {"first_window_layer", c.first_window_layer},
+          {"head_dim", c.head_size()},
+          {"qk_norm", c.qk_norm},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -115,6 +117,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.norm_eps = j.value("norm_eps", c.norm_eps);
     c.sliding_window = j.value("sliding_window", 0);
     c.first_window_layer = j.value("first_window_layer", 0);
+    // Written as the head's width; 0 (the default) where it is channels / heads.
+    c.head_dim = j.value("head_dim", 0);
+    if (c.heads > 0 && c.head_dim * c.heads == c.channels) c.head_dim = 0;
+    c.qk_norm = j.value("qk_norm", false);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

@@ -276,35 +276,79 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 // ---- RMSNorm ----
 
+namespace {
+// One row of C: o = x s w, returning s = (mean(x^2) + eps)^-1/2.
+float rms_row_forward(float* o, const float* x, const float* w, int C, float eps) {
+  float ms = 0;
+  for (int i = 0; i < C; ++i) ms += x[i] * x[i];
+  const float s = 1.0f / std::sqrt(ms / static_cast<float>(C) + eps);
+  for (int i = 0; i < C; ++i) o[i] = x[i] * s * w[i];
+  return s;
+}
+// Its backward: dx += s (w dy) - x s^3 mean(w dy x); dw += dy x s.
+void rms_row_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, float s, int C) {
+  float dot = 0;
+  for (int i = 0; i < C; ++i) dot += w[i] * dy[i] * x[i];
+  const float k = s * s * s * dot / static_cast<float>(C);
+  for (int i = 0; i < C; ++i) {
+    dw[i] += dy[i] * x[i] * s;
+    dx[i] += s * w[i] * dy[i] - x[i] * k;
+  }
+}
+}  // namespace
+
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps) {
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
-    const float* x = inp + static_cast<std::size_t>(n) * C;
-    float ms = 0;
-    for (int i = 0; i < C; ++i) ms += x[i] * x[i];
-    const float s = 1.0f / std::sqrt(ms / static_cast<float>(C) + eps);
-    float* o = out + static_cast<std::size_t>(n) * C;
-    for (int i = 0; i < C; ++i) o[i] = x[i] * s * weight[i];
-    rstd[n] = s;
+    const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
+    rstd[n] = rms_row_forward(out + at, inp + at, weight, C, eps);
   }
 }
 
-// y = x s w with s = (mean(x^2) + eps)^-1/2: dx = s (w dy) - x s^3 mean(w dy x); dw += dy x s.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int N, int C) {
   for (int n = 0; n < N; ++n) {
-    const float* dy = dout + static_cast<std::size_t>(n) * C;
-    const float* x = inp + static_cast<std::size_t>(n) * C;
-    float* dx = dinp + static_cast<std::size_t>(n) * C;
-    const float s = rstd[n];
-    float dot = 0;
-    for (int i = 0; i < C; ++i) dot += weight[i] * dy[i] * x[i];
-    const float k = s * s * s * dot / static_cast<float>(C);
-    for (int i = 0; i < C; ++i) {
-      dweight[i] += dy[i] * x[i] * s;
-      dx[i] += s * weight[i] * dy[i] - x[i] * k;
+    const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
+    rms_row_backward(dinp + at, dweight, dout + at, inp + at, weight, rstd[n], C);
+  }
+}
+
+void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
+                          int NH, int KVH, int hs, float eps) {
+  const int heads = NH + KVH;
+  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
+             row = static_cast<std::size_t>(stride);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * row;
+    float* o = out + static_cast<std::size_t>(n) * row;
+    for (int h = 0; h < heads; ++h) {
+      const auto at = static_cast<std::size_t>(h) * hz;
+      rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)] =
+          rms_row_forward(o + at, x + at, weight + (h < NH ? 0 : hz), hs, eps);
     }
+    if (o != x) std::copy(x + normed, x + row, o + normed);
+  }
+}
+
+void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH,
+                           int hs) {
+  const int heads = NH + KVH;
+  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
+             row = static_cast<std::size_t>(stride);
+  for (int n = 0; n < N; ++n) {
+    const auto r = static_cast<std::size_t>(n) * row;
+    std::fill(dinp + r, dinp + r + normed, 0.0f);
+    for (int h = 0; h < heads; ++h) {
+      const auto at = r + static_cast<std::size_t>(h) * hz, w = static_cast<std::size_t>(h < NH ? 0 : hs);
+      rms_row_backward(
+          dinp + at, dweight + w, dout + at, inp + at, weight + w,
+          rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)],
+          hs);
+    }
+    std::copy(dout + r + normed, dout + r + row, dinp + r + normed);
   }
 }
 

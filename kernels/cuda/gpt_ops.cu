@@ -223,6 +223,72 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * weight[i] * dy[i] - x[i] * k;
 }
 
+// Qwen3's per-head RMSNorm: block b is head h = b % heads of row b / heads (rows `stride` apart), the first
+// NH heads (queries) with weight[0, hs), the others (keys) with weight[hs, 2 hs).
+__global__ void head_rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight,
+                                            int stride, int NH, int heads, int hs, float eps) {
+  __shared__ float shared[32];
+  const std::size_t b = blockIdx.x;
+  const int h = static_cast<int>(b % heads);
+  const std::size_t at = b / heads * stride + static_cast<std::size_t>(h) * hs;
+  const float* x = inp + at;
+  const float* w = weight + (h < NH ? 0 : hs);
+  float s = 0;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) s += x[i] * x[i];
+  const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(hs) + eps);
+  float* o = out + at;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) o[i] = x[i] * r * w[i];
+  if (threadIdx.x == 0) rstd[b] = r;
+}
+
+// Its input gradient, written (not accumulated): head b's dx = r (w dy) - x r^3 mean(w dy x).
+__global__ void head_rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                   const float* weight, const float* rstd, int stride, int NH,
+                                                   int heads, int hs) {
+  __shared__ float shared[32];
+  const std::size_t b = blockIdx.x;
+  const int h = static_cast<int>(b % heads);
+  const std::size_t at = b / heads * stride + static_cast<std::size_t>(h) * hs;
+  const float* dy = dout + at;
+  const float* x = inp + at;
+  const float* w = weight + (h < NH ? 0 : hs);
+  const float r = rstd[b];
+  float a = 0;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) a += w[i] * dy[i] * x[i];
+  const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(hs);
+  float* dx = dinp + at;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) dx[i] = r * w[i] * dy[i] - x[i] * k;
+}
+
+// Its weight gradient: block c < hs sums dy x r over every row's query heads at column c, block hs + c over
+// the key heads (a deterministic reduction, no atomics).
+__global__ void head_rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
+                                                    const float* rstd, int N, int stride, int NH, int heads,
+                                                    int hs) {
+  __shared__ float shared[32];
+  const int c = static_cast<int>(blockIdx.x) % hs, h0 = static_cast<int>(blockIdx.x) < hs ? 0 : NH,
+            count = static_cast<int>(blockIdx.x) < hs ? NH : heads - NH;
+  const std::size_t n = static_cast<std::size_t>(N) * count;
+  float s = 0;
+  for (std::size_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const std::size_t row = j / count;
+    const int h = h0 + static_cast<int>(j % count);
+    const std::size_t at = row * stride + static_cast<std::size_t>(h) * hs + c;
+    s += dout[at] * inp[at] * rstd[row * heads + h];
+  }
+  const float total = block_reduce<false>(s, shared);
+  if (threadIdx.x == 0) dweight[blockIdx.x] += total;
+}
+
+// dst[r][col0 + i] = src[r][col0 + i] for i < width, rows `stride` apart (n = rows x width).
+__global__ void copy_columns_kernel(float* dst, const float* src, int stride, int col0, int width,
+                                    std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / width * stride + col0 + k % width;
+  dst[at] = src[at];
+}
+
 // One thread per (row, head, pair): element i turns with i + hs/2 by the table's angle of (t, i).
 __global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, const float* cos_t,
                             const float* sin_t, float sign, std::size_t n) {
@@ -704,6 +770,37 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   if (int e = launched(); e != 0) return e;
   layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(
       dweight, nullptr, dout, inp, nullptr, rstd, N, C);
+  return launched();
+}
+
+int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
+                         int NH, int KVH, int hs, float eps, void* stream) {
+  const int heads = NH + KVH, rest = stride - heads * hs;
+  if (N == 0) return 0;
+  head_rmsnorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
+                                as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, eps);
+  if (int e = launched(); e != 0 || rest == 0) return e;
+  const std::size_t n = static_cast<std::size_t>(N) * rest;
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, heads * hs, rest,
+                                                                         n);
+  return launched();
+}
+
+int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
+                          void* stream) {
+  const int heads = NH + KVH, rest = stride - heads * hs;
+  if (N == 0) return 0;
+  head_rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
+                                       as_stream(stream)>>>(dinp, dout, inp, weight, rstd, stride, NH, heads,
+                                                            hs);
+  if (int e = launched(); e != 0) return e;
+  head_rmsnorm_backward_weight_kernel<<<static_cast<unsigned>(2 * hs), kThreads, 0, as_stream(stream)>>>(
+      dweight, dout, inp, rstd, N, stride, NH, heads, hs);
+  if (int e = launched(); e != 0 || rest == 0) return e;
+  const std::size_t n = static_cast<std::size_t>(N) * rest;
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, heads * hs, rest,
+                                                                         n);
   return launched();
 }
 

@@ -1558,19 +1558,55 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
                                  "linear, llama3, yarn, dynamic, or none"),
             std::string::npos)
       << longrope.output;
-  // Qwen3's heads of their own size and per-head norms are predicted, not trained: one line each.
-  const CmdResult qwen3 = memwall("train --steps 1 --data " + data + " --model qwen3-0.6b");
-  EXPECT_EQ(qwen3.exit_code, 2) << qwen3.output;
-  EXPECT_NE(
-      qwen3.output.find("model qwen3-0.6b: head_dim 128 x 16 heads is not hidden_size 1024; memwall's models "
-                        "run heads of hidden_size / num_attention_heads only"),
-      std::string::npos)
-      << qwen3.output;
-  const CmdResult qwen3_8b = memwall("train --steps 1 --data " + data + " --model qwen3-8b");
-  EXPECT_EQ(qwen3_8b.exit_code, 2) << qwen3_8b.output;
-  EXPECT_NE(qwen3_8b.output.find("qwen3's per-head q_norm and k_norm are not supported by memwall's models"),
-            std::string::npos)
-      << qwen3_8b.output;
+}
+
+// Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
+// RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
+// generates the same text from either.
+TEST(CliGenerate, AQwen3ShapedModelTrainsGeneratesAndExports) {
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
+  const std::string data = write_file("cat-qwen3.txt", text);
+  const std::string dir = test_path("ckpt-qwen3").string(), hf = test_path("qwen3-hf").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hf);
+  const CmdResult t = memwall(
+      "train --steps 150 --log-every 150 --eval-batches 1 --json --checkpoint-dir " + dir + " --data " +
+          data +
+          " --model llama-mini --model-set '{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, "
+          "\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 24, "
+          "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'",
+      false);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json summary = train_json_summary(t.output);
+  EXPECT_LT(static_cast<double>(summary["val_loss"]), 0.2) << t.output;
+  std::ifstream lf(dir + "/latest.json");
+  const nlohmann::json latest = nlohmann::json::parse(lf);
+  EXPECT_EQ(latest["head_dim"], 24);
+  EXPECT_EQ(latest["qk_norm"], true);
+  ASSERT_EQ(memwall("export --checkpoint-dir " + dir + " --out " + hf).exit_code, 0);
+  std::ifstream cf(hf + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(cf);
+  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["head_dim"], 24);
+  EXPECT_EQ(config["hidden_size"], 64);
+  // Its tensors under transformers' names and shapes: q_proj [96, 64], o_proj [64, 96], q_norm [24].
+  std::ifstream st(hf + "/model.safetensors", std::ios::binary);
+  std::uint64_t header_bytes = 0;
+  st.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  st.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const nlohmann::json tensors = nlohmann::json::parse(header);
+  EXPECT_EQ(tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{96, 64}));
+  EXPECT_EQ(tensors["model.layers.0.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 96}));
+  EXPECT_EQ(tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{24}));
+  EXPECT_EQ(tensors["model.layers.0.self_attn.k_norm.weight"]["shape"], (nlohmann::json{24}));
+  const std::string greedy = greedy_text("--checkpoint-dir " + dir, 20);
+  EXPECT_EQ(greedy, "the cat sat. the cat sat.\n");
+  EXPECT_EQ(greedy_text("--weights " + hf, 20), greedy);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(hf);
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -147,9 +147,9 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), small_gpt());
 }
 
-// The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head) at GPT-2's
-// tolerances: fp32, flash attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is
-// rounded in scratch).
+// The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
+// biases, YaRN, a sliding window, Qwen3's heads and norms) at GPT-2's tolerances: fp32, flash attention, and
+// bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   const int tiling = GetParam();
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, small_llama());
@@ -170,6 +170,18 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   for (std::size_t s = 0; s < window_flash.cpu.size(); ++s)
     EXPECT_NEAR(window_flash.gpu[s], window_flash.cpu[s], 1e-3f * window_flash.cpu[s])
         << "window, step " << s + 1;
+  // Qwen3's heads of their own width (4 x 24 query channels over 64) with per-head q and k norms, unfused
+  // and flash.
+  GptConfig qwen3 = small_llama();
+  qwen3.head_dim = 24;
+  qwen3.qk_norm = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, qwen3);
+  Losses qwen3_flash;
+  train_side_by_side(*dev_, blocks_, tiling, false, qwen3_flash, true, qwen3);
+  ASSERT_EQ(qwen3_flash.gpu.size(), 10u);
+  for (std::size_t s = 0; s < qwen3_flash.cpu.size(); ++s)
+    EXPECT_NEAR(qwen3_flash.gpu[s], qwen3_flash.cpu[s], 1e-3f * qwen3_flash.cpu[s])
+        << "qwen3, step " << s + 1;
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -99,6 +99,22 @@ GptConfig qwen2_windowed() {
   return c;
 }
 
+// Qwen3's: grouped-query heads of their own width (4 x 6 = 24 query channels over 16) and an RMSNorm of each
+// query and key head before the rotary turn.
+GptConfig qwen3() {
+  GptConfig c = llama_gqa();
+  c.head_dim = 6;
+  c.qk_norm = true;
+  return c;
+}
+
+// Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
+GptConfig wide_heads() {
+  GptConfig c = llama_mha();
+  c.head_dim = 12;
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -110,7 +126,9 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"llama3-scaled", llama3_scaled()},
           {"yarn-scaled", yarn_scaled()},
           {"mistral-window", mistral()},
-          {"qwen2-window", qwen2_windowed()}};
+          {"qwen2-window", qwen2_windowed()},
+          {"qwen3", qwen3()},
+          {"wide-heads", wide_heads()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -343,8 +361,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig window = gqa;  // and a sliding window of 5 from layer 1 (the cache keeps every position)
   window.sliding_window = 5;
   window.first_window_layer = 1;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window}) {
+  GptConfig q3 = gqa;  // and Qwen3's heads of their own width (4 x 10 over 32) with q and k norms
+  q3.head_dim = 10;
+  q3.qk_norm = true;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.qk_norm              ? "qwen3"
                  : c.sliding_window > 0   ? "sliding window"
                  : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
                  : c.qkv_bias             ? "qwen2"
@@ -403,7 +425,8 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
 
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
-// head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, on
+// head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
+// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, on
 // trained-looking (perturbed) weights. Skipped without torch.
 TEST(GptModel, LlamaMatchesAPyTorchReference) {
   const std::string dir = memwall::testing::fresh_temp_dir("llama-ref");
@@ -414,10 +437,12 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
-                      qwen2_windowed()}) {
+                      qwen2_windowed(), qwen3(), wide_heads()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(!c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
-                 : c.sliding_window > 0 ? "sliding window " + std::to_string(c.sliding_window) +
+    SCOPED_TRACE(c.qk_norm                ? "qwen3"
+                 : c.head_dim > 0         ? "head_dim " + std::to_string(c.head_dim)
+                 : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
+                 : c.sliding_window > 0   ? "sliding window " + std::to_string(c.sliding_window) +
                                               " from layer " + std::to_string(c.first_window_layer)
                  : c.qkv_bias ? "qwen2"
                  : c.tied     ? "mha, tied"
@@ -443,6 +468,7 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"channels", c.channels},
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
+                                   {"head_dim", c.head_size()},
                                    {"norm_eps", c.norm_eps},
                                    {"rope_theta", c.rope_theta},
                                    {"rope_scaling", hf_rope_scaling(c.rope_scaling)},

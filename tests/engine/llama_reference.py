@@ -4,7 +4,8 @@ fp32, rotate_half rotary embeddings with inv_freq = theta^(-2i/d) and rope_scali
 transformers' rope initialisation functions define them, repeat_kv for grouped-query attention,
 SiLU-gated MLP, causal softmax attention (over a sliding window where the config has one: query t sees keys
 u with t - window < u <= t, transformers' sliding_window_overlay, in the layers from first_window_layer on),
-untied or tied head; Qwen2's q, k, v biases where the layout has them), as the reference memwall's CPU model is
+untied or tied head; Qwen2's q, k, v biases where the layout has them; heads of head_dim channels, and
+Qwen3's RMSNorm of each query and key head before the rotary turn where the layout has q_norm and k_norm), as the reference memwall's CPU model is
 checked against (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -31,7 +32,7 @@ def main(d):
     t = {name: flat[off:off + torch.Size(shape).numel()].view(*shape) for name, off, shape in layout}
     B, T = cfg["batch"], cfg["seq"]
     C, H, KV = cfg["channels"], cfg["heads"], cfg["kv_heads"]
-    hs, eps, theta = C // H, cfg["norm_eps"], cfg["rope_theta"]
+    hs, eps, theta = cfg.get("head_dim") or C // H, cfg["norm_eps"], cfg["rope_theta"]
     tokens = torch.tensor(list(memoryview(open(d + "/tokens.i32", "rb").read()).cast("i"))).view(B, T)
     targets = torch.tensor(list(memoryview(open(d + "/targets.i32", "rb").read()).cast("i"))).view(B, T)
 
@@ -91,14 +92,16 @@ def main(d):
         q, k, v = (h @ t[p + "self_attn.%s_proj.weight" % x].T for x in "qkv")
         if p + "self_attn.q_proj.bias" in t:  # Qwen2's q, k and v biases
             q, k, v = (y + t[p + "self_attn.%s_proj.bias" % x] for y, x in zip((q, k, v), "qkv"))
-        q = q.view(B, T, H, hs).transpose(1, 2)
-        k = k.view(B, T, KV, hs).transpose(1, 2)
+        q, k = q.view(B, T, H, hs), k.view(B, T, KV, hs)
+        if p + "self_attn.q_norm.weight" in t:  # Qwen3: each head normed over its head_dim
+            q, k = rmsnorm(q, t[p + "self_attn.q_norm.weight"]), rmsnorm(k, t[p + "self_attn.k_norm.weight"])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, KV, hs).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         att = torch.softmax(q @ k.transpose(-1, -2) / hs**0.5 + layer_mask, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = (att @ v).transpose(1, 2).reshape(B, T, H * hs)
         x = x + y @ t[p + "self_attn.o_proj.weight"].T
         h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
         gate = h @ t[p + "mlp.gate_proj.weight"].T

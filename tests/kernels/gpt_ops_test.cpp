@@ -208,6 +208,39 @@ TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
   check_gradient(w, forward, dw, r, "dweight");
 }
 
+// Qwen3's per-head norm: each query head is rmsnorm_forward of that head with the first weight, each key head
+// with the second, the values pass through; backward against finite differences, values' gradient copied.
+TEST(GptOps, HeadRmsnormNormalisesEachQueryAndKeyHead) {
+  const int N = 3, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs;
+  auto x = randn(static_cast<std::size_t>(N) * W, 27), w = randn(2 * hs, 28);
+  const auto r = randn(x.size(), 29);
+  std::vector<float> rstd(static_cast<std::size_t>(N) * (NH + KVH));
+  auto forward = [&] {
+    std::vector<float> out(x.size());
+    head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, NH, KVH, hs, 1e-6f);
+    return out;
+  };
+  const auto y = forward();
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < NH + 2 * KVH; ++h) {
+      const std::size_t at = static_cast<std::size_t>(n) * W + static_cast<std::size_t>(h) * hs;
+      std::vector<float> one(hs);
+      float s = 0;
+      if (h < NH + KVH) {
+        rmsnorm_forward(one.data(), &s, x.data() + at, w.data() + (h < NH ? 0 : hs), 1, hs, 1e-6f);
+        EXPECT_EQ(rstd[static_cast<std::size_t>(n) * (NH + KVH) + h], s) << "row " << n << " head " << h;
+      } else {
+        std::copy_n(x.data() + at, hs, one.data());  // a value head, unchanged
+      }
+      for (int i = 0; i < hs; ++i) EXPECT_EQ(y[at + i], one[i]) << "row " << n << " head " << h;
+    }
+  }
+  std::vector<float> dx(x.size(), 7.0f), dw(2 * hs);  // dx is written, not accumulated
+  head_rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, W, NH, KVH, hs);
+  check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
+  check_gradient(w, forward, dw, r, "dweight");
+}
+
 // Grouped-query heads: query head h reads key/value head h / group, and sum_kv is repeat_kv's adjoint:
 // <repeat(x), y> = <x, sum(y)> for any x and y.
 TEST(GptOps, RepeatKvCopiesGroupsAndSumKvIsItsAdjoint) {

@@ -180,6 +180,32 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   return enqueue(stream, [=] { kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
 
+int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
+                         int NH, int KVH, int hs, float eps, void* stream) {
+  if (int e = device_args("head_rmsnorm_forward", {{out, f32(N, stride), "out", true},
+                                                   {rstd, f32(N, NH + KVH), "rstd", true},
+                                                   {inp, f32(N, stride), "inp"},
+                                                   {weight, f32(2, hs), "weight"}}))
+    return e;
+  return enqueue(stream,
+                 [=] { kernels::head_rmsnorm_forward(out, rstd, inp, weight, N, stride, NH, KVH, hs, eps); });
+}
+
+int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
+                          void* stream) {
+  if (int e = device_args("head_rmsnorm_backward", {{dinp, f32(N, stride), "dinp", true},
+                                                    {dweight, f32(2, hs), "dweight", true},
+                                                    {dout, f32(N, stride), "dout"},
+                                                    {inp, f32(N, stride), "inp"},
+                                                    {weight, f32(2, hs), "weight"},
+                                                    {rstd, f32(N, NH + KVH), "rstd"}}))
+    return e;
+  return enqueue(stream, [=] {
+    kernels::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, stride, NH, KVH, hs);
+  });
+}
+
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                bool inverse, void* stream) {
   // The rows' last element read is at (B T - 1) stride + heads hs.
