@@ -2043,11 +2043,13 @@ Result<long> Zero3Trainer::load(const std::string& dir) {
     if (!latest.is_ok()) return latest.status();
     const nlohmann::json& j = *latest;
     // The model's fields (a checkpoint older than the Llama shape's keys reads as GPT-2) and its size.
+    // The fields first (they name what differs), the size last (what a differing field also changes).
     nlohmann::json got = ckpt::model_fields(ckpt::model_of(j)), want = ckpt::model_fields(c_);
     got["params"] = j.value("params", -1L);
     want["params"] = static_cast<long>(model_elements());
-    for (const auto& [key, value] : want.items()) {
-      if (got[key] != value) {
+    for (const bool size : {false, true}) {
+      for (const auto& [key, value] : want.items()) {
+        if ((key == "params") != size || got[key] == value) continue;
         return Status::invalid_argument(latest_path + ": checkpoint has " + key + " = " + got[key].dump() +
                                         ", this run has " + value.dump());
       }

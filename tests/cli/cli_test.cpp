@@ -1570,12 +1570,13 @@ TEST(CliGenerate, AQwen3ShapedModelTrainsGeneratesAndExports) {
   const std::string dir = test_path("ckpt-qwen3").string(), hf = test_path("qwen3-hf").string();
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(hf);
+  const std::string shape =
+      "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": "
+      "2, "
+      "\"head_dim\": 24, \"intermediate_size\": 176, \"max_position_embeddings\": 64";
   const CmdResult t = memwall(
       "train --steps 150 --log-every 150 --eval-batches 1 --json --checkpoint-dir " + dir + " --data " +
-          data +
-          " --model llama-mini --model-set '{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, "
-          "\"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 24, "
-          "\"intermediate_size\": 176, \"max_position_embeddings\": 64}'",
+          data + " --model llama-mini --model-set '{\"model_type\": \"qwen3\", " + shape + "}'",
       false);
   ASSERT_EQ(t.exit_code, 0) << t.output;
   const nlohmann::json summary = train_json_summary(t.output);
@@ -1584,6 +1585,12 @@ TEST(CliGenerate, AQwen3ShapedModelTrainsGeneratesAndExports) {
   const nlohmann::json latest = nlohmann::json::parse(lf);
   EXPECT_EQ(latest["head_dim"], 24);
   EXPECT_EQ(latest["qk_norm"], true);
+  // Resumed as the same shape without the norms: refused naming them (not the parameter count).
+  const CmdResult llama = memwall("train --steps 151 --resume --eval-batches 1 --checkpoint-dir " + dir +
+                                  " --data " + data + " --model llama-mini --model-set '{" + shape + "}'");
+  EXPECT_EQ(llama.exit_code, 2) << llama.output;
+  EXPECT_NE(llama.output.find("checkpoint has qk_norm = true, this run has false"), std::string::npos)
+      << llama.output;
   ASSERT_EQ(memwall("export --checkpoint-dir " + dir + " --out " + hf).exit_code, 0);
   std::ifstream cf(hf + "/config.json");
   const nlohmann::json config = nlohmann::json::parse(cf);
