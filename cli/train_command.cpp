@@ -157,6 +157,11 @@ Status check_model(const ModelSpec& m) {
           where + "rope_scaling type \"" + m.rope_scaling.type +
           "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
     }
+    if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +
+                                      "\" is not supported by memwall train; allowed: silu (SwiGLU) or "
+                                      "gelu_pytorch_tanh (GeGLU)");
+    }
     return Status::ok();
   }
   if (m.gated_mlp)
@@ -483,11 +488,12 @@ int run_train(const TrainOptions& opt) {
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
         c.llama()
-            ? strprintf("Llama-shaped: RMSNorm, rotary, SwiGLU of %d, %d key/value heads%s, %s head%s%s; ",
-                        c.ffn_width(), c.kv_head_count(),
+            ? strprintf("Llama-shaped: RMSNorm, rotary, %s of %d, %d key/value heads%s, %s head%s%s%s; ",
+                        c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(), c.kv_head_count(),
                         c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
                         c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
-                        c.qk_norm ? ", per-head q/k norms" : "")
+                        c.qk_norm ? ", per-head q/k norms" : "",
+                        c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "")
                   .c_str()
             : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

@@ -372,7 +372,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
               "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
               "predict_special_tokens", "output_past", "gradient_checkpointing"});
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma") {
+    const bool gemma = type == "gemma";
     for (const char* k :
          {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
       MW_RETURN_IF_ERROR(require(r, k));
@@ -385,7 +386,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
-    m.tied_embeddings = false;
+    m.tied_embeddings = gemma;  // GemmaConfig ties its head by default, the others do not
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
@@ -403,8 +404,17 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");
     }
+    // The MLP's activation: hidden_act; Gemma's hidden_activation, else (as transformers does, whatever
+    // hidden_act says) GELU's tanh approximation. Its embedding is scaled by sqrt(hidden) and its RMSNorm by
+    // 1 + weight.
     std::string act = "silu";
     MW_RETURN_IF_ERROR(r.get_string("hidden_act", act));
+    if (gemma) {
+      act = "gelu_pytorch_tanh";
+      MW_RETURN_IF_ERROR(r.get_string("hidden_activation", act));
+      m.norm_unit_offset = m.embed_scale = true;
+    }
+    m.mlp_act = act;
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
@@ -448,12 +458,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
     if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
+    if (gemma) head_dim = 256;            // GemmaConfig's
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                                     "zero-infinity-paper");
+                                     "gemma, zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
@@ -942,6 +953,9 @@ std::string to_json_text(const ModelSpec& m) {
             {"qkv_bias", m.qkv_bias},
             {"head_dim", m.head_dim()},
             {"qk_norm", m.qk_norm},
+            {"mlp_act", m.mlp_act},
+            {"norm_unit_offset", m.norm_unit_offset},
+            {"embed_scale", m.embed_scale},
             {"sliding_window", m.sliding_window},
             {"first_window_layer", m.first_window_layer},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"

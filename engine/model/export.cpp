@@ -100,8 +100,14 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   if (c.llama()) {
     // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
     // layers. Qwen3 is the shape with per-head query and key norms.
-    const bool qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
+    const bool gemma = c.gemma(), qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
     const bool mistral = !qwen && c.sliding_window > 0;
+    if ((c.gelu_mlp || c.norm_unit_offset || c.embed_scale) &&
+        (!gemma || c.qkv_bias || c.qk_norm || c.sliding_window > 0)) {
+      return Status::invalid_argument(dir + ": Gemma's GeGLU, 1 + weight norms and scaled embedding have a "
+                                            "config.json form only together, without biases, q/k norms or "
+                                            "windows (GemmaForCausalLM)");
+    }
     if (qwen3 && c.qkv_bias) {
       return Status::invalid_argument(dir +
                                       ": q, k and v biases with per-head q/k norms have no Qwen3 "
@@ -114,11 +120,13 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
     }
     nlohmann::ordered_json config = {
         {"architectures",
-         {qwen3     ? "Qwen3ForCausalLM"
+         {gemma     ? "GemmaForCausalLM"
+          : qwen3   ? "Qwen3ForCausalLM"
           : qwen2   ? "Qwen2ForCausalLM"
           : mistral ? "MistralForCausalLM"
                     : "LlamaForCausalLM"}},
-        {"model_type", qwen3     ? "qwen3"
+        {"model_type", gemma     ? "gemma"
+                       : qwen3   ? "qwen3"
                        : qwen2   ? "qwen2"
                        : mistral ? "mistral"
                                  : "llama"},
@@ -129,7 +137,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
         {"num_hidden_layers", c.layers},
         {"num_attention_heads", c.heads},
         {"num_key_value_heads", c.kv_head_count()},
-        {"hidden_act", "silu"},
+        {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
         {"rms_norm_eps", c.norm_eps},
         {"rope_theta", c.rope_theta},
         {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
@@ -138,8 +146,10 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
         {"tie_word_embeddings", c.tied},
         {"torch_dtype", torch_dtype},
     };
-    // Qwen3's config defaults head_dim to 128: always written for it; for others where it is not C / heads.
-    if (qwen3 || c.head_dim > 0) config["head_dim"] = c.head_size();
+    // Qwen3's and Gemma's configs default head_dim to 128 and 256: always written for them; for others where
+    // it is not C / heads.
+    if (qwen3 || gemma || c.head_dim > 0) config["head_dim"] = c.head_size();
+    if (gemma) config["hidden_activation"] = "gelu_pytorch_tanh";
     if (mistral) config["sliding_window"] = c.sliding_window;
     if (qwen) {
       config["use_sliding_window"] = c.sliding_window > 0;

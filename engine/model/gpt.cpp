@@ -46,7 +46,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
-        c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm) {
+        c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
+        c.embed_scale) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention; allowed: the Llama shape for others");
@@ -56,6 +57,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (c.heads % c.kv_head_count() != 0) {
     return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
                                     ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
+  }
+  if (c.qk_norm && c.norm_unit_offset) {
+    return Status::invalid_argument(
+        "model: per-head q/k norms scaled by 1 + weight (Gemma 3's) are not supported; allowed: qk_norm with "
+        "plain RMSNorm weights (Qwen3's)");
   }
   if (c.head_size() % 2 != 0) {
     return Status::invalid_argument("model: rotary positions need an even head size, got " +
@@ -170,6 +176,14 @@ std::size_t gpt_num_params(const GptConfig& c) {
   return layout.back().offset + layout.back().numel;
 }
 
+float GptConfig::embedding_scale() const {
+  return embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(channels))) : 1.0f;
+}
+
+bool is_gelu_tanh(const std::string& act) {
+  return act == "gelu_pytorch_tanh" || act == "gelu_new";
+}
+
 GptConfig gpt_config_of(const ModelSpec& m) {
   GptConfig c;
   c.vocab = m.vocab;
@@ -190,6 +204,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.first_window_layer = m.first_window_layer;
     c.head_dim = m.head_size;
     c.qk_norm = m.qk_norm;
+    c.gelu_mlp = is_gelu_tanh(m.mlp_act);
+    c.norm_unit_offset = m.norm_unit_offset;
+    c.embed_scale = m.embed_scale;
   }
   return c;
 }
@@ -221,7 +238,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : (c.sliding_window > 0 ? "mistral" : "llama");
+    m.model_type = c.gemma()                 ? "gemma"
+                   : c.qk_norm               ? "qwen3"
+                   : c.qkv_bias              ? "qwen2"
+                   : (c.sliding_window > 0) ? "mistral"
+                                             : "llama";
     m.kv_heads = c.kv_head_count();
     m.ffn_hidden = c.ffn_width();
     m.tied_embeddings = c.tied;
@@ -237,6 +258,9 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.first_window_layer = c.first_window_layer;
     m.head_size = c.head_dim;
     m.qk_norm = c.qk_norm;
+    m.mlp_act = c.gelu_mlp ? "gelu_pytorch_tanh" : "silu";
+    m.norm_unit_offset = c.norm_unit_offset;
+    m.embed_scale = c.embed_scale;
   }
   return m;
 }
@@ -370,8 +394,8 @@ void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size
     float* p = out + (lo - begin);
     if (ends_with("bias")) {
       std::fill(p, p + (hi - lo), 0.0f);
-    } else if (t.shape.size() == 1) {  // a norm's weight
-      std::fill(p, p + (hi - lo), 1.0f);
+    } else if (t.shape.size() == 1) {  // a norm's weight: 1, or Gemma's 0 (it scales by 1 + weight)
+      std::fill(p, p + (hi - lo), c.norm_unit_offset ? 0.0f : 1.0f);
     } else {
       const float sd = !c.llama() && ends_with("c_proj.weight") ? proj_std : 0.02f;
       // Counter-based: element i depends on (seed, i) only, so the loop splits over threads freely.
@@ -653,7 +677,7 @@ void GptModel::collapse_dqkv() {
 void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
   if (c_.llama()) {
-    k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps));
+    k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), c_.norm_offset());
   } else {
     k::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C);
   }
@@ -663,7 +687,7 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
                              const float* const* p, const float* mean, const float* rstd) {
   const int N = B_ * T_, C = c_.channels;
   if (c_.llama()) {
-    k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C);
+    k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, c_.norm_offset());
   } else {
     k::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C);
   }
@@ -684,7 +708,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   };
   switch (o.role) {
     case Role::kEmbed:
-      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], c_.llama() ? nullptr : p[1], B_, T_, C);
+      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], c_.llama() ? nullptr : p[1], B_, T_, C,
+                           c_.embedding_scale());
       break;
     case Role::kLn1:
       norm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p);
@@ -721,7 +746,9 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       linear(fc_[l].data(), c_.fc_width(), ln2_[l].data(), C, nullptr);
       break;
     case Role::kGelu:
-      if (c_.llama()) {
+      if (c_.gelu_mlp) {
+        k::geglu_forward(gel_[l].data(), fc_[l].data(), N, F);
+      } else if (c_.llama()) {
         k::swiglu_forward(gel_[l].data(), fc_[l].data(), N, F);
       } else {
         k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
@@ -776,7 +803,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     case Role::kGelu:
       zero(dfc_);
-      if (c_.llama()) {
+      if (c_.gelu_mlp) {
+        k::geglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
+      } else if (c_.llama()) {
         k::swiglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
       } else {
         k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
@@ -831,7 +860,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[l].data(), r1_[l].data());
       break;
     case Role::kEmbed:
-      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_.data(), tokens_.data(), B_, T_, C);
+      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_.data(), tokens_.data(), B_, T_, C,
+                            c_.embedding_scale());
       break;
   }
 }

@@ -43,6 +43,11 @@ struct GptConfig {
   int first_window_layer = 0;  // layers from this one on attend over the window (Qwen2's max_window_layers)
   int head_dim = 0;            // a head's width where it is not channels / heads (Qwen3's); 0: that
   bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head before rotary (q_norm, k_norm)
+  // Gemma's: a GeGLU MLP (gelu(gate) * up, GELU's tanh approximation), RMSNorm by 1 + weight, the embedding
+  // times sqrt(channels).
+  bool gelu_mlp = false;
+  bool norm_unit_offset = false;
+  bool embed_scale = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -60,6 +65,11 @@ struct GptConfig {
   }
   // What the rotary cosines and sines are multiplied by (yarn's attention factor, else 1).
   double rope_attention_scale() const { return memwall::rope_attention_scale(rope_scaling); }
+  // What the RMSNorm weights are offset by (1 for Gemma's 1 + weight), and the embedding's scale.
+  float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
+  float embedding_scale() const;
+  // Gemma's three together (what its config.json describes).
+  bool gemma() const { return gelu_mlp && norm_unit_offset && embed_scale; }
   // Layer l's attention window for the kernels (0: full causal attention).
   int attention_window(int layer) const {
     return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
@@ -91,6 +101,9 @@ ModelSpec gpt_model_spec(const GptConfig& c);
 // 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
 // architecture.
 GptConfig gpt_config_of(const ModelSpec& m);
+// Whether a model file's MLP activation is GELU's tanh approximation (gelu_pytorch_tanh, gelu_new), as
+// memwall's GeGLU computes it.
+bool is_gelu_tanh(const std::string& act);
 
 // Fills `out` with parameters [offset, offset + n) in gpt_param_layout order (a checkpoint, a safetensors
 // file, ...).
@@ -112,7 +125,7 @@ Result<std::vector<ParamSlice>> map_graph_params(const ModelGraph& g, const GptC
 
 // GPT-2's initialisation, deterministic in `seed`: weights N(0, 0.02), the two residual projections of each
 // block N(0, 0.02 / sqrt(2 L)), layernorm weight 1 and bias 0, linear biases 0. The Llama shape: every matrix
-// N(0, 0.02) (transformers' initializer_range), norm weights 1.
+// N(0, 0.02) (transformers' initializer_range), norm weights 1 (Gemma's 0: it scales by 1 + weight).
 // Counter-based (element i's value depends only on seed and i), so a rank can initialise just its shard.
 void gpt_init(const GptConfig& c, float* params, std::uint64_t seed);
 // Elements [begin, end) of the flat array into out[0, end - begin).

@@ -315,8 +315,9 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
   const int N = B_ * T_, C = c_.channels;
   void* s = dev_.compute().get();
   if (c_.llama())
-    return check(kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s),
-                 "rmsnorm");
+    return check(
+        kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
+        "rmsnorm");
   return check(kc::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C, s), "layernorm");
 }
 
@@ -324,7 +325,10 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
                                    const float* const* p, const float* mean, const float* rstd) {
   const int N = B_ * T_, C = c_.channels;
   void* s = dev_.compute().get();
-  if (c_.llama()) return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s), "rmsnorm bwd");
+  if (c_.llama()) {
+    return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s, c_.norm_offset()),
+                 "rmsnorm bwd");
+  }
   return check(kc::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C, s), "layernorm bwd");
 }
 
@@ -380,7 +384,8 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   };
   switch (o.role) {
     case GptRole::kEmbed:
-      return check(kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1], B_, T_, C, s),
+      return check(kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1], B_, T_, C, s,
+                                         c_.embedding_scale()),
                    "embedding");
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
@@ -413,6 +418,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kFc1:
       return linear(fc_[a], c_.fc_width(), ln2_[a], C, nullptr);
     case GptRole::kGelu:
+      if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
@@ -461,6 +467,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return linear(dgel_, dx_, C, gel_[a], F);
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
+      if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
       if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:
@@ -504,7 +511,8 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
-      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_, tokens_, B_, T_, C, s),
+      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_, tokens_, B_, T_, C, s,
+                                          c_.embedding_scale()),
                    "embedding bwd");
   }
   return Status::internal("cuda model: unknown op");

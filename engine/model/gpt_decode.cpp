@@ -54,16 +54,19 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   const auto bias = [&](std::size_t i) { return llama ? nullptr : at(i); };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
     if (llama) {
-      k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps));
+      k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
+                         c_.norm_offset());
     } else {
       k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), at(w + 1), count, C);
     }
   };
-  // Embeddings: the token's, plus (GPT-2) the position's.
+  // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2) the position's.
+  const float embed_scale = c_.embedding_scale();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* wte = at(0) + static_cast<std::size_t>(tokens[r]) * Cz;
     const float* wpe = llama ? nullptr : at(1) + (static_cast<std::size_t>(pos_) + r) * Cz;
-    for (std::size_t i = 0; i < Cz; ++i) x_[r * Cz + i] = wte[i] + (wpe != nullptr ? wpe[i] : 0.0f);
+    for (std::size_t i = 0; i < Cz; ++i)
+      x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
@@ -136,7 +139,11 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
-      k::swiglu_forward(gel_.data(), fc_.data(), n, F);
+      if (c_.gelu_mlp) {
+        k::geglu_forward(gel_.data(), fc_.data(), n, F);
+      } else {
+        k::swiglu_forward(gel_.data(), fc_.data(), n, F);
+      }
     } else {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), at(p + fc_w + 1), n, C, F);
       k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));

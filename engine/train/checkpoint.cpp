@@ -97,6 +97,9 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"first_window_layer", c.first_window_layer},
           {"head_dim", c.head_size()},
           {"qk_norm", c.qk_norm},
+          {"gelu_mlp", c.gelu_mlp},
+          {"norm_unit_offset", c.norm_unit_offset},
+          {"embed_scale", c.embed_scale},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -121,6 +124,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.head_dim = j.value("head_dim", 0);
     if (c.heads > 0 && c.head_dim * c.heads == c.channels) c.head_dim = 0;
     c.qk_norm = j.value("qk_norm", false);
+    c.gelu_mlp = j.value("gelu_mlp", false);
+    c.norm_unit_offset = j.value("norm_unit_offset", false);
+    c.embed_scale = j.value("embed_scale", false);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

@@ -277,40 +277,41 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // ---- RMSNorm ----
 
 namespace {
-// One row of C: o = x s w, returning s = (mean(x^2) + eps)^-1/2.
-float rms_row_forward(float* o, const float* x, const float* w, int C, float eps) {
+// One row of C: o = x s (w + off), returning s = (mean(x^2) + eps)^-1/2.
+float rms_row_forward(float* o, const float* x, const float* w, int C, float eps, float off = 0.0f) {
   float ms = 0;
   for (int i = 0; i < C; ++i) ms += x[i] * x[i];
   const float s = 1.0f / std::sqrt(ms / static_cast<float>(C) + eps);
-  for (int i = 0; i < C; ++i) o[i] = x[i] * s * w[i];
+  for (int i = 0; i < C; ++i) o[i] = x[i] * s * (w[i] + off);
   return s;
 }
-// Its backward: dx += s (w dy) - x s^3 mean(w dy x); dw += dy x s.
-void rms_row_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, float s, int C) {
+// Its backward: with v = w + off, dx += s (v dy) - x s^3 mean(v dy x); dw += dy x s.
+void rms_row_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, float s, int C,
+                      float off = 0.0f) {
   float dot = 0;
-  for (int i = 0; i < C; ++i) dot += w[i] * dy[i] * x[i];
+  for (int i = 0; i < C; ++i) dot += (w[i] + off) * dy[i] * x[i];
   const float k = s * s * s * dot / static_cast<float>(C);
   for (int i = 0; i < C; ++i) {
     dw[i] += dy[i] * x[i] * s;
-    dx[i] += s * w[i] * dy[i] - x[i] * k;
+    dx[i] += s * (w[i] + off) * dy[i] - x[i] * k;
   }
 }
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                     float eps) {
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     float weight_offset) {
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
     const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
-    rstd[n] = rms_row_forward(out + at, inp + at, weight, C, eps);
+    rstd[n] = rms_row_forward(out + at, inp + at, weight, C, eps, weight_offset);
   }
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int N, int C) {
+                      const float* rstd, int N, int C, float weight_offset) {
   for (int n = 0; n < N; ++n) {
     const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
-    rms_row_backward(dinp + at, dweight, dout + at, inp + at, weight, rstd[n], C);
+    rms_row_backward(dinp + at, dweight, dout + at, inp + at, weight, rstd[n], C, weight_offset);
   }
 }
 
@@ -514,19 +515,60 @@ void gelu_forward(float* out, const float* inp, std::size_t n) {
   }
 }
 
+namespace {
+// GELU's derivative at x, given e = exp(2u) (exp2u's).
+float gelu_grad(float x, float e) {
+  const float t = 1.0f - 2.0f / (e + 1.0f);  // tanh(u)
+  const float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+}  // namespace
+
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
 #pragma omp parallel for
   for (std::size_t b = 0; b < n; b += kBlock) {
     const std::size_t m = std::min(kBlock, n - b);
     float e[kBlock];
     exp2u(e, inp + b, m);
-    for (std::size_t i = 0; i < m; ++i) {
-      const float x = inp[b + i];
-      const float t = 1.0f - 2.0f / (e[i] + 1.0f);  // tanh(u)
-      const float sech2 = 1.0f - t * t;
-      const float grad =
-          0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      dinp[b + i] += grad * dout[b + i];
+    for (std::size_t i = 0; i < m; ++i) dinp[b + i] += gelu_grad(inp[b + i], e[i]) * dout[b + i];
+  }
+}
+
+void geglu_forward(float* out, const float* inp, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* gate = inp + static_cast<std::size_t>(n) * 2 * Fz;
+    const float* up = gate + Fz;
+    float* o = out + static_cast<std::size_t>(n) * Fz;
+    float e[kBlock];
+    for (std::size_t b = 0; b < Fz; b += kBlock) {
+      const std::size_t m = std::min(kBlock, Fz - b);
+      exp2u(e, gate + b, m);
+      for (std::size_t i = 0; i < m; ++i) o[b + i] = gate[b + i] * (e[i] / (e[i] + 1.0f)) * up[b + i];
+    }
+  }
+}
+
+// out = gelu(g) u: du = dout gelu(g); dg = dout u gelu'(g).
+void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* gate = inp + static_cast<std::size_t>(n) * 2 * Fz;
+    const float* up = gate + Fz;
+    const float* d = dout + static_cast<std::size_t>(n) * Fz;
+    float* dg = dinp + static_cast<std::size_t>(n) * 2 * Fz;
+    float* du = dg + Fz;
+    float e[kBlock];
+    for (std::size_t b = 0; b < Fz; b += kBlock) {
+      const std::size_t m = std::min(kBlock, Fz - b);
+      exp2u(e, gate + b, m);
+      for (std::size_t i = 0; i < m; ++i) {
+        const float g = gate[b + i];
+        du[b + i] += d[b + i] * g * (e[i] / (e[i] + 1.0f));
+        dg[b + i] += d[b + i] * up[b + i] * gelu_grad(g, e[i]);
+      }
     }
   }
 }
@@ -924,29 +966,30 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
 
 // ---- embedding ----
 
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C) {
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                       float scale) {
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<std::size_t>(b) * T + t) * C;
       const float* e = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
       if (wpe == nullptr) {
-        std::copy_n(e, C, o);
+        for (int i = 0; i < C; ++i) o[i] = e[i] * scale;
         continue;
       }
       const float* p = wpe + static_cast<std::size_t>(t) * C;
-      for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
+      for (int i = 0; i < C; ++i) o[i] = e[i] * scale + p[i];
     }
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                        float scale) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
       float* de = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
-      for (int i = 0; i < C; ++i) de[i] += d[i];
+      for (int i = 0; i < C; ++i) de[i] += d[i] * scale;
       if (dwpe == nullptr) continue;
       float* dp = dwpe + static_cast<std::size_t>(t) * C;
       for (int i = 0; i < C; ++i) dp[i] += d[i];

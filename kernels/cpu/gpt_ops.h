@@ -42,10 +42,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C);
 
-// RMS normalisation over C (Llama's RMSNorm): out = inp / sqrt(mean(inp^2) + eps) * weight; rstd [N] saved.
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+// RMS normalisation over C (Llama's RMSNorm): out = inp / sqrt(mean(inp^2) + eps) * (weight + weight_offset);
+// rstd [N] saved. Gemma's scales by 1 + weight (weight_offset 1).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     float weight_offset = 0.0f);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int N, int C);
+                      const float* rstd, int N, int C, float weight_offset = 0.0f);
 // Qwen3's RMSNorm of each query and key head: in each of N rows of `stride` floats, the first NH heads of hs
 // (the queries) normalised with weight[0, hs) and the next KVH heads (the keys) with weight[hs, 2 hs); out
 // has the same layout (or is inp), the rest of each row (the values) copied. rstd [N][NH + KVH] saved for
@@ -79,6 +81,9 @@ void sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH);
 // SwiGLU's product: inp [N, 2F] holds gate then up; out [N, F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int N, int F);
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
+// GeGLU's (Gemma's): out = gelu(gate) * up, GELU's tanh approximation (transformers' gelu_pytorch_tanh).
+void geglu_forward(float* out, const float* inp, int N, int F);
+void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
 
 // GELU, tanh approximation (GPT-2's gelu_new).
 void gelu_forward(float* out, const float* inp, std::size_t n);
@@ -109,11 +114,12 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window = 0);
 
-// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe
-// may be null (no position table: rotary positions).
-void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
+// out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
+// dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).
+void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                       float scale = 1.0f);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                        float scale = 1.0f);
 
 // Softmax cross-entropy over V classes: probs [N, V]; returns the mean loss over the N rows.
 float crossentropy_forward(float* probs, const float* logits, const int* targets, int N, int V);

@@ -105,21 +105,26 @@ __global__ void accumulate_strided_kernel(float* out, int ld_out, const float* i
   out[r * ld_out + c] += scale * in[r * ld_in + c];
 }
 
+// GELU (tanh approximation) and its derivative.
+__device__ float gelu_of(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+__device__ float gelu_grad(float x) {
+  const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  const float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  out[i] = gelu_of(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float x = inp[i];
-  const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-  const float sech2 = 1.0f - t * t;
-  const float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] += grad * dout[i];
+  dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
 
 // ---- layernorm: a block per row ----
@@ -196,8 +201,9 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
 
 // ---- RMSNorm, rotary positions, SwiGLU, grouped-query heads (the Llama shape) ----
 
+// Scaled by weight + off (Gemma's 1 + weight: off 1).
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C,
-                                       float eps) {
+                                       float eps, float off) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const float* x = inp + row * C;
@@ -205,22 +211,22 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   for (int i = threadIdx.x; i < C; i += blockDim.x) s += x[i] * x[i];
   const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(C) + eps);
   float* o = out + row * C;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = x[i] * r * weight[i];
+  for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = x[i] * r * (weight[i] + off);
   if (threadIdx.x == 0) rstd[row] = r;
 }
 
 __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                              const float* weight, const float* rstd, int C) {
+                                              const float* weight, const float* rstd, int C, float off) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const float* dy = dout + row * C;
   const float* x = inp + row * C;
   const float r = rstd[row];
   float a = 0;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) a += weight[i] * dy[i] * x[i];
+  for (int i = threadIdx.x; i < C; i += blockDim.x) a += (weight[i] + off) * dy[i] * x[i];
   const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(C);
   float* dx = dinp + row * C;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * weight[i] * dy[i] - x[i] * k;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * (weight[i] + off) * dy[i] - x[i] * k;
 }
 
 // Qwen3's per-head RMSNorm: block b is head h = b % heads of row b / heads (rows `stride` apart), the first
@@ -321,6 +327,24 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const floa
   const float g = inp[at], u = inp[at + F], sig = 1.0f / (1.0f + expf(-g));
   dinp[at + F] += dout[k] * g * sig;
   dinp[at] += dout[k] * u * sig * (1.0f + g * (1.0f - sig));
+}
+
+// GeGLU (Gemma's): gelu(gate) * up over [N, 2F] -> [N, F], and back.
+__global__ void geglu_forward_kernel(float* out, const float* inp, int F, std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  out[k] = gelu_of(inp[at]) * inp[at + F];
+}
+
+__global__ void geglu_backward_kernel(float* dinp, const float* inp, const float* dout, int F,
+                                      std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  const float g = inp[at], u = inp[at + F];
+  dinp[at + F] += dout[k] * gelu_of(g);
+  dinp[at] += dout[k] * u * gelu_grad(g);
 }
 
 // dst [N, 3C] from src [N, C + 2 kv]: q as it is, each query head's key and value from its group's head.
@@ -564,22 +588,22 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
 // ---- embedding, cross-entropy ----
 
 __global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe,
-                                         int T, int C, std::size_t n) {
+                                         int T, int C, float scale, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const std::size_t row = i / C;
   const int c = static_cast<int>(i % C);
   const int t = static_cast<int>(row % T);
   const float pos = wpe != nullptr ? wpe[static_cast<std::size_t>(t) * C + c] : 0.0f;
-  out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + pos;
+  out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] * scale + pos;
 }
 
 __global__ void embedding_backward_tokens_kernel(float* dwte, const float* dout, const int* tokens, int C,
-                                                 std::size_t n) {
+                                                 float scale, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const std::size_t row = i / C;
-  atomicAdd(&dwte[static_cast<std::size_t>(tokens[row]) * C + i % C], dout[i]);
+  atomicAdd(&dwte[static_cast<std::size_t>(tokens[row]) * C + i % C], dout[i] * scale);
 }
 
 __global__ void embedding_backward_positions_kernel(float* dwpe, const float* dout, int B, int T, int C) {
@@ -757,16 +781,17 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 }
 
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
-                    void* stream) {
+                    void* stream, float weight_offset) {
   if (N == 0) return 0;
-  rmsnorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, rstd, inp, weight, C, eps);
+  rmsnorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, rstd, inp, weight, C, eps, weight_offset);
   return launched();
 }
 
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                     const float* rstd, int N, int C, void* stream) {
+                     const float* rstd, int N, int C, void* stream, float weight_offset) {
   if (N == 0) return 0;
-  rmsnorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, rstd, C);
+  rmsnorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, rstd, C,
+                                                                       weight_offset);
   if (int e = launched(); e != 0) return e;
   layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(
       dweight, nullptr, dout, inp, nullptr, rstd, N, C);
@@ -817,6 +842,20 @@ int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
   const std::size_t n = static_cast<std::size_t>(N) * F;
   if (n == 0) return 0;
   swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, F, n);
+  return launched();
+}
+
+int geglu_forward(float* out, const float* inp, int N, int F, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  geglu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, F, n);
+  return launched();
+}
+
+int geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  geglu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, F, n);
   return launched();
 }
 
@@ -984,19 +1023,20 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
 // ---- embedding, cross-entropy ----
 
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                      void* stream) {
+                      void* stream, float scale) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
   if (n == 0) return 0;
-  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, T, C, n);
+  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, T, C,
+                                                                              scale, n);
   return launched();
 }
 
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
-                       void* stream) {
+                       void* stream, float scale) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
   if (n == 0) return 0;
   embedding_backward_tokens_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dwte, dout, tokens, C,
-                                                                                      n);
+                                                                                      scale, n);
   if (int e = launched(); e != 0) return e;
   if (dwpe == nullptr) return 0;
   const std::size_t tc = static_cast<std::size_t>(T) * C;

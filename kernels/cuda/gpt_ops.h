@@ -60,9 +60,9 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 // apart by a table of the angles' cosines and sines [T][hs/2] in device memory (kernels/cpu's rope_table,
 // uploaded; inverse: the transpose, also its backward); SwiGLU's silu(gate) * up over [N, 2F] -> [N, F].
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
-                    void* stream);
+                    void* stream, float weight_offset = 0.0f);
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                     const float* rstd, int N, int C, void* stream);
+                     const float* rstd, int N, int C, void* stream, float weight_offset = 0.0f);
 // Qwen3's RMSNorm of each query and key head, as kernels/cpu's head_rmsnorm_*: rows of `stride` floats
 // whose first NH heads of hs take weight[0, hs) and next KVH heads weight[hs, 2 hs); the rest of each row is
 // copied (out from inp forward, dinp from dout backward, which writes dinp and accumulates dweight).
@@ -75,6 +75,9 @@ int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const floa
                bool inverse, void* stream);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
+// Gemma's GeGLU: gelu(gate) * up (GELU's tanh approximation), the same layouts.
+int geglu_forward(float* out, const float* inp, int N, int F, void* stream);
+int geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
 // Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] with each of the KVH
 // key and value heads repeated over its NH / KVH query heads; sum_kv writes dqkv [N, C + 2 kv] from the
 // gradient of that layout, summing each group (no atomics: deterministic).
@@ -112,12 +115,12 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
                              int window = 0);
 
-// out[B*T, C] = wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and dwpe may
-// be null (rotary positions).
+// out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
+// dwpe may be null (rotary positions); `scale` is Gemma's sqrt(C).
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                      void* stream);
+                      void* stream, float scale = 1.0f);
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
-                       void* stream);
+                       void* stream, float scale = 1.0f);
 
 // Softmax cross-entropy over V classes: probs [N, V] and each row's loss [N] (the mean is the caller's sum
 // over `losses` / N).

@@ -118,9 +118,10 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(r.exit_code, 0) << hw;
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
-  for (const char* m : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b",
-                        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b",
-                        "qwen3-0.6b", "qwen3-8b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+  for (const char* m :
+       {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b", "llama-2-70b",
+        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b", "qwen3-0.6b", "qwen3-8b", "gemma-2b",
+        "gemma-7b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -1560,60 +1561,104 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
       << longrope.output;
 }
 
-// Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
-// RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
-// generates the same text from either.
-TEST(CliGenerate, AQwen3ShapedModelTrainsGeneratesAndExports) {
+// A Llama-shaped family trained on the repeated sentence, exported, and read back: what each check needs.
+struct ShapeRoundTrip {
+  std::string data, dir, hf;               // the text, the checkpoint, the export
+  nlohmann::json latest, config, tensors;  // latest.json, config.json, the safetensors header
+};
+
+// Trains a model of `model_set` (--model-set keys on llama-mini) on "the cat sat. " repeated, 150 steps,
+// checks it learned it (held-out loss under 0.2, the sentence greedily from the checkpoint and from the
+// export alike), and exports it to `name`-hf.
+ShapeRoundTrip train_export_generate(const std::string& name, const std::string& model_set) {
+  ShapeRoundTrip r;
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
-  const std::string data = write_file("cat-qwen3.txt", text);
-  const std::string dir = test_path("ckpt-qwen3").string(), hf = test_path("qwen3-hf").string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove_all(hf);
-  const std::string shape =
-      "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": "
-      "2, "
-      "\"head_dim\": 24, \"intermediate_size\": 176, \"max_position_embeddings\": 64";
-  const CmdResult t = memwall(
-      "train --steps 150 --log-every 150 --eval-batches 1 --json --checkpoint-dir " + dir + " --data " +
-          data + " --model llama-mini --model-set '{\"model_type\": \"qwen3\", " + shape + "}'",
-      false);
-  ASSERT_EQ(t.exit_code, 0) << t.output;
-  const nlohmann::json summary = train_json_summary(t.output);
-  EXPECT_LT(static_cast<double>(summary["val_loss"]), 0.2) << t.output;
-  std::ifstream lf(dir + "/latest.json");
-  const nlohmann::json latest = nlohmann::json::parse(lf);
-  EXPECT_EQ(latest["head_dim"], 24);
-  EXPECT_EQ(latest["qk_norm"], true);
-  // Resumed as the same shape without the norms: refused naming them (not the parameter count).
-  const CmdResult llama = memwall("train --steps 151 --resume --eval-batches 1 --checkpoint-dir " + dir +
-                                  " --data " + data + " --model llama-mini --model-set '{" + shape + "}'");
-  EXPECT_EQ(llama.exit_code, 2) << llama.output;
-  EXPECT_NE(llama.output.find("checkpoint has qk_norm = true, this run has false"), std::string::npos)
-      << llama.output;
-  ASSERT_EQ(memwall("export --checkpoint-dir " + dir + " --out " + hf).exit_code, 0);
-  std::ifstream cf(hf + "/config.json");
-  const nlohmann::json config = nlohmann::json::parse(cf);
-  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
-  EXPECT_EQ(config["model_type"], "qwen3");
-  EXPECT_EQ(config["head_dim"], 24);
-  EXPECT_EQ(config["hidden_size"], 64);
-  // Its tensors under transformers' names and shapes: q_proj [96, 64], o_proj [64, 96], q_norm [24].
-  std::ifstream st(hf + "/model.safetensors", std::ios::binary);
+  r.data = write_file("cat-" + name + ".txt", text);
+  r.dir = test_path("ckpt-" + name).string();
+  r.hf = test_path(name + "-hf").string();
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+  const CmdResult t =
+      memwall("train --steps 150 --log-every 150 --eval-batches 1 --json --checkpoint-dir " + r.dir +
+                  " --data " + r.data + " --model llama-mini --model-set '" + model_set + "'",
+              false);
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  if (t.exit_code != 0) return r;
+  EXPECT_LT(static_cast<double>(train_json_summary(t.output)["val_loss"]), 0.2) << t.output;
+  std::ifstream lf(r.dir + "/latest.json");
+  r.latest = nlohmann::json::parse(lf);
+  EXPECT_EQ(memwall("export --checkpoint-dir " + r.dir + " --out " + r.hf).exit_code, 0);
+  std::ifstream cf(r.hf + "/config.json");
+  r.config = nlohmann::json::parse(cf);
+  std::ifstream st(r.hf + "/model.safetensors", std::ios::binary);
   std::uint64_t header_bytes = 0;
   st.read(reinterpret_cast<char*>(&header_bytes), 8);
   std::string header(header_bytes, '\0');
   st.read(header.data(), static_cast<std::streamsize>(header_bytes));
-  const nlohmann::json tensors = nlohmann::json::parse(header);
-  EXPECT_EQ(tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{96, 64}));
-  EXPECT_EQ(tensors["model.layers.0.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 96}));
-  EXPECT_EQ(tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{24}));
-  EXPECT_EQ(tensors["model.layers.0.self_attn.k_norm.weight"]["shape"], (nlohmann::json{24}));
-  const std::string greedy = greedy_text("--checkpoint-dir " + dir, 20);
+  r.tensors = nlohmann::json::parse(header);
+  const std::string greedy = greedy_text("--checkpoint-dir " + r.dir, 20);
   EXPECT_EQ(greedy, "the cat sat. the cat sat.\n");
-  EXPECT_EQ(greedy_text("--weights " + hf, 20), greedy);
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove_all(hf);
+  EXPECT_EQ(greedy_text("--weights " + r.hf, 20), greedy);
+  return r;
+}
+
+// Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
+// RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
+// generates the same text from either.
+TEST(CliGenerate, AQwen3ShapedModelTrainsGeneratesAndExports) {
+  const std::string shape =
+      "\"num_hidden_layers\": 1, \"hidden_size\": 64, \"num_attention_heads\": 4, \"num_key_value_heads\": "
+      "2, \"head_dim\": 24, \"intermediate_size\": 176, \"max_position_embeddings\": 64";
+  const ShapeRoundTrip r = train_export_generate("qwen3", "{\"model_type\": \"qwen3\", " + shape + "}");
+  EXPECT_EQ(r.latest["head_dim"], 24);
+  EXPECT_EQ(r.latest["qk_norm"], true);
+  // Resumed as the same shape without the norms: refused naming them (not the parameter count).
+  const CmdResult llama = memwall("train --steps 151 --resume --eval-batches 1 --checkpoint-dir " + r.dir +
+                                  " --data " + r.data + " --model llama-mini --model-set '{" + shape + "}'");
+  EXPECT_EQ(llama.exit_code, 2) << llama.output;
+  EXPECT_NE(llama.output.find("checkpoint has qk_norm = true, this run has false"), std::string::npos)
+      << llama.output;
+  EXPECT_EQ(r.config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(r.config["model_type"], "qwen3");
+  EXPECT_EQ(r.config["head_dim"], 24);
+  EXPECT_EQ(r.config["hidden_size"], 64);
+  // Its tensors under transformers' names and shapes: q_proj [96, 64], o_proj [64, 96], q_norm [24].
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{96, 64}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 96}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{24}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_norm.weight"]["shape"], (nlohmann::json{24}));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// Gemma's shape (GeGLU, RMSNorm by 1 + weight, the embedding times sqrt(64), one key/value head of 24)
+// trains, is kept by the checkpoint, exports as GemmaForCausalLM and generates the same text from either; a
+// model file whose activation memwall does not compute is refused in one line.
+TEST(CliGenerate, AGemmaShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "gemma", R"({"model_type": "gemma", "num_hidden_layers": 1, "hidden_size": 64, )"
+               R"("num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 24, )"
+               R"("intermediate_size": 176, "max_position_embeddings": 64, "tie_word_embeddings": true})");
+  EXPECT_EQ(r.latest["gelu_mlp"], true);
+  EXPECT_EQ(r.latest["norm_unit_offset"], true);
+  EXPECT_EQ(r.latest["embed_scale"], true);
+  EXPECT_EQ(r.config["architectures"][0], "GemmaForCausalLM");
+  EXPECT_EQ(r.config["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_EQ(r.config["head_dim"], 24);
+  EXPECT_EQ(r.config["tie_word_embeddings"], true);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_proj.weight"]["shape"], (nlohmann::json{24, 64}));
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  const CmdResult exact = memwall("train --steps 1 --data " + r.data +
+                                  R"( --model llama-mini --model-set '{"model_type": "gemma", )"
+                                  R"("hidden_activation": "gelu"}')");
+  EXPECT_EQ(exact.exit_code, 2) << exact.output;
+  EXPECT_NE(exact.output.find("hidden_act \"gelu\" is not supported by memwall train; allowed: silu (SwiGLU) "
+                              "or gelu_pytorch_tanh (GeGLU)"),
+            std::string::npos)
+      << exact.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
 }
 
 TEST(CliGenerate, AModelTrainedOnARepeatedSentenceContinuesIt) {

@@ -61,6 +61,37 @@ TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
   EXPECT_EQ(m->norm_eps, 1e-6);
 }
 
+// Gemma: GeGLU (GELU's tanh approximation whatever hidden_act says, unless hidden_activation names another),
+// RMSNorm by 1 + weight, a scaled embedding, head_dim 256 by default, a tied head by default. Gemma 2B and 7B
+// read as their published counts.
+TEST(ModelSpec, GemmaReadsAsPublished) {
+  const ModelSpec two = load_model_scenario("gemma-2b");
+  EXPECT_EQ(two.model_type, "gemma");
+  EXPECT_EQ(two.mlp_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(two.norm_unit_offset);
+  EXPECT_TRUE(two.embed_scale);
+  EXPECT_TRUE(two.tied_embeddings);
+  EXPECT_EQ(two.kv_heads, 1);
+  EXPECT_EQ(two.head_dim(), 256);
+  EXPECT_EQ(two.total_params(), 2506172416.0);
+  const ModelSpec seven = load_model_scenario("gemma-7b");
+  EXPECT_EQ(seven.q_width(), 4096);
+  EXPECT_EQ(seven.total_params(), 8537680896.0);
+  // A file without head_dim or tie_word_embeddings takes GemmaConfig's defaults; hidden_activation is read.
+  Diagnostics diag;
+  auto m = parse_model(R"({"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+      "num_hidden_layers": 28, "num_attention_heads": 16, "vocab_size": 256000,
+      "hidden_activation": "gelu"})",
+                       "gemma/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->total_params(), 8537680896.0);
+  EXPECT_EQ(m->mlp_act, "gelu");
+  // Llama keeps its hidden_act and its plain norms.
+  const ModelSpec llama = load_model_scenario("llama-3.2-1b");
+  EXPECT_EQ(llama.mlp_act, "silu");
+  EXPECT_FALSE(llama.norm_unit_offset || llama.embed_scale);
+}
+
 TEST(ModelSpec, Qwen3HeadsOfTheirOwnSizeAndQueryKeyNorms) {
   // Qwen3-0.6B: 28 layers of 1024 channels, 16 query heads on 8 key/value heads of head_dim 128 (queries of
   // 2048 channels), q_norm and k_norm of 128 each, an MLP of 3072, 151936 tokens tied to the head:

@@ -210,6 +210,28 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   expect_close(d_sg.host(), sg, 1e-5f, 1e-6f, "swiglu");
   expect_close(d_dsg.host(), dsg, 1e-5f, 1e-5f, "swiglu backward");
 
+  // Gemma's: RMSNorm by 1 + weight, GeGLU, the embedding scaled by sqrt(C).
+  std::vector<float> go(x.size()), grstd(N), gdx = randn(x.size(), 76), gdw = randn(C, 77);
+  Dev<float> d_go(go.size()), d_grstd(grstd), d_gdx(gdx), d_gdw(gdw);
+  ASSERT_EQ(cu::rmsnorm_forward(d_go.get(), d_grstd.get(), d_x.get(), d_w.get(), N, C, 1e-6f, nullptr, 1.0f),
+            0);
+  ASSERT_EQ(cu::rmsnorm_backward(d_gdx.get(), d_gdw.get(), d_dy.get(), d_x.get(), d_w.get(), d_grstd.get(), N,
+                                 C, nullptr, 1.0f),
+            0);
+  rmsnorm_forward(go.data(), grstd.data(), x.data(), w.data(), N, C, 1e-6f, 1.0f);
+  rmsnorm_backward(gdx.data(), gdw.data(), dy.data(), x.data(), w.data(), grstd.data(), N, C, 1.0f);
+  expect_close(d_go.host(), go, 1e-5f, 1e-5f, "rmsnorm (1 + weight) out");
+  expect_close(d_gdx.host(), gdx, 1e-4f, 1e-5f, "rmsnorm (1 + weight) dinp", 1e-5f);
+  expect_close(d_gdw.host(), gdw, 1e-4f, 1e-5f, "rmsnorm (1 + weight) dweight", 1e-5f);
+  std::vector<float> gg(sg.size()), dgg = randn(x.size(), 78);
+  Dev<float> d_gg(gg.size()), d_dgg(dgg);
+  ASSERT_EQ(cu::geglu_forward(d_gg.get(), d_x.get(), N, F, nullptr), 0);
+  ASSERT_EQ(cu::geglu_backward(d_dgg.get(), d_x.get(), d_dsw.get(), N, F, nullptr), 0);
+  geglu_forward(gg.data(), x.data(), N, F);
+  geglu_backward(dgg.data(), x.data(), dsw.data(), N, F);
+  expect_close(d_gg.host(), gg, 1e-5f, 1e-6f, "geglu");
+  expect_close(d_dgg.host(), dgg, 1e-5f, 1e-5f, "geglu backward");
+
   // Rotary on the q and k heads of a [N, 3C] tensor (v untouched), then back.
   const int heads = 4, hs = C / heads;
   auto q = randn(static_cast<std::size_t>(N) * 3 * C, 68);
@@ -246,10 +268,14 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   std::vector<float> emb(static_cast<std::size_t>(N) * C), dwte = randn(wte.size(), 72);
   Dev<int> d_tok(tokens);
   Dev<float> d_wte(wte), d_emb(emb.size()), d_dwte(dwte);
-  ASSERT_EQ(cu::embedding_forward(d_emb.get(), d_tok.get(), d_wte.get(), nullptr, B, T, C, nullptr), 0);
-  ASSERT_EQ(cu::embedding_backward(d_dwte.get(), nullptr, d_dy.get(), d_tok.get(), B, T, C, nullptr), 0);
-  embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, C);
-  embedding_backward(dwte.data(), nullptr, dy.data(), tokens.data(), B, T, C);
+  // Scaled as Gemma's (by sqrt(C), rounded to float).
+  const float scale = std::sqrt(static_cast<float>(C));
+  ASSERT_EQ(cu::embedding_forward(d_emb.get(), d_tok.get(), d_wte.get(), nullptr, B, T, C, nullptr, scale),
+            0);
+  ASSERT_EQ(cu::embedding_backward(d_dwte.get(), nullptr, d_dy.get(), d_tok.get(), B, T, C, nullptr, scale),
+            0);
+  embedding_forward(emb.data(), tokens.data(), wte.data(), nullptr, B, T, C, scale);
+  embedding_backward(dwte.data(), nullptr, dy.data(), tokens.data(), B, T, C, scale);
   expect_close(d_emb.host(), emb, 0.0f, 0.0f, "embedding without positions");
   expect_close(d_dwte.host(), dwte, 1e-5f, 1e-5f, "dwte without positions");
 }

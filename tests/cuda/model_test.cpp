@@ -148,8 +148,8 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
-// biases, YaRN, a sliding window, Qwen3's heads and norms) at GPT-2's tolerances: fp32, flash attention, and
-// bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
+// biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's) at GPT-2's tolerances: fp32, flash
+// attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   const int tiling = GetParam();
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, small_llama());
@@ -176,6 +176,12 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   qwen3.head_dim = 24;
   qwen3.qk_norm = true;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, qwen3);
+  // Gemma's GeGLU, 1 + weight norms and sqrt(C) embedding, one key/value head of its own width.
+  GptConfig gemma = small_llama();
+  gemma.kv_heads = 1;
+  gemma.head_dim = 32;
+  gemma.gelu_mlp = gemma.norm_unit_offset = gemma.embed_scale = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma);
   Losses qwen3_flash;
   train_side_by_side(*dev_, blocks_, tiling, false, qwen3_flash, true, qwen3);
   ASSERT_EQ(qwen3_flash.gpu.size(), 10u);

@@ -115,6 +115,16 @@ GptConfig wide_heads() {
   return c;
 }
 
+// Gemma's: a GeGLU MLP, RMSNorm by 1 + weight, the embedding times sqrt(C), one key/value head (Gemma 2B's)
+// and heads of their own width (2 x 12 over 16, as Gemma 7B's 16 x 256 over 3072), tied.
+GptConfig gemma() {
+  GptConfig c = llama_mha();
+  c.kv_heads = 1;
+  c.head_dim = 12;
+  c.gelu_mlp = c.norm_unit_offset = c.embed_scale = true;
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -128,7 +138,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"mistral-window", mistral()},
           {"qwen2-window", qwen2_windowed()},
           {"qwen3", qwen3()},
-          {"wide-heads", wide_heads()}};
+          {"wide-heads", wide_heads()},
+          {"gemma", gemma()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -364,8 +375,11 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig q3 = gqa;  // and Qwen3's heads of their own width (4 x 10 over 32) with q and k norms
   q3.head_dim = 10;
   q3.qk_norm = true;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3}) {
+  GptConfig gem = gqa;  // and Gemma's GeGLU, 1 + weight norms and scaled embedding
+  gem.gelu_mlp = gem.norm_unit_offset = gem.embed_scale = true;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
                  : c.sliding_window > 0   ? "sliding window"
                  : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
@@ -426,7 +440,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
 // head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
-// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, on
+// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, on
 // trained-looking (perturbed) weights. Skipped without torch.
 TEST(GptModel, LlamaMatchesAPyTorchReference) {
   const std::string dir = memwall::testing::fresh_temp_dir("llama-ref");
@@ -437,9 +451,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
-                      qwen2_windowed(), qwen3(), wide_heads()}) {
+                      qwen2_windowed(), qwen3(), wide_heads(), gemma()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.qk_norm                ? "qwen3"
+    SCOPED_TRACE(c.gemma()                ? "gemma"
+                 : c.qk_norm              ? "qwen3"
                  : c.head_dim > 0         ? "head_dim " + std::to_string(c.head_dim)
                  : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
                  : c.sliding_window > 0   ? "sliding window " + std::to_string(c.sliding_window) +
@@ -469,6 +484,7 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
                                    {"head_dim", c.head_size()},
+                                   {"gemma", c.gemma()},
                                    {"norm_eps", c.norm_eps},
                                    {"rope_theta", c.rope_theta},
                                    {"rope_scaling", hf_rope_scaling(c.rope_scaling)},

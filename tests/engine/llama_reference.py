@@ -5,7 +5,8 @@ transformers' rope initialisation functions define them, repeat_kv for grouped-q
 SiLU-gated MLP, causal softmax attention (over a sliding window where the config has one: query t sees keys
 u with t - window < u <= t, transformers' sliding_window_overlay, in the layers from first_window_layer on),
 untied or tied head; Qwen2's q, k, v biases where the layout has them; heads of head_dim channels, and
-Qwen3's RMSNorm of each query and key head before the rotary turn where the layout has q_norm and k_norm), as the reference memwall's CPU model is
+Qwen3's RMSNorm of each query and key head before the rotary turn where the layout has q_norm and k_norm;
+with "gemma" Gemma's RMSNorm by 1 + weight, embedding times sqrt(hidden) and gelu_pytorch_tanh MLP), as the reference memwall's CPU model is
 checked against (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -36,8 +37,13 @@ def main(d):
     tokens = torch.tensor(list(memoryview(open(d + "/tokens.i32", "rb").read()).cast("i"))).view(B, T)
     targets = torch.tensor(list(memoryview(open(d + "/targets.i32", "rb").read()).cast("i"))).view(B, T)
 
+    gemma = cfg.get("gemma", False)
+
     def rmsnorm(x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w if gemma else w)
+
+    def act(x):
+        return torch.nn.functional.gelu(x, approximate="tanh") if gemma else torch.nn.functional.silu(x)
 
     def rotate_half(x):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
@@ -81,6 +87,8 @@ def main(d):
     cos, sin = emb.cos() * attention, emb.sin() * attention
 
     x = t["model.embed_tokens.weight"][tokens]
+    if gemma:
+        x = x * torch.tensor(C**0.5, dtype=torch.float32).to(torch.float64)  # as a float32 model scales
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
     window = cfg.get("sliding_window", 0)
     rows, cols = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
@@ -106,7 +114,7 @@ def main(d):
         h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
         gate = h @ t[p + "mlp.gate_proj.weight"].T
         up = h @ t[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ t[p + "mlp.down_proj.weight"].T
+        x = x + (act(gate) * up) @ t[p + "mlp.down_proj.weight"].T
     x = rmsnorm(x, t["model.norm.weight"])
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
     logits = x @ head.T

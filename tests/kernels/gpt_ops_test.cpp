@@ -206,6 +206,24 @@ TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
   rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
   check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
   check_gradient(w, forward, dw, r, "dweight");
+  // Gemma's 1 + weight: the output is the plain norm's with weight + 1, the gradients its own.
+  std::vector<float> w1(w);
+  for (float& v : w1) v += 1.0f;
+  std::vector<float> plain(N * C), offset(N * C);
+  rmsnorm_forward(plain.data(), rstd.data(), x.data(), w1.data(), N, C, 1e-5f);
+  rmsnorm_forward(offset.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f, 1.0f);
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(offset[i], plain[i], 1e-6f * (1 + std::fabs(plain[i])));
+  auto forward1 = [&] {
+    std::vector<float> out(N * C);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f, 1.0f);
+    return out;
+  };
+  forward1();
+  std::vector<float> dx1(N * C), dw1(C);
+  rmsnorm_backward(dx1.data(), dw1.data(), r.data(), x.data(), w.data(), rstd.data(), N, C, 1.0f);
+  check_gradient(x, forward1, dx1, r, "dinp (1 + weight)", 1e-2f, 3e-2);
+  check_gradient(w, forward1, dw1, r, "dweight (1 + weight)");
 }
 
 // Qwen3's per-head norm: each query head is rmsnorm_forward of that head with the first weight, each key head
@@ -283,6 +301,29 @@ TEST(GptOps, SwigluBackwardMatchesFiniteDifferences) {
   std::vector<float> dx(x.size());
   swiglu_backward(dx.data(), x.data(), r.data(), N, F);
   check_gradient(x, forward, dx, r, "swiglu", 1e-3f);
+}
+
+// Gemma's GeGLU: gelu(g) * u with GELU's tanh approximation, by hand and against finite differences.
+TEST(GptOps, GegluBackwardMatchesFiniteDifferences) {
+  const int N = 3, F = 8;
+  auto x = randn(N * 2 * F, 30, 2.0f);
+  const auto r = randn(N * F, 31);
+  auto forward = [&] {
+    std::vector<float> out(N * F);
+    geglu_forward(out.data(), x.data(), N, F);
+    return out;
+  };
+  const auto y = forward();
+  for (int i : {1, F + 5}) {  // rows 0 and 1
+    const std::size_t at = static_cast<std::size_t>(i / F) * 2 * F + static_cast<std::size_t>(i % F);
+    const double g = x[at], u = x[at + F];
+    const double gelu =
+        0.5 * g * (1 + std::tanh(std::sqrt(2 / std::acos(-1.0)) * (g + 0.044715 * g * g * g)));
+    EXPECT_NEAR(y[static_cast<std::size_t>(i)], gelu * u, 1e-5 * (1 + std::fabs(gelu * u)));
+  }
+  std::vector<float> dx(x.size());
+  geglu_backward(dx.data(), x.data(), r.data(), N, F);
+  check_gradient(x, forward, dx, r, "geglu", 1e-3f);
 }
 
 // Rotary embedding: Hugging Face Llama's pairing (i with i + hs/2) and angles (position x the pair's
@@ -503,6 +544,12 @@ TEST(GptOps, CrossEntropyAndEmbedding) {
   EXPECT_FLOAT_EQ(dwte[2 * C + 1], dout[0 * C + 1] + dout[2 * C + 1]);
   EXPECT_FLOAT_EQ(dwte[4 * C + 1], 0.0f);
   EXPECT_FLOAT_EQ(dwpe[2 * C + 3], dout[2 * C + 3]);
+  // Gemma's scaled embedding (no position table): the row times the scale, its gradient times it too.
+  std::vector<float> scaled(T * C), dscaled(5 * C);
+  embedding_forward(scaled.data(), tokens.data(), wte.data(), nullptr, B, T, C, 3.0f);
+  EXPECT_FLOAT_EQ(scaled[1 * C + 2], 3.0f * wte[0 * C + 2]);
+  embedding_backward(dscaled.data(), nullptr, dout.data(), tokens.data(), B, T, C, 3.0f);
+  EXPECT_FLOAT_EQ(dscaled[2 * C + 1], 3.0f * (dout[0 * C + 1] + dout[2 * C + 1]));
 }
 
 TEST(GptOps, VectorExpMatchesStdExp) {

@@ -159,17 +159,17 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 }
 
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
-                    void* stream) {
+                    void* stream, float weight_offset) {
   if (int e = device_args("rmsnorm_forward", {{out, f32(N, C), "out", true},
                                               {rstd, f32(1, N), "rstd", true},
                                               {inp, f32(N, C), "inp"},
                                               {weight, f32(1, C), "weight"}}))
     return e;
-  return enqueue(stream, [=] { kernels::rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+  return enqueue(stream, [=] { kernels::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, weight_offset); });
 }
 
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                     const float* rstd, int N, int C, void* stream) {
+                     const float* rstd, int N, int C, void* stream, float weight_offset) {
   if (int e = device_args("rmsnorm_backward", {{dinp, f32(N, C), "dinp", true},
                                                {dweight, f32(1, C), "dweight", true},
                                                {dout, f32(N, C), "dout"},
@@ -177,7 +177,9 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
                                                {weight, f32(1, C), "weight"},
                                                {rstd, f32(1, N), "rstd"}}))
     return e;
-  return enqueue(stream, [=] { kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+  return enqueue(stream, [=] {
+    kernels::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, weight_offset);
+  });
 }
 
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
@@ -230,6 +232,20 @@ int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int
           {{dinp, f32(N, 2 * F), "dinp", true}, {inp, f32(N, 2 * F), "inp"}, {dout, f32(N, F), "dout"}}))
     return e;
   return enqueue(stream, [=] { kernels::swiglu_backward(dinp, inp, dout, N, F); });
+}
+
+int geglu_forward(float* out, const float* inp, int N, int F, void* stream) {
+  if (int e = device_args("geglu_forward", {{out, f32(N, F), "out", true}, {inp, f32(N, 2 * F), "inp"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::geglu_forward(out, inp, N, F); });
+}
+
+int geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream) {
+  if (int e = device_args(
+          "geglu_backward",
+          {{dinp, f32(N, 2 * F), "dinp", true}, {inp, f32(N, 2 * F), "inp"}, {dout, f32(N, F), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::geglu_backward(dinp, inp, dout, N, F); });
 }
 
 int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream) {
@@ -328,23 +344,23 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
 }
 
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                      void* stream) {
+                      void* stream, float scale) {
   if (int e = device_args("embedding_forward", {{out, f32(B * T, C), "out", true},
                                                 {tokens, f32(B, T), "tokens"},
                                                 {wte, f32(1, C), "wte"},
                                                 {wpe, f32(T, C), "wpe"}}))
     return e;
-  return enqueue(stream, [=] { kernels::embedding_forward(out, tokens, wte, wpe, B, T, C); });
+  return enqueue(stream, [=] { kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, scale); });
 }
 
 int embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
-                       void* stream) {
+                       void* stream, float scale) {
   if (int e = device_args("embedding_backward", {{dwte, f32(1, C), "dwte", true},
                                                  {dwpe, f32(T, C), "dwpe", true},
                                                  {dout, f32(B * T, C), "dout"},
                                                  {tokens, f32(B, T), "tokens"}}))
     return e;
-  return enqueue(stream, [=] { kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+  return enqueue(stream, [=] { kernels::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, scale); });
 }
 
 int crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets, int N, int V,
