@@ -221,16 +221,18 @@ int run_generate(const GenerateOptions& opt) {
 void register_generate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand(
-      "generate", "Sample text from a checkpoint of memwall train or GPT-2 / Llama weights (on the CPU)");
+      "generate",
+      "Sample text from a checkpoint of memwall train or GPT-2 / Llama-family weights (on the CPU)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
-  cmd->add_option("--weights", opt->weights,
-                  "Instead of a checkpoint: a directory with Hugging Face GPT-2 or Llama model.safetensors "
-                  "and config.json "
-                  "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
+  cmd->add_option(
+      "--weights", opt->weights,
+      "Instead of a checkpoint: a directory with Hugging Face GPT-2 or Llama-family (Llama, Mistral, "
+      "Qwen2, Qwen3, Gemma, Phi-3) model.safetensors and config.json "
+      "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
       "BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json (GPT-2's, "
-      "Llama 3's, Qwen2's, Llama 2's or Mistral's) (default: "
+      "Llama 3's, Qwen2's, Llama 2's, Mistral's or Gemma's) (default: "
       "the model's directory when it has them, else bytes are tokens), or bytes");
   cmd->add_option("--prompt", opt->prompt, "Text to continue (default: a newline)");
   cmd->add_option("--tokens", opt->tokens, "Tokens to generate (bytes with the byte vocabulary)")

@@ -157,6 +157,12 @@ Status check_model(const ModelSpec& m) {
           where + "rope_scaling type \"" + m.rope_scaling.type +
           "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
     }
+    if (m.partial_rotary_factor != 1.0) {
+      return Status::invalid_argument(where + "partial_rotary_factor " +
+                                      strprintf("%g", m.partial_rotary_factor) +
+                                      " is not supported by memwall train; allowed: 1 (rotary on every "
+                                      "channel of a head)");
+    }
     if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +
                                       "\" is not supported by memwall train; allowed: silu (SwiGLU) or "
@@ -924,12 +930,13 @@ void register_train(CLI::App& app, int& exit_code) {
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
       "BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json (GPT-2's, "
-      "Llama 3's, Qwen2's, Llama 2's or Mistral's) (default: "
+      "Llama 3's, Qwen2's, Llama 2's, Mistral's or Gemma's) (default: "
       "--init-from's directory when it has them, resuming the checkpoint's, else bytes are tokens), "
       "or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
-      "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama model.safetensors "
+      "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama-family "
+      "model.safetensors "
       "(F32, F16 or BF16), the model.safetensors.index.json of its shards, or a directory holding either "
       "(memwall export's output, a Hub download), whose config.json is then the model unless --model is "
       "given; each rank reads only its shard");

@@ -88,8 +88,9 @@ struct ModelSpec {
   // The gated MLP's activation as transformers names it (hidden_act): "silu" (SwiGLU), or Gemma's
   // "gelu_pytorch_tanh" (GeGLU); read for the Llama shape, where memwall train takes those two.
   std::string mlp_act = "silu";
-  bool norm_unit_offset = false;  // Gemma's RMSNorm scales by 1 + weight (its weights start at 0)
-  bool embed_scale = false;       // Gemma's embedding output multiplied by sqrt(hidden)
+  bool norm_unit_offset = false;       // Gemma's RMSNorm scales by 1 + weight (its weights start at 0)
+  bool embed_scale = false;            // Gemma's embedding output multiplied by sqrt(hidden)
+  double partial_rotary_factor = 1.0;  // the share of each head's channels rotary turns (Phi-4-mini's 0.75)
 
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim

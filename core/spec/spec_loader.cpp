@@ -372,7 +372,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
               "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
               "predict_special_tokens", "output_past", "gradient_checkpointing"});
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
+             type == "phi3") {
     const bool gemma = type == "gemma";
     for (const char* k :
          {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
@@ -421,8 +422,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm_eps = 1e-6;  // transformers' LlamaConfig default
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
-    // Mistral's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = type == "mistral";
+    // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
+    bool use_window = type == "mistral" || type == "phi3";
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
     int window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
@@ -457,14 +458,21 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
+    // Phi-3 keeps the context its longrope stretches beside rope_scaling.
+    if (!m.rope_scaling.none() && m.rope_scaling.original_max_positions == 0)
+      MW_RETURN_IF_ERROR(
+          r.get_int("original_max_position_embeddings", m.rope_scaling.original_max_positions, 0, 1 << 28));
+    // Rotary on a part of each head (Phi-4-mini's 0.75): read for predict, refused by memwall train.
+    MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
     if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     if (gemma) head_dim = 256;            // GemmaConfig's
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
-    r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types"});
+    r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
+              "resid_pdrop", "original_max_position_embeddings"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                                     "gemma, zero-infinity-paper");
+                                     "gemma, phi3, zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.

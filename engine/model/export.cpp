@@ -34,6 +34,111 @@ nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
   return j;
 }
 
+namespace {
+// config.json's text for this model (transformers' architecture and keys), or why it has none.
+Result<std::string> hf_config(const GptConfig& c, const std::string& dir, ExportDtype dtype) {
+  const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
+                            : dtype == ExportDtype::kBF16 ? "bfloat16"
+                                                          : "float16";
+  if (c.llama()) {
+    // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
+    // layers. Qwen3 is the shape with per-head query and key norms.
+    const bool gemma = c.gemma(), qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
+    const bool phi3 = c.fused_names, mistral = !qwen && !phi3 && c.sliding_window > 0;
+    if (phi3 && (qwen || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.head_dim > 0)) {
+      return Status::invalid_argument(dir +
+                                      ": Phi-3's fused tensor names with another family's parts have no "
+                                      "config.json form (Phi3ForCausalLM is the plain Llama shape)");
+    }
+    if (phi3 && c.sliding_window > 0 && c.first_window_layer > 0) {
+      return Status::invalid_argument(dir + ": a sliding window from layer " +
+                                      std::to_string(c.first_window_layer) +
+                                      " on has no Phi-3 config.json form (Phi-3 windows every layer)");
+    }
+    if ((c.gelu_mlp || c.norm_unit_offset || c.embed_scale) &&
+        (!gemma || c.qkv_bias || c.qk_norm || c.sliding_window > 0)) {
+      return Status::invalid_argument(dir +
+                                      ": Gemma's GeGLU, 1 + weight norms and scaled embedding have a "
+                                      "config.json form only together, without biases, q/k norms or "
+                                      "windows (GemmaForCausalLM)");
+    }
+    if (qwen3 && c.qkv_bias) {
+      return Status::invalid_argument(dir +
+                                      ": q, k and v biases with per-head q/k norms have no Qwen3 "
+                                      "config.json form (its attention_bias puts biases on o_proj too)");
+    }
+    if (mistral && c.first_window_layer > 0) {
+      return Status::invalid_argument(dir + ": a sliding window from layer " +
+                                      std::to_string(c.first_window_layer) +
+                                      " on has no Mistral config.json form (Mistral windows every layer)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures",
+         {phi3      ? "Phi3ForCausalLM"
+          : gemma   ? "GemmaForCausalLM"
+          : qwen3   ? "Qwen3ForCausalLM"
+          : qwen2   ? "Qwen2ForCausalLM"
+          : mistral ? "MistralForCausalLM"
+                    : "LlamaForCausalLM"}},
+        {"model_type", phi3      ? "phi3"
+                       : gemma   ? "gemma"
+                       : qwen3   ? "qwen3"
+                       : qwen2   ? "qwen2"
+                       : mistral ? "mistral"
+                                 : "llama"},
+        {"vocab_size", c.vocab},
+        {"max_position_embeddings", c.max_seq},
+        {"hidden_size", c.channels},
+        {"intermediate_size", c.ffn_width()},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"num_key_value_heads", c.kv_head_count()},
+        {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
+        {"rms_norm_eps", c.norm_eps},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", c.tied},
+        {"torch_dtype", torch_dtype},
+    };
+    // Qwen3's and Gemma's configs default head_dim to 128 and 256: always written for them; for others where
+    // it is not C / heads.
+    if (qwen3 || gemma || c.head_dim > 0) config["head_dim"] = c.head_size();
+    if (gemma) config["hidden_activation"] = "gelu_pytorch_tanh";
+    if (mistral) config["sliding_window"] = c.sliding_window;
+    if (phi3)
+      config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+    if (qwen) {
+      config["use_sliding_window"] = c.sliding_window > 0;
+      config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      config["max_window_layers"] = c.sliding_window > 0 ? c.first_window_layer : c.layers;
+    }
+    return config.dump(2) + "\n";
+  }
+  nlohmann::ordered_json config = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", c.vocab},
+      {"n_positions", c.max_seq},
+      {"n_ctx", c.max_seq},
+      {"n_embd", c.channels},
+      {"n_layer", c.layers},
+      {"n_head", c.heads},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", torch_dtype},
+  };
+  return config.dump(2) + "\n";
+}
+
+}  // namespace
+
 Status export_hf(const GptConfig& c, const float* params, const std::string& dir, ExportDtype dtype) {
   return export_hf(
       c,
@@ -48,7 +153,10 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   const std::size_t eb = dtype == ExportDtype::kF32 ? 4 : 2;
   const char* dtype_name = dtype == ExportDtype::kF32 ? "F32" : dtype == ExportDtype::kBF16 ? "BF16" : "F16";
   MW_RETURN_IF_ERROR(validate(c, 1, 1));
-  const std::vector<ParamTensor> layout = gpt_param_layout(c);
+  // The config first: a model without a config.json form is refused before any file is written.
+  const Result<std::string> config = hf_config(c, dir, dtype);
+  if (!config.is_ok()) return config.status();
+  const std::vector<ParamTensor> layout = hf_param_layout(c);
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"producer", "memwall"}};
   std::size_t at = 0, largest = 0;
@@ -94,90 +202,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   }
   MW_RETURN_IF_ERROR(file->commit());
 
-  const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
-                            : dtype == ExportDtype::kBF16 ? "bfloat16"
-                                                          : "float16";
-  if (c.llama()) {
-    // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
-    // layers. Qwen3 is the shape with per-head query and key norms.
-    const bool gemma = c.gemma(), qwen3 = c.qk_norm, qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
-    const bool mistral = !qwen && c.sliding_window > 0;
-    if ((c.gelu_mlp || c.norm_unit_offset || c.embed_scale) &&
-        (!gemma || c.qkv_bias || c.qk_norm || c.sliding_window > 0)) {
-      return Status::invalid_argument(dir + ": Gemma's GeGLU, 1 + weight norms and scaled embedding have a "
-                                            "config.json form only together, without biases, q/k norms or "
-                                            "windows (GemmaForCausalLM)");
-    }
-    if (qwen3 && c.qkv_bias) {
-      return Status::invalid_argument(dir +
-                                      ": q, k and v biases with per-head q/k norms have no Qwen3 "
-                                      "config.json form (its attention_bias puts biases on o_proj too)");
-    }
-    if (mistral && c.first_window_layer > 0) {
-      return Status::invalid_argument(dir + ": a sliding window from layer " +
-                                      std::to_string(c.first_window_layer) +
-                                      " on has no Mistral config.json form (Mistral windows every layer)");
-    }
-    nlohmann::ordered_json config = {
-        {"architectures",
-         {gemma     ? "GemmaForCausalLM"
-          : qwen3   ? "Qwen3ForCausalLM"
-          : qwen2   ? "Qwen2ForCausalLM"
-          : mistral ? "MistralForCausalLM"
-                    : "LlamaForCausalLM"}},
-        {"model_type", gemma     ? "gemma"
-                       : qwen3   ? "qwen3"
-                       : qwen2   ? "qwen2"
-                       : mistral ? "mistral"
-                                 : "llama"},
-        {"vocab_size", c.vocab},
-        {"max_position_embeddings", c.max_seq},
-        {"hidden_size", c.channels},
-        {"intermediate_size", c.ffn_width()},
-        {"num_hidden_layers", c.layers},
-        {"num_attention_heads", c.heads},
-        {"num_key_value_heads", c.kv_head_count()},
-        {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
-        {"rms_norm_eps", c.norm_eps},
-        {"rope_theta", c.rope_theta},
-        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-        {"attention_bias", false},
-        {"mlp_bias", false},
-        {"tie_word_embeddings", c.tied},
-        {"torch_dtype", torch_dtype},
-    };
-    // Qwen3's and Gemma's configs default head_dim to 128 and 256: always written for them; for others where
-    // it is not C / heads.
-    if (qwen3 || gemma || c.head_dim > 0) config["head_dim"] = c.head_size();
-    if (gemma) config["hidden_activation"] = "gelu_pytorch_tanh";
-    if (mistral) config["sliding_window"] = c.sliding_window;
-    if (qwen) {
-      config["use_sliding_window"] = c.sliding_window > 0;
-      config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-      config["max_window_layers"] = c.sliding_window > 0 ? c.first_window_layer : c.layers;
-    }
-    return io::write_file_atomic(dir + "/config.json", {config.dump(2) + "\n"});
-  }
-  nlohmann::ordered_json config = {
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"vocab_size", c.vocab},
-      {"n_positions", c.max_seq},
-      {"n_ctx", c.max_seq},
-      {"n_embd", c.channels},
-      {"n_layer", c.layers},
-      {"n_head", c.heads},
-      {"n_inner", nullptr},
-      {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
-      {"resid_pdrop", 0.0},
-      {"embd_pdrop", 0.0},
-      {"attn_pdrop", 0.0},
-      {"tie_word_embeddings", true},
-      {"torch_dtype", torch_dtype},
-  };
-  const std::string cfg = config.dump(2) + "\n";
-  return io::write_file_atomic(dir + "/config.json", {cfg});
+  return io::write_file_atomic(dir + "/config.json", {*config});
 }
 
 }  // namespace memwall::model

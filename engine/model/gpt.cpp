@@ -171,6 +171,43 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   return out;
 }
 
+std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
+  std::vector<ParamTensor> layout = gpt_param_layout(c);
+  if (!c.fused_names) return layout;
+  // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
+  struct Group {
+    std::vector<std::string> parts;
+    std::string whole;
+  };
+  const Group groups[] = {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."},
+                          {{"gate_proj.", "up_proj."}, "gate_up_proj."}};
+  std::vector<ParamTensor> out;
+  for (std::size_t i = 0; i < layout.size();) {
+    bool joined = false;
+    for (const Group& g : groups) {
+      const std::string& name = layout[i].name;
+      const auto at = name.find(g.parts[0]);
+      if (at == std::string::npos || i + g.parts.size() > layout.size()) continue;
+      const std::string prefix = name.substr(0, at), suffix = name.substr(at + g.parts[0].size());
+      ParamTensor t = layout[i];
+      t.name = prefix + g.whole + suffix;
+      for (std::size_t k = 1; k < g.parts.size(); ++k) {
+        const ParamTensor& next = layout[i + k];
+        MW_CHECK(next.name == prefix + g.parts[k] + suffix && next.offset == t.offset + t.numel,
+                 "hf_param_layout: " + next.name + " does not follow " + name);
+        t.numel += next.numel;
+        t.shape[0] += next.shape[0];
+      }
+      out.push_back(std::move(t));
+      i += g.parts.size();
+      joined = true;
+      break;
+    }
+    if (!joined) out.push_back(layout[i++]);
+  }
+  return out;
+}
+
 std::size_t gpt_num_params(const GptConfig& c) {
   const auto layout = gpt_param_layout(c);
   return layout.back().offset + layout.back().numel;
@@ -207,6 +244,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.gelu_mlp = is_gelu_tanh(m.mlp_act);
     c.norm_unit_offset = m.norm_unit_offset;
     c.embed_scale = m.embed_scale;
+    c.fused_names = m.model_type == "phi3";
   }
   return c;
 }
@@ -238,11 +276,12 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.gemma()                 ? "gemma"
-                   : c.qk_norm               ? "qwen3"
-                   : c.qkv_bias              ? "qwen2"
+    m.model_type = c.fused_names            ? "phi3"
+                   : c.gemma()              ? "gemma"
+                   : c.qk_norm              ? "qwen3"
+                   : c.qkv_bias             ? "qwen2"
                    : (c.sliding_window > 0) ? "mistral"
-                                             : "llama";
+                                            : "llama";
     m.kv_heads = c.kv_head_count();
     m.ffn_hidden = c.ffn_width();
     m.tied_embeddings = c.tied;

@@ -48,6 +48,9 @@ struct GptConfig {
   bool gelu_mlp = false;
   bool norm_unit_offset = false;
   bool embed_scale = false;
+  // Phi-3's Hugging Face tensors: q, k and v as one qkv_proj, gate and up as one gate_up_proj (the same
+  // parameters, named as its files name them).
+  bool fused_names = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -91,6 +94,9 @@ struct ParamTensor {
 };
 
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
+// The layout as Hugging Face files name it: gpt_param_layout's, or with fused_names Phi-3's qkv_proj and
+// gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor.
+std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 
 // The core's description of exactly this model (GPT-2: learned positions, layernorm, GELU MLP of 4C, biases,

@@ -163,7 +163,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
   std::map<std::string, bool> used;
-  for (const auto& t : gpt_param_layout(c)) {
+  for (const auto& t : hf_param_layout(c)) {  // as the file names them
     std::string name = t.name;
     if (!shard_of.count(name) && shard_of.count("transformer." + name)) name = "transformer." + name;
     if (!shard_of.count(name)) {

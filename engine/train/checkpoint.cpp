@@ -100,6 +100,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"gelu_mlp", c.gelu_mlp},
           {"norm_unit_offset", c.norm_unit_offset},
           {"embed_scale", c.embed_scale},
+          {"fused_names", c.fused_names},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -127,6 +128,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.gelu_mlp = j.value("gelu_mlp", false);
     c.norm_unit_offset = j.value("norm_unit_offset", false);
     c.embed_scale = j.value("embed_scale", false);
+    c.fused_names = j.value("fused_names", false);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

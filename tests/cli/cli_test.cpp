@@ -119,9 +119,9 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
   for (const char* m :
-       {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama-2-7b", "llama-2-70b",
-        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b", "qwen3-0.6b", "qwen3-8b", "gemma-2b",
-        "gemma-7b", "fig2a-0.1t", "fig2a-100t", "paper-10b", "paper-20t"}) {
+       {"gpt2",         "gpt2-medium",  "gpt2-large", "gpt2-xl",    "gpt3-175b",  "llama-2-7b", "llama-2-70b",
+        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b", "qwen3-0.6b", "qwen3-8b",   "gemma-2b",
+        "gemma-7b",     "phi-3-mini",   "fig2a-0.1t", "fig2a-100t", "paper-10b",  "paper-20t"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -1657,6 +1657,32 @@ TEST(CliGenerate, AGemmaShapedModelTrainsGeneratesAndExports) {
                               "or gelu_pytorch_tanh (GeGLU)"),
             std::string::npos)
       << exact.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// Phi-3's shape (the Llama shape with its window in every layer, here 16 of 64 positions) trains, exports
+// with its fused qkv_proj and gate_up_proj tensors as Phi3ForCausalLM, and generates the same text from
+// either; a partial rotary factor (Phi-4-mini's) is refused in one line.
+TEST(CliGenerate, APhi3ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "phi3", R"({"model_type": "phi3", "num_hidden_layers": 1, "hidden_size": 64, )"
+              R"("num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 16, )"
+              R"("intermediate_size": 176, "max_position_embeddings": 64})");
+  EXPECT_EQ(r.latest["fused_names"], true);
+  EXPECT_EQ(r.latest["sliding_window"], 16);
+  EXPECT_EQ(r.config["architectures"][0], "Phi3ForCausalLM");
+  EXPECT_EQ(r.config["sliding_window"], 16);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.qkv_proj.weight"]["shape"], (nlohmann::json{128, 64}));
+  EXPECT_EQ(r.tensors["model.layers.0.mlp.gate_up_proj.weight"]["shape"], (nlohmann::json{352, 64}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.q_proj.weight"));
+  const CmdResult partial = memwall("train --steps 1 --data " + r.data +
+                                    R"( --model llama-mini --model-set '{"model_type": "phi3", )"
+                                    R"("partial_rotary_factor": 0.75}')");
+  EXPECT_EQ(partial.exit_code, 2) << partial.output;
+  EXPECT_NE(partial.output.find("partial_rotary_factor 0.75 is not supported by memwall train"),
+            std::string::npos)
+      << partial.output;
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

@@ -92,6 +92,29 @@ TEST(ModelSpec, GemmaReadsAsPublished) {
   EXPECT_FALSE(llama.norm_unit_offset || llama.embed_scale);
 }
 
+// Phi-3: the Llama shape with Mistral's window in every layer (its tensors' fused names are the engine's
+// concern); Phi-3-mini-4k reads as 3,821,079,552 parameters. A longrope file keeps the context it stretches
+// (original_max_position_embeddings beside rope_scaling); Phi-4-mini's partial rotary factor is read.
+TEST(ModelSpec, Phi3ReadsAsPublished) {
+  const ModelSpec mini = load_model_scenario("phi-3-mini");
+  EXPECT_EQ(mini.model_type, "phi3");
+  EXPECT_EQ(mini.sliding_window, 2047);
+  EXPECT_EQ(mini.first_window_layer, 0);
+  EXPECT_FALSE(mini.tied_embeddings);
+  EXPECT_EQ(mini.total_params(), 3821079552.0);
+  Diagnostics diag;
+  auto m = parse_model(R"({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32064, "max_position_embeddings": 131072,
+      "original_max_position_embeddings": 4096, "partial_rotary_factor": 0.75, "sliding_window": 262144,
+      "rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}})",
+                       "phi3-128k/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->rope_scaling.type, "longrope");
+  EXPECT_EQ(m->pretraining_positions(), 4096);
+  EXPECT_EQ(m->partial_rotary_factor, 0.75);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+}
+
 TEST(ModelSpec, Qwen3HeadsOfTheirOwnSizeAndQueryKeyNorms) {
   // Qwen3-0.6B: 28 layers of 1024 channels, 16 query heads on 8 key/value heads of head_dim 128 (queries of
   // 2048 channels), q_norm and k_norm of 128 each, an MLP of 3072, 151936 tokens tied to the head:

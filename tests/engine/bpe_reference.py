@@ -8,15 +8,16 @@ it), written as a tokenizer.json: Llama 3's BPE ignores merges for a piece that 
 vocabulary gets one token no merge makes, " quux"), Qwen2's normalizes the text to NFC first (Python's
 unicodedata); their special tokens are added tokens after the vocabulary.
 
-With PATTERN llama2 or mistral: a SentencePiece-style tokenizer.json as Hugging Face converts Llama 2's and
-Mistral's: spaces become U+2581 (META), which Llama 2's Prepend normalizer puts before every text between
-special tokens and Mistral's Metaspace pre-tokenizer (prepend_scheme first) before the first one unless it
+With PATTERN llama2, mistral or gemma: a SentencePiece-style tokenizer.json as Hugging Face converts Llama 2's,
+Mistral's and Gemma's: spaces become U+2581 (META), which Llama 2's Prepend normalizer puts before every text
+between special tokens, Gemma's Replace normalizer nowhere else, and Mistral's Metaspace pre-tokenizer
+(prepend_scheme first) before the first one unless it
 starts with a space; the whole text is one piece of characters (a character the vocabulary lacks becomes its
 UTF-8 bytes' tokens <0x00>..<0xFF>) merged lowest rank first, leftmost first. Its merges are learnt on the
 corpus's words (each from a META on) and the vocabulary keeps the characters seen at least twice but the
 newline (Llama 2's and Mistral's vocabularies write it as its byte token <0x0A> only).
 
-usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|llama2|mistral]
+usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|llama2|mistral|gemma]
        bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
        bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each)
 """
@@ -90,6 +91,8 @@ def sp_normalize(part, scheme, first):
     text = part.replace(" ", META)
     if scheme == "llama2":
         prepend = bool(part)
+    elif scheme == "gemma":  # the Replace alone: no U+2581 is added
+        prepend = False
     else:  # Metaspace, prepend_scheme first
         prepend = first and bool(part) and not text.startswith(META)
     return (META if prepend else "") + text
@@ -151,15 +154,20 @@ def sp_main(out, corpus, text, merges, scheme):
     model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
              "vocab": vocab}
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": META}
     if scheme == "llama2":
         model["merges"] = [f"{a} {b}" for a, b in ranks]
-        normalizer = {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": META},
-            {"type": "Replace", "pattern": {"String": " "}, "content": META}]}
+        normalizer = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": META}, replace]}
         pre_tokenizer = None
         decoder = {"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": META}, "content": " "}, {"type": "ByteFallback"},
             {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    elif scheme == "gemma":  # Gemma's: the Replace alone, nothing stripped when decoding
+        model["merges"] = [f"{a} {b}" for a, b in ranks]
+        normalizer, pre_tokenizer = replace, None
+        decoder = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": META}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}]}
     else:
         model["merges"] = [[a, b] for a, b in ranks]
         normalizer = None
@@ -271,7 +279,7 @@ def main():
         return
     out, corpus_path, text_path, merges = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     name = sys.argv[5] if len(sys.argv) > 5 else "gpt2"
-    if name in ("llama2", "mistral"):
+    if name in ("llama2", "mistral", "gemma"):
         with open(corpus_path, encoding="utf-8", newline="") as f:
             corpus = f.read()
         with open(text_path, encoding="utf-8", newline="") as f:

@@ -145,14 +145,20 @@ TEST(Import, ReadsAnExportBackByRange) {
 
 // Sliding windows survive an export and a read back: Mistral's (every layer) as MistralForCausalLM with
 // its sliding_window, Qwen2's from a layer on as use_sliding_window and max_window_layers, and none as
-// Llama's.
-TEST(Export, SlidingWindowsReadBackAsWritten) {
+// Llama's; so do Qwen3's heads of their own width and q/k norms, and Gemma's GeGLU, norms and embedding.
+TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   GptConfig mistral = small_llama_config(), qwen2 = small_llama_config(), plain = small_llama_config();
   mistral.sliding_window = 4;
   qwen2.qkv_bias = true;
   qwen2.sliding_window = 3;
   qwen2.first_window_layer = 1;
-  for (const GptConfig& c : {mistral, qwen2, plain}) {
+  GptConfig qwen3 = small_llama_config(), gemma = small_llama_config();
+  qwen3.head_dim = 6;
+  qwen3.qk_norm = true;
+  gemma.gelu_mlp = gemma.norm_unit_offset = gemma.embed_scale = true;
+  GptConfig phi3 = mistral;  // Phi-3's fused qkv_proj and gate_up_proj
+  phi3.fused_names = true;
+  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -165,17 +171,47 @@ TEST(Export, SlidingWindowsReadBackAsWritten) {
     const GptConfig back = gpt_config_of(*spec);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.first_window_layer, c.first_window_layer);
-    EXPECT_EQ(spec->model_type, c.qkv_bias ? "qwen2" : c.sliding_window > 0 ? "mistral" : "llama");
-    EXPECT_TRUE(HfWeights::open(dir, back).is_ok());
+    EXPECT_EQ(spec->model_type, gpt_model_spec(c).model_type);
+    EXPECT_EQ(back.head_size(), c.head_size());
+    EXPECT_EQ(back.qk_norm, c.qk_norm);
+    EXPECT_EQ(back.gemma(), c.gemma());
+    EXPECT_EQ(back.fused_names, c.fused_names);
+    EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
+    auto w = HfWeights::open(dir, back);  // every parameter back where it was
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    if (c.fused_names) {  // Phi-3's names: q, k, v as one [Q + 2 kv, C] tensor, gate and up as one [2F, C]
+      std::ifstream st(dir + "/model.safetensors", std::ios::binary);
+      std::uint64_t header_bytes = 0;
+      st.read(reinterpret_cast<char*>(&header_bytes), 8);
+      std::string header(header_bytes, '\0');
+      st.read(header.data(), static_cast<std::streamsize>(header_bytes));
+      const nlohmann::json h = nlohmann::json::parse(header);
+      EXPECT_EQ(h["model.layers.1.self_attn.qkv_proj.weight"]["shape"],
+                (nlohmann::json{c.q_width() + 2 * c.kv_width(), c.channels}));
+      EXPECT_EQ(h["model.layers.1.mlp.gate_up_proj.weight"]["shape"],
+                (nlohmann::json{2 * c.ffn, c.channels}));
+      EXPECT_FALSE(h.contains("model.layers.0.self_attn.q_proj.weight"));
+    }
   }
   // A window from a later layer has no Mistral form: refused, naming it.
   GptConfig late = mistral;
   late.first_window_layer = 1;
   std::vector<float> p(gpt_num_params(late));
-  const Status s = export_hf(late, p.data(), temp_dir("export-late-window"));
+  const std::string late_dir = temp_dir("export-late-window");
+  const Status s = export_hf(late, p.data(), late_dir);
   EXPECT_NE(s.message().find("a sliding window from layer 1 on has no Mistral config.json form"),
             std::string::npos)
       << s.message();
+  EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));  // refused before writing
+  // Gemma's parts one at a time have no config.json form either.
+  GptConfig geglu = small_llama_config();
+  geglu.gelu_mlp = true;
+  const Status g = export_hf(geglu, std::vector<float>(gpt_num_params(geglu)).data(), late_dir);
+  EXPECT_NE(g.message().find("config.json form only together"), std::string::npos) << g.message();
+  EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
 }
 
 // Exported in BF16 or F16: the header says so (and config.json's torch_dtype), and importing gives the
