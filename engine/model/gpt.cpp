@@ -47,7 +47,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
-        c.embed_scale) {
+        c.embed_scale || c.fused_names) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention; allowed: the Llama shape for others");

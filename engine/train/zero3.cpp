@@ -1290,6 +1290,29 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       return Status(sched.status().code(), "the run does not fit " + fits + ": " + sched.status().message());
     }
     st.sched = std::move(sched).value();
+    if (!st.cuda) {
+      // Host-emulated, the device tier is this machine's memory too: the ranks sharing a node (all of them
+      // here, up to the hardware's per node) hold both tiers' peaks at once, which must fit its RAM (the
+      // peaks are within ~15% of what such a run keeps resident) rather than end in the kernel's OOM killer.
+      const double ram =
+          static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+      // (Without the tiers' reserves for a runtime this machine's process does not have.)
+      auto mem = replay_memory(st.sched,
+                               [](const Buffer& b) { return b.category != MemCategory::kRuntimeReserved; });
+      if (!mem.is_ok()) return mem.status();
+      const double per_rank =
+          mem->peak_bytes[static_cast<int>(Tier::kGpu)] + mem->peak_bytes[static_cast<int>(Tier::kCpu)];
+      const int local = std::max(1, st.sched.ranks_per_node);
+      if (ram > 0 && per_rank * local > ram) {
+        return Status::out_of_memory(
+            "the run does not fit this machine: its host-emulated device and CPU tiers peak at " +
+            format_bytes(per_rank) + " per rank" +
+            (local > 1 ? " x " + std::to_string(local) + " ranks" : "") + ", more than its " +
+            format_bytes(ram) +
+            " of memory; allowed: a smaller model, micro-batch or sequence, or the parameters and optimizer "
+            "states on NVMe (zero_optimization.offload_param / offload_optimizer device \"nvme\")");
+      }
+    }
     return Status::ok();
   }();
   MW_RETURN_IF_ERROR(comm::agree(comm, planned, "trainer setup: plan"));

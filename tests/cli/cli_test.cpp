@@ -1070,6 +1070,25 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
 
 // With the optimizer on NVMe the summary says where its gradients waited, and the bytes it moved show it:
 // kept in CPU memory ("auto" here), 4 B per parameter less read and written per step than through NVMe.
+// Host-emulated, the device and CPU tiers are this machine's memory: a run whose plan peaks beyond it (Llama
+// 2 70B's model states in CPU memory, 1.1 TiB) is refused in one line before anything is allocated, instead
+// of meeting the kernel's OOM killer; the message says what would fit.
+TEST(CliTrain, ARunLargerThanThisMachinesMemoryIsRefused) {
+  const std::string data = write_file("train-70b.txt", training_text());
+  const CmdResult r = memwall(
+      "train --steps 1 --eval-batches 1 --data " + data +
+      R"( --model llama-2-70b --set '{"memwall": {"sequence_length": 8}, "train_micro_batch_size_per_gpu": 1, )"
+      R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": )"
+      R"({"device": "cpu"}}}')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("the run does not fit this machine: its host-emulated device and CPU tiers peak at "),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" TiB per rank, more than its "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("or the parameters and optimizer states on NVMe"), std::string::npos) << r.output;
+}
+
 TEST(CliTrain, NvmeOptimizerGradientsInCpuMemoryMoveLessThroughNvme) {
   const std::string data = write_file("train-grads.txt", training_text());
   const std::string nvme = test_path("nvme-grads").string();
@@ -1603,6 +1622,14 @@ ShapeRoundTrip train_export_generate(const std::string& name, const std::string&
   return r;
 }
 
+// memwall train refuses llama-mini with `model_set` in one line containing `needle` (exit code 2).
+void expect_train_refuses(const std::string& data, const std::string& model_set, const std::string& needle) {
+  const CmdResult r =
+      memwall("train --steps 1 --data " + data + " --model llama-mini --model-set '" + model_set + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
 // RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
 // generates the same text from either.
@@ -1649,14 +1676,9 @@ TEST(CliGenerate, AGemmaShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(r.config["tie_word_embeddings"], true);
   EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_proj.weight"]["shape"], (nlohmann::json{24, 64}));
   EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
-  const CmdResult exact = memwall("train --steps 1 --data " + r.data +
-                                  R"( --model llama-mini --model-set '{"model_type": "gemma", )"
-                                  R"("hidden_activation": "gelu"}')");
-  EXPECT_EQ(exact.exit_code, 2) << exact.output;
-  EXPECT_NE(exact.output.find("hidden_act \"gelu\" is not supported by memwall train; allowed: silu (SwiGLU) "
-                              "or gelu_pytorch_tanh (GeGLU)"),
-            std::string::npos)
-      << exact.output;
+  expect_train_refuses(r.data, R"({"model_type": "gemma", "hidden_activation": "gelu"})",
+                       "hidden_act \"gelu\" is not supported by memwall train; allowed: silu (SwiGLU) or "
+                       "gelu_pytorch_tanh (GeGLU)");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }
@@ -1676,13 +1698,8 @@ TEST(CliGenerate, APhi3ShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(r.tensors["model.layers.0.self_attn.qkv_proj.weight"]["shape"], (nlohmann::json{128, 64}));
   EXPECT_EQ(r.tensors["model.layers.0.mlp.gate_up_proj.weight"]["shape"], (nlohmann::json{352, 64}));
   EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.q_proj.weight"));
-  const CmdResult partial = memwall("train --steps 1 --data " + r.data +
-                                    R"( --model llama-mini --model-set '{"model_type": "phi3", )"
-                                    R"("partial_rotary_factor": 0.75}')");
-  EXPECT_EQ(partial.exit_code, 2) << partial.output;
-  EXPECT_NE(partial.output.find("partial_rotary_factor 0.75 is not supported by memwall train"),
-            std::string::npos)
-      << partial.output;
+  expect_train_refuses(r.data, R"({"model_type": "phi3", "partial_rotary_factor": 0.75})",
+                       "partial_rotary_factor 0.75 is not supported by memwall train");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }
