@@ -45,7 +45,8 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
   if (flash_attention && c.head_size() > 128) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 128 channels (" +
-        std::to_string(c.head_size()) + " here); allowed: \"unfused\", or more heads");
+        std::to_string(c.head_size()) + " here); allowed: \"unfused\"" +
+        (c.head_dim > 0 ? std::string() : std::string(", or more heads")));
   }
   std::unique_ptr<CudaGptModel> m(new CudaGptModel(c, B, T, device));
   m->bf16_ = bf16_matmuls;
