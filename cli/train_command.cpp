@@ -898,7 +898,7 @@ void register_export(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export",
                                  "Write a checkpoint's weights as Hugging Face safetensors + config.json "
-                                 "(GPT-2 or Llama, consolidated)");
+                                 "(GPT-2 or the Llama family, consolidated)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train")->required();
   cmd->add_option("--out", opt->out, "Output directory")->required();
   cmd->add_option("--dtype", opt->dtype,
