@@ -85,8 +85,9 @@ struct ModelSpec {
   RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
   int head_size = 0;           // head_dim where it is not hidden / heads (Qwen3's, Mistral Nemo's); 0: that
   bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head (q_norm, k_norm) before rotary
-  // The gated MLP's activation as transformers names it (hidden_act): "silu" (SwiGLU), or Gemma's
-  // "gelu_pytorch_tanh" (GeGLU); read for the Llama shape, where memwall train takes those two.
+  // The MLP's activation as transformers names it (GPT-2's activation_function, else hidden_act): GPT-2's
+  // "gelu_new"; for the gated MLP "silu" (SwiGLU, the default) or Gemma's "gelu_pytorch_tanh" (GeGLU), the
+  // two memwall train takes there.
   std::string mlp_act = "silu";
   bool norm_unit_offset = false;       // Gemma's RMSNorm scales by 1 + weight (its weights start at 0)
   bool embed_scale = false;            // Gemma's embedding output multiplied by sqrt(hidden)

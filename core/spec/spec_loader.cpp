@@ -323,8 +323,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
     return r.error("model_type",
-                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                   "zero-infinity-paper");
+                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, gemma, "
+                   "phi3, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -363,6 +363,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     std::string act = "gelu_new";
     MW_RETURN_IF_ERROR(r.get_string("activation_function", act));
+    m.mlp_act = act;
     m.kv_heads = m.heads;
     m.gated_mlp = false;
     m.linear_bias = true;
@@ -458,8 +459,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
-    // Phi-3 keeps the context its longrope stretches beside rope_scaling.
-    if (!m.rope_scaling.none() && m.rope_scaling.original_max_positions == 0)
+    // Phi-3 keeps the context its longrope stretches beside rope_scaling (the types memwall computes carry
+    // their own, or stretch none).
+    if (!m.rope_scaling.supported() && m.rope_scaling.original_max_positions == 0)
       MW_RETURN_IF_ERROR(
           r.get_int("original_max_position_embeddings", m.rope_scaling.original_max_positions, 0, 1 << 28));
     // Rotary on a part of each head (Phi-4-mini's 0.75): read for predict, refused by memwall train.

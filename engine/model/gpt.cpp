@@ -272,6 +272,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.max_positions = c.max_seq;
   m.tied_embeddings = true;
   m.gated_mlp = false;
+  m.mlp_act = "gelu_new";
   m.linear_bias = true;
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;

@@ -439,71 +439,82 @@ void sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH) {
   }
 }
 
-// ---- SwiGLU ----
-
-// silu(g) u with sigma(g) = 1 / (1 + exp(-g)), the exponentials by the vector exp in cache-sized blocks (as
-// GELU's); -g is clamped at 80 (exp(80) is finite; sigma is then 0 to float precision).
-namespace {
-constexpr int kSwigluBlock = 2048;
-void exp_neg(float* e, const float* g, int n) {
-  for (int i = 0; i < n; ++i) e[i] = std::min(80.0f, -g[i]);
-  exp_inplace(e, static_cast<std::size_t>(n));
-}
-}  // namespace
-
-void swiglu_forward(float* out, const float* inp, int N, int F) {
-#pragma omp parallel for
-  for (int n = 0; n < N; ++n) {
-    const float* gate = inp + static_cast<std::size_t>(n) * 2 * F;
-    const float* up = gate + F;
-    float* o = out + static_cast<std::size_t>(n) * F;
-    float e[kSwigluBlock];
-    for (int b = 0; b < F; b += kSwigluBlock) {
-      const int m = std::min(kSwigluBlock, F - b);
-      exp_neg(e, gate + b, m);
-      for (int i = 0; i < m; ++i) o[b + i] = gate[b + i] / (1.0f + e[i]) * up[b + i];
-    }
-  }
-}
-
-// out = silu(g) u: du = dout silu(g); dg = dout u sigma(g) (1 + g (1 - sigma(g))).
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
-#pragma omp parallel for
-  for (int n = 0; n < N; ++n) {
-    const float* gate = inp + static_cast<std::size_t>(n) * 2 * F;
-    const float* up = gate + F;
-    const float* d = dout + static_cast<std::size_t>(n) * F;
-    float* dg = dinp + static_cast<std::size_t>(n) * 2 * F;
-    float* du = dg + F;
-    float e[kSwigluBlock];
-    for (int b = 0; b < F; b += kSwigluBlock) {
-      const int m = std::min(kSwigluBlock, F - b);
-      exp_neg(e, gate + b, m);
-      for (int i = 0; i < m; ++i) {
-        const float g = gate[b + i], sig = 1.0f / (1.0f + e[i]);
-        du[b + i] += d[b + i] * g * sig;
-        dg[b + i] += d[b + i] * up[b + i] * sig * (1.0f + g * (1.0f - sig));
-      }
-    }
-  }
-}
-
-// ---- GELU (tanh approximation) ----
+// ---- gated MLPs (SwiGLU, GeGLU) and GELU (tanh approximation) ----
 
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr std::size_t kBlock = 2048;  // elements whose exponentials the vector exp computes at once
+// silu's sigma(g) = 1 / (1 + e) with e = exp(-g); -g is clamped at 80 (exp(80) is finite; sigma is then 0 to
+// float precision).
+void exp_neg(float* e, const float* g, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) e[i] = std::min(80.0f, -g[i]);
+  exp_inplace(e, n);
 }
-
-// 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u), computed in cache-sized blocks with the vector exp.
-namespace {
-constexpr std::size_t kBlock = 2048;
+// GELU's 0.5 (1 + tanh(u)) = e / (e + 1) with e = exp(2u), u = sqrt(2 / pi) (x + 0.044715 x^3).
 void exp2u(float* e, const float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     e[i] = std::min(80.0f, 2.0f * kGeluScale * (x[i] + 0.044715f * x[i] * x[i] * x[i]));
   }
   exp_inplace(e, n);
 }
+// GELU's derivative at x, given e = exp(2u) (exp2u's).
+float gelu_grad(float x, float e) {
+  const float t = 1.0f - 2.0f / (e + 1.0f);  // tanh(u)
+  const float sech2 = 1.0f - t * t;
+  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+// A gated MLP's N rows of [gate F | up F], in cache-sized blocks: `exps` fills e with a block's gates'
+// exponentials, then each(g, u, e, row, j) runs for every column j of every row (rows over threads).
+template <class Exps, class Each>
+void gated_rows(const float* inp, int N, int F, Exps exps, Each each) {
+  const auto Fz = static_cast<std::size_t>(F);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const auto row = static_cast<std::size_t>(n);
+    const float* gate = inp + row * 2 * Fz;
+    float e[kBlock];
+    for (std::size_t b = 0; b < Fz; b += kBlock) {
+      const std::size_t m = std::min(kBlock, Fz - b);
+      exps(e, gate + b, m);
+      for (std::size_t i = 0; i < m; ++i) each(gate[b + i], gate[Fz + b + i], e[i], row, b + i);
+    }
+  }
+}
 }  // namespace
+
+void swiglu_forward(float* out, const float* inp, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, exp_neg, [=](float g, float u, float e, std::size_t row, std::size_t j) {
+    out[row * Fz + j] = g / (1.0f + e) * u;
+  });
+}
+
+// out = silu(g) u: du = dout silu(g); dg = dout u sigma(g) (1 + g (1 - sigma(g))).
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, exp_neg, [=](float g, float u, float e, std::size_t row, std::size_t j) {
+    const float d = dout[row * Fz + j], sig = 1.0f / (1.0f + e);
+    dinp[row * 2 * Fz + Fz + j] += d * g * sig;
+    dinp[row * 2 * Fz + j] += d * u * sig * (1.0f + g * (1.0f - sig));
+  });
+}
+
+void geglu_forward(float* out, const float* inp, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, exp2u, [=](float g, float u, float e, std::size_t row, std::size_t j) {
+    out[row * Fz + j] = g * (e / (e + 1.0f)) * u;
+  });
+}
+
+// out = gelu(g) u: du = dout gelu(g); dg = dout u gelu'(g).
+void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, exp2u, [=](float g, float u, float e, std::size_t row, std::size_t j) {
+    const float d = dout[row * Fz + j];
+    dinp[row * 2 * Fz + Fz + j] += d * g * (e / (e + 1.0f));
+    dinp[row * 2 * Fz + j] += d * u * gelu_grad(g, e);
+  });
+}
 
 void gelu_forward(float* out, const float* inp, std::size_t n) {
 #pragma omp parallel for
@@ -515,15 +526,6 @@ void gelu_forward(float* out, const float* inp, std::size_t n) {
   }
 }
 
-namespace {
-// GELU's derivative at x, given e = exp(2u) (exp2u's).
-float gelu_grad(float x, float e) {
-  const float t = 1.0f - 2.0f / (e + 1.0f);  // tanh(u)
-  const float sech2 = 1.0f - t * t;
-  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-}
-}  // namespace
-
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
 #pragma omp parallel for
   for (std::size_t b = 0; b < n; b += kBlock) {
@@ -531,45 +533,6 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
     float e[kBlock];
     exp2u(e, inp + b, m);
     for (std::size_t i = 0; i < m; ++i) dinp[b + i] += gelu_grad(inp[b + i], e[i]) * dout[b + i];
-  }
-}
-
-void geglu_forward(float* out, const float* inp, int N, int F) {
-  const auto Fz = static_cast<std::size_t>(F);
-#pragma omp parallel for
-  for (int n = 0; n < N; ++n) {
-    const float* gate = inp + static_cast<std::size_t>(n) * 2 * Fz;
-    const float* up = gate + Fz;
-    float* o = out + static_cast<std::size_t>(n) * Fz;
-    float e[kBlock];
-    for (std::size_t b = 0; b < Fz; b += kBlock) {
-      const std::size_t m = std::min(kBlock, Fz - b);
-      exp2u(e, gate + b, m);
-      for (std::size_t i = 0; i < m; ++i) o[b + i] = gate[b + i] * (e[i] / (e[i] + 1.0f)) * up[b + i];
-    }
-  }
-}
-
-// out = gelu(g) u: du = dout gelu(g); dg = dout u gelu'(g).
-void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
-  const auto Fz = static_cast<std::size_t>(F);
-#pragma omp parallel for
-  for (int n = 0; n < N; ++n) {
-    const float* gate = inp + static_cast<std::size_t>(n) * 2 * Fz;
-    const float* up = gate + Fz;
-    const float* d = dout + static_cast<std::size_t>(n) * Fz;
-    float* dg = dinp + static_cast<std::size_t>(n) * 2 * Fz;
-    float* du = dg + Fz;
-    float e[kBlock];
-    for (std::size_t b = 0; b < Fz; b += kBlock) {
-      const std::size_t m = std::min(kBlock, Fz - b);
-      exp2u(e, gate + b, m);
-      for (std::size_t i = 0; i < m; ++i) {
-        const float g = gate[b + i];
-        du[b + i] += d[b + i] * g * (e[i] / (e[i] + 1.0f));
-        dg[b + i] += d[b + i] * up[b + i] * gelu_grad(g, e[i]);
-      }
-    }
   }
 }
 

@@ -86,9 +86,10 @@ TEST(ModelSpec, GemmaReadsAsPublished) {
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   EXPECT_EQ(m->total_params(), 8537680896.0);
   EXPECT_EQ(m->mlp_act, "gelu");
-  // Llama keeps its hidden_act and its plain norms.
+  // Llama keeps its hidden_act and its plain norms; GPT-2 its activation_function.
   const ModelSpec llama = load_model_scenario("llama-3.2-1b");
   EXPECT_EQ(llama.mlp_act, "silu");
+  EXPECT_EQ(load_model_scenario("gpt2").mlp_act, "gelu_new");
   EXPECT_FALSE(llama.norm_unit_offset || llama.embed_scale);
 }
 
