@@ -111,6 +111,7 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   if (m.sliding_window > 0 && m.sliding_window < run.memwall.sequence_length) {
     std::printf(", attention window %d", m.sliding_window);
     if (m.first_window_layer > 0) std::printf(" from layer %d", m.first_window_layer);
+    if (m.global_every > 0) std::printf(" (one layer in %d global)", m.global_every);
   }
   std::printf("\n");
   std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s\n",

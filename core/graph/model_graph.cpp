@@ -239,6 +239,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     }
     b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
+    if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
     norm_op(p + ".ln2", L);
     if (m.gated_mlp) {
       b.linear(p + ".fc1", L, hd, {ffn / mp, ffn / mp}, m.linear_bias, tiles, true);
@@ -248,6 +249,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     b.elementwise(p + ".gelu", OpKind::kGelu, L, ffn / mp);
     b.linear(p + ".fc2", L, ffn / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
+    if (m.sandwich_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's
     g.ops[first].block_start = true;
   }
   const int after = m.layers;

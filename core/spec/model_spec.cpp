@@ -89,6 +89,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (qk_norm) t.push_back({"block.attn.qk_norm.weight", 2.0 * head_dim(), 1, L, false});
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
+  if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});
   const double ffn = ffn_hidden;
@@ -102,6 +103,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   }
   t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
   if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
+  if (sandwich_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
   if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});

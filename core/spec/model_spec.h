@@ -92,6 +92,18 @@ struct ModelSpec {
   bool norm_unit_offset = false;       // Gemma's RMSNorm scales by 1 + weight (its weights start at 0)
   bool embed_scale = false;            // Gemma's embedding output multiplied by sqrt(hidden)
   double partial_rotary_factor = 1.0;  // the share of each head's channels rotary turns (Phi-4-mini's 0.75)
+  // With a window: every global_every-th layer (layers global_every - 1, 2 global_every - 1, ...) attends
+  // over all keys, the others over the window (Gemma 2's alternation: 2); 0: the window from
+  // first_window_layer on.
+  int global_every = 0;
+  // Gemma 2's: RMSNorms on the attention's and the MLP's outputs too (post_attention_layernorm,
+  // post_feedforward_layernorm, before each residual add), cap * tanh(x / cap) on the attention scores and
+  // on the logits (attn_logit_softcapping, final_logit_softcapping; 0: none), and scores scaled by
+  // query_pre_attn_scalar^-1/2 rather than head_dim^-1/2 (0: head_dim).
+  bool sandwich_norm = false;
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  double query_scale = 0;
 
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
@@ -99,7 +111,8 @@ struct ModelSpec {
   int q_width() const { return heads * head_dim(); }
   // Layer l's attention window (0: full causal attention).
   int attention_window(int layer) const {
-    return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
+    const bool global = global_every > 0 && (layer + 1) % global_every == 0;
+    return sliding_window > 0 && layer >= first_window_layer && !global ? sliding_window : 0;
   }
   // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
   // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.

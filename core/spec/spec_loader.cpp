@@ -2,6 +2,9 @@
 // files into typed specs, with one-line errors and unknown-key warnings.
 #include "spec/spec_loader.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "base/units.h"
@@ -63,6 +66,45 @@ Status require(JsonObjectReader& r, const char* key) {
 }
 
 // rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
+// Which layers attend over the window, as transformers' layer_types lists them ("full_attention",
+// "sliding_attention"), in the two forms memwall computes: a run of last layers (first_window_layer), or every
+// n-th layer full (global_every: Gemma 2's alternation, Gemma 3's five local layers to one global).
+Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
+  std::vector<bool> sliding;
+  bool ok = lt.is_array() && static_cast<int>(lt.size()) == m.layers;
+  for (std::size_t i = 0; ok && i < lt.size(); ++i) {
+    sliding.push_back(lt[i] == "sliding_attention");
+    ok = sliding.back() || lt[i] == "full_attention";
+  }
+  if (!ok) {
+    return r.error("layer_types", "must list num_hidden_layers (" + std::to_string(m.layers) +
+                                      ") entries, each \"full_attention\" or \"sliding_attention\"");
+  }
+  const int L = m.layers;
+  const auto matches = [&](auto&& is_sliding) {
+    for (int i = 0; i < L; ++i) {
+      if (sliding[static_cast<std::size_t>(i)] != is_sliding(i)) return false;
+    }
+    return true;
+  };
+  const int first = static_cast<int>(std::find(sliding.begin(), sliding.end(), true) - sliding.begin());
+  if (matches([&](int i) { return i >= first; })) {
+    m.first_window_layer = first;  // L: no layer has the window
+    m.global_every = 0;
+    return Status::ok();
+  }
+  for (int n = 2; n <= L; ++n) {
+    if (matches([&](int i) { return (i + 1) % n != 0; })) {
+      m.first_window_layer = 0;
+      m.global_every = n;
+      return Status::ok();
+    }
+  }
+  return r.error("layer_types",
+                 "is a pattern memwall does not compute; allowed: full_attention layers then "
+                 "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
+}
+
 Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Diagnostics& diag,
                          RopeScaling& out) {
   Result<const json*> got = parent.get_object("rope_scaling");
@@ -324,7 +366,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (type.empty()) {
     return r.error("model_type",
                    "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, gemma, "
-                   "phi3, zero-infinity-paper");
+                   "gemma2, phi3, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -374,8 +416,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
               "predict_special_tokens", "output_past", "gradient_checkpointing"});
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
-             type == "phi3") {
-    const bool gemma = type == "gemma";
+             type == "gemma2" || type == "phi3") {
+    const bool gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2;
     for (const char* k :
          {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
       MW_RETURN_IF_ERROR(require(r, k));
@@ -388,7 +430,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
-    m.tied_embeddings = gemma;  // GemmaConfig ties its head by default, the others do not
+    m.tied_embeddings = gemma;  // Gemma's configs tie the head by default, the others do not
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
@@ -416,6 +458,21 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_string("hidden_activation", act));
       m.norm_unit_offset = m.embed_scale = true;
     }
+    // Gemma 2: norms on the attention's and MLP's outputs too, soft-capped scores and logits (null: none),
+    // query_pre_attn_scalar (Gemma2Config's defaults where the file leaves them out).
+    if (gemma2) {
+      m.sandwich_norm = true;
+      m.attn_softcap = 50.0;
+      m.final_softcap = 30.0;
+      m.query_scale = 256;
+      for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &m.attn_softcap},
+                              std::pair{"final_logit_softcapping", &m.final_softcap}}) {
+        if (j.contains(key) && j[key].is_null()) *cap = 0;
+        MW_RETURN_IF_ERROR(r.get_number(key, *cap, 0.0, 1e6));
+      }
+      MW_RETURN_IF_ERROR(r.get_number("query_pre_attn_scalar", m.query_scale, 1e-6, 1e12));
+      r.ignore({"cache_implementation"});
+    }
     m.mlp_act = act;
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
@@ -424,37 +481,23 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = type == "mistral" || type == "phi3";
+    bool use_window = type == "mistral" || type == "phi3" || gemma2;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
-    int window = 0;
+    int window = gemma2 ? 4096 : 0;  // Gemma2Config's default
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
-    // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28), or
-    // as its layer_types lists them, full_attention layers then sliding_attention ones.
+    // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28);
+    // Gemma 2's every other one from the first (every second layer global); or as layer_types lists them.
     if (type == "qwen2" || type == "qwen3") {
       m.first_window_layer = 28;
       MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
     }
-    if ((type == "qwen2" || type == "qwen3") && j.contains("layer_types")) {
-      const json& lt = j["layer_types"];
-      int first = -1;  // the first sliding_attention layer
-      bool ok = lt.is_array() && static_cast<int>(lt.size()) == m.layers;
-      for (std::size_t i = 0; ok && i < lt.size(); ++i) {
-        const bool sliding = lt[i] == "sliding_attention";
-        ok = sliding || lt[i] == "full_attention";
-        if (sliding && first < 0) first = static_cast<int>(i);
-        if (ok && !sliding && first >= 0) ok = false;  // a full layer after a sliding one
-      }
-      if (!ok) {
-        return r.error("layer_types",
-                       "must list num_hidden_layers (" + std::to_string(m.layers) +
-                           ") entries, \"full_attention\" layers then \"sliding_attention\" ones (memwall "
-                           "windows a run of last layers only)");
-      }
-      m.first_window_layer = first < 0 ? m.layers : first;
+    if (gemma2) m.global_every = 2;
+    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+      MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
     }
     if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
-    if (m.sliding_window == 0) m.first_window_layer = 0;
+    if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
@@ -474,7 +517,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                                     "gemma, phi3, zero-infinity-paper");
+                                     "gemma, gemma2, phi3, zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
@@ -968,6 +1011,11 @@ std::string to_json_text(const ModelSpec& m) {
             {"embed_scale", m.embed_scale},
             {"sliding_window", m.sliding_window},
             {"first_window_layer", m.first_window_layer},
+            {"global_every", m.global_every},
+            {"sandwich_norm", m.sandwich_norm},
+            {"attn_softcap", m.attn_softcap},
+            {"final_softcap", m.final_softcap},
+            {"query_scale", m.query_scale},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

@@ -24,10 +24,12 @@ Result<AtomicFile> AtomicFile::create(const std::string& path, bool direct) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   int fd = direct ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
-  if (fd < 0 && direct && errno != EINVAL) return Status::io_error(tmp + ": " + std::strerror(errno));
+  if (fd < 0 && direct && errno != EINVAL) {
+    return Status::io_error(path + ": cannot create its temporary " + tmp + ": " + std::strerror(errno));
+  }
   const bool is_direct = fd >= 0;
   if (fd < 0) fd = ::open(tmp.c_str(), flags, 0644);
-  if (fd < 0) return Status::io_error(tmp + ": " + std::strerror(errno));
+  if (fd < 0) return Status::io_error(path + ": cannot create its temporary " + tmp + ": " + std::strerror(errno));
   return AtomicFile(path, std::move(tmp), fd, is_direct);
 }
 

@@ -191,16 +191,71 @@ TEST(ModelSpec, SlidingWindowsAndTheLayersTheyApplyTo) {
                   "qwen/config.json", diag);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   EXPECT_EQ(m->first_window_layer, 1);
-  // Windows interleaved with full layers (Gemma 2's pattern) are not a form memwall runs: one line.
+  // Windows interleaved with full layers, every n-th layer full (Gemma 2's and 3's pattern).
   m = parse_model(qwen + R"("layer_types": ["sliding_attention", "full_attention", "sliding_attention",
       "full_attention"]})",
                   "qwen/config.json", diag);
-  ASSERT_FALSE(m.is_ok());
-  EXPECT_NE(m.status().message().find("qwen/config.json: key 'layer_types': must list num_hidden_layers (4) "
-                                      "entries, \"full_attention\" layers then \"sliding_attention\" ones"),
-            std::string::npos)
-      << m.status().message();
-  EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->global_every, 2);
+  EXPECT_EQ(m->first_window_layer, 0);
+  EXPECT_EQ(m->attention_window(0), 16);
+  EXPECT_EQ(m->attention_window(1), 0);
+  m = parse_model(qwen + R"("layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+      "sliding_attention"]})",
+                  "qwen/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->global_every, 3);
+  EXPECT_EQ(m->attention_window(2), 0);
+  EXPECT_EQ(m->attention_window(3), 16);
+  // Any other pattern, or a list of another length: one line.
+  for (const char* types : {R"(["full_attention", "sliding_attention", "sliding_attention", "full_attention"])",
+                            R"(["full_attention", "sliding_attention"])"}) {
+    m = parse_model(qwen + R"("layer_types": )" + types + "}", "qwen/config.json", diag);
+    ASSERT_FALSE(m.is_ok()) << types;
+    EXPECT_NE(m.status().message().find("qwen/config.json: key 'layer_types': "), std::string::npos)
+        << m.status().message();
+    EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+  }
+}
+
+// Gemma 2: Gemma's parts, plus norms after the attention and the MLP, soft-capped scores (50) and logits
+// (30), query_pre_attn_scalar, a window of 4096 on every other layer from the first. Gemma 2 2B, 9B and 27B
+// read as their published counts (the two extra norms a layer included).
+TEST(ModelSpec, Gemma2ReadsAsPublished) {
+  const ModelSpec two = load_model_scenario("gemma-2-2b");
+  EXPECT_EQ(two.model_type, "gemma2");
+  EXPECT_TRUE(two.sandwich_norm && two.norm_unit_offset && two.embed_scale && two.tied_embeddings);
+  EXPECT_EQ(two.attn_softcap, 50.0);
+  EXPECT_EQ(two.final_softcap, 30.0);
+  EXPECT_EQ(two.query_scale, 256.0);
+  EXPECT_EQ(two.attention_window(0), 4096);
+  EXPECT_EQ(two.attention_window(1), 0);
+  EXPECT_EQ(two.attention_window(24), 4096);
+  EXPECT_EQ(two.total_params(), 2614341888.0);
+  EXPECT_EQ(load_model_scenario("gemma-2-9b").total_params(), 9241705984.0);
+  const ModelSpec big = load_model_scenario("gemma-2-27b");
+  EXPECT_EQ(big.total_params(), 27227128320.0);
+  EXPECT_EQ(big.query_scale, 144.0);
+  EXPECT_EQ(big.head_dim(), 128);
+  // Gemma2Config's defaults where a file leaves them out; null soft-capping is none.
+  Diagnostics diag;
+  const std::string text = R"({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+      "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 256000)";
+  auto m = parse_model(text + "}", "gemma2/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->total_params(), 2614341888.0);
+  EXPECT_EQ(m->sliding_window, 4096);
+  EXPECT_EQ(m->global_every, 2);
+  EXPECT_EQ(m->attn_softcap, 50.0);
+  m = parse_model(text + R"(, "attn_logit_softcapping": null, "final_logit_softcapping": 15.0})",
+                  "gemma2/config.json", diag);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ(m->attn_softcap, 0.0);
+  EXPECT_EQ(m->final_softcap, 15.0);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  // Gemma (1) has none of them.
+  const ModelSpec one = load_model_scenario("gemma-2b");
+  EXPECT_FALSE(one.sandwich_norm || one.attn_softcap > 0 || one.query_scale > 0 || one.global_every > 0);
 }
 
 TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
