@@ -164,10 +164,11 @@ Status check_model(const ModelSpec& m) {
                                       "channel of a head)");
     }
     if (m.sandwich_norm || m.attn_softcap > 0 || m.final_softcap > 0 || m.query_scale > 0) {
-      return Status::invalid_argument(where +
-                                      "Gemma 2's norms after the attention and the MLP, soft-capping and "
-                                      "query_pre_attn_scalar are not supported by memwall train yet; allowed: "
-                                      "predict, plan, simulate and replay of this model");
+      return Status::invalid_argument(
+          where +
+          "Gemma 2's norms after the attention and the MLP, soft-capping and "
+          "query_pre_attn_scalar are not supported by memwall train yet; allowed: "
+          "predict, plan, simulate and replay of this model");
     }
     if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +

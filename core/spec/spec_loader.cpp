@@ -67,8 +67,8 @@ Status require(JsonObjectReader& r, const char* key) {
 
 // rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
 // Which layers attend over the window, as transformers' layer_types lists them ("full_attention",
-// "sliding_attention"), in the two forms memwall computes: a run of last layers (first_window_layer), or every
-// n-th layer full (global_every: Gemma 2's alternation, Gemma 3's five local layers to one global).
+// "sliding_attention"), in the two forms memwall computes: a run of last layers (first_window_layer), or
+// every n-th layer full (global_every: Gemma 2's alternation, Gemma 3's five local layers to one global).
 Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
   std::vector<bool> sliding;
   bool ok = lt.is_array() && static_cast<int>(lt.size()) == m.layers;
@@ -100,9 +100,10 @@ Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
       return Status::ok();
     }
   }
-  return r.error("layer_types",
-                 "is a pattern memwall does not compute; allowed: full_attention layers then "
-                 "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
+  return r.error(
+      "layer_types",
+      "is a pattern memwall does not compute; allowed: full_attention layers then "
+      "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
 }
 
 Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Diagnostics& diag,

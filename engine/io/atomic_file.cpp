@@ -29,7 +29,8 @@ Result<AtomicFile> AtomicFile::create(const std::string& path, bool direct) {
   }
   const bool is_direct = fd >= 0;
   if (fd < 0) fd = ::open(tmp.c_str(), flags, 0644);
-  if (fd < 0) return Status::io_error(path + ": cannot create its temporary " + tmp + ": " + std::strerror(errno));
+  if (fd < 0)
+    return Status::io_error(path + ": cannot create its temporary " + tmp + ": " + std::strerror(errno));
   return AtomicFile(path, std::move(tmp), fd, is_direct);
 }
 

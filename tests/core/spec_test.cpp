@@ -208,8 +208,9 @@ TEST(ModelSpec, SlidingWindowsAndTheLayersTheyApplyTo) {
   EXPECT_EQ(m->attention_window(2), 0);
   EXPECT_EQ(m->attention_window(3), 16);
   // Any other pattern, or a list of another length: one line.
-  for (const char* types : {R"(["full_attention", "sliding_attention", "sliding_attention", "full_attention"])",
-                            R"(["full_attention", "sliding_attention"])"}) {
+  for (const char* types :
+       {R"(["full_attention", "sliding_attention", "sliding_attention", "full_attention"])",
+        R"(["full_attention", "sliding_attention"])"}) {
     m = parse_model(qwen + R"("layer_types": )" + types + "}", "qwen/config.json", diag);
     ASSERT_FALSE(m.is_ok()) << types;
     EXPECT_NE(m.status().message().find("qwen/config.json: key 'layer_types': "), std::string::npos)
