@@ -163,13 +163,6 @@ Status check_model(const ModelSpec& m) {
                                       " is not supported by memwall train; allowed: 1 (rotary on every "
                                       "channel of a head)");
     }
-    if (m.sandwich_norm || m.attn_softcap > 0 || m.final_softcap > 0 || m.query_scale > 0) {
-      return Status::invalid_argument(
-          where +
-          "Gemma 2's norms after the attention and the MLP, soft-capping and "
-          "query_pre_attn_scalar are not supported by memwall train yet; allowed: "
-          "predict, plan, simulate and replay of this model");
-    }
     if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +
                                       "\" is not supported by memwall train; allowed: silu (SwiGLU) or "
@@ -501,12 +494,13 @@ int run_train(const TrainOptions& opt) {
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
         c.llama()
-            ? strprintf("Llama-shaped: RMSNorm, rotary, %s of %d, %d key/value heads%s, %s head%s%s%s; ",
+            ? strprintf("Llama-shaped: RMSNorm, rotary, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
                         c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(), c.kv_head_count(),
                         c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
                         c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
                         c.qk_norm ? ", per-head q/k norms" : "",
-                        c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "")
+                        c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
+                        c.sandwich_norm ? ", Gemma 2's output norms and soft-capping" : "")
                   .c_str()
             : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

@@ -39,15 +39,21 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: kv_heads and ffn must be >= 0 (0: GPT-2's), got " +
                                     std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
   }
-  if (c.sliding_window < 0 || c.first_window_layer < 0) {
-    return Status::invalid_argument("model: sliding_window and first_window_layer must be >= 0, got " +
-                                    std::to_string(c.sliding_window) + " and " +
-                                    std::to_string(c.first_window_layer));
+  if (c.sliding_window < 0 || c.first_window_layer < 0 || c.global_every < 0) {
+    return Status::invalid_argument(
+        "model: sliding_window, first_window_layer and global_every must be >= 0, got " +
+        std::to_string(c.sliding_window) + ", " + std::to_string(c.first_window_layer) + " and " +
+        std::to_string(c.global_every));
+  }
+  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !(c.query_scale >= 0)) {
+    return Status::invalid_argument(
+        "model: attn_softcap, final_softcap and query_scale must be >= 0 (0: none)");
   }
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
-        c.embed_scale || c.fused_names) {
+        c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 ||
+        c.final_softcap != 0 || c.query_scale != 0) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention; allowed: the Llama shape for others");
@@ -140,10 +146,12 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_norm.weight", {hs});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
-      add(h + "post_attention_layernorm.weight", {C});
+      add(h + "post_attention_layernorm.weight", {C});  // Gemma 2's: the attention output's norm
+      if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
       add(h + "mlp.down_proj.weight", {C, F});
+      if (c.sandwich_norm) add(h + "post_feedforward_layernorm.weight", {C});
     }
     add("model.norm.weight", {C});
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
@@ -245,6 +253,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.norm_unit_offset = m.norm_unit_offset;
     c.embed_scale = m.embed_scale;
     c.fused_names = m.model_type == "phi3";
+    c.global_every = m.global_every;
+    c.sandwich_norm = m.sandwich_norm;
+    c.attn_softcap = m.attn_softcap;
+    c.final_softcap = m.final_softcap;
+    c.query_scale = m.query_scale;
   }
   return c;
 }
@@ -278,6 +291,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.position = PositionKind::kLearned;
   if (c.llama()) {
     m.model_type = c.fused_names            ? "phi3"
+                   : c.sandwich_norm        ? "gemma2"
                    : c.gemma()              ? "gemma"
                    : c.qk_norm              ? "qwen3"
                    : c.qkv_bias             ? "qwen2"
@@ -301,6 +315,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.mlp_act = c.gelu_mlp ? "gelu_pytorch_tanh" : "silu";
     m.norm_unit_offset = c.norm_unit_offset;
     m.embed_scale = c.embed_scale;
+    m.global_every = c.global_every;
+    m.sandwich_norm = c.sandwich_norm;
+    m.attn_softcap = c.attn_softcap;
+    m.final_softcap = c.final_softcap;
+    m.query_scale = c.query_scale;
   }
   return m;
 }
@@ -347,8 +366,16 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"fc1.w0", {"mlp.gate_proj"}},
       {"fc1.w1", {"mlp.up_proj"}},
       {"fc2.w", {"mlp.down_proj"}}};
-  const auto it = llama.find(op + "." + wb);
-  if (it == llama.end()) return {};
+  // Gemma 2's four norms: its post_attention_layernorm is the attention output's, the MLP's input norm is
+  // pre_feedforward_layernorm.
+  static const std::map<std::string, std::vector<std::string>> sandwich = {
+      {"ln1_post.w", {"post_attention_layernorm"}},
+      {"ln2.w", {"pre_feedforward_layernorm"}},
+      {"ln2_post.w", {"post_feedforward_layernorm"}}};
+  const std::string key = op + "." + wb;
+  const auto& table = c.sandwich_norm && sandwich.count(key) > 0 ? sandwich : llama;
+  const auto it = table.find(key);
+  if (it == table.end()) return {};
   std::vector<std::string> out;
   const char* kind = wb[0] == 'b' ? ".bias" : ".weight";
   for (const auto& stem : it->second) out.push_back("model.layers." + layer + "." + stem + kind);
@@ -464,9 +491,10 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
   MW_CHECK(slices.is_ok(), slices.status().message());
   out.slices = std::move(slices).value();
   const std::map<std::string, GptRole> roles = {
-      {"ln1", GptRole::kLn1},   {"qkv", GptRole::kQkv},   {"qk_norm", GptRole::kQkNorm},
-      {"attn", GptRole::kAttn}, {"proj", GptRole::kProj}, {"ln2", GptRole::kLn2},
-      {"fc1", GptRole::kFc1},   {"gelu", GptRole::kGelu}, {"fc2", GptRole::kFc2}};
+      {"ln1", GptRole::kLn1},          {"qkv", GptRole::kQkv},         {"qk_norm", GptRole::kQkNorm},
+      {"attn", GptRole::kAttn},        {"proj", GptRole::kProj},       {"ln2", GptRole::kLn2},
+      {"fc1", GptRole::kFc1},          {"gelu", GptRole::kGelu},       {"fc2", GptRole::kFc2},
+      {"ln1_post", GptRole::kLn1Post}, {"ln2_post", GptRole::kLn2Post}};
   for (const auto& op : out.graph.ops) {
     GptOp o{GptRole::kEmbed, op.layer, op.tile, op.tiles};
     std::string name = op.name.substr(0, op.name.find('['));
@@ -560,6 +588,11 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   per_layer(atty_, N * Q, c.layers);
   for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, c.layers);
   per_layer(qkv_, N * Wq, c.layers);
+  if (c.sandwich_norm) {
+    for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, c.layers);
+    for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, c.layers);
+    dpost_.resize(N * C);
+  }
   if (c.qk_norm) {
     per_layer(qkn_, N * Wq, c.layers);
     per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), c.layers);
@@ -733,6 +766,14 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
   }
 }
 
+// Gemma 2's norm of a sublayer's output, then the residual add: out = residual + rmsnorm(in).
+void GptModel::post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
+                                 const float* const* p) {
+  norm_forward(out, nullptr, rstd, in, p);
+  const std::size_t n = static_cast<std::size_t>(B_) * T_ * static_cast<std::size_t>(c_.channels);
+  for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
+}
+
 bool GptModel::bf16_weight(int op, int k) const {
   return bf16_ && linear_weight(c_, info_[static_cast<std::size_t>(op)], k);
 }
@@ -769,15 +810,22 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       if (flash_) {
         k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
-                                   c_.attention_window(l));
+                                   c_.attention_window(l), c_.score_scale(), c_.score_cap());
       } else {
         k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
-                             c_.attention_window(l));
+                             c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
       break;
     }
-    case Role::kProj:
-      linear(res1_[l].data(), C, atty_[l].data(), Q, resid_[l].data());
+    case Role::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
+      if (c_.sandwich_norm) {
+        linear(ao_[l].data(), C, atty_[l].data(), Q, nullptr);
+      } else {
+        linear(res1_[l].data(), C, atty_[l].data(), Q, resid_[l].data());
+      }
+      break;
+    case Role::kLn1Post:
+      post_norm_forward(res1_[l].data(), resid_[l].data(), ao_[l].data(), rao_[l].data(), p);
       break;
     case Role::kLn2:
       norm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p);
@@ -795,7 +843,14 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       break;
     case Role::kFc2:
-      linear(resid_[l + 1].data(), C, gel_[l].data(), F, res1_[l].data());
+      if (c_.sandwich_norm) {
+        linear(mo_[l].data(), C, gel_[l].data(), F, nullptr);
+      } else {
+        linear(resid_[l + 1].data(), C, gel_[l].data(), F, res1_[l].data());
+      }
+      break;
+    case Role::kLn2Post:
+      post_norm_forward(resid_[l + 1].data(), res1_[l].data(), mo_[l].data(), rmo_[l].data(), p);
       break;
     case Role::kFinalNorm:
       norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
@@ -803,7 +858,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kHead:  // the token embedding's rows when tied
       linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
       break;
-    case Role::kLoss:
+    case Role::kLoss:  // Gemma 2 caps the logits first (in place: backward takes the cap's derivative from
+                       // them)
+      if (c_.final_softcap > 0)
+        k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
       break;
   }
@@ -825,6 +883,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kLoss:
       zero(dlogits_);
       k::crossentropy_backward(dlogits_.data(), probs_.data(), targets_.data(), N, c_.vocab);
+      if (c_.final_softcap > 0) {
+        k::softcap_backward(dlogits_.data(), logits_.data(), dlogits_.size(),
+                            static_cast<float>(c_.final_softcap));
+      }
       break;
     case Role::kHead:
       if (first_tile) zero(dln_);
@@ -834,12 +896,17 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       zero(dx_);
       norm_backward(dx_.data(), g, dln_.data(), resid_.back().data(), p, mf_.data(), rf_.data());
       break;
+    case Role::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
+      dres_ = dx_;
+      zero(dpost_);
+      norm_backward(dpost_.data(), g, dx_.data(), mo_[l].data(), p, nullptr, rmo_[l].data());
+      break;
     case Role::kFc2:
       if (first_tile) {
         zero(dgel_);
-        dres_ = dx_;  // the MLP's residual branch
+        if (!c_.sandwich_norm) dres_ = dx_;  // the MLP's residual branch
       }
-      linear(dgel_.data(), dx_.data(), C, gel_[l].data(), F);
+      linear(dgel_.data(), (c_.sandwich_norm ? dpost_ : dx_).data(), C, gel_[l].data(), F);
       break;
     case Role::kGelu:
       zero(dfc_);
@@ -858,12 +925,17 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kLn2:
       norm_backward(dres_.data(), g, dln_.data(), res1_[l].data(), p, m2_[l].data(), r2_[l].data());
       break;
+    case Role::kLn1Post:
+      dx_ = dres_;  // the attention's residual branch
+      zero(dpost_);
+      norm_backward(dpost_.data(), g, dres_.data(), ao_[l].data(), p, nullptr, rao_[l].data());
+      break;
     case Role::kProj:
       if (first_tile) {
         zero(datty_);
-        dx_ = dres_;  // the attention's residual branch
+        if (!c_.sandwich_norm) dx_ = dres_;  // the attention's residual branch
       }
-      linear(datty_.data(), dres_.data(), C, atty_[l].data(), Q);
+      linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[l].data(), Q);
       break;
     case Role::kAttn: {
       // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
@@ -879,10 +951,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       }
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, Q,
-                                    c_.heads, c_.attention_window(l));
+                                    c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap());
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, Q, c_.heads,
-                              c_.attention_window(l));
+                              c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
       if (c_.llama()) collapse_dqkv();
       break;

@@ -10,6 +10,7 @@
 // Hugging Face's GPT-2 Conv1D stores [in, out], so an exporter transposes them.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,8 +42,9 @@ struct GptConfig {
   RopeScaling rope_scaling{};  // the rotary frequencies' rope_scaling (a supported type; none by default)
   int sliding_window = 0;      // attention window (Mistral's): query t sees keys t - w < u <= t; 0: all
   int first_window_layer = 0;  // layers from this one on attend over the window (Qwen2's max_window_layers)
-  int head_dim = 0;            // a head's width where it is not channels / heads (Qwen3's); 0: that
-  bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head before rotary (q_norm, k_norm)
+  int global_every = 0;  // with a window, every global_every-th layer attends over all keys (Gemma 2: 2)
+  int head_dim = 0;      // a head's width where it is not channels / heads (Qwen3's); 0: that
+  bool qk_norm = false;  // Qwen3's RMSNorm of each query and key head before rotary (q_norm, k_norm)
   // Gemma's: a GeGLU MLP (gelu(gate) * up, GELU's tanh approximation), RMSNorm by 1 + weight, the embedding
   // times sqrt(channels).
   bool gelu_mlp = false;
@@ -51,6 +53,14 @@ struct GptConfig {
   // Phi-3's Hugging Face tensors: q, k and v as one qkv_proj, gate and up as one gate_up_proj (the same
   // parameters, named as its files name them).
   bool fused_names = false;
+  // Gemma 2's: RMSNorms of the attention's and the MLP's outputs too, before each residual add
+  // (post_attention_layernorm, post_feedforward_layernorm; the MLP's input norm is then
+  // pre_feedforward_layernorm), cap * tanh(x / cap) on the attention scores and the logits (0: none), and
+  // scores scaled by query_pre_attn_scalar^-1/2 (0: the head size's).
+  bool sandwich_norm = false;
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  double query_scale = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -75,8 +85,14 @@ struct GptConfig {
   bool gemma() const { return gelu_mlp && norm_unit_offset && embed_scale; }
   // Layer l's attention window for the kernels (0: full causal attention).
   int attention_window(int layer) const {
-    return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
+    const bool global = global_every > 0 && (layer + 1) % global_every == 0;
+    return sliding_window > 0 && layer >= first_window_layer && !global ? sliding_window : 0;
   }
+  // The attention kernels' score scale (0: theirs, 1 / sqrt(head size)) and soft cap.
+  float score_scale() const {
+    return query_scale > 0 ? static_cast<float>(1.0 / std::sqrt(query_scale)) : 0.0f;
+  }
+  float score_cap() const { return static_cast<float>(attn_softcap); }
 };
 
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
@@ -147,6 +163,8 @@ enum class GptRole {
   kAttn,
   kProj,
   kLn2,
+  kLn1Post,  // Gemma 2's norm of the attention's output (then the residual add)
+  kLn2Post,  // and of the MLP's
   kFc1,
   kGelu,
   kFc2,
@@ -244,6 +262,8 @@ class GptModel {
   void expand_qkv(const float* qkv);
   void collapse_dqkv();
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
+  void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
+                         const float* const* p);
   void norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
                      const float* mean, const float* rstd);
   // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands;
@@ -274,6 +294,10 @@ class GptModel {
   // or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<std::vector<float>> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, their rstd
+  // With sandwich_norm: the attention's and the MLP's projected outputs (the norms' inputs) and their rstd;
+  // (backward) a projected output's gradient.
+  std::vector<std::vector<float>> ao_, rao_, mo_, rmo_;
+  std::vector<float> dpost_;
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
   // Gradient scratch, reused across layers.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;

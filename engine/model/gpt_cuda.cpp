@@ -134,6 +134,13 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
   per_layer(qkv_, N * Wq, S, "qkv");
+  if (c_.sandwich_norm) {
+    per_layer(ao_, N * C, S, "attention output before its norm");
+    per_layer(rao_, N, S, "attention output norm rstd");
+    per_layer(mo_, N * C, S, "MLP output before its norm");
+    per_layer(rmo_, N, S, "MLP output norm rstd");
+    dpost_ = buf(N * C, "dsublayer output");
+  }
   if (c_.qk_norm) {
     per_layer(qkn_, N * Wq, S, "qkv with normed heads");
     per_layer(rqk_, N * static_cast<std::size_t>(c_.heads + c_.kv_head_count()), S, "head norms' rstd");
@@ -167,10 +174,11 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
   }
-  scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
-                        : std::max(kc::attention_forward_scratch(B_, T_, c_.q_width()),
-                                   kc::attention_backward_scratch(B_, T_, c_.q_width(), c_.heads)),
-                 "attention scratch");
+  scratch_ = buf(
+      flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
+             : std::max(kc::attention_forward_scratch(B_, T_, c_.q_width()),
+                        kc::attention_backward_scratch(B_, T_, c_.q_width(), c_.heads, c_.attn_softcap > 0)),
+      "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
   if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C, F or Q), weight, output gradient
     const std::size_t in = std::max({4 * C, F, Q});
@@ -322,6 +330,14 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
   return check(kc::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C, s), "layernorm");
 }
 
+Status CudaGptModel::post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
+                                       const float* const* p) {
+  MW_RETURN_IF_ERROR(norm_forward(out, nullptr, rstd, in, p));
+  const std::size_t n =
+      static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.channels);
+  return check(kc::accumulate(out, residual, n, dev_.compute().get()), "residual");
+}
+
 Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dout, const float* in,
                                    const float* const* p, const float* mean, const float* rstd) {
   const int N = B_ * T_, C = c_.channels;
@@ -405,15 +421,18 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       }
       if (flash_) {
         return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
-                                                 c_.attention_window(l)),
+                                                 c_.attention_window(l), c_.score_scale(), c_.score_cap()),
                      "flash attention");
       }
       return check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_,
-                                         s, c_.attention_window(l)),
+                                         s, c_.attention_window(l), c_.score_scale(), c_.score_cap()),
                    "attention");
     }
-    case GptRole::kProj:
+    case GptRole::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
+      if (c_.sandwich_norm) return linear(ao_[a], C, atty_[a], Q, nullptr);
       return linear(res1_[a], C, atty_[a], Q, resid_[l]);
+    case GptRole::kLn1Post:
+      return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
     case GptRole::kLn2:
       return norm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p);
     case GptRole::kFc1:
@@ -423,12 +442,20 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
+      if (c_.sandwich_norm) return linear(mo_[a], C, gel_[a], F, nullptr);
       return linear(resid_[l + 1], C, gel_[a], F, res1_[a]);
+    case GptRole::kLn2Post:
+      return post_norm_forward(resid_[l + 1], res1_[a], mo_[a], rmo_[a], p);
     case GptRole::kFinalNorm:
       return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
     case GptRole::kHead:  // the token embedding's rows when tied
       return linear(logits_, c_.vocab, lnf_, C, nullptr);
-    case GptRole::kLoss:
+    case GptRole::kLoss:  // Gemma 2 caps the logits first (in place: backward takes the derivative from them)
+      if (c_.final_softcap > 0) {
+        MW_RETURN_IF_ERROR(check(kc::softcap_forward(logits_, static_cast<std::size_t>(N) * c_.vocab,
+                                                     static_cast<float>(c_.final_softcap), s),
+                                 "logit softcap"));
+      }
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
   }
   return Status::internal("cuda model: unknown op");
@@ -453,19 +480,27 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   switch (o.role) {
     case GptRole::kLoss:
       MW_RETURN_IF_ERROR(zero(dlogits_, nv));
-      return check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd");
+      MW_RETURN_IF_ERROR(
+          check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd"));
+      if (c_.final_softcap <= 0) return Status::ok();
+      return check(kc::softcap_backward(dlogits_, logits_, nv, static_cast<float>(c_.final_softcap), s),
+                   "logit softcap bwd");
     case GptRole::kHead:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dlogits_, c_.vocab, lnf_, C);
     case GptRole::kFinalNorm:
       MW_RETURN_IF_ERROR(zero(dx_, nc));
       return norm_backward(dx_, g, dln_, resid_.back(), p, mf_, rf_);
+    case GptRole::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
+      MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));
+      MW_RETURN_IF_ERROR(zero(dpost_, nc));
+      return norm_backward(dpost_, g, dx_, mo_[a], p, nullptr, rmo_[a]);
     case GptRole::kFc2:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(dgel_, nf));
-        MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
+        if (!c_.sandwich_norm) MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
       }
-      return linear(dgel_, dx_, C, gel_[a], F);
+      return linear(dgel_, c_.sandwich_norm ? dpost_ : dx_, C, gel_[a], F);
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
@@ -476,12 +511,16 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return linear(dln_, dfc_, c_.fc_width(), ln2_[a], C);
     case GptRole::kLn2:
       return norm_backward(dres_, g, dln_, res1_[a], p, m2_[a], r2_[a]);
+    case GptRole::kLn1Post:
+      MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
+      MW_RETURN_IF_ERROR(zero(dpost_, nc));
+      return norm_backward(dpost_, g, dres_, ao_[a], p, nullptr, rao_[a]);
     case GptRole::kProj:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(datty_, nq));
-        MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
+        if (!c_.sandwich_norm) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
       }
-      return linear(datty_, dres_, C, atty_[a], Q);
+      return linear(datty_, c_.sandwich_norm ? dpost_ : dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
       // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
@@ -493,10 +532,12 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       }
       MW_RETURN_IF_ERROR(zero(dqkv, nq * 3));
       Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
-                                                              c_.heads, scratch_, s, c_.attention_window(l)),
+                                                              c_.heads, scratch_, s, c_.attention_window(l),
+                                                              c_.score_scale(), c_.score_cap()),
                                  "flash attention bwd")
                          : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q,
-                                                        c_.heads, bf16_, scratch_, s, c_.attention_window(l)),
+                                                        c_.heads, bf16_, scratch_, s, c_.attention_window(l),
+                                                        c_.score_scale(), c_.score_cap()),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
       return c_.llama() ? collapse_dqkv() : Status::ok();

@@ -69,6 +69,9 @@ class CudaGptModel {
   Status linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
                          const Part* parts, int n, const GptOp& o);
   Status norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
+  // Gemma 2's norm of a sublayer's output, then the residual add: out = rmsnorm(in) + residual.
+  Status post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
+                           const float* const* p);
   Status norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
                        const float* mean, const float* rstd);
   // The Llama shape's attention input in the [B*T, 3C] layout of the attention kernels (key/value heads
@@ -108,6 +111,10 @@ class CudaGptModel {
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<float*> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, and their rstd
   float* dqkn_ = nullptr;          // and the normed heads' gradient (one layer's)
+  // With sandwich_norm: the attention's and the MLP's projected outputs and their norms' rstd (per slot);
+  // backward, a projected output's gradient.
+  std::vector<float*> ao_, rao_, mo_, rmo_;
+  float* dpost_ = nullptr;
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,
         *losses_ = nullptr;
   float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,

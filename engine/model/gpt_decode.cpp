@@ -20,6 +20,7 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params)
   // Activations of up to a whole context's rows at once (a prompt is run in one pass).
   x_.resize(T * C);
   ln_.resize(T * C);
+  proj_.resize(T * C);
   qkv_.resize(T * static_cast<std::size_t>(c.qkv_width()));
   y_.resize(T * static_cast<std::size_t>(std::max(c.channels, c.q_width())));  // attention's, MLP's output
   if (c.qk_norm) rqk_.resize(T * static_cast<std::size_t>(c.heads + c.kv_head_count()));
@@ -68,16 +69,26 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     for (std::size_t i = 0; i < Cz; ++i)
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = k::attention_scale(c_.score_scale(), hs), cap = c_.score_cap();
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
   // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [Q + 2 kv, C] matrix), o, post norm,
   // gate, up (one [2F, C] matrix), down.
   // Qwen2's q, k and v biases (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms
-  // (one [2 hs] vector).
-  const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0;
-  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb + qn : 12;
-  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4, ln2_w = llama ? 5 + qb + qn : 6,
-                    fc_w = llama ? 6 + qb + qn : 8, down_w = llama ? 8 + qb + qn : 10;
+  // (one [2 hs] vector). Gemma 2's attention output norm follows o, its MLP output norm down.
+  const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
+  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12;
+  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4,
+                    ln2_w = llama ? 5 + qb + qn + sw : 6, fc_w = llama ? 6 + qb + qn + sw : 8,
+                    down_w = llama ? 8 + qb + qn + sw : 10;
+  // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
+  const auto residual_add = [&](std::size_t norm_w, float* sub) {
+    const std::size_t nc = rows * Cz;
+    if (c_.sandwich_norm) {
+      norm(ln_.data(), sub, norm_w, n);
+      sub = ln_.data();
+    }
+    for (std::size_t i = 0; i < nc; ++i) x_[i] = sub[i] + x_[i];
+  };
   for (int l = 0; l < c_.layers; ++l) {
     const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
     auto& keys = k_[static_cast<std::size_t>(l)];
@@ -114,7 +125,7 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
           const float* key = keys.data() + static_cast<std::size_t>(u) * KVz + kv_off;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
-          scores_[static_cast<std::size_t>(u)] = dot * scale;
+          scores_[static_cast<std::size_t>(u)] = k::soft_cap(dot * scale, cap);
           maxv = std::max(maxv, scores_[static_cast<std::size_t>(u)]);
         }
         float sum = 0;
@@ -133,9 +144,8 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       }
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
-    const std::size_t nc = rows * Cz;
-    k::matmul_forward(ln_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
-    for (std::size_t i = 0; i < nc; ++i) x_[i] = ln_[i] + x_[i];
+    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
+    residual_add(p + proj_w + 1, proj_.data());
     norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
@@ -149,7 +159,7 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
     }
     k::matmul_forward(y_.data(), gel_.data(), at(p + down_w), bias(p + down_w + 1), n, F, C);
-    for (std::size_t i = 0; i < nc; ++i) x_[i] = y_[i] + x_[i];
+    residual_add(p + down_w + 1, y_.data());
   }
   // The logits of the last new position only; the head is the token embedding unless the model has its own.
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
@@ -157,6 +167,8 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   norm(ln_.data(), x_last, f, 1);
   const float* head = c_.tied ? at(0) : at(f + 1);
   k::matmul_forward(logits_.data(), ln_.data(), head, nullptr, 1, C, c_.vocab);
+  if (c_.final_softcap > 0)
+    k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
   pos_ += n;
   return static_cast<const float*>(logits_.data());
 }

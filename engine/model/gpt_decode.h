@@ -38,7 +38,7 @@ class GptDecoder {
   // Per layer: keys and values of every cached position, [max_seq][kv_width] each.
   std::vector<std::vector<float>> k_, v_;
   // Activations of the rows being appended.
-  std::vector<float> x_, ln_, qkv_, y_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
+  std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
 };
 
 }  // namespace memwall::model

@@ -101,6 +101,11 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"norm_unit_offset", c.norm_unit_offset},
           {"embed_scale", c.embed_scale},
           {"fused_names", c.fused_names},
+          {"global_every", c.global_every},
+          {"sandwich_norm", c.sandwich_norm},
+          {"attn_softcap", c.attn_softcap},
+          {"final_softcap", c.final_softcap},
+          {"query_scale", c.query_scale},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -129,6 +134,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.norm_unit_offset = j.value("norm_unit_offset", false);
     c.embed_scale = j.value("embed_scale", false);
     c.fused_names = j.value("fused_names", false);
+    c.global_every = j.value("global_every", 0);
+    c.sandwich_norm = j.value("sandwich_norm", false);
+    c.attn_softcap = j.value("attn_softcap", 0.0);
+    c.final_softcap = j.value("final_softcap", 0.0);
+    c.query_scale = j.value("query_scale", 0.0);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

@@ -536,12 +536,28 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   }
 }
 
+// ---- soft-capping ----
+
+void softcap_forward(float* x, std::size_t n, float cap) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void softcap_backward(float* dx, const float* y, std::size_t n, float cap) {
+  const float inv = 1.0f / cap;
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) {
+    const float th = y[i] * inv;
+    dx[i] *= 1.0f - th * th;
+  }
+}
+
 // ---- causal attention ----
 
-void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           int window) {
+void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
+                           float score_scale, float softcap) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
@@ -555,7 +571,7 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
-          a[u] = dot * scale;
+          a[u] = soft_cap(dot * scale, softcap);
           maxv = std::max(maxv, a[u]);
         }
         float sum = 0;
@@ -579,9 +595,9 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
 }
 
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH, int window) {
+                            int C, int NH, int window, float score_scale, float softcap) {
   const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
@@ -607,13 +623,19 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
         for (int u = lo; u <= t; ++u) dot += a[u] * datt[static_cast<std::size_t>(u)];
         for (int u = lo; u <= t; ++u)
           dpre[static_cast<std::size_t>(u)] = a[u] * (datt[static_cast<std::size_t>(u)] - dot);
-        // pre[u] = scale q . k[u]
+        // pre[u] = cap(scale q . k[u]): the cap's derivative 1 - tanh^2 from the recomputed score
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* dq = dqkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         for (int u = lo; u <= t; ++u) {
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           float* dk = dqkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
-          const float g = dpre[static_cast<std::size_t>(u)] * scale;
+          float g = dpre[static_cast<std::size_t>(u)] * scale;
+          if (softcap > 0) {
+            float s = 0;
+            for (int i = 0; i < hs; ++i) s += q[i] * k[i];
+            const float th = std::tanh(s * scale / softcap);
+            g *= 1.0f - th * th;
+          }
           for (int i = 0; i < hs; ++i) {
             dq[i] += g * k[i];
             dk[i] += g * q[i];
@@ -624,7 +646,8 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   }
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window) {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
+                       float score_scale, float softcap) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -632,15 +655,18 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   // scores[b, h] = q[b, h] . k[b, h]^T  (q: [T, hs] rows 3C apart; k^T: [hs, T])
   gemm4(att, {NH * tt, tt, T, 1}, qkv, {bt3c, hs, t3c, 1}, qkv + C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
         false);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = attention_scale(score_scale, hs);
 #pragma omp parallel for collapse(2)
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {  // causal softmax of each row, masked part set to 0
       float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
       const int lo = attention_window_start(t, window);
       float maxv = -INFINITY;
-      for (int u = lo; u <= t; ++u) maxv = std::max(maxv, a[u] * scale);
-      for (int u = lo; u <= t; ++u) a[u] = a[u] * scale - maxv;
+      for (int u = lo; u <= t; ++u) {
+        a[u] = soft_cap(a[u] * scale, softcap);
+        maxv = std::max(maxv, a[u]);
+      }
+      for (int u = lo; u <= t; ++u) a[u] -= maxv;
       exp_inplace(a + lo, static_cast<std::size_t>(t - lo) + 1);
       float sum = 0;
       for (int u = lo; u <= t; ++u) sum += a[u];
@@ -654,12 +680,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
         {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
 #else
-  attention_forward_ref(out, att, qkv, B, T, C, NH, window);
+  attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap);
 #endif
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, int window) {
+                        int C, int NH, int window, float score_scale, float softcap) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -676,17 +702,34 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   // dv += att^T . dout
   gemm4(dqkv + 2 * C, {bt3c, hs, t3c, 1}, att, {NH * tt, tt, 1, T}, dout, {tc, hs, C, 1}, B, NH, T, T, hs,
         true);
-  // softmax backward, with the score scale folded in: dpre = scale * att * (datt - sum(att * datt))
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // The soft-capped scores' derivative needs the scores again: q . k^T, into a second scratch.
+  static thread_local std::vector<float> score_scratch;
+  float* scores = nullptr;
+  if (softcap > 0) {
+    score_scratch.resize(std::max(score_scratch.size(), static_cast<std::size_t>(B) * NH * T * T));
+    scores = score_scratch.data();
+    gemm4(scores, {NH * tt, tt, T, 1}, qkv, {bt3c, hs, t3c, 1}, qkv + C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
+          false);
+  }
+  // softmax backward, with the score scale folded in: dpre = scale * att * (datt - sum(att * datt)), times
+  // the cap's 1 - tanh^2 with soft-capping
+  const float scale = attention_scale(score_scale, hs);
 #pragma omp parallel for collapse(2)
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {
-      const float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
-      float* d = dpre + (static_cast<std::size_t>(bh) * T + t) * T;
+      const std::size_t row = (static_cast<std::size_t>(bh) * T + t) * T;
+      const float* a = att + row;
+      float* d = dpre + row;
       const int lo = attention_window_start(t, window);
       float dot = 0;
       for (int u = lo; u <= t; ++u) dot += a[u] * d[u];
       for (int u = lo; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
+      if (scores != nullptr) {
+        for (int u = lo; u <= t; ++u) {
+          const float th = std::tanh(scores[row + static_cast<std::size_t>(u)] * scale / softcap);
+          d[u] *= 1.0f - th * th;
+        }
+      }
       for (int u = 0; u < lo; ++u) d[u] = 0;
       for (int u = t + 1; u < T; ++u) d[u] = 0;
     }
@@ -697,7 +740,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
         true);
 #else
-  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window);
+  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window, score_scale, softcap);
 #endif
 }
 
@@ -722,7 +765,20 @@ float dot_f(const float* a, const float* b, int n) {
 struct FlashTile {
   alignas(64) float s[kKeys][kRows];  // scores, then probabilities
   alignas(64) float d[kKeys][kRows];  // backward: dP, then dS
+  alignas(64) float g[kKeys][kRows];  // backward with soft-capping: the cap's derivative 1 - tanh^2
 };
+
+// With soft-capping, the n x kRows scores of a tile capped in place (and, when `grad`, the cap's derivative).
+void cap_tile(float (*s)[kRows], float (*grad)[kRows], int n, float cap) {
+  if (cap <= 0) return;
+  for (int u = 0; u < n; ++u) {
+    for (int r = 0; r < kRows; ++r) {
+      const float th = std::tanh(s[u][r] / cap);
+      s[u][r] = cap * th;
+      if (grad != nullptr) grad[u][r] = 1.0f - th * th;
+    }
+  }
+}
 
 // The tile loops are built for AVX-512, AVX2 and the baseline, chosen at load time by the CPU (GCC's
 // target_clones); the rest of this file is baseline code.
@@ -797,9 +853,9 @@ MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window) {
+                             int window, float score_scale, float softcap) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
 #pragma omp parallel
   {
@@ -821,6 +877,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
         for (int u0 = first - first % kKeys; u0 < end; u0 += kKeys) {
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          cap_tile(tile.s, nullptr, n, softcap);
           float mx[kRows], shift[kRows];
           for (int r = 0; r < kRows; ++r) mx[r] = m[r];
           for (int u = 0; u < n; ++u) {
@@ -865,9 +922,10 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 }
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH, int window) {
+                              const float* lse, int B, int T, int C, int NH, int window, float score_scale,
+                              float softcap) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
   // Each (batch, head) writes only its own columns of dqkv; its query blocks run in order because every
   // block adds into the keys' and values' gradients.
@@ -901,6 +959,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
         for (int u0 = first - first % kKeys; u0 < end; u0 += kKeys) {
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          cap_tile(tile.s, tile.g, n, softcap);
           score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           for (int u = 0; u < n; ++u) {
 #pragma omp simd
@@ -911,6 +970,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
             for (int r = 0; r < kRows; ++r) {
               if (u0 + u > r0 + r || u0 + u < attention_window_start(r0 + r, window)) tile.s[u][r] = 0;
               tile.d[u][r] = scale * tile.s[u][r] * (tile.d[u][r] - D[r]);  // dS (scaled)
+              if (softcap > 0) tile.d[u][r] *= tile.g[u][r];
             }
           }
           tile_gradients(dq.data(), dbase + C + static_cast<std::size_t>(u0) * C3, tile.s, tile.d,

@@ -7,6 +7,7 @@
 // docs/performance.md. Other operators are plain loops parallelised with OpenMP.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -91,15 +92,31 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
 // att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window
-// (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0);
+// (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it. The
+// scores are q . k times `scale` (0: 1 / sqrt(C / NH); Gemma 2's query_pre_attn_scalar^-1/2), then with
+// `softcap` > 0 softcap * tanh(score / softcap) (Gemma 2's attn_logit_softcapping) before the softmax;
+// backward recomputes the scores to take the cap's derivative.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0,
+                       float scale = 0, float softcap = 0);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, int window = 0);
+                        int C, int NH, int window = 0, float scale = 0, float softcap = 0);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           int window = 0);
+                           int window = 0, float scale = 0, float softcap = 0);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH, int window = 0);
+                            int C, int NH, int window = 0, float scale = 0, float softcap = 0);
+// The attention's score scale: `scale`, or 0 for 1 / sqrt(head size).
+inline float attention_scale(float scale, int hs) {
+  return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(hs));
+}
+// Gemma 2's soft-capping: cap * tanh(x / cap), or x without a cap (cap 0).
+inline float soft_cap(float x, float cap) {
+  return cap > 0 ? cap * std::tanh(x / cap) : x;
+}
+// In place over n values (the logits: Gemma 2's final_logit_softcapping); backward multiplies the gradient
+// by the cap's derivative, 1 - (y / cap)^2, from the capped values y.
+void softcap_forward(float* x, std::size_t n, float cap);
+void softcap_backward(float* dx, const float* y, std::size_t n, float cap);
 // The first key query t sees: 0, or t - window + 1 with a sliding window.
 inline int attention_window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;
@@ -110,9 +127,10 @@ inline int attention_window_start(int t, int window) {
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
 // softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window = 0);
+                             int window = 0, float scale = 0, float softcap = 0);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH, int window = 0);
+                              const float* lse, int B, int T, int C, int NH, int window = 0, float scale = 0,
+                              float softcap = 0);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).

@@ -413,15 +413,23 @@ __device__ int window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;
 }
 
+// cap * tanh(s / cap), or s without a cap (0).
+__device__ float capped(float s, float cap) {
+  return cap > 0 ? cap * tanhf(s / cap) : s;
+}
+
 // In place over rows of `att` [rows, T] (row r is query t = r % T): causal softmax of the scaled scores
-// over keys window_start(t) .. t, zero elsewhere.
-__global__ void causal_softmax_kernel(float* att, int T, int window) {
+// (soft-capped first with `cap` > 0) over keys window_start(t) .. t, zero elsewhere.
+__global__ void causal_softmax_kernel(float* att, int T, int window, float cap) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int t = static_cast<int>(row % T), lo = window_start(t, window);
   float* a = att + row * T;
   float mx = -INFINITY;
-  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, a[u]);
+  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
+    a[u] = capped(a[u], cap);
+    mx = fmaxf(mx, a[u]);
+  }
   mx = block_reduce<true>(mx, shared);
   float s = 0;
   for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
@@ -434,9 +442,10 @@ __global__ void causal_softmax_kernel(float* att, int T, int window) {
 }
 
 // In place: datt becomes the gradient of the scaled scores, att * (datt - sum(att * datt)) * scale, zero
-// above the diagonal and before the window.
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale,
-                                               int window) {
+// above the diagonal and before the window; with soft-capping times the cap's 1 - tanh^2 of the recomputed
+// scaled scores `scores`.
+__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale, int window,
+                                               const float* scores, float cap) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int t = static_cast<int>(row % T), lo = window_start(t, window);
@@ -445,8 +454,26 @@ __global__ void causal_softmax_backward_kernel(float* datt, const float* att, in
   float s = 0;
   for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) s += a[u] * d[u];
   s = block_reduce<false>(s, shared);
-  for (int u = threadIdx.x; u < T; u += blockDim.x)
-    d[u] = u >= lo && u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
+  for (int u = threadIdx.x; u < T; u += blockDim.x) {
+    float g = u >= lo && u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
+    if (cap > 0) {
+      const float th = tanhf(scores[row * T + u] / cap);
+      g *= 1.0f - th * th;
+    }
+    d[u] = g;
+  }
+}
+
+__global__ void softcap_forward_kernel(float* x, std::size_t n, float cap) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void softcap_backward_kernel(float* dx, const float* y, std::size_t n, float cap) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float th = y[i] / cap;
+  dx[i] *= 1.0f - th * th;
 }
 
 // ---- fused (flash) attention ----
@@ -477,7 +504,7 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
 // One block per query row t: each thread scores one key of the tile; thread i < hs accumulates output
 // channel i, rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                                     float scale, int window) {
+                                     float scale, int window, float cap) {
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -488,7 +515,8 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   float m = -INFINITY, l = 0, acc = 0;
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
     const int u = u0 + i;
-    const float s = u <= t ? scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs) : -INFINITY;
+    const float s =
+        u <= t ? capped(scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs), cap) : -INFINITY;
     const float m_new = fmaxf(m, block_reduce<true>(s, shared));
     const float e = u <= t ? expf(s - m_new) : 0.0f;
     p[i] = e;
@@ -512,7 +540,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 // keeps dout[t] . out[t] in rowsum for the key pass.
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale, int window) {
+                                            float scale, int window, float cap) {
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -530,8 +558,9 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
     float gu = 0;
     if (u <= t) {
       const float* k = k0 + static_cast<std::size_t>(u) * C3;
-      const float p = expf(scale * flash_dot(q, k, hs) - L);
-      gu = scale * p * (flash_dot(dy, k + C, hs) - D);
+      const float sc = scale * flash_dot(q, k, hs), th = cap > 0 ? tanhf(sc / cap) : 0.0f;
+      const float p = expf((cap > 0 ? cap * th : sc) - L);
+      gu = scale * p * (flash_dot(dy, k + C, hs) - D) * (1.0f - th * th);
     }
     g[i] = gu;
     __syncthreads();
@@ -548,7 +577,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
 // queries that see it, u <= t < u + window (or T).
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
-                                          float scale, int window) {
+                                          float scale, int window, float cap) {
   __shared__ float g[kFlashTile];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -564,8 +593,10 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
     float pt = 0, gt = 0;
     if (t < end) {
       const float* dy = dy0 + static_cast<std::size_t>(t) * C;
-      pt = expf(scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs) - lse[first + t]);
-      gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]);
+      const float sc = scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs),
+                  th = cap > 0 ? tanhf(sc / cap) : 0.0f;
+      pt = expf((cap > 0 ? cap * th : sc) - lse[first + t]);
+      gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]) * (1.0f - th * th);
     }
     p[i] = pt;
     g[i] = gt;
@@ -783,7 +814,8 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                     void* stream, float weight_offset) {
   if (N == 0) return 0;
-  rmsnorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, rstd, inp, weight, C, eps, weight_offset);
+  rmsnorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, rstd, inp, weight, C, eps,
+                                                                weight_offset);
   return launched();
 }
 
@@ -895,6 +927,18 @@ int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
   return launched();
 }
 
+int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
+  if (n == 0) return 0;
+  softcap_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, n, cap);
+  return launched();
+}
+
+int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream) {
+  if (n == 0) return 0;
+  softcap_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dx, y, n, cap);
+  return launched();
+}
+
 int accumulate(float* out, const float* in, std::size_t n, void* stream) {
   if (n == 0) return 0;
   accumulate_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, in, n);
@@ -916,8 +960,14 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
   return 4 * static_cast<std::size_t>(B) * T * C;
 }
 
+// The scores' scale: `scale`, or 0 for 1 / sqrt(head size).
+static float score_scale(float scale, int hs) {
+  return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(hs));
+}
+
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                      bool tf32, float* scratch, void* stream, int window) {
+                      bool tf32, float* scratch, void* stream, int window, float score_scale_or_0,
+                      float softcap) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -929,13 +979,13 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   cublasHandle_t h = as_handle(blas);
   if (cublasStatus_t s = cublasSetStream(h, st); s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   const long long th = static_cast<long long>(T) * hs, tt = static_cast<long long>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = score_scale(score_scale_or_0, hs);
   // att[t][u] = scale * q[t] . k[u]
   cublasStatus_t s =
       batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(
-      att, T, window);
+      att, T, window, softcap);
   if (int e = launched(); e != 0) return e;
   // oh[t] = sum_u att[t][u] v[u]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
@@ -944,12 +994,14 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   return launched();
 }
 
-std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
-  return 7 * static_cast<std::size_t>(B) * T * C + static_cast<std::size_t>(B) * NH * T * T;
+std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap) {
+  return 7 * static_cast<std::size_t>(B) * T * C +
+         (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T;
 }
 
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, bool tf32, float* scratch, void* stream, int window) {
+                       int T, int C, int NH, bool tf32, float* scratch, void* stream, int window,
+                       float score_scale_or_0, float softcap) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *dq = v + btc, *dk = dq + btc, *dv = dk + btc,
@@ -971,9 +1023,16 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
   // dv[u] = sum_t att[t][u] doh[t]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, doh, hs, th, att, T, tt, dv, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = score_scale(score_scale_or_0, hs);
+  float* scores = nullptr;  // soft-capping: the scaled scores again, after datt
+  if (softcap > 0) {
+    scores = datt + static_cast<std::size_t>(batch) * T * T;
+    s = batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, scores, T, tt,
+                batch);
+    if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
+  }
   causal_softmax_backward_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(batch) * T), kThreads, 0,
-                                   st>>>(datt, att, T, scale, window);
+                                   st>>>(datt, att, T, scale, window, scores, softcap);
   if (int e = launched(); e != 0) return e;
   // dq[t] = sum_u dpre[t][u] k[u]; dk[u] = sum_t dpre[t][u] q[t]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
@@ -989,13 +1048,13 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window) {
+                            void* stream, int window, float scale, float softcap) {
   const int hs = C / NH;
   if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, 1.0f / std::sqrt(static_cast<float>(hs)), window);
+      out, lse, qkv, T, C, NH, score_scale(scale, hs), window, softcap);
   return launched();
 }
 
@@ -1005,18 +1064,18 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window) {
+                             int window, float score_scale_or_0, float softcap) {
   const int hs = C / NH;
   if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = score_scale(score_scale_or_0, hs);
   cudaStream_t st = as_stream(stream);
   flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window);
+      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap);
   if (int e = launched(); e != 0) return e;
-  flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(dqkv, scratch, dout, qkv, lse,
-                                                                                T, C, NH, scale, window);
+  flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
+      dqkv, scratch, dout, qkv, lse, T, C, NH, scale, window, softcap);
   return launched();
 }
 

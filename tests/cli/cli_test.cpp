@@ -1683,6 +1683,33 @@ TEST(CliGenerate, AGemmaShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Gemma 2's shape (Gemma's parts, norms on the attention's and the MLP's outputs, soft-capped scores and
+// logits, query_pre_attn_scalar, a window of 16 on the first of two layers) trains, exports as
+// Gemma2ForCausalLM with its four norms a layer and layer_types, and generates the same text from either.
+TEST(CliGenerate, AGemma2ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "gemma2",
+      R"({"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, )"
+      R"("num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16, )"
+      R"("attn_logit_softcapping": 20.0, "final_logit_softcapping": 15.0, )"
+      R"("query_pre_attn_scalar": 32, "intermediate_size": 176, "max_position_embeddings": 64})");
+  EXPECT_EQ(r.latest["sandwich_norm"], true);
+  EXPECT_EQ(r.latest["global_every"], 2);
+  EXPECT_EQ(r.latest["attn_softcap"], 20.0);
+  EXPECT_EQ(r.config["architectures"][0], "Gemma2ForCausalLM");
+  EXPECT_EQ(r.config["final_logit_softcapping"], 15.0);
+  EXPECT_EQ(r.config["query_pre_attn_scalar"], 32.0);
+  EXPECT_EQ(r.config["sliding_window"], 16);
+  EXPECT_EQ(r.config["layer_types"], (nlohmann::json{"sliding_attention", "full_attention"}));
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                           "post_feedforward_layernorm"}) {
+    EXPECT_EQ(r.tensors[std::string("model.layers.1.") + norm + ".weight"]["shape"], (nlohmann::json{64}))
+        << norm;
+  }
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Phi-3's shape (the Llama shape with its window in every layer, here 16 of 64 positions) trains, exports
 // with its fused qkv_proj and gate_up_proj tensors as Phi3ForCausalLM, and generates the same text from
 // either; a partial rotary factor (Phi-4-mini's) is refused in one line.

@@ -306,24 +306,28 @@ TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
              dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);
-  for (const int window : {0, 5}) {
+  // Full, a window of 5, and Gemma 2's soft-capped scores (at 1.5) of another scale (0.4) in that window.
+  for (const int wc : {0, 5, -5}) {
+    const int window = wc < 0 ? -wc : wc;
+    const float scale = wc < 0 ? 0.4f : 0.0f, cap = wc < 0 ? 1.5f : 0.0f;
     std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
         dqkv = dqkv0;
-    attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
-    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window);
+    attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, scale, cap);
     // fp32 GEMMs; then TF32 operands (10 mantissa bits: each product within about 1e-3 relative, whether
     // the tensor cores round or truncate, compounded through the softmax and the backward's three GEMMs).
     for (const bool tf32 : {false, true}) {
-      SCOPED_TRACE(std::string(tf32 ? "tf32" : "fp32") + " window " + std::to_string(window));
+      SCOPED_TRACE(std::string(tf32 ? "tf32" : "fp32") + " window " + std::to_string(window) + " cap " +
+                   std::to_string(cap));
       const float rtol = tf32 ? 2e-2f : 1e-4f, atol = tf32 ? 1e-3f : 1e-5f, arms = tf32 ? 1e-2f : 1e-5f;
       Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv0),
-          d_scratch(
-              std::max(cu::attention_forward_scratch(B, T, C), cu::attention_backward_scratch(B, T, C, NH)));
+          d_scratch(std::max(cu::attention_forward_scratch(B, T, C),
+                             cu::attention_backward_scratch(B, T, C, NH, cap > 0)));
       ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, tf32,
-                                      d_scratch.get(), nullptr, window),
+                                      d_scratch.get(), nullptr, window, scale, cap),
                 0);
       ASSERT_EQ(cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C,
-                                       NH, tf32, d_scratch.get(), nullptr, window),
+                                       NH, tf32, d_scratch.get(), nullptr, window, scale, cap),
                 0);
       expect_close(d_att.host(), att, rtol, tf32 ? atol : 1e-6f, "att");
       expect_close(d_out.host(), out, rtol, atol, "attention out", arms);
@@ -335,40 +339,61 @@ TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
 // The fused kernels against the unfused CPU reference (fp32 tolerances): the fixture's shape, and a sequence
 // of three key tiles (T = 300 > 2 x 128) whose running maximum and sums carry across tiles; sliding windows
 // shorter than the fixture's sequence and longer than a tile (rows' tiles then start mid-sequence, and a key
-// row's queries end before T).
+// row's queries end before T). Gemma 2's soft-capped scores of another scale, across tiles and in a window.
 TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH, window;
+    float scale = 0, cap = 0;
   };
   for (const Shape s :
-       {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140}}) {
-    SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window));
+       {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140},
+        Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}}) {
+    SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window) + " cap " +
+                 std::to_string(s.cap));
     const std::size_t n = static_cast<std::size_t>(s.B) * s.T;
     auto qkv = randn(n * 3 * s.C, 34);
     for (auto& x : qkv) x *= 2.0f;  // peaked rows: later tiles raise the running maximum
     const auto dout = randn(n * s.C, 35), dqkv0 = randn(qkv.size(), 36);
     std::vector<float> out(n * s.C), att(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T), dqkv = dqkv0;
-    attention_forward_ref(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
-    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window);
+    attention_forward_ref(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.scale, s.cap);
+    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window,
+                           s.scale, s.cap);
     Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_lse(static_cast<std::size_t>(s.B) * s.NH * s.T),
         d_dqkv(dqkv0), d_scratch(cu::flash_attention_backward_scratch(s.B, s.T, s.NH));
     ASSERT_EQ(cu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, nullptr,
-                                          s.window),
+                                          s.window, s.scale, s.cap),
               0);
-    ASSERT_EQ(cu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
-                                           s.B, s.T, s.C, s.NH, d_scratch.get(), nullptr, s.window),
-              0);
+    ASSERT_EQ(
+        cu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B,
+                                     s.T, s.C, s.NH, d_scratch.get(), nullptr, s.window, s.scale, s.cap),
+        0);
     expect_close(d_out.host(), out, 1e-4f, 1e-5f, "flash out", 1e-5f);
     expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "flash dqkv", 1e-5f);
     // The CPU's fused kernel keeps the same log-sum-exps.
     std::vector<float> out_c(out.size()), lse_c(static_cast<std::size_t>(s.B) * s.NH * s.T);
-    flash_attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+    flash_attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.scale,
+                            s.cap);
     expect_close(d_lse.host(), lse_c, 1e-5f, 1e-5f, "lse");
   }
   // Heads wider than a block: refused, nothing launched.
   Dev<float> d(static_cast<std::size_t>(3) * 256);
   EXPECT_EQ(cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 1, 256, 1, nullptr),
             static_cast<int>(cudaErrorInvalidValue));
+}
+
+// Gemma 2's logit soft-capping, forward in place and backward from the capped values.
+TEST_F(CudaKernels, SoftcapMatchesTheCpu) {
+  auto x = randn(1000, 37);
+  for (auto& v : x) v *= 20.0f;  // through tanh's bend and its flat ends
+  const auto dx0 = randn(x.size(), 38);
+  std::vector<float> y = x, dx = dx0;
+  softcap_forward(y.data(), y.size(), 15.0f);
+  softcap_backward(dx.data(), y.data(), dx.size(), 15.0f);
+  Dev<float> d_y(x), d_dx(dx0);
+  ASSERT_EQ(cu::softcap_forward(d_y.get(), x.size(), 15.0f, nullptr), 0);
+  ASSERT_EQ(cu::softcap_backward(d_dx.get(), d_y.get(), x.size(), 15.0f, nullptr), 0);
+  expect_close(d_y.host(), y, 1e-5f, 1e-5f, "softcap");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "softcap bwd");
 }
 
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {

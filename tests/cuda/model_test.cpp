@@ -188,6 +188,17 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   gemma.head_dim = 32;
   gemma.gelu_mlp = gemma.norm_unit_offset = gemma.embed_scale = true;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma);
+  // Gemma 2's output norms, soft-capped scores and logits, query_pre_attn_scalar and a window on every other
+  // layer (heads of 32, in the flash kernels' reach), unfused and flash.
+  GptConfig gemma2 = gemma;
+  gemma2.sandwich_norm = true;
+  gemma2.attn_softcap = 5.0;
+  gemma2.final_softcap = 3.0;
+  gemma2.query_scale = 24;
+  gemma2.sliding_window = 8;
+  gemma2.global_every = 2;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma2);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, gemma2, "gemma2");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -125,6 +125,20 @@ GptConfig gemma() {
   return c;
 }
 
+// Gemma 2's: Gemma's, plus norms of the attention's and the MLP's outputs, soft-capped scores (at 1, where
+// tanh bends) and logits (at 2), scores scaled by 10^-1/2 rather than 12^-1/2, and a window of 3 on layer 0
+// of 2 (every second layer global).
+GptConfig gemma2() {
+  GptConfig c = gemma();
+  c.sandwich_norm = true;
+  c.attn_softcap = 1.0;
+  c.final_softcap = 2.0;
+  c.query_scale = 10;
+  c.sliding_window = 3;
+  c.global_every = 2;
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -139,7 +153,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"qwen2-window", qwen2_windowed()},
           {"qwen3", qwen3()},
           {"wide-heads", wide_heads()},
-          {"gemma", gemma()}};
+          {"gemma", gemma()},
+          {"gemma2", gemma2()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -377,8 +392,16 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   q3.qk_norm = true;
   GptConfig gem = gqa;  // and Gemma's GeGLU, 1 + weight norms and scaled embedding
   gem.gelu_mlp = gem.norm_unit_offset = gem.embed_scale = true;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem}) {
+  GptConfig gem2 = gem;  // and Gemma 2's output norms, soft-capping and a window of 4 on layers 0 and 2
+  gem2.sandwich_norm = true;
+  gem2.attn_softcap = 1.5;
+  gem2.final_softcap = 3.0;
+  gem2.query_scale = 12;
+  gem2.sliding_window = 4;
+  gem2.global_every = 2;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.sandwich_norm        ? "gemma2"
                  : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
                  : c.sliding_window > 0   ? "sliding window"
@@ -451,9 +474,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
-                      qwen2_windowed(), qwen3(), wide_heads(), gemma()}) {
+                      qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.gemma()                ? "gemma"
+    SCOPED_TRACE(c.sandwich_norm          ? "gemma2"
+                 : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
                  : c.head_dim > 0         ? "head_dim " + std::to_string(c.head_dim)
                  : !c.rope_scaling.none() ? c.rope_scaling.type + " rope_scaling"
@@ -489,7 +513,11 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"rope_theta", c.rope_theta},
                                    {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
                                    {"sliding_window", c.sliding_window},
-                                   {"first_window_layer", c.first_window_layer}};
+                                   {"first_window_layer", c.first_window_layer},
+                                   {"global_every", c.global_every},
+                                   {"attn_softcap", c.attn_softcap},
+                                   {"final_softcap", c.final_softcap},
+                                   {"query_scale", c.query_scale}};
     const std::string lj = layout.dump(), cj = config.dump();
     spit("layout.json", lj.data(), lj.size());
     spit("config.json", cj.data(), cj.size());
@@ -567,8 +595,8 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
 }
 
 TEST(GptModel, BackwardMatchesFiniteDifferences) {
-  for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2()}) {
-    SCOPED_TRACE(c.llama() ? (c.qkv_bias ? "qwen2" : "llama") : "gpt2");
+  for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2(), gemma2()}) {
+    SCOPED_TRACE(c.llama() ? (c.sandwich_norm ? "gemma2" : c.qkv_bias ? "qwen2" : "llama") : "gpt2");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
     // Larger weights than GPT-2's init so every path carries a visible gradient.

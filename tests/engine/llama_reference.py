@@ -6,8 +6,11 @@ SiLU-gated MLP, causal softmax attention (over a sliding window where the config
 u with t - window < u <= t, transformers' sliding_window_overlay, in the layers from first_window_layer on),
 untied or tied head; Qwen2's q, k, v biases where the layout has them; heads of head_dim channels, and
 Qwen3's RMSNorm of each query and key head before the rotary turn where the layout has q_norm and k_norm;
-with "gemma" Gemma's RMSNorm by 1 + weight, embedding times sqrt(hidden) and gelu_pytorch_tanh MLP), as the reference memwall's CPU model is
-checked against (tests/engine/gpt_model_test.cpp).
+with "gemma" Gemma's RMSNorm by 1 + weight, embedding times sqrt(hidden) and gelu_pytorch_tanh MLP; Gemma 2's
+norms of the attention's and the MLP's outputs where the layout has pre_feedforward_layernorm, its
+soft-capped scores and logits (attn_softcap, final_softcap), scores scaled by query_scale^-1/2, and windows on
+all layers but every global_every-th as Gemma2Config's layer_types lists them), as the reference memwall's CPU
+model is checked against (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
 DIR holds config.json, layout.json ([name, offset, shape] per tensor), params.f32, tokens.i32, targets.i32;
@@ -93,8 +96,12 @@ def main(d):
     window = cfg.get("sliding_window", 0)
     rows, cols = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
     window_mask = mask.masked_fill(cols <= rows - window, float("-inf")) if window else mask
+    every = cfg.get("global_every", 0)  # Gemma2Config's layer_types: full every `every`-th layer
+    scaling = (cfg.get("query_scale") or hs) ** -0.5
+    attn_cap, final_cap = cfg.get("attn_softcap", 0), cfg.get("final_softcap", 0)
     for layer in range(cfg["layers"]):
-        layer_mask = window_mask if layer >= cfg.get("first_window_layer", 0) else mask
+        sliding = layer >= cfg.get("first_window_layer", 0) and not (every and (layer + 1) % every == 0)
+        layer_mask = window_mask if sliding else mask
         p = "model.layers.%d." % layer
         h = rmsnorm(x, t[p + "input_layernorm.weight"])
         q, k, v = (h @ t[p + "self_attn.%s_proj.weight" % x].T for x in "qkv")
@@ -108,16 +115,28 @@ def main(d):
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        att = torch.softmax(q @ k.transpose(-1, -2) / hs**0.5 + layer_mask, dim=-1)
+        scores = q @ k.transpose(-1, -2) * scaling
+        if attn_cap:
+            scores = torch.tanh(scores / attn_cap) * attn_cap
+        att = torch.softmax(scores + layer_mask, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, H * hs)
-        x = x + y @ t[p + "self_attn.o_proj.weight"].T
-        h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
+        y = y @ t[p + "self_attn.o_proj.weight"].T
+        sandwich = p + "pre_feedforward_layernorm.weight" in t
+        if sandwich:  # Gemma 2: post_attention_layernorm is the attention output's
+            x = x + rmsnorm(y, t[p + "post_attention_layernorm.weight"])
+            h = rmsnorm(x, t[p + "pre_feedforward_layernorm.weight"])
+        else:
+            x = x + y
+            h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
         gate = h @ t[p + "mlp.gate_proj.weight"].T
         up = h @ t[p + "mlp.up_proj.weight"].T
-        x = x + (act(gate) * up) @ t[p + "mlp.down_proj.weight"].T
+        y = (act(gate) * up) @ t[p + "mlp.down_proj.weight"].T
+        x = x + (rmsnorm(y, t[p + "post_feedforward_layernorm.weight"]) if sandwich else y)
     x = rmsnorm(x, t["model.norm.weight"])
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
     logits = x @ head.T
+    if final_cap:
+        logits = torch.tanh(logits / final_cap) * final_cap
     loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
     loss.backward()
     json.dump({"loss": loss.item()}, open(d + "/loss.json", "w"))

@@ -380,14 +380,21 @@ TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
 }
 
 // Full causal attention, and with a sliding window of 3 (query t sees keys t - 2 .. t, as transformers'
-// sliding_window_overlay masks kv_idx > q_idx - window).
+// sliding_window_overlay masks kv_idx > q_idx - window); scores of another scale, soft-capped (Gemma 2's
+// cap * tanh(score / cap)).
 TEST(GptOps, AttentionMatchesANaiveImplementation) {
   const int B = 2, T = 7, C = 12, NH = 3, hs = C / NH;
   const auto qkv = randn(B * T * 3 * C, 40);
-  for (const int window : {0, 3}) {
-    SCOPED_TRACE("window " + std::to_string(window));
+  struct Case {
+    int window;
+    float scale, cap;
+  };
+  for (const Case cs : {Case{0, 0, 0}, Case{3, 0, 0}, Case{0, 0.8f, 1.5f}, Case{3, 0.3f, 0.5f}}) {
+    const int window = cs.window;
+    SCOPED_TRACE("window " + std::to_string(window) + " scale " + std::to_string(cs.scale) + " cap " +
+                 std::to_string(cs.cap));
     std::vector<float> out(B * T * C), att(B * NH * T * T);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, cs.scale, cs.cap);
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         for (int t = 0; t < T; ++t) {
@@ -400,7 +407,8 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
               dot += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hs + i]) *
                      qkv[(b * T + u) * 3 * C + C + h * hs + i];
             }
-            s[u] = dot / std::sqrt(static_cast<double>(hs));
+            s[u] = cs.scale > 0 ? dot * cs.scale : dot / std::sqrt(static_cast<double>(hs));
+            if (cs.cap > 0) s[u] = cs.cap * std::tanh(s[u] / cs.cap);
             maxv = std::max(maxv, s[u]);
           }
           for (auto& e : s) sum += (e = std::exp(e - maxv));
@@ -423,16 +431,20 @@ TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   const int B = 2, T = 9, C = 16, NH = 4;
   const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
   for (const int window : {0, 1, 4, 9}) {
-    SCOPED_TRACE("window " + std::to_string(window));
-    std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
-    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, window);
-    expect_close(out, out_r, 1e-4, 1e-5, "out");
-    expect_close(att, att_r, 1e-4, 1e-6, "att");
-    std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
-    attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window);
-    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, window);
-    expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+    for (const float cap : {0.0f, 2.0f}) {  // with soft-capping, and scores scaled by 0.3
+      const float scale = cap > 0 ? 0.3f : 0.0f;
+      SCOPED_TRACE("window " + std::to_string(window) + " cap " + std::to_string(cap));
+      std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+      attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+      expect_close(out, out_r, 1e-4, 1e-5, "out");
+      expect_close(att, att_r, 1e-4, 1e-6, "att");
+      std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
+      attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, scale, cap);
+      attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, window, scale,
+                             cap);
+      expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+    }
   }
 }
 
@@ -440,25 +452,29 @@ TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
 // token, exactly one row tile, a partial one, more than one key tile; odd head sizes and peaked softmax rows
 // (the log-sum-exp must carry the maximum across key tiles). Sliding windows: one key, shorter than a row
 // tile, one that starts a row tile's keys inside a later key tile (rows of the tile that see no key of the
-// first tile visited), longer than a key tile, and as long as the sequence.
+// first tile visited), longer than a key tile, and as long as the sequence. Soft-capped scores of another
+// scale (Gemma 2's), with and without a window.
 TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
   struct Shape {
     int B, T, C, NH, window;
+    float scale = 0, cap = 0;
   };
-  for (const Shape sh : {Shape{1, 1, 8, 2, 0}, Shape{2, 16, 24, 3, 0}, Shape{2, 37, 24, 3, 0},
-                         Shape{1, 130, 40, 2, 0}, Shape{2, 37, 24, 3, 1}, Shape{2, 37, 24, 3, 5},
-                         Shape{1, 130, 40, 2, 20}, Shape{1, 150, 16, 2, 70}, Shape{2, 37, 24, 3, 37}}) {
+  for (const Shape sh :
+       {Shape{1, 1, 8, 2, 0}, Shape{2, 16, 24, 3, 0}, Shape{2, 37, 24, 3, 0}, Shape{1, 130, 40, 2, 0},
+        Shape{2, 37, 24, 3, 1}, Shape{2, 37, 24, 3, 5}, Shape{1, 130, 40, 2, 20}, Shape{1, 150, 16, 2, 70},
+        Shape{2, 37, 24, 3, 37}, Shape{1, 130, 40, 2, 0, 0.2f, 3.0f}, Shape{2, 37, 24, 3, 5, 0.5f, 2.0f}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
-    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W));
+    const float S = sh.scale, cap = sh.cap;
+    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W) + " cap " + std::to_string(cap));
     auto qkv = randn(B * T * 3 * C, 70);
     for (auto& x : qkv) x *= 3.0f;
     const auto dout = randn(B * T * C, 71);
     std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
-    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, W);
-    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W);
+    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, W, S, cap);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, S, cap);
     expect_close(out, out_r, 1e-4, 1e-5, "out");
     // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
-    const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+    const float scale = S > 0 ? S : 1.0f / std::sqrt(static_cast<float>(C / NH));
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH, hs = C / NH;
       for (int t = 0; t < T; ++t) {
@@ -466,13 +482,14 @@ TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
         for (int i = 0; i < hs; ++i) {
           s += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t) * 3 * C + C + h * hs + i];
         }
-        EXPECT_NEAR(std::exp(scale * s - lse[bh * T + t]), att_r[(bh * T + t) * T + t], 1e-5)
+        EXPECT_NEAR(std::exp(soft_cap(scale * s, cap) - lse[bh * T + t]), att_r[(bh * T + t) * T + t], 1e-5)
             << "bh " << bh << " t " << t;
       }
     }
     std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
-    flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, W);
-    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W);
+    flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, W, S,
+                             cap);
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W, S, cap);
     expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
   }
 }
@@ -481,11 +498,13 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 6, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 43);
   const auto r = randn(B * T * C, 44);
-  for (const int window : {0, 2}) {
+  for (const int window : {0, 2, -1}) {  // -1: full attention, soft-capped at 1 (a steep cap), scale 0.6
+    const float cap = window < 0 ? 1.0f : 0.0f, scale = window < 0 ? 0.6f : 0.0f;
     SCOPED_TRACE("window " + std::to_string(window));
     std::vector<float> lse(B * NH * T), out(B * T * C);
     auto forward = [&] {
-      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, window);
+      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, std::max(window, 0), scale,
+                              cap);
       return out;
     };
     forward();
@@ -493,7 +512,7 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
     const auto lse0 = lse;
     std::vector<float> dqkv(qkv.size());
     flash_attention_backward(dqkv.data(), r.data(), qkv.data(), out0.data(), lse0.data(), B, T, C, NH,
-                             window);
+                             std::max(window, 0), scale, cap);
     check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
   }
 }
@@ -502,19 +521,41 @@ TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 5, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 41);
   const auto r = randn(B * T * C, 42);
-  for (const int window : {0, 2}) {
+  for (const int window : {0, 2, -1}) {  // -1: full attention, soft-capped at 1, scale 0.6
+    const float cap = window < 0 ? 1.0f : 0.0f, scale = window < 0 ? 0.6f : 0.0f;
+    const int w = std::max(window, 0);
     SCOPED_TRACE("window " + std::to_string(window));
     std::vector<float> att(B * NH * T * T);
     auto forward = [&] {
       std::vector<float> out(B * T * C);
-      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window);
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, w, scale, cap);
       return out;
     };
     forward();
     std::vector<float> dqkv(qkv.size());
-    attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, C, NH, window);
+    attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, C, NH, w, scale, cap);
     check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
   }
+}
+
+// Gemma 2's logit soft-capping: cap * tanh(x / cap) in place; backward from the capped values.
+TEST(GptOps, SoftcapBackwardMatchesFiniteDifferences) {
+  auto x = randn(50, 45, 4.0f);
+  const auto r = randn(50, 46);
+  const float cap = 3.0f;
+  auto forward = [&] {
+    std::vector<float> y = x;
+    softcap_forward(y.data(), y.size(), cap);
+    return y;
+  };
+  const auto y = forward();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(y[i], cap * std::tanh(x[i] / cap), 1e-5);
+    EXPECT_LT(std::fabs(y[i]), cap);
+  }
+  std::vector<float> dx = r;
+  softcap_backward(dx.data(), y.data(), dx.size(), cap);
+  check_gradient(x, forward, dx, r, "dx", 1e-2f, 2e-2);
 }
 
 TEST(GptOps, CrossEntropyAndEmbedding) {

@@ -279,14 +279,25 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
   return 4 * static_cast<std::size_t>(B) * T * C;
 }
 
-std::size_t attention_backward_scratch(int B, int T, int C, int NH) {
-  return 7 * static_cast<std::size_t>(B) * T * C + static_cast<std::size_t>(B) * NH * T * T;
+std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap) {
+  return 7 * static_cast<std::size_t>(B) * T * C +
+         (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T;
+}
+
+int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
+  if (int e = device_args("softcap_forward", {{x, f32(n), "x", true}})) return e;
+  return enqueue(stream, [=] { kernels::softcap_forward(x, n, cap); });
+}
+
+int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream) {
+  if (int e = device_args("softcap_backward", {{dx, f32(n), "dx", true}, {y, f32(n), "y"}})) return e;
+  return enqueue(stream, [=] { kernels::softcap_backward(dx, y, n, cap); });
 }
 
 // The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
 // checks the TF32 path on the emulated cuBLAS).
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
-                      float* scratch, void* stream, int window) {
+                      float* scratch, void* stream, int window, float scale, float softcap) {
   const int N = B * T;
   if (int e = device_args("attention_forward",
                           {{out, f32(N, C), "out", true},
@@ -294,32 +305,38 @@ int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, in
                            {qkv, f32(N, 3 * C), "qkv"},
                            {scratch, f32(attention_forward_scratch(B, T, C)), "scratch", true}}))
     return e;
-  return enqueue(stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH, window); });
+  return enqueue(stream,
+                 [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH, window, scale, softcap); });
 }
 
 int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH, bool, float* scratch, void* stream, int window) {
+                       int T, int C, int NH, bool, float* scratch, void* stream, int window, float scale,
+                       float softcap) {
   const int N = B * T;
-  if (int e = device_args("attention_backward",
-                          {{dqkv, f32(N, 3 * C), "dqkv", true},
-                           {dout, f32(N, C), "dout"},
-                           {qkv, f32(N, 3 * C), "qkv"},
-                           {att, f32(B * NH, T * T), "att"},
-                           {scratch, f32(attention_backward_scratch(B, T, C, NH)), "scratch", true}}))
+  if (int e = device_args(
+          "attention_backward",
+          {{dqkv, f32(N, 3 * C), "dqkv", true},
+           {dout, f32(N, C), "dout"},
+           {qkv, f32(N, 3 * C), "qkv"},
+           {att, f32(B * NH, T * T), "att"},
+           {scratch, f32(attention_backward_scratch(B, T, C, NH, softcap > 0)), "scratch", true}}))
     return e;
-  return enqueue(stream, [=] { kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, window); });
+  return enqueue(stream, [=] {
+    kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, window, scale, softcap);
+  });
 }
 
 // The fused kernels' limit (head size at most one block of 128 threads) is the real one's too.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window) {
+                            void* stream, int window, float scale, float softcap) {
   if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args(
           "flash_attention_forward",
           {{out, f32(N, C), "out", true}, {lse, f32(B * NH, T), "lse", true}, {qkv, f32(N, 3 * C), "qkv"}}))
     return e;
-  return enqueue(stream, [=] { kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH, window); });
+  return enqueue(
+      stream, [=] { kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH, window, scale, softcap); });
 }
 
 std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
@@ -328,7 +345,7 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window) {
+                             int window, float scale, float softcap) {
   if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args("flash_attention_backward",
@@ -339,8 +356,9 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
                            {lse, f32(B * NH, T), "lse"},
                            {scratch, f32(flash_attention_backward_scratch(B, T, NH)), "scratch", true}}))
     return e;
-  return enqueue(stream,
-                 [=] { kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, window); });
+  return enqueue(stream, [=] {
+    kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, window, scale, softcap);
+  });
 }
 
 int embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
