@@ -60,10 +60,10 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     // layer_types too); not Mistral's, Phi-3's or Gemma's.
     const bool interleaved = c.sliding_window > 0 && c.global_every > 0;
     if (interleaved && !gemma2 && (!qwen || c.first_window_layer > 0)) {
-      return Status::invalid_argument(dir + ": a window on all layers but every " +
+      return Status::invalid_argument(dir + ": a window on all layers but one in every " +
                                       std::to_string(c.global_every) +
-                                      "-th has a config.json form only for Gemma 2 and Qwen (layer_types), "
-                                      "from the first layer");
+                                      " has a config.json form only for Gemma 2 and Qwen (layer_types), from "
+                                      "the first layer");
     }
     if (phi3 && (qwen || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.head_dim > 0)) {
       return Status::invalid_argument(dir +

@@ -158,7 +158,17 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   gemma.gelu_mlp = gemma.norm_unit_offset = gemma.embed_scale = true;
   GptConfig phi3 = mistral;  // Phi-3's fused qkv_proj and gate_up_proj
   phi3.fused_names = true;
-  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3}) {
+  GptConfig gemma2 = gemma;  // Gemma 2's four norms a layer, soft-capping, a window on every other layer
+  gemma2.sandwich_norm = true;
+  gemma2.attn_softcap = 50;
+  gemma2.final_softcap = 30;
+  gemma2.query_scale = 12;
+  gemma2.sliding_window = 3;
+  gemma2.global_every = 2;
+  GptConfig qwen2_interleaved = qwen2;  // Qwen2's window in layer_types: every second layer full
+  qwen2_interleaved.first_window_layer = 0;
+  qwen2_interleaved.global_every = 2;
+  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -176,6 +186,12 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.qk_norm, c.qk_norm);
     EXPECT_EQ(back.gemma(), c.gemma());
     EXPECT_EQ(back.fused_names, c.fused_names);
+    EXPECT_EQ(back.global_every, c.global_every);
+    EXPECT_EQ(back.sandwich_norm, c.sandwich_norm);
+    EXPECT_EQ(back.attn_softcap, c.attn_softcap);
+    EXPECT_EQ(back.final_softcap, c.final_softcap);
+    EXPECT_EQ(back.score_scale(), c.score_scale());
+    for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);  // every parameter back where it was
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
@@ -211,6 +227,17 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   geglu.gelu_mlp = true;
   const Status g = export_hf(geglu, std::vector<float>(gpt_num_params(geglu)).data(), late_dir);
   EXPECT_NE(g.message().find("config.json form only together"), std::string::npos) << g.message();
+  EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
+  // Nor do Gemma 2's parts without Gemma's, or Mistral's window skipping every second layer.
+  GptConfig capped = small_llama_config();
+  capped.attn_softcap = 50;
+  const Status cs = export_hf(capped, std::vector<float>(gpt_num_params(capped)).data(), late_dir);
+  EXPECT_NE(cs.message().find("Gemma2ForCausalLM"), std::string::npos) << cs.message();
+  GptConfig alternating = mistral;
+  alternating.global_every = 2;
+  const Status as = export_hf(alternating, std::vector<float>(gpt_num_params(alternating)).data(), late_dir);
+  EXPECT_NE(as.message().find("a window on all layers but one in every 2 has"), std::string::npos)
+      << as.message();
   EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
 }
 
