@@ -104,6 +104,9 @@ struct ModelSpec {
   double attn_softcap = 0;
   double final_softcap = 0;
   double query_scale = 0;
+  // Gemma 3's rope_local_base_freq: the windowed layers' rotary base, without rope_scaling (0: every layer
+  // turns by rope_theta and rope_scaling).
+  double rope_local_theta = 0;
 
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim

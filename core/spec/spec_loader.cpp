@@ -367,7 +367,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (type.empty()) {
     return r.error("model_type",
                    "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, gemma, "
-                   "gemma2, phi3, zero-infinity-paper");
+                   "gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -416,18 +416,50 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
               "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
               "predict_special_tokens", "output_past", "gradient_checkpointing"});
+  } else if (type == "gemma3") {
+    // Gemma 3's multimodal config: the language model is its text_config (a gemma3_text config whose keys
+    // default as Gemma3TextConfig's); the vision tower is not modelled.
+    Result<const json*> lm_config = r.get_object("text_config");
+    if (!lm_config.is_ok()) return lm_config.status();
+    if (*lm_config == nullptr) return r.error("text_config", "is missing (required for model_type gemma3)");
+    json inner = **lm_config;
+    inner["model_type"] = "gemma3_text";
+    if (!inner.contains("name")) inner["name"] = m.name;
+    Result<ModelSpec> lm = parse_model(inner.dump(), source + " (text_config)", diag);
+    if (!lm.is_ok()) return lm.status();
+    r.ignore({"vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+              "image_token_index", "initializer_range"});
+    r.finish();
+    if (j.contains("vision_config")) {
+      diag.warnings.push_back(source +
+                              ": vision_config: the vision tower and its projector are not modelled; the "
+                              "parameter count and memory are the language model's");
+    }
+    lm->model_type = "gemma3";
+    return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
-             type == "gemma2" || type == "phi3") {
-    const bool gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2;
-    for (const char* k :
-         {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
-      MW_RETURN_IF_ERROR(require(r, k));
+             type == "gemma2" || type == "gemma3_text" || type == "phi3") {
+    const bool gemma3 = type == "gemma3_text", gemma2 = type == "gemma2" || gemma3,
+               gemma = type == "gemma" || gemma2;
+    if (gemma3) {  // Gemma3TextConfig's defaults (a multimodal file's text_config gives only what differs)
+      m.vocab = 262208;
+      m.hidden = 2304;
+      m.ffn_hidden = 9216;
+      m.layers = 26;
+      m.heads = 8;
+      m.kv_heads = 4;
+      m.max_positions = 131072;
+    } else {
+      for (const char* k :
+           {"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"}) {
+        MW_RETURN_IF_ERROR(require(r, k));
+      }
     }
     MW_RETURN_IF_ERROR(r.get_int("num_hidden_layers", m.layers, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("hidden_size", m.hidden, 1, 1 << 24));
     MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
     MW_RETURN_IF_ERROR(r.get_int("num_attention_heads", m.heads, 1, 1 << 20));
-    m.kv_heads = m.heads;
+    if (!gemma3) m.kv_heads = m.heads;
     MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
@@ -443,7 +475,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
     if (type != "qwen2") m.linear_bias = attention_bias;
-    m.qk_norm = type == "qwen3";
+    m.qk_norm = type == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
     if (type != "qwen2" && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
@@ -459,12 +491,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_string("hidden_activation", act));
       m.norm_unit_offset = m.embed_scale = true;
     }
-    // Gemma 2: norms on the attention's and MLP's outputs too, soft-capped scores and logits (null: none),
-    // query_pre_attn_scalar (Gemma2Config's defaults where the file leaves them out).
+    // Gemma 2 and 3: norms on the attention's and MLP's outputs too, soft-capped scores and logits (null:
+    // none; Gemma 3 by default none), query_pre_attn_scalar (their configs' defaults where the file leaves
+    // them out).
     if (gemma2) {
       m.sandwich_norm = true;
-      m.attn_softcap = 50.0;
-      m.final_softcap = 30.0;
+      m.attn_softcap = gemma3 ? 0.0 : 50.0;
+      m.final_softcap = gemma3 ? 0.0 : 30.0;
       m.query_scale = 256;
       for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &m.attn_softcap},
                               std::pair{"final_logit_softcapping", &m.final_softcap}}) {
@@ -473,6 +506,21 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       }
       MW_RETURN_IF_ERROR(r.get_number("query_pre_attn_scalar", m.query_scale, 1e-6, 1e12));
       r.ignore({"cache_implementation"});
+    }
+    // Gemma 3: its windowed layers turn by rope_local_base_freq without rope_scaling; five local layers to
+    // one global (sliding_window_pattern); bidirectional attention (EmbeddingGemma's) is not a decoder's.
+    if (gemma3) {
+      m.rope_theta = 1e6;
+      m.rope_local_theta = 10000;
+      MW_RETURN_IF_ERROR(r.get_number("rope_local_base_freq", m.rope_local_theta, 1.0, 1e12));
+      m.global_every = 6;
+      MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
+      bool bidirectional = false;
+      MW_RETURN_IF_ERROR(r.get_bool("use_bidirectional_attention", bidirectional));
+      if (bidirectional) {
+        return r.error("use_bidirectional_attention",
+                       "true is not supported (an encoder's attention); allowed: false, causal attention");
+      }
     }
     m.mlp_act = act;
     m.gated_mlp = true;
@@ -484,7 +532,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = type == "mistral" || type == "phi3" || gemma2;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
-    int window = gemma2 ? 4096 : 0;  // Gemma2Config's default
+    int window = gemma2 ? 4096 : 0;  // Gemma2Config's and Gemma3TextConfig's default
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
     // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28);
@@ -493,7 +541,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.first_window_layer = 28;
       MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
     }
-    if (gemma2) m.global_every = 2;
+    if (gemma2 && !gemma3) m.global_every = 2;
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
       MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
     }
@@ -511,14 +559,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // Rotary on a part of each head (Phi-4-mini's 0.75): read for predict, refused by memwall train.
     MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
     if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
-    if (gemma) head_dim = 256;            // GemmaConfig's
+    if (gemma) head_dim = 256;            // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
               "resid_pdrop", "original_max_position_embeddings"});
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                                     "gemma, gemma2, phi3, zero-infinity-paper");
+                                     "gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
@@ -1017,6 +1065,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"attn_softcap", m.attn_softcap},
             {"final_softcap", m.final_softcap},
             {"query_scale", m.query_scale},
+            {"rope_local_theta", m.rope_local_theta},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

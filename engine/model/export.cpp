@@ -43,23 +43,31 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   if (c.llama()) {
     // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
     // layers. Qwen3 is the shape with per-head query and key norms.
-    const bool gemma2 = c.sandwich_norm, gemma = c.gemma() && !gemma2, qwen3 = c.qk_norm,
-               qwen2 = !qwen3 && c.qkv_bias, qwen = qwen2 || qwen3;
-    const bool phi3 = c.fused_names, mistral = !qwen && !phi3 && !gemma2 && c.sliding_window > 0;
-    // Gemma 2's parts: with Gemma's, and only in its config.json (soft-capping and query_pre_attn_scalar are
-    // Gemma2Config's keys).
-    if ((gemma2 && (!c.gemma() || c.qkv_bias || c.qk_norm || phi3)) ||
-        (!gemma2 && (c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0))) {
+    // Gemma 2 and 3 add output norms to Gemma's parts (Gemma 3 q/k norms too).
+    const bool sandwich = c.sandwich_norm, gemma3 = sandwich && c.qk_norm, gemma2 = sandwich && !gemma3,
+               gemma = c.gemma() && !sandwich, qwen3 = c.qk_norm && !sandwich, qwen2 = !qwen3 && c.qkv_bias,
+               qwen = qwen2 || qwen3;
+    const bool phi3 = c.fused_names, mistral = !qwen && !phi3 && !sandwich && c.sliding_window > 0;
+    // Gemma 2's and 3's parts: with Gemma's, and only in their config.json (soft-capping and
+    // query_pre_attn_scalar are their configs' keys, rope_local_base_freq Gemma 3's).
+    if ((sandwich && (!c.gemma() || c.qkv_bias || phi3)) ||
+        (!sandwich && (c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0))) {
       return Status::invalid_argument(
           dir +
           ": Gemma 2's output norms, soft-capping and query_pre_attn_scalar have a "
-          "config.json form only with Gemma's parts, without biases or q/k norms "
-          "(Gemma2ForCausalLM)");
+          "config.json form only with Gemma's parts, without biases "
+          "(Gemma2ForCausalLM, or with q/k norms Gemma3ForCausalLM)");
+    }
+    if ((c.rope_local_theta > 0 && !gemma3) ||
+        (gemma3 && c.rope_local_theta == 0 && !c.rope_scaling.none())) {
+      return Status::invalid_argument(dir +
+                                      ": a local rotary base has a config.json form only for Gemma 3, whose "
+                                      "rope_scaling applies to its global layers only");
     }
     // Windows on all layers but every n-th: Gemma 2's (any pattern: its layer_types lists them), Qwen's (in
     // layer_types too); not Mistral's, Phi-3's or Gemma's.
     const bool interleaved = c.sliding_window > 0 && c.global_every > 0;
-    if (interleaved && !gemma2 && (!qwen || c.first_window_layer > 0)) {
+    if (interleaved && !sandwich && (!qwen || c.first_window_layer > 0)) {
       return Status::invalid_argument(dir + ": a window on all layers but one in every " +
                                       std::to_string(c.global_every) +
                                       " has a config.json form only for Gemma 2 and Qwen (layer_types), from "
@@ -75,7 +83,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                       std::to_string(c.first_window_layer) +
                                       " on has no Phi-3 config.json form (Phi-3 windows every layer)");
     }
-    if ((c.gelu_mlp || c.norm_unit_offset || c.embed_scale) && !gemma2 &&
+    if ((c.gelu_mlp || c.norm_unit_offset || c.embed_scale) && !sandwich &&
         (!gemma || c.qkv_bias || c.qk_norm || c.sliding_window > 0)) {
       return Status::invalid_argument(dir +
                                       ": Gemma's GeGLU, 1 + weight norms and scaled embedding have a "
@@ -95,6 +103,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     nlohmann::ordered_json config = {
         {"architectures",
          {phi3      ? "Phi3ForCausalLM"
+          : gemma3  ? "Gemma3ForCausalLM"
           : gemma2  ? "Gemma2ForCausalLM"
           : gemma   ? "GemmaForCausalLM"
           : qwen3   ? "Qwen3ForCausalLM"
@@ -102,6 +111,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
           : mistral ? "MistralForCausalLM"
                     : "LlamaForCausalLM"}},
         {"model_type", phi3      ? "phi3"
+                       : gemma3  ? "gemma3_text"
                        : gemma2  ? "gemma2"
                        : gemma   ? "gemma"
                        : qwen3   ? "qwen3"
@@ -115,7 +125,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         {"num_hidden_layers", c.layers},
         {"num_attention_heads", c.heads},
         {"num_key_value_heads", c.kv_head_count()},
-        {"hidden_act", gemma || gemma2 ? "gelu_pytorch_tanh" : "silu"},
+        {"hidden_act", gemma || sandwich ? "gelu_pytorch_tanh" : "silu"},
         {"rms_norm_eps", c.norm_eps},
         {"rope_theta", c.rope_theta},
         {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
@@ -126,9 +136,9 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     };
     // Qwen3's and Gemma's configs default head_dim to 128 and 256: always written for them; for others where
     // it is not C / heads.
-    if (qwen3 || gemma || gemma2 || c.head_dim > 0) config["head_dim"] = c.head_size();
-    if (gemma || gemma2) config["hidden_activation"] = "gelu_pytorch_tanh";
-    if (gemma2) {
+    if (qwen3 || gemma || sandwich || c.head_dim > 0) config["head_dim"] = c.head_size();
+    if (gemma || sandwich) config["hidden_activation"] = "gelu_pytorch_tanh";
+    if (sandwich) {
       const auto cap = [](double v) {
         return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
       };
@@ -136,10 +146,15 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       config["final_logit_softcapping"] = cap(c.final_softcap);
       config["query_pre_attn_scalar"] =
           c.query_scale > 0 ? c.query_scale : static_cast<double>(c.head_size());
-      // Gemma2Config's window is on every other layer: without one, every layer is listed full.
+      // Their configs always have a window (on every other layer, one in six): without one, every layer is
+      // listed full.
       config["sliding_window"] = c.sliding_window > 0 ? c.sliding_window : 4096;
     }
-    if (gemma2 || interleaved) {  // as transformers (4.53 on) lists them
+    if (gemma3) {
+      config["rope_local_base_freq"] = c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta;
+      if (c.global_every > 0 && c.first_window_layer == 0) config["sliding_window_pattern"] = c.global_every;
+    }
+    if (sandwich || interleaved) {  // as transformers (4.53 on) lists them
       nlohmann::ordered_json types = nlohmann::ordered_json::array();
       for (int l = 0; l < c.layers; ++l)
         types.push_back(c.attention_window(l) > 0 ? "sliding_attention" : "full_attention");

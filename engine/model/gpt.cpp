@@ -45,15 +45,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
         std::to_string(c.sliding_window) + ", " + std::to_string(c.first_window_layer) + " and " +
         std::to_string(c.global_every));
   }
-  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !(c.query_scale >= 0)) {
+  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !(c.query_scale >= 0) ||
+      !(c.rope_local_theta == 0 || c.rope_local_theta > 1)) {
     return Status::invalid_argument(
-        "model: attn_softcap, final_softcap and query_scale must be >= 0 (0: none)");
+        "model: attn_softcap, final_softcap and query_scale must be >= 0 (0: none), rope_local_theta 0 or > "
+        "1");
   }
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
         c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 ||
-        c.final_softcap != 0 || c.query_scale != 0) {
+        c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention; allowed: the Llama shape for others");
@@ -63,11 +65,6 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (c.heads % c.kv_head_count() != 0) {
     return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
                                     ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
-  }
-  if (c.qk_norm && c.norm_unit_offset) {
-    return Status::invalid_argument(
-        "model: per-head q/k norms scaled by 1 + weight (Gemma 3's) are not supported; allowed: qk_norm with "
-        "plain RMSNorm weights (Qwen3's)");
   }
   if (c.head_size() % 2 != 0) {
     return Status::invalid_argument("model: rotary positions need an even head size, got " +
@@ -258,6 +255,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.attn_softcap = m.attn_softcap;
     c.final_softcap = m.final_softcap;
     c.query_scale = m.query_scale;
+    c.rope_local_theta = m.rope_local_theta;
   }
   return c;
 }
@@ -291,7 +289,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.position = PositionKind::kLearned;
   if (c.llama()) {
     m.model_type = c.fused_names            ? "phi3"
-                   : c.sandwich_norm        ? "gemma2"
+                   : c.sandwich_norm        ? (c.qk_norm ? "gemma3_text" : "gemma2")
                    : c.gemma()              ? "gemma"
                    : c.qk_norm              ? "qwen3"
                    : c.qkv_bias             ? "qwen2"
@@ -320,6 +318,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.attn_softcap = c.attn_softcap;
     m.final_softcap = c.final_softcap;
     m.query_scale = c.query_scale;
+    m.rope_local_theta = c.rope_local_theta;
   }
   return m;
 }
@@ -615,10 +614,15 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.llama()) {
     qf_.resize(N * 3 * Q);
     dqf_.resize(N * 3 * Q);
-    rope_cos_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2));
+    const std::size_t table = static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2);
+    rope_cos_.resize(table * (c.rope_local_theta > 0 ? 2 : 1));
     rope_sin_.resize(rope_cos_.size());
     k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
                   c.rope_attention_scale());
+    if (c.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
+      k::rope_table(rope_cos_.data() + table, rope_sin_.data() + table, T, c.head_size(),
+                    c.rope_local_inv_freq().data(), 0, 1.0);
+    }
   }
 }
 
@@ -732,18 +736,25 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   }
 }
 
-void GptModel::expand_qkv(const float* qkv) {
+std::size_t GptModel::rope_offset(int layer) const {
+  return c_.local_rope(layer) ? static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2)
+                              : 0;
+}
+
+void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
-  k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
-                false);
+  const std::size_t at = rope_offset(layer);
+  k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
+                rope_sin_.data() + at, false);
 }
 
-void GptModel::collapse_dqkv() {
+void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
-  k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data(), rope_sin_.data(),
-                true);
+  const std::size_t at = rope_offset(layer);
+  k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
+                rope_sin_.data() + at, true);
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
 
@@ -800,12 +811,13 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kQkNorm:
       k::head_rmsnorm_forward(qkn_[l].data(), rqk_[l].data(), qkv_[l].data(), p[0], N, c_.qkv_width(),
-                              c_.heads, c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps));
+                              c_.heads, c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps),
+                              c_.norm_offset());
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
       if (c_.llama()) {
-        expand_qkv(qkv);
+        expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
       if (flash_) {
@@ -942,7 +954,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
       float* dqkv = dqkv_.data();
       if (c_.llama()) {
-        expand_qkv(qkv);
+        expand_qkv(qkv, o.layer);
         qkv = qf_.data();
         dqkv = dqf_.data();
         zero(dqf_);
@@ -956,13 +968,14 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
-      if (c_.llama()) collapse_dqkv();
+      if (c_.llama()) collapse_dqkv(o.layer);
       break;
     }
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       dqkn_ = dqkv_;
       k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[l].data(), p[0], rqk_[l].data(), N,
-                               c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size());
+                               c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size(),
+                               c_.norm_offset());
       break;
     case Role::kQkv:
       if (first_tile) zero(dln_);

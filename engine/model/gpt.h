@@ -61,6 +61,9 @@ struct GptConfig {
   double attn_softcap = 0;
   double final_softcap = 0;
   double query_scale = 0;
+  // Gemma 3's rope_local_base_freq: the windowed layers' rotary base, without rope_scaling (0: every layer's
+  // is rope_theta's with rope_scaling).
+  double rope_local_theta = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -78,6 +81,11 @@ struct GptConfig {
   }
   // What the rotary cosines and sines are multiplied by (yarn's attention factor, else 1).
   double rope_attention_scale() const { return memwall::rope_attention_scale(rope_scaling); }
+  // Whether layer l turns by the local rotary base (Gemma 3's windowed layers), and those frequencies.
+  bool local_rope(int layer) const { return rope_local_theta > 0 && attention_window(layer) > 0; }
+  std::vector<double> rope_local_inv_freq() const {
+    return memwall::rope_inv_freq(head_size(), rope_local_theta, RopeScaling{});
+  }
   // What the RMSNorm weights are offset by (1 for Gemma's 1 + weight), and the embedding's scale.
   float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
   float embedding_scale() const;
@@ -259,8 +267,11 @@ class GptModel {
   // The Llama shape's attention input: qkv_[l] with K and V repeated to every query head and rotary
   // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
-  void expand_qkv(const float* qkv);
-  void collapse_dqkv();
+  void expand_qkv(const float* qkv, int layer);
+  void collapse_dqkv(int layer);
+  // Layer l's rotary table in rope_cos_ and rope_sin_ (the local one after the global one, with
+  // rope_local_theta).
+  std::size_t rope_offset(int layer) const;
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);
@@ -302,7 +313,9 @@ class GptModel {
   // Gradient scratch, reused across layers.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
-  std::vector<float> rope_cos_, rope_sin_;  // its rotary angles' cosines and sines, [T][head size / 2]
+  // its rotary angles' cosines and sines, [T][head size / 2] (twice: the local base's after, with
+  // rope_local_theta)
+  std::vector<float> rope_cos_, rope_sin_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
 };

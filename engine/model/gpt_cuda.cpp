@@ -98,10 +98,15 @@ Status CudaGptModel::allocate(int tiling) {
   MW_RETURN_IF_ERROR(allocate_buffers(tiling));
   if (!c_.llama()) return Status::ok();
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
-  std::vector<float> cos_t(static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2));
+  const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2);
+  std::vector<float> cos_t(table * (c_.rope_local_theta > 0 ? 2 : 1));
   std::vector<float> sin_t(cos_t.size());
   memwall::kernels::rope_table(cos_t.data(), sin_t.data(), T_, c_.head_size(), c_.rope_inv_freq().data(), 0,
                                c_.rope_attention_scale());
+  if (c_.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
+    memwall::kernels::rope_table(cos_t.data() + table, sin_t.data() + table, T_, c_.head_size(),
+                                 c_.rope_local_inv_freq().data(), 0, 1.0);
+  }
   const std::size_t bytes = cos_t.size() * sizeof(float);
   MW_RETURN_IF_ERROR(
       check_rt(cudaMemcpy(rope_cos_, cos_t.data(), bytes, cudaMemcpyHostToDevice), "rotary table"));
@@ -170,7 +175,8 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   if (c_.llama()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
-    const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2);
+    const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2) *
+                              (c_.rope_local_theta > 0 ? 2 : 1);
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
   }
@@ -349,19 +355,28 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
   return check(kc::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C, s), "layernorm bwd");
 }
 
-Status CudaGptModel::expand_qkv(const float* qkv) {
+std::size_t CudaGptModel::rope_offset(int layer) const {
+  return c_.local_rope(layer) ? static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2)
+                              : 0;
+}
+
+Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
-  return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_, rope_sin_, false, s), "rope");
+  const std::size_t at = rope_offset(layer);
+  return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s),
+               "rope");
 }
 
-Status CudaGptModel::collapse_dqkv() {
+Status CudaGptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
-  MW_RETURN_IF_ERROR(check(
-      kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_, rope_sin_, true, s), "rope bwd"));
+  const std::size_t at = rope_offset(layer);
+  MW_RETURN_IF_ERROR(
+      check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, true, s),
+            "rope bwd"));
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
@@ -409,14 +424,14 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kQkv:
       return linear(qkv_[a], c_.qkv_width(), ln1_[a], C, nullptr);
     case GptRole::kQkNorm:
-      return check(
-          kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.heads,
-                                   c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps), s),
-          "head rmsnorm");
+      return check(kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.heads,
+                                            c_.kv_head_count(), c_.head_size(),
+                                            static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
+                   "head rmsnorm");
     case GptRole::kAttn: {
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       if (c_.llama()) {
-        MW_RETURN_IF_ERROR(expand_qkv(qkv));
+        MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
       }
       if (flash_) {
@@ -526,7 +541,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
       if (c_.llama()) {
-        MW_RETURN_IF_ERROR(expand_qkv(qkv));
+        MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
         dqkv = dqf_;
       }
@@ -540,13 +555,14 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                                         c_.score_scale(), c_.score_cap()),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
-      return c_.llama() ? collapse_dqkv() : Status::ok();
+      return c_.llama() ? collapse_dqkv(o.layer) : Status::ok();
     }
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
-      return check(kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(),
-                                             c_.heads, c_.kv_head_count(), c_.head_size(), s),
-                   "head rmsnorm bwd");
+      return check(
+          kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(), c_.heads,
+                                    c_.kv_head_count(), c_.head_size(), s, c_.norm_offset()),
+          "head rmsnorm bwd");
     case GptRole::kQkv:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);

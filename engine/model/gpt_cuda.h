@@ -76,8 +76,10 @@ class CudaGptModel {
                        const float* mean, const float* rstd);
   // The Llama shape's attention input in the [B*T, 3C] layout of the attention kernels (key/value heads
   // repeated over their groups, rotary positions on q and k), and its gradient back into dqkv_.
-  Status expand_qkv(const float* qkv);
-  Status collapse_dqkv();
+  Status expand_qkv(const float* qkv, int layer);
+  Status collapse_dqkv(int layer);
+  // Layer l's rotary table in rope_cos_ and rope_sin_ (the local base's after the global one).
+  std::size_t rope_offset(int layer) const;
   Status run_op(int op, bool backward, const float* const* param, float* const* grad,
                 const std::uint16_t* const* param16);
   Status forward_op_impl(int op, const float* const* param);

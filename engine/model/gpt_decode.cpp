@@ -12,7 +12,11 @@ namespace memwall::model {
 namespace k = memwall::kernels;
 
 GptDecoder::GptDecoder(const GptConfig& c, const float* params)
-    : c_(c), params_(params), layout_(gpt_param_layout(c)), inv_freq_(c.rope_inv_freq()) {
+    : c_(c),
+      params_(params),
+      layout_(gpt_param_layout(c)),
+      inv_freq_(c.rope_inv_freq()),
+      local_freq_(c.rope_local_theta > 0 ? c.rope_local_inv_freq() : std::vector<double>{}) {
   const auto T = static_cast<std::size_t>(c.max_seq), C = static_cast<std::size_t>(c.channels);
   const auto kv = static_cast<std::size_t>(c.kv_width()), F = static_cast<std::size_t>(c.ffn_width());
   k_.assign(static_cast<std::size_t>(c.layers), std::vector<float>(T * kv));
@@ -98,13 +102,14 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
-                              c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps));
+                              c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
-    if (llama) {  // rotary positions on the new rows' queries and keys
-      const double rope_scale = c_.rope_attention_scale();
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, inv_freq_.data(), pos_, false, rope_scale);
-      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, inv_freq_.data(), pos_, false,
-                     rope_scale);
+    if (llama) {  // rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows)
+      const bool local = c_.local_rope(l);
+      const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
+      const double* freq = (local ? local_freq_ : inv_freq_).data();
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale);
+      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;

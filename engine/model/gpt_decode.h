@@ -34,6 +34,7 @@ class GptDecoder {
   const float* params_;
   std::vector<ParamTensor> layout_;  // by position in gpt_param_layout
   std::vector<double> inv_freq_;     // the rotary frequencies (the Llama shape)
+  std::vector<double> local_freq_;   // and Gemma 3's windowed layers' (rope_local_theta)
   int pos_ = 0;
   // Per layer: keys and values of every cached position, [max_seq][kv_width] each.
   std::vector<std::vector<float>> k_, v_;

@@ -106,6 +106,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
+          {"rope_local_theta", c.rope_local_theta},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -139,6 +140,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.attn_softcap = j.value("attn_softcap", 0.0);
     c.final_softcap = j.value("final_softcap", 0.0);
     c.query_scale = j.value("query_scale", 0.0);
+    c.rope_local_theta = j.value("rope_local_theta", 0.0);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

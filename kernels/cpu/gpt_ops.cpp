@@ -316,7 +316,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 }
 
 void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                          int NH, int KVH, int hs, float eps) {
+                          int NH, int KVH, int hs, float eps, float weight_offset) {
   const int heads = NH + KVH;
   const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
              row = static_cast<std::size_t>(stride);
@@ -327,15 +327,15 @@ void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float
     for (int h = 0; h < heads; ++h) {
       const auto at = static_cast<std::size_t>(h) * hz;
       rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)] =
-          rms_row_forward(o + at, x + at, weight + (h < NH ? 0 : hz), hs, eps);
+          rms_row_forward(o + at, x + at, weight + (h < NH ? 0 : hz), hs, eps, weight_offset);
     }
     if (o != x) std::copy(x + normed, x + row, o + normed);
   }
 }
 
 void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH,
-                           int hs) {
+                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
+                           float weight_offset) {
   const int heads = NH + KVH;
   const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
              row = static_cast<std::size_t>(stride);
@@ -347,7 +347,7 @@ void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const
       rms_row_backward(
           dinp + at, dweight + w, dout + at, inp + at, weight + w,
           rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)],
-          hs);
+          hs, weight_offset);
     }
     std::copy(dout + r + normed, dout + r + row, dinp + r + normed);
   }

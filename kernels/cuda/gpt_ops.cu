@@ -232,7 +232,7 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
 // Qwen3's per-head RMSNorm: block b is head h = b % heads of row b / heads (rows `stride` apart), the first
 // NH heads (queries) with weight[0, hs), the others (keys) with weight[hs, 2 hs).
 __global__ void head_rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight,
-                                            int stride, int NH, int heads, int hs, float eps) {
+                                            int stride, int NH, int heads, int hs, float eps, float off) {
   __shared__ float shared[32];
   const std::size_t b = blockIdx.x;
   const int h = static_cast<int>(b % heads);
@@ -243,14 +243,14 @@ __global__ void head_rmsnorm_forward_kernel(float* out, float* rstd, const float
   for (int i = threadIdx.x; i < hs; i += blockDim.x) s += x[i] * x[i];
   const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(hs) + eps);
   float* o = out + at;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) o[i] = x[i] * r * w[i];
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) o[i] = x[i] * r * (w[i] + off);
   if (threadIdx.x == 0) rstd[b] = r;
 }
 
-// Its input gradient, written (not accumulated): head b's dx = r (w dy) - x r^3 mean(w dy x).
+// Its input gradient, written (not accumulated): head b's dx = r (v dy) - x r^3 mean(v dy x), v = w + off.
 __global__ void head_rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                                    const float* weight, const float* rstd, int stride, int NH,
-                                                   int heads, int hs) {
+                                                   int heads, int hs, float off) {
   __shared__ float shared[32];
   const std::size_t b = blockIdx.x;
   const int h = static_cast<int>(b % heads);
@@ -260,10 +260,10 @@ __global__ void head_rmsnorm_backward_input_kernel(float* dinp, const float* dou
   const float* w = weight + (h < NH ? 0 : hs);
   const float r = rstd[b];
   float a = 0;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) a += w[i] * dy[i] * x[i];
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) a += (w[i] + off) * dy[i] * x[i];
   const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(hs);
   float* dx = dinp + at;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) dx[i] = r * w[i] * dy[i] - x[i] * k;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) dx[i] = r * (w[i] + off) * dy[i] - x[i] * k;
 }
 
 // Its weight gradient: block c < hs sums dy x r over every row's query heads at column c, block hs + c over
@@ -831,11 +831,12 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
 }
 
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                         int NH, int KVH, int hs, float eps, void* stream) {
+                         int NH, int KVH, int hs, float eps, void* stream, float weight_offset) {
   const int heads = NH + KVH, rest = stride - heads * hs;
   if (N == 0) return 0;
   head_rmsnorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
-                                as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, eps);
+                                as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, eps,
+                                                     weight_offset);
   if (int e = launched(); e != 0 || rest == 0) return e;
   const std::size_t n = static_cast<std::size_t>(N) * rest;
   copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, heads * hs, rest,
@@ -845,12 +846,12 @@ int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
 
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                          void* stream) {
+                          void* stream, float weight_offset) {
   const int heads = NH + KVH, rest = stride - heads * hs;
   if (N == 0) return 0;
   head_rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                        as_stream(stream)>>>(dinp, dout, inp, weight, rstd, stride, NH, heads,
-                                                            hs);
+                                                            hs, weight_offset);
   if (int e = launched(); e != 0) return e;
   head_rmsnorm_backward_weight_kernel<<<static_cast<unsigned>(2 * hs), kThreads, 0, as_stream(stream)>>>(
       dweight, dout, inp, rstd, N, stride, NH, heads, hs);

@@ -1710,6 +1710,31 @@ TEST(CliGenerate, AGemma2ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Gemma 3's shape (Gemma 2's norms, q/k norms by 1 + weight, no soft-capping, a window of 16 on two layers of
+// three turning by rope_local_base_freq) trains, exports as Gemma3ForCausalLM (model_type gemma3_text) and
+// generates the same text from either.
+TEST(CliGenerate, AGemma3ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "gemma3",
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 3, "hidden_size": 64, )"
+      R"("num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16, )"
+      R"("sliding_window_pattern": 3, "rope_local_base_freq": 100, "rope_theta": 10000, )"
+      R"("query_pre_attn_scalar": 16, "intermediate_size": 176, "max_position_embeddings": 64, )"
+      R"("vocab_size": 256})");
+  EXPECT_EQ(r.latest["qk_norm"], true);
+  EXPECT_EQ(r.latest["rope_local_theta"], 100.0);
+  EXPECT_EQ(r.config["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_EQ(r.config["model_type"], "gemma3_text");
+  EXPECT_EQ(r.config["rope_local_base_freq"], 100.0);
+  EXPECT_EQ(r.config["sliding_window_pattern"], 3);
+  EXPECT_TRUE(r.config["attn_logit_softcapping"].is_null());
+  EXPECT_EQ(r.config["layer_types"],
+            (nlohmann::json{"sliding_attention", "sliding_attention", "full_attention"}));
+  EXPECT_EQ(r.tensors["model.layers.2.self_attn.q_norm.weight"]["shape"], (nlohmann::json{16}));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Phi-3's shape (the Llama shape with its window in every layer, here 16 of 64 positions) trains, exports
 // with its fused qkv_proj and gate_up_proj tensors as Phi3ForCausalLM, and generates the same text from
 // either; a partial rotary factor (Phi-4-mini's) is refused in one line.

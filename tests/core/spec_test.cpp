@@ -259,6 +259,51 @@ TEST(ModelSpec, Gemma2ReadsAsPublished) {
   EXPECT_FALSE(one.sandwich_norm || one.attn_softcap > 0 || one.query_scale > 0 || one.global_every > 0);
 }
 
+// Gemma 3: Gemma 2's norms, q and k norms (by 1 + weight), no soft-capping by default, a window on five
+// layers of six whose rotary base is rope_local_base_freq. Gemma 3 1B reads as 999,885,952 parameters; a
+// multimodal config's text_config is its language model (Gemma3TextConfig's defaults for what it leaves
+// out), the vision tower named in a warning.
+TEST(ModelSpec, Gemma3ReadsAsPublished) {
+  const ModelSpec one = load_model_scenario("gemma-3-1b");
+  EXPECT_EQ(one.model_type, "gemma3_text");
+  EXPECT_TRUE(one.sandwich_norm && one.qk_norm && one.norm_unit_offset && one.embed_scale);
+  EXPECT_EQ(one.attn_softcap, 0.0);
+  EXPECT_EQ(one.final_softcap, 0.0);
+  EXPECT_EQ(one.global_every, 6);
+  EXPECT_EQ(one.rope_local_theta, 10000.0);
+  EXPECT_EQ(one.rope_theta, 1e6);
+  EXPECT_EQ(one.attention_window(0), 512);
+  EXPECT_EQ(one.attention_window(5), 0);
+  EXPECT_EQ(one.attention_window(6), 512);
+  EXPECT_EQ(one.total_params(), 999885952.0);
+  // Gemma 3 4B's config.json: the text model's keys that differ from the defaults, inside text_config.
+  Diagnostics diag;
+  auto four = parse_model(R"({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+      "mm_tokens_per_image": 256, "boi_token_index": 255999, "eoi_token_index": 256000,
+      "image_token_index": 262144, "initializer_range": 0.02,
+      "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                      "num_attention_heads": 8, "num_hidden_layers": 34, "num_key_value_heads": 4,
+                      "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+      "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}})",
+                          "gemma-3-4b/config.json", diag);
+  ASSERT_TRUE(four.is_ok()) << four.status().to_string();
+  EXPECT_EQ(four->model_type, "gemma3");
+  EXPECT_EQ(four->name, "gemma-3-4b");
+  EXPECT_EQ(four->vocab, 262208);
+  EXPECT_EQ(four->head_dim(), 256);
+  EXPECT_EQ(four->rope_scaling.type, "linear");
+  // 262,208 x 2560 embedding + 34 layers of (q 2048 + k, v 1024 each + o) x 2560, 512 of q/k norms, 3 x
+  // 2560 x 10240 of MLP, 4 x 2560 of norms, + the final norm: 3,880,263,168 (the card's 4B with its vision
+  // tower).
+  EXPECT_EQ(four->total_params(), 3880263168.0);
+  ASSERT_EQ(diag.warnings.size(), 1u);
+  EXPECT_NE(diag.warnings[0].find("vision_config: the vision tower"), std::string::npos) << diag.warnings[0];
+  auto bidirectional = parse_model(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})",
+                                   "embeddinggemma/config.json", diag);
+  ASSERT_FALSE(bidirectional.is_ok());
+  EXPECT_NE(bidirectional.status().message().find("key 'use_bidirectional_attention'"), std::string::npos);
+}
+
 TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
   // Llama-3.2-1B's config.json: 16 layers of 2048 channels, 32 query heads on 8 key/value heads, an MLP of
   // 8192, a vocabulary of 128256 tied to the head: 1,235,814,400 parameters, its published count.

@@ -280,29 +280,39 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   expect_close(d_dwte.host(), dwte, 1e-5f, 1e-5f, "dwte without positions");
 }
 
-// Full causal attention and a sliding window of 5 (query t sees keys t - 4 .. t).
-// Qwen3's per-head query and key norm over rows with a value part: every head against the CPU kernel, the
-// values copied both ways; the input gradient written over what the buffer held, the weight's accumulated.
-TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
+// Qwen3's per-head norm (with `off` 1, Gemma 3's 1 + weight) on the GPU against the CPU kernel.
+void expect_head_rmsnorm_matches(float off) {
   const int QH = 4, KVH = 2, hs = 24, W = (QH + 2 * KVH) * hs;
   const auto x = randn(static_cast<std::size_t>(N) * W, 71), w = randn(2 * hs, 72), dy = randn(x.size(), 73);
   std::vector<float> out(x.size()), rstd(static_cast<std::size_t>(N) * (QH + KVH)), dx = randn(x.size(), 74),
                                                                                     dw = randn(w.size(), 75);
   Dev<float> d_x(x), d_w(w), d_dy(dy), d_out(out.size()), d_rstd(rstd), d_dx(dx), d_dw(dw);
   ASSERT_EQ(cu::head_rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, W, QH, KVH, hs,
-                                     1e-6f, nullptr),
+                                     1e-6f, nullptr, off),
             0);
   ASSERT_EQ(cu::head_rmsnorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), d_rstd.get(),
-                                      N, W, QH, KVH, hs, nullptr),
+                                      N, W, QH, KVH, hs, nullptr, off),
             0);
-  head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, QH, KVH, hs, 1e-6f);
-  head_rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, W, QH, KVH, hs);
+  head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, QH, KVH, hs, 1e-6f, off);
+  head_rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, W, QH, KVH, hs,
+                        off);
   expect_close(d_out.host(), out, 1e-5f, 1e-5f, "head rmsnorm out");
   expect_close(d_rstd.host(), rstd, 1e-5f, 1e-6f, "head rmsnorm rstd");
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "head rmsnorm dinp", 1e-5f);
   expect_close(d_dw.host(), dw, 1e-4f, 1e-4f, "head rmsnorm dweight", 1e-4f);
 }
 
+// Qwen3's per-head query and key norm over rows with a value part: every head against the CPU kernel, the
+// values copied both ways; the input gradient written over what the buffer held, the weight's accumulated.
+// Plain weights (Qwen3's) and 1 + weight (Gemma 3's).
+TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
+  for (const float off : {0.0f, 1.0f}) {
+    SCOPED_TRACE("weight offset " + std::to_string(off));
+    expect_head_rmsnorm_matches(off);
+  }
+}
+
+// Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores.
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
              dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);

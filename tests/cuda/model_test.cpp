@@ -199,6 +199,14 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   gemma2.global_every = 2;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma2);
   expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, gemma2, "gemma2");
+  // Gemma 3's q/k norms by 1 + weight and its windows' own rotary base (the global layers' with a linear
+  // rope_scaling), without soft-capping.
+  GptConfig gemma3 = gemma2;
+  gemma3.qk_norm = true;
+  gemma3.attn_softcap = gemma3.final_softcap = 0;
+  gemma3.rope_local_theta = 100;
+  gemma3.rope_scaling = {.type = "linear", .factor = 4};
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma3);
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

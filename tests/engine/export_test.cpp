@@ -168,7 +168,12 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   GptConfig qwen2_interleaved = qwen2;  // Qwen2's window in layer_types: every second layer full
   qwen2_interleaved.first_window_layer = 0;
   qwen2_interleaved.global_every = 2;
-  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved}) {
+  GptConfig gemma3 = gemma2;  // and Gemma 3's q/k norms, local rotary base, no soft-capping
+  gemma3.qk_norm = true;
+  gemma3.attn_softcap = gemma3.final_softcap = 0;
+  gemma3.rope_local_theta = 10000;
+  gemma3.rope_theta = 1e6;
+  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -191,6 +196,8 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.attn_softcap, c.attn_softcap);
     EXPECT_EQ(back.final_softcap, c.final_softcap);
     EXPECT_EQ(back.score_scale(), c.score_scale());
+    EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
+    EXPECT_EQ(back.rope_theta, c.rope_theta);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);  // every parameter back where it was

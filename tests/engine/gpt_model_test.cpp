@@ -139,6 +139,18 @@ GptConfig gemma2() {
   return c;
 }
 
+// Gemma 3's: Gemma 2's norms without soft-capping, q and k norms by 1 + weight, and layer 0's window turning
+// by its own rotary base (rope_local_theta 50) while the global layer 1 turns by rope_theta with a linear
+// rope_scaling.
+GptConfig gemma3() {
+  GptConfig c = gemma2();
+  c.attn_softcap = c.final_softcap = 0;
+  c.qk_norm = true;
+  c.rope_local_theta = 50;
+  c.rope_scaling = {.type = "linear", .factor = 4};
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -154,7 +166,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"qwen3", qwen3()},
           {"wide-heads", wide_heads()},
           {"gemma", gemma()},
-          {"gemma2", gemma2()}};
+          {"gemma2", gemma2()},
+          {"gemma3", gemma3()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -399,8 +412,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   gem2.query_scale = 12;
   gem2.sliding_window = 4;
   gem2.global_every = 2;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2}) {
+  GptConfig gem3 = gem2;  // and Gemma 3's q/k norms by 1 + weight, its windows' own rotary base
+  gem3.qk_norm = true;
+  gem3.attn_softcap = gem3.final_softcap = 0;
+  gem3.rope_local_theta = 30;
+  gem3.rope_scaling = {.type = "linear", .factor = 2};
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
                  : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
@@ -474,9 +493,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
-                      qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2()}) {
+                      qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2(), gemma3()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.sandwich_norm          ? "gemma2"
+    SCOPED_TRACE(c.rope_local_theta > 0   ? "gemma3"
+                 : c.sandwich_norm        ? "gemma2"
                  : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
                  : c.head_dim > 0         ? "head_dim " + std::to_string(c.head_dim)
@@ -517,7 +537,8 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"global_every", c.global_every},
                                    {"attn_softcap", c.attn_softcap},
                                    {"final_softcap", c.final_softcap},
-                                   {"query_scale", c.query_scale}};
+                                   {"query_scale", c.query_scale},
+                                   {"rope_local_theta", c.rope_local_theta}};
     const std::string lj = layout.dump(), cj = config.dump();
     spit("layout.json", lj.data(), lj.size());
     spit("config.json", cj.data(), cj.size());
@@ -595,8 +616,12 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
 }
 
 TEST(GptModel, BackwardMatchesFiniteDifferences) {
-  for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2(), gemma2()}) {
-    SCOPED_TRACE(c.llama() ? (c.sandwich_norm ? "gemma2" : c.qkv_bias ? "qwen2" : "llama") : "gpt2");
+  for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+    SCOPED_TRACE(c.llama() ? (c.rope_local_theta > 0 ? "gemma3"
+                              : c.sandwich_norm      ? "gemma2"
+                              : c.qkv_bias           ? "qwen2"
+                                                     : "llama")
+                           : "gpt2");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
     // Larger weights than GPT-2's init so every path carries a visible gradient.

@@ -9,8 +9,10 @@ Qwen3's RMSNorm of each query and key head before the rotary turn where the layo
 with "gemma" Gemma's RMSNorm by 1 + weight, embedding times sqrt(hidden) and gelu_pytorch_tanh MLP; Gemma 2's
 norms of the attention's and the MLP's outputs where the layout has pre_feedforward_layernorm, its
 soft-capped scores and logits (attn_softcap, final_softcap), scores scaled by query_scale^-1/2, and windows on
-all layers but every global_every-th as Gemma2Config's layer_types lists them), as the reference memwall's CPU
-model is checked against (tests/engine/gpt_model_test.cpp).
+all layers but every global_every-th as Gemma2Config's layer_types lists them; Gemma 3's q/k norms by
+1 + weight and its windowed layers' own rotary base, rope_local_theta, without rope_scaling, as
+Gemma3TextModel's rotary_emb_local), as the reference memwall's CPU model is checked against
+(tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
 DIR holds config.json, layout.json ([name, offset, shape] per tensor), params.f32, tokens.i32, targets.i32;
@@ -85,9 +87,14 @@ def main(d):
         pass  # the base grows only past max_position_embeddings
     elif scaling:
         raise SystemExit("unknown rope_scaling " + str(scaling))
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos() * attention, emb.sin() * attention
+    def angles(freq, factor):
+        freqs = torch.outer(torch.arange(T, dtype=torch.float64), freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * factor, emb.sin() * factor
+
+    cos, sin = angles(inv_freq, attention)
+    local_theta = cfg.get("rope_local_theta", 0)
+    local = angles(1.0 / (local_theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)), 1.0) if local_theta else None
 
     x = t["model.embed_tokens.weight"][tokens]
     if gemma:
@@ -102,6 +109,7 @@ def main(d):
     for layer in range(cfg["layers"]):
         sliding = layer >= cfg.get("first_window_layer", 0) and not (every and (layer + 1) % every == 0)
         layer_mask = window_mask if sliding else mask
+        lcos, lsin = local if (local and sliding and window) else (cos, sin)
         p = "model.layers.%d." % layer
         h = rmsnorm(x, t[p + "input_layernorm.weight"])
         q, k, v = (h @ t[p + "self_attn.%s_proj.weight" % x].T for x in "qkv")
@@ -112,7 +120,7 @@ def main(d):
             q, k = rmsnorm(q, t[p + "self_attn.q_norm.weight"]), rmsnorm(k, t[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, KV, hs).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        q, k = q * lcos + rotate_half(q) * lsin, k * lcos + rotate_half(k) * lsin
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         scores = q @ k.transpose(-1, -2) * scaling
