@@ -197,6 +197,14 @@ std::string rank_trace_path(const std::string& path, int rank) {
   return at == std::string::npos ? path + tag : path.substr(0, at) + tag + path.substr(at);
 }
 
+// Gemma 2's and 3's parts beyond Gemma's, for the summary line.
+std::string gemma_extras(const model::GptConfig& c) {
+  std::string s = ", Gemma 2's output norms";
+  if (c.attn_softcap > 0 || c.final_softcap > 0) s += " and soft-capping";
+  if (c.rope_local_theta > 0) s += ", Gemma 3's local rotary base";
+  return s;
+}
+
 int run_train(const TrainOptions& opt) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return report_error(in.status());
@@ -500,7 +508,7 @@ int run_train(const TrainOptions& opt) {
                         c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
                         c.qk_norm ? ", per-head q/k norms" : "",
                         c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
-                        c.sandwich_norm ? ", Gemma 2's output norms and soft-capping" : "")
+                        c.sandwich_norm ? gemma_extras(c).c_str() : "")
                   .c_str()
             : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
