@@ -164,8 +164,14 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
+    // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's
+    // files: language_model.model.layers..., transformers' newer model.language_model.layers...).
     std::string name = t.name;
-    if (!shard_of.count(name) && shard_of.count("transformer." + name)) name = "transformer." + name;
+    std::vector<std::string> wrapped = {"transformer." + name, "language_model." + name};
+    if (name.rfind("model.", 0) == 0) wrapped.push_back("model.language_model." + name.substr(6));
+    for (const auto& alt : wrapped) {
+      if (!shard_of.count(name) && shard_of.count(alt)) name = alt;
+    }
     if (!shard_of.count(name)) {
       return Status::invalid_argument(w.file_ + ": tensor '" + t.name +
                                       "' is missing; allowed: " + (c.llama() ? "Llama" : "GPT-2") +

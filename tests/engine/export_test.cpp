@@ -248,6 +248,47 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
 }
 
+// A multimodal checkpoint's language model (Gemma 3's safetensors: language_model.model.layers..., or
+// transformers' newer model.language_model.layers...) reads as the text model it wraps; other tensors (the
+// vision tower) are listed as ignored.
+TEST(Import, ReadsALanguageModelInsideAMultimodalCheckpoint) {
+  GptConfig c = small_llama_config();
+  c.gelu_mlp = c.norm_unit_offset = c.embed_scale = c.sandwich_norm = c.qk_norm = true;
+  c.head_dim = 8;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 6);
+  for (const std::string style : {"language_model.", "model.language_model."}) {
+    SCOPED_TRACE(style);
+    const std::string dir = temp_dir("export-multimodal");
+    ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+    // Rename every tensor as the wrapper names it, and add one the text model does not have.
+    const std::string file = dir + "/model.safetensors", bytes = slurp(file);
+    std::uint64_t header_bytes = 0;
+    std::memcpy(&header_bytes, bytes.data(), 8);
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
+    nlohmann::json renamed = nlohmann::json::object();
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      // transformers' newer names keep lm_head at the top.
+      const std::string& key = it.key();
+      const bool keep = key == "__metadata__" || (style != "language_model." && key.rfind("model.", 0) != 0);
+      renamed[keep ? key : style == "language_model." ? style + key : style + key.substr(6)] = it.value();
+    }
+    renamed["vision_tower.patch_embedding.weight"] = header["model.norm.weight"];
+    const std::string text = renamed.dump();
+    const std::uint64_t n = text.size();
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << text << bytes.substr(8 + header_bytes);
+    out.close();
+    auto w = HfWeights::open(dir, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    EXPECT_EQ(w->ignored(), std::vector<std::string>{"vision_tower.patch_embedding.weight"});
+  }
+}
+
 // Exported in BF16 or F16: the header says so (and config.json's torch_dtype), and importing gives the
 // rounded weights exactly.
 TEST(Import, ReadsSixteenBitExports) {
