@@ -235,6 +235,12 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
         a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
         a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
+        if (m.attn_softcap > 0) {
+          // Soft-capped scores (Gemma 2's): backward recomputes QK^T (half the forward's FLOPs), written and
+          // read again for the cap's derivative (forward caps them in the softmax's own pass).
+          a.bwd_flops += a.fwd_flops / 2;
+          a.bwd_mem_bytes += 2 * S + q + k;
+        }
       }
     }
     b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias, tiles, false);
@@ -275,6 +281,12 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     // backward reads them once more and writes their fp32 gradient.
     loss.fwd_mem_bytes = 2 * eb * T * m.vocab / mp;
     loss.bwd_mem_bytes = eb * T * m.vocab / mp + loss.out_bytes;
+    if (m.final_softcap > 0) {
+      // Gemma 2's capped logits, in place first (read and written); backward scales the gradient by the
+      // cap's derivative from them (both read, the gradient written).
+      loss.fwd_mem_bytes += 2 * eb * T * m.vocab / mp;
+      loss.bwd_mem_bytes += eb * T * m.vocab / mp + loss.out_bytes;
+    }
   }
   return g;
 }

@@ -99,6 +99,50 @@ TEST(ModelGraph, SavedActivationsPerBlockFollowEquationFive) {
   EXPECT_DOUBLE_EQ(saved, tokens * (16.0 * m.hidden + 2.0 * m.heads * 1024));
 }
 
+// Gemma 2's: two more norm ops a layer (the attention's and the MLP's outputs, one weight each); soft-capped
+// scores make the unfused backward recompute QK^T (2.5 x the forward's FLOPs, not 2) and move the scores
+// twice more; capped logits add a pass over them each way. The flash attention's traffic is unchanged (its
+// tiles are capped on chip); a window on every other layer only.
+TEST(ModelGraph, Gemma2AddsOutputNormsAndSoftCapping) {
+  const ModelSpec m = testing::load_model_scenario("gemma-2-2b");
+  ModelSpec plain = m;
+  plain.attn_softcap = plain.final_softcap = 0;
+  const ModelGraph g = build_model_graph(m, options(1, 1)), p = build_model_graph(plain, options(1, 1));
+  ASSERT_EQ(g.ops.size(), p.ops.size());
+  int norms = 0, attentions = 0;
+  for (std::size_t i = 0; i < g.ops.size(); ++i) {
+    const GraphOp &o = g.ops[i], &u = p.ops[i];
+    if (o.name.find("_post") != std::string::npos) ++norms;
+    if (o.kind == OpKind::kAttention) {
+      ++attentions;
+      const double T = 2.0 * 1024, S = 2 * T * m.heads * 1024;  // bf16 scores of micro-batch 2 x 1024
+      EXPECT_DOUBLE_EQ(o.bwd_flops, 2.5 * o.fwd_flops) << o.name;
+      EXPECT_DOUBLE_EQ(u.bwd_flops, 2 * u.fwd_flops) << o.name;
+      EXPECT_GT(o.bwd_mem_bytes - u.bwd_mem_bytes, 2 * S) << o.name;
+    } else if (o.kind == OpKind::kLoss) {
+      EXPECT_GT(o.fwd_mem_bytes, u.fwd_mem_bytes);
+    } else {
+      EXPECT_EQ(o.bwd_mem_bytes, u.bwd_mem_bytes) << o.name;
+    }
+  }
+  EXPECT_EQ(norms, 2 * m.layers);
+  EXPECT_EQ(attentions, m.layers);
+  GraphOptions fo = options(1, 1);
+  fo.flash_attention = true;
+  fo.sequence_length = 8192;  // twice the window
+  const ModelGraph f = build_model_graph(m, fo), fp = build_model_graph(plain, fo);
+  std::vector<double> fraction;
+  for (std::size_t i = 0; i < f.ops.size(); ++i) {
+    if (f.ops[i].kind != OpKind::kAttention) continue;
+    EXPECT_EQ(f.ops[i].bwd_mem_bytes, fp.ops[i].bwd_mem_bytes);
+    fraction.push_back(f.ops[i].exec_fraction);
+  }
+  // Layer 0 attends over a window of 4096 of the 8192 positions, layer 1 over all (causal: about half).
+  ASSERT_GE(fraction.size(), 2u);
+  EXPECT_LT(fraction[0], 0.45);
+  EXPECT_NEAR(fraction[1], 0.5, 0.01);
+}
+
 // Fused (flash) attention: the same forward FLOPs, backward recomputing QK^T; it keeps the output and an
 // fp32 log-sum-exp per row and head instead of the probabilities, and moves Q, K, V, O (and their gradients
 // and dO in backward) but no scores. Only the attention op changes.
