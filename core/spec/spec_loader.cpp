@@ -65,7 +65,6 @@ Status require(JsonObjectReader& r, const char* key) {
   return Status::ok();
 }
 
-// rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
 // Which layers attend over the window, as transformers' layer_types lists them ("full_attention",
 // "sliding_attention"), in the two forms memwall computes: a run of last layers (first_window_layer), or
 // every n-th layer full (global_every: Gemma 2's alternation, Gemma 3's five local layers to one global).
@@ -106,6 +105,7 @@ Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
       "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
 }
 
+// rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
 Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Diagnostics& diag,
                          RopeScaling& out) {
   Result<const json*> got = parent.get_object("rope_scaling");
