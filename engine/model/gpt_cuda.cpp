@@ -42,9 +42,9 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
-  if (flash_attention && c.head_size() > 128) {
+  if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
-        "memwall.attention \"flash\" on the GPU takes heads of at most 128 channels (" +
+        "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
         std::to_string(c.head_size()) + " here); allowed: \"unfused\"" +
         (c.head_dim > 0 ? std::string() : std::string(", or more heads")));
   }

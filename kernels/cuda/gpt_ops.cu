@@ -479,6 +479,10 @@ __global__ void softcap_backward_kernel(float* dx, const float* y, std::size_t n
 // ---- fused (flash) attention ----
 
 constexpr int kFlashTile = 128;  // threads per block, and keys (or queries) per tile
+// Head channels per thread: thread i keeps channels i, i + 128, ... of its row's output or gradients, so
+// heads of up to 256 channels (Gemma's) run.
+constexpr int kFlashChannels = 2;
+constexpr int kFlashMaxHead = kFlashTile * kFlashChannels;
 
 // Row `row` = (b * NH + h) * T + t of a head's attention: its q in qkv (its k at +C, v at +2C), row 0 of
 // its sequence and head there, where it starts in a [B*T, C] array, its position t, the head size and qkv's
@@ -501,8 +505,8 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// One block per query row t: each thread scores one key of the tile; thread i < hs accumulates output
-// channel i, rescaled whenever the running maximum grows.
+// One block per query row t: each thread scores one key of the tile; thread i accumulates output channels
+// i and i + 128 (those below hs), rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
                                      float scale, int window, float cap) {
   __shared__ float shared[32];
@@ -512,7 +516,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
   const std::size_t C3 = r.C3;
   const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
-  float m = -INFINITY, l = 0, acc = 0;
+  float m = -INFINITY, l = 0, acc[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
     const int u = u0 + i;
     const float s =
@@ -523,16 +527,19 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
     const float tile_sum = block_reduce<false>(e, shared);  // its barriers publish p
     const float corr = expf(m - m_new);                     // 0 on the first tile
     l = l * corr + tile_sum;
-    if (i < hs) {
-      const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
+    const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
+    for (int w = 0; w < kFlashChannels; ++w) {
+      const int c = i + w * kFlashTile;
+      if (c >= hs) break;
       float a = 0;
-      for (int j = 0; j < n; ++j) a += p[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + C + i];
-      acc = acc * corr + a;
+      for (int j = 0; j < n; ++j) a += p[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + C + c];
+      acc[w] = acc[w] * corr + a;
     }
     m = m_new;
     __syncthreads();  // the next tile rewrites p
   }
-  if (i < hs) out[r.bt + i] = acc / l;
+  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w)
+    out[r.bt + i + w * kFlashTile] = acc[w] / l;
   if (i == 0) lse[row] = m + logf(l);
 }
 
@@ -549,10 +556,12 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   const std::size_t C3 = r.C3;
   const float *q = r.q, *k0 = r.q0 + C;
   const float* dy = dout + r.bt;
-  const float D = block_reduce<false>(i < hs ? dy[i] * out[r.bt + i] : 0.0f, shared);
+  float d_part = 0;
+  for (int c = i; c < hs; c += kFlashTile) d_part += dy[c] * out[r.bt + c];
+  const float D = block_reduce<false>(d_part, shared);
   if (i == 0) rowsum[row] = D;
   const float L = lse[row];
-  float dq = 0;
+  float dq[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {
     const int u = u0 + i;
     float gu = 0;
@@ -564,13 +573,16 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
     }
     g[i] = gu;
     __syncthreads();
-    if (i < hs) {
-      const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
-      for (int j = 0; j < n; ++j) dq += g[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + i];
+    const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
+    for (int w = 0; w < kFlashChannels; ++w) {
+      const int c = i + w * kFlashTile;
+      if (c >= hs) break;
+      for (int j = 0; j < n; ++j) dq[w] += g[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + c];
     }
     __syncthreads();
   }
-  if (i < hs) dqkv[r.qkv + i] += dq;
+  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w)
+    dqkv[r.qkv + i + w * kFlashTile] += dq[w];
 }
 
 // One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over the
@@ -586,7 +598,7 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   const std::size_t C3 = r.C3, first = row - static_cast<std::size_t>(u);
   const float *k = r.q + C, *q0 = r.q0;  // query 0 of this sequence and head
   const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
-  float dk = 0, dv = 0;
+  float dk[kFlashChannels] = {}, dv[kFlashChannels] = {};
   const int end = window > 0 && T - u > window ? u + window : T;  // past the last query that sees key u
   for (int t0 = u; t0 < end; t0 += kFlashTile) {
     const int t = t0 + i;
@@ -601,18 +613,21 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
     p[i] = pt;
     g[i] = gt;
     __syncthreads();
-    if (i < hs) {
-      const int n = end - t0 < kFlashTile ? end - t0 : kFlashTile;
+    const int n = end - t0 < kFlashTile ? end - t0 : kFlashTile;
+    for (int w = 0; w < kFlashChannels; ++w) {
+      const int c = i + w * kFlashTile;
+      if (c >= hs) break;
       for (int j = 0; j < n; ++j) {
-        dk += g[j] * q0[static_cast<std::size_t>(t0 + j) * C3 + i];
-        dv += p[j] * dy0[static_cast<std::size_t>(t0 + j) * C + i];
+        dk[w] += g[j] * q0[static_cast<std::size_t>(t0 + j) * C3 + c];
+        dv[w] += p[j] * dy0[static_cast<std::size_t>(t0 + j) * C + c];
       }
     }
     __syncthreads();
   }
-  if (i < hs) {
-    dqkv[r.qkv + C + i] += dk;
-    dqkv[r.qkv + 2 * static_cast<std::size_t>(C) + i] += dv;
+  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w) {
+    const std::size_t c = static_cast<std::size_t>(i + w * kFlashTile);
+    dqkv[r.qkv + C + c] += dk[w];
+    dqkv[r.qkv + 2 * static_cast<std::size_t>(C) + c] += dv[w];
   }
 }
 
@@ -1051,7 +1066,7 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window, float scale, float softcap) {
   const int hs = C / NH;
-  if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
+  if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
@@ -1067,7 +1082,7 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
                              int window, float score_scale_or_0, float softcap) {
   const int hs = C / NH;
-  if (hs > kFlashTile) return static_cast<int>(cudaErrorInvalidValue);
+  if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   const float scale = score_scale(score_scale_or_0, hs);

@@ -350,6 +350,7 @@ TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
 // of three key tiles (T = 300 > 2 x 128) whose running maximum and sums carry across tiles; sliding windows
 // shorter than the fixture's sequence and longer than a tile (rows' tiles then start mid-sequence, and a key
 // row's queries end before T). Gemma 2's soft-capped scores of another scale, across tiles and in a window.
+// Heads of 256 and 200 channels (Gemma's; a thread keeps two channels, the second partly).
 TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH, window;
@@ -357,7 +358,8 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   };
   for (const Shape s :
        {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140},
-        Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}}) {
+        Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}, Shape{1, 150, 512, 2, 0},
+        Shape{1, 150, 400, 2, 20, 0.05f, 3.0f}}) {
     SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window) + " cap " +
                  std::to_string(s.cap));
     const std::size_t n = static_cast<std::size_t>(s.B) * s.T;
@@ -385,9 +387,9 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
                             s.cap);
     expect_close(d_lse.host(), lse_c, 1e-5f, 1e-5f, "lse");
   }
-  // Heads wider than a block: refused, nothing launched.
-  Dev<float> d(static_cast<std::size_t>(3) * 256);
-  EXPECT_EQ(cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 1, 256, 1, nullptr),
+  // Heads wider than two channels a thread: refused, nothing launched.
+  Dev<float> d(static_cast<std::size_t>(3) * 384);
+  EXPECT_EQ(cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 1, 384, 1, nullptr),
             static_cast<int>(cudaErrorInvalidValue));
 }
 

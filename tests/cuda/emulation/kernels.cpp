@@ -328,10 +328,11 @@ int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, 
   });
 }
 
-// The fused kernels' limit (head size at most one block of 128 threads) is the real one's too.
+// The fused kernels' limit (head size at most two channels for each of a block's 128 threads) is the real
+// one's too.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window, float scale, float softcap) {
-  if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
+  if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args(
           "flash_attention_forward",
@@ -348,7 +349,7 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
                              int window, float scale, float softcap) {
-  if (C / NH > 128) return static_cast<int>(cudaErrorInvalidValue);
+  if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args("flash_attention_backward",
                           {{dqkv, f32(N, 3 * C), "dqkv", true},
