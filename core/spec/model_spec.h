@@ -62,6 +62,13 @@ struct ParamTensorGroup {
   double elements() const { return rows * cols; }
 };
 
+// Layer `layer`'s attention window (0: full causal attention) in a model with a `window` (0: none) on the
+// layers from `first` on, all but every `global_every`-th (0: none skipped; Gemma 2's 2, Gemma 3's 6).
+inline int layer_window(int layer, int window, int first, int global_every) {
+  const bool global = global_every > 0 && (layer + 1) % global_every == 0;
+  return window > 0 && layer >= first && !global ? window : 0;
+}
+
 struct ModelSpec {
   std::string name;        // file stem or "name" key
   std::string model_type;  // "gpt2", "llama", ...
@@ -114,8 +121,7 @@ struct ModelSpec {
   int q_width() const { return heads * head_dim(); }
   // Layer l's attention window (0: full causal attention).
   int attention_window(int layer) const {
-    const bool global = global_every > 0 && (layer + 1) % global_every == 0;
-    return sliding_window > 0 && layer >= first_window_layer && !global ? sliding_window : 0;
+    return layer_window(layer, sliding_window, first_window_layer, global_every);
   }
   // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
   // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.

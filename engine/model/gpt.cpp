@@ -218,6 +218,18 @@ std::size_t gpt_num_params(const GptConfig& c) {
   return layout.back().offset + layout.back().numel;
 }
 
+void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::vector<float>& sin) {
+  const std::size_t table = static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2);
+  cos.resize(c.rope_tables_floats(T));
+  sin.resize(cos.size());
+  k::rope_table(cos.data(), sin.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
+                c.rope_attention_scale());
+  if (c.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
+    k::rope_table(cos.data() + table, sin.data() + table, T, c.head_size(), c.rope_local_inv_freq().data(), 0,
+                  1.0);
+  }
+}
+
 float GptConfig::embedding_scale() const {
   return embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(channels))) : 1.0f;
 }
@@ -614,15 +626,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.llama()) {
     qf_.resize(N * 3 * Q);
     dqf_.resize(N * 3 * Q);
-    const std::size_t table = static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2);
-    rope_cos_.resize(table * (c.rope_local_theta > 0 ? 2 : 1));
-    rope_sin_.resize(rope_cos_.size());
-    k::rope_table(rope_cos_.data(), rope_sin_.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
-                  c.rope_attention_scale());
-    if (c.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
-      k::rope_table(rope_cos_.data() + table, rope_sin_.data() + table, T, c.head_size(),
-                    c.rope_local_inv_freq().data(), 0, 1.0);
-    }
+    gpt_rope_tables(c, T, rope_cos_, rope_sin_);
   }
 }
 
@@ -736,23 +740,18 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   }
 }
 
-std::size_t GptModel::rope_offset(int layer) const {
-  return c_.local_rope(layer) ? static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2)
-                              : 0;
-}
-
 void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
-  const std::size_t at = rope_offset(layer);
+  const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                 rope_sin_.data() + at, false);
 }
 
 void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
-  const std::size_t at = rope_offset(layer);
+  const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                 rope_sin_.data() + at, true);
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());

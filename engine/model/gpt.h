@@ -86,6 +86,15 @@ struct GptConfig {
   std::vector<double> rope_local_inv_freq() const {
     return memwall::rope_inv_freq(head_size(), rope_local_theta, RopeScaling{});
   }
+  // The floats in each of gpt_rope_tables' cosine and sine arrays for T positions, and where layer l's rows
+  // start in them (the local table after the global one).
+  std::size_t rope_tables_floats(int T) const {
+    return static_cast<std::size_t>(T) * static_cast<std::size_t>(head_size() / 2) *
+           (rope_local_theta > 0 ? 2 : 1);
+  }
+  std::size_t rope_table_offset(int layer, int T) const {
+    return local_rope(layer) ? static_cast<std::size_t>(T) * static_cast<std::size_t>(head_size() / 2) : 0;
+  }
   // What the RMSNorm weights are offset by (1 for Gemma's 1 + weight), and the embedding's scale.
   float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
   float embedding_scale() const;
@@ -93,8 +102,7 @@ struct GptConfig {
   bool gemma() const { return gelu_mlp && norm_unit_offset && embed_scale; }
   // Layer l's attention window for the kernels (0: full causal attention).
   int attention_window(int layer) const {
-    const bool global = global_every > 0 && (layer + 1) % global_every == 0;
-    return sliding_window > 0 && layer >= first_window_layer && !global ? sliding_window : 0;
+    return layer_window(layer, sliding_window, first_window_layer, global_every);
   }
   // The attention kernels' score scale (0: theirs, 1 / sqrt(head size)) and soft cap.
   float score_scale() const {
@@ -122,6 +130,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor.
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
+// The rotary cosines and sines of positions [0, T), [T][head size / 2] each (the Llama shape's; with
+// rope_local_theta the local base's table follows: rope_table_offset says which a layer reads).
+void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::vector<float>& sin);
 
 // The core's description of exactly this model (GPT-2: learned positions, layernorm, GELU MLP of 4C, biases,
 // tied head; or the Llama shape), from which build_model_graph makes the ops and tensors the planner
@@ -269,9 +280,6 @@ class GptModel {
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
   void expand_qkv(const float* qkv, int layer);
   void collapse_dqkv(int layer);
-  // Layer l's rotary table in rope_cos_ and rope_sin_ (the local one after the global one, with
-  // rope_local_theta).
-  std::size_t rope_offset(int layer) const;
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);

@@ -98,15 +98,8 @@ Status CudaGptModel::allocate(int tiling) {
   MW_RETURN_IF_ERROR(allocate_buffers(tiling));
   if (!c_.llama()) return Status::ok();
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
-  const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2);
-  std::vector<float> cos_t(table * (c_.rope_local_theta > 0 ? 2 : 1));
-  std::vector<float> sin_t(cos_t.size());
-  memwall::kernels::rope_table(cos_t.data(), sin_t.data(), T_, c_.head_size(), c_.rope_inv_freq().data(), 0,
-                               c_.rope_attention_scale());
-  if (c_.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
-    memwall::kernels::rope_table(cos_t.data() + table, sin_t.data() + table, T_, c_.head_size(),
-                                 c_.rope_local_inv_freq().data(), 0, 1.0);
-  }
+  std::vector<float> cos_t, sin_t;
+  gpt_rope_tables(c_, T_, cos_t, sin_t);
   const std::size_t bytes = cos_t.size() * sizeof(float);
   MW_RETURN_IF_ERROR(
       check_rt(cudaMemcpy(rope_cos_, cos_t.data(), bytes, cudaMemcpyHostToDevice), "rotary table"));
@@ -175,8 +168,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   if (c_.llama()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
-    const std::size_t table = static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2) *
-                              (c_.rope_local_theta > 0 ? 2 : 1);
+    const std::size_t table = c_.rope_tables_floats(T_);
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
   }
@@ -355,17 +347,12 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
   return check(kc::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C, s), "layernorm bwd");
 }
 
-std::size_t CudaGptModel::rope_offset(int layer) const {
-  return c_.local_rope(layer) ? static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.head_size() / 2)
-                              : 0;
-}
-
 Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
-  const std::size_t at = rope_offset(layer);
+  const std::size_t at = c_.rope_table_offset(layer, T_);
   return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s),
                "rope");
 }
@@ -373,7 +360,7 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
 Status CudaGptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
-  const std::size_t at = rope_offset(layer);
+  const std::size_t at = c_.rope_table_offset(layer, T_);
   MW_RETURN_IF_ERROR(
       check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, true, s),
             "rope bwd"));

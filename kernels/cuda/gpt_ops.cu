@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "cpu/gpt_ops.h"  // the attention's score scale, as the CPU kernels take it
 #include "cuda/gpt_ops.h"
 
 namespace memwall::kernels::cuda {
@@ -976,11 +977,6 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
   return 4 * static_cast<std::size_t>(B) * T * C;
 }
 
-// The scores' scale: `scale`, or 0 for 1 / sqrt(head size).
-static float score_scale(float scale, int hs) {
-  return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(hs));
-}
-
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window, float score_scale_or_0,
                       float softcap) {
@@ -995,7 +991,7 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   cublasHandle_t h = as_handle(blas);
   if (cublasStatus_t s = cublasSetStream(h, st); s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   const long long th = static_cast<long long>(T) * hs, tt = static_cast<long long>(T) * T;
-  const float scale = score_scale(score_scale_or_0, hs);
+  const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
   // att[t][u] = scale * q[t] . k[u]
   cublasStatus_t s =
       batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
@@ -1039,7 +1035,7 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
   // dv[u] = sum_t att[t][u] doh[t]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, doh, hs, th, att, T, tt, dv, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
-  const float scale = score_scale(score_scale_or_0, hs);
+  const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
   float* scores = nullptr;  // soft-capping: the scaled scores again, after datt
   if (softcap > 0) {
     scores = datt + static_cast<std::size_t>(batch) * T * T;
@@ -1070,7 +1066,7 @@ int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, score_scale(scale, hs), window, softcap);
+      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap);
   return launched();
 }
 
@@ -1085,7 +1081,7 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
-  const float scale = score_scale(score_scale_or_0, hs);
+  const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
   cudaStream_t st = as_stream(stream);
   flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
       dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap);

@@ -115,8 +115,8 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // per query row over the keys in tiles with an online softmax. Backward runs one block per query row for dq
 // (and each row's dout . out, kept in `scratch` of flash_attention_backward_scratch(B, T, NH) floats), then
 // one block per key row for dk and dv, so no two blocks add into the same gradient. fp32 on the CUDA cores:
-// the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256 (two channels a thread), else
-// cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
+// the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256 (two channels a
+// thread), else cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window = 0, float scale = 0, float softcap = 0);
 std::size_t flash_attention_backward_scratch(int B, int T, int NH);
