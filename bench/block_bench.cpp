@@ -124,7 +124,10 @@ int main(int argc, char** argv) {
     if (it > 0) ms.push_back(dt);
   }
   std::sort(ms.begin(), ms.end());
+  // bf16 on a CPU without bf16 GEMM kernels widens the operands to fp32 (said, since it times fp32 GEMMs).
+  const std::string matmul = std::string(matmul_backend()) +
+                             (mode == "bf16" && !matmul_bf16_native() ? " (bf16 widened to fp32)" : "");
   std::printf("{\"mode\": \"%s\", \"matmul\": \"%s\", \"B\": %d, \"T\": %d, \"C\": %d, \"ms\": %.2f}\n",
-              mode.c_str(), matmul_backend(), B, T, C, ms[ms.size() / 2]);
+              mode.c_str(), matmul.c_str(), B, T, C, ms[ms.size() / 2]);
   return 0;
 }

@@ -23,6 +23,7 @@
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "cpu/gpt_ops.h"
 #include "engine/comm/comm.h"
 #include "engine/model/export.h"
 #include "engine/model/import.h"
@@ -155,13 +156,7 @@ Status check_model(const ModelSpec& m) {
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(
           where + "rope_scaling type \"" + m.rope_scaling.type +
-          "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, or none");
-    }
-    if (m.partial_rotary_factor != 1.0) {
-      return Status::invalid_argument(where + "partial_rotary_factor " +
-                                      strprintf("%g", m.partial_rotary_factor) +
-                                      " is not supported by memwall train; allowed: 1 (rotary on every "
-                                      "channel of a head)");
+          "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, longrope, or none");
     }
     if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +
@@ -202,6 +197,20 @@ std::string gemma_extras(const model::GptConfig& c) {
   std::string s = ", Gemma 2's output norms";
   if (c.attn_softcap > 0 || c.final_softcap > 0) s += " and soft-capping";
   if (c.rope_local_theta > 0) s += ", Gemma 3's local rotary base";
+  return s;
+}
+
+// The rotary turn, for the summary line: on which channels, and a rope_scaling (longrope's table for a
+// sequence of `seq`).
+std::string rotary_summary(const model::GptConfig& c, int seq) {
+  std::string s = "rotary";
+  if (c.rotary_dim() != c.head_size()) s += strprintf(" on %d of %d channels", c.rotary_dim(), c.head_size());
+  const RopeScaling& rs = c.rope_scaling;
+  if (!rs.none()) {
+    s += " (rope_scaling " + rs.type;
+    if (rs.type == "longrope") s += seq > rs.original_max_positions ? ", long factors" : ", short factors";
+    s += ")";
+  }
   return s;
 }
 
@@ -489,8 +498,10 @@ int run_train(const TrainOptions& opt) {
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;
   // The GEMMs' operand precision on the device in effect (--gpu-matmul or --cpu-matmul).
-  const std::string gemm_precision =
-      zo.device == train::ComputeDevice::kCuda ? opt.gpu_matmul : opt.cpu_matmul;
+  const std::string gemm_precision = zo.device == train::ComputeDevice::kCuda ? opt.gpu_matmul
+                                     : opt.cpu_matmul == "bf16" && !kernels::matmul_bf16_native()
+                                         ? "bf16 (widened to fp32: this CPU has no bf16 GEMM kernels)"
+                                         : opt.cpu_matmul;
   // Below stage 3 every rank keeps the whole parameters on its device (offload_param is stage 3's).
   const Tier param_tier = run.zero.stage == 3 ? tier_of(run.zero.offload_param.device) : Tier::kGpu,
              opt_tier = tier_of(run.zero.offload_optimizer.device);
@@ -501,16 +512,16 @@ int run_train(const TrainOptions& opt) {
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
-        c.llama()
-            ? strprintf("Llama-shaped: RMSNorm, rotary, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
-                        c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(), c.kv_head_count(),
-                        c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
-                        c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
-                        c.qk_norm ? ", per-head q/k norms" : "",
-                        c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
-                        c.sandwich_norm ? gemma_extras(c).c_str() : "")
-                  .c_str()
-            : "",
+        c.llama() ? strprintf("Llama-shaped: RMSNorm, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
+                              rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
+                              c.kv_head_count(),
+                              c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
+                              c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
+                              c.qk_norm ? ", per-head q/k norms" : "",
+                              c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
+                              c.sandwich_norm ? gemma_extras(c).c_str() : "")
+                        .c_str()
+                  : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr
             ? strprintf("%s BPE vocabulary of %d", train::pre_tokenizer_name(bpe->pre_tokenizer()), c.vocab)

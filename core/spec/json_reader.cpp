@@ -157,6 +157,28 @@ Status JsonObjectReader::get_string_list(const char* key, std::vector<std::strin
   return Status::ok();
 }
 
+Status JsonObjectReader::get_number_list(const char* key, std::vector<double>& out, double min, double max) {
+  known_.insert(key);
+  if (!has(key)) return Status::ok();
+  const auto& v = obj_.at(key);
+  if (!v.is_array()) return error(key, short_dump(v) + " is not a list of numbers");
+  std::vector<double> got;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number()) {
+      return error(key, "element " + std::to_string(i) + " (" + short_dump(v[i]) + ") is not a number");
+    }
+    const double x = v[i].get<double>();
+    if (!std::isfinite(x) || x < min || x > max) {
+      return error(key, "element " + std::to_string(i) + " (" + short_dump(v[i]) +
+                            ") is out of range; allowed: " + strprintf("%g", min) + " to " +
+                            strprintf("%g", max));
+    }
+    got.push_back(x);
+  }
+  out = std::move(got);
+  return Status::ok();
+}
+
 Result<const nlohmann::json*> JsonObjectReader::get_object(const char* key) {
   known_.insert(key);
   if (!has(key)) return static_cast<const nlohmann::json*>(nullptr);

@@ -33,6 +33,8 @@ class JsonObjectReader {
   Status get_string(const char* key, std::string& out);
   Status get_choice(const char* key, std::string& out, std::initializer_list<const char*> allowed);
   Status get_string_list(const char* key, std::vector<std::string>& out);
+  // A list of numbers, each in [min, max] (the first outside is named by its index).
+  Status get_number_list(const char* key, std::vector<double>& out, double min, double max);
   // A nested object; absent -> nullptr (and ok). Present but not an object -> error.
   Result<const nlohmann::json*> get_object(const char* key);
 

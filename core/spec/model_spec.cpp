@@ -7,12 +7,17 @@
 
 namespace memwall {
 
-std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling) {
-  std::vector<double> f(static_cast<std::size_t>(head_dim / 2));
+std::vector<double> rope_inv_freq(int rotary_dim, double theta, const RopeScaling& scaling, int context) {
+  std::vector<double> f(static_cast<std::size_t>(rotary_dim / 2));
   for (std::size_t i = 0; i < f.size(); ++i) {
-    f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    f[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
   }
-  if (scaling.type == "linear") {
+  if (scaling.type == "longrope") {
+    // Each pair divided by its factor; pairs beyond a short list (a file validate() refuses) kept.
+    const std::vector<double>& by =
+        context > scaling.original_max_positions ? scaling.long_factor : scaling.short_factor;
+    for (std::size_t i = 0; i < f.size() && i < by.size(); ++i) f[i] /= by[i];
+  } else if (scaling.type == "linear") {
     for (double& x : f) x /= scaling.factor;
   } else if (scaling.type == "llama3") {
     const double old_context = scaling.original_max_positions;
@@ -30,7 +35,7 @@ std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling&
     }
   } else if (scaling.type == "yarn") {
     // The pair index at which a frequency turns `rotations` times within the original context.
-    const double dim = head_dim, base = theta;
+    const double dim = rotary_dim, base = theta;
     const auto pair_of = [&](double rotations) {
       return dim * std::log(scaling.original_max_positions / (rotations * 2.0 * std::numbers::pi)) /
              (2.0 * std::log(base));
@@ -54,6 +59,11 @@ std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling&
 }
 
 double rope_attention_scale(const RopeScaling& scaling) {
+  if (scaling.type == "longrope") {
+    if (scaling.attention_factor > 0) return scaling.attention_factor;
+    if (scaling.factor <= 1 || scaling.original_max_positions <= 1) return 1.0;
+    return std::sqrt(1.0 + std::log(scaling.factor) / std::log(scaling.original_max_positions));
+  }
   if (scaling.type != "yarn") return 1.0;
   if (scaling.attention_factor > 0) return scaling.attention_factor;
   const auto mscale = [](double scale, double m) {

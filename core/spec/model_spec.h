@@ -21,10 +21,14 @@ enum class PositionKind { kLearned, kRotary, kNone };
 // pair between divided by `factor` and kept along a ramp over the pairs that turn between beta_slow and
 // beta_fast times within original_max_positions, and scales the rotated queries and keys by an attention
 // factor (0.1 ln factor + 1 unless given); "dynamic" (NTK) raises the base only for sequences longer than
-// max_position_embeddings, so within them it is no scaling. Other types (longrope, ...) are kept by name
-// only: predict and simulate do not need them, memwall train refuses them.
+// max_position_embeddings, so within them it is no scaling; "longrope" (Phi-3.5's, Phi-4-mini's) divides
+// each pair's frequency by its own factor, short_factor's for sequences of up to original_max_positions
+// and long_factor's beyond, and scales the rotated queries and keys by an attention factor
+// (sqrt(1 + ln factor / ln original_max_positions) unless given). Other types are kept by name only:
+// predict and simulate do not need them, memwall train refuses them.
 struct RopeScaling {
-  // "" (none: transformers' "default"), "linear", "llama3", "yarn", "dynamic", or another type's name.
+  // "" (none: transformers' "default"), "linear", "llama3", "yarn", "dynamic", "longrope", or another
+  // type's name.
   std::string type{};
   double factor = 1;
   double low_freq_factor = 1;
@@ -32,24 +36,32 @@ struct RopeScaling {
   int original_max_positions = 0;  // original_max_position_embeddings (0: not given)
   // yarn's: attention_factor (0: derived from factor, mscale and mscale_all_dim), the ramp's rotations, and
   // whether its ends are rounded outwards to whole pairs (truncate).
-  double attention_factor = 0;
+  double attention_factor = 0;  // yarn's and longrope's (0: derived)
   double beta_fast = 32;
   double beta_slow = 1;
   double mscale = 0;
   double mscale_all_dim = 0;
   bool truncate = true;
+  // longrope's per-pair divisors (one per rotary pair): for contexts of up to original_max_positions, and
+  // beyond. Its `factor` is the stretch (max_position_embeddings / original_max_positions where the file
+  // gives both) that derives the attention factor.
+  std::vector<double> short_factor{};
+  std::vector<double> long_factor{};
 
   bool none() const { return type.empty(); }
   bool supported() const {
-    return type.empty() || type == "linear" || type == "llama3" || type == "yarn" || type == "dynamic";
+    return type.empty() || type == "linear" || type == "llama3" || type == "yarn" || type == "dynamic" ||
+           type == "longrope";
   }
 };
 
-// Rotary frequencies of the `head_dim / 2` pairs (radians per position): theta^(-2i / head_dim), then
+// Rotary frequencies of the `rotary_dim / 2` pairs (radians per position): theta^(-2i / rotary_dim), then
 // `scaling` (a supported type) applied, in double as transformers computes them ("dynamic": as within
-// max_position_embeddings, unscaled).
-std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
-// The factor the rotary cosines and sines are multiplied by (yarn's attention factor; 1 for the others).
+// max_position_embeddings, unscaled). `context`: the positions the frequencies serve (a sequence's
+// length), which picks longrope's short or long factors (0: short).
+std::vector<double> rope_inv_freq(int rotary_dim, double theta, const RopeScaling& scaling, int context = 0);
+// The factor the rotary cosines and sines are multiplied by (yarn's and longrope's attention factor; 1 for
+// the others).
 double rope_attention_scale(const RopeScaling& scaling);
 
 // A group of identical parameter tensors: `count` tensors of `elements` each (e.g. one per layer).

@@ -143,6 +143,22 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
                                       detail::short_dump(json(out.beta_slow)) + "), which must be > 0");
     }
   }
+  // longrope's per-pair factors; its original context and stretch as given here (parse_model completes
+  // them from the model's keys).
+  if (out.type == "longrope") {
+    for (const char* k : {"short_factor", "long_factor"}) MW_RETURN_IF_ERROR(require(r, k));
+    MW_RETURN_IF_ERROR(r.get_number_list("short_factor", out.short_factor, 1e-6, 1e12));
+    MW_RETURN_IF_ERROR(r.get_number_list("long_factor", out.long_factor, 1e-6, 1e12));
+    if (out.short_factor.size() != out.long_factor.size()) {
+      return r.error("long_factor",
+                     "has " + std::to_string(out.long_factor.size()) + " factors and short_factor " +
+                         std::to_string(out.short_factor.size()) + "; allowed: one of each per rotary pair");
+    }
+    out.factor = 0;  // 0: not given
+    MW_RETURN_IF_ERROR(r.get_number("factor", out.factor, 1e-6, 1e6));
+    MW_RETURN_IF_ERROR(r.get_number("attention_factor", out.attention_factor, 0.0, 1e6));
+    MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 1, 1 << 28));
+  }
   if (out.type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
       MW_RETURN_IF_ERROR(require(r, k));
@@ -551,12 +567,26 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
-    // Phi-3 keeps the context its longrope stretches beside rope_scaling (the types memwall computes carry
-    // their own, or stretch none).
-    if (!m.rope_scaling.supported() && m.rope_scaling.original_max_positions == 0)
+    // Phi-3 keeps the context its longrope stretches beside rope_scaling (the other types memwall computes
+    // carry their own, or stretch none).
+    if (m.rope_scaling.type == "longrope") {
+      // As transformers: a model-level original_max_position_embeddings (Phi3Config's, 4096 by default)
+      // makes the stretch max_position_embeddings over it; else rope_scaling's, or no stretch.
+      RopeScaling& rs = m.rope_scaling;
+      int original = type == "phi3" ? 4096 : 0;
+      MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", original, 1, 1 << 28));
+      if (original > 0) {
+        rs.original_max_positions = original;
+        rs.factor = static_cast<double>(m.max_positions) / original;
+      } else {
+        if (rs.original_max_positions == 0) rs.original_max_positions = m.max_positions;
+        if (rs.factor == 0) rs.factor = 1;
+      }
+    } else if (!m.rope_scaling.supported() && m.rope_scaling.original_max_positions == 0) {
       MW_RETURN_IF_ERROR(
           r.get_int("original_max_position_embeddings", m.rope_scaling.original_max_positions, 0, 1 << 28));
-    // Rotary on a part of each head (Phi-4-mini's 0.75): read for predict, refused by memwall train.
+    }
+    // Rotary on a part of each head (Phi-4-mini's 0.75; int(head_dim x factor) channels).
     MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
     if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     if (gemma) head_dim = 256;            // GemmaConfig's (and Gemma 2's, 3's)

@@ -16,6 +16,17 @@ namespace memwall::model {
 
 nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
   if (s.none()) return nullptr;
+  if (s.type == "longrope") {
+    // The attention factor as computed (transformers would derive it from max_position_embeddings, which
+    // an export of a shorter run changes); factor only where it is a stretch (transformers wants >= 1).
+    nlohmann::ordered_json j = {{"rope_type", s.type}};
+    if (s.factor >= 1) j["factor"] = s.factor;
+    j["original_max_position_embeddings"] = s.original_max_positions;
+    j["attention_factor"] = rope_attention_scale(s);
+    j["short_factor"] = s.short_factor;
+    j["long_factor"] = s.long_factor;
+    return j;
+  }
   nlohmann::ordered_json j = {{"rope_type", s.type}, {"factor", s.factor}};
   if (s.type == "llama3") {
     j["low_freq_factor"] = s.low_freq_factor;
@@ -95,6 +106,11 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                       ": q, k and v biases with per-head q/k norms have no Qwen3 "
                                       "config.json form (its attention_bias puts biases on o_proj too)");
     }
+    if (c.partial_rotary != 1.0 && !phi3) {
+      return Status::invalid_argument(dir +
+                                      ": rotary on part of each head has a config.json form only for Phi-3 "
+                                      "(partial_rotary_factor, Phi3ForCausalLM)");
+    }
     if (mistral && c.first_window_layer > 0) {
       return Status::invalid_argument(dir + ": a sliding window from layer " +
                                       std::to_string(c.first_window_layer) +
@@ -160,6 +176,10 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         types.push_back(c.attention_window(l) > 0 ? "sliding_attention" : "full_attention");
       config["layer_types"] = types;
     }
+    // longrope picks its factors by the original context, a model-level key in transformers' configs.
+    if (c.rope_scaling.type == "longrope")
+      config["original_max_position_embeddings"] = c.rope_scaling.original_max_positions;
+    if (phi3) config["partial_rotary_factor"] = c.partial_rotary;
     if (mistral) config["sliding_window"] = c.sliding_window;
     if (phi3)
       config["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "base/units.h"
 #include "cpu/cast.h"
 #include "cpu/gpt_ops.h"
 
@@ -55,7 +56,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
         c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 ||
-        c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0) {
+        c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0 || c.partial_rotary != 1.0) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention; allowed: the Llama shape for others");
@@ -66,7 +67,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
                                     ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
   }
-  if (c.head_size() % 2 != 0) {
+  if (!(c.partial_rotary > 0 && c.partial_rotary <= 1)) {
+    return Status::invalid_argument("model: partial_rotary_factor must be in (0, 1], got " +
+                                    strprintf("%g", c.partial_rotary));
+  }
+  if (c.rotary_dim() % 2 != 0 || c.rotary_dim() < 2) {
+    if (c.partial_rotary != 1.0) {
+      return Status::invalid_argument("model: rotary positions need an even number of channels >= 2, got " +
+                                      std::to_string(c.rotary_dim()) + " (int(head size " +
+                                      std::to_string(c.head_size()) + " x partial_rotary_factor " +
+                                      strprintf("%g", c.partial_rotary) + "))");
+    }
     return Status::invalid_argument("model: rotary positions need an even head size, got " +
                                     std::to_string(c.head_size()) +
                                     (c.head_dim > 0 ? " (head_dim)" : " (channels / heads)"));
@@ -78,18 +89,32 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument(
         "model: rope_scaling type \"" + c.rope_scaling.type +
         "\" is not supported by memwall's rotary kernels; allowed: linear, llama3, yarn, dynamic, "
-        "or none");
+        "longrope, or none");
   }
   const RopeScaling& rs = c.rope_scaling;
-  if (!rs.none() && (!(rs.factor > 0) ||
-                     (rs.type == "llama3" && (rs.original_max_positions < 1 || !(rs.low_freq_factor > 0) ||
-                                              !(rs.high_freq_factor > rs.low_freq_factor))) ||
-                     (rs.type == "yarn" && (rs.original_max_positions < 1 || !(rs.beta_slow > 0) ||
-                                            !(rs.beta_fast > rs.beta_slow))))) {
+  if (!rs.none() && rs.type != "longrope" &&
+      (!(rs.factor > 0) ||
+       (rs.type == "llama3" && (rs.original_max_positions < 1 || !(rs.low_freq_factor > 0) ||
+                                !(rs.high_freq_factor > rs.low_freq_factor))) ||
+       (rs.type == "yarn" &&
+        (rs.original_max_positions < 1 || !(rs.beta_slow > 0) || !(rs.beta_fast > rs.beta_slow))))) {
     return Status::invalid_argument(
         "model: rope_scaling needs factor > 0, for llama3 original_max_position_embeddings >= 1 and "
         "high_freq_factor > low_freq_factor > 0, for yarn original_max_position_embeddings >= 1 and "
         "beta_fast > beta_slow > 0");
+  }
+  if (rs.type == "longrope") {
+    const std::size_t pairs = static_cast<std::size_t>(c.rotary_dim() / 2);
+    if (rs.short_factor.size() != pairs || rs.long_factor.size() != pairs) {
+      return Status::invalid_argument(
+          "model: rope_scaling longrope has " + std::to_string(rs.short_factor.size()) +
+          " short_factor and " + std::to_string(rs.long_factor.size()) +
+          " long_factor values; allowed: one per rotary pair, " + std::to_string(pairs));
+    }
+    if (rs.original_max_positions < 1) {
+      return Status::invalid_argument(
+          "model: rope_scaling longrope needs original_max_position_embeddings >= 1");
+    }
   }
   return Status::ok();
 }
@@ -219,14 +244,13 @@ std::size_t gpt_num_params(const GptConfig& c) {
 }
 
 void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::vector<float>& sin) {
-  const std::size_t table = static_cast<std::size_t>(T) * static_cast<std::size_t>(c.head_size() / 2);
+  const int rot = c.rotary_dim();
+  const std::size_t table = static_cast<std::size_t>(T) * static_cast<std::size_t>(rot / 2);
   cos.resize(c.rope_tables_floats(T));
   sin.resize(cos.size());
-  k::rope_table(cos.data(), sin.data(), T, c.head_size(), c.rope_inv_freq().data(), 0,
-                c.rope_attention_scale());
+  k::rope_table(cos.data(), sin.data(), T, rot, c.rope_inv_freq(T).data(), 0, c.rope_attention_scale());
   if (c.rope_local_theta > 0) {  // Gemma 3's local base, without rope_scaling
-    k::rope_table(cos.data() + table, sin.data() + table, T, c.head_size(), c.rope_local_inv_freq().data(), 0,
-                  1.0);
+    k::rope_table(cos.data() + table, sin.data() + table, T, rot, c.rope_local_inv_freq().data(), 0, 1.0);
   }
 }
 
@@ -268,6 +292,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.final_softcap = m.final_softcap;
     c.query_scale = m.query_scale;
     c.rope_local_theta = m.rope_local_theta;
+    c.partial_rotary = m.partial_rotary_factor;
   }
   return c;
 }
@@ -331,6 +356,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.final_softcap = c.final_softcap;
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
+    m.partial_rotary_factor = c.partial_rotary;
   }
   return m;
 }
@@ -746,14 +772,14 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                rope_sin_.data() + at, false);
+                rope_sin_.data() + at, false, c_.rotary_dim());
 }
 
 void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                rope_sin_.data() + at, true);
+                rope_sin_.data() + at, true, c_.rotary_dim());
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
 

@@ -64,6 +64,9 @@ struct GptConfig {
   // Gemma 3's rope_local_base_freq: the windowed layers' rotary base, without rope_scaling (0: every layer's
   // is rope_theta's with rope_scaling).
   double rope_local_theta = 0;
+  // Rotary on the first int(head size x this) channels of each head only (Phi-4-mini's 0.75), the rest
+  // passed through (partial_rotary_factor).
+  double partial_rotary = 1.0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -75,25 +78,28 @@ struct GptConfig {
   // Whether the qkv linear is two matrices (q, and k with v) in the graph: unless all three are C wide.
   bool split_qkv() const { return kv_width() != channels || q_width() != channels; }
   int fc_width() const { return (llama() ? 2 : 1) * ffn_width(); }  // fc1's output (gate and up)
-  // The rotary frequencies of the head's head_size() / 2 pairs (rope_theta and rope_scaling).
-  std::vector<double> rope_inv_freq() const {
-    return memwall::rope_inv_freq(head_size(), rope_theta, rope_scaling);
+  // The channels of a head rotary turns (the first ones; all unless partial_rotary < 1).
+  int rotary_dim() const { return static_cast<int>(head_size() * partial_rotary); }
+  // The rotary frequencies of the rotary_dim() / 2 pairs (rope_theta and rope_scaling) for a context of
+  // `context` positions (longrope's factors depend on it).
+  std::vector<double> rope_inv_freq(int context) const {
+    return memwall::rope_inv_freq(rotary_dim(), rope_theta, rope_scaling, context);
   }
-  // What the rotary cosines and sines are multiplied by (yarn's attention factor, else 1).
+  // What the rotary cosines and sines are multiplied by (yarn's and longrope's attention factor, else 1).
   double rope_attention_scale() const { return memwall::rope_attention_scale(rope_scaling); }
   // Whether layer l turns by the local rotary base (Gemma 3's windowed layers), and those frequencies.
   bool local_rope(int layer) const { return rope_local_theta > 0 && attention_window(layer) > 0; }
   std::vector<double> rope_local_inv_freq() const {
-    return memwall::rope_inv_freq(head_size(), rope_local_theta, RopeScaling{});
+    return memwall::rope_inv_freq(rotary_dim(), rope_local_theta, RopeScaling{});
   }
   // The floats in each of gpt_rope_tables' cosine and sine arrays for T positions, and where layer l's rows
   // start in them (the local table after the global one).
   std::size_t rope_tables_floats(int T) const {
-    return static_cast<std::size_t>(T) * static_cast<std::size_t>(head_size() / 2) *
+    return static_cast<std::size_t>(T) * static_cast<std::size_t>(rotary_dim() / 2) *
            (rope_local_theta > 0 ? 2 : 1);
   }
   std::size_t rope_table_offset(int layer, int T) const {
-    return local_rope(layer) ? static_cast<std::size_t>(T) * static_cast<std::size_t>(head_size() / 2) : 0;
+    return local_rope(layer) ? static_cast<std::size_t>(T) * static_cast<std::size_t>(rotary_dim() / 2) : 0;
   }
   // What the RMSNorm weights are offset by (1 for Gemma's 1 + weight), and the embedding's scale.
   float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
@@ -130,8 +136,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor.
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
-// The rotary cosines and sines of positions [0, T), [T][head size / 2] each (the Llama shape's; with
-// rope_local_theta the local base's table follows: rope_table_offset says which a layer reads).
+// The rotary cosines and sines of positions [0, T), [T][rotary_dim() / 2] each (the Llama shape's, for a
+// sequence of T; with rope_local_theta the local base's table follows: rope_table_offset says which a layer
+// reads).
 void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::vector<float>& sin);
 
 // The core's description of exactly this model (GPT-2: learned positions, layernorm, GELU MLP of 4C, biases,

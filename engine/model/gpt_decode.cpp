@@ -15,7 +15,7 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params)
     : c_(c),
       params_(params),
       layout_(gpt_param_layout(c)),
-      inv_freq_(c.rope_inv_freq()),
+      inv_freq_(c.rope_inv_freq(0)),
       local_freq_(c.rope_local_theta > 0 ? c.rope_local_inv_freq() : std::vector<double>{}) {
   const auto T = static_cast<std::size_t>(c.max_seq), C = static_cast<std::size_t>(c.channels);
   const auto kv = static_cast<std::size_t>(c.kv_width()), F = static_cast<std::size_t>(c.ffn_width());
@@ -74,6 +74,9 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
   const float scale = k::attention_scale(c_.score_scale(), hs), cap = c_.score_cap();
+  // longrope's factors follow the context so far, as transformers' generate picks them: short_factor up to
+  // original_max_position_embeddings, long_factor beyond (the keys cached before keep their turn).
+  if (c_.rope_scaling.type == "longrope") inv_freq_ = c_.rope_inv_freq(pos_ + n);
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
   // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [Q + 2 kv, C] matrix), o, post norm,
   // gate, up (one [2F, C] matrix), down.
@@ -108,8 +111,9 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       const bool local = c_.local_rope(l);
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale);
-      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale);
+      const int rot = c_.rotary_dim();
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot);
+      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot);
     }
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;

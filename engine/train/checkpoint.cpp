@@ -107,6 +107,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
           {"rope_local_theta", c.rope_local_theta},
+          {"partial_rotary", c.partial_rotary},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -141,6 +142,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.final_softcap = j.value("final_softcap", 0.0);
     c.query_scale = j.value("query_scale", 0.0);
     c.rope_local_theta = j.value("rope_local_theta", 0.0);
+    c.partial_rotary = j.value("partial_rotary", 1.0);
     if (j.contains("rope_scaling")) {
       // Written by model_fields; one that does not read back is refused by validate() naming its type.
       auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");

@@ -145,8 +145,32 @@ void gemm4(float* c, const Dims& c_strides, const float* a, const Dims& a_stride
   d.strm.wait();
 }
 
+// Whether oneDNN has a bf16 matmul for this CPU (AVX-512 BF16, AMX, or AVX-512 emulation); an AVX2-only CPU
+// has none, and creating the primitive throws.
+bool dnnl_bf16_available() {
+  static const bool available = [] {
+    try {
+      Dnnl& d = dnnl_ctx();
+      const memory::desc a_md({4, 4}, Dt::bf16, Tag::ab), c_md({4, 4}, Dt::f32, Tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, a_md, c_md), d.eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 }  // namespace
 #endif
+
+bool matmul_bf16_native() {
+#if MEMWALL_HAVE_DNNL
+  return dnnl_bf16_available();
+#else
+  return false;
+#endif
+}
 
 const char* matmul_backend() {
 #if MEMWALL_HAVE_DNNL
@@ -165,7 +189,6 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 #endif
 }
 
-#if !MEMWALL_HAVE_DNNL
 namespace {
 std::vector<float> widen_bf16(const std::uint16_t* in, std::size_t n) {
   std::vector<float> out(n);
@@ -173,17 +196,19 @@ std::vector<float> widen_bf16(const std::uint16_t* in, std::size_t n) {
   return out;
 }
 }  // namespace
-#endif
 
 void matmul_forward_bf16(float* out, const std::uint16_t* inp, const std::uint16_t* weight, const float* bias,
                          int N, int IC, int OC, int ld_out) {
 #if MEMWALL_HAVE_DNNL
-  gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true, 0, ld_out == OC ? 0 : ld_out);
-#else
+  if (dnnl_bf16_available()) {
+    gemm(out, inp, weight, bias, N, IC, OC, false, true, false, true, 0, ld_out == OC ? 0 : ld_out);
+    return;
+  }
+#endif
+  // No bf16 kernels: the fp32 matmul of the widened bf16 operands (the same products, fp32 accumulation).
   const std::vector<float> a = widen_bf16(inp, static_cast<std::size_t>(N) * IC),
                            w = widen_bf16(weight, static_cast<std::size_t>(OC) * IC);
-  matmul_forward_ref(out, a.data(), w.data(), bias, N, IC, OC, ld_out);
-#endif
+  matmul_forward(out, a.data(), w.data(), bias, N, IC, OC, ld_out);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -208,15 +233,22 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const std::uint16_t* dout16, const std::uint16_t* inp16,
                           const std::uint16_t* weight16, int N, int IC, int OC, int ld_dout) {
 #if MEMWALL_HAVE_DNNL
-  if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
-  if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
+  const bool native = dnnl_bf16_available();
+  if (native) {
+    if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
+    if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
+  }
 #else
-  // Without oneDNN: the reference on the widened bf16 operands (the same products, fp32 accumulation).
-  const std::vector<float> d = widen_bf16(dout16, static_cast<std::size_t>(N) * OC),
-                           a = widen_bf16(inp16, static_cast<std::size_t>(N) * IC),
-                           w = widen_bf16(weight16, static_cast<std::size_t>(OC) * IC);
-  matmul_backward_ref(dinp, dweight, nullptr, d.data(), a.data(), w.data(), N, IC, OC);
+  const bool native = false;
 #endif
+  if (!native) {
+    // Without bf16 kernels: the fp32 matmuls of the widened bf16 operands (the same products, fp32
+    // accumulation).
+    const std::vector<float> d = widen_bf16(dout16, static_cast<std::size_t>(N) * OC),
+                             a = widen_bf16(inp16, static_cast<std::size_t>(N) * IC),
+                             w = widen_bf16(weight16, static_cast<std::size_t>(OC) * IC);
+    matmul_backward(dinp, dweight, nullptr, d.data(), a.data(), w.data(), N, IC, OC);
+  }
   if (dbias) {
     const std::size_t stride = static_cast<std::size_t>(ld_dout > 0 ? ld_dout : OC);
     for (int n = 0; n < N; ++n) {
@@ -370,8 +402,8 @@ void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, i
 }
 
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-                bool inverse) {
-  const int half = hs / 2;
+                bool inverse, int rotary) {
+  const int half = (rotary > 0 ? rotary : hs) / 2;
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
@@ -393,10 +425,11 @@ void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const flo
 }
 
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse, double scale) {
-  std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2)), s(c.size());
-  rope_table(c.data(), s.data(), T, hs, inv_freq, pos0, scale);
-  rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse);
+                 bool inverse, double scale, int rotary) {
+  const int rot = rotary > 0 ? rotary : hs;
+  std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(rot / 2)), s(c.size());
+  rope_table(c.data(), s.data(), T, rot, inv_freq, pos0, scale);
+  rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse, rot);
 }
 
 // ---- grouped-query heads ----

@@ -36,6 +36,9 @@ void matmul_forward_ref(float* out, const float* inp, const float* weight, const
 void matmul_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int IC, int OC, int ld_dout = 0);
 const char* matmul_backend();  // "onednn" or "reference"
+// Whether the bf16 matmuls run on bf16 operands in oneDNN (this CPU has bf16 GEMM kernels: AVX-512 or AMX);
+// without them they widen the operands to fp32 first (exact), the same products with fp32 accumulation.
+bool matmul_bf16_native();
 
 // Layer normalisation over C with affine weight and bias; mean and rstd [N] are saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -65,13 +68,16 @@ void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const
 // the model's rope_scaling says). x: B*T rows of `stride` floats, the first heads * hs of which are rotated.
 // `inverse` applies the transpose (the backward): turning back by the same angles, times the same `scale`.
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse, double scale = 1.0);
+                 bool inverse, double scale = 1.0, int rotary = 0);
 // The same in two parts: the angles' cosines and sines for positions pos0 .. pos0 + T - 1, [T][hs/2] each
 // (computed in double, then rounded), and the rotation by them (a model computes the table once).
-// `scale` multiplies both (YaRN's attention factor: queries and keys rotated and scaled).
+// `scale` multiplies both (YaRN's and longrope's attention factor: queries and keys rotated and scaled).
+// With `rotary` (0: hs) channels of each head of hs turned, the table is [T][rotary/2] (rope_table's hs is
+// then `rotary`): element i turns with i + rotary/2 and channels rotary .. hs - 1 pass through (Phi-4-mini's
+// partial rotary).
 void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0, double scale = 1.0);
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-                bool inverse);
+                bool inverse, int rotary = 0);
 
 // Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] (kv = KVH * C / NH)
 // with each of the KVH key and value heads repeated over its NH / KVH query heads; sum_kv writes dqkv

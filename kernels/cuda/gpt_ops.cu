@@ -297,11 +297,10 @@ __global__ void copy_columns_kernel(float* dst, const float* src, int stride, in
 }
 
 // One thread per (row, head, pair): element i turns with i + hs/2 by the table's angle of (t, i).
-__global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, const float* cos_t,
+__global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, int half, const float* cos_t,
                             const float* sin_t, float sign, std::size_t n) {
   const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (k >= n) return;
-  const int half = hs / 2;
   const int i = static_cast<int>(k % half), h = static_cast<int>((k / half) % heads);
   const std::size_t row = k / (static_cast<std::size_t>(half) * heads);
   const std::size_t at = (row % T) * half + i;
@@ -879,10 +878,11 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
 }
 
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream) {
-  const std::size_t n = static_cast<std::size_t>(B) * T * heads * (hs / 2);
+               bool inverse, void* stream, int rotary) {
+  const int half = (rotary > 0 ? rotary : hs) / 2;
+  const std::size_t n = static_cast<std::size_t>(B) * T * heads * half;
   if (n == 0) return 0;
-  rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, cos, sin,
+  rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, half, cos, sin,
                                                                  inverse ? -1.0f : 1.0f, n);
   return launched();
 }

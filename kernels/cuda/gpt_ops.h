@@ -58,7 +58,9 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
 // The Llama shape's operators, as kernels/cpu's: RMSNorm (rstd [N] saved; the weight's gradient a
 // deterministic column reduction); rotary embedding in place on the first heads * hs floats of rows `stride`
 // apart by a table of the angles' cosines and sines [T][hs/2] in device memory (kernels/cpu's rope_table,
-// uploaded; inverse: the transpose, also its backward); SwiGLU's silu(gate) * up over [N, 2F] -> [N, F].
+// uploaded; inverse: the transpose, also its backward; with `rotary` < hs the first rotary channels of each
+// head turn by a [T][rotary/2] table, the rest pass through); SwiGLU's silu(gate) * up over [N, 2F] -> [N,
+// F].
 int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                     void* stream, float weight_offset = 0.0f);
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
@@ -73,7 +75,7 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
                           void* stream, float weight_offset = 0.0f);
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream);
+               bool inverse, void* stream, int rotary = 0);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
 // Gemma's GeGLU: gelu(gate) * up (GELU's tanh approximation), the same layouts.

@@ -1570,14 +1570,14 @@ TEST(CliGenerate, ALlamaShapedModelTrainsGeneratesAndExports) {
   EXPECT_NE(r.output.find("checkpoint has arch = \"llama\", this run has \"gpt2\""), std::string::npos)
       << r.output;
   // A rope_scaling memwall's kernels do not implement: one line naming it.
-  const CmdResult longrope = memwall(
+  const CmdResult su = memwall(
       "train --steps 1 --data " + data +
-      " --model llama-mini --model-set '{\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}'");
-  EXPECT_EQ(longrope.exit_code, 2) << longrope.output;
-  EXPECT_NE(longrope.output.find("rope_scaling type \"longrope\" is not supported by memwall train; allowed: "
-                                 "linear, llama3, yarn, dynamic, or none"),
+      " --model llama-mini --model-set '{\"rope_scaling\": {\"rope_type\": \"su\", \"factor\": 4.0}}'");
+  EXPECT_EQ(su.exit_code, 2) << su.output;
+  EXPECT_NE(su.output.find("rope_scaling type \"su\" is not supported by memwall train; allowed: "
+                           "linear, llama3, yarn, dynamic, longrope, or none"),
             std::string::npos)
-      << longrope.output;
+      << su.output;
 }
 
 // A Llama-shaped family trained on the repeated sentence, exported, and read back: what each check needs.
@@ -1737,7 +1737,7 @@ TEST(CliGenerate, AGemma3ShapedModelTrainsGeneratesAndExports) {
 
 // Phi-3's shape (the Llama shape with its window in every layer, here 16 of 64 positions) trains, exports
 // with its fused qkv_proj and gate_up_proj tensors as Phi3ForCausalLM, and generates the same text from
-// either; a partial rotary factor (Phi-4-mini's) is refused in one line.
+// either.
 TEST(CliGenerate, APhi3ShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "phi3", R"({"model_type": "phi3", "num_hidden_layers": 1, "hidden_size": 64, )"
@@ -1750,8 +1750,37 @@ TEST(CliGenerate, APhi3ShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(r.tensors["model.layers.0.self_attn.qkv_proj.weight"]["shape"], (nlohmann::json{128, 64}));
   EXPECT_EQ(r.tensors["model.layers.0.mlp.gate_up_proj.weight"]["shape"], (nlohmann::json{352, 64}));
   EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.q_proj.weight"));
-  expect_train_refuses(r.data, R"({"model_type": "phi3", "partial_rotary_factor": 0.75})",
-                       "partial_rotary_factor 0.75 is not supported by memwall train");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// Phi-4-mini's shape (rotary on 12 of each head's 16 channels, longrope over an original context of 32 of its
+// 64 positions, the run's default sequence length) trains, is kept by the checkpoint, exports as Phi-3's
+// config.json with partial_rotary_factor, the model-level original context and the attention factor
+// computed (sqrt(1 + ln 2 / ln 32)), and generates the same text from either. Factors that are not one per
+// rotary pair are refused in one line.
+TEST(CliGenerate, APhi4MiniShapedModelTrainsGeneratesAndExports) {
+  const std::string shape =
+      R"("model_type": "phi3", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, )"
+      R"("num_key_value_heads": 2, "intermediate_size": 176, "max_position_embeddings": 64, )"
+      R"("original_max_position_embeddings": 32, "partial_rotary_factor": 0.75, "sliding_window": null, )";
+  const ShapeRoundTrip r = train_export_generate(
+      "phi4", "{" + shape +
+                  R"("rope_scaling": {"rope_type": "longrope", "short_factor": [1, 1, 1.5, 2, 2, 3], )"
+                  R"("long_factor": [1, 2, 4, 8, 16, 24]}})");
+  EXPECT_EQ(r.latest["partial_rotary"], 0.75);
+  EXPECT_EQ(r.latest["rope_scaling"]["rope_type"], "longrope");
+  EXPECT_EQ(r.config["architectures"][0], "Phi3ForCausalLM");
+  EXPECT_EQ(r.config["partial_rotary_factor"], 0.75);
+  EXPECT_EQ(r.config["original_max_position_embeddings"], 32);
+  EXPECT_EQ(r.config["rope_scaling"]["long_factor"], (nlohmann::json{1, 2, 4, 8, 16, 24}));
+  EXPECT_NEAR(r.config["rope_scaling"]["attention_factor"].get<double>(),
+              std::sqrt(1 + std::log(2.0) / std::log(32.0)), 1e-12);
+  expect_train_refuses(r.data,
+                       "{" + shape + R"("rope_scaling": {"rope_type": "longrope", "short_factor": [1, 1], )" +
+                           R"("long_factor": [1, 2]}})",
+                       "rope_scaling longrope has 2 short_factor and 2 long_factor values; allowed: one per "
+                       "rotary pair, 6");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

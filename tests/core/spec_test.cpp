@@ -114,6 +114,42 @@ TEST(ModelSpec, Phi3ReadsAsPublished) {
   EXPECT_EQ(m->pretraining_positions(), 4096);
   EXPECT_EQ(m->partial_rotary_factor, 0.75);
   EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  // Phi-3.5-mini's longrope: 48 pairs of its heads of 96; a stretch of 131072 / 4096 = 32 (Phi3Config's
+  // original context, 4096, where the file leaves it out), so the cosines and sines are scaled by
+  // sqrt(1 + ln 32 / ln 4096) = 1.190238...; a pair's frequency is theta^(-2i/96) over short_factor[i] for
+  // sequences of up to 4096 positions, over long_factor[i] beyond.
+  std::string shorts, longs;
+  for (int i = 0; i < 48; ++i) {
+    shorts += (i ? ", " : "") + std::to_string(1.0 + 0.01 * i);
+    longs += (i ? ", " : "") + std::to_string(1.0 + 1.5 * i);
+  }
+  auto phi35 = parse_model(R"({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32064, "max_position_embeddings": 131072,
+      "rope_scaling": {"type": "longrope", "short_factor": [)" +
+                               shorts + R"(], "long_factor": [)" + longs + "]}}",
+                           "phi-3.5-mini/config.json", diag);
+  ASSERT_TRUE(phi35.is_ok()) << phi35.status().to_string();
+  const RopeScaling& rs = phi35->rope_scaling;
+  EXPECT_EQ(rs.original_max_positions, 4096);
+  EXPECT_EQ(rs.factor, 32);
+  EXPECT_NEAR(rope_attention_scale(rs), 1.1902380714238083, 1e-12);
+  const std::vector<double> within = rope_inv_freq(96, 10000.0, rs, 4096),
+                            beyond = rope_inv_freq(96, 10000.0, rs, 4097);
+  ASSERT_EQ(within.size(), 48u);
+  for (int i : {0, 17, 47}) {
+    const double plain = std::pow(10000.0, -2.0 * i / 96);
+    EXPECT_NEAR(within[static_cast<std::size_t>(i)], plain / (1.0 + 0.01 * i), 1e-15);
+    EXPECT_NEAR(beyond[static_cast<std::size_t>(i)], plain / (1.0 + 1.5 * i), 1e-15);
+  }
+  // A given attention_factor is kept.
+  auto given = parse_model(R"({"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256, "max_position_embeddings": 512,
+      "original_max_position_embeddings": 128, "rope_scaling": {"type": "longrope", "attention_factor": 1.5,
+      "long_factor": [1], "short_factor": [1]}})",
+                           "given.json", diag);
+  ASSERT_TRUE(given.is_ok()) << given.status().to_string();
+  EXPECT_EQ(given->rope_scaling.factor, 4);
+  EXPECT_EQ(rope_attention_scale(given->rope_scaling), 1.5);
 }
 
 TEST(ModelSpec, Qwen3HeadsOfTheirOwnSizeAndQueryKeyNorms) {
@@ -396,13 +432,38 @@ TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
   EXPECT_EQ(rope_inv_freq(16, 10000.0, dynamic->rope_scaling), rope_inv_freq(16, 10000.0, RopeScaling{}));
 
   // Other types are kept by name (predict does not need them); bad values name their key.
-  auto longrope = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+  auto other = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
-      "rope_scaling": {"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}})",
+      "rope_scaling": {"type": "su", "long_factor": [1.0], "short_factor": [1.0]}})",
+                           "su.json", diag);
+  ASSERT_TRUE(other.is_ok()) << other.status().to_string();
+  EXPECT_EQ(other->rope_scaling.type, "su");
+  EXPECT_FALSE(other->rope_scaling.supported());
+  // longrope outside Phi-3 without an original context: rope_scaling's factor, no stretch of the context.
+  auto longrope = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256, "max_position_embeddings": 512,
+      "rope_scaling": {"type": "longrope", "factor": 4.0, "long_factor": [1, 2, 3, 4, 5, 6, 7, 8],
+                       "short_factor": [1, 1, 1, 1, 2, 2, 2, 2]}})",
                               "longrope.json", diag);
   ASSERT_TRUE(longrope.is_ok()) << longrope.status().to_string();
-  EXPECT_EQ(longrope->rope_scaling.type, "longrope");
-  EXPECT_FALSE(longrope->rope_scaling.supported());
+  EXPECT_TRUE(longrope->rope_scaling.supported());
+  EXPECT_EQ(longrope->rope_scaling.original_max_positions, 512);
+  EXPECT_NEAR(rope_attention_scale(longrope->rope_scaling), std::sqrt(1 + std::log(4.0) / std::log(512.0)),
+              1e-12);
+  for (const char* bad_factors :
+       {R"("long_factor": [1, 2], "short_factor": [1])", R"("long_factor": [1, 0], "short_factor": [1, 1])",
+        R"("long_factor": "1", "short_factor": [1])", R"("short_factor": [1])"}) {
+    SCOPED_TRACE(bad_factors);
+    auto bad = parse_model(std::string(R"({"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+        "rope_scaling": {"type": "longrope", )") +
+                               bad_factors + "}}",
+                           "bad_longrope.json", diag);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().to_string().find("bad_longrope.json: key 'rope_scaling.long_factor'"),
+              std::string::npos)
+        << bad.status().to_string();
+  }
   auto bad_yarn = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
       "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 1, "beta_slow": 2}})",

@@ -249,6 +249,23 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   ASSERT_EQ(cu::rope_apply(d_q.get(), B, T, 3 * C, 2 * heads, hs, d_cos.get(), d_sin.get(), true, nullptr),
             0);
   expect_close(d_q.host(), q, 1e-5f, 1e-5f, "rope inverse");
+  // Partial rotary: the first hs / 2 channels of each head turn by a [T][hs/4] table, the others pass.
+  const int rot = hs / 2;
+  std::vector<double> part_freq(freq.begin(), freq.begin() + rot / 2);
+  std::vector<float> pcos(static_cast<std::size_t>(T) * part_freq.size()), psin(pcos.size());
+  rope_table(pcos.data(), psin.data(), T, rot, part_freq.data(), 1, 1.5);
+  Dev<float> d_p(q), d_pcos(pcos), d_psin(psin);
+  ASSERT_EQ(
+      cu::rope_apply(d_p.get(), B, T, 3 * C, 2 * heads, hs, d_pcos.get(), d_psin.get(), false, nullptr, rot),
+      0);
+  auto part = q;
+  rope_rotate(part.data(), B, T, 3 * C, 2 * heads, hs, part_freq.data(), 1, false, 1.5, rot);
+  expect_close(d_p.host(), part, 1e-5f, 1e-6f, "partial rope");
+  ASSERT_EQ(
+      cu::rope_apply(d_p.get(), B, T, 3 * C, 2 * heads, hs, d_pcos.get(), d_psin.get(), true, nullptr, rot),
+      0);
+  rope_rotate(part.data(), B, T, 3 * C, 2 * heads, hs, part_freq.data(), 1, true, 1.5, rot);
+  expect_close(d_p.host(), part, 1e-5f, 1e-5f, "partial rope inverse");
 
   // 4 query heads on 2 key/value heads: [N, C + 2 kv] -> [N, 3C] and the gradient back.
   const int kvh = 2, kv = kvh * hs, W = C + 2 * kv;

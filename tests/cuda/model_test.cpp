@@ -158,7 +158,8 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
-// biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's) at GPT-2's tolerances: fp32, flash
+// biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope) at GPT-2's
+// tolerances: fp32, flash
 // attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   const int tiling = GetParam();
@@ -207,6 +208,18 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   gemma3.rope_local_theta = 100;
   gemma3.rope_scaling = {.type = "linear", .factor = 4};
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma3);
+  // Phi-4-mini's rotary on 12 of each head's 16 channels by longrope (its long factors: the 32 positions
+  // trained are beyond the original 16), Phi-3's fused tensor names; unfused and flash.
+  GptConfig phi4 = small_llama();
+  phi4.fused_names = true;
+  phi4.partial_rotary = 0.75;
+  phi4.rope_scaling = {.type = "longrope",
+                       .factor = 16,
+                       .original_max_positions = 16,
+                       .short_factor = {1, 1.2, 1.5, 2, 3, 4},
+                       .long_factor = {1, 2, 4, 8, 16, 32}};
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, phi4);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, phi4, "phi4");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -151,6 +151,22 @@ GptConfig gemma3() {
   return c;
 }
 
+// Phi-4-mini's: rotary on 6 of each head's 8 channels (partial_rotary_factor 0.75) by longrope, whose
+// factors divide each of the 3 pairs' frequencies (long_factor's: sequences longer than the original 4
+// positions) and whose stretch of 8 scales the cosines and sines by sqrt(1 + ln 8 / ln 4); with `original`
+// 64, short_factor's. Phi-3's fused tensor names.
+GptConfig phi4_longrope(int original = 4) {
+  GptConfig c = llama_mha();
+  c.fused_names = true;
+  c.partial_rotary = 0.75;
+  c.rope_scaling = {.type = "longrope",
+                    .factor = 8,
+                    .original_max_positions = original,
+                    .short_factor = {1.0, 1.5, 3.0},
+                    .long_factor = {2.0, 4.0, 9.0}};
+  return c;
+}
+
 // GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -167,7 +183,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"wide-heads", wide_heads()},
           {"gemma", gemma()},
           {"gemma2", gemma2()},
-          {"gemma3", gemma3()}};
+          {"gemma3", gemma3()},
+          {"phi4-longrope", phi4_longrope()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -417,8 +434,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   gem3.attn_softcap = gem3.final_softcap = 0;
   gem3.rope_local_theta = 30;
   gem3.rope_scaling = {.type = "linear", .factor = 2};
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3}) {
+  GptConfig phi = mha;  // and Phi-4-mini's partial rotary, longrope within its original context
+  phi.partial_rotary = 0.75;
+  phi.rope_scaling = phi4_longrope(16).rope_scaling;
+  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(!c.llama()               ? "gpt2"
+                 : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
                  : c.gemma()              ? "gemma"
@@ -479,6 +500,40 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   }
 }
 
+// longrope's factors follow the context as transformers' generate picks them: a prompt longer than the
+// original context turns by long_factor's (the full forward pass's logits), positions within it by
+// short_factor's (those of a forward pass over that many positions).
+TEST(GptDecoder, LongropePicksItsFactorsByTheContextSoFar) {
+  GptConfig c = phi4_longrope(4);
+  c.rope_theta = 100;
+  std::vector<float> params(gpt_num_params(c));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  for (float& p : params) p = normal(rng);
+  std::vector<int> tokens(static_cast<std::size_t>(c.max_seq)), targets(tokens.size(), 0);
+  for (int& t : tokens) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
+  GptModel whole(c, 1, c.max_seq), within(c, 1, 4);
+  whole.forward(params.data(), tokens.data(), targets.data());
+  within.forward(params.data(), tokens.data(), targets.data());
+  GptDecoder d(c, params.data());
+  const auto last = d.append(tokens.data(), c.max_seq);
+  ASSERT_TRUE(last.is_ok());
+  for (int v = 0; v < c.vocab; ++v)
+    EXPECT_NEAR((*last)[v], whole.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
+  d.reset();
+  double moved = 0;  // the short table's logits are not the long one's
+  for (int t = 0; t < 4; ++t) {
+    const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+    ASSERT_TRUE(logits.is_ok());
+    for (int v = 0; v < c.vocab; ++v) {
+      const std::size_t at = static_cast<std::size_t>(t * c.vocab + v);
+      EXPECT_NEAR((*logits)[v], within.logits()[at], 3e-5) << t << " " << v;
+      moved = std::max(moved, static_cast<double>(std::fabs(within.logits()[at] - whole.logits()[at])));
+    }
+  }
+  EXPECT_GT(moved, 1e-3);
+}
+
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
 // head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
@@ -493,9 +548,12 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
-                      qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2(), gemma3()}) {
+                      qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2(), gemma3(), phi4_longrope(),
+                      phi4_longrope(64)}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.rope_local_theta > 0   ? "gemma3"
+    SCOPED_TRACE(c.partial_rotary < 1
+                     ? "phi4, original context " + std::to_string(c.rope_scaling.original_max_positions)
+                 : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
                  : c.gemma()              ? "gemma"
                  : c.qk_norm              ? "qwen3"
@@ -521,6 +579,9 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
 
     nlohmann::json layout = nlohmann::json::array();
     for (const auto& t : gpt_param_layout(c)) layout.push_back({t.name, t.offset, t.shape});
+    // longrope's attention factor derived by the reference, from the stretch and the original context.
+    nlohmann::json rope_scaling = hf_rope_scaling(c.rope_scaling);
+    if (c.rope_scaling.type == "longrope") rope_scaling.erase("attention_factor");
     const nlohmann::json config = {{"batch", B},
                                    {"seq", T},
                                    {"layers", c.layers},
@@ -531,7 +592,8 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"gemma", c.gemma()},
                                    {"norm_eps", c.norm_eps},
                                    {"rope_theta", c.rope_theta},
-                                   {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                                   {"rope_scaling", rope_scaling},
+                                   {"partial_rotary", c.partial_rotary},
                                    {"sliding_window", c.sliding_window},
                                    {"first_window_layer", c.first_window_layer},
                                    {"global_every", c.global_every},
@@ -579,8 +641,19 @@ TEST(GptModel, RejectsBadConfigsNamingTheField) {
   scaled.rope_scaling.original_max_positions = 0;
   EXPECT_NE(validate(scaled, 1, 8).message().find("original_max_position_embeddings >= 1"),
             std::string::npos);
-  scaled.rope_scaling.type = "longrope";
-  EXPECT_NE(validate(scaled, 1, 8).message().find("rope_scaling type \"longrope\""), std::string::npos);
+  scaled.rope_scaling.type = "su";
+  EXPECT_NE(validate(scaled, 1, 8).message().find("rope_scaling type \"su\""), std::string::npos);
+  GptConfig phi = phi4_longrope();
+  EXPECT_TRUE(validate(phi, 1, 8).is_ok());
+  phi.rope_scaling.long_factor.pop_back();  // a factor per rotary pair (3 of 6 channels)
+  EXPECT_NE(validate(phi, 1, 8).message().find("allowed: one per rotary pair, 3"), std::string::npos)
+      << validate(phi, 1, 8).message();
+  phi = phi4_longrope();
+  phi.partial_rotary = 0.375;  // 3 channels: no pairs
+  EXPECT_NE(validate(phi, 1, 8).message().find("an even number of channels >= 2, got 3"), std::string::npos)
+      << validate(phi, 1, 8).message();
+  phi.partial_rotary = 0;
+  EXPECT_NE(validate(phi, 1, 8).message().find("partial_rotary_factor must be in (0, 1]"), std::string::npos);
   GptConfig yarn = yarn_scaled();
   EXPECT_TRUE(validate(yarn, 1, 8).is_ok());
   yarn.rope_scaling.beta_slow = 40;

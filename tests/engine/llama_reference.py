@@ -11,7 +11,10 @@ norms of the attention's and the MLP's outputs where the layout has pre_feedforw
 soft-capped scores and logits (attn_softcap, final_softcap), scores scaled by query_scale^-1/2, and windows on
 all layers but every global_every-th as Gemma2Config's layer_types lists them; Gemma 3's q/k norms by
 1 + weight and its windowed layers' own rotary base, rope_local_theta, without rope_scaling, as
-Gemma3TextModel's rotary_emb_local), as the reference memwall's CPU model is checked against
+Gemma3TextModel's rotary_emb_local; Phi-3's rotary on the first int(head_dim x partial_rotary) channels of
+each head, the rest passed through, and its "longrope" rope_scaling: each pair's frequency divided by
+short_factor's or, for sequences longer than original_max_position_embeddings, long_factor's, cosines and
+sines times the attention factor, as Phi3RotaryEmbedding with _compute_longrope_parameters), as the reference memwall's CPU model is checked against
 (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -50,10 +53,16 @@ def main(d):
     def act(x):
         return torch.nn.functional.gelu(x, approximate="tanh") if gemma else torch.nn.functional.silu(x)
 
-    def rotate_half(x):
-        return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
+    rot = int(hs * cfg.get("partial_rotary", 1.0))  # the channels rotary turns
 
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    def rotate_half(x):
+        return torch.cat((-x[..., rot // 2:], x[..., : rot // 2]), dim=-1)
+
+    def rotary(x, c, s):  # the first rot channels turned, the others passed through
+        turned = x[..., :rot]
+        return torch.cat((turned * c + rotate_half(turned) * s, x[..., rot:]), dim=-1)
+
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
     attention = 1.0  # what the cosines and sines are multiplied by
     scaling = cfg.get("rope_scaling")
     if scaling and scaling["rope_type"] == "linear":
@@ -71,18 +80,25 @@ def main(d):
         factor, old = scaling["factor"], scaling["original_max_position_embeddings"]
 
         def pair_turning(rotations):  # the pair that turns `rotations` times within the original context
-            return hs * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+            return rot * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
 
         low, high = pair_turning(scaling.get("beta_fast") or 32), pair_turning(scaling.get("beta_slow") or 1)
         if scaling.get("truncate", True):
             low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, hs - 1)
+        low, high = max(low, 0), min(high, rot - 1)
         if low == high:
             high += 0.001
-        ramp = ((torch.arange(hs // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        ramp = ((torch.arange(rot // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
         kept = 1 - ramp
         inv_freq = inv_freq / factor * (1 - kept) + inv_freq * kept
         attention = scaling.get("attention_factor") or (0.1 * math.log(factor) + 1 if factor > 1 else 1.0)
+    elif scaling and scaling["rope_type"] == "longrope":
+        old = scaling["original_max_position_embeddings"]
+        ext = scaling["long_factor"] if T > old else scaling["short_factor"]
+        inv_freq = inv_freq / torch.tensor(ext, dtype=torch.float64)
+        factor = scaling.get("factor", 1.0)
+        attention = scaling.get("attention_factor") or (
+            math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0)
     elif scaling and scaling["rope_type"] == "dynamic":
         pass  # the base grows only past max_position_embeddings
     elif scaling:
@@ -94,7 +110,7 @@ def main(d):
 
     cos, sin = angles(inv_freq, attention)
     local_theta = cfg.get("rope_local_theta", 0)
-    local = angles(1.0 / (local_theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)), 1.0) if local_theta else None
+    local = angles(1.0 / (local_theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot)), 1.0) if local_theta else None
 
     x = t["model.embed_tokens.weight"][tokens]
     if gemma:
@@ -120,7 +136,7 @@ def main(d):
             q, k = rmsnorm(q, t[p + "self_attn.q_norm.weight"]), rmsnorm(k, t[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, KV, hs).transpose(1, 2)
-        q, k = q * lcos + rotate_half(q) * lsin, k * lcos + rotate_half(k) * lsin
+        q, k = rotary(q, lcos, lsin), rotary(k, lcos, lsin)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         scores = q @ k.transpose(-1, -2) * scaling

@@ -366,6 +366,43 @@ TEST(GptOps, RopeRotatesHalvesByPositionAngles) {
   check_gradient(x, forward, dx, r, "rope");
 }
 
+// Partial rotary (Phi-4-mini's): the first `rot` channels of each head turn as a head of `rot` would (pairs i
+// and i + rot/2, a [T][rot/2] table), the other hs - rot pass through, and the inverse is the backward.
+TEST(GptOps, PartialRopeTurnsTheFirstChannelsOfEachHead) {
+  const int B = 2, T = 5, heads = 3, hs = 10, rot = 6, stride = 34;
+  std::vector<double> freq(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) freq[static_cast<std::size_t>(i)] = std::pow(50.0, -2.0 * i / rot);
+  auto x = randn(static_cast<std::size_t>(B) * T * stride, 41);
+  auto y = x;
+  rope_rotate(y.data(), B, T, stride, heads, hs, freq.data(), 2, false, 1.25, rot);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const std::size_t row = (static_cast<std::size_t>(b) * T + t) * stride;
+      for (int h = 0; h < heads; ++h) {
+        const std::size_t head = row + static_cast<std::size_t>(h) * hs;
+        for (int i = 0; i < rot / 2; ++i) {
+          const double a = (2 + t) * std::pow(50.0, -2.0 * i / rot);
+          const std::size_t lo = head + static_cast<std::size_t>(i), hi = lo + rot / 2;
+          EXPECT_NEAR(y[lo], 1.25 * (x[lo] * std::cos(a) - x[hi] * std::sin(a)), 1e-5);
+          EXPECT_NEAR(y[hi], 1.25 * (x[hi] * std::cos(a) + x[lo] * std::sin(a)), 1e-5);
+        }
+        for (int i = rot; i < hs; ++i)
+          EXPECT_EQ(y[head + static_cast<std::size_t>(i)], x[head + static_cast<std::size_t>(i)]);
+      }
+      for (int i = heads * hs; i < stride; ++i) EXPECT_EQ(y[row + i], x[row + i]);
+    }
+  }
+  const auto r = randn(x.size(), 42);
+  auto forward = [&] {
+    auto out = x;
+    rope_rotate(out.data(), B, T, stride, heads, hs, freq.data(), 2, false, 1.0, rot);
+    return out;
+  };
+  auto dx = r;
+  rope_rotate(dx.data(), B, T, stride, heads, hs, freq.data(), 2, true, 1.0, rot);
+  check_gradient(x, forward, dx, r, "partial rope");
+}
+
 TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
   auto x = randn(64, 30, 2.0f);
   const auto r = randn(64, 31);

@@ -211,15 +211,16 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
 }
 
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream) {
+               bool inverse, void* stream, int rotary) {
   // The rows' last element read is at (B T - 1) stride + heads hs.
   const std::size_t bytes =
       f32(static_cast<std::size_t>(B * T - 1) * stride + static_cast<std::size_t>(heads * hs));
-  const std::size_t table = f32(static_cast<std::size_t>(T) * static_cast<std::size_t>(hs / 2));
+  const int rot = rotary > 0 ? rotary : hs;
+  const std::size_t table = f32(static_cast<std::size_t>(T) * static_cast<std::size_t>(rot / 2));
   if (int e = device_args("rope_apply", {{x, bytes, "x", true}, {cos, table, "cos"}, {sin, table, "sin"}})) {
     return e;
   }
-  return enqueue(stream, [=] { kernels::rope_apply(x, B, T, stride, heads, hs, cos, sin, inverse); });
+  return enqueue(stream, [=] { kernels::rope_apply(x, B, T, stride, heads, hs, cos, sin, inverse, rot); });
 }
 
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
