@@ -203,6 +203,7 @@ int run_generate(const GenerateOptions& opt) {
         {"prompt", opt.prompt},
         {"text", out},
         {"tokens", made},
+        {"kv_cache_bytes", decoder.cache_bytes()},
         {"stopped_at", stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(stopped)},
         {"tokenizer", bpe != nullptr ? nlohmann::json(bpe->source()) : nlohmann::json("bytes")},
         {"temperature", opt.temperature},

@@ -11,17 +11,23 @@ namespace memwall::model {
 
 namespace k = memwall::kernels;
 
-GptDecoder::GptDecoder(const GptConfig& c, const float* params)
+GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
     : c_(c),
       params_(params),
       layout_(gpt_param_layout(c)),
       inv_freq_(c.rope_inv_freq(0)),
-      local_freq_(c.rope_local_theta > 0 ? c.rope_local_inv_freq() : std::vector<double>{}) {
-  const auto T = static_cast<std::size_t>(c.max_seq), C = static_cast<std::size_t>(c.channels);
-  const auto kv = static_cast<std::size_t>(c.kv_width()), F = static_cast<std::size_t>(c.ffn_width());
-  k_.assign(static_cast<std::size_t>(c.layers), std::vector<float>(T * kv));
+      local_freq_(c.rope_local_theta > 0 ? c.rope_local_inv_freq() : std::vector<double>{}),
+      chunk_(std::clamp(chunk, 1, std::max(1, c.max_seq))) {
+  const auto T = static_cast<std::size_t>(chunk_), C = static_cast<std::size_t>(c.channels);
+  const auto F = static_cast<std::size_t>(c.ffn_width());
+  // A windowed layer's ring: its window, and room for the rows of a chunk written before they attend.
+  for (int l = 0; l < c.layers; ++l) {
+    const int window = c.attention_window(l);
+    capacity_.push_back(window > 0 ? std::min(c.max_seq, window + chunk_ - 1) : c.max_seq);
+  }
+  k_.resize(static_cast<std::size_t>(c.layers));
   v_ = k_;
-  // Activations of up to a whole context's rows at once (a prompt is run in one pass).
+  // Activations of up to a chunk's rows at once.
   x_.resize(T * C);
   ln_.resize(T * C);
   proj_.resize(T * C);
@@ -32,8 +38,19 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params)
   gel_.resize(T * F);
   mean_.resize(T);
   rstd_.resize(T);
-  scores_.resize(T);
   logits_.resize(static_cast<std::size_t>(c.vocab));
+}
+
+std::size_t GptDecoder::cache_bytes() const {
+  std::size_t floats = 0;
+  for (std::size_t l = 0; l < k_.size(); ++l) floats += k_[l].size() + v_[l].size();
+  return floats * sizeof(float);
+}
+
+std::size_t GptDecoder::cache_capacity_bytes() const {
+  std::size_t rows = 0;
+  for (int cap : capacity_) rows += static_cast<std::size_t>(cap);
+  return 2 * rows * static_cast<std::size_t>(c_.kv_width()) * sizeof(float);
 }
 
 Result<const float*> GptDecoder::append(const int* tokens, int n) {
@@ -48,6 +65,15 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
                                       " is outside the vocabulary of " + std::to_string(c_.vocab));
     }
   }
+  // longrope's factors follow the context so far, as transformers' generate picks them: short_factor up to
+  // original_max_position_embeddings, long_factor beyond (the keys cached before keep their turn); a prompt
+  // by the whole prompt's length, whatever its chunks.
+  if (c_.rope_scaling.type == "longrope") inv_freq_ = c_.rope_inv_freq(pos_ + n);
+  for (int done = 0; done < n; done += chunk_) run_rows(tokens + done, std::min(chunk_, n - done));
+  return static_cast<const float*>(logits_.data());
+}
+
+void GptDecoder::run_rows(const int* tokens, int n) {
   const bool llama = c_.llama();
   const int C = c_.channels, F = c_.ffn_width(), hs = c_.head_size(), kv = c_.kv_width(), Wq = c_.qkv_width(),
             Q = c_.q_width();
@@ -74,9 +100,6 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
   const float scale = k::attention_scale(c_.score_scale(), hs), cap = c_.score_cap();
-  // longrope's factors follow the context so far, as transformers' generate picks them: short_factor up to
-  // original_max_position_embeddings, long_factor beyond (the keys cached before keep their turn).
-  if (c_.rope_scaling.type == "longrope") inv_freq_ = c_.rope_inv_freq(pos_ + n);
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
   // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [Q + 2 kv, C] matrix), o, post norm,
   // gate, up (one [2F, C] matrix), down.
@@ -115,8 +138,18 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
       k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot);
       k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot);
     }
+    // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
+    // layer, whose older positions no query attends any more), the cache grown as positions arrive.
+    const auto capacity = static_cast<std::size_t>(capacity_[static_cast<std::size_t>(l)]);
+    const std::size_t need = std::min(capacity, static_cast<std::size_t>(pos_) + rows) * KVz;
+    if (keys.size() < need) {
+      const std::size_t grown = std::min(capacity * KVz, std::max(need, 2 * keys.size()));
+      keys.resize(grown);
+      values.resize(grown);
+    }
+    const auto slot = [&](int u) { return static_cast<std::size_t>(u) % capacity * KVz; };
     for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t row = (static_cast<std::size_t>(pos_) + r) * KVz;
+      const std::size_t row = slot(pos_ + static_cast<int>(r));
       std::copy_n(qkv_.data() + r * Wqz + Qz, KVz, keys.data() + row);
       std::copy_n(qkv_.data() + r * Wqz + Qz + KVz, KVz, values.data() + row);
     }
@@ -125,29 +158,32 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     const int window = c_.attention_window(l);
     for (std::size_t r = 0; r < rows; ++r) {
       const int last = pos_ + static_cast<int>(r), lo = k::attention_window_start(last, window);
+      if (scores_.size() < static_cast<std::size_t>(last - lo + 1))
+        scores_.resize(static_cast<std::size_t>(last - lo + 1));
+      float* score = scores_.data();  // score[u - lo] for u in [lo, last]
       for (int h = 0; h < c_.heads; ++h) {
         const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
         float maxv = -INFINITY;
         for (int u = lo; u <= last; ++u) {
-          const float* key = keys.data() + static_cast<std::size_t>(u) * KVz + kv_off;
+          const float* key = keys.data() + slot(u) + kv_off;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
-          scores_[static_cast<std::size_t>(u)] = k::soft_cap(dot * scale, cap);
-          maxv = std::max(maxv, scores_[static_cast<std::size_t>(u)]);
+          score[u - lo] = k::soft_cap(dot * scale, cap);
+          maxv = std::max(maxv, score[u - lo]);
         }
         float sum = 0;
         for (int u = lo; u <= last; ++u) {
-          scores_[static_cast<std::size_t>(u)] = std::exp(scores_[static_cast<std::size_t>(u)] - maxv);
-          sum += scores_[static_cast<std::size_t>(u)];
+          score[u - lo] = std::exp(score[u - lo] - maxv);
+          sum += score[u - lo];
         }
         const float inv = 1.0f / sum;
         float* o = y_.data() + r * Qz + off;
         std::fill_n(o, hs, 0.0f);
         for (int u = lo; u <= last; ++u) {
-          const float a = scores_[static_cast<std::size_t>(u)] * inv;
-          const float* value = values.data() + static_cast<std::size_t>(u) * KVz + kv_off;
+          const float a = score[u - lo] * inv;
+          const float* value = values.data() + slot(u) + kv_off;
           for (int i = 0; i < hs; ++i) o[i] += a * value[i];
         }
       }
@@ -179,7 +215,6 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
   pos_ += n;
-  return static_cast<const float*>(logits_.data());
 }
 
 }  // namespace memwall::model

@@ -4,8 +4,13 @@
 // kernels (layernorm, matmul, GELU; for the Llama shape RMSNorm, Qwen3's per-head norms, rotary positions at
 // each row's own position, SwiGLU, a cache of the key/value heads only) as GptModel; the logits agree with
 // GptModel::forward's at every position to float rounding (the test compares them).
+//
+// Memory: the cache grows with the positions used (not the model's whole context up front), a windowed
+// layer's (Mistral's, Gemma's local layers) is a ring of its window plus a chunk's rows, and a prompt runs
+// in chunks of `chunk` rows, so the activations are a chunk's, whatever the context length.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "base/status.h"
@@ -15,8 +20,9 @@ namespace memwall::model {
 
 class GptDecoder {
  public:
-  // `params`: the flat array of gpt_param_layout(c), which must outlive the decoder.
-  GptDecoder(const GptConfig& c, const float* params);
+  // `params`: the flat array of gpt_param_layout(c), which must outlive the decoder. `chunk`: the most rows
+  // run at once (a longer prompt is run in chunks of it).
+  explicit GptDecoder(const GptConfig& c, const float* params, int chunk = 256);
 
   // Forgets every cached position.
   void reset() { pos_ = 0; }
@@ -28,6 +34,10 @@ class GptDecoder {
   // last one's.
   Result<const float*> append(const int* tokens, int n);
   int positions() const { return pos_; }
+  // The key/value cache's bytes now, and at most (every layer's capacity filled: the whole context, or a
+  // windowed layer's ring).
+  std::size_t cache_bytes() const;
+  std::size_t cache_capacity_bytes() const;
 
  private:
   GptConfig c_;
@@ -35,10 +45,16 @@ class GptDecoder {
   std::vector<ParamTensor> layout_;  // by position in gpt_param_layout
   std::vector<double> inv_freq_;     // the rotary frequencies (the Llama shape)
   std::vector<double> local_freq_;   // and Gemma 3's windowed layers' (rope_local_theta)
+  int chunk_;
   int pos_ = 0;
-  // Per layer: keys and values of every cached position, [max_seq][kv_width] each.
+  // Per layer: how many positions its cache holds (the context, or a windowed layer's window + chunk - 1:
+  // a chunk's rows are written before they attend, so none may overwrite a key an earlier row still sees),
+  // and its keys and values, position u in row u mod capacity, [<= capacity][kv_width] each.
+  std::vector<int> capacity_;
   std::vector<std::vector<float>> k_, v_;
-  // Activations of the rows being appended.
+  void run_rows(const int* tokens, int n);  // one chunk
+
+  // Activations of the rows being appended (a chunk's).
   std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
 };
 

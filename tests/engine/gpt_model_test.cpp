@@ -457,47 +457,82 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
     for (int& t : tokens) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
     GptModel m(c, 1, c.max_seq);
     m.forward(params.data(), tokens.data(), targets.data());
-    GptDecoder d(c, params.data());
-    for (int round = 0; round < 2; ++round) {
+    // Whole prompts at once, and in chunks of 3 rows (a windowed layer's ring then holds window + 2
+    // positions, fewer than the 12, so it wraps).
+    for (const int chunk : {256, 3}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk));
+      GptDecoder d(c, params.data(), chunk);
+      for (int round = 0; round < 2; ++round) {
+        d.reset();
+        double worst = 0, largest = 0;
+        for (int t = 0; t < c.max_seq; ++t) {
+          auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+          ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+          for (int v = 0; v < c.vocab; ++v) {
+            const float want = m.logits()[static_cast<std::size_t>(t * c.vocab + v)];
+            worst = std::max(worst, static_cast<double>(std::fabs((*logits)[v] - want)));
+            largest = std::max(largest, static_cast<double>(std::fabs(want)));
+          }
+        }
+        EXPECT_GT(largest, 0.5);  // the comparison is of logits that differ between tokens
+        EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
+        EXPECT_EQ(d.positions(), c.max_seq);
+      }
+      // Several tokens at once (a prompt) give the same logits as one at a time.
       d.reset();
-      double worst = 0, largest = 0;
-      for (int t = 0; t < c.max_seq; ++t) {
-        auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
-        ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+      ASSERT_TRUE(d.append(tokens.data(), 5).is_ok());
+      for (int t = 5; t < c.max_seq; ++t) {
+        const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
+        ASSERT_TRUE(logits.is_ok());
         for (int v = 0; v < c.vocab; ++v) {
-          const float want = m.logits()[static_cast<std::size_t>(t * c.vocab + v)];
-          worst = std::max(worst, static_cast<double>(std::fabs((*logits)[v] - want)));
-          largest = std::max(largest, static_cast<double>(std::fabs(want)));
+          EXPECT_NEAR((*logits)[v], m.logits()[static_cast<std::size_t>(t * c.vocab + v)], 3e-5)
+              << t << " " << v;
         }
       }
-      EXPECT_GT(largest, 0.5);  // the comparison is of logits that differ between tokens
-      EXPECT_LT(worst, 1e-5 * largest) << "round " << round;
-      EXPECT_EQ(d.positions(), c.max_seq);
-    }
-    // Several tokens at once (a prompt) give the same logits as one at a time.
-    d.reset();
-    ASSERT_TRUE(d.append(tokens.data(), 5).is_ok());
-    for (int t = 5; t < c.max_seq; ++t) {
-      const auto logits = d.append(tokens[static_cast<std::size_t>(t)]);
-      ASSERT_TRUE(logits.is_ok());
+      d.reset();
+      const auto whole = d.append(tokens.data(), c.max_seq);
+      ASSERT_TRUE(whole.is_ok());
       for (int v = 0; v < c.vocab; ++v) {
-        EXPECT_NEAR((*logits)[v], m.logits()[static_cast<std::size_t>(t * c.vocab + v)], 3e-5)
-            << t << " " << v;
+        EXPECT_NEAR((*whole)[v], m.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
+      }
+      auto full = d.append(0);
+      ASSERT_FALSE(full.is_ok());
+      EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
+      d.reset();
+      EXPECT_FALSE(d.append(c.vocab).is_ok());
+      EXPECT_FALSE(d.append(-1).is_ok());
+      // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer.
+      std::size_t rows = 0;
+      for (int l = 0; l < c.layers; ++l) {
+        const int w = c.attention_window(l);
+        rows += static_cast<std::size_t>(w > 0 ? std::min(c.max_seq, w + std::min(chunk, c.max_seq) - 1)
+                                               : c.max_seq);
+      }
+      EXPECT_EQ(d.cache_capacity_bytes(), 2 * rows * static_cast<std::size_t>(c.kv_width()) * sizeof(float));
+      EXPECT_EQ(d.cache_bytes(), d.cache_capacity_bytes());  // grown to it by the full context
+      if (c.sliding_window > 0 && chunk == 3) {
+        EXPECT_LT(d.cache_bytes(),
+                  2 * static_cast<std::size_t>(c.layers * c.max_seq * c.kv_width()) * sizeof(float));
       }
     }
-    d.reset();
-    const auto whole = d.append(tokens.data(), c.max_seq);
-    ASSERT_TRUE(whole.is_ok());
-    for (int v = 0; v < c.vocab; ++v) {
-      EXPECT_NEAR((*whole)[v], m.logits()[static_cast<std::size_t>((c.max_seq - 1) * c.vocab + v)], 3e-5);
-    }
-    auto full = d.append(0);
-    ASSERT_FALSE(full.is_ok());
-    EXPECT_NE(full.status().message().find("12 positions"), std::string::npos) << full.status().to_string();
-    d.reset();
-    EXPECT_FALSE(d.append(c.vocab).is_ok());
-    EXPECT_FALSE(d.append(-1).is_ok());
   }
+}
+
+// The cache grows with the positions used: a decoder of a long context holds a prompt's keys and values,
+// not the context's.
+TEST(GptDecoder, TheCacheGrowsWithThePositionsUsed) {
+  GptConfig c = llama_gqa();
+  c.max_seq = 4096;
+  std::vector<float> params(gpt_num_params(c));
+  gpt_init(c, params.data(), 3);
+  GptDecoder d(c, params.data(), 64);
+  EXPECT_EQ(d.cache_bytes(), 0u);
+  const std::vector<int> prompt(100, 1);
+  ASSERT_TRUE(d.append(prompt.data(), static_cast<int>(prompt.size())).is_ok());
+  const std::size_t per_position = 2 * static_cast<std::size_t>(c.layers * c.kv_width()) * sizeof(float);
+  EXPECT_GE(d.cache_bytes(), 100 * per_position);
+  EXPECT_LE(d.cache_bytes(), 200 * per_position);
+  EXPECT_EQ(d.cache_capacity_bytes(), 4096 * per_position);
 }
 
 // longrope's factors follow the context as transformers' generate picks them: a prompt longer than the
