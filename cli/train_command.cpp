@@ -498,10 +498,13 @@ int run_train(const TrainOptions& opt) {
       (trainer->graph().total_fwd_flops() + trainer->graph().total_bwd_flops()) * static_cast<double>(R) * G;
   const double tokens_per_step = static_cast<double>(R) * G * B * seq;
   // The GEMMs' operand precision on the device in effect (--gpu-matmul or --cpu-matmul).
-  const std::string gemm_precision = zo.device == train::ComputeDevice::kCuda ? opt.gpu_matmul
-                                     : opt.cpu_matmul == "bf16" && !kernels::matmul_bf16_native()
-                                         ? "bf16 (widened to fp32: this CPU has no bf16 GEMM kernels)"
-                                         : opt.cpu_matmul;
+  const std::string gemm_precision =
+      zo.device == train::ComputeDevice::kCuda ? opt.gpu_matmul : opt.cpu_matmul;
+  // bf16 operands on a CPU without bf16 GEMM kernels: widened to fp32 (the same products), said so.
+  const bool gemm_widened =
+      zo.device != train::ComputeDevice::kCuda && opt.cpu_matmul == "bf16" && !kernels::matmul_bf16_native();
+  const std::string gemm_label =
+      gemm_precision + (gemm_widened ? " (widened to fp32: this CPU has no bf16 GEMM kernels)" : "");
   // Below stage 3 every rank keeps the whole parameters on its device (offload_param is stage 3's).
   const Tier param_tier = run.zero.stage == 3 ? tier_of(run.zero.offload_param.device) : Tier::kGpu,
              opt_tier = tier_of(run.zero.offload_optimizer.device);
@@ -533,7 +536,7 @@ int run_train(const TrainOptions& opt) {
         run.memwall.delayed_parameter_update
             ? " (delayed update: each step's optimizer on the last step's gradients)"
             : "",
-        gemm_precision.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),
+        gemm_label.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
     std::printf(
         "tiers: device %s (%s), host %s per rank%s%s; schedule: %zu tasks per step\n",
@@ -792,6 +795,7 @@ int run_train(const TrainOptions& opt) {
         {"gradient_accumulation_steps", G},
         {"device", trainer->device_name()},
         {"matmul", gemm_precision},
+        {"matmul_widened_to_fp32", gemm_widened},
         {"zero_stage", run.zero.stage},
         {"delayed_parameter_update", run.memwall.delayed_parameter_update},
         {"offload_param", tier_name(param_tier)},

@@ -175,7 +175,10 @@ int main() {
       const double rel = std::fabs(static_cast<double>(*got - *want)) / static_cast<double>(*want);
       std::printf("rank %d step %d: clipped, %d ranks %.7f (norm %.6g), one rank %.7f (norm %.6g)\n", r, s, R,
                   static_cast<double>(*got), n, static_cast<double>(*want), n_ref);
-      if (rel > 1e-6 || std::fabs(n - n_ref) > 1e-6 * n_ref || !(n_ref > 0.05)) ++failures;
+      // The norm: each rank's partition's sum of squares then their sum, against one sum over the whole
+      // (another order of fp32 additions: within 1e-5 relative; a partition missed or counted twice moves it
+      // by far more).
+      if (rel > 1e-6 || std::fabs(n - n_ref) > 1e-5 * n_ref || !(n_ref > 0.05)) ++failures;
       if (*got_nvme != *got || clip_nvme->last_grad_norm() != n) {
         std::fprintf(stderr, "rank %d step %d: clipped NVMe loss %.9g norm %.9g differ from %.9g %.9g\n", r,
                      s, static_cast<double>(*got_nvme), clip_nvme->last_grad_norm(),
