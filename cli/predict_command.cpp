@@ -102,7 +102,12 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
               m.layers, m.hidden, m.heads);
   if (m.kv_heads != m.heads) std::printf(" (%d kv)", m.kv_heads);
   if (m.head_size > 0) std::printf(" of head_dim %d", m.head_size);
-  std::printf(", ffn %d, vocab %d, seq %d", m.ffn_hidden, m.vocab, run.memwall.sequence_length);
+  if (m.moe()) {
+    std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
+  } else {
+    std::printf(", ffn %d", m.ffn_hidden);
+  }
+  std::printf(", vocab %d, seq %d", m.vocab, run.memwall.sequence_length);
   if (run.memwall.sequence_length == m.pretraining_positions() &&
       m.pretraining_positions() < m.max_positions) {
     std::printf(" (its pre-training context; rope_scaling %s stretches it to %d positions)",
@@ -114,9 +119,11 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
     if (m.global_every > 0) std::printf(" (one layer in %d global)", m.global_every);
   }
   std::printf("\n");
-  std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s\n",
+  std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s",
               format_count(m.total_params()).c_str(), m.total_params(),
               format_count(m.paper_params()).c_str());
+  if (m.moe()) std::printf("; %s active per token", format_count(m.active_params()).c_str());
+  std::printf("\n");
 }
 
 void print_run_line(const RunConfig& run) {

@@ -141,6 +141,12 @@ std::string default_cache_dir() {
 // The model file must describe the architecture memwall's GPT implements.
 Status check_model(const ModelSpec& m) {
   const std::string where = "model " + m.name + ": ";
+  if (m.moe()) {
+    return Status::invalid_argument(
+        where + std::to_string(m.experts) +
+        " experts per layer (a mixture-of-experts MLP) is not supported by memwall "
+        "train; memwall predict and simulate take it");
+  }
   if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
     // The Llama shape: all three together, without biases but Qwen2's on q, k and v.
     if (m.norm != NormKind::kRmsNorm || !m.gated_mlp || m.position != PositionKind::kRotary) {

@@ -51,6 +51,9 @@ class Builder {
  public:
   Builder(ModelGraph& g, double tokens, double eb) : g_(g), tokens_(tokens), eb_(eb) {}
 
+  // The tokens the next ops run on (an expert's share of them).
+  void set_tokens(double tokens) { tokens_ = tokens; }
+
   int param(const std::string& name, double elements, int layer) {
     if (elements <= 0) return -1;
     GraphParam p;
@@ -151,8 +154,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   const double T = opt.micro_batch * seq;  // tokens per rank per micro-batch
   const double hd = m.hidden;
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
-  const double qw = m.q_width();  // queries and the attention's output: hidden unless head_dim differs
-  const double ffn = m.ffn_hidden;
+  const double qw = m.q_width();   // queries and the attention's output: hidden unless head_dim differs
+  const double ffn = m.mlp_ffn();  // the dense MLP's inner features, or one expert's
   const bool ln = m.norm == NormKind::kLayerNorm;
   const bool has_norm = m.norm != NormKind::kNone;
   const int tiles = opt.tiling;
@@ -247,13 +250,29 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
     norm_op(p + ".ln2", L);
-    if (m.gated_mlp) {
+    if (m.moe()) {
+      // Mixture of experts: the router's logits (hidden -> experts, kept for its backward), then each
+      // expert's gated MLP on the tokens sent to it, experts_per_token / experts of them with balanced
+      // routing (every expert's parameters gathered, each token's FLOPs those of experts_per_token MLPs).
+      // The dispatch and the weighted sum of the experts' outputs are not counted.
+      b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, false, 1, true);
+      b.set_tokens(T * m.experts_per_token / m.experts);
+      for (int e = 0; e < m.experts; ++e) {
+        const std::string x = strprintf("%s.expert%d", p.c_str(), e);
+        b.linear(x + ".fc1", L, hd, {ffn / mp, ffn / mp}, false, tiles, true);
+        b.elementwise(x + ".gelu", OpKind::kGelu, L, ffn / mp);
+        b.linear(x + ".fc2", L, ffn / mp, {hd}, false, tiles, false);
+      }
+      b.set_tokens(T);
+    } else if (m.gated_mlp) {
       b.linear(p + ".fc1", L, hd, {ffn / mp, ffn / mp}, m.linear_bias, tiles, true);
     } else {
       b.linear(p + ".fc1", L, hd, {ffn / mp}, m.linear_bias, tiles, true);
     }
-    b.elementwise(p + ".gelu", OpKind::kGelu, L, ffn / mp);
-    b.linear(p + ".fc2", L, ffn / mp, {hd}, m.linear_bias, tiles, false);
+    if (!m.moe()) {
+      b.elementwise(p + ".gelu", OpKind::kGelu, L, ffn / mp);
+      b.linear(p + ".fc2", L, ffn / mp, {hd}, m.linear_bias, tiles, false);
+    }
     b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's
     g.ops[first].block_start = true;

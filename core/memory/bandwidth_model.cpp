@@ -160,7 +160,8 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
   const double seq = run.memwall.sequence_length;
   const auto& ac = run.activation_checkpointing;
   const double passes = ac.enabled ? 4.0 : 3.0;  // forward, backward (2x), recomputation
-  r.flops_per_iteration = 2.0 * passes * bsz * seq * model.total_params() / (mp * pp);
+  // Each token's FLOPs: 2 per parameter it uses (a mixture of experts' active ones) per pass.
+  r.flops_per_iteration = 2.0 * passes * bsz * seq * model.active_params() / (mp * pp);
 
   const char* part = run.memwall.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric";
 

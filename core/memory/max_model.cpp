@@ -197,6 +197,8 @@ ModelSpec ShapeFamily::member(const ModelSpec& templ, int size, int heads_multip
   }
   m.kv_heads = m.heads > 0 && m.heads % kv_ratio == 0 ? m.heads / kv_ratio : m.heads;
   m.ffn_hidden = static_cast<int>(std::lround(ffn_ratio * hd));
+  if (templ.expert_ffn > 0 && templ.hidden > 0)  // a mixture of experts' own width, in proportion too
+    m.expert_ffn = static_cast<int>(std::lround(static_cast<double>(templ.expert_ffn) / templ.hidden * hd));
   m.name = strprintf("%s-h%d-l%d", name().c_str(), m.hidden, m.layers);
   return m;
 }

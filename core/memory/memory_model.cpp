@@ -353,12 +353,15 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // Other shapes keep the same tensors (as the planner's graph does): Q (q: heads x head_dim, hd unless
   // head_dim differs), K and V (kv each: kv_heads x head_dim with grouped-query attention), the attention's
   // output (q) and the MLP's ffn inner features, twice for a gated (SwiGLU) MLP's gate and up:
-  // 2 B x (2 q + 2 kv + ffn (x 2)), 16 hd for GPT.
+  // 2 B x (2 q + 2 kv + ffn (x 2)), 16 hd for GPT. A mixture of experts keeps each token's inner features
+  // in each of the experts_per_token experts it is sent to (ffn: an expert's), and the router's logits.
   const double kv =
       model.kv_heads > 0 && model.heads > 0 ? static_cast<double>(model.kv_heads) * model.head_dim() : hd;
   const double qw = model.heads > 0 ? model.q_width() : hd;
-  const double ffn = model.ffn_hidden > 0 ? model.ffn_hidden : 4 * hd;
-  const double block_bytes = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1));  // 16 hd for GPT
+  const double ffn = model.mlp_ffn() > 0 ? model.mlp_ffn() : 4 * hd;
+  const double routed = model.moe() ? model.experts_per_token : 1;
+  const double block_bytes =
+      2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed + (model.moe() ? model.experts : 0));
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
     // attention's fp32 log-sum-exp per head.
@@ -369,10 +372,13 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
                                       : strprintf("2 heads %d x seq", model.heads);
   const std::string q_term = qw == hd ? std::string("2 hd") : strprintf("2 q %.0f", qw);
+  const std::string moe_term =
+      model.moe() ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts)
+                  : std::string();
   const std::string block_term = block_bytes == 16 * hd
                                      ? std::string("16 hd + ")
-                                     : strprintf("2 x (%s + 2 kv %.0f + %sffn %.0f) + ", q_term.c_str(), kv,
-                                                 model.gated_mlp ? "2 " : "", ffn);
+                                     : strprintf("2 x (%s + 2 kv %.0f + %sffn %.0f%s) + ", q_term.c_str(), kv,
+                                                 model.gated_mlp ? "2 " : "", ffn, moe_term.c_str());
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);

@@ -102,8 +102,14 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});
-  const double ffn = ffn_hidden;
-  if (gated_mlp) {
+  const double ffn = mlp_ffn();
+  if (moe()) {  // the router, then each expert's gate, up and down (count: layers x experts)
+    const int E = L * experts;
+    t.push_back({"block.moe.router.weight", static_cast<double>(experts), hd, L, true});
+    t.push_back({"block.moe.expert.gate.weight", ffn, hd, E, true});
+    t.push_back({"block.moe.expert.up.weight", ffn, hd, E, true});
+    t.push_back({"block.moe.expert.down.weight", hd, ffn, E, true});
+  } else if (gated_mlp) {
     t.push_back({"block.mlp.gate.weight", ffn, hd, L, true});
     t.push_back({"block.mlp.up.weight", ffn, hd, L, true});
     if (linear_bias) t.push_back({"block.mlp.gate_up.bias", 2 * ffn, 1, L, false});
@@ -111,8 +117,10 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"block.mlp.fc1.weight", ffn, hd, L, true});
     if (linear_bias) t.push_back({"block.mlp.fc1.bias", ffn, 1, L, false});
   }
-  t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
-  if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
+  if (!moe()) {
+    t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
+    if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
+  }
   if (sandwich_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
@@ -128,10 +136,16 @@ double ModelSpec::total_params() const {
 
 double ModelSpec::params_per_layer() const {
   double n = 0;
-  for (const auto& g : param_tensors()) {
-    if (g.name.rfind("block.", 0) == 0) n += g.elements();
+  for (const auto& g : param_tensors()) {  // a block's tensors: `layers` of each (an expert's: x experts)
+    if (g.name.rfind("block.", 0) == 0) n += g.elements() * g.count / layers;
   }
   return n;
+}
+
+double ModelSpec::active_params() const {
+  if (!moe()) return total_params();
+  const double per_expert = (gated_mlp ? 3.0 : 2.0) * hidden * static_cast<double>(mlp_ffn());
+  return total_params() - static_cast<double>(layers) * (experts - experts_per_token) * per_expert;
 }
 
 double ModelSpec::embedding_params() const {

@@ -126,7 +126,16 @@ struct ModelSpec {
   // Gemma 3's rope_local_base_freq: the windowed layers' rotary base, without rope_scaling (0: every layer
   // turns by rope_theta and rope_scaling).
   double rope_local_theta = 0;
+  // A mixture-of-experts MLP (Mixtral's, Qwen3-MoE's) in every block: a router (a linear of hidden x
+  // experts) sends each token to experts_per_token of `experts` gated MLPs of expert_ffn inner features
+  // (ffn_hidden where 0), their outputs summed by the router's weights. 0 experts: a dense MLP.
+  int experts = 0;
+  int experts_per_token = 0;
+  int expert_ffn = 0;
 
+  bool moe() const { return experts > 0; }
+  // The MLP inner features one expert (or the dense MLP) has.
+  int mlp_ffn() const { return moe() && expert_ffn > 0 ? expert_ffn : ffn_hidden; }
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
   // differs).
@@ -146,6 +155,8 @@ struct ModelSpec {
   double total_params() const;
   double params_per_layer() const;
   double embedding_params() const;  // token (+ learned position) embedding (+ untied head)
+  // The parameters a token's forward pass uses: all of them, less the experts it is not routed to.
+  double active_params() const;
   // Eq. (1): 12·nl·hd².
   double paper_params() const { return 12.0 * layers * static_cast<double>(hidden) * hidden; }
   // Elements of the largest single linear weight (the operator that sets model-state working memory).

@@ -382,8 +382,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
     return r.error("model_type",
-                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, qwen2, qwen3, gemma, "
-                   "gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
+                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, qwen3, "
+                   "qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -454,7 +454,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     lm->model_type = "gemma3";
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
-             type == "gemma2" || type == "gemma3_text" || type == "phi3") {
+             type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
+             type == "qwen3_moe") {
+    // Mixtral is Mistral's shape and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs (read below).
+    const std::string family = type == "mixtral" ? "mistral" : type == "qwen3_moe" ? "qwen3" : type;
     const bool gemma3 = type == "gemma3_text", gemma2 = type == "gemma2" || gemma3,
                gemma = type == "gemma" || gemma2;
     if (gemma3) {  // Gemma3TextConfig's defaults (a multimodal file's text_config gives only what differs)
@@ -485,14 +488,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
     // query and key head (q_norm, k_norm).
     m.linear_bias = false;
-    m.qkv_bias = type == "qwen2";
+    m.qkv_bias = family == "qwen2";
     bool attention_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
-    if (type != "qwen2") m.linear_bias = attention_bias;
-    m.qk_norm = type == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
-    if (type != "qwen2" && mlp_bias != attention_bias) {
+    if (family != "qwen2") m.linear_bias = attention_bias;
+    m.qk_norm = family == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
+    if (family != "qwen2" && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");
@@ -546,14 +549,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = type == "mistral" || type == "phi3" || gemma2;
+    bool use_window = family == "mistral" || type == "phi3" || gemma2;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
     int window = gemma2 ? 4096 : 0;  // Gemma2Config's and Gemma3TextConfig's default
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
     // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28);
     // Gemma 2's every other one from the first (every second layer global); or as layer_types lists them.
-    if (type == "qwen2" || type == "qwen3") {
+    if (family == "qwen2" || family == "qwen3") {
       m.first_window_layer = 28;
       MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
     }
@@ -588,15 +591,48 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
     // Rotary on a part of each head (Phi-4-mini's 0.75; int(head_dim x factor) channels).
     MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
-    if (type == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
-    if (gemma) head_dim = 256;            // GemmaConfig's (and Gemma 2's, 3's)
+    if (family == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
+    if (gemma) head_dim = 256;              // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
+    // Mixture-of-experts MLPs (defaults as MixtralConfig's and Qwen3MoeConfig's): every layer's.
+    if (type == "mixtral" || type == "qwen3_moe") {
+      const bool mixtral = type == "mixtral";
+      const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+      m.experts = mixtral ? 8 : 128;
+      m.experts_per_token = mixtral ? 2 : 8;
+      MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
+      MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
+      if (m.experts_per_token > m.experts) {
+        return r.error("num_experts_per_tok", std::to_string(m.experts_per_token) + " is more than the " +
+                                                  std::to_string(m.experts) + " experts (" + experts_key +
+                                                  "); allowed: 1 to " + std::to_string(m.experts));
+      }
+      if (!mixtral) {  // Qwen3-MoE's experts have their own width; intermediate_size is a dense layer's
+        m.expert_ffn = 768;
+        MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
+        int sparse_step = 1;
+        MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", sparse_step, 1, 1 << 20));
+        if (sparse_step != 1) {
+          return r.error("decoder_sparse_step", std::to_string(sparse_step) +
+                                                    " (dense MLPs between the layers of experts) is not "
+                                                    "supported; allowed: 1, experts in every layer");
+        }
+        if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null() &&
+            !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty())) {
+          return r.error("mlp_only_layers", detail::short_dump(j["mlp_only_layers"]) +
+                                                " (dense MLPs in some layers) is not supported; allowed: []");
+        }
+        r.ignore({"mlp_only_layers", "norm_topk_prob"});
+      }
+      r.ignore({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"});
+    }
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
               "resid_pdrop", "original_max_position_embeddings"});
   } else {
     return r.error("model_type", "\"" + type +
-                                     "\" is not supported; allowed: gpt2, llama, mistral, qwen2, qwen3, "
-                                     "gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
+                                     "\" is not supported; allowed: gpt2, llama, mistral, mixtral, qwen2, "
+                                     "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, "
+                                     "zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
@@ -1096,12 +1132,16 @@ std::string to_json_text(const ModelSpec& m) {
             {"final_softcap", m.final_softcap},
             {"query_scale", m.query_scale},
             {"rope_local_theta", m.rope_local_theta},
+            {"experts", m.experts},
+            {"experts_per_token", m.experts_per_token},
+            {"expert_ffn", m.moe() ? m.mlp_ffn() : 0},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned
                              ? "learned"
                              : (m.position == PositionKind::kRotary ? "rotary" : "none")},
             {"params", m.total_params()},
+            {"active_params", m.active_params()},
             {"params_eq1", m.paper_params()}};
   return j.dump();
 }

@@ -119,9 +119,10 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
   for (const char* m :
-       {"gpt2",         "gpt2-medium",  "gpt2-large", "gpt2-xl",    "gpt3-175b",  "llama-2-7b", "llama-2-70b",
-        "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b", "mistral-7b", "qwen3-0.6b", "qwen3-8b",   "gemma-2b",
-        "gemma-7b",     "phi-3-mini",   "fig2a-0.1t", "fig2a-100t", "paper-10b",  "paper-20t"}) {
+       {"gpt2",        "gpt2-medium",  "gpt2-large",   "gpt2-xl",      "gpt3-175b",  "llama-2-7b",
+        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b",   "mistral-7b", "qwen3-0.6b",
+        "qwen3-8b",    "gemma-2b",     "gemma-7b",     "phi-3-mini",   "fig2a-0.1t", "fig2a-100t",
+        "paper-10b",   "paper-20t",    "mixtral-8x7b", "qwen3-30b-a3b"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known
@@ -134,6 +135,14 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
                 .output.find("seq 8192 (its pre-training context; rope_scaling llama3 stretches it to 131072 "
                              "positions)"),
             std::string::npos);
+  // A mixture of experts says its experts and the parameters a token uses; the JSON has both counts.
+  const CmdResult moe =
+      memwall("predict --model mixtral-8x7b --set '{\"memwall\": {\"sequence_length\": 4096}}'");
+  EXPECT_NE(moe.output.find("8 experts of ffn 14336 (2 per token)"), std::string::npos) << moe.output;
+  EXPECT_NE(moe.output.find("12.88B active per token"), std::string::npos) << moe.output;
+  const nlohmann::json moe_json = parse_json(memwall("predict --model qwen3-30b-a3b --json", false).output);
+  EXPECT_EQ(moe_json["inputs"]["model"]["active_params"], 3353032704.0);
+  EXPECT_EQ(moe_json["inputs"]["model"]["experts"], 128);
   // Mistral 7B's window, shorter than its 32768 positions, is said.
   EXPECT_NE(memwall("predict --model mistral-7b").output.find("seq 32768, attention window 4096\n"),
             std::string::npos);
@@ -1628,6 +1637,26 @@ void expect_train_refuses(const std::string& data, const std::string& model_set,
       memwall("train --steps 1 --data " + data + " --model llama-mini --model-set '" + model_set + "'");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+// A mixture of experts is predicted and simulated, not trained or generated: one line each.
+TEST(CliTrain, RefusesAMixtureOfExpertsInOneLine) {
+  const std::string data = write_file("moe.txt", "the cat sat. the cat sat. the cat sat.");
+  expect_train_refuses(data, R"({"model_type": "mixtral", "num_local_experts": 4})",
+                       "4 experts per layer (a mixture-of-experts MLP) is not supported by memwall train");
+  const std::string dir = test_path("moe-weights").string();
+  std::filesystem::create_directories(dir);
+  write_file(
+      "moe-weights/config.json",
+      R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                 "num_attention_heads": 4, "vocab_size": 256, "num_experts": 4, "num_experts_per_tok": 2})");
+  const CmdResult g = memwall("generate --weights " + dir + " --tokens 2");
+  EXPECT_EQ(g.exit_code, 2) << g.output;
+  EXPECT_NE(
+      g.output.find("a mixture-of-experts model (4 experts per layer) is not supported by memwall generate"),
+      std::string::npos)
+      << g.output;
+  std::filesystem::remove_all(dir);
 }
 
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head

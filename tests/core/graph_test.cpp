@@ -35,8 +35,9 @@ TEST(ModelGraph, GptOpsInExecutionOrder) {
 }
 
 TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
-  for (const char* name : {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b",
-                           "qwen3-8b", "mistral-7b", "gemma-7b", "phi-3-mini", "gemma-2-27b"}) {
+  for (const char* name :
+       {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b", "qwen3-8b", "mistral-7b",
+        "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b", "qwen3-30b-a3b"}) {
     const ModelSpec m = testing::load_model_scenario(name);
     EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
     EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;
@@ -48,6 +49,42 @@ TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
 // Qwen3-0.6B's heads of their own size: queries and the attention's output are 16 x 128 = 2048 channels over
 // a hidden size of 1024, so q_proj is 2048 x 1024, o_proj 1024 x 2048 and the attention's FLOPs and bytes
 // are twice a 1024-channel attention's; q_norm and k_norm are one op of 2 x 128 weights.
+// A mixture of experts: after ln2 the router, then each expert's fc1 (gate and up), product and fc2, each
+// expert gathering its own parameters and running on its share of the tokens (experts_per_token / experts
+// with balanced routing): the block's MLP FLOPs are those of the active parameters, its saved activations
+// each token's inner features in experts_per_token experts.
+TEST(ModelGraph, MixtureOfExpertsRunsEachExpertOnItsShareOfTheTokens) {
+  const ModelSpec m = testing::load_model_scenario("mixtral-8x7b");
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  const double T = 2 * 1024, hd = 4096, ffn = 14336;
+  double expert_flops = 0, expert_saved = 0, router_flops = -1;
+  int experts_seen = 0;
+  for (const GraphOp& o : g.ops) {
+    if (o.layer != 0) continue;
+    if (o.name == "L0.router") router_flops = o.fwd_flops;
+    if (o.name.rfind("L0.expert", 0) != 0) continue;
+    if (o.kind == OpKind::kLinear) {
+      expert_flops += o.fwd_flops;
+      double elements = 0;
+      for (int id : o.params) elements += g.params[static_cast<std::size_t>(id)].elements;
+      EXPECT_EQ(elements, 2 * hd * ffn / (o.name.find(".fc1") != std::string::npos ? 1 : 2)) << o.name;
+    }
+    expert_saved += o.saved_bytes;
+    if (o.name.find(".fc2") != std::string::npos) ++experts_seen;
+  }
+  EXPECT_EQ(experts_seen, 8);
+  EXPECT_DOUBLE_EQ(router_flops, 2 * T * hd * 8);
+  // 2 FLOPs per token and active expert parameter: 2 experts of 3 x hd x ffn.
+  EXPECT_DOUBLE_EQ(expert_flops, 2 * T * 2 * 3 * hd * ffn);
+  EXPECT_DOUBLE_EQ(expert_saved, 2.0 * T * 2 * (2 * ffn));  // gate and up of 2 experts per token, 2 B each
+  // The analytic model's largest gathered op: one expert's gate and up (117M) are less than the untied
+  // head (131M), not the whole layer's experts (940M).
+  EXPECT_EQ(graph_param_stats(m, 1, 1, 1e5).largest_op_elements, std::max(2 * hd * ffn, 32000 * hd));
+  ModelSpec small_vocab = m;
+  small_vocab.vocab = 1000;
+  EXPECT_EQ(graph_param_stats(small_vocab, 1, 1, 1e5).largest_op_elements, 2 * hd * ffn);
+}
+
 TEST(ModelGraph, HeadsOfTheirOwnSizeWidenTheAttention) {
   const ModelSpec m = testing::load_model_scenario("qwen3-0.6b");
   ASSERT_EQ(m.q_width(), 2048);

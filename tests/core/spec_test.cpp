@@ -41,6 +41,56 @@ TEST(ModelSpec, LlamaParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(load_model_scenario("llama-2-7b").pretraining_positions(), 4096);
 }
 
+// Mixtures of experts: Mixtral 8x7B (Mistral's shape, 8 experts of 14336 in every layer, 2 per token) and
+// Qwen3-30B-A3B (Qwen3's, 128 experts of 768, 8 per token) read as their cards' totals and active counts;
+// what the files' defaults say where they leave the keys out; patterns memwall does not model are refused
+// naming the key.
+TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
+  const ModelSpec mixtral = load_model_scenario("mixtral-8x7b");
+  EXPECT_TRUE(mixtral.moe());
+  EXPECT_EQ(mixtral.experts, 8);
+  EXPECT_EQ(mixtral.experts_per_token, 2);
+  EXPECT_EQ(mixtral.mlp_ffn(), 14336);
+  EXPECT_EQ(mixtral.total_params(), 46702792704.0);
+  EXPECT_EQ(mixtral.active_params(), 12879925248.0);
+  // A block: attention 41,943,040, experts 8 x 3 x 4096 x 14336, router 4096 x 8, two norms.
+  EXPECT_EQ(mixtral.params_per_layer(), 41943040.0 + 8 * 3 * 4096.0 * 14336 + 4096 * 8 + 2 * 4096);
+  const ModelSpec qwen = load_model_scenario("qwen3-30b-a3b");
+  EXPECT_EQ(qwen.experts, 128);
+  EXPECT_EQ(qwen.experts_per_token, 8);
+  EXPECT_EQ(qwen.mlp_ffn(), 768);
+  EXPECT_TRUE(qwen.qk_norm);
+  EXPECT_EQ(qwen.total_params(), 30532122624.0);
+  EXPECT_EQ(qwen.active_params(), 3353032704.0);
+  // Dense models: every parameter active.
+  EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
+
+  Diagnostics diag;
+  const std::string base = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 256, )";
+  auto defaults = parse_model(base + R"("model_type": "qwen3_moe"})", "qwen3moe.json", diag);
+  ASSERT_TRUE(defaults.is_ok()) << defaults.status().to_string();
+  EXPECT_EQ(defaults->experts, 128);
+  EXPECT_EQ(defaults->experts_per_token, 8);
+  EXPECT_EQ(defaults->mlp_ffn(), 768);
+  auto mixtral_defaults = parse_model(base + R"("model_type": "mixtral"})", "mixtral.json", diag);
+  ASSERT_TRUE(mixtral_defaults.is_ok());
+  EXPECT_EQ(mixtral_defaults->experts, 8);
+  EXPECT_EQ(mixtral_defaults->mlp_ffn(), 128);
+  for (const auto& [extra, needle] :
+       {std::pair{
+            R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 5})",
+            "key 'num_experts_per_tok': 5 is more than the 4 experts (num_local_experts); allowed: 1 to 4"},
+        std::pair{R"("model_type": "qwen3_moe", "decoder_sparse_step": 2})",
+                  "key 'decoder_sparse_step': 2 (dense MLPs between the layers of experts) is not supported"},
+        std::pair{R"("model_type": "qwen3_moe", "mlp_only_layers": [0]})",
+                  "key 'mlp_only_layers': [0] (dense MLPs in some layers) is not supported; allowed: []"}}) {
+    auto bad = parse_model(base + extra, "moe.json", diag);
+    ASSERT_FALSE(bad.is_ok()) << extra;
+    EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
+  }
+}
+
 TEST(ModelSpec, Qwen2BiasesAreOnQKeyAndValueOnly) {
   // Qwen2-0.5B's shape: 24 layers of 896 channels, 14 query heads on 2 key/value heads, an MLP of 4864, a
   // vocabulary of 151936 tied to the head, biases on q, k and v only: 494,032,768 parameters, the count of
