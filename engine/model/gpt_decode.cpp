@@ -69,11 +69,14 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   // original_max_position_embeddings, long_factor beyond (the keys cached before keep their turn); a prompt
   // by the whole prompt's length, whatever its chunks.
   if (c_.rope_scaling.type == "longrope") inv_freq_ = c_.rope_inv_freq(pos_ + n);
-  for (int done = 0; done < n; done += chunk_) run_rows(tokens + done, std::min(chunk_, n - done));
+  for (int done = 0; done < n; done += chunk_) {
+    const int rows = std::min(chunk_, n - done);
+    run_rows(tokens + done, rows, done + rows == n);
+  }
   return static_cast<const float*>(logits_.data());
 }
 
-void GptDecoder::run_rows(const int* tokens, int n) {
+void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const bool llama = c_.llama();
   const int C = c_.channels, F = c_.ffn_width(), hs = c_.head_size(), kv = c_.kv_width(), Wq = c_.qkv_width(),
             Q = c_.q_width();
@@ -206,6 +209,8 @@ void GptDecoder::run_rows(const int* tokens, int n) {
     k::matmul_forward(y_.data(), gel_.data(), at(p + down_w), bias(p + down_w + 1), n, F, C);
     residual_add(p + down_w + 1, y_.data());
   }
+  pos_ += n;
+  if (!logits) return;
   // The logits of the last new position only; the head is the token embedding unless the model has its own.
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
@@ -214,7 +219,6 @@ void GptDecoder::run_rows(const int* tokens, int n) {
   k::matmul_forward(logits_.data(), ln_.data(), head, nullptr, 1, C, c_.vocab);
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
-  pos_ += n;
 }
 
 }  // namespace memwall::model

@@ -52,7 +52,8 @@ class GptDecoder {
   // and its keys and values, position u in row u mod capacity, [<= capacity][kv_width] each.
   std::vector<int> capacity_;
   std::vector<std::vector<float>> k_, v_;
-  void run_rows(const int* tokens, int n);  // one chunk
+  // One chunk's rows through the model (positions pos_ on), then the last one's logits if `logits`.
+  void run_rows(const int* tokens, int n, bool logits);
 
   // Activations of the rows being appended (a chunk's).
   std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
