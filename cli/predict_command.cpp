@@ -104,6 +104,7 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   if (m.head_size > 0) std::printf(" of head_dim %d", m.head_size);
   if (m.moe()) {
     std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
+    if (m.shared_expert_ffn > 0) std::printf(" and a shared expert of ffn %d", m.shared_expert_ffn);
   } else {
     std::printf(", ffn %d", m.ffn_hidden);
   }

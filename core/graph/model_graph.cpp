@@ -264,6 +264,13 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         b.linear(x + ".fc2", L, ffn / mp, {hd}, false, tiles, false);
       }
       b.set_tokens(T);
+      if (m.shared_expert_ffn > 0) {  // Qwen2-MoE's shared expert on every token, and its sigmoid gate
+        const double shared = m.shared_expert_ffn;
+        b.linear(p + ".shared.fc1", L, hd, {shared / mp, shared / mp}, false, tiles, true);
+        b.elementwise(p + ".shared.gelu", OpKind::kGelu, L, shared / mp);
+        b.linear(p + ".shared.fc2", L, shared / mp, {hd}, false, tiles, false);
+        b.linear(p + ".shared_gate", L, hd, {1}, false, 1, true);
+      }
     } else if (m.gated_mlp) {
       b.linear(p + ".fc1", L, hd, {ffn / mp, ffn / mp}, m.linear_bias, tiles, true);
     } else {

@@ -360,8 +360,10 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const double qw = model.heads > 0 ? model.q_width() : hd;
   const double ffn = model.mlp_ffn() > 0 ? model.mlp_ffn() : 4 * hd;
   const double routed = model.moe() ? model.experts_per_token : 1;
-  const double block_bytes =
-      2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed + (model.moe() ? model.experts : 0));
+  // Qwen2-MoE's shared expert: its gate and up for every token, and its gate's one value.
+  const double shared = model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + 1 : 0;
+  const double block_bytes = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
+                                    (model.moe() ? model.experts : 0) + shared);
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
     // attention's fp32 log-sum-exp per head.
@@ -373,7 +375,8 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
                                       : strprintf("2 heads %d x seq", model.heads);
   const std::string q_term = qw == hd ? std::string("2 hd") : strprintf("2 q %.0f", qw);
   const std::string moe_term =
-      model.moe() ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts)
+      model.moe() ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
+                        (shared > 0 ? strprintf(" + shared expert %.0f", shared) : std::string())
                   : std::string();
   const std::string block_term = block_bytes == 16 * hd
                                      ? std::string("16 hd + ")

@@ -109,6 +109,13 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"block.moe.expert.gate.weight", ffn, hd, E, true});
     t.push_back({"block.moe.expert.up.weight", ffn, hd, E, true});
     t.push_back({"block.moe.expert.down.weight", hd, ffn, E, true});
+    if (shared_expert_ffn > 0) {
+      const double shared = shared_expert_ffn;
+      t.push_back({"block.moe.shared.gate.weight", shared, hd, L, true});
+      t.push_back({"block.moe.shared.up.weight", shared, hd, L, true});
+      t.push_back({"block.moe.shared.down.weight", hd, shared, L, true});
+      t.push_back({"block.moe.shared_gate.weight", 1, hd, L, true});
+    }
   } else if (gated_mlp) {
     t.push_back({"block.mlp.gate.weight", ffn, hd, L, true});
     t.push_back({"block.mlp.up.weight", ffn, hd, L, true});

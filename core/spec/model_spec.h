@@ -132,6 +132,9 @@ struct ModelSpec {
   int experts = 0;
   int experts_per_token = 0;
   int expert_ffn = 0;
+  // Qwen2-MoE's shared expert: a gated MLP of this many inner features every token goes through besides its
+  // routed experts, scaled by a sigmoid gate (a linear of hidden x 1); 0: none.
+  int shared_expert_ffn = 0;
 
   bool moe() const { return experts > 0; }
   // The MLP inner features one expert (or the dense MLP) has.

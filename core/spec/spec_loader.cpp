@@ -381,9 +381,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   MW_RETURN_IF_ERROR(r.get_string("model_type", type));
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
-    return r.error("model_type",
-                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, qwen3, "
-                   "qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
+    return r.error(
+        "model_type",
+        "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, "
+        "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -455,9 +456,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
-             type == "qwen3_moe") {
-    // Mixtral is Mistral's shape and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs (read below).
-    const std::string family = type == "mixtral" ? "mistral" : type == "qwen3_moe" ? "qwen3" : type;
+             type == "qwen2_moe" || type == "qwen3_moe") {
+    // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
+    // (read below).
+    const std::string family = type == "mixtral"     ? "mistral"
+                               : type == "qwen2_moe" ? "qwen2"
+                               : type == "qwen3_moe" ? "qwen3"
+                                                     : type;
     const bool gemma3 = type == "gemma3_text", gemma2 = type == "gemma2" || gemma3,
                gemma = type == "gemma" || gemma2;
     if (gemma3) {  // Gemma3TextConfig's defaults (a multimodal file's text_config gives only what differs)
@@ -594,12 +599,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (family == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     if (gemma) head_dim = 256;              // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
-    // Mixture-of-experts MLPs (defaults as MixtralConfig's and Qwen3MoeConfig's): every layer's.
-    if (type == "mixtral" || type == "qwen3_moe") {
-      const bool mixtral = type == "mixtral";
+    // Mixture-of-experts MLPs (defaults as MixtralConfig's, Qwen2MoeConfig's and Qwen3MoeConfig's): every
+    // layer's.
+    if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
+      const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe";
       const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
-      m.experts = mixtral ? 8 : 128;
-      m.experts_per_token = mixtral ? 2 : 8;
+      m.experts = mixtral ? 8 : qwen2 ? 60 : 128;
+      m.experts_per_token = mixtral ? 2 : qwen2 ? 4 : 8;
       MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
       MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
       if (m.experts_per_token > m.experts) {
@@ -607,9 +613,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                                                   std::to_string(m.experts) + " experts (" + experts_key +
                                                   "); allowed: 1 to " + std::to_string(m.experts));
       }
-      if (!mixtral) {  // Qwen3-MoE's experts have their own width; intermediate_size is a dense layer's
-        m.expert_ffn = 768;
+      if (!mixtral) {  // Qwen-MoE's experts have their own width; intermediate_size is a dense layer's
+        m.expert_ffn = qwen2 ? 1408 : 768;
         MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
+        if (qwen2) {  // and Qwen2-MoE's shared expert
+          m.shared_expert_ffn = 5632;
+          MW_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", m.shared_expert_ffn, 0, 1 << 26));
+        }
         int sparse_step = 1;
         MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", sparse_step, 1, 1 << 20));
         if (sparse_step != 1) {
@@ -631,7 +641,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, mixtral, qwen2, "
-                                     "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, "
+                                     "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, "
                                      "zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
@@ -1135,6 +1145,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"experts", m.experts},
             {"experts_per_token", m.experts_per_token},
             {"expert_ffn", m.moe() ? m.mlp_ffn() : 0},
+            {"shared_expert_ffn", m.shared_expert_ffn},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

@@ -119,10 +119,10 @@ TEST(CliPredict, EveryShippedScenarioRuns) {
     EXPECT_EQ(parse_json(r.output)["inputs"]["hardware"]["name"], hw);
   }
   for (const char* m :
-       {"gpt2",        "gpt2-medium",  "gpt2-large",   "gpt2-xl",      "gpt3-175b",  "llama-2-7b",
-        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b",   "mistral-7b", "qwen3-0.6b",
-        "qwen3-8b",    "gemma-2b",     "gemma-7b",     "phi-3-mini",   "fig2a-0.1t", "fig2a-100t",
-        "paper-10b",   "paper-20t",    "mixtral-8x7b", "qwen3-30b-a3b"}) {
+       {"gpt2",        "gpt2-medium",  "gpt2-large",   "gpt2-xl",       "gpt3-175b",        "llama-2-7b",
+        "llama-2-70b", "llama-3.1-8b", "llama-3.2-1b", "qwen2-0.5b",    "mistral-7b",       "qwen3-0.6b",
+        "qwen3-8b",    "gemma-2b",     "gemma-7b",     "phi-3-mini",    "fig2a-0.1t",       "fig2a-100t",
+        "paper-10b",   "paper-20t",    "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"}) {
     const CmdResult r = memwall(std::string("predict --model ") + m);
     EXPECT_EQ(r.exit_code, 0) << m << "\n" << r.output;
     EXPECT_EQ(r.output.find("warning"), std::string::npos) << m << "\n" << r.output;  // every key known

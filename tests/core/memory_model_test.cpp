@@ -199,7 +199,8 @@ TEST(MemoryModel, CheckpointOffloadAndIntervalFollowEquationsThreeAndFive) {
 // (K and V of 8 of 64 heads) the same tensors in their shapes, with and without flash attention.
 TEST(MemoryModel, ActivationWorkingMemoryIsWhatTheGraphSavesPerBlock) {
   const HardwareSpec hw = simple_hardware(1, 1e15);
-  for (const char* name : {"paper-1t", "gpt2", "llama-2-7b", "llama-2-70b", "mixtral-8x7b"}) {
+  for (const char* name :
+       {"paper-1t", "gpt2", "llama-2-7b", "llama-2-70b", "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
     for (const bool flash : {false, true}) {
       const ModelSpec m = load_model_scenario(name);
       RunConfig run = one_rank_run(3, 2, true, m, hw);

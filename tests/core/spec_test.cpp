@@ -62,6 +62,13 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   EXPECT_TRUE(qwen.qk_norm);
   EXPECT_EQ(qwen.total_params(), 30532122624.0);
   EXPECT_EQ(qwen.active_params(), 3353032704.0);
+  // Qwen1.5-MoE-A2.7B (Qwen2's shape with q/k/v biases; 60 experts of 1408, 4 per token, and a shared expert
+  // of 5632 behind a sigmoid gate in every layer): its card's 14.3B and 2.7B activated.
+  const ModelSpec qwen2 = load_model_scenario("qwen1.5-moe-a2.7b");
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_EQ(qwen2.shared_expert_ffn, 5632);
+  EXPECT_EQ(qwen2.total_params(), 14315784192.0);
+  EXPECT_EQ(qwen2.active_params(), 2689173504.0);
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
 
