@@ -250,6 +250,14 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
     norm_op(p + ".ln2", L);
+    // An MLP of `width` inner features per rank: fc1 (gate and up when gated), the activation, fc2.
+    const auto mlp = [&](const std::string& name, double width, bool bias) {
+      const std::vector<double> fc1 =
+          m.gated_mlp ? std::vector<double>{width, width} : std::vector<double>{width};
+      b.linear(name + ".fc1", L, hd, fc1, bias, tiles, true);
+      b.elementwise(name + ".gelu", OpKind::kGelu, L, width);
+      b.linear(name + ".fc2", L, width, {hd}, bias, tiles, false);
+    };
     if (m.moe()) {
       // Mixture of experts: the router's logits (hidden -> experts, kept for its backward), then each
       // expert's gated MLP on the tokens sent to it, experts_per_token / experts of them with balanced
@@ -257,28 +265,14 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       // The dispatch and the weighted sum of the experts' outputs are not counted.
       b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, false, 1, true);
       b.set_tokens(T * m.experts_per_token / m.experts);
-      for (int e = 0; e < m.experts; ++e) {
-        const std::string x = strprintf("%s.expert%d", p.c_str(), e);
-        b.linear(x + ".fc1", L, hd, {ffn / mp, ffn / mp}, false, tiles, true);
-        b.elementwise(x + ".gelu", OpKind::kGelu, L, ffn / mp);
-        b.linear(x + ".fc2", L, ffn / mp, {hd}, false, tiles, false);
-      }
+      for (int e = 0; e < m.experts; ++e) mlp(strprintf("%s.expert%d", p.c_str(), e), ffn / mp, false);
       b.set_tokens(T);
       if (m.shared_expert_ffn > 0) {  // Qwen2-MoE's shared expert on every token, and its sigmoid gate
-        const double shared = m.shared_expert_ffn;
-        b.linear(p + ".shared.fc1", L, hd, {shared / mp, shared / mp}, false, tiles, true);
-        b.elementwise(p + ".shared.gelu", OpKind::kGelu, L, shared / mp);
-        b.linear(p + ".shared.fc2", L, shared / mp, {hd}, false, tiles, false);
+        mlp(p + ".shared", m.shared_expert_ffn / mp, false);
         b.linear(p + ".shared_gate", L, hd, {1}, false, 1, true);
       }
-    } else if (m.gated_mlp) {
-      b.linear(p + ".fc1", L, hd, {ffn / mp, ffn / mp}, m.linear_bias, tiles, true);
     } else {
-      b.linear(p + ".fc1", L, hd, {ffn / mp}, m.linear_bias, tiles, true);
-    }
-    if (!m.moe()) {
-      b.elementwise(p + ".gelu", OpKind::kGelu, L, ffn / mp);
-      b.linear(p + ".fc2", L, ffn / mp, {hd}, m.linear_bias, tiles, false);
+      mlp(p, ffn / mp, m.linear_bias);
     }
     b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's

@@ -150,9 +150,13 @@ double ModelSpec::params_per_layer() const {
 }
 
 double ModelSpec::active_params() const {
-  if (!moe()) return total_params();
-  const double per_expert = (gated_mlp ? 3.0 : 2.0) * hidden * static_cast<double>(mlp_ffn());
-  return total_params() - static_cast<double>(layers) * (experts - experts_per_token) * per_expert;
+  double n = 0;
+  for (const auto& g : param_tensors()) {
+    // A routed expert's tensors (layers x experts of them): experts_per_token in each layer used.
+    const bool routed = g.name.rfind("block.moe.expert.", 0) == 0;
+    n += g.elements() * (routed ? static_cast<double>(g.count / experts) * experts_per_token : g.count);
+  }
+  return n;
 }
 
 double ModelSpec::embedding_params() const {

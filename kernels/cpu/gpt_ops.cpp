@@ -232,14 +232,12 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const std::uint16_t* dout16, const std::uint16_t* inp16,
                           const std::uint16_t* weight16, int N, int IC, int OC, int ld_dout) {
+  const bool native = matmul_bf16_native();
 #if MEMWALL_HAVE_DNNL
-  const bool native = dnnl_bf16_available();
   if (native) {
     if (dinp) gemm(dinp, dout16, weight16, nullptr, N, OC, IC, false, false, true, true);
     if (dweight) gemm(dweight, dout16, inp16, nullptr, OC, N, IC, true, false, true, true);
   }
-#else
-  const bool native = false;
 #endif
   if (!native) {
     // Without bf16 kernels: the fp32 matmuls of the widened bf16 operands (the same products, fp32
