@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "replay_traces.h"
@@ -63,6 +64,31 @@ int run_replay(const ReplayOptions& opt) {
     if (first && !opt.req.trace_out.empty())
       std::printf("  trace of the replay: %s\n", opt.req.trace_out.c_str());
     first = false;
+  }
+  if (const json& joint = (*out)["joint"]; joint.is_object()) {
+    std::printf(
+        "ranks 0 to %d together on %s (each its own trace; a collective starts once its group's ranks "
+        "reach it):\n",
+        joint["ranks"].get<int>() - 1, joint["hardware"].get<std::string>().c_str());
+    const double replayed = joint["replayed_iteration_s"].get<double>();
+    if (joint["measured_iteration_s"].is_number()) {
+      std::printf("  measured %.4f s/iteration (the slowest rank), replayed %.4f s (%+.1f%%)\n",
+                  joint["measured_iteration_s"].get<double>(), replayed, 100 * joint["error"].get<double>());
+    } else {
+      std::printf("  replayed %.4f s/iteration\n", replayed);
+    }
+    std::string waits;
+    const json& wait = joint["collective_wait_s"];
+    for (std::size_t r = 0; r < wait.size(); ++r) {
+      waits +=
+          (r > 0 ? ", " : "") + std::to_string(r) + ": " + strprintf("%.2f ms", 1e3 * wait[r].get<double>());
+    }
+    std::printf("  slowest rank %d; time each rank's collectives waited for the others: %s\n",
+                joint["slowest_rank"].get<int>(), waits.c_str());
+    if (joint.contains("what_if_iteration_s")) {
+      std::printf("  what if %s: %.4f s/iteration (%.2fx)\n", what_ifs.c_str(),
+                  joint["what_if_iteration_s"].get<double>(), joint["what_if_speedup"].get<double>());
+    }
   }
   return kExitOk;
 }

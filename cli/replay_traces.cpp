@@ -12,6 +12,7 @@
 #include "exec/executor.h"
 #include "exec/trace_export.h"
 #include "replay/chakra.h"
+#include "replay/joint.h"
 #include "replay/kineto.h"
 #include "replay/replay.h"
 #include "spec/spec_loader.h"
@@ -218,6 +219,141 @@ Result<std::pair<double, RunResult>> run_graph(const ReplayGraph& g, const Hardw
 #endif
 }
 
+// A trace as replayed on its hardware, kept for the joint replay of its job's ranks.
+struct Replayed {
+  ReplayGraph graph;
+  HardwareSpec hw;
+};
+
+// Each rank's time and its collectives' wait in a joint replay.
+struct JointTimes {
+  double iteration_s = 0;
+  std::vector<double> end_s, wait_s;
+};
+
+Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const HardwareSpec& hw,
+                             const Rendezvous& meet, bool fast) {
+  std::vector<const Schedule*> schedules;
+  for (const ReplayGraph* g : ranks) schedules.push_back(&g->schedule);
+  JointTimes out;
+  if (fast) {
+    auto r = run_joint_reference(schedules, meet, hw);
+    if (!r.is_ok()) return r.status();
+    out.iteration_s = r->iteration_s;
+    for (std::size_t i = 0; i < schedules.size(); ++i) {
+      out.end_s.push_back(r->ranks[i].makespan_s);
+      out.wait_s.push_back(collective_wait_s(*schedules[i], r->ranks[i]));
+    }
+    return out;
+  }
+#if MEMWALL_WITH_SIMGRID
+  sim::SimulateOptions opt;
+  opt.rank_schedules = schedules;
+  opt.rendezvous = &meet;
+  auto r = sim::simulate_schedule(*schedules[0], hw, opt);
+  if (!r.is_ok()) return r.status();
+  out.iteration_s = r->iteration_s;
+  out.end_s = r->rank_end_s;
+  out.wait_s = r->rank_collective_wait_s;
+  return out;
+#else
+  (void)hw;
+  (void)meet;
+  return Status::unavailable("memwall was built without SimGrid: use --fast (the reference executor)");
+#endif
+}
+
+// The joint replay of one job's ranks (replay/joint.h), where the traces are those of every rank of its first
+// node: null (and a note saying why) where they are not, or their collectives do not match.
+// `why_not`: why there is none, where there could be.
+Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& what_ifs, bool fast,
+                          std::string& why_not, std::FILE* log) {
+  auto note = [&](const std::string& why) {
+    if (log != nullptr) std::fprintf(log, "memwall: note: no joint replay of the ranks: %s\n", why.c_str());
+    why_not = why;
+    return json(nullptr);
+  };
+  if (traces.size() < 2) return json(nullptr);
+  const int world = traces[0].graph.ranks;
+  if (world < 2) return json(nullptr);
+  const int rpn = traces[0].graph.schedule.ranks_per_node;
+  std::vector<const ReplayGraph*> node(static_cast<std::size_t>(rpn), nullptr);
+  const HardwareSpec* rank0_hw = nullptr;  // rank 0's trace's hardware (or --hardware)
+  for (const Replayed& t : traces) {
+    if (t.graph.ranks != world)
+      return note("the traces are of jobs of " + std::to_string(world) + " and " +
+                  std::to_string(t.graph.ranks) + " ranks");
+    if (t.graph.pid < 0 || t.graph.pid >= rpn) continue;  // a rank on another node
+    const ReplayGraph*& slot = node[static_cast<std::size_t>(t.graph.pid)];
+    if (slot != nullptr) return note("two traces of rank " + std::to_string(t.graph.pid));
+    slot = &t.graph;
+    if (t.graph.pid == 0) rank0_hw = &t.hw;
+  }
+  for (int r = 0; r < rpn; ++r) {
+    if (node[static_cast<std::size_t>(r)] == nullptr) {
+      return note("rank " + std::to_string(r) + "'s trace is missing (the " + std::to_string(rpn) +
+                  " ranks of a node on " + traces[0].hw.name + " are replayed together)");
+    }
+  }
+  std::vector<const Schedule*> schedules;
+  std::vector<const std::map<int, std::vector<int>>*> groups;
+  for (const ReplayGraph* g : node) {
+    schedules.push_back(&g->schedule);
+    groups.push_back(&g->group_ranks);
+  }
+  auto meet = match_collectives(schedules, groups);
+  if (!meet.is_ok()) return note(meet.status().message());
+  const HardwareSpec& hw = *rank0_hw;
+  auto base = run_joint(node, hw, *meet, fast);
+  if (!base.is_ok()) return base.status();
+  double measured = 0;
+  bool timed = true;
+  for (const ReplayGraph* g : node) {
+    measured = std::max(measured, g->measured_iteration_s);
+    timed = timed && g->measured_iteration_s > 0;
+  }
+  const auto slowest = std::max_element(base->end_s.begin(), base->end_s.end()) - base->end_s.begin();
+  json out = {{"ranks", rpn},
+              {"world", world},
+              {"hardware", hw.name},
+              {"measured_iteration_s", timed ? json(measured) : json(nullptr)},
+              {"replayed_iteration_s", base->iteration_s},
+              {"error", timed ? json((base->iteration_s - measured) / measured) : json(nullptr)},
+              {"slowest_rank", slowest},
+              {"rank_iteration_s", base->end_s},
+              {"collective_wait_s", base->wait_s}};
+  if (!what_ifs.changes.empty()) {
+    std::vector<ReplayGraph> changed;
+    HardwareSpec hw2 = hw;
+    for (const ReplayGraph* g : node) {
+      HardwareSpec h = hw;
+      changed.push_back(*g);
+      MW_RETURN_IF_ERROR(apply_what_ifs(what_ifs.changes, what_ifs.gpu.get(), h, changed.back()));
+      place_ranks(h, changed.back());
+      hw2 = h;
+    }
+    if (changed[0].schedule.ranks_per_node == rpn) {
+      std::vector<const ReplayGraph*> ptrs;
+      for (const ReplayGraph& g : changed) ptrs.push_back(&g);
+      auto w = run_joint(ptrs, hw2, *meet, fast);
+      if (!w.is_ok()) return w.status();
+      out["what_if_iteration_s"] = w->iteration_s;
+      out["what_if_speedup"] = base->iteration_s / w->iteration_s;
+    } else {
+      if (log != nullptr)
+        std::fprintf(log, "memwall: note: the what-ifs change the ranks of a node: no joint what-if\n");
+    }
+  }
+  if (world > rpn && log != nullptr) {
+    std::fprintf(
+        log,
+        "memwall: note: ranks 0 to %d (one node of %s) replayed together; the %d other ranks are taken "
+        "to run as they do\n",
+        rpn - 1, hw.name.c_str(), world - rpn);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
@@ -241,6 +377,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
   const std::vector<std::string> files = expand(req.traces);
   if (files.empty()) return Status::invalid_argument("no .json, .json.gz or .et traces in the arguments");
   ChakraGroupCache chakra_groups_read;  // a Chakra job's process groups, read once for all its ranks
+  std::vector<Replayed> replayed_traces;
   for (const std::string& path : files) {
     std::string hardware_json;
     int gas = 1;
@@ -322,6 +459,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
       if (t.kind == TaskKind::kCollective) seq.emplace_back(t.collective, t.bytes);
     }
     collectives.emplace_back(g->pid, std::move(seq));
+    replayed_traces.push_back({std::move(*g), std::move(hw)});
   }
   // Every rank must run the same collectives in the same order, or the real run would have hung or the
   // traces are of different runs.
@@ -341,7 +479,12 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
     what += "is " + describe(b, i) + " there and " + describe(a, i) + " here";
     mismatches.push_back(what);
   }
-  return json{{"replay", rows}, {"unmatched_collectives", mismatches}};
+  std::string no_joint;
+  auto joint = joint_replay(replayed_traces, *what_ifs, req.fast, no_joint, log);
+  if (!joint.is_ok()) return joint.status();
+  json out = {{"replay", rows}, {"unmatched_collectives", mismatches}, {"joint", *joint}};
+  if (!no_joint.empty()) out["joint_not_replayed"] = no_joint;
+  return out;
 }
 
 }  // namespace memwall::cli

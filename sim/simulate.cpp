@@ -36,11 +36,16 @@ namespace {
 // holds long-lived activities), and reports completions to the rank's driver through a semaphore.
 class SimGridExecutor final : public Executor {
  public:
-  SimGridExecutor(const Platform& p, int rank, int ranks_per_node, std::uint64_t& activities)
+  // `meet`: the joint replay's meeting points (nullptr: collectives do not wait for each other), with one
+  // barrier slot per point shared by the node's executors.
+  SimGridExecutor(const Platform& p, int rank, int ranks_per_node, std::uint64_t& activities,
+                  const Rendezvous* meet, std::vector<sg4::BarrierPtr>* barriers)
       : p_(p),
         rank_(rank),
         rpn_(ranks_per_node),
         activities_(activities),
+        meet_(meet),
+        barriers_(barriers),
         done_sem_(sg4::Semaphore::create(0)) {
     for (int r = 0; r < kResourceCount; ++r) {
       if (static_cast<Resource>(r) != Resource::kNone) lane(static_cast<Resource>(r), 0);
@@ -106,11 +111,22 @@ class SimGridExecutor final : public Executor {
       lane.queue.pop_front();
       if (t.release_s > now())
         sg4::this_actor::sleep_for(t.release_s - now());  // replay: not before its launch
+      if (t.kind == TaskKind::kCollective) rendezvous(t);
       const double start = now();
       run(t);
       done_.push_back({t.id, start, now()});
       done_sem_->release();
     }
+  }
+
+  // Joint replay: waits until every rank at this collective's meeting point has reached it.
+  void rendezvous(const Task& t) {
+    if (meet_ == nullptr) return;
+    const int p = meet_->point[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(t.id)];
+    if (p < 0 || meet_->parties[static_cast<std::size_t>(p)] <= 1) return;
+    sg4::BarrierPtr& b = (*barriers_)[static_cast<std::size_t>(p)];
+    if (!b) b = sg4::Barrier::create(static_cast<unsigned>(meet_->parties[static_cast<std::size_t>(p)]));
+    b->wait();
   }
 
   // Runs one task to completion (blocking this lane only).
@@ -219,6 +235,8 @@ class SimGridExecutor final : public Executor {
   const int rank_;
   const int rpn_;
   std::uint64_t& activities_;
+  const Rendezvous* meet_;
+  std::vector<sg4::BarrierPtr>* barriers_;
   double origin_ = 0;
   std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (resource, lane)
   std::deque<Completion> done_;
@@ -243,9 +261,20 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   sg4::Engine::set_config("network/crosstraffic:0");
   sg4::Engine::set_config("network/TCP-gamma:0");
   const int rpn = s.ranks_per_node;
+  const bool joint = !opt.rank_schedules.empty();
+  if (joint && (static_cast<int>(opt.rank_schedules.size()) != rpn || opt.iterations != 1 ||
+                (opt.rendezvous != nullptr && opt.rendezvous->point.size() != opt.rank_schedules.size()))) {
+    return Status::internal(
+        "joint simulation: one schedule (and meeting points) per rank of the node, one "
+        "iteration");
+  }
   Platform platform(hw, rpn);
   SimulationResult result;
   result.simulated_ranks = rpn;
+  result.rank_end_s.assign(static_cast<std::size_t>(rpn), 0.0);
+  result.rank_collective_wait_s.assign(static_cast<std::size_t>(rpn), 0.0);
+  std::vector<sg4::BarrierPtr> barriers(opt.rendezvous != nullptr ? opt.rendezvous->parties.size() : 0);
+  std::vector<bool> finished(static_cast<std::size_t>(rpn), false);
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
@@ -253,28 +282,33 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
   std::vector<std::unique_ptr<SimGridExecutor>> execs;
   for (int r = 0; r < rpn; ++r)
-    execs.push_back(std::make_unique<SimGridExecutor>(platform, r, rpn, result.activities));
+    execs.push_back(
+        std::make_unique<SimGridExecutor>(platform, r, rpn, result.activities, opt.rendezvous, &barriers));
   for (int r = 0; r < rpn; ++r) {
     sg4::Actor::create("rank" + std::to_string(r), platform.gpu(r), [&, r]() {
       SimGridExecutor& exec = *execs[r];
+      const Schedule& mine = joint ? *opt.rank_schedules[static_cast<std::size_t>(r)] : s;
       for (int it = 0; it < opt.iterations; ++it) {
         exec.reset_origin();
-        Result<RunResult> run = run_schedule(s, exec);
+        Result<RunResult> run = run_schedule(mine, exec);
         if (!run.is_ok()) {
           failure = run.status();
           return;
         }
         if (it + 1 == opt.iterations) {
           // Each rank's intervals from its iteration's start.
-          for (const Task& t : s.tasks) {
+          for (const Task& t : mine.tasks) {
             if (t.resource == Resource::kNone) continue;
             const Completion& c = run->timing[t.id];
             node_intervals[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
           }
+          result.rank_end_s[static_cast<std::size_t>(r)] = run->makespan_s;
+          result.rank_collective_wait_s[static_cast<std::size_t>(r)] = collective_wait_s(mine, *run);
           if (r == 0) result.rank0 = std::move(*run);
         }
       }
       rank_time[r] = sg4::Engine::get_clock();
+      finished[static_cast<std::size_t>(r)] = true;
     });
   }
   if (opt.progress) {
@@ -288,6 +322,13 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   }
   engine.run();
   if (!failure.is_ok()) return failure;
+  for (int r = 0; r < rpn; ++r) {
+    if (!finished[static_cast<std::size_t>(r)]) {
+      return Status::failed_precondition("rank " + std::to_string(r) +
+                                         " never finished: its collectives wait for ranks that wait for it "
+                                         "(the ranks meet at their collectives in different orders)");
+    }
+  }
   result.iteration_s = *std::max_element(rank_time.begin(), rank_time.end()) / opt.iterations;
   for (int r = 0; r < kResourceCount; ++r)
     result.node_busy_s[r] = total_length(interval_union(std::move(node_intervals[r])));
@@ -362,6 +403,8 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
       std::copy(std::begin(r->node_busy_s), std::end(r->node_busy_s), h.node_busy);
       write_all(fds[1], &h, sizeof h);
       write_all(fds[1], r->rank0.timing.data(), r->rank0.timing.size() * sizeof(Completion));
+      write_all(fds[1], r->rank_end_s.data(), r->rank_end_s.size() * sizeof(double));
+      write_all(fds[1], r->rank_collective_wait_s.data(), r->rank_collective_wait_s.size() * sizeof(double));
     }
     ::close(fds[1]);
     std::fflush(nullptr);
@@ -379,7 +422,12 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
     status = Status::internal("simulation failed: " + msg);
   } else {
     out.rank0.timing.resize(h.payload);
-    if (!read_all(fds[0], out.rank0.timing.data(), h.payload * sizeof(Completion)))
+    const auto ranks = static_cast<std::size_t>(std::max(0, h.ranks));
+    out.rank_end_s.resize(ranks);
+    out.rank_collective_wait_s.resize(ranks);
+    if (!read_all(fds[0], out.rank0.timing.data(), h.payload * sizeof(Completion)) ||
+        !read_all(fds[0], out.rank_end_s.data(), ranks * sizeof(double)) ||
+        !read_all(fds[0], out.rank_collective_wait_s.data(), ranks * sizeof(double)))
       status = Status::internal("simulation result truncated");
     out.rank0.makespan_s = h.makespan_s;
     std::copy(std::begin(h.busy), std::end(h.busy), out.rank0.busy_s);

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "exec/executor.h"
 #include "plan/schedule.h"
+#include "replay/joint.h"
 #include "spec/hardware_spec.h"
 
 namespace memwall::sim {
@@ -24,6 +25,10 @@ struct SimulateOptions {
   // Called from the simulation about once a second of wall time: (fraction of rank-0 tasks done,
   // simulated seconds so far).
   std::function<void(double, double)> progress;
+  // Joint replay (replay/joint.h; one iteration): rank r of the node runs *rank_schedules[r] instead of the
+  // schedule given, and each collective waits at `rendezvous`'s meeting point for the other ranks there.
+  std::vector<const Schedule*> rank_schedules;
+  const Rendezvous* rendezvous = nullptr;
 };
 
 struct SimulationResult {
@@ -34,6 +39,9 @@ struct SimulationResult {
   std::uint64_t activities = 0;             // SimGrid activities created (execs, comms, I/Os)
   double wall_s = 0;                        // wall time of the simulation itself
   std::uint64_t peak_rss_bytes = 0;         // of the simulating process
+  // Per simulated rank: the end of its last task, and the time its collectives were held back for other
+  // ranks (collective_wait_s; joint replay).
+  std::vector<double> rank_end_s, rank_collective_wait_s;
 };
 
 // Runs the simulation in a child process (SimGrid allows one engine per process), so it can be called any

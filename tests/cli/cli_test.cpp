@@ -2563,6 +2563,90 @@ TEST(CliReplay, ChakraCollectivesSpanTheirProcessGroups) {
   EXPECT_NE(r.output.find("rank 0 of 6"), std::string::npos) << r.output;  // rank 5's trace: six ranks
 }
 
+// The ranks of one job replayed together: rank 2 computes 3 ms longer before the all-reduce every rank runs,
+// so the others wait for it there (as NCCL makes them), and a second all-reduce inside the pairs {0, 1} and
+// {2, 3} (process groups) holds back only rank 2's partner. A per-trace replay cannot show this: it runs the
+// node's ranks all with one trace's graph.
+TEST(CliReplay, RanksReplayedTogetherWaitForTheSlowestAtCollectives) {
+  const std::filesystem::path dir = test_path("chakra-joint");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const double gemm_us[4] = {2000, 2000, 5000, 2000}, pair_gemm_us[4] = {1000, 1000, 1000, 3000};
+  for (int rank = 0; rank < 4; ++rank) {
+    chakra_testing::ChakraWriter w;
+    std::uint64_t id = 1;
+    auto node = [&](const std::string& name, double dur_us, const std::string& pg) {
+      chakra_testing::ChakraWriter::Node n;
+      n.id = id;
+      n.name = name;
+      if (id > 1) n.data_deps = {id - 1};
+      if (dur_us > 0) {
+        n.dur_us = static_cast<std::uint64_t>(dur_us);
+      } else {
+        n.type = chakra_testing::ChakraWriter::kColl;
+        n.int_attrs = {{"comm_type", chakra_testing::ChakraWriter::kAllReduce}, {"comm_size", 64 << 20}};
+        n.string_attrs = {{"pg_name", pg}};
+      }
+      w.add(n);
+      ++id;
+    };
+    node("gemm", gemm_us[rank], "");
+    node("ncclDevKernel_AllReduce world", 0, "world");
+    node("gemm 2", pair_gemm_us[rank], "");
+    node("ncclDevKernel_AllReduce pair", 0, "pair" + std::to_string(rank / 2));
+    std::ofstream((dir / ("job." + std::to_string(rank) + ".et")).string(), std::ios::binary) << w.bytes();
+  }
+  for (const bool fast : {true, false}) {
+    CmdResult r = memwall(
+        "replay " + dir.string() + " --hardware dgx2 --json --what-if network=2" + (fast ? " --fast" : ""),
+        false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto out = parse_json(r.output);
+    const auto& joint = out.at("joint");
+    ASSERT_TRUE(joint.is_object()) << r.output;
+    EXPECT_EQ(joint.at("ranks"), 4);
+    EXPECT_EQ(joint.at("slowest_rank"), 2) << joint.dump();
+    const auto wait = joint.at("collective_wait_s").get<std::vector<double>>();
+    const auto end = joint.at("rank_iteration_s").get<std::vector<double>>();
+    ASSERT_EQ(wait.size(), 4u);
+    // Ranks 0, 1 and 3 wait 3 ms for rank 2's longer GEMM at the world all-reduce; then rank 2 waits 2 ms for
+    // rank 3's longer second GEMM at their pair's; ranks 0 and 1 do not.
+    const double tol = fast ? 1e-9 : 2e-5;
+    EXPECT_NEAR(wait[0], 3e-3, tol) << fast;
+    EXPECT_NEAR(wait[1], 3e-3, tol) << fast;
+    EXPECT_NEAR(wait[2], 2e-3, tol) << fast;
+    EXPECT_NEAR(wait[3], 3e-3, tol) << fast;
+    EXPECT_NEAR(end[2], end[3], tol) << fast;
+    EXPECT_LT(end[0], end[2] - 1.5e-3) << fast;
+    EXPECT_NEAR(joint.at("replayed_iteration_s").get<double>(), end[2], 1e-12);
+    // Each trace alone: rank 2's the longest, still shorter than the ranks together.
+    const auto rows = out.at("replay");
+    ASSERT_EQ(rows.size(), 4u);
+    EXPECT_LT(rows.at(2).at("replayed_iteration_s").get<double>(), end[2] - 1.5e-3) << fast;
+    EXPECT_GT(joint.at("what_if_speedup").get<double>(), 1.0) << fast;
+  }
+  // The text output says it; a rank missing or one trace: no joint replay (a note says why).
+  CmdResult r = memwall("replay " + dir.string() + " --hardware dgx2 --fast");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ranks 0 to 3 together on dgx2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slowest rank 2"), std::string::npos) << r.output;
+  r = memwall("replay " + (dir / "job.0.et").string() + " " + (dir / "job.1.et").string() +
+                  " --hardware dgx2 --fast --json",
+              false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto skipped = parse_json(r.output);
+  EXPECT_TRUE(skipped.at("joint").is_null());
+  EXPECT_EQ(skipped.at("joint_not_replayed").get<std::string>().rfind("rank 2's trace is missing", 0), 0u)
+      << r.output;
+  r = memwall("replay " + (dir / "job.0.et").string() + " " + (dir / "job.1.et").string() +
+              " --hardware dgx2 --fast");
+  EXPECT_NE(
+      r.output.find("memwall: note: no joint replay of the ranks: rank 2's trace is missing (the 4 ranks "
+                    "of a node on dgx2 are replayed together)"),
+      std::string::npos)
+      << r.output;
+}
+
 TEST(CliReplay, ReadsADirectoryOfPyTorchProfilerTraces) {
   const std::filesystem::path dir = test_path("kineto");
   std::filesystem::create_directories(dir);

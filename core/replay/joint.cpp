@@ -1,0 +1,182 @@
+#include "replay/joint.h"
+
+#include <algorithm>
+#include <iterator>
+#include <numeric>
+#include <string>
+
+namespace memwall {
+
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += ", ... " + std::to_string(ranks.back());
+  return s;
+}
+
+}  // namespace
+
+Result<Rendezvous> match_collectives(const std::vector<const Schedule*>& ranks,
+                                     const std::vector<const std::map<int, std::vector<int>>*>& group_ranks) {
+  const int n = static_cast<int>(ranks.size());
+  Rendezvous meet;
+  meet.point.resize(ranks.size());
+  // (the group's ranks, k) -> meeting point; per point the replayed ranks that reach it, and one task there.
+  std::map<std::pair<std::vector<int>, int>, int> points;
+  std::vector<std::vector<int>> reached, members_of;
+  std::vector<std::string> first_name;
+  for (int r = 0; r < n; ++r) {
+    const Schedule& s = *ranks[static_cast<std::size_t>(r)];
+    std::vector<int> world(static_cast<std::size_t>(std::max(1, s.ranks)));
+    std::iota(world.begin(), world.end(), 0);
+    std::map<std::vector<int>, int> seen;  // collectives so far per group
+    meet.point[static_cast<std::size_t>(r)].assign(s.tasks.size(), -1);
+    for (const Task& t : s.tasks) {
+      if (t.kind != TaskKind::kCollective || t.group <= 1) continue;
+      const std::vector<int>* members = &world;
+      if (group_ranks[static_cast<std::size_t>(r)] != nullptr) {
+        const auto it = group_ranks[static_cast<std::size_t>(r)]->find(t.id);
+        if (it != group_ranks[static_cast<std::size_t>(r)]->end()) members = &it->second;
+      }
+      const int k = seen[*members]++;
+      auto [it, added] = points.try_emplace({*members, k}, static_cast<int>(points.size()));
+      if (added) {
+        reached.emplace_back();
+        members_of.push_back(*members);
+        first_name.push_back(t.name);
+      }
+      reached[static_cast<std::size_t>(it->second)].push_back(r);
+      meet.point[static_cast<std::size_t>(r)][static_cast<std::size_t>(t.id)] = it->second;
+    }
+  }
+  meet.parties.assign(points.size(), 0);
+  for (const auto& [key, p] : points) {
+    const auto i = static_cast<std::size_t>(p);
+    std::vector<int> replayed;  // the group's members among the replayed ranks
+    for (int m : key.first) {
+      if (m < n) replayed.push_back(m);
+    }
+    if (reached[i] != replayed) {
+      std::vector<int> missing, outside;
+      std::set_difference(replayed.begin(), replayed.end(), reached[i].begin(), reached[i].end(),
+                          std::back_inserter(missing));
+      std::set_difference(reached[i].begin(), reached[i].end(), replayed.begin(), replayed.end(),
+                          std::back_inserter(outside));
+      const std::string what = "collective #" + std::to_string(key.second + 1) + " of the group of ranks " +
+                               rank_list(key.first) + " ('" + first_name[i] + "' on rank " +
+                               std::to_string(reached[i].front()) + ") ";
+      if (missing.empty()) {
+        return Status::failed_precondition(what + "is run by rank " + rank_list(outside) +
+                                           ", which is not in that group");
+      }
+      return Status::failed_precondition(what + "is never reached by rank" +
+                                         (missing.size() > 1 ? "s " : " ") + rank_list(missing) +
+                                         ": the traces ran different collectives");
+    }
+    meet.parties[i] = static_cast<int>(replayed.size());
+  }
+  // Each rank reaches its meeting points in task order: where two ranks reach two of them in opposite
+  // orders, each would wait for the other (NCCL would hang too, on one stream).
+  std::vector<std::vector<int>> next(points.size());
+  std::vector<int> before(points.size(), 0);
+  for (const auto& ids : meet.point) {
+    int last = -1;
+    for (int p : ids) {
+      if (p < 0) continue;
+      if (last >= 0) {
+        next[static_cast<std::size_t>(last)].push_back(p);
+        ++before[static_cast<std::size_t>(p)];
+      }
+      last = p;
+    }
+  }
+  std::vector<int> ready;
+  for (std::size_t p = 0; p < points.size(); ++p) {
+    if (before[p] == 0) ready.push_back(static_cast<int>(p));
+  }
+  std::size_t ordered = 0;
+  while (!ready.empty()) {
+    const int p = ready.back();
+    ready.pop_back();
+    ++ordered;
+    for (int q : next[static_cast<std::size_t>(p)]) {
+      if (--before[static_cast<std::size_t>(q)] == 0) ready.push_back(q);
+    }
+  }
+  if (ordered < points.size()) {
+    std::size_t stuck = 0;
+    while (before[stuck] == 0) ++stuck;
+    return Status::failed_precondition(
+        "the ranks reach their collectives in different orders ('" + first_name[stuck] +
+        "' among them): replayed together, they would wait for each other forever");
+  }
+  return meet;
+}
+
+double collective_wait_s(const Schedule& s, const RunResult& run) {
+  // Each lane's tasks by start: a task could start once the one before it on its lane had ended.
+  std::map<std::pair<int, int>, std::vector<int>> lanes;
+  for (const Task& t : s.tasks) {
+    if (t.resource != Resource::kNone) lanes[{static_cast<int>(t.resource), t.lane}].push_back(t.id);
+  }
+  double wait = 0;
+  for (auto& [lane, ids] : lanes) {
+    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
+      return run.timing[static_cast<std::size_t>(a)].start_s <
+             run.timing[static_cast<std::size_t>(b)].start_s;
+    });
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const Task& t = s.tasks[static_cast<std::size_t>(ids[i])];
+      if (t.kind != TaskKind::kCollective) continue;
+      double ready = t.release_s;
+      for (int d : t.deps) ready = std::max(ready, run.timing[static_cast<std::size_t>(d)].end_s);
+      if (i > 0) ready = std::max(ready, run.timing[static_cast<std::size_t>(ids[i - 1])].end_s);
+      wait += std::max(0.0, run.timing[static_cast<std::size_t>(t.id)].start_s - ready);
+    }
+  }
+  return wait;
+}
+
+Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
+                                     const HardwareSpec& hw) {
+  std::vector<Schedule> runs;
+  for (const Schedule* s : ranks) runs.push_back(*s);
+  std::vector<double> at(meet.parties.size(), 0.0);  // when each meeting point's last rank arrived
+  JointRun out;
+  for (out.rounds = 1; out.rounds <= static_cast<int>(at.size()) + 2; ++out.rounds) {
+    out.ranks.clear();
+    std::vector<double> next(at.size(), 0.0);
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      Schedule& s = runs[r];
+      for (Task& t : s.tasks) {
+        const int p = meet.point[r][static_cast<std::size_t>(t.id)];
+        if (p >= 0)
+          t.release_s = std::max(ranks[r]->tasks[static_cast<std::size_t>(t.id)].release_s,
+                                 at[static_cast<std::size_t>(p)]);
+      }
+      ReferenceExecutor exec(hw, s.ranks_per_node);
+      auto run = run_schedule(s, exec);
+      if (!run.is_ok()) return run.status();
+      for (const Task& t : s.tasks) {
+        const int p = meet.point[r][static_cast<std::size_t>(t.id)];
+        if (p >= 0) {
+          double& n = next[static_cast<std::size_t>(p)];
+          n = std::max(n, run->timing[static_cast<std::size_t>(t.id)].start_s);
+        }
+      }
+      out.ranks.push_back(std::move(*run));
+    }
+    bool settled = true;
+    for (std::size_t p = 0; p < at.size(); ++p) settled = settled && next[p] <= at[p] + 1e-12 * (1 + at[p]);
+    at = std::move(next);
+    if (settled) {
+      for (const RunResult& r : out.ranks) out.iteration_s = std::max(out.iteration_s, r.makespan_s);
+      return out;
+    }
+  }
+  return Status::internal("joint replay: the collectives' meeting times did not settle");  // (ordered above)
+}
+
+}  // namespace memwall

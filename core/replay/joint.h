@@ -1,0 +1,49 @@
+// Joint replay of one job's ranks: each rank runs its own measured graph, and a collective starts only once
+// every rank of its process group that is replayed has reached it, so a rank that computes longer holds the
+// others back at the next collective they share, as NCCL does (a per-trace replay runs every rank of the node
+// with the one trace's graph, so it cannot show such waits).
+//
+// Rank r's k-th collective of a process group meets the k-th collective of that group on each of the group's
+// other replayed ranks (the world's group: every rank). Only one node's ranks are replayed (0 to ranks per
+// node - 1, node symmetry as in sim/simulate.h): members on other nodes are taken to arrive with these.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "base/status.h"
+#include "exec/executor.h"
+#include "replay/replay.h"
+#include "spec/hardware_spec.h"
+
+namespace memwall {
+
+// Where the ranks' collectives meet.
+struct Rendezvous {
+  std::vector<std::vector<int>> point;  // per replayed rank: task id -> its meeting point, or -1
+  std::vector<int> parties;             // per meeting point: the replayed ranks that meet there
+};
+
+// Matches the collectives of graphs[0..n-1] (rank r's graph at index r, all of one job). Fails naming the
+// first collective that a member of its group never reaches (the ranks ran different collectives: a joint
+// replay would wait forever).
+Result<Rendezvous> match_collectives(const std::vector<const Schedule*>& ranks,
+                                     const std::vector<const std::map<int, std::vector<int>>*>& group_ranks);
+
+// Time each rank spent in the run with a collective ready to start (its dependencies done, its launch
+// reached, its lane free) but held back until the other ranks of its group reached it.
+double collective_wait_s(const Schedule& s, const RunResult& run);
+
+struct JointRun {
+  std::vector<RunResult> ranks;  // each rank's timings, on one clock
+  double iteration_s = 0;        // the last rank's end
+  int rounds = 0;                // reference executor: runs until the meeting times settled
+};
+
+// The joint replay on the reference executor: each rank runs alone (the executor has no contention across
+// ranks), with every collective released at the latest time any of its ranks reached it, run again until
+// those times settle (they only grow, and each round settles at least the earliest collective still moving).
+Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
+                                     const HardwareSpec& hw);
+
+}  // namespace memwall
