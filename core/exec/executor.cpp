@@ -147,7 +147,8 @@ void ReferenceExecutor::start(int r, int lane, const Task& t) {
   if (is_nvme_lane(r)) advance_nvme(st.now);
   State::Lane& l = st.lanes[{r, lane}];
   l.busy = true;
-  const double start = std::max(st.now, t.release_s);
+  double start = std::max(st.now, t.release_s);
+  if (gate_) start = std::max(start, gate_(t, start));
   l.running = {t.id, start, start + duration(t)};
   if (is_nvme_lane(r)) {
     l.running.transfer_from = start + t.delay_s + hw_.nvme.latency_s;

@@ -6,6 +6,7 @@
 // never asks which executor it has.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "base/status.h"
@@ -61,6 +62,11 @@ class ReferenceExecutor final : public Executor {
   // The duration this executor gives a task (seconds).
   double duration(const Task& task) const;
 
+  // Called as a task is about to start at `ready` (its lane free, its release reached): returns when it starts
+  // instead (no earlier). The joint replay's collectives wait there for the other ranks (replay/joint.h).
+  using StartGate = std::function<double(const Task& task, double ready)>;
+  void set_start_gate(StartGate gate) { gate_ = std::move(gate); }
+
  private:
   struct State;
   void start(int resource, int lane, const Task& task);
@@ -70,6 +76,7 @@ class ReferenceExecutor final : public Executor {
   std::unique_ptr<State> state_;
   const HardwareSpec hw_;
   const int ranks_per_node_;
+  StartGate gate_;
 };
 
 struct RunResult {

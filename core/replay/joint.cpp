@@ -1,9 +1,12 @@
 #include "replay/joint.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <iterator>
+#include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 
 namespace memwall {
 
@@ -139,8 +142,71 @@ double collective_wait_s(const Schedule& s, const RunResult& run) {
   return wait;
 }
 
-Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
-                                     const HardwareSpec& hw) {
+namespace {
+
+// The ranks' meeting points as their runs reach them, one thread per rank: a rank's run stops at a collective
+// until the point's last rank arrives. Stuck: every rank still running waits at a point another one never
+// reaches first (a rank holds its other lanes while it waits, so ranks that meet two groups' collectives on
+// different streams in different orders can stop each other); the runs then finish without waiting and are
+// thrown away.
+class Meetings {
+ public:
+  Meetings(const Rendezvous& meet, int ranks)
+      : meet_(meet),
+        arrived_(meet.parties.size(), 0),
+        waiting_(meet.parties.size(), 0),
+        at_(meet.parties.size(), 0.0),
+        running_(ranks) {}
+
+  double arrive(int rank, const Task& t, double ready) {
+    const int p = meet_.point[static_cast<std::size_t>(rank)][static_cast<std::size_t>(t.id)];
+    if (p < 0) return ready;
+    const auto i = static_cast<std::size_t>(p);
+    std::unique_lock<std::mutex> lock(mu_);
+    at_[i] = std::max(at_[i], ready);
+    if (++arrived_[i] == meet_.parties[i]) {
+      blocked_ -= waiting_[i];
+      waiting_[i] = 0;
+      cv_.notify_all();
+      return at_[i];
+    }
+    ++waiting_[i];
+    ++blocked_;
+    check_stuck();
+    cv_.wait(lock, [&] { return arrived_[i] == meet_.parties[i] || stuck_; });
+    return at_[i];
+  }
+
+  void finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    check_stuck();
+  }
+
+  bool stuck() const { return stuck_; }
+
+ private:
+  void check_stuck() {
+    if (running_ > 0 && blocked_ == running_ && !stuck_) {
+      stuck_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  const Rendezvous& meet_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> arrived_, waiting_;
+  std::vector<double> at_;
+  int running_, blocked_ = 0;
+  bool stuck_ = false;
+};
+
+// Rounds instead of threads: each rank runs alone with every collective released at the latest time any of
+// its ranks reached it in the round before, until those times settle (they only grow; each round settles at
+// least the earliest still moving, so this takes up to one round per meeting point).
+Result<JointRun> run_joint_rounds(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
+                                  const HardwareSpec& hw) {
   std::vector<Schedule> runs;
   for (const Schedule* s : ranks) runs.push_back(*s);
   std::vector<double> at(meet.parties.size(), 0.0);  // when each meeting point's last rank arrived
@@ -177,6 +243,35 @@ Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, 
     }
   }
   return Status::internal("joint replay: the collectives' meeting times did not settle");  // (ordered above)
+}
+
+}  // namespace
+
+Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
+                                     const HardwareSpec& hw) {
+  const int n = static_cast<int>(ranks.size());
+  Meetings meetings(meet, n);
+  std::vector<Result<RunResult>> runs(ranks.size(), Status::internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const Schedule& s = *ranks[static_cast<std::size_t>(r)];
+      ReferenceExecutor exec(hw, s.ranks_per_node);
+      exec.set_start_gate([&](const Task& t, double ready) { return meetings.arrive(r, t, ready); });
+      runs[static_cast<std::size_t>(r)] = run_schedule(s, exec);
+      meetings.finished();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (meetings.stuck()) return run_joint_rounds(ranks, meet, hw);
+  JointRun out;
+  out.rounds = 1;
+  for (auto& run : runs) {
+    if (!run.is_ok()) return run.status();
+    out.iteration_s = std::max(out.iteration_s, run->makespan_s);
+    out.ranks.push_back(std::move(*run));
+  }
+  return out;
 }
 
 }  // namespace memwall

@@ -37,12 +37,13 @@ double collective_wait_s(const Schedule& s, const RunResult& run);
 struct JointRun {
   std::vector<RunResult> ranks;  // each rank's timings, on one clock
   double iteration_s = 0;        // the last rank's end
-  int rounds = 0;                // reference executor: runs until the meeting times settled
+  int rounds = 0;                // reference executor: 1, or the rounds it took
 };
 
-// The joint replay on the reference executor: each rank runs alone (the executor has no contention across
-// ranks), with every collective released at the latest time any of its ranks reached it, run again until
-// those times settle (they only grow, and each round settles at least the earliest collective still moving).
+// The joint replay on the reference executor (which has no contention across ranks): the ranks run at once,
+// one thread each, a collective starting when the last rank of its meeting point is ready to start it. Where
+// that stalls (ranks that meet two groups on different streams in different orders), rounds of runs with
+// each collective released when its last rank arrived in the round before, until those times settle.
 Result<JointRun> run_joint_reference(const std::vector<const Schedule*>& ranks, const Rendezvous& meet,
                                      const HardwareSpec& hw);
 

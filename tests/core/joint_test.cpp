@@ -51,6 +51,7 @@ TEST(JointReplay, RanksWaitAtEachCollectiveForTheLastToArrive) {
   EXPECT_EQ(meet->point[0][0], -1);
   auto run = run_joint_reference(ptrs, *meet, hw);
   ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  EXPECT_EQ(run->rounds, 1);  // the ranks' runs at once
   const double ar = ReferenceExecutor(hw, 3).duration(ranks[0].tasks[1]);
   // First all-reduce when rank 1 arrives (3 ms), second when rank 0 does (3 ms + ar + 4 ms).
   const double second = 3e-3 + ar + 4e-3;
@@ -94,6 +95,39 @@ TEST(JointReplay, ProcessGroupsMeetOnlyTheirOwnRanks) {
   EXPECT_NEAR(collective_wait_s(ranks[2], run->ranks[2]), 4e-3, 1e-12);
   EXPECT_NEAR(run->ranks[2].makespan_s, run->ranks[3].makespan_s, 1e-12);
   EXPECT_LT(run->ranks[0].makespan_s, run->ranks[2].makespan_s - 3.9e-3);
+}
+
+// Two streams per rank, each a GEMM then a collective: rank 0's first stream is ready first, rank 1's second.
+// A rank's run waiting at one collective holds its other stream, so run together the two would stop each
+// other; the rounds find the meeting times instead: both collectives start when their last rank is ready.
+TEST(JointReplay, CollectivesOnTwoStreamsMetInDifferentTimeOrders) {
+  auto rank = [](double first_s, double second_s) {
+    Schedule s;
+    s.ranks = s.data_parallel = s.ranks_per_node = 2;
+    for (int lane = 0; lane < 2; ++lane) {
+      Task c = testing::compute_task(2 * lane, lane);
+      c.measured_s = lane == 0 ? first_s : second_s;
+      s.tasks.push_back(c);
+      Task a = collective(2 * lane + 1, 1e6);
+      a.group = 2;
+      a.lane = lane;
+      a.deps = {c.id};
+      s.tasks.push_back(a);
+    }
+    return s;
+  };
+  const Schedule a = rank(1e-3, 5e-3), b = rank(5e-3, 1e-3);
+  auto meet = match_collectives({&a, &b}, {nullptr, nullptr});
+  ASSERT_TRUE(meet.is_ok()) << meet.status().to_string();
+  auto run = run_joint_reference({&a, &b}, *meet, testing::simple_hardware(2, 32e9));
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  EXPECT_GT(run->rounds, 1);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(run->ranks[static_cast<std::size_t>(r)].timing[1].start_s, 5e-3, 1e-12) << r;
+    EXPECT_NEAR(run->ranks[static_cast<std::size_t>(r)].timing[3].start_s, 5e-3, 1e-12) << r;
+  }
+  EXPECT_NEAR(collective_wait_s(a, run->ranks[0]), 4e-3, 1e-12);
+  EXPECT_NEAR(collective_wait_s(b, run->ranks[1]), 4e-3, 1e-12);
 }
 
 TEST(JointReplay, RefusesTracesThatRanDifferentCollectives) {
