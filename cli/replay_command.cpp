@@ -61,7 +61,7 @@ int run_replay(const ReplayOptions& opt) {
       std::printf("  what if %s: %.4f s/iteration (%.2fx)\n", what_ifs.c_str(),
                   row["what_if_iteration_s"].get<double>(), row["what_if_speedup"].get<double>());
     }
-    if (first && !opt.req.trace_out.empty())
+    if (first && !opt.req.trace_out.empty() && !(*out)["joint"].is_object())
       std::printf("  trace of the replay: %s\n", opt.req.trace_out.c_str());
     first = false;
   }
@@ -89,6 +89,8 @@ int run_replay(const ReplayOptions& opt) {
       std::printf("  what if %s: %.4f s/iteration (%.2fx)\n", what_ifs.c_str(),
                   joint["what_if_iteration_s"].get<double>(), joint["what_if_speedup"].get<double>());
     }
+    if (!opt.req.trace_out.empty())
+      std::printf("  trace of the replay (every rank): %s\n", opt.req.trace_out.c_str());
   }
   return kExitOk;
 }
@@ -114,7 +116,8 @@ void register_replay(CLI::App& app, int& exit_code) {
   cmd->add_option("--steps", opt->req.steps,
                   "Steps a:b of the trace to use (0-based, b exclusive; default all)");
   cmd->add_option("--trace", opt->req.trace_out,
-                  "Write the replayed run of the first trace as a memwall trace");
+                  "Write the replayed run as a memwall trace: every rank's where they are replayed together, "
+                  "else the first trace's");
   cmd->add_flag("--fast", opt->req.fast, "The closed-form reference executor instead of SimGrid");
   cmd->add_flag("--json", opt->json, "One JSON document");
   cmd->callback([opt, &exit_code] { exit_code = run_replay(*opt); });

@@ -229,6 +229,14 @@ struct Replayed {
 struct JointTimes {
   double iteration_s = 0;
   std::vector<double> end_s, wait_s;
+  std::vector<RunResult> runs;  // each rank's task timings
+};
+
+// The joint replay's ranks and runs, for --trace.
+struct JointTrace {
+  std::vector<const ReplayGraph*> ranks;
+  std::vector<RunResult> runs;
+  const HardwareSpec* hw = nullptr;
 };
 
 Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const HardwareSpec& hw,
@@ -244,6 +252,7 @@ Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const
       out.end_s.push_back(r->ranks[i].makespan_s);
       out.wait_s.push_back(collective_wait_s(*schedules[i], r->ranks[i]));
     }
+    out.runs = std::move(r->ranks);
     return out;
   }
 #if MEMWALL_WITH_SIMGRID
@@ -255,6 +264,8 @@ Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const
   out.iteration_s = r->iteration_s;
   out.end_s = r->rank_end_s;
   out.wait_s = r->rank_collective_wait_s;
+  out.runs.push_back(std::move(r->rank0));
+  for (RunResult& other : r->other_ranks) out.runs.push_back(std::move(other));
   return out;
 #else
   (void)hw;
@@ -265,9 +276,9 @@ Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const
 
 // The joint replay of one job's ranks (replay/joint.h), where the traces are those of every rank of its first
 // node: null (and a note saying why) where they are not, or their collectives do not match.
-// `why_not`: why there is none, where there could be.
+// `why_not`: why there is none, where there could be; `trace`: the ranks and their runs.
 Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& what_ifs, bool fast,
-                          std::string& why_not, std::FILE* log) {
+                          std::string& why_not, JointTrace& trace, std::FILE* log) {
   auto note = [&](const std::string& why) {
     if (log != nullptr) std::fprintf(log, "memwall: note: no joint replay of the ranks: %s\n", why.c_str());
     why_not = why;
@@ -322,6 +333,7 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
               {"slowest_rank", slowest},
               {"rank_iteration_s", base->end_s},
               {"collective_wait_s", base->wait_s}};
+  trace = {node, std::move(base->runs), &hw};
   if (!what_ifs.changes.empty()) {
     std::vector<ReplayGraph> changed;
     HardwareSpec hw2 = hw;
@@ -359,6 +371,7 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
 Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
   auto what_ifs = parse_what_ifs(req.what_ifs);
   if (!what_ifs.is_ok()) return what_ifs.status();
+  if (!req.trace_out.empty()) MW_RETURN_IF_ERROR(prepare_output("--trace", req.trace_out, false));
   Diagnostics diag;
   int first = 0, last = -1;
   if (!req.steps.empty()) {
@@ -378,6 +391,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
   if (files.empty()) return Status::invalid_argument("no .json, .json.gz or .et traces in the arguments");
   ChakraGroupCache chakra_groups_read;  // a Chakra job's process groups, read once for all its ranks
   std::vector<Replayed> replayed_traces;
+  RunResult first_run;  // the first trace's replay, for --trace
   for (const std::string& path : files) {
     std::string hardware_json;
     int gas = 1;
@@ -441,17 +455,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
       row["what_if_iteration_s"] = w->first;
       row["what_if_speedup"] = replayed / w->first;
     }
-    if (rows.empty() && !req.trace_out.empty()) {
-      Inputs in;
-      in.hw = hw;
-      // The replayed tasks, plus the measured memory timeline of the step (PyTorch profiler traces).
-      MW_RETURN_IF_ERROR(write_trace_file(req.trace_out, req.fast ? "reference" : "simgrid", "replay",
-                                          g->schedule.ranks, in, in.run, row.dump(),
-                                          [&](trace::TraceWriter& w) {
-                                            export_run_trace(g->schedule, base->second, 0, w);
-                                            for (const auto& c : g->memory) w.counter(c);
-                                          }));
-    }
+    if (rows.empty()) first_run = std::move(base->second);
     rows.push_back(row);
     // The rank's collectives in order (kind and bytes), to match them across ranks.
     std::vector<std::pair<CollectiveKind, double>> seq;
@@ -480,8 +484,33 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
     mismatches.push_back(what);
   }
   std::string no_joint;
-  auto joint = joint_replay(replayed_traces, *what_ifs, req.fast, no_joint, log);
+  JointTrace joint_trace;
+  auto joint = joint_replay(replayed_traces, *what_ifs, req.fast, no_joint, joint_trace, log);
   if (!joint.is_ok()) return joint.status();
+  if (!req.trace_out.empty()) {
+    const char* executor = req.fast ? "reference" : "simgrid";
+    Inputs in;
+    if (joint->is_object()) {
+      // Every rank of the joint replay, each its own track group (pid = rank).
+      in.hw = *joint_trace.hw;
+      MW_RETURN_IF_ERROR(write_trace_file(
+          req.trace_out, executor, "replay", joint_trace.ranks[0]->schedule.ranks, in, in.run, joint->dump(),
+          [&](trace::TraceWriter& w) {
+            for (std::size_t r = 0; r < joint_trace.ranks.size(); ++r)
+              export_run_trace(joint_trace.ranks[r]->schedule, joint_trace.runs[r], static_cast<int>(r), w);
+          }));
+    } else {
+      // The first trace's replayed tasks, plus the measured memory timeline of its step (PyTorch profiler
+      // traces).
+      const Replayed& lead = replayed_traces.front();
+      in.hw = lead.hw;
+      MW_RETURN_IF_ERROR(write_trace_file(req.trace_out, executor, "replay", lead.graph.schedule.ranks, in,
+                                          in.run, rows.front().dump(), [&](trace::TraceWriter& w) {
+                                            export_run_trace(lead.graph.schedule, first_run, 0, w);
+                                            for (const auto& c : lead.graph.memory) w.counter(c);
+                                          }));
+    }
+  }
   json out = {{"replay", rows}, {"unmatched_collectives", mismatches}, {"joint", *joint}};
   if (!no_joint.empty()) out["joint_not_replayed"] = no_joint;
   return out;

@@ -16,7 +16,7 @@ struct ReplayRequest {
   std::string hardware;             // scenario name or file; empty: each trace's own (memwall traces)
   std::vector<std::string> what_ifs;
   std::string steps;      // "a:b", 0-based, b exclusive; empty: all
-  std::string trace_out;  // write the first trace's replayed run here
+  std::string trace_out;  // write the replayed run here: the ranks together's, else the first trace's
   bool fast = false;      // the reference executor instead of SimGrid
 };
 

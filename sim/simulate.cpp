@@ -275,6 +275,7 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   result.rank_collective_wait_s.assign(static_cast<std::size_t>(rpn), 0.0);
   std::vector<sg4::BarrierPtr> barriers(opt.rendezvous != nullptr ? opt.rendezvous->parties.size() : 0);
   std::vector<bool> finished(static_cast<std::size_t>(rpn), false);
+  if (joint) result.other_ranks.resize(static_cast<std::size_t>(rpn - 1));
   const auto wall_start = std::chrono::steady_clock::now();
   Status failure;
   std::vector<double> rank_time(rpn, 0);
@@ -304,7 +305,11 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
           }
           result.rank_end_s[static_cast<std::size_t>(r)] = run->makespan_s;
           result.rank_collective_wait_s[static_cast<std::size_t>(r)] = collective_wait_s(mine, *run);
-          if (r == 0) result.rank0 = std::move(*run);
+          if (r == 0) {
+            result.rank0 = std::move(*run);
+          } else if (joint) {
+            result.other_ranks[static_cast<std::size_t>(r - 1)] = std::move(*run);
+          }
         }
       }
       rank_time[r] = sg4::Engine::get_clock();
@@ -405,6 +410,13 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
       write_all(fds[1], r->rank0.timing.data(), r->rank0.timing.size() * sizeof(Completion));
       write_all(fds[1], r->rank_end_s.data(), r->rank_end_s.size() * sizeof(double));
       write_all(fds[1], r->rank_collective_wait_s.data(), r->rank_collective_wait_s.size() * sizeof(double));
+      for (const RunResult& other :
+           r->other_ranks) {  // (joint replay) each: its task count, makespan, timings
+        const std::uint64_t n = other.timing.size();
+        write_all(fds[1], &n, sizeof n);
+        write_all(fds[1], &other.makespan_s, sizeof other.makespan_s);
+        write_all(fds[1], other.timing.data(), n * sizeof(Completion));
+      }
     }
     ::close(fds[1]);
     std::fflush(nullptr);
@@ -429,6 +441,20 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
         !read_all(fds[0], out.rank_end_s.data(), ranks * sizeof(double)) ||
         !read_all(fds[0], out.rank_collective_wait_s.data(), ranks * sizeof(double)))
       status = Status::internal("simulation result truncated");
+    if (!opt.rank_schedules.empty() && ranks > 0) out.other_ranks.resize(ranks - 1);
+    for (RunResult& other : out.other_ranks) {
+      std::uint64_t n = 0;
+      if (!status.is_ok() || !read_all(fds[0], &n, sizeof n) ||
+          !read_all(fds[0], &other.makespan_s, sizeof other.makespan_s)) {
+        status = Status::internal("simulation result truncated");
+        break;
+      }
+      other.timing.resize(n);
+      if (!read_all(fds[0], other.timing.data(), n * sizeof(Completion))) {
+        status = Status::internal("simulation result truncated");
+        break;
+      }
+    }
     out.rank0.makespan_s = h.makespan_s;
     std::copy(std::begin(h.busy), std::end(h.busy), out.rank0.busy_s);
     std::copy(std::begin(h.node_busy), std::end(h.node_busy), out.node_busy_s);

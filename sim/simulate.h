@@ -42,6 +42,7 @@ struct SimulationResult {
   // Per simulated rank: the end of its last task, and the time its collectives were held back for other
   // ranks (collective_wait_s; joint replay).
   std::vector<double> rank_end_s, rank_collective_wait_s;
+  std::vector<RunResult> other_ranks;  // joint replay: ranks 1, 2, ...'s task timings (without busy times)
 };
 
 // Runs the simulation in a child process (SimGrid allows one engine per process), so it can be called any

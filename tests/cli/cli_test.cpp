@@ -2625,9 +2625,19 @@ TEST(CliReplay, RanksReplayedTogetherWaitForTheSlowestAtCollectives) {
     EXPECT_LT(rows.at(2).at("replayed_iteration_s").get<double>(), end[2] - 1.5e-3) << fast;
     EXPECT_GT(joint.at("what_if_speedup").get<double>(), 1.0) << fast;
   }
-  // The text output says it; a rank missing or one trace: no joint replay (a note says why).
-  CmdResult r = memwall("replay " + dir.string() + " --hardware dgx2 --fast");
+  // The text output says it, and --trace has every rank's replay; a rank missing or one trace: no joint
+  // replay (a note says why).
+  const std::string trace = test_path("chakra-joint-replay.json").string();
+  CmdResult r = memwall("replay " + dir.string() + " --hardware dgx2 --fast --trace " + trace);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace of the replay (every rank): " + trace), std::string::npos) << r.output;
+  std::set<int> pids;
+  std::ifstream trace_in(trace);
+  const nlohmann::json written = nlohmann::json::parse(trace_in);
+  for (const auto& e : written.at("traceEvents")) {
+    if (e.contains("pid") && e.value("ph", "") == "X") pids.insert(e.at("pid").get<int>());
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
   EXPECT_NE(r.output.find("ranks 0 to 3 together on dgx2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("slowest rank 2"), std::string::npos) << r.output;
   r = memwall("replay " + (dir / "job.0.et").string() + " " + (dir / "job.1.et").string() +
