@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "exec/executor.h"
 #include "exec/trace_export.h"
+#include "memory/bandwidth_model.h"
 #include "replay/chakra.h"
 #include "replay/joint.h"
 #include "replay/kineto.h"
@@ -201,6 +202,22 @@ std::vector<std::string> expand(const std::vector<std::string>& args) {
   return out;
 }
 
+// A collective across nodes needs the hardware's network (without one it would take forever).
+Status check_network(const ReplayGraph& g, const HardwareSpec& hw, const std::string& path) {
+  if (hw.network.node_Bps() > 0) return Status::ok();
+  for (const Task& t : g.schedule.tasks) {
+    if (t.kind == TaskKind::kCollective && t.group > 1 && group_span(hw, t.group, t.group_nodes).nodes > 1) {
+      return Status::invalid_argument(path + ": its collectives span " + std::to_string(t.group) +
+                                      " ranks, more than the " + std::to_string(hw.gpu.count) +
+                                      " GPU(s) per node of hardware '" + hw.name +
+                                      "', which has no network (network.nics, network.nic_Bps): replay it on "
+                                      "hardware with gpu.count >= " +
+                                      std::to_string(t.group) + " or a network");
+    }
+  }
+  return Status::ok();
+}
+
 // Iteration time of a graph on hardware: SimGrid (or the closed-form reference executor with --fast).
 Result<std::pair<double, RunResult>> run_graph(const ReplayGraph& g, const HardwareSpec& hw, bool fast) {
   if (fast) {
@@ -288,6 +305,10 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
   const int world = traces[0].graph.ranks;
   if (world < 2) return json(nullptr);
   const int rpn = traces[0].graph.schedule.ranks_per_node;
+  if (rpn < 2) {
+    return note("one rank per node on " + traces[0].hw.name +
+                " (its gpu.count): the ranks' collectives cross nodes, which are taken to run alike");
+  }
   std::vector<const ReplayGraph*> node(static_cast<std::size_t>(rpn), nullptr);
   const HardwareSpec* rank0_hw = nullptr;  // rank 0's trace's hardware (or --hardware)
   for (const Replayed& t : traces) {
@@ -414,6 +435,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
       hw = std::move(*h);
     }
     place_ranks(hw, *g);
+    MW_RETURN_IF_ERROR(check_network(*g, hw, path));
     auto base = run_graph(*g, hw, req.fast);
     if (!base.is_ok()) return base.status();
     const double measured = g->measured_iteration_s, replayed = base->first;
@@ -450,6 +472,7 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
       ReplayGraph g2 = *g;
       MW_RETURN_IF_ERROR(apply_what_ifs(what_ifs->changes, what_ifs->gpu.get(), hw2, g2));
       place_ranks(hw2, g2);
+      MW_RETURN_IF_ERROR(check_network(g2, hw2, path + " (with the what-ifs)"));
       auto w = run_graph(g2, hw2, req.fast);
       if (!w.is_ok()) return w.status();
       row["what_if_iteration_s"] = w->first;

@@ -2500,6 +2500,22 @@ TEST(CliReplay, ReadsChakraExecutionTraces) {
     EXPECT_GT(j.at(rank).at("what_if_speedup").get<double>(), 1.05);
   }
   EXPECT_TRUE(parse_json(r.output).at("unmatched_collectives").empty());
+  // On one GPU per node without a network (a calibrated single machine), the all-reduce has no way to go.
+  std::ifstream dgx2(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/hardware/dgx2.json");
+  nlohmann::json one_gpu = nlohmann::json::parse(dgx2);
+  one_gpu["name"] = "one-gpu";
+  one_gpu["gpu"]["count"] = 1;
+  for (auto& level : one_gpu["pcie"]["switches"]) level["gpus_per_switch"] = 1;
+  one_gpu.erase("network");
+  const std::string one_gpu_path = write_file("one-gpu.json", one_gpu.dump());
+  for (const char* executor : {" --fast", ""}) {
+    r = memwall("replay " + (dir / "llm.1.et").string() + " --hardware " + one_gpu_path + executor);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("llm.1.et: its collectives span 12 ranks, more than the 1 GPU(s) per node of "
+                            "hardware 'one-gpu', which has no network (network.nics, network.nic_Bps)"),
+              std::string::npos)
+        << r.output;
+  }
   r = memwall("replay " + (dir / "llm.1.et").string() + " --hardware dgx2");  // SimGrid
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Chakra execution trace 0.0.4, rank 1 of 12: 2 nodes"), std::string::npos)
