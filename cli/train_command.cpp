@@ -141,6 +141,14 @@ std::string default_cache_dir() {
 // The model file must describe the architecture memwall's GPT implements.
 Status check_model(const ModelSpec& m) {
   const std::string where = "model " + m.name + ": ";
+  for (const char* other : {"opt", "gpt_neox", "falcon", "bloom", "phi"}) {
+    if (m.model_type == other) {
+      return Status::invalid_argument(
+          where + "model_type " + other +
+          " is not supported by memwall train (it takes GPT-2's shape and Llama's); "
+          "memwall predict and simulate take it");
+    }
+  }
   if (m.moe()) {
     return Status::invalid_argument(
         where + std::to_string(m.experts) +
@@ -186,6 +194,10 @@ Status check_model(const ModelSpec& m) {
   if (m.ffn_hidden != 4 * m.hidden) {
     return Status::invalid_argument(where + "memwall train needs n_inner = 4 * n_embd, got " +
                                     std::to_string(m.ffn_hidden));
+  }
+  if (!model::is_gelu_tanh(m.mlp_act)) {
+    return Status::invalid_argument(where + "activation_function \"" + m.mlp_act +
+                                    "\" is not supported by memwall train; allowed: gelu_new");
   }
   return Status::ok();
 }

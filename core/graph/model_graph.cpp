@@ -168,7 +168,9 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     const int e_id = e.id;
     tok = b.param("embed.tokens", m.vocab * hd / mp, -1);
     const int pos =
-        m.position == PositionKind::kLearned ? b.param("embed.positions", m.max_positions * hd, -1) : -1;
+        m.position == PositionKind::kLearned
+            ? b.param("embed.positions", static_cast<double>(m.max_positions + m.position_offset) * hd, -1)
+            : -1;
     GraphOp& e2 = g.ops[e_id];
     if (tok >= 0) e2.params.push_back(tok);
     if (pos >= 0) e2.params.push_back(pos);
@@ -191,6 +193,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     o.bwd_mem_bytes += 2 * pb;
     return &o;
   };
+
+  if (m.embed_norm) norm_op("embed_norm", -1);  // BLOOM's
 
   for (int L = 0; L < m.layers; ++L) {
     const std::string p = strprintf("L%d", L);
@@ -249,7 +253,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
-    norm_op(p + ".ln2", L);
+    if (!m.block_norm_shared) norm_op(p + ".ln2", L);
     // An MLP of `width` inner features per rank: fc1 (gate and up when gated), the activation, fc2.
     const auto mlp = [&](const std::string& name, double width, bool bias) {
       const std::vector<double> fc1 =
@@ -291,7 +295,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       h.fwd_mem_bytes = eb * (T * hd + hd * m.vocab / mp) + h.out_bytes;
       h.bwd_mem_bytes = 2 * h.fwd_mem_bytes;
     } else {
-      b.linear("lm_head", after, hd, {m.vocab / mp}, false, tiles, true);
+      b.linear("lm_head", after, hd, {m.vocab / mp}, m.head_bias, tiles, true);
     }
     GraphOp& loss = b.op("loss", OpKind::kLoss, after);
     loss.fwd_flops = 5 * T * m.vocab / mp;

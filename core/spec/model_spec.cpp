@@ -82,7 +82,11 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   const int L = layers;
   if (vocab > 0) t.push_back({"embed.tokens", static_cast<double>(vocab), hd, 1, true});
   if (position == PositionKind::kLearned && max_positions > 0) {
-    t.push_back({"embed.positions", static_cast<double>(max_positions), hd, 1, false});
+    t.push_back({"embed.positions", static_cast<double>(max_positions + position_offset), hd, 1, false});
+  }
+  if (embed_norm) {
+    t.push_back({"embed.norm.weight", hd, 1, 1, false});
+    t.push_back({"embed.norm.bias", hd, 1, 1, false});
   }
   const bool ln = norm == NormKind::kLayerNorm;
   const bool has_norm = norm != NormKind::kNone;
@@ -100,8 +104,8 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
-  if (has_norm) t.push_back({"block.norm2.weight", hd, 1, L, false});
-  if (ln) t.push_back({"block.norm2.bias", hd, 1, L, false});
+  if (has_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
+  if (ln && !block_norm_shared) t.push_back({"block.norm2.bias", hd, 1, L, false});
   const double ffn = mlp_ffn();
   if (moe()) {  // the router, then each expert's gate, up and down (count: layers x experts)
     const int E = L * experts;
@@ -132,6 +136,8 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
   if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});
+  if (vocab > 0 && !tied_embeddings && head_bias)
+    t.push_back({"lm_head.bias", static_cast<double>(vocab), 1, 1, false});
   return t;
 }
 

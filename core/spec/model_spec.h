@@ -135,6 +135,13 @@ struct ModelSpec {
   // Qwen2-MoE's shared expert: a gated MLP of this many inner features every token goes through besides its
   // routed experts, scaled by a sigmoid gate (a linear of hidden x 1); 0: none.
   int shared_expert_ffn = 0;
+  // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
+  int position_offset = 0;
+  // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
+  // no second norm in the block.
+  bool block_norm_shared = false;
+  bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
+  bool head_bias = false;   // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }
   // The MLP inner features one expert (or the dense MLP) has.

@@ -381,10 +381,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   MW_RETURN_IF_ERROR(r.get_string("model_type", type));
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
-    return r.error(
-        "model_type",
-        "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, "
-        "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, zero-infinity-paper");
+    return r.error("model_type",
+                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, "
+                   "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, opt, gpt_neox, "
+                   "falcon, bloom, "
+                   "phi, zero-infinity-paper");
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -638,11 +639,138 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
               "resid_pdrop", "original_max_position_embeddings"});
+  } else if (type == "opt" || type == "gpt_neox" || type == "falcon" || type == "bloom" || type == "phi") {
+    // Earlier open models, for predict and simulate (memwall train refuses them): LayerNorm with biases on
+    // every linear, a plain MLP; defaults as their transformers configs'. OPT: learned positions with 2 rows
+    // more than max_position_embeddings (its position ids start at 2). GPT-NeoX (Pythia): rotary on
+    // rotary_pct of each head, attention and MLP side by side, an untied head. Falcon: multi-query or grouped
+    // attention, rotary or ALiBi, side by side with one norm (two in the new decoder architecture), no
+    // biases. BLOOM: ALiBi, a LayerNorm of the embeddings. Phi (1, 1.5, 2): partial rotary, one norm for
+    // attention and MLP side by side, an untied head with a bias.
+    const bool opt = type == "opt", neox = type == "gpt_neox", falcon = type == "falcon",
+               bloom = type == "bloom", phi = type == "phi";
+    // Each family's names for the shape (BLOOM's and Falcon's older n_* names too).
+    const char* layers_key = bloom && r.has("n_layer")    ? "n_layer"
+                             : falcon && r.has("n_layer") ? "n_layer"
+                                                          : "num_hidden_layers";
+    const char* heads_key = (bloom || falcon) && r.has("n_head") ? "n_head" : "num_attention_heads";
+    const char* hidden_key = (bloom || falcon) && r.has("n_embed") ? "n_embed" : "hidden_size";
+    m.vocab = opt ? 50272 : neox ? 50432 : falcon ? 65024 : bloom ? 250880 : 51200;
+    m.hidden = opt ? 768 : neox ? 6144 : falcon ? 4544 : bloom ? 64 : 2048;
+    m.layers = opt ? 12 : neox ? 44 : falcon ? 32 : bloom ? 2 : 24;
+    m.heads = opt ? 12 : neox ? 64 : falcon ? 71 : bloom ? 8 : 32;
+    m.max_positions = 2048;  // BLOOM (ALiBi) has no table: its training sequence, a run's default
+    MW_RETURN_IF_ERROR(r.get_int(layers_key, m.layers, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int(hidden_key, m.hidden, 1, 1 << 24));
+    MW_RETURN_IF_ERROR(r.get_int(heads_key, m.heads, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+    if (!bloom) MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 1, 1 << 28));
+    m.kv_heads = m.heads;
+    m.ffn_hidden = opt ? 3072 : neox ? 24576 : phi ? 8192 : 4 * m.hidden;
+    MW_RETURN_IF_ERROR(r.get_int(opt      ? "ffn_dim"
+                                 : falcon ? "ffn_hidden_size"
+                                 : bloom  ? "n_inner"
+                                          : "intermediate_size",
+                                 m.ffn_hidden, 1, 1 << 26));
+    m.norm = NormKind::kLayerNorm;
+    m.gated_mlp = false;
+    m.linear_bias = true;
+    m.tied_embeddings = !(neox || phi);
+    MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+    m.mlp_act = opt ? "relu" : phi ? "gelu_new" : "gelu";
+    MW_RETURN_IF_ERROR(r.get_string(opt      ? "activation_function"
+                                    : falcon ? "activation"
+                                             : "hidden_act",
+                                    m.mlp_act));
+    MW_RETURN_IF_ERROR(
+        r.get_number(opt || neox || phi ? "layer_norm_eps" : "layer_norm_epsilon", m.norm_eps, 0.0, 1.0));
+    m.position = bloom ? PositionKind::kNone : opt ? PositionKind::kLearned : PositionKind::kRotary;
+    if (opt) {
+      m.position_offset = 2;
+      MW_RETURN_IF_ERROR(r.get_bool("enable_bias", m.linear_bias));
+      int proj = m.hidden;
+      MW_RETURN_IF_ERROR(r.get_int("word_embed_proj_dim", proj, 1, 1 << 24));
+      if (proj != m.hidden) {
+        return r.error("word_embed_proj_dim", std::to_string(proj) + " (embeddings projected to and from " +
+                                                  std::to_string(m.hidden) +
+                                                  ", OPT-350m's) is not supported; allowed: hidden_size");
+      }
+      bool pre_norm = true, affine = true;
+      MW_RETURN_IF_ERROR(r.get_bool("do_layer_norm_before", pre_norm));
+      MW_RETURN_IF_ERROR(r.get_bool("layer_norm_elementwise_affine", affine));
+      if (!pre_norm) {
+        return r.error("do_layer_norm_before",
+                       "false (norms after each residual and no final norm, OPT-350m's) is not supported; "
+                       "allowed: true");
+      }
+      if (!affine) return r.error("layer_norm_elementwise_affine", "false is not supported; allowed: true");
+      r.ignore({"dropout", "attention_dropout", "activation_dropout", "layerdrop", "init_std",
+                "scale_embedding", "prefix", "_remove_final_layer_norm", "output_projection"});
+    } else if (neox) {
+      MW_RETURN_IF_ERROR(r.get_number("rotary_pct", m.partial_rotary_factor, 0.0, 1.0));
+      MW_RETURN_IF_ERROR(r.get_number("rotary_emb_base", m.rope_theta, 1.0, 1e12));
+      MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+      bool attention_bias = true;
+      MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
+      if (!attention_bias) {
+        return r.error("attention_bias", "false (biases on the MLP only) is not supported; allowed: true");
+      }
+      MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+      r.ignore({"use_parallel_residual", "classifier_dropout", "attention_dropout", "hidden_dropout",
+                "rotary_emb_base", "use_cache"});
+    } else if (falcon) {
+      bool new_arch = false, multi_query = true, parallel = true, alibi = false;
+      MW_RETURN_IF_ERROR(r.get_bool("new_decoder_architecture", new_arch));
+      MW_RETURN_IF_ERROR(r.get_bool("multi_query", multi_query));
+      MW_RETURN_IF_ERROR(r.get_bool("parallel_attn", parallel));
+      MW_RETURN_IF_ERROR(r.get_bool("alibi", alibi));
+      m.linear_bias = false;
+      MW_RETURN_IF_ERROR(r.get_bool("bias", m.linear_bias));
+      // Key/value heads: num_kv_heads in the new architecture, else one (multi-query) or one per head.
+      m.kv_heads = new_arch ? m.heads : multi_query ? 1 : m.heads;
+      if (new_arch) {  // (n_head_kv: the name before transformers took Falcon in)
+        MW_RETURN_IF_ERROR(r.get_int("n_head_kv", m.kv_heads, 1, 1 << 20));
+        MW_RETURN_IF_ERROR(r.get_int("num_kv_heads", m.kv_heads, 1, 1 << 20));
+      }
+      // One norm before attention and MLP side by side, two in the new architecture (ln_attn, ln_mlp,
+      // unless num_ln_in_parallel_attn is 1) and without side by side.
+      int norms = new_arch ? 2 : parallel ? 1 : 2;
+      if (new_arch) MW_RETURN_IF_ERROR(r.get_int("num_ln_in_parallel_attn", norms, 1, 2));
+      m.block_norm_shared = norms == 1;
+      m.position = alibi ? PositionKind::kNone : PositionKind::kRotary;
+      MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+      MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+      r.ignore({"num_kv_heads", "num_ln_in_parallel_attn", "hidden_dropout", "attention_dropout", "n_head_kv",
+                "apply_residual_connection_post_layernorm"});
+    } else if (bloom) {
+      bool post = false;
+      MW_RETURN_IF_ERROR(r.get_bool("apply_residual_connection_post_layernorm", post));
+      if (post) {
+        return r.error("apply_residual_connection_post_layernorm",
+                       "true is not supported; allowed: false (BLOOM's)");
+      }
+      m.embed_norm = true;
+      r.ignore({"attention_dropout", "hidden_dropout", "attention_softmax_in_fp32", "bias_dropout_fusion",
+                "masked_softmax_fusion", "offset_alibi", "pretraining_tp", "skip_bias_add",
+                "skip_bias_add_qkv", "slow_but_exact", "unk_token_id", "seq_length"});
+    } else {  // phi
+      MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
+      m.partial_rotary_factor = 0.5;
+      MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
+      MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+      MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+      bool qk_layernorm = false;
+      MW_RETURN_IF_ERROR(r.get_bool("qk_layernorm", qk_layernorm));
+      if (qk_layernorm) return r.error("qk_layernorm", "true is not supported; allowed: false");
+      m.block_norm_shared = true;
+      m.head_bias = true;
+      r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
+    }
   } else {
     return r.error("model_type", "\"" + type +
                                      "\" is not supported; allowed: gpt2, llama, mistral, mixtral, qwen2, "
                                      "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, "
-                                     "zero-infinity-paper");
+                                     "opt, gpt_neox, falcon, bloom, phi, zero-infinity-paper");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.

@@ -1639,6 +1639,32 @@ void expect_train_refuses(const std::string& data, const std::string& model_set,
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
+// OPT, BLOOM, Falcon, Pythia and Phi are predicted (as their checkpoints count), not trained: one line.
+TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
+  const std::string data = write_file("earlier.txt", "the cat sat. the cat sat. the cat sat.");
+  for (const auto& [model, type] :
+       {std::pair{"phi-2", "phi"}, std::pair{"opt-175b", "opt"}, std::pair{"falcon-7b", "falcon"},
+        std::pair{"pythia-12b", "gpt_neox"}, std::pair{"bloom-176b", "bloom"}}) {
+    CmdResult r = memwall(std::string("train --steps 1 --data ") + data + " --model " + model);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(std::string("model_type ") + type + " is not supported by memwall train"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(line_count(r.output), 1u) << r.output;
+  }
+  CmdResult r = memwall("predict --model bloom-176b --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("176247271424"), std::string::npos) << r.output.substr(0, 2000);
+  // GPT-2's shape with another activation: refused rather than trained with GELU.
+  r = memwall("train --steps 1 --data " + data +
+              R"( --model gpt-mini --model-set '{"activation_function": "relu"}')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("activation_function \"relu\" is not supported by memwall train; allowed: gelu_new"),
+      std::string::npos)
+      << r.output;
+}
+
 // A mixture of experts is predicted and simulated, not trained or generated: one line each.
 TEST(CliTrain, RefusesAMixtureOfExpertsInOneLine) {
   const std::string data = write_file("moe.txt", "the cat sat. the cat sat. the cat sat.");

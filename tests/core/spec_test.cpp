@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/model_graph.h"
 #include "spec/spec_loader.h"
 #include "test_support.h"
 
@@ -94,6 +95,70 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
                   "key 'mlp_only_layers': [0] (dense MLPs in some layers) is not supported; allowed: []"}}) {
     auto bad = parse_model(base + extra, "moe.json", diag);
     ASSERT_FALSE(bad.is_ok()) << extra;
+    EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
+  }
+}
+
+// Earlier open models, as their checkpoints count: OPT (learned positions with 2 extra rows, ReLU), BLOOM
+// (ALiBi, a norm of the embeddings), Falcon (multi-query, one norm for attention and MLP side by side),
+// Pythia (GPT-NeoX: partial rotary, an untied head), Phi-2 (one norm, an untied head with a bias).
+TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
+  EXPECT_EQ(load_model_scenario("bloom-176b").total_params(), 176247271424.0);
+  EXPECT_EQ(load_model_scenario("falcon-7b").total_params(), 6921720704.0);
+  EXPECT_EQ(load_model_scenario("pythia-12b").total_params(), 11846072320.0);
+  EXPECT_EQ(load_model_scenario("phi-2").total_params(), 2779683840.0);
+  // OPT-175B by the same rule as OPT-125m and OPT-1.3B below: the OPT paper's 175B.
+  EXPECT_EQ(load_model_scenario("opt-175b").total_params(), 174604468224.0);
+  // Falcon-40B: 8 key/value heads of 64 and two norms per block (the new decoder architecture).
+  const ModelSpec falcon40 = load_model_scenario("falcon-40b");
+  EXPECT_EQ(falcon40.kv_heads, 8);
+  EXPECT_FALSE(falcon40.block_norm_shared);
+  EXPECT_EQ(falcon40.params_per_layer(),
+            8192.0 * (8192 + 2 * 8 * 64) + 8192.0 * 8192 + 2 * 4 * 8192.0 * 8192 + 4 * 8192);
+  EXPECT_EQ(load_model_scenario("pythia-12b").partial_rotary_factor, 0.25);
+  EXPECT_EQ(load_model_scenario("bloom-176b").max_positions, 2048);  // the run's default sequence
+
+  Diagnostics diag;
+  // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
+  const std::string opt =
+      R"({"model_type": "opt", "activation_function": "relu", "do_layer_norm_before": true,
+      "enable_bias": true, "max_position_embeddings": 2048, "vocab_size": 50272, )";
+  auto opt125 = parse_model(opt + R"("hidden_size": 768, "ffn_dim": 3072, "num_attention_heads": 12,
+      "num_hidden_layers": 12, "word_embed_proj_dim": 768})",
+                            "opt-125m/config.json", diag);
+  ASSERT_TRUE(opt125.is_ok()) << opt125.status().to_string();
+  EXPECT_EQ(opt125->total_params(), 125239296.0);
+  EXPECT_EQ(opt125->mlp_act, "relu");
+  auto opt13 = parse_model(opt + R"("hidden_size": 2048, "ffn_dim": 8192, "num_attention_heads": 32,
+      "num_hidden_layers": 24})",
+                           "opt-1.3b/config.json", diag);
+  ASSERT_TRUE(opt13.is_ok()) << opt13.status().to_string();
+  EXPECT_EQ(opt13->total_params(), 1315758080.0);
+  auto pythia = parse_model(R"({"model_type": "gpt_neox", "hidden_size": 512, "intermediate_size": 2048,
+      "num_attention_heads": 8, "num_hidden_layers": 6, "vocab_size": 50304, "rotary_pct": 0.25,
+      "max_position_embeddings": 2048, "tie_word_embeddings": false, "use_parallel_residual": true})",
+                            "pythia-70m/config.json", diag);
+  ASSERT_TRUE(pythia.is_ok()) << pythia.status().to_string();
+  EXPECT_EQ(pythia->total_params(), 70426624.0);
+  // The graph the planner runs has the same parameters.
+  for (const char* name : {"bloom-176b", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b"}) {
+    const ModelSpec m = load_model_scenario(name);
+    EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
+  }
+  // What memwall does not model is refused naming the key.
+  for (const auto& [text, needle] :
+       {std::pair{opt + R"("hidden_size": 1024, "ffn_dim": 4096, "num_attention_heads": 16,
+            "num_hidden_layers": 24, "word_embed_proj_dim": 512})",
+                  "key 'word_embed_proj_dim': 512 (embeddings projected to and from 1024, OPT-350m's) is not "
+                  "supported; allowed: hidden_size"},
+        std::pair{opt + R"("do_layer_norm_before": false})",
+                  "key 'do_layer_norm_before': false (norms after"},
+        std::pair{std::string(R"({"model_type": "phi", "qk_layernorm": true})"),
+                  "key 'qk_layernorm': true is not supported; allowed: false"},
+        std::pair{std::string(R"({"model_type": "bloom", "apply_residual_connection_post_layernorm": true})"),
+                  "key 'apply_residual_connection_post_layernorm': true is not supported"}}) {
+    auto bad = parse_model(text, "bad.json", diag);
+    ASSERT_FALSE(bad.is_ok()) << text;
     EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
   }
 }
