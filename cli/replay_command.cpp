@@ -25,6 +25,19 @@ struct ReplayOptions {
   bool json = false;
 };
 
+// "measured ... replayed ... (error)" of a row (a trace's, or the ranks together's); `measured_what` after
+// the measured time, `untimed` after the replayed one where nothing was measured.
+void print_times(const json& row, const char* measured_what, const char* untimed) {
+  const double replayed = row["replayed_iteration_s"].get<double>();
+  if (row["measured_iteration_s"].is_number()) {
+    std::printf("  measured %.4f s/iteration%s, replayed %.4f s (%+.1f%%)\n",
+                row["measured_iteration_s"].get<double>(), measured_what, replayed,
+                100 * row["error"].get<double>());
+  } else {
+    std::printf("  replayed %.4f s/iteration%s\n", replayed, untimed);
+  }
+}
+
 int run_replay(const ReplayOptions& opt) {
   auto out = replay_traces(opt.req, opt.json ? nullptr : stderr);
   if (!out.is_ok()) return report_error(out.status());
@@ -44,13 +57,7 @@ int run_replay(const ReplayOptions& opt) {
                 row["trace"].get<std::string>().c_str(), row["rank"].get<int>(),
                 row["tasks"].get<std::size_t>(), row["steps"][0].get<int>(), row["steps"][1].get<int>(),
                 row["steps_total"].get<int>(), row["hardware"].get<std::string>().c_str());
-    const double replayed = row["replayed_iteration_s"].get<double>();
-    if (row["measured_iteration_s"].is_number()) {
-      std::printf("  measured %.4f s/iteration, replayed %.4f s (%+.1f%%)\n",
-                  row["measured_iteration_s"].get<double>(), replayed, 100 * row["error"].get<double>());
-    } else {
-      std::printf("  replayed %.4f s/iteration (the trace has no timings to compare with)\n", replayed);
-    }
+    print_times(row, "", " (the trace has no timings to compare with)");
     if (row.contains("lanes")) {
       std::string lanes;
       for (const auto& [name, n] : row["lanes"].items())
@@ -70,13 +77,7 @@ int run_replay(const ReplayOptions& opt) {
         "ranks 0 to %d together on %s (each its own trace; a collective starts once its group's ranks "
         "reach it):\n",
         joint["ranks"].get<int>() - 1, joint["hardware"].get<std::string>().c_str());
-    const double replayed = joint["replayed_iteration_s"].get<double>();
-    if (joint["measured_iteration_s"].is_number()) {
-      std::printf("  measured %.4f s/iteration (the slowest rank), replayed %.4f s (%+.1f%%)\n",
-                  joint["measured_iteration_s"].get<double>(), replayed, 100 * joint["error"].get<double>());
-    } else {
-      std::printf("  replayed %.4f s/iteration\n", replayed);
-    }
+    print_times(joint, " (the slowest rank)", "");
     std::string waits;
     const json& wait = joint["collective_wait_s"];
     for (std::size_t r = 0; r < wait.size(); ++r) {
