@@ -486,7 +486,9 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
       if (t.kind == TaskKind::kCollective) seq.emplace_back(t.collective, t.bytes);
     }
     collectives.emplace_back(g->pid, std::move(seq));
-    replayed_traces.push_back({std::move(*g), std::move(hw)});
+    // Kept for the ranks together (those of the first node) and for --trace (the first).
+    if ((g->pid >= 0 && g->pid < g->schedule.ranks_per_node) || replayed_traces.empty())
+      replayed_traces.push_back({std::move(*g), std::move(hw)});
   }
   // Every rank must run the same collectives in the same order, or the real run would have hung or the
   // traces are of different runs.
