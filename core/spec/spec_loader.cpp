@@ -60,6 +60,11 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
   return merged;
 }
 
+// The model_type values parse_model reads.
+constexpr const char* kModelTypes =
+    "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
+    "phi3, opt, gpt_neox, falcon, bloom, phi, zero-infinity-paper";
+
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
   return Status::ok();
@@ -381,11 +386,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   MW_RETURN_IF_ERROR(r.get_string("model_type", type));
   if (type.empty()) type = j.contains("n_layer") ? "gpt2" : (j.contains("num_hidden_layers") ? "llama" : "");
   if (type.empty()) {
-    return r.error("model_type",
-                   "is missing and cannot be inferred; allowed: gpt2, llama, mistral, mixtral, qwen2, "
-                   "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, opt, gpt_neox, "
-                   "falcon, bloom, "
-                   "phi, zero-infinity-paper");
+    return r.error("model_type", std::string("is missing and cannot be inferred; allowed: ") + kModelTypes);
   }
   m.model_type = type;
   // Keys every Hugging Face config carries that do not change the parameter count or memory.
@@ -767,10 +768,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
     }
   } else {
-    return r.error("model_type", "\"" + type +
-                                     "\" is not supported; allowed: gpt2, llama, mistral, mixtral, qwen2, "
-                                     "qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, phi3, "
-                                     "opt, gpt_neox, falcon, bloom, phi, zero-infinity-paper");
+    return r.error("model_type", "\"" + type + "\" is not supported; allowed: " + kModelTypes);
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.
@@ -1270,6 +1268,11 @@ std::string to_json_text(const ModelSpec& m) {
             {"final_softcap", m.final_softcap},
             {"query_scale", m.query_scale},
             {"rope_local_theta", m.rope_local_theta},
+            {"partial_rotary_factor", m.partial_rotary_factor},
+            {"position_offset", m.position_offset},
+            {"block_norm_shared", m.block_norm_shared},
+            {"embed_norm", m.embed_norm},
+            {"head_bias", m.head_bias},
             {"experts", m.experts},
             {"experts_per_token", m.experts_per_token},
             {"expert_ffn", m.moe() ? m.mlp_ffn() : 0},
