@@ -23,6 +23,9 @@ Platform::Platform(const HardwareSpec& hw, int gpus) : hw_(hw) {
   auto* dram =
       zone->create_link("dram", hw.cpu.memory_Bps)->set_sharing_policy(sg4::Link::SharingPolicy::SHARED);
   dram->seal();
+  memory_ = zone->create_host("cpu_memory", 1);
+  zone->add_route(cpu_->get_netpoint(), memory_->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(dram)},
+                  true);
   // PCIe tree: per-GPU links, then one uplink per switch at every level.
   std::vector<sg4::SplitDuplexLink*> pcie(n);
   for (int i = 0; i < n; ++i) {

