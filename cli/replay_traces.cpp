@@ -242,13 +242,6 @@ struct Replayed {
   HardwareSpec hw;
 };
 
-// Each rank's time and its collectives' wait in a joint replay.
-struct JointTimes {
-  double iteration_s = 0;
-  std::vector<double> end_s, wait_s;
-  std::vector<RunResult> runs;  // each rank's task timings
-};
-
 // The joint replay's ranks and runs, for --trace.
 struct JointTrace {
   std::vector<const ReplayGraph*> ranks;
@@ -256,10 +249,16 @@ struct JointTrace {
   const HardwareSpec* hw = nullptr;
 };
 
-Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const HardwareSpec& hw,
-                             const Rendezvous& meet, bool fast) {
+std::vector<const Schedule*> schedules_of(const std::vector<const ReplayGraph*>& ranks) {
   std::vector<const Schedule*> schedules;
   for (const ReplayGraph* g : ranks) schedules.push_back(&g->schedule);
+  return schedules;
+}
+
+}  // namespace
+
+Result<JointTimes> run_joint(const std::vector<const Schedule*>& schedules, const HardwareSpec& hw,
+                             const Rendezvous& meet, bool fast) {
   JointTimes out;
   if (fast) {
     auto r = run_joint_reference(schedules, meet, hw);
@@ -290,6 +289,8 @@ Result<JointTimes> run_joint(const std::vector<const ReplayGraph*>& ranks, const
   return Status::unavailable("memwall was built without SimGrid: use --fast (the reference executor)");
 #endif
 }
+
+namespace {
 
 // The joint replay of one job's ranks (replay/joint.h), where the traces are those of every rank of its first
 // node: null (and a note saying why) where they are not, or their collectives do not match.
@@ -336,7 +337,7 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
   auto meet = match_collectives(schedules, groups);
   if (!meet.is_ok()) return note(meet.status().message());
   const HardwareSpec& hw = *rank0_hw;
-  auto base = run_joint(node, hw, *meet, fast);
+  auto base = run_joint(schedules, hw, *meet, fast);
   if (!base.is_ok()) return base.status();
   double measured = 0;
   bool timed = true;
@@ -368,7 +369,7 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
     if (changed[0].schedule.ranks_per_node == rpn) {
       std::vector<const ReplayGraph*> ptrs;
       for (const ReplayGraph& g : changed) ptrs.push_back(&g);
-      auto w = run_joint(ptrs, hw2, *meet, fast);
+      auto w = run_joint(schedules_of(ptrs), hw2, *meet, fast);
       if (!w.is_ok()) return w.status();
       out["what_if_iteration_s"] = w->iteration_s;
       out["what_if_speedup"] = base->iteration_s / w->iteration_s;

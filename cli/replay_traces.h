@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "exec/executor.h"
+#include "replay/joint.h"
+#include "spec/hardware_spec.h"
 
 namespace memwall::cli {
 
@@ -25,5 +28,18 @@ struct ReplayRequest {
 // "unmatched_collectives":
 // [...]}. What each trace holds and notes go to `log` (nullptr: nowhere).
 Result<nlohmann::json> replay_traces(const ReplayRequest& req, std::FILE* log);
+
+// Each rank's time and its collectives' wait when the ranks run together.
+struct JointTimes {
+  double iteration_s = 0;
+  std::vector<double> end_s, wait_s;
+  std::vector<RunResult> runs;  // each rank's task timings
+};
+
+// Runs one node's ranks together (rank r's schedule at index r), each collective held until every rank of
+// its meeting point has reached it: on SimGrid, or with `fast` on the reference executor
+// (run_joint_reference). Shared by the joint replay and `memwall simulate --straggler`.
+Result<JointTimes> run_joint(const std::vector<const Schedule*>& schedules, const HardwareSpec& hw,
+                             const Rendezvous& meet, bool fast);
 
 }  // namespace memwall::cli

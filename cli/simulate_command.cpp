@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
+#include "replay/joint.h"
+#include "replay_traces.h"
 #include "sim/simgrid_backend.h"
 #include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID
@@ -29,6 +32,65 @@
 namespace memwall::cli {
 
 using nlohmann::json;
+
+namespace {
+
+struct Straggler {
+  int rank = 0;
+  double factor = 1;
+};
+
+// --straggler RANK:FACTOR, RANK one of the simulated node's `rpn` ranks.
+Result<Straggler> parse_straggler(const std::string& text, int rpn) {
+  const auto bad = [&](const std::string& why) {
+    return Status::invalid_argument("--straggler '" + text + "': " + why +
+                                    "; allowed: RANK:FACTOR, RANK 0.." + std::to_string(rpn - 1) +
+                                    " (the simulated node's ranks) and FACTOR 1..100 (how many times as long "
+                                    "its compute takes), e.g. 3:1.2");
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return bad("no ':'");
+  Straggler s;
+  try {
+    std::size_t used = 0;
+    s.rank = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) return bad("the rank is not an integer");
+    const std::string f = text.substr(colon + 1);
+    s.factor = std::stod(f, &used);
+    if (used != f.size()) return bad("the factor is not a number");
+  } catch (const std::exception&) {
+    return bad("not a rank and a factor");
+  }
+  if (s.rank < 0 || s.rank >= rpn) return bad("rank " + std::to_string(s.rank) + " is not on the node");
+  if (!(s.factor >= 1 && s.factor <= 100))
+    return bad("factor " + text.substr(colon + 1) + " is out of range");
+  return s;
+}
+
+// The node's ranks run together, each collective held until the ranks of its group here have reached it,
+// first all alike and then with `who`'s compute `factor` times as long (every node alike, node symmetry).
+Result<json> simulate_straggler(const Schedule& iteration, const HardwareSpec& hw, const Straggler& who,
+                                bool fast) {
+  const Schedule ordered = collectives_in_program_order(iteration);
+  const Rendezvous meet = planned_rendezvous(ordered, hw);
+  std::vector<const Schedule*> ranks(static_cast<std::size_t>(ordered.ranks_per_node), &ordered);
+  auto even = run_joint(ranks, hw, meet, fast);
+  if (!even.is_ok()) return even.status();
+  const Schedule slow = slowed_compute(ordered, who.factor);
+  ranks[static_cast<std::size_t>(who.rank)] = &slow;
+  auto straggling = run_joint(ranks, hw, meet, fast);
+  if (!straggling.is_ok()) return straggling.status();
+  return json{{"rank", who.rank},
+              {"factor", who.factor},
+              {"even_iteration_s", even->iteration_s},
+              {"even_collective_wait_s", even->wait_s},
+              {"iteration_s", straggling->iteration_s},
+              {"slowdown", straggling->iteration_s / even->iteration_s},
+              {"rank_iteration_s", straggling->end_s},
+              {"collective_wait_s", straggling->wait_s}};
+}
+
+}  // namespace
 
 Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress) {
   Result<Inputs> in = load_inputs(opt.inputs);
@@ -51,6 +113,14 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
   MW_RETURN_IF_ERROR(accumulation_fits(*s, G));
   const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(*s, G) : AccumulatedSchedule{};
   const Schedule& iteration = G > 1 ? acc.schedule : *s;
+  Result<Straggler> who = Straggler{};  // checked before anything is simulated
+  if (!opt.straggler.empty()) {
+    who = parse_straggler(opt.straggler, s->ranks_per_node);
+    if (!who.is_ok()) return who.status();
+    if (opt.iterations != 1) {
+      return Status::invalid_argument("--straggler: simulates one iteration; allowed: --iterations 1");
+    }
+  }
   RunResult result;
   double iteration_s = 0;
   double node_busy[kResourceCount] = {};
@@ -89,6 +159,11 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
 #else
     return Status::unavailable("this memwall was built without SimGrid (MEMWALL_SIMGRID); use --fast");
 #endif
+  }
+  if (!opt.straggler.empty()) {
+    auto straggler = simulate_straggler(iteration, in->hw, *who, opt.fast);
+    if (!straggler.is_ok()) return straggler.status();
+    out["straggler"] = *straggler;
   }
   const RunBreakdown b = analyze_run(iteration, result);
   const BandwidthReport bw = analyze_bandwidth(in->model, run, in->hw, 0.9);
@@ -242,6 +317,27 @@ void print_simulation(const json& o) {
   }
   for (const auto& n : o["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
   if (o.contains("trace")) std::printf("trace: %s\n", o["trace"].get<std::string>().c_str());
+  if (o.contains("straggler")) {
+    const auto& g = o["straggler"];
+    const double even = g["even_iteration_s"].get<double>();
+    std::printf(
+        "\nstraggler: rank %d (on every node) computing %.3gx as long, the ranks waiting for each other at "
+        "collectives: iteration %.3f s against %.3f s with every rank alike (%+.1f%%)\n",
+        g["rank"].get<int>(), g["factor"].get<double>(), g["iteration_s"].get<double>(), even,
+        100 * (g["slowdown"].get<double>() - 1));
+    std::string waits;
+    for (std::size_t r = 0; r < g["collective_wait_s"].size(); ++r) {
+      waits += strprintf("%s%zu %.3f", waits.empty() ? "" : ", ", r, g["collective_wait_s"][r].get<double>());
+    }
+    std::printf("  time each rank's collectives waited for the others (s): %s\n", waits.c_str());
+    if (std::abs(even / it - 1) > 0.01) {
+      std::printf(
+          "  (every rank alike and waiting for each other: %.3f s; the iteration above, %.3f s, lets ranks "
+          "that contention pulled apart run on without waiting for each other at collectives; "
+          "docs/simulator.md)\n",
+          even, it);
+    }
+  }
   if (o.contains("what_if")) {
     const auto& w = o["what_if"];
     std::string list;
@@ -265,6 +361,7 @@ void print_simulation(const json& o) {
 Status simulate_what_if(const SimulateCliOptions& opt, json& base) {
   SimulateCliOptions changed = opt;
   changed.trace_path.clear();
+  changed.straggler.clear();
   json out;
   MW_RETURN_IF_ERROR(simulate_experiment(changed, out, false));
   const double it = out["iteration_s"].get<double>();
@@ -299,6 +396,9 @@ void register_simulate(CLI::App& app, int& exit_code) {
       "key=value, repeatable: also simulate on the hardware changed so, beside it: pcie=X, nvme=X, "
       "network=X, cpu_memory=X, gpu_memory=X (bandwidth times X), compute=X (FLOP/s times X), gpu=HARDWARE "
       "(its GPU), nodes=N");
+  cmd->add_option("--straggler", opt->straggler,
+                  "RANK:FACTOR: also run the node's ranks together, waiting for each other at collectives, "
+                  "with rank RANK's compute FACTOR times as long (on every node)");
   cmd->callback([opt, &exit_code] {
     json out;
     SimulateCliOptions as_is = *opt;  // the hardware as given; the what-ifs run beside it

@@ -19,6 +19,8 @@ struct SimulateCliOptions {
   bool json = false;
   std::string trace_path;
   std::vector<std::string> what_ifs;  // hardware changes (key=value), applied before anything is planned
+  std::string straggler;              // "RANK:FACTOR": also run the node's ranks together with that one's
+                                      // compute FACTOR times as long (empty: not)
 };
 
 // Fills `out` with the result object documented in docs/cli.md (simulate). Prints nothing except, when

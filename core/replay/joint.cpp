@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <condition_variable>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
+
+#include "memory/bandwidth_model.h"
 
 namespace memwall {
 
@@ -116,6 +119,51 @@ Result<Rendezvous> match_collectives(const std::vector<const Schedule*>& ranks,
         "' among them): replayed together, they would wait for each other forever");
   }
   return meet;
+}
+
+Rendezvous planned_rendezvous(const Schedule& s, const HardwareSpec& hw) {
+  const int rpn = std::max(1, s.ranks_per_node);
+  Rendezvous meet;
+  meet.point.assign(static_cast<std::size_t>(rpn), std::vector<int>(s.tasks.size(), -1));
+  for (const Task& t : s.tasks) {
+    if (t.kind != TaskKind::kCollective || t.group <= 1) continue;
+    const int local = std::max(1, group_span(hw, t.group, t.group_nodes).per_node);
+    if (local <= 1) continue;
+    for (int base = 0; base < rpn; base += local) {
+      const int point = static_cast<int>(meet.parties.size());
+      meet.parties.push_back(std::min(local, rpn - base));
+      for (int r = base; r < std::min(base + local, rpn); ++r)
+        meet.point[static_cast<std::size_t>(r)][static_cast<std::size_t>(t.id)] = point;
+    }
+  }
+  return meet;
+}
+
+Schedule collectives_in_program_order(const Schedule& s) {
+  Schedule ordered = s;
+  std::map<std::pair<int, int>, int> last;  // (resource, lane) -> its latest collective
+  for (Task& t : ordered.tasks) {
+    if (t.kind != TaskKind::kCollective) continue;
+    const auto key = std::make_pair(static_cast<int>(t.resource), t.lane);
+    const auto before = last.find(key);
+    if (before != last.end() && before->second < t.id &&
+        std::find(t.deps.begin(), t.deps.end(), before->second) == t.deps.end()) {
+      t.deps.push_back(before->second);
+    }
+    last[key] = t.id;
+  }
+  return ordered;
+}
+
+Schedule slowed_compute(const Schedule& s, double factor) {
+  Schedule slow = s;
+  for (Task& t : slow.tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    t.flops *= factor;
+    t.bytes *= factor;
+    t.measured_s *= factor;
+  }
+  return slow;
 }
 
 double collective_wait_s(const Schedule& s, const RunResult& run) {

@@ -30,6 +30,21 @@ struct Rendezvous {
 Result<Rendezvous> match_collectives(const std::vector<const Schedule*>& ranks,
                                      const std::vector<const std::map<int, std::vector<int>>*>& group_ranks);
 
+// Where the ranks of a planned schedule (every rank of the node running `s`) meet: each collective of a
+// group of more than one GPU on the node, among the group's ranks here (`group_span`'s GPUs per node,
+// consecutive ranks, as the simulator's rings run). For `memwall simulate --straggler`.
+Rendezvous planned_rendezvous(const Schedule& s, const HardwareSpec& hw);
+
+// `s` with each collective made to follow the one before it on its lane in task order (a dependency), as a
+// program issues its collectives to NCCL in program order on every rank. The driver otherwise submits tasks
+// as their dependencies finish, and ranks whose transfers run at different speeds could reach two
+// collectives in different orders and wait for each other forever.
+Schedule collectives_in_program_order(const Schedule& s);
+
+// A copy of `s` whose GPU computes `factor` times as long (a straggler): every compute task's FLOPs, device
+// memory traffic and measured duration times `factor`.
+Schedule slowed_compute(const Schedule& s, double factor);
+
 // Time each rank spent in the run with a collective ready to start (its dependencies done, its launch
 // reached, its lane free) but held back until the other ranks of its group reached it.
 double collective_wait_s(const Schedule& s, const RunResult& run);

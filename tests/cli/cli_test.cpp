@@ -566,6 +566,43 @@ TEST(CliPredict, FlashAttentionShrinksActivationsAndTheAttentionsTime) {
       << big["memory"]["suggestions"];
 }
 
+// --straggler: the node's ranks run together, each collective waiting for its group's ranks, first all alike
+// and then with one rank's compute slower. GPT-2 small under ZeRO-3 on a DGX-2 is bound by compute: a rank
+// 1.5x as slow makes the iteration nearly 1.5x as long, and every other rank waits at its collectives while
+// the straggler itself waits least. Twice faster NVMe hardly matters to it.
+TEST(CliSimulate, AStragglerHoldsEveryRankBackAtTheCollectives) {
+  for (const char* executor : {" --fast", ""}) {
+    const CmdResult r =
+        memwall(std::string("simulate --model gpt2 --run zero-3 --json --straggler 5:1.5") + executor, false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = parse_json(r.output);
+    const nlohmann::json& g = j["straggler"];
+    EXPECT_EQ(g["rank"].get<int>(), 5);
+    EXPECT_DOUBLE_EQ(g["factor"].get<double>(), 1.5);
+    const double even = g["even_iteration_s"].get<double>(), slow = g["iteration_s"].get<double>();
+    EXPECT_NEAR(g["slowdown"].get<double>(), slow / even, 1e-9);
+    EXPECT_GT(slow, 1.3 * even) << executor;
+    EXPECT_LT(slow, 1.5 * 1.02 * even) << executor;
+    ASSERT_EQ(g["collective_wait_s"].size(), 16u);
+    const double own = g["collective_wait_s"][5].get<double>();
+    for (int rank = 0; rank < 16; ++rank) {
+      if (rank == 5) continue;
+      EXPECT_GT(g["collective_wait_s"][rank].get<double>(), own + 0.2 * (slow - even)) << rank << executor;
+    }
+    EXPECT_NEAR(g["rank_iteration_s"][5].get<double>(), slow, 1e-9 * slow);
+  }
+  const CmdResult text = memwall("simulate --fast --model gpt2 --run zero-3 --straggler 0:2");
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.output.find("straggler: rank 0 (on every node) computing 2x as long"), std::string::npos)
+      << text.output;
+  expect_bad_input("simulate --fast --model gpt2 --run zero-3 --straggler 16:2",
+                   "rank 16 is not on the node");
+  expect_bad_input("simulate --fast --model gpt2 --run zero-3 --straggler 3:0.9",
+                   "factor 0.9 is out of range");
+  expect_bad_input("simulate --fast --model gpt2 --run zero-3 --straggler 3", "RANK:FACTOR");
+  expect_bad_input("simulate --fast --model gpt2 --run zero-3 --straggler 3:2 -k 2", "--iterations 1");
+}
+
 TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
   const std::string no_nvme = write_file("sim_no_nvme.json", R"({"format": "memwall-hardware", "version": 1,
       "gpu": {"count": 8, "memory_bytes": 8e10, "peak_flops": 1e15, "achievable_flops": 5e14, "hbm_Bps": 3e12},

@@ -70,6 +70,55 @@ TEST(JointReplay, RanksWaitAtEachCollectiveForTheLastToArrive) {
   EXPECT_EQ(collective_wait_s(ranks[0], run_schedule(ranks[0], alone).value()), 0.0);
 }
 
+// A planned schedule (every rank of the node runs it): a collective of the whole node meets all its ranks;
+// one of groups of 2 (tensor parallelism's consecutive ranks) meets each pair apart; a group of 1 meets
+// nobody.
+TEST(JointReplay, PlannedCollectivesMeetTheirGroupsRanksOnTheNode) {
+  const HardwareSpec hw = testing::simple_hardware(4, 32e9);
+  Schedule s = rank_schedule(4, {1e-3, 1e-3, 1e-3}, 4);
+  s.tasks[3].group = 2;
+  s.tasks[5].group = 1;
+  const Rendezvous meet = planned_rendezvous(s, hw);
+  ASSERT_EQ(meet.point.size(), 4u);
+  ASSERT_EQ(meet.parties, (std::vector<int>{4, 2, 2}));
+  for (int r = 0; r < 4; ++r) {
+    const auto& p = meet.point[static_cast<std::size_t>(r)];
+    EXPECT_EQ(p[0], -1);             // compute
+    EXPECT_EQ(p[1], 0);              // the node's all-reduce
+    EXPECT_EQ(p[3], r < 2 ? 1 : 2);  // ranks 0-1 and 2-3
+    EXPECT_EQ(p[5], -1);             // a group of one
+  }
+  // Run together on the reference executor, a rank whose compute takes twice as long holds its groups back:
+  // rank 1 for the pair's all-reduce, everyone for the node's; ranks 2 and 3 do not wait for it in theirs.
+  const Schedule slow = slowed_compute(s, 2.0);
+  EXPECT_DOUBLE_EQ(slow.tasks[0].measured_s, 2e-3);
+  EXPECT_DOUBLE_EQ(slow.tasks[1].bytes, s.tasks[1].bytes);  // collectives unchanged
+  const std::vector<const Schedule*> ranks = {&s, &s, &s, &slow};
+  auto run = run_joint_reference(ranks, meet, hw);
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  const double ar4 = ReferenceExecutor(hw, 4).duration(s.tasks[1]);
+  const double ar2 = ReferenceExecutor(hw, 4).duration(s.tasks[3]);
+  EXPECT_NEAR(run->ranks[0].timing[1].start_s, 2e-3, 1e-12);        // waits for rank 3's 2 ms
+  EXPECT_NEAR(run->ranks[0].timing[3].start_s, 3e-3 + ar4, 1e-12);  // its pair is on time
+  EXPECT_NEAR(run->ranks[2].timing[3].start_s, 4e-3 + ar4, 1e-12);  // waits for rank 3 again
+  EXPECT_NEAR(run->iteration_s, 6e-3 + ar4 + ar2 + ReferenceExecutor(hw, 4).duration(s.tasks[5]), 1e-12);
+}
+
+// Collectives on one lane follow each other in task order (program order), whatever their dependencies
+// allow; other lanes' collectives and other tasks keep theirs.
+TEST(JointReplay, PlannedCollectivesAreIssuedInProgramOrder) {
+  Schedule s = rank_schedule(2, {1e-3, 1e-3, 1e-3}, 2);
+  s.tasks[5].lane = 1;
+  for (Task& t : s.tasks) {
+    if (t.kind == TaskKind::kCollective) t.deps.clear();  // all ready at once
+  }
+  const Schedule ordered = collectives_in_program_order(s);
+  EXPECT_TRUE(ordered.tasks[1].deps.empty());
+  EXPECT_EQ(ordered.tasks[3].deps, std::vector<int>{1});
+  EXPECT_TRUE(ordered.tasks[5].deps.empty());  // the only one on lane 1
+  EXPECT_EQ(ordered.tasks[2].deps, s.tasks[2].deps);
+}
+
 TEST(JointReplay, ProcessGroupsMeetOnlyTheirOwnRanks) {
   // Four ranks; the second collective is inside pairs {0, 1} and {2, 3}: rank 3's slow compute before it
   // holds back rank 2 only.

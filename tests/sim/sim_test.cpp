@@ -39,6 +39,19 @@ Task copy_task(Tier src, Tier dst, double bytes) {
   return t;
 }
 
+// An NVMe read of `bytes` into CPU memory, task `id`.
+Task nvme_read_task(int id, double bytes) {
+  Task t;
+  t.id = id;
+  t.name = "read";
+  t.kind = TaskKind::kNvmeRead;
+  t.resource = Resource::kNvmeRead;
+  t.src = Tier::kNvme;
+  t.dst = Tier::kCpu;
+  t.bytes = bytes;
+  return t;
+}
+
 TEST(SimGrid, UncontendedCopyIsSizeOverBandwidthPlusLatency) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const double expected = 12e9 / 12e9 + hw.pcie.latency_s;  // one GPU alone: its 12 GB/s link
@@ -69,14 +82,8 @@ TEST(SimGrid, LanesOfAResourceRunSideBySide) {
 
 TEST(SimGrid, NvmeReadIsSizeOverTheDrivesRate) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-  Task t;
-  t.kind = TaskKind::kNvmeRead;
-  t.resource = Resource::kNvmeRead;
-  t.src = Tier::kNvme;
-  t.dst = Tier::kCpu;
-  t.bytes = 25.6e9;
   const double expected = 1.0 + hw.nvme.latency_s;  // 8 drives x 3.2 GB/s
-  EXPECT_NEAR(simulate(one_task(1, t), hw), expected, 0.02 * expected);
+  EXPECT_NEAR(simulate(one_task(1, nvme_read_task(0, 25.6e9)), hw), expected, 0.02 * expected);
 }
 
 // Reads and writes at once share the drive's combined rate (nvme.drive_readwrite_Bps); alone each gets
@@ -88,12 +95,7 @@ TEST(SimGrid, NvmeReadsAndWritesShareTheCombinedRate) {
   hw.nvme.drive_write_Bps = 2e9;
   hw.nvme.drive_readwrite_Bps = 3e9;
   hw.nvme.latency_s = 0;
-  Schedule s = one_task(1, Task{});
-  s.tasks[0].kind = TaskKind::kNvmeRead;
-  s.tasks[0].resource = Resource::kNvmeRead;
-  s.tasks[0].src = Tier::kNvme;
-  s.tasks[0].dst = Tier::kCpu;
-  s.tasks[0].bytes = 3e9;
+  Schedule s = one_task(1, nvme_read_task(0, 3e9));
   EXPECT_NEAR(simulate(s, hw), 1.5, 0.02 * 1.5);  // alone: 2 GB/s
   Task w = s.tasks[0];
   w.id = 1;
@@ -117,15 +119,7 @@ TEST(SimGrid, HostIoWorkSlowsComputeOnAHostEmulatedDevice) {
   s.tasks[0].kind = TaskKind::kCompute;
   s.tasks[0].resource = Resource::kCompute;
   s.tasks[0].flops = hw.gpu.achievable_flops;
-  Task rd;
-  rd.id = 1;
-  rd.name = "read";
-  rd.kind = TaskKind::kNvmeRead;
-  rd.resource = Resource::kNvmeRead;
-  rd.src = Tier::kNvme;
-  rd.dst = Tier::kCpu;
-  rd.bytes = 1e9;  // 1 GB: 0.5 core-seconds of host work, 39 ms on the drives
-  s.tasks.push_back(rd);
+  s.tasks.push_back(nvme_read_task(1, 1e9));  // 1 GB: 0.5 core-seconds of host work, 39 ms on the drives
   EXPECT_NEAR(simulate(s, hw), 1.0, 0.01);
   hw.gpu.shares_host_cpu = true;
   EXPECT_NEAR(simulate(s, hw), 1.5, 0.01);
@@ -155,15 +149,7 @@ TEST(SimGrid, CpuOptimizerCopiesAndDrivesShareCpuMemory) {
   copy.name = "copy";
   s.tasks.push_back(copy);
   EXPECT_NEAR(simulate(s, hw), 1.6, 0.02 * 1.6);
-  Task read;
-  read.id = 1;
-  read.name = "read";
-  read.kind = TaskKind::kNvmeRead;
-  read.resource = Resource::kNvmeRead;
-  read.src = Tier::kNvme;
-  read.dst = Tier::kCpu;
-  read.bytes = 20e9;
-  s.tasks[1] = read;
+  s.tasks[1] = nvme_read_task(1, 20e9);
   EXPECT_NEAR(simulate(s, hw), 2.0, 0.02 * 2.0);
   s.tasks.erase(s.tasks.begin());
   s.tasks[0].id = 0;
