@@ -33,65 +33,6 @@ namespace memwall::cli {
 
 using nlohmann::json;
 
-namespace {
-
-struct Straggler {
-  int rank = 0;
-  double factor = 1;
-};
-
-// --straggler RANK:FACTOR, RANK one of the simulated node's `rpn` ranks.
-Result<Straggler> parse_straggler(const std::string& text, int rpn) {
-  const auto bad = [&](const std::string& why) {
-    return Status::invalid_argument("--straggler '" + text + "': " + why +
-                                    "; allowed: RANK:FACTOR, RANK 0.." + std::to_string(rpn - 1) +
-                                    " (the simulated node's ranks) and FACTOR 1..100 (how many times as long "
-                                    "its compute takes), e.g. 3:1.2");
-  };
-  const auto colon = text.find(':');
-  if (colon == std::string::npos) return bad("no ':'");
-  Straggler s;
-  try {
-    std::size_t used = 0;
-    s.rank = std::stoi(text.substr(0, colon), &used);
-    if (used != colon) return bad("the rank is not an integer");
-    const std::string f = text.substr(colon + 1);
-    s.factor = std::stod(f, &used);
-    if (used != f.size()) return bad("the factor is not a number");
-  } catch (const std::exception&) {
-    return bad("not a rank and a factor");
-  }
-  if (s.rank < 0 || s.rank >= rpn) return bad("rank " + std::to_string(s.rank) + " is not on the node");
-  if (!(s.factor >= 1 && s.factor <= 100))
-    return bad("factor " + text.substr(colon + 1) + " is out of range");
-  return s;
-}
-
-// The node's ranks run together, each collective held until the ranks of its group here have reached it,
-// first all alike and then with `who`'s compute `factor` times as long (every node alike, node symmetry).
-Result<json> simulate_straggler(const Schedule& iteration, const HardwareSpec& hw, const Straggler& who,
-                                bool fast) {
-  const Schedule ordered = collectives_in_program_order(iteration);
-  const Rendezvous meet = planned_rendezvous(ordered, hw);
-  std::vector<const Schedule*> ranks(static_cast<std::size_t>(ordered.ranks_per_node), &ordered);
-  auto even = run_joint(ranks, hw, meet, fast);
-  if (!even.is_ok()) return even.status();
-  const Schedule slow = slowed_compute(ordered, who.factor);
-  ranks[static_cast<std::size_t>(who.rank)] = &slow;
-  auto straggling = run_joint(ranks, hw, meet, fast);
-  if (!straggling.is_ok()) return straggling.status();
-  return json{{"rank", who.rank},
-              {"factor", who.factor},
-              {"even_iteration_s", even->iteration_s},
-              {"even_collective_wait_s", even->wait_s},
-              {"iteration_s", straggling->iteration_s},
-              {"slowdown", straggling->iteration_s / even->iteration_s},
-              {"rank_iteration_s", straggling->end_s},
-              {"collective_wait_s", straggling->wait_s}};
-}
-
-}  // namespace
-
 Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unused]] bool show_progress) {
   Result<Inputs> in = load_inputs(opt.inputs);
   if (!in.is_ok()) return in.status();
@@ -161,7 +102,7 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
 #endif
   }
   if (!opt.straggler.empty()) {
-    auto straggler = simulate_straggler(iteration, in->hw, *who, opt.fast);
+    auto straggler = run_straggler(iteration, in->hw, *who, opt.fast);
     if (!straggler.is_ok()) return straggler.status();
     out["straggler"] = *straggler;
   }

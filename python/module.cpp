@@ -210,13 +210,16 @@ py::dict run_dict(const Schedule& s, const RunResult& r, double iteration_s, con
 
 py::dict plan_or_simulate(const std::string& hardware, const std::string& model, const std::string& run,
                           int nodes, const py::object& set, const py::object& model_set, bool simulate,
-                          const std::string& trace, const std::vector<std::string>& what_ifs) {
+                          const std::string& trace, const std::vector<std::string>& what_ifs,
+                          const std::string& straggler) {
   const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set, true, what_ifs);
   const Schedule s = value_or_raise(plan_iteration(in.model, in.run, in.hw));
   // Gradient accumulation: the G micro-steps back to back, the optimizer after the last.
   const int G = in.run.accumulation_steps();
   const AccumulatedSchedule acc = G > 1 ? accumulated_schedule(s, G) : AccumulatedSchedule{};
   const Schedule& iteration = G > 1 ? acc.schedule : s;
+  cli::Straggler who;
+  if (!straggler.empty()) who = value_or_raise(cli::parse_straggler(straggler, s.ranks_per_node));
   RunResult result;
   double iteration_s = 0;
   std::string executor = "reference";
@@ -239,7 +242,10 @@ py::dict plan_or_simulate(const std::string& hardware, const std::string& model,
                                            iteration, result, "{}");
     if (!st.is_ok()) raise(st);
   }
-  return run_dict(iteration, result, iteration_s, executor, G, acc);
+  py::dict out = run_dict(iteration, result, iteration_s, executor, G, acc);
+  if (!straggler.empty())
+    out["straggler"] = from_json(value_or_raise(cli::run_straggler(iteration, in.hw, who, !simulate)));
+  return out;
 }
 
 py::dict read_trace_file(const std::string& path) {
@@ -352,23 +358,25 @@ PYBIND11_MODULE(_memwall, m) {
   m.def(
       "plan",
       [](const std::string& h, const std::string& mo, const std::string& r, int n, const py::object& set,
-         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if) {
-        return plan_or_simulate(h, mo, r, n, set, model_set, false, trace, what_if);
+         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if,
+         const std::string& straggler) {
+        return plan_or_simulate(h, mo, r, n, set, model_set, false, trace, what_if, straggler);
       },
       "Plan one iteration and time it with the reference executor (memwall plan / simulate --fast)",
       py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
       py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
-      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{});
+      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{}, py::arg("straggler") = "");
   m.def(
       "simulate",
       [](const std::string& h, const std::string& mo, const std::string& r, int n, const py::object& set,
-         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if) {
-        return plan_or_simulate(h, mo, r, n, set, model_set, true, trace, what_if);
+         const py::object& model_set, const std::string& trace, const std::vector<std::string>& what_if,
+         const std::string& straggler) {
+        return plan_or_simulate(h, mo, r, n, set, model_set, true, trace, what_if, straggler);
       },
       "Simulate one iteration on the SimGrid model of the hardware (memwall simulate)",
       py::arg("hardware") = "dgx2", py::arg("model") = "paper-1t", py::arg("run") = "zero-infinity-nvme",
       py::arg("nodes") = 0, py::arg("set") = py::none(), py::arg("model_set") = py::none(),
-      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{});
+      py::arg("trace") = "", py::arg("what_if") = std::vector<std::string>{}, py::arg("straggler") = "");
   m.def(
       "replay",
       [](const py::object& traces, const std::string& hardware, const std::vector<std::string>& what_if,

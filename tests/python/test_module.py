@@ -77,6 +77,17 @@ class ModuleTest(unittest.TestCase):
             memwall.plan(what_if=["disk=2"])
         self.assertIn("allowed: pcie", str(e.exception))
 
+    def test_straggler_matches_the_cli(self):
+        got = memwall.plan(model="gpt2", run="zero-3", straggler="5:1.5")["straggler"]
+        want = cli("simulate", "--model", "gpt2", "--run", "zero-3", "--fast", "--straggler", "5:1.5")["straggler"]
+        self.assertAlmostEqual(got["iteration_s"], want["iteration_s"], delta=1e-9 * want["iteration_s"])
+        self.assertEqual(got["rank"], 5)
+        self.assertGreater(got["slowdown"], 1.3)
+        self.assertEqual(len(got["collective_wait_s"]), 16)
+        with self.assertRaises(ValueError) as e:
+            memwall.plan(model="gpt2", run="zero-3", straggler="16:2")
+        self.assertIn("rank 16 is not on the node", str(e.exception))
+
     def test_replay_matches_the_cli(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "plan.json")
