@@ -21,8 +21,8 @@
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
+#include "ranks_together.h"
 #include "replay/joint.h"
-#include "replay_traces.h"
 #include "sim/simgrid_backend.h"
 #include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID

@@ -17,6 +17,7 @@
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
+#include "ranks_together.h"
 #include "replay_traces.h"
 #include "sim/simulate.h"
 #include "spec/spec_loader.h"

@@ -13,7 +13,7 @@ using Dir = sg4::LinkInRoute::Direction;
 Platform::Platform(const HardwareSpec& hw, int gpus) : hw_(hw) {
   auto* zone = sg4::create_full_zone("node0");
   const int n = std::max(1, std::min(gpus, hw.gpu.count));
-  cpu_ = zone->create_host("cpu", hw.cpu.memory_Bps);
+  cpu_ = zone->create_host("cpu", 1);  // no Exec runs here: one end of host copies, the drives' host
   if (hw.has_nvme()) {
     nvme_ = cpu_->create_disk("nvme", hw.nvme.read_Bps(), hw.nvme.write_Bps());
     nvme_->set_readwrite_bandwidth(hw.nvme.readwrite_Bps());

@@ -70,6 +70,17 @@ Status require(JsonObjectReader& r, const char* key) {
   return Status::ok();
 }
 
+// A flag memwall supports with one value only (`supported`, also its default): the other is a one-line
+// error saying what it would mean (`what`, may be empty).
+Status require_flag(JsonObjectReader& r, const char* key, bool supported, const std::string& what = "") {
+  bool value = supported;
+  MW_RETURN_IF_ERROR(r.get_bool(key, value));
+  if (value == supported) return Status::ok();
+  const char* name = value ? "true" : "false";
+  return r.error(key, std::string(name) + (what.empty() ? "" : " (" + what + ")") +
+                          " is not supported; allowed: " + (supported ? "true" : "false"));
+}
+
 // Which layers attend over the window, as transformers' layer_types lists them ("full_attention",
 // "sliding_attention"), in the two forms memwall computes: a run of last layers (first_window_layer), or
 // every n-th layer full (global_every: Gemma 2's alternation, Gemma 3's five local layers to one global).
@@ -541,12 +552,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_number("rope_local_base_freq", m.rope_local_theta, 1.0, 1e12));
       m.global_every = 6;
       MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
-      bool bidirectional = false;
-      MW_RETURN_IF_ERROR(r.get_bool("use_bidirectional_attention", bidirectional));
-      if (bidirectional) {
-        return r.error("use_bidirectional_attention",
-                       "true is not supported (an encoder's attention); allowed: false, causal attention");
-      }
+      MW_RETURN_IF_ERROR(require_flag(r, "use_bidirectional_attention", false, "an encoder's attention"));
     }
     m.mlp_act = act;
     m.gated_mlp = true;
@@ -651,9 +657,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     const bool opt = type == "opt", neox = type == "gpt_neox", falcon = type == "falcon",
                bloom = type == "bloom", phi = type == "phi";
     // Each family's names for the shape (BLOOM's and Falcon's older n_* names too).
-    const char* layers_key = bloom && r.has("n_layer")    ? "n_layer"
-                             : falcon && r.has("n_layer") ? "n_layer"
-                                                          : "num_hidden_layers";
+    const char* layers_key = (bloom || falcon) && r.has("n_layer") ? "n_layer" : "num_hidden_layers";
     const char* heads_key = (bloom || falcon) && r.has("n_head") ? "n_head" : "num_attention_heads";
     const char* hidden_key = (bloom || falcon) && r.has("n_embed") ? "n_embed" : "hidden_size";
     m.vocab = opt ? 50272 : neox ? 50432 : falcon ? 65024 : bloom ? 250880 : 51200;
@@ -696,26 +700,16 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                                                   std::to_string(m.hidden) +
                                                   ", OPT-350m's) is not supported; allowed: hidden_size");
       }
-      bool pre_norm = true, affine = true;
-      MW_RETURN_IF_ERROR(r.get_bool("do_layer_norm_before", pre_norm));
-      MW_RETURN_IF_ERROR(r.get_bool("layer_norm_elementwise_affine", affine));
-      if (!pre_norm) {
-        return r.error("do_layer_norm_before",
-                       "false (norms after each residual and no final norm, OPT-350m's) is not supported; "
-                       "allowed: true");
-      }
-      if (!affine) return r.error("layer_norm_elementwise_affine", "false is not supported; allowed: true");
+      MW_RETURN_IF_ERROR(require_flag(r, "do_layer_norm_before", true,
+                                      "norms after each residual and no final norm, OPT-350m's"));
+      MW_RETURN_IF_ERROR(require_flag(r, "layer_norm_elementwise_affine", true));
       r.ignore({"dropout", "attention_dropout", "activation_dropout", "layerdrop", "init_std",
                 "scale_embedding", "prefix", "_remove_final_layer_norm", "output_projection"});
     } else if (neox) {
       MW_RETURN_IF_ERROR(r.get_number("rotary_pct", m.partial_rotary_factor, 0.0, 1.0));
       MW_RETURN_IF_ERROR(r.get_number("rotary_emb_base", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
-      bool attention_bias = true;
-      MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
-      if (!attention_bias) {
-        return r.error("attention_bias", "false (biases on the MLP only) is not supported; allowed: true");
-      }
+      MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", true, "biases on the MLP only"));
       MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
       r.ignore({"use_parallel_residual", "classifier_dropout", "attention_dropout", "hidden_dropout",
                 "rotary_emb_base", "use_cache"});
@@ -744,12 +738,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       r.ignore({"num_kv_heads", "num_ln_in_parallel_attn", "hidden_dropout", "attention_dropout", "n_head_kv",
                 "apply_residual_connection_post_layernorm"});
     } else if (bloom) {
-      bool post = false;
-      MW_RETURN_IF_ERROR(r.get_bool("apply_residual_connection_post_layernorm", post));
-      if (post) {
-        return r.error("apply_residual_connection_post_layernorm",
-                       "true is not supported; allowed: false (BLOOM's)");
-      }
+      MW_RETURN_IF_ERROR(require_flag(r, "apply_residual_connection_post_layernorm", false,
+                                      "the residual taken after the norm"));
       m.embed_norm = true;
       r.ignore({"attention_dropout", "hidden_dropout", "attention_softmax_in_fp32", "bias_dropout_fusion",
                 "masked_softmax_fusion", "offset_alibi", "pretraining_tp", "skip_bias_add",
@@ -760,9 +750,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
       MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
-      bool qk_layernorm = false;
-      MW_RETURN_IF_ERROR(r.get_bool("qk_layernorm", qk_layernorm));
-      if (qk_layernorm) return r.error("qk_layernorm", "true is not supported; allowed: false");
+      MW_RETURN_IF_ERROR(require_flag(r, "qk_layernorm", false, "norms of queries and keys"));
       m.block_norm_shared = true;
       m.head_bias = true;
       r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});

@@ -154,9 +154,15 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
         std::pair{opt + R"("do_layer_norm_before": false})",
                   "key 'do_layer_norm_before': false (norms after"},
         std::pair{std::string(R"({"model_type": "phi", "qk_layernorm": true})"),
-                  "key 'qk_layernorm': true is not supported; allowed: false"},
-        std::pair{std::string(R"({"model_type": "bloom", "apply_residual_connection_post_layernorm": true})"),
-                  "key 'apply_residual_connection_post_layernorm': true is not supported"}}) {
+                  "key 'qk_layernorm': true (norms of queries and keys) is not supported; allowed: false"},
+        std::pair{
+            std::string(R"({"model_type": "bloom", "apply_residual_connection_post_layernorm": true})"),
+            "key 'apply_residual_connection_post_layernorm': true (the residual taken after the norm) is "
+            "not supported; allowed: false"},
+        std::pair{std::string(R"({"model_type": "gpt_neox", "attention_bias": false})"),
+                  "key 'attention_bias': false (biases on the MLP only) is not supported; allowed: true"},
+        std::pair{opt + R"("layer_norm_elementwise_affine": false})",
+                  "key 'layer_norm_elementwise_affine': false is not supported; allowed: true"}}) {
     auto bad = parse_model(text, "bad.json", diag);
     ASSERT_FALSE(bad.is_ok()) << text;
     EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
