@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/suggest.h"
 #include "exec/trace_export.h"
 #include "replay/replay.h"
 #include "trace/trace.h"
@@ -61,7 +62,8 @@ Result<std::string> resolve_scenario(const std::string& kind, const std::string&
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
   return Status::not_found(kind + " '" + name_or_path + "' is neither a file nor a built-in scenario in " +
-                           dir.string() + "; available: " + (list.empty() ? "(none)" : list));
+                           dir.string() + did_you_mean(name_or_path, names) +
+                           "; available: " + (list.empty() ? "(none)" : list));
 }
 
 namespace {

@@ -1,10 +1,40 @@
 // The memwall command: parses argv (the only place it is parsed) and dispatches to one subcommand.
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "base/suggest.h"
 #include "cli_common.h"
 #include "commands.h"
+
+namespace {
+
+// The first word of argv after the subcommand that looks like an option (not a negative number) and is
+// none of `sub`'s options, as "unknown option '--x' (did you mean '--y'?)"; "" when every one is known.
+// CLI11 itself only lists the words it had left over, last first and mixed with their values.
+std::string unknown_option(const CLI::App& sub, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : sub.get_options()) {
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+    for (const std::string& n : opt->get_snames()) names.push_back("-" + n);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    const bool number =
+        word.size() > 1 && (std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.');
+    if (word.size() < 2 || word[0] != '-' || number) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (sub.get_option_no_throw(name) != nullptr) continue;
+    return "unknown option '" + name + "'" + memwall::did_you_mean(name, names);
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -35,7 +65,10 @@ int main(int argc, char** argv) {
     is_known = is_known || (argc > 1 && sub->get_name() == argv[1]);
   }
   if (argc > 1 && argv[1][0] != '-' && !is_known) {
-    std::fprintf(stderr, "memwall: error: unknown command '%s'; allowed: %s\n", argv[1], known.c_str());
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    std::fprintf(stderr, "memwall: error: unknown command '%s'%s; allowed: %s\n", argv[1],
+                 memwall::did_you_mean(argv[1], names).c_str(), known.c_str());
     return memwall::cli::kExitBadInput;
   }
   try {
@@ -47,7 +80,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "memwall: error: %s (see memwall --help)\n", e.what());
+    // Point at the subcommand's help when one was named, and name an unknown option plainly.
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* candidate : app.get_subcommands({})) {
+      if (argc > 1 && candidate->get_name() == argv[1]) sub = candidate;
+    }
+    const std::string help = sub != nullptr ? "memwall " + sub->get_name() + " --help" : "memwall --help";
+    const std::string unknown = sub != nullptr && dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr
+                                    ? unknown_option(*sub, argc, argv)
+                                    : "";
+    std::fprintf(stderr, "memwall: error: %s (see %s)\n", unknown.empty() ? e.what() : unknown.c_str(),
+                 help.c_str());
     return memwall::cli::kExitBadInput;
   }
   return exit_code;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/suggest.h"
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -68,11 +69,12 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
       }
     }
     for (auto it = e.begin(); it != e.end(); ++it) {
-      static const char* const kKeys[] = {"name", "hardware", "model",     "run",     "nodes",
-                                          "fast", "set",      "model_set", "what_if", "_comment"};
-      if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
-        return bad("experiments[" + std::to_string(i) + "]: unknown key '" + it.key() +
-                   "'; allowed: name, hardware, model, run, nodes, fast, set, model_set, what_if");
+      static const std::vector<std::string> kKeys = {"name", "hardware", "model",     "run",     "nodes",
+                                                     "fast", "set",      "model_set", "what_if", "_comment"};
+      if (std::find(kKeys.begin(), kKeys.end(), it.key()) == kKeys.end()) {
+        return bad("experiments[" + std::to_string(i) + "]: unknown key '" + it.key() + "'" +
+                   did_you_mean(it.key(), kKeys) +
+                   "; allowed: name, hardware, model, run, nodes, fast, set, model_set, what_if");
       }
     }
     Experiment ex;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "base/suggest.h"
 #include "base/units.h"
 #include "graph/model_graph.h"
 
@@ -62,9 +63,13 @@ Result<Strategy> parse_strategy(const std::string& name) {
     if (name == strategy_name(s)) return s;
   }
   std::string allowed;
-  for (Strategy s : all_strategies())
-    allowed += (allowed.empty() ? "" : ", ") + std::string(strategy_name(s));
-  return Status::invalid_argument("strategy \"" + name + "\" is not known; allowed: " + allowed);
+  std::vector<std::string> names;
+  for (Strategy s : all_strategies()) {
+    names.emplace_back(strategy_name(s));
+    allowed += (allowed.empty() ? "" : ", ") + names.back();
+  }
+  return Status::invalid_argument("strategy \"" + name + "\" is not known" + did_you_mean(name, names) +
+                                  "; allowed: " + allowed);
 }
 
 RunConfig apply_strategy(const RunConfig& base, Strategy s, const HardwareSpec& hw) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/stats.h"
+#include "base/suggest.h"
 
 namespace memwall {
 
@@ -236,11 +237,11 @@ Result<WhatIf> parse_what_if(const std::string& text) {
                                     allowed);
   }
   WhatIf w{text.substr(0, eq), text.substr(eq + 1)};
-  for (const char* k : {"pcie", "nvme", "network", "cpu_memory", "gpu_memory", "compute", "gpu", "nodes"}) {
-    if (w.key == k) return w;
-  }
-  return Status::invalid_argument("--what-if '" + text + "': unknown key '" + w.key +
-                                  "'; allowed: " + allowed);
+  const std::vector<std::string> keys = {"pcie",       "nvme",    "network", "cpu_memory",
+                                         "gpu_memory", "compute", "gpu",     "nodes"};
+  if (std::find(keys.begin(), keys.end(), w.key) != keys.end()) return w;
+  return Status::invalid_argument("--what-if '" + text + "': unknown key '" + w.key + "'" +
+                                  did_you_mean(w.key, keys) + "; allowed: " + allowed);
 }
 
 void place_ranks(const HardwareSpec& hw, ReplayGraph& g) {

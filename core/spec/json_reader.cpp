@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "base/suggest.h"
 #include "base/units.h"
 
 namespace memwall::detail {
@@ -130,14 +131,16 @@ Status JsonObjectReader::get_choice(const char* key, std::string& out,
   MW_RETURN_IF_ERROR(get_string(key, value));
   if (!has(key)) return Status::ok();
   std::string list;
+  std::vector<std::string> names;
   for (const char* a : allowed) {
     if (value == a) {
       out = value;
       return Status::ok();
     }
     list += (list.empty() ? "" : ", ") + std::string(a);
+    names.emplace_back(a);
   }
-  return error(key, "\"" + value + "\" is not allowed; allowed: " + list);
+  return error(key, "\"" + value + "\" is not allowed" + did_you_mean(value, names) + "; allowed: " + list);
 }
 
 Status JsonObjectReader::get_string_list(const char* key, std::vector<std::string>& out) {
@@ -195,8 +198,10 @@ void JsonObjectReader::finish() {
   for (auto it = obj_.begin(); it != obj_.end(); ++it) {
     const std::string& k = it.key();
     if (known_.count(k) || k.rfind("_comment", 0) == 0) continue;
-    diag_.warnings.push_back(source_ + ": unknown key '" + (prefix_.empty() ? k : prefix_ + "." + k) +
-                             "' ignored");
+    const std::string near = closest_name(k, std::vector<std::string>(known_.begin(), known_.end()));
+    const std::string at = prefix_.empty() ? "" : prefix_ + ".";
+    diag_.warnings.push_back(source_ + ": unknown key '" + at + k + "' ignored" +
+                             (near.empty() ? "" : " (did you mean '" + at + near + "'?)"));
   }
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/suggest.h"
 #include "base/units.h"
 
 #if MEMWALL_HAVE_URING
@@ -45,11 +46,13 @@ const char* backend_name(Backend b) {
 }
 
 Result<Backend> parse_backend(const std::string& name) {
+  std::vector<std::string> names;
   for (Backend b : {Backend::kAuto, Backend::kIoUring, Backend::kLibaio, Backend::kPsync}) {
     if (name == backend_name(b)) return b;
+    names.emplace_back(backend_name(b));
   }
-  return Status::invalid_argument("backend \"" + name +
-                                  "\" is not known; allowed: auto, io_uring, libaio, psync");
+  return Status::invalid_argument("backend \"" + name + "\" is not known" + did_you_mean(name, names) +
+                                  "; allowed: auto, io_uring, libaio, psync");
 }
 
 IoSettings IoSettings::from(const AioConfig& aio) {

@@ -232,6 +232,26 @@ TEST(CliErrors, MissingFilesAndUnknownScenarios) {
   expect_bad_input("predict --model /nonexistent/config.json", "/nonexistent/config.json: no such file");
   expect_bad_input("predict --hardware dgx3", "available: dgx-a100-80gb");
   expect_bad_input("predict --run zero-9", "zero-infinity-nvme");
+  expect_bad_input("predict --model gtp2", "models 'gtp2' is neither a file nor a built-in scenario in");
+  expect_bad_input("predict --model gtp2", "(did you mean 'gpt2'?); available: ");
+}
+
+TEST(CliErrors, TyposGetTheNearestName) {
+  // A mistyped command, option, strategy, choice or key: the error (or warning) names the likely one.
+  expect_bad_input("simulat", "unknown command 'simulat' (did you mean 'simulate'?); allowed: predict");
+  expect_bad_input("simulate --hardwre dgx2",
+                   "unknown option '--hardwre' (did you mean '--hardware'?) (see memwall simulate --help)");
+  expect_bad_input("predict --modle=gpt2", "unknown option '--modle' (did you mean '--model'?)");
+  expect_bad_input("predict --nodes 2 --frobnicate -3",
+                   "unknown option '--frobnicate' (see memwall predict --help)");
+  expect_bad_input("predict --max-model --strategy zero-infinty-cpu", "(did you mean 'zero-infinity-cpu'?)");
+  expect_bad_input("predict --set '{\"zero_optimization.offload_param.device\": \"nvm\"}'",
+                   "\"nvm\" is not allowed (did you mean 'nvme'?); allowed: none, cpu, nvme");
+  const CmdResult r = memwall("predict --model gpt2 --set '{\"zero_optimizaton\": {\"stage\": 2}}'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("unknown key 'zero_optimizaton' ignored (did you mean 'zero_optimization'?)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(CliErrors, BadValuesInFiles) {
