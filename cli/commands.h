@@ -22,5 +22,6 @@ void register_tokenize(CLI::App& app, int& exit_code);
 void register_replay(CLI::App& app, int& exit_code);
 void register_calibrate(CLI::App& app, int& exit_code);
 void register_tune(CLI::App& app, int& exit_code);
+void register_completion(CLI::App& app, int& exit_code);
 
 }  // namespace memwall::cli

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   memwall::cli::register_replay(app, exit_code);
   memwall::cli::register_calibrate(app, exit_code);
   memwall::cli::register_info(app, exit_code);
+  memwall::cli::register_completion(app, exit_code);
   // Name an unknown subcommand (CLI11 would only say that one is required).
   std::string known;
   bool is_known = false;

@@ -923,6 +923,56 @@ TEST(CliInfo, ReportsBackendsAsJson) {
   EXPECT_TRUE(j["backends"].contains("cuda"));
 }
 
+// What bash offers for the words of a command line, the last one being completed, with the script of
+// `memwall completion bash` loaded, in an empty directory (so no file names join in).
+std::vector<std::string> bash_completions(const std::string& script, const std::vector<std::string>& line,
+                                          const std::string& env = "") {
+  const std::filesystem::path dir = test_path("completion-cwd");
+  std::filesystem::create_directories(dir);
+  std::string words;
+  for (const std::string& w : line) words += " '" + w + "'";
+  const std::string driver =
+      write_file("complete.sh", "source '" + script + "'\ncd '" + dir.string() + "'\nCOMP_WORDS=(memwall" +
+                                    words + ")\nCOMP_CWORD=" + std::to_string(line.size()) +
+                                    "\n_memwall\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n");
+  FILE* p = popen((env + " bash " + driver).c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (std::size_t n = 0; p != nullptr && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (p != nullptr) pclose(p);
+  std::vector<std::string> got;
+  std::istringstream in(out);
+  for (std::string w; std::getline(in, w);) {
+    if (!w.empty()) got.push_back(w);
+  }
+  std::sort(got.begin(), got.end());
+  return got;
+}
+
+TEST(CliCompletion, BashCompletesCommandsOptionsScenariosAndChoices) {
+  const CmdResult r = memwall("completion bash", false);
+  ASSERT_EQ(r.exit_code, 0);
+  const std::string script = write_file("memwall-completion.bash", r.output);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(bash_completions(script, {"sim"}), V({"simulate"}));
+  EXPECT_EQ(bash_completions(script, {""}).size(), 17u);  // 15 commands, --help, --version
+  EXPECT_EQ(bash_completions(script, {"simulate", "--hard"}), V({"--hardware"}));
+  EXPECT_EQ(bash_completions(script, {"predict", "--json", "--model", "gpt2-"}),
+            V({"gpt2-large", "gpt2-medium", "gpt2-xl"}));
+  EXPECT_EQ(bash_completions(script, {"train", "--device", "c"}), V({"cpu", "cuda"}));
+  EXPECT_EQ(bash_completions(script, {"store", "f"}), V({"fill"}));
+  EXPECT_EQ(bash_completions(script, {"predict", "--max-model", "--strategy", "zero-inf"}),
+            V({"zero-infinity-cpu", "zero-infinity-nvme"}));
+  EXPECT_EQ(bash_completions(script, {"io-bench", "--backend", "l"}), V({"libaio"}));
+  // Scenario names are listed when completing: a spec written later (memwall calibrate) completes too.
+  const std::filesystem::path scenarios = test_path("completion-scenarios");
+  std::filesystem::create_directories(scenarios / "hardware");
+  std::ofstream((scenarios / "hardware" / "local.json").string()) << "{}";
+  EXPECT_EQ(bash_completions(script, {"simulate", "-H", "lo"}, "MEMWALL_SCENARIOS=" + scenarios.string()),
+            V({"local"}));
+  expect_bad_input("completion zsh", "zsh");
+}
+
 TEST(CliMain, VersionAndHelp) {
   EXPECT_EQ(memwall("--version").exit_code, 0);
   const CmdResult help = memwall("predict --help");
