@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
+#include "memory/deepspeed_estimate.h"
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 
@@ -74,6 +75,112 @@ json estimate_json(const MemoryEstimate& e) {
           {"tiers", tiers_json(e)},
           {"items", items},
           {"notes", e.notes}};
+}
+
+// What DeepSpeed's estimator leaves out of memwall's count, by group: GPU bytes per GPU, CPU bytes per node.
+struct LeftOut {
+  const char* what;
+  double gpu_bytes = 0, cpu_bytes = 0;
+};
+std::vector<LeftOut> left_out_of_deepspeed_estimate(const MemoryEstimate& e) {
+  std::vector<LeftOut> groups = {{"activations"},       {"buckets and prefetch"}, {"pinned swap buffers"},
+                                 {"NVMe file padding"}, {"runtime reserve"},      {"persistent parameters"}};
+  for (const MemoryItem& it : e.items) {
+    int g = -1;
+    switch (it.category) {
+      case MemCategory::kActivationCheckpoints:
+      case MemCategory::kActivations:
+      case MemCategory::kActivationWorking:
+      case MemCategory::kLogits:
+        g = 0;
+        break;
+      case MemCategory::kGatherPrefetch:
+      case MemCategory::kReduceBuckets:
+        g = 1;
+        break;
+      case MemCategory::kPinnedSwapBuffers:
+        g = 2;
+        break;
+      case MemCategory::kNvmeFilePadding:
+        g = 3;
+        break;
+      case MemCategory::kRuntimeReserved:
+        g = 4;
+        break;
+      case MemCategory::kPersistentParams:
+        g = 5;
+        break;
+      default:
+        break;
+    }
+    if (g < 0) continue;
+    if (it.tier == Tier::kGpu) groups[static_cast<std::size_t>(g)].gpu_bytes += it.bytes_per_rank;
+    if (it.tier == Tier::kCpu) {
+      groups[static_cast<std::size_t>(g)].cpu_bytes +=
+          it.per_node ? it.bytes_per_rank : it.bytes_per_rank * e.ranks_per_node;
+    }
+  }
+  std::vector<LeftOut> out;
+  for (const LeftOut& l : groups) {
+    if (l.gpu_bytes > 0 || l.cpu_bytes > 0) out.push_back(l);
+  }
+  return out;
+}
+
+json deepspeed_estimate_json(const DeepSpeedEstimate& d, const MemoryEstimate& e) {
+  if (!d.available) return {{"available", false}, {"why", d.why}};
+  json left = json::array();
+  for (const LeftOut& l : left_out_of_deepspeed_estimate(e)) {
+    left.push_back({{"what", l.what}, {"gpu_bytes", l.gpu_bytes}, {"cpu_bytes_per_node", l.cpu_bytes}});
+  }
+  return {{"available", true},
+          {"function", d.function},
+          {"total_params", d.params},
+          {"largest_layer_params", d.largest_layer_params},
+          {"num_gpus_per_node", d.gpus_per_node},
+          {"num_nodes", d.nodes},
+          {"cpu_offload", d.cpu_offload},
+          {"cpu_offload_params", d.cpu_offload_params},
+          {"zero_init", d.zero_init},
+          {"additional_buffer_factor", d.buffer_factor},
+          {"gpu_bytes", d.per_gpu_bytes},
+          {"cpu_bytes_per_node", d.per_cpu_bytes},
+          {"gpu_rule", d.gpu_rule},
+          {"cpu_rule", d.cpu_rule},
+          {"memwall_gpu_bytes", e.tier(Tier::kGpu).used_bytes},
+          {"memwall_cpu_bytes_per_node", e.tier(Tier::kCpu).used_bytes},
+          {"memwall_nvme_bytes_per_node", e.tier(Tier::kNvme).used_bytes},
+          {"left_out", left}};
+}
+
+void print_deepspeed_estimate(const DeepSpeedEstimate& d, const MemoryEstimate& e, const RunConfig& run) {
+  if (!d.available) {
+    std::printf("\nDeepSpeed's estimator: none for this run (%s)\n", d.why.c_str());
+    return;
+  }
+  const auto py = [](bool b) { return b ? "True" : "False"; };  // as the Python call would be written
+  const bool nvme = run.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+                    run.zero.offload_param.device == OffloadDevice::kNvme;
+  std::printf("\nDeepSpeed's estimator (%s: %s; model states only%s):\n", d.function.c_str(),
+              d.function.find("zero3") != std::string::npos
+                  ? strprintf("cpu_offload=%s, cpu_offload_params=%s, zero_init=%s", py(d.cpu_offload),
+                              py(d.cpu_offload_params), py(d.zero_init))
+                        .c_str()
+                  : strprintf("cpu_offload=%s", py(d.cpu_offload)).c_str(),
+              nvme ? "; it has no NVMe case, so what lives on NVMe counts as CPU memory" : "");
+  std::printf("  %s per GPU (%s), %s CPU per node (%s)\n", format_bytes(d.per_gpu_bytes).c_str(),
+              d.gpu_rule.c_str(), format_bytes(d.per_cpu_bytes).c_str(), d.cpu_rule.c_str());
+  std::string left;
+  for (const LeftOut& l : left_out_of_deepspeed_estimate(e)) {
+    left += (left.empty() ? "" : "; ") + std::string(l.what) + " " +
+            (l.gpu_bytes > 0 ? format_bytes(l.gpu_bytes) + " per GPU" : "") +
+            (l.gpu_bytes > 0 && l.cpu_bytes > 0 ? " + " : "") +
+            (l.cpu_bytes > 0 ? format_bytes(l.cpu_bytes) + " CPU per node" : "");
+  }
+  std::printf("  memwall: %s per GPU, %s CPU and %s NVMe per node, counting besides model states:\n    %s\n",
+              format_bytes(e.tier(Tier::kGpu).used_bytes).c_str(),
+              format_bytes(e.tier(Tier::kCpu).used_bytes).c_str(),
+              format_bytes(e.tier(Tier::kNvme).used_bytes).c_str(), left.empty() ? "nothing" : left.c_str());
 }
 
 json bandwidth_json(const BandwidthReport& b) {
@@ -181,6 +288,7 @@ void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfi
     }
   }
   std::printf("pinned host memory per node: %s\n", format_bytes(e.pinned_bytes_per_node).c_str());
+  print_deepspeed_estimate(deepspeed_estimate(m, run, e.ranks_per_node, e.nodes_used), e, run);
 
   std::printf("\nbandwidth per GPU (achievable %s per GPU; Eq.6 efficiency without overlap)\n",
               format_flops(b.peak_flops).c_str());
@@ -289,6 +397,8 @@ int run_predict(const PredictOptions& opt) {
                             " searches the offload placements, batch and tiling that fit, fastest first");
     }
     out["memory"]["suggestions"] = suggestions;
+    out["memory"]["deepspeed_estimate"] =
+        deepspeed_estimate_json(deepspeed_estimate(*model, resolved, e.ranks_per_node, e.nodes_used), e);
     out["bandwidth"] = bandwidth_json(b);
     if (!opt.json) {
       print_prediction(*hw, *model, resolved, e, b);

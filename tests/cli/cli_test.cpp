@@ -236,6 +236,43 @@ TEST(CliErrors, MissingFilesAndUnknownScenarios) {
   expect_bad_input("predict --model gtp2", "(did you mean 'gpt2'?); available: ");
 }
 
+TEST(CliPredict, ShowsDeepSpeedsEstimatorBesideItsOwnCount) {
+  // GPT-2 XL (1.56B) on a DGX-2, ZeRO-Infinity on CPU: the stage-3 estimator with both offloads.
+  CmdResult r = memwall("predict --model gpt2-xl --run zero-infinity-cpu --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json ds = parse_json(r.output)["memory"]["deepspeed_estimate"];
+  ASSERT_TRUE(ds["available"].get<bool>()) << ds.dump();
+  EXPECT_EQ(ds["function"], "estimate_zero3_model_states_mem_needs");
+  EXPECT_TRUE(ds["cpu_offload"].get<bool>() && ds["cpu_offload_params"].get<bool>());
+  EXPECT_EQ(ds["num_gpus_per_node"], 16);
+  const double params = ds["total_params"].get<double>();
+  EXPECT_NEAR(params, 1.5577e9, 0.001e9);
+  EXPECT_DOUBLE_EQ(ds["largest_layer_params"].get<double>(), 50257.0 * 1600);  // the token embedding
+  EXPECT_DOUBLE_EQ(ds["gpu_bytes"].get<double>(), 4 * 50257.0 * 1600);
+  EXPECT_DOUBLE_EQ(ds["cpu_bytes_per_node"].get<double>(), 18 * params * 1.5);
+  // memwall counts more on the GPU (activations, buckets, the runtime) and says what.
+  EXPECT_GT(ds["memwall_gpu_bytes"].get<double>(), ds["gpu_bytes"].get<double>());
+  std::set<std::string> left;
+  for (const auto& l : ds["left_out"]) left.insert(l["what"].get<std::string>());
+  EXPECT_TRUE(left.count("activations") && left.count("buckets and prefetch") &&
+              left.count("runtime reserve"))
+      << ds.dump();
+  r = memwall("predict --model gpt2-xl --run zero-infinity-cpu");
+  EXPECT_NE(r.output.find("DeepSpeed's estimator (estimate_zero3_model_states_mem_needs: cpu_offload=True, "
+                          "cpu_offload_params=True, zero_init=True; model states only)"),
+            std::string::npos)
+      << r.output;
+  // ZeRO-Offload: the stage-2 estimator; plain data parallelism: none, and why.
+  r = memwall("predict --model gpt2-xl --run zero-offload --json", false);
+  ds = parse_json(r.output)["memory"]["deepspeed_estimate"];
+  EXPECT_EQ(ds["function"], "estimate_zero2_model_states_mem_needs");
+  EXPECT_DOUBLE_EQ(ds["gpu_bytes"].get<double>(), 2 * ds["total_params"].get<double>());
+  r = memwall("predict --model gpt2-xl --run data-parallel --json", false);
+  ds = parse_json(r.output)["memory"]["deepspeed_estimate"];
+  EXPECT_FALSE(ds["available"].get<bool>());
+  EXPECT_NE(ds["why"].get<std::string>().find("stage 0"), std::string::npos);
+}
+
 TEST(CliErrors, TyposGetTheNearestName) {
   // A mistyped command, option, strategy, choice or key: the error (or warning) names the likely one.
   expect_bad_input("simulat", "unknown command 'simulat' (did you mean 'simulate'?); allowed: predict");
