@@ -9,20 +9,30 @@
 
 namespace memwall {
 
-DeepSpeedEstimate deepspeed_zero3_estimate(double params, double largest_layer_params, int gpus_per_node,
-                                           int nodes, bool cpu_offload, bool cpu_offload_params,
-                                           bool zero_init, double buffer_factor) {
+namespace {
+// An estimate with the arguments of the call that gives it.
+DeepSpeedEstimate called(const char* function, double params, int gpus_per_node, int nodes, bool cpu_offload,
+                         bool zero_init, double buffer_factor) {
   DeepSpeedEstimate d;
   d.available = true;
-  d.function = "estimate_zero3_model_states_mem_needs";
+  d.function = function;
   d.params = params;
-  d.largest_layer_params = largest_layer_params;
   d.gpus_per_node = gpus_per_node;
   d.nodes = nodes;
   d.cpu_offload = cpu_offload;
-  d.cpu_offload_params = cpu_offload && cpu_offload_params;  // the estimator reads it only with cpu_offload
   d.zero_init = zero_init;
   d.buffer_factor = buffer_factor;
+  return d;
+}
+}  // namespace
+
+DeepSpeedEstimate deepspeed_zero3_estimate(double params, double largest_layer_params, int gpus_per_node,
+                                           int nodes, bool cpu_offload, bool cpu_offload_params,
+                                           bool zero_init, double buffer_factor) {
+  DeepSpeedEstimate d = called("estimate_zero3_model_states_mem_needs", params, gpus_per_node, nodes,
+                               cpu_offload, zero_init, buffer_factor);
+  d.largest_layer_params = largest_layer_params;
+  d.cpu_offload_params = cpu_offload && cpu_offload_params;  // the estimator reads it only with cpu_offload
   const double gpus = static_cast<double>(gpus_per_node) * nodes;
   const double gf = 1.0 / nodes;                    // gpus_factor
   const double largest = 4 * largest_layer_params;  // fp16 param + grad of the largest layer, gathered
@@ -56,15 +66,9 @@ DeepSpeedEstimate deepspeed_zero3_estimate(double params, double largest_layer_p
 
 DeepSpeedEstimate deepspeed_zero2_estimate(double params, int gpus_per_node, int nodes, bool cpu_offload,
                                            double buffer_factor) {
-  DeepSpeedEstimate d;
-  d.available = true;
-  d.function = "estimate_zero2_model_states_mem_needs";
-  d.params = params;
-  d.gpus_per_node = gpus_per_node;
-  d.nodes = nodes;
-  d.cpu_offload = cpu_offload;
-  d.zero_init = false;  // the stage-2 estimator has no zero.Init case
-  d.buffer_factor = buffer_factor;
+  // The stage-2 estimator has no zero.Init case.
+  DeepSpeedEstimate d = called("estimate_zero2_model_states_mem_needs", params, gpus_per_node, nodes,
+                               cpu_offload, false, buffer_factor);
   const double gpus = static_cast<double>(gpus_per_node) * nodes;
   const std::string p = format_count(params);
   if (cpu_offload) {
