@@ -238,12 +238,15 @@ class SimGridExecutor final : public Executor {
 
   // Ring collectives: in a group of n on one node every rank sends (n-1)/n of the tensor to its neighbour
   // (twice for an all-reduce); across N nodes, also (N-1)/N of it leaves the node through the NICs, split
-  // over the node's ranks. Ring latency: one step per hop, (n-1) steps (2(n-1) for an all-reduce).
+  // over the node's ranks. Ring latency: one step per hop, (n-1) steps (2(n-1) for an all-reduce). An
+  // all-to-all is one direct step: 1/n of the rank's buffer to each peer, (local-1)/n of it over its link
+  // (the NVSwitch lets it go to one neighbour at the same cost) and (N-1)/N of it through the NICs.
   void run_collective(const Task& t) {
     const HardwareSpec& hw = p_.hardware();
     const int n = t.group;
     if (n <= 1) return;
     const double passes = t.collective == CollectiveKind::kAllReduce ? 2.0 : 1.0;
+    const bool direct = t.collective == CollectiveKind::kAllToAll;
     const GroupSpan span = group_span(hw, n, t.group_nodes);
     const int nodes = span.nodes, local = span.per_node;
     sg4::CommPtr intra, inter;
@@ -252,18 +255,19 @@ class SimGridExecutor final : public Executor {
       const int base = rank_ / local * local;
       const int next = std::min(base + (rank_ - base + 1) % local, rpn_ - 1);
       if (next != rank_) {
-        intra = sg4::Comm::sendto_async(p_.gpu(rank_), p_.gpu(next), passes * t.bytes * (local - 1) / local);
+        intra = sg4::Comm::sendto_async(p_.gpu(rank_), p_.gpu(next),
+                                        passes * t.bytes * (local - 1) / (direct ? n : local));
       }
     }
     if (nodes > 1) {
       inter = sg4::Comm::sendto_async(p_.gpu(rank_), p_.peer(rank_),
-                                      passes * t.bytes * (nodes - 1) / nodes / local);
+                                      passes * t.bytes * (nodes - 1) / nodes / (direct ? 1 : local));
     }
     if (intra) wait(intra);
     if (inter) wait(inter);
     // Hop latencies beyond the one each transfer already paid.
     const double hop = nodes > 1 ? hw.network.latency_s : hw.nvlink.latency_s;
-    const double extra = std::max(0.0, passes * (n - 1) - passes) * hop;
+    const double extra = direct ? 0.0 : std::max(0.0, passes * (n - 1) - passes) * hop;
     if (extra > 0) sg4::this_actor::sleep_for(extra);
   }
 

@@ -77,6 +77,8 @@ double ReferenceExecutor::duration(const Task& t) const {
       return hw_.nvme.latency_s + t.bytes / (hw_.nvme.write_Bps() / rpn);
     case TaskKind::kCollective: {
       if (t.group <= 1) return 0;
+      if (t.collective == CollectiveKind::kAllToAll)
+        return alltoall_seconds(hw_, t.bytes, t.group, t.group_nodes);
       const double bw = allgather_Bps(hw_, t.group, t.group_nodes);
       const double latency =
           group_span(hw_, t.group, t.group_nodes).nodes > 1 ? hw_.network.latency_s : hw_.nvlink.latency_s;

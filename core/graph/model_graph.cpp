@@ -23,6 +23,8 @@ const char* op_kind_name(OpKind k) {
       return "gelu";
     case OpKind::kAllReduce:
       return "allreduce";
+    case OpKind::kAllToAll:
+      return "all_to_all";
     case OpKind::kLoss:
       return "loss";
   }
@@ -53,6 +55,8 @@ class Builder {
 
   // The tokens the next ops run on (an expert's share of them).
   void set_tokens(double tokens) { tokens_ = tokens; }
+  // The expert parallelism of the parameters made next (1: not an expert's).
+  void set_expert_parallel(int ep) { ep_ = ep; }
 
   int param(const std::string& name, double elements, int layer) {
     if (elements <= 0) return -1;
@@ -61,6 +65,7 @@ class Builder {
     p.name = name;
     p.elements = elements;
     p.layer = layer;
+    p.expert_parallel = ep_;
     g_.params.push_back(p);
     return p.id;
   }
@@ -131,19 +136,30 @@ class Builder {
     if (mp <= 1) return;
     GraphOp& o = op(name, OpKind::kAllReduce, layer);
     o.out_bytes = eb_ * tokens_ * width;
-    o.mp_group = mp;
+    o.group = mp;
+  }
+
+  // Expert parallelism's all-to-all of `tokens` token vectors of `width` features (each rank's share of
+  // them leaves for the other ranks of its group of `ep`).
+  void all_to_all(const std::string& name, int layer, double tokens, double width, int ep) {
+    GraphOp& o = op(name, OpKind::kAllToAll, layer);
+    o.out_bytes = eb_ * tokens * width;
+    o.group = ep;
   }
 
  private:
   ModelGraph& g_;
   double tokens_;
   double eb_;
+  int ep_ = 1;
 };
 
 }  // namespace
 
 ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
-  MW_CHECK(opt.model_parallel >= 1 && opt.tiling >= 1, "graph options");
+  MW_CHECK(opt.model_parallel >= 1 && opt.tiling >= 1 && opt.expert_parallel >= 1, "graph options");
+  MW_CHECK(opt.expert_parallel == 1 || (m.moe() && m.experts % opt.expert_parallel == 0),
+           "expert parallelism divides the experts");
   ModelGraph g;
   g.layers = m.layers;
   g.hidden = m.hidden;
@@ -266,11 +282,20 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       // Mixture of experts: the router's logits (hidden -> experts, kept for its backward), then each
       // expert's gated MLP on the tokens sent to it, experts_per_token / experts of them with balanced
       // routing (every expert's parameters gathered, each token's FLOPs those of experts_per_token MLPs).
-      // The dispatch and the weighted sum of the experts' outputs are not counted.
+      // With expert parallelism ep the rank holds experts / ep of them, each on the tokens of its group's
+      // ep ranks routed to it, which an all-to-all brings (each token once per expert it goes to) and
+      // another returns: the rank's FLOPs are the same. The weighted sum of the experts' outputs is not
+      // counted.
       b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, false, 1, true);
-      b.set_tokens(T * m.experts_per_token / m.experts);
-      for (int e = 0; e < m.experts; ++e) mlp(strprintf("%s.expert%d", p.c_str(), e), ffn / mp, false);
+      const int ep = opt.expert_parallel;
+      const double routed = T * m.experts_per_token;
+      if (ep > 1) b.all_to_all(p + ".dispatch", L, routed, hd, ep);
+      b.set_tokens(routed * ep / m.experts);
+      b.set_expert_parallel(ep);
+      for (int e = 0; e < m.experts / ep; ++e) mlp(strprintf("%s.expert%d", p.c_str(), e), ffn / mp, false);
+      b.set_expert_parallel(1);
       b.set_tokens(T);
+      if (ep > 1) b.all_to_all(p + ".combine", L, routed, hd, ep);
       if (m.shared_expert_ffn > 0) {  // Qwen2-MoE's shared expert on every token, and its sigmoid gate
         mlp(p + ".shared", m.shared_expert_ffn / mp, false);
         b.linear(p + ".shared_gate", L, hd, {1}, false, 1, true);

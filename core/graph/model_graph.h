@@ -5,11 +5,12 @@
 // disjoint slices of the output features, each with its own parameter tensors: mathematically the same
 // layer, with 1/tiling of the working memory. Tensor model parallelism (mp > 1) shards the linears
 // Megatron-style (qkv and fc1 by columns, proj and fc2 by rows) and adds an all-reduce op after each
-// row-parallel linear. Activation accounting follows the paper's Eq. (5): per block the qkv output,
-// attention probabilities, attention output and fc1 output are saved for backward; layernorm and GELU
-// outputs are recomputed. Each op also counts the device memory its forward and backward read and write
-// (unfused kernels: elementwise ops are memory-bound, attention writes and reads its scores and
-// probabilities). With flash_attention the attention saves a log-sum-exp per row instead of the
+// row-parallel linear. Expert parallelism keeps a rank's share of each MoE layer's experts, with an
+// all-to-all op before them (dispatch) and after them (combine). Activation accounting follows the paper's
+// Eq. (5): per block the qkv output, attention probabilities, attention output and fc1 output are saved for
+// backward; layernorm and GELU outputs are recomputed. Each op also counts the device memory its forward and
+// backward read and write (unfused kernels: elementwise ops are memory-bound, attention writes and reads its
+// scores and probabilities). With flash_attention the attention saves a log-sum-exp per row instead of the
 // probabilities and moves no scores. Plain data; build once, read from any thread.
 #pragma once
 
@@ -21,7 +22,7 @@
 
 namespace memwall {
 
-enum class OpKind { kEmbedding, kLayerNorm, kLinear, kAttention, kGelu, kAllReduce, kLoss };
+enum class OpKind { kEmbedding, kLayerNorm, kLinear, kAttention, kGelu, kAllReduce, kAllToAll, kLoss };
 const char* op_kind_name(OpKind k);
 
 struct GraphParam {
@@ -29,6 +30,9 @@ struct GraphParam {
   std::string name;     // "L3.fc1.w[2/4]"
   double elements = 0;  // on this model-parallel rank
   int layer = -1;       // block index, -1 outside blocks
+  // An expert's parameter under expert parallelism: only data_parallel / expert_parallel ranks hold it (it is
+  // partitioned, gathered and reduced over them). 1 for every other parameter.
+  int expert_parallel = 1;
 };
 
 struct GraphOp {
@@ -51,7 +55,8 @@ struct GraphOp {
   bool block_start = false;  // first op of a block: its input is the block input (checkpoint)
   int tile = 0;
   int tiles = 1;
-  int mp_group = 1;  // kAllReduce: the model-parallel group it reduces over
+  int group =
+      1;  // kAllReduce: the model-parallel group it reduces over; kAllToAll: the expert-parallel group
 };
 
 struct GraphOptions {
@@ -64,6 +69,9 @@ struct GraphOptions {
   // instead of the probabilities, never writes the scores to device memory, and recomputes QK^T in
   // backward.
   bool flash_attention = false;
+  // Expert parallelism (a mixture of experts): this rank runs experts_per_layer / expert_parallel experts on
+  // the tokens its group's ranks route to them, sent and returned by all-to-all ops.
+  int expert_parallel = 1;
 };
 
 struct ModelGraph {

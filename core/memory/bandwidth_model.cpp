@@ -110,6 +110,19 @@ GroupSpan group_span(const HardwareSpec& hw, int ranks, int nodes) {
   return g;
 }
 
+double alltoall_seconds(const HardwareSpec& hw, double bytes, int ranks, int nodes) {
+  if (ranks <= 1) return 0;
+  const GroupSpan span = group_span(hw, ranks, nodes);
+  const double link = hw.nvlink.gpu_Bps > 0 ? hw.nvlink.gpu_Bps : hw.pcie.gpu_link_Bps;
+  double t = bytes * (span.per_node - 1) / ranks / link;
+  if (span.nodes > 1) {
+    const double nic = hw.network.node_Bps() / std::max(1, hw.gpu.count);
+    t = std::max(t, bytes * (span.nodes - 1) / span.nodes / nic);
+    return hw.network.latency_s + t;
+  }
+  return hw.nvlink.latency_s + t;
+}
+
 double allgather_Bps(const HardwareSpec& hw, int ranks, int nodes) {
   if (ranks <= 1) return hw.gpu.hbm_Bps;
   const GroupSpan span = group_span(hw, ranks, nodes);

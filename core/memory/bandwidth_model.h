@@ -56,6 +56,12 @@ struct GroupSpan {
 };
 GroupSpan group_span(const HardwareSpec& hw, int ranks, int nodes);
 
+// Seconds of an all-to-all of `bytes` per rank in a group of `ranks` GPUs (`nodes` as in allgather_Bps):
+// one direct step (the link latency once); each rank sends 1/ranks of its buffer to each peer, those on its
+// node through its own GPU link, those off it through its 1/GPUs share of the node's NICs (every GPU of the
+// node exchanging alike), the slower of the two.
+double alltoall_seconds(const HardwareSpec& hw, double bytes, int ranks, int nodes = 0);
+
 // Effective bandwidth at which a GPU receives parameters (or sends gradients) that live on `tier`.
 // Bandwidth-centric: min(dp x per-GPU parallel host bandwidth, all-gather bandwidth).
 // Broadcast:         min(single-GPU host bandwidth, all-gather bandwidth).

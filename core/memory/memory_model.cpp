@@ -220,13 +220,21 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const double persistent = z.stage == 3 ? stats.persistent_elements / pp : 0;
   const double partitioned_mp = P_mp - persistent;  // elements partitioned across dp in stage 3
 
+  // What a rank holds whole in stages 0-2: with expert parallelism ep, 1/ep of the routed experts (and of
+  // each expert it holds, a 1/(dp/ep) share of the states partitioned: still 1/dp of the model's).
+  const int ep = run.memwall.expert_parallel;
+  const double P_held = P_mp - (ep > 1 ? model.routed_expert_params() * (1 - 1.0 / ep) : 0);
+  const std::string held_s = ep > 1 ? strprintf(" less %s routed experts' x (1 - 1/ep %d)",
+                                                format_count(model.routed_expert_params()).c_str(), ep)
+                                    : "";
+
   // Shard sizes per rank.
-  const double opt_elems = z.stage >= 1 ? P_mp / dp : P_mp;              // fp32 optimizer states
-  const double grad_elems = z.stage >= 2 ? P_mp / dp : P_mp;             // 16-bit grads
-  const double param_elems = z.stage == 3 ? partitioned_mp / dp : P_mp;  // 16-bit params (partitioned part)
+  const double opt_elems = z.stage >= 1 ? P_mp / dp : P_held;              // fp32 optimizer states
+  const double grad_elems = z.stage >= 2 ? P_mp / dp : P_held;             // 16-bit grads
+  const double param_elems = z.stage == 3 ? partitioned_mp / dp : P_held;  // 16-bit params (partitioned part)
   e.shard_elements = opt_elems;
-  const std::string opt_s = z.stage >= 1 ? P_s + st_s + dp_s : P_s + st_s;
-  const std::string grad_s = z.stage >= 2 ? P_s + st_s + dp_s : P_s + st_s;
+  const std::string opt_s = z.stage >= 1 ? P_s + st_s + dp_s : P_s + st_s + held_s;
+  const std::string grad_s = z.stage >= 2 ? P_s + st_s + dp_s : P_s + st_s + held_s;
 
   // ---- 16-bit parameters ----
   const Tier param_tier = z.stage == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
@@ -261,7 +269,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   } else {
     b.add(param_tier, MemCategory::kParams16, pb * param_elems,
           strprintf("%.0f B x %s", pb,
-                    (z.stage == 3 ? format_count(partitioned_mp) + dp_s : P_s + st_s).c_str()) +
+                    (z.stage == 3 ? format_count(partitioned_mp) + dp_s : P_s + st_s + held_s).c_str()) +
               (z.stage == 3 && persistent > 0 ? " (partitioned part)" : ""),
           param_tier == Tier::kCpu && z.offload_param.pin_memory);
   }

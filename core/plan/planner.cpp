@@ -178,6 +178,27 @@ class Planner {
   }
 
   bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements >= persistence_; }
+  // The data-parallel ranks that hold parameter p (it is partitioned, gathered and reduced over them): all of
+  // them, or with expert parallelism an expert's data_parallel / expert_parallel, strided over the nodes.
+  int dp_of(int p) const { return dp_ / g_.params[static_cast<size_t>(p)].expert_parallel; }
+  int dp_of(size_t p) const { return dp_of(static_cast<int>(p)); }
+  // A collective of parameter p's data-parallel ranks (an expert's span every node of the job).
+  int param_collective(CollectiveKind kind, int p, double bytes, const std::string& name, Phase ph,
+                       std::vector<int> deps, std::vector<int> uses) {
+    const int id = collective(kind, dp_of(p), bytes, name, ph, std::move(deps), std::move(uses));
+    if (g_.params[static_cast<size_t>(p)].expert_parallel > 1) {
+      const int nodes = (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node;
+      s_.tasks[static_cast<size_t>(id)].group_nodes = std::min(nodes, dp_of(p));
+    }
+    return id;
+  }
+  // Elements of this rank's optimizer states: its share of every parameter (all of them in stage 0).
+  double optimizer_elements() const {
+    double n = 0;
+    for (size_t p = 0; p < g_.params.size(); ++p)
+      n += stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
+    return n;
+  }
   long trigger(size_t event_index, int ahead) const;  // event index of the triggering op, -1: at once
   double gathered_elements(size_t i) const;
 
@@ -254,7 +275,7 @@ Schedule Planner::plan() {
   s_.memory_in_program_order = run_.memwall.memory_in_program_order;
   s_.delayed_parameter_update = run_.memwall.delayed_parameter_update;
   s_.tokens = g_.options.micro_batch * g_.options.sequence_length;
-  opt_total_ = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
+  opt_total_ = optimizer_elements();
   opt_sub_ = std::min(z.sub_group_size, opt_total_);
   opt_groups_ = static_cast<int>(std::ceil(opt_total_ / opt_sub_));
   opt_sets_ = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
@@ -291,7 +312,7 @@ void Planner::setup() {
   for (size_t p = 0; p < n; ++p) {
     const GraphParam& gp = g_.params[p];
     if (partitioned(static_cast<int>(p))) {
-      const double shard = gp.elements / dp_;
+      const double shard = gp.elements / dp_of(p);
       Tier home = param_tier;
       if (home == Tier::kNvme && cpu_budget >= shard) {
         home = Tier::kCpu;
@@ -316,7 +337,7 @@ void Planner::setup() {
                                   gp.name + " grad", ph, {}, true),
                             pi, BufferRole::kGrad);
       } else if (opt_tier_ == Tier::kGpu || stage_ < 2) {
-        const double grad = stage_ >= 2 ? gp.elements / dp_ : gp.elements;
+        const double grad = stage_ >= 2 ? gp.elements / dp_of(p) : gp.elements;
         grad_buf_[p] =
             mark(alloc(Tier::kGpu, MemCategory::kGrads16, gb_ * grad, gp.name + " grad", ph, {}, true), pi,
                  stage_ >= 2 ? BufferRole::kGradShard : BufferRole::kGrad);
@@ -335,7 +356,7 @@ void Planner::setup() {
     alloc(Tier::kNvme, MemCategory::kNvmeFilePadding, param_padding, "param swap file padding", ph, {}, true);
   }
   // Optimizer states of this rank: fp32 master params, momentum, variance and gradients.
-  const double n_opt = stage_ >= 1 ? g_.total_param_elements() / dp_ : g_.total_param_elements();
+  const double n_opt = optimizer_elements();
   const bool pin = grad_tier_ == Tier::kCpu && z.offload_optimizer.pin_memory;
   if (opt_tier_ == Tier::kNvme) {
     const double sub = std::min(z.sub_group_size, n_opt);
@@ -437,7 +458,8 @@ void Planner::plan_fetches() {
       if (auto it = previous.find(p); it != previous.end()) {
         const size_t prev = it->second;
         const double distance = prefix_elems_[i] - prefix_elems_[prev + 1];
-        const bool keepable = !(dp_ == 1 && home_[p] == Tier::kGpu);  // the shard itself is the parameter
+        const bool keepable =
+            !(dp_of(p) == 1 && home_[p] == Tier::kGpu);  // the shard itself is the parameter
         keep_after_[{prev, p}] = keepable && distance <= run_.zero.max_reuse_distance;
       }
       previous[p] = i;
@@ -478,7 +500,7 @@ void Planner::emit_stage(int f, int stage, Phase ph) {
   const GraphParam& gp = g_.params[p];
   const std::string& nm = gp.name;
   const double full = b_ * gp.elements;
-  const double shard = broadcast_ ? full : full / dp_;
+  const double shard = broadcast_ ? full : full / dp_of(p);
   const Tier home = home_[p];
   const long trig =
       stage == 0 ? trigger(fe.event, 3) : (stage == 1 ? trigger(fe.event, 2) : trigger(fe.event, 1));
@@ -505,16 +527,16 @@ void Planner::emit_stage(int f, int stage, Phase ph) {
     if (home == Tier::kNvme) swap_in_frees_.push_back(free_buffer(fe.src_buf, ph));
     fe.src_buf = staged;
   } else if (stage == 2) {
-    if (dp_ == 1) {
+    if (dp_of(p) == 1) {
       fe.gathered = fe.src_buf;  // a GPU shard, or the staged copy, is already the whole parameter
       return;
     }
     const int full_buf =
         mark(alloc(Tier::kGpu, MemCategory::kModelStateWorking, full, nm + " gathered", ph, {after}), p,
              BufferRole::kGathered);
-    fe.ready = of_param(collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather, dp_,
-                                   full, (broadcast_ ? "broadcast " : "allgather ") + nm, ph,
-                                   {fe.ready, after}, {full_buf, fe.src_buf}),
+    fe.ready = of_param(param_collective(broadcast_ ? CollectiveKind::kBroadcast : CollectiveKind::kAllGather,
+                                         p, full, (broadcast_ ? "broadcast " : "allgather ") + nm, ph,
+                                         {fe.ready, after}, {full_buf, fe.src_buf}),
                         p);
     if (home != Tier::kGpu) free_buffer(fe.src_buf, ph);
     fe.gathered = full_buf;
@@ -551,7 +573,7 @@ void Planner::plan_events() {
       // go through it).
       double used = 0;
       for (size_t p = 0; p < g_.params.size() && grad_tier_ == Tier::kNvme; ++p) {
-        if (partitioned(static_cast<int>(p))) used = std::max(used, 4 * g_.params[p].elements / dp_);
+        if (partitioned(static_cast<int>(p))) used = std::max(used, 4 * g_.params[p].elements / dp_of(p));
       }
       for (int g = 0; g < most; ++g) {
         used += opt_slot_bytes(group_elements(g));
@@ -619,7 +641,7 @@ void Planner::plan_events() {
         // A transient gradient buffer when the gradient is reduce-scattered or offloaded from it;
         // otherwise backward accumulates straight into the persistent gradient.
         const bool scattered = partitioned(p) || stage_ == 2;
-        if (scattered && (dp_ > 1 || opt_tier_ != Tier::kGpu)) {
+        if (scattered && (dp_of(p) > 1 || opt_tier_ != Tier::kGpu)) {
           // A parameter used again later in backward (the tied embedding) keeps accumulating in one buffer.
           const int gb =
               pending_grad_[p] >= 0
@@ -678,8 +700,10 @@ void Planner::plan_events() {
 
     // The op itself.
     int task = -1;
-    if (op.kind == OpKind::kAllReduce) {
-      task = collective(CollectiveKind::kAllReduce, op.mp_group, op.out_bytes, tag + op.name, ph, deps, uses);
+    if (op.kind == OpKind::kAllReduce || op.kind == OpKind::kAllToAll) {
+      task =
+          collective(op.kind == OpKind::kAllReduce ? CollectiveKind::kAllReduce : CollectiveKind::kAllToAll,
+                     op.group, op.out_bytes, tag + op.name, ph, deps, uses);
     } else {
       Task t;
       t.kind = TaskKind::kCompute;
@@ -720,19 +744,21 @@ void Planner::plan_events() {
         } else if (grad_bufs[k] >= 0) {
           // A tied parameter used again later in backward: this use's gradient is reduce-scattered now and
           // the later ones accumulate into the same shard (with one rank, into the same whole gradient).
-          if (dp_ > 1) {
+          if (dp_of(p) > 1) {
             const GraphParam& gp = g_.params[p];
             if (kept_shard_[p] < 0) {
-              kept_shard_[p] = opt_tier_ == Tier::kGpu && grad_buf_[p] >= 0
-                                   ? grad_buf_[p]
-                                   : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets,
-                                                gb_ * gp.elements / dp_, gp.name + " grad shard", ph, {task}),
-                                          p, BufferRole::kGradShard);
+              kept_shard_[p] =
+                  opt_tier_ == Tier::kGpu && grad_buf_[p] >= 0
+                      ? grad_buf_[p]
+                      : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, gb_ * gp.elements / dp_of(p),
+                                   gp.name + " grad shard", ph, {task}),
+                             p, BufferRole::kGradShard);
             }
-            kept_reduce_[p] = of_param(collective(CollectiveKind::kReduceScatter, dp_, gb_ * gp.elements,
-                                                  "reducescatter grad " + gp.name, ph,
-                                                  {task, kept_reduce_[p]}, {grad_bufs[k], kept_shard_[p]}),
-                                       p);
+            kept_reduce_[p] =
+                of_param(param_collective(CollectiveKind::kReduceScatter, p, gb_ * gp.elements,
+                                          "reducescatter grad " + gp.name, ph, {task, kept_reduce_[p]},
+                                          {grad_bufs[k], kept_shard_[p]}),
+                         p);
             free_buffer(grad_bufs[k], ph);
           } else {
             pending_grad_[p] = grad_bufs[k];
@@ -767,23 +793,23 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   const std::size_t first_task = s_.tasks.size();
   if (grad_buf < 0) {
     // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
-    if (dp_ > 1) {
-      last = of_param(collective(CollectiveKind::kAllReduce, dp_, full, "allreduce grad " + nm, ph, {last},
-                                 {grad_buf_[p]}),
+    if (dp_of(p) > 1) {
+      last = of_param(param_collective(CollectiveKind::kAllReduce, p, full, "allreduce grad " + nm, ph,
+                                       {last}, {grad_buf_[p]}),
                       p);
     }
-    if (stage_ >= 1) shard = full / dp_;
+    if (stage_ >= 1) shard = full / dp_of(p);
   } else {
     shard_buf = grad_buf;
-    if (dp_ > 1) {
-      shard = full / dp_;
+    if (dp_of(p) > 1) {
+      shard = full / dp_of(p);
       shard_buf = opt_tier_ == Tier::kGpu ? grad_buf_[p]
                   : kept_shard_[p] >= 0   ? kept_shard_[p]
                                           : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
                                                        nm + " grad shard", ph, {compute_task}),
                                                  p, BufferRole::kGradShard);
-      last = of_param(collective(CollectiveKind::kReduceScatter, dp_, full, "reducescatter grad " + nm, ph,
-                                 {last, kept_reduce_[p]}, {grad_buf, shard_buf}),
+      last = of_param(param_collective(CollectiveKind::kReduceScatter, p, full, "reducescatter grad " + nm,
+                                       ph, {last, kept_reduce_[p]}, {grad_buf, shard_buf}),
                       p);
       free_buffer(grad_buf, ph);
     }
@@ -837,10 +863,26 @@ void Planner::optimizer() {
   // graph order, each rank holding 1/dp of each): a parameter's new values may go to the GPU once backward
   // is done with it.
   std::vector<std::vector<int>> backward_done(groups);
+  // Per sub-group, the elements of its slice that are experts' (expert parallelism: their all-gather after
+  // a ZeRO-1/2 step runs over an expert's data_parallel / expert_parallel ranks).
+  std::vector<double> expert_elements(groups, 0.0);
+  {
+    double at = 0;
+    for (size_t p = 0; p < g_.params.size(); ++p) {
+      const double n = stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
+      for (double done = 0; g_.params[p].expert_parallel > 1 && done < n;) {
+        const int g = std::min(groups - 1, static_cast<int>((at + done) / opt_sub_));
+        const double part = g + 1 < groups ? std::min(n - done, (g + 1) * opt_sub_ - (at + done)) : n - done;
+        expert_elements[g] += part;
+        done += part;
+      }
+      at += n;
+    }
+  }
   if (delayed) {
     double at = 0;
     for (size_t p = 0; p < g_.params.size(); ++p) {
-      const double n = stage_ >= 1 ? g_.params[p].elements / dp_ : g_.params[p].elements;
+      const double n = stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
       const int lo = std::min(groups - 1, static_cast<int>(at / opt_sub_));
       const int hi = std::min(groups - 1, static_cast<int>(std::max(at, at + n - 1) / opt_sub_));
       for (int g = lo; g <= hi; ++g) {
@@ -940,7 +982,20 @@ void Planner::optimizer() {
       }
     }
     if (stage_ >= 1 && stage_ < 3 && dp_ > 1) {
-      last = collective(CollectiveKind::kAllGather, dp_, p16 * dp_, "allgather params " + nm, ph, {last}, {});
+      const double experts16 = p16 * expert_elements[g] / n, dense16 = p16 - experts16;
+      const int after_step = last;
+      if (dense16 > 0) {
+        last = collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather params " + nm, ph,
+                          {after_step}, {});
+      }
+      if (experts16 > 0 && dp_ / run_.memwall.expert_parallel > 1) {
+        const int edp = dp_ / run_.memwall.expert_parallel;
+        const int id = collective(CollectiveKind::kAllGather, edp, experts16 * edp,
+                                  "allgather expert params " + nm, ph, {after_step}, {});
+        s_.tasks[static_cast<size_t>(id)].group_nodes =
+            std::min(edp, (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node);
+        last = id;
+      }
     }
     if (swap >= 0) freed[g] = free_buffer(swap, ph);
     for (size_t k = first_task; k < s_.tasks.size(); ++k) s_.tasks[k].subgroup = g;
@@ -1018,6 +1073,7 @@ GraphOptions graph_options(const RunConfig& run) {
   opt.model_parallel = run.memwall.model_parallel;
   opt.element_bytes = run.param_bytes();
   opt.flash_attention = run.memwall.attention == AttentionKernel::kFlash;
+  opt.expert_parallel = run.memwall.expert_parallel;
   return opt;
 }
 

@@ -146,6 +146,8 @@ const char* collective_name(CollectiveKind c) {
       return "allreduce";
     case CollectiveKind::kBroadcast:
       return "broadcast";
+    case CollectiveKind::kAllToAll:
+      return "alltoall";
   }
   return "none";
 }

@@ -36,7 +36,9 @@ inline int lane_of_track(int tid) {
   return tid < 1 ? 0 : (tid - 1) / kResourceCount;
 }
 
-enum class CollectiveKind { kNone, kAllGather, kReduceScatter, kAllReduce, kBroadcast };
+// kAllToAll: each rank sends its buffer's 1/n share to each of the n - 1 others (expert parallelism's token
+// exchange); `bytes` is one rank's buffer.
+enum class CollectiveKind { kNone, kAllGather, kReduceScatter, kAllReduce, kBroadcast, kAllToAll };
 const char* collective_name(CollectiveKind c);
 
 enum class Phase { kSetup, kForward, kRecompute, kBackward, kOptimizer };

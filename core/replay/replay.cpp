@@ -22,8 +22,8 @@ Result<TaskKind> kind_of(const std::string& cat) {
 }
 
 CollectiveKind collective_of(const std::string& name) {
-  for (CollectiveKind c : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                           CollectiveKind::kAllReduce, CollectiveKind::kBroadcast}) {
+  for (CollectiveKind c : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce,
+                           CollectiveKind::kBroadcast, CollectiveKind::kAllToAll}) {
     if (name == collective_name(c)) return c;
   }
   return CollectiveKind::kAllGather;

@@ -165,6 +165,14 @@ double ModelSpec::active_params() const {
   return n;
 }
 
+double ModelSpec::routed_expert_params() const {
+  double n = 0;
+  for (const auto& g : param_tensors()) {
+    if (g.name.rfind("block.moe.expert.", 0) == 0) n += g.elements() * g.count;
+  }
+  return n;
+}
+
 double ModelSpec::embedding_params() const {
   return total_params() - layers * params_per_layer();
 }

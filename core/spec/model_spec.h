@@ -167,6 +167,8 @@ struct ModelSpec {
   double embedding_params() const;  // token (+ learned position) embedding (+ untied head)
   // The parameters a token's forward pass uses: all of them, less the experts it is not routed to.
   double active_params() const;
+  // The routed experts' parameters, every layer's (0 without experts).
+  double routed_expert_params() const;
   // Eq. (1): 12·nl·hd².
   double paper_params() const { return 12.0 * layers * static_cast<double>(hidden) * hidden; }
   // Elements of the largest single linear weight (the operator that sets model-state working memory).

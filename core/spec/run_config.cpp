@@ -143,6 +143,24 @@ Status resolve_run_config(RunConfig& run, const ModelSpec& model, const Hardware
         "'; allowed: data_parallel x model_parallel" + (pp > 1 ? " x pipeline_parallel" : "") +
         " <= " + std::to_string(total));
   }
+  if (const int ep = mw.expert_parallel; ep > 1) {
+    const std::string key = where + ": key 'memwall.expert_parallel': " + std::to_string(ep);
+    if (!model.moe()) {
+      return Status::invalid_argument(key + " is not allowed for model '" + model.name +
+                                      "', which has no experts; allowed: 1");
+    }
+    if (model.experts % ep != 0 || mw.data_parallel % ep != 0 || ep > hw.gpu.count) {
+      return Status::invalid_argument(key + " is not allowed; allowed: a divisor of the experts per layer (" +
+                                      std::to_string(model.experts) + ") and of data_parallel (" +
+                                      std::to_string(mw.data_parallel) + "), at most the GPUs per node (" +
+                                      std::to_string(hw.gpu.count) + ")");
+    }
+    if (mp > 1 || pp > 1) {
+      return Status::invalid_argument(
+          key + " with model_parallel " + std::to_string(mp) + " and pipeline_parallel " +
+          std::to_string(pp) + " is not supported; allowed: expert parallelism with data parallelism only");
+    }
+  }
   const ZeroConfig& z = run.zero;
   if (!hw.has_nvme() && (z.offload_param.device == OffloadDevice::kNvme ||
                          z.offload_optimizer.device == OffloadDevice::kNvme)) {

@@ -100,7 +100,11 @@ struct MemwallRunConfig {
   int data_parallel = 0;      // 0 = all GPUs / (model_parallel x pipeline_parallel)
   int model_parallel = 1;     // tensor model-parallel degree
   int pipeline_parallel = 1;  // pipeline stages: predict's memory model only (plan, simulate, train: 1)
-  int sequence_length = 0;    // 0 = the model's max_positions
+  // Expert parallelism (a mixture of experts only): the experts of each MoE layer split over groups of this
+  // many consecutive data-parallel ranks, tokens sent to them by all-to-all; each expert's parameters are
+  // partitioned (stage 3: gathered) over the data_parallel / expert_parallel ranks holding it.
+  int expert_parallel = 1;
+  int sequence_length = 0;  // 0 = the model's max_positions
   AttentionKernel attention = AttentionKernel::kUnfused;
   Partitioning partitioning = Partitioning::kBandwidthCentric;
   bool prefetch = true;  // overlap-centric prefetching on/off

@@ -1124,6 +1124,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     o.ignore({"data_parallel"});
     MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
     MW_RETURN_IF_ERROR(o.get_int("pipeline_parallel", mw.pipeline_parallel, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_int("expert_parallel", mw.expert_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
     std::string attention = attention_kernel_name(mw.attention);
     MW_RETURN_IF_ERROR(o.get_choice("attention", attention, {"unfused", "flash"}));
@@ -1342,6 +1343,7 @@ std::string to_json_text(const RunConfig& run) {
       {"data_parallel", mw.data_parallel},
       {"model_parallel", mw.model_parallel},
       {"pipeline_parallel", mw.pipeline_parallel},
+      {"expert_parallel", mw.expert_parallel},
       {"sequence_length", mw.sequence_length},
       {"attention", attention_kernel_name(mw.attention)},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},

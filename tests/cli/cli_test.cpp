@@ -273,6 +273,28 @@ TEST(CliPredict, ShowsDeepSpeedsEstimatorBesideItsOwnCount) {
   EXPECT_NE(ds["why"].get<std::string>().find("stage 0"), std::string::npos);
 }
 
+// Expert parallelism (memwall.expert_parallel): a rank holds 1/ep of the routed experts whole in ZeRO-1/2;
+// a dense model, or a degree that divides neither the experts nor the data-parallel ranks, is refused.
+TEST(CliPredict, ExpertParallelismHoldsAShareOfTheExperts) {
+  const std::string args = "predict --hardware dgx-h200 --model mixtral-8x7b --run zero-2 --json --set ";
+  const auto params16 = [&](int ep) {
+    const CmdResult r = memwall(args + "'{\"memwall.expert_parallel\": " + std::to_string(ep) + "}'", false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = parse_json(r.output);
+    for (const auto& it : j["memory"]["items"]) {
+      if (it["tier"] == "gpu" && it["category"] == "params16") return it["bytes_per_rank"].get<double>();
+    }
+    ADD_FAILURE() << "no params16 item";
+    return 0.0;
+  };
+  const double routed = 32.0 * 8 * 3 * 4096 * 14336;  // Mixtral's experts: 32 layers x 8 x (gate, up, down)
+  EXPECT_NEAR(params16(1) - params16(4), 2 * 0.75 * routed, 1e3);
+  expect_bad_input("predict --model gpt2 --set '{\"memwall.expert_parallel\": 2}'", "which has no experts");
+  expect_bad_input(
+      "predict --hardware dgx-h200 --model mixtral-8x7b --set '{\"memwall.expert_parallel\": 3}'",
+      "allowed: a divisor of the experts per layer (8) and of data_parallel (8)");
+}
+
 TEST(CliErrors, TyposGetTheNearestName) {
   // A mistyped command, option, strategy, choice or key: the error (or warning) names the likely one.
   expect_bad_input("simulat", "unknown command 'simulat' (did you mean 'simulate'?); allowed: predict");

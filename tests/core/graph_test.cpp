@@ -85,6 +85,53 @@ TEST(ModelGraph, MixtureOfExpertsRunsEachExpertOnItsShareOfTheTokens) {
   EXPECT_EQ(graph_param_stats(small_vocab, 1, 1, 1e5).largest_op_elements, 2 * hd * ffn);
 }
 
+// Expert parallelism 4 on Mixtral's 8 experts: each rank runs 2 experts per layer, each on the tokens of the
+// group's 4 ranks routed to it (4 x T x 2 / 8), so its expert FLOPs and saved activations are unchanged;
+// an all-to-all of the rank's routed tokens (T x 2 x hidden, 2 B) brings them and another returns them.
+TEST(ModelGraph, ExpertParallelismKeepsARanksShareOfTheExpertsAndExchangesTokens) {
+  const ModelSpec m = testing::load_model_scenario("mixtral-8x7b");
+  GraphOptions o = options(1, 1);
+  const ModelGraph whole = build_model_graph(m, o);
+  o.expert_parallel = 4;
+  const ModelGraph g = build_model_graph(m, o);
+  const double T = 2 * 1024, hd = 4096, ffn = 14336;
+  const auto layer0 = [](const ModelGraph& graph, OpKind kind, const std::string& prefix) {
+    std::vector<const GraphOp*> ops;
+    for (const GraphOp& op : graph.ops) {
+      if (op.layer == 0 && op.kind == kind && op.name.rfind(prefix, 0) == 0) ops.push_back(&op);
+    }
+    return ops;
+  };
+  double flops = 0, whole_flops = 0, saved = 0, whole_saved = 0;
+  for (const GraphOp* op : layer0(g, OpKind::kLinear, "L0.expert")) {
+    flops += op->fwd_flops;
+    saved += op->saved_bytes;
+    for (int id : op->params) EXPECT_EQ(g.params[static_cast<std::size_t>(id)].expert_parallel, 4);
+  }
+  for (const GraphOp* op : layer0(whole, OpKind::kLinear, "L0.expert")) {
+    whole_flops += op->fwd_flops;
+    whole_saved += op->saved_bytes;
+  }
+  EXPECT_EQ(layer0(g, OpKind::kLinear, "L0.expert").size(), 2 * 2u);  // 2 experts: fc1, fc2
+  EXPECT_DOUBLE_EQ(flops, whole_flops);
+  EXPECT_DOUBLE_EQ(flops, 2 * T * 2 * 3 * hd * ffn);
+  EXPECT_DOUBLE_EQ(saved, whole_saved);
+  const auto exchanges = layer0(g, OpKind::kAllToAll, "L0.");
+  ASSERT_EQ(exchanges.size(), 2u);
+  EXPECT_EQ(exchanges[0]->name, "L0.dispatch");
+  EXPECT_EQ(exchanges[1]->name, "L0.combine");
+  for (const GraphOp* x : exchanges) {
+    EXPECT_EQ(x->group, 4);
+    EXPECT_DOUBLE_EQ(x->out_bytes, 2.0 * T * 2 * hd);
+  }
+  EXPECT_TRUE(layer0(whole, OpKind::kAllToAll, "L0.").empty());
+  // The rank's parameters: the dense ones and a quarter of the routed experts'.
+  EXPECT_DOUBLE_EQ(g.total_param_elements(), m.total_params() - 0.75 * m.routed_expert_params());
+  for (const GraphParam& p : g.params) {
+    EXPECT_EQ(p.expert_parallel, p.name.find(".expert") != std::string::npos ? 4 : 1) << p.name;
+  }
+}
+
 TEST(ModelGraph, HeadsOfTheirOwnSizeWidenTheAttention) {
   const ModelSpec m = testing::load_model_scenario("qwen3-0.6b");
   ASSERT_EQ(m.q_width(), 2048);

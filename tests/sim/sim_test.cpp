@@ -179,6 +179,24 @@ TEST(SimGrid, RingCollectivesFollowBusBandwidthFactors) {
   }
 }
 
+// An all-to-all (expert parallelism's token exchange) is one direct step: (n-1)/n of each rank's buffer
+// leaves through its link and one latency is paid, in SimGrid and in the closed form alike.
+TEST(SimGrid, AllToAllIsOneDirectStep) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const double S = 4e9, link = hw.nvlink.gpu_Bps, lat = hw.nvlink.latency_s;
+  for (int n : {2, 4, 8, 16}) {
+    Task t;
+    t.kind = TaskKind::kCollective;
+    t.resource = Resource::kNetwork;
+    t.collective = CollectiveKind::kAllToAll;
+    t.group = n;
+    t.bytes = S;
+    const double expected = S * (n - 1) / n / link + lat;
+    EXPECT_NEAR(simulate(one_task(n, t), hw), expected, 0.02 * expected) << "n=" << n;
+    EXPECT_NEAR(alltoall_seconds(hw, S, n), expected, 1e-9 * expected) << "n=" << n;
+  }
+}
+
 TEST(SimGrid, SixteenGpusReadingCpuMemoryShareThePcieUplinks) {
   // Each upper PCIe switch (4 GPUs) has one 12 GB/s uplink: 3 GB/s per GPU, not the 12 GB/s of each GPU's
   // own link (paper Figure 2b).
