@@ -186,9 +186,10 @@ class Planner {
   int param_collective(CollectiveKind kind, int p, double bytes, const std::string& name, Phase ph,
                        std::vector<int> deps, std::vector<int> uses) {
     const int id = collective(kind, dp_of(p), bytes, name, ph, std::move(deps), std::move(uses));
-    if (g_.params[static_cast<size_t>(p)].expert_parallel > 1) {
+    if (const int ep = g_.params[static_cast<size_t>(p)].expert_parallel; ep > 1) {
       const int nodes = (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node;
       s_.tasks[static_cast<size_t>(id)].group_nodes = std::min(nodes, dp_of(p));
+      s_.tasks[static_cast<size_t>(id)].group_stride = ep;
     }
     return id;
   }
@@ -994,6 +995,7 @@ void Planner::optimizer() {
                                   "allgather expert params " + nm, ph, {after_step}, {});
         s_.tasks[static_cast<size_t>(id)].group_nodes =
             std::min(edp, (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node);
+        s_.tasks[static_cast<size_t>(id)].group_stride = run_.memwall.expert_parallel;
         last = id;
       }
     }

@@ -92,6 +92,8 @@ struct Task {
   int group = 1;             // collective group size
   int group_nodes = 0;       // nodes the group spans, as many of its ranks on each; 0: its ranks are
                              // consecutive (ceil(group / GPUs per node) nodes)
+  int group_stride = 1;      // the group's ranks are this far apart (an expert's data-parallel ranks under
+                             // expert parallelism: every ep-th); 1: consecutive
   bool single_link = false;  // kCopy: one GPU's link only (broadcast owner), not the all-GPU share
   int buffer = -1;           // kAlloc / kFree: the buffer
   int param = -1;            // kCopy / NVMe / kCollective: the ModelGraph parameter moved, or -1

@@ -129,11 +129,16 @@ Rendezvous planned_rendezvous(const Schedule& s, const HardwareSpec& hw) {
     if (t.kind != TaskKind::kCollective || t.group <= 1) continue;
     const int local = std::max(1, group_span(hw, t.group, t.group_nodes).per_node);
     if (local <= 1) continue;
-    for (int base = 0; base < rpn; base += local) {
-      const int point = static_cast<int>(meet.parties.size());
-      meet.parties.push_back(std::min(local, rpn - base));
-      for (int r = base; r < std::min(base + local, rpn); ++r)
-        meet.point[static_cast<std::size_t>(r)][static_cast<std::size_t>(t.id)] = point;
+    // The node's ranks in groups of `local`, each every `stride`-th rank of a block of local x stride.
+    const int stride = std::max(1, t.group_stride);
+    for (int block = 0; block < rpn; block += local * stride) {
+      for (int first = block; first < std::min(block + stride, rpn); ++first) {
+        const int point = static_cast<int>(meet.parties.size());
+        int parties = 0;
+        for (int r = first; r < rpn && parties < local; r += stride, ++parties)
+          meet.point[static_cast<std::size_t>(r)][static_cast<std::size_t>(t.id)] = point;
+        meet.parties.push_back(parties);
+      }
     }
   }
   return meet;

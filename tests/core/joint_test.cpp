@@ -88,6 +88,12 @@ TEST(JointReplay, PlannedCollectivesMeetTheirGroupsRanksOnTheNode) {
     EXPECT_EQ(p[3], r < 2 ? 1 : 2);  // ranks 0-1 and 2-3
     EXPECT_EQ(p[5], -1);             // a group of one
   }
+  // Every other rank (an expert's data-parallel ranks under expert parallelism 2): ranks 0 and 2, 1 and 3.
+  Schedule strided = s;
+  strided.tasks[3].group_stride = 2;
+  const Rendezvous apart = planned_rendezvous(strided, hw);
+  ASSERT_EQ(apart.parties, (std::vector<int>{4, 2, 2}));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(apart.point[static_cast<std::size_t>(r)][3], r % 2 == 0 ? 1 : 2) << r;
   // Run together on the reference executor, a rank whose compute takes twice as long holds its groups back:
   // rank 1 for the pair's all-reduce, everyone for the node's; ranks 2 and 3 do not wait for it in theirs.
   const Schedule slow = slowed_compute(s, 2.0);
