@@ -40,7 +40,9 @@ struct TuneOptions {
   int max_tiling = 64;
   long global_batch = 0;            // 0: no target (gradient accumulation 1)
   std::vector<int> model_parallel;  // tensor-parallel degrees to try (empty: the run's own)
-  int jobs = 0;                     // searches at once (0: one per core)
+  std::vector<int>
+      expert_parallel;  // expert-parallel degrees to try (a mixture of experts; empty: the run's)
+  int jobs = 0;         // searches at once (0: one per core)
   // The reference executor instead of SimGrid. It does not share a PCIe switch between GPUs nor CPU memory
   // between ranks, so it overrates overlap somewhat (pipelined optimizer swapping, docs/performance.md).
   bool fast = false;
@@ -111,7 +113,7 @@ constexpr int kSimulatedMicroBatches = 4;
 // One line of the search: a tensor-parallel degree, a placement and where the checkpoints go, tried with
 // micro-batches 1, 2, 4, ... until one does not fit.
 struct Chain {
-  int mp = 1, dp = 1;
+  int mp = 1, dp = 1, ep = 1;
   const Placement* placement = nullptr;
   bool cpu_checkpointing = false;
   // Optimizer states on NVMe: reads and writes overlap the sub-groups' steps (pipeline_read/write).
@@ -153,6 +155,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       set["memwall.model_parallel"] = c.mp;
       set["memwall.data_parallel"] = "auto";
     }
+    if (!opt.expert_parallel.empty()) set["memwall.expert_parallel"] = c.ep;
     out["tried"] = out["tried"].get<int>() + 1;
     json r, simulated_set = set;
     simulated_set["gradient_accumulation_steps"] = simulated;
@@ -188,6 +191,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
     out["fit"].push_back({{"placement", std::string(p.name) + (c.delayed_update ? " dpu" : "")},
                           {"micro_batch", micro},
                           {"model_parallel", c.mp},
+                          {"expert_parallel", c.ep},
                           {"gradient_accumulation_steps", accumulation},
                           {"simulated_micro_batches", simulated},
                           {"cpu_checkpointing", c.cpu_checkpointing},
@@ -285,6 +289,17 @@ int run_tune(const TuneOptions& options) {
   const bool progress = isatty(STDERR_FILENO) != 0;
   std::vector<int> mps = opt.model_parallel;
   if (mps.empty()) mps.push_back(base.memwall.model_parallel);
+  std::vector<int> eps = opt.expert_parallel;
+  if (eps.empty()) eps.push_back(base.memwall.expert_parallel);
+  for (const int ep : eps) {
+    if (ep > 1 && (!in->model.moe() || in->model.experts % ep != 0 || ep > in->hw.gpu.count)) {
+      return report_error(Status::invalid_argument(
+          "--expert-parallel " + std::to_string(ep) + ": allowed: " +
+          (in->model.moe() ? "a divisor of the experts per layer (" + std::to_string(in->model.experts) +
+                                 ") of at most the GPUs per node (" + std::to_string(in->hw.gpu.count) + ")"
+                           : "1 (model '" + in->model.name + "' has no experts)")));
+    }
+  }
   std::vector<Chain> chains;
   for (const int mp : mps) {
     if (in->model.heads % mp != 0 || in->hw.gpu.count % mp != 0) {
@@ -295,15 +310,19 @@ int run_tune(const TuneOptions& options) {
     }
     // With --model-parallel the data-parallel degree follows: all GPUs / mp.
     const int dp = opt.model_parallel.empty() ? base.memwall.data_parallel : in->hw.total_gpus() / mp;
-    for (const Placement& p : kPlacements) {
-      if (p.nvme && !in->hw.has_nvme()) continue;
-      for (const bool cpu_ckpt : {false, true}) {
-        chains.push_back({mp, dp, &p, cpu_ckpt, false, false});
-        // Pipelined optimizer swapping needs a second (and third) set of swap buffers in CPU memory.
-        if (std::string(p.opt) == "nvme") chains.push_back({mp, dp, &p, cpu_ckpt, true, false});
-        // ZeRO-Offload's delayed parameter update, only when asked: it trains on one-step-stale parameters.
-        if (opt.dpu && p.stage < 3 && std::string(p.opt) == "cpu")
-          chains.push_back({mp, dp, &p, cpu_ckpt, false, true});
+    for (const int ep : eps) {
+      // Expert parallelism needs its degree to divide the data-parallel ranks, and no tensor parallelism.
+      if (ep > 1 && (dp % ep != 0 || mp > 1)) continue;
+      for (const Placement& p : kPlacements) {
+        if (p.nvme && !in->hw.has_nvme()) continue;
+        for (const bool cpu_ckpt : {false, true}) {
+          chains.push_back({mp, dp, ep, &p, cpu_ckpt, false, false});
+          // Pipelined optimizer swapping needs a second (and third) set of swap buffers in CPU memory.
+          if (std::string(p.opt) == "nvme") chains.push_back({mp, dp, ep, &p, cpu_ckpt, true, false});
+          // ZeRO-Offload's delayed parameter update, only when asked: it trains on one-step-stale parameters.
+          if (opt.dpu && p.stage < 3 && std::string(p.opt) == "cpu")
+            chains.push_back({mp, dp, ep, &p, cpu_ckpt, false, true});
+        }
       }
     }
   }
@@ -377,16 +396,16 @@ int run_tune(const TuneOptions& options) {
               in->model.name.c_str(), in->hw.name.c_str(), gpus, seq,
               opt.global_batch > 0 ? (", global batch " + std::to_string(opt.global_batch)).c_str() : "",
               opt.fast ? "reference" : "SimGrid", tried, fit.size());
-  std::printf("%4s  %-14s %-4s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt",
-              "pipe", "mp", "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration",
+  std::printf("%4s  %-14s %-4s %3s %3s %5s %4s %-5s %6s %13s %8s %11s %10s %10s %10s\n", "rank", "params/opt",
+              "pipe", "mp", "ep", "micro", "G", "ckpt", "tiling", "tokens/s/GPU", "TFLOP/s", "iteration",
               "GPU peak", "CPU/node", "NVMe/node");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const json& r = rows[i];
     const bool nvme_opt = r["set"]["zero_optimization.offload_optimizer.device"] == "nvme";
-    std::printf("%4zu  %-14s %-4s %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
+    std::printf("%4zu  %-14s %-4s %3d %3d %5d %4d %-5s %6d %13.1f %8.1f %10.3fs %10s %10s %10s\n", i + 1,
                 r["placement"].get<std::string>().c_str(),
                 !nvme_opt ? "-" : (r["optimizer_pipeline"].get<bool>() ? "yes" : "no"),
-                r["model_parallel"].get<int>(), r["micro_batch"].get<int>(),
+                r["model_parallel"].get<int>(), r["expert_parallel"].get<int>(), r["micro_batch"].get<int>(),
                 r["gradient_accumulation_steps"].get<int>(),
                 r["cpu_checkpointing"].get<bool>() ? "CPU" : "GPU", r["tiling_factor"].get<int>(),
                 r["tokens_per_s_per_gpu"].get<double>(), r["tflops_per_gpu"].get<double>(),
@@ -423,6 +442,11 @@ void register_tune(CLI::App& app, int& exit_code) {
          "--model-parallel", opt->model_parallel,
          "Tensor-parallel degrees to try, e.g. 1,2,4 (default: the run's; data parallelism takes the rest)")
       ->delimiter(',');
+  cmd->add_option(
+         "--expert-parallel", opt->expert_parallel,
+         "Expert-parallel degrees to try for a mixture of experts, e.g. 1,2,4,8 (default: the run's)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-micro-batch", opt->max_micro_batch, "Largest micro-batch tried (powers of two)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -831,6 +831,27 @@ TEST(CliTune, DelayedParameterUpdateOnlyWhenAskedAndOnlyForZeroOffload) {
 
 // memwall tune: every placement, micro-batch and checkpoint placement that fits, ranked by tokens/s; the
 // best written as a run file that simulates to the same time.
+// A mixture of experts: --expert-parallel tries each degree on every placement; the rows say which, and the
+// best's keys carry it. A dense model has nothing to split.
+TEST(CliTune, TriesExpertParallelDegreesForAMixtureOfExperts) {
+  const CmdResult r = memwall(
+      "tune --hardware dgx-h200 --model qwen1.5-moe-a2.7b --model-set '{\"num_hidden_layers\": 2}' --fast "
+      "--max-micro-batch 1 --expert-parallel 1,4 --top 100 --json",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  std::map<int, int> rows_of;
+  for (const auto& row : j["results"]) {
+    const int ep = row["expert_parallel"].get<int>();
+    ++rows_of[ep];
+    EXPECT_EQ(row["set"]["memwall.expert_parallel"], ep) << row["set"];
+  }
+  EXPECT_EQ(rows_of.size(), 2u);
+  EXPECT_EQ(rows_of[1], rows_of[4]);  // the same placements fit either way here
+  expect_bad_input("tune --model gpt2 --expert-parallel 2",
+                   "--expert-parallel 2: allowed: 1 (model 'gpt2' has no experts)");
+}
+
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   const std::string best = test_path("tuned.json").string();
   const CmdResult r = memwall(
