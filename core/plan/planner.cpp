@@ -186,12 +186,16 @@ class Planner {
   int param_collective(CollectiveKind kind, int p, double bytes, const std::string& name, Phase ph,
                        std::vector<int> deps, std::vector<int> uses) {
     const int id = collective(kind, dp_of(p), bytes, name, ph, std::move(deps), std::move(uses));
-    if (const int ep = g_.params[static_cast<size_t>(p)].expert_parallel; ep > 1) {
-      const int nodes = (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node;
-      s_.tasks[static_cast<size_t>(id)].group_nodes = std::min(nodes, dp_of(p));
-      s_.tasks[static_cast<size_t>(id)].group_stride = ep;
-    }
+    strided_group(id, g_.params[static_cast<size_t>(p)].expert_parallel);
     return id;
+  }
+  // Collective `id` runs over every `stride`-th rank (an expert's data-parallel ranks), spread over the
+  // nodes.
+  void strided_group(int id, int stride) {
+    if (stride <= 1) return;
+    Task& t = s_.tasks[static_cast<size_t>(id)];
+    t.group_nodes = std::min(t.group, (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node);
+    t.group_stride = stride;
   }
   // Elements of this rank's optimizer states: its share of every parameter (all of them in stage 0).
   double optimizer_elements() const {
@@ -991,12 +995,9 @@ void Planner::optimizer() {
       }
       if (experts16 > 0 && dp_ / run_.memwall.expert_parallel > 1) {
         const int edp = dp_ / run_.memwall.expert_parallel;
-        const int id = collective(CollectiveKind::kAllGather, edp, experts16 * edp,
-                                  "allgather expert params " + nm, ph, {after_step}, {});
-        s_.tasks[static_cast<size_t>(id)].group_nodes =
-            std::min(edp, (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node);
-        s_.tasks[static_cast<size_t>(id)].group_stride = run_.memwall.expert_parallel;
-        last = id;
+        last = collective(CollectiveKind::kAllGather, edp, experts16 * edp, "allgather expert params " + nm,
+                          ph, {after_step}, {});
+        strided_group(last, run_.memwall.expert_parallel);
       }
     }
     if (swap >= 0) freed[g] = free_buffer(swap, ph);
