@@ -159,7 +159,8 @@ void register_completion(CLI::App& app, int& exit_code) {
   cmd->add_option("shell", *shell, "The shell (bash; zsh loads it through bashcompinit)")
       ->required()
       ->check(CLI::IsMember({"bash"}));
-  cmd->callback([cmd, &exit_code] {
+  // The callback owns `shell`, which CLI11 writes into while parsing (found by AddressSanitizer).
+  cmd->callback([cmd, shell, &exit_code] {
     std::fputs(bash_script(*cmd->get_parent()).c_str(), stdout);
     exit_code = kExitOk;
   });
