@@ -292,11 +292,14 @@ int run_tune(const TuneOptions& options) {
   std::vector<int> eps = opt.expert_parallel;
   if (eps.empty()) eps.push_back(base.memwall.expert_parallel);
   for (const int ep : eps) {
-    if (ep > 1 && (!in->model.moe() || in->model.experts % ep != 0 || ep > in->hw.gpu.count)) {
+    const int per_node = in->hw.gpu.count;
+    if (ep > 1 &&
+        (!in->model.moe() || in->model.experts % ep != 0 || (per_node % ep != 0 && ep % per_node != 0))) {
       return report_error(Status::invalid_argument(
           "--expert-parallel " + std::to_string(ep) + ": allowed: " +
           (in->model.moe() ? "a divisor of the experts per layer (" + std::to_string(in->model.experts) +
-                                 ") of at most the GPUs per node (" + std::to_string(in->hw.gpu.count) + ")"
+                                 ") that divides the GPUs per node (" + std::to_string(per_node) +
+                                 ") or is a multiple of them"
                            : "1 (model '" + in->model.name + "' has no experts)")));
     }
   }

@@ -149,11 +149,13 @@ Status resolve_run_config(RunConfig& run, const ModelSpec& model, const Hardware
       return Status::invalid_argument(key + " is not allowed for model '" + model.name +
                                       "', which has no experts; allowed: 1");
     }
-    if (model.experts % ep != 0 || mw.data_parallel % ep != 0 || ep > hw.gpu.count) {
+    const int gpus = hw.gpu.count;
+    if (model.experts % ep != 0 || mw.data_parallel % ep != 0 || (gpus % ep != 0 && ep % gpus != 0)) {
       return Status::invalid_argument(key + " is not allowed; allowed: a divisor of the experts per layer (" +
                                       std::to_string(model.experts) + ") and of data_parallel (" +
-                                      std::to_string(mw.data_parallel) + "), at most the GPUs per node (" +
-                                      std::to_string(hw.gpu.count) + ")");
+                                      std::to_string(mw.data_parallel) +
+                                      ") that divides the GPUs per node (" + std::to_string(gpus) +
+                                      ") or is a multiple of them (whole nodes)");
     }
     if (mp > 1 || pp > 1) {
       return Status::invalid_argument(

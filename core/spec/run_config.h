@@ -101,8 +101,9 @@ struct MemwallRunConfig {
   int model_parallel = 1;     // tensor model-parallel degree
   int pipeline_parallel = 1;  // pipeline stages: predict's memory model only (plan, simulate, train: 1)
   // Expert parallelism (a mixture of experts only): the experts of each MoE layer split over groups of this
-  // many consecutive data-parallel ranks, tokens sent to them by all-to-all; each expert's parameters are
-  // partitioned (stage 3: gathered) over the data_parallel / expert_parallel ranks holding it.
+  // many consecutive data-parallel ranks (part of a node or whole nodes), tokens sent to them by all-to-all;
+  // each expert's parameters are partitioned (stage 3: gathered) over the data_parallel / expert_parallel
+  // ranks holding it.
   int expert_parallel = 1;
   int sequence_length = 0;  // 0 = the model's max_positions
   AttentionKernel attention = AttentionKernel::kUnfused;

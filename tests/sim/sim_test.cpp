@@ -195,6 +195,22 @@ TEST(SimGrid, AllToAllIsOneDirectStep) {
     EXPECT_NEAR(simulate(one_task(n, t), hw), expected, 0.02 * expected) << "n=" << n;
     EXPECT_NEAR(alltoall_seconds(hw, S, n), expected, 1e-9 * expected) << "n=" << n;
   }
+  // Across two of four DGX-2 nodes (32 ranks): half of each rank's buffer leaves its node through its 1/16
+  // share of the node's NICs, which is slower than the 15/32 that crosses its NVLink port.
+  const HardwareSpec four = testing::load_hardware_scenario("dgx2-4n");
+  Task t;
+  t.kind = TaskKind::kCollective;
+  t.resource = Resource::kNetwork;
+  t.collective = CollectiveKind::kAllToAll;
+  t.group = 32;
+  t.bytes = S;
+  Schedule s = one_task(64, t);
+  s.ranks_per_node = 16;
+  const double nic = four.network.node_Bps() / 16;
+  const double expected = four.network.latency_s + std::max(S * 15 / 32 / link, S / 2 / nic);
+  EXPECT_GT(S / 2 / nic, S * 15 / 32 / link);
+  EXPECT_NEAR(alltoall_seconds(four, S, 32), expected, 1e-9 * expected);
+  EXPECT_NEAR(simulate(s, four), expected, 0.02 * expected);
 }
 
 TEST(SimGrid, SixteenGpusReadingCpuMemoryShareThePcieUplinks) {
