@@ -11,6 +11,7 @@
 #include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "deepspeed_report.h"
 #include "input_options.h"
 #include "memory/bandwidth_model.h"
 #include "memory/deepspeed_estimate.h"
@@ -77,82 +78,6 @@ json estimate_json(const MemoryEstimate& e) {
           {"notes", e.notes}};
 }
 
-// What DeepSpeed's estimator leaves out of memwall's count, by group: GPU bytes per GPU, CPU bytes per node.
-struct LeftOut {
-  const char* what;
-  double gpu_bytes = 0, cpu_bytes = 0;
-};
-std::vector<LeftOut> left_out_of_deepspeed_estimate(const MemoryEstimate& e) {
-  std::vector<LeftOut> groups = {{"activations"},       {"buckets and prefetch"}, {"pinned swap buffers"},
-                                 {"NVMe file padding"}, {"runtime reserve"},      {"persistent parameters"}};
-  for (const MemoryItem& it : e.items) {
-    int g = -1;
-    switch (it.category) {
-      case MemCategory::kActivationCheckpoints:
-      case MemCategory::kActivations:
-      case MemCategory::kActivationWorking:
-      case MemCategory::kLogits:
-        g = 0;
-        break;
-      case MemCategory::kGatherPrefetch:
-      case MemCategory::kReduceBuckets:
-        g = 1;
-        break;
-      case MemCategory::kPinnedSwapBuffers:
-        g = 2;
-        break;
-      case MemCategory::kNvmeFilePadding:
-        g = 3;
-        break;
-      case MemCategory::kRuntimeReserved:
-        g = 4;
-        break;
-      case MemCategory::kPersistentParams:
-        g = 5;
-        break;
-      default:
-        break;
-    }
-    if (g < 0) continue;
-    if (it.tier == Tier::kGpu) groups[static_cast<std::size_t>(g)].gpu_bytes += it.bytes_per_rank;
-    if (it.tier == Tier::kCpu) {
-      groups[static_cast<std::size_t>(g)].cpu_bytes +=
-          it.per_node ? it.bytes_per_rank : it.bytes_per_rank * e.ranks_per_node;
-    }
-  }
-  std::vector<LeftOut> out;
-  for (const LeftOut& l : groups) {
-    if (l.gpu_bytes > 0 || l.cpu_bytes > 0) out.push_back(l);
-  }
-  return out;
-}
-
-json deepspeed_estimate_json(const DeepSpeedEstimate& d, const MemoryEstimate& e) {
-  if (!d.available) return {{"available", false}, {"why", d.why}};
-  json left = json::array();
-  for (const LeftOut& l : left_out_of_deepspeed_estimate(e)) {
-    left.push_back({{"what", l.what}, {"gpu_bytes", l.gpu_bytes}, {"cpu_bytes_per_node", l.cpu_bytes}});
-  }
-  return {{"available", true},
-          {"function", d.function},
-          {"total_params", d.params},
-          {"largest_layer_params", d.largest_layer_params},
-          {"num_gpus_per_node", d.gpus_per_node},
-          {"num_nodes", d.nodes},
-          {"cpu_offload", d.cpu_offload},
-          {"cpu_offload_params", d.cpu_offload_params},
-          {"zero_init", d.zero_init},
-          {"additional_buffer_factor", d.buffer_factor},
-          {"gpu_bytes", d.per_gpu_bytes},
-          {"cpu_bytes_per_node", d.per_cpu_bytes},
-          {"gpu_rule", d.gpu_rule},
-          {"cpu_rule", d.cpu_rule},
-          {"memwall_gpu_bytes", e.tier(Tier::kGpu).used_bytes},
-          {"memwall_cpu_bytes_per_node", e.tier(Tier::kCpu).used_bytes},
-          {"memwall_nvme_bytes_per_node", e.tier(Tier::kNvme).used_bytes},
-          {"left_out", left}};
-}
-
 void print_deepspeed_estimate(const DeepSpeedEstimate& d, const MemoryEstimate& e, const RunConfig& run) {
   if (!d.available) {
     std::printf("\nDeepSpeed's estimator: none for this run (%s)\n", d.why.c_str());
@@ -162,11 +87,10 @@ void print_deepspeed_estimate(const DeepSpeedEstimate& d, const MemoryEstimate& 
   const bool nvme = run.zero.offload_optimizer.device == OffloadDevice::kNvme ||
                     run.zero.offload_param.device == OffloadDevice::kNvme;
   std::printf("\nDeepSpeed's estimator (%s: %s; model states only%s):\n", d.function.c_str(),
-              d.function.find("zero3") != std::string::npos
-                  ? strprintf("cpu_offload=%s, cpu_offload_params=%s, zero_init=%s", py(d.cpu_offload),
-                              py(d.cpu_offload_params), py(d.zero_init))
-                        .c_str()
-                  : strprintf("cpu_offload=%s", py(d.cpu_offload)).c_str(),
+              d.stage3 ? strprintf("cpu_offload=%s, cpu_offload_params=%s, zero_init=%s", py(d.cpu_offload),
+                                   py(d.cpu_offload_params), py(d.zero_init))
+                             .c_str()
+                       : strprintf("cpu_offload=%s", py(d.cpu_offload)).c_str(),
               nvme ? "; it has no NVMe case, so what lives on NVMe counts as CPU memory" : "");
   std::printf("  %s per GPU (%s), %s CPU per node (%s)\n", format_bytes(d.per_gpu_bytes).c_str(),
               d.gpu_rule.c_str(), format_bytes(d.per_cpu_bytes).c_str(), d.cpu_rule.c_str());
@@ -259,7 +183,7 @@ void print_run_line(const RunConfig& run) {
 }
 
 void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfig& run,
-                      const MemoryEstimate& e, const BandwidthReport& b) {
+                      const MemoryEstimate& e, const DeepSpeedEstimate& ds, const BandwidthReport& b) {
   std::printf("hardware %s: %d node(s) x %d %s (%s each), %s CPU memory and %s NVMe per node\n",
               hw.name.c_str(), hw.nodes, hw.gpu.count, hw.gpu.model.c_str(),
               format_bytes(hw.gpu.memory_bytes).c_str(), format_bytes(hw.cpu.memory_bytes).c_str(),
@@ -288,7 +212,7 @@ void print_prediction(const HardwareSpec& hw, const ModelSpec& m, const RunConfi
     }
   }
   std::printf("pinned host memory per node: %s\n", format_bytes(e.pinned_bytes_per_node).c_str());
-  print_deepspeed_estimate(deepspeed_estimate(m, run, e.ranks_per_node, e.nodes_used), e, run);
+  print_deepspeed_estimate(ds, e, run);
 
   std::printf("\nbandwidth per GPU (achievable %s per GPU; Eq.6 efficiency without overlap)\n",
               format_flops(b.peak_flops).c_str());
@@ -397,11 +321,11 @@ int run_predict(const PredictOptions& opt) {
                             " searches the offload placements, batch and tiling that fit, fastest first");
     }
     out["memory"]["suggestions"] = suggestions;
-    out["memory"]["deepspeed_estimate"] =
-        deepspeed_estimate_json(deepspeed_estimate(*model, resolved, e.ranks_per_node, e.nodes_used), e);
+    const DeepSpeedEstimate ds = deepspeed_estimate(*model, resolved, e.ranks_per_node, e.nodes_used);
+    out["memory"]["deepspeed_estimate"] = deepspeed_estimate_json(ds, e);
     out["bandwidth"] = bandwidth_json(b);
     if (!opt.json) {
-      print_prediction(*hw, *model, resolved, e, b);
+      print_prediction(*hw, *model, resolved, e, ds, b);
       for (const auto& line : suggestions) std::printf("suggestion: %s\n", line.c_str());
     }
   } else {

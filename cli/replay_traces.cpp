@@ -250,12 +250,6 @@ struct JointTrace {
   const HardwareSpec* hw = nullptr;
 };
 
-std::vector<const Schedule*> schedules_of(const std::vector<const ReplayGraph*>& ranks) {
-  std::vector<const Schedule*> schedules;
-  for (const ReplayGraph* g : ranks) schedules.push_back(&g->schedule);
-  return schedules;
-}
-
 // The joint replay of one job's ranks (replay/joint.h), where the traces are those of every rank of its first
 // node: null (and a note saying why) where they are not, or their collectives do not match.
 // `why_not`: why there is none, where there could be; `trace`: the ranks and their runs.
@@ -331,9 +325,9 @@ Result<json> joint_replay(const std::vector<Replayed>& traces, const WhatIfs& wh
       hw2 = h;
     }
     if (changed[0].schedule.ranks_per_node == rpn) {
-      std::vector<const ReplayGraph*> ptrs;
-      for (const ReplayGraph& g : changed) ptrs.push_back(&g);
-      auto w = run_joint(schedules_of(ptrs), hw2, *meet, fast);
+      std::vector<const Schedule*> changed_schedules;
+      for (const ReplayGraph& g : changed) changed_schedules.push_back(&g.schedule);
+      auto w = run_joint(changed_schedules, hw2, *meet, fast);
       if (!w.is_ok()) return w.status();
       out["what_if_iteration_s"] = w->iteration_s;
       out["what_if_speedup"] = base->iteration_s / w->iteration_s;

@@ -22,7 +22,6 @@
 #include "memory/bandwidth_model.h"
 #include "plan/planner.h"
 #include "ranks_together.h"
-#include "replay/joint.h"
 #include "sim/simgrid_backend.h"
 #include "simulate_experiment.h"
 #if MEMWALL_WITH_SIMGRID

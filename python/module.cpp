@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "deepspeed_report.h"
 #include "exec/executor.h"
 #include "memory/bandwidth_model.h"
-#include "memory/deepspeed_estimate.h"
 #include "memory/max_model.h"
 #include "memory/memory_model.h"
 #include "plan/planner.h"
@@ -118,20 +118,8 @@ py::dict predict(const std::string& hardware, const std::string& model, const st
   const cli::Inputs in = inputs(hardware, model, run, nodes, set, model_set);
   const MemoryEstimate e = estimate_memory(in.model, in.run, in.hw);
   py::dict out = estimate_dict(e);
-  const DeepSpeedEstimate d = deepspeed_estimate(in.model, in.run, e.ranks_per_node, e.nodes_used);
-  py::dict ds;
-  ds["available"] = d.available;
-  if (d.available) {
-    ds["function"] = d.function;
-    ds["largest_layer_params"] = d.largest_layer_params;
-    ds["gpu_bytes"] = d.per_gpu_bytes;
-    ds["cpu_bytes_per_node"] = d.per_cpu_bytes;
-    ds["gpu_rule"] = d.gpu_rule;
-    ds["cpu_rule"] = d.cpu_rule;
-  } else {
-    ds["why"] = d.why;
-  }
-  out["deepspeed_estimate"] = ds;
+  out["deepspeed_estimate"] = from_json(
+      cli::deepspeed_estimate_json(deepspeed_estimate(in.model, in.run, e.ranks_per_node, e.nodes_used), e));
   out["hardware"] = in.hw.name;
   out["model"] = in.model.name;
   out["run"] = in.run.name;

@@ -55,8 +55,8 @@ struct GraphOp {
   bool block_start = false;  // first op of a block: its input is the block input (checkpoint)
   int tile = 0;
   int tiles = 1;
-  int group =
-      1;  // kAllReduce: the model-parallel group it reduces over; kAllToAll: the expert-parallel group
+  // kAllReduce: the model-parallel group it reduces over; kAllToAll: the expert-parallel group.
+  int group = 1;
 };
 
 struct GraphOptions {

@@ -31,6 +31,7 @@ DeepSpeedEstimate deepspeed_zero3_estimate(double params, double largest_layer_p
                                            bool zero_init, double buffer_factor) {
   DeepSpeedEstimate d = called("estimate_zero3_model_states_mem_needs", params, gpus_per_node, nodes,
                                cpu_offload, zero_init, buffer_factor);
+  d.stage3 = true;
   d.largest_layer_params = largest_layer_params;
   d.cpu_offload_params = cpu_offload && cpu_offload_params;  // the estimator reads it only with cpu_offload
   const double gpus = static_cast<double>(gpus_per_node) * nodes;

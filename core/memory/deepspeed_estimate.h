@@ -17,6 +17,7 @@ struct DeepSpeedEstimate {
   bool available = false;  // false: no DeepSpeed estimator covers the run (see `why`)
   std::string why;         // when not available
   std::string function;    // "estimate_zero3_model_states_mem_needs"
+  bool stage3 = false;     // the stage-3 estimator (else stage 2's, for stages 1 and 2)
   double params = 0;
   double largest_layer_params = 0;  // stage 3: the module with the most parameters of its own
   int gpus_per_node = 1;

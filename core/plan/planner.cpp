@@ -197,11 +197,13 @@ class Planner {
     t.group_nodes = std::min(t.group, (s_.ranks + s_.ranks_per_node - 1) / s_.ranks_per_node);
     t.group_stride = stride;
   }
-  // Elements of this rank's optimizer states: its share of every parameter (all of them in stage 0).
+  // This rank's share of parameter p's optimizer states (all of them in stage 0), and of every parameter's.
+  double shard_elements(size_t p) const {
+    return stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
+  }
   double optimizer_elements() const {
     double n = 0;
-    for (size_t p = 0; p < g_.params.size(); ++p)
-      n += stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
+    for (size_t p = 0; p < g_.params.size(); ++p) n += shard_elements(p);
     return n;
   }
   long trigger(size_t event_index, int ahead) const;  // event index of the triggering op, -1: at once
@@ -871,32 +873,21 @@ void Planner::optimizer() {
   // Per sub-group, the elements of its slice that are experts' (expert parallelism: their all-gather after
   // a ZeRO-1/2 step runs over an expert's data_parallel / expert_parallel ranks).
   std::vector<double> expert_elements(groups, 0.0);
-  {
-    double at = 0;
-    for (size_t p = 0; p < g_.params.size(); ++p) {
-      const double n = stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
-      for (double done = 0; g_.params[p].expert_parallel > 1 && done < n;) {
-        const int g = std::min(groups - 1, static_cast<int>((at + done) / opt_sub_));
-        const double part = g + 1 < groups ? std::min(n - done, (g + 1) * opt_sub_ - (at + done)) : n - done;
-        expert_elements[g] += part;
-        done += part;
+  double at = 0;
+  for (size_t p = 0; p < g_.params.size(); ++p) {
+    const double n = shard_elements(p);
+    const int lo = std::min(groups - 1, static_cast<int>(at / opt_sub_));
+    const int hi = std::min(groups - 1, static_cast<int>(std::max(at, at + n - 1) / opt_sub_));
+    for (int g = lo; g <= hi; ++g) {
+      if (delayed && grad_done_[p] >= 0) backward_done[g].push_back(grad_done_[p]);
+      if (g_.params[p].expert_parallel > 1) {  // the part of [at, at + n) in the sub-group (the last open)
+        const double end = g + 1 < groups ? std::min(at + n, (g + 1) * opt_sub_) : at + n;
+        expert_elements[g] += end - std::max(at, g * opt_sub_);
       }
-      at += n;
     }
+    at += n;
   }
-  if (delayed) {
-    double at = 0;
-    for (size_t p = 0; p < g_.params.size(); ++p) {
-      const double n = stage_ >= 1 ? g_.params[p].elements / dp_of(p) : g_.params[p].elements;
-      const int lo = std::min(groups - 1, static_cast<int>(at / opt_sub_));
-      const int hi = std::min(groups - 1, static_cast<int>(std::max(at, at + n - 1) / opt_sub_));
-      for (int g = lo; g <= hi; ++g) {
-        if (grad_done_[p] >= 0) backward_done[g].push_back(grad_done_[p]);
-      }
-      at += n;
-    }
-    join.clear();
-  }
+  if (delayed) join.clear();
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;

@@ -24,8 +24,8 @@ class ModuleTest(unittest.TestCase):
             self.assertAlmostEqual(got["tiers"][tier]["used_bytes"], want["tiers"][tier]["used_bytes"], delta=1.0)
         self.assertIn("params16", got["tiers"]["cpu"]["bytes_per_rank_by_category"])
         self.assertEqual(got["model"], "gpt3-175b")
-        for key in ("function", "largest_layer_params", "gpu_bytes", "cpu_bytes_per_node"):
-            self.assertEqual(got["deepspeed_estimate"][key], want["deepspeed_estimate"][key])
+        self.assertEqual(got["deepspeed_estimate"], want["deepspeed_estimate"])
+        self.assertTrue(got["deepspeed_estimate"]["available"])
 
     def test_largest_models_follow_the_paper_ordering(self):
         rows = {r["strategy"]: r for r in memwall.max_model(hardware="dgx2", model="paper-1t")}
