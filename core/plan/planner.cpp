@@ -611,6 +611,7 @@ void Planner::plan_events() {
           ckpt_copy[segment] =
               copy(Tier::kGpu, Tier::kCpu, ckpt_bytes, strprintf("gpu->cpu ckpt seg%d", segment), ph,
                    {prev_compute}, {gbuf, cbuf});
+          s_.tasks[ckpt_copy[segment]].layer = op.layer;
           free_buffer(gbuf, ph);
           ckpt_cpu[segment] = cbuf;
         } else {
@@ -623,6 +624,7 @@ void Planner::plan_events() {
                                {trigger(i, 2) >= 0 ? compute_of_event_[trigger(i, 2)] : -1});
         const int c = copy(Tier::kCpu, Tier::kGpu, ckpt_bytes, strprintf("cpu->gpu ckpt seg%d", segment), ph,
                            {ckpt_copy[segment]}, {ckpt_cpu[segment], gbuf});
+        s_.tasks[c].layer = op.layer;
         free_buffer(ckpt_cpu[segment], ph);
         ckpt_gpu[segment] = gbuf;
         deps.push_back(c);
@@ -795,8 +797,9 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   int last = compute_task;
   int shard_buf = grad_buf_[p];
   double shard = full;
-  // Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step.
-  const bool at_boundary = grad_buf < 0 && stage_ <= 1;
+  // Stages 0 and 1 (and stage 3's persistent parameters) sum whole gradients over the micro-batches and
+  // reduce (and offload) them once per step.
+  const bool at_boundary = grad_buf < 0 && stage_ != 2;
   const std::size_t first_task = s_.tasks.size();
   if (grad_buf < 0) {
     // Replicated gradient (stages 0-1, persistent small params): all-reduced in place.
@@ -829,7 +832,7 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
     const int pinned = mark(slot(opt_pool_, Tier::kCpu, fp32, nm + " grad swap-out", ph, {last}), p,
                             BufferRole::kGradSwapOut);
     std::vector<int> before_copy = {last};
-    if (run_.accumulation_steps() > 1) {
+    if (run_.accumulation_steps() > 1 && !at_boundary) {
       // Gradient accumulation: after the first micro-batch the sum so far is read back into the slot, the
       // shard is added to it and the sum written out again.
       const int sum = of_param(
@@ -848,7 +851,8 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   if (at_boundary) {
     for (std::size_t k = first_task; k < s_.tasks.size(); ++k) {
       Task& t = s_.tasks[k];
-      if (t.kind == TaskKind::kCollective || t.kind == TaskKind::kCopy) t.last_micro_batch = true;
+      if (t.kind == TaskKind::kCollective || t.kind == TaskKind::kCopy || t.kind == TaskKind::kNvmeWrite)
+        t.last_micro_batch = true;
     }
   }
   grad_done_[p] = last;
@@ -870,9 +874,11 @@ void Planner::optimizer() {
   // graph order, each rank holding 1/dp of each): a parameter's new values may go to the GPU once backward
   // is done with it.
   std::vector<std::vector<int>> backward_done(groups);
-  // Per sub-group, the elements of its slice that are experts' (expert parallelism: their all-gather after
-  // a ZeRO-1/2 step runs over an expert's data_parallel / expert_parallel ranks).
-  std::vector<double> expert_elements(groups, 0.0);
+  // Per sub-group, the elements of its slice whose 16-bit copies every rank keeps whole (stages 1 and 2: all
+  // of them; stage 3: the persistent small parameters), gathered from every rank's slice after the step, and
+  // those of them that are experts' (expert parallelism: gathered over an expert's data_parallel /
+  // expert_parallel ranks).
+  std::vector<double> whole_elements(groups, 0.0), expert_elements(groups, 0.0);
   double at = 0;
   for (size_t p = 0; p < g_.params.size(); ++p) {
     const double n = shard_elements(p);
@@ -880,10 +886,12 @@ void Planner::optimizer() {
     const int hi = std::min(groups - 1, static_cast<int>(std::max(at, at + n - 1) / opt_sub_));
     for (int g = lo; g <= hi; ++g) {
       if (delayed && grad_done_[p] >= 0) backward_done[g].push_back(grad_done_[p]);
-      if (g_.params[p].expert_parallel > 1) {  // the part of [at, at + n) in the sub-group (the last open)
-        const double end = g + 1 < groups ? std::min(at + n, (g + 1) * opt_sub_) : at + n;
-        expert_elements[g] += end - std::max(at, g * opt_sub_);
-      }
+      if (partitioned(static_cast<int>(p))) continue;
+      // The part of [at, at + n) in the sub-group (the last one open-ended).
+      const double part =
+          (g + 1 < groups ? std::min(at + n, (g + 1) * opt_sub_) : at + n) - std::max(at, g * opt_sub_);
+      whole_elements[g] += part;
+      if (g_.params[p].expert_parallel > 1) expert_elements[g] += part;
     }
     at += n;
   }
@@ -963,23 +971,27 @@ void Planner::optimizer() {
                       {swap, opt_states_buf_});
       last = write[g];
     }
-    // The updated 16-bit parameters go back to where parameters live.
-    const double p16 = b_ * n;
+    // The updated 16-bit parameters go back to where parameters live. Stage 3's persistent parameters live
+    // whole on the GPU whatever the others' home: their slices go there too, to be gathered like stage 1's.
+    const double p16 = b_ * n, whole16 = stage_ == 3 ? b_ * whole_elements[g] : p16;
+    const Tier staged = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
+    const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
+    std::vector<int> to_gpu_deps = {step[g]};
+    if (delayed) to_gpu_deps.insert(to_gpu_deps.end(), backward_done[g].begin(), backward_done[g].end());
     if (opt_tier_ != Tier::kGpu) {
-      const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
       if (param_home == Tier::kGpu) {
-        std::vector<int> copy_deps = {step[g]};
-        if (delayed) copy_deps.insert(copy_deps.end(), backward_done[g].begin(), backward_done[g].end());
-        last = copy(opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_, Tier::kGpu, p16,
-                    "cpu->gpu params " + nm, ph, copy_deps, src);
+        last = copy(staged, Tier::kGpu, p16, "cpu->gpu params " + nm, ph, to_gpu_deps, src);
       } else if (param_home == Tier::kNvme) {
         const int w = copy(Tier::kCpu, Tier::kNvme, p16, "cpu->nvme params " + nm, ph, {step[g]}, src);
         if (write[g] >= 0) last = w;
       }
     }
-    if (stage_ >= 1 && stage_ < 3 && dp_ > 1) {
-      const double experts16 = p16 * expert_elements[g] / n, dense16 = p16 - experts16;
-      const int after_step = last;
+    int after_step = last;
+    if (stage_ == 3 && whole16 > 0 && opt_tier_ != Tier::kGpu && param_home != Tier::kGpu)
+      after_step =
+          copy(staged, Tier::kGpu, whole16, "cpu->gpu persistent params " + nm, ph, to_gpu_deps, src);
+    if (stage_ >= 1 && dp_ > 1 && whole16 > 0) {
+      const double experts16 = b_ * expert_elements[g], dense16 = whole16 - experts16;
       if (dense16 > 0) {
         last = collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather params " + nm, ph,
                           {after_step}, {});

@@ -98,6 +98,7 @@ struct Task {
   int buffer = -1;           // kAlloc / kFree: the buffer
   int param = -1;            // kCopy / NVMe / kCollective: the ModelGraph parameter moved, or -1
   int subgroup = -1;         // optimizer phase: the sub-group (0-based) a step or its I/O works on
+  int layer = -1;            // kCopy of an activation checkpoint: the layer whose input (residual) it holds
   double measured_s = 0;     // replay: a measured duration executors use for kCompute / kOptimizerStep
   double delay_s = 0;        // replay: measured idle time before the task starts once it could (launch gaps)
   double release_s = 0;  // replay: earliest start since the iteration began (a GPU task's CPU-side launch)
@@ -108,9 +109,10 @@ struct Task {
   // Gradient accumulation: runs in every micro-batch but the first (reading back the gradient sum the
   // earlier ones left on NVMe); accumulated_schedule leaves it out of the first copy.
   bool later_micro_batches = false;
-  // Gradient accumulation: runs only in the last micro-batch (stages 0 and 1 sum whole gradients over the
-  // micro-batches and reduce them once per step, at the accumulation boundary, as DDP's no_sync and
-  // DeepSpeed's stage 1 do); accumulated_schedule leaves it out of the others.
+  // Gradient accumulation: runs only in the last micro-batch (stages 0 and 1, and stage 3's persistent
+  // small parameters, sum whole gradients over the micro-batches and reduce them once per step, at the
+  // accumulation boundary, as DDP's no_sync and DeepSpeed's stage 1 do); accumulated_schedule leaves it out
+  // of the others.
   bool last_micro_batch = false;
   std::vector<int> uses;  // buffers read or written while running
   std::vector<int> deps;  // task ids that must finish first

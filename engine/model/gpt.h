@@ -268,6 +268,9 @@ class GptModel {
   void set_bf16_matmuls(bool on) { bf16_ = on; }
   // After forward: the logits of every position, [B*T][vocab].
   const float* logits() const { return logits_.data(); }
+  // The residual stream at layer l's input, B*T*C floats (l = layers: the final norm's input): what an
+  // activation checkpoint holds, which the trainer copies out and back in with cpu_checkpointing.
+  float* residual(int layer) { return resid_[static_cast<std::size_t>(layer)].data(); }
 
   const ModelGraph& graph() const { return graph_; }
   const std::vector<ParamSlice>& slices() const { return slices_; }

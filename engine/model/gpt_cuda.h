@@ -57,6 +57,8 @@ class CudaGptModel {
   const ModelGraph& graph() const { return g_.graph; }
   const std::vector<ParamSlice>& slices() const { return g_.slices; }
   std::size_t activation_bytes() const { return activation_bytes_; }
+  // The residual stream at layer l's input in device memory, B*T*C floats (GptModel::residual).
+  float* residual(int layer) const { return resid_[static_cast<std::size_t>(layer)]; }
 
  private:
   CudaGptModel(const GptConfig& c, int B, int T, gpu::Device& device);

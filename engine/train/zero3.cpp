@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,7 @@ RunConfig default_train_run() {
   RunConfig run;
   run.name = "zero-3";
   run.zero.stage = 3;
+  run.zero.param_persistence_threshold = {false, 0};  // every parameter partitioned (a run file may set one)
   run.zero.overlap_comm = true;
   run.precision = Precision::kBf16;
   run.memwall.prefetch = true;
@@ -109,9 +111,10 @@ struct Zero3Trainer::State {
   std::vector<Part> parts;
   std::size_t total = 0;  // this rank's flat elements
   std::vector<Group> groups;
-  std::vector<Tier> home;            // per parameter: where its bf16 shard lives
-  std::vector<int> shard_buf;        // per parameter: its persistent shard buffer (stage 3), or -1
-  std::vector<int> resident;         // per parameter: its whole bf16 copy on the device (stages 1, 2), or -1
+  std::vector<Tier> home;      // per parameter: where its bf16 shard lives
+  std::vector<int> shard_buf;  // per parameter: its persistent shard buffer (stage 3), or -1
+  std::vector<int> resident;   // per parameter: its whole bf16 copy on the device (stages 0-2; stage 3's
+                               // persistent small parameters), or -1
   std::vector<int> persistent_grad;  // per parameter: a persistent fp32 gradient buffer, or -1
   Tier opt_tier = Tier::kGpu;
   int stage = 3;  // ZeRO stage: 3 partitions the parameters; 0, 1 and 2 keep them whole on every rank
@@ -186,6 +189,12 @@ struct Zero3Trainer::State {
     return from >= pt.numel ? 0 : std::min(pt.shard, pt.numel - from);
   }
   int adam_threads = 1;
+  // Activation checkpoints offloaded to the CPU (cpu_checkpointing): the residual stream at a segment's first
+  // layer, B*T*C fp32 values of the model's (its activations are fp32), and the tests' scrubbing of the
+  // model's copy before one comes back (Zero3Options::scrub_offloaded_checkpoints).
+  std::size_t residual_floats = 0;
+  bool scrub_checkpoints = false;
+  float* residual(int layer) const;
 
   // On a real GPU (Zero3Options::device == kCuda): the device, its tier carved out of the device's arena
   // (`device` above is bookkeeping over that block), the model on kernels/cuda, NCCL when built in, and
@@ -267,7 +276,8 @@ struct Zero3Trainer::State {
     return parts[static_cast<std::size_t>(p)];
   }
   // This rank's bf16 shard of parameter p: its shard buffer (stage 3), or its slice of the whole copy every
-  // rank keeps (stages 1 and 2; all of it in stage 0), and the buffer that holds it.
+  // rank keeps (stages 1 and 2 and stage 3's persistent parameters; all of it in stage 0), and the buffer
+  // that holds it.
   int shard16_buffer(int p) const {
     const auto i = static_cast<std::size_t>(p);
     return shard_buf[i] >= 0 ? shard_buf[i] : resident[i];
@@ -295,8 +305,9 @@ struct Zero3Trainer::State {
   Status collective(const Task& t, const std::string& at, comm::Communicator& comm, double& moved_bytes);
   // Stages 0 and 1: parameter p's whole gradient in buffer b, replaced by its mean over the ranks.
   Status all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
-  // Stages 1 and 2: every rank's slice of the whole bf16 copies of sub-group g's parameters (after its
-  // optimizer step, or after the states were installed), gathered into every rank's copies.
+  // Stages 1 and 2 (stage 3: its persistent parameters): every rank's slice of the whole bf16 copies of
+  // sub-group g's parameters (after its optimizer step, or after the states were installed), gathered into
+  // every rank's copies.
   Status gather_resident(int g, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Any task: bind() or collective(), with the bookkeeping of asynchronous GPU completion around it.
   Status run_task(const Task& t, int step_no, const std::string& at, comm::Communicator& comm);
@@ -356,6 +367,10 @@ double Zero3Trainer::State::bytes_of(const Buffer& b) const {
         break;
     }
   }
+  // An offloaded activation checkpoint holds the model's fp32 residual stream (planned at the run's
+  // activation width).
+  if (b.category == MemCategory::kActivationCheckpoints && b.tier == Tier::kCpu)
+    return static_cast<double>(residual_floats) * 4;
   if (b.role == BufferRole::kOptimizerSwap) {
     std::size_t most = 0;
     for (const Group& g : groups) most = std::max(most, g.end - g.begin);
@@ -689,8 +704,27 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     }
     return Status::ok();
   }
-  // Activation checkpoints: the model keeps activations in its own buffers; nothing moves.
-  return Status::ok();
+  // An activation checkpoint (cpu_checkpointing): the model's residual stream at the segment's first layer
+  // (its buffer on the device is the checkpoint's device copy) to the plan's CPU buffer after the forward
+  // wrote it, and back before the segment's recompute reads it.
+  if (t.layer < 0) return Status::internal(t.name + ": memwall train has no binding for this copy");
+  const int host = buffer(t.uses[0]).tier == Tier::kCpu ? t.uses[0] : t.uses[1];
+  float* model_copy = residual(t.layer);
+  const std::size_t bytes = residual_floats * 4;
+  moved_bytes = static_cast<double>(bytes);
+  if (t.dst == Tier::kCpu) return move(ptr(host), false, model_copy, cuda, bytes, true);
+  if (scrub_checkpoints) {
+    const std::vector<float> nan(residual_floats, std::numeric_limits<float>::quiet_NaN());
+    MW_RETURN_IF_ERROR(move(model_copy, cuda, nan.data(), false, bytes));
+  }
+  return move(model_copy, cuda, ptr(host), false, bytes, true);
+}
+
+float* Zero3Trainer::State::residual(int layer) const {
+#if MEMWALL_HAVE_CUDA
+  if (cuda) return cmodel->residual(layer);
+#endif
+  return model->residual(layer);
 }
 
 Status Zero3Trainer::State::nvme_read(const Task& t, double& moved_bytes) {
@@ -922,11 +956,14 @@ Status Zero3Trainer::State::gather_resident(int g, const std::string& tag, comm:
                                             double& moved_bytes) {
   const Group& grp = groups[static_cast<std::size_t>(g)];
   const auto R_ = static_cast<std::size_t>(R);
+  // Stage 3 partitions the other parameters: they have no whole copy to gather into.
+  const auto whole = [&](std::size_t p) { return stage < 3 || resident[p] >= 0; };
 #if MEMWALL_HAVE_NCCL
-  if (nccl && grp.first < grp.last && on_device(resident[grp.first])) {  // in place, on the collective stream
+  if (nccl && cuda) {  // in place, on the collective stream (the whole copies are on the device)
     const gpu::Stream& s = gpu->comm();
     MW_RETURN_IF_ERROR(deps_on_stream(s));
     for (std::size_t p = grp.first; p < grp.last; ++p) {
+      if (!whole(p)) continue;
       const std::size_t bytes = parts[p].shard * kB16;
       MW_RETURN_IF_ERROR(nccl->all_gather(shard16(static_cast<int>(p)), ptr(resident[p]), bytes, s.get()));
       moved_bytes += static_cast<double>(bytes * R_);
@@ -936,6 +973,7 @@ Status Zero3Trainer::State::gather_resident(int g, const std::string& tag, comm:
 #endif
   std::vector<char> mine, staged;
   for (std::size_t p = grp.first; p < grp.last; ++p) {
+    if (!whole(p)) continue;
     const int b = resident[p];
     if (b < 0) return Status::internal(tag + ": parameter " + std::to_string(p) + " has no whole copy");
     const std::size_t bytes = parts[p].shard * kB16;
@@ -1235,7 +1273,6 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
                                     "(zero_optimization.offload_*.nvme_path or --nvme-path)");
   }
   // What the engine implements (see default_train_run).
-  run.zero.param_persistence_threshold = {false, 0};
   run.precision = Precision::kBf16;
   run.fp32_gradients = true;
   run.micro_batch_per_gpu = {false, static_cast<double>(o.micro_batch)};
@@ -1253,6 +1290,9 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.R = comm.size();
   st.rank = comm.rank();
   st.stage = run.zero.stage;
+  st.residual_floats = static_cast<std::size_t>(o.micro_batch) * static_cast<std::size_t>(o.seq) *
+                       static_cast<std::size_t>(c.channels);
+  st.scrub_checkpoints = o.scrub_offloaded_checkpoints;
   st.partitions = st.stage == 0 ? 1 : st.R;
   st.partition = st.stage == 0 ? 0 : st.rank;
   st.delayed = run.memwall.delayed_parameter_update;
@@ -1708,8 +1748,9 @@ Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
     }
     return Status::ok();
   }();
-  // Stages 1 and 2: every rank's slice into every rank's whole copies, once every rank has its slices.
-  if (st.stage == 1 || st.stage == 2) {
+  // Stages 1 and 2 (stage 3: its persistent parameters): every rank's slice into every rank's whole copies,
+  // once every rank has its slices.
+  if (st.stage >= 1 && std::any_of(st.resident.begin(), st.resident.end(), [](int b) { return b >= 0; })) {
     MW_RETURN_IF_ERROR(comm::agree(*comm_, installed, "installing the parameters"));
     double moved = 0;
     for (std::size_t g = 0; g < st.groups.size(); ++g)

@@ -86,6 +86,9 @@ struct Zero3Options {
   // kCuda: a task's GPU work completes asynchronously (CUDA events order the streams, the lanes run ahead);
   // false: each task waits for its stream before its lane moves on (simpler to debug, slower).
   bool gpu_async = true;
+  // Tests: before an activation checkpoint offloaded to the CPU (cpu_checkpointing) is brought back, NaN over
+  // the model's own copy of it, so that the recompute can only see the bytes that went out and came back.
+  bool scrub_offloaded_checkpoints = false;
 };
 
 // What one step did, measured.

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/units.h"
 #include "exec/executor.h"
 #include "graph/model_graph.h"
 #include "memory/memory_model.h"
@@ -344,16 +345,20 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
     // Ranks compare fingerprints: planning again gives the same.
     EXPECT_EQ(fingerprint(plan_iteration(m, run, hw).value()), fingerprint(s));
     const bool nvme = grads == OptimizerGradients::kNvme;
-    std::size_t setup = 0, optimizer = 0, rest = 0, sums = 0;
+    // (Stage 3's persistent small parameters reduce and offload their gradients in the last micro-batch
+    // only: summed whole on the GPU before, never read back.)
+    std::size_t setup = 0, optimizer = 0, rest = 0, sums = 0, last_only = 0;
     double written = 0, read_back = 0;
     for (const Task& t : s.tasks) {
       (t.phase == Phase::kSetup ? setup : t.phase == Phase::kOptimizer ? optimizer : rest) += 1;
+      last_only += t.last_micro_batch;
       if (t.later_micro_batches) {
         ++sums;
         EXPECT_EQ(t.kind, TaskKind::kNvmeRead) << t.name;
         read_back += t.bytes;
       }
-      if (t.kind == TaskKind::kNvmeWrite && t.phase == Phase::kBackward) written += t.bytes;
+      if (t.kind == TaskKind::kNvmeWrite && t.phase == Phase::kBackward && !t.last_micro_batch)
+        written += t.bytes;
     }
     ASSERT_GT(optimizer, 0u) << runname;
     // One read of the sum per gradient written to NVMe, of its bytes; nothing else changes.
@@ -365,7 +370,8 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
     }
 
     const AccumulatedSchedule a = accumulated_schedule(s, G);
-    ASSERT_EQ(a.schedule.tasks.size(), setup + G * rest - sums + optimizer) << runname;
+    ASSERT_GT(last_only, 0u) << runname;
+    ASSERT_EQ(a.schedule.tasks.size(), setup + G * rest - sums - (G - 1) * last_only + optimizer) << runname;
     ASSERT_EQ(a.origin.size(), a.schedule.tasks.size());
     for (std::size_t i = 0; i < a.schedule.tasks.size(); ++i) {
       const Task& t = a.schedule.tasks[i];
@@ -424,8 +430,6 @@ TEST(Planner, AnAccumulatedStepIsTheMicroStepsBackToBack) {
   }
 }
 
-// Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step, at
-// the accumulation boundary; stage 2 reduce-scatters every micro-batch's.
 // Counts a step cannot hold: more than 2^24 micro-batches or accumulation steps (as given or derived from
 // train_batch_size) are one line from resolve_run_config; an accumulated schedule past 2^24 tasks is refused
 // naming the most gradient_accumulation_steps this schedule allows.
@@ -455,6 +459,8 @@ TEST(Planner, AStepTooLargeToScheduleIsOneLine) {
       << over.message();
 }
 
+// Stages 0 and 1 sum whole gradients over the micro-batches and reduce (and offload) them once per step, at
+// the accumulation boundary; stage 2 reduce-scatters every micro-batch's.
 TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
   const ModelSpec m = testing::load_model_scenario("gpt2");
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
@@ -490,6 +496,77 @@ TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
       }
       EXPECT_EQ(offloads > 0, opt == OffloadDevice::kCpu);
     }
+  }
+}
+
+// Stage 3's persistent small parameters (below stage3_param_persistence_threshold, kept whole on every GPU)
+// are updated like stage 1's: their whole gradients summed over the micro-batches, all-reduced and offloaded
+// once per step, and after each sub-group's step this rank's slice of them goes to the GPU (where the
+// optimizer and the other parameters are not) and every rank's slice is all-gathered into the whole copies.
+TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
+  const ModelSpec m = tiny_model();
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  using D = OffloadDevice;
+  const int G = 2;
+  for (const auto& [params, optimizer] :
+       {std::pair{D::kNone, D::kNone}, std::pair{D::kNone, D::kCpu}, std::pair{D::kCpu, D::kCpu},
+        std::pair{D::kNvme, D::kCpu}, std::pair{D::kNvme, D::kNvme}}) {
+    for (const int dp : {1, 4}) {
+      SCOPED_TRACE(strprintf("params on %s, optimizer on %s, dp %d", offload_device_name(params),
+                             offload_device_name(optimizer), dp));
+      RunConfig run = make_run({3, params, optimizer, true, 1, false, false, 1, dp}, m, hw);
+      run.gradient_accumulation_steps = {false, G};
+      GraphOptions opt;
+      opt.micro_batch = 2;
+      opt.sequence_length = run.memwall.sequence_length;
+      const ModelGraph g = build_model_graph(m, opt);
+      const Schedule s = plan_graph(g, run, hw);
+      check_invariants(s, g, run, "persistent");
+      double persistent = 0;
+      std::set<std::string> small;
+      for (const GraphParam& p : g.params) {
+        if (p.elements >= run.zero.param_persistence_threshold.value) continue;
+        persistent += p.elements;
+        small.insert(p.name);
+      }
+      ASSERT_GT(persistent, 0);
+      ASSERT_LT(persistent, g.total_param_elements() / 10);
+      const double b = run.param_bytes();
+      double gathered = 0, copied = 0;
+      for (const Task& t : s.tasks) {
+        if (t.kind == TaskKind::kCollective && t.name.rfind("allgather params ", 0) == 0) {
+          EXPECT_EQ(t.group, dp);
+          EXPECT_EQ(t.phase, Phase::kOptimizer);
+          gathered += t.bytes;
+        }
+        if (t.name.rfind("cpu->gpu persistent params ", 0) == 0) {
+          EXPECT_EQ(t.dst, Tier::kGpu);
+          copied += t.bytes;
+        }
+        // A persistent parameter's gradient: reduced and offloaded at the accumulation boundary only, and
+        // never read back from NVMe (nothing was written there before).
+        const bool reduce_or_offload = (t.kind == TaskKind::kCollective && t.param >= 0) ||
+                                       (t.kind == TaskKind::kCopy && t.param >= 0 && t.src == Tier::kGpu) ||
+                                       (t.kind == TaskKind::kNvmeWrite && t.param >= 0);
+        if (t.param >= 0 && small.count(g.params[t.param].name) > 0) {
+          if (reduce_or_offload) {
+            EXPECT_TRUE(t.last_micro_batch) << t.name;
+          }
+          EXPECT_FALSE(t.later_micro_batches) << t.name;
+        }
+      }
+      EXPECT_NEAR(gathered, dp > 1 ? b * persistent : 0, 1e-6 * b * persistent);
+      const bool to_gpu = optimizer != D::kNone && params != D::kNone;
+      EXPECT_NEAR(copied, to_gpu ? b * persistent / dp : 0, 1e-6 * b * persistent);
+    }
+  }
+  // Without a threshold every parameter is partitioned and nothing is gathered after the step.
+  RunConfig run = make_run({3, D::kCpu, D::kCpu, true, 1, false, false, 1, 4}, m, hw);
+  run.zero.param_persistence_threshold = {false, 0};
+  const Schedule s = plan_iteration(m, run, hw).value();
+  for (const Task& t : s.tasks) {
+    EXPECT_EQ(t.name.find("allgather params"), std::string::npos) << t.name;
+    EXPECT_EQ(t.name.find("persistent"), std::string::npos) << t.name;
   }
 }
 

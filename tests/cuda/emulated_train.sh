@@ -96,10 +96,18 @@ expect_error "activations on the GPU need" MEMWALL_EMULATED_GPU_BYTES=500000 "$B
 # A GPU smaller than the hardware file says: the plan is made for what the GPU has left beside the model's
 # activations (about 1 MB here), and refused when that is too little. The activations and the hardware file's
 # 1 GiB runtime reserve are not counted again inside the tier: a 2 MB GPU (under 0.7 MB left for the tier)
-# runs, where the plan's whole GPU peak, reserve and activation estimate included, is far more.
+# runs, where the plan's whole GPU peak, reserve and activation estimate included, is far more. (Every
+# parameter partitioned onto NVMe here: the run's persistence threshold would keep this model's small
+# tensors, 0.8 MB, whole on the GPU.)
+partitioned=("${base[@]}" --set "{$nvme_set, \"zero_optimization.stage3_param_persistence_threshold\": 0}")
 expect_error "GPU (besides the activations): the schedule needs" MEMWALL_EMULATED_GPU_BYTES=1500000 "$BIN" \
-  "${common[@]}" --steps 1 --device cuda
-MEMWALL_EMULATED_GPU_BYTES=2000000 run small --steps 1 --device cuda --trace "$work/small-trace.json"
+  "${partitioned[@]}" --steps 1 --device cuda
+MEMWALL_EMULATED_GPU_BYTES=2000000 "$BIN" "${partitioned[@]}" --steps 1 --device cuda \
+  --trace "$work/small-trace.json" >"$work/small.jsonl" 2>"$work/small.err" || {
+  echo "FAILED: the 2 MB GPU"
+  cat "$work/small.err"
+  exit 1
+}
 # Without --hardware a GPU run's device tier is what the GPU has (a 40 GB one here), not the default dgx2
 # file's 32 GB; with the file, the file caps it.
 for hw in own file; do

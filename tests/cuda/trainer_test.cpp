@@ -1,12 +1,13 @@
 // memwall train's ZeRO-3 trainer on a real GPU (--device cuda) against the same trainer on the host-emulated
 // device: the same schedule, 10 steps, losses within 1e-3 relative per step (fp32 compute on cuBLAS against
-// oneDNN; both widen the same bf16 parameters), in twelve configurations: everything on the GPU (with the
+// oneDNN; both widen the same bf16 parameters), in thirteen configurations: everything on the GPU (with the
 // lanes running ahead on CUDA events, with every task waited for, with activation checkpointing: the GPU
-// then keeps one layer's activations and recomputes each layer before its backward, with flash attention
-// (the fused kernels on each side) and with bf16 GEMMs taking the gathered bf16 weights as they are,
-// within 3e-2), optimizer on the CPU, parameters and optimizer on the CPU, both on NVMe, ZeRO stages 0 and 1,
-// and ZeRO-Offload (stage 2) with and without its delayed parameter update. Then gradient accumulation and
-// checkpoints to and from the GPU. Skipped without a GPU.
+// then keeps one layer's activations and recomputes each layer before its backward, also with the
+// checkpoints offloaded to the CPU and back, with flash attention (the fused kernels on each side) and with
+// bf16 GEMMs taking the gathered bf16 weights as they are, within 3e-2), optimizer on the CPU, parameters and
+// optimizer on the CPU, both on NVMe, ZeRO stages 0 and 1, and ZeRO-Offload (stage 2) with and without its
+// delayed parameter update. Then gradient accumulation and checkpoints to and from the GPU. Skipped without a
+// GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -84,6 +85,14 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
        [](Zero3Options& o) {
          o.run.activation_checkpointing.enabled = true;
          o.run.activation_checkpointing.interval = 1;
+       }},
+      {"everything on the GPU, activation checkpoints offloaded to the CPU (scrubbed on the GPU until they "
+       "come back)",
+       [](Zero3Options& o) {
+         o.run.activation_checkpointing.enabled = true;
+         o.run.activation_checkpointing.interval = 1;
+         o.run.activation_checkpointing.cpu_checkpointing = true;
+         o.scrub_offloaded_checkpoints = true;
        }},
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
