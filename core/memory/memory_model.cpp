@@ -288,10 +288,37 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   }
   // With optimizer offload the reduced 16-bit gradients stream through the reduce buckets straight into
   // the fp32 gradient buffer on the optimizer's tier; no persistent 16-bit copy remains on the GPU.
-  const std::string opt_rule = "4 B x " + opt_s;
-  if (mixed) b.add(opt_tier, MemCategory::kMasterParams32, 4 * opt_elems, opt_rule);
-  b.add(opt_tier, MemCategory::kMomentum32, 4 * opt_elems, opt_rule);
-  b.add(opt_tier, MemCategory::kVariance32, 4 * opt_elems, opt_rule);
+  // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1): the first int((1 - ratio) x sub-groups) of
+  // this rank's sub-groups step on the GPU, their states and gradients there as without offload.
+  double on_gpu = 0;
+  std::string on_gpu_s;
+  if (opt_offloaded && z.offload_optimizer.ratio < 1) {
+    const double sub = std::min(z.sub_group_size, opt_elems);
+    const int groups = static_cast<int>(std::ceil(opt_elems / sub));
+    const int k = static_cast<int>((1 - z.offload_optimizer.ratio) * groups);
+    on_gpu = std::min(opt_elems, k * sub);
+    on_gpu_s = strprintf("%d of %d sub-groups of %s (offload_optimizer.ratio %g)", k, groups,
+                         format_count(sub).c_str(), z.offload_optimizer.ratio);
+    e.notes.push_back(k > 0 ? "Twin-Flow: the GPU steps " + on_gpu_s
+                            : "Twin-Flow: offload_optimizer.ratio " +
+                                  strprintf("%g", z.offload_optimizer.ratio) + " puts none of the " +
+                                  std::to_string(groups) +
+                                  " sub-group(s) on the GPU (DeepSpeed steps int((1 - ratio) x sub-groups) "
+                                  "there); a smaller sub_group_size makes more sub-groups");
+    if (on_gpu > 0) {
+      const std::string rule = "4 B x " + on_gpu_s;
+      b.add(Tier::kGpu, MemCategory::kGrads16, pb * on_gpu, strprintf("%.0f B x ", pb) + on_gpu_s);
+      if (mixed) b.add(Tier::kGpu, MemCategory::kMasterParams32, 4 * on_gpu, rule);
+      b.add(Tier::kGpu, MemCategory::kMomentum32, 4 * on_gpu, rule);
+      b.add(Tier::kGpu, MemCategory::kVariance32, 4 * on_gpu, rule);
+      if (mixed) b.add(Tier::kGpu, MemCategory::kGrads32, 4 * on_gpu, rule);
+    }
+  }
+  const double offloaded = opt_elems - on_gpu;  // elements whose states are on the optimizer's tier
+  const std::string opt_rule = "4 B x " + opt_s + (on_gpu > 0 ? " less the GPU's sub-groups" : "");
+  if (mixed) b.add(opt_tier, MemCategory::kMasterParams32, 4 * offloaded, opt_rule);
+  b.add(opt_tier, MemCategory::kMomentum32, 4 * offloaded, opt_rule);
+  b.add(opt_tier, MemCategory::kVariance32, 4 * offloaded, opt_rule);
   // An offloaded optimizer reads fp32 gradients (without mixed precision too: the GPU keeps none); an NVMe
   // optimizer's wait in CPU memory unless memwall.optimizer_gradients is "nvme".
   const Tier grad_tier = tier_of(run.gradients_device());
@@ -299,7 +326,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const bool grads_pinned = grad_tier == Tier::kCpu && z.offload_optimizer.pin_memory;
   const std::string grad_rule =
       opt_rule + (grad_tier != opt_tier ? " (memwall.optimizer_gradients: kept in CPU memory)" : "");
-  if (mixed || opt_offloaded) b.add(grad_tier, MemCategory::kGrads32, 4 * opt_elems, grad_rule, grads_pinned);
+  if (mixed || opt_offloaded) b.add(grad_tier, MemCategory::kGrads32, 4 * offloaded, grad_rule, grads_pinned);
   if (run.memwall.delayed_parameter_update) {  // the CPU step reads the last step's while this one's arrive
     b.add(grad_tier, MemCategory::kGrads32, 4 * opt_elems, opt_rule + " (the previous step's, DPU)",
           z.offload_optimizer.pin_memory);

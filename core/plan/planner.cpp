@@ -257,6 +257,15 @@ class Planner {
   // An NVMe optimizer's swap slot for n elements: fp32 master, momentum, variance (and the gradients, when
   // they are read from NVMe too) and the 16-bit updated parameters.
   double opt_slot_bytes(double n) const { return ((grad_tier_ == Tier::kNvme ? 16 : 12) + b_) * n; }
+  // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1): the first gpu_groups_ sub-groups (their first
+  // gpu_elems_ elements of this rank's shard) step on the GPU with their states there; a parameter whose
+  // shard starts among them (param_at_: its offset in the shard) has its gradient kept on the GPU.
+  int gpu_groups_ = 0;
+  double gpu_elems_ = 0;
+  std::vector<double> param_at_;
+  int gpu_states_buf_ = -1;  // the GPU sub-groups' fp32 states (and gradients) the step uses
+  Tier group_tier(int g) const { return g < gpu_groups_ ? Tier::kGpu : opt_tier_; }
+  Tier opt_tier_of(int p) const { return param_at_[p] < gpu_elems_ ? Tier::kGpu : opt_tier_; }
   std::vector<int> opt_swap_, opt_states_;                   // per sub-group, once emitted (else -1)
   std::map<std::pair<size_t, int>, int> fetch_of_;           // (event, param) -> fetch
   std::vector<std::vector<std::pair<int, int>>> stages_at_;  // [trigger event + 1] -> (fetch, stage)
@@ -288,6 +297,19 @@ Schedule Planner::plan() {
   opt_sets_ = 1 + (z.offload_optimizer.pipeline_read ? 1 : 0) + (z.offload_optimizer.pipeline_write ? 1 : 0);
   opt_swap_.assign(opt_groups_, -1);
   opt_states_.assign(opt_groups_, -1);
+  param_at_.assign(g_.params.size(), 0);
+  for (size_t p = 0, at = 0; p < g_.params.size(); ++p) param_at_[p] = at, at += shard_elements(p);
+  if (const double ratio = z.offload_optimizer.ratio; ratio < 1 && opt_tier_ != Tier::kGpu) {
+    gpu_groups_ = static_cast<int>((1 - ratio) * opt_groups_);  // DeepSpeed's int(), as it rounds
+    for (int g = 0; g < gpu_groups_; ++g) gpu_elems_ += group_elements(g);
+    if (gpu_groups_ == 0) {
+      s_.notes.push_back(strprintf(
+          "offload_optimizer.ratio %g puts no sub-group on the GPU: DeepSpeed steps int((1 - ratio) x "
+          "sub-groups) = int(%g x %d) = 0 there; a smaller sub_group_size (%s elements of %s per rank now) "
+          "makes more sub-groups",
+          ratio, 1 - ratio, opt_groups_, format_count(opt_sub_).c_str(), format_count(opt_total_).c_str()));
+    }
+  }
   if (opt_tier_ != Tier::kGpu) s_.optimizer_gradients = tier_name(grad_tier_);
   setup();
   build_events();
@@ -329,7 +351,7 @@ void Planner::setup() {
       shard_buf_[p] = mark(alloc(home, MemCategory::kParams16, b_ * shard, gp.name + " shard", ph, {}, true,
                                  home == Tier::kCpu && z.offload_param.pin_memory),
                            static_cast<int>(p), BufferRole::kShard);
-      if (opt_tier_ == Tier::kGpu) {
+      if (opt_tier_of(static_cast<int>(p)) == Tier::kGpu) {
         grad_buf_[p] =
             mark(alloc(Tier::kGpu, MemCategory::kGrads16, gb_ * shard, gp.name + " grad shard", ph, {}, true),
                  static_cast<int>(p), BufferRole::kGradShard);
@@ -373,13 +395,25 @@ void Planner::setup() {
           optimizer_swap_padding(n_opt, sub, optimizer_swap_files(run_), run_.aio.block_size),
           "optimizer swap file padding", ph, {}, true);
   }
-  if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_opt, "fp32 master params", ph, {}, true);
-  alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_opt, "fp32 momentum", ph, {}, true);
-  opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_opt, "fp32 variance", ph, {}, true);
+  // Twin-Flow: the GPU sub-groups' states, as an optimizer on the GPU keeps them.
+  if (gpu_elems_ > 0) {
+    const double bytes = 4 * gpu_elems_;
+    const auto on_gpu = [&](MemCategory c, const char* name) {
+      return alloc(Tier::kGpu, c, bytes, std::string(name) + " (GPU sub-groups)", ph, {}, true);
+    };
+    if (mixed_) on_gpu(MemCategory::kMasterParams32, "fp32 master params");
+    on_gpu(MemCategory::kMomentum32, "fp32 momentum");
+    gpu_states_buf_ = on_gpu(MemCategory::kVariance32, "fp32 variance");
+    if (mixed_) gpu_states_buf_ = on_gpu(MemCategory::kGrads32, "fp32 grads");
+  }
+  const double n_rest = n_opt - gpu_elems_;
+  if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_rest, "fp32 master params", ph, {}, true);
+  alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_rest, "fp32 momentum", ph, {}, true);
+  opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_rest, "fp32 variance", ph, {}, true);
   // The fp32 gradients an offloaded optimizer reads (without mixed precision too: the GPU keeps none).
   if (mixed_ || opt_tier_ != Tier::kGpu) {
     grads32_buf_ =
-        alloc(grad_tier_, MemCategory::kGrads32, 4 * n_opt,
+        alloc(grad_tier_, MemCategory::kGrads32, 4 * n_rest,
               grad_tier_ != opt_tier_ ? "fp32 grads (kept in CPU memory)" : "fp32 grads", ph, {}, true, pin);
     if (grad_tier_ == opt_tier_) opt_states_buf_ = grads32_buf_;
   }
@@ -650,7 +684,7 @@ void Planner::plan_events() {
         // A transient gradient buffer when the gradient is reduce-scattered or offloaded from it;
         // otherwise backward accumulates straight into the persistent gradient.
         const bool scattered = partitioned(p) || stage_ == 2;
-        if (scattered && (dp_of(p) > 1 || opt_tier_ != Tier::kGpu)) {
+        if (scattered && (dp_of(p) > 1 || opt_tier_of(p) != Tier::kGpu)) {
           // A parameter used again later in backward (the tied embedding) keeps accumulating in one buffer.
           const int gb =
               pending_grad_[p] >= 0
@@ -757,7 +791,7 @@ void Planner::plan_events() {
             const GraphParam& gp = g_.params[p];
             if (kept_shard_[p] < 0) {
               kept_shard_[p] =
-                  opt_tier_ == Tier::kGpu && grad_buf_[p] >= 0
+                  opt_tier_of(p) == Tier::kGpu && grad_buf_[p] >= 0
                       ? grad_buf_[p]
                       : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, gb_ * gp.elements / dp_of(p),
                                    gp.name + " grad shard", ph, {task}),
@@ -813,18 +847,21 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
     shard_buf = grad_buf;
     if (dp_of(p) > 1) {
       shard = full / dp_of(p);
-      shard_buf = opt_tier_ == Tier::kGpu ? grad_buf_[p]
-                  : kept_shard_[p] >= 0   ? kept_shard_[p]
-                                          : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
-                                                       nm + " grad shard", ph, {compute_task}),
-                                                 p, BufferRole::kGradShard);
+      shard_buf = opt_tier_of(p) == Tier::kGpu ? grad_buf_[p]
+                  : kept_shard_[p] >= 0        ? kept_shard_[p]
+                                               : mark(alloc(Tier::kGpu, MemCategory::kReduceBuckets, shard,
+                                                            nm + " grad shard", ph, {compute_task}),
+                                                      p, BufferRole::kGradShard);
       last = of_param(param_collective(CollectiveKind::kReduceScatter, p, full, "reducescatter grad " + nm,
                                        ph, {last, kept_reduce_[p]}, {grad_buf, shard_buf}),
                       p);
       free_buffer(grad_buf, ph);
     }
   }
-  if (grad_tier_ == Tier::kCpu) {  // into the fp32 gradients in CPU memory (summed there over micro-batches)
+  if (opt_tier_of(p) == Tier::kGpu) {
+    // The optimizer steps this gradient on the GPU: it stays there.
+  } else if (grad_tier_ ==
+             Tier::kCpu) {  // into the fp32 gradients in CPU memory (summed there over micro-batches)
     last = of_param(
         copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, grads32_buf_}), p);
   } else if (opt_tier_ == Tier::kNvme) {
@@ -911,7 +948,8 @@ void Planner::optimizer() {
     t.resource = opt_tier_ == Tier::kGpu ? Resource::kCompute : Resource::kCpuOptimizer;
     t.phase = ph;
     t.name = "gradient norm";
-    t.bytes = opt_tier_ == Tier::kNvme && grad_tier_ == Tier::kNvme ? 0 : 4 * opt_total_;
+    // (Twin-Flow: the GPU sub-groups' share on the GPU is not timed.)
+    t.bytes = opt_tier_ == Tier::kNvme && grad_tier_ == Tier::kNvme ? 0 : 4 * (opt_total_ - gpu_elems_);
     t.dst = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
     t.deps = join;
     if (grads32_buf_ >= 0) t.uses = {grads32_buf_};
@@ -919,13 +957,16 @@ void Planner::optimizer() {
   }
   for (int g = 0; g < groups; ++g) {
     const double n = group_elements(g);
+    const bool on_gpu = g < gpu_groups_;  // Twin-Flow: a sub-group the GPU steps
+    const Tier tier = group_tier(g);
+    const int states_buf = on_gpu ? gpu_states_buf_ : opt_states_buf_;
     const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
     const size_t first_task = s_.tasks.size();
     std::vector<int> step_deps = join;
     if (g > 0) step_deps.push_back(step[g - 1]);
     if (norm >= 0) step_deps.push_back(norm);
     int swap = -1;
-    if (opt_tier_ == Tier::kNvme) {
+    if (tier == Tier::kNvme) {
       // The fp32 states do not depend on this iteration's gradients: with optimizer_prefetch they are read
       // as soon as a slot is free (during backward); the gradients after the last one is written.
       if (opt_states_[g] < 0) {
@@ -954,19 +995,19 @@ void Planner::optimizer() {
     }
     Task t;
     t.kind = TaskKind::kOptimizerStep;
-    t.resource = opt_tier_ == Tier::kGpu ? Resource::kCompute : Resource::kCpuOptimizer;
+    t.resource = tier == Tier::kGpu ? Resource::kCompute : Resource::kCpuOptimizer;
     t.phase = ph;
-    t.name = "adam " + nm;
+    t.name = "adam " + nm + (on_gpu ? " (GPU)" : "");
     t.elements = n;
     t.bytes = traffic * n;
-    t.dst = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
+    t.dst = tier == Tier::kNvme ? Tier::kCpu : tier;
     t.deps = step_deps;
-    t.uses = {opt_states_buf_};
+    t.uses = {states_buf};
     if (swap >= 0) t.uses.push_back(swap);
-    if (grads32_buf_ >= 0 && grads32_buf_ != opt_states_buf_) t.uses.push_back(grads32_buf_);
+    if (!on_gpu && grads32_buf_ >= 0 && grads32_buf_ != opt_states_buf_) t.uses.push_back(grads32_buf_);
     step[g] = add_task(std::move(t));
     int last = step[g];
-    if (opt_tier_ == Tier::kNvme) {
+    if (tier == Tier::kNvme) {
       write[g] = copy(Tier::kCpu, Tier::kNvme, 12 * n, "cpu->nvme optimizer " + nm, ph, {step[g]},
                       {swap, opt_states_buf_});
       last = write[g];
@@ -974,11 +1015,11 @@ void Planner::optimizer() {
     // The updated 16-bit parameters go back to where parameters live. Stage 3's persistent parameters live
     // whole on the GPU whatever the others' home: their slices go there too, to be gathered like stage 1's.
     const double p16 = b_ * n, whole16 = stage_ == 3 ? b_ * whole_elements[g] : p16;
-    const Tier staged = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
+    const Tier staged = tier == Tier::kNvme ? Tier::kCpu : tier;
     const std::vector<int> src = swap >= 0 ? std::vector<int>{swap} : std::vector<int>{opt_states_buf_};
     std::vector<int> to_gpu_deps = {step[g]};
     if (delayed) to_gpu_deps.insert(to_gpu_deps.end(), backward_done[g].begin(), backward_done[g].end());
-    if (opt_tier_ != Tier::kGpu) {
+    if (tier != Tier::kGpu) {
       if (param_home == Tier::kGpu) {
         last = copy(staged, Tier::kGpu, p16, "cpu->gpu params " + nm, ph, to_gpu_deps, src);
       } else if (param_home == Tier::kNvme) {
@@ -987,7 +1028,7 @@ void Planner::optimizer() {
       }
     }
     int after_step = last;
-    if (stage_ == 3 && whole16 > 0 && opt_tier_ != Tier::kGpu && param_home != Tier::kGpu)
+    if (stage_ == 3 && whole16 > 0 && tier != Tier::kGpu && param_home != Tier::kGpu)
       after_step =
           copy(staged, Tier::kGpu, whole16, "cpu->gpu persistent params " + nm, ph, to_gpu_deps, src);
     if (stage_ >= 1 && dp_ > 1 && whole16 > 0) {

@@ -46,7 +46,9 @@ struct OffloadOptimizerConfig {
   bool pipeline_read = false;   // overlap read of sub-group i+1 with the step of sub-group i
   bool pipeline_write = false;  // overlap write of sub-group i-1 with the step of sub-group i
   bool fast_init = false;
-  double ratio = 1.0;  // fraction of the step on the CPU (accepted, modelled as 1.0)
+  // ZeRO-Offload++'s Twin-Flow: the share of the optimizer's sub-groups stepped on the CPU; the first
+  // int((1 - ratio) x sub-groups) step on the GPU, their states there (stage 3, device cpu).
+  double ratio = 1.0;
 };
 
 struct ZeroConfig {

@@ -881,6 +881,22 @@ Status parse_zero(const json& obj, const std::string& source, Diagnostics& diag,
     if (d == OffloadDevice::kCpu && z.stage == 0) {
       return o.error("device", "\"cpu\" requires zero_optimization.stage 1, 2 or 3 (stage is 0)");
     }
+    // ZeRO-Offload++'s Twin-Flow: the first sub-groups step on the GPU, the last `ratio` of them on the CPU.
+    if (const double ratio = z.offload_optimizer.ratio;
+        ratio < 1 && (d != OffloadDevice::kCpu || z.stage != 3)) {
+      return o.error("ratio",
+                     strprintf("%g (a share of the sub-groups stepped on the GPU) needs device \"cpu\" "
+                               "and zero_optimization.stage 3 (device is \"%s\", stage %d), as in "
+                               "DeepSpeed; allowed here: 1",
+                               ratio, offload_device_name(d), z.stage));
+    }
+    if (const double ratio = z.offload_optimizer.ratio;
+        ratio < 1 && z.offload_param.device != OffloadDevice::kNone) {
+      return o.error("ratio", strprintf("%g with offload_param.device \"%s\" is not modelled by memwall (the "
+                                        "GPU sub-groups' updated parameters would go back to the host); "
+                                        "allowed: 1, or offload_param.device \"none\"",
+                                        ratio, offload_device_name(z.offload_param.device)));
+    }
     o.finish();
   }
   r.finish();

@@ -1259,6 +1259,14 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     return Status::invalid_argument("run " + run.name + ": zero_optimization.stage = " +
                                     std::to_string(z.stage) + ": allowed: 0, 1, 2 or 3");
   }
+  if (z.offload_optimizer.ratio < 1) {
+    return Status::invalid_argument(
+        "run " + run.name +
+        strprintf(": zero_optimization.offload_optimizer.ratio = %g: memwall train steps "
+                  "every sub-group where offload_optimizer.device says (memwall predict and "
+                  "simulate model the GPU's share); allowed: 1",
+                  z.offload_optimizer.ratio));
+  }
   if (z.stage == 0 && z.offload_optimizer.device != OffloadDevice::kNone) {
     return Status::invalid_argument(
         "run " + run.name +

@@ -344,6 +344,11 @@ TEST(CliErrors, TrainFlagsNameTheValue) {
   expect_bad_input("train --steps 0", "--steps 0: allowed: 1 or more");
   expect_bad_input("train --log-every -2", "--log-every -2");
   expect_bad_input("train --lr -0.5", "--lr -0.5: allowed: > 0");
+  // Twin-Flow is modelled by predict and simulate, not trained: one line before any work.
+  expect_bad_input(
+      "train --steps 1 --set '{\"zero_optimization.offload_optimizer.device\": \"cpu\", "
+      "\"zero_optimization.offload_optimizer.ratio\": 0.5}'",
+      "offload_optimizer.ratio = 0.5: memwall train steps every sub-group");
 }
 
 TEST(CliErrors, UnwritableOutputsFailBeforeTheWork) {

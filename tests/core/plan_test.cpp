@@ -570,6 +570,80 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
   }
 }
 
+// ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio 0.3, GPT-2 XL on a DGX-2, ZeRO-3 with the optimizer on
+// the CPU in 10 sub-groups per rank): DeepSpeed's int((1 - 0.3) x 10) = 7 first sub-groups step on the GPU
+// (their states and gradients stay there), the other 3 on the CPU, whose gradients alone go to the CPU and
+// whose parameters alone come back; the memory peaks agree with the analytic model's as for the other runs,
+// and the CPU step takes 3/10 of its time without Twin-Flow. A ratio that leaves no sub-group on the GPU
+// (0.95 x 10 sub-groups) plans the whole-CPU schedule and says why.
+TEST(Planner, TwinFlowStepsTheFirstSubGroupsOnTheGpu) {
+  const ModelSpec m = testing::load_model_scenario("gpt2-xl");
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  run.zero.offload_param.device = OffloadDevice::kNone;
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const double shard = m.total_params() / run.memwall.data_parallel;
+  run.zero.sub_group_size = std::ceil(shard / 10);
+  const Schedule all_cpu = plan_iteration(m, run, hw).value();
+  run.zero.offload_optimizer.ratio = 0.3;
+  const Schedule s = plan_iteration(m, run, hw).value();
+  ASSERT_TRUE(replay_memory(s).is_ok());
+  int gpu_steps = 0, cpu_steps = 0, param_copies = 0;
+  double gpu_elems = 0;
+  std::set<int> to_cpu;  // parameters whose gradients go to the CPU
+  for (const Task& t : s.tasks) {
+    if (t.kind == TaskKind::kOptimizerStep && t.name.rfind("adam ", 0) == 0) {
+      const bool gpu = t.resource == Resource::kCompute;
+      EXPECT_EQ(gpu, t.dst == Tier::kGpu) << t.name;
+      EXPECT_EQ(gpu, t.subgroup < 7) << t.name;
+      (gpu ? gpu_steps : cpu_steps) += 1;
+      if (gpu) gpu_elems += t.elements;
+    }
+    if (t.name.rfind("cpu->gpu params ", 0) == 0) {
+      ++param_copies;
+      EXPECT_GE(t.subgroup, 7) << t.name;
+    }
+    if (t.kind == TaskKind::kCopy && t.param >= 0 && t.src == Tier::kGpu && t.dst == Tier::kCpu)
+      to_cpu.insert(t.param);
+  }
+  EXPECT_EQ(gpu_steps, 7);
+  EXPECT_EQ(cpu_steps, 3);
+  EXPECT_EQ(param_copies, 3);
+  EXPECT_NEAR(gpu_elems, 7 * run.zero.sub_group_size, 1);
+  ASSERT_FALSE(to_cpu.empty());
+  // The gradients that go to the CPU are those of the parameters whose shards start in the last 3 sub-groups.
+  double from = 0;
+  const ModelGraph g = build_model_graph(m, graph_options(run));
+  std::size_t later = 0;
+  for (const GraphParam& p : g.params) {
+    if (from >= gpu_elems) ++later;
+    from += p.elements / run.memwall.data_parallel;
+  }
+  EXPECT_EQ(to_cpu.size(), later);
+  // Memory: the schedule's peaks against the analytic model's (docs/memory-model.md's tolerances).
+  const MemoryEstimate e = estimate_memory(m, run, hw);
+  const MemoryTimeline tl = replay_memory(s).value(), tl_cpu = replay_memory(all_cpu).value();
+  const double rpn = s.ranks_per_node;
+  EXPECT_NEAR(tl.peak_bytes[1] * rpn, e.tier(Tier::kCpu).used_bytes, 0.01 * e.tier(Tier::kCpu).used_bytes);
+  EXPECT_LE(tl.peak_bytes[0], 1.02 * e.tier(Tier::kGpu).used_bytes);
+  // 7/10 of the 16 B per element of fp32 master, momentum, variance and gradients move to the GPU (which
+  // also keeps their 16-bit gradient shards).
+  EXPECT_NEAR(tl_cpu.peak_bytes[1] - tl.peak_bytes[1], 0.7 * 16 * shard, 0.01 * 16 * shard);
+  EXPECT_GT(tl.peak_bytes[0] - tl_cpu.peak_bytes[0], 0.7 * 16 * shard);
+  // The CPU optimizer's busy time on the reference executor: 3/10 of the whole-CPU step's.
+  ReferenceExecutor exec(hw, s.ranks_per_node);
+  const RunResult r = run_schedule(s, exec).value(), r_cpu = run_schedule(all_cpu, exec).value();
+  const auto cpu_opt = static_cast<int>(Resource::kCpuOptimizer);
+  EXPECT_NEAR(r.busy_s[cpu_opt], 0.3 * r_cpu.busy_s[cpu_opt], 0.02 * r_cpu.busy_s[cpu_opt]);
+  EXPECT_LT(r.makespan_s, r_cpu.makespan_s);
+  // 0.95: int(0.05 x 10) = 0 sub-groups on the GPU.
+  run.zero.offload_optimizer.ratio = 0.95;
+  const Schedule none = plan_iteration(m, run, hw).value();
+  EXPECT_EQ(fingerprint(none), fingerprint(all_cpu));
+  ASSERT_FALSE(none.notes.empty());
+  EXPECT_NE(none.notes.back().find("puts no sub-group on the GPU"), std::string::npos) << none.notes.back();
+}
+
 TEST(Planner, PeakMemoryAgreesWithTheAnalyticModel) {
   // Tolerance (docs/memory-model.md): CPU and NVMe within 1%. On the GPU the analytic model adds every
   // buffer up as if all were live at once, so the schedule's peak is at most that sum (+2%) and at least

@@ -1095,6 +1095,31 @@ TEST(RunConfig, CrossFileInconsistenciesAreRejected) {
   }
 }
 
+// ZeRO-Offload++'s Twin-Flow ratio: read where DeepSpeed takes it (a CPU optimizer in stage 3), refused with
+// the key and what is allowed elsewhere, and with offloaded parameters (not modelled).
+TEST(RunConfig, OffloadRatioNeedsAStage3CpuOptimizer) {
+  Diagnostics diag;
+  Result<RunConfig> ok = parse_run(
+      R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+      "r.json", diag);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_DOUBLE_EQ(ok->zero.offload_optimizer.ratio, 0.3);
+  const char* bad[] = {
+      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+      R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "ratio": 0.3}}})",
+      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+  };
+  for (const char* json : bad) {
+    Result<RunConfig> r = parse_run(json, "r.json", diag);
+    ASSERT_FALSE(r.is_ok()) << json;
+    EXPECT_NE(r.status().message().find("r.json"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("offload_optimizer.ratio"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("allowed"), std::string::npos) << r.status().message();
+  }
+}
+
 // Every kind of file a user writes, damaged: each value (and each object) replaced by odd values of every
 // JSON type, and bytes flipped, cut and repeated. Each parses or is one line naming the file, never an
 // exception or a crash (scripts/sanitize.sh runs this under ASan and UBSan); a model that parses counts its
