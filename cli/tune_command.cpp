@@ -50,6 +50,8 @@ struct TuneOptions {
   // and, where those settle into a period, the rest extrapolated from it.
   bool all_micro_batches = false;
   bool dpu = false;  // also try ZeRO-Offload with the delayed parameter update (changes the training math)
+  // ZeRO-Offload++'s Twin-Flow ratios to try with the optimizer on the CPU (offload_optimizer.ratio < 1).
+  std::vector<double> offload_ratio;
   bool json = false;
   std::string write_run;
 };
@@ -119,6 +121,10 @@ struct Chain {
   // Optimizer states on NVMe: reads and writes overlap the sub-groups' steps (pipeline_read/write).
   bool optimizer_pipeline = false;
   bool delayed_update = false;  // ZeRO-Offload's delayed parameter update (--dpu)
+  // Twin-Flow: offload_optimizer.ratio (1: off), with sub_group_size at most a tenth of a rank's shard so
+  // that DeepSpeed's int((1 - ratio) x sub-groups) puts that share on the GPU.
+  double ratio = 1;
+  double sub_group_size = 0;
 };
 
 // {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}.
@@ -147,6 +153,10 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
                 {"train_batch_size", "auto"},
                 {"activation_checkpointing.cpu_checkpointing", c.cpu_checkpointing}});
     if (c.delayed_update) set["memwall.delayed_parameter_update"] = true;
+    if (c.ratio < 1) {
+      set["zero_optimization.offload_optimizer.ratio"] = c.ratio;
+      set["zero_optimization.sub_group_size"] = c.sub_group_size;
+    }
     if (std::string(p.opt) == "nvme") {
       set["zero_optimization.offload_optimizer.pipeline_read"] = c.optimizer_pipeline;
       set["zero_optimization.offload_optimizer.pipeline_write"] = c.optimizer_pipeline;
@@ -188,7 +198,8 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       tflops *= accumulation * simulated_s / (simulated * it);
     }
     // A tensor-parallel group of mp GPUs works on one micro-batch.
-    out["fit"].push_back({{"placement", std::string(p.name) + (c.delayed_update ? " dpu" : "")},
+    const std::string twin = c.ratio < 1 ? strprintf(" r%g", c.ratio) : "";
+    out["fit"].push_back({{"placement", std::string(p.name) + (c.delayed_update ? " dpu" : "") + twin},
                           {"micro_batch", micro},
                           {"model_parallel", c.mp},
                           {"expert_parallel", c.ep},
@@ -325,6 +336,15 @@ int run_tune(const TuneOptions& options) {
           // ZeRO-Offload's delayed parameter update, only when asked: it trains on one-step-stale parameters.
           if (opt.dpu && p.stage < 3 && std::string(p.opt) == "cpu")
             chains.push_back({mp, dp, ep, &p, cpu_ckpt, false, true});
+          // Twin-Flow: stage 3 with the optimizer on the CPU and the parameters on the GPU, as DeepSpeed and
+          // memwall take it; sub-groups of at most a tenth of the rank's shard.
+          if (p.stage == 3 && std::string(p.opt) == "cpu" && std::string(p.param) == "none") {
+            const double shard = in->model.total_params() / (static_cast<double>(mp) * dp);
+            const double sub = std::min(base.zero.sub_group_size, std::ceil(shard / 10));
+            for (const double r : opt.offload_ratio) {
+              if (r < 1) chains.push_back({mp, dp, ep, &p, cpu_ckpt, false, false, r, sub});
+            }
+          }
         }
       }
     }
@@ -461,6 +481,13 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", opt->top, "Configurations listed")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  cmd->add_option(
+         "--offload-ratio", opt->offload_ratio,
+         "Also try ZeRO-Offload++'s Twin-Flow with these offload_optimizer.ratio values, e.g. 0.3,0.5 "
+         "(stage 3, optimizer on the CPU, parameters on the GPU; sub_group_size at most a tenth of a "
+         "rank's shard)")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag(
       "--dpu", opt->dpu,
       "Also try ZeRO-Offload with the delayed parameter update (steps on one-step-stale parameters)");

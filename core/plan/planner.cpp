@@ -860,8 +860,8 @@ void Planner::gradient(int p, Phase ph, int compute_task, int grad_buf) {
   }
   if (opt_tier_of(p) == Tier::kGpu) {
     // The optimizer steps this gradient on the GPU: it stays there.
-  } else if (grad_tier_ ==
-             Tier::kCpu) {  // into the fp32 gradients in CPU memory (summed there over micro-batches)
+  } else if (grad_tier_ == Tier::kCpu) {
+    // Into the fp32 gradients in CPU memory (summed there over micro-batches).
     last = of_param(
         copy(Tier::kGpu, Tier::kCpu, shard, "gpu->cpu grad " + nm, ph, {last}, {shard_buf, grads32_buf_}), p);
   } else if (opt_tier_ == Tier::kNvme) {

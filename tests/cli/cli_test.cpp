@@ -857,6 +857,32 @@ TEST(CliTune, TriesExpertParallelDegreesForAMixtureOfExperts) {
                    "--expert-parallel 2: allowed: 1 (model 'gpt2' has no experts)");
 }
 
+// --offload-ratio adds ZeRO-Offload++'s Twin-Flow to the ZeRO-3 placement with the optimizer on the CPU:
+// its rows carry the ratio and a sub_group_size of at most a tenth of a rank's shard, and stepping half of
+// the sub-groups on the GPU takes less time and more GPU memory than all of them on the CPU.
+TEST(CliTune, TriesTwinFlowRatiosWithTheOptimizerOnTheCpu) {
+  const CmdResult r =
+      memwall("tune --model gpt2-xl --fast --max-micro-batch 1 --offload-ratio 0.5 --top 100 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  const nlohmann::json* twin = nullptr;
+  const nlohmann::json* cpu = nullptr;
+  for (const auto& row : j["results"]) {
+    if (row["cpu_checkpointing"].get<bool>()) continue;
+    if (row["placement"] == "gpu/cpu r0.5") twin = &row;
+    if (row["placement"] == "gpu/cpu") cpu = &row;
+  }
+  ASSERT_NE(twin, nullptr) << r.output;
+  ASSERT_NE(cpu, nullptr) << r.output;
+  const auto& set = (*twin)["set"];
+  EXPECT_EQ(set["zero_optimization.offload_optimizer.ratio"], 0.5);
+  EXPECT_LE(set["zero_optimization.sub_group_size"].get<double>(), std::ceil(1557611200.0 / 16 / 10));
+  EXPECT_FALSE((*cpu)["set"].contains("zero_optimization.offload_optimizer.ratio"));
+  EXPECT_LT((*twin)["iteration_s"].get<double>(), (*cpu)["iteration_s"].get<double>());
+  EXPECT_GT((*twin)["peak_bytes"]["gpu"].get<double>(), (*cpu)["peak_bytes"]["gpu"].get<double>());
+  expect_bad_input("tune --model gpt2 --offload-ratio 1.5", "--offload-ratio");
+}
+
 TEST(CliTune, RanksConfigurationsAndWritesTheBest) {
   const std::string best = test_path("tuned.json").string();
   const CmdResult r = memwall(
