@@ -238,6 +238,15 @@ BandwidthReport analyze_bandwidth(const ModelSpec& model, const RunConfig& run, 
         break;
       }
     }
+    // Twin-Flow: the GPU steps its sub-groups, then the CPU the others, one after the other.
+    const double shard = model.total_params() / (mp * std::max(1, run.memwall.pipeline_parallel) * sharing);
+    const TwinFlowSplit twin = twin_flow_split(run, shard);
+    if (twin.gpu_elements > 0) {
+      const double f = twin.gpu_elements / shard;
+      per_rank = 1.0 / (f / hw.gpu.hbm_Bps + (1 - f) / per_rank);
+      what += strprintf(" (Twin-Flow: %d of %d sub-groups at the GPU's memory bandwidth)", twin.gpu_groups,
+                        twin.groups);
+    }
     row.available_Bps = per_rank * sharing;
     row.rule =
         sharing > 1 ? strprintf("%s x %d partitions updated in parallel", what.c_str(), sharing) : what;

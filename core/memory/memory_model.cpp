@@ -163,6 +163,18 @@ double param_swap_pool_bytes(const RunConfig& run) {
   return op.buffer_count * op.buffer_size * run.param_bytes();
 }
 
+TwinFlowSplit twin_flow_split(const RunConfig& run, double elements) {
+  const ZeroConfig& z = run.zero;
+  TwinFlowSplit s;
+  if (z.offload_optimizer.device == OffloadDevice::kNone || z.offload_optimizer.ratio >= 1 || elements <= 0)
+    return s;
+  const double sub = std::min(z.sub_group_size, elements);
+  s.groups = static_cast<int>(std::ceil(elements / sub));
+  s.gpu_groups = static_cast<int>((1 - z.offload_optimizer.ratio) * s.groups);  // DeepSpeed's int()
+  s.gpu_elements = std::min(elements, s.gpu_groups * sub);
+  return s;
+}
+
 double optimizer_swap_pool_bytes(const RunConfig& run, double sub) {
   const auto& oo = run.zero.offload_optimizer;
   const int stages = 1 + (oo.pipeline_read ? 1 : 0) + (oo.pipeline_write ? 1 : 0);
@@ -290,15 +302,14 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // the fp32 gradient buffer on the optimizer's tier; no persistent 16-bit copy remains on the GPU.
   // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1): the first int((1 - ratio) x sub-groups) of
   // this rank's sub-groups step on the GPU, their states and gradients there as without offload.
-  double on_gpu = 0;
+  const TwinFlowSplit twin = twin_flow_split(run, opt_elems);
+  const double on_gpu = twin.gpu_elements;
   std::string on_gpu_s;
   if (opt_offloaded && z.offload_optimizer.ratio < 1) {
-    const double sub = std::min(z.sub_group_size, opt_elems);
-    const int groups = static_cast<int>(std::ceil(opt_elems / sub));
-    const int k = static_cast<int>((1 - z.offload_optimizer.ratio) * groups);
-    on_gpu = std::min(opt_elems, k * sub);
-    on_gpu_s = strprintf("%d of %d sub-groups of %s (offload_optimizer.ratio %g)", k, groups,
-                         format_count(sub).c_str(), z.offload_optimizer.ratio);
+    const int groups = twin.groups, k = twin.gpu_groups;
+    on_gpu_s =
+        strprintf("%d of %d sub-groups of %s (offload_optimizer.ratio %g)", k, groups,
+                  format_count(std::min(z.sub_group_size, opt_elems)).c_str(), z.offload_optimizer.ratio);
     e.notes.push_back(k > 0 ? "Twin-Flow: the GPU steps " + on_gpu_s
                             : "Twin-Flow: offload_optimizer.ratio " +
                                   strprintf("%g", z.offload_optimizer.ratio) + " puts none of the " +

@@ -99,6 +99,14 @@ double param_swap_pool_bytes(const RunConfig& run);
 // Pinned CPU bytes of the optimizer swap pool: (1 + pipeline_read + pipeline_write) x buffer_count fp32
 // buffers of one sub-group, plus a 16-bit staging sub-group.
 double optimizer_swap_pool_bytes(const RunConfig& run, double sub_group_elements);
+// ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1 with the optimizer offloaded): of a rank's
+// `elements` of optimizer states in sub-groups of sub_group_size, DeepSpeed steps the first
+// int((1 - ratio) x sub-groups) on the GPU. Their elements (0 without Twin-Flow), and the two counts.
+struct TwinFlowSplit {
+  double gpu_elements = 0;
+  int groups = 1, gpu_groups = 0;
+};
+TwinFlowSplit twin_flow_split(const RunConfig& run, double elements);
 
 // `run` must have been through resolve_run_config() with the same model and hardware.
 MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw);

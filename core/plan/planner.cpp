@@ -300,8 +300,9 @@ Schedule Planner::plan() {
   param_at_.assign(g_.params.size(), 0);
   for (size_t p = 0, at = 0; p < g_.params.size(); ++p) param_at_[p] = at, at += shard_elements(p);
   if (const double ratio = z.offload_optimizer.ratio; ratio < 1 && opt_tier_ != Tier::kGpu) {
-    gpu_groups_ = static_cast<int>((1 - ratio) * opt_groups_);  // DeepSpeed's int(), as it rounds
-    for (int g = 0; g < gpu_groups_; ++g) gpu_elems_ += group_elements(g);
+    const TwinFlowSplit twin = twin_flow_split(run_, opt_total_);
+    gpu_groups_ = twin.gpu_groups;
+    gpu_elems_ = twin.gpu_elements;
     if (gpu_groups_ == 0) {
       s_.notes.push_back(strprintf(
           "offload_optimizer.ratio %g puts no sub-group on the GPU: DeepSpeed steps int((1 - ratio) x "

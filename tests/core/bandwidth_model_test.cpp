@@ -150,6 +150,29 @@ TEST(TierBandwidth, EfficiencyReportUsesThePlacement) {
   EXPECT_LT(analyze_bandwidth(m, run, hw, 0.9).rows[0].available_Bps, r.rows[0].available_Bps);
 }
 
+// Twin-Flow (offload_optimizer.ratio 0.5 over 10 sub-groups per rank): half of each rank's optimizer states
+// step at the GPU's memory bandwidth and half at its share of the CPU's, one after the other, so the states'
+// bandwidth is the harmonic combination of the two; more of it than on the CPU alone.
+TEST(TierBandwidth, TwinFlowStepsPartOfTheStatesAtTheGpusBandwidth) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const ModelSpec m = testing::load_model_scenario("gpt2-xl");
+  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
+  run.zero.offload_param.device = OffloadDevice::kNone;
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const int dp = run.memwall.data_parallel;
+  run.zero.sub_group_size = std::ceil(m.total_params() / dp / 10);
+  const BandwidthReport cpu = analyze_bandwidth(m, run, hw, 0.9);
+  run.zero.offload_optimizer.ratio = 0.5;
+  const BandwidthReport twin = analyze_bandwidth(m, run, hw, 0.9);
+  const double cpu_rank = hw.cpu.memory_Bps / hw.gpu.count;
+  EXPECT_NEAR(cpu.rows[1].available_Bps, cpu_rank * dp, 1);
+  const double f = 5 * run.zero.sub_group_size / (m.total_params() / dp);
+  EXPECT_NEAR(twin.rows[1].available_Bps, dp / (f / hw.gpu.hbm_Bps + (1 - f) / cpu_rank),
+              1e-9 * twin.rows[1].available_Bps);
+  EXPECT_GT(twin.rows[1].efficiency, cpu.rows[1].efficiency);
+  EXPECT_NE(twin.rows[1].rule.find("5 of 10 sub-groups"), std::string::npos) << twin.rows[1].rule;
+}
+
 // The roofline (compute_seconds) and its inverse for calibration: operators timed at a rate come back to it.
 TEST(Roofline, CalibrationRecoversTheRateThatTimedTheOperators) {
   HardwareSpec hw = testing::load_hardware_scenario("dgx2");
