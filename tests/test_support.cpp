@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -39,6 +40,15 @@ ModelSpec load_model_scenario(const std::string& name) {
 }
 RunConfig load_run_scenario(const std::string& name) {
   return load_or_die<RunConfig>(scenario_path("runs", name), load_run);
+}
+
+RunConfig twin_flow_ready_run(const ModelSpec& model, const HardwareSpec& hw) {
+  RunConfig run = load_run_scenario("zero-infinity-cpu");
+  run.zero.offload_param.device = OffloadDevice::kNone;
+  const Status s = resolve_run_config(run, model, hw);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  run.zero.sub_group_size = std::ceil(model.total_params() / run.memwall.data_parallel / 10);
+  return run;
 }
 
 HardwareSpec simple_hardware(int gpus, double gpu_bytes) {

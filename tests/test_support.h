@@ -15,6 +15,9 @@ std::string scenario_path(const std::string& kind, const std::string& name);
 HardwareSpec load_hardware_scenario(const std::string& name);
 ModelSpec load_model_scenario(const std::string& name);
 RunConfig load_run_scenario(const std::string& name);
+// zero-infinity-cpu with the parameters on the GPU (where Twin-Flow applies), resolved for `model` on `hw`,
+// its sub_group_size a tenth of a rank's shard (10 sub-groups per rank).
+RunConfig twin_flow_ready_run(const ModelSpec& model, const HardwareSpec& hw);
 // xorshift64: a pseudo-random sequence for tests that damage inputs, the same cases on every run.
 struct XorShift {
   std::uint64_t x;

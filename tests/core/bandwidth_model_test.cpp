@@ -156,11 +156,8 @@ TEST(TierBandwidth, EfficiencyReportUsesThePlacement) {
 TEST(TierBandwidth, TwinFlowStepsPartOfTheStatesAtTheGpusBandwidth) {
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
   const ModelSpec m = testing::load_model_scenario("gpt2-xl");
-  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
-  run.zero.offload_param.device = OffloadDevice::kNone;
-  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  RunConfig run = testing::twin_flow_ready_run(m, hw);
   const int dp = run.memwall.data_parallel;
-  run.zero.sub_group_size = std::ceil(m.total_params() / dp / 10);
   const BandwidthReport cpu = analyze_bandwidth(m, run, hw, 0.9);
   run.zero.offload_optimizer.ratio = 0.5;
   const BandwidthReport twin = analyze_bandwidth(m, run, hw, 0.9);

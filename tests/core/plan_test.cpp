@@ -579,11 +579,8 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
 TEST(Planner, TwinFlowStepsTheFirstSubGroupsOnTheGpu) {
   const ModelSpec m = testing::load_model_scenario("gpt2-xl");
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
-  RunConfig run = testing::load_run_scenario("zero-infinity-cpu");
-  run.zero.offload_param.device = OffloadDevice::kNone;
-  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  RunConfig run = testing::twin_flow_ready_run(m, hw);
   const double shard = m.total_params() / run.memwall.data_parallel;
-  run.zero.sub_group_size = std::ceil(shard / 10);
   const Schedule all_cpu = plan_iteration(m, run, hw).value();
   run.zero.offload_optimizer.ratio = 0.3;
   const Schedule s = plan_iteration(m, run, hw).value();

@@ -204,6 +204,20 @@ int main() {
       std::vector<float> losses, params;
       std::vector<double> norms;
     };
+    // The largest relative difference of the losses, gradient norms and parameters (relative to 1 at least).
+    const auto worst_difference = [](const Trained& got, const Trained& want) {
+      double worst = 0;
+      for (std::size_t s = 0; s < want.losses.size(); ++s) {
+        worst = std::max(worst, std::fabs(static_cast<double>(got.losses[s] - want.losses[s])) /
+                                    static_cast<double>(want.losses[s]));
+        worst = std::max(worst, std::fabs(got.norms[s] - want.norms[s]) / want.norms[s]);
+      }
+      for (std::size_t i = 0; i < want.params.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(got.params[i] - want.params[i])) /
+                                    std::max(1.0, std::fabs(static_cast<double>(want.params[i]))));
+      }
+      return worst;
+    };
     std::vector<int> tok4(static_cast<std::size_t>(2 * R * 8)), tgt4(tok4.size()), mine(16), mine_t(16);
     const auto batch = [&](int s) {
       for (std::size_t i = 0; i < tok4.size(); ++i) {
@@ -251,16 +265,7 @@ int main() {
           return 1;
         }
         const double tol = stage == 2 ? 0.0 : 1e-6;
-        double worst = 0;
-        for (std::size_t s = 0; s < want.losses.size(); ++s) {
-          worst = std::max(worst, std::fabs(static_cast<double>(got.losses[s] - want.losses[s])) /
-                                      static_cast<double>(want.losses[s]));
-          worst = std::max(worst, std::fabs(got.norms[s] - want.norms[s]) / want.norms[s]);
-        }
-        for (std::size_t i = 0; i < want.params.size(); ++i) {
-          worst = std::max(worst, std::fabs(static_cast<double>(got.params[i] - want.params[i])) /
-                                      std::max(1.0, std::fabs(static_cast<double>(want.params[i]))));
-        }
+        const double worst = worst_difference(got, want);
         const bool clipped = want.norms[0] > 0.05;
         std::printf(
             "rank %d: stage %d, optimizer on %s: losses %.7f .. %.7f, worst difference from stage 3 "
@@ -349,16 +354,7 @@ int main() {
                      trained.to_string().c_str());
         return 1;
       }
-      double worst = 0;
-      for (std::size_t s = 0; s < want.losses.size(); ++s) {
-        worst = std::max(worst, std::fabs(static_cast<double>(got.losses[s] - want.losses[s])) /
-                                    static_cast<double>(want.losses[s]));
-        worst = std::max(worst, std::fabs(got.norms[s] - want.norms[s]) / want.norms[s]);
-      }
-      for (std::size_t i = 0; i < want.params.size(); ++i) {
-        worst = std::max(worst, std::fabs(static_cast<double>(got.params[i] - want.params[i])) /
-                                    std::max(1.0, std::fabs(static_cast<double>(want.params[i]))));
-      }
+      const double worst = worst_difference(got, want);
       std::printf(
           "rank %d: persistent small parameters, optimizer on %s: losses %.7f .. %.7f, worst difference "
           "from every parameter partitioned %.2e (allowed 1e-6)\n",
