@@ -860,6 +860,32 @@ TEST(CliTune, TriesExpertParallelDegreesForAMixtureOfExperts) {
 // --offload-ratio adds ZeRO-Offload++'s Twin-Flow to the ZeRO-3 placement with the optimizer on the CPU:
 // its rows carry the ratio and a sub_group_size of at most a tenth of a rank's shard, and stepping half of
 // the sub-groups on the GPU takes less time and more GPU memory than all of them on the CPU.
+// predict --json says how Twin-Flow split a rank's optimizer sub-groups, and when the ratio moves none (one
+// sub-group at the default sub_group_size) a note says how to change that.
+TEST(CliPredict, TwinFlowSplitIsReported) {
+  const std::string base =
+      "predict --model gpt2-xl --run zero-infinity-cpu --json --set "
+      "'{\"zero_optimization.offload_param.device\": "
+      "\"none\", \"zero_optimization.offload_optimizer.ratio\": 0.5";
+  const nlohmann::json split =
+      parse_json(memwall(base + ", \"zero_optimization.sub_group_size\": 1e7}'", false).output);
+  const auto& t = split["memory"]["twin_flow"];
+  EXPECT_EQ(t["sub_groups"], 10);
+  EXPECT_EQ(t["gpu_sub_groups"], 5);
+  EXPECT_DOUBLE_EQ(t["gpu_elements_per_rank"].get<double>(), 5e7);
+  bool gpu_momentum = false;
+  for (const auto& it : split["memory"]["items"]) {
+    gpu_momentum = gpu_momentum || (it["tier"] == "gpu" && it["category"] == "momentum32");
+  }
+  EXPECT_TRUE(gpu_momentum);
+  const nlohmann::json none = parse_json(memwall(base + "}'", false).output);
+  EXPECT_EQ(none["memory"]["twin_flow"]["gpu_sub_groups"], 0);
+  bool noted = false;
+  for (const auto& n : none["memory"]["notes"])
+    noted = noted || n.get<std::string>().find("puts none") != std::string::npos;
+  EXPECT_TRUE(noted) << none["memory"]["notes"];
+}
+
 TEST(CliTune, TriesTwinFlowRatiosWithTheOptimizerOnTheCpu) {
   const CmdResult r =
       memwall("tune --model gpt2-xl --fast --max-micro-batch 1 --offload-ratio 0.5 --top 100 --json", false);
