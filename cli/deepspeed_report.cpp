@@ -50,6 +50,16 @@ std::vector<LeftOut> left_out_of_deepspeed_estimate(const MemoryEstimate& e) {
   return out;
 }
 
+nlohmann::json twin_flow_json(const RunConfig& run, const MemoryEstimate& e) {
+  const auto& oo = run.zero.offload_optimizer;
+  if (oo.ratio >= 1 || oo.device == OffloadDevice::kNone) return nullptr;
+  const TwinFlowSplit t = twin_flow_split(run, e.shard_elements);
+  return {{"ratio", oo.ratio},
+          {"sub_groups", t.groups},
+          {"gpu_sub_groups", t.gpu_groups},
+          {"gpu_elements_per_rank", t.gpu_elements}};
+}
+
 nlohmann::json deepspeed_estimate_json(const DeepSpeedEstimate& d, const MemoryEstimate& e) {
   if (!d.available) return {{"available", false}, {"why", d.why}};
   json left = json::array();

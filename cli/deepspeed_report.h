@@ -25,4 +25,9 @@ std::vector<LeftOut> left_out_of_deepspeed_estimate(const MemoryEstimate& e);
 // "cpu_bytes_per_node"}]} (docs/cli.md).
 nlohmann::json deepspeed_estimate_json(const DeepSpeedEstimate& d, const MemoryEstimate& e);
 
+// ZeRO-Offload++'s Twin-Flow split of a resolved run with offload_optimizer.ratio < 1 and the optimizer
+// offloaded: {"ratio", "sub_groups", "gpu_sub_groups", "gpu_elements_per_rank"}; null otherwise (predict's
+// `memory.twin_flow`, the Python module's predict()["twin_flow"]).
+nlohmann::json twin_flow_json(const RunConfig& run, const MemoryEstimate& e);
+
 }  // namespace memwall::cli

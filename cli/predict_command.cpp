@@ -323,13 +323,7 @@ int run_predict(const PredictOptions& opt) {
     out["memory"]["suggestions"] = suggestions;
     const DeepSpeedEstimate ds = deepspeed_estimate(*model, resolved, e.ranks_per_node, e.nodes_used);
     out["memory"]["deepspeed_estimate"] = deepspeed_estimate_json(ds, e);
-    if (const auto& oo = resolved.zero.offload_optimizer; oo.ratio < 1 && oo.device != OffloadDevice::kNone) {
-      const TwinFlowSplit t = twin_flow_split(resolved, e.shard_elements);
-      out["memory"]["twin_flow"] = {{"ratio", oo.ratio},
-                                    {"sub_groups", t.groups},
-                                    {"gpu_sub_groups", t.gpu_groups},
-                                    {"gpu_elements_per_rank", t.gpu_elements}};
-    }
+    if (json twin = twin_flow_json(resolved, e); !twin.is_null()) out["memory"]["twin_flow"] = twin;
     out["bandwidth"] = bandwidth_json(b);
     if (!opt.json) {
       print_prediction(*hw, *model, resolved, e, ds, b);

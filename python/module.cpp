@@ -120,6 +120,7 @@ py::dict predict(const std::string& hardware, const std::string& model, const st
   py::dict out = estimate_dict(e);
   out["deepspeed_estimate"] = from_json(
       cli::deepspeed_estimate_json(deepspeed_estimate(in.model, in.run, e.ranks_per_node, e.nodes_used), e));
+  out["twin_flow"] = from_json(cli::twin_flow_json(in.run, e));
   out["hardware"] = in.hw.name;
   out["model"] = in.model.name;
   out["run"] = in.run.name;

@@ -26,6 +26,13 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(got["model"], "gpt3-175b")
         self.assertEqual(got["deepspeed_estimate"], want["deepspeed_estimate"])
         self.assertTrue(got["deepspeed_estimate"]["available"])
+        self.assertIsNone(got["twin_flow"])
+        twin = {"zero_optimization.offload_param.device": "none", "zero_optimization.offload_optimizer.ratio": 0.5,
+                "zero_optimization.sub_group_size": 1e7}
+        got = memwall.predict(hardware="dgx2", model="gpt2-xl", run="zero-infinity-cpu", set=twin)
+        want = cli("predict", "--model", "gpt2-xl", "--run", "zero-infinity-cpu", "--set", json.dumps(twin))
+        self.assertEqual(got["twin_flow"], want["memory"]["twin_flow"])
+        self.assertEqual(got["twin_flow"]["gpu_sub_groups"], 5)
 
     def test_largest_models_follow_the_paper_ordering(self):
         rows = {r["strategy"]: r for r in memwall.max_model(hardware="dgx2", model="paper-1t")}
