@@ -175,6 +175,22 @@ TwinFlowSplit twin_flow_split(const RunConfig& run, double elements) {
   return s;
 }
 
+std::string twin_flow_note(const RunConfig& run, double elements) {
+  const auto& oo = run.zero.offload_optimizer;
+  if (oo.device == OffloadDevice::kNone || oo.ratio >= 1 || elements <= 0) return "";
+  const TwinFlowSplit t = twin_flow_split(run, elements);
+  const std::string sub = format_count(std::min(run.zero.sub_group_size, elements));
+  if (t.gpu_groups > 0) {
+    return strprintf("Twin-Flow: the GPU steps %d of %d sub-groups of %s (offload_optimizer.ratio %g)",
+                     t.gpu_groups, t.groups, sub.c_str(), oo.ratio);
+  }
+  return strprintf(
+      "Twin-Flow: offload_optimizer.ratio %g puts none of the %d sub-group(s) on the GPU (DeepSpeed steps "
+      "int((1 - ratio) x sub-groups) = int(%g x %d) = 0 there); a smaller sub_group_size (%s elements of %s "
+      "per rank now) makes more sub-groups",
+      oo.ratio, t.groups, 1 - oo.ratio, t.groups, sub.c_str(), format_count(elements).c_str());
+}
+
 double optimizer_swap_pool_bytes(const RunConfig& run, double sub) {
   const auto& oo = run.zero.offload_optimizer;
   const int stages = 1 + (oo.pipeline_read ? 1 : 0) + (oo.pipeline_write ? 1 : 0);
@@ -304,26 +320,16 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // this rank's sub-groups step on the GPU, their states and gradients there as without offload.
   const TwinFlowSplit twin = twin_flow_split(run, opt_elems);
   const double on_gpu = twin.gpu_elements;
-  std::string on_gpu_s;
-  if (opt_offloaded && z.offload_optimizer.ratio < 1) {
-    const int groups = twin.groups, k = twin.gpu_groups;
-    on_gpu_s =
-        strprintf("%d of %d sub-groups of %s (offload_optimizer.ratio %g)", k, groups,
-                  format_count(std::min(z.sub_group_size, opt_elems)).c_str(), z.offload_optimizer.ratio);
-    e.notes.push_back(k > 0 ? "Twin-Flow: the GPU steps " + on_gpu_s
-                            : "Twin-Flow: offload_optimizer.ratio " +
-                                  strprintf("%g", z.offload_optimizer.ratio) + " puts none of the " +
-                                  std::to_string(groups) +
-                                  " sub-group(s) on the GPU (DeepSpeed steps int((1 - ratio) x sub-groups) "
-                                  "there); a smaller sub_group_size makes more sub-groups");
-    if (on_gpu > 0) {
-      const std::string rule = "4 B x " + on_gpu_s;
-      b.add(Tier::kGpu, MemCategory::kGrads16, pb * on_gpu, strprintf("%.0f B x ", pb) + on_gpu_s);
-      if (mixed) b.add(Tier::kGpu, MemCategory::kMasterParams32, 4 * on_gpu, rule);
-      b.add(Tier::kGpu, MemCategory::kMomentum32, 4 * on_gpu, rule);
-      b.add(Tier::kGpu, MemCategory::kVariance32, 4 * on_gpu, rule);
-      if (mixed) b.add(Tier::kGpu, MemCategory::kGrads32, 4 * on_gpu, rule);
-    }
+  if (const std::string note = twin_flow_note(run, opt_elems); !note.empty()) e.notes.push_back(note);
+  if (on_gpu > 0) {
+    const std::string on_gpu_s = strprintf("%d of %d sub-groups (offload_optimizer.ratio %g)",
+                                           twin.gpu_groups, twin.groups, z.offload_optimizer.ratio);
+    const std::string rule = "4 B x " + on_gpu_s;
+    b.add(Tier::kGpu, MemCategory::kGrads16, pb * on_gpu, strprintf("%.0f B x ", pb) + on_gpu_s);
+    if (mixed) b.add(Tier::kGpu, MemCategory::kMasterParams32, 4 * on_gpu, rule);
+    b.add(Tier::kGpu, MemCategory::kMomentum32, 4 * on_gpu, rule);
+    b.add(Tier::kGpu, MemCategory::kVariance32, 4 * on_gpu, rule);
+    if (mixed) b.add(Tier::kGpu, MemCategory::kGrads32, 4 * on_gpu, rule);
   }
   const double offloaded = opt_elems - on_gpu;  // elements whose states are on the optimizer's tier
   const std::string opt_rule = "4 B x " + opt_s + (on_gpu > 0 ? " less the GPU's sub-groups" : "");

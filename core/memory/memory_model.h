@@ -107,6 +107,9 @@ struct TwinFlowSplit {
   int groups = 1, gpu_groups = 0;
 };
 TwinFlowSplit twin_flow_split(const RunConfig& run, double elements);
+// What Twin-Flow does with a rank's `elements` of optimizer states ("Twin-Flow: the GPU steps 5 of 10
+// sub-groups of ..."), or, where the ratio puts none there, why and what to change; "" without Twin-Flow.
+std::string twin_flow_note(const RunConfig& run, double elements);
 
 // `run` must have been through resolve_run_config() with the same model and hardware.
 MemoryEstimate estimate_memory(const ModelSpec& model, const RunConfig& run, const HardwareSpec& hw);

@@ -298,19 +298,12 @@ Schedule Planner::plan() {
   opt_swap_.assign(opt_groups_, -1);
   opt_states_.assign(opt_groups_, -1);
   param_at_.assign(g_.params.size(), 0);
-  for (size_t p = 0, at = 0; p < g_.params.size(); ++p) param_at_[p] = at, at += shard_elements(p);
-  if (const double ratio = z.offload_optimizer.ratio; ratio < 1 && opt_tier_ != Tier::kGpu) {
-    const TwinFlowSplit twin = twin_flow_split(run_, opt_total_);
-    gpu_groups_ = twin.gpu_groups;
-    gpu_elems_ = twin.gpu_elements;
-    if (gpu_groups_ == 0) {
-      s_.notes.push_back(strprintf(
-          "offload_optimizer.ratio %g puts no sub-group on the GPU: DeepSpeed steps int((1 - ratio) x "
-          "sub-groups) = int(%g x %d) = 0 there; a smaller sub_group_size (%s elements of %s per rank now) "
-          "makes more sub-groups",
-          ratio, 1 - ratio, opt_groups_, format_count(opt_sub_).c_str(), format_count(opt_total_).c_str()));
-    }
-  }
+  double at = 0;
+  for (size_t p = 0; p < g_.params.size(); ++p) param_at_[p] = at, at += shard_elements(p);
+  const TwinFlowSplit twin = twin_flow_split(run_, opt_total_);
+  gpu_groups_ = twin.gpu_groups;
+  gpu_elems_ = twin.gpu_elements;
+  if (const std::string note = twin_flow_note(run_, opt_total_); !note.empty()) s_.notes.push_back(note);
   if (opt_tier_ != Tier::kGpu) s_.optimizer_gradients = tier_name(grad_tier_);
   setup();
   build_events();
