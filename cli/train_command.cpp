@@ -44,6 +44,19 @@ namespace {
 
 using nlohmann::json;
 
+// Twin-Flow as the trainer runs it (the plan's first sub-groups and the elements they step on the device),
+// or null without it.
+json twin_flow_summary(const RunConfig& run, const train::Zero3Trainer& trainer) {
+  const Schedule& s = trainer.schedule();
+  if (s.twin_flow_groups == 0) return nullptr;
+  int groups = 0;
+  for (const Task& t : s.tasks) groups = std::max(groups, t.subgroup + 1);
+  return {{"ratio", run.zero.offload_optimizer.ratio},
+          {"sub_groups", groups},
+          {"gpu_sub_groups", s.twin_flow_groups},
+          {"gpu_elements_per_rank", trainer.device_optimizer_elements()}};
+}
+
 struct TrainOptions {
   InputOptions inputs;
   bool hardware_given = false;  // --hardware on the command line (not the default file)
@@ -553,6 +566,10 @@ int run_train(const TrainOptions& opt) {
         run.zero.stage == 0 ? "gpu (whole on every rank)" : tier_name(opt_tier),
         run.memwall.delayed_parameter_update
             ? " (delayed update: each step's optimizer on the last step's gradients)"
+        : trainer->schedule().twin_flow_groups > 0
+            ? strprintf(" (Twin-Flow: the first %d sub-groups' on gpu, ratio %g)",
+                        trainer->schedule().twin_flow_groups, run.zero.offload_optimizer.ratio)
+                  .c_str()
             : "",
         gemm_label.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),
         ac.enabled ? (ac.cpu_checkpointing ? "on (CPU)" : "on") : "off", run.memwall.prefetch ? "on" : "off");
@@ -819,6 +836,7 @@ int run_train(const TrainOptions& opt) {
         {"offload_param", tier_name(param_tier)},
         {"offload_optimizer", tier_name(opt_tier)},
         {"optimizer_gradients", trainer->schedule().optimizer_gradients},
+        {"twin_flow", twin_flow_summary(run, *trainer)},
         // What the step ran with: the run file's optimizer.params, --lr, gradient_clipping, scheduler.
         {"optimizer",
          {{"type", zo.adam.decoupled ? "AdamW" : "Adam"},

@@ -258,10 +258,12 @@ class Planner {
   // they are read from NVMe too) and the 16-bit updated parameters.
   double opt_slot_bytes(double n) const { return ((grad_tier_ == Tier::kNvme ? 16 : 12) + b_) * n; }
   // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1): the first gpu_groups_ sub-groups (their first
-  // gpu_elems_ elements of this rank's shard) step on the GPU with their states there; a parameter whose
-  // shard starts among them (param_at_: its offset in the shard) has its gradient kept on the GPU.
+  // gpu_elems_ elements of this rank's shard) step on the GPU; a parameter whose shard starts among them
+  // (param_at_: its offset in the shard) has its gradient and fp32 states kept on the GPU, so the GPU holds
+  // the states of gpu_state_elems_ elements (up to the end of the last such parameter), as memwall train
+  // does (DeepSpeed's sub-groups are whole parameters too).
   int gpu_groups_ = 0;
-  double gpu_elems_ = 0;
+  double gpu_elems_ = 0, gpu_state_elems_ = 0;
   std::vector<double> param_at_;
   int gpu_states_buf_ = -1;  // the GPU sub-groups' fp32 states (and gradients) the step uses
   Tier group_tier(int g) const { return g < gpu_groups_ ? Tier::kGpu : opt_tier_; }
@@ -303,6 +305,13 @@ Schedule Planner::plan() {
   const TwinFlowSplit twin = twin_flow_split(run_, opt_total_);
   gpu_groups_ = twin.gpu_groups;
   gpu_elems_ = twin.gpu_elements;
+  s_.twin_flow_groups = gpu_groups_;
+  if (gpu_groups_ > 0) {
+    for (size_t p = 0; p < g_.params.size() && opt_tier_of(static_cast<int>(p)) == Tier::kGpu; ++p) {
+      ++s_.twin_flow_params;
+      gpu_state_elems_ = param_at_[p] + shard_elements(p);
+    }
+  }
   if (const std::string note = twin_flow_note(run_, opt_total_); !note.empty()) s_.notes.push_back(note);
   if (opt_tier_ != Tier::kGpu) s_.optimizer_gradients = tier_name(grad_tier_);
   setup();
@@ -390,8 +399,8 @@ void Planner::setup() {
           "optimizer swap file padding", ph, {}, true);
   }
   // Twin-Flow: the GPU sub-groups' states, as an optimizer on the GPU keeps them.
-  if (gpu_elems_ > 0) {
-    const double bytes = 4 * gpu_elems_;
+  if (gpu_state_elems_ > 0) {
+    const double bytes = 4 * gpu_state_elems_;
     const auto on_gpu = [&](MemCategory c, const char* name) {
       return alloc(Tier::kGpu, c, bytes, std::string(name) + " (GPU sub-groups)", ph, {}, true);
     };
@@ -400,7 +409,7 @@ void Planner::setup() {
     gpu_states_buf_ = on_gpu(MemCategory::kVariance32, "fp32 variance");
     if (mixed_) gpu_states_buf_ = on_gpu(MemCategory::kGrads32, "fp32 grads");
   }
-  const double n_rest = n_opt - gpu_elems_;
+  const double n_rest = n_opt - gpu_state_elems_;
   if (mixed_) alloc(opt_tier_, MemCategory::kMasterParams32, 4 * n_rest, "fp32 master params", ph, {}, true);
   alloc(opt_tier_, MemCategory::kMomentum32, 4 * n_rest, "fp32 momentum", ph, {}, true);
   opt_states_buf_ = alloc(opt_tier_, MemCategory::kVariance32, 4 * n_rest, "fp32 variance", ph, {}, true);
@@ -943,7 +952,7 @@ void Planner::optimizer() {
     t.phase = ph;
     t.name = "gradient norm";
     // (Twin-Flow: the GPU sub-groups' share on the GPU is not timed.)
-    t.bytes = opt_tier_ == Tier::kNvme && grad_tier_ == Tier::kNvme ? 0 : 4 * (opt_total_ - gpu_elems_);
+    t.bytes = opt_tier_ == Tier::kNvme && grad_tier_ == Tier::kNvme ? 0 : 4 * (opt_total_ - gpu_state_elems_);
     t.dst = opt_tier_ == Tier::kNvme ? Tier::kCpu : opt_tier_;
     t.deps = join;
     if (grads32_buf_ >= 0) t.uses = {grads32_buf_};

@@ -133,6 +133,10 @@ struct Schedule {
   // Where an offloaded optimizer's fp32 gradients wait for its step ("cpu" or "nvme", as
   // memwall.optimizer_gradients resolved); "" with the optimizer on the GPU.
   std::string optimizer_gradients;
+  // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1): the first twin_flow_groups sub-groups step on
+  // the GPU, and the first twin_flow_params parameters (those whose shards start among them) keep their
+  // gradients there; 0 without Twin-Flow.
+  int twin_flow_groups = 0, twin_flow_params = 0;
   std::vector<std::string> notes;  // planning decisions (budgets shrunk, ...)
 
   double flops() const;  // compute FLOPs of the iteration on this rank

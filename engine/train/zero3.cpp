@@ -140,6 +140,24 @@ struct Zero3Trainer::State {
   // Optimizer states on the GPU or CPU tier (flat, `total` elements), and 16-bit staging of updated
   // parameters that go to another tier.
   float *master = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr, *grads32 = nullptr;
+  // ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio < 1, the optimizer on the CPU): the first gpu_groups
+  // sub-groups, flat elements [0, split), step on the GPU with their states there (gpu_master, ...) and their
+  // gradients in their persistent device buffers; the arrays above hold [split, total). 0 without Twin-Flow.
+  int gpu_groups = 0;
+  std::size_t split = 0;
+  float *gpu_master = nullptr, *gpu_exp_avg = nullptr, *gpu_exp_avg_sq = nullptr;
+  Tier group_tier(int g) const { return g >= 0 && g < gpu_groups ? Tier::kGpu : opt_tier; }
+  Tier param_opt_tier(std::size_t p) const { return parts[p].local < split ? Tier::kGpu : opt_tier; }
+  // Master weights, momentum and variance from flat element `off` on, wherever they live.
+  struct StateArrays {
+    float *master, *m, *v;
+  };
+  StateArrays states_at(std::size_t off) const {
+    if (off < split) return {gpu_master + off, gpu_exp_avg + off, gpu_exp_avg_sq + off};
+    return {master + (off - split), exp_avg + (off - split), exp_avg_sq + (off - split)};
+  }
+  // Whether the states from flat element `off` on are in GPU memory.
+  bool states_on_device(std::size_t off) const { return cuda && (off < split || opt_tier == Tier::kGpu); }
   // Delayed parameter update (memwall.delayed_parameter_update): the optimizer steps, at the start of each
   // step and beside its forward and backward, on the previous step's gradients (prev_grads), while this
   // step's go to grads32; the two swap when the step ends. pending_step: the step whose gradients wait in
@@ -149,6 +167,9 @@ struct Zero3Trainer::State {
   long pending_step = 0;
   // The fp32 gradients in CPU memory the optimizer steps on.
   float* step_grads() const { return delayed ? prev_grads : grads32; }
+  // The fp32 gradients in CPU memory (`base`: grads32 or prev_grads, which start at flat element `split`) of
+  // the shard at flat element `local`.
+  float* cpu_grads(float* base, std::size_t local) const { return base + (local - split); }
   // NVMe optimizer: its fp32 gradients wait in CPU memory (the plan resolved optimizer_gradients so), so its
   // swap slots hold master, momentum and variance, then the 16-bit updated parameters, and no gradients;
   // slot_fp32_bytes() is a slot's fp32 bytes per element, before the 16-bit part.
@@ -306,8 +327,8 @@ struct Zero3Trainer::State {
   // Stages 0 and 1: parameter p's whole gradient in buffer b, replaced by its mean over the ranks.
   Status all_reduce_grad(int p, int b, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Stages 1 and 2 (stage 3: its persistent parameters): every rank's slice of the whole bf16 copies of
-  // sub-group g's parameters (after its optimizer step, or after the states were installed), gathered into
-  // every rank's copies.
+  // sub-group g's parameters (after its optimizer step, or after the states were installed; g < 0: every
+  // sub-group's), gathered into every rank's copies.
   Status gather_resident(int g, const std::string& tag, comm::Communicator& comm, double& moved_bytes);
   // Any task: bind() or collective(), with the bookkeeping of asynchronous GPU completion around it.
   Status run_task(const Task& t, int step_no, const std::string& at, comm::Communicator& comm);
@@ -381,6 +402,8 @@ double Zero3Trainer::State::bytes_of(const Buffer& b) const {
     case MemCategory::kMomentum32:
     case MemCategory::kVariance32:
     case MemCategory::kGrads32:
+      // (Twin-Flow: the GPU's part, then the CPU's.)
+      if (split > 0) return static_cast<double>(b.tier == Tier::kGpu ? split : total - split) * 4;
       return static_cast<double>(total) * 4;
     default:
       return std::ceil(b.bytes);
@@ -652,7 +675,7 @@ Status Zero3Trainer::State::compute(const Task& t) {
 
 std::uint16_t* Zero3Trainer::State::updated16(const Task& t, int p) {
   const Part& pt = part(p);
-  const Tier staging = opt_tier == Tier::kGpu ? Tier::kGpu : Tier::kCpu;
+  const Tier tier = group_tier(t.subgroup), staging = tier == Tier::kGpu ? Tier::kGpu : Tier::kCpu;
   if (home[static_cast<std::size_t>(p)] == staging) return reinterpret_cast<std::uint16_t*>(shard16(p));
   if (opt_tier == Tier::kNvme) {
     const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
@@ -675,7 +698,7 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
     // A gradient shard off the device: into the fp32 gradients (CPU states) or an NVMe swap-out slot.
     const int src = t.uses[0];
     const int slot = use(t, BufferRole::kGradSwapOut);
-    float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : grads32 + pt.local;
+    float* dst = slot >= 0 ? reinterpret_cast<float*>(ptr(slot)) : cpu_grads(grads32, pt.local);
     const float* shard = grad_shard(t.param, src);
     moved_bytes = static_cast<double>(pt.shard * 4);
     // Gradient accumulation: added to the earlier micro-batches' sum (read into the slot), unless the
@@ -699,7 +722,7 @@ Status Zero3Trainer::State::copy(const Task& t, double& moved_bytes) {
       if (home[p] != Tier::kGpu) continue;
       const int q = static_cast<int>(p);
       MW_RETURN_IF_ERROR(move(shard16(q), on_device(shard16_buffer(q)), updated16(t, q),
-                              cuda && opt_tier == Tier::kGpu, parts[p].shard * kB16, true));
+                              cuda && group_tier(t.subgroup) == Tier::kGpu, parts[p].shard * kB16, true));
       moved_bytes += static_cast<double>(parts[p].shard * kB16);
     }
     return Status::ok();
@@ -954,7 +977,8 @@ Status Zero3Trainer::State::all_reduce_grad(int p, int b, const std::string& tag
 
 Status Zero3Trainer::State::gather_resident(int g, const std::string& tag, comm::Communicator& comm,
                                             double& moved_bytes) {
-  const Group& grp = groups[static_cast<std::size_t>(g)];
+  // (g < 0: every sub-group's, as stage 3 gathers its persistent parameters after the last step.)
+  const Group grp = g < 0 ? Group{0, parts.size(), 0, total} : groups[static_cast<std::size_t>(g)];
   const auto R_ = static_cast<std::size_t>(R);
   // Stage 3 partitions the other parameters: they have no whole copy to gather into.
   const auto whole = [&](std::size_t p) { return stage < 3 || resident[p] >= 0; };
@@ -1000,8 +1024,8 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const Part& pt = parts[p];
     if (!on_nvme) {
-      const float* g = step_grads() + pt.local;
-      if (opt_tier == Tier::kGpu) {
+      const float* g = nullptr;
+      if (param_opt_tier(p) == Tier::kGpu) {
         const int b = persistent_grad[p];
         if (b < 0)
           return Status::internal("gradient norm: parameter " + std::to_string(p) + " has no gradient");
@@ -1011,6 +1035,8 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
           MW_RETURN_IF_ERROR(move(staged.data(), false, g, true, pt.shard * 4));
           g = staged.data();
         }
+      } else {
+        g = cpu_grads(step_grads(), pt.local);
       }
       grad_sq[p] = sum_of_squares(g, valid(pt));
     }
@@ -1037,10 +1063,11 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
   const Group& g = groups[static_cast<std::size_t>(t.subgroup)];
   const std::size_t n = g.end - g.begin;
   float *p32 = nullptr, *m = nullptr, *v = nullptr, *g32 = nullptr;
+  const Tier tier = group_tier(t.subgroup);  // (Twin-Flow: the GPU for the first sub-groups)
 #if MEMWALL_HAVE_CUDA
-  if (cuda && opt_tier == Tier::kGpu) MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
+  if (cuda && tier == Tier::kGpu) MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
 #endif
-  if (opt_tier == Tier::kNvme) {
+  if (tier == Tier::kNvme) {
     p32 = reinterpret_cast<float*>(ptr(use(t, BufferRole::kOptimizerSwap)));
     m = p32 + n;
     v = m + n;
@@ -1050,19 +1077,20 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
   }
   for (std::size_t p = g.first; p < g.last; ++p) {
     const Part& pt = parts[p];
-    const std::size_t off = opt_tier == Tier::kNvme ? pt.local - g.begin : pt.local;
     kernels::AdamArrays a;
-    if (opt_tier == Tier::kNvme) {
+    if (tier == Tier::kNvme) {
+      const std::size_t off = pt.local - g.begin;
       a = kernels::fp32_arrays(p32 + off, m + off, v + off, g32 + off, pt.shard);
     } else {
-      const float* grad =
-          opt_tier == Tier::kCpu ? step_grads() + off : grad_shard(static_cast<int>(p), persistent_grad[p]);
-      a = kernels::fp32_arrays(master + off, exp_avg + off, exp_avg_sq + off, grad, pt.shard);
+      const float* grad = tier == Tier::kCpu ? cpu_grads(step_grads(), pt.local)
+                                             : grad_shard(static_cast<int>(p), persistent_grad[p]);
+      const StateArrays s = states_at(pt.local);
+      a = kernels::fp32_arrays(s.master, s.m, s.v, grad, pt.shard);
     }
     a.params_out = updated16(t, static_cast<int>(p));
     a.out_type = kernels::DType::kBF16;
 #if MEMWALL_HAVE_CUDA
-    if (cuda && opt_tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
+    if (cuda && tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
       kernels::cuda::AdamDeviceArrays d{a.params,
                                         a.exp_avg,
                                         a.exp_avg_sq,
@@ -1077,7 +1105,7 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     kernels::adam_step(a, adam_hyper, adam_threads);
   }
 #if MEMWALL_HAVE_CUDA
-  if (cuda && opt_tier == Tier::kGpu) return done_on(gpu->compute());
+  if (cuda && tier == Tier::kGpu) return done_on(gpu->compute());
 #endif
   return Status::ok();
 }
@@ -1097,7 +1125,7 @@ Status Zero3Trainer::State::run_task(const Task& t, int step_no, const std::stri
   // Work that is host-side whatever the buffers: the host waits for what it follows first.
   const bool host_side = t.kind == TaskKind::kAlloc || t.kind == TaskKind::kFree ||
                          t.kind == TaskKind::kNvmeRead || t.kind == TaskKind::kNvmeWrite ||
-                         (t.kind == TaskKind::kOptimizerStep && opt_tier != Tier::kGpu);
+                         (t.kind == TaskKind::kOptimizerStep && group_tier(t.subgroup) != Tier::kGpu);
   if (host_side) MW_RETURN_IF_ERROR(deps_on_host());
 #endif
   Status st = Status::ok();
@@ -1191,6 +1219,10 @@ const std::vector<std::string>& Zero3Trainer::warnings() const {
 const StepStats& Zero3Trainer::last_step() const {
   return st_->stats;
 }
+std::size_t Zero3Trainer::device_optimizer_elements() const {
+  return st_->split;
+}
+
 std::size_t Zero3Trainer::shard_elements() const {
   return st_->total;
 }
@@ -1259,13 +1291,15 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     return Status::invalid_argument("run " + run.name + ": zero_optimization.stage = " +
                                     std::to_string(z.stage) + ": allowed: 0, 1, 2 or 3");
   }
-  if (z.offload_optimizer.ratio < 1) {
+  // ZeRO-Offload++'s Twin-Flow, where the run file's checks allow it (RunConfigs made in code come here too).
+  if (z.offload_optimizer.ratio < 1 && (z.stage != 3 || z.offload_optimizer.device != OffloadDevice::kCpu ||
+                                        z.offload_param.device != OffloadDevice::kNone)) {
     return Status::invalid_argument(
         "run " + run.name +
-        strprintf(": zero_optimization.offload_optimizer.ratio = %g: memwall train steps "
-                  "every sub-group where offload_optimizer.device says (memwall predict and "
-                  "simulate model the GPU's share); allowed: 1",
-                  z.offload_optimizer.ratio));
+        strprintf(
+            ": zero_optimization.offload_optimizer.ratio = %g needs stage 3 with offload_optimizer.device "
+            "cpu and offload_param.device none; allowed otherwise: 1",
+            z.offload_optimizer.ratio));
   }
   if (z.stage == 0 && z.offload_optimizer.device != OffloadDevice::kNone) {
     return Status::invalid_argument(
@@ -1413,16 +1447,32 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     int groups = 0;
     for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);
     groups = std::max(groups, 1);
-    for (std::size_t p = 0, gi = 0; gi < static_cast<std::size_t>(groups); ++gi) {
-      State::Group grp{p, p, st.parts[std::min(p, st.parts.size() - 1)].local, 0};
-      const std::size_t target = st.total * (gi + 1) / static_cast<std::size_t>(groups);
-      while (p < st.parts.size() && (st.parts[p].local < target || grp.last == grp.first)) ++p, ++grp.last;
-      if (gi + 1 == static_cast<std::size_t>(groups)) {
-        while (p < st.parts.size()) ++p, ++grp.last;
+    // Twin-Flow: the plan's first sub-groups step on the GPU, over the parameters whose gradients it keeps
+    // there; the trainer splits those parameters into the GPU's sub-groups and the rest into the others.
+    const auto n_parts = st.parts.size();
+    const auto twin_params = static_cast<std::size_t>(st.sched.twin_flow_params);
+    st.gpu_groups = std::min(st.sched.twin_flow_groups, groups);
+    if (st.gpu_groups > 0) st.split = twin_params < n_parts ? st.parts[twin_params].local : st.total;
+    const auto split_groups = [&](std::size_t first, std::size_t last, int count) {
+      const std::size_t begin = first < n_parts ? st.parts[first].local : st.total;
+      const std::size_t end = last < n_parts ? st.parts[last].local : st.total;
+      for (std::size_t p = first, gi = 0; gi < static_cast<std::size_t>(count); ++gi) {
+        State::Group grp{p, p, 0, 0};
+        const std::size_t target = begin + (end - begin) * (gi + 1) / static_cast<std::size_t>(count);
+        while (p < last && (st.parts[p].local < target || grp.last == grp.first)) ++p, ++grp.last;
+        if (gi + 1 == static_cast<std::size_t>(count)) {
+          while (p < last) ++p, ++grp.last;
+        }
+        grp.begin = grp.first < n_parts ? st.parts[grp.first].local : st.total;
+        grp.end = grp.last < n_parts ? st.parts[grp.last].local : st.total;
+        st.groups.push_back(grp);
       }
-      grp.begin = grp.first < st.parts.size() ? st.parts[grp.first].local : st.total;
-      grp.end = grp.last < st.parts.size() ? st.parts[grp.last].local : st.total;
-      st.groups.push_back(grp);
+    };
+    if (st.gpu_groups > 0) {
+      split_groups(0, twin_params, st.gpu_groups);
+      split_groups(twin_params, n_parts, groups - st.gpu_groups);
+    } else {
+      split_groups(0, n_parts, groups);
     }
     // Tiers: the device arena has the GPU's memory; the host arena this rank's share of the node's.
     const auto n_buf = st.sched.buffers.size();
@@ -1494,9 +1544,11 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
             static_cast<double>(st.block[static_cast<std::size_t>(b.id)].bytes);
       if (!b.persistent || b.tier == Tier::kNvme) continue;
       float* f = reinterpret_cast<float*>(st.mem[static_cast<std::size_t>(b.id)]);
-      if (b.category == MemCategory::kMasterParams32) st.master = f;
-      if (b.category == MemCategory::kMomentum32) st.exp_avg = f;
-      if (b.category == MemCategory::kVariance32) st.exp_avg_sq = f;
+      const bool twin = st.split > 0 && b.tier == Tier::kGpu;  // Twin-Flow's GPU part
+      if (b.category == MemCategory::kMasterParams32) (twin ? st.gpu_master : st.master) = f;
+      if (b.category == MemCategory::kMomentum32) (twin ? st.gpu_exp_avg : st.exp_avg) = f;
+      if (b.category == MemCategory::kVariance32) (twin ? st.gpu_exp_avg_sq : st.exp_avg_sq) = f;
+      if (twin) continue;  // (its fp32 gradients are the parameters' persistent gradient buffers)
       if (b.category == MemCategory::kGrads32)
         (b.role == BufferRole::kDelayedGrads ? st.prev_grads : st.grads32) = f;
     }
@@ -1657,7 +1709,9 @@ std::vector<Zero3Trainer::Piece> Zero3Trainer::state_pieces() const {
   }
   for (std::size_t p = 0; p < st.parts.size();) {
     Piece pc{p, p, st.parts[p].local, st.parts[p].local};
-    while (p < st.parts.size() &&
+    // (Twin-Flow: no piece spans the GPU's part and the CPU's.)
+    const bool gpu_part = pc.begin < st.split;
+    while (p < st.parts.size() && (st.parts[p].local < st.split) == gpu_part &&
            (pc.last == pc.first || st.parts[p].local + st.parts[p].shard - pc.begin <= kStatePiece)) {
       pc.end = st.parts[p].local + st.parts[p].shard;
       ++p, ++pc.last;
@@ -1718,27 +1772,29 @@ host::Arena* Zero3Trainer::State::optimizer_pool() const {
 // parameter shards, one piece at a time.
 Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
   State& st = *st_;
-  const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
-  const bool host = st.opt_tier != Tier::kNvme && !dev;  // the states' own memory is the staging
+  const bool nvme = st.opt_tier == Tier::kNvme;
   std::vector<std::uint16_t> b16;
   const std::vector<Piece> pieces = state_pieces();
   const Status installed = [&]() -> Status {
     for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
       const Piece& pc = pieces[gi];
       const std::size_t k = pc.end - pc.begin;
-      float *master = st.master + pc.begin, *m = st.exp_avg + pc.begin, *v = st.exp_avg_sq + pc.begin;
+      const bool dev = st.states_on_device(pc.begin);
+      const bool host = !nvme && !dev;  // the states' own memory is the staging
+      const State::StateArrays to = nvme ? State::StateArrays{} : st.states_at(pc.begin);
+      float *master = to.master, *m = to.m, *v = to.v;
       std::unique_ptr<Staging> buf;
       if (!host) {
         buf = std::make_unique<Staging>(st.optimizer_pool(), 3 * k);
         master = buf->data(), m = master + k, v = m + k;
       }
       MW_RETURN_IF_ERROR(src(pc.begin, k, master, m, v));
-      if (st.opt_tier == Tier::kNvme) {
+      if (nvme) {
         MW_RETURN_IF_ERROR(st.store_put(store_key("opt", gi), master, 12 * k));
       } else if (dev) {
-        MW_RETURN_IF_ERROR(st.move(st.master + pc.begin, true, master, false, k * 4));
-        MW_RETURN_IF_ERROR(st.move(st.exp_avg + pc.begin, true, m, false, k * 4));
-        MW_RETURN_IF_ERROR(st.move(st.exp_avg_sq + pc.begin, true, v, false, k * 4));
+        MW_RETURN_IF_ERROR(st.move(to.master, true, master, false, k * 4));
+        MW_RETURN_IF_ERROR(st.move(to.m, true, m, false, k * 4));
+        MW_RETURN_IF_ERROR(st.move(to.v, true, v, false, k * 4));
       }
       for (std::size_t p = pc.first; p < pc.last; ++p) {
         const auto& pt = st.parts[p];
@@ -1761,8 +1817,7 @@ Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
   if (st.stage >= 1 && std::any_of(st.resident.begin(), st.resident.end(), [](int b) { return b >= 0; })) {
     MW_RETURN_IF_ERROR(comm::agree(*comm_, installed, "installing the parameters"));
     double moved = 0;
-    for (std::size_t g = 0; g < st.groups.size(); ++g)
-      MW_RETURN_IF_ERROR(st.gather_resident(static_cast<int>(g), "installing the parameters", *comm_, moved));
+    MW_RETURN_IF_ERROR(st.gather_resident(-1, "installing the parameters", *comm_, moved));
 #if MEMWALL_HAVE_CUDA
     if (st.cuda) MW_RETURN_IF_ERROR(st.gpu->synchronize());
 #endif
@@ -1775,26 +1830,25 @@ Status Zero3Trainer::install_states(const StateSource& src, bool commit) {
 // This rank's flat master weights and moments, wherever they live, one piece at a time and in order.
 Status Zero3Trainer::visit_states(const StateVisitor& fn) {
   State& st = *st_;
-  const bool dev = st.cuda && st.opt_tier == Tier::kGpu;
-  const bool host = st.opt_tier != Tier::kNvme && !dev;
+  const bool nvme = st.opt_tier == Tier::kNvme;
   const std::vector<Piece> pieces = state_pieces();
   for (std::size_t gi = 0; gi < pieces.size(); ++gi) {
     const Piece& pc = pieces[gi];
     const std::size_t k = pc.end - pc.begin;
-    if (host) {
-      MW_RETURN_IF_ERROR(
-          fn(pc.begin, k, st.master + pc.begin, st.exp_avg + pc.begin, st.exp_avg_sq + pc.begin));
+    const State::StateArrays from = nvme ? State::StateArrays{} : st.states_at(pc.begin);
+    if (!nvme && !st.states_on_device(pc.begin)) {
+      MW_RETURN_IF_ERROR(fn(pc.begin, k, from.master, from.m, from.v));
       continue;
     }
     const Staging buf(st.optimizer_pool(), 3 * k);
     note_staging(buf.heap_bytes());
     float* p = buf.data();
-    if (st.opt_tier == Tier::kNvme) {
+    if (nvme) {
       MW_RETURN_IF_ERROR(st.store_get(store_key("opt", gi), p, 12 * k));
     } else {
-      MW_RETURN_IF_ERROR(st.move(p, false, st.master + pc.begin, true, k * 4));
-      MW_RETURN_IF_ERROR(st.move(p + k, false, st.exp_avg + pc.begin, true, k * 4));
-      MW_RETURN_IF_ERROR(st.move(p + 2 * k, false, st.exp_avg_sq + pc.begin, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p, false, from.master, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p + k, false, from.m, true, k * 4));
+      MW_RETURN_IF_ERROR(st.move(p + 2 * k, false, from.v, true, k * 4));
     }
     MW_RETURN_IF_ERROR(fn(pc.begin, k, p, p + k, p + 2 * k));
   }

@@ -150,6 +150,9 @@ class Zero3Trainer {
   const HardwareSpec& hardware() const { return o_.hw; }
 
   std::size_t shard_elements() const;  // this rank's elements (with padding)
+  // Twin-Flow (offload_optimizer.ratio < 1): how many of them the device steps, its sub-groups (the plan's
+  // first twin_flow_groups) holding their states and gradients; 0 without.
+  std::size_t device_optimizer_elements() const;
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
   // Checkpoints (docs/training.md): every rank writes its shards of the master weights and Adam moments to
   // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically, piece by piece: checkpoint.h), reading

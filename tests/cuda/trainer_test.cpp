@@ -62,6 +62,14 @@ std::vector<float> losses_of(const model::GptConfig& c, const Zero3Options& o, i
   return out;
 }
 
+// ZeRO-Offload++'s Twin-Flow: the optimizer on the CPU, the first half of its sub-groups of 20000 elements
+// stepped on the GPU (their states, gradients and Adam there).
+void twin_flow(Zero3Options& o) {
+  o.run.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  o.run.zero.offload_optimizer.ratio = 0.5;
+  o.run.zero.sub_group_size = 20000;
+}
+
 TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << why;
@@ -109,6 +117,7 @@ TEST(CudaTrainer, TenStepsMatchTheHostEmulatedDevice) {
          o.run.zero.offload_optimizer.device = OffloadDevice::kNvme;
          o.run.zero.sub_group_size = 20000;
        }},
+      {"Twin-Flow: optimizer on CPU, half of its sub-groups stepped on the GPU", twin_flow},
       {"ZeRO stage 0 (plain data parallelism: all of the states on the GPU)",
        [](Zero3Options& o) { o.run.zero.stage = 0; }},
       {"ZeRO stage 1 (whole parameters and gradients on the GPU)",
@@ -171,6 +180,7 @@ TEST(CudaTrainer, GradientAccumulationAndCheckpointsMatchTheHost) {
       {"everything on the GPU", [](Zero3Options&) {}},
       {"optimizer on CPU",
        [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }},
+      {"Twin-Flow", twin_flow},
   };
   for (const auto& [name, apply] : variants) {
     SCOPED_TRACE(name);

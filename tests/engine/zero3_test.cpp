@@ -386,6 +386,18 @@ Zero3Options two_sequences(std::uint64_t seed) {
   return o;
 }
 
+// ZeRO-Offload++'s Twin-Flow: the optimizer on the CPU, the first int((1 - ratio) x 4) of its 4 sub-groups
+// (sub_group_size 2000 of the small models' ~7000 elements) stepped on the device.
+std::function<void(Zero3Options&)> twin_flow(double ratio, double persistence) {
+  return [ratio, persistence](Zero3Options& o) {
+    auto& z = o.run.zero;
+    z.offload_optimizer.device = OffloadDevice::kCpu;
+    z.offload_optimizer.ratio = ratio;
+    z.sub_group_size = 2000;
+    z.param_persistence_threshold.value = persistence;
+  };
+}
+
 // Where the optimizer's states and gradients can wait (NVMe swap files in `dir`): on CPU; with the
 // parameters on NVMe, the gradients in CPU memory; and on NVMe too.
 std::vector<Variant> optimizer_placements(const std::string& dir) {
@@ -405,6 +417,9 @@ std::vector<Variant> optimizer_placements(const std::string& dir) {
          nvme(o);
          o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
        }},
+      {"Twin-Flow: optimizer on CPU, ratio 0.5 (2 of 4 sub-groups on the device)", twin_flow(0.5, 0)},
+      {"Twin-Flow: ratio 0.25, parameters below 100 elements persistent", twin_flow(0.25, 100)},
+      {"Twin-Flow: ratio 0 (every sub-group on the device)", twin_flow(0, 0)},
   };
 }
 
@@ -882,8 +897,87 @@ namespace {
 // The tiers' measured high-water marks are the plan's (the arenas allocate in the plan's order): within the
 // arena's alignment (256 bytes per buffer) on the device and in host memory, for every ZeRO stage and
 // optimizer placement.
+// Twin-Flow in memwall train: the plan's first sub-groups step on the device over the parameters whose
+// gradients it keeps there. The same Adam on the same gradients, so the losses and parameters are bitwise
+// those of every sub-group on the CPU (and with a checkpoint saved and loaded in between); what moves
+// differs: the device's part of the gradients (fp32) no longer goes to the host and its updated bf16
+// parameters no longer come back, so the saved device-to-host bytes are exactly twice the saved
+// host-to-device bytes, and that part is the parameters whose shards start among the device's sub-groups.
+TEST(Zero3, TwinFlowStepsTheFirstSubGroupsOnTheDevice) {
+  const model::GptConfig c = small();
+  const std::string dir = swap_dir("twin-flow");
+  Zero3Options cpu = two_sequences(3);
+  twin_flow(1, 0)(cpu);
+  std::vector<float> want_losses, want_params;
+  train_variant(c, cpu, 6, want_losses, want_params);
+  auto local = comm::make_local_comm();
+  auto all_cpu = Zero3Trainer::create(c, cpu, *local);
+  ASSERT_TRUE(all_cpu.is_ok()) << all_cpu.status().to_string();
+  std::vector<int> tok, tgt;
+  batch(0, 2, 8, tok, tgt);
+  ASSERT_TRUE(all_cpu->step(tok.data(), tgt.data()).is_ok());
+  EXPECT_EQ(all_cpu->schedule().twin_flow_groups, 0);
+
+  for (const double ratio : {0.5, 0.25}) {
+    SCOPED_TRACE("ratio " + std::to_string(ratio));
+    Zero3Options o = two_sequences(3);
+    twin_flow(ratio, 0)(o);
+    auto z = Zero3Trainer::create(c, o, *local);
+    ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+    const Schedule& s = z->schedule();
+    const int gpu_groups = ratio == 0.5 ? 2 : 3;  // int((1 - ratio) x 4)
+    EXPECT_EQ(s.twin_flow_groups, gpu_groups);
+    int on_device = 0, on_cpu = 0;
+    for (const Task& t : s.tasks) {
+      if (t.kind != TaskKind::kOptimizerStep || t.subgroup < 0) continue;
+      (t.resource == Resource::kCompute ? on_device : on_cpu) += 1;
+      EXPECT_EQ(t.resource == Resource::kCompute, t.subgroup < gpu_groups) << t.name;
+    }
+    EXPECT_EQ(on_device, gpu_groups);
+    EXPECT_EQ(on_cpu, 4 - gpu_groups);
+    std::vector<float> losses;
+    for (int step = 0; step < 6; ++step) {
+      batch(step, 2, 8, tok, tgt);
+      auto l = z->step(tok.data(), tgt.data());
+      ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+      losses.push_back(*l);
+      if (step == 0) {
+        const double d2h = all_cpu->last_step().bytes[static_cast<int>(Resource::kD2H)] -
+                           z->last_step().bytes[static_cast<int>(Resource::kD2H)];
+        const double h2d = all_cpu->last_step().bytes[static_cast<int>(Resource::kH2D)] -
+                           z->last_step().bytes[static_cast<int>(Resource::kH2D)];
+        EXPECT_EQ(d2h, 2 * h2d);
+        // The device's part: the parameters whose shards start among its sub-groups' first 2000 x gpu_groups
+        // elements, to the end of the last of them.
+        double at = 0, last = 0;
+        for (int p = 0; p < s.twin_flow_params; ++p) {
+          for (const Buffer& b : s.buffers) {
+            if (b.param == p && b.role == BufferRole::kShard) last = b.bytes / 2, at += last;
+          }
+        }
+        EXPECT_EQ(h2d / 2, at);
+        EXPECT_LT(at - last, 2000 * gpu_groups);
+        EXPECT_GE(at, 2000 * gpu_groups);
+      }
+      if (step == 2) {  // a checkpoint round trip: the states come back from both tiers
+        ASSERT_TRUE(z->save(dir).is_ok());
+        auto again = Zero3Trainer::create(c, o, *local);
+        ASSERT_TRUE(again.is_ok());
+        ASSERT_TRUE(again->load(dir).is_ok());
+        z = std::move(again);
+      }
+    }
+    EXPECT_EQ(losses, want_losses);
+    std::vector<float> params;
+    ASSERT_TRUE(z->gather_params(params).is_ok());
+    EXPECT_EQ(params, want_params);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Zero3, MeasuredPeaksAreThePlans) {
   std::vector<Variant> variants = zero_stages();
+  variants.push_back({"Twin-Flow, ratio 0.5", twin_flow(0.5, 100)});
   variants.push_back({"ZeRO stage 3, optimizer on the device", [](Zero3Options&) {}});
   variants.push_back({"ZeRO stage 3, optimizer on CPU",
                       [](Zero3Options& o) { o.run.zero.offload_optimizer.device = OffloadDevice::kCpu; }});
