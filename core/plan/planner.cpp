@@ -938,6 +938,9 @@ void Planner::optimizer() {
   if (delayed) join.clear();
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
+  // Stage 3's persistent parameters: what each sub-group's step leaves for their all-gather, and its bytes.
+  std::vector<int> persistent_ready;
+  double persistent16 = 0, persistent_experts16 = 0;
   const Tier param_home = stage_ == 3 ? tier_of(z.offload_param.device) : Tier::kGpu;
   const int sets = opt_sets_;
   std::vector<int> step(groups, -1), write(groups, -1), read(groups, -1), freed(groups, -1);
@@ -1034,7 +1037,12 @@ void Planner::optimizer() {
     if (stage_ == 3 && whole16 > 0 && tier != Tier::kGpu && param_home != Tier::kGpu)
       after_step =
           copy(staged, Tier::kGpu, whole16, "cpu->gpu persistent params " + nm, ph, to_gpu_deps, src);
-    if (stage_ >= 1 && dp_ > 1 && whole16 > 0) {
+    if (stage_ == 3 && whole16 > 0) {
+      // Stage 3 gathers the persistent parameters once, after the last sub-group (DeepSpeed's _post_step).
+      persistent_ready.push_back(after_step);
+      persistent16 += whole16;
+      persistent_experts16 += b_ * expert_elements[g];
+    } else if (stage_ >= 1 && dp_ > 1 && whole16 > 0) {
       const double experts16 = b_ * expert_elements[g], dense16 = whole16 - experts16;
       if (dense16 > 0) {
         last = collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather params " + nm, ph,
@@ -1050,6 +1058,21 @@ void Planner::optimizer() {
     if (swap >= 0) freed[g] = free_buffer(swap, ph);
     for (size_t k = first_task; k < s_.tasks.size(); ++k) s_.tasks[k].subgroup = g;
     (void)last;
+  }
+  // One all-gather of every sub-group's persistent slices (sub-group -1: all of them), the experts' over
+  // their own ranks.
+  if (dp_ > 1 && persistent16 > 0) {
+    const double dense16 = persistent16 - persistent_experts16;
+    if (dense16 > 0) {
+      collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather persistent params", ph,
+                 persistent_ready, {});
+    }
+    if (persistent_experts16 > 0 && dp_ / run_.memwall.expert_parallel > 1) {
+      const int edp = dp_ / run_.memwall.expert_parallel;
+      const int t = collective(CollectiveKind::kAllGather, edp, persistent_experts16 * edp,
+                               "allgather persistent expert params", ph, persistent_ready, {});
+      strided_group(t, run_.memwall.expert_parallel);
+    }
   }
 }
 

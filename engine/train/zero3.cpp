@@ -882,7 +882,7 @@ Status Zero3Trainer::State::collective_cuda(const Task& t, const std::string& at
 
 Status Zero3Trainer::State::collective(const Task& t, const std::string& at, comm::Communicator& comm,
                                        double& moved_bytes) {
-  if (t.collective == CollectiveKind::kAllGather && t.param < 0 && t.subgroup >= 0)
+  if (t.collective == CollectiveKind::kAllGather && t.param < 0)
     return gather_resident(t.subgroup, at + t.name, comm, moved_bytes);
   if (t.collective == CollectiveKind::kAllReduce && t.param >= 0) {
     const int b = use(t, BufferRole::kGrad);

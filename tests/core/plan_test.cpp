@@ -502,7 +502,8 @@ TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
 // Stage 3's persistent small parameters (below stage3_param_persistence_threshold, kept whole on every GPU)
 // are updated like stage 1's: their whole gradients summed over the micro-batches, all-reduced and offloaded
 // once per step, and after each sub-group's step this rank's slice of them goes to the GPU (where the
-// optimizer and the other parameters are not) and every rank's slice is all-gathered into the whole copies.
+// optimizer and the other parameters are not); once every sub-group has stepped, one all-gather (DeepSpeed's
+// _post_step) fills every rank's whole copies with the others' slices.
 TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
   const ModelSpec m = tiny_model();
   const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
@@ -520,6 +521,7 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
       opt.micro_batch = 2;
       opt.sequence_length = run.memwall.sequence_length;
       const ModelGraph g = build_model_graph(m, opt);
+      run.zero.sub_group_size = g.total_param_elements() / dp / 4;  // 4 or 5 sub-groups per rank
       const Schedule s = plan_graph(g, run, hw);
       check_invariants(s, g, run, "persistent");
       double persistent = 0;
@@ -533,11 +535,21 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
       ASSERT_LT(persistent, g.total_param_elements() / 10);
       const double b = run.param_bytes();
       double gathered = 0, copied = 0;
+      int gathers = 0, groups = 0;
+      for (const Task& t : s.tasks) groups = std::max(groups, t.subgroup + 1);
+      ASSERT_GE(groups, 4);
       for (const Task& t : s.tasks) {
-        if (t.kind == TaskKind::kCollective && t.name.rfind("allgather params ", 0) == 0) {
+        EXPECT_EQ(t.name.find("allgather params "), std::string::npos) << t.name;  // no gather per sub-group
+        if (t.kind == TaskKind::kCollective && t.name == "allgather persistent params") {
           EXPECT_EQ(t.group, dp);
           EXPECT_EQ(t.phase, Phase::kOptimizer);
+          EXPECT_EQ(t.subgroup, -1);
           gathered += t.bytes;
+          ++gathers;
+          std::set<int> after;  // the sub-groups whose step (or its copy to the GPU) it waits for
+          for (int d : t.deps) after.insert(s.tasks[static_cast<std::size_t>(d)].subgroup);
+          EXPECT_EQ(after.size(), static_cast<std::size_t>(groups));
+          EXPECT_EQ(*after.begin(), 0);
         }
         if (t.name.rfind("cpu->gpu persistent params ", 0) == 0) {
           EXPECT_EQ(t.dst, Tier::kGpu);
@@ -555,6 +567,7 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
           EXPECT_FALSE(t.later_micro_batches) << t.name;
         }
       }
+      EXPECT_EQ(gathers, dp > 1 ? 1 : 0);
       EXPECT_NEAR(gathered, dp > 1 ? b * persistent : 0, 1e-6 * b * persistent);
       const bool to_gpu = optimizer != D::kNone && params != D::kNone;
       EXPECT_NEAR(copied, to_gpu ? b * persistent / dp : 0, 1e-6 * b * persistent);
