@@ -353,7 +353,7 @@ GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_
     const double copies = p.layer == 0 ? model.layers : 1;  // block 0 stands for every block
     s.total_elements += copies * p.elements;
     s.largest_param_elements = std::max(s.largest_param_elements, p.elements);
-    if (p.elements < persistence_threshold) {
+    if (p.elements <= persistence_threshold) {  // (DeepSpeed's numel <= threshold)
       s.persistent_elements += copies * p.elements;
     } else {
       s.partitioned_tensors.emplace_back(p.elements, copies);

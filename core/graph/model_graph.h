@@ -93,9 +93,9 @@ ModelGraph build_model_graph(const ModelSpec& model, const GraphOptions& options
 struct GraphParamStats {
   double largest_op_elements = 0;     // most parameter elements one op gathers (per rank, after tiling)
   double largest_param_elements = 0;  // the largest single (contiguous) parameter tensor
-  // Tensors at or above the persistence threshold (partitioned in stage 3): {elements, how many}.
+  // Tensors above the persistence threshold (partitioned in stage 3): {elements, how many}.
   std::vector<std::pair<double, double>> partitioned_tensors;
-  double persistent_elements = 0;  // elements in tensors smaller than the persistence threshold
+  double persistent_elements = 0;  // elements in tensors of at most the persistence threshold
   double total_elements = 0;       // per model-parallel rank
 };
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,

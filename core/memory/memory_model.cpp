@@ -241,7 +241,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const std::string dp_s = strprintf(" / dp %d", dp);
   const std::string P_s = format_count(P);
 
-  // What the planner's graph gathers and keeps: small tensors below the persistence threshold stay whole on
+  // What the planner's graph gathers and keeps: small tensors up to the persistence threshold stay whole on
   // every GPU in stage 3; the largest op's parameters set the model-state working memory (Eq. 4).
   const int t = run.memwall.tiling_factor;
   const GraphParamStats stats = graph_param_stats(model, t, mp, z.param_persistence_threshold.value);
@@ -302,10 +302,11 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
           param_tier == Tier::kCpu && z.offload_param.pin_memory);
   }
   if (persistent > 0) {
-    b.add(Tier::kGpu, MemCategory::kPersistentParams, 2 * pb * persistent,
-          strprintf("%.0f B params + grads x %s elements below stage3_param_persistence_threshold %s", pb,
-                    format_count(persistent).c_str(),
-                    format_count(z.param_persistence_threshold.value).c_str()));
+    b.add(
+        Tier::kGpu, MemCategory::kPersistentParams, 2 * pb * persistent,
+        strprintf(
+            "%.0f B params + grads x %s elements in tensors of at most stage3_param_persistence_threshold %s",
+            pb, format_count(persistent).c_str(), format_count(z.param_persistence_threshold.value).c_str()));
   }
 
   // ---- gradients and optimizer states ----

@@ -177,7 +177,9 @@ class Planner {
     return g + 1 < opt_groups_ ? opt_sub_ : opt_total_ - opt_sub_ * (opt_groups_ - 1);
   }
 
-  bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements >= persistence_; }
+  // Stage 3 partitions every parameter above stage3_param_persistence_threshold (DeepSpeed keeps one of
+  // at most that many elements whole).
+  bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements > persistence_; }
   // The data-parallel ranks that hold parameter p (it is partitioned, gathered and reduced over them): all of
   // them, or with expert parallelism an expert's data_parallel / expert_parallel, strided over the nodes.
   int dp_of(int p) const { return dp_ / g_.params[static_cast<size_t>(p)].expert_parallel; }

@@ -499,7 +499,8 @@ TEST(Planner, StagesZeroAndOneReduceAtTheAccumulationBoundary) {
   }
 }
 
-// Stage 3's persistent small parameters (below stage3_param_persistence_threshold, kept whole on every GPU)
+// Stage 3's persistent small parameters (at most stage3_param_persistence_threshold elements, kept whole on
+// every GPU)
 // are updated like stage 1's: their whole gradients summed over the micro-batches, all-reduced and offloaded
 // once per step, and after each sub-group's step this rank's slice of them goes to the GPU (where the
 // optimizer and the other parameters are not); once every sub-group has stepped, one all-gather (DeepSpeed's
@@ -527,7 +528,7 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
       double persistent = 0;
       std::set<std::string> small;
       for (const GraphParam& p : g.params) {
-        if (p.elements >= run.zero.param_persistence_threshold.value) continue;
+        if (p.elements > run.zero.param_persistence_threshold.value) continue;
         persistent += p.elements;
         small.insert(p.name);
       }
