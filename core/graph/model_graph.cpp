@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/status.h"
 #include "base/units.h"
@@ -340,8 +341,16 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   return g;
 }
 
+std::vector<char> persistent_params(const ModelGraph& g, double param_threshold, double model_threshold) {
+  PersistenceRule rule{param_threshold, model_threshold};
+  std::vector<char> out;
+  out.reserve(g.params.size());
+  for (const auto& p : g.params) out.push_back(rule.admit(p.elements) ? 1 : 0);
+  return out;
+}
+
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
-                                  double persistence_threshold) {
+                                  double persistence_threshold, double model_persistence_threshold) {
   ModelSpec one = model;
   one.layers = 1;
   GraphOptions opt;
@@ -349,16 +358,40 @@ GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_
   opt.model_parallel = model_parallel;
   const ModelGraph g = build_model_graph(one, opt);
   GraphParamStats s;
+  // The full model's parameter order: those before block 0's, block 0's once per block, those after.
+  std::vector<const GraphParam*> before, block, after;
   for (const auto& p : g.params) {
-    const double copies = p.layer == 0 ? model.layers : 1;  // block 0 stands for every block
-    s.total_elements += copies * p.elements;
+    s.total_elements += (p.layer == 0 ? model.layers : 1) * p.elements;
     s.largest_param_elements = std::max(s.largest_param_elements, p.elements);
-    if (p.elements <= persistence_threshold) {  // (DeepSpeed's numel <= threshold)
-      s.persistent_elements += copies * p.elements;
-    } else {
-      s.partitioned_tensors.emplace_back(p.elements, copies);
+    (p.layer == 0 ? block : block.empty() ? before : after).push_back(&p);
+  }
+  PersistenceRule rule{persistence_threshold, model_persistence_threshold};
+  std::map<double, double> partitioned;  // elements -> how many
+  const auto visit = [&](const std::vector<const GraphParam*>& ps, double copies) {
+    for (const GraphParam* p : ps) {
+      if (rule.admit(p->elements)) {
+        s.persistent_elements += copies * p->elements;
+      } else {
+        partitioned[p->elements] += copies;
+      }
+    }
+  };
+  visit(before, 1);
+  // Once the limit binds, block by block (until a block's tensors all go one way, as every later block's
+  // then do); without it (the default) one pass stands for every block.
+  const bool unlimited = model_persistence_threshold >= kUnlimitedPersistence;
+  for (int l = 0; l < model.layers;) {
+    const double before_total = rule.total;
+    const int copies = unlimited ? model.layers - l : 1;
+    visit(block, copies);
+    l += copies;
+    if (rule.total == before_total && l < model.layers) {  // nothing more fitted: the rest go alike
+      visit(block, model.layers - l);
+      break;
     }
   }
+  visit(after, 1);
+  for (const auto& [elements, copies] : partitioned) s.partitioned_tensors.emplace_back(elements, copies);
   for (const auto& o : g.ops) {
     double n = 0;
     for (int id : o.params) n += g.params[id].elements;

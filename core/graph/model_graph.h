@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "spec/model_spec.h"
+#include "spec/run_config.h"
 
 namespace memwall {
 
@@ -88,17 +89,34 @@ struct ModelGraph {
 
 ModelGraph build_model_graph(const ModelSpec& model, const GraphOptions& options);
 
+// DeepSpeed's stage-3 persistence (mark_persistent_parameters): taking the tensors in parameter order, one of
+// at most `param_threshold` elements stays whole on every rank unless it would take the persistent total past
+// `model_threshold` (then it is partitioned and the next ones are still considered).
+struct PersistenceRule {
+  double param_threshold = 0;
+  double model_threshold = kUnlimitedPersistence;
+  double total = 0;  // persistent elements so far
+  bool admit(double elements) {
+    if (elements > param_threshold || total + elements > model_threshold) return false;
+    total += elements;
+    return true;
+  }
+};
+// Per parameter of `g`, in order: whether stage 3 keeps it whole (persistent).
+std::vector<char> persistent_params(const ModelGraph& g, double param_threshold, double model_threshold);
+
 // Parameter facts of the graph without building every layer (blocks are identical): used by the analytic
 // memory model so that it and the planner agree on what is gathered and what persists.
 struct GraphParamStats {
   double largest_op_elements = 0;     // most parameter elements one op gathers (per rank, after tiling)
   double largest_param_elements = 0;  // the largest single (contiguous) parameter tensor
-  // Tensors above the persistence threshold (partitioned in stage 3): {elements, how many}.
+  // Tensors partitioned in stage 3 (not persistent): {elements, how many}.
   std::vector<std::pair<double, double>> partitioned_tensors;
-  double persistent_elements = 0;  // elements in tensors of at most the persistence threshold
+  double persistent_elements = 0;  // elements in the tensors stage 3 keeps whole (PersistenceRule)
   double total_elements = 0;       // per model-parallel rank
 };
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
-                                  double persistence_threshold);
+                                  double persistence_threshold,
+                                  double model_persistence_threshold = kUnlimitedPersistence);
 
 }  // namespace memwall

@@ -244,7 +244,8 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // What the planner's graph gathers and keeps: small tensors up to the persistence threshold stay whole on
   // every GPU in stage 3; the largest op's parameters set the model-state working memory (Eq. 4).
   const int t = run.memwall.tiling_factor;
-  const GraphParamStats stats = graph_param_stats(model, t, mp, z.param_persistence_threshold.value);
+  const GraphParamStats stats =
+      graph_param_stats(model, t, mp, z.param_persistence_threshold.value, z.model_persistence_threshold);
   const double persistent = z.stage == 3 ? stats.persistent_elements / pp : 0;
   const double partitioned_mp = P_mp - persistent;  // elements partitioned across dp in stage 3
 
@@ -302,11 +303,16 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
           param_tier == Tier::kCpu && z.offload_param.pin_memory);
   }
   if (persistent > 0) {
-    b.add(
-        Tier::kGpu, MemCategory::kPersistentParams, 2 * pb * persistent,
-        strprintf(
-            "%.0f B params + grads x %s elements in tensors of at most stage3_param_persistence_threshold %s",
-            pb, format_count(persistent).c_str(), format_count(z.param_persistence_threshold.value).c_str()));
+    b.add(Tier::kGpu, MemCategory::kPersistentParams, 2 * pb * persistent,
+          strprintf("%.0f B params + grads x %s elements in tensors of at most "
+                    "stage3_param_persistence_threshold %s%s",
+                    pb, format_count(persistent).c_str(),
+                    format_count(z.param_persistence_threshold.value).c_str(),
+                    z.model_persistence_threshold < kUnlimitedPersistence
+                        ? strprintf(" (at most stage3_model_persistence_threshold %s in all)",
+                                    format_count(z.model_persistence_threshold).c_str())
+                              .c_str()
+                        : ""));
   }
 
   // ---- gradients and optimizer states ----

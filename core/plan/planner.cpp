@@ -177,9 +177,9 @@ class Planner {
     return g + 1 < opt_groups_ ? opt_sub_ : opt_total_ - opt_sub_ * (opt_groups_ - 1);
   }
 
-  // Stage 3 partitions every parameter above stage3_param_persistence_threshold (DeepSpeed keeps one of
-  // at most that many elements whole).
-  bool partitioned(int p) const { return stage_ == 3 && g_.params[p].elements > persistence_; }
+  // Stage 3 partitions every parameter but the persistent ones: of at most stage3_param_persistence_threshold
+  // elements, within stage3_model_persistence_threshold in all (persistent_params).
+  bool partitioned(int p) const { return stage_ == 3 && !persistent_[static_cast<size_t>(p)]; }
   // The data-parallel ranks that hold parameter p (it is partitioned, gathered and reduced over them): all of
   // them, or with expert parallelism an expert's data_parallel / expert_parallel, strided over the nodes.
   int dp_of(int p) const { return dp_ / g_.params[static_cast<size_t>(p)].expert_parallel; }
@@ -224,8 +224,8 @@ class Planner {
   int dp_ = 1;
   int mp_ = 1;
   double b_ = 2;
-  double gb_ = 2;  // bytes per gradient element
-  double persistence_ = 0;
+  double gb_ = 2;                 // bytes per gradient element
+  std::vector<char> persistent_;  // per parameter: stage 3 keeps it whole (DeepSpeed's persistence)
   Tier opt_tier_ = Tier::kGpu;
   Tier grad_tier_ = Tier::kGpu;  // where an offloaded optimizer's fp32 gradients wait for the step
   int grads32_buf_ = -1;         // those gradients (CPU or NVMe), or -1 (optimizer on the GPU)
@@ -284,7 +284,7 @@ Schedule Planner::plan() {
   b_ = run_.param_bytes();
   gb_ = run_.grad_bytes();
   mixed_ = run_.mixed_precision();
-  persistence_ = z.param_persistence_threshold.value;
+  persistent_ = persistent_params(g_, z.param_persistence_threshold.value, z.model_persistence_threshold);
   opt_tier_ = tier_of(z.offload_optimizer.device);
   grad_tier_ = tier_of(run_.gradients_device());
   broadcast_ = run_.memwall.partitioning == Partitioning::kBroadcast;

@@ -51,6 +51,9 @@ struct OffloadOptimizerConfig {
   double ratio = 1.0;
 };
 
+// DeepSpeed's default stage3_model_persistence_threshold (Python's sys.maxsize).
+inline constexpr double kUnlimitedPersistence = 9223372036854775807.0;
+
 struct ZeroConfig {
   int stage = 0;
   OffloadParamConfig offload_param;
@@ -60,9 +63,12 @@ struct ZeroConfig {
   double max_live_parameters = 1e9;                   // stage3_max_live_parameters, elements
   double max_reuse_distance = 1e9;                    // stage3_max_reuse_distance, elements
   AutoCount param_persistence_threshold{false, 1e5};  // stage3_param_persistence_threshold, elements
-  AutoCount reduce_bucket_size{false, 5e8};           // elements
-  double allgather_bucket_size = 5e8;                 // elements
-  bool overlap_comm = false;                          // default: true for stage 3 (resolved by the loader)
+  // stage3_model_persistence_threshold: the most elements of persistent tensors (DeepSpeed's sys.maxsize: no
+  // limit).
+  double model_persistence_threshold = kUnlimitedPersistence;
+  AutoCount reduce_bucket_size{false, 5e8};  // elements
+  double allgather_bucket_size = 5e8;        // elements
+  bool overlap_comm = false;                 // default: true for stage 3 (resolved by the loader)
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
 };

@@ -807,6 +807,11 @@ Status parse_zero(const json& obj, const std::string& source, Diagnostics& diag,
   MW_RETURN_IF_ERROR(
       r.get_auto_count("stage3_param_persistence_threshold", z.param_persistence_threshold, 0));
   MW_RETURN_IF_ERROR(r.get_auto_count("param_persistence_threshold", z.param_persistence_threshold, 0));
+  // (DeepSpeed's default, sys.maxsize, is past get_count's 2^53.)
+  MW_RETURN_IF_ERROR(r.get_number("stage3_model_persistence_threshold", z.model_persistence_threshold, 0,
+                                  kUnlimitedPersistence));
+  MW_RETURN_IF_ERROR(
+      r.get_number("model_persistence_threshold", z.model_persistence_threshold, 0, kUnlimitedPersistence));
   MW_RETURN_IF_ERROR(r.get_auto_count("reduce_bucket_size", z.reduce_bucket_size, 1));
   MW_RETURN_IF_ERROR(r.get_count("allgather_bucket_size", z.allgather_bucket_size, 1));
   r.ignore({"allgather_partitions",
@@ -818,8 +823,6 @@ Status parse_zero(const json& obj, const std::string& source, Diagnostics& diag,
             "ignore_unused_parameters",
             "load_from_fp32_weights",
             "memory_efficient_linear",
-            "stage3_model_persistence_threshold",
-            "model_persistence_threshold",
             "zero_hpz_partition_size",
             "zero_quantized_weights",
             "zero_quantized_gradients",
@@ -1324,6 +1327,7 @@ std::string to_json_text(const RunConfig& run) {
                             {"stage3_max_live_parameters", z.max_live_parameters},
                             {"stage3_max_reuse_distance", z.max_reuse_distance},
                             {"stage3_param_persistence_threshold", count(z.param_persistence_threshold)},
+                            {"stage3_model_persistence_threshold", z.model_persistence_threshold},
                             {"reduce_bucket_size", count(z.reduce_bucket_size)},
                             {"allgather_bucket_size", z.allgather_bucket_size},
                             {"offload_param",

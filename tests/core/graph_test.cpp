@@ -46,6 +46,52 @@ TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
   }
 }
 
+// Stage 3's persistence as DeepSpeed marks it: in parameter order, a tensor of at most the parameter
+// threshold stays whole while the total stays within stage3_model_persistence_threshold (one that would pass
+// it is partitioned, and later smaller ones may still fit). The analytic stats (one block standing for every
+// one) give the full graph's persistent elements and partitioned tensors, for caps that bind partway through
+// the blocks, bind at once or never.
+TEST(ModelGraph, ModelPersistenceThresholdCapsThePersistentTotal) {
+  for (const char* name : {"gpt2", "llama-2-7b", "mixtral-8x7b"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec m = testing::load_model_scenario(name);
+    for (const int tiling : {1, 4}) {
+      const ModelGraph g = build_model_graph(m, options(tiling, 1));
+      const double small = graph_param_stats(m, tiling, 1, 1e5).persistent_elements;
+      ASSERT_GT(small, 0);
+      for (const double cap : {0.0, 3e4, small / 3, small - 1, small, 1e30}) {
+        SCOPED_TRACE("tiling " + std::to_string(tiling) + ", cap " + std::to_string(cap));
+        const std::vector<char> keep = persistent_params(g, 1e5, cap);
+        ASSERT_EQ(keep.size(), g.params.size());
+        double total = 0, partitioned_elements = 0;
+        bool skipped_a_small_one = false;
+        for (std::size_t i = 0; i < keep.size(); ++i) {
+          const double n = g.params[i].elements;
+          if (keep[i]) {
+            EXPECT_LE(n, 1e5);
+            total += n;
+          } else {
+            partitioned_elements += n;
+            // Partitioned though small: only because it would have taken the total past the cap.
+            if (n <= 1e5) {
+              EXPECT_GT(total + n, cap) << g.params[i].name;
+              skipped_a_small_one = true;
+            }
+          }
+        }
+        EXPECT_LE(total, cap);
+        EXPECT_EQ(skipped_a_small_one, cap < small);
+        const GraphParamStats st = graph_param_stats(m, tiling, 1, 1e5, cap);
+        EXPECT_EQ(st.persistent_elements, total);
+        double stats_partitioned = 0;
+        for (const auto& [elements, copies] : st.partitioned_tensors) stats_partitioned += elements * copies;
+        EXPECT_EQ(stats_partitioned, partitioned_elements);
+        EXPECT_EQ(st.persistent_elements + stats_partitioned, st.total_elements);
+      }
+    }
+  }
+}
+
 // Qwen3-0.6B's heads of their own size: queries and the attention's output are 16 x 128 = 2048 channels over
 // a hidden size of 1024, so q_proj is 2048 x 1024, o_proj 1024 x 2048 and the attention's FLOPs and bytes
 // are twice a 1024-channel attention's; q_norm and k_norm are one op of 2 x 128 weights.

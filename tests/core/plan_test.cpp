@@ -574,6 +574,24 @@ TEST(Planner, Stage3PersistentParametersAreGatheredAfterTheStep) {
       EXPECT_NEAR(copied, to_gpu ? b * persistent / dp : 0, 1e-6 * b * persistent);
     }
   }
+  // stage3_model_persistence_threshold: the plan keeps whole what DeepSpeed's rule admits (the running total
+  // within the cap), the persistent elements predict counts too.
+  for (const double cap : {2e4, 1e30}) {
+    RunConfig run = make_run({3, D::kCpu, D::kCpu, true, 1, false, false, 1, 4}, m, hw);
+    run.zero.model_persistence_threshold = cap;
+    const Schedule s = plan_iteration(m, run, hw).value();
+    double whole = 0;
+    for (const Buffer& b : s.buffers) {
+      if (b.param >= 0 && b.role == BufferRole::kResident) whole += b.bytes / run.param_bytes();
+    }
+    const double want =
+        graph_param_stats(m, 1, 1, run.zero.param_persistence_threshold.value, cap).persistent_elements;
+    EXPECT_GT(want, 0);
+    EXPECT_EQ(whole, want) << "cap " << cap;
+    if (cap < 1e6) {
+      EXPECT_LE(whole, cap);
+    }
+  }
   // Without a threshold every parameter is partitioned and nothing is gathered after the step.
   RunConfig run = make_run({3, D::kCpu, D::kCpu, true, 1, false, false, 1, 4}, m, hw);
   run.zero.param_persistence_threshold = {false, 0};

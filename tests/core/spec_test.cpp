@@ -690,7 +690,19 @@ TEST(RunConfig, DeepSpeedDefaultsAndScientificNotation) {
   EXPECT_EQ(r->aio.queue_depth, 8);
   EXPECT_EQ(r->zero.offload_param.buffer_count, 5);
   EXPECT_EQ(r->zero.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(r->zero.model_persistence_threshold, kUnlimitedPersistence);  // sys.maxsize
   EXPECT_TRUE(diag.warnings.empty());
+  // stage3_model_persistence_threshold is read (DeepSpeed's sys.maxsize as printed by its config dump too).
+  for (const auto& [text, want] : {std::pair{"9223372036854775807", kUnlimitedPersistence}, {"2e6", 2e6}}) {
+    Diagnostics d;
+    auto capped = parse_run(
+        std::string(R"({"zero_optimization": {"stage": 3, "stage3_model_persistence_threshold": )") + text +
+            "}}",
+        "t.json", d);
+    ASSERT_TRUE(capped.is_ok()) << capped.status().message();
+    EXPECT_EQ(capped->zero.model_persistence_threshold, want);
+    EXPECT_TRUE(d.warnings.empty());
+  }
 }
 
 TEST(RunConfig, AutoValuesResolveFromTheModel) {
