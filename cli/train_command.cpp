@@ -567,8 +567,9 @@ int run_train(const TrainOptions& opt) {
         run.memwall.delayed_parameter_update
             ? " (delayed update: each step's optimizer on the last step's gradients)"
         : trainer->schedule().twin_flow_groups > 0
-            ? strprintf(" (Twin-Flow: the first %d sub-groups' on gpu, ratio %g)",
-                        trainer->schedule().twin_flow_groups, run.zero.offload_optimizer.ratio)
+            ? strprintf(" (Twin-Flow, ratio %g: the first %d of %d sub-groups on gpu)",
+                        run.zero.offload_optimizer.ratio, trainer->schedule().twin_flow_groups,
+                        twin_flow_summary(run, *trainer)["sub_groups"].get<int>())
                   .c_str()
             : "",
         gemm_label.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),
