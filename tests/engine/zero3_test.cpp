@@ -418,7 +418,7 @@ std::vector<Variant> optimizer_placements(const std::string& dir) {
          o.run.memwall.optimizer_gradients = OptimizerGradients::kNvme;
        }},
       {"Twin-Flow: optimizer on CPU, ratio 0.5 (2 of 4 sub-groups on the device)", twin_flow(0.5, 0)},
-      {"Twin-Flow: ratio 0.25, parameters below 100 elements persistent", twin_flow(0.25, 100)},
+      {"Twin-Flow: ratio 0.25, parameters of at most 100 elements persistent", twin_flow(0.25, 100)},
       {"Twin-Flow: ratio 0 (every sub-group on the device)", twin_flow(0, 0)},
   };
 }
@@ -894,9 +894,6 @@ TEST(Zero3, NvmeOptimizerGradientsKeptInCpuMemorySkipTheirNvmeRoundTrip) {
 namespace memwall::train {
 namespace {
 
-// The tiers' measured high-water marks are the plan's (the arenas allocate in the plan's order): within the
-// arena's alignment (256 bytes per buffer) on the device and in host memory, for every ZeRO stage and
-// optimizer placement.
 // Twin-Flow in memwall train: the plan's first sub-groups step on the device over the parameters whose
 // gradients it keeps there. The same Adam on the same gradients, so the losses and parameters are bitwise
 // those of every sub-group on the CPU (and with a checkpoint saved and loaded in between); what moves
@@ -924,7 +921,7 @@ TEST(Zero3, TwinFlowStepsTheFirstSubGroupsOnTheDevice) {
     twin_flow(ratio, 0)(o);
     auto z = Zero3Trainer::create(c, o, *local);
     ASSERT_TRUE(z.is_ok()) << z.status().to_string();
-    const Schedule& s = z->schedule();
+    const Schedule s = z->schedule();             // (a copy: z is replaced after its checkpoint below)
     const int gpu_groups = ratio == 0.5 ? 2 : 3;  // int((1 - ratio) x 4)
     EXPECT_EQ(s.twin_flow_groups, gpu_groups);
     int on_device = 0, on_cpu = 0;
@@ -975,6 +972,9 @@ TEST(Zero3, TwinFlowStepsTheFirstSubGroupsOnTheDevice) {
   std::filesystem::remove_all(dir);
 }
 
+// The tiers' measured high-water marks are the plan's (the arenas allocate in the plan's order): within the
+// arena's alignment (256 bytes per buffer) on the device and in host memory, for every ZeRO stage and
+// optimizer placement.
 TEST(Zero3, MeasuredPeaksAreThePlans) {
   std::vector<Variant> variants = zero_stages();
   variants.push_back({"Twin-Flow, ratio 0.5", twin_flow(0.5, 100)});
