@@ -47,13 +47,11 @@ using nlohmann::json;
 // Twin-Flow as the trainer runs it (the plan's first sub-groups and the elements they step on the device),
 // or null without it.
 json twin_flow_summary(const RunConfig& run, const train::Zero3Trainer& trainer) {
-  const Schedule& s = trainer.schedule();
-  if (s.twin_flow_groups == 0) return nullptr;
-  int groups = 0;
-  for (const Task& t : s.tasks) groups = std::max(groups, t.subgroup + 1);
+  const int gpu_groups = trainer.schedule().twin_flow_groups;
+  if (gpu_groups == 0) return nullptr;
   return {{"ratio", run.zero.offload_optimizer.ratio},
-          {"sub_groups", groups},
-          {"gpu_sub_groups", s.twin_flow_groups},
+          {"sub_groups", trainer.optimizer_sub_groups()},
+          {"gpu_sub_groups", gpu_groups},
           {"gpu_elements_per_rank", trainer.device_optimizer_elements()}};
 }
 
@@ -569,7 +567,7 @@ int run_train(const TrainOptions& opt) {
         : trainer->schedule().twin_flow_groups > 0
             ? strprintf(" (Twin-Flow, ratio %g: the first %d of %d sub-groups on gpu)",
                         run.zero.offload_optimizer.ratio, trainer->schedule().twin_flow_groups,
-                        twin_flow_summary(run, *trainer)["sub_groups"].get<int>())
+                        trainer->optimizer_sub_groups())
                   .c_str()
             : "",
         gemm_label.c_str(), zo.tiling, attention_kernel_name(run.memwall.attention),

@@ -940,6 +940,19 @@ void Planner::optimizer() {
   if (delayed) join.clear();
   // State traffic per element: read p, g, m, v (fp32), write p, m, v (fp32) and the 16-bit copy.
   const double traffic = mixed_ ? 28 + b_ : 20;
+  // Every rank's 16-bit slices of whole copies (`whole16` bytes per rank, `experts16` of them experts'),
+  // all-gathered once `deps` are done: the dense ones over all ranks, the experts' over their own.
+  const auto gather_whole = [&](double whole16, double experts16, const std::string& what,
+                                const std::vector<int>& deps) {
+    if (dp_ <= 1) return;
+    if (const double dense16 = whole16 - experts16; dense16 > 0)
+      collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather " + what, ph, deps, {});
+    if (const int edp = dp_ / run_.memwall.expert_parallel; experts16 > 0 && edp > 1) {
+      const int t = collective(CollectiveKind::kAllGather, edp, experts16 * edp, "allgather expert " + what,
+                               ph, deps, {});
+      strided_group(t, run_.memwall.expert_parallel);
+    }
+  };
   // Stage 3's persistent parameters: what each sub-group's step leaves for their all-gather, and its bytes.
   std::vector<int> persistent_ready;
   double persistent16 = 0, persistent_experts16 = 0;
@@ -1044,38 +1057,15 @@ void Planner::optimizer() {
       persistent_ready.push_back(after_step);
       persistent16 += whole16;
       persistent_experts16 += b_ * expert_elements[g];
-    } else if (stage_ >= 1 && dp_ > 1 && whole16 > 0) {
-      const double experts16 = b_ * expert_elements[g], dense16 = whole16 - experts16;
-      if (dense16 > 0) {
-        last = collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather params " + nm, ph,
-                          {after_step}, {});
-      }
-      if (experts16 > 0 && dp_ / run_.memwall.expert_parallel > 1) {
-        const int edp = dp_ / run_.memwall.expert_parallel;
-        last = collective(CollectiveKind::kAllGather, edp, experts16 * edp, "allgather expert params " + nm,
-                          ph, {after_step}, {});
-        strided_group(last, run_.memwall.expert_parallel);
-      }
+    } else if (stage_ >= 1 && whole16 > 0) {
+      gather_whole(whole16, b_ * expert_elements[g], "params " + nm, {after_step});
     }
     if (swap >= 0) freed[g] = free_buffer(swap, ph);
     for (size_t k = first_task; k < s_.tasks.size(); ++k) s_.tasks[k].subgroup = g;
-    (void)last;
   }
-  // One all-gather of every sub-group's persistent slices (sub-group -1: all of them), the experts' over
-  // their own ranks.
-  if (dp_ > 1 && persistent16 > 0) {
-    const double dense16 = persistent16 - persistent_experts16;
-    if (dense16 > 0) {
-      collective(CollectiveKind::kAllGather, dp_, dense16 * dp_, "allgather persistent params", ph,
-                 persistent_ready, {});
-    }
-    if (persistent_experts16 > 0 && dp_ / run_.memwall.expert_parallel > 1) {
-      const int edp = dp_ / run_.memwall.expert_parallel;
-      const int t = collective(CollectiveKind::kAllGather, edp, persistent_experts16 * edp,
-                               "allgather persistent expert params", ph, persistent_ready, {});
-      strided_group(t, run_.memwall.expert_parallel);
-    }
-  }
+  // One all-gather of every sub-group's persistent slices (sub-group -1: all of them).
+  if (persistent16 > 0)
+    gather_whole(persistent16, persistent_experts16, "persistent params", persistent_ready);
 }
 
 void Planner::size_pools() {

@@ -1222,7 +1222,9 @@ const StepStats& Zero3Trainer::last_step() const {
 std::size_t Zero3Trainer::device_optimizer_elements() const {
   return st_->split;
 }
-
+int Zero3Trainer::optimizer_sub_groups() const {
+  return static_cast<int>(st_->groups.size());
+}
 std::size_t Zero3Trainer::shard_elements() const {
   return st_->total;
 }

@@ -153,6 +153,7 @@ class Zero3Trainer {
   // Twin-Flow (offload_optimizer.ratio < 1): how many of them the device steps, its sub-groups (the plan's
   // first twin_flow_groups) holding their states and gradients; 0 without.
   std::size_t device_optimizer_elements() const;
+  int optimizer_sub_groups() const;  // this rank's optimizer sub-groups (the plan's)
   std::size_t model_elements() const { return model::gpt_num_params(c_); }
   // Checkpoints (docs/training.md): every rank writes its shards of the master weights and Adam moments to
   // DIR/step-NNNNNNNN/rank-R-of-N.bin (CRC32C, written atomically, piece by piece: checkpoint.h), reading
