@@ -102,6 +102,7 @@ int run_generate(const GenerateOptions& opt) {
           opt.weights + "/config.json: a mixture-of-experts model (" + std::to_string(spec->experts) +
           " experts per layer) is not supported by memwall generate"));
     }
+    if (Status s = model::check_model_file(*spec, "memwall generate"); !s.is_ok()) return report_error(s);
     c = model::gpt_config_of(*spec);
     auto w = model::HfWeights::open(opt.weights, c);
     if (!w.is_ok()) return report_error(w.status());

@@ -149,70 +149,6 @@ std::string default_cache_dir() {
   return "/tmp/memwall-cache";
 }
 
-// The model file must describe the architecture memwall's GPT implements.
-Status check_model(const ModelSpec& m) {
-  const std::string where = "model " + m.name + ": ";
-  for (const char* other : {"opt", "gpt_neox", "falcon", "bloom", "phi"}) {
-    if (m.model_type == other) {
-      return Status::invalid_argument(
-          where + "model_type " + other +
-          " is not supported by memwall train (it takes GPT-2's shape and Llama's); "
-          "memwall predict and simulate take it");
-    }
-  }
-  if (m.moe()) {
-    return Status::invalid_argument(
-        where + std::to_string(m.experts) +
-        " experts per layer (a mixture-of-experts MLP) is not supported by memwall "
-        "train; memwall predict and simulate take it");
-  }
-  if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
-    // The Llama shape: all three together, without biases but Qwen2's on q, k and v.
-    if (m.norm != NormKind::kRmsNorm || !m.gated_mlp || m.position != PositionKind::kRotary) {
-      return Status::invalid_argument(where +
-                                      "memwall train takes GPT-2's shape or Llama's (RMSNorm, rotary "
-                                      "positions and a SwiGLU MLP together)");
-    }
-    if (m.linear_bias) {
-      return Status::invalid_argument(where +
-                                      "attention_bias (biases on q, k, v and o) is not supported by memwall "
-                                      "train; allowed: attention_bias false (Qwen2's q, k and v biases are)");
-    }
-    if (!m.rope_scaling.supported()) {
-      return Status::invalid_argument(
-          where + "rope_scaling type \"" + m.rope_scaling.type +
-          "\" is not supported by memwall train; allowed: linear, llama3, yarn, dynamic, longrope, or none");
-    }
-    if (m.mlp_act != "silu" && m.mlp_act != "swish" && !model::is_gelu_tanh(m.mlp_act)) {
-      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act +
-                                      "\" is not supported by memwall train; allowed: silu (SwiGLU) or "
-                                      "gelu_pytorch_tanh (GeGLU)");
-    }
-    return Status::ok();
-  }
-  if (m.gated_mlp)
-    return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by memwall train");
-  if (m.norm != NormKind::kLayerNorm)
-    return Status::invalid_argument(where + "memwall train needs LayerNorm");
-  if (m.position != PositionKind::kLearned) {
-    return Status::invalid_argument(where + "memwall train needs learned positions (n_positions)");
-  }
-  if (!m.tied_embeddings)
-    return Status::invalid_argument(where + "memwall train needs tie_word_embeddings: true");
-  if (!m.linear_bias) return Status::invalid_argument(where + "memwall train needs biases on linears");
-  if (m.kv_heads != m.heads)
-    return Status::invalid_argument(where + "grouped-query attention is not supported");
-  if (m.ffn_hidden != 4 * m.hidden) {
-    return Status::invalid_argument(where + "memwall train needs n_inner = 4 * n_embd, got " +
-                                    std::to_string(m.ffn_hidden));
-  }
-  if (!model::is_gelu_tanh(m.mlp_act)) {
-    return Status::invalid_argument(where + "activation_function \"" + m.mlp_act +
-                                    "\" is not supported by memwall train; allowed: gelu_new");
-  }
-  return Status::ok();
-}
-
 // Rank r's trace file: the path itself for rank 0, "out.json.gz" -> "out.rank3.json.gz" for the others.
 std::string rank_trace_path(const std::string& path, int rank) {
   if (rank == 0) return path;
@@ -267,7 +203,7 @@ int run_train(const TrainOptions& opt) {
   }
   run.memwall.data_parallel = R;
   if (Status s = resolve_run_config(run, in->model, in->hw); !s.is_ok()) return report_error(s);
-  if (Status s = check_model(in->model); !s.is_ok()) return report_error(s);
+  if (Status s = model::check_model_file(in->model, "memwall train"); !s.is_ok()) return report_error(s);
   std::string swap_dir = opt.nvme_path;
   if (swap_dir.empty()) {
     swap_dir = run.zero.offload_optimizer.device == OffloadDevice::kNvme
@@ -553,7 +489,8 @@ int run_train(const TrainOptions& opt) {
                               c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
                               c.sandwich_norm ? gemma_extras(c).c_str() : "")
                         .c_str()
-                  : "",
+        : c.opt ? "OPT-shaped: ReLU MLP, positions from row 2; "
+                : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr
             ? strprintf("%s BPE vocabulary of %d", train::pre_tokenizer_name(bpe->pre_tokenizer()), c.vocab)

@@ -190,6 +190,30 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     }
     return config.dump(2) + "\n";
   }
+  if (c.opt) {  // OPTConfig's keys: pre-LN (every OPT but 350m), no projection of the embeddings
+    nlohmann::ordered_json config = {
+        {"architectures", {"OPTForCausalLM"}},
+        {"model_type", "opt"},
+        {"vocab_size", c.vocab},
+        {"hidden_size", c.channels},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"ffn_dim", c.ffn_width()},
+        {"max_position_embeddings", c.max_seq},
+        {"word_embed_proj_dim", c.channels},
+        {"do_layer_norm_before", true},
+        {"activation_function", "relu"},
+        {"enable_bias", true},
+        {"layer_norm_elementwise_affine", true},
+        {"dropout", 0.0},
+        {"attention_dropout", 0.0},
+        {"activation_dropout", 0.0},
+        {"layerdrop", 0.0},
+        {"tie_word_embeddings", true},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},

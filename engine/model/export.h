@@ -2,7 +2,8 @@
 // of transformers' GPT2Model, linear weights transposed to Conv1D's [in, out]; F32, or rounded to BF16 or
 // F16) and a GPT-2 `config.json` (its torch_dtype saying which), so GPT2LMHeadModel.from_pretrained(dir)
 // loads it (the LM head is tied to wte). The Llama shape: transformers' LlamaForCausalLM names ([out, in]
-// weights, as memwall keeps them) and a Llama config.json. Both files are replaced atomically.
+// weights, as memwall keeps them) and a Llama config.json; OPT: OPTForCausalLM's names (model.decoder.*,
+// [out, in], separate q_proj, k_proj and v_proj) and an OPT config.json. Both files are replaced atomically.
 #pragma once
 
 #include <cstddef>

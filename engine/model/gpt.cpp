@@ -52,6 +52,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: attn_softcap, final_softcap and query_scale must be >= 0 (0: none), rope_local_theta 0 or > "
         "1");
   }
+  if (c.llama() && c.opt) return Status::invalid_argument("model: OPT is GPT-2's shape, not the Llama shape");
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
@@ -180,7 +181,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     return out;
   }
   add("wte.weight", {c.vocab, C});
-  add("wpe.weight", {c.max_seq, C});
+  add("wpe.weight", {c.position_rows(), C});
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
@@ -201,8 +202,55 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   return out;
 }
 
+namespace {
+// OPT's names for GPT-2's layout (OPTForCausalLM's, all nn.Linear [out, in]): c_attn's rows and bias split
+// into q_proj, k_proj and v_proj, each back to back in the flat array.
+std::vector<ParamTensor> opt_param_layout(const std::vector<ParamTensor>& layout) {
+  static const std::map<std::string, std::string> stems = {{"ln_1", "self_attn_layer_norm"},
+                                                           {"attn.c_proj", "self_attn.out_proj"},
+                                                           {"ln_2", "final_layer_norm"},
+                                                           {"mlp.c_fc", "fc1"},
+                                                           {"mlp.c_proj", "fc2"}};
+  std::vector<ParamTensor> out;
+  for (const ParamTensor& t : layout) {
+    ParamTensor o = t;
+    if (t.name == "wte.weight" || t.name == "wpe.weight" || t.name.rfind("ln_f.", 0) == 0) {
+      o.name = t.name == "wte.weight"   ? "model.decoder.embed_tokens.weight"
+               : t.name == "wpe.weight" ? "model.decoder.embed_positions.weight"
+                                        : "model.decoder.final_layer_norm." + t.name.substr(5);
+      out.push_back(std::move(o));
+      continue;
+    }
+    // "h.L.<stem>.<weight|bias>"
+    const auto d1 = t.name.find('.', 2), d2 = t.name.rfind('.');
+    const std::string layer = t.name.substr(2, d1 - 2), stem = t.name.substr(d1 + 1, d2 - d1 - 1),
+                      kind = t.name.substr(d2 + 1);
+    const std::string prefix = "model.decoder.layers." + layer + ".";
+    if (stem == "attn.c_attn") {
+      const std::size_t rows = static_cast<std::size_t>(t.shape[0] / 3), each = t.numel / 3;
+      const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+      for (std::size_t k = 0; k < 3; ++k) {
+        ParamTensor q = t;
+        q.name = prefix + "self_attn." + parts[k] + "." + kind;
+        q.offset = t.offset + k * each;
+        q.numel = each;
+        q.shape[0] = static_cast<int>(rows);
+        out.push_back(std::move(q));
+      }
+      continue;
+    }
+    const auto it = stems.find(stem);
+    MW_CHECK(it != stems.end(), "opt_param_layout: unexpected tensor " + t.name);
+    o.name = prefix + it->second + "." + kind;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   std::vector<ParamTensor> layout = gpt_param_layout(c);
+  if (c.opt) return opt_param_layout(layout);
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -262,6 +310,71 @@ bool is_gelu_tanh(const std::string& act) {
   return act == "gelu_pytorch_tanh" || act == "gelu_new";
 }
 
+Status check_model_file(const ModelSpec& m, const std::string& tool) {
+  const std::string where = "model " + m.name + ": ";
+  for (const char* other : {"gpt_neox", "falcon", "bloom", "phi"}) {
+    if (m.model_type == other) {
+      return Status::invalid_argument(where + "model_type " + other + " is not supported by " + tool +
+                                      " (it takes GPT-2's shape, OPT's and Llama's); "
+                                      "memwall predict and simulate take it");
+    }
+  }
+  if (m.moe()) {
+    return Status::invalid_argument(where + std::to_string(m.experts) +
+                                    " experts per layer (a mixture-of-experts MLP) is not supported by " +
+                                    tool + "; memwall predict and simulate take it");
+  }
+  if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
+    // The Llama shape: all three together, without biases but Qwen2's on q, k and v.
+    if (m.norm != NormKind::kRmsNorm || !m.gated_mlp || m.position != PositionKind::kRotary) {
+      return Status::invalid_argument(where + tool +
+                                      " takes GPT-2's shape or Llama's (RMSNorm, rotary "
+                                      "positions and a SwiGLU MLP together)");
+    }
+    if (m.linear_bias) {
+      return Status::invalid_argument(where +
+                                      "attention_bias (biases on q, k, v and o) is not supported by " + tool +
+                                      "; allowed: attention_bias false (Qwen2's q, k and v biases are)");
+    }
+    if (!m.rope_scaling.supported()) {
+      return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
+                                      "\" is not supported by " + tool +
+                                      "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
+    }
+    if (m.mlp_act != "silu" && m.mlp_act != "swish" && !is_gelu_tanh(m.mlp_act)) {
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+                                      "; allowed: silu (SwiGLU) or "
+                                      "gelu_pytorch_tanh (GeGLU)");
+    }
+    return Status::ok();
+  }
+  if (m.gated_mlp)
+    return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by " + tool);
+  if (m.norm != NormKind::kLayerNorm) return Status::invalid_argument(where + tool + " needs LayerNorm");
+  if (m.position != PositionKind::kLearned) {
+    return Status::invalid_argument(where + tool + " needs learned positions (n_positions)");
+  }
+  if (!m.tied_embeddings) return Status::invalid_argument(where + tool + " needs tie_word_embeddings: true");
+  if (!m.linear_bias) return Status::invalid_argument(where + tool + " needs biases on linears");
+  if (m.kv_heads != m.heads)
+    return Status::invalid_argument(where + "grouped-query attention is not supported");
+  const bool opt = m.model_type == "opt";
+  if (m.ffn_hidden != 4 * m.hidden) {
+    return Status::invalid_argument(where + tool + " needs " +
+                                    (opt ? "ffn_dim = 4 * hidden_size" : "n_inner = 4 * n_embd") + ", got " +
+                                    std::to_string(m.ffn_hidden));
+  }
+  if (opt && m.mlp_act != "relu") {
+    return Status::invalid_argument(where + "activation_function \"" + m.mlp_act + "\" is not supported by " +
+                                    tool + " for OPT; allowed: relu");
+  }
+  if (!opt && !is_gelu_tanh(m.mlp_act)) {
+    return Status::invalid_argument(where + "activation_function \"" + m.mlp_act + "\" is not supported by " +
+                                    tool + "; allowed: gelu_new");
+  }
+  return Status::ok();
+}
+
 GptConfig gpt_config_of(const ModelSpec& m) {
   GptConfig c;
   c.vocab = m.vocab;
@@ -294,6 +407,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.rope_local_theta = m.rope_local_theta;
     c.partial_rotary = m.partial_rotary_factor;
   }
+  c.opt = m.model_type == "opt";
   return c;
 }
 
@@ -357,6 +471,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
+  }
+  if (c.opt) {
+    m.model_type = "opt";
+    m.mlp_act = "relu";
+    m.position_offset = c.position_offset();
   }
   return m;
 }
@@ -825,8 +944,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   };
   switch (o.role) {
     case Role::kEmbed:
-      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0], c_.llama() ? nullptr : p[1], B_, T_, C,
-                           c_.embedding_scale());
+      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0],
+                           c_.llama() ? nullptr : p[1] + c_.position0(), B_, T_, C, c_.embedding_scale());
       break;
     case Role::kLn1:
       norm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p);
@@ -875,6 +994,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         k::geglu_forward(gel_[l].data(), fc_[l].data(), N, F);
       } else if (c_.llama()) {
         k::swiglu_forward(gel_[l].data(), fc_[l].data(), N, F);
+      } else if (c_.opt) {
+        k::relu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
       } else {
         k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
       }
@@ -951,6 +1072,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::geglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
       } else if (c_.llama()) {
         k::swiglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
+      } else if (c_.opt) {
+        k::relu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
       } else {
         k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
       }
@@ -1010,8 +1133,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[l].data(), r1_[l].data());
       break;
     case Role::kEmbed:
-      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_.data(), tokens_.data(), B_, T_, C,
-                            c_.embedding_scale());
+      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1] + c_.position0(), dx_.data(), tokens_.data(),
+                            B_, T_, C, c_.embedding_scale());
       break;
   }
 }

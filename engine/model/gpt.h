@@ -3,7 +3,9 @@
 // token embedding; mean softmax cross-entropy. Or (GptArch::kLlama) the Llama shape: token embedding only,
 // RMSNorm, rotary positions applied to queries and keys, grouped-query attention, a SwiGLU MLP (gate, up,
 // down), no biases (or Qwen2's on q, k and v), the head tied or not; heads of their own width (head_dim) and
-// Qwen3's RMSNorm of each query and key head before the rotary turn.
+// Qwen3's RMSNorm of each query and key head before the rotary turn. Or OPT's variant of GPT-2's shape
+// (`opt`): a ReLU MLP, and a position table of max_seq + 2 rows read from row 2 (OPT's position ids start at
+// 2).
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -67,6 +69,10 @@ struct GptConfig {
   // Rotary on the first int(head size x this) channels of each head only (Phi-4-mini's 0.75), the rest
   // passed through (partial_rotary_factor).
   double partial_rotary = 1.0;
+  // OPT's GPT-2 shape (pre-LN: do_layer_norm_before): ReLU in the MLP, positions from row kOptPositionOffset
+  // of a table that many rows longer, and, in Hugging Face files, OPT's names (separate q, k and v).
+  bool opt = false;
+  static constexpr int kOptPositionOffset = 2;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -74,6 +80,13 @@ struct GptConfig {
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
   int q_width() const { return heads * head_size(); }             // of Q, and of the attention's output
   int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
+  // GPT-2's learned position table: its rows, and the row position 0 reads.
+  int position_offset() const { return opt ? kOptPositionOffset : 0; }
+  int position_rows() const { return max_seq + position_offset(); }
+  // Where position 0's row starts in the table, in floats.
+  std::size_t position0() const {
+    return static_cast<std::size_t>(position_offset()) * static_cast<std::size_t>(channels);
+  }
   int qkv_width() const { return q_width() + 2 * kv_width(); }  // the qkv linear's output
   // Whether the qkv linear is two matrices (q, and k with v) in the graph: unless all three are C wide.
   bool split_qkv() const { return kv_width() != channels || q_width() != channels; }
@@ -133,7 +146,8 @@ struct ParamTensor {
 
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // The layout as Hugging Face files name it: gpt_param_layout's, or with fused_names Phi-3's qkv_proj and
-// gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor.
+// gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor, or for
+// OPT its names (model.decoder.*), c_attn split into q_proj, k_proj and v_proj.
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 // The rotary cosines and sines of positions [0, T), [T][rotary_dim() / 2] each (the Llama shape's, for a
@@ -149,6 +163,9 @@ ModelSpec gpt_model_spec(const GptConfig& c);
 // 256 byte values unless it trains on GPT-2's BPE tokens). The caller checks that the file describes this
 // architecture.
 GptConfig gpt_config_of(const ModelSpec& m);
+// Whether a model file describes an architecture this GPT implements (GPT-2's shape, OPT's, the Llama shape
+// with its supported variants); else one line naming what is not, for `tool` ("memwall train").
+Status check_model_file(const ModelSpec& m, const std::string& tool);
 // Whether a model file's MLP activation is GELU's tanh approximation (gelu_pytorch_tanh, gelu_new), as
 // memwall's GeGLU computes it.
 bool is_gelu_tanh(const std::string& act);

@@ -404,9 +404,10 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   };
   switch (o.role) {
     case GptRole::kEmbed:
-      return check(kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1], B_, T_, C, s,
-                                         c_.embedding_scale()),
-                   "embedding");
+      return check(
+          kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1] + c_.position0(), B_,
+                                T_, C, s, c_.embedding_scale()),
+          "embedding");
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:
@@ -442,6 +443,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return linear(fc_[a], c_.fc_width(), ln2_[a], C, nullptr);
     case GptRole::kGelu:
       if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
+      if (c_.opt) return check(kc::relu_forward(gel_[a], fc_[a], nf, s), "relu");
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
@@ -507,6 +509,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
+      if (c_.opt) return check(kc::relu_backward(dfc_, fc_[a], dgel_, nf, s), "relu bwd");
       if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:
@@ -557,8 +560,8 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
-      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1], dx_, tokens_, B_, T_, C, s,
-                                          c_.embedding_scale()),
+      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1] + c_.position0(), dx_, tokens_,
+                                          B_, T_, C, s, c_.embedding_scale()),
                    "embedding bwd");
   }
   return Status::internal("cuda model: unknown op");

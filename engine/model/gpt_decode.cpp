@@ -98,7 +98,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const float embed_scale = c_.embedding_scale();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* wte = at(0) + static_cast<std::size_t>(tokens[r]) * Cz;
-    const float* wpe = llama ? nullptr : at(1) + (static_cast<std::size_t>(pos_) + r) * Cz;
+    const float* wpe = llama ? nullptr : at(1) + c_.position0() + (static_cast<std::size_t>(pos_) + r) * Cz;
     for (std::size_t i = 0; i < Cz; ++i)
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
@@ -204,7 +204,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       }
     } else {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), at(p + fc_w + 1), n, C, F);
-      k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+      if (c_.opt) {
+        k::relu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+      } else {
+        k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+      }
     }
     k::matmul_forward(y_.data(), gel_.data(), at(p + down_w), bias(p + down_w + 1), n, F, C);
     residual_add(p + down_w + 1, y_.data());

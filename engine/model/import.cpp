@@ -162,6 +162,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
+  const char* family = c.llama() ? "Llama" : c.opt ? "OPT" : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
     // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's
@@ -169,12 +170,13 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     std::string name = t.name;
     std::vector<std::string> wrapped = {"transformer." + name, "language_model." + name};
     if (name.rfind("model.", 0) == 0) wrapped.push_back("model.language_model." + name.substr(6));
+    if (name.rfind("model.decoder.", 0) == 0)
+      wrapped.push_back(name.substr(6));  // OPTModel's (facebook/opt-*)
     for (const auto& alt : wrapped) {
       if (!shard_of.count(name) && shard_of.count(alt)) name = alt;
     }
     if (!shard_of.count(name)) {
-      return Status::invalid_argument(w.file_ + ": tensor '" + t.name +
-                                      "' is missing; allowed: " + (c.llama() ? "Llama" : "GPT-2") +
+      return Status::invalid_argument(w.file_ + ": tensor '" + t.name + "' is missing; allowed: " + family +
                                       " weights of this model (" + model_text + ")");
     }
     used[name] = true;
@@ -187,13 +189,14 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
     std::vector<long long> want(t.shape.begin(), t.shape.end());
     if (x.transposed) std::swap(want[0], want[1]);  // Conv1D's [in, out]
-    MW_RETURN_IF_ERROR(w.locate(
-        headers[static_cast<std::size_t>(x.shard)], x.shard, name, want,
-        std::string(c.llama() ? "Llama" : "GPT-2") + " weights of this model (" + model_text +
-            (t.name == "wte.weight" ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
-                                      "tokenizer is given: --tokenizer DIR)"
-                                    : ")"),
-        x));
+    MW_RETURN_IF_ERROR(
+        w.locate(headers[static_cast<std::size_t>(x.shard)], x.shard, name, want,
+                 std::string(family) + " weights of this model (" + model_text +
+                     (t.offset == 0 && !c.llama()
+                          ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
+                            "tokenizer is given: --tokenizer DIR)"
+                          : ")"),
+                 x));
     w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
     w.tensors_.push_back(std::move(x));
   }
@@ -254,14 +257,14 @@ Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers) {
   Tensor head = wte;
   MW_RETURN_IF_ERROR(locate(headers[static_cast<std::size_t>(shard)], shard, "lm_head.weight",
                             {static_cast<long long>(wte.out), static_cast<long long>(wte.in)},
-                            "a GPT-2 with its LM head tied to wte", head));
+                            "a model with its LM head tied to the token embedding", head));
   std::vector<float> a(wte.numel), b(wte.numel);
   MW_RETURN_IF_ERROR(read_elements(wte, 0, wte.numel, a.data()));
   MW_RETURN_IF_ERROR(read_elements(head, 0, wte.numel, b.data()));
   if (a != b) {
     return Status::invalid_argument(shards_[static_cast<std::size_t>(shard)].path +
-                                    ": tensor 'lm_head.weight' differs from wte.weight; allowed: a GPT-2 "
-                                    "with its LM head tied to wte (memwall's GPT ties them)");
+                                    ": tensor 'lm_head.weight' differs from the token embedding; allowed: "
+                                    "a model with its LM head tied to it (memwall's GPT-2 shape ties them)");
   }
   return Status::ok();
 }

@@ -86,7 +86,9 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama() ? "llama" : "gpt2"},
+          {"arch", c.llama() ? "llama"
+                   : c.opt   ? "opt"
+                             : "gpt2"},
           {"kv_heads", c.kv_head_count()},
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
@@ -118,6 +120,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
   c.heads = j.value("heads", 0);
   c.vocab = j.value("vocab", 0);
   c.max_seq = j.value("max_seq", 0);
+  c.opt = j.value("arch", std::string("gpt2")) == "opt";
   if (j.value("arch", std::string("gpt2")) == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);

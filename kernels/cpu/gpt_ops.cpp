@@ -567,6 +567,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   }
 }
 
+void relu_forward(float* out, const float* inp, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
 // ---- soft-capping ----
 
 void softcap_forward(float* x, std::size_t n, float cap) {

@@ -95,6 +95,10 @@ void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int
 // GELU, tanh approximation (GPT-2's gelu_new).
 void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+// ReLU (OPT's MLP): out = max(x, 0); backward adds dout where x > 0 (PyTorch's threshold_backward: none at
+// 0).
+void relu_forward(float* out, const float* inp, std::size_t n);
+void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
 // att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window

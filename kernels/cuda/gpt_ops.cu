@@ -128,6 +128,18 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
 
+__global__ void relu_forward_kernel(float* out, const float* inp, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+__global__ void relu_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  if (inp[i] > 0.0f) dinp[i] += dout[i];
+}
+
 // ---- layernorm: a block per row ----
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
@@ -941,6 +953,18 @@ int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
   if (n == 0) return 0;
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  return launched();
+}
+
+int relu_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  return launched();
+}
+
+int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
   return launched();
 }
 

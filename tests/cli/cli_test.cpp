@@ -1877,10 +1877,11 @@ struct ShapeRoundTrip {
   nlohmann::json latest, config, tensors;  // latest.json, config.json, the safetensors header
 };
 
-// Trains a model of `model_set` (--model-set keys on llama-mini) on "the cat sat. " repeated, 150 steps,
+// Trains a model of `model_set` (--model-set keys on `base`) on "the cat sat. " repeated, `steps` steps,
 // checks it learned it (held-out loss under 0.2, the sentence greedily from the checkpoint and from the
 // export alike), and exports it to `name`-hf.
-ShapeRoundTrip train_export_generate(const std::string& name, const std::string& model_set) {
+ShapeRoundTrip train_export_generate(const std::string& name, const std::string& model_set,
+                                     const std::string& base = "llama-mini", int steps = 150) {
   ShapeRoundTrip r;
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
@@ -1890,8 +1891,9 @@ ShapeRoundTrip train_export_generate(const std::string& name, const std::string&
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
   const CmdResult t =
-      memwall("train --steps 150 --log-every 150 --eval-batches 1 --json --checkpoint-dir " + r.dir +
-                  " --data " + r.data + " --model llama-mini --model-set '" + model_set + "'",
+      memwall("train --steps " + std::to_string(steps) + " --log-every " + std::to_string(steps) +
+                  " --eval-batches 1 --json --checkpoint-dir " + r.dir + " --data " + r.data + " --model " +
+                  base + " --model-set '" + model_set + "'",
               false);
   EXPECT_EQ(t.exit_code, 0) << t.output;
   if (t.exit_code != 0) return r;
@@ -1921,12 +1923,40 @@ void expect_train_refuses(const std::string& data, const std::string& model_set,
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
-// OPT, BLOOM, Falcon, Pythia and Phi are predicted (as their checkpoints count), not trained: one line.
+// OPT's shape (ReLU, a position table read from row 2, OPT's tensor names) cut to one layer of 64 trains on
+// opt-175b's file, is kept by the checkpoint, exports as OPTForCausalLM and generates the same text from
+// either.
+TEST(CliGenerate, AnOptShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r =
+      train_export_generate("opt",
+                            R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+                                "ffn_dim": 256, "word_embed_proj_dim": 64, "max_position_embeddings": 64})",
+                            "opt-175b", 200);  // (0.22 after 150 steps, 0.03 after 200)
+  EXPECT_EQ(r.latest["arch"], "opt");
+  EXPECT_EQ(r.config["architectures"][0], "OPTForCausalLM");
+  EXPECT_EQ(r.config["activation_function"], "relu");
+  EXPECT_EQ(r.config["ffn_dim"], 256);
+  EXPECT_EQ(r.tensors["model.decoder.embed_positions.weight"]["shape"], (nlohmann::json{64 + 2, 64}));
+  EXPECT_EQ(r.tensors["model.decoder.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{64, 64}));
+  EXPECT_EQ(r.tensors["model.decoder.layers.0.fc2.weight"]["shape"], (nlohmann::json{64, 256}));
+  // OPT with another activation is refused rather than trained with ReLU, by train and by generate.
+  const CmdResult gelu = memwall("train --steps 1 --data " + r.data +
+                                 R"( --model opt-175b --model-set '{"activation_function": "gelu"}')");
+  EXPECT_EQ(gelu.exit_code, 2) << gelu.output;
+  EXPECT_NE(gelu.output.find("activation_function \"gelu\" is not supported by memwall train for OPT; "
+                             "allowed: relu"),
+            std::string::npos)
+      << gelu.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// BLOOM, Falcon, Pythia and Phi are predicted (as their checkpoints count), not trained or generated: one
+// line.
 TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
   const std::string data = write_file("earlier.txt", "the cat sat. the cat sat. the cat sat.");
-  for (const auto& [model, type] :
-       {std::pair{"phi-2", "phi"}, std::pair{"opt-175b", "opt"}, std::pair{"falcon-7b", "falcon"},
-        std::pair{"pythia-12b", "gpt_neox"}, std::pair{"bloom-176b", "bloom"}}) {
+  for (const auto& [model, type] : {std::pair{"phi-2", "phi"}, std::pair{"falcon-7b", "falcon"},
+                                    std::pair{"pythia-12b", "gpt_neox"}, std::pair{"bloom-176b", "bloom"}}) {
     CmdResult r = memwall(std::string("train --steps 1 --data ") + data + " --model " + model);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(std::string("model_type ") + type + " is not supported by memwall train"),
@@ -1934,6 +1964,17 @@ TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
         << r.output;
     EXPECT_EQ(line_count(r.output), 1u) << r.output;
   }
+  // Weights of one (their config.json) are refused by generate the same way, before reading any tensor.
+  const std::string pythia = test_path("pythia-weights").string();
+  std::filesystem::create_directories(pythia);
+  std::filesystem::copy_file(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/pythia-12b.json",
+                             pythia + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  const CmdResult g = memwall("generate --weights " + pythia + " --tokens 2");
+  EXPECT_EQ(g.exit_code, 2) << g.output;
+  EXPECT_NE(g.output.find("model_type gpt_neox is not supported by memwall generate"), std::string::npos)
+      << g.output;
+  EXPECT_EQ(line_count(g.output), 1u) << g.output;
+  std::filesystem::remove_all(pythia);
   CmdResult r = memwall("predict --model bloom-176b --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("176247271424"), std::string::npos) << r.output.substr(0, 2000);

@@ -129,6 +129,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(opt125.is_ok()) << opt125.status().to_string();
   EXPECT_EQ(opt125->total_params(), 125239296.0);
   EXPECT_EQ(opt125->mlp_act, "relu");
+  EXPECT_EQ(load_model_scenario("opt-125m").total_params(), 125239296.0);  // its file, by name
   auto opt13 = parse_model(opt + R"("hidden_size": 2048, "ffn_dim": 8192, "num_attention_heads": 32,
       "num_hidden_layers": 24})",
                            "opt-1.3b/config.json", diag);

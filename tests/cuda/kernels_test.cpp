@@ -149,7 +149,7 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
   expect_close(d_dw.host(), dw, 2e-3f, 1e-3f, "dweight");
 }
 
-TEST_F(CudaKernels, LayernormAndGeluMatchTheCpu) {
+TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
   const auto x = randn(static_cast<std::size_t>(N) * C, 21), w = randn(C, 22), b = randn(C, 23),
              dy = randn(x.size(), 24);
   std::vector<float> out(x.size()), mean(N), rstd(N), dx = randn(x.size(), 25), dw = randn(C, 26),
@@ -179,6 +179,16 @@ TEST_F(CudaKernels, LayernormAndGeluMatchTheCpu) {
   gelu_backward(dg.data(), x.data(), dy.data(), x.size());
   expect_close(d_g.host(), g, 1e-5f, 1e-6f, "gelu");
   expect_close(d_dg.host(), dg, 1e-5f, 1e-5f, "gelu backward");
+
+  // OPT's ReLU: exact (a select, no arithmetic but the backward's one addition).
+  std::vector<float> rl(x.size()), drl = randn(x.size(), 29);
+  Dev<float> d_rl(rl.size()), d_drl(drl);
+  ASSERT_EQ(cu::relu_forward(d_rl.get(), d_x.get(), x.size(), nullptr), 0);
+  ASSERT_EQ(cu::relu_backward(d_drl.get(), d_x.get(), d_dy.get(), x.size(), nullptr), 0);
+  relu_forward(rl.data(), x.data(), x.size());
+  relu_backward(drl.data(), x.data(), dy.data(), x.size());
+  EXPECT_EQ(d_rl.host(), rl);
+  EXPECT_EQ(d_drl.host(), drl);
 }
 
 // The Llama shape's operators: RMSNorm, SwiGLU and the rotary rotation (both ways) at the elementwise

@@ -157,6 +157,13 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), small_gpt());
 }
 
+// OPT's variant of the GPT-2 shape (ReLU, positions from row 2 of the table) at GPT-2's tolerances.
+TEST_P(CudaGpt, OptShapeMatchesTheCpu) {
+  GptConfig opt = small_gpt();
+  opt.opt = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), opt);
+}
+
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
 // biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope) at GPT-2's
 // tolerances: fp32, flash

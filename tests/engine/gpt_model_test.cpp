@@ -167,11 +167,20 @@ GptConfig phi4_longrope(int original = 4) {
   return c;
 }
 
-// GPT-2 (16 channels) and the Llama shapes, named for SCOPED_TRACE.
+// OPT's variant of GPT-2's shape: ReLU, positions from row 2 of a table of max_seq + 2 rows.
+GptConfig opt() {
+  GptConfig c = tiny();
+  c.channels = 16;
+  c.opt = true;
+  return c;
+}
+
+// GPT-2 (16 channels), OPT and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
   return {{"gpt2", gpt2},
+          {"opt", opt()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -231,6 +240,40 @@ TEST(GptModel, LlamaLayoutHasLlamasTensors) {
   GptConfig gpt = tiny();
   gpt.ffn = 12;
   EXPECT_NE(validate(gpt, 1, 4).message().find("GPT-2"), std::string::npos);
+}
+
+// OPT keeps GPT-2's flat layout with two more position rows (its ids start at 2); its files name the tensors
+// as OPTForCausalLM does, c_attn split into q_proj, k_proj and v_proj, each a block of the same array.
+TEST(GptModel, OptLayoutIsGpt2sWithOptsNames) {
+  const GptConfig c = opt();
+  const auto layout = gpt_param_layout(c);
+  EXPECT_EQ(layout[1].name, "wpe.weight");
+  EXPECT_EQ(layout[1].shape, (std::vector<int>{8 + 2, 16}));
+  const auto hf = hf_param_layout(c);
+  ASSERT_EQ(hf.size(), layout.size() + 4 * static_cast<std::size_t>(c.layers));  // c_attn's w and b: 3 each
+  std::size_t next = 0;
+  for (const auto& t : hf) {
+    EXPECT_EQ(t.offset, next) << t.name;  // contiguous and in order: the flat array, split
+    next += t.numel;
+  }
+  EXPECT_EQ(next, gpt_num_params(c));
+  EXPECT_EQ(hf[0].name, "model.decoder.embed_tokens.weight");
+  EXPECT_EQ(hf[1].name, "model.decoder.embed_positions.weight");
+  EXPECT_EQ(hf[2].name, "model.decoder.layers.0.self_attn_layer_norm.weight");
+  EXPECT_EQ(hf[5].name, "model.decoder.layers.0.self_attn.k_proj.weight");
+  EXPECT_EQ(hf[5].shape, (std::vector<int>{16, 16}));
+  EXPECT_EQ(hf[8].name, "model.decoder.layers.0.self_attn.k_proj.bias");
+  EXPECT_EQ(hf.back().name, "model.decoder.final_layer_norm.bias");
+  const ModelSpec spec = gpt_model_spec(c);
+  EXPECT_EQ(spec.model_type, "opt");
+  EXPECT_EQ(spec.mlp_act, "relu");
+  EXPECT_EQ(spec.position_offset, 2);
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.opt);
+  EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
+  GptConfig bad = llama_mha();
+  bad.opt = true;
+  EXPECT_NE(validate(bad, 1, 4).message().find("OPT"), std::string::npos);
 }
 
 TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
@@ -437,8 +480,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig phi = mha;  // and Phi-4-mini's partial rotary, longrope within its original context
   phi.partial_rotary = 0.75;
   phi.rope_scaling = phi4_longrope(16).rope_scaling;
-  for (const GptConfig& c : {gpt2, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
-    SCOPED_TRACE(!c.llama()               ? "gpt2"
+  GptConfig opt_shape = gpt2;  // and OPT's ReLU and positions from row 2
+  opt_shape.opt = true;
+  for (const GptConfig& c :
+       {gpt2, opt_shape, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+    SCOPED_TRACE(c.opt                    ? "opt"
+                 : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
@@ -574,12 +621,70 @@ TEST(GptDecoder, LongropePicksItsFactorsByTheContextSoFar) {
 // head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
 // windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, on
 // trained-looking (perturbed) weights. Skipped without torch.
-TEST(GptModel, LlamaMatchesAPyTorchReference) {
-  const std::string dir = memwall::testing::fresh_temp_dir("llama-ref");
+// Runs `script` (tests/engine/*_reference.py, in float64) on model c with trained-looking (perturbed) weights
+// named as `layout` names them, `config` telling it the shape (batch and seq added here), and checks the
+// loss and every gradient element against memwall's CPU model. False when PyTorch is missing.
+bool matches_reference(const std::string& script, const GptConfig& c, const std::vector<ParamTensor>& layout,
+                       nlohmann::json config) {
+  const std::string dir = memwall::testing::fresh_temp_dir("gpt-ref");
   const auto spit = [&](const std::string& name, const void* data, std::size_t bytes) {
     std::ofstream(dir + "/" + name, std::ios::binary)
         .write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   };
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 4);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 0.2f);
+  for (auto& x : p) x += d(rng);
+  const int B = 2, T = 8;
+  std::vector<int> tok(B * T), tgt(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (5 * i + 2) % 11, tgt[i] = (3 * i + 7) % 11;
+  GptModel m(c, B, T);
+  const float loss = m.forward(p.data(), tok.data(), tgt.data());
+  std::vector<float> g(p.size(), 0.0f);
+  m.backward(p.data(), g.data());
+
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& t : layout) names.push_back({t.name, t.offset, t.shape});
+  config["batch"] = B;
+  config["seq"] = T;
+  const std::string lj = names.dump(), cj = config.dump();
+  spit("layout.json", lj.data(), lj.size());
+  spit("config.json", cj.data(), cj.size());
+  spit("params.f32", p.data(), p.size() * 4);
+  spit("tokens.i32", tok.data(), tok.size() * 4);
+  spit("targets.i32", tgt.data(), tgt.size() * 4);
+  const std::string cmd =
+      "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) + "/engine/" + script + " " + dir;
+  const int rc = std::system(cmd.c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) return false;
+  EXPECT_EQ(rc, 0) << cmd;
+  std::ifstream lf(dir + "/loss.json");
+  const double want = nlohmann::json::parse(lf)["loss"].get<double>();
+  EXPECT_NEAR(static_cast<double>(loss), want, 1e-5 * want);
+  std::vector<float> want_g(p.size());
+  std::ifstream(dir + "/grads.f32", std::ios::binary)
+      .read(reinterpret_cast<char*>(want_g.data()), static_cast<std::streamsize>(want_g.size() * 4));
+  double largest = 0;
+  for (float x : want_g) largest = std::max(largest, std::fabs(static_cast<double>(x)));
+  EXPECT_GT(largest, 0.0);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double tolerance = 1e-4 * largest + 1e-3 * std::fabs(static_cast<double>(want_g[i]));
+    if (std::fabs(static_cast<double>(g[i]) - static_cast<double>(want_g[i])) > tolerance) {
+      ADD_FAILURE() << "element " << i << ": " << g[i] << ", the reference's " << want_g[i];
+      break;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return true;
+}
+
+// The Llama shape against an independent PyTorch implementation of transformers' Llama equations
+// (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
+// head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
+// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, on
+// trained-looking (perturbed) weights. Skipped without torch.
+TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
@@ -599,27 +704,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                  : c.qkv_bias ? "qwen2"
                  : c.tied     ? "mha, tied"
                               : "gqa, untied");
-    std::vector<float> p(gpt_num_params(c));
-    gpt_init(c, p.data(), 4);
-    std::mt19937 rng(9);
-    std::normal_distribution<float> d(0.0f, 0.2f);
-    for (auto& x : p) x += d(rng);
-    const int B = 2, T = 8;
-    std::vector<int> tok(B * T), tgt(B * T);
-    for (int i = 0; i < B * T; ++i) tok[i] = (5 * i + 2) % 11, tgt[i] = (3 * i + 7) % 11;
-    GptModel m(c, B, T);
-    const float loss = m.forward(p.data(), tok.data(), tgt.data());
-    std::vector<float> g(p.size(), 0.0f);
-    m.backward(p.data(), g.data());
-
-    nlohmann::json layout = nlohmann::json::array();
-    for (const auto& t : gpt_param_layout(c)) layout.push_back({t.name, t.offset, t.shape});
     // longrope's attention factor derived by the reference, from the stretch and the original context.
     nlohmann::json rope_scaling = hf_rope_scaling(c.rope_scaling);
     if (c.rope_scaling.type == "longrope") rope_scaling.erase("attention_factor");
-    const nlohmann::json config = {{"batch", B},
-                                   {"seq", T},
-                                   {"layers", c.layers},
+    const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
@@ -636,32 +724,19 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"final_softcap", c.final_softcap},
                                    {"query_scale", c.query_scale},
                                    {"rope_local_theta", c.rope_local_theta}};
-    const std::string lj = layout.dump(), cj = config.dump();
-    spit("layout.json", lj.data(), lj.size());
-    spit("config.json", cj.data(), cj.size());
-    spit("params.f32", p.data(), p.size() * 4);
-    spit("tokens.i32", tok.data(), tok.size() * 4);
-    spit("targets.i32", tgt.data(), tgt.size() * 4);
-    const std::string cmd =
-        "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) + "/engine/llama_reference.py " + dir;
-    const int rc = std::system(cmd.c_str());
-    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
-    ASSERT_EQ(rc, 0) << cmd;
-    std::ifstream lf(dir + "/loss.json");
-    const double want = nlohmann::json::parse(lf)["loss"].get<double>();
-    EXPECT_NEAR(static_cast<double>(loss), want, 1e-5 * want);
-    std::vector<float> want_g(p.size());
-    std::ifstream(dir + "/grads.f32", std::ios::binary)
-        .read(reinterpret_cast<char*>(want_g.data()), static_cast<std::streamsize>(want_g.size() * 4));
-    double largest = 0;
-    for (float x : want_g) largest = std::max(largest, std::fabs(static_cast<double>(x)));
-    ASSERT_GT(largest, 0.0);
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      ASSERT_NEAR(g[i], want_g[i], 1e-4 * largest + 1e-3 * std::fabs(static_cast<double>(want_g[i])))
-          << "element " << i;
-    }
+    if (!matches_reference("llama_reference.py", c, gpt_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
-  std::filesystem::remove_all(dir);
+}
+
+// OPT against a PyTorch implementation of transformers' OPT equations (tests/engine/opt_reference.py), which
+// reads the tensors by their OPT checkpoint names (hf_param_layout: c_attn split into q_proj, k_proj,
+// v_proj): positions from row 2 of the table, ReLU, the tied head. Skipped without torch.
+TEST(GptModel, OptMatchesAPyTorchReference) {
+  const GptConfig c = opt();
+  const nlohmann::json config = {{"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}};
+  if (!matches_reference("opt_reference.py", c, hf_param_layout(c), config))
+    GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
 }
 
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
@@ -724,6 +799,8 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
 }
 
 TEST(GptModel, BackwardMatchesFiniteDifferences) {
+  // (Not OPT: steps of 1e-2 cross ReLU's kink at many MLP inputs; OptMatchesAPyTorchReference checks its
+  // gradients against float64 autograd instead.)
   for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama() ? (c.rope_local_theta > 0 ? "gemma3"
                               : c.sandwich_norm      ? "gemma2"

@@ -416,6 +416,18 @@ TEST(GptOps, GeluBackwardMatchesFiniteDifferences) {
   check_gradient(x, forward, dx, r, "gelu", 1e-3f);
 }
 
+// OPT's ReLU: max(x, 0) forward; backward adds dout where x > 0 only (none at 0, as PyTorch's), so an input
+// of exactly 0 passes nothing back.
+TEST(GptOps, ReluPassesThePositivePartBothWays) {
+  const std::vector<float> x = {-2.0f, -0.0f, 0.0f, 1e-30f, 3.5f, -1e-30f};
+  std::vector<float> out(x.size(), -9.0f), dx(x.size(), 1.0f);
+  const std::vector<float> dout = {10, 20, 30, 40, 50, 60};
+  relu_forward(out.data(), x.data(), x.size());
+  relu_backward(dx.data(), x.data(), dout.data(), x.size());
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 1e-30f, 3.5f, 0}));
+  EXPECT_EQ(dx, (std::vector<float>{1, 1, 1, 41, 51, 1}));  // accumulated onto dinp
+}
+
 // Full causal attention, and with a sliding window of 3 (query t sees keys t - 2 .. t, as transformers'
 // sliding_window_overlay masks kv_idx > q_idx - window); scores of another scale, soft-capped (Gemma 2's
 // cap * tanh(score / cap)).

@@ -277,6 +277,18 @@ int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
   return enqueue(stream, [=] { kernels::gelu_backward(dinp, inp, dout, n); });
 }
 
+int relu_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (int e = device_args("relu_forward", {{out, f32(n), "out", true}, {inp, f32(n), "inp"}})) return e;
+  return enqueue(stream, [=] { kernels::relu_forward(out, inp, n); });
+}
+
+int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (int e = device_args("relu_backward",
+                          {{dinp, f32(n), "dinp", true}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::relu_backward(dinp, inp, dout, n); });
+}
+
 // The real kernels' scratch sizes (kernels/cuda/gpt_ops.cu), so the model's allocations are checked.
 std::size_t attention_forward_scratch(int B, int T, int C) {
   return 4 * static_cast<std::size_t>(B) * T * C;
