@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string_view>
@@ -113,15 +114,62 @@ Result<std::vector<std::int32_t>> read_token_ids(const std::string& path, int wi
 
 namespace {
 
-// The texts of the documents `path` stands for (data_files), read whole.
-Status read_documents(const std::string& path, std::vector<std::string>& docs) {
+bool is_jsonl(const std::string& path) {
+  for (const char* ext : {".jsonl", ".ndjson"}) {
+    const std::size_t n = std::strlen(ext);
+    if (path.size() > n && path.compare(path.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+// JSON Lines `text` of file `path`: every non-blank line one object whose string "text" is a document (the
+// layout of Hugging Face datasets' to_json and of most corpus dumps). With `newline`, a document that does
+// not end in a newline gets one (byte tokens: no special token marks where a document ends).
+Status read_jsonl(const std::string& path, const std::string& text, bool newline,
+                  std::vector<std::string>& docs) {
+  std::size_t line = 0;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    const std::string_view row(text.data() + at, end - at);
+    at = end + 1;
+    if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = path + ":" + std::to_string(line) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(row);
+    } catch (const nlohmann::json::exception& e) {
+      return Status::invalid_argument(where + "not JSON (" + std::string(e.what()) +
+                                      "); allowed: one JSON object per line with a string \"text\"");
+    }
+    const auto it = j.is_object() ? j.find("text") : j.end();
+    if (it == j.end() || !it->is_string()) {
+      return Status::invalid_argument(where +
+                                      (j.is_object() ? "no string \"text\" field" : "not a JSON object") +
+                                      "; allowed: one JSON object per line with a string \"text\"");
+    }
+    docs.push_back(it->get<std::string>());
+    if (newline && (docs.back().empty() || docs.back().back() != '\n')) docs.back() += '\n';
+  }
+  return Status::ok();
+}
+
+// The texts of the documents `path` stands for (data_files), read whole: a text file is one document, a JSON
+// Lines file (.jsonl, .ndjson) one per line (read_jsonl; `bytes`: for byte tokens).
+Status read_documents(const std::string& path, bool bytes, std::vector<std::string>& docs) {
   auto files = data_files(path);
   if (!files.is_ok()) return files.status();
   for (const std::string& f : *files) {
     auto text = io::read_file(f);
     if (!text.is_ok()) return text.status();
-    docs.push_back(std::move(text).value());
+    if (is_jsonl(f)) {
+      MW_RETURN_IF_ERROR(read_jsonl(f, *text, bytes, docs));
+    } else {
+      docs.push_back(std::move(text).value());
+    }
   }
+  if (docs.empty()) return Status::invalid_argument(path + ": no documents (every JSON Lines line blank)");
   return Status::ok();
 }
 
@@ -202,7 +250,7 @@ std::vector<std::int32_t> encode_share(const std::vector<std::string>& docs, con
 Result<std::vector<std::int32_t>> text_tokens(const std::string& path, const BpeTokenizer* tokenizer,
                                               std::size_t* bytes, comm::Communicator* comm) {
   std::vector<std::string> docs;
-  const Status read = read_documents(path, docs);
+  const Status read = read_documents(path, tokenizer == nullptr, docs);
   const bool shared = comm != nullptr && comm->size() > 1 && tokenizer != nullptr;
   MW_RETURN_IF_ERROR(shared ? comm::agree(*comm, read, "reading " + path) : read);
   for (const std::string& d : docs) {

@@ -28,7 +28,10 @@ class TextDataset {
   // Errors name the file (or source), its size and what is needed: at least one window of T+1 tokens in
   // each split, and 0 < val_fraction < 1. With a tokenizer the file's text is encoded by it; without, each
   // byte is a token. Every reader of a path here also takes a directory: its regular files (not hidden) by
-  // name, one after another; text files are then documents, marked as document_marks() says.
+  // name, one after another; text files are then documents, marked as document_marks() says. A JSON Lines
+  // file (.jsonl, .ndjson: one object per line, Hugging Face datasets' to_json) is a document per line, its
+  // string "text" field (errors name the file and line); with byte tokens each such document ends in a
+  // newline (one is added where it does not).
   // With `comm`, its ranks share the encoding (text_tokens); every rank must call alike.
   static Result<TextDataset> from_file(const std::string& path, double val_fraction, int seq,
                                        const BpeTokenizer* tokenizer = nullptr,

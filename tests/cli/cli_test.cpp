@@ -2323,6 +2323,36 @@ TEST(CliGenerate, ALlama2ModelWithItsSentencePieceTokenizer) {
   std::filesystem::remove_all(hub);
 }
 
+// A JSON Lines corpus (Hugging Face datasets' to_json: one object a line, its "text" a document) trains with
+// bytes and with BPE, and `memwall tokenize` encodes it; a line without a string "text" is refused in one
+// line naming the file and line.
+TEST(CliTrain, TrainsOnJsonLines) {
+  std::string jsonl;
+  for (int i = 0; i < 400; ++i)
+    jsonl +=
+        nlohmann::json({{"id", i}, {"text", "And the evening and the morning were day " + std::to_string(i)}})
+            .dump() +
+        "\n";
+  const std::string data = write_file("corpus.jsonl", jsonl);
+  for (const std::string& tokens : {std::string(), " --tokenizer " + kTinyBpe}) {
+    const CmdResult t =
+        memwall("train --steps 2 --eval-batches 1 --json --data " + data + tokens + " " + kTinyModel, false);
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    const nlohmann::json summary = parse_json(t.output.substr(t.output.rfind("{\"summary\"")))["summary"];
+    EXPECT_LT(summary["last_loss"].get<double>(), summary["first_loss"].get<double>()) << tokens;
+  }
+  const CmdResult enc = memwall("tokenize --tokenizer " + kTinyBpe + " --data " + data + " --out " +
+                                test_path("corpus-jsonl.bin").string());
+  ASSERT_EQ(enc.exit_code, 0) << enc.output;
+  // The documents' text only: 400 x 42 to 44 bytes, not the JSON around it.
+  EXPECT_NE(enc.output.find("corpus.jsonl: 17.5K bytes"), std::string::npos) << enc.output;
+  const std::string bad = write_file("bad.jsonl", "{\"text\": \"ok\"}\n{\"content\": \"no text\"}\n");
+  const CmdResult r = memwall("train --steps 1 --data " + bad);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:2: no string \"text\" field"), std::string::npos) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
+}
+
 TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   const std::string tok = kTinyBpe;
   std::string text;

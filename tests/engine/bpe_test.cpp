@@ -402,6 +402,55 @@ TEST(Bpe, DirectoriesOfDocuments) {
   std::filesystem::remove_all(dir);
 }
 
+// A JSON Lines file (Hugging Face datasets' to_json) is a document per line, its "text" decoded from JSON
+// (escapes, \u sequences); blank lines are skipped, other keys ignored. With BPE the documents are separated
+// by
+// <|endoftext|>, with bytes each ends in a newline. A line that is not an object with a string "text" is
+// refused naming the file and line.
+TEST(Bpe, JsonLinesFilesAreADocumentPerLine) {
+  auto t = BpeTokenizer::load(kTiny);
+  ASSERT_TRUE(t.is_ok());
+  const std::string dir = ::testing::TempDir() + "bpe-jsonl-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string a, b;
+  for (int i = 0; i < 40; ++i) a += "And God called the light Day. ";
+  for (int i = 0; i < 40; ++i) b += "And the \"darkness\" he called Night.\n";
+  const std::string jsonl = dir + "/corpus.jsonl";
+  spit(jsonl, nlohmann::json({{"id", 1}, {"text", a}}).dump() + "\n\n   \r\n" +
+                  nlohmann::json({{"text", b}, {"meta", {{"source", "kjv"}}}}).dump() + "\r\n");
+  auto docs = TextDataset::from_files(jsonl, jsonl, 0, 0, 16, &*t);
+  ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
+  std::vector<int> want = t->encode(a);
+  want.push_back(t->special_tokens()[0]);
+  const std::vector<int> tail = t->encode(b);
+  want.insert(want.end(), tail.begin(), tail.end());
+  ASSERT_EQ(docs->train_tokens(), want.size());
+  std::vector<int> got(want.size()), targets(want.size());
+  docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
+  got.back() = targets[targets.size() - 2];
+  EXPECT_EQ(got, want);
+  auto bytes = TextDataset::from_files(jsonl, jsonl, 0, 0, 16);
+  ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
+  EXPECT_EQ(bytes->train_tokens(), a.size() + 1 + b.size());  // a newline after a, b has its own
+  // A \u escape decodes to UTF-8 bytes.
+  spit(dir + "/cafe.jsonl", R"({"text": "caf\u00e9 )" + std::string(40, 'x') + "\"}\n");
+  auto cafe = TextDataset::from_files(dir + "/cafe.jsonl", dir + "/cafe.jsonl", 0, 0, 16);
+  ASSERT_TRUE(cafe.is_ok()) << cafe.status().to_string();
+  EXPECT_EQ(cafe->train_tokens(), 6u + 40u + 1u);  // "caf", 2 bytes of é, " ", the x's, a newline
+  for (const auto& [line, needle] :
+       {std::pair{std::string(R"({"text": "ok"})") + "\n{\"text\": 3}",
+                  "bad.jsonl:2: no string \"text\" field"},
+        std::pair{std::string("[1, 2]"), "bad.jsonl:1: not a JSON object"},
+        std::pair{std::string(R"({"text": "unterminated)"), "bad.jsonl:1: not JSON"},
+        std::pair{std::string("\n  \n"), "bad.jsonl: no documents"}}) {
+    spit(dir + "/bad.jsonl", line);
+    auto bad = TextDataset::from_file(dir + "/bad.jsonl", 0.1, 4, &*t);
+    ASSERT_FALSE(bad.is_ok()) << line;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A long text on several threads, cut where lines start: the tokens of one pass (lines that start with
 // spaces, blank lines, special tokens and multi-byte letters around the cuts included).
 TEST(Bpe, ThreadsGiveTheTokensOfOnePass) {
