@@ -523,7 +523,11 @@ int run_train(const TrainOptions& opt) {
                 ls.implemented() ? "by the scheduler" : strprintf("%g", static_cast<double>(h.lr)).c_str(),
                 static_cast<double>(h.beta1), static_cast<double>(h.beta2), static_cast<double>(h.eps),
                 static_cast<double>(h.weight_decay),
-                h.weight_decay > 0 ? (h.decoupled ? " (decoupled)" : " (L2)") : "",
+                h.weight_decay > 0 ? (run.memwall.decay_matrices_only
+                                          ? (h.decoupled ? " (decoupled, matrices only: not biases or norms)"
+                                                         : " (L2, matrices only: not biases or norms)")
+                                          : (h.decoupled ? " (decoupled)" : " (L2)"))
+                                   : "",
                 run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
     if (ls.type == "LRRangeTest") {
       std::printf("scheduler: LRRangeTest, %g x (1 + %g x steps / %.0f)%s\n", ls.lr_range_test_min_lr,
@@ -780,6 +784,7 @@ int run_train(const TrainOptions& opt) {
           {"betas", {as_given(zo.adam.beta1), as_given(zo.adam.beta2)}},
           {"eps", as_given(zo.adam.eps)},
           {"weight_decay", as_given(zo.adam.weight_decay)},
+          {"weight_decay_params", run.memwall.decay_matrices_only ? "matrices" : "all"},
           {"gradient_clipping", run.gradient_clipping},
           {"scheduler", run.scheduler.implemented() ? json(run.scheduler.type) : json(nullptr)}}},
         {"init_from", weights ? json(weights->file()) : json(nullptr)},

@@ -127,6 +127,11 @@ struct MemwallRunConfig {
   // Training steps before the delay starts, each applying its own gradients right after its backward (the
   // ZeRO-Offload paper used 40). Only train reads it (the plan is the steady state).
   int delayed_parameter_update_warmup = 0;
+  // Which parameters the optimizer's weight decay applies to (train only): false = all of them (DeepSpeed's
+  // one parameter group of model.parameters()); true = matrices only (linear weights, embeddings), not
+  // biases or norm weights, as Hugging Face's Trainer and nanoGPT group them ("weight_decay_params":
+  // "matrices").
+  bool decay_matrices_only = false;
   // NVMe optimizer: where the fp32 gradients the step reads are kept between backward and the step. kCpu: a
   // CPU buffer of 4 B per optimizer element (as DeepSpeed's flat gradient buffer), summed there over
   // micro-batches and read by the step in place, so gradients never touch NVMe; kNvme: each micro-batch's

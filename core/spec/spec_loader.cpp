@@ -1156,6 +1156,9 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_bool("delayed_parameter_update", mw.delayed_parameter_update));
     MW_RETURN_IF_ERROR(
         o.get_int("delayed_parameter_update_warmup", mw.delayed_parameter_update_warmup, 0, 1 << 30));
+    std::string decay = mw.decay_matrices_only ? "matrices" : "all";
+    MW_RETURN_IF_ERROR(o.get_choice("weight_decay_params", decay, {"all", "matrices"}));
+    mw.decay_matrices_only = decay == "matrices";
     if (mw.delayed_parameter_update && (run.zero.offload_optimizer.device != OffloadDevice::kCpu ||
                                         run.zero.stage < 1 || run.zero.stage > 2)) {
       return o.error(
@@ -1371,6 +1374,7 @@ std::string to_json_text(const RunConfig& run) {
       {"optimizer_prefetch", mw.optimizer_prefetch},
       {"delayed_parameter_update", mw.delayed_parameter_update},
       {"delayed_parameter_update_warmup", mw.delayed_parameter_update_warmup},
+      {"weight_decay_params", mw.decay_matrices_only ? "matrices" : "all"},
       {"optimizer_gradients", optimizer_gradients_name(mw.optimizer_gradients)},
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -109,6 +110,9 @@ struct Zero3Trainer::State {
   std::unique_ptr<model::GptModel> model;  // the CPU model (not built on a GPU)
   Schedule sched;
   std::vector<Part> parts;
+  // Per parameter: whether weight decay applies (memwall.weight_decay_params "matrices": not to biases and
+  // norm weights, the layout's 1-D tensors).
+  std::vector<char> decays;
   std::size_t total = 0;  // this rank's flat elements
   std::vector<Group> groups;
   std::vector<Tier> home;      // per parameter: where its bf16 shard lives
@@ -1089,6 +1093,8 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     }
     a.params_out = updated16(t, static_cast<int>(p));
     a.out_type = kernels::DType::kBF16;
+    kernels::AdamHyper h = adam_hyper;
+    if (!decays[p]) h.weight_decay = 0;
 #if MEMWALL_HAVE_CUDA
     if (cuda && tier == Tier::kGpu) {  // states, gradients and the bf16 shard all on the device
       kernels::cuda::AdamDeviceArrays d{a.params,
@@ -1097,12 +1103,12 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
                                         static_cast<const float*>(a.grads),
                                         static_cast<std::uint16_t*>(a.params_out),
                                         a.n};
-      if (int rc = kernels::cuda::adam_step(d, adam_hyper, gpu->compute().get()); rc != 0)
+      if (int rc = kernels::cuda::adam_step(d, h, gpu->compute().get()); rc != 0)
         return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
       continue;
     }
 #endif
-    kernels::adam_step(a, adam_hyper, adam_threads);
+    kernels::adam_step(a, h, adam_threads);
   }
 #if MEMWALL_HAVE_CUDA
   if (cuda && tier == Tier::kGpu) return done_on(gpu->compute());
@@ -1441,10 +1447,16 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     // Partition: every graph parameter padded to a multiple of the partitions (R; stage 0: 1); optimizer
     // sub-groups split at parameter boundaries into as many groups as the plan has.
     const auto P = static_cast<std::size_t>(st.partitions);
+    const std::vector<model::ParamTensor> layout = model::gpt_param_layout(c);
     for (const auto& s : st.gg.slices) {
       const std::size_t shard = (s.numel + P - 1) / P;
       st.parts.push_back({s.offset, s.numel, shard, st.total});
       st.total += shard;
+      // The layout's tensor holding the slice (a slice never spans a matrix and a vector).
+      const auto t =
+          std::upper_bound(layout.begin(), layout.end(), s.offset,
+                           [](std::size_t at, const model::ParamTensor& x) { return at < x.offset; });
+      st.decays.push_back(!run.memwall.decay_matrices_only || std::prev(t)->shape.size() >= 2);
     }
     int groups = 0;
     for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);

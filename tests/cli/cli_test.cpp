@@ -1320,8 +1320,22 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
         parse_json(o.output.substr(o.output.rfind('\n', o.output.size() - 2) + 1))["summary"]["optimizer"];
     EXPECT_EQ(opt["type"], "Adam");  // adam_w_mode false: L2 weight decay
     EXPECT_EQ(opt["weight_decay"], 0.1);
+    EXPECT_EQ(opt["weight_decay_params"], "all");  // DeepSpeed's one group: every parameter
     EXPECT_EQ(opt["lr"], std::string(lr).empty() ? 0.0005 : 0.01) << lr;
   }
+  // memwall.weight_decay_params "matrices" (Hugging Face's Trainer's groups) says so; another value is
+  // refused.
+  const CmdResult m = memwall(
+      "train --steps 1 --eval-batches 1 --data " + data + " " + kTinyModel +
+          R"( --set '{"memwall.weight_decay_params": "matrices", "optimizer.params.weight_decay": 0.1}')",
+      false);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("weight decay 0.1 (decoupled, matrices only: not biases or norms)"),
+            std::string::npos)
+      << m.output;
+  expect_bad_input(
+      "train --steps 1 --data " + data + R"( --set '{"memwall.weight_decay_params": "vectors"}')",
+      "key 'memwall.weight_decay_params': \"vectors\" is not allowed; allowed: all, matrices");
 }
 
 // With the optimizer on NVMe the summary says where its gradients waited, and the bytes it moved show it:

@@ -557,6 +557,50 @@ TEST(Zero3, GradientClippingIsTheSameOnEveryPlacementAndWithAccumulation) {
   std::filesystem::remove_all(dir);
 }
 
+// memwall.weight_decay_params "matrices": weight decay on linear weights and embeddings only. After one step
+// (the same gradients in every run) a 1-D tensor (bias, norm weight) is bitwise what it is without weight
+// decay and a matrix bitwise what it is with decay on everything, on every optimizer placement and stage;
+// with decay on everything the norm weights (1 at init) do move by it.
+TEST(Zero3, WeightDecayOnMatricesOnlySparesBiasesAndNorms) {
+  const model::GptConfig c = small();
+  Zero3Options base = accumulation_base();
+  base.micro_batch = 2;
+  base.adam.decoupled = true;
+  const std::string dir = swap_dir("decay");
+  std::vector<Variant> variants = {{"optimizer on the device", [](Zero3Options&) {}}};
+  for (Variant& v : optimizer_placements(dir)) variants.push_back(std::move(v));
+  for (Variant& v : zero_stages()) variants.push_back(std::move(v));
+  const std::vector<model::ParamTensor> layout = model::gpt_param_layout(c);
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    std::vector<float> params[3], losses;  // no decay, decay on all, decay on matrices only
+    for (int k = 0; k < 3; ++k) {
+      Zero3Options o = base;
+      v.apply(o);
+      o.adam.weight_decay = k == 0 ? 0.0f : 0.1f;
+      o.run.memwall.decay_matrices_only = k == 2;
+      train_variant(c, o, 1, losses, params[k]);
+    }
+    int vectors = 0, moved = 0;
+    for (const auto& t : layout) {
+      const auto begin = static_cast<std::ptrdiff_t>(t.offset),
+                 end = begin + static_cast<std::ptrdiff_t>(t.numel);
+      const bool matrix = t.shape.size() >= 2;
+      const std::vector<float> got(params[2].begin() + begin, params[2].begin() + end),
+          want(params[matrix ? 1 : 0].begin() + begin, params[matrix ? 1 : 0].begin() + end),
+          all(params[1].begin() + begin, params[1].begin() + end);
+      EXPECT_EQ(got, want) << t.name;
+      if (!matrix) {
+        ++vectors;
+        moved += got != all;
+      }
+    }
+    EXPECT_GT(vectors, 4);
+    EXPECT_GT(moved, 0);  // the norm weights, decayed by lr x 0.1 with decay on everything
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   for (const model::GptConfig& c : {small(), small_llama()}) {
     SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
