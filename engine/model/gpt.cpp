@@ -726,8 +726,12 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
   }
 }
 
-GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_attention)
-    : c_(c), B_(B), T_(T), flash_(flash_attention) {
+GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_attention, int activation_slots)
+    : c_(c),
+      B_(B),
+      T_(T),
+      flash_(flash_attention),
+      slots_(activation_slots > 0 ? std::min(activation_slots, c.layers) : c.layers) {
   GptGraph gg = make_gpt_graph(c, B, T, tiling, flash_attention);
   graph_ = std::move(gg.graph);
   slices_ = std::move(gg.slices);
@@ -739,24 +743,27 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   auto per_layer = [&](std::vector<std::vector<float>>& v, std::size_t n, int count) {
     v.assign(static_cast<std::size_t>(count), std::vector<float>(n));
   };
+  // The residual stream at every layer boundary (the checkpoints); the rest of a layer's activations in one
+  // of slots_ slots, layer l in slot l % slots_.
   per_layer(resid_, N * C, c.layers + 1);
-  for (auto* v : {&ln1_, &res1_, &ln2_}) per_layer(*v, N * C, c.layers);
-  per_layer(atty_, N * Q, c.layers);
-  for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, c.layers);
-  per_layer(qkv_, N * Wq, c.layers);
+  const int S = slots_;
+  for (auto* v : {&ln1_, &res1_, &ln2_}) per_layer(*v, N * C, S);
+  per_layer(atty_, N * Q, S);
+  for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, S);
+  per_layer(qkv_, N * Wq, S);
   if (c.sandwich_norm) {
-    for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, c.layers);
-    for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, c.layers);
+    for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, S);
+    for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, S);
     dpost_.resize(N * C);
   }
   if (c.qk_norm) {
-    per_layer(qkn_, N * Wq, c.layers);
-    per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), c.layers);
+    per_layer(qkn_, N * Wq, S);
+    per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), S);
     dqkn_.resize(N * Wq);
   }
-  per_layer(att_, att, c.layers);
-  per_layer(fc_, N * Wf, c.layers);
-  per_layer(gel_, N * F, c.layers);
+  per_layer(att_, att, S);
+  per_layer(fc_, N * Wf, S);
+  per_layer(gel_, N * F, S);
   lnf_.resize(N * C);
   mf_.resize(N);
   rf_.resize(N);
@@ -793,6 +800,8 @@ void GptModel::params_of(int op, const float* base, float* gbase, std::vector<co
 }
 
 float GptModel::forward(const float* params, const int* tokens, const int* targets) {
+  MW_CHECK(slots_ >= c_.layers, "GptModel: whole passes keep every layer's activations; this model keeps " +
+                                    std::to_string(slots_) + " of " + std::to_string(c_.layers));
   set_batch(tokens, targets);
   for (int op = 0; op < static_cast<int>(graph_.ops.size()); ++op) {
     params_of(op, params, nullptr, p_, g_);
@@ -802,6 +811,7 @@ float GptModel::forward(const float* params, const int* tokens, const int* targe
 }
 
 void GptModel::backward(const float* params, float* grads) {
+  MW_CHECK(slots_ >= c_.layers, "GptModel: whole passes keep every layer's activations");
   for (int op = static_cast<int>(graph_.ops.size()) - 1; op >= 0; --op) {
     params_of(op, params, grads, p_, g_);
     backward_op(op, p_.data(), g_.data());
@@ -937,6 +947,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
     const int n = linear_parts(c_, o, p, nullptr, parts, bf16_ ? p16 : nullptr);
@@ -948,67 +959,67 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
                            c_.llama() ? nullptr : p[1] + c_.position0(), B_, T_, C, c_.embedding_scale());
       break;
     case Role::kLn1:
-      norm_forward(ln1_[l].data(), m1_[l].data(), r1_[l].data(), resid_[l].data(), p);
+      norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[l].data(), p);
       break;
     case Role::kQkv:
-      linear(qkv_[l].data(), c_.qkv_width(), ln1_[l].data(), C, nullptr);
+      linear(qkv_[a].data(), c_.qkv_width(), ln1_[a].data(), C, nullptr);
       break;
     case Role::kQkNorm:
-      k::head_rmsnorm_forward(qkn_[l].data(), rqk_[l].data(), qkv_[l].data(), p[0], N, c_.qkv_width(),
+      k::head_rmsnorm_forward(qkn_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N, c_.qkv_width(),
                               c_.heads, c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps),
                               c_.norm_offset());
       break;
     case Role::kAttn: {
-      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
+      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
       if (c_.llama()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
       if (flash_) {
-        k::flash_attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
+        k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
                                    c_.attention_window(l), c_.score_scale(), c_.score_cap());
       } else {
-        k::attention_forward(atty_[l].data(), att_[l].data(), qkv, B_, T_, Q, c_.heads,
+        k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
                              c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
       break;
     }
     case Role::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
       if (c_.sandwich_norm) {
-        linear(ao_[l].data(), C, atty_[l].data(), Q, nullptr);
+        linear(ao_[a].data(), C, atty_[a].data(), Q, nullptr);
       } else {
-        linear(res1_[l].data(), C, atty_[l].data(), Q, resid_[l].data());
+        linear(res1_[a].data(), C, atty_[a].data(), Q, resid_[l].data());
       }
       break;
     case Role::kLn1Post:
-      post_norm_forward(res1_[l].data(), resid_[l].data(), ao_[l].data(), rao_[l].data(), p);
+      post_norm_forward(res1_[a].data(), resid_[l].data(), ao_[a].data(), rao_[a].data(), p);
       break;
     case Role::kLn2:
-      norm_forward(ln2_[l].data(), m2_[l].data(), r2_[l].data(), res1_[l].data(), p);
+      norm_forward(ln2_[a].data(), m2_[a].data(), r2_[a].data(), res1_[a].data(), p);
       break;
     case Role::kFc1:
-      linear(fc_[l].data(), c_.fc_width(), ln2_[l].data(), C, nullptr);
+      linear(fc_[a].data(), c_.fc_width(), ln2_[a].data(), C, nullptr);
       break;
     case Role::kGelu:
       if (c_.gelu_mlp) {
-        k::geglu_forward(gel_[l].data(), fc_[l].data(), N, F);
+        k::geglu_forward(gel_[a].data(), fc_[a].data(), N, F);
       } else if (c_.llama()) {
-        k::swiglu_forward(gel_[l].data(), fc_[l].data(), N, F);
+        k::swiglu_forward(gel_[a].data(), fc_[a].data(), N, F);
       } else if (c_.opt) {
-        k::relu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
+        k::relu_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       } else {
-        k::gelu_forward(gel_[l].data(), fc_[l].data(), gel_[l].size());
+        k::gelu_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       }
       break;
     case Role::kFc2:
       if (c_.sandwich_norm) {
-        linear(mo_[l].data(), C, gel_[l].data(), F, nullptr);
+        linear(mo_[a].data(), C, gel_[a].data(), F, nullptr);
       } else {
-        linear(resid_[l + 1].data(), C, gel_[l].data(), F, res1_[l].data());
+        linear(resid_[l + 1].data(), C, gel_[a].data(), F, res1_[a].data());
       }
       break;
     case Role::kLn2Post:
-      post_norm_forward(resid_[l + 1].data(), res1_[l].data(), mo_[l].data(), rmo_[l].data(), p);
+      post_norm_forward(resid_[l + 1].data(), res1_[a].data(), mo_[a].data(), rmo_[a].data(), p);
       break;
     case Role::kFinalNorm:
       norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
@@ -1029,6 +1040,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   const OpInfo& o = info_[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
@@ -1057,49 +1069,49 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
       dres_ = dx_;
       zero(dpost_);
-      norm_backward(dpost_.data(), g, dx_.data(), mo_[l].data(), p, nullptr, rmo_[l].data());
+      norm_backward(dpost_.data(), g, dx_.data(), mo_[a].data(), p, nullptr, rmo_[a].data());
       break;
     case Role::kFc2:
       if (first_tile) {
         zero(dgel_);
         if (!c_.sandwich_norm) dres_ = dx_;  // the MLP's residual branch
       }
-      linear(dgel_.data(), (c_.sandwich_norm ? dpost_ : dx_).data(), C, gel_[l].data(), F);
+      linear(dgel_.data(), (c_.sandwich_norm ? dpost_ : dx_).data(), C, gel_[a].data(), F);
       break;
     case Role::kGelu:
       zero(dfc_);
       if (c_.gelu_mlp) {
-        k::geglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
+        k::geglu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), N, F);
       } else if (c_.llama()) {
-        k::swiglu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), N, F);
+        k::swiglu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), N, F);
       } else if (c_.opt) {
-        k::relu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
+        k::relu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       } else {
-        k::gelu_backward(dfc_.data(), fc_[l].data(), dgel_.data(), dfc_.size());
+        k::gelu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       }
       break;
     case Role::kFc1:
       if (first_tile) zero(dln_);
-      linear(dln_.data(), dfc_.data(), c_.fc_width(), ln2_[l].data(), C);
+      linear(dln_.data(), dfc_.data(), c_.fc_width(), ln2_[a].data(), C);
       break;
     case Role::kLn2:
-      norm_backward(dres_.data(), g, dln_.data(), res1_[l].data(), p, m2_[l].data(), r2_[l].data());
+      norm_backward(dres_.data(), g, dln_.data(), res1_[a].data(), p, m2_[a].data(), r2_[a].data());
       break;
     case Role::kLn1Post:
       dx_ = dres_;  // the attention's residual branch
       zero(dpost_);
-      norm_backward(dpost_.data(), g, dres_.data(), ao_[l].data(), p, nullptr, rao_[l].data());
+      norm_backward(dpost_.data(), g, dres_.data(), ao_[a].data(), p, nullptr, rao_[a].data());
       break;
     case Role::kProj:
       if (first_tile) {
         zero(datty_);
         if (!c_.sandwich_norm) dx_ = dres_;  // the attention's residual branch
       }
-      linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[l].data(), Q);
+      linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
       break;
     case Role::kAttn: {
       // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
-      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[l].data();
+      const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
       float* dqkv = dqkv_.data();
       if (c_.llama()) {
         expand_qkv(qkv, o.layer);
@@ -1110,10 +1122,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         zero(dqkv_);
       }
       if (flash_) {
-        k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[l].data(), att_[l].data(), B_, T_, Q,
+        k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
                                     c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap());
       } else {
-        k::attention_backward(dqkv, datty_.data(), qkv, att_[l].data(), B_, T_, Q, c_.heads,
+        k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
       if (c_.llama()) collapse_dqkv(o.layer);
@@ -1121,16 +1133,16 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     }
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       dqkn_ = dqkv_;
-      k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[l].data(), p[0], rqk_[l].data(), N,
+      k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[a].data(), p[0], rqk_[a].data(), N,
                                c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size(),
                                c_.norm_offset());
       break;
     case Role::kQkv:
       if (first_tile) zero(dln_);
-      linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[l].data(), C);
+      linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[a].data(), C);
       break;
     case Role::kLn1:
-      norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[l].data(), r1_[l].data());
+      norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[a].data(), r1_[a].data());
       break;
     case Role::kEmbed:
       k::embedding_backward(g[0], c_.llama() ? nullptr : g[1] + c_.position0(), dx_.data(), tokens_.data(),

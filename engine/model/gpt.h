@@ -259,7 +259,12 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
 class GptModel {
  public:
   // Precondition: validate(c, B, T) and validate_tiling(c, tiling) are ok.
-  GptModel(const GptConfig& c, int B, int T, int tiling = 1, bool flash_attention = false);
+  // activation_slots: layers whose activations are kept at once (0: all), as CudaGptModel's: with activation
+  // checkpointing the checkpoint interval, the residual stream kept at every layer boundary and the rest of
+  // layer l's activations in slot l % activation_slots, refilled by the schedule's recompute of the layer's
+  // forward ops before its backward ones; forward() / backward() (whole passes) need all.
+  GptModel(const GptConfig& c, int B, int T, int tiling = 1, bool flash_attention = false,
+           int activation_slots = 0);
 
   // Returns the mean cross-entropy of predicting targets[i] at position i. tokens and targets: [B*T].
   float forward(const float* params, const int* tokens, const int* targets);
@@ -329,6 +334,7 @@ class GptModel {
   GptConfig c_;
   int B_, T_;
   bool flash_;
+  int slots_;  // layers' activations kept at once
   bool bf16_ = false;
   std::vector<std::uint16_t> in16_, w16_, dout16_;  // bf16 copies of a matmul's operands
   ModelGraph graph_;
@@ -336,8 +342,8 @@ class GptModel {
   std::vector<OpInfo> info_;
   std::vector<int> tokens_, targets_;
   float loss_ = 0;
-  // Per layer: the block's input (resid[l]), then everything its backward needs (att_: the probabilities,
-  // or with flash attention the log-sum-exps).
+  // Per layer: the block's input (resid[l]); per activation slot (layer l in slot l % slots_): everything
+  // its backward needs (att_: the probabilities, or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<std::vector<float>> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, their rstd
   // With sandwich_norm: the attention's and the MLP's projected outputs (the norms' inputs) and their rstd;

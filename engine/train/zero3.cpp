@@ -1353,7 +1353,12 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
   if (!st.cuda) {
-    st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash);
+    // With activation checkpointing the schedule recomputes each segment's forward before its backward, so
+    // the model keeps one segment's activations (and the residual stream at every layer), as the plan
+    // assumes (the CUDA model alike, below).
+    const auto& ac = run.activation_checkpointing;
+    st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash,
+                                                 ac.enabled ? std::max(1, ac.interval) : 0);
     st.model->set_bf16_matmuls(o.cpu_bf16_matmuls);
   }
   // A rank can fail where the others do not (its GPU, its memory, a plan that does not fit it): the ranks

@@ -601,6 +601,29 @@ TEST(Zero3, WeightDecayOnMatricesOnlySparesBiasesAndNorms) {
   std::filesystem::remove_all(dir);
 }
 
+// With activation checkpointing the CPU model keeps one segment's activations (slots of the checkpoint
+// interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
+// 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
+TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
+  for (model::GptConfig c : {small(), small_llama()}) {
+    c.layers = 5;
+    SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
+    const Zero3Options base = two_sequences(3);
+    std::vector<float> want_losses, want_params;
+    train_variant(c, base, 4, want_losses, want_params);
+    for (int interval : {1, 2, 3}) {
+      SCOPED_TRACE("every " + std::to_string(interval) + " layers");
+      Zero3Options o = base;
+      o.run.activation_checkpointing.enabled = true;
+      o.run.activation_checkpointing.interval = interval;
+      std::vector<float> losses, params;
+      train_variant(c, o, 4, losses, params);
+      EXPECT_EQ(losses, want_losses);
+      EXPECT_EQ(params, want_params);
+    }
+  }
+}
+
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   for (const model::GptConfig& c : {small(), small_llama()}) {
     SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
