@@ -336,6 +336,25 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(nlohmann::json::object(), "not a Hugging Face tokenizer (no \"model\" object)");
 }
 
+// Documents a and b as `t` encodes and marks them: <|endoftext|> (its first special token) between.
+std::vector<int> two_documents(const BpeTokenizer& t, const std::string& a, const std::string& b) {
+  std::vector<int> want = t.encode(a);
+  want.push_back(t.special_tokens()[0]);
+  const std::vector<int> tail = t.encode(b);
+  want.insert(want.end(), tail.begin(), tail.end());
+  return want;
+}
+
+// That the training split of `ds` is exactly `want` (read as one window of the held-out split, the same
+// tokens when a dataset validates on its training file).
+void expect_tokens(const TextDataset& ds, const std::vector<int>& want) {
+  ASSERT_EQ(ds.train_tokens(), want.size());
+  std::vector<int> got(want.size()), targets(want.size());
+  ds.val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
+  got.back() = targets[targets.size() - 2];
+  EXPECT_EQ(got, want);
+}
+
 // A directory of texts is its files by name, documents separated by <|endoftext|> with BPE (joined as they
 // are with bytes); a directory of token files is their ids one after another. Hidden files are skipped.
 TEST(Bpe, DirectoriesOfDocuments) {
@@ -352,15 +371,8 @@ TEST(Bpe, DirectoriesOfDocuments) {
   spit(dir + "/texts/.hidden", "never read");
   auto docs = TextDataset::from_files(dir + "/texts", dir + "/texts", 0, 0, 16, &*t);
   ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
-  std::vector<int> want = t->encode(a);
-  want.push_back(t->special_tokens()[0]);
-  const std::vector<int> tail = t->encode(b);
-  want.insert(want.end(), tail.begin(), tail.end());
-  ASSERT_EQ(docs->train_tokens(), want.size());
-  std::vector<int> got(want.size()), targets(want.size());
-  docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
-  got.back() = targets[targets.size() - 2];
-  EXPECT_EQ(got, want);
+  const std::vector<int> want = two_documents(*t, a, b);
+  expect_tokens(*docs, want);
   // Bits per byte count the documents' bytes, not the separator's.
   EXPECT_NEAR(docs->val_bytes_per_token(),
               static_cast<double>(a.size() + b.size()) / static_cast<double>(want.size()), 1e-12);
@@ -420,15 +432,7 @@ TEST(Bpe, JsonLinesFilesAreADocumentPerLine) {
                   nlohmann::json({{"text", b}, {"meta", {{"source", "kjv"}}}}).dump() + "\r\n");
   auto docs = TextDataset::from_files(jsonl, jsonl, 0, 0, 16, &*t);
   ASSERT_TRUE(docs.is_ok()) << docs.status().to_string();
-  std::vector<int> want = t->encode(a);
-  want.push_back(t->special_tokens()[0]);
-  const std::vector<int> tail = t->encode(b);
-  want.insert(want.end(), tail.begin(), tail.end());
-  ASSERT_EQ(docs->train_tokens(), want.size());
-  std::vector<int> got(want.size()), targets(want.size());
-  docs->val_batch(0, 1, static_cast<int>(want.size()) - 1, got.data(), targets.data());
-  got.back() = targets[targets.size() - 2];
-  EXPECT_EQ(got, want);
+  expect_tokens(*docs, two_documents(*t, a, b));
   auto bytes = TextDataset::from_files(jsonl, jsonl, 0, 0, 16);
   ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
   EXPECT_EQ(bytes->train_tokens(), a.size() + 1 + b.size());  // a newline after a, b has its own

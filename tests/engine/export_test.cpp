@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -33,6 +34,26 @@ std::string slurp(const std::string& path) {
 
 using test_files::split_safetensors;
 using test_files::write_safetensors;
+
+// The header of safetensors file `file`, and the file rewritten with the header `rename` makes of it (the
+// tensors' bytes unchanged).
+nlohmann::json safetensors_header(const std::string& file) {
+  const std::string bytes = slurp(file);
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  return nlohmann::json::parse(bytes.substr(8, header_bytes));
+}
+void rewrite_header(const std::string& file,
+                    const std::function<nlohmann::json(const nlohmann::json&)>& rename) {
+  const std::string bytes = slurp(file);
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  const std::string text = rename(safetensors_header(file)).dump();
+  const std::uint64_t n = text.size();
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << text << bytes.substr(8 + header_bytes);
+}
 
 GptConfig small_config() {
   GptConfig c;
@@ -206,12 +227,7 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
     EXPECT_EQ(got, p);
     if (c.fused_names) {  // Phi-3's names: q, k, v as one [Q + 2 kv, C] tensor, gate and up as one [2F, C]
-      std::ifstream st(dir + "/model.safetensors", std::ios::binary);
-      std::uint64_t header_bytes = 0;
-      st.read(reinterpret_cast<char*>(&header_bytes), 8);
-      std::string header(header_bytes, '\0');
-      st.read(header.data(), static_cast<std::streamsize>(header_bytes));
-      const nlohmann::json h = nlohmann::json::parse(header);
+      const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
       EXPECT_EQ(h["model.layers.1.self_attn.qkv_proj.weight"]["shape"],
                 (nlohmann::json{c.q_width() + 2 * c.kv_width(), c.channels}));
       EXPECT_EQ(h["model.layers.1.mlp.gate_up_proj.weight"]["shape"],
@@ -268,10 +284,8 @@ TEST(Import, ReadsOptExportsAndOptModelNames) {
   const GptConfig back = gpt_config_of(*spec);
   ASSERT_TRUE(back.opt);
   EXPECT_EQ(back.max_seq, c.max_seq);
-  const std::string file = dir + "/model.safetensors", bytes = slurp(file);
-  std::uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, bytes.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
+  const std::string file = dir + "/model.safetensors";
+  const nlohmann::json header = safetensors_header(file);
   EXPECT_EQ(header["model.decoder.embed_positions.weight"]["shape"], (nlohmann::json{6 + 2, 8}));
   EXPECT_EQ(header["model.decoder.layers.1.self_attn.v_proj.bias"]["shape"], (nlohmann::json{8}));
   EXPECT_EQ(header["model.decoder.layers.1.fc1.weight"]["shape"], (nlohmann::json{32, 8}));  // [out, in]
@@ -283,16 +297,13 @@ TEST(Import, ReadsOptExportsAndOptModelNames) {
   EXPECT_TRUE(w->ignored().empty());
 
   // OPTModel's names, and the tied head saved beside them.
-  nlohmann::json renamed = nlohmann::json::object();
-  for (auto it = header.begin(); it != header.end(); ++it)
-    renamed[it.key().rfind("model.", 0) == 0 ? it.key().substr(6) : it.key()] = it.value();
-  renamed["lm_head.weight"] = header["model.decoder.embed_tokens.weight"];
-  const std::string text = renamed.dump();
-  const std::uint64_t n = text.size();
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out << text << bytes.substr(8 + header_bytes);
-  out.close();
+  rewrite_header(file, [](const nlohmann::json& h) {
+    nlohmann::json renamed = nlohmann::json::object();
+    for (auto it = h.begin(); it != h.end(); ++it)
+      renamed[it.key().rfind("model.", 0) == 0 ? it.key().substr(6) : it.key()] = it.value();
+    renamed["lm_head.weight"] = h["model.decoder.embed_tokens.weight"];
+    return renamed;
+  });
   auto facebook = HfWeights::open(dir, back);
   ASSERT_TRUE(facebook.is_ok()) << facebook.status().to_string();
   std::fill(got.begin(), got.end(), -1.0f);
@@ -314,24 +325,18 @@ TEST(Import, ReadsALanguageModelInsideAMultimodalCheckpoint) {
     const std::string dir = temp_dir("export-multimodal");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     // Rename every tensor as the wrapper names it, and add one the text model does not have.
-    const std::string file = dir + "/model.safetensors", bytes = slurp(file);
-    std::uint64_t header_bytes = 0;
-    std::memcpy(&header_bytes, bytes.data(), 8);
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_bytes));
-    nlohmann::json renamed = nlohmann::json::object();
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      // transformers' newer names keep lm_head at the top.
-      const std::string& key = it.key();
-      const bool keep = key == "__metadata__" || (style != "language_model." && key.rfind("model.", 0) != 0);
-      renamed[keep ? key : style == "language_model." ? style + key : style + key.substr(6)] = it.value();
-    }
-    renamed["vision_tower.patch_embedding.weight"] = header["model.norm.weight"];
-    const std::string text = renamed.dump();
-    const std::uint64_t n = text.size();
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out << text << bytes.substr(8 + header_bytes);
-    out.close();
+    rewrite_header(dir + "/model.safetensors", [&style](const nlohmann::json& header) {
+      nlohmann::json renamed = nlohmann::json::object();
+      for (auto it = header.begin(); it != header.end(); ++it) {
+        // transformers' newer names keep lm_head at the top.
+        const std::string& key = it.key();
+        const bool keep =
+            key == "__metadata__" || (style != "language_model." && key.rfind("model.", 0) != 0);
+        renamed[keep ? key : style == "language_model." ? style + key : style + key.substr(6)] = it.value();
+      }
+      renamed["vision_tower.patch_embedding.weight"] = header["model.norm.weight"];
+      return renamed;
+    });
     auto w = HfWeights::open(dir, c);
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
     std::vector<float> got(p.size());

@@ -21,9 +21,10 @@ usage: llama_reference.py DIR
 DIR holds config.json, layout.json ([name, offset, shape] per tensor), params.f32, tokens.i32, targets.i32;
 writes loss.json and grads.f32 (the flat gradient of the mean cross-entropy). Exits 77 without torch.
 """
-import json
 import math
 import sys
+
+import reference_io
 
 try:
     import torch
@@ -32,18 +33,10 @@ except ImportError:
 
 
 def main(d):
-    cfg = json.load(open(d + "/config.json"))
-    layout = json.load(open(d + "/layout.json"))
-    flat = torch.tensor(
-        list(memoryview(open(d + "/params.f32", "rb").read()).cast("f")), dtype=torch.float64
-    )
-    flat.requires_grad_(True)
-    t = {name: flat[off:off + torch.Size(shape).numel()].view(*shape) for name, off, shape in layout}
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     B, T = cfg["batch"], cfg["seq"]
     C, H, KV = cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs, eps, theta = cfg.get("head_dim") or C // H, cfg["norm_eps"], cfg["rope_theta"]
-    tokens = torch.tensor(list(memoryview(open(d + "/tokens.i32", "rb").read()).cast("i"))).view(B, T)
-    targets = torch.tensor(list(memoryview(open(d + "/targets.i32", "rb").read()).cast("i"))).view(B, T)
 
     gemma = cfg.get("gemma", False)
 
@@ -162,9 +155,7 @@ def main(d):
     if final_cap:
         logits = torch.tanh(logits / final_cap) * final_cap
     loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
-    loss.backward()
-    json.dump({"loss": loss.item()}, open(d + "/loss.json", "w"))
-    open(d + "/grads.f32", "wb").write(flat.grad.to(torch.float32).numpy().tobytes())
+    reference_io.save(d, loss, flat, torch)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ the tensors by the names of an OPT checkpoint, so the names memwall exports are 
 (tests/engine/gpt_model_test.cpp).
 
 usage: opt_reference.py DIR
-DIR holds config.json, layout.json ([name, offset, shape] per tensor, Hugging Face names), params.f32,
-tokens.i32, targets.i32; writes loss.json and grads.f32 (the flat gradient of the mean cross-entropy).
-Exits 77 without torch.
+DIR as tests/engine/reference_io.py describes (the layout under Hugging Face names); writes loss.json and
+grads.f32 (the flat gradient of the mean cross-entropy). Exits 77 without torch.
 """
-import json
 import sys
+
+import reference_io
 
 try:
     import torch
@@ -22,17 +22,9 @@ except ImportError:
 
 
 def main(d):
-    cfg = json.load(open(d + "/config.json"))
-    layout = json.load(open(d + "/layout.json"))
-    flat = torch.tensor(
-        list(memoryview(open(d + "/params.f32", "rb").read()).cast("f")), dtype=torch.float64
-    )
-    flat.requires_grad_(True)
-    t = {name: flat[off:off + torch.Size(shape).numel()].view(*shape) for name, off, shape in layout}
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
     hs = C // H
-    tokens = torch.tensor(list(memoryview(open(d + "/tokens.i32", "rb").read()).cast("i"))).view(B, T)
-    targets = torch.tensor(list(memoryview(open(d + "/targets.i32", "rb").read()).cast("i"))).view(B, T)
 
     def ln(x, name):
         return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
@@ -57,9 +49,7 @@ def main(d):
     x = ln(x, "model.decoder.final_layer_norm")
     logits = x @ t["model.decoder.embed_tokens.weight"].T
     loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
-    loss.backward()
-    json.dump({"loss": loss.item()}, open(d + "/loss.json", "w"))
-    open(d + "/grads.f32", "wb").write(flat.grad.to(torch.float32).numpy().tobytes())
+    reference_io.save(d, loss, flat, torch)
 
 
 if __name__ == "__main__":
