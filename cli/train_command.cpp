@@ -489,8 +489,9 @@ int run_train(const TrainOptions& opt) {
                               c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
                               c.sandwich_norm ? gemma_extras(c).c_str() : "")
                         .c_str()
-        : c.opt ? "OPT-shaped: ReLU MLP, positions from row 2; "
-                : "",
+        : c.opt        ? "OPT-shaped: ReLU MLP, positions from row 2; "
+        : c.exact_gelu ? "exact GELU; "
+                       : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),
         bpe != nullptr
             ? strprintf("%s BPE vocabulary of %d", train::pre_tokenizer_name(bpe->pre_tokenizer()), c.vocab)

@@ -224,7 +224,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       {"n_layer", c.layers},
       {"n_head", c.heads},
       {"n_inner", nullptr},
-      {"activation_function", "gelu_new"},
+      {"activation_function", c.exact_gelu ? "gelu" : "gelu_new"},
       {"layer_norm_epsilon", 1e-5},
       {"resid_pdrop", 0.0},
       {"embd_pdrop", 0.0},

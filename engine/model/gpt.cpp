@@ -52,7 +52,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: attn_softcap, final_softcap and query_scale must be >= 0 (0: none), rope_local_theta 0 or > "
         "1");
   }
-  if (c.llama() && c.opt) return Status::invalid_argument("model: OPT is GPT-2's shape, not the Llama shape");
+  if (c.llama() && (c.opt || c.exact_gelu)) {
+    return Status::invalid_argument(
+        "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
+  }
+  if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
   if (!c.llama()) {
     if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
         c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
@@ -368,9 +372,9 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     return Status::invalid_argument(where + "activation_function \"" + m.mlp_act + "\" is not supported by " +
                                     tool + " for OPT; allowed: relu");
   }
-  if (!opt && !is_gelu_tanh(m.mlp_act)) {
+  if (!opt && !is_gelu_tanh(m.mlp_act) && m.mlp_act != "gelu") {
     return Status::invalid_argument(where + "activation_function \"" + m.mlp_act + "\" is not supported by " +
-                                    tool + "; allowed: gelu_new");
+                                    tool + "; allowed: gelu_new (tanh approximation) or gelu (exact)");
   }
   return Status::ok();
 }
@@ -408,6 +412,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
   }
   c.opt = m.model_type == "opt";
+  c.exact_gelu = !c.llama() && !c.opt && m.mlp_act == "gelu";
   return c;
 }
 
@@ -472,6 +477,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
   }
+  if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
     m.model_type = "opt";
     m.mlp_act = "relu";
@@ -1007,6 +1013,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         k::swiglu_forward(gel_[a].data(), fc_[a].data(), N, F);
       } else if (c_.opt) {
         k::relu_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
+      } else if (c_.exact_gelu) {
+        k::gelu_exact_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       } else {
         k::gelu_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       }
@@ -1086,6 +1094,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::swiglu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), N, F);
       } else if (c_.opt) {
         k::relu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
+      } else if (c_.exact_gelu) {
+        k::gelu_exact_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       } else {
         k::gelu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       }

@@ -73,6 +73,9 @@ struct GptConfig {
   // of a table that many rows longer, and, in Hugging Face files, OPT's names (separate q, k and v).
   bool opt = false;
   static constexpr int kOptPositionOffset = 2;
+  // GPT-2's shape with the exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (activation_function "gelu":
+  // Cerebras-GPT's), rather than its tanh approximation (gelu_new).
+  bool exact_gelu = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }

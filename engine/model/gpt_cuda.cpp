@@ -444,6 +444,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kGelu:
       if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
       if (c_.opt) return check(kc::relu_forward(gel_[a], fc_[a], nf, s), "relu");
+      if (c_.exact_gelu) return check(kc::gelu_exact_forward(gel_[a], fc_[a], nf, s), "gelu");
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
@@ -510,6 +511,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
       if (c_.opt) return check(kc::relu_backward(dfc_, fc_[a], dgel_, nf, s), "relu bwd");
+      if (c_.exact_gelu) return check(kc::gelu_exact_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
       if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:

@@ -206,6 +206,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), at(p + fc_w + 1), n, C, F);
       if (c_.opt) {
         k::relu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+      } else if (c_.exact_gelu) {
+        k::gelu_exact_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
       } else {
         k::gelu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
       }

@@ -110,6 +110,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"query_scale", c.query_scale},
           {"rope_local_theta", c.rope_local_theta},
           {"partial_rotary", c.partial_rotary},
+          {"exact_gelu", c.exact_gelu},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -121,6 +122,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
   c.vocab = j.value("vocab", 0);
   c.max_seq = j.value("max_seq", 0);
   c.opt = j.value("arch", std::string("gpt2")) == "opt";
+  c.exact_gelu = j.value("exact_gelu", false);
   if (j.value("arch", std::string("gpt2")) == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);

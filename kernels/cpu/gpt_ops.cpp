@@ -567,6 +567,23 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   }
 }
 
+// Exact GELU: Phi(x) = 0.5 (1 + erf(x / sqrt 2)); d/dx x Phi(x) = Phi(x) + x phi(x), phi the normal density.
+void gelu_exact_forward(float* out, const float* inp, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * 0.70710678118654752f));
+}
+
+void gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+    dinp[i] += (cdf + x * pdf) * dout[i];
+  }
+}
+
 void relu_forward(float* out, const float* inp, std::size_t n) {
 #pragma omp parallel for
   for (std::size_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;

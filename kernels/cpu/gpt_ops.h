@@ -95,6 +95,9 @@ void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int
 // GELU, tanh approximation (GPT-2's gelu_new).
 void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+// GELU exactly, 0.5 x (1 + erf(x / sqrt 2)) (transformers' "gelu", PyTorch's default; Cerebras-GPT's MLP).
+void gelu_exact_forward(float* out, const float* inp, std::size_t n);
+void gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 // ReLU (OPT's MLP): out = max(x, 0); backward adds dout where x > 0 (PyTorch's threshold_backward: none at
 // 0).
 void relu_forward(float* out, const float* inp, std::size_t n);

@@ -128,6 +128,21 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
 
+__global__ void gelu_exact_forward_kernel(float* out, const float* inp, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * 0.70710678118654752f));
+}
+
+__global__ void gelu_exact_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+  dinp[i] += (cdf + x * pdf) * dout[i];
+}
+
 __global__ void relu_forward_kernel(float* out, const float* inp, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
@@ -953,6 +968,18 @@ int gelu_forward(float* out, const float* inp, std::size_t n, void* stream) {
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
   if (n == 0) return 0;
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  return launched();
+}
+
+int gelu_exact_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  gelu_exact_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  return launched();
+}
+
+int gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  gelu_exact_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
   return launched();
 }
 

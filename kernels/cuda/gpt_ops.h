@@ -90,6 +90,9 @@ int sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH, void*
 // GELU, tanh approximation.
 int gelu_forward(float* out, const float* inp, std::size_t n, void* stream);
 int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
+// GELU exactly (erf), as kernels/cpu's gelu_exact_*.
+int gelu_exact_forward(float* out, const float* inp, std::size_t n, void* stream);
+int gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
 // ReLU (OPT's), as kernels/cpu's: dout passed where x > 0.
 int relu_forward(float* out, const float* inp, std::size_t n, void* stream);
 int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);

@@ -1965,6 +1965,21 @@ TEST(CliGenerate, AnOptShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// GPT-2's shape with the exact GELU (activation_function "gelu", Cerebras-GPT's) trains, is kept by the
+// checkpoint, exports with its activation and generates the same text from either.
+TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "exact-gelu",
+      R"({"n_layer": 1, "n_embd": 64, "n_head": 4, "n_positions": 64, "activation_function": "gelu"})",
+      "gpt-mini", 200);
+  EXPECT_EQ(r.latest["exact_gelu"], true);
+  EXPECT_EQ(r.config["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_EQ(r.config["activation_function"], "gelu");
+  EXPECT_EQ(r.tensors["h.0.mlp.c_fc.weight"]["shape"], (nlohmann::json{64, 256}));  // Conv1D's [in, out]
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // BLOOM, Falcon, Pythia and Phi are predicted (as their checkpoints count), not trained or generated: one
 // line.
 TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
@@ -1997,7 +2012,8 @@ TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
               R"( --model gpt-mini --model-set '{"activation_function": "relu"}')");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(
-      r.output.find("activation_function \"relu\" is not supported by memwall train; allowed: gelu_new"),
+      r.output.find("activation_function \"relu\" is not supported by memwall train; allowed: gelu_new (tanh "
+                    "approximation) or gelu (exact)"),
       std::string::npos)
       << r.output;
 }

@@ -180,6 +180,16 @@ TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
   expect_close(d_g.host(), g, 1e-5f, 1e-6f, "gelu");
   expect_close(d_dg.host(), dg, 1e-5f, 1e-5f, "gelu backward");
 
+  // The exact GELU (erff, expf: the device's rounding) at the elementwise tolerances.
+  std::vector<float> ge(x.size()), dge = randn(x.size(), 30);
+  Dev<float> d_ge(ge.size()), d_dge(dge);
+  ASSERT_EQ(cu::gelu_exact_forward(d_ge.get(), d_x.get(), x.size(), nullptr), 0);
+  ASSERT_EQ(cu::gelu_exact_backward(d_dge.get(), d_x.get(), d_dy.get(), x.size(), nullptr), 0);
+  gelu_exact_forward(ge.data(), x.data(), x.size());
+  gelu_exact_backward(dge.data(), x.data(), dy.data(), x.size());
+  expect_close(d_ge.host(), ge, 1e-5f, 1e-6f, "exact gelu");
+  expect_close(d_dge.host(), dge, 1e-5f, 1e-5f, "exact gelu backward");
+
   // OPT's ReLU: exact (a select, no arithmetic but the backward's one addition).
   std::vector<float> rl(x.size()), drl = randn(x.size(), 29);
   Dev<float> d_rl(rl.size()), d_drl(drl);

@@ -157,11 +157,14 @@ TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), small_gpt());
 }
 
-// OPT's variant of the GPT-2 shape (ReLU, positions from row 2 of the table) at GPT-2's tolerances.
-TEST_P(CudaGpt, OptShapeMatchesTheCpu) {
-  GptConfig opt = small_gpt();
+// OPT's variant of the GPT-2 shape (ReLU, positions from row 2 of the table), and GPT-2's with the exact
+// GELU, at GPT-2's tolerances.
+TEST_P(CudaGpt, OptShapeAndExactGeluMatchTheCpu) {
+  GptConfig opt = small_gpt(), exact = small_gpt();
   opt.opt = true;
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), opt);
+  exact.exact_gelu = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), exact);
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's

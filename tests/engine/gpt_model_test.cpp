@@ -175,11 +175,14 @@ GptConfig opt() {
   return c;
 }
 
-// GPT-2 (16 channels), OPT and the Llama shapes, named for SCOPED_TRACE.
+// GPT-2 (16 channels; with the exact GELU too), OPT and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
+  GptConfig exact = gpt2;
+  exact.exact_gelu = true;
   return {{"gpt2", gpt2},
+          {"gpt2-exact-gelu", exact},
           {"opt", opt()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
@@ -482,9 +485,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   phi.rope_scaling = phi4_longrope(16).rope_scaling;
   GptConfig opt_shape = gpt2;  // and OPT's ReLU and positions from row 2
   opt_shape.opt = true;
+  GptConfig exact = gpt2;  // and GPT-2 with the exact GELU
+  exact.exact_gelu = true;
   for (const GptConfig& c :
-       {gpt2, opt_shape, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+       {gpt2, opt_shape, exact, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
+                 : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
@@ -801,12 +807,15 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
 TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // (Not OPT: steps of 1e-2 cross ReLU's kink at many MLP inputs; OptMatchesAPyTorchReference checks its
   // gradients against float64 autograd instead.)
-  for (const GptConfig& c : {tiny(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
-    SCOPED_TRACE(c.llama() ? (c.rope_local_theta > 0 ? "gemma3"
-                              : c.sandwich_norm      ? "gemma2"
-                              : c.qkv_bias           ? "qwen2"
-                                                     : "llama")
-                           : "gpt2");
+  GptConfig exact = tiny();  // GPT-2 with the exact GELU
+  exact.exact_gelu = true;
+  for (const GptConfig& c : {tiny(), exact, llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+    SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
+                                   : c.sandwich_norm      ? "gemma2"
+                                   : c.qkv_bias           ? "qwen2"
+                                                          : "llama")
+                 : c.exact_gelu ? "gpt2, exact gelu"
+                                : "gpt2");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
     // Larger weights than GPT-2's init so every path carries a visible gradient.

@@ -277,6 +277,18 @@ int gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
   return enqueue(stream, [=] { kernels::gelu_backward(dinp, inp, dout, n); });
 }
 
+int gelu_exact_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (int e = device_args("gelu_exact_forward", {{out, f32(n), "out", true}, {inp, f32(n), "inp"}})) return e;
+  return enqueue(stream, [=] { kernels::gelu_exact_forward(out, inp, n); });
+}
+
+int gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (int e = device_args("gelu_exact_backward",
+                          {{dinp, f32(n), "dinp", true}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::gelu_exact_backward(dinp, inp, dout, n); });
+}
+
 int relu_forward(float* out, const float* inp, std::size_t n, void* stream) {
   if (int e = device_args("relu_forward", {{out, f32(n), "out", true}, {inp, f32(n), "inp"}})) return e;
   return enqueue(stream, [=] { kernels::relu_forward(out, inp, n); });
