@@ -210,6 +210,11 @@ namespace {
 // OPT's names for GPT-2's layout (OPTForCausalLM's, all nn.Linear [out, in]): c_attn's rows and bias split
 // into q_proj, k_proj and v_proj, each back to back in the flat array.
 std::vector<ParamTensor> opt_param_layout(const std::vector<ParamTensor>& layout) {
+  static const std::map<std::string, std::string> outside = {
+      {"wte.weight", "model.decoder.embed_tokens.weight"},
+      {"wpe.weight", "model.decoder.embed_positions.weight"},
+      {"ln_f.weight", "model.decoder.final_layer_norm.weight"},
+      {"ln_f.bias", "model.decoder.final_layer_norm.bias"}};
   static const std::map<std::string, std::string> stems = {{"ln_1", "self_attn_layer_norm"},
                                                            {"attn.c_proj", "self_attn.out_proj"},
                                                            {"ln_2", "final_layer_norm"},
@@ -218,10 +223,8 @@ std::vector<ParamTensor> opt_param_layout(const std::vector<ParamTensor>& layout
   std::vector<ParamTensor> out;
   for (const ParamTensor& t : layout) {
     ParamTensor o = t;
-    if (t.name == "wte.weight" || t.name == "wpe.weight" || t.name.rfind("ln_f.", 0) == 0) {
-      o.name = t.name == "wte.weight"   ? "model.decoder.embed_tokens.weight"
-               : t.name == "wpe.weight" ? "model.decoder.embed_positions.weight"
-                                        : "model.decoder.final_layer_norm." + t.name.substr(5);
+    if (const auto it = outside.find(t.name); it != outside.end()) {
+      o.name = it->second;
       out.push_back(std::move(o));
       continue;
     }

@@ -121,9 +121,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
   c.heads = j.value("heads", 0);
   c.vocab = j.value("vocab", 0);
   c.max_seq = j.value("max_seq", 0);
-  c.opt = j.value("arch", std::string("gpt2")) == "opt";
+  const std::string arch = j.value("arch", std::string("gpt2"));
+  c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
-  if (j.value("arch", std::string("gpt2")) == "llama") {
+  if (arch == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);
