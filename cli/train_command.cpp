@@ -489,7 +489,11 @@ int run_train(const TrainOptions& opt) {
                               c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
                               c.sandwich_norm ? gemma_extras(c).c_str() : "")
                         .c_str()
-        : c.opt        ? "OPT-shaped: ReLU MLP, positions from row 2; "
+        : c.opt  ? "OPT-shaped: ReLU MLP, positions from row 2; "
+        : c.neox ? strprintf("GPT-NeoX-shaped: %s, %s GELU MLP of %d, attention and MLP %s, %s head; ",
+                             rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
+                             c.parallel_residual ? "side by side" : "in sequence", c.tied ? "tied" : "untied")
+                       .c_str()
         : c.exact_gelu ? "exact GELU; "
                        : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

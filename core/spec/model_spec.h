@@ -140,6 +140,9 @@ struct ModelSpec {
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
   // no second norm in the block.
   bool block_norm_shared = false;
+  // The attention and the MLP side by side on the block's input, each through its own norm (GPT-NeoX's
+  // use_parallel_residual): x + attn(ln1(x)) + mlp(ln2(x)).
+  bool parallel_residual = false;
   bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
   bool head_bias = false;   // Phi's bias on the untied head
 

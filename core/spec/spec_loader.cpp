@@ -711,8 +711,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", true, "biases on the MLP only"));
       MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
-      r.ignore({"use_parallel_residual", "classifier_dropout", "attention_dropout", "hidden_dropout",
-                "rotary_emb_base", "use_cache"});
+      m.parallel_residual = true;
+      MW_RETURN_IF_ERROR(r.get_bool("use_parallel_residual", m.parallel_residual));
+      r.ignore({"classifier_dropout", "attention_dropout", "hidden_dropout", "rotary_emb_base", "use_cache"});
     } else if (falcon) {
       bool new_arch = false, multi_query = true, parallel = true, alibi = false;
       MW_RETURN_IF_ERROR(r.get_bool("new_decoder_architecture", new_arch));
@@ -1282,6 +1283,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"partial_rotary_factor", m.partial_rotary_factor},
             {"position_offset", m.position_offset},
             {"block_norm_shared", m.block_norm_shared},
+            {"parallel_residual", m.parallel_residual},
             {"embed_norm", m.embed_norm},
             {"head_bias", m.head_bias},
             {"experts", m.experts},

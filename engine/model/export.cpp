@@ -214,6 +214,31 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     };
     return config.dump(2) + "\n";
   }
+  if (c.neox) {  // GPTNeoXConfig's keys (its older rotary_emb_base, transformers' newer rope_theta)
+    nlohmann::ordered_json config = {
+        {"architectures", {"GPTNeoXForCausalLM"}},
+        {"model_type", "gpt_neox"},
+        {"vocab_size", c.vocab},
+        {"hidden_size", c.channels},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"intermediate_size", c.ffn_width()},
+        {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
+        {"rotary_pct", c.partial_rotary},
+        {"rotary_emb_base", c.rope_theta},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+        {"max_position_embeddings", c.max_seq},
+        {"layer_norm_eps", 1e-5},
+        {"use_parallel_residual", c.parallel_residual},
+        {"attention_bias", true},
+        {"attention_dropout", 0.0},
+        {"hidden_dropout", 0.0},
+        {"tie_word_embeddings", c.tied},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -276,16 +301,21 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   if (!file.is_ok()) return file.status();
   MW_RETURN_IF_ERROR(file->append(len, 8));
   MW_RETURN_IF_ERROR(file->append(h.data(), h.size()));
-  std::vector<float> src(largest), transposed;
+  std::vector<float> src(largest), reordered;
   std::vector<std::uint16_t> half(eb == 2 ? largest : 0);
   for (const auto& t : layout) {
     MW_RETURN_IF_ERROR(read(t.offset, t.numel, src.data()));
     const float* data = src.data();
     if (hf_transposed(t)) {
-      transposed.resize(t.numel);  // [out, in] -> Conv1D's [in, out]
+      reordered.resize(t.numel);  // [out, in] -> Conv1D's [in, out]
       transpose(src.data(), static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]),
-                transposed.data());
-      data = transposed.data();
+                reordered.data());
+      data = reordered.data();
+    } else if (hf_interleaved(c, t)) {
+      reordered.resize(t.numel);  // every q, k, v -> head by head (GPT-NeoX's)
+      interleave_qkv(c, src.data(), t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1,
+                     reordered.data(), true);
+      data = reordered.data();
     }
     if (dtype == ExportDtype::kF32) {
       MW_RETURN_IF_ERROR(file->append(data, t.numel * sizeof(float)));

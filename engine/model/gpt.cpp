@@ -57,18 +57,26 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
+  if (c.llama() && (c.neox || c.parallel_residual)) {
+    return Status::invalid_argument(
+        "model: GPT-NeoX and the parallel residual are GPT-2's shape's variants, not the Llama shape's");
+  }
+  if (c.neox && c.opt) return Status::invalid_argument("model: GPT-NeoX and OPT are two variants, not one");
   if (!c.llama()) {
-    if (c.kv_head_count() != c.heads || c.ffn_width() != 4 * c.channels || !c.tied || c.qkv_bias ||
-        c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp || c.norm_unit_offset ||
-        c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 ||
-        c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0 || c.partial_rotary != 1.0) {
+    // GPT-NeoX's own: rotary positions and their settings, an untied head, another MLP width.
+    const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
+                           c.rope_theta != 10000 || !c.rope_scaling.none();
+    if (c.kv_head_count() != c.heads || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm ||
+        c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names || c.global_every != 0 ||
+        c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0 ||
+        c.rope_local_theta != 0 || (neox_only && !c.neox)) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
-          "full attention; allowed: the Llama shape for others");
+          "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not); allowed: "
+          "the Llama shape for others");
     }
-    return Status::ok();
-  }
-  if (c.heads % c.kv_head_count() != 0) {
+    if (!c.neox) return Status::ok();
+  } else if (c.heads % c.kv_head_count() != 0) {
     return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
                                     ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
   }
@@ -127,8 +135,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
   // Each matrix a tile splits, and its output rows.
   std::vector<std::pair<const char*, int>> rows = {
-      {c.llama() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
-  if (c.llama()) {
+      {c.rotary() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
+  if (c.rotary()) {
     if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
     if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
     rows.push_back({"the MLP's inner size", c.ffn_width()});
@@ -184,8 +192,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
     return out;
   }
+  const int F = c.ffn_width();
   add("wte.weight", {c.vocab, C});
-  add("wpe.weight", {c.position_rows(), C});
+  if (!c.neox) add("wpe.weight", {c.position_rows(), C});
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
@@ -196,44 +205,42 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     add(h + "attn.c_proj.bias", {C});
     add(h + "ln_2.weight", {C});
     add(h + "ln_2.bias", {C});
-    add(h + "mlp.c_fc.weight", {4 * C, C});
-    add(h + "mlp.c_fc.bias", {4 * C});
-    add(h + "mlp.c_proj.weight", {C, 4 * C});
+    add(h + "mlp.c_fc.weight", {F, C});
+    add(h + "mlp.c_fc.bias", {F});
+    add(h + "mlp.c_proj.weight", {C, F});
     add(h + "mlp.c_proj.bias", {C});
   }
   add("ln_f.weight", {C});
   add("ln_f.bias", {C});
+  if (!c.tied) add("lm_head.weight", {c.vocab, C});  // GPT-NeoX's embed_out
   return out;
 }
 
 namespace {
-// OPT's names for GPT-2's layout (OPTForCausalLM's, all nn.Linear [out, in]): c_attn's rows and bias split
-// into q_proj, k_proj and v_proj, each back to back in the flat array.
-std::vector<ParamTensor> opt_param_layout(const std::vector<ParamTensor>& layout) {
-  static const std::map<std::string, std::string> outside = {
-      {"wte.weight", "model.decoder.embed_tokens.weight"},
-      {"wpe.weight", "model.decoder.embed_positions.weight"},
-      {"ln_f.weight", "model.decoder.final_layer_norm.weight"},
-      {"ln_f.bias", "model.decoder.final_layer_norm.bias"}};
-  static const std::map<std::string, std::string> stems = {{"ln_1", "self_attn_layer_norm"},
-                                                           {"attn.c_proj", "self_attn.out_proj"},
-                                                           {"ln_2", "final_layer_norm"},
-                                                           {"mlp.c_fc", "fc1"},
-                                                           {"mlp.c_proj", "fc2"}};
+// A family's names for GPT-2's layout: the tensors outside the blocks by `outside`, a block's
+// "h.L.<stem>.<weight|bias>" as prefix + L + "." + stems[stem] + "." + weight|bias; with split_qkv (OPT's,
+// whose linears are separate q_proj, k_proj and v_proj) c_attn's rows and bias as three tensors, each back
+// to back in the flat array.
+struct FamilyNames {
+  std::map<std::string, std::string> outside, stems;
+  std::string prefix;
+  bool split_qkv = false;
+};
+
+std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, const FamilyNames& names) {
   std::vector<ParamTensor> out;
   for (const ParamTensor& t : layout) {
     ParamTensor o = t;
-    if (const auto it = outside.find(t.name); it != outside.end()) {
+    if (const auto it = names.outside.find(t.name); it != names.outside.end()) {
       o.name = it->second;
       out.push_back(std::move(o));
       continue;
     }
-    // "h.L.<stem>.<weight|bias>"
     const auto d1 = t.name.find('.', 2), d2 = t.name.rfind('.');
     const std::string layer = t.name.substr(2, d1 - 2), stem = t.name.substr(d1 + 1, d2 - d1 - 1),
                       kind = t.name.substr(d2 + 1);
-    const std::string prefix = "model.decoder.layers." + layer + ".";
-    if (stem == "attn.c_attn") {
+    const std::string prefix = names.prefix + layer + ".";
+    if (stem == "attn.c_attn" && names.split_qkv) {
       const std::size_t rows = static_cast<std::size_t>(t.shape[0] / 3), each = t.numel / 3;
       const char* parts[] = {"q_proj", "k_proj", "v_proj"};
       for (std::size_t k = 0; k < 3; ++k) {
@@ -246,18 +253,52 @@ std::vector<ParamTensor> opt_param_layout(const std::vector<ParamTensor>& layout
       }
       continue;
     }
-    const auto it = stems.find(stem);
-    MW_CHECK(it != stems.end(), "opt_param_layout: unexpected tensor " + t.name);
+    const auto it = names.stems.find(stem);
+    MW_CHECK(it != names.stems.end(), "hf_param_layout: unexpected tensor " + t.name);
     o.name = prefix + it->second + "." + kind;
     out.push_back(std::move(o));
   }
   return out;
 }
+
+// OPTForCausalLM's names (all nn.Linear [out, in]).
+const FamilyNames& opt_names() {
+  static const FamilyNames names{{{"wte.weight", "model.decoder.embed_tokens.weight"},
+                                  {"wpe.weight", "model.decoder.embed_positions.weight"},
+                                  {"ln_f.weight", "model.decoder.final_layer_norm.weight"},
+                                  {"ln_f.bias", "model.decoder.final_layer_norm.bias"}},
+                                 {{"ln_1", "self_attn_layer_norm"},
+                                  {"attn.c_proj", "self_attn.out_proj"},
+                                  {"ln_2", "final_layer_norm"},
+                                  {"mlp.c_fc", "fc1"},
+                                  {"mlp.c_proj", "fc2"}},
+                                 "model.decoder.layers.",
+                                 true};
+  return names;
+}
+
+// GPTNeoXForCausalLM's (nn.Linear [out, in]; query_key_value's rows interleaved, hf_interleaved).
+const FamilyNames& neox_names() {
+  static const FamilyNames names{{{"wte.weight", "gpt_neox.embed_in.weight"},
+                                  {"ln_f.weight", "gpt_neox.final_layer_norm.weight"},
+                                  {"ln_f.bias", "gpt_neox.final_layer_norm.bias"},
+                                  {"lm_head.weight", "embed_out.weight"}},
+                                 {{"ln_1", "input_layernorm"},
+                                  {"attn.c_attn", "attention.query_key_value"},
+                                  {"attn.c_proj", "attention.dense"},
+                                  {"ln_2", "post_attention_layernorm"},
+                                  {"mlp.c_fc", "mlp.dense_h_to_4h"},
+                                  {"mlp.c_proj", "mlp.dense_4h_to_h"}},
+                                 "gpt_neox.layers.",
+                                 false};
+  return names;
+}
 }  // namespace
 
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   std::vector<ParamTensor> layout = gpt_param_layout(c);
-  if (c.opt) return opt_param_layout(layout);
+  if (c.opt) return renamed_layout(layout, opt_names());
+  if (c.neox) return renamed_layout(layout, neox_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -319,10 +360,10 @@ bool is_gelu_tanh(const std::string& act) {
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
-  for (const char* other : {"gpt_neox", "falcon", "bloom", "phi"}) {
+  for (const char* other : {"falcon", "bloom", "phi"}) {
     if (m.model_type == other) {
       return Status::invalid_argument(where + "model_type " + other + " is not supported by " + tool +
-                                      " (it takes GPT-2's shape, OPT's and Llama's); "
+                                      " (it takes GPT-2's shape, OPT's, GPT-NeoX's and Llama's); "
                                       "memwall predict and simulate take it");
     }
   }
@@ -330,6 +371,23 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
+  }
+  if (m.model_type == "gpt_neox") {  // the reader has refused what NeoX's config cannot be otherwise
+    if (!m.rope_scaling.supported()) {
+      return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
+                                      "\" is not supported by " + tool +
+                                      "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
+    }
+    if (m.mlp_act != "gelu" && !is_gelu_tanh(m.mlp_act)) {
+      return Status::invalid_argument(
+          where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+          " for GPT-NeoX; allowed: gelu (exact) or gelu_new (tanh approximation)");
+    }
+    if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
+      return Status::invalid_argument(where + "layer_norm_eps " + strprintf("%g", m.norm_eps) +
+                                      " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
+    }
+    return Status::ok();
   }
   if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
     // The Llama shape: all three together, without biases but Qwen2's on q, k and v.
@@ -415,12 +473,36 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
   }
   c.opt = m.model_type == "opt";
+  if (m.model_type == "gpt_neox") {
+    c.neox = true;
+    c.parallel_residual = m.parallel_residual;
+    c.tied = m.tied_embeddings;
+    c.ffn = m.ffn_hidden;
+    c.rope_theta = m.rope_theta;
+    c.rope_scaling = m.rope_scaling;
+    c.partial_rotary = m.partial_rotary_factor;
+  }
   c.exact_gelu = !c.llama() && !c.opt && m.mlp_act == "gelu";
   return c;
 }
 
 bool hf_transposed(const ParamTensor& t) {
   return t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
+}
+
+bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
+  return c.neox && t.name.find(".attention.query_key_value.") != std::string::npos;
+}
+
+void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf) {
+  const auto heads = static_cast<std::size_t>(c.heads), hs = static_cast<std::size_t>(c.head_size());
+  const std::size_t block = hs * cols;  // one head's q (or k, or v): hs rows
+  for (std::size_t part = 0; part < 3; ++part) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      const std::size_t mine = (part * heads + h) * block, neox = (h * 3 + part) * block;
+      std::copy_n(src + (to_hf ? mine : neox), block, dst + (to_hf ? neox : mine));
+    }
+  }
 }
 
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
@@ -437,7 +519,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.hidden = c.channels;
   m.heads = c.heads;
   m.kv_heads = c.heads;
-  m.ffn_hidden = 4 * c.channels;
+  m.ffn_hidden = c.ffn_width();
   m.vocab = c.vocab;
   m.max_positions = c.max_seq;
   m.tied_embeddings = true;
@@ -480,6 +562,15 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
   }
+  if (c.neox) {
+    m.model_type = "gpt_neox";
+    m.position = PositionKind::kRotary;
+    m.tied_embeddings = c.tied;
+    m.rope_theta = c.rope_theta;
+    m.rope_scaling = c.rope_scaling;
+    m.partial_rotary_factor = c.partial_rotary;
+    m.parallel_residual = c.parallel_residual;
+  }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
     m.model_type = "opt";
@@ -499,6 +590,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     if (name == "embed.positions") return {"wpe.weight"};
     if (name == "final_norm.w") return {"ln_f.weight"};
     if (name == "final_norm.b") return {"ln_f.bias"};
+    if (name == "lm_head.w") return {"lm_head.weight"};
   } else {
     if (name == "embed.tokens") return {"model.embed_tokens.weight"};
     if (name == "final_norm.w") return {"model.norm.weight"};
@@ -784,7 +876,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   dfc_.resize(N * Wf);
   dgel_.resize(N * F);
   dlogits_.resize(logits_.size());
-  if (c.llama()) {
+  if (c.rotary()) {
     qf_.resize(N * 3 * Q);
     dqf_.resize(N * 3 * Q);
     gpt_rope_tables(c, T, rope_cos_, rope_sin_);
@@ -965,7 +1057,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   switch (o.role) {
     case Role::kEmbed:
       k::embedding_forward(resid_[0].data(), tokens_.data(), p[0],
-                           c_.llama() ? nullptr : p[1] + c_.position0(), B_, T_, C, c_.embedding_scale());
+                           c_.rotary() ? nullptr : p[1] + c_.position0(), B_, T_, C, c_.embedding_scale());
       break;
     case Role::kLn1:
       norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[l].data(), p);
@@ -980,7 +1072,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
-      if (c_.llama()) {
+      if (c_.rotary()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
@@ -1003,8 +1095,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kLn1Post:
       post_norm_forward(res1_[a].data(), resid_[l].data(), ao_[a].data(), rao_[a].data(), p);
       break;
-    case Role::kLn2:
-      norm_forward(ln2_[a].data(), m2_[a].data(), r2_[a].data(), res1_[a].data(), p);
+    case Role::kLn2:  // the attention's output added, or (parallel_residual) the block's input
+      norm_forward(ln2_[a].data(), m2_[a].data(), r2_[a].data(), mlp_input(l, a), p);
       break;
     case Role::kFc1:
       linear(fc_[a].data(), c_.fc_width(), ln2_[a].data(), C, nullptr);
@@ -1107,8 +1199,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (first_tile) zero(dln_);
       linear(dln_.data(), dfc_.data(), c_.fc_width(), ln2_[a].data(), C);
       break;
-    case Role::kLn2:
-      norm_backward(dres_.data(), g, dln_.data(), res1_[a].data(), p, m2_[a].data(), r2_[a].data());
+    case Role::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
+                      // (parallel_residual) into the block input's, which holds the output's (res1's) already
+      norm_backward((c_.parallel_residual ? dx_ : dres_).data(), g, dln_.data(), mlp_input(l, a), p,
+                    m2_[a].data(), r2_[a].data());
       break;
     case Role::kLn1Post:
       dx_ = dres_;  // the attention's residual branch
@@ -1118,7 +1212,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kProj:
       if (first_tile) {
         zero(datty_);
-        if (!c_.sandwich_norm) dx_ = dres_;  // the attention's residual branch
+        // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
+        if (!c_.sandwich_norm && !c_.parallel_residual) dx_ = dres_;
       }
       linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
       break;
@@ -1126,7 +1221,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
       float* dqkv = dqkv_.data();
-      if (c_.llama()) {
+      if (c_.rotary()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
         dqkv = dqf_.data();
@@ -1141,7 +1236,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
-      if (c_.llama()) collapse_dqkv(o.layer);
+      if (c_.rotary()) collapse_dqkv(o.layer);
       break;
     }
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
@@ -1158,7 +1253,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[a].data(), r1_[a].data());
       break;
     case Role::kEmbed:
-      k::embedding_backward(g[0], c_.llama() ? nullptr : g[1] + c_.position0(), dx_.data(), tokens_.data(),
+      k::embedding_backward(g[0], c_.rotary() ? nullptr : g[1] + c_.position0(), dx_.data(), tokens_.data(),
                             B_, T_, C, c_.embedding_scale());
       break;
   }

@@ -5,7 +5,8 @@
 // down), no biases (or Qwen2's on q, k and v), the head tied or not; heads of their own width (head_dim) and
 // Qwen3's RMSNorm of each query and key head before the rotary turn. Or OPT's variant of GPT-2's shape
 // (`opt`): a ReLU MLP, and a position table of max_seq + 2 rows read from row 2 (OPT's position ids start at
-// 2).
+// 2). Or GPT-NeoX's (`neox`): rotary positions on part of each head instead of the table, an untied head, and
+// (parallel_residual) the attention and the MLP side by side on each block's input.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -76,8 +77,19 @@ struct GptConfig {
   // GPT-2's shape with the exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (activation_function "gelu":
   // Cerebras-GPT's), rather than its tanh approximation (gelu_new).
   bool exact_gelu = false;
+  // GPT-NeoX's variant of GPT-2's shape (Pythia's): rotary positions on the first int(head size x
+  // partial_rotary) channels of each head (rope_theta, rope_scaling) instead of a position table, the head
+  // tied or not (tied), an MLP of ffn inner features, and, in Hugging Face files, NeoX's names with q, k and
+  // v interleaved head by head in one query_key_value matrix.
+  bool neox = false;
+  // Attention and MLP side by side on the block's input, each through its own norm:
+  // x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX's use_parallel_residual), rather than one after the other.
+  bool parallel_residual = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
+  // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
+  // embedding adding a learned position's row.
+  bool rotary() const { return llama() || neox; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
@@ -150,7 +162,8 @@ struct ParamTensor {
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // The layout as Hugging Face files name it: gpt_param_layout's, or with fused_names Phi-3's qkv_proj and
 // gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor, or for
-// OPT its names (model.decoder.*), c_attn split into q_proj, k_proj and v_proj.
+// OPT its names (model.decoder.*), c_attn split into q_proj, k_proj and v_proj, or for GPT-NeoX its names
+// (gpt_neox.*, embed_out), c_attn as query_key_value with its rows in NeoX's order (hf_interleaved).
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 // The rotary cosines and sines of positions [0, T), [T][rotary_dim() / 2] each (the Llama shape's, for a
@@ -179,6 +192,12 @@ using ParamReader = std::function<Status(std::size_t offset, std::size_t n, floa
 
 // Hugging Face's GPT-2 keeps the blocks' linear weights as Conv1D [in, out]; memwall stores them [out, in].
 bool hf_transposed(const ParamTensor& t);
+// GPT-NeoX's query_key_value (weight or bias, of hf_param_layout): its rows are q, k and v of head 0, then of
+// head 1, ..., where memwall's c_attn has every head's q, then every k, then every v.
+bool hf_interleaved(const GptConfig& c, const ParamTensor& t);
+// A query_key_value tensor's rows ([3 x heads x head size][cols]) from memwall's order into NeoX's
+// (to_hf), or back.
+void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf);
 // dst[c * rows + r] = src[r * cols + c]: a rows x cols matrix transposed.
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst);
 
@@ -310,11 +329,16 @@ class GptModel {
                       const OpInfo& o, const float* residual);
   void linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
                        const Part* parts, int n, const OpInfo& o);
-  // The Llama shape's attention input: qkv_[l] with K and V repeated to every query head and rotary
+  // The rotary shapes' attention input: qkv_[l] with K and V repeated to every query head and rotary
   // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
   void expand_qkv(const float* qkv, int layer);
   void collapse_dqkv(int layer);
+  // The MLP's norm's input in layer l (activation slot a): the attention's residual sum, or with
+  // parallel_residual the block's input.
+  const float* mlp_input(std::size_t l, std::size_t a) const {
+    return (c_.parallel_residual ? resid_[l] : res1_[a]).data();
+  }
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);

@@ -96,7 +96,7 @@ Status CudaGptModel::allocate(int tiling) {
         " free; lower train_micro_batch_size_per_gpu or memwall.sequence_length");
   }
   MW_RETURN_IF_ERROR(allocate_buffers(tiling));
-  if (!c_.llama()) return Status::ok();
+  if (!c_.rotary()) return Status::ok();
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
   std::vector<float> cos_t, sin_t;
   gpt_rope_tables(c_, T_, cos_t, sin_t);
@@ -165,7 +165,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   // widest matrix's rows (an untied head's vocabulary too).
   const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
   if (tiling > 1 || c_.llama()) tile_ = buf(N * widest, "tile");
-  if (c_.llama()) {
+  if (c_.rotary()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
     const std::size_t table = c_.rope_tables_floats(T_);
@@ -405,7 +405,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   switch (o.role) {
     case GptRole::kEmbed:
       return check(
-          kc::embedding_forward(resid_[0], tokens_, p[0], c_.llama() ? nullptr : p[1] + c_.position0(), B_,
+          kc::embedding_forward(resid_[0], tokens_, p[0], c_.rotary() ? nullptr : p[1] + c_.position0(), B_,
                                 T_, C, s, c_.embedding_scale()),
           "embedding");
     case GptRole::kLn1:
@@ -419,7 +419,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                    "head rmsnorm");
     case GptRole::kAttn: {
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
-      if (c_.llama()) {
+      if (c_.rotary()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
       }
@@ -437,8 +437,8 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return linear(res1_[a], C, atty_[a], Q, resid_[l]);
     case GptRole::kLn1Post:
       return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
-    case GptRole::kLn2:
-      return norm_forward(ln2_[a], m2_[a], r2_[a], res1_[a], p);
+    case GptRole::kLn2:  // the attention's output added, or (parallel_residual) the block's input
+      return norm_forward(ln2_[a], m2_[a], r2_[a], c_.parallel_residual ? resid_[l] : res1_[a], p);
     case GptRole::kFc1:
       return linear(fc_[a], c_.fc_width(), ln2_[a], C, nullptr);
     case GptRole::kGelu:
@@ -517,7 +517,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kFc1:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dfc_, c_.fc_width(), ln2_[a], C);
-    case GptRole::kLn2:
+    case GptRole::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
+                         // (parallel_residual) into the block input's, which holds the output's already
+      if (c_.parallel_residual) return norm_backward(dx_, g, dln_, resid_[l], p, m2_[a], r2_[a]);
       return norm_backward(dres_, g, dln_, res1_[a], p, m2_[a], r2_[a]);
     case GptRole::kLn1Post:
       MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
@@ -526,14 +528,15 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kProj:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(datty_, nq));
-        if (!c_.sandwich_norm) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
+        // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
+        if (!c_.sandwich_norm && !c_.parallel_residual) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));
       }
       return linear(datty_, c_.sandwich_norm ? dpost_ : dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
       // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
-      if (c_.llama()) {
+      if (c_.rotary()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
         dqkv = dqf_;
@@ -548,7 +551,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                                         c_.score_scale(), c_.score_cap()),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
-      return c_.llama() ? collapse_dqkv(o.layer) : Status::ok();
+      return c_.rotary() ? collapse_dqkv(o.layer) : Status::ok();
     }
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
@@ -562,7 +565,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
-      return check(kc::embedding_backward(g[0], c_.llama() ? nullptr : g[1] + c_.position0(), dx_, tokens_,
+      return check(kc::embedding_backward(g[0], c_.rotary() ? nullptr : g[1] + c_.position0(), dx_, tokens_,
                                           B_, T_, C, s, c_.embedding_scale()),
                    "embedding bwd");
   }

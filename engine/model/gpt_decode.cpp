@@ -94,22 +94,23 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), at(w + 1), count, C);
     }
   };
-  // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2) the position's.
+  // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2, OPT) the position's.
   const float embed_scale = c_.embedding_scale();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* wte = at(0) + static_cast<std::size_t>(tokens[r]) * Cz;
-    const float* wpe = llama ? nullptr : at(1) + c_.position0() + (static_cast<std::size_t>(pos_) + r) * Cz;
+    const float* wpe =
+        c_.rotary() ? nullptr : at(1) + c_.position0() + (static_cast<std::size_t>(pos_) + r) * Cz;
     for (std::size_t i = 0; i < Cz; ++i)
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
   }
   const float scale = k::attention_scale(c_.score_scale(), hs), cap = c_.score_cap();
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
-  // (w, b), c_proj (w, b). Llama: input norm, q, k, v (back to back: one [Q + 2 kv, C] matrix), o, post norm,
-  // gate, up (one [2F, C] matrix), down.
-  // Qwen2's q, k and v biases (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms
-  // (one [2 hs] vector). Gemma 2's attention output norm follows o, its MLP output norm down.
+  // (w, b), c_proj (w, b) (GPT-NeoX without the position table). Llama: input norm, q, k, v (back to back:
+  // one [Q + 2 kv, C] matrix), o, post norm, gate, up (one [2F, C] matrix), down. Qwen2's q, k and v biases
+  // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
+  // Gemma 2's attention output norm follows o, its MLP output norm down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
-  const std::size_t first = llama ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12;
+  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12;
   const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4,
                     ln2_w = llama ? 5 + qb + qn + sw : 6, fc_w = llama ? 6 + qb + qn + sw : 8,
                     down_w = llama ? 8 + qb + qn + sw : 10;
@@ -133,7 +134,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
                               c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
-    if (llama) {  // rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows)
+    if (c_.rotary()) {  // rotary positions on the new rows' queries and keys (Gemma 3's local base on its
+                        // windows)
       const bool local = c_.local_rope(l);
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();
@@ -192,9 +194,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       }
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
+    // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
     k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
+    if (c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
-    norm(ln_.data(), x_.data(), p + ln2_w, n);
+    if (!c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
       if (c_.gelu_mlp) {
@@ -221,7 +225,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
   norm(ln_.data(), x_last, f, 1);
-  const float* head = c_.tied ? at(0) : at(f + 1);
+  const float* head = c_.tied ? at(0) : at(f + (llama ? 1 : 2));  // after the final norm's weight (and bias)
   k::matmul_forward(logits_.data(), ln_.data(), head, nullptr, 1, C, c_.vocab);
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));

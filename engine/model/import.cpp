@@ -132,6 +132,7 @@ Result<std::vector<std::string>> shards_of_index(const std::string& index) {
 Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   MW_RETURN_IF_ERROR(validate(c, 1, 1));
   HfWeights w;
+  w.config_ = c;
   std::error_code ec;
   w.file_ = path;
   if (std::filesystem::is_directory(path, ec)) {
@@ -162,7 +163,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
-  const char* family = c.llama() ? "Llama" : c.opt ? "OPT" : "GPT-2";
+  const char* family = c.llama() ? "Llama" : c.opt ? "OPT" : c.neox ? "GPT-NeoX" : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
     // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's
@@ -171,7 +172,8 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     std::vector<std::string> wrapped = {"transformer." + name, "language_model." + name};
     if (name.rfind("model.", 0) == 0) wrapped.push_back("model.language_model." + name.substr(6));
     if (name.rfind("model.decoder.", 0) == 0)
-      wrapped.push_back(name.substr(6));  // OPTModel's (facebook/opt-*)
+      wrapped.push_back(name.substr(6));                                     // OPTModel's (facebook/opt-*)
+    if (name.rfind("gpt_neox.", 0) == 0) wrapped.push_back(name.substr(9));  // GPTNeoXModel's
     for (const auto& alt : wrapped) {
       if (!shard_of.count(name) && shard_of.count(alt)) name = alt;
     }
@@ -185,6 +187,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     x.numel = t.numel;
     x.shard = shard_of.at(name);
     x.transposed = hf_transposed(t);
+    x.interleaved = hf_interleaved(c, t);
     x.out = static_cast<std::size_t>(t.shape[0]);
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
     std::vector<long long> want(t.shape.begin(), t.shape.end());
@@ -192,7 +195,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     MW_RETURN_IF_ERROR(
         w.locate(headers[static_cast<std::size_t>(x.shard)], x.shard, name, want,
                  std::string(family) + " weights of this model (" + model_text +
-                     (t.offset == 0 && !c.llama()
+                     (t.offset == 0 && !c.rotary()
                           ? "; memwall train's vocabulary is the 256 byte values unless a GPT-2 "
                             "tokenizer is given: --tokenizer DIR)"
                           : ")"),
@@ -203,7 +206,8 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   for (const auto& [name, shard] : shard_of) {
     if (!used.count(name)) w.ignored_.push_back(name);
   }
-  if (c.tied) MW_RETURN_IF_ERROR(w.check_tied_head(headers));  // else lm_head is a tensor
+  // Else the head is a tensor of the layout.
+  if (c.tied) MW_RETURN_IF_ERROR(w.check_tied_head(headers, c.neox ? "embed_out.weight" : "lm_head.weight"));
   return w;
 }
 
@@ -247,23 +251,23 @@ Status HfWeights::locate(const nlohmann::json& header, int shard, const std::str
 }
 
 // memwall's GPT ties its LM head to wte: a file whose lm_head.weight is another matrix is another model.
-Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers) {
+Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers, const std::string& head_name) {
   int shard = -1;
   for (std::size_t k = 0; k < headers.size(); ++k) {
-    if (headers[k].contains("lm_head.weight")) shard = static_cast<int>(k);
+    if (headers[k].contains(head_name)) shard = static_cast<int>(k);
   }
   if (shard < 0) return Status::ok();
   const Tensor& wte = tensors_.front();  // gpt_param_layout starts with wte
   Tensor head = wte;
-  MW_RETURN_IF_ERROR(locate(headers[static_cast<std::size_t>(shard)], shard, "lm_head.weight",
+  MW_RETURN_IF_ERROR(locate(headers[static_cast<std::size_t>(shard)], shard, head_name,
                             {static_cast<long long>(wte.out), static_cast<long long>(wte.in)},
                             "a model with its LM head tied to the token embedding", head));
   std::vector<float> a(wte.numel), b(wte.numel);
   MW_RETURN_IF_ERROR(read_elements(wte, 0, wte.numel, a.data()));
   MW_RETURN_IF_ERROR(read_elements(head, 0, wte.numel, b.data()));
   if (a != b) {
-    return Status::invalid_argument(shards_[static_cast<std::size_t>(shard)].path +
-                                    ": tensor 'lm_head.weight' differs from the token embedding; allowed: "
+    return Status::invalid_argument(shards_[static_cast<std::size_t>(shard)].path + ": tensor '" + head_name +
+                                    "' differs from the token embedding; allowed: "
                                     "a model with its LM head tied to it (memwall's GPT-2 shape ties them)");
   }
   return Status::ok();
@@ -294,16 +298,20 @@ Status HfWeights::read(std::size_t offset, std::size_t n, float* out) {
     const std::size_t lo = std::max(offset, t.offset) - t.offset,
                       hi = std::min(offset + n, t.offset + t.numel) - t.offset;
     float* dst = out + (t.offset + lo - offset);
-    if (!t.transposed) {
+    if (!t.transposed && !t.interleaved) {
       MW_RETURN_IF_ERROR(read_elements(t, lo, hi - lo, dst));
       continue;
     }
-    if (cached_ != static_cast<int>(i)) {  // the whole [in, out] tensor, turned into [out, in]
+    if (cached_ != static_cast<int>(i)) {  // the whole tensor, turned into memwall's order
       cached_ = -1;
       std::vector<float> file_order(t.numel);
       MW_RETURN_IF_ERROR(read_elements(t, 0, t.numel, file_order.data()));
       cache_.resize(t.numel);
-      transpose(file_order.data(), t.in, t.out, cache_.data());
+      if (t.transposed) {  // [in, out] into [out, in]
+        transpose(file_order.data(), t.in, t.out, cache_.data());
+      } else {  // GPT-NeoX's q, k and v head by head into every q, every k, every v
+        interleave_qkv(config_, file_order.data(), t.in, cache_.data(), false);
+      }
       cached_ = static_cast<int>(i);
     }
     std::copy(cache_.begin() + static_cast<std::ptrdiff_t>(lo),

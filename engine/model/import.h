@@ -54,7 +54,8 @@ class HfWeights {
     std::size_t file_offset = 0;        // absolute byte offset of its data in that file
     int element_bytes = 4;
     std::string dtype;
-    bool transposed = false;  // stored [in, out] (Conv1D), memwall [out, in]
+    bool transposed = false;   // stored [in, out] (Conv1D), memwall [out, in]
+    bool interleaved = false;  // GPT-NeoX's query_key_value: q, k and v head by head (hf_interleaved)
     std::size_t out = 0, in = 0;
   };
   HfWeights() = default;
@@ -63,14 +64,17 @@ class HfWeights {
   Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
   Status locate(const nlohmann::json& header, int shard, const std::string& name,
                 const std::vector<long long>& want, const std::string& allowed, Tensor& x) const;
-  Status check_tied_head(const std::vector<nlohmann::json>& headers);
+  // A file's head tensor `head_name` (lm_head.weight, GPT-NeoX's embed_out.weight), if it has one, must be
+  // the token embedding's copy.
+  Status check_tied_head(const std::vector<nlohmann::json>& headers, const std::string& head_name);
 
   std::vector<Shard> shards_;
   std::string file_;
   std::vector<Tensor> tensors_;
   std::vector<std::string> ignored_;
   std::string dtype_;
-  // The last transposed tensor read, in memwall's [out, in] order.
+  GptConfig config_;  // the model the file is read for
+  // The last transposed or interleaved tensor read, in memwall's order.
   int cached_ = -1;
   std::vector<float> cache_;
 };

@@ -88,7 +88,9 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"max_seq", c.max_seq},
           {"arch", c.llama() ? "llama"
                    : c.opt   ? "opt"
+                   : c.neox  ? "neox"
                              : "gpt2"},
+          {"parallel_residual", c.parallel_residual},
           {"kv_heads", c.kv_head_count()},
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
@@ -124,6 +126,14 @@ model::GptConfig model_of(const nlohmann::json& j) {
   const std::string arch = j.value("arch", std::string("gpt2"));
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
+  if (arch == "neox") {  // GPT-2's fields, and its rotary ones
+    c.neox = true;
+    c.parallel_residual = j.value("parallel_residual", false);
+    c.ffn = j.value("ffn", 0);
+    c.tied = j.value("tied", true);
+    c.rope_theta = j.value("rope_theta", c.rope_theta);
+    c.partial_rotary = j.value("partial_rotary", 1.0);
+  }
   if (arch == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);
@@ -149,11 +159,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.query_scale = j.value("query_scale", 0.0);
     c.rope_local_theta = j.value("rope_local_theta", 0.0);
     c.partial_rotary = j.value("partial_rotary", 1.0);
-    if (j.contains("rope_scaling")) {
-      // Written by model_fields; one that does not read back is refused by validate() naming its type.
-      auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");
-      c.rope_scaling = rs.is_ok() ? *rs : RopeScaling{.type = "(unreadable: " + rs.status().message() + ")"};
-    }
+  }
+  if (c.rotary() && j.contains("rope_scaling")) {
+    // Written by model_fields; one that does not read back is refused by validate() naming its type.
+    auto rs = parse_rope_scaling(j["rope_scaling"].dump(), "latest.json");
+    c.rope_scaling = rs.is_ok() ? *rs : RopeScaling{.type = "(unreadable: " + rs.status().message() + ")"};
   }
   return c;
 }

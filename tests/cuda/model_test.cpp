@@ -167,6 +167,21 @@ TEST_P(CudaGpt, OptShapeAndExactGeluMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), exact);
 }
 
+// GPT-NeoX's variant (Pythia's): rotary positions on a quarter of each head, attention and MLP side by side,
+// an untied head; and one after the other with rotary on every channel; unfused and flash.
+TEST_P(CudaGpt, NeoxShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig neox = small_gpt();
+  neox.neox = neox.parallel_residual = neox.exact_gelu = true;
+  neox.partial_rotary = 0.25;
+  neox.tied = false;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, neox);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, neox, "neox");
+  GptConfig sequential = small_gpt();
+  sequential.neox = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, sequential);
+}
+
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
 // biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope) at GPT-2's
 // tolerances: fp32, flash

@@ -175,7 +175,29 @@ GptConfig opt() {
   return c;
 }
 
-// GPT-2 (16 channels; with the exact GELU too), OPT and the Llama shapes, named for SCOPED_TRACE.
+// GPT-NeoX's variant (Pythia's): rotary positions on half of each head, attention and MLP side by side, the
+// exact GELU, an untied head and an MLP that is not 4C; and the two one after the other with a tied head and
+// rotary positions on every channel.
+GptConfig neox() {
+  GptConfig c = tiny();
+  c.vocab = 12;
+  c.channels = 16;
+  c.neox = true;
+  c.parallel_residual = true;
+  c.partial_rotary = 0.5;
+  c.tied = false;
+  c.ffn = 40;
+  c.exact_gelu = true;
+  return c;
+}
+GptConfig neox_sequential() {
+  GptConfig c = tiny();
+  c.channels = 16;
+  c.neox = true;
+  return c;
+}
+
+// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -184,6 +206,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
   return {{"gpt2", gpt2},
           {"gpt2-exact-gelu", exact},
           {"opt", opt()},
+          {"neox", neox()},
+          {"neox-sequential", neox_sequential()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -277,6 +301,72 @@ TEST(GptModel, OptLayoutIsGpt2sWithOptsNames) {
   GptConfig bad = llama_mha();
   bad.opt = true;
   EXPECT_NE(validate(bad, 1, 4).message().find("OPT"), std::string::npos);
+}
+
+// GPT-NeoX keeps GPT-2's flat layout without the position table, with an untied head after ln_f; its files
+// name the tensors as GPTNeoXForCausalLM does, query_key_value's rows head by head.
+TEST(GptModel, NeoxLayoutIsGpt2sWithNeoxsNamesAndOrder) {
+  const GptConfig c = neox();
+  const auto layout = gpt_param_layout(c);
+  const std::size_t C = 16, F = 40, V = 12;
+  const std::size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 2 * F * C + F + C;
+  EXPECT_EQ(gpt_num_params(c), 2 * V * C + 2 * per_layer + 2 * C);
+  EXPECT_EQ(layout[1].name, "h.0.ln_1.weight");
+  EXPECT_EQ(layout.back().name, "lm_head.weight");
+  const auto hf = hf_param_layout(c);
+  ASSERT_EQ(hf.size(), layout.size());
+  EXPECT_EQ(hf[0].name, "gpt_neox.embed_in.weight");
+  EXPECT_EQ(hf[3].name, "gpt_neox.layers.0.attention.query_key_value.weight");
+  EXPECT_TRUE(hf_interleaved(c, hf[3]));
+  EXPECT_TRUE(hf_interleaved(c, hf[4]));
+  EXPECT_FALSE(hf_interleaved(c, hf[5]));  // attention.dense
+  EXPECT_EQ(hf[9].name, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight");
+  EXPECT_EQ(hf[hf.size() - 2].name, "gpt_neox.final_layer_norm.bias");
+  EXPECT_EQ(hf.back().name, "embed_out.weight");
+  // NeoX's row of head h's part (q 0, k 1, v 2) j is memwall's row part x C + h x hs + j.
+  const int hs = c.head_size(), cols = 3;
+  std::vector<float> mine(3 * C * cols), theirs(mine.size()), back(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(i);
+  interleave_qkv(c, mine.data(), cols, theirs.data(), true);
+  for (int h = 0; h < c.heads; ++h) {
+    for (int part = 0; part < 3; ++part) {
+      for (int j = 0; j < hs; ++j) {
+        const auto row = static_cast<std::size_t>((h * 3 + part) * hs + j),
+                   from = static_cast<std::size_t>(part * 16 + h * hs + j);
+        EXPECT_EQ(theirs[row * cols + 2], mine[from * cols + 2]);
+      }
+    }
+  }
+  interleave_qkv(c, theirs.data(), cols, back.data(), false);
+  EXPECT_EQ(back, mine);
+  // The model file's description and back.
+  const ModelSpec spec = gpt_model_spec(c);
+  EXPECT_EQ(spec.model_type, "gpt_neox");
+  EXPECT_EQ(spec.position, PositionKind::kRotary);
+  EXPECT_FALSE(spec.tied_embeddings);
+  EXPECT_TRUE(spec.parallel_residual);
+  EXPECT_EQ(spec.mlp_act, "gelu");
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig again = gpt_config_of(spec);
+  EXPECT_TRUE(again.neox && again.parallel_residual && again.exact_gelu && !again.tied);
+  EXPECT_EQ(again.partial_rotary, 0.5);
+  EXPECT_EQ(gpt_num_params(again), gpt_num_params(c));
+  // NeoX's own fields are refused on GPT-2 and on the Llama shape; tiling must divide the untied head's rows.
+  GptConfig gpt = tiny();
+  gpt.tied = false;
+  EXPECT_NE(validate(gpt, 1, 4).message().find("GPT-NeoX's variant"), std::string::npos);
+  GptConfig bad = llama_mha();
+  bad.parallel_residual = true;
+  EXPECT_NE(validate(bad, 1, 4).message().find("parallel residual"), std::string::npos);
+  bad = neox();
+  bad.partial_rotary = 0.25;  // 2 of 8 channels: one pair
+  EXPECT_TRUE(validate(bad, 1, 4).is_ok());
+  bad.partial_rotary = 0.125;  // 1 channel
+  EXPECT_NE(validate(bad, 1, 4).message().find("even number of channels"), std::string::npos);
+  EXPECT_NE(validate_tiling(c, 16).message().find("inner size"), std::string::npos);
+  GptConfig odd_vocab = c;
+  odd_vocab.vocab = 11;
+  EXPECT_NE(validate_tiling(odd_vocab, 2).message().find("vocabulary"), std::string::npos);
 }
 
 TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
@@ -487,9 +577,16 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   opt_shape.opt = true;
   GptConfig exact = gpt2;  // and GPT-2 with the exact GELU
   exact.exact_gelu = true;
+  GptConfig neox_shape = exact;  // and GPT-NeoX's: rotary on half of each head, side by side, an untied head
+  neox_shape.neox = neox_shape.parallel_residual = true;
+  neox_shape.partial_rotary = 0.5;
+  neox_shape.rope_theta = 100;
+  neox_shape.tied = false;
+  neox_shape.ffn = 48;
   for (const GptConfig& c :
-       {gpt2, opt_shape, exact, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+       {gpt2, opt_shape, exact, neox_shape, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
+                 : c.neox                 ? "neox"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
@@ -652,12 +749,25 @@ bool matches_reference(const std::string& script, const GptConfig& c, const std:
 
   nlohmann::json names = nlohmann::json::array();
   for (const auto& t : layout) names.push_back({t.name, t.offset, t.shape});
+  // The parameters in the order the layout's files have them (GPT-NeoX's query_key_value head by head), and
+  // the reference's gradient back into memwall's.
+  const auto file_order = [&](std::vector<float>& v, bool to_hf) {
+    for (const auto& t : layout) {
+      if (!hf_interleaved(c, t)) continue;
+      const std::vector<float> mine(v.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                                    v.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+      interleave_qkv(c, mine.data(), t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1,
+                     v.data() + t.offset, to_hf);
+    }
+  };
+  std::vector<float> as_filed = p;
+  file_order(as_filed, true);
   config["batch"] = B;
   config["seq"] = T;
   const std::string lj = names.dump(), cj = config.dump();
   spit("layout.json", lj.data(), lj.size());
   spit("config.json", cj.data(), cj.size());
-  spit("params.f32", p.data(), p.size() * 4);
+  spit("params.f32", as_filed.data(), as_filed.size() * 4);
   spit("tokens.i32", tok.data(), tok.size() * 4);
   spit("targets.i32", tgt.data(), tgt.size() * 4);
   const std::string cmd =
@@ -671,6 +781,7 @@ bool matches_reference(const std::string& script, const GptConfig& c, const std:
   std::vector<float> want_g(p.size());
   std::ifstream(dir + "/grads.f32", std::ios::binary)
       .read(reinterpret_cast<char*>(want_g.data()), static_cast<std::streamsize>(want_g.size() * 4));
+  file_order(want_g, false);
   double largest = 0;
   for (float x : want_g) largest = std::max(largest, std::fabs(static_cast<double>(x)));
   EXPECT_GT(largest, 0.0);
@@ -745,6 +856,23 @@ TEST(GptModel, OptMatchesAPyTorchReference) {
     GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
 }
 
+// GPT-NeoX against a PyTorch implementation of transformers' GPT-NeoX equations (tests/engine/
+// neox_reference.py), which reads the tensors by their checkpoint names and query_key_value in NeoX's head by
+// head order: rotary on part of each head, the parallel residual or not, the untied head. Skipped without
+// torch.
+TEST(GptModel, NeoxMatchesAPyTorchReference) {
+  for (GptConfig c : {neox(), neox_sequential()}) {
+    SCOPED_TRACE(c.parallel_residual ? "parallel" : "sequential");
+    c.rope_theta = 500;  // the rotation matters even over 8 positions
+    const nlohmann::json config = {{"layers", c.layers},         {"channels", c.channels},
+                                   {"heads", c.heads},           {"rotary_pct", c.partial_rotary},
+                                   {"rope_theta", c.rope_theta}, {"parallel_residual", c.parallel_residual},
+                                   {"exact_gelu", c.exact_gelu}, {"tied", c.tied}};
+    if (!matches_reference("neox_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
@@ -809,11 +937,12 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c : {tiny(), exact, llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+  for (const GptConfig& c : {tiny(), exact, neox(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
+                 : c.neox       ? "neox"
                  : c.exact_gelu ? "gpt2, exact gelu"
                                 : "gpt2");
     std::vector<float> p(gpt_num_params(c));

@@ -1,0 +1,81 @@
+"""A GPT-NeoX decoder (Pythia's) in PyTorch, written from transformers' GPTNeoXForCausalLM equations: the
+token embedding (embed_in), no position table; per layer input_layernorm, one query_key_value linear whose
+output viewed as [heads, 3 x head size] holds each head's query, key and value side by side, rotary positions
+on the first int(head size x rotary_pct) channels of each query and key (rotate_half's convention, base
+rotary_emb_base), causal softmax attention scaled by head size^-1/2, attention.dense; the MLP (dense_h_to_4h,
+GELU exact or tanh, dense_4h_to_h) through post_attention_layernorm, on the block's input beside the attention
+with use_parallel_residual, else after it; final_layer_norm; the head embed_out (embed_in when tied); every
+linear with a bias, LayerNorm eps 1e-5. It reads the tensors by the names of a GPT-NeoX checkpoint, in its
+order (memwall's test hands them over as its export writes them), so names and the query_key_value layout are
+checked too (tests/engine/gpt_model_test.cpp).
+
+usage: neox_reference.py DIR
+DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
+"""
+import math
+import sys
+
+import reference_io
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+
+def main(d):
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
+    B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
+    hs = C // H
+    rot = int(hs * cfg["rotary_pct"])
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
+
+    def linear(x, name):
+        return x @ t[name + ".weight"].T + t[name + ".bias"]
+
+    def gelu(x):
+        if cfg["exact_gelu"]:
+            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate(x):  # [B, H, T, hs]: the first rot channels turned, the rest passed through
+        turned, passed = x[..., :rot], x[..., rot:]
+        half = rot // 2
+        rotated = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
+        return torch.cat([turned * cos + rotated * sin, passed], dim=-1)
+
+    x = t["gpt_neox.embed_in.weight"][tokens]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for layer in range(cfg["layers"]):
+        p = "gpt_neox.layers.%d." % layer
+        qkv = linear(ln(x, p + "input_layernorm"), p + "attention.query_key_value").view(B, T, H, 3 * hs)
+        q, k, v = (qkv[..., i * hs:(i + 1) * hs].permute(0, 2, 1, 3) for i in range(3))
+        q, k = rotate(q), rotate(k)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        attn = linear(y, p + "attention.dense")
+
+        def mlp(h):
+            return linear(gelu(linear(h, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
+
+        if cfg["parallel_residual"]:
+            x = x + attn + mlp(ln(x, p + "post_attention_layernorm"))
+        else:
+            x = x + attn
+            x = x + mlp(ln(x, p + "post_attention_layernorm"))
+    x = ln(x, "gpt_neox.final_layer_norm")
+    head = t["gpt_neox.embed_in.weight"] if cfg["tied"] else t["embed_out.weight"]
+    logits = x @ head.T
+    loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
+    reference_io.save(d, loss, flat, torch)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
