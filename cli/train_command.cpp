@@ -494,6 +494,11 @@ int run_train(const TrainOptions& opt) {
                              rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
                              c.parallel_residual ? "side by side" : "in sequence", c.tied ? "tied" : "untied")
                        .c_str()
+        : c.phi
+            ? strprintf("Phi-shaped: %s, %s GELU MLP of %d, attention and MLP side by side after one norm, "
+                        "untied head with a bias; ",
+                        rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width())
+                  .c_str()
         : c.exact_gelu ? "exact GELU; "
                        : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

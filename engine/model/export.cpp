@@ -239,6 +239,31 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     };
     return config.dump(2) + "\n";
   }
+  if (c.phi) {  // PhiConfig's keys
+    nlohmann::ordered_json config = {
+        {"architectures", {"PhiForCausalLM"}},
+        {"model_type", "phi"},
+        {"vocab_size", c.vocab},
+        {"hidden_size", c.channels},
+        {"intermediate_size", c.ffn_width()},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"num_key_value_heads", c.heads},
+        {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
+        {"max_position_embeddings", c.max_seq},
+        {"layer_norm_eps", 1e-5},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+        {"partial_rotary_factor", c.partial_rotary},
+        {"qk_layernorm", false},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attention_dropout", 0.0},
+        {"tie_word_embeddings", false},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},

@@ -57,25 +57,30 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
-  if (c.llama() && (c.neox || c.parallel_residual)) {
+  if (c.llama() && (c.neox || c.parallel_residual || c.phi)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX and the parallel residual are GPT-2's shape's variants, not the Llama shape's");
+        "model: GPT-NeoX, Phi and the parallel residual are GPT-2's shape's variants, not the Llama shape's");
   }
-  if (c.neox && c.opt) return Status::invalid_argument("model: GPT-NeoX and OPT are two variants, not one");
+  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) > 1)
+    return Status::invalid_argument("model: OPT, GPT-NeoX and Phi are three variants, not one");
+  if (c.phi && (c.llama() || !c.parallel_residual)) {
+    return Status::invalid_argument(
+        "model: Phi is GPT-2's shape with the attention and the MLP side by side (parallel_residual)");
+  }
   if (!c.llama()) {
-    // GPT-NeoX's own: rotary positions and their settings, an untied head, another MLP width.
+    // GPT-NeoX's and Phi's own: rotary positions and their settings, an untied head, another MLP width.
     const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
                            c.rope_theta != 10000 || !c.rope_scaling.none();
     if (c.kv_head_count() != c.heads || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm ||
         c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names || c.global_every != 0 ||
         c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0 ||
-        c.rope_local_theta != 0 || (neox_only && !c.neox)) {
+        c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not); allowed: "
           "the Llama shape for others");
     }
-    if (!c.neox) return Status::ok();
+    if (!c.rotary()) return Status::ok();
   } else if (c.heads % c.kv_head_count() != 0) {
     return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
                                     ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) + ")");
@@ -194,7 +199,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   }
   const int F = c.ffn_width();
   add("wte.weight", {c.vocab, C});
-  if (!c.neox) add("wpe.weight", {c.position_rows(), C});
+  if (!c.rotary()) add("wpe.weight", {c.position_rows(), C});
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
@@ -203,8 +208,10 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     add(h + "attn.c_attn.bias", {3 * C});
     add(h + "attn.c_proj.weight", {C, C});
     add(h + "attn.c_proj.bias", {C});
-    add(h + "ln_2.weight", {C});
-    add(h + "ln_2.bias", {C});
+    if (!c.phi) {  // (Phi's MLP reads ln_1's output)
+      add(h + "ln_2.weight", {C});
+      add(h + "ln_2.bias", {C});
+    }
     add(h + "mlp.c_fc.weight", {F, C});
     add(h + "mlp.c_fc.bias", {F});
     add(h + "mlp.c_proj.weight", {C, F});
@@ -213,6 +220,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   add("ln_f.weight", {C});
   add("ln_f.bias", {C});
   if (!c.tied) add("lm_head.weight", {c.vocab, C});  // GPT-NeoX's embed_out
+  if (c.phi) add("lm_head.bias", {c.vocab});
   return out;
 }
 
@@ -293,12 +301,29 @@ const FamilyNames& neox_names() {
                                  false};
   return names;
 }
+
+// PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
+const FamilyNames& phi_names() {
+  static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
+                                  {"ln_f.weight", "model.final_layernorm.weight"},
+                                  {"ln_f.bias", "model.final_layernorm.bias"},
+                                  {"lm_head.weight", "lm_head.weight"},
+                                  {"lm_head.bias", "lm_head.bias"}},
+                                 {{"ln_1", "input_layernorm"},
+                                  {"attn.c_proj", "self_attn.dense"},
+                                  {"mlp.c_fc", "mlp.fc1"},
+                                  {"mlp.c_proj", "mlp.fc2"}},
+                                 "model.layers.",
+                                 true};
+  return names;
+}
 }  // namespace
 
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   std::vector<ParamTensor> layout = gpt_param_layout(c);
   if (c.opt) return renamed_layout(layout, opt_names());
   if (c.neox) return renamed_layout(layout, neox_names());
+  if (c.phi) return renamed_layout(layout, phi_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -360,10 +385,10 @@ bool is_gelu_tanh(const std::string& act) {
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
-  for (const char* other : {"falcon", "bloom", "phi"}) {
+  for (const char* other : {"falcon", "bloom"}) {
     if (m.model_type == other) {
       return Status::invalid_argument(where + "model_type " + other + " is not supported by " + tool +
-                                      " (it takes GPT-2's shape, OPT's, GPT-NeoX's and Llama's); "
+                                      " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's and Llama's); "
                                       "memwall predict and simulate take it");
     }
   }
@@ -372,16 +397,28 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "gpt_neox") {  // the reader has refused what NeoX's config cannot be otherwise
+  const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi";
+  if (neox || phi) {  // the reader has refused what their configs cannot be otherwise
+    const std::string family = neox ? "GPT-NeoX" : "Phi";
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
                                       "\" is not supported by " + tool +
                                       "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
     }
     if (m.mlp_act != "gelu" && !is_gelu_tanh(m.mlp_act)) {
-      return Status::invalid_argument(
-          where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
-          " for GPT-NeoX; allowed: gelu (exact) or gelu_new (tanh approximation)");
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+                                      " for " + family +
+                                      "; allowed: gelu (exact) or gelu_new (tanh approximation)");
+    }
+    if (phi && m.kv_heads != m.heads) {
+      return Status::invalid_argument(where + "num_key_value_heads " + std::to_string(m.kv_heads) +
+                                      " (grouped-query attention) is not supported by " + tool +
+                                      " for Phi; allowed: num_attention_heads (" + std::to_string(m.heads) +
+                                      ")");
+    }
+    if (phi && m.tied_embeddings) {
+      return Status::invalid_argument(where + "tie_word_embeddings true is not supported by " + tool +
+                                      " for Phi (its head has a bias of its own); allowed: false");
     }
     if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
       return Status::invalid_argument(where + "layer_norm_eps " + strprintf("%g", m.norm_eps) +
@@ -473,9 +510,10 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
   }
   c.opt = m.model_type == "opt";
-  if (m.model_type == "gpt_neox") {
-    c.neox = true;
-    c.parallel_residual = m.parallel_residual;
+  if (m.model_type == "gpt_neox" || m.model_type == "phi") {
+    c.neox = m.model_type == "gpt_neox";
+    c.phi = !c.neox;
+    c.parallel_residual = c.phi || m.parallel_residual;  // Phi's always
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
     c.rope_theta = m.rope_theta;
@@ -562,14 +600,17 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
   }
-  if (c.neox) {
-    m.model_type = "gpt_neox";
+  if (c.neox || c.phi) {
+    m.model_type = c.neox ? "gpt_neox" : "phi";
     m.position = PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;
     m.rope_scaling = c.rope_scaling;
     m.partial_rotary_factor = c.partial_rotary;
-    m.parallel_residual = c.parallel_residual;
+    // Two norms side by side (GPT-NeoX's), or Phi's one.
+    m.parallel_residual = c.neox && c.parallel_residual;
+    m.block_norm_shared = c.phi;
+    m.head_bias = c.phi;
   }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
@@ -591,6 +632,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     if (name == "final_norm.w") return {"ln_f.weight"};
     if (name == "final_norm.b") return {"ln_f.bias"};
     if (name == "lm_head.w") return {"lm_head.weight"};
+    if (name == "lm_head.b") return {"lm_head.bias"};
   } else {
     if (name == "embed.tokens") return {"model.embed_tokens.weight"};
     if (name == "final_norm.w") return {"model.norm.weight"};
@@ -777,6 +819,7 @@ namespace {
 // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
 // [w0, w1] for two fused matrices.
 bool linear_bias(const GptConfig& c, const GptOp& o) {
+  if (o.role == GptRole::kHead) return c.phi;  // Phi's untied head has one
   return !c.llama() || (o.role == GptRole::kQkv && c.qkv_bias);
 }
 }  // namespace
@@ -787,7 +830,7 @@ bool is_linear(const GptOp& o) {
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
-  return is_linear(o) && (o.role == GptRole::kHead || !linear_bias(c, o) || k % 2 == 0);
+  return is_linear(o) && (!linear_bias(c, o) || k % 2 == 0);
 }
 
 int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, float* const* g,
@@ -818,10 +861,8 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
       return c.split_qkv() ? two(c.q_width(), 2 * c.kv_width()) : one(c.qkv_width());
     case GptRole::kFc1:
       return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
-    case GptRole::kHead:  // no bias
-      parts[0] = {p[0], nullptr, g != nullptr ? g[0] : nullptr,    nullptr,
-                  0,    c.vocab, p16 != nullptr ? p16[0] : nullptr};
-      return 1;
+    case GptRole::kHead:  // the token embedding's rows when tied; a bias (Phi's) or not
+      return one(c.vocab);
     default:  // kProj, kFc2
       return one(C);
   }
@@ -1099,7 +1140,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       norm_forward(ln2_[a].data(), m2_[a].data(), r2_[a].data(), mlp_input(l, a), p);
       break;
     case Role::kFc1:
-      linear(fc_[a].data(), c_.fc_width(), ln2_[a].data(), C, nullptr);
+      linear(fc_[a].data(), c_.fc_width(), fc1_input(a), C, nullptr);
       break;
     case Role::kGelu:
       if (c_.gelu_mlp) {
@@ -1197,7 +1238,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     case Role::kFc1:
       if (first_tile) zero(dln_);
-      linear(dln_.data(), dfc_.data(), c_.fc_width(), ln2_[a].data(), C);
+      linear(dln_.data(), dfc_.data(), c_.fc_width(), fc1_input(a), C);
       break;
     case Role::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
                       // (parallel_residual) into the block input's, which holds the output's (res1's) already
@@ -1245,8 +1286,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
                                c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size(),
                                c_.norm_offset());
       break;
-    case Role::kQkv:
-      if (first_tile) zero(dln_);
+    case Role::kQkv:  // (Phi's one norm: dln_ holds the MLP's input gradient already)
+      if (first_tile && !c_.phi) zero(dln_);
       linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[a].data(), C);
       break;
     case Role::kLn1:

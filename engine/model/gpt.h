@@ -6,7 +6,8 @@
 // Qwen3's RMSNorm of each query and key head before the rotary turn. Or OPT's variant of GPT-2's shape
 // (`opt`): a ReLU MLP, and a position table of max_seq + 2 rows read from row 2 (OPT's position ids start at
 // 2). Or GPT-NeoX's (`neox`): rotary positions on part of each head instead of the table, an untied head, and
-// (parallel_residual) the attention and the MLP side by side on each block's input.
+// (parallel_residual) the attention and the MLP side by side on each block's input; or Phi's (`phi`): those,
+// one norm for both, a bias on the head.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -85,11 +86,15 @@ struct GptConfig {
   // Attention and MLP side by side on the block's input, each through its own norm:
   // x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX's use_parallel_residual), rather than one after the other.
   bool parallel_residual = false;
+  // Phi's (1, 1.5, 2) variant of GPT-NeoX's: one norm before the attention and the MLP side by side
+  // (x + attn(ln1(x)) + mlp(ln1(x)), no ln_2), a bias on the untied head, and, in Hugging Face files, Phi's
+  // names with separate q_proj, k_proj and v_proj. Needs parallel_residual.
+  bool phi = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox; }
+  bool rotary() const { return llama() || neox || phi; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
@@ -163,7 +168,8 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // The layout as Hugging Face files name it: gpt_param_layout's, or with fused_names Phi-3's qkv_proj and
 // gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor, or for
 // OPT its names (model.decoder.*), c_attn split into q_proj, k_proj and v_proj, or for GPT-NeoX its names
-// (gpt_neox.*, embed_out), c_attn as query_key_value with its rows in NeoX's order (hf_interleaved).
+// (gpt_neox.*, embed_out), c_attn as query_key_value with its rows in NeoX's order (hf_interleaved), or for
+// Phi its names (model.layers.*.self_attn.*), c_attn split as OPT's.
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 // The rotary cosines and sines of positions [0, T), [T][rotary_dim() / 2] each (the Llama shape's, for a
@@ -339,6 +345,8 @@ class GptModel {
   const float* mlp_input(std::size_t l, std::size_t a) const {
     return (c_.parallel_residual ? resid_[l] : res1_[a]).data();
   }
+  // The MLP's input: its norm's output, or (phi) the attention's norm's.
+  const float* fc1_input(std::size_t a) const { return (c_.phi ? ln1_ : ln2_)[a].data(); }
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);

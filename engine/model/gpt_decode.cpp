@@ -110,10 +110,12 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
   // Gemma 2's attention output norm follows o, its MLP output norm down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
-  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12;
+  // Phi's blocks have no ln_2: its MLP reads ln_1's output, two tensors fewer.
+  const std::size_t ph = c_.phi ? 2 : 0;
+  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12 - ph;
   const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4,
-                    ln2_w = llama ? 5 + qb + qn + sw : 6, fc_w = llama ? 6 + qb + qn + sw : 8,
-                    down_w = llama ? 8 + qb + qn + sw : 10;
+                    ln2_w = llama ? 5 + qb + qn + sw : 6, fc_w = llama ? 6 + qb + qn + sw : 8 - ph,
+                    down_w = llama ? 8 + qb + qn + sw : 10 - ph;
   // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
   const auto residual_add = [&](std::size_t norm_w, float* sub) {
     const std::size_t nc = rows * Cz;
@@ -196,7 +198,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
     k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
-    if (c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
+    // (Phi's MLP reads ln_1's output, still in ln_.)
+    if (c_.parallel_residual && !c_.phi) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
     if (!c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {
@@ -225,8 +228,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
   norm(ln_.data(), x_last, f, 1);
-  const float* head = c_.tied ? at(0) : at(f + (llama ? 1 : 2));  // after the final norm's weight (and bias)
-  k::matmul_forward(logits_.data(), ln_.data(), head, nullptr, 1, C, c_.vocab);
+  const std::size_t head_at = f + (llama ? 1 : 2);  // after the final norm's weight (and bias)
+  const float* head = c_.tied ? at(0) : at(head_at);
+  k::matmul_forward(logits_.data(), ln_.data(), head, c_.phi ? at(head_at + 1) : nullptr, 1, C, c_.vocab);
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
 }

@@ -89,6 +89,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"arch", c.llama() ? "llama"
                    : c.opt   ? "opt"
                    : c.neox  ? "neox"
+                   : c.phi   ? "phi"
                              : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"kv_heads", c.kv_head_count()},
@@ -126,8 +127,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
   const std::string arch = j.value("arch", std::string("gpt2"));
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
-  if (arch == "neox") {  // GPT-2's fields, and its rotary ones
-    c.neox = true;
+  if (arch == "neox" || arch == "phi") {  // GPT-2's fields, and their rotary ones
+    c.neox = arch == "neox";
+    c.phi = arch == "phi";
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);

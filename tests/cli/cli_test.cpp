@@ -1996,6 +1996,33 @@ TEST(CliGenerate, AGptNeoxShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Phi-2's shape (one norm before the attention and the MLP side by side, rotary on 40% of each head, a bias
+// on the untied head) cut to one layer of 64 trains on phi-2's file, is kept by the checkpoint, exports as
+// PhiForCausalLM and generates the same text from either; grouped-query Phi is refused.
+TEST(CliGenerate, APhiShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "phi",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "intermediate_size": 256, "max_position_embeddings": 64})",
+      "phi-2", 200);
+  EXPECT_EQ(r.latest["arch"], "phi");
+  EXPECT_EQ(r.config["architectures"][0], "PhiForCausalLM");
+  EXPECT_EQ(r.config["partial_rotary_factor"], 0.4);
+  EXPECT_EQ(r.config["hidden_act"], "gelu_new");
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.v_proj.weight"]["shape"], (nlohmann::json{64, 64}));
+  EXPECT_EQ(r.tensors["lm_head.bias"]["shape"], (nlohmann::json{256}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.post_attention_layernorm.weight"));
+  const CmdResult gqa = memwall("train --steps 1 --data " + r.data +
+                                R"( --model phi-2 --model-set '{"num_key_value_heads": 8}')");
+  EXPECT_EQ(gqa.exit_code, 2) << gqa.output;
+  EXPECT_NE(gqa.output.find("num_key_value_heads 8 (grouped-query attention) is not supported by memwall "
+                            "train for Phi"),
+            std::string::npos)
+      << gqa.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GPT-2's shape with the exact GELU (activation_function "gelu", Cerebras-GPT's) trains, is kept by the
 // checkpoint, exports with its activation and generates the same text from either.
 TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {
@@ -2011,11 +2038,10 @@ TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
-// BLOOM, Falcon and Phi are predicted (as their checkpoints count), not trained or generated: one line.
+// BLOOM and Falcon are predicted (as their checkpoints count), not trained or generated: one line.
 TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
   const std::string data = write_file("earlier.txt", "the cat sat. the cat sat. the cat sat.");
-  for (const auto& [model, type] :
-       {std::pair{"phi-2", "phi"}, std::pair{"falcon-7b", "falcon"}, std::pair{"bloom-176b", "bloom"}}) {
+  for (const auto& [model, type] : {std::pair{"falcon-7b", "falcon"}, std::pair{"bloom-176b", "bloom"}}) {
     CmdResult r = memwall(std::string("train --steps 1 --data ") + data + " --model " + model);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(std::string("model_type ") + type + " is not supported by memwall train"),
@@ -2024,16 +2050,16 @@ TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
     EXPECT_EQ(line_count(r.output), 1u) << r.output;
   }
   // Weights of one (their config.json) are refused by generate the same way, before reading any tensor.
-  const std::string phi = test_path("phi-weights").string();
-  std::filesystem::create_directories(phi);
-  std::filesystem::copy_file(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/phi-2.json",
-                             phi + "/config.json", std::filesystem::copy_options::overwrite_existing);
-  const CmdResult g = memwall("generate --weights " + phi + " --tokens 2");
+  const std::string falcon = test_path("falcon-weights").string();
+  std::filesystem::create_directories(falcon);
+  std::filesystem::copy_file(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/falcon-7b.json",
+                             falcon + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  const CmdResult g = memwall("generate --weights " + falcon + " --tokens 2");
   EXPECT_EQ(g.exit_code, 2) << g.output;
-  EXPECT_NE(g.output.find("model_type phi is not supported by memwall generate"), std::string::npos)
+  EXPECT_NE(g.output.find("model_type falcon is not supported by memwall generate"), std::string::npos)
       << g.output;
   EXPECT_EQ(line_count(g.output), 1u) << g.output;
-  std::filesystem::remove_all(phi);
+  std::filesystem::remove_all(falcon);
   CmdResult r = memwall("predict --model bloom-176b --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("176247271424"), std::string::npos) << r.output.substr(0, 2000);

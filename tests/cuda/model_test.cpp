@@ -182,6 +182,18 @@ TEST_P(CudaGpt, NeoxShapeMatchesTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, sequential);
 }
 
+// Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
+// on 10 of each head's 16 channels), unfused and flash.
+TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig phi = small_gpt();
+  phi.phi = phi.parallel_residual = true;
+  phi.partial_rotary = 0.625;
+  phi.tied = false;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, phi);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, phi, "phi");
+}
+
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
 // biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope) at GPT-2's
 // tolerances: fp32, flash

@@ -197,6 +197,19 @@ GptConfig neox_sequential() {
   return c;
 }
 
+// Phi's (1, 1.5, 2): GPT-NeoX's side-by-side block after one norm, rotary on 3/4 of each head, an untied head
+// with a bias, the tanh GELU.
+GptConfig phi() {
+  GptConfig c = tiny();
+  c.vocab = 12;
+  c.channels = 16;
+  c.phi = c.parallel_residual = true;
+  c.partial_rotary = 0.75;  // 6 of 8 channels
+  c.tied = false;
+  c.ffn = 24;
+  return c;
+}
+
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
@@ -208,6 +221,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"opt", opt()},
           {"neox", neox()},
           {"neox-sequential", neox_sequential()},
+          {"phi", phi()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -367,6 +381,56 @@ TEST(GptModel, NeoxLayoutIsGpt2sWithNeoxsNamesAndOrder) {
   GptConfig odd_vocab = c;
   odd_vocab.vocab = 11;
   EXPECT_NE(validate_tiling(odd_vocab, 2).message().find("vocabulary"), std::string::npos);
+}
+
+// Phi keeps GPT-2's flat layout without the position table and ln_2, with an untied head and its bias after
+// ln_f; its files name the tensors as PhiForCausalLM does, c_attn split into q_proj, k_proj and v_proj.
+TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
+  const GptConfig c = phi();
+  const auto layout = gpt_param_layout(c);
+  const std::size_t C = 16, F = 24, V = 12;
+  const std::size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C;
+  EXPECT_EQ(gpt_num_params(c), 2 * V * C + V + 2 * per_layer + 2 * C);
+  EXPECT_EQ(layout[7].name, "h.0.mlp.c_fc.weight");
+  EXPECT_EQ(layout.back().name, "lm_head.bias");
+  const auto hf = hf_param_layout(c);
+  ASSERT_EQ(hf.size(), layout.size() + 4 * static_cast<std::size_t>(c.layers));
+  std::size_t next = 0;
+  for (const auto& t : hf) {
+    EXPECT_EQ(t.offset, next) << t.name;
+    EXPECT_FALSE(hf_interleaved(c, t)) << t.name;
+    next += t.numel;
+  }
+  EXPECT_EQ(hf[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(hf[1].name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(hf[4].name, "model.layers.0.self_attn.k_proj.weight");
+  EXPECT_EQ(hf[9].name, "model.layers.0.self_attn.dense.weight");
+  EXPECT_EQ(hf[11].name, "model.layers.0.mlp.fc1.weight");
+  EXPECT_EQ(hf[hf.size() - 3].name, "model.final_layernorm.bias");
+  EXPECT_EQ(hf.back().name, "lm_head.bias");
+  const ModelSpec spec = gpt_model_spec(c);
+  EXPECT_EQ(spec.model_type, "phi");
+  EXPECT_TRUE(spec.block_norm_shared);
+  EXPECT_TRUE(spec.head_bias);
+  EXPECT_EQ(spec.mlp_act, "gelu_new");
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig again = gpt_config_of(spec);
+  EXPECT_TRUE(again.phi && again.parallel_residual && !again.tied && !again.exact_gelu);
+  EXPECT_EQ(gpt_num_params(again), gpt_num_params(c));
+  GptConfig bad = c;
+  bad.parallel_residual = false;
+  EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
+  bad = c;
+  bad.neox = true;
+  EXPECT_NE(validate(bad, 1, 4).message().find("three variants"), std::string::npos);
+  ModelSpec tied = spec;
+  tied.tied_embeddings = true;
+  EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
+            std::string::npos);
+  ModelSpec gqa = spec;
+  gqa.kv_heads = 1;
+  EXPECT_NE(check_model_file(gqa, "memwall train").message().find("num_key_value_heads 1"),
+            std::string::npos);
 }
 
 TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
@@ -583,10 +647,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   neox_shape.rope_theta = 100;
   neox_shape.tied = false;
   neox_shape.ffn = 48;
-  for (const GptConfig& c :
-       {gpt2, opt_shape, exact, neox_shape, gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+  GptConfig phi_shape = neox_shape;  // and Phi's: one norm for both, a bias on the head, the tanh GELU
+  phi_shape.neox = phi_shape.exact_gelu = false;
+  phi_shape.phi = true;
+  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, gqa, mha, qwen, scaled, yarn,
+                             window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.neox                 ? "neox"
+                 : c.phi                  ? "phi"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
@@ -873,6 +941,19 @@ TEST(GptModel, NeoxMatchesAPyTorchReference) {
   }
 }
 
+// Phi against a PyTorch implementation of transformers' Phi equations (tests/engine/phi_reference.py), which
+// reads the tensors by their Phi checkpoint names: one norm feeding the attention and the MLP side by side,
+// partial rotary, the head's bias. Skipped without torch.
+TEST(GptModel, PhiMatchesAPyTorchReference) {
+  GptConfig c = phi();
+  c.rope_theta = 500;  // the rotation matters even over 8 positions
+  const nlohmann::json config = {{"layers", c.layers},         {"channels", c.channels},
+                                 {"heads", c.heads},           {"partial_rotary_factor", c.partial_rotary},
+                                 {"rope_theta", c.rope_theta}, {"exact_gelu", c.exact_gelu}};
+  if (!matches_reference("phi_reference.py", c, hf_param_layout(c), config))
+    GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
@@ -937,12 +1018,14 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c : {tiny(), exact, neox(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+  for (const GptConfig& c :
+       {tiny(), exact, neox(), phi(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
                  : c.neox       ? "neox"
+                 : c.phi        ? "phi"
                  : c.exact_gelu ? "gpt2, exact gelu"
                                 : "gpt2");
     std::vector<float> p(gpt_num_params(c));

@@ -1,0 +1,74 @@
+"""A Phi (1, 1.5, 2) decoder in PyTorch, written from transformers' PhiForCausalLM equations: the token
+embedding, no position table; per layer one input_layernorm whose output feeds both the attention and the MLP,
+side by side: q_proj, k_proj, v_proj, rotary positions on the first int(head size x partial_rotary_factor)
+channels of each query and key (rotate_half's convention, base rope_theta), causal softmax attention scaled
+by head size^-1/2, self_attn.dense; mlp.fc1, GELU (tanh, gelu_new; or exact), mlp.fc2; the block's output
+the input plus both; final_layernorm; an untied lm_head with a bias; every linear with a bias, LayerNorm eps
+1e-5. It reads the tensors by the names of a Phi checkpoint (tests/engine/gpt_model_test.cpp).
+
+usage: phi_reference.py DIR
+DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
+"""
+import math
+import sys
+
+import reference_io
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+
+def main(d):
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
+    B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
+    hs = C // H
+    rot = int(hs * cfg["partial_rotary_factor"])
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
+
+    def linear(x, name):
+        return x @ t[name + ".weight"].T + t[name + ".bias"]
+
+    def gelu(x):
+        if cfg["exact_gelu"]:
+            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate(x):  # [B, H, T, hs]: the first rot channels turned, the rest passed through
+        turned, passed = x[..., :rot], x[..., rot:]
+        half = rot // 2
+        rotated = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
+        return torch.cat([turned * cos + rotated * sin, passed], dim=-1)
+
+    def heads(x):
+        return x.view(B, T, H, hs).transpose(1, 2)
+
+    x = t["model.embed_tokens.weight"][tokens]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for layer in range(cfg["layers"]):
+        p = "model.layers.%d." % layer
+        h = ln(x, p + "input_layernorm")
+        q = rotate(heads(linear(h, p + "self_attn.q_proj")))
+        k = rotate(heads(linear(h, p + "self_attn.k_proj")))
+        v = heads(linear(h, p + "self_attn.v_proj"))
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        attn = linear(y, p + "self_attn.dense")
+        mlp = linear(gelu(linear(h, p + "mlp.fc1")), p + "mlp.fc2")
+        x = x + attn + mlp
+    x = ln(x, "model.final_layernorm")
+    logits = linear(x, "lm_head")
+    loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
+    reference_io.save(d, loss, flat, torch)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
