@@ -45,6 +45,7 @@ HfWeights& HfWeights::operator=(HfWeights&& o) noexcept {
     tensors_ = std::move(o.tensors_);
     ignored_ = std::move(o.ignored_);
     dtype_ = std::move(o.dtype_);
+    config_ = o.config_;
     cached_ = std::exchange(o.cached_, -1);
     cache_ = std::move(o.cache_);
   }

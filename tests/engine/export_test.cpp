@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -309,6 +310,80 @@ TEST(Import, ReadsOptExportsAndOptModelNames) {
   std::fill(got.begin(), got.end(), -1.0f);
   ASSERT_TRUE(facebook->read(0, got.size(), got.data()).is_ok());
   EXPECT_EQ(got, p);
+}
+
+// GPT-NeoX exports as GPTNeoXForCausalLM, query_key_value's rows head by head (head h's q, k, v), and reads
+// back bitwise by any ranges (a config of other head counts than the defaults: the reader reorders by the
+// model's own), also with the attention's buffers older files keep; Phi exports as PhiForCausalLM.
+TEST(Import, ReadsNeoxAndPhiExportsBack) {
+  GptConfig neox = small_config();
+  neox.heads = 4;  // heads of 2 channels
+  neox.neox = neox.parallel_residual = true;
+  neox.tied = false;
+  neox.ffn = 20;
+  GptConfig phi = small_config();
+  phi.phi = phi.parallel_residual = true;
+  phi.partial_rotary = 0.5;
+  phi.tied = false;
+  for (const GptConfig& c : {neox, phi}) {
+    SCOPED_TRACE(c.neox ? "neox" : "phi");
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 8);
+    const std::string dir = temp_dir(c.neox ? "export-neox" : "export-phi");
+    ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+    Diagnostics diag;
+    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+    EXPECT_EQ(spec->total_params(), static_cast<double>(p.size()));
+    const GptConfig back = gpt_config_of(*spec);
+    EXPECT_EQ(back.neox, c.neox);
+    EXPECT_EQ(back.phi, c.phi);
+    EXPECT_EQ(back.partial_rotary, c.partial_rotary);
+    EXPECT_EQ(back.ffn_width(), c.ffn_width());
+    const std::string file = dir + "/model.safetensors";
+    if (c.neox) {
+      // Row 1 x 2 + 1 of the file (head 1's key, its second channel) is memwall's row C + 1 x 2 + 1.
+      const auto layout = gpt_param_layout(c);
+      const auto qkv = std::find_if(layout.begin(), layout.end(),
+                                    [](const ParamTensor& t) { return t.name == "h.0.attn.c_attn.weight"; });
+      const nlohmann::json h = safetensors_header(file);
+      const nlohmann::json& e = h["gpt_neox.layers.0.attention.query_key_value.weight"];
+      EXPECT_EQ(e["shape"], (nlohmann::json{24, 8}));
+      const std::string bytes = slurp(file);
+      std::uint64_t header_bytes = 0;
+      std::memcpy(&header_bytes, bytes.data(), 8);
+      const std::size_t file_row = (1 * 3 + 1) * 2 + 1, mine = 8 + 1 * 2 + 1;
+      float got = 0;
+      std::memcpy(
+          &got, bytes.data() + 8 + header_bytes + e["data_offsets"][0].get<std::size_t>() + file_row * 8 * 4,
+          4);
+      EXPECT_EQ(got, p[qkv->offset + mine * 8]);
+    }
+    for (const std::size_t piece : {p.size(), std::size_t{37}}) {
+      auto w = HfWeights::open(dir, back);
+      ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+      std::vector<float> got(p.size(), -1.0f);
+      for (std::size_t at = 0; at < p.size(); at += piece)
+        ASSERT_TRUE(w->read(at, std::min(piece, p.size() - at), got.data() + at).is_ok());
+      EXPECT_EQ(got, p) << "pieces of " << piece;
+      EXPECT_TRUE(w->ignored().empty());
+    }
+    if (!c.neox) continue;
+    // An older GPT-NeoX file's buffers beside the tensors: ignored.
+    rewrite_header(file, [](const nlohmann::json& h) {
+      nlohmann::json more = h;
+      more["gpt_neox.layers.0.attention.rotary_emb.inv_freq"] = h["gpt_neox.final_layer_norm.bias"];
+      return more;
+    });
+    auto older = HfWeights::open(dir, back);
+    ASSERT_TRUE(older.is_ok()) << older.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(older->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    EXPECT_EQ(older->ignored(),
+              (std::vector<std::string>{"gpt_neox.layers.0.attention.rotary_emb.inv_freq"}));
+  }
 }
 
 // A multimodal checkpoint's language model (Gemma 3's safetensors: language_model.model.layers..., or
