@@ -82,7 +82,7 @@ int run_generate(const GenerateOptions& opt) {
   if (opt.checkpoint_dir.empty() == opt.weights.empty()) {
     return report_error(Status::invalid_argument(
         "generate: give one of --checkpoint-dir (memwall train's checkpoint) and --weights (a directory with "
-        "model.safetensors and config.json)"));
+        "model.safetensors or pytorch_model.bin and config.json)"));
   }
   model::GptConfig c;
   std::vector<float> params;
@@ -233,9 +233,9 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
   cmd->add_option(
       "--weights", opt->weights,
-      "Instead of a checkpoint: a directory with Hugging Face GPT-2 or Llama-family (Llama, Mistral, "
-      "Qwen2, Qwen3, Gemma, Phi-3) model.safetensors and config.json "
-      "(memwall export's output, or a GPT-2 download with its vocab.json and merges.txt)");
+      "Instead of a checkpoint: a directory with Hugging Face GPT-2, OPT, GPT-NeoX, Phi or Llama-family "
+      "(Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) weights (model.safetensors, pytorch_model.bin, or their "
+      "shards' index) and config.json (memwall export's output, or a download with its tokenizer files)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,
       "BPE tokenizer: a directory with GPT-2's vocab.json and merges.txt, or a tokenizer.json (GPT-2's, "

@@ -361,7 +361,7 @@ int run_train(const TrainOptions& opt) {
     zo.hw.name = "this machine";
   }
   if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
-  // Initial weights from a safetensors file: the header is checked here, on every rank (they agree before
+  // Initial weights from a safetensors (or PyTorch) file: the header is checked here, on every rank (they agree before
   // going on); the trainer then reads each rank's shard from it.
   std::optional<model::HfWeights> weights;
   if (!opt.init_from.empty()) {
@@ -946,9 +946,9 @@ void register_train(CLI::App& app, int& exit_code) {
       "or bytes");
   cmd->add_option(
       "--init-from", opt->init_from,
-      "Initial weights instead of the random initialisation: a Hugging Face GPT-2 or Llama-family "
-      "model.safetensors "
-      "(F32, F16 or BF16), the model.safetensors.index.json of its shards, or a directory holding either "
+      "Initial weights instead of the random initialisation: a Hugging Face model.safetensors (F32, F16 or "
+      "BF16), a pytorch_model.bin (read without running its pickle), the index of either's shards, or a "
+      "directory holding them "
       "(memwall export's output, a Hub download), whose config.json is then the model unless --model is "
       "given; each rank reads only its shard");
   cmd->add_option("--steps", opt->steps, "Optimizer steps")->capture_default_str();

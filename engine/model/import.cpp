@@ -1,6 +1,7 @@
 // Reading a safetensors file (u64 little-endian header length, a JSON header of {name: {dtype, shape,
-// data_offsets}}, then the raw little-endian tensor bytes), or the shards a model.safetensors.index.json
-// lists, into memwall's flat parameter layout.
+// data_offsets}}, then the raw little-endian tensor bytes), a PyTorch checkpoint (pytorch_model.bin, indexed
+// by engine/model/torch_bin.h into the same header form), or the shards an index lists, into memwall's flat
+// parameter layout.
 #include "engine/model/import.h"
 
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "base/units.h"
 #include "cpu/cast.h"
 #include "engine/io/read_file.h"
+#include "engine/model/torch_bin.h"
 
 namespace memwall::model {
 
@@ -74,6 +76,16 @@ Status HfWeights::open_shard(const std::string& f, nlohmann::json& header) {
   if (size < 8)
     return Status::invalid_argument(f + ": not a safetensors file (" + std::to_string(size) + " bytes)");
   MW_RETURN_IF_ERROR(io::pread_full(sh.fd, len, 8, 0, f));
+  if (is_zip_magic(len)) {  // torch.save's zip (pytorch_model.bin): offsets absolute in the file
+    shards_.back().size = size;
+    return torch_checkpoint_index(f, sh.fd, size, header);
+  }
+  if (len[0] == 0x80 && len[1] <= 5) {  // a bare pickle: torch.save before PyTorch 1.6
+    return Status::invalid_argument(
+        f +
+        ": a PyTorch checkpoint in the legacy format (before PyTorch 1.6); allowed: safetensors, or "
+        "torch.save's zip format (re-save it with a current PyTorch)");
+  }
   std::uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len[i];
   if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > size) {
@@ -110,8 +122,7 @@ Result<std::vector<std::string>> shards_of_index(const std::string& index) {
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
       j["weight_map"].empty()) {
-    return Status::invalid_argument(index +
-                                    ": no weight_map; allowed: a safetensors index of {tensor: shard file}");
+    return Status::invalid_argument(index + ": no weight_map; allowed: an index of {tensor: shard file}");
   }
   const std::string dir = std::filesystem::path(index).parent_path().string();
   std::vector<std::string> files;
@@ -137,10 +148,17 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   std::error_code ec;
   w.file_ = path;
   if (std::filesystem::is_directory(path, ec)) {
-    w.file_ = path + "/model.safetensors";
-    if (!std::filesystem::exists(w.file_, ec) &&
-        std::filesystem::exists(path + "/model.safetensors.index.json", ec)) {
-      w.file_ = path + "/model.safetensors.index.json";
+    // save_pretrained's files, safetensors first (a download may hold both).
+    const char* names[] = {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                           "pytorch_model.bin.index.json"};
+    w.file_.clear();
+    for (const char* n : names) {
+      if (w.file_.empty() && std::filesystem::exists(path + "/" + n, ec)) w.file_ = path + "/" + n;
+    }
+    if (w.file_.empty()) {
+      return Status::not_found(path +
+                               ": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                               "pytorch_model.bin.index.json in it");
     }
   }
   const bool sharded = w.file_.size() > 11 && w.file_.compare(w.file_.size() - 11, 11, ".index.json") == 0;

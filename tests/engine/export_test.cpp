@@ -4,10 +4,12 @@
 #include "engine/model/export.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -450,6 +452,122 @@ TEST(Import, ReadsSixteenBitExports) {
     EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/config.json"))["torch_dtype"], torch);
     EXPECT_LT(std::filesystem::file_size(dir + "/model.safetensors"), 2 * p.size() + 4096);
   }
+}
+
+// Runs tests/engine/torch_bin_writer.py on `dir` (holding an F32 export) in `mode`; false when that mode
+// needs PyTorch and it is not installed.
+bool write_torch_bin(const std::string& dir, const char* mode) {
+  const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
+                          "/engine/torch_bin_writer.py " + dir + " " + mode;
+  const int rc = std::system(cmd.c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) return false;
+  EXPECT_EQ(rc, 0) << cmd;
+  return true;
+}
+
+// A PyTorch checkpoint (pytorch_model.bin, torch.save's zip) reads as its safetensors twin does: F32, F16 and
+// BF16, GPT-2's transposed Conv1D weights and GPT-NeoX's reordered query_key_value, tensors that are slices
+// of larger storages, an nn.Parameter, a storage saved under two names (the second ignored); a directory's
+// safetensors first, its .bin without them, and the .bin through an index. Skipped without torch.
+TEST(Import, ReadsPyTorchCheckpoints) {
+  GptConfig neox = small_config();
+  neox.neox = neox.parallel_residual = true;
+  neox.tied = false;
+  for (const GptConfig& c : {small_config(), neox}) {
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 6);
+    for (const char* mode : {"f32", "views", "f16", "bf16"}) {
+      SCOPED_TRACE(std::string(c.neox ? "neox " : "gpt2 ") + mode);
+      const std::string dir = temp_dir(mode);
+      ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+      if (!write_torch_bin(dir, mode)) GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+      auto both = HfWeights::open(dir, c);
+      ASSERT_TRUE(both.is_ok()) << both.status().to_string();
+      EXPECT_EQ(both->file(), dir + "/model.safetensors");
+      std::filesystem::remove(dir + "/model.safetensors");
+      std::vector<float> want = p;
+      std::vector<std::uint16_t> half(p.size());
+      const std::string m = mode;
+      if (m == "f16") {
+        kernels::cast_f32_to_f16(p.data(), half.data(), p.size());
+        kernels::cast_f16_to_f32(half.data(), want.data(), p.size());
+      } else if (m == "bf16") {
+        kernels::cast_f32_to_bf16(p.data(), half.data(), p.size());
+        kernels::cast_bf16_to_f32(half.data(), want.data(), p.size());
+      }
+      for (const std::string& path : {dir, dir + "/pytorch_model.bin.index.json"}) {
+        if (path != dir) {  // an index naming the one file for every tensor
+          nlohmann::json map = nlohmann::json::object();
+          for (const auto& t : hf_param_layout(c)) map[t.name] = "pytorch_model.bin";
+          std::ofstream(path) << nlohmann::json{{"weight_map", map}}.dump();
+        }
+        auto w = HfWeights::open(path, c);
+        ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+        EXPECT_EQ(w->files(), std::vector<std::string>{dir + "/pytorch_model.bin"});
+        EXPECT_EQ(w->dtype(), m == "f16" ? "F16" : m == "bf16" ? "BF16" : "F32");
+        std::vector<float> got(p.size(), -1.0f);
+        for (std::size_t at = 0; at < p.size(); at += 41)
+          ASSERT_TRUE(w->read(at, std::min<std::size_t>(41, p.size() - at), got.data() + at).is_ok());
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(w->ignored(),
+                  m == "views" ? std::vector<std::string>{"extra.alias"} : std::vector<std::string>{});
+      }
+      if (c.neox || m != "views") continue;
+      // Damaged copies never crash (the sanitizer build runs this too): cut short, or a byte changed
+      // anywhere; opening fails or the reads stay inside the file.
+      const std::string bin = dir + "/pytorch_model.bin", whole = slurp(bin);
+      for (std::size_t k = 0; k < 300; ++k) {
+        std::string bytes = whole;
+        if (k < 20) {
+          bytes.resize(whole.size() * k / 20);
+        } else {
+          bytes[(k * 7919) % bytes.size()] ^= static_cast<char>(0x5a);
+        }
+        std::ofstream(bin, std::ios::binary | std::ios::trunc) << bytes;
+        auto damaged = HfWeights::open(dir, c);
+        if (!damaged.is_ok()) continue;
+        std::vector<float> got(p.size());
+        (void)damaged->read(0, got.size(), got.data());
+      }
+    }
+  }
+}
+
+// PyTorch checkpoints memwall cannot read safely are refused in one line, naming the file and why: a pickle
+// that asks for os.system (not run: the file it would touch never appears), a compressed entry, a truncated
+// archive, the legacy pre-1.6 format; a directory without weights names the files it looked for.
+TEST(Import, RefusesPyTorchCheckpointsItCannotReadSafely) {
+  const GptConfig c = small_config();
+  const std::string dir = temp_dir("evil");
+  ASSERT_TRUE(write_torch_bin(dir, "evil"));
+  const std::string bin = dir + "/pytorch_model.bin";
+  auto evil = HfWeights::open(dir, c);
+  ASSERT_FALSE(evil.is_ok());
+  EXPECT_NE(evil.status().message().find(bin + ": data.pkl asks for posix.system"), std::string::npos)
+      << evil.status().message();
+  EXPECT_NE(evil.status().message().find("refused without running it"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/pwned"));
+  const std::string whole = slurp(bin);
+  std::ofstream(bin, std::ios::binary | std::ios::trunc) << whole.substr(0, whole.size() / 2);
+  auto cut = HfWeights::open(dir, c);
+  ASSERT_FALSE(cut.is_ok());
+  EXPECT_NE(cut.status().message().find("truncated"), std::string::npos) << cut.status().message();
+  ASSERT_TRUE(write_torch_bin(dir, "deflated"));
+  auto packed = HfWeights::open(dir, c);
+  ASSERT_FALSE(packed.is_ok());
+  EXPECT_NE(packed.status().message().find("entry 'archive/data.pkl' is compressed"), std::string::npos)
+      << packed.status().message();
+  std::ofstream(bin, std::ios::binary | std::ios::trunc) << std::string("\x80\x02", 2) + "a legacy pickle";
+  auto legacy = HfWeights::open(dir, c);
+  ASSERT_FALSE(legacy.is_ok());
+  EXPECT_NE(legacy.status().message().find("legacy format"), std::string::npos) << legacy.status().message();
+  const std::string empty = temp_dir("no-weights");
+  auto none = HfWeights::open(empty, c);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("no model.safetensors, model.safetensors.index.json, "
+                                         "pytorch_model.bin or pytorch_model.bin.index.json"),
+            std::string::npos)
+      << none.status().message();
 }
 
 // A file as transformers writes it: "transformer." names, 16-bit tensors, the tied head and the attention's
