@@ -513,7 +513,7 @@ TEST(Import, ReadsPyTorchCheckpoints) {
                   m == "views" ? std::vector<std::string>{"extra.alias"} : std::vector<std::string>{});
       }
       if (c.neox || m != "views") continue;
-      // Damaged copies never crash (the sanitizer build runs this too): cut short, or a byte changed
+      // Damaged copies never crash (scripts/sanitize.sh runs this under ASan): cut short, or a byte changed
       // anywhere; opening fails or the reads stay inside the file.
       const std::string bin = dir + "/pytorch_model.bin", whole = slurp(bin);
       for (std::size_t k = 0; k < 300; ++k) {
