@@ -1986,6 +1986,15 @@ TEST(CliGenerate, AGptNeoxShapedModelTrainsGeneratesAndExports) {
             (nlohmann::json{192, 64}));
   EXPECT_EQ(r.tensors["embed_out.weight"]["shape"], (nlohmann::json{256, 64}));
   EXPECT_FALSE(r.tensors.contains("gpt_neox.embed_positions.weight"));
+  // The same weights as PyTorch's pytorch_model.bin (torch.save, when python3-torch is installed) generate
+  // the same text.
+  const std::string writer = std::string(MEMWALL_TEST_SOURCE_DIR) + "/engine/torch_bin_writer.py";
+  const int rc = std::system(("/usr/bin/python3 " + writer + " " + r.hf + " f32").c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 0) {
+    const std::string greedy = greedy_text("--weights " + r.hf, 20);
+    std::filesystem::remove(r.hf + "/model.safetensors");
+    EXPECT_EQ(greedy_text("--weights " + r.hf, 20), greedy);
+  }
   const CmdResult relu = memwall("train --steps 1 --data " + r.data +
                                  R"( --model pythia-160m --model-set '{"hidden_act": "relu"}')");
   EXPECT_EQ(relu.exit_code, 2) << relu.output;
