@@ -361,8 +361,8 @@ int run_train(const TrainOptions& opt) {
     zo.hw.name = "this machine";
   }
   if (!swap_dir.empty()) zo.swap_dir = swap_dir + "/memwall-swap";
-  // Initial weights from a safetensors (or PyTorch) file: the header is checked here, on every rank (they agree before
-  // going on); the trainer then reads each rank's shard from it.
+  // Initial weights from a safetensors (or PyTorch) file: the header is checked here, on every rank (they
+  // agree before going on); the trainer then reads each rank's shard from it.
   std::optional<model::HfWeights> weights;
   if (!opt.init_from.empty()) {
     auto w = model::HfWeights::open(opt.init_from, c);
@@ -498,6 +498,17 @@ int run_train(const TrainOptions& opt) {
             ? strprintf("Phi-shaped: %s, %s GELU MLP of %d, attention and MLP side by side after one norm, "
                         "untied head with a bias; ",
                         rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width())
+                  .c_str()
+        : c.falcon
+            ? strprintf(
+                  "Falcon-shaped: %s, %d key/value head%s, %s GELU MLP of %d, attention and MLP %s, %s%s "
+                  "head; ",
+                  rotary_summary(c, seq).c_str(), c.kv_head_count(), c.kv_head_count() == 1 ? "" : "s",
+                  c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
+                  !c.parallel_residual ? "in sequence"
+                  : c.shared_norm()    ? "side by side after one norm"
+                                       : "side by side after two norms",
+                  c.no_bias ? "no biases, " : "", c.tied ? "tied" : "untied")
                   .c_str()
         : c.exact_gelu ? "exact GELU; "
                        : "",

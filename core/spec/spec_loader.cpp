@@ -733,6 +733,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       int norms = new_arch ? 2 : parallel ? 1 : 2;
       if (new_arch) MW_RETURN_IF_ERROR(r.get_int("num_ln_in_parallel_attn", norms, 1, 2));
       m.block_norm_shared = norms == 1;
+      // The new architecture's attention and MLP are side by side whatever parallel_attn says.
+      m.parallel_residual = (new_arch || parallel) && norms == 2;
       m.position = alibi ? PositionKind::kNone : PositionKind::kRotary;
       MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));

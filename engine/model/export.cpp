@@ -239,6 +239,43 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     };
     return config.dump(2) + "\n";
   }
+  if (c.falcon) {  // FalconConfig's keys: the new decoder architecture for grouped-query attention or two
+                   // norms side by side, else multi-query (one key/value head) or one per head
+    const int kv = c.kv_head_count();
+    const bool two_side_by_side = c.parallel_residual && !c.shared_norm();
+    const bool new_arch = two_side_by_side || (kv != 1 && kv != c.heads);
+    if (new_arch && !c.parallel_residual) {
+      return Status::invalid_argument(dir + ": Falcon's grouped-query attention (" + std::to_string(kv) +
+                                      " key/value heads) with the attention and the MLP in sequence has no "
+                                      "config.json form (its new decoder architecture is side by side)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures", {"FalconForCausalLM"}},
+        {"model_type", "falcon"},
+        {"vocab_size", c.vocab},
+        {"hidden_size", c.channels},
+        {"num_hidden_layers", c.layers},
+        {"num_attention_heads", c.heads},
+        {"num_kv_heads", kv},
+        {"new_decoder_architecture", new_arch},
+        {"multi_query", !new_arch && kv == 1},
+        {"parallel_attn", c.parallel_residual},
+        {"num_ln_in_parallel_attn", c.shared_norm() ? 1 : 2},
+        {"bias", !c.no_bias},
+        {"alibi", false},
+        {"ffn_hidden_size", c.ffn_width()},
+        {"activation", c.exact_gelu ? "gelu" : "gelu_new"},
+        {"max_position_embeddings", c.max_seq},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+        {"layer_norm_epsilon", 1e-5},
+        {"hidden_dropout", 0.0},
+        {"attention_dropout", 0.0},
+        {"tie_word_embeddings", c.tied},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   if (c.phi) {  // PhiConfig's keys
     nlohmann::ordered_json config = {
         {"architectures", {"PhiForCausalLM"}},

@@ -57,28 +57,36 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
-  if (c.llama() && (c.neox || c.parallel_residual || c.phi)) {
+  if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi and the parallel residual are GPT-2's shape's variants, not the Llama shape's");
+        "model: GPT-NeoX, Phi, Falcon and the parallel residual are GPT-2's shape's variants, not the Llama "
+        "shape's");
   }
-  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) > 1)
-    return Status::invalid_argument("model: OPT, GPT-NeoX and Phi are three variants, not one");
-  if (c.phi && (c.llama() || !c.parallel_residual)) {
+  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) > 1)
+    return Status::invalid_argument("model: OPT, GPT-NeoX, Phi and Falcon are four variants, not one");
+  if (c.shared_norm() && !c.parallel_residual) {
     return Status::invalid_argument(
-        "model: Phi is GPT-2's shape with the attention and the MLP side by side (parallel_residual)");
+        "model: one norm for the attention and the MLP (Phi's, Falcon-7B's) needs them side by side "
+        "(parallel_residual)");
   }
   if (!c.llama()) {
     // GPT-NeoX's and Phi's own: rotary positions and their settings, an untied head, another MLP width.
     const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
                            c.rope_theta != 10000 || !c.rope_scaling.none();
-    if (c.kv_head_count() != c.heads || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm ||
-        c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names || c.global_every != 0 ||
-        c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0 ||
-        c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
+    if ((c.kv_head_count() != c.heads && !c.falcon) || ((c.one_norm || c.no_bias) && !c.falcon) ||
+        c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp ||
+        c.norm_unit_offset || c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm ||
+        c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0 ||
+        (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
-          "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not); allowed: "
-          "the Llama shape for others");
+          "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
+          "kv_heads, one norm, no biases); allowed: the Llama shape for others");
+    }
+    if (c.heads % c.kv_head_count() != 0) {
+      return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
+                                      ") must be a multiple of kv_heads (" + std::to_string(c.kv_heads) +
+                                      ")");
     }
     if (!c.rotary()) return Status::ok();
   } else if (c.heads % c.kv_head_count() != 0) {
@@ -197,25 +205,35 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
     return out;
   }
-  const int F = c.ffn_width();
+  const int F = c.ffn_width(), kv = c.kv_width();
+  const bool bias = !c.no_bias;
   add("wte.weight", {c.vocab, C});
   if (!c.rotary()) add("wpe.weight", {c.position_rows(), C});
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
     add(h + "ln_1.bias", {C});
-    add(h + "attn.c_attn.weight", {3 * C, C});
-    add(h + "attn.c_attn.bias", {3 * C});
+    if (c.split_qkv()) {  // grouped-query (Falcon's): the graph's q and kv matrices, back to back
+      add(h + "attn.c_attn_q.weight", {C, C});
+      add(h + "attn.c_attn_kv.weight", {2 * kv, C});
+      if (bias) {
+        add(h + "attn.c_attn_q.bias", {C});
+        add(h + "attn.c_attn_kv.bias", {2 * kv});
+      }
+    } else {
+      add(h + "attn.c_attn.weight", {3 * C, C});
+      if (bias) add(h + "attn.c_attn.bias", {3 * C});
+    }
     add(h + "attn.c_proj.weight", {C, C});
-    add(h + "attn.c_proj.bias", {C});
-    if (!c.phi) {  // (Phi's MLP reads ln_1's output)
+    if (bias) add(h + "attn.c_proj.bias", {C});
+    if (!c.shared_norm()) {  // (else the MLP reads ln_1's output)
       add(h + "ln_2.weight", {C});
       add(h + "ln_2.bias", {C});
     }
     add(h + "mlp.c_fc.weight", {F, C});
-    add(h + "mlp.c_fc.bias", {F});
+    if (bias) add(h + "mlp.c_fc.bias", {F});
     add(h + "mlp.c_proj.weight", {C, F});
-    add(h + "mlp.c_proj.bias", {C});
+    if (bias) add(h + "mlp.c_proj.bias", {C});
   }
   add("ln_f.weight", {C});
   add("ln_f.bias", {C});
@@ -237,7 +255,8 @@ struct FamilyNames {
 
 std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, const FamilyNames& names) {
   std::vector<ParamTensor> out;
-  for (const ParamTensor& t : layout) {
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const ParamTensor& t = layout[i];
     ParamTensor o = t;
     if (const auto it = names.outside.find(t.name); it != names.outside.end()) {
       o.name = it->second;
@@ -248,6 +267,17 @@ std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, 
     const std::string layer = t.name.substr(2, d1 - 2), stem = t.name.substr(d1 + 1, d2 - d1 - 1),
                       kind = t.name.substr(d2 + 1);
     const std::string prefix = names.prefix + layer + ".";
+    if (stem ==
+        "attn.c_attn_q") {  // grouped-query: q's rows and k's and v's after them, one tensor as c_attn
+      MW_CHECK(i + 1 < layout.size() && layout[i + 1].name == "h." + layer + ".attn.c_attn_kv." + kind,
+               "hf_param_layout: " + t.name + " without its key/value rows after it");
+      o.name = prefix + names.stems.at("attn.c_attn") + "." + kind;
+      o.numel += layout[i + 1].numel;
+      o.shape[0] += layout[i + 1].shape[0];
+      out.push_back(std::move(o));
+      ++i;
+      continue;
+    }
     if (stem == "attn.c_attn" && names.split_qkv) {
       const std::size_t rows = static_cast<std::size_t>(t.shape[0] / 3), each = t.numel / 3;
       const char* parts[] = {"q_proj", "k_proj", "v_proj"};
@@ -302,6 +332,25 @@ const FamilyNames& neox_names() {
   return names;
 }
 
+// FalconForCausalLM's (nn.Linear [out, in]; query_key_value's rows grouped by key/value head,
+// hf_interleaved): its norms named by the block's shape, input_layernorm alone (one norm), ln_attn and ln_mlp
+// (side by side: the new decoder architecture), input_layernorm and post_attention_layernorm (in sequence).
+FamilyNames falcon_names(const GptConfig& c) {
+  const bool two_side_by_side = c.parallel_residual && !c.shared_norm();
+  return {{{"wte.weight", "transformer.word_embeddings.weight"},
+           {"ln_f.weight", "transformer.ln_f.weight"},
+           {"ln_f.bias", "transformer.ln_f.bias"},
+           {"lm_head.weight", "lm_head.weight"}},
+          {{"ln_1", two_side_by_side ? "ln_attn" : "input_layernorm"},
+           {"ln_2", two_side_by_side ? "ln_mlp" : "post_attention_layernorm"},
+           {"attn.c_attn", "self_attention.query_key_value"},
+           {"attn.c_proj", "self_attention.dense"},
+           {"mlp.c_fc", "mlp.dense_h_to_4h"},
+           {"mlp.c_proj", "mlp.dense_4h_to_h"}},
+          "transformer.h.",
+          false};
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -324,6 +373,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.opt) return renamed_layout(layout, opt_names());
   if (c.neox) return renamed_layout(layout, neox_names());
   if (c.phi) return renamed_layout(layout, phi_names());
+  if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -385,21 +435,27 @@ bool is_gelu_tanh(const std::string& act) {
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
-  for (const char* other : {"falcon", "bloom"}) {
-    if (m.model_type == other) {
-      return Status::invalid_argument(where + "model_type " + other + " is not supported by " + tool +
-                                      " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's and Llama's); "
-                                      "memwall predict and simulate take it");
-    }
+  if (m.model_type == "bloom") {
+    return Status::invalid_argument(
+        where + "model_type bloom is not supported by " + tool +
+        " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's, Falcon's and Llama's); "
+        "memwall predict and simulate take it");
   }
   if (m.moe()) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi";
-  if (neox || phi) {  // the reader has refused what their configs cannot be otherwise
-    const std::string family = neox ? "GPT-NeoX" : "Phi";
+  const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
+             falcon = m.model_type == "falcon";
+  if (neox || phi || falcon) {  // the reader has refused what their configs cannot be otherwise
+    const std::string family = neox ? "GPT-NeoX" : phi ? "Phi" : "Falcon";
+    if (falcon && m.position != PositionKind::kRotary) {
+      return Status::invalid_argument(where +
+                                      "alibi true (ALiBi instead of rotary positions) is not "
+                                      "supported by " +
+                                      tool + " for Falcon; allowed: false");
+    }
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
                                       "\" is not supported by " + tool +
@@ -510,10 +566,15 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
   }
   c.opt = m.model_type == "opt";
-  if (m.model_type == "gpt_neox" || m.model_type == "phi") {
+  if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon") {
     c.neox = m.model_type == "gpt_neox";
-    c.phi = !c.neox;
-    c.parallel_residual = c.phi || m.parallel_residual;  // Phi's always
+    c.phi = m.model_type == "phi";
+    c.falcon = m.model_type == "falcon";
+    // Side by side with two norms (GPT-NeoX's, Falcon's new architecture's) or one (Phi's, Falcon-7B's).
+    c.parallel_residual = m.parallel_residual || m.block_norm_shared;
+    c.one_norm = c.falcon && m.block_norm_shared;
+    c.no_bias = c.falcon && !m.linear_bias;
+    c.kv_heads = c.falcon ? m.kv_heads : 0;
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
     c.rope_theta = m.rope_theta;
@@ -529,17 +590,21 @@ bool hf_transposed(const ParamTensor& t) {
 }
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
-  return c.neox && t.name.find(".attention.query_key_value.") != std::string::npos;
+  return (c.neox || c.falcon) && t.name.find(".query_key_value.") != std::string::npos;
 }
 
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf) {
-  const auto heads = static_cast<std::size_t>(c.heads), hs = static_cast<std::size_t>(c.head_size());
-  const std::size_t block = hs * cols;  // one head's q (or k, or v): hs rows
-  for (std::size_t part = 0; part < 3; ++part) {
-    for (std::size_t h = 0; h < heads; ++h) {
-      const std::size_t mine = (part * heads + h) * block, neox = (h * 3 + part) * block;
-      std::copy_n(src + (to_hf ? mine : neox), block, dst + (to_hf ? neox : mine));
-    }
+  // Key/value head g's group: its G query heads' rows, then its key's, then its value's (GPT-NeoX: G = 1).
+  const auto kv = static_cast<std::size_t>(c.kv_head_count()), hs = static_cast<std::size_t>(c.head_size());
+  const std::size_t G = static_cast<std::size_t>(c.heads) / kv, q_rows = G * kv * hs, kv_rows = kv * hs;
+  const auto move = [&](std::size_t mine, std::size_t theirs, std::size_t rows) {
+    std::copy_n(src + (to_hf ? mine : theirs) * cols, rows * cols, dst + (to_hf ? theirs : mine) * cols);
+  };
+  for (std::size_t g = 0; g < kv; ++g) {
+    const std::size_t group = g * (G + 2) * hs;  // the group's first row in the file's order
+    move(g * G * hs, group, G * hs);
+    move(q_rows + g * hs, group + G * hs, hs);
+    move(q_rows + kv_rows + g * hs, group + (G + 1) * hs, hs);
   }
 }
 
@@ -600,17 +665,19 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
   }
-  if (c.neox || c.phi) {
-    m.model_type = c.neox ? "gpt_neox" : "phi";
+  if (c.neox || c.phi || c.falcon) {
+    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : "falcon";
     m.position = PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;
     m.rope_scaling = c.rope_scaling;
     m.partial_rotary_factor = c.partial_rotary;
-    // Two norms side by side (GPT-NeoX's), or Phi's one.
-    m.parallel_residual = c.neox && c.parallel_residual;
-    m.block_norm_shared = c.phi;
+    // Side by side after two norms (GPT-NeoX's, Falcon's new architecture's), or one (Phi's, Falcon-7B's).
+    m.parallel_residual = c.parallel_residual && !c.shared_norm();
+    m.block_norm_shared = c.shared_norm();
     m.head_bias = c.phi;
+    m.kv_heads = c.kv_head_count();
+    m.linear_bias = !c.no_bias;
   }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
@@ -646,6 +713,10 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     static const std::map<std::string, std::string> stems = {{"ln1", "ln_1"},        {"ln2", "ln_2"},
                                                              {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
                                                              {"fc1", "mlp.c_fc"},    {"fc2", "mlp.c_proj"}};
+    if (op == "qkv" && wb.size() == 2) {  // grouped-query: q (w0, b0) and k with v (w1, b1)
+      return {"h." + layer + ".attn.c_attn_" + (wb[1] == '0' ? "q" : "kv") +
+              (wb[0] == 'w' ? ".weight" : ".bias")};
+    }
     const auto stem = stems.find(op);
     if (stem == stems.end() || (wb != "w" && wb != "b")) return {};
     return {"h." + layer + "." + stem->second + (wb == "w" ? ".weight" : ".bias")};
@@ -820,7 +891,8 @@ namespace {
 // [w0, w1] for two fused matrices.
 bool linear_bias(const GptConfig& c, const GptOp& o) {
   if (o.role == GptRole::kHead) return c.phi;  // Phi's untied head has one
-  return !c.llama() || (o.role == GptRole::kQkv && c.qkv_bias);
+  if (!c.llama()) return !c.no_bias;
+  return o.role == GptRole::kQkv && c.qkv_bias;
 }
 }  // namespace
 
@@ -1287,7 +1359,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
                                c_.norm_offset());
       break;
     case Role::kQkv:  // (Phi's one norm: dln_ holds the MLP's input gradient already)
-      if (first_tile && !c_.phi) zero(dln_);
+      if (first_tile && !c_.shared_norm()) zero(dln_);
       linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[a].data(), C);
       break;
     case Role::kLn1:

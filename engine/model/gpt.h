@@ -7,7 +7,8 @@
 // (`opt`): a ReLU MLP, and a position table of max_seq + 2 rows read from row 2 (OPT's position ids start at
 // 2). Or GPT-NeoX's (`neox`): rotary positions on part of each head instead of the table, an untied head, and
 // (parallel_residual) the attention and the MLP side by side on each block's input; or Phi's (`phi`): those,
-// one norm for both, a bias on the head.
+// one norm for both, a bias on the head; or Falcon's (`falcon`): grouped- or multi-query attention, one norm
+// or two, linears without biases.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -90,11 +91,20 @@ struct GptConfig {
   // (x + attn(ln1(x)) + mlp(ln1(x)), no ln_2), a bias on the untied head, and, in Hugging Face files, Phi's
   // names with separate q_proj, k_proj and v_proj. Needs parallel_residual.
   bool phi = false;
+  // Falcon's variant of GPT-NeoX's (FalconForCausalLM): grouped- or multi-query attention (kv_heads), in
+  // Hugging Face files Falcon's names with q, k and v grouped by key/value head in one query_key_value
+  // matrix; with one_norm (Falcon-7B's) one norm before the attention and the MLP side by side, else two
+  // (ln_attn and ln_mlp: the new decoder architecture's); no_bias: its linears without biases (bias false).
+  bool falcon = false;
+  bool one_norm = false;
+  bool no_bias = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox || phi; }
+  bool rotary() const { return llama() || neox || phi || falcon; }
+  // One norm before the attention and the MLP side by side (Phi's, Falcon-7B's): no second norm.
+  bool shared_norm() const { return phi || one_norm; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
@@ -198,10 +208,12 @@ using ParamReader = std::function<Status(std::size_t offset, std::size_t n, floa
 
 // Hugging Face's GPT-2 keeps the blocks' linear weights as Conv1D [in, out]; memwall stores them [out, in].
 bool hf_transposed(const ParamTensor& t);
-// GPT-NeoX's query_key_value (weight or bias, of hf_param_layout): its rows are q, k and v of head 0, then of
-// head 1, ..., where memwall's c_attn has every head's q, then every k, then every v.
+// GPT-NeoX's and Falcon's query_key_value (weight or bias, of hf_param_layout): its rows are grouped by
+// key/value head, each group's query heads, then its key, then its value (GPT-NeoX: q, k and v of head 0,
+// then of head 1, ...; Falcon-7B's one group: every q, k, v), where memwall's c_attn has every q, then every
+// k, then every v.
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t);
-// A query_key_value tensor's rows ([3 x heads x head size][cols]) from memwall's order into NeoX's
+// A query_key_value tensor's rows ([q_width + 2 kv_width][cols]) from memwall's order into the file's
 // (to_hf), or back.
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf);
 // dst[c * rows + r] = src[r * cols + c]: a rows x cols matrix transposed.
@@ -345,8 +357,8 @@ class GptModel {
   const float* mlp_input(std::size_t l, std::size_t a) const {
     return (c_.parallel_residual ? resid_[l] : res1_[a]).data();
   }
-  // The MLP's input: its norm's output, or (phi) the attention's norm's.
-  const float* fc1_input(std::size_t a) const { return (c_.phi ? ln1_ : ln2_)[a].data(); }
+  // The MLP's input: its norm's output, or (shared_norm) the attention's norm's.
+  const float* fc1_input(std::size_t a) const { return (c_.shared_norm() ? ln1_ : ln2_)[a].data(); }
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);

@@ -161,10 +161,10 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dfc_ = buf(N * Wf, "dfc");
   dgel_ = buf(N * F, c_.llama() ? "dswiglu" : "dgelu");
   dlogits_ = buf(N * V, "dlogits");
-  // A linear's tile, or one matrix of a fused pair (the Llama shape's q and kv, gate and up): at most the
+  // A linear's tile, or one matrix of a fused pair (grouped-query q and kv, gate and up): at most the
   // widest matrix's rows (an untied head's vocabulary too).
   const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
-  if (tiling > 1 || c_.llama()) tile_ = buf(N * widest, "tile");
+  if (tiling > 1 || c_.llama() || c_.split_qkv()) tile_ = buf(N * widest, "tile");
   if (c_.rotary()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
@@ -439,8 +439,8 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
     case GptRole::kLn2:  // the attention's output added, or (parallel_residual) the block's input
       return norm_forward(ln2_[a], m2_[a], r2_[a], c_.parallel_residual ? resid_[l] : res1_[a], p);
-    case GptRole::kFc1:  // (Phi's MLP reads the attention's norm's output)
-      return linear(fc_[a], c_.fc_width(), c_.phi ? ln1_[a] : ln2_[a], C, nullptr);
+    case GptRole::kFc1:  // (one norm: the MLP reads the attention's norm's output)
+      return linear(fc_[a], c_.fc_width(), c_.shared_norm() ? ln1_[a] : ln2_[a], C, nullptr);
     case GptRole::kGelu:
       if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
       if (c_.opt) return check(kc::relu_forward(gel_[a], fc_[a], nf, s), "relu");
@@ -516,7 +516,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
     case GptRole::kFc1:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear(dln_, dfc_, c_.fc_width(), c_.phi ? ln1_[a] : ln2_[a], C);
+      return linear(dln_, dfc_, c_.fc_width(), c_.shared_norm() ? ln1_[a] : ln2_[a], C);
     case GptRole::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
                          // (parallel_residual) into the block input's, which holds the output's already
       if (c_.parallel_residual) return norm_backward(dx_, g, dln_, resid_[l], p, m2_[a], r2_[a]);
@@ -560,7 +560,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                     c_.kv_head_count(), c_.head_size(), s, c_.norm_offset()),
           "head rmsnorm bwd");
     case GptRole::kQkv:  // (Phi's one norm: dln_ holds the MLP's input gradient already)
-      if (first_tile && !c_.phi) MW_RETURN_IF_ERROR(zero(dln_, nc));
+      if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);

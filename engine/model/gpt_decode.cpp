@@ -85,7 +85,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
              Wqz = static_cast<std::size_t>(Wq), Qz = static_cast<std::size_t>(Q),
              rows = static_cast<std::size_t>(n);
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
-  const auto bias = [&](std::size_t i) { return llama ? nullptr : at(i); };
+  const bool biases = !llama && !c_.no_bias;  // on every linear (GPT-2's shape unless Falcon's bias false)
+  const auto bias = [&](std::size_t i) { return biases ? at(i) : nullptr; };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
     if (llama) {
       k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
@@ -110,12 +111,15 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
   // Gemma 2's attention output norm follows o, its MLP output norm down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
-  // Phi's blocks have no ln_2: its MLP reads ln_1's output, two tensors fewer.
-  const std::size_t ph = c_.phi ? 2 : 0;
-  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : 12 - ph;
-  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : 4,
-                    ln2_w = llama ? 5 + qb + qn + sw : 6, fc_w = llama ? 6 + qb + qn + sw : 8 - ph,
-                    down_w = llama ? 8 + qb + qn + sw : 10 - ph;
+  // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
+  // missing (Falcon's), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's output: no ln_2.
+  const std::size_t wq = c_.split_qkv() ? 2 : 1, bq = biases ? wq : 0, nb = biases ? 1 : 0,
+                    n2 = c_.shared_norm() ? 0 : 2;
+  const std::size_t g_proj = 2 + wq + bq, g_ln2 = g_proj + 1 + nb, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
+  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
+  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : g_proj,
+                    ln2_w = llama ? 5 + qb + qn + sw : g_ln2, fc_w = llama ? 6 + qb + qn + sw : g_fc,
+                    down_w = llama ? 8 + qb + qn + sw : g_down;
   // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
   const auto residual_add = [&](std::size_t norm_w, float* sub) {
     const std::size_t nc = rows * Cz;
@@ -130,7 +134,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     norm(ln_.data(), x_.data(), p, n);
-    const float* qkv_bias = !llama ? at(p + qkv_w + 1) : c_.qkv_bias ? at(p + 4) : nullptr;
+    const float* qkv_bias = !llama ? bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + 4) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
@@ -198,8 +202,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
     k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
-    // (Phi's MLP reads ln_1's output, still in ln_.)
-    if (c_.parallel_residual && !c_.phi) norm(ln_.data(), x_.data(), p + ln2_w, n);
+    // (With one norm the MLP reads ln_1's output, still in ln_.)
+    if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
     if (!c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
     if (llama) {
@@ -210,7 +214,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
         k::swiglu_forward(gel_.data(), fc_.data(), n, F);
       }
     } else {
-      k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), at(p + fc_w + 1), n, C, F);
+      k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), bias(p + fc_w + 1), n, C, F);
       if (c_.opt) {
         k::relu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
       } else if (c_.exact_gelu) {

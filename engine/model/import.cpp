@@ -182,7 +182,12 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
-  const char* family = c.llama() ? "Llama" : c.opt ? "OPT" : c.neox ? "GPT-NeoX" : c.phi ? "Phi" : "GPT-2";
+  const char* family = c.llama()  ? "Llama"
+                       : c.opt    ? "OPT"
+                       : c.neox   ? "GPT-NeoX"
+                       : c.phi    ? "Phi"
+                       : c.falcon ? "Falcon"
+                                  : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
     // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's
@@ -193,6 +198,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     if (name.rfind("model.decoder.", 0) == 0)
       wrapped.push_back(name.substr(6));                                     // OPTModel's (facebook/opt-*)
     if (name.rfind("gpt_neox.", 0) == 0) wrapped.push_back(name.substr(9));  // GPTNeoXModel's
+    if (name.rfind("transformer.", 0) == 0) wrapped.push_back(name.substr(12));  // FalconModel's
     for (const auto& alt : wrapped) {
       if (!shard_of.count(name) && shard_of.count(alt)) name = alt;
     }

@@ -86,12 +86,15 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama() ? "llama"
-                   : c.opt   ? "opt"
-                   : c.neox  ? "neox"
-                   : c.phi   ? "phi"
-                             : "gpt2"},
+          {"arch", c.llama()  ? "llama"
+                   : c.opt    ? "opt"
+                   : c.neox   ? "neox"
+                   : c.phi    ? "phi"
+                   : c.falcon ? "falcon"
+                              : "gpt2"},
           {"parallel_residual", c.parallel_residual},
+          {"one_norm", c.one_norm},
+          {"no_bias", c.no_bias},
           {"kv_heads", c.kv_head_count()},
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
@@ -127,9 +130,13 @@ model::GptConfig model_of(const nlohmann::json& j) {
   const std::string arch = j.value("arch", std::string("gpt2"));
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
-  if (arch == "neox" || arch == "phi") {  // GPT-2's fields, and their rotary ones
+  if (arch == "neox" || arch == "phi" || arch == "falcon") {  // GPT-2's fields, and their rotary ones
     c.neox = arch == "neox";
     c.phi = arch == "phi";
+    c.falcon = arch == "falcon";
+    c.one_norm = j.value("one_norm", false);
+    c.no_bias = j.value("no_bias", false);
+    if (c.falcon) c.kv_heads = j.value("kv_heads", 0);
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);

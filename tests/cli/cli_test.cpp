@@ -2032,6 +2032,43 @@ TEST(CliGenerate, APhiShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Falcon-7B's shape (one key/value head, one norm before the attention and the MLP side by side, no biases,
+// a tied head) cut to one layer of 64 trains on falcon-7b's file, is kept by the checkpoint, exports as
+// FalconForCausalLM and generates the same text from either; so does the new decoder architecture's (two
+// key/value heads, two norms); ALiBi Falcon is refused.
+TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "falcon", R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4})", "falcon-7b", 200);
+  EXPECT_EQ(r.latest["arch"], "falcon");
+  EXPECT_EQ(r.latest["one_norm"], true);
+  EXPECT_EQ(r.latest["no_bias"], true);
+  EXPECT_EQ(r.config["architectures"][0], "FalconForCausalLM");
+  EXPECT_EQ(r.config["multi_query"], true);
+  EXPECT_EQ(r.config["new_decoder_architecture"], false);
+  EXPECT_EQ(r.tensors["transformer.h.0.self_attention.query_key_value.weight"]["shape"],
+            (nlohmann::json{96, 64}));
+  EXPECT_FALSE(r.tensors.contains("transformer.h.0.self_attention.dense.bias"));
+  const ShapeRoundTrip n = train_export_generate(
+      "falcon-new",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "new_decoder_architecture": true,
+          "num_kv_heads": 2})",
+      "falcon-7b", 200);
+  EXPECT_EQ(n.config["new_decoder_architecture"], true);
+  EXPECT_EQ(n.config["num_kv_heads"], 2);
+  EXPECT_EQ(n.tensors["transformer.h.0.ln_mlp.weight"]["shape"], (nlohmann::json{64}));
+  const CmdResult alibi =
+      memwall("train --steps 1 --data " + r.data + R"( --model falcon-7b --model-set '{"alibi": true}')");
+  EXPECT_EQ(alibi.exit_code, 2) << alibi.output;
+  EXPECT_NE(alibi.output.find("alibi true (ALiBi instead of rotary positions) is not supported by memwall "
+                              "train for Falcon"),
+            std::string::npos)
+      << alibi.output;
+  for (const ShapeRoundTrip* t : {&r, &n}) {
+    std::filesystem::remove_all(t->dir);
+    std::filesystem::remove_all(t->hf);
+  }
+}
+
 // GPT-2's shape with the exact GELU (activation_function "gelu", Cerebras-GPT's) trains, is kept by the
 // checkpoint, exports with its activation and generates the same text from either.
 TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {
@@ -2047,10 +2084,10 @@ TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
-// BLOOM and Falcon are predicted (as their checkpoints count), not trained or generated: one line.
+// BLOOM is predicted (as its checkpoints count), not trained or generated: one line.
 TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
   const std::string data = write_file("earlier.txt", "the cat sat. the cat sat. the cat sat.");
-  for (const auto& [model, type] : {std::pair{"falcon-7b", "falcon"}, std::pair{"bloom-176b", "bloom"}}) {
+  for (const auto& [model, type] : {std::pair{"bloom-176b", "bloom"}}) {
     CmdResult r = memwall(std::string("train --steps 1 --data ") + data + " --model " + model);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(std::string("model_type ") + type + " is not supported by memwall train"),
@@ -2059,16 +2096,16 @@ TEST(CliTrain, EarlierOpenModelsArePredictedNotTrained) {
     EXPECT_EQ(line_count(r.output), 1u) << r.output;
   }
   // Weights of one (their config.json) are refused by generate the same way, before reading any tensor.
-  const std::string falcon = test_path("falcon-weights").string();
-  std::filesystem::create_directories(falcon);
-  std::filesystem::copy_file(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/falcon-7b.json",
-                             falcon + "/config.json", std::filesystem::copy_options::overwrite_existing);
-  const CmdResult g = memwall("generate --weights " + falcon + " --tokens 2");
+  const std::string bloom = test_path("bloom-weights").string();
+  std::filesystem::create_directories(bloom);
+  std::filesystem::copy_file(std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/bloom-176b.json",
+                             bloom + "/config.json", std::filesystem::copy_options::overwrite_existing);
+  const CmdResult g = memwall("generate --weights " + bloom + " --tokens 2");
   EXPECT_EQ(g.exit_code, 2) << g.output;
-  EXPECT_NE(g.output.find("model_type falcon is not supported by memwall generate"), std::string::npos)
+  EXPECT_NE(g.output.find("model_type bloom is not supported by memwall generate"), std::string::npos)
       << g.output;
   EXPECT_EQ(line_count(g.output), 1u) << g.output;
-  std::filesystem::remove_all(falcon);
+  std::filesystem::remove_all(bloom);
   CmdResult r = memwall("predict --model bloom-176b --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("176247271424"), std::string::npos) << r.output.substr(0, 2000);

@@ -182,6 +182,23 @@ TEST_P(CudaGpt, NeoxShapeMatchesTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, sequential);
 }
 
+// Falcon's variant: Falcon-7B's one key/value head after one norm without biases, and the new architecture's
+// two key/value heads after two norms with an untied head; unfused and flash.
+TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig falcon7b = small_gpt();
+  falcon7b.falcon = falcon7b.parallel_residual = falcon7b.one_norm = falcon7b.no_bias = true;
+  falcon7b.exact_gelu = true;
+  falcon7b.kv_heads = 1;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon7b);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, falcon7b, "falcon-7b");
+  GptConfig falcon40b = falcon7b;
+  falcon40b.one_norm = false;
+  falcon40b.kv_heads = 2;
+  falcon40b.tied = false;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon40b);
+}
+
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
 // on 10 of each head's 16 channels), unfused and flash.
 TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {

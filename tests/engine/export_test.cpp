@@ -327,11 +327,19 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   phi.phi = phi.parallel_residual = true;
   phi.partial_rotary = 0.5;
   phi.tied = false;
-  for (const GptConfig& c : {neox, phi}) {
-    SCOPED_TRACE(c.neox ? "neox" : "phi");
+  GptConfig falcon = small_config();  // the new architecture: 2 key/value heads of 4 query heads
+  falcon.heads = 4;
+  falcon.kv_heads = 2;
+  falcon.falcon = falcon.parallel_residual = falcon.no_bias = true;
+  falcon.tied = false;
+  GptConfig falcon7b = falcon;  // one key/value head, one norm
+  falcon7b.kv_heads = 1;
+  falcon7b.one_norm = true;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b}) {
+    SCOPED_TRACE(c.neox ? "neox" : c.phi ? "phi" : c.one_norm ? "falcon-7b" : "falcon");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 8);
-    const std::string dir = temp_dir(c.neox ? "export-neox" : "export-phi");
+    const std::string dir = temp_dir(c.neox ? "export-neox" : c.phi ? "export-phi" : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
     auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
@@ -341,6 +349,10 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     const GptConfig back = gpt_config_of(*spec);
     EXPECT_EQ(back.neox, c.neox);
     EXPECT_EQ(back.phi, c.phi);
+    EXPECT_EQ(back.falcon, c.falcon);
+    EXPECT_EQ(back.one_norm, c.one_norm);
+    EXPECT_EQ(back.no_bias, c.no_bias);
+    EXPECT_EQ(back.kv_head_count(), c.kv_head_count());
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";

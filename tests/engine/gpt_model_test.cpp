@@ -210,7 +210,35 @@ GptConfig phi() {
   return c;
 }
 
-// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX and the Llama shapes, named for SCOPED_TRACE.
+// Falcon's: Falcon-7B's multi-query attention (one key/value head) side by side after one norm, without
+// biases, the head tied; the new decoder architecture's grouped-query attention (2 key/value heads) after two
+// norms, untied; and the old architecture's one key/value head per query head, in sequence, with biases.
+GptConfig falcon7b() {
+  GptConfig c = tiny();
+  c.channels = 16;
+  c.heads = 4;
+  c.falcon = c.parallel_residual = c.one_norm = c.no_bias = c.exact_gelu = true;
+  c.kv_heads = 1;
+  return c;
+}
+GptConfig falcon40b() {
+  GptConfig c = falcon7b();
+  c.vocab = 12;
+  c.one_norm = false;
+  c.kv_heads = 2;
+  c.tied = false;
+  c.ffn = 24;
+  return c;
+}
+GptConfig falcon_sequential() {
+  GptConfig c = falcon7b();
+  c.parallel_residual = c.one_norm = c.no_bias = false;
+  c.kv_heads = 0;
+  return c;
+}
+
+// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon and the Llama shapes, named for
+// SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -222,6 +250,9 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"neox", neox()},
           {"neox-sequential", neox_sequential()},
           {"phi", phi()},
+          {"falcon-7b", falcon7b()},
+          {"falcon-40b", falcon40b()},
+          {"falcon-sequential", falcon_sequential()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -422,7 +453,7 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
   bad = c;
   bad.neox = true;
-  EXPECT_NE(validate(bad, 1, 4).message().find("three variants"), std::string::npos);
+  EXPECT_NE(validate(bad, 1, 4).message().find("four variants"), std::string::npos);
   ModelSpec tied = spec;
   tied.tied_embeddings = true;
   EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
@@ -431,6 +462,73 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   gqa.kv_heads = 1;
   EXPECT_NE(check_model_file(gqa, "memwall train").message().find("num_key_value_heads 1"),
             std::string::npos);
+}
+
+// Falcon keeps GPT-2's flat layout without the position table, grouped-query attention's q and kv weights as
+// two tensors back to back, no biases with bias false, no ln_2 with one norm; its files name the tensors as
+// FalconForCausalLM does, query_key_value's rows grouped by key/value head.
+TEST(GptModel, FalconLayoutIsGpt2sWithFalconsNamesAndGroups) {
+  const GptConfig c = falcon40b();
+  const auto layout = gpt_param_layout(c);
+  const std::size_t C = 16, F = 24, V = 12, kv = 8;
+  const std::size_t per_layer = 2 * C + C * C + 2 * kv * C + C * C + 2 * C + 2 * F * C;
+  EXPECT_EQ(gpt_num_params(c), 2 * V * C + 2 * per_layer + 2 * C);
+  EXPECT_EQ(layout[3].name, "h.0.attn.c_attn_q.weight");
+  EXPECT_EQ(layout[4].name, "h.0.attn.c_attn_kv.weight");
+  EXPECT_EQ(layout[4].shape, (std::vector<int>{16, 16}));
+  EXPECT_EQ(layout[5].name, "h.0.attn.c_proj.weight");
+  const auto hf = hf_param_layout(c);
+  ASSERT_EQ(hf.size(), layout.size() - static_cast<std::size_t>(c.layers));  // q and kv joined
+  EXPECT_EQ(hf[0].name, "transformer.word_embeddings.weight");
+  EXPECT_EQ(hf[1].name, "transformer.h.0.ln_attn.weight");
+  EXPECT_EQ(hf[3].name, "transformer.h.0.self_attention.query_key_value.weight");
+  EXPECT_EQ(hf[3].shape, (std::vector<int>{32, 16}));
+  EXPECT_TRUE(hf_interleaved(c, hf[3]));
+  EXPECT_EQ(hf[5].name, "transformer.h.0.ln_mlp.weight");
+  EXPECT_EQ(hf.back().name, "lm_head.weight");
+  const auto names7 = hf_param_layout(falcon7b());
+  EXPECT_EQ(names7[1].name, "transformer.h.0.input_layernorm.weight");
+  EXPECT_EQ(names7[3].shape, (std::vector<int>{24, 16}));  // 4 query heads, one key, one value
+  EXPECT_EQ(hf_param_layout(falcon_sequential())[7].name, "transformer.h.0.post_attention_layernorm.weight");
+  // Key/value head g's group in the file: its 2 query heads' rows, its key's, its value's.
+  const int hs = 4, cols = 1;
+  std::vector<float> mine(32), theirs(32), back(32);
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(i);
+  interleave_qkv(c, mine.data(), cols, theirs.data(), true);
+  for (int g = 0; g < 2; ++g) {
+    for (int j = 0; j < hs; ++j) {
+      const auto at = static_cast<std::size_t>(g * 4 * hs + j);
+      EXPECT_EQ(theirs[at], mine[static_cast<std::size_t>(g * 2 * hs + j)]);             // query head 2g
+      EXPECT_EQ(theirs[at + hs], mine[static_cast<std::size_t>((g * 2 + 1) * hs + j)]);  // query head 2g + 1
+      EXPECT_EQ(theirs[at + 2 * hs], mine[static_cast<std::size_t>(16 + g * hs + j)]);   // key g
+      EXPECT_EQ(theirs[at + 3 * hs], mine[static_cast<std::size_t>(16 + 8 + g * hs + j)]);  // value g
+    }
+  }
+  interleave_qkv(c, theirs.data(), cols, back.data(), false);
+  EXPECT_EQ(back, mine);
+  for (const GptConfig& f : {falcon7b(), c, falcon_sequential()}) {
+    const ModelSpec spec = gpt_model_spec(f);
+    EXPECT_EQ(spec.model_type, "falcon");
+    EXPECT_EQ(spec.kv_heads, f.kv_head_count());
+    EXPECT_EQ(spec.linear_bias, !f.no_bias);
+    EXPECT_EQ(spec.block_norm_shared, f.one_norm);
+    EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+    const GptConfig again = gpt_config_of(spec);
+    EXPECT_TRUE(again.falcon);
+    EXPECT_EQ(again.one_norm, f.one_norm);
+    EXPECT_EQ(again.parallel_residual, f.parallel_residual);
+    EXPECT_EQ(again.kv_head_count(), f.kv_head_count());
+    EXPECT_EQ(gpt_num_params(again), gpt_num_params(f));
+  }
+  GptConfig gqa = tiny();
+  gqa.kv_heads = 1;
+  EXPECT_NE(validate(gqa, 1, 4).message().find("Falcon's"), std::string::npos);
+  GptConfig bad = c;
+  bad.kv_heads = 3;
+  EXPECT_NE(validate(bad, 1, 4).message().find("multiple of kv_heads"), std::string::npos);
+  ModelSpec alibi = gpt_model_spec(falcon7b());
+  alibi.position = PositionKind::kNone;
+  EXPECT_NE(check_model_file(alibi, "memwall train").message().find("alibi true"), std::string::npos);
 }
 
 TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
@@ -650,11 +748,20 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig phi_shape = neox_shape;  // and Phi's: one norm for both, a bias on the head, the tanh GELU
   phi_shape.neox = phi_shape.exact_gelu = false;
   phi_shape.phi = true;
-  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, gqa, mha, qwen, scaled, yarn,
-                             window, q3, gem, gem2, gem3, phi}) {
+  GptConfig falcon_mq = exact;  // and Falcon-7B's: one key/value head, one norm, no biases
+  falcon_mq.falcon = falcon_mq.parallel_residual = falcon_mq.one_norm = falcon_mq.no_bias = true;
+  falcon_mq.kv_heads = 1;
+  falcon_mq.rope_theta = 100;
+  GptConfig falcon_gq = falcon_mq;  // and the new architecture's 2 key/value heads, two norms, untied
+  falcon_gq.one_norm = false;
+  falcon_gq.kv_heads = 2;
+  falcon_gq.tied = false;
+  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, falcon_mq, falcon_gq, gqa, mha,
+                             qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.neox                 ? "neox"
                  : c.phi                  ? "phi"
+                 : c.falcon               ? (c.one_norm ? "falcon-7b" : "falcon-40b")
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
@@ -954,6 +1061,33 @@ TEST(GptModel, PhiMatchesAPyTorchReference) {
     GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
 }
 
+// Falcon against a PyTorch implementation of transformers' Falcon equations (tests/engine/
+// falcon_reference.py), which reads the tensors by their Falcon names and splits query_key_value as Falcon
+// does for each of its three layouts: multi-query side by side after one norm, the new architecture's groups
+// after two, and one key/value head per query head in sequence with biases. Skipped without torch.
+TEST(GptModel, FalconMatchesAPyTorchReference) {
+  for (GptConfig c : {falcon7b(), falcon40b(), falcon_sequential()}) {
+    SCOPED_TRACE(c.one_norm ? "falcon-7b" : c.parallel_residual ? "falcon-40b" : "sequential");
+    c.rope_theta = 500;  // the rotation matters even over 8 positions
+    const int kv = c.kv_head_count();
+    const bool new_arch = (c.parallel_residual && !c.one_norm) || (kv != 1 && kv != c.heads);
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", kv},
+                                   {"new_decoder_architecture", new_arch},
+                                   {"multi_query", !new_arch && kv == 1},
+                                   {"parallel", c.parallel_residual},
+                                   {"one_norm", c.one_norm},
+                                   {"bias", !c.no_bias},
+                                   {"tied", c.tied},
+                                   {"exact_gelu", c.exact_gelu},
+                                   {"rope_theta", c.rope_theta}};
+    if (!matches_reference("falcon_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
@@ -1019,13 +1153,14 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
   for (const GptConfig& c :
-       {tiny(), exact, neox(), phi(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+       {tiny(), exact, neox(), phi(), falcon40b(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
                  : c.neox       ? "neox"
                  : c.phi        ? "phi"
+                 : c.falcon     ? "falcon"
                  : c.exact_gelu ? "gpt2, exact gelu"
                                 : "gpt2");
     std::vector<float> p(gpt_num_params(c));

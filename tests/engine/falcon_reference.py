@@ -1,0 +1,94 @@
+"""A Falcon decoder in PyTorch, written from transformers' FalconForCausalLM equations: the token embedding
+(word_embeddings), no position table; per layer one query_key_value linear whose output is split as Falcon
+splits it (the new decoder architecture: viewed as [kv heads, heads / kv heads + 2, head size], each group's
+queries then its key then its value; multi-query: [heads + 2, head size], the queries then one key and one
+value; else [heads, 3, head size]), rotary positions on every channel of each query and key (rotate_half's
+convention, base rope_theta), causal softmax attention scaled by head size^-1/2, self_attention.dense; the
+MLP (dense_h_to_4h, GELU, dense_4h_to_h) side by side with the attention after one norm (input_layernorm,
+Falcon-7B's) or two (ln_attn, ln_mlp: the new architecture's), or after it (input_layernorm, then
+post_attention_layernorm); ln_f; lm_head (word_embeddings when tied); biases on the linears only with bias;
+LayerNorm eps 1e-5. It reads the tensors by the names of a Falcon checkpoint (tests/engine/gpt_model_test.cpp).
+
+usage: falcon_reference.py DIR
+DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
+"""
+import math
+import sys
+
+import reference_io
+
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+
+def main(d):
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
+    B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
+    hs = C // H
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
+
+    def linear(x, name):
+        y = x @ t[name + ".weight"].T
+        return y + t[name + ".bias"] if cfg["bias"] else y
+
+    def gelu(x):
+        if cfg["exact_gelu"]:
+            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate(x):  # [B, H, T, hs]
+        half = hs // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    def split(fused):  # -> q, k, v as [B, T, H, hs]
+        if cfg["new_decoder_architecture"]:
+            qkv = fused.view(B, T, KV, H // KV + 2, hs)
+            q = qkv[:, :, :, :-2]
+            k = qkv[:, :, :, [-2]].expand(q.shape)
+            v = qkv[:, :, :, [-1]].expand(q.shape)
+            return [x.reshape(B, T, H, hs) for x in (q, k, v)]
+        if cfg["multi_query"]:
+            qkv = fused.view(B, T, H + 2, hs)
+            q = qkv[:, :, :-2]
+            return q, qkv[:, :, [-2]].expand(q.shape), qkv[:, :, [-1]].expand(q.shape)
+        qkv = fused.view(B, T, H, 3, hs)
+        return qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+
+    x = t["transformer.word_embeddings.weight"][tokens]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    two_side_by_side = cfg["parallel"] and not cfg["one_norm"]
+    for layer in range(cfg["layers"]):
+        p = "transformer.h.%d." % layer
+        h = ln(x, p + ("ln_attn" if two_side_by_side else "input_layernorm"))
+        q, k, v = (y.transpose(1, 2) for y in split(linear(h, p + "self_attention.query_key_value")))
+        q, k = rotate(q), rotate(k)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        attn = linear(y, p + "self_attention.dense")
+
+        def mlp(z):
+            return linear(gelu(linear(z, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
+
+        if not cfg["parallel"]:
+            x = x + attn
+            x = x + mlp(ln(x, p + "post_attention_layernorm"))
+        else:
+            x = x + attn + mlp(ln(x, p + "ln_mlp") if two_side_by_side else h)
+    x = ln(x, "transformer.ln_f")
+    head = t["transformer.word_embeddings.weight"] if cfg["tied"] else t["lm_head.weight"]
+    logits = x @ head.T
+    loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))
+    reference_io.save(d, loss, flat, torch)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
