@@ -228,12 +228,12 @@ int run_generate(const GenerateOptions& opt) {
 void register_generate(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand(
-      "generate",
-      "Sample text from a checkpoint of memwall train or GPT-2 / Llama-family weights (on the CPU)");
+      "generate", "Sample text from a checkpoint of memwall train or Hugging Face weights (on the CPU)");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir, "Checkpoint written by memwall train");
   cmd->add_option(
       "--weights", opt->weights,
-      "Instead of a checkpoint: a directory with Hugging Face GPT-2, OPT, GPT-NeoX, Phi or Llama-family "
+      "Instead of a checkpoint: a directory with Hugging Face GPT-2, OPT, GPT-NeoX, Phi, Falcon or "
+      "Llama-family "
       "(Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) weights (model.safetensors, pytorch_model.bin, or their "
       "shards' index) and config.json (memwall export's output, or a download with its tokenizer files)");
   cmd->add_option(
