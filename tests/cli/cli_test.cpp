@@ -2038,7 +2038,9 @@ TEST(CliGenerate, APhiShapedModelTrainsGeneratesAndExports) {
 // key/value heads, two norms); ALiBi Falcon is refused.
 TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
-      "falcon", R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4})", "falcon-7b", 200);
+      "falcon",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64})",
+      "falcon-7b", 200);
   EXPECT_EQ(r.latest["arch"], "falcon");
   EXPECT_EQ(r.latest["one_norm"], true);
   EXPECT_EQ(r.latest["no_bias"], true);
@@ -2051,7 +2053,7 @@ TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip n = train_export_generate(
       "falcon-new",
       R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "new_decoder_architecture": true,
-          "num_kv_heads": 2})",
+          "num_kv_heads": 2, "max_position_embeddings": 64})",
       "falcon-7b", 200);
   EXPECT_EQ(n.config["new_decoder_architecture"], true);
   EXPECT_EQ(n.config["num_kv_heads"], 2);
