@@ -58,6 +58,17 @@ void rewrite_header(const std::string& file,
   out << text << bytes.substr(8 + header_bytes);
 }
 
+// `path` opened for model c reads back whole as `want`, with `ignored` the tensors it did not use.
+void expect_reads(const std::string& path, const GptConfig& c, const std::vector<float>& want,
+                  const std::vector<std::string>& ignored = {}) {
+  auto w = HfWeights::open(path, c);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  std::vector<float> got(want.size());
+  ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(w->ignored(), ignored);
+}
+
 GptConfig small_config() {
   GptConfig c;
   c.vocab = 13;
@@ -390,13 +401,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
       more["gpt_neox.layers.0.attention.rotary_emb.inv_freq"] = h["gpt_neox.final_layer_norm.bias"];
       return more;
     });
-    auto older = HfWeights::open(dir, back);
-    ASSERT_TRUE(older.is_ok()) << older.status().to_string();
-    std::vector<float> got(p.size());
-    ASSERT_TRUE(older->read(0, got.size(), got.data()).is_ok());
-    EXPECT_EQ(got, p);
-    EXPECT_EQ(older->ignored(),
-              (std::vector<std::string>{"gpt_neox.layers.0.attention.rotary_emb.inv_freq"}));
+    expect_reads(dir, back, p, {"gpt_neox.layers.0.attention.rotary_emb.inv_freq"});
   }
 }
 
@@ -426,12 +431,7 @@ TEST(Import, ReadsALanguageModelInsideAMultimodalCheckpoint) {
       renamed["vision_tower.patch_embedding.weight"] = header["model.norm.weight"];
       return renamed;
     });
-    auto w = HfWeights::open(dir, c);
-    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    std::vector<float> got(p.size());
-    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
-    EXPECT_EQ(got, p);
-    EXPECT_EQ(w->ignored(), std::vector<std::string>{"vision_tower.patch_embedding.weight"});
+    expect_reads(dir, c, p, {"vision_tower.patch_embedding.weight"});
   }
 }
 

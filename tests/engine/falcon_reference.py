@@ -12,7 +12,6 @@ LayerNorm eps 1e-5. It reads the tensors by the names of a Falcon checkpoint (te
 usage: falcon_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
 """
-import math
 import sys
 
 import reference_io
@@ -27,27 +26,8 @@ def main(d):
     cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs = C // H
-
-    def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
-
-    def linear(x, name):
-        y = x @ t[name + ".weight"].T
-        return y + t[name + ".bias"] if cfg["bias"] else y
-
-    def gelu(x):
-        if cfg["exact_gelu"]:
-            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-
-    def rotate(x):  # [B, H, T, hs]
-        half = hs // 2
-        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+    ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t, cfg["bias"])
+    rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
 
     def split(fused):  # -> q, k, v as [B, T, H, hs]
         if cfg["new_decoder_architecture"]:
@@ -63,26 +43,23 @@ def main(d):
         qkv = fused.view(B, T, H, 3, hs)
         return qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
 
+    def mlp(z, p):
+        gelu = reference_io.gelu(linear(z, p + "mlp.dense_h_to_4h"), torch, cfg["exact_gelu"])
+        return linear(gelu, p + "mlp.dense_4h_to_h")
+
     x = t["transformer.word_embeddings.weight"][tokens]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     two_side_by_side = cfg["parallel"] and not cfg["one_norm"]
     for layer in range(cfg["layers"]):
         p = "transformer.h.%d." % layer
         h = ln(x, p + ("ln_attn" if two_side_by_side else "input_layernorm"))
         q, k, v = (y.transpose(1, 2) for y in split(linear(h, p + "self_attention.query_key_value")))
-        q, k = rotate(q), rotate(k)
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
-        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        y = reference_io.causal_attention(rotate(q), rotate(k), v, torch).transpose(1, 2).reshape(B, T, C)
         attn = linear(y, p + "self_attention.dense")
-
-        def mlp(z):
-            return linear(gelu(linear(z, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
-
         if not cfg["parallel"]:
             x = x + attn
-            x = x + mlp(ln(x, p + "post_attention_layernorm"))
+            x = x + mlp(ln(x, p + "post_attention_layernorm"), p)
         else:
-            x = x + attn + mlp(ln(x, p + "ln_mlp") if two_side_by_side else h)
+            x = x + attn + mlp(ln(x, p + "ln_mlp") if two_side_by_side else h, p)
     x = ln(x, "transformer.ln_f")
     head = t["transformer.word_embeddings.weight"] if cfg["tied"] else t["lm_head.weight"]
     logits = x @ head.T

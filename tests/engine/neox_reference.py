@@ -12,7 +12,6 @@ checked too (tests/engine/gpt_model_test.cpp).
 usage: neox_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
 """
-import math
 import sys
 
 import reference_io
@@ -27,49 +26,25 @@ def main(d):
     cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
     hs = C // H
-    rot = int(hs * cfg["rotary_pct"])
+    ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t)
+    rotate = reference_io.rotary(torch, T, int(hs * cfg["rotary_pct"]), cfg["rope_theta"])
 
-    def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
-
-    def linear(x, name):
-        return x @ t[name + ".weight"].T + t[name + ".bias"]
-
-    def gelu(x):
-        if cfg["exact_gelu"]:
-            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-
-    def rotate(x):  # [B, H, T, hs]: the first rot channels turned, the rest passed through
-        turned, passed = x[..., :rot], x[..., rot:]
-        half = rot // 2
-        rotated = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
-        return torch.cat([turned * cos + rotated * sin, passed], dim=-1)
+    def mlp(h, p):
+        gelu = reference_io.gelu(linear(h, p + "mlp.dense_h_to_4h"), torch, cfg["exact_gelu"])
+        return linear(gelu, p + "mlp.dense_4h_to_h")
 
     x = t["gpt_neox.embed_in.weight"][tokens]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for layer in range(cfg["layers"]):
         p = "gpt_neox.layers.%d." % layer
         qkv = linear(ln(x, p + "input_layernorm"), p + "attention.query_key_value").view(B, T, H, 3 * hs)
         q, k, v = (qkv[..., i * hs:(i + 1) * hs].permute(0, 2, 1, 3) for i in range(3))
-        q, k = rotate(q), rotate(k)
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
-        y = (torch.softmax(scores, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        y = reference_io.causal_attention(rotate(q), rotate(k), v, torch).permute(0, 2, 1, 3).reshape(B, T, C)
         attn = linear(y, p + "attention.dense")
-
-        def mlp(h):
-            return linear(gelu(linear(h, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
-
         if cfg["parallel_residual"]:
-            x = x + attn + mlp(ln(x, p + "post_attention_layernorm"))
+            x = x + attn + mlp(ln(x, p + "post_attention_layernorm"), p)
         else:
             x = x + attn
-            x = x + mlp(ln(x, p + "post_attention_layernorm"))
+            x = x + mlp(ln(x, p + "post_attention_layernorm"), p)
     x = ln(x, "gpt_neox.final_layer_norm")
     head = t["gpt_neox.embed_in.weight"] if cfg["tied"] else t["embed_out.weight"]
     logits = x @ head.T

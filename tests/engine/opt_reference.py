@@ -26,11 +26,7 @@ def main(d):
     B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
     hs = C // H
 
-    def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
-
-    def linear(x, name):
-        return x @ t[name + ".weight"].T + t[name + ".bias"]
+    ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t)
 
     positions = torch.cumsum(torch.ones(B, T, dtype=torch.long), dim=1) - 1
     x = t["model.decoder.embed_tokens.weight"][tokens] + t["model.decoder.embed_positions.weight"][positions + 2]

@@ -9,7 +9,6 @@ the input plus both; final_layernorm; an untied lm_head with a bias; every linea
 usage: phi_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
 """
-import math
 import sys
 
 import reference_io
@@ -24,46 +23,23 @@ def main(d):
     cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
     hs = C // H
-    rot = int(hs * cfg["partial_rotary_factor"])
-
-    def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
-
-    def linear(x, name):
-        return x @ t[name + ".weight"].T + t[name + ".bias"]
-
-    def gelu(x):
-        if cfg["exact_gelu"]:
-            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-
-    def rotate(x):  # [B, H, T, hs]: the first rot channels turned, the rest passed through
-        turned, passed = x[..., :rot], x[..., rot:]
-        half = rot // 2
-        rotated = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
-        return torch.cat([turned * cos + rotated * sin, passed], dim=-1)
+    ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t)
+    rotate = reference_io.rotary(torch, T, int(hs * cfg["partial_rotary_factor"]), cfg["rope_theta"])
 
     def heads(x):
         return x.view(B, T, H, hs).transpose(1, 2)
 
     x = t["model.embed_tokens.weight"][tokens]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = ln(x, p + "input_layernorm")
         q = rotate(heads(linear(h, p + "self_attn.q_proj")))
         k = rotate(heads(linear(h, p + "self_attn.k_proj")))
         v = heads(linear(h, p + "self_attn.v_proj"))
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
-        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, C)
         attn = linear(y, p + "self_attn.dense")
-        mlp = linear(gelu(linear(h, p + "mlp.fc1")), p + "mlp.fc2")
-        x = x + attn + mlp
+        gelu = reference_io.gelu(linear(h, p + "mlp.fc1"), torch, cfg["exact_gelu"])
+        x = x + attn + linear(gelu, p + "mlp.fc2")
     x = ln(x, "model.final_layernorm")
     logits = linear(x, "lm_head")
     loss = torch.nn.functional.cross_entropy(logits.view(B * T, -1), targets.view(-1))

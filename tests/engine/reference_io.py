@@ -1,9 +1,12 @@
 """The files tests/engine/gpt_model_test.cpp hands its PyTorch references (llama_reference.py,
-opt_reference.py) and reads back: DIR holds config.json (the shape, with batch and seq), layout.json
-([name, offset, shape] per tensor), params.f32 (the flat fp32 parameters), tokens.i32 and targets.i32
-([batch, seq] each); a reference writes loss.json and grads.f32 (the flat gradient, fp32).
+opt_reference.py, neox_reference.py, phi_reference.py, falcon_reference.py) and reads back: DIR holds
+config.json (the shape, with batch and seq), layout.json ([name, offset, shape] per tensor), params.f32 (the
+flat fp32 parameters), tokens.i32 and targets.i32 ([batch, seq] each); a reference writes loss.json and
+grads.f32 (the flat gradient, fp32). Also the pieces the LayerNorm families' references share, each written
+from transformers' definitions.
 """
 import json
+import math
 
 
 def load(d, torch):
@@ -28,3 +31,49 @@ def save(d, loss, flat, torch):
     loss.backward()
     json.dump({"loss": loss.item()}, open(d + "/loss.json", "w"))
     open(d + "/grads.f32", "wb").write(flat.grad.to(torch.float32).numpy().tobytes())
+
+
+def layer_norm(t, torch, C):
+    """ln(x, name): LayerNorm over C with name.weight and name.bias, eps 1e-5."""
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
+    return ln
+
+
+def linear(t, bias=True):
+    """linear(x, name): x @ name.weight^T (+ name.bias)."""
+    def apply(x, name):
+        y = x @ t[name + ".weight"].T
+        return y + t[name + ".bias"] if bias else y
+    return apply
+
+
+def gelu(x, torch, exact):
+    """GELU: exact (0.5 x (1 + erf(x / sqrt 2))) or its tanh approximation (gelu_new)."""
+    if exact:
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rotary(torch, T, rot, theta):
+    """rotate(x): rotary positions 0..T-1 on the first rot channels of x [B, H, T, head size] in rotate_half's
+    convention (each rotated part's two halves paired), base theta, in float64; the rest passed through."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate(x):
+        turned, passed = x[..., :rot], x[..., rot:]
+        half = rot // 2
+        rotated = torch.cat([-turned[..., half:], turned[..., :half]], dim=-1)
+        return torch.cat([turned * cos + rotated * sin, passed], dim=-1)
+    return rotate
+
+
+def causal_attention(q, k, v, torch):
+    """softmax(q k^T / sqrt(head size), causal) v for [B, H, T, head size]."""
+    T, hs = q.shape[-2], q.shape[-1]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
