@@ -510,6 +510,9 @@ int run_train(const TrainOptions& opt) {
                                        : "side by side after two norms",
                   c.no_bias ? "no biases, " : "", c.tied ? "tied" : "untied")
                   .c_str()
+        : c.bigcode ? strprintf("GPT-BigCode-shaped: %d key/value head%s%s; ", c.kv_head_count(),
+                                c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? ", exact GELU" : "")
+                          .c_str()
         : c.exact_gelu ? "exact GELU; "
                        : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

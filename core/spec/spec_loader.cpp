@@ -63,7 +63,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -421,8 +421,18 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.linear_bias = false;
     m.norm = NormKind::kNone;
     m.position = PositionKind::kNone;
-  } else if (type == "gpt2") {
-    for (const char* k : {"n_layer", "n_embd", "n_head", "vocab_size"}) MW_RETURN_IF_ERROR(require(r, k));
+  } else if (type == "gpt2" || type == "gpt_bigcode") {
+    // GPT-BigCode (SantaCoder, StarCoder): GPT-2's keys and shape with multi-query attention (one key/value
+    // head: multi_query, its default) and GPTBigCodeConfig's defaults.
+    const bool bigcode = type == "gpt_bigcode";
+    if (bigcode) {
+      m.layers = m.heads = 12;
+      m.hidden = 768;
+      m.vocab = 50257;
+      m.max_positions = 1024;
+    } else {
+      for (const char* k : {"n_layer", "n_embd", "n_head", "vocab_size"}) MW_RETURN_IF_ERROR(require(r, k));
+    }
     MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
     MW_RETURN_IF_ERROR(r.get_int("n_head", m.heads, 1, 1 << 20));
@@ -434,18 +444,40 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("n_inner", m.ffn_hidden, 1, 1 << 26));
     m.tied_embeddings = true;
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
-    std::string act = "gelu_new";
+    std::string act = bigcode ? "gelu_pytorch_tanh" : "gelu_new";
     MW_RETURN_IF_ERROR(r.get_string("activation_function", act));
     m.mlp_act = act;
-    m.kv_heads = m.heads;
+    bool multi_query = bigcode;
+    if (bigcode) MW_RETURN_IF_ERROR(r.get_bool("multi_query", multi_query));
+    m.kv_heads = multi_query ? 1 : m.heads;
     m.gated_mlp = false;
     m.linear_bias = true;
     m.norm = NormKind::kLayerNorm;
     m.position = PositionKind::kLearned;
-    r.ignore({"layer_norm_epsilon", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation",
-              "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
-              "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "n_special",
-              "predict_special_tokens", "output_past", "gradient_checkpointing"});
+    r.ignore({"layer_norm_epsilon",
+              "resid_pdrop",
+              "embd_pdrop",
+              "attn_pdrop",
+              "summary_activation",
+              "summary_first_dropout",
+              "summary_proj_to_labels",
+              "summary_type",
+              "summary_use_proj",
+              "scale_attn_weights",
+              "scale_attn_by_inverse_layer_idx",
+              "reorder_and_upcast_attn",
+              "n_special",
+              "predict_special_tokens",
+              "output_past",
+              "gradient_checkpointing",
+              "attention_softmax_in_fp32",
+              "scale_attention_softmax_in_fp32",
+              "inference_runner",
+              "max_batch_size",
+              "max_sequence_length",
+              "pad_key_length",
+              "pre_allocate_kv_cache",
+              "validate_runner_input"});
   } else if (type == "gemma3") {
     // Gemma 3's multimodal config: the language model is its text_config (a gemma3_text config whose keys
     // default as Gemma3TextConfig's); the vision tower is not modelled.

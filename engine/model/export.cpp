@@ -301,6 +301,33 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     };
     return config.dump(2) + "\n";
   }
+  if (c.bigcode) {  // GPTBigCodeConfig's keys: GPT-2's, with multi-query attention
+    if (c.kv_head_count() != 1 && c.kv_head_count() != c.heads) {
+      return Status::invalid_argument(
+          dir + ": GPT-BigCode with " + std::to_string(c.kv_head_count()) +
+          " key/value heads has no config.json form (multi_query: one, or one per "
+          "query head)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures", {"GPTBigCodeForCausalLM"}},
+        {"model_type", "gpt_bigcode"},
+        {"vocab_size", c.vocab},
+        {"n_positions", c.max_seq},
+        {"n_embd", c.channels},
+        {"n_layer", c.layers},
+        {"n_head", c.heads},
+        {"n_inner", c.ffn_width()},
+        {"multi_query", c.kv_head_count() == 1},
+        {"activation_function", c.exact_gelu ? "gelu" : "gelu_pytorch_tanh"},
+        {"layer_norm_epsilon", 1e-5},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},
+        {"tie_word_embeddings", true},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -347,7 +374,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   std::size_t at = 0, largest = 0;
   for (const auto& t : layout) {
     std::vector<int> shape = t.shape;
-    if (hf_transposed(t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
+    if (hf_transposed(c, t)) shape = {t.shape[1], t.shape[0]};  // memwall stores [out, in]; Conv1D [in, out]
     const std::size_t bytes = t.numel * eb;
     header[t.name] = {{"dtype", dtype_name}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
@@ -368,7 +395,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   for (const auto& t : layout) {
     MW_RETURN_IF_ERROR(read(t.offset, t.numel, src.data()));
     const float* data = src.data();
-    if (hf_transposed(t)) {
+    if (hf_transposed(c, t)) {
       reordered.resize(t.numel);  // [out, in] -> Conv1D's [in, out]
       transpose(src.data(), static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]),
                 reordered.data());

@@ -57,13 +57,15 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
-  if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias)) {
+  if (c.llama() &&
+      (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias || c.bigcode)) {
     return Status::invalid_argument(
         "model: GPT-NeoX, Phi, Falcon and the parallel residual are GPT-2's shape's variants, not the Llama "
         "shape's");
   }
-  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) > 1)
-    return Status::invalid_argument("model: OPT, GPT-NeoX, Phi and Falcon are four variants, not one");
+  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) > 1)
+    return Status::invalid_argument(
+        "model: OPT, GPT-NeoX, Phi, Falcon and GPT-BigCode are five variants, not one");
   if (c.shared_norm() && !c.parallel_residual) {
     return Status::invalid_argument(
         "model: one norm for the attention and the MLP (Phi's, Falcon-7B's) needs them side by side "
@@ -73,11 +75,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
     // GPT-NeoX's and Phi's own: rotary positions and their settings, an untied head, another MLP width.
     const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
                            c.rope_theta != 10000 || !c.rope_scaling.none();
-    if ((c.kv_head_count() != c.heads && !c.falcon) || ((c.one_norm || c.no_bias) && !c.falcon) ||
-        c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 || c.qk_norm || c.gelu_mlp ||
-        c.norm_unit_offset || c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm ||
-        c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0 ||
-        (neox_only && !c.rotary())) {
+    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode) ||
+        ((c.one_norm || c.no_bias) && !c.falcon) || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 ||
+        c.qk_norm || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
+        c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 ||
+        c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
@@ -351,6 +353,23 @@ FamilyNames falcon_names(const GptConfig& c) {
           false};
 }
 
+// GPTBigCodeForCausalLM's: GPT-2's names, grouped-query attention's q and kv rows joined as c_attn.
+const FamilyNames& bigcode_names() {
+  static const FamilyNames names{{{"wte.weight", "wte.weight"},
+                                  {"wpe.weight", "wpe.weight"},
+                                  {"ln_f.weight", "ln_f.weight"},
+                                  {"ln_f.bias", "ln_f.bias"}},
+                                 {{"ln_1", "ln_1"},
+                                  {"attn.c_attn", "attn.c_attn"},
+                                  {"attn.c_proj", "attn.c_proj"},
+                                  {"ln_2", "ln_2"},
+                                  {"mlp.c_fc", "mlp.c_fc"},
+                                  {"mlp.c_proj", "mlp.c_proj"}},
+                                 "h.",
+                                 false};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -373,6 +392,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.opt) return renamed_layout(layout, opt_names());
   if (c.neox) return renamed_layout(layout, neox_names());
   if (c.phi) return renamed_layout(layout, phi_names());
+  if (c.bigcode) return renamed_layout(layout, bigcode_names());
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
@@ -514,7 +534,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   }
   if (!m.tied_embeddings) return Status::invalid_argument(where + tool + " needs tie_word_embeddings: true");
   if (!m.linear_bias) return Status::invalid_argument(where + tool + " needs biases on linears");
-  if (m.kv_heads != m.heads)
+  if (m.kv_heads != m.heads && !(m.model_type == "gpt_bigcode" && m.kv_heads == 1))
     return Status::invalid_argument(where + "grouped-query attention is not supported");
   const bool opt = m.model_type == "opt";
   if (m.ffn_hidden != 4 * m.hidden) {
@@ -581,16 +601,21 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.rope_scaling = m.rope_scaling;
     c.partial_rotary = m.partial_rotary_factor;
   }
+  if (m.model_type == "gpt_bigcode") {
+    c.bigcode = true;
+    c.kv_heads = m.kv_heads;
+  }
   c.exact_gelu = !c.llama() && !c.opt && m.mlp_act == "gelu";
   return c;
 }
 
-bool hf_transposed(const ParamTensor& t) {
-  return t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
+bool hf_transposed(const GptConfig& c, const ParamTensor& t) {
+  return !c.bigcode && t.shape.size() == 2 && t.name.rfind("h.", 0) == 0;
 }
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
-  return (c.neox || c.falcon) && t.name.find(".query_key_value.") != std::string::npos;
+  return ((c.neox || c.falcon) && t.name.find(".query_key_value.") != std::string::npos) ||
+         (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos);
 }
 
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf) {
@@ -678,6 +703,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.head_bias = c.phi;
     m.kv_heads = c.kv_head_count();
     m.linear_bias = !c.no_bias;
+  }
+  if (c.bigcode) {
+    m.model_type = "gpt_bigcode";
+    m.kv_heads = c.kv_head_count();
+    m.mlp_act = "gelu_pytorch_tanh";
   }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
@@ -989,11 +1019,11 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   dfc_.resize(N * Wf);
   dgel_.resize(N * F);
   dlogits_.resize(logits_.size());
-  if (c.rotary()) {
+  if (c.expanded_attention()) {
     qf_.resize(N * 3 * Q);
     dqf_.resize(N * 3 * Q);
-    gpt_rope_tables(c, T, rope_cos_, rope_sin_);
   }
+  if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
 }
 
 void GptModel::set_batch(const int* tokens, const int* targets) {
@@ -1112,6 +1142,7 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
 void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
+  if (!c_.rotary()) return;  // (GPT-BigCode's learned positions)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
@@ -1121,8 +1152,10 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
 void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                rope_sin_.data() + at, true, c_.rotary_dim());
+  if (c_.rotary()) {
+    k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
+                  rope_sin_.data() + at, true, c_.rotary_dim());
+  }
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
 
@@ -1185,7 +1218,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
-      if (c_.rotary()) {
+      if (c_.expanded_attention()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
@@ -1334,7 +1367,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
       float* dqkv = dqkv_.data();
-      if (c_.rotary()) {
+      if (c_.expanded_attention()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
         dqkv = dqf_.data();
@@ -1349,7 +1382,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());
       }
-      if (c_.rotary()) collapse_dqkv(o.layer);
+      if (c_.expanded_attention()) collapse_dqkv(o.layer);
       break;
     }
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's

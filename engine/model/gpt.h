@@ -98,11 +98,18 @@ struct GptConfig {
   bool falcon = false;
   bool one_norm = false;
   bool no_bias = false;
+  // GPT-BigCode's GPT-2 shape (SantaCoder's, StarCoder's): multi-query attention (kv_heads 1) with learned
+  // positions, and in Hugging Face files nn.Linear weights ([out, in], not Conv1D's) with c_attn's rows
+  // every query, then the key, then the value (one key/value head per query head: head by head).
+  bool bigcode = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
   bool rotary() const { return llama() || neox || phi || falcon; }
+  // Whether the attention reads qkv expanded to a [3 x q_width] layout (key/value heads repeated to their
+  // query heads, rotary positions applied) rather than the qkv linear's output as it is.
+  bool expanded_attention() const { return rotary() || kv_head_count() != heads; }
   // One norm before the attention and the MLP side by side (Phi's, Falcon-7B's): no second norm.
   bool shared_norm() const { return phi || one_norm; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
@@ -206,8 +213,9 @@ bool is_gelu_tanh(const std::string& act);
 // file, ...).
 using ParamReader = std::function<Status(std::size_t offset, std::size_t n, float* out)>;
 
-// Hugging Face's GPT-2 keeps the blocks' linear weights as Conv1D [in, out]; memwall stores them [out, in].
-bool hf_transposed(const ParamTensor& t);
+// Hugging Face's GPT-2 keeps the blocks' linear weights as Conv1D [in, out]; memwall stores them [out, in]
+// (GPT-BigCode's, with GPT-2's names, are nn.Linear [out, in]).
+bool hf_transposed(const GptConfig& c, const ParamTensor& t);
 // GPT-NeoX's and Falcon's query_key_value (weight or bias, of hf_param_layout): its rows are grouped by
 // key/value head, each group's query heads, then its key, then its value (GPT-NeoX: q, k and v of head 0,
 // then of head 1, ...; Falcon-7B's one group: every q, k, v), where memwall's c_attn has every q, then every

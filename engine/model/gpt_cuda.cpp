@@ -165,9 +165,11 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   // widest matrix's rows (an untied head's vocabulary too).
   const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
   if (tiling > 1 || c_.llama() || c_.split_qkv()) tile_ = buf(N * widest, "tile");
-  if (c_.rotary()) {
+  if (c_.expanded_attention()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
+  }
+  if (c_.rotary()) {
     const std::size_t table = c_.rope_tables_floats(T_);
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
@@ -351,6 +353,7 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
+  if (!c_.rotary()) return Status::ok();  // (GPT-BigCode's learned positions)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s,
@@ -362,9 +365,11 @@ Status CudaGptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
-                                          rope_sin_ + at, true, s, c_.rotary_dim()),
-                           "rope bwd"));
+  if (c_.rotary()) {
+    MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
+                                            rope_sin_ + at, true, s, c_.rotary_dim()),
+                             "rope bwd"));
+  }
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
@@ -419,7 +424,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                    "head rmsnorm");
     case GptRole::kAttn: {
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
-      if (c_.rotary()) {
+      if (c_.expanded_attention()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
       }
@@ -536,7 +541,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
-      if (c_.rotary()) {
+      if (c_.expanded_attention()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
         dqkv = dqf_;
@@ -551,7 +556,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                                         c_.score_scale(), c_.score_cap()),
                                  "attention bwd");
       MW_RETURN_IF_ERROR(st);
-      return c_.rotary() ? collapse_dqkv(o.layer) : Status::ok();
+      return c_.expanded_attention() ? collapse_dqkv(o.layer) : Status::ok();
     }
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));

@@ -182,12 +182,13 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
-  const char* family = c.llama()  ? "Llama"
-                       : c.opt    ? "OPT"
-                       : c.neox   ? "GPT-NeoX"
-                       : c.phi    ? "Phi"
-                       : c.falcon ? "Falcon"
-                                  : "GPT-2";
+  const char* family = c.llama()   ? "Llama"
+                       : c.opt     ? "OPT"
+                       : c.neox    ? "GPT-NeoX"
+                       : c.phi     ? "Phi"
+                       : c.falcon  ? "Falcon"
+                       : c.bigcode ? "GPT-BigCode"
+                                   : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
     // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's
@@ -211,7 +212,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     x.offset = t.offset;
     x.numel = t.numel;
     x.shard = shard_of.at(name);
-    x.transposed = hf_transposed(t);
+    x.transposed = hf_transposed(c, t);
     x.interleaved = hf_interleaved(c, t);
     x.out = static_cast<std::size_t>(t.shape[0]);
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;

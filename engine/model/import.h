@@ -4,8 +4,8 @@
 // BF16); the data is then read on demand by range of the flat gpt_param_layout array, so a ZeRO rank reads
 // only the bytes of its own shard (a transposed Conv1D weight is read whole, one tensor at a time), and no
 // rank ever holds the model or broadcasts it. A model saved in shards (model.safetensors.index.json naming
-// model-00001-of-0000N.safetensors, ...) is read the same way, each tensor from its shard, and so is a PyTorch
-// checkpoint (pytorch_model.bin, or the shards its index lists), indexed without running its pickle
+// model-00001-of-0000N.safetensors, ...) is read the same way, each tensor from its shard, and so is a
+// PyTorch checkpoint (pytorch_model.bin, or the shards its index lists), indexed without running its pickle
 // (engine/model/torch_bin.h).
 #pragma once
 
@@ -22,10 +22,10 @@ namespace memwall::model {
 class HfWeights {
  public:
   // `path`: the .safetensors or .bin file, a model.safetensors.index.json or pytorch_model.bin.index.json,
-  // or a directory holding one (model.safetensors, its index, pytorch_model.bin, its index: the first found). Tensor names may carry
-  // transformers' "transformer." prefix; tensors the model does not use (lm_head.weight of a tied head, the
-  // attention's mask buffers) are listed in ignored(). An lm_head.weight that is not wte.weight's copy is an
-  // error (memwall's GPT ties them).
+  // or a directory holding one (model.safetensors, its index, pytorch_model.bin, its index: the first found).
+  // Tensor names may carry transformers' "transformer." prefix; tensors the model does not use
+  // (lm_head.weight of a tied head, the attention's mask buffers) are listed in ignored(). An lm_head.weight
+  // that is not wte.weight's copy is an error (memwall's GPT ties them).
   static Result<HfWeights> open(const std::string& path, const GptConfig& c);
   HfWeights(HfWeights&&) noexcept;
   HfWeights& operator=(HfWeights&&) noexcept;

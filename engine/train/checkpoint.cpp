@@ -86,12 +86,13 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama()  ? "llama"
-                   : c.opt    ? "opt"
-                   : c.neox   ? "neox"
-                   : c.phi    ? "phi"
-                   : c.falcon ? "falcon"
-                              : "gpt2"},
+          {"arch", c.llama()   ? "llama"
+                   : c.opt     ? "opt"
+                   : c.neox    ? "neox"
+                   : c.phi     ? "phi"
+                   : c.falcon  ? "falcon"
+                   : c.bigcode ? "bigcode"
+                               : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
           {"no_bias", c.no_bias},
@@ -142,6 +143,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.tied = j.value("tied", true);
     c.rope_theta = j.value("rope_theta", c.rope_theta);
     c.partial_rotary = j.value("partial_rotary", 1.0);
+  }
+  if (arch == "bigcode") {  // GPT-2's fields and its key/value heads
+    c.bigcode = true;
+    c.kv_heads = j.value("kv_heads", 0);
   }
   if (arch == "llama") {
     c.arch = model::GptArch::kLlama;

@@ -2071,6 +2071,25 @@ TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
   }
 }
 
+// GPT-BigCode's shape (SantaCoder's, StarCoder's: GPT-2's with multi-query attention) from a config.json of
+// model_type gpt_bigcode trains, is kept by the checkpoint, exports as GPTBigCodeForCausalLM (c_attn as
+// nn.Linear: [out, in]) and generates the same text from either.
+TEST(CliGenerate, AGptBigcodeShapedModelTrainsGeneratesAndExports) {
+  const std::string config =
+      write_file("bigcode-config.json",
+                 R"({"model_type": "gpt_bigcode", "n_layer": 1, "n_embd": 64, "n_head": 4, "n_positions": 64,
+                     "vocab_size": 49152, "multi_query": true, "activation_function": "gelu_pytorch_tanh"})");
+  const ShapeRoundTrip r = train_export_generate("bigcode", "{}", config, 200);
+  EXPECT_EQ(r.latest["arch"], "bigcode");
+  EXPECT_EQ(r.latest["kv_heads"], 1);
+  EXPECT_EQ(r.config["architectures"][0], "GPTBigCodeForCausalLM");
+  EXPECT_EQ(r.config["multi_query"], true);
+  EXPECT_EQ(r.tensors["h.0.attn.c_attn.weight"]["shape"], (nlohmann::json{64 + 2 * 16, 64}));
+  EXPECT_EQ(r.tensors["h.0.mlp.c_fc.weight"]["shape"], (nlohmann::json{256, 64}));  // [out, in]
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GPT-2's shape with the exact GELU (activation_function "gelu", Cerebras-GPT's) trains, is kept by the
 // checkpoint, exports with its activation and generates the same text from either.
 TEST(CliGenerate, AGpt2ShapeWithTheExactGeluTrainsGeneratesAndExports) {

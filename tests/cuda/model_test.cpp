@@ -199,6 +199,17 @@ TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon40b);
 }
 
+// GPT-BigCode's: multi-query attention with learned positions (the key and value repeated without rotary
+// positions), unfused and flash.
+TEST_P(CudaGpt, BigcodeShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig bigcode = small_gpt();
+  bigcode.bigcode = true;
+  bigcode.kv_heads = 1;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, bigcode);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, bigcode, "bigcode");
+}
+
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
 // on 10 of each head's 16 channels), unfused and flash.
 TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {

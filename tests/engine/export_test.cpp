@@ -346,11 +346,22 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   GptConfig falcon7b = falcon;  // one key/value head, one norm
   falcon7b.kv_heads = 1;
   falcon7b.one_norm = true;
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b}) {
-    SCOPED_TRACE(c.neox ? "neox" : c.phi ? "phi" : c.one_norm ? "falcon-7b" : "falcon");
+  GptConfig bigcode = small_config();  // multi-query, learned positions, nn.Linear weights
+  bigcode.heads = 4;
+  bigcode.kv_heads = 1;
+  bigcode.bigcode = true;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode}) {
+    SCOPED_TRACE(c.neox       ? "neox"
+                 : c.phi      ? "phi"
+                 : c.bigcode  ? "bigcode"
+                 : c.one_norm ? "falcon-7b"
+                              : "falcon");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 8);
-    const std::string dir = temp_dir(c.neox ? "export-neox" : c.phi ? "export-phi" : "export-falcon");
+    const std::string dir = temp_dir(c.neox      ? "export-neox"
+                                     : c.phi     ? "export-phi"
+                                     : c.bigcode ? "export-bigcode"
+                                                 : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
     auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
@@ -361,6 +372,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.neox, c.neox);
     EXPECT_EQ(back.phi, c.phi);
     EXPECT_EQ(back.falcon, c.falcon);
+    EXPECT_EQ(back.bigcode, c.bigcode);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
     EXPECT_EQ(back.kv_head_count(), c.kv_head_count());

@@ -237,8 +237,23 @@ GptConfig falcon_sequential() {
   return c;
 }
 
-// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon and the Llama shapes, named for
-// SCOPED_TRACE.
+// GPT-BigCode's: GPT-2's shape with multi-query attention (one key/value head), and with one per head.
+GptConfig bigcode() {
+  GptConfig c = tiny();
+  c.channels = 16;
+  c.heads = 4;
+  c.bigcode = true;
+  c.kv_heads = 1;
+  return c;
+}
+GptConfig bigcode_mha() {
+  GptConfig c = bigcode();
+  c.kv_heads = 0;
+  return c;
+}
+
+// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode and the Llama shapes,
+// named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -253,6 +268,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"falcon-7b", falcon7b()},
           {"falcon-40b", falcon40b()},
           {"falcon-sequential", falcon_sequential()},
+          {"bigcode", bigcode()},
+          {"bigcode-mha", bigcode_mha()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -453,7 +470,7 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
   bad = c;
   bad.neox = true;
-  EXPECT_NE(validate(bad, 1, 4).message().find("four variants"), std::string::npos);
+  EXPECT_NE(validate(bad, 1, 4).message().find("five variants"), std::string::npos);
   ModelSpec tied = spec;
   tied.tied_embeddings = true;
   EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
@@ -756,12 +773,16 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   falcon_gq.one_norm = false;
   falcon_gq.kv_heads = 2;
   falcon_gq.tied = false;
-  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, falcon_mq, falcon_gq, gqa, mha,
-                             qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+  GptConfig bigcode_mq = gpt2;  // and GPT-BigCode's: one key/value head with learned positions
+  bigcode_mq.bigcode = true;
+  bigcode_mq.kv_heads = 1;
+  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, falcon_mq, falcon_gq, bigcode_mq,
+                             gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.neox                 ? "neox"
                  : c.phi                  ? "phi"
                  : c.falcon               ? (c.one_norm ? "falcon-7b" : "falcon-40b")
+                 : c.bigcode              ? "bigcode"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.partial_rotary < 1   ? "phi4"
@@ -1088,6 +1109,33 @@ TEST(GptModel, FalconMatchesAPyTorchReference) {
   }
 }
 
+// GPT-BigCode against a PyTorch implementation of transformers' GPT-BigCode equations (tests/engine/
+// bigcode_reference.py): multi-query attention with learned positions, c_attn as nn.Linear in its order (one
+// key/value head: every query, the key, the value; one per head: head by head). Skipped without torch.
+TEST(GptModel, BigcodeMatchesAPyTorchReference) {
+  for (const GptConfig& c : {bigcode(), bigcode_mha()}) {
+    SCOPED_TRACE(c.kv_head_count() == 1 ? "multi-query" : "multi-head");
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"multi_query", c.kv_head_count() == 1},
+                                   {"exact_gelu", c.exact_gelu}};
+    if (!matches_reference("bigcode_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+    const ModelSpec spec = gpt_model_spec(c);
+    EXPECT_EQ(spec.model_type, "gpt_bigcode");
+    EXPECT_EQ(spec.kv_heads, c.kv_head_count());
+    EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+    const GptConfig again = gpt_config_of(spec);
+    EXPECT_TRUE(again.bigcode);
+    EXPECT_EQ(again.kv_head_count(), c.kv_head_count());
+    const auto hf = hf_param_layout(c);
+    EXPECT_EQ(hf[4].name, "h.0.attn.c_attn.weight");
+    EXPECT_EQ(hf[4].shape, (std::vector<int>{c.kv_head_count() == 1 ? 24 : 48, 16}));
+    EXPECT_FALSE(hf_transposed(c, hf[4]));  // nn.Linear, not Conv1D
+  }
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheField) {
   GptConfig c = tiny();
   c.heads = 3;
@@ -1152,8 +1200,8 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c :
-       {tiny(), exact, neox(), phi(), falcon40b(), llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), llama_gqa(), llama_mha(),
+                             qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.qkv_bias           ? "qwen2"
@@ -1161,6 +1209,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
                  : c.neox       ? "neox"
                  : c.phi        ? "phi"
                  : c.falcon     ? "falcon"
+                 : c.bigcode    ? "bigcode"
                  : c.exact_gelu ? "gpt2, exact gelu"
                                 : "gpt2");
     std::vector<float> p(gpt_num_params(c));
