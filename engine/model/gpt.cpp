@@ -60,8 +60,9 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (c.llama() &&
       (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias || c.bigcode)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon and the parallel residual are GPT-2's shape's variants, not the Llama "
-        "shape's");
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode and the parallel residual are GPT-2's shape's variants, "
+        "not "
+        "the Llama shape's");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) > 1)
     return Status::invalid_argument(
@@ -72,7 +73,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "(parallel_residual)");
   }
   if (!c.llama()) {
-    // GPT-NeoX's and Phi's own: rotary positions and their settings, an untied head, another MLP width.
+    // The rotary variants' own (GPT-NeoX's, Phi's, Falcon's): rotary settings, an untied head, another MLP
+    // width.
     const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
                            c.rope_theta != 10000 || !c.rope_scaling.none();
     if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode) ||
@@ -83,7 +85,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
-          "kv_heads, one norm, no biases); allowed: the Llama shape for others");
+          "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads); allowed: the Llama shape for others");
     }
     if (c.heads % c.kv_head_count() != 0) {
       return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
@@ -269,8 +271,8 @@ std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, 
     const std::string layer = t.name.substr(2, d1 - 2), stem = t.name.substr(d1 + 1, d2 - d1 - 1),
                       kind = t.name.substr(d2 + 1);
     const std::string prefix = names.prefix + layer + ".";
-    if (stem ==
-        "attn.c_attn_q") {  // grouped-query: q's rows and k's and v's after them, one tensor as c_attn
+    // Grouped-query attention's q rows and the k and v rows after them: one tensor, as c_attn.
+    if (stem == "attn.c_attn_q") {
       MW_CHECK(i + 1 < layout.size() && layout[i + 1].name == "h." + layer + ".attn.c_attn_kv." + kind,
                "hf_param_layout: " + t.name + " without its key/value rows after it");
       o.name = prefix + names.stems.at("attn.c_attn") + "." + kind;
@@ -458,7 +460,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   if (m.model_type == "bloom") {
     return Status::invalid_argument(
         where + "model_type bloom is not supported by " + tool +
-        " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's, Falcon's and Llama's); "
+        " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's, Falcon's, GPT-BigCode's and Llama's); "
         "memwall predict and simulate take it");
   }
   if (m.moe()) {
@@ -1364,7 +1366,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
       break;
     case Role::kAttn: {
-      // The Llama shape recomputes its expanded, rotated qkv rather than keeping it per layer.
+      // The expanded shapes recompute their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
       float* dqkv = dqkv_.data();
       if (c_.expanded_attention()) {
@@ -1391,7 +1393,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
                                c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size(),
                                c_.norm_offset());
       break;
-    case Role::kQkv:  // (Phi's one norm: dln_ holds the MLP's input gradient already)
+    case Role::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already)
       if (first_tile && !c_.shared_norm()) zero(dln_);
       linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[a].data(), C);
       break;

@@ -538,7 +538,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       }
       return linear(datty_, c_.sandwich_norm ? dpost_ : dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
-      // The Llama shape rebuilds its expanded, rotated qkv rather than keeping it per layer.
+      // The expanded shapes rebuild their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
       if (c_.expanded_attention()) {
@@ -564,7 +564,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
           kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(), c_.heads,
                                     c_.kv_head_count(), c_.head_size(), s, c_.norm_offset()),
           "head rmsnorm bwd");
-    case GptRole::kQkv:  // (Phi's one norm: dln_ holds the MLP's input gradient already)
+    case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already)
       if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);
     case GptRole::kLn1:

@@ -140,8 +140,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
                               c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
-    if (c_.rotary()) {  // rotary positions on the new rows' queries and keys (Gemma 3's local base on its
-                        // windows)
+    // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
+    if (c_.rotary()) {
       const bool local = c_.local_rope(l);
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();
