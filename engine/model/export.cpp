@@ -46,6 +46,19 @@ nlohmann::ordered_json hf_rope_scaling(const RopeScaling& s) {
 }
 
 namespace {
+// A config.json of GPT-2's variants: the architecture and model_type, the shape under the names OPT,
+// GPT-NeoX, Falcon and Phi share (vocab_size, hidden_size, num_hidden_layers, num_attention_heads), the
+// family's own keys, then torch_dtype.
+std::string family_config(const char* architecture, const char* model_type, const GptConfig& c,
+                          const nlohmann::ordered_json& own, const char* torch_dtype) {
+  nlohmann::ordered_json config = {{"architectures", {architecture}}, {"model_type", model_type},
+                                   {"vocab_size", c.vocab},           {"hidden_size", c.channels},
+                                   {"num_hidden_layers", c.layers},   {"num_attention_heads", c.heads}};
+  for (const auto& [key, value] : own.items()) config[key] = value;
+  config["torch_dtype"] = torch_dtype;
+  return config.dump(2) + "\n";
+}
+
 // config.json's text for this model (transformers' architecture and keys), or why it has none.
 Result<std::string> hf_config(const GptConfig& c, const std::string& dir, ExportDtype dtype) {
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
@@ -191,53 +204,41 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     return config.dump(2) + "\n";
   }
   if (c.opt) {  // OPTConfig's keys: pre-LN (every OPT but 350m), no projection of the embeddings
-    nlohmann::ordered_json config = {
-        {"architectures", {"OPTForCausalLM"}},
-        {"model_type", "opt"},
-        {"vocab_size", c.vocab},
-        {"hidden_size", c.channels},
-        {"num_hidden_layers", c.layers},
-        {"num_attention_heads", c.heads},
-        {"ffn_dim", c.ffn_width()},
-        {"max_position_embeddings", c.max_seq},
-        {"word_embed_proj_dim", c.channels},
-        {"do_layer_norm_before", true},
-        {"activation_function", "relu"},
-        {"enable_bias", true},
-        {"layer_norm_elementwise_affine", true},
-        {"dropout", 0.0},
-        {"attention_dropout", 0.0},
-        {"activation_dropout", 0.0},
-        {"layerdrop", 0.0},
-        {"tie_word_embeddings", true},
-        {"torch_dtype", torch_dtype},
-    };
-    return config.dump(2) + "\n";
+    return family_config("OPTForCausalLM", "opt", c,
+                         {
+                             {"ffn_dim", c.ffn_width()},
+                             {"max_position_embeddings", c.max_seq},
+                             {"word_embed_proj_dim", c.channels},
+                             {"do_layer_norm_before", true},
+                             {"activation_function", "relu"},
+                             {"enable_bias", true},
+                             {"layer_norm_elementwise_affine", true},
+                             {"dropout", 0.0},
+                             {"attention_dropout", 0.0},
+                             {"activation_dropout", 0.0},
+                             {"layerdrop", 0.0},
+                             {"tie_word_embeddings", true},
+                         },
+                         torch_dtype);
   }
   if (c.neox) {  // GPTNeoXConfig's keys (its older rotary_emb_base, transformers' newer rope_theta)
-    nlohmann::ordered_json config = {
-        {"architectures", {"GPTNeoXForCausalLM"}},
-        {"model_type", "gpt_neox"},
-        {"vocab_size", c.vocab},
-        {"hidden_size", c.channels},
-        {"num_hidden_layers", c.layers},
-        {"num_attention_heads", c.heads},
-        {"intermediate_size", c.ffn_width()},
-        {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
-        {"rotary_pct", c.partial_rotary},
-        {"rotary_emb_base", c.rope_theta},
-        {"rope_theta", c.rope_theta},
-        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-        {"max_position_embeddings", c.max_seq},
-        {"layer_norm_eps", 1e-5},
-        {"use_parallel_residual", c.parallel_residual},
-        {"attention_bias", true},
-        {"attention_dropout", 0.0},
-        {"hidden_dropout", 0.0},
-        {"tie_word_embeddings", c.tied},
-        {"torch_dtype", torch_dtype},
-    };
-    return config.dump(2) + "\n";
+    return family_config("GPTNeoXForCausalLM", "gpt_neox", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
+                             {"rotary_pct", c.partial_rotary},
+                             {"rotary_emb_base", c.rope_theta},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"max_position_embeddings", c.max_seq},
+                             {"layer_norm_eps", 1e-5},
+                             {"use_parallel_residual", c.parallel_residual},
+                             {"attention_bias", true},
+                             {"attention_dropout", 0.0},
+                             {"hidden_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
   }
   if (c.falcon) {  // FalconConfig's keys: the new decoder architecture for grouped-query attention or two
                    // norms side by side, else multi-query (one key/value head) or one per head
@@ -249,57 +250,45 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                       " key/value heads) with the attention and the MLP in sequence has no "
                                       "config.json form (its new decoder architecture is side by side)");
     }
-    nlohmann::ordered_json config = {
-        {"architectures", {"FalconForCausalLM"}},
-        {"model_type", "falcon"},
-        {"vocab_size", c.vocab},
-        {"hidden_size", c.channels},
-        {"num_hidden_layers", c.layers},
-        {"num_attention_heads", c.heads},
-        {"num_kv_heads", kv},
-        {"new_decoder_architecture", new_arch},
-        {"multi_query", !new_arch && kv == 1},
-        {"parallel_attn", c.parallel_residual},
-        {"num_ln_in_parallel_attn", c.shared_norm() ? 1 : 2},
-        {"bias", !c.no_bias},
-        {"alibi", false},
-        {"ffn_hidden_size", c.ffn_width()},
-        {"activation", c.exact_gelu ? "gelu" : "gelu_new"},
-        {"max_position_embeddings", c.max_seq},
-        {"rope_theta", c.rope_theta},
-        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-        {"layer_norm_epsilon", 1e-5},
-        {"hidden_dropout", 0.0},
-        {"attention_dropout", 0.0},
-        {"tie_word_embeddings", c.tied},
-        {"torch_dtype", torch_dtype},
-    };
-    return config.dump(2) + "\n";
+    return family_config("FalconForCausalLM", "falcon", c,
+                         {
+                             {"num_kv_heads", kv},
+                             {"new_decoder_architecture", new_arch},
+                             {"multi_query", !new_arch && kv == 1},
+                             {"parallel_attn", c.parallel_residual},
+                             {"num_ln_in_parallel_attn", c.shared_norm() ? 1 : 2},
+                             {"bias", !c.no_bias},
+                             {"alibi", false},
+                             {"ffn_hidden_size", c.ffn_width()},
+                             {"activation", c.exact_gelu ? "gelu" : "gelu_new"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"layer_norm_epsilon", 1e-5},
+                             {"hidden_dropout", 0.0},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
   }
   if (c.phi) {  // PhiConfig's keys
-    nlohmann::ordered_json config = {
-        {"architectures", {"PhiForCausalLM"}},
-        {"model_type", "phi"},
-        {"vocab_size", c.vocab},
-        {"hidden_size", c.channels},
-        {"intermediate_size", c.ffn_width()},
-        {"num_hidden_layers", c.layers},
-        {"num_attention_heads", c.heads},
-        {"num_key_value_heads", c.heads},
-        {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
-        {"max_position_embeddings", c.max_seq},
-        {"layer_norm_eps", 1e-5},
-        {"rope_theta", c.rope_theta},
-        {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-        {"partial_rotary_factor", c.partial_rotary},
-        {"qk_layernorm", false},
-        {"resid_pdrop", 0.0},
-        {"embd_pdrop", 0.0},
-        {"attention_dropout", 0.0},
-        {"tie_word_embeddings", false},
-        {"torch_dtype", torch_dtype},
-    };
-    return config.dump(2) + "\n";
+    return family_config("PhiForCausalLM", "phi", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.heads},
+                             {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"layer_norm_eps", 1e-5},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"partial_rotary_factor", c.partial_rotary},
+                             {"qk_layernorm", false},
+                             {"resid_pdrop", 0.0},
+                             {"embd_pdrop", 0.0},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", false},
+                         },
+                         torch_dtype);
   }
   if (c.bigcode) {  // GPTBigCodeConfig's keys: GPT-2's, with multi-query attention
     if (c.kv_head_count() != 1 && c.kv_head_count() != c.heads) {
