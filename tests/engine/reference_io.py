@@ -10,7 +10,10 @@ import math
 
 
 def load(d, torch):
-    """(config, {name: tensor view of the flat float64 parameters}, flat, tokens, targets)."""
+    """(config, {name: tensor view of the flat float64 parameters}, flat, tokens, targets). PyTorch runs on one
+    thread: these tensors are tiny, and its thread pool would otherwise spin against memwall's OpenMP threads
+    in the tests ctest runs beside it."""
+    torch.set_num_threads(1)
     cfg = json.load(open(d + "/config.json"))
     layout = json.load(open(d + "/layout.json"))
     flat = torch.tensor(

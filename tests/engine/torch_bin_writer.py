@@ -41,6 +41,7 @@ def main(d, mode):
         import torch
     except ImportError:
         sys.exit(77)
+    torch.set_num_threads(1)  # (see reference_io.load)
     raw = open(d + "/model.safetensors", "rb").read()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])
