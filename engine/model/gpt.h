@@ -186,7 +186,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c);
 // gate_up_proj, each the tensors it joins (back to back in the flat array) as one [rows, in] tensor, or for
 // OPT its names (model.decoder.*), c_attn split into q_proj, k_proj and v_proj, or for GPT-NeoX its names
 // (gpt_neox.*, embed_out), c_attn as query_key_value with its rows in NeoX's order (hf_interleaved), or for
-// Phi its names (model.layers.*.self_attn.*), c_attn split as OPT's.
+// Phi its names (model.layers.*.self_attn.*), c_attn split as OPT's, or for Falcon its names
+// (transformer.h.*), grouped-query attention's c_attn_q and c_attn_kv joined as query_key_value in Falcon's
+// order, or for GPT-BigCode GPT-2's names with c_attn_q and c_attn_kv joined as c_attn.
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c);
 std::size_t gpt_num_params(const GptConfig& c);
 // The rotary cosines and sines of positions [0, T), [T][rotary_dim() / 2] each (the Llama shape's, for a

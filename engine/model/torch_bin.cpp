@@ -371,7 +371,7 @@ class Unpickler {
         if (n > 0 && n < 8 && (v >> (8 * n - 1)) != 0) v |= ~std::uint64_t{0} << (8 * n);  // sign
         return push_int(static_cast<long long>(v));
       }
-      case 'G': {  // BINFLOAT: 8 bytes big-endian
+      case 'G': {  // BINFLOAT: 8 bytes big-endian (kept as its bits: a state dict's index reads no float)
         if (!take(8)) return error("is truncated");
         std::uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | static_cast<unsigned char>(b_[pos_ + k]);

@@ -7,6 +7,7 @@ from transformers' definitions.
 """
 import json
 import math
+import sys
 
 
 def load(d, torch):
@@ -27,6 +28,20 @@ def load(d, torch):
         return torch.tensor(list(memoryview(open(d + "/" + name, "rb").read()).cast("i"))).view(B, T)
 
     return cfg, t, flat, ids("tokens.i32"), ids("targets.i32")
+
+
+def run(forward):
+    """A reference's main: DIR from the command line, forward(cfg, tensors, tokens, torch) -> logits, their
+    mean cross-entropy against the targets and its gradient written back. Exits 77 without torch."""
+    try:
+        import torch
+    except ImportError:
+        sys.exit(77)
+    d = sys.argv[1]
+    cfg, t, flat, tokens, targets = load(d, torch)
+    logits = forward(cfg, t, tokens, torch)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.view(-1))
+    save(d, loss, flat, torch)
 
 
 def save(d, loss, flat, torch):
