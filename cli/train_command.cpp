@@ -86,7 +86,7 @@ struct TrainOptions {
 };
 
 // The files a BPE tokenizer may be read from (engine/train/bpe.h).
-constexpr const char* kTokenizerFiles[] = {"vocab.json", "merges.txt", "tokenizer.json"};
+constexpr const char* kTokenizerFiles[] = {"vocab.json", "merges.txt", "added_tokens.json", "tokenizer.json"};
 
 // A checkpoint of a BPE run holds its tokenizer's files (vocab.json and merges.txt, or tokenizer.json) beside
 // latest.json, so that export and generate find them. Resuming with another tokenizer, or a byte-level run

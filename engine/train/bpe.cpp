@@ -165,20 +165,6 @@ std::size_t llama3_piece_end(std::string_view s, std::size_t i, int digits) {
   return end < n && last > i ? last : end;
 }
 
-std::size_t piece_end(std::string_view s, std::size_t i, PreTokenizer pre) {
-  switch (pre) {
-    case PreTokenizer::kLlama3:
-      return llama3_piece_end(s, i, 3);
-    case PreTokenizer::kQwen2:
-      return llama3_piece_end(s, i, 1);
-    case PreTokenizer::kSentencePiece:
-      return s.size();
-    case PreTokenizer::kGpt2:
-      break;
-  }
-  return gpt2_piece_end(s, i);
-}
-
 // GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
 // bytes (33-126, 161-172, 174-255) map to themselves, the others, in order, to 256, 257, ...
 char32_t byte_to_unicode(unsigned b) {
@@ -192,6 +178,129 @@ char32_t byte_to_unicode(unsigned b) {
   }
   return next;
 }
+
+// The steps of a pre-tokenizer Sequence memwall implements, each splitting every piece the one before left.
+enum class Step {
+  kGpt2,         // GPT-2's pattern (ByteLevel with use_regex)
+  kLlama3,       // Llama 3's pattern (a Split, Isolated)
+  kQwen2,        // Qwen2's
+  kPunctuation,  // Punctuation, Contiguous: runs of punctuation (Unicode's P*, or ASCII's) and the rest
+  kEachNumber,   // Digits with individual_digits: each number (N*) a piece of its own
+  kNumberBytes,  // Digits without, after ByteLevel: runs of bytes whose byte-level character is a number
+  kThreeDigits,  // a Split by [0-9][0-9][0-9], Isolated
+  kWhole,        // none: SentencePiece's text is one piece
+};
+
+bool is_punctuation(const CodePoint& cp) {
+  if (cp.c < 0x80) return cp.len == 1 && cp.cls == Cls::kOther && cp.c > 0x20 && cp.c < 0x7F;
+  return cp.len > 1 && in_ranges(kPunctuationRanges, cp.c);
+}
+
+// The bytes whose byte-level character (byte_to_unicode) is a number: the digits, and Latin-1's ² ³ ¹ ¼ ½ ¾,
+// which stand for themselves, so that Falcon's Digits after its ByteLevel splits a UTF-8 sequence holding
+// one (Hugging Face's tokenizers do the same).
+const std::array<bool, 256>& number_bytes() {
+  static const std::array<bool, 256> table = [] {
+    std::array<bool, 256> t{};
+    for (unsigned b = 0; b < 256; ++b) t[b] = in_ranges(kNumberRanges, byte_to_unicode(b));
+    return t;
+  }();
+  return table;
+}
+
+// The end of the run of code points from s[i] on that `inside` says the same of as s[i]'s.
+template <typename F>
+std::size_t same_run_end(std::string_view s, std::size_t i, F inside) {
+  const bool first = inside(decode_at(s, i));
+  std::size_t k = i;
+  while (k < s.size()) {
+    const CodePoint cp = decode_at(s, k);
+    if (inside(cp) != first) break;
+    k += cp.len;
+  }
+  return k;
+}
+
+bool three_digits_at(std::string_view s, std::size_t i) {
+  const auto digit = [&](std::size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '9'; };
+  return digit(i) && digit(i + 1) && digit(i + 2);
+}
+
+// Where `step`'s piece starting at s[i] (i < s.size()) ends.
+std::size_t step_end(Step step, std::string_view s, std::size_t i) {
+  switch (step) {
+    case Step::kGpt2:
+      return gpt2_piece_end(s, i);
+    case Step::kLlama3:
+      return llama3_piece_end(s, i, 3);
+    case Step::kQwen2:
+      return llama3_piece_end(s, i, 1);
+    case Step::kPunctuation:
+      return same_run_end(s, i, is_punctuation);
+    case Step::kEachNumber:
+      return decode_at(s, i).cls == Cls::kNumber
+                 ? i + decode_at(s, i).len
+                 : same_run_end(s, i, [](const CodePoint& cp) { return cp.cls == Cls::kNumber; });
+    case Step::kNumberBytes: {
+      const std::array<bool, 256>& number = number_bytes();
+      const bool first = number[static_cast<unsigned char>(s[i])];
+      std::size_t k = i + 1;
+      while (k < s.size() && number[static_cast<unsigned char>(s[k])] == first) ++k;
+      return k;
+    }
+    case Step::kThreeDigits: {
+      if (three_digits_at(s, i)) return i + 3;
+      std::size_t k = i + 1;  // the text up to the next match
+      while (k < s.size() && !three_digits_at(s, k)) ++k;
+      return k;
+    }
+    case Step::kWhole:
+      break;
+  }
+  return s.size();
+}
+
+// The steps of each pre-tokenizer, in order.
+std::vector<Step> steps_of(PreTokenizer pre) {
+  switch (pre) {
+    case PreTokenizer::kLlama3:
+      return {Step::kLlama3};
+    case PreTokenizer::kQwen2:
+      return {Step::kQwen2};
+    case PreTokenizer::kFalcon:
+      return {Step::kPunctuation, Step::kGpt2, Step::kNumberBytes, Step::kThreeDigits};
+    case PreTokenizer::kStarCoder:
+      return {Step::kEachNumber, Step::kGpt2};
+    case PreTokenizer::kSentencePiece:
+      return {Step::kWhole};
+    case PreTokenizer::kGpt2:
+      break;
+  }
+  return {Step::kGpt2};
+}
+
+// A text's pieces, one after another: each step splits the piece of the step before that holds the position
+// (a step sees that piece alone, as a pattern's lookahead does in Hugging Face's Sequence).
+class Pieces {
+ public:
+  Pieces(std::string_view text, PreTokenizer pre)
+      : text_(text), steps_(steps_of(pre)), ends_(steps_.size()) {}
+  // The end of the piece that starts at `i`, the end of the one before (0 first).
+  std::size_t end(std::size_t i) {
+    if (steps_.size() == 1) return step_end(steps_[0], text_, i);
+    std::size_t limit = text_.size();
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      if (i >= ends_[k]) ends_[k] = step_end(steps_[k], text_.substr(0, limit), i);
+      limit = ends_[k];
+    }
+    return limit;
+  }
+
+ private:
+  std::string_view text_;
+  std::vector<Step> steps_;
+  std::vector<std::size_t> ends_;  // [step] where its current piece ends
+};
 
 std::uint64_t pair_key(int left, int right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
@@ -225,19 +334,38 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
   const auto is = [](const nlohmann::json& o, const char* type) {
     return field(o, "type", std::string()) == type;
   };
-  if (is(pre, "ByteLevel") && !field(pre, "add_prefix_space", false) && field(pre, "use_regex", true))
-    return PreTokenizer::kGpt2;
+  // GPT-2's pattern and byte mapping, alone or in a Sequence.
+  const auto byte_level = [&](const nlohmann::json& o) {
+    return is(o, "ByteLevel") && !field(o, "add_prefix_space", false) && field(o, "use_regex", true);
+  };
+  if (byte_level(pre)) return PreTokenizer::kGpt2;
+  const nlohmann::json steps = field(pre, "pretokenizers", nlohmann::json());
+  const auto split_by = [&](const nlohmann::json& o, std::string_view pattern) {
+    return is(o, "Split") && field(o, "behavior", std::string()) == "Isolated" &&
+           !field(o, "invert", false) &&
+           field(field(o, "pattern", nlohmann::json()), "Regex", std::string()) == pattern;
+  };
+  if (is(pre, "Sequence") && steps.is_array()) {
+    // StarCoder's (GPT-BigCode's): each number alone, then GPT-2's.
+    if (steps.size() == 2 && is(steps[0], "Digits") && field(steps[0], "individual_digits", false) &&
+        byte_level(steps[1]))
+      return PreTokenizer::kStarCoder;
+    // Falcon's: runs of punctuation, GPT-2's, runs of number bytes, then runs of digits cut in threes.
+    if (steps.size() == 4 && is(steps[0], "Punctuation") &&
+        field(steps[0], "behavior", std::string("Isolated")) == "Contiguous" && byte_level(steps[1]) &&
+        is(steps[2], "Digits") && !field(steps[2], "individual_digits", false) &&
+        split_by(steps[3], "[0-9][0-9][0-9]"))
+      return PreTokenizer::kFalcon;
+  }
   // Llama 3's and Qwen2's: a Split by their pattern, then ByteLevel without its own pattern.
   if (is(pre, "Sequence") && pre.contains("pretokenizers") && pre["pretokenizers"].is_array() &&
       pre["pretokenizers"].size() == 2) {
     const nlohmann::json& split = pre["pretokenizers"][0];
     const nlohmann::json& bytes = pre["pretokenizers"][1];
-    const std::string pattern = field(field(split, "pattern", nlohmann::json()), "Regex", std::string());
-    if (is(split, "Split") && field(split, "behavior", std::string()) == "Isolated" &&
-        !field(split, "invert", false) && is(bytes, "ByteLevel") &&
-        !field(bytes, "add_prefix_space", false) && !field(bytes, "use_regex", true)) {
-      if (pattern == kLlama3Pattern) return PreTokenizer::kLlama3;
-      if (pattern == kQwen2Pattern) return PreTokenizer::kQwen2;
+    if (is(bytes, "ByteLevel") && !field(bytes, "add_prefix_space", false) &&
+        !field(bytes, "use_regex", true)) {
+      if (split_by(split, kLlama3Pattern)) return PreTokenizer::kLlama3;
+      if (split_by(split, kQwen2Pattern)) return PreTokenizer::kQwen2;
     }
   }
   std::string shown = pre.dump();
@@ -246,8 +374,9 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
       "pre_tokenizer " + shown +
       " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
       "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
-      "then ByteLevel with use_regex false), or Llama 2's and Mistral's SentencePiece "
-      "style (none, or Metaspace)");
+      "then ByteLevel with use_regex false), StarCoder's (Digits with individual_digits, "
+      "then GPT-2's), Falcon's (Punctuation Contiguous, GPT-2's, Digits, a Split by "
+      "[0-9][0-9][0-9]), or Llama 2's and Mistral's SentencePiece style (none, or Metaspace)");
 }
 
 // SentencePiece's space, U+2581.
@@ -341,7 +470,34 @@ Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
   if (!vocab.is_ok()) return vocab.status();
   auto merges = io::read_file(dir + "/merges.txt");
   if (!merges.is_ok()) return merges.status();
-  return parse(*vocab, *merges, dir);
+  auto t = parse(*vocab, *merges, dir);
+  std::error_code ec;
+  if (!t.is_ok() || !std::filesystem::is_regular_file(dir + "/added_tokens.json", ec)) return t;
+  // Hugging Face's slow tokenizers' added tokens ({"content": id}, CodeGen's and Phi's runs of spaces and
+  // tabs): matched in the text as themselves, not special.
+  const std::string name = dir + "/added_tokens.json";
+  auto text = io::read_file(name);
+  if (!text.is_ok()) return text.status();
+  auto added = parse_json_object(*text, name);
+  if (!added.is_ok()) return added.status();
+  std::vector<std::pair<long, std::string>> by_id;
+  for (const auto& item : added->items()) {
+    if (!item.value().is_number_integer()) {
+      return Status::invalid_argument(name + ": \"" + item.key() + "\": " + item.value().dump() +
+                                      "; allowed: a token id (an integer)");
+    }
+    by_id.emplace_back(item.value().get<long>(), item.key());
+  }
+  std::sort(by_id.begin(), by_id.end());
+  for (const auto& [id, content] : by_id) {
+    const Status s = t->add_token(content, id, false);
+    if (!s.is_ok()) {
+      return Status::invalid_argument(name + ": \"" + content + "\": " + std::to_string(id) + s.message());
+    }
+  }
+  t->sort_specials();
+  t->files_.emplace_back("added_tokens.json");
+  return t;
 }
 
 Result<BpeTokenizer> BpeTokenizer::parse(std::string_view vocab_json, std::string_view merges_txt,
@@ -364,8 +520,8 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   if (kind(model) != "BPE") {
     return Status::invalid_argument(
         name + ": model.type \"" + kind(model) +
-        "\"; allowed: BPE (GPT-2's, Llama 3's, Qwen2's byte-level BPE; Llama 2's, "
-        "Mistral's SentencePiece-style BPE)");
+        "\"; allowed: BPE (GPT-2's, Llama 3's, Qwen2's, Falcon's, StarCoder's byte-level BPE; "
+        "Llama 2's, Mistral's SentencePiece-style BPE)");
   }
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     const json v = field(model, key, json());
@@ -444,25 +600,13 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
     for (std::size_t id = 0; id < t->bytes_.size(); ++id)
       t->whole_.emplace(t->bytes_[id], static_cast<int>(id));
   }
-  // Added tokens: special ones in the vocabulary already (GPT-2's <|endoftext|>), or any appended after it
-  // (Llama 3's and Qwen2's), in id order.
+  // Added tokens: in the vocabulary already (GPT-2's <|endoftext|>), or appended after it (Llama 3's and
+  // Qwen2's special tokens, CodeGen's and Phi's runs of spaces), in id order.
   for (const json& a : field(j, "added_tokens", json::array())) {
     if (!a.is_object()) continue;
-    const std::string content = field(a, "content", std::string());
-    const long id = field(a, "id", -1L);
-    const auto size = static_cast<long>(t->bytes_.size());
-    if (id >= 0 && id < size && t->bytes_[static_cast<std::size_t>(id)] == content) {
-      if (field(a, "special", false) &&
-          std::find(t->specials_.begin(), t->specials_.end(), id) == t->specials_.end())
-        t->specials_.push_back(static_cast<int>(id));
-    } else if (id == size && !content.empty()) {
-      t->bytes_.push_back(content);
-      t->specials_.push_back(static_cast<int>(id));
-    } else {
-      return Status::invalid_argument(name + ": added token " + a.dump() +
-                                      " is neither its vocabulary entry nor the next id (" +
-                                      std::to_string(size) + ")");
-    }
+    const Status s =
+        t->add_token(field(a, "content", std::string()), field(a, "id", -1L), field(a, "special", false));
+    if (!s.is_ok()) return Status::invalid_argument(name + ": added token " + a.dump() + s.message());
   }
   t->sort_specials();
   // The post-processor's leading special token, from a TemplateProcessing alone or in a Sequence.
@@ -562,6 +706,21 @@ Result<BpeTokenizer> BpeTokenizer::parse_sentencepiece(const nlohmann::json& mod
                              static_cast<int>(m.first & 0xFFFFFFFFu) == newline;
                     });
   return t;
+}
+
+Status BpeTokenizer::add_token(const std::string& content, long id, bool special) {
+  const auto size = static_cast<long>(bytes_.size());
+  if (id >= 0 && id < size && bytes_[static_cast<std::size_t>(id)] == content) {
+    if (std::find(specials_.begin(), specials_.end(), id) != specials_.end()) return Status::ok();
+  } else if (id == size && !content.empty()) {
+    bytes_.push_back(content);
+  } else {
+    return Status::invalid_argument(" is neither its vocabulary entry nor the next id (" +
+                                    std::to_string(size) + ")");
+  }
+  specials_.push_back(static_cast<int>(id));
+  if (!special) text_added_.push_back(static_cast<int>(id));
+  return Status::ok();
 }
 
 void BpeTokenizer::sort_specials() {
@@ -761,15 +920,20 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) c
 }
 
 std::vector<int> BpeTokenizer::special_tokens() const {
-  std::vector<int> ids = specials_;
+  std::vector<int> ids;
+  for (const int id : specials_) {
+    if (std::find(text_added_.begin(), text_added_.end(), id) == text_added_.end()) ids.push_back(id);
+  }
   std::sort(ids.begin(), ids.end());
   return ids;
 }
 
 std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t parts,
                                             std::size_t min_part) const {
-  // GPT-2's pattern always starts a piece where a line starts with a non-space character (a newline never
-  // joins what follows it), and a special token without a newline cannot span one.
+  // Every pattern starts a piece where a line starts with a non-space character (a newline never joins what
+  // follows it), and a special token without a newline cannot span one. The newline must follow a
+  // non-space character too: GPT-2's "\s+(?!\S)" leaves the last of a run of whitespace ("  \n", "\n\n")
+  // to the next piece when a non-space follows, which a text cut there does not see.
   const bool specials_cross_lines = std::any_of(specials_.begin(), specials_.end(), [this](int id) {
     return bytes(id).find('\n') != std::string::npos;
   });
@@ -779,9 +943,13 @@ std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t p
   if (parts > 1 && !specials_cross_lines && (!sentencepiece || newline_cuts_)) {
     for (std::size_t k = 1; k < parts; ++k) {
       std::size_t p = std::max(at.back() + 1, k * text.size() / parts);
-      while (p < text.size() &&
-             !(text[p - 1] == '\n' && (sentencepiece || decode_at(text, p).cls != Cls::kSpace)))
-        ++p;
+      const auto line_start = [&](std::size_t q) {
+        if (text[q - 1] != '\n') return false;
+        if (sentencepiece) return true;
+        const auto before = q >= 2 ? static_cast<unsigned char>(text[q - 2]) : 0x20;
+        return before < 0x80 && ascii_class(before) != Cls::kSpace && decode_at(text, q).cls != Cls::kSpace;
+      };
+      while (p < text.size() && !line_start(p)) ++p;
       if (p < text.size()) at.push_back(p);
     }
   }
@@ -869,8 +1037,9 @@ std::size_t BpeTokenizer::sentencepiece_piece_end(std::string_view s, std::size_
 }
 
 void BpeTokenizer::encode_text(std::string_view text, std::vector<int>& out, PieceCache& cache) const {
+  Pieces pieces(text, pre_);
   for (std::size_t i = 0, end = 0; i < text.size(); i = end) {
-    end = pre_ == PreTokenizer::kSentencePiece ? sentencepiece_piece_end(text, i) : piece_end(text, i, pre_);
+    end = pre_ == PreTokenizer::kSentencePiece ? sentencepiece_piece_end(text, i) : pieces.end(i);
     const std::string_view piece = text.substr(i, end - i);
     if (auto it = cache.find(piece); it != cache.end()) {
       const auto [first, last] = it->second;
@@ -906,8 +1075,8 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
   } else if (!BpeTokenizer::present(dir)) {
     return Status::not_found(what + " " + dir +
                              ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
-                             "holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Llama 2's, "
-                             "Mistral's), or bytes");
+                             "holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Falcon's, "
+                             "StarCoder's, Llama 2's, Mistral's), or bytes");
   }
   auto t = BpeTokenizer::load(dir);
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
@@ -925,6 +1094,10 @@ const char* pre_tokenizer_name(PreTokenizer pre) {
       return "Llama 3";
     case PreTokenizer::kQwen2:
       return "Qwen2";
+    case PreTokenizer::kFalcon:
+      return "Falcon";
+    case PreTokenizer::kStarCoder:
+      return "StarCoder";
     case PreTokenizer::kSentencePiece:
       return "SentencePiece";
     case PreTokenizer::kGpt2:
@@ -935,8 +1108,9 @@ const char* pre_tokenizer_name(PreTokenizer pre) {
 
 std::vector<std::string_view> pretokenize(std::string_view s, PreTokenizer pre) {
   std::vector<std::string_view> pieces;
+  Pieces split(s, pre);
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t end = piece_end(s, i, pre);
+    const std::size_t end = split.end(i);
     pieces.push_back(s.substr(i, end - i));
     i = end;
   }

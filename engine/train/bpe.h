@@ -1,7 +1,8 @@
-// BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's) or its
-// tokenizer.json (GPT-2's, Llama 3's or Qwen2's: byte-level BPE behind one of their pre-tokenizers; Llama 2's
-// or Mistral's: SentencePiece-style BPE over characters), so that memwall train can continue a real
-// checkpoint on new text and memwall generate can sample it.
+// BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's; with its
+// added_tokens.json when there is one) or its tokenizer.json (GPT-2's, GPT-NeoX's, Llama 3's, Qwen2's,
+// Falcon's or StarCoder's: byte-level BPE behind one of their pre-tokenizers; Llama 2's or Mistral's:
+// SentencePiece-style BPE over characters), so that memwall train can continue a real checkpoint on new text
+// and memwall generate can sample it.
 //
 // Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
 // 'd; an optional space then letters; an optional space then numbers; an optional space then other
@@ -24,10 +25,11 @@
 // Hugging Face's BPE does. Tokens' bytes() have ▁ as a space and a byte token as its byte; decode() drops the
 // one leading space the encoder put there, as their decoders do, so decode(encode(x)) == x for every byte
 // string that does not start with a space (Metaspace) and holds no special token. Special tokens, the
-// vocabulary's entries written <|...|> (GPT-2's <|endoftext|>) and tokenizer.json's special added tokens, are
-// recognised in the text as themselves before anything else, as Hugging Face's GPT-2 tokenizers do (GPT-2's
-// own encoder did not); a document separator in the training text thus becomes the token the model was
-// trained with.
+// vocabulary's entries written <|...|> (GPT-2's <|endoftext|>), and added tokens (tokenizer.json's, special
+// or not; added_tokens.json's) are recognised in the text as themselves before anything else, the leftmost
+// first, the longest where several start there, as Hugging Face's tokenizers do (GPT-2's own encoder did
+// not); a document separator in the training text thus becomes the token the model was trained with. Their
+// lstrip, rstrip and single_word flags are not implemented: a token is matched where it stands.
 //
 // Immutable after load(); const methods are safe from several threads.
 #pragma once
@@ -52,9 +54,15 @@ namespace memwall::train {
 // is not a newline, letter or number, numbers in runs of at most 3 (Llama 3) or one by one (Qwen2), an
 // optional space then other characters and the newlines after them, whitespace through its last newline,
 // then GPT-2's whitespace rules.
+// StarCoder's (GPT-BigCode's) first makes each number (N*) a piece of its own, then splits the rest by
+// GPT-2's pattern. Falcon's first splits the text into runs of punctuation (Unicode's P* and ASCII's
+// punctuation and symbols) and runs of the rest, then each by GPT-2's pattern, then each piece's bytes into
+// runs of number bytes and the rest (a byte whose GPT-2 character is a number: the ASCII digits, and the
+// bytes B2 B3 B9 BC BD BE, as Hugging Face's tokenizers see them after the byte mapping, even inside a UTF-8
+// sequence), then cuts three ASCII digits off where they start, left to right.
 // kSentencePiece: no split (the text between special tokens is one piece), characters then bytes.
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kSentencePiece };
-// "GPT-2", "Llama 3", "Qwen2", "SentencePiece".
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kFalcon, kStarCoder, kSentencePiece };
+// "GPT-2", "Llama 3", "Qwen2", "Falcon", "StarCoder", "SentencePiece".
 const char* pre_tokenizer_name(PreTokenizer pre);
 
 class BpeTokenizer {
@@ -79,7 +87,8 @@ class BpeTokenizer {
   std::vector<int> encode(std::string_view text, bool continues = false) const;
   // Where `text` may be cut into at most `parts` pieces of at least `min_part` bytes (roughly equal) so
   // that encoding each alone (the ones after the first with `continues`) gives the tokens of one pass: 0,
-  // the cuts (where a line starts with a non-space character; SentencePiece: after any newline, when the
+  // the cuts (where a line starts with a non-space character after a line that ends with one, as in
+  // "a\nb"; SentencePiece: after any newline, when the
   // vocabulary writes a newline only as its byte token, which no merge takes), text.size(). {0, size}
   // alone when it cannot be cut (short, no such line start, or a special token holding a newline).
   std::vector<std::size_t> cuts(std::string_view text, std::size_t parts, std::size_t min_part) const;
@@ -90,8 +99,9 @@ class BpeTokenizer {
   const std::string& bytes(int id) const { return bytes_[static_cast<std::size_t>(id)]; }
   int vocab_size() const { return static_cast<int>(bytes_.size()); }
   std::size_t merges() const { return merges_.size(); }
-  // The special tokens' ids, in vocabulary order (tokenizer.json: every added token, all matched in the text
-  // as themselves, as Hugging Face's tokenizers do).
+  // The special tokens' ids, in vocabulary order: the vocabulary's <|...|> entries and the added tokens
+  // marked special. Added tokens that are not (runs of spaces in CodeGen's, Phi's and GPT-NeoX's) are
+  // matched in the text as themselves too, as Hugging Face's tokenizers do, but stand for text.
   std::vector<int> special_tokens() const;
   // The beginning-of-text token tokenizer.json's post-processor puts before a text (a TemplateProcessing
   // whose single template starts with a special token: Llama 2's <s>, Llama 3's <|begin_of_text|>), else -1.
@@ -124,6 +134,10 @@ class BpeTokenizer {
   static Result<BpeTokenizer> parse_named(std::string_view vocab_json, std::string_view merges_txt,
                                           const std::string& source, const std::string& vocab_name,
                                           const std::string& merges_name);
+  // An added token (tokenizer.json's added_tokens, added_tokens.json): its vocabulary entry, or the next id
+  // with `content` as its bytes; matched in the text as itself, and one of special_tokens() when `special`.
+  // The error's message continues the entry's name.
+  Status add_token(const std::string& content, long id, bool special);
   void sort_specials();
   // encode() on one thread.
   std::vector<int> encode_serial(std::string_view text, bool continues) const;
@@ -148,7 +162,8 @@ class BpeTokenizer {
   std::vector<std::string> bytes_;                   // [vocab] each token's bytes
   int byte_token_[256] = {};                         // the token of each single byte
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left << 32 | right) -> rank and merged token
-  std::vector<int> specials_;                        // tokens written <|...|>, longest first
+  std::vector<int> specials_;    // tokens matched in the text as themselves (special or added), longest first
+  std::vector<int> text_added_;  // those of them that are not special (added tokens that stand for text)
   PreTokenizer pre_ = PreTokenizer::kGpt2;
   bool nfc_ = false;
   std::unordered_map<std::string, int> whole_;  // ignore_merges: the vocabulary by bytes (else empty)

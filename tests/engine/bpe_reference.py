@@ -6,7 +6,8 @@ special tokens (<|...|>) split out, then GPT-2's pre-tokenizer pattern run by th
 With PATTERN llama3 or qwen2 the same with their pre-tokenizer pattern (as their tokenizer.json's Split has
 it), written as a tokenizer.json: Llama 3's BPE ignores merges for a piece that is a token (and the
 vocabulary gets one token no merge makes, " quux"), Qwen2's normalizes the text to NFC first (Python's
-unicodedata); their special tokens are added tokens after the vocabulary.
+unicodedata); their special tokens are added tokens after the vocabulary. With falcon or starcoder: their
+pre-tokenizer Sequences (split_text), in a tokenizer.json. Pieces are written as lists of their bytes.
 
 With PATTERN llama2, mistral or gemma: a SentencePiece-style tokenizer.json as Hugging Face converts Llama 2's,
 Mistral's and Gemma's: spaces become U+2581 (META), which Llama 2's Prepend normalizer puts before every text
@@ -17,7 +18,7 @@ UTF-8 bytes' tokens <0x00>..<0xFF>) merged lowest rank first, leftmost first. It
 corpus's words (each from a META on) and the vocabulary keeps the characters seen at least twice but the
 newline (Llama 2's and Mistral's vocabularies write it as its byte token <0x0A> only).
 
-usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|llama2|mistral|gemma]
+usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|falcon|starcoder|llama2|mistral|gemma]
        bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
        bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each)
 """
@@ -40,6 +41,54 @@ PATTERNS = {
 PATTERN = regex.compile(PATTERNS["gpt2"])
 NFC = False  # Qwen2's normalizer
 WHOLE = False  # Llama 3's ignore_merges
+NAME = "gpt2"
+
+# Falcon's and StarCoder's pre-tokenizers: Hugging Face Sequences of several steps, each splitting every piece
+# the one before left (Split's "Isolated": the matches and the text between them). Punctuation is Unicode's
+# P* or ASCII's punctuation and symbols (Rust's is_ascii_punctuation); a number is Unicode's N* (Rust's
+# is_numeric). Steps after ByteLevel see the GPT-2 characters of the piece's bytes.
+PRE_TOKENIZERS = {
+    "falcon": {"type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": False},
+        {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]},
+    "starcoder": {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]},
+}
+PUNCTUATION_RUN = regex.compile(r"[\p{P}!-/:-@\[-`{-~]+")
+NUMBER, NUMBER_RUN, THREE_DIGITS = regex.compile(r"\p{N}"), regex.compile(r"\p{N}+"), regex.compile("[0-9]{3}")
+
+
+def isolated(pattern, text):
+    """Split's Isolated behaviour: the matches of `pattern` and the (non-empty) text between them."""
+    out, at = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > at:
+            out.append(text[at:m.start()])
+        out.append(m.group())
+        at = m.end()
+    if at < len(text):
+        out.append(text[at:])
+    return out
+
+
+def split_text(text):
+    """The pre-tokenizer's pieces of `text`, as bytes."""
+    if NAME == "starcoder":
+        return [p.encode("utf-8") for part in isolated(NUMBER, text) for p in PATTERN.findall(part)]
+    if NAME != "falcon":
+        return [p.encode("utf-8") for p in PATTERN.findall(text)]
+    chars = byte_chars()
+    inverse = {c: b for b, c in chars.items()}
+    out = []
+    for part in isolated(PUNCTUATION_RUN, text):
+        for piece in PATTERN.findall(part):
+            mapped = "".join(chars[b] for b in piece.encode("utf-8"))
+            for numbers in isolated(NUMBER_RUN, mapped):
+                out.extend(bytes(inverse[c] for c in p) for p in isolated(THREE_DIGITS, numbers))
+    return out
 
 
 def byte_chars():
@@ -57,8 +106,7 @@ def byte_chars():
 
 def learn(corpus, merges):
     chars = byte_chars()
-    words = collections.Counter(
-        tuple(chars[b] for b in piece.encode("utf-8")) for piece in PATTERN.findall(corpus))
+    words = collections.Counter(tuple(chars[b] for b in piece) for piece in split_text(corpus))
     return learn_words(words, merges, lambda a, b: True)
 
 
@@ -226,10 +274,10 @@ def encode(text, ranks, vocab):
 
 def encode_ordinary(text, chars, rank, vocab):
     ids, pieces, cache = [], [], {}
-    for piece in PATTERN.findall(text):
-        pieces.append(piece)
+    for piece in split_text(text):
+        pieces.append(list(piece))
         if piece not in cache:  # GPT-2's encoder caches each piece's tokens too
-            word = tuple(chars[b] for b in piece.encode("utf-8"))
+            word = tuple(chars[b] for b in piece)
             if WHOLE and "".join(word) in vocab:
                 cache[piece] = [vocab["".join(word)]]
                 ids.extend(cache[piece])
@@ -261,16 +309,17 @@ def encode_with(directory, text_path, out):
 
 
 def pieces_of(name, in_path, out):
-    pattern = regex.compile(PATTERNS[name])
+    global PATTERN, NAME
+    PATTERN, NAME = regex.compile(PATTERNS.get(name, PATTERNS["gpt2"])), name
     with open(in_path, encoding="utf-8") as f:
         texts = json.load(f)
-    rows = [{"pieces": pattern.findall(t), "nfc": unicodedata.normalize("NFC", t)} for t in texts]
+    rows = [{"pieces": [list(p) for p in split_text(t)], "nfc": unicodedata.normalize("NFC", t)} for t in texts]
     with open(out, "w", encoding="utf-8") as f:
         json.dump(rows, f, ensure_ascii=False)
 
 
 def main():
-    global PATTERN, NFC, WHOLE
+    global PATTERN, NFC, WHOLE, NAME
     if sys.argv[1] == "--encode":
         encode_with(sys.argv[2], sys.argv[3], sys.argv[4])
         return
@@ -286,7 +335,9 @@ def main():
             text = f.read()
         sp_main(out, corpus, text, merges, name)
         return
-    PATTERN, NFC, WHOLE = regex.compile(PATTERNS[name]), name == "qwen2", name == "llama3"
+    NAME = name
+    PATTERN = regex.compile(PATTERNS.get(name, PATTERNS["gpt2"]))
+    NFC, WHOLE = name == "qwen2", name == "llama3"
     with open(corpus_path, encoding="utf-8", newline="") as f:
         corpus = f.read()
     with open(text_path, encoding="utf-8", newline="") as f:
@@ -315,7 +366,7 @@ def main():
         tokenizer = {
             "version": "1.0", "added_tokens": added,
             "normalizer": {"type": "NFC"} if NFC else None,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            "pre_tokenizer": PRE_TOKENIZERS.get(name) or {"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": PATTERNS[name]}, "behavior": "Isolated", "invert": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
             "decoder": {"type": "ByteLevel"}, "model": model}

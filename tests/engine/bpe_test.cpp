@@ -46,6 +46,29 @@ std::vector<std::string> pieces(std::string_view text, PreTokenizer pre = PreTok
   return out;
 }
 
+// Where two lists first differ, and a few entries from there, as JSON.
+template <typename T>
+std::string first_difference(const std::vector<T>& got, const std::vector<T>& want) {
+  std::size_t k = 0;
+  while (k < got.size() && k < want.size() && got[k] == want[k]) ++k;
+  const auto window = [&](const std::vector<T>& v) {
+    return nlohmann::json(std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())),
+                                         v.begin() + static_cast<std::ptrdiff_t>(std::min(k + 4, v.size()))))
+        .dump();
+  };
+  return "first difference at " + std::to_string(k) + ": got " + window(got) + ", want " + window(want);
+}
+
+// A reference's pieces, each a list of its bytes.
+std::vector<std::string> byte_strings(const nlohmann::json& lists) {
+  std::vector<std::string> out;
+  for (const nlohmann::json& bytes : lists) {
+    std::string& piece = out.emplace_back();
+    for (const nlohmann::json& b : bytes) piece += static_cast<char>(b.get<int>());
+  }
+  return out;
+}
+
 bool have_python_regex() {
   return std::system("/usr/bin/python3 -c 'import regex' >/dev/null 2>&1") == 0;
 }
@@ -109,7 +132,8 @@ TEST(Bpe, NfcComposesAndOrdersMarks) {
 }
 
 // Random strings of letters, marks, numbers, spaces and symbols from many scripts: each pre-tokenizer's
-// pieces are the `regex` module's for the same pattern, and nfc() is unicodedata's.
+// pieces are the `regex` module's for the same pattern (Falcon's and StarCoder's: for the same Sequence of
+// steps, tests/engine/bpe_reference.py's split_text), and nfc() is unicodedata's.
 TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
   if (!have_python_regex()) {
     GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
@@ -156,6 +180,13 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
                                          "?",
                                          ".",
                                          "-",
+                                         "$",
+                                         "(",
+                                         "_",
+                                         "\xC2\xA7",
+                                         "\xC2\xB2",
+                                         "\xD0\xBC",
+                                         "\xE2\x80\x94",
                                          "\xF0\x9F\x98\x80",
                                          "\xE4\xB8\xAD",
                                          "\xE0\xA4\x95",
@@ -178,7 +209,8 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
   spit(dir + "/texts.json", texts.dump());
   for (const auto& [name, pre] :
        {std::pair{"gpt2", PreTokenizer::kGpt2}, std::pair{"llama3", PreTokenizer::kLlama3},
-        std::pair{"qwen2", PreTokenizer::kQwen2}}) {
+        std::pair{"qwen2", PreTokenizer::kQwen2}, std::pair{"falcon", PreTokenizer::kFalcon},
+        std::pair{"starcoder", PreTokenizer::kStarCoder}}) {
     SCOPED_TRACE(name);
     const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
                             "/engine/bpe_reference.py --pieces " + name + " " + dir + "/texts.json " + dir +
@@ -188,8 +220,7 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
     ASSERT_EQ(want.size(), texts.size());
     for (std::size_t k = 0; k < texts.size(); ++k) {
       const std::string t = texts[k].get<std::string>();
-      EXPECT_EQ(pieces(t, pre), want[k]["pieces"].get<std::vector<std::string>>())
-          << nlohmann::json(t).dump();
+      EXPECT_EQ(pieces(t, pre), byte_strings(want[k]["pieces"])) << nlohmann::json(t).dump();
       EXPECT_EQ(nfc(t), want[k]["nfc"].get<std::string>()) << nlohmann::json(t).dump();
     }
   }
@@ -334,6 +365,130 @@ TEST(Bpe, TokenizerJsonOfTheSameBpe) {
   refused(bad_merge, "hf/tokenizer.json model.merges line 401 \"q u\": the vocabulary lacks \"qu\"");
   refused(nlohmann::json::array(), "hf/tokenizer.json: top level is not a JSON object");
   refused(nlohmann::json::object(), "not a Hugging Face tokenizer (no \"model\" object)");
+  // Falcon's Sequence with its punctuation isolated (not Falcon's) is not taken for Falcon's.
+  nlohmann::json falcon = tj;
+  falcon["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Punctuation"}, {"behavior", "Isolated"}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}},
+        {{"type", "Digits"}, {"individual_digits", false}},
+        {{"type", "Split"}, {"pattern", {{"Regex", "[0-9][0-9][0-9]"}}}, {"behavior", "Isolated"}}}}};
+  refused(falcon, "Falcon's (Punctuation Contiguous, GPT-2's, Digits, a Split by [0-9][0-9][0-9])");
+  falcon["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Contiguous";
+  auto falcon_ok = BpeTokenizer::parse_tokenizer_json(falcon.dump(), "hf");
+  ASSERT_TRUE(falcon_ok.is_ok()) << falcon_ok.status().to_string();
+  EXPECT_EQ(falcon_ok->pre_tokenizer(), PreTokenizer::kFalcon);
+  EXPECT_STREQ(pre_tokenizer_name(falcon_ok->pre_tokenizer()), "Falcon");
+}
+
+// Falcon's and StarCoder's pieces, worked out by hand from Hugging Face's steps.
+TEST(Bpe, FalconAndStarCoderPieces) {
+  using V = std::vector<std::string>;
+  const auto falcon = [](std::string_view t) { return pieces(t, PreTokenizer::kFalcon); };
+  const auto starcoder = [](std::string_view t) { return pieces(t, PreTokenizer::kStarCoder); };
+  // Runs of punctuation apart from the rest, before GPT-2's pattern: " ..." is " " then "...".
+  EXPECT_EQ(falcon("hello, world!! ...ok"), (V{"hello", ",", " world", "!!", " ", "...", "ok"}));
+  EXPECT_EQ(starcoder("hello, world!! ...ok"), (V{"hello", ",", " world", "!!", " ...", "ok"}));
+  // Falcon: digits in runs cut in threes from the left; StarCoder: each alone.
+  EXPECT_EQ(falcon("(555) 123-4567"), (V{"(", "555", ")", " ", "123", "-", "456", "7"}));
+  EXPECT_EQ(falcon("a  12"), (V{"a", " ", " ", "12"}));
+  EXPECT_EQ(starcoder("a  12"), (V{"a", "  ", "1", "2"}));
+  EXPECT_EQ(starcoder("x=1234;"), (V{"x", "=", "1", "2", "3", "4", ";"}));
+  // Falcon splits digits after the byte mapping: the byte BD of U+00BD (1/2) is a number there, its C2 not;
+  // the Cyrillic m is D0 BC, and BC's GPT-2 character is 1/4.
+  EXPECT_EQ(falcon("12\xC2\xBD"
+                   "3456"),
+            (V{"12", "\xC2", "\xBD", "345", "6"}));
+  EXPECT_EQ(falcon("\xD0\xBC"
+                   "a"),
+            (V{"\xD0", "\xBC", "a"}));
+  EXPECT_EQ(starcoder("12\xC2\xBD"
+                      "3"),
+            (V{"1", "2", "\xC2\xBD", "3"}));
+  EXPECT_EQ(starcoder("\xD9\xA3\xD9\xA4"), (V{"\xD9\xA3", "\xD9\xA4"}));  // Arabic-Indic 3 4
+  EXPECT_TRUE(falcon("").empty());
+}
+
+// Added tokens that are not special (CodeGen's and Phi's runs of spaces, from tokenizer.json or
+// added_tokens.json) are matched in the text as themselves, leftmost and longest first, but are not special
+// tokens: generation does not stop at them and a dataset counts their bytes as text.
+TEST(Bpe, AddedTokensThatAreNotSpecialStandForText) {
+  const nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(slurp(kTiny + "/merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') merges.push_back(line);
+  }
+  const nlohmann::json tj = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                             {"added_tokens",
+                              {{{"id", 656}, {"content", "<|endoftext|>"}, {"special", true}},
+                               {{"id", 657}, {"content", "    "}, {"special", false}},
+                               {{"id", 658}, {"content", "  "}, {"special", false}}}},
+                             {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  auto json_tok = BpeTokenizer::parse_tokenizer_json(tj.dump(), "hf");
+  ASSERT_TRUE(json_tok.is_ok()) << json_tok.status().to_string();
+  const std::string dir = ::testing::TempDir() + "bpe-added-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kTiny + "/vocab.json", dir + "/vocab.json");
+  std::filesystem::copy_file(kTiny + "/merges.txt", dir + "/merges.txt");
+  spit(dir + "/added_tokens.json", R"({"  ": 658, "    ": 657})");
+  auto files_tok = BpeTokenizer::load(dir);
+  ASSERT_TRUE(files_tok.is_ok()) << files_tok.status().to_string();
+  EXPECT_EQ(files_tok->files(), (std::vector<std::string>{"vocab.json", "merges.txt", "added_tokens.json"}));
+  const std::string code = "def f():\n" + std::string(10, ' ') + "return 1<|endoftext|>x   y";
+  for (const BpeTokenizer* t : {&*json_tok, &*files_tok}) {
+    EXPECT_EQ(t->vocab_size(), 659);
+    EXPECT_EQ(t->special_tokens(), (std::vector<int>{656}));
+    const std::vector<int> ids = t->encode(code);
+    EXPECT_EQ(t->decode(ids.data(), ids.size()), code);
+    // Ten spaces: four, four, two; three: two, then " y" by GPT-2's pattern.
+    const std::vector<int> indent(std::find(ids.begin(), ids.end(), 657), ids.end());
+    ASSERT_GE(indent.size(), 3U);
+    EXPECT_EQ((std::vector<int>(indent.begin(), indent.begin() + 3)), (std::vector<int>{657, 657, 658}));
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 658), 2);
+    EXPECT_EQ(ids.back(), t->encode(" y").back());
+  }
+  spit(dir + "/added_tokens.json", R"({"    ": 700})");
+  auto gap = BpeTokenizer::load(dir);
+  ASSERT_FALSE(gap.is_ok());
+  EXPECT_NE(
+      gap.status().message().find("added_tokens.json: \"    \": 700 is neither its vocabulary entry nor the "
+                                  "next id (657)"),
+      std::string::npos)
+      << gap.status().message();
+  spit(dir + "/added_tokens.json", R"({"    ": "657"})");
+  EXPECT_FALSE(BpeTokenizer::load(dir).is_ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A text is cut only where a line that ends with a non-space character is followed by one that starts with
+// one: GPT-2's pattern leaves the last newline of "  \n" and "\n\n" to the next piece when a letter follows,
+// so with merges for "\n\n" and "  \n" a cut after them would change the tokens.
+TEST(Bpe, CutsKeepGpt2sWhitespaceBeforeALine) {
+  auto t =
+      BpeTokenizer::parse(byte_vocab({"\xC4\x8A\xC4\x8A", "\xC4\xA0\xC4\xA0", "\xC4\xA0\xC4\xA0\xC4\x8A"}),
+                          "\xC4\x8A \xC4\x8A\n\xC4\xA0 \xC4\xA0\n\xC4\xA0\xC4\xA0 \xC4\x8A\n", "mem");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->encode("a\n\nb"), (std::vector<int>{'a', '\n', '\n', 'b'}));  // byte tokens: id = byte
+  EXPECT_EQ(t->encode("a\n\n"), (std::vector<int>{'a', 256}));               // "\n\n" ends the text
+  std::string text;
+  for (int k = 0; text.size() < 60000; ++k)
+    text += k % 3 == 0 ? "word  \n" : k % 3 == 1 ? "next\n\n" : "third " + std::to_string(k) + "\n";
+  const std::vector<int> one = t->encode(text);
+  const std::vector<std::size_t> at = t->cuts(text, 16, 1000);
+  ASSERT_GT(at.size(), 8U);
+  std::vector<int> joined;
+  for (std::size_t k = 0; k + 1 < at.size(); ++k) {
+    if (k > 0) {
+      EXPECT_EQ(text[at[k] - 1], '\n');
+      EXPECT_NE(text[at[k] - 2], ' ');
+      EXPECT_NE(text[at[k] - 2], '\n');
+    }
+    const std::vector<int> part = t->encode(std::string_view(text).substr(at[k], at[k + 1] - at[k]), k > 0);
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(joined, one) << first_difference(joined, one);
 }
 
 // Documents a and b as `t` encodes and marks them: <|endoftext|> (its first special token) between.
@@ -741,18 +896,6 @@ TEST(Bpe, TokenFilesRoundTrip) {
 
 // The reference learns its own merges on a multilingual corpus, so both sides see the same files; the text
 // mixes scripts, digits of other scripts, letter-numbers, no-break and ideographic spaces, contractions.
-// Where two lists first differ, and a few entries from there, as JSON.
-template <typename T>
-std::string first_difference(const std::vector<T>& got, const std::vector<T>& want) {
-  std::size_t k = 0;
-  while (k < got.size() && k < want.size() && got[k] == want[k]) ++k;
-  const auto window = [&](const std::vector<T>& v) {
-    return nlohmann::json(std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(std::min(k, v.size())),
-                                         v.begin() + static_cast<std::ptrdiff_t>(std::min(k + 4, v.size()))))
-        .dump();
-  };
-  return "first difference at " + std::to_string(k) + ": got " + window(got) + ", want " + window(want);
-}
 
 // A BPE learnt by the reference on a corpus with `name`'s pattern, then the same text encoded by both.
 // The reference's corpus: six scripts, contractions, numbers.
@@ -831,7 +974,7 @@ void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
     if (at == std::string::npos) break;
     from = at + 13;
   }
-  const auto want_pieces = nlohmann::json::parse(slurp(dir + "/pieces.json")).get<std::vector<std::string>>();
+  const auto want_pieces = byte_strings(nlohmann::json::parse(slurp(dir + "/pieces.json")));
   EXPECT_EQ(got_pieces, want_pieces) << first_difference(got_pieces, want_pieces);
   const auto want_ids = nlohmann::json::parse(slurp(dir + "/ids.json")).get<std::vector<int>>();
   const std::vector<int> ids = t->encode(text);
@@ -861,6 +1004,16 @@ TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
   }
   expect_reference_encoding("llama3", PreTokenizer::kLlama3);
   expect_reference_encoding("qwen2", PreTokenizer::kQwen2);
+}
+
+// Falcon's and StarCoder's tokenizer.json (their pre-tokenizer Sequences: runs of punctuation, numbers alone
+// or in runs cut in threes, digits split after the byte mapping).
+TEST(Bpe, FalconAndStarCoderMatchPythonReferenceEncoder) {
+  if (!have_python_regex()) {
+    GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
+  }
+  expect_reference_encoding("falcon", PreTokenizer::kFalcon);
+  expect_reference_encoding("starcoder", PreTokenizer::kStarCoder);
 }
 
 // Llama 2's and Mistral's SentencePiece-style tokenizer.json (spaces as U+2581 put before the text, one piece
