@@ -714,7 +714,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.linear_bias = true;
     m.tied_embeddings = !(neox || phi);
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
-    m.mlp_act = opt ? "relu" : phi ? "gelu_new" : "gelu";
+    m.mlp_act = opt ? "relu" : (phi || bloom) ? "gelu_new" : "gelu";  // BLOOM's bloom_gelu: the tanh form
     MW_RETURN_IF_ERROR(r.get_string(opt      ? "activation_function"
                                     : falcon ? "activation"
                                              : "hidden_act",
@@ -776,9 +776,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(require_flag(r, "apply_residual_connection_post_layernorm", false,
                                       "the residual taken after the norm"));
       m.embed_norm = true;
+      // (Its training sequence, where a config gives it: a run's default, as max_position_embeddings is.)
+      MW_RETURN_IF_ERROR(r.get_int("seq_length", m.max_positions, 1, 1 << 28));
       r.ignore({"attention_dropout", "hidden_dropout", "attention_softmax_in_fp32", "bias_dropout_fusion",
                 "masked_softmax_fusion", "offset_alibi", "pretraining_tp", "skip_bias_add",
-                "skip_bias_add_qkv", "slow_but_exact", "unk_token_id", "seq_length"});
+                "skip_bias_add_qkv", "slow_but_exact", "unk_token_id"});
     } else {  // phi
       MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
       m.partial_rotary_factor = 0.5;

@@ -290,6 +290,25 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
+  if (c.bloom) {  // BloomConfig's keys (n_layer, n_head); ALiBi has no position limit to write
+    nlohmann::ordered_json config = {
+        {"architectures", {"BloomForCausalLM"}},
+        {"model_type", "bloom"},
+        {"vocab_size", c.vocab},
+        {"hidden_size", c.channels},
+        {"n_layer", c.layers},
+        {"n_head", c.heads},
+        {"layer_norm_epsilon", 1e-5},
+        {"apply_residual_connection_post_layernorm", false},
+        {"hidden_dropout", 0.0},
+        {"attention_dropout", 0.0},
+        {"pretraining_tp", 1},
+        {"slow_but_exact", false},
+        {"tie_word_embeddings", true},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   if (c.bigcode) {  // GPTBigCodeConfig's keys: GPT-2's, with multi-query attention
     if (c.kv_head_count() != 1 && c.kv_head_count() != c.heads) {
       return Status::invalid_argument(

@@ -57,16 +57,21 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
-  if (c.llama() &&
-      (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias || c.bigcode)) {
+  if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias ||
+                    c.bigcode || c.bloom)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode and the parallel residual are GPT-2's shape's variants, "
-        "not "
-        "the Llama shape's");
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM and the parallel residual are GPT-2's shape's "
+        "variants, not the Llama shape's");
   }
-  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) > 1)
+  if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
+          (c.bloom ? 1 : 0) >
+      1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon and GPT-BigCode are five variants, not one");
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode and BLOOM are six variants, not one");
+  if (c.bloom && (c.parallel_residual || c.exact_gelu)) {
+    return Status::invalid_argument(
+        "model: BLOOM's blocks are in sequence, with GELU's tanh approximation (bloom_gelu)");
+  }
   if (c.shared_norm() && !c.parallel_residual) {
     return Status::invalid_argument(
         "model: one norm for the attention and the MLP (Phi's, Falcon-7B's) needs them side by side "
@@ -212,7 +217,11 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   const int F = c.ffn_width(), kv = c.kv_width();
   const bool bias = !c.no_bias;
   add("wte.weight", {c.vocab, C});
-  if (!c.rotary()) add("wpe.weight", {c.position_rows(), C});
+  if (c.learned_positions()) add("wpe.weight", {c.position_rows(), C});
+  if (c.bloom) {  // the embedding's LayerNorm
+    add("ln_emb.weight", {C});
+    add("ln_emb.bias", {C});
+  }
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
@@ -372,6 +381,25 @@ const FamilyNames& bigcode_names() {
   return names;
 }
 
+// BloomForCausalLM's (nn.Linear [out, in]; query_key_value's rows interleaved head by head, hf_interleaved).
+const FamilyNames& bloom_names() {
+  static const FamilyNames names{{{"wte.weight", "transformer.word_embeddings.weight"},
+                                  {"ln_emb.weight", "transformer.word_embeddings_layernorm.weight"},
+                                  {"ln_emb.bias", "transformer.word_embeddings_layernorm.bias"},
+                                  {"ln_f.weight", "transformer.ln_f.weight"},
+                                  {"ln_f.bias", "transformer.ln_f.bias"},
+                                  {"lm_head.weight", "lm_head.weight"}},
+                                 {{"ln_1", "input_layernorm"},
+                                  {"attn.c_attn", "self_attention.query_key_value"},
+                                  {"attn.c_proj", "self_attention.dense"},
+                                  {"ln_2", "post_attention_layernorm"},
+                                  {"mlp.c_fc", "mlp.dense_h_to_4h"},
+                                  {"mlp.c_proj", "mlp.dense_4h_to_h"}},
+                                 "transformer.h.",
+                                 false};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -396,6 +424,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.phi) return renamed_layout(layout, phi_names());
   if (c.bigcode) return renamed_layout(layout, bigcode_names());
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
+  if (c.bloom) return renamed_layout(layout, bloom_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -457,12 +486,6 @@ bool is_gelu_tanh(const std::string& act) {
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
-  if (m.model_type == "bloom") {
-    return Status::invalid_argument(
-        where + "model_type bloom is not supported by " + tool +
-        " (it takes GPT-2's shape, OPT's, GPT-NeoX's, Phi's, Falcon's, GPT-BigCode's and Llama's); "
-        "memwall predict and simulate take it");
-  }
   if (m.moe()) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
@@ -531,8 +554,13 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   if (m.gated_mlp)
     return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by " + tool);
   if (m.norm != NormKind::kLayerNorm) return Status::invalid_argument(where + tool + " needs LayerNorm");
-  if (m.position != PositionKind::kLearned) {
+  const bool bloom = m.model_type == "bloom";  // ALiBi instead of positions, the embedding's norm
+  if (m.position != PositionKind::kLearned && !(bloom && m.position == PositionKind::kNone)) {
     return Status::invalid_argument(where + tool + " needs learned positions (n_positions)");
+  }
+  if (bloom && std::abs(m.norm_eps - 1e-5) > 1e-12) {
+    return Status::invalid_argument(where + "layer_norm_epsilon " + strprintf("%g", m.norm_eps) +
+                                    " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
   }
   if (!m.tied_embeddings) return Status::invalid_argument(where + tool + " needs tie_word_embeddings: true");
   if (!m.linear_bias) return Status::invalid_argument(where + tool + " needs biases on linears");
@@ -607,7 +635,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.bigcode = true;
     c.kv_heads = m.kv_heads;
   }
-  c.exact_gelu = !c.llama() && !c.opt && m.mlp_act == "gelu";
+  c.bloom = m.model_type == "bloom";
+  c.exact_gelu = !c.llama() && !c.opt && !c.bloom && m.mlp_act == "gelu";
   return c;
 }
 
@@ -616,7 +645,7 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t) {
 }
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
-  return ((c.neox || c.falcon) && t.name.find(".query_key_value.") != std::string::npos) ||
+  return ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
          (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos);
 }
 
@@ -711,6 +740,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.kv_heads = c.kv_head_count();
     m.mlp_act = "gelu_pytorch_tanh";
   }
+  if (c.bloom) {
+    m.model_type = "bloom";
+    m.position = PositionKind::kNone;
+    m.embed_norm = true;
+  }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
     m.model_type = "opt";
@@ -728,6 +762,8 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   if (!c.llama()) {
     if (name == "embed.tokens") return {"wte.weight"};
     if (name == "embed.positions") return {"wpe.weight"};
+    if (name == "embed_norm.w") return {"ln_emb.weight"};
+    if (name == "embed_norm.b") return {"ln_emb.bias"};
     if (name == "final_norm.w") return {"ln_f.weight"};
     if (name == "final_norm.b") return {"ln_f.bias"};
     if (name == "lm_head.w") return {"lm_head.weight"};
@@ -902,6 +938,8 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
     std::string name = op.name.substr(0, op.name.find('['));
     if (name == "embed") {
       o.role = GptRole::kEmbed;
+    } else if (name == "embed_norm") {
+      o.role = GptRole::kEmbedNorm;
     } else if (name == "final_norm") {
       o.role = GptRole::kFinalNorm;
     } else if (name == "lm_head") {
@@ -1026,6 +1064,10 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * Q);
   }
   if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
+  if (c.bloom) {
+    for (auto* v : {&emb_, &demb_}) v->resize(N * C);
+    for (auto* v : {&me_, &re_}) v->resize(N);
+  }
 }
 
 void GptModel::set_batch(const int* tokens, const int* targets) {
@@ -1203,9 +1245,13 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
-    case Role::kEmbed:
-      k::embedding_forward(resid_[0].data(), tokens_.data(), p[0],
-                           c_.rotary() ? nullptr : p[1] + c_.position0(), B_, T_, C, c_.embedding_scale());
+    case Role::kEmbed:  // (BLOOM's goes through its norm, kEmbedNorm, into the residual stream)
+      k::embedding_forward(c_.bloom ? emb_.data() : resid_[0].data(), tokens_.data(), p[0],
+                           c_.learned_positions() ? p[1] + c_.position0() : nullptr, B_, T_, C,
+                           c_.embedding_scale());
+      break;
+    case Role::kEmbedNorm:
+      k::layernorm_forward(resid_[0].data(), me_.data(), re_.data(), emb_.data(), p[0], p[1], N, C);
       break;
     case Role::kLn1:
       norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[l].data(), p);
@@ -1226,10 +1272,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       if (flash_) {
         k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                                   c_.attention_window(l), c_.score_scale(), c_.score_cap());
+                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi());
       } else {
         k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                             c_.attention_window(l), c_.score_scale(), c_.score_cap());
+                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi());
       }
       break;
     }
@@ -1379,7 +1425,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       }
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
-                                    c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap());
+                                    c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                    c_.alibi());
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());
@@ -1400,9 +1447,14 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kLn1:
       norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[a].data(), r1_[a].data());
       break;
+    case Role::kEmbedNorm:
+      zero(demb_);
+      k::layernorm_backward(demb_.data(), g[0], g[1], dx_.data(), emb_.data(), p[0], me_.data(), re_.data(),
+                            N, C);
+      break;
     case Role::kEmbed:
-      k::embedding_backward(g[0], c_.rotary() ? nullptr : g[1] + c_.position0(), dx_.data(), tokens_.data(),
-                            B_, T_, C, c_.embedding_scale());
+      k::embedding_backward(g[0], c_.learned_positions() ? g[1] + c_.position0() : nullptr,
+                            (c_.bloom ? demb_ : dx_).data(), tokens_.data(), B_, T_, C, c_.embedding_scale());
       break;
   }
 }

@@ -8,7 +8,8 @@
 // 2). Or GPT-NeoX's (`neox`): rotary positions on part of each head instead of the table, an untied head, and
 // (parallel_residual) the attention and the MLP side by side on each block's input; or Phi's (`phi`): those,
 // one norm for both, a bias on the head; or Falcon's (`falcon`): grouped- or multi-query attention, one norm
-// or two, linears without biases.
+// or two, linears without biases; or BLOOM's (`bloom`): ALiBi's linear biases on the attention scores instead
+// of positions, and a LayerNorm of the embeddings.
 //
 // Parameters live in one flat fp32 array in a fixed order (gpt_param_layout), named with Hugging Face GPT-2
 // keys (Llama's keys for the Llama shape). Linear weights are stored [out, in] (memwall's matmul convention);
@@ -102,8 +103,17 @@ struct GptConfig {
   // positions, and in Hugging Face files nn.Linear weights ([out, in], not Conv1D's) with c_attn's rows
   // every query, then the key, then the value (one key/value head per query head: head by head).
   bool bigcode = false;
+  // BLOOM's GPT-2 shape (BloomForCausalLM): no position table but ALiBi's linear biases on the attention
+  // scores (alibi_slope(h, heads) x (key - query) for head h), a LayerNorm of the token embedding
+  // (word_embeddings_layernorm) before the first block, and in Hugging Face files BLOOM's names with q, k and
+  // v interleaved head by head in one query_key_value matrix (as GPT-NeoX's).
+  bool bloom = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
+  // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
+  // position's row (neither rotary positions nor ALiBi).
+  bool alibi() const { return bloom; }
+  bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
   bool rotary() const { return llama() || neox || phi || falcon; }
@@ -263,7 +273,8 @@ enum class GptRole {
   kFc2,
   kFinalNorm,
   kHead,
-  kLoss
+  kLoss,
+  kEmbedNorm  // BLOOM's LayerNorm of the embedding
 };
 struct GptOp {
   GptRole role = GptRole::kEmbed;
@@ -408,6 +419,8 @@ class GptModel {
   std::vector<std::vector<float>> ao_, rao_, mo_, rmo_;
   std::vector<float> dpost_;
   std::vector<float> lnf_, mf_, rf_, logits_, probs_;
+  // BLOOM's: the embedding before its LayerNorm, the norm's means and rstds; (backward) its gradient.
+  std::vector<float> emb_, me_, re_, demb_;
   // Gradient scratch, reused across layers.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)

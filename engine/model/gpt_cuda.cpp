@@ -147,6 +147,12 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(att_, att, S, flash_ ? "attention log-sum-exps" : "attention probabilities");
   per_layer(fc_, N * Wf, S, "fc1 output");
   per_layer(gel_, N * F, S, c_.llama() ? "swiglu output" : "gelu output");
+  if (c_.bloom) {
+    emb_ = buf(N * C, "embedding before its norm");
+    me_ = buf(N, "embedding norm mean");
+    re_ = buf(N, "embedding norm rstd");
+    demb_ = buf(N * C, "dembedding");
+  }
   lnf_ = buf(N * C, "final norm output");
   mf_ = buf(N, "final norm mean");
   rf_ = buf(N, "final norm rstd");
@@ -408,11 +414,13 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     return linear_forward(out, out_width, in, in_width, parts, n, o, residual);
   };
   switch (o.role) {
+    case GptRole::kEmbedNorm:  // BLOOM's, into the residual stream
+      return check(kc::layernorm_forward(resid_[0], me_, re_, emb_, p[0], p[1], N, C, s), "embedding norm");
     case GptRole::kEmbed:
-      return check(
-          kc::embedding_forward(resid_[0], tokens_, p[0], c_.rotary() ? nullptr : p[1] + c_.position0(), B_,
-                                T_, C, s, c_.embedding_scale()),
-          "embedding");
+      return check(kc::embedding_forward(c_.bloom ? emb_ : resid_[0], tokens_, p[0],
+                                         c_.learned_positions() ? p[1] + c_.position0() : nullptr, B_, T_, C,
+                                         s, c_.embedding_scale()),
+                   "embedding");
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:
@@ -429,13 +437,15 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
         qkv = qf_;
       }
       if (flash_) {
-        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
-                                                 c_.attention_window(l), c_.score_scale(), c_.score_cap()),
-                     "flash attention");
+        return check(
+            kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
+                                        c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi()),
+            "flash attention");
       }
-      return check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_,
-                                         s, c_.attention_window(l), c_.score_scale(), c_.score_cap()),
-                   "attention");
+      return check(
+          kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_, s,
+                                c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi()),
+          "attention");
     }
     case GptRole::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
       if (c_.sandwich_norm) return linear(ao_[a], C, atty_[a], Q, nullptr);
@@ -549,7 +559,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(dqkv, nq * 3));
       Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
                                                               c_.heads, scratch_, s, c_.attention_window(l),
-                                                              c_.score_scale(), c_.score_cap()),
+                                                              c_.score_scale(), c_.score_cap(), c_.alibi()),
                                  "flash attention bwd")
                          : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q,
                                                         c_.heads, bf16_, scratch_, s, c_.attention_window(l),
@@ -570,9 +580,14 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
-      return check(kc::embedding_backward(g[0], c_.rotary() ? nullptr : g[1] + c_.position0(), dx_, tokens_,
-                                          B_, T_, C, s, c_.embedding_scale()),
-                   "embedding bwd");
+      return check(
+          kc::embedding_backward(g[0], c_.learned_positions() ? g[1] + c_.position0() : nullptr,
+                                 c_.bloom ? demb_ : dx_, tokens_, B_, T_, C, s, c_.embedding_scale()),
+          "embedding bwd");
+    case GptRole::kEmbedNorm:
+      MW_RETURN_IF_ERROR(zero(demb_, nc));
+      return check(kc::layernorm_backward(demb_, g[0], g[1], dx_, emb_, p[0], me_, re_, N, C, s),
+                   "embedding norm bwd");
   }
   return Status::internal("cuda model: unknown op");
 }

@@ -121,6 +121,8 @@ class CudaGptModel {
   float* dpost_ = nullptr;
   float *lnf_ = nullptr, *mf_ = nullptr, *rf_ = nullptr, *logits_ = nullptr, *probs_ = nullptr,
         *losses_ = nullptr;
+  // BLOOM's: the embedding before its LayerNorm, the norm's means and rstds; (backward) its gradient.
+  float *emb_ = nullptr, *me_ = nullptr, *re_ = nullptr, *demb_ = nullptr;
   float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,
         *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
   float *qf_ = nullptr, *dqf_ = nullptr;  // the Llama shape's expanded, rotated qkv and its gradient

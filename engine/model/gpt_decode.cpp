@@ -100,9 +100,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* wte = at(0) + static_cast<std::size_t>(tokens[r]) * Cz;
     const float* wpe =
-        c_.rotary() ? nullptr : at(1) + c_.position0() + (static_cast<std::size_t>(pos_) + r) * Cz;
+        c_.learned_positions() ? at(1) + c_.position0() + (static_cast<std::size_t>(pos_) + r) * Cz : nullptr;
     for (std::size_t i = 0; i < Cz; ++i)
       x_[r * Cz + i] = wte[i] * embed_scale + (wpe != nullptr ? wpe[i] : 0.0f);
+  }
+  if (c_.bloom) {  // the embedding's LayerNorm (tensors 1 and 2)
+    norm(ln_.data(), x_.data(), 1, n);
+    std::copy_n(ln_.data(), rows * Cz, x_.data());
   }
   const float scale = k::attention_scale(c_.score_scale(), hs), cap = c_.score_cap();
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
@@ -116,7 +120,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t wq = c_.split_qkv() ? 2 : 1, bq = biases ? wq : 0, nb = biases ? 1 : 0,
                     n2 = c_.shared_norm() ? 0 : 2;
   const std::size_t g_proj = 2 + wq + bq, g_ln2 = g_proj + 1 + nb, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
-  const std::size_t first = c_.rotary() ? 1 : 2, per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
+  const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
+                    per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
   const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : g_proj,
                     ln2_w = llama ? 5 + qb + qn + sw : g_ln2, fc_w = llama ? 6 + qb + qn + sw : g_fc,
                     down_w = llama ? 8 + qb + qn + sw : g_down;
@@ -176,12 +181,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
         const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
+        const float slope = c_.alibi() ? k::alibi_slope(h, c_.heads) : 0.0f;  // BLOOM's
         float maxv = -INFINITY;
         for (int u = lo; u <= last; ++u) {
           const float* key = keys.data() + slot(u) + kv_off;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
-          score[u - lo] = k::soft_cap(dot * scale, cap);
+          score[u - lo] = k::soft_cap(dot * scale, cap) + slope * static_cast<float>(u - last);
           maxv = std::max(maxv, score[u - lo]);
         }
         float sum = 0;

@@ -188,6 +188,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                        : c.phi     ? "Phi"
                        : c.falcon  ? "Falcon"
                        : c.bigcode ? "GPT-BigCode"
+                       : c.bloom   ? "BLOOM"
                                    : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them

@@ -92,6 +92,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
                    : c.phi     ? "phi"
                    : c.falcon  ? "falcon"
                    : c.bigcode ? "bigcode"
+                   : c.bloom   ? "bloom"
                                : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
@@ -148,6 +149,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.bigcode = true;
     c.kv_heads = j.value("kv_heads", 0);
   }
+  c.bloom = arch == "bloom";  // GPT-2's fields
   if (arch == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);

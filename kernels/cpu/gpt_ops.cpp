@@ -613,7 +613,7 @@ void softcap_backward(float* dx, const float* y, std::size_t n, float cap) {
 // ---- causal attention ----
 
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
-                           float score_scale, float softcap) {
+                           float score_scale, float softcap, bool alibi) {
   const int hs = C / NH;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -624,12 +624,13 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
         const int lo = attention_window_start(t, window);
+        const float slope = alibi ? alibi_slope(h, NH) : 0.0f;
         float maxv = -INFINITY;
         for (int u = lo; u <= t; ++u) {
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
           float dot = 0;
           for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
-          a[u] = soft_cap(dot * scale, softcap);
+          a[u] = soft_cap(dot * scale, softcap) + slope * static_cast<float>(u - t);
           maxv = std::max(maxv, a[u]);
         }
         float sum = 0;
@@ -705,7 +706,7 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
-                       float score_scale, float softcap) {
+                       float score_scale, float softcap, bool alibi) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -719,9 +720,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     for (int t = 0; t < T; ++t) {  // causal softmax of each row, masked part set to 0
       float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
       const int lo = attention_window_start(t, window);
+      const float slope = alibi ? alibi_slope(bh % NH, NH) : 0.0f;
       float maxv = -INFINITY;
       for (int u = lo; u <= t; ++u) {
-        a[u] = soft_cap(a[u] * scale, softcap);
+        a[u] = soft_cap(a[u] * scale, softcap) + slope * static_cast<float>(u - t);
         maxv = std::max(maxv, a[u]);
       }
       for (int u = lo; u <= t; ++u) a[u] -= maxv;
@@ -738,7 +740,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
         {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
 #else
-  attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap);
+  attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap, alibi);
 #endif
 }
 
@@ -838,6 +840,14 @@ void cap_tile(float (*s)[kRows], float (*grad)[kRows], int n, float cap) {
   }
 }
 
+// ALiBi: slope x (key - query) added to the n x kRows scores of the tile of keys from u0 and rows from r0.
+void bias_tile(float (*s)[kRows], int n, float slope, int u0, int r0) {
+  if (slope == 0) return;
+  for (int u = 0; u < n; ++u) {
+    for (int r = 0; r < kRows; ++r) s[u][r] += slope * static_cast<float>(u0 + u - r0 - r);
+  }
+}
+
 // The tile loops are built for AVX-512, AVX2 and the baseline, chosen at load time by the CPU (GCC's
 // target_clones); the rest of this file is baseline code.
 #define MEMWALL_TILE_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
@@ -911,7 +921,7 @@ MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window, float score_scale, float softcap) {
+                             int window, float score_scale, float softcap, bool alibi) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -936,6 +946,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           cap_tile(tile.s, nullptr, n, softcap);
+          bias_tile(tile.s, n, alibi ? alibi_slope(h, NH) : 0.0f, u0, r0);
           float mx[kRows], shift[kRows];
           for (int r = 0; r < kRows; ++r) mx[r] = m[r];
           for (int u = 0; u < n; ++u) {
@@ -981,7 +992,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window, float score_scale,
-                              float softcap) {
+                              float softcap, bool alibi) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -1018,6 +1029,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           cap_tile(tile.s, tile.g, n, softcap);
+          bias_tile(tile.s, n, alibi ? alibi_slope(h, NH) : 0.0f, u0, r0);
           score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           for (int u = 0; u < n; ++u) {
 #pragma omp simd

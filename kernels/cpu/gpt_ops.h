@@ -109,13 +109,16 @@ void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 // scores are q . k times `scale` (0: 1 / sqrt(C / NH); Gemma 2's query_pre_attn_scalar^-1/2), then with
 // `softcap` > 0 softcap * tanh(score / softcap) (Gemma 2's attn_logit_softcapping) before the softmax;
 // backward recomputes the scores to take the cap's derivative.
+// `alibi`: ALiBi's (BLOOM's) linear biases, alibi_slope(h, NH) x (u - t) added to head h's score of key u
+// for query t (after the scale and any cap), instead of positions in the embedding. Backward reads the
+// probabilities and needs no flag (a cap's derivative is of the score before the bias).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0,
-                       float scale = 0, float softcap = 0);
+                       float scale = 0, float softcap = 0, bool alibi = false);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                         int C, int NH, int window = 0, float scale = 0, float softcap = 0);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           int window = 0, float scale = 0, float softcap = 0);
+                           int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                             int C, int NH, int window = 0, float scale = 0, float softcap = 0);
 // The attention's score scale: `scale`, or 0 for 1 / sqrt(head size).
@@ -130,6 +133,15 @@ inline float soft_cap(float x, float cap) {
 // by the cap's derivative, 1 - (y / cap)^2, from the capped values y.
 void softcap_forward(float* x, std::size_t n, float cap);
 void softcap_backward(float* dx, const float* y, std::size_t n, float cap);
+// ALiBi's slope of head h of NH, as BLOOM's build_alibi_tensor (and the ALiBi paper) has it: with p the
+// largest power of two <= NH, heads h < p get 2^(-8 (h + 1) / p), the others the odd powers 1, 3, 5, ... of
+// 2^(-4 / p) in turn.
+inline float alibi_slope(int h, int NH) {
+  int p = 1;
+  while (p * 2 <= NH) p *= 2;
+  const double e = h < p ? 8.0 * (h + 1) / p : 4.0 * (2 * (h - p) + 1) / p;
+  return static_cast<float>(std::exp2(-e));
+}
 // The first key query t sees: 0, or t - window + 1 with a sliding window.
 inline int attention_window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;
@@ -140,10 +152,10 @@ inline int attention_window_start(int t, int window) {
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
 // softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window = 0, float scale = 0, float softcap = 0);
+                             int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window = 0, float scale = 0,
-                              float softcap = 0);
+                              float softcap = 0, bool alibi = false);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).

@@ -440,21 +440,33 @@ __device__ int window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;
 }
 
+// ALiBi's slope of head h of NH (kernels/cpu's alibi_slope), or 0 without ALiBi.
+__device__ float alibi_slope_of(bool alibi, int h, int NH) {
+  if (!alibi) return 0.0f;
+  int p = 1;
+  while (p * 2 <= NH) p *= 2;
+  const float e = h < p ? 8.0f * static_cast<float>(h + 1) / static_cast<float>(p)
+                        : 4.0f * static_cast<float>(2 * (h - p) + 1) / static_cast<float>(p);
+  return exp2f(-e);
+}
+
 // cap * tanh(s / cap), or s without a cap (0).
 __device__ float capped(float s, float cap) {
   return cap > 0 ? cap * tanhf(s / cap) : s;
 }
 
-// In place over rows of `att` [rows, T] (row r is query t = r % T): causal softmax of the scaled scores
-// (soft-capped first with `cap` > 0) over keys window_start(t) .. t, zero elsewhere.
-__global__ void causal_softmax_kernel(float* att, int T, int window, float cap) {
+// In place over rows of `att` [rows, T] (row r is query t = r % T of head (r / T) % NH): causal softmax of
+// the scaled scores (soft-capped first with `cap` > 0, then with `alibi` plus ALiBi's slope x (u - t)) over
+// keys window_start(t) .. t, zero elsewhere.
+__global__ void causal_softmax_kernel(float* att, int T, int window, float cap, int NH, bool alibi) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int t = static_cast<int>(row % T), lo = window_start(t, window);
+  const float slope = alibi_slope_of(alibi, static_cast<int>(row / T % NH), NH);
   float* a = att + row * T;
   float mx = -INFINITY;
   for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
-    a[u] = capped(a[u], cap);
+    a[u] = capped(a[u], cap) + slope * static_cast<float>(u - t);
     mx = fmaxf(mx, a[u]);
   }
   mx = block_reduce<true>(mx, shared);
@@ -526,6 +538,10 @@ __device__ FlashRow flash_row(const float* qkv, std::size_t row, int T, int C, i
   const std::size_t at = (b * T + t) * C3 + h * hs;
   return {qkv + at, qkv + at - t * C3, at, (b * T + t) * C + h * hs, C3, static_cast<int>(t), hs};
 }
+// The ALiBi slope of row `row`'s head (0 without ALiBi).
+__device__ float flash_slope(std::size_t row, int T, int NH, bool alibi) {
+  return alibi_slope_of(alibi, static_cast<int>(row / T % NH), NH);
+}
 __device__ float flash_dot(const float* a, const float* b, int n) {
   float s = 0;
   for (int j = 0; j < n; ++j) s += a[j] * b[j];
@@ -535,7 +551,7 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
 // One block per query row t: each thread scores one key of the tile; thread i accumulates output channels
 // i and i + 128 (those below hs), rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                                     float scale, int window, float cap) {
+                                     float scale, int window, float cap, bool alibi) {
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -543,11 +559,13 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
   const std::size_t C3 = r.C3;
   const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
+  const float slope = flash_slope(row, T, NH, alibi);
   float m = -INFINITY, l = 0, acc[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
     const int u = u0 + i;
-    const float s =
-        u <= t ? capped(scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs), cap) : -INFINITY;
+    const float s = u <= t ? capped(scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs), cap) +
+                                 slope * static_cast<float>(u - t)
+                           : -INFINITY;
     const float m_new = fmaxf(m, block_reduce<true>(s, shared));
     const float e = u <= t ? expf(s - m_new) : 0.0f;
     p[i] = e;
@@ -574,7 +592,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 // keeps dout[t] . out[t] in rowsum for the key pass.
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale, int window, float cap) {
+                                            float scale, int window, float cap, bool alibi) {
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -587,7 +605,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   for (int c = i; c < hs; c += kFlashTile) d_part += dy[c] * out[r.bt + c];
   const float D = block_reduce<false>(d_part, shared);
   if (i == 0) rowsum[row] = D;
-  const float L = lse[row];
+  const float L = lse[row], slope = flash_slope(row, T, NH, alibi);
   float dq[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {
     const int u = u0 + i;
@@ -595,7 +613,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
     if (u <= t) {
       const float* k = k0 + static_cast<std::size_t>(u) * C3;
       const float sc = scale * flash_dot(q, k, hs), th = cap > 0 ? tanhf(sc / cap) : 0.0f;
-      const float p = expf((cap > 0 ? cap * th : sc) - L);
+      const float p = expf((cap > 0 ? cap * th : sc) + slope * static_cast<float>(u - t) - L);
       gu = scale * p * (flash_dot(dy, k + C, hs) - D) * (1.0f - th * th);
     }
     g[i] = gu;
@@ -616,7 +634,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
 // queries that see it, u <= t < u + window (or T).
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
-                                          float scale, int window, float cap) {
+                                          float scale, int window, float cap, bool alibi) {
   __shared__ float g[kFlashTile];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -626,6 +644,7 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   const float *k = r.q + C, *q0 = r.q0;  // query 0 of this sequence and head
   const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
   float dk[kFlashChannels] = {}, dv[kFlashChannels] = {};
+  const float slope = flash_slope(row, T, NH, alibi);
   const int end = window > 0 && T - u > window ? u + window : T;  // past the last query that sees key u
   for (int t0 = u; t0 < end; t0 += kFlashTile) {
     const int t = t0 + i;
@@ -634,7 +653,7 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
       const float* dy = dy0 + static_cast<std::size_t>(t) * C;
       const float sc = scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs),
                   th = cap > 0 ? tanhf(sc / cap) : 0.0f;
-      pt = expf((cap > 0 ? cap * th : sc) - lse[first + t]);
+      pt = expf((cap > 0 ? cap * th : sc) + slope * static_cast<float>(u - t) - lse[first + t]);
       gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]) * (1.0f - th * th);
     }
     p[i] = pt;
@@ -1030,7 +1049,7 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
 
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window, float score_scale_or_0,
-                      float softcap) {
+                      float softcap, bool alibi) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -1048,7 +1067,7 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
       batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(
-      att, T, window, softcap);
+      att, T, window, softcap, NH, alibi);
   if (int e = launched(); e != 0) return e;
   // oh[t] = sum_u att[t][u] v[u]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
@@ -1111,13 +1130,13 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap) {
+                            void* stream, int window, float scale, float softcap, bool alibi) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap);
+      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap, alibi);
   return launched();
 }
 
@@ -1127,7 +1146,7 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float score_scale_or_0, float softcap) {
+                             int window, float score_scale_or_0, float softcap, bool alibi) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
@@ -1135,10 +1154,10 @@ int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, c
   const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
   cudaStream_t st = as_stream(stream);
   flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap);
+      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap, alibi);
   if (int e = launched(); e != 0) return e;
   flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, lse, T, C, NH, scale, window, softcap);
+      dqkv, scratch, dout, qkv, lse, T, C, NH, scale, window, softcap, alibi);
   return launched();
 }
 

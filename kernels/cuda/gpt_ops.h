@@ -102,11 +102,12 @@ int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
 // take fp32 operands with fp32 accumulation; with `tf32` cuBLAS may round the operands to TF32 (10-bit
 // mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate. `window` > 0:
 // a sliding window, query t sees keys t - window < u <= t (kernels/cpu's attention_window_start). `scale`
-// (0: 1 / sqrt(head size)) and `softcap` (0: none) as kernels/cpu's: scores cap * tanh(scale q . k / cap).
+// (0: 1 / sqrt(head size)) and `softcap` (0: none) as kernels/cpu's: scores cap * tanh(scale q . k / cap);
+// `alibi`: plus ALiBi's alibi_slope(h, NH) x (u - t), as kernels/cpu's (backward needs no flag).
 std::size_t attention_forward_scratch(int B, int T, int C);
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window = 0, float scale = 0,
-                      float softcap = 0);
+                      float softcap = 0, bool alibi = false);
 // dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH, softcap) floats
 // (with soft-capping, room for the recomputed scores too).
 std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap = false);
@@ -126,11 +127,12 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256 (two channels a
 // thread), else cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window = 0, float scale = 0, float softcap = 0);
+                            void* stream, int window = 0, float scale = 0, float softcap = 0,
+                            bool alibi = false);
 std::size_t flash_attention_backward_scratch(int B, int T, int NH);
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window = 0, float scale = 0, float softcap = 0);
+                             int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (rotary positions); `scale` is Gemma's sqrt(C).

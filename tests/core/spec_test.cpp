@@ -104,6 +104,7 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
 // Pythia (GPT-NeoX: partial rotary, an untied head), Phi-2 (one norm, an untied head with a bias).
 TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(load_model_scenario("bloom-176b").total_params(), 176247271424.0);
+  EXPECT_EQ(load_model_scenario("bloom-560m").total_params(), 559214592.0);
   EXPECT_EQ(load_model_scenario("falcon-7b").total_params(), 6921720704.0);
   EXPECT_EQ(load_model_scenario("pythia-12b").total_params(), 11846072320.0);
   EXPECT_EQ(load_model_scenario("phi-2").total_params(), 2779683840.0);
@@ -142,7 +143,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(pythia.is_ok()) << pythia.status().to_string();
   EXPECT_EQ(pythia->total_params(), 70426624.0);
   // The graph the planner runs has the same parameters.
-  for (const char* name : {"bloom-176b", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b"}) {
+  for (const char* name :
+       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

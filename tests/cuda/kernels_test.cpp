@@ -349,29 +349,32 @@ TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
   }
 }
 
-// Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores.
+// Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores, ALiBi's
+// biases.
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
              dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);
-  // Full, a window of 5, and Gemma 2's soft-capped scores (at 1.5) of another scale (0.4) in that window.
-  for (const int wc : {0, 5, -5}) {
-    const int window = wc < 0 ? -wc : wc;
+  // Full, a window of 5, Gemma 2's soft-capped scores (at 1.5) of another scale (0.4) in that window, and
+  // BLOOM's ALiBi (6: full attention with it).
+  for (const int wc : {0, 5, -5, 6}) {
+    const bool alibi = wc == 6;
+    const int window = wc < 0 ? -wc : alibi ? 0 : wc;
     const float scale = wc < 0 ? 0.4f : 0.0f, cap = wc < 0 ? 1.5f : 0.0f;
     std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
         dqkv = dqkv0;
-    attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+    attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap, alibi);
     attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, scale, cap);
     // fp32 GEMMs; then TF32 operands (10 mantissa bits: each product within about 1e-3 relative, whether
     // the tensor cores round or truncate, compounded through the softmax and the backward's three GEMMs).
     for (const bool tf32 : {false, true}) {
       SCOPED_TRACE(std::string(tf32 ? "tf32" : "fp32") + " window " + std::to_string(window) + " cap " +
-                   std::to_string(cap));
+                   std::to_string(cap) + (alibi ? " alibi" : ""));
       const float rtol = tf32 ? 2e-2f : 1e-4f, atol = tf32 ? 1e-3f : 1e-5f, arms = tf32 ? 1e-2f : 1e-5f;
       Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv0),
           d_scratch(std::max(cu::attention_forward_scratch(B, T, C),
                              cu::attention_backward_scratch(B, T, C, NH, cap > 0)));
       ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, tf32,
-                                      d_scratch.get(), nullptr, window, scale, cap),
+                                      d_scratch.get(), nullptr, window, scale, cap, alibi),
                 0);
       ASSERT_EQ(cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C,
                                        NH, tf32, d_scratch.get(), nullptr, window, scale, cap),
@@ -392,36 +395,39 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH, window;
     float scale = 0, cap = 0;
+    bool alibi = false;
   };
   for (const Shape s :
        {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140},
         Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}, Shape{1, 150, 512, 2, 0},
-        Shape{1, 150, 400, 2, 20, 0.05f, 3.0f}}) {
+        Shape{1, 150, 400, 2, 20, 0.05f, 3.0f}, Shape{1, 300, 30, 5, 0, 0, 0, true},
+        Shape{B, T, C, NH, 3, 0, 0, true}}) {
     SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window) + " cap " +
-                 std::to_string(s.cap));
+                 std::to_string(s.cap) + (s.alibi ? " alibi" : ""));
     const std::size_t n = static_cast<std::size_t>(s.B) * s.T;
     auto qkv = randn(n * 3 * s.C, 34);
     for (auto& x : qkv) x *= 2.0f;  // peaked rows: later tiles raise the running maximum
     const auto dout = randn(n * s.C, 35), dqkv0 = randn(qkv.size(), 36);
     std::vector<float> out(n * s.C), att(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T), dqkv = dqkv0;
-    attention_forward_ref(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.scale, s.cap);
+    attention_forward_ref(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.scale, s.cap,
+                          s.alibi);
     attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window,
                            s.scale, s.cap);
     Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_lse(static_cast<std::size_t>(s.B) * s.NH * s.T),
         d_dqkv(dqkv0), d_scratch(cu::flash_attention_backward_scratch(s.B, s.T, s.NH));
     ASSERT_EQ(cu::flash_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, nullptr,
-                                          s.window, s.scale, s.cap),
+                                          s.window, s.scale, s.cap, s.alibi),
               0);
-    ASSERT_EQ(
-        cu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B,
-                                     s.T, s.C, s.NH, d_scratch.get(), nullptr, s.window, s.scale, s.cap),
-        0);
+    ASSERT_EQ(cu::flash_attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(),
+                                           s.B, s.T, s.C, s.NH, d_scratch.get(), nullptr, s.window, s.scale,
+                                           s.cap, s.alibi),
+              0);
     expect_close(d_out.host(), out, 1e-4f, 1e-5f, "flash out", 1e-5f);
     expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "flash dqkv", 1e-5f);
     // The CPU's fused kernel keeps the same log-sum-exps.
     std::vector<float> out_c(out.size()), lse_c(static_cast<std::size_t>(s.B) * s.NH * s.T);
     flash_attention_forward(out_c.data(), lse_c.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.scale,
-                            s.cap);
+                            s.cap, s.alibi);
     expect_close(d_lse.host(), lse_c, 1e-5f, 1e-5f, "lse");
   }
   // Heads wider than two channels a thread: refused, nothing launched.

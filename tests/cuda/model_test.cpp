@@ -210,6 +210,16 @@ TEST_P(CudaGpt, BigcodeShapeMatchesTheCpu) {
   expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, bigcode, "bigcode");
 }
 
+// BLOOM's: ALiBi's biases on the scores (the heads' slopes) instead of positions, the embedding's LayerNorm;
+// unfused and flash.
+TEST_P(CudaGpt, BloomShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig bloom = small_gpt();
+  bloom.bloom = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, bloom);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, bloom, "bloom");
+}
+
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
 // on 10 of each head's 16 channels), unfused and flash.
 TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {

@@ -350,10 +350,14 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   bigcode.heads = 4;
   bigcode.kv_heads = 1;
   bigcode.bigcode = true;
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode}) {
+  GptConfig bloom = small_config();  // ALiBi, the embedding's norm, query_key_value head by head
+  bloom.heads = 4;
+  bloom.bloom = true;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom}) {
     SCOPED_TRACE(c.neox       ? "neox"
                  : c.phi      ? "phi"
                  : c.bigcode  ? "bigcode"
+                 : c.bloom    ? "bloom"
                  : c.one_norm ? "falcon-7b"
                               : "falcon");
     std::vector<float> p(gpt_num_params(c));
@@ -361,6 +365,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     const std::string dir = temp_dir(c.neox      ? "export-neox"
                                      : c.phi     ? "export-phi"
                                      : c.bigcode ? "export-bigcode"
+                                     : c.bloom   ? "export-bloom"
                                                  : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
@@ -373,19 +378,21 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.phi, c.phi);
     EXPECT_EQ(back.falcon, c.falcon);
     EXPECT_EQ(back.bigcode, c.bigcode);
+    EXPECT_EQ(back.bloom, c.bloom);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
     EXPECT_EQ(back.kv_head_count(), c.kv_head_count());
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";
-    if (c.neox) {
+    if (c.neox || c.bloom) {
       // Row 1 x 2 + 1 of the file (head 1's key, its second channel) is memwall's row C + 1 x 2 + 1.
       const auto layout = gpt_param_layout(c);
       const auto qkv = std::find_if(layout.begin(), layout.end(),
                                     [](const ParamTensor& t) { return t.name == "h.0.attn.c_attn.weight"; });
       const nlohmann::json h = safetensors_header(file);
-      const nlohmann::json& e = h["gpt_neox.layers.0.attention.query_key_value.weight"];
+      const nlohmann::json& e = h[c.bloom ? "transformer.h.0.self_attention.query_key_value.weight"
+                                          : "gpt_neox.layers.0.attention.query_key_value.weight"];
       EXPECT_EQ(e["shape"], (nlohmann::json{24, 8}));
       const std::string bytes = slurp(file);
       std::uint64_t header_bytes = 0;

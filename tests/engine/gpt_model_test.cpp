@@ -252,8 +252,17 @@ GptConfig bigcode_mha() {
   return c;
 }
 
-// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode and the Llama shapes,
-// named for SCOPED_TRACE.
+// BLOOM's: GPT-2's shape with ALiBi (5 heads: slopes of 4 and the odd power after) and the embedding's norm.
+GptConfig bloom() {
+  GptConfig c = tiny();
+  c.channels = 20;
+  c.heads = 5;
+  c.bloom = true;
+  return c;
+}
+
+// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM and the Llama
+// shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -270,6 +279,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"falcon-sequential", falcon_sequential()},
           {"bigcode", bigcode()},
           {"bigcode-mha", bigcode_mha()},
+          {"bloom", bloom()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -470,7 +480,7 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
   bad = c;
   bad.neox = true;
-  EXPECT_NE(validate(bad, 1, 4).message().find("five variants"), std::string::npos);
+  EXPECT_NE(validate(bad, 1, 4).message().find("six variants"), std::string::npos);
   ModelSpec tied = spec;
   tied.tied_embeddings = true;
   EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
@@ -776,9 +786,13 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig bigcode_mq = gpt2;  // and GPT-BigCode's: one key/value head with learned positions
   bigcode_mq.bigcode = true;
   bigcode_mq.kv_heads = 1;
-  for (const GptConfig& c : {gpt2, opt_shape, exact, neox_shape, phi_shape, falcon_mq, falcon_gq, bigcode_mq,
-                             gqa, mha, qwen, scaled, yarn, window, q3, gem, gem2, gem3, phi}) {
+  GptConfig bloom_shape = gpt2;  // and BLOOM's: ALiBi, the embedding's norm
+  bloom_shape.bloom = true;
+  for (const GptConfig& c :
+       {gpt2, opt_shape, exact,  neox_shape, phi_shape, falcon_mq, falcon_gq, bigcode_mq, bloom_shape, gqa,
+        mha,  qwen,      scaled, yarn,       window,    q3,        gem,       gem2,       gem3,        phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
+                 : c.bloom                ? "bloom"
                  : c.neox                 ? "neox"
                  : c.phi                  ? "phi"
                  : c.falcon               ? (c.one_norm ? "falcon-7b" : "falcon-40b")
@@ -1109,6 +1123,34 @@ TEST(GptModel, FalconMatchesAPyTorchReference) {
   }
 }
 
+// BLOOM against a PyTorch implementation of transformers' BLOOM equations (tests/engine/bloom_reference.py),
+// which reads the tensors by their BLOOM names, splits query_key_value head by head and builds ALiBi's biases
+// as build_alibi_tensor does (5 heads: the slopes of 4, then one of 8's odd ones; 8 heads: a power of two).
+// Skipped without torch.
+TEST(GptModel, BloomMatchesAPyTorchReference) {
+  GptConfig eight = bloom();
+  eight.channels = 16;
+  eight.heads = 8;
+  for (const GptConfig& c : {bloom(), eight}) {
+    SCOPED_TRACE(std::to_string(c.heads) + " heads");
+    const nlohmann::json config = {{"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}};
+    if (!matches_reference("bloom_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(bloom());
+  EXPECT_EQ(spec.model_type, "bloom");
+  EXPECT_TRUE(spec.embed_norm);
+  EXPECT_EQ(spec.position, PositionKind::kNone);
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  EXPECT_TRUE(gpt_config_of(spec).bloom);
+  EXPECT_FALSE(gpt_config_of(spec).exact_gelu);
+  // The layout: no position table; the embedding's norm after the token table.
+  const auto layout = gpt_param_layout(bloom());
+  EXPECT_EQ(layout[1].name, "ln_emb.weight");
+  EXPECT_EQ(layout[2].name, "ln_emb.bias");
+  EXPECT_EQ(hf_param_layout(bloom())[1].name, "transformer.word_embeddings_layernorm.weight");
+}
+
 // GPT-BigCode against a PyTorch implementation of transformers' GPT-BigCode equations (tests/engine/
 // bigcode_reference.py): multi-query attention with learned positions, c_attn as nn.Linear in its order (one
 // key/value head: every query, the key, the value; one per head: head by head). Skipped without torch.
@@ -1200,12 +1242,13 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), llama_gqa(), llama_mha(),
-                             qwen2(), gemma2(), gemma3()}) {
+  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), bloom(), llama_gqa(),
+                             llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
+                 : c.bloom      ? "bloom"
                  : c.neox       ? "neox"
                  : c.phi        ? "phi"
                  : c.falcon     ? "falcon"

@@ -465,13 +465,17 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
   struct Case {
     int window;
     float scale, cap;
+    bool alibi = false;
   };
-  for (const Case cs : {Case{0, 0, 0}, Case{3, 0, 0}, Case{0, 0.8f, 1.5f}, Case{3, 0.3f, 0.5f}}) {
+  // ALiBi's slopes for 3 heads (BLOOM's rule: 2^-4 and 2^-8 for the largest power of two, 2, then 2^-2).
+  const double slopes[] = {1.0 / 16, 1.0 / 256, 1.0 / 4};
+  for (const Case cs : {Case{0, 0, 0}, Case{3, 0, 0}, Case{0, 0.8f, 1.5f}, Case{3, 0.3f, 0.5f},
+                        Case{0, 0, 0, true}, Case{3, 0.5f, 0, true}}) {
     const int window = cs.window;
     SCOPED_TRACE("window " + std::to_string(window) + " scale " + std::to_string(cs.scale) + " cap " +
-                 std::to_string(cs.cap));
+                 std::to_string(cs.cap) + " alibi " + std::to_string(cs.alibi));
     std::vector<float> out(B * T * C), att(B * NH * T * T);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, cs.scale, cs.cap);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, cs.scale, cs.cap, cs.alibi);
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         for (int t = 0; t < T; ++t) {
@@ -486,6 +490,7 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
             }
             s[u] = cs.scale > 0 ? dot * cs.scale : dot / std::sqrt(static_cast<double>(hs));
             if (cs.cap > 0) s[u] = cs.cap * std::tanh(s[u] / cs.cap);
+            if (cs.alibi) s[u] += slopes[h] * (u - t);
             maxv = std::max(maxv, s[u]);
           }
           for (auto& e : s) sum += (e = std::exp(e - maxv));
@@ -502,6 +507,27 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
       }
     }
   }
+}
+
+// ALiBi's slopes as BLOOM's build_alibi_tensor makes them: 2^(-8/n) to the powers 1..n for n heads a power
+// of two; else those of the largest power of two below, then the odd powers of its square root.
+TEST(GptOps, AlibiSlopesFollowBloom) {
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(alibi_slope(h, 8), std::ldexp(1.0f, -(h + 1)));
+  for (int h = 0; h < 16; ++h) EXPECT_FLOAT_EQ(alibi_slope(h, 16), std::pow(2.0f, -0.5f * (h + 1)));
+  const float twelve[] = {0.5f,
+                          0.25f,
+                          0.125f,
+                          0.0625f,
+                          1.0f / 32,
+                          1.0f / 64,
+                          1.0f / 128,
+                          1.0f / 256,
+                          std::pow(2.0f, -0.5f),
+                          std::pow(2.0f, -1.5f),
+                          std::pow(2.0f, -2.5f),
+                          std::pow(2.0f, -3.5f)};
+  for (int h = 0; h < 12; ++h) EXPECT_FLOAT_EQ(alibi_slope(h, 12), twelve[h]) << h;
+  EXPECT_EQ(alibi_slope(0, 1), 1.0f / 256);
 }
 
 TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
@@ -535,20 +561,24 @@ TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
   struct Shape {
     int B, T, C, NH, window;
     float scale = 0, cap = 0;
+    bool alibi = false;
   };
   for (const Shape sh :
        {Shape{1, 1, 8, 2, 0}, Shape{2, 16, 24, 3, 0}, Shape{2, 37, 24, 3, 0}, Shape{1, 130, 40, 2, 0},
         Shape{2, 37, 24, 3, 1}, Shape{2, 37, 24, 3, 5}, Shape{1, 130, 40, 2, 20}, Shape{1, 150, 16, 2, 70},
-        Shape{2, 37, 24, 3, 37}, Shape{1, 130, 40, 2, 0, 0.2f, 3.0f}, Shape{2, 37, 24, 3, 5, 0.5f, 2.0f}}) {
+        Shape{2, 37, 24, 3, 37}, Shape{1, 130, 40, 2, 0, 0.2f, 3.0f}, Shape{2, 37, 24, 3, 5, 0.5f, 2.0f},
+        Shape{1, 130, 40, 5, 0, 0, 0, true}, Shape{2, 37, 24, 3, 5, 0, 0, true}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
     const float S = sh.scale, cap = sh.cap;
-    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W) + " cap " + std::to_string(cap));
+    const bool A = sh.alibi;
+    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W) + " cap " + std::to_string(cap) +
+                 " alibi " + std::to_string(A));
     auto qkv = randn(B * T * 3 * C, 70);
     for (auto& x : qkv) x *= 3.0f;
     const auto dout = randn(B * T * C, 71);
     std::vector<float> out(B * T * C), lse(B * NH * T), out_r(out.size()), att_r(B * NH * T * T);
-    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, W, S, cap);
-    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, S, cap);
+    flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, W, S, cap, A);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, S, cap, A);
     expect_close(out, out_r, 1e-4, 1e-5, "out");
     // lse is what recovers the probabilities: exp(score - lse) of the diagonal equals the reference's.
     const float scale = S > 0 ? S : 1.0f / std::sqrt(static_cast<float>(C / NH));
@@ -565,7 +595,7 @@ TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
     }
     std::vector<float> d(qkv.size(), 0.25f), d_r(qkv.size(), 0.25f);  // both accumulate
     flash_attention_backward(d.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, W, S,
-                             cap);
+                             cap, A);
     attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W, S, cap);
     expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
   }
@@ -575,13 +605,15 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 6, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 43);
   const auto r = randn(B * T * C, 44);
-  for (const int window : {0, 2, -1}) {  // -1: full attention, soft-capped at 1 (a steep cap), scale 0.6
-    const float cap = window < 0 ? 1.0f : 0.0f, scale = window < 0 ? 0.6f : 0.0f;
+  // -1: full attention, soft-capped at 1 (a steep cap), scale 0.6; -2: ALiBi
+  for (const int window : {0, 2, -1, -2}) {
+    const float cap = window == -1 ? 1.0f : 0.0f, scale = window == -1 ? 0.6f : 0.0f;
+    const bool alibi = window == -2;
     SCOPED_TRACE("window " + std::to_string(window));
     std::vector<float> lse(B * NH * T), out(B * T * C);
     auto forward = [&] {
       flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, std::max(window, 0), scale,
-                              cap);
+                              cap, alibi);
       return out;
     };
     forward();
@@ -589,7 +621,7 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
     const auto lse0 = lse;
     std::vector<float> dqkv(qkv.size());
     flash_attention_backward(dqkv.data(), r.data(), qkv.data(), out0.data(), lse0.data(), B, T, C, NH,
-                             std::max(window, 0), scale, cap);
+                             std::max(window, 0), scale, cap, alibi);
     check_gradient(qkv, forward, dqkv, r, "dqkv", 1e-2f, 3e-2);
   }
 }
