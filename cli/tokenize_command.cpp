@@ -157,8 +157,8 @@ int run_tokenize(const TokenizeOptions& opt) {
 void register_tokenize(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<TokenizeOptions>();
   auto* cmd = app.add_subcommand("tokenize",
-                                 "BPE tokens (GPT-2's, Llama 3's, Qwen2's, Falcon's, StarCoder's, Llama 2's, "
-                                 "Mistral's tokenizer) "
+                                 "BPE tokens (GPT-2's, Llama 3's, Qwen2's, Falcon's, StarCoder's, BLOOM's, "
+                                 "Llama 2's, Mistral's tokenizer) "
                                  "of a text or file; --out writes token ids that memwall train --data reads; "
                                  "--decode turns such a file back into text");
   cmd->add_option("--tokenizer", opt->tokenizer,

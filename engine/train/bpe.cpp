@@ -188,6 +188,7 @@ enum class Step {
   kEachNumber,   // Digits with individual_digits: each number (N*) a piece of its own
   kNumberBytes,  // Digits without, after ByteLevel: runs of bytes whose byte-level character is a number
   kThreeDigits,  // a Split by [0-9][0-9][0-9], Isolated
+  kBloom,        // BLOOM's Split, Isolated: an optional space, then a run of characters but its delimiters
   kWhole,        // none: SentencePiece's text is one piece
 };
 
@@ -216,6 +217,43 @@ std::size_t same_run_end(std::string_view s, std::size_t i, F inside) {
   while (k < s.size()) {
     const CodePoint cp = decode_at(s, k);
     if (inside(cp) != first) break;
+    k += cp.len;
+  }
+  return k;
+}
+
+// BLOOM's pattern " ?[^(\s|[.,!?…。，、।۔،])]+" (Oniguruma's nested class: neither whitespace nor a paren,
+// a bar or one of those marks) at s[i]: where its match ends, or 0 when none starts there. (Listed code
+// points are at most 0xFFFF and never a byte that is not UTF-8, which counts as a word character.)
+bool bloom_word_char(const CodePoint& cp) {
+  if (cp.cls == Cls::kSpace) return false;
+  switch (cp.c) {
+    case '(':
+    case ')':
+    case '|':
+    case '.':
+    case ',':
+    case '!':
+    case '?':
+    case 0x2026:
+    case 0x3002:
+    case 0xFF0C:
+    case 0x3001:
+    case 0x0964:
+    case 0x06D4:
+    case 0x060C:
+      return false;
+    default:
+      return true;
+  }
+}
+std::size_t bloom_match_end(std::string_view s, std::size_t i) {
+  std::size_t k = i;
+  if (s[k] == ' ' && k + 1 < s.size() && bloom_word_char(decode_at(s, k + 1))) ++k;
+  if (!bloom_word_char(decode_at(s, k))) return 0;
+  while (k < s.size()) {
+    const CodePoint cp = decode_at(s, k);
+    if (!bloom_word_char(cp)) break;
     k += cp.len;
   }
   return k;
@@ -254,6 +292,12 @@ std::size_t step_end(Step step, std::string_view s, std::size_t i) {
       while (k < s.size() && !three_digits_at(s, k)) ++k;
       return k;
     }
+    case Step::kBloom: {
+      if (const std::size_t end = bloom_match_end(s, i); end > 0) return end;
+      std::size_t k = i + decode_at(s, i).len;  // the text up to the next match
+      while (k < s.size() && bloom_match_end(s, k) == 0) k += decode_at(s, k).len;
+      return k;
+    }
     case Step::kWhole:
       break;
   }
@@ -271,6 +315,8 @@ std::vector<Step> steps_of(PreTokenizer pre) {
       return {Step::kPunctuation, Step::kGpt2, Step::kNumberBytes, Step::kThreeDigits};
     case PreTokenizer::kStarCoder:
       return {Step::kEachNumber, Step::kGpt2};
+    case PreTokenizer::kBloom:
+      return {Step::kBloom};
     case PreTokenizer::kSentencePiece:
       return {Step::kWhole};
     case PreTokenizer::kGpt2:
@@ -327,6 +373,7 @@ T field(const nlohmann::json& o, const char* key, T def) {
 // The pre-tokenizers of tokenizer.json that memwall implements.
 constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kBloomPattern = " ?[^(\\s|[.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C])]+";
 constexpr std::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -366,6 +413,7 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
         !field(bytes, "use_regex", true)) {
       if (split_by(split, kLlama3Pattern)) return PreTokenizer::kLlama3;
       if (split_by(split, kQwen2Pattern)) return PreTokenizer::kQwen2;
+      if (split_by(split, kBloomPattern)) return PreTokenizer::kBloom;
     }
   }
   std::string shown = pre.dump();
@@ -374,7 +422,8 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
       "pre_tokenizer " + shown +
       " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
       "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
-      "then ByteLevel with use_regex false), StarCoder's (Digits with individual_digits, "
+      "then ByteLevel with use_regex false), BLOOM's (a Split by its pattern, then that ByteLevel), "
+      "StarCoder's (Digits with individual_digits, "
       "then GPT-2's), Falcon's (Punctuation Contiguous, GPT-2's, Digits, a Split by "
       "[0-9][0-9][0-9]), or Llama 2's and Mistral's SentencePiece style (none, or Metaspace)");
 }
@@ -520,7 +569,7 @@ Result<BpeTokenizer> BpeTokenizer::parse_tokenizer_json(std::string_view text, c
   if (kind(model) != "BPE") {
     return Status::invalid_argument(
         name + ": model.type \"" + kind(model) +
-        "\"; allowed: BPE (GPT-2's, Llama 3's, Qwen2's, Falcon's, StarCoder's byte-level BPE; "
+        "\"; allowed: BPE (GPT-2's, Llama 3's, Qwen2's, Falcon's, StarCoder's, BLOOM's byte-level BPE; "
         "Llama 2's, Mistral's SentencePiece-style BPE)");
   }
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -947,7 +996,9 @@ std::vector<std::size_t> BpeTokenizer::cuts(std::string_view text, std::size_t p
         if (text[q - 1] != '\n') return false;
         if (sentencepiece) return true;
         const auto before = q >= 2 ? static_cast<unsigned char>(text[q - 2]) : 0x20;
-        return before < 0x80 && ascii_class(before) != Cls::kSpace && decode_at(text, q).cls != Cls::kSpace;
+        // (BLOOM's pattern keeps the text between its matches as one piece: "\n(" is one.)
+        return before < 0x80 && ascii_class(before) != Cls::kSpace && decode_at(text, q).cls != Cls::kSpace &&
+               (pre_ != PreTokenizer::kBloom || bloom_match_end(text, q) > 0);
       };
       while (p < text.size() && !line_start(p)) ++p;
       if (p < text.size()) at.push_back(p);
@@ -1076,7 +1127,7 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
     return Status::not_found(what + " " + dir +
                              ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
                              "holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Falcon's, "
-                             "StarCoder's, Llama 2's, Mistral's), or bytes");
+                             "StarCoder's, BLOOM's, Llama 2's, Mistral's), or bytes");
   }
   auto t = BpeTokenizer::load(dir);
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
@@ -1098,6 +1149,8 @@ const char* pre_tokenizer_name(PreTokenizer pre) {
       return "Falcon";
     case PreTokenizer::kStarCoder:
       return "StarCoder";
+    case PreTokenizer::kBloom:
+      return "BLOOM";
     case PreTokenizer::kSentencePiece:
       return "SentencePiece";
     case PreTokenizer::kGpt2:

@@ -60,9 +60,12 @@ namespace memwall::train {
 // runs of number bytes and the rest (a byte whose GPT-2 character is a number: the ASCII digits, and the
 // bytes B2 B3 B9 BC BD BE, as Hugging Face's tokenizers see them after the byte mapping, even inside a UTF-8
 // sequence), then cuts three ASCII digits off where they start, left to right.
+// BLOOM's splits the text by its pattern " ?[^(\s|[.,!?…。，、।۔،])]+" (an optional space, then a run of
+// characters that are neither whitespace, a paren, a bar nor one of those marks) and keeps the text between
+// matches as pieces too.
 // kSentencePiece: no split (the text between special tokens is one piece), characters then bytes.
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kFalcon, kStarCoder, kSentencePiece };
-// "GPT-2", "Llama 3", "Qwen2", "Falcon", "StarCoder", "SentencePiece".
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kFalcon, kStarCoder, kBloom, kSentencePiece };
+// "GPT-2", "Llama 3", "Qwen2", "Falcon", "StarCoder", "BLOOM", "SentencePiece".
 const char* pre_tokenizer_name(PreTokenizer pre);
 
 class BpeTokenizer {

@@ -6,8 +6,8 @@ special tokens (<|...|>) split out, then GPT-2's pre-tokenizer pattern run by th
 With PATTERN llama3 or qwen2 the same with their pre-tokenizer pattern (as their tokenizer.json's Split has
 it), written as a tokenizer.json: Llama 3's BPE ignores merges for a piece that is a token (and the
 vocabulary gets one token no merge makes, " quux"), Qwen2's normalizes the text to NFC first (Python's
-unicodedata); their special tokens are added tokens after the vocabulary. With falcon or starcoder: their
-pre-tokenizer Sequences (split_text), in a tokenizer.json. Pieces are written as lists of their bytes.
+unicodedata); their special tokens are added tokens after the vocabulary. With falcon, starcoder or bloom:
+their pre-tokenizer Sequences (split_text), in a tokenizer.json. Pieces are written as lists of their bytes.
 
 With PATTERN llama2, mistral or gemma: a SentencePiece-style tokenizer.json as Hugging Face converts Llama 2's,
 Mistral's and Gemma's: spaces become U+2581 (META), which Llama 2's Prepend normalizer puts before every text
@@ -18,7 +18,8 @@ UTF-8 bytes' tokens <0x00>..<0xFF>) merged lowest rank first, leftmost first. It
 corpus's words (each from a META on) and the vocabulary keeps the characters seen at least twice but the
 newline (Llama 2's and Mistral's vocabularies write it as its byte token <0x0A> only).
 
-usage: bpe_reference.py OUT CORPUS TEXT MERGES [gpt2|llama3|qwen2|falcon|starcoder|llama2|mistral|gemma]
+usage: bpe_reference.py OUT CORPUS TEXT MERGES
+           [gpt2|llama3|qwen2|falcon|starcoder|bloom|llama2|mistral|gemma]
        bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
        bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each)
 """
@@ -53,12 +54,18 @@ PRE_TOKENIZERS = {
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
         {"type": "Digits", "individual_digits": False},
         {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]},
+    "bloom": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
     "starcoder": {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]},
 }
 PUNCTUATION_RUN = regex.compile(r"[\p{P}!-/:-@\[-`{-~]+")
 NUMBER, NUMBER_RUN, THREE_DIGITS = regex.compile(r"\p{N}"), regex.compile(r"\p{N}+"), regex.compile("[0-9]{3}")
+# BLOOM's Split, its Oniguruma nested class written flat (as transformers.js rewrites it).
+BLOOM_WORD = regex.compile(" ?[^()|\\s.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c]+")
 
 
 def isolated(pattern, text):
@@ -76,6 +83,8 @@ def isolated(pattern, text):
 
 def split_text(text):
     """The pre-tokenizer's pieces of `text`, as bytes."""
+    if NAME == "bloom":
+        return [p.encode("utf-8") for p in isolated(BLOOM_WORD, text)]
     if NAME == "starcoder":
         return [p.encode("utf-8") for part in isolated(NUMBER, text) for p in PATTERN.findall(part)]
     if NAME != "falcon":

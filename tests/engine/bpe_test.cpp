@@ -187,6 +187,10 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
                                          "\xC2\xB2",
                                          "\xD0\xBC",
                                          "\xE2\x80\x94",
+                                         ",",
+                                         "|",
+                                         "\xE3\x80\x82",
+                                         "\xD8\x8C",
                                          "\xF0\x9F\x98\x80",
                                          "\xE4\xB8\xAD",
                                          "\xE0\xA4\x95",
@@ -210,7 +214,7 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
   for (const auto& [name, pre] :
        {std::pair{"gpt2", PreTokenizer::kGpt2}, std::pair{"llama3", PreTokenizer::kLlama3},
         std::pair{"qwen2", PreTokenizer::kQwen2}, std::pair{"falcon", PreTokenizer::kFalcon},
-        std::pair{"starcoder", PreTokenizer::kStarCoder}}) {
+        std::pair{"starcoder", PreTokenizer::kStarCoder}, std::pair{"bloom", PreTokenizer::kBloom}}) {
     SCOPED_TRACE(name);
     const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
                             "/engine/bpe_reference.py --pieces " + name + " " + dir + "/texts.json " + dir +
@@ -408,6 +412,15 @@ TEST(Bpe, FalconAndStarCoderPieces) {
             (V{"1", "2", "\xC2\xBD", "3"}));
   EXPECT_EQ(starcoder("\xD9\xA3\xD9\xA4"), (V{"\xD9\xA3", "\xD9\xA4"}));  // Arabic-Indic 3 4
   EXPECT_TRUE(falcon("").empty());
+  // BLOOM's: an optional space and a run of word characters, the text between (spaces, marks, parens) kept.
+  const auto bloom = [](std::string_view t) { return pieces(t, PreTokenizer::kBloom); };
+  EXPECT_EQ(bloom("Hello, world!"), (V{"Hello", ",", " world", "!"}));
+  EXPECT_EQ(bloom("a  b"), (V{"a", " ", " b"}));
+  EXPECT_EQ(bloom("a ,  (b"), (V{"a", " ,  (", "b"}));
+  EXPECT_EQ(bloom("x|y[1]=2"), (V{"x", "|", "y[1]=2"}));  // '[' and '=' are word characters
+  EXPECT_EQ(bloom("\xE6\x97\xA5\xE3\x80\x82\xE6\x9C\xAC"),
+            (V{"\xE6\x97\xA5", "\xE3\x80\x82", "\xE6\x9C\xAC"}));  // the ideographic full stop
+  EXPECT_EQ(bloom("tab\tit\n\nnew"), (V{"tab", "\t", "it", "\n\n", "new"}));
 }
 
 // Added tokens that are not special (CodeGen's and Phi's runs of spaces, from tokenizer.json or
@@ -489,6 +502,38 @@ TEST(Bpe, CutsKeepGpt2sWhitespaceBeforeALine) {
     joined.insert(joined.end(), part.begin(), part.end());
   }
   EXPECT_EQ(joined, one) << first_difference(joined, one);
+  // BLOOM's pattern keeps the text between its matches together: "\n(" is one piece (a merge makes it one
+  // token), so a line starting with "(" is no place to cut.
+  nlohmann::json merges = nlohmann::json::array({"\xC4\x8A ("});
+  const nlohmann::json bloom_json = {
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", " ?[^(\\s|[.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C])]+"}}},
+           {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", nlohmann::json::parse(byte_vocab({"\xC4\x8A("}))}, {"merges", merges}}}};
+  auto bloom = BpeTokenizer::parse_tokenizer_json(bloom_json.dump(), "bloom");
+  ASSERT_TRUE(bloom.is_ok()) << bloom.status().to_string();
+  EXPECT_EQ(bloom->pre_tokenizer(), PreTokenizer::kBloom);
+  EXPECT_EQ(bloom->encode("a\n(b"), (std::vector<int>{'a', 256, 'b'}));
+  std::string code;
+  for (int k = 0; code.size() < 60000; ++k) code += k % 2 == 0 ? "call\n(arg)\n" : "x = y\n";
+  const std::vector<std::size_t> cut = bloom->cuts(code, 16, 1000);
+  ASSERT_GT(cut.size(), 8U);
+  std::vector<int> parts;
+  for (std::size_t k = 0; k + 1 < cut.size(); ++k) {
+    if (k > 0) {
+      EXPECT_NE(code[cut[k]], '(');
+    }
+    const std::vector<int> part =
+        bloom->encode(std::string_view(code).substr(cut[k], cut[k + 1] - cut[k]), k > 0);
+    parts.insert(parts.end(), part.begin(), part.end());
+  }
+  const std::vector<int> whole = bloom->encode(code);
+  EXPECT_EQ(parts, whole) << first_difference(parts, whole);
 }
 
 // Documents a and b as `t` encodes and marks them: <|endoftext|> (its first special token) between.
@@ -1006,14 +1051,16 @@ TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
   expect_reference_encoding("qwen2", PreTokenizer::kQwen2);
 }
 
-// Falcon's and StarCoder's tokenizer.json (their pre-tokenizer Sequences: runs of punctuation, numbers alone
-// or in runs cut in threes, digits split after the byte mapping).
-TEST(Bpe, FalconAndStarCoderMatchPythonReferenceEncoder) {
+// Falcon's, StarCoder's and BLOOM's tokenizer.json (their pre-tokenizer Sequences: runs of punctuation,
+// numbers alone or in runs cut in threes, digits split after the byte mapping; BLOOM's Split and the text
+// between its matches).
+TEST(Bpe, FalconStarCoderAndBloomMatchPythonReferenceEncoder) {
   if (!have_python_regex()) {
     GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
   }
   expect_reference_encoding("falcon", PreTokenizer::kFalcon);
   expect_reference_encoding("starcoder", PreTokenizer::kStarCoder);
+  expect_reference_encoding("bloom", PreTokenizer::kBloom);
 }
 
 // Llama 2's and Mistral's SentencePiece-style tokenizer.json (spaces as U+2581 put before the text, one piece
