@@ -59,6 +59,16 @@ std::string first_difference(const std::vector<T>& got, const std::vector<T>& wa
   return "first difference at " + std::to_string(k) + ": got " + window(got) + ", want " + window(want);
 }
 
+// tests/data/tiny-bpe's merges as tokenizer.json's model.merges ("a b" strings).
+nlohmann::json tiny_merges() {
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(slurp(kTiny + "/merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') merges.push_back(line);
+  }
+  return merges;
+}
+
 // A reference's pieces, each a list of its bytes.
 std::vector<std::string> byte_strings(const nlohmann::json& lists) {
   std::vector<std::string> out;
@@ -428,11 +438,7 @@ TEST(Bpe, FalconAndStarCoderPieces) {
 // tokens: generation does not stop at them and a dataset counts their bytes as text.
 TEST(Bpe, AddedTokensThatAreNotSpecialStandForText) {
   const nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
-  nlohmann::json merges = nlohmann::json::array();
-  std::istringstream lines(slurp(kTiny + "/merges.txt"));
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] != '#') merges.push_back(line);
-  }
+  const nlohmann::json merges = tiny_merges();
   const nlohmann::json tj = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
                              {"added_tokens",
                               {{{"id", 656}, {"content", "<|endoftext|>"}, {"special", true}},
@@ -589,11 +595,7 @@ TEST(Bpe, DirectoriesOfDocuments) {
   nlohmann::json vocab = nlohmann::json::parse(slurp(kTiny + "/vocab.json"));
   ASSERT_EQ(vocab["<|endoftext|>"], 656);
   vocab.erase("<|endoftext|>");
-  nlohmann::json merges = nlohmann::json::array();
-  std::istringstream lines(slurp(kTiny + "/merges.txt"));
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] != '#') merges.push_back(line);
-  }
+  const nlohmann::json merges = tiny_merges();
   const nlohmann::json llama3 = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
                                  {"added_tokens",
                                   {{{"id", 656}, {"content", "<|begin_of_text|>"}, {"special", true}},
