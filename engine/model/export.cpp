@@ -258,7 +258,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                              {"parallel_attn", c.parallel_residual},
                              {"num_ln_in_parallel_attn", c.shared_norm() ? 1 : 2},
                              {"bias", !c.no_bias},
-                             {"alibi", false},
+                             {"alibi", c.falcon_alibi},
                              {"ffn_hidden_size", c.ffn_width()},
                              {"activation", c.exact_gelu ? "gelu" : "gelu_new"},
                              {"max_position_embeddings", c.max_seq},

@@ -68,6 +68,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
       1)
     return Status::invalid_argument(
         "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode and BLOOM are six variants, not one");
+  if (c.falcon_alibi && !c.falcon) return Status::invalid_argument("model: falcon_alibi is Falcon's");
   if (c.bloom && (c.parallel_residual || c.exact_gelu)) {
     return Status::invalid_argument(
         "model: BLOOM's blocks are in sequence, with GELU's tanh approximation (bloom_gelu)");
@@ -495,12 +496,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
              falcon = m.model_type == "falcon";
   if (neox || phi || falcon) {  // the reader has refused what their configs cannot be otherwise
     const std::string family = neox ? "GPT-NeoX" : phi ? "Phi" : "Falcon";
-    if (falcon && m.position != PositionKind::kRotary) {
-      return Status::invalid_argument(where +
-                                      "alibi true (ALiBi instead of rotary positions) is not "
-                                      "supported by " +
-                                      tool + " for Falcon; allowed: false");
-    }
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
                                       "\" is not supported by " + tool +
@@ -624,6 +619,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.parallel_residual = m.parallel_residual || m.block_norm_shared;
     c.one_norm = c.falcon && m.block_norm_shared;
     c.no_bias = c.falcon && !m.linear_bias;
+    c.falcon_alibi = c.falcon && m.position == PositionKind::kNone;  // Falcon-RW's
     c.kv_heads = c.falcon ? m.kv_heads : 0;
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
@@ -723,7 +719,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   }
   if (c.neox || c.phi || c.falcon) {
     m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : "falcon";
-    m.position = PositionKind::kRotary;
+    m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;
     m.rope_scaling = c.rope_scaling;
@@ -1272,10 +1268,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       if (flash_) {
         k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi());
+                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                   c_.alibi_scale());
       } else {
         k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi());
+                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale());
       }
       break;
     }
@@ -1426,7 +1423,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
                                     c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
-                                    c_.alibi());
+                                    c_.alibi_scale());
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap());

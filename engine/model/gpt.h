@@ -99,6 +99,9 @@ struct GptConfig {
   bool falcon = false;
   bool one_norm = false;
   bool no_bias = false;
+  // Falcon's ALiBi instead of rotary positions (alibi true: Falcon-RW's), its biases added to the scores
+  // before the score scale (so scaled by it, unlike BLOOM's).
+  bool falcon_alibi = false;
   // GPT-BigCode's GPT-2 shape (SantaCoder's, StarCoder's): multi-query attention (kv_heads 1) with learned
   // positions, and in Hugging Face files nn.Linear weights ([out, in], not Conv1D's) with c_attn's rows
   // every query, then the key, then the value (one key/value head per query head: head by head).
@@ -112,11 +115,16 @@ struct GptConfig {
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
   // position's row (neither rotary positions nor ALiBi).
-  bool alibi() const { return bloom; }
+  bool alibi() const { return bloom || falcon_alibi; }
+  // What the attention kernels multiply ALiBi's slopes by (0: no ALiBi): BLOOM adds the biases to the scaled
+  // scores, Falcon to the scores before the scale.
+  float alibi_scale() const {
+    return bloom ? 1.0f : falcon_alibi ? static_cast<float>(1.0 / std::sqrt(head_size())) : 0.0f;
+  }
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox || phi || falcon; }
+  bool rotary() const { return llama() || neox || phi || (falcon && !falcon_alibi); }
   // Whether the attention reads qkv expanded to a [3 x q_width] layout (key/value heads repeated to their
   // query heads, rotary positions applied) rather than the qkv linear's output as it is.
   bool expanded_attention() const { return rotary() || kv_head_count() != heads; }

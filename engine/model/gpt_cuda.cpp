@@ -437,14 +437,14 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
         qkv = qf_;
       }
       if (flash_) {
-        return check(
-            kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
-                                        c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi()),
-            "flash attention");
+        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
+                                                 c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                                 c_.alibi_scale()),
+                     "flash attention");
       }
       return check(
           kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_, s,
-                                c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi()),
+                                c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
           "attention");
     }
     case GptRole::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
@@ -557,14 +557,15 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
         dqkv = dqf_;
       }
       MW_RETURN_IF_ERROR(zero(dqkv, nq * 3));
-      Status st = flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
-                                                              c_.heads, scratch_, s, c_.attention_window(l),
-                                                              c_.score_scale(), c_.score_cap(), c_.alibi()),
-                                 "flash attention bwd")
-                         : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q,
-                                                        c_.heads, bf16_, scratch_, s, c_.attention_window(l),
-                                                        c_.score_scale(), c_.score_cap()),
-                                 "attention bwd");
+      Status st =
+          flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
+                                                      c_.heads, scratch_, s, c_.attention_window(l),
+                                                      c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
+                         "flash attention bwd")
+                 : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q, c_.heads,
+                                                bf16_, scratch_, s, c_.attention_window(l), c_.score_scale(),
+                                                c_.score_cap()),
+                         "attention bwd");
       MW_RETURN_IF_ERROR(st);
       return c_.expanded_attention() ? collapse_dqkv(o.layer) : Status::ok();
     }

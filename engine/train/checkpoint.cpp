@@ -97,6 +97,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
           {"no_bias", c.no_bias},
+          {"alibi", c.falcon_alibi},
           {"kv_heads", c.kv_head_count()},
           {"ffn", c.ffn_width()},
           {"tied", c.tied},
@@ -138,6 +139,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.falcon = arch == "falcon";
     c.one_norm = j.value("one_norm", false);
     c.no_bias = j.value("no_bias", false);
+    c.falcon_alibi = c.falcon && j.value("alibi", false);
     if (c.falcon) c.kv_heads = j.value("kv_heads", 0);
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);

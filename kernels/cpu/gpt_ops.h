@@ -109,16 +109,17 @@ void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 // scores are q . k times `scale` (0: 1 / sqrt(C / NH); Gemma 2's query_pre_attn_scalar^-1/2), then with
 // `softcap` > 0 softcap * tanh(score / softcap) (Gemma 2's attn_logit_softcapping) before the softmax;
 // backward recomputes the scores to take the cap's derivative.
-// `alibi`: ALiBi's (BLOOM's) linear biases, alibi_slope(h, NH) x (u - t) added to head h's score of key u
-// for query t (after the scale and any cap), instead of positions in the embedding. Backward reads the
-// probabilities and needs no flag (a cap's derivative is of the score before the bias).
+// `alibi` > 0: ALiBi's linear biases, alibi x alibi_slope(h, NH) x (u - t) added to head h's score of key u
+// for query t (after the scale and any cap), instead of positions in the embedding: BLOOM's at 1, Falcon's
+// (which adds them before the scale) at the scale. Backward reads the probabilities and needs no flag (a
+// cap's derivative is of the score before the bias).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0,
-                       float scale = 0, float softcap = 0, bool alibi = false);
+                       float scale = 0, float softcap = 0, float alibi = 0);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                         int C, int NH, int window = 0, float scale = 0, float softcap = 0);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
+                           int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                             int C, int NH, int window = 0, float scale = 0, float softcap = 0);
 // The attention's score scale: `scale`, or 0 for 1 / sqrt(head size).
@@ -152,10 +153,10 @@ inline int attention_window_start(int t, int window) {
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
 // softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
+                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window = 0, float scale = 0,
-                              float softcap = 0, bool alibi = false);
+                              float softcap = 0, float alibi = 0);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).

@@ -440,14 +440,14 @@ __device__ int window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;
 }
 
-// ALiBi's slope of head h of NH (kernels/cpu's alibi_slope), or 0 without ALiBi.
-__device__ float alibi_slope_of(bool alibi, int h, int NH) {
-  if (!alibi) return 0.0f;
+// ALiBi's slope of head h of NH (kernels/cpu's alibi_slope) times `alibi`, or 0 without ALiBi (0).
+__device__ float alibi_slope_of(float alibi, int h, int NH) {
+  if (alibi == 0) return 0.0f;
   int p = 1;
   while (p * 2 <= NH) p *= 2;
   const float e = h < p ? 8.0f * static_cast<float>(h + 1) / static_cast<float>(p)
                         : 4.0f * static_cast<float>(2 * (h - p) + 1) / static_cast<float>(p);
-  return exp2f(-e);
+  return alibi * exp2f(-e);
 }
 
 // cap * tanh(s / cap), or s without a cap (0).
@@ -456,9 +456,9 @@ __device__ float capped(float s, float cap) {
 }
 
 // In place over rows of `att` [rows, T] (row r is query t = r % T of head (r / T) % NH): causal softmax of
-// the scaled scores (soft-capped first with `cap` > 0, then with `alibi` plus ALiBi's slope x (u - t)) over
-// keys window_start(t) .. t, zero elsewhere.
-__global__ void causal_softmax_kernel(float* att, int T, int window, float cap, int NH, bool alibi) {
+// the scaled scores (soft-capped first with `cap` > 0; plus `alibi` x the head's ALiBi slope x (u - t) with
+// `alibi` > 0) over keys window_start(t) .. t, zero elsewhere.
+__global__ void causal_softmax_kernel(float* att, int T, int window, float cap, int NH, float alibi) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int t = static_cast<int>(row % T), lo = window_start(t, window);
@@ -538,8 +538,8 @@ __device__ FlashRow flash_row(const float* qkv, std::size_t row, int T, int C, i
   const std::size_t at = (b * T + t) * C3 + h * hs;
   return {qkv + at, qkv + at - t * C3, at, (b * T + t) * C + h * hs, C3, static_cast<int>(t), hs};
 }
-// The ALiBi slope of row `row`'s head (0 without ALiBi).
-__device__ float flash_slope(std::size_t row, int T, int NH, bool alibi) {
+// The ALiBi slope of row `row`'s head, times `alibi` (0 without ALiBi).
+__device__ float flash_slope(std::size_t row, int T, int NH, float alibi) {
   return alibi_slope_of(alibi, static_cast<int>(row / T % NH), NH);
 }
 __device__ float flash_dot(const float* a, const float* b, int n) {
@@ -551,7 +551,7 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
 // One block per query row t: each thread scores one key of the tile; thread i accumulates output channels
 // i and i + 128 (those below hs), rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                                     float scale, int window, float cap, bool alibi) {
+                                     float scale, int window, float cap, float alibi) {
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -592,7 +592,7 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 // keeps dout[t] . out[t] in rowsum for the key pass.
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale, int window, float cap, bool alibi) {
+                                            float scale, int window, float cap, float alibi) {
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -634,7 +634,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
 // queries that see it, u <= t < u + window (or T).
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
-                                          float scale, int window, float cap, bool alibi) {
+                                          float scale, int window, float cap, float alibi) {
   __shared__ float g[kFlashTile];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -1049,7 +1049,7 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
 
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window, float score_scale_or_0,
-                      float softcap, bool alibi) {
+                      float softcap, float alibi) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -1130,7 +1130,7 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap, bool alibi) {
+                            void* stream, int window, float scale, float softcap, float alibi) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
@@ -1146,7 +1146,7 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float score_scale_or_0, float softcap, bool alibi) {
+                             int window, float score_scale_or_0, float softcap, float alibi) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;

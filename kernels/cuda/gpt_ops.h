@@ -103,11 +103,11 @@ int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
 // mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate. `window` > 0:
 // a sliding window, query t sees keys t - window < u <= t (kernels/cpu's attention_window_start). `scale`
 // (0: 1 / sqrt(head size)) and `softcap` (0: none) as kernels/cpu's: scores cap * tanh(scale q . k / cap);
-// `alibi`: plus ALiBi's alibi_slope(h, NH) x (u - t), as kernels/cpu's (backward needs no flag).
+// `alibi` > 0: plus alibi x ALiBi's alibi_slope(h, NH) x (u - t), as kernels/cpu's (backward needs no flag).
 std::size_t attention_forward_scratch(int B, int T, int C);
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window = 0, float scale = 0,
-                      float softcap = 0, bool alibi = false);
+                      float softcap = 0, float alibi = 0);
 // dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH, softcap) floats
 // (with soft-capping, room for the recomputed scores too).
 std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap = false);
@@ -128,11 +128,11 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // thread), else cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window = 0, float scale = 0, float softcap = 0,
-                            bool alibi = false);
+                            float alibi = 0);
 std::size_t flash_attention_backward_scratch(int B, int T, int NH);
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window = 0, float scale = 0, float softcap = 0, bool alibi = false);
+                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (rotary positions); `scale` is Gemma's sqrt(C).

@@ -2035,7 +2035,7 @@ TEST(CliGenerate, APhiShapedModelTrainsGeneratesAndExports) {
 // Falcon-7B's shape (one key/value head, one norm before the attention and the MLP side by side, no biases,
 // a tied head) cut to one layer of 64 trains on falcon-7b's file, is kept by the checkpoint, exports as
 // FalconForCausalLM and generates the same text from either; so does the new decoder architecture's (two
-// key/value heads, two norms); ALiBi Falcon is refused.
+// key/value heads, two norms) and Falcon-RW's (ALiBi, in sequence, biases).
 TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "falcon",
@@ -2058,14 +2058,15 @@ TEST(CliGenerate, AFalconShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(n.config["new_decoder_architecture"], true);
   EXPECT_EQ(n.config["num_kv_heads"], 2);
   EXPECT_EQ(n.tensors["transformer.h.0.ln_mlp.weight"]["shape"], (nlohmann::json{64}));
-  const CmdResult alibi =
-      memwall("train --steps 1 --data " + r.data + R"( --model falcon-7b --model-set '{"alibi": true}')");
-  EXPECT_EQ(alibi.exit_code, 2) << alibi.output;
-  EXPECT_NE(alibi.output.find("alibi true (ALiBi instead of rotary positions) is not supported by memwall "
-                              "train for Falcon"),
-            std::string::npos)
-      << alibi.output;
-  for (const ShapeRoundTrip* t : {&r, &n}) {
+  const ShapeRoundTrip rw = train_export_generate(
+      "falcon-rw",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 64,
+          "alibi": true, "parallel_attn": false, "multi_query": false, "bias": true})",
+      "falcon-7b", 200);
+  EXPECT_EQ(rw.latest["alibi"], true);
+  EXPECT_EQ(rw.config["alibi"], true);
+  EXPECT_EQ(rw.tensors["transformer.h.0.self_attention.dense.bias"]["shape"], (nlohmann::json{64}));
+  for (const ShapeRoundTrip* t : {&r, &n, &rw}) {
     std::filesystem::remove_all(t->dir);
     std::filesystem::remove_all(t->hf);
   }

@@ -183,7 +183,7 @@ TEST_P(CudaGpt, NeoxShapeMatchesTheCpu) {
 }
 
 // Falcon's variant: Falcon-7B's one key/value head after one norm without biases, and the new architecture's
-// two key/value heads after two norms with an untied head; unfused and flash.
+// two key/value heads after two norms with an untied head; Falcon-RW's ALiBi; unfused and flash.
 TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
   const int tiling = GetParam();
   GptConfig falcon7b = small_gpt();
@@ -197,6 +197,11 @@ TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
   falcon40b.kv_heads = 2;
   falcon40b.tied = false;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon40b);
+  // Falcon-RW's: in sequence with biases, ALiBi (added before the score scale) instead of rotary positions.
+  GptConfig falcon_rw = small_gpt();
+  falcon_rw.falcon = falcon_rw.falcon_alibi = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon_rw);
+  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, falcon_rw, "falcon-rw");
 }
 
 // GPT-BigCode's: multi-query attention with learned positions (the key and value repeated without rotary

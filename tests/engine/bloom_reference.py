@@ -12,20 +12,7 @@ them over as its export writes them), so names and the query_key_value layout ar
 usage: bloom_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
 """
-import math
-
 import reference_io
-
-
-def alibi_slopes(heads):
-    """build_alibi_tensor's slopes, one per head."""
-    closest = 2 ** math.floor(math.log2(heads))
-    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
-    slopes = [base ** i for i in range(1, closest + 1)]
-    if closest != heads:
-        extra = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
-        slopes += [extra ** i for i in range(1, 2 * (heads - closest), 2)]
-    return slopes
 
 
 def forward(cfg, t, tokens, torch):
@@ -33,18 +20,14 @@ def forward(cfg, t, tokens, torch):
     B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
     hs = C // H
     ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t)
-    # [H, 1, T]: slope x key position, the same for every query (a row's constant does not move its softmax).
-    alibi = torch.tensor(alibi_slopes(H), dtype=torch.float64).view(H, 1, 1) * torch.arange(
-        T, dtype=torch.float64).view(1, 1, T)
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    alibi = reference_io.alibi(torch, H, T)
 
     x = ln(t["transformer.word_embeddings.weight"][tokens], "transformer.word_embeddings_layernorm")
     for layer in range(cfg["layers"]):
         p = "transformer.h.%d." % layer
         qkv = linear(ln(x, p + "input_layernorm"), p + "self_attention.query_key_value").view(B, T, H, 3, hs)
         q, k, v = (qkv[..., i, :].permute(0, 2, 1, 3) for i in range(3))
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs) + alibi).masked_fill(~causal, float("-inf"))
-        y = (torch.softmax(scores, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        y = reference_io.causal_attention(q, k, v, torch, alibi).permute(0, 2, 1, 3).reshape(B, T, C)
         x = x + linear(y, p + "self_attention.dense")
         h = reference_io.gelu(linear(ln(x, p + "post_attention_layernorm"), p + "mlp.dense_h_to_4h"), torch,
                               False)

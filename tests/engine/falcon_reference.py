@@ -7,7 +7,8 @@ convention, base rope_theta), causal softmax attention scaled by head size^-1/2,
 MLP (dense_h_to_4h, GELU, dense_4h_to_h) side by side with the attention after one norm (input_layernorm,
 Falcon-7B's) or two (ln_attn, ln_mlp: the new architecture's), or after it (input_layernorm, then
 post_attention_layernorm); ln_f; lm_head (word_embeddings when tied); biases on the linears only with bias;
-LayerNorm eps 1e-5. It reads the tensors by the names of a Falcon checkpoint (tests/engine/gpt_model_test.cpp).
+LayerNorm eps 1e-5. With alibi (Falcon-RW's), no rotary positions but ALiBi's biases added to the scores
+before the scale (in float64: transformers rounds slope x position to bfloat16). It reads the tensors by the names of a Falcon checkpoint (tests/engine/gpt_model_test.cpp).
 
 usage: falcon_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
@@ -21,6 +22,10 @@ def forward(cfg, t, tokens, torch):
     hs = C // H
     ln, linear = reference_io.layer_norm(t, torch, C), reference_io.linear(t, cfg["bias"])
     rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
+    bias = reference_io.alibi(torch, H, T) if cfg.get("alibi") else None
+    if bias is not None:
+        def rotate(x):
+            return x
 
     def split(fused):  # -> q, k, v as [B, T, H, hs]
         if cfg["new_decoder_architecture"]:
@@ -46,7 +51,8 @@ def forward(cfg, t, tokens, torch):
         p = "transformer.h.%d." % layer
         h = ln(x, p + ("ln_attn" if two_side_by_side else "input_layernorm"))
         q, k, v = (y.transpose(1, 2) for y in split(linear(h, p + "self_attention.query_key_value")))
-        y = reference_io.causal_attention(rotate(q), rotate(k), v, torch).transpose(1, 2).reshape(B, T, C)
+        y = reference_io.causal_attention(rotate(q), rotate(k), v, torch, bias, True)
+        y = y.transpose(1, 2).reshape(B, T, C)
         attn = linear(y, p + "self_attention.dense")
         if not cfg["parallel"]:
             x = x + attn

@@ -236,6 +236,14 @@ GptConfig falcon_sequential() {
   c.kv_heads = 0;
   return c;
 }
+// Falcon-RW's: that with ALiBi instead of rotary positions (5 heads: the slopes of 4, then an odd one).
+GptConfig falcon_rw() {
+  GptConfig c = falcon_sequential();
+  c.falcon_alibi = true;
+  c.channels = 20;
+  c.heads = 5;
+  return c;
+}
 
 // GPT-BigCode's: GPT-2's shape with multi-query attention (one key/value head), and with one per head.
 GptConfig bigcode() {
@@ -277,6 +285,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"falcon-7b", falcon7b()},
           {"falcon-40b", falcon40b()},
           {"falcon-sequential", falcon_sequential()},
+          {"falcon-rw", falcon_rw()},
           {"bigcode", bigcode()},
           {"bigcode-mha", bigcode_mha()},
           {"bloom", bloom()},
@@ -553,9 +562,13 @@ TEST(GptModel, FalconLayoutIsGpt2sWithFalconsNamesAndGroups) {
   GptConfig bad = c;
   bad.kv_heads = 3;
   EXPECT_NE(validate(bad, 1, 4).message().find("multiple of kv_heads"), std::string::npos);
-  ModelSpec alibi = gpt_model_spec(falcon7b());
-  alibi.position = PositionKind::kNone;
-  EXPECT_NE(check_model_file(alibi, "memwall train").message().find("alibi true"), std::string::npos);
+  // Falcon-RW's ALiBi (alibi true: no rotary positions) reads back as such.
+  ModelSpec alibi = gpt_model_spec(falcon_rw());
+  EXPECT_EQ(alibi.position, PositionKind::kNone);
+  EXPECT_TRUE(check_model_file(alibi, "memwall train").is_ok());
+  const GptConfig rw = gpt_config_of(alibi);
+  EXPECT_TRUE(rw.falcon_alibi && !rw.rotary() && rw.alibi());
+  EXPECT_FLOAT_EQ(rw.alibi_scale(), 0.5f);  // heads of 4 channels: the score scale
 }
 
 TEST(GptModel, TheCoreGraphDescribesExactlyTheseTensors) {
@@ -1099,11 +1112,15 @@ TEST(GptModel, PhiMatchesAPyTorchReference) {
 // Falcon against a PyTorch implementation of transformers' Falcon equations (tests/engine/
 // falcon_reference.py), which reads the tensors by their Falcon names and splits query_key_value as Falcon
 // does for each of its three layouts: multi-query side by side after one norm, the new architecture's groups
-// after two, and one key/value head per query head in sequence with biases. Skipped without torch.
+// after two, and one key/value head per query head in sequence with biases, also with Falcon-RW's ALiBi
+// (added before the score scale). Skipped without torch.
 TEST(GptModel, FalconMatchesAPyTorchReference) {
-  for (GptConfig c : {falcon7b(), falcon40b(), falcon_sequential()}) {
-    SCOPED_TRACE(c.one_norm ? "falcon-7b" : c.parallel_residual ? "falcon-40b" : "sequential");
-    c.rope_theta = 500;  // the rotation matters even over 8 positions
+  for (GptConfig c : {falcon7b(), falcon40b(), falcon_sequential(), falcon_rw()}) {
+    SCOPED_TRACE(c.one_norm            ? "falcon-7b"
+                 : c.parallel_residual ? "falcon-40b"
+                 : c.falcon_alibi      ? "falcon-rw"
+                                       : "sequential");
+    if (!c.falcon_alibi) c.rope_theta = 500;  // the rotation matters even over 8 positions
     const int kv = c.kv_head_count();
     const bool new_arch = (c.parallel_residual && !c.one_norm) || (kv != 1 && kv != c.heads);
     const nlohmann::json config = {{"layers", c.layers},
@@ -1117,7 +1134,8 @@ TEST(GptModel, FalconMatchesAPyTorchReference) {
                                    {"bias", !c.no_bias},
                                    {"tied", c.tied},
                                    {"exact_gelu", c.exact_gelu},
-                                   {"rope_theta", c.rope_theta}};
+                                   {"rope_theta", c.rope_theta},
+                                   {"alibi", c.falcon_alibi}};
     if (!matches_reference("falcon_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }

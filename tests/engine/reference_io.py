@@ -89,9 +89,29 @@ def rotary(torch, T, rot, theta):
     return rotate
 
 
-def causal_attention(q, k, v, torch):
-    """softmax(q k^T / sqrt(head size), causal) v for [B, H, T, head size]."""
+def causal_attention(q, k, v, torch, bias=None, bias_scaled=False):
+    """softmax(q k^T / sqrt(head size), causal) v for [B, H, T, head size]; `bias` [H, 1, T] added to the
+    scores after the scale (BLOOM's ALiBi), or before it with bias_scaled (Falcon's)."""
     T, hs = q.shape[-2], q.shape[-1]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~causal, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    scores = q @ k.transpose(-1, -2)
+    if bias is not None and bias_scaled:
+        scores = scores + bias
+    scores = scores / math.sqrt(hs)
+    if bias is not None and not bias_scaled:
+        scores = scores + bias
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+
+
+def alibi(torch, heads, T):
+    """ALiBi's biases [heads, 1, T]: each head's slope (build_alibi_tensor's: the powers of 2^(-8 / n) for n,
+    the largest power of two up to the heads, then the odd powers of 2^(-4 / n)) times the key's position (the
+    same for every query: a row's constant does not move its softmax), in float64."""
+    closest = 2 ** math.floor(math.log2(heads))
+    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
+    slopes = [base ** i for i in range(1, closest + 1)]
+    if closest != heads:
+        extra = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** i for i in range(1, 2 * (heads - closest), 2)]
+    return torch.tensor(slopes, dtype=torch.float64).view(heads, 1, 1) * torch.arange(
+        T, dtype=torch.float64).view(1, 1, T)

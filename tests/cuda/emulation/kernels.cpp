@@ -324,7 +324,7 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
 // checks the TF32 path on the emulated cuBLAS).
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
-                      float* scratch, void* stream, int window, float scale, float softcap, bool alibi) {
+                      float* scratch, void* stream, int window, float scale, float softcap, float alibi) {
   const int N = B * T;
   if (int e = device_args("attention_forward",
                           {{out, f32(N, C), "out", true},
@@ -356,7 +356,7 @@ int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, 
 // The fused kernels' limit (head size at most two channels for each of a block's 128 threads) is the real
 // one's too.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap, bool alibi) {
+                            void* stream, int window, float scale, float softcap, float alibi) {
   if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args(
@@ -374,7 +374,7 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float scale, float softcap, bool alibi) {
+                             int window, float scale, float softcap, float alibi) {
   if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
   if (int e = device_args("flash_attention_backward",
