@@ -1352,15 +1352,6 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
   st.gg = model::make_gpt_graph(c, o.micro_batch, o.seq, o.tiling, flash);
   st.cuda = o.device == ComputeDevice::kCuda;
   st.gpu_async = st.cuda && o.gpu_async;
-  if (!st.cuda) {
-    // With activation checkpointing the schedule recomputes each segment's forward before its backward, so
-    // the model keeps one segment's activations (and the residual stream at every layer), as the plan
-    // assumes (the CUDA model alike, below).
-    const auto& ac = run.activation_checkpointing;
-    st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash,
-                                                 ac.enabled ? std::max(1, ac.interval) : 0);
-    st.model->set_bf16_matmuls(o.cpu_bf16_matmuls);
-  }
   // A rank can fail where the others do not (its GPU, its memory, a plan that does not fit it): the ranks
   // agree before their first collective, so each fails at once with that rank's reason instead of waiting
   // out the collective's deadline.
@@ -1411,6 +1402,16 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     return Status::ok();
   }();
   MW_RETURN_IF_ERROR(comm::agree(comm, planned, "trainer setup: plan"));
+  if (!st.cuda) {
+    // Only once the plan fits (the model's activation buffers of a model that does not would exhaust this
+    // machine's memory before the plan could say so). With activation checkpointing the schedule recomputes
+    // each segment's forward before its backward, so the model keeps one segment's activations (and the
+    // residual stream at every layer), as the plan assumes (the CUDA model alike, in open_gpu).
+    const auto& ac = run.activation_checkpointing;
+    st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash,
+                                                 ac.enabled ? std::max(1, ac.interval) : 0);
+    st.model->set_bf16_matmuls(o.cpu_bf16_matmuls);
+  }
   const ModelGraph& g = st.gg.graph;
   // The planner built its graph from the same spec and options: it must be the model's.
   std::size_t computes = 0;

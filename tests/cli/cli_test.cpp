@@ -33,9 +33,8 @@ struct CmdResult {
   std::string output;  // stdout and stderr together
 };
 
-CmdResult memwall(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd =
-      std::string(MEMWALL_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// A shell command line's exit code and output.
+CmdResult run_shell(const std::string& cmd) {
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -45,6 +44,10 @@ CmdResult memwall(const std::string& args, bool merge_stderr = true) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+CmdResult memwall(const std::string& args, bool merge_stderr = true) {
+  return run_shell(std::string(MEMWALL_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 // `name` under the tests' scratch directory (cli_test_files/ in the working directory, made when needed).
@@ -1357,6 +1360,20 @@ TEST(CliTrain, ARunLargerThanThisMachinesMemoryIsRefused) {
       << r.output;
   EXPECT_NE(r.output.find(" TiB per rank, more than its "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("or the parameters and optimizer states on NVMe"), std::string::npos) << r.output;
+}
+
+// A model far too large for the hardware (BLOOM-176B on one DGX-2 node's 32 GiB GPUs) is refused by the plan
+// before the CPU model allocates its activations (which for it are tens of GB: the process once met the OOM
+// killer first): here in under 3 GB of address space.
+TEST(CliTrain, APlanThatDoesNotFitIsRefusedBeforeTheModelAllocates) {
+  const std::string data = write_file("train-176b.txt", training_text());
+  const CmdResult r = run_shell("ulimit -v 3000000; " + std::string(MEMWALL_BINARY) +
+                                " train --steps 1 --data " + data + " --model bloom-176b 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("memwall: error: the run does not fit dgx2: GPU: the schedule needs "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
 }
 
 TEST(CliTrain, NvmeOptimizerGradientsInCpuMemoryMoveLessThroughNvme) {
