@@ -153,6 +153,13 @@ void forward_backward_and_ten_steps(gpu::Device& dev, std::vector<host::Arena::B
     EXPECT_NEAR(l.gpu[s], l.cpu[s], 1e-3f * l.cpu[s]) << "step " << s + 1 << ", tiling " << tiling;
 }
 
+// `c` on the GPU against the CPU with the unfused attention kernels, then with the fused ones.
+void expect_unfused_and_flash_match_the_cpu(gpu::Device& dev, std::vector<host::Arena::Block>& blocks,
+                                            int tiling, const GptConfig& c, const char* what) {
+  forward_backward_and_ten_steps(dev, blocks, tiling, c);
+  expect_flash_trains_like_the_cpu(dev, blocks, tiling, c, what);
+}
+
 TEST_P(CudaGpt, ForwardBackwardAndTenAdamStepsMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), small_gpt());
 }
@@ -175,8 +182,7 @@ TEST_P(CudaGpt, NeoxShapeMatchesTheCpu) {
   neox.neox = neox.parallel_residual = neox.exact_gelu = true;
   neox.partial_rotary = 0.25;
   neox.tied = false;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, neox);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, neox, "neox");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, neox, "neox");
   GptConfig sequential = small_gpt();
   sequential.neox = true;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, sequential);
@@ -190,8 +196,7 @@ TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
   falcon7b.falcon = falcon7b.parallel_residual = falcon7b.one_norm = falcon7b.no_bias = true;
   falcon7b.exact_gelu = true;
   falcon7b.kv_heads = 1;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon7b);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, falcon7b, "falcon-7b");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, falcon7b, "falcon-7b");
   GptConfig falcon40b = falcon7b;
   falcon40b.one_norm = false;
   falcon40b.kv_heads = 2;
@@ -200,8 +205,7 @@ TEST_P(CudaGpt, FalconShapeMatchesTheCpu) {
   // Falcon-RW's: in sequence with biases, ALiBi (added before the score scale) instead of rotary positions.
   GptConfig falcon_rw = small_gpt();
   falcon_rw.falcon = falcon_rw.falcon_alibi = true;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, falcon_rw);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, falcon_rw, "falcon-rw");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, falcon_rw, "falcon-rw");
 }
 
 // GPT-BigCode's: multi-query attention with learned positions (the key and value repeated without rotary
@@ -211,8 +215,7 @@ TEST_P(CudaGpt, BigcodeShapeMatchesTheCpu) {
   GptConfig bigcode = small_gpt();
   bigcode.bigcode = true;
   bigcode.kv_heads = 1;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, bigcode);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, bigcode, "bigcode");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, bigcode, "bigcode");
 }
 
 // BLOOM's: ALiBi's biases on the scores (the heads' slopes) instead of positions, the embedding's LayerNorm;
@@ -221,8 +224,7 @@ TEST_P(CudaGpt, BloomShapeMatchesTheCpu) {
   const int tiling = GetParam();
   GptConfig bloom = small_gpt();
   bloom.bloom = true;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, bloom);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, bloom, "bloom");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, bloom, "bloom");
 }
 
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
@@ -233,8 +235,7 @@ TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
   phi.phi = phi.parallel_residual = true;
   phi.partial_rotary = 0.625;
   phi.tied = false;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, phi);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, phi, "phi");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, phi, "phi");
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
@@ -254,15 +255,13 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   // Mistral's sliding window (8 of the 32 positions trained) on the unfused kernels and the flash ones.
   GptConfig window = small_llama();
   window.sliding_window = 8;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, window);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, window, "window");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, window, "window");
   // Qwen3's heads of their own width (4 x 24 query channels over 64) with per-head q and k norms, unfused
   // and flash.
   GptConfig qwen3 = small_llama();
   qwen3.head_dim = 24;
   qwen3.qk_norm = true;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, qwen3);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, qwen3, "qwen3");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, qwen3, "qwen3");
   // Gemma's GeGLU, 1 + weight norms and sqrt(C) embedding, one key/value head of its own width.
   GptConfig gemma = small_llama();
   gemma.kv_heads = 1;
@@ -278,8 +277,7 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   gemma2.query_scale = 24;
   gemma2.sliding_window = 8;
   gemma2.global_every = 2;
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, gemma2);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, gemma2, "gemma2");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, gemma2, "gemma2");
   // Gemma 3's q/k norms by 1 + weight and its windows' own rotary base (the global layers' with a linear
   // rope_scaling), without soft-capping.
   GptConfig gemma3 = gemma2;
@@ -298,8 +296,7 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
                        .original_max_positions = 16,
                        .short_factor = {1, 1.2, 1.5, 2, 3, 4},
                        .long_factor = {1, 2, 4, 8, 16, 32}};
-  forward_backward_and_ten_steps(*dev_, blocks_, tiling, phi4);
-  expect_flash_trains_like_the_cpu(*dev_, blocks_, tiling, phi4, "phi4");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, phi4, "phi4");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());
