@@ -173,7 +173,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
   const double qw = m.q_width();   // queries and the attention's output: hidden unless head_dim differs
   const double ffn = m.mlp_ffn();  // the dense MLP's inner features, or one expert's
-  const bool ln = m.norm == NormKind::kLayerNorm;
+  const bool ln = m.norm == NormKind::kLayerNorm && m.norm_bias;  // (a LayerNorm's bias)
   const bool has_norm = m.norm != NormKind::kNone;
   const int tiles = opt.tiling;
   Builder b(g, T, eb);

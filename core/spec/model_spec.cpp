@@ -88,7 +88,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"embed.norm.weight", hd, 1, 1, false});
     t.push_back({"embed.norm.bias", hd, 1, 1, false});
   }
-  const bool ln = norm == NormKind::kLayerNorm;
+  const bool ln = norm == NormKind::kLayerNorm && norm_bias;  // (a LayerNorm's bias)
   const bool has_norm = norm != NormKind::kNone;
   if (has_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});

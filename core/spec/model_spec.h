@@ -144,6 +144,7 @@ struct ModelSpec {
   // use_parallel_residual): x + attn(ln1(x)) + mlp(ln2(x)).
   bool parallel_residual = false;
   bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
+  bool norm_bias = true;    // LayerNorm's bias (MPT's norms have none: no_bias)
   bool head_bias = false;   // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }

@@ -3,6 +3,7 @@
 #include "spec/spec_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,7 +64,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -376,6 +377,104 @@ Result<RopeScaling> parse_rope_scaling(std::string_view text, const std::string&
   RopeScaling out;
   MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, out));
   return out;
+}
+
+// MPT's (MosaicML's MPT-7B, MPT-30B; transformers' MptConfig, whose defaults these are): GPT-2's shape with
+// its own key names, an MLP of expansion_ratio x d_model, ALiBi instead of positions (attn_config.alibi;
+// else a learned table), and with no_bias no biases at all, the LayerNorms' included.
+Status parse_mpt(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
+  m.hidden = 2048;
+  m.heads = 16;
+  m.layers = 24;
+  m.max_positions = 2048;
+  m.vocab = 50368;
+  MW_RETURN_IF_ERROR(r.get_int("d_model", m.hidden, 1, 1 << 24));
+  MW_RETURN_IF_ERROR(r.get_int("n_heads", m.heads, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("n_layers", m.layers, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("max_seq_len", m.max_positions, 1, 1 << 28));
+  MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+  double expansion = 4;
+  MW_RETURN_IF_ERROR(r.get_number("expansion_ratio", expansion, 0.0, 1 << 10));
+  const double ffn = expansion * m.hidden;
+  if (ffn < 1 || ffn != std::floor(ffn)) {
+    return r.error("expansion_ratio",
+                   strprintf("%g", expansion) + " x d_model " + std::to_string(m.hidden) +
+                       " is not a whole number of MLP features; allowed: a ratio giving one");
+  }
+  m.ffn_hidden = static_cast<int>(ffn);
+  m.kv_heads = m.heads;
+  m.norm = NormKind::kLayerNorm;
+  m.gated_mlp = false;
+  m.tied_embeddings = true;  // (MptForCausalLM ties its head to wte)
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  bool no_bias = true;
+  MW_RETURN_IF_ERROR(r.get_bool("no_bias", no_bias));
+  m.linear_bias = m.norm_bias = !no_bias;
+  MW_RETURN_IF_ERROR(r.get_number("layer_norm_epsilon", m.norm_eps, 0.0, 1.0));
+  m.mlp_act = "gelu";  // (nn.GELU: exact)
+  std::string norm_type = "low_precision_layernorm";
+  MW_RETURN_IF_ERROR(r.get_string("norm_type", norm_type));
+  if (norm_type != "low_precision_layernorm" && norm_type != "layernorm") {
+    return r.error("norm_type",
+                   "\"" + norm_type + "\" is not supported; allowed: low_precision_layernorm or layernorm");
+  }
+  bool learned = true;
+  MW_RETURN_IF_ERROR(r.get_bool("learned_pos_emb", learned));
+  bool alibi = true;
+  Result<const json*> attn = r.get_object("attn_config");
+  if (!attn.is_ok()) return attn.status();
+  if (*attn != nullptr) {
+    JsonObjectReader a(**attn, source, "attn_config", diag);
+    MW_RETURN_IF_ERROR(a.get_bool("alibi", alibi));
+    double bias_max = 8;
+    MW_RETURN_IF_ERROR(a.get_number("alibi_bias_max", bias_max, 0.0, 1e6));
+    if (alibi && bias_max != 8) {
+      return a.error("alibi_bias_max", strprintf("%g", bias_max) +
+                                           " is not supported (memwall's ALiBi slopes are BLOOM's, MPT's "
+                                           "with 8); allowed: 8");
+    }
+    std::string attn_type = "multihead_attention";
+    MW_RETURN_IF_ERROR(a.get_string("attn_type", attn_type));
+    if (attn_type == "multiquery_attention") {
+      m.kv_heads = 1;
+    } else if (attn_type == "grouped_query_attention") {
+      MW_RETURN_IF_ERROR(require(a, "kv_n_heads"));
+      MW_RETURN_IF_ERROR(a.get_int("kv_n_heads", m.kv_heads, 1, 1 << 20));
+    } else if (attn_type != "multihead_attention") {
+      return a.error("attn_type", "\"" + attn_type +
+                                      "\" is not supported; allowed: multihead_attention, "
+                                      "multiquery_attention or grouped_query_attention");
+    }
+    MW_RETURN_IF_ERROR(require_flag(a, "qk_ln", false, "LayerNorms of the queries and keys"));
+    MW_RETURN_IF_ERROR(require_flag(a, "prefix_lm", false, "bidirectional attention over a prefix"));
+    if (a.has("clip_qkv")) return a.error("clip_qkv", "(q, k and v clamped) is not supported; allowed: null");
+    if (a.has("softmax_scale")) {
+      return a.error("softmax_scale",
+                     "(a score scale of its own) is not supported; allowed: null (head size^-1/2)");
+    }
+    a.ignore({"attn_impl", "attn_pdrop", "attn_uses_sequence_id", "clip_qkv", "softmax_scale", "kv_n_heads",
+              "rope", "rope_theta", "rope_impl", "rope_dail_config", "rope_hf_config", "sliding_window_size",
+              "alibi_bias_max"});
+    a.finish();
+  }
+  m.position = alibi ? PositionKind::kNone : learned ? PositionKind::kLearned : PositionKind::kNone;
+  if (r.has("logit_scale")) return r.error("logit_scale", "(logits scaled) is not supported; allowed: null");
+  Result<const json*> ffn_config = r.get_object("ffn_config");
+  if (!ffn_config.is_ok()) return ffn_config.status();
+  if (*ffn_config != nullptr) {  // (llm-foundry's newer files)
+    JsonObjectReader f(**ffn_config, source, "ffn_config", diag);
+    std::string ffn_type = "mptmlp";
+    MW_RETURN_IF_ERROR(f.get_string("ffn_type", ffn_type));
+    if (ffn_type != "mptmlp") {
+      return f.error("ffn_type", "\"" + ffn_type + "\" is not supported; allowed: mptmlp (a GELU MLP)");
+    }
+    f.ignore({"fc_type", "ffn_act_fn", "ffn_hidden_size"});
+    f.finish();
+  }
+  r.ignore({"emb_pdrop", "resid_pdrop", "embedding_fraction", "init_config", "init_device", "verbose",
+            "tokenizer_name", "auto_map", "logit_scale", "fc_type", "use_pad_tok_in_ffn", "return_dict",
+            "output_attentions", "output_hidden_states", "use_cache"});
+  return Status::ok();
 }
 
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
@@ -792,6 +891,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.head_bias = true;
       r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
     }
+  } else if (type == "mpt") {
+    MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
   } else {
     return r.error("model_type", "\"" + type + "\" is not supported; allowed: " + kModelTypes);
   }
@@ -1321,6 +1422,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"block_norm_shared", m.block_norm_shared},
             {"parallel_residual", m.parallel_residual},
             {"embed_norm", m.embed_norm},
+            {"norm_bias", m.norm_bias},
             {"head_bias", m.head_bias},
             {"experts", m.experts},
             {"experts_per_token", m.experts_per_token},

@@ -118,6 +118,14 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             8192.0 * (8192 + 2 * 8 * 64) + 8192.0 * 8192 + 2 * 4 * 8192.0 * 8192 + 4 * 8192);
   EXPECT_EQ(load_model_scenario("pythia-12b").partial_rotary_factor, 0.25);
   EXPECT_EQ(load_model_scenario("bloom-176b").max_positions, 2048);  // the run's default sequence
+  // MPT-7B: no biases anywhere (its LayerNorms' included), ALiBi, an MLP of expansion_ratio x d_model.
+  const ModelSpec mpt = load_model_scenario("mpt-7b");
+  EXPECT_EQ(mpt.total_params(), 50432.0 * 4096 + 32 * (12 * 4096.0 * 4096 + 2 * 4096) + 4096);
+  EXPECT_EQ(mpt.total_params(), 6649286656.0);
+  EXPECT_FALSE(mpt.norm_bias);
+  EXPECT_FALSE(mpt.linear_bias);
+  EXPECT_EQ(mpt.position, PositionKind::kNone);
+  EXPECT_EQ(mpt.mlp_act, "gelu");
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -142,9 +150,20 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                             "pythia-70m/config.json", diag);
   ASSERT_TRUE(pythia.is_ok()) << pythia.status().to_string();
   EXPECT_EQ(pythia->total_params(), 70426624.0);
+  // MPT with biases (no_bias false: on every linear and LayerNorm), learned positions and a ratio of 2.5.
+  auto mpt_bias = parse_model(R"({"model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2,
+      "expansion_ratio": 2.5, "max_seq_len": 32, "vocab_size": 100, "no_bias": false,
+      "attn_config": {"alibi": false, "attn_type": "multiquery_attention"}})",
+                              "mpt-tiny/config.json", diag);
+  ASSERT_TRUE(mpt_bias.is_ok()) << mpt_bias.status().to_string();
+  EXPECT_EQ(mpt_bias->ffn_hidden, 160);
+  EXPECT_EQ(mpt_bias->kv_heads, 1);
+  EXPECT_EQ(
+      mpt_bias->total_params(),
+      132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
   for (const char* name :
-       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b"}) {
+       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
@@ -164,6 +183,14 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             "not supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gpt_neox", "attention_bias": false})"),
                   "key 'attention_bias': false (biases on the MLP only) is not supported; allowed: true"},
+        std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"clip_qkv": 6}})"),
+                  "key 'attn_config.clip_qkv': (q, k and v clamped) is not supported; allowed: null"},
+        std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"alibi_bias_max": 16}})"),
+                  "key 'attn_config.alibi_bias_max': 16 is not supported"},
+        std::pair{std::string(R"({"model_type": "mpt", "expansion_ratio": 0.33, "d_model": 16})"),
+                  "key 'expansion_ratio': 0.33 x d_model 16 is not a whole number of MLP features"},
+        std::pair{std::string(R"({"model_type": "mpt", "ffn_config": {"ffn_type": "mptglu"}})"),
+                  "key 'ffn_config.ffn_type': \"mptglu\" is not supported; allowed: mptmlp"},
         std::pair{opt + R"("layer_norm_elementwise_affine": false})",
                   "key 'layer_norm_elementwise_affine': false is not supported; allowed: true"}}) {
     auto bad = parse_model(text, "bad.json", diag);
