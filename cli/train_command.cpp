@@ -513,8 +513,13 @@ int run_train(const TrainOptions& opt) {
         : c.bigcode ? strprintf("GPT-BigCode-shaped: %d key/value head%s%s; ", c.kv_head_count(),
                                 c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? ", exact GELU" : "")
                           .c_str()
-        : c.bloom      ? "BLOOM-shaped: ALiBi attention biases instead of positions, a LayerNorm of the "
-                         "embedding; "
+        : c.bloom ? "BLOOM-shaped: ALiBi attention biases instead of positions, a LayerNorm of the "
+                    "embedding; "
+        : c.mpt
+            ? strprintf("MPT-shaped: ALiBi attention biases instead of positions, exact GELU MLP of %d, no "
+                        "biases (LayerNorms' included); ",
+                        c.ffn_width())
+                  .c_str()
         : c.exact_gelu ? "exact GELU; "
                        : "",
         format_count(static_cast<double>(trainer->model_elements())).c_str(),

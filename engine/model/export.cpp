@@ -290,6 +290,43 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
+  if (c.mpt) {  // MptConfig's keys (d_model, n_heads, attn_config); max_seq_len: ALiBi's table length
+    if (c.ffn_width() % c.channels != 0) {
+      return Status::invalid_argument(dir + ": MPT's MLP of " + std::to_string(c.ffn_width()) +
+                                      " features is not a whole expansion_ratio of d_model " +
+                                      std::to_string(c.channels) + " (MptForCausalLM's must be)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures", {"MptForCausalLM"}},
+        {"model_type", "mpt"},
+        {"vocab_size", c.vocab},
+        {"d_model", c.channels},
+        {"n_layers", c.layers},
+        {"n_heads", c.heads},
+        {"expansion_ratio", c.ffn_width() / c.channels},
+        {"max_seq_len", c.max_seq},
+        {"no_bias", true},
+        {"norm_type", "low_precision_layernorm"},
+        {"layer_norm_epsilon", 1e-5},
+        {"learned_pos_emb", true},
+        {"logit_scale", nullptr},
+        {"attn_config",
+         {{"alibi", true},
+          {"alibi_bias_max", 8},
+          {"attn_type", "multihead_attention"},
+          {"attn_impl", "torch"},
+          {"attn_pdrop", 0.0},
+          {"clip_qkv", nullptr},
+          {"qk_ln", false},
+          {"prefix_lm", false},
+          {"softmax_scale", nullptr}}},
+        {"emb_pdrop", 0.0},
+        {"resid_pdrop", 0.0},
+        {"tie_word_embeddings", true},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
+  }
   if (c.bloom) {  // BloomConfig's keys (n_layer, n_head); ALiBi has no position limit to write
     nlohmann::ordered_json config = {
         {"architectures", {"BloomForCausalLM"}},

@@ -58,20 +58,24 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
   if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias ||
-                    c.bigcode || c.bloom)) {
+                    c.bigcode || c.bloom || c.mpt)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM and the parallel residual are GPT-2's shape's "
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and the parallel residual are GPT-2's shape's "
         "variants, not the Llama shape's");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
-          (c.bloom ? 1 : 0) >
+          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) >
       1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode and BLOOM are six variants, not one");
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM and MPT are seven variants, not one");
   if (c.falcon_alibi && !c.falcon) return Status::invalid_argument("model: falcon_alibi is Falcon's");
   if (c.bloom && (c.parallel_residual || c.exact_gelu)) {
     return Status::invalid_argument(
         "model: BLOOM's blocks are in sequence, with GELU's tanh approximation (bloom_gelu)");
+  }
+  if (c.mpt && (c.parallel_residual || !c.no_bias || !c.exact_gelu)) {
+    return Status::invalid_argument(
+        "model: MPT's blocks are in sequence, without biases (no_bias), with the exact GELU");
   }
   if (c.shared_norm() && !c.parallel_residual) {
     return Status::invalid_argument(
@@ -81,17 +85,19 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (!c.llama()) {
     // The rotary variants' own (GPT-NeoX's, Phi's, Falcon's): rotary settings, an untied head, another MLP
     // width.
-    const bool neox_only = !c.tied || c.ffn_width() != 4 * c.channels || c.partial_rotary != 1.0 ||
-                           c.rope_theta != 10000 || !c.rope_scaling.none();
-    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode) ||
-        ((c.one_norm || c.no_bias) && !c.falcon) || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 ||
+    // (MPT's: an MLP of any width.)
+    const bool neox_only = !c.tied || (c.ffn_width() != 4 * c.channels && !c.mpt) ||
+                           c.partial_rotary != 1.0 || c.rope_theta != 10000 || !c.rope_scaling.none();
+    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode) || (c.one_norm && !c.falcon) ||
+        (c.no_bias && !c.falcon && !c.mpt) || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 ||
         c.qk_norm || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
         c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 ||
         c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
-          "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads); allowed: the Llama shape for others");
+          "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads; MPT's: any ffn, no biases); allowed: the "
+          "Llama shape for others");
     }
     if (c.heads % c.kv_head_count() != 0) {
       return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
@@ -162,9 +168,9 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   if (c.rotary()) {
     if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
     if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
-    rows.push_back({"the MLP's inner size", c.ffn_width()});
-    if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   }
+  if (c.rotary() || c.mpt) rows.push_back({"the MLP's inner size", c.ffn_width()});
+  if (c.rotary() && !c.tied) rows.push_back({"the vocabulary", c.vocab});
   for (const auto& [rows_of, n] : rows) {
     if (tiling < 1 || n % tiling != 0) {
       return Status::invalid_argument(what + " " + std::to_string(tiling) + " must divide " + rows_of + " (" +
@@ -226,7 +232,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   for (int l = 0; l < c.layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C});
-    add(h + "ln_1.bias", {C});
+    if (c.norm_bias()) add(h + "ln_1.bias", {C});
     if (c.split_qkv()) {  // grouped-query (Falcon's): the graph's q and kv matrices, back to back
       add(h + "attn.c_attn_q.weight", {C, C});
       add(h + "attn.c_attn_kv.weight", {2 * kv, C});
@@ -242,7 +248,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     if (bias) add(h + "attn.c_proj.bias", {C});
     if (!c.shared_norm()) {  // (else the MLP reads ln_1's output)
       add(h + "ln_2.weight", {C});
-      add(h + "ln_2.bias", {C});
+      if (c.norm_bias()) add(h + "ln_2.bias", {C});
     }
     add(h + "mlp.c_fc.weight", {F, C});
     if (bias) add(h + "mlp.c_fc.bias", {F});
@@ -250,7 +256,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     if (bias) add(h + "mlp.c_proj.bias", {C});
   }
   add("ln_f.weight", {C});
-  add("ln_f.bias", {C});
+  if (c.norm_bias()) add("ln_f.bias", {C});
   if (!c.tied) add("lm_head.weight", {c.vocab, C});  // GPT-NeoX's embed_out
   if (c.phi) add("lm_head.bias", {c.vocab});
   return out;
@@ -401,6 +407,22 @@ const FamilyNames& bloom_names() {
   return names;
 }
 
+// MptForCausalLM's (nn.Linear [out, in]; Wqkv's rows every q, then every k, then every v, as c_attn's).
+const FamilyNames& mpt_names() {
+  static const FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
+                                  {"ln_f.weight", "transformer.norm_f.weight"},
+                                  {"ln_f.bias", "transformer.norm_f.bias"}},
+                                 {{"ln_1", "norm_1"},
+                                  {"attn.c_attn", "attn.Wqkv"},
+                                  {"attn.c_proj", "attn.out_proj"},
+                                  {"ln_2", "norm_2"},
+                                  {"mlp.c_fc", "ffn.up_proj"},
+                                  {"mlp.c_proj", "ffn.down_proj"}},
+                                 "transformer.blocks.",
+                                 false};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -426,6 +448,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.bigcode) return renamed_layout(layout, bigcode_names());
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (c.bloom) return renamed_layout(layout, bloom_names());
+  if (c.mpt) return renamed_layout(layout, mpt_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -546,6 +569,31 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     }
     return Status::ok();
   }
+  if (m.model_type == "mpt") {  // the reader has refused the rest (qk_ln, clip_qkv, other ALiBi slopes, ...)
+    if (m.position != PositionKind::kNone) {
+      return Status::invalid_argument(where +
+                                      "attn_config.alibi false (learned positions) is not supported by " +
+                                      tool + " for MPT; allowed: true (MptForCausalLM's)");
+    }
+    if (m.linear_bias) {
+      return Status::invalid_argument(where + "no_bias false is not supported by " + tool +
+                                      " for MPT; allowed: true (MptForCausalLM's)");
+    }
+    if (m.kv_heads != m.heads) {
+      return Status::invalid_argument(where + "attn_config.attn_type with " + std::to_string(m.kv_heads) +
+                                      " key/value heads is not supported by " + tool +
+                                      " for MPT; allowed: multihead_attention");
+    }
+    if (!m.tied_embeddings) {
+      return Status::invalid_argument(where + "tie_word_embeddings false is not supported by " + tool +
+                                      " for MPT; allowed: true");
+    }
+    if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
+      return Status::invalid_argument(where + "layer_norm_epsilon " + strprintf("%g", m.norm_eps) +
+                                      " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
+    }
+    return Status::ok();
+  }
   if (m.gated_mlp)
     return Status::invalid_argument(where + "gated (SwiGLU) MLPs are not supported by " + tool);
   if (m.norm != NormKind::kLayerNorm) return Status::invalid_argument(where + tool + " needs LayerNorm");
@@ -632,6 +680,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.kv_heads = m.kv_heads;
   }
   c.bloom = m.model_type == "bloom";
+  if (m.model_type == "mpt") {
+    c.mpt = true;
+    c.no_bias = !m.linear_bias;
+    c.ffn = m.ffn_hidden;
+  }
   c.exact_gelu = !c.llama() && !c.opt && !c.bloom && m.mlp_act == "gelu";
   return c;
 }
@@ -740,6 +793,12 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.model_type = "bloom";
     m.position = PositionKind::kNone;
     m.embed_norm = true;
+  }
+  if (c.mpt) {
+    m.model_type = "mpt";
+    m.position = PositionKind::kNone;
+    m.linear_bias = !c.no_bias;
+    m.norm_bias = c.norm_bias();
   }
   if (c.exact_gelu) m.mlp_act = "gelu";
   if (c.opt) {
@@ -1204,7 +1263,7 @@ void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* i
   if (c_.llama()) {
     k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), c_.norm_offset());
   } else {
-    k::layernorm_forward(out, mean, rstd, in, p[0], p[1], N, C);
+    k::layernorm_forward(out, mean, rstd, in, p[0], c_.norm_bias() ? p[1] : nullptr, N, C);
   }
 }
 
@@ -1214,7 +1273,7 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
   if (c_.llama()) {
     k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, c_.norm_offset());
   } else {
-    k::layernorm_backward(din, g[0], g[1], dout, in, p[0], mean, rstd, N, C);
+    k::layernorm_backward(din, g[0], c_.norm_bias() ? g[1] : nullptr, dout, in, p[0], mean, rstd, N, C);
   }
 }
 

@@ -111,16 +111,25 @@ struct GptConfig {
   // (word_embeddings_layernorm) before the first block, and in Hugging Face files BLOOM's names with q, k and
   // v interleaved head by head in one query_key_value matrix (as GPT-NeoX's).
   bool bloom = false;
+  // MPT's GPT-2 shape (MptForCausalLM, no_bias): BLOOM's ALiBi (MPT's slopes with alibi_bias_max 8 are
+  // BLOOM's for every head count) without its embedding norm, no biases at all (no_bias: on the linears, and
+  // the LayerNorms without theirs), an MLP of ffn inner features, the exact GELU, and in Hugging Face files
+  // MPT's names (attn.Wqkv's rows every query, then every key, then every value: memwall's c_attn).
+  bool mpt = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
   // position's row (neither rotary positions nor ALiBi).
-  bool alibi() const { return bloom || falcon_alibi; }
-  // What the attention kernels multiply ALiBi's slopes by (0: no ALiBi): BLOOM adds the biases to the scaled
-  // scores, Falcon to the scores before the scale.
+  bool alibi() const { return bloom || falcon_alibi || mpt; }
+  // What the attention kernels multiply ALiBi's slopes by (0: no ALiBi): BLOOM and MPT add the biases to the
+  // scaled scores, Falcon to the scores before the scale.
   float alibi_scale() const {
-    return bloom ? 1.0f : falcon_alibi ? static_cast<float>(1.0 / std::sqrt(head_size())) : 0.0f;
+    return bloom || mpt ? 1.0f : falcon_alibi ? static_cast<float>(1.0 / std::sqrt(head_size())) : 0.0f;
   }
+  // Whether GPT-2's shape's LayerNorms have a bias (not MPT's), and their tensors in the layout (weight and
+  // bias, or the weight alone).
+  bool norm_bias() const { return !mpt; }
+  std::size_t norm_tensors() const { return norm_bias() ? 2 : 1; }
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.

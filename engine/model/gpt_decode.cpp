@@ -92,7 +92,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
                          c_.norm_offset());
     } else {
-      k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), at(w + 1), count, C);
+      k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), c_.norm_bias() ? at(w + 1) : nullptr,
+                           count, C);
     }
   };
   // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2, OPT) the position's.
@@ -116,13 +117,14 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // Gemma 2's attention output norm follows o, its MLP output norm down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
-  // missing (Falcon's), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's output: no ln_2.
-  const std::size_t wq = c_.split_qkv() ? 2 : 1, bq = biases ? wq : 0, nb = biases ? 1 : 0,
-                    n2 = c_.shared_norm() ? 0 : 2;
-  const std::size_t g_proj = 2 + wq + bq, g_ln2 = g_proj + 1 + nb, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
+  // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
+  // output: no ln_2.
+  const std::size_t nt = c_.norm_tensors(), wq = c_.split_qkv() ? 2 : 1, bq = biases ? wq : 0,
+                    nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
+  const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + nb, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
                     per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
-  const std::size_t qkv_w = llama ? 1 : 2, proj_w = llama ? 4 + qb + qn : g_proj,
+  const std::size_t qkv_w = llama ? 1 : nt, proj_w = llama ? 4 + qb + qn : g_proj,
                     ln2_w = llama ? 5 + qb + qn + sw : g_ln2, fc_w = llama ? 6 + qb + qn + sw : g_fc,
                     down_w = llama ? 8 + qb + qn + sw : g_down;
   // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
@@ -181,7 +183,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
         const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
-        const float slope = c_.alibi_scale() * k::alibi_slope(h, c_.heads);  // BLOOM's, Falcon's
+        const float slope = c_.alibi_scale() * k::alibi_slope(h, c_.heads);  // BLOOM's, Falcon's, MPT's
         float maxv = -INFINITY;
         for (int u = lo; u <= last; ++u) {
           const float* key = keys.data() + slot(u) + kv_off;
@@ -238,7 +240,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
   norm(ln_.data(), x_last, f, 1);
-  const std::size_t head_at = f + (llama ? 1 : 2);  // after the final norm's weight (and bias)
+  const std::size_t head_at = f + (llama ? 1 : nt);  // after the final norm's weight (and bias)
   const float* head = c_.tied ? at(0) : at(head_at);
   k::matmul_forward(logits_.data(), ln_.data(), head, c_.phi ? at(head_at + 1) : nullptr, 1, C, c_.vocab);
   if (c_.final_softcap > 0)

@@ -189,6 +189,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                        : c.falcon  ? "Falcon"
                        : c.bigcode ? "GPT-BigCode"
                        : c.bloom   ? "BLOOM"
+                       : c.mpt     ? "MPT"
                                    : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them

@@ -93,6 +93,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
                    : c.falcon  ? "falcon"
                    : c.bigcode ? "bigcode"
                    : c.bloom   ? "bloom"
+                   : c.mpt     ? "mpt"
                                : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
@@ -152,6 +153,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.kv_heads = j.value("kv_heads", 0);
   }
   c.bloom = arch == "bloom";  // GPT-2's fields
+  if (arch == "mpt") {        // GPT-2's fields, no biases and its MLP's width
+    c.mpt = true;
+    c.no_bias = j.value("no_bias", true);
+    c.ffn = j.value("ffn", 0);
+  }
   if (arch == "llama") {
     c.arch = model::GptArch::kLlama;
     c.kv_heads = j.value("kv_heads", 0);

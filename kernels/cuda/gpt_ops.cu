@@ -169,7 +169,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   for (int i = threadIdx.x; i < C; i += blockDim.x) v += (x[i] - m) * (x[i] - m);
   const float r = 1.0f / sqrtf(block_reduce<false>(v, shared) / static_cast<float>(C) + kLayernormEps);
   float* o = out + row * C;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+  for (int i = threadIdx.x; i < C; i += blockDim.x)
+    o[i] = (x[i] - m) * r * weight[i] + (bias != nullptr ? bias[i] : 0.0f);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -199,7 +200,8 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-// dweight and dbias: column reductions as column_sum_kernel. RMSNorm's dweight too: `mean` and `dbias` null.
+// dweight and dbias: column reductions as column_sum_kernel (dbias null: a LayerNorm without bias). RMSNorm's
+// dweight too: `mean` and `dbias` null.
 __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
                                                  const float* inp, const float* mean, const float* rstd,
                                                  int N, int C) {

@@ -2107,6 +2107,28 @@ TEST(CliGenerate, ABloomShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// MPT's shape (ALiBi, no biases at all, an MLP of expansion_ratio x d_model) cut to one layer of 64 trains on
+// mpt-7b's file, is kept by the checkpoint, exports as MptForCausalLM (Wqkv, norms without biases) and
+// generates the same text from either; learned positions (alibi false) are refused in one line.
+TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "mpt", R"({"n_layers": 1, "d_model": 64, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2})",
+      "mpt-7b", 200);
+  EXPECT_EQ(r.latest["arch"], "mpt");
+  EXPECT_EQ(r.latest["ffn"], 128);
+  EXPECT_EQ(r.config["architectures"][0], "MptForCausalLM");
+  EXPECT_EQ(r.config["expansion_ratio"], 2);
+  EXPECT_EQ(r.tensors["transformer.blocks.0.attn.Wqkv.weight"]["shape"], (nlohmann::json{192, 64}));
+  EXPECT_EQ(r.tensors["transformer.blocks.0.ffn.up_proj.weight"]["shape"], (nlohmann::json{128, 64}));
+  EXPECT_FALSE(r.tensors.contains("transformer.blocks.0.norm_1.bias"));
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  expect_bad_input("train --steps 1 --data " + r.data +
+                       R"( --model mpt-7b --model-set '{"attn_config": {"alibi": false}}')",
+                   "attn_config.alibi false (learned positions) is not supported by memwall train");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GPT-BigCode's shape (SantaCoder's, StarCoder's: GPT-2's with multi-query attention) from a config.json of
 // model_type gpt_bigcode trains, is kept by the checkpoint, exports as GPTBigCodeForCausalLM (c_attn as
 // nn.Linear: [out, in]) and generates the same text from either.

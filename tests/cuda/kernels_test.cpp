@@ -170,6 +170,19 @@ TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp", 1e-5f);
   expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "layernorm dweight", 1e-5f);
   expect_close(d_db.host(), db, 1e-5f, 1e-5f, "layernorm dbias", 1e-5f);
+  // Without a bias (MPT's).
+  ASSERT_EQ(cu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), nullptr, N,
+                                  C, nullptr),
+            0);
+  ASSERT_EQ(cu::layernorm_backward(d_dx.get(), d_dw.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(),
+                                   d_mean.get(), d_rstd.get(), N, C, nullptr),
+            0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), nullptr, N, C);
+  layernorm_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                     N, C);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm out without bias");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp without bias", 1e-5f);
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "layernorm dweight without bias", 1e-5f);
 
   std::vector<float> g(x.size()), dg = randn(x.size(), 28);
   Dev<float> d_g(g.size()), d_dg(dg);

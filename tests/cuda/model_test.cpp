@@ -227,6 +227,16 @@ TEST_P(CudaGpt, BloomShapeMatchesTheCpu) {
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, bloom, "bloom");
 }
 
+// MPT's: ALiBi as BLOOM's without the embedding's norm, no biases (the LayerNorms' too), an MLP of 3C, the
+// exact GELU; unfused and flash.
+TEST_P(CudaGpt, MptShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig mpt = small_gpt();
+  mpt.mpt = mpt.no_bias = mpt.exact_gelu = true;
+  mpt.ffn = 3 * mpt.channels;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, mpt, "mpt");
+}
+
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
 // on 10 of each head's 16 channels), unfused and flash.
 TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {

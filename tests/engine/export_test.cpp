@@ -353,11 +353,16 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   GptConfig bloom = small_config();  // ALiBi, the embedding's norm, query_key_value head by head
   bloom.heads = 4;
   bloom.bloom = true;
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom}) {
+  GptConfig mpt = small_config();  // ALiBi, no biases (the norms' too), an MLP of 3C
+  mpt.heads = 4;
+  mpt.ffn = 3 * mpt.channels;
+  mpt.mpt = mpt.no_bias = mpt.exact_gelu = true;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt}) {
     SCOPED_TRACE(c.neox       ? "neox"
                  : c.phi      ? "phi"
                  : c.bigcode  ? "bigcode"
                  : c.bloom    ? "bloom"
+                 : c.mpt      ? "mpt"
                  : c.one_norm ? "falcon-7b"
                               : "falcon");
     std::vector<float> p(gpt_num_params(c));
@@ -366,6 +371,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
                                      : c.phi     ? "export-phi"
                                      : c.bigcode ? "export-bigcode"
                                      : c.bloom   ? "export-bloom"
+                                     : c.mpt     ? "export-mpt"
                                                  : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
@@ -379,12 +385,23 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.falcon, c.falcon);
     EXPECT_EQ(back.bigcode, c.bigcode);
     EXPECT_EQ(back.bloom, c.bloom);
+    EXPECT_EQ(back.mpt, c.mpt);
+    EXPECT_EQ(back.exact_gelu, c.exact_gelu);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
     EXPECT_EQ(back.kv_head_count(), c.kv_head_count());
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";
+    if (c.mpt) {  // MptForCausalLM's names, its norms without biases
+      const nlohmann::json h = safetensors_header(file);
+      EXPECT_TRUE(h.contains("transformer.blocks.0.attn.Wqkv.weight"));
+      EXPECT_TRUE(h.contains("transformer.norm_f.weight"));
+      EXPECT_FALSE(h.contains("transformer.norm_f.bias"));
+      const nlohmann::json config = nlohmann::json::parse(slurp(dir + "/config.json"));
+      EXPECT_EQ(config["expansion_ratio"], 3);
+      EXPECT_EQ(config["attn_config"]["alibi"], true);
+    }
     if (c.neox || c.bloom) {
       // Row 1 x 2 + 1 of the file (head 1's key, its second channel) is memwall's row C + 1 x 2 + 1.
       const auto layout = gpt_param_layout(c);
@@ -412,6 +429,15 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
         ASSERT_TRUE(w->read(at, std::min(piece, p.size() - at), got.data() + at).is_ok());
       EXPECT_EQ(got, p) << "pieces of " << piece;
       EXPECT_TRUE(w->ignored().empty());
+    }
+    if (c.mpt) {  // an MLP that is not a whole multiple of d_model has no MptConfig form: refused
+      GptConfig odd = c;
+      odd.ffn = 2 * c.channels + 4;
+      const std::string odd_dir = temp_dir("export-mpt-odd");
+      const Status s = export_hf(odd, std::vector<float>(gpt_num_params(odd)).data(), odd_dir);
+      EXPECT_NE(s.message().find("is not a whole expansion_ratio of d_model"), std::string::npos)
+          << s.message();
+      EXPECT_FALSE(std::filesystem::exists(odd_dir + "/model.safetensors"));
     }
     if (!c.neox) continue;
     // An older GPT-NeoX file's buffers beside the tensors: ignored.

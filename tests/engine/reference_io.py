@@ -51,10 +51,11 @@ def save(d, loss, flat, torch):
     open(d + "/grads.f32", "wb").write(flat.grad.to(torch.float32).numpy().tobytes())
 
 
-def layer_norm(t, torch, C):
-    """ln(x, name): LayerNorm over C with name.weight and name.bias, eps 1e-5."""
+def layer_norm(t, torch, C, bias=True):
+    """ln(x, name): LayerNorm over C with name.weight and (unless not bias) name.bias, eps 1e-5."""
     def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"], 1e-5)
+        return torch.nn.functional.layer_norm(x, (C,), t[name + ".weight"], t[name + ".bias"] if bias else None,
+                                              1e-5)
     return ln
 
 

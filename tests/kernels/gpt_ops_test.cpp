@@ -185,6 +185,16 @@ TEST(GptOps, LayernormBackwardMatchesFiniteDifferences) {
   check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
   check_gradient(w, forward, dw, r, "dweight");
   check_gradient(b, forward, db, r, "dbias");
+
+  // Without a bias (MPT's): the output less the bias, the same input and weight gradients.
+  std::vector<float> with_bias = forward(), out(N * C), mean2(N), rstd2(N);
+  layernorm_forward(out.data(), mean2.data(), rstd2.data(), x.data(), w.data(), nullptr, N, C);
+  for (int i = 0; i < N * C; ++i) EXPECT_FLOAT_EQ(out[i] + b[i % C], with_bias[i]) << i;
+  std::vector<float> dx2(N * C), dw2(C);
+  layernorm_backward(dx2.data(), dw2.data(), nullptr, r.data(), x.data(), w.data(), mean2.data(),
+                     rstd2.data(), N, C);
+  EXPECT_EQ(dx2, dx);
+  EXPECT_EQ(dw2, dw);
 }
 
 TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
