@@ -494,10 +494,12 @@ int run_train(const TrainOptions& opt) {
                              rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
                              c.parallel_residual ? "side by side" : "in sequence", c.tied ? "tied" : "untied")
                        .c_str()
-        : c.phi
-            ? strprintf("Phi-shaped: %s, %s GELU MLP of %d, attention and MLP side by side after one norm, "
+        : c.phi || c.gptj
+            ? strprintf("%s-shaped: %s, %s GELU MLP of %d%s, attention and MLP side by side after one norm, "
                         "untied head with a bias; ",
-                        rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width())
+                        c.phi ? "Phi" : "GPT-J", rotary_summary(c, seq).c_str(),
+                        c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
+                        c.gptj ? " (biases on the MLP only)" : "")
                   .c_str()
         : c.falcon
             ? strprintf(

@@ -221,7 +221,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     // (or heads of their own size).
     const std::vector<double> qkv =
         kv == hd && qw == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{qw / mp, 2 * kv / mp};
-    b.linear(p + ".qkv", L, hd, qkv, m.linear_bias || m.qkv_bias, tiles, /*save_output=*/true);
+    b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
+             /*save_output=*/true);
     if (m.qk_norm) {
       // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn.
       const int w = b.param(p + ".qk_norm.w", 2.0 * m.head_dim(), L);
@@ -267,7 +268,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         }
       }
     }
-    b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias, tiles, false);
+    b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
     if (!m.block_norm_shared) norm_op(p + ".ln2", L);

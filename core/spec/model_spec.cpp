@@ -94,15 +94,15 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
   if (kv == hd && q == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
-    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
+    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
   } else {  // grouped-query attention (or heads of their own size): separate q and kv projections
     t.push_back({"block.attn.q.weight", q, hd, L, true});
     t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
-    if (linear_bias || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
+    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
   }
   if (qk_norm) t.push_back({"block.attn.qk_norm.weight", 2.0 * head_dim(), 1, L, false});
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
-  if (linear_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
+  if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
   if (has_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln && !block_norm_shared) t.push_back({"block.norm2.bias", hd, 1, L, false});

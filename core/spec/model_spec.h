@@ -145,6 +145,7 @@ struct ModelSpec {
   bool parallel_residual = false;
   bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
   bool norm_bias = true;    // LayerNorm's bias (MPT's norms have none: no_bias)
+  bool attn_bias = true;    // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
   bool head_bias = false;   // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }

@@ -64,7 +64,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -474,6 +474,52 @@ Status parse_mpt(JsonObjectReader& r, const std::string& source, Diagnostics& di
   r.ignore({"emb_pdrop", "resid_pdrop", "embedding_fraction", "init_config", "init_device", "verbose",
             "tokenizer_name", "auto_map", "logit_scale", "fc_type", "use_pad_tok_in_ffn", "return_dict",
             "output_attentions", "output_hidden_states", "use_cache"});
+  return Status::ok();
+}
+
+// GPT-J's (EleutherAI's GPT-J-6B; transformers' GPTJConfig, whose defaults these are): GPT-2's key names,
+// rotary positions on the first rotary_dim channels of each head (pairs of neighbouring channels), the
+// attention and the MLP side by side after one LayerNorm, biases on the MLP only, an untied head with a bias.
+Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
+  m.vocab = 50400;
+  m.max_positions = 2048;
+  m.hidden = 4096;
+  m.layers = 28;
+  m.heads = 16;
+  MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+  MW_RETURN_IF_ERROR(r.get_int("n_positions", m.max_positions, 1, 1 << 28));
+  MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
+  MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("n_head", m.heads, 1, 1 << 20));
+  m.ffn_hidden = 4 * m.hidden;
+  MW_RETURN_IF_ERROR(r.get_int("n_inner", m.ffn_hidden, 1, 1 << 26));
+  if (m.heads <= 0 || m.hidden % m.heads != 0) return Status::ok();  // (the common check names it)
+  int rotary_dim = 64;
+  MW_RETURN_IF_ERROR(r.get_int("rotary_dim", rotary_dim, 2, 1 << 20));
+  const int head = m.hidden / m.heads;
+  if (rotary_dim > head || rotary_dim % 2 != 0) {
+    return r.error("rotary_dim", std::to_string(rotary_dim) +
+                                     " is not supported; allowed: an even number up to "
+                                     "the head size " +
+                                     std::to_string(head));
+  }
+  m.partial_rotary_factor = static_cast<double>(rotary_dim) / head;
+  m.kv_heads = m.heads;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kRotary;
+  m.gated_mlp = false;
+  m.linear_bias = true;
+  m.attn_bias = false;
+  m.block_norm_shared = true;
+  m.tied_embeddings = false;
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  m.head_bias = true;
+  m.mlp_act = "gelu_new";
+  MW_RETURN_IF_ERROR(r.get_string("activation_function", m.mlp_act));
+  MW_RETURN_IF_ERROR(r.get_number("layer_norm_epsilon", m.norm_eps, 0.0, 1.0));
+  r.ignore({"resid_pdrop", "embd_pdrop", "attn_pdrop", "n_ctx", "gradient_checkpointing",
+            "scale_attn_weights", "summary_activation", "summary_first_dropout", "summary_proj_to_labels",
+            "summary_type", "summary_use_proj", "tokenizer_class", "task_specific_params"});
   return Status::ok();
 }
 
@@ -893,6 +939,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
   } else if (type == "mpt") {
     MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
+  } else if (type == "gptj") {
+    MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {
     return r.error("model_type", "\"" + type + "\" is not supported; allowed: " + kModelTypes);
   }
@@ -1423,6 +1471,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"parallel_residual", m.parallel_residual},
             {"embed_norm", m.embed_norm},
             {"norm_bias", m.norm_bias},
+            {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},
             {"experts", m.experts},
             {"experts_per_token", m.experts_per_token},

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/units.h"
 #include "cpu/cast.h"
 #include "engine/io/atomic_file.h"
 
@@ -289,6 +290,32 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                              {"tie_word_embeddings", false},
                          },
                          torch_dtype);
+  }
+  if (c.gptj) {  // GPTJConfig's keys (GPT-2's names); its rotary base is fixed at 10000
+    if (c.rope_theta != 10000 || !c.rope_scaling.none()) {
+      return Status::invalid_argument(dir + ": GPT-J with rope_theta " + strprintf("%g", c.rope_theta) +
+                                      (c.rope_scaling.none() ? "" : " and rope_scaling") +
+                                      " has no GPTJConfig form (its rotary base is 10000, unscaled)");
+    }
+    nlohmann::ordered_json config = {
+        {"architectures", {"GPTJForCausalLM"}},
+        {"model_type", "gptj"},
+        {"vocab_size", c.vocab},
+        {"n_embd", c.channels},
+        {"n_layer", c.layers},
+        {"n_head", c.heads},
+        {"n_inner", c.ffn_width()},
+        {"n_positions", c.max_seq},
+        {"rotary_dim", c.rotary_dim()},
+        {"activation_function", c.exact_gelu ? "gelu" : "gelu_new"},
+        {"layer_norm_epsilon", 1e-5},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},
+        {"tie_word_embeddings", false},
+        {"torch_dtype", torch_dtype},
+    };
+    return config.dump(2) + "\n";
   }
   if (c.mpt) {  // MptConfig's keys (d_model, n_heads, attn_config); max_seq_len: ALiBi's table length
     if (c.ffn_width() % c.channels != 0) {

@@ -58,16 +58,19 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
   if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias ||
-                    c.bigcode || c.bloom || c.mpt)) {
+                    c.bigcode || c.bloom || c.mpt || c.gptj)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and the parallel residual are GPT-2's shape's "
-        "variants, not the Llama shape's");
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and the parallel residual are GPT-2's "
+        "shape's variants, not the Llama shape's");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
-          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) >
+          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) >
       1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM and MPT are seven variants, not one");
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and GPT-J are eight variants, not one");
+  if (c.gptj && (c.tied || c.no_bias)) {
+    return Status::invalid_argument("model: GPT-J's head is untied, with a bias, and its MLP has biases");
+  }
   if (c.falcon_alibi && !c.falcon) return Status::invalid_argument("model: falcon_alibi is Falcon's");
   if (c.bloom && (c.parallel_residual || c.exact_gelu)) {
     return Status::invalid_argument(
@@ -222,7 +225,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     return out;
   }
   const int F = c.ffn_width(), kv = c.kv_width();
-  const bool bias = !c.no_bias;
+  const bool bias = c.attn_bias(), mlp_bias = c.mlp_bias();
   add("wte.weight", {c.vocab, C});
   if (c.learned_positions()) add("wpe.weight", {c.position_rows(), C});
   if (c.bloom) {  // the embedding's LayerNorm
@@ -251,14 +254,14 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.norm_bias()) add(h + "ln_2.bias", {C});
     }
     add(h + "mlp.c_fc.weight", {F, C});
-    if (bias) add(h + "mlp.c_fc.bias", {F});
+    if (mlp_bias) add(h + "mlp.c_fc.bias", {F});
     add(h + "mlp.c_proj.weight", {C, F});
-    if (bias) add(h + "mlp.c_proj.bias", {C});
+    if (mlp_bias) add(h + "mlp.c_proj.bias", {C});
   }
   add("ln_f.weight", {C});
   if (c.norm_bias()) add("ln_f.bias", {C});
   if (!c.tied) add("lm_head.weight", {c.vocab, C});  // GPT-NeoX's embed_out
-  if (c.phi) add("lm_head.bias", {c.vocab});
+  if (c.head_bias()) add("lm_head.bias", {c.vocab});
   return out;
 }
 
@@ -271,6 +274,7 @@ struct FamilyNames {
   std::map<std::string, std::string> outside, stems;
   std::string prefix;
   bool split_qkv = false;
+  std::string qkv_prefix = "self_attn.";  // where split q_proj, k_proj and v_proj live in a block
 };
 
 std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, const FamilyNames& names) {
@@ -303,7 +307,7 @@ std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, 
       const char* parts[] = {"q_proj", "k_proj", "v_proj"};
       for (std::size_t k = 0; k < 3; ++k) {
         ParamTensor q = t;
-        q.name = prefix + "self_attn." + parts[k] + "." + kind;
+        q.name = prefix + names.qkv_prefix + parts[k] + "." + kind;
         q.offset = t.offset + k * each;
         q.numel = each;
         q.shape[0] = static_cast<int>(rows);
@@ -423,6 +427,24 @@ const FamilyNames& mpt_names() {
   return names;
 }
 
+// GPTJForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors under attn., q_proj's and k_proj's
+// rotary rows reordered, hf_interleaved).
+const FamilyNames& gptj_names() {
+  static const FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
+                                  {"ln_f.weight", "transformer.ln_f.weight"},
+                                  {"ln_f.bias", "transformer.ln_f.bias"},
+                                  {"lm_head.weight", "lm_head.weight"},
+                                  {"lm_head.bias", "lm_head.bias"}},
+                                 {{"ln_1", "ln_1"},
+                                  {"attn.c_proj", "attn.out_proj"},
+                                  {"mlp.c_fc", "mlp.fc_in"},
+                                  {"mlp.c_proj", "mlp.fc_out"}},
+                                 "transformer.h.",
+                                 true,
+                                 "attn."};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -449,6 +471,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (c.bloom) return renamed_layout(layout, bloom_names());
   if (c.mpt) return renamed_layout(layout, mpt_names());
+  if (c.gptj) return renamed_layout(layout, gptj_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
@@ -516,9 +539,9 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     tool + "; memwall predict and simulate take it");
   }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
-             falcon = m.model_type == "falcon";
-  if (neox || phi || falcon) {  // the reader has refused what their configs cannot be otherwise
-    const std::string family = neox ? "GPT-NeoX" : phi ? "Phi" : "Falcon";
+             falcon = m.model_type == "falcon", gptj = m.model_type == "gptj";
+  if (neox || phi || falcon || gptj) {  // the reader has refused what their configs cannot be otherwise
+    const std::string family = neox ? "GPT-NeoX" : phi ? "Phi" : falcon ? "Falcon" : "GPT-J";
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
                                       "\" is not supported by " + tool +
@@ -535,9 +558,9 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       " for Phi; allowed: num_attention_heads (" + std::to_string(m.heads) +
                                       ")");
     }
-    if (phi && m.tied_embeddings) {
+    if ((phi || gptj) && m.tied_embeddings) {
       return Status::invalid_argument(where + "tie_word_embeddings true is not supported by " + tool +
-                                      " for Phi (its head has a bias of its own); allowed: false");
+                                      " for " + family + " (its head has a bias of its own); allowed: false");
     }
     if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
       return Status::invalid_argument(where + "layer_norm_eps " + strprintf("%g", m.norm_eps) +
@@ -659,10 +682,12 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
   }
   c.opt = m.model_type == "opt";
-  if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon") {
+  if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
+      m.model_type == "gptj") {
     c.neox = m.model_type == "gpt_neox";
     c.phi = m.model_type == "phi";
     c.falcon = m.model_type == "falcon";
+    c.gptj = m.model_type == "gptj";
     // Side by side with two norms (GPT-NeoX's, Falcon's new architecture's) or one (Phi's, Falcon-7B's).
     c.parallel_residual = m.parallel_residual || m.block_norm_shared;
     c.one_norm = c.falcon && m.block_norm_shared;
@@ -695,10 +720,24 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t) {
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
   return ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
-         (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos);
+         (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos) ||
+         (c.gptj && (t.name.find(".attn.q_proj.") != std::string::npos ||
+                     t.name.find(".attn.k_proj.") != std::string::npos));
 }
 
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf) {
+  if (c.gptj) {  // each head's rotary rows: file row 2i is memwall's i, 2i + 1 is rot / 2 + i; the rest kept
+    const auto hs = static_cast<std::size_t>(c.head_size()),
+               half = static_cast<std::size_t>(c.rotary_dim() / 2);
+    for (std::size_t h = 0; h < static_cast<std::size_t>(c.heads); ++h) {
+      const std::size_t r0 = h * hs;
+      for (std::size_t r = 0; r < hs; ++r) {
+        const std::size_t theirs = r >= 2 * half ? r : r < half ? 2 * r : 2 * (r - half) + 1;
+        std::copy_n(src + (r0 + (to_hf ? r : theirs)) * cols, cols, dst + (r0 + (to_hf ? theirs : r)) * cols);
+      }
+    }
+    return;
+  }
   // Key/value head g's group: its G query heads' rows, then its key's, then its value's (GPT-NeoX: G = 1).
   const auto kv = static_cast<std::size_t>(c.kv_head_count()), hs = static_cast<std::size_t>(c.head_size());
   const std::size_t G = static_cast<std::size_t>(c.heads) / kv, q_rows = G * kv * hs, kv_rows = kv * hs;
@@ -770,8 +809,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
   }
-  if (c.neox || c.phi || c.falcon) {
-    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : "falcon";
+  if (c.neox || c.phi || c.falcon || c.gptj) {
+    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : "gptj";
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;
@@ -780,9 +819,10 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     // Side by side after two norms (GPT-NeoX's, Falcon's new architecture's), or one (Phi's, Falcon-7B's).
     m.parallel_residual = c.parallel_residual && !c.shared_norm();
     m.block_norm_shared = c.shared_norm();
-    m.head_bias = c.phi;
+    m.head_bias = c.head_bias();
     m.kv_heads = c.kv_head_count();
     m.linear_bias = !c.no_bias;
+    m.attn_bias = !c.gptj;
   }
   if (c.bigcode) {
     m.model_type = "gpt_bigcode";
@@ -1015,8 +1055,8 @@ namespace {
 // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
 // [w0, w1] for two fused matrices.
 bool linear_bias(const GptConfig& c, const GptOp& o) {
-  if (o.role == GptRole::kHead) return c.phi;  // Phi's untied head has one
-  if (!c.llama()) return !c.no_bias;
+  if (o.role == GptRole::kHead) return c.head_bias();  // Phi's and GPT-J's untied heads have one
+  if (!c.llama()) return o.role == GptRole::kQkv || o.role == GptRole::kProj ? c.attn_bias() : c.mlp_bias();
   return o.role == GptRole::kQkv && c.qkv_bias;
 }
 }  // namespace

@@ -116,6 +116,14 @@ struct GptConfig {
   // the LayerNorms without theirs), an MLP of ffn inner features, the exact GELU, and in Hugging Face files
   // MPT's names (attn.Wqkv's rows every query, then every key, then every value: memwall's c_attn).
   bool mpt = false;
+  // GPT-J's variant of Phi's (GPTJForCausalLM): rotary positions on the first rotary_dim channels of each
+  // head (partial_rotary), one norm before the attention and the MLP side by side, biases on the MLP only, an
+  // untied head with a bias. GPT-J turns neighbouring channels (2i, 2i + 1) together where memwall's kernels
+  // turn channel i with i + rotary_dim / 2 (rotate_half): memwall keeps each head's rotary rows of q_proj and
+  // k_proj in the order that makes the two the same (file channel 2i at i, 2i + 1 at rotary_dim / 2 + i;
+  // hf_interleaved, interleave_qkv reorder them on export and import), and q . k does not change when q and k
+  // are permuted alike.
+  bool gptj = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -133,12 +141,17 @@ struct GptConfig {
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox || phi || (falcon && !falcon_alibi); }
+  bool rotary() const { return llama() || neox || phi || gptj || (falcon && !falcon_alibi); }
   // Whether the attention reads qkv expanded to a [3 x q_width] layout (key/value heads repeated to their
   // query heads, rotary positions applied) rather than the qkv linear's output as it is.
   bool expanded_attention() const { return rotary() || kv_head_count() != heads; }
   // One norm before the attention and the MLP side by side (Phi's, Falcon-7B's): no second norm.
-  bool shared_norm() const { return phi || one_norm; }
+  bool shared_norm() const { return phi || one_norm || gptj; }
+  // GPT-2's shape's biases: on the attention's linears (not Falcon's with bias false, MPT's or GPT-J's), on
+  // the MLP's (not Falcon's or MPT's), on the untied head (Phi's, GPT-J's).
+  bool attn_bias() const { return !llama() && !no_bias && !gptj; }
+  bool mlp_bias() const { return !llama() && !no_bias; }
+  bool head_bias() const { return phi || gptj; }
   int head_size() const { return head_dim > 0 ? head_dim : channels / heads; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
@@ -248,10 +261,11 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t);
 // GPT-NeoX's and Falcon's query_key_value (weight or bias, of hf_param_layout): its rows are grouped by
 // key/value head, each group's query heads, then its key, then its value (GPT-NeoX: q, k and v of head 0,
 // then of head 1, ...; Falcon-7B's one group: every q, k, v), where memwall's c_attn has every q, then every
-// k, then every v.
+// k, then every v. GPT-J's q_proj and k_proj: each head's rotary rows in neighbouring pairs, where memwall
+// keeps them as rotate_half pairs (GptConfig::gptj).
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t);
-// A query_key_value tensor's rows ([q_width + 2 kv_width][cols]) from memwall's order into the file's
-// (to_hf), or back.
+// A query_key_value tensor's rows ([q_width + 2 kv_width][cols]; GPT-J: a q_proj or k_proj, [q_width][cols])
+// from memwall's order into the file's (to_hf), or back.
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf);
 // dst[c * rows + r] = src[r * cols + c]: a rows x cols matrix transposed.
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst);

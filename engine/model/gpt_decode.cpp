@@ -85,8 +85,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
              Wqz = static_cast<std::size_t>(Wq), Qz = static_cast<std::size_t>(Q),
              rows = static_cast<std::size_t>(n);
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
-  const bool biases = !llama && !c_.no_bias;  // on every linear (GPT-2's shape unless Falcon's bias false)
+  // GPT-2's shape's biases: on the attention's linears and the MLP's (not Falcon's with bias false, MPT's;
+  // GPT-J on the MLP's only).
+  const bool attn_biases = c_.attn_bias(), biases = c_.mlp_bias();
   const auto bias = [&](std::size_t i) { return biases ? at(i) : nullptr; };
+  const auto attn_bias = [&](std::size_t i) { return attn_biases ? at(i) : nullptr; };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
     if (llama) {
       k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
@@ -119,9 +122,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
   // output: no ln_2.
-  const std::size_t nt = c_.norm_tensors(), wq = c_.split_qkv() ? 2 : 1, bq = biases ? wq : 0,
-                    nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
-  const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + nb, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
+  const std::size_t nt = c_.norm_tensors(), wq = c_.split_qkv() ? 2 : 1, bq = attn_biases ? wq : 0,
+                    na = attn_biases ? 1 : 0, nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
+  const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + na, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
                     per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
   const std::size_t qkv_w = llama ? 1 : nt, proj_w = llama ? 4 + qb + qn : g_proj,
@@ -141,7 +144,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     norm(ln_.data(), x_.data(), p, n);
-    const float* qkv_bias = !llama ? bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + 4) : nullptr;
+    const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + 4) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
@@ -209,7 +212,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
-    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), bias(p + proj_w + 1), n, Q, C);
+    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), attn_bias(p + proj_w + 1), n, Q, C);
     // (With one norm the MLP reads ln_1's output, still in ln_.)
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
@@ -242,7 +245,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   norm(ln_.data(), x_last, f, 1);
   const std::size_t head_at = f + (llama ? 1 : nt);  // after the final norm's weight (and bias)
   const float* head = c_.tied ? at(0) : at(head_at);
-  k::matmul_forward(logits_.data(), ln_.data(), head, c_.phi ? at(head_at + 1) : nullptr, 1, C, c_.vocab);
+  k::matmul_forward(logits_.data(), ln_.data(), head, c_.head_bias() ? at(head_at + 1) : nullptr, 1, C,
+                    c_.vocab);
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
 }

@@ -190,6 +190,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                        : c.bigcode ? "GPT-BigCode"
                        : c.bloom   ? "BLOOM"
                        : c.mpt     ? "MPT"
+                       : c.gptj    ? "GPT-J"
                                    : "GPT-2";
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them

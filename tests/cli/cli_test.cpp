@@ -2129,6 +2129,23 @@ TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// GPT-J's shape (rotary on part of each head in neighbouring pairs, attention and MLP side by side after one
+// norm, biases on the MLP only, an untied head with a bias) cut to one layer of 64 trains on gpt-j-6b's file,
+// is kept by the checkpoint, exports as GPTJForCausalLM and generates the same text from either.
+TEST(CliGenerate, AGptjShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "gptj", R"({"n_layer": 1, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "n_positions": 64})", "gpt-j-6b",
+      200);
+  EXPECT_EQ(r.latest["arch"], "gptj");
+  EXPECT_EQ(r.config["architectures"][0], "GPTJForCausalLM");
+  EXPECT_EQ(r.config["rotary_dim"], 8);
+  EXPECT_EQ(r.tensors["transformer.h.0.attn.k_proj.weight"]["shape"], (nlohmann::json{64, 64}));
+  EXPECT_FALSE(r.tensors.contains("transformer.h.0.attn.out_proj.bias"));
+  EXPECT_EQ(r.tensors["lm_head.bias"]["shape"], (nlohmann::json{256}));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GPT-BigCode's shape (SantaCoder's, StarCoder's: GPT-2's with multi-query attention) from a config.json of
 // model_type gpt_bigcode trains, is kept by the checkpoint, exports as GPTBigCodeForCausalLM (c_attn as
 // nn.Linear: [out, in]) and generates the same text from either.

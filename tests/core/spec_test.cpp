@@ -126,6 +126,14 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_FALSE(mpt.linear_bias);
   EXPECT_EQ(mpt.position, PositionKind::kNone);
   EXPECT_EQ(mpt.mlp_act, "gelu");
+  // GPT-J-6B: rotary on 64 of 256 channels, biases on the MLP only, an untied head with a bias.
+  const ModelSpec gptj = load_model_scenario("gpt-j-6b");
+  EXPECT_EQ(gptj.total_params(), 2 * 50400.0 * 4096 + 50400 +
+                                     28 * (2 * 4096 + 4 * 4096.0 * 4096 + 2 * 4096.0 * 16384 + 16384 + 4096) +
+                                     2 * 4096);
+  EXPECT_EQ(gptj.partial_rotary_factor, 0.25);
+  EXPECT_FALSE(gptj.attn_bias);
+  EXPECT_TRUE(gptj.block_norm_shared);
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -162,8 +170,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       mpt_bias->total_params(),
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
-  for (const char* name :
-       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b"}) {
+  for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
+                           "opt-175b", "mpt-7b", "gpt-j-6b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
@@ -183,6 +191,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             "not supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gpt_neox", "attention_bias": false})"),
                   "key 'attention_bias': false (biases on the MLP only) is not supported; allowed: true"},
+        std::pair{std::string(R"({"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 32})"),
+                  "key 'rotary_dim': 32 is not supported; allowed: an even number up to the head size 16"},
         std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"clip_qkv": 6}})"),
                   "key 'attn_config.clip_qkv': (q, k and v clamped) is not supported; allowed: null"},
         std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"alibi_bias_max": 16}})"),

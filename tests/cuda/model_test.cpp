@@ -238,7 +238,7 @@ TEST_P(CudaGpt, MptShapeMatchesTheCpu) {
 }
 
 // Phi's variant (one norm before the attention and the MLP side by side, a bias on the untied head, rotary
-// on 10 of each head's 16 channels), unfused and flash.
+// on 10 of each head's 16 channels), and GPT-J's (that without attention biases), unfused and flash.
 TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
   const int tiling = GetParam();
   GptConfig phi = small_gpt();
@@ -246,6 +246,10 @@ TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
   phi.partial_rotary = 0.625;
   phi.tied = false;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, phi, "phi");
+  GptConfig gptj = phi;  // GPT-J's: the same block with biases on the MLP only
+  gptj.phi = false;
+  gptj.gptj = true;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, gptj, "gptj");
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's

@@ -357,9 +357,14 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   mpt.heads = 4;
   mpt.ffn = 3 * mpt.channels;
   mpt.mpt = mpt.no_bias = mpt.exact_gelu = true;
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt}) {
+  GptConfig gptj = phi;  // biases on the MLP only, GPT-J's rotary pairs
+  gptj.phi = false;
+  gptj.gptj = true;
+  gptj.partial_rotary = 1.0;  // (pairs of 2 in each head of 4: the reorder shows)
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj}) {
     SCOPED_TRACE(c.neox       ? "neox"
                  : c.phi      ? "phi"
+                 : c.gptj     ? "gptj"
                  : c.bigcode  ? "bigcode"
                  : c.bloom    ? "bloom"
                  : c.mpt      ? "mpt"
@@ -372,6 +377,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
                                      : c.bigcode ? "export-bigcode"
                                      : c.bloom   ? "export-bloom"
                                      : c.mpt     ? "export-mpt"
+                                     : c.gptj    ? "export-gptj"
                                                  : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
@@ -386,6 +392,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.bigcode, c.bigcode);
     EXPECT_EQ(back.bloom, c.bloom);
     EXPECT_EQ(back.mpt, c.mpt);
+    EXPECT_EQ(back.gptj, c.gptj);
     EXPECT_EQ(back.exact_gelu, c.exact_gelu);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
@@ -393,6 +400,29 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";
+    if (c.gptj) {  // GPTJForCausalLM's names, no attention biases, q_proj's rotary rows in GPT-J's pairs
+      const nlohmann::json h = safetensors_header(file);
+      EXPECT_TRUE(h.contains("transformer.h.0.attn.q_proj.weight"));
+      EXPECT_FALSE(h.contains("transformer.h.0.attn.q_proj.bias"));
+      EXPECT_TRUE(h.contains("transformer.h.0.mlp.fc_in.bias"));
+      EXPECT_TRUE(h.contains("lm_head.bias"));
+      const nlohmann::json config = nlohmann::json::parse(slurp(dir + "/config.json"));
+      EXPECT_EQ(config["rotary_dim"], c.rotary_dim());
+      // The file's row 1 of q_proj is memwall's row rotary_dim / 2 (its pair's second channel).
+      const auto layout = gpt_param_layout(c);
+      const auto qkv = std::find_if(layout.begin(), layout.end(),
+                                    [](const ParamTensor& t) { return t.name == "h.0.attn.c_attn.weight"; });
+      const nlohmann::json& e = h["transformer.h.0.attn.q_proj.weight"];
+      const std::string bytes = slurp(file);
+      std::uint64_t header_bytes = 0;
+      std::memcpy(&header_bytes, bytes.data(), 8);
+      float got = 0;
+      std::memcpy(&got,
+                  bytes.data() + 8 + header_bytes + e["data_offsets"][0].get<std::size_t>() +
+                      static_cast<std::size_t>(c.channels) * 4,
+                  4);
+      EXPECT_EQ(got, p[qkv->offset + static_cast<std::size_t>(c.rotary_dim() / 2 * c.channels)]);
+    }
     if (c.mpt) {  // MptForCausalLM's names, its norms without biases
       const nlohmann::json h = safetensors_header(file);
       EXPECT_TRUE(h.contains("transformer.blocks.0.attn.Wqkv.weight"));

@@ -280,8 +280,17 @@ GptConfig mpt() {
   return c;
 }
 
-// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and the
-// Llama shapes, named for SCOPED_TRACE.
+// GPT-J's: Phi's block with biases on the MLP only and GPT-J's rotary pairs (kept as rotate_half's), on 6 of
+// each head's 8 channels.
+GptConfig gptj() {
+  GptConfig c = phi();
+  c.phi = false;
+  c.gptj = true;
+  return c;
+}
+
+// GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
+// and the Llama shapes, named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -301,6 +310,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"bigcode-mha", bigcode_mha()},
           {"bloom", bloom()},
           {"mpt", mpt()},
+          {"gptj", gptj()},
           {"llama-gqa", llama_gqa()},
           {"llama-mha", llama_mha()},
           {"qwen2", qwen2()},
@@ -816,12 +826,17 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig mpt_shape = exact;  // and MPT's: ALiBi, no biases (norms' too), an MLP of 3C
   mpt_shape.mpt = mpt_shape.no_bias = true;
   mpt_shape.ffn = 48;
-  for (const GptConfig& c : {gpt2,       opt_shape,   exact,     neox_shape, phi_shape, falcon_mq, falcon_gq,
-                             bigcode_mq, bloom_shape, mpt_shape, gqa,        mha,       qwen,      scaled,
-                             yarn,       window,      q3,        gem,        gem2,      gem3,      phi}) {
+  GptConfig gptj_shape = phi_shape;  // and GPT-J's: biases on the MLP only
+  gptj_shape.phi = false;
+  gptj_shape.gptj = true;
+  for (const GptConfig& c :
+       {gpt2,        opt_shape, exact,      neox_shape, phi_shape, falcon_mq, falcon_gq, bigcode_mq,
+        bloom_shape, mpt_shape, gptj_shape, gqa,        mha,       qwen,      scaled,    yarn,
+        window,      q3,        gem,        gem2,       gem3,      phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
+                 : c.gptj                 ? "gptj"
                  : c.neox                 ? "neox"
                  : c.phi                  ? "phi"
                  : c.falcon               ? (c.one_norm ? "falcon-7b" : "falcon-40b")
@@ -1227,6 +1242,49 @@ TEST(GptModel, MptMatchesAPyTorchReference) {
             std::string::npos);
 }
 
+// GPT-J against a PyTorch implementation of transformers' GPT-J equations (tests/engine/gptj_reference.py),
+// which reads the tensors by their GPT-J names in the file's channel order and turns neighbouring channels
+// together (rotate_every_two), where memwall turns rotate_half's pairs of its reordered rows: rotary on 6 of
+// 8 channels and on all 8. Skipped without torch.
+TEST(GptModel, GptjMatchesAPyTorchReference) {
+  GptConfig whole = gptj();
+  whole.partial_rotary = 1.0;
+  for (const GptConfig& c : {gptj(), whole}) {
+    SCOPED_TRACE("rotary_dim " + std::to_string(c.rotary_dim()));
+    const nlohmann::json config = {
+        {"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}, {"rotary_dim", c.rotary_dim()}};
+    if (!matches_reference("gptj_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(gptj());
+  EXPECT_EQ(spec.model_type, "gptj");
+  EXPECT_FALSE(spec.attn_bias);
+  EXPECT_TRUE(spec.head_bias && spec.block_norm_shared);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(gptj())));
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.gptj && back.parallel_residual && back.shared_norm() && !back.tied);
+  EXPECT_EQ(back.rotary_dim(), 6);
+  // The file's names; the rotary rows of q_proj and k_proj reordered, v_proj's kept.
+  const auto hf = hf_param_layout(gptj());
+  EXPECT_EQ(hf[3].name, "transformer.h.0.attn.q_proj.weight");
+  EXPECT_TRUE(hf_interleaved(gptj(), hf[3]));
+  EXPECT_TRUE(hf_interleaved(gptj(), hf[4]));
+  EXPECT_FALSE(hf_interleaved(gptj(), hf[5]));  // v_proj
+  EXPECT_EQ(hf.back().name, "lm_head.bias");
+  const int cols = 2, rows = gptj().q_width();
+  std::vector<float> mine(static_cast<std::size_t>(rows * cols)), theirs(mine.size()),
+      back_again(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(i);
+  interleave_qkv(gptj(), mine.data(), cols, theirs.data(), true);
+  // Head 1 (rows 8..15): file rows 8, 9, 10 are memwall's 8, 11, 9 (pairs of 3); rows 14, 15 kept.
+  EXPECT_EQ(theirs[9 * cols], mine[11 * cols]);
+  EXPECT_EQ(theirs[10 * cols], mine[9 * cols]);
+  EXPECT_EQ(theirs[15 * cols + 1], mine[15 * cols + 1]);
+  interleave_qkv(gptj(), theirs.data(), cols, back_again.data(), false);
+  EXPECT_EQ(back_again, mine);
+}
+
 // GPT-BigCode against a PyTorch implementation of transformers' GPT-BigCode equations (tests/engine/
 // bigcode_reference.py): multi-query attention with learned positions, c_attn as nn.Linear in its order (one
 // key/value head: every query, the key, the value; one per head: head by head). Skipped without torch.
@@ -1318,7 +1376,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), bloom(), mpt(),
+  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), bloom(), mpt(), gptj(),
                              llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
@@ -1326,6 +1384,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
                                                           : "llama")
                  : c.bloom      ? "bloom"
                  : c.mpt        ? "mpt"
+                 : c.gptj       ? "gptj"
                  : c.neox       ? "neox"
                  : c.phi        ? "phi"
                  : c.falcon     ? "falcon"
