@@ -234,7 +234,7 @@ void register_generate(CLI::App& app, int& exit_code) {
       "--weights", opt->weights,
       "Instead of a checkpoint: a directory with Hugging Face GPT-2, OPT, GPT-NeoX, Phi, Falcon, "
       "GPT-BigCode, "
-      "BLOOM, MPT, GPT-J or Llama-family "
+      "BLOOM, MPT, GPT-J, CodeGen or Llama-family "
       "(Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) weights (model.safetensors, pytorch_model.bin, or their "
       "shards' index) and config.json (memwall export's output, or a download with its tokenizer files)");
   cmd->add_option(

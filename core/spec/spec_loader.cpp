@@ -64,7 +64,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -939,7 +939,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
   } else if (type == "mpt") {
     MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
-  } else if (type == "gptj") {
+  } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {
     return r.error("model_type", "\"" + type + "\" is not supported; allowed: " + kModelTypes);

@@ -291,21 +291,23 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
-  if (c.gptj) {  // GPTJConfig's keys (GPT-2's names); its rotary base is fixed at 10000
+  if (c.gptj) {  // GPTJConfig's (CodeGenConfig's) keys, GPT-2's names; the rotary base is fixed at 10000
     if (c.rope_theta != 10000 || !c.rope_scaling.none()) {
-      return Status::invalid_argument(dir + ": GPT-J with rope_theta " + strprintf("%g", c.rope_theta) +
+      return Status::invalid_argument(dir + (c.codegen ? ": CodeGen" : ": GPT-J") + " with rope_theta " +
+                                      strprintf("%g", c.rope_theta) +
                                       (c.rope_scaling.none() ? "" : " and rope_scaling") +
-                                      " has no GPTJConfig form (its rotary base is 10000, unscaled)");
+                                      " has no config.json form (its rotary base is 10000, unscaled)");
     }
     nlohmann::ordered_json config = {
-        {"architectures", {"GPTJForCausalLM"}},
-        {"model_type", "gptj"},
+        {"architectures", {c.codegen ? "CodeGenForCausalLM" : "GPTJForCausalLM"}},
+        {"model_type", c.codegen ? "codegen" : "gptj"},
         {"vocab_size", c.vocab},
         {"n_embd", c.channels},
         {"n_layer", c.layers},
         {"n_head", c.heads},
         {"n_inner", c.ffn_width()},
         {"n_positions", c.max_seq},
+        {"n_ctx", c.max_seq},
         {"rotary_dim", c.rotary_dim()},
         {"activation_function", c.exact_gelu ? "gelu" : "gelu_new"},
         {"layer_norm_epsilon", 1e-5},

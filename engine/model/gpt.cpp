@@ -71,6 +71,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (c.gptj && (c.tied || c.no_bias)) {
     return Status::invalid_argument("model: GPT-J's head is untied, with a bias, and its MLP has biases");
   }
+  if (c.codegen && (!c.gptj || c.heads % GptConfig::kCodegenGroups != 0)) {
+    return Status::invalid_argument("model: CodeGen is GPT-J's block with heads (" + std::to_string(c.heads) +
+                                    ") a multiple of its " + std::to_string(GptConfig::kCodegenGroups) +
+                                    " groups");
+  }
   if (c.falcon_alibi && !c.falcon) return Status::invalid_argument("model: falcon_alibi is Falcon's");
   if (c.bloom && (c.parallel_residual || c.exact_gelu)) {
     return Status::invalid_argument(
@@ -445,6 +450,23 @@ const FamilyNames& gptj_names() {
   return names;
 }
 
+// CodeGenForCausalLM's: GPT-J's, with q, k and v as one qkv_proj (its rows grouped, hf_interleaved).
+const FamilyNames& codegen_names() {
+  static const FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
+                                  {"ln_f.weight", "transformer.ln_f.weight"},
+                                  {"ln_f.bias", "transformer.ln_f.bias"},
+                                  {"lm_head.weight", "lm_head.weight"},
+                                  {"lm_head.bias", "lm_head.bias"}},
+                                 {{"ln_1", "ln_1"},
+                                  {"attn.c_attn", "attn.qkv_proj"},
+                                  {"attn.c_proj", "attn.out_proj"},
+                                  {"mlp.c_fc", "mlp.fc_in"},
+                                  {"mlp.c_proj", "mlp.fc_out"}},
+                                 "transformer.h.",
+                                 false};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -471,6 +493,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (c.bloom) return renamed_layout(layout, bloom_names());
   if (c.mpt) return renamed_layout(layout, mpt_names());
+  if (c.codegen) return renamed_layout(layout, codegen_names());
   if (c.gptj) return renamed_layout(layout, gptj_names());
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
@@ -539,9 +562,20 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     tool + "; memwall predict and simulate take it");
   }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
-             falcon = m.model_type == "falcon", gptj = m.model_type == "gptj";
+             falcon = m.model_type == "falcon", codegen = m.model_type == "codegen",
+             gptj = m.model_type == "gptj" || codegen;
   if (neox || phi || falcon || gptj) {  // the reader has refused what their configs cannot be otherwise
-    const std::string family = neox ? "GPT-NeoX" : phi ? "Phi" : falcon ? "Falcon" : "GPT-J";
+    const std::string family = neox      ? "GPT-NeoX"
+                               : phi     ? "Phi"
+                               : falcon  ? "Falcon"
+                               : codegen ? "CodeGen"
+                                         : "GPT-J";
+    if (codegen && m.heads % GptConfig::kCodegenGroups != 0) {
+      return Status::invalid_argument(where + "n_head " + std::to_string(m.heads) + " is not supported by " +
+                                      tool + " for CodeGen; allowed: a multiple of " +
+                                      std::to_string(GptConfig::kCodegenGroups) +
+                                      " (its qkv_proj splits the heads into that many groups)");
+    }
     if (!m.rope_scaling.supported()) {
       return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
                                       "\" is not supported by " + tool +
@@ -683,11 +717,12 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
-      m.model_type == "gptj") {
+      m.model_type == "gptj" || m.model_type == "codegen") {
     c.neox = m.model_type == "gpt_neox";
     c.phi = m.model_type == "phi";
     c.falcon = m.model_type == "falcon";
-    c.gptj = m.model_type == "gptj";
+    c.gptj = m.model_type == "gptj" || m.model_type == "codegen";
+    c.codegen = m.model_type == "codegen";
     // Side by side with two norms (GPT-NeoX's, Falcon's new architecture's) or one (Phi's, Falcon-7B's).
     c.parallel_residual = m.parallel_residual || m.block_norm_shared;
     c.one_norm = c.falcon && m.block_norm_shared;
@@ -722,19 +757,31 @@ bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
   return ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
          (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos) ||
          (c.gptj && (t.name.find(".attn.q_proj.") != std::string::npos ||
-                     t.name.find(".attn.k_proj.") != std::string::npos));
+                     t.name.find(".attn.k_proj.") != std::string::npos ||
+                     (c.codegen && t.name.find(".attn.qkv_proj.") != std::string::npos)));
 }
 
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf) {
-  if (c.gptj) {  // each head's rotary rows: file row 2i is memwall's i, 2i + 1 is rot / 2 + i; the rest kept
+  if (c.gptj) {
+    // A query or key head's rotary rows: memwall's row i is the file's 2i, rot / 2 + i is 2i + 1; the rest
+    // kept. GPT-J: a q_proj or k_proj of heads x hs rows. CodeGen: every q, k, v row (3 x heads x hs) to its
+    // row in qkv_proj, whose group g of heads / 4 heads holds their queries, values, then keys.
     const auto hs = static_cast<std::size_t>(c.head_size()),
-               half = static_cast<std::size_t>(c.rotary_dim() / 2);
-    for (std::size_t h = 0; h < static_cast<std::size_t>(c.heads); ++h) {
-      const std::size_t r0 = h * hs;
-      for (std::size_t r = 0; r < hs; ++r) {
-        const std::size_t theirs = r >= 2 * half ? r : r < half ? 2 * r : 2 * (r - half) + 1;
-        std::copy_n(src + (r0 + (to_hf ? r : theirs)) * cols, cols, dst + (r0 + (to_hf ? theirs : r)) * cols);
+               half = static_cast<std::size_t>(c.rotary_dim() / 2), H = static_cast<std::size_t>(c.heads),
+               Q = H * hs;
+    const auto channel = [&](std::size_t r) {
+      return r >= 2 * half ? r : r < half ? 2 * r : 2 * (r - half) + 1;
+    };
+    const std::size_t per_group = H / GptConfig::kCodegenGroups * hs;  // (CodeGen's local_dim)
+    const std::size_t rows = c.codegen ? 3 * Q : Q;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t part = r / Q, head = r % Q / hs, ch = r % hs;
+      std::size_t theirs = head * hs + (part < 2 ? channel(ch) : ch);  // (values do not turn)
+      if (c.codegen) {
+        const std::size_t file_part = part == 0 ? 0 : part == 1 ? 2 : 1;  // its order: q, v, k
+        theirs = theirs / per_group * 3 * per_group + file_part * per_group + theirs % per_group;
       }
+      std::copy_n(src + (to_hf ? r : theirs) * cols, cols, dst + (to_hf ? theirs : r) * cols);
     }
     return;
   }
@@ -810,7 +857,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.partial_rotary_factor = c.partial_rotary;
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {
-    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : "gptj";
+    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : c.codegen ? "codegen" : "gptj";
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;

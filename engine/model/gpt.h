@@ -124,6 +124,10 @@ struct GptConfig {
   // hf_interleaved, interleave_qkv reorder them on export and import), and q . k does not change when q and k
   // are permuted alike.
   bool gptj = false;
+  // CodeGen's (CodeGenForCausalLM, with gptj): GPT-J's block with q, k and v as one qkv_proj whose rows are
+  // in 4 groups of heads (its mp_num), each group's queries, then its values, then its keys.
+  bool codegen = false;
+  static constexpr int kCodegenGroups = 4;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -262,7 +266,7 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t);
 // key/value head, each group's query heads, then its key, then its value (GPT-NeoX: q, k and v of head 0,
 // then of head 1, ...; Falcon-7B's one group: every q, k, v), where memwall's c_attn has every q, then every
 // k, then every v. GPT-J's q_proj and k_proj: each head's rotary rows in neighbouring pairs, where memwall
-// keeps them as rotate_half pairs (GptConfig::gptj).
+// keeps them as rotate_half pairs (GptConfig::gptj); CodeGen's qkv_proj: those, in its groups of heads.
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t);
 // A query_key_value tensor's rows ([q_width + 2 kv_width][cols]; GPT-J: a q_proj or k_proj, [q_width][cols])
 // from memwall's order into the file's (to_hf), or back.

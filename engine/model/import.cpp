@@ -190,6 +190,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                        : c.bigcode ? "GPT-BigCode"
                        : c.bloom   ? "BLOOM"
                        : c.mpt     ? "MPT"
+                       : c.codegen ? "CodeGen"
                        : c.gptj    ? "GPT-J"
                                    : "GPT-2";
   std::map<std::string, bool> used;

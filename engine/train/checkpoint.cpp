@@ -94,6 +94,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
                    : c.bigcode ? "bigcode"
                    : c.bloom   ? "bloom"
                    : c.mpt     ? "mpt"
+                   : c.codegen ? "codegen"
                    : c.gptj    ? "gptj"
                                : "gpt2"},
           {"parallel_residual", c.parallel_residual},
@@ -135,11 +136,12 @@ model::GptConfig model_of(const nlohmann::json& j) {
   const std::string arch = j.value("arch", std::string("gpt2"));
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
-  if (arch == "neox" || arch == "phi" || arch == "falcon" || arch == "gptj") {  // and their rotary ones
+  if (arch == "neox" || arch == "phi" || arch == "falcon" || arch == "gptj" || arch == "codegen") {
     c.neox = arch == "neox";
     c.phi = arch == "phi";
     c.falcon = arch == "falcon";
-    c.gptj = arch == "gptj";
+    c.gptj = arch == "gptj" || arch == "codegen";
+    c.codegen = arch == "codegen";
     c.one_norm = j.value("one_norm", false);
     c.no_bias = j.value("no_bias", false);
     c.falcon_alibi = c.falcon && j.value("alibi", false);

@@ -2146,6 +2146,23 @@ TEST(CliGenerate, AGptjShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// CodeGen's (GPT-J's block, q, k and v in one grouped qkv_proj) from codegen-350m-mono's file, the same round
+// trip; a head count its 4 groups do not divide is refused in one line.
+TEST(CliGenerate, ACodegenShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "codegen", R"({"n_layer": 1, "n_embd": 64, "n_head": 8, "rotary_dim": 4, "n_positions": 64})",
+      "codegen-350m-mono", 200);
+  EXPECT_EQ(r.latest["arch"], "codegen");
+  EXPECT_EQ(r.config["architectures"][0], "CodeGenForCausalLM");
+  EXPECT_EQ(r.tensors["transformer.h.0.attn.qkv_proj.weight"]["shape"], (nlohmann::json{192, 64}));
+  expect_bad_input(
+      "train --steps 1 --data " + r.data +
+          R"( --model codegen-350m-mono --model-set '{"n_head": 2, "n_embd": 64, "rotary_dim": 4}')",
+      "n_head 2 is not supported by memwall train for CodeGen; allowed: a multiple of 4");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GPT-BigCode's shape (SantaCoder's, StarCoder's: GPT-2's with multi-query attention) from a config.json of
 // model_type gpt_bigcode trains, is kept by the checkpoint, exports as GPTBigCodeForCausalLM (c_attn as
 // nn.Linear: [out, in]) and generates the same text from either.

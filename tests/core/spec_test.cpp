@@ -134,6 +134,11 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(gptj.partial_rotary_factor, 0.25);
   EXPECT_FALSE(gptj.attn_bias);
   EXPECT_TRUE(gptj.block_norm_shared);
+  // CodeGen-350M-mono: GPT-J's block of 1024 channels, rotary on 32 of 64, a vocabulary of 51200.
+  EXPECT_EQ(load_model_scenario("codegen-350m-mono").total_params(),
+            2 * 51200.0 * 1024 + 51200 +
+                20 * (2 * 1024 + 4 * 1024.0 * 1024 + 8 * 1024.0 * 1024 + 4096 + 1024) + 2 * 1024);
+  EXPECT_EQ(load_model_scenario("codegen-350m-mono").total_params(), 356712448.0);
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -171,7 +176,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
   for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
-                           "opt-175b", "mpt-7b", "gpt-j-6b"}) {
+                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

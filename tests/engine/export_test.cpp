@@ -361,9 +361,14 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   gptj.phi = false;
   gptj.gptj = true;
   gptj.partial_rotary = 1.0;  // (pairs of 2 in each head of 4: the reorder shows)
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj}) {
+  GptConfig codegen = gptj;   // q, k and v in one qkv_proj of 4 groups of heads
+  codegen.codegen = true;
+  codegen.heads = 4;
+  codegen.channels = 16;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen}) {
     SCOPED_TRACE(c.neox       ? "neox"
                  : c.phi      ? "phi"
+                 : c.codegen  ? "codegen"
                  : c.gptj     ? "gptj"
                  : c.bigcode  ? "bigcode"
                  : c.bloom    ? "bloom"
@@ -377,6 +382,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
                                      : c.bigcode ? "export-bigcode"
                                      : c.bloom   ? "export-bloom"
                                      : c.mpt     ? "export-mpt"
+                                     : c.codegen ? "export-codegen"
                                      : c.gptj    ? "export-gptj"
                                                  : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
@@ -393,6 +399,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.bloom, c.bloom);
     EXPECT_EQ(back.mpt, c.mpt);
     EXPECT_EQ(back.gptj, c.gptj);
+    EXPECT_EQ(back.codegen, c.codegen);
     EXPECT_EQ(back.exact_gelu, c.exact_gelu);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
@@ -400,7 +407,8 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";
-    if (c.gptj) {  // GPTJForCausalLM's names, no attention biases, q_proj's rotary rows in GPT-J's pairs
+    if (c.gptj &&
+        !c.codegen) {  // GPTJForCausalLM's names, no attention biases, q_proj's rotary rows in GPT-J's pairs
       const nlohmann::json h = safetensors_header(file);
       EXPECT_TRUE(h.contains("transformer.h.0.attn.q_proj.weight"));
       EXPECT_FALSE(h.contains("transformer.h.0.attn.q_proj.bias"));

@@ -511,7 +511,7 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
   bad = c;
   bad.neox = true;
-  EXPECT_NE(validate(bad, 1, 4).message().find("seven variants"), std::string::npos);
+  EXPECT_NE(validate(bad, 1, 4).message().find("eight variants"), std::string::npos);
   ModelSpec tied = spec;
   tied.tied_embeddings = true;
   EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
@@ -1249,10 +1249,18 @@ TEST(GptModel, MptMatchesAPyTorchReference) {
 TEST(GptModel, GptjMatchesAPyTorchReference) {
   GptConfig whole = gptj();
   whole.partial_rotary = 1.0;
-  for (const GptConfig& c : {gptj(), whole}) {
-    SCOPED_TRACE("rotary_dim " + std::to_string(c.rotary_dim()));
-    const nlohmann::json config = {
-        {"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}, {"rotary_dim", c.rotary_dim()}};
+  GptConfig codegen = gptj();  // CodeGen's: q, k and v in one qkv_proj of 4 groups of 2 heads
+  codegen.codegen = true;
+  codegen.heads = 8;
+  codegen.channels = 32;
+  codegen.partial_rotary = 0.5;  // (2 of each head's 4 channels)
+  for (const GptConfig& c : {gptj(), whole, codegen}) {
+    SCOPED_TRACE("rotary_dim " + std::to_string(c.rotary_dim()) + (c.codegen ? ", codegen" : ""));
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"rotary_dim", c.rotary_dim()},
+                                   {"codegen", c.codegen}};
     if (!matches_reference("gptj_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1283,6 +1291,20 @@ TEST(GptModel, GptjMatchesAPyTorchReference) {
   EXPECT_EQ(theirs[15 * cols + 1], mine[15 * cols + 1]);
   interleave_qkv(gptj(), theirs.data(), cols, back_again.data(), false);
   EXPECT_EQ(back_again, mine);
+  // CodeGen's qkv_proj: memwall's first key row (row 32) is the file's row 16 (group 0: 8 query rows, 8 value
+  // rows, then its keys); the first value row (64) is the file's 8; group 1 starts at 24.
+  const auto hf_codegen = hf_param_layout(codegen);
+  EXPECT_EQ(hf_codegen[3].name, "transformer.h.0.attn.qkv_proj.weight");
+  EXPECT_TRUE(hf_interleaved(codegen, hf_codegen[3]));
+  const int qkv_rows = 3 * codegen.channels;
+  std::vector<float> m2(static_cast<std::size_t>(qkv_rows)), t2(m2.size()), b2(m2.size());
+  for (std::size_t i = 0; i < m2.size(); ++i) m2[i] = static_cast<float>(i);
+  interleave_qkv(codegen, m2.data(), 1, t2.data(), true);
+  EXPECT_EQ(t2[16], m2[32]);
+  EXPECT_EQ(t2[8], m2[64]);
+  EXPECT_EQ(t2[24], m2[8]);
+  interleave_qkv(codegen, t2.data(), 1, b2.data(), false);
+  EXPECT_EQ(b2, m2);
 }
 
 // GPT-BigCode against a PyTorch implementation of transformers' GPT-BigCode equations (tests/engine/

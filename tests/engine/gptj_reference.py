@@ -6,11 +6,13 @@ by angle position x 10000^(-2i / rotary_dim)), scores q k^T / sqrt(head size), c
 without bias; mlp.fc_in, GELU's tanh approximation, mlp.fc_out, both with biases; x + attention + MLP;
 transformer.ln_f; an untied lm_head with a bias. It reads the tensors by the names of a GPT-J checkpoint, in
 the file's channel order (memwall's test reorders q_proj's and k_proj's rotary rows as its export does), so the
-names and that reordering are checked too (tests/engine/gpt_model_test.cpp).
+names and that reordering are checked too (tests/engine/gpt_model_test.cpp). With "codegen" in the config it is
+CodeGen's (CodeGenForCausalLM): the same block with q, k and v as one attn.qkv_proj whose output splits into 4
+groups of heads (mp_num), each group's features its queries, then its values, then its keys.
 
 usage: gptj_reference.py DIR
-DIR as tests/engine/reference_io.py describes (config: layers, channels, heads, rotary_dim); writes loss.json
-and grads.f32. Exits 77 without torch.
+DIR as tests/engine/reference_io.py describes (config: layers, channels, heads, rotary_dim, codegen); writes
+loss.json and grads.f32. Exits 77 without torch.
 """
 import reference_io
 
@@ -44,8 +46,13 @@ def forward(cfg, t, tokens, torch):
     for layer in range(cfg["layers"]):
         p = "transformer.h.%d." % layer
         h = ln(x, p + "ln_1")
-        q, k = (rotate(heads(plain(h, p + "attn.%s_proj" % n))) for n in "qk")
-        v = heads(plain(h, p + "attn.v_proj"))
+        if cfg.get("codegen"):
+            groups = plain(h, p + "attn.qkv_proj").reshape(B, T, 4, 3 * C // 4)
+            q, v, k = (part.reshape(B, T, H, hs).permute(0, 2, 1, 3) for part in groups.split(C // 4, dim=-1))
+            q, k = rotate(q), rotate(k)
+        else:
+            q, k = (rotate(heads(plain(h, p + "attn.%s_proj" % n))) for n in "qk")
+            v = heads(plain(h, p + "attn.v_proj"))
         y = reference_io.causal_attention(q, k, v, torch).permute(0, 2, 1, 3).reshape(B, T, C)
         m = linear(reference_io.gelu(linear(h, p + "mlp.fc_in"), torch, False), p + "mlp.fc_out")
         x = x + plain(y, p + "attn.out_proj") + m
