@@ -379,6 +379,19 @@ Result<RopeScaling> parse_rope_scaling(std::string_view text, const std::string&
   return out;
 }
 
+// A family's names for hidden size, heads, layers and positions: read into m with the vocabulary (m holds the
+// family's defaults).
+struct ShapeKeys {
+  const char *hidden, *heads, *layers, *positions;
+};
+Status read_shape(JsonObjectReader& r, const ShapeKeys& k, ModelSpec& m) {
+  MW_RETURN_IF_ERROR(r.get_int(k.hidden, m.hidden, 1, 1 << 24));
+  MW_RETURN_IF_ERROR(r.get_int(k.heads, m.heads, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int(k.layers, m.layers, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int(k.positions, m.max_positions, 1, 1 << 28));
+  return r.get_int("vocab_size", m.vocab, 0, 1 << 28);
+}
+
 // MPT's (MosaicML's MPT-7B, MPT-30B; transformers' MptConfig, whose defaults these are): GPT-2's shape with
 // its own key names, an MLP of expansion_ratio x d_model, ALiBi instead of positions (attn_config.alibi;
 // else a learned table), and with no_bias no biases at all, the LayerNorms' included.
@@ -388,11 +401,7 @@ Status parse_mpt(JsonObjectReader& r, const std::string& source, Diagnostics& di
   m.layers = 24;
   m.max_positions = 2048;
   m.vocab = 50368;
-  MW_RETURN_IF_ERROR(r.get_int("d_model", m.hidden, 1, 1 << 24));
-  MW_RETURN_IF_ERROR(r.get_int("n_heads", m.heads, 1, 1 << 20));
-  MW_RETURN_IF_ERROR(r.get_int("n_layers", m.layers, 1, 1 << 20));
-  MW_RETURN_IF_ERROR(r.get_int("max_seq_len", m.max_positions, 1, 1 << 28));
-  MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
+  MW_RETURN_IF_ERROR(read_shape(r, {"d_model", "n_heads", "n_layers", "max_seq_len"}, m));
   double expansion = 4;
   MW_RETURN_IF_ERROR(r.get_number("expansion_ratio", expansion, 0.0, 1 << 10));
   const double ffn = expansion * m.hidden;
@@ -486,11 +495,7 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
   m.hidden = 4096;
   m.layers = 28;
   m.heads = 16;
-  MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
-  MW_RETURN_IF_ERROR(r.get_int("n_positions", m.max_positions, 1, 1 << 28));
-  MW_RETURN_IF_ERROR(r.get_int("n_embd", m.hidden, 1, 1 << 24));
-  MW_RETURN_IF_ERROR(r.get_int("n_layer", m.layers, 1, 1 << 20));
-  MW_RETURN_IF_ERROR(r.get_int("n_head", m.heads, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(read_shape(r, {"n_embd", "n_head", "n_layer", "n_positions"}, m));
   m.ffn_hidden = 4 * m.hidden;
   MW_RETURN_IF_ERROR(r.get_int("n_inner", m.ffn_hidden, 1, 1 << 26));
   if (m.heads <= 0 || m.hidden % m.heads != 0) return Status::ok();  // (the common check names it)

@@ -433,37 +433,22 @@ const FamilyNames& mpt_names() {
 }
 
 // GPTJForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors under attn., q_proj's and k_proj's
-// rotary rows reordered, hf_interleaved).
-const FamilyNames& gptj_names() {
-  static const FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
-                                  {"ln_f.weight", "transformer.ln_f.weight"},
-                                  {"ln_f.bias", "transformer.ln_f.bias"},
-                                  {"lm_head.weight", "lm_head.weight"},
-                                  {"lm_head.bias", "lm_head.bias"}},
-                                 {{"ln_1", "ln_1"},
-                                  {"attn.c_proj", "attn.out_proj"},
-                                  {"mlp.c_fc", "mlp.fc_in"},
-                                  {"mlp.c_proj", "mlp.fc_out"}},
-                                 "transformer.h.",
-                                 true,
-                                 "attn."};
-  return names;
-}
-
-// CodeGenForCausalLM's: GPT-J's, with q, k and v as one qkv_proj (its rows grouped, hf_interleaved).
-const FamilyNames& codegen_names() {
-  static const FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
-                                  {"ln_f.weight", "transformer.ln_f.weight"},
-                                  {"ln_f.bias", "transformer.ln_f.bias"},
-                                  {"lm_head.weight", "lm_head.weight"},
-                                  {"lm_head.bias", "lm_head.bias"}},
-                                 {{"ln_1", "ln_1"},
-                                  {"attn.c_attn", "attn.qkv_proj"},
-                                  {"attn.c_proj", "attn.out_proj"},
-                                  {"mlp.c_fc", "mlp.fc_in"},
-                                  {"mlp.c_proj", "mlp.fc_out"}},
-                                 "transformer.h.",
-                                 false};
+// rotary rows reordered, hf_interleaved); CodeGenForCausalLM's the same with q, k and v as one qkv_proj (its
+// rows grouped, hf_interleaved).
+FamilyNames gptj_names(const GptConfig& c) {
+  FamilyNames names{{{"wte.weight", "transformer.wte.weight"},
+                     {"ln_f.weight", "transformer.ln_f.weight"},
+                     {"ln_f.bias", "transformer.ln_f.bias"},
+                     {"lm_head.weight", "lm_head.weight"},
+                     {"lm_head.bias", "lm_head.bias"}},
+                    {{"ln_1", "ln_1"},
+                     {"attn.c_proj", "attn.out_proj"},
+                     {"mlp.c_fc", "mlp.fc_in"},
+                     {"mlp.c_proj", "mlp.fc_out"}},
+                    "transformer.h.",
+                    !c.codegen,
+                    "attn."};
+  if (c.codegen) names.stems["attn.c_attn"] = "attn.qkv_proj";
   return names;
 }
 
@@ -493,8 +478,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.falcon) return renamed_layout(layout, falcon_names(c));
   if (c.bloom) return renamed_layout(layout, bloom_names());
   if (c.mpt) return renamed_layout(layout, mpt_names());
-  if (c.codegen) return renamed_layout(layout, codegen_names());
-  if (c.gptj) return renamed_layout(layout, gptj_names());
+  if (c.gptj) return renamed_layout(layout, gptj_names(c));
   if (!c.fused_names) return layout;
   // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
   struct Group {
