@@ -64,7 +64,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -528,6 +528,43 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
+// StableLM's (Stability AI's StableLM-3B-4E1T, StableLM 2; transformers' StableLmConfig, whose defaults these
+// are): the Llama shape (a SwiGLU MLP, rotary positions, grouped-query attention, an untied head) with
+// LayerNorms (weight and bias) instead of RMSNorms, rotary on partial_rotary_factor of each head, biases on
+// q, k and v with use_qkv_bias, and with use_parallel_residual the attention and the MLP side by side after
+// one norm.
+Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
+  m.vocab = 50304;
+  m.hidden = 2560;
+  m.ffn_hidden = 6912;
+  m.layers = 32;
+  m.heads = 32;
+  m.max_positions = 4096;
+  MW_RETURN_IF_ERROR(read_shape(
+      r, {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}, m));
+  MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
+  m.kv_heads = m.heads;
+  MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionKind::kRotary;
+  m.gated_mlp = true;
+  m.linear_bias = false;
+  MW_RETURN_IF_ERROR(r.get_bool("use_qkv_bias", m.qkv_bias));
+  MW_RETURN_IF_ERROR(r.get_bool("use_parallel_residual", m.block_norm_shared));
+  MW_RETURN_IF_ERROR(require_flag(r, "qk_layernorm", false,
+                                  "per-head LayerNorms of the queries and keys, StableLM 2 12B's"));
+  m.tied_embeddings = false;
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  m.partial_rotary_factor = 0.25;
+  MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
+  MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+  MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+  MW_RETURN_IF_ERROR(r.get_number("layer_norm_eps", m.norm_eps, 0.0, 1.0));
+  MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
+  r.ignore({"hidden_dropout", "attention_dropout"});
+  return Status::ok();
+}
+
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
   Result<json> doc = parse_json_object(text, source);
   if (!doc.is_ok()) return doc.status();
@@ -944,6 +981,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
   } else if (type == "mpt") {
     MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
+  } else if (type == "stablelm") {
+    MW_RETURN_IF_ERROR(parse_stablelm(r, source, diag, m));
   } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {

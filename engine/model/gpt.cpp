@@ -545,6 +545,10 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
+  if (m.model_type == "stablelm") {
+    return Status::invalid_argument(where + "StableLM's LayerNorms in the Llama shape are not supported by " +
+                                    tool + "; memwall predict and simulate take it");
+  }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
              falcon = m.model_type == "falcon", codegen = m.model_type == "codegen",
              gptj = m.model_type == "gptj" || codegen;

@@ -2125,6 +2125,9 @@ TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
   expect_bad_input("train --steps 1 --data " + r.data +
                        R"( --model mpt-7b --model-set '{"attn_config": {"alibi": false}}')",
                    "attn_config.alibi false (learned positions) is not supported by memwall train");
+  // StableLM (LayerNorms in the Llama shape): predicted, not trained.
+  expect_bad_input("train --steps 1 --data " + r.data + " --model stablelm-3b-4e1t",
+                   "StableLM's LayerNorms in the Llama shape are not supported by memwall train");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

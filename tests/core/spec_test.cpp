@@ -139,6 +139,12 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             2 * 51200.0 * 1024 + 51200 +
                 20 * (2 * 1024 + 4 * 1024.0 * 1024 + 8 * 1024.0 * 1024 + 4096 + 1024) + 2 * 1024);
   EXPECT_EQ(load_model_scenario("codegen-350m-mono").total_params(), 356712448.0);
+  // StableLM-3B-4E1T: the Llama shape with LayerNorms (weight and bias), an untied head.
+  const ModelSpec stablelm = load_model_scenario("stablelm-3b-4e1t");
+  EXPECT_EQ(stablelm.total_params(),
+            2 * 50304.0 * 2560 + 32 * (4 * 2560 + 4 * 2560.0 * 2560 + 3 * 2560.0 * 6912) + 2 * 2560);
+  EXPECT_EQ(stablelm.total_params(), 2795443200.0);
+  EXPECT_EQ(stablelm.partial_rotary_factor, 0.25);
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -163,6 +169,13 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                             "pythia-70m/config.json", diag);
   ASSERT_TRUE(pythia.is_ok()) << pythia.status().to_string();
   EXPECT_EQ(pythia->total_params(), 70426624.0);
+  // StableLM 2 1.6B's shape (q, k and v biases, a vocabulary of 100352): its biases counted.
+  auto stablelm2 = parse_model(R"({"model_type": "stablelm", "hidden_size": 2048, "intermediate_size": 5632,
+      "num_attention_heads": 32, "num_hidden_layers": 24, "vocab_size": 100352, "use_qkv_bias": true})",
+                               "stablelm-2-1_6b/config.json", diag);
+  ASSERT_TRUE(stablelm2.is_ok()) << stablelm2.status().to_string();
+  EXPECT_EQ(stablelm2->params_per_layer(), 4 * 2048 + 4 * 2048.0 * 2048 + 3 * 2048 + 3 * 2048.0 * 5632);
+  EXPECT_EQ(stablelm2->total_params(), 1644515328.0);
   // MPT with biases (no_bias false: on every linear and LayerNorm), learned positions and a ratio of 2.5.
   auto mpt_bias = parse_model(R"({"model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2,
       "expansion_ratio": 2.5, "max_seq_len": 32, "vocab_size": 100, "no_bias": false,
@@ -176,7 +189,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
   for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
-                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono"}) {
+                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
@@ -196,6 +209,10 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             "not supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gpt_neox", "attention_bias": false})"),
                   "key 'attention_bias': false (biases on the MLP only) is not supported; allowed: true"},
+        std::pair{
+            std::string(R"({"model_type": "stablelm", "qk_layernorm": true})"),
+            "key 'qk_layernorm': true (per-head LayerNorms of the queries and keys, StableLM 2 12B's) is not "
+            "supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 32})"),
                   "key 'rotary_dim': 32 is not supported; allowed: an even number up to the head size 16"},
         std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"clip_qkv": 6}})"),
