@@ -46,6 +46,16 @@ nlohmann::json safetensors_header(const std::string& file) {
   std::memcpy(&header_bytes, bytes.data(), 8);
   return nlohmann::json::parse(bytes.substr(8, header_bytes));
 }
+// Element i (an F32 file's) of the tensor named `name`.
+float file_element(const std::string& file, const std::string& name, std::size_t i) {
+  const std::string bytes = slurp(file);
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  const std::size_t begin = safetensors_header(file)[name]["data_offsets"][0].get<std::size_t>();
+  float got = 0;
+  std::memcpy(&got, bytes.data() + 8 + header_bytes + begin + i * sizeof(float), sizeof(float));
+  return got;
+}
 void rewrite_header(const std::string& file,
                     const std::function<nlohmann::json(const nlohmann::json&)>& rename) {
   const std::string bytes = slurp(file);
@@ -407,8 +417,8 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.ffn_width(), c.ffn_width());
     const std::string file = dir + "/model.safetensors";
-    if (c.gptj &&
-        !c.codegen) {  // GPTJForCausalLM's names, no attention biases, q_proj's rotary rows in GPT-J's pairs
+    if (c.gptj && !c.codegen) {
+      // GPTJForCausalLM's names, no attention biases, q_proj's rotary rows in GPT-J's pairs.
       const nlohmann::json h = safetensors_header(file);
       EXPECT_TRUE(h.contains("transformer.h.0.attn.q_proj.weight"));
       EXPECT_FALSE(h.contains("transformer.h.0.attn.q_proj.bias"));
@@ -420,16 +430,9 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
       const auto layout = gpt_param_layout(c);
       const auto qkv = std::find_if(layout.begin(), layout.end(),
                                     [](const ParamTensor& t) { return t.name == "h.0.attn.c_attn.weight"; });
-      const nlohmann::json& e = h["transformer.h.0.attn.q_proj.weight"];
-      const std::string bytes = slurp(file);
-      std::uint64_t header_bytes = 0;
-      std::memcpy(&header_bytes, bytes.data(), 8);
-      float got = 0;
-      std::memcpy(&got,
-                  bytes.data() + 8 + header_bytes + e["data_offsets"][0].get<std::size_t>() +
-                      static_cast<std::size_t>(c.channels) * 4,
-                  4);
-      EXPECT_EQ(got, p[qkv->offset + static_cast<std::size_t>(c.rotary_dim() / 2 * c.channels)]);
+      EXPECT_EQ(
+          file_element(file, "transformer.h.0.attn.q_proj.weight", static_cast<std::size_t>(c.channels)),
+          p[qkv->offset + static_cast<std::size_t>(c.rotary_dim() / 2 * c.channels)]);
     }
     if (c.mpt) {  // MptForCausalLM's names, its norms without biases
       const nlohmann::json h = safetensors_header(file);
@@ -445,19 +448,11 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
       const auto layout = gpt_param_layout(c);
       const auto qkv = std::find_if(layout.begin(), layout.end(),
                                     [](const ParamTensor& t) { return t.name == "h.0.attn.c_attn.weight"; });
-      const nlohmann::json h = safetensors_header(file);
-      const nlohmann::json& e = h[c.bloom ? "transformer.h.0.self_attention.query_key_value.weight"
-                                          : "gpt_neox.layers.0.attention.query_key_value.weight"];
-      EXPECT_EQ(e["shape"], (nlohmann::json{24, 8}));
-      const std::string bytes = slurp(file);
-      std::uint64_t header_bytes = 0;
-      std::memcpy(&header_bytes, bytes.data(), 8);
+      const std::string name = c.bloom ? "transformer.h.0.self_attention.query_key_value.weight"
+                                       : "gpt_neox.layers.0.attention.query_key_value.weight";
+      EXPECT_EQ(safetensors_header(file)[name]["shape"], (nlohmann::json{24, 8}));
       const std::size_t file_row = (1 * 3 + 1) * 2 + 1, mine = 8 + 1 * 2 + 1;
-      float got = 0;
-      std::memcpy(
-          &got, bytes.data() + 8 + header_bytes + e["data_offsets"][0].get<std::size_t>() + file_row * 8 * 4,
-          4);
-      EXPECT_EQ(got, p[qkv->offset + mine * 8]);
+      EXPECT_EQ(file_element(file, name, file_row * 8), p[qkv->offset + mine * 8]);
     }
     for (const std::size_t piece : {p.size(), std::size_t{37}}) {
       auto w = HfWeights::open(dir, back);
