@@ -405,10 +405,10 @@ Status parse_mpt(JsonObjectReader& r, const std::string& source, Diagnostics& di
   double expansion = 4;
   MW_RETURN_IF_ERROR(r.get_number("expansion_ratio", expansion, 0.0, 1 << 10));
   const double ffn = expansion * m.hidden;
-  if (ffn < 1 || ffn != std::floor(ffn)) {
-    return r.error("expansion_ratio",
-                   strprintf("%g", expansion) + " x d_model " + std::to_string(m.hidden) +
-                       " is not a whole number of MLP features; allowed: a ratio giving one");
+  if (ffn < 1 || ffn != std::floor(ffn) || ffn > (1 << 26)) {
+    return r.error("expansion_ratio", strprintf("%g", expansion) + " x d_model " + std::to_string(m.hidden) +
+                                          " is not a whole number of MLP features up to 2^26; allowed: a "
+                                          "ratio giving one");
   }
   m.ffn_hidden = static_cast<int>(ffn);
   m.kv_heads = m.heads;

@@ -173,12 +173,11 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   // Each matrix a tile splits, and its output rows.
   std::vector<std::pair<const char*, int>> rows = {
       {c.rotary() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
-  if (c.rotary()) {
-    if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
-    if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
-  }
-  if (c.rotary() || c.mpt) rows.push_back({"the MLP's inner size", c.ffn_width()});
-  if (c.rotary() && !c.tied) rows.push_back({"the vocabulary", c.vocab});
+  if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
+  // (Grouped-query attention's key/value rows: GPT-BigCode's and Falcon's too.)
+  if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
+  rows.push_back({"the MLP's inner size", c.ffn_width()});  // (GPT-2's 4C: divided wherever C is)
+  if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   for (const auto& [rows_of, n] : rows) {
     if (tiling < 1 || n % tiling != 0) {
       return Status::invalid_argument(what + " " + std::to_string(tiling) + " must divide " + rows_of + " (" +

@@ -186,7 +186,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
         const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
-        const float slope = c_.alibi_scale() * k::alibi_slope(h, c_.heads);  // BLOOM's, Falcon's, MPT's
+        const float slope = k::alibi_head_slope(c_.alibi_scale(), h, c_.heads);  // BLOOM's, Falcon's, MPT's
         float maxv = -INFINITY;
         for (int u = lo; u <= last; ++u) {
           const float* key = keys.data() + slot(u) + kv_off;

@@ -624,7 +624,7 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* a = att + ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
         const int lo = attention_window_start(t, window);
-        const float slope = alibi != 0 ? alibi * alibi_slope(h, NH) : 0.0f;
+        const float slope = alibi_head_slope(alibi, h, NH);
         float maxv = -INFINITY;
         for (int u = lo; u <= t; ++u) {
           const float* k = qkv + (static_cast<std::size_t>(b) * T + u) * C3 + C + h * hs;
@@ -720,7 +720,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     for (int t = 0; t < T; ++t) {  // causal softmax of each row, masked part set to 0
       float* a = att + (static_cast<std::size_t>(bh) * T + t) * T;
       const int lo = attention_window_start(t, window);
-      const float slope = alibi != 0 ? alibi * alibi_slope(bh % NH, NH) : 0.0f;
+      const float slope = alibi_head_slope(alibi, bh % NH, NH);
       float maxv = -INFINITY;
       for (int u = lo; u <= t; ++u) {
         a[u] = soft_cap(a[u] * scale, softcap) + slope * static_cast<float>(u - t);
@@ -946,7 +946,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           cap_tile(tile.s, nullptr, n, softcap);
-          bias_tile(tile.s, n, alibi != 0 ? alibi * alibi_slope(h, NH) : 0.0f, u0, r0);
+          bias_tile(tile.s, n, alibi_head_slope(alibi, h, NH), u0, r0);
           float mx[kRows], shift[kRows];
           for (int r = 0; r < kRows; ++r) mx[r] = m[r];
           for (int u = 0; u < n; ++u) {
@@ -1029,7 +1029,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           const int n = std::min(kKeys, end - u0);
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           cap_tile(tile.s, tile.g, n, softcap);
-          bias_tile(tile.s, n, alibi != 0 ? alibi * alibi_slope(h, NH) : 0.0f, u0, r0);
+          bias_tile(tile.s, n, alibi_head_slope(alibi, h, NH), u0, r0);
           score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           for (int u = 0; u < n; ++u) {
 #pragma omp simd

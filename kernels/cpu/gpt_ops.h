@@ -144,6 +144,11 @@ inline float alibi_slope(int h, int NH) {
   const double e = h < p ? 8.0 * (h + 1) / p : 4.0 * (2 * (h - p) + 1) / p;
   return static_cast<float>(std::exp2(-e));
 }
+// The slope an attention kernel adds for head h: `alibi` (its slope multiplier) x alibi_slope, or 0 without
+// ALiBi (alibi 0).
+inline float alibi_head_slope(float alibi, int h, int NH) {
+  return alibi != 0 ? alibi * alibi_slope(h, NH) : 0.0f;
+}
 // The first key query t sees: 0, or t - window + 1 with a sliding window.
 inline int attention_window_start(int t, int window) {
   return window > 0 && t >= window ? t - window + 1 : 0;

@@ -1311,6 +1311,8 @@ TEST(GptModel, GptjMatchesAPyTorchReference) {
 // bigcode_reference.py): multi-query attention with learned positions, c_attn as nn.Linear in its order (one
 // key/value head: every query, the key, the value; one per head: head by head). Skipped without torch.
 TEST(GptModel, BigcodeMatchesAPyTorchReference) {
+  // A tile splits the key/value rows (8 here) too: a tiling dividing the channels but not them is refused.
+  EXPECT_NE(validate_tiling(bigcode(), 16).message().find("2 x the key/value width (8)"), std::string::npos);
   for (const GptConfig& c : {bigcode(), bigcode_mha()}) {
     SCOPED_TRACE(c.kv_head_count() == 1 ? "multi-query" : "multi-head");
     const nlohmann::json config = {{"layers", c.layers},
