@@ -480,7 +480,8 @@ int run_train(const TrainOptions& opt) {
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
-        c.llama() ? strprintf("Llama-shaped: RMSNorm, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
+        c.llama() ? strprintf("%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
+                              c.layer_norm ? "StableLM-shaped: LayerNorm" : "Llama-shaped: RMSNorm",
                               rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
                               c.kv_head_count(),
                               c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",

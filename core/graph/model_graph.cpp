@@ -175,6 +175,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   const double ffn = m.mlp_ffn();  // the dense MLP's inner features, or one expert's
   const bool ln = m.norm == NormKind::kLayerNorm && m.norm_bias;  // (a LayerNorm's bias)
   const bool has_norm = m.norm != NormKind::kNone;
+  const bool norm_weight = has_norm && m.norm_weight;  // (OLMo's LayerNorms have no parameters)
   const int tiles = opt.tiling;
   Builder b(g, T, eb);
 
@@ -200,12 +201,13 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   }
   auto norm_op = [&](const std::string& name, int layer) -> GraphOp* {
     if (!has_norm) return nullptr;
-    const int w = b.param(name + ".w", hd, layer);
+    const int w = norm_weight ? b.param(name + ".w", hd, layer) : -1;
     const int bias = ln ? b.param(name + ".b", hd, layer) : -1;
     GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, layer, hd);
-    o.params.push_back(w);
+    if (w >= 0) o.params.push_back(w);
     if (bias >= 0) o.params.push_back(bias);
-    const double pb = eb * hd * (bias >= 0 ? 2 : 1);  // read forward; read and gradient written backward
+    // Read forward; read and gradient written backward.
+    const double pb = eb * hd * ((w >= 0 ? 1 : 0) + (bias >= 0 ? 1 : 0));
     o.fwd_mem_bytes += pb;
     o.bwd_mem_bytes += 2 * pb;
     return &o;
@@ -224,8 +226,9 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
              /*save_output=*/true);
     if (m.qk_norm) {
-      // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn.
-      const int w = b.param(p + ".qk_norm.w", 2.0 * m.head_dim(), L);
+      // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn;
+      // OLMo 2's of all the queries and all the keys.
+      const int w = b.param(p + ".qk_norm.w", m.qk_norm_elements(), L);
       GraphOp& o = b.elementwise(p + ".qk_norm", OpKind::kLayerNorm, L, (qw + kv) / mp);
       o.params.push_back(w);
     }

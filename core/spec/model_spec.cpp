@@ -88,8 +88,8 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"embed.norm.weight", hd, 1, 1, false});
     t.push_back({"embed.norm.bias", hd, 1, 1, false});
   }
-  const bool ln = norm == NormKind::kLayerNorm && norm_bias;  // (a LayerNorm's bias)
-  const bool has_norm = norm != NormKind::kNone;
+  const bool ln = norm == NormKind::kLayerNorm && norm_bias;     // (a LayerNorm's bias)
+  const bool has_norm = norm != NormKind::kNone && norm_weight;  // (a norm's weight)
   if (has_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
   if (kv == hd && q == hd) {
@@ -100,7 +100,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
     if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
   }
-  if (qk_norm) t.push_back({"block.attn.qk_norm.weight", 2.0 * head_dim(), 1, L, false});
+  if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, L, false});
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});

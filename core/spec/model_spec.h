@@ -104,6 +104,9 @@ struct ModelSpec {
   RopeScaling rope_scaling{};  // rope_scaling (none by default); memwall train and generate use it
   int head_size = 0;           // head_dim where it is not hidden / heads (Qwen3's, Mistral Nemo's); 0: that
   bool qk_norm = false;        // Qwen3's RMSNorm of each query and key head (q_norm, k_norm) before rotary
+  // OLMo 2's q_norm and k_norm: one RMSNorm over all the queries and one over all the keys (weights of
+  // heads x head_dim and kv_heads x head_dim), rather than one weight per head shared by every head.
+  bool qk_norm_full = false;
   // The MLP's activation as transformers names it (GPT-2's activation_function, else hidden_act): GPT-2's
   // "gelu_new"; for the gated MLP "silu" (SwiGLU, the default) or Gemma's "gelu_pytorch_tanh" (GeGLU), the
   // two memwall train takes there.
@@ -145,6 +148,7 @@ struct ModelSpec {
   bool parallel_residual = false;
   bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
   bool norm_bias = true;    // LayerNorm's bias (MPT's norms have none: no_bias)
+  bool norm_weight = true;  // the norms' weight (OLMo's LayerNorms have none, nor a bias)
   bool attn_bias = true;    // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
   bool head_bias = false;   // Phi's bias on the untied head
 
@@ -155,6 +159,12 @@ struct ModelSpec {
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
   // differs).
   int q_width() const { return heads * head_dim(); }
+  // The q/k norms' weights in a layer: Qwen3's one per head for queries and one for keys, or OLMo 2's over
+  // every query and every key channel.
+  double qk_norm_elements() const {
+    return qk_norm_full ? static_cast<double>(q_width()) + static_cast<double>(kv_heads) * head_dim()
+                        : 2.0 * head_dim();
+  }
   // Layer l's attention window (0: full causal attention).
   int attention_window(int layer) const {
     return layer_window(layer, sliding_window, first_window_layer, global_every);

@@ -64,7 +64,8 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 // The model_type values parse_model reads.
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
-    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, zero-infinity-paper";
+    "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
+    "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
   if (!r.has(key)) return r.error(key, "is missing (required)");
@@ -688,7 +689,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
-             type == "qwen2_moe" || type == "qwen3_moe") {
+             type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -777,8 +778,19 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
-    m.norm_eps = 1e-6;  // transformers' LlamaConfig default
+    m.norm_eps = type == "olmo2" ? 1e-5 : 1e-6;  // transformers' Olmo2Config and LlamaConfig defaults
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
+    // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
+    // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
+    // before (post_attention_layernorm, post_feedforward_layernorm: as many weights as Llama's two), and
+    // RMSNorms of all the queries and of all the keys (q_norm, k_norm) before the rotary turn.
+    if (type == "olmo") {
+      m.norm = NormKind::kLayerNorm;
+      m.norm_bias = m.norm_weight = false;
+      m.norm_eps = 1e-5;
+      r.ignore({"clip_qkv"});
+    }
+    if (type == "olmo2") m.qk_norm = m.qk_norm_full = true;
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2;
@@ -1515,6 +1527,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"parallel_residual", m.parallel_residual},
             {"embed_norm", m.embed_norm},
             {"norm_bias", m.norm_bias},
+            {"norm_weight", m.norm_weight},
+            {"qk_norm_full", m.qk_norm_full},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},
             {"experts", m.experts},

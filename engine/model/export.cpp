@@ -65,6 +65,33 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
+  if (c.layer_norm) {  // StableLmConfig's keys (validate() has refused Gemma's and Qwen3's norms with it)
+    if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.embed_scale || c.fused_names ||
+        c.rope_scaling.type == "longrope") {
+      return Status::invalid_argument(dir +
+                                      ": StableLM's LayerNorms with a window, heads of their own width, "
+                                      "GeGLU, a scaled embedding, fused names or longrope have no "
+                                      "config.json form (StableLmForCausalLM has none of them)");
+    }
+    return family_config("StableLmForCausalLM", "stablelm", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.kv_head_count()},
+                             {"hidden_act", "silu"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"layer_norm_eps", 1e-5},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"partial_rotary_factor", c.partial_rotary},
+                             {"use_qkv_bias", c.qkv_bias},
+                             {"qk_layernorm", false},
+                             {"use_parallel_residual", false},
+                             {"hidden_dropout", 0.0},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
+  }
   if (c.llama()) {
     // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
     // layers. Qwen3 is the shape with per-head query and key norms.

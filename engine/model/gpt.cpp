@@ -68,6 +68,12 @@ Status validate(const GptConfig& c, int batch, int seq) {
       1)
     return Status::invalid_argument(
         "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and GPT-J are eight variants, not one");
+  if (c.layer_norm && (!c.llama() || c.norm_unit_offset || c.sandwich_norm || c.qk_norm ||
+                       std::abs(c.norm_eps - 1e-5) > 1e-12)) {
+    return Status::invalid_argument(
+        "model: StableLM's LayerNorms (layer_norm) are the Llama shape's, without Gemma's or Qwen3's norms, "
+        "with epsilon 1e-5 (memwall's LayerNorm kernels')");
+  }
   if (c.gptj && (c.tied || c.no_bias)) {
     return Status::invalid_argument("model: GPT-J's head is untied, with a bias, and its MLP has biases");
   }
@@ -203,6 +209,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     for (int l = 0; l < c.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
       add(h + "input_layernorm.weight", {C});
+      if (c.layer_norm) add(h + "input_layernorm.bias", {C});  // (StableLM's LayerNorms)
       // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
       add(h + "self_attn.q_proj.weight", {Q, C});
       add(h + "self_attn.k_proj.weight", {kv, C});
@@ -218,6 +225,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
       add(h + "post_attention_layernorm.weight", {C});  // Gemma 2's: the attention output's norm
+      if (c.layer_norm) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
@@ -225,6 +233,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.sandwich_norm) add(h + "post_feedforward_layernorm.weight", {C});
     }
     add("model.norm.weight", {C});
+    if (c.layer_norm) add("model.norm.bias", {C});
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
     return out;
   }
@@ -537,6 +546,23 @@ bool is_gelu_tanh(const std::string& act) {
   return act == "gelu_pytorch_tanh" || act == "gelu_new";
 }
 
+namespace {
+// Whether memwall's rotary kernels compute the model file's rope_scaling; else one line naming its type.
+Status check_rope_scaling(const ModelSpec& m, const std::string& where, const std::string& tool) {
+  if (m.rope_scaling.supported()) return Status::ok();
+  return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
+                                  "\" is not supported by " + tool +
+                                  "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
+}
+// Whether the model file's LayerNorm epsilon (under `key`) is memwall's LayerNorm kernels' 1e-5.
+Status check_layer_norm_eps(const ModelSpec& m, const char* key, const std::string& where,
+                            const std::string& tool) {
+  if (std::abs(m.norm_eps - 1e-5) <= 1e-12) return Status::ok();
+  return Status::invalid_argument(where + key + " " + strprintf("%g", m.norm_eps) + " is not supported by " +
+                                  tool + "; allowed: 1e-05 (its LayerNorm's)");
+}
+}  // namespace
+
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
   if (m.moe()) {
@@ -544,9 +570,27 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "stablelm") {
-    return Status::invalid_argument(where + "StableLM's LayerNorms in the Llama shape are not supported by " +
-                                    tool + "; memwall predict and simulate take it");
+  if (m.model_type == "olmo" || m.model_type == "olmo2") {
+    const char* what =
+        m.model_type == "olmo"
+            ? "OLMo's LayerNorms without weights or biases are"
+            : "OLMo 2's norms after the attention and the MLP, and of all the queries and keys, are";
+    return Status::invalid_argument(where + what + " not supported by " + tool +
+                                    "; memwall predict and simulate take it");
+  }
+  if (m.model_type == "stablelm") {  // the Llama shape with LayerNorms; the reader refused qk_layernorm
+    if (m.block_norm_shared) {
+      const std::string what = "use_parallel_residual true (the attention and the MLP side by side)";
+      return Status::invalid_argument(where + what + " is not supported by " + tool +
+                                      " for StableLM; allowed: false (memwall predict and simulate take it)");
+    }
+    MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_eps", where, tool));
+    if (m.mlp_act != "silu") {
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+                                      " for StableLM; allowed: silu");
+    }
+    MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
+    return Status::ok();
   }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
              falcon = m.model_type == "falcon", codegen = m.model_type == "codegen",
@@ -563,11 +607,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       std::to_string(GptConfig::kCodegenGroups) +
                                       " (its qkv_proj splits the heads into that many groups)");
     }
-    if (!m.rope_scaling.supported()) {
-      return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
-                                      "\" is not supported by " + tool +
-                                      "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
-    }
+    MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
     if (m.mlp_act != "gelu" && !is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
                                       " for " + family +
@@ -583,10 +623,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + "tie_word_embeddings true is not supported by " + tool +
                                       " for " + family + " (its head has a bias of its own); allowed: false");
     }
-    if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
-      return Status::invalid_argument(where + "layer_norm_eps " + strprintf("%g", m.norm_eps) +
-                                      " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
-    }
+    MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_eps", where, tool));
     return Status::ok();
   }
   if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
@@ -601,11 +638,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       "attention_bias (biases on q, k, v and o) is not supported by " + tool +
                                       "; allowed: attention_bias false (Qwen2's q, k and v biases are)");
     }
-    if (!m.rope_scaling.supported()) {
-      return Status::invalid_argument(where + "rope_scaling type \"" + m.rope_scaling.type +
-                                      "\" is not supported by " + tool +
-                                      "; allowed: linear, llama3, yarn, dynamic, longrope, or none");
-    }
+    MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
     if (m.mlp_act != "silu" && m.mlp_act != "swish" && !is_gelu_tanh(m.mlp_act)) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
                                       "; allowed: silu (SwiGLU) or "
@@ -632,10 +665,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + "tie_word_embeddings false is not supported by " + tool +
                                       " for MPT; allowed: true");
     }
-    if (std::abs(m.norm_eps - 1e-5) > 1e-12) {
-      return Status::invalid_argument(where + "layer_norm_epsilon " + strprintf("%g", m.norm_eps) +
-                                      " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
-    }
+    MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_epsilon", where, tool));
     return Status::ok();
   }
   if (m.gated_mlp)
@@ -645,10 +675,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   if (m.position != PositionKind::kLearned && !(bloom && m.position == PositionKind::kNone)) {
     return Status::invalid_argument(where + tool + " needs learned positions (n_positions)");
   }
-  if (bloom && std::abs(m.norm_eps - 1e-5) > 1e-12) {
-    return Status::invalid_argument(where + "layer_norm_epsilon " + strprintf("%g", m.norm_eps) +
-                                    " is not supported by " + tool + "; allowed: 1e-05 (its LayerNorm's)");
-  }
+  if (bloom) MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_epsilon", where, tool));
   if (!m.tied_embeddings) return Status::invalid_argument(where + tool + " needs tie_word_embeddings: true");
   if (!m.linear_bias) return Status::invalid_argument(where + tool + " needs biases on linears");
   if (m.kv_heads != m.heads && !(m.model_type == "gpt_bigcode" && m.kv_heads == 1))
@@ -677,8 +704,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   c.layers = m.layers;
   c.heads = m.heads;
   c.channels = m.hidden;
-  if (m.norm == NormKind::kRmsNorm) {
+  if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm") {
     c.arch = GptArch::kLlama;
+    c.layer_norm = m.model_type == "stablelm";
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
@@ -842,6 +870,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
+    if (c.layer_norm) {  // StableLM's
+      m.model_type = "stablelm";
+      m.norm = NormKind::kLayerNorm;
+      m.norm_bias = true;
+    }
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {
     m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : c.codegen ? "codegen" : "gptj";
@@ -900,6 +933,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   } else {
     if (name == "embed.tokens") return {"model.embed_tokens.weight"};
     if (name == "final_norm.w") return {"model.norm.weight"};
+    if (name == "final_norm.b") return {"model.norm.bias"};
     if (name == "lm_head.w") return {"lm_head.weight"};
   }
   const auto d1 = name.find('.'), d2 = name.rfind('.');
@@ -921,7 +955,9 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   // Graph weights: ".w", or ".w0" and ".w1" for two matrices fused in one op.
   static const std::map<std::string, std::vector<std::string>> llama = {
       {"ln1.w", {"input_layernorm"}},
+      {"ln1.b", {"input_layernorm"}},  // (StableLM's LayerNorms)
       {"ln2.w", {"post_attention_layernorm"}},
+      {"ln2.b", {"post_attention_layernorm"}},
       {"qkv.w", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
       {"qkv.w0", {"self_attn.q_proj"}},
       {"qkv.w1", {"self_attn.k_proj", "self_attn.v_proj"}},
@@ -1334,7 +1370,7 @@ void GptModel::collapse_dqkv(int layer) {
 
 void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
-  if (c_.llama()) {
+  if (c_.rms_norm()) {
     k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), c_.norm_offset());
   } else {
     k::layernorm_forward(out, mean, rstd, in, p[0], c_.norm_bias() ? p[1] : nullptr, N, C);
@@ -1344,7 +1380,7 @@ void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* i
 void GptModel::norm_backward(float* din, float* const* g, const float* dout, const float* in,
                              const float* const* p, const float* mean, const float* rstd) {
   const int N = B_ * T_, C = c_.channels;
-  if (c_.llama()) {
+  if (c_.rms_norm()) {
     k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, c_.norm_offset());
   } else {
     k::layernorm_backward(din, g[0], c_.norm_bias() ? g[1] : nullptr, dout, in, p[0], mean, rstd, N, C);

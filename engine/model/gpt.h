@@ -128,6 +128,9 @@ struct GptConfig {
   // in 4 groups of heads (its mp_num), each group's queries, then its values, then its keys.
   bool codegen = false;
   static constexpr int kCodegenGroups = 4;
+  // StableLM's Llama shape (StableLmForCausalLM): LayerNorms with a weight and a bias (input_layernorm,
+  // post_attention_layernorm, model.norm; epsilon 1e-5) instead of RMSNorms.
+  bool layer_norm = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -138,9 +141,11 @@ struct GptConfig {
   float alibi_scale() const {
     return bloom || mpt ? 1.0f : falcon_alibi ? static_cast<float>(1.0 / std::sqrt(head_size())) : 0.0f;
   }
-  // Whether GPT-2's shape's LayerNorms have a bias (not MPT's), and their tensors in the layout (weight and
-  // bias, or the weight alone).
-  bool norm_bias() const { return !mpt; }
+  // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
+  bool rms_norm() const { return llama() && !layer_norm; }
+  // Whether the LayerNorms have a bias (not MPT's; StableLM's do), and a norm's tensors in the layout (weight
+  // and bias, or the weight alone).
+  bool norm_bias() const { return llama() ? layer_norm : !mpt; }
   std::size_t norm_tensors() const { return norm_bias() ? 2 : 1; }
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the

@@ -329,7 +329,7 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
                                   const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
   void* s = dev_.compute().get();
-  if (c_.llama())
+  if (c_.rms_norm())
     return check(
         kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
         "rmsnorm");
@@ -349,7 +349,7 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
                                    const float* const* p, const float* mean, const float* rstd) {
   const int N = B_ * T_, C = c_.channels;
   void* s = dev_.compute().get();
-  if (c_.llama()) {
+  if (c_.rms_norm()) {
     return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s, c_.norm_offset()),
                  "rmsnorm bwd");
   }

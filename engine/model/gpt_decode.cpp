@@ -91,7 +91,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const auto bias = [&](std::size_t i) { return biases ? at(i) : nullptr; };
   const auto attn_bias = [&](std::size_t i) { return attn_biases ? at(i) : nullptr; };
   const auto norm = [&](float* out, const float* in, std::size_t w, int count) {
-    if (llama) {
+    if (c_.rms_norm()) {
       k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
                          c_.norm_offset());
     } else {
@@ -117,7 +117,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // (w, b), c_proj (w, b) (GPT-NeoX without the position table). Llama: input norm, q, k, v (back to back:
   // one [Q + 2 kv, C] matrix), o, post norm, gate, up (one [2F, C] matrix), down. Qwen2's q, k and v biases
   // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
-  // Gemma 2's attention output norm follows o, its MLP output norm down.
+  // Gemma 2's attention output norm follows o, its MLP output norm down. StableLM's norms are LayerNorms
+  // (w, b).
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
@@ -125,11 +126,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t nt = c_.norm_tensors(), wq = c_.split_qkv() ? 2 : 1, bq = attn_biases ? wq : 0,
                     na = attn_biases ? 1 : 0, nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
   const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + na, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
+  const std::size_t qkv_w = nt, qkv_b = nt + 3, proj_w = llama ? qkv_b + qb + qn : g_proj,
+                    ln2_w = llama ? proj_w + 1 + sw : g_ln2, fc_w = llama ? ln2_w + nt : g_fc,
+                    down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
-                    per_block = llama ? 9 + qb + qn + 2 * sw : g_down + 1 + nb;
-  const std::size_t qkv_w = llama ? 1 : nt, proj_w = llama ? 4 + qb + qn : g_proj,
-                    ln2_w = llama ? 5 + qb + qn + sw : g_ln2, fc_w = llama ? 6 + qb + qn + sw : g_fc,
-                    down_w = llama ? 8 + qb + qn + sw : g_down;
+                    per_block = llama ? down_w + 1 + sw : g_down + 1 + nb;
   // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
   const auto residual_add = [&](std::size_t norm_w, float* sub) {
     const std::size_t nc = rows * Cz;
@@ -144,10 +145,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     norm(ln_.data(), x_.data(), p, n);
-    const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + 4) : nullptr;
+    const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (c_.qk_norm) {  // each query and key head normed, in place
-      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + 4 + qb), n, Wq, c_.heads,
+      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq, c_.heads,
                               c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
     // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
@@ -243,7 +244,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
   const float* x_last = x_.data() + (rows - 1) * Cz;
   norm(ln_.data(), x_last, f, 1);
-  const std::size_t head_at = f + (llama ? 1 : nt);  // after the final norm's weight (and bias)
+  const std::size_t head_at = f + nt;  // after the final norm's weight (and bias)
   const float* head = c_.tied ? at(0) : at(head_at);
   k::matmul_forward(logits_.data(), ln_.data(), head, c_.head_bias() ? at(head_at + 1) : nullptr, 1, C,
                     c_.vocab);

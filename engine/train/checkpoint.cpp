@@ -86,7 +86,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama()   ? "llama"
+          {"arch", c.llama()   ? (c.layer_norm ? "stablelm" : "llama")
                    : c.opt     ? "opt"
                    : c.neox    ? "neox"
                    : c.phi     ? "phi"
@@ -162,8 +162,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.no_bias = j.value("no_bias", true);
     c.ffn = j.value("ffn", 0);
   }
-  if (arch == "llama") {
+  if (arch == "llama" || arch == "stablelm") {  // (StableLM: the Llama shape with LayerNorms)
     c.arch = model::GptArch::kLlama;
+    c.layer_norm = arch == "stablelm";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);

@@ -145,6 +145,28 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             2 * 50304.0 * 2560 + 32 * (4 * 2560 + 4 * 2560.0 * 2560 + 3 * 2560.0 * 6912) + 2 * 2560);
   EXPECT_EQ(stablelm.total_params(), 2795443200.0);
   EXPECT_EQ(stablelm.partial_rotary_factor, 0.25);
+  // OLMo-7B: the Llama shape with LayerNorms that have no parameters at all; OLMo-2-1124-7B: RMSNorms (after
+  // the sublayers: Llama's two a layer) and q/k norms over every query and key channel (4096 + 4096 weights a
+  // layer, not Qwen3's 2 x 128).
+  const ModelSpec olmo = load_model_scenario("olmo-7b");
+  EXPECT_EQ(olmo.total_params(), 2 * 50304.0 * 4096 + 32 * (4 * 4096.0 * 4096 + 3 * 4096.0 * 11008));
+  EXPECT_EQ(olmo.total_params(), 6888095744.0);
+  EXPECT_FALSE(olmo.norm_weight);
+  EXPECT_EQ(olmo.norm, NormKind::kLayerNorm);
+  const ModelSpec olmo2 = load_model_scenario("olmo-2-7b");
+  EXPECT_EQ(olmo2.total_params(),
+            2 * 100352.0 * 4096 + 32 * (4 * 4096 + 4 * 4096.0 * 4096 + 3 * 4096.0 * 11008) + 4096);
+  EXPECT_EQ(olmo2.total_params(), 7298617344.0);
+  EXPECT_EQ(olmo2.qk_norm_elements(), 2 * 4096.0);
+  EXPECT_EQ(olmo2.norm_eps, 1e-6);
+  // OLMo 2 with grouped-query attention (8 key/value heads of 128): k_norm over the keys' 1024 channels.
+  Diagnostics olmo_diag;
+  auto olmo2_gqa = parse_model(R"({"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 100352})",
+                               "olmo2-gqa/config.json", olmo_diag);
+  ASSERT_TRUE(olmo2_gqa.is_ok()) << olmo2_gqa.status().to_string();
+  EXPECT_EQ(olmo2_gqa->qk_norm_elements(), 4096.0 + 1024);
+  EXPECT_EQ(olmo2_gqa->norm_eps, 1e-5);  // Olmo2Config's default
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -188,8 +210,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       mpt_bias->total_params(),
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
-  for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
-                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t"}) {
+  for (const char* name :
+       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
+        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "olmo-7b", "olmo-2-7b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

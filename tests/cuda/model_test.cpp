@@ -253,7 +253,8 @@ TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
 }
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
-// biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope) at GPT-2's
+// biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope, StableLM's
+// LayerNorms) at GPT-2's
 // tolerances: fp32, flash
 // attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
@@ -311,6 +312,12 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
                        .short_factor = {1, 1.2, 1.5, 2, 3, 4},
                        .long_factor = {1, 2, 4, 8, 16, 32}};
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, phi4, "phi4");
+  // StableLM's LayerNorms (weight and bias) in the Llama shape, rotary on a quarter of each head, Qwen2's
+  // q, k and v biases as StableLM 2's; unfused and flash.
+  GptConfig stablelm = small_llama();
+  stablelm.layer_norm = stablelm.qkv_bias = true;
+  stablelm.partial_rotary = 0.25;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, stablelm, "stablelm");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -218,10 +218,17 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   gemma3.attn_softcap = gemma3.final_softcap = 0;
   gemma3.rope_local_theta = 10000;
   gemma3.rope_theta = 1e6;
-  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3}) {
-    SCOPED_TRACE(gpt_model_spec(c).model_type);
+  GptConfig stablelm = small_llama_config();  // LayerNorms (biases), rotary on half of each head
+  stablelm.layer_norm = true;
+  stablelm.partial_rotary = 0.5;
+  GptConfig stablelm2 = stablelm;  // and q, k, v biases
+  stablelm2.qkv_bias = true;
+  for (const GptConfig& c :
+       {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3, stablelm, stablelm2}) {
+    SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += 1e-3f * static_cast<float>(i % 97);  // (biases too)
     const std::string dir = temp_dir("export-window");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
@@ -243,6 +250,9 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.score_scale(), c.score_scale());
     EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
     EXPECT_EQ(back.rope_theta, c.rope_theta);
+    EXPECT_EQ(back.layer_norm, c.layer_norm);
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias);
+    EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);  // every parameter back where it was
@@ -257,6 +267,14 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
       EXPECT_EQ(h["model.layers.1.mlp.gate_up_proj.weight"]["shape"],
                 (nlohmann::json{2 * c.ffn, c.channels}));
       EXPECT_FALSE(h.contains("model.layers.0.self_attn.q_proj.weight"));
+    }
+    if (c.layer_norm) {  // StableLM's norm biases in the file, under their names
+      const auto layout = gpt_param_layout(c);
+      const auto bias = std::find_if(layout.begin(), layout.end(), [](const ParamTensor& t) {
+        return t.name == "model.layers.1.post_attention_layernorm.bias";
+      });
+      ASSERT_NE(bias, layout.end());
+      EXPECT_EQ(file_element(dir + "/model.safetensors", bias->name, 3), p[bias->offset + 3]);
     }
   }
   // A window from a later layer has no Mistral form: refused, naming it.

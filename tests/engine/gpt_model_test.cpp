@@ -289,8 +289,22 @@ GptConfig gptj() {
   return c;
 }
 
+// StableLM's: the Llama shape (grouped-query attention, an untied head) with LayerNorms, rotary on half of
+// each head's 4 channels; StableLM 2's with q, k and v biases.
+GptConfig stablelm() {
+  GptConfig c = llama_gqa();
+  c.layer_norm = true;
+  c.partial_rotary = 0.5;
+  return c;
+}
+GptConfig stablelm2() {
+  GptConfig c = stablelm();
+  c.qkv_bias = true;
+  return c;
+}
+
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
-// and the Llama shapes, named for SCOPED_TRACE.
+// and the Llama shapes (StableLM's with LayerNorms), named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -323,7 +337,9 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"gemma", gemma()},
           {"gemma2", gemma2()},
           {"gemma3", gemma3()},
-          {"phi4-longrope", phi4_longrope()}};
+          {"phi4-longrope", phi4_longrope()},
+          {"stablelm", stablelm()},
+          {"stablelm2", stablelm2()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -1240,6 +1256,54 @@ TEST(GptModel, MptMatchesAPyTorchReference) {
   mqa.kv_heads = 1;
   EXPECT_NE(check_model_file(mqa, "memwall train").to_string().find("attn_config.attn_type"),
             std::string::npos);
+}
+
+// StableLM against a PyTorch implementation of transformers' StableLM equations
+// (tests/engine/stablelm_reference.py): LayerNorms with biases in the Llama shape, rotary on part of each
+// head, grouped-query attention, with and without q, k and v biases, the head untied and tied. Skipped
+// without torch.
+TEST(GptModel, StablelmMatchesAPyTorchReference) {
+  GptConfig tied = stablelm2();
+  tied.tied = true;
+  for (GptConfig c : {stablelm(), stablelm2(), tied}) {
+    c.rope_theta = 500.0;  // the rotation matters even over 8 positions
+    SCOPED_TRACE(std::string(c.qkv_bias ? "q/k/v biases" : "no biases") + (c.tied ? ", tied" : ", untied"));
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"partial_rotary_factor", c.partial_rotary},
+                                   {"rope_theta", c.rope_theta}};
+    if (!matches_reference("stablelm_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(stablelm2());
+  EXPECT_EQ(spec.model_type, "stablelm");
+  EXPECT_EQ(spec.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(spec.norm_bias);
+  EXPECT_TRUE(spec.qkv_bias);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(stablelm2())));
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.llama() && back.layer_norm && !back.rms_norm() && back.qkv_bias);
+  EXPECT_EQ(back.partial_rotary, 0.5);
+  // The layout: each norm a weight and a bias, under StableLM's (the Llama shape's) names.
+  const auto layout = hf_param_layout(stablelm());
+  EXPECT_EQ(layout[1].name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(layout[2].name, "model.layers.0.input_layernorm.bias");
+  EXPECT_EQ(layout[layout.size() - 2].name, "model.norm.bias");
+  // What StableLmForCausalLM computes otherwise is refused naming the key.
+  ModelSpec side_by_side = spec;
+  side_by_side.block_norm_shared = true;
+  EXPECT_NE(check_model_file(side_by_side, "memwall train").to_string().find("use_parallel_residual true"),
+            std::string::npos);
+  ModelSpec eps = spec;
+  eps.norm_eps = 1e-6;
+  EXPECT_NE(check_model_file(eps, "memwall train").to_string().find("layer_norm_eps 1e-06"),
+            std::string::npos);
+  GptConfig rms_eps = stablelm();
+  rms_eps.norm_eps = 1e-6;
+  EXPECT_NE(validate(rms_eps, 1, 8).to_string().find("epsilon 1e-5"), std::string::npos);
 }
 
 // GPT-J against a PyTorch implementation of transformers' GPT-J equations (tests/engine/gptj_reference.py),
