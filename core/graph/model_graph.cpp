@@ -218,7 +218,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   for (int L = 0; L < m.layers; ++L) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
-    norm_op(p + ".ln1", L);
+    if (!m.post_norm) norm_op(p + ".ln1", L);  // (OLMo 2's norms follow the attention and the MLP only)
     // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention
     // (or heads of their own size).
     const std::vector<double> qkv =
@@ -273,8 +273,9 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     }
     b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
-    if (m.sandwich_norm) norm_op(p + ".ln1_post", L);  // Gemma 2's norm of the attention's output
-    if (!m.block_norm_shared) norm_op(p + ".ln2", L);
+    // Gemma 2's and OLMo 2's norm of the attention's output.
+    if (m.sandwich_norm || m.post_norm) norm_op(p + ".ln1_post", L);
+    if (!m.block_norm_shared && !m.post_norm) norm_op(p + ".ln2", L);
     // An MLP of `width` inner features per rank: fc1 (gate and up when gated), the activation, fc2.
     const auto mlp = [&](const std::string& name, double width, bool bias) {
       const std::vector<double> fc1 =
@@ -309,7 +310,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       mlp(p, ffn / mp, m.linear_bias);
     }
     b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
-    if (m.sandwich_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's
+    if (m.sandwich_norm || m.post_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's
     g.ops[first].block_start = true;
   }
   const int after = m.layers;

@@ -90,7 +90,9 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   }
   const bool ln = norm == NormKind::kLayerNorm && norm_bias;     // (a LayerNorm's bias)
   const bool has_norm = norm != NormKind::kNone && norm_weight;  // (a norm's weight)
-  if (has_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
+  const bool pre_norm = has_norm && !post_norm;                  // (before the attention and the MLP)
+  const bool out_norm = sandwich_norm || post_norm;              // (after them)
+  if (pre_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
   if (kv == hd && q == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
@@ -103,8 +105,8 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, L, false});
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
-  if (sandwich_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
-  if (has_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
+  if (out_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
+  if (pre_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln && !block_norm_shared) t.push_back({"block.norm2.bias", hd, 1, L, false});
   const double ffn = mlp_ffn();
   if (moe()) {  // the router, then each expert's gate, up and down (count: layers x experts)
@@ -132,7 +134,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
     if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
   }
-  if (sandwich_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
+  if (out_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
   if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});

@@ -107,6 +107,9 @@ struct ModelSpec {
   // OLMo 2's q_norm and k_norm: one RMSNorm over all the queries and one over all the keys (weights of
   // heads x head_dim and kv_heads x head_dim), rather than one weight per head shared by every head.
   bool qk_norm_full = false;
+  // OLMo 2's norm placement: RMSNorms after the attention and after the MLP (before each residual add) and
+  // none before them (Gemma 2's sandwich_norm has both).
+  bool post_norm = false;
   // The MLP's activation as transformers names it (GPT-2's activation_function, else hidden_act): GPT-2's
   // "gelu_new"; for the gated MLP "silu" (SwiGLU, the default) or Gemma's "gelu_pytorch_tanh" (GeGLU), the
   // two memwall train takes there.

@@ -790,7 +790,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.norm_eps = 1e-5;
       r.ignore({"clip_qkv"});
     }
-    if (type == "olmo2") m.qk_norm = m.qk_norm_full = true;
+    if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2;
@@ -1529,6 +1529,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"norm_bias", m.norm_bias},
             {"norm_weight", m.norm_weight},
             {"qk_norm_full", m.qk_norm_full},
+            {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},
             {"experts", m.experts},

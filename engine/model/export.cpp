@@ -92,6 +92,30 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
+  if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
+    if (!c.qk_norm_full || c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset ||
+        c.embed_scale || c.fused_names || c.qkv_bias || c.partial_rotary != 1.0 || c.attn_softcap > 0 ||
+        c.final_softcap > 0 || c.query_scale > 0 || c.rope_local_theta > 0) {
+      return Status::invalid_argument(dir +
+                                      ": OLMo 2's norms after the attention and the MLP have a config.json "
+                                      "form only with its q/k norms over all heads and none of the other "
+                                      "families' parts (Olmo2ForCausalLM)");
+    }
+    return family_config("Olmo2ForCausalLM", "olmo2", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.kv_head_count()},
+                             {"hidden_act", "silu"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"rms_norm_eps", c.norm_eps},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"attention_bias", false},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
+  }
   if (c.llama()) {
     // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which
     // layers. Qwen3 is the shape with per-head query and key norms.

@@ -74,6 +74,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: StableLM's LayerNorms (layer_norm) are the Llama shape's, without Gemma's or Qwen3's norms, "
         "with epsilon 1e-5 (memwall's LayerNorm kernels')");
   }
+  if (c.post_norm && (!c.llama() || c.sandwich_norm || c.layer_norm)) {
+    return Status::invalid_argument(
+        "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
+        "RMSNorms and without Gemma 2's norms before them");
+  }
+  if (c.qk_norm_full && (!c.qk_norm || c.kv_head_count() != c.heads)) {
+    return Status::invalid_argument(
+        "model: q/k norms over all the queries and keys (qk_norm_full, OLMo 2's) need qk_norm and as many "
+        "key/value heads as query heads (" +
+        std::to_string(c.heads) + ", got " + std::to_string(c.kv_head_count()) + ")");
+  }
   if (c.gptj && (c.tied || c.no_bias)) {
     return Status::invalid_argument("model: GPT-J's head is untied, with a bias, and its MLP has biases");
   }
@@ -204,12 +215,12 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   };
   const int C = c.channels;
   if (c.llama()) {
-    const int kv = c.kv_width(), F = c.ffn_width(), Q = c.q_width(), hs = c.head_size();
+    const int kv = c.kv_width(), F = c.ffn_width(), Q = c.q_width();
     add("model.embed_tokens.weight", {c.vocab, C});
     for (int l = 0; l < c.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
-      add(h + "input_layernorm.weight", {C});
-      if (c.layer_norm) add(h + "input_layernorm.bias", {C});  // (StableLM's LayerNorms)
+      if (!c.post_norm) add(h + "input_layernorm.weight", {C});  // (OLMo 2 has no norm before the attention)
+      if (c.layer_norm) add(h + "input_layernorm.bias", {C});    // (StableLM's LayerNorms)
       // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
       add(h + "self_attn.q_proj.weight", {Q, C});
       add(h + "self_attn.k_proj.weight", {kv, C});
@@ -219,9 +230,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_proj.bias", {kv});
         add(h + "self_attn.v_proj.bias", {kv});
       }
-      if (c.qk_norm) {  // back to back: the graph's one qk_norm weight
-        add(h + "self_attn.q_norm.weight", {hs});
-        add(h + "self_attn.k_norm.weight", {hs});
+      if (c.qk_norm) {  // back to back: the graph's one qk_norm weight (OLMo 2's over all queries and keys)
+        add(h + "self_attn.q_norm.weight", {c.qk_norm_width()});
+        add(h + "self_attn.k_norm.weight", {c.qk_norm_width()});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
       add(h + "post_attention_layernorm.weight", {C});  // Gemma 2's: the attention output's norm
@@ -230,7 +241,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
       add(h + "mlp.down_proj.weight", {C, F});
-      if (c.sandwich_norm) add(h + "post_feedforward_layernorm.weight", {C});
+      if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
     }
     add("model.norm.weight", {C});
     if (c.layer_norm) add("model.norm.bias", {C});
@@ -570,13 +581,16 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "olmo" || m.model_type == "olmo2") {
-    const char* what =
-        m.model_type == "olmo"
-            ? "OLMo's LayerNorms without weights or biases are"
-            : "OLMo 2's norms after the attention and the MLP, and of all the queries and keys, are";
-    return Status::invalid_argument(where + what + " not supported by " + tool +
-                                    "; memwall predict and simulate take it");
+  if (m.model_type == "olmo") {
+    return Status::invalid_argument(where +
+                                    "OLMo's LayerNorms without weights or biases are not supported by " +
+                                    tool + "; memwall predict and simulate take it");
+  }
+  if (m.model_type == "olmo2" && m.kv_heads != m.heads) {  // (its q/k norms span all heads: one kernel call)
+    return Status::invalid_argument(where + "num_key_value_heads " + std::to_string(m.kv_heads) +
+                                    " (grouped-query attention) is not supported by " + tool +
+                                    " for OLMo 2; allowed: num_attention_heads (" + std::to_string(m.heads) +
+                                    "); memwall predict and simulate take it");
   }
   if (m.model_type == "stablelm") {  // the Llama shape with LayerNorms; the reader refused qk_layernorm
     if (m.block_norm_shared) {
@@ -718,6 +732,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.first_window_layer = m.first_window_layer;
     c.head_dim = m.head_size;
     c.qk_norm = m.qk_norm;
+    c.qk_norm_full = m.qk_norm_full;  // OLMo 2's
+    c.post_norm = m.post_norm;
     c.gelu_mlp = is_gelu_tanh(m.mlp_act);
     c.norm_unit_offset = m.norm_unit_offset;
     c.embed_scale = m.embed_scale;
@@ -875,6 +891,9 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.norm = NormKind::kLayerNorm;
       m.norm_bias = true;
     }
+    m.qk_norm_full = c.qk_norm_full;
+    m.post_norm = c.post_norm;
+    if (c.post_norm) m.model_type = "olmo2";
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {
     m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : c.codegen ? "codegen" : "gptj";
@@ -970,13 +989,13 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"fc1.w1", {"mlp.up_proj"}},
       {"fc2.w", {"mlp.down_proj"}}};
   // Gemma 2's four norms: its post_attention_layernorm is the attention output's, the MLP's input norm is
-  // pre_feedforward_layernorm.
+  // pre_feedforward_layernorm (OLMo 2's two: the outputs' norms alone).
   static const std::map<std::string, std::vector<std::string>> sandwich = {
       {"ln1_post.w", {"post_attention_layernorm"}},
       {"ln2.w", {"pre_feedforward_layernorm"}},
       {"ln2_post.w", {"post_feedforward_layernorm"}}};
   const std::string key = op + "." + wb;
-  const auto& table = c.sandwich_norm && sandwich.count(key) > 0 ? sandwich : llama;
+  const auto& table = c.out_norms() && sandwich.count(key) > 0 ? sandwich : llama;
   const auto it = table.find(key);
   if (it == table.end()) return {};
   std::vector<std::string> out;
@@ -1200,7 +1219,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   per_layer(atty_, N * Q, S);
   for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, S);
   per_layer(qkv_, N * Wq, S);
-  if (c.sandwich_norm) {
+  if (c.out_norms()) {
     for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, S);
     for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, S);
     dpost_.resize(N * C);
@@ -1422,12 +1441,12 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[l].data(), p);
       break;
     case Role::kQkv:
-      linear(qkv_[a].data(), c_.qkv_width(), ln1_[a].data(), C, nullptr);
+      linear(qkv_[a].data(), c_.qkv_width(), attn_input(l, a), C, nullptr);
       break;
     case Role::kQkNorm:
       k::head_rmsnorm_forward(qkn_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N, c_.qkv_width(),
-                              c_.heads, c_.kv_head_count(), c_.head_size(), static_cast<float>(c_.norm_eps),
-                              c_.norm_offset());
+                              c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
+                              static_cast<float>(c_.norm_eps), c_.norm_offset());
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
@@ -1445,8 +1464,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       break;
     }
-    case Role::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
-      if (c_.sandwich_norm) {
+    case Role::kProj:  // the residual added here, or (out_norms) after the output's norm
+      if (c_.out_norms()) {
         linear(ao_[a].data(), C, atty_[a].data(), Q, nullptr);
       } else {
         linear(res1_[a].data(), C, atty_[a].data(), Q, resid_[l].data());
@@ -1475,7 +1494,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       break;
     case Role::kFc2:
-      if (c_.sandwich_norm) {
+      if (c_.out_norms()) {
         linear(mo_[a].data(), C, gel_[a].data(), F, nullptr);
       } else {
         linear(resid_[l + 1].data(), C, gel_[a].data(), F, res1_[a].data());
@@ -1537,9 +1556,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kFc2:
       if (first_tile) {
         zero(dgel_);
-        if (!c_.sandwich_norm) dres_ = dx_;  // the MLP's residual branch
+        if (!c_.out_norms()) dres_ = dx_;  // the MLP's residual branch
       }
-      linear(dgel_.data(), (c_.sandwich_norm ? dpost_ : dx_).data(), C, gel_[a].data(), F);
+      linear(dgel_.data(), (c_.out_norms() ? dpost_ : dx_).data(), C, gel_[a].data(), F);
       break;
     case Role::kGelu:
       zero(dfc_);
@@ -1555,9 +1574,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::gelu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       }
       break;
-    case Role::kFc1:
-      if (first_tile) zero(dln_);
-      linear(dln_.data(), dfc_.data(), c_.fc_width(), fc1_input(a), C);
+    case Role::kFc1:  // (post_norm: the MLP reads res1 itself, whose gradient dres_ holds the branch's)
+      if (first_tile && !c_.post_norm) zero(dln_);
+      linear((c_.post_norm ? dres_ : dln_).data(), dfc_.data(), c_.fc_width(), fc1_input(a), C);
       break;
     case Role::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
                       // (parallel_residual) into the block input's, which holds the output's (res1's) already
@@ -1573,9 +1592,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (first_tile) {
         zero(datty_);
         // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
-        if (!c_.sandwich_norm && !c_.parallel_residual) dx_ = dres_;
+        if (!c_.out_norms() && !c_.parallel_residual) dx_ = dres_;
       }
-      linear(datty_.data(), (c_.sandwich_norm ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
+      linear(datty_.data(), (c_.out_norms() ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
       break;
     case Role::kAttn: {
       // The expanded shapes recompute their expanded, rotated qkv rather than keeping it per layer.
@@ -1603,12 +1622,13 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       dqkn_ = dqkv_;
       k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[a].data(), p[0], rqk_[a].data(), N,
-                               c_.qkv_width(), c_.heads, c_.kv_head_count(), c_.head_size(),
+                               c_.qkv_width(), c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                                c_.norm_offset());
       break;
-    case Role::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already)
-      if (first_tile && !c_.shared_norm()) zero(dln_);
-      linear(dln_.data(), dqkv_.data(), c_.qkv_width(), ln1_[a].data(), C);
+    case Role::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
+                      // post_norm: the block's input itself, whose gradient dx_ holds the residual branch's)
+      if (first_tile && !c_.shared_norm() && !c_.post_norm) zero(dln_);
+      linear((c_.post_norm ? dx_ : dln_).data(), dqkv_.data(), c_.qkv_width(), attn_input(l, a), C);
       break;
     case Role::kLn1:
       norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[a].data(), r1_[a].data());

@@ -131,6 +131,12 @@ struct GptConfig {
   // StableLM's Llama shape (StableLmForCausalLM): LayerNorms with a weight and a bias (input_layernorm,
   // post_attention_layernorm, model.norm; epsilon 1e-5) instead of RMSNorms.
   bool layer_norm = false;
+  // OLMo 2's Llama shape (Olmo2ForCausalLM): RMSNorms after the attention and after the MLP instead of before
+  // them (x + norm(attn(x)), then x + norm(mlp(x)): post_attention_layernorm, post_feedforward_layernorm),
+  // and with qk_norm_full (and qk_norm) its q_norm and k_norm: one RMSNorm over all the queries and one over
+  // all the keys before the heads split (weights of q_width and kv_width), rather than each head's.
+  bool post_norm = false;
+  bool qk_norm_full = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -141,6 +147,13 @@ struct GptConfig {
   float alibi_scale() const {
     return bloom || mpt ? 1.0f : falcon_alibi ? static_cast<float>(1.0 / std::sqrt(head_size())) : 0.0f;
   }
+  // Whether the attention's and the MLP's outputs are normed before each residual add (Gemma 2's, OLMo 2's).
+  bool out_norms() const { return sandwich_norm || post_norm; }
+  // The q/k norms as the head-norm kernels take them: query heads, key heads and their width (for
+  // qk_norm_full one "head" of all the queries and one of all the keys, as wide: kv_heads == heads).
+  int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }
+  int qk_norm_kv_heads() const { return qk_norm_full ? 1 : kv_head_count(); }
+  int qk_norm_width() const { return qk_norm_full ? q_width() : head_size(); }
   // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
   bool rms_norm() const { return llama() && !layer_norm; }
   // Whether the LayerNorms have a bias (not MPT's; StableLM's do), and a norm's tensors in the layout (weight
@@ -418,8 +431,15 @@ class GptModel {
   const float* mlp_input(std::size_t l, std::size_t a) const {
     return (c_.parallel_residual ? resid_[l] : res1_[a]).data();
   }
-  // The MLP's input: its norm's output, or (shared_norm) the attention's norm's.
-  const float* fc1_input(std::size_t a) const { return (c_.shared_norm() ? ln1_ : ln2_)[a].data(); }
+  // The MLP's input: its norm's output, or (shared_norm) the attention's norm's, or (post_norm: no norm
+  // before it) the attention's residual sum.
+  const float* fc1_input(std::size_t a) const {
+    return (c_.post_norm ? res1_ : c_.shared_norm() ? ln1_ : ln2_)[a].data();
+  }
+  // The attention's input in layer l: its norm's output, or (post_norm) the block's input.
+  const float* attn_input(std::size_t l, std::size_t a) const {
+    return (c_.post_norm ? resid_[l] : ln1_[a]).data();
+  }
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);

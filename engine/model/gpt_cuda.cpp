@@ -132,7 +132,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
   per_layer(qkv_, N * Wq, S, "qkv");
-  if (c_.sandwich_norm) {
+  if (c_.out_norms()) {
     per_layer(ao_, N * C, S, "attention output before its norm");
     per_layer(rao_, N, S, "attention output norm rstd");
     per_layer(mo_, N * C, S, "MLP output before its norm");
@@ -426,11 +426,11 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                    "embedding");
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
-    case GptRole::kQkv:
-      return linear(qkv_[a], c_.qkv_width(), ln1_[a], C, nullptr);
+    case GptRole::kQkv:  // (post_norm: no norm before the attention)
+      return linear(qkv_[a], c_.qkv_width(), c_.post_norm ? resid_[l] : ln1_[a], C, nullptr);
     case GptRole::kQkNorm:
-      return check(kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.heads,
-                                            c_.kv_head_count(), c_.head_size(),
+      return check(kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(),
+                                            c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                                             static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
                    "head rmsnorm");
     case GptRole::kAttn: {
@@ -450,15 +450,15 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                                 c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
           "attention");
     }
-    case GptRole::kProj:  // the residual added here, or (sandwich_norm) after the output's norm
-      if (c_.sandwich_norm) return linear(ao_[a], C, atty_[a], Q, nullptr);
+    case GptRole::kProj:  // the residual added here, or (out_norms) after the output's norm
+      if (c_.out_norms()) return linear(ao_[a], C, atty_[a], Q, nullptr);
       return linear(res1_[a], C, atty_[a], Q, resid_[l]);
     case GptRole::kLn1Post:
       return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
     case GptRole::kLn2:  // the attention's output added, or (parallel_residual) the block's input
       return norm_forward(ln2_[a], m2_[a], r2_[a], c_.parallel_residual ? resid_[l] : res1_[a], p);
-    case GptRole::kFc1:  // (one norm: the MLP reads the attention's norm's output)
-      return linear(fc_[a], c_.fc_width(), c_.shared_norm() ? ln1_[a] : ln2_[a], C, nullptr);
+    case GptRole::kFc1:  // (one norm: the MLP reads the attention's norm's output; post_norm: res1 itself)
+      return linear(fc_[a], c_.fc_width(), fc1_input(a), C, nullptr);
     case GptRole::kGelu:
       if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
       if (c_.opt) return check(kc::relu_forward(gel_[a], fc_[a], nf, s), "relu");
@@ -466,7 +466,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
-      if (c_.sandwich_norm) return linear(mo_[a], C, gel_[a], F, nullptr);
+      if (c_.out_norms()) return linear(mo_[a], C, gel_[a], F, nullptr);
       return linear(resid_[l + 1], C, gel_[a], F, res1_[a]);
     case GptRole::kLn2Post:
       return post_norm_forward(resid_[l + 1], res1_[a], mo_[a], rmo_[a], p);
@@ -522,9 +522,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kFc2:
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(dgel_, nf));
-        if (!c_.sandwich_norm) MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
+        if (!c_.out_norms()) MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
       }
-      return linear(dgel_, c_.sandwich_norm ? dpost_ : dx_, C, gel_[a], F);
+      return linear(dgel_, c_.out_norms() ? dpost_ : dx_, C, gel_[a], F);
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
@@ -532,9 +532,10 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       if (c_.exact_gelu) return check(kc::gelu_exact_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
       if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
-    case GptRole::kFc1:
+    case GptRole::kFc1:  // (post_norm: into res1's gradient, dres_, which holds the residual branch's)
+      if (c_.post_norm) return linear(dres_, dfc_, c_.fc_width(), fc1_input(a), C);
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear(dln_, dfc_, c_.fc_width(), c_.shared_norm() ? ln1_[a] : ln2_[a], C);
+      return linear(dln_, dfc_, c_.fc_width(), fc1_input(a), C);
     case GptRole::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
                          // (parallel_residual) into the block input's, which holds the output's already
       if (c_.parallel_residual) return norm_backward(dx_, g, dln_, resid_[l], p, m2_[a], r2_[a]);
@@ -547,9 +548,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(datty_, nq));
         // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
-        if (!c_.sandwich_norm && !c_.parallel_residual) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));
+        if (!c_.out_norms() && !c_.parallel_residual) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));
       }
-      return linear(datty_, c_.sandwich_norm ? dpost_ : dres_, C, atty_[a], Q);
+      return linear(datty_, c_.out_norms() ? dpost_ : dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
       // The expanded shapes rebuild their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
@@ -574,11 +575,13 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     }
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
-      return check(
-          kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(), c_.heads,
-                                    c_.kv_head_count(), c_.head_size(), s, c_.norm_offset()),
-          "head rmsnorm bwd");
-    case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already)
+      return check(kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(),
+                                             c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(), s,
+                                             c_.norm_offset()),
+                   "head rmsnorm bwd");
+    case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
+                         // post_norm: into the block input's, dx_, which holds the residual branch's)
+      if (c_.post_norm) return linear(dx_, dqkv_, c_.qkv_width(), resid_[l], C);
       if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);
     case GptRole::kLn1:

@@ -71,6 +71,11 @@ class CudaGptModel {
   Status linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
                          const Part* parts, int n, const GptOp& o);
   Status norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
+  // The MLP's input in activation slot a: its norm's output, the attention's norm's (shared_norm), or the
+  // attention's residual sum itself (post_norm).
+  const float* fc1_input(std::size_t a) const {
+    return (c_.post_norm ? res1_ : c_.shared_norm() ? ln1_ : ln2_)[a];
+  }
   // Gemma 2's norm of a sublayer's output, then the residual add: out = rmsnorm(in) + residual.
   Status post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                            const float* const* p);

@@ -118,7 +118,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // one [Q + 2 kv, C] matrix), o, post norm, gate, up (one [2F, C] matrix), down. Qwen2's q, k and v biases
   // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
   // Gemma 2's attention output norm follows o, its MLP output norm down. StableLM's norms are LayerNorms
-  // (w, b).
+  // (w, b). OLMo 2 has no input norm: its post norm is the attention output's, and the MLP output's follows
+  // down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
@@ -126,15 +127,28 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t nt = c_.norm_tensors(), wq = c_.split_qkv() ? 2 : 1, bq = attn_biases ? wq : 0,
                     na = attn_biases ? 1 : 0, nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
   const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + na, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
-  const std::size_t qkv_w = nt, qkv_b = nt + 3, proj_w = llama ? qkv_b + qb + qn : g_proj,
-                    ln2_w = llama ? proj_w + 1 + sw : g_ln2, fc_w = llama ? ln2_w + nt : g_fc,
+  const std::size_t n1 = c_.post_norm ? 0 : nt;  // the input norm's tensors
+  const std::size_t qkv_w = n1, qkv_b = n1 + 3, proj_w = llama ? qkv_b + qb + qn : g_proj,
+                    ln2_w = llama ? proj_w + 1 + sw : g_ln2,
+                    fc_w = !llama         ? g_fc
+                           : c_.post_norm ? proj_w + 2
+                                          : ln2_w + nt,
                     down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
-                    per_block = llama ? down_w + 1 + sw : g_down + 1 + nb;
-  // With sandwich norms: y_ (a sublayer's output) normed into ln_, added to the residual stream x_.
+                    per_block = llama ? down_w + 1 + (c_.out_norms() ? 1 : 0) : g_down + 1 + nb;
+  // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
+  const auto input_norm = [&](std::size_t norm_w) {
+    if (c_.post_norm) {
+      std::copy_n(x_.data(), rows * Cz, ln_.data());
+    } else {
+      norm(ln_.data(), x_.data(), norm_w, n);
+    }
+  };
+  // With norms of the sublayers' outputs: y_ (a sublayer's output) normed into ln_, added to the residual
+  // stream x_.
   const auto residual_add = [&](std::size_t norm_w, float* sub) {
     const std::size_t nc = rows * Cz;
-    if (c_.sandwich_norm) {
+    if (c_.out_norms()) {
       norm(ln_.data(), sub, norm_w, n);
       sub = ln_.data();
     }
@@ -144,12 +158,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
-    norm(ln_.data(), x_.data(), p, n);
+    input_norm(p);
     const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
     if (c_.qk_norm) {  // each query and key head normed, in place
-      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq, c_.heads,
-                              c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps), c_.norm_offset());
+      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
+                              c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
+                              static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
     // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
     if (c_.rotary()) {
@@ -217,7 +232,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     // (With one norm the MLP reads ln_1's output, still in ln_.)
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
-    if (!c_.parallel_residual) norm(ln_.data(), x_.data(), p + ln2_w, n);
+    if (!c_.parallel_residual) input_norm(p + ln2_w);
     if (llama) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
       if (c_.gelu_mlp) {

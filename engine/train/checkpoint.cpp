@@ -117,6 +117,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"fused_names", c.fused_names},
           {"global_every", c.global_every},
           {"sandwich_norm", c.sandwich_norm},
+          {"post_norm", c.post_norm},
+          {"qk_norm_full", c.qk_norm_full},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -183,6 +185,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.fused_names = j.value("fused_names", false);
     c.global_every = j.value("global_every", 0);
     c.sandwich_norm = j.value("sandwich_norm", false);
+    c.post_norm = j.value("post_norm", false);  // (OLMo 2's, with qk_norm_full)
+    c.qk_norm_full = j.value("qk_norm_full", false);
     c.attn_softcap = j.value("attn_softcap", 0.0);
     c.final_softcap = j.value("final_softcap", 0.0);
     c.query_scale = j.value("query_scale", 0.0);

@@ -2132,7 +2132,7 @@ TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
 // StableLM's shape (the Llama shape with LayerNorms that have biases, rotary on a quarter of each head, q, k
 // and v biases as StableLM 2's) cut to one layer of 64 trains on stablelm-3b-4e1t's file, is kept by the
 // checkpoint, exports as StableLmForCausalLM and generates the same text from either; StableLM 2 12B's
-// attention and MLP side by side are refused in one line, as are OLMo's and OLMo 2's norms.
+// attention and MLP side by side are refused in one line, as are OLMo's norms.
 TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "stablelm",
@@ -2151,12 +2151,33 @@ TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
                        R"( --model stablelm-3b-4e1t --model-set '{"use_parallel_residual": true}')",
                    "use_parallel_residual true (the attention and the MLP side by side) is not supported by "
                    "memwall train for StableLM");
-  // OLMo's parameter-free LayerNorms and OLMo 2's norm placement: predicted, not trained.
+  // OLMo's parameter-free LayerNorms: predicted, not trained.
   expect_bad_input("train --steps 1 --data " + r.data + " --model olmo-7b",
                    "OLMo's LayerNorms without weights or biases are not supported by memwall train");
-  expect_bad_input("train --steps 1 --data " + r.data + " --model olmo-2-7b",
-                   "OLMo 2's norms after the attention and the MLP, and of all the queries and keys, are not "
-                   "supported by memwall train");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// OLMo 2's shape (RMSNorms after the attention and the MLP, none before; q/k norms over all heads) cut to one
+// layer of 64 trains on olmo-2-7b's file, is kept by the checkpoint, exports as Olmo2ForCausalLM and
+// generates the same text from either; grouped-query attention is refused in one line.
+TEST(CliGenerate, AnOlmo2ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "olmo2",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "intermediate_size": 128, "max_position_embeddings": 64})",
+      "olmo-2-7b", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["post_norm"], true);
+  EXPECT_EQ(r.latest["qk_norm_full"], true);
+  EXPECT_EQ(r.config["architectures"][0], "Olmo2ForCausalLM");
+  EXPECT_EQ(r.config["rms_norm_eps"], 1e-6);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{64}));
+  EXPECT_EQ(r.tensors["model.layers.0.post_feedforward_layernorm.weight"]["shape"], (nlohmann::json{64}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.input_layernorm.weight"));
+  expect_bad_input(
+      "train --steps 1 --data " + r.data + R"( --model olmo-2-7b --model-set '{"num_key_value_heads": 8}')",
+      "num_key_value_heads 8 (grouped-query attention) is not supported by memwall train for OLMo 2");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

@@ -223,8 +223,11 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   stablelm.partial_rotary = 0.5;
   GptConfig stablelm2 = stablelm;  // and q, k, v biases
   stablelm2.qkv_bias = true;
-  for (const GptConfig& c :
-       {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3, stablelm, stablelm2}) {
+  GptConfig olmo2 = small_llama_config();  // norms after the sublayers, q/k norms over all heads
+  olmo2.kv_heads = 2;
+  olmo2.post_norm = olmo2.qk_norm = olmo2.qk_norm_full = true;
+  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3,
+                             stablelm, stablelm2, olmo2}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -251,6 +254,8 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
     EXPECT_EQ(back.rope_theta, c.rope_theta);
     EXPECT_EQ(back.layer_norm, c.layer_norm);
+    EXPECT_EQ(back.post_norm, c.post_norm);
+    EXPECT_EQ(back.qk_norm_full, c.qk_norm_full);
     EXPECT_EQ(back.qkv_bias, c.qkv_bias);
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;

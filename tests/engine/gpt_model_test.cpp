@@ -303,8 +303,17 @@ GptConfig stablelm2() {
   return c;
 }
 
+// OLMo 2's: the Llama shape (4 heads, untied) with its RMSNorms after the attention and the MLP only, and
+// q/k norms over all 16 query and all 16 key channels.
+GptConfig olmo2() {
+  GptConfig c = llama_gqa();
+  c.kv_heads = 4;
+  c.post_norm = c.qk_norm = c.qk_norm_full = true;
+  return c;
+}
+
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
-// and the Llama shapes (StableLM's with LayerNorms), named for SCOPED_TRACE.
+// and the Llama shapes (StableLM's with LayerNorms, OLMo 2's norms), named for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -339,7 +348,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"gemma3", gemma3()},
           {"phi4-longrope", phi4_longrope()},
           {"stablelm", stablelm()},
-          {"stablelm2", stablelm2()}};
+          {"stablelm2", stablelm2()},
+          {"olmo2", olmo2()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -1304,6 +1314,47 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
   GptConfig rms_eps = stablelm();
   rms_eps.norm_eps = 1e-6;
   EXPECT_NE(validate(rms_eps, 1, 8).to_string().find("epsilon 1e-5"), std::string::npos);
+}
+
+// OLMo 2 against a PyTorch implementation of transformers' OLMo 2 equations
+// (tests/engine/olmo2_reference.py): no norms before the attention or the MLP, RMSNorms of their outputs
+// before each residual add, q_norm and k_norm over all the queries and all the keys; the head untied and
+// tied. Skipped without torch.
+TEST(GptModel, Olmo2MatchesAPyTorchReference) {
+  GptConfig tied = olmo2();
+  tied.tied = true;
+  for (GptConfig c : {olmo2(), tied}) {
+    c.rope_theta = 500.0;  // the rotation matters even over 8 positions
+    SCOPED_TRACE(c.tied ? "tied" : "untied");
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"norm_eps", c.norm_eps},
+                                   {"rope_theta", c.rope_theta}};
+    if (!matches_reference("olmo2_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(olmo2());
+  EXPECT_EQ(spec.model_type, "olmo2");
+  EXPECT_TRUE(spec.post_norm && spec.qk_norm_full);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(olmo2())));
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.llama() && back.post_norm && back.qk_norm && back.qk_norm_full);
+  // The layout: no input norm; q_norm and k_norm of 16 each; the outputs' norms under OLMo 2's names.
+  const auto layout = hf_param_layout(olmo2());
+  EXPECT_EQ(layout[1].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(layout[4].name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(layout[4].shape, std::vector<int>{16});
+  EXPECT_EQ(layout[11].name, "model.layers.0.post_feedforward_layernorm.weight");
+  // Grouped-query attention (its k_norm narrower than its q_norm) is refused naming the key.
+  ModelSpec gqa = spec;
+  gqa.kv_heads = 2;
+  EXPECT_NE(check_model_file(gqa, "memwall train").to_string().find("num_key_value_heads 2"),
+            std::string::npos);
+  GptConfig narrow = olmo2();
+  narrow.kv_heads = 2;
+  EXPECT_NE(validate(narrow, 1, 8).to_string().find("qk_norm_full"), std::string::npos);
 }
 
 // GPT-J against a PyTorch implementation of transformers' GPT-J equations (tests/engine/gptj_reference.py),
