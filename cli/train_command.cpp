@@ -481,9 +481,10 @@ int run_train(const TrainOptions& opt) {
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
         c.llama() ? strprintf("%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
-                              c.layer_norm  ? "StableLM-shaped: LayerNorm"
-                              : c.post_norm ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
-                                            : "Llama-shaped: RMSNorm",
+                              !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
+                              : c.layer_norm ? "StableLM-shaped: LayerNorm"
+                              : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
+                                             : "Llama-shaped: RMSNorm",
                               rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
                               c.kv_head_count(),
                               c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",

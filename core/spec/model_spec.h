@@ -152,6 +152,7 @@ struct ModelSpec {
   bool embed_norm = false;  // BLOOM's LayerNorm of the embeddings (word_embeddings_layernorm)
   bool norm_bias = true;    // LayerNorm's bias (MPT's norms have none: no_bias)
   bool norm_weight = true;  // the norms' weight (OLMo's LayerNorms have none, nor a bias)
+  double clip_qkv = 0;      // OLMo's clamp of q, k and v to [-clip_qkv, clip_qkv] (0: none); nothing to count
   bool attn_bias = true;    // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
   bool head_bias = false;   // Phi's bias on the untied head
 

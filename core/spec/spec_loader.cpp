@@ -788,7 +788,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.norm = NormKind::kLayerNorm;
       m.norm_bias = m.norm_weight = false;
       m.norm_eps = 1e-5;
-      r.ignore({"clip_qkv"});
+      if (j.contains("clip_qkv") && j["clip_qkv"].is_null()) {
+        r.ignore({"clip_qkv"});
+      } else {
+        MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));
+      }
     }
     if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
@@ -1528,6 +1532,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"embed_norm", m.embed_norm},
             {"norm_bias", m.norm_bias},
             {"norm_weight", m.norm_weight},
+            {"clip_qkv", m.clip_qkv},
             {"qk_norm_full", m.qk_norm_full},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},

@@ -65,6 +65,30 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
+  if (c.layer_norm && !c.norm_params) {  // OlmoConfig's keys (validate() has refused q/k norms with it)
+    if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.embed_scale || c.fused_names ||
+        c.qkv_bias || c.partial_rotary != 1.0 || c.rope_scaling.type == "longrope") {
+      return Status::invalid_argument(dir +
+                                      ": OLMo's parameter-free LayerNorms with a window, heads of their own "
+                                      "width, GeGLU, a scaled embedding, fused names, q/k/v biases, partial "
+                                      "rotary or longrope have no config.json form (OlmoForCausalLM has none "
+                                      "of them)");
+    }
+    return family_config("OlmoForCausalLM", "olmo", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.kv_head_count()},
+                             {"hidden_act", "silu"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"attention_bias", false},
+                             {"attention_dropout", 0.0},
+                             {"clip_qkv", nullptr},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
+  }
   if (c.layer_norm) {  // StableLmConfig's keys (validate() has refused Gemma's and Qwen3's norms with it)
     if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.embed_scale || c.fused_names ||
         c.rope_scaling.type == "longrope") {

@@ -74,6 +74,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: StableLM's LayerNorms (layer_norm) are the Llama shape's, without Gemma's or Qwen3's norms, "
         "with epsilon 1e-5 (memwall's LayerNorm kernels')");
   }
+  if (!c.norm_params && (!c.layer_norm || c.post_norm || c.qk_norm)) {
+    return Status::invalid_argument(
+        "model: OLMo's norms without weight or bias (norm_params false) are the Llama shape's LayerNorms "
+        "(layer_norm), before the attention and the MLP, without q/k norms");
+  }
   if (c.post_norm && (!c.llama() || c.sandwich_norm || c.layer_norm)) {
     return Status::invalid_argument(
         "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
@@ -219,8 +224,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     add("model.embed_tokens.weight", {c.vocab, C});
     for (int l = 0; l < c.layers; ++l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
-      if (!c.post_norm) add(h + "input_layernorm.weight", {C});  // (OLMo 2 has no norm before the attention)
-      if (c.layer_norm) add(h + "input_layernorm.bias", {C});    // (StableLM's LayerNorms)
+      // (OLMo 2 has no norm before the attention, OLMo's norms no tensors; StableLM's LayerNorms a bias.)
+      if (!c.post_norm && c.norm_params) add(h + "input_layernorm.weight", {C});
+      if (c.norm_bias()) add(h + "input_layernorm.bias", {C});
       // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
       add(h + "self_attn.q_proj.weight", {Q, C});
       add(h + "self_attn.k_proj.weight", {kv, C});
@@ -235,16 +241,17 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_norm.weight", {c.qk_norm_width()});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
-      add(h + "post_attention_layernorm.weight", {C});  // Gemma 2's: the attention output's norm
-      if (c.layer_norm) add(h + "post_attention_layernorm.bias", {C});
+      // (Gemma 2's and OLMo 2's: the attention output's norm.)
+      if (c.norm_params) add(h + "post_attention_layernorm.weight", {C});
+      if (c.norm_bias()) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
       add(h + "mlp.down_proj.weight", {C, F});
       if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
     }
-    add("model.norm.weight", {C});
-    if (c.layer_norm) add("model.norm.bias", {C});
+    if (c.norm_params) add("model.norm.weight", {C});
+    if (c.norm_bias()) add("model.norm.bias", {C});
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
     return out;
   }
@@ -581,10 +588,21 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "olmo") {
-    return Status::invalid_argument(where +
-                                    "OLMo's LayerNorms without weights or biases are not supported by " +
-                                    tool + "; memwall predict and simulate take it");
+  if (m.model_type == "olmo") {  // the Llama shape with parameter-free LayerNorms
+    if (m.clip_qkv > 0) {
+      return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
+                                      " (q, k and v clamped) is not supported by " + tool +
+                                      "; allowed: null (memwall predict and simulate take it)");
+    }
+    if (m.mlp_act != "silu") {
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+                                      " for OLMo; allowed: silu");
+    }
+    if (m.linear_bias) {
+      return Status::invalid_argument(where + "attention_bias true is not supported by " + tool +
+                                      " for OLMo; allowed: false");
+    }
+    return check_rope_scaling(m, where, tool);
   }
   if (m.model_type == "olmo2" && m.kv_heads != m.heads) {  // (its q/k norms span all heads: one kernel call)
     return Status::invalid_argument(where + "num_key_value_heads " + std::to_string(m.kv_heads) +
@@ -718,9 +736,10 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   c.layers = m.layers;
   c.heads = m.heads;
   c.channels = m.hidden;
-  if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm") {
+  if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm" || m.model_type == "olmo") {
     c.arch = GptArch::kLlama;
-    c.layer_norm = m.model_type == "stablelm";
+    c.layer_norm = m.model_type == "stablelm" || m.model_type == "olmo";
+    c.norm_params = m.norm_weight;  // (OLMo's LayerNorms have none)
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
@@ -886,10 +905,10 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
-    if (c.layer_norm) {  // StableLM's
-      m.model_type = "stablelm";
+    if (c.layer_norm) {  // StableLM's, or without parameters OLMo's
+      m.model_type = c.norm_params ? "stablelm" : "olmo";
       m.norm = NormKind::kLayerNorm;
-      m.norm_bias = true;
+      m.norm_bias = m.norm_weight = c.norm_params;
     }
     m.qk_norm_full = c.qk_norm_full;
     m.post_norm = c.post_norm;
@@ -1391,8 +1410,9 @@ void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* i
   const int N = B_ * T_, C = c_.channels;
   if (c_.rms_norm()) {
     k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), c_.norm_offset());
-  } else {
-    k::layernorm_forward(out, mean, rstd, in, p[0], c_.norm_bias() ? p[1] : nullptr, N, C);
+  } else {  // (OLMo's: no weight or bias)
+    k::layernorm_forward(out, mean, rstd, in, c_.norm_params ? p[0] : nullptr,
+                         c_.norm_bias() ? p[1] : nullptr, N, C);
   }
 }
 
@@ -1402,7 +1422,8 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
   if (c_.rms_norm()) {
     k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, c_.norm_offset());
   } else {
-    k::layernorm_backward(din, g[0], c_.norm_bias() ? g[1] : nullptr, dout, in, p[0], mean, rstd, N, C);
+    k::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr, dout, in,
+                          c_.norm_params ? p[0] : nullptr, mean, rstd, N, C);
   }
 }
 

@@ -131,6 +131,8 @@ struct GptConfig {
   // StableLM's Llama shape (StableLmForCausalLM): LayerNorms with a weight and a bias (input_layernorm,
   // post_attention_layernorm, model.norm; epsilon 1e-5) instead of RMSNorms.
   bool layer_norm = false;
+  // OLMo's (OlmoForCausalLM, with layer_norm): LayerNorms without weight or bias, no norm tensors at all.
+  bool norm_params = true;
   // OLMo 2's Llama shape (Olmo2ForCausalLM): RMSNorms after the attention and after the MLP instead of before
   // them (x + norm(attn(x)), then x + norm(mlp(x)): post_attention_layernorm, post_feedforward_layernorm),
   // and with qk_norm_full (and qk_norm) its q_norm and k_norm: one RMSNorm over all the queries and one over
@@ -156,10 +158,10 @@ struct GptConfig {
   int qk_norm_width() const { return qk_norm_full ? q_width() : head_size(); }
   // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
   bool rms_norm() const { return llama() && !layer_norm; }
-  // Whether the LayerNorms have a bias (not MPT's; StableLM's do), and a norm's tensors in the layout (weight
-  // and bias, or the weight alone).
-  bool norm_bias() const { return llama() ? layer_norm : !mpt; }
-  std::size_t norm_tensors() const { return norm_bias() ? 2 : 1; }
+  // Whether the LayerNorms have a bias (not MPT's or OLMo's; StableLM's do), and a norm's tensors in the
+  // layout (weight and bias, the weight alone, or none: OLMo's).
+  bool norm_bias() const { return llama() ? layer_norm && norm_params : !mpt; }
+  std::size_t norm_tensors() const { return !norm_params ? 0 : norm_bias() ? 2 : 1; }
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.

@@ -333,7 +333,8 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
     return check(
         kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
         "rmsnorm");
-  return check(kc::layernorm_forward(out, mean, rstd, in, p[0], c_.norm_bias() ? p[1] : nullptr, N, C, s),
+  return check(kc::layernorm_forward(out, mean, rstd, in, c_.norm_params ? p[0] : nullptr,
+                                     c_.norm_bias() ? p[1] : nullptr, N, C, s),
                "layernorm");
 }
 
@@ -353,9 +354,9 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
     return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s, c_.norm_offset()),
                  "rmsnorm bwd");
   }
-  return check(
-      kc::layernorm_backward(din, g[0], c_.norm_bias() ? g[1] : nullptr, dout, in, p[0], mean, rstd, N, C, s),
-      "layernorm bwd");
+  return check(kc::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr,
+                                      dout, in, c_.norm_params ? p[0] : nullptr, mean, rstd, N, C, s),
+               "layernorm bwd");
 }
 
 Status CudaGptModel::expand_qkv(const float* qkv, int layer) {

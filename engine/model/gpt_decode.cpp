@@ -95,8 +95,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::rmsnorm_forward(out, rstd_.data(), in, at(w), count, C, static_cast<float>(c_.norm_eps),
                          c_.norm_offset());
     } else {
-      k::layernorm_forward(out, mean_.data(), rstd_.data(), in, at(w), c_.norm_bias() ? at(w + 1) : nullptr,
-                           count, C);
+      k::layernorm_forward(out, mean_.data(), rstd_.data(), in, c_.norm_params ? at(w) : nullptr,
+                           c_.norm_bias() ? at(w + 1) : nullptr, count, C);
     }
   };
   // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2, OPT) the position's.

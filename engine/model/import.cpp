@@ -182,9 +182,10 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
-  const char* family = c.llama()   ? (c.layer_norm  ? "StableLM"
-                                      : c.post_norm ? "OLMo 2"
-                                                    : "Llama")
+  const char* family = c.llama()   ? (!c.norm_params ? "OLMo"
+                                      : c.layer_norm ? "StableLM"
+                                      : c.post_norm  ? "OLMo 2"
+                                                     : "Llama")
                        : c.opt     ? "OPT"
                        : c.neox    ? "GPT-NeoX"
                        : c.phi     ? "Phi"

@@ -86,7 +86,9 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama()   ? (c.layer_norm ? "stablelm" : "llama")
+          {"arch", c.llama()   ? (!c.layer_norm   ? "llama"
+                                  : c.norm_params ? "stablelm"
+                                                  : "olmo")
                    : c.opt     ? "opt"
                    : c.neox    ? "neox"
                    : c.phi     ? "phi"
@@ -164,9 +166,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.no_bias = j.value("no_bias", true);
     c.ffn = j.value("ffn", 0);
   }
-  if (arch == "llama" || arch == "stablelm") {  // (StableLM: the Llama shape with LayerNorms)
+  // (StableLM: the Llama shape with LayerNorms; OLMo: with LayerNorms without parameters)
+  if (arch == "llama" || arch == "stablelm" || arch == "olmo") {
     c.arch = model::GptArch::kLlama;
-    c.layer_norm = arch == "stablelm";
+    c.layer_norm = arch == "stablelm" || arch == "olmo";
+    c.norm_params = arch != "olmo";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);

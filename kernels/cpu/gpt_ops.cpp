@@ -272,7 +272,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     v /= static_cast<float>(C);
     const float s = 1.0f / std::sqrt(v + kEps);
     float* o = out + static_cast<std::size_t>(n) * C;
-    for (int i = 0; i < C; ++i) o[i] = (x[i] - m) * s * weight[i] + (bias != nullptr ? bias[i] : 0.0f);
+    for (int i = 0; i < C; ++i)
+      o[i] = (x[i] - m) * s * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
     mean[n] = m;
     rstd[n] = s;
   }
@@ -288,7 +289,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     float dnorm_mean = 0, dnorm_norm_mean = 0;
     for (int i = 0; i < C; ++i) {
       const float norm = (x[i] - m) * s;
-      const float dnorm = weight[i] * dy[i];
+      const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
       dnorm_mean += dnorm;
       dnorm_norm_mean += dnorm * norm;
     }
@@ -296,9 +297,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     dnorm_norm_mean /= static_cast<float>(C);
     for (int i = 0; i < C; ++i) {
       const float norm = (x[i] - m) * s;
-      const float dnorm = weight[i] * dy[i];
+      const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
       if (dbias != nullptr) dbias[i] += dy[i];
-      dweight[i] += norm * dy[i];
+      if (dweight != nullptr) dweight[i] += norm * dy[i];
       dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }

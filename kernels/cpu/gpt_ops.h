@@ -40,8 +40,9 @@ const char* matmul_backend();  // "onednn" or "reference"
 // without them they widen the operands to fp32 first (exact), the same products with fp32 accumulation.
 bool matmul_bf16_native();
 
-// Layer normalisation over C with affine weight and bias (null: none, MPT's; dbias then null too); mean and
-// rstd [N] are saved for backward.
+// Layer normalisation over C with affine weight and bias (a null bias: none, MPT's, dbias then null too; a
+// null weight: 1, OLMo's parameter-free norm, dweight then null too); mean and rstd [N] are saved for
+// backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

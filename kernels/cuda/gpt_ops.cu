@@ -170,7 +170,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   const float r = 1.0f / sqrtf(block_reduce<false>(v, shared) / static_cast<float>(C) + kLayernormEps);
   float* o = out + row * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x)
-    o[i] = (x[i] - m) * r * weight[i] + (bias != nullptr ? bias[i] : 0.0f);
+    o[i] = (x[i] - m) * r * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -187,7 +187,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float m = mean[row], r = rstd[row];
   float a = 0, b = 0;
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    const float dnorm = weight[i] * dy[i];
+    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
     a += dnorm;
     b += dnorm * (x[i] - m) * r;
   }
@@ -196,7 +196,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   float* dx = dinp + row * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     const float norm = (x[i] - m) * r;
-    dx[i] += (weight[i] * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    dx[i] += ((weight != nullptr ? weight[i] : 1.0f) * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
   }
 }
 
@@ -868,7 +868,7 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
   if (N == 0) return 0;
   layernorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd,
                                                                          C);
-  if (int e = launched(); e != 0) return e;
+  if (int e = launched(); e != 0 || dweight == nullptr) return e;  // (OLMo's norms: no parameters)
   layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(dweight, dbias, dout,
                                                                                        inp, mean, rstd, N, C);
   return launched();

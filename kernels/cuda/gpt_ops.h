@@ -49,8 +49,8 @@ int matmul_backward_bf16(Blas& blas, float* dinp, float* dweight, float* dbias, 
                          const std::uint16_t* dout16, const std::uint16_t* inp16,
                          const std::uint16_t* weight16, int N, int IC, int OC, void* stream);
 
-// Layer normalisation over C (eps 1e-5) with affine weight and bias (null: none, and dbias null); mean and
-// rstd [N] saved for backward.
+// Layer normalisation over C (eps 1e-5) with affine weight and bias (a null bias: none, and dbias null; a
+// null weight: 1, and dweight null: OLMo's parameter-free norm); mean and rstd [N] saved for backward.
 int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C, void* stream);
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

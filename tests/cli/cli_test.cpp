@@ -2132,7 +2132,7 @@ TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
 // StableLM's shape (the Llama shape with LayerNorms that have biases, rotary on a quarter of each head, q, k
 // and v biases as StableLM 2's) cut to one layer of 64 trains on stablelm-3b-4e1t's file, is kept by the
 // checkpoint, exports as StableLmForCausalLM and generates the same text from either; StableLM 2 12B's
-// attention and MLP side by side are refused in one line, as are OLMo's norms.
+// attention and MLP side by side are refused in one line.
 TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "stablelm",
@@ -2151,9 +2151,27 @@ TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
                        R"( --model stablelm-3b-4e1t --model-set '{"use_parallel_residual": true}')",
                    "use_parallel_residual true (the attention and the MLP side by side) is not supported by "
                    "memwall train for StableLM");
-  // OLMo's parameter-free LayerNorms: predicted, not trained.
-  expect_bad_input("train --steps 1 --data " + r.data + " --model olmo-7b",
-                   "OLMo's LayerNorms without weights or biases are not supported by memwall train");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// OLMo's shape (the Llama shape with LayerNorms that have no weight or bias) cut to one layer of 64 trains on
+// olmo-7b's file, is kept by the checkpoint, exports as OlmoForCausalLM (no norm tensors) and generates the
+// same text from either; OLMo 1.7's clip_qkv is refused in one line.
+TEST(CliGenerate, AnOlmoShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "olmo",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "intermediate_size": 128, "max_position_embeddings": 64})",
+      "olmo-7b", 200);
+  EXPECT_EQ(r.latest["arch"], "olmo");
+  EXPECT_EQ(r.config["architectures"][0], "OlmoForCausalLM");
+  EXPECT_EQ(r.config["clip_qkv"], nullptr);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{64, 64}));
+  for (const auto& [name, tensor] : r.tensors.items())
+    EXPECT_EQ(name.find("norm"), std::string::npos) << name;
+  expect_bad_input("train --steps 1 --data " + r.data + R"( --model olmo-7b --model-set '{"clip_qkv": 8}')",
+                   "clip_qkv 8 (q, k and v clamped) is not supported by memwall train");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

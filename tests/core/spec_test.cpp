@@ -152,6 +152,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(olmo.total_params(), 2 * 50304.0 * 4096 + 32 * (4 * 4096.0 * 4096 + 3 * 4096.0 * 11008));
   EXPECT_EQ(olmo.total_params(), 6888095744.0);
   EXPECT_FALSE(olmo.norm_weight);
+  EXPECT_EQ(olmo.clip_qkv, 0);  // (null)
   EXPECT_EQ(olmo.norm, NormKind::kLayerNorm);
   const ModelSpec olmo2 = load_model_scenario("olmo-2-7b");
   EXPECT_EQ(olmo2.total_params(),

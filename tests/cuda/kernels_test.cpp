@@ -183,6 +183,18 @@ TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
   expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm out without bias");
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp without bias", 1e-5f);
   expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "layernorm dweight without bias", 1e-5f);
+  // Without weight or bias (OLMo's).
+  ASSERT_EQ(cu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), nullptr, nullptr, N, C,
+                                  nullptr),
+            0);
+  ASSERT_EQ(cu::layernorm_backward(d_dx.get(), nullptr, nullptr, d_dy.get(), d_x.get(), nullptr, d_mean.get(),
+                                   d_rstd.get(), N, C, nullptr),
+            0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), nullptr, nullptr, N, C);
+  layernorm_backward(dx.data(), nullptr, nullptr, dy.data(), x.data(), nullptr, mean.data(), rstd.data(), N,
+                     C);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm out without parameters");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp without parameters", 1e-5f);
 
   std::vector<float> g(x.size()), dg = randn(x.size(), 28);
   Dev<float> d_g(g.size()), d_dg(dg);

@@ -254,7 +254,7 @@ TEST_P(CudaGpt, PhiShapeMatchesTheCpu) {
 
 // The Llama shape (RMSNorm, rotary positions, grouped-query attention, SwiGLU, an untied head; Qwen2's
 // biases, YaRN, a sliding window, Qwen3's heads and norms, Gemma's, Phi-4-mini's partial longrope, StableLM's
-// LayerNorms, OLMo 2's norms) at GPT-2's
+// LayerNorms, OLMo's without parameters, OLMo 2's norms) at GPT-2's
 // tolerances: fp32, flash
 // attention, and bf16 GEMMs (whose second fused matrix, the kv or up weight, is rounded in scratch).
 TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
@@ -323,6 +323,12 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   olmo2.kv_heads = 4;
   olmo2.post_norm = olmo2.qk_norm = olmo2.qk_norm_full = true;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo2, "olmo2");
+  // OLMo's LayerNorms without weight or bias.
+  GptConfig olmo = small_llama();
+  olmo.kv_heads = 4;
+  olmo.layer_norm = true;
+  olmo.norm_params = false;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo, "olmo");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -226,8 +226,11 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   GptConfig olmo2 = small_llama_config();  // norms after the sublayers, q/k norms over all heads
   olmo2.kv_heads = 2;
   olmo2.post_norm = olmo2.qk_norm = olmo2.qk_norm_full = true;
+  GptConfig olmo = small_llama_config();  // LayerNorms without parameters
+  olmo.layer_norm = true;
+  olmo.norm_params = false;
   for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3,
-                             stablelm, stablelm2, olmo2}) {
+                             stablelm, stablelm2, olmo2, olmo}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -254,6 +257,7 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
     EXPECT_EQ(back.rope_theta, c.rope_theta);
     EXPECT_EQ(back.layer_norm, c.layer_norm);
+    EXPECT_EQ(back.norm_params, c.norm_params);
     EXPECT_EQ(back.post_norm, c.post_norm);
     EXPECT_EQ(back.qk_norm_full, c.qk_norm_full);
     EXPECT_EQ(back.qkv_bias, c.qkv_bias);
@@ -273,7 +277,7 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
                 (nlohmann::json{2 * c.ffn, c.channels}));
       EXPECT_FALSE(h.contains("model.layers.0.self_attn.q_proj.weight"));
     }
-    if (c.layer_norm) {  // StableLM's norm biases in the file, under their names
+    if (c.layer_norm && c.norm_params) {  // StableLM's norm biases in the file, under their names
       const auto layout = gpt_param_layout(c);
       const auto bias = std::find_if(layout.begin(), layout.end(), [](const ParamTensor& t) {
         return t.name == "model.layers.1.post_attention_layernorm.bias";

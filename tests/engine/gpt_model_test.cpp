@@ -312,8 +312,18 @@ GptConfig olmo2() {
   return c;
 }
 
+// OLMo's: the Llama shape (4 heads, untied) with LayerNorms that have no weight or bias.
+GptConfig olmo() {
+  GptConfig c = llama_gqa();
+  c.kv_heads = 4;
+  c.layer_norm = true;
+  c.norm_params = false;
+  return c;
+}
+
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
-// and the Llama shapes (StableLM's with LayerNorms, OLMo 2's norms), named for SCOPED_TRACE.
+// and the Llama shapes (StableLM's with LayerNorms, OLMo's without their parameters, OLMo 2's norms), named
+// for SCOPED_TRACE.
 std::vector<std::pair<std::string, GptConfig>> shapes() {
   GptConfig gpt2 = tiny();
   gpt2.channels = 16;
@@ -349,6 +359,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"phi4-longrope", phi4_longrope()},
           {"stablelm", stablelm()},
           {"stablelm2", stablelm2()},
+          {"olmo", olmo()},
           {"olmo2", olmo2()}};
 }
 
@@ -1314,6 +1325,34 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
   GptConfig rms_eps = stablelm();
   rms_eps.norm_eps = 1e-6;
   EXPECT_NE(validate(rms_eps, 1, 8).to_string().find("epsilon 1e-5"), std::string::npos);
+}
+
+// OLMo against a PyTorch implementation of transformers' OLMo equations (tests/engine/olmo_reference.py):
+// LayerNorms without weight or bias in the Llama shape; the head untied and tied. Skipped without torch.
+TEST(GptModel, OlmoMatchesAPyTorchReference) {
+  GptConfig tied = olmo();
+  tied.tied = true;
+  for (GptConfig c : {olmo(), tied}) {
+    c.rope_theta = 500.0;  // the rotation matters even over 8 positions
+    SCOPED_TRACE(c.tied ? "tied" : "untied");
+    const nlohmann::json config = {
+        {"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}, {"rope_theta", c.rope_theta}};
+    if (!matches_reference("olmo_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(olmo());
+  EXPECT_EQ(spec.model_type, "olmo");
+  EXPECT_FALSE(spec.norm_weight || spec.norm_bias);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(olmo())));
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.llama() && back.layer_norm && !back.norm_params);
+  // The layout: no norm tensors at all.
+  for (const auto& t : gpt_param_layout(olmo())) EXPECT_EQ(t.name.find("norm"), std::string::npos) << t.name;
+  // OLMo 1.7's clamp of q, k and v is refused naming the key.
+  ModelSpec clipped = spec;
+  clipped.clip_qkv = 8;
+  EXPECT_NE(check_model_file(clipped, "memwall train").to_string().find("clip_qkv 8"), std::string::npos);
 }
 
 // OLMo 2 against a PyTorch implementation of transformers' OLMo 2 equations

@@ -195,6 +195,19 @@ TEST(GptOps, LayernormBackwardMatchesFiniteDifferences) {
                      rstd2.data(), N, C);
   EXPECT_EQ(dx2, dx);
   EXPECT_EQ(dw2, dw);
+
+  // Without weight or bias (OLMo's): the weight taken as 1, the input gradient that of a weight of ones.
+  const std::vector<float> ones(C, 1.0f);
+  std::vector<float> plain(N * C), unit(N * C), mean3(N), rstd3(N);
+  layernorm_forward(plain.data(), mean3.data(), rstd3.data(), x.data(), nullptr, nullptr, N, C);
+  layernorm_forward(unit.data(), mean3.data(), rstd3.data(), x.data(), ones.data(), nullptr, N, C);
+  EXPECT_EQ(plain, unit);
+  std::vector<float> dx3(N * C), dx4(N * C), dw4(C);
+  layernorm_backward(dx3.data(), nullptr, nullptr, r.data(), x.data(), nullptr, mean3.data(), rstd3.data(), N,
+                     C);
+  layernorm_backward(dx4.data(), dw4.data(), nullptr, r.data(), x.data(), ones.data(), mean3.data(),
+                     rstd3.data(), N, C);
+  EXPECT_EQ(dx3, dx4);
 }
 
 TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
