@@ -503,11 +503,8 @@ int run_train(const TrainOptions& opt) {
         : c.phi || c.gptj
             ? strprintf("%s-shaped: %s, %s GELU MLP of %d%s, attention and MLP side by side after one norm, "
                         "untied head with a bias; ",
-                        c.phi       ? "Phi"
-                        : c.codegen ? "CodeGen"
-                                    : "GPT-J",
-                        rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width(),
-                        c.gptj ? " (biases on the MLP only)" : "")
+                        model::gpt_family(c), rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh",
+                        c.ffn_width(), c.gptj ? " (biases on the MLP only)" : "")
                   .c_str()
         : c.falcon
             ? strprintf(

@@ -788,11 +788,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.norm = NormKind::kLayerNorm;
       m.norm_bias = m.norm_weight = false;
       m.norm_eps = 1e-5;
-      if (j.contains("clip_qkv") && j["clip_qkv"].is_null()) {
-        r.ignore({"clip_qkv"});
-      } else {
-        MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));
-      }
+      MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     }
     if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));

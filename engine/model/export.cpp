@@ -60,20 +60,31 @@ std::string family_config(const char* architecture, const char* model_type, cons
   return config.dump(2) + "\n";
 }
 
+// Whether the Llama shape has parts beyond its plain form, which StableLM's, OLMo's and OLMo 2's configs
+// cannot hold: a window, heads of their own width, Gemma's, Gemma 2's or Gemma 3's parts, Phi-3's fused
+// names, longrope.
+bool beyond_plain_llama(const GptConfig& c) {
+  return c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset || c.embed_scale ||
+         c.fused_names || c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0 ||
+         c.rope_local_theta > 0 || c.rope_scaling.type == "longrope";
+}
+// The refusal of a `family` model with such parts (or the family's own `more`) in `architecture`'s config.
+Status no_config_form(const std::string& dir, const char* family, const char* more,
+                      const char* architecture) {
+  return Status::invalid_argument(dir + ": " + family +
+                                  " with a window, heads of their own width, Gemma's parts, fused names or "
+                                  "longrope" +
+                                  more + " has no config.json form (" + architecture + " has none of them)");
+}
+
 // config.json's text for this model (transformers' architecture and keys), or why it has none.
 Result<std::string> hf_config(const GptConfig& c, const std::string& dir, ExportDtype dtype) {
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
   if (c.layer_norm && !c.norm_params) {  // OlmoConfig's keys (validate() has refused q/k norms with it)
-    if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.embed_scale || c.fused_names ||
-        c.qkv_bias || c.partial_rotary != 1.0 || c.rope_scaling.type == "longrope") {
-      return Status::invalid_argument(dir +
-                                      ": OLMo's parameter-free LayerNorms with a window, heads of their own "
-                                      "width, GeGLU, a scaled embedding, fused names, q/k/v biases, partial "
-                                      "rotary or longrope have no config.json form (OlmoForCausalLM has none "
-                                      "of them)");
-    }
+    if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
+      return no_config_form(dir, "OLMo", ", q/k/v biases or partial rotary", "OlmoForCausalLM");
     return family_config("OlmoForCausalLM", "olmo", c,
                          {
                              {"intermediate_size", c.ffn_width()},
@@ -90,13 +101,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          torch_dtype);
   }
   if (c.layer_norm) {  // StableLmConfig's keys (validate() has refused Gemma's and Qwen3's norms with it)
-    if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.embed_scale || c.fused_names ||
-        c.rope_scaling.type == "longrope") {
-      return Status::invalid_argument(dir +
-                                      ": StableLM's LayerNorms with a window, heads of their own width, "
-                                      "GeGLU, a scaled embedding, fused names or longrope have no "
-                                      "config.json form (StableLmForCausalLM has none of them)");
-    }
+    if (beyond_plain_llama(c)) return no_config_form(dir, "StableLM", "", "StableLmForCausalLM");
     return family_config("StableLmForCausalLM", "stablelm", c,
                          {
                              {"intermediate_size", c.ffn_width()},
@@ -117,14 +122,9 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          torch_dtype);
   }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
-    if (!c.qk_norm_full || c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset ||
-        c.embed_scale || c.fused_names || c.qkv_bias || c.partial_rotary != 1.0 || c.attn_softcap > 0 ||
-        c.final_softcap > 0 || c.query_scale > 0 || c.rope_local_theta > 0) {
-      return Status::invalid_argument(dir +
-                                      ": OLMo 2's norms after the attention and the MLP have a config.json "
-                                      "form only with its q/k norms over all heads and none of the other "
-                                      "families' parts (Olmo2ForCausalLM)");
-    }
+    if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)
+      return no_config_form(dir, "OLMo 2", ", q/k/v biases, partial rotary or per-head q/k norms",
+                            "Olmo2ForCausalLM");
     return family_config("Olmo2ForCausalLM", "olmo2", c,
                          {
                              {"intermediate_size", c.ffn_width()},

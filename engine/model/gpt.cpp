@@ -588,41 +588,36 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "olmo") {  // the Llama shape with parameter-free LayerNorms
-    if (m.clip_qkv > 0) {
-      return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
-                                      " (q, k and v clamped) is not supported by " + tool +
-                                      "; allowed: null (memwall predict and simulate take it)");
-    }
-    if (m.mlp_act != "silu") {
-      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
-                                      " for OLMo; allowed: silu");
-    }
-    if (m.linear_bias) {
-      return Status::invalid_argument(where + "attention_bias true is not supported by " + tool +
-                                      " for OLMo; allowed: false");
-    }
-    return check_rope_scaling(m, where, tool);
-  }
   if (m.model_type == "olmo2" && m.kv_heads != m.heads) {  // (its q/k norms span all heads: one kernel call)
     return Status::invalid_argument(where + "num_key_value_heads " + std::to_string(m.kv_heads) +
                                     " (grouped-query attention) is not supported by " + tool +
                                     " for OLMo 2; allowed: num_attention_heads (" + std::to_string(m.heads) +
                                     "); memwall predict and simulate take it");
   }
-  if (m.model_type == "stablelm") {  // the Llama shape with LayerNorms; the reader refused qk_layernorm
+  const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo";
+  if (stablelm || olmo) {  // the Llama shape with LayerNorms (OLMo's without parameters); the reader refused
+                           // StableLM's qk_layernorm
+    const std::string family = stablelm ? "StableLM" : "OLMo";
     if (m.block_norm_shared) {
       const std::string what = "use_parallel_residual true (the attention and the MLP side by side)";
-      return Status::invalid_argument(where + what + " is not supported by " + tool +
-                                      " for StableLM; allowed: false (memwall predict and simulate take it)");
+      return Status::invalid_argument(where + what + " is not supported by " + tool + " for " + family +
+                                      "; allowed: false (memwall predict and simulate take it)");
+    }
+    if (m.clip_qkv > 0) {
+      return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
+                                      " (q, k and v clamped) is not supported by " + tool +
+                                      "; allowed: null (memwall predict and simulate take it)");
+    }
+    if (m.linear_bias) {
+      return Status::invalid_argument(where + "attention_bias true is not supported by " + tool + " for " +
+                                      family + "; allowed: false");
     }
     MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_eps", where, tool));
     if (m.mlp_act != "silu") {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
-                                      " for StableLM; allowed: silu");
+                                      " for " + family + "; allowed: silu");
     }
-    MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
-    return Status::ok();
+    return check_rope_scaling(m, where, tool);
   }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
              falcon = m.model_type == "falcon", codegen = m.model_type == "codegen",
@@ -853,6 +848,22 @@ void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst)
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
   }
+}
+
+const char* gpt_family(const GptConfig& c) {
+  if (c.llama()) {
+    return !c.norm_params ? "OLMo" : c.layer_norm ? "StableLM" : c.post_norm ? "OLMo 2" : "Llama";
+  }
+  return c.opt       ? "OPT"
+         : c.neox    ? "GPT-NeoX"
+         : c.phi     ? "Phi"
+         : c.falcon  ? "Falcon"
+         : c.bigcode ? "GPT-BigCode"
+         : c.bloom   ? "BLOOM"
+         : c.mpt     ? "MPT"
+         : c.codegen ? "CodeGen"
+         : c.gptj    ? "GPT-J"
+                     : "GPT-2";
 }
 
 ModelSpec gpt_model_spec(const GptConfig& c) {

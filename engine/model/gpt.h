@@ -260,6 +260,10 @@ std::size_t gpt_num_params(const GptConfig& c);
 // reads).
 void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::vector<float>& sin);
 
+// The family this configuration is, as people name it ("GPT-2", "OPT", "GPT-NeoX", ..., "Llama", "StableLM",
+// "OLMo", "OLMo 2"; Llama's variants Mistral, Qwen, Gemma and Phi-3 are "Llama").
+const char* gpt_family(const GptConfig& c);
+
 // The core's description of exactly this model (GPT-2: learned positions, layernorm, GELU MLP of 4C, biases,
 // tied head; or the Llama shape), from which build_model_graph makes the ops and tensors the planner
 // schedules.

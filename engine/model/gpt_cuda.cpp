@@ -428,7 +428,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:  // (post_norm: no norm before the attention)
-      return linear(qkv_[a], c_.qkv_width(), c_.post_norm ? resid_[l] : ln1_[a], C, nullptr);
+      return linear(qkv_[a], c_.qkv_width(), attn_input(l, a), C, nullptr);
     case GptRole::kQkNorm:
       return check(kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(),
                                             c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
@@ -582,9 +582,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                    "head rmsnorm bwd");
     case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
                          // post_norm: into the block input's, dx_, which holds the residual branch's)
-      if (c_.post_norm) return linear(dx_, dqkv_, c_.qkv_width(), resid_[l], C);
+      if (c_.post_norm) return linear(dx_, dqkv_, c_.qkv_width(), attn_input(l, a), C);
       if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear(dln_, dqkv_, c_.qkv_width(), ln1_[a], C);
+      return linear(dln_, dqkv_, c_.qkv_width(), attn_input(l, a), C);
     case GptRole::kLn1:
       return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:

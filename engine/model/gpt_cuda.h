@@ -76,6 +76,9 @@ class CudaGptModel {
   const float* fc1_input(std::size_t a) const {
     return (c_.post_norm ? res1_ : c_.shared_norm() ? ln1_ : ln2_)[a];
   }
+  // The attention's input in layer l (activation slot a): its norm's output, or (post_norm) the block's
+  // input.
+  const float* attn_input(std::size_t l, std::size_t a) const { return c_.post_norm ? resid_[l] : ln1_[a]; }
   // Gemma 2's norm of a sublayer's output, then the residual add: out = rmsnorm(in) + residual.
   Status post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                            const float* const* p);

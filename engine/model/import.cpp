@@ -182,20 +182,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
   }
   const std::string model_text = strprintf("%d layers, %d channels, %d heads, vocabulary %d, %d positions",
                                            c.layers, c.channels, c.heads, c.vocab, c.max_seq);
-  const char* family = c.llama()   ? (!c.norm_params ? "OLMo"
-                                      : c.layer_norm ? "StableLM"
-                                      : c.post_norm  ? "OLMo 2"
-                                                     : "Llama")
-                       : c.opt     ? "OPT"
-                       : c.neox    ? "GPT-NeoX"
-                       : c.phi     ? "Phi"
-                       : c.falcon  ? "Falcon"
-                       : c.bigcode ? "GPT-BigCode"
-                       : c.bloom   ? "BLOOM"
-                       : c.mpt     ? "MPT"
-                       : c.codegen ? "CodeGen"
-                       : c.gptj    ? "GPT-J"
-                                   : "GPT-2";
+  const char* family = gpt_family(c);
   std::map<std::string, bool> used;
   for (const auto& t : hf_param_layout(c)) {  // as the file names them
     // Also under a wrapper's prefix: GPT-2's transformer., or a multimodal model's language model (Gemma 3's

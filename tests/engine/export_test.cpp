@@ -313,6 +313,19 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   EXPECT_NE(as.message().find("a window on all layers but one in every 2 has"), std::string::npos)
       << as.message();
   EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
+  // Nor do OLMo 2's norms with a window, or with q, k and v biases (Olmo2Config has neither).
+  for (const bool window : {true, false}) {
+    GptConfig extra = olmo2;
+    if (window) {
+      extra.sliding_window = 3;
+    } else {
+      extra.qkv_bias = true;
+    }
+    const Status os = export_hf(extra, std::vector<float>(gpt_num_params(extra)).data(), late_dir);
+    EXPECT_NE(os.message().find("OLMo 2 with a window"), std::string::npos) << os.message();
+    EXPECT_NE(os.message().find("(Olmo2ForCausalLM has none of them)"), std::string::npos) << os.message();
+    EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
+  }
 }
 
 // OPT exports as OPTForCausalLM (model.decoder.* names, [out, in] weights, c_attn as q_proj, k_proj and
