@@ -84,11 +84,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
         "RMSNorms and without Gemma 2's norms before them");
   }
-  if (c.qk_norm_full && (!c.qk_norm || c.kv_head_count() != c.heads)) {
+  if (c.qk_norm_full && !c.qk_norm) {
     return Status::invalid_argument(
-        "model: q/k norms over all the queries and keys (qk_norm_full, OLMo 2's) need qk_norm and as many "
-        "key/value heads as query heads (" +
-        std::to_string(c.heads) + ", got " + std::to_string(c.kv_head_count()) + ")");
+        "model: q/k norms over all the queries and keys (qk_norm_full, OLMo 2's) "
+        "need qk_norm");
   }
   if (c.gptj && (c.tied || c.no_bias)) {
     return Status::invalid_argument("model: GPT-J's head is untied, with a bias, and its MLP has biases");
@@ -238,7 +237,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       }
       if (c.qk_norm) {  // back to back: the graph's one qk_norm weight (OLMo 2's over all queries and keys)
         add(h + "self_attn.q_norm.weight", {c.qk_norm_width()});
-        add(h + "self_attn.k_norm.weight", {c.qk_norm_width()});
+        add(h + "self_attn.k_norm.weight", {c.qk_norm_kv_width()});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
       // (Gemma 2's and OLMo 2's: the attention output's norm.)
@@ -587,12 +586,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
-  }
-  if (m.model_type == "olmo2" && m.kv_heads != m.heads) {  // (its q/k norms span all heads: one kernel call)
-    return Status::invalid_argument(where + "num_key_value_heads " + std::to_string(m.kv_heads) +
-                                    " (grouped-query attention) is not supported by " + tool +
-                                    " for OLMo 2; allowed: num_attention_heads (" + std::to_string(m.heads) +
-                                    "); memwall predict and simulate take it");
   }
   const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo";
   if (stablelm || olmo) {  // the Llama shape with LayerNorms (OLMo's without parameters); the reader refused
@@ -1478,7 +1471,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kQkNorm:
       k::head_rmsnorm_forward(qkn_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N, c_.qkv_width(),
                               c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
-                              static_cast<float>(c_.norm_eps), c_.norm_offset());
+                              c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
@@ -1655,7 +1648,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       dqkn_ = dqkv_;
       k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[a].data(), p[0], rqk_[a].data(), N,
                                c_.qkv_width(), c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
-                               c_.norm_offset());
+                               c_.qk_norm_kv_width(), c_.norm_offset());
       break;
     case Role::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
                       // post_norm: the block's input itself, whose gradient dx_ holds the residual branch's)

@@ -151,11 +151,12 @@ struct GptConfig {
   }
   // Whether the attention's and the MLP's outputs are normed before each residual add (Gemma 2's, OLMo 2's).
   bool out_norms() const { return sandwich_norm || post_norm; }
-  // The q/k norms as the head-norm kernels take them: query heads, key heads and their width (for
-  // qk_norm_full one "head" of all the queries and one of all the keys, as wide: kv_heads == heads).
+  // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
+  // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }
   int qk_norm_kv_heads() const { return qk_norm_full ? 1 : kv_head_count(); }
   int qk_norm_width() const { return qk_norm_full ? q_width() : head_size(); }
+  int qk_norm_kv_width() const { return qk_norm_full ? kv_width() : head_size(); }
   // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
   bool rms_norm() const { return llama() && !layer_norm; }
   // Whether the LayerNorms have a bias (not MPT's or OLMo's; StableLM's do), and a norm's tensors in the

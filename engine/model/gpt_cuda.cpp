@@ -430,10 +430,11 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kQkv:  // (post_norm: no norm before the attention)
       return linear(qkv_[a], c_.qkv_width(), attn_input(l, a), C, nullptr);
     case GptRole::kQkNorm:
-      return check(kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(),
-                                            c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
-                                            static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
-                   "head rmsnorm");
+      return check(
+          kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.qk_norm_heads(),
+                                   c_.qk_norm_kv_heads(), c_.qk_norm_width(), c_.qk_norm_kv_width(),
+                                   static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
+          "head rmsnorm");
     case GptRole::kAttn: {
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       if (c_.expanded_attention()) {
@@ -577,8 +578,8 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
       return check(kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(),
-                                             c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(), s,
-                                             c_.norm_offset()),
+                                             c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
+                                             c_.qk_norm_kv_width(), s, c_.norm_offset()),
                    "head rmsnorm bwd");
     case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
                          // post_norm: into the block input's, dx_, which holds the residual branch's)

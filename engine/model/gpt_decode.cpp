@@ -164,7 +164,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
                               c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
-                              static_cast<float>(c_.norm_eps), c_.norm_offset());
+                              c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
     // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
     if (c_.rotary()) {

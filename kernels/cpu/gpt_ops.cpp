@@ -346,19 +346,29 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   }
 }
 
+namespace {
+
+// Where head h of a head-normed row starts, and its width: NH query heads of hs, then key heads of khs.
+std::size_t head_start(int h, int NH, int hs, int khs) {
+  return h < NH ? static_cast<std::size_t>(h) * static_cast<std::size_t>(hs)
+                : static_cast<std::size_t>(NH) * static_cast<std::size_t>(hs) +
+                      static_cast<std::size_t>(h - NH) * static_cast<std::size_t>(khs);
+}
+
+}  // namespace
+
 void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                          int NH, int KVH, int hs, float eps, float weight_offset) {
+                          int NH, int KVH, int hs, int khs, float eps, float weight_offset) {
   const int heads = NH + KVH;
-  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
-             row = static_cast<std::size_t>(stride);
+  const auto normed = head_start(heads, NH, hs, khs), row = static_cast<std::size_t>(stride);
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<std::size_t>(n) * row;
     float* o = out + static_cast<std::size_t>(n) * row;
     for (int h = 0; h < heads; ++h) {
-      const auto at = static_cast<std::size_t>(h) * hz;
+      const auto at = head_start(h, NH, hs, khs);
       rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)] =
-          rms_row_forward(o + at, x + at, weight + (h < NH ? 0 : hz), hs, eps, weight_offset);
+          rms_row_forward(o + at, x + at, weight + (h < NH ? 0 : hs), h < NH ? hs : khs, eps, weight_offset);
     }
     if (o != x) std::copy(x + normed, x + row, o + normed);
   }
@@ -366,19 +376,18 @@ void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float
 
 void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                           float weight_offset) {
+                           int khs, float weight_offset) {
   const int heads = NH + KVH;
-  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
-             row = static_cast<std::size_t>(stride);
+  const auto normed = head_start(heads, NH, hs, khs), row = static_cast<std::size_t>(stride);
   for (int n = 0; n < N; ++n) {
     const auto r = static_cast<std::size_t>(n) * row;
     std::fill(dinp + r, dinp + r + normed, 0.0f);
     for (int h = 0; h < heads; ++h) {
-      const auto at = r + static_cast<std::size_t>(h) * hz, w = static_cast<std::size_t>(h < NH ? 0 : hs);
+      const auto at = r + head_start(h, NH, hs, khs), w = static_cast<std::size_t>(h < NH ? 0 : hs);
       rms_row_backward(
           dinp + at, dweight + w, dout + at, inp + at, weight + w,
           rstd[static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)],
-          hs, weight_offset);
+          h < NH ? hs : khs, weight_offset);
     }
     std::copy(dout + r + normed, dout + r + row, dinp + r + normed);
   }

@@ -55,15 +55,17 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int N, int C, float weight_offset = 0.0f);
 // Qwen3's RMSNorm of each query and key head: in each of N rows of `stride` floats, the first NH heads of hs
-// (the queries) normalised with weight[0, hs) and the next KVH heads (the keys) with weight[hs, 2 hs); out
-// has the same layout (or is inp), the rest of each row (the values) copied. rstd [N][NH + KVH] saved for
-// backward, which writes dinp (same layout: the heads' gradients, the rest of dout's rows copied) and
-// accumulates dweight. `weight_offset` 1: Gemma 3's heads scaled by 1 + weight.
+// (the queries) normalised with weight[0, hs) and the next KVH heads of khs (the keys) with weight[hs, hs +
+// khs) (Qwen3's heads: khs = hs; OLMo 2's one "head" of all the queries and one of all the keys: NH = KVH =
+// 1, khs the key width, narrower with grouped-query attention); out has the same layout (or is inp), the rest
+// of each row (the values) copied. rstd [N][NH + KVH] saved for backward, which writes dinp (same layout: the
+// heads' gradients, the rest of dout's rows copied) and accumulates dweight. `weight_offset` 1: Gemma 3's
+// heads scaled by 1 + weight.
 void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                          int NH, int KVH, int hs, float eps, float weight_offset = 0.0f);
+                          int NH, int KVH, int hs, int khs, float eps, float weight_offset = 0.0f);
 void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                           float weight_offset = 0.0f);
+                           int khs, float weight_offset = 0.0f);
 
 // Rotary position embedding, in place, in Hugging Face Llama's layout (each head's halves are the pairs:
 // element i turns with i + hs/2 by (pos0 + t) * inv_freq[i]; inv_freq [hs/2] is theta^(-2i/hs), scaled as

@@ -259,57 +259,65 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   for (int i = threadIdx.x; i < C; i += blockDim.x) dx[i] += r * (weight[i] + off) * dy[i] - x[i] * k;
 }
 
+// Where head h starts in its row: NH query heads of hs, then the key heads of khs.
+__device__ std::size_t head_start(int h, int NH, int hs, int khs) {
+  return h < NH ? static_cast<std::size_t>(h) * hs
+                : static_cast<std::size_t>(NH) * hs + static_cast<std::size_t>(h - NH) * khs;
+}
+
 // Qwen3's per-head RMSNorm: block b is head h = b % heads of row b / heads (rows `stride` apart), the first
-// NH heads (queries) with weight[0, hs), the others (keys) with weight[hs, 2 hs).
+// NH heads (queries, hs wide) with weight[0, hs), the others (keys, khs wide) with weight[hs, hs + khs).
 __global__ void head_rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight,
-                                            int stride, int NH, int heads, int hs, float eps, float off) {
+                                            int stride, int NH, int heads, int hs, int khs, float eps,
+                                            float off) {
   __shared__ float shared[32];
   const std::size_t b = blockIdx.x;
-  const int h = static_cast<int>(b % heads);
-  const std::size_t at = b / heads * stride + static_cast<std::size_t>(h) * hs;
+  const int h = static_cast<int>(b % heads), width = h < NH ? hs : khs;
+  const std::size_t at = b / heads * stride + head_start(h, NH, hs, khs);
   const float* x = inp + at;
   const float* w = weight + (h < NH ? 0 : hs);
   float s = 0;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) s += x[i] * x[i];
-  const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(hs) + eps);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) s += x[i] * x[i];
+  const float r = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(width) + eps);
   float* o = out + at;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) o[i] = x[i] * r * (w[i] + off);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) o[i] = x[i] * r * (w[i] + off);
   if (threadIdx.x == 0) rstd[b] = r;
 }
 
 // Its input gradient, written (not accumulated): head b's dx = r (v dy) - x r^3 mean(v dy x), v = w + off.
 __global__ void head_rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                                    const float* weight, const float* rstd, int stride, int NH,
-                                                   int heads, int hs, float off) {
+                                                   int heads, int hs, int khs, float off) {
   __shared__ float shared[32];
   const std::size_t b = blockIdx.x;
-  const int h = static_cast<int>(b % heads);
-  const std::size_t at = b / heads * stride + static_cast<std::size_t>(h) * hs;
+  const int h = static_cast<int>(b % heads), width = h < NH ? hs : khs;
+  const std::size_t at = b / heads * stride + head_start(h, NH, hs, khs);
   const float* dy = dout + at;
   const float* x = inp + at;
   const float* w = weight + (h < NH ? 0 : hs);
   const float r = rstd[b];
   float a = 0;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) a += (w[i] + off) * dy[i] * x[i];
-  const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(hs);
+  for (int i = threadIdx.x; i < width; i += blockDim.x) a += (w[i] + off) * dy[i] * x[i];
+  const float k = r * r * r * block_reduce<false>(a, shared) / static_cast<float>(width);
   float* dx = dinp + at;
-  for (int i = threadIdx.x; i < hs; i += blockDim.x) dx[i] = r * (w[i] + off) * dy[i] - x[i] * k;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) dx[i] = r * (w[i] + off) * dy[i] - x[i] * k;
 }
 
 // Its weight gradient: block c < hs sums dy x r over every row's query heads at column c, block hs + c over
-// the key heads (a deterministic reduction, no atomics).
+// the key heads' column c (a deterministic reduction, no atomics).
 __global__ void head_rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
                                                     const float* rstd, int N, int stride, int NH, int heads,
-                                                    int hs) {
+                                                    int hs, int khs) {
   __shared__ float shared[32];
-  const int c = static_cast<int>(blockIdx.x) % hs, h0 = static_cast<int>(blockIdx.x) < hs ? 0 : NH,
-            count = static_cast<int>(blockIdx.x) < hs ? NH : heads - NH;
+  const bool query = static_cast<int>(blockIdx.x) < hs;
+  const int c = query ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x) - hs, h0 = query ? 0 : NH,
+            count = query ? NH : heads - NH;
   const std::size_t n = static_cast<std::size_t>(N) * count;
   float s = 0;
   for (std::size_t j = threadIdx.x; j < n; j += blockDim.x) {
     const std::size_t row = j / count;
     const int h = h0 + static_cast<int>(j % count);
-    const std::size_t at = row * stride + static_cast<std::size_t>(h) * hs + c;
+    const std::size_t at = row * stride + head_start(h, NH, hs, khs) + c;
     s += dout[at] * inp[at] * rstd[row * heads + h];
   }
   const float total = block_reduce<false>(s, shared);
@@ -894,34 +902,32 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
 }
 
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                         int NH, int KVH, int hs, float eps, void* stream, float weight_offset) {
-  const int heads = NH + KVH, rest = stride - heads * hs;
+                         int NH, int KVH, int hs, int khs, float eps, void* stream, float weight_offset) {
+  const int heads = NH + KVH, normed = NH * hs + KVH * khs, rest = stride - normed;
   if (N == 0) return 0;
   head_rmsnorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
-                                as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, eps,
+                                as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, khs, eps,
                                                      weight_offset);
   if (int e = launched(); e != 0 || rest == 0) return e;
   const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, heads * hs, rest,
-                                                                         n);
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, normed, rest, n);
   return launched();
 }
 
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                          void* stream, float weight_offset) {
-  const int heads = NH + KVH, rest = stride - heads * hs;
+                          int khs, void* stream, float weight_offset) {
+  const int heads = NH + KVH, normed = NH * hs + KVH * khs, rest = stride - normed;
   if (N == 0) return 0;
   head_rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                        as_stream(stream)>>>(dinp, dout, inp, weight, rstd, stride, NH, heads,
-                                                            hs, weight_offset);
+                                                            hs, khs, weight_offset);
   if (int e = launched(); e != 0) return e;
-  head_rmsnorm_backward_weight_kernel<<<static_cast<unsigned>(2 * hs), kThreads, 0, as_stream(stream)>>>(
-      dweight, dout, inp, rstd, N, stride, NH, heads, hs);
+  head_rmsnorm_backward_weight_kernel<<<static_cast<unsigned>(hs + khs), kThreads, 0, as_stream(stream)>>>(
+      dweight, dout, inp, rstd, N, stride, NH, heads, hs, khs);
   if (int e = launched(); e != 0 || rest == 0) return e;
   const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, heads * hs, rest,
-                                                                         n);
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, normed, rest, n);
   return launched();
 }
 

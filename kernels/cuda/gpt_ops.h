@@ -67,14 +67,16 @@ int rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weig
 int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                      const float* rstd, int N, int C, void* stream, float weight_offset = 0.0f);
 // Qwen3's RMSNorm of each query and key head, as kernels/cpu's head_rmsnorm_*: rows of `stride` floats
-// whose first NH heads of hs take weight[0, hs) and next KVH heads weight[hs, 2 hs); the rest of each row is
+// whose first NH heads of hs take weight[0, hs) and next KVH heads of khs weight[hs, hs + khs) (OLMo 2's:
+// one "head" of all the queries, one of all the keys); the rest of each row is
 // copied (out from inp forward, dinp from dout backward, which writes dinp and accumulates dweight);
 // `weight_offset` 1 for Gemma 3's 1 + weight.
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                         int NH, int KVH, int hs, float eps, void* stream, float weight_offset = 0.0f);
+                         int NH, int KVH, int hs, int khs, float eps, void* stream,
+                         float weight_offset = 0.0f);
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                          void* stream, float weight_offset = 0.0f);
+                          int khs, void* stream, float weight_offset = 0.0f);
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                bool inverse, void* stream, int rotary = 0);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);

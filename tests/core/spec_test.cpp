@@ -168,6 +168,14 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(olmo2_gqa.is_ok()) << olmo2_gqa.status().to_string();
   EXPECT_EQ(olmo2_gqa->qk_norm_elements(), 4096.0 + 1024);
   EXPECT_EQ(olmo2_gqa->norm_eps, 1e-5);  // Olmo2Config's default
+  // OLMo 2 32B's file: 40 query heads on 8 key/value heads of 128.
+  const ModelSpec olmo2_32b = load_model_scenario("olmo-2-32b");
+  EXPECT_EQ(olmo2_32b.kv_heads, 8);
+  EXPECT_EQ(olmo2_32b.qk_norm_elements(), 5120.0 + 1024);
+  EXPECT_EQ(olmo2_32b.total_params(),
+            2 * 100352.0 * 5120 +
+                64 * (3 * 5120 + 1024 + 2 * 5120.0 * 5120 + 2 * 5120.0 * 1024 + 3 * 5120.0 * 27648) + 5120);
+  EXPECT_EQ(olmo2_32b.total_params(), 32234279936.0);
 
   Diagnostics diag;
   // OPT-125m and OPT-1.3B's config.json (HF: 125,239,296 and 1,315,758,080); Pythia-70m's (70,426,624).
@@ -213,7 +221,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   // The graph the planner runs has the same parameters.
   for (const char* name :
        {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
-        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "olmo-7b", "olmo-2-7b"}) {
+        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "olmo-7b", "olmo-2-7b", "olmo-2-32b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

@@ -342,22 +342,24 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
   expect_close(d_dwte.host(), dwte, 1e-5f, 1e-5f, "dwte without positions");
 }
 
-// Qwen3's per-head norm (with `off` 1, Gemma 3's 1 + weight) on the GPU against the CPU kernel.
-void expect_head_rmsnorm_matches(float off) {
-  const int QH = 4, KVH = 2, hs = 24, W = (QH + 2 * KVH) * hs;
-  const auto x = randn(static_cast<std::size_t>(N) * W, 71), w = randn(2 * hs, 72), dy = randn(x.size(), 73);
+// Qwen3's per-head norm (with `off` 1, Gemma 3's 1 + weight) on the GPU against the CPU kernel: QH query
+// heads of hs, KVH key heads of khs and as many value heads.
+void expect_head_rmsnorm_matches(float off, int QH, int KVH, int hs, int khs) {
+  const int W = QH * hs + 2 * KVH * khs;
+  const auto x = randn(static_cast<std::size_t>(N) * W, 71),
+             w = randn(static_cast<std::size_t>(hs + khs), 72), dy = randn(x.size(), 73);
   std::vector<float> out(x.size()), rstd(static_cast<std::size_t>(N) * (QH + KVH)), dx = randn(x.size(), 74),
                                                                                     dw = randn(w.size(), 75);
   Dev<float> d_x(x), d_w(w), d_dy(dy), d_out(out.size()), d_rstd(rstd), d_dx(dx), d_dw(dw);
-  ASSERT_EQ(cu::head_rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, W, QH, KVH, hs,
+  ASSERT_EQ(cu::head_rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, W, QH, KVH, hs, khs,
                                      1e-6f, nullptr, off),
             0);
   ASSERT_EQ(cu::head_rmsnorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), d_rstd.get(),
-                                      N, W, QH, KVH, hs, nullptr, off),
+                                      N, W, QH, KVH, hs, khs, nullptr, off),
             0);
-  head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, QH, KVH, hs, 1e-6f, off);
+  head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, QH, KVH, hs, khs, 1e-6f, off);
   head_rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, W, QH, KVH, hs,
-                        off);
+                        khs, off);
   expect_close(d_out.host(), out, 1e-5f, 1e-5f, "head rmsnorm out");
   expect_close(d_rstd.host(), rstd, 1e-5f, 1e-6f, "head rmsnorm rstd");
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "head rmsnorm dinp", 1e-5f);
@@ -366,12 +368,15 @@ void expect_head_rmsnorm_matches(float off) {
 
 // Qwen3's per-head query and key norm over rows with a value part: every head against the CPU kernel, the
 // values copied both ways; the input gradient written over what the buffer held, the weight's accumulated.
-// Plain weights (Qwen3's) and 1 + weight (Gemma 3's).
+// Plain weights (Qwen3's) and 1 + weight (Gemma 3's); OLMo 2's grouped-query form too: one "head" of all 96
+// query channels, one of the 48 key channels.
 TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
   for (const float off : {0.0f, 1.0f}) {
     SCOPED_TRACE("weight offset " + std::to_string(off));
-    expect_head_rmsnorm_matches(off);
+    expect_head_rmsnorm_matches(off, 4, 2, 24, 24);
   }
+  SCOPED_TRACE("all the queries, all the keys");
+  expect_head_rmsnorm_matches(0.0f, 1, 1, 96, 48);
 }
 
 // Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores, ALiBi's

@@ -318,9 +318,9 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   stablelm.layer_norm = stablelm.qkv_bias = true;
   stablelm.partial_rotary = 0.25;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, stablelm, "stablelm");
-  // OLMo 2's norms after the attention and the MLP only, q/k norms over all 4 heads (64 channels each).
+  // OLMo 2's norms after the attention and the MLP only, q/k norms over all 4 query heads (64 channels) and
+  // both key/value heads (32: OLMo 2 32B's grouped-query form).
   GptConfig olmo2 = small_llama();
-  olmo2.kv_heads = 4;
   olmo2.post_norm = olmo2.qk_norm = olmo2.qk_norm_full = true;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo2, "olmo2");
   // OLMo's LayerNorms without weight or bias.

@@ -311,6 +311,12 @@ GptConfig olmo2() {
   c.post_norm = c.qk_norm = c.qk_norm_full = true;
   return c;
 }
+// OLMo 2 32B's grouped-query heads: 4 query heads on 2 key/value heads, k_norm over 8 key channels.
+GptConfig olmo2_gqa() {
+  GptConfig c = olmo2();
+  c.kv_heads = 2;
+  return c;
+}
 
 // OLMo's: the Llama shape (4 heads, untied) with LayerNorms that have no weight or bias.
 GptConfig olmo() {
@@ -360,7 +366,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"stablelm", stablelm()},
           {"stablelm2", stablelm2()},
           {"olmo", olmo()},
-          {"olmo2", olmo2()}};
+          {"olmo2", olmo2()},
+          {"olmo2-gqa", olmo2_gqa()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -1358,18 +1365,17 @@ TEST(GptModel, OlmoMatchesAPyTorchReference) {
 // OLMo 2 against a PyTorch implementation of transformers' OLMo 2 equations
 // (tests/engine/olmo2_reference.py): no norms before the attention or the MLP, RMSNorms of their outputs
 // before each residual add, q_norm and k_norm over all the queries and all the keys; the head untied and
-// tied. Skipped without torch.
+// tied, and grouped-query heads (k_norm narrower than q_norm). Skipped without torch.
 TEST(GptModel, Olmo2MatchesAPyTorchReference) {
   GptConfig tied = olmo2();
   tied.tied = true;
-  for (GptConfig c : {olmo2(), tied}) {
+  for (GptConfig c : {olmo2(), tied, olmo2_gqa()}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.tied ? "tied" : "untied");
-    const nlohmann::json config = {{"layers", c.layers},
-                                   {"channels", c.channels},
-                                   {"heads", c.heads},
-                                   {"norm_eps", c.norm_eps},
-                                   {"rope_theta", c.rope_theta}};
+    SCOPED_TRACE(std::string(c.tied ? "tied" : "untied") + ", " + std::to_string(c.kv_head_count()) +
+                 " key/value heads");
+    const nlohmann::json config = {{"layers", c.layers},     {"channels", c.channels},
+                                   {"heads", c.heads},       {"kv_heads", c.kv_head_count()},
+                                   {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}};
     if (!matches_reference("olmo2_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1386,14 +1392,17 @@ TEST(GptModel, Olmo2MatchesAPyTorchReference) {
   EXPECT_EQ(layout[4].name, "model.layers.0.self_attn.q_norm.weight");
   EXPECT_EQ(layout[4].shape, std::vector<int>{16});
   EXPECT_EQ(layout[11].name, "model.layers.0.post_feedforward_layernorm.weight");
-  // Grouped-query attention (its k_norm narrower than its q_norm) is refused naming the key.
-  ModelSpec gqa = spec;
-  gqa.kv_heads = 2;
-  EXPECT_NE(check_model_file(gqa, "memwall train").to_string().find("num_key_value_heads 2"),
-            std::string::npos);
-  GptConfig narrow = olmo2();
-  narrow.kv_heads = 2;
-  EXPECT_NE(validate(narrow, 1, 8).to_string().find("qk_norm_full"), std::string::npos);
+  // Grouped-query attention: k_norm over the 8 key channels, as the spec counts it.
+  const auto gqa = hf_param_layout(olmo2_gqa());
+  EXPECT_EQ(gqa[5].name, "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(gqa[5].shape, std::vector<int>{8});
+  const ModelSpec gqa_spec = gpt_model_spec(olmo2_gqa());
+  EXPECT_EQ(gqa_spec.kv_heads, 2);
+  EXPECT_EQ(gqa_spec.total_params(), static_cast<double>(gpt_num_params(olmo2_gqa())));
+  EXPECT_TRUE(check_model_file(gqa_spec, "memwall train").is_ok());
+  GptConfig no_qk = olmo2();
+  no_qk.qk_norm = false;
+  EXPECT_NE(validate(no_qk, 1, 8).to_string().find("qk_norm_full"), std::string::npos);
 }
 
 // GPT-J against a PyTorch implementation of transformers' GPT-J equations (tests/engine/gptj_reference.py),

@@ -1,8 +1,9 @@
 """An OLMo 2 decoder in PyTorch, written from transformers' Olmo2ForCausalLM equations: the token embedding, no
 position table; per layer q_proj, k_proj, v_proj (no biases), an RMSNorm of all the queries (q_norm, over
-heads x head size channels) and of all the keys (k_norm) before they split into heads, rotary positions on
-every channel of each head (rotate_half's convention, base rope_theta), causal softmax attention scaled by head
-size^-1/2, o_proj; then the residual stream plus the RMSNorm of the attention's output
+heads x head size channels) and of all the keys (k_norm, over key/value heads x head size: narrower with
+grouped-query attention) before they split into heads, rotary positions on every channel of each head
+(rotate_half's convention, base rope_theta), each key/value head serving heads / kv_heads consecutive query
+heads (repeat_kv), causal softmax attention scaled by head size^-1/2, o_proj; then the residual stream plus the RMSNorm of the attention's output
 (post_attention_layernorm); the SwiGLU MLP (down_proj(silu(gate_proj(h)) * up_proj(h))) of that, and the
 residual stream plus the RMSNorm of the MLP's output (post_feedforward_layernorm): no norm before either; the
 final model.norm RMSNorm; an untied lm_head (or the embedding, tied). RMSNorm: x / sqrt(mean(x^2) + eps) times
@@ -17,7 +18,7 @@ import reference_io
 
 def forward(cfg, t, tokens, torch):
     """The logits [B, T, vocab] of `tokens`."""
-    B, T, C, H = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"]
+    B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs, eps = C // H, cfg["norm_eps"]
     rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
 
@@ -27,15 +28,16 @@ def forward(cfg, t, tokens, torch):
     def linear(x, name):
         return x @ t[name + ".weight"].T
 
-    def heads(x):
-        return x.view(B, T, H, hs).transpose(1, 2)
+    def heads(x, n):
+        return x.view(B, T, n, hs).transpose(1, 2)
 
     x = t["model.embed_tokens.weight"][tokens]
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
-        q = rotate(heads(rmsnorm(linear(x, p + "self_attn.q_proj"), p + "self_attn.q_norm")))
-        k = rotate(heads(rmsnorm(linear(x, p + "self_attn.k_proj"), p + "self_attn.k_norm")))
-        v = heads(linear(x, p + "self_attn.v_proj"))
+        q = rotate(heads(rmsnorm(linear(x, p + "self_attn.q_proj"), p + "self_attn.q_norm"), H))
+        k = rotate(heads(rmsnorm(linear(x, p + "self_attn.k_proj"), p + "self_attn.k_norm"), KV))
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = heads(linear(x, p + "self_attn.v_proj"), KV).repeat_interleave(H // KV, dim=1)
         y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, C)
         x = x + rmsnorm(linear(y, p + "self_attn.o_proj"), p + "post_attention_layernorm")
         gated = torch.nn.functional.silu(linear(x, p + "mlp.gate_proj")) * linear(x, p + "mlp.up_proj")

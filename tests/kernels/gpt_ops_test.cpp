@@ -251,35 +251,47 @@ TEST(GptOps, RmsnormBackwardMatchesFiniteDifferences) {
 
 // Qwen3's per-head norm: each query head is rmsnorm_forward of that head with the first weight, each key head
 // with the second, the values pass through; backward against finite differences, values' gradient copied.
+// Also OLMo 2's grouped-query form: one "head" of all 12 query channels, one of the 6 key channels.
 TEST(GptOps, HeadRmsnormNormalisesEachQueryAndKeyHead) {
-  const int N = 3, NH = 4, KVH = 2, hs = 6, W = (NH + 2 * KVH) * hs;
-  auto x = randn(static_cast<std::size_t>(N) * W, 27), w = randn(2 * hs, 28);
-  const auto r = randn(x.size(), 29);
-  std::vector<float> rstd(static_cast<std::size_t>(N) * (NH + KVH));
-  auto forward = [&] {
-    std::vector<float> out(x.size());
-    head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, NH, KVH, hs, 1e-6f);
-    return out;
+  struct Heads {
+    int NH, KVH, hs, khs, values;  // query heads of hs, key heads of khs, value channels
   };
-  const auto y = forward();
-  for (int n = 0; n < N; ++n) {
-    for (int h = 0; h < NH + 2 * KVH; ++h) {
-      const std::size_t at = static_cast<std::size_t>(n) * W + static_cast<std::size_t>(h) * hs;
-      std::vector<float> one(hs);
-      float s = 0;
-      if (h < NH + KVH) {
-        rmsnorm_forward(one.data(), &s, x.data() + at, w.data() + (h < NH ? 0 : hs), 1, hs, 1e-6f);
-        EXPECT_EQ(rstd[static_cast<std::size_t>(n) * (NH + KVH) + h], s) << "row " << n << " head " << h;
-      } else {
-        std::copy_n(x.data() + at, hs, one.data());  // a value head, unchanged
+  for (const Heads g : {Heads{4, 2, 6, 6, 12}, Heads{1, 1, 12, 6, 6}}) {
+    SCOPED_TRACE(std::to_string(g.NH) + " query heads of " + std::to_string(g.hs));
+    const int N = 3, H = g.NH + g.KVH, normed = g.NH * g.hs + g.KVH * g.khs, W = normed + g.values;
+    auto x = randn(static_cast<std::size_t>(N) * W, 27),
+         w = randn(static_cast<std::size_t>(g.hs + g.khs), 28);
+    const auto r = randn(x.size(), 29);
+    std::vector<float> rstd(static_cast<std::size_t>(N) * H);
+    auto forward = [&] {
+      std::vector<float> out(x.size());
+      head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, W, g.NH, g.KVH, g.hs, g.khs,
+                           1e-6f);
+      return out;
+    };
+    const auto y = forward();
+    for (int n = 0; n < N; ++n) {
+      for (int h = 0; h < H; ++h) {
+        const int width = h < g.NH ? g.hs : g.khs,
+                  start = h < g.NH ? h * g.hs : g.NH * g.hs + (h - g.NH) * g.khs;
+        const std::size_t at = static_cast<std::size_t>(n) * W + static_cast<std::size_t>(start);
+        std::vector<float> one(static_cast<std::size_t>(width));
+        float s = 0;
+        rmsnorm_forward(one.data(), &s, x.data() + at, w.data() + (h < g.NH ? 0 : g.hs), 1, width, 1e-6f);
+        EXPECT_EQ(rstd[static_cast<std::size_t>(n) * H + h], s) << "row " << n << " head " << h;
+        for (int i = 0; i < width; ++i) EXPECT_EQ(y[at + i], one[i]) << "row " << n << " head " << h;
       }
-      for (int i = 0; i < hs; ++i) EXPECT_EQ(y[at + i], one[i]) << "row " << n << " head " << h;
+      for (int i = normed; i < W; ++i) {  // the values, unchanged
+        EXPECT_EQ(y[static_cast<std::size_t>(n) * W + i], x[static_cast<std::size_t>(n) * W + i])
+            << "row " << n;
+      }
     }
+    std::vector<float> dx(x.size(), 7.0f), dw(w.size());  // dx is written, not accumulated
+    head_rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, W, g.NH, g.KVH,
+                          g.hs, g.khs);
+    check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
+    check_gradient(w, forward, dw, r, "dweight");
   }
-  std::vector<float> dx(x.size(), 7.0f), dw(2 * hs);  // dx is written, not accumulated
-  head_rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, W, NH, KVH, hs);
-  check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
-  check_gradient(w, forward, dw, r, "dweight");
 }
 
 // Grouped-query heads: query head h reads key/value head h / group, and sum_kv is repeat_kv's adjoint:

@@ -183,29 +183,29 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
 }
 
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
-                         int NH, int KVH, int hs, float eps, void* stream, float weight_offset) {
+                         int NH, int KVH, int hs, int khs, float eps, void* stream, float weight_offset) {
   if (int e = device_args("head_rmsnorm_forward", {{out, f32(N, stride), "out", true},
                                                    {rstd, f32(N, NH + KVH), "rstd", true},
                                                    {inp, f32(N, stride), "inp"},
-                                                   {weight, f32(2, hs), "weight"}}))
+                                                   {weight, f32(1, hs + khs), "weight"}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::head_rmsnorm_forward(out, rstd, inp, weight, N, stride, NH, KVH, hs, eps, weight_offset);
+    kernels::head_rmsnorm_forward(out, rstd, inp, weight, N, stride, NH, KVH, hs, khs, eps, weight_offset);
   });
 }
 
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
-                          void* stream, float weight_offset) {
+                          int khs, void* stream, float weight_offset) {
   if (int e = device_args("head_rmsnorm_backward", {{dinp, f32(N, stride), "dinp", true},
-                                                    {dweight, f32(2, hs), "dweight", true},
+                                                    {dweight, f32(1, hs + khs), "dweight", true},
                                                     {dout, f32(N, stride), "dout"},
                                                     {inp, f32(N, stride), "inp"},
-                                                    {weight, f32(2, hs), "weight"},
+                                                    {weight, f32(1, hs + khs), "weight"},
                                                     {rstd, f32(N, NH + KVH), "rstd"}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, stride, NH, KVH, hs,
+    kernels::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, stride, NH, KVH, hs, khs,
                                    weight_offset);
   });
 }
