@@ -488,7 +488,10 @@ int run_train(const TrainOptions& opt) {
                               rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
                               c.kv_head_count(),
                               c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
-                              c.tied ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "",
+                              c.tied ? "tied" : "untied",
+                              c.qkv_bias       ? ", q/k/v biases"
+                              : c.clip_qkv > 0 ? strprintf(", q/k/v clipped to +-%g", c.clip_qkv).c_str()
+                                               : "",
                               !c.qk_norm       ? ""
                               : c.qk_norm_full ? ", q/k norms over all heads"
                                                : ", per-head q/k norms",

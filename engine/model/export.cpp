@@ -95,7 +95,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                              {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
                              {"attention_bias", false},
                              {"attention_dropout", 0.0},
-                             {"clip_qkv", nullptr},
+                             {"clip_qkv", c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr},
                              {"tie_word_embeddings", c.tied},
                          },
                          torch_dtype);

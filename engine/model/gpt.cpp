@@ -79,6 +79,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OLMo's norms without weight or bias (norm_params false) are the Llama shape's LayerNorms "
         "(layer_norm), before the attention and the MLP, without q/k norms");
   }
+  if (!(c.clip_qkv >= 0 && c.clip_qkv < 1e30) || (c.clip_qkv > 0 && (!c.layer_norm || c.norm_params))) {
+    return Status::invalid_argument(
+        "model: clip_qkv " + strprintf("%g", c.clip_qkv) +
+        " must be >= 0 (0: none), and is OLMo's (LayerNorms without weight or bias)");
+  }
   if (c.post_norm && (!c.llama() || c.sandwich_norm || c.layer_norm)) {
     return Status::invalid_argument(
         "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
@@ -596,11 +601,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + what + " is not supported by " + tool + " for " + family +
                                       "; allowed: false (memwall predict and simulate take it)");
     }
-    if (m.clip_qkv > 0) {
-      return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
-                                      " (q, k and v clamped) is not supported by " + tool +
-                                      "; allowed: null (memwall predict and simulate take it)");
-    }
     if (m.linear_bias) {
       return Status::invalid_argument(where + "attention_bias true is not supported by " + tool + " for " +
                                       family + "; allowed: false");
@@ -740,6 +740,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.head_dim = m.head_size;
     c.qk_norm = m.qk_norm;
     c.qk_norm_full = m.qk_norm_full;  // OLMo 2's
+    c.clip_qkv = m.clip_qkv;          // OLMo 1.7's
     c.post_norm = m.post_norm;
     c.gelu_mlp = is_gelu_tanh(m.mlp_act);
     c.norm_unit_offset = m.norm_unit_offset;
@@ -913,6 +914,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.model_type = c.norm_params ? "stablelm" : "olmo";
       m.norm = NormKind::kLayerNorm;
       m.norm_bias = m.norm_weight = c.norm_params;
+      m.clip_qkv = c.clip_qkv;
     }
     m.qk_norm_full = c.qk_norm_full;
     m.post_norm = c.post_norm;
@@ -1467,6 +1469,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kQkv:
       linear(qkv_[a].data(), c_.qkv_width(), attn_input(l, a), C, nullptr);
+      if (c_.clip_qkv > 0) {
+        k::clamp_forward(qkv_[a].data(),
+                         static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.qkv_width()),
+                         static_cast<float>(c_.clip_qkv));
+      }
       break;
     case Role::kQkNorm:
       k::head_rmsnorm_forward(qkn_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N, c_.qkv_width(),
@@ -1653,6 +1660,11 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
                       // post_norm: the block's input itself, whose gradient dx_ holds the residual branch's)
       if (first_tile && !c_.shared_norm() && !c_.post_norm) zero(dln_);
+      if (c_.clip_qkv > 0) {  // (the clipped outputs pass no gradient)
+        k::clamp_backward(dqkv_.data(), qkv_[a].data(),
+                          static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.qkv_width()),
+                          static_cast<float>(c_.clip_qkv));
+      }
       linear((c_.post_norm ? dx_ : dln_).data(), dqkv_.data(), c_.qkv_width(), attn_input(l, a), C);
       break;
     case Role::kLn1:

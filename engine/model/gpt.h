@@ -133,6 +133,9 @@ struct GptConfig {
   bool layer_norm = false;
   // OLMo's (OlmoForCausalLM, with layer_norm): LayerNorms without weight or bias, no norm tensors at all.
   bool norm_params = true;
+  // OLMo 1.7's clip_qkv (with OLMo's norms): q, k and v clamped to [-clip_qkv, clip_qkv] as the qkv linear
+  // writes them, before rotary (0: none).
+  double clip_qkv = 0;
   // OLMo 2's Llama shape (Olmo2ForCausalLM): RMSNorms after the attention and after the MLP instead of before
   // them (x + norm(attn(x)), then x + norm(mlp(x)): post_attention_layernorm, post_feedforward_layernorm),
   // and with qk_norm_full (and qk_norm) its q_norm and k_norm: one RMSNorm over all the queries and one over

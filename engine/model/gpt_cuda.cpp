@@ -428,7 +428,12 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kLn1:
       return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
     case GptRole::kQkv:  // (post_norm: no norm before the attention)
-      return linear(qkv_[a], c_.qkv_width(), attn_input(l, a), C, nullptr);
+      MW_RETURN_IF_ERROR(linear(qkv_[a], c_.qkv_width(), attn_input(l, a), C, nullptr));
+      if (c_.clip_qkv <= 0) return Status::ok();
+      return check(
+          kc::clamp_forward(qkv_[a], static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.qkv_width()),
+                            static_cast<float>(c_.clip_qkv), s),
+          "clip_qkv");
     case GptRole::kQkNorm:
       return check(
           kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.qk_norm_heads(),
@@ -581,8 +586,14 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                              c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                                              c_.qk_norm_kv_width(), s, c_.norm_offset()),
                    "head rmsnorm bwd");
-    case GptRole::kQkv:  // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
-                         // post_norm: into the block input's, dx_, which holds the residual branch's)
+    case GptRole::kQkv:       // (one norm, Phi's or Falcon-7B's: dln_ holds the MLP's input gradient already;
+                              // post_norm: into the block input's, dx_, which holds the residual branch's)
+      if (c_.clip_qkv > 0) {  // (the clipped outputs pass no gradient)
+        MW_RETURN_IF_ERROR(
+            check(kc::clamp_backward(dqkv_, qkv_[a], n * static_cast<std::size_t>(c_.qkv_width()),
+                                     static_cast<float>(c_.clip_qkv), s),
+                  "clip_qkv bwd"));
+      }
       if (c_.post_norm) return linear(dx_, dqkv_, c_.qkv_width(), attn_input(l, a), C);
       if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), attn_input(l, a), C);

@@ -116,10 +116,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // Each block's tensors in the layout. GPT-2: ln_1 (w, b), c_attn (w, b), c_proj (w, b), ln_2 (w, b), c_fc
   // (w, b), c_proj (w, b) (GPT-NeoX without the position table). Llama: input norm, q, k, v (back to back:
   // one [Q + 2 kv, C] matrix), o, post norm, gate, up (one [2F, C] matrix), down. Qwen2's q, k and v biases
-  // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [2 hs] vector).
-  // Gemma 2's attention output norm follows o, its MLP output norm down. StableLM's norms are LayerNorms
-  // (w, b). OLMo 2 has no input norm: its post norm is the attention output's, and the MLP output's follows
-  // down.
+  // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [hs + hs] vector;
+  // OLMo 2's [q width + kv width]). Gemma 2's attention output norm follows o, its MLP output norm down.
+  // StableLM's norms are LayerNorms (w, b). OLMo 2 has no input norm: its post norm is the attention
+  // output's, and the MLP output's follows down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
@@ -161,6 +161,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     input_norm(p);
     const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
     k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
+    if (c_.clip_qkv > 0) {  // OLMo 1.7's
+      k::clamp_forward(qkv_.data(), static_cast<std::size_t>(n) * static_cast<std::size_t>(Wq),
+                       static_cast<float>(c_.clip_qkv));
+    }
     if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
                               c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),

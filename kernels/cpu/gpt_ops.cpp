@@ -620,6 +620,20 @@ void softcap_backward(float* dx, const float* y, std::size_t n, float cap) {
   }
 }
 
+// ---- clamping (clip_qkv) ----
+
+void clamp_forward(float* x, std::size_t n, float clip) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], -clip), clip);
+}
+
+void clamp_backward(float* dx, const float* y, std::size_t n, float clip) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(std::fabs(y[i]) < clip)) dx[i] = 0.0f;
+  }
+}
+
 // ---- causal attention ----
 
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,

@@ -138,6 +138,11 @@ inline float soft_cap(float x, float cap) {
 // by the cap's derivative, 1 - (y / cap)^2, from the capped values y.
 void softcap_forward(float* x, std::size_t n, float cap);
 void softcap_backward(float* dx, const float* y, std::size_t n, float cap);
+// OLMo 1.7's clip_qkv: x clamped to [-clip, clip] in place (n values: the q, k and v rows); backward zeroes
+// the gradient where the clamped value y sits at +-clip (the input was clipped; an input exactly at +-clip,
+// which torch's clamp passes, is lost with it: a set of measure zero).
+void clamp_forward(float* x, std::size_t n, float clip);
+void clamp_backward(float* dx, const float* y, std::size_t n, float clip);
 // ALiBi's slope of head h of NH, as BLOOM's build_alibi_tensor (and the ALiBi paper) has it: with p the
 // largest power of two <= NH, heads h < p get 2^(-8 (h + 1) / p), the others the odd powers 1, 3, 5, ... of
 // 2^(-4 / p) in turn.

@@ -525,6 +525,16 @@ __global__ void softcap_backward_kernel(float* dx, const float* y, std::size_t n
   dx[i] *= 1.0f - th * th;
 }
 
+__global__ void clamp_forward_kernel(float* x, std::size_t n, float clip) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = fminf(fmaxf(x[i], -clip), clip);
+}
+
+__global__ void clamp_backward_kernel(float* dx, const float* y, std::size_t n, float clip) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n && !(fabsf(y[i]) < clip)) dx[i] = 0.0f;
+}
+
 // ---- fused (flash) attention ----
 
 constexpr int kFlashTile = 128;  // threads per block, and keys (or queries) per tile
@@ -1031,6 +1041,18 @@ int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
 int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream) {
   if (n == 0) return 0;
   softcap_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dx, y, n, cap);
+  return launched();
+}
+
+int clamp_forward(float* x, std::size_t n, float clip, void* stream) {
+  if (n == 0) return 0;
+  clamp_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, n, clip);
+  return launched();
+}
+
+int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* stream) {
+  if (n == 0) return 0;
+  clamp_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dx, y, n, clip);
   return launched();
 }
 

@@ -121,6 +121,10 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // capped values y.
 int softcap_forward(float* x, std::size_t n, float cap, void* stream);
 int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream);
+// OLMo 1.7's clip_qkv, as kernels/cpu's clamp_*: x clamped to [-clip, clip] in place; backward zeroes dx
+// where the clamped y sits at +-clip.
+int clamp_forward(float* x, std::size_t n, float clip, void* stream);
+int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* stream);
 
 // Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
 // row's log-sum-exp of its scaled scores) are all it keeps; no [T, T] tensor exists. Forward runs one block

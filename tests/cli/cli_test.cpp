@@ -2155,23 +2155,25 @@ TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
-// OLMo's shape (the Llama shape with LayerNorms that have no weight or bias) cut to one layer of 64 trains on
-// olmo-7b's file, is kept by the checkpoint, exports as OlmoForCausalLM (no norm tensors) and generates the
-// same text from either; OLMo 1.7's clip_qkv is refused in one line.
+// OLMo 1.7's shape (the Llama shape with LayerNorms that have no weight or bias, q, k and v clamped: here at
+// 0.1, which clips many of them) cut to one layer of 64 trains on olmo-1.7-7b's file, is kept by the checkpoint,
+// exports as OlmoForCausalLM (no norm tensors, clip_qkv kept) and generates the same text from either; a
+// negative clip_qkv is refused in one line.
 TEST(CliGenerate, AnOlmoShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "olmo",
       R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
-          "intermediate_size": 128, "max_position_embeddings": 64})",
-      "olmo-7b", 200);
+          "intermediate_size": 128, "max_position_embeddings": 64, "clip_qkv": 0.5})",
+      "olmo-1.7-7b", 200);
   EXPECT_EQ(r.latest["arch"], "olmo");
+  EXPECT_EQ(r.latest["clip_qkv"], 0.5);
   EXPECT_EQ(r.config["architectures"][0], "OlmoForCausalLM");
-  EXPECT_EQ(r.config["clip_qkv"], nullptr);
+  EXPECT_EQ(r.config["clip_qkv"], 0.5);
   EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{64, 64}));
   for (const auto& [name, tensor] : r.tensors.items())
     EXPECT_EQ(name.find("norm"), std::string::npos) << name;
-  expect_bad_input("train --steps 1 --data " + r.data + R"( --model olmo-7b --model-set '{"clip_qkv": 8}')",
-                   "clip_qkv 8 (q, k and v clamped) is not supported by memwall train");
+  expect_bad_input("train --steps 1 --data " + r.data + R"( --model olmo-7b --model-set '{"clip_qkv": -1}')",
+                   "clip_qkv");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

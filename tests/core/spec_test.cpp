@@ -153,6 +153,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(olmo.total_params(), 6888095744.0);
   EXPECT_FALSE(olmo.norm_weight);
   EXPECT_EQ(olmo.clip_qkv, 0);  // (null)
+  const ModelSpec olmo17 = load_model_scenario("olmo-1.7-7b");
+  EXPECT_EQ(olmo17.clip_qkv, 8);
+  EXPECT_EQ(olmo17.total_params(), olmo.total_params());  // (a clamp has nothing to count)
   EXPECT_EQ(olmo.norm, NormKind::kLayerNorm);
   const ModelSpec olmo2 = load_model_scenario("olmo-2-7b");
   EXPECT_EQ(olmo2.total_params(),

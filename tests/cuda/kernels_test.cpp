@@ -481,6 +481,21 @@ TEST_F(CudaKernels, SoftcapMatchesTheCpu) {
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "softcap bwd");
 }
 
+// OLMo 1.7's clip_qkv: the clamp in place and its gradient mask, bitwise the CPU's.
+TEST_F(CudaKernels, ClampMatchesTheCpu) {
+  auto x = randn(1000, 39);
+  for (auto& v : x) v *= 3.0f;  // about a third outside [-2, 2]
+  const auto dx0 = randn(x.size(), 40);
+  std::vector<float> y = x, dx = dx0;
+  clamp_forward(y.data(), y.size(), 2.0f);
+  clamp_backward(dx.data(), y.data(), dx.size(), 2.0f);
+  Dev<float> d_y(x), d_dx(dx0);
+  ASSERT_EQ(cu::clamp_forward(d_y.get(), x.size(), 2.0f, nullptr), 0);
+  ASSERT_EQ(cu::clamp_backward(d_dx.get(), d_y.get(), x.size(), 2.0f, nullptr), 0);
+  expect_close(d_y.host(), y, 0.0f, 0.0f, "clamp");
+  expect_close(d_dx.host(), dx, 0.0f, 0.0f, "clamp bwd");
+}
+
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {
   std::vector<int> tokens(N), targets(N);
   std::mt19937 g(41);

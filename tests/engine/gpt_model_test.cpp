@@ -326,6 +326,12 @@ GptConfig olmo() {
   c.norm_params = false;
   return c;
 }
+// OLMo 1.7's: q, k and v clamped (at 0.06, about half of them under the GPT-2-sized init's 16 channels).
+GptConfig olmo_clipped() {
+  GptConfig c = olmo();
+  c.clip_qkv = 0.06;
+  return c;
+}
 
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
 // and the Llama shapes (StableLM's with LayerNorms, OLMo's without their parameters, OLMo 2's norms), named
@@ -366,6 +372,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"stablelm", stablelm()},
           {"stablelm2", stablelm2()},
           {"olmo", olmo()},
+          {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
           {"olmo2-gqa", olmo2_gqa()}};
 }
@@ -873,10 +880,21 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig gptj_shape = phi_shape;  // and GPT-J's: biases on the MLP only
   gptj_shape.phi = false;
   gptj_shape.gptj = true;
+  GptConfig stablelm_shape = gqa;  // and StableLM 2's: LayerNorms, rotary on half of each head, q/k/v biases
+  stablelm_shape.layer_norm = stablelm_shape.qkv_bias = true;
+  stablelm_shape.partial_rotary = 0.5;
+  GptConfig olmo_shape =
+      gqa;  // and OLMo 1.7's: LayerNorms without parameters, q/k/v clamped (about a quarter)
+  olmo_shape.layer_norm = true;
+  olmo_shape.norm_params = false;
+  olmo_shape.clip_qkv = 2;
+  GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
+  olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
   for (const GptConfig& c :
-       {gpt2,        opt_shape, exact,      neox_shape, phi_shape, falcon_mq, falcon_gq, bigcode_mq,
-        bloom_shape, mpt_shape, gptj_shape, gqa,        mha,       qwen,      scaled,    yarn,
-        window,      q3,        gem,        gem2,       gem3,      phi}) {
+       {gpt2,           opt_shape,   exact,       neox_shape, phi_shape, falcon_mq, falcon_gq,
+        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape, gqa,       mha,       qwen,
+        scaled,         yarn,        window,      q3,         gem,       gem2,      gem3,
+        stablelm_shape, olmo_shape,  olmo2_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -887,6 +905,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.bigcode              ? "bigcode"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
+                 : !c.norm_params         ? "olmo, clip_qkv"
+                 : c.layer_norm           ? "stablelm"
+                 : c.post_norm            ? "olmo2"
                  : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
@@ -1335,15 +1356,18 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
 }
 
 // OLMo against a PyTorch implementation of transformers' OLMo equations (tests/engine/olmo_reference.py):
-// LayerNorms without weight or bias in the Llama shape; the head untied and tied. Skipped without torch.
+// LayerNorms without weight or bias in the Llama shape; the head untied and tied; OLMo 1.7's clip_qkv at 0.8
+// (the reference's q, k and v have a spread of about 0.8: a third of them clipped). Skipped without torch.
 TEST(GptModel, OlmoMatchesAPyTorchReference) {
-  GptConfig tied = olmo();
+  GptConfig tied = olmo(), clipped = olmo();
   tied.tied = true;
-  for (GptConfig c : {olmo(), tied}) {
+  clipped.clip_qkv = 0.8;
+  for (GptConfig c : {olmo(), tied, clipped}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.tied ? "tied" : "untied");
-    const nlohmann::json config = {
+    SCOPED_TRACE(c.clip_qkv > 0 ? "clip_qkv" : c.tied ? "tied" : "untied");
+    nlohmann::json config = {
         {"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads}, {"rope_theta", c.rope_theta}};
+    if (c.clip_qkv > 0) config["clip_qkv"] = c.clip_qkv;
     if (!matches_reference("olmo_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1356,10 +1380,16 @@ TEST(GptModel, OlmoMatchesAPyTorchReference) {
   EXPECT_TRUE(back.llama() && back.layer_norm && !back.norm_params);
   // The layout: no norm tensors at all.
   for (const auto& t : gpt_param_layout(olmo())) EXPECT_EQ(t.name.find("norm"), std::string::npos) << t.name;
-  // OLMo 1.7's clamp of q, k and v is refused naming the key.
-  ModelSpec clipped = spec;
-  clipped.clip_qkv = 8;
-  EXPECT_NE(check_model_file(clipped, "memwall train").to_string().find("clip_qkv 8"), std::string::npos);
+  // OLMo 1.7's clamp of q, k and v: kept by the model file's description and back; OLMo's alone.
+  ModelSpec clipped_spec = gpt_model_spec(clipped);
+  EXPECT_EQ(clipped_spec.clip_qkv, 0.8);
+  EXPECT_TRUE(check_model_file(clipped_spec, "memwall train").is_ok());
+  EXPECT_EQ(gpt_config_of(clipped_spec).clip_qkv, 0.8);
+  GptConfig llama_clipped = llama_mha();
+  llama_clipped.clip_qkv = 8;
+  EXPECT_NE(validate(llama_clipped, 1, 8).to_string().find("clip_qkv 8"), std::string::npos);
+  clipped.clip_qkv = -1;
+  EXPECT_NE(validate(clipped, 1, 8).to_string().find("clip_qkv -1"), std::string::npos);
 }
 
 // OLMo 2 against a PyTorch implementation of transformers' OLMo 2 equations

@@ -1,6 +1,7 @@
 """An OLMo decoder in PyTorch, written from transformers' OlmoForCausalLM equations: the token embedding, no
 position table; per layer a LayerNorm with no weight and no bias (eps 1e-5) before the attention, q_proj,
-k_proj, v_proj (no biases), rotary positions on every channel of each query and key head (rotate_half's
+k_proj, v_proj (no biases), each clamped to [-clip_qkv, clip_qkv] when the config has one (OLMo 1.7's),
+rotary positions on every channel of each query and key head (rotate_half's
 convention, base rope_theta), causal softmax attention scaled by head size^-1/2, o_proj, the residual; the same
 parameter-free LayerNorm before the SwiGLU MLP (down_proj(silu(gate_proj(h)) * up_proj(h))), the residual; a
 final parameter-free LayerNorm; an untied lm_head (or the embedding, tied). It reads the tensors by the names
@@ -19,6 +20,11 @@ def forward(cfg, t, tokens, torch):
     hs = C // H
     rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
     linear = reference_io.linear(t, bias=False)
+    clip = cfg.get("clip_qkv")
+
+    def project(h, name):
+        y = linear(h, name)
+        return y.clamp(min=-clip, max=clip) if clip else y
 
     def norm(x):
         return torch.nn.functional.layer_norm(x, (C,), None, None, 1e-5)
@@ -30,9 +36,9 @@ def forward(cfg, t, tokens, torch):
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = norm(x)
-        q = rotate(heads(linear(h, p + "self_attn.q_proj")))
-        k = rotate(heads(linear(h, p + "self_attn.k_proj")))
-        v = heads(linear(h, p + "self_attn.v_proj"))
+        q = rotate(heads(project(h, p + "self_attn.q_proj")))
+        k = rotate(heads(project(h, p + "self_attn.k_proj")))
+        v = heads(project(h, p + "self_attn.v_proj"))
         y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, C)
         x = x + linear(y, p + "self_attn.o_proj")
         h = norm(x)

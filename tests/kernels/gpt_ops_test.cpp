@@ -702,6 +702,34 @@ TEST(GptOps, SoftcapBackwardMatchesFiniteDifferences) {
   check_gradient(x, forward, dx, r, "dx", 1e-2f, 2e-2);
 }
 
+// OLMo 1.7's clip_qkv: a clamp to [-clip, clip] in place; its gradient passes inside and is zero where it
+// clipped (finite differences, whose steps do not cross +-clip for these values).
+TEST(GptOps, ClampPassesTheGradientInsideOnly) {
+  auto x = randn(60, 47, 3.0f);
+  const auto r = randn(60, 48);
+  const float clip = 2.0f;
+  for (auto& v : x) {
+    if (std::fabs(std::fabs(v) - clip) < 0.05f) v *= 1.1f;  // away from the bend
+  }
+  auto forward = [&] {
+    std::vector<float> y = x;
+    clamp_forward(y.data(), y.size(), clip);
+    return y;
+  };
+  const auto y = forward();
+  int clipped = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(y[i], std::fabs(x[i]) > clip ? std::copysign(clip, x[i]) : x[i]);
+    clipped += std::fabs(x[i]) > clip;
+  }
+  EXPECT_GT(clipped, 5);  // the test covers both sides of the bend
+  EXPECT_LT(clipped, 55);
+  std::vector<float> dx = r;
+  clamp_backward(dx.data(), y.data(), dx.size(), clip);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(dx[i], std::fabs(x[i]) > clip ? 0.0f : r[i]);
+  check_gradient(x, forward, dx, r, "dx", 1e-2f, 2e-2);
+}
+
 TEST(GptOps, CrossEntropyAndEmbedding) {
   const int N = 6, V = 11;
   auto logits = randn(N * V, 50);

@@ -321,6 +321,16 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
   return enqueue(stream, [=] { kernels::softcap_backward(dx, y, n, cap); });
 }
 
+int clamp_forward(float* x, std::size_t n, float clip, void* stream) {
+  if (int e = device_args("clamp_forward", {{x, f32(n), "x", true}})) return e;
+  return enqueue(stream, [=] { kernels::clamp_forward(x, n, clip); });
+}
+
+int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* stream) {
+  if (int e = device_args("clamp_backward", {{dx, f32(n), "dx", true}, {y, f32(n), "y"}})) return e;
+  return enqueue(stream, [=] { kernels::clamp_backward(dx, y, n, clip); });
+}
+
 // The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
 // checks the TF32 path on the emulated cuBLAS).
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
