@@ -482,6 +482,8 @@ int run_train(const TrainOptions& opt) {
         in->model.name.c_str(),
         c.llama() ? strprintf("%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
                               !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
+                              : c.layer_norm && c.parallel_residual
+                                  ? "StableLM-shaped: one LayerNorm, the attention and the MLP side by side"
                               : c.layer_norm ? "StableLM-shaped: LayerNorm"
                               : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
                                              : "Llama-shaped: RMSNorm",

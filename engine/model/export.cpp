@@ -114,7 +114,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                              {"partial_rotary_factor", c.partial_rotary},
                              {"use_qkv_bias", c.qkv_bias},
                              {"qk_layernorm", false},
-                             {"use_parallel_residual", false},
+                             {"use_parallel_residual", c.parallel_residual},
                              {"hidden_dropout", 0.0},
                              {"attention_dropout", 0.0},
                              {"tie_word_embeddings", c.tied},

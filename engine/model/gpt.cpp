@@ -57,11 +57,14 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OPT and the exact GELU are GPT-2's shape's variants, not the Llama shape's");
   }
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
-  if (c.llama() && (c.neox || c.parallel_residual || c.phi || c.falcon || c.one_norm || c.no_bias ||
-                    c.bigcode || c.bloom || c.mpt || c.gptj)) {
+  // (StableLM 2 12B's attention and MLP side by side after one LayerNorm: the Llama shape's one.)
+  const bool stablelm_parallel = c.parallel_residual && c.one_norm && c.layer_norm && c.norm_params;
+  if (c.llama() && (c.neox || ((c.parallel_residual || c.one_norm) && !stablelm_parallel) || c.phi ||
+                    c.falcon || c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj)) {
     return Status::invalid_argument(
         "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and the parallel residual are GPT-2's "
-        "shape's variants, not the Llama shape's");
+        "shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, parallel_residual and "
+        "one_norm)");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
           (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) >
@@ -245,9 +248,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_norm.weight", {c.qk_norm_kv_width()});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
-      // (Gemma 2's and OLMo 2's: the attention output's norm.)
-      if (c.norm_params) add(h + "post_attention_layernorm.weight", {C});
-      if (c.norm_bias()) add(h + "post_attention_layernorm.bias", {C});
+      // (Gemma 2's and OLMo 2's: the attention output's norm; none with StableLM's one norm.)
+      if (c.norm_params && !c.shared_norm()) add(h + "post_attention_layernorm.weight", {C});
+      if (c.norm_bias() && !c.shared_norm()) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
       add(h + "mlp.gate_proj.weight", {F, C});
       add(h + "mlp.up_proj.weight", {F, C});
@@ -596,11 +599,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   if (stablelm || olmo) {  // the Llama shape with LayerNorms (OLMo's without parameters); the reader refused
                            // StableLM's qk_layernorm
     const std::string family = stablelm ? "StableLM" : "OLMo";
-    if (m.block_norm_shared) {
-      const std::string what = "use_parallel_residual true (the attention and the MLP side by side)";
-      return Status::invalid_argument(where + what + " is not supported by " + tool + " for " + family +
-                                      "; allowed: false (memwall predict and simulate take it)");
-    }
     if (m.linear_bias) {
       return Status::invalid_argument(where + "attention_bias true is not supported by " + tool + " for " +
                                       family + "; allowed: false");
@@ -753,6 +751,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.query_scale = m.query_scale;
     c.rope_local_theta = m.rope_local_theta;
     c.partial_rotary = m.partial_rotary_factor;
+    // StableLM's use_parallel_residual: the attention and the MLP side by side after one norm.
+    c.parallel_residual = c.one_norm = m.block_norm_shared;
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -918,6 +918,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     }
     m.qk_norm_full = c.qk_norm_full;
     m.post_norm = c.post_norm;
+    m.block_norm_shared = c.shared_norm();  // (StableLM's parallel residual)
     if (c.post_norm) m.model_type = "olmo2";
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {

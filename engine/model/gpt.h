@@ -174,7 +174,7 @@ struct GptConfig {
   // query heads, rotary positions applied) rather than the qkv linear's output as it is.
   bool expanded_attention() const { return rotary() || kv_head_count() != heads; }
   // One norm before the attention and the MLP side by side (Phi's, Falcon-7B's): no second norm.
-  bool shared_norm() const { return phi || one_norm || gptj; }
+  bool shared_norm() const { return phi || one_norm || gptj; }  // (one_norm: Falcon-7B's, StableLM's)
   // GPT-2's shape's biases: on the attention's linears (not Falcon's with bias false, MPT's or GPT-J's), on
   // the MLP's (not Falcon's or MPT's), on the untied head (Phi's, GPT-J's).
   bool attn_bias() const { return !llama() && !no_bias && !gptj; }

@@ -132,7 +132,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                     ln2_w = llama ? proj_w + 1 + sw : g_ln2,
                     fc_w = !llama         ? g_fc
                            : c_.post_norm ? proj_w + 2
-                                          : ln2_w + nt,
+                                          : ln2_w + n2,
                     down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
                     per_block = llama ? down_w + 1 + (c_.out_norms() ? 1 : 0) : g_down + 1 + nb;

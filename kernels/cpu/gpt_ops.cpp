@@ -258,50 +258,99 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
 
 // ---- layernorm ----
 
+namespace {
+
+// One row of C (o may be x): o = (x - m) s w + b (w null: ones; b null: none), the row's mean m and
+// s = (var + eps)^-1/2 kept.
+void ln_row_forward(float* o, float* mean, float* rstd, const float* x, const float* weight,
+                    const float* bias, int C, float eps) {
+  float m = 0;
+  for (int i = 0; i < C; ++i) m += x[i];
+  m /= static_cast<float>(C);
+  float v = 0;
+  for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
+  v /= static_cast<float>(C);
+  const float s = 1.0f / std::sqrt(v + eps);
+  for (int i = 0; i < C; ++i)
+    o[i] = (x[i] - m) * s * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
+  *mean = m;
+  *rstd = s;
+}
+
+// Its backward: dx accumulated, dweight and dbias too (null: skipped).
+void ln_row_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
+                     const float* weight, float m, float s, int C) {
+  float dnorm_mean = 0, dnorm_norm_mean = 0;
+  for (int i = 0; i < C; ++i) {
+    const float norm = (x[i] - m) * s;
+    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * norm;
+  }
+  dnorm_mean /= static_cast<float>(C);
+  dnorm_norm_mean /= static_cast<float>(C);
+  for (int i = 0; i < C; ++i) {
+    const float norm = (x[i] - m) * s;
+    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
+    if (dbias != nullptr) dbias[i] += dy[i];
+    if (dweight != nullptr) dweight[i] += norm * dy[i];
+    dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+}  // namespace
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
-  constexpr float kEps = 1e-5f;
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
-    const float* x = inp + static_cast<std::size_t>(n) * C;
-    float m = 0;
-    for (int i = 0; i < C; ++i) m += x[i];
-    m /= static_cast<float>(C);
-    float v = 0;
-    for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
-    v /= static_cast<float>(C);
-    const float s = 1.0f / std::sqrt(v + kEps);
-    float* o = out + static_cast<std::size_t>(n) * C;
-    for (int i = 0; i < C; ++i)
-      o[i] = (x[i] - m) * s * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
-    mean[n] = m;
-    rstd[n] = s;
+    const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
+    ln_row_forward(out + at, mean + n, rstd + n, inp + at, weight, bias, C, 1e-5f);
   }
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
   for (int n = 0; n < N; ++n) {
-    const float* dy = dout + static_cast<std::size_t>(n) * C;
-    const float* x = inp + static_cast<std::size_t>(n) * C;
-    float* dx = dinp + static_cast<std::size_t>(n) * C;
-    const float m = mean[n], s = rstd[n];
-    float dnorm_mean = 0, dnorm_norm_mean = 0;
-    for (int i = 0; i < C; ++i) {
-      const float norm = (x[i] - m) * s;
-      const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
+    const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
+    ln_row_backward(dinp + at, dweight, dbias, dout + at, inp + at, weight, mean[n], rstd[n], C);
+  }
+}
+
+void head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            int N, int stride, int heads, int hs, float eps) {
+  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
+             row = static_cast<std::size_t>(stride);
+#pragma omp parallel for
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * row;
+    float* o = out + static_cast<std::size_t>(n) * row;
+    for (int h = 0; h < heads; ++h) {
+      const auto at = static_cast<std::size_t>(h) * hz,
+                 r = static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) +
+                     static_cast<std::size_t>(h);
+      ln_row_forward(o + at, mean + r, rstd + r, x + at, weight + at, nullptr, hs, eps);
     }
-    dnorm_mean /= static_cast<float>(C);
-    dnorm_norm_mean /= static_cast<float>(C);
-    for (int i = 0; i < C; ++i) {
-      const float norm = (x[i] - m) * s;
-      const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
-      if (dbias != nullptr) dbias[i] += dy[i];
-      if (dweight != nullptr) dweight[i] += norm * dy[i];
-      dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    if (o != x) std::copy(x + normed, x + row, o + normed);
+  }
+}
+
+void head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int stride,
+                             int heads, int hs) {
+  const auto hz = static_cast<std::size_t>(hs), normed = static_cast<std::size_t>(heads) * hz,
+             row = static_cast<std::size_t>(stride);
+  for (int n = 0; n < N; ++n) {
+    const auto at = static_cast<std::size_t>(n) * row;
+    std::fill(dinp + at, dinp + at + normed, 0.0f);
+    for (int h = 0; h < heads; ++h) {
+      const auto w = static_cast<std::size_t>(h) * hz,
+                 r = static_cast<std::size_t>(n) * static_cast<std::size_t>(heads) +
+                     static_cast<std::size_t>(h);
+      ln_row_backward(dinp + at + w, dweight + w, nullptr, dout + at + w, inp + at + w, weight + w, mean[r],
+                      rstd[r], hs);
     }
+    std::copy(dout + at + normed, dout + at + row, dinp + at + normed);
   }
 }
 

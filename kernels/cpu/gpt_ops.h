@@ -66,6 +66,16 @@ void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float
 void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
                            int khs, float weight_offset = 0.0f);
+// StableLM 2 12B's per-head LayerNorms of the queries and keys (qk_layernorm): in each of N rows of `stride`
+// floats, the first `heads` heads of hs (the query heads, then the key heads) each normalised by a LayerNorm
+// without bias with its own weight (head h's at weight + h hs); out has the same layout (or is inp), the rest
+// of each row copied; mean and rstd [N][heads] saved. Backward writes dinp (the rest of dout's rows copied)
+// and accumulates dweight.
+void head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            int N, int stride, int heads, int hs, float eps);
+void head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int stride,
+                             int heads, int hs);
 
 // Rotary position embedding, in place, in Hugging Face Llama's layout (each head's halves are the pairs:
 // element i turns with i + hs/2 by (pos0 + t) * inv_freq[i]; inv_freq [hs/2] is theta^(-2i/hs), scaled as

@@ -324,6 +324,68 @@ __global__ void head_rmsnorm_backward_weight_kernel(float* dweight, const float*
   if (threadIdx.x == 0) dweight[blockIdx.x] += total;
 }
 
+// StableLM 2 12B's per-head LayerNorm (no bias): block b is head h = b % heads of row b / heads (rows
+// `stride` apart), each head with its own weight (head h's at weight + h hs).
+__global__ void head_layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                              const float* weight, int stride, int heads, int hs, float eps) {
+  __shared__ float shared[32];
+  const std::size_t b = blockIdx.x;
+  const std::size_t h = b % heads, at = b / heads * stride + h * hs;
+  const float* x = inp + at;
+  const float* w = weight + h * hs;
+  float s = 0;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) s += x[i];
+  const float m = block_reduce<false>(s, shared) / static_cast<float>(hs);
+  float v = 0;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) v += (x[i] - m) * (x[i] - m);
+  const float r = 1.0f / sqrtf(block_reduce<false>(v, shared) / static_cast<float>(hs) + eps);
+  float* o = out + at;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) o[i] = (x[i] - m) * r * w[i];
+  if (threadIdx.x == 0) {
+    mean[b] = m;
+    rstd[b] = r;
+  }
+}
+
+// Its input gradient, written (not accumulated): dx = r (w dy - mean(w dy) - n mean(w dy n)), n = (x - m) r.
+__global__ void head_layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                     const float* weight, const float* mean,
+                                                     const float* rstd, int stride, int heads, int hs) {
+  __shared__ float shared[32];
+  const std::size_t b = blockIdx.x;
+  const std::size_t h = b % heads, at = b / heads * stride + h * hs;
+  const float* dy = dout + at;
+  const float* x = inp + at;
+  const float* w = weight + h * hs;
+  const float m = mean[b], r = rstd[b];
+  float a = 0, c = 0;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) {
+    a += w[i] * dy[i];
+    c += w[i] * dy[i] * (x[i] - m) * r;
+  }
+  const float dnorm_mean = block_reduce<false>(a, shared) / static_cast<float>(hs);
+  const float dnorm_norm_mean = block_reduce<false>(c, shared) / static_cast<float>(hs);
+  float* dx = dinp + at;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x)
+    dx[i] = (w[i] * dy[i] - dnorm_mean - (x[i] - m) * r * dnorm_norm_mean) * r;
+}
+
+// Its weight gradient: block j (head j / hs, column j % hs) sums dy (x - m) r over every row (deterministic).
+__global__ void head_layernorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
+                                                      const float* mean, const float* rstd, int N, int stride,
+                                                      int heads, int hs) {
+  __shared__ float shared[32];
+  const std::size_t h = blockIdx.x / hs, c = blockIdx.x % hs;
+  float s = 0;
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    const std::size_t at = static_cast<std::size_t>(n) * stride + h * hs + c,
+                      r = static_cast<std::size_t>(n) * heads + h;
+    s += dout[at] * (inp[at] - mean[r]) * rstd[r];
+  }
+  const float total = block_reduce<false>(s, shared);
+  if (threadIdx.x == 0) dweight[blockIdx.x] += total;
+}
+
 // dst[r][col0 + i] = src[r][col0 + i] for i < width, rows `stride` apart (n = rows x width).
 __global__ void copy_columns_kernel(float* dst, const float* src, int stride, int col0, int width,
                                     std::size_t n) {
@@ -938,6 +1000,38 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
   if (int e = launched(); e != 0 || rest == 0) return e;
   const std::size_t n = static_cast<std::size_t>(N) * rest;
   copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, normed, rest, n);
+  return launched();
+}
+
+int head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, int N,
+                           int stride, int heads, int hs, float eps, void* stream) {
+  const int rest = stride - heads * hs;
+  if (N == 0) return 0;
+  head_layernorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
+                                  as_stream(stream)>>>(out, mean, rstd, inp, weight, stride, heads, hs, eps);
+  if (int e = launched(); e != 0 || rest == 0) return e;
+  const std::size_t n = static_cast<std::size_t>(N) * rest;
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, heads * hs, rest,
+                                                                         n);
+  return launched();
+}
+
+int head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int stride,
+                            int heads, int hs, void* stream) {
+  const int rest = stride - heads * hs;
+  if (N == 0) return 0;
+  head_layernorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
+                                         as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd, stride,
+                                                              heads, hs);
+  if (int e = launched(); e != 0) return e;
+  head_layernorm_backward_weight_kernel<<<static_cast<unsigned>(heads * hs), kThreads, 0,
+                                          as_stream(stream)>>>(dweight, dout, inp, mean, rstd, N, stride,
+                                                               heads, hs);
+  if (int e = launched(); e != 0 || rest == 0) return e;
+  const std::size_t n = static_cast<std::size_t>(N) * rest;
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, heads * hs, rest,
+                                                                         n);
   return launched();
 }
 

@@ -77,6 +77,14 @@ int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
                           int khs, void* stream, float weight_offset = 0.0f);
+// StableLM 2 12B's per-head LayerNorms, as kernels/cpu's head_layernorm_*: the first `heads` heads of hs of
+// each row (queries, then keys), each with its own weight (head h's at weight + h hs), no bias; mean and rstd
+// [N][heads] saved; the rest of each row copied.
+int head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, int N,
+                           int stride, int heads, int hs, float eps, void* stream);
+int head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int stride,
+                            int heads, int hs, void* stream);
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                bool inverse, void* stream, int rotary = 0);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);

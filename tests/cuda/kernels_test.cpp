@@ -379,6 +379,31 @@ TEST_F(CudaKernels, HeadRmsnormMatchesTheCpu) {
   expect_head_rmsnorm_matches(0.0f, 1, 1, 96, 48);
 }
 
+// StableLM 2 12B's per-head LayerNorms (each head its own weight, no bias) on the GPU against the CPU kernel,
+// over rows with a value part.
+TEST_F(CudaKernels, HeadLayernormMatchesTheCpu) {
+  const int heads = 6, hs = 40, W = (heads + 2) * hs;
+  const auto x = randn(static_cast<std::size_t>(N) * W, 76),
+             w = randn(static_cast<std::size_t>(heads) * hs, 77), dy = randn(x.size(), 78);
+  std::vector<float> out(x.size()), mean(static_cast<std::size_t>(N) * heads), rstd(mean.size()),
+      dx = randn(x.size(), 79), dw = randn(w.size(), 80);
+  Dev<float> d_x(x), d_w(w), d_dy(dy), d_out(out.size()), d_mean(mean), d_rstd(rstd), d_dx(dx), d_dw(dw);
+  ASSERT_EQ(cu::head_layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), N, W,
+                                       heads, hs, 1e-5f, nullptr),
+            0);
+  ASSERT_EQ(cu::head_layernorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
+                                        d_mean.get(), d_rstd.get(), N, W, heads, hs, nullptr),
+            0);
+  head_layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), N, W, heads, hs, 1e-5f);
+  head_layernorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, W,
+                          heads, hs);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "head layernorm out");
+  expect_close(d_mean.host(), mean, 1e-5f, 1e-6f, "head layernorm mean");
+  expect_close(d_rstd.host(), rstd, 1e-5f, 1e-6f, "head layernorm rstd");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "head layernorm dinp", 1e-5f);
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-4f, "head layernorm dweight", 1e-4f);
+}
+
 // Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores, ALiBi's
 // biases.
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {

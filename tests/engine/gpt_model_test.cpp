@@ -302,6 +302,12 @@ GptConfig stablelm2() {
   c.qkv_bias = true;
   return c;
 }
+// StableLM 2 12B's: the attention and the MLP side by side after one LayerNorm (use_parallel_residual).
+GptConfig stablelm_parallel() {
+  GptConfig c = stablelm();
+  c.parallel_residual = c.one_norm = true;
+  return c;
+}
 
 // OLMo 2's: the Llama shape (4 heads, untied) with its RMSNorms after the attention and the MLP only, and
 // q/k norms over all 16 query and all 16 key channels.
@@ -371,6 +377,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"phi4-longrope", phi4_longrope()},
           {"stablelm", stablelm()},
           {"stablelm2", stablelm2()},
+          {"stablelm-parallel", stablelm_parallel()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -883,6 +890,8 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig stablelm_shape = gqa;  // and StableLM 2's: LayerNorms, rotary on half of each head, q/k/v biases
   stablelm_shape.layer_norm = stablelm_shape.qkv_bias = true;
   stablelm_shape.partial_rotary = 0.5;
+  GptConfig stablelm_12b = stablelm_shape;  // and StableLM 2 12B's: the attention and the MLP side by side
+  stablelm_12b.parallel_residual = stablelm_12b.one_norm = true;
   GptConfig olmo_shape =
       gqa;  // and OLMo 1.7's: LayerNorms without parameters, q/k/v clamped (about a quarter)
   olmo_shape.layer_norm = true;
@@ -891,10 +900,10 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
   for (const GptConfig& c :
-       {gpt2,           opt_shape,   exact,       neox_shape, phi_shape, falcon_mq, falcon_gq,
-        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape, gqa,       mha,       qwen,
-        scaled,         yarn,        window,      q3,         gem,       gem2,      gem3,
-        stablelm_shape, olmo_shape,  olmo2_shape, phi}) {
+       {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape, falcon_mq, falcon_gq,
+        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,       mha,       qwen,
+        scaled,         yarn,        window,      q3,           gem,       gem2,      gem3,
+        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_12b, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -906,6 +915,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : !c.norm_params         ? "olmo, clip_qkv"
+                 : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
                  : c.post_norm            ? "olmo2"
                  : c.partial_rotary < 1   ? "phi4"
@@ -1309,20 +1319,22 @@ TEST(GptModel, MptMatchesAPyTorchReference) {
 
 // StableLM against a PyTorch implementation of transformers' StableLM equations
 // (tests/engine/stablelm_reference.py): LayerNorms with biases in the Llama shape, rotary on part of each
-// head, grouped-query attention, with and without q, k and v biases, the head untied and tied. Skipped
-// without torch.
+// head, grouped-query attention, with and without q, k and v biases, the head untied and tied; StableLM 2
+// 12B's attention and MLP side by side after one norm. Skipped without torch.
 TEST(GptModel, StablelmMatchesAPyTorchReference) {
   GptConfig tied = stablelm2();
   tied.tied = true;
-  for (GptConfig c : {stablelm(), stablelm2(), tied}) {
+  for (GptConfig c : {stablelm(), stablelm2(), tied, stablelm_parallel()}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(std::string(c.qkv_bias ? "q/k/v biases" : "no biases") + (c.tied ? ", tied" : ", untied"));
+    SCOPED_TRACE(std::string(c.qkv_bias ? "q/k/v biases" : "no biases") + (c.tied ? ", tied" : ", untied") +
+                 (c.parallel_residual ? ", side by side" : ""));
     const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
                                    {"partial_rotary_factor", c.partial_rotary},
-                                   {"rope_theta", c.rope_theta}};
+                                   {"rope_theta", c.rope_theta},
+                                   {"parallel", c.parallel_residual}};
     if (!matches_reference("stablelm_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1341,11 +1353,17 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
   EXPECT_EQ(layout[1].name, "model.layers.0.input_layernorm.weight");
   EXPECT_EQ(layout[2].name, "model.layers.0.input_layernorm.bias");
   EXPECT_EQ(layout[layout.size() - 2].name, "model.norm.bias");
+  // Side by side: one norm per block (no post_attention_layernorm), kept by the model file's description.
+  const auto parallel = hf_param_layout(stablelm_parallel());
+  EXPECT_EQ(parallel.size(), layout.size() - 2 * static_cast<std::size_t>(stablelm().layers));
+  for (const auto& t : parallel) EXPECT_EQ(t.name.find("post_attention"), std::string::npos) << t.name;
+  const ModelSpec side_by_side = gpt_model_spec(stablelm_parallel());
+  EXPECT_TRUE(side_by_side.block_norm_shared);
+  EXPECT_EQ(side_by_side.total_params(), static_cast<double>(gpt_num_params(stablelm_parallel())));
+  EXPECT_TRUE(check_model_file(side_by_side, "memwall train").is_ok());
+  const GptConfig back_parallel = gpt_config_of(side_by_side);
+  EXPECT_TRUE(back_parallel.parallel_residual && back_parallel.shared_norm());
   // What StableLmForCausalLM computes otherwise is refused naming the key.
-  ModelSpec side_by_side = spec;
-  side_by_side.block_norm_shared = true;
-  EXPECT_NE(check_model_file(side_by_side, "memwall train").to_string().find("use_parallel_residual true"),
-            std::string::npos);
   ModelSpec eps = spec;
   eps.norm_eps = 1e-6;
   EXPECT_NE(check_model_file(eps, "memwall train").to_string().find("layer_norm_eps 1e-06"),

@@ -294,6 +294,41 @@ TEST(GptOps, HeadRmsnormNormalisesEachQueryAndKeyHead) {
   }
 }
 
+// StableLM 2 12B's per-head LayerNorms: each of the 6 query and key heads is layernorm_forward of that head
+// with its own weight and no bias, the values pass through; backward against finite differences.
+TEST(GptOps, HeadLayernormNormalisesEachHeadWithItsOwnWeight) {
+  const int N = 3, heads = 6, hs = 5, W = (heads + 2) * hs;  // 4 query heads, 2 key heads, 2 value heads
+  auto x = randn(static_cast<std::size_t>(N) * W, 30), w = randn(static_cast<std::size_t>(heads) * hs, 31);
+  const auto r = randn(x.size(), 32);
+  std::vector<float> mean(static_cast<std::size_t>(N) * heads), rstd(mean.size());
+  auto forward = [&] {
+    std::vector<float> out(x.size());
+    head_layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), N, W, heads, hs, 1e-5f);
+    return out;
+  };
+  const auto y = forward();
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < heads + 2; ++h) {
+      const std::size_t at = static_cast<std::size_t>(n) * W + static_cast<std::size_t>(h) * hs;
+      std::vector<float> one(hs);
+      float m = 0, s = 0;
+      if (h < heads) {
+        layernorm_forward(one.data(), &m, &s, x.data() + at, w.data() + h * hs, nullptr, 1, hs);
+        EXPECT_EQ(mean[static_cast<std::size_t>(n) * heads + h], m);
+        EXPECT_EQ(rstd[static_cast<std::size_t>(n) * heads + h], s);
+      } else {
+        std::copy_n(x.data() + at, hs, one.data());  // a value head, unchanged
+      }
+      for (int i = 0; i < hs; ++i) EXPECT_EQ(y[at + i], one[i]) << "row " << n << " head " << h;
+    }
+  }
+  std::vector<float> dx(x.size(), 7.0f), dw(w.size());  // dx is written, not accumulated
+  head_layernorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), mean.data(), rstd.data(), N, W,
+                          heads, hs);
+  check_gradient(x, forward, dx, r, "dinp", 1e-2f, 3e-2);
+  check_gradient(w, forward, dw, r, "dweight");
+}
+
 // Grouped-query heads: query head h reads key/value head h / group, and sum_kv is repeat_kv's adjoint:
 // <repeat(x), y> = <x, sum(y)> for any x and y.
 TEST(GptOps, RepeatKvCopiesGroupsAndSumKvIsItsAdjoint) {

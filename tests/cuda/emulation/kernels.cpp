@@ -210,6 +210,35 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
   });
 }
 
+int head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, int N,
+                           int stride, int heads, int hs, float eps, void* stream) {
+  if (int e = device_args("head_layernorm_forward", {{out, f32(N, stride), "out", true},
+                                                     {mean, f32(N, heads), "mean", true},
+                                                     {rstd, f32(N, heads), "rstd", true},
+                                                     {inp, f32(N, stride), "inp"},
+                                                     {weight, f32(heads, hs), "weight"}}))
+    return e;
+  return enqueue(stream, [=] {
+    kernels::head_layernorm_forward(out, mean, rstd, inp, weight, N, stride, heads, hs, eps);
+  });
+}
+
+int head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N, int stride,
+                            int heads, int hs, void* stream) {
+  if (int e = device_args("head_layernorm_backward", {{dinp, f32(N, stride), "dinp", true},
+                                                      {dweight, f32(heads, hs), "dweight", true},
+                                                      {dout, f32(N, stride), "dout"},
+                                                      {inp, f32(N, stride), "inp"},
+                                                      {weight, f32(heads, hs), "weight"},
+                                                      {mean, f32(N, heads), "mean"},
+                                                      {rstd, f32(N, heads), "rstd"}}))
+    return e;
+  return enqueue(stream, [=] {
+    kernels::head_layernorm_backward(dinp, dweight, dout, inp, weight, mean, rstd, N, stride, heads, hs);
+  });
+}
+
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
                bool inverse, void* stream, int rotary) {
   // The rows' last element read is at (B T - 1) stride + heads hs.
