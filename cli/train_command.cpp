@@ -496,6 +496,7 @@ int run_train(const TrainOptions& opt) {
                                                : "",
                               !c.qk_norm       ? ""
                               : c.qk_norm_full ? ", q/k norms over all heads"
+                              : c.qk_layernorm ? ", per-head q/k LayerNorms"
                                                : ", per-head q/k norms",
                               c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
                               c.sandwich_norm ? gemma_extras(c).c_str() : "")

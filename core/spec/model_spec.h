@@ -107,6 +107,9 @@ struct ModelSpec {
   // OLMo 2's q_norm and k_norm: one RMSNorm over all the queries and one over all the keys (weights of
   // heads x head_dim and kv_heads x head_dim), rather than one weight per head shared by every head.
   bool qk_norm_full = false;
+  // StableLM 2 12B's qk_layernorm (with qk_norm): a LayerNorm without bias of each query and each key head,
+  // each head its own weight (heads x head_dim and kv_heads x head_dim weights, as many as OLMo 2's).
+  bool qk_norm_head_weights = false;
   // OLMo 2's norm placement: RMSNorms after the attention and after the MLP (before each residual add) and
   // none before them (Gemma 2's sandwich_norm has both).
   bool post_norm = false;
@@ -164,10 +167,11 @@ struct ModelSpec {
   // differs).
   int q_width() const { return heads * head_dim(); }
   // The q/k norms' weights in a layer: Qwen3's one per head for queries and one for keys, or OLMo 2's over
-  // every query and every key channel.
+  // every query and every key channel (StableLM 2 12B's one per head: as many).
   double qk_norm_elements() const {
-    return qk_norm_full ? static_cast<double>(q_width()) + static_cast<double>(kv_heads) * head_dim()
-                        : 2.0 * head_dim();
+    return qk_norm_full || qk_norm_head_weights
+               ? static_cast<double>(q_width()) + static_cast<double>(kv_heads) * head_dim()
+               : 2.0 * head_dim();
   }
   // Layer l's attention window (0: full causal attention).
   int attention_window(int layer) const {

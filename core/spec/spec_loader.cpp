@@ -532,8 +532,8 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
 // StableLM's (Stability AI's StableLM-3B-4E1T, StableLM 2; transformers' StableLmConfig, whose defaults these
 // are): the Llama shape (a SwiGLU MLP, rotary positions, grouped-query attention, an untied head) with
 // LayerNorms (weight and bias) instead of RMSNorms, rotary on partial_rotary_factor of each head, biases on
-// q, k and v with use_qkv_bias, and with use_parallel_residual the attention and the MLP side by side after
-// one norm.
+// q, k and v with use_qkv_bias, with use_parallel_residual the attention and the MLP side by side after one
+// norm, and with qk_layernorm a LayerNorm (no bias) of each query and key head, each head its own weight.
 Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
   m.vocab = 50304;
   m.hidden = 2560;
@@ -552,8 +552,8 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
   m.linear_bias = false;
   MW_RETURN_IF_ERROR(r.get_bool("use_qkv_bias", m.qkv_bias));
   MW_RETURN_IF_ERROR(r.get_bool("use_parallel_residual", m.block_norm_shared));
-  MW_RETURN_IF_ERROR(require_flag(r, "qk_layernorm", false,
-                                  "per-head LayerNorms of the queries and keys, StableLM 2 12B's"));
+  MW_RETURN_IF_ERROR(r.get_bool("qk_layernorm", m.qk_norm));  // (StableLM 2 12B's: each head its own weight)
+  m.qk_norm_head_weights = m.qk_norm;
   m.tied_embeddings = false;
   MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
   m.partial_rotary_factor = 0.25;
@@ -1530,6 +1530,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"norm_weight", m.norm_weight},
             {"clip_qkv", m.clip_qkv},
             {"qk_norm_full", m.qk_norm_full},
+            {"qk_norm_head_weights", m.qk_norm_head_weights},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},

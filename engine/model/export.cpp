@@ -113,7 +113,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                              {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
                              {"partial_rotary_factor", c.partial_rotary},
                              {"use_qkv_bias", c.qkv_bias},
-                             {"qk_layernorm", false},
+                             {"qk_layernorm", c.qk_layernorm},
                              {"use_parallel_residual", c.parallel_residual},
                              {"hidden_dropout", 0.0},
                              {"attention_dropout", 0.0},

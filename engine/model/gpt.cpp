@@ -71,8 +71,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
       1)
     return Status::invalid_argument(
         "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and GPT-J are eight variants, not one");
-  if (c.layer_norm && (!c.llama() || c.norm_unit_offset || c.sandwich_norm || c.qk_norm ||
-                       std::abs(c.norm_eps - 1e-5) > 1e-12)) {
+  if (c.layer_norm && (!c.llama() || c.norm_unit_offset || c.sandwich_norm ||
+                       (c.qk_norm && !c.qk_layernorm) || std::abs(c.norm_eps - 1e-5) > 1e-12)) {
     return Status::invalid_argument(
         "model: StableLM's LayerNorms (layer_norm) are the Llama shape's, without Gemma's or Qwen3's norms, "
         "with epsilon 1e-5 (memwall's LayerNorm kernels')");
@@ -91,6 +91,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument(
         "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
         "RMSNorms and without Gemma 2's norms before them");
+  }
+  if (c.qk_layernorm && (!c.qk_norm || !c.layer_norm || !c.norm_params || c.qk_norm_full)) {
+    return Status::invalid_argument(
+        "model: per-head q/k LayerNorms (qk_layernorm, StableLM 2 12B's) need qk_norm and StableLM's "
+        "LayerNorms (layer_norm), not qk_norm_full");
   }
   if (c.qk_norm_full && !c.qk_norm) {
     return Status::invalid_argument(
@@ -216,6 +221,17 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   return Status::ok();
 }
 
+namespace {
+// StableLM 2 12B's per-head q/k LayerNorms' module names: every query head's, then every key head's.
+std::vector<std::string> qk_layernorm_names(const GptConfig& c) {
+  std::vector<std::string> out;
+  for (int h = 0; h < c.heads; ++h) out.push_back("self_attn.q_layernorm.norms." + std::to_string(h));
+  for (int h = 0; h < c.kv_head_count(); ++h)
+    out.push_back("self_attn.k_layernorm.norms." + std::to_string(h));
+  return out;
+}
+}  // namespace
+
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   std::vector<ParamTensor> out;
   std::size_t offset = 0;
@@ -243,7 +259,9 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_proj.bias", {kv});
         add(h + "self_attn.v_proj.bias", {kv});
       }
-      if (c.qk_norm) {  // back to back: the graph's one qk_norm weight (OLMo 2's over all queries and keys)
+      if (c.qk_layernorm) {  // each head's own, back to back: the graph's one qk_norm weight
+        for (const auto& name : qk_layernorm_names(c)) add(h + name + ".weight", {c.head_size()});
+      } else if (c.qk_norm) {  // back to back too (OLMo 2's over all queries and keys)
         add(h + "self_attn.q_norm.weight", {c.qk_norm_width()});
         add(h + "self_attn.k_norm.weight", {c.qk_norm_kv_width()});
       }
@@ -737,8 +755,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.first_window_layer = m.first_window_layer;
     c.head_dim = m.head_size;
     c.qk_norm = m.qk_norm;
-    c.qk_norm_full = m.qk_norm_full;  // OLMo 2's
-    c.clip_qkv = m.clip_qkv;          // OLMo 1.7's
+    c.qk_norm_full = m.qk_norm_full;          // OLMo 2's
+    c.qk_layernorm = m.qk_norm_head_weights;  // StableLM 2 12B's
+    c.clip_qkv = m.clip_qkv;                  // OLMo 1.7's
     c.post_norm = m.post_norm;
     c.gelu_mlp = is_gelu_tanh(m.mlp_act);
     c.norm_unit_offset = m.norm_unit_offset;
@@ -917,6 +936,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.clip_qkv = c.clip_qkv;
     }
     m.qk_norm_full = c.qk_norm_full;
+    m.qk_norm_head_weights = c.qk_layernorm;
     m.post_norm = c.post_norm;
     m.block_norm_shared = c.shared_norm();  // (StableLM's parallel residual)
     if (c.post_norm) m.model_type = "olmo2";
@@ -1026,7 +1046,8 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   if (it == table.end()) return {};
   std::vector<std::string> out;
   const char* kind = wb[0] == 'b' ? ".bias" : ".weight";
-  for (const auto& stem : it->second) out.push_back("model.layers." + layer + "." + stem + kind);
+  const auto stems = key == "qk_norm.w" && c.qk_layernorm ? qk_layernorm_names(c) : it->second;
+  for (const auto& stem : stems) out.push_back("model.layers." + layer + "." + stem + kind);
   return out;
 }
 }  // namespace
@@ -1253,6 +1274,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.qk_norm) {
     per_layer(qkn_, N * Wq, S);
     per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), S);
+    if (c.qk_layernorm) per_layer(mqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), S);
     dqkn_.resize(N * Wq);
   }
   per_layer(att_, att, S);
@@ -1477,6 +1499,12 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       break;
     case Role::kQkNorm:
+      if (c_.qk_layernorm) {  // StableLM 2 12B's
+        k::head_layernorm_forward(qkn_[a].data(), mqk_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N,
+                                  c_.qkv_width(), c_.heads + c_.kv_head_count(), c_.head_size(),
+                                  static_cast<float>(c_.norm_eps));
+        break;
+      }
       k::head_rmsnorm_forward(qkn_[a].data(), rqk_[a].data(), qkv_[a].data(), p[0], N, c_.qkv_width(),
                               c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                               c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
@@ -1654,6 +1682,12 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     }
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       dqkn_ = dqkv_;
+      if (c_.qk_layernorm) {
+        k::head_layernorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[a].data(), p[0], mqk_[a].data(),
+                                   rqk_[a].data(), N, c_.qkv_width(), c_.heads + c_.kv_head_count(),
+                                   c_.head_size());
+        break;
+      }
       k::head_rmsnorm_backward(dqkv_.data(), g[0], dqkn_.data(), qkv_[a].data(), p[0], rqk_[a].data(), N,
                                c_.qkv_width(), c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                                c_.qk_norm_kv_width(), c_.norm_offset());

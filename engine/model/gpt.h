@@ -142,6 +142,9 @@ struct GptConfig {
   // all the keys before the heads split (weights of q_width and kv_width), rather than each head's.
   bool post_norm = false;
   bool qk_norm_full = false;
+  // StableLM 2 12B's qk_layernorm (with qk_norm and layer_norm): a LayerNorm without bias of each query and
+  // each key head before rotary, each head its own weight (q_layernorm.norms.i, k_layernorm.norms.i).
+  bool qk_layernorm = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -160,6 +163,10 @@ struct GptConfig {
   int qk_norm_kv_heads() const { return qk_norm_full ? 1 : kv_head_count(); }
   int qk_norm_width() const { return qk_norm_full ? q_width() : head_size(); }
   int qk_norm_kv_width() const { return qk_norm_full ? kv_width() : head_size(); }
+  // The q/k norms' weights in a layer (qk_layernorm: one per query and key head).
+  int qk_norm_weights() const {
+    return qk_layernorm ? q_width() + kv_width() : qk_norm_width() + qk_norm_kv_width();
+  }
   // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
   bool rms_norm() const { return llama() && !layer_norm; }
   // Whether the LayerNorms have a bias (not MPT's or OLMo's; StableLM's do), and a norm's tensors in the
@@ -484,6 +491,7 @@ class GptModel {
   // its backward needs (att_: the probabilities, or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<std::vector<float>> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, their rstd
+  std::vector<std::vector<float>> mqk_;        // and with qk_layernorm their means
   // With sandwich_norm: the attention's and the MLP's projected outputs (the norms' inputs) and their rstd;
   // (backward) a projected output's gradient.
   std::vector<std::vector<float>> ao_, rao_, mo_, rmo_;

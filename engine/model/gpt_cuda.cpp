@@ -142,6 +142,8 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   if (c_.qk_norm) {
     per_layer(qkn_, N * Wq, S, "qkv with normed heads");
     per_layer(rqk_, N * static_cast<std::size_t>(c_.heads + c_.kv_head_count()), S, "head norms' rstd");
+    if (c_.qk_layernorm)
+      per_layer(mqk_, N * static_cast<std::size_t>(c_.heads + c_.kv_head_count()), S, "head norms' means");
     dqkn_ = buf(N * Wq, "dqkv of normed heads");
   }
   per_layer(att_, att, S, flash_ ? "attention log-sum-exps" : "attention probabilities");
@@ -435,6 +437,12 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                             static_cast<float>(c_.clip_qkv), s),
           "clip_qkv");
     case GptRole::kQkNorm:
+      if (c_.qk_layernorm) {  // StableLM 2 12B's
+        return check(kc::head_layernorm_forward(qkn_[a], mqk_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(),
+                                                c_.heads + c_.kv_head_count(), c_.head_size(),
+                                                static_cast<float>(c_.norm_eps), s),
+                     "head layernorm");
+      }
       return check(
           kc::head_rmsnorm_forward(qkn_[a], rqk_[a], qkv_[a], p[0], N, c_.qkv_width(), c_.qk_norm_heads(),
                                    c_.qk_norm_kv_heads(), c_.qk_norm_width(), c_.qk_norm_kv_width(),
@@ -582,6 +590,12 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     }
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
+      if (c_.qk_layernorm) {
+        return check(
+            kc::head_layernorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], mqk_[a], rqk_[a], N,
+                                        c_.qkv_width(), c_.heads + c_.kv_head_count(), c_.head_size(), s),
+            "head layernorm bwd");
+      }
       return check(kc::head_rmsnorm_backward(dqkv_, g[0], dqkn_, qkv_[a], p[0], rqk_[a], N, c_.qkv_width(),
                                              c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                                              c_.qk_norm_kv_width(), s, c_.norm_offset()),

@@ -122,6 +122,7 @@ class CudaGptModel {
   int *tokens_ = nullptr, *targets_ = nullptr;
   std::vector<float*> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;
   std::vector<float*> qkn_, rqk_;  // with qk_norm: qkv_ with its q and k heads normed, and their rstd
+  std::vector<float*> mqk_;        // and with qk_layernorm their means
   float* dqkn_ = nullptr;          // and the normed heads' gradient (one layer's)
   // With sandwich_norm: the attention's and the MLP's projected outputs and their norms' rstd (per slot);
   // backward, a projected output's gradient.

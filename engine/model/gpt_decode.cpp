@@ -34,6 +34,7 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
   qkv_.resize(T * static_cast<std::size_t>(c.qkv_width()));
   y_.resize(T * static_cast<std::size_t>(std::max(c.channels, c.q_width())));  // attention's, MLP's output
   if (c.qk_norm) rqk_.resize(T * static_cast<std::size_t>(c.heads + c.kv_head_count()));
+  if (c.qk_layernorm) mqk_.resize(rqk_.size());
   fc_.resize(T * static_cast<std::size_t>(c.fc_width()));
   gel_.resize(T * F);
   mean_.resize(T);
@@ -117,10 +118,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // (w, b), c_proj (w, b) (GPT-NeoX without the position table). Llama: input norm, q, k, v (back to back:
   // one [Q + 2 kv, C] matrix), o, post norm, gate, up (one [2F, C] matrix), down. Qwen2's q, k and v biases
   // (back to back, one [Q + 2 kv] vector) follow v_proj, then Qwen3's q and k norms (one [hs + hs] vector;
-  // OLMo 2's [q width + kv width]). Gemma 2's attention output norm follows o, its MLP output norm down.
-  // StableLM's norms are LayerNorms (w, b). OLMo 2 has no input norm: its post norm is the attention
-  // output's, and the MLP output's follows down.
-  const std::size_t qb = c_.qkv_bias ? 3 : 0, qn = c_.qk_norm ? 2 : 0, sw = c_.sandwich_norm ? 1 : 0;
+  // OLMo 2's [q width + kv width]; StableLM 2 12B's one [hs] per query and key head). Gemma 2's attention
+  // output norm follows o, its MLP output norm down. StableLM's norms are LayerNorms (w, b). OLMo 2 has no
+  // input norm: its post norm is the attention output's, and the MLP output's follows down.
+  const std::size_t qb = c_.qkv_bias ? 3 : 0, sw = c_.sandwich_norm ? 1 : 0,
+                    qn = c_.qk_layernorm ? static_cast<std::size_t>(c_.heads + c_.kv_head_count())
+                         : c_.qk_norm    ? 2
+                                         : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
   // output: no ln_2.
@@ -165,7 +169,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::clamp_forward(qkv_.data(), static_cast<std::size_t>(n) * static_cast<std::size_t>(Wq),
                        static_cast<float>(c_.clip_qkv));
     }
-    if (c_.qk_norm) {  // each query and key head normed, in place
+    if (c_.qk_layernorm) {  // StableLM 2 12B's LayerNorm of each head, in place
+      k::head_layernorm_forward(qkv_.data(), mqk_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
+                                c_.heads + c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps));
+    } else if (c_.qk_norm) {  // each query and key head normed, in place
       k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
                               c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
                               c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());

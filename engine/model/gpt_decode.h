@@ -56,7 +56,7 @@ class GptDecoder {
   void run_rows(const int* tokens, int n, bool logits);
 
   // Activations of the rows being appended (a chunk's).
-  std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, scores_, logits_;
+  std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, mqk_, scores_, logits_;
 };
 
 }  // namespace memwall::model

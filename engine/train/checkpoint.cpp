@@ -122,6 +122,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"post_norm", c.post_norm},
           {"qk_norm_full", c.qk_norm_full},
           {"clip_qkv", c.clip_qkv},
+          {"qk_layernorm", c.qk_layernorm},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -192,7 +193,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.sandwich_norm = j.value("sandwich_norm", false);
     c.post_norm = j.value("post_norm", false);  // (OLMo 2's, with qk_norm_full)
     c.qk_norm_full = j.value("qk_norm_full", false);
-    c.clip_qkv = j.value("clip_qkv", 0.0);  // (OLMo 1.7's)
+    c.clip_qkv = j.value("clip_qkv", 0.0);            // (OLMo 1.7's)
+    c.qk_layernorm = j.value("qk_layernorm", false);  // (StableLM 2 12B's, side by side after one norm)
+    c.parallel_residual = c.one_norm = c.layer_norm && j.value("parallel_residual", false);
     c.attn_softcap = j.value("attn_softcap", 0.0);
     c.final_softcap = j.value("final_softcap", 0.0);
     c.query_scale = j.value("query_scale", 0.0);

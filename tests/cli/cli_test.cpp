@@ -2131,8 +2131,7 @@ TEST(CliGenerate, AnMptShapedModelTrainsGeneratesAndExports) {
 
 // StableLM's shape (the Llama shape with LayerNorms that have biases, rotary on a quarter of each head, q, k
 // and v biases as StableLM 2's) cut to one layer of 64 trains on stablelm-3b-4e1t's file, is kept by the
-// checkpoint, exports as StableLmForCausalLM and generates the same text from either; StableLM 2 12B's
-// attention and MLP side by side are refused in one line.
+// checkpoint, exports as StableLmForCausalLM and generates the same text from either.
 TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "stablelm",
@@ -2147,18 +2146,37 @@ TEST(CliGenerate, AStablelmShapedModelTrainsGeneratesAndExports) {
   EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_proj.bias"]["shape"], (nlohmann::json{32}));
   EXPECT_EQ(r.tensors["model.norm.bias"]["shape"], (nlohmann::json{64}));
   EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.o_proj.bias"));
-  expect_bad_input("train --steps 1 --data " + r.data +
-                       R"( --model stablelm-3b-4e1t --model-set '{"use_parallel_residual": true}')",
-                   "use_parallel_residual true (the attention and the MLP side by side) is not supported by "
-                   "memwall train for StableLM");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// StableLM 2 12B's shape (the attention and the MLP side by side after one LayerNorm, a LayerNorm of each
+// query and key head with its own weight) cut to one layer of 64 (4 query heads on 2 key/value heads) trains
+// on stablelm-2-12b's file, is kept by the checkpoint, exports as StableLmForCausalLM and generates the same
+// text from either.
+TEST(CliGenerate, AStablelm2_12bShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "stablelm-12b",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64})",
+      "stablelm-2-12b", 200);
+  EXPECT_EQ(r.latest["arch"], "stablelm");
+  EXPECT_EQ(r.latest["qk_layernorm"], true);
+  EXPECT_EQ(r.latest["parallel_residual"], true);
+  EXPECT_EQ(r.config["use_parallel_residual"], true);
+  EXPECT_EQ(r.config["qk_layernorm"], true);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_layernorm.norms.3.weight"]["shape"], (nlohmann::json{16}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_layernorm.norms.1.weight"]["shape"], (nlohmann::json{16}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.k_layernorm.norms.2.weight"));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.post_attention_layernorm.weight"));
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }
 
 // OLMo 1.7's shape (the Llama shape with LayerNorms that have no weight or bias, q, k and v clamped: here at
-// 0.1, which clips many of them) cut to one layer of 64 trains on olmo-1.7-7b's file, is kept by the checkpoint,
-// exports as OlmoForCausalLM (no norm tensors, clip_qkv kept) and generates the same text from either; a
-// negative clip_qkv is refused in one line.
+// 0.5, which changes the losses) cut to one layer of 64 trains on olmo-1.7-7b's file, is kept by the
+// checkpoint, exports as OlmoForCausalLM (no norm tensors, clip_qkv kept) and generates the same text from
+// either; a negative clip_qkv is refused in one line.
 TEST(CliGenerate, AnOlmoShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "olmo",

@@ -145,6 +145,16 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             2 * 50304.0 * 2560 + 32 * (4 * 2560 + 4 * 2560.0 * 2560 + 3 * 2560.0 * 6912) + 2 * 2560);
   EXPECT_EQ(stablelm.total_params(), 2795443200.0);
   EXPECT_EQ(stablelm.partial_rotary_factor, 0.25);
+  // StableLM 2 12B: one LayerNorm a block (use_parallel_residual), a LayerNorm of each of the 32 query and 8
+  // key heads of 160 with its own weight (qk_layernorm).
+  const ModelSpec stablelm12 = load_model_scenario("stablelm-2-12b");
+  EXPECT_TRUE(stablelm12.block_norm_shared && stablelm12.qk_norm && stablelm12.qk_norm_head_weights);
+  EXPECT_EQ(stablelm12.qk_norm_elements(), 40 * 160.0);
+  EXPECT_EQ(stablelm12.total_params(),
+            2 * 100352.0 * 5120 +
+                40 * (2 * 5120 + 2 * 5120.0 * 5120 + 2 * 5120.0 * 1280 + 3 * 5120.0 * 13824 + 40 * 160) +
+                2 * 5120);
+  EXPECT_EQ(stablelm12.total_params(), 12143185920.0);
   // OLMo-7B: the Llama shape with LayerNorms that have no parameters at all; OLMo-2-1124-7B: RMSNorms (after
   // the sublayers: Llama's two a layer) and q/k norms over every query and key channel (4096 + 4096 weights a
   // layer, not Qwen3's 2 x 128).
@@ -222,9 +232,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       mpt_bias->total_params(),
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
-  for (const char* name :
-       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
-        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "olmo-7b", "olmo-2-7b", "olmo-2-32b"}) {
+  for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
+                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t",
+                           "stablelm-2-12b", "olmo-7b", "olmo-2-7b", "olmo-2-32b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
@@ -244,10 +254,6 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             "not supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gpt_neox", "attention_bias": false})"),
                   "key 'attention_bias': false (biases on the MLP only) is not supported; allowed: true"},
-        std::pair{
-            std::string(R"({"model_type": "stablelm", "qk_layernorm": true})"),
-            "key 'qk_layernorm': true (per-head LayerNorms of the queries and keys, StableLM 2 12B's) is not "
-            "supported; allowed: false"},
         std::pair{std::string(R"({"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 32})"),
                   "key 'rotary_dim': 32 is not supported; allowed: an even number up to the head size 16"},
         std::pair{std::string(R"({"model_type": "mpt", "attn_config": {"clip_qkv": 6}})"),

@@ -313,10 +313,11 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
                        .long_factor = {1, 2, 4, 8, 16, 32}};
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, phi4, "phi4");
   // StableLM's LayerNorms (weight and bias) in the Llama shape, rotary on a quarter of each head, Qwen2's
-  // q, k and v biases as StableLM 2's, the attention and the MLP side by side after one norm as StableLM 2
-  // 12B's; unfused and flash.
+  // q, k and v biases as StableLM 2's, the attention and the MLP side by side after one norm and a LayerNorm
+  // of each query and key head with its own weight as StableLM 2 12B's; unfused and flash.
   GptConfig stablelm = small_llama();
   stablelm.layer_norm = stablelm.qkv_bias = stablelm.parallel_residual = stablelm.one_norm = true;
+  stablelm.qk_norm = stablelm.qk_layernorm = true;
   stablelm.partial_rotary = 0.25;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, stablelm, "stablelm");
   // OLMo 2's norms after the attention and the MLP only, q/k norms over all 4 query heads (64 channels) and

@@ -302,10 +302,16 @@ GptConfig stablelm2() {
   c.qkv_bias = true;
   return c;
 }
-// StableLM 2 12B's: the attention and the MLP side by side after one LayerNorm (use_parallel_residual).
+// The attention and the MLP side by side after one LayerNorm (use_parallel_residual).
 GptConfig stablelm_parallel() {
   GptConfig c = stablelm();
   c.parallel_residual = c.one_norm = true;
+  return c;
+}
+// StableLM 2 12B's: side by side, and a LayerNorm of each query and key head with its own weight.
+GptConfig stablelm_12b() {
+  GptConfig c = stablelm_parallel();
+  c.qk_norm = c.qk_layernorm = true;
   return c;
 }
 
@@ -378,6 +384,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"stablelm", stablelm()},
           {"stablelm2", stablelm2()},
           {"stablelm-parallel", stablelm_parallel()},
+          {"stablelm-12b", stablelm_12b()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -890,8 +897,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig stablelm_shape = gqa;  // and StableLM 2's: LayerNorms, rotary on half of each head, q/k/v biases
   stablelm_shape.layer_norm = stablelm_shape.qkv_bias = true;
   stablelm_shape.partial_rotary = 0.5;
-  GptConfig stablelm_12b = stablelm_shape;  // and StableLM 2 12B's: the attention and the MLP side by side
-  stablelm_12b.parallel_residual = stablelm_12b.one_norm = true;
+  GptConfig stablelm_big = stablelm_shape;  // and StableLM 2 12B's: side by side, per-head q/k LayerNorms
+  stablelm_big.parallel_residual = stablelm_big.one_norm = stablelm_big.qk_norm = stablelm_big.qk_layernorm =
+      true;
   GptConfig olmo_shape =
       gqa;  // and OLMo 1.7's: LayerNorms without parameters, q/k/v clamped (about a quarter)
   olmo_shape.layer_norm = true;
@@ -903,7 +911,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
        {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape, falcon_mq, falcon_gq,
         bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,       mha,       qwen,
         scaled,         yarn,        window,      q3,           gem,       gem2,      gem3,
-        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_12b, phi}) {
+        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_big, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -1320,14 +1328,16 @@ TEST(GptModel, MptMatchesAPyTorchReference) {
 // StableLM against a PyTorch implementation of transformers' StableLM equations
 // (tests/engine/stablelm_reference.py): LayerNorms with biases in the Llama shape, rotary on part of each
 // head, grouped-query attention, with and without q, k and v biases, the head untied and tied; StableLM 2
-// 12B's attention and MLP side by side after one norm. Skipped without torch.
+// 12B's attention and MLP side by side after one norm, and its per-head q/k LayerNorms (with and without the
+// side by side blocks). Skipped without torch.
 TEST(GptModel, StablelmMatchesAPyTorchReference) {
-  GptConfig tied = stablelm2();
+  GptConfig tied = stablelm2(), head_norms = stablelm();
   tied.tied = true;
-  for (GptConfig c : {stablelm(), stablelm2(), tied, stablelm_parallel()}) {
+  head_norms.qk_norm = head_norms.qk_layernorm = true;
+  for (GptConfig c : {stablelm(), stablelm2(), tied, stablelm_parallel(), head_norms, stablelm_12b()}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
     SCOPED_TRACE(std::string(c.qkv_bias ? "q/k/v biases" : "no biases") + (c.tied ? ", tied" : ", untied") +
-                 (c.parallel_residual ? ", side by side" : ""));
+                 (c.parallel_residual ? ", side by side" : "") + (c.qk_layernorm ? ", q/k LayerNorms" : ""));
     const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
@@ -1363,6 +1373,20 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
   EXPECT_TRUE(check_model_file(side_by_side, "memwall train").is_ok());
   const GptConfig back_parallel = gpt_config_of(side_by_side);
   EXPECT_TRUE(back_parallel.parallel_residual && back_parallel.shared_norm());
+  // StableLM 2 12B's q/k LayerNorms: one weight of the head size per query head, then per key head.
+  const auto twelve = hf_param_layout(stablelm_12b());
+  EXPECT_EQ(twelve[6].name, "model.layers.0.self_attn.q_layernorm.norms.0.weight");
+  EXPECT_EQ(twelve[6].shape, std::vector<int>{4});
+  EXPECT_EQ(twelve[6 + 4].name, "model.layers.0.self_attn.k_layernorm.norms.0.weight");
+  EXPECT_EQ(twelve[6 + 4 + 2].name, "model.layers.0.self_attn.o_proj.weight");
+  const ModelSpec twelve_spec = gpt_model_spec(stablelm_12b());
+  EXPECT_TRUE(twelve_spec.qk_norm && twelve_spec.qk_norm_head_weights);
+  EXPECT_EQ(twelve_spec.total_params(), static_cast<double>(gpt_num_params(stablelm_12b())));
+  EXPECT_TRUE(gpt_config_of(twelve_spec).qk_layernorm);
+  GptConfig rms_heads = stablelm();  // (per-head LayerNorms in an RMSNorm model)
+  rms_heads.qk_norm = rms_heads.qk_layernorm = true;
+  rms_heads.layer_norm = false;
+  EXPECT_NE(validate(rms_heads, 1, 8).to_string().find("qk_layernorm"), std::string::npos);
   // What StableLmForCausalLM computes otherwise is refused naming the key.
   ModelSpec eps = spec;
   eps.norm_eps = 1e-6;
