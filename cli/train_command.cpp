@@ -168,7 +168,7 @@ std::string gemma_extras(const model::GptConfig& c) {
 // The rotary turn, for the summary line: on which channels, and a rope_scaling (longrope's table for a
 // sequence of `seq`).
 std::string rotary_summary(const model::GptConfig& c, int seq) {
-  std::string s = "rotary";
+  std::string s = c.cohere ? "rotary on neighbouring pairs" : "rotary";
   if (c.rotary_dim() != c.head_size()) s += strprintf(" on %d of %d channels", c.rotary_dim(), c.head_size());
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.none()) {
@@ -480,27 +480,30 @@ int run_train(const TrainOptions& opt) {
         "parameters on %s, optimizer states on %s%s, bf16 parameters with fp32 master weights and gradients, "
         "%s GEMMs, tiling %d, %s attention, activation checkpointing %s, prefetch %s\n",
         in->model.name.c_str(),
-        c.llama() ? strprintf("%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
-                              !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
-                              : c.layer_norm && c.parallel_residual
-                                  ? "StableLM-shaped: one LayerNorm, the attention and the MLP side by side"
-                              : c.layer_norm ? "StableLM-shaped: LayerNorm"
-                              : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
-                                             : "Llama-shaped: RMSNorm",
-                              rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
-                              c.kv_head_count(),
-                              c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
-                              c.tied ? "tied" : "untied",
-                              c.qkv_bias       ? ", q/k/v biases"
-                              : c.clip_qkv > 0 ? strprintf(", q/k/v clipped to +-%g", c.clip_qkv).c_str()
-                                               : "",
-                              !c.qk_norm       ? ""
-                              : c.qk_norm_full ? ", q/k norms over all heads"
-                              : c.qk_layernorm ? ", per-head q/k LayerNorms"
-                                               : ", per-head q/k norms",
-                              c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
-                              c.sandwich_norm ? gemma_extras(c).c_str() : "")
-                        .c_str()
+        c.llama()
+            ? strprintf(
+                  "%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
+                  !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
+                  : c.cohere ? "Cohere-shaped: one LayerNorm without bias, the attention and the MLP side by "
+                               "side, scaled logits"
+                  : c.layer_norm && c.parallel_residual
+                      ? "StableLM-shaped: one LayerNorm, the attention and the MLP side by side"
+                  : c.layer_norm ? "StableLM-shaped: LayerNorm"
+                  : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
+                                 : "Llama-shaped: RMSNorm",
+                  rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
+                  c.kv_head_count(), c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
+                  c.tied ? "tied" : "untied",
+                  c.qkv_bias       ? ", q/k/v biases"
+                  : c.clip_qkv > 0 ? strprintf(", q/k/v clipped to +-%g", c.clip_qkv).c_str()
+                                   : "",
+                  !c.qk_norm       ? ""
+                  : c.qk_norm_full ? ", q/k norms over all heads"
+                  : c.qk_layernorm ? ", per-head q/k LayerNorms"
+                                   : ", per-head q/k norms",
+                  c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
+                  c.sandwich_norm ? gemma_extras(c).c_str() : "")
+                  .c_str()
         : c.opt  ? "OPT-shaped: ReLU MLP, positions from row 2; "
         : c.neox ? strprintf("GPT-NeoX-shaped: %s, %s GELU MLP of %d, attention and MLP %s, %s head; ",
                              rotary_summary(c, seq).c_str(), c.exact_gelu ? "exact" : "tanh", c.ffn_width(),

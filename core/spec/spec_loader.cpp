@@ -65,6 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
+    "cohere, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -566,6 +567,44 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
   return Status::ok();
 }
 
+// Cohere's (Command R, Command R+; transformers' CohereConfig, whose defaults these are): the Llama shape (a
+// SwiGLU MLP, rotary positions, grouped-query attention, no biases) with the attention and the MLP side by
+// side after one LayerNorm without bias (input_layernorm; model.norm the same), rotary on neighbouring pairs
+// of channels, a tied head whose logits are multiplied by logit_scale, and with use_qk_norm a LayerNorm (no
+// bias) of each query and key head, each head its own weight (q_norm [heads, head_dim], k_norm).
+Status parse_cohere(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
+  m.vocab = 256000;
+  m.hidden = 8192;
+  m.ffn_hidden = 22528;
+  m.layers = 40;
+  m.heads = 64;
+  m.max_positions = 8192;
+  MW_RETURN_IF_ERROR(read_shape(
+      r, {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}, m));
+  MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
+  m.kv_heads = m.heads;
+  MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
+  m.norm = NormKind::kLayerNorm;
+  m.norm_bias = false;
+  m.position = PositionKind::kRotary;
+  m.gated_mlp = true;
+  m.linear_bias = false;
+  MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", false, "biases on q, k, v and o"));
+  m.block_norm_shared = true;
+  MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
+  m.qk_norm_head_weights = m.qk_norm;
+  m.tied_embeddings = true;
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+  MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+  MW_RETURN_IF_ERROR(r.get_number("layer_norm_eps", m.norm_eps, 0.0, 1.0));
+  m.logit_scale = 0.0625;
+  MW_RETURN_IF_ERROR(r.get_number("logit_scale", m.logit_scale, 0.0, 1e6));
+  MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
+  r.ignore({"attention_dropout"});
+  return Status::ok();
+}
+
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
   Result<json> doc = parse_json_object(text, source);
   if (!doc.is_ok()) return doc.status();
@@ -995,6 +1034,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
   } else if (type == "stablelm") {
     MW_RETURN_IF_ERROR(parse_stablelm(r, source, diag, m));
+  } else if (type == "cohere") {
+    MW_RETURN_IF_ERROR(parse_cohere(r, source, diag, m));
   } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {
@@ -1531,6 +1572,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"clip_qkv", m.clip_qkv},
             {"qk_norm_full", m.qk_norm_full},
             {"qk_norm_head_weights", m.qk_norm_head_weights},
+            {"logit_scale", m.logit_scale},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},

@@ -100,6 +100,26 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
+  if (c.cohere) {  // CohereConfig's keys (validate() has put one LayerNorm before both sublayers)
+    if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
+      return no_config_form(dir, "Cohere", ", q/k/v biases or partial rotary", "CohereForCausalLM");
+    return family_config("CohereForCausalLM", "cohere", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.kv_head_count()},
+                             {"hidden_act", "silu"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"layer_norm_eps", 1e-5},
+                             {"logit_scale", c.logit_scale},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"use_qk_norm", c.qk_layernorm},
+                             {"attention_bias", false},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
+  }
   if (c.layer_norm) {  // StableLmConfig's keys (validate() has refused Gemma's and Qwen3's norms with it)
     if (beyond_plain_llama(c)) return no_config_form(dir, "StableLM", "", "StableLmForCausalLM");
     return family_config("StableLmForCausalLM", "stablelm", c,

@@ -92,6 +92,13 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: OLMo 2's norms after the attention and the MLP (post_norm) are the Llama shape's, with "
         "RMSNorms and without Gemma 2's norms before them");
   }
+  if ((c.cohere && (!c.layer_norm || !c.norm_params || !c.parallel_residual || !c.one_norm)) ||
+      !(c.logit_scale > 0 && c.logit_scale < 1e6) || (c.logit_scale != 1 && !c.cohere)) {
+    return Status::invalid_argument(
+        "model: Cohere's blocks (cohere) are the Llama shape's with one LayerNorm (layer_norm, "
+        "parallel_residual, one_norm), and logit_scale " +
+        strprintf("%g", c.logit_scale) + " is Cohere's alone (1: none; > 0)");
+  }
   if (c.qk_layernorm && (!c.qk_norm || !c.layer_norm || !c.norm_params || c.qk_norm_full)) {
     return Status::invalid_argument(
         "model: per-head q/k LayerNorms (qk_layernorm, StableLM 2 12B's) need qk_norm and StableLM's "
@@ -259,7 +266,10 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_proj.bias", {kv});
         add(h + "self_attn.v_proj.bias", {kv});
       }
-      if (c.qk_layernorm) {  // each head's own, back to back: the graph's one qk_norm weight
+      if (c.qk_layernorm && c.cohere) {  // each head's row of q_norm, then of k_norm
+        add(h + "self_attn.q_norm.weight", {c.heads, c.head_size()});
+        add(h + "self_attn.k_norm.weight", {c.kv_head_count(), c.head_size()});
+      } else if (c.qk_layernorm) {  // each head's own, back to back: the graph's one qk_norm weight
         for (const auto& name : qk_layernorm_names(c)) add(h + name + ".weight", {c.head_size()});
       } else if (c.qk_norm) {  // back to back too (OLMo 2's over all queries and keys)
         add(h + "self_attn.q_norm.weight", {c.qk_norm_width()});
@@ -613,10 +623,11 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo";
-  if (stablelm || olmo) {  // the Llama shape with LayerNorms (OLMo's without parameters); the reader refused
-                           // StableLM's qk_layernorm
-    const std::string family = stablelm ? "StableLM" : "OLMo";
+  const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo",
+             cohere = m.model_type == "cohere";
+  if (stablelm || olmo || cohere) {  // the Llama shape with LayerNorms (OLMo's without parameters, Cohere's
+                                     // without biases)
+    const std::string family = stablelm ? "StableLM" : olmo ? "OLMo" : "Cohere";
     if (m.linear_bias) {
       return Status::invalid_argument(where + "attention_bias true is not supported by " + tool + " for " +
                                       family + "; allowed: false");
@@ -740,9 +751,12 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   c.layers = m.layers;
   c.heads = m.heads;
   c.channels = m.hidden;
-  if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm" || m.model_type == "olmo") {
+  const bool cohere = m.model_type == "cohere";
+  if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm" || m.model_type == "olmo" || cohere) {
     c.arch = GptArch::kLlama;
-    c.layer_norm = m.model_type == "stablelm" || m.model_type == "olmo";
+    c.layer_norm = m.model_type == "stablelm" || m.model_type == "olmo" || cohere;
+    c.cohere = cohere;
+    c.logit_scale = m.logit_scale;
     c.norm_params = m.norm_weight;  // (OLMo's LayerNorms have none)
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
@@ -865,7 +879,11 @@ void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst)
 
 const char* gpt_family(const GptConfig& c) {
   if (c.llama()) {
-    return !c.norm_params ? "OLMo" : c.layer_norm ? "StableLM" : c.post_norm ? "OLMo 2" : "Llama";
+    return !c.norm_params ? "OLMo"
+           : c.cohere     ? "Cohere"
+           : c.layer_norm ? "StableLM"
+           : c.post_norm  ? "OLMo 2"
+                          : "Llama";
   }
   return c.opt       ? "OPT"
          : c.neox    ? "GPT-NeoX"
@@ -929,10 +947,12 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
-    if (c.layer_norm) {  // StableLM's, or without parameters OLMo's
-      m.model_type = c.norm_params ? "stablelm" : "olmo";
+    if (c.layer_norm) {  // StableLM's, Cohere's without biases, or without parameters OLMo's
+      m.model_type = c.cohere ? "cohere" : c.norm_params ? "stablelm" : "olmo";
       m.norm = NormKind::kLayerNorm;
-      m.norm_bias = m.norm_weight = c.norm_params;
+      m.norm_weight = c.norm_params;
+      m.norm_bias = c.norm_bias();
+      m.logit_scale = c.logit_scale;
       m.clip_qkv = c.clip_qkv;
     }
     m.qk_norm_full = c.qk_norm_full;
@@ -1046,7 +1066,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   if (it == table.end()) return {};
   std::vector<std::string> out;
   const char* kind = wb[0] == 'b' ? ".bias" : ".weight";
-  const auto stems = key == "qk_norm.w" && c.qk_layernorm ? qk_layernorm_names(c) : it->second;
+  const auto stems = key == "qk_norm.w" && c.qk_layernorm && !c.cohere ? qk_layernorm_names(c) : it->second;
   for (const auto& stem : stems) out.push_back("model.layers." + layer + "." + stem + kind);
   return out;
 }
@@ -1422,7 +1442,7 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                rope_sin_.data() + at, false, c_.rotary_dim());
+                rope_sin_.data() + at, false, c_.rotary_dim(), c_.cohere);
 }
 
 void GptModel::collapse_dqkv(int layer) {
@@ -1430,7 +1450,7 @@ void GptModel::collapse_dqkv(int layer) {
   const std::size_t at = c_.rope_table_offset(layer, T_);
   if (c_.rotary()) {
     k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                  rope_sin_.data() + at, true, c_.rotary_dim());
+                  rope_sin_.data() + at, true, c_.rotary_dim(), c_.cohere);
   }
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
@@ -1570,8 +1590,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kHead:  // the token embedding's rows when tied
       linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
       break;
-    case Role::kLoss:  // Gemma 2 caps the logits first (in place: backward takes the cap's derivative from
-                       // them)
+    case Role::kLoss:  // Cohere scales the logits, Gemma 2 caps them first (in place: backward takes the
+                       // cap's derivative from them)
+      if (c_.logit_scale != 1)
+        k::scale_values(logits_.data(), logits_.size(), static_cast<float>(c_.logit_scale));
       if (c_.final_softcap > 0)
         k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
@@ -1600,6 +1622,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::softcap_backward(dlogits_.data(), logits_.data(), dlogits_.size(),
                             static_cast<float>(c_.final_softcap));
       }
+      if (c_.logit_scale != 1)
+        k::scale_values(dlogits_.data(), dlogits_.size(), static_cast<float>(c_.logit_scale));
       break;
     case Role::kHead:
       if (first_tile) zero(dln_);

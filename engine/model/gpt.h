@@ -145,6 +145,11 @@ struct GptConfig {
   // StableLM 2 12B's qk_layernorm (with qk_norm and layer_norm): a LayerNorm without bias of each query and
   // each key head before rotary, each head its own weight (q_layernorm.norms.i, k_layernorm.norms.i).
   bool qk_layernorm = false;
+  // Cohere's Llama shape (CohereForCausalLM; with layer_norm, parallel_residual and one_norm): LayerNorms
+  // without bias, rotary on neighbouring pairs of channels (2i with 2i + 1), the logits multiplied by
+  // logit_scale, and with qk_layernorm its q_norm and k_norm ([heads, head size], [kv heads, head size]).
+  bool cohere = false;
+  double logit_scale = 1;  // (Cohere's; 1: none)
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -171,7 +176,7 @@ struct GptConfig {
   bool rms_norm() const { return llama() && !layer_norm; }
   // Whether the LayerNorms have a bias (not MPT's or OLMo's; StableLM's do), and a norm's tensors in the
   // layout (weight and bias, the weight alone, or none: OLMo's).
-  bool norm_bias() const { return llama() ? layer_norm && norm_params : !mpt; }
+  bool norm_bias() const { return llama() ? layer_norm && norm_params && !cohere : !mpt; }
   std::size_t norm_tensors() const { return !norm_params ? 0 : norm_bias() ? 2 : 1; }
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the

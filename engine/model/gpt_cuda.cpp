@@ -369,7 +369,7 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s,
-                              c_.rotary_dim()),
+                              c_.rotary_dim(), c_.cohere),
                "rope");
 }
 
@@ -379,7 +379,7 @@ Status CudaGptModel::collapse_dqkv(int layer) {
   const std::size_t at = c_.rope_table_offset(layer, T_);
   if (c_.rotary()) {
     MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
-                                            rope_sin_ + at, true, s, c_.rotary_dim()),
+                                            rope_sin_ + at, true, s, c_.rotary_dim(), c_.cohere),
                              "rope bwd"));
   }
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
@@ -489,7 +489,13 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
     case GptRole::kHead:  // the token embedding's rows when tied
       return linear(logits_, c_.vocab, lnf_, C, nullptr);
-    case GptRole::kLoss:  // Gemma 2 caps the logits first (in place: backward takes the derivative from them)
+    case GptRole::kLoss:  // Cohere scales the logits, Gemma 2 caps them first (in place: backward takes the
+                          // derivative from them)
+      if (c_.logit_scale != 1) {
+        MW_RETURN_IF_ERROR(check(kc::scale_values(logits_, static_cast<std::size_t>(N) * c_.vocab,
+                                                  static_cast<float>(c_.logit_scale), s),
+                                 "logit scale"));
+      }
       if (c_.final_softcap > 0) {
         MW_RETURN_IF_ERROR(check(kc::softcap_forward(logits_, static_cast<std::size_t>(N) * c_.vocab,
                                                      static_cast<float>(c_.final_softcap), s),
@@ -521,9 +527,13 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(dlogits_, nv));
       MW_RETURN_IF_ERROR(
           check(kc::crossentropy_backward(dlogits_, probs_, targets_, N, c_.vocab, s), "loss bwd"));
-      if (c_.final_softcap <= 0) return Status::ok();
-      return check(kc::softcap_backward(dlogits_, logits_, nv, static_cast<float>(c_.final_softcap), s),
-                   "logit softcap bwd");
+      if (c_.final_softcap > 0) {
+        MW_RETURN_IF_ERROR(
+            check(kc::softcap_backward(dlogits_, logits_, nv, static_cast<float>(c_.final_softcap), s),
+                  "logit softcap bwd"));
+      }
+      if (c_.logit_scale == 1) return Status::ok();
+      return check(kc::scale_values(dlogits_, nv, static_cast<float>(c_.logit_scale), s), "logit scale bwd");
     case GptRole::kHead:
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dlogits_, c_.vocab, lnf_, C);

@@ -122,9 +122,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // output norm follows o, its MLP output norm down. StableLM's norms are LayerNorms (w, b). OLMo 2 has no
   // input norm: its post norm is the attention output's, and the MLP output's follows down.
   const std::size_t qb = c_.qkv_bias ? 3 : 0, sw = c_.sandwich_norm ? 1 : 0,
-                    qn = c_.qk_layernorm ? static_cast<std::size_t>(c_.heads + c_.kv_head_count())
-                         : c_.qk_norm    ? 2
-                                         : 0;
+                    qn = c_.qk_layernorm && !c_.cohere
+                             ? static_cast<std::size_t>(c_.heads + c_.kv_head_count())
+                         : c_.qk_norm ? 2
+                                      : 0;
   // GPT-2's shape: grouped-query attention's q and kv weights are two tensors (back to back), biases may be
   // missing (Falcon's, MPT's: its norms' too), and with one norm (Phi's, Falcon-7B's) the MLP reads ln_1's
   // output: no ln_2.
@@ -183,8 +184,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();
       const int rot = c_.rotary_dim();
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot);
-      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot);
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot, c_.cohere);
+      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot,
+                     c_.cohere);
     }
     // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
     // layer, whose older positions no query attends any more), the cache grown as positions arrive.
@@ -274,6 +276,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const float* head = c_.tied ? at(0) : at(head_at);
   k::matmul_forward(logits_.data(), ln_.data(), head, c_.head_bias() ? at(head_at + 1) : nullptr, 1, C,
                     c_.vocab);
+  if (c_.logit_scale != 1)  // (Cohere's)
+    k::scale_values(logits_.data(), logits_.size(), static_cast<float>(c_.logit_scale));
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
 }

@@ -87,6 +87,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
           {"arch", c.llama()   ? (!c.layer_norm   ? "llama"
+                                  : c.cohere      ? "cohere"
                                   : c.norm_params ? "stablelm"
                                                   : "olmo")
                    : c.opt     ? "opt"
@@ -123,6 +124,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"qk_norm_full", c.qk_norm_full},
           {"clip_qkv", c.clip_qkv},
           {"qk_layernorm", c.qk_layernorm},
+          {"logit_scale", c.logit_scale},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -168,10 +170,13 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.no_bias = j.value("no_bias", true);
     c.ffn = j.value("ffn", 0);
   }
-  // (StableLM: the Llama shape with LayerNorms; OLMo: with LayerNorms without parameters)
-  if (arch == "llama" || arch == "stablelm" || arch == "olmo") {
+  // (StableLM: the Llama shape with LayerNorms; OLMo: with LayerNorms without parameters; Cohere: without
+  // biases, side by side)
+  if (arch == "llama" || arch == "stablelm" || arch == "olmo" || arch == "cohere") {
     c.arch = model::GptArch::kLlama;
-    c.layer_norm = arch == "stablelm" || arch == "olmo";
+    c.layer_norm = arch == "stablelm" || arch == "olmo" || arch == "cohere";
+    c.cohere = arch == "cohere";
+    c.logit_scale = j.value("logit_scale", 1.0);
     c.norm_params = arch != "olmo";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);

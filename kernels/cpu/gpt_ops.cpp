@@ -459,8 +459,10 @@ void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, i
 }
 
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-                bool inverse, int rotary) {
+                bool inverse, int rotary, bool pairs) {
   const int half = (rotary > 0 ? rotary : hs) / 2;
+  // Pair i: channels (i, i + half), or with `pairs` (2i, 2i + 1).
+  const std::size_t step = pairs ? 2 : 1, partner = pairs ? 1 : static_cast<std::size_t>(half);
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
@@ -469,12 +471,12 @@ void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const flo
       const float* c = cos + static_cast<std::size_t>(t) * static_cast<std::size_t>(half);
       const float* s = sin + static_cast<std::size_t>(t) * static_cast<std::size_t>(half);
       for (int h = 0; h < heads; ++h) {
-        float* lo = row + static_cast<std::size_t>(h) * static_cast<std::size_t>(hs);
-        float* hi = lo + half;
+        float* head = row + static_cast<std::size_t>(h) * static_cast<std::size_t>(hs);
         for (int i = 0; i < half; ++i) {
-          const float a = lo[i], d = hi[i], si = sign * s[i];
-          lo[i] = a * c[i] - d * si;
-          hi[i] = d * c[i] + a * si;
+          float* lo = head + static_cast<std::size_t>(i) * step;
+          const float a = lo[0], d = lo[partner], si = sign * s[i];
+          lo[0] = a * c[i] - d * si;
+          lo[partner] = d * c[i] + a * si;
         }
       }
     }
@@ -482,11 +484,11 @@ void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const flo
 }
 
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse, double scale, int rotary) {
+                 bool inverse, double scale, int rotary, bool pairs) {
   const int rot = rotary > 0 ? rotary : hs;
   std::vector<float> c(static_cast<std::size_t>(T) * static_cast<std::size_t>(rot / 2)), s(c.size());
   rope_table(c.data(), s.data(), T, rot, inv_freq, pos0, scale);
-  rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse, rot);
+  rope_apply(x, B, T, stride, heads, hs, c.data(), s.data(), inverse, rot, pairs);
 }
 
 // ---- grouped-query heads ----
@@ -674,6 +676,11 @@ void softcap_backward(float* dx, const float* y, std::size_t n, float cap) {
 void clamp_forward(float* x, std::size_t n, float clip) {
 #pragma omp parallel for
   for (std::size_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], -clip), clip);
+}
+
+void scale_values(float* x, std::size_t n, float s) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void clamp_backward(float* dx, const float* y, std::size_t n, float clip) {

@@ -81,8 +81,9 @@ void head_layernorm_backward(float* dinp, float* dweight, const float* dout, con
 // element i turns with i + hs/2 by (pos0 + t) * inv_freq[i]; inv_freq [hs/2] is theta^(-2i/hs), scaled as
 // the model's rope_scaling says). x: B*T rows of `stride` floats, the first heads * hs of which are rotated.
 // `inverse` applies the transpose (the backward): turning back by the same angles, times the same `scale`.
+// `pairs` (Cohere's): element 2i turns with 2i + 1 by the same angle instead (neighbouring pairs).
 void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const double* inv_freq, int pos0,
-                 bool inverse, double scale = 1.0, int rotary = 0);
+                 bool inverse, double scale = 1.0, int rotary = 0, bool pairs = false);
 // The same in two parts: the angles' cosines and sines for positions pos0 .. pos0 + T - 1, [T][hs/2] each
 // (computed in double, then rounded), and the rotation by them (a model computes the table once).
 // `scale` multiplies both (YaRN's and longrope's attention factor: queries and keys rotated and scaled).
@@ -91,7 +92,7 @@ void rope_rotate(float* x, int B, int T, int stride, int heads, int hs, const do
 // partial rotary).
 void rope_table(float* cos, float* sin, int T, int hs, const double* inv_freq, int pos0, double scale = 1.0);
 void rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-                bool inverse, int rotary = 0);
+                bool inverse, int rotary = 0, bool pairs = false);
 
 // Grouped-query attention on the multi-head kernels: qkv3 [N, 3C] = qkv [N, C + 2 kv] (kv = KVH * C / NH)
 // with each of the KVH key and value heads repeated over its NH / KVH query heads; sum_kv writes dqkv
@@ -153,6 +154,8 @@ void softcap_backward(float* dx, const float* y, std::size_t n, float cap);
 // which torch's clamp passes, is lost with it: a set of measure zero).
 void clamp_forward(float* x, std::size_t n, float clip);
 void clamp_backward(float* dx, const float* y, std::size_t n, float clip);
+// x *= s in place over n values (Cohere's logit_scale on the logits, and on their gradient backward).
+void scale_values(float* x, std::size_t n, float s);
 // ALiBi's slope of head h of NH, as BLOOM's build_alibi_tensor (and the ALiBi paper) has it: with p the
 // largest power of two <= NH, heads h < p get 2^(-8 (h + 1) / p), the others the odd powers 1, 3, 5, ... of
 // 2^(-4 / p) in turn.

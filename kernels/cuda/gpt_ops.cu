@@ -396,18 +396,20 @@ __global__ void copy_columns_kernel(float* dst, const float* src, int stride, in
 }
 
 // One thread per (row, head, pair): element i turns with i + hs/2 by the table's angle of (t, i).
+// (pairs: element 2i turns with 2i + 1, Cohere's neighbouring pairs.)
 __global__ void rope_kernel(float* x, int T, int stride, int heads, int hs, int half, const float* cos_t,
-                            const float* sin_t, float sign, std::size_t n) {
+                            const float* sin_t, float sign, bool pairs, std::size_t n) {
   const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (k >= n) return;
   const int i = static_cast<int>(k % half), h = static_cast<int>((k / half) % heads);
   const std::size_t row = k / (static_cast<std::size_t>(half) * heads);
   const std::size_t at = (row % T) * half + i;
   const float c = cos_t[at], s = sign * sin_t[at];
-  float* v = x + row * stride + static_cast<std::size_t>(h) * hs;
-  const float a = v[i], d = v[i + half];
-  v[i] = a * c - d * s;
-  v[i + half] = d * c + a * s;
+  float* v = x + row * stride + static_cast<std::size_t>(h) * hs + (pairs ? 2 * i : i);
+  const int partner = pairs ? 1 : half;
+  const float a = v[0], d = v[partner];
+  v[0] = a * c - d * s;
+  v[partner] = d * c + a * s;
 }
 
 __global__ void swiglu_forward_kernel(float* out, const float* inp, int F, std::size_t n) {
@@ -585,6 +587,11 @@ __global__ void softcap_backward_kernel(float* dx, const float* y, std::size_t n
   if (i >= n) return;
   const float th = y[i] / cap;
   dx[i] *= 1.0f - th * th;
+}
+
+__global__ void scale_values_kernel(float* x, std::size_t n, float s) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= s;
 }
 
 __global__ void clamp_forward_kernel(float* x, std::size_t n, float clip) {
@@ -1036,12 +1043,12 @@ int head_layernorm_backward(float* dinp, float* dweight, const float* dout, cons
 }
 
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream, int rotary) {
+               bool inverse, void* stream, int rotary, bool pairs) {
   const int half = (rotary > 0 ? rotary : hs) / 2;
   const std::size_t n = static_cast<std::size_t>(B) * T * heads * half;
   if (n == 0) return 0;
   rope_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, T, stride, heads, hs, half, cos, sin,
-                                                                 inverse ? -1.0f : 1.0f, n);
+                                                                 inverse ? -1.0f : 1.0f, pairs, n);
   return launched();
 }
 
@@ -1135,6 +1142,12 @@ int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
 int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream) {
   if (n == 0) return 0;
   softcap_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dx, y, n, cap);
+  return launched();
+}
+
+int scale_values(float* x, std::size_t n, float s, void* stream) {
+  if (n == 0) return 0;
+  scale_values_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, n, s);
   return launched();
 }
 

@@ -86,7 +86,7 @@ int head_layernorm_backward(float* dinp, float* dweight, const float* dout, cons
                             const float* weight, const float* mean, const float* rstd, int N, int stride,
                             int heads, int hs, void* stream);
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream, int rotary = 0);
+               bool inverse, void* stream, int rotary = 0, bool pairs = false);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
 // Gemma's GeGLU: gelu(gate) * up (GELU's tanh approximation), the same layouts.
@@ -133,6 +133,8 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // where the clamped y sits at +-clip.
 int clamp_forward(float* x, std::size_t n, float clip, void* stream);
 int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* stream);
+// x *= s in place (Cohere's logit_scale), as kernels/cpu's scale_values.
+int scale_values(float* x, std::size_t n, float s, void* stream);
 
 // Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
 // row's log-sum-exp of its scaled scores) are all it keeps; no [T, T] tensor exists. Forward runs one block

@@ -2173,6 +2173,31 @@ TEST(CliGenerate, AStablelm2_12bShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Command R's shape (one LayerNorm without bias before the attention and the MLP side by side, rotary on
+// neighbouring pairs, a tied head, logits scaled; here with Command R+'s per-head q/k LayerNorms, and a
+// logit_scale of 0.25 for 0.0625, whose 16-fold smaller logits the 200 steps do not outgrow) cut to one layer
+// of 64 trains on command-r-35b's file, is kept by the checkpoint, exports as CohereForCausalLM and generates
+// the same text from either.
+TEST(CliGenerate, ACohereShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "cohere",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64, "use_qk_norm": true, "logit_scale": 0.25})",
+      "command-r-35b", 200);
+  EXPECT_EQ(r.latest["arch"], "cohere");
+  EXPECT_EQ(r.latest["logit_scale"], 0.25);
+  EXPECT_EQ(r.config["architectures"][0], "CohereForCausalLM");
+  EXPECT_EQ(r.config["logit_scale"], 0.25);
+  EXPECT_EQ(r.config["use_qk_norm"], true);
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{4, 16}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_norm.weight"]["shape"], (nlohmann::json{2, 16}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.input_layernorm.bias"));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // OLMo 1.7's shape (the Llama shape with LayerNorms that have no weight or bias, q, k and v clamped: here at
 // 0.5, which changes the losses) cut to one layer of 64 trains on olmo-1.7-7b's file, is kept by the
 // checkpoint, exports as OlmoForCausalLM (no norm tensors, clip_qkv kept) and generates the same text from

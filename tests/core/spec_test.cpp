@@ -155,6 +155,27 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                 40 * (2 * 5120 + 2 * 5120.0 * 5120 + 2 * 5120.0 * 1280 + 3 * 5120.0 * 13824 + 40 * 160) +
                 2 * 5120);
   EXPECT_EQ(stablelm12.total_params(), 12143185920.0);
+  // Command R: one LayerNorm without bias a block (and the final one), a tied head; Command R+ with 8
+  // key/value heads and a LayerNorm of each query and key head (96 + 8 weights of 128 a layer).
+  const ModelSpec command_r = load_model_scenario("command-r-35b");
+  EXPECT_TRUE(command_r.block_norm_shared && !command_r.norm_bias && command_r.tied_embeddings);
+  EXPECT_FALSE(command_r.qk_norm);
+  EXPECT_EQ(command_r.logit_scale, 0.0625);
+  EXPECT_EQ(command_r.total_params(),
+            256000.0 * 8192 + 40 * (8192 + 4 * 8192.0 * 8192 + 3 * 8192.0 * 22528) + 8192);
+  EXPECT_EQ(command_r.total_params(), 34980831232.0);
+  const ModelSpec command_r_plus = load_model_scenario("command-r-plus-104b");
+  EXPECT_TRUE(command_r_plus.qk_norm && command_r_plus.qk_norm_head_weights);
+  EXPECT_EQ(command_r_plus.qk_norm_elements(), 104 * 128.0);
+  EXPECT_EQ(command_r_plus.total_params(), 103810674688.0);
+  Diagnostics cohere_diag;
+  auto biased =
+      parse_model(R"({"model_type": "cohere", "attention_bias": true})", "cohere/config.json", cohere_diag);
+  ASSERT_FALSE(biased.is_ok());
+  EXPECT_NE(
+      biased.status().message().find("attention_bias': true (biases on q, k, v and o) is not supported"),
+      std::string::npos)
+      << biased.status().message();
   // OLMo-7B: the Llama shape with LayerNorms that have no parameters at all; OLMo-2-1124-7B: RMSNorms (after
   // the sublayers: Llama's two a layer) and q/k norms over every query and key channel (4096 + 4096 weights a
   // layer, not Qwen3's 2 x 128).
@@ -232,9 +253,10 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       mpt_bias->total_params(),
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
-  for (const char* name : {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2",
-                           "opt-175b", "mpt-7b", "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t",
-                           "stablelm-2-12b", "olmo-7b", "olmo-2-7b", "olmo-2-32b"}) {
+  for (const char* name :
+       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
+        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "stablelm-2-12b", "olmo-7b", "olmo-2-7b",
+        "olmo-2-32b", "command-r-35b", "command-r-plus-104b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

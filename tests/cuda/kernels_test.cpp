@@ -311,6 +311,17 @@ TEST_F(CudaKernels, LlamaOperatorsMatchTheCpu) {
       0);
   rope_rotate(part.data(), B, T, 3 * C, 2 * heads, hs, part_freq.data(), 1, true, 1.5, rot);
   expect_close(d_p.host(), part, 1e-5f, 1e-5f, "partial rope inverse");
+  // Cohere's neighbouring pairs (2i with 2i + 1), forward and inverse.
+  ASSERT_EQ(cu::rope_apply(d_p.get(), B, T, 3 * C, 2 * heads, hs, d_cos.get(), d_sin.get(), false, nullptr, 0,
+                           true),
+            0);
+  rope_apply(part.data(), B, T, 3 * C, 2 * heads, hs, cos_t.data(), sin_t.data(), false, 0, true);
+  expect_close(d_p.host(), part, 1e-5f, 1e-6f, "rope pairs");
+  ASSERT_EQ(
+      cu::rope_apply(d_p.get(), B, T, 3 * C, 2 * heads, hs, d_cos.get(), d_sin.get(), true, nullptr, 0, true),
+      0);
+  rope_apply(part.data(), B, T, 3 * C, 2 * heads, hs, cos_t.data(), sin_t.data(), true, 0, true);
+  expect_close(d_p.host(), part, 1e-5f, 1e-5f, "rope pairs inverse");
 
   // 4 query heads on 2 key/value heads: [N, C + 2 kv] -> [N, 3C] and the gradient back.
   const int kvh = 2, kv = kvh * hs, W = C + 2 * kv;
@@ -506,7 +517,7 @@ TEST_F(CudaKernels, SoftcapMatchesTheCpu) {
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "softcap bwd");
 }
 
-// OLMo 1.7's clip_qkv: the clamp in place and its gradient mask, bitwise the CPU's.
+// OLMo 1.7's clip_qkv: the clamp in place and its gradient mask, bitwise the CPU's; and Cohere's scale.
 TEST_F(CudaKernels, ClampMatchesTheCpu) {
   auto x = randn(1000, 39);
   for (auto& v : x) v *= 3.0f;  // about a third outside [-2, 2]
@@ -519,6 +530,13 @@ TEST_F(CudaKernels, ClampMatchesTheCpu) {
   ASSERT_EQ(cu::clamp_backward(d_dx.get(), d_y.get(), x.size(), 2.0f, nullptr), 0);
   expect_close(d_y.host(), y, 0.0f, 0.0f, "clamp");
   expect_close(d_dx.host(), dx, 0.0f, 0.0f, "clamp bwd");
+  // Cohere's logit_scale: x *= s, bitwise the CPU's.
+  std::vector<float> scaled = x;
+  scale_values(scaled.data(), scaled.size(), 0.0625f);
+  Dev<float> d_s(x);
+  ASSERT_EQ(cu::scale_values(d_s.get(), x.size(), 0.0625f, nullptr), 0);
+  expect_close(d_s.host(), scaled, 0.0f, 0.0f, "scale");
+  EXPECT_EQ(scaled[7], x[7] * 0.0625f);
 }
 
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {

@@ -333,6 +333,13 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   olmo.norm_params = false;
   olmo.clip_qkv = 0.15;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo, "olmo");
+  // Command R+'s: one LayerNorm without bias, the attention and the MLP side by side, rotary on neighbouring
+  // pairs, per-head q/k LayerNorms, a tied head, logits scaled.
+  GptConfig cohere = small_llama();
+  cohere.layer_norm = cohere.parallel_residual = cohere.one_norm = cohere.cohere = cohere.tied = true;
+  cohere.qk_norm = cohere.qk_layernorm = true;
+  cohere.logit_scale = 0.5;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, cohere, "cohere");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

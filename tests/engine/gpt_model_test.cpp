@@ -315,6 +315,22 @@ GptConfig stablelm_12b() {
   return c;
 }
 
+// Cohere's (Command R's): the Llama shape (4 query heads on 2 key/value heads) with one LayerNorm without
+// bias before the attention and the MLP side by side, rotary on neighbouring pairs, a tied head, logits
+// scaled.
+GptConfig cohere() {
+  GptConfig c = llama_gqa();
+  c.layer_norm = c.parallel_residual = c.one_norm = c.cohere = c.tied = true;
+  c.logit_scale = 0.5;
+  return c;
+}
+// Command R+'s: and a LayerNorm of each query and key head (q_norm [heads, head size], k_norm).
+GptConfig cohere_qk() {
+  GptConfig c = cohere();
+  c.qk_norm = c.qk_layernorm = true;
+  return c;
+}
+
 // OLMo 2's: the Llama shape (4 heads, untied) with its RMSNorms after the attention and the MLP only, and
 // q/k norms over all 16 query and all 16 key channels.
 GptConfig olmo2() {
@@ -385,6 +401,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"stablelm2", stablelm2()},
           {"stablelm-parallel", stablelm_parallel()},
           {"stablelm-12b", stablelm_12b()},
+          {"cohere", cohere()},
+          {"cohere-qk", cohere_qk()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -897,6 +915,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig stablelm_shape = gqa;  // and StableLM 2's: LayerNorms, rotary on half of each head, q/k/v biases
   stablelm_shape.layer_norm = stablelm_shape.qkv_bias = true;
   stablelm_shape.partial_rotary = 0.5;
+  GptConfig cohere_shape = gqa;  // and Command R+'s: one LayerNorm without bias, side by side, rotary pairs,
+                                 // per-head q/k LayerNorms, logits scaled
+  cohere_shape.layer_norm = cohere_shape.parallel_residual = cohere_shape.one_norm = cohere_shape.cohere =
+      true;
+  cohere_shape.qk_norm = cohere_shape.qk_layernorm = true;
+  cohere_shape.logit_scale = 0.5;
   GptConfig stablelm_big = stablelm_shape;  // and StableLM 2 12B's: side by side, per-head q/k LayerNorms
   stablelm_big.parallel_residual = stablelm_big.one_norm = stablelm_big.qk_norm = stablelm_big.qk_layernorm =
       true;
@@ -908,10 +932,10 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
   for (const GptConfig& c :
-       {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape, falcon_mq, falcon_gq,
-        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,       mha,       qwen,
-        scaled,         yarn,        window,      q3,           gem,       gem2,      gem3,
-        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_big, phi}) {
+       {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape,    falcon_mq, falcon_gq,
+        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,          mha,       qwen,
+        scaled,         yarn,        window,      q3,           gem,          gem2,      gem3,
+        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_big, cohere_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -923,6 +947,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : !c.norm_params         ? "olmo, clip_qkv"
+                 : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
                  : c.post_norm            ? "olmo2"
@@ -1395,6 +1420,54 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
   GptConfig rms_eps = stablelm();
   rms_eps.norm_eps = 1e-6;
   EXPECT_NE(validate(rms_eps, 1, 8).to_string().find("epsilon 1e-5"), std::string::npos);
+}
+
+// Cohere against a PyTorch implementation of transformers' Cohere equations
+// (tests/engine/cohere_reference.py): one LayerNorm without bias before the attention and the MLP side by
+// side, rotary on neighbouring pairs, logits scaled; with and without Command R+'s per-head q/k LayerNorms,
+// the head tied and untied. Skipped without torch.
+TEST(GptModel, CohereMatchesAPyTorchReference) {
+  GptConfig untied = cohere_qk();
+  untied.tied = false;
+  for (GptConfig c : {cohere(), cohere_qk(), untied}) {
+    c.rope_theta = 500.0;  // the rotation matters even over 8 positions
+    SCOPED_TRACE(std::string(c.qk_norm ? "q/k norms" : "no q/k norms") + (c.tied ? ", tied" : ", untied"));
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"rope_theta", c.rope_theta},
+                                   {"qk_norm", c.qk_norm},
+                                   {"logit_scale", c.logit_scale}};
+    if (!matches_reference("cohere_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+  const ModelSpec spec = gpt_model_spec(cohere_qk());
+  EXPECT_EQ(spec.model_type, "cohere");
+  EXPECT_TRUE(spec.norm_weight && !spec.norm_bias && spec.block_norm_shared && spec.qk_norm_head_weights);
+  EXPECT_EQ(spec.logit_scale, 0.5);
+  EXPECT_EQ(spec.total_params(), static_cast<double>(gpt_num_params(cohere_qk())));
+  EXPECT_TRUE(check_model_file(spec, "memwall train").is_ok());
+  const GptConfig back = gpt_config_of(spec);
+  EXPECT_TRUE(back.cohere && back.parallel_residual && back.shared_norm() && back.qk_layernorm &&
+              !back.norm_bias());
+  EXPECT_EQ(back.logit_scale, 0.5);
+  // The layout: each norm a weight alone; q_norm [heads, head size], k_norm [kv heads, head size]; no second
+  // norm; the tied head is the embedding.
+  const auto layout = hf_param_layout(cohere_qk());
+  EXPECT_EQ(layout[1].name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(layout[2].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(layout[5].name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(layout[5].shape, (std::vector<int>{4, 4}));
+  EXPECT_EQ(layout[6].shape, (std::vector<int>{2, 4}));
+  EXPECT_EQ(layout[7].name, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(layout.back().name, "model.norm.weight");
+  GptConfig scaled_llama = llama_mha();
+  scaled_llama.logit_scale = 0.5;
+  EXPECT_NE(validate(scaled_llama, 1, 8).to_string().find("logit_scale 0.5"), std::string::npos);
+  GptConfig two_norms = cohere();
+  two_norms.parallel_residual = two_norms.one_norm = false;
+  EXPECT_NE(validate(two_norms, 1, 8).to_string().find("Cohere"), std::string::npos);
 }
 
 // OLMo against a PyTorch implementation of transformers' OLMo equations (tests/engine/olmo_reference.py):

@@ -436,6 +436,49 @@ TEST(GptOps, RopeRotatesHalvesByPositionAngles) {
   check_gradient(x, forward, dx, r, "rope");
 }
 
+// Cohere's neighbouring pairs: channel 2i turns with 2i + 1 by pair i's angle; the same as the halves'
+// rotation of the head with its channels reordered (2i -> i, 2i + 1 -> i + hs/2); the inverse is the
+// backward.
+TEST(GptOps, RopePairsTurnNeighbouringChannels) {
+  const int B = 2, T = 4, heads = 3, hs = 8, stride = 26;
+  std::vector<double> freq(hs / 2);
+  for (int i = 0; i < hs / 2; ++i) freq[static_cast<std::size_t>(i)] = std::pow(100.0, -2.0 * i / hs);
+  const auto x = randn(static_cast<std::size_t>(B) * T * stride, 43);
+  auto y = x, halves = x;
+  // The halves' layout of the same values: channel 2i at i, 2i + 1 at i + hs/2.
+  for (std::size_t row = 0; row < static_cast<std::size_t>(B * T); ++row) {
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t head = row * stride + static_cast<std::size_t>(h) * hs;
+      for (int i = 0; i < hs / 2; ++i) {
+        halves[head + i] = x[head + 2 * i];
+        halves[head + hs / 2 + i] = x[head + 2 * i + 1];
+      }
+    }
+  }
+  rope_rotate(y.data(), B, T, stride, heads, hs, freq.data(), 2, false, 1.0, 0, true);
+  rope_rotate(halves.data(), B, T, stride, heads, hs, freq.data(), 2, false);
+  for (std::size_t row = 0; row < static_cast<std::size_t>(B * T); ++row) {
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t head = row * stride + static_cast<std::size_t>(h) * hs;
+      for (int i = 0; i < hs / 2; ++i) {
+        EXPECT_FLOAT_EQ(y[head + 2 * i], halves[head + i]);
+        EXPECT_FLOAT_EQ(y[head + 2 * i + 1], halves[head + hs / 2 + i]);
+      }
+    }
+    for (int i = heads * hs; i < stride; ++i) EXPECT_EQ(y[row * stride + i], x[row * stride + i]);
+  }
+  const auto r = randn(x.size(), 44);
+  auto in = x;
+  auto forward = [&] {
+    auto out = in;
+    rope_rotate(out.data(), B, T, stride, heads, hs, freq.data(), 2, false, 1.0, 0, true);
+    return out;
+  };
+  auto dx = r;
+  rope_rotate(dx.data(), B, T, stride, heads, hs, freq.data(), 2, true, 1.0, 0, true);
+  check_gradient(in, forward, dx, r, "rope pairs");
+}
+
 // Partial rotary (Phi-4-mini's): the first `rot` channels of each head turn as a head of `rot` would (pairs i
 // and i + rot/2, a [T][rot/2] table), the other hs - rot pass through, and the inverse is the backward.
 TEST(GptOps, PartialRopeTurnsTheFirstChannelsOfEachHead) {

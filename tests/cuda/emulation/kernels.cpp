@@ -240,7 +240,7 @@ int head_layernorm_backward(float* dinp, float* dweight, const float* dout, cons
 }
 
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
-               bool inverse, void* stream, int rotary) {
+               bool inverse, void* stream, int rotary, bool pairs) {
   // The rows' last element read is at (B T - 1) stride + heads hs.
   const std::size_t bytes =
       f32(static_cast<std::size_t>(B * T - 1) * stride + static_cast<std::size_t>(heads * hs));
@@ -249,7 +249,8 @@ int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const floa
   if (int e = device_args("rope_apply", {{x, bytes, "x", true}, {cos, table, "cos"}, {sin, table, "sin"}})) {
     return e;
   }
-  return enqueue(stream, [=] { kernels::rope_apply(x, B, T, stride, heads, hs, cos, sin, inverse, rot); });
+  return enqueue(stream,
+                 [=] { kernels::rope_apply(x, B, T, stride, heads, hs, cos, sin, inverse, rot, pairs); });
 }
 
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
@@ -348,6 +349,11 @@ int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
 int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* stream) {
   if (int e = device_args("softcap_backward", {{dx, f32(n), "dx", true}, {y, f32(n), "y"}})) return e;
   return enqueue(stream, [=] { kernels::softcap_backward(dx, y, n, cap); });
+}
+
+int scale_values(float* x, std::size_t n, float s, void* stream) {
+  if (int e = device_args("scale_values", {{x, f32(n), "x", true}})) return e;
+  return enqueue(stream, [=] { kernels::scale_values(x, n, s); });
 }
 
 int clamp_forward(float* x, std::size_t n, float clip, void* stream) {
