@@ -229,8 +229,17 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   GptConfig olmo = small_llama_config();  // LayerNorms without parameters
   olmo.layer_norm = true;
   olmo.norm_params = false;
+  GptConfig olmo17 = olmo;  // and q, k, v clamped
+  olmo17.clip_qkv = 8;
+  GptConfig stablelm12 = stablelm;  // side by side after one norm, per-head q/k LayerNorms
+  stablelm12.parallel_residual = stablelm12.one_norm = stablelm12.qk_norm = stablelm12.qk_layernorm = true;
+  GptConfig cohere = small_llama_config();  // one LayerNorm without bias, side by side, scaled logits
+  cohere.layer_norm = cohere.parallel_residual = cohere.one_norm = cohere.cohere = true;
+  cohere.logit_scale = 0.5;
+  GptConfig cohere_qk = cohere;  // and Command R+'s q/k LayerNorms
+  cohere_qk.qk_norm = cohere_qk.qk_layernorm = true;
   for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3,
-                             stablelm, stablelm2, olmo2, olmo}) {
+                             stablelm, stablelm2, olmo2, olmo, olmo17, stablelm12, cohere, cohere_qk}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -262,6 +271,12 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.qk_norm_full, c.qk_norm_full);
     EXPECT_EQ(back.qkv_bias, c.qkv_bias);
     EXPECT_EQ(back.partial_rotary, c.partial_rotary);
+    EXPECT_EQ(back.clip_qkv, c.clip_qkv);
+    EXPECT_EQ(back.parallel_residual, c.parallel_residual);
+    EXPECT_EQ(back.shared_norm(), c.shared_norm());
+    EXPECT_EQ(back.qk_layernorm, c.qk_layernorm);
+    EXPECT_EQ(back.cohere, c.cohere);
+    EXPECT_EQ(back.logit_scale, c.logit_scale);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);  // every parameter back where it was
@@ -277,7 +292,7 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
                 (nlohmann::json{2 * c.ffn, c.channels}));
       EXPECT_FALSE(h.contains("model.layers.0.self_attn.q_proj.weight"));
     }
-    if (c.layer_norm && c.norm_params) {  // StableLM's norm biases in the file, under their names
+    if (c.norm_bias() && !c.shared_norm()) {  // StableLM's norm biases in the file, under their names
       const auto layout = gpt_param_layout(c);
       const auto bias = std::find_if(layout.begin(), layout.end(), [](const ParamTensor& t) {
         return t.name == "model.layers.1.post_attention_layernorm.bias";
