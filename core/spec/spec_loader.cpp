@@ -530,18 +530,21 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
-// StableLM's (Stability AI's StableLM-3B-4E1T, StableLM 2; transformers' StableLmConfig, whose defaults these
-// are): the Llama shape (a SwiGLU MLP, rotary positions, grouped-query attention, an untied head) with
-// LayerNorms (weight and bias) instead of RMSNorms, rotary on partial_rotary_factor of each head, biases on
-// q, k and v with use_qkv_bias, with use_parallel_residual the attention and the MLP side by side after one
-// norm, and with qk_layernorm a LayerNorm (no bias) of each query and key head, each head its own weight.
-Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
-  m.vocab = 50304;
-  m.hidden = 2560;
-  m.ffn_hidden = 6912;
-  m.layers = 32;
-  m.heads = 32;
-  m.max_positions = 4096;
+// The defaults of a Llama-shaped family with LayerNorms (StableLM's, Cohere's).
+struct LayerNormLlamaDefaults {
+  int vocab, hidden, ffn, layers, heads, max_positions;
+};
+
+// Such a family's shape: its defaults, then hidden_size, num_attention_heads, num_hidden_layers,
+// max_position_embeddings, intermediate_size and num_key_value_heads (the heads by default) as the file has
+// them; LayerNorms, rotary positions, a gated MLP, no biases on the linears.
+Status read_layernorm_llama(JsonObjectReader& r, const LayerNormLlamaDefaults& d, ModelSpec& m) {
+  m.vocab = d.vocab;
+  m.hidden = d.hidden;
+  m.ffn_hidden = d.ffn;
+  m.layers = d.layers;
+  m.heads = d.heads;
+  m.max_positions = d.max_positions;
   MW_RETURN_IF_ERROR(read_shape(
       r, {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}, m));
   MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
@@ -551,6 +554,16 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
   m.position = PositionKind::kRotary;
   m.gated_mlp = true;
   m.linear_bias = false;
+  return Status::ok();
+}
+
+// StableLM's (Stability AI's StableLM-3B-4E1T, StableLM 2; transformers' StableLmConfig, whose defaults these
+// are): the Llama shape (a SwiGLU MLP, rotary positions, grouped-query attention, an untied head) with
+// LayerNorms (weight and bias) instead of RMSNorms, rotary on partial_rotary_factor of each head, biases on
+// q, k and v with use_qkv_bias, with use_parallel_residual the attention and the MLP side by side after one
+// norm, and with qk_layernorm a LayerNorm (no bias) of each query and key head, each head its own weight.
+Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
+  MW_RETURN_IF_ERROR(read_layernorm_llama(r, {50304, 2560, 6912, 32, 32, 4096}, m));
   MW_RETURN_IF_ERROR(r.get_bool("use_qkv_bias", m.qkv_bias));
   MW_RETURN_IF_ERROR(r.get_bool("use_parallel_residual", m.block_norm_shared));
   MW_RETURN_IF_ERROR(r.get_bool("qk_layernorm", m.qk_norm));  // (StableLM 2 12B's: each head its own weight)
@@ -573,22 +586,8 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
 // of channels, a tied head whose logits are multiplied by logit_scale, and with use_qk_norm a LayerNorm (no
 // bias) of each query and key head, each head its own weight (q_norm [heads, head_dim], k_norm).
 Status parse_cohere(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
-  m.vocab = 256000;
-  m.hidden = 8192;
-  m.ffn_hidden = 22528;
-  m.layers = 40;
-  m.heads = 64;
-  m.max_positions = 8192;
-  MW_RETURN_IF_ERROR(read_shape(
-      r, {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}, m));
-  MW_RETURN_IF_ERROR(r.get_int("intermediate_size", m.ffn_hidden, 1, 1 << 26));
-  m.kv_heads = m.heads;
-  MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
-  m.norm = NormKind::kLayerNorm;
+  MW_RETURN_IF_ERROR(read_layernorm_llama(r, {256000, 8192, 22528, 40, 64, 8192}, m));
   m.norm_bias = false;
-  m.position = PositionKind::kRotary;
-  m.gated_mlp = true;
-  m.linear_bias = false;
   MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", false, "biases on q, k, v and o"));
   m.block_norm_shared = true;
   MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));

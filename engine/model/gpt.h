@@ -168,10 +168,6 @@ struct GptConfig {
   int qk_norm_kv_heads() const { return qk_norm_full ? 1 : kv_head_count(); }
   int qk_norm_width() const { return qk_norm_full ? q_width() : head_size(); }
   int qk_norm_kv_width() const { return qk_norm_full ? kv_width() : head_size(); }
-  // The q/k norms' weights in a layer (qk_layernorm: one per query and key head).
-  int qk_norm_weights() const {
-    return qk_layernorm ? q_width() + kv_width() : qk_norm_width() + qk_norm_kv_width();
-  }
   // Whether the norms are RMSNorms (the Llama shape's but StableLM's) rather than LayerNorms.
   bool rms_norm() const { return llama() && !layer_norm; }
   // Whether the LayerNorms have a bias (not MPT's or OLMo's; StableLM's do), and a norm's tensors in the
