@@ -1705,13 +1705,19 @@ TEST(GptModel, InitialLossIsNearUniformAndDeterministic) {
 
 TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // (Not OPT: steps of 1e-2 cross ReLU's kink at many MLP inputs; OptMatchesAPyTorchReference checks its
-  // gradients against float64 autograd instead.)
+  // gradients against float64 autograd instead. Nor OLMo 1.7's clip_qkv, whose clamp has a kink too.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
   for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), bloom(), mpt(), gptj(),
-                             llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3()}) {
+                             llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3(), stablelm2(),
+                             stablelm_12b(), olmo(), olmo2_gqa(), cohere_qk()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
+                                   : c.cohere             ? "cohere"
+                                   : c.qk_layernorm       ? "stablelm 2 12b"
+                                   : !c.norm_params       ? "olmo"
+                                   : c.layer_norm         ? "stablelm"
+                                   : c.post_norm          ? "olmo2"
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
                  : c.bloom      ? "bloom"
