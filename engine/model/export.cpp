@@ -60,6 +60,23 @@ std::string family_config(const char* architecture, const char* model_type, cons
   return config.dump(2) + "\n";
 }
 
+// A config.json of the Llama shape's LayerNorm and OLMo families: family_config with the keys they share
+// (intermediate_size, num_key_value_heads, hidden_act, max_position_embeddings, rope_theta, rope_scaling),
+// the family's own, then attention_dropout and tie_word_embeddings.
+std::string llama_family_config(const char* architecture, const char* model_type, const GptConfig& c,
+                                const nlohmann::ordered_json& own, const char* torch_dtype) {
+  nlohmann::ordered_json keys = {{"intermediate_size", c.ffn_width()},
+                                 {"num_key_value_heads", c.kv_head_count()},
+                                 {"hidden_act", "silu"},
+                                 {"max_position_embeddings", c.max_seq},
+                                 {"rope_theta", c.rope_theta},
+                                 {"rope_scaling", hf_rope_scaling(c.rope_scaling)}};
+  for (const auto& [key, value] : own.items()) keys[key] = value;
+  keys["attention_dropout"] = 0.0;
+  keys["tie_word_embeddings"] = c.tied;
+  return family_config(architecture, model_type, c, keys, torch_dtype);
+}
+
 // Whether the Llama shape has parts beyond its plain form, which StableLM's, OLMo's and OLMo 2's configs
 // cannot hold: a window, heads of their own width, Gemma's, Gemma 2's or Gemma 3's parts, Phi-3's fused
 // names, longrope.
@@ -85,80 +102,38 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   if (c.layer_norm && !c.norm_params) {  // OlmoConfig's keys (validate() has refused q/k norms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
       return no_config_form(dir, "OLMo", ", q/k/v biases or partial rotary", "OlmoForCausalLM");
-    return family_config("OlmoForCausalLM", "olmo", c,
-                         {
-                             {"intermediate_size", c.ffn_width()},
-                             {"num_key_value_heads", c.kv_head_count()},
-                             {"hidden_act", "silu"},
-                             {"max_position_embeddings", c.max_seq},
-                             {"rope_theta", c.rope_theta},
-                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-                             {"attention_bias", false},
-                             {"attention_dropout", 0.0},
-                             {"clip_qkv", c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr},
-                             {"tie_word_embeddings", c.tied},
-                         },
-                         torch_dtype);
+    return llama_family_config("OlmoForCausalLM", "olmo", c,
+                               {{"attention_bias", false},
+                                {"clip_qkv", c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr}},
+                               torch_dtype);
   }
   if (c.cohere) {  // CohereConfig's keys (validate() has put one LayerNorm before both sublayers)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
       return no_config_form(dir, "Cohere", ", q/k/v biases or partial rotary", "CohereForCausalLM");
-    return family_config("CohereForCausalLM", "cohere", c,
-                         {
-                             {"intermediate_size", c.ffn_width()},
-                             {"num_key_value_heads", c.kv_head_count()},
-                             {"hidden_act", "silu"},
-                             {"max_position_embeddings", c.max_seq},
-                             {"layer_norm_eps", 1e-5},
-                             {"logit_scale", c.logit_scale},
-                             {"rope_theta", c.rope_theta},
-                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-                             {"use_qk_norm", c.qk_layernorm},
-                             {"attention_bias", false},
-                             {"attention_dropout", 0.0},
-                             {"tie_word_embeddings", c.tied},
-                         },
-                         torch_dtype);
+    return llama_family_config("CohereForCausalLM", "cohere", c,
+                               {{"layer_norm_eps", 1e-5},
+                                {"logit_scale", c.logit_scale},
+                                {"use_qk_norm", c.qk_layernorm},
+                                {"attention_bias", false}},
+                               torch_dtype);
   }
   if (c.layer_norm) {  // StableLmConfig's keys (validate() has refused Gemma's and Qwen3's norms with it)
     if (beyond_plain_llama(c)) return no_config_form(dir, "StableLM", "", "StableLmForCausalLM");
-    return family_config("StableLmForCausalLM", "stablelm", c,
-                         {
-                             {"intermediate_size", c.ffn_width()},
-                             {"num_key_value_heads", c.kv_head_count()},
-                             {"hidden_act", "silu"},
-                             {"max_position_embeddings", c.max_seq},
-                             {"layer_norm_eps", 1e-5},
-                             {"rope_theta", c.rope_theta},
-                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-                             {"partial_rotary_factor", c.partial_rotary},
-                             {"use_qkv_bias", c.qkv_bias},
-                             {"qk_layernorm", c.qk_layernorm},
-                             {"use_parallel_residual", c.parallel_residual},
-                             {"hidden_dropout", 0.0},
-                             {"attention_dropout", 0.0},
-                             {"tie_word_embeddings", c.tied},
-                         },
-                         torch_dtype);
+    return llama_family_config("StableLmForCausalLM", "stablelm", c,
+                               {{"layer_norm_eps", 1e-5},
+                                {"partial_rotary_factor", c.partial_rotary},
+                                {"use_qkv_bias", c.qkv_bias},
+                                {"qk_layernorm", c.qk_layernorm},
+                                {"use_parallel_residual", c.parallel_residual},
+                                {"hidden_dropout", 0.0}},
+                               torch_dtype);
   }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)
       return no_config_form(dir, "OLMo 2", ", q/k/v biases, partial rotary or per-head q/k norms",
                             "Olmo2ForCausalLM");
-    return family_config("Olmo2ForCausalLM", "olmo2", c,
-                         {
-                             {"intermediate_size", c.ffn_width()},
-                             {"num_key_value_heads", c.kv_head_count()},
-                             {"hidden_act", "silu"},
-                             {"max_position_embeddings", c.max_seq},
-                             {"rms_norm_eps", c.norm_eps},
-                             {"rope_theta", c.rope_theta},
-                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
-                             {"attention_bias", false},
-                             {"attention_dropout", 0.0},
-                             {"tie_word_embeddings", c.tied},
-                         },
-                         torch_dtype);
+    return llama_family_config("Olmo2ForCausalLM", "olmo2", c,
+                               {{"rms_norm_eps", c.norm_eps}, {"attention_bias", false}}, torch_dtype);
   }
   if (c.llama()) {
     // A sliding window makes the Llama shape Mistral's (every layer windowed); Qwen2 and Qwen3 say which

@@ -980,23 +980,32 @@ int rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float
   return launched();
 }
 
+namespace {
+// The columns past `normed` of N rows `stride` apart, src to dst (the values beside the normed q/k heads).
+int copy_rest(float* dst, const float* src, int N, int stride, int normed, void* stream) {
+  const int rest = stride - normed;
+  if (rest == 0) return 0;
+  const std::size_t n = static_cast<std::size_t>(N) * rest;
+  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dst, src, stride, normed, rest, n);
+  return launched();
+}
+}  // namespace
+
 int head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int stride,
                          int NH, int KVH, int hs, int khs, float eps, void* stream, float weight_offset) {
-  const int heads = NH + KVH, normed = NH * hs + KVH * khs, rest = stride - normed;
+  const int heads = NH + KVH, normed = NH * hs + KVH * khs;
   if (N == 0) return 0;
   head_rmsnorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                 as_stream(stream)>>>(out, rstd, inp, weight, stride, NH, heads, hs, khs, eps,
                                                      weight_offset);
-  if (int e = launched(); e != 0 || rest == 0) return e;
-  const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, normed, rest, n);
-  return launched();
+  if (int e = launched(); e != 0) return e;
+  return copy_rest(out, inp, N, stride, normed, stream);
 }
 
 int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int stride, int NH, int KVH, int hs,
                           int khs, void* stream, float weight_offset) {
-  const int heads = NH + KVH, normed = NH * hs + KVH * khs, rest = stride - normed;
+  const int heads = NH + KVH, normed = NH * hs + KVH * khs;
   if (N == 0) return 0;
   head_rmsnorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                        as_stream(stream)>>>(dinp, dout, inp, weight, rstd, stride, NH, heads,
@@ -1004,29 +1013,22 @@ int head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const 
   if (int e = launched(); e != 0) return e;
   head_rmsnorm_backward_weight_kernel<<<static_cast<unsigned>(hs + khs), kThreads, 0, as_stream(stream)>>>(
       dweight, dout, inp, rstd, N, stride, NH, heads, hs, khs);
-  if (int e = launched(); e != 0 || rest == 0) return e;
-  const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, normed, rest, n);
-  return launched();
+  if (int e = launched(); e != 0) return e;
+  return copy_rest(dinp, dout, N, stride, normed, stream);
 }
 
 int head_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, int N,
                            int stride, int heads, int hs, float eps, void* stream) {
-  const int rest = stride - heads * hs;
   if (N == 0) return 0;
   head_layernorm_forward_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                   as_stream(stream)>>>(out, mean, rstd, inp, weight, stride, heads, hs, eps);
-  if (int e = launched(); e != 0 || rest == 0) return e;
-  const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, stride, heads * hs, rest,
-                                                                         n);
-  return launched();
+  if (int e = launched(); e != 0) return e;
+  return copy_rest(out, inp, N, stride, heads * hs, stream);
 }
 
 int head_layernorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int stride,
                             int heads, int hs, void* stream) {
-  const int rest = stride - heads * hs;
   if (N == 0) return 0;
   head_layernorm_backward_input_kernel<<<static_cast<unsigned>(N) * static_cast<unsigned>(heads), kThreads, 0,
                                          as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd, stride,
@@ -1035,11 +1037,8 @@ int head_layernorm_backward(float* dinp, float* dweight, const float* dout, cons
   head_layernorm_backward_weight_kernel<<<static_cast<unsigned>(heads * hs), kThreads, 0,
                                           as_stream(stream)>>>(dweight, dout, inp, mean, rstd, N, stride,
                                                                heads, hs);
-  if (int e = launched(); e != 0 || rest == 0) return e;
-  const std::size_t n = static_cast<std::size_t>(N) * rest;
-  copy_columns_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, dout, stride, heads * hs, rest,
-                                                                         n);
-  return launched();
+  if (int e = launched(); e != 0) return e;
+  return copy_rest(dinp, dout, N, stride, heads * hs, stream);
 }
 
 int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const float* cos, const float* sin,
