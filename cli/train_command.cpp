@@ -170,6 +170,15 @@ std::string gemma_extras(const model::GptConfig& c) {
 std::string rotary_summary(const model::GptConfig& c, int seq) {
   std::string s = c.cohere ? "rotary on neighbouring pairs" : "rotary";
   if (c.rotary_dim() != c.head_size()) s += strprintf(" on %d of %d channels", c.rotary_dim(), c.head_size());
+  if (c.rope_windowed_only) {  // Cohere2's: the global layers without positions
+    int windowed = 0;
+    for (int l = 0; l < c.layers; ++l) windowed += c.attention_window(l) > 0 ? 1 : 0;
+    if (windowed == 0) return "no positions (no layer has a window, so none turns)";
+    s += windowed == c.layers
+             ? strprintf(" on every layer, each with a %d-token window", c.sliding_window)
+             : strprintf(" on the %d layers of %d with a %d-token window, the others without positions",
+                         windowed, c.layers, c.sliding_window);
+  }
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.none()) {
     s += " (rope_scaling " + rs.type;

@@ -157,8 +157,11 @@ struct ModelSpec {
   bool norm_weight = true;  // the norms' weight (OLMo's LayerNorms have none, nor a bias)
   double clip_qkv = 0;      // OLMo's clamp of q, k and v to [-clip_qkv, clip_qkv] (0: none); nothing to count
   double logit_scale = 1;   // Cohere's logits multiplied by logit_scale; nothing to count
-  bool attn_bias = true;    // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
-  bool head_bias = false;   // Phi's bias on the untied head
+  // Cohere2's: rotary positions on the windowed layers only, none on the global ones (NoPE); nothing to
+  // count.
+  bool rope_windowed_only = false;
+  bool attn_bias = true;   // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
+  bool head_bias = false;  // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }
   // The MLP inner features one expert (or the dense MLP) has.

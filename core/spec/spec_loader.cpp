@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "cohere, "
+    "cohere, cohere2, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -585,12 +585,41 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
 // side after one LayerNorm without bias (input_layernorm; model.norm the same), rotary on neighbouring pairs
 // of channels, a tied head whose logits are multiplied by logit_scale, and with use_qk_norm a LayerNorm (no
 // bias) of each query and key head, each head its own weight (q_norm [heads, head_dim], k_norm).
-Status parse_cohere(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m) {
+// Cohere2's (Command R7B, Command A; Cohere2Config, whose defaults these are): Cohere's block without q/k
+// norms, with heads of head_dim, a window (sliding_window, 4096) on all layers but every
+// sliding_window_pattern-th (4; or as layer_types lists them), and rotary positions on the windowed layers
+// only: the global ones attend without positions (a null sliding_window: no layer has a window, nor turns).
+Status parse_cohere(const json& j, JsonObjectReader& r, const std::string& source, Diagnostics& diag,
+                    ModelSpec& m, int& head_dim) {
+  const bool cohere2 = j.value("model_type", "") == "cohere2";
   MW_RETURN_IF_ERROR(read_layernorm_llama(r, {256000, 8192, 22528, 40, 64, 8192}, m));
   m.norm_bias = false;
   MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", false, "biases on q, k, v and o"));
   m.block_norm_shared = true;
-  MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
+  if (cohere2) {
+    MW_RETURN_IF_ERROR(
+        require_flag(r, "use_qk_norm", false, "q/k norms, which Cohere2ForCausalLM does not build"));
+    MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
+    int window = 4096;
+    if (j.contains("sliding_window") && j["sliding_window"].is_null()) window = 0;
+    MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
+    m.sliding_window = window;
+    m.global_every = 4;
+    MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
+    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+      MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
+    }
+    if (m.global_every == 1 || m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
+    if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
+    m.rope_windowed_only = true;
+    // The first Cohere configs' keys, which transformers' Cohere2ForCausalLM does not read (it builds the
+    // block above whatever they say), and its cache's.
+    r.ignore({"use_parallel_block", "rotary_pct", "position_embedding_type", "use_gated_activation",
+              "use_parallel_embedding", "use_embedding_sharing", "order_of_interleaved_layers",
+              "cache_implementation", "layer_types"});  // (layer_types read above)
+  } else {
+    MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
+  }
   m.qk_norm_head_weights = m.qk_norm;
   m.tied_embeddings = true;
   MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
@@ -1033,8 +1062,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(parse_mpt(r, source, diag, m));
   } else if (type == "stablelm") {
     MW_RETURN_IF_ERROR(parse_stablelm(r, source, diag, m));
-  } else if (type == "cohere") {
-    MW_RETURN_IF_ERROR(parse_cohere(r, source, diag, m));
+  } else if (type == "cohere" || type == "cohere2") {
+    MW_RETURN_IF_ERROR(parse_cohere(j, r, source, diag, m, head_dim));
   } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {
@@ -1572,6 +1601,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"qk_norm_full", m.qk_norm_full},
             {"qk_norm_head_weights", m.qk_norm_head_weights},
             {"logit_scale", m.logit_scale},
+            {"rope_windowed_only", m.rope_windowed_only},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},

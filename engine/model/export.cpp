@@ -77,12 +77,20 @@ std::string llama_family_config(const char* architecture, const char* model_type
   return family_config(architecture, model_type, c, keys, torch_dtype);
 }
 
+// Each layer's attention as transformers' layer_types lists them: "sliding_attention" or "full_attention".
+nlohmann::ordered_json layer_types(const GptConfig& c) {
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (int l = 0; l < c.layers; ++l)
+    types.push_back(c.attention_window(l) > 0 ? "sliding_attention" : "full_attention");
+  return types;
+}
+
 // Whether the Llama shape has parts beyond its plain form, which StableLM's, OLMo's and OLMo 2's configs
 // cannot hold: a window, heads of their own width, Gemma's, Gemma 2's or Gemma 3's parts, Phi-3's fused
-// names, longrope.
-bool beyond_plain_llama(const GptConfig& c) {
-  return c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset || c.embed_scale ||
-         c.fused_names || c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0 ||
+// names, longrope. (Cohere2's config holds a window and heads of their own width: `windowed`.)
+bool beyond_plain_llama(const GptConfig& c, bool windowed = false) {
+  return (!windowed && (c.sliding_window > 0 || c.head_dim > 0)) || c.gelu_mlp || c.norm_unit_offset ||
+         c.embed_scale || c.fused_names || c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0 ||
          c.rope_local_theta > 0 || c.rope_scaling.type == "longrope";
 }
 // The refusal of a `family` model with such parts (or the family's own `more`) in `architecture`'s config.
@@ -106,6 +114,25 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                {{"attention_bias", false},
                                 {"clip_qkv", c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr}},
                                torch_dtype);
+  }
+  if (c.rope_windowed_only) {  // Cohere2Config's keys (validate() has made it Cohere's block)
+    if (beyond_plain_llama(c, true) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_layernorm) {
+      return no_config_form(dir, "Cohere2",
+                            " (but a window and head_dim), q/k/v biases, partial rotary or q/k norms",
+                            "Cohere2ForCausalLM");
+    }
+    // The window's layers as layer_types lists them (transformers 4.53 on), and as the older
+    // sliding_window_pattern says where it can (every n-th layer global, from the first).
+    nlohmann::ordered_json own = {
+        {"head_dim", c.head_size()},
+        {"layer_norm_eps", 1e-5},
+        {"logit_scale", c.logit_scale},
+        {"sliding_window", c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr}};
+    if (c.sliding_window > 0 && c.global_every > 0 && c.first_window_layer == 0)
+      own["sliding_window_pattern"] = c.global_every;
+    own["layer_types"] = layer_types(c);
+    own["attention_bias"] = false;
+    return llama_family_config("Cohere2ForCausalLM", "cohere2", c, own, torch_dtype);
   }
   if (c.cohere) {  // CohereConfig's keys (validate() has put one LayerNorm before both sublayers)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
@@ -255,10 +282,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       if (c.global_every > 0 && c.first_window_layer == 0) config["sliding_window_pattern"] = c.global_every;
     }
     if (sandwich || interleaved) {  // as transformers (4.53 on) lists them
-      nlohmann::ordered_json types = nlohmann::ordered_json::array();
-      for (int l = 0; l < c.layers; ++l)
-        types.push_back(c.attention_window(l) > 0 ? "sliding_attention" : "full_attention");
-      config["layer_types"] = types;
+      config["layer_types"] = layer_types(c);
     }
     // longrope picks its factors by the original context, a model-level key in transformers' configs.
     if (c.rope_scaling.type == "longrope")

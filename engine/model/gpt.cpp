@@ -99,6 +99,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "parallel_residual, one_norm), and logit_scale " +
         strprintf("%g", c.logit_scale) + " is Cohere's alone (1: none; > 0)");
   }
+  if (c.rope_windowed_only && !c.cohere) {
+    return Status::invalid_argument(
+        "model: rotary positions on the windowed layers only (rope_windowed_only) are Cohere2's (cohere)");
+  }
   if (c.qk_layernorm && (!c.qk_norm || !c.layer_norm || !c.norm_params || c.qk_norm_full)) {
     return Status::invalid_argument(
         "model: per-head q/k LayerNorms (qk_layernorm, StableLM 2 12B's) need qk_norm and StableLM's "
@@ -624,7 +628,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     tool + "; memwall predict and simulate take it");
   }
   const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo",
-             cohere = m.model_type == "cohere";
+             cohere = m.model_type == "cohere" || m.model_type == "cohere2";
   if (stablelm || olmo || cohere) {  // the Llama shape with LayerNorms (OLMo's without parameters, Cohere's
                                      // without biases)
     const std::string family = stablelm ? "StableLM" : olmo ? "OLMo" : "Cohere";
@@ -751,13 +755,14 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   c.layers = m.layers;
   c.heads = m.heads;
   c.channels = m.hidden;
-  const bool cohere = m.model_type == "cohere";
+  const bool cohere = m.model_type == "cohere" || m.model_type == "cohere2";
   if (m.norm == NormKind::kRmsNorm || m.model_type == "stablelm" || m.model_type == "olmo" || cohere) {
     c.arch = GptArch::kLlama;
     c.layer_norm = m.model_type == "stablelm" || m.model_type == "olmo" || cohere;
     c.cohere = cohere;
     c.logit_scale = m.logit_scale;
-    c.norm_params = m.norm_weight;  // (OLMo's LayerNorms have none)
+    c.rope_windowed_only = m.rope_windowed_only;  // (Cohere2's)
+    c.norm_params = m.norm_weight;                // (OLMo's LayerNorms have none)
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
@@ -948,7 +953,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
     if (c.layer_norm) {  // StableLM's, Cohere's without biases, or without parameters OLMo's
-      m.model_type = c.cohere ? "cohere" : c.norm_params ? "stablelm" : "olmo";
+      m.model_type = c.rope_windowed_only ? "cohere2"
+                     : c.cohere           ? "cohere"
+                     : c.norm_params      ? "stablelm"
+                                          : "olmo";
+      m.rope_windowed_only = c.rope_windowed_only;
       m.norm = NormKind::kLayerNorm;
       m.norm_weight = c.norm_params;
       m.norm_bias = c.norm_bias();
@@ -1438,7 +1447,7 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
 void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
-  if (!c_.rotary()) return;  // (GPT-BigCode's learned positions)
+  if (!c_.rotary_at(layer)) return;  // (GPT-BigCode's learned positions, Cohere2's global layers)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
@@ -1448,7 +1457,7 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
 void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  if (c_.rotary()) {
+  if (c_.rotary_at(layer)) {
     k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                   rope_sin_.data() + at, true, c_.rotary_dim(), c_.cohere);
   }

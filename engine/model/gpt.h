@@ -150,6 +150,9 @@ struct GptConfig {
   // logit_scale, and with qk_layernorm its q_norm and k_norm ([heads, head size], [kv heads, head size]).
   bool cohere = false;
   double logit_scale = 1;  // (Cohere's; 1: none)
+  // Cohere2's (Command R7B's, Command A's; with cohere): rotary positions on the windowed layers only, the
+  // global ones (and every layer without a window) attending without positions (NoPE).
+  bool rope_windowed_only = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -178,6 +181,8 @@ struct GptConfig {
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
   bool rotary() const { return llama() || neox || phi || gptj || (falcon && !falcon_alibi); }
+  // Whether layer l's queries and keys turn (not Cohere2's global layers).
+  bool rotary_at(int layer) const { return rotary() && (!rope_windowed_only || attention_window(layer) > 0); }
   // Whether the attention reads qkv expanded to a [3 x q_width] layout (key/value heads repeated to their
   // query heads, rotary positions applied) rather than the qkv linear's output as it is.
   bool expanded_attention() const { return rotary() || kv_head_count() != heads; }

@@ -365,7 +365,8 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
-  if (!c_.rotary()) return Status::ok();  // (GPT-BigCode's learned positions)
+  if (!c_.rotary_at(layer))
+    return Status::ok();  // (GPT-BigCode's learned positions, Cohere2's global layers)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s,
@@ -377,7 +378,7 @@ Status CudaGptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  if (c_.rotary()) {
+  if (c_.rotary_at(layer)) {
     MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
                                             rope_sin_ + at, true, s, c_.rotary_dim(), c_.cohere),
                              "rope bwd"));

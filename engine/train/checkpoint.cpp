@@ -125,6 +125,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"clip_qkv", c.clip_qkv},
           {"qk_layernorm", c.qk_layernorm},
           {"logit_scale", c.logit_scale},
+          {"rope_windowed_only", c.rope_windowed_only},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -177,6 +178,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.layer_norm = arch == "stablelm" || arch == "olmo" || arch == "cohere";
     c.cohere = arch == "cohere";
     c.logit_scale = j.value("logit_scale", 1.0);
+    c.rope_windowed_only = j.value("rope_windowed_only", false);
     c.norm_params = arch != "olmo";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);

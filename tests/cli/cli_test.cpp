@@ -2198,6 +2198,32 @@ TEST(CliGenerate, ACohereShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Command R7B's shape (Cohere2: Cohere's block without q/k norms, a window on every layer but each
+// sliding_window_pattern-th, rotary positions on the windowed layers only) cut to two layers of 64, an
+// 8-token window on the first, the second global without positions, trains on command-r7b's file, is kept by
+// the checkpoint, exports as Cohere2ForCausalLM and generates the same text from either (past the window: the
+// decoder's ring of keys).
+TEST(CliGenerate, ACohere2ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "cohere2",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64, "sliding_window": 8,
+          "sliding_window_pattern": 2})",
+      "command-r7b", 200);
+  EXPECT_EQ(r.latest["arch"], "cohere");
+  EXPECT_EQ(r.latest["rope_windowed_only"], true);
+  EXPECT_EQ(r.latest["sliding_window"], 8);
+  EXPECT_EQ(r.config["architectures"][0], "Cohere2ForCausalLM");
+  EXPECT_EQ(r.config["sliding_window"], 8);
+  EXPECT_EQ(r.config["sliding_window_pattern"], 2);
+  EXPECT_EQ(r.config["layer_types"], (nlohmann::json{"sliding_attention", "full_attention"}));
+  EXPECT_EQ(r.config["logit_scale"], 0.25);
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.self_attn.q_norm.weight"));
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // OLMo 1.7's shape (the Llama shape with LayerNorms that have no weight or bias, q, k and v clamped: here at
 // 0.5, which changes the losses) cut to one layer of 64 trains on olmo-1.7-7b's file, is kept by the
 // checkpoint, exports as OlmoForCausalLM (no norm tensors, clip_qkv kept) and generates the same text from

@@ -168,6 +168,19 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_TRUE(command_r_plus.qk_norm && command_r_plus.qk_norm_head_weights);
   EXPECT_EQ(command_r_plus.qk_norm_elements(), 104 * 128.0);
   EXPECT_EQ(command_r_plus.total_params(), 103810674688.0);
+  // Command R7B and Command A (Cohere2): Cohere's block with 8 key/value heads, a 4096-token window on all
+  // layers but every fourth, rotary on those only (nothing to count).
+  const ModelSpec r7b = load_model_scenario("command-r7b");
+  EXPECT_EQ(r7b.model_type, "cohere2");
+  EXPECT_TRUE(r7b.rope_windowed_only && r7b.block_norm_shared && !r7b.norm_bias && !r7b.qk_norm);
+  EXPECT_EQ(r7b.sliding_window, 4096);
+  EXPECT_EQ(r7b.global_every, 4);
+  EXPECT_EQ(r7b.logit_scale, 0.25);
+  EXPECT_EQ(
+      r7b.total_params(),
+      256000.0 * 4096 + 32 * (4096 + 2 * 4096.0 * 4096 + 2 * 4096.0 * 1024 + 3 * 4096.0 * 14336) + 4096);
+  EXPECT_EQ(r7b.total_params(), 8028033024.0);
+  EXPECT_EQ(load_model_scenario("command-a-111b").total_params(), 111057580032.0);
   Diagnostics cohere_diag;
   auto biased =
       parse_model(R"({"model_type": "cohere", "attention_bias": true})", "cohere/config.json", cohere_diag);
@@ -176,6 +189,35 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       biased.status().message().find("attention_bias': true (biases on q, k, v and o) is not supported"),
       std::string::npos)
       << biased.status().message();
+  // Cohere2's defaults (Cohere2Config's: a 4096 window, every fourth layer global), a null window (none, nor
+  // rotary), layer_types over sliding_window_pattern, the first Cohere configs' keys ignored without a
+  // warning, q/k norms refused.
+  const std::string c2 = R"({"model_type": "cohere2", "num_hidden_layers": 8, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "use_parallel_block": true, "rotary_pct": 1.0, )";
+  Diagnostics c2_diag;
+  auto c2_default = parse_model(c2 + R"("vocab_size": 100})", "c2/config.json", c2_diag);
+  ASSERT_TRUE(c2_default.is_ok()) << c2_default.status().to_string();
+  EXPECT_TRUE(c2_diag.warnings.empty()) << c2_diag.warnings.front();
+  EXPECT_EQ(c2_default->sliding_window, 4096);
+  EXPECT_EQ(c2_default->global_every, 4);
+  EXPECT_TRUE(c2_default->rope_windowed_only);
+  EXPECT_EQ(c2_default->logit_scale, 0.0625);
+  auto c2_null = parse_model(c2 + R"("sliding_window": null})", "c2/config.json", c2_diag);
+  ASSERT_TRUE(c2_null.is_ok()) << c2_null.status().to_string();
+  EXPECT_EQ(c2_null->sliding_window, 0);
+  EXPECT_EQ(c2_null->global_every, 0);
+  auto c2_types = parse_model(c2 + R"("sliding_window": 16, "sliding_window_pattern": 4, "layer_types":
+      ["full_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+       "sliding_attention", "sliding_attention", "sliding_attention"]})",
+                              "c2/config.json", c2_diag);
+  ASSERT_TRUE(c2_types.is_ok()) << c2_types.status().to_string();
+  EXPECT_EQ(c2_types->first_window_layer, 2);
+  EXPECT_EQ(c2_types->global_every, 0);
+  auto c2_qk = parse_model(c2 + R"("use_qk_norm": true})", "c2/config.json", c2_diag);
+  ASSERT_FALSE(c2_qk.is_ok());
+  EXPECT_NE(c2_qk.status().message().find("use_qk_norm': true (q/k norms, which Cohere2ForCausalLM"),
+            std::string::npos)
+      << c2_qk.status().message();
   // OLMo-7B: the Llama shape with LayerNorms that have no parameters at all; OLMo-2-1124-7B: RMSNorms (after
   // the sublayers: Llama's two a layer) and q/k norms over every query and key channel (4096 + 4096 weights a
   // layer, not Qwen3's 2 x 128).
@@ -256,7 +298,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   for (const char* name :
        {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
         "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "stablelm-2-12b", "olmo-7b", "olmo-2-7b",
-        "olmo-2-32b", "command-r-35b", "command-r-plus-104b"}) {
+        "olmo-2-32b", "command-r-35b", "command-r-plus-104b", "command-r7b", "command-a-111b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

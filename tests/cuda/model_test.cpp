@@ -340,6 +340,14 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   cohere.qk_norm = cohere.qk_layernorm = true;
   cohere.logit_scale = 0.5;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, cohere, "cohere");
+  // Command R7B's (Cohere2): no q/k norms, a 5-token window on every layer but each second, rotary on those
+  // only.
+  GptConfig cohere2 = cohere;
+  cohere2.qk_norm = cohere2.qk_layernorm = false;
+  cohere2.sliding_window = 5;
+  cohere2.global_every = 2;
+  cohere2.rope_windowed_only = true;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, cohere2, "cohere2");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -7,7 +7,10 @@ rotary positions on neighbouring pairs of channels (channel 2i turns with 2i + 1
 Cohere's rotate_half and repeat_interleave), each key/value head serving heads / kv_heads consecutive query
 heads, causal softmax scaled by head size^-1/2, o_proj. The MLP: down_proj(silu(gate_proj(h)) * up_proj(h)).
 The final model.norm (the same LayerNorm); the logits of the tied head (or lm_head) multiplied by
-logit_scale. It reads the tensors by the names of a Cohere checkpoint (tests/engine/gpt_model_test.cpp).
+logit_scale. Cohere2's (config "sliding_window", "global_every"): a window (query t sees keys u with
+t - window < u <= t) on every layer but each global_every-th, and rotary positions on the windowed layers only,
+the others attending without positions. It reads the tensors by the names of a Cohere checkpoint
+(tests/engine/gpt_model_test.cpp).
 
 usage: cohere_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
@@ -41,14 +44,18 @@ def forward(cfg, t, tokens, torch):
         return x.transpose(1, 2)
 
     x = t["model.embed_tokens.weight"][tokens]
+    window, every = cfg.get("sliding_window", 0), cfg.get("global_every", 0)
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = norm(x, t[p + "input_layernorm.weight"])
-        q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm"))
-        k = rotate(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
+        sliding = window and not (every and (layer + 1) % every == 0)
+        turn = rotate if sliding or not cfg.get("rope_windowed_only") else (lambda x: x)
+        q = turn(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm"))
+        k = turn(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
         k = k.repeat_interleave(H // KV, dim=1)
         v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2).repeat_interleave(H // KV, dim=1)
-        y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, C)
+        y = reference_io.causal_attention(q, k, v, torch, window=window if sliding else 0)
+        y = y.transpose(1, 2).reshape(B, T, C)
         gated = torch.nn.functional.silu(linear(h, p + "mlp.gate_proj")) * linear(h, p + "mlp.up_proj")
         x = x + linear(y, p + "self_attn.o_proj") + linear(gated, p + "mlp.down_proj")
     x = norm(x, t["model.norm.weight"])

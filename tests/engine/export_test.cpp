@@ -238,8 +238,19 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   cohere.logit_scale = 0.5;
   GptConfig cohere_qk = cohere;  // and Command R+'s q/k LayerNorms
   cohere_qk.qk_norm = cohere_qk.qk_layernorm = true;
-  for (const GptConfig& c : {mistral, qwen2, plain, qwen3, gemma, phi3, gemma2, qwen2_interleaved, gemma3,
-                             stablelm, stablelm2, olmo2, olmo, olmo17, stablelm12, cohere, cohere_qk}) {
+  GptConfig cohere2 = cohere;  // Cohere2's: a window on every layer but each second, rotary on those only
+  cohere2.sliding_window = 3;
+  cohere2.global_every = 2;
+  cohere2.rope_windowed_only = true;
+  GptConfig cohere2_all = cohere2;  // windows on every layer (layer_types only), heads of 6
+  cohere2_all.global_every = 0;
+  cohere2_all.head_dim = 6;
+  GptConfig cohere2_none = cohere2;  // no window (sliding_window null): no layer turns
+  cohere2_none.sliding_window = cohere2_none.global_every = 0;
+  for (const GptConfig& c :
+       {mistral,           qwen2,  plain,     qwen3,     gemma,       phi3,        gemma2,
+        qwen2_interleaved, gemma3, stablelm,  stablelm2, olmo2,       olmo,        olmo17,
+        stablelm12,        cohere, cohere_qk, cohere2,   cohere2_all, cohere2_none}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -277,6 +288,8 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.qk_layernorm, c.qk_layernorm);
     EXPECT_EQ(back.cohere, c.cohere);
     EXPECT_EQ(back.logit_scale, c.logit_scale);
+    EXPECT_EQ(back.rope_windowed_only, c.rope_windowed_only);
+    for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.rotary_at(l), c.rotary_at(l)) << l;
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);  // every parameter back where it was

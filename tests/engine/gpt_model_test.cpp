@@ -330,6 +330,15 @@ GptConfig cohere_qk() {
   c.qk_norm = c.qk_layernorm = true;
   return c;
 }
+// Command R7B's and Command A's (Cohere2): a 3-token window on every layer but each second, rotary positions
+// on the windowed layers only.
+GptConfig cohere2() {
+  GptConfig c = cohere();
+  c.sliding_window = 3;
+  c.global_every = 2;
+  c.rope_windowed_only = true;
+  return c;
+}
 
 // OLMo 2's: the Llama shape (4 heads, untied) with its RMSNorms after the attention and the MLP only, and
 // q/k norms over all 16 query and all 16 key channels.
@@ -403,6 +412,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"stablelm-12b", stablelm_12b()},
           {"cohere", cohere()},
           {"cohere-qk", cohere_qk()},
+          {"cohere2", cohere2()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -921,6 +931,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
       true;
   cohere_shape.qk_norm = cohere_shape.qk_layernorm = true;
   cohere_shape.logit_scale = 0.5;
+  GptConfig cohere2_shape = cohere_shape;  // and Command R7B's: no q/k norms, a window of 4 on layers 0 and
+                                           // 2, rotary on those only (the ring cache turns the windowed keys)
+  cohere2_shape.qk_norm = cohere2_shape.qk_layernorm = false;
+  cohere2_shape.sliding_window = 4;
+  cohere2_shape.global_every = 2;
+  cohere2_shape.rope_windowed_only = true;
   GptConfig stablelm_big = stablelm_shape;  // and StableLM 2 12B's: side by side, per-head q/k LayerNorms
   stablelm_big.parallel_residual = stablelm_big.one_norm = stablelm_big.qk_norm = stablelm_big.qk_layernorm =
       true;
@@ -932,10 +948,10 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
   for (const GptConfig& c :
-       {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape,    falcon_mq, falcon_gq,
-        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,          mha,       qwen,
-        scaled,         yarn,        window,      q3,           gem,          gem2,      gem3,
-        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_big, cohere_shape, phi}) {
+       {gpt2,           opt_shape,   exact,       neox_shape,   phi_shape,    falcon_mq,     falcon_gq,
+        bigcode_mq,     bloom_shape, mpt_shape,   gptj_shape,   gqa,          mha,           qwen,
+        scaled,         yarn,        window,      q3,           gem,          gem2,          gem3,
+        stablelm_shape, olmo_shape,  olmo2_shape, stablelm_big, cohere_shape, cohere2_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -947,6 +963,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : !c.norm_params         ? "olmo, clip_qkv"
+                 : c.rope_windowed_only   ? "cohere2"
                  : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
@@ -1425,20 +1442,29 @@ TEST(GptModel, StablelmMatchesAPyTorchReference) {
 // Cohere against a PyTorch implementation of transformers' Cohere equations
 // (tests/engine/cohere_reference.py): one LayerNorm without bias before the attention and the MLP side by
 // side, rotary on neighbouring pairs, logits scaled; with and without Command R+'s per-head q/k LayerNorms,
-// the head tied and untied. Skipped without torch.
+// the head tied and untied; Cohere2's windows with rotary on the windowed layers only (and without a window:
+// no layer turns). Skipped without torch.
 TEST(GptModel, CohereMatchesAPyTorchReference) {
-  GptConfig untied = cohere_qk();
+  GptConfig untied = cohere_qk(), no_window = cohere2(), all_windowed = cohere2();
   untied.tied = false;
-  for (GptConfig c : {cohere(), cohere_qk(), untied}) {
+  no_window.sliding_window = no_window.global_every = 0;
+  all_windowed.global_every = 0;
+  for (GptConfig c : {cohere(), cohere_qk(), untied, cohere2(), no_window, all_windowed}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(std::string(c.qk_norm ? "q/k norms" : "no q/k norms") + (c.tied ? ", tied" : ", untied"));
+    SCOPED_TRACE(std::string(c.qk_norm ? "q/k norms" : "no q/k norms") + (c.tied ? ", tied" : ", untied") +
+                 (c.rope_windowed_only ? ", Cohere2 window " + std::to_string(c.sliding_window) +
+                                             " global every " + std::to_string(c.global_every)
+                                       : ""));
     const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
                                    {"kv_heads", c.kv_head_count()},
                                    {"rope_theta", c.rope_theta},
                                    {"qk_norm", c.qk_norm},
-                                   {"logit_scale", c.logit_scale}};
+                                   {"logit_scale", c.logit_scale},
+                                   {"sliding_window", c.sliding_window},
+                                   {"global_every", c.global_every},
+                                   {"rope_windowed_only", c.rope_windowed_only}};
     if (!matches_reference("cohere_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1468,6 +1494,16 @@ TEST(GptModel, CohereMatchesAPyTorchReference) {
   GptConfig two_norms = cohere();
   two_norms.parallel_residual = two_norms.one_norm = false;
   EXPECT_NE(validate(two_norms, 1, 8).to_string().find("Cohere"), std::string::npos);
+  // Cohere2: its spec and back; the global layer does not turn; only Cohere's blocks have it.
+  const ModelSpec spec2 = gpt_model_spec(cohere2());
+  EXPECT_EQ(spec2.model_type, "cohere2");
+  EXPECT_TRUE(spec2.rope_windowed_only && spec2.sliding_window == 3 && spec2.global_every == 2);
+  EXPECT_TRUE(check_model_file(spec2, "memwall train").is_ok());
+  const GptConfig back2 = gpt_config_of(spec2);
+  EXPECT_TRUE(back2.cohere && back2.rope_windowed_only && back2.rotary_at(0) && !back2.rotary_at(1));
+  GptConfig nope_llama = llama_mha();
+  nope_llama.rope_windowed_only = true;
+  EXPECT_NE(validate(nope_llama, 1, 8).to_string().find("rope_windowed_only"), std::string::npos);
 }
 
 // OLMo against a PyTorch implementation of transformers' OLMo equations (tests/engine/olmo_reference.py):
@@ -1708,11 +1744,13 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   // gradients against float64 autograd instead. Nor OLMo 1.7's clip_qkv, whose clamp has a kink too.)
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
-  for (const GptConfig& c : {tiny(), exact, neox(), phi(), falcon40b(), bigcode(), bloom(), mpt(), gptj(),
-                             llama_gqa(), llama_mha(), qwen2(), gemma2(), gemma3(), stablelm2(),
-                             stablelm_12b(), olmo(), olmo2_gqa(), cohere_qk()}) {
+  for (const GptConfig& c :
+       {tiny(),      exact,          neox(),      phi(),       falcon40b(), bigcode(), bloom(),
+        mpt(),       gptj(),         llama_gqa(), llama_mha(), qwen2(),     gemma2(),  gemma3(),
+        stablelm2(), stablelm_12b(), olmo(),      olmo2_gqa(), cohere_qk(), cohere2()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
+                                   : c.rope_windowed_only ? "cohere2"
                                    : c.cohere             ? "cohere"
                                    : c.qk_layernorm       ? "stablelm 2 12b"
                                    : !c.norm_params       ? "olmo"

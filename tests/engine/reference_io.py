@@ -90,11 +90,14 @@ def rotary(torch, T, rot, theta):
     return rotate
 
 
-def causal_attention(q, k, v, torch, bias=None, bias_scaled=False):
+def causal_attention(q, k, v, torch, bias=None, bias_scaled=False, window=0):
     """softmax(q k^T / sqrt(head size), causal) v for [B, H, T, head size]; `bias` [H, 1, T] added to the
-    scores after the scale (BLOOM's ALiBi), or before it with bias_scaled (Falcon's)."""
+    scores after the scale (BLOOM's ALiBi), or before it with bias_scaled (Falcon's); with a window, query t
+    sees keys u with t - window < u <= t only."""
     T, hs = q.shape[-2], q.shape[-1]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    if window:
+        causal = causal & ~torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-window)
     scores = q @ k.transpose(-1, -2)
     if bias is not None and bias_scaled:
         scores = scores + bias
