@@ -150,6 +150,9 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
     if (m.first_window_layer > 0) std::printf(" from layer %d", m.first_window_layer);
     if (m.global_every > 0) std::printf(" (one layer in %d global)", m.global_every);
   }
+  // Layers attending without positions (nothing to count): Cohere2's global ones, SmolLM3's every n-th.
+  if (m.rope_windowed_only) std::printf(", rotary on the windowed layers only");
+  if (m.nope_every > 0) std::printf(", no rotary on one layer in %d", m.nope_every);
   std::printf("\n");
   std::printf("params   %s (%.0f) derived from the config; Eq.1 12*nl*hd^2 gives %s",
               format_count(m.total_params()).c_str(), m.total_params(),

@@ -179,6 +179,12 @@ std::string rotary_summary(const model::GptConfig& c, int seq) {
              : strprintf(" on the %d layers of %d with a %d-token window, the others without positions",
                          windowed, c.layers, c.sliding_window);
   }
+  if (c.nope_every == 1) return "no positions (no layer turns)";  // (SmolLM3's no_rope_layers all 0)
+  if (c.nope_every > 0) {                                         // SmolLM3's layers without positions
+    s += c.nope_every >= c.layers ? strprintf(" (none on layer %d: no positions)", c.nope_every - 1)
+                                  : strprintf(" (none on layers %d, %d, ...: no positions)", c.nope_every - 1,
+                                              2 * c.nope_every - 1);
+  }
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.none()) {
     s += " (rope_scaling " + rs.type;

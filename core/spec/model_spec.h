@@ -160,6 +160,9 @@ struct ModelSpec {
   // Cohere2's: rotary positions on the windowed layers only, none on the global ones (NoPE); nothing to
   // count.
   bool rope_windowed_only = false;
+  // SmolLM3's no_rope_layers: every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
+  // without rotary positions (0: every layer turns); nothing to count.
+  int nope_every = 0;
   bool attn_bias = true;   // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
   bool head_bias = false;  // Phi's bias on the untied head
 

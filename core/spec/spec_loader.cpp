@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "cohere, cohere2, "
+    "cohere, cohere2, smollm3, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -122,6 +122,42 @@ Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
       "layer_types",
       "is a pattern memwall does not compute; allowed: full_attention layers then "
       "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
+}
+
+// SmolLM3's layers without rotary positions: no_rope_layers (1: the layer turns, 0: it does not; at least a
+// layer's worth of entries), else one layer in every no_rope_layer_interval (4), as every n-th layer
+// (nope_every); its window (use_sliding_window), on those layers only, is refused.
+Status read_no_rope_layers(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  MW_RETURN_IF_ERROR(
+      require_flag(r, "use_sliding_window", false, "a window on the layers without positions"));
+  m.nope_every = 4;
+  MW_RETURN_IF_ERROR(r.get_int("no_rope_layer_interval", m.nope_every, 1, 1 << 20));
+  if (j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
+    const json& nr = j["no_rope_layers"];
+    bool ok = nr.is_array() && static_cast<int>(nr.size()) >= m.layers;
+    for (std::size_t i = 0; ok && i < nr.size(); ++i) ok = nr[i] == 0 || nr[i] == 1;
+    if (!ok) {
+      return r.error("no_rope_layers", "must list at least num_hidden_layers (" + std::to_string(m.layers) +
+                                           ") entries, each 1 (rotary) or 0 (none)");
+    }
+    const auto matches = [&](int n) {
+      for (int i = 0; i < m.layers; ++i) {
+        if ((nr[static_cast<std::size_t>(i)] == 1) != (n == 0 || (i + 1) % n != 0)) return false;
+      }
+      return true;
+    };
+    int n = 0;
+    while (n <= m.layers && !matches(n)) ++n;
+    if (n > m.layers) {
+      return r.error("no_rope_layers",
+                     "is a pattern memwall does not compute; allowed: every n-th layer 0 "
+                     "and the others 1");
+    }
+    m.nope_every = n;
+  }
+  if (m.nope_every > m.layers) m.nope_every = 0;  // no layer is one
+  r.ignore({"no_rope_layers"});
+  return Status::ok();
 }
 
 // rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
@@ -756,7 +792,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
-             type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2") {
+             type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
+             type == "smollm3") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -787,7 +824,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_int("num_key_value_heads", m.kv_heads, 1, 1 << 20));
     MW_RETURN_IF_ERROR(r.get_int("vocab_size", m.vocab, 0, 1 << 28));
     MW_RETURN_IF_ERROR(r.get_int("max_position_embeddings", m.max_positions, 0, 1 << 28));
-    m.tied_embeddings = gemma;  // Gemma's configs tie the head by default, the others do not
+    // Gemma's and SmolLM3's configs tie the head by default, the others do not.
+    m.tied_embeddings = gemma || type == "smollm3";
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
@@ -858,6 +896,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     }
     if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
+    if (type == "smollm3") {
+      m.rope_theta = 2e6;  // SmolLM3Config's
+      MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
+    }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2;
@@ -1602,6 +1644,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"qk_norm_head_weights", m.qk_norm_head_weights},
             {"logit_scale", m.logit_scale},
             {"rope_windowed_only", m.rope_windowed_only},
+            {"nope_every", m.nope_every},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},

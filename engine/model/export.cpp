@@ -107,6 +107,24 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
+  if (c.nope_every > 0) {  // SmolLM3Config's keys: the plain Llama shape with every n-th layer unturned
+    if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm || c.layer_norm ||
+        c.post_norm) {
+      return no_config_form(dir, "SmolLM3", ", q/k/v biases, partial rotary, q/k norms or other norms",
+                            "SmolLM3ForCausalLM");
+    }
+    nlohmann::ordered_json turns = nlohmann::ordered_json::array();
+    for (int l = 0; l < c.layers; ++l) turns.push_back(c.rotary_at(l) ? 1 : 0);
+    return llama_family_config("SmolLM3ForCausalLM", "smollm3", c,
+                               {{"rms_norm_eps", c.norm_eps},
+                                {"no_rope_layers", turns},
+                                {"no_rope_layer_interval", c.nope_every},
+                                {"use_sliding_window", false},
+                                {"sliding_window", nullptr},
+                                {"attention_bias", false},
+                                {"mlp_bias", false}},
+                               torch_dtype);
+  }
   if (c.layer_norm && !c.norm_params) {  // OlmoConfig's keys (validate() has refused q/k norms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0)
       return no_config_form(dir, "OLMo", ", q/k/v biases or partial rotary", "OlmoForCausalLM");

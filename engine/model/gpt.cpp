@@ -99,6 +99,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "parallel_residual, one_norm), and logit_scale " +
         strprintf("%g", c.logit_scale) + " is Cohere's alone (1: none; > 0)");
   }
+  if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
+    return Status::invalid_argument(
+        "model: nope_every " + std::to_string(c.nope_every) +
+        " must be >= 0 (0: every layer turns), and is the Llama shape's (SmolLM3's)");
+  }
   if (c.rope_windowed_only && !c.cohere) {
     return Status::invalid_argument(
         "model: rotary positions on the windowed layers only (rope_windowed_only) are Cohere2's (cohere)");
@@ -762,6 +767,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.cohere = cohere;
     c.logit_scale = m.logit_scale;
     c.rope_windowed_only = m.rope_windowed_only;  // (Cohere2's)
+    c.nope_every = m.nope_every;                  // (SmolLM3's)
     c.norm_params = m.norm_weight;                // (OLMo's LayerNorms have none)
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
@@ -920,7 +926,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.fused_names            ? "phi3"
+    m.model_type = c.nope_every > 0         ? "smollm3"
+                   : c.fused_names          ? "phi3"
                    : c.sandwich_norm        ? (c.qk_norm ? "gemma3_text" : "gemma2")
                    : c.gemma()              ? "gemma"
                    : c.qk_norm              ? "qwen3"
@@ -952,6 +959,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.query_scale = c.query_scale;
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
+    m.nope_every = c.nope_every;
     if (c.layer_norm) {  // StableLM's, Cohere's without biases, or without parameters OLMo's
       m.model_type = c.rope_windowed_only ? "cohere2"
                      : c.cohere           ? "cohere"

@@ -153,6 +153,9 @@ struct GptConfig {
   // Cohere2's (Command R7B's, Command A's; with cohere): rotary positions on the windowed layers only, the
   // global ones (and every layer without a window) attending without positions (NoPE).
   bool rope_windowed_only = false;
+  // SmolLM3's (no_rope_layers): every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
+  // attends without positions (NoPE); 0: every layer turns.
+  int nope_every = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -181,8 +184,11 @@ struct GptConfig {
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
   bool rotary() const { return llama() || neox || phi || gptj || (falcon && !falcon_alibi); }
-  // Whether layer l's queries and keys turn (not Cohere2's global layers).
-  bool rotary_at(int layer) const { return rotary() && (!rope_windowed_only || attention_window(layer) > 0); }
+  // Whether layer l's queries and keys turn (not Cohere2's global layers, nor SmolLM3's every n-th).
+  bool rotary_at(int layer) const {
+    return rotary() && (!rope_windowed_only || attention_window(layer) > 0) &&
+           (nope_every == 0 || (layer + 1) % nope_every != 0);
+  }
   // Whether the attention reads qkv expanded to a [3 x q_width] layout (key/value heads repeated to their
   // query heads, rotary positions applied) rather than the qkv linear's output as it is.
   bool expanded_attention() const { return rotary() || kv_head_count() != heads; }

@@ -126,6 +126,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"qk_layernorm", c.qk_layernorm},
           {"logit_scale", c.logit_scale},
           {"rope_windowed_only", c.rope_windowed_only},
+          {"nope_every", c.nope_every},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -179,6 +180,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.cohere = arch == "cohere";
     c.logit_scale = j.value("logit_scale", 1.0);
     c.rope_windowed_only = j.value("rope_windowed_only", false);
+    c.nope_every = j.value("nope_every", 0);
     c.norm_params = arch != "olmo";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);

@@ -2198,6 +2198,26 @@ TEST(CliGenerate, ACohereShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// SmolLM3's shape (the Llama shape, tied, every fourth layer without rotary positions) cut to four layers of
+// 64 trains on smollm3-3b's file, is kept by the checkpoint, exports as SmolLM3ForCausalLM (no_rope_layers
+// [1, 1, 1, 0]) and generates the same text from either.
+TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "smollm3",
+      R"({"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64})",
+      "smollm3-3b", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["nope_every"], 4);
+  EXPECT_EQ(r.config["architectures"][0], "SmolLM3ForCausalLM");
+  EXPECT_EQ(r.config["no_rope_layers"], (nlohmann::json{1, 1, 1, 0}));
+  EXPECT_EQ(r.config["no_rope_layer_interval"], 4);
+  EXPECT_EQ(r.config["tie_word_embeddings"], true);
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Command R7B's shape (Cohere2: Cohere's block without q/k norms, a window on every layer but each
 // sliding_window_pattern-th, rotary positions on the windowed layers only) cut to two layers of 64, an
 // 8-token window on the first, the second global without positions, trains on command-r7b's file, is kept by

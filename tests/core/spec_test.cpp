@@ -181,6 +181,16 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       256000.0 * 4096 + 32 * (4096 + 2 * 4096.0 * 4096 + 2 * 4096.0 * 1024 + 3 * 4096.0 * 14336) + 4096);
   EXPECT_EQ(r7b.total_params(), 8028033024.0);
   EXPECT_EQ(load_model_scenario("command-a-111b").total_params(), 111057580032.0);
+  // SmolLM3-3B: the Llama shape, tied, every fourth layer without rotary positions (nothing to count).
+  const ModelSpec smol = load_model_scenario("smollm3-3b");
+  EXPECT_EQ(smol.model_type, "smollm3");
+  EXPECT_EQ(smol.nope_every, 4);
+  EXPECT_TRUE(smol.tied_embeddings);
+  EXPECT_EQ(smol.rope_theta, 5e6);
+  EXPECT_EQ(
+      smol.total_params(),
+      128256.0 * 2048 + 36 * (2 * 2048 + 2 * 2048.0 * 2048 + 2 * 2048.0 * 512 + 3 * 2048.0 * 11008) + 2048);
+  EXPECT_EQ(smol.total_params(), 3075098624.0);
   Diagnostics cohere_diag;
   auto biased =
       parse_model(R"({"model_type": "cohere", "attention_bias": true})", "cohere/config.json", cohere_diag);
@@ -218,6 +228,36 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_NE(c2_qk.status().message().find("use_qk_norm': true (q/k norms, which Cohere2ForCausalLM"),
             std::string::npos)
       << c2_qk.status().message();
+  // SmolLM3's no_rope_layers: derived from no_rope_layer_interval (4) when absent; a list longer than the
+  // layers read to their count; every layer 0 is every layer unturned; other patterns, and a window (on the
+  // layers without positions), refused.
+  const std::string s3 = R"({"model_type": "smollm3", "num_hidden_layers": 6, "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, )";
+  Diagnostics s3_diag;
+  auto s3_default = parse_model(s3 + R"("no_rope_layer_interval": 3})", "s3/config.json", s3_diag);
+  ASSERT_TRUE(s3_default.is_ok()) << s3_default.status().to_string();
+  EXPECT_EQ(s3_default->nope_every, 3);
+  EXPECT_EQ(s3_default->rope_theta, 2e6);
+  auto s3_list =
+      parse_model(s3 + R"("no_rope_layers": [1, 0, 1, 0, 1, 0, 1, 1]})", "s3/config.json", s3_diag);
+  ASSERT_TRUE(s3_list.is_ok()) << s3_list.status().to_string();
+  EXPECT_EQ(s3_list->nope_every, 2);
+  auto s3_none = parse_model(s3 + R"("no_rope_layers": [0, 0, 0, 0, 0, 0]})", "s3/config.json", s3_diag);
+  ASSERT_TRUE(s3_none.is_ok()) << s3_none.status().to_string();
+  EXPECT_EQ(s3_none->nope_every, 1);
+  auto s3_all = parse_model(s3 + R"("no_rope_layers": [1, 1, 1, 1, 1, 1]})", "s3/config.json", s3_diag);
+  ASSERT_TRUE(s3_all.is_ok()) << s3_all.status().to_string();
+  EXPECT_EQ(s3_all->nope_every, 0);
+  EXPECT_TRUE(s3_diag.warnings.empty()) << s3_diag.warnings.front();
+  for (const auto& [text, needle] :
+       {std::pair{s3 + R"("no_rope_layers": [0, 1, 1, 1, 1, 1]})", "is a pattern memwall does not compute"},
+        std::pair{s3 + R"("no_rope_layers": [1, 1, 0]})", "must list at least num_hidden_layers (6)"},
+        std::pair{s3 + R"("use_sliding_window": true, "sliding_window": 8})",
+                  "use_sliding_window': true (a window on the layers without positions) is not supported"}}) {
+    auto bad = parse_model(text, "s3/config.json", s3_diag);
+    ASSERT_FALSE(bad.is_ok()) << text;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+  }
   // OLMo-7B: the Llama shape with LayerNorms that have no parameters at all; OLMo-2-1124-7B: RMSNorms (after
   // the sublayers: Llama's two a layer) and q/k norms over every query and key channel (4096 + 4096 weights a
   // layer, not Qwen3's 2 x 128).
@@ -295,10 +335,26 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       mpt_bias->total_params(),
       132.0 * 64 + 2 * (64 * (64 + 2 * 16 + 64 + 2 * 160) + (64 + 2 * 16) + 64 + 160 + 64 + 4 * 64) + 2 * 64);
   // The graph the planner runs has the same parameters.
-  for (const char* name :
-       {"bloom-176b", "bloom-560m", "falcon-7b", "falcon-40b", "pythia-12b", "phi-2", "opt-175b", "mpt-7b",
-        "gpt-j-6b", "codegen-350m-mono", "stablelm-3b-4e1t", "stablelm-2-12b", "olmo-7b", "olmo-2-7b",
-        "olmo-2-32b", "command-r-35b", "command-r-plus-104b", "command-r7b", "command-a-111b"}) {
+  for (const char* name : {"bloom-176b",
+                           "bloom-560m",
+                           "falcon-7b",
+                           "falcon-40b",
+                           "pythia-12b",
+                           "phi-2",
+                           "opt-175b",
+                           "mpt-7b",
+                           "gpt-j-6b",
+                           "codegen-350m-mono",
+                           "stablelm-3b-4e1t",
+                           "stablelm-2-12b",
+                           "olmo-7b",
+                           "olmo-2-7b",
+                           "olmo-2-32b",
+                           "command-r-35b",
+                           "command-r-plus-104b",
+                           "command-r7b",
+                           "command-a-111b",
+                           "smollm3-3b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

@@ -348,6 +348,10 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   cohere2.global_every = 2;
   cohere2.rope_windowed_only = true;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, cohere2, "cohere2");
+  // SmolLM3's: the second layer without rotary positions.
+  GptConfig smollm3 = small_llama();
+  smollm3.nope_every = 2;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, smollm3, "smollm3");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -247,10 +247,14 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   cohere2_all.head_dim = 6;
   GptConfig cohere2_none = cohere2;  // no window (sliding_window null): no layer turns
   cohere2_none.sliding_window = cohere2_none.global_every = 0;
+  GptConfig smollm3 = small_llama_config();  // SmolLM3's: the second layer without rotary positions, tied
+  smollm3.nope_every = 2;
+  smollm3.tied = true;
+  smollm3.norm_eps = 1e-6;
   for (const GptConfig& c :
-       {mistral,           qwen2,  plain,     qwen3,     gemma,       phi3,        gemma2,
-        qwen2_interleaved, gemma3, stablelm,  stablelm2, olmo2,       olmo,        olmo17,
-        stablelm12,        cohere, cohere_qk, cohere2,   cohere2_all, cohere2_none}) {
+       {mistral,           qwen2,  plain,     qwen3,     gemma,       phi3,         gemma2,
+        qwen2_interleaved, gemma3, stablelm,  stablelm2, olmo2,       olmo,         olmo17,
+        stablelm12,        cohere, cohere_qk, cohere2,   cohere2_all, cohere2_none, smollm3}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -289,6 +293,9 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.cohere, c.cohere);
     EXPECT_EQ(back.logit_scale, c.logit_scale);
     EXPECT_EQ(back.rope_windowed_only, c.rope_windowed_only);
+    EXPECT_EQ(back.nope_every, c.nope_every);
+    EXPECT_EQ(back.tied, c.tied);
+    EXPECT_EQ(back.norm_eps, c.norm_eps);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.rotary_at(l), c.rotary_at(l)) << l;
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.attention_window(l), c.attention_window(l)) << l;
     EXPECT_EQ(gpt_num_params(back), gpt_num_params(c));

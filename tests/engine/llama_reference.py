@@ -14,7 +14,9 @@ all layers but every global_every-th as Gemma2Config's layer_types lists them; G
 Gemma3TextModel's rotary_emb_local; Phi-3's rotary on the first int(head_dim x partial_rotary) channels of
 each head, the rest passed through, and its "longrope" rope_scaling: each pair's frequency divided by
 short_factor's or, for sequences longer than original_max_position_embeddings, long_factor's, cosines and
-sines times the attention factor, as Phi3RotaryEmbedding with _compute_longrope_parameters), as the reference memwall's CPU model is checked against
+sines times the attention factor, as Phi3RotaryEmbedding with _compute_longrope_parameters; SmolLM3's layers
+without rotary positions, no_rope_layers as SmolLM3Config derives it from an interval ("nope_every": layer i
+turns when (i + 1) % nope_every != 0), as the reference memwall's CPU model is checked against
 (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -108,6 +110,8 @@ def forward(cfg, t, tokens, torch):
     every = cfg.get("global_every", 0)  # Gemma2Config's layer_types: full every `every`-th layer
     scaling = (cfg.get("query_scale") or hs) ** -0.5
     attn_cap, final_cap = cfg.get("attn_softcap", 0), cfg.get("final_softcap", 0)
+    nope = cfg.get("nope_every", 0)
+    no_rope_layers = [int(not nope or (i + 1) % nope != 0) for i in range(cfg["layers"])]
     for layer in range(cfg["layers"]):
         sliding = layer >= cfg.get("first_window_layer", 0) and not (every and (layer + 1) % every == 0)
         layer_mask = window_mask if sliding else mask
@@ -122,7 +126,8 @@ def forward(cfg, t, tokens, torch):
             q, k = rmsnorm(q, t[p + "self_attn.q_norm.weight"]), rmsnorm(k, t[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, KV, hs).transpose(1, 2)
-        q, k = rotary(q, lcos, lsin), rotary(k, lcos, lsin)
+        if no_rope_layers[layer]:
+            q, k = rotary(q, lcos, lsin), rotary(k, lcos, lsin)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         scores = q @ k.transpose(-1, -2) * scaling
