@@ -505,7 +505,15 @@ int run_train(const TrainOptions& opt) {
                       ? "StableLM-shaped: one LayerNorm, the attention and the MLP side by side"
                   : c.layer_norm ? "StableLM-shaped: LayerNorm"
                   : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
-                                 : "Llama-shaped: RMSNorm",
+                  : c.granite
+                      ? strprintf("Granite-shaped: RMSNorm, embedding x %g, scores x %g, sublayer "
+                                  "outputs x %g, logits / %g",
+                                  c.embed_multiplier > 0 ? c.embed_multiplier : 1.0,
+                                  1.0 / std::sqrt(c.query_scale > 0 ? c.query_scale
+                                                                    : static_cast<double>(c.head_size())),
+                                  c.residual_multiplier, 1.0 / c.logit_scale)
+                            .c_str()
+                      : "Llama-shaped: RMSNorm",
                   rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
                   c.kv_head_count(), c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
                   c.tied ? "tied" : "untied",

@@ -163,6 +163,11 @@ struct ModelSpec {
   // SmolLM3's no_rope_layers: every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
   // without rotary positions (0: every layer turns); nothing to count.
   int nope_every = 0;
+  // Granite's multipliers (nothing to count): the embedding times embed_multiplier (embedding_multiplier; 0:
+  // none), each sublayer's output times residual_multiplier before its residual add; its
+  // attention_multiplier is query_scale (its -2nd power), its logits_scaling logit_scale (its inverse).
+  double embed_multiplier = 0;
+  double residual_multiplier = 1;
   bool attn_bias = true;   // with linear_bias, on the attention's linears too (GPT-J's: on the MLP's only)
   bool head_bias = false;  // Phi's bias on the untied head
 

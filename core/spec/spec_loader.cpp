@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "cohere, cohere2, smollm3, "
+    "cohere, cohere2, smollm3, granite, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -157,6 +157,22 @@ Status read_no_rope_layers(const json& j, JsonObjectReader& r, ModelSpec& m) {
   }
   if (m.nope_every > m.layers) m.nope_every = 0;  // no layer is one
   r.ignore({"no_rope_layers"});
+  return Status::ok();
+}
+
+// Granite's four multipliers (GraniteConfig's, each 1 by default): embedding_multiplier on the embedding,
+// attention_multiplier the scores' scale (kept as query_scale, its -2nd power), residual_multiplier on each
+// sublayer's output before its residual add, logits_scaling the logits' divisor (kept as logit_scale, its
+// inverse).
+Status read_granite_multipliers(JsonObjectReader& r, ModelSpec& m) {
+  double attention = 1, logits = 1;
+  m.embed_multiplier = 1;
+  MW_RETURN_IF_ERROR(r.get_number("embedding_multiplier", m.embed_multiplier, 1e-6, 1e6));
+  MW_RETURN_IF_ERROR(r.get_number("attention_multiplier", attention, 1e-6, 1e6));
+  MW_RETURN_IF_ERROR(r.get_number("residual_multiplier", m.residual_multiplier, 1e-6, 1e6));
+  MW_RETURN_IF_ERROR(r.get_number("logits_scaling", logits, 1e-6, 1e6));
+  m.query_scale = 1.0 / (attention * attention);
+  m.logit_scale = 1.0 / logits;
   return Status::ok();
 }
 
@@ -793,7 +809,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
-             type == "smollm3") {
+             type == "smollm3" || type == "granite") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -900,6 +916,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.rope_theta = 2e6;  // SmolLM3Config's
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
     }
+    if (type == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2;
@@ -1645,6 +1662,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"logit_scale", m.logit_scale},
             {"rope_windowed_only", m.rope_windowed_only},
             {"nope_every", m.nope_every},
+            {"embed_multiplier", m.embed_multiplier},
+            {"residual_multiplier", m.residual_multiplier},
             {"post_norm", m.post_norm},
             {"attn_bias", m.attn_bias},
             {"head_bias", m.head_bias},

@@ -107,6 +107,26 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
+  if (c.granite) {  // GraniteConfig's keys: the plain Llama shape with its four multipliers
+    if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset || c.fused_names ||
+        c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_local_theta > 0 ||
+        c.rope_scaling.type == "longrope" || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm ||
+        c.nope_every > 0) {
+      return no_config_form(dir, "Granite", ", q/k/v biases, partial rotary, q/k norms or NoPE layers",
+                            "GraniteForCausalLM");
+    }
+    return llama_family_config(
+        "GraniteForCausalLM", "granite", c,
+        {{"rms_norm_eps", c.norm_eps},
+         {"embedding_multiplier", c.embed_multiplier > 0 ? c.embed_multiplier : 1.0},
+         {"attention_multiplier",
+          1.0 / std::sqrt(c.query_scale > 0 ? c.query_scale : static_cast<double>(c.head_size()))},
+         {"residual_multiplier", c.residual_multiplier},
+         {"logits_scaling", 1.0 / c.logit_scale},
+         {"attention_bias", false},
+         {"mlp_bias", false}},
+        torch_dtype);
+  }
   if (c.nope_every > 0) {  // SmolLM3Config's keys: the plain Llama shape with every n-th layer unturned
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm || c.layer_norm ||
         c.post_norm) {

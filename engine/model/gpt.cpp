@@ -93,11 +93,20 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "RMSNorms and without Gemma 2's norms before them");
   }
   if ((c.cohere && (!c.layer_norm || !c.norm_params || !c.parallel_residual || !c.one_norm)) ||
-      !(c.logit_scale > 0 && c.logit_scale < 1e6) || (c.logit_scale != 1 && !c.cohere)) {
+      !(c.logit_scale > 0 && c.logit_scale < 1e6) || (c.logit_scale != 1 && !c.cohere && !c.granite)) {
     return Status::invalid_argument(
         "model: Cohere's blocks (cohere) are the Llama shape's with one LayerNorm (layer_norm, "
         "parallel_residual, one_norm), and logit_scale " +
-        strprintf("%g", c.logit_scale) + " is Cohere's alone (1: none; > 0)");
+        strprintf("%g", c.logit_scale) + " is Cohere's and Granite's (1: none; > 0)");
+  }
+  if (!(c.embed_multiplier >= 0 && c.embed_multiplier < 1e6) ||
+      !(c.residual_multiplier > 0 && c.residual_multiplier < 1e6) ||
+      ((c.embed_multiplier > 0 || c.residual_multiplier != 1) && !c.granite) ||
+      (c.granite && (!c.llama() || c.layer_norm || c.out_norms() || c.parallel_residual || c.embed_scale))) {
+    return Status::invalid_argument(
+        "model: Granite's multipliers (embed_multiplier " + strprintf("%g", c.embed_multiplier) +
+        ", residual_multiplier " + strprintf("%g", c.residual_multiplier) +
+        ": > 0) are Granite's (granite), the Llama shape's with RMSNorms before the sublayers, in sequence");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
@@ -601,6 +610,7 @@ void gpt_rope_tables(const GptConfig& c, int T, std::vector<float>& cos, std::ve
 }
 
 float GptConfig::embedding_scale() const {
+  if (embed_multiplier > 0) return static_cast<float>(embed_multiplier);  // (Granite's)
   return embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(channels))) : 1.0f;
 }
 
@@ -768,7 +778,10 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.logit_scale = m.logit_scale;
     c.rope_windowed_only = m.rope_windowed_only;  // (Cohere2's)
     c.nope_every = m.nope_every;                  // (SmolLM3's)
-    c.norm_params = m.norm_weight;                // (OLMo's LayerNorms have none)
+    c.granite = m.model_type == "granite";
+    c.embed_multiplier = m.embed_multiplier;
+    c.residual_multiplier = m.residual_multiplier;
+    c.norm_params = m.norm_weight;  // (OLMo's LayerNorms have none)
     c.kv_heads = m.kv_heads;
     c.ffn = m.ffn_hidden;
     c.tied = m.tied_embeddings;
@@ -892,6 +905,7 @@ const char* gpt_family(const GptConfig& c) {
   if (c.llama()) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
+           : c.granite    ? "Granite"
            : c.layer_norm ? "StableLM"
            : c.post_norm  ? "OLMo 2"
                           : "Llama";
@@ -926,7 +940,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kLearned;
   if (c.llama()) {
-    m.model_type = c.nope_every > 0         ? "smollm3"
+    m.model_type = c.granite                ? "granite"
+                   : c.nope_every > 0       ? "smollm3"
                    : c.fused_names          ? "phi3"
                    : c.sandwich_norm        ? (c.qk_norm ? "gemma3_text" : "gemma2")
                    : c.gemma()              ? "gemma"
@@ -960,6 +975,9 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.rope_local_theta = c.rope_local_theta;
     m.partial_rotary_factor = c.partial_rotary;
     m.nope_every = c.nope_every;
+    m.embed_multiplier = c.embed_multiplier;
+    m.residual_multiplier = c.residual_multiplier;
+    m.logit_scale = c.logit_scale;
     if (c.layer_norm) {  // StableLM's, Cohere's without biases, or without parameters OLMo's
       m.model_type = c.rope_windowed_only ? "cohere2"
                      : c.cohere           ? "cohere"
@@ -1306,8 +1324,8 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.out_norms()) {
     for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, S);
     for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, S);
-    dpost_.resize(N * C);
   }
+  if (c.out_norms() || c.scaled_branches()) dpost_.resize(N * C);
   if (c.qk_norm) {
     per_layer(qkn_, N * Wq, S);
     per_layer(rqk_, N * static_cast<std::size_t>(c.heads + c.kv_head_count()), S);
@@ -1429,14 +1447,15 @@ void GptModel::linear_forward(float* out, int out_width, const float* in, int in
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
     mm_forward(out + col0, in, pt.w, pt.b, N, in_width, cols, out_width, k == 0, pt.w16);
     if (residual == nullptr) continue;
+    const auto s = static_cast<float>(c_.residual_multiplier);  // (Granite's; else 1)
     if (cols == out_width) {
-      for (std::size_t j = 0; j < rows * width; ++j) out[j] += residual[j];
+      for (std::size_t j = 0; j < rows * width; ++j) out[j] = s * out[j] + residual[j];
       continue;
     }
     for (std::size_t r = 0; r < rows; ++r) {
       float* dst = out + r * width + static_cast<std::size_t>(col0);
       const float* add = residual + r * width + static_cast<std::size_t>(col0);
-      for (int j = 0; j < cols; ++j) dst[j] += add[j];
+      for (int j = 0; j < cols; ++j) dst[j] = s * dst[j] + add[j];
     }
   }
 }
@@ -1491,6 +1510,12 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
     k::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr, dout, in,
                           c_.norm_params ? p[0] : nullptr, mean, rstd, N, C);
   }
+}
+
+// Granite's: the gradient of a sublayer's output, residual_multiplier x the residual stream's (dpost_).
+void GptModel::scale_branch(const std::vector<float>& d) {
+  const auto s = static_cast<float>(c_.residual_multiplier);
+  for (std::size_t i = 0; i < d.size(); ++i) dpost_[i] = s * d[i];
 }
 
 // Gemma 2's norm of a sublayer's output, then the residual add: out = residual + rmsnorm(in).
@@ -1659,8 +1684,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (first_tile) {
         zero(dgel_);
         if (!c_.out_norms()) dres_ = dx_;  // the MLP's residual branch
+        if (c_.scaled_branches()) scale_branch(dx_);
       }
-      linear(dgel_.data(), (c_.out_norms() ? dpost_ : dx_).data(), C, gel_[a].data(), F);
+      linear(dgel_.data(), (c_.out_norms() || c_.scaled_branches() ? dpost_ : dx_).data(), C, gel_[a].data(),
+             F);
       break;
     case Role::kGelu:
       zero(dfc_);
@@ -1695,8 +1722,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         zero(datty_);
         // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
         if (!c_.out_norms() && !c_.parallel_residual) dx_ = dres_;
+        if (c_.scaled_branches()) scale_branch(dres_);
       }
-      linear(datty_.data(), (c_.out_norms() ? dpost_ : dres_).data(), C, atty_[a].data(), Q);
+      linear(datty_.data(), (c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_).data(), C,
+             atty_[a].data(), Q);
       break;
     case Role::kAttn: {
       // The expanded shapes recompute their expanded, rotated qkv rather than keeping it per layer.

@@ -153,6 +153,13 @@ struct GptConfig {
   // Cohere2's (Command R7B's, Command A's; with cohere): rotary positions on the windowed layers only, the
   // global ones (and every layer without a window) attending without positions (NoPE).
   bool rope_windowed_only = false;
+  // IBM Granite's (GraniteForCausalLM; the Llama shape): the embedding times embed_multiplier
+  // (embedding_multiplier), scores scaled by attention_multiplier (as query_scale, its -2nd power), each
+  // sublayer's output times residual_multiplier before its residual add, the logits divided by logits_scaling
+  // (as logit_scale, its inverse).
+  bool granite = false;
+  double embed_multiplier = 0;  // (0: none; Gemma's sqrt(C) is embed_scale)
+  double residual_multiplier = 1;
   // SmolLM3's (no_rope_layers): every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
   // attends without positions (NoPE); 0: every layer turns.
   int nope_every = 0;
@@ -168,6 +175,8 @@ struct GptConfig {
   }
   // Whether the attention's and the MLP's outputs are normed before each residual add (Gemma 2's, OLMo 2's).
   bool out_norms() const { return sandwich_norm || post_norm; }
+  // Whether the sublayers' outputs are scaled before their residual adds (Granite's residual_multiplier).
+  bool scaled_branches() const { return residual_multiplier != 1; }
   // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
   // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }
@@ -472,6 +481,7 @@ class GptModel {
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                          const float* const* p);
+  void scale_branch(const std::vector<float>& d);
   void norm_backward(float* din, float* const* g, const float* dout, const float* in, const float* const* p,
                      const float* mean, const float* rstd);
   // kernels/cpu's matmul_forward / matmul_backward, in fp32 or (bf16_) on bf16 copies of the operands;

@@ -137,8 +137,8 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     per_layer(rao_, N, S, "attention output norm rstd");
     per_layer(mo_, N * C, S, "MLP output before its norm");
     per_layer(rmo_, N, S, "MLP output norm rstd");
-    dpost_ = buf(N * C, "dsublayer output");
   }
+  if (c_.out_norms() || c_.scaled_branches()) dpost_ = buf(N * C, "dsublayer output");
   if (c_.qk_norm) {
     per_layer(qkn_, N * Wq, S, "qkv with normed heads");
     per_layer(rqk_, N * static_cast<std::size_t>(c_.heads + c_.kv_head_count()), S, "head norms' rstd");
@@ -203,6 +203,16 @@ Status CudaGptModel::zero(float* p, std::size_t floats) {
   return check_rt(
       cudaMemsetAsync(p, 0, floats * sizeof(float), static_cast<cudaStream_t>(dev_.compute().get())),
       "cudaMemsetAsync");
+}
+
+// Granite's: the gradient of a sublayer's output, residual_multiplier x the residual stream's (dpost_).
+Status CudaGptModel::scale_branch(const float* d) {
+  const std::size_t floats =
+      static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.channels);
+  MW_RETURN_IF_ERROR(copy(dpost_, d, floats));
+  return check(
+      kc::scale_values(dpost_, floats, static_cast<float>(c_.residual_multiplier), dev_.compute().get()),
+      "branch grad scale");
 }
 
 Status CudaGptModel::copy(float* dst, const float* src, std::size_t floats) {
@@ -280,9 +290,13 @@ Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, 
   const std::size_t rows = static_cast<std::size_t>(N);
   if (o.tiles == 1 && n == 1) {
     MW_RETURN_IF_ERROR(gemm_forward(out, in, parts[0].w, parts[0].w16, parts[0].b, N, in_width, out_width));
-    if (residual != nullptr)
-      return check(kc::accumulate(out, residual, rows * static_cast<std::size_t>(out_width), s), "residual");
-    return Status::ok();
+    if (residual == nullptr) return Status::ok();
+    const std::size_t floats = rows * static_cast<std::size_t>(out_width);
+    if (c_.scaled_branches()) {  // (Granite's residual_multiplier on the sublayer's output)
+      MW_RETURN_IF_ERROR(check(kc::scale_values(out, floats, static_cast<float>(c_.residual_multiplier), s),
+                               "branch scale"));
+    }
+    return check(kc::accumulate(out, residual, floats, s), "residual");
   }
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
@@ -295,8 +309,9 @@ Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, 
       MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, residual + col0, pitch, width, rows,
                                                     cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(s)),
                                   "tile residual"));
-      MW_RETURN_IF_ERROR(
-          check(kc::accumulate_strided(dst, out_width, tile_, cols, N, cols, 1.0f, s), "tile add"));
+      MW_RETURN_IF_ERROR(check(kc::accumulate_strided(dst, out_width, tile_, cols, N, cols,
+                                                      static_cast<float>(c_.residual_multiplier), s),
+                               "tile add"));
       continue;
     }
     MW_RETURN_IF_ERROR(check_rt(cudaMemcpy2DAsync(dst, pitch, tile_, width, width, rows,
@@ -549,8 +564,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       if (first_tile) {
         MW_RETURN_IF_ERROR(zero(dgel_, nf));
         if (!c_.out_norms()) MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));  // the MLP's residual branch
+        if (c_.scaled_branches()) MW_RETURN_IF_ERROR(scale_branch(dx_));
       }
-      return linear(dgel_, c_.out_norms() ? dpost_ : dx_, C, gel_[a], F);
+      return linear(dgel_, c_.out_norms() || c_.scaled_branches() ? dpost_ : dx_, C, gel_[a], F);
     case GptRole::kGelu:
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
@@ -575,8 +591,9 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
         MW_RETURN_IF_ERROR(zero(datty_, nq));
         // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
         if (!c_.out_norms() && !c_.parallel_residual) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));
+        if (c_.scaled_branches()) MW_RETURN_IF_ERROR(scale_branch(dres_));
       }
-      return linear(datty_, c_.out_norms() ? dpost_ : dres_, C, atty_[a], Q);
+      return linear(datty_, c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_, C, atty_[a], Q);
     case GptRole::kAttn: {
       // The expanded shapes rebuild their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];

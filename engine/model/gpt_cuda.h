@@ -103,6 +103,7 @@ class CudaGptModel {
   Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                        const std::uint16_t* w16, int N, int IC, int OC);
   Status copy(float* dst, const float* src, std::size_t floats);
+  Status scale_branch(const float* d);
 
   GptConfig c_;
   int B_, T_;

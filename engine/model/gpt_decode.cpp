@@ -157,7 +157,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       norm(ln_.data(), sub, norm_w, n);
       sub = ln_.data();
     }
-    for (std::size_t i = 0; i < nc; ++i) x_[i] = sub[i] + x_[i];
+    const auto s = static_cast<float>(c_.residual_multiplier);  // (Granite's; else 1)
+    for (std::size_t i = 0; i < nc; ++i) x_[i] = s * sub[i] + x_[i];
   };
   for (int l = 0; l < c_.layers; ++l) {
     const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor

@@ -127,6 +127,9 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"logit_scale", c.logit_scale},
           {"rope_windowed_only", c.rope_windowed_only},
           {"nope_every", c.nope_every},
+          {"granite", c.granite},
+          {"embed_multiplier", c.embed_multiplier},
+          {"residual_multiplier", c.residual_multiplier},
           {"attn_softcap", c.attn_softcap},
           {"final_softcap", c.final_softcap},
           {"query_scale", c.query_scale},
@@ -181,6 +184,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.logit_scale = j.value("logit_scale", 1.0);
     c.rope_windowed_only = j.value("rope_windowed_only", false);
     c.nope_every = j.value("nope_every", 0);
+    c.granite = j.value("granite", false);  // (with its multipliers, query_scale and logit_scale)
+    c.embed_multiplier = j.value("embed_multiplier", 0.0);
+    c.residual_multiplier = j.value("residual_multiplier", 1.0);
     c.norm_params = arch != "olmo";
     c.kv_heads = j.value("kv_heads", 0);
     c.ffn = j.value("ffn", 0);

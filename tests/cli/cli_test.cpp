@@ -2218,6 +2218,29 @@ TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Granite's shape (the Llama shape with its multipliers: embedding x 12, scores x 1/16 for a head of 16,
+// sublayer outputs x 0.22, logits / 4) cut to one layer of 64 trains on granite-3.3-8b's file, is kept by the
+// checkpoint, exports as GraniteForCausalLM and generates the same text from either.
+TEST(CliGenerate, AGraniteShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "granite",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64, "attention_multiplier": 0.0625,
+          "logits_scaling": 4.0})",
+      "granite-3.3-8b", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["granite"], true);
+  EXPECT_EQ(r.latest["residual_multiplier"], 0.22);
+  EXPECT_EQ(r.config["architectures"][0], "GraniteForCausalLM");
+  EXPECT_EQ(r.config["embedding_multiplier"], 12.0);
+  EXPECT_EQ(r.config["attention_multiplier"], 0.0625);
+  EXPECT_EQ(r.config["residual_multiplier"], 0.22);
+  EXPECT_EQ(r.config["logits_scaling"], 4.0);
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Command R7B's shape (Cohere2: Cohere's block without q/k norms, a window on every layer but each
 // sliding_window_pattern-th, rotary positions on the windowed layers only) cut to two layers of 64, an
 // 8-token window on the first, the second global without positions, trains on command-r7b's file, is kept by

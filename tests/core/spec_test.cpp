@@ -191,6 +191,26 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       smol.total_params(),
       128256.0 * 2048 + 36 * (2 * 2048 + 2 * 2048.0 * 2048 + 2 * 2048.0 * 512 + 3 * 2048.0 * 11008) + 2048);
   EXPECT_EQ(smol.total_params(), 3075098624.0);
+  // Granite 3.3 8B: the Llama shape, tied; its multipliers count nothing (attention_multiplier 1/128 kept as
+  // query_scale 128^2, logits_scaling 16 as logit_scale 1/16).
+  const ModelSpec granite = load_model_scenario("granite-3.3-8b");
+  EXPECT_EQ(granite.model_type, "granite");
+  EXPECT_EQ(granite.embed_multiplier, 12.0);
+  EXPECT_EQ(granite.residual_multiplier, 0.22);
+  EXPECT_EQ(granite.query_scale, 16384.0);
+  EXPECT_EQ(granite.logit_scale, 0.0625);
+  EXPECT_EQ(
+      granite.total_params(),
+      49159.0 * 4096 + 40 * (2 * 4096 + 2 * 4096.0 * 4096 + 2 * 4096.0 * 1024 + 3 * 4096.0 * 12800) + 4096);
+  EXPECT_EQ(granite.total_params(), 8170864640.0);
+  Diagnostics granite_diag;  // GraniteConfig's defaults: every multiplier 1 (scores times 1, not 1/sqrt(hs))
+  auto plain_granite = parse_model(R"({"model_type": "granite", "num_hidden_layers": 2, "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})",
+                                   "g/config.json", granite_diag);
+  ASSERT_TRUE(plain_granite.is_ok()) << plain_granite.status().to_string();
+  EXPECT_EQ(plain_granite->query_scale, 1.0);
+  EXPECT_EQ(plain_granite->embed_multiplier, 1.0);
+  EXPECT_EQ(plain_granite->logit_scale, 1.0);
   Diagnostics cohere_diag;
   auto biased =
       parse_model(R"({"model_type": "cohere", "attention_bias": true})", "cohere/config.json", cohere_diag);
@@ -354,7 +374,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "command-r-plus-104b",
                            "command-r7b",
                            "command-a-111b",
-                           "smollm3-3b"}) {
+                           "smollm3-3b",
+                           "granite-3.3-8b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

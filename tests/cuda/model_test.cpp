@@ -352,6 +352,15 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   GptConfig smollm3 = small_llama();
   smollm3.nope_every = 2;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, smollm3, "smollm3");
+  // Granite's multipliers: embedding x 3, scores x 1/8, sublayer outputs x 0.5 (tiling 2: the tiles' scaled
+  // adds), logits x 0.5.
+  GptConfig granite = small_llama();
+  granite.granite = true;
+  granite.embed_multiplier = 3;
+  granite.query_scale = 64;
+  granite.residual_multiplier = 0.5;
+  granite.logit_scale = 0.5;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, granite, "granite");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

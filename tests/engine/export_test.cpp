@@ -251,10 +251,16 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   smollm3.nope_every = 2;
   smollm3.tied = true;
   smollm3.norm_eps = 1e-6;
+  GptConfig granite = small_llama_config();  // Granite's multipliers
+  granite.granite = true;
+  granite.embed_multiplier = 12;
+  granite.query_scale = 16384;  // attention_multiplier 1/128
+  granite.residual_multiplier = 0.22;
+  granite.logit_scale = 0.0625;  // logits_scaling 16
   for (const GptConfig& c :
-       {mistral,           qwen2,  plain,     qwen3,     gemma,       phi3,         gemma2,
-        qwen2_interleaved, gemma3, stablelm,  stablelm2, olmo2,       olmo,         olmo17,
-        stablelm12,        cohere, cohere_qk, cohere2,   cohere2_all, cohere2_none, smollm3}) {
+       {mistral,   qwen2,    plain,       qwen3,        gemma,   phi3,   gemma2,     qwen2_interleaved,
+        gemma3,    stablelm, stablelm2,   olmo2,        olmo,    olmo17, stablelm12, cohere,
+        cohere_qk, cohere2,  cohere2_all, cohere2_none, smollm3, granite}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -294,6 +300,9 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.logit_scale, c.logit_scale);
     EXPECT_EQ(back.rope_windowed_only, c.rope_windowed_only);
     EXPECT_EQ(back.nope_every, c.nope_every);
+    EXPECT_EQ(back.granite, c.granite);
+    EXPECT_EQ(back.embedding_scale(), c.embedding_scale());
+    EXPECT_EQ(back.residual_multiplier, c.residual_multiplier);
     EXPECT_EQ(back.tied, c.tied);
     EXPECT_EQ(back.norm_eps, c.norm_eps);
     for (int l = 0; l < c.layers; ++l) EXPECT_EQ(back.rotary_at(l), c.rotary_at(l)) << l;

@@ -337,6 +337,17 @@ GptConfig smollm3() {
   c.nope_every = 2;
   return c;
 }
+// Granite's: the Llama shape with its multipliers (embedding x 3, scores x 1/8 for the head size's 1/2,
+// sublayer outputs x 0.5, logits / 4).
+GptConfig granite() {
+  GptConfig c = llama_gqa();
+  c.granite = true;
+  c.embed_multiplier = 3;
+  c.query_scale = 64;
+  c.residual_multiplier = 0.5;
+  c.logit_scale = 0.25;
+  return c;
+}
 // Command R7B's and Command A's (Cohere2): a 3-token window on every layer but each second, rotary positions
 // on the windowed layers only.
 GptConfig cohere2() {
@@ -421,6 +432,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"cohere-qk", cohere_qk()},
           {"cohere2", cohere2()},
           {"smollm3", smollm3()},
+          {"granite", granite()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -947,6 +959,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   cohere2_shape.rope_windowed_only = true;
   GptConfig smollm3_shape = gqa;  // and SmolLM3's: the last of the 3 layers without rotary positions
   smollm3_shape.nope_every = 3;
+  GptConfig granite_shape = gqa;  // and Granite's multipliers
+  granite_shape.granite = true;
+  granite_shape.embed_multiplier = 3;
+  granite_shape.query_scale = 64;
+  granite_shape.residual_multiplier = 0.5;
+  granite_shape.logit_scale = 0.5;  // (logits far enough from uniform for the check below)
   GptConfig stablelm_big = stablelm_shape;  // and StableLM 2 12B's: side by side, per-head q/k LayerNorms
   stablelm_big.parallel_residual = stablelm_big.one_norm = stablelm_big.qk_norm = stablelm_big.qk_layernorm =
       true;
@@ -958,11 +976,11 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
   for (const GptConfig& c :
-       {gpt2,         opt_shape,    exact,         neox_shape,     phi_shape,  falcon_mq,
-        falcon_gq,    bigcode_mq,   bloom_shape,   mpt_shape,      gptj_shape, gqa,
-        mha,          qwen,         scaled,        yarn,           window,     q3,
-        gem,          gem2,         gem3,          stablelm_shape, olmo_shape, olmo2_shape,
-        stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,  phi}) {
+       {gpt2,         opt_shape,    exact,         neox_shape,     phi_shape,     falcon_mq,
+        falcon_gq,    bigcode_mq,   bloom_shape,   mpt_shape,      gptj_shape,    gqa,
+        mha,          qwen,         scaled,        yarn,           window,        q3,
+        gem,          gem2,         gem3,          stablelm_shape, olmo_shape,    olmo2_shape,
+        stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,  granite_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -976,6 +994,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : !c.norm_params         ? "olmo, clip_qkv"
                  : c.rope_windowed_only   ? "cohere2"
                  : c.nope_every > 0       ? "smollm3"
+                 : c.granite              ? "granite"
                  : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
@@ -1197,9 +1216,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
                       qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2(), gemma3(), phi4_longrope(),
-                      phi4_longrope(64), smollm3()}) {
+                      phi4_longrope(64), smollm3(), granite()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.nope_every > 0 ? "smollm3"
+    SCOPED_TRACE(c.granite          ? "granite"
+                 : c.nope_every > 0 ? "smollm3"
                  : c.partial_rotary < 1
                      ? "phi4, original context " + std::to_string(c.rope_scaling.original_max_positions)
                  : c.rope_local_theta > 0 ? "gemma3"
@@ -1233,7 +1253,10 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"final_softcap", c.final_softcap},
                                    {"query_scale", c.query_scale},
                                    {"rope_local_theta", c.rope_local_theta},
-                                   {"nope_every", c.nope_every}};
+                                   {"nope_every", c.nope_every},
+                                   {"embed_multiplier", c.granite ? c.embed_multiplier : 1.0},
+                                   {"residual_multiplier", c.residual_multiplier},
+                                   {"logit_scale", c.logit_scale}};
     if (!matches_reference("llama_reference.py", c, gpt_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1759,13 +1782,14 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
   for (const GptConfig& c :
-       {tiny(),      exact,          neox(),      phi(),       falcon40b(), bigcode(), bloom(),
-        mpt(),       gptj(),         llama_gqa(), llama_mha(), qwen2(),     gemma2(),  gemma3(),
-        stablelm2(), stablelm_12b(), olmo(),      olmo2_gqa(), cohere_qk(), cohere2(), smollm3()}) {
+       {tiny(), exact,       neox(),      phi(),     falcon40b(), bigcode(), bloom(),     mpt(),
+        gptj(), llama_gqa(), llama_mha(), qwen2(),   gemma2(),    gemma3(),  stablelm2(), stablelm_12b(),
+        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.rope_windowed_only ? "cohere2"
                                    : c.nope_every > 0     ? "smollm3"
+                                   : c.granite            ? "granite"
                                    : c.cohere             ? "cohere"
                                    : c.qk_layernorm       ? "stablelm 2 12b"
                                    : !c.norm_params       ? "olmo"

@@ -16,7 +16,10 @@ each head, the rest passed through, and its "longrope" rope_scaling: each pair's
 short_factor's or, for sequences longer than original_max_position_embeddings, long_factor's, cosines and
 sines times the attention factor, as Phi3RotaryEmbedding with _compute_longrope_parameters; SmolLM3's layers
 without rotary positions, no_rope_layers as SmolLM3Config derives it from an interval ("nope_every": layer i
-turns when (i + 1) % nope_every != 0), as the reference memwall's CPU model is checked against
+turns when (i + 1) % nope_every != 0); Granite's multipliers as GraniteForCausalLM applies them: the embedding
+times "embed_multiplier", each sublayer's output times "residual_multiplier" before its residual add, the
+logits times "logit_scale" (1 / logits_scaling; its attention_multiplier is the scores' scale, "query_scale"
+^-1/2), as the reference memwall's CPU model is checked against
 (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -103,6 +106,8 @@ def forward(cfg, t, tokens, torch):
     x = t["model.embed_tokens.weight"][tokens]
     if gemma:
         x = x * torch.tensor(C**0.5, dtype=torch.float32).to(torch.float64)  # as a float32 model scales
+    x = x * cfg.get("embed_multiplier", 1.0)
+    branch = cfg.get("residual_multiplier", 1.0)
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
     window = cfg.get("sliding_window", 0)
     rows, cols = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
@@ -141,15 +146,15 @@ def forward(cfg, t, tokens, torch):
             x = x + rmsnorm(y, t[p + "post_attention_layernorm.weight"])
             h = rmsnorm(x, t[p + "pre_feedforward_layernorm.weight"])
         else:
-            x = x + y
+            x = x + y * branch
             h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
         gate = h @ t[p + "mlp.gate_proj.weight"].T
         up = h @ t[p + "mlp.up_proj.weight"].T
         y = (act(gate) * up) @ t[p + "mlp.down_proj.weight"].T
-        x = x + (rmsnorm(y, t[p + "post_feedforward_layernorm.weight"]) if sandwich else y)
+        x = x + (rmsnorm(y, t[p + "post_feedforward_layernorm.weight"]) if sandwich else y * branch)
     x = rmsnorm(x, t["model.norm.weight"])
     head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
-    logits = x @ head.T
+    logits = x @ head.T * cfg.get("logit_scale", 1.0)
     if final_cap:
         logits = torch.tanh(logits / final_cap) * final_cap
     return logits
