@@ -504,7 +504,9 @@ int run_train(const TrainOptions& opt) {
                   : c.layer_norm && c.parallel_residual
                       ? "StableLM-shaped: one LayerNorm, the attention and the MLP side by side"
                   : c.layer_norm ? "StableLM-shaped: LayerNorm"
-                  : c.post_norm  ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
+                  : c.post_norm && c.qk_norm && !c.qk_norm_full
+                      ? "EXAONE-4-shaped: RMSNorm after the attention and the MLP"
+                  : c.post_norm ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
                   : c.granite
                       ? strprintf("Granite-shaped: RMSNorm, embedding x %g, scores x %g, sublayer "
                                   "outputs x %g, logits / %g",

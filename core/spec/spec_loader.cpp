@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "cohere, cohere2, smollm3, granite, "
+    "cohere, cohere2, smollm3, granite, exaone4, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -809,7 +809,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
-             type == "smollm3" || type == "granite") {
+             type == "smollm3" || type == "granite" || type == "exaone4") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -899,7 +899,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
-    m.norm_eps = type == "olmo2" ? 1e-5 : 1e-6;  // transformers' Olmo2Config and LlamaConfig defaults
+    // transformers' Olmo2Config's, Exaone4Config's and LlamaConfig's defaults
+    m.norm_eps = type == "olmo2" || type == "exaone4" ? 1e-5 : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
     // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
@@ -912,6 +913,28 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     }
     if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
+    // EXAONE 4's (Exaone4ForCausalLM): OLMo 2's norms after the sublayers with Qwen3's RMSNorm of each query
+    // and key head; a window (sliding_window 4096; null: none) on all layers but every
+    // sliding_window_pattern-th (4, or a string of L and G, "LLLG"), and with a window rotary positions on
+    // the windowed layers only (the global ones without positions).
+    const bool exaone4 = type == "exaone4";
+    if (exaone4) {
+      m.qk_norm = m.post_norm = true;
+      m.global_every = 4;
+      if (j.contains("sliding_window_pattern") && j["sliding_window_pattern"].is_string()) {
+        const std::string pattern = j["sliding_window_pattern"];
+        const auto n = static_cast<int>(pattern.size());
+        if (n < 1 || pattern.find_first_not_of('L') != pattern.size() - 1 || pattern.back() != 'G') {
+          return r.error(
+              "sliding_window_pattern",
+              "\"" + pattern + "\" is a pattern memwall does not compute; allowed: n - 1 L then G (LLLG)");
+        }
+        m.global_every = n;
+        r.ignore({"sliding_window_pattern"});
+      } else {
+        MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
+      }
+    }
     if (type == "smollm3") {
       m.rope_theta = 2e6;  // SmolLM3Config's
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
@@ -919,9 +942,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (type == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = family == "mistral" || type == "phi3" || gemma2;
+    bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
-    int window = gemma2 ? 4096 : 0;  // Gemma2Config's and Gemma3TextConfig's default
+    int window = gemma2 || exaone4 ? 4096 : 0;  // Gemma2Config's, Gemma3TextConfig's and Exaone4Config's
+    if (exaone4 && j.contains("sliding_window") && j["sliding_window"].is_null()) window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
     // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28);
@@ -934,6 +958,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
       MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
     }
+    // (EXAONE 4 with a sliding_window: no layer turns but the windowed ones, if any; without one, every
+    // layer)
+    m.rope_windowed_only = exaone4 && m.sliding_window > 0;
     if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
     if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));

@@ -153,7 +153,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"clip_qkv", c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr}},
                                torch_dtype);
   }
-  if (c.rope_windowed_only) {  // Cohere2Config's keys (validate() has made it Cohere's block)
+  if (c.rope_windowed_only && c.cohere) {  // Cohere2Config's keys (validate() has made it Cohere's block)
     if (beyond_plain_llama(c, true) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_layernorm) {
       return no_config_form(dir, "Cohere2",
                             " (but a window and head_dim), q/k/v biases, partial rotary or q/k norms",
@@ -192,6 +192,29 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"use_parallel_residual", c.parallel_residual},
                                 {"hidden_dropout", 0.0}},
                                torch_dtype);
+  }
+  if (c.post_norm && c.qk_norm &&
+      !c.qk_norm_full) {  // Exaone4Config's keys: OLMo 2's block, per-head q/k norms
+    if (beyond_plain_llama(c, true) || c.qkv_bias || c.partial_rotary != 1.0 ||
+        (c.sliding_window > 0 && !c.rope_windowed_only)) {
+      return no_config_form(
+          dir, "EXAONE 4",
+          " (but a window and head_dim), q/k/v biases, partial rotary or a window with every "
+          "layer turning",
+          "Exaone4ForCausalLM");
+    }
+    // With a window (sliding_window), the global layers do not turn; without one every layer does. (A
+    // window on no layer and no layer turning: a sliding_window with every layer full_attention.)
+    nlohmann::ordered_json own = {
+        {"rms_norm_eps", c.norm_eps},
+        {"head_dim", c.head_size()},
+        {"sliding_window", c.sliding_window > 0   ? nlohmann::ordered_json(c.sliding_window)
+                           : c.rope_windowed_only ? nlohmann::ordered_json(4096)
+                                                  : nullptr}};
+    if (c.sliding_window > 0 && c.global_every > 0 && c.first_window_layer == 0)
+      own["sliding_window_pattern"] = c.global_every;
+    own["layer_types"] = layer_types(c);
+    return llama_family_config("Exaone4ForCausalLM", "exaone4", c, own, torch_dtype);
   }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)

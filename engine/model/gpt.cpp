@@ -113,9 +113,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: nope_every " + std::to_string(c.nope_every) +
         " must be >= 0 (0: every layer turns), and is the Llama shape's (SmolLM3's)");
   }
-  if (c.rope_windowed_only && !c.cohere) {
+  if (c.rope_windowed_only && !c.cohere && !(c.post_norm && c.qk_norm && !c.qk_norm_full)) {
     return Status::invalid_argument(
-        "model: rotary positions on the windowed layers only (rope_windowed_only) are Cohere2's (cohere)");
+        "model: rotary positions on the windowed layers only (rope_windowed_only) are Cohere2's (cohere) and "
+        "EXAONE 4's (post_norm with per-head q/k norms)");
   }
   if (c.qk_layernorm && (!c.qk_norm || !c.layer_norm || !c.norm_params || c.qk_norm_full)) {
     return Status::invalid_argument(
@@ -907,7 +908,7 @@ const char* gpt_family(const GptConfig& c) {
            : c.cohere     ? "Cohere"
            : c.granite    ? "Granite"
            : c.layer_norm ? "StableLM"
-           : c.post_norm  ? "OLMo 2"
+           : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4" : "OLMo 2")
                           : "Llama";
   }
   return c.opt       ? "OPT"
@@ -983,7 +984,6 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
                      : c.cohere           ? "cohere"
                      : c.norm_params      ? "stablelm"
                                           : "olmo";
-      m.rope_windowed_only = c.rope_windowed_only;
       m.norm = NormKind::kLayerNorm;
       m.norm_weight = c.norm_params;
       m.norm_bias = c.norm_bias();
@@ -994,7 +994,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.qk_norm_head_weights = c.qk_layernorm;
     m.post_norm = c.post_norm;
     m.block_norm_shared = c.shared_norm();  // (StableLM's parallel residual)
-    if (c.post_norm) m.model_type = "olmo2";
+    if (c.post_norm) m.model_type = c.qk_norm_full || !c.qk_norm ? "olmo2" : "exaone4";
+    m.rope_windowed_only = c.rope_windowed_only;
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {
     m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : c.codegen ? "codegen" : "gptj";

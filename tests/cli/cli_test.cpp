@@ -2218,6 +2218,30 @@ TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// EXAONE 4's shape (OLMo 2's norms after the sublayers, a norm of each query and key head, a window on every
+// layer but each sliding_window_pattern-th, rotary on the windowed layers only) cut to two layers of 64, an
+// 8-token window on the first, trains on exaone-4.0-32b's file, is kept by the checkpoint, exports as
+// Exaone4ForCausalLM and generates the same text from either (past the window).
+TEST(CliGenerate, AnExaone4ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "exaone4",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64, "rope_scaling": null,
+          "sliding_window": 8, "sliding_window_pattern": "LG"})",
+      "exaone-4.0-32b", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["post_norm"], true);
+  EXPECT_EQ(r.latest["rope_windowed_only"], true);
+  EXPECT_EQ(r.config["architectures"][0], "Exaone4ForCausalLM");
+  EXPECT_EQ(r.config["sliding_window"], 8);
+  EXPECT_EQ(r.config["layer_types"], (nlohmann::json{"sliding_attention", "full_attention"}));
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.q_norm.weight"]["shape"], (nlohmann::json{16}));
+  EXPECT_TRUE(r.tensors.contains("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_FALSE(r.tensors.contains("model.layers.0.input_layernorm.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Granite's shape (the Llama shape with its multipliers: embedding x 12, scores x 1/16 for a head of 16,
 // sublayer outputs x 0.22, logits / 4) cut to one layer of 64 trains on granite-3.3-8b's file, is kept by the
 // checkpoint, exports as GraniteForCausalLM and generates the same text from either.

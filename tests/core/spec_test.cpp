@@ -203,6 +203,40 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
       granite.total_params(),
       49159.0 * 4096 + 40 * (2 * 4096 + 2 * 4096.0 * 4096 + 2 * 4096.0 * 1024 + 3 * 4096.0 * 12800) + 4096);
   EXPECT_EQ(granite.total_params(), 8170864640.0);
+  // EXAONE 4.0 32B: OLMo 2's norms after the sublayers, a norm of each query and key head (128 weights each),
+  // untied; "LLLG": every fourth layer global, rotary on the windowed layers only.
+  const ModelSpec exaone = load_model_scenario("exaone-4.0-32b");
+  EXPECT_EQ(exaone.model_type, "exaone4");
+  EXPECT_TRUE(exaone.post_norm && exaone.qk_norm && !exaone.qk_norm_full && exaone.rope_windowed_only);
+  EXPECT_EQ(exaone.global_every, 4);
+  EXPECT_EQ(exaone.total_params(),
+            2 * 102400.0 * 5120 +
+                64 * (2 * 5120 + 2 * 128 + 2 * 5120.0 * 5120 + 2 * 5120.0 * 1024 + 3 * 5120.0 * 27392) +
+                5120);
+  EXPECT_EQ(exaone.total_params(), 32003216384.0);
+  const std::string e4 = R"({"model_type": "exaone4", "num_hidden_layers": 4, "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, )";
+  Diagnostics e4_diag;
+  auto e4_default = parse_model(e4 + R"("max_position_embeddings": 64})", "e4/config.json", e4_diag);
+  ASSERT_TRUE(e4_default.is_ok()) << e4_default.status().to_string();
+  EXPECT_EQ(e4_default->sliding_window, 4096);  // Exaone4Config's window and pattern
+  EXPECT_EQ(e4_default->global_every, 4);
+  auto e4_null = parse_model(e4 + R"("sliding_window": null})", "e4/config.json", e4_diag);
+  ASSERT_TRUE(e4_null.is_ok()) << e4_null.status().to_string();
+  EXPECT_EQ(e4_null->sliding_window, 0);  // no window: every layer turns
+  EXPECT_FALSE(e4_null->rope_windowed_only);
+  auto e4_full = parse_model(e4 + R"("sliding_window": 8, "layer_types": ["full_attention", "full_attention",
+      "full_attention", "full_attention"]})",
+                             "e4/config.json", e4_diag);
+  ASSERT_TRUE(e4_full.is_ok()) << e4_full.status().to_string();
+  EXPECT_EQ(e4_full->sliding_window, 0);  // a window on no layer, and (as transformers) no layer turning
+  EXPECT_TRUE(e4_full->rope_windowed_only);
+  EXPECT_TRUE(e4_diag.warnings.empty()) << e4_diag.warnings.front();
+  auto e4_bad = parse_model(e4 + R"("sliding_window_pattern": "LGLL"})", "e4/config.json", e4_diag);
+  ASSERT_FALSE(e4_bad.is_ok());
+  EXPECT_NE(e4_bad.status().message().find("\"LGLL\" is a pattern memwall does not compute"),
+            std::string::npos)
+      << e4_bad.status().message();
   Diagnostics granite_diag;  // GraniteConfig's defaults: every multiplier 1 (scores times 1, not 1/sqrt(hs))
   auto plain_granite = parse_model(R"({"model_type": "granite", "num_hidden_layers": 2, "hidden_size": 64,
       "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})",
@@ -375,7 +409,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "command-r7b",
                            "command-a-111b",
                            "smollm3-3b",
-                           "granite-3.3-8b"}) {
+                           "granite-3.3-8b",
+                           "exaone-4.0-32b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

@@ -361,6 +361,13 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   granite.residual_multiplier = 0.5;
   granite.logit_scale = 0.5;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, granite, "granite");
+  // EXAONE 4's: OLMo 2's norms after the sublayers with a norm of each query and key head, a 5-token window
+  // on every layer but each second, rotary on those only.
+  GptConfig exaone4 = small_llama();
+  exaone4.post_norm = exaone4.qk_norm = exaone4.rope_windowed_only = true;
+  exaone4.sliding_window = 5;
+  exaone4.global_every = 2;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, exaone4, "exaone4");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

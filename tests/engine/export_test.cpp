@@ -251,6 +251,18 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   smollm3.nope_every = 2;
   smollm3.tied = true;
   smollm3.norm_eps = 1e-6;
+  GptConfig exaone4 = small_llama_config();  // EXAONE 4's: norms after the sublayers, per-head q/k norms, a
+                                             // window on every second layer, rotary on the others only
+  exaone4.kv_heads = 2;
+  exaone4.post_norm = exaone4.qk_norm = true;
+  exaone4.sliding_window = 3;
+  exaone4.global_every = 2;
+  exaone4.rope_windowed_only = true;
+  GptConfig exaone4_all = exaone4;  // without a window every layer turns
+  exaone4_all.sliding_window = exaone4_all.global_every = 0;
+  exaone4_all.rope_windowed_only = false;
+  GptConfig exaone4_none = exaone4;  // a window on no layer, none turning
+  exaone4_none.sliding_window = exaone4_none.global_every = 0;
   GptConfig granite = small_llama_config();  // Granite's multipliers
   granite.granite = true;
   granite.embed_multiplier = 12;
@@ -258,9 +270,10 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   granite.residual_multiplier = 0.22;
   granite.logit_scale = 0.0625;  // logits_scaling 16
   for (const GptConfig& c :
-       {mistral,   qwen2,    plain,       qwen3,        gemma,   phi3,   gemma2,     qwen2_interleaved,
-        gemma3,    stablelm, stablelm2,   olmo2,        olmo,    olmo17, stablelm12, cohere,
-        cohere_qk, cohere2,  cohere2_all, cohere2_none, smollm3, granite}) {
+       {mistral,           qwen2,   plain,       qwen3,       gemma,       phi3,         gemma2,
+        qwen2_interleaved, gemma3,  stablelm,    stablelm2,   olmo2,       olmo,         olmo17,
+        stablelm12,        cohere,  cohere_qk,   cohere2,     cohere2_all, cohere2_none, smollm3,
+        granite,           exaone4, exaone4_all, exaone4_none}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);

@@ -372,6 +372,16 @@ GptConfig olmo2_gqa() {
   c.kv_heads = 2;
   return c;
 }
+// EXAONE 4's: OLMo 2's norms after the sublayers with a norm of each query and key head, a 3-token window on
+// every layer but each second, rotary on the windowed layers only.
+GptConfig exaone4() {
+  GptConfig c = olmo2();
+  c.qk_norm_full = false;
+  c.sliding_window = 3;
+  c.global_every = 2;
+  c.rope_windowed_only = true;
+  return c;
+}
 
 // OLMo's: the Llama shape (4 heads, untied) with LayerNorms that have no weight or bias.
 GptConfig olmo() {
@@ -433,6 +443,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"cohere2", cohere2()},
           {"smollm3", smollm3()},
           {"granite", granite()},
+          {"exaone4", exaone4()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -964,7 +975,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   granite_shape.embed_multiplier = 3;
   granite_shape.query_scale = 64;
   granite_shape.residual_multiplier = 0.5;
-  granite_shape.logit_scale = 0.5;  // (logits far enough from uniform for the check below)
+  granite_shape.logit_scale = 0.5;          // (logits far enough from uniform for the check below)
   GptConfig stablelm_big = stablelm_shape;  // and StableLM 2 12B's: side by side, per-head q/k LayerNorms
   stablelm_big.parallel_residual = stablelm_big.one_norm = stablelm_big.qk_norm = stablelm_big.qk_layernorm =
       true;
@@ -975,12 +986,18 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   olmo_shape.clip_qkv = 2;
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
+  GptConfig exaone4_shape = olmo2_shape;  // and EXAONE 4's: per-head q/k norms, a window of 4 on layers 0 and
+                                          // 2 (those alone turning)
+  exaone4_shape.qk_norm_full = false;
+  exaone4_shape.sliding_window = 4;
+  exaone4_shape.global_every = 2;
+  exaone4_shape.rope_windowed_only = true;
   for (const GptConfig& c :
-       {gpt2,         opt_shape,    exact,         neox_shape,     phi_shape,     falcon_mq,
-        falcon_gq,    bigcode_mq,   bloom_shape,   mpt_shape,      gptj_shape,    gqa,
-        mha,          qwen,         scaled,        yarn,           window,        q3,
-        gem,          gem2,         gem3,          stablelm_shape, olmo_shape,    olmo2_shape,
-        stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,  granite_shape, phi}) {
+       {gpt2,           opt_shape,     exact,       neox_shape,   phi_shape,    falcon_mq,     falcon_gq,
+        bigcode_mq,     bloom_shape,   mpt_shape,   gptj_shape,   gqa,          mha,           qwen,
+        scaled,         yarn,          window,      q3,           gem,          gem2,          gem3,
+        stablelm_shape, olmo_shape,    olmo2_shape, stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,
+        granite_shape,  exaone4_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -998,7 +1015,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
-                 : c.post_norm            ? "olmo2"
+                 : c.post_norm            ? (c.qk_norm_full ? "olmo2" : "exaone4")
                  : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
@@ -1587,13 +1604,24 @@ TEST(GptModel, OlmoMatchesAPyTorchReference) {
 TEST(GptModel, Olmo2MatchesAPyTorchReference) {
   GptConfig tied = olmo2();
   tied.tied = true;
-  for (GptConfig c : {olmo2(), tied, olmo2_gqa()}) {
+  GptConfig exaone4_all = exaone4();  // EXAONE 4 without a window: every layer turns
+  exaone4_all.sliding_window = exaone4_all.global_every = 0;
+  exaone4_all.rope_windowed_only = false;
+  for (GptConfig c : {olmo2(), tied, olmo2_gqa(), exaone4(), exaone4_all}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
     SCOPED_TRACE(std::string(c.tied ? "tied" : "untied") + ", " + std::to_string(c.kv_head_count()) +
-                 " key/value heads");
-    const nlohmann::json config = {{"layers", c.layers},     {"channels", c.channels},
-                                   {"heads", c.heads},       {"kv_heads", c.kv_head_count()},
-                                   {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}};
+                 " key/value heads" +
+                 (c.qk_norm_full ? "" : ", EXAONE 4 window " + std::to_string(c.sliding_window)));
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"norm_eps", c.norm_eps},
+                                   {"rope_theta", c.rope_theta},
+                                   {"per_head", !c.qk_norm_full},
+                                   {"sliding_window", c.sliding_window},
+                                   {"global_every", c.global_every},
+                                   {"rope_windowed_only", c.rope_windowed_only}};
     if (!matches_reference("olmo2_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1784,7 +1812,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   for (const GptConfig& c :
        {tiny(), exact,       neox(),      phi(),     falcon40b(), bigcode(), bloom(),     mpt(),
         gptj(), llama_gqa(), llama_mha(), qwen2(),   gemma2(),    gemma3(),  stablelm2(), stablelm_12b(),
-        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite()}) {
+        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite(), exaone4()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.rope_windowed_only ? "cohere2"
@@ -1794,7 +1822,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
                                    : c.qk_layernorm       ? "stablelm 2 12b"
                                    : !c.norm_params       ? "olmo"
                                    : c.layer_norm         ? "stablelm"
-                                   : c.post_norm          ? "olmo2"
+                                   : c.post_norm          ? (c.qk_norm_full ? "olmo2" : "exaone4")
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
                  : c.bloom      ? "bloom"
