@@ -189,6 +189,8 @@ std::string rotary_summary(const model::GptConfig& c, int seq) {
   if (!rs.none()) {
     s += " (rope_scaling " + rs.type;
     if (rs.type == "longrope") s += seq > rs.original_max_positions ? ", long factors" : ", short factors";
+    // (OLMo 3's windowed layers turn by the same base without it; Gemma 3's by their own, gemma_extras says)
+    if (c.rope_local_theta == c.rope_theta && !c.sandwich_norm) s += ", on the global layers only";
     s += ")";
   }
   return s;
@@ -506,6 +508,16 @@ int run_train(const TrainOptions& opt) {
                   : c.layer_norm ? "StableLM-shaped: LayerNorm"
                   : c.post_norm && c.qk_norm && !c.qk_norm_full
                       ? "EXAONE-4-shaped: RMSNorm after the attention and the MLP"
+                  : c.post_norm && c.sliding_window > 0
+                      ? strprintf(
+                            "OLMo-3-shaped: RMSNorm after the attention and the MLP, a %d-token window %s",
+                            c.sliding_window,
+                            c.global_every > 0
+                                ? strprintf("on all layers but one in %d", c.global_every).c_str()
+                            : c.first_window_layer > 0
+                                ? strprintf("from layer %d", c.first_window_layer).c_str()
+                                : "on every layer")
+                            .c_str()
                   : c.post_norm ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
                   : c.granite
                       ? strprintf("Granite-shaped: RMSNorm, embedding x %g, scores x %g, sublayer "

@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "cohere, cohere2, smollm3, granite, exaone4, "
+    "olmo3, cohere, cohere2, smollm3, granite, exaone4, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -809,7 +809,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
-             type == "smollm3" || type == "granite" || type == "exaone4") {
+             type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -900,7 +900,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
     // transformers' Olmo2Config's, Exaone4Config's and LlamaConfig's defaults
-    m.norm_eps = type == "olmo2" || type == "exaone4" ? 1e-5 : 1e-6;
+    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" ? 1e-5 : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
     // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
@@ -912,7 +912,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.norm_eps = 1e-5;
       MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     }
-    if (type == "olmo2") m.qk_norm = m.qk_norm_full = m.post_norm = true;
+    // OLMo 3's (Olmo3ForCausalLM): OLMo 2's block with a window (sliding_window 4096; null: none) on all
+    // layers but every fourth (or as layer_types lists them); the windowed layers turn by rope_theta without
+    // rope_scaling (as transformers 4.57 and vLLM: rope_local_theta), the global ones with it.
+    const bool olmo3 = type == "olmo3";
+    if (type == "olmo2" || olmo3) m.qk_norm = m.qk_norm_full = m.post_norm = true;
+    if (olmo3) m.global_every = 4;
     // EXAONE 4's (Exaone4ForCausalLM): OLMo 2's norms after the sublayers with Qwen3's RMSNorm of each query
     // and key head; a window (sliding_window 4096; null: none) on all layers but every
     // sliding_window_pattern-th (4, or a string of L and G, "LLLG"), and with a window rotary positions on
@@ -942,10 +947,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (type == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4;
+    bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
-    int window = gemma2 || exaone4 ? 4096 : 0;  // Gemma2Config's, Gemma3TextConfig's and Exaone4Config's
-    if (exaone4 && j.contains("sliding_window") && j["sliding_window"].is_null()) window = 0;
+    // Gemma2Config's, Gemma3TextConfig's, Exaone4Config's and Olmo3Config's
+    int window = gemma2 || exaone4 || olmo3 ? 4096 : 0;
+    if ((exaone4 || olmo3) && j.contains("sliding_window") && j["sliding_window"].is_null()) window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
     // Which layers: Mistral's all; Qwen2's those from max_window_layers on (transformers' default 28);
@@ -963,6 +969,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.rope_windowed_only = exaone4 && m.sliding_window > 0;
     if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
     if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
+    if (olmo3 && m.sliding_window > 0) m.rope_local_theta = m.rope_theta;  // (rope_theta read above)
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)

@@ -216,6 +216,24 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     own["layer_types"] = layer_types(c);
     return llama_family_config("Exaone4ForCausalLM", "exaone4", c, own, torch_dtype);
   }
+  if (c.post_norm && c.qk_norm_full && c.sliding_window > 0) {  // Olmo3Config's keys: OLMo 2's with a window
+    // (Its windowed layers turn without rope_scaling: rope_local_theta is rope_theta, or none is needed.)
+    const bool local_ok =
+        c.rope_local_theta == 0 ? c.rope_scaling.none() : c.rope_local_theta == c.rope_theta;
+    if (c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
+        c.attn_softcap > 0 || c.final_softcap > 0 || c.query_scale > 0 || c.rope_scaling.type == "longrope" ||
+        c.qkv_bias || c.partial_rotary != 1.0 || !local_ok) {
+      return no_config_form(dir, "OLMo 3",
+                            " (but a window), q/k/v biases, partial rotary or a local rotary base of its own",
+                            "Olmo3ForCausalLM");
+    }
+    return llama_family_config("Olmo3ForCausalLM", "olmo3", c,
+                               {{"rms_norm_eps", c.norm_eps},
+                                {"attention_bias", false},
+                                {"sliding_window", c.sliding_window},
+                                {"layer_types", layer_types(c)}},
+                               torch_dtype);
+  }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)
       return no_config_form(dir, "OLMo 2", ", q/k/v biases, partial rotary or per-head q/k norms",

@@ -908,7 +908,9 @@ const char* gpt_family(const GptConfig& c) {
            : c.cohere     ? "Cohere"
            : c.granite    ? "Granite"
            : c.layer_norm ? "StableLM"
-           : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4" : "OLMo 2")
+           : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4"
+                             : c.sliding_window > 0       ? "OLMo 3"
+                                                          : "OLMo 2")
                           : "Llama";
   }
   return c.opt       ? "OPT"
@@ -994,7 +996,9 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.qk_norm_head_weights = c.qk_layernorm;
     m.post_norm = c.post_norm;
     m.block_norm_shared = c.shared_norm();  // (StableLM's parallel residual)
-    if (c.post_norm) m.model_type = c.qk_norm_full || !c.qk_norm ? "olmo2" : "exaone4";
+    if (c.post_norm) {
+      m.model_type = c.qk_norm && !c.qk_norm_full ? "exaone4" : c.sliding_window > 0 ? "olmo3" : "olmo2";
+    }
     m.rope_windowed_only = c.rope_windowed_only;
   }
   if (c.neox || c.phi || c.falcon || c.gptj) {

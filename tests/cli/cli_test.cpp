@@ -2218,6 +2218,30 @@ TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// OLMo 3's shape (OLMo 2's norms after the sublayers and q/k norms over all the heads, a window on all layers
+// but every fourth, which turn without the global layers' YaRN) cut to four layers of 64 with an 8-token
+// window trains on olmo-3-7b's file, is kept by the checkpoint, exports as Olmo3ForCausalLM and generates the
+// same text from either (past the window).
+TEST(CliGenerate, AnOlmo3ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "olmo3",
+      R"({"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64, "sliding_window": 8,
+          "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}})",
+      "olmo-3-7b", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["sliding_window"], 8);
+  EXPECT_EQ(r.latest["global_every"], 4);
+  EXPECT_EQ(r.config["architectures"][0], "Olmo3ForCausalLM");
+  EXPECT_EQ(r.config["sliding_window"], 8);
+  EXPECT_EQ(r.config["layer_types"], (nlohmann::json{"sliding_attention", "sliding_attention",
+                                                     "sliding_attention", "full_attention"}));
+  EXPECT_EQ(r.config["rope_scaling"]["rope_type"], "yarn");
+  EXPECT_EQ(r.tensors["model.layers.0.self_attn.k_norm.weight"]["shape"], (nlohmann::json{32}));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // EXAONE 4's shape (OLMo 2's norms after the sublayers, a norm of each query and key head, a window on every
 // layer but each sliding_window_pattern-th, rotary on the windowed layers only) cut to two layers of 64, an
 // 8-token window on the first, trains on exaone-4.0-32b's file, is kept by the checkpoint, exports as

@@ -237,6 +237,18 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_NE(e4_bad.status().message().find("\"LGLL\" is a pattern memwall does not compute"),
             std::string::npos)
       << e4_bad.status().message();
+  // OLMo 3 7B: OLMo 2's parameters; a 4096-token window on three layers of four, which turn by rope_theta
+  // without YaRN (rope_local_theta), the fourth with it.
+  const ModelSpec olmo3 = load_model_scenario("olmo-3-7b");
+  EXPECT_EQ(olmo3.model_type, "olmo3");
+  EXPECT_TRUE(olmo3.post_norm && olmo3.qk_norm_full);
+  EXPECT_EQ(olmo3.sliding_window, 4096);
+  EXPECT_EQ(olmo3.global_every, 4);
+  EXPECT_EQ(olmo3.rope_local_theta, olmo3.rope_theta);
+  EXPECT_EQ(olmo3.rope_scaling.type, "yarn");
+  EXPECT_EQ(olmo3.total_params(),
+            2 * 100278.0 * 4096 + 32 * (4 * 4096 + 4 * 4096.0 * 4096 + 3 * 4096.0 * 11008) + 4096);
+  EXPECT_EQ(olmo3.total_params(), 7298011136.0);
   Diagnostics granite_diag;  // GraniteConfig's defaults: every multiplier 1 (scores times 1, not 1/sqrt(hs))
   auto plain_granite = parse_model(R"({"model_type": "granite", "num_hidden_layers": 2, "hidden_size": 64,
       "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})",
@@ -410,7 +422,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "command-a-111b",
                            "smollm3-3b",
                            "granite-3.3-8b",
-                           "exaone-4.0-32b"}) {
+                           "exaone-4.0-32b",
+                           "olmo-3-7b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

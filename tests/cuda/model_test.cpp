@@ -368,6 +368,15 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   exaone4.sliding_window = 5;
   exaone4.global_every = 2;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, exaone4, "exaone4");
+  // OLMo 3's: OLMo 2's norms with a 5-token window on every layer but each second, which turns without the
+  // global layers' YaRN.
+  GptConfig olmo3 = small_llama();
+  olmo3.post_norm = olmo3.qk_norm = olmo3.qk_norm_full = true;
+  olmo3.sliding_window = 5;
+  olmo3.global_every = 2;
+  olmo3.rope_scaling = {.type = "yarn", .factor = 4, .original_max_positions = 16};
+  olmo3.rope_local_theta = olmo3.rope_theta;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo3, "olmo3");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -251,6 +251,14 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   smollm3.nope_every = 2;
   smollm3.tied = true;
   smollm3.norm_eps = 1e-6;
+  GptConfig olmo3 = small_llama_config();  // OLMo 3's: OLMo 2's with a window on every second layer, YaRN on
+                                           // the global layers only
+  olmo3.kv_heads = 2;
+  olmo3.post_norm = olmo3.qk_norm = olmo3.qk_norm_full = true;
+  olmo3.sliding_window = 3;
+  olmo3.global_every = 2;
+  olmo3.rope_scaling = {.type = "yarn", .factor = 4, .original_max_positions = 6};
+  olmo3.rope_local_theta = olmo3.rope_theta;
   GptConfig exaone4 = small_llama_config();  // EXAONE 4's: norms after the sublayers, per-head q/k norms, a
                                              // window on every second layer, rotary on the others only
   exaone4.kv_heads = 2;
@@ -270,10 +278,10 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   granite.residual_multiplier = 0.22;
   granite.logit_scale = 0.0625;  // logits_scaling 16
   for (const GptConfig& c :
-       {mistral,           qwen2,   plain,       qwen3,       gemma,       phi3,         gemma2,
-        qwen2_interleaved, gemma3,  stablelm,    stablelm2,   olmo2,       olmo,         olmo17,
-        stablelm12,        cohere,  cohere_qk,   cohere2,     cohere2_all, cohere2_none, smollm3,
-        granite,           exaone4, exaone4_all, exaone4_none}) {
+       {mistral,           qwen2,   plain,       qwen3,        gemma,       phi3,         gemma2,
+        qwen2_interleaved, gemma3,  stablelm,    stablelm2,    olmo2,       olmo,         olmo17,
+        stablelm12,        cohere,  cohere_qk,   cohere2,      cohere2_all, cohere2_none, smollm3,
+        granite,           exaone4, exaone4_all, exaone4_none, olmo3}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -298,6 +306,8 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.final_softcap, c.final_softcap);
     EXPECT_EQ(back.score_scale(), c.score_scale());
     EXPECT_EQ(back.rope_local_theta, c.rope_local_theta);
+    EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
+    EXPECT_EQ(back.rope_scaling.factor, c.rope_scaling.factor);
     EXPECT_EQ(back.rope_theta, c.rope_theta);
     EXPECT_EQ(back.layer_norm, c.layer_norm);
     EXPECT_EQ(back.norm_params, c.norm_params);
@@ -370,17 +380,19 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   EXPECT_NE(as.message().find("a window on all layers but one in every 2 has"), std::string::npos)
       << as.message();
   EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
-  // Nor do OLMo 2's norms with a window, or with q, k and v biases (Olmo2Config has neither).
-  for (const bool window : {true, false}) {
+  // Nor do OLMo 2's norms with q, k and v biases (Olmo2Config has none; with a window it is OLMo 3's, whose
+  // config has none either).
+  for (const bool window : {false, true}) {
     GptConfig extra = olmo2;
-    if (window) {
-      extra.sliding_window = 3;
-    } else {
-      extra.qkv_bias = true;
-    }
+    extra.qkv_bias = true;
+    if (window) extra.sliding_window = 3;
     const Status os = export_hf(extra, std::vector<float>(gpt_num_params(extra)).data(), late_dir);
-    EXPECT_NE(os.message().find("OLMo 2 with a window"), std::string::npos) << os.message();
-    EXPECT_NE(os.message().find("(Olmo2ForCausalLM has none of them)"), std::string::npos) << os.message();
+    EXPECT_NE(os.message().find(window ? "OLMo 3 with" : "OLMo 2 with a window"), std::string::npos)
+        << os.message();
+    EXPECT_NE(os.message().find(window ? "(Olmo3ForCausalLM has none of them)"
+                                       : "(Olmo2ForCausalLM has none of them)"),
+              std::string::npos)
+        << os.message();
     EXPECT_FALSE(std::filesystem::exists(late_dir + "/model.safetensors"));
   }
 }

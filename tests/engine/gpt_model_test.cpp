@@ -372,6 +372,13 @@ GptConfig olmo2_gqa() {
   c.kv_heads = 2;
   return c;
 }
+// OLMo 3's: OLMo 2's with a 3-token window on every layer but each second.
+GptConfig olmo3() {
+  GptConfig c = olmo2();
+  c.sliding_window = 3;
+  c.global_every = 2;
+  return c;
+}
 // EXAONE 4's: OLMo 2's norms after the sublayers with a norm of each query and key head, a 3-token window on
 // every layer but each second, rotary on the windowed layers only.
 GptConfig exaone4() {
@@ -444,6 +451,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"smollm3", smollm3()},
           {"granite", granite()},
           {"exaone4", exaone4()},
+          {"olmo3", olmo3()},
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
@@ -986,6 +994,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   olmo_shape.clip_qkv = 2;
   GptConfig olmo2_shape = gqa;  // and OLMo 2's: norms after the sublayers, q/k norms over all 4 and 2 heads
   olmo2_shape.post_norm = olmo2_shape.qk_norm = olmo2_shape.qk_norm_full = true;
+  GptConfig olmo3_shape = olmo2_shape;  // and OLMo 3's: a window of 4 on layers 0 and 2, which turn without
+                                        // the global layer's YaRN
+  olmo3_shape.sliding_window = 4;
+  olmo3_shape.global_every = 2;
+  olmo3_shape.rope_scaling = {.type = "yarn", .factor = 4, .original_max_positions = 6};
+  olmo3_shape.rope_local_theta = olmo3_shape.rope_theta;
   GptConfig exaone4_shape = olmo2_shape;  // and EXAONE 4's: per-head q/k norms, a window of 4 on layers 0 and
                                           // 2 (those alone turning)
   exaone4_shape.qk_norm_full = false;
@@ -997,7 +1011,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
         bigcode_mq,     bloom_shape,   mpt_shape,   gptj_shape,   gqa,          mha,           qwen,
         scaled,         yarn,          window,      q3,           gem,          gem2,          gem3,
         stablelm_shape, olmo_shape,    olmo2_shape, stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,
-        granite_shape,  exaone4_shape, phi}) {
+        granite_shape,  exaone4_shape, olmo3_shape, phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -1015,7 +1029,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
-                 : c.post_norm            ? (c.qk_norm_full ? "olmo2" : "exaone4")
+                 : c.post_norm            ? (!c.qk_norm_full        ? "exaone4"
+                                             : c.sliding_window > 0 ? "olmo3"
+                                                                    : "olmo2")
                  : c.partial_rotary < 1   ? "phi4"
                  : c.rope_local_theta > 0 ? "gemma3"
                  : c.sandwich_norm        ? "gemma2"
@@ -1607,11 +1623,11 @@ TEST(GptModel, Olmo2MatchesAPyTorchReference) {
   GptConfig exaone4_all = exaone4();  // EXAONE 4 without a window: every layer turns
   exaone4_all.sliding_window = exaone4_all.global_every = 0;
   exaone4_all.rope_windowed_only = false;
-  for (GptConfig c : {olmo2(), tied, olmo2_gqa(), exaone4(), exaone4_all}) {
+  for (GptConfig c : {olmo2(), tied, olmo2_gqa(), olmo3(), exaone4(), exaone4_all}) {
     c.rope_theta = 500.0;  // the rotation matters even over 8 positions
     SCOPED_TRACE(std::string(c.tied ? "tied" : "untied") + ", " + std::to_string(c.kv_head_count()) +
-                 " key/value heads" +
-                 (c.qk_norm_full ? "" : ", EXAONE 4 window " + std::to_string(c.sliding_window)));
+                 " key/value heads" + (c.qk_norm_full ? "" : ", EXAONE 4") + ", window " +
+                 std::to_string(c.sliding_window));
     const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
@@ -1812,7 +1828,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   for (const GptConfig& c :
        {tiny(), exact,       neox(),      phi(),     falcon40b(), bigcode(), bloom(),     mpt(),
         gptj(), llama_gqa(), llama_mha(), qwen2(),   gemma2(),    gemma3(),  stablelm2(), stablelm_12b(),
-        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite(), exaone4()}) {
+        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite(), exaone4(),   olmo3()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.rope_windowed_only ? "cohere2"
@@ -1822,7 +1838,9 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
                                    : c.qk_layernorm       ? "stablelm 2 12b"
                                    : !c.norm_params       ? "olmo"
                                    : c.layer_norm         ? "stablelm"
-                                   : c.post_norm          ? (c.qk_norm_full ? "olmo2" : "exaone4")
+                                   : c.post_norm          ? (!c.qk_norm_full        ? "exaone4"
+                                                             : c.sliding_window > 0 ? "olmo3"
+                                                                                    : "olmo2")
                                    : c.qkv_bias           ? "qwen2"
                                                           : "llama")
                  : c.bloom      ? "bloom"
