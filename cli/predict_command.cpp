@@ -150,7 +150,8 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
     if (m.first_window_layer > 0) std::printf(" from layer %d", m.first_window_layer);
     if (m.global_every > 0) std::printf(" (one layer in %d global)", m.global_every);
   }
-  // Layers attending without positions (nothing to count): Cohere2's global ones, SmolLM3's every n-th.
+  // Layers attending without positions (nothing to count): Cohere2's and EXAONE 4's global ones, SmolLM3's
+  // every n-th.
   if (m.rope_windowed_only) std::printf(", rotary on the windowed layers only");
   if (m.nope_every > 0) std::printf(", no rotary on one layer in %d", m.nope_every);
   std::printf("\n");

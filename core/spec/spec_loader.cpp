@@ -936,8 +936,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         }
         m.global_every = n;
         r.ignore({"sliding_window_pattern"});
-      } else {
-        MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
+      } else {  // (0: what Exaone4Config writes beside a null sliding_window)
+        MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 0, 1 << 20));
       }
     }
     if (type == "smollm3") {

@@ -193,8 +193,8 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"hidden_dropout", 0.0}},
                                torch_dtype);
   }
-  if (c.post_norm && c.qk_norm &&
-      !c.qk_norm_full) {  // Exaone4Config's keys: OLMo 2's block, per-head q/k norms
+  // Exaone4Config's keys: OLMo 2's block with per-head q/k norms.
+  if (c.post_norm && c.qk_norm && !c.qk_norm_full) {
     if (beyond_plain_llama(c, true) || c.qkv_bias || c.partial_rotary != 1.0 ||
         (c.sliding_window > 0 && !c.rope_windowed_only)) {
       return no_config_form(

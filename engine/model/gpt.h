@@ -150,8 +150,9 @@ struct GptConfig {
   // logit_scale, and with qk_layernorm its q_norm and k_norm ([heads, head size], [kv heads, head size]).
   bool cohere = false;
   double logit_scale = 1;  // (Cohere's; 1: none)
-  // Cohere2's (Command R7B's, Command A's; with cohere): rotary positions on the windowed layers only, the
-  // global ones (and every layer without a window) attending without positions (NoPE).
+  // Cohere2's (Command R7B's, Command A's; with cohere) and EXAONE 4's (with post_norm and per-head q/k
+  // norms): rotary positions on the windowed layers only, the global ones (and every layer without a window)
+  // attending without positions (NoPE).
   bool rope_windowed_only = false;
   // IBM Granite's (GraniteForCausalLM; the Llama shape): the embedding times embed_multiplier
   // (embedding_multiplier), scores scaled by attention_multiplier (as query_scale, its -2nd power), each
@@ -193,7 +194,8 @@ struct GptConfig {
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
   bool rotary() const { return llama() || neox || phi || gptj || (falcon && !falcon_alibi); }
-  // Whether layer l's queries and keys turn (not Cohere2's global layers, nor SmolLM3's every n-th).
+  // Whether layer l's queries and keys turn (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's every
+  // n-th).
   bool rotary_at(int layer) const {
     return rotary() && (!rope_windowed_only || attention_window(layer) > 0) &&
            (nope_every == 0 || (layer + 1) % nope_every != 0);

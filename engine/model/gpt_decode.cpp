@@ -180,7 +180,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                               c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
     }
     // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
-    if (c_.rotary_at(l)) {  // (not Cohere2's global layers)
+    if (c_.rotary_at(l)) {  // (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's NoPE ones)
       const bool local = c_.local_rope(l);
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();

@@ -221,7 +221,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(e4_default.is_ok()) << e4_default.status().to_string();
   EXPECT_EQ(e4_default->sliding_window, 4096);  // Exaone4Config's window and pattern
   EXPECT_EQ(e4_default->global_every, 4);
-  auto e4_null = parse_model(e4 + R"("sliding_window": null})", "e4/config.json", e4_diag);
+  auto e4_null =
+      parse_model(e4 + R"("sliding_window": null, "sliding_window_pattern": 0})", "e4/config.json", e4_diag);
   ASSERT_TRUE(e4_null.is_ok()) << e4_null.status().to_string();
   EXPECT_EQ(e4_null->sliding_window, 0);  // no window: every layer turns
   EXPECT_FALSE(e4_null->rope_windowed_only);
