@@ -170,7 +170,7 @@ std::string gemma_extras(const model::GptConfig& c) {
 std::string rotary_summary(const model::GptConfig& c, int seq) {
   std::string s = c.cohere ? "rotary on neighbouring pairs" : "rotary";
   if (c.rotary_dim() != c.head_size()) s += strprintf(" on %d of %d channels", c.rotary_dim(), c.head_size());
-  if (c.rope_windowed_only) {  // Cohere2's: the global layers without positions
+  if (c.rope_windowed_only) {  // Cohere2's and EXAONE 4's: the global layers without positions
     int windowed = 0;
     for (int l = 0; l < c.layers; ++l) windowed += c.attention_window(l) > 0 ? 1 : 0;
     if (windowed == 0) return "no positions (no layer has a window, so none turns)";

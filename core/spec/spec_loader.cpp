@@ -124,6 +124,18 @@ Status read_layer_types(const json& lt, JsonObjectReader& r, ModelSpec& m) {
       "sliding_attention ones, or every n-th layer full_attention and the others sliding_attention");
 }
 
+// Which layers have the window read into m: as layer_types lists them, when the file has it (over the
+// defaults and sliding_window_pattern); then none when no layer has one (first_window_layer past the last) or
+// the window is 0.
+Status read_window_layers(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
+  }
+  if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
+  if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
+  return Status::ok();
+}
+
 // SmolLM3's layers without rotary positions: no_rope_layers (1: the layer turns, 0: it does not; at least a
 // layer's worth of entries), else one layer in every no_rope_layer_interval (4), as every n-th layer
 // (nope_every); its window (use_sliding_window), on those layers only, is refused.
@@ -658,11 +670,7 @@ Status parse_cohere(const json& j, JsonObjectReader& r, const std::string& sourc
     m.sliding_window = window;
     m.global_every = 4;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window_pattern", m.global_every, 1, 1 << 20));
-    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-      MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
-    }
-    if (m.global_every == 1 || m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
-    if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
+    MW_RETURN_IF_ERROR(read_window_layers(j, r, m));
     m.rope_windowed_only = true;
     // The first Cohere configs' keys, which transformers' Cohere2ForCausalLM does not read (it builds the
     // block above whatever they say), and its cache's.
@@ -961,14 +969,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(r.get_int("max_window_layers", m.first_window_layer, 0, 1 << 20));
     }
     if (gemma2 && !gemma3) m.global_every = 2;
-    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-      MW_RETURN_IF_ERROR(read_layer_types(j["layer_types"], r, m));
-    }
     // (EXAONE 4 with a sliding_window: no layer turns but the windowed ones, if any; without one, every
     // layer)
     m.rope_windowed_only = exaone4 && m.sliding_window > 0;
-    if (m.first_window_layer >= m.layers) m.sliding_window = 0;  // no layer has it
-    if (m.sliding_window == 0) m.first_window_layer = m.global_every = 0;
+    MW_RETURN_IF_ERROR(read_window_layers(j, r, m));
     if (olmo3 && m.sliding_window > 0) m.rope_local_theta = m.rope_theta;  // (rope_theta read above)
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.

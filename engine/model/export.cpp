@@ -85,6 +85,14 @@ nlohmann::ordered_json layer_types(const GptConfig& c) {
   return types;
 }
 
+// Cohere2's and EXAONE 4's window keys after sliding_window: the older sliding_window_pattern where it says
+// which layers (every n-th layer global, from the first), and layer_types (transformers 4.53 on).
+void add_window_layers(nlohmann::ordered_json& own, const GptConfig& c) {
+  if (c.sliding_window > 0 && c.global_every > 0 && c.first_window_layer == 0)
+    own["sliding_window_pattern"] = c.global_every;
+  own["layer_types"] = layer_types(c);
+}
+
 // Whether the Llama shape has parts beyond its plain form, which StableLM's, OLMo's and OLMo 2's configs
 // cannot hold: a window, heads of their own width, Gemma's, Gemma 2's or Gemma 3's parts, Phi-3's fused
 // names, longrope. (Cohere2's config holds a window and heads of their own width: `windowed`.)
@@ -159,16 +167,12 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                             " (but a window and head_dim), q/k/v biases, partial rotary or q/k norms",
                             "Cohere2ForCausalLM");
     }
-    // The window's layers as layer_types lists them (transformers 4.53 on), and as the older
-    // sliding_window_pattern says where it can (every n-th layer global, from the first).
     nlohmann::ordered_json own = {
         {"head_dim", c.head_size()},
         {"layer_norm_eps", 1e-5},
         {"logit_scale", c.logit_scale},
         {"sliding_window", c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr}};
-    if (c.sliding_window > 0 && c.global_every > 0 && c.first_window_layer == 0)
-      own["sliding_window_pattern"] = c.global_every;
-    own["layer_types"] = layer_types(c);
+    add_window_layers(own, c);
     own["attention_bias"] = false;
     return llama_family_config("Cohere2ForCausalLM", "cohere2", c, own, torch_dtype);
   }
@@ -211,9 +215,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         {"sliding_window", c.sliding_window > 0   ? nlohmann::ordered_json(c.sliding_window)
                            : c.rope_windowed_only ? nlohmann::ordered_json(4096)
                                                   : nullptr}};
-    if (c.sliding_window > 0 && c.global_every > 0 && c.first_window_layer == 0)
-      own["sliding_window_pattern"] = c.global_every;
-    own["layer_types"] = layer_types(c);
+    add_window_layers(own, c);
     return llama_family_config("Exaone4ForCausalLM", "exaone4", c, own, torch_dtype);
   }
   if (c.post_norm && c.qk_norm_full && c.sliding_window > 0) {  // Olmo3Config's keys: OLMo 2's with a window

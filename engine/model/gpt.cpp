@@ -989,7 +989,6 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.norm = NormKind::kLayerNorm;
       m.norm_weight = c.norm_params;
       m.norm_bias = c.norm_bias();
-      m.logit_scale = c.logit_scale;
       m.clip_qkv = c.clip_qkv;
     }
     m.qk_norm_full = c.qk_norm_full;
@@ -1637,8 +1636,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kHead:  // the token embedding's rows when tied
       linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
       break;
-    case Role::kLoss:  // Cohere scales the logits, Gemma 2 caps them first (in place: backward takes the
-                       // cap's derivative from them)
+    case Role::kLoss:  // Cohere and Granite scale the logits, Gemma 2 caps them first (in place: backward
+                       // takes the cap's derivative from them)
       if (c_.logit_scale != 1)
         k::scale_values(logits_.data(), logits_.size(), static_cast<float>(c_.logit_scale));
       if (c_.final_softcap > 0)

@@ -505,8 +505,8 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
     case GptRole::kHead:  // the token embedding's rows when tied
       return linear(logits_, c_.vocab, lnf_, C, nullptr);
-    case GptRole::kLoss:  // Cohere scales the logits, Gemma 2 caps them first (in place: backward takes the
-                          // derivative from them)
+    case GptRole::kLoss:  // Cohere and Granite scale the logits, Gemma 2 caps them first (in place: backward
+                          // takes the derivative from them)
       if (c_.logit_scale != 1) {
         MW_RETURN_IF_ERROR(check(kc::scale_values(logits_, static_cast<std::size_t>(N) * c_.vocab,
                                                   static_cast<float>(c_.logit_scale), s),

@@ -277,7 +277,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const float* head = c_.tied ? at(0) : at(head_at);
   k::matmul_forward(logits_.data(), ln_.data(), head, c_.head_bias() ? at(head_at + 1) : nullptr, 1, C,
                     c_.vocab);
-  if (c_.logit_scale != 1)  // (Cohere's)
+  if (c_.logit_scale != 1)  // (Cohere's, Granite's)
     k::scale_values(logits_.data(), logits_.size(), static_cast<float>(c_.logit_scale));
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));

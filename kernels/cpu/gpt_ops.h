@@ -154,7 +154,8 @@ void softcap_backward(float* dx, const float* y, std::size_t n, float cap);
 // which torch's clamp passes, is lost with it: a set of measure zero).
 void clamp_forward(float* x, std::size_t n, float clip);
 void clamp_backward(float* dx, const float* y, std::size_t n, float clip);
-// x *= s in place over n values (Cohere's logit_scale on the logits, and on their gradient backward).
+// x *= s in place over n values (Cohere's and Granite's logit_scale on the logits, and on their gradient
+// backward).
 void scale_values(float* x, std::size_t n, float s);
 // ALiBi's slope of head h of NH, as BLOOM's build_alibi_tensor (and the ALiBi paper) has it: with p the
 // largest power of two <= NH, heads h < p get 2^(-8 (h + 1) / p), the others the odd powers 1, 3, 5, ... of

@@ -133,7 +133,8 @@ int softcap_backward(float* dx, const float* y, std::size_t n, float cap, void* 
 // where the clamped y sits at +-clip.
 int clamp_forward(float* x, std::size_t n, float clip, void* stream);
 int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* stream);
-// x *= s in place (Cohere's logit_scale), as kernels/cpu's scale_values.
+// x *= s in place (Cohere's and Granite's logit_scale, Granite's sublayer outputs), as kernels/cpu's
+// scale_values.
 int scale_values(float* x, std::size_t n, float s, void* stream);
 
 // Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
