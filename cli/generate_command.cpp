@@ -235,7 +235,8 @@ void register_generate(CLI::App& app, int& exit_code) {
       "Instead of a checkpoint: a directory with Hugging Face GPT-2, OPT, GPT-NeoX, Phi, Falcon, "
       "GPT-BigCode, "
       "BLOOM, MPT, GPT-J, CodeGen or Llama-family "
-      "(Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) weights (model.safetensors, pytorch_model.bin, or their "
+      "(Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, StableLM, OLMo, Cohere, SmolLM3, Granite, EXAONE 4, GLM) "
+      "weights (model.safetensors, pytorch_model.bin, or their "
       "shards' index) and config.json (memwall export's output, or a download with its tokenizer files)");
   cmd->add_option(
       "--tokenizer", opt->tokenizer,

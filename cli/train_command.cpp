@@ -168,7 +168,7 @@ std::string gemma_extras(const model::GptConfig& c) {
 // The rotary turn, for the summary line: on which channels, and a rope_scaling (longrope's table for a
 // sequence of `seq`).
 std::string rotary_summary(const model::GptConfig& c, int seq) {
-  std::string s = c.cohere ? "rotary on neighbouring pairs" : "rotary";
+  std::string s = c.rope_pairs() ? "rotary on neighbouring pairs" : "rotary";
   if (c.rotary_dim() != c.head_size()) s += strprintf(" on %d of %d channels", c.rotary_dim(), c.head_size());
   if (c.rope_windowed_only) {  // Cohere2's and EXAONE 4's: the global layers without positions
     int windowed = 0;
@@ -519,6 +519,9 @@ int run_train(const TrainOptions& opt) {
                                 : "on every layer")
                             .c_str()
                   : c.post_norm ? "OLMo-2-shaped: RMSNorm after the attention and the MLP"
+                  : c.glm && c.sandwich_norm
+                      ? "GLM-4-shaped: RMSNorm before and after the attention and the MLP"
+                  : c.glm ? "GLM-shaped: RMSNorm"
                   : c.granite
                       ? strprintf("Granite-shaped: RMSNorm, embedding x %g, scores x %g, sublayer "
                                   "outputs x %g, logits / %g",
@@ -539,7 +542,7 @@ int run_train(const TrainOptions& opt) {
                   : c.qk_layernorm ? ", per-head q/k LayerNorms"
                                    : ", per-head q/k norms",
                   c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
-                  c.sandwich_norm ? gemma_extras(c).c_str() : "")
+                  c.sandwich_norm && !c.glm ? gemma_extras(c).c_str() : "")
                   .c_str()
         : c.opt  ? "OPT-shaped: ReLU MLP, positions from row 2; "
         : c.neox ? strprintf("GPT-NeoX-shaped: %s, %s GELU MLP of %d, attention and MLP %s, %s head; ",

@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "olmo3, cohere, cohere2, smollm3, granite, exaone4, "
+    "olmo3, cohere, cohere2, smollm3, granite, exaone4, glm, glm4, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -817,7 +817,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
-             type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3") {
+             type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
+             type == "glm" || type == "glm4") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
     // (read below).
     const std::string family = type == "mixtral"     ? "mistral"
@@ -853,16 +854,22 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
-    // query and key head (q_norm, k_norm).
+    // query and key head (q_norm, k_norm). GLM: attention_bias (true by default) puts them on q, k and v
+    // only.
+    const bool glm = type == "glm" || type == "glm4";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
-    bool attention_bias = false;
+    bool attention_bias = glm;
     MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
-    if (family != "qwen2") m.linear_bias = attention_bias;
+    if (glm) {
+      m.qkv_bias = attention_bias;
+    } else if (family != "qwen2") {
+      m.linear_bias = attention_bias;
+    }
     m.qk_norm = family == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
-    if (family != "qwen2" && mlp_bias != attention_bias) {
+    if (family != "qwen2" && !glm && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");
@@ -907,8 +914,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.gated_mlp = true;
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
-    // transformers' Olmo2Config's, Exaone4Config's and LlamaConfig's defaults
-    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" ? 1e-5 : 1e-6;
+    // transformers' Olmo2Config's, Exaone4Config's, GlmConfig's and LlamaConfig's defaults
+    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" ? 1e-5 : glm ? 1.5625e-7 : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
     // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
@@ -953,6 +960,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
     }
     if (type == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
+    // GLM's (GlmForCausalLM): rotary on neighbouring pairs of half of each head (partial_rotary_factor 0.5,
+    // head_dim 128 by default; nothing to count); GLM-4's (Glm4ForCausalLM) RMSNorms of the attention's and
+    // the MLP's outputs too (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's four norms).
+    if (glm) {
+      m.partial_rotary_factor = 0.5;
+      head_dim = 128;
+      m.sandwich_norm = type == "glm4";
+    }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3;

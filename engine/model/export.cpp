@@ -135,6 +135,18 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
          {"mlp_bias", false}},
         torch_dtype);
   }
+  if (c.glm) {  // GlmConfig's keys, or with the norms after the sublayers too Glm4Config's
+    const char* family = c.sandwich_norm ? "GLM-4" : "GLM";
+    const char* architecture = c.sandwich_norm ? "Glm4ForCausalLM" : "GlmForCausalLM";
+    if (beyond_plain_llama(c, true) || c.sliding_window > 0 || c.qk_norm || c.nope_every > 0)
+      return no_config_form(dir, family, " (but head_dim), q/k norms or NoPE layers", architecture);
+    return llama_family_config(architecture, c.sandwich_norm ? "glm4" : "glm", c,
+                               {{"head_dim", c.head_size()},
+                                {"partial_rotary_factor", c.partial_rotary},
+                                {"rms_norm_eps", c.norm_eps},
+                                {"attention_bias", c.qkv_bias}},
+                               torch_dtype);
+  }
   if (c.nope_every > 0) {  // SmolLM3Config's keys: the plain Llama shape with every n-th layer unturned
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm || c.layer_norm ||
         c.post_norm) {

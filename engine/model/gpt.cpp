@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <string_view>
 
 #include "base/units.h"
 #include "cpu/cast.h"
@@ -107,6 +108,14 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: Granite's multipliers (embed_multiplier " + strprintf("%g", c.embed_multiplier) +
         ", residual_multiplier " + strprintf("%g", c.residual_multiplier) +
         ": > 0) are Granite's (granite), the Llama shape's with RMSNorms before the sublayers, in sequence");
+  }
+  if (c.glm && (!c.llama() || c.layer_norm || c.post_norm || c.fused_names || c.granite || c.gelu_mlp ||
+                c.norm_unit_offset || c.embed_scale || c.attn_softcap > 0 || c.final_softcap > 0)) {
+    return Status::invalid_argument(
+        "model: GLM's blocks (glm) are the Llama shape's with RMSNorms before the sublayers (GLM-4's after "
+        "them "
+        "too: sandwich_norm), without Gemma's parts, soft caps, Granite's multipliers or Phi-3's fused "
+        "names");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
@@ -547,30 +556,19 @@ const FamilyNames& phi_names() {
                                  true};
   return names;
 }
-}  // namespace
 
-std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
-  std::vector<ParamTensor> layout = gpt_param_layout(c);
-  if (c.opt) return renamed_layout(layout, opt_names());
-  if (c.neox) return renamed_layout(layout, neox_names());
-  if (c.phi) return renamed_layout(layout, phi_names());
-  if (c.bigcode) return renamed_layout(layout, bigcode_names());
-  if (c.falcon) return renamed_layout(layout, falcon_names(c));
-  if (c.bloom) return renamed_layout(layout, bloom_names());
-  if (c.mpt) return renamed_layout(layout, mpt_names());
-  if (c.gptj) return renamed_layout(layout, gptj_names(c));
-  if (!c.fused_names) return layout;
-  // Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
-  struct Group {
-    std::vector<std::string> parts;
-    std::string whole;
-  };
-  const Group groups[] = {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."},
-                          {{"gate_proj.", "up_proj."}, "gate_up_proj."}};
+// Tensors named prefix + part + suffix for each part, back to back: one tensor prefix + whole + suffix.
+struct JoinedTensors {
+  std::vector<std::string> parts;
+  std::string whole;
+};
+const JoinedTensors kGateUp{{"gate_proj.", "up_proj."}, "gate_up_proj."};
+std::vector<ParamTensor> joined_layout(const std::vector<ParamTensor>& layout,
+                                       const std::vector<JoinedTensors>& groups) {
   std::vector<ParamTensor> out;
   for (std::size_t i = 0; i < layout.size();) {
     bool joined = false;
-    for (const Group& g : groups) {
+    for (const JoinedTensors& g : groups) {
       const std::string& name = layout[i].name;
       const auto at = name.find(g.parts[0]);
       if (at == std::string::npos || i + g.parts.size() > layout.size()) continue;
@@ -592,6 +590,42 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
     if (!joined) out.push_back(layout[i++]);
   }
   return out;
+}
+
+// GLM's: gate and up joined; GLM-4's four norms by its names (Gemma 2's post_attention_layernorm is its
+// post_self_attn_layernorm, pre_feedforward_layernorm its post_attention_layernorm).
+std::vector<ParamTensor> glm_layout(const std::vector<ParamTensor>& layout, bool sandwich) {
+  std::vector<ParamTensor> out = joined_layout(layout, {kGateUp});
+  if (!sandwich) return out;
+  const std::pair<std::string_view, std::string_view> names[] = {
+      {".post_attention_layernorm.", ".post_self_attn_layernorm."},
+      {".pre_feedforward_layernorm.", ".post_attention_layernorm."},
+      {".post_feedforward_layernorm.", ".post_mlp_layernorm."}};
+  for (ParamTensor& t : out) {
+    for (const auto& [gemma2, glm4] : names) {
+      if (const auto at = t.name.find(gemma2); at != std::string::npos) {
+        t.name.replace(at, gemma2.size(), glm4);
+        break;
+      }
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
+  std::vector<ParamTensor> layout = gpt_param_layout(c);
+  if (c.opt) return renamed_layout(layout, opt_names());
+  if (c.neox) return renamed_layout(layout, neox_names());
+  if (c.phi) return renamed_layout(layout, phi_names());
+  if (c.bigcode) return renamed_layout(layout, bigcode_names());
+  if (c.falcon) return renamed_layout(layout, falcon_names(c));
+  if (c.bloom) return renamed_layout(layout, bloom_names());
+  if (c.mpt) return renamed_layout(layout, mpt_names());
+  if (c.gptj) return renamed_layout(layout, gptj_names(c));
+  if (c.glm) return glm_layout(layout, c.sandwich_norm);
+  if (!c.fused_names) return layout;
+  return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
 }
 
 std::size_t gpt_num_params(const GptConfig& c) {
@@ -780,6 +814,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.rope_windowed_only = m.rope_windowed_only;  // (Cohere2's)
     c.nope_every = m.nope_every;                  // (SmolLM3's)
     c.granite = m.model_type == "granite";
+    c.glm = m.model_type == "glm" || m.model_type == "glm4";
     c.embed_multiplier = m.embed_multiplier;
     c.residual_multiplier = m.residual_multiplier;
     c.norm_params = m.norm_weight;  // (OLMo's LayerNorms have none)
@@ -907,6 +942,7 @@ const char* gpt_family(const GptConfig& c) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
            : c.granite    ? "Granite"
+           : c.glm        ? (c.sandwich_norm ? "GLM-4" : "GLM")
            : c.layer_norm ? "StableLM"
            : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4"
                              : c.sliding_window > 0       ? "OLMo 3"
@@ -944,6 +980,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
   m.position = PositionKind::kLearned;
   if (c.llama()) {
     m.model_type = c.granite                ? "granite"
+                   : c.glm                  ? (c.sandwich_norm ? "glm4" : "glm")
                    : c.nope_every > 0       ? "smollm3"
                    : c.fused_names          ? "phi3"
                    : c.sandwich_norm        ? (c.qk_norm ? "gemma3_text" : "gemma2")
@@ -1482,7 +1519,7 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                rope_sin_.data() + at, false, c_.rotary_dim(), c_.cohere);
+                rope_sin_.data() + at, false, c_.rotary_dim(), c_.rope_pairs());
 }
 
 void GptModel::collapse_dqkv(int layer) {
@@ -1490,7 +1527,7 @@ void GptModel::collapse_dqkv(int layer) {
   const std::size_t at = c_.rope_table_offset(layer, T_);
   if (c_.rotary_at(layer)) {
     k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
-                  rope_sin_.data() + at, true, c_.rotary_dim(), c_.cohere);
+                  rope_sin_.data() + at, true, c_.rotary_dim(), c_.rope_pairs());
   }
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }

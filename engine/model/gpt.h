@@ -164,6 +164,12 @@ struct GptConfig {
   // SmolLM3's (no_rope_layers): every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
   // attends without positions (NoPE); 0: every layer turns.
   int nope_every = 0;
+  // GLM's (GlmForCausalLM, and Glm4ForCausalLM with sandwich_norm; the Llama shape with RMSNorms): rotary on
+  // neighbouring pairs of channels (2i with 2i + 1) of the first partial_rotary of each head, and in Hugging
+  // Face files gate and up as one gate_up_proj (q, k and v apart), and GLM-4's four norms named
+  // post_self_attn_layernorm (the attention output's), post_attention_layernorm (the MLP's input) and
+  // post_mlp_layernorm (the MLP output's).
+  bool glm = false;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -178,6 +184,9 @@ struct GptConfig {
   bool out_norms() const { return sandwich_norm || post_norm; }
   // Whether the sublayers' outputs are scaled before their residual adds (Granite's residual_multiplier).
   bool scaled_branches() const { return residual_multiplier != 1; }
+  // Whether rotary turns neighbouring channels (2i, 2i + 1) together (Cohere's, GLM's) rather than channel i
+  // with i + rotary_dim / 2 (Llama's rotate_half).
+  bool rope_pairs() const { return cohere || glm; }
   // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
   // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }

@@ -385,7 +385,7 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s,
-                              c_.rotary_dim(), c_.cohere),
+                              c_.rotary_dim(), c_.rope_pairs()),
                "rope");
 }
 
@@ -395,7 +395,7 @@ Status CudaGptModel::collapse_dqkv(int layer) {
   const std::size_t at = c_.rope_table_offset(layer, T_);
   if (c_.rotary_at(layer)) {
     MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
-                                            rope_sin_ + at, true, s, c_.rotary_dim(), c_.cohere),
+                                            rope_sin_ + at, true, s, c_.rotary_dim(), c_.rope_pairs()),
                              "rope bwd"));
   }
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");

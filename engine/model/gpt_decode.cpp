@@ -185,9 +185,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
       const double* freq = (local ? local_freq_ : inv_freq_).data();
       const int rot = c_.rotary_dim();
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot, c_.cohere);
+      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot,
+                     c_.rope_pairs());
       k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot,
-                     c_.cohere);
+                     c_.rope_pairs());
     }
     // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
     // layer, whose older positions no query attends any more), the cache grown as positions arrive.

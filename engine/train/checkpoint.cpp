@@ -128,6 +128,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"rope_windowed_only", c.rope_windowed_only},
           {"nope_every", c.nope_every},
           {"granite", c.granite},
+          {"glm", c.glm},
           {"embed_multiplier", c.embed_multiplier},
           {"residual_multiplier", c.residual_multiplier},
           {"attn_softcap", c.attn_softcap},
@@ -185,6 +186,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.rope_windowed_only = j.value("rope_windowed_only", false);
     c.nope_every = j.value("nope_every", 0);
     c.granite = j.value("granite", false);  // (with its multipliers, query_scale and logit_scale)
+    c.glm = j.value("glm", false);          // (with sandwich_norm GLM-4)
     c.embed_multiplier = j.value("embed_multiplier", 0.0);
     c.residual_multiplier = j.value("residual_multiplier", 1.0);
     c.norm_params = arch != "olmo";

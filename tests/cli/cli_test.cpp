@@ -2218,6 +2218,37 @@ TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// GLM-4's shape (q/k/v biases, rotary on neighbouring pairs of the first half of each head, RMSNorms before
+// and after the attention and the MLP) cut to two layers of 64 in heads of 16 trains on glm-4-9b-0414's file,
+// is kept by the checkpoint, exports as Glm4ForCausalLM (gate_up_proj, GLM-4's norm names) and generates the
+// same text from either; GLM's (glm-4-9b-chat-hf) exports as GlmForCausalLM with two norms a layer.
+TEST(CliGenerate, GlmShapedModelsTrainGenerateAndExport) {
+  const std::string shape =
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64})";
+  const ShapeRoundTrip r = train_export_generate("glm4", shape, "glm-4-9b-0414", 200);
+  EXPECT_EQ(r.latest["arch"], "llama");
+  EXPECT_EQ(r.latest["glm"], true);
+  EXPECT_EQ(r.latest["sandwich_norm"], true);
+  EXPECT_EQ(r.config["architectures"][0], "Glm4ForCausalLM");
+  EXPECT_EQ(r.config["partial_rotary_factor"], 0.5);
+  EXPECT_EQ(r.config["attention_bias"], true);
+  EXPECT_EQ(r.tensors["model.layers.0.mlp.gate_up_proj.weight"]["shape"], (nlohmann::json{256, 64}));
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.k_proj.bias"]["shape"], (nlohmann::json{32}));
+  EXPECT_TRUE(r.tensors.contains("model.layers.1.post_self_attn_layernorm.weight"));
+  EXPECT_TRUE(r.tensors.contains("model.layers.1.post_mlp_layernorm.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+  const ShapeRoundTrip v1 = train_export_generate("glm", shape, "glm-4-9b-chat-hf", 200);
+  EXPECT_EQ(v1.latest["sandwich_norm"], false);
+  EXPECT_EQ(v1.config["architectures"][0], "GlmForCausalLM");
+  EXPECT_EQ(v1.config["rms_norm_eps"], 1.5625e-07);
+  EXPECT_FALSE(v1.tensors.contains("model.layers.1.post_mlp_layernorm.weight"));
+  EXPECT_TRUE(v1.tensors.contains("model.layers.1.post_attention_layernorm.weight"));
+  std::filesystem::remove_all(v1.dir);
+  std::filesystem::remove_all(v1.hf);
+}
+
 // OLMo 3's shape (OLMo 2's norms after the sublayers and q/k norms over all the heads, a window on all layers
 // but every fourth, which turn without the global layers' YaRN) cut to four layers of 64 with an 8-token
 // window trains on olmo-3-7b's file, is kept by the checkpoint, exports as Olmo3ForCausalLM and generates the

@@ -250,6 +250,37 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(olmo3.total_params(),
             2 * 100278.0 * 4096 + 32 * (4 * 4096 + 4 * 4096.0 * 4096 + 3 * 4096.0 * 11008) + 4096);
   EXPECT_EQ(olmo3.total_params(), 7298011136.0);
+  // GLM-4-9B-0414: biases on q, k and v only (not o), four RMSNorms a layer (Gemma 2's), heads of 128 with
+  // rotary on neighbouring pairs of their first half (nothing to count), untied.
+  const ModelSpec glm4 = load_model_scenario("glm-4-9b-0414");
+  EXPECT_EQ(glm4.model_type, "glm4");
+  EXPECT_TRUE(glm4.qkv_bias && !glm4.linear_bias && glm4.sandwich_norm && !glm4.tied_embeddings);
+  EXPECT_EQ(glm4.partial_rotary_factor, 0.5);
+  EXPECT_EQ(glm4.total_params(),
+            2 * 151552.0 * 4096 +
+                40 * (4 * 4096 + 2 * 4096.0 * 4096 + 4096 + 2 * (4096.0 * 256 + 256) + 3 * 4096.0 * 13696) +
+                4096);
+  EXPECT_EQ(glm4.total_params(), 9400279040.0);
+  EXPECT_EQ(load_model_scenario("glm-4-32b-0414").total_params(), 32566487552.0);
+  EXPECT_EQ(load_model_scenario("glm-4-9b-chat-hf").total_params(), 9400279040.0 - 40 * 2 * 4096);
+  // GlmConfig's defaults: biases on q, k and v, heads of 128, rotary on half of each, RMSNorm eps
+  // 1.5625e-7; GLM (glm) with two norms a layer, attention_bias false without biases.
+  const std::string glm_text = R"({"model_type": "glm", "num_hidden_layers": 2, "hidden_size": 256,
+      "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100)";
+  Diagnostics glm_diag;
+  auto glm = parse_model(glm_text + "}", "glm/config.json", glm_diag);
+  ASSERT_TRUE(glm.is_ok()) << glm.status().to_string();
+  EXPECT_TRUE(glm->qkv_bias && !glm->linear_bias && !glm->sandwich_norm);
+  EXPECT_EQ(glm->head_size, 128);
+  EXPECT_EQ(glm->partial_rotary_factor, 0.5);
+  EXPECT_EQ(glm->norm_eps, 1.5625e-7);
+  EXPECT_EQ(glm->total_params(),
+            2 * 100.0 * 256 +
+                2 * (2 * 256 + 2 * 256.0 * 512 + 512 + 2 * (256.0 * 256 + 256) + 3 * 256.0 * 512) + 256);
+  auto glm_unbiased = parse_model(glm_text + R"(, "attention_bias": false})", "glm/config.json", glm_diag);
+  ASSERT_TRUE(glm_unbiased.is_ok()) << glm_unbiased.status().to_string();
+  EXPECT_FALSE(glm_unbiased->qkv_bias || glm_unbiased->linear_bias);
+  EXPECT_TRUE(glm_diag.warnings.empty()) << glm_diag.warnings.front();
   Diagnostics granite_diag;  // GraniteConfig's defaults: every multiplier 1 (scores times 1, not 1/sqrt(hs))
   auto plain_granite = parse_model(R"({"model_type": "granite", "num_hidden_layers": 2, "hidden_size": 64,
       "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100})",
@@ -424,7 +455,10 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "smollm3-3b",
                            "granite-3.3-8b",
                            "exaone-4.0-32b",
-                           "olmo-3-7b"}) {
+                           "olmo-3-7b",
+                           "glm-4-9b-0414",
+                           "glm-4-32b-0414",
+                           "glm-4-9b-chat-hf"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

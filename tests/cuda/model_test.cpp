@@ -377,6 +377,12 @@ TEST_P(CudaGpt, LlamaShapeMatchesTheCpu) {
   olmo3.rope_scaling = {.type = "yarn", .factor = 4, .original_max_positions = 16};
   olmo3.rope_local_theta = olmo3.rope_theta;
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, olmo3, "olmo3");
+  // GLM-4's: q/k/v biases, rotary on neighbouring pairs of the first half of each head, norms before and
+  // after the sublayers.
+  GptConfig glm4 = small_llama();
+  glm4.glm = glm4.qkv_bias = glm4.sandwich_norm = true;
+  glm4.partial_rotary = 0.5;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, glm4, "glm4");
   Losses flash, bf16;
   train_side_by_side(*dev_, blocks_, tiling, false, flash, true, small_llama());
   train_side_by_side(*dev_, blocks_, tiling, true, bf16, false, small_llama());

@@ -276,12 +276,22 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   granite.embed_multiplier = 12;
   granite.query_scale = 16384;  // attention_multiplier 1/128
   granite.residual_multiplier = 0.22;
-  granite.logit_scale = 0.0625;  // logits_scaling 16
+  granite.logit_scale = 0.0625;          // logits_scaling 16
+  GptConfig glm = small_llama_config();  // GLM's: q/k/v biases, rotary on neighbouring pairs of half of
+                                         // each head of 8 (head_dim)
+  glm.glm = glm.qkv_bias = true;
+  glm.head_dim = 8;
+  glm.partial_rotary = 0.5;
+  glm.norm_eps = 1.5625e-7;
+  GptConfig glm4 = glm;  // GLM-4's: and norms after the sublayers too, without q/k/v biases
+  glm4.sandwich_norm = true;
+  glm4.qkv_bias = false;
+  glm4.norm_eps = 1e-5;
   for (const GptConfig& c :
        {mistral,           qwen2,   plain,       qwen3,        gemma,       phi3,         gemma2,
         qwen2_interleaved, gemma3,  stablelm,    stablelm2,    olmo2,       olmo,         olmo17,
         stablelm12,        cohere,  cohere_qk,   cohere2,      cohere2_all, cohere2_none, smollm3,
-        granite,           exaone4, exaone4_all, exaone4_none, olmo3}) {
+        granite,           exaone4, exaone4_all, exaone4_none, olmo3,       glm,          glm4}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type + (c.qkv_bias ? " with q/k/v biases" : ""));
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -324,6 +334,7 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
     EXPECT_EQ(back.rope_windowed_only, c.rope_windowed_only);
     EXPECT_EQ(back.nope_every, c.nope_every);
     EXPECT_EQ(back.granite, c.granite);
+    EXPECT_EQ(back.glm, c.glm);
     EXPECT_EQ(back.embedding_scale(), c.embedding_scale());
     EXPECT_EQ(back.residual_multiplier, c.residual_multiplier);
     EXPECT_EQ(back.tied, c.tied);
@@ -343,6 +354,20 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
       EXPECT_EQ(h["model.layers.1.mlp.gate_up_proj.weight"]["shape"],
                 (nlohmann::json{2 * c.ffn, c.channels}));
       EXPECT_FALSE(h.contains("model.layers.0.self_attn.q_proj.weight"));
+    }
+    if (c.glm) {  // GLM's names: gate and up as one [2F, C] tensor, q, k and v apart; GLM-4's four norms
+      const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
+      EXPECT_EQ(h["model.layers.1.mlp.gate_up_proj.weight"]["shape"],
+                (nlohmann::json{2 * c.ffn, c.channels}));
+      EXPECT_EQ(h["model.layers.1.self_attn.k_proj.weight"]["shape"],
+                (nlohmann::json{c.kv_width(), c.channels}));
+      EXPECT_EQ(h.contains("model.layers.1.self_attn.q_proj.bias"), c.qkv_bias);
+      EXPECT_FALSE(h.contains("model.layers.1.self_attn.o_proj.bias"));
+      for (const char* norm : {"post_self_attn_layernorm", "post_mlp_layernorm"}) {
+        EXPECT_EQ(h.contains("model.layers.0." + std::string(norm) + ".weight"), c.sandwich_norm) << norm;
+      }
+      EXPECT_TRUE(h.contains("model.layers.0.post_attention_layernorm.weight"));
+      EXPECT_FALSE(h.contains("model.layers.0.pre_feedforward_layernorm.weight"));
     }
     if (c.norm_bias() && !c.shared_norm()) {  // StableLM's norm biases in the file, under their names
       const auto layout = gpt_param_layout(c);

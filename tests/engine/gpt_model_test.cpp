@@ -348,6 +348,21 @@ GptConfig granite() {
   c.logit_scale = 0.25;
   return c;
 }
+// GLM's: the Llama shape with q/k/v biases, heads of 8 (head_dim) and rotary on neighbouring pairs of the
+// first 4 channels of each (two pairs: turned otherwise than Llama's halves would turn them).
+GptConfig glm() {
+  GptConfig c = llama_gqa();
+  c.glm = c.qkv_bias = true;
+  c.head_dim = 8;
+  c.partial_rotary = 0.5;
+  return c;
+}
+// GLM-4's: and RMSNorms of the attention's and the MLP's outputs too.
+GptConfig glm4() {
+  GptConfig c = glm();
+  c.sandwich_norm = true;
+  return c;
+}
 // Command R7B's and Command A's (Cohere2): a 3-token window on every layer but each second, rotary positions
 // on the windowed layers only.
 GptConfig cohere2() {
@@ -450,6 +465,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"cohere2", cohere2()},
           {"smollm3", smollm3()},
           {"granite", granite()},
+          {"glm", glm()},
+          {"glm4", glm4()},
           {"exaone4", exaone4()},
           {"olmo3", olmo3()},
           {"olmo", olmo()},
@@ -976,6 +993,10 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   cohere2_shape.sliding_window = 4;
   cohere2_shape.global_every = 2;
   cohere2_shape.rope_windowed_only = true;
+  GptConfig glm4_shape = gqa;  // and GLM-4's: q/k/v biases, rotary on neighbouring pairs of half of each
+                               // head, norms before and after the sublayers
+  glm4_shape.glm = glm4_shape.qkv_bias = glm4_shape.sandwich_norm = true;
+  glm4_shape.partial_rotary = 0.5;
   GptConfig smollm3_shape = gqa;  // and SmolLM3's: the last of the 3 layers without rotary positions
   smollm3_shape.nope_every = 3;
   GptConfig granite_shape = gqa;  // and Granite's multipliers
@@ -1011,7 +1032,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
         bigcode_mq,     bloom_shape,   mpt_shape,   gptj_shape,   gqa,          mha,           qwen,
         scaled,         yarn,          window,      q3,           gem,          gem2,          gem3,
         stablelm_shape, olmo_shape,    olmo2_shape, stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,
-        granite_shape,  exaone4_shape, olmo3_shape, phi}) {
+        granite_shape,  exaone4_shape, olmo3_shape, glm4_shape,   phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -1026,6 +1047,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.rope_windowed_only   ? "cohere2"
                  : c.nope_every > 0       ? "smollm3"
                  : c.granite              ? "granite"
+                 : c.glm                  ? "glm4"
                  : c.cohere               ? "cohere"
                  : c.parallel_residual    ? "stablelm, side by side"
                  : c.layer_norm           ? "stablelm"
@@ -1162,11 +1184,6 @@ TEST(GptDecoder, LongropePicksItsFactorsByTheContextSoFar) {
   EXPECT_GT(moved, 1e-3);
 }
 
-// The Llama shape against an independent PyTorch implementation of transformers' Llama equations
-// (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
-// head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
-// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, on
-// trained-looking (perturbed) weights. Skipped without torch.
 // Runs `script` (tests/engine/*_reference.py, in float64) on model c with trained-looking (perturbed) weights
 // named as `layout` names them, `config` telling it the shape (batch and seq added here), and checks the
 // loss and every gradient element against memwall's CPU model. False when PyTorch is missing.
@@ -1242,16 +1259,18 @@ bool matches_reference(const std::string& script, const GptConfig& c, const std:
 // The Llama shape against an independent PyTorch implementation of transformers' Llama equations
 // (tests/engine/llama_reference.py, in float64): the loss and every gradient element, for GQA with an untied
 // head and MHA with a tied one, Qwen2's biases, Llama 3's, YaRN's and dynamic NTK's rope_scaling, sliding
-// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, on
-// trained-looking (perturbed) weights. Skipped without torch.
+// windows, Qwen3's heads of their own width with q and k norms and wide heads without them, Gemma's, Gemma
+// 2's, Gemma 3's, Phi-4-mini's, SmolLM3's, Granite's, GLM's and GLM-4's, on trained-looking (perturbed)
+// weights. Skipped without torch.
 TEST(GptModel, LlamaMatchesAPyTorchReference) {
   GptConfig dynamic = llama_gqa();  // within max_position_embeddings: the plain frequencies
   dynamic.rope_scaling = {.type = "dynamic", .factor = 2};
   for (GptConfig c : {llama_gqa(), llama_mha(), qwen2(), llama3_scaled(), yarn_scaled(), dynamic, mistral(),
                       qwen2_windowed(), qwen3(), wide_heads(), gemma(), gemma2(), gemma3(), phi4_longrope(),
-                      phi4_longrope(64), smollm3(), granite()}) {
+                      phi4_longrope(64), smollm3(), granite(), glm(), glm4()}) {
     c.rope_theta = 500.0f;  // the rotation matters even over 8 positions
-    SCOPED_TRACE(c.granite          ? "granite"
+    SCOPED_TRACE(c.glm              ? (c.sandwich_norm ? "glm4" : "glm")
+                 : c.granite        ? "granite"
                  : c.nope_every > 0 ? "smollm3"
                  : c.partial_rotary < 1
                      ? "phi4, original context " + std::to_string(c.rope_scaling.original_max_positions)
@@ -1289,7 +1308,8 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
                                    {"nope_every", c.nope_every},
                                    {"embed_multiplier", c.granite ? c.embed_multiplier : 1.0},
                                    {"residual_multiplier", c.residual_multiplier},
-                                   {"logit_scale", c.logit_scale}};
+                                   {"logit_scale", c.logit_scale},
+                                   {"rope_pairs", c.rope_pairs()}};
     if (!matches_reference("llama_reference.py", c, gpt_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1826,14 +1846,16 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
   for (const GptConfig& c :
-       {tiny(), exact,       neox(),      phi(),     falcon40b(), bigcode(), bloom(),     mpt(),
-        gptj(), llama_gqa(), llama_mha(), qwen2(),   gemma2(),    gemma3(),  stablelm2(), stablelm_12b(),
-        olmo(), olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),   granite(), exaone4(),   olmo3()}) {
+       {tiny(),      exact,          neox(),      phi(),       falcon40b(), bigcode(), bloom(),
+        mpt(),       gptj(),         llama_gqa(), llama_mha(), qwen2(),     gemma2(),  gemma3(),
+        stablelm2(), stablelm_12b(), olmo(),      olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),
+        granite(),   exaone4(),      olmo3(),     glm4()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.rope_windowed_only ? "cohere2"
                                    : c.nope_every > 0     ? "smollm3"
                                    : c.granite            ? "granite"
+                                   : c.glm                ? "glm4"
                                    : c.cohere             ? "cohere"
                                    : c.qk_layernorm       ? "stablelm 2 12b"
                                    : !c.norm_params       ? "olmo"

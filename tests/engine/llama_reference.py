@@ -19,7 +19,10 @@ without rotary positions, no_rope_layers as SmolLM3Config derives it from an int
 turns when (i + 1) % nope_every != 0); Granite's multipliers as GraniteForCausalLM applies them: the embedding
 times "embed_multiplier", each sublayer's output times "residual_multiplier" before its residual add, the
 logits times "logit_scale" (1 / logits_scaling; its attention_multiplier is the scores' scale, "query_scale"
-^-1/2), as the reference memwall's CPU model is checked against
+^-1/2); GLM's rotary on neighbouring pairs ("rope_pairs": GlmForCausalLM's apply_rotary_pos_emb, the cosines'
+and sines' first halves repeat_interleave'd, channels 2i and 2i + 1 of the turned part rotated together) and
+GLM-4's four norms where the layout has pre_feedforward_layernorm (Gemma 2's, under memwall's names), as the
+reference memwall's CPU model is checked against
 (tests/engine/gpt_model_test.cpp).
 
 usage: llama_reference.py DIR
@@ -46,7 +49,11 @@ def forward(cfg, t, tokens, torch):
 
     rot = int(hs * cfg.get("partial_rotary", 1.0))  # the channels rotary turns
 
+    pairs = cfg.get("rope_pairs", False)
+
     def rotate_half(x):
+        if pairs:  # GLM's: each neighbouring pair (a, b) to (-b, a)
+            return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
         return torch.cat((-x[..., rot // 2:], x[..., : rot // 2]), dim=-1)
 
     def rotary(x, c, s):  # the first rot channels turned, the others passed through
@@ -96,7 +103,7 @@ def forward(cfg, t, tokens, torch):
         raise SystemExit("unknown rope_scaling " + str(scaling))
     def angles(freq, factor):
         freqs = torch.outer(torch.arange(T, dtype=torch.float64), freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = freqs.repeat_interleave(2, dim=-1) if pairs else torch.cat((freqs, freqs), dim=-1)
         return emb.cos() * factor, emb.sin() * factor
 
     cos, sin = angles(inv_freq, attention)
