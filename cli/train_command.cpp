@@ -566,6 +566,14 @@ int run_train(const TrainOptions& opt) {
                                        : "side by side after two norms",
                   c.no_bias ? "no biases, " : "", c.tied ? "tied" : "untied")
                   .c_str()
+        : c.starcoder2
+            ? strprintf(
+                  "StarCoder2-shaped: %s%s, %d key/value head%s, %s GELU MLP of %d, %s%s head; ",
+                  rotary_summary(c, seq).c_str(),
+                  c.sliding_window > 0 ? strprintf(", a window of %d tokens", c.sliding_window).c_str() : "",
+                  c.kv_head_count(), c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? "exact" : "tanh",
+                  c.ffn_width(), c.no_bias ? "no biases on the linears, " : "", c.tied ? "tied" : "untied")
+                  .c_str()
         : c.bigcode ? strprintf("GPT-BigCode-shaped: %d key/value head%s%s; ", c.kv_head_count(),
                                 c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? ", exact GELU" : "")
                           .c_str()

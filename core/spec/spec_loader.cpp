@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "olmo3, cohere, cohere2, smollm3, granite, exaone4, glm, glm4, "
+    "olmo3, cohere, cohere2, smollm3, granite, exaone4, glm, glm4, starcoder2, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -594,7 +594,7 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
-// The defaults of a Llama-shaped family with LayerNorms (StableLM's, Cohere's).
+// The defaults of a Llama-shaped family with LayerNorms (StableLM's, Cohere's, and StarCoder2's shape).
 struct LayerNormLlamaDefaults {
   int vocab, hidden, ffn, layers, heads, max_positions;
 };
@@ -641,6 +641,32 @@ Status parse_stablelm(JsonObjectReader& r, const std::string& source, Diagnostic
   MW_RETURN_IF_ERROR(r.get_number("layer_norm_eps", m.norm_eps, 0.0, 1.0));
   MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
   r.ignore({"hidden_dropout", "attention_dropout"});
+  return Status::ok();
+}
+
+// StarCoder2's (BigCode's StarCoder2; transformers' Starcoder2Config, whose defaults these are): GPT-2's
+// block with grouped-query attention (2 key/value heads) and rotary positions on every channel, a plain MLP
+// of intermediate_size (gelu_pytorch_tanh), LayerNorms with biases (norm_epsilon), biases on every linear
+// (use_bias), a window (sliding_window; null: none) on every layer, the head tied by default.
+Status parse_starcoder2(const json& j, JsonObjectReader& r, const std::string& source, Diagnostics& diag,
+                        ModelSpec& m) {
+  MW_RETURN_IF_ERROR(read_layernorm_llama(r, {49152, 3072, 12288, 30, 24, 4096}, m));
+  if (!r.has("num_key_value_heads")) m.kv_heads = 2;
+  m.gated_mlp = false;
+  m.linear_bias = true;
+  MW_RETURN_IF_ERROR(r.get_bool("use_bias", m.linear_bias));
+  m.tied_embeddings = true;
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  m.mlp_act = "gelu_pytorch_tanh";
+  MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
+  MW_RETURN_IF_ERROR(r.get_number("norm_epsilon", m.norm_eps, 0.0, 1.0));
+  MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+  MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+  if (!(j.contains("sliding_window") && j["sliding_window"].is_null()))
+    MW_RETURN_IF_ERROR(r.get_int("sliding_window", m.sliding_window, 0, 1 << 28));
+  // (Its files' layer_norm_epsilon, mlp_type and norm_type: Starcoder2Config does not read them.)
+  r.ignore({"sliding_window", "attention_dropout", "residual_dropout", "embedding_dropout",
+            "layer_norm_epsilon", "mlp_type", "norm_type"});
   return Status::ok();
 }
 
@@ -1176,6 +1202,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(parse_stablelm(r, source, diag, m));
   } else if (type == "cohere" || type == "cohere2") {
     MW_RETURN_IF_ERROR(parse_cohere(j, r, source, diag, m, head_dim));
+  } else if (type == "starcoder2") {
+    MW_RETURN_IF_ERROR(parse_starcoder2(j, r, source, diag, m));
   } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {

@@ -459,6 +459,31 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                          },
                          torch_dtype);
   }
+  if (c.starcoder2) {  // Starcoder2Config's keys (a window on every layer, or null)
+    if (c.partial_rotary != 1.0) {
+      return Status::invalid_argument(dir +
+                                      ": StarCoder2 with rotary on part of each head has no config.json form "
+                                      "(Starcoder2ForCausalLM turns every channel)");
+    }
+    return family_config(
+        "Starcoder2ForCausalLM", "starcoder2", c,
+        {
+            {"intermediate_size", c.ffn_width()},
+            {"num_key_value_heads", c.kv_head_count()},
+            {"hidden_act", c.exact_gelu ? "gelu" : "gelu_pytorch_tanh"},
+            {"max_position_embeddings", c.max_seq},
+            {"rope_theta", c.rope_theta},
+            {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+            {"sliding_window", c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr},
+            {"norm_epsilon", 1e-5},
+            {"use_bias", !c.no_bias},
+            {"attention_dropout", 0.0},
+            {"residual_dropout", 0.0},
+            {"embedding_dropout", 0.0},
+            {"tie_word_embeddings", c.tied},
+        },
+        torch_dtype);
+  }
   if (c.phi) {  // PhiConfig's keys
     return family_config("PhiForCausalLM", "phi", c,
                          {

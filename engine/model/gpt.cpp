@@ -61,17 +61,24 @@ Status validate(const GptConfig& c, int batch, int seq) {
   // (StableLM 2 12B's attention and MLP side by side after one LayerNorm: the Llama shape's one.)
   const bool stablelm_parallel = c.parallel_residual && c.one_norm && c.layer_norm && c.norm_params;
   if (c.llama() && (c.neox || ((c.parallel_residual || c.one_norm) && !stablelm_parallel) || c.phi ||
-                    c.falcon || c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj)) {
+                    c.falcon || c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj || c.starcoder2)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and the parallel residual are GPT-2's "
-        "shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, parallel_residual and "
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J, StarCoder2 and the parallel residual "
+        "are "
+        "GPT-2's shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, parallel_residual "
+        "and "
         "one_norm)");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
-          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) >
+          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) + (c.starcoder2 ? 1 : 0) >
       1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT and GPT-J are eight variants, not one");
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and StarCoder2 are nine variants, "
+        "not "
+        "one");
+  if (c.starcoder2 && c.parallel_residual) {
+    return Status::invalid_argument("model: StarCoder2's blocks are in sequence (not parallel_residual)");
+  }
   if (c.layer_norm && (!c.llama() || c.norm_unit_offset || c.sandwich_norm ||
                        (c.qk_norm && !c.qk_layernorm) || std::abs(c.norm_eps - 1e-5) > 1e-12)) {
     return Status::invalid_argument(
@@ -165,16 +172,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
     // (MPT's: an MLP of any width.)
     const bool neox_only = !c.tied || (c.ffn_width() != 4 * c.channels && !c.mpt) ||
                            c.partial_rotary != 1.0 || c.rope_theta != 10000 || !c.rope_scaling.none();
-    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode) || (c.one_norm && !c.falcon) ||
-        (c.no_bias && !c.falcon && !c.mpt) || c.qkv_bias || c.sliding_window != 0 || c.head_dim != 0 ||
+    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode && !c.starcoder2) ||
+        (c.one_norm && !c.falcon) || (c.no_bias && !c.falcon && !c.mpt && !c.starcoder2) || c.qkv_bias ||
+        (c.sliding_window != 0 && !c.starcoder2) || c.first_window_layer != 0 || c.head_dim != 0 ||
         c.qk_norm || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
         c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 ||
         c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
-          "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads; MPT's: any ffn, no biases); allowed: the "
-          "Llama shape for others");
+          "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads; MPT's: any ffn, no biases; StarCoder2's: "
+          "kv_heads, a window on every layer, no biases); allowed: the Llama shape for others");
     }
     if (c.heads % c.kv_head_count() != 0) {
       return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
@@ -363,7 +371,8 @@ namespace {
 // A family's names for GPT-2's layout: the tensors outside the blocks by `outside`, a block's
 // "h.L.<stem>.<weight|bias>" as prefix + L + "." + stems[stem] + "." + weight|bias; with split_qkv (OPT's,
 // whose linears are separate q_proj, k_proj and v_proj) c_attn's rows and bias as three tensors, each back
-// to back in the flat array.
+// to back in the flat array (grouped-query attention's c_attn_q as q_proj, c_attn_kv's halves as k_proj and
+// v_proj).
 struct FamilyNames {
   std::map<std::string, std::string> outside, stems;
   std::string prefix;
@@ -386,6 +395,23 @@ std::vector<ParamTensor> renamed_layout(const std::vector<ParamTensor>& layout, 
                       kind = t.name.substr(d2 + 1);
     const std::string prefix = names.prefix + layer + ".";
     // Grouped-query attention's q rows and the k and v rows after them: one tensor, as c_attn.
+    if (stem == "attn.c_attn_q" && names.split_qkv) {  // q_proj, then c_attn_kv's halves: k_proj, v_proj
+      MW_CHECK(i + 1 < layout.size() && layout[i + 1].name == "h." + layer + ".attn.c_attn_kv." + kind,
+               "hf_param_layout: " + t.name + " without its key/value rows after it");
+      o.name = prefix + names.qkv_prefix + "q_proj." + kind;
+      out.push_back(std::move(o));
+      const char* parts[] = {"k_proj", "v_proj"};
+      for (std::size_t k = 0; k < 2; ++k) {
+        ParamTensor kv = layout[i + 1];
+        kv.numel /= 2;
+        kv.shape[0] /= 2;
+        kv.offset += k * kv.numel;
+        kv.name = prefix + names.qkv_prefix + parts[k] + "." + kind;
+        out.push_back(std::move(kv));
+      }
+      ++i;
+      continue;
+    }
     if (stem == "attn.c_attn_q") {
       MW_CHECK(i + 1 < layout.size() && layout[i + 1].name == "h." + layer + ".attn.c_attn_kv." + kind,
                "hf_param_layout: " + t.name + " without its key/value rows after it");
@@ -541,6 +567,23 @@ FamilyNames gptj_names(const GptConfig& c) {
   return names;
 }
 
+// Starcoder2ForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's, also beside
+// grouped-query attention's c_attn_q and c_attn_kv).
+const FamilyNames& starcoder2_names() {
+  static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
+                                  {"ln_f.weight", "model.norm.weight"},
+                                  {"ln_f.bias", "model.norm.bias"},
+                                  {"lm_head.weight", "lm_head.weight"}},
+                                 {{"ln_1", "input_layernorm"},
+                                  {"attn.c_proj", "self_attn.o_proj"},
+                                  {"ln_2", "post_attention_layernorm"},
+                                  {"mlp.c_fc", "mlp.c_fc"},
+                                  {"mlp.c_proj", "mlp.c_proj"}},
+                                 "model.layers.",
+                                 true};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -623,6 +666,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.bloom) return renamed_layout(layout, bloom_names());
   if (c.mpt) return renamed_layout(layout, mpt_names());
   if (c.gptj) return renamed_layout(layout, gptj_names(c));
+  if (c.starcoder2) return renamed_layout(layout, starcoder2_names());
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
@@ -695,13 +739,14 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   }
   const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi",
              falcon = m.model_type == "falcon", codegen = m.model_type == "codegen",
-             gptj = m.model_type == "gptj" || codegen;
-  if (neox || phi || falcon || gptj) {  // the reader has refused what their configs cannot be otherwise
+             gptj = m.model_type == "gptj" || codegen, starcoder2 = m.model_type == "starcoder2";
+  if (neox || phi || falcon || gptj || starcoder2) {  // the reader has refused what their configs cannot be
     const std::string family = neox      ? "GPT-NeoX"
                                : phi     ? "Phi"
                                : falcon  ? "Falcon"
                                : codegen ? "CodeGen"
-                                         : "GPT-J";
+                               : gptj    ? "GPT-J"
+                                         : "StarCoder2";
     if (codegen && m.heads % GptConfig::kCodegenGroups != 0) {
       return Status::invalid_argument(where + "n_head " + std::to_string(m.heads) + " is not supported by " +
                                       tool + " for CodeGen; allowed: a multiple of " +
@@ -724,7 +769,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + "tie_word_embeddings true is not supported by " + tool +
                                       " for " + family + " (its head has a bias of its own); allowed: false");
     }
-    MW_RETURN_IF_ERROR(check_layer_norm_eps(m, "layer_norm_eps", where, tool));
+    MW_RETURN_IF_ERROR(check_layer_norm_eps(m, starcoder2 ? "norm_epsilon" : "layer_norm_eps", where, tool));
     return Status::ok();
   }
   if (m.norm == NormKind::kRmsNorm || m.gated_mlp || m.position == PositionKind::kRotary) {
@@ -849,8 +894,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
-      m.model_type == "gptj" || m.model_type == "codegen") {
+      m.model_type == "gptj" || m.model_type == "codegen" || m.model_type == "starcoder2") {
     c.neox = m.model_type == "gpt_neox";
+    c.starcoder2 = m.model_type == "starcoder2";
     c.phi = m.model_type == "phi";
     c.falcon = m.model_type == "falcon";
     c.gptj = m.model_type == "gptj" || m.model_type == "codegen";
@@ -858,9 +904,10 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     // Side by side with two norms (GPT-NeoX's, Falcon's new architecture's) or one (Phi's, Falcon-7B's).
     c.parallel_residual = m.parallel_residual || m.block_norm_shared;
     c.one_norm = c.falcon && m.block_norm_shared;
-    c.no_bias = c.falcon && !m.linear_bias;
+    c.no_bias = (c.falcon || c.starcoder2) && !m.linear_bias;
     c.falcon_alibi = c.falcon && m.position == PositionKind::kNone;  // Falcon-RW's
-    c.kv_heads = c.falcon ? m.kv_heads : 0;
+    c.kv_heads = c.falcon || c.starcoder2 ? m.kv_heads : 0;
+    c.sliding_window = c.starcoder2 ? m.sliding_window : 0;
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
     c.rope_theta = m.rope_theta;
@@ -949,16 +996,17 @@ const char* gpt_family(const GptConfig& c) {
                                                           : "OLMo 2")
                           : "Llama";
   }
-  return c.opt       ? "OPT"
-         : c.neox    ? "GPT-NeoX"
-         : c.phi     ? "Phi"
-         : c.falcon  ? "Falcon"
-         : c.bigcode ? "GPT-BigCode"
-         : c.bloom   ? "BLOOM"
-         : c.mpt     ? "MPT"
-         : c.codegen ? "CodeGen"
-         : c.gptj    ? "GPT-J"
-                     : "GPT-2";
+  return c.opt          ? "OPT"
+         : c.neox       ? "GPT-NeoX"
+         : c.phi        ? "Phi"
+         : c.falcon     ? "Falcon"
+         : c.bigcode    ? "GPT-BigCode"
+         : c.bloom      ? "BLOOM"
+         : c.mpt        ? "MPT"
+         : c.codegen    ? "CodeGen"
+         : c.gptj       ? "GPT-J"
+         : c.starcoder2 ? "StarCoder2"
+                        : "GPT-2";
 }
 
 ModelSpec gpt_model_spec(const GptConfig& c) {
@@ -1037,8 +1085,15 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     }
     m.rope_windowed_only = c.rope_windowed_only;
   }
-  if (c.neox || c.phi || c.falcon || c.gptj) {
-    m.model_type = c.neox ? "gpt_neox" : c.phi ? "phi" : c.falcon ? "falcon" : c.codegen ? "codegen" : "gptj";
+  if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2) {
+    m.model_type = c.neox      ? "gpt_neox"
+                   : c.phi     ? "phi"
+                   : c.falcon  ? "falcon"
+                   : c.codegen ? "codegen"
+                   : c.gptj    ? "gptj"
+                               : "starcoder2";
+    m.sliding_window = c.sliding_window;  // (StarCoder2's)
+    if (c.starcoder2) m.mlp_act = "gelu_pytorch_tanh";
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;

@@ -128,6 +128,13 @@ struct GptConfig {
   // in 4 groups of heads (its mp_num), each group's queries, then its values, then its keys.
   bool codegen = false;
   static constexpr int kCodegenGroups = 4;
+  // StarCoder2's GPT-2 shape (Starcoder2ForCausalLM): grouped-query attention (kv_heads) with rotary
+  // positions on every channel (rope_theta, rope_scaling) instead of a position table, a window
+  // (sliding_window) on every layer, an MLP of ffn inner features (GELU's tanh approximation), biases on
+  // every linear (none with no_bias: use_bias false; the LayerNorms keep theirs), the head tied or not, and
+  // in Hugging Face files Llama's names (model.layers.*, q_proj, k_proj, v_proj, o_proj) with mlp.c_fc and
+  // mlp.c_proj.
+  bool starcoder2 = false;
   // StableLM's Llama shape (StableLmForCausalLM): LayerNorms with a weight and a bias (input_layernorm,
   // post_attention_layernorm, model.norm; epsilon 1e-5) instead of RMSNorms.
   bool layer_norm = false;
@@ -202,7 +209,7 @@ struct GptConfig {
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox || phi || gptj || (falcon && !falcon_alibi); }
+  bool rotary() const { return llama() || neox || phi || gptj || starcoder2 || (falcon && !falcon_alibi); }
   // Whether layer l's queries and keys turn (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's every
   // n-th).
   bool rotary_at(int layer) const {

@@ -86,20 +86,21 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"max_seq", c.max_seq},
-          {"arch", c.llama()   ? (!c.layer_norm   ? "llama"
-                                  : c.cohere      ? "cohere"
-                                  : c.norm_params ? "stablelm"
-                                                  : "olmo")
-                   : c.opt     ? "opt"
-                   : c.neox    ? "neox"
-                   : c.phi     ? "phi"
-                   : c.falcon  ? "falcon"
-                   : c.bigcode ? "bigcode"
-                   : c.bloom   ? "bloom"
-                   : c.mpt     ? "mpt"
-                   : c.codegen ? "codegen"
-                   : c.gptj    ? "gptj"
-                               : "gpt2"},
+          {"arch", c.llama()      ? (!c.layer_norm   ? "llama"
+                                     : c.cohere      ? "cohere"
+                                     : c.norm_params ? "stablelm"
+                                                     : "olmo")
+                   : c.opt        ? "opt"
+                   : c.neox       ? "neox"
+                   : c.phi        ? "phi"
+                   : c.falcon     ? "falcon"
+                   : c.bigcode    ? "bigcode"
+                   : c.bloom      ? "bloom"
+                   : c.mpt        ? "mpt"
+                   : c.codegen    ? "codegen"
+                   : c.gptj       ? "gptj"
+                   : c.starcoder2 ? "starcoder2"
+                                  : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
           {"no_bias", c.no_bias},
@@ -150,8 +151,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
   const std::string arch = j.value("arch", std::string("gpt2"));
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
-  if (arch == "neox" || arch == "phi" || arch == "falcon" || arch == "gptj" || arch == "codegen") {
+  if (arch == "neox" || arch == "phi" || arch == "falcon" || arch == "gptj" || arch == "codegen" ||
+      arch == "starcoder2") {
     c.neox = arch == "neox";
+    c.starcoder2 = arch == "starcoder2";  // (with kv_heads and its window)
     c.phi = arch == "phi";
     c.falcon = arch == "falcon";
     c.gptj = arch == "gptj" || arch == "codegen";
@@ -159,7 +162,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.one_norm = j.value("one_norm", false);
     c.no_bias = j.value("no_bias", false);
     c.falcon_alibi = c.falcon && j.value("alibi", false);
-    if (c.falcon) c.kv_heads = j.value("kv_heads", 0);
+    if (c.falcon || c.starcoder2) c.kv_heads = j.value("kv_heads", 0);
+    if (c.starcoder2) c.sliding_window = j.value("sliding_window", 0);
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);
     c.tied = j.value("tied", true);

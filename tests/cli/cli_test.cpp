@@ -2218,6 +2218,30 @@ TEST(CliGenerate, ASmolLM3ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// StarCoder2's shape (GPT-2's block with grouped-query attention, rotary positions and a window on every
+// layer) cut to two layers of 64 with an 8-token window trains on starcoder2-3b's file, is kept by the
+// checkpoint, exports as Starcoder2ForCausalLM (q_proj, k_proj, v_proj, mlp.c_fc) and generates the same text
+// from either (past the window).
+TEST(CliGenerate, AStarCoder2ShapedModelTrainsGeneratesAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "starcoder2",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "max_position_embeddings": 64, "sliding_window": 8})",
+      "starcoder2-3b", 200);
+  EXPECT_EQ(r.latest["arch"], "starcoder2");
+  EXPECT_EQ(r.latest["sliding_window"], 8);
+  EXPECT_EQ(r.latest["kv_heads"], 2);
+  EXPECT_EQ(r.config["architectures"][0], "Starcoder2ForCausalLM");
+  EXPECT_EQ(r.config["sliding_window"], 8);
+  EXPECT_EQ(r.config["use_bias"], true);
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.k_proj.weight"]["shape"], (nlohmann::json{32, 64}));
+  EXPECT_EQ(r.tensors["model.layers.1.mlp.c_fc.bias"]["shape"], (nlohmann::json{128}));
+  EXPECT_TRUE(r.tensors.contains("model.norm.bias"));
+  EXPECT_FALSE(r.tensors.contains("lm_head.weight"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GLM-4's shape (q/k/v biases, rotary on neighbouring pairs of the first half of each head, RMSNorms before
 // and after the attention and the MLP) cut to two layers of 64 in heads of 16 trains on glm-4-9b-0414's file,
 // is kept by the checkpoint, exports as Glm4ForCausalLM (gate_up_proj, GLM-4's norm names) and generates the

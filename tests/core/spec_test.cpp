@@ -250,6 +250,34 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_EQ(olmo3.total_params(),
             2 * 100278.0 * 4096 + 32 * (4 * 4096 + 4 * 4096.0 * 4096 + 3 * 4096.0 * 11008) + 4096);
   EXPECT_EQ(olmo3.total_params(), 7298011136.0);
+  // StarCoder2 3B: GPT-2's block (LayerNorms with biases, biases on every linear, a plain MLP) with 2
+  // key/value heads, rotary positions, a 4096-token window on every layer, tied.
+  const ModelSpec sc3 = load_model_scenario("starcoder2-3b");
+  EXPECT_EQ(sc3.model_type, "starcoder2");
+  EXPECT_TRUE(sc3.linear_bias && sc3.norm_bias && !sc3.gated_mlp && sc3.tied_embeddings);
+  EXPECT_EQ(sc3.position, PositionKind::kRotary);
+  EXPECT_EQ(sc3.sliding_window, 4096);
+  EXPECT_EQ(sc3.total_params(), 49152.0 * 3072 +
+                                    30 * (4 * 3072 + 2 * (3072.0 * 3072 + 3072) + 2 * (3072.0 * 256 + 256) +
+                                          2 * 3072.0 * 12288 + 12288 + 3072) +
+                                    2 * 3072);
+  EXPECT_EQ(sc3.total_params(), 3030371328.0);
+  EXPECT_EQ(load_model_scenario("starcoder2-7b").total_params(), 7173923840.0);
+  // Starcoder2Config's defaults (2 key/value heads, no window, tied); use_bias false drops the linears'
+  // biases only.
+  const std::string sc_text = R"({"model_type": "starcoder2", "num_hidden_layers": 2, "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "sliding_window": null)";
+  Diagnostics sc_diag;
+  auto sc = parse_model(sc_text + "}", "sc/config.json", sc_diag);
+  ASSERT_TRUE(sc.is_ok()) << sc.status().to_string();
+  EXPECT_EQ(sc->kv_heads, 2);
+  EXPECT_EQ(sc->sliding_window, 0);
+  EXPECT_TRUE(sc->tied_embeddings);
+  EXPECT_EQ(sc->mlp_act, "gelu_pytorch_tanh");
+  auto sc_unbiased = parse_model(sc_text + R"(, "use_bias": false})", "sc/config.json", sc_diag);
+  ASSERT_TRUE(sc_unbiased.is_ok()) << sc_unbiased.status().to_string();
+  EXPECT_EQ(sc->total_params() - sc_unbiased->total_params(), 2 * (64 + 32 + 32 + 64 + 128 + 64.0));
+  EXPECT_TRUE(sc_diag.warnings.empty()) << sc_diag.warnings.front();
   // GLM-4-9B-0414: biases on q, k and v only (not o), four RMSNorms a layer (Gemma 2's), heads of 128 with
   // rotary on neighbouring pairs of their first half (nothing to count), untied.
   const ModelSpec glm4 = load_model_scenario("glm-4-9b-0414");
@@ -458,7 +486,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "olmo-3-7b",
                            "glm-4-9b-0414",
                            "glm-4-32b-0414",
-                           "glm-4-9b-chat-hf"}) {
+                           "glm-4-9b-chat-hf",
+                           "starcoder2-3b",
+                           "starcoder2-7b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }

@@ -218,6 +218,21 @@ TEST_P(CudaGpt, BigcodeShapeMatchesTheCpu) {
   expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, bigcode, "bigcode");
 }
 
+// StarCoder2's: GPT-2's block with two key/value heads, rotary positions on every channel, a 5-token window
+// on every layer, an untied head; and without biases on the linears; unfused and flash.
+TEST_P(CudaGpt, StarCoder2ShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig starcoder2 = small_gpt();
+  starcoder2.starcoder2 = true;
+  starcoder2.kv_heads = 2;
+  starcoder2.sliding_window = 5;
+  starcoder2.tied = false;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, starcoder2, "starcoder2");
+  GptConfig unbiased = starcoder2;
+  unbiased.no_bias = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, unbiased);
+}
+
 // BLOOM's: ALiBi's biases on the scores (the heads' slopes) instead of positions, the embedding's LayerNorm;
 // unfused and flash.
 TEST_P(CudaGpt, BloomShapeMatchesTheCpu) {

@@ -509,8 +509,21 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   codegen.codegen = true;
   codegen.heads = 4;
   codegen.channels = 16;
-  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen}) {
-    SCOPED_TRACE(c.neox       ? "neox"
+  GptConfig starcoder2 = small_config();  // grouped-query attention with rotary positions, a window, untied
+  starcoder2.heads = 4;
+  starcoder2.kv_heads = 2;
+  starcoder2.starcoder2 = true;
+  starcoder2.tied = false;
+  starcoder2.ffn = 20;
+  starcoder2.sliding_window = 3;
+  starcoder2.rope_theta = 1e5;
+  GptConfig starcoder2_plain = starcoder2;  // without biases or a window, one key/value head a query head
+  starcoder2_plain.no_bias = starcoder2_plain.tied = true;
+  starcoder2_plain.kv_heads = starcoder2_plain.sliding_window = 0;
+  for (const GptConfig& c :
+       {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen, starcoder2, starcoder2_plain}) {
+    SCOPED_TRACE(c.starcoder2 ? (c.no_bias ? "starcoder2 without biases" : "starcoder2")
+                 : c.neox     ? "neox"
                  : c.phi      ? "phi"
                  : c.codegen  ? "codegen"
                  : c.gptj     ? "gptj"
@@ -521,14 +534,15 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
                               : "falcon");
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 8);
-    const std::string dir = temp_dir(c.neox      ? "export-neox"
-                                     : c.phi     ? "export-phi"
-                                     : c.bigcode ? "export-bigcode"
-                                     : c.bloom   ? "export-bloom"
-                                     : c.mpt     ? "export-mpt"
-                                     : c.codegen ? "export-codegen"
-                                     : c.gptj    ? "export-gptj"
-                                                 : "export-falcon");
+    const std::string dir = temp_dir(c.neox         ? "export-neox"
+                                     : c.phi        ? "export-phi"
+                                     : c.bigcode    ? "export-bigcode"
+                                     : c.bloom      ? "export-bloom"
+                                     : c.mpt        ? "export-mpt"
+                                     : c.codegen    ? "export-codegen"
+                                     : c.gptj       ? "export-gptj"
+                                     : c.starcoder2 ? "export-starcoder2"
+                                                    : "export-falcon");
     ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
     Diagnostics diag;
     auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
@@ -544,6 +558,10 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.mpt, c.mpt);
     EXPECT_EQ(back.gptj, c.gptj);
     EXPECT_EQ(back.codegen, c.codegen);
+    EXPECT_EQ(back.starcoder2, c.starcoder2);
+    EXPECT_EQ(back.sliding_window, c.sliding_window);
+    EXPECT_EQ(back.tied, c.tied);
+    EXPECT_EQ(back.rope_theta, c.rope_theta);
     EXPECT_EQ(back.exact_gelu, c.exact_gelu);
     EXPECT_EQ(back.one_norm, c.one_norm);
     EXPECT_EQ(back.no_bias, c.no_bias);
@@ -567,6 +585,29 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
       EXPECT_EQ(
           file_element(file, "transformer.h.0.attn.q_proj.weight", static_cast<std::size_t>(c.channels)),
           p[qkv->offset + static_cast<std::size_t>(c.rotary_dim() / 2 * c.channels)]);
+    }
+    if (c.starcoder2) {  // Starcoder2ForCausalLM's names: the key/value rows as k_proj and v_proj
+      const nlohmann::json h = safetensors_header(file);
+      EXPECT_EQ(h["model.layers.1.self_attn.k_proj.weight"]["shape"],
+                (nlohmann::json{c.kv_width(), c.channels}));
+      EXPECT_EQ(h["model.layers.1.self_attn.v_proj.weight"]["shape"],
+                (nlohmann::json{c.kv_width(), c.channels}));
+      EXPECT_EQ(h.contains("model.layers.1.self_attn.o_proj.bias"), !c.no_bias);
+      EXPECT_EQ(h.contains("model.layers.1.mlp.c_fc.bias"), !c.no_bias);
+      EXPECT_TRUE(h.contains("model.layers.1.post_attention_layernorm.bias"));  // (LayerNorms keep theirs)
+      EXPECT_EQ(h.contains("lm_head.weight"), !c.tied);
+      const nlohmann::json config = nlohmann::json::parse(slurp(dir + "/config.json"));
+      EXPECT_EQ(config["use_bias"], !c.no_bias);
+      // v_proj's first row is memwall's first value row, after the key rows.
+      const auto layout = gpt_param_layout(c);
+      const auto kv = std::find_if(layout.begin(), layout.end(), [&](const ParamTensor& t) {
+        return t.name ==
+               (c.kv_head_count() == c.heads ? "h.0.attn.c_attn.weight" : "h.0.attn.c_attn_kv.weight");
+      });
+      ASSERT_NE(kv, layout.end());
+      const std::size_t first_v = c.kv_head_count() == c.heads ? 2 * c.q_width() : c.kv_width();
+      EXPECT_EQ(file_element(file, "model.layers.0.self_attn.v_proj.weight", 1),
+                p[kv->offset + first_v * static_cast<std::size_t>(c.channels) + 1]);
     }
     if (c.mpt) {  // MptForCausalLM's names, its norms without biases
       const nlohmann::json h = safetensors_header(file);

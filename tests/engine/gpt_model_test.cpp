@@ -254,6 +254,27 @@ GptConfig bigcode() {
   c.kv_heads = 1;
   return c;
 }
+// StarCoder2's: GPT-2's block with 4 query heads on 2 key/value heads, rotary positions on every channel, a
+// 3-token window on every layer, an MLP of 24, biases everywhere, an untied head; and without biases
+// (use_bias false), a key/value head per query head, tied, without a window.
+GptConfig starcoder2() {
+  GptConfig c = tiny();
+  c.vocab = 12;
+  c.channels = 16;
+  c.heads = 4;
+  c.starcoder2 = true;
+  c.kv_heads = 2;
+  c.ffn = 24;
+  c.tied = false;
+  c.sliding_window = 3;
+  return c;
+}
+GptConfig starcoder2_plain() {
+  GptConfig c = starcoder2();
+  c.no_bias = c.tied = true;
+  c.kv_heads = c.sliding_window = 0;
+  return c;
+}
 GptConfig bigcode_mha() {
   GptConfig c = bigcode();
   c.kv_heads = 0;
@@ -440,6 +461,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"falcon-rw", falcon_rw()},
           {"bigcode", bigcode()},
           {"bigcode-mha", bigcode_mha()},
+          {"starcoder2", starcoder2()},
+          {"starcoder2-plain", starcoder2_plain()},
           {"bloom", bloom()},
           {"mpt", mpt()},
           {"gptj", gptj()},
@@ -660,7 +683,7 @@ TEST(GptModel, PhiLayoutIsGpt2sWithoutTheSecondNormWithPhisNames) {
   EXPECT_NE(validate(bad, 1, 4).message().find("side by side"), std::string::npos);
   bad = c;
   bad.neox = true;
-  EXPECT_NE(validate(bad, 1, 4).message().find("eight variants"), std::string::npos);
+  EXPECT_NE(validate(bad, 1, 4).message().find("nine variants"), std::string::npos);
   ModelSpec tied = spec;
   tied.tied_embeddings = true;
   EXPECT_NE(check_model_file(tied, "memwall train").message().find("tie_word_embeddings true"),
@@ -993,6 +1016,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   cohere2_shape.sliding_window = 4;
   cohere2_shape.global_every = 2;
   cohere2_shape.rope_windowed_only = true;
+  GptConfig starcoder2_shape = gpt2;  // and StarCoder2's: GPT-2's block with rotary positions, grouped-query
+                                      // attention and a window of 5 on every layer, untied
+  starcoder2_shape.starcoder2 = true;
+  starcoder2_shape.kv_heads = 2;
+  starcoder2_shape.ffn = 40;
+  starcoder2_shape.tied = false;
+  starcoder2_shape.sliding_window = 5;
+  starcoder2_shape.rope_theta = 100.0f;
   GptConfig glm4_shape = gqa;  // and GLM-4's: q/k/v biases, rotary on neighbouring pairs of half of each
                                // head, norms before and after the sublayers
   glm4_shape.glm = glm4_shape.qkv_bias = glm4_shape.sandwich_norm = true;
@@ -1027,12 +1058,40 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   exaone4_shape.sliding_window = 4;
   exaone4_shape.global_every = 2;
   exaone4_shape.rope_windowed_only = true;
-  for (const GptConfig& c :
-       {gpt2,           opt_shape,     exact,       neox_shape,   phi_shape,    falcon_mq,     falcon_gq,
-        bigcode_mq,     bloom_shape,   mpt_shape,   gptj_shape,   gqa,          mha,           qwen,
-        scaled,         yarn,          window,      q3,           gem,          gem2,          gem3,
-        stablelm_shape, olmo_shape,    olmo2_shape, stablelm_big, cohere_shape, cohere2_shape, smollm3_shape,
-        granite_shape,  exaone4_shape, olmo3_shape, glm4_shape,   phi}) {
+  for (const GptConfig& c : {gpt2,
+                             opt_shape,
+                             exact,
+                             neox_shape,
+                             phi_shape,
+                             falcon_mq,
+                             falcon_gq,
+                             bigcode_mq,
+                             bloom_shape,
+                             mpt_shape,
+                             gptj_shape,
+                             gqa,
+                             mha,
+                             qwen,
+                             scaled,
+                             yarn,
+                             window,
+                             q3,
+                             gem,
+                             gem2,
+                             gem3,
+                             stablelm_shape,
+                             olmo_shape,
+                             olmo2_shape,
+                             stablelm_big,
+                             cohere_shape,
+                             cohere2_shape,
+                             smollm3_shape,
+                             granite_shape,
+                             exaone4_shape,
+                             olmo3_shape,
+                             glm4_shape,
+                             starcoder2_shape,
+                             phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
@@ -1041,6 +1100,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.phi                  ? "phi"
                  : c.falcon               ? (c.one_norm ? "falcon-7b" : "falcon-40b")
                  : c.bigcode              ? "bigcode"
+                 : c.starcoder2           ? "starcoder2"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : !c.norm_params         ? "olmo, clip_qkv"
@@ -1353,6 +1413,24 @@ TEST(GptModel, PhiMatchesAPyTorchReference) {
                                  {"rope_theta", c.rope_theta}, {"exact_gelu", c.exact_gelu}};
   if (!matches_reference("phi_reference.py", c, hf_param_layout(c), config))
     GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+}
+
+// StarCoder2 against a PyTorch implementation of transformers' Starcoder2 equations (tests/engine/
+// starcoder2_reference.py), which reads the tensors by their StarCoder2 names (q_proj, k_proj and v_proj
+// apart: grouped-query attention's key/value rows split in two): grouped-query attention with rotary
+// positions over a window, biases on every linear and an untied head; and without biases, windows or grouped
+// heads, tied. Skipped without torch.
+TEST(GptModel, StarCoder2MatchesAPyTorchReference) {
+  for (GptConfig c : {starcoder2(), starcoder2_plain()}) {
+    SCOPED_TRACE(c.no_bias ? "without biases" : "grouped, windowed");
+    c.rope_theta = 500;  // the rotation matters even over 8 positions
+    const nlohmann::json config = {{"layers", c.layers},         {"channels", c.channels},
+                                   {"heads", c.heads},           {"kv_heads", c.kv_head_count()},
+                                   {"rope_theta", c.rope_theta}, {"sliding_window", c.sliding_window},
+                                   {"use_bias", !c.no_bias}};
+    if (!matches_reference("starcoder2_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
 }
 
 // Falcon against a PyTorch implementation of transformers' Falcon equations (tests/engine/
@@ -1846,10 +1924,10 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
   GptConfig exact = tiny();  // GPT-2 with the exact GELU
   exact.exact_gelu = true;
   for (const GptConfig& c :
-       {tiny(),      exact,          neox(),      phi(),       falcon40b(), bigcode(), bloom(),
-        mpt(),       gptj(),         llama_gqa(), llama_mha(), qwen2(),     gemma2(),  gemma3(),
-        stablelm2(), stablelm_12b(), olmo(),      olmo2_gqa(), cohere_qk(), cohere2(), smollm3(),
-        granite(),   exaone4(),      olmo3(),     glm4()}) {
+       {tiny(),    exact,       neox(),         phi(),       falcon40b(), bigcode(),   bloom(),
+        mpt(),     gptj(),      starcoder2(),   llama_gqa(), llama_mha(), qwen2(),     gemma2(),
+        gemma3(),  stablelm2(), stablelm_12b(), olmo(),      olmo2_gqa(), cohere_qk(), cohere2(),
+        smollm3(), granite(),   exaone4(),      olmo3(),     glm4()}) {
     SCOPED_TRACE(c.llama()      ? (c.rope_local_theta > 0 ? "gemma3"
                                    : c.sandwich_norm      ? "gemma2"
                                    : c.rope_windowed_only ? "cohere2"
@@ -1868,6 +1946,7 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
                  : c.bloom      ? "bloom"
                  : c.mpt        ? "mpt"
                  : c.gptj       ? "gptj"
+                 : c.starcoder2 ? "starcoder2"
                  : c.neox       ? "neox"
                  : c.phi        ? "phi"
                  : c.falcon     ? "falcon"
