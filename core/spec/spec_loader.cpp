@@ -188,6 +188,86 @@ Status read_granite_multipliers(JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
+// transformers 5's rope_parameters, one object of the rotary turn's settings (rope_type, rope_theta,
+// partial_rotary_factor and its type's keys) or one per layer type (full_attention, sliding_attention): the
+// one for every layer (or full_attention's) written into `j` as the keys the files before it had,
+// rope_theta, partial_rotary_factor and (but for type "default") rope_scaling, each checked against the same
+// key where the file has both; sliding_attention's, if any, into `sliding` and full_attention's into `full`
+// (the Llama shape's reader applies them: apply_sliding_rope).
+Status lower_rope_parameters(json& j, const std::string& source, json& full, json& sliding) {
+  if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) return Status::ok();
+  const json rp = j["rope_parameters"];
+  const auto bad = [&](const std::string& key, const std::string& why) {
+    return Status::invalid_argument(source + ": key 'rope_parameters" + key + "' " + why);
+  };
+  if (!rp.is_object()) {
+    return bad("",
+               "must be an object (rope_type, rope_theta and its type's keys, or one such object per "
+               "layer type)");
+  }
+  full = rp;
+  if (rp.contains("full_attention") || rp.contains("sliding_attention")) {
+    for (const auto& [key, value] : rp.items()) {
+      if (key != "full_attention" && key != "sliding_attention")
+        return bad("." + key,
+                   "is not a layer type memwall reads; allowed: full_attention, sliding_attention");
+      if (!value.is_object()) return bad("." + key, "must be an object (rope_type, rope_theta, ...)");
+    }
+    full = rp.value("full_attention", json::object());
+    sliding = rp.value("sliding_attention", json());
+  }
+  json scaling = full;
+  scaling.erase("rope_theta");
+  scaling.erase("partial_rotary_factor");
+  const char* type_key = scaling.contains("rope_type") ? "rope_type" : "type";
+  const bool plain = !scaling.contains(type_key) || scaling[type_key] == "default";
+  std::vector<std::pair<std::string, json>> keys;
+  for (const char* key : {"rope_theta", "partial_rotary_factor"})
+    if (full.contains(key)) keys.emplace_back(key, full[key]);
+  if (!plain) keys.emplace_back("rope_scaling", scaling);
+  for (const auto& [key, value] : keys) {
+    if (j.contains(key) && !j[key].is_null() && j[key] != value) {
+      return bad("", "gives " + key + " " + detail::short_dump(value) + " where the file's " + key + " is " +
+                         detail::short_dump(j[key]) + "; allowed: the same, or one of them");
+    }
+    j[key] = value;
+  }
+  j.erase("rope_parameters");
+  return Status::ok();
+}
+
+// The windowed layers' own rotary turn from transformers 5's rope_parameters.sliding_attention (`sliding`,
+// null: none; `full`: full_attention's): the same object as full_attention's, one turn for every layer;
+// rope_type "default", their own rope_theta without rope_scaling (rope_local_theta, Gemma 3's local table);
+// another type, or other keys, refused.
+Status apply_sliding_rope(const json& full, const json& sliding, const std::string& source, ModelSpec& m) {
+  if (sliding.is_null()) return Status::ok();
+  if (sliding == full) {
+    m.rope_local_theta = 0;
+    return Status::ok();
+  }
+  const std::string where = source + ": key 'rope_parameters.sliding_attention";
+  for (const auto& [key, value] : sliding.items()) {
+    const bool plain = (key == "rope_type" || key == "type") && value == "default";
+    if (plain || key == "rope_theta") continue;
+    return Status::invalid_argument(where + "." + key + "' " + detail::short_dump(value) +
+                                    " (a turn of the windowed layers' own beyond their base) is not "
+                                    "supported; allowed: rope_type default with rope_theta, or the same "
+                                    "object as full_attention");
+  }
+  if (sliding.contains("rope_theta")) {
+    const json& theta = sliding["rope_theta"];
+    if (!theta.is_number() || !(theta.get<double>() > 1.0 && theta.get<double>() <= 1e12)) {
+      return Status::invalid_argument(where + ".rope_theta' " + detail::short_dump(theta) +
+                                      " must be a number in (1, 1e12]");
+    }
+    m.rope_local_theta = theta.get<double>();
+  } else if (m.rope_local_theta == 0) {
+    m.rope_local_theta = m.rope_theta;  // (transformers' default: the model's base)
+  }
+  return Status::ok();
+}
+
 // rope_scaling: null, absent or type "default": none. The type is "rope_type" (or older files' "type").
 Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Diagnostics& diag,
                          RopeScaling& out) {
@@ -722,6 +802,9 @@ Status parse_cohere(const json& j, JsonObjectReader& r, const std::string& sourc
 Result<ModelSpec> parse_model(std::string_view text, const std::string& source, Diagnostics& diag) {
   Result<json> doc = parse_json_object(text, source);
   if (!doc.is_ok()) return doc.status();
+  // (transformers 5's rope_parameters read as the keys before it; its sliding_attention part below.)
+  json full_rope, sliding_rope;
+  MW_RETURN_IF_ERROR(lower_rope_parameters(*doc, source, full_rope, sliding_rope));
   const json& j = *doc;
   JsonObjectReader r(j, source, "", diag);
 
@@ -1016,6 +1099,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(read_window_layers(j, r, m));
     if (olmo3 && m.sliding_window > 0) m.rope_local_theta = m.rope_theta;  // (rope_theta read above)
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+    MW_RETURN_IF_ERROR(apply_sliding_rope(full_rope, sliding_rope, source, m));
+    sliding_rope = nullptr;
     // yarn's original context: the model's max_position_embeddings unless its rope_scaling says otherwise.
     if (m.rope_scaling.type == "yarn" && m.rope_scaling.original_max_positions == 0)
       m.rope_scaling.original_max_positions = m.max_positions;
@@ -1208,6 +1293,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(parse_gptj(r, m));
   } else {
     return r.error("model_type", "\"" + type + "\" is not supported; allowed: " + kModelTypes);
+  }
+  if (!sliding_rope.is_null()) {
+    return Status::invalid_argument(source +
+                                    ": key 'rope_parameters.sliding_attention' (the windowed layers' "
+                                    "own rotary turn) is not supported for model_type " +
+                                    type + "; allowed: one object for every layer");
   }
   // Heads of their own size (head_dim, Qwen3's and Mistral Nemo's: queries of heads x head_dim channels
   // projected back to hidden_size by o_proj), else hidden_size / num_attention_heads.

@@ -825,6 +825,92 @@ TEST(ModelSpec, Gemma3ReadsAsPublished) {
   EXPECT_NE(bidirectional.status().message().find("key 'use_bidirectional_attention'"), std::string::npos);
 }
 
+// transformers 5 writes rope_theta and rope_scaling as one rope_parameters object (or one per layer type):
+// Llama 3.2's file in that form reads as the file before it; Phi-3's partial_rotary_factor in it too; Gemma
+// 3's and OLMo 3's per layer type give the windowed layers their own base, or the global one's turn; a
+// rope_theta beside it that disagrees, a scaled windowed turn of their own, a layer type memwall does not
+// read, and layer types for a family without windows are refused naming the key.
+TEST(ModelSpec, Transformers5RopeParametersReadAsTheKeysBeforeThem) {
+  const std::string llama = R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+      "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+      "max_position_embeddings": 131072, "tie_word_embeddings": true, "rms_norm_eps": 1e-5, "head_dim": 64, )";
+  const std::string llama3 = R"("factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+      "original_max_position_embeddings": 8192, "rope_type": "llama3")";
+  Diagnostics diag;
+  auto before = parse_model(llama + R"("rope_theta": 500000.0, "rope_scaling": {)" + llama3 + "}}",
+                            "l/config.json", diag);
+  auto v5 = parse_model(llama + R"("rope_parameters": {"rope_theta": 500000.0, )" + llama3 + "}}",
+                        "l/config.json", diag);
+  ASSERT_TRUE(before.is_ok()) << before.status().to_string();
+  ASSERT_TRUE(v5.is_ok()) << v5.status().to_string();
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  EXPECT_EQ(v5->rope_theta, 500000.0);
+  EXPECT_EQ(v5->rope_scaling.type, "llama3");
+  EXPECT_EQ(v5->rope_scaling.factor, 32.0);
+  EXPECT_EQ(v5->rope_scaling.original_max_positions, 8192);
+  EXPECT_EQ(to_json_text(*v5), to_json_text(*before));
+  auto plain =
+      parse_model(llama + R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})", "c", diag);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->rope_theta, 1e6);
+  EXPECT_TRUE(plain->rope_scaling.none());
+  auto phi3 = parse_model(R"({"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}})",
+                          "d", diag);
+  ASSERT_TRUE(phi3.is_ok()) << phi3.status().to_string();
+  EXPECT_EQ(phi3->partial_rotary_factor, 0.75);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  // Gemma 3: the windowed layers' own base, the global ones' linear scaling; or every layer the same turn.
+  const std::string gemma3 = R"({"model_type": "gemma3_text", "num_hidden_layers": 6, "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}, )";
+  auto g3 = parse_model(gemma3 + R"("sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}})",
+                        "e", diag);
+  ASSERT_TRUE(g3.is_ok()) << g3.status().to_string();
+  EXPECT_EQ(g3->rope_theta, 1e6);
+  EXPECT_EQ(g3->rope_local_theta, 20000.0);
+  EXPECT_EQ(g3->rope_scaling.type, "linear");
+  auto g3_same = parse_model(gemma3 + R"("sliding_attention": {"rope_type": "linear", "factor": 8.0,
+      "rope_theta": 1000000.0}}})",
+                             "f", diag);
+  ASSERT_TRUE(g3_same.is_ok()) << g3_same.status().to_string();
+  EXPECT_EQ(g3_same->rope_local_theta, 0.0);  // one table for every layer
+  // OLMo 3 as transformers 5.2 writes it (every layer YaRN-scaled), and as 4.57 reads it (the windowed layers
+  // unscaled).
+  const std::string olmo3 = R"({"model_type": "olmo3", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+      "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 500000.0,
+      "original_max_position_embeddings": 8192}, )";
+  auto o3_scaled = parse_model(olmo3 + R"("sliding_attention": {"rope_type": "yarn", "factor": 8.0,
+      "rope_theta": 500000.0, "original_max_position_embeddings": 8192}}})",
+                               "g", diag);
+  ASSERT_TRUE(o3_scaled.is_ok()) << o3_scaled.status().to_string();
+  EXPECT_EQ(o3_scaled->rope_local_theta, 0.0);
+  EXPECT_EQ(o3_scaled->rope_scaling.type, "yarn");
+  auto o3_unscaled = parse_model(
+      olmo3 + R"("sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}})", "h", diag);
+  ASSERT_TRUE(o3_unscaled.is_ok()) << o3_unscaled.status().to_string();
+  EXPECT_EQ(o3_unscaled->rope_local_theta, 500000.0);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  for (const auto& [text, needle] :
+       {std::pair{llama + R"("rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500000.0}})",
+                  "key 'rope_parameters' gives rope_theta 500000.0 where the file's rope_theta is 10000.0"},
+        std::pair{olmo3 + R"("sliding_attention": {"rope_type": "linear", "factor": 2.0}}})",
+                  "key 'rope_parameters.sliding_attention.factor' 2.0 (a turn of the windowed layers' own"},
+        std::pair{
+            llama + R"("rope_parameters": {"full_attention": {"rope_theta": 1e4}, "chunked_attention": {}}})",
+            "key 'rope_parameters.chunked_attention' is not a layer type memwall reads"},
+        std::pair{std::string(R"({"model_type": "stablelm", "rope_parameters": {"full_attention": {},
+               "sliding_attention": {"rope_theta": 1e4}}})"),
+                  "key 'rope_parameters.sliding_attention' (the windowed layers' own rotary turn) is not "
+                  "supported for model_type stablelm"},
+        std::pair{llama + R"("rope_parameters": [1]})", "key 'rope_parameters' must be an object"}}) {
+    auto bad = parse_model(text, "bad/config.json", diag);
+    ASSERT_FALSE(bad.is_ok()) << needle;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
   // Llama-3.2-1B's config.json: 16 layers of 2048 channels, 32 query heads on 8 key/value heads, an MLP of
   // 8192, a vocabulary of 128256 tied to the head: 1,235,814,400 parameters, its published count.
