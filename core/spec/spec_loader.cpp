@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "olmo3, cohere, cohere2, smollm3, granite, exaone4, glm, glm4, starcoder2, "
+    "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -927,13 +927,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
-             type == "glm" || type == "glm4") {
-    // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's and Qwen3-MoE Qwen3's, each with mixture-of-experts MLPs
-    // (read below).
-    const std::string family = type == "mixtral"     ? "mistral"
-                               : type == "qwen2_moe" ? "qwen2"
-                               : type == "qwen3_moe" ? "qwen3"
-                                                     : type;
+             type == "glm" || type == "glm4" || type == "granitemoe" || type == "olmoe") {
+    // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
+    // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
+    const std::string family = type == "mixtral"      ? "mistral"
+                               : type == "qwen2_moe"  ? "qwen2"
+                               : type == "qwen3_moe"  ? "qwen3"
+                               : type == "granitemoe" ? "granite"
+                                                      : type;
     const bool gemma3 = type == "gemma3_text", gemma2 = type == "gemma2" || gemma3,
                gemma = type == "gemma" || gemma2;
     if (gemma3) {  // Gemma3TextConfig's defaults (a multimodal file's text_config gives only what differs)
@@ -1024,7 +1025,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
     // transformers' Olmo2Config's, Exaone4Config's, GlmConfig's and LlamaConfig's defaults
-    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" ? 1e-5 : glm ? 1.5625e-7 : 1e-6;
+    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" ? 1e-5
+                 : glm                                                                      ? 1.5625e-7
+                                                                                            : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
     // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
@@ -1034,8 +1037,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.norm = NormKind::kLayerNorm;
       m.norm_bias = m.norm_weight = false;
       m.norm_eps = 1e-5;
-      MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     }
+    // OLMoE's (OlmoeForCausalLM): Llama's norms before the sublayers with OLMo 2's q/k norms over all the
+    // queries and all the keys, clip_qkv as OLMo's.
+    if (type == "olmoe") m.qk_norm = m.qk_norm_full = true;
+    if (type == "olmo" || type == "olmoe")
+      MW_RETURN_IF_ERROR(r.get_number("clip_qkv", m.clip_qkv, 0.0, 1e9));  // (null: none)
     // OLMo 3's (Olmo3ForCausalLM): OLMo 2's block with a window (sliding_window 4096; null: none) on all
     // layers but every fourth (or as layer_types lists them); the windowed layers turn by rope_theta without
     // rope_scaling (as transformers 4.57 and vLLM: rope_local_theta), the global ones with it.
@@ -1068,7 +1075,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.rope_theta = 2e6;  // SmolLM3Config's
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
     }
-    if (type == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
+    if (family == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
     // GLM's (GlmForCausalLM): rotary on neighbouring pairs of half of each head (partial_rotary_factor 0.5,
     // head_dim 128 by default; nothing to count); GLM-4's (Glm4ForCausalLM) RMSNorms of the attention's and
     // the MLP's outputs too (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's four norms).
@@ -1128,12 +1135,15 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (family == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     if (gemma) head_dim = 256;              // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
-    // Mixture-of-experts MLPs (defaults as MixtralConfig's, Qwen2MoeConfig's and Qwen3MoeConfig's): every
-    // layer's.
-    if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
-      const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe";
+    // Mixture-of-experts MLPs (defaults as MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's,
+    // GraniteMoeConfig's and OlmoeConfig's): every layer's. Mixtral's, Granite MoE's and OLMoE's experts are
+    // intermediate_size wide.
+    if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
+        type == "olmoe") {
+      const bool mixtral = type == "mixtral" || type == "granitemoe", qwen2 = type == "qwen2_moe",
+                 olmoe = type == "olmoe";
       const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
-      m.experts = mixtral ? 8 : qwen2 ? 60 : 128;
+      m.experts = mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128;
       m.experts_per_token = mixtral ? 2 : qwen2 ? 4 : 8;
       MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
       MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
@@ -1142,7 +1152,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                                                   std::to_string(m.experts) + " experts (" + experts_key +
                                                   "); allowed: 1 to " + std::to_string(m.experts));
       }
-      if (!mixtral) {  // Qwen-MoE's experts have their own width; intermediate_size is a dense layer's
+      if (!mixtral && !olmoe) {  // Qwen-MoE's experts have their own width; intermediate_size a dense layer's
         m.expert_ffn = qwen2 ? 1408 : 768;
         MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
         if (qwen2) {  // and Qwen2-MoE's shared expert
@@ -1163,7 +1173,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         }
         r.ignore({"mlp_only_layers", "norm_topk_prob"});
       }
-      r.ignore({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"});
+      r.ignore({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "norm_topk_prob"});
     }
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
               "resid_pdrop", "original_max_position_embeddings"});

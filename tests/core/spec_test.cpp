@@ -70,6 +70,26 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   EXPECT_EQ(qwen2.shared_expert_ffn, 5632);
   EXPECT_EQ(qwen2.total_params(), 14315784192.0);
   EXPECT_EQ(qwen2.active_params(), 2689173504.0);
+  // OLMoE-1B-7B (the Llama shape with OLMo 2's q/k norms over all 2048 query and key channels; 64 experts of
+  // 1024, 8 per token): its card's 6.9B total, 1.3B active; Granite 3.0 1B-A400M (Granite's multipliers, 32
+  // experts of 512, 8 per token, tied): 1.3B and 400M.
+  const ModelSpec olmoe = load_model_scenario("olmoe-1b-7b");
+  EXPECT_TRUE(olmoe.qk_norm && olmoe.qk_norm_full && !olmoe.post_norm);
+  EXPECT_EQ(olmoe.experts, 64);
+  EXPECT_EQ(olmoe.experts_per_token, 8);
+  EXPECT_EQ(olmoe.mlp_ffn(), 1024);
+  EXPECT_EQ(olmoe.params_per_layer(),
+            4 * 2048.0 * 2048 + 2 * 2048 + 64 * 3 * 2048.0 * 1024 + 2048 * 64 + 2 * 2048);
+  EXPECT_EQ(olmoe.total_params(), 6919161856.0);
+  EXPECT_EQ(olmoe.active_params(), 1282017280.0);
+  const ModelSpec granite_moe = load_model_scenario("granite-3.0-1b-a400m");
+  EXPECT_EQ(granite_moe.experts, 32);
+  EXPECT_EQ(granite_moe.mlp_ffn(), 512);
+  EXPECT_EQ(granite_moe.embed_multiplier, 12.0);
+  EXPECT_EQ(granite_moe.logit_scale, 1.0 / 6);
+  EXPECT_EQ(granite_moe.total_params(), 1334628352.0);
+  EXPECT_EQ(granite_moe.active_params(), 428658688.0);
+  EXPECT_TRUE(granite_moe.moe());
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
 
@@ -85,6 +105,17 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   ASSERT_TRUE(mixtral_defaults.is_ok());
   EXPECT_EQ(mixtral_defaults->experts, 8);
   EXPECT_EQ(mixtral_defaults->mlp_ffn(), 128);
+  auto olmoe_defaults = parse_model(base + R"("model_type": "olmoe"})", "olmoe.json", diag);
+  ASSERT_TRUE(olmoe_defaults.is_ok());
+  EXPECT_EQ(olmoe_defaults->experts, 64);  // OlmoeConfig's
+  EXPECT_EQ(olmoe_defaults->experts_per_token, 8);
+  EXPECT_EQ(olmoe_defaults->mlp_ffn(), 128);
+  EXPECT_EQ(olmoe_defaults->norm_eps, 1e-5);
+  auto granite_defaults = parse_model(base + R"("model_type": "granitemoe"})", "granitemoe.json", diag);
+  ASSERT_TRUE(granite_defaults.is_ok());
+  EXPECT_EQ(granite_defaults->experts, 8);  // GraniteMoeConfig's
+  EXPECT_EQ(granite_defaults->experts_per_token, 2);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
   for (const auto& [extra, needle] :
        {std::pair{
             R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 5})",
@@ -488,7 +519,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "glm-4-32b-0414",
                            "glm-4-9b-chat-hf",
                            "starcoder2-3b",
-                           "starcoder2-7b"}) {
+                           "starcoder2-7b",
+                           "olmoe-1b-7b",
+                           "granite-3.0-1b-a400m"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
