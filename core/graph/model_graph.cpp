@@ -233,7 +233,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       o.params.push_back(w);
     }
     {
+      // (gpt-oss's sink logits: one per head, in the softmax's denominator; their FLOPs are not counted.)
+      const int sinks = m.attn_sinks ? b.param(p + ".sinks", static_cast<double>(m.heads) / mp, L) : -1;
       GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
+      if (sinks >= 0) a.params.push_back(sinks);
       a.fwd_flops = 4 * T * seq * qw / mp;  // QK^T and AV (no causal discount, as the paper counts)
       a.bwd_flops = 2 * a.fwd_flops;
       a.out_bytes = eb * T * qw / mp;
@@ -292,13 +295,14 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       // ep ranks routed to it, which an all-to-all brings (each token once per expert it goes to) and
       // another returns: the rank's FLOPs are the same. The weighted sum of the experts' outputs is not
       // counted.
-      b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, false, 1, true);
+      b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, m.expert_bias, 1, true);
       const int ep = opt.expert_parallel;
       const double routed = T * m.experts_per_token;
       if (ep > 1) b.all_to_all(p + ".dispatch", L, routed, hd, ep);
       b.set_tokens(routed * ep / m.experts);
       b.set_expert_parallel(ep);
-      for (int e = 0; e < m.experts / ep; ++e) mlp(strprintf("%s.expert%d", p.c_str(), e), ffn / mp, false);
+      for (int e = 0; e < m.experts / ep; ++e)
+        mlp(strprintf("%s.expert%d", p.c_str(), e), ffn / mp, m.expert_bias);
       b.set_expert_parallel(1);
       b.set_tokens(T);
       if (ep > 1) b.all_to_all(p + ".combine", L, routed, hd, ep);

@@ -103,6 +103,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
   }
   if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, L, false});
+  if (attn_sinks) t.push_back({"block.attn.sinks", static_cast<double>(heads), 1, L, false});
   t.push_back({"block.attn.proj.weight", hd, q, L, true});
   if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (out_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
@@ -112,9 +113,12 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (moe()) {  // the router, then each expert's gate, up and down (count: layers x experts)
     const int E = L * experts;
     t.push_back({"block.moe.router.weight", static_cast<double>(experts), hd, L, true});
+    if (expert_bias) t.push_back({"block.moe.router.bias", static_cast<double>(experts), 1, L, false});
     t.push_back({"block.moe.expert.gate.weight", ffn, hd, E, true});
     t.push_back({"block.moe.expert.up.weight", ffn, hd, E, true});
+    if (expert_bias) t.push_back({"block.moe.expert.gate_up.bias", 2 * ffn, 1, E, false});
     t.push_back({"block.moe.expert.down.weight", hd, ffn, E, true});
+    if (expert_bias) t.push_back({"block.moe.expert.down.bias", hd, 1, E, false});
     if (shared_expert_ffn > 0) {
       const double shared = shared_expert_ffn;
       t.push_back({"block.moe.shared.gate.weight", shared, hd, L, true});

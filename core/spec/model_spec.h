@@ -144,6 +144,10 @@ struct ModelSpec {
   // Qwen2-MoE's shared expert: a gated MLP of this many inner features every token goes through besides its
   // routed experts, scaled by a sigmoid gate (a linear of hidden x 1); 0: none.
   int shared_expert_ffn = 0;
+  // gpt-oss's: biases on the router and on every expert's gate, up and down (expert_bias), and a learned
+  // sink logit per head in every layer's attention softmax (attn_sinks).
+  bool expert_bias = false;
+  bool attn_sinks = false;
   // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
   int position_offset = 0;
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):

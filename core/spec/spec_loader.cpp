@@ -65,7 +65,7 @@ Result<json> resolve_inherits(json j, const std::string& source, const ReadFileF
 constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
-    "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, "
+    "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -927,7 +927,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
-             type == "glm" || type == "glm4" || type == "granitemoe" || type == "olmoe") {
+             type == "glm" || type == "glm4" || type == "granitemoe" || type == "olmoe" ||
+             type == "gpt_oss") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
@@ -966,10 +967,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
     // query and key head (q_norm, k_norm). GLM: attention_bias (true by default) puts them on q, k and v
     // only.
-    const bool glm = type == "glm" || type == "glm4";
+    const bool glm = type == "glm" || type == "glm4", gpt_oss = type == "gpt_oss";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
-    bool attention_bias = glm;
+    bool attention_bias = glm || gpt_oss;
     MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
@@ -979,7 +980,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.linear_bias = attention_bias;
     }
     m.qk_norm = family == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
-    if (family != "qwen2" && !glm && mlp_bias != attention_bias) {
+    if (family != "qwen2" && !glm && !gpt_oss && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");
@@ -1025,9 +1026,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
     // transformers' Olmo2Config's, Exaone4Config's, GlmConfig's and LlamaConfig's defaults
-    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" ? 1e-5
-                 : glm                                                                      ? 1.5625e-7
-                                                                                            : 1e-6;
+    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" || gpt_oss ? 1e-5
+                 : glm ? 1.5625e-7
+                       : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
     // OLMo's (OlmoForCausalLM): LayerNorms without weight or bias (eps 1e-5), clip_qkv's clamp of q, k and v
     // (no parameters, nothing to count). OLMo 2's: RMSNorms after the attention and after the MLP instead of
@@ -1076,6 +1077,17 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
     }
     if (family == "granite") MW_RETURN_IF_ERROR(read_granite_multipliers(r, m));
+    // gpt-oss's (GptOssForCausalLM; GptOssConfig's defaults): biases on q, k, v and o (attention_bias), a
+    // sink logit per head, heads of 64, a 128-token window on every other layer from the first, and (below)
+    // 128 experts of intermediate_size with biases, 4 per token; its clamped SwiGLU (swiglu_limit) counts as
+    // SwiGLU.
+    if (gpt_oss) {
+      m.attn_sinks = m.expert_bias = true;
+      head_dim = 64;
+      m.rope_theta = 150000;
+      m.global_every = 2;
+      r.ignore({"swiglu_limit", "experts_per_token", "initial_context_length"});
+    }
     // GLM's (GlmForCausalLM): rotary on neighbouring pairs of half of each head (partial_rotary_factor 0.5,
     // head_dim 128 by default; nothing to count); GLM-4's (Glm4ForCausalLM) RMSNorms of the attention's and
     // the MLP's outputs too (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's four norms).
@@ -1086,10 +1098,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
-    bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3;
+    bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3 || gpt_oss;
     MW_RETURN_IF_ERROR(r.get_bool("use_sliding_window", use_window));
     // Gemma2Config's, Gemma3TextConfig's, Exaone4Config's and Olmo3Config's
-    int window = gemma2 || exaone4 || olmo3 ? 4096 : 0;
+    int window = gemma2 || exaone4 || olmo3 ? 4096 : gpt_oss ? 128 : 0;
     if ((exaone4 || olmo3) && j.contains("sliding_window") && j["sliding_window"].is_null()) window = 0;
     MW_RETURN_IF_ERROR(r.get_int("sliding_window", window, 0, 1 << 28));
     if (use_window) m.sliding_window = window;
@@ -1139,12 +1151,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // GraniteMoeConfig's and OlmoeConfig's): every layer's. Mixtral's, Granite MoE's and OLMoE's experts are
     // intermediate_size wide.
     if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
-        type == "olmoe") {
-      const bool mixtral = type == "mixtral" || type == "granitemoe", qwen2 = type == "qwen2_moe",
+        type == "olmoe" || gpt_oss) {
+      const bool mixtral = type == "mixtral" || type == "granitemoe" || gpt_oss, qwen2 = type == "qwen2_moe",
                  olmoe = type == "olmoe";
       const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
-      m.experts = mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128;
-      m.experts_per_token = mixtral ? 2 : qwen2 ? 4 : 8;
+      m.experts = gpt_oss ? 128 : mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128;
+      m.experts_per_token = gpt_oss ? 4 : mixtral ? 2 : qwen2 ? 4 : 8;
       MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
       MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
       if (m.experts_per_token > m.experts) {
@@ -1853,6 +1865,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"experts_per_token", m.experts_per_token},
             {"expert_ffn", m.moe() ? m.mlp_ffn() : 0},
             {"shared_expert_ffn", m.shared_expert_ffn},
+            {"expert_bias", m.expert_bias},
+            {"attn_sinks", m.attn_sinks},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

@@ -90,6 +90,25 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   EXPECT_EQ(granite_moe.total_params(), 1334628352.0);
   EXPECT_EQ(granite_moe.active_params(), 428658688.0);
   EXPECT_TRUE(granite_moe.moe());
+  // gpt-oss-20b and -120b: biases on q, k, v and o, a sink logit per head, 32 and 128 experts of 2880 with
+  // biases (and the router's), 4 per token: OpenAI's card's 20.91B and 116.83B total; its 3.61B and 5.13B
+  // active leave the token embedding out, memwall counts it.
+  const ModelSpec oss = load_model_scenario("gpt-oss-20b");
+  EXPECT_TRUE(oss.linear_bias && oss.attn_bias && oss.attn_sinks && oss.expert_bias);
+  EXPECT_EQ(oss.experts, 32);
+  EXPECT_EQ(oss.experts_per_token, 4);
+  EXPECT_EQ(oss.sliding_window, 128);
+  EXPECT_EQ(oss.global_every, 2);
+  EXPECT_EQ(oss.rope_scaling.type, "yarn");
+  EXPECT_FALSE(oss.rope_scaling.truncate);
+  const double attention = 2 * 2880.0 * 4096 + 2 * 2880.0 * 512 + 4096 + 2 * 512 + 2880 + 64;
+  const double expert = 3 * 2880.0 * 2880 + 2 * 2880 + 2880;
+  EXPECT_EQ(oss.params_per_layer(), attention + 32 * expert + 2880 * 32 + 32 + 2 * 2880);
+  EXPECT_EQ(oss.total_params(), 20914757184.0);
+  EXPECT_NEAR(oss.active_params() - 201088.0 * 2880, 3.61e9, 0.005e9);
+  const ModelSpec oss120 = load_model_scenario("gpt-oss-120b");
+  EXPECT_EQ(oss120.total_params(), 116829156672.0);
+  EXPECT_NEAR(oss120.active_params() - 201088.0 * 2880, 5.13e9, 0.005e9);
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
 
@@ -111,6 +130,14 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   EXPECT_EQ(olmoe_defaults->experts_per_token, 8);
   EXPECT_EQ(olmoe_defaults->mlp_ffn(), 128);
   EXPECT_EQ(olmoe_defaults->norm_eps, 1e-5);
+  auto oss_defaults = parse_model(base + R"("model_type": "gpt_oss"})", "gpt_oss.json", diag);
+  ASSERT_TRUE(oss_defaults.is_ok()) << oss_defaults.status().to_string();
+  EXPECT_EQ(oss_defaults->experts, 128);  // GptOssConfig's
+  EXPECT_EQ(oss_defaults->experts_per_token, 4);
+  EXPECT_EQ(oss_defaults->head_size, 64);
+  EXPECT_EQ(oss_defaults->sliding_window, 128);
+  EXPECT_EQ(oss_defaults->attention_window(0), 128);
+  EXPECT_EQ(oss_defaults->attention_window(1), 0);
   auto granite_defaults = parse_model(base + R"("model_type": "granitemoe"})", "granitemoe.json", diag);
   ASSERT_TRUE(granite_defaults.is_ok());
   EXPECT_EQ(granite_defaults->experts, 8);  // GraniteMoeConfig's
@@ -521,7 +548,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "starcoder2-3b",
                            "starcoder2-7b",
                            "olmoe-1b-7b",
-                           "granite-3.0-1b-a400m"}) {
+                           "granite-3.0-1b-a400m",
+                           "gpt-oss-20b",
+                           "gpt-oss-120b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
