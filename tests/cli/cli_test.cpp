@@ -1063,6 +1063,39 @@ TEST(CliInfo, ReportsBackendsAsJson) {
   EXPECT_TRUE(j["backends"].contains("cuda"));
 }
 
+// `info --models` lists every shipped model file with its parameters and whether memwall train takes it:
+// the Llama shape's and GPT-2's variants train (their family named), mixtures of experts do not (why: one
+// line), and the table says the same.
+TEST(CliInfo, ListsTheShippedModelsAndWhichTrain) {
+  const CmdResult r = memwall("info --models --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = parse_json(r.output);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& m : j["models"]) by_name[m["name"]] = m;
+  std::size_t files = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MEMWALL_TEST_SCENARIOS_DIR) + "/models"))
+    files += e.path().extension() == ".json" ? 1 : 0;
+  EXPECT_EQ(by_name.size(), files);
+  ASSERT_TRUE(by_name.count("glm-4-9b-0414") && by_name.count("gpt-oss-120b") &&
+              by_name.count("starcoder2-3b"));
+  EXPECT_EQ(by_name["glm-4-9b-0414"]["trains"], true);
+  EXPECT_EQ(by_name["glm-4-9b-0414"]["family"], "GLM-4");
+  EXPECT_EQ(by_name["glm-4-9b-0414"]["params"], 9400279040.0);
+  EXPECT_EQ(by_name["starcoder2-3b"]["family"], "StarCoder2");
+  EXPECT_EQ(by_name["gpt-oss-120b"]["trains"], false);
+  EXPECT_EQ(by_name["gpt-oss-120b"]["params"], 116829156672.0);
+  EXPECT_LT(static_cast<double>(by_name["gpt-oss-120b"]["active_params"]), 6e9);
+  EXPECT_NE(by_name["gpt-oss-120b"]["why_not"].get<std::string>().find("128 experts per layer"),
+            std::string::npos);
+  for (const auto& m : j["models"]) EXPECT_FALSE(m.contains("error")) << m.dump();
+  const CmdResult table = memwall("info --models", false);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.output.find("gpt-oss-120b"), std::string::npos);
+  EXPECT_NE(table.output.find("no: predict and simulate"), std::string::npos);
+  EXPECT_NE(table.output.find("yes (GLM-4-shaped)"), std::string::npos);
+}
+
 // What bash offers for the words of a command line, the last one being completed, with the script of
 // `memwall completion bash` loaded, in an empty directory (so no file names join in).
 std::vector<std::string> bash_completions(const std::string& script, const std::vector<std::string>& line,
