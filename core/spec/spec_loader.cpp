@@ -66,6 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
+    "seed_oss, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -928,7 +929,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
              type == "glm" || type == "glm4" || type == "granitemoe" || type == "olmoe" ||
-             type == "gpt_oss") {
+             type == "gpt_oss" || type == "seed_oss") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
@@ -965,22 +966,27 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
     // Qwen2: biases on q, k and v only (its attention has no attention_bias key); Llama, Mistral and Qwen3:
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
-    // query and key head (q_norm, k_norm). GLM: attention_bias (true by default) puts them on q, k and v
-    // only.
-    const bool glm = type == "glm" || type == "glm4", gpt_oss = type == "gpt_oss";
+    // query and key head (q_norm, k_norm). GLM and Seed-OSS: attention_bias (true by default) puts them on q,
+    // k and v only (Seed-OSS's o_proj has its own key, attention_out_bias: false; its MLP none).
+    const bool glm = type == "glm" || type == "glm4", gpt_oss = type == "gpt_oss", seed = type == "seed_oss";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
-    bool attention_bias = glm || gpt_oss;
+    bool attention_bias = glm || gpt_oss || seed;
     MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
     bool mlp_bias = false;
     MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
-    if (glm) {
+    if (glm || seed) {
       m.qkv_bias = attention_bias;
     } else if (family != "qwen2") {
       m.linear_bias = attention_bias;
     }
+    if (seed) {
+      MW_RETURN_IF_ERROR(require_flag(r, "attention_out_bias", false, "a bias on o_proj"));
+      MW_RETURN_IF_ERROR(require_flag(r, "mlp_bias", false, "biases on the MLP"));
+      r.ignore({"residual_dropout"});
+    }
     m.qk_norm = family == "qwen3" || gemma3;  // Gemma 3's q_norm and k_norm scale by 1 + weight
-    if (family != "qwen2" && !glm && !gpt_oss && mlp_bias != attention_bias) {
+    if (family != "qwen2" && !glm && !gpt_oss && !seed && mlp_bias != attention_bias) {
       diag.warnings.push_back(source +
                               ": attention_bias and mlp_bias differ; memwall counts biases on both "
                               "when attention_bias is true");

@@ -2275,6 +2275,23 @@ TEST(CliGenerate, AStarCoder2ShapedModelTrainsGeneratesAndExports) {
   std::filesystem::remove_all(r.hf);
 }
 
+// Seed-OSS's shape (q/k/v biases, heads of head_dim) cut to two layers of 64 in heads of 32 trains on
+// seed-oss-36b's file, and exports as Qwen2ForCausalLM (the same equations: no bias on o_proj) that
+// generates the same text.
+TEST(CliGenerate, ASeedOssShapedModelTrainsAndExportsAsQwen2) {
+  const ShapeRoundTrip r = train_export_generate(
+      "seed_oss",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 32, "intermediate_size": 128, "max_position_embeddings": 64})",
+      "seed-oss-36b", 150);
+  EXPECT_EQ(r.latest["qkv_bias"], true);
+  EXPECT_EQ(r.config["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.q_proj.bias"]["shape"], (nlohmann::json{128}));
+  EXPECT_FALSE(r.tensors.contains("model.layers.1.self_attn.o_proj.bias"));
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // GLM-4's shape (q/k/v biases, rotary on neighbouring pairs of the first half of each head, RMSNorms before
 // and after the attention and the MLP) cut to two layers of 64 in heads of 16 trains on glm-4-9b-0414's file,
 // is kept by the checkpoint, exports as Glm4ForCausalLM (gate_up_proj, GLM-4's norm names) and generates the

@@ -336,6 +336,26 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(sc_unbiased.is_ok()) << sc_unbiased.status().to_string();
   EXPECT_EQ(sc->total_params() - sc_unbiased->total_params(), 2 * (64 + 32 + 32 + 64 + 128 + 64.0));
   EXPECT_TRUE(sc_diag.warnings.empty()) << sc_diag.warnings.front();
+  // Seed-OSS-36B: biases on q, k and v only (attention_out_bias false), 80 query heads of 128 over 5120
+  // channels, untied; biases on o_proj or the MLP refused naming the key.
+  const ModelSpec seed = load_model_scenario("seed-oss-36b");
+  EXPECT_TRUE(seed.qkv_bias && !seed.linear_bias);
+  EXPECT_EQ(seed.q_width(), 10240);
+  EXPECT_EQ(seed.total_params(), 2 * 155136.0 * 5120 +
+                                     64 * (2 * 5120 + 2 * 5120.0 * 10240 + 10240 +
+                                           2 * (5120.0 * 1024 + 1024) + 3 * 5120.0 * 27648) +
+                                     5120);
+  EXPECT_EQ(seed.total_params(), 36151104512.0);
+  for (const char* key : {"attention_out_bias", "mlp_bias"}) {
+    Diagnostics seed_diag;
+    auto biased = parse_model(R"({"model_type": "seed_oss", "num_hidden_layers": 2, "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, ")" +
+                                  std::string(key) + R"(": true})",
+                              "seed/config.json", seed_diag);
+    ASSERT_FALSE(biased.is_ok()) << key;
+    EXPECT_NE(biased.status().message().find("key '" + std::string(key) + "': true"), std::string::npos)
+        << biased.status().message();
+  }
   // GLM-4-9B-0414: biases on q, k and v only (not o), four RMSNorms a layer (Gemma 2's), heads of 128 with
   // rotary on neighbouring pairs of their first half (nothing to count), untied.
   const ModelSpec glm4 = load_model_scenario("glm-4-9b-0414");
@@ -550,7 +570,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "olmoe-1b-7b",
                            "granite-3.0-1b-a400m",
                            "gpt-oss-20b",
-                           "gpt-oss-120b"}) {
+                           "gpt-oss-120b",
+                           "seed-oss-36b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
