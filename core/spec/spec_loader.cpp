@@ -66,7 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
-    "seed_oss, "
+    "seed_oss, mistral3, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -903,26 +903,31 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "pad_key_length",
               "pre_allocate_kv_cache",
               "validate_runner_input"});
-  } else if (type == "gemma3") {
-    // Gemma 3's multimodal config: the language model is its text_config (a gemma3_text config whose keys
-    // default as Gemma3TextConfig's); the vision tower is not modelled.
+  } else if (type == "gemma3" || type == "mistral3") {
+    // Multimodal configs whose language model is their text_config: Gemma 3's (a gemma3_text config whose
+    // keys default as Gemma3TextConfig's), Mistral 3's (Mistral Small 3.1 and 3.2: its own model_type,
+    // mistral where it leaves it out); the vision tower is not modelled.
+    const bool gemma3 = type == "gemma3";
     Result<const json*> lm_config = r.get_object("text_config");
     if (!lm_config.is_ok()) return lm_config.status();
-    if (*lm_config == nullptr) return r.error("text_config", "is missing (required for model_type gemma3)");
+    if (*lm_config == nullptr)
+      return r.error("text_config", "is missing (required for model_type " + type + ")");
     json inner = **lm_config;
-    inner["model_type"] = "gemma3_text";
+    if (gemma3) inner["model_type"] = "gemma3_text";
+    if (!inner.contains("model_type")) inner["model_type"] = "mistral";
     if (!inner.contains("name")) inner["name"] = m.name;
     Result<ModelSpec> lm = parse_model(inner.dump(), source + " (text_config)", diag);
     if (!lm.is_ok()) return lm.status();
     r.ignore({"vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
-              "image_token_index", "initializer_range"});
+              "image_token_index", "initializer_range", "multimodal_projector_bias", "projector_hidden_act",
+              "spatial_merge_size", "vision_feature_layer"});
     r.finish();
     if (j.contains("vision_config")) {
       diag.warnings.push_back(source +
                               ": vision_config: the vision tower and its projector are not modelled; the "
                               "parameter count and memory are the language model's");
     }
-    lm->model_type = "gemma3";
+    if (gemma3) lm->model_type = "gemma3";
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||

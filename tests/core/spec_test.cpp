@@ -902,6 +902,28 @@ TEST(ModelSpec, Gemma3ReadsAsPublished) {
   EXPECT_EQ(four->total_params(), 3880263168.0);
   ASSERT_EQ(diag.warnings.size(), 1u);
   EXPECT_NE(diag.warnings[0].find("vision_config: the vision tower"), std::string::npos) << diag.warnings[0];
+  // Mistral Small 3.1's config.json (Mistral3ForConditionalGeneration): its text_config is a Mistral model
+  // (heads of 128 over 5120 channels) that trains as such; the Pixtral vision tower named in a warning.
+  Diagnostics mistral_diag;
+  auto small =
+      parse_model(R"({"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+      "image_token_index": 10, "multimodal_projector_bias": false, "projector_hidden_act": "gelu",
+      "spatial_merge_size": 2, "vision_feature_layer": -1,
+      "text_config": {"head_dim": 128, "hidden_size": 5120, "intermediate_size": 32768,
+                      "max_position_embeddings": 131072, "model_type": "mistral", "num_attention_heads": 32,
+                      "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+                      "rope_theta": 1000000000.0, "sliding_window": null, "vocab_size": 131072},
+      "vision_config": {"hidden_size": 1024, "model_type": "pixtral"}})",
+                  "mistral-small-3.1/config.json", mistral_diag);
+  ASSERT_TRUE(small.is_ok()) << small.status().to_string();
+  EXPECT_EQ(small->model_type, "mistral");
+  EXPECT_EQ(small->sliding_window, 0);
+  EXPECT_EQ(small->rope_theta, 1e9);
+  EXPECT_EQ(small->total_params(),
+            2 * 131072.0 * 5120 +
+                40 * (2 * 5120 + 2 * 5120.0 * 4096 + 2 * 5120.0 * 1024 + 3 * 5120.0 * 32768) + 5120);
+  ASSERT_EQ(mistral_diag.warnings.size(), 1u);
+  EXPECT_NE(mistral_diag.warnings[0].find("vision_config"), std::string::npos);
   auto bidirectional = parse_model(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})",
                                    "embeddinggemma/config.json", diag);
   ASSERT_FALSE(bidirectional.is_ok());
