@@ -656,6 +656,7 @@ Status parse_gptj(JsonObjectReader& r, ModelSpec& m) {
                                      std::to_string(head));
   }
   m.partial_rotary_factor = static_cast<double>(rotary_dim) / head;
+  MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));  // (transformers 5's; else 10000)
   m.kv_heads = m.heads;
   m.norm = NormKind::kLayerNorm;
   m.position = PositionKind::kRotary;
@@ -1261,6 +1262,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                 "scale_embedding", "prefix", "_remove_final_layer_norm", "output_projection"});
     } else if (neox) {
       MW_RETURN_IF_ERROR(r.get_number("rotary_pct", m.partial_rotary_factor, 0.0, 1.0));
+      // (transformers 5's rope_parameters carries it as partial_rotary_factor.)
+      MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
       MW_RETURN_IF_ERROR(r.get_number("rotary_emb_base", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
       MW_RETURN_IF_ERROR(require_flag(r, "attention_bias", true, "biases on the MLP only"));

@@ -965,6 +965,17 @@ TEST(ModelSpec, Transformers5RopeParametersReadAsTheKeysBeforeThem) {
                           "d", diag);
   ASSERT_TRUE(phi3.is_ok()) << phi3.status().to_string();
   EXPECT_EQ(phi3->partial_rotary_factor, 0.75);
+  // GPT-NeoX's rotary_pct and GPT-J's fixed base, as transformers 5 writes them.
+  auto neox = parse_model(R"({"model_type": "gpt_neox", "rope_parameters": {"rope_type": "default",
+      "rope_theta": 10000.0, "partial_rotary_factor": 0.5}})",
+                          "n", diag);
+  ASSERT_TRUE(neox.is_ok()) << neox.status().to_string();
+  EXPECT_EQ(neox->partial_rotary_factor, 0.5);
+  auto gptj = parse_model(
+      R"({"model_type": "gptj", "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})", "j",
+      diag);
+  ASSERT_TRUE(gptj.is_ok()) << gptj.status().to_string();
+  EXPECT_EQ(gptj->rope_theta, 10000.0);
   EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
   // Gemma 3: the windowed layers' own base, the global ones' linear scaling; or every layer the same turn.
   const std::string gemma3 = R"({"model_type": "gemma3_text", "num_hidden_layers": 6, "rope_parameters": {
