@@ -66,7 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
-    "seed_oss, mistral3, "
+    "seed_oss, mistral3, nemotron, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -752,6 +752,37 @@ Status parse_starcoder2(const json& j, JsonObjectReader& r, const std::string& s
   return Status::ok();
 }
 
+// Nemotron's (NVIDIA's Nemotron-4 and Minitron; transformers' NemotronConfig, whose defaults these are):
+// LayerNorms with a bias (LayerNorm1P: weight + 1, the same parameters), grouped-query attention with rotary
+// positions on partial_rotary_factor (0.5) of each head of head_dim, a plain MLP (up_proj, down_proj) with
+// the squared ReLU (relu2), biases with attention_bias and mlp_bias (both or neither), an untied head.
+Status parse_nemotron(JsonObjectReader& r, const std::string& source, Diagnostics& diag, ModelSpec& m,
+                      int& head_dim) {
+  MW_RETURN_IF_ERROR(read_layernorm_llama(r, {256000, 6144, 24576, 32, 48, 4096}, m));
+  m.gated_mlp = false;
+  bool attention_bias = false, mlp_bias = false;
+  MW_RETURN_IF_ERROR(r.get_bool("attention_bias", attention_bias));
+  MW_RETURN_IF_ERROR(r.get_bool("mlp_bias", mlp_bias));
+  if (attention_bias != mlp_bias) {
+    return r.error("mlp_bias", std::string(mlp_bias ? "true" : "false") + " beside attention_bias " +
+                                   (attention_bias ? "true" : "false") +
+                                   " is not supported; allowed: the same as attention_bias");
+  }
+  m.linear_bias = attention_bias;
+  m.mlp_act = "relu2";
+  MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
+  MW_RETURN_IF_ERROR(r.get_number("norm_eps", m.norm_eps, 0.0, 1.0));
+  m.partial_rotary_factor = 0.5;
+  MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
+  MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
+  MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
+  MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
+  m.tied_embeddings = false;
+  MW_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", m.tied_embeddings));
+  r.ignore({"attention_dropout"});
+  return Status::ok();
+}
+
 // Cohere's (Command R, Command R+; transformers' CohereConfig, whose defaults these are): the Llama shape (a
 // SwiGLU MLP, rotary positions, grouped-query attention, no biases) with the attention and the MLP side by
 // side after one LayerNorm without bias (input_layernorm; model.norm the same), rotary on neighbouring pairs
@@ -1323,6 +1354,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     MW_RETURN_IF_ERROR(parse_stablelm(r, source, diag, m));
   } else if (type == "cohere" || type == "cohere2") {
     MW_RETURN_IF_ERROR(parse_cohere(j, r, source, diag, m, head_dim));
+  } else if (type == "nemotron") {
+    MW_RETURN_IF_ERROR(parse_nemotron(r, source, diag, m, head_dim));
   } else if (type == "starcoder2") {
     MW_RETURN_IF_ERROR(parse_starcoder2(j, r, source, diag, m));
   } else if (type == "gptj" || type == "codegen") {  // (CodeGen: GPT-J's block and keys, its q, k, v fused)

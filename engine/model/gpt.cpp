@@ -721,6 +721,11 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
+  if (m.model_type == "nemotron") {
+    return Status::invalid_argument(where + "Nemotron's squared-ReLU MLP (hidden_act " + m.mlp_act +
+                                    ") and LayerNorm1P are not supported by " + tool +
+                                    "; memwall predict and simulate take it");
+  }
   const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo",
              cohere = m.model_type == "cohere" || m.model_type == "cohere2";
   if (stablelm || olmo || cohere) {  // the Llama shape with LayerNorms (OLMo's without parameters, Cohere's

@@ -336,6 +336,24 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(sc_unbiased.is_ok()) << sc_unbiased.status().to_string();
   EXPECT_EQ(sc->total_params() - sc_unbiased->total_params(), 2 * (64 + 32 + 32 + 64 + 128 + 64.0));
   EXPECT_TRUE(sc_diag.warnings.empty()) << sc_diag.warnings.front();
+  // Nemotron-Mini-4B: LayerNorms with a bias, rotary on half of each head, a plain squared-ReLU MLP, no
+  // biases on the linears, untied; attention_bias without mlp_bias refused.
+  const ModelSpec nemotron = load_model_scenario("nemotron-mini-4b");
+  EXPECT_TRUE(nemotron.norm == NormKind::kLayerNorm && nemotron.norm_bias && !nemotron.gated_mlp &&
+              !nemotron.linear_bias && !nemotron.tied_embeddings);
+  EXPECT_EQ(nemotron.mlp_act, "relu2");
+  EXPECT_EQ(nemotron.partial_rotary_factor, 0.5);
+  EXPECT_EQ(nemotron.total_params(),
+            2 * 256000.0 * 3072 +
+                32 * (4 * 3072 + 2 * 3072.0 * 3072 + 2 * 3072.0 * 1024 + 2 * 3072.0 * 9216) + 2 * 3072);
+  EXPECT_EQ(nemotron.total_params(), 4190509056.0);
+  Diagnostics nemotron_diag;
+  auto half_biased =
+      parse_model(R"({"model_type": "nemotron", "attention_bias": true})", "n/config.json", nemotron_diag);
+  ASSERT_FALSE(half_biased.is_ok());
+  EXPECT_NE(half_biased.status().message().find("key 'mlp_bias': false beside attention_bias true"),
+            std::string::npos)
+      << half_biased.status().message();
   // Seed-OSS-36B: biases on q, k and v only (attention_out_bias false), 80 query heads of 128 over 5120
   // channels, untied; biases on o_proj or the MLP refused naming the key.
   const ModelSpec seed = load_model_scenario("seed-oss-36b");
@@ -571,7 +589,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "granite-3.0-1b-a400m",
                            "gpt-oss-20b",
                            "gpt-oss-120b",
-                           "seed-oss-36b"}) {
+                           "seed-oss-36b",
+                           "nemotron-mini-4b"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
