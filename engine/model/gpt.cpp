@@ -64,18 +64,15 @@ Status validate(const GptConfig& c, int batch, int seq) {
                     c.falcon || c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj || c.starcoder2)) {
     return Status::invalid_argument(
         "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J, StarCoder2 and the parallel residual "
-        "are "
-        "GPT-2's shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, parallel_residual "
-        "and "
-        "one_norm)");
+        "are GPT-2's shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, "
+        "parallel_residual and one_norm)");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
           (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) + (c.starcoder2 ? 1 : 0) >
       1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and StarCoder2 are nine variants, "
-        "not "
-        "one");
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and StarCoder2 are nine "
+        "variants, not one");
   if (c.starcoder2 && c.parallel_residual) {
     return Status::invalid_argument("model: StarCoder2's blocks are in sequence (not parallel_residual)");
   }
@@ -120,9 +117,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
                 c.norm_unit_offset || c.embed_scale || c.attn_softcap > 0 || c.final_softcap > 0)) {
     return Status::invalid_argument(
         "model: GLM's blocks (glm) are the Llama shape's with RMSNorms before the sublayers (GLM-4's after "
-        "them "
-        "too: sandwich_norm), without Gemma's parts, soft caps, Granite's multipliers or Phi-3's fused "
-        "names");
+        "them too: sandwich_norm), without Gemma's parts, soft caps, Granite's multipliers or Phi-3's "
+        "fused names");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
