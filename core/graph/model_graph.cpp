@@ -287,7 +287,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       b.elementwise(name + ".gelu", OpKind::kGelu, L, width);
       b.linear(name + ".fc2", L, width, {hd}, bias, tiles, false);
     };
-    if (m.moe()) {
+    if (m.moe_layer(L)) {
       // Mixture of experts: the router's logits (hidden -> experts, kept for its backward), then each
       // expert's gated MLP on the tokens sent to it, experts_per_token / experts of them with balanced
       // routing (every expert's parameters gathered, each token's FLOPs those of experts_per_token MLPs).
@@ -308,10 +308,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       if (ep > 1) b.all_to_all(p + ".combine", L, routed, hd, ep);
       if (m.shared_expert_ffn > 0) {  // Qwen2-MoE's shared expert on every token, and its sigmoid gate
         mlp(p + ".shared", m.shared_expert_ffn / mp, false);
-        b.linear(p + ".shared_gate", L, hd, {1}, false, 1, true);
+        if (m.shared_expert_gate) b.linear(p + ".shared_gate", L, hd, {1}, false, 1, true);
       }
-    } else {
-      mlp(p, ffn / mp, m.linear_bias);
+    } else {  // (a dense MLP: every block's, or the first dense_layers' before the experts)
+      mlp(p, m.ffn_hidden / mp, m.linear_bias);
     }
     b.allreduce(p + ".fc2.allreduce", L, hd, opt.model_parallel);
     if (m.sandwich_norm || m.post_norm) norm_op(p + ".ln2_post", L);  // and of the MLP's
@@ -360,19 +360,23 @@ std::vector<char> persistent_params(const ModelGraph& g, double param_threshold,
 
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
                                   double persistence_threshold, double model_persistence_threshold) {
+  // The blocks that differ (GLM-4.5's dense first ones), then one block standing for the rest.
   ModelSpec one = model;
-  one.layers = 1;
+  const int rep = model.moe() ? std::clamp(model.dense_layers, 0, model.layers - 1) : 0;
+  one.layers = rep + 1;
+  const int repeats = model.layers - rep;
   GraphOptions opt;
   opt.tiling = tiling;
   opt.model_parallel = model_parallel;
   const ModelGraph g = build_model_graph(one, opt);
   GraphParamStats s;
-  // The full model's parameter order: those before block 0's, block 0's once per block, those after.
+  // The full model's parameter order: those before block `rep`'s (with the blocks before it), block rep's
+  // once per block from it on, those after.
   std::vector<const GraphParam*> before, block, after;
   for (const auto& p : g.params) {
-    s.total_elements += (p.layer == 0 ? model.layers : 1) * p.elements;
+    s.total_elements += (p.layer == rep ? repeats : 1) * p.elements;
     s.largest_param_elements = std::max(s.largest_param_elements, p.elements);
-    (p.layer == 0 ? block : block.empty() ? before : after).push_back(&p);
+    (p.layer == rep ? block : block.empty() ? before : after).push_back(&p);
   }
   PersistenceRule rule{persistence_threshold, model_persistence_threshold};
   std::map<double, double> partitioned;  // elements -> how many
@@ -389,13 +393,13 @@ GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_
   // Once the limit binds, block by block (until a block's tensors all go one way, as every later block's
   // then do); without it (the default) one pass stands for every block.
   const bool unlimited = model_persistence_threshold >= kUnlimitedPersistence;
-  for (int l = 0; l < model.layers;) {
+  for (int l = 0; l < repeats;) {
     const double before_total = rule.total;
-    const int copies = unlimited ? model.layers - l : 1;
+    const int copies = unlimited ? repeats - l : 1;
     visit(block, copies);
     l += copies;
-    if (rule.total == before_total && l < model.layers) {  // nothing more fitted: the rest go alike
-      visit(block, model.layers - l);
+    if (rule.total == before_total && l < repeats) {  // nothing more fitted: the rest go alike
+      visit(block, repeats - l);
       break;
     }
   }

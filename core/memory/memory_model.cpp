@@ -420,9 +420,15 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const double ffn = model.mlp_ffn() > 0 ? model.mlp_ffn() : 4 * hd;
   const double routed = model.moe() ? model.experts_per_token : 1;
   // Qwen2-MoE's shared expert: its gate and up for every token, and its gate's one value.
-  const double shared = model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + 1 : 0;
-  const double block_bytes = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
-                                    (model.moe() ? model.experts : 0) + shared);
+  const double shared =
+      model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + (model.shared_expert_gate ? 1 : 0) : 0;
+  double block_bytes = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
+                              (model.moe() ? model.experts : 0) + shared);
+  // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds.)
+  if (model.moe() && model.dense_layers > 0) {
+    block_bytes =
+        std::max(block_bytes, 2.0 * (2 * qw + 2 * kv + model.ffn_hidden * (model.gated_mlp ? 2 : 1)));
+  }
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
     // attention's fp32 log-sum-exp per head.

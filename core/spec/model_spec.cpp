@@ -110,10 +110,12 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   if (pre_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln && !block_norm_shared) t.push_back({"block.norm2.bias", hd, 1, L, false});
   const double ffn = mlp_ffn();
-  if (moe()) {  // the router, then each expert's gate, up and down (count: layers x experts)
-    const int E = L * experts;
-    t.push_back({"block.moe.router.weight", static_cast<double>(experts), hd, L, true});
-    if (expert_bias) t.push_back({"block.moe.router.bias", static_cast<double>(experts), 1, L, false});
+  // (A mixture of experts in the blocks after the dense_layers first; a dense MLP in those, or in all.)
+  const int ML = moe_layers(), dense = L - ML;
+  if (moe()) {  // the router, then each expert's gate, up and down (count: its blocks x experts)
+    const int E = ML * experts;
+    t.push_back({"block.moe.router.weight", static_cast<double>(experts), hd, ML, true});
+    if (expert_bias) t.push_back({"block.moe.router.bias", static_cast<double>(experts), 1, ML, false});
     t.push_back({"block.moe.expert.gate.weight", ffn, hd, E, true});
     t.push_back({"block.moe.expert.up.weight", ffn, hd, E, true});
     if (expert_bias) t.push_back({"block.moe.expert.gate_up.bias", 2 * ffn, 1, E, false});
@@ -121,22 +123,24 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     if (expert_bias) t.push_back({"block.moe.expert.down.bias", hd, 1, E, false});
     if (shared_expert_ffn > 0) {
       const double shared = shared_expert_ffn;
-      t.push_back({"block.moe.shared.gate.weight", shared, hd, L, true});
-      t.push_back({"block.moe.shared.up.weight", shared, hd, L, true});
-      t.push_back({"block.moe.shared.down.weight", hd, shared, L, true});
-      t.push_back({"block.moe.shared_gate.weight", 1, hd, L, true});
+      t.push_back({"block.moe.shared.gate.weight", shared, hd, ML, true});
+      t.push_back({"block.moe.shared.up.weight", shared, hd, ML, true});
+      t.push_back({"block.moe.shared.down.weight", hd, shared, ML, true});
+      if (shared_expert_gate) t.push_back({"block.moe.shared_gate.weight", 1, hd, ML, true});
     }
-  } else if (gated_mlp) {
-    t.push_back({"block.mlp.gate.weight", ffn, hd, L, true});
-    t.push_back({"block.mlp.up.weight", ffn, hd, L, true});
-    if (linear_bias) t.push_back({"block.mlp.gate_up.bias", 2 * ffn, 1, L, false});
-  } else {
-    t.push_back({"block.mlp.fc1.weight", ffn, hd, L, true});
-    if (linear_bias) t.push_back({"block.mlp.fc1.bias", ffn, 1, L, false});
   }
-  if (!moe()) {
-    t.push_back({"block.mlp.fc2.weight", hd, ffn, L, true});
-    if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, L, false});
+  if (dense > 0) {
+    const double width = ffn_hidden;
+    if (gated_mlp) {
+      t.push_back({"block.mlp.gate.weight", width, hd, dense, true});
+      t.push_back({"block.mlp.up.weight", width, hd, dense, true});
+      if (linear_bias) t.push_back({"block.mlp.gate_up.bias", 2 * width, 1, dense, false});
+    } else {
+      t.push_back({"block.mlp.fc1.weight", width, hd, dense, true});
+      if (linear_bias) t.push_back({"block.mlp.fc1.bias", width, 1, dense, false});
+    }
+    t.push_back({"block.mlp.fc2.weight", hd, width, dense, true});
+    if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, dense, false});
   }
   if (out_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});

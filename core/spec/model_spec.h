@@ -148,6 +148,11 @@ struct ModelSpec {
   // sink logit per head in every layer's attention softmax (attn_sinks).
   bool expert_bias = false;
   bool attn_sinks = false;
+  // GLM-4.5's and DeepSeek's (first_k_dense_replace): the first dense_layers blocks have a dense gated MLP of
+  // ffn_hidden inner features, the others the mixture of experts (0: every block). Whether a shared expert is
+  // scaled by Qwen2-MoE's sigmoid gate (a linear of hidden x 1; GLM-4.5's shared experts have none).
+  int dense_layers = 0;
+  bool shared_expert_gate = true;
   // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
   int position_offset = 0;
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
@@ -176,6 +181,9 @@ struct ModelSpec {
   bool head_bias = false;  // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }
+  // Whether block `layer` routes its tokens to experts (not the dense blocks first), and how many do.
+  bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
+  int moe_layers() const { return moe() ? layers - dense_layers : 0; }
   // The MLP inner features one expert (or the dense MLP) has.
   int mlp_ffn() const { return moe() && expert_ffn > 0 ? expert_ffn : ffn_hidden; }
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }

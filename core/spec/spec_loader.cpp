@@ -66,7 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
-    "seed_oss, mistral3, nemotron, "
+    "seed_oss, mistral3, nemotron, glm4_moe, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -965,8 +965,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
-             type == "glm" || type == "glm4" || type == "granitemoe" || type == "olmoe" ||
-             type == "gpt_oss" || type == "seed_oss") {
+             type == "glm" || type == "glm4" || type == "glm4_moe" || type == "granitemoe" ||
+             type == "olmoe" || type == "gpt_oss" || type == "seed_oss") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
@@ -1005,7 +1005,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // attention_bias puts them on q, k, v and o, mlp_bias on the MLP's three matrices. Qwen3 normalises each
     // query and key head (q_norm, k_norm). GLM and Seed-OSS: attention_bias (true by default) puts them on q,
     // k and v only (Seed-OSS's o_proj has its own key, attention_out_bias: false; its MLP none).
-    const bool glm = type == "glm" || type == "glm4", gpt_oss = type == "gpt_oss", seed = type == "seed_oss";
+    const bool glm = type == "glm" || type == "glm4" || type == "glm4_moe", gpt_oss = type == "gpt_oss",
+               seed = type == "seed_oss";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
     bool attention_bias = glm || gpt_oss || seed;
@@ -1069,7 +1070,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.norm = NormKind::kRmsNorm;
     m.position = PositionKind::kRotary;
     // transformers' Olmo2Config's, Exaone4Config's, GlmConfig's and LlamaConfig's defaults
-    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" || gpt_oss ? 1e-5
+    m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" || gpt_oss ||
+                         type == "glm4_moe"
+                     ? 1e-5
                  : glm ? 1.5625e-7
                        : 1e-6;
     MW_RETURN_IF_ERROR(r.get_number("rms_norm_eps", m.norm_eps, 1e-12, 1.0));
@@ -1138,6 +1141,34 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.partial_rotary_factor = 0.5;
       head_dim = 128;
       m.sandwich_norm = type == "glm4";
+    }
+    // GLM-4.5's (Glm4MoeForCausalLM; Glm4MoeConfig's defaults): GLM's attention (norms before the sublayers,
+    // rotary on half of each head) with per-head q/k norms under use_qk_norm, the first first_k_dense_replace
+    // blocks a dense MLP of intermediate_size, the others n_routed_experts (128) of moe_intermediate_size
+    // (1408), 8 per token, beside n_shared_experts (1) shared experts of that width without a gate. Its
+    // next-token-prediction layers (num_nextn_predict_layers) are not counted.
+    if (type == "glm4_moe") {
+      MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
+      m.experts = 128;
+      m.experts_per_token = 8;
+      m.expert_ffn = 1408;
+      m.dense_layers = 1;
+      int shared = 1;
+      MW_RETURN_IF_ERROR(r.get_int("n_routed_experts", m.experts, 1, 1 << 20));
+      MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
+      MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
+      MW_RETURN_IF_ERROR(r.get_int("n_shared_experts", shared, 0, 1 << 10));
+      MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
+      m.shared_expert_ffn = shared * m.expert_ffn;
+      m.shared_expert_gate = false;
+      if (m.experts_per_token > m.experts) {
+        return r.error("num_experts_per_tok", std::to_string(m.experts_per_token) + " is more than the " +
+                                                  std::to_string(m.experts) +
+                                                  " experts (n_routed_experts); allowed: 1 to " +
+                                                  std::to_string(m.experts));
+      }
+      r.ignore({"norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
+                "num_nextn_predict_layers", "router_aux_loss_coef", "output_router_logits"});
     }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
@@ -1914,6 +1945,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"shared_expert_ffn", m.shared_expert_ffn},
             {"expert_bias", m.expert_bias},
             {"attn_sinks", m.attn_sinks},
+            {"dense_layers", m.dense_layers},
+            {"shared_expert_gate", m.shared_expert_gate},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

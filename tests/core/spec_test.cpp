@@ -109,6 +109,24 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   const ModelSpec oss120 = load_model_scenario("gpt-oss-120b");
   EXPECT_EQ(oss120.total_params(), 116829156672.0);
   EXPECT_NEAR(oss120.active_params() - 201088.0 * 2880, 5.13e9, 0.005e9);
+  // GLM-4.5-Air: a dense first block (an MLP of 10944), then 45 of 128 experts of 1408 (8 per token) beside
+  // a shared expert of 1408 without a gate: its card's 106B total, 12B active without the token embedding.
+  const ModelSpec air = load_model_scenario("glm-4.5-air");
+  EXPECT_EQ(air.dense_layers, 1);
+  EXPECT_EQ(air.moe_layers(), 45);
+  EXPECT_FALSE(air.moe_layer(0));
+  EXPECT_TRUE(air.moe_layer(1));
+  EXPECT_EQ(air.shared_expert_ffn, 1408);
+  EXPECT_FALSE(air.shared_expert_gate);
+  EXPECT_TRUE(air.qkv_bias && !air.linear_bias && !air.qk_norm);
+  const double air_attention = 2 * 4096.0 * 12288 + 12288 + 2 * (4096.0 * 1024 + 1024) + 2 * 4096;
+  const double air_expert = 3 * 4096.0 * 1408;
+  EXPECT_EQ(air.total_params(), 2 * 151552.0 * 4096 + 46 * air_attention + 3 * 4096.0 * 10944 +
+                                    45 * (4096.0 * 128 + 129 * air_expert) + 4096);
+  EXPECT_EQ(air.active_params(), 2 * 151552.0 * 4096 + 46 * air_attention + 3 * 4096.0 * 10944 +
+                                     45 * (4096.0 * 128 + 9 * air_expert) + 4096);
+  EXPECT_NEAR(air.total_params(), 106e9, 1e9);
+  EXPECT_NEAR(air.active_params() - 151552.0 * 4096, 12e9, 0.9e9);
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
 
@@ -590,7 +608,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "gpt-oss-20b",
                            "gpt-oss-120b",
                            "seed-oss-36b",
-                           "nemotron-mini-4b"}) {
+                           "nemotron-mini-4b",
+                           "glm-4.5-air"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
