@@ -183,7 +183,7 @@ struct ModelSpec {
   bool moe() const { return experts > 0; }
   // Whether block `layer` routes its tokens to experts (not the dense blocks first), and how many do.
   bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
-  int moe_layers() const { return moe() ? layers - dense_layers : 0; }
+  int moe_layers() const { return moe() && layers > dense_layers ? layers - dense_layers : 0; }
   // The MLP inner features one expert (or the dense MLP) has.
   int mlp_ffn() const { return moe() && expert_ffn > 0 ? expert_ffn : ffn_hidden; }
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }
