@@ -422,13 +422,12 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // Qwen2-MoE's shared expert: its gate and up for every token, and its gate's one value.
   const double shared =
       model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + (model.shared_expert_gate ? 1 : 0) : 0;
-  double block_bytes = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
-                              (model.moe() ? model.experts : 0) + shared);
-  // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds.)
-  if (model.moe() && model.dense_layers > 0) {
-    block_bytes =
-        std::max(block_bytes, 2.0 * (2 * qw + 2 * kv + model.ffn_hidden * (model.gated_mlp ? 2 : 1)));
-  }
+  const double expert_block = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
+                                     (model.moe() ? model.experts : 0) + shared);
+  // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds, the term printed its.)
+  const double dense_block = 2.0 * (2 * qw + 2 * kv + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
+  const bool dense_larger = model.moe() && model.dense_layers > 0 && dense_block > expert_block;
+  const double block_bytes = dense_larger ? dense_block : expert_block;
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
     // attention's fp32 log-sum-exp per head.
@@ -440,13 +439,15 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
                                       : strprintf("2 heads %d x seq", model.heads);
   const std::string q_term = qw == hd ? std::string("2 hd") : strprintf("2 q %.0f", qw);
   const std::string moe_term =
-      model.moe() ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
-                        (shared > 0 ? strprintf(" + shared expert %.0f", shared) : std::string())
-                  : std::string();
-  const std::string block_term = block_bytes == 16 * hd
-                                     ? std::string("16 hd + ")
-                                     : strprintf("2 x (%s + 2 kv %.0f + %sffn %.0f%s) + ", q_term.c_str(), kv,
-                                                 model.gated_mlp ? "2 " : "", ffn, moe_term.c_str());
+      model.moe() && !dense_larger
+          ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
+                (shared > 0 ? strprintf(" + shared expert %.0f", shared) : std::string())
+          : std::string();
+  const std::string block_term =
+      block_bytes == 16 * hd
+          ? std::string("16 hd + ")
+          : strprintf("2 x (%s + 2 kv %.0f + %sffn %.0f%s) + ", q_term.c_str(), kv,
+                      model.gated_mlp ? "2 " : "", dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);

@@ -1147,29 +1147,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // blocks a dense MLP of intermediate_size, the others n_routed_experts (128) of moe_intermediate_size
     // (1408), 8 per token, beside n_shared_experts (1) shared experts of that width without a gate. Its
     // next-token-prediction layers (num_nextn_predict_layers) are not counted.
-    if (type == "glm4_moe") {
-      MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
-      m.experts = 128;
-      m.experts_per_token = 8;
-      m.expert_ffn = 1408;
-      m.dense_layers = 1;
-      int shared = 1;
-      MW_RETURN_IF_ERROR(r.get_int("n_routed_experts", m.experts, 1, 1 << 20));
-      MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
-      MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
-      MW_RETURN_IF_ERROR(r.get_int("n_shared_experts", shared, 0, 1 << 10));
-      MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
-      m.shared_expert_ffn = shared * m.expert_ffn;
-      m.shared_expert_gate = false;
-      if (m.experts_per_token > m.experts) {
-        return r.error("num_experts_per_tok", std::to_string(m.experts_per_token) + " is more than the " +
-                                                  std::to_string(m.experts) +
-                                                  " experts (n_routed_experts); allowed: 1 to " +
-                                                  std::to_string(m.experts));
-      }
-      r.ignore({"norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group",
-                "num_nextn_predict_layers", "router_aux_loss_coef", "output_router_logits"});
-    }
+    const bool glm4_moe = type == "glm4_moe";
+    if (glm4_moe) MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3 || gpt_oss;
@@ -1225,10 +1204,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // GraniteMoeConfig's and OlmoeConfig's): every layer's. Mixtral's, Granite MoE's and OLMoE's experts are
     // intermediate_size wide.
     if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
-        type == "olmoe" || gpt_oss) {
+        type == "olmoe" || gpt_oss || glm4_moe) {
       const bool mixtral = type == "mixtral" || type == "granitemoe" || gpt_oss, qwen2 = type == "qwen2_moe",
                  olmoe = type == "olmoe";
-      const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+      const char* experts_key = mixtral ? "num_local_experts" : glm4_moe ? "n_routed_experts" : "num_experts";
       m.experts = gpt_oss ? 128 : mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128;
       m.experts_per_token = gpt_oss ? 4 : mixtral ? 2 : qwen2 ? 4 : 8;
       MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
@@ -1238,13 +1217,24 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
                                                   std::to_string(m.experts) + " experts (" + experts_key +
                                                   "); allowed: 1 to " + std::to_string(m.experts));
       }
-      if (!mixtral && !olmoe) {  // Qwen-MoE's experts have their own width; intermediate_size a dense layer's
-        m.expert_ffn = qwen2 ? 1408 : 768;
+      // Qwen-MoE's and GLM-4.5's experts have their own width; intermediate_size is a dense layer's.
+      if (!mixtral && !olmoe) {
+        m.expert_ffn = qwen2 || glm4_moe ? 1408 : 768;
         MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
         if (qwen2) {  // and Qwen2-MoE's shared expert
           m.shared_expert_ffn = 5632;
           MW_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", m.shared_expert_ffn, 0, 1 << 26));
         }
+      }
+      if (glm4_moe) {  // GLM-4.5's shared experts (no gate) and its dense first blocks
+        int shared = 1;
+        m.dense_layers = 1;
+        MW_RETURN_IF_ERROR(r.get_int("n_shared_experts", shared, 0, 1 << 10));
+        MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
+        m.shared_expert_ffn = shared * m.expert_ffn;
+        m.shared_expert_gate = false;
+        r.ignore({"routed_scaling_factor", "n_group", "topk_group", "num_nextn_predict_layers"});
+      } else if (!mixtral && !olmoe) {  // Qwen-MoE's: experts in every layer
         int sparse_step = 1;
         MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", sparse_step, 1, 1 << 20));
         if (sparse_step != 1) {
@@ -1257,7 +1247,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
           return r.error("mlp_only_layers", detail::short_dump(j["mlp_only_layers"]) +
                                                 " (dense MLPs in some layers) is not supported; allowed: []");
         }
-        r.ignore({"mlp_only_layers", "norm_topk_prob"});
+        r.ignore({"mlp_only_layers"});
       }
       r.ignore({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "norm_topk_prob"});
     }
