@@ -132,7 +132,14 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   std::printf("model    %s: %s, %d layers, hidden %d, %d heads", m.name.c_str(), m.model_type.c_str(),
               m.layers, m.hidden, m.heads);
   if (m.kv_heads != m.heads) std::printf(" (%d kv)", m.kv_heads);
-  if (m.head_size > 0) std::printf(" of head_dim %d", m.head_size);
+  if (m.mla()) {  // DeepSeek's latent attention
+    std::printf(" of head_dim %d (%d rotary, values %d), latent attention (kv_lora_rank %d", m.head_dim(),
+                m.rope_head_size, m.v_head_dim(), m.kv_lora_rank);
+    if (m.q_lora_rank > 0) std::printf(", q_lora_rank %d", m.q_lora_rank);
+    std::printf(")");
+  } else if (m.head_size > 0) {
+    std::printf(" of head_dim %d", m.head_size);
+  }
   if (m.moe()) {
     std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
     if (m.shared_expert_ffn > 0) std::printf(" and a shared expert of ffn %d", m.shared_expert_ffn);

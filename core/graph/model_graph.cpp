@@ -172,6 +172,7 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   const double hd = m.hidden;
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
   const double qw = m.q_width();   // queries and the attention's output: hidden unless head_dim differs
+  const double ow = m.o_width();   // the attention's output (qw but for MLA's value heads)
   const double ffn = m.mlp_ffn();  // the dense MLP's inner features, or one expert's
   const bool ln = m.norm == NormKind::kLayerNorm && m.norm_bias;  // (a LayerNorm's bias)
   const bool has_norm = m.norm != NormKind::kNone;
@@ -219,12 +220,35 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
     if (!m.post_norm) norm_op(p + ".ln1", L);  // (OLMo 2's norms follow the attention and the MLP only)
-    // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query attention
-    // (or heads of their own size).
-    const std::vector<double> qkv =
-        kv == hd && qw == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{qw / mp, 2 * kv / mp};
-    b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
-             /*save_output=*/true);
+    if (m.mla()) {
+      // DeepSeek's latent attention: the down projections to the latents (whole on every model-parallel
+      // rank), their RMSNorms, the up projections to the rank's heads (queries; keys without positions and
+      // values), each output kept for the backward.
+      const auto latent_norm = [&](const std::string& name, double width) {
+        const int w = b.param(name + ".w", width, L);
+        GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, L, width);
+        o.params.push_back(w);
+      };
+      const double up = static_cast<double>(m.heads) * (m.head_dim() - m.rope_head_size) + m.v_width();
+      if (m.q_lora_rank > 0) {
+        b.linear(p + ".q_a", L, hd, {static_cast<double>(m.q_lora_rank)}, false, tiles, true);
+        latent_norm(p + ".q_a_norm", m.q_lora_rank);
+        b.linear(p + ".q_b", L, m.q_lora_rank, {qw / mp}, false, tiles, true);
+      } else {
+        b.linear(p + ".q", L, hd, {qw / mp}, false, tiles, true);
+      }
+      b.linear(p + ".kv_a", L, hd, {static_cast<double>(m.kv_lora_rank + m.rope_head_size)}, false, tiles,
+               true);
+      latent_norm(p + ".kv_a_norm", m.kv_lora_rank);
+      b.linear(p + ".kv_b", L, m.kv_lora_rank, {up / mp}, false, tiles, true);
+    } else {
+      // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query
+      // attention (or heads of their own size).
+      const std::vector<double> qkv =
+          kv == hd && qw == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{qw / mp, 2 * kv / mp};
+      b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
+               /*save_output=*/true);
+    }
     if (m.qk_norm) {
       // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn;
       // OLMo 2's of all the queries and all the keys.
@@ -237,11 +261,14 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       const int sinks = m.attn_sinks ? b.param(p + ".sinks", static_cast<double>(m.heads) / mp, L) : -1;
       GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
       if (sinks >= 0) a.params.push_back(sinks);
-      a.fwd_flops = 4 * T * seq * qw / mp;  // QK^T and AV (no causal discount, as the paper counts)
+      // QK^T over head_dim and AV over the value heads (no causal discount, as the paper counts).
+      a.fwd_flops = 2 * T * seq * (qw + ow) / mp;
       a.bwd_flops = 2 * a.fwd_flops;
-      a.out_bytes = eb * T * qw / mp;
+      a.out_bytes = eb * T * ow / mp;
       const double S = eb * T * (m.heads / mp) * seq;
-      const double q = eb * T * qw / mp, k = eb * T * kv / mp;
+      // q: the mean of Q's and the output's bytes, k: of K's and V's (Q and the output alike, K and V alike
+      // but for MLA's value heads).
+      const double q = eb * T * (qw + ow) / 2 / mp, k = eb * T * (kv + m.v_width()) / 2 / mp;
       if (opt.flash_attention) {
         // Fused: backward recomputes QK^T (half the forward's FLOPs) before its four GEMMs; the output and
         // an fp32 log-sum-exp per row and head are saved. Device memory as FlashAttention-2 moves it when
@@ -273,8 +300,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
           a.bwd_mem_bytes += 2 * S + q + k;
         }
       }
+      // MLA's keys carry one rotary part for all heads, which the attention takes (and keeps) per head.
+      if (m.mla()) a.saved_bytes += eb * T * m.heads * m.rope_head_size / mp;
     }
-    b.linear(p + ".proj", L, qw / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
+    b.linear(p + ".proj", L, ow / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     // Gemma 2's and OLMo 2's norm of the attention's output.
     if (m.sandwich_norm || m.post_norm) norm_op(p + ".ln1_post", L);

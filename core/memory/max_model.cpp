@@ -188,7 +188,9 @@ ModelSpec ShapeFamily::member(const ModelSpec& templ, int size, int heads_multip
   const int kv_ratio = templ.kv_heads > 0 ? std::max(1, templ.heads / templ.kv_heads) : 1;
   m.hidden = hd;
   m.layers = std::max(1, nl);
-  m.head_size = 0;  // a member's heads are hidden / heads (the template's own head_dim does not scale)
+  // A member's heads are hidden / heads (the template's own head_dim does not scale); latent attention's
+  // heads keep their sizes.
+  if (!templ.mla()) m.head_size = 0;
   const int mult = std::max(1, heads_multiple);
   const int target = std::max(1, hd / head_dim);
   m.heads = 0;

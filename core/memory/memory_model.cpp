@@ -414,18 +414,23 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   // output (q) and the MLP's ffn inner features, twice for a gated (SwiGLU) MLP's gate and up:
   // 2 B x (2 q + 2 kv + ffn (x 2)), 16 hd for GPT. A mixture of experts keeps each token's inner features
   // in each of the experts_per_token experts it is sent to (ffn: an expert's), and the router's logits.
+  // DeepSeek's latent attention keeps Q, K (heads x head_dim each), V and the output (heads x v_head_dim
+  // each) and its latents' (q_lora_rank + kv_lora_rank + rope_head_size) in place of 2 q + 2 kv.
   const double kv =
       model.kv_heads > 0 && model.heads > 0 ? static_cast<double>(model.kv_heads) * model.head_dim() : hd;
   const double qw = model.heads > 0 ? model.q_width() : hd;
+  const double latents = model.mla() ? model.q_lora_rank + model.kv_lora_rank + model.rope_head_size : 0.0;
+  const double attn_tensors =
+      model.mla() ? qw + kv + model.v_width() + model.o_width() + latents : 2 * qw + 2 * kv;
   const double ffn = model.mlp_ffn() > 0 ? model.mlp_ffn() : 4 * hd;
   const double routed = model.moe() ? model.experts_per_token : 1;
   // Qwen2-MoE's shared expert: its gate and up for every token, and its gate's one value.
   const double shared =
       model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + (model.shared_expert_gate ? 1 : 0) : 0;
-  const double expert_block = 2.0 * (2 * qw + 2 * kv + ffn * (model.gated_mlp ? 2 : 1) * routed +
+  const double expert_block = 2.0 * (attn_tensors + ffn * (model.gated_mlp ? 2 : 1) * routed +
                                      (model.moe() ? model.experts : 0) + shared);
   // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds, the term printed its.)
-  const double dense_block = 2.0 * (2 * qw + 2 * kv + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
+  const double dense_block = 2.0 * (attn_tensors + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
   const bool dense_larger = model.moe() && model.dense_layers > 0 && dense_block > expert_block;
   const double block_bytes = dense_larger ? dense_block : expert_block;
   auto awm = [&](double blocks) {
@@ -437,7 +442,11 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   };
   const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
                                       : strprintf("2 heads %d x seq", model.heads);
-  const std::string q_term = qw == hd ? std::string("2 hd") : strprintf("2 q %.0f", qw);
+  const std::string q_term = model.mla()
+                                 ? strprintf("q %.0f + k %.0f + v %.0f + out %.0f + latents %.0f", qw, kv,
+                                             model.v_width(), static_cast<double>(model.o_width()), latents)
+                             : qw == hd ? std::string("2 hd")
+                                        : strprintf("2 q %.0f", qw);
   const std::string moe_term =
       model.moe() && !dense_larger
           ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
@@ -446,8 +455,9 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const std::string block_term =
       block_bytes == 16 * hd
           ? std::string("16 hd + ")
-          : strprintf("2 x (%s + 2 kv %.0f + %sffn %.0f%s) + ", q_term.c_str(), kv,
-                      model.gated_mlp ? "2 " : "", dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
+          : strprintf("2 x (%s%s + %sffn %.0f%s) + ", q_term.c_str(),
+                      model.mla() ? "" : strprintf(" + 2 kv %.0f", kv).c_str(), model.gated_mlp ? "2 " : "",
+                      dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);

@@ -94,7 +94,20 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   const bool out_norm = sandwich_norm || post_norm;              // (after them)
   if (pre_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
-  if (kv == hd && q == hd) {
+  if (mla()) {  // the latents' down projections and norms, then up to every head
+    const double rope = rope_head_size, kv_lora = kv_lora_rank, q_lora = q_lora_rank;
+    const double up = static_cast<double>(heads) * (head_dim() - rope_head_size + v_head_dim());
+    if (q_lora_rank > 0) {
+      t.push_back({"block.attn.q_a.weight", q_lora, hd, L, true});
+      t.push_back({"block.attn.q_a_norm.weight", q_lora, 1, L, false});
+      t.push_back({"block.attn.q_b.weight", q, q_lora, L, true});
+    } else {
+      t.push_back({"block.attn.q.weight", q, hd, L, true});
+    }
+    t.push_back({"block.attn.kv_a.weight", kv_lora + rope, hd, L, true});
+    t.push_back({"block.attn.kv_a_norm.weight", kv_lora, 1, L, false});
+    t.push_back({"block.attn.kv_b.weight", up, kv_lora, L, true});
+  } else if (kv == hd && q == hd) {
     t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
     if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
   } else {  // grouped-query attention (or heads of their own size): separate q and kv projections
@@ -104,7 +117,7 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   }
   if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, L, false});
   if (attn_sinks) t.push_back({"block.attn.sinks", static_cast<double>(heads), 1, L, false});
-  t.push_back({"block.attn.proj.weight", hd, q, L, true});
+  t.push_back({"block.attn.proj.weight", hd, static_cast<double>(o_width()), L, true});
   if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
   if (out_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
   if (pre_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});

@@ -153,6 +153,16 @@ struct ModelSpec {
   // scaled by Qwen2-MoE's sigmoid gate (a linear of hidden x 1; GLM-4.5's shared experts have none).
   int dense_layers = 0;
   bool shared_expert_gate = true;
+  // DeepSeek-V2's and V3's multi-head latent attention (kv_lora_rank > 0; 0: none): the keys and values
+  // come from one latent of kv_lora_rank features per token (kv_a_proj_with_mqa, hidden -> kv_lora_rank +
+  // rope_head_size, an RMSNorm of its first kv_lora_rank, then kv_b_proj up to every head's key part without
+  // positions and its value), the rotated key part of rope_head_size is one for all heads; the queries come
+  // from a latent of q_lora_rank (q_a_proj, an RMSNorm, q_b_proj; 0: one q_proj). Each head's query and key
+  // are head_size wide (qk_nope_head_dim + qk_rope_head_dim), its value and output v_head_size.
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;
+  int rope_head_size = 0;
+  int v_head_size = 0;  // 0: head_dim
   // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
   int position_offset = 0;
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
@@ -181,6 +191,7 @@ struct ModelSpec {
   bool head_bias = false;  // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
   // Whether block `layer` routes its tokens to experts (not the dense blocks first), and how many do.
   bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
   int moe_layers() const { return moe() && layers > dense_layers ? layers - dense_layers : 0; }
@@ -190,6 +201,11 @@ struct ModelSpec {
   // The width of the queries and of the attention's output, heads x head_dim (hidden unless head_dim
   // differs).
   int q_width() const { return heads * head_dim(); }
+  // A value head's width (MLA's v_head_dim; head_dim otherwise), and the attention's output width before
+  // its projection (heads of that), and the values' (kv_heads of that).
+  int v_head_dim() const { return v_head_size > 0 ? v_head_size : head_dim(); }
+  int o_width() const { return heads * v_head_dim(); }
+  double v_width() const { return static_cast<double>(kv_heads) * v_head_dim(); }
   // The q/k norms' weights in a layer: Qwen3's one per head for queries and one for keys, or OLMo 2's over
   // every query and every key channel (StableLM 2 12B's one per head: as many).
   double qk_norm_elements() const {

@@ -66,7 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
-    "seed_oss, mistral3, nemotron, glm4_moe, "
+    "seed_oss, mistral3, nemotron, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -189,6 +189,76 @@ Status read_granite_multipliers(JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
+// DeepSeek-V2's and V3's multi-head latent attention (DeepseekV3Config's defaults, V2's the same): keys and
+// values from a latent of kv_lora_rank (512), queries from one of q_lora_rank (1536; null: one q_proj), heads
+// of qk_nope_head_dim (128) + qk_rope_head_dim (64) for queries and keys and v_head_dim (128) for values. No
+// grouped-query heads (num_key_value_heads is not used); attention_bias (on the down projections and
+// o_proj) refused.
+Status read_latent_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  if (m.linear_bias) {
+    return r.error("attention_bias",
+                   "true (biases on the latent attention's projections) is not supported; "
+                   "allowed: false");
+  }
+  int nope = 128;
+  m.kv_lora_rank = 512;
+  m.q_lora_rank = 1536;
+  m.rope_head_size = 64;
+  m.v_head_size = 128;
+  MW_RETURN_IF_ERROR(r.get_int("kv_lora_rank", m.kv_lora_rank, 1, 1 << 20));
+  if (j.contains("q_lora_rank") && j["q_lora_rank"].is_null()) m.q_lora_rank = 0;
+  MW_RETURN_IF_ERROR(r.get_int("q_lora_rank", m.q_lora_rank, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("qk_nope_head_dim", nope, 0, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("qk_rope_head_dim", m.rope_head_size, 0, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("v_head_dim", m.v_head_size, 1, 1 << 20));
+  if (nope + m.rope_head_size < 1)
+    return r.error("qk_nope_head_dim", "and qk_rope_head_dim are both 0; allowed: a head of at least 1");
+  m.head_size = nope + m.rope_head_size;
+  m.kv_heads = m.heads;
+  r.ignore({"num_key_value_heads", "rope_interleave"});
+  return Status::ok();
+}
+
+// DeepSeek's mixture of experts (DeepseekV3Config's defaults; DeepseekV2Config's in brackets): the first
+// first_k_dense_replace (3 [0]) blocks a dense gated MLP of intermediate_size, the others n_routed_experts
+// (256 [64]; null: none, every block dense) of moe_intermediate_size (2048 [1407]), num_experts_per_tok (8
+// [required]) per token, beside n_shared_experts (1 [2]; null: none) shared experts of that width without a
+// gate, taken as one of their summed width. Experts in every moe_layer_freq-th block only, refused. How the
+// router scores and groups (scoring_func, topk_method, n_group, topk_group, routed_scaling_factor) and the
+// next-token-prediction layers (num_nextn_predict_layers) are not counted.
+Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  const bool v3 = m.model_type != "deepseek_v2";
+  r.ignore({"routed_scaling_factor", "n_group", "topk_group", "topk_method", "scoring_func", "norm_topk_prob",
+            "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "auto_map"});
+  int freq = 1;
+  MW_RETURN_IF_ERROR(r.get_int("moe_layer_freq", freq, 1, 1 << 20));
+  if (freq != 1) {
+    return r.error("moe_layer_freq", std::to_string(freq) +
+                                         " (dense MLPs between the blocks of experts) is not supported; "
+                                         "allowed: 1, experts in every block after the dense ones");
+  }
+  if (j.contains("n_routed_experts") && j["n_routed_experts"].is_null()) {  // a dense model
+    r.ignore({"n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
+              "first_k_dense_replace"});
+    return Status::ok();
+  }
+  m.experts = v3 ? 256 : 64;
+  MW_RETURN_IF_ERROR(r.get_int("n_routed_experts", m.experts, 1, 1 << 20));
+  if (!v3) MW_RETURN_IF_ERROR(require(r, "num_experts_per_tok"));
+  m.experts_per_token = 8;
+  MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, m.experts));
+  m.expert_ffn = v3 ? 2048 : 1407;
+  MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
+  int shared = v3 ? 1 : 2;
+  if (j.contains("n_shared_experts") && j["n_shared_experts"].is_null()) shared = 0;
+  MW_RETURN_IF_ERROR(r.get_int("n_shared_experts", shared, 0, 1 << 10));
+  m.shared_expert_ffn = shared * m.expert_ffn;
+  m.shared_expert_gate = false;
+  m.dense_layers = v3 ? 3 : 0;
+  MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
+  return Status::ok();
+}
+
 // transformers 5's rope_parameters, one object of the rotary turn's settings (rope_type, rope_theta,
 // partial_rotary_factor and its type's keys) or one per layer type (full_attention, sliding_attention): the
 // one for every layer (or full_attention's) written into `j` as the keys the files before it had,
@@ -302,9 +372,10 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
       MW_RETURN_IF_ERROR(r.get_number(key, *value, 0.0, 1e6));
     }
     MW_RETURN_IF_ERROR(r.get_bool("truncate", out.truncate));
-    if (!(out.beta_fast > out.beta_slow) || !(out.beta_slow > 0)) {
-      return r.error("beta_fast", "must be greater than beta_slow (" +
-                                      detail::short_dump(json(out.beta_slow)) + "), which must be > 0");
+    // (Equal: a step between kept and divided pairs, as Kimi K2's 1 and 1.)
+    if (!(out.beta_fast >= out.beta_slow) || !(out.beta_slow > 0)) {
+      return r.error("beta_fast", "must be at least beta_slow (" + detail::short_dump(json(out.beta_slow)) +
+                                      "), which must be > 0");
     }
   }
   // longrope's per-pair factors; its original context and stretch as given here (parse_model completes
@@ -861,6 +932,14 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
   r.ignore({"architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype",
             "transformers_version", "initializer_range", "use_cache", "_name_or_path", "tokenizer_class",
             "task_specific_params", "id2label", "label2id", "dtype"});
+  // A quantized checkpoint's (DeepSeek-V3's fp8 blocks): the parameters are the same, a run's precision
+  // sets their bytes.
+  if (r.has("quantization_config")) {
+    diag.warnings.push_back(source +
+                            ": quantization_config: the file's quantized weights are not modelled; memory "
+                            "is counted at the run's precision");
+    r.ignore({"quantization_config"});
+  }
 
   if (type == "zero-infinity-paper") {
     // The paper's idealized model: transformer blocks of four linear weights, nothing else (Eq. 1).
@@ -966,7 +1045,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "qwen2_moe" || type == "qwen3_moe" || type == "olmo" || type == "olmo2" ||
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
              type == "glm" || type == "glm4" || type == "glm4_moe" || type == "granitemoe" ||
-             type == "olmoe" || type == "gpt_oss" || type == "seed_oss") {
+             type == "olmoe" || type == "gpt_oss" || type == "seed_oss" || type == "deepseek_v2" ||
+             type == "deepseek_v3" || type == "kimi_k2") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
@@ -1006,7 +1086,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // query and key head (q_norm, k_norm). GLM and Seed-OSS: attention_bias (true by default) puts them on q,
     // k and v only (Seed-OSS's o_proj has its own key, attention_out_bias: false; its MLP none).
     const bool glm = type == "glm" || type == "glm4" || type == "glm4_moe", gpt_oss = type == "gpt_oss",
-               seed = type == "seed_oss";
+               seed = type == "seed_oss",
+               deepseek = type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
     bool attention_bias = glm || gpt_oss || seed;
@@ -1200,11 +1281,17 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     if (family == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
     if (gemma) head_dim = 256;              // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
+    if (deepseek) {
+      MW_RETURN_IF_ERROR(read_latent_attention(j, r, m));
+      head_dim = m.head_size;  // (transformers writes its rotary part as head_dim)
+    }
     // Mixture-of-experts MLPs (defaults as MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's,
     // GraniteMoeConfig's and OlmoeConfig's): every layer's. Mixtral's, Granite MoE's and OLMoE's experts are
     // intermediate_size wide.
-    if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
-        type == "olmoe" || gpt_oss || glm4_moe) {
+    if (deepseek) {
+      MW_RETURN_IF_ERROR(read_deepseek_experts(j, r, m));
+    } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
+               type == "olmoe" || gpt_oss || glm4_moe) {
       const bool mixtral = type == "mixtral" || type == "granitemoe" || gpt_oss, qwen2 = type == "qwen2_moe",
                  olmoe = type == "olmoe";
       const char* experts_key = mixtral ? "num_local_experts" : glm4_moe ? "n_routed_experts" : "num_experts";
@@ -1937,6 +2024,10 @@ std::string to_json_text(const ModelSpec& m) {
             {"attn_sinks", m.attn_sinks},
             {"dense_layers", m.dense_layers},
             {"shared_expert_gate", m.shared_expert_gate},
+            {"kv_lora_rank", m.kv_lora_rank},
+            {"q_lora_rank", m.q_lora_rank},
+            {"rope_head_size", m.rope_head_size},
+            {"v_head_size", m.v_head_dim()},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

@@ -712,6 +712,11 @@ Status check_layer_norm_eps(const ModelSpec& m, const char* key, const std::stri
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
+  if (m.mla()) {
+    return Status::invalid_argument(where + "multi-head latent attention (kv_lora_rank " +
+                                    std::to_string(m.kv_lora_rank) + ") is not supported by " + tool +
+                                    "; memwall predict and simulate take it");
+  }
   if (m.moe()) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +

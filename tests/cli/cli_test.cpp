@@ -1088,6 +1088,11 @@ TEST(CliInfo, ListsTheShippedModelsAndWhichTrain) {
   EXPECT_LT(static_cast<double>(by_name["gpt-oss-120b"]["active_params"]), 6e9);
   EXPECT_NE(by_name["gpt-oss-120b"]["why_not"].get<std::string>().find("128 experts per layer"),
             std::string::npos);
+  ASSERT_TRUE(by_name.count("deepseek-v3"));
+  EXPECT_EQ(by_name["deepseek-v3"]["params"], 671026404352.0);
+  EXPECT_NE(by_name["deepseek-v3"]["why_not"].get<std::string>().find(
+                "multi-head latent attention (kv_lora_rank 512) is not supported by memwall train"),
+            std::string::npos);
   for (const auto& m : j["models"]) EXPECT_FALSE(m.contains("error")) << m.dump();
   const CmdResult table = memwall("info --models", false);
   ASSERT_EQ(table.exit_code, 0);

@@ -35,9 +35,9 @@ TEST(ModelGraph, GptOpsInExecutionOrder) {
 }
 
 TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
-  for (const char* name :
-       {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b", "qwen3-8b", "mistral-7b",
-        "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"}) {
+  for (const char* name : {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b",
+                           "qwen3-8b", "mistral-7b", "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b",
+                           "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite"}) {
     const ModelSpec m = testing::load_model_scenario(name);
     EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
     EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;

@@ -175,6 +175,108 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   }
 }
 
+// DeepSeek's latent attention and experts, counted tensor by tensor against their cards' totals.
+TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
+  // DeepSeek-V3: per layer q_a (7168 -> 1536), its norm, q_b (1536 -> 128 x 192), kv_a (7168 -> 512 + 64),
+  // its norm, kv_b (512 -> 128 x (128 + 128)), o_proj (128 x 128 -> 7168), two norms; 3 dense MLPs of 18432,
+  // then 58 blocks of 256 experts of 2048 and a shared one without a gate: its card's 671B and 37B active.
+  const ModelSpec v3 = load_model_scenario("deepseek-v3");
+  EXPECT_TRUE(v3.mla() && v3.moe());
+  EXPECT_EQ(v3.head_dim(), 192);
+  EXPECT_EQ(v3.v_head_dim(), 128);
+  EXPECT_EQ(v3.o_width(), 128 * 128);
+  EXPECT_EQ(v3.kv_heads, 128);
+  EXPECT_EQ(v3.dense_layers, 3);
+  EXPECT_EQ(v3.shared_expert_ffn, 2048);
+  EXPECT_FALSE(v3.shared_expert_gate);
+  EXPECT_EQ(v3.rope_scaling.type, "yarn");
+  const auto mla = [](double hd, double heads, double q_lora) {
+    const double q = q_lora > 0 ? q_lora * hd + q_lora + heads * 192 * q_lora : heads * 192 * hd;
+    return q + 576 * hd + 512 + heads * 256 * 512 + hd * heads * 128 + 2 * hd;
+  };
+  const double v3_expert = 3 * 7168.0 * 2048;
+  const double v3_rest = 2 * 129280.0 * 7168 + 61 * mla(7168, 128, 1536) + 3 * 3 * 7168.0 * 18432 + 7168;
+  EXPECT_EQ(v3.total_params(), v3_rest + 58 * (256 * 7168.0 + 257 * v3_expert));
+  EXPECT_EQ(v3.active_params(), v3_rest + 58 * (256 * 7168.0 + 9 * v3_expert));
+  EXPECT_NEAR(v3.total_params(), 671e9, 0.5e9);
+  EXPECT_NEAR(v3.active_params(), 37e9, 0.6e9);
+  // DeepSeek-V2 (two shared experts, one dense block): 236B, 21B active; V2-Lite's queries by one q_proj.
+  const ModelSpec v2 = load_model_scenario("deepseek-v2");
+  EXPECT_EQ(v2.shared_expert_ffn, 2 * 1536);
+  EXPECT_NEAR(v2.total_params(), 236e9, 0.5e9);
+  EXPECT_NEAR(v2.active_params(), 21e9, 0.5e9);
+  const ModelSpec lite = load_model_scenario("deepseek-v2-lite");
+  EXPECT_EQ(lite.q_lora_rank, 0);
+  const double lite_expert = 3 * 2048.0 * 1408;
+  EXPECT_EQ(lite.total_params(), 2 * 102400.0 * 2048 + 27 * mla(2048, 16, 0) + 3 * 2048.0 * 10944 +
+                                     26 * (64 * 2048.0 + 66 * lite_expert) + 2048);
+  EXPECT_NEAR(lite.total_params(), 15.7e9, 0.05e9);
+  // Kimi K2: DeepSeek-V3's architecture with 384 experts, 64 heads, one dense block: 1T total, 32B active.
+  const ModelSpec k2 = load_model_scenario("kimi-k2");
+  EXPECT_EQ(k2.experts, 384);
+  EXPECT_EQ(k2.dense_layers, 1);
+  EXPECT_EQ(k2.rope_scaling.beta_fast, 1.0);
+  EXPECT_NEAR(k2.total_params(), 1.03e12, 0.01e12);
+  EXPECT_NEAR(k2.active_params(), 32.5e9, 0.5e9);
+
+  // DeepseekV3Config's defaults and DeepseekV2Config's; a dense DeepSeek (n_routed_experts null); what is
+  // not modelled refused naming the key.
+  Diagnostics diag;
+  const std::string base = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+      "num_attention_heads": 4, "vocab_size": 256, )";
+  auto d3 = parse_model(base + R"("model_type": "deepseek_v3"})", "v3.json", diag);
+  ASSERT_TRUE(d3.is_ok()) << d3.status().to_string();
+  EXPECT_EQ(d3->kv_lora_rank, 512);
+  EXPECT_EQ(d3->q_lora_rank, 1536);
+  EXPECT_EQ(d3->head_dim(), 192);
+  EXPECT_EQ(d3->experts, 256);
+  EXPECT_EQ(d3->experts_per_token, 8);
+  EXPECT_EQ(d3->mlp_ffn(), 2048);
+  EXPECT_EQ(d3->dense_layers, 3);
+  auto d2 = parse_model(base + R"("model_type": "deepseek_v2", "num_experts_per_tok": 2,
+      "head_dim": 64})",
+                        "v2.json", diag);
+  ASSERT_TRUE(d2.is_ok()) << d2.status().to_string();
+  EXPECT_EQ(d2->experts, 64);
+  EXPECT_EQ(d2->mlp_ffn(), 1407);
+  EXPECT_EQ(d2->shared_expert_ffn, 2 * 1407);
+  EXPECT_EQ(d2->dense_layers, 0);
+  EXPECT_EQ(d2->head_dim(), 192);  // (transformers' head_dim, the rotary part, not taken as the head's)
+  auto dense = parse_model(base + R"("model_type": "deepseek_v2", "n_routed_experts": null,
+      "q_lora_rank": null, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+      "kv_lora_rank": 32})",
+                           "dense.json", diag);
+  ASSERT_TRUE(dense.is_ok()) << dense.status().to_string();
+  EXPECT_FALSE(dense->moe());
+  EXPECT_EQ(dense->total_params(),
+            2 * 256.0 * 64 + 64 +
+                4 * (4 * 24 * 64.0 + 40 * 64 + 32 + 4 * 32 * 32 + 64 * 64 + 2 * 64 + 3 * 64 * 128));
+  EXPECT_EQ(graph_param_stats(*dense, 1, 1, 0).total_elements, dense->total_params());
+  // A quantized checkpoint's quantization_config (DeepSeek-V3's fp8 blocks): counted at a run's precision,
+  // with a warning.
+  EXPECT_TRUE(diag.warnings.empty());
+  auto fp8 = parse_model(base + R"("model_type": "deepseek_v3", "quantization_config": {"fmt": "e4m3"}})",
+                         "fp8.json", diag);
+  ASSERT_TRUE(fp8.is_ok()) << fp8.status().to_string();
+  EXPECT_EQ(fp8->total_params(), d3->total_params());
+  ASSERT_EQ(diag.warnings.size(), 1u);
+  EXPECT_NE(diag.warnings[0].find("fp8.json: quantization_config: the file's quantized weights are not "
+                                  "modelled"),
+            std::string::npos);
+  for (const auto& [text, needle] :
+       {std::pair{std::string(R"("model_type": "deepseek_v2"})"),
+                  "key 'num_experts_per_tok': is missing (required)"},
+        std::pair{std::string(R"("model_type": "deepseek_v3", "moe_layer_freq": 2})"),
+                  "key 'moe_layer_freq': 2 (dense MLPs between the blocks of experts) is not supported"},
+        std::pair{std::string(R"("model_type": "kimi_k2", "attention_bias": true})"),
+                  "key 'attention_bias': true (biases on the latent attention's projections) is not "
+                  "supported; allowed: false"}}) {
+    auto bad = parse_model(base + text, "bad.json", diag);
+    ASSERT_FALSE(bad.is_ok()) << text;
+    EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
+  }
+}
+
 // Earlier open models, as their checkpoints count: OPT (learned positions with 2 extra rows, ReLU), BLOOM
 // (ALiBi, a norm of the embeddings), Falcon (multi-query, one norm for attention and MLP side by side),
 // Pythia (GPT-NeoX: partial rotary, an untied head), Phi-2 (one norm, an untied head with a bias).
@@ -609,7 +711,11 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "gpt-oss-120b",
                            "seed-oss-36b",
                            "nemotron-mini-4b",
-                           "glm-4.5-air"}) {
+                           "glm-4.5-air",
+                           "deepseek-v3",
+                           "deepseek-v2",
+                           "deepseek-v2-lite",
+                           "kimi-k2"}) {
     const ModelSpec m = load_model_scenario(name);
     EXPECT_EQ(graph_param_stats(m, 1, 1, 0).total_elements, m.total_params()) << name;
   }
@@ -1194,8 +1300,8 @@ TEST(ModelSpec, Llama32ReadsItsRopeScaling) {
       "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 1, "beta_slow": 2}})",
                               "bad_yarn.json", diag);
   ASSERT_FALSE(bad_yarn.is_ok());
-  EXPECT_NE(bad_yarn.status().to_string().find("bad_yarn.json: key 'rope_scaling.beta_fast': must be greater "
-                                               "than beta_slow"),
+  EXPECT_NE(bad_yarn.status().to_string().find("bad_yarn.json: key 'rope_scaling.beta_fast': must be at "
+                                               "least beta_slow"),
             std::string::npos)
       << bad_yarn.status().to_string();
   auto bad = parse_model(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
