@@ -144,6 +144,8 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
     std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
     if (m.shared_expert_ffn > 0) std::printf(" and a shared expert of ffn %d", m.shared_expert_ffn);
     if (m.dense_layers > 0) std::printf(", the first %d dense (ffn %d)", m.dense_layers, m.ffn_hidden);
+    if (m.moe_every > 1)
+      std::printf(", in one block of %d (the others dense, ffn %d)", m.moe_every, m.ffn_hidden);
   } else {
     std::printf(", ffn %d", m.ffn_hidden);
   }

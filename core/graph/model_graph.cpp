@@ -389,11 +389,15 @@ std::vector<char> persistent_params(const ModelGraph& g, double param_threshold,
 
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
                                   double persistence_threshold, double model_persistence_threshold) {
-  // The blocks that differ (GLM-4.5's dense first ones), then one block standing for the rest.
+  // The blocks that differ (GLM-4.5's dense first ones, and as many as the period does not divide), then
+  // one period of blocks standing for the rest (one block; Llama 4 Maverick's dense and expert pair).
   ModelSpec one = model;
-  const int rep = model.moe() ? std::clamp(model.dense_layers, 0, model.layers - 1) : 0;
-  one.layers = rep + 1;
-  const int repeats = model.layers - rep;
+  const int period = model.moe() ? std::clamp(model.moe_every, 1, model.layers) : 1;
+  int rep = model.moe() ? std::clamp(model.dense_layers, 0, model.layers - period) : 0;
+  rep += (model.layers - rep) % period;
+  one.layers = rep + period;
+  const int repeats = (model.layers - rep) / period;
+  const auto repeated = [&](int layer) { return layer >= rep && layer < rep + period; };
   GraphOptions opt;
   opt.tiling = tiling;
   opt.model_parallel = model_parallel;
@@ -403,9 +407,9 @@ GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_
   // once per block from it on, those after.
   std::vector<const GraphParam*> before, block, after;
   for (const auto& p : g.params) {
-    s.total_elements += (p.layer == rep ? repeats : 1) * p.elements;
+    s.total_elements += (repeated(p.layer) ? repeats : 1) * p.elements;
     s.largest_param_elements = std::max(s.largest_param_elements, p.elements);
-    (p.layer == rep ? block : block.empty() ? before : after).push_back(&p);
+    (repeated(p.layer) ? block : block.empty() ? before : after).push_back(&p);
   }
   PersistenceRule rule{persistence_threshold, model_persistence_threshold};
   std::map<double, double> partitioned;  // elements -> how many

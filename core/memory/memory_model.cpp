@@ -431,7 +431,7 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
                                      (model.moe() ? model.experts : 0) + shared);
   // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds, the term printed its.)
   const double dense_block = 2.0 * (attn_tensors + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
-  const bool dense_larger = model.moe() && model.dense_layers > 0 && dense_block > expert_block;
+  const bool dense_larger = model.moe() && model.moe_layers() < model.layers && dense_block > expert_block;
   const double block_bytes = dense_larger ? dense_block : expert_block;
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash

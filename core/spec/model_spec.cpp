@@ -27,7 +27,8 @@ std::vector<double> rope_inv_freq(int rotary_dim, double theta, const RopeScalin
       const double wavelen = 2.0 * std::numbers::pi / x;
       if (wavelen > low_wavelen) {
         x /= scaling.factor;
-      } else if (wavelen >= high_wavelen) {  // the band between: a blend, 0 at low_wavelen, 1 at high_wavelen
+      } else if (wavelen >= high_wavelen && scaling.high_freq_factor > scaling.low_freq_factor) {
+        // the band between: a blend, 0 at low_wavelen, 1 at high_wavelen (none where the two are equal)
         const double smooth = (old_context / wavelen - scaling.low_freq_factor) /
                               (scaling.high_freq_factor - scaling.low_freq_factor);
         x = (1.0 - smooth) * x / scaling.factor + smooth * x;

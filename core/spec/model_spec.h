@@ -153,6 +153,9 @@ struct ModelSpec {
   // scaled by Qwen2-MoE's sigmoid gate (a linear of hidden x 1; GLM-4.5's shared experts have none).
   int dense_layers = 0;
   bool shared_expert_gate = true;
+  // Llama 4's interleave_moe_layer_step: experts in every moe_every-th block (blocks moe_every - 1,
+  // 2 moe_every - 1, ...), a dense MLP of ffn_hidden in the others (1: every block after the dense_layers).
+  int moe_every = 1;
   // DeepSeek-V2's and V3's multi-head latent attention (kv_lora_rank > 0; 0: none): the keys and values
   // come from one latent of kv_lora_rank features per token (kv_a_proj_with_mqa, hidden -> kv_lora_rank +
   // rope_head_size, an RMSNorm of its first kv_lora_rank, then kv_b_proj up to every head's key part without
@@ -192,9 +195,16 @@ struct ModelSpec {
 
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
-  // Whether block `layer` routes its tokens to experts (not the dense blocks first), and how many do.
-  bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
-  int moe_layers() const { return moe() && layers > dense_layers ? layers - dense_layers : 0; }
+  // Whether block `layer` routes its tokens to experts (not the dense blocks first, nor those between), and
+  // how many do.
+  bool moe_layer(int layer) const {
+    return moe() && layer >= dense_layers && (moe_every <= 1 || (layer + 1) % moe_every == 0);
+  }
+  int moe_layers() const {
+    int n = 0;
+    for (int l = 0; l < layers; ++l) n += moe_layer(l) ? 1 : 0;
+    return n;
+  }
   // The MLP inner features one expert (or the dense MLP) has.
   int mlp_ffn() const { return moe() && expert_ffn > 0 ? expert_ffn : ffn_hidden; }
   int head_dim() const { return head_size > 0 ? head_size : heads > 0 ? hidden / heads : 0; }

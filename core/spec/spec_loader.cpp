@@ -66,7 +66,7 @@ constexpr const char* kModelTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gemma3, "
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
-    "seed_oss, mistral3, nemotron, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, "
+    "seed_oss, mistral3, nemotron, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, llama4, llama4_text, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -259,6 +259,36 @@ Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   return Status::ok();
 }
 
+// Llama 4's mixture of experts (Llama4TextConfig's defaults): num_local_experts (16) of intermediate_size,
+// num_experts_per_tok (1) per token, beside a shared expert of intermediate_size without a gate, in every
+// interleave_moe_layer_step-th block (1: every one; Maverick's 2), the others a dense gated MLP of
+// intermediate_size_mlp (16384); moe_layers, where given, must list those blocks.
+Status read_llama4_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  m.experts = 16;
+  m.experts_per_token = 1;
+  MW_RETURN_IF_ERROR(r.get_int("num_local_experts", m.experts, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, m.experts));
+  m.expert_ffn = m.shared_expert_ffn = m.ffn_hidden;
+  m.shared_expert_gate = false;
+  m.ffn_hidden = 16384;
+  MW_RETURN_IF_ERROR(r.get_int("intermediate_size_mlp", m.ffn_hidden, 1, 1 << 26));
+  MW_RETURN_IF_ERROR(r.get_int("interleave_moe_layer_step", m.moe_every, 1, m.layers));
+  if (j.contains("moe_layers") && !j["moe_layers"].is_null()) {
+    json expected = json::array();
+    for (int l = 0; l < m.layers; ++l) {
+      if (m.moe_layer(l)) expected.push_back(l);
+    }
+    if (j["moe_layers"] != expected) {
+      return r.error("moe_layers", detail::short_dump(j["moe_layers"]) +
+                                       " is a pattern memwall does not compute; allowed: every "
+                                       "interleave_moe_layer_step-th block (" +
+                                       detail::short_dump(expected) + ")");
+    }
+  }
+  r.ignore({"moe_layers", "router_aux_loss_coef", "router_jitter_noise", "output_router_logits"});
+  return Status::ok();
+}
+
 // transformers 5's rope_parameters, one object of the rotary turn's settings (rope_type, rope_theta,
 // partial_rotary_factor and its type's keys) or one per layer type (full_attention, sliding_attention): the
 // one for every layer (or full_attention's) written into `j` as the keys the files before it had,
@@ -401,8 +431,9 @@ Status read_rope_scaling(JsonObjectReader& parent, const std::string& source, Di
     MW_RETURN_IF_ERROR(r.get_number("low_freq_factor", out.low_freq_factor, 1e-6, 1e6));
     MW_RETURN_IF_ERROR(r.get_number("high_freq_factor", out.high_freq_factor, 1e-6, 1e6));
     MW_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", out.original_max_positions, 1, 1 << 28));
-    if (!(out.high_freq_factor > out.low_freq_factor)) {
-      return r.error("high_freq_factor", "must be greater than low_freq_factor (" +
+    // (Equal: a step from divided to kept, as Llama 4 Scout's 1 and 1.)
+    if (!(out.high_freq_factor >= out.low_freq_factor)) {
+      return r.error("high_freq_factor", "must be at least low_freq_factor (" +
                                              detail::short_dump(obj->at("low_freq_factor")) + ")");
     }
   }
@@ -1014,31 +1045,34 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
               "pad_key_length",
               "pre_allocate_kv_cache",
               "validate_runner_input"});
-  } else if (type == "gemma3" || type == "mistral3") {
+  } else if (type == "gemma3" || type == "mistral3" || type == "llama4") {
     // Multimodal configs whose language model is their text_config: Gemma 3's (a gemma3_text config whose
     // keys default as Gemma3TextConfig's), Mistral 3's (Mistral Small 3.1 and 3.2: its own model_type,
-    // mistral where it leaves it out); the vision tower is not modelled.
-    const bool gemma3 = type == "gemma3";
+    // mistral where it leaves it out), Llama 4's (llama4_text; its tie_word_embeddings, false, beside
+    // text_config); the vision tower is not modelled.
+    const bool gemma3 = type == "gemma3", llama4 = type == "llama4";
     Result<const json*> lm_config = r.get_object("text_config");
     if (!lm_config.is_ok()) return lm_config.status();
     if (*lm_config == nullptr)
       return r.error("text_config", "is missing (required for model_type " + type + ")");
     json inner = **lm_config;
     if (gemma3) inner["model_type"] = "gemma3_text";
-    if (!inner.contains("model_type")) inner["model_type"] = "mistral";
+    if (!inner.contains("model_type")) inner["model_type"] = llama4 ? "llama4_text" : "mistral";
+    if (llama4 && j.contains("tie_word_embeddings") && !inner.contains("tie_word_embeddings"))
+      inner["tie_word_embeddings"] = j["tie_word_embeddings"];
     if (!inner.contains("name")) inner["name"] = m.name;
     Result<ModelSpec> lm = parse_model(inner.dump(), source + " (text_config)", diag);
     if (!lm.is_ok()) return lm.status();
     r.ignore({"vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
               "image_token_index", "initializer_range", "multimodal_projector_bias", "projector_hidden_act",
-              "spatial_merge_size", "vision_feature_layer"});
+              "spatial_merge_size", "vision_feature_layer", "tie_word_embeddings"});
     r.finish();
     if (j.contains("vision_config")) {
       diag.warnings.push_back(source +
                               ": vision_config: the vision tower and its projector are not modelled; the "
                               "parameter count and memory are the language model's");
     }
-    if (gemma3) lm->model_type = "gemma3";
+    if (gemma3 || llama4) lm->model_type = type;
     return lm;
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" ||
              type == "gemma2" || type == "gemma3_text" || type == "phi3" || type == "mixtral" ||
@@ -1046,7 +1080,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
              type == "glm" || type == "glm4" || type == "glm4_moe" || type == "granitemoe" ||
              type == "olmoe" || type == "gpt_oss" || type == "seed_oss" || type == "deepseek_v2" ||
-             type == "deepseek_v3" || type == "kimi_k2") {
+             type == "deepseek_v3" || type == "kimi_k2" || type == "llama4_text") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
@@ -1152,7 +1186,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     m.position = PositionKind::kRotary;
     // transformers' Olmo2Config's, Exaone4Config's, GlmConfig's and LlamaConfig's defaults
     m.norm_eps = type == "olmo2" || type == "olmo3" || type == "exaone4" || type == "olmoe" || gpt_oss ||
-                         type == "glm4_moe"
+                         type == "glm4_moe" || type == "llama4_text"
                      ? 1e-5
                  : glm ? 1.5625e-7
                        : 1e-6;
@@ -1230,6 +1264,19 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // next-token-prediction layers (num_nextn_predict_layers) are not counted.
     const bool glm4_moe = type == "glm4_moe";
     if (glm4_moe) MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
+    // Llama 4's (Llama4ForCausalLM; Llama4TextConfig's defaults): heads of 128, no rotary turn on every
+    // fourth layer (no_rope_layers, no_rope_layer_interval: SmolLM3's keys), an L2 norm without weights of
+    // each query and key head on the rotary layers (use_qk_norm), attention within chunks of
+    // attention_chunk_size on them and a temperature on the others (nothing to count), and (below) its
+    // experts.
+    const bool llama4 = type == "llama4_text";
+    if (llama4) {
+      head_dim = 128;
+      m.rope_theta = 500000;
+      MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
+      r.ignore({"use_qk_norm", "attention_chunk_size", "attn_temperature_tuning", "floor_scale", "attn_scale",
+                "for_llm_compressor"});
+    }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
     bool use_window = family == "mistral" || type == "phi3" || gemma2 || exaone4 || olmo3 || gpt_oss;
@@ -1290,6 +1337,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // intermediate_size wide.
     if (deepseek) {
       MW_RETURN_IF_ERROR(read_deepseek_experts(j, r, m));
+    } else if (llama4) {
+      MW_RETURN_IF_ERROR(read_llama4_experts(j, r, m));
     } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
                type == "olmoe" || gpt_oss || glm4_moe) {
       const bool mixtral = type == "mixtral" || type == "granitemoe" || gpt_oss, qwen2 = type == "qwen2_moe",
@@ -2023,6 +2072,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"expert_bias", m.expert_bias},
             {"attn_sinks", m.attn_sinks},
             {"dense_layers", m.dense_layers},
+            {"moe_every", m.moe_every},
             {"shared_expert_gate", m.shared_expert_gate},
             {"kv_lora_rank", m.kv_lora_rank},
             {"q_lora_rank", m.q_lora_rank},

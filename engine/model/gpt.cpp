@@ -218,13 +218,13 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (!rs.none() && rs.type != "longrope" &&
       (!(rs.factor > 0) ||
        (rs.type == "llama3" && (rs.original_max_positions < 1 || !(rs.low_freq_factor > 0) ||
-                                !(rs.high_freq_factor > rs.low_freq_factor))) ||
+                                !(rs.high_freq_factor >= rs.low_freq_factor))) ||
        (rs.type == "yarn" &&
-        (rs.original_max_positions < 1 || !(rs.beta_slow > 0) || !(rs.beta_fast > rs.beta_slow))))) {
+        (rs.original_max_positions < 1 || !(rs.beta_slow > 0) || !(rs.beta_fast >= rs.beta_slow))))) {
     return Status::invalid_argument(
         "model: rope_scaling needs factor > 0, for llama3 original_max_position_embeddings >= 1 and "
-        "high_freq_factor > low_freq_factor > 0, for yarn original_max_position_embeddings >= 1 and "
-        "beta_fast > beta_slow > 0");
+        "high_freq_factor >= low_freq_factor > 0, for yarn original_max_position_embeddings >= 1 and "
+        "beta_fast >= beta_slow > 0");
   }
   if (rs.type == "longrope") {
     const std::size_t pairs = static_cast<std::size_t>(c.rotary_dim() / 2);

@@ -35,9 +35,10 @@ TEST(ModelGraph, GptOpsInExecutionOrder) {
 }
 
 TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
-  for (const char* name : {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b",
-                           "qwen3-8b", "mistral-7b", "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b",
-                           "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite"}) {
+  for (const char* name :
+       {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b", "qwen3-8b", "mistral-7b",
+        "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b",
+        "deepseek-v2-lite", "llama-4-scout", "llama-4-maverick"}) {
     const ModelSpec m = testing::load_model_scenario(name);
     EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
     EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;
@@ -52,9 +53,19 @@ TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
 // one) give the full graph's persistent elements and partitioned tensors, for caps that bind partway through
 // the blocks, bind at once or never.
 TEST(ModelGraph, ModelPersistenceThresholdCapsThePersistentTotal) {
-  for (const char* name : {"gpt2", "llama-2-7b", "mixtral-8x7b"}) {
-    SCOPED_TRACE(name);
-    const ModelSpec m = testing::load_model_scenario(name);
+  // (And a mixture of experts in every other block of 7 after a dense first one, as Llama 4 Maverick
+  // interleaves them: the stats' repeated unit is then a pair of blocks.)
+  ModelSpec interleaved = testing::load_model_scenario("mixtral-8x7b");
+  interleaved.name = "interleaved";
+  interleaved.layers = 7;
+  interleaved.dense_layers = 1;
+  interleaved.moe_every = 2;
+  std::vector<ModelSpec> models;
+  for (const char* name : {"gpt2", "llama-2-7b", "mixtral-8x7b"})
+    models.push_back(testing::load_model_scenario(name));
+  models.push_back(interleaved);
+  for (const ModelSpec& m : models) {
+    SCOPED_TRACE(m.name);
     for (const int tiling : {1, 4}) {
       const ModelGraph g = build_model_graph(m, options(tiling, 1));
       const double small = graph_param_stats(m, tiling, 1, 1e5).persistent_elements;

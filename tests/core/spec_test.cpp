@@ -127,6 +127,17 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
                                      45 * (4096.0 * 128 + 9 * air_expert) + 4096);
   EXPECT_NEAR(air.total_params(), 106e9, 1e9);
   EXPECT_NEAR(air.active_params() - 151552.0 * 4096, 12e9, 0.9e9);
+  // GLM-4.5: 3 dense blocks, 89 of 160 experts of 1536 with per-head q/k norms: 352.8B of its card's 355B
+  // (its next-token-prediction layer, some 4B, not counted), 32.9B active without the token embedding.
+  const ModelSpec glm45 = load_model_scenario("glm-4.5");
+  EXPECT_EQ(glm45.moe_layers(), 89);
+  EXPECT_TRUE(glm45.qk_norm);
+  const double glm45_attention = 2 * 5120.0 * 12288 + 12288 + 2 * (5120.0 * 1024 + 1024) + 2 * 128 + 2 * 5120;
+  const double glm45_expert = 3 * 5120.0 * 1536;
+  EXPECT_EQ(glm45.total_params(), 2 * 151552.0 * 5120 + 92 * glm45_attention + 3 * 3 * 5120.0 * 12288 +
+                                      89 * (5120.0 * 160 + 161 * glm45_expert) + 5120);
+  EXPECT_NEAR(glm45.total_params(), 355e9, 3e9);
+  EXPECT_NEAR(glm45.active_params() - 151552.0 * 5120, 32e9, 0.9e9);
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
 
@@ -173,6 +184,65 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
     ASSERT_FALSE(bad.is_ok()) << extra;
     EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
   }
+}
+
+// Llama 4: experts of intermediate_size beside a shared one without a gate, in every block (Scout) or every
+// other one (Maverick, dense MLPs of intermediate_size_mlp between), counted against their cards.
+TEST(ModelSpec, Llama4ExpertsInterleavedWithDenseBlocks) {
+  const ModelSpec scout = load_model_scenario("llama-4-scout");
+  EXPECT_EQ(scout.model_type, "llama4");
+  EXPECT_EQ(scout.experts, 16);
+  EXPECT_EQ(scout.experts_per_token, 1);
+  EXPECT_EQ(scout.moe_layers(), 48);
+  EXPECT_EQ(scout.mlp_ffn(), 8192);
+  EXPECT_EQ(scout.shared_expert_ffn, 8192);
+  EXPECT_FALSE(scout.shared_expert_gate || scout.qk_norm || scout.tied_embeddings);
+  EXPECT_EQ(scout.nope_every, 4);
+  EXPECT_EQ(scout.rope_scaling.type, "llama3");
+  EXPECT_EQ(scout.rope_scaling.high_freq_factor, scout.rope_scaling.low_freq_factor);
+  EXPECT_EQ(scout.norm_eps, 1e-5);
+  const double attention = 2 * 5120.0 * 5120 + 2 * 5120.0 * 1024 + 2 * 5120;
+  const double expert = 3 * 5120.0 * 8192, embeddings = 2 * 202048.0 * 5120 + 5120;
+  EXPECT_EQ(scout.total_params(), embeddings + 48 * (attention + 16 * 5120.0 + 17 * expert));
+  EXPECT_EQ(scout.active_params(), embeddings + 48 * (attention + 16 * 5120.0 + 2 * expert));
+  EXPECT_NEAR(scout.active_params(), 17e9, 0.2e9);
+  const ModelSpec maverick = load_model_scenario("llama-4-maverick");
+  EXPECT_EQ(maverick.moe_every, 2);
+  EXPECT_FALSE(maverick.moe_layer(0));
+  EXPECT_TRUE(maverick.moe_layer(1));
+  EXPECT_FALSE(maverick.moe_layer(46));
+  EXPECT_TRUE(maverick.moe_layer(47));
+  EXPECT_EQ(maverick.moe_layers(), 24);
+  EXPECT_EQ(maverick.total_params(),
+            embeddings + 48 * attention + 24 * 3 * 5120.0 * 16384 + 24 * (128 * 5120.0 + 129 * expert));
+  EXPECT_NEAR(maverick.total_params(), 400e9, 1e9);
+  EXPECT_NEAR(maverick.active_params(), 17e9, 0.2e9);
+  // The rotary layers' rope: a llama3 scaling whose factors are equal divides the long wavelengths and
+  // keeps the others, with no blend between.
+  const std::vector<double> f = rope_inv_freq(128, 500000, scout.rope_scaling);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const double base = std::pow(500000.0, -2.0 * static_cast<double>(i) / 128);
+    const bool divided = 2 * std::numbers::pi / base > 8192;
+    EXPECT_DOUBLE_EQ(f[i], divided ? base / 16 : base) << i;
+  }
+  // Llama4TextConfig's defaults; moe_layers other than every step-th block refused.
+  Diagnostics diag;
+  const std::string base = R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 256, )";
+  auto d = parse_model(base + R"("interleave_moe_layer_step": 2, "moe_layers": [1, 3]})", "l4.json", diag);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->experts, 16);
+  EXPECT_EQ(d->ffn_hidden, 16384);
+  EXPECT_EQ(d->head_dim(), 128);
+  EXPECT_EQ(d->rope_theta, 500000);
+  EXPECT_EQ(d->moe_layers(), 2);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  auto bad = parse_model(base + R"("interleave_moe_layer_step": 2, "moe_layers": [0, 2]})", "bad.json", diag);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().to_string().find("key 'moe_layers': [0,2] is a pattern memwall does not compute; "
+                                          "allowed: every interleave_moe_layer_step-th block ([1,3])"),
+            std::string::npos)
+      << bad.status().to_string();
 }
 
 // DeepSeek's latent attention and experts, counted tensor by tensor against their cards' totals.
@@ -712,6 +782,9 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "seed-oss-36b",
                            "nemotron-mini-4b",
                            "glm-4.5-air",
+                           "glm-4.5",
+                           "llama-4-scout",
+                           "llama-4-maverick",
                            "deepseek-v3",
                            "deepseek-v2",
                            "deepseek-v2-lite",
