@@ -574,6 +574,13 @@ int run_train(const TrainOptions& opt) {
                   c.kv_head_count(), c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? "exact" : "tanh",
                   c.ffn_width(), c.no_bias ? "no biases on the linears, " : "", c.tied ? "tied" : "untied")
                   .c_str()
+        : c.nemotron
+            ? strprintf(
+                  "Nemotron-shaped: %s, %d key/value head%s, LayerNorm1P (1 + weight), squared-ReLU MLP "
+                  "of %d, %s%s head; ",
+                  rotary_summary(c, seq).c_str(), c.kv_head_count(), c.kv_head_count() == 1 ? "" : "s",
+                  c.ffn_width(), c.no_bias ? "no biases on the linears, " : "", c.tied ? "tied" : "untied")
+                  .c_str()
         : c.bigcode ? strprintf("GPT-BigCode-shaped: %d key/value head%s%s; ", c.kv_head_count(),
                                 c.kv_head_count() == 1 ? "" : "s", c.exact_gelu ? ", exact GELU" : "")
                           .c_str()

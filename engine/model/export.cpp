@@ -484,6 +484,25 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         },
         torch_dtype);
   }
+  if (c.nemotron) {  // NemotronConfig's keys (biases on every linear or none)
+    return family_config("NemotronForCausalLM", "nemotron", c,
+                         {
+                             {"intermediate_size", c.ffn_width()},
+                             {"num_key_value_heads", c.kv_head_count()},
+                             {"head_dim", c.head_size()},
+                             {"hidden_act", "relu2"},
+                             {"max_position_embeddings", c.max_seq},
+                             {"norm_eps", 1e-5},
+                             {"rope_theta", c.rope_theta},
+                             {"rope_scaling", hf_rope_scaling(c.rope_scaling)},
+                             {"partial_rotary_factor", c.partial_rotary},
+                             {"attention_bias", !c.no_bias},
+                             {"mlp_bias", !c.no_bias},
+                             {"attention_dropout", 0.0},
+                             {"tie_word_embeddings", c.tied},
+                         },
+                         torch_dtype);
+  }
   if (c.phi) {  // PhiConfig's keys
     return family_config("PhiForCausalLM", "phi", c,
                          {

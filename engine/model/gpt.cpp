@@ -60,21 +60,28 @@ Status validate(const GptConfig& c, int batch, int seq) {
   if (c.opt && c.exact_gelu) return Status::invalid_argument("model: OPT's MLP is ReLU, not GELU");
   // (StableLM 2 12B's attention and MLP side by side after one LayerNorm: the Llama shape's one.)
   const bool stablelm_parallel = c.parallel_residual && c.one_norm && c.layer_norm && c.norm_params;
-  if (c.llama() && (c.neox || ((c.parallel_residual || c.one_norm) && !stablelm_parallel) || c.phi ||
-                    c.falcon || c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj || c.starcoder2)) {
+  if (c.llama() &&
+      (c.neox || ((c.parallel_residual || c.one_norm) && !stablelm_parallel) || c.phi || c.falcon ||
+       c.no_bias || c.bigcode || c.bloom || c.mpt || c.gptj || c.starcoder2 || c.nemotron)) {
     return Status::invalid_argument(
-        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J, StarCoder2 and the parallel residual "
-        "are GPT-2's shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, "
+        "model: GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J, StarCoder2, Nemotron and the parallel "
+        "residual are GPT-2's shape's variants, not the Llama shape's (but StableLM's: one LayerNorm, "
         "parallel_residual and one_norm)");
   }
   if ((c.neox ? 1 : 0) + (c.opt ? 1 : 0) + (c.phi ? 1 : 0) + (c.falcon ? 1 : 0) + (c.bigcode ? 1 : 0) +
-          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) + (c.starcoder2 ? 1 : 0) >
+          (c.bloom ? 1 : 0) + (c.mpt ? 1 : 0) + (c.gptj ? 1 : 0) + (c.starcoder2 ? 1 : 0) +
+          (c.nemotron ? 1 : 0) >
       1)
     return Status::invalid_argument(
-        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J and StarCoder2 are nine "
+        "model: OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J, StarCoder2 and Nemotron are ten "
         "variants, not one");
-  if (c.starcoder2 && c.parallel_residual) {
-    return Status::invalid_argument("model: StarCoder2's blocks are in sequence (not parallel_residual)");
+  if ((c.starcoder2 || c.nemotron) && c.parallel_residual) {
+    return Status::invalid_argument(
+        "model: StarCoder2's and Nemotron's blocks are in sequence (not parallel_residual)");
+  }
+  if (c.nemotron && (c.exact_gelu || c.sliding_window != 0)) {
+    return Status::invalid_argument(
+        "model: Nemotron's MLP is the squared ReLU, its attention without a window");
   }
   if (c.layer_norm && (!c.llama() || c.norm_unit_offset || c.sandwich_norm ||
                        (c.qk_norm && !c.qk_layernorm) || std::abs(c.norm_eps - 1e-5) > 1e-12)) {
@@ -168,17 +175,19 @@ Status validate(const GptConfig& c, int batch, int seq) {
     // (MPT's: an MLP of any width.)
     const bool neox_only = !c.tied || (c.ffn_width() != 4 * c.channels && !c.mpt) ||
                            c.partial_rotary != 1.0 || c.rope_theta != 10000 || !c.rope_scaling.none();
-    if ((c.kv_head_count() != c.heads && !c.falcon && !c.bigcode && !c.starcoder2) ||
-        (c.one_norm && !c.falcon) || (c.no_bias && !c.falcon && !c.mpt && !c.starcoder2) || c.qkv_bias ||
+    const bool grouped = c.falcon || c.bigcode || c.starcoder2 || c.nemotron;
+    if ((c.kv_head_count() != c.heads && !grouped) || (c.one_norm && !c.falcon) ||
+        (c.no_bias && !c.falcon && !c.mpt && !c.starcoder2 && !c.nemotron) || c.qkv_bias ||
         (c.sliding_window != 0 && !c.starcoder2) || c.first_window_layer != 0 || c.head_dim != 0 ||
-        c.qk_norm || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
+        c.qk_norm || c.gelu_mlp || (c.norm_unit_offset && !c.nemotron) || c.embed_scale || c.fused_names ||
         c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 ||
         c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
           "kv_heads, one norm, no biases; GPT-BigCode's: kv_heads; MPT's: any ffn, no biases; StarCoder2's: "
-          "kv_heads, a window on every layer, no biases); allowed: the Llama shape for others");
+          "kv_heads, a window on every layer, no biases; Nemotron's: kv_heads, LayerNorm1P, no biases); "
+          "allowed: the Llama shape for others");
     }
     if (c.heads % c.kv_head_count() != 0) {
       return Status::invalid_argument("model: heads (" + std::to_string(c.heads) +
@@ -580,6 +589,22 @@ const FamilyNames& starcoder2_names() {
   return names;
 }
 
+// NemotronForCausalLM's: StarCoder2's names with the MLP's up_proj and down_proj.
+const FamilyNames& nemotron_names() {
+  static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
+                                  {"ln_f.weight", "model.norm.weight"},
+                                  {"ln_f.bias", "model.norm.bias"},
+                                  {"lm_head.weight", "lm_head.weight"}},
+                                 {{"ln_1", "input_layernorm"},
+                                  {"attn.c_proj", "self_attn.o_proj"},
+                                  {"ln_2", "post_attention_layernorm"},
+                                  {"mlp.c_fc", "mlp.up_proj"},
+                                  {"mlp.c_proj", "mlp.down_proj"}},
+                                 "model.layers.",
+                                 true};
+  return names;
+}
+
 // PhiForCausalLM's (nn.Linear [out, in]; q, k and v as separate tensors, as OPT's).
 const FamilyNames& phi_names() {
   static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
@@ -663,6 +688,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.mpt) return renamed_layout(layout, mpt_names());
   if (c.gptj) return renamed_layout(layout, gptj_names(c));
   if (c.starcoder2) return renamed_layout(layout, starcoder2_names());
+  if (c.nemotron) return renamed_layout(layout, nemotron_names());
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
@@ -722,10 +748,19 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +
                                     tool + "; memwall predict and simulate take it");
   }
-  if (m.model_type == "nemotron") {
-    return Status::invalid_argument(where + "Nemotron's squared-ReLU MLP (hidden_act " + m.mlp_act +
-                                    ") and LayerNorm1P are not supported by " + tool +
-                                    "; memwall predict and simulate take it");
+  if (m.model_type == "nemotron") {  // GPT-2's shape with grouped-query heads, LayerNorm1P and relu2
+    if (m.mlp_act != "relu2") {
+      return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
+                                      " for Nemotron; allowed: relu2 (the squared ReLU)");
+    }
+    if (m.head_size > 0 && m.head_size * m.heads != m.hidden) {
+      return Status::invalid_argument(where + "head_dim " + std::to_string(m.head_size) +
+                                      " is not supported by " + tool +
+                                      " for Nemotron; allowed: hidden_size / " + "num_attention_heads (" +
+                                      std::to_string(m.hidden / m.heads) + ")");
+    }
+    MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
+    return check_layer_norm_eps(m, "norm_eps", where, tool);
   }
   const bool stablelm = m.model_type == "stablelm", olmo = m.model_type == "olmo",
              cohere = m.model_type == "cohere" || m.model_type == "cohere2";
@@ -900,9 +935,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
-      m.model_type == "gptj" || m.model_type == "codegen" || m.model_type == "starcoder2") {
+      m.model_type == "gptj" || m.model_type == "codegen" || m.model_type == "starcoder2" ||
+      m.model_type == "nemotron") {
     c.neox = m.model_type == "gpt_neox";
     c.starcoder2 = m.model_type == "starcoder2";
+    c.nemotron = c.norm_unit_offset = m.model_type == "nemotron";  // (LayerNorm1P: 1 + weight)
     c.phi = m.model_type == "phi";
     c.falcon = m.model_type == "falcon";
     c.gptj = m.model_type == "gptj" || m.model_type == "codegen";
@@ -910,9 +947,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     // Side by side with two norms (GPT-NeoX's, Falcon's new architecture's) or one (Phi's, Falcon-7B's).
     c.parallel_residual = m.parallel_residual || m.block_norm_shared;
     c.one_norm = c.falcon && m.block_norm_shared;
-    c.no_bias = (c.falcon || c.starcoder2) && !m.linear_bias;
+    c.no_bias = (c.falcon || c.starcoder2 || c.nemotron) && !m.linear_bias;
     c.falcon_alibi = c.falcon && m.position == PositionKind::kNone;  // Falcon-RW's
-    c.kv_heads = c.falcon || c.starcoder2 ? m.kv_heads : 0;
+    c.kv_heads = c.falcon || c.starcoder2 || c.nemotron ? m.kv_heads : 0;
     c.sliding_window = c.starcoder2 ? m.sliding_window : 0;
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
@@ -1012,6 +1049,7 @@ const char* gpt_family(const GptConfig& c) {
          : c.codegen    ? "CodeGen"
          : c.gptj       ? "GPT-J"
          : c.starcoder2 ? "StarCoder2"
+         : c.nemotron   ? "Nemotron"
                         : "GPT-2";
 }
 
@@ -1091,15 +1129,17 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     }
     m.rope_windowed_only = c.rope_windowed_only;
   }
-  if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2) {
-    m.model_type = c.neox      ? "gpt_neox"
-                   : c.phi     ? "phi"
-                   : c.falcon  ? "falcon"
-                   : c.codegen ? "codegen"
-                   : c.gptj    ? "gptj"
-                               : "starcoder2";
+  if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
+    m.model_type = c.neox         ? "gpt_neox"
+                   : c.phi        ? "phi"
+                   : c.falcon     ? "falcon"
+                   : c.codegen    ? "codegen"
+                   : c.gptj       ? "gptj"
+                   : c.starcoder2 ? "starcoder2"
+                                  : "nemotron";
     m.sliding_window = c.sliding_window;  // (StarCoder2's)
     if (c.starcoder2) m.mlp_act = "gelu_pytorch_tanh";
+    if (c.nemotron) m.mlp_act = "relu2";
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;
@@ -1599,7 +1639,7 @@ void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* i
     k::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), c_.norm_offset());
   } else {  // (OLMo's: no weight or bias)
     k::layernorm_forward(out, mean, rstd, in, c_.norm_params ? p[0] : nullptr,
-                         c_.norm_bias() ? p[1] : nullptr, N, C);
+                         c_.norm_bias() ? p[1] : nullptr, N, C, c_.norm_offset());
   }
 }
 
@@ -1610,7 +1650,7 @@ void GptModel::norm_backward(float* din, float* const* g, const float* dout, con
     k::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, c_.norm_offset());
   } else {
     k::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr, dout, in,
-                          c_.norm_params ? p[0] : nullptr, mean, rstd, N, C);
+                          c_.norm_params ? p[0] : nullptr, mean, rstd, N, C, c_.norm_offset());
   }
 }
 
@@ -1712,6 +1752,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         k::swiglu_forward(gel_[a].data(), fc_[a].data(), N, F);
       } else if (c_.opt) {
         k::relu_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
+      } else if (c_.nemotron) {
+        k::relu2_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       } else if (c_.exact_gelu) {
         k::gelu_exact_forward(gel_[a].data(), fc_[a].data(), gel_[a].size());
       } else {
@@ -1799,6 +1841,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::swiglu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), N, F);
       } else if (c_.opt) {
         k::relu_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
+      } else if (c_.nemotron) {
+        k::relu2_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       } else if (c_.exact_gelu) {
         k::gelu_exact_backward(dfc_.data(), fc_[a].data(), dgel_.data(), dfc_.size());
       } else {

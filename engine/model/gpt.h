@@ -135,6 +135,12 @@ struct GptConfig {
   // in Hugging Face files Llama's names (model.layers.*, q_proj, k_proj, v_proj, o_proj) with mlp.c_fc and
   // mlp.c_proj.
   bool starcoder2 = false;
+  // Nemotron's GPT-2 shape (NemotronForCausalLM: Nemotron-4, Minitron): grouped-query attention (kv_heads)
+  // with rotary positions on partial_rotary of each head (rotate_half's convention), LayerNorm1P (LayerNorms
+  // with a bias scaling by 1 + weight: norm_unit_offset), an MLP of ffn inner features with the squared ReLU
+  // (relu2), biases on every linear (none with no_bias), the head tied or not, and in Hugging Face files
+  // Llama's names (model.layers.*, q_proj, k_proj, v_proj, o_proj) with mlp.up_proj and mlp.down_proj.
+  bool nemotron = false;
   // StableLM's Llama shape (StableLmForCausalLM): LayerNorms with a weight and a bias (input_layernorm,
   // post_attention_layernorm, model.norm; epsilon 1e-5) instead of RMSNorms.
   bool layer_norm = false;
@@ -209,7 +215,9 @@ struct GptConfig {
   bool learned_positions() const { return !rotary() && !alibi(); }
   // Whether queries and keys turn by rotary positions (the Llama shape's, GPT-NeoX's) rather than the
   // embedding adding a learned position's row.
-  bool rotary() const { return llama() || neox || phi || gptj || starcoder2 || (falcon && !falcon_alibi); }
+  bool rotary() const {
+    return llama() || neox || phi || gptj || starcoder2 || nemotron || (falcon && !falcon_alibi);
+  }
   // Whether layer l's queries and keys turn (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's every
   // n-th).
   bool rotary_at(int layer) const {
@@ -265,7 +273,8 @@ struct GptConfig {
   std::size_t rope_table_offset(int layer, int T) const {
     return local_rope(layer) ? static_cast<std::size_t>(T) * static_cast<std::size_t>(rotary_dim() / 2) : 0;
   }
-  // What the RMSNorm weights are offset by (1 for Gemma's 1 + weight), and the embedding's scale.
+  // What the norms' weights are offset by (1 for Gemma's RMSNorm and Nemotron's LayerNorm1P, 1 + weight),
+  // and the embedding's scale.
   float norm_offset() const { return norm_unit_offset ? 1.0f : 0.0f; }
   float embedding_scale() const;
   // Gemma's three together (what its config.json describes).

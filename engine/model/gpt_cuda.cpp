@@ -351,7 +351,7 @@ Status CudaGptModel::norm_forward(float* out, float* mean, float* rstd, const fl
         kc::rmsnorm_forward(out, rstd, in, p[0], N, C, static_cast<float>(c_.norm_eps), s, c_.norm_offset()),
         "rmsnorm");
   return check(kc::layernorm_forward(out, mean, rstd, in, c_.norm_params ? p[0] : nullptr,
-                                     c_.norm_bias() ? p[1] : nullptr, N, C, s),
+                                     c_.norm_bias() ? p[1] : nullptr, N, C, s, c_.norm_offset()),
                "layernorm");
 }
 
@@ -371,9 +371,10 @@ Status CudaGptModel::norm_backward(float* din, float* const* g, const float* dou
     return check(kc::rmsnorm_backward(din, g[0], dout, in, p[0], rstd, N, C, s, c_.norm_offset()),
                  "rmsnorm bwd");
   }
-  return check(kc::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr,
-                                      dout, in, c_.norm_params ? p[0] : nullptr, mean, rstd, N, C, s),
-               "layernorm bwd");
+  return check(
+      kc::layernorm_backward(din, c_.norm_params ? g[0] : nullptr, c_.norm_bias() ? g[1] : nullptr, dout, in,
+                             c_.norm_params ? p[0] : nullptr, mean, rstd, N, C, s, c_.norm_offset()),
+      "layernorm bwd");
 }
 
 Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
@@ -493,6 +494,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kGelu:
       if (c_.gelu_mlp) return check(kc::geglu_forward(gel_[a], fc_[a], N, F, s), "geglu");
       if (c_.opt) return check(kc::relu_forward(gel_[a], fc_[a], nf, s), "relu");
+      if (c_.nemotron) return check(kc::relu2_forward(gel_[a], fc_[a], nf, s), "relu2");
       if (c_.exact_gelu) return check(kc::gelu_exact_forward(gel_[a], fc_[a], nf, s), "gelu");
       if (c_.llama()) return check(kc::swiglu_forward(gel_[a], fc_[a], N, F, s), "swiglu");
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
@@ -571,6 +573,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(dfc_, n * static_cast<std::size_t>(c_.fc_width())));
       if (c_.gelu_mlp) return check(kc::geglu_backward(dfc_, fc_[a], dgel_, N, F, s), "geglu bwd");
       if (c_.opt) return check(kc::relu_backward(dfc_, fc_[a], dgel_, nf, s), "relu bwd");
+      if (c_.nemotron) return check(kc::relu2_backward(dfc_, fc_[a], dgel_, nf, s), "relu2 bwd");
       if (c_.exact_gelu) return check(kc::gelu_exact_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");
       if (c_.llama()) return check(kc::swiglu_backward(dfc_, fc_[a], dgel_, N, F, s), "swiglu bwd");
       return check(kc::gelu_backward(dfc_, fc_[a], dgel_, nf, s), "gelu bwd");

@@ -97,7 +97,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                          c_.norm_offset());
     } else {
       k::layernorm_forward(out, mean_.data(), rstd_.data(), in, c_.norm_params ? at(w) : nullptr,
-                           c_.norm_bias() ? at(w + 1) : nullptr, count, C);
+                           c_.norm_bias() ? at(w + 1) : nullptr, count, C, c_.norm_offset());
     }
   };
   // Embeddings: the token's (Gemma's times sqrt(C)), plus (GPT-2, OPT) the position's.
@@ -259,6 +259,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), bias(p + fc_w + 1), n, C, F);
       if (c_.opt) {
         k::relu_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
+      } else if (c_.nemotron) {
+        k::relu2_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
       } else if (c_.exact_gelu) {
         k::gelu_exact_forward(gel_.data(), fc_.data(), rows * static_cast<std::size_t>(F));
       } else {

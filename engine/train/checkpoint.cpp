@@ -100,6 +100,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
                    : c.codegen    ? "codegen"
                    : c.gptj       ? "gptj"
                    : c.starcoder2 ? "starcoder2"
+                   : c.nemotron   ? "nemotron"
                                   : "gpt2"},
           {"parallel_residual", c.parallel_residual},
           {"one_norm", c.one_norm},
@@ -152,9 +153,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
   c.opt = arch == "opt";
   c.exact_gelu = j.value("exact_gelu", false);
   if (arch == "neox" || arch == "phi" || arch == "falcon" || arch == "gptj" || arch == "codegen" ||
-      arch == "starcoder2") {
+      arch == "starcoder2" || arch == "nemotron") {
     c.neox = arch == "neox";
-    c.starcoder2 = arch == "starcoder2";  // (with kv_heads and its window)
+    c.starcoder2 = arch == "starcoder2";                   // (with kv_heads and its window)
+    c.nemotron = c.norm_unit_offset = arch == "nemotron";  // (with kv_heads; LayerNorm1P)
     c.phi = arch == "phi";
     c.falcon = arch == "falcon";
     c.gptj = arch == "gptj" || arch == "codegen";
@@ -162,7 +164,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.one_norm = j.value("one_norm", false);
     c.no_bias = j.value("no_bias", false);
     c.falcon_alibi = c.falcon && j.value("alibi", false);
-    if (c.falcon || c.starcoder2) c.kv_heads = j.value("kv_heads", 0);
+    if (c.falcon || c.starcoder2 || c.nemotron) c.kv_heads = j.value("kv_heads", 0);
     if (c.starcoder2) c.sliding_window = j.value("sliding_window", 0);
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);

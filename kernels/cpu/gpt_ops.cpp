@@ -263,7 +263,7 @@ namespace {
 // One row of C (o may be x): o = (x - m) s w + b (w null: ones; b null: none), the row's mean m and
 // s = (var + eps)^-1/2 kept.
 void ln_row_forward(float* o, float* mean, float* rstd, const float* x, const float* weight,
-                    const float* bias, int C, float eps) {
+                    const float* bias, int C, float eps, float offset = 0.0f) {
   float m = 0;
   for (int i = 0; i < C; ++i) m += x[i];
   m /= static_cast<float>(C);
@@ -272,18 +272,19 @@ void ln_row_forward(float* o, float* mean, float* rstd, const float* x, const fl
   v /= static_cast<float>(C);
   const float s = 1.0f / std::sqrt(v + eps);
   for (int i = 0; i < C; ++i)
-    o[i] = (x[i] - m) * s * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
+    o[i] =
+        (x[i] - m) * s * (weight != nullptr ? weight[i] + offset : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
   *mean = m;
   *rstd = s;
 }
 
 // Its backward: dx accumulated, dweight and dbias too (null: skipped).
 void ln_row_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
-                     const float* weight, float m, float s, int C) {
+                     const float* weight, float m, float s, int C, float offset = 0.0f) {
   float dnorm_mean = 0, dnorm_norm_mean = 0;
   for (int i = 0; i < C; ++i) {
     const float norm = (x[i] - m) * s;
-    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
+    const float dnorm = (weight != nullptr ? weight[i] + offset : 1.0f) * dy[i];
     dnorm_mean += dnorm;
     dnorm_norm_mean += dnorm * norm;
   }
@@ -291,7 +292,7 @@ void ln_row_backward(float* dx, float* dweight, float* dbias, const float* dy, c
   dnorm_norm_mean /= static_cast<float>(C);
   for (int i = 0; i < C; ++i) {
     const float norm = (x[i] - m) * s;
-    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
+    const float dnorm = (weight != nullptr ? weight[i] + offset : 1.0f) * dy[i];
     if (dbias != nullptr) dbias[i] += dy[i];
     if (dweight != nullptr) dweight[i] += norm * dy[i];
     dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
@@ -301,19 +302,21 @@ void ln_row_backward(float* dx, float* dweight, float* dbias, const float* dy, c
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+                       const float* bias, int N, int C, float weight_offset) {
 #pragma omp parallel for
   for (int n = 0; n < N; ++n) {
     const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
-    ln_row_forward(out + at, mean + n, rstd + n, inp + at, weight, bias, C, 1e-5f);
+    ln_row_forward(out + at, mean + n, rstd + n, inp + at, weight, bias, C, 1e-5f, weight_offset);
   }
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+                        const float* weight, const float* mean, const float* rstd, int N, int C,
+                        float weight_offset) {
   for (int n = 0; n < N; ++n) {
     const auto at = static_cast<std::size_t>(n) * static_cast<std::size_t>(C);
-    ln_row_backward(dinp + at, dweight, dbias, dout + at, inp + at, weight, mean[n], rstd[n], C);
+    ln_row_backward(dinp + at, dweight, dbias, dout + at, inp + at, weight, mean[n], rstd[n], C,
+                    weight_offset);
   }
 }
 
@@ -653,6 +656,16 @@ void relu_forward(float* out, const float* inp, std::size_t n) {
 void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
 #pragma omp parallel for
   for (std::size_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void relu2_forward(float* out, const float* inp, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] * inp[i] : 0.0f;
+}
+
+void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+#pragma omp parallel for
+  for (std::size_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? 2.0f * inp[i] * dout[i] : 0.0f;
 }
 
 // ---- soft-capping ----

@@ -42,11 +42,12 @@ bool matmul_bf16_native();
 
 // Layer normalisation over C with affine weight and bias (a null bias: none, MPT's, dbias then null too; a
 // null weight: 1, OLMo's parameter-free norm, dweight then null too); mean and rstd [N] are saved for
-// backward.
+// backward. weight_offset is added to every weight (Nemotron's LayerNorm1P: 1, its weights start at 0).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C);
+                       const float* bias, int N, int C, float weight_offset = 0.0f);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int N, int C);
+                        const float* weight, const float* mean, const float* rstd, int N, int C,
+                        float weight_offset = 0.0f);
 
 // RMS normalisation over C (Llama's RMSNorm): out = inp / sqrt(mean(inp^2) + eps) * (weight + weight_offset);
 // rstd [N] saved. Gemma's scales by 1 + weight (weight_offset 1).
@@ -117,6 +118,9 @@ void gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::
 // 0).
 void relu_forward(float* out, const float* inp, std::size_t n);
 void relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
+// Squared ReLU (Nemotron's relu2): out = max(x, 0)^2; backward adds 2 max(x, 0) dout.
+void relu2_forward(float* out, const float* inp, std::size_t n);
+void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
 // att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window

@@ -155,10 +155,22 @@ __global__ void relu_backward_kernel(float* dinp, const float* inp, const float*
   if (inp[i] > 0.0f) dinp[i] += dout[i];
 }
 
+__global__ void relu2_forward_kernel(float* out, const float* inp, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  out[i] = inp[i] > 0.0f ? inp[i] * inp[i] : 0.0f;
+}
+
+__global__ void relu2_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  if (inp[i] > 0.0f) dinp[i] += 2.0f * inp[i] * dout[i];
+}
+
 // ---- layernorm: a block per row ----
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int C) {
+                                         const float* weight, const float* bias, int C, float offset) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const float* x = inp + row * C;
@@ -170,7 +182,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   const float r = 1.0f / sqrtf(block_reduce<false>(v, shared) / static_cast<float>(C) + kLayernormEps);
   float* o = out + row * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x)
-    o[i] = (x[i] - m) * r * (weight != nullptr ? weight[i] : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
+    o[i] =
+        (x[i] - m) * r * (weight != nullptr ? weight[i] + offset : 1.0f) + (bias != nullptr ? bias[i] : 0.0f);
   if (threadIdx.x == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -179,7 +192,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
 
 __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                                 const float* weight, const float* mean, const float* rstd,
-                                                int C) {
+                                                int C, float offset) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const float* dy = dout + row * C;
@@ -187,7 +200,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float m = mean[row], r = rstd[row];
   float a = 0, b = 0;
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    const float dnorm = (weight != nullptr ? weight[i] : 1.0f) * dy[i];
+    const float dnorm = (weight != nullptr ? weight[i] + offset : 1.0f) * dy[i];
     a += dnorm;
     b += dnorm * (x[i] - m) * r;
   }
@@ -196,7 +209,8 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   float* dx = dinp + row * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     const float norm = (x[i] - m) * r;
-    dx[i] += ((weight != nullptr ? weight[i] : 1.0f) * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    dx[i] +=
+        ((weight != nullptr ? weight[i] + offset : 1.0f) * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * r;
   }
 }
 
@@ -943,18 +957,19 @@ int matmul_backward_bf16(Blas& blas, float* dinp, float* dweight, float* dbias, 
 // ---- layernorm, GELU ----
 
 int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int N, int C, void* stream) {
+                      const float* bias, int N, int C, void* stream, float weight_offset) {
   if (N == 0) return 0;
-  layernorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, mean, rstd, inp, weight, bias, C);
+  layernorm_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(out, mean, rstd, inp, weight, bias, C,
+                                                                  weight_offset);
   return launched();
 }
 
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, const float* mean, const float* rstd, int N, int C,
-                       void* stream) {
+                       const float* weight, const float* mean, const float* rstd, int N, int C, void* stream,
+                       float weight_offset) {
   if (N == 0) return 0;
   layernorm_backward_input_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dinp, dout, inp, weight, mean, rstd,
-                                                                         C);
+                                                                         C, weight_offset);
   if (int e = launched(); e != 0 || dweight == nullptr) return e;  // (OLMo's norms: no parameters)
   layernorm_backward_params_kernel<<<tiles_for(C), kTileBlock, 0, as_stream(stream)>>>(dweight, dbias, dout,
                                                                                        inp, mean, rstd, N, C);
@@ -1129,6 +1144,18 @@ int relu_forward(float* out, const float* inp, std::size_t n, void* stream) {
 int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
   if (n == 0) return 0;
   relu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  return launched();
+}
+
+int relu2_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  relu2_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  return launched();
+}
+
+int relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (n == 0) return 0;
+  relu2_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
   return launched();
 }
 

@@ -51,10 +51,12 @@ int matmul_backward_bf16(Blas& blas, float* dinp, float* dweight, float* dbias, 
 
 // Layer normalisation over C (eps 1e-5) with affine weight and bias (a null bias: none, and dbias null; a
 // null weight: 1, and dweight null: OLMo's parameter-free norm); mean and rstd [N] saved for backward.
+// weight_offset is added to every weight (Nemotron's LayerNorm1P: 1).
 int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int N, int C, void* stream);
+                      const float* bias, int N, int C, void* stream, float weight_offset = 0.0f);
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, const float* mean, const float* rstd, int N, int C, void* stream);
+                       const float* weight, const float* mean, const float* rstd, int N, int C, void* stream,
+                       float weight_offset = 0.0f);
 
 // The Llama shape's operators, as kernels/cpu's: RMSNorm (rstd [N] saved; the weight's gradient a
 // deterministic column reduction); rotary embedding in place on the first heads * hs floats of rows `stride`
@@ -107,6 +109,9 @@ int gelu_exact_backward(float* dinp, const float* inp, const float* dout, std::s
 // ReLU (OPT's), as kernels/cpu's: dout passed where x > 0.
 int relu_forward(float* out, const float* inp, std::size_t n, void* stream);
 int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
+// Squared ReLU (Nemotron's relu2), as kernels/cpu's.
+int relu2_forward(float* out, const float* inp, std::size_t n, void* stream);
+int relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream);
 
 // Causal multi-head self-attention. qkv [B*T, 3C], out [B*T, C], att [B, NH, T, T] (softmax probabilities,
 // zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats. Its batched GEMMs

@@ -526,8 +526,8 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   ASSERT_TRUE(sc_unbiased.is_ok()) << sc_unbiased.status().to_string();
   EXPECT_EQ(sc->total_params() - sc_unbiased->total_params(), 2 * (64 + 32 + 32 + 64 + 128 + 64.0));
   EXPECT_TRUE(sc_diag.warnings.empty()) << sc_diag.warnings.front();
-  // Nemotron-Mini-4B: LayerNorms with a bias, rotary on half of each head, a plain squared-ReLU MLP, no
-  // biases on the linears, untied; attention_bias without mlp_bias refused.
+  // Nemotron-Mini-4B: LayerNorms with a bias (1 + weight), rotary on half of each head, a plain squared-ReLU
+  // MLP, no biases on the linears, untied; attention_bias without mlp_bias refused.
   const ModelSpec nemotron = load_model_scenario("nemotron-mini-4b");
   EXPECT_TRUE(nemotron.norm == NormKind::kLayerNorm && nemotron.norm_bias && !nemotron.gated_mlp &&
               !nemotron.linear_bias && !nemotron.tied_embeddings);

@@ -195,6 +195,19 @@ TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
                      C);
   expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm out without parameters");
   expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm dinp without parameters", 1e-5f);
+  // Nemotron's LayerNorm1P: 1 + weight.
+  ASSERT_EQ(cu::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N,
+                                  C, nullptr, 1.0f),
+            0);
+  ASSERT_EQ(cu::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(),
+                                   d_mean.get(), d_rstd.get(), N, C, nullptr, 1.0f),
+            0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1.0f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                     N, C, 1.0f);
+  expect_close(d_out.host(), out, 1e-5f, 1e-5f, "layernorm1p out");
+  expect_close(d_dx.host(), dx, 1e-4f, 1e-5f, "layernorm1p dinp", 1e-5f);
+  expect_close(d_dw.host(), dw, 1e-4f, 1e-5f, "layernorm1p dweight", 1e-5f);
 
   std::vector<float> g(x.size()), dg = randn(x.size(), 28);
   Dev<float> d_g(g.size()), d_dg(dg);
@@ -224,6 +237,15 @@ TEST_F(CudaKernels, LayernormGeluAndReluMatchTheCpu) {
   relu_backward(drl.data(), x.data(), dy.data(), x.size());
   EXPECT_EQ(d_rl.host(), rl);
   EXPECT_EQ(d_drl.host(), drl);
+  // Nemotron's squared ReLU: one product forward, two and an addition backward (the same order).
+  std::vector<float> r2(x.size()), dr2 = randn(x.size(), 31);
+  Dev<float> d_r2(r2.size()), d_dr2(dr2);
+  ASSERT_EQ(cu::relu2_forward(d_r2.get(), d_x.get(), x.size(), nullptr), 0);
+  ASSERT_EQ(cu::relu2_backward(d_dr2.get(), d_x.get(), d_dy.get(), x.size(), nullptr), 0);
+  relu2_forward(r2.data(), x.data(), x.size());
+  relu2_backward(dr2.data(), x.data(), dy.data(), x.size());
+  expect_close(d_r2.host(), r2, 1e-6f, 1e-7f, "relu2");
+  expect_close(d_dr2.host(), dr2, 1e-6f, 1e-7f, "relu2 backward");
 }
 
 // The Llama shape's operators: RMSNorm, SwiGLU and the rotary rotation (both ways) at the elementwise

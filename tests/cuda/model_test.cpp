@@ -233,6 +233,21 @@ TEST_P(CudaGpt, StarCoder2ShapeMatchesTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, unbiased);
 }
 
+// Nemotron's: GPT-2's block with two key/value heads, rotary positions on half of each head, LayerNorm1P
+// (1 + weight) and the squared ReLU, an untied head; and without biases on the linears; unfused and flash.
+TEST_P(CudaGpt, NemotronShapeMatchesTheCpu) {
+  const int tiling = GetParam();
+  GptConfig nemotron = small_gpt();
+  nemotron.nemotron = nemotron.norm_unit_offset = true;
+  nemotron.kv_heads = 2;
+  nemotron.partial_rotary = 0.5;
+  nemotron.tied = false;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, nemotron, "nemotron");
+  GptConfig unbiased = nemotron;
+  unbiased.no_bias = true;
+  forward_backward_and_ten_steps(*dev_, blocks_, tiling, unbiased);
+}
+
 // BLOOM's: ALiBi's biases on the scores (the heads' slopes) instead of positions, the embedding's LayerNorm;
 // unfused and flash.
 TEST_P(CudaGpt, BloomShapeMatchesTheCpu) {

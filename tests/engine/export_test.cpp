@@ -520,9 +520,20 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   GptConfig starcoder2_plain = starcoder2;  // without biases or a window, one key/value head a query head
   starcoder2_plain.no_bias = starcoder2_plain.tied = true;
   starcoder2_plain.kv_heads = starcoder2_plain.sliding_window = 0;
-  for (const GptConfig& c :
-       {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen, starcoder2, starcoder2_plain}) {
+  GptConfig nemotron = starcoder2;  // rotary on half of each head, LayerNorm1P, the squared ReLU, no window
+  nemotron.starcoder2 = false;
+  nemotron.nemotron = nemotron.norm_unit_offset = true;
+  nemotron.sliding_window = 0;
+  nemotron.partial_rotary = 0.5;
+  nemotron.heads = 2;  // (heads of 4: a rotary pair in each)
+  nemotron.kv_heads = 1;
+  GptConfig nemotron_plain = nemotron;  // without biases, tied, one key/value head a query head
+  nemotron_plain.no_bias = nemotron_plain.tied = true;
+  nemotron_plain.kv_heads = 0;
+  for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen, starcoder2,
+                             starcoder2_plain, nemotron, nemotron_plain}) {
     SCOPED_TRACE(c.starcoder2 ? (c.no_bias ? "starcoder2 without biases" : "starcoder2")
+                 : c.nemotron ? (c.no_bias ? "nemotron without biases" : "nemotron")
                  : c.neox     ? "neox"
                  : c.phi      ? "phi"
                  : c.codegen  ? "codegen"
@@ -542,8 +553,10 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
                                      : c.codegen    ? "export-codegen"
                                      : c.gptj       ? "export-gptj"
                                      : c.starcoder2 ? "export-starcoder2"
+                                     : c.nemotron   ? "export-nemotron"
                                                     : "export-falcon");
-    ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+    const Status exported = export_hf(c, p.data(), dir);
+    ASSERT_TRUE(exported.is_ok()) << exported.to_string();
     Diagnostics diag;
     auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
     ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
@@ -559,6 +572,8 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.gptj, c.gptj);
     EXPECT_EQ(back.codegen, c.codegen);
     EXPECT_EQ(back.starcoder2, c.starcoder2);
+    EXPECT_EQ(back.nemotron, c.nemotron);
+    EXPECT_EQ(back.norm_unit_offset, c.norm_unit_offset);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.tied, c.tied);
     EXPECT_EQ(back.rope_theta, c.rope_theta);
@@ -585,6 +600,18 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
       EXPECT_EQ(
           file_element(file, "transformer.h.0.attn.q_proj.weight", static_cast<std::size_t>(c.channels)),
           p[qkv->offset + static_cast<std::size_t>(c.rotary_dim() / 2 * c.channels)]);
+    }
+    if (c.nemotron) {  // NemotronForCausalLM's names: StarCoder2's with up_proj and down_proj
+      const nlohmann::json h = safetensors_header(file);
+      EXPECT_EQ(h["model.layers.1.self_attn.k_proj.weight"]["shape"],
+                (nlohmann::json{c.kv_width(), c.channels}));
+      EXPECT_EQ(h["model.layers.1.mlp.up_proj.weight"]["shape"], (nlohmann::json{c.ffn_width(), c.channels}));
+      EXPECT_EQ(h.contains("model.layers.1.mlp.down_proj.bias"), !c.no_bias);
+      EXPECT_TRUE(h.contains("model.layers.1.input_layernorm.bias"));
+      EXPECT_EQ(h.contains("lm_head.weight"), !c.tied);
+      const nlohmann::json config = nlohmann::json::parse(slurp(dir + "/config.json"));
+      EXPECT_EQ(config["hidden_act"], "relu2");
+      EXPECT_EQ(config["attention_bias"], !c.no_bias);
     }
     if (c.starcoder2) {  // Starcoder2ForCausalLM's names: the key/value rows as k_proj and v_proj
       const nlohmann::json h = safetensors_header(file);

@@ -569,6 +569,43 @@ TEST(GptOps, ReluPassesThePositivePartBothWays) {
   EXPECT_EQ(dx, (std::vector<float>{1, 1, 1, 41, 51, 1}));  // accumulated onto dinp
 }
 
+// Nemotron's squared ReLU: max(x, 0)^2, its gradient 2 max(x, 0) by finite differences; and its
+// LayerNorm1P: LayerNorm with weight_offset 1 is LayerNorm with every weight plus 1, both ways (the weight's
+// and the bias's gradients the same).
+TEST(GptOps, SquaredReluAndLayerNormWithAUnitOffset) {
+  const std::vector<float> x = {-2.0f, 0.0f, 0.5f, 3.0f};
+  std::vector<float> out(x.size());
+  relu2_forward(out.data(), x.data(), x.size());
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 0.25f, 9}));
+  auto xs = randn(64, 34, 2.0f);
+  const auto r = randn(64, 35);
+  auto forward = [&] {
+    std::vector<float> o(xs.size());
+    relu2_forward(o.data(), xs.data(), xs.size());
+    return o;
+  };
+  std::vector<float> dx(xs.size());
+  relu2_backward(dx.data(), xs.data(), r.data(), xs.size());
+  check_gradient(xs, forward, dx, r, "relu2", 1e-3f);
+
+  const int N = 5, C = 16;
+  const auto in = randn(N * C, 36), w = randn(C, 37), b = randn(C, 38), dy = randn(N * C, 39);
+  std::vector<float> w1(w);
+  for (float& v : w1) v += 1.0f;
+  std::vector<float> o1(N * C), o2(N * C), m1(N), m2(N), s1(N), s2(N);
+  layernorm_forward(o1.data(), m1.data(), s1.data(), in.data(), w.data(), b.data(), N, C, 1.0f);
+  layernorm_forward(o2.data(), m2.data(), s2.data(), in.data(), w1.data(), b.data(), N, C);
+  EXPECT_EQ(o1, o2);
+  std::vector<float> dx1(N * C), dx2(N * C), dw1(C), dw2(C), db1(C), db2(C);
+  layernorm_backward(dx1.data(), dw1.data(), db1.data(), dy.data(), in.data(), w.data(), m1.data(), s1.data(),
+                     N, C, 1.0f);
+  layernorm_backward(dx2.data(), dw2.data(), db2.data(), dy.data(), in.data(), w1.data(), m2.data(),
+                     s2.data(), N, C);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(dw1, dw2);
+  EXPECT_EQ(db1, db2);
+}
+
 // Full causal attention, and with a sliding window of 3 (query t sees keys t - 2 .. t, as transformers'
 // sliding_window_overlay masks kv_idx > q_idx - window); scores of another scale, soft-capped (Gemma 2's
 // cap * tanh(score / cap)).

@@ -130,7 +130,7 @@ int matmul_backward_bf16(Blas&, float* dinp, float* dweight, float* dbias, const
 }
 
 int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                      const float* bias, int N, int C, void* stream) {
+                      const float* bias, int N, int C, void* stream, float weight_offset) {
   if (int e = device_args("layernorm_forward", {{out, f32(N, C), "out", true},
                                                 {mean, f32(1, N), "mean", true},
                                                 {rstd, f32(1, N), "rstd", true},
@@ -138,12 +138,13 @@ int layernorm_forward(float* out, float* mean, float* rstd, const float* inp, co
                                                 {weight, f32(1, C), "weight"},
                                                 {bias, f32(1, C), "bias"}}))
     return e;
-  return enqueue(stream, [=] { kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+  return enqueue(
+      stream, [=] { kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, weight_offset); });
 }
 
 int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, const float* mean, const float* rstd, int N, int C,
-                       void* stream) {
+                       const float* weight, const float* mean, const float* rstd, int N, int C, void* stream,
+                       float weight_offset) {
   if (int e = device_args("layernorm_backward", {{dinp, f32(N, C), "dinp", true},
                                                  {dweight, f32(1, C), "dweight", true},
                                                  {dbias, f32(1, C), "dbias", true},
@@ -154,7 +155,7 @@ int layernorm_backward(float* dinp, float* dweight, float* dbias, const float* d
                                                  {rstd, f32(1, N), "rstd", true}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, weight_offset);
   });
 }
 
@@ -329,6 +330,18 @@ int relu_backward(float* dinp, const float* inp, const float* dout, std::size_t 
                           {{dinp, f32(n), "dinp", true}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
     return e;
   return enqueue(stream, [=] { kernels::relu_backward(dinp, inp, dout, n); });
+}
+
+int relu2_forward(float* out, const float* inp, std::size_t n, void* stream) {
+  if (int e = device_args("relu2_forward", {{out, f32(n), "out", true}, {inp, f32(n), "inp"}})) return e;
+  return enqueue(stream, [=] { kernels::relu2_forward(out, inp, n); });
+}
+
+int relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n, void* stream) {
+  if (int e = device_args("relu2_backward",
+                          {{dinp, f32(n), "dinp", true}, {inp, f32(n), "inp"}, {dout, f32(n), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::relu2_backward(dinp, inp, dout, n); });
 }
 
 // The real kernels' scratch sizes (kernels/cuda/gpt_ops.cu), so the model's allocations are checked.
