@@ -140,6 +140,13 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
   } else if (m.head_size > 0) {
     std::printf(" of head_dim %d", m.head_size);
   }
+  if (m.full_attn_every > 1) {  // Qwen3-Next's
+    std::printf(
+        ", linear attention (Gated DeltaNet: %d key heads of %d, %d value heads of %d) but in one layer "
+        "of %d",
+        m.la_key_heads, m.la_key_dim, m.la_value_heads, m.la_value_dim, m.full_attn_every);
+  }
+  if (m.attn_output_gate) std::printf(", gated attention output");
   if (m.moe()) {
     std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
     if (m.shared_expert_ffn > 0) std::printf(" and a shared expert of ffn %d", m.shared_expert_ffn);

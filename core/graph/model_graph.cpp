@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include "base/status.h"
 #include "base/units.h"
@@ -28,6 +29,10 @@ const char* op_kind_name(OpKind k) {
       return "all_to_all";
     case OpKind::kLoss:
       return "loss";
+    case OpKind::kConv:
+      return "conv";
+    case OpKind::kLinearAttention:
+      return "linear_attention";
   }
   return "unknown";
 }
@@ -220,90 +225,135 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
     if (!m.post_norm) norm_op(p + ".ln1", L);  // (OLMo 2's norms follow the attention and the MLP only)
-    if (m.mla()) {
-      // DeepSeek's latent attention: the down projections to the latents (whole on every model-parallel
-      // rank), their RMSNorms, the up projections to the rank's heads (queries; keys without positions and
-      // values), each output kept for the backward.
-      const auto latent_norm = [&](const std::string& name, double width) {
-        const int w = b.param(name + ".w", width, L);
-        GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, L, width);
-        o.params.push_back(w);
-      };
-      const double up = static_cast<double>(m.heads) * (m.head_dim() - m.rope_head_size) + m.v_width();
-      if (m.q_lora_rank > 0) {
-        b.linear(p + ".q_a", L, hd, {static_cast<double>(m.q_lora_rank)}, false, tiles, true);
-        latent_norm(p + ".q_a_norm", m.q_lora_rank);
-        b.linear(p + ".q_b", L, m.q_lora_rank, {qw / mp}, false, tiles, true);
-      } else {
-        b.linear(p + ".q", L, hd, {qw / mp}, false, tiles, true);
+    if (m.linear_attention(L)) {
+      // Qwen3-Next's Gated DeltaNet: in_proj_qkvz and in_proj_ba (kept), the depthwise causal convolution
+      // with its SiLU over the queries, keys and values (kept), the delta rule, the output gate's RMSNorm
+      // (kept, for out_proj), out_proj.
+      const double keys = m.la_key_width(), values = m.la_value_width(), vh = m.la_value_heads;
+      b.linear(p + ".in_proj", L, hd, {(2 * keys + 2 * values) / mp, 2 * vh / mp}, false, tiles, true);
+      {
+        const int w = b.param(p + ".conv1d.w", m.la_conv_width() * m.la_conv_kernel / mp, L);
+        GraphOp& conv = b.elementwise(p + ".conv1d", OpKind::kConv, L, m.la_conv_width() / mp);
+        conv.params.push_back(w);
+        conv.fwd_flops = 2.0 * T * m.la_conv_width() * (m.la_conv_kernel + 2) / mp;
+        conv.bwd_flops = 2 * conv.fwd_flops;
+        conv.saved_bytes = conv.out_bytes;
       }
-      b.linear(p + ".kv_a", L, hd, {static_cast<double>(m.kv_lora_rank + m.rope_head_size)}, false, tiles,
-               true);
-      latent_norm(p + ".kv_a_norm", m.kv_lora_rank);
-      b.linear(p + ".kv_b", L, m.kv_lora_rank, {up / mp}, false, tiles, true);
+      {
+        // The chunked delta rule (chunks of C = 64, per value head, queries and keys repeated to them): per
+        // chunk k_beta K^T, its triangular solve, the corrected values and keys, Q K^T, the state's reads
+        // and update: 2 C (3 dk + 2 dv) + 6 dk dv + 2 C^2 / 3 FLOPs a token and head forward, twice that
+        // backward (which recomputes the chunk states). Reads Q, K, V, writes the output; kept: the output.
+        const int decay = b.param(p + ".dt_bias_A_log", 2 * vh / mp, L);
+        GraphOp& a = b.op(p + ".deltanet", OpKind::kLinearAttention, L);
+        a.params.push_back(decay);
+        const double C = 64, dk = m.la_key_dim, dv = m.la_value_dim;
+        a.fwd_flops = T * (vh / mp) * (2 * C * (3 * dk + 2 * dv) + 6 * dk * dv + 2 * C * C / 3);
+        a.bwd_flops = 2 * a.fwd_flops;
+        a.out_bytes = eb * T * values / mp;
+        a.saved_bytes = a.out_bytes;
+        a.fwd_mem_bytes = eb * T * (2 * keys + 2 * values) / mp;
+        a.bwd_mem_bytes = 2 * a.fwd_mem_bytes + a.out_bytes;
+      }
+      {
+        const int w = b.param(p + ".la_norm.w", static_cast<double>(m.la_value_dim), L);
+        GraphOp& norm = b.elementwise(p + ".la_norm", OpKind::kLayerNorm, L, values / mp);
+        norm.params.push_back(w);
+        norm.saved_bytes = norm.out_bytes;
+      }
+      b.linear(p + ".out_proj", L, values / mp, {hd}, false, tiles, false);
     } else {
-      // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query
-      // attention (or heads of their own size).
-      const std::vector<double> qkv =
-          kv == hd && qw == hd ? std::vector<double>{3 * hd / mp} : std::vector<double>{qw / mp, 2 * kv / mp};
-      b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
-               /*save_output=*/true);
-    }
-    if (m.qk_norm) {
-      // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn;
-      // OLMo 2's of all the queries and all the keys.
-      const int w = b.param(p + ".qk_norm.w", m.qk_norm_elements(), L);
-      GraphOp& o = b.elementwise(p + ".qk_norm", OpKind::kLayerNorm, L, (qw + kv) / mp);
-      o.params.push_back(w);
-    }
-    {
-      // (gpt-oss's sink logits: one per head, in the softmax's denominator; their FLOPs are not counted.)
-      const int sinks = m.attn_sinks ? b.param(p + ".sinks", static_cast<double>(m.heads) / mp, L) : -1;
-      GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
-      if (sinks >= 0) a.params.push_back(sinks);
-      // QK^T over head_dim and AV over the value heads (no causal discount, as the paper counts).
-      a.fwd_flops = 2 * T * seq * (qw + ow) / mp;
-      a.bwd_flops = 2 * a.fwd_flops;
-      a.out_bytes = eb * T * ow / mp;
-      const double S = eb * T * (m.heads / mp) * seq;
-      // q: the mean of Q's and the output's bytes, k: of K's and V's (Q and the output alike, K and V alike
-      // but for MLA's value heads).
-      const double q = eb * T * (qw + ow) / 2 / mp, k = eb * T * (kv + m.v_width()) / 2 / mp;
-      if (opt.flash_attention) {
-        // Fused: backward recomputes QK^T (half the forward's FLOPs) before its four GEMMs; the output and
-        // an fp32 log-sum-exp per row and head are saved. Device memory as FlashAttention-2 moves it when
-        // its tiles stay on chip: forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and
-        // writes dQ, dK, dV (the per-row sums and log-sum-exps are T x heads, negligible).
-        a.bwd_flops += a.fwd_flops / 2;
-        // Causal: of n key tiles of 128 (FlashAttention-2's), query tile i computes i + 1. With this layer's
-        // sliding window w, only those from the tile holding its first row's first key, 128 i - w + 1: i + 1
-        // while i < r = ceil((w - 1) / 128), then r + 1 each.
-        const double n = std::ceil(seq / 128.0), w = m.attention_window(L);
-        const double r = w > 0 ? std::min(n, std::ceil((w - 1) / 128)) : n;
-        a.exec_fraction = (r * (r + 1) / 2 + (n - r) * (r + 1)) / (n * n);
-        a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
-        a.fwd_mem_bytes = 2 * q + 2 * k;
-        a.bwd_mem_bytes = 4 * q + 4 * k;
-      } else {
-        a.saved_bytes = a.out_bytes + S;  // output + probabilities
-        // Unfused attention over scores S (heads x seq per token) and q = T x hd / mp (Q, K, V, output;
-        // K and V smaller with grouped-query attention). Forward: QK^T reads Q, K and writes S; the
-        // softmax reads S and writes P; PV reads P, V and writes the output. Backward: dV = P^T dO (reads
-        // P, dO; writes dV), dP = dO V^T (reads dO, V; writes dP), the softmax's gradient (reads P, dP;
-        // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
-        a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
-        a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
-        if (m.attn_softcap > 0) {
-          // Soft-capped scores (Gemma 2's): backward recomputes QK^T (half the forward's FLOPs), written and
-          // read again for the cap's derivative (forward caps them in the softmax's own pass).
-          a.bwd_flops += a.fwd_flops / 2;
-          a.bwd_mem_bytes += 2 * S + q + k;
+      if (m.mla()) {
+        // DeepSeek's latent attention: the down projections to the latents (whole on every model-parallel
+        // rank), their RMSNorms, the up projections to the rank's heads (queries; keys without positions and
+        // values), each output kept for the backward.
+        const auto latent_norm = [&](const std::string& name, double width) {
+          const int w = b.param(name + ".w", width, L);
+          GraphOp& o = b.elementwise(name, OpKind::kLayerNorm, L, width);
+          o.params.push_back(w);
+        };
+        const double up = static_cast<double>(m.heads) * (m.head_dim() - m.rope_head_size) + m.v_width();
+        if (m.q_lora_rank > 0) {
+          b.linear(p + ".q_a", L, hd, {static_cast<double>(m.q_lora_rank)}, false, tiles, true);
+          latent_norm(p + ".q_a_norm", m.q_lora_rank);
+          b.linear(p + ".q_b", L, m.q_lora_rank, {qw / mp}, false, tiles, true);
+        } else {
+          b.linear(p + ".q", L, hd, {qw / mp}, false, tiles, true);
         }
+        b.linear(p + ".kv_a", L, hd, {static_cast<double>(m.kv_lora_rank + m.rope_head_size)}, false, tiles,
+                 true);
+        latent_norm(p + ".kv_a_norm", m.kv_lora_rank);
+        b.linear(p + ".kv_b", L, m.kv_lora_rank, {up / mp}, false, tiles, true);
+      } else {
+        // One fused qkv weight with multi-head attention; separate q and kv weights with grouped-query
+        // attention (or heads of their own size).
+        const std::vector<double> qkv =
+            kv == hd && qw == hd && !m.attn_output_gate
+                ? std::vector<double>{3 * hd / mp}
+                : std::vector<double>{(m.attn_output_gate ? 2 : 1) * qw / mp, 2 * kv / mp};
+        b.linear(p + ".qkv", L, hd, qkv, (m.linear_bias && m.attn_bias) || m.qkv_bias, tiles,
+                 /*save_output=*/true);
       }
-      // MLA's keys carry one rotary part for all heads, which the attention takes (and keeps) per head.
-      if (m.mla()) a.saved_bytes += eb * T * m.heads * m.rope_head_size / mp;
+      if (m.qk_norm) {
+        // Qwen3's RMSNorm of each query and key head (one weight of head_dim each), before the rotary turn;
+        // OLMo 2's of all the queries and all the keys.
+        const int w = b.param(p + ".qk_norm.w", m.qk_norm_elements(), L);
+        GraphOp& o = b.elementwise(p + ".qk_norm", OpKind::kLayerNorm, L, (qw + kv) / mp);
+        o.params.push_back(w);
+      }
+      {
+        // (gpt-oss's sink logits: one per head, in the softmax's denominator; their FLOPs are not counted.)
+        const int sinks = m.attn_sinks ? b.param(p + ".sinks", static_cast<double>(m.heads) / mp, L) : -1;
+        GraphOp& a = b.op(p + ".attn", OpKind::kAttention, L);
+        if (sinks >= 0) a.params.push_back(sinks);
+        // QK^T over head_dim and AV over the value heads (no causal discount, as the paper counts).
+        a.fwd_flops = 2 * T * seq * (qw + ow) / mp;
+        a.bwd_flops = 2 * a.fwd_flops;
+        a.out_bytes = eb * T * ow / mp;
+        const double S = eb * T * (m.heads / mp) * seq;
+        // q: the mean of Q's and the output's bytes, k: of K's and V's (Q and the output alike, K and V alike
+        // but for MLA's value heads).
+        const double q = eb * T * (qw + ow) / 2 / mp, k = eb * T * (kv + m.v_width()) / 2 / mp;
+        if (opt.flash_attention) {
+          // Fused: backward recomputes QK^T (half the forward's FLOPs) before its four GEMMs; the output and
+          // an fp32 log-sum-exp per row and head are saved. Device memory as FlashAttention-2 moves it when
+          // its tiles stay on chip: forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and
+          // writes dQ, dK, dV (the per-row sums and log-sum-exps are T x heads, negligible).
+          a.bwd_flops += a.fwd_flops / 2;
+          // Causal: of n key tiles of 128 (FlashAttention-2's), query tile i computes i + 1. With this
+          // layer's sliding window w, only those from the tile holding its first row's first key, 128 i - w +
+          // 1: i + 1 while i < r = ceil((w - 1) / 128), then r + 1 each.
+          const double n = std::ceil(seq / 128.0), w = m.attention_window(L);
+          const double r = w > 0 ? std::min(n, std::ceil((w - 1) / 128)) : n;
+          a.exec_fraction = (r * (r + 1) / 2 + (n - r) * (r + 1)) / (n * n);
+          a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
+          a.fwd_mem_bytes = 2 * q + 2 * k;
+          a.bwd_mem_bytes = 4 * q + 4 * k;
+        } else {
+          a.saved_bytes = a.out_bytes + S;  // output + probabilities
+          // Unfused attention over scores S (heads x seq per token) and q = T x hd / mp (Q, K, V, output;
+          // K and V smaller with grouped-query attention). Forward: QK^T reads Q, K and writes S; the
+          // softmax reads S and writes P; PV reads P, V and writes the output. Backward: dV = P^T dO (reads
+          // P, dO; writes dV), dP = dO V^T (reads dO, V; writes dP), the softmax's gradient (reads P, dP;
+          // writes dS), dQ = dS K and dK = dS^T Q (each reads dS and one of K, Q; writes dQ, dK).
+          a.fwd_mem_bytes = 4 * S + 2 * q + 2 * k;
+          a.bwd_mem_bytes = 7 * S + 4 * q + 4 * k;
+          if (m.attn_softcap > 0) {
+            // Soft-capped scores (Gemma 2's): backward recomputes QK^T (half the forward's FLOPs), written
+            // and read again for the cap's derivative (forward caps them in the softmax's own pass).
+            a.bwd_flops += a.fwd_flops / 2;
+            a.bwd_mem_bytes += 2 * S + q + k;
+          }
+        }
+        // MLA's keys carry one rotary part for all heads, which the attention takes (and keeps) per head.
+        if (m.mla()) a.saved_bytes += eb * T * m.heads * m.rope_head_size / mp;
+      }
+      if (m.attn_output_gate) {  // Qwen3-Next's: the output times its gate's sigmoid, kept for o_proj
+        GraphOp& gate = b.elementwise(p + ".gate", OpKind::kGelu, L, qw / mp);
+        gate.saved_bytes = gate.out_bytes;
+      }
+      b.linear(p + ".proj", L, ow / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
     }
-    b.linear(p + ".proj", L, ow / mp, {hd}, m.linear_bias && m.attn_bias, tiles, false);
     b.allreduce(p + ".proj.allreduce", L, hd, opt.model_parallel);
     // Gemma 2's and OLMo 2's norm of the attention's output.
     if (m.sandwich_norm || m.post_norm) norm_op(p + ".ln1_post", L);
@@ -390,9 +440,13 @@ std::vector<char> persistent_params(const ModelGraph& g, double param_threshold,
 GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_parallel,
                                   double persistence_threshold, double model_persistence_threshold) {
   // The blocks that differ (GLM-4.5's dense first ones, and as many as the period does not divide), then
-  // one period of blocks standing for the rest (one block; Llama 4 Maverick's dense and expert pair).
+  // one period of blocks standing for the rest (one block; Llama 4 Maverick's dense and expert pair;
+  // Qwen3-Next's three linear-attention layers and a softmax one).
   ModelSpec one = model;
-  const int period = model.moe() ? std::clamp(model.moe_every, 1, model.layers) : 1;
+  // (Qwen3-Next's: a softmax-attention layer every full_attn_every.)
+  const int every =
+      std::lcm(model.moe() ? std::max(1, model.moe_every) : 1, std::max(1, model.full_attn_every));
+  const int period = std::clamp(every, 1, model.layers);
   int rep = model.moe() ? std::clamp(model.dense_layers, 0, model.layers - period) : 0;
   rep += (model.layers - rep) % period;
   one.layers = rep + period;

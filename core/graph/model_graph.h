@@ -23,7 +23,18 @@
 
 namespace memwall {
 
-enum class OpKind { kEmbedding, kLayerNorm, kLinear, kAttention, kGelu, kAllReduce, kAllToAll, kLoss };
+enum class OpKind {
+  kEmbedding,
+  kLayerNorm,
+  kLinear,
+  kAttention,
+  kGelu,
+  kAllReduce,
+  kAllToAll,
+  kLoss,
+  kConv,             // Qwen3-Next's depthwise causal convolution
+  kLinearAttention,  // its Gated DeltaNet's delta-rule recurrence
+};
 const char* op_kind_name(OpKind k);
 
 struct GraphParam {

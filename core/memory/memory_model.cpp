@@ -420,33 +420,49 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
       model.kv_heads > 0 && model.heads > 0 ? static_cast<double>(model.kv_heads) * model.head_dim() : hd;
   const double qw = model.heads > 0 ? model.q_width() : hd;
   const double latents = model.mla() ? model.q_lora_rank + model.kv_lora_rank + model.rope_head_size : 0.0;
-  const double attn_tensors =
-      model.mla() ? qw + kv + model.v_width() + model.o_width() + latents : 2 * qw + 2 * kv;
+  // (Qwen3-Next's output gate: q_proj's gate half kept too, and the gated output o_proj reads.)
+  const double attn_tensors = model.mla() ? qw + kv + model.v_width() + model.o_width() + latents
+                                          : 2 * qw + 2 * kv + (model.attn_output_gate ? 2 * qw : 0);
+  // Qwen3-Next's linear-attention layers keep in_proj's outputs (2 keys + 2 values + 2 value heads), the
+  // convolved queries, keys and values, the delta rule's output and the gated norm's: no scores. A block
+  // counts as the larger of its two attention kinds (per token, scores included).
+  const double la_tensors =
+      model.full_attn_every > 1
+          ? 4 * model.la_key_width() + 5 * model.la_value_width() + 2.0 * model.la_value_heads
+          : 0.0;
+  const double scores_per_token =
+      flash ? 4.0 * model.heads : act_scale * 2.0 * model.heads * seq;  // (bytes, scaled)
+  const bool linear_larger =
+      la_tensors > 0 && (model.softmax_attention_layers() == 0 ||
+                         act_scale * 2 * la_tensors > act_scale * 2 * attn_tensors + scores_per_token);
+  const double attn_bytes = linear_larger ? la_tensors : attn_tensors;
   const double ffn = model.mlp_ffn() > 0 ? model.mlp_ffn() : 4 * hd;
   const double routed = model.moe() ? model.experts_per_token : 1;
   // Qwen2-MoE's shared expert: its gate and up for every token, and its gate's one value.
   const double shared =
       model.shared_expert_ffn > 0 ? 2.0 * model.shared_expert_ffn + (model.shared_expert_gate ? 1 : 0) : 0;
-  const double expert_block = 2.0 * (attn_tensors + ffn * (model.gated_mlp ? 2 : 1) * routed +
+  const double expert_block = 2.0 * (attn_bytes + ffn * (model.gated_mlp ? 2 : 1) * routed +
                                      (model.moe() ? model.experts : 0) + shared);
   // (GLM-4.5's dense first blocks: every block counted as the larger of the two kinds, the term printed its.)
-  const double dense_block = 2.0 * (attn_tensors + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
+  const double dense_block = 2.0 * (attn_bytes + model.ffn_hidden * (model.gated_mlp ? 2 : 1));
   const bool dense_larger = model.moe() && model.moe_layers() < model.layers && dense_block > expert_block;
   const double block_bytes = dense_larger ? dense_block : expert_block;
   auto awm = [&](double blocks) {
     // Eq. (5) with the block's bytes: its tensors, then the probabilities (2 heads x seq) or flash
     // attention's fp32 log-sum-exp per head.
-    const double per_token = flash ? act_scale * block_bytes + 4.0 * model.heads
-                                   : act_scale * (block_bytes + 2.0 * model.heads * seq);
+    const double per_token = act_scale * block_bytes + (linear_larger ? 0.0 : scores_per_token);
     return bsz * seq * blocks * per_token / mp;
   };
-  const std::string attn_term = flash ? strprintf("4 B x heads %d (flash attention)", model.heads)
-                                      : strprintf("2 heads %d x seq", model.heads);
-  const std::string q_term = model.mla()
-                                 ? strprintf("q %.0f + k %.0f + v %.0f + out %.0f + latents %.0f", qw, kv,
-                                             model.v_width(), static_cast<double>(model.o_width()), latents)
-                             : qw == hd ? std::string("2 hd")
-                                        : strprintf("2 q %.0f", qw);
+  const std::string attn_term = linear_larger ? std::string("no scores (linear attention)")
+                                : flash       ? strprintf("4 B x heads %d (flash attention)", model.heads)
+                                              : strprintf("2 heads %d x seq", model.heads);
+  const std::string q_term =
+      linear_larger ? strprintf("4 keys %.0f + 5 values %.0f + 2 value heads %d", model.la_key_width(),
+                                model.la_value_width(), model.la_value_heads)
+      : model.mla() ? strprintf("q %.0f + k %.0f + v %.0f + out %.0f + latents %.0f", qw, kv, model.v_width(),
+                                static_cast<double>(model.o_width()), latents)
+      : qw == hd    ? std::string("2 hd")
+                    : strprintf("2 q %.0f", qw);
   const std::string moe_term =
       model.moe() && !dense_larger
           ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
@@ -456,8 +472,12 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
       block_bytes == 16 * hd
           ? std::string("16 hd + ")
           : strprintf("2 x (%s%s + %sffn %.0f%s) + ", q_term.c_str(),
-                      model.mla() ? "" : strprintf(" + 2 kv %.0f", kv).c_str(), model.gated_mlp ? "2 " : "",
-                      dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
+                      model.mla() || linear_larger
+                          ? ""
+                          : strprintf(" + 2 kv %.0f%s", kv,
+                                      model.attn_output_gate ? strprintf(" + 2 gate %.0f", qw).c_str() : "")
+                                .c_str(),
+                      model.gated_mlp ? "2 " : "", dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);

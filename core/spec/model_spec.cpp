@@ -95,31 +95,43 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
   const bool out_norm = sandwich_norm || post_norm;              // (after them)
   if (pre_norm) t.push_back({"block.norm1.weight", hd, 1, L, false});
   if (ln) t.push_back({"block.norm1.bias", hd, 1, L, false});
+  // Softmax attention in A of the layers (all but Qwen3-Next's linear-attention ones).
+  const int A = softmax_attention_layers(), linear = L - A;
   if (mla()) {  // the latents' down projections and norms, then up to every head
     const double rope = rope_head_size, kv_lora = kv_lora_rank, q_lora = q_lora_rank;
     const double up = static_cast<double>(heads) * (head_dim() - rope_head_size + v_head_dim());
     if (q_lora_rank > 0) {
-      t.push_back({"block.attn.q_a.weight", q_lora, hd, L, true});
-      t.push_back({"block.attn.q_a_norm.weight", q_lora, 1, L, false});
-      t.push_back({"block.attn.q_b.weight", q, q_lora, L, true});
+      t.push_back({"block.attn.q_a.weight", q_lora, hd, A, true});
+      t.push_back({"block.attn.q_a_norm.weight", q_lora, 1, A, false});
+      t.push_back({"block.attn.q_b.weight", q, q_lora, A, true});
     } else {
-      t.push_back({"block.attn.q.weight", q, hd, L, true});
+      t.push_back({"block.attn.q.weight", q, hd, A, true});
     }
-    t.push_back({"block.attn.kv_a.weight", kv_lora + rope, hd, L, true});
-    t.push_back({"block.attn.kv_a_norm.weight", kv_lora, 1, L, false});
-    t.push_back({"block.attn.kv_b.weight", up, kv_lora, L, true});
-  } else if (kv == hd && q == hd) {
-    t.push_back({"block.attn.qkv.weight", 3 * hd, hd, L, true});
-    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, L, false});
+    t.push_back({"block.attn.kv_a.weight", kv_lora + rope, hd, A, true});
+    t.push_back({"block.attn.kv_a_norm.weight", kv_lora, 1, A, false});
+    t.push_back({"block.attn.kv_b.weight", up, kv_lora, A, true});
+  } else if (kv == hd && q == hd && !attn_output_gate) {
+    t.push_back({"block.attn.qkv.weight", 3 * hd, hd, A, true});
+    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", 3 * hd, 1, A, false});
   } else {  // grouped-query attention (or heads of their own size): separate q and kv projections
-    t.push_back({"block.attn.q.weight", q, hd, L, true});
-    t.push_back({"block.attn.kv.weight", 2 * kv, hd, L, true});
-    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, L, false});
+    t.push_back({"block.attn.q.weight", attn_output_gate ? 2 * q : q, hd, A, true});  // (and the gate)
+    t.push_back({"block.attn.kv.weight", 2 * kv, hd, A, true});
+    if ((linear_bias && attn_bias) || qkv_bias) t.push_back({"block.attn.qkv.bias", q + 2 * kv, 1, A, false});
   }
-  if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, L, false});
-  if (attn_sinks) t.push_back({"block.attn.sinks", static_cast<double>(heads), 1, L, false});
-  t.push_back({"block.attn.proj.weight", hd, static_cast<double>(o_width()), L, true});
-  if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, L, false});
+  if (qk_norm) t.push_back({"block.attn.qk_norm.weight", qk_norm_elements(), 1, A, false});
+  if (attn_sinks) t.push_back({"block.attn.sinks", static_cast<double>(heads), 1, A, false});
+  t.push_back({"block.attn.proj.weight", hd, static_cast<double>(o_width()), A, true});
+  if (linear_bias && attn_bias) t.push_back({"block.attn.proj.bias", hd, 1, A, false});
+  if (linear > 0) {  // Gated DeltaNet
+    const double keys = la_key_width(), values = la_value_width(), vh = la_value_heads;
+    t.push_back({"block.linear_attn.in_proj_qkvz.weight", 2 * keys + 2 * values, hd, linear, true});
+    t.push_back({"block.linear_attn.in_proj_ba.weight", 2 * vh, hd, linear, true});
+    t.push_back({"block.linear_attn.conv1d.weight", la_conv_width(), static_cast<double>(la_conv_kernel),
+                 linear, false});
+    t.push_back({"block.linear_attn.dt_bias_A_log", 2 * vh, 1, linear, false});
+    t.push_back({"block.linear_attn.norm.weight", static_cast<double>(la_value_dim), 1, linear, false});
+    t.push_back({"block.linear_attn.out_proj.weight", hd, values, linear, true});
+  }
   if (out_norm) t.push_back({"block.attn.norm_out.weight", hd, 1, L, false});
   if (pre_norm && !block_norm_shared) t.push_back({"block.norm2.weight", hd, 1, L, false});
   if (ln && !block_norm_shared) t.push_back({"block.norm2.bias", hd, 1, L, false});

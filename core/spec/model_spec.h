@@ -166,6 +166,23 @@ struct ModelSpec {
   int q_lora_rank = 0;
   int rope_head_size = 0;
   int v_head_size = 0;  // 0: head_dim
+  // Qwen3-Next's hybrid attention: every full_attn_every-th layer (layers full_attn_every - 1,
+  // 2 full_attn_every - 1, ...) softmax attention, the others linear attention (0: every layer softmax
+  // attention). A linear-attention layer is a Gated DeltaNet: in_proj_qkvz (hidden -> queries and keys of
+  // la_key_heads x la_key_dim, values and an output gate of la_value_heads x la_value_dim), in_proj_ba
+  // (hidden -> 2 x la_value_heads: each value head's write strength and decay), a depthwise causal
+  // convolution of la_conv_kernel taps over the queries, keys and values, a decay (A_log) and time-step bias
+  // (dt_bias) per value head, the delta rule's recurrence over a la_key_dim x la_value_dim state per value
+  // head, an RMSNorm gated by the output gate (a weight of la_value_dim), out_proj back to hidden.
+  int full_attn_every = 0;
+  int la_key_heads = 0;
+  int la_value_heads = 0;
+  int la_key_dim = 0;
+  int la_value_dim = 0;
+  int la_conv_kernel = 0;
+  // Qwen3-Next's softmax attention output gate: q_proj also gives each head a gate of head_dim, the
+  // attention's output multiplied by its sigmoid before o_proj.
+  bool attn_output_gate = false;
   // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
   int position_offset = 0;
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
@@ -195,6 +212,18 @@ struct ModelSpec {
 
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
+  // Whether layer l is a linear-attention (Gated DeltaNet) layer, and how many are softmax attention.
+  bool linear_attention(int layer) const { return full_attn_every > 1 && (layer + 1) % full_attn_every != 0; }
+  int softmax_attention_layers() const {
+    int n = 0;
+    for (int l = 0; l < layers; ++l) n += linear_attention(l) ? 0 : 1;
+    return n;
+  }
+  // A linear-attention layer's widths: its queries' (and keys'), its values' (and output gate's), and the
+  // convolved queries, keys and values.
+  double la_key_width() const { return static_cast<double>(la_key_heads) * la_key_dim; }
+  double la_value_width() const { return static_cast<double>(la_value_heads) * la_value_dim; }
+  double la_conv_width() const { return 2 * la_key_width() + la_value_width(); }
   // Whether block `layer` routes its tokens to experts (not the dense blocks first, nor those between), and
   // how many do.
   bool moe_layer(int layer) const {

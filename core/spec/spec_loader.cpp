@@ -67,6 +67,7 @@ constexpr const char* kModelTypes =
     "phi3, opt, gpt_neox, falcon, bloom, phi, gpt_bigcode, mpt, gptj, codegen, stablelm, olmo, olmo2, "
     "olmo3, cohere, cohere2, smollm3, granite, granitemoe, exaone4, glm, glm4, starcoder2, olmoe, gpt_oss, "
     "seed_oss, mistral3, nemotron, glm4_moe, deepseek_v2, deepseek_v3, kimi_k2, llama4, llama4_text, "
+    "qwen3_next, "
     "zero-infinity-paper";
 
 Status require(JsonObjectReader& r, const char* key) {
@@ -256,6 +257,45 @@ Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   m.shared_expert_gate = false;
   m.dense_layers = v3 ? 3 : 0;
   MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
+  return Status::ok();
+}
+
+// Qwen3-Next's hybrid attention (Qwen3NextConfig's defaults): every full_attention_interval-th layer (4)
+// softmax attention with an output gate, the others a Gated DeltaNet of linear_num_key_heads (16) query and
+// key heads of linear_key_head_dim (128), linear_num_value_heads (32) value heads of linear_value_head_dim
+// (128) and a convolution of linear_conv_kernel_dim (4) taps; layer_types, where given, must list that
+// pattern. Its RMSNorms scale by 1 + weight (nothing to count).
+Status read_linear_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
+  m.full_attn_every = 4;
+  MW_RETURN_IF_ERROR(r.get_int("full_attention_interval", m.full_attn_every, 1, m.layers));
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    json expected = json::array();
+    for (int l = 0; l < m.layers; ++l)
+      expected.push_back(m.linear_attention(l) ? "linear_attention" : "full_attention");
+    if (j["layer_types"] != expected) {
+      return r.error("layer_types",
+                     "is a pattern memwall does not compute; allowed: every "
+                     "full_attention_interval-th layer (" +
+                         std::to_string(m.full_attn_every) +
+                         ") \"full_attention\", the others \"linear_attention\"");
+    }
+  }
+  r.ignore({"layer_types", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings"});
+  m.la_key_heads = 16;
+  m.la_value_heads = 32;
+  m.la_key_dim = m.la_value_dim = 128;
+  m.la_conv_kernel = 4;
+  MW_RETURN_IF_ERROR(r.get_int("linear_num_key_heads", m.la_key_heads, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("linear_num_value_heads", m.la_value_heads, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("linear_key_head_dim", m.la_key_dim, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("linear_value_head_dim", m.la_value_dim, 1, 1 << 20));
+  MW_RETURN_IF_ERROR(r.get_int("linear_conv_kernel_dim", m.la_conv_kernel, 1, 1 << 10));
+  if (m.la_value_heads % m.la_key_heads != 0) {
+    return r.error("linear_num_value_heads", std::to_string(m.la_value_heads) +
+                                                 " is not a multiple of linear_num_key_heads (" +
+                                                 std::to_string(m.la_key_heads) + "); allowed: a multiple");
+  }
+  m.attn_output_gate = m.norm_unit_offset = true;
   return Status::ok();
 }
 
@@ -1080,12 +1120,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
              type == "smollm3" || type == "granite" || type == "exaone4" || type == "olmo3" ||
              type == "glm" || type == "glm4" || type == "glm4_moe" || type == "granitemoe" ||
              type == "olmoe" || type == "gpt_oss" || type == "seed_oss" || type == "deepseek_v2" ||
-             type == "deepseek_v3" || type == "kimi_k2" || type == "llama4_text") {
+             type == "deepseek_v3" || type == "kimi_k2" || type == "llama4_text" || type == "qwen3_next") {
     // Mixtral is Mistral's shape, Qwen2-MoE Qwen2's, Qwen3-MoE Qwen3's and Granite MoE Granite's, each with
     // mixture-of-experts MLPs (read below; OLMoE's: the Llama shape with OLMo 2's q/k norms).
     const std::string family = type == "mixtral"      ? "mistral"
                                : type == "qwen2_moe"  ? "qwen2"
                                : type == "qwen3_moe"  ? "qwen3"
+                               : type == "qwen3_next" ? "qwen3"
                                : type == "granitemoe" ? "granite"
                                                       : type;
     const bool gemma3 = type == "gemma3_text", gemma2 = type == "gemma2" || gemma3,
@@ -1121,7 +1162,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // k and v only (Seed-OSS's o_proj has its own key, attention_out_bias: false; its MLP none).
     const bool glm = type == "glm" || type == "glm4" || type == "glm4_moe", gpt_oss = type == "gpt_oss",
                seed = type == "seed_oss",
-               deepseek = type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2";
+               deepseek = type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2",
+               qwen3_next = type == "qwen3_next";
     m.linear_bias = false;
     m.qkv_bias = family == "qwen2";
     bool attention_bias = glm || gpt_oss || seed;
@@ -1296,7 +1338,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // (EXAONE 4 with a sliding_window: no layer turns but the windowed ones, if any; without one, every
     // layer)
     m.rope_windowed_only = exaone4 && m.sliding_window > 0;
-    MW_RETURN_IF_ERROR(read_window_layers(j, r, m));
+    if (qwen3_next) {
+      MW_RETURN_IF_ERROR(read_linear_attention(j, r, m));
+    } else {
+      MW_RETURN_IF_ERROR(read_window_layers(j, r, m));
+    }
     if (olmo3 && m.sliding_window > 0) m.rope_local_theta = m.rope_theta;  // (rope_theta read above)
     MW_RETURN_IF_ERROR(read_rope_scaling(r, source, diag, m.rope_scaling));
     MW_RETURN_IF_ERROR(apply_sliding_rope(full_rope, sliding_rope, source, m));
@@ -1323,10 +1369,11 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       MW_RETURN_IF_ERROR(
           r.get_int("original_max_position_embeddings", m.rope_scaling.original_max_positions, 0, 1 << 28));
     }
-    // Rotary on a part of each head (Phi-4-mini's 0.75; int(head_dim x factor) channels).
+    // Rotary on a part of each head (Phi-4-mini's 0.75, Qwen3-Next's 0.25; int(head_dim x factor) channels).
+    if (qwen3_next) m.partial_rotary_factor = 0.25;
     MW_RETURN_IF_ERROR(r.get_number("partial_rotary_factor", m.partial_rotary_factor, 0.0, 1.0));
-    if (family == "qwen3") head_dim = 128;  // Qwen3Config's default, where the file leaves head_dim out
-    if (gemma) head_dim = 256;              // GemmaConfig's (and Gemma 2's, 3's)
+    if (family == "qwen3") head_dim = qwen3_next ? 256 : 128;  // Qwen3Config's (Qwen3NextConfig's) default
+    if (gemma) head_dim = 256;                                 // GemmaConfig's (and Gemma 2's, 3's)
     MW_RETURN_IF_ERROR(r.get_int("head_dim", head_dim, 1, 1 << 20));
     if (deepseek) {
       MW_RETURN_IF_ERROR(read_latent_attention(j, r, m));
@@ -1340,12 +1387,12 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     } else if (llama4) {
       MW_RETURN_IF_ERROR(read_llama4_experts(j, r, m));
     } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "granitemoe" ||
-               type == "olmoe" || gpt_oss || glm4_moe) {
+               type == "olmoe" || gpt_oss || glm4_moe || qwen3_next) {
       const bool mixtral = type == "mixtral" || type == "granitemoe" || gpt_oss, qwen2 = type == "qwen2_moe",
                  olmoe = type == "olmoe";
       const char* experts_key = mixtral ? "num_local_experts" : glm4_moe ? "n_routed_experts" : "num_experts";
-      m.experts = gpt_oss ? 128 : mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : 128;
-      m.experts_per_token = gpt_oss ? 4 : mixtral ? 2 : qwen2 ? 4 : 8;
+      m.experts = gpt_oss ? 128 : mixtral ? 8 : qwen2 ? 60 : olmoe ? 64 : qwen3_next ? 512 : 128;
+      m.experts_per_token = gpt_oss ? 4 : mixtral ? 2 : qwen2 ? 4 : qwen3_next ? 10 : 8;
       MW_RETURN_IF_ERROR(r.get_int(experts_key, m.experts, 1, 1 << 20));
       MW_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", m.experts_per_token, 1, 1 << 20));
       if (m.experts_per_token > m.experts) {
@@ -1355,10 +1402,10 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       }
       // Qwen-MoE's and GLM-4.5's experts have their own width; intermediate_size is a dense layer's.
       if (!mixtral && !olmoe) {
-        m.expert_ffn = qwen2 || glm4_moe ? 1408 : 768;
+        m.expert_ffn = qwen2 || glm4_moe ? 1408 : qwen3_next ? 512 : 768;
         MW_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", m.expert_ffn, 1, 1 << 26));
-        if (qwen2) {  // and Qwen2-MoE's shared expert
-          m.shared_expert_ffn = 5632;
+        if (qwen2 || qwen3_next) {  // and Qwen2-MoE's (Qwen3-Next's) shared expert
+          m.shared_expert_ffn = qwen3_next ? 512 : 5632;
           MW_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", m.shared_expert_ffn, 0, 1 << 26));
         }
       }
@@ -2078,6 +2125,14 @@ std::string to_json_text(const ModelSpec& m) {
             {"q_lora_rank", m.q_lora_rank},
             {"rope_head_size", m.rope_head_size},
             {"v_head_size", m.v_head_dim()},
+            {"full_attn_every", m.full_attn_every},
+            {"linear_attention",
+             {{"key_heads", m.la_key_heads},
+              {"value_heads", m.la_value_heads},
+              {"key_dim", m.la_key_dim},
+              {"value_dim", m.la_value_dim},
+              {"conv_kernel", m.la_conv_kernel}}},
+            {"attn_output_gate", m.attn_output_gate},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned

@@ -743,6 +743,13 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     std::to_string(m.kv_lora_rank) + ") is not supported by " + tool +
                                     "; memwall predict and simulate take it");
   }
+  if (m.full_attn_every > 1 || m.attn_output_gate) {
+    return Status::invalid_argument(
+        where +
+        "Qwen3-Next's linear-attention (Gated DeltaNet) layers and gated attention "
+        "output are not supported by " +
+        tool + "; memwall predict and simulate take it");
+  }
   if (m.moe()) {
     return Status::invalid_argument(where + std::to_string(m.experts) +
                                     " experts per layer (a mixture-of-experts MLP) is not supported by " +

@@ -38,7 +38,7 @@ TEST(ModelGraph, ParameterCountMatchesTheModelSpec) {
   for (const char* name :
        {"gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "fig2a-1t", "qwen3-0.6b", "qwen3-8b", "mistral-7b",
         "gemma-7b", "phi-3-mini", "gemma-2-27b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b",
-        "deepseek-v2-lite", "llama-4-scout", "llama-4-maverick"}) {
+        "deepseek-v2-lite", "llama-4-scout", "llama-4-maverick", "qwen3-next-80b-a3b"}) {
     const ModelSpec m = testing::load_model_scenario(name);
     EXPECT_EQ(build_model_graph(m, options(1, 1)).total_param_elements(), m.total_params()) << name;
     EXPECT_EQ(build_model_graph(m, options(4, 1)).total_param_elements(), m.total_params()) << name;
@@ -101,6 +101,33 @@ TEST(ModelGraph, ModelPersistenceThresholdCapsThePersistentTotal) {
       }
     }
   }
+}
+
+// Qwen3-Next's layers: three Gated DeltaNets (in_proj, the convolution, the delta rule, the gated norm,
+// out_proj; no scores kept) to one softmax attention whose q_proj also gives the output gate (the gate op
+// kept for o_proj). The delta rule's FLOPs per token and value head: 2 C (3 dk + 2 dv) + 6 dk dv + 2 C^2 / 3.
+TEST(ModelGraph, Qwen3NextInterleavesGatedDeltaNetsWithGatedAttention) {
+  const ModelSpec m = testing::load_model_scenario("qwen3-next-80b-a3b");
+  const ModelGraph g = build_model_graph(m, options(1, 1));
+  const double T = 2 * 1024;
+  const auto op = [&](const std::string& name) {  // (a default op, named "", where there is none)
+    for (const GraphOp& o : g.ops)
+      if (o.name == name) return o;
+    return GraphOp{};
+  };
+  const GraphOp delta = op("L0.deltanet");
+  ASSERT_EQ(delta.name, "L0.deltanet");
+  EXPECT_EQ(delta.kind, OpKind::kLinearAttention);
+  EXPECT_DOUBLE_EQ(delta.fwd_flops,
+                   T * 32 * (2 * 64 * (3 * 128 + 2 * 128) + 6 * 128 * 128 + 2 * 64 * 64 / 3.0));
+  EXPECT_EQ(op("L0.attn").name, "");
+  EXPECT_EQ(op("L0.conv1d").kind, OpKind::kConv);
+  EXPECT_DOUBLE_EQ(op("L0.in_proj").fwd_flops, 2 * T * 2048 * (2 * 2048 + 2 * 4096 + 64));
+  EXPECT_EQ(op("L3.deltanet").name, "");
+  // (queries and their gate, keys and values)
+  EXPECT_DOUBLE_EQ(op("L3.qkv").fwd_flops, 2 * T * 2048 * (2 * 16 * 256 + 2 * 2 * 256));
+  EXPECT_GT(op("L3.gate").saved_bytes, 0);
+  EXPECT_EQ(g.total_param_elements(), m.total_params());
 }
 
 // Qwen3-0.6B's heads of their own size: queries and the attention's output are 16 x 128 = 2048 channels over

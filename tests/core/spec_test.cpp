@@ -245,6 +245,50 @@ TEST(ModelSpec, Llama4ExpertsInterleavedWithDenseBlocks) {
       << bad.status().to_string();
 }
 
+// Qwen3-Next: three Gated DeltaNet layers to one softmax attention layer (whose q_proj also gives the output
+// gate), 512 experts of 512 and a gated shared expert in every layer: its card's 80B.
+TEST(ModelSpec, Qwen3NextLinearAttentionLayers) {
+  const ModelSpec m = load_model_scenario("qwen3-next-80b-a3b");
+  EXPECT_EQ(m.full_attn_every, 4);
+  EXPECT_TRUE(m.linear_attention(0) && m.linear_attention(2) && !m.linear_attention(3));
+  EXPECT_EQ(m.softmax_attention_layers(), 12);
+  EXPECT_TRUE(m.attn_output_gate && m.qk_norm && m.norm_unit_offset && m.shared_expert_gate);
+  EXPECT_EQ(m.partial_rotary_factor, 0.25);
+  const double hd = 2048;
+  const double deltanet = hd * (2 * 2048 + 2 * 4096) + hd * 64 + 8192 * 4 + 64 + 128 + 4096 * hd;
+  const double softmax = hd * 2 * 4096 + 2 * hd * 512 + 2 * 256 + 4096 * hd;
+  const double expert = 3 * hd * 512, moe = 512 * hd + 513 * expert + hd;
+  const double rest = 36 * deltanet + 12 * softmax + 48 * 2 * hd + 2 * 151936 * hd + hd;
+  EXPECT_EQ(m.total_params(), rest + 48 * moe);
+  EXPECT_EQ(m.active_params(), rest + 48 * (512 * hd + 11 * expert + hd));
+  EXPECT_NEAR(m.total_params(), 80e9, 0.5e9);
+  EXPECT_NEAR(m.active_params() - 2 * 151936 * hd, 3.25e9, 0.1e9);
+  // Qwen3NextConfig's defaults; a layer_types other than every fourth layer full_attention refused.
+  Diagnostics diag;
+  const std::string base = R"({"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 256, )";
+  auto d = parse_model(base + R"("layer_types": ["linear_attention", "linear_attention", "linear_attention",
+      "full_attention"]})",
+                       "next.json", diag);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->experts, 512);
+  EXPECT_EQ(d->experts_per_token, 10);
+  EXPECT_EQ(d->mlp_ffn(), 512);
+  EXPECT_EQ(d->shared_expert_ffn, 512);
+  EXPECT_EQ(d->head_dim(), 256);
+  EXPECT_EQ(d->la_value_heads, 32);
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  auto bad = parse_model(base + R"("layer_types": ["full_attention", "linear_attention", "linear_attention",
+      "linear_attention"]})",
+                         "bad.json", diag);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(
+      bad.status().to_string().find("bad.json: key 'layer_types': is a pattern memwall does not compute; "
+                                    "allowed: every full_attention_interval-th layer (4)"),
+      std::string::npos)
+      << bad.status().to_string();
+}
+
 // DeepSeek's latent attention and experts, counted tensor by tensor against their cards' totals.
 TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
   // DeepSeek-V3: per layer q_a (7168 -> 1536), its norm, q_b (1536 -> 128 x 192), kv_a (7168 -> 512 + 64),
@@ -785,6 +829,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "glm-4.5",
                            "llama-4-scout",
                            "llama-4-maverick",
+                           "qwen3-next-80b-a3b",
                            "deepseek-v3",
                            "deepseek-v2",
                            "deepseek-v2-lite",
