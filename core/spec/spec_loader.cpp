@@ -1418,17 +1418,19 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         m.shared_expert_gate = false;
         r.ignore({"routed_scaling_factor", "n_group", "topk_group", "num_nextn_predict_layers"});
       } else if (!mixtral && !olmoe) {  // Qwen-MoE's: experts in every layer
-        int sparse_step = 1;
-        MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", sparse_step, 1, 1 << 20));
-        if (sparse_step != 1) {
-          return r.error("decoder_sparse_step", std::to_string(sparse_step) +
-                                                    " (dense MLPs between the layers of experts) is not "
-                                                    "supported; allowed: 1, experts in every layer");
-        }
-        if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null() &&
-            !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty())) {
-          return r.error("mlp_only_layers", detail::short_dump(j["mlp_only_layers"]) +
-                                                " (dense MLPs in some layers) is not supported; allowed: []");
+        // Experts in every decoder_sparse_step-th layer (dense MLPs of intermediate_size between), but in the
+        // layers mlp_only_layers lists: the first ones only (those from layer 0 on, as dense first blocks).
+        MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", m.moe_every, 1, m.layers));
+        if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+          const json& only = j["mlp_only_layers"];
+          bool first = only.is_array();
+          for (std::size_t i = 0; first && i < only.size(); ++i) first = only[i] == static_cast<int>(i);
+          if (!first || static_cast<int>(only.size()) > m.layers) {
+            return r.error("mlp_only_layers", detail::short_dump(only) +
+                                                  " (dense MLPs in layers other than the first ones) is not "
+                                                  "supported; allowed: [], or [0, 1, ..., k - 1]");
+          }
+          m.dense_layers = static_cast<int>(only.size());
         }
         r.ignore({"mlp_only_layers"});
       }

@@ -171,15 +171,27 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   ASSERT_TRUE(granite_defaults.is_ok());
   EXPECT_EQ(granite_defaults->experts, 8);  // GraniteMoeConfig's
   EXPECT_EQ(granite_defaults->experts_per_token, 2);
+  // Qwen-MoE's dense MLPs (of intermediate_size) between the layers of experts (decoder_sparse_step), or in
+  // the first layers (mlp_only_layers from 0): the same count as a layer of each kind.
+  auto sparse = parse_model(base + R"("model_type": "qwen3_moe", "decoder_sparse_step": 2})", "s.json", diag);
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().to_string();
+  EXPECT_FALSE(sparse->moe_layer(0));
+  EXPECT_TRUE(sparse->moe_layer(1));
+  auto first_dense =
+      parse_model(base + R"("model_type": "qwen3_moe", "mlp_only_layers": [0]})", "f.json", diag);
+  ASSERT_TRUE(first_dense.is_ok()) << first_dense.status().to_string();
+  EXPECT_EQ(first_dense->dense_layers, 1);
+  EXPECT_EQ(sparse->total_params(), first_dense->total_params());
+  EXPECT_EQ(graph_param_stats(*sparse, 1, 1, 0).total_elements, sparse->total_params());
   EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
   for (const auto& [extra, needle] :
        {std::pair{
             R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 5})",
             "key 'num_experts_per_tok': 5 is more than the 4 experts (num_local_experts); allowed: 1 to 4"},
-        std::pair{R"("model_type": "qwen3_moe", "decoder_sparse_step": 2})",
-                  "key 'decoder_sparse_step': 2 (dense MLPs between the layers of experts) is not supported"},
-        std::pair{R"("model_type": "qwen3_moe", "mlp_only_layers": [0]})",
-                  "key 'mlp_only_layers': [0] (dense MLPs in some layers) is not supported; allowed: []"}}) {
+        std::pair{
+            R"("model_type": "qwen3_moe", "mlp_only_layers": [1]})",
+            "key 'mlp_only_layers': [1] (dense MLPs in layers other than the first ones) is not supported; "
+            "allowed: [], or [0, 1, ..., k - 1]"}}) {
     auto bad = parse_model(base + extra, "moe.json", diag);
     ASSERT_FALSE(bad.is_ok()) << extra;
     EXPECT_NE(bad.status().to_string().find(needle), std::string::npos) << bad.status().to_string();
