@@ -178,10 +178,10 @@ Status validate(const GptConfig& c, int batch, int seq) {
     const bool grouped = c.falcon || c.bigcode || c.starcoder2 || c.nemotron;
     if ((c.kv_head_count() != c.heads && !grouped) || (c.one_norm && !c.falcon) ||
         (c.no_bias && !c.falcon && !c.mpt && !c.starcoder2 && !c.nemotron) || c.qkv_bias ||
-        (c.sliding_window != 0 && !c.starcoder2) || c.first_window_layer != 0 || c.head_dim != 0 ||
-        c.qk_norm || c.gelu_mlp || (c.norm_unit_offset && !c.nemotron) || c.embed_scale || c.fused_names ||
-        c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 || c.final_softcap != 0 ||
-        c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
+        (c.sliding_window != 0 && !c.starcoder2) || c.first_window_layer != 0 ||
+        (c.head_dim != 0 && !c.nemotron) || c.qk_norm || c.gelu_mlp || (c.norm_unit_offset && !c.nemotron) ||
+        c.embed_scale || c.fused_names || c.global_every != 0 || c.sandwich_norm || c.attn_softcap != 0 ||
+        c.final_softcap != 0 || c.query_scale != 0 || c.rope_local_theta != 0 || (neox_only && !c.rotary())) {
       return Status::invalid_argument(
           "model: GPT-2 has kv_heads = heads, ffn = 4 * channels, heads of channels / heads, a tied head and "
           "full attention (GPT-NeoX's variant: rotary positions, any ffn, the head tied or not; Falcon's: "
@@ -331,7 +331,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
     return out;
   }
-  const int F = c.ffn_width(), kv = c.kv_width();
+  const int F = c.ffn_width(), kv = c.kv_width(), Q = c.q_width();
   const bool bias = c.attn_bias(), mlp_bias = c.mlp_bias();
   add("wte.weight", {c.vocab, C});
   if (c.learned_positions()) add("wpe.weight", {c.position_rows(), C});
@@ -344,17 +344,17 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
     add(h + "ln_1.weight", {C});
     if (c.norm_bias()) add(h + "ln_1.bias", {C});
     if (c.split_qkv()) {  // grouped-query (Falcon's): the graph's q and kv matrices, back to back
-      add(h + "attn.c_attn_q.weight", {C, C});
+      add(h + "attn.c_attn_q.weight", {Q, C});  // (Q: C, or Nemotron's heads x head_dim)
       add(h + "attn.c_attn_kv.weight", {2 * kv, C});
       if (bias) {
-        add(h + "attn.c_attn_q.bias", {C});
+        add(h + "attn.c_attn_q.bias", {Q});
         add(h + "attn.c_attn_kv.bias", {2 * kv});
       }
     } else {
       add(h + "attn.c_attn.weight", {3 * C, C});
       if (bias) add(h + "attn.c_attn.bias", {3 * C});
     }
-    add(h + "attn.c_proj.weight", {C, C});
+    add(h + "attn.c_proj.weight", {C, Q});
     if (bias) add(h + "attn.c_proj.bias", {C});
     if (!c.shared_norm()) {  // (else the MLP reads ln_1's output)
       add(h + "ln_2.weight", {C});
@@ -760,12 +760,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + "hidden_act \"" + m.mlp_act + "\" is not supported by " + tool +
                                       " for Nemotron; allowed: relu2 (the squared ReLU)");
     }
-    if (m.head_size > 0 && m.head_size * m.heads != m.hidden) {
-      return Status::invalid_argument(where + "head_dim " + std::to_string(m.head_size) +
-                                      " is not supported by " + tool +
-                                      " for Nemotron; allowed: hidden_size / " + "num_attention_heads (" +
-                                      std::to_string(m.hidden / m.heads) + ")");
-    }
     MW_RETURN_IF_ERROR(check_rope_scaling(m, where, tool));
     return check_layer_norm_eps(m, "norm_eps", where, tool);
   }
@@ -957,6 +951,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.no_bias = (c.falcon || c.starcoder2 || c.nemotron) && !m.linear_bias;
     c.falcon_alibi = c.falcon && m.position == PositionKind::kNone;  // Falcon-RW's
     c.kv_heads = c.falcon || c.starcoder2 || c.nemotron ? m.kv_heads : 0;
+    c.head_dim = c.nemotron && m.head_size * m.heads != m.hidden ? m.head_size : 0;  // (Minitron-8B's)
     c.sliding_window = c.starcoder2 ? m.sliding_window : 0;
     c.tied = m.tied_embeddings;
     c.ffn = m.ffn_hidden;
@@ -1146,7 +1141,10 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
                                   : "nemotron";
     m.sliding_window = c.sliding_window;  // (StarCoder2's)
     if (c.starcoder2) m.mlp_act = "gelu_pytorch_tanh";
-    if (c.nemotron) m.mlp_act = "relu2";
+    if (c.nemotron) {
+      m.mlp_act = "relu2";
+      m.head_size = c.head_dim;  // (Minitron-8B's heads of their own size)
+    }
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;
     m.rope_theta = c.rope_theta;

@@ -165,6 +165,10 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.no_bias = j.value("no_bias", false);
     c.falcon_alibi = c.falcon && j.value("alibi", false);
     if (c.falcon || c.starcoder2 || c.nemotron) c.kv_heads = j.value("kv_heads", 0);
+    if (c.nemotron) {  // written as the head's width; 0 where it is channels / heads
+      c.head_dim = j.value("head_dim", 0);
+      if (c.heads > 0 && c.head_dim * c.heads == c.channels) c.head_dim = 0;
+    }
     if (c.starcoder2) c.sliding_window = j.value("sliding_window", 0);
     c.parallel_residual = j.value("parallel_residual", false);
     c.ffn = j.value("ffn", 0);

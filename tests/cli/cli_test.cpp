@@ -2284,23 +2284,28 @@ TEST(CliGenerate, AStarCoder2ShapedModelTrainsGeneratesAndExports) {
 }
 
 // Nemotron's shape (GPT-2's block with grouped-query attention, rotary positions on half of each head,
-// LayerNorm1P and the squared ReLU) cut to two layers of 64 trains on nemotron-mini-4b's file, is kept by the
-// checkpoint, exports as NemotronForCausalLM (q_proj, k_proj, v_proj, mlp.up_proj, mlp.down_proj, no biases
-// on the linears, the LayerNorms' weights as stored: 1 + weight scales) and generates the same text.
+// LayerNorm1P and the squared ReLU) cut to two layers of 64 in heads of 32 (Minitron-8B's wider heads) trains
+// on nemotron-mini-4b's file, is kept by the checkpoint, exports as NemotronForCausalLM (q_proj, k_proj,
+// v_proj, mlp.up_proj, mlp.down_proj, no biases on the linears, the LayerNorms' weights as stored: 1 + weight
+// scales) and generates the same text.
 TEST(CliGenerate, ANemotronShapedModelTrainsGeneratesAndExports) {
   const ShapeRoundTrip r = train_export_generate(
       "nemotron",
       R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "head_dim": 16, "intermediate_size": 128, "max_position_embeddings": 64})",
+          "head_dim": 32, "intermediate_size": 128, "max_position_embeddings": 64})",
       "nemotron-mini-4b", 200);
   EXPECT_EQ(r.latest["arch"], "nemotron");
+  EXPECT_EQ(r.latest["head_dim"], 32);  // (Minitron-8B's heads of their own size: 128 query channels)
+  EXPECT_EQ(r.config["head_dim"], 32);
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.q_proj.weight"]["shape"], (nlohmann::json{128, 64}));
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 128}));
   EXPECT_EQ(r.latest["kv_heads"], 2);
   EXPECT_EQ(r.latest["norm_unit_offset"], true);
   EXPECT_EQ(r.config["architectures"][0], "NemotronForCausalLM");
   EXPECT_EQ(r.config["hidden_act"], "relu2");
   EXPECT_EQ(r.config["partial_rotary_factor"], 0.5);
   EXPECT_EQ(r.config["attention_bias"], false);
-  EXPECT_EQ(r.tensors["model.layers.1.self_attn.k_proj.weight"]["shape"], (nlohmann::json{32, 64}));
+  EXPECT_EQ(r.tensors["model.layers.1.self_attn.k_proj.weight"]["shape"], (nlohmann::json{64, 64}));
   EXPECT_EQ(r.tensors["model.layers.1.mlp.up_proj.weight"]["shape"], (nlohmann::json{128, 64}));
   EXPECT_EQ(r.tensors["model.layers.1.mlp.down_proj.weight"]["shape"], (nlohmann::json{64, 128}));
   EXPECT_FALSE(r.tensors.contains("model.layers.1.mlp.up_proj.bias"));

@@ -593,6 +593,12 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
             2 * 256000.0 * 3072 +
                 32 * (4 * 3072 + 2 * 3072.0 * 3072 + 2 * 3072.0 * 1024 + 2 * 3072.0 * 9216) + 2 * 3072);
   EXPECT_EQ(nemotron.total_params(), 4190509056.0);
+  // Minitron-8B: 48 heads of 128 over 4096 channels (q_proj 6144 x 4096), an MLP of 16384.
+  const ModelSpec minitron = load_model_scenario("minitron-8b");
+  EXPECT_EQ(minitron.q_width(), 6144);
+  EXPECT_EQ(minitron.total_params(),
+            32 * (2 * 4096.0 * 6144 + 2 * 4096.0 * 1024 + 2 * 4096.0 * 16384 + 4 * 4096) +
+                2 * 256000.0 * 4096 + 2 * 4096);
   Diagnostics nemotron_diag;
   auto half_biased =
       parse_model(R"({"model_type": "nemotron", "attention_bias": true})", "n/config.json", nemotron_diag);
@@ -837,6 +843,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "gpt-oss-120b",
                            "seed-oss-36b",
                            "nemotron-mini-4b",
+                           "minitron-8b",
                            "glm-4.5-air",
                            "glm-4.5",
                            "llama-4-scout",

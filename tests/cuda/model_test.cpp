@@ -234,7 +234,8 @@ TEST_P(CudaGpt, StarCoder2ShapeMatchesTheCpu) {
 }
 
 // Nemotron's: GPT-2's block with two key/value heads, rotary positions on half of each head, LayerNorm1P
-// (1 + weight) and the squared ReLU, an untied head; and without biases on the linears; unfused and flash.
+// (1 + weight) and the squared ReLU, an untied head; without biases on the linears; with heads of their own
+// size; unfused and flash.
 TEST_P(CudaGpt, NemotronShapeMatchesTheCpu) {
   const int tiling = GetParam();
   GptConfig nemotron = small_gpt();
@@ -246,6 +247,9 @@ TEST_P(CudaGpt, NemotronShapeMatchesTheCpu) {
   GptConfig unbiased = nemotron;
   unbiased.no_bias = true;
   forward_backward_and_ten_steps(*dev_, blocks_, tiling, unbiased);
+  GptConfig wide = nemotron;  // Minitron-8B's heads of their own size: 4 of 32 over 64 channels
+  wide.head_dim = 32;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, tiling, wide, "nemotron, head_dim 32");
 }
 
 // BLOOM's: ALiBi's biases on the scores (the heads' slopes) instead of positions, the embedding's LayerNorm;

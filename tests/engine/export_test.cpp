@@ -530,8 +530,10 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
   GptConfig nemotron_plain = nemotron;  // without biases, tied, one key/value head a query head
   nemotron_plain.no_bias = nemotron_plain.tied = true;
   nemotron_plain.kv_heads = 0;
+  GptConfig nemotron_wide = nemotron;  // Minitron-8B's heads of their own size
+  nemotron_wide.head_dim = 8;
   for (const GptConfig& c : {neox, phi, falcon, falcon7b, bigcode, bloom, mpt, gptj, codegen, starcoder2,
-                             starcoder2_plain, nemotron, nemotron_plain}) {
+                             starcoder2_plain, nemotron, nemotron_plain, nemotron_wide}) {
     SCOPED_TRACE(c.starcoder2 ? (c.no_bias ? "starcoder2 without biases" : "starcoder2")
                  : c.nemotron ? (c.no_bias ? "nemotron without biases" : "nemotron")
                  : c.neox     ? "neox"
@@ -573,6 +575,7 @@ TEST(Import, ReadsNeoxAndPhiExportsBack) {
     EXPECT_EQ(back.codegen, c.codegen);
     EXPECT_EQ(back.starcoder2, c.starcoder2);
     EXPECT_EQ(back.nemotron, c.nemotron);
+    EXPECT_EQ(back.head_size(), c.head_size());
     EXPECT_EQ(back.norm_unit_offset, c.norm_unit_offset);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.tied, c.tied);

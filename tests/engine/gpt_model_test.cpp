@@ -296,6 +296,12 @@ GptConfig nemotron_plain() {
   c.kv_heads = 0;
   return c;
 }
+// And Minitron-8B's heads of their own size: 4 of 8 over 16 channels.
+GptConfig nemotron_wide() {
+  GptConfig c = nemotron();
+  c.head_dim = 8;
+  return c;
+}
 GptConfig bigcode_mha() {
   GptConfig c = bigcode();
   c.kv_heads = 0;
@@ -486,6 +492,7 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"starcoder2-plain", starcoder2_plain()},
           {"nemotron", nemotron()},
           {"nemotron-plain", nemotron_plain()},
+          {"nemotron-wide", nemotron_wide()},
           {"bloom", bloom()},
           {"mpt", mpt()},
           {"gptj", gptj()},
@@ -1452,14 +1459,18 @@ TEST(GptModel, PhiMatchesAPyTorchReference) {
 // nemotron_reference.py), which reads the tensors by their Nemotron names (up_proj, down_proj; q_proj,
 // k_proj and v_proj apart): LayerNorm1P (1 + weight), grouped-query attention with rotary positions on half
 // of each head, the squared ReLU, biases on every linear and an untied head; and without biases or grouped
-// heads, tied. Skipped without torch.
+// heads, tied; and with heads of 8 over 16 channels (Minitron-8B's head_dim). Skipped without torch.
 TEST(GptModel, NemotronMatchesAPyTorchReference) {
-  for (GptConfig c : {nemotron(), nemotron_plain()}) {
-    SCOPED_TRACE(c.no_bias ? "without biases" : "grouped, with biases");
+  for (GptConfig c : {nemotron(), nemotron_plain(), nemotron_wide()}) {
+    SCOPED_TRACE(c.no_bias ? "without biases" : c.head_dim > 0 ? "heads of 8" : "grouped, with biases");
     c.rope_theta = 500;  // the rotation matters even over 8 positions
-    const nlohmann::json config = {{"layers", c.layers},         {"channels", c.channels},
-                                   {"heads", c.heads},           {"kv_heads", c.kv_head_count()},
-                                   {"rope_theta", c.rope_theta}, {"partial_rotary", c.partial_rotary},
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"head_dim", c.head_size()},
+                                   {"rope_theta", c.rope_theta},
+                                   {"partial_rotary", c.partial_rotary},
                                    {"bias", !c.no_bias}};
     if (!matches_reference("nemotron_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
