@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -140,6 +141,20 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   EXPECT_NEAR(glm45.active_params() - 151552.0 * 5120, 32e9, 0.9e9);
   // Dense models: every parameter active.
   EXPECT_EQ(load_model_scenario("mistral-7b").active_params(), 7241732096.0);
+  // The large open models their cards count: Llama 3.1 70B and 405B, Qwen3-235B-A22B, Qwen3-Coder-480B-A35B,
+  // Mixtral 8x22B (total, and active where experts route).
+  for (const auto& [name, total, active] :
+       {std::tuple{"llama-3.1-70b", 70.6e9, 70.6e9}, std::tuple{"llama-3.1-405b", 405.9e9, 405.9e9},
+        std::tuple{"qwen3-235b-a22b", 235.1e9, 22.2e9}, std::tuple{"qwen3-coder-480b-a35b", 480.2e9, 35.5e9},
+        std::tuple{"mixtral-8x22b", 140.6e9, 39.2e9}}) {
+    const ModelSpec big = load_model_scenario(name);
+    EXPECT_NEAR(big.total_params(), total, 0.05e9) << name;
+    EXPECT_NEAR(big.active_params(), active, 0.05e9) << name;
+  }
+  const ModelSpec l405 = load_model_scenario("llama-3.1-405b");
+  EXPECT_EQ(l405.total_params(),
+            126 * (2 * 16384.0 * 16384 + 2 * 16384.0 * 1024 + 3 * 16384.0 * 53248 + 2 * 16384) +
+                2 * 128256.0 * 16384 + 16384);
 
   Diagnostics diag;
   const std::string base = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -844,6 +859,10 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
                            "seed-oss-36b",
                            "nemotron-mini-4b",
                            "minitron-8b",
+                           "llama-3.1-405b",
+                           "qwen3-235b-a22b",
+                           "qwen3-coder-480b-a35b",
+                           "mixtral-8x22b",
                            "glm-4.5-air",
                            "glm-4.5",
                            "llama-4-scout",
