@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -467,7 +468,26 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
   Status status;
   SimulationResult out;
   if (!read_all(fds[0], &h, sizeof h)) {
-    status = Status::internal("simulation process ended without a result (crashed or killed)");
+    // Why the child ended: SimGrid keeps every activity of the iteration in memory, so a huge schedule (a
+    // mixture of experts of hundreds of experts a layer) can exhaust it: the kernel's OOM killer (SIGKILL)
+    // or, under a memory limit, an allocation that fails (SIGABRT).
+    ::close(fds[0]);
+    int ws = 0;
+    ::waitpid(pid, &ws, 0);
+    std::string why = "crashed or killed";
+    if (WIFSIGNALED(ws)) {
+      const int sig = WTERMSIG(ws);
+      why = strprintf("ended by signal %d (%s)", sig, strsignal(sig));
+      if (sig == SIGKILL || sig == SIGABRT || sig == SIGSEGV) {
+        why +=
+            ": most likely out of memory (SimGrid holds every activity of the iteration: about 0.5 KiB "
+            "each, 21 million for Kimi K2 on one DGX-2); --fast runs the closed form in a fraction of the "
+            "memory, or simulate fewer GPUs per node";
+      }
+    } else if (WIFEXITED(ws)) {
+      why = strprintf("exited with status %d", WEXITSTATUS(ws));
+    }
+    return Status::internal("simulation process ended without a result: " + why);
   } else if (!h.ok) {
     std::string msg(h.payload, '\0');
     read_all(fds[0], msg.data(), msg.size());

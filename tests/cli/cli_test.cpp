@@ -474,6 +474,21 @@ TEST(CliSimulate, ReportsThroughputBreakdownAndLinks) {
   EXPECT_NE(human.output.find("activities"), std::string::npos);
 }
 
+// A SimGrid run that runs out of memory (here under a 2 GB address-space limit, which the forked simulation
+// of DeepSeek-V2-Lite's 1.4 million activities passes) is one line naming the likely cause and the way out,
+// and a non-zero exit.
+TEST(CliSimulate, RunningOutOfMemoryNamesTheCauseAndTheWayOut) {
+  const CmdResult r =
+      run_shell("ulimit -v 2000000; " + std::string(MEMWALL_BINARY) +
+                " simulate --hardware dgx2 --model deepseek-v2-lite --run zero-infinity-nvme 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memwall: error: simulation process ended without a result: ended by signal"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("most likely out of memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--fast runs the closed form"), std::string::npos) << r.output;
+}
+
 TEST(CliSimulate, GradientAccumulationRunsMicroStepsThenOneOptimizerStep) {
   // The CPU optimizer of ZeRO-Infinity is a large share of one micro-batch's iteration; with 8 micro-batches
   // per optimizer step it is paid once for 8 micro-batches' FLOPs.
