@@ -1417,7 +1417,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         m.shared_expert_ffn = shared * m.expert_ffn;
         m.shared_expert_gate = false;
         r.ignore({"routed_scaling_factor", "n_group", "topk_group", "num_nextn_predict_layers"});
-      } else if (!mixtral && !olmoe) {  // Qwen-MoE's: experts in every layer
+      } else if (!mixtral && !olmoe) {  // Qwen-MoE's (and Qwen3-Next's) layers of experts
         // Experts in every decoder_sparse_step-th layer (dense MLPs of intermediate_size between), but in the
         // layers mlp_only_layers lists: the first ones only (those from layer 0 on, as dense first blocks).
         MW_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", m.moe_every, 1, m.layers));
