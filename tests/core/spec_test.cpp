@@ -146,11 +146,17 @@ TEST(ModelSpec, MixturesOfExpertsReadAsPublished) {
   for (const auto& [name, total, active] :
        {std::tuple{"llama-3.1-70b", 70.6e9, 70.6e9}, std::tuple{"llama-3.1-405b", 405.9e9, 405.9e9},
         std::tuple{"qwen3-235b-a22b", 235.1e9, 22.2e9}, std::tuple{"qwen3-coder-480b-a35b", 480.2e9, 35.5e9},
-        std::tuple{"mixtral-8x22b", 140.6e9, 39.2e9}}) {
+        std::tuple{"mixtral-8x22b", 140.6e9, 39.2e9}, std::tuple{"mistral-large-2407", 122.6e9, 122.6e9},
+        std::tuple{"qwen2.5-72b", 72.7e9, 72.7e9}, std::tuple{"gemma-3-27b", 27.0e9, 27.0e9}}) {
     const ModelSpec big = load_model_scenario(name);
     EXPECT_NEAR(big.total_params(), total, 0.05e9) << name;
     EXPECT_NEAR(big.active_params(), active, 0.05e9) << name;
   }
+  // Gemma 3 27B's language model: 62 layers of q, k, v, o (32 and 16 heads of 128), q/k norms, a GeGLU MLP of
+  // 21504 and four norms, a tied embedding.
+  EXPECT_EQ(load_model_scenario("gemma-3-27b").total_params(),
+            62 * (2 * 5376.0 * 4096 + 2 * 5376.0 * 2048 + 256 + 3 * 5376.0 * 21504 + 4 * 5376) +
+                262208.0 * 5376 + 5376);
   const ModelSpec l405 = load_model_scenario("llama-3.1-405b");
   EXPECT_EQ(l405.total_params(),
             126 * (2 * 16384.0 * 16384 + 2 * 16384.0 * 1024 + 3 * 16384.0 * 53248 + 2 * 16384) +
