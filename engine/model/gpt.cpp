@@ -591,17 +591,12 @@ const FamilyNames& starcoder2_names() {
 
 // NemotronForCausalLM's: StarCoder2's names with the MLP's up_proj and down_proj.
 const FamilyNames& nemotron_names() {
-  static const FamilyNames names{{{"wte.weight", "model.embed_tokens.weight"},
-                                  {"ln_f.weight", "model.norm.weight"},
-                                  {"ln_f.bias", "model.norm.bias"},
-                                  {"lm_head.weight", "lm_head.weight"}},
-                                 {{"ln_1", "input_layernorm"},
-                                  {"attn.c_proj", "self_attn.o_proj"},
-                                  {"ln_2", "post_attention_layernorm"},
-                                  {"mlp.c_fc", "mlp.up_proj"},
-                                  {"mlp.c_proj", "mlp.down_proj"}},
-                                 "model.layers.",
-                                 true};
+  static const FamilyNames names = [] {
+    FamilyNames n = starcoder2_names();
+    n.stems["mlp.c_fc"] = "mlp.up_proj";
+    n.stems["mlp.c_proj"] = "mlp.down_proj";
+    return n;
+  }();
   return names;
 }
 
