@@ -175,6 +175,14 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
   Result<RunConfig> r = parse_run(*run_json, path, in.diag);
   if (!r.is_ok()) return with_overrides_named(r.status(), "--set", run_set);
   in.run = std::move(*r);
+  if (in.run.memwall.mtp) {  // the model file's multi-token-prediction modules, counted as trained
+    if (in.model.mtp_in_file == 0) {
+      in.diag.warnings.push_back(path + ": memwall.mtp: model " + in.model.name +
+                                 " has no multi-token-prediction modules (num_nextn_predict_layers 0 or "
+                                 "absent); nothing added");
+    }
+    in.model = with_mtp(in.model);
+  }
   return in;
 }
 

@@ -147,6 +147,10 @@ void print_model_line(const ModelSpec& m, const RunConfig& run) {
         m.la_key_heads, m.la_key_dim, m.la_value_heads, m.la_value_dim, m.full_attn_every);
   }
   if (m.attn_output_gate) std::printf(", gated attention output");
+  if (m.mtp_modules > 0) {
+    std::printf(", %d multi-token-prediction module%s (memwall.mtp: the last block%s)", m.mtp_modules,
+                m.mtp_modules == 1 ? "" : "s", m.mtp_modules == 1 ? "" : "s");
+  }
   if (m.moe()) {
     std::printf(", %d experts of ffn %d (%d per token)", m.experts, m.mlp_ffn(), m.experts_per_token);
     if (m.shared_expert_ffn > 0) std::printf(" and a shared expert of ffn %d", m.shared_expert_ffn);

@@ -224,6 +224,13 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
   for (int L = 0; L < m.layers; ++L) {
     const std::string p = strprintf("L%d", L);
     const size_t first = g.ops.size();
+    if (L >= m.main_layers()) {
+      // A multi-token-prediction module's block (DeepSeek-V3's): the norms of its two inputs (the previous
+      // depth's hidden state, the next token's embedding) and eh_proj joining them, kept for the backward.
+      norm_op(p + ".mtp_enorm", L);
+      norm_op(p + ".mtp_hnorm", L);
+      b.linear(p + ".mtp_eh_proj", L, 2 * hd, {hd / mp}, false, tiles, true);
+    }
     if (!m.post_norm) norm_op(p + ".ln1", L);  // (OLMo 2's norms follow the attention and the MLP only)
     if (m.linear_attention(L)) {
       // Qwen3-Next's Gated DeltaNet: in_proj_qkvz and in_proj_ba (kept), the depthwise causal convolution
@@ -425,6 +432,24 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       loss.fwd_mem_bytes += 2 * eb * T * m.vocab / mp;
       loss.bwd_mem_bytes += eb * T * m.vocab / mp + loss.out_bytes;
     }
+    // Each multi-token-prediction module's head: its norm, then the shared head (the same parameters, their
+    // gradients accumulated) and another loss, as the model's.
+    const std::size_t head_first = [&] {
+      std::size_t i = g.ops.size() - 1;
+      while (i > 0 && g.ops[i - 1].name.rfind("lm_head", 0) == 0) --i;
+      return i;
+    }();
+    const std::size_t head_end = g.ops.size();
+    for (int k = 0; k < m.mtp_modules; ++k) {
+      const std::string name = strprintf("mtp%d.", k);
+      norm_op(name + "norm", after);
+      for (std::size_t i = head_first; i < head_end; ++i) {
+        GraphOp copy = g.ops[i];
+        copy.id = static_cast<int>(g.ops.size());
+        copy.name = name + copy.name;
+        g.ops.push_back(std::move(copy));
+      }
+    }
   }
   return g;
 }
@@ -446,11 +471,13 @@ GraphParamStats graph_param_stats(const ModelSpec& model, int tiling, int model_
   // (Qwen3-Next's: a softmax-attention layer every full_attn_every.)
   const int every =
       std::lcm(model.moe() ? std::max(1, model.moe_every) : 1, std::max(1, model.full_attn_every));
-  const int period = std::clamp(every, 1, model.layers);
-  int rep = model.moe() ? std::clamp(model.dense_layers, 0, model.layers - period) : 0;
-  rep += (model.layers - rep) % period;
-  one.layers = rep + period;
-  const int repeats = (model.layers - rep) / period;
+  // (Multi-token-prediction modules: blocks after the main ones, once each, with the tensors after them.)
+  const int main = model.main_layers();
+  const int period = std::clamp(every, 1, main);
+  int rep = model.moe() ? std::clamp(model.dense_layers, 0, main - period) : 0;
+  rep += (main - rep) % period;
+  one.layers = rep + period + model.mtp_modules;
+  const int repeats = (main - rep) / period;
   const auto repeated = [&](int layer) { return layer >= rep && layer < rep + period; };
   GraphOptions opt;
   opt.tiling = tiling;

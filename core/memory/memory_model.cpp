@@ -495,9 +495,11 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
           strprintf("bsz %.0f x seq %.0f x nl %.0f x (", bsz, seq, nl) + block_term + attn_term + ")" + mp_s);
   }
   if (model.vocab > 0) {
-    b.add(Tier::kGpu, MemCategory::kLogits, bsz * seq * model.vocab * (pb + 4.0) / mp,
-          strprintf("bsz %.0f x seq %.0f x vocab %d x (%.0f B logits + 4 B fp32 loss grad)", bsz, seq,
-                    model.vocab, pb) +
+    // (Multi-token-prediction modules keep their own logits too; one loss gradient at a time.)
+    const double heads = 1.0 + model.mtp_modules;
+    b.add(Tier::kGpu, MemCategory::kLogits, bsz * seq * model.vocab * (heads * pb + 4.0) / mp,
+          strprintf("bsz %.0f x seq %.0f x vocab %d x (%s%.0f B logits + 4 B fp32 loss grad)", bsz, seq,
+                    model.vocab, model.mtp_modules > 0 ? strprintf("%.0f heads x ", heads).c_str() : "", pb) +
               mp_s);
   }
 

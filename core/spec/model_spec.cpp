@@ -169,12 +169,23 @@ std::vector<ParamTensorGroup> ModelSpec::param_tensors() const {
     if (linear_bias) t.push_back({"block.mlp.fc2.bias", hd, 1, dense, false});
   }
   if (out_norm) t.push_back({"block.mlp.norm_out.weight", hd, 1, L, false});
+  if (mtp_modules > 0) {  // each module's eh_proj and enorm, hnorm and its head's norm
+    t.push_back({"mtp.eh_proj.weight", hd, 2 * hd, mtp_modules, true});
+    t.push_back({"mtp.norms.weight", 3 * hd, 1, mtp_modules, false});
+  }
   if (has_norm) t.push_back({"final_norm.weight", hd, 1, 1, false});
   if (ln) t.push_back({"final_norm.bias", hd, 1, 1, false});
   if (vocab > 0 && !tied_embeddings) t.push_back({"lm_head.weight", static_cast<double>(vocab), hd, 1, true});
   if (vocab > 0 && !tied_embeddings && head_bias)
     t.push_back({"lm_head.bias", static_cast<double>(vocab), 1, 1, false});
   return t;
+}
+
+ModelSpec with_mtp(const ModelSpec& m) {
+  ModelSpec out = m;
+  out.layers += m.mtp_in_file - m.mtp_modules;
+  out.mtp_modules = m.mtp_in_file;
+  return out;
 }
 
 double ModelSpec::total_params() const {

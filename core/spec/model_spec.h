@@ -183,6 +183,12 @@ struct ModelSpec {
   // Qwen3-Next's softmax attention output gate: q_proj also gives each head a gate of head_dim, the
   // attention's output multiplied by its sigmoid before o_proj.
   bool attn_output_gate = false;
+  // DeepSeek-V3's and GLM-4.5's multi-token-prediction modules (num_nextn_predict_layers): in the file, and
+  // counted (with_mtp: the last mtp_modules of `layers` are theirs, each a block of the last block's kind
+  // with an input projection eh_proj, 2 hidden -> hidden, and three norms, enorm, hnorm and its head's; the
+  // embedding and the head shared with the model).
+  int mtp_in_file = 0;
+  int mtp_modules = 0;
   // OPT's learned position table: this many rows beyond max_positions (its position ids start at 2).
   int position_offset = 0;
   // One norm before an attention and an MLP that run side by side on the same input (Falcon-7B's, Phi's):
@@ -211,6 +217,7 @@ struct ModelSpec {
   bool head_bias = false;  // Phi's bias on the untied head
 
   bool moe() const { return experts > 0; }
+  int main_layers() const { return layers - mtp_modules; }
   bool mla() const { return kv_lora_rank > 0; }
   // Whether layer l is a linear-attention (Gated DeltaNet) layer, and how many are softmax attention.
   bool linear_attention(int layer) const { return full_attn_every > 1 && (layer + 1) % full_attn_every != 0; }
@@ -276,5 +283,9 @@ struct ModelSpec {
   // Elements of the largest single linear weight (the operator that sets model-state working memory).
   double largest_linear_elements() const;
 };
+
+// The model with its file's multi-token-prediction modules counted (run option memwall.mtp): mtp_in_file more
+// blocks, mtp_modules set.
+ModelSpec with_mtp(const ModelSpec& m);
 
 }  // namespace memwall

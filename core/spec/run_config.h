@@ -113,6 +113,10 @@ struct MemwallRunConfig {
   // each expert's parameters are partitioned (stage 3: gathered) over the data_parallel / expert_parallel
   // ranks holding it.
   int expert_parallel = 1;
+  // Train with the model file's multi-token-prediction modules (DeepSeek-V3's and GLM-4.5's
+  // num_nextn_predict_layers), as their makers did: each one more block, its input projection and norms, and
+  // another pass of the shared head and loss (false: the main model only, as transformers loads it).
+  bool mtp = false;
   int sequence_length = 0;  // 0 = the model's max_positions
   AttentionKernel attention = AttentionKernel::kUnfused;
   Partitioning partitioning = Partitioning::kBandwidthCentric;

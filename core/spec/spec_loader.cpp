@@ -225,12 +225,13 @@ Status read_latent_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
 // (256 [64]; null: none, every block dense) of moe_intermediate_size (2048 [1407]), num_experts_per_tok (8
 // [required]) per token, beside n_shared_experts (1 [2]; null: none) shared experts of that width without a
 // gate, taken as one of their summed width. Experts in every moe_layer_freq-th block only, refused. How the
-// router scores and groups (scoring_func, topk_method, n_group, topk_group, routed_scaling_factor) and the
-// next-token-prediction layers (num_nextn_predict_layers) are not counted.
+// router scores and groups (scoring_func, topk_method, n_group, topk_group, routed_scaling_factor) is not
+// counted; the next-token-prediction modules (num_nextn_predict_layers) only with the run's memwall.mtp.
 Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   const bool v3 = m.model_type != "deepseek_v2";
   r.ignore({"routed_scaling_factor", "n_group", "topk_group", "topk_method", "scoring_func", "norm_topk_prob",
-            "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers", "auto_map"});
+            "aux_loss_alpha", "seq_aux", "ep_size", "auto_map"});
+  MW_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", m.mtp_in_file, 0, 64));
   int freq = 1;
   MW_RETURN_IF_ERROR(r.get_int("moe_layer_freq", freq, 1, 1 << 20));
   if (freq != 1) {
@@ -1303,7 +1304,7 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // rotary on half of each head) with per-head q/k norms under use_qk_norm, the first first_k_dense_replace
     // blocks a dense MLP of intermediate_size, the others n_routed_experts (128) of moe_intermediate_size
     // (1408), 8 per token, beside n_shared_experts (1) shared experts of that width without a gate. Its
-    // next-token-prediction layers (num_nextn_predict_layers) are not counted.
+    // next-token-prediction modules (num_nextn_predict_layers) are counted only with the run's memwall.mtp.
     const bool glm4_moe = type == "glm4_moe";
     if (glm4_moe) MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_norm));
     // Llama 4's (Llama4ForCausalLM; Llama4TextConfig's defaults): heads of 128, no rotary turn on every
@@ -1416,7 +1417,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
         m.shared_expert_ffn = shared * m.expert_ffn;
         m.shared_expert_gate = false;
-        r.ignore({"routed_scaling_factor", "n_group", "topk_group", "num_nextn_predict_layers"});
+        r.ignore({"routed_scaling_factor", "n_group", "topk_group"});
+        MW_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", m.mtp_in_file, 0, 64));
       } else if (!mixtral && !olmoe) {  // Qwen-MoE's (and Qwen3-Next's) layers of experts
         // Experts in every decoder_sparse_step-th layer (dense MLPs of intermediate_size between), but in the
         // layers mlp_only_layers lists: the first ones only (those from layer 0 on, as dense first blocks).
@@ -1961,6 +1963,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
     MW_RETURN_IF_ERROR(o.get_int("pipeline_parallel", mw.pipeline_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_int("expert_parallel", mw.expert_parallel, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_bool("mtp", mw.mtp));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
     std::string attention = attention_kernel_name(mw.attention);
     MW_RETURN_IF_ERROR(o.get_choice("attention", attention, {"unfused", "flash"}));
@@ -2135,6 +2138,8 @@ std::string to_json_text(const ModelSpec& m) {
               {"value_dim", m.la_value_dim},
               {"conv_kernel", m.la_conv_kernel}}},
             {"attn_output_gate", m.attn_output_gate},
+            {"mtp_in_file", m.mtp_in_file},
+            {"mtp_modules", m.mtp_modules},
             {"norm", m.norm == NormKind::kLayerNorm ? "layernorm"
                                                     : (m.norm == NormKind::kRmsNorm ? "rmsnorm" : "none")},
             {"position", m.position == PositionKind::kLearned
@@ -2214,6 +2219,7 @@ std::string to_json_text(const RunConfig& run) {
       {"model_parallel", mw.model_parallel},
       {"pipeline_parallel", mw.pipeline_parallel},
       {"expert_parallel", mw.expert_parallel},
+      {"mtp", mw.mtp},
       {"sequence_length", mw.sequence_length},
       {"attention", attention_kernel_name(mw.attention)},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},

@@ -113,6 +113,31 @@ TEST(CliPredict, JsonIsOneDocumentWithResolvedInputs) {
   EXPECT_EQ(j["bandwidth"]["data_types"][0]["data_type"], "params_grads");
 }
 
+// memwall.mtp counts DeepSeek-V3's multi-token-prediction module (a block more, a second head's logits); on
+// a model without one it warns and adds nothing.
+TEST(CliPredict, MtpCountsTheModelsMultiTokenPredictionModules) {
+  const CmdResult plain = memwall("predict --json --model deepseek-v3", false);
+  const CmdResult mtp = memwall("predict --json --model deepseek-v3 --set '{\"memwall.mtp\": true}'", false);
+  ASSERT_EQ(plain.exit_code, 0);
+  ASSERT_EQ(mtp.exit_code, 0);
+  const nlohmann::json a = parse_json(plain.output), b = parse_json(mtp.output);
+  EXPECT_EQ(a["inputs"]["model"]["params"], 671026404352.0);
+  EXPECT_EQ(b["inputs"]["model"]["params"], 682636472320.0);
+  EXPECT_EQ(b["inputs"]["model"]["mtp_modules"], 1);
+  EXPECT_EQ(b["inputs"]["run"]["memwall"]["mtp"], true);
+  const auto logits = [](const nlohmann::json& j) {
+    for (const auto& item : j["memory"]["items"])
+      if (item["category"] == "logits") return item["bytes_per_rank"].get<double>();
+    return 0.0;
+  };
+  EXPECT_NEAR(logits(b) / logits(a), (2 * 2 + 4.0) / (2 + 4), 1e-9);  // fp16 logits twice, one fp32 gradient
+  const CmdResult none = memwall("predict --model gpt2 --set '{\"memwall.mtp\": true}'");
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_NE(none.output.find("memwall.mtp: model gpt2 has no multi-token-prediction modules"),
+            std::string::npos)
+      << none.output;
+}
+
 TEST(CliPredict, EveryShippedScenarioRuns) {
   for (const char* hw : {"dgx2", "dgx2-4n", "dgx2-16n", "dgx2-32n", "dgx2-64n", "dgx2-96n", "dgx1-v100",
                          "dgx-a100-80gb", "dgx-h100", "dgx-h200"}) {

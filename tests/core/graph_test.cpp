@@ -103,6 +103,37 @@ TEST(ModelGraph, ModelPersistenceThresholdCapsThePersistentTotal) {
   }
 }
 
+// DeepSeek's multi-token-prediction module (memwall.mtp): a last block with its input norms and eh_proj,
+// then after the model's loss the module's norm, the shared head (the same parameter) and a second loss; the
+// graph's parameters are the spec's, its FLOPs one block and one head pass more.
+TEST(ModelGraph, MultiTokenPredictionAddsABlockAndASharedHeadPass) {
+  ModelSpec m = testing::load_model_scenario("deepseek-v2-lite");
+  m.mtp_in_file = 1;
+  const ModelSpec mtp = with_mtp(m);
+  const ModelGraph base = build_model_graph(m, options(1, 1)), g = build_model_graph(mtp, options(1, 1));
+  EXPECT_EQ(g.total_param_elements(), mtp.total_params());
+  EXPECT_EQ(graph_param_stats(mtp, 2, 1, 0).total_elements, mtp.total_params());
+  const auto find = [&](const std::string& name) {
+    for (const GraphOp& o : g.ops)
+      if (o.name == name) return o;
+    return GraphOp{};
+  };
+  EXPECT_EQ(find("L27.mtp_eh_proj").layer, 27);
+  EXPECT_EQ(find("L26.mtp_eh_proj").name, "");
+  const GraphOp head = find("lm_head"), mtp_head = find("mtp0.lm_head");
+  ASSERT_EQ(mtp_head.name, "mtp0.lm_head");
+  EXPECT_EQ(mtp_head.params, head.params);  // the shared head
+  EXPECT_EQ(g.ops.back().name, "mtp0.loss");
+  EXPECT_EQ(g.ops.back().kind, OpKind::kLoss);
+  double block = 0;
+  for (const GraphOp& o : base.ops) block += o.layer == 26 ? o.fwd_flops : 0;
+  const double eh = 2 * 2048.0 * 2 * 2048 * 2048, extra = g.total_fwd_flops() - base.total_fwd_flops();
+  EXPECT_NEAR(extra,
+              block + eh + head.fwd_flops + find("loss").fwd_flops + find("mtp0.norm").fwd_flops +
+                  find("L27.mtp_enorm").fwd_flops + find("L27.mtp_hnorm").fwd_flops,
+              1e-6 * extra);
+}
+
 // Qwen3-Next's layers: three Gated DeltaNets (in_proj, the convolution, the delta rule, the gated norm,
 // out_proj; no scores kept) to one softmax attention whose q_proj also gives the output gate (the gate op
 // kept for o_proj). The delta rule's FLOPs per token and value head: 2 C (3 dk + 2 dv) + 6 dk dv + 2 C^2 / 3.

@@ -347,6 +347,19 @@ TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
   EXPECT_EQ(v3.active_params(), v3_rest + 58 * (256 * 7168.0 + 9 * v3_expert));
   EXPECT_NEAR(v3.total_params(), 671e9, 0.5e9);
   EXPECT_NEAR(v3.active_params(), 37e9, 0.6e9);
+  // With its multi-token-prediction module (memwall.mtp): one more expert block, eh_proj (2 x 7168 -> 7168)
+  // and three norms, the embedding and head shared: 682.6B (its checkpoint's 685B stores the shared embedding
+  // and head a second time, 1.85B); counted alike by the graph's stats.
+  EXPECT_EQ(v3.mtp_in_file, 1);
+  EXPECT_EQ(v3.mtp_modules, 0);
+  const ModelSpec v3_mtp = with_mtp(v3);
+  EXPECT_EQ(v3_mtp.layers, 62);
+  EXPECT_EQ(v3_mtp.main_layers(), 61);
+  EXPECT_EQ(v3_mtp.total_params() - v3.total_params(),
+            mla(7168, 128, 1536) + 256 * 7168.0 + 257 * v3_expert + 2 * 7168.0 * 7168 + 3 * 7168);
+  EXPECT_NEAR(v3_mtp.total_params() + 2 * 129280.0 * 7168, 685e9, 1e9);
+  EXPECT_EQ(graph_param_stats(v3_mtp, 1, 1, 0).total_elements, v3_mtp.total_params());
+  EXPECT_EQ(with_mtp(v3_mtp).total_params(), v3_mtp.total_params());  // (applied once)
   // DeepSeek-V2 (two shared experts, one dense block): 236B, 21B active; V2-Lite's queries by one q_proj.
   const ModelSpec v2 = load_model_scenario("deepseek-v2");
   EXPECT_EQ(v2.shared_expert_ffn, 2 * 1536);
