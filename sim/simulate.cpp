@@ -478,11 +478,10 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
     if (WIFSIGNALED(ws)) {
       const int sig = WTERMSIG(ws);
       why = strprintf("ended by signal %d (%s)", sig, strsignal(sig));
-      if (sig == SIGKILL || sig == SIGABRT || sig == SIGSEGV) {
+      if (sig == SIGKILL || sig == SIGABRT) {
         why +=
-            ": most likely out of memory (SimGrid holds every activity of the iteration: about 0.5 KiB "
-            "each, 21 million for Kimi K2 on one DGX-2); --fast runs the closed form in a fraction of the "
-            "memory, or simulate fewer GPUs per node";
+            ": most likely out of memory (SimGrid holds every activity of the iteration, about 0.5 KiB "
+            "each); --fast runs the closed form in a fraction of the memory, or simulate fewer GPUs per node";
       }
     } else if (WIFEXITED(ws)) {
       why = strprintf("exited with status %d", WEXITSTATUS(ws));

@@ -456,13 +456,15 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const std::string attn_term = linear_larger ? std::string("no scores (linear attention)")
                                 : flash       ? strprintf("4 B x heads %d (flash attention)", model.heads)
                                               : strprintf("2 heads %d x seq", model.heads);
-  const std::string q_term =
+  // The attention's tensors as counted above.
+  const std::string attn_part =
       linear_larger ? strprintf("4 keys %.0f + 5 values %.0f + 2 value heads %d", model.la_key_width(),
                                 model.la_value_width(), model.la_value_heads)
-      : model.mla() ? strprintf("q %.0f + k %.0f + v %.0f + out %.0f + latents %.0f", qw, kv, model.v_width(),
-                                static_cast<double>(model.o_width()), latents)
-      : qw == hd    ? std::string("2 hd")
-                    : strprintf("2 q %.0f", qw);
+      : model.mla()
+          ? strprintf("q %.0f + k %.0f + v %.0f + out %.0f + latents %.0f", qw, kv, model.v_width(),
+                      static_cast<double>(model.o_width()), latents)
+          : (qw == hd ? std::string("2 hd") : strprintf("2 q %.0f", qw)) + strprintf(" + 2 kv %.0f", kv) +
+                (model.attn_output_gate ? strprintf(" + 2 gate %.0f", qw) : std::string());
   const std::string moe_term =
       model.moe() && !dense_larger
           ? strprintf(" x %d experts per token + router %d", model.experts_per_token, model.experts) +
@@ -471,13 +473,8 @@ MemoryEstimate estimate_resolved(const ModelSpec& model, const RunConfig& run, c
   const std::string block_term =
       block_bytes == 16 * hd
           ? std::string("16 hd + ")
-          : strprintf("2 x (%s%s + %sffn %.0f%s) + ", q_term.c_str(),
-                      model.mla() || linear_larger
-                          ? ""
-                          : strprintf(" + 2 kv %.0f%s", kv,
-                                      model.attn_output_gate ? strprintf(" + 2 gate %.0f", qw).c_str() : "")
-                                .c_str(),
-                      model.gated_mlp ? "2 " : "", dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
+          : strprintf("2 x (%s + %sffn %.0f%s) + ", attn_part.c_str(), model.gated_mlp ? "2 " : "",
+                      dense_larger ? model.ffn_hidden : ffn, moe_term.c_str());
   if (ac.enabled) {
     const double ci = ac.interval;
     const double n_ckpt = std::ceil(nl / ci);

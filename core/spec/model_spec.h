@@ -117,7 +117,8 @@ struct ModelSpec {
   // "gelu_new"; for the gated MLP "silu" (SwiGLU, the default) or Gemma's "gelu_pytorch_tanh" (GeGLU), the
   // two memwall train takes there.
   std::string mlp_act = "silu";
-  bool norm_unit_offset = false;       // Gemma's RMSNorm scales by 1 + weight (its weights start at 0)
+  // Gemma's and Qwen3-Next's RMSNorms, Nemotron's LayerNorm1P scale by 1 + weight (their weights start at 0).
+  bool norm_unit_offset = false;
   bool embed_scale = false;            // Gemma's embedding output multiplied by sqrt(hidden)
   double partial_rotary_factor = 1.0;  // the share of each head's channels rotary turns (Phi-4-mini's 0.75)
   // With a window: every global_every-th layer (layers global_every - 1, 2 global_every - 1, ...) attends
@@ -222,9 +223,7 @@ struct ModelSpec {
   // Whether layer l is a linear-attention (Gated DeltaNet) layer, and how many are softmax attention.
   bool linear_attention(int layer) const { return full_attn_every > 1 && (layer + 1) % full_attn_every != 0; }
   int softmax_attention_layers() const {
-    int n = 0;
-    for (int l = 0; l < layers; ++l) n += linear_attention(l) ? 0 : 1;
-    return n;
+    return count_layers([this](int l) { return !linear_attention(l); });
   }
   // A linear-attention layer's widths: its queries' (and keys'), its values' (and output gate's), and the
   // convolved queries, keys and values.
@@ -237,8 +236,13 @@ struct ModelSpec {
     return moe() && layer >= dense_layers && (moe_every <= 1 || (layer + 1) % moe_every == 0);
   }
   int moe_layers() const {
+    return count_layers([this](int l) { return moe_layer(l); });
+  }
+  // How many of the layers `is` holds for.
+  template <class Pred>
+  int count_layers(Pred is) const {
     int n = 0;
-    for (int l = 0; l < layers; ++l) n += moe_layer(l) ? 1 : 0;
+    for (int l = 0; l < layers; ++l) n += is(l) ? 1 : 0;
     return n;
   }
   // The MLP inner features one expert (or the dense MLP) has.

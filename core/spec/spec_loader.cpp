@@ -912,6 +912,7 @@ Status parse_nemotron(JsonObjectReader& r, const std::string& source, Diagnostic
                                    " is not supported; allowed: the same as attention_bias");
   }
   m.linear_bias = attention_bias;
+  m.norm_unit_offset = true;  // LayerNorm1P
   m.mlp_act = "relu2";
   MW_RETURN_IF_ERROR(r.get_string("hidden_act", m.mlp_act));
   MW_RETURN_IF_ERROR(r.get_number("norm_eps", m.norm_eps, 0.0, 1.0));

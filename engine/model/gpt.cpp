@@ -935,7 +935,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       m.model_type == "nemotron") {
     c.neox = m.model_type == "gpt_neox";
     c.starcoder2 = m.model_type == "starcoder2";
-    c.nemotron = c.norm_unit_offset = m.model_type == "nemotron";  // (LayerNorm1P: 1 + weight)
+    c.nemotron = m.model_type == "nemotron";
+    c.norm_unit_offset = c.nemotron && m.norm_unit_offset;  // (Nemotron's LayerNorm1P: 1 + weight)
     c.phi = m.model_type == "phi";
     c.falcon = m.model_type == "falcon";
     c.gptj = m.model_type == "gptj" || m.model_type == "codegen";
@@ -1139,6 +1140,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     if (c.nemotron) {
       m.mlp_act = "relu2";
       m.head_size = c.head_dim;  // (Minitron-8B's heads of their own size)
+      m.norm_unit_offset = c.norm_unit_offset;
     }
     m.position = c.falcon_alibi ? PositionKind::kNone : PositionKind::kRotary;
     m.tied_embeddings = c.tied;

@@ -622,6 +622,7 @@ TEST(ModelSpec, EarlierOpenModelsCountAsTheirCheckpoints) {
   EXPECT_TRUE(nemotron.norm == NormKind::kLayerNorm && nemotron.norm_bias && !nemotron.gated_mlp &&
               !nemotron.linear_bias && !nemotron.tied_embeddings);
   EXPECT_EQ(nemotron.mlp_act, "relu2");
+  EXPECT_TRUE(nemotron.norm_unit_offset);  // LayerNorm1P
   EXPECT_EQ(nemotron.partial_rotary_factor, 0.5);
   EXPECT_EQ(nemotron.total_params(),
             2 * 256000.0 * 3072 +
