@@ -333,13 +333,14 @@ int run_train(const TrainOptions& opt) {
   const train::BpeTokenizer* bpe = tokenizer ? &*tokenizer : nullptr;
 
   train::Zero3Options zo;
-  // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present.
+  // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present (but
+  // for a mixture of experts, which trains on the CPU only).
   std::string gpu_why = "memwall was built without CUDA (MEMWALL_CUDA)";
   int gpus = 0;
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0);
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.moe());
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }

@@ -142,6 +142,16 @@ struct ModelSpec {
   int experts = 0;
   int experts_per_token = 0;
   int expert_ffn = 0;
+  // How a token's experts are weighted: the router's softmax over all experts at the chosen ones
+  // (norm_topk_prob false: OLMoE's, Qwen-MoE's default), or those renormalised to sum to 1 (Mixtral's,
+  // Granite MoE's; norm_topk_prob true). What memwall train computes; predict and simulate do not depend on
+  // it.
+  bool norm_topk_prob = false;
+  // The load-balancing loss transformers adds to the training loss with output_router_logits true:
+  // router_aux_loss_coef x experts x sum over experts of (the share of routing choices it got) x (its mean
+  // router probability), both over all the layers' tokens together; 0: none (output_router_logits false, the
+  // published files' setting).
+  double router_aux_loss = 0;
   // Qwen2-MoE's shared expert: a gated MLP of this many inner features every token goes through besides its
   // routed experts, scaled by a sigmoid gate (a linear of hidden x 1); 0: none.
   int shared_expert_ffn = 0;

@@ -1437,7 +1437,17 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         }
         r.ignore({"mlp_only_layers"});
       }
-      r.ignore({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "norm_topk_prob"});
+      // The routing weights (Mixtral's and Granite MoE's renormalised; the others' as norm_topk_prob says)
+      // and the load-balancing loss's coefficient, where output_router_logits turns it on (defaults as each
+      // config class's).
+      m.norm_topk_prob = mixtral && !gpt_oss;
+      if (!mixtral) MW_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", m.norm_topk_prob));
+      bool aux = false;
+      double coef = gpt_oss ? 0.9 : olmoe ? 0.01 : 0.001;
+      MW_RETURN_IF_ERROR(r.get_bool("output_router_logits", aux));
+      MW_RETURN_IF_ERROR(r.get_number("router_aux_loss_coef", coef, 0.0, 1e6));
+      m.router_aux_loss = aux ? coef : 0;
+      r.ignore({"router_jitter_noise", "norm_topk_prob"});
     }
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",
               "resid_pdrop", "original_max_position_embeddings"});

@@ -127,6 +127,19 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "them too: sandwich_norm), without Gemma's parts, soft caps, Granite's multipliers or Phi-3's "
         "fused names");
   }
+  if (c.experts < 0 || (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) ||
+      c.expert_ffn < 0) {
+    return Status::invalid_argument("model: experts (" + std::to_string(c.experts) +
+                                    ") must be >= 0, experts_per_token (" +
+                                    std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" +
+                                    std::to_string(c.expert_ffn) + ") >= 0");
+  }
+  if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
+                  c.granite || c.fused_names || c.glm || !(c.router_aux >= 0))) {
+    return Status::invalid_argument(
+        "model: a mixture of experts (experts > 0) is the Llama shape's with RMSNorms before the sublayers, "
+        "in sequence, SwiGLU experts, without Gemma's, Granite's, GLM's or Phi-3's parts, router_aux >= 0");
+  }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
         "model: nope_every " + std::to_string(c.nope_every) +
@@ -259,6 +272,12 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   // (Grouped-query attention's key/value rows: GPT-BigCode's and Falcon's too.)
   if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
   rows.push_back({"the MLP's inner size", c.ffn_width()});  // (GPT-2's 4C: divided wherever C is)
+  if (c.moe() && tiling != 1) {
+    return Status::invalid_argument(
+        what + " " + std::to_string(tiling) +
+        " is not supported with a mixture of experts (its experts' linears are not "
+        "tiled); allowed: 1");
+  }
   if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   for (const auto& [rows_of, n] : rows) {
     if (tiling < 1 || n % tiling != 0) {
@@ -321,9 +340,20 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.norm_params && !c.shared_norm()) add(h + "post_attention_layernorm.weight", {C});
       if (c.norm_bias() && !c.shared_norm()) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
-      add(h + "mlp.gate_proj.weight", {F, C});
-      add(h + "mlp.up_proj.weight", {F, C});
-      add(h + "mlp.down_proj.weight", {C, F});
+      if (c.moe()) {  // the router, then each expert's gate, up and down (the graph's order)
+        const int E = c.expert_width();
+        add(h + "mlp.gate.weight", {c.experts, C});
+        for (int e = 0; e < c.experts; ++e) {
+          const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
+          add(x + "gate_proj.weight", {E, C});
+          add(x + "up_proj.weight", {E, C});
+          add(x + "down_proj.weight", {C, E});
+        }
+      } else {
+        add(h + "mlp.gate_proj.weight", {F, C});
+        add(h + "mlp.up_proj.weight", {F, C});
+        add(h + "mlp.down_proj.weight", {C, F});
+      }
       if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
     }
     if (c.norm_params) add("model.norm.weight", {C});
@@ -670,6 +700,21 @@ std::vector<ParamTensor> glm_layout(const std::vector<ParamTensor>& layout, bool
   }
   return out;
 }
+// Mixtral's names for the experts: the router block_sparse_moe.gate, an expert's gate, up and down w1, w3
+// and w2.
+std::vector<ParamTensor> mixtral_layout(std::vector<ParamTensor> layout) {
+  const std::pair<std::string_view, std::string_view> names[] = {
+      {".gate_proj.", ".w1."}, {".up_proj.", ".w3."}, {".down_proj.", ".w2."}};
+  for (ParamTensor& t : layout) {
+    const auto at = t.name.find(".mlp.");
+    if (at == std::string::npos) continue;
+    t.name.replace(at, 5, ".block_sparse_moe.");
+    for (const auto& [ours, theirs] : names) {
+      if (const auto p = t.name.find(ours); p != std::string::npos) t.name.replace(p, ours.size(), theirs);
+    }
+  }
+  return layout;
+}
 }  // namespace
 
 std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
@@ -685,6 +730,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.starcoder2) return renamed_layout(layout, starcoder2_names());
   if (c.nemotron) return renamed_layout(layout, nemotron_names());
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
+  if (c.mixtral()) return mixtral_layout(std::move(layout));
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
 }
@@ -745,10 +791,24 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
         "output are not supported by " +
         tool + "; memwall predict and simulate take it");
   }
-  if (m.moe()) {
-    return Status::invalid_argument(where + std::to_string(m.experts) +
-                                    " experts per layer (a mixture-of-experts MLP) is not supported by " +
-                                    tool + "; memwall predict and simulate take it");
+  if (m.moe()) {  // routed SwiGLU experts in every block of the Llama shape (its other checks below)
+    const std::string also = "; memwall predict and simulate take it";
+    if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
+        m.model_type != "qwen2_moe") {
+      return Status::invalid_argument(where + m.model_type + "'s mixture of experts is not supported by " +
+                                      tool + "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe" + also);
+    }
+    if (m.shared_expert_ffn > 0) {
+      return Status::invalid_argument(
+          where + "shared_expert_intermediate_size " + std::to_string(m.shared_expert_ffn) +
+          " (a shared expert) is not supported by " + tool + "; allowed: 0" + also);
+    }
+    if (m.dense_layers > 0 || m.moe_every > 1) {
+      return Status::invalid_argument(where + "dense MLP layers between the experts' (decoder_sparse_step " +
+                                      std::to_string(m.moe_every) + ", mlp_only_layers of " +
+                                      std::to_string(m.dense_layers) + ") are not supported by " + tool +
+                                      "; allowed: experts in every layer" + also);
+    }
   }
   if (m.model_type == "nemotron") {  // GPT-2's shape with grouped-query heads, LayerNorm1P and relu2
     if (m.mlp_act != "relu2") {
@@ -928,6 +988,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.partial_rotary = m.partial_rotary_factor;
     // StableLM's use_parallel_residual: the attention and the MLP side by side after one norm.
     c.parallel_residual = c.one_norm = m.block_norm_shared;
+    c.experts = m.experts;
+    c.experts_per_token = m.experts_per_token;
+    c.expert_ffn = m.expert_ffn;
+    c.norm_topk = m.norm_topk_prob;
+    c.router_aux = m.router_aux_loss;
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1126,6 +1191,17 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.model_type = c.qk_norm && !c.qk_norm_full ? "exaone4" : c.sliding_window > 0 ? "olmo3" : "olmo2";
     }
     m.rope_windowed_only = c.rope_windowed_only;
+    if (c.moe()) {
+      m.model_type = c.qk_norm_full ? "olmoe"
+                     : c.qk_norm    ? "qwen3_moe"
+                     : c.qkv_bias   ? "qwen2_moe"
+                                    : "mixtral";
+      m.experts = c.experts;
+      m.experts_per_token = c.experts_per_token;
+      m.expert_ffn = c.expert_ffn;
+      m.norm_topk_prob = c.norm_topk;
+      m.router_aux_loss = c.router_aux;
+    }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
     m.model_type = c.neox         ? "gpt_neox"
@@ -1239,6 +1315,16 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"ln1_post.w", {"post_attention_layernorm"}},
       {"ln2.w", {"pre_feedforward_layernorm"}},
       {"ln2_post.w", {"post_feedforward_layernorm"}}};
+  if (op == "router" && wb == "w") return {"model.layers." + layer + ".mlp.gate.weight"};
+  if (int e = -1, n = 0; std::sscanf(op.c_str(), "expert%d.%n", &e, &n) == 1 && n > 0 && e >= 0) {
+    const std::string stem = op.substr(static_cast<std::size_t>(n)) + "." + wb;
+    const char* proj = stem == "fc1.w0"   ? "gate_proj"
+                       : stem == "fc1.w1" ? "up_proj"
+                       : stem == "fc2.w"  ? "down_proj"
+                                          : nullptr;
+    if (proj == nullptr) return {};
+    return {"model.layers." + layer + ".mlp.experts." + std::to_string(e) + "." + proj + ".weight"};
+  }
   const std::string key = op + "." + wb;
   const auto& table = c.out_norms() && sandwich.count(key) > 0 ? sandwich : llama;
   const auto it = table.find(key);
@@ -1376,6 +1462,16 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
       o.role = GptRole::kHead;
     } else if (name == "loss") {
       o.role = GptRole::kLoss;
+    } else if (int e = -1, n = 0;
+               std::sscanf(name.c_str() + name.find('.') + 1, "expert%d.%n", &e, &n) == 1 && n > 0) {
+      const std::string stem = name.substr(name.find('.') + 1 + static_cast<std::size_t>(n));
+      MW_CHECK(stem == "fc1" || stem == "gelu" || stem == "fc2", "GptModel: unexpected graph op " + op.name);
+      o.role = stem == "fc1"    ? GptRole::kExpertFc1
+               : stem == "gelu" ? GptRole::kExpertAct
+                                : GptRole::kExpertFc2;
+      o.expert = e;
+    } else if (name.substr(name.find('.') + 1) == "router") {
+      o.role = GptRole::kRouter;
     } else {
       const auto it = roles.find(name.substr(name.find('.') + 1));
       MW_CHECK(it != roles.end(), "GptModel: unexpected graph op " + op.name);
@@ -1398,7 +1494,8 @@ bool linear_bias(const GptConfig& c, const GptOp& o) {
 
 bool is_linear(const GptOp& o) {
   return o.role == GptRole::kQkv || o.role == GptRole::kProj || o.role == GptRole::kFc1 ||
-         o.role == GptRole::kFc2 || o.role == GptRole::kHead;
+         o.role == GptRole::kFc2 || o.role == GptRole::kHead || o.role == GptRole::kRouter ||
+         o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2;
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
@@ -1435,6 +1532,10 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
       return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
     case GptRole::kHead:  // the token embedding's rows when tied; a bias (Phi's) or not
       return one(c.vocab);
+    case GptRole::kRouter:
+      return one(c.experts);
+    case GptRole::kExpertFc1:
+      return two(c.expert_width(), c.expert_width());
     default:  // kProj, kFc2
       return one(C);
   }
@@ -1495,6 +1596,19 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * Q);
   }
   if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
+  if (c.moe()) {
+    const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
+    per_layer(rprob_, N * E, S);
+    per_layer(rwt_, N * K, S);
+    rsel_.assign(static_cast<std::size_t>(S), std::vector<int>(N * K));
+    erows_.assign(static_cast<std::size_t>(S), std::vector<std::vector<int>>(E));
+    for (auto* v : {&efc_, &egel_, &eout_})
+      v->assign(static_cast<std::size_t>(S), std::vector<std::vector<float>>(E));
+    rcount_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
+    rpsum_.assign(rcount_.size(), 0.0);
+    for (auto* v : {&rlogit_, &drlogit_}) v->resize(N * E);
+    drw_.resize(N * K);
+  }
   if (c.bloom) {
     for (auto* v : {&emb_, &demb_}) v->resize(N * C);
     for (auto* v : {&me_, &re_}) v->resize(N);
@@ -1583,8 +1697,8 @@ void GptModel::mm_backward(float* din, float* dw, float* db, const float* dout, 
 // out[:, this tile's columns of each part] (row stride out_width) = in . w^T + b (+ residual there): each
 // part's GEMM writes its columns in place (the input cast to bf16 once for all parts).
 void GptModel::linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts,
-                              int n, const OpInfo& o, const float* residual) {
-  const int N = B_ * T_;
+                              int n, const OpInfo& o, const float* residual, int rows_in) {
+  const int N = rows_in > 0 ? rows_in : B_ * T_;
   const auto rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(out_width);
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
@@ -1606,8 +1720,8 @@ void GptModel::linear_forward(float* out, int out_width, const float* in, int in
 
 // din += dout[:, cols] . w; dw += dout[:, cols]^T . in; db += column sums; for each part, dout read in place.
 void GptModel::linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
-                               const Part* parts, int n, const OpInfo& o) {
-  const int N = B_ * T_;
+                               const Part* parts, int n, const OpInfo& o, int rows) {
+  const int N = rows > 0 ? rows : B_ * T_;
   for (int k = 0; k < n; ++k) {
     const Part& pt = parts[k];
     const int cols = pt.rows / o.tiles, col0 = pt.col0 + o.tile * cols;
@@ -1670,6 +1784,121 @@ void GptModel::post_norm_forward(float* out, const float* residual, const float*
   for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
 }
 
+void GptModel::route(std::size_t l, std::size_t a) {
+  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
+                    E = static_cast<std::size_t>(c_.experts),
+                    K = static_cast<std::size_t>(c_.experts_per_token),
+                    C = static_cast<std::size_t>(c_.channels);
+  float* prob = rprob_[a].data();
+  float* wt = rwt_[a].data();
+  int* sel = rsel_[a].data();
+  for (auto& rows : erows_[a]) rows.clear();
+  double* count = rcount_.data() + l * E;
+  double* psum = rpsum_.data() + l * E;
+  std::fill(count, count + E, 0.0);
+  std::fill(psum, psum + E, 0.0);
+  std::vector<int> order(E);
+  for (std::size_t t = 0; t < N; ++t) {
+    // The softmax over the experts (in fp32, as transformers computes it), then the K most probable (the
+    // lower expert first among equals), weighted by their probabilities or (norm_topk) those over their sum.
+    const float* z = rlogit_.data() + t * E;
+    float* p = prob + t * E;
+    const float zmax = *std::max_element(z, z + E);
+    float sum = 0;
+    for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(z[e] - zmax));
+    for (std::size_t e = 0; e < E; ++e) {
+      p[e] /= sum;
+      psum[e] += static_cast<double>(p[e]);
+    }
+    for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<int>(e);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
+                      [p](int x, int y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+    float chosen = 0;
+    for (std::size_t j = 0; j < K; ++j) chosen += p[order[j]];
+    for (std::size_t j = 0; j < K; ++j) {
+      const int e = order[j];
+      sel[t * K + j] = e;
+      wt[t * K + j] = c_.norm_topk ? p[e] / chosen : p[e];
+      count[e] += 1;
+      erows_[a][static_cast<std::size_t>(e)].push_back(static_cast<int>(t * K + j));
+    }
+  }
+  for (std::size_t e = 0; e < E; ++e) {
+    const std::size_t n = erows_[a][e].size(), F = static_cast<std::size_t>(c_.expert_width());
+    efc_[a][e].resize(n * 2 * F);
+    egel_[a][e].resize(n * F);
+    eout_[a][e].resize(n * C);
+  }
+  // The experts add their weighted outputs to the attention's residual sum.
+  std::copy(res1_[a].begin(), res1_[a].end(), resid_[l + 1].begin());
+}
+
+void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
+  const auto& rows = erows_[a][static_cast<std::size_t>(e)];
+  const auto C = static_cast<std::size_t>(c_.channels), K = static_cast<std::size_t>(c_.experts_per_token);
+  ein_.resize(rows.size() * C);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const float* row = src + static_cast<std::size_t>(rows[i]) / K * C;
+    std::copy(row, row + C, ein_.data() + i * C);
+  }
+}
+
+double GptModel::aux_loss() const {
+  // transformers' load_balancing_loss_func over every layer's tokens together: experts x the sum over experts
+  // of (its routing choices / tokens) x (its mean probability).
+  const std::size_t E = static_cast<std::size_t>(c_.experts);
+  const double tokens = static_cast<double>(B_) * T_ * c_.layers;
+  double sum = 0;
+  for (std::size_t e = 0; e < E; ++e) {
+    double count = 0, psum = 0;
+    for (int l = 0; l < c_.layers; ++l) {
+      count += rcount_[static_cast<std::size_t>(l) * E + e];
+      psum += rpsum_[static_cast<std::size_t>(l) * E + e];
+    }
+    sum += count * psum;
+  }
+  return c_.router_aux * static_cast<double>(E) * sum / (tokens * tokens);
+}
+
+void GptModel::route_backward(std::size_t a) {
+  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
+                    E = static_cast<std::size_t>(c_.experts),
+                    K = static_cast<std::size_t>(c_.experts_per_token);
+  // The load-balancing loss's gradient at probability e of any token: coefficient x experts x (expert e's
+  // routing choices over all layers) / (tokens x layers)^2.
+  std::vector<double> aux(E, 0.0);
+  if (c_.router_aux > 0) {
+    const double tokens = static_cast<double>(N) * c_.layers;
+    for (std::size_t e = 0; e < E; ++e) {
+      double count = 0;
+      for (int l = 0; l < c_.layers; ++l) count += rcount_[static_cast<std::size_t>(l) * E + e];
+      aux[e] = c_.router_aux * static_cast<double>(E) * count / (tokens * tokens);
+    }
+  }
+  std::vector<float> dp(E);
+  for (std::size_t t = 0; t < N; ++t) {
+    const float* p = rprob_[a].data() + t * E;
+    const int* sel = rsel_[a].data() + t * K;
+    const float* w = rwt_[a].data() + t * K;
+    const float* dw = drw_.data() + t * K;
+    for (std::size_t e = 0; e < E; ++e) dp[e] = static_cast<float>(aux[e]);
+    if (c_.norm_topk) {  // w_j = p_j / S: dp_j = (dw_j - sum_i dw_i w_i) / S
+      float chosen = 0, dot = 0;
+      for (std::size_t j = 0; j < K; ++j) {
+        chosen += p[sel[j]];
+        dot += dw[j] * w[j];
+      }
+      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += (dw[j] - dot) / chosen;
+    } else {
+      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += dw[j];
+    }
+    float dot = 0;  // the softmax's: dz_e = p_e (dp_e - sum_f p_f dp_f)
+    for (std::size_t e = 0; e < E; ++e) dot += p[e] * dp[e];
+    float* dz = drlogit_.data() + t * E;
+    for (std::size_t e = 0; e < E; ++e) dz[e] = p[e] * (dp[e] - dot);
+  }
+}
+
 bool GptModel::bf16_weight(int op, int k) const {
   return bf16_ && linear_weight(c_, info_[static_cast<std::size_t>(op)], k);
 }
@@ -1680,10 +1909,14 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   Part parts[2];
-  const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual) {
+  const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual,
+                          int rows = 0) {
     const int n = linear_parts(c_, o, p, nullptr, parts, bf16_ ? p16 : nullptr);
-    linear_forward(out, out_width, in, in_width, parts, n, o, residual);
+    linear_forward(out, out_width, in, in_width, parts, n, o, residual, rows);
   };
+  const auto e = static_cast<std::size_t>(std::max(0, o.expert));
+  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
+  const int FE = c_.expert_width();
   switch (o.role) {
     case Role::kEmbed:  // (BLOOM's goes through its norm, kEmbedNorm, into the residual stream)
       k::embedding_forward(c_.bloom ? emb_.data() : resid_[0].data(), tokens_.data(), p[0],
@@ -1772,6 +2005,32 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kLn2Post:
       post_norm_forward(resid_[l + 1].data(), res1_[a].data(), mo_[a].data(), rmo_[a].data(), p);
       break;
+    case Role::kRouter:
+      linear(rlogit_.data(), c_.experts, fc1_input(a), C, nullptr);
+      route(l, a);
+      break;
+    case Role::kExpertFc1:
+      if (routed == 0) break;
+      gather_expert_input(a, o.expert, fc1_input(a));
+      linear(efc_[a][e].data(), 2 * FE, ein_.data(), C, nullptr, routed);
+      break;
+    case Role::kExpertAct:
+      if (routed > 0) k::swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE);
+      break;
+    case Role::kExpertFc2: {  // its output, kept for the routing weight's gradient, weighted into the block's
+      if (routed == 0) break;
+      linear(eout_[a][e].data(), C, egel_[a][e].data(), FE, nullptr, routed);
+      const auto K = static_cast<std::size_t>(c_.experts_per_token), W = static_cast<std::size_t>(C);
+      const auto& rows = erows_[a][e];
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto r = static_cast<std::size_t>(rows[i]);
+        const float w = rwt_[a][r];
+        float* dst = resid_[l + 1].data() + r / K * W;
+        const float* y = eout_[a][e].data() + i * W;
+        for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
+      }
+      break;
+    }
     case Role::kFinalNorm:
       norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
       break;
@@ -1785,6 +2044,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (c_.final_softcap > 0)
         k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
+      if (c_.moe() && c_.router_aux > 0) loss_ += static_cast<float>(aux_loss());
       break;
   }
 }
@@ -1798,10 +2058,15 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
   Part parts[2];
-  const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width) {
+  const auto linear = [&](float* din, const float* dout, int out_width, const float* in, int in_width,
+                          int rows = 0) {
     const int n = linear_parts(c_, o, p, g, parts, bf16_ ? p16 : nullptr);
-    linear_backward(din, dout, out_width, in, in_width, parts, n, o);
+    linear_backward(din, dout, out_width, in, in_width, parts, n, o, rows);
   };
+  const auto e = static_cast<std::size_t>(std::max(0, o.expert));
+  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
+  const int FE = c_.expert_width();
+  const auto W = static_cast<std::size_t>(C), K = static_cast<std::size_t>(std::max(1, c_.experts_per_token));
   switch (o.role) {
     case Role::kLoss:
       zero(dlogits_);
@@ -1834,6 +2099,54 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       }
       linear(dgel_.data(), (c_.out_norms() || c_.scaled_branches() ? dpost_ : dx_).data(), C, gel_[a].data(),
              F);
+      break;
+    case Role::kExpertFc2: {
+      if (o.expert ==
+          c_.experts - 1) {  // the block's first op backward: its residual branch, no gradients yet
+        dres_ = dx_;
+        zero(dln_);
+        zero(drw_);
+      }
+      if (routed == 0) break;
+      // The weighted output's gradients: w dx at the output, dx . output at the weight.
+      const auto& rows = erows_[a][e];
+      dy_.resize(rows.size() * W);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto r = static_cast<std::size_t>(rows[i]);
+        const float* dx = dx_.data() + r / K * W;
+        const float* y = eout_[a][e].data() + i * W;
+        const float w = rwt_[a][r];
+        float dot = 0;
+        for (std::size_t j = 0; j < W; ++j) {
+          dy_[i * W + j] = w * dx[j];
+          dot += dx[j] * y[j];
+        }
+        drw_[r] = dot;
+      }
+      degel_.assign(rows.size() * static_cast<std::size_t>(FE), 0.0f);
+      linear(degel_.data(), dy_.data(), C, egel_[a][e].data(), FE, routed);
+      break;
+    }
+    case Role::kExpertAct:
+      if (routed == 0) break;
+      defc_.assign(static_cast<std::size_t>(routed) * 2 * static_cast<std::size_t>(FE), 0.0f);
+      k::swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE);
+      break;
+    case Role::kExpertFc1: {  // into the rows of the MLP input's gradient its tokens read
+      if (routed == 0) break;
+      gather_expert_input(a, o.expert, fc1_input(a));
+      dein_.assign(ein_.size(), 0.0f);
+      linear(dein_.data(), defc_.data(), 2 * FE, ein_.data(), C, routed);
+      const auto& rows = erows_[a][e];
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        float* dst = dln_.data() + static_cast<std::size_t>(rows[i]) / K * W;
+        for (std::size_t j = 0; j < W; ++j) dst[j] += dein_[i * W + j];
+      }
+      break;
+    }
+    case Role::kRouter:
+      route_backward(a);
+      linear(dln_.data(), drlogit_.data(), c_.experts, fc1_input(a), C);
       break;
     case Role::kGelu:
       zero(dfc_);

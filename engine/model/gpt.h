@@ -183,6 +183,18 @@ struct GptConfig {
   // post_self_attn_layernorm (the attention output's), post_attention_layernorm (the MLP's input) and
   // post_mlp_layernorm (the MLP output's).
   bool glm = false;
+  // A mixture of experts in every block's MLP (the Llama shape's; Mixtral's, Qwen3-MoE's, OLMoE's): a router
+  // (a linear of channels x experts, no bias) whose softmax picks each token's experts_per_token experts,
+  // each a SwiGLU MLP of expert_width() inner features; the token's MLP output is their outputs weighted by
+  // the router's probabilities at them (renormalised to sum to 1 with norm_topk: Mixtral's). router_aux > 0
+  // adds transformers' load-balancing loss times it (output_router_logits). In Hugging Face files the router
+  // is mlp.gate and expert e's linears mlp.experts.e.gate_proj, up_proj and down_proj (Mixtral's, the
+  // Llama shape without q/k norms or q/k/v biases: block_sparse_moe.gate and experts.e.w1, w3 and w2).
+  int experts = 0;
+  int experts_per_token = 0;
+  int expert_ffn = 0;  // (0: ffn_width())
+  bool norm_topk = false;
+  double router_aux = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -239,6 +251,10 @@ struct GptConfig {
   int kv_width() const { return kv_head_count() * head_size(); }  // of K, and of V
   int q_width() const { return heads * head_size(); }             // of Q, and of the attention's output
   int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
+  bool moe() const { return experts > 0; }
+  int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
+  // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
+  bool mixtral() const { return moe() && !qk_norm && !qkv_bias; }
   // GPT-2's learned position table: its rows, and the row position 0 reads.
   int position_offset() const { return opt ? kOptPositionOffset : 0; }
   int position_rows() const { return max_seq + position_offset(); }
@@ -392,11 +408,18 @@ enum class GptRole {
   kFinalNorm,
   kHead,
   kLoss,
-  kEmbedNorm  // BLOOM's LayerNorm of the embedding
+  kEmbedNorm,  // BLOOM's LayerNorm of the embedding
+  // A mixture of experts: the router's logits (and the routing they decide), and expert `expert`'s gate and
+  // up linear, SwiGLU and down linear (on the tokens routed to it, its weighted output added to the block's).
+  kRouter,
+  kExpertFc1,
+  kExpertAct,
+  kExpertFc2
 };
 struct GptOp {
   GptRole role = GptRole::kEmbed;
   int layer = 0, tile = 0, tiles = 1;
+  int expert = -1;  // (kExpert*)
 };
 
 // One weight matrix of a linear op (several when fused: GQA's q and kv, SwiGLU's gate and up): its rows are
@@ -482,10 +505,20 @@ class GptModel {
   using Part = LinearPart;
   void params_of(int op, const float* base, float* gbase, std::vector<const float*>& p,
                  std::vector<float*>& g) const;
+  // (rows: of in and out; 0: B x T)
   void linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,
-                      const OpInfo& o, const float* residual);
+                      const OpInfo& o, const float* residual, int rows = 0);
   void linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
-                       const Part* parts, int n, const OpInfo& o);
+                       const Part* parts, int n, const OpInfo& o, int rows = 0);
+  // A mixture of experts in layer l (activation slot a): the routing from the router's logits (rlogit_):
+  // each token's experts and weights, each expert's tokens, the layer's routing counts and probability sums
+  // (for the load-balancing loss), and the block's output started at its residual sum. And back: the router
+  // logits' gradient (drlogit_) from the routing weights' (drw_) and the load-balancing loss's.
+  void route(std::size_t l, std::size_t a);
+  void route_backward(std::size_t a);
+  // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
+  void gather_expert_input(std::size_t a, int e, const float* src);
+  double aux_loss() const;
   // The rotary shapes' attention input: qkv_[l] with K and V repeated to every query head and rotary
   // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
@@ -554,6 +587,17 @@ class GptModel {
   // its rotary angles' cosines and sines, [T][head size / 2] (twice: the local base's after, with
   // rope_local_theta)
   std::vector<float> rope_cos_, rope_sin_;
+  // A mixture of experts, per activation slot: the router's probabilities [tokens][experts], each token's
+  // chosen experts and their weights [tokens][experts_per_token], per expert the routing choices it got
+  // (token x experts_per_token + choice, in token order), its fc1 output, SwiGLU output and output
+  // ([routed][2F], [routed][F], [routed][C]); per layer the routing choices each expert got and the sum of
+  // its probabilities over the tokens. Scratch: the logits, an expert's gathered input, and gradients.
+  std::vector<std::vector<float>> rprob_, rwt_;
+  std::vector<std::vector<int>> rsel_;
+  std::vector<std::vector<std::vector<int>>> erows_;
+  std::vector<std::vector<std::vector<float>>> efc_, egel_, eout_;
+  std::vector<double> rcount_, rpsum_;
+  std::vector<float> rlogit_, drlogit_, drw_, ein_, dein_, dy_, degel_, defc_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
 };

@@ -42,6 +42,10 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
+  if (c.moe()) {
+    return Status::invalid_argument("a mixture of experts (" + std::to_string(c.experts) +
+                                    " experts) trains on the CPU device only; allowed: --device cpu");
+  }
   if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
@@ -520,6 +524,11 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                                  "logit softcap"));
       }
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
+    case GptRole::kRouter:  // (create refuses a mixture of experts)
+    case GptRole::kExpertFc1:
+    case GptRole::kExpertAct:
+    case GptRole::kExpertFc2:
+      break;
   }
   return Status::internal("cuda model: unknown op");
 }
@@ -653,6 +662,11 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       MW_RETURN_IF_ERROR(zero(demb_, nc));
       return check(kc::layernorm_backward(demb_, g[0], g[1], dx_, emb_, p[0], me_, re_, N, C, s),
                    "embedding norm bwd");
+    case GptRole::kRouter:
+    case GptRole::kExpertFc1:
+    case GptRole::kExpertAct:
+    case GptRole::kExpertFc2:
+      break;
   }
   return Status::internal("cuda model: unknown op");
 }

@@ -139,6 +139,11 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"rope_local_theta", c.rope_local_theta},
           {"partial_rotary", c.partial_rotary},
           {"exact_gelu", c.exact_gelu},
+          {"experts", c.experts},
+          {"experts_per_token", c.experts_per_token},
+          {"expert_ffn", c.expert_width()},
+          {"norm_topk", c.norm_topk},
+          {"router_aux", c.router_aux},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -228,6 +233,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.query_scale = j.value("query_scale", 0.0);
     c.rope_local_theta = j.value("rope_local_theta", 0.0);
     c.partial_rotary = j.value("partial_rotary", 1.0);
+    c.experts = j.value("experts", 0);  // (a mixture of experts)
+    c.experts_per_token = j.value("experts_per_token", 0);
+    c.expert_ffn = c.experts > 0 ? j.value("expert_ffn", 0) : 0;
+    c.norm_topk = j.value("norm_topk", false);
+    c.router_aux = j.value("router_aux", 0.0);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

@@ -1290,6 +1290,11 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
         "run " + run.name + ": memwall.model_parallel = " + std::to_string(run.memwall.model_parallel) +
         ": memwall train is data parallel only (allowed: 1)");
   }
+  if (run.memwall.expert_parallel != 1) {
+    return Status::invalid_argument(
+        "run " + run.name + ": memwall.expert_parallel = " + std::to_string(run.memwall.expert_parallel) +
+        ": memwall train runs every expert on every rank (allowed: 1)");
+  }
   if (z.offload_param.device != OffloadDevice::kNone && z.offload_optimizer.device == OffloadDevice::kNone) {
     return Status::invalid_argument("run " + run.name +
                                     ": zero_optimization.offload_param needs offload_optimizer too (as in "

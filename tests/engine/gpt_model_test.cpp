@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "cpu/adam.h"
@@ -105,6 +106,39 @@ GptConfig qwen3() {
   GptConfig c = llama_gqa();
   c.head_dim = 6;
   c.qk_norm = true;
+  return c;
+}
+
+// Mixtral's mixture of experts on the Llama shape: 4 experts of 12 inner features, each token's 2 most
+// probable weighted by their renormalised probabilities, with the load-balancing loss (coefficient 0.02).
+GptConfig mixtral() {
+  GptConfig c = llama_gqa();
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.expert_ffn = 12;
+  c.norm_topk = true;
+  c.router_aux = 0.02;
+  return c;
+}
+// Qwen3-MoE's: Qwen3's heads of 6 with q and k norms, 5 experts of 10, 2 a token at their plain
+// probabilities, no load-balancing loss, tied.
+GptConfig qwen3_moe() {
+  GptConfig c = qwen3();
+  c.experts = 5;
+  c.experts_per_token = 2;
+  c.expert_ffn = 10;
+  c.tied = true;
+  return c;
+}
+// OLMoE's: norms of all the queries and of all the keys before the rotary turn, 4 experts (of ffn's 24), 3 a
+// token at their plain probabilities, the load-balancing loss at 0.01.
+GptConfig olmoe() {
+  GptConfig c = llama_gqa();
+  c.kv_heads = 4;
+  c.qk_norm = c.qk_norm_full = true;
+  c.experts = 4;
+  c.experts_per_token = 3;
+  c.router_aux = 0.01;
   return c;
 }
 
@@ -1413,6 +1447,80 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
     if (!matches_reference("llama_reference.py", c, gpt_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
+}
+
+// A mixture of experts against an independent PyTorch implementation of transformers' Mixtral, Qwen3-MoE and
+// OLMoE equations (tests/engine/moe_reference.py, in float64: every expert computed on every token, weighted
+// by 0 where not chosen, rather than memwall's routed rows), which reads the tensors by their checkpoints'
+// names (Mixtral's block_sparse_moe.experts.e.w1, w3, w2): the loss with the load-balancing loss over all the
+// layers' router logits, and every gradient element (the router's through the softmax, the top-k and the
+// renormalisation); also one expert a token. Skipped without torch.
+TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
+  GptConfig one = mixtral();
+  one.experts_per_token = 1;
+  one.router_aux = 0;
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one}) {
+    SCOPED_TRACE(c.qk_norm_full             ? "olmoe"
+                 : c.qk_norm                ? "qwen3_moe"
+                 : c.experts_per_token == 1 ? "mixtral, one expert a token"
+                                            : "mixtral");
+    c.rope_theta = 500;  // the rotation matters even over 8 positions
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"head_dim", c.head_size()},
+                                   {"norm_eps", c.norm_eps},
+                                   {"rope_theta", c.rope_theta},
+                                   {"experts", c.experts},
+                                   {"experts_per_token", c.experts_per_token},
+                                   {"norm_topk", c.norm_topk},
+                                   {"router_aux", c.router_aux},
+                                   {"mixtral", c.mixtral()},
+                                   {"qk_norm", c.qk_norm_full ? "full"
+                                               : c.qk_norm    ? "head"
+                                                              : ""}};
+    if (!matches_reference("moe_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+}
+
+// The graph of a mixture of experts: a router and each expert's fc1, SwiGLU and fc2 per layer, whose
+// parameters cover the flat array once (router, then each expert's gate, up and down); Mixtral's checkpoint
+// names; tiling refused.
+TEST(GptModel, MixtureOfExpertsGraphCoversEveryTensorOnce) {
+  const GptConfig c = mixtral();
+  const GptGraph g = make_gpt_graph(c, 1, 8, 1);
+  std::vector<int> owners(gpt_num_params(c), 0);
+  for (const auto& s : g.slices) {
+    for (std::size_t i = 0; i < s.numel; ++i) ++owners[s.offset + i];
+  }
+  for (std::size_t i = 0; i < owners.size(); ++i) ASSERT_EQ(owners[i], 1) << "element " << i;
+  int routers = 0, fc1 = 0, act = 0, fc2 = 0;
+  for (const GptOp& o : g.ops) {
+    routers += o.role == GptRole::kRouter;
+    fc1 += o.role == GptRole::kExpertFc1;
+    act += o.role == GptRole::kExpertAct;
+    fc2 += o.role == GptRole::kExpertFc2;
+    if (o.role == GptRole::kExpertFc1) {
+      EXPECT_EQ(o.expert, (fc1 - 1) % c.experts);
+    }
+  }
+  EXPECT_EQ(routers, c.layers);
+  EXPECT_EQ(fc1, c.layers * c.experts);
+  EXPECT_EQ(act, fc1);
+  EXPECT_EQ(fc2, fc1);
+  EXPECT_EQ(gpt_model_spec(c).total_params(), static_cast<double>(gpt_num_params(c)));
+  std::set<std::string> names;
+  for (const auto& t : hf_param_layout(c)) names.insert(t.name);
+  for (const char* n :
+       {"model.layers.1.block_sparse_moe.gate.weight", "model.layers.0.block_sparse_moe.experts.3.w1.weight",
+        "model.layers.0.block_sparse_moe.experts.3.w3.weight",
+        "model.layers.0.block_sparse_moe.experts.3.w2.weight"})
+    EXPECT_EQ(names.count(n), 1u) << n;
+  EXPECT_EQ(hf_param_layout(qwen3_moe())[5].name, "model.layers.0.self_attn.q_norm.weight");
+  const Status tiled = validate_tiling(c, 2);
+  EXPECT_NE(tiled.message().find("mixture of experts"), std::string::npos) << tiled.message();
 }
 
 // OPT against a PyTorch implementation of transformers' OPT equations (tests/engine/opt_reference.py), which

@@ -1,0 +1,100 @@
+"""A mixture-of-experts decoder in PyTorch, written from transformers' MixtralForCausalLM,
+Qwen3MoeForCausalLM and OlmoeForCausalLM equations: the token embedding, no position table; per layer the
+input RMSNorm, q_proj, k_proj, v_proj (no biases), Qwen3-MoE's RMSNorm of each query and key head
+("qk_norm": "head") or OLMoE's of all the queries and all the keys before they split ("qk_norm": "full"),
+rotary positions on every channel of each head (rotate_half's convention, base rope_theta), each key/value
+head serving heads / kv_heads consecutive query heads, causal softmax attention scaled by head size^-1/2,
+o_proj and the residual add; then the post-attention RMSNorm and the sparse MoE block: router logits
+(mlp.gate, or Mixtral's block_sparse_moe.gate), their softmax in float, the experts_per_token largest
+probabilities (torch.topk), renormalised to sum to 1 when "norm_topk"; each expert's SwiGLU
+down(silu(gate(h)) * up(h)) computed here on every token and weighted by the token's weight for that expert
+(0 where the expert was not chosen); the sum added to the residual. Then the final RMSNorm and the untied
+lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
+load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
+of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
+checkpoints' names (tests/engine/gpt_model_test.cpp).
+
+usage: moe_reference.py DIR
+DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
+"""
+import sys
+
+import reference_io
+
+
+def forward(cfg, t, tokens, torch, router_logits):
+    """The logits [B, T, vocab] of `tokens`; each layer's router logits appended to router_logits."""
+    B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
+    hs, eps, E, K = cfg["head_dim"], cfg["norm_eps"], cfg["experts"], cfg["experts_per_token"]
+    rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
+    moe = "block_sparse_moe." if cfg["mixtral"] else "mlp."
+    up_names = ("w1", "w3", "w2") if cfg["mixtral"] else ("gate_proj", "up_proj", "down_proj")
+
+    def rmsnorm(x, name):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t[name + ".weight"]
+
+    def linear(x, name):
+        return x @ t[name + ".weight"].T
+
+    def heads(x, n, name):
+        if cfg["qk_norm"] == "full":
+            x = rmsnorm(x, name)
+        x = x.view(B, T, n, hs)
+        if cfg["qk_norm"] == "head":
+            x = rmsnorm(x, name)
+        return x.transpose(1, 2)
+
+    x = t["model.embed_tokens.weight"][tokens]
+    for layer in range(cfg["layers"]):
+        p = "model.layers.%d." % layer
+        h = rmsnorm(x, p + "input_layernorm")
+        q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm"))
+        k = rotate(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2)
+        v = v.repeat_interleave(H // KV, dim=1)
+        y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * hs)
+        x = x + linear(y, p + "self_attn.o_proj")
+        h = rmsnorm(x, p + "post_attention_layernorm")
+        z = linear(h, p + moe + "gate")
+        router_logits.append(z.reshape(B * T, E))
+        prob = torch.softmax(z, dim=-1)
+        top, chosen = torch.topk(prob, K, dim=-1)
+        if cfg["norm_topk"]:
+            top = top / top.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(E):
+            weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
+            g, u, d = (p + moe + "experts.%d.%s" % (e, n) for n in up_names)
+            out = out + weight * linear(torch.nn.functional.silu(linear(h, g)) * linear(h, u), d)
+        x = x + out
+    x = rmsnorm(x, "model.norm")
+    return x @ t.get("lm_head.weight", t["model.embed_tokens.weight"]).T
+
+
+def load_balancing_loss(router_logits, E, K, torch):
+    z = torch.cat(router_logits, dim=0)
+    prob = torch.softmax(z, dim=-1)
+    _, chosen = torch.topk(prob, K, dim=-1)
+    tokens_per_expert = torch.nn.functional.one_hot(chosen, E).to(prob.dtype).mean(dim=0)  # [K, E]
+    return E * (tokens_per_expert * prob.mean(dim=0).unsqueeze(0)).sum()
+
+
+def main():
+    try:
+        import torch
+    except ImportError:
+        sys.exit(77)
+    d = sys.argv[1]
+    cfg, t, flat, tokens, targets = reference_io.load(d, torch)
+    router_logits = []
+    logits = forward(cfg, t, tokens, torch, router_logits)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.view(-1))
+    if cfg["router_aux"] > 0:
+        loss = loss + cfg["router_aux"] * load_balancing_loss(router_logits, cfg["experts"],
+                                                              cfg["experts_per_token"], torch)
+    reference_io.save(d, loss, flat, torch)
+
+
+if __name__ == "__main__":
+    main()
