@@ -97,11 +97,6 @@ int run_generate(const GenerateOptions& opt) {
     Diagnostics diag;
     auto spec = load_model_arg(opt.weights + "/config.json", diag);
     if (!spec.is_ok()) return report_error(spec.status());
-    if (spec->moe()) {
-      return report_error(Status::invalid_argument(
-          opt.weights + "/config.json: a mixture-of-experts model (" + std::to_string(spec->experts) +
-          " experts per layer) is not supported by memwall generate"));
-    }
     if (Status s = model::check_model_file(*spec, "memwall generate"); !s.is_ok()) return report_error(s);
     c = model::gpt_config_of(*spec);
     auto w = model::HfWeights::open(opt.weights, c);

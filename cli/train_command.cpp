@@ -500,7 +500,7 @@ int run_train(const TrainOptions& opt) {
         in->model.name.c_str(),
         c.llama()
             ? strprintf(
-                  "%s, %s, %s of %d, %d key/value heads%s, %s head%s%s%s%s; ",
+                  "%s, %s, %s, %d key/value heads%s, %s head%s%s%s%s; ",
                   !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
                   : c.cohere ? "Cohere-shaped: one LayerNorm without bias, the attention and the MLP side by "
                                "side, scaled logits"
@@ -531,8 +531,17 @@ int run_train(const TrainOptions& opt) {
                                                                     : static_cast<double>(c.head_size())),
                                   c.residual_multiplier, 1.0 / c.logit_scale)
                             .c_str()
-                      : "Llama-shaped: RMSNorm",
-                  rotary_summary(c, seq).c_str(), c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width(),
+                  : c.moe() ? strprintf("%s-shaped: RMSNorm", model::gpt_family(c)).c_str()
+                            : "Llama-shaped: RMSNorm",
+                  rotary_summary(c, seq).c_str(),
+                  c.moe()
+                      ? strprintf(
+                            "%d SwiGLU experts of %d, %d a token at their %s probabilities%s", c.experts,
+                            c.expert_width(), c.experts_per_token, c.norm_topk ? "renormalised" : "router",
+                            c.router_aux > 0 ? strprintf(", load-balancing loss x %g", c.router_aux).c_str()
+                                             : "")
+                            .c_str()
+                      : strprintf("%s of %d", c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width()).c_str(),
                   c.kv_head_count(), c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
                   c.tied ? "tied" : "untied",
                   c.qkv_bias       ? ", q/k/v biases"

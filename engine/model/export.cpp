@@ -248,6 +248,59 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"layer_types", layer_types(c)}},
                                torch_dtype);
   }
+  if (c.moe()) {  // MixtralConfig's, Qwen3MoeConfig's or OlmoeConfig's keys (validate() has refused the rest)
+    const bool olmoe = c.qk_norm_full, qwen3 = c.qk_norm && !olmoe, mixtral = c.mixtral();
+    const char* family = olmoe ? "OLMoE" : qwen3 ? "Qwen3-MoE" : mixtral ? "Mixtral" : "Qwen2-MoE";
+    const char* architecture = olmoe     ? "OlmoeForCausalLM"
+                               : qwen3   ? "Qwen3MoeForCausalLM"
+                               : mixtral ? "MixtralForCausalLM"
+                                         : "Qwen2MoeForCausalLM";
+    if (!mixtral && !olmoe && !qwen3) {
+      return Status::invalid_argument(dir +
+                                      ": Qwen2-MoE's experts without its shared expert have no config.json "
+                                      "form (Qwen2MoeForCausalLM always has one)");
+    }
+    if (beyond_plain_llama(c, !olmoe) || c.partial_rotary != 1.0 || c.first_window_layer > 0 ||
+        c.global_every > 0 || ((olmoe || qwen3) && c.sliding_window > 0)) {
+      return no_config_form(dir, family, ", partial rotary or windows on some layers", architecture);
+    }
+    if (c.qkv_bias) {
+      return Status::invalid_argument(dir + ": q, k and v biases have no " + family + " config.json form");
+    }
+    if (mixtral && !c.norm_topk) {
+      return Status::invalid_argument(dir +
+                                      ": experts weighted by their plain probabilities have no Mixtral "
+                                      "config.json form (MixtralForCausalLM renormalises them)");
+    }
+    nlohmann::ordered_json own = {{"rms_norm_eps", c.norm_eps},
+                                  {mixtral ? "num_local_experts" : "num_experts", c.experts},
+                                  {"num_experts_per_tok", c.experts_per_token},
+                                  {"output_router_logits", c.router_aux > 0},
+                                  {"router_aux_loss_coef", c.router_aux > 0 ? c.router_aux : 0.001}};
+    if (!mixtral) own["norm_topk_prob"] = c.norm_topk;
+    if (qwen3) {  // the experts' width apart from a dense layer's, which it has none of
+      own["moe_intermediate_size"] = c.expert_width();
+      own["decoder_sparse_step"] = 1;
+      own["mlp_only_layers"] = nlohmann::ordered_json::array();
+      own["head_dim"] = c.head_size();
+      own["attention_bias"] = false;
+    } else {
+      own["intermediate_size"] = c.expert_width();
+    }
+    if (mixtral) {
+      own["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      if (c.head_dim > 0) own["head_dim"] = c.head_dim;
+    }
+    if (olmoe) {
+      own["clip_qkv"] = nullptr;  // (validate() refuses OLMo's clip_qkv here)
+      own["attention_bias"] = false;
+    }
+    return llama_family_config(architecture,
+                               olmoe   ? "olmoe"
+                               : qwen3 ? "qwen3_moe"
+                                       : "mixtral",
+                               c, own, torch_dtype);
+  }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)
       return no_config_form(dir, "OLMo 2", ", q/k/v biases, partial rotary or per-head q/k norms",

@@ -809,6 +809,10 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       std::to_string(m.dense_layers) + ") are not supported by " + tool +
                                       "; allowed: experts in every layer" + also);
     }
+    if (m.clip_qkv > 0) {  // (OLMoE clamps q and k after its q/k norms, OLMo 1.7 before: memwall's kernels)
+      return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
+                                      " is not supported by " + tool + " for OLMoE; allowed: null");
+    }
   }
   if (m.model_type == "nemotron") {  // GPT-2's shape with grouped-query heads, LayerNorm1P and relu2
     if (m.mlp_act != "relu2") {
@@ -1095,6 +1099,10 @@ const char* gpt_family(const GptConfig& c) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
            : c.granite    ? "Granite"
+           : c.moe()      ? (c.qk_norm_full ? "OLMoE"
+                             : c.qk_norm    ? "Qwen3-MoE"
+                             : c.qkv_bias   ? "Qwen2-MoE"
+                                            : "Mixtral")
            : c.glm        ? (c.sandwich_norm ? "GLM-4" : "GLM")
            : c.layer_norm ? "StableLM"
            : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4"
@@ -1784,6 +1792,26 @@ void GptModel::post_norm_forward(float* out, const float* residual, const float*
   for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
 }
 
+void route_token(const GptConfig& c, const float* z, float* prob, int* chosen, float* weight,
+                 std::vector<int>& order) {
+  // The softmax over the experts (in fp32, as transformers computes it), then the K most probable.
+  const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
+  const float zmax = *std::max_element(z, z + E);
+  float sum = 0;
+  for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
+  for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
+  order.resize(E);
+  for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<int>(e);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
+                    [prob](int x, int y) { return prob[x] > prob[y] || (prob[x] == prob[y] && x < y); });
+  float total = 0;
+  for (std::size_t j = 0; j < K; ++j) total += prob[order[j]];
+  for (std::size_t j = 0; j < K; ++j) {
+    chosen[j] = order[j];
+    weight[j] = c.norm_topk ? prob[order[j]] / total : prob[order[j]];
+  }
+}
+
 void GptModel::route(std::size_t l, std::size_t a) {
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
                     E = static_cast<std::size_t>(c_.experts),
@@ -1797,30 +1825,14 @@ void GptModel::route(std::size_t l, std::size_t a) {
   double* psum = rpsum_.data() + l * E;
   std::fill(count, count + E, 0.0);
   std::fill(psum, psum + E, 0.0);
-  std::vector<int> order(E);
+  std::vector<int> order;
   for (std::size_t t = 0; t < N; ++t) {
-    // The softmax over the experts (in fp32, as transformers computes it), then the K most probable (the
-    // lower expert first among equals), weighted by their probabilities or (norm_topk) those over their sum.
-    const float* z = rlogit_.data() + t * E;
-    float* p = prob + t * E;
-    const float zmax = *std::max_element(z, z + E);
-    float sum = 0;
-    for (std::size_t e = 0; e < E; ++e) sum += (p[e] = std::exp(z[e] - zmax));
-    for (std::size_t e = 0; e < E; ++e) {
-      p[e] /= sum;
-      psum[e] += static_cast<double>(p[e]);
-    }
-    for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<int>(e);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
-                      [p](int x, int y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
-    float chosen = 0;
-    for (std::size_t j = 0; j < K; ++j) chosen += p[order[j]];
+    route_token(c_, rlogit_.data() + t * E, prob + t * E, sel + t * K, wt + t * K, order);
+    for (std::size_t e = 0; e < E; ++e) psum[e] += static_cast<double>(prob[t * E + e]);
     for (std::size_t j = 0; j < K; ++j) {
-      const int e = order[j];
-      sel[t * K + j] = e;
-      wt[t * K + j] = c_.norm_topk ? p[e] / chosen : p[e];
+      const auto e = static_cast<std::size_t>(sel[t * K + j]);
       count[e] += 1;
-      erows_[a][static_cast<std::size_t>(e)].push_back(static_cast<int>(t * K + j));
+      erows_[a][e].push_back(static_cast<int>(t * K + j));
     }
   }
   for (std::size_t e = 0; e < E; ++e) {

@@ -306,6 +306,12 @@ struct GptConfig {
   float score_cap() const { return static_cast<float>(attn_softcap); }
 };
 
+// A mixture of experts' routing of one token from its router logits z [experts]: the softmax in `prob`
+// [experts], the experts_per_token most probable (the lower expert first among equals) in `chosen` and their
+// weights in `weight` (their probabilities, or with norm_topk those over their sum). `order`: scratch.
+void route_token(const GptConfig& c, const float* z, float* prob, int* chosen, float* weight,
+                 std::vector<int>& order);
+
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
 // the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
 // GPT-2 the Llama shape's fields other than their GPT-2 values.

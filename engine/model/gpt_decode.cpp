@@ -37,6 +37,17 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
   if (c.qk_layernorm) mqk_.resize(rqk_.size());
   fc_.resize(T * static_cast<std::size_t>(c.fc_width()));
   gel_.resize(T * F);
+  if (c.moe()) {  // one token's router logits, probabilities, choices and weights, an expert's activations
+    const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token),
+               FE = static_cast<std::size_t>(c.expert_width());
+    route_z_.resize(E);
+    route_p_.resize(E);
+    route_e_.resize(K);
+    route_w_.resize(K);
+    fc_.resize(std::max(fc_.size(), 2 * FE));
+    gel_.resize(std::max(gel_.size(), FE));
+    proj_.resize(std::max(proj_.size(), T * C));
+  }
   mean_.resize(T);
   rstd_.resize(T);
   logits_.resize(static_cast<std::size_t>(c.vocab));
@@ -140,7 +151,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                                           : ln2_w + n2,
                     down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
-                    per_block = llama ? down_w + 1 + (c_.out_norms() ? 1 : 0) : g_down + 1 + nb;
+                    per_block = c_.moe() ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts)
+                                : llama  ? down_w + 1 + (c_.out_norms() ? 1 : 0)
+                                         : g_down + 1 + nb;
   // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
   const auto input_norm = [&](std::size_t norm_w) {
     if (c_.post_norm) {
@@ -248,6 +261,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
     if (!c_.parallel_residual) input_norm(p + ln2_w);
+    if (c_.moe()) {  // each row through its chosen experts, their outputs weighted into y_
+      moe_rows(n, p + fc_w);
+      residual_add(0, y_.data());  // (no output norm with experts)
+      continue;
+    }
     if (llama) {
       k::matmul_forward(fc_.data(), ln_.data(), at(p + fc_w), nullptr, n, C, 2 * F);
       if (c_.gelu_mlp) {
@@ -284,6 +302,27 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     k::scale_values(logits_.data(), logits_.size(), static_cast<float>(c_.logit_scale));
   if (c_.final_softcap > 0)
     k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
+}
+
+void GptDecoder::moe_rows(int n, std::size_t router) {
+  // The layout's router, then each expert's gate and up (back to back: one [2F, C] matrix) and down.
+  const auto C = static_cast<std::size_t>(c_.channels);
+  const int E = c_.experts, K = c_.experts_per_token, F = c_.expert_width();
+  const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
+  std::fill_n(y_.data(), static_cast<std::size_t>(n) * C, 0.0f);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
+    const float* in = ln_.data() + r * C;
+    k::matmul_forward(route_z_.data(), in, at(router), nullptr, 1, c_.channels, E);
+    route_token(c_, route_z_.data(), route_p_.data(), route_e_.data(), route_w_.data(), order_);
+    for (int j = 0; j < K; ++j) {
+      const std::size_t e = router + 1 + 3 * static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
+      k::matmul_forward(fc_.data(), in, at(e), nullptr, 1, c_.channels, 2 * F);
+      k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
+      k::matmul_forward(proj_.data(), gel_.data(), at(e + 2), nullptr, 1, F, c_.channels);
+      const float w = route_w_[static_cast<std::size_t>(j)];
+      for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
+    }
+  }
 }
 
 }  // namespace memwall::model

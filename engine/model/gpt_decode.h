@@ -54,6 +54,11 @@ class GptDecoder {
   std::vector<std::vector<float>> k_, v_;
   // One chunk's rows through the model (positions pos_ on), then the last one's logits if `logits`.
   void run_rows(const int* tokens, int n, bool logits);
+  // A mixture of experts: rows [0, n) of ln_ through each one's chosen experts (the router is tensor
+  // `router` of the layout, the experts' follow), their weighted sum into y_.
+  void moe_rows(int n, std::size_t router);
+  std::vector<float> route_z_, route_p_, route_w_;
+  std::vector<int> route_e_, order_;
 
   // Activations of the rows being appended (a chunk's).
   std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, mqk_, scores_, logits_;

@@ -1126,8 +1126,10 @@ TEST(CliInfo, ListsTheShippedModelsAndWhichTrain) {
   EXPECT_EQ(by_name["gpt-oss-120b"]["trains"], false);
   EXPECT_EQ(by_name["gpt-oss-120b"]["params"], 116829156672.0);
   EXPECT_LT(static_cast<double>(by_name["gpt-oss-120b"]["active_params"]), 6e9);
-  EXPECT_NE(by_name["gpt-oss-120b"]["why_not"].get<std::string>().find("128 experts per layer"),
+  EXPECT_NE(by_name["gpt-oss-120b"]["why_not"].get<std::string>().find("gpt_oss's mixture of experts"),
             std::string::npos);
+  EXPECT_EQ(by_name["olmoe-1b-7b"]["trains"], true);
+  EXPECT_EQ(by_name["olmoe-1b-7b"]["family"], "OLMoE");
   ASSERT_TRUE(by_name.count("nemotron-mini-4b"));
   EXPECT_EQ(by_name["nemotron-mini-4b"]["trains"], true);
   EXPECT_EQ(by_name["nemotron-mini-4b"]["family"], "Nemotron");
@@ -2647,24 +2649,46 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
       << r.output;
 }
 
-// A mixture of experts is predicted and simulated, not trained or generated: one line each.
-TEST(CliTrain, RefusesAMixtureOfExpertsInOneLine) {
-  const std::string data = write_file("moe.txt", "the cat sat. the cat sat. the cat sat.");
-  expect_train_refuses(data, R"({"model_type": "mixtral", "num_local_experts": 4})",
-                       "4 experts per layer (a mixture-of-experts MLP) is not supported by memwall train");
-  const std::string dir = test_path("moe-weights").string();
-  std::filesystem::create_directories(dir);
-  write_file(
-      "moe-weights/config.json",
-      R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-                 "num_attention_heads": 4, "vocab_size": 256, "num_experts": 4, "num_experts_per_tok": 2})");
-  const CmdResult g = memwall("generate --weights " + dir + " --tokens 2");
-  EXPECT_EQ(g.exit_code, 2) << g.output;
-  EXPECT_NE(
-      g.output.find("a mixture-of-experts model (4 experts per layer) is not supported by memwall generate"),
-      std::string::npos)
-      << g.output;
-  std::filesystem::remove_all(dir);
+// A mixture of experts (Mixtral's cut to one layer of 64 with 4 experts of 96, 2 a token, the load-balancing
+// loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
+// (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either; resumed with one
+// expert a token it is refused naming the key. Experts memwall train does not run (Qwen2-MoE's shared
+// expert, Granite MoE's) are refused in one line.
+TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
+  const std::string shape =
+      R"("num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "intermediate_size": 96, "num_local_experts": 4, "max_position_embeddings": 64, "vocab_size": 256,
+         "output_router_logits": true, "router_aux_loss_coef": 0.02)";
+  const ShapeRoundTrip r = train_export_generate("mixtral", "{" + shape + "}", "mixtral-8x7b", 200);
+  EXPECT_EQ(r.latest["experts"], 4);
+  EXPECT_EQ(r.latest["experts_per_token"], 2);
+  EXPECT_EQ(r.latest["norm_topk"], true);
+  EXPECT_EQ(r.latest["router_aux"], 0.02);
+  EXPECT_EQ(r.config["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(r.config["num_local_experts"], 4);
+  EXPECT_EQ(r.config["num_experts_per_tok"], 2);
+  EXPECT_EQ(r.config["intermediate_size"], 96);
+  EXPECT_EQ(r.config["output_router_logits"], true);
+  EXPECT_EQ(r.tensors["model.layers.0.block_sparse_moe.gate.weight"]["shape"], (nlohmann::json{4, 64}));
+  EXPECT_EQ(r.tensors["model.layers.0.block_sparse_moe.experts.3.w1.weight"]["shape"],
+            (nlohmann::json{96, 64}));
+  EXPECT_EQ(r.tensors["model.layers.0.block_sparse_moe.experts.3.w2.weight"]["shape"],
+            (nlohmann::json{64, 96}));
+  const CmdResult one =
+      memwall("train --steps 201 --resume --eval-batches 1 --checkpoint-dir " + r.dir + " --data " + r.data +
+              " --model mixtral-8x7b --model-set '{" + shape + ", \"num_experts_per_tok\": 1}'");
+  EXPECT_EQ(one.exit_code, 2) << one.output;
+  EXPECT_NE(one.output.find("checkpoint has experts_per_token = 2, this run has 1"), std::string::npos)
+      << one.output;
+  expect_train_refuses(
+      r.data, R"({"model_type": "qwen2_moe", "num_experts": 4})",
+      "shared_expert_intermediate_size 5632 (a shared expert) is not supported by memwall train; "
+      "allowed: 0");
+  expect_train_refuses(r.data, R"({"model_type": "granitemoe", "num_local_experts": 4})",
+                       "granitemoe's mixture of experts is not supported by memwall train; allowed: mixtral, "
+                       "qwen2_moe, qwen3_moe, olmoe");
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
 }
 
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head

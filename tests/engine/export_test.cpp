@@ -422,6 +422,85 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
   }
 }
 
+// A mixture of experts exports as Mixtral (block_sparse_moe.experts.e.w1, w3, w2; a window on every layer;
+// the load-balancing loss's coefficient), Qwen3-MoE (per-head q/k norms, heads of 6, moe_intermediate_size,
+// renormalised weights) or OLMoE (q/k norms over all heads) and reads back as the same model, every
+// parameter where it was; a Mixtral with plain probabilities, and Qwen2-MoE's experts without its shared
+// expert, are refused before anything is written.
+TEST(Export, MixturesOfExpertsReadBackAsWritten) {
+  GptConfig mixtral = small_llama_config();
+  mixtral.experts = 4;
+  mixtral.experts_per_token = 2;
+  mixtral.expert_ffn = 12;
+  mixtral.norm_topk = true;
+  mixtral.router_aux = 0.02;
+  mixtral.sliding_window = 4;
+  GptConfig qwen3_moe = mixtral;
+  qwen3_moe.sliding_window = 0;
+  qwen3_moe.router_aux = 0;
+  qwen3_moe.head_dim = 6;
+  qwen3_moe.qk_norm = true;
+  GptConfig olmoe = mixtral;
+  olmoe.sliding_window = 0;
+  olmoe.norm_topk = false;
+  olmoe.router_aux = 0.01;
+  olmoe.experts_per_token = 3;
+  olmoe.kv_heads = olmoe.heads;
+  olmoe.qk_norm = olmoe.qk_norm_full = true;
+  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe}) {
+    SCOPED_TRACE(gpt_model_spec(c).model_type);
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 3);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += 1e-3f * static_cast<float>(i % 97);
+    const std::string dir = temp_dir("export-moe");
+    const Status exported = export_hf(c, p.data(), dir);
+    ASSERT_TRUE(exported.is_ok()) << exported.to_string();
+    Diagnostics diag;
+    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+    EXPECT_TRUE(check_model_file(*spec, "memwall train").is_ok());
+    const GptConfig back = gpt_config_of(*spec);
+    EXPECT_EQ(spec->model_type, gpt_model_spec(c).model_type);
+    EXPECT_EQ(back.experts, c.experts);
+    EXPECT_EQ(back.experts_per_token, c.experts_per_token);
+    EXPECT_EQ(back.expert_width(), c.expert_width());
+    EXPECT_EQ(back.norm_topk, c.norm_topk);
+    EXPECT_EQ(back.router_aux, c.router_aux);
+    EXPECT_EQ(back.sliding_window, c.sliding_window);
+    EXPECT_EQ(back.head_size(), c.head_size());
+    EXPECT_EQ(back.qk_norm, c.qk_norm);
+    EXPECT_EQ(back.qk_norm_full, c.qk_norm_full);
+    EXPECT_EQ(back.clip_qkv, c.clip_qkv);
+    EXPECT_EQ(back.kv_head_count(), c.kv_head_count());
+    EXPECT_EQ(back.tied, c.tied);
+    ASSERT_EQ(gpt_num_params(back), gpt_num_params(c));
+    auto w = HfWeights::open(dir, back);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
+    const bool mix = c.mixtral();
+    EXPECT_EQ(h.contains("model.layers.1.block_sparse_moe.experts.3.w3.weight"), mix);
+    EXPECT_EQ(h.contains("model.layers.1.mlp.experts.3.up_proj.weight"), !mix);
+    EXPECT_EQ(
+        h[mix ? "model.layers.0.block_sparse_moe.gate.weight" : "model.layers.0.mlp.gate.weight"]["shape"],
+        (nlohmann::json{c.experts, c.channels}));
+    std::filesystem::remove_all(dir);
+  }
+  const std::string dir = temp_dir("export-moe-refused");
+  GptConfig plain = mixtral;
+  plain.norm_topk = false;
+  const Status s = export_hf(plain, std::vector<float>(gpt_num_params(plain)).data(), dir);
+  EXPECT_NE(s.message().find("MixtralForCausalLM renormalises them"), std::string::npos) << s.message();
+  GptConfig qwen2_moe = mixtral;
+  qwen2_moe.qkv_bias = true;
+  const Status q = export_hf(qwen2_moe, std::vector<float>(gpt_num_params(qwen2_moe)).data(), dir);
+  EXPECT_NE(q.message().find("Qwen2MoeForCausalLM always has one"), std::string::npos) << q.message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+}
+
 // OPT exports as OPTForCausalLM (model.decoder.* names, [out, in] weights, c_attn as q_proj, k_proj and
 // v_proj, a position table of max_seq + 2 rows) with an OPT config.json that reads back as the same model;
 // the facebook/opt-* checkpoints' names (decoder.*, OPTModel's) with a tied lm_head.weight read too.

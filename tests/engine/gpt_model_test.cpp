@@ -1130,7 +1130,19 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   exaone4_shape.sliding_window = 4;
   exaone4_shape.global_every = 2;
   exaone4_shape.rope_windowed_only = true;
+  GptConfig mixtral_shape = gqa;  // and Mixtral's experts: 4 of 12, 2 a token renormalised
+  mixtral_shape.experts = 4;
+  mixtral_shape.experts_per_token = 2;
+  mixtral_shape.expert_ffn = 12;
+  mixtral_shape.norm_topk = true;
+  GptConfig olmoe_shape = mixtral_shape;  // and OLMoE's: q/k norms over all heads, 3 a token, plain weights
+  olmoe_shape.kv_heads = 4;
+  olmoe_shape.qk_norm = olmoe_shape.qk_norm_full = true;
+  olmoe_shape.experts_per_token = 3;
+  olmoe_shape.norm_topk = false;
   for (const GptConfig& c : {gpt2,
+                             mixtral_shape,
+                             olmoe_shape,
                              opt_shape,
                              exact,
                              neox_shape,
@@ -1177,6 +1189,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.nemotron             ? "nemotron"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
+                 : c.moe()                ? (c.qk_norm ? "olmoe" : "mixtral")
                  : !c.norm_params         ? "olmo, clip_qkv"
                  : c.rope_windowed_only   ? "cohere2"
                  : c.nope_every > 0       ? "smollm3"
