@@ -536,8 +536,11 @@ int run_train(const TrainOptions& opt) {
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
-                            "%d SwiGLU experts of %d, %d a token at their %s probabilities%s", c.experts,
+                            "%d SwiGLU experts of %d, %d a token at their %s probabilities%s%s", c.experts,
                             c.expert_width(), c.experts_per_token, c.norm_topk ? "renormalised" : "router",
+                            c.shared_ffn > 0
+                                ? strprintf(", a gated shared expert of %d", c.shared_ffn).c_str()
+                                : "",
                             c.router_aux > 0 ? strprintf(", load-balancing loss x %g", c.router_aux).c_str()
                                              : "")
                             .c_str()

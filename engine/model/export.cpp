@@ -255,16 +255,20 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                : qwen3   ? "Qwen3MoeForCausalLM"
                                : mixtral ? "MixtralForCausalLM"
                                          : "Qwen2MoeForCausalLM";
-    if (!mixtral && !olmoe && !qwen3) {
-      return Status::invalid_argument(dir +
-                                      ": Qwen2-MoE's experts without its shared expert have no config.json "
-                                      "form (Qwen2MoeForCausalLM always has one)");
+    const bool qwen2 = !mixtral && !olmoe && !qwen3;
+    if (qwen2 != (c.shared_ffn > 0)) {
+      return Status::invalid_argument(
+          dir +
+          (qwen2 ? ": Qwen2-MoE's experts without its shared expert have no config.json form "
+                   "(Qwen2MoeForCausalLM always has one)"
+                 : ": a shared expert has a config.json form only with q, k and v biases and no q/k norms "
+                   "(Qwen2MoeForCausalLM)"));
     }
     if (beyond_plain_llama(c, !olmoe) || c.partial_rotary != 1.0 || c.first_window_layer > 0 ||
         c.global_every > 0 || ((olmoe || qwen3) && c.sliding_window > 0)) {
       return no_config_form(dir, family, ", partial rotary or windows on some layers", architecture);
     }
-    if (c.qkv_bias) {
+    if (c.qkv_bias && !qwen2) {
       return Status::invalid_argument(dir + ": q, k and v biases have no " + family + " config.json form");
     }
     if (mixtral && !c.norm_topk) {
@@ -278,12 +282,16 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                   {"output_router_logits", c.router_aux > 0},
                                   {"router_aux_loss_coef", c.router_aux > 0 ? c.router_aux : 0.001}};
     if (!mixtral) own["norm_topk_prob"] = c.norm_topk;
-    if (qwen3) {  // the experts' width apart from a dense layer's, which it has none of
+    if (qwen3 || qwen2) {  // the experts' width apart from a dense layer's, which it has none of
       own["moe_intermediate_size"] = c.expert_width();
       own["decoder_sparse_step"] = 1;
       own["mlp_only_layers"] = nlohmann::ordered_json::array();
-      own["head_dim"] = c.head_size();
-      own["attention_bias"] = false;
+      if (qwen2) {
+        own["shared_expert_intermediate_size"] = c.shared_ffn;
+      } else {
+        own["head_dim"] = c.head_size();
+        own["attention_bias"] = false;
+      }
     } else {
       own["intermediate_size"] = c.expert_width();
     }
@@ -296,9 +304,10 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       own["attention_bias"] = false;
     }
     return llama_family_config(architecture,
-                               olmoe   ? "olmoe"
-                               : qwen3 ? "qwen3_moe"
-                                       : "mixtral",
+                               olmoe     ? "olmoe"
+                               : qwen3   ? "qwen3_moe"
+                               : mixtral ? "mixtral"
+                                         : "qwen2_moe",
                                c, own, torch_dtype);
   }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)

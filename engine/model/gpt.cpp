@@ -128,11 +128,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "fused names");
   }
   if (c.experts < 0 || (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) ||
-      c.expert_ffn < 0) {
-    return Status::invalid_argument("model: experts (" + std::to_string(c.experts) +
-                                    ") must be >= 0, experts_per_token (" +
-                                    std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" +
-                                    std::to_string(c.expert_ffn) + ") >= 0");
+      c.expert_ffn < 0 || c.shared_ffn < 0 || (c.shared_ffn > 0 && !c.moe())) {
+    return Status::invalid_argument(
+        "model: experts (" + std::to_string(c.experts) + ") must be >= 0, experts_per_token (" +
+        std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" + std::to_string(c.expert_ffn) +
+        ") and shared_ffn (" + std::to_string(c.shared_ffn) + ") >= 0, a shared expert with experts only");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
                   c.granite || c.fused_names || c.glm || !(c.router_aux >= 0))) {
@@ -348,6 +348,13 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
           add(x + "gate_proj.weight", {E, C});
           add(x + "up_proj.weight", {E, C});
           add(x + "down_proj.weight", {C, E});
+        }
+        if (c.shared_ffn > 0) {  // then the shared expert's gate, up and down, and its gate
+          const std::string x = h + "mlp.shared_expert.";
+          add(x + "gate_proj.weight", {c.shared_ffn, C});
+          add(x + "up_proj.weight", {c.shared_ffn, C});
+          add(x + "down_proj.weight", {C, c.shared_ffn});
+          add(h + "mlp.shared_expert_gate.weight", {1, C});
         }
       } else {
         add(h + "mlp.gate_proj.weight", {F, C});
@@ -798,10 +805,10 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
       return Status::invalid_argument(where + m.model_type + "'s mixture of experts is not supported by " +
                                       tool + "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe" + also);
     }
-    if (m.shared_expert_ffn > 0) {
-      return Status::invalid_argument(
-          where + "shared_expert_intermediate_size " + std::to_string(m.shared_expert_ffn) +
-          " (a shared expert) is not supported by " + tool + "; allowed: 0" + also);
+    if (m.shared_expert_ffn > 0 && (m.model_type != "qwen2_moe" || !m.shared_expert_gate)) {
+      return Status::invalid_argument(where + "a shared expert (of " + std::to_string(m.shared_expert_ffn) +
+                                      ") is not supported by " + tool +
+                                      " for this family; allowed: Qwen2-MoE's, with its sigmoid gate" + also);
     }
     if (m.dense_layers > 0 || m.moe_every > 1) {
       return Status::invalid_argument(where + "dense MLP layers between the experts' (decoder_sparse_step " +
@@ -997,6 +1004,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.expert_ffn = m.expert_ffn;
     c.norm_topk = m.norm_topk_prob;
     c.router_aux = m.router_aux_loss;
+    c.shared_ffn = m.shared_expert_ffn;  // (check_model_file: Qwen2-MoE's, with its gate)
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1209,6 +1217,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.expert_ffn = c.expert_ffn;
       m.norm_topk_prob = c.norm_topk;
       m.router_aux_loss = c.router_aux;
+      m.shared_expert_ffn = c.shared_ffn;
     }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
@@ -1324,6 +1333,16 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"ln2.w", {"pre_feedforward_layernorm"}},
       {"ln2_post.w", {"post_feedforward_layernorm"}}};
   if (op == "router" && wb == "w") return {"model.layers." + layer + ".mlp.gate.weight"};
+  if (op == "shared_gate" && wb == "w") return {"model.layers." + layer + ".mlp.shared_expert_gate.weight"};
+  if (op == "shared.fc1" || op == "shared.fc2") {
+    const std::string stem = op.substr(7) + "." + wb;
+    const char* proj = stem == "fc1.w0"   ? "gate_proj"
+                       : stem == "fc1.w1" ? "up_proj"
+                       : stem == "fc2.w"  ? "down_proj"
+                                          : nullptr;
+    if (proj == nullptr) return {};
+    return {"model.layers." + layer + ".mlp.shared_expert." + proj + ".weight"};
+  }
   if (int e = -1, n = 0; std::sscanf(op.c_str(), "expert%d.%n", &e, &n) == 1 && n > 0 && e >= 0) {
     const std::string stem = op.substr(static_cast<std::size_t>(n)) + "." + wb;
     const char* proj = stem == "fc1.w0"   ? "gate_proj"
@@ -1457,6 +1476,10 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
       {"attn", GptRole::kAttn},        {"proj", GptRole::kProj},       {"ln2", GptRole::kLn2},
       {"fc1", GptRole::kFc1},          {"gelu", GptRole::kGelu},       {"fc2", GptRole::kFc2},
       {"ln1_post", GptRole::kLn1Post}, {"ln2_post", GptRole::kLn2Post}};
+  const std::map<std::string, GptRole> shared_roles = {{"shared.fc1", GptRole::kSharedFc1},
+                                                       {"shared.gelu", GptRole::kSharedAct},
+                                                       {"shared.fc2", GptRole::kSharedFc2},
+                                                       {"shared_gate", GptRole::kSharedGate}};
   for (const auto& op : out.graph.ops) {
     GptOp o{GptRole::kEmbed, op.layer, op.tile, op.tiles};
     std::string name = op.name.substr(0, op.name.find('['));
@@ -1480,6 +1503,9 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
       o.expert = e;
     } else if (name.substr(name.find('.') + 1) == "router") {
       o.role = GptRole::kRouter;
+    } else if (const auto shared = shared_roles.find(name.substr(name.find('.') + 1));
+               shared != shared_roles.end()) {
+      o.role = shared->second;
     } else {
       const auto it = roles.find(name.substr(name.find('.') + 1));
       MW_CHECK(it != roles.end(), "GptModel: unexpected graph op " + op.name);
@@ -1503,7 +1529,8 @@ bool linear_bias(const GptConfig& c, const GptOp& o) {
 bool is_linear(const GptOp& o) {
   return o.role == GptRole::kQkv || o.role == GptRole::kProj || o.role == GptRole::kFc1 ||
          o.role == GptRole::kFc2 || o.role == GptRole::kHead || o.role == GptRole::kRouter ||
-         o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2;
+         o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2 || o.role == GptRole::kSharedFc1 ||
+         o.role == GptRole::kSharedFc2 || o.role == GptRole::kSharedGate;
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
@@ -1544,6 +1571,10 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
       return one(c.experts);
     case GptRole::kExpertFc1:
       return two(c.expert_width(), c.expert_width());
+    case GptRole::kSharedFc1:
+      return two(c.shared_ffn, c.shared_ffn);
+    case GptRole::kSharedGate:
+      return one(1);
     default:  // kProj, kFc2
       return one(C);
   }
@@ -1616,6 +1647,15 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     rpsum_.assign(rcount_.size(), 0.0);
     for (auto* v : {&rlogit_, &drlogit_}) v->resize(N * E);
     drw_.resize(N * K);
+    if (c.shared_ffn > 0) {
+      const auto Fs = static_cast<std::size_t>(c.shared_ffn);
+      per_layer(sfc_, N * 2 * Fs, S);
+      per_layer(sgel_, N * Fs, S);
+      per_layer(sout_, N * C, S);
+      per_layer(sgate_, N, S);
+      dsout_.resize(N * C);
+      glogit_.resize(N);
+    }
   }
   if (c.bloom) {
     for (auto* v : {&emb_, &demb_}) v->resize(N * C);
@@ -2043,6 +2083,26 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       }
       break;
     }
+    case Role::kSharedFc1:
+      linear(sfc_[a].data(), 2 * c_.shared_ffn, fc1_input(a), C, nullptr);
+      break;
+    case Role::kSharedAct:
+      k::swiglu_forward(sgel_[a].data(), sfc_[a].data(), N, c_.shared_ffn);
+      break;
+    case Role::kSharedFc2:
+      linear(sout_[a].data(), C, sgel_[a].data(), c_.shared_ffn, nullptr);
+      break;
+    case Role::kSharedGate: {  // sigmoid(gate . x) times the shared expert's output, added to the block's
+      linear(glogit_.data(), 1, fc1_input(a), C, nullptr);
+      const auto W = static_cast<std::size_t>(C);
+      for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
+        const float s = sgate_[a][t] = 1.0f / (1.0f + std::exp(-glogit_[t]));
+        float* dst = resid_[l + 1].data() + t * W;
+        const float* y = sout_[a].data() + t * W;
+        for (std::size_t j = 0; j < W; ++j) dst[j] += s * y[j];
+      }
+      break;
+    }
     case Role::kFinalNorm:
       norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
       break;
@@ -2079,6 +2139,12 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
   const int FE = c_.expert_width();
   const auto W = static_cast<std::size_t>(C), K = static_cast<std::size_t>(std::max(1, c_.experts_per_token));
+  // A mixture of experts' first op backward: the block's residual branch, no gradients at its input yet.
+  const auto moe_block_backward = [&] {
+    dres_ = dx_;
+    zero(dln_);
+    zero(drw_);
+  };
   switch (o.role) {
     case Role::kLoss:
       zero(dlogits_);
@@ -2112,13 +2178,37 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       linear(dgel_.data(), (c_.out_norms() || c_.scaled_branches() ? dpost_ : dx_).data(), C, gel_[a].data(),
              F);
       break;
-    case Role::kExpertFc2: {
-      if (o.expert ==
-          c_.experts - 1) {  // the block's first op backward: its residual branch, no gradients yet
-        dres_ = dx_;
-        zero(dln_);
-        zero(drw_);
+    case Role::kSharedGate: {
+      moe_block_backward();
+      // The gated output's gradients: s dx at the shared expert's output, s (1 - s) dx . output at the logit.
+      const auto& s = sgate_[a];
+      for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
+        const float* dx = dx_.data() + t * W;
+        const float* y = sout_[a].data() + t * W;
+        float dot = 0;
+        for (std::size_t j = 0; j < W; ++j) {
+          dsout_[t * W + j] = s[t] * dx[j];
+          dot += dx[j] * y[j];
+        }
+        glogit_[t] = dot * s[t] * (1 - s[t]);
       }
+      linear(dln_.data(), glogit_.data(), 1, fc1_input(a), C);
+      break;
+    }
+    case Role::kSharedFc2:
+      degel_.assign(static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.shared_ffn), 0.0f);
+      linear(degel_.data(), dsout_.data(), C, sgel_[a].data(), c_.shared_ffn);
+      break;
+    case Role::kSharedAct:
+      defc_.assign(static_cast<std::size_t>(N) * 2 * static_cast<std::size_t>(c_.shared_ffn), 0.0f);
+      k::swiglu_backward(defc_.data(), sfc_[a].data(), degel_.data(), N, c_.shared_ffn);
+      break;
+    case Role::kSharedFc1:
+      linear(dln_.data(), defc_.data(), 2 * c_.shared_ffn, fc1_input(a), C);
+      break;
+    case Role::kExpertFc2: {
+      // (the block's first op backward without a shared expert)
+      if (o.expert == c_.experts - 1 && c_.shared_ffn == 0) moe_block_backward();
       if (routed == 0) break;
       // The weighted output's gradients: w dx at the output, dx . output at the weight.
       const auto& rows = erows_[a][e];

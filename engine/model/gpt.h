@@ -195,6 +195,10 @@ struct GptConfig {
   int expert_ffn = 0;  // (0: ffn_width())
   bool norm_topk = false;
   double router_aux = 0;
+  // Qwen2-MoE's shared expert: a SwiGLU MLP of shared_ffn inner features every token goes through beside its
+  // routed experts, its output times the sigmoid of shared_expert_gate (a linear of channels x 1); 0: none.
+  // Hugging Face names mlp.shared_expert.gate_proj, up_proj, down_proj and mlp.shared_expert_gate.
+  int shared_ffn = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -254,7 +258,7 @@ struct GptConfig {
   bool moe() const { return experts > 0; }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
-  bool mixtral() const { return moe() && !qk_norm && !qkv_bias; }
+  bool mixtral() const { return moe() && !qk_norm && !qkv_bias && shared_ffn == 0; }
   // GPT-2's learned position table: its rows, and the row position 0 reads.
   int position_offset() const { return opt ? kOptPositionOffset : 0; }
   int position_rows() const { return max_seq + position_offset(); }
@@ -420,7 +424,13 @@ enum class GptRole {
   kRouter,
   kExpertFc1,
   kExpertAct,
-  kExpertFc2
+  kExpertFc2,
+  // Qwen2-MoE's shared expert: its gate and up linear, SwiGLU and down linear on every token, and its sigmoid
+  // gate's linear (which adds the gated output to the block's).
+  kSharedFc1,
+  kSharedAct,
+  kSharedFc2,
+  kSharedGate
 };
 struct GptOp {
   GptRole role = GptRole::kEmbed;
@@ -603,6 +613,10 @@ class GptModel {
   std::vector<std::vector<std::vector<int>>> erows_;
   std::vector<std::vector<std::vector<float>>> efc_, egel_, eout_;
   std::vector<double> rcount_, rpsum_;
+  // Qwen2-MoE's shared expert, per activation slot: its fc1, SwiGLU and down outputs and its gate's sigmoid;
+  // scratch: the gate's logits (and their gradient) and the output's gradient.
+  std::vector<std::vector<float>> sfc_, sgel_, sout_, sgate_;
+  std::vector<float> glogit_, dsout_;
   std::vector<float> rlogit_, drlogit_, drw_, ein_, dein_, dy_, degel_, defc_;
   std::vector<const float*> p_;
   std::vector<float*> g_;

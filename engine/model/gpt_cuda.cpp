@@ -528,6 +528,10 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kExpertFc1:
     case GptRole::kExpertAct:
     case GptRole::kExpertFc2:
+    case GptRole::kSharedFc1:
+    case GptRole::kSharedAct:
+    case GptRole::kSharedFc2:
+    case GptRole::kSharedGate:
       break;
   }
   return Status::internal("cuda model: unknown op");
@@ -666,6 +670,10 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kExpertFc1:
     case GptRole::kExpertAct:
     case GptRole::kExpertFc2:
+    case GptRole::kSharedFc1:
+    case GptRole::kSharedAct:
+    case GptRole::kSharedFc2:
+    case GptRole::kSharedGate:
       break;
   }
   return Status::internal("cuda model: unknown op");

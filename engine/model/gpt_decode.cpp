@@ -44,8 +44,9 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
     route_p_.resize(E);
     route_e_.resize(K);
     route_w_.resize(K);
-    fc_.resize(std::max(fc_.size(), 2 * FE));
-    gel_.resize(std::max(gel_.size(), FE));
+    const auto FS = static_cast<std::size_t>(c.shared_ffn);
+    fc_.resize(std::max(fc_.size(), 2 * std::max(FE, FS)));
+    gel_.resize(std::max(gel_.size(), std::max(FE, FS)));
     proj_.resize(std::max(proj_.size(), T * C));
   }
   mean_.resize(T);
@@ -151,9 +152,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                                           : ln2_w + n2,
                     down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
-                    per_block = c_.moe() ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts)
-                                : llama  ? down_w + 1 + (c_.out_norms() ? 1 : 0)
-                                         : g_down + 1 + nb;
+                    per_block = c_.moe() ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts) +
+                                               (c_.shared_ffn > 0 ? 4 : 0)
+                                : llama ? down_w + 1 + (c_.out_norms() ? 1 : 0)
+                                        : g_down + 1 + nb;
   // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
   const auto input_norm = [&](std::size_t norm_w) {
     if (c_.post_norm) {
@@ -321,6 +323,17 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
       k::matmul_forward(proj_.data(), gel_.data(), at(e + 2), nullptr, 1, F, c_.channels);
       const float w = route_w_[static_cast<std::size_t>(j)];
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
+    }
+    if (c_.shared_ffn > 0) {  // Qwen2-MoE's shared expert (gate and up, down, then its gate) after them
+      const std::size_t s = router + 1 + 3 * static_cast<std::size_t>(E);
+      const int FS = c_.shared_ffn;
+      k::matmul_forward(fc_.data(), in, at(s), nullptr, 1, c_.channels, 2 * FS);
+      k::swiglu_forward(gel_.data(), fc_.data(), 1, FS);
+      k::matmul_forward(proj_.data(), gel_.data(), at(s + 2), nullptr, 1, FS, c_.channels);
+      float z = 0;
+      k::matmul_forward(&z, in, at(s + 3), nullptr, 1, c_.channels, 1);
+      const float g = 1.0f / (1.0f + std::exp(-z));
+      for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += g * proj_[i];
     }
   }
 }

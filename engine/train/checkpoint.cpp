@@ -144,6 +144,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"expert_ffn", c.expert_width()},
           {"norm_topk", c.norm_topk},
           {"router_aux", c.router_aux},
+          {"shared_ffn", c.shared_ffn},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -238,6 +239,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.expert_ffn = c.experts > 0 ? j.value("expert_ffn", 0) : 0;
     c.norm_topk = j.value("norm_topk", false);
     c.router_aux = j.value("router_aux", 0.0);
+    c.shared_ffn = j.value("shared_ffn", 0);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

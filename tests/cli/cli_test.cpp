@@ -2651,9 +2651,10 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
 
 // A mixture of experts (Mixtral's cut to one layer of 64 with 4 experts of 96, 2 a token, the load-balancing
 // loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
-// (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either; resumed with one
-// expert a token it is refused naming the key. Experts memwall train does not run (Qwen2-MoE's shared
-// expert, Granite MoE's) are refused in one line.
+// (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as does Qwen2-MoE's
+// with its gated shared expert (Qwen2MoeForCausalLM); resumed with one
+// expert a token it is refused naming the key. Experts memwall train does not run (dense layers between
+// Qwen2-MoE's, Granite MoE's) are refused in one line.
 TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   const std::string shape =
       R"("num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -2680,15 +2681,33 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("checkpoint has experts_per_token = 2, this run has 1"), std::string::npos)
       << one.output;
-  expect_train_refuses(
-      r.data, R"({"model_type": "qwen2_moe", "num_experts": 4})",
-      "shared_expert_intermediate_size 5632 (a shared expert) is not supported by memwall train; "
-      "allowed: 0");
+  expect_train_refuses(r.data, R"({"model_type": "qwen2_moe", "num_experts": 4, "decoder_sparse_step": 2})",
+                       "dense MLP layers between the experts' (decoder_sparse_step 2, mlp_only_layers of 0) "
+                       "are not supported by "
+                       "memwall train; allowed: experts in every layer");
   expect_train_refuses(r.data, R"({"model_type": "granitemoe", "num_local_experts": 4})",
                        "granitemoe's mixture of experts is not supported by memwall train; allowed: mixtral, "
                        "qwen2_moe, qwen3_moe, olmoe");
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
+  // Qwen2-MoE's (qwen1.5-moe-a2.7b's file: q/k/v biases, a shared expert behind its sigmoid gate) too, as
+  // Qwen2MoeForCausalLM.
+  const ShapeRoundTrip q = train_export_generate(
+      "qwen2-moe",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128, "num_experts": 4,
+          "num_experts_per_tok": 2, "max_position_embeddings": 64, "vocab_size": 256})",
+      "qwen1.5-moe-a2.7b", 200);
+  EXPECT_EQ(q.latest["shared_ffn"], 128);
+  EXPECT_EQ(q.config["architectures"][0], "Qwen2MoeForCausalLM");
+  EXPECT_EQ(q.config["shared_expert_intermediate_size"], 128);
+  EXPECT_EQ(q.config["moe_intermediate_size"], 64);
+  EXPECT_EQ(q.tensors["model.layers.0.mlp.shared_expert_gate.weight"]["shape"], (nlohmann::json{1, 64}));
+  EXPECT_EQ(q.tensors["model.layers.0.mlp.shared_expert.down_proj.weight"]["shape"],
+            (nlohmann::json{64, 128}));
+  EXPECT_EQ(q.tensors["model.layers.0.self_attn.k_proj.bias"]["shape"], (nlohmann::json{64}));
+  std::filesystem::remove_all(q.dir);
+  std::filesystem::remove_all(q.hf);
 }
 
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head

@@ -424,7 +424,8 @@ TEST(Export, SlidingWindowsAndFamiliesReadBackAsWritten) {
 
 // A mixture of experts exports as Mixtral (block_sparse_moe.experts.e.w1, w3, w2; a window on every layer;
 // the load-balancing loss's coefficient), Qwen3-MoE (per-head q/k norms, heads of 6, moe_intermediate_size,
-// renormalised weights) or OLMoE (q/k norms over all heads) and reads back as the same model, every
+// renormalised weights), OLMoE (q/k norms over all heads) or Qwen2-MoE (q/k/v biases, the shared expert and
+// its gate: shared_expert_intermediate_size) and reads back as the same model, every
 // parameter where it was; a Mixtral with plain probabilities, and Qwen2-MoE's experts without its shared
 // expert, are refused before anything is written.
 TEST(Export, MixturesOfExpertsReadBackAsWritten) {
@@ -447,7 +448,12 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   olmoe.experts_per_token = 3;
   olmoe.kv_heads = olmoe.heads;
   olmoe.qk_norm = olmoe.qk_norm_full = true;
-  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe}) {
+  GptConfig qwen2_moe = mixtral;  // Qwen2-MoE's: q/k/v biases, a shared expert of 20 behind its gate
+  qwen2_moe.sliding_window = 0;
+  qwen2_moe.norm_topk = false;
+  qwen2_moe.qkv_bias = true;
+  qwen2_moe.shared_ffn = 20;
+  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -467,6 +473,8 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(back.expert_width(), c.expert_width());
     EXPECT_EQ(back.norm_topk, c.norm_topk);
     EXPECT_EQ(back.router_aux, c.router_aux);
+    EXPECT_EQ(back.shared_ffn, c.shared_ffn);
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.head_size(), c.head_size());
     EXPECT_EQ(back.qk_norm, c.qk_norm);
@@ -494,9 +502,9 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   plain.norm_topk = false;
   const Status s = export_hf(plain, std::vector<float>(gpt_num_params(plain)).data(), dir);
   EXPECT_NE(s.message().find("MixtralForCausalLM renormalises them"), std::string::npos) << s.message();
-  GptConfig qwen2_moe = mixtral;
-  qwen2_moe.qkv_bias = true;
-  const Status q = export_hf(qwen2_moe, std::vector<float>(gpt_num_params(qwen2_moe)).data(), dir);
+  GptConfig unshared = mixtral;  // Qwen2-MoE's without its shared expert
+  unshared.qkv_bias = true;
+  const Status q = export_hf(unshared, std::vector<float>(gpt_num_params(unshared)).data(), dir);
   EXPECT_NE(q.message().find("Qwen2MoeForCausalLM always has one"), std::string::npos) << q.message();
   EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
 }

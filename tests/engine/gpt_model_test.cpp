@@ -142,6 +142,18 @@ GptConfig olmoe() {
   return c;
 }
 
+// Qwen2-MoE's: q, k and v biases, 4 experts of 10 (2 a token at their plain probabilities) and a shared
+// expert of 14 behind its sigmoid gate.
+GptConfig qwen2_moe() {
+  GptConfig c = llama_gqa();
+  c.qkv_bias = true;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.expert_ffn = 10;
+  c.shared_ffn = 14;
+  return c;
+}
+
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
 GptConfig wide_heads() {
   GptConfig c = llama_mha();
@@ -1140,9 +1152,13 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   olmoe_shape.qk_norm = olmoe_shape.qk_norm_full = true;
   olmoe_shape.experts_per_token = 3;
   olmoe_shape.norm_topk = false;
+  GptConfig qwen2_moe_shape = mixtral_shape;  // and Qwen2-MoE's: q/k/v biases, a gated shared expert of 20
+  qwen2_moe_shape.qkv_bias = true;
+  qwen2_moe_shape.shared_ffn = 20;
   for (const GptConfig& c : {gpt2,
                              mixtral_shape,
                              olmoe_shape,
+                             qwen2_moe_shape,
                              opt_shape,
                              exact,
                              neox_shape,
@@ -1189,7 +1205,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.nemotron             ? "nemotron"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
-                 : c.moe()                ? (c.qk_norm ? "olmoe" : "mixtral")
+                 : c.moe()                ? (c.qk_norm          ? "olmoe"
+                                             : c.shared_ffn > 0 ? "qwen2_moe"
+                                                                : "mixtral")
                  : !c.norm_params         ? "olmo, clip_qkv"
                  : c.rope_windowed_only   ? "cohere2"
                  : c.nope_every > 0       ? "smollm3"
@@ -1467,13 +1485,15 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
 // by 0 where not chosen, rather than memwall's routed rows), which reads the tensors by their checkpoints'
 // names (Mixtral's block_sparse_moe.experts.e.w1, w3, w2): the loss with the load-balancing loss over all the
 // layers' router logits, and every gradient element (the router's through the softmax, the top-k and the
-// renormalisation); also one expert a token. Skipped without torch.
+// renormalisation); also one expert a token, and Qwen2-MoE's q/k/v biases and sigmoid-gated shared expert.
+// Skipped without torch.
 TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
-  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one}) {
-    SCOPED_TRACE(c.qk_norm_full             ? "olmoe"
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe()}) {
+    SCOPED_TRACE(c.shared_ffn > 0           ? "qwen2_moe, shared expert"
+                 : c.qk_norm_full           ? "olmoe"
                  : c.qk_norm                ? "qwen3_moe"
                  : c.experts_per_token == 1 ? "mixtral, one expert a token"
                                             : "mixtral");
@@ -1489,6 +1509,7 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"experts_per_token", c.experts_per_token},
                                    {"norm_topk", c.norm_topk},
                                    {"router_aux", c.router_aux},
+                                   {"shared_ffn", c.shared_ffn},
                                    {"mixtral", c.mixtral()},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

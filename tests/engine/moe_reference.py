@@ -8,7 +8,9 @@ o_proj and the residual add; then the post-attention RMSNorm and the sparse MoE 
 (mlp.gate, or Mixtral's block_sparse_moe.gate), their softmax in float, the experts_per_token largest
 probabilities (torch.topk), renormalised to sum to 1 when "norm_topk"; each expert's SwiGLU
 down(silu(gate(h)) * up(h)) computed here on every token and weighted by the token's weight for that expert
-(0 where the expert was not chosen); the sum added to the residual. Then the final RMSNorm and the untied
+(0 where the expert was not chosen), and with "shared_ffn" Qwen2-MoE's shared expert (mlp.shared_expert) on
+every token times the sigmoid of mlp.shared_expert_gate; the sum added to the residual. With "qkv_bias"
+(Qwen2-MoE's) biases on q_proj, k_proj and v_proj. Then the final RMSNorm and the untied
 lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
@@ -34,7 +36,12 @@ def forward(cfg, t, tokens, torch, router_logits):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t[name + ".weight"]
 
     def linear(x, name):
-        return x @ t[name + ".weight"].T
+        y = x @ t[name + ".weight"].T
+        return y + t[name + ".bias"] if name + ".bias" in t else y
+
+    def swiglu(x, name):
+        return linear(torch.nn.functional.silu(linear(x, name + ".gate_proj")) * linear(x, name + ".up_proj"),
+                      name + ".down_proj")
 
     def heads(x, n, name):
         if cfg["qk_norm"] == "full":
@@ -67,6 +74,9 @@ def forward(cfg, t, tokens, torch, router_logits):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
             g, u, d = (p + moe + "experts.%d.%s" % (e, n) for n in up_names)
             out = out + weight * linear(torch.nn.functional.silu(linear(h, g)) * linear(h, u), d)
+        if cfg.get("shared_ffn", 0) > 0:
+            gate = torch.sigmoid(linear(h, p + "mlp.shared_expert_gate"))
+            out = out + gate * swiglu(h, p + "mlp.shared_expert")
         x = x + out
     x = rmsnorm(x, "model.norm")
     return x @ t.get("lm_head.weight", t["model.embed_tokens.weight"]).T

@@ -47,6 +47,17 @@ model::GptConfig small_moe() {
   return c;
 }
 
+// Qwen2-MoE's: q, k and v biases, plain weights, no load-balancing loss, a shared expert of 10 behind its
+// sigmoid gate.
+model::GptConfig small_qwen2_moe() {
+  model::GptConfig c = small_moe();
+  c.qkv_bias = true;
+  c.norm_topk = false;
+  c.router_aux = 0;
+  c.shared_ffn = 10;
+  return c;
+}
+
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
   tok.clear();
   tgt.clear();
@@ -141,6 +152,7 @@ TEST(Zero3, OneRankFollowsThePlainLlamaShapedModel) {
 TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0, small_moe());
   follow_the_plain_model(0.05, small_moe());
+  follow_the_plain_model(0, small_qwen2_moe());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -623,9 +635,9 @@ TEST(Zero3, WeightDecayOnMatricesOnlySparesBiasesAndNorms) {
 // interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
-  for (model::GptConfig c : {small(), small_llama(), small_moe()}) {
+  for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe()}) {
     c.layers = 5;
-    SCOPED_TRACE(c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
+    SCOPED_TRACE(c.shared_ffn > 0 ? "shared expert" : c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
     const Zero3Options base = two_sequences(3);
     std::vector<float> want_losses, want_params;
     train_variant(c, base, 4, want_losses, want_params);
