@@ -271,6 +271,10 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     if (c.qkv_bias && !qwen2) {
       return Status::invalid_argument(dir + ": q, k and v biases have no " + family + " config.json form");
     }
+    if ((mixtral || olmoe) && (c.dense_layers > 0 || c.moe_every > 1)) {
+      return Status::invalid_argument(dir + ": dense MLP layers among the experts have no " + family +
+                                      " config.json form (" + architecture + " has experts in every layer)");
+    }
     if (mixtral && !c.norm_topk) {
       return Status::invalid_argument(dir +
                                       ": experts weighted by their plain probabilities have no Mixtral "
@@ -284,8 +288,10 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     if (!mixtral) own["norm_topk_prob"] = c.norm_topk;
     if (qwen3 || qwen2) {  // the experts' width apart from a dense layer's, which it has none of
       own["moe_intermediate_size"] = c.expert_width();
-      own["decoder_sparse_step"] = 1;
-      own["mlp_only_layers"] = nlohmann::ordered_json::array();
+      own["decoder_sparse_step"] = c.moe_every;
+      nlohmann::ordered_json dense = nlohmann::ordered_json::array();  // (the first layers, dense)
+      for (int l = 0; l < c.dense_layers && l < c.layers; ++l) dense.push_back(l);
+      own["mlp_only_layers"] = dense;
       if (qwen2) {
         own["shared_expert_intermediate_size"] = c.shared_ffn;
       } else {

@@ -128,11 +128,14 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "fused names");
   }
   if (c.experts < 0 || (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) ||
-      c.expert_ffn < 0 || c.shared_ffn < 0 || (c.shared_ffn > 0 && !c.moe())) {
+      c.expert_ffn < 0 || c.shared_ffn < 0 || (c.shared_ffn > 0 && !c.moe()) || c.dense_layers < 0 ||
+      c.moe_every < 1 || (c.moe() && c.moe_layers() == 0)) {
     return Status::invalid_argument(
         "model: experts (" + std::to_string(c.experts) + ") must be >= 0, experts_per_token (" +
         std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" + std::to_string(c.expert_ffn) +
-        ") and shared_ffn (" + std::to_string(c.shared_ffn) + ") >= 0, a shared expert with experts only");
+        ") and shared_ffn (" + std::to_string(c.shared_ffn) +
+        ") >= 0, a shared expert with experts only, dense_layers >= 0 and moe_every >= 1 leaving a layer of "
+        "experts");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
                   c.granite || c.fused_names || c.glm || !(c.router_aux >= 0))) {
@@ -340,7 +343,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.norm_params && !c.shared_norm()) add(h + "post_attention_layernorm.weight", {C});
       if (c.norm_bias() && !c.shared_norm()) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
-      if (c.moe()) {  // the router, then each expert's gate, up and down (the graph's order)
+      if (c.moe_layer(l)) {  // the router, then each expert's gate, up and down (the graph's order)
         const int E = c.expert_width();
         add(h + "mlp.gate.weight", {c.experts, C});
         for (int e = 0; e < c.experts; ++e) {
@@ -810,12 +813,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       ") is not supported by " + tool +
                                       " for this family; allowed: Qwen2-MoE's, with its sigmoid gate" + also);
     }
-    if (m.dense_layers > 0 || m.moe_every > 1) {
-      return Status::invalid_argument(where + "dense MLP layers between the experts' (decoder_sparse_step " +
-                                      std::to_string(m.moe_every) + ", mlp_only_layers of " +
-                                      std::to_string(m.dense_layers) + ") are not supported by " + tool +
-                                      "; allowed: experts in every layer" + also);
-    }
     if (m.clip_qkv > 0) {  // (OLMoE clamps q and k after its q/k norms, OLMo 1.7 before: memwall's kernels)
       return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
                                       " is not supported by " + tool + " for OLMoE; allowed: null");
@@ -1005,6 +1002,8 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.norm_topk = m.norm_topk_prob;
     c.router_aux = m.router_aux_loss;
     c.shared_ffn = m.shared_expert_ffn;  // (check_model_file: Qwen2-MoE's, with its gate)
+    c.dense_layers = m.dense_layers;
+    c.moe_every = m.moe_every;
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1218,6 +1217,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.norm_topk_prob = c.norm_topk;
       m.router_aux_loss = c.router_aux;
       m.shared_expert_ffn = c.shared_ffn;
+      m.dense_layers = c.dense_layers;
+      m.moe_every = c.moe_every;
     }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
@@ -1899,7 +1900,7 @@ double GptModel::aux_loss() const {
   // transformers' load_balancing_loss_func over every layer's tokens together: experts x the sum over experts
   // of (its routing choices / tokens) x (its mean probability).
   const std::size_t E = static_cast<std::size_t>(c_.experts);
-  const double tokens = static_cast<double>(B_) * T_ * c_.layers;
+  const double tokens = static_cast<double>(B_) * T_ * c_.moe_layers();  // (the layers with experts)
   double sum = 0;
   for (std::size_t e = 0; e < E; ++e) {
     double count = 0, psum = 0;
@@ -1920,7 +1921,7 @@ void GptModel::route_backward(std::size_t a) {
   // routing choices over all layers) / (tokens x layers)^2.
   std::vector<double> aux(E, 0.0);
   if (c_.router_aux > 0) {
-    const double tokens = static_cast<double>(N) * c_.layers;
+    const double tokens = static_cast<double>(N) * c_.moe_layers();
     for (std::size_t e = 0; e < E; ++e) {
       double count = 0;
       for (int l = 0; l < c_.layers; ++l) count += rcount_[static_cast<std::size_t>(l) * E + e];

@@ -199,6 +199,10 @@ struct GptConfig {
   // routed experts, its output times the sigmoid of shared_expert_gate (a linear of channels x 1); 0: none.
   // Hugging Face names mlp.shared_expert.gate_proj, up_proj, down_proj and mlp.shared_expert_gate.
   int shared_ffn = 0;
+  // Dense SwiGLU MLPs of ffn_width() in some layers (Qwen-MoE's mlp_only_layers, its first dense_layers; and
+  // decoder_sparse_step: experts in every moe_every-th layer only), the experts in the others.
+  int dense_layers = 0;
+  int moe_every = 1;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -256,6 +260,15 @@ struct GptConfig {
   int q_width() const { return heads * head_size(); }             // of Q, and of the attention's output
   int ffn_width() const { return ffn > 0 ? ffn : 4 * channels; }
   bool moe() const { return experts > 0; }
+  // Whether layer l's MLP is the mixture of experts (as ModelSpec::moe_layer).
+  bool moe_layer(int layer) const {
+    return moe() && layer >= dense_layers && (moe_every <= 1 || (layer + 1) % moe_every == 0);
+  }
+  int moe_layers() const {
+    int n = 0;
+    for (int l = 0; l < layers; ++l) n += moe_layer(l) ? 1 : 0;
+    return n;
+  }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
   bool mixtral() const { return moe() && !qk_norm && !qkv_bias && shared_ffn == 0; }

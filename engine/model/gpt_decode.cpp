@@ -152,10 +152,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                                           : ln2_w + n2,
                     down_w = llama ? fc_w + 2 : g_down;
   const std::size_t first = 1 + (c_.learned_positions() ? 1 : 0) + (c_.bloom ? 2 : 0),
-                    per_block = c_.moe() ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts) +
-                                               (c_.shared_ffn > 0 ? 4 : 0)
-                                : llama ? down_w + 1 + (c_.out_norms() ? 1 : 0)
-                                        : g_down + 1 + nb;
+                    per_block = llama ? down_w + 1 + (c_.out_norms() ? 1 : 0) : g_down + 1 + nb;
+  // A block's tensors (a block of experts: its router, each expert's three, the shared expert's and its
+  // gate).
+  const auto block_tensors = [&](int l) {
+    return c_.moe_layer(l) ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts) + (c_.shared_ffn > 0 ? 4 : 0)
+                           : per_block;
+  };
   // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
   const auto input_norm = [&](std::size_t norm_w) {
     if (c_.post_norm) {
@@ -175,8 +178,10 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     const auto s = static_cast<float>(c_.residual_multiplier);  // (Granite's; else 1)
     for (std::size_t i = 0; i < nc; ++i) x_[i] = s * sub[i] + x_[i];
   };
+  std::size_t next = first;  // the next block's first tensor
   for (int l = 0; l < c_.layers; ++l) {
-    const std::size_t p = first + per_block * static_cast<std::size_t>(l);  // this block's first tensor
+    const std::size_t p = next;  // this block's first tensor
+    next += block_tensors(l);
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     input_norm(p);
@@ -263,7 +268,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
     if (!c_.parallel_residual) input_norm(p + ln2_w);
-    if (c_.moe()) {  // each row through its chosen experts, their outputs weighted into y_
+    if (c_.moe_layer(l)) {  // each row through its chosen experts, their outputs weighted into y_
       moe_rows(n, p + fc_w);
       residual_add(0, y_.data());  // (no output norm with experts)
       continue;
@@ -293,7 +298,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   pos_ += n;
   if (!logits) return;
   // The logits of the last new position only; the head is the token embedding unless the model has its own.
-  const std::size_t f = first + per_block * static_cast<std::size_t>(c_.layers);
+  const std::size_t f = next;  // (the final norm's)
   const float* x_last = x_.data() + (rows - 1) * Cz;
   norm(ln_.data(), x_last, f, 1);
   const std::size_t head_at = f + nt;  // after the final norm's weight (and bias)

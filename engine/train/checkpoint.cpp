@@ -145,6 +145,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"norm_topk", c.norm_topk},
           {"router_aux", c.router_aux},
           {"shared_ffn", c.shared_ffn},
+          {"dense_layers", c.dense_layers},
+          {"moe_every", c.moe_every},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -240,6 +242,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.norm_topk = j.value("norm_topk", false);
     c.router_aux = j.value("router_aux", 0.0);
     c.shared_ffn = j.value("shared_ffn", 0);
+    c.dense_layers = j.value("dense_layers", 0);
+    c.moe_every = j.value("moe_every", 1);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

@@ -2653,8 +2653,8 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
 // loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
 // (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as does Qwen2-MoE's
 // with its gated shared expert (Qwen2MoeForCausalLM); resumed with one
-// expert a token it is refused naming the key. Experts memwall train does not run (dense layers between
-// Qwen2-MoE's, Granite MoE's) are refused in one line.
+// expert a token it is refused naming the key. What memwall train does not run (OLMoE's clip_qkv, Granite
+// MoE's experts) is refused in one line.
 TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   const std::string shape =
       R"("num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -2681,10 +2681,9 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("checkpoint has experts_per_token = 2, this run has 1"), std::string::npos)
       << one.output;
-  expect_train_refuses(r.data, R"({"model_type": "qwen2_moe", "num_experts": 4, "decoder_sparse_step": 2})",
-                       "dense MLP layers between the experts' (decoder_sparse_step 2, mlp_only_layers of 0) "
-                       "are not supported by "
-                       "memwall train; allowed: experts in every layer");
+  expect_train_refuses(
+      r.data, R"({"model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8})",
+      "clip_qkv 8 is not supported by memwall train for OLMoE; allowed: null");
   expect_train_refuses(r.data, R"({"model_type": "granitemoe", "num_local_experts": 4})",
                        "granitemoe's mixture of experts is not supported by memwall train; allowed: mixtral, "
                        "qwen2_moe, qwen3_moe, olmoe");

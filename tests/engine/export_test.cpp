@@ -441,6 +441,7 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   qwen3_moe.router_aux = 0;
   qwen3_moe.head_dim = 6;
   qwen3_moe.qk_norm = true;
+  qwen3_moe.dense_layers = 1;  // mlp_only_layers [0]
   GptConfig olmoe = mixtral;
   olmoe.sliding_window = 0;
   olmoe.norm_topk = false;
@@ -453,6 +454,7 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   qwen2_moe.norm_topk = false;
   qwen2_moe.qkv_bias = true;
   qwen2_moe.shared_ffn = 20;
+  qwen2_moe.moe_every = 2;  // decoder_sparse_step
   for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
@@ -474,6 +476,8 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(back.norm_topk, c.norm_topk);
     EXPECT_EQ(back.router_aux, c.router_aux);
     EXPECT_EQ(back.shared_ffn, c.shared_ffn);
+    EXPECT_EQ(back.dense_layers, c.dense_layers);
+    EXPECT_EQ(back.moe_every, c.moe_every);
     EXPECT_EQ(back.qkv_bias, c.qkv_bias);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.head_size(), c.head_size());
@@ -493,8 +497,10 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(h.contains("model.layers.1.block_sparse_moe.experts.3.w3.weight"), mix);
     EXPECT_EQ(h.contains("model.layers.1.mlp.experts.3.up_proj.weight"), !mix);
     EXPECT_EQ(
-        h[mix ? "model.layers.0.block_sparse_moe.gate.weight" : "model.layers.0.mlp.gate.weight"]["shape"],
+        h[mix ? "model.layers.1.block_sparse_moe.gate.weight" : "model.layers.1.mlp.gate.weight"]["shape"],
         (nlohmann::json{c.experts, c.channels}));
+    // (a dense layer's MLP where there is one: layer 0)
+    EXPECT_EQ(h.contains("model.layers.0.mlp.down_proj.weight"), !c.moe_layer(0));
     std::filesystem::remove_all(dir);
   }
   const std::string dir = temp_dir("export-moe-refused");
@@ -502,6 +508,12 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   plain.norm_topk = false;
   const Status s = export_hf(plain, std::vector<float>(gpt_num_params(plain)).data(), dir);
   EXPECT_NE(s.message().find("MixtralForCausalLM renormalises them"), std::string::npos) << s.message();
+  GptConfig dense = mixtral;
+  dense.dense_layers = 1;
+  const Status d = export_hf(dense, std::vector<float>(gpt_num_params(dense)).data(), dir);
+  EXPECT_NE(d.message().find("no Mixtral config.json form (MixtralForCausalLM has experts in every layer)"),
+            std::string::npos)
+      << d.message();
   GptConfig unshared = mixtral;  // Qwen2-MoE's without its shared expert
   unshared.qkv_bias = true;
   const Status q = export_hf(unshared, std::vector<float>(gpt_num_params(unshared)).data(), dir);

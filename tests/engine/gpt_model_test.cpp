@@ -121,9 +121,10 @@ GptConfig mixtral() {
   return c;
 }
 // Qwen3-MoE's: Qwen3's heads of 6 with q and k norms, 5 experts of 10, 2 a token at their plain
-// probabilities, no load-balancing loss, tied.
+// probabilities, no load-balancing loss, tied; the first layer a dense MLP (mlp_only_layers [0]).
 GptConfig qwen3_moe() {
   GptConfig c = qwen3();
+  c.dense_layers = 1;
   c.experts = 5;
   c.experts_per_token = 2;
   c.expert_ffn = 10;
@@ -143,9 +144,12 @@ GptConfig olmoe() {
 }
 
 // Qwen2-MoE's: q, k and v biases, 4 experts of 10 (2 a token at their plain probabilities) and a shared
-// expert of 14 behind its sigmoid gate.
+// expert of 14 behind its sigmoid gate, in the second of 3 layers only (decoder_sparse_step 2: dense MLPs
+// around it).
 GptConfig qwen2_moe() {
   GptConfig c = llama_gqa();
+  c.layers = 3;
+  c.moe_every = 2;
   c.qkv_bias = true;
   c.experts = 4;
   c.experts_per_token = 2;
@@ -1155,6 +1159,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig qwen2_moe_shape = mixtral_shape;  // and Qwen2-MoE's: q/k/v biases, a gated shared expert of 20
   qwen2_moe_shape.qkv_bias = true;
   qwen2_moe_shape.shared_ffn = 20;
+  qwen2_moe_shape.moe_every = 2;  // (experts in the second of the 3 layers only)
   for (const GptConfig& c : {gpt2,
                              mixtral_shape,
                              olmoe_shape,
@@ -1485,7 +1490,8 @@ TEST(GptModel, LlamaMatchesAPyTorchReference) {
 // by 0 where not chosen, rather than memwall's routed rows), which reads the tensors by their checkpoints'
 // names (Mixtral's block_sparse_moe.experts.e.w1, w3, w2): the loss with the load-balancing loss over all the
 // layers' router logits, and every gradient element (the router's through the softmax, the top-k and the
-// renormalisation); also one expert a token, and Qwen2-MoE's q/k/v biases and sigmoid-gated shared expert.
+// renormalisation); also one expert a token, Qwen2-MoE's q/k/v biases and sigmoid-gated shared expert, and
+// dense layers among the experts' (the load-balancing loss over the expert layers only).
 // Skipped without torch.
 TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
@@ -1510,6 +1516,8 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"norm_topk", c.norm_topk},
                                    {"router_aux", c.router_aux},
                                    {"shared_ffn", c.shared_ffn},
+                                   {"dense_layers", c.dense_layers},
+                                   {"moe_every", c.moe_every},
                                    {"mixtral", c.mixtral()},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

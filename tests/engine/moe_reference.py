@@ -10,7 +10,9 @@ probabilities (torch.topk), renormalised to sum to 1 when "norm_topk"; each expe
 down(silu(gate(h)) * up(h)) computed here on every token and weighted by the token's weight for that expert
 (0 where the expert was not chosen), and with "shared_ffn" Qwen2-MoE's shared expert (mlp.shared_expert) on
 every token times the sigmoid of mlp.shared_expert_gate; the sum added to the residual. With "qkv_bias"
-(Qwen2-MoE's) biases on q_proj, k_proj and v_proj. Then the final RMSNorm and the untied
+(Qwen2-MoE's) biases on q_proj, k_proj and v_proj. Qwen-MoE's dense layers: the first "dense_layers" and
+those not in every "moe_every"-th (decoder_sparse_step) have a SwiGLU mlp.gate_proj, up_proj, down_proj
+instead of the experts, and no router logits for the load-balancing loss. Then the final RMSNorm and the untied
 lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
@@ -63,6 +65,10 @@ def forward(cfg, t, tokens, torch, router_logits):
         y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * hs)
         x = x + linear(y, p + "self_attn.o_proj")
         h = rmsnorm(x, p + "post_attention_layernorm")
+        every = cfg.get("moe_every", 1)
+        if layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
+            x = x + swiglu(h, p + "mlp")
+            continue
         z = linear(h, p + moe + "gate")
         router_logits.append(z.reshape(B * T, E))
         prob = torch.softmax(z, dim=-1)

@@ -48,13 +48,14 @@ model::GptConfig small_moe() {
 }
 
 // Qwen2-MoE's: q, k and v biases, plain weights, no load-balancing loss, a shared expert of 10 behind its
-// sigmoid gate.
+// sigmoid gate, the first layer dense.
 model::GptConfig small_qwen2_moe() {
   model::GptConfig c = small_moe();
   c.qkv_bias = true;
   c.norm_topk = false;
   c.router_aux = 0;
   c.shared_ffn = 10;
+  c.dense_layers = 1;
   return c;
 }
 
