@@ -248,7 +248,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"layer_types", layer_types(c)}},
                                torch_dtype);
   }
-  if (c.moe()) {  // MixtralConfig's, Qwen3MoeConfig's or OlmoeConfig's keys (validate() has refused the rest)
+  if (c.moe()) {  // MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's or OlmoeConfig's keys
     const bool olmoe = c.qk_norm_full, qwen3 = c.qk_norm && !olmoe, mixtral = c.mixtral();
     const char* family = olmoe ? "OLMoE" : qwen3 ? "Qwen3-MoE" : mixtral ? "Mixtral" : "Qwen2-MoE";
     const char* architecture = olmoe     ? "OlmoeForCausalLM"
@@ -256,13 +256,15 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                : mixtral ? "MixtralForCausalLM"
                                          : "Qwen2MoeForCausalLM";
     const bool qwen2 = !mixtral && !olmoe && !qwen3;
-    if (qwen2 != (c.shared_ffn > 0)) {
-      return Status::invalid_argument(
-          dir +
-          (qwen2 ? ": Qwen2-MoE's experts without its shared expert have no config.json form "
-                   "(Qwen2MoeForCausalLM always has one)"
-                 : ": a shared expert has a config.json form only with q, k and v biases and no q/k norms "
-                   "(Qwen2MoeForCausalLM)"));
+    if (c.shared_ffn > 0 && (!c.qkv_bias || c.qk_norm)) {
+      return Status::invalid_argument(dir +
+                                      ": a shared expert has a config.json form only with q, k and v biases "
+                                      "and no q/k norms (Qwen2MoeForCausalLM)");
+    }
+    if (qwen2 && c.shared_ffn == 0) {
+      return Status::invalid_argument(dir +
+                                      ": Qwen2-MoE's experts without its shared expert have no config.json "
+                                      "form (Qwen2MoeForCausalLM always has one)");
     }
     if (beyond_plain_llama(c, !olmoe) || c.partial_rotary != 1.0 || c.first_window_layer > 0 ||
         c.global_every > 0 || ((olmoe || qwen3) && c.sliding_window > 0)) {
@@ -286,7 +288,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                   {"output_router_logits", c.router_aux > 0},
                                   {"router_aux_loss_coef", c.router_aux > 0 ? c.router_aux : 0.001}};
     if (!mixtral) own["norm_topk_prob"] = c.norm_topk;
-    if (qwen3 || qwen2) {  // the experts' width apart from a dense layer's, which it has none of
+    if (qwen3 || qwen2) {  // the experts' width apart from a dense layer's (intermediate_size), and which are
       own["moe_intermediate_size"] = c.expert_width();
       own["decoder_sparse_step"] = c.moe_every;
       nlohmann::ordered_json dense = nlohmann::ordered_json::array();  // (the first layers, dense)
@@ -306,7 +308,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       if (c.head_dim > 0) own["head_dim"] = c.head_dim;
     }
     if (olmoe) {
-      own["clip_qkv"] = nullptr;  // (validate() refuses OLMo's clip_qkv here)
+      own["clip_qkv"] = nullptr;  // (validate() refuses OLMo's clip_qkv with experts)
       own["attention_bias"] = false;
     }
     return llama_family_config(architecture,

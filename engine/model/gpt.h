@@ -183,7 +183,8 @@ struct GptConfig {
   // post_self_attn_layernorm (the attention output's), post_attention_layernorm (the MLP's input) and
   // post_mlp_layernorm (the MLP output's).
   bool glm = false;
-  // A mixture of experts in every block's MLP (the Llama shape's; Mixtral's, Qwen3-MoE's, OLMoE's): a router
+  // A mixture of experts as the blocks' MLP (the Llama shape's; Mixtral's, Qwen2-MoE's, Qwen3-MoE's, OLMoE's;
+  // every block's but those dense_layers and moe_every leave dense): a router
   // (a linear of channels x experts, no bias) whose softmax picks each token's experts_per_token experts,
   // each a SwiGLU MLP of expert_width() inner features; the token's MLP output is their outputs weighted by
   // the router's probabilities at them (renormalised to sum to 1 with norm_topk: Mixtral's). router_aux > 0

@@ -518,6 +518,12 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   unshared.qkv_bias = true;
   const Status q = export_hf(unshared, std::vector<float>(gpt_num_params(unshared)).data(), dir);
   EXPECT_NE(q.message().find("Qwen2MoeForCausalLM always has one"), std::string::npos) << q.message();
+  GptConfig unbiased = qwen2_moe;  // a shared expert without Qwen2-MoE's q/k/v biases
+  unbiased.qkv_bias = false;
+  const Status u = export_hf(unbiased, std::vector<float>(gpt_num_params(unbiased)).data(), dir);
+  EXPECT_NE(u.message().find("a shared expert has a config.json form only with q, k and v biases"),
+            std::string::npos)
+      << u.message();
   EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
 }
 
