@@ -792,12 +792,14 @@ int run_train(const TrainOptions& opt) {
     auto bytes_of = [&](Resource r) { return st.bytes[static_cast<int>(r)]; };
     const double compute_s = busy_of(Resource::kCompute), optim_s = busy_of(Resource::kCpuOptimizer);
     const double exposed_s = std::max(0.0, st.seconds - compute_s - optim_s);
-    const double grad_norm = trainer->last_grad_norm();  // -1: not taken (no gradient_clipping)
+    const double grad_norm = trainer->last_grad_norm();      // -1: not taken (no gradient_clipping)
+    const double expert_load = trainer->last_expert_load();  // 0: no experts
     if (opt.json) {
       std::printf("%s\n",
                   json({{"step", s + 1},
                         {"loss", *loss},
                         {"grad_norm", grad_norm >= 0 ? json(grad_norm) : json(nullptr)},
+                        {"expert_load", expert_load > 0 ? json(expert_load) : json(nullptr)},
                         {"lr", lr},
                         {"betas", {beta1, beta2}},
                         {"seconds", dt},
@@ -821,7 +823,8 @@ int run_train(const TrainOptions& opt) {
     } else if ((s + 1) % opt.log_every == 0 || s == first_step || s + 1 == opt.steps) {
       if (progress) std::fprintf(stderr, "\r\033[K");
       const std::string norm = (run.scheduler.implemented() ? strprintf("  lr %.3g", lr) : "") +
-                               (grad_norm >= 0 ? strprintf("  grad norm %.3g", grad_norm) : "");
+                               (grad_norm >= 0 ? strprintf("  grad norm %.3g", grad_norm) : "") +
+                               (expert_load > 0 ? strprintf("  busiest expert %.2fx", expert_load) : "");
       std::printf(
           "step %*d/%d  loss %.4f%s  %s tok/s  %s  %.3f s/step (compute %.3f, exposed I/O+comm %.3f, "
           "optimizer "

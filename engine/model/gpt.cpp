@@ -1896,6 +1896,19 @@ void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
   }
 }
 
+double GptModel::expert_load() const {
+  if (!c_.moe()) return 0;
+  const auto E = static_cast<std::size_t>(c_.experts);
+  const double even = static_cast<double>(B_) * T_ * c_.experts_per_token / c_.experts;
+  double busiest = 0;
+  for (int l = 0; l < c_.layers; ++l) {
+    if (!c_.moe_layer(l)) continue;
+    const double* count = rcount_.data() + static_cast<std::size_t>(l) * E;
+    busiest = std::max(busiest, *std::max_element(count, count + E) / even);
+  }
+  return busiest;
+}
+
 double GptModel::aux_loss() const {
   // transformers' load_balancing_loss_func over every layer's tokens together: experts x the sum over experts
   // of (its routing choices / tokens) x (its mean probability).

@@ -516,6 +516,10 @@ class GptModel {
   // linear's weight).
   bool bf16_weight(int op, int k) const;
   float loss() const { return loss_; }
+  // A mixture of experts' balance in the last forward: the busiest expert's routing choices over its even
+  // share (experts_per_token x tokens / experts), the largest over the layers of experts (1: balanced, as
+  // the graph's FLOPs assume; 0 without experts).
+  double expert_load() const;
   // bf16 GEMMs: the linears' and the head's matmuls, forward and backward, on bf16 copies of their operands
   // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
   // does; the attention's GEMMs and everything else stay fp32. Off by default (fp32 throughout).

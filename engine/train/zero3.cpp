@@ -1244,6 +1244,9 @@ void Zero3Trainer::set_betas(float beta1, float beta2) {
 double Zero3Trainer::last_grad_norm() const {
   return st_->grad_norm;
 }
+double Zero3Trainer::last_expert_load() const {
+  return st_->model ? st_->model->expert_load() : 0;
+}
 const RunResult& Zero3Trainer::last_run() const {
   return st_->last_run;
 }

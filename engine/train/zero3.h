@@ -137,6 +137,8 @@ class Zero3Trainer {
   // The last step's global L2 norm of the (mean) gradient before clipping, with RunConfig::gradient_clipping
   // set; -1 without clipping (the norm is not taken).
   double last_grad_norm() const;
+  // With a mixture of experts on the CPU, GptModel::expert_load of this rank's last micro-batch; else 0.
+  double last_expert_load() const;
   // The learning rate of the next steps (a scheduler's per-step rate), and Adam's betas (OneCycle's
   // cycled momentum).
   void set_learning_rate(float lr);

@@ -2681,6 +2681,15 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("checkpoint has experts_per_token = 2, this run has 1"), std::string::npos)
       << one.output;
+  // Each step's JSON says how busy the busiest expert was against its even share: 1 to 4 / 2.
+  const CmdResult step = memwall("train --steps 1 --json --eval-batches 1 --data " + r.data +
+                                     " --model mixtral-8x7b --model-set '{" + shape + "}'",
+                                 false);
+  ASSERT_EQ(step.exit_code, 0) << step.output;
+  const nlohmann::json first = parse_json(step.output.substr(0, step.output.find('\n')));
+  ASSERT_TRUE(first.contains("expert_load")) << step.output;
+  EXPECT_GE(first["expert_load"].get<double>(), 1.0);
+  EXPECT_LE(first["expert_load"].get<double>(), 2.0);
   expect_train_refuses(
       r.data, R"({"model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8})",
       "clip_qkv 8 is not supported by memwall train for OLMoE; allowed: null");

@@ -1527,6 +1527,37 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   }
 }
 
+// A router of zeros gives every expert the same probability, so each token goes to the first
+// experts_per_token experts (the lower first among equals): the busiest expert gets experts /
+// experts_per_token times its even share (expert_load), and the load-balancing loss is its closed form,
+// router_aux x experts x (experts_per_token experts with every token) x (1 / experts each) = router_aux x
+// experts_per_token, added to the same cross-entropy. A dense model reports no load.
+TEST(GptModel, AUniformRouterSendsEveryTokenToTheFirstExperts) {
+  GptConfig c = mixtral();
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 7);
+  for (const auto& t : gpt_param_layout(c)) {
+    if (t.name.find(".mlp.gate.") != std::string::npos)
+      std::fill_n(p.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
+  }
+  const int B = 2, T = 8;
+  std::vector<int> tok(B * T), tgt(B * T);
+  for (int i = 0; i < B * T; ++i) tok[i] = (3 * i + 1) % 11, tgt[i] = (5 * i + 4) % 11;
+  GptModel with(c, B, T);
+  const double loss = with.forward(p.data(), tok.data(), tgt.data());
+  EXPECT_DOUBLE_EQ(with.expert_load(), static_cast<double>(c.experts) / c.experts_per_token);
+  GptConfig plain = c;
+  plain.router_aux = 0;
+  GptModel without(plain, B, T);
+  const double ce = without.forward(p.data(), tok.data(), tgt.data());
+  EXPECT_NEAR(loss - ce, c.router_aux * c.experts_per_token, 1e-6);
+  GptModel dense(llama_gqa(), B, T);
+  std::vector<float> q(gpt_num_params(llama_gqa()));
+  gpt_init(llama_gqa(), q.data(), 7);
+  dense.forward(q.data(), tok.data(), tgt.data());
+  EXPECT_EQ(dense.expert_load(), 0.0);
+}
+
 // The graph of a mixture of experts: a router and each expert's fc1, SwiGLU and fc2 per layer, whose
 // parameters cover the flat array once (router, then each expert's gate, up and down); Mixtral's checkpoint
 // names; tiling refused.
