@@ -536,10 +536,19 @@ int run_train(const TrainOptions& opt) {
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
-                            "%d SwiGLU experts of %d, %d a token at their %s probabilities%s%s", c.experts,
+                            "%d SwiGLU experts of %d, %d a token at their %s %s%s%s%s%s", c.experts,
                             c.expert_width(), c.experts_per_token, c.norm_topk ? "renormalised" : "router",
+                            c.sigmoid_routing ? "sigmoid scores" : "probabilities",
+                            c.routed_scale != 1 ? strprintf(" x %g", c.routed_scale).c_str() : "",
+                            c.groups_per_token < c.expert_groups
+                                ? strprintf(" from the best %d of %d groups", c.groups_per_token,
+                                            c.expert_groups)
+                                      .c_str()
+                                : "",
                             c.shared_ffn > 0
-                                ? strprintf(", a gated shared expert of %d", c.shared_ffn).c_str()
+                                ? strprintf(", %s shared expert of %d",
+                                            c.shared_gate ? "a gated" : "an ungated", c.shared_ffn)
+                                      .c_str()
                                 : "",
                             c.router_aux > 0 ? strprintf(", load-balancing loss x %g", c.router_aux).c_str()
                                              : "")

@@ -382,6 +382,10 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
       // another returns: the rank's FLOPs are the same. The weighted sum of the experts' outputs is not
       // counted.
       b.linear(p + ".router", L, hd, {static_cast<double>(m.experts)}, m.expert_bias, 1, true);
+      if (m.router_bias_buffer) {  // (the routing's correction bias, where memwall train keeps it)
+        const int cb = b.param(p + ".router.cb", m.experts, L);
+        g.ops.back().params.push_back(cb);
+      }
       const int ep = opt.expert_parallel;
       const double routed = T * m.experts_per_token;
       if (ep > 1) b.all_to_all(p + ".dispatch", L, routed, hd, ep);

@@ -152,6 +152,18 @@ struct ModelSpec {
   // router probability), both over all the layers' tokens together; 0: none (output_router_logits false, the
   // published files' setting).
   double router_aux_loss = 0;
+  // GLM-4.5's (and DeepSeek-V3's) routing: sigmoid scores instead of the softmax, the experts chosen by score
+  // plus a per-expert correction bias (e_score_correction_bias: a buffer, not trained) among the
+  // groups_per_token best of expert_groups groups (n_group, topk_group; a group's score the sum of its two
+  // best), weighted by their scores (renormalised with norm_topk_prob) times routed_scale
+  // (routed_scaling_factor). What memwall train computes; predict and simulate do not depend on it.
+  bool sigmoid_routing = false;
+  int expert_groups = 1;
+  int groups_per_token = 1;
+  double routed_scale = 1;
+  // Whether the graph gives each router its correction bias as a parameter of experts elements (memwall
+  // train's graphs of sigmoid routing, gpt_model_spec; the model files' counts leave the buffer out).
+  bool router_bias_buffer = false;
   // Qwen2-MoE's shared expert: a gated MLP of this many inner features every token goes through besides its
   // routed experts, scaled by a sigmoid gate (a linear of hidden x 1); 0: none.
   int shared_expert_ffn = 0;

@@ -1418,7 +1418,15 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
         MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
         m.shared_expert_ffn = shared * m.expert_ffn;
         m.shared_expert_gate = false;
-        r.ignore({"routed_scaling_factor", "n_group", "topk_group"});
+        m.sigmoid_routing = true;  // (Glm4MoeTopkRouter's: no load-balancing loss)
+        MW_RETURN_IF_ERROR(r.get_int("n_group", m.expert_groups, 1, m.experts));
+        MW_RETURN_IF_ERROR(r.get_int("topk_group", m.groups_per_token, 1, m.expert_groups));
+        MW_RETURN_IF_ERROR(r.get_number("routed_scaling_factor", m.routed_scale, 0.0, 1e6));
+        if (m.experts % m.expert_groups != 0 || (m.expert_groups > 1 && m.experts / m.expert_groups < 2)) {
+          return r.error("n_group", std::to_string(m.expert_groups) + " does not split the " +
+                                        std::to_string(m.experts) +
+                                        " experts into groups of 2 or more; allowed: a divisor of them");
+        }
         MW_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", m.mtp_in_file, 0, 64));
       } else if (!mixtral && !olmoe) {  // Qwen-MoE's (and Qwen3-Next's) layers of experts
         // Experts in every decoder_sparse_step-th layer (dense MLPs of intermediate_size between), but in the
@@ -1440,13 +1448,13 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       // The routing weights (Mixtral's and Granite MoE's renormalised; the others' as norm_topk_prob says)
       // and the load-balancing loss's coefficient, where output_router_logits turns it on (defaults as each
       // config class's).
-      m.norm_topk_prob = mixtral && !gpt_oss;
+      m.norm_topk_prob = (mixtral && !gpt_oss) || glm4_moe;  // (Glm4MoeConfig's default true)
       if (!mixtral) MW_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", m.norm_topk_prob));
       bool aux = false;
       double coef = gpt_oss ? 0.9 : olmoe ? 0.01 : 0.001;
       MW_RETURN_IF_ERROR(r.get_bool("output_router_logits", aux));
       MW_RETURN_IF_ERROR(r.get_number("router_aux_loss_coef", coef, 0.0, 1e6));
-      m.router_aux_loss = aux ? coef : 0;
+      m.router_aux_loss = aux && !glm4_moe ? coef : 0;  // (GLM-4.5's model has no load-balancing loss)
       r.ignore({"router_jitter_noise", "norm_topk_prob"});
     }
     r.ignore({"pretraining_tp", "attention_dropout", "max_window_layers", "layer_types", "embd_pdrop",

@@ -248,6 +248,32 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"layer_types", layer_types(c)}},
                                torch_dtype);
   }
+  if (c.sigmoid_routing) {  // Glm4MoeConfig's keys
+    if (beyond_plain_llama(c, true) || c.sliding_window > 0 || c.qk_norm_full || c.moe_every > 1 ||
+        c.shared_gate || (c.shared_ffn > 0 && c.shared_ffn % c.expert_width() != 0)) {
+      return no_config_form(
+          dir, "GLM-4.5",
+          ", norms of all the queries and keys, experts every n-th layer, a gated shared expert "
+          "or one not a whole number of experts wide",
+          "Glm4MoeForCausalLM");
+    }
+    return llama_family_config("Glm4MoeForCausalLM", "glm4_moe", c,
+                               {{"rms_norm_eps", c.norm_eps},
+                                {"head_dim", c.head_size()},
+                                {"partial_rotary_factor", c.partial_rotary},
+                                {"attention_bias", c.qkv_bias},
+                                {"use_qk_norm", c.qk_norm},
+                                {"n_routed_experts", c.experts},
+                                {"num_experts_per_tok", c.experts_per_token},
+                                {"moe_intermediate_size", c.expert_width()},
+                                {"n_shared_experts", c.shared_ffn / c.expert_width()},
+                                {"first_k_dense_replace", c.dense_layers},
+                                {"n_group", c.expert_groups},
+                                {"topk_group", c.groups_per_token},
+                                {"routed_scaling_factor", c.routed_scale},
+                                {"norm_topk_prob", c.norm_topk}},
+                               torch_dtype);
+  }
   if (c.moe()) {  // MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's or OlmoeConfig's keys
     const bool olmoe = c.qk_norm_full, qwen3 = c.qk_norm && !olmoe, mixtral = c.mixtral();
     const char* family = olmoe ? "OLMoE" : qwen3 ? "Qwen3-MoE" : mixtral ? "Mixtral" : "Qwen2-MoE";

@@ -129,13 +129,20 @@ Status validate(const GptConfig& c, int batch, int seq) {
   }
   if (c.experts < 0 || (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) ||
       c.expert_ffn < 0 || c.shared_ffn < 0 || (c.shared_ffn > 0 && !c.moe()) || c.dense_layers < 0 ||
-      c.moe_every < 1 || (c.moe() && c.moe_layers() == 0)) {
+      c.moe_every < 1 || (c.moe() && c.moe_layers() == 0) || c.expert_groups < 1 ||
+      (c.moe() && c.experts % c.expert_groups != 0) || c.groups_per_token < 1 ||
+      c.groups_per_token > c.expert_groups || (c.expert_groups > 1 && c.experts / c.expert_groups < 2) ||
+      !(c.routed_scale > 0) || (c.expert_groups > 1 && !c.sigmoid_routing)) {
     return Status::invalid_argument(
         "model: experts (" + std::to_string(c.experts) + ") must be >= 0, experts_per_token (" +
         std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" + std::to_string(c.expert_ffn) +
         ") and shared_ffn (" + std::to_string(c.shared_ffn) +
         ") >= 0, a shared expert with experts only, dense_layers >= 0 and moe_every >= 1 leaving a layer of "
-        "experts");
+        "experts, expert_groups (" +
+        std::to_string(c.expert_groups) +
+        ") of 2 or more experts each (sigmoid "
+        "routing's), groups_per_token (" +
+        std::to_string(c.groups_per_token) + ") 1 to them, routed_scale > 0");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
                   c.granite || c.fused_names || c.glm || !(c.router_aux >= 0))) {
@@ -300,6 +307,11 @@ std::vector<std::string> qk_layernorm_names(const GptConfig& c) {
     out.push_back("self_attn.k_layernorm.norms." + std::to_string(h));
   return out;
 }
+
+// Where a block's shared expert lives: Qwen2-MoE's mlp.shared_expert, GLM-4.5's mlp.shared_experts.
+std::string shared_expert_stem(const GptConfig& c) {
+  return c.shared_gate ? "mlp.shared_expert." : "mlp.shared_experts.";
+}
 }  // namespace
 
 std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
@@ -346,18 +358,19 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.moe_layer(l)) {  // the router, then each expert's gate, up and down (the graph's order)
         const int E = c.expert_width();
         add(h + "mlp.gate.weight", {c.experts, C});
+        if (c.sigmoid_routing) add(h + "mlp.gate.e_score_correction_bias", {c.experts});
         for (int e = 0; e < c.experts; ++e) {
           const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
           add(x + "gate_proj.weight", {E, C});
           add(x + "up_proj.weight", {E, C});
           add(x + "down_proj.weight", {C, E});
         }
-        if (c.shared_ffn > 0) {  // then the shared expert's gate, up and down, and its gate
-          const std::string x = h + "mlp.shared_expert.";
+        if (c.shared_ffn > 0) {  // then the shared expert's gate, up and down, and its gate (Qwen2-MoE's)
+          const std::string x = h + shared_expert_stem(c);
           add(x + "gate_proj.weight", {c.shared_ffn, C});
           add(x + "up_proj.weight", {c.shared_ffn, C});
           add(x + "down_proj.weight", {C, c.shared_ffn});
-          add(h + "mlp.shared_expert_gate.weight", {1, C});
+          if (c.shared_gate) add(h + "mlp.shared_expert_gate.weight", {1, C});
         }
       } else {
         add(h + "mlp.gate_proj.weight", {F, C});
@@ -803,15 +816,13 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
   }
   if (m.moe()) {  // routed SwiGLU experts in every block of the Llama shape (its other checks below)
     const std::string also = "; memwall predict and simulate take it";
+    // (Their readers set what each has: Qwen2-MoE's gated shared expert, GLM-4.5's ungated ones and sigmoid
+    // routing, Qwen's and GLM-4.5's dense layers.)
     if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
-        m.model_type != "qwen2_moe") {
+        m.model_type != "qwen2_moe" && m.model_type != "glm4_moe") {
       return Status::invalid_argument(where + m.model_type + "'s mixture of experts is not supported by " +
-                                      tool + "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe" + also);
-    }
-    if (m.shared_expert_ffn > 0 && (m.model_type != "qwen2_moe" || !m.shared_expert_gate)) {
-      return Status::invalid_argument(where + "a shared expert (of " + std::to_string(m.shared_expert_ffn) +
-                                      ") is not supported by " + tool +
-                                      " for this family; allowed: Qwen2-MoE's, with its sigmoid gate" + also);
+                                      tool + "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe" +
+                                      also);
     }
     if (m.clip_qkv > 0) {  // (OLMoE clamps q and k after its q/k norms, OLMo 1.7 before: memwall's kernels)
       return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
@@ -1004,6 +1015,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.shared_ffn = m.shared_expert_ffn;  // (check_model_file: Qwen2-MoE's, with its gate)
     c.dense_layers = m.dense_layers;
     c.moe_every = m.moe_every;
+    c.sigmoid_routing = m.sigmoid_routing;  // (GLM-4.5's)
+    c.expert_groups = m.expert_groups;
+    c.groups_per_token = m.groups_per_token;
+    c.routed_scale = m.routed_scale;
+    c.shared_gate = m.shared_expert_gate;
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1106,10 +1122,11 @@ const char* gpt_family(const GptConfig& c) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
            : c.granite    ? "Granite"
-           : c.moe()      ? (c.qk_norm_full ? "OLMoE"
-                             : c.qk_norm    ? "Qwen3-MoE"
-                             : c.qkv_bias   ? "Qwen2-MoE"
-                                            : "Mixtral")
+           : c.moe()      ? (c.sigmoid_routing ? "GLM-4.5"
+                             : c.qk_norm_full  ? "OLMoE"
+                             : c.qk_norm       ? "Qwen3-MoE"
+                             : c.qkv_bias      ? "Qwen2-MoE"
+                                               : "Mixtral")
            : c.glm        ? (c.sandwich_norm ? "GLM-4" : "GLM")
            : c.layer_norm ? "StableLM"
            : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4"
@@ -1219,6 +1236,12 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.shared_expert_ffn = c.shared_ffn;
       m.dense_layers = c.dense_layers;
       m.moe_every = c.moe_every;
+      m.sigmoid_routing = m.router_bias_buffer = c.sigmoid_routing;
+      m.expert_groups = c.expert_groups;
+      m.groups_per_token = c.groups_per_token;
+      m.routed_scale = c.routed_scale;
+      m.shared_expert_gate = c.shared_gate;
+      if (c.sigmoid_routing) m.model_type = "glm4_moe";
     }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
@@ -1334,6 +1357,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"ln2.w", {"pre_feedforward_layernorm"}},
       {"ln2_post.w", {"post_feedforward_layernorm"}}};
   if (op == "router" && wb == "w") return {"model.layers." + layer + ".mlp.gate.weight"};
+  if (op == "router" && wb == "cb") return {"model.layers." + layer + ".mlp.gate.e_score_correction_bias"};
   if (op == "shared_gate" && wb == "w") return {"model.layers." + layer + ".mlp.shared_expert_gate.weight"};
   if (op == "shared.fc1" || op == "shared.fc2") {
     const std::string stem = op.substr(7) + "." + wb;
@@ -1342,7 +1366,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
                        : stem == "fc2.w"  ? "down_proj"
                                           : nullptr;
     if (proj == nullptr) return {};
-    return {"model.layers." + layer + ".mlp.shared_expert." + proj + ".weight"};
+    return {"model.layers." + layer + "." + shared_expert_stem(c) + proj + ".weight"};
   }
   if (int e = -1, n = 0; std::sscanf(op.c_str(), "expert%d.%n", &e, &n) == 1 && n > 0 && e >= 0) {
     const std::string stem = op.substr(static_cast<std::size_t>(n)) + "." + wb;
@@ -1535,6 +1559,7 @@ bool is_linear(const GptOp& o) {
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
+  if (o.role == GptRole::kRouter) return k == 0;  // (its second parameter, GLM-4.5's correction bias)
   return is_linear(o) && (!linear_bias(c, o) || k % 2 == 0);
 }
 
@@ -1833,27 +1858,67 @@ void GptModel::post_norm_forward(float* out, const float* residual, const float*
   for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
 }
 
-void route_token(const GptConfig& c, const float* z, float* prob, int* chosen, float* weight,
-                 std::vector<int>& order) {
-  // The softmax over the experts (in fp32, as transformers computes it), then the K most probable.
+void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
+                 float* weight, std::vector<int>& order, std::vector<float>& choice) {
   const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
-  const float zmax = *std::max_element(z, z + E);
-  float sum = 0;
-  for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
-  for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
   order.resize(E);
-  for (std::size_t e = 0; e < E; ++e) order[e] = static_cast<int>(e);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(K), order.end(),
-                    [prob](int x, int y) { return prob[x] > prob[y] || (prob[x] == prob[y] && x < y); });
+  choice.resize(E);
+  const auto best_first = [&order](const float* score, std::size_t n) {  // order[0, n): the n best
+    for (std::size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int>(e);
+    std::partial_sort(
+        order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+        [score](int x, int y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
+  };
+  if (!c.sigmoid_routing) {  // the softmax over the experts (in fp32, as transformers computes it)
+    const float zmax = *std::max_element(z, z + E);
+    float sum = 0;
+    for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
+    for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
+    best_first(prob, K);
+  } else {  // sigmoid scores; chosen by score + bias within the best groups (the others' experts scored 0)
+    for (std::size_t e = 0; e < E; ++e) {
+      prob[e] = 1.0f / (1.0f + std::exp(-z[e]));
+      choice[e] = prob[e] + (bias != nullptr ? bias[e] : 0.0f);
+    }
+    const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
+    if (static_cast<std::size_t>(c.groups_per_token) < G) {
+      std::vector<float> group(G);
+      for (std::size_t g = 0; g < G; ++g) {  // a group's score: the sum of its two best
+        float a = -INFINITY, b = -INFINITY;
+        for (std::size_t e = g * per; e < (g + 1) * per; ++e) {
+          if (choice[e] > a) {
+            b = a;
+            a = choice[e];
+          } else if (choice[e] > b) {
+            b = choice[e];
+          }
+        }
+        group[g] = a + b;
+      }
+      std::vector<int> groups(G);
+      for (std::size_t g = 0; g < G; ++g) groups[g] = static_cast<int>(g);
+      const auto kept = static_cast<std::ptrdiff_t>(c.groups_per_token);
+      std::partial_sort(groups.begin(), groups.begin() + kept, groups.end(), [&group](int x, int y) {
+        return group[x] > group[y] || (group[x] == group[y] && x < y);
+      });
+      std::vector<char> keep(G, 0);
+      for (std::ptrdiff_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
+      for (std::size_t e = 0; e < E; ++e) {
+        if (!keep[e / per]) choice[e] = 0;
+      }
+    }
+    best_first(choice.data(), K);
+  }
   float total = 0;
   for (std::size_t j = 0; j < K; ++j) total += prob[order[j]];
+  const auto scale = static_cast<float>(c.routed_scale);
   for (std::size_t j = 0; j < K; ++j) {
     chosen[j] = order[j];
-    weight[j] = c.norm_topk ? prob[order[j]] / total : prob[order[j]];
+    weight[j] = (c.norm_topk ? prob[order[j]] / total : prob[order[j]]) * scale;
   }
 }
 
-void GptModel::route(std::size_t l, std::size_t a) {
+void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
                     E = static_cast<std::size_t>(c_.experts),
                     K = static_cast<std::size_t>(c_.experts_per_token),
@@ -1867,8 +1932,9 @@ void GptModel::route(std::size_t l, std::size_t a) {
   std::fill(count, count + E, 0.0);
   std::fill(psum, psum + E, 0.0);
   std::vector<int> order;
+  std::vector<float> choice;
   for (std::size_t t = 0; t < N; ++t) {
-    route_token(c_, rlogit_.data() + t * E, prob + t * E, sel + t * K, wt + t * K, order);
+    route_token(c_, rlogit_.data() + t * E, bias, prob + t * E, sel + t * K, wt + t * K, order, choice);
     for (std::size_t e = 0; e < E; ++e) psum[e] += static_cast<double>(prob[t * E + e]);
     for (std::size_t j = 0; j < K; ++j) {
       const auto e = static_cast<std::size_t>(sel[t * K + j]);
@@ -1948,19 +2014,25 @@ void GptModel::route_backward(std::size_t a) {
     const float* w = rwt_[a].data() + t * K;
     const float* dw = drw_.data() + t * K;
     for (std::size_t e = 0; e < E; ++e) dp[e] = static_cast<float>(aux[e]);
-    if (c_.norm_topk) {  // w_j = p_j / S: dp_j = (dw_j - sum_i dw_i w_i) / S
+    const auto scale = static_cast<float>(c_.routed_scale);
+    if (c_.norm_topk) {  // w_j = scale p_j / S: dp_j = scale (dw_j - sum_i dw_i w_i / scale) / S
       float chosen = 0, dot = 0;
       for (std::size_t j = 0; j < K; ++j) {
         chosen += p[sel[j]];
-        dot += dw[j] * w[j];
+        dot += dw[j] * w[j] / scale;
       }
-      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += (dw[j] - dot) / chosen;
+      for (std::size_t j = 0; j < K; ++j)
+        dp[static_cast<std::size_t>(sel[j])] += scale * (dw[j] - dot) / chosen;
     } else {
-      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += dw[j];
+      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += scale * dw[j];
+    }
+    float* dz = drlogit_.data() + t * E;
+    if (c_.sigmoid_routing) {  // each score its own sigmoid: dz_e = dp_e s_e (1 - s_e)
+      for (std::size_t e = 0; e < E; ++e) dz[e] = dp[e] * p[e] * (1 - p[e]);
+      continue;
     }
     float dot = 0;  // the softmax's: dz_e = p_e (dp_e - sum_f p_f dp_f)
     for (std::size_t e = 0; e < E; ++e) dot += p[e] * dp[e];
-    float* dz = drlogit_.data() + t * E;
     for (std::size_t e = 0; e < E; ++e) dz[e] = p[e] * (dp[e] - dot);
   }
 }
@@ -2073,7 +2145,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kRouter:
       linear(rlogit_.data(), c_.experts, fc1_input(a), C, nullptr);
-      route(l, a);
+      route(l, a, c_.sigmoid_routing ? p[1] : nullptr);  // (GLM-4.5's correction bias)
       break;
     case Role::kExpertFc1:
       if (routed == 0) break;
@@ -2103,8 +2175,13 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kSharedAct:
       k::swiglu_forward(sgel_[a].data(), sfc_[a].data(), N, c_.shared_ffn);
       break;
-    case Role::kSharedFc2:
+    case Role::kSharedFc2:  // (GLM-4.5's, without a gate, added to the block's output here)
       linear(sout_[a].data(), C, sgel_[a].data(), c_.shared_ffn, nullptr);
+      if (!c_.shared_gate) {
+        float* dst = resid_[l + 1].data();
+        const float* y = sout_[a].data();
+        for (std::size_t i = 0; i < resid_[l + 1].size(); ++i) dst[i] += y[i];
+      }
       break;
     case Role::kSharedGate: {  // sigmoid(gate . x) times the shared expert's output, added to the block's
       linear(glogit_.data(), 1, fc1_input(a), C, nullptr);
@@ -2210,6 +2287,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     }
     case Role::kSharedFc2:
+      if (!c_.shared_gate) {  // the block's first op backward: the output's gradient as it is
+        moe_block_backward();
+        dsout_ = dx_;
+      }
       degel_.assign(static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.shared_ffn), 0.0f);
       linear(degel_.data(), dsout_.data(), C, sgel_[a].data(), c_.shared_ffn);
       break;

@@ -204,6 +204,16 @@ struct GptConfig {
   // decoder_sparse_step: experts in every moe_every-th layer only), the experts in the others.
   int dense_layers = 0;
   int moe_every = 1;
+  // GLM-4.5's routing (Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus the router's
+  // correction bias (mlp.gate.e_score_correction_bias: a tensor of the layout its gradient never reaches,
+  // nor weight decay) among the groups_per_token best of expert_groups groups (a group's score the sum of its
+  // two best, the other groups' experts scored 0); weights the chosen scores (over their sum with norm_topk)
+  // times routed_scale. Its shared experts (mlp.shared_experts) have no gate (shared_gate false).
+  bool sigmoid_routing = false;
+  int expert_groups = 1;
+  int groups_per_token = 1;
+  double routed_scale = 1;
+  bool shared_gate = true;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -272,7 +282,7 @@ struct GptConfig {
   }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
-  bool mixtral() const { return moe() && !qk_norm && !qkv_bias && shared_ffn == 0; }
+  bool mixtral() const { return moe() && !qk_norm && !qkv_bias && shared_ffn == 0 && !sigmoid_routing; }
   // GPT-2's learned position table: its rows, and the row position 0 reads.
   int position_offset() const { return opt ? kOptPositionOffset : 0; }
   int position_rows() const { return max_seq + position_offset(); }
@@ -324,11 +334,13 @@ struct GptConfig {
   float score_cap() const { return static_cast<float>(attn_softcap); }
 };
 
-// A mixture of experts' routing of one token from its router logits z [experts]: the softmax in `prob`
-// [experts], the experts_per_token most probable (the lower expert first among equals) in `chosen` and their
-// weights in `weight` (their probabilities, or with norm_topk those over their sum). `order`: scratch.
-void route_token(const GptConfig& c, const float* z, float* prob, int* chosen, float* weight,
-                 std::vector<int>& order);
+// A mixture of experts' routing of one token from its router logits z [experts]: the softmax (or the
+// sigmoid scores) in `prob` [experts], the experts_per_token most probable (the lower expert first among
+// equals; with sigmoid routing by score plus `bias`, the correction bias, among the best groups) in `chosen`
+// and their weights in `weight` (their probabilities, or with norm_topk those over their sum; times
+// routed_scale). `order`, `choice`: scratch.
+void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
+                 float* weight, std::vector<int>& order, std::vector<float>& choice);
 
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
 // the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
@@ -546,9 +558,10 @@ class GptModel {
                        const Part* parts, int n, const OpInfo& o, int rows = 0);
   // A mixture of experts in layer l (activation slot a): the routing from the router's logits (rlogit_):
   // each token's experts and weights, each expert's tokens, the layer's routing counts and probability sums
-  // (for the load-balancing loss), and the block's output started at its residual sum. And back: the router
+  // (for the load-balancing loss), and the block's output started at its residual sum (`bias`: the sigmoid
+  // routing's correction bias, or null). And back: the router
   // logits' gradient (drlogit_) from the routing weights' (drw_) and the load-balancing loss's.
-  void route(std::size_t l, std::size_t a);
+  void route(std::size_t l, std::size_t a, const float* bias);
   void route_backward(std::size_t a);
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);

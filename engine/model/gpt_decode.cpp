@@ -156,8 +156,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // A block's tensors (a block of experts: its router, each expert's three, the shared expert's and its
   // gate).
   const auto block_tensors = [&](int l) {
-    return c_.moe_layer(l) ? fc_w + 1 + 3 * static_cast<std::size_t>(c_.experts) + (c_.shared_ffn > 0 ? 4 : 0)
-                           : per_block;
+    const std::size_t router = 1 + (c_.sigmoid_routing ? 1 : 0),
+                      shared = c_.shared_ffn > 0 ? (c_.shared_gate ? 4 : 3) : 0;
+    return c_.moe_layer(l) ? fc_w + router + 3 * static_cast<std::size_t>(c_.experts) + shared : per_block;
   };
   // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
   const auto input_norm = [&](std::size_t norm_w) {
@@ -316,28 +317,33 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
   const auto C = static_cast<std::size_t>(c_.channels);
   const int E = c_.experts, K = c_.experts_per_token, F = c_.expert_width();
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
+  const std::size_t first_expert = router + (c_.sigmoid_routing ? 2 : 1);  // (after the correction bias)
   std::fill_n(y_.data(), static_cast<std::size_t>(n) * C, 0.0f);
   for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
     const float* in = ln_.data() + r * C;
     k::matmul_forward(route_z_.data(), in, at(router), nullptr, 1, c_.channels, E);
-    route_token(c_, route_z_.data(), route_p_.data(), route_e_.data(), route_w_.data(), order_);
+    route_token(c_, route_z_.data(), c_.sigmoid_routing ? at(router + 1) : nullptr, route_p_.data(),
+                route_e_.data(), route_w_.data(), order_, choice_);
     for (int j = 0; j < K; ++j) {
-      const std::size_t e = router + 1 + 3 * static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
+      const std::size_t e =
+          first_expert + 3 * static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
       k::matmul_forward(fc_.data(), in, at(e), nullptr, 1, c_.channels, 2 * F);
       k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
       k::matmul_forward(proj_.data(), gel_.data(), at(e + 2), nullptr, 1, F, c_.channels);
       const float w = route_w_[static_cast<std::size_t>(j)];
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
     }
-    if (c_.shared_ffn > 0) {  // Qwen2-MoE's shared expert (gate and up, down, then its gate) after them
-      const std::size_t s = router + 1 + 3 * static_cast<std::size_t>(E);
+    if (c_.shared_ffn > 0) {  // the shared expert (gate and up, down, then Qwen2-MoE's gate) after them
+      const std::size_t s = first_expert + 3 * static_cast<std::size_t>(E);
       const int FS = c_.shared_ffn;
       k::matmul_forward(fc_.data(), in, at(s), nullptr, 1, c_.channels, 2 * FS);
       k::swiglu_forward(gel_.data(), fc_.data(), 1, FS);
       k::matmul_forward(proj_.data(), gel_.data(), at(s + 2), nullptr, 1, FS, c_.channels);
-      float z = 0;
-      k::matmul_forward(&z, in, at(s + 3), nullptr, 1, c_.channels, 1);
-      const float g = 1.0f / (1.0f + std::exp(-z));
+      float z = 0, g = 1;
+      if (c_.shared_gate) {
+        k::matmul_forward(&z, in, at(s + 3), nullptr, 1, c_.channels, 1);
+        g = 1.0f / (1.0f + std::exp(-z));
+      }
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += g * proj_[i];
     }
   }

@@ -57,7 +57,7 @@ class GptDecoder {
   // A mixture of experts: rows [0, n) of ln_ through each one's chosen experts (the router is tensor
   // `router` of the layout, the experts' follow), their weighted sum into y_.
   void moe_rows(int n, std::size_t router);
-  std::vector<float> route_z_, route_p_, route_w_;
+  std::vector<float> route_z_, route_p_, route_w_, choice_;
   std::vector<int> route_e_, order_;
 
   // Activations of the rows being appended (a chunk's).

@@ -147,6 +147,11 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"shared_ffn", c.shared_ffn},
           {"dense_layers", c.dense_layers},
           {"moe_every", c.moe_every},
+          {"sigmoid_routing", c.sigmoid_routing},
+          {"expert_groups", c.expert_groups},
+          {"groups_per_token", c.groups_per_token},
+          {"routed_scale", c.routed_scale},
+          {"shared_gate", c.shared_gate},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -244,6 +249,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.shared_ffn = j.value("shared_ffn", 0);
     c.dense_layers = j.value("dense_layers", 0);
     c.moe_every = j.value("moe_every", 1);
+    c.sigmoid_routing = j.value("sigmoid_routing", false);  // (GLM-4.5's routing)
+    c.expert_groups = j.value("expert_groups", 1);
+    c.groups_per_token = j.value("groups_per_token", 1);
+    c.routed_scale = j.value("routed_scale", 1.0);
+    c.shared_gate = j.value("shared_gate", true);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

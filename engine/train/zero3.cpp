@@ -1470,7 +1470,9 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       const auto t =
           std::upper_bound(layout.begin(), layout.end(), s.offset,
                            [](std::size_t at, const model::ParamTensor& x) { return at < x.offset; });
-      st.decays.push_back(!run.memwall.decay_matrices_only || std::prev(t)->shape.size() >= 2);
+      // (never a routing's correction bias: a buffer its model does not train)
+      const bool buffer = std::prev(t)->name.find("e_score_correction_bias") != std::string::npos;
+      st.decays.push_back(!buffer && (!run.memwall.decay_matrices_only || std::prev(t)->shape.size() >= 2));
     }
     int groups = 0;
     for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);

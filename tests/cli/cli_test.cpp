@@ -2651,8 +2651,8 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
 
 // A mixture of experts (Mixtral's cut to one layer of 64 with 4 experts of 96, 2 a token, the load-balancing
 // loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
-// (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as does Qwen2-MoE's
-// with its gated shared expert (Qwen2MoeForCausalLM); resumed with one
+// (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as do Qwen2-MoE's
+// with its gated shared expert (Qwen2MoeForCausalLM) and GLM-4.5's (Glm4MoeForCausalLM); resumed with one
 // expert a token it is refused naming the key. What memwall train does not run (OLMoE's clip_qkv, Granite
 // MoE's experts) is refused in one line.
 TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
@@ -2716,6 +2716,27 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(q.tensors["model.layers.0.self_attn.k_proj.bias"]["shape"], (nlohmann::json{64}));
   std::filesystem::remove_all(q.dir);
   std::filesystem::remove_all(q.hf);
+  // GLM-4.5's (glm-4.5's file: sigmoid routing in groups with its correction bias, an ungated shared expert,
+  // a dense first layer, q/k/v biases, per-head q/k norms, rotary on half of each head), as
+  // Glm4MoeForCausalLM.
+  const ShapeRoundTrip g = train_export_generate(
+      "glm45",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4,
+          "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 2,
+          "topk_group": 1, "routed_scaling_factor": 1.5, "max_position_embeddings": 64, "vocab_size": 256})",
+      "glm-4.5", 200);
+  EXPECT_EQ(g.latest["sigmoid_routing"], true);
+  EXPECT_EQ(g.config["architectures"][0], "Glm4MoeForCausalLM");
+  EXPECT_EQ(g.config["n_group"], 2);
+  EXPECT_EQ(g.config["routed_scaling_factor"], 1.5);
+  EXPECT_EQ(g.config["first_k_dense_replace"], 1);
+  EXPECT_EQ(g.tensors["model.layers.1.mlp.gate.e_score_correction_bias"]["shape"], (nlohmann::json{4}));
+  EXPECT_EQ(g.tensors["model.layers.1.mlp.shared_experts.down_proj.weight"]["shape"],
+            (nlohmann::json{64, 64}));
+  EXPECT_EQ(g.tensors["model.layers.0.mlp.down_proj.weight"]["shape"], (nlohmann::json{64, 128}));
+  std::filesystem::remove_all(g.dir);
+  std::filesystem::remove_all(g.hf);
 }
 
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head

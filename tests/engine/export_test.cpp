@@ -454,8 +454,19 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   qwen2_moe.norm_topk = false;
   qwen2_moe.qkv_bias = true;
   qwen2_moe.shared_ffn = 20;
-  qwen2_moe.moe_every = 2;  // decoder_sparse_step
-  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe}) {
+  qwen2_moe.moe_every = 2;    // decoder_sparse_step
+  GptConfig glm45 = mixtral;  // GLM-4.5's: sigmoid routing in groups, an ungated shared expert, a dense layer
+  glm45.sliding_window = 0;
+  glm45.router_aux = 0;
+  glm45.qkv_bias = glm45.qk_norm = true;
+  glm45.partial_rotary = 0.5;
+  glm45.sigmoid_routing = true;
+  glm45.expert_groups = 2;
+  glm45.routed_scale = 2.5;
+  glm45.shared_ffn = 2 * glm45.expert_ffn;
+  glm45.shared_gate = false;
+  glm45.dense_layers = 1;
+  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe, glm45}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -478,6 +489,12 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(back.shared_ffn, c.shared_ffn);
     EXPECT_EQ(back.dense_layers, c.dense_layers);
     EXPECT_EQ(back.moe_every, c.moe_every);
+    EXPECT_EQ(back.sigmoid_routing, c.sigmoid_routing);
+    EXPECT_EQ(back.expert_groups, c.expert_groups);
+    EXPECT_EQ(back.groups_per_token, c.groups_per_token);
+    EXPECT_EQ(back.routed_scale, c.routed_scale);
+    EXPECT_EQ(back.shared_gate, c.shared_gate);
+    EXPECT_EQ(back.partial_rotary, c.partial_rotary);
     EXPECT_EQ(back.qkv_bias, c.qkv_bias);
     EXPECT_EQ(back.sliding_window, c.sliding_window);
     EXPECT_EQ(back.head_size(), c.head_size());

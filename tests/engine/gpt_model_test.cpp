@@ -158,6 +158,27 @@ GptConfig qwen2_moe() {
   return c;
 }
 
+// GLM-4.5's: q/k/v biases, per-head q/k norms, rotary on half of each head; the first of 3 layers dense, then
+// 8 experts of 6 in 4 groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias,
+// weighted by their renormalised scores times 2.5, beside an ungated shared expert of 6.
+GptConfig glm45() {
+  GptConfig c = llama_gqa();
+  c.layers = 3;
+  c.qkv_bias = c.qk_norm = true;
+  c.partial_rotary = 0.5;
+  c.experts = 8;
+  c.experts_per_token = 2;
+  c.expert_ffn = 6;
+  c.shared_ffn = 6;
+  c.shared_gate = false;
+  c.dense_layers = 1;
+  c.sigmoid_routing = c.norm_topk = true;
+  c.expert_groups = 4;
+  c.groups_per_token = 2;
+  c.routed_scale = 2.5;
+  return c;
+}
+
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
 GptConfig wide_heads() {
   GptConfig c = llama_mha();
@@ -1159,11 +1180,17 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig qwen2_moe_shape = mixtral_shape;  // and Qwen2-MoE's: q/k/v biases, a gated shared expert of 20
   qwen2_moe_shape.qkv_bias = true;
   qwen2_moe_shape.shared_ffn = 20;
-  qwen2_moe_shape.moe_every = 2;  // (experts in the second of the 3 layers only)
+  qwen2_moe_shape.moe_every = 2;    // (experts in the second of the 3 layers only)
+  GptConfig glm45_shape = glm45();  // and GLM-4.5's: sigmoid routing in groups, an ungated shared expert
+  glm45_shape.vocab = gqa.vocab;
+  glm45_shape.max_seq = gqa.max_seq;
+  glm45_shape.channels = gqa.channels;
+  glm45_shape.rope_theta = gqa.rope_theta;
   for (const GptConfig& c : {gpt2,
                              mixtral_shape,
                              olmoe_shape,
                              qwen2_moe_shape,
+                             glm45_shape,
                              opt_shape,
                              exact,
                              neox_shape,
@@ -1210,6 +1237,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.nemotron             ? "nemotron"
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
+                 : c.sigmoid_routing      ? "glm-4.5"
                  : c.moe()                ? (c.qk_norm          ? "olmoe"
                                              : c.shared_ffn > 0 ? "qwen2_moe"
                                                                 : "mixtral")
@@ -1497,8 +1525,9 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
-  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe()}) {
-    SCOPED_TRACE(c.shared_ffn > 0           ? "qwen2_moe, shared expert"
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45()}) {
+    SCOPED_TRACE(c.sigmoid_routing          ? "glm-4.5"
+                 : c.shared_ffn > 0         ? "qwen2_moe, shared expert"
                  : c.qk_norm_full           ? "olmoe"
                  : c.qk_norm                ? "qwen3_moe"
                  : c.experts_per_token == 1 ? "mixtral, one expert a token"
@@ -1518,6 +1547,12 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"shared_ffn", c.shared_ffn},
                                    {"dense_layers", c.dense_layers},
                                    {"moe_every", c.moe_every},
+                                   {"sigmoid", c.sigmoid_routing},
+                                   {"expert_groups", c.expert_groups},
+                                   {"groups_per_token", c.groups_per_token},
+                                   {"routed_scale", c.routed_scale},
+                                   {"shared_gate", c.shared_gate},
+                                   {"partial_rotary", c.partial_rotary},
                                    {"mixtral", c.mixtral()},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

@@ -12,7 +12,12 @@ down(silu(gate(h)) * up(h)) computed here on every token and weighted by the tok
 every token times the sigmoid of mlp.shared_expert_gate; the sum added to the residual. With "qkv_bias"
 (Qwen2-MoE's) biases on q_proj, k_proj and v_proj. Qwen-MoE's dense layers: the first "dense_layers" and
 those not in every "moe_every"-th (decoder_sparse_step) have a SwiGLU mlp.gate_proj, up_proj, down_proj
-instead of the experts, and no router logits for the load-balancing loss. Then the final RMSNorm and the untied
+instead of the experts, and no router logits for the load-balancing loss. GLM-4.5's ("sigmoid", as
+Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus mlp.gate.e_score_correction_bias among the
+"groups_per_token" best of "expert_groups" groups (a group scored by its two best; the other groups' experts
+scored 0), weighted by their scores (over their sum + 1e-20 with "norm_topk") times "routed_scale"; its shared
+experts (mlp.shared_experts, "shared_gate" false) without a gate; rotary on the first "partial_rotary" of
+each head. Then the final RMSNorm and the untied
 lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
@@ -30,7 +35,7 @@ def forward(cfg, t, tokens, torch, router_logits):
     """The logits [B, T, vocab] of `tokens`; each layer's router logits appended to router_logits."""
     B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs, eps, E, K = cfg["head_dim"], cfg["norm_eps"], cfg["experts"], cfg["experts_per_token"]
-    rotate = reference_io.rotary(torch, T, hs, cfg["rope_theta"])
+    rotate = reference_io.rotary(torch, T, int(hs * cfg.get("partial_rotary", 1.0)), cfg["rope_theta"])
     moe = "block_sparse_moe." if cfg["mixtral"] else "mlp."
     up_names = ("w1", "w3", "w2") if cfg["mixtral"] else ("gate_proj", "up_proj", "down_proj")
 
@@ -71,16 +76,32 @@ def forward(cfg, t, tokens, torch, router_logits):
             continue
         z = linear(h, p + moe + "gate")
         router_logits.append(z.reshape(B * T, E))
-        prob = torch.softmax(z, dim=-1)
-        top, chosen = torch.topk(prob, K, dim=-1)
-        if cfg["norm_topk"]:
-            top = top / top.sum(dim=-1, keepdim=True)
+        if cfg.get("sigmoid"):
+            scores = torch.sigmoid(z)
+            choice = scores + t[p + "mlp.gate.e_score_correction_bias"]
+            G, TG = cfg["expert_groups"], cfg["groups_per_token"]
+            grouped = choice.view(B, T, G, E // G)
+            group_scores = grouped.topk(min(2, E // G), dim=-1)[0].sum(dim=-1)
+            keep = torch.zeros_like(group_scores).scatter_(-1, torch.topk(group_scores, TG, dim=-1)[1], 1)
+            keep = keep.unsqueeze(-1).expand(B, T, G, E // G).reshape(B, T, E)
+            chosen = torch.topk(choice.masked_fill(keep == 0, 0.0), K, dim=-1)[1]
+            top = scores.gather(-1, chosen)
+            if cfg["norm_topk"]:
+                top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)
+            top = top * cfg["routed_scale"]
+        else:
+            prob = torch.softmax(z, dim=-1)
+            top, chosen = torch.topk(prob, K, dim=-1)
+            if cfg["norm_topk"]:
+                top = top / top.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(x)
         for e in range(E):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
             g, u, d = (p + moe + "experts.%d.%s" % (e, n) for n in up_names)
             out = out + weight * linear(torch.nn.functional.silu(linear(h, g)) * linear(h, u), d)
-        if cfg.get("shared_ffn", 0) > 0:
+        if cfg.get("shared_ffn", 0) > 0 and not cfg.get("shared_gate", True):
+            out = out + swiglu(h, p + "mlp.shared_experts")
+        elif cfg.get("shared_ffn", 0) > 0:
             gate = torch.sigmoid(linear(h, p + "mlp.shared_expert_gate"))
             out = out + gate * swiglu(h, p + "mlp.shared_expert")
         x = x + out

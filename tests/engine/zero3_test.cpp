@@ -59,6 +59,21 @@ model::GptConfig small_qwen2_moe() {
   return c;
 }
 
+// GLM-4.5's: sigmoid routing of 4 experts in 2 groups (the best one a token) with the correction bias
+// (which no step changes, weight decay on every tensor or not), weights renormalised times 2.5, an ungated
+// shared expert of 12, the first layer dense.
+model::GptConfig small_glm45() {
+  model::GptConfig c = small_moe();
+  c.router_aux = 0;
+  c.sigmoid_routing = true;
+  c.expert_groups = 2;
+  c.routed_scale = 2.5;
+  c.shared_ffn = 12;
+  c.shared_gate = false;
+  c.dense_layers = 1;
+  return c;
+}
+
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
   tok.clear();
   tgt.clear();
@@ -154,6 +169,7 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0, small_moe());
   follow_the_plain_model(0.05, small_moe());
   follow_the_plain_model(0, small_qwen2_moe());
+  follow_the_plain_model(0, small_glm45());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -632,11 +648,59 @@ TEST(Zero3, WeightDecayOnMatricesOnlySparesBiasesAndNorms) {
   std::filesystem::remove_all(dir);
 }
 
+// GLM-4.5's routing correction bias is a buffer: no step changes it, with weight decay on every tensor too
+// (which moves the norm weights), on the device or with the optimizer on CPU or NVMe.
+TEST(Zero3, TheRoutingCorrectionBiasIsNeverStepped) {
+  const model::GptConfig c = small_glm45();
+  const std::vector<model::ParamTensor> layout = model::gpt_param_layout(c);
+  std::vector<float> init(model::gpt_num_params(c));
+  model::gpt_init(c, init.data(), 3);
+  int biases = 0;
+  for (const auto& t : layout) {
+    if (t.name.find("e_score_correction_bias") == std::string::npos) continue;
+    for (std::size_t i = 0; i < t.numel; ++i) init[t.offset + i] = 0.25f * static_cast<float>(i) - 0.3f;
+    ++biases;
+  }
+  ASSERT_EQ(biases, c.layers - c.dense_layers);
+  Zero3Options base = two_sequences(3);
+  base.adam.decoupled = true;
+  base.adam.weight_decay = 0.1f;
+  base.run.memwall.decay_matrices_only = false;
+  base.init = [&init](std::size_t offset, std::size_t n, float* out) {
+    std::copy_n(init.begin() + static_cast<std::ptrdiff_t>(offset), n, out);
+    return Status::ok();
+  };
+  const std::string dir = swap_dir("correction-bias");
+  std::vector<Variant> variants = {{"optimizer on the device", [](Zero3Options&) {}}};
+  for (Variant& v : optimizer_placements(dir)) variants.push_back(std::move(v));
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    Zero3Options o = base;
+    v.apply(o);
+    std::vector<float> losses, params;
+    train_variant(c, o, 3, losses, params);
+    ASSERT_EQ(params.size(), init.size());
+    int moved = 0;
+    for (const auto& t : layout) {
+      const auto begin = static_cast<std::ptrdiff_t>(t.offset),
+                 end = begin + static_cast<std::ptrdiff_t>(t.numel);
+      const bool same = std::equal(params.begin() + begin, params.begin() + end, init.begin() + begin);
+      if (t.name.find("e_score_correction_bias") != std::string::npos) {
+        EXPECT_TRUE(same) << t.name;
+      } else if (t.shape.size() == 1) {
+        moved += same ? 0 : 1;
+      }
+    }
+    EXPECT_GT(moved, 0);  // (the norm weights, decayed)
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // With activation checkpointing the CPU model keeps one segment's activations (slots of the checkpoint
 // interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
-  for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe()}) {
+  for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45()}) {
     c.layers = 5;
     SCOPED_TRACE(c.shared_ffn > 0 ? "shared expert" : c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
     const Zero3Options base = two_sequences(3);
