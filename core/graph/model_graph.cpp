@@ -387,7 +387,8 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
         g.ops.back().params.push_back(cb);
       }
       const int ep = opt.expert_parallel;
-      const double routed = T * m.experts_per_token;
+      // (the busiest rank's share with imbalanced routing: its experts' tokens, and what it receives)
+      const double routed = T * m.experts_per_token * (ep > 1 ? opt.expert_load : 1.0);
       if (ep > 1) b.all_to_all(p + ".dispatch", L, routed, hd, ep);
       b.set_tokens(routed * ep / m.experts);
       b.set_expert_parallel(ep);

@@ -84,6 +84,8 @@ struct GraphOptions {
   // Expert parallelism (a mixture of experts): this rank runs experts_per_layer / expert_parallel experts on
   // the tokens its group's ranks route to them, sent and returned by all-to-all ops.
   int expert_parallel = 1;
+  // With expert parallelism: this rank's routed tokens over its even share (RunConfig's expert_load).
+  double expert_load = 1;
 };
 
 struct ModelGraph {

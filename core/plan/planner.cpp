@@ -1139,6 +1139,7 @@ GraphOptions graph_options(const RunConfig& run) {
   opt.element_bytes = run.param_bytes();
   opt.flash_attention = run.memwall.attention == AttentionKernel::kFlash;
   opt.expert_parallel = run.memwall.expert_parallel;
+  opt.expert_load = run.memwall.expert_load;
   return opt;
 }
 

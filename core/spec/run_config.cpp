@@ -163,6 +163,15 @@ Status resolve_run_config(RunConfig& run, const ModelSpec& model, const Hardware
           std::to_string(pp) + " is not supported; allowed: expert parallelism with data parallelism only");
     }
   }
+  if (mw.expert_load != 1 && (mw.expert_parallel <= 1 || mw.expert_load > mw.expert_parallel)) {
+    return Status::invalid_argument(
+        where + ": key 'memwall.expert_load': " + strprintf("%g", mw.expert_load) +
+        (mw.expert_parallel <= 1 ? " has no effect without expert parallelism (every rank runs every expert "
+                                   "on its own tokens); allowed: 1, or set memwall.expert_parallel"
+                                 : " is more than a rank can get (all of its group's routed tokens: " +
+                                       std::to_string(mw.expert_parallel) + "x); allowed: 1 to " +
+                                       std::to_string(mw.expert_parallel)));
+  }
   const ZeroConfig& z = run.zero;
   if (!hw.has_nvme() && (z.offload_param.device == OffloadDevice::kNvme ||
                          z.offload_optimizer.device == OffloadDevice::kNvme)) {

@@ -113,6 +113,11 @@ struct MemwallRunConfig {
   // each expert's parameters are partitioned (stage 3: gathered) over the data_parallel / expert_parallel
   // ranks holding it.
   int expert_parallel = 1;
+  // With expert parallelism: the busiest rank's routed tokens over its even share (1: balanced routing, as
+  // the graph assumes otherwise). Its experts run that many times the tokens and its all-to-alls carry that
+  // many times the bytes; the others wait for it at the next all-to-all, so an iteration takes its time.
+  // memwall train's expert_load (the busiest expert's) is an upper bound for a rank of several experts.
+  double expert_load = 1;
   // Train with the model file's multi-token-prediction modules (DeepSeek-V3's and GLM-4.5's
   // num_nextn_predict_layers), as their makers did: each one more block, its input projection and norms, and
   // another pass of the shared head and loss (false: the main model only, as transformers loads it).

@@ -1982,6 +1982,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_int("model_parallel", mw.model_parallel, 1, 4096));
     MW_RETURN_IF_ERROR(o.get_int("pipeline_parallel", mw.pipeline_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_int("expert_parallel", mw.expert_parallel, 1, 1 << 20));
+    MW_RETURN_IF_ERROR(o.get_number("expert_load", mw.expert_load, 1.0, 1e6));
     MW_RETURN_IF_ERROR(o.get_bool("mtp", mw.mtp));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
     std::string attention = attention_kernel_name(mw.attention);
@@ -2238,6 +2239,7 @@ std::string to_json_text(const RunConfig& run) {
       {"model_parallel", mw.model_parallel},
       {"pipeline_parallel", mw.pipeline_parallel},
       {"expert_parallel", mw.expert_parallel},
+      {"expert_load", mw.expert_load},
       {"mtp", mw.mtp},
       {"sequence_length", mw.sequence_length},
       {"attention", attention_kernel_name(mw.attention)},

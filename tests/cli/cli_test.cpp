@@ -321,6 +321,12 @@ TEST(CliPredict, ExpertParallelismHoldsAShareOfTheExperts) {
   expect_bad_input(
       "predict --hardware dgx-h200 --model mixtral-8x7b --set '{\"memwall.expert_parallel\": 3}'",
       "allowed: a divisor of the experts per layer (8) and of data_parallel (8)");
+  expect_bad_input("predict --hardware dgx-h200 --model mixtral-8x7b --set '{\"memwall.expert_load\": 1.5}'",
+                   "'memwall.expert_load': 1.5 has no effect without expert parallelism");
+  expect_bad_input(
+      "predict --hardware dgx-h200 --model mixtral-8x7b --set '{\"memwall.expert_parallel\": 2, "
+      "\"memwall.expert_load\": 3}'",
+      "allowed: 1 to 2");
 }
 
 TEST(CliErrors, TyposGetTheNearestName) {

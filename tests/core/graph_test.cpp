@@ -240,6 +240,23 @@ TEST(ModelGraph, ExpertParallelismKeepsARanksShareOfTheExpertsAndExchangesTokens
     EXPECT_DOUBLE_EQ(x->out_bytes, 2.0 * T * 2 * hd);
   }
   EXPECT_TRUE(layer0(whole, OpKind::kAllToAll, "L0.").empty());
+  // With imbalanced routing (memwall.expert_load 1.5) the busiest rank's experts run 1.5x the tokens and its
+  // all-to-alls carry 1.5x the bytes; without expert parallelism the load changes nothing (the rank runs
+  // every expert on its own tokens).
+  GraphOptions busy = o;
+  busy.expert_load = 1.5;
+  const ModelGraph loaded = build_model_graph(m, busy);
+  double loaded_flops = 0;
+  for (const GraphOp* op : layer0(loaded, OpKind::kLinear, "L0.expert")) loaded_flops += op->fwd_flops;
+  EXPECT_DOUBLE_EQ(loaded_flops, 1.5 * flops);
+  for (const GraphOp* x : layer0(loaded, OpKind::kAllToAll, "L0."))
+    EXPECT_DOUBLE_EQ(x->out_bytes, 1.5 * 2.0 * T * 2 * hd);
+  GraphOptions single = options(1, 1);
+  single.expert_load = 1.5;
+  double single_flops = 0;
+  const ModelGraph one = build_model_graph(m, single);
+  for (const GraphOp* op : layer0(one, OpKind::kLinear, "L0.expert")) single_flops += op->fwd_flops;
+  EXPECT_DOUBLE_EQ(single_flops, whole_flops);
   // The rank's parameters: the dense ones and a quarter of the routed experts'.
   EXPECT_DOUBLE_EQ(g.total_param_elements(), m.total_params() - 0.75 * m.routed_expert_params());
   for (const GraphParam& p : g.params) {
