@@ -152,7 +152,8 @@ struct ModelSpec {
   // router probability), both over all the layers' tokens together; 0: none (output_router_logits false, the
   // published files' setting).
   double router_aux_loss = 0;
-  // GLM-4.5's (and DeepSeek-V3's) routing: sigmoid scores instead of the softmax, the experts chosen by score
+  // GLM-4.5's routing (DeepSeek-V3's is the same; its reader does not set it, train refusing its latent
+  // attention anyway): sigmoid scores instead of the softmax, the experts chosen by score
   // plus a per-expert correction bias (e_score_correction_bias: a buffer, not trained) among the
   // groups_per_token best of expert_groups groups (n_group, topk_group; a group's score the sum of its two
   // best), weighted by their scores (renormalised with norm_topk_prob) times routed_scale
