@@ -116,24 +116,34 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
   if (c.granite) {  // GraniteConfig's keys: the plain Llama shape with its four multipliers
+                    // (GraniteMoeConfig's with its experts: their width as intermediate_size)
+    const bool moe = c.moe();
+    const char* architecture = moe ? "GraniteMoeForCausalLM" : "GraniteForCausalLM";
     if (c.sliding_window > 0 || c.head_dim > 0 || c.gelu_mlp || c.norm_unit_offset || c.fused_names ||
         c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_local_theta > 0 ||
         c.rope_scaling.type == "longrope" || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm ||
         c.nope_every > 0) {
-      return no_config_form(dir, "Granite", ", q/k/v biases, partial rotary, q/k norms or NoPE layers",
-                            "GraniteForCausalLM");
+      return no_config_form(dir, moe ? "Granite MoE" : "Granite",
+                            ", q/k/v biases, partial rotary, q/k norms or NoPE layers", architecture);
     }
-    return llama_family_config(
-        "GraniteForCausalLM", "granite", c,
-        {{"rms_norm_eps", c.norm_eps},
-         {"embedding_multiplier", c.embed_multiplier > 0 ? c.embed_multiplier : 1.0},
-         {"attention_multiplier",
-          1.0 / std::sqrt(c.query_scale > 0 ? c.query_scale : static_cast<double>(c.head_size()))},
-         {"residual_multiplier", c.residual_multiplier},
-         {"logits_scaling", 1.0 / c.logit_scale},
-         {"attention_bias", false},
-         {"mlp_bias", false}},
-        torch_dtype);
+    nlohmann::ordered_json own = {
+        {"rms_norm_eps", c.norm_eps},
+        {"embedding_multiplier", c.embed_multiplier > 0 ? c.embed_multiplier : 1.0},
+        {"attention_multiplier",
+         1.0 / std::sqrt(c.query_scale > 0 ? c.query_scale : static_cast<double>(c.head_size()))},
+        {"residual_multiplier", c.residual_multiplier},
+        {"logits_scaling", 1.0 / c.logit_scale},
+        {"attention_bias", false}};
+    if (moe) {
+      own["intermediate_size"] = c.expert_width();
+      own["num_local_experts"] = c.experts;
+      own["num_experts_per_tok"] = c.experts_per_token;
+      own["output_router_logits"] = c.router_aux > 0;
+      own["router_aux_loss_coef"] = c.router_aux > 0 ? c.router_aux : 0.001;
+    } else {
+      own["mlp_bias"] = false;
+    }
+    return llama_family_config(architecture, moe ? "granitemoe" : "granite", c, own, torch_dtype);
   }
   if (c.glm) {  // GlmConfig's keys, or with the norms after the sublayers too Glm4Config's
     const char* family = c.sandwich_norm ? "GLM-4" : "GLM";

@@ -145,10 +145,17 @@ Status validate(const GptConfig& c, int batch, int seq) {
         std::to_string(c.groups_per_token) + ") 1 to them, routed_scale > 0");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
-                  c.granite || c.fused_names || c.glm || !(c.router_aux >= 0))) {
+                  c.fused_names || c.glm || !(c.router_aux >= 0))) {
     return Status::invalid_argument(
         "model: a mixture of experts (experts > 0) is the Llama shape's with RMSNorms before the sublayers, "
-        "in sequence, SwiGLU experts, without Gemma's, Granite's, GLM's or Phi-3's parts, router_aux >= 0");
+        "in sequence, SwiGLU experts, without Gemma's, GLM's or Phi-3's parts, router_aux >= 0");
+  }
+  if (c.moe() && c.granite &&
+      (c.qk_norm || c.qkv_bias || c.shared_ffn > 0 || c.sigmoid_routing || !c.norm_topk ||
+       c.dense_layers > 0 || c.moe_every > 1)) {
+    return Status::invalid_argument(
+        "model: Granite MoE's experts (granite with experts) are every layer's, renormalised (norm_topk), "
+        "without q/k norms, q/k/v biases, shared experts or sigmoid routing");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
@@ -359,12 +366,15 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         const int E = c.expert_width();
         add(h + "mlp.gate.weight", {c.experts, C});
         if (c.sigmoid_routing) add(h + "mlp.gate.e_score_correction_bias", {c.experts});
+        const auto expert = [&](int e) { return h + "mlp.experts." + std::to_string(e) + "."; };
         for (int e = 0; e < c.experts; ++e) {
-          const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
-          add(x + "gate_proj.weight", {E, C});
-          add(x + "up_proj.weight", {E, C});
-          add(x + "down_proj.weight", {C, E});
+          add(expert(e) + "gate_proj.weight", {E, C});
+          add(expert(e) + "up_proj.weight", {E, C});
+          if (!c.granite) add(expert(e) + "down_proj.weight", {C, E});
         }
+        // (Granite MoE's every expert's down after all their gates and ups: its output_linear and
+        // input_linear tensors)
+        for (int e = 0; e < c.experts && c.granite; ++e) add(expert(e) + "down_proj.weight", {C, E});
         if (c.shared_ffn > 0) {  // then the shared expert's gate, up and down, and its gate (Qwen2-MoE's)
           const std::string x = h + shared_expert_stem(c);
           add(x + "gate_proj.weight", {c.shared_ffn, C});
@@ -723,6 +733,39 @@ std::vector<ParamTensor> glm_layout(const std::vector<ParamTensor>& layout, bool
   }
   return out;
 }
+// Granite MoE's names for the experts: the router block_sparse_moe.router.layer, every expert's gate and up
+// as one block_sparse_moe.input_linear [experts, 2F, C], their downs as one output_linear [experts, C, F]
+// (gpt_param_layout keeps them in that order).
+std::vector<ParamTensor> granite_moe_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
+  std::vector<ParamTensor> out;
+  const auto E = static_cast<std::size_t>(c.experts);
+  for (std::size_t i = 0; i < layout.size();) {
+    const std::string& name = layout[i].name;
+    const auto at = name.find(".mlp.");
+    if (at == std::string::npos) {
+      out.push_back(layout[i++]);
+      continue;
+    }
+    const std::string block = name.substr(0, at) + ".block_sparse_moe.";
+    ParamTensor t = layout[i];
+    std::size_t n = 1;
+    if (name.find(".mlp.gate.") == at) {
+      t.name = block + "router.layer.weight";
+    } else {
+      const bool fc1 = name.find(".gate_proj.") != std::string::npos;
+      n = fc1 ? 2 * E : E;  // every expert's gate and up, or every down
+      MW_CHECK(i + n <= layout.size(), "granite_moe_layout: " + name + " is not followed by its experts'");
+      for (std::size_t k = 1; k < n; ++k) t.numel += layout[i + k].numel;
+      t.name = block + (fc1 ? "input_linear.weight" : "output_linear.weight");
+      t.shape = fc1 ? std::vector<int>{c.experts, 2 * layout[i].shape[0], layout[i].shape[1]}
+                    : std::vector<int>{c.experts, layout[i].shape[0], layout[i].shape[1]};
+    }
+    out.push_back(std::move(t));
+    i += n;
+  }
+  return out;
+}
+
 // Mixtral's names for the experts: the router block_sparse_moe.gate, an expert's gate, up and down w1, w3
 // and w2.
 std::vector<ParamTensor> mixtral_layout(std::vector<ParamTensor> layout) {
@@ -754,6 +797,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.nemotron) return renamed_layout(layout, nemotron_names());
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
   if (c.mixtral()) return mixtral_layout(std::move(layout));
+  if (c.moe() && c.granite) return granite_moe_layout(c, layout);
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
 }
@@ -819,10 +863,10 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     // (Their readers set what each has: Qwen2-MoE's gated shared expert, GLM-4.5's ungated ones and sigmoid
     // routing, Qwen's and GLM-4.5's dense layers.)
     if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
-        m.model_type != "qwen2_moe" && m.model_type != "glm4_moe") {
-      return Status::invalid_argument(where + m.model_type + "'s mixture of experts is not supported by " +
-                                      tool + "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe" +
-                                      also);
+        m.model_type != "qwen2_moe" && m.model_type != "glm4_moe" && m.model_type != "granitemoe") {
+      return Status::invalid_argument(
+          where + m.model_type + "'s mixture of experts is not supported by " + tool +
+          "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe" + also);
     }
     if (m.clip_qkv > 0) {  // (OLMoE clamps q and k after its q/k norms, OLMo 1.7 before: memwall's kernels)
       return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
@@ -974,7 +1018,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.logit_scale = m.logit_scale;
     c.rope_windowed_only = m.rope_windowed_only;  // (Cohere2's)
     c.nope_every = m.nope_every;                  // (SmolLM3's)
-    c.granite = m.model_type == "granite";
+    c.granite = m.model_type == "granite" || m.model_type == "granitemoe";
     c.glm = m.model_type == "glm" || m.model_type == "glm4";
     c.embed_multiplier = m.embed_multiplier;
     c.residual_multiplier = m.residual_multiplier;
@@ -1121,7 +1165,7 @@ const char* gpt_family(const GptConfig& c) {
   if (c.llama()) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
-           : c.granite    ? "Granite"
+           : c.granite    ? (c.moe() ? "Granite MoE" : "Granite")
            : c.moe()      ? (c.sigmoid_routing ? "GLM-4.5"
                              : c.qk_norm_full  ? "OLMoE"
                              : c.qk_norm       ? "Qwen3-MoE"
@@ -1224,10 +1268,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     }
     m.rope_windowed_only = c.rope_windowed_only;
     if (c.moe()) {
-      m.model_type = c.qk_norm_full ? "olmoe"
-                     : c.qk_norm    ? "qwen3_moe"
-                     : c.qkv_bias   ? "qwen2_moe"
-                                    : "mixtral";
+      m.model_type = c.granite        ? "granitemoe"
+                     : c.qk_norm_full ? "olmoe"
+                     : c.qk_norm      ? "qwen3_moe"
+                     : c.qkv_bias     ? "qwen2_moe"
+                                      : "mixtral";
       m.experts = c.experts;
       m.experts_per_token = c.experts_per_token;
       m.expert_ffn = c.expert_ffn;
@@ -2055,6 +2100,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   const auto e = static_cast<std::size_t>(std::max(0, o.expert));
   const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
   const int FE = c_.expert_width();
+  // (Granite MoE's residual_multiplier on the experts' sum; else 1)
+  const auto branch = static_cast<float>(c_.residual_multiplier);
   switch (o.role) {
     case Role::kEmbed:  // (BLOOM's goes through its norm, kEmbedNorm, into the residual stream)
       k::embedding_forward(c_.bloom ? emb_.data() : resid_[0].data(), tokens_.data(), p[0],
@@ -2162,7 +2209,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       const auto& rows = erows_[a][e];
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
-        const float w = rwt_[a][r];
+        const float w = branch * rwt_[a][r];
         float* dst = resid_[l + 1].data() + r / K * W;
         const float* y = eout_[a][e].data() + i * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
@@ -2180,7 +2227,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (!c_.shared_gate) {
         float* dst = resid_[l + 1].data();
         const float* y = sout_[a].data();
-        for (std::size_t i = 0; i < resid_[l + 1].size(); ++i) dst[i] += y[i];
+        for (std::size_t i = 0; i < resid_[l + 1].size(); ++i) dst[i] += branch * y[i];
       }
       break;
     case Role::kSharedGate: {  // sigmoid(gate . x) times the shared expert's output, added to the block's
@@ -2190,7 +2237,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         const float s = sgate_[a][t] = 1.0f / (1.0f + std::exp(-glogit_[t]));
         float* dst = resid_[l + 1].data() + t * W;
         const float* y = sout_[a].data() + t * W;
-        for (std::size_t j = 0; j < W; ++j) dst[j] += s * y[j];
+        for (std::size_t j = 0; j < W; ++j) dst[j] += branch * s * y[j];
       }
       break;
     }
@@ -2229,6 +2276,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   const auto e = static_cast<std::size_t>(std::max(0, o.expert));
   const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
   const int FE = c_.expert_width();
+  // (Granite MoE's residual_multiplier on the experts' sum; else 1)
+  const auto branch = static_cast<float>(c_.residual_multiplier);
   const auto W = static_cast<std::size_t>(C), K = static_cast<std::size_t>(std::max(1, c_.experts_per_token));
   // A mixture of experts' first op backward: the block's residual branch, no gradients at its input yet.
   const auto moe_block_backward = [&] {
@@ -2278,10 +2327,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         const float* y = sout_[a].data() + t * W;
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
-          dsout_[t * W + j] = s[t] * dx[j];
+          dsout_[t * W + j] = branch * s[t] * dx[j];
           dot += dx[j] * y[j];
         }
-        glogit_[t] = dot * s[t] * (1 - s[t]);
+        glogit_[t] = branch * dot * s[t] * (1 - s[t]);
       }
       linear(dln_.data(), glogit_.data(), 1, fc1_input(a), C);
       break;
@@ -2290,6 +2339,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (!c_.shared_gate) {  // the block's first op backward: the output's gradient as it is
         moe_block_backward();
         dsout_ = dx_;
+        if (branch != 1) k::scale_values(dsout_.data(), dsout_.size(), branch);
       }
       degel_.assign(static_cast<std::size_t>(N) * static_cast<std::size_t>(c_.shared_ffn), 0.0f);
       linear(degel_.data(), dsout_.data(), C, sgel_[a].data(), c_.shared_ffn);
@@ -2312,13 +2362,13 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         const auto r = static_cast<std::size_t>(rows[i]);
         const float* dx = dx_.data() + r / K * W;
         const float* y = eout_[a][e].data() + i * W;
-        const float w = rwt_[a][r];
+        const float w = branch * rwt_[a][r];
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
           dy_[i * W + j] = w * dx[j];
           dot += dx[j] * y[j];
         }
-        drw_[r] = dot;
+        drw_[r] = branch * dot;
       }
       degel_.assign(rows.size() * static_cast<std::size_t>(FE), 0.0f);
       linear(degel_.data(), dy_.data(), C, egel_[a][e].data(), FE, routed);

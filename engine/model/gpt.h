@@ -282,7 +282,9 @@ struct GptConfig {
   }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
-  bool mixtral() const { return moe() && !qk_norm && !qkv_bias && shared_ffn == 0 && !sigmoid_routing; }
+  bool mixtral() const {
+    return moe() && !qk_norm && !qkv_bias && shared_ffn == 0 && !sigmoid_routing && !granite;
+  }
   // GPT-2's learned position table: its rows, and the row position 0 reads.
   int position_offset() const { return opt ? kOptPositionOffset : 0; }
   int position_rows() const { return max_seq + position_offset(); }

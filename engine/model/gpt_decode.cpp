@@ -325,11 +325,14 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
     route_token(c_, route_z_.data(), c_.sigmoid_routing ? at(router + 1) : nullptr, route_p_.data(),
                 route_e_.data(), route_w_.data(), order_, choice_);
     for (int j = 0; j < K; ++j) {
-      const std::size_t e =
-          first_expert + 3 * static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
-      k::matmul_forward(fc_.data(), in, at(e), nullptr, 1, c_.channels, 2 * F);
+      // Expert e's gate and up, and its down: three tensors in a row, or (Granite MoE's) every expert's gate
+      // and up first, then every down.
+      const auto e = static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
+      const std::size_t fc1 = first_expert + (c_.granite ? 2 : 3) * e,
+                        fc2 = c_.granite ? first_expert + 2 * static_cast<std::size_t>(E) + e : fc1 + 2;
+      k::matmul_forward(fc_.data(), in, at(fc1), nullptr, 1, c_.channels, 2 * F);
       k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
-      k::matmul_forward(proj_.data(), gel_.data(), at(e + 2), nullptr, 1, F, c_.channels);
+      k::matmul_forward(proj_.data(), gel_.data(), at(fc2), nullptr, 1, F, c_.channels);
       const float w = route_w_[static_cast<std::size_t>(j)];
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
     }

@@ -2659,8 +2659,8 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
 // loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
 // (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as do Qwen2-MoE's
 // with its gated shared expert (Qwen2MoeForCausalLM) and GLM-4.5's (Glm4MoeForCausalLM); resumed with one
-// expert a token it is refused naming the key. What memwall train does not run (OLMoE's clip_qkv, Granite
-// MoE's experts) is refused in one line.
+// expert a token it is refused naming the key. What memwall train does not run (OLMoE's clip_qkv, gpt-oss's
+// experts) is refused in one line.
 TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   const std::string shape =
       R"("num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -2699,9 +2699,13 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   expect_train_refuses(
       r.data, R"({"model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8})",
       "clip_qkv 8 is not supported by memwall train for OLMoE; allowed: null");
-  expect_train_refuses(r.data, R"({"model_type": "granitemoe", "num_local_experts": 4})",
-                       "granitemoe's mixture of experts is not supported by memwall train; allowed: mixtral, "
-                       "qwen2_moe, qwen3_moe, olmoe");
+  const CmdResult oss = memwall("train --steps 1 --data " + r.data + " --model gpt-oss-20b");
+  EXPECT_EQ(oss.exit_code, 2) << oss.output;
+  EXPECT_NE(
+      oss.output.find("gpt_oss's mixture of experts is not supported by memwall train; allowed: mixtral, "
+                      "qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe"),
+      std::string::npos)
+      << oss.output;
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
   // Qwen2-MoE's (qwen1.5-moe-a2.7b's file: q/k/v biases, a shared expert behind its sigmoid gate) too, as

@@ -466,7 +466,14 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   glm45.shared_ffn = 2 * glm45.expert_ffn;
   glm45.shared_gate = false;
   glm45.dense_layers = 1;
-  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe, glm45}) {
+  GptConfig granite_moe = mixtral;  // Granite MoE's multipliers; input_linear and output_linear
+  granite_moe.sliding_window = 0;
+  granite_moe.granite = true;
+  granite_moe.embed_multiplier = 12;
+  granite_moe.query_scale = 256;
+  granite_moe.residual_multiplier = 0.22;
+  granite_moe.logit_scale = 0.25;
+  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe, glm45, granite_moe}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -510,6 +517,19 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
     EXPECT_EQ(got, p);
     const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
+    EXPECT_EQ(back.granite, c.granite);
+    EXPECT_EQ(back.residual_multiplier, c.residual_multiplier);
+    EXPECT_EQ(back.embedding_scale(), c.embedding_scale());
+    if (c.granite) {  // Granite MoE's: every expert's gate and up in one tensor, their downs in another
+      const std::string b = "model.layers.1.block_sparse_moe.";
+      EXPECT_EQ(h[b + "input_linear.weight"]["shape"],
+                (nlohmann::json{c.experts, 2 * c.expert_width(), c.channels}));
+      EXPECT_EQ(h[b + "output_linear.weight"]["shape"],
+                (nlohmann::json{c.experts, c.channels, c.expert_width()}));
+      EXPECT_EQ(h[b + "router.layer.weight"]["shape"], (nlohmann::json{c.experts, c.channels}));
+      std::filesystem::remove_all(dir);
+      continue;
+    }
     const bool mix = c.mixtral();
     EXPECT_EQ(h.contains("model.layers.1.block_sparse_moe.experts.3.w3.weight"), mix);
     EXPECT_EQ(h.contains("model.layers.1.mlp.experts.3.up_proj.weight"), !mix);

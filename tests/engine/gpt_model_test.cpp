@@ -179,6 +179,23 @@ GptConfig glm45() {
   return c;
 }
 
+// Granite MoE's: Granite's four multipliers (the embedding x 12, scores by 1/16, sublayer outputs x 0.22,
+// logits / 4) with 4 experts of 10, 2 a token renormalised, the load-balancing loss at 0.01.
+GptConfig granite_moe() {
+  GptConfig c = llama_gqa();
+  c.granite = true;
+  c.embed_multiplier = 12;
+  c.query_scale = 256;
+  c.residual_multiplier = 0.22;
+  c.logit_scale = 0.25;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.expert_ffn = 10;
+  c.norm_topk = true;
+  c.router_aux = 0.01;
+  return c;
+}
+
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
 GptConfig wide_heads() {
   GptConfig c = llama_mha();
@@ -1180,7 +1197,13 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig qwen2_moe_shape = mixtral_shape;  // and Qwen2-MoE's: q/k/v biases, a gated shared expert of 20
   qwen2_moe_shape.qkv_bias = true;
   qwen2_moe_shape.shared_ffn = 20;
-  qwen2_moe_shape.moe_every = 2;    // (experts in the second of the 3 layers only)
+  qwen2_moe_shape.moe_every = 2;                // (experts in the second of the 3 layers only)
+  GptConfig granite_moe_shape = mixtral_shape;  // and Granite MoE's multipliers and tensor order
+  granite_moe_shape.granite = true;
+  granite_moe_shape.embed_multiplier = 6;
+  granite_moe_shape.query_scale = 64;
+  granite_moe_shape.residual_multiplier = 0.3;
+  granite_moe_shape.logit_scale = 0.5;
   GptConfig glm45_shape = glm45();  // and GLM-4.5's: sigmoid routing in groups, an ungated shared expert
   glm45_shape.vocab = gqa.vocab;
   glm45_shape.max_seq = gqa.max_seq;
@@ -1191,6 +1214,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                              olmoe_shape,
                              qwen2_moe_shape,
                              glm45_shape,
+                             granite_moe_shape,
                              opt_shape,
                              exact,
                              neox_shape,
@@ -1238,6 +1262,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.sigmoid_routing      ? "glm-4.5"
+                 : c.moe() && c.granite   ? "granite moe"
                  : c.moe()                ? (c.qk_norm          ? "olmoe"
                                              : c.shared_ffn > 0 ? "qwen2_moe"
                                                                 : "mixtral")
@@ -1525,8 +1550,9 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
-  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45()}) {
-    SCOPED_TRACE(c.sigmoid_routing          ? "glm-4.5"
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe()}) {
+    SCOPED_TRACE(c.granite                  ? "granite moe"
+                 : c.sigmoid_routing        ? "glm-4.5"
                  : c.shared_ffn > 0         ? "qwen2_moe, shared expert"
                  : c.qk_norm_full           ? "olmoe"
                  : c.qk_norm                ? "qwen3_moe"
@@ -1553,6 +1579,11 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"routed_scale", c.routed_scale},
                                    {"shared_gate", c.shared_gate},
                                    {"partial_rotary", c.partial_rotary},
+                                   {"granite", c.granite},
+                                   {"embed_multiplier", c.embedding_scale()},
+                                   {"query_scale", c.query_scale},
+                                   {"residual_multiplier", c.residual_multiplier},
+                                   {"logit_scale", c.logit_scale},
                                    {"mixtral", c.mixtral()},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

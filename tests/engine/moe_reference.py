@@ -17,7 +17,11 @@ Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus mlp.gate.e_
 "groups_per_token" best of "expert_groups" groups (a group scored by its two best; the other groups' experts
 scored 0), weighted by their scores (over their sum + 1e-20 with "norm_topk") times "routed_scale"; its shared
 experts (mlp.shared_experts, "shared_gate" false) without a gate; rotary on the first "partial_rotary" of
-each head. Then the final RMSNorm and the untied
+each head. Granite MoE's ("granite", GraniteMoeForCausalLM): the embedding times "embed_multiplier", the
+scores scaled by "query_scale"^-1/2 (its attention_multiplier), each sublayer's output times
+"residual_multiplier", the logits times "logit_scale"; its router (block_sparse_moe.router.layer) takes the
+top-k logits and their softmax (GraniteMoeTopKGating), its experts' gates and ups one
+block_sparse_moe.input_linear [experts, 2F, C], their downs one output_linear [experts, C, F]. Then the final RMSNorm and the untied
 lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
@@ -58,25 +62,31 @@ def forward(cfg, t, tokens, torch, router_logits):
             x = rmsnorm(x, name)
         return x.transpose(1, 2)
 
-    x = t["model.embed_tokens.weight"][tokens]
+    granite = cfg.get("granite", False)
+    branch = cfg.get("residual_multiplier", 1.0)
+    q_scale = (cfg.get("query_scale") or hs) ** -0.5 * hs ** 0.5  # (causal_attention divides by hs^1/2)
+    x = t["model.embed_tokens.weight"][tokens] * cfg.get("embed_multiplier", 1.0)
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = rmsnorm(x, p + "input_layernorm")
-        q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm"))
+        q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm")) * q_scale
         k = rotate(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
         k = k.repeat_interleave(H // KV, dim=1)
         v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2)
         v = v.repeat_interleave(H // KV, dim=1)
         y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * hs)
-        x = x + linear(y, p + "self_attn.o_proj")
+        x = x + branch * linear(y, p + "self_attn.o_proj")
         h = rmsnorm(x, p + "post_attention_layernorm")
         every = cfg.get("moe_every", 1)
         if layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
-            x = x + swiglu(h, p + "mlp")
+            x = x + branch * swiglu(h, p + "mlp")
             continue
-        z = linear(h, p + moe + "gate")
+        z = linear(h, p + ("block_sparse_moe.router.layer" if granite else moe + "gate"))
         router_logits.append(z.reshape(B * T, E))
-        if cfg.get("sigmoid"):
+        if granite:  # the top-k logits, then their softmax
+            top_logits, chosen = torch.topk(z, K, dim=-1)
+            top = torch.softmax(top_logits, dim=-1)
+        elif cfg.get("sigmoid"):
             scores = torch.sigmoid(z)
             choice = scores + t[p + "mlp.gate.e_score_correction_bias"]
             G, TG = cfg["expert_groups"], cfg["groups_per_token"]
@@ -97,6 +107,12 @@ def forward(cfg, t, tokens, torch, router_logits):
         out = torch.zeros_like(x)
         for e in range(E):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
+            if granite:
+                w1 = t[p + "block_sparse_moe.input_linear.weight"][e]
+                w2 = t[p + "block_sparse_moe.output_linear.weight"][e]
+                F = w1.shape[0] // 2
+                out = out + weight * ((torch.nn.functional.silu(h @ w1[:F].T) * (h @ w1[F:].T)) @ w2.T)
+                continue
             g, u, d = (p + moe + "experts.%d.%s" % (e, n) for n in up_names)
             out = out + weight * linear(torch.nn.functional.silu(linear(h, g)) * linear(h, u), d)
         if cfg.get("shared_ffn", 0) > 0 and not cfg.get("shared_gate", True):
@@ -104,9 +120,9 @@ def forward(cfg, t, tokens, torch, router_logits):
         elif cfg.get("shared_ffn", 0) > 0:
             gate = torch.sigmoid(linear(h, p + "mlp.shared_expert_gate"))
             out = out + gate * swiglu(h, p + "mlp.shared_expert")
-        x = x + out
+        x = x + branch * out
     x = rmsnorm(x, "model.norm")
-    return x @ t.get("lm_head.weight", t["model.embed_tokens.weight"]).T
+    return x @ t.get("lm_head.weight", t["model.embed_tokens.weight"]).T * cfg.get("logit_scale", 1.0)
 
 
 def load_balancing_loss(router_logits, E, K, torch):

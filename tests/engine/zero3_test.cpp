@@ -74,6 +74,18 @@ model::GptConfig small_glm45() {
   return c;
 }
 
+// Granite MoE's: Mixtral's experts with Granite's multipliers (the experts' sum x 0.5 before its residual
+// add).
+model::GptConfig small_granite_moe() {
+  model::GptConfig c = small_moe();
+  c.granite = true;
+  c.embed_multiplier = 4;
+  c.query_scale = 64;
+  c.residual_multiplier = 0.5;
+  c.logit_scale = 0.5;
+  return c;
+}
+
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
   tok.clear();
   tgt.clear();
@@ -170,6 +182,7 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0.05, small_moe());
   follow_the_plain_model(0, small_qwen2_moe());
   follow_the_plain_model(0, small_glm45());
+  follow_the_plain_model(0, small_granite_moe());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
