@@ -2658,7 +2658,8 @@ TEST(CliTrain, EarlierOpenModelsArePredictedAndVariantsRefused) {
 // A mixture of experts (Mixtral's cut to one layer of 64 with 4 experts of 96, 2 a token, the load-balancing
 // loss on) trains on mixtral-8x7b's file, is kept by the checkpoint, exports as MixtralForCausalLM
 // (block_sparse_moe.gate, experts.e.w1, w3, w2) and generates the same text from either, as do Qwen2-MoE's
-// with its gated shared expert (Qwen2MoeForCausalLM) and GLM-4.5's (Glm4MoeForCausalLM); resumed with one
+// with its gated shared expert (Qwen2MoeForCausalLM), GLM-4.5's (Glm4MoeForCausalLM) and Granite MoE's
+// (GraniteMoeForCausalLM); resumed with one
 // expert a token it is refused naming the key. What memwall train does not run (OLMoE's clip_qkv, gpt-oss's
 // experts) is refused in one line.
 TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
@@ -2747,6 +2748,22 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(g.tensors["model.layers.0.mlp.down_proj.weight"]["shape"], (nlohmann::json{64, 128}));
   std::filesystem::remove_all(g.dir);
   std::filesystem::remove_all(g.hf);
+  // Granite MoE's (granite-3.0-1b-a400m's file: Granite's multipliers, its experts' gates and ups as one
+  // input_linear tensor), as GraniteMoeForCausalLM; its multipliers slow the learning: 400 steps.
+  const ShapeRoundTrip gm = train_export_generate(
+      "granite-moe",
+      R"({"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+          "max_position_embeddings": 64, "vocab_size": 256})",
+      "granite-3.0-1b-a400m", 400);
+  EXPECT_EQ(gm.latest["granite"], true);
+  EXPECT_EQ(gm.config["architectures"][0], "GraniteMoeForCausalLM");
+  EXPECT_EQ(gm.tensors["model.layers.0.block_sparse_moe.input_linear.weight"]["shape"],
+            (nlohmann::json{4, 128, 64}));
+  EXPECT_EQ(gm.tensors["model.layers.0.block_sparse_moe.output_linear.weight"]["shape"],
+            (nlohmann::json{4, 64, 64}));
+  std::filesystem::remove_all(gm.dir);
+  std::filesystem::remove_all(gm.hf);
 }
 
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
