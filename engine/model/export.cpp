@@ -143,7 +143,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     } else {
       own["mlp_bias"] = false;
     }
-    return llama_family_config(architecture, moe ? "granitemoe" : "granite", c, own, torch_dtype);
+    return llama_family_config(architecture, moe ? c.moe_type() : "granite", c, own, torch_dtype);
   }
   if (c.glm) {  // GlmConfig's keys, or with the norms after the sublayers too Glm4Config's
     const char* family = c.sandwich_norm ? "GLM-4" : "GLM";
@@ -267,7 +267,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
           "or one not a whole number of experts wide",
           "Glm4MoeForCausalLM");
     }
-    return llama_family_config("Glm4MoeForCausalLM", "glm4_moe", c,
+    return llama_family_config("Glm4MoeForCausalLM", c.moe_type(), c,
                                {{"rms_norm_eps", c.norm_eps},
                                 {"head_dim", c.head_size()},
                                 {"partial_rotary_factor", c.partial_rotary},
@@ -285,13 +285,14 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                torch_dtype);
   }
   if (c.moe()) {  // MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's or OlmoeConfig's keys
-    const bool olmoe = c.qk_norm_full, qwen3 = c.qk_norm && !olmoe, mixtral = c.mixtral();
-    const char* family = olmoe ? "OLMoE" : qwen3 ? "Qwen3-MoE" : mixtral ? "Mixtral" : "Qwen2-MoE";
+    const std::string_view type = c.moe_type();
+    const bool olmoe = type == "olmoe", qwen3 = type == "qwen3_moe", mixtral = type == "mixtral",
+               qwen2 = type == "qwen2_moe";
+    const char* family = gpt_family(c);
     const char* architecture = olmoe     ? "OlmoeForCausalLM"
                                : qwen3   ? "Qwen3MoeForCausalLM"
                                : mixtral ? "MixtralForCausalLM"
                                          : "Qwen2MoeForCausalLM";
-    const bool qwen2 = !mixtral && !olmoe && !qwen3;
     if (c.shared_ffn > 0 && (!c.qkv_bias || c.qk_norm)) {
       return Status::invalid_argument(dir +
                                       ": a shared expert has a config.json form only with q, k and v biases "
@@ -347,12 +348,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
       own["clip_qkv"] = nullptr;  // (validate() refuses OLMo's clip_qkv with experts)
       own["attention_bias"] = false;
     }
-    return llama_family_config(architecture,
-                               olmoe     ? "olmoe"
-                               : qwen3   ? "qwen3_moe"
-                               : mixtral ? "mixtral"
-                                         : "qwen2_moe",
-                               c, own, torch_dtype);
+    return llama_family_config(architecture, c.moe_type(), c, own, torch_dtype);
   }
   if (c.post_norm) {  // Olmo2Config's keys (validate() has refused Gemma 2's norms and LayerNorms with it)
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || !c.qk_norm_full)

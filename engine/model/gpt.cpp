@@ -133,16 +133,16 @@ Status validate(const GptConfig& c, int batch, int seq) {
       (c.moe() && c.experts % c.expert_groups != 0) || c.groups_per_token < 1 ||
       c.groups_per_token > c.expert_groups || (c.expert_groups > 1 && c.experts / c.expert_groups < 2) ||
       !(c.routed_scale > 0) || (c.expert_groups > 1 && !c.sigmoid_routing)) {
+    const auto n = [](int v) { return std::to_string(v); };
     return Status::invalid_argument(
-        "model: experts (" + std::to_string(c.experts) + ") must be >= 0, experts_per_token (" +
-        std::to_string(c.experts_per_token) + ") 1 to experts, expert_ffn (" + std::to_string(c.expert_ffn) +
-        ") and shared_ffn (" + std::to_string(c.shared_ffn) +
-        ") >= 0, a shared expert with experts only, dense_layers >= 0 and moe_every >= 1 leaving a layer of "
-        "experts, expert_groups (" +
-        std::to_string(c.expert_groups) +
-        ") of 2 or more experts each (sigmoid "
-        "routing's), groups_per_token (" +
-        std::to_string(c.groups_per_token) + ") 1 to them, routed_scale > 0");
+        "model: experts (" + n(c.experts) + ") must be >= 0, experts_per_token (" + n(c.experts_per_token) +
+        ") 1 to experts, expert_ffn (" + n(c.expert_ffn) + ") and shared_ffn (" + n(c.shared_ffn) +
+        ") >= 0 (a shared expert with experts only), dense_layers >= 0 and moe_every >= 1 leaving a layer "
+        "of experts, expert_groups (" +
+        n(c.expert_groups) +
+        ", sigmoid routing's) of 2 or more experts "
+        "each, groups_per_token (" +
+        n(c.groups_per_token) + ") 1 to them, routed_scale > 0");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
                   c.fused_names || c.glm || !(c.router_aux >= 0))) {
@@ -282,6 +282,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
 }
 
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
+  if (c.moe() && tiling != 1) {
+    return Status::invalid_argument(what + " " + std::to_string(tiling) +
+                                    " is not supported with a mixture of experts (its experts' linears are "
+                                    "not tiled); allowed: 1");
+  }
   // Each matrix a tile splits, and its output rows.
   std::vector<std::pair<const char*, int>> rows = {
       {c.rotary() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
@@ -289,12 +294,6 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   // (Grouped-query attention's key/value rows: GPT-BigCode's and Falcon's too.)
   if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
   rows.push_back({"the MLP's inner size", c.ffn_width()});  // (GPT-2's 4C: divided wherever C is)
-  if (c.moe() && tiling != 1) {
-    return Status::invalid_argument(
-        what + " " + std::to_string(tiling) +
-        " is not supported with a mixture of experts (its experts' linears are not "
-        "tiled); allowed: 1");
-  }
   if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   for (const auto& [rows_of, n] : rows) {
     if (tiling < 1 || n % tiling != 0) {
@@ -858,7 +857,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
         "output are not supported by " +
         tool + "; memwall predict and simulate take it");
   }
-  if (m.moe()) {  // routed SwiGLU experts in every block of the Llama shape (its other checks below)
+  if (m.moe()) {  // routed SwiGLU experts in the Llama shape's blocks (its other checks below)
     const std::string also = "; memwall predict and simulate take it";
     // (Their readers set what each has: Qwen2-MoE's gated shared expert, GLM-4.5's ungated ones and sigmoid
     // routing, Qwen's and GLM-4.5's dense layers.)
@@ -1056,7 +1055,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.expert_ffn = m.expert_ffn;
     c.norm_topk = m.norm_topk_prob;
     c.router_aux = m.router_aux_loss;
-    c.shared_ffn = m.shared_expert_ffn;  // (check_model_file: Qwen2-MoE's, with its gate)
+    c.shared_ffn = m.shared_expert_ffn;  // (Qwen2-MoE's with its gate, GLM-4.5's without)
     c.dense_layers = m.dense_layers;
     c.moe_every = m.moe_every;
     c.sigmoid_routing = m.sigmoid_routing;  // (GLM-4.5's)
@@ -1161,16 +1160,22 @@ void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst)
   }
 }
 
+namespace {
+// A mixture of experts' family name, by its model_type.
+const char* moe_family(const GptConfig& c) {
+  static const std::map<std::string_view, const char*> names = {
+      {"granitemoe", "Granite MoE"}, {"glm4_moe", "GLM-4.5"},    {"olmoe", "OLMoE"},
+      {"qwen3_moe", "Qwen3-MoE"},    {"qwen2_moe", "Qwen2-MoE"}, {"mixtral", "Mixtral"}};
+  return names.at(c.moe_type());
+}
+}  // namespace
+
 const char* gpt_family(const GptConfig& c) {
   if (c.llama()) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
-           : c.granite    ? (c.moe() ? "Granite MoE" : "Granite")
-           : c.moe()      ? (c.sigmoid_routing ? "GLM-4.5"
-                             : c.qk_norm_full  ? "OLMoE"
-                             : c.qk_norm       ? "Qwen3-MoE"
-                             : c.qkv_bias      ? "Qwen2-MoE"
-                                               : "Mixtral")
+           : c.moe()      ? moe_family(c)
+           : c.granite    ? "Granite"
            : c.glm        ? (c.sandwich_norm ? "GLM-4" : "GLM")
            : c.layer_norm ? "StableLM"
            : c.post_norm  ? (c.qk_norm && !c.qk_norm_full ? "EXAONE 4"
@@ -1268,11 +1273,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     }
     m.rope_windowed_only = c.rope_windowed_only;
     if (c.moe()) {
-      m.model_type = c.granite        ? "granitemoe"
-                     : c.qk_norm_full ? "olmoe"
-                     : c.qk_norm      ? "qwen3_moe"
-                     : c.qkv_bias     ? "qwen2_moe"
-                                      : "mixtral";
+      m.model_type = c.moe_type();
       m.experts = c.experts;
       m.experts_per_token = c.experts_per_token;
       m.expert_ffn = c.expert_ffn;
@@ -1286,7 +1287,6 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.groups_per_token = c.groups_per_token;
       m.routed_scale = c.routed_scale;
       m.shared_expert_gate = c.shared_gate;
-      if (c.sigmoid_routing) m.model_type = "glm4_moe";
     }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
@@ -1404,23 +1404,18 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   if (op == "router" && wb == "w") return {"model.layers." + layer + ".mlp.gate.weight"};
   if (op == "router" && wb == "cb") return {"model.layers." + layer + ".mlp.gate.e_score_correction_bias"};
   if (op == "shared_gate" && wb == "w") return {"model.layers." + layer + ".mlp.shared_expert_gate.weight"};
-  if (op == "shared.fc1" || op == "shared.fc2") {
-    const std::string stem = op.substr(7) + "." + wb;
-    const char* proj = stem == "fc1.w0"   ? "gate_proj"
-                       : stem == "fc1.w1" ? "up_proj"
-                       : stem == "fc2.w"  ? "down_proj"
-                                          : nullptr;
-    if (proj == nullptr) return {};
-    return {"model.layers." + layer + "." + shared_expert_stem(c) + proj + ".weight"};
-  }
+  // An expert's (or the shared expert's) linears under `stem`, as a dense MLP's: gate, up, down.
+  const auto expert_names = [&](const std::string& stem, const std::string& key) -> std::vector<std::string> {
+    const auto it = llama.find(key);
+    if (!key.starts_with("fc") || it == llama.end()) return {};
+    const std::string proj = it->second[0].substr(4);  // ("mlp.gate_proj": "gate_proj")
+    return {"model.layers." + layer + "." + stem + proj + ".weight"};
+  };
+  if (op == "shared.fc1" || op == "shared.fc2")
+    return expert_names(shared_expert_stem(c), op.substr(7) + "." + wb);
   if (int e = -1, n = 0; std::sscanf(op.c_str(), "expert%d.%n", &e, &n) == 1 && n > 0 && e >= 0) {
-    const std::string stem = op.substr(static_cast<std::size_t>(n)) + "." + wb;
-    const char* proj = stem == "fc1.w0"   ? "gate_proj"
-                       : stem == "fc1.w1" ? "up_proj"
-                       : stem == "fc2.w"  ? "down_proj"
-                                          : nullptr;
-    if (proj == nullptr) return {};
-    return {"model.layers." + layer + ".mlp.experts." + std::to_string(e) + "." + proj + ".weight"};
+    return expert_names("mlp.experts." + std::to_string(e) + ".",
+                        op.substr(static_cast<std::size_t>(n)) + "." + wb);
   }
   const std::string key = op + "." + wb;
   const auto& table = c.out_norms() && sandwich.count(key) > 0 ? sandwich : llama;
@@ -1903,26 +1898,29 @@ void GptModel::post_norm_forward(float* out, const float* residual, const float*
   for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
 }
 
+namespace {
+// order[0, n): the indices of the n largest of score[0, order.size()), the lower index first among equals.
+void best_first(const float* score, std::size_t n, std::vector<int>& order) {
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [score](int x, int y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
+}
+}  // namespace
+
 void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
                  float* weight, std::vector<int>& order, std::vector<float>& choice) {
   const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
   order.resize(E);
   choice.resize(E);
-  const auto best_first = [&order](const float* score, std::size_t n) {  // order[0, n): the n best
-    for (std::size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int>(e);
-    std::partial_sort(
-        order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
-        [score](int x, int y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
-  };
   if (!c.sigmoid_routing) {  // the softmax over the experts (in fp32, as transformers computes it)
     const float zmax = *std::max_element(z, z + E);
     float sum = 0;
     for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
     for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
-    best_first(prob, K);
+    best_first(prob, K, order);
   } else {  // sigmoid scores; chosen by score + bias within the best groups (the others' experts scored 0)
     for (std::size_t e = 0; e < E; ++e) {
-      prob[e] = 1.0f / (1.0f + std::exp(-z[e]));
+      prob[e] = sigmoid(z[e]);
       choice[e] = prob[e] + (bias != nullptr ? bias[e] : 0.0f);
     }
     const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
@@ -1941,18 +1939,15 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
         group[g] = a + b;
       }
       std::vector<int> groups(G);
-      for (std::size_t g = 0; g < G; ++g) groups[g] = static_cast<int>(g);
-      const auto kept = static_cast<std::ptrdiff_t>(c.groups_per_token);
-      std::partial_sort(groups.begin(), groups.begin() + kept, groups.end(), [&group](int x, int y) {
-        return group[x] > group[y] || (group[x] == group[y] && x < y);
-      });
+      const auto kept = static_cast<std::size_t>(c.groups_per_token);
+      best_first(group.data(), kept, groups);
       std::vector<char> keep(G, 0);
-      for (std::ptrdiff_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
+      for (std::size_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
       for (std::size_t e = 0; e < E; ++e) {
         if (!keep[e / per]) choice[e] = 0;
       }
     }
-    best_first(choice.data(), K);
+    best_first(choice.data(), K, order);
   }
   float total = 0;
   for (std::size_t j = 0; j < K; ++j) total += prob[order[j]];
@@ -2020,20 +2015,20 @@ double GptModel::expert_load() const {
   return busiest;
 }
 
+double GptModel::over_layers(const std::vector<double>& per_layer, std::size_t e) const {
+  const auto E = static_cast<std::size_t>(c_.experts);
+  double sum = 0;
+  for (int l = 0; l < c_.layers; ++l) sum += per_layer[static_cast<std::size_t>(l) * E + e];
+  return sum;
+}
+
 double GptModel::aux_loss() const {
   // transformers' load_balancing_loss_func over every layer's tokens together: experts x the sum over experts
   // of (its routing choices / tokens) x (its mean probability).
   const std::size_t E = static_cast<std::size_t>(c_.experts);
   const double tokens = static_cast<double>(B_) * T_ * c_.moe_layers();  // (the layers with experts)
   double sum = 0;
-  for (std::size_t e = 0; e < E; ++e) {
-    double count = 0, psum = 0;
-    for (int l = 0; l < c_.layers; ++l) {
-      count += rcount_[static_cast<std::size_t>(l) * E + e];
-      psum += rpsum_[static_cast<std::size_t>(l) * E + e];
-    }
-    sum += count * psum;
-  }
+  for (std::size_t e = 0; e < E; ++e) sum += over_layers(rcount_, e) * over_layers(rpsum_, e);
   return c_.router_aux * static_cast<double>(E) * sum / (tokens * tokens);
 }
 
@@ -2046,11 +2041,8 @@ void GptModel::route_backward(std::size_t a) {
   std::vector<double> aux(E, 0.0);
   if (c_.router_aux > 0) {
     const double tokens = static_cast<double>(N) * c_.moe_layers();
-    for (std::size_t e = 0; e < E; ++e) {
-      double count = 0;
-      for (int l = 0; l < c_.layers; ++l) count += rcount_[static_cast<std::size_t>(l) * E + e];
-      aux[e] = c_.router_aux * static_cast<double>(E) * count / (tokens * tokens);
-    }
+    for (std::size_t e = 0; e < E; ++e)
+      aux[e] = c_.router_aux * static_cast<double>(E) * over_layers(rcount_, e) / (tokens * tokens);
   }
   std::vector<float> dp(E);
   for (std::size_t t = 0; t < N; ++t) {
@@ -2234,7 +2226,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       linear(glogit_.data(), 1, fc1_input(a), C, nullptr);
       const auto W = static_cast<std::size_t>(C);
       for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
-        const float s = sgate_[a][t] = 1.0f / (1.0f + std::exp(-glogit_[t]));
+        const float s = sgate_[a][t] = sigmoid(glogit_[t]);
         float* dst = resid_[l + 1].data() + t * W;
         const float* y = sout_[a].data() + t * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += branch * s * y[j];

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -281,10 +282,19 @@ struct GptConfig {
     return n;
   }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
-  // Whether the mixture of experts is Mixtral's (its Hugging Face names and config), not Qwen's or OLMoE's.
-  bool mixtral() const {
-    return moe() && !qk_norm && !qkv_bias && shared_ffn == 0 && !sigmoid_routing && !granite;
+  // The family a mixture of experts is (its Hugging Face model_type, which names its tensors and config):
+  // "granitemoe", "glm4_moe" (sigmoid routing), "olmoe" (q/k norms over all heads), "qwen3_moe" (per-head q/k
+  // norms), "qwen2_moe" (q/k/v biases or a shared expert) or "mixtral"; "" without experts.
+  const char* moe_type() const {
+    return !moe()                       ? ""
+           : granite                    ? "granitemoe"
+           : sigmoid_routing            ? "glm4_moe"
+           : qk_norm_full               ? "olmoe"
+           : qk_norm                    ? "qwen3_moe"
+           : qkv_bias || shared_ffn > 0 ? "qwen2_moe"
+                                        : "mixtral";
   }
+  bool mixtral() const { return std::string_view(moe_type()) == "mixtral"; }
   // GPT-2's learned position table: its rows, and the row position 0 reads.
   int position_offset() const { return opt ? kOptPositionOffset : 0; }
   int position_rows() const { return max_seq + position_offset(); }
@@ -335,6 +345,10 @@ struct GptConfig {
   }
   float score_cap() const { return static_cast<float>(attn_softcap); }
 };
+
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 // A mixture of experts' routing of one token from its router logits z [experts]: the softmax (or the
 // sigmoid scores) in `prob` [experts], the experts_per_token most probable (the lower expert first among
@@ -568,6 +582,8 @@ class GptModel {
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);
   double aux_loss() const;
+  // Expert e's entry of a per-layer [layers][experts] table (rcount_, rpsum_), summed over the layers.
+  double over_layers(const std::vector<double>& per_layer, std::size_t e) const;
   // The rotary shapes' attention input: qkv_[l] with K and V repeated to every query head and rotary
   // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.

@@ -345,7 +345,7 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
       float z = 0, g = 1;
       if (c_.shared_gate) {
         k::matmul_forward(&z, in, at(s + 3), nullptr, 1, c_.channels, 1);
-        g = 1.0f / (1.0f + std::exp(-z));
+        g = sigmoid(z);
       }
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += g * proj_[i];
     }
