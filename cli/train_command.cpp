@@ -531,12 +531,22 @@ int run_train(const TrainOptions& opt) {
                                                                     : static_cast<double>(c.head_size())),
                                   c.residual_multiplier, 1.0 / c.logit_scale)
                             .c_str()
+                  : c.gpt_oss
+                      ? strprintf("gpt-oss-shaped: RMSNorm, a sink logit per head%s",
+                                  c.sliding_window == 0 ? ""
+                                  : c.global_every > 0
+                                      ? strprintf(", a window of %d tokens on all layers but one in %d",
+                                                  c.sliding_window, c.global_every)
+                                            .c_str()
+                                      : strprintf(", a window of %d tokens", c.sliding_window).c_str())
+                            .c_str()
                   : c.moe() ? strprintf("%s-shaped: RMSNorm", model::gpt_family(c)).c_str()
                             : "Llama-shaped: RMSNorm",
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
-                            "%d SwiGLU experts of %d, %d a token at their %s %s%s%s%s%s", c.experts,
+                            "%d %s experts of %d, %d a token at their %s %s%s%s%s%s", c.experts,
+                            c.gpt_oss ? strprintf("clamped (+-%g) SwiGLU", c.swiglu_limit).c_str() : "SwiGLU",
                             c.expert_width(), c.experts_per_token, c.norm_topk ? "renormalised" : "router",
                             c.sigmoid_routing ? "sigmoid scores" : "probabilities",
                             c.routed_scale != 1 ? strprintf(" x %g", c.routed_scale).c_str() : "",
@@ -556,7 +566,8 @@ int run_train(const TrainOptions& opt) {
                       : strprintf("%s of %d", c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width()).c_str(),
                   c.kv_head_count(), c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
                   c.tied ? "tied" : "untied",
-                  c.qkv_bias       ? ", q/k/v biases"
+                  c.gpt_oss        ? ", biases on q/k/v/o, the router and the experts"
+                  : c.qkv_bias     ? ", q/k/v biases"
                   : c.clip_qkv > 0 ? strprintf(", q/k/v clipped to +-%g", c.clip_qkv).c_str()
                                    : "",
                   !c.qk_norm       ? ""

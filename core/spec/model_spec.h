@@ -172,6 +172,10 @@ struct ModelSpec {
   // sink logit per head in every layer's attention softmax (attn_sinks).
   bool expert_bias = false;
   bool attn_sinks = false;
+  // gpt-oss's clamped SwiGLU (swiglu_limit > 0; 0: the plain SwiGLU): the gate clamped to at most the limit,
+  // the up projection to +-it, and (up + 1) x gate x sigmoid(1.702 gate). What memwall train computes;
+  // predict and simulate count it as SwiGLU.
+  double swiglu_limit = 0;
   // GLM-4.5's and DeepSeek's (first_k_dense_replace): the first dense_layers blocks have a dense gated MLP of
   // ffn_hidden inner features, the others the mixture of experts (0: every block). Whether a shared expert is
   // scaled by Qwen2-MoE's sigmoid gate (a linear of hidden x 1; GLM-4.5's shared experts have none).

@@ -1291,7 +1291,9 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       head_dim = 64;
       m.rope_theta = 150000;
       m.global_every = 2;
-      r.ignore({"swiglu_limit", "experts_per_token", "initial_context_length"});
+      m.swiglu_limit = 7.0;
+      MW_RETURN_IF_ERROR(r.get_number("swiglu_limit", m.swiglu_limit, 1e-6, 1e6));
+      r.ignore({"experts_per_token", "initial_context_length"});
     }
     // GLM's (GlmForCausalLM): rotary on neighbouring pairs of half of each head (partial_rotary_factor 0.5,
     // head_dim 128 by default; nothing to count); GLM-4's (Glm4ForCausalLM) RMSNorms of the attention's and
@@ -1448,7 +1450,8 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       // The routing weights (Mixtral's and Granite MoE's renormalised; the others' as norm_topk_prob says)
       // and the load-balancing loss's coefficient, where output_router_logits turns it on (defaults as each
       // config class's).
-      m.norm_topk_prob = (mixtral && !gpt_oss) || glm4_moe;  // (Glm4MoeConfig's default true)
+      // (gpt-oss's softmax over the chosen experts' logits: the same weights)
+      m.norm_topk_prob = mixtral || glm4_moe;  // (Glm4MoeConfig's default true)
       if (!mixtral) MW_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", m.norm_topk_prob));
       bool aux = false;
       double coef = gpt_oss ? 0.9 : olmoe ? 0.01 : 0.001;
@@ -2143,6 +2146,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"shared_expert_ffn", m.shared_expert_ffn},
             {"expert_bias", m.expert_bias},
             {"attn_sinks", m.attn_sinks},
+            {"swiglu_limit", m.swiglu_limit},
             {"dense_layers", m.dense_layers},
             {"moe_every", m.moe_every},
             {"shared_expert_gate", m.shared_expert_gate},

@@ -258,6 +258,25 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"layer_types", layer_types(c)}},
                                torch_dtype);
   }
+  if (c.gpt_oss) {  // GptOssConfig's keys (validate() has refused what gpt-oss's shape does not have)
+    if (beyond_plain_llama(c, true) || c.partial_rotary != 1.0 || c.first_window_layer > 0)
+      return no_config_form(dir, "gpt-oss", ", partial rotary or windows from a later layer",
+                            "GptOssForCausalLM");
+    return llama_family_config("GptOssForCausalLM", c.moe_type(), c,
+                               {{"intermediate_size", c.expert_width()},
+                                {"rms_norm_eps", c.norm_eps},
+                                {"head_dim", c.head_size()},
+                                {"attention_bias", true},
+                                {"sliding_window", c.sliding_window},
+                                {"layer_types", layer_types(c)},
+                                {"num_local_experts", c.experts},
+                                {"num_experts_per_tok", c.experts_per_token},
+                                {"experts_per_token", c.experts_per_token},
+                                {"swiglu_limit", c.swiglu_limit},
+                                {"output_router_logits", c.router_aux > 0},
+                                {"router_aux_loss_coef", c.router_aux > 0 ? c.router_aux : 0.9}},
+                               torch_dtype);
+  }
   if (c.sigmoid_routing) {  // Glm4MoeConfig's keys
     if (beyond_plain_llama(c, true) || c.sliding_window > 0 || c.qk_norm_full || c.moe_every > 1 ||
         c.shared_gate || (c.shared_ffn > 0 && c.shared_ffn % c.expert_width() != 0)) {
@@ -809,8 +828,7 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
       data = reordered.data();
     } else if (hf_interleaved(c, t)) {
       reordered.resize(t.numel);  // every q, k, v -> head by head (GPT-NeoX's)
-      interleave_qkv(c, src.data(), t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1,
-                     reordered.data(), true);
+      hf_reorder(c, t, src.data(), reordered.data(), true);
       data = reordered.data();
     }
     if (dtype == ExportDtype::kF32) {

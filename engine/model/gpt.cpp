@@ -157,6 +157,14 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: Granite MoE's experts (granite with experts) are every layer's, renormalised (norm_topk), "
         "without q/k norms, q/k/v biases, shared experts or sigmoid routing");
   }
+  if (c.gpt_oss &&
+      (!c.moe() || c.granite || c.qk_norm || !c.qkv_bias || c.shared_ffn > 0 || c.sigmoid_routing ||
+       !c.norm_topk || c.dense_layers > 0 || c.moe_every > 1 || !(c.swiglu_limit > 0))) {
+    return Status::invalid_argument(
+        "model: gpt-oss's shape (gpt_oss) has experts in every layer weighted by the softmax of the chosen "
+        "ones' logits (norm_topk), q/k/v biases (qkv_bias), no q/k norms or shared experts, swiglu_limit > "
+        "0");
+  }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
         "model: nope_every " + std::to_string(c.nope_every) +
@@ -357,15 +365,35 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.k_norm.weight", {c.qk_norm_kv_width()});
       }
       add(h + "self_attn.o_proj.weight", {C, Q});
+      if (c.gpt_oss) {  // o_proj's bias and the sink logits (gpt-oss's)
+        add(h + "self_attn.o_proj.bias", {C});
+        add(h + "self_attn.sinks", {c.heads});
+      }
       // (Gemma 2's and OLMo 2's: the attention output's norm; none with StableLM's one norm.)
       if (c.norm_params && !c.shared_norm()) add(h + "post_attention_layernorm.weight", {C});
       if (c.norm_bias() && !c.shared_norm()) add(h + "post_attention_layernorm.bias", {C});
       if (c.sandwich_norm) add(h + "pre_feedforward_layernorm.weight", {C});
       if (c.moe_layer(l)) {  // the router, then each expert's gate, up and down (the graph's order)
         const int E = c.expert_width();
+        const auto expert = [&](int e) { return h + "mlp.experts." + std::to_string(e) + "."; };
+        if (c.gpt_oss) {  // the router with its bias; every expert's gate and up, their biases, the downs,
+                          // theirs
+          add(h + "mlp.router.weight", {c.experts, C});
+          add(h + "mlp.router.bias", {c.experts});
+          for (const char* kind : {"weight", "bias"}) {
+            const bool w = kind[0] == 'w';
+            for (int e = 0; e < c.experts; ++e) {
+              for (const char* proj : {"gate_proj.", "up_proj."})
+                add(expert(e) + proj + kind, w ? std::vector<int>{E, C} : std::vector<int>{E});
+            }
+          }
+          for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.weight", {C, E});
+          for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.bias", {C});
+          if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
+          continue;
+        }
         add(h + "mlp.gate.weight", {c.experts, C});
         if (c.sigmoid_routing) add(h + "mlp.gate.e_score_correction_bias", {c.experts});
-        const auto expert = [&](int e) { return h + "mlp.experts." + std::to_string(e) + "."; };
         for (int e = 0; e < c.experts; ++e) {
           add(expert(e) + "gate_proj.weight", {E, C});
           add(expert(e) + "up_proj.weight", {E, C});
@@ -765,6 +793,36 @@ std::vector<ParamTensor> granite_moe_layout(const GptConfig& c, const std::vecto
   return out;
 }
 
+// gpt-oss's names for the experts: per layer every expert's gate and up weights as one
+// mlp.experts.gate_up_proj [experts, C, 2F], their biases as gate_up_proj_bias [experts, 2F], the downs as
+// down_proj [experts, F, C] and theirs as down_proj_bias [experts, C] (gpt_param_layout keeps each group
+// together; hf_reorder interleaves and transposes them).
+std::vector<ParamTensor> gpt_oss_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
+  std::vector<ParamTensor> out;
+  const auto E = static_cast<std::size_t>(c.experts);
+  const int F = c.expert_width(), C = c.channels;
+  for (std::size_t i = 0; i < layout.size();) {
+    const std::string& name = layout[i].name;
+    const auto at = name.find(".mlp.experts.");
+    if (at == std::string::npos) {
+      out.push_back(layout[i++]);
+      continue;
+    }
+    const bool down = name.find(".down_proj.") != std::string::npos, bias = name.ends_with(".bias");
+    const std::size_t n = down ? E : 2 * E;
+    MW_CHECK(i + n <= layout.size(), "gpt_oss_layout: " + name + " is not followed by its experts'");
+    ParamTensor t = layout[i];
+    for (std::size_t k = 1; k < n; ++k) t.numel += layout[i + k].numel;
+    t.name =
+        name.substr(0, at) + ".mlp.experts." + (down ? "down_proj" : "gate_up_proj") + (bias ? "_bias" : "");
+    t.shape = down ? (bias ? std::vector<int>{c.experts, C} : std::vector<int>{c.experts, F, C})
+                   : (bias ? std::vector<int>{c.experts, 2 * F} : std::vector<int>{c.experts, C, 2 * F});
+    out.push_back(std::move(t));
+    i += n;
+  }
+  return out;
+}
+
 // Mixtral's names for the experts: the router block_sparse_moe.gate, an expert's gate, up and down w1, w3
 // and w2.
 std::vector<ParamTensor> mixtral_layout(std::vector<ParamTensor> layout) {
@@ -797,6 +855,7 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
   if (c.mixtral()) return mixtral_layout(std::move(layout));
   if (c.moe() && c.granite) return granite_moe_layout(c, layout);
+  if (c.gpt_oss) return gpt_oss_layout(c, layout);
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
 }
@@ -862,10 +921,16 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     // (Their readers set what each has: Qwen2-MoE's gated shared expert, GLM-4.5's ungated ones and sigmoid
     // routing, Qwen's and GLM-4.5's dense layers.)
     if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
-        m.model_type != "qwen2_moe" && m.model_type != "glm4_moe" && m.model_type != "granitemoe") {
+        m.model_type != "qwen2_moe" && m.model_type != "glm4_moe" && m.model_type != "granitemoe" &&
+        m.model_type != "gpt_oss") {
       return Status::invalid_argument(
           where + m.model_type + "'s mixture of experts is not supported by " + tool +
-          "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe" + also);
+          "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe, gpt_oss" + also);
+    }
+    if (m.model_type == "gpt_oss" &&
+        !m.linear_bias) {  // (its attention's biases: memwall's gpt-oss has them)
+      return Status::invalid_argument(where + "attention_bias false is not supported by " + tool +
+                                      " for gpt-oss; allowed: true (GptOssConfig's)");
     }
     if (m.clip_qkv > 0) {  // (OLMoE clamps q and k after its q/k norms, OLMo 1.7 before: memwall's kernels)
       return Status::invalid_argument(where + "clip_qkv " + strprintf("%g", m.clip_qkv) +
@@ -938,7 +1003,7 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                       " takes GPT-2's shape or Llama's (RMSNorm, rotary "
                                       "positions and a SwiGLU MLP together)");
     }
-    if (m.linear_bias) {
+    if (m.linear_bias && m.model_type != "gpt_oss") {
       return Status::invalid_argument(where +
                                       "attention_bias (biases on q, k, v and o) is not supported by " + tool +
                                       "; allowed: attention_bias false (Qwen2's q, k and v biases are)");
@@ -1063,6 +1128,11 @@ GptConfig gpt_config_of(const ModelSpec& m) {
     c.groups_per_token = m.groups_per_token;
     c.routed_scale = m.routed_scale;
     c.shared_gate = m.shared_expert_gate;
+    c.gpt_oss = m.model_type == "gpt_oss";  // (its biases on q, k, v and o, sinks, experts' biases)
+    if (c.gpt_oss) {
+      c.qkv_bias = true;
+      c.swiglu_limit = m.swiglu_limit;
+    }
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1109,7 +1179,10 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t) {
 }
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
-  return ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
+  return (c.gpt_oss && (t.name.ends_with(".mlp.experts.gate_up_proj") ||
+                        t.name.ends_with(".mlp.experts.gate_up_proj_bias") ||
+                        t.name.ends_with(".mlp.experts.down_proj"))) ||
+         ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
          (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos) ||
          (c.gptj && (t.name.find(".attn.q_proj.") != std::string::npos ||
                      t.name.find(".attn.k_proj.") != std::string::npos ||
@@ -1154,6 +1227,43 @@ void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, floa
   }
 }
 
+void hf_reorder(const GptConfig& c, const ParamTensor& t, const float* src, float* dst, bool to_hf) {
+  if (!c.gpt_oss) {
+    interleave_qkv(c, src, t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1, dst, to_hf);
+    return;
+  }
+  const auto move = [&](std::size_t mine, std::size_t theirs) {
+    if (to_hf) {
+      dst[theirs] = src[mine];
+    } else {
+      dst[mine] = src[theirs];
+    }
+  };
+  const auto E = static_cast<std::size_t>(t.shape[0]);
+  if (t.name.ends_with(".down_proj")) {  // [F, C] per expert in the file, memwall's [C, F]
+    const auto F = static_cast<std::size_t>(t.shape[1]), C = static_cast<std::size_t>(t.shape[2]);
+    for (std::size_t e = 0; e < E; ++e) {
+      for (std::size_t ch = 0; ch < C; ++ch) {
+        for (std::size_t f = 0; f < F; ++f) move(e * C * F + ch * F + f, e * F * C + f * C + ch);
+      }
+    }
+    return;
+  }
+  // gate_up_proj [C, 2F] per expert (bias: [2F]), gate f at column 2f and up f at 2f + 1; memwall's expert
+  // holds [gate F | up F] rows of C (bias: F then F).
+  const bool bias = t.shape.size() == 2;
+  const std::size_t C = bias ? 1 : static_cast<std::size_t>(t.shape[1]),
+                    F = static_cast<std::size_t>(t.shape.back()) / 2;
+  for (std::size_t e = 0; e < E; ++e) {
+    for (std::size_t k = 0; k < 2; ++k) {
+      for (std::size_t f = 0; f < F; ++f) {
+        for (std::size_t ch = 0; ch < C; ++ch)
+          move(e * 2 * F * C + (k * F + f) * C + ch, e * C * 2 * F + ch * 2 * F + 2 * f + k);
+      }
+    }
+  }
+}
+
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
@@ -1164,8 +1274,8 @@ namespace {
 // A mixture of experts' family name, by its model_type.
 const char* moe_family(const GptConfig& c) {
   static const std::map<std::string_view, const char*> names = {
-      {"granitemoe", "Granite MoE"}, {"glm4_moe", "GLM-4.5"},    {"olmoe", "OLMoE"},
-      {"qwen3_moe", "Qwen3-MoE"},    {"qwen2_moe", "Qwen2-MoE"}, {"mixtral", "Mixtral"}};
+      {"gpt_oss", "gpt-oss"},     {"granitemoe", "Granite MoE"}, {"glm4_moe", "GLM-4.5"}, {"olmoe", "OLMoE"},
+      {"qwen3_moe", "Qwen3-MoE"}, {"qwen2_moe", "Qwen2-MoE"},    {"mixtral", "Mixtral"}};
   return names.at(c.moe_type());
 }
 }  // namespace
@@ -1287,6 +1397,11 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.groups_per_token = c.groups_per_token;
       m.routed_scale = c.routed_scale;
       m.shared_expert_gate = c.shared_gate;
+      if (c.gpt_oss) {  // biases on q, k, v, o, the router and the experts; the sink logits
+        m.linear_bias = m.attn_bias = m.expert_bias = m.attn_sinks = true;
+        m.swiglu_limit = c.swiglu_limit;
+        m.global_every = c.global_every;
+      }
     }
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
@@ -1363,9 +1478,11 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     if (name == "lm_head.w") return {"lm_head.weight"};
   }
   const auto d1 = name.find('.'), d2 = name.rfind('.');
-  if (name.size() < 2 || name[0] != 'L' || d1 == std::string::npos || d2 == d1) return {};
-  const std::string layer = name.substr(1, d1 - 1), op = name.substr(d1 + 1, d2 - d1 - 1),
-                    wb = name.substr(d2 + 1);
+  if (name.size() < 2 || name[0] != 'L' || d1 == std::string::npos) return {};
+  const std::string layer = name.substr(1, d1 - 1);
+  if (c.gpt_oss && name.substr(d1) == ".sinks") return {"model.layers." + layer + ".self_attn.sinks"};
+  if (d2 == d1) return {};
+  const std::string op = name.substr(d1 + 1, d2 - d1 - 1), wb = name.substr(d2 + 1);
   if (!c.llama()) {
     static const std::map<std::string, std::string> stems = {{"ln1", "ln_1"},        {"ln2", "ln_2"},
                                                              {"qkv", "attn.c_attn"}, {"proj", "attn.c_proj"},
@@ -1392,16 +1509,23 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"qkv.b1", {"self_attn.k_proj", "self_attn.v_proj"}},
       {"qk_norm.w", {"self_attn.q_norm", "self_attn.k_norm"}},
       {"proj.w", {"self_attn.o_proj"}},
+      {"proj.b", {"self_attn.o_proj"}},  // (gpt-oss's biases: o_proj's, and its experts')
       {"fc1.w0", {"mlp.gate_proj"}},
+      {"fc1.b0", {"mlp.gate_proj"}},
       {"fc1.w1", {"mlp.up_proj"}},
-      {"fc2.w", {"mlp.down_proj"}}};
+      {"fc1.b1", {"mlp.up_proj"}},
+      {"fc2.w", {"mlp.down_proj"}},
+      {"fc2.b", {"mlp.down_proj"}}};
   // Gemma 2's four norms: its post_attention_layernorm is the attention output's, the MLP's input norm is
   // pre_feedforward_layernorm (OLMo 2's two: the outputs' norms alone).
   static const std::map<std::string, std::vector<std::string>> sandwich = {
       {"ln1_post.w", {"post_attention_layernorm"}},
       {"ln2.w", {"pre_feedforward_layernorm"}},
       {"ln2_post.w", {"post_feedforward_layernorm"}}};
-  if (op == "router" && wb == "w") return {"model.layers." + layer + ".mlp.gate.weight"};
+  if (op == "router" && (wb == "w" || wb == "b")) {  // (gpt-oss's mlp.router, with a bias)
+    return {"model.layers." + layer + (c.gpt_oss ? ".mlp.router." : ".mlp.gate.") +
+            (wb == "w" ? "weight" : "bias")};
+  }
   if (op == "router" && wb == "cb") return {"model.layers." + layer + ".mlp.gate.e_score_correction_bias"};
   if (op == "shared_gate" && wb == "w") return {"model.layers." + layer + ".mlp.shared_expert_gate.weight"};
   // An expert's (or the shared expert's) linears under `stem`, as a dense MLP's: gate, up, down.
@@ -1409,7 +1533,7 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     const auto it = llama.find(key);
     if (!key.starts_with("fc") || it == llama.end()) return {};
     const std::string proj = it->second[0].substr(4);  // ("mlp.gate_proj": "gate_proj")
-    return {"model.layers." + layer + "." + stem + proj + ".weight"};
+    return {"model.layers." + layer + "." + stem + proj + (wb[0] == 'b' ? ".bias" : ".weight")};
   };
   if (op == "shared.fc1" || op == "shared.fc2")
     return expert_names(shared_expert_stem(c), op.substr(7) + "." + wb);
@@ -1507,7 +1631,8 @@ void gpt_init_range(const GptConfig& c, float* out, std::size_t begin, std::size
     float* p = out + (lo - begin);
     if (ends_with("bias")) {
       std::fill(p, p + (hi - lo), 0.0f);
-    } else if (t.shape.size() == 1) {  // a norm's weight: 1, or Gemma's 0 (it scales by 1 + weight)
+    } else if (t.shape.size() == 1 && !ends_with("sinks")) {  // a norm's weight: 1, or Gemma's 0 (it scales
+                                                              // by 1 + weight); gpt-oss's sinks as weights
       std::fill(p, p + (hi - lo), c.norm_unit_offset ? 0.0f : 1.0f);
     } else {
       const float sd = !c.llama() && ends_with("c_proj.weight") ? proj_std : 0.02f;
@@ -1587,7 +1712,10 @@ namespace {
 bool linear_bias(const GptConfig& c, const GptOp& o) {
   if (o.role == GptRole::kHead) return c.head_bias();  // Phi's and GPT-J's untied heads have one
   if (!c.llama()) return o.role == GptRole::kQkv || o.role == GptRole::kProj ? c.attn_bias() : c.mlp_bias();
-  return o.role == GptRole::kQkv && c.qkv_bias;
+  if (o.role == GptRole::kQkv) return c.qkv_bias;
+  // gpt-oss's o_proj, router and experts
+  return c.gpt_oss && (o.role == GptRole::kProj || o.role == GptRole::kRouter ||
+                       o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2);
 }
 }  // namespace
 
@@ -1599,7 +1727,8 @@ bool is_linear(const GptOp& o) {
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
-  if (o.role == GptRole::kRouter) return k == 0;  // (its second parameter, GLM-4.5's correction bias)
+  // (the router's second parameter: GLM-4.5's correction bias, or gpt-oss's bias)
+  if (o.role == GptRole::kRouter) return k == 0;
   return is_linear(o) && (!linear_bias(c, o) || k % 2 == 0);
 }
 
@@ -2131,13 +2260,15 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
+      const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits)
       if (flash_) {
         k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(),
-                                   c_.alibi_scale());
+                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
+                                   sinks);
       } else {
         k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale());
+                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
+                             sinks);
       }
       break;
     }
@@ -2192,7 +2323,13 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       linear(efc_[a][e].data(), 2 * FE, ein_.data(), C, nullptr, routed);
       break;
     case Role::kExpertAct:
-      if (routed > 0) k::swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE);
+      if (routed == 0) break;
+      if (c_.gpt_oss) {
+        k::clamped_swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE, GptConfig::kSwigluAlpha,
+                                  static_cast<float>(c_.swiglu_limit));
+      } else {
+        k::swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE);
+      }
       break;
     case Role::kExpertFc2: {  // its output, kept for the routing weight's gradient, weighted into the block's
       if (routed == 0) break;
@@ -2369,7 +2506,12 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kExpertAct:
       if (routed == 0) break;
       defc_.assign(static_cast<std::size_t>(routed) * 2 * static_cast<std::size_t>(FE), 0.0f);
-      k::swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE);
+      if (c_.gpt_oss) {
+        k::clamped_swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE,
+                                   GptConfig::kSwigluAlpha, static_cast<float>(c_.swiglu_limit));
+      } else {
+        k::swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE);
+      }
       break;
     case Role::kExpertFc1: {  // into the rows of the MLP input's gradient its tokens read
       if (routed == 0) break;
@@ -2430,6 +2572,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kAttn: {
       // The expanded shapes recompute their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
+      const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits, and their gradients)
+      float* dsinks = c_.gpt_oss ? g[0] : nullptr;
       float* dqkv = dqkv_.data();
       if (c_.expanded_attention()) {
         expand_qkv(qkv, o.layer);
@@ -2442,10 +2586,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
                                     c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
-                                    c_.alibi_scale());
+                                    c_.alibi_scale(), sinks, dsinks);
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
-                              c_.attention_window(l), c_.score_scale(), c_.score_cap());
+                              c_.attention_window(l), c_.score_scale(), c_.score_cap(), sinks, dsinks);
       }
       if (c_.expanded_attention()) collapse_dqkv(o.layer);
       break;

@@ -215,6 +215,16 @@ struct GptConfig {
   int groups_per_token = 1;
   double routed_scale = 1;
   bool shared_gate = true;
+  // gpt-oss's (GptOssForCausalLM): biases on q, k, v (qkv_bias) and o, a learned sink logit per query head
+  // in every attention softmax's denominator (self_attn.sinks), a router with a bias (mlp.router), experts
+  // with biases on their gate, up and down whose activation is the clamped SwiGLU (swiglu_limit: the gate
+  // clamped to at most it, up to +-it, out = (up + 1) x gate x sigmoid(kSwigluAlpha x gate)), weighted by
+  // the softmax of the chosen experts' logits (norm_topk). In Hugging Face files every expert's gate and up
+  // as one mlp.experts.gate_up_proj [experts, C, 2F] with gate and up interleaved column by column (and its
+  // bias [experts, 2F]), the downs as one down_proj [experts, F, C] (and down_proj_bias [experts, C]).
+  bool gpt_oss = false;
+  double swiglu_limit = 7.0;
+  static constexpr float kSwigluAlpha = 1.702f;
 
   bool llama() const { return arch == GptArch::kLlama; }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
@@ -283,10 +293,11 @@ struct GptConfig {
   }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // The family a mixture of experts is (its Hugging Face model_type, which names its tensors and config):
-  // "granitemoe", "glm4_moe" (sigmoid routing), "olmoe" (q/k norms over all heads), "qwen3_moe" (per-head q/k
-  // norms), "qwen2_moe" (q/k/v biases or a shared expert) or "mixtral"; "" without experts.
+  // "gpt_oss", "granitemoe", "glm4_moe" (sigmoid routing), "olmoe" (q/k norms over all heads), "qwen3_moe"
+  // (per-head q/k norms), "qwen2_moe" (q/k/v biases or a shared expert) or "mixtral"; "" without experts.
   const char* moe_type() const {
     return !moe()                       ? ""
+           : gpt_oss                    ? "gpt_oss"
            : granite                    ? "granitemoe"
            : sigmoid_routing            ? "glm4_moe"
            : qk_norm_full               ? "olmoe"
@@ -422,6 +433,11 @@ bool hf_interleaved(const GptConfig& c, const ParamTensor& t);
 // A query_key_value tensor's rows ([q_width + 2 kv_width][cols]; GPT-J: a q_proj or k_proj, [q_width][cols])
 // from memwall's order into the file's (to_hf), or back.
 void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, float* dst, bool to_hf);
+// A tensor of hf_param_layout that hf_interleaved says is reordered, from memwall's order into the file's
+// (to_hf), or back: interleave_qkv's, or gpt-oss's experts' gate_up_proj [experts, C, 2F] (gate and up
+// alternating by column where memwall keeps an expert's gate rows, then its up rows), gate_up_proj_bias
+// [experts, 2F] (likewise) and down_proj [experts, F, C] (each expert's down transposed).
+void hf_reorder(const GptConfig& c, const ParamTensor& t, const float* src, float* dst, bool to_hf);
 // dst[c * rows + r] = src[r * cols + c]: a rows x cols matrix transposed.
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst);
 

@@ -146,7 +146,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + na, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
   const std::size_t n1 = c_.post_norm ? 0 : nt;  // the input norm's tensors
   const std::size_t qkv_w = n1, qkv_b = n1 + 3, proj_w = llama ? qkv_b + qb + qn : g_proj,
-                    ln2_w = llama ? proj_w + 1 + sw : g_ln2,
+                    // (gpt-oss's o_proj bias and sink logits follow o_proj)
+      ln2_w = llama ? proj_w + 1 + sw + (c_.gpt_oss ? 2 : 0) : g_ln2,
                     fc_w = !llama         ? g_fc
                            : c_.post_norm ? proj_w + 2
                                           : ln2_w + n2,
@@ -156,9 +157,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
   // A block's tensors (a block of experts: its router, each expert's three, the shared expert's and its
   // gate).
   const auto block_tensors = [&](int l) {
-    const std::size_t router = 1 + (c_.sigmoid_routing ? 1 : 0),
-                      shared = c_.shared_ffn > 0 ? (c_.shared_gate ? 4 : 3) : 0;
-    return c_.moe_layer(l) ? fc_w + router + 3 * static_cast<std::size_t>(c_.experts) + shared : per_block;
+    const std::size_t router = 1 + (c_.sigmoid_routing || c_.gpt_oss ? 1 : 0),
+                      shared = c_.shared_ffn > 0 ? (c_.shared_gate ? 4 : 3) : 0,
+                      per_expert = c_.gpt_oss ? 6 : 3;  // (gpt-oss's gate, up and down with biases)
+    return c_.moe_layer(l) ? fc_w + router + per_expert * static_cast<std::size_t>(c_.experts) + shared
+                           : per_block;
   };
   // A sublayer's input: the residual stream normed into ln_, or (post_norm) as it is.
   const auto input_norm = [&](std::size_t norm_w) {
@@ -239,7 +242,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                           kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
         const float* q = qkv_.data() + r * Wqz + off;
         const float slope = k::alibi_head_slope(c_.alibi_scale(), h, c_.heads);  // BLOOM's, Falcon's, MPT's
-        float maxv = -INFINITY;
+        // (gpt-oss's sink logit: one more score in the denominator)
+        const float sink = c_.gpt_oss ? at(p + proj_w + 2)[h] : -INFINITY;
+        float maxv = sink;
         for (int u = lo; u <= last; ++u) {
           const float* key = keys.data() + slot(u) + kv_off;
           float dot = 0;
@@ -247,7 +252,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
           score[u - lo] = k::soft_cap(dot * scale, cap) + slope * static_cast<float>(u - last);
           maxv = std::max(maxv, score[u - lo]);
         }
-        float sum = 0;
+        float sum = c_.gpt_oss ? std::exp(sink - maxv) : 0.0f;
         for (int u = lo; u <= last; ++u) {
           score[u - lo] = std::exp(score[u - lo] - maxv);
           sum += score[u - lo];
@@ -264,7 +269,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
-    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w), attn_bias(p + proj_w + 1), n, Q, C);
+    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w),
+                      c_.gpt_oss ? at(p + proj_w + 1) : attn_bias(p + proj_w + 1), n, Q, C);
     // (With one norm the MLP reads ln_1's output, still in ln_.)
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());
@@ -317,22 +323,33 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
   const auto C = static_cast<std::size_t>(c_.channels);
   const int E = c_.experts, K = c_.experts_per_token, F = c_.expert_width();
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
-  const std::size_t first_expert = router + (c_.sigmoid_routing ? 2 : 1);  // (after the correction bias)
+  // (after the correction bias, or gpt-oss's router bias)
+  const std::size_t first_expert = router + (c_.sigmoid_routing || c_.gpt_oss ? 2 : 1);
+  const auto Ez = static_cast<std::size_t>(E);
   std::fill_n(y_.data(), static_cast<std::size_t>(n) * C, 0.0f);
   for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
     const float* in = ln_.data() + r * C;
-    k::matmul_forward(route_z_.data(), in, at(router), nullptr, 1, c_.channels, E);
+    k::matmul_forward(route_z_.data(), in, at(router), c_.gpt_oss ? at(router + 1) : nullptr, 1, c_.channels,
+                      E);
     route_token(c_, route_z_.data(), c_.sigmoid_routing ? at(router + 1) : nullptr, route_p_.data(),
                 route_e_.data(), route_w_.data(), order_, choice_);
     for (int j = 0; j < K; ++j) {
       // Expert e's gate and up, and its down: three tensors in a row, or (Granite MoE's) every expert's gate
-      // and up first, then every down.
+      // and up first, then every down; gpt-oss's every gate and up, their biases, every down, their biases.
       const auto e = static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
-      const std::size_t fc1 = first_expert + (c_.granite ? 2 : 3) * e,
-                        fc2 = c_.granite ? first_expert + 2 * static_cast<std::size_t>(E) + e : fc1 + 2;
-      k::matmul_forward(fc_.data(), in, at(fc1), nullptr, 1, c_.channels, 2 * F);
-      k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
-      k::matmul_forward(proj_.data(), gel_.data(), at(fc2), nullptr, 1, F, c_.channels);
+      const bool joined = c_.granite || c_.gpt_oss;
+      const std::size_t fc1 = first_expert + (joined ? 2 : 3) * e,
+                        fc2 = joined ? first_expert + (c_.gpt_oss ? 4 : 2) * Ez + e : fc1 + 2;
+      const float* b1 = c_.gpt_oss ? at(first_expert + 2 * Ez + 2 * e) : nullptr;
+      const float* b2 = c_.gpt_oss ? at(first_expert + 5 * Ez + e) : nullptr;
+      k::matmul_forward(fc_.data(), in, at(fc1), b1, 1, c_.channels, 2 * F);
+      if (c_.gpt_oss) {
+        k::clamped_swiglu_forward(gel_.data(), fc_.data(), 1, F, GptConfig::kSwigluAlpha,
+                                  static_cast<float>(c_.swiglu_limit));
+      } else {
+        k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
+      }
+      k::matmul_forward(proj_.data(), gel_.data(), at(fc2), b2, 1, F, c_.channels);
       const float w = route_w_[static_cast<std::size_t>(j)];
       for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
     }

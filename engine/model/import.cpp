@@ -208,6 +208,7 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     x.shard = shard_of.at(name);
     x.transposed = hf_transposed(c, t);
     x.interleaved = hf_interleaved(c, t);
+    x.layout = t;
     x.out = static_cast<std::size_t>(t.shape[0]);
     x.in = t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1;
     std::vector<long long> want(t.shape.begin(), t.shape.end());
@@ -329,8 +330,8 @@ Status HfWeights::read(std::size_t offset, std::size_t n, float* out) {
       cache_.resize(t.numel);
       if (t.transposed) {  // [in, out] into [out, in]
         transpose(file_order.data(), t.in, t.out, cache_.data());
-      } else {  // GPT-NeoX's q, k and v head by head into every q, every k, every v
-        interleave_qkv(config_, file_order.data(), t.in, cache_.data(), false);
+      } else {  // GPT-NeoX's q, k and v head by head into every q, every k, every v (gpt-oss's experts)
+        hf_reorder(config_, t.layout, file_order.data(), cache_.data(), false);
       }
       cached_ = static_cast<int>(i);
     }

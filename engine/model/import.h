@@ -59,6 +59,7 @@ class HfWeights {
     bool transposed = false;   // stored [in, out] (Conv1D), memwall [out, in]
     bool interleaved = false;  // GPT-NeoX's query_key_value: q, k and v head by head (hf_interleaved)
     std::size_t out = 0, in = 0;
+    ParamTensor layout;  // its tensor in hf_param_layout (what hf_reorder reads)
   };
   HfWeights() = default;
   // Opens `path` as shards_[k] and parses its header into `header`.

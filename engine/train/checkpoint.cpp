@@ -152,6 +152,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"groups_per_token", c.groups_per_token},
           {"routed_scale", c.routed_scale},
           {"shared_gate", c.shared_gate},
+          {"gpt_oss", c.gpt_oss},
+          {"swiglu_limit", c.swiglu_limit},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -254,6 +256,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.groups_per_token = j.value("groups_per_token", 1);
     c.routed_scale = j.value("routed_scale", 1.0);
     c.shared_gate = j.value("shared_gate", true);
+    c.gpt_oss = j.value("gpt_oss", false);  // (gpt-oss's biases, sinks and clamped SwiGLU)
+    c.swiglu_limit = j.value("swiglu_limit", 7.0);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

@@ -594,6 +594,40 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, in
   });
 }
 
+namespace {
+// e = exp(-alpha min(g, limit)) for clamped_swiglu's sigmoid (the exponent clamped at 80, as exp_neg's).
+auto clamped_exps(float alpha, float limit) {
+  return [=](float* e, const float* g, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) e[i] = std::min(80.0f, -alpha * std::min(g[i], limit));
+    exp_inplace(e, n);
+  };
+}
+}  // namespace
+
+void clamped_swiglu_forward(float* out, const float* inp, int N, int F, float alpha, float limit) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, clamped_exps(alpha, limit),
+             [=](float g, float u, float e, std::size_t row, std::size_t j) {
+               const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+               out[row * Fz + j] = (uc + 1.0f) * gc / (1.0f + e);
+             });
+}
+
+// out = (u + 1) g sigma(a g): du = dout g sigma(a g) where |up| <= limit; dg = dout (u + 1) sigma(a g)
+// (1 + a g (1 - sigma(a g))) where gate <= limit.
+void clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, float alpha,
+                             float limit) {
+  const auto Fz = static_cast<std::size_t>(F);
+  gated_rows(inp, N, F, clamped_exps(alpha, limit),
+             [=](float g, float u, float e, std::size_t row, std::size_t j) {
+               const float d = dout[row * Fz + j], sig = 1.0f / (1.0f + e);
+               const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+               if (u >= -limit && u <= limit) dinp[row * 2 * Fz + Fz + j] += d * gc * sig;
+               if (g <= limit)
+                 dinp[row * 2 * Fz + j] += d * (uc + 1.0f) * sig * (1.0f + alpha * gc * (1.0f - sig));
+             });
+}
+
 void geglu_forward(float* out, const float* inp, int N, int F) {
   const auto Fz = static_cast<std::size_t>(F);
   gated_rows(inp, N, F, exp2u, [=](float g, float u, float e, std::size_t row, std::size_t j) {
@@ -706,7 +740,7 @@ void clamp_backward(float* dx, const float* y, std::size_t n, float clip) {
 // ---- causal attention ----
 
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
-                           float score_scale, float softcap, float alibi) {
+                           float score_scale, float softcap, float alibi, const float* sinks) {
   const int hs = C / NH;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -726,7 +760,8 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
           a[u] = soft_cap(dot * scale, softcap) + slope * static_cast<float>(u - t);
           maxv = std::max(maxv, a[u]);
         }
-        float sum = 0;
+        if (sinks != nullptr) maxv = std::max(maxv, sinks[h]);
+        float sum = sinks != nullptr ? std::exp(sinks[h] - maxv) : 0.0f;
         for (int u = lo; u <= t; ++u) {
           a[u] = std::exp(a[u] - maxv);
           sum += a[u];
@@ -746,11 +781,24 @@ void attention_forward_ref(float* out, float* att, const float* qkv, int B, int 
   }
 }
 
+namespace {
+// The sinks' gradients from each (batch, head)'s own sum, [B * NH], added up by head.
+void add_sink_gradients(float* dsinks, const std::vector<double>& per_bh, int B, int NH) {
+  if (dsinks == nullptr) return;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h)
+      dsinks[h] += static_cast<float>(per_bh[static_cast<std::size_t>(b * NH + h)]);
+  }
+}
+}  // namespace
+
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH, int window, float score_scale, float softcap) {
+                            int C, int NH, int window, float score_scale, float softcap, const float* sinks,
+                            float* dsinks) {
   const int hs = C / NH;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
+  std::vector<double> dsink(static_cast<std::size_t>(B) * NH, 0.0);
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -771,10 +819,15 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
           datt[static_cast<std::size_t>(u)] = d;
         }
         // softmax backward: dpre[u] = a[u] (datt[u] - sum_w a[w] datt[w])
-        float dot = 0;
-        for (int u = lo; u <= t; ++u) dot += a[u] * datt[static_cast<std::size_t>(u)];
+        float dot = 0, kept = 0;
+        for (int u = lo; u <= t; ++u) {
+          dot += a[u] * datt[static_cast<std::size_t>(u)];
+          kept += a[u];
+        }
         for (int u = lo; u <= t; ++u)
           dpre[static_cast<std::size_t>(u)] = a[u] * (datt[static_cast<std::size_t>(u)] - dot);
+        // the sink's probability: what the keys' leave of 1
+        if (sinks != nullptr) dsink[static_cast<std::size_t>(b * NH + h)] -= (1.0 - kept) * dot;
         // pre[u] = cap(scale q . k[u]): the cap's derivative 1 - tanh^2 from the recomputed score
         const float* q = qkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
         float* dq = dqkv + (static_cast<std::size_t>(b) * T + t) * C3 + h * hs;
@@ -796,10 +849,11 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
       }
     }
   }
+  add_sink_gradients(dsinks, dsink, B, NH);
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
-                       float score_scale, float softcap, float alibi) {
+                       float score_scale, float softcap, float alibi, const float* sinks) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -819,9 +873,11 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         a[u] = soft_cap(a[u] * scale, softcap) + slope * static_cast<float>(u - t);
         maxv = std::max(maxv, a[u]);
       }
+      const float sink = sinks != nullptr ? sinks[bh % NH] : -INFINITY;
+      maxv = std::max(maxv, sink);
       for (int u = lo; u <= t; ++u) a[u] -= maxv;
       exp_inplace(a + lo, static_cast<std::size_t>(t - lo) + 1);
-      float sum = 0;
+      float sum = sinks != nullptr ? std::exp(sink - maxv) : 0.0f;
       for (int u = lo; u <= t; ++u) sum += a[u];
       const float inv = 1.0f / sum;
       for (int u = lo; u <= t; ++u) a[u] *= inv;
@@ -833,12 +889,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
         {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
 #else
-  attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap, alibi);
+  attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap, alibi, sinks);
 #endif
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, int window, float score_scale, float softcap) {
+                        int C, int NH, int window, float score_scale, float softcap, const float* sinks,
+                        float* dsinks) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
   const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
@@ -867,6 +924,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   // softmax backward, with the score scale folded in: dpre = scale * att * (datt - sum(att * datt)), times
   // the cap's 1 - tanh^2 with soft-capping
   const float scale = attention_scale(score_scale, hs);
+  // (each row's share of its head's sink gradient, summed after)
+  std::vector<float> sink_rows(sinks != nullptr ? static_cast<std::size_t>(B) * NH * T : 0);
 #pragma omp parallel for collapse(2)
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {
@@ -874,8 +933,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       const float* a = att + row;
       float* d = dpre + row;
       const int lo = attention_window_start(t, window);
-      float dot = 0;
-      for (int u = lo; u <= t; ++u) dot += a[u] * d[u];
+      float dot = 0, kept = 0;
+      for (int u = lo; u <= t; ++u) {
+        dot += a[u] * d[u];
+        kept += a[u];
+      }
+      if (sinks != nullptr) sink_rows[static_cast<std::size_t>(bh) * T + t] = -(1.0f - kept) * dot;
       for (int u = lo; u <= t; ++u) d[u] = scale * a[u] * (d[u] - dot);
       if (scores != nullptr) {
         for (int u = lo; u <= t; ++u) {
@@ -892,8 +955,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         true);
   gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
         true);
+  if (sinks != nullptr) {
+    std::vector<double> per_bh(static_cast<std::size_t>(B) * NH, 0.0);
+    for (std::size_t r = 0; r < sink_rows.size(); ++r)
+      per_bh[r / static_cast<std::size_t>(T)] += sink_rows[r];
+    add_sink_gradients(dsinks, per_bh, B, NH);
+  }
 #else
-  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window, score_scale, softcap);
+  attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window, score_scale, softcap, sinks, dsinks);
 #endif
 }
 
@@ -1014,7 +1083,7 @@ MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window, float score_scale, float softcap, float alibi) {
+                             int window, float score_scale, float softcap, float alibi, const float* sinks) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
@@ -1030,7 +1099,9 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
         const float* base = qkv + static_cast<std::size_t>(b) * T * C3 + static_cast<std::size_t>(h) * hs;
         load_transposed(qt.data(), base, C3, r0, T, hs, scale);
         std::fill(acc.begin(), acc.end(), 0.0f);  // acc[r][c]: row r's output, unnormalised
-        for (int r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0;
+        // (a sink logit starts every row's softmax as a score already seen: e^0 = 1 at its maximum)
+        for (int r = 0; r < kRows; ++r)
+          m[r] = sinks != nullptr ? sinks[h] : -INFINITY, l[r] = sinks != nullptr ? 1.0f : 0.0f;
         const int end = std::min(T, r0 + kRows);  // keys any row of the block sees
         // From the key tile holding the first row's first key (with a sliding window, a row may see no
         // key of that tile: its maximum stays -inf, subtracted as 0, and it adds nothing).
@@ -1085,10 +1156,11 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window, float score_scale,
-                              float softcap, float alibi) {
+                              float softcap, float alibi, const float* sinks, float* dsinks) {
   const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
+  std::vector<double> dsink(static_cast<std::size_t>(B) * NH, 0.0);
   // Each (batch, head) writes only its own columns of dqkv; its query blocks run in order because every
   // block adds into the keys' and values' gradients.
 #pragma omp parallel
@@ -1116,6 +1188,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           L[r] = lse[static_cast<std::size_t>(bh) * T + r0 + r];
           D[r] = dot_f(dyb + static_cast<std::size_t>(r0 + r) * C, ob + static_cast<std::size_t>(r0 + r) * C,
                        hs);
+          if (sinks != nullptr) dsink[static_cast<std::size_t>(bh)] -= std::exp(sinks[h] - L[r]) * D[r];
         }
         const int first = attention_window_start(r0, window);
         for (int u0 = first - first % kKeys; u0 < end; u0 += kKeys) {
@@ -1148,6 +1221,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
       }
     }
   }
+  add_sink_gradients(dsinks, dsink, B, NH);
 }
 
 // ---- embedding ----

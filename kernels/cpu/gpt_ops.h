@@ -104,6 +104,11 @@ void sum_kv(float* dqkv, const float* dqkv3, int N, int C, int NH, int KVH);
 // SwiGLU's product: inp [N, 2F] holds gate then up; out [N, F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* inp, int N, int F);
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
+// gpt-oss's clamped SwiGLU over the same layout: with g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = (u + 1) g sigmoid(alpha g); backward passes no gradient where the clamps cut (torch.clamp's).
+void clamped_swiglu_forward(float* out, const float* inp, int N, int F, float alpha, float limit);
+void clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, float alpha,
+                             float limit);
 // GeGLU's (Gemma's): out = gelu(gate) * up, GELU's tanh approximation (transformers' gelu_pytorch_tanh).
 void geglu_forward(float* out, const float* inp, int N, int F);
 void geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
@@ -132,15 +137,21 @@ void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_
 // for query t (after the scale and any cap), instead of positions in the embedding: BLOOM's at 1, Falcon's
 // (which adds them before the scale) at the scale. Backward reads the probabilities and needs no flag (a
 // cap's derivative is of the score before the bias).
+// `sinks` [NH] (gpt-oss's, or null): head h's sink logit joins every row's softmax as one more score whose
+// value is nothing (its probability only shrinks the others'); backward adds each logit's gradient,
+// -p_sink x sum_u p_u dp_u over the rows, into `dsinks` [NH].
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0,
-                       float scale = 0, float softcap = 0, float alibi = 0);
+                       float scale = 0, float softcap = 0, float alibi = 0, const float* sinks = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, int window = 0, float scale = 0, float softcap = 0);
+                        int C, int NH, int window = 0, float scale = 0, float softcap = 0,
+                        const float* sinks = nullptr, float* dsinks = nullptr);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
+                           int window = 0, float scale = 0, float softcap = 0, float alibi = 0,
+                           const float* sinks = nullptr);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
-                            int C, int NH, int window = 0, float scale = 0, float softcap = 0);
+                            int C, int NH, int window = 0, float scale = 0, float softcap = 0,
+                            const float* sinks = nullptr, float* dsinks = nullptr);
 // The attention's score scale: `scale`, or 0 for 1 / sqrt(head size).
 inline float attention_scale(float scale, int hs) {
   return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(hs));
@@ -185,10 +196,12 @@ inline int attention_window_start(int t, int window) {
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
 // softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
+                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0,
+                             const float* sinks = nullptr);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window = 0, float scale = 0,
-                              float softcap = 0, float alibi = 0);
+                              float softcap = 0, float alibi = 0, const float* sinks = nullptr,
+                              float* dsinks = nullptr);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).

@@ -473,7 +473,11 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   granite_moe.query_scale = 256;
   granite_moe.residual_multiplier = 0.22;
   granite_moe.logit_scale = 0.25;
-  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe, glm45, granite_moe}) {
+  GptConfig oss = mixtral;  // gpt-oss's: biases, sinks, a window on every other layer, its clamped SwiGLU
+  oss.gpt_oss = oss.qkv_bias = true;
+  oss.global_every = 2;
+  oss.swiglu_limit = 5.5;
+  for (const GptConfig& c : {mixtral, qwen3_moe, olmoe, qwen2_moe, glm45, granite_moe, oss}) {
     SCOPED_TRACE(gpt_model_spec(c).model_type);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 3);
@@ -520,6 +524,33 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(back.granite, c.granite);
     EXPECT_EQ(back.residual_multiplier, c.residual_multiplier);
     EXPECT_EQ(back.embedding_scale(), c.embedding_scale());
+    EXPECT_EQ(back.gpt_oss, c.gpt_oss);
+    EXPECT_EQ(back.global_every, c.global_every);
+    if (c.gpt_oss) {  // gpt-oss's: every expert's gate and up interleaved in gate_up_proj, [experts, C, 2F]
+      EXPECT_EQ(back.swiglu_limit, c.swiglu_limit);
+      const std::string b = "model.layers.1.mlp.";
+      EXPECT_EQ(h[b + "experts.gate_up_proj"]["shape"],
+                (nlohmann::json{c.experts, c.channels, 2 * c.expert_width()}));
+      EXPECT_EQ(h[b + "experts.down_proj_bias"]["shape"], (nlohmann::json{c.experts, c.channels}));
+      EXPECT_EQ(h[b + "router.bias"]["shape"], (nlohmann::json{c.experts}));
+      EXPECT_EQ(h["model.layers.0.self_attn.sinks"]["shape"], (nlohmann::json{c.heads}));
+      // Expert 1's gate row 2, column 3 is the file's [1][3][4], its up row 2 the file's [1][3][5].
+      const auto at = [&](const std::string& name) {
+        for (const auto& t : gpt_param_layout(c)) {
+          if (t.name == name) return t.offset;
+        }
+        return std::size_t{0};
+      };
+      const auto C = static_cast<std::size_t>(c.channels),
+                 F2 = 2 * static_cast<std::size_t>(c.expert_width());
+      const std::string file = dir + "/model.safetensors", gate_up = b + "experts.gate_up_proj";
+      EXPECT_EQ(file_element(file, gate_up, C * F2 + 3 * F2 + 4),
+                p[at("model.layers.1.mlp.experts.1.gate_proj.weight") + 2 * C + 3]);
+      EXPECT_EQ(file_element(file, gate_up, C * F2 + 3 * F2 + 5),
+                p[at("model.layers.1.mlp.experts.1.up_proj.weight") + 2 * C + 3]);
+      std::filesystem::remove_all(dir);
+      continue;
+    }
     if (c.granite) {  // Granite MoE's: every expert's gate and up in one tensor, their downs in another
       const std::string b = "model.layers.1.block_sparse_moe.";
       EXPECT_EQ(h[b + "input_linear.weight"]["shape"],

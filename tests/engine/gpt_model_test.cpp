@@ -196,6 +196,23 @@ GptConfig granite_moe() {
   return c;
 }
 
+// gpt-oss's: biases on q, k, v, o, the router and the experts, sink logits, a window of 4 on every other
+// layer from the first, the clamped SwiGLU at a limit of 1 (which the test's activations cross both ways).
+GptConfig gpt_oss() {
+  GptConfig c = llama_gqa();
+  c.gpt_oss = true;
+  c.qkv_bias = true;
+  c.sliding_window = 4;
+  c.global_every = 2;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.expert_ffn = 10;
+  c.norm_topk = true;
+  c.router_aux = 0.05;
+  c.swiglu_limit = 1.0;
+  return c;
+}
+
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
 GptConfig wide_heads() {
   GptConfig c = llama_mha();
@@ -1197,7 +1214,11 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   GptConfig qwen2_moe_shape = mixtral_shape;  // and Qwen2-MoE's: q/k/v biases, a gated shared expert of 20
   qwen2_moe_shape.qkv_bias = true;
   qwen2_moe_shape.shared_ffn = 20;
-  qwen2_moe_shape.moe_every = 2;                // (experts in the second of the 3 layers only)
+  qwen2_moe_shape.moe_every = 2;    // (experts in the second of the 3 layers only)
+  GptConfig oss_shape = gpt_oss();  // gpt-oss's sinks, biases, clamped SwiGLU (its limit 1 crossed), windows
+  oss_shape.max_seq = 12;           // and YaRN, as gpt-oss has it (without truncate)
+  oss_shape.rope_scaling = yarn_scaled().rope_scaling;
+  oss_shape.rope_scaling.truncate = false;
   GptConfig granite_moe_shape = mixtral_shape;  // and Granite MoE's multipliers and tensor order
   granite_moe_shape.granite = true;
   granite_moe_shape.embed_multiplier = 6;
@@ -1215,6 +1236,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                              qwen2_moe_shape,
                              glm45_shape,
                              granite_moe_shape,
+                             oss_shape,
                              opt_shape,
                              exact,
                              neox_shape,
@@ -1262,6 +1284,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.sigmoid_routing      ? "glm-4.5"
+                 : c.gpt_oss              ? "gpt-oss"
                  : c.moe() && c.granite   ? "granite moe"
                  : c.moe()                ? (c.qk_norm          ? "olmoe"
                                              : c.shared_ffn > 0 ? "qwen2_moe"
@@ -1439,8 +1462,7 @@ bool matches_reference(const std::string& script, const GptConfig& c, const std:
       if (!hf_interleaved(c, t)) continue;
       const std::vector<float> mine(v.begin() + static_cast<std::ptrdiff_t>(t.offset),
                                     v.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
-      interleave_qkv(c, mine.data(), t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1,
-                     v.data() + t.offset, to_hf);
+      hf_reorder(c, t, mine.data(), v.data() + t.offset, to_hf);
     }
   };
   std::vector<float> as_filed = p;
@@ -1550,8 +1572,9 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
-  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe()}) {
-    SCOPED_TRACE(c.granite                  ? "granite moe"
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe(), gpt_oss()}) {
+    SCOPED_TRACE(c.gpt_oss                  ? "gpt-oss"
+                 : c.granite                ? "granite moe"
                  : c.sigmoid_routing        ? "glm-4.5"
                  : c.shared_ffn > 0         ? "qwen2_moe, shared expert"
                  : c.qk_norm_full           ? "olmoe"
@@ -1559,6 +1582,8 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                  : c.experts_per_token == 1 ? "mixtral, one expert a token"
                                             : "mixtral");
     c.rope_theta = 500;  // the rotation matters even over 8 positions
+    nlohmann::json windows = nlohmann::json::array();
+    for (int l = 0; l < c.layers; ++l) windows.push_back(c.attention_window(l));
     const nlohmann::json config = {{"layers", c.layers},
                                    {"channels", c.channels},
                                    {"heads", c.heads},
@@ -1585,6 +1610,9 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"residual_multiplier", c.residual_multiplier},
                                    {"logit_scale", c.logit_scale},
                                    {"mixtral", c.mixtral()},
+                                   {"gpt_oss", c.gpt_oss},
+                                   {"swiglu_limit", c.swiglu_limit},
+                                   {"windows", windows},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"
                                                               : ""}};

@@ -22,7 +22,13 @@ scores scaled by "query_scale"^-1/2 (its attention_multiplier), each sublayer's 
 "residual_multiplier", the logits times "logit_scale"; its router (block_sparse_moe.router.layer) takes the
 top-k logits and their softmax (GraniteMoeTopKGating), its experts' gates and ups one
 block_sparse_moe.input_linear [experts, 2F, C], their downs one output_linear [experts, C, F]. Then the final RMSNorm and the untied
-lm_head (or the embedding, tied). With "router_aux" > 0 the loss adds router_aux times transformers'
+lm_head (or the embedding, tied). gpt-oss's ("gpt_oss", GptOssForCausalLM): biases on q, k, v and o, each
+head's self_attn.sinks logit as one more column of its softmax (dropped after it), layer l's attention over
+the window "windows"[l] (0: all keys); its router mlp.router (with a bias) takes the top-k logits and their
+softmax; every expert's gate and up one mlp.experts.gate_up_proj [experts, C, 2F] applied as h @ W + bias
+(gate_up_proj_bias), gate the even columns and up the odd ones, gate clamped to at most "swiglu_limit" and
+up to +-it, (up + 1) x gate x sigmoid(1.702 gate) @ down_proj [experts, F, C] + down_proj_bias. With
+"router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
 checkpoints' names (tests/engine/gpt_model_test.cpp).
@@ -74,16 +80,19 @@ def forward(cfg, t, tokens, torch, router_logits):
         k = k.repeat_interleave(H // KV, dim=1)
         v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2)
         v = v.repeat_interleave(H // KV, dim=1)
-        y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * hs)
+        oss = cfg.get("gpt_oss", False)
+        y = reference_io.causal_attention(q, k, v, torch, window=cfg["windows"][layer] if oss else 0,
+                                          sinks=t[p + "self_attn.sinks"] if oss else None)
+        y = y.transpose(1, 2).reshape(B, T, H * hs)
         x = x + branch * linear(y, p + "self_attn.o_proj")
         h = rmsnorm(x, p + "post_attention_layernorm")
         every = cfg.get("moe_every", 1)
         if layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
             x = x + branch * swiglu(h, p + "mlp")
             continue
-        z = linear(h, p + ("block_sparse_moe.router.layer" if granite else moe + "gate"))
+        z = linear(h, p + ("block_sparse_moe.router.layer" if granite else "mlp.router" if oss else moe + "gate"))
         router_logits.append(z.reshape(B * T, E))
-        if granite:  # the top-k logits, then their softmax
+        if granite or oss:  # the top-k logits, then their softmax
             top_logits, chosen = torch.topk(z, K, dim=-1)
             top = torch.softmax(top_logits, dim=-1)
         elif cfg.get("sigmoid"):
@@ -107,6 +116,15 @@ def forward(cfg, t, tokens, torch, router_logits):
         out = torch.zeros_like(x)
         for e in range(E):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
+            if oss:
+                x_ = p + "mlp.experts."
+                gate_up = h @ t[x_ + "gate_up_proj"][e] + t[x_ + "gate_up_proj_bias"][e]
+                limit = cfg["swiglu_limit"]
+                gate = gate_up[..., ::2].clamp(max=limit)
+                up = gate_up[..., 1::2].clamp(min=-limit, max=limit)
+                glu = (up + 1) * gate * torch.sigmoid(1.702 * gate)
+                out = out + weight * (glu @ t[x_ + "down_proj"][e] + t[x_ + "down_proj_bias"][e])
+                continue
             if granite:
                 w1 = t[p + "block_sparse_moe.input_linear.weight"][e]
                 w2 = t[p + "block_sparse_moe.output_linear.weight"][e]

@@ -90,10 +90,11 @@ def rotary(torch, T, rot, theta):
     return rotate
 
 
-def causal_attention(q, k, v, torch, bias=None, bias_scaled=False, window=0):
+def causal_attention(q, k, v, torch, bias=None, bias_scaled=False, window=0, sinks=None):
     """softmax(q k^T / sqrt(head size), causal) v for [B, H, T, head size]; `bias` [H, 1, T] added to the
     scores after the scale (BLOOM's ALiBi), or before it with bias_scaled (Falcon's); with a window, query t
-    sees keys u with t - window < u <= t only."""
+    sees keys u with t - window < u <= t only. `sinks` [H] (gpt-oss's): each head's logit joins every row's
+    softmax as one more column, dropped after it."""
     T, hs = q.shape[-2], q.shape[-1]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
     if window:
@@ -104,7 +105,11 @@ def causal_attention(q, k, v, torch, bias=None, bias_scaled=False, window=0):
     scores = scores / math.sqrt(hs)
     if bias is not None and not bias_scaled:
         scores = scores + bias
-    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
+    scores = scores.masked_fill(~causal, float("-inf"))
+    if sinks is None:
+        return torch.softmax(scores, dim=-1) @ v
+    column = sinks.view(1, -1, 1, 1).expand(scores.shape[0], -1, T, 1)
+    return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1] @ v
 
 
 def alibi(torch, heads, T):

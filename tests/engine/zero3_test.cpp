@@ -86,6 +86,18 @@ model::GptConfig small_granite_moe() {
   return c;
 }
 
+// gpt-oss's: sink logits, biases on q, k, v, o, the router and the experts, the clamped SwiGLU (at 2: some
+// activations cut), a window of 3 on every other layer, weights the softmax of the chosen logits.
+model::GptConfig small_gpt_oss() {
+  model::GptConfig c = small_moe();
+  c.gpt_oss = true;
+  c.qkv_bias = true;
+  c.swiglu_limit = 2;
+  c.sliding_window = 3;
+  c.global_every = 2;
+  return c;
+}
+
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
   tok.clear();
   tgt.clear();
@@ -183,6 +195,7 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0, small_qwen2_moe());
   follow_the_plain_model(0, small_glm45());
   follow_the_plain_model(0, small_granite_moe());
+  follow_the_plain_model(0.05, small_gpt_oss());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -224,10 +237,11 @@ namespace memwall::train {
 namespace {
 
 // A mixture of experts (GLM-4.5's: its correction bias, ungated shared expert and dense first layer; and
-// Mixtral's with the load-balancing loss) resumes from its checkpoint bitwise as it ran on.
+// Mixtral's with the load-balancing loss, gpt-oss's with its sinks and biases) resumes from its checkpoint
+// bitwise as it ran on.
 TEST(Zero3, AMixtureOfExpertsResumesBitwise) {
-  for (const model::GptConfig& c : {small_glm45(), small_moe()}) {
-    SCOPED_TRACE(c.sigmoid_routing ? "glm-4.5" : "mixtral");
+  for (const model::GptConfig& c : {small_glm45(), small_moe(), small_gpt_oss()}) {
+    SCOPED_TRACE(c.sigmoid_routing ? "glm-4.5" : c.gpt_oss ? "gpt-oss" : "mixtral");
     Zero3Options o;
     o.micro_batch = 2;
     o.seq = 8;
@@ -753,9 +767,14 @@ TEST(Zero3, TheRoutingCorrectionBiasIsNeverStepped) {
 // interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
-  for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45()}) {
+  for (model::GptConfig c :
+       {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45(), small_gpt_oss()}) {
     c.layers = 5;
-    SCOPED_TRACE(c.shared_ffn > 0 ? "shared expert" : c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
+    SCOPED_TRACE(c.gpt_oss          ? "gpt-oss"
+                 : c.shared_ffn > 0 ? "shared expert"
+                 : c.moe()          ? "experts"
+                 : c.llama()        ? "llama"
+                                    : "gpt2");
     const Zero3Options base = two_sequences(3);
     std::vector<float> want_losses, want_params;
     train_variant(c, base, 4, want_losses, want_params);

@@ -776,6 +776,54 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
+// gpt-oss's sink logits: the unfused kernel (GEMMs), its loop reference and flash attention agree on the
+// output, the qkv gradient and the sinks' gradient (full and windowed, one token to several tiles), and the
+// sinks' gradient matches finite differences of the output. A sink far below every score changes nothing.
+TEST(GptOps, AttentionSinksAgreeAcrossKernelsAndMatchFiniteDifferences) {
+  struct Shape {
+    int B, T, C, NH, window;
+  };
+  for (const Shape sh :
+       {Shape{1, 1, 8, 2, 0}, Shape{2, 37, 24, 3, 0}, Shape{2, 37, 24, 3, 5}, Shape{1, 130, 40, 2, 20}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
+    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(W));
+    auto qkv = randn(B * T * 3 * C, 80);
+    for (auto& x : qkv) x *= 2.0f;
+    auto sinks = randn(NH, 81);
+    for (auto& s : sinks) s = 1.0f + 2.0f * s;  // (their share is not tiny)
+    const auto dout = randn(B * T * C, 82);
+    std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size()),
+        out_f(out.size()), lse(B * NH * T);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, sinks.data());
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, sinks.data());
+    flash_attention_forward(out_f.data(), lse.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, sinks.data());
+    expect_close(out, out_r, 1e-4, 1e-5, "out");
+    expect_close(out_f, out_r, 1e-4, 1e-5, "flash out");
+    std::vector<float> d(qkv.size()), d_r(qkv.size()), d_f(qkv.size()), ds(NH, 0.5f), ds_r(NH, 0.5f),
+        ds_f(NH, 0.5f);  // (the sinks' gradients accumulate)
+    attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W, 0, 0, sinks.data(),
+                       ds.data());
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W, 0, 0,
+                           sinks.data(), ds_r.data());
+    flash_attention_backward(d_f.data(), dout.data(), qkv.data(), out_f.data(), lse.data(), B, T, C, NH, W, 0,
+                             0, 0, sinks.data(), ds_f.data());
+    expect_close(d, d_r, 1e-4, 1e-4, "dqkv");
+    expect_close(d_f, d_r, 1e-4, 1e-4, "flash dqkv");
+    expect_close(ds, ds_r, 1e-3, 1e-4, "dsinks");
+    expect_close(ds_f, ds_r, 1e-3, 1e-4, "flash dsinks");
+    for (float& x : ds_r) x -= 0.5f;
+    const auto forward = [&] {
+      attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, sinks.data());
+      return out_r;
+    };
+    check_gradient(sinks, forward, ds_r, dout, "dsinks", 1e-2f, 3e-2);
+    std::vector<float> low(NH, -1e4f), plain(out.size());
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, low.data());
+    attention_forward_ref(plain.data(), att_r.data(), qkv.data(), B, T, C, NH, W);
+    expect_close(out_r, plain, 1e-6, 1e-7, "a sink far below every score");
+  }
+}
+
 TEST(GptOps, AttentionBackwardMatchesFiniteDifferences) {
   const int B = 1, T = 5, C = 8, NH = 2;
   auto qkv = randn(B * T * 3 * C, 41);
