@@ -1,10 +1,11 @@
 # PyTorch peer of `memwall train`: the same GPT-2 architecture (bench/torch_gpt.py) and shapes, or with
 # ARCH llama the Llama shape (bench/torch_llama.py: KV_HEADS key/value heads, an MLP of FFN; ARCH mixtral
-# EXPERTS experts of FFN, TOPK a token), fp32 (or with
+# EXPERTS experts of FFN, TOPK a token; ARCH gpt_oss those as gpt-oss's, with sinks, biases and a WINDOW on
+# every other layer), fp32 (or with
 # PRECISION bf16 its forward under torch.autocast("cpu", bfloat16)), torch.optim.Adam, random byte batches;
 # prints the median seconds per training step.
 # Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS [PRECISION=fp32]
-#        [ARCH=gpt2 [KV_HEADS FFN [EXPERTS TOPK]]]
+#        [ARCH=gpt2 [KV_HEADS FFN [EXPERTS TOPK [WINDOW]]]]
 import json, sys, time
 import torch
 from torch_gpt import GPT
@@ -12,12 +13,15 @@ from torch_llama import Llama
 
 L, C, NH, B, T, steps, threads = map(int, sys.argv[1:8])
 bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
-llama = len(sys.argv) > 9 and sys.argv[9] in ("llama", "mixtral")
-experts, topk = (int(sys.argv[12]), int(sys.argv[13])) if len(sys.argv) > 9 and sys.argv[9] == "mixtral" else (0, 0)
+arch = sys.argv[9] if len(sys.argv) > 9 else "gpt2"
+llama, oss = arch in ("llama", "mixtral", "gpt_oss"), arch == "gpt_oss"
+experts, topk = (int(sys.argv[12]), int(sys.argv[13])) if arch in ("mixtral", "gpt_oss") else (0, 0)
+window = int(sys.argv[14]) if oss else 0
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
-model = (Llama(L, C, NH, int(sys.argv[10]), int(sys.argv[11]), T, experts=experts, topk=topk) if llama
+model = (Llama(L, C, NH, int(sys.argv[10]), int(sys.argv[11]), T, experts=experts, topk=topk, oss=oss,
+               window=window) if llama
          else GPT(L, C, NH, T))
 opt = torch.optim.Adam(model.parameters(), lr=3e-3)
 times = []

@@ -7,8 +7,11 @@
 # shape instead (llama-mini's: HEADS/2 key/value heads, a SwiGLU MLP of 8/3 CHANNELS rounded up to 16, untied
 # head; bench/torch_llama.py); with ARCH=mixtral Mixtral's mixture of experts instead of the MLP (EXPERTS=8
 # experts of that width, TOPK=2 a token, renormalised; mixtral-8x7b's file cut to these shapes, against
-# transformers' MixtralSparseMoeBlock loop in bench/torch_llama.py). Needs `bash scripts/setup.sh --bench`.
-# Usage: [ARCH=gpt2|llama|mixtral] [EXPERTS=8] [TOPK=2] bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
+# transformers' MixtralSparseMoeBlock loop in bench/torch_llama.py); with ARCH=gpt_oss gpt-oss's (those experts
+# with biases and the clamped SwiGLU, sink logits, biases on q, k, v, o, a WINDOW=T/2 on every other layer;
+# gpt-oss-20b's file cut to these shapes, against transformers' GptOssExperts loop). Needs
+# `bash scripts/setup.sh --bench`.
+# Usage: [ARCH=gpt2|llama|mixtral|gpt_oss] [EXPERTS=8] [TOPK=2] [WINDOW=T/2] bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 L=${1:-4}; C=${2:-256}; NH=${3:-4}; B=${4:-2}; T=${5:-256}; S=${6:-20}; TH=${7:-2}; R=${8:-2}; P=${9:-fp32}
@@ -26,7 +29,11 @@ case "$ARCH" in
   mixtral) E=${EXPERTS:-8}; K=${TOPK:-2}
          model="{\"num_hidden_layers\":$L,\"hidden_size\":$C,\"num_attention_heads\":$NH,\"num_key_value_heads\":$KV,\"intermediate_size\":$FF,\"max_position_embeddings\":$T,\"vocab_size\":256,\"num_local_experts\":$E,\"num_experts_per_tok\":$K,\"rope_theta\":10000,\"rms_norm_eps\":1e-5}"
          base=mixtral-8x7b; extra=(mixtral "$KV" "$FF" "$E" "$K") ;;
-  *) echo "ARCH must be gpt2, llama or mixtral, got '$ARCH'" >&2; exit 2 ;;
+  gpt_oss) E=${EXPERTS:-8}; K=${TOPK:-2}; W=${WINDOW:-$((T / 2))}
+         types=$(for l in $(seq 0 $((L - 1))); do [ $((l % 2)) = 0 ] && echo '"sliding_attention"' || echo '"full_attention"'; done | paste -sd,)
+         model="{\"num_hidden_layers\":$L,\"layer_types\":[$types],\"hidden_size\":$C,\"num_attention_heads\":$NH,\"num_key_value_heads\":$KV,\"head_dim\":$((C / NH)),\"intermediate_size\":$FF,\"max_position_embeddings\":$T,\"vocab_size\":256,\"num_local_experts\":$E,\"num_experts_per_tok\":$K,\"sliding_window\":$W,\"rope_theta\":10000,\"rope_scaling\":null}"
+         base=gpt-oss-20b; extra=(gpt_oss "$KV" "$FF" "$E" "$K" "$W") ;;
+  *) echo "ARCH must be gpt2, llama, mixtral or gpt_oss, got '$ARCH'" >&2; exit 2 ;;
 esac
 run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0}"  # torch's loop does not clip
 mw=(); pt=()
@@ -42,7 +49,8 @@ mw = [float(x) for x in sys.argv[1].split()]
 pt = [json.loads(l) for l in sys.argv[2].splitlines()]
 m, p = statistics.median(mw), statistics.median(r["s_per_step"] for r in pt)
 what = "fp32" if sys.argv[3] == "fp32" else "bf16 GEMMs: memwall --cpu-matmul bf16, torch bf16 autocast"
-arch = {"gpt2": "GPT-2", "llama": "Llama-shaped", "mixtral": "Mixtral-shaped (mixture of experts)"}[sys.argv[4]]
+arch = {"gpt2": "GPT-2", "llama": "Llama-shaped", "mixtral": "Mixtral-shaped (mixture of experts)",
+        "gpt_oss": "gpt-oss-shaped (mixture of experts, sinks, windows)"}[sys.argv[4]]
 print(f"{arch} training step ({what}, Adam), {pt[0]['params']:,} params, {len(mw)} alternating rounds; torch {pt[0]['torch']}")
 print(f"memwall train   {m*1e3:8.1f} ms/step")
 print(f"torch           {p*1e3:8.1f} ms/step   memwall speedup {p/m:.2f}x")
