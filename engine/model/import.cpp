@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -197,12 +198,26 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
     for (const auto& alt : wrapped) {
       if (!shard_of.count(name) && shard_of.count(alt)) name = alt;
     }
+    Tensor x;
+    // (gpt-oss's experts as OpenAI publishes them: MXFP4 blocks and scales)
+    const std::string blocks = name + "_blocks", scales = name + "_scales";
+    if (!shard_of.count(name) && c.gpt_oss && shard_of.count(blocks) && shard_of.count(scales)) {
+      used[blocks] = used[scales] = true;
+      x.offset = t.offset;
+      x.numel = t.numel;
+      x.interleaved = hf_interleaved(c, t);
+      x.layout = t;
+      MW_RETURN_IF_ERROR(w.locate_mxfp4(headers, shard_of.at(blocks), shard_of.at(scales), name,
+                                        std::vector<long long>(t.shape.begin(), t.shape.end()), x));
+      w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
+      w.tensors_.push_back(std::move(x));
+      continue;
+    }
     if (!shard_of.count(name)) {
       return Status::invalid_argument(w.file_ + ": tensor '" + t.name + "' is missing; allowed: " + family +
                                       " weights of this model (" + model_text + ")");
     }
     used[name] = true;
-    Tensor x;
     x.offset = t.offset;
     x.numel = t.numel;
     x.shard = shard_of.at(name);
@@ -271,6 +286,89 @@ Status HfWeights::locate(const nlohmann::json& header, int shard, const std::str
   return Status::ok();
 }
 
+Status HfWeights::locate_mxfp4(const std::vector<nlohmann::json>& headers, int blocks, int scales,
+                               const std::string& name, const std::vector<long long>& want, Tensor& x) const {
+  // want: [experts, in, rows]; the blocks [experts, rows, in / 32, 16], the scales [experts, rows, in / 32]
+  const long long E = want[0], in = want[1], rows = want[2];
+  const std::string what =
+      "gpt-oss's MXFP4 experts of this model (blocks of 32 along " + std::to_string(in) + ")";
+  if (want.size() != 3 || in % 32 != 0) {
+    return Status::invalid_argument(
+        shards_[static_cast<std::size_t>(blocks)].path + ": tensor '" + name +
+        "' is MXFP4 (_blocks, _scales), which needs a width divisible by 32; got " + std::to_string(in) +
+        "; allowed: bf16, fp16 or fp32 weights");
+  }
+  const auto entry = [&](int shard, const std::string& tensor, const std::vector<long long>& shape,
+                         std::size_t& offset) -> Status {
+    const Shard& sh = shards_[static_cast<std::size_t>(shard)];
+    try {
+      const nlohmann::json& e = headers[static_cast<std::size_t>(shard)].at(tensor);
+      const auto got = e.at("shape").get<std::vector<long long>>();
+      const auto dtype = e.at("dtype").get<std::string>();
+      const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
+      if (got != shape) {
+        return Status::invalid_argument(sh.path + ": tensor '" + tensor + "' has shape " + shape_text(got) +
+                                        ", this model needs " + shape_text(shape) + "; allowed: " + what);
+      }
+      if (dtype != "U8") {
+        return Status::invalid_argument(sh.path + ": tensor '" + tensor + "' has dtype " + dtype +
+                                        "; allowed: U8 (MXFP4's packed values and exponents)");
+      }
+      std::size_t bytes = 1;
+      for (long long d : shape) bytes *= static_cast<std::size_t>(d);
+      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] - offsets[0] != bytes ||
+          sh.data_start + offsets[1] > sh.size) {
+        return Status::invalid_argument(sh.path + ": tensor '" + tensor +
+                                        "': its data_offsets do not fit its shape or the " +
+                                        std::to_string(sh.size) + "-byte file (truncated?)");
+      }
+      offset = sh.data_start + offsets[0];
+    } catch (const nlohmann::json::exception& ex) {
+      return Status::invalid_argument(sh.path + ": tensor '" + tensor + "': malformed header entry (" +
+                                      ex.what() + ")");
+    }
+    return Status::ok();
+  };
+  x.mxfp4 = true;
+  x.dtype = "MXFP4";
+  x.element_bytes = 0;
+  x.shard = blocks;
+  x.scales_shard = scales;
+  MW_RETURN_IF_ERROR(entry(blocks, name + "_blocks", {E, rows, in / 32, 16}, x.file_offset));
+  return entry(scales, name + "_scales", {E, rows, in / 32}, x.scales_offset);
+}
+
+Status HfWeights::read_mxfp4(const Tensor& t, float* out) {
+  // OCP Microscaling's FP4 (E2M1): sign, two exponent bits, one mantissa bit.
+  static constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const auto E = static_cast<std::size_t>(t.layout.shape[0]),
+             in = static_cast<std::size_t>(t.layout.shape[1]),
+             rows = static_cast<std::size_t>(t.layout.shape[2]), groups = in / 32;
+  std::vector<std::uint8_t> packed(rows * groups * 16), exps(rows * groups);
+  const Shard& bs = shards_[static_cast<std::size_t>(t.shard)];
+  const Shard& ss = shards_[static_cast<std::size_t>(t.scales_shard)];
+  for (std::size_t e = 0; e < E; ++e) {  // an expert at a time: its rows' blocks into [in, rows]
+    MW_RETURN_IF_ERROR(
+        io::pread_full(bs.fd, packed.data(), packed.size(), t.file_offset + e * packed.size(), bs.path));
+    MW_RETURN_IF_ERROR(
+        io::pread_full(ss.fd, exps.data(), exps.size(), t.scales_offset + e * exps.size(), ss.path));
+    float* dst = out + e * in * rows;
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t g = 0; g < groups; ++g) {
+        const float scale = std::ldexp(1.0f, static_cast<int>(exps[r * groups + g]) - 127);
+        const std::uint8_t* b = packed.data() + (r * groups + g) * 16;
+        for (std::size_t k = 0; k < 16; ++k) {
+          const std::size_t i = g * 32 + 2 * k;
+          dst[i * rows + r] = kFp4[b[k] & 0x0f] * scale;
+          dst[(i + 1) * rows + r] = kFp4[b[k] >> 4] * scale;
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
 // memwall's GPT ties its LM head to wte: a file whose lm_head.weight is another matrix is another model.
 Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers, const std::string& head_name) {
   int shard = -1;
@@ -295,6 +393,10 @@ Status HfWeights::check_tied_head(const std::vector<nlohmann::json>& headers, co
 }
 
 Status HfWeights::read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out) {
+  if (t.mxfp4) {  // (read whole: an interleaved tensor always is)
+    MW_CHECK(first == 0 && n == t.numel, "HfWeights: an MXFP4 tensor is read whole");
+    return read_mxfp4(t, out);
+  }
   const Shard& sh = shards_[static_cast<std::size_t>(t.shard)];
   const std::size_t at = t.file_offset + first * static_cast<std::size_t>(t.element_bytes);
   if (t.element_bytes == 4) return io::pread_full(sh.fd, out, n * 4, at, sh.path);

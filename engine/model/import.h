@@ -6,7 +6,8 @@
 // rank ever holds the model or broadcasts it. A model saved in shards (model.safetensors.index.json naming
 // model-00001-of-0000N.safetensors, ...) is read the same way, each tensor from its shard, and so is a
 // PyTorch checkpoint (pytorch_model.bin, or the shards its index lists), indexed without running its pickle
-// (engine/model/torch_bin.h).
+// (engine/model/torch_bin.h). gpt-oss's experts may be MXFP4 as OpenAI publishes them (gate_up_proj_blocks
+// and _scales, down_proj_blocks and _scales: U8), dequantized as read.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,13 @@ class HfWeights {
     bool interleaved = false;  // GPT-NeoX's query_key_value: q, k and v head by head (hf_interleaved)
     std::size_t out = 0, in = 0;
     ParamTensor layout;  // its tensor in hf_param_layout (what hf_reorder reads)
+    // MXFP4 (gpt-oss's experts as published): name_blocks [experts, rows, in / 32, 16] bytes, two FP4 (E2M1)
+    // values each, low nibble first, and name_scales [experts, rows, in / 32], each block of 32's E8M0
+    // exponent (2^(s - 127)); the rows are the [experts, in, rows] tensor's last dimension. file_offset is
+    // the blocks', scales_shard and scales_offset the scales'.
+    bool mxfp4 = false;
+    int scales_shard = 0;
+    std::size_t scales_offset = 0;
   };
   HfWeights() = default;
   // Opens `path` as shards_[k] and parses its header into `header`.
@@ -67,6 +75,12 @@ class HfWeights {
   Status read_elements(const Tensor& t, std::size_t first, std::size_t n, float* out);
   Status locate(const nlohmann::json& header, int shard, const std::string& name,
                 const std::vector<long long>& want, const std::string& allowed, Tensor& x) const;
+  // The MXFP4 pair name_blocks, name_scales (shards `blocks`, `scales`) standing for the [experts, in, rows]
+  // tensor `want` into x.
+  Status locate_mxfp4(const std::vector<nlohmann::json>& headers, int blocks, int scales,
+                      const std::string& name, const std::vector<long long>& want, Tensor& x) const;
+  // All of an MXFP4 tensor, dequantized into its [experts, in, rows] order.
+  Status read_mxfp4(const Tensor& t, float* out);
   // A file's head tensor `head_name` (lm_head.weight, GPT-NeoX's embed_out.weight), if it has one, must be
   // the token embedding's copy.
   Status check_tied_head(const std::vector<nlohmann::json>& headers, const std::string& head_name);

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -1142,6 +1144,151 @@ TEST(Import, ReadsAModelSavedInShards) {
   expect_error(dir + "/model.safetensors.index.json: no weight_map");
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(whole);
+}
+
+// gpt-oss's experts as OpenAI publishes them, MXFP4: for gate_up_proj and down_proj, name_blocks [experts,
+// rows, in / 32, 16] (two FP4 E2M1 values a byte, the low nibble first) and name_scales [experts, rows,
+// in / 32] (each block's E8M0 exponent, 2^(s - 127)). An fp32 export whose experts' weights are FP4 values
+// times a power of two per row, rewritten with its experts in MXFP4, reads back exactly; one byte set by hand
+// (0x71 under exponent 128: 0.5 x 2 then 6 x 2) lands as those two values in the gate's first row; a scale of
+// the wrong dtype or blocks of the wrong shape are one line naming the tensor.
+TEST(Import, ReadsGptOssMxfp4Experts) {
+  static constexpr float kFp4[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  GptConfig c = small_llama_config();
+  c.channels = 32;
+  c.max_seq = 8;
+  c.gpt_oss = c.qkv_bias = true;
+  c.experts = 3;
+  c.experts_per_token = 2;
+  c.expert_ffn = 32;
+  c.norm_topk = true;
+  std::vector<float> p(gpt_num_params(c));
+  gpt_init(c, p.data(), 5);
+  // Every expert weight row (one block of 32: C and F are 32) FP4 values times 2^(row's exponent).
+  struct Row {
+    std::size_t at;  // its first element in p
+    int exponent;
+  };
+  std::map<std::string, std::size_t> offset;
+  for (const auto& t : gpt_param_layout(c)) offset[t.name] = t.offset;
+  const std::size_t C = 32, F = 32;
+  int k = 0;
+  for (const auto& t : gpt_param_layout(c)) {
+    if (t.name.find(".mlp.experts.") == std::string::npos || t.shape.size() != 2) continue;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(t.shape[0]); ++r, ++k) {
+      for (std::size_t i = 0; i < 32; ++i) {
+        const float v = kFp4[(i * 5 + static_cast<std::size_t>(k)) % 8] * ((i + r) % 3 == 0 ? -1.0f : 1.0f);
+        p[t.offset + r * 32 + i] = std::ldexp(v, k % 7 - 4);
+      }
+    }
+  }
+  const std::string dir = temp_dir("import-mxfp4");
+  ASSERT_TRUE(export_hf(c, p.data(), dir).is_ok());
+  // The file rewritten: each layer's gate_up_proj and down_proj as blocks and scales, the rest as they were.
+  const std::string file = dir + "/model.safetensors", bytes = slurp(file);
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data(), 8);
+  const nlohmann::json old = safetensors_header(file);
+  nlohmann::ordered_json header;
+  std::string data;
+  const auto add = [&](const std::string& name, const char* dtype, const std::vector<std::size_t>& shape,
+                       const std::string& raw) {
+    header[name] = {
+        {"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + raw.size()}}};
+    data += raw;
+  };
+  // The byte of the FP4 value v / 2^e.
+  const auto nibble = [](float v, int e) {
+    const float m = std::ldexp(std::fabs(v), -e);
+    for (int i = 0; i < 8; ++i) {
+      if (kFp4[i] == m) return (std::signbit(v) && m != 0 ? 8 : 0) + i;
+    }
+    ADD_FAILURE() << v << " is not FP4 at exponent " << e;
+    return 0;
+  };
+  for (const auto& [name, e] : old.items()) {
+    if (name == "__metadata__") continue;
+    const bool gate_up = name.ends_with(".mlp.experts.gate_up_proj"),
+               down = name.ends_with(".mlp.experts.down_proj");
+    if (!gate_up && !down) {
+      const auto off = e["data_offsets"].get<std::vector<std::size_t>>();
+      add(name, e["dtype"].get<std::string>().c_str(), e["shape"].get<std::vector<std::size_t>>(),
+          bytes.substr(8 + header_bytes + off[0], off[1] - off[0]));
+      continue;
+    }
+    // Rows: gate_up_proj's 2F (gate f at 2f, up f at 2f + 1), down_proj's C; each one block of 32 inputs.
+    const std::string layer = name.substr(0, name.find(".mlp."));
+    const std::size_t rows = gate_up ? 2 * F : C;
+    std::string blocks, scales;
+    for (std::size_t x = 0; x < static_cast<std::size_t>(c.experts); ++x) {
+      const std::string stem = layer + ".mlp.experts." + std::to_string(x) + ".";
+      for (std::size_t r = 0; r < rows; ++r) {
+        const float* row =
+            gate_up ? p.data() + offset[stem + (r % 2 == 0 ? "gate_proj" : "up_proj") + ".weight"] + r / 2 * C
+                    : p.data() + offset[stem + "down_proj.weight"] + r * F;
+        float largest = 0;
+        for (std::size_t i = 0; i < 32; ++i) largest = std::max(largest, std::fabs(row[i]));
+        int ex =
+            0;  // each row's largest is 6 x 2^e (every FP4 magnitude appears in a row) = 0.75 x 2^(e + 3)
+        std::frexp(largest, &ex);
+        ex -= 3;
+        scales += static_cast<char>(ex + 127);
+        for (std::size_t i = 0; i < 32; i += 2)
+          blocks += static_cast<char>(nibble(row[i], ex) | nibble(row[i + 1], ex) << 4);
+      }
+    }
+    const std::size_t in = gate_up ? C : F;
+    add(name + "_blocks", "U8", {static_cast<std::size_t>(c.experts), rows, in / 32, 16}, blocks);
+    add(name + "_scales", "U8", {static_cast<std::size_t>(c.experts), rows, in / 32}, scales);
+  }
+  write_safetensors(file, header, data);
+  {
+    auto w = HfWeights::open(dir, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    EXPECT_TRUE(w->ignored().empty());
+    EXPECT_EQ(w->dtype(), "mixed");  // (F32 and MXFP4)
+  }
+  // Expert 0's first gate_up byte and its row's exponent by hand.
+  const std::string first = "model.layers.0.mlp.experts.gate_up_proj_";
+  std::string edited = data;
+  edited[header[first + "blocks"]["data_offsets"][0].get<std::size_t>()] = static_cast<char>(0x71);
+  edited[header[first + "scales"]["data_offsets"][0].get<std::size_t>()] = static_cast<char>(128);
+  write_safetensors(file, header, edited);
+  {
+    auto w = HfWeights::open(dir, c);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    const std::size_t gate = offset["model.layers.0.mlp.experts.0.gate_proj.weight"];
+    EXPECT_EQ(got[gate], 1.0f);
+    EXPECT_EQ(got[gate + 1], 12.0f);
+    EXPECT_EQ(got[gate + 2],
+              2.0f * p[gate + 2] /
+                  std::ldexp(1.0f, static_cast<unsigned char>(
+                                       data[header[first + "scales"]["data_offsets"][0].get<std::size_t>()]) -
+                                       127));
+  }
+  nlohmann::ordered_json bad = header;
+  bad[first + "scales"]["dtype"] = "F8_E8M0";
+  write_safetensors(file, bad, data);
+  auto w = HfWeights::open(dir, c);
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_NE(w.status().message().find("tensor '" + first + "scales' has dtype F8_E8M0; allowed: U8"),
+            std::string::npos)
+      << w.status().message();
+  bad = header;
+  bad[first + "blocks"]["shape"] = {3, 64, 2, 8};
+  write_safetensors(file, bad, data);
+  w = HfWeights::open(dir, c);
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_NE(w.status().message().find("tensor '" + first +
+                                      "blocks' has shape [3, 64, 2, 8], this model needs [3, 64, 1, 16]"),
+            std::string::npos)
+      << w.status().message();
+  std::filesystem::remove_all(dir);
 }
 
 // Each way a file can fail to be this model's weights: one message naming the file and what is wrong.
