@@ -123,6 +123,22 @@ bool is_newline(char b) {
   return b == '\r' || b == '\n';
 }
 
+// A whitespace piece of the patterns Llama 3's, Qwen2's and o200k's end with, \s*[\r\n]+|\s+(?!\S)|\s+:
+// through its last newline ("\s*[\r\n]+" backtracks to there), else GPT-2's rules.
+std::size_t whitespace_piece_end(std::string_view s, std::size_t i) {
+  const std::size_t n = s.size();
+  std::size_t last = i, end = i, after_newline = 0;
+  while (end < n) {
+    const CodePoint w = decode_at(s, end);
+    if (w.cls != Cls::kSpace) break;
+    if (is_newline(s[end])) after_newline = end + 1;
+    last = end;
+    end += w.len;
+  }
+  if (after_newline > 0) return after_newline;
+  return end < n && last > i ? last : end;
+}
+
 // The same for the pattern Llama 3 and Qwen2 share (numbers in runs of at most `digits`):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 // \s*[\r\n]+|\s+(?!\S)|\s+
@@ -152,17 +168,86 @@ std::size_t llama3_piece_end(std::string_view s, std::size_t i, int digits) {
     while (k < n && is_newline(s[k])) ++k;
     return k;
   }
-  // Whitespace: through its last newline ("\s*[\r\n]+" backtracks to there), else GPT-2's rules.
-  std::size_t last = i, end = i, after_newline = 0;
-  while (end < n) {
-    const CodePoint w = decode_at(s, end);
-    if (w.cls != Cls::kSpace) break;
-    if (is_newline(s[end])) after_newline = end + 1;
-    last = end;
-    end += w.len;
+  return whitespace_piece_end(s, i);
+}
+
+// The o200k pattern's two letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}] (a
+// byte that is not UTF-8 is neither).
+bool upper_like(const CodePoint& cp) {
+  if (cp.c < 0x80) return cp.c >= 'A' && cp.c <= 'Z';
+  return cp.len > 1 && in_ranges(kUpperLikeRanges, cp.c);
+}
+bool lower_like(const CodePoint& cp) {
+  if (cp.c < 0x80) return cp.c >= 'a' && cp.c <= 'z';
+  return cp.len > 1 && in_ranges(kLowerLikeRanges, cp.c);
+}
+template <typename F>
+std::size_t class_run_end(std::string_view s, std::size_t from, F inside) {
+  std::size_t k = from;
+  while (k < s.size()) {
+    const CodePoint cp = decode_at(s, k);
+    if (!inside(cp)) break;
+    k += cp.len;
   }
-  if (after_newline > 0) return after_newline;
-  return end < n && last > i ? last : end;
+  return k;
+}
+
+// Where "[upper-like]*[lower-like]+" matching from j ends, or npos: the upper-like run backs off to the last
+// place a lower-like code point starts (the run's end, or inside it: Lm, Lo and M are both), from which the
+// lower-like run goes on.
+std::size_t upper_lower_end(std::string_view s, std::size_t j) {
+  std::size_t k = j, last_lower = std::string_view::npos;
+  while (k < s.size()) {
+    const CodePoint cp = decode_at(s, k);
+    if (!upper_like(cp)) break;
+    if (lower_like(cp)) last_lower = k;
+    k += cp.len;
+  }
+  const std::size_t m = k < s.size() && lower_like(decode_at(s, k)) ? k : last_lower;
+  return m == std::string_view::npos ? m : class_run_end(s, m, lower_like);
+}
+
+// The o200k pattern's (gpt-oss's; GPT-4o's in tiktoken), whose letter runs follow case and take a
+// contraction after them:
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Mistral's Tekken (`suffixes` false, `digits` 1): the same without the contractions, each number alone.
+std::size_t o200k_piece_end(std::string_view s, std::size_t i, bool suffixes, int digits) {
+  const std::size_t n = s.size();
+  const CodePoint cp = decode_at(s, i);
+  const auto with_suffix = [&](std::size_t e) {
+    if (suffixes && e < n && s[e] == '\'') {
+      if (const std::size_t len = contraction(s, e + 1); len > 0) return e + 1 + len;
+    }
+    return e;
+  };
+  // The letter alternatives, each with its one leading [^\r\n\p{L}\p{N}] first, then without.
+  const bool lead = !is_newline(s[i]) && cp.cls != Cls::kLetter && cp.cls != Cls::kNumber;
+  const std::size_t starts[2] = {lead ? i + cp.len : i, i};
+  for (const std::size_t j : starts) {
+    if (const std::size_t e = upper_lower_end(s, j); e != std::string_view::npos) return with_suffix(e);
+  }
+  for (const std::size_t j : starts) {
+    if (const std::size_t k = class_run_end(s, j, upper_like); k > j)
+      return with_suffix(class_run_end(s, k, lower_like));
+  }
+  if (cp.cls == Cls::kNumber) {
+    std::size_t k = i;
+    for (int d = 0; d < digits && k < n; ++d) {
+      const CodePoint x = decode_at(s, k);
+      if (x.cls != Cls::kNumber) break;
+      k += x.len;
+    }
+    return k;
+  }
+  const std::size_t o = s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls == Cls::kOther ? i + 1 : i;
+  if (decode_at(s, o).cls == Cls::kOther) {
+    std::size_t k = run_end(s, o, Cls::kOther);
+    while (k < n && (is_newline(s[k]) || s[k] == '/')) ++k;
+    return k;
+  }
+  return whitespace_piece_end(s, i);
 }
 
 // GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
@@ -184,6 +269,8 @@ enum class Step {
   kGpt2,         // GPT-2's pattern (ByteLevel with use_regex)
   kLlama3,       // Llama 3's pattern (a Split, Isolated)
   kQwen2,        // Qwen2's
+  kO200k,        // o200k's (gpt-oss's)
+  kTekken,       // Mistral's Tekken (o200k's without contractions, each number alone)
   kPunctuation,  // Punctuation, Contiguous: runs of punctuation (Unicode's P*, or ASCII's) and the rest
   kEachNumber,   // Digits with individual_digits: each number (N*) a piece of its own
   kNumberBytes,  // Digits without, after ByteLevel: runs of bytes whose byte-level character is a number
@@ -273,6 +360,10 @@ std::size_t step_end(Step step, std::string_view s, std::size_t i) {
       return llama3_piece_end(s, i, 3);
     case Step::kQwen2:
       return llama3_piece_end(s, i, 1);
+    case Step::kO200k:
+      return o200k_piece_end(s, i, true, 3);
+    case Step::kTekken:
+      return o200k_piece_end(s, i, false, 1);
     case Step::kPunctuation:
       return same_run_end(s, i, is_punctuation);
     case Step::kEachNumber:
@@ -311,6 +402,10 @@ std::vector<Step> steps_of(PreTokenizer pre) {
       return {Step::kLlama3};
     case PreTokenizer::kQwen2:
       return {Step::kQwen2};
+    case PreTokenizer::kO200k:
+      return {Step::kO200k};
+    case PreTokenizer::kTekken:
+      return {Step::kTekken};
     case PreTokenizer::kFalcon:
       return {Step::kPunctuation, Step::kGpt2, Step::kNumberBytes, Step::kThreeDigits};
     case PreTokenizer::kStarCoder:
@@ -376,6 +471,14 @@ constexpr std::string_view kLlama3Pattern =
 constexpr std::string_view kBloomPattern = " ?[^(\\s|[.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C])]+";
 constexpr std::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kTekkenPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
   const auto is = [](const nlohmann::json& o, const char* type) {
@@ -413,6 +516,8 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
         !field(bytes, "use_regex", true)) {
       if (split_by(split, kLlama3Pattern)) return PreTokenizer::kLlama3;
       if (split_by(split, kQwen2Pattern)) return PreTokenizer::kQwen2;
+      if (split_by(split, kO200kPattern)) return PreTokenizer::kO200k;
+      if (split_by(split, kTekkenPattern)) return PreTokenizer::kTekken;
       if (split_by(split, kBloomPattern)) return PreTokenizer::kBloom;
     }
   }
@@ -421,7 +526,8 @@ Result<PreTokenizer> pre_tokenizer_of(const nlohmann::json& pre) {
   return Status::invalid_argument(
       "pre_tokenizer " + shown +
       " is not one memwall implements; allowed: GPT-2's (ByteLevel, "
-      "add_prefix_space false), Llama 3's or Qwen2's (a Split by their pattern, "
+      "add_prefix_space false), Llama 3's, Qwen2's, o200k's (gpt-oss's) or Mistral's Tekken (a Split by "
+      "their pattern, "
       "then ByteLevel with use_regex false), BLOOM's (a Split by its pattern, then that ByteLevel), "
       "StarCoder's (Digits with individual_digits, "
       "then GPT-2's), Falcon's (Punctuation Contiguous, GPT-2's, Digits, a Split by "
@@ -1145,6 +1251,10 @@ const char* pre_tokenizer_name(PreTokenizer pre) {
       return "Llama 3";
     case PreTokenizer::kQwen2:
       return "Qwen2";
+    case PreTokenizer::kO200k:
+      return "o200k";
+    case PreTokenizer::kTekken:
+      return "Tekken";
     case PreTokenizer::kFalcon:
       return "Falcon";
     case PreTokenizer::kStarCoder:

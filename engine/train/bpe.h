@@ -1,8 +1,8 @@
 // BPE tokenizers, read from a Hugging Face model directory's vocab.json and merges.txt (GPT-2's; with its
 // added_tokens.json when there is one) or its tokenizer.json (GPT-2's, GPT-NeoX's, Llama 3's, Qwen2's,
-// Falcon's or StarCoder's: byte-level BPE behind one of their pre-tokenizers; Llama 2's or Mistral's:
-// SentencePiece-style BPE over characters), so that memwall train can continue a real checkpoint on new text
-// and memwall generate can sample it.
+// gpt-oss's, Mistral Nemo's and Small's (Tekken), Falcon's or StarCoder's: byte-level BPE behind one of their
+// pre-tokenizers; Llama 2's or Mistral's: SentencePiece-style BPE over characters), so that memwall train can
+// continue a real checkpoint on new text and memwall generate can sample it.
 //
 // Encoding follows GPT-2's: the text is split by its pre-tokenizer pattern (contractions 's 't 're 've 'm 'll
 // 'd; an optional space then letters; an optional space then numbers; an optional space then other
@@ -13,23 +13,26 @@
 // UTF-8 are pieces of their own, so any file encodes, and decode(encode(x)) == x for every byte string.
 //
 // Llama 3's and Qwen2's tokenizer.json split the text by another pattern (PreTokenizer::kLlama3 / kQwen2, see
-// pretokenize()) before the same byte-level BPE; Qwen2's first normalizes the text to Unicode's NFC (nfc.h),
-// so there decode(encode(x)) == nfc(x). Llama 3's BPE model has ignore_merges: a piece that is a vocabulary
-// token as a whole is that token, merges or not. encode() adds no beginning-of-text token (see bos()).
-// Llama 2's and Mistral's tokenizer.json (PreTokenizer::kSentencePiece) are SentencePiece models converted to
-// BPE: a text's spaces become "\u2581" (U+2581, written ▁ below), which is also put before the text (Llama
-// 2's Prepend normalizer: before every text between special tokens; a Metaspace pre-tokenizer: unless it
-// starts with a space, before the first text only or every one, as its prepend_scheme says), then the whole
-// text is one piece whose characters are the symbols: a character the vocabulary lacks becomes the tokens of
-// its UTF-8 bytes (<0x00>..<0xFF>, byte_fallback), and merges apply lowest rank first, leftmost first, as
-// Hugging Face's BPE does. Tokens' bytes() have ▁ as a space and a byte token as its byte; decode() drops the
-// one leading space the encoder put there, as their decoders do, so decode(encode(x)) == x for every byte
-// string that does not start with a space (Metaspace) and holds no special token. Special tokens, the
-// vocabulary's entries written <|...|> (GPT-2's <|endoftext|>), and added tokens (tokenizer.json's, special
-// or not; added_tokens.json's) are recognised in the text as themselves before anything else, the leftmost
-// first, the longest where several start there, as Hugging Face's tokenizers do (GPT-2's own encoder did
-// not); a document separator in the training text thus becomes the token the model was trained with. Their
-// lstrip, rstrip and single_word flags are not implemented: a token is matched where it stands.
+// pretokenize()) before the same byte-level BPE, and so do gpt-oss's (o200k's pattern, kO200k: letter runs by
+// case, [Lu Lt Lm Lo M]* then [Ll Lm Lo M]+ or [Lu Lt Lm Lo M]+ then [Ll Lm Lo M]*, each with an optional
+// contraction after it) and Mistral's Tekken (kTekken: that without the contractions, each number alone);
+// Qwen2's first normalizes the text to Unicode's NFC (nfc.h), so there decode(encode(x)) == nfc(x). Llama 3's
+// BPE model has ignore_merges: a piece that is a vocabulary token as a whole is that token, merges or not.
+// encode() adds no beginning-of-text token (see bos()). Llama 2's and Mistral's tokenizer.json
+// (PreTokenizer::kSentencePiece) are SentencePiece models converted to BPE: a text's spaces become "\u2581"
+// (U+2581, written ▁ below), which is also put before the text (Llama 2's Prepend normalizer: before every
+// text between special tokens; a Metaspace pre-tokenizer: unless it starts with a space, before the first
+// text only or every one, as its prepend_scheme says), then the whole text is one piece whose characters are
+// the symbols: a character the vocabulary lacks becomes the tokens of its UTF-8 bytes (<0x00>..<0xFF>,
+// byte_fallback), and merges apply lowest rank first, leftmost first, as Hugging Face's BPE does. Tokens'
+// bytes() have ▁ as a space and a byte token as its byte; decode() drops the one leading space the encoder
+// put there, as their decoders do, so decode(encode(x)) == x for every byte string that does not start with a
+// space (Metaspace) and holds no special token. Special tokens, the vocabulary's entries written <|...|>
+// (GPT-2's <|endoftext|>), and added tokens (tokenizer.json's, special or not; added_tokens.json's) are
+// recognised in the text as themselves before anything else, the leftmost first, the longest where several
+// start there, as Hugging Face's tokenizers do (GPT-2's own encoder did not); a document separator in the
+// training text thus becomes the token the model was trained with. Their lstrip, rstrip and single_word flags
+// are not implemented: a token is matched where it stands.
 //
 // Immutable after load(); const methods are safe from several threads.
 #pragma once
@@ -64,8 +67,18 @@ namespace memwall::train {
 // characters that are neither whitespace, a paren, a bar nor one of those marks) and keeps the text between
 // matches as pieces too.
 // kSentencePiece: no split (the text between special tokens is one piece), characters then bytes.
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kFalcon, kStarCoder, kBloom, kSentencePiece };
-// "GPT-2", "Llama 3", "Qwen2", "Falcon", "StarCoder", "BLOOM", "SentencePiece".
+enum class PreTokenizer {
+  kGpt2,
+  kLlama3,
+  kQwen2,
+  kO200k,
+  kTekken,
+  kFalcon,
+  kStarCoder,
+  kBloom,
+  kSentencePiece
+};
+// "GPT-2", "Llama 3", "Qwen2", "o200k", "Tekken", "Falcon", "StarCoder", "BLOOM", "SentencePiece".
 const char* pre_tokenizer_name(PreTokenizer pre);
 
 class BpeTokenizer {

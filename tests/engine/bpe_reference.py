@@ -3,8 +3,8 @@
 Hugging Face GPT-2's layout (vocab.json, merges.txt), then encodes a text the way Hugging Face's GPT-2 tokenizer does:
 special tokens (<|...|>) split out, then GPT-2's pre-tokenizer pattern run by the `regex` module (Unicode
 \\p{L}, \\p{N}, \\s), then the lowest-ranked pair merged everywhere until none is left. Writes OUT/ids.json (the text's tokens) and OUT/pieces.json (its pieces).
-With PATTERN llama3 or qwen2 the same with their pre-tokenizer pattern (as their tokenizer.json's Split has
-it), written as a tokenizer.json: Llama 3's BPE ignores merges for a piece that is a token (and the
+With PATTERN llama3, qwen2, o200k or tekken the same with their pre-tokenizer pattern (as their tokenizer.json's
+Split has it), written as a tokenizer.json: Llama 3's and o200k's BPE ignores merges for a piece that is a token (and the
 vocabulary gets one token no merge makes, " quux"), Qwen2's normalizes the text to NFC first (Python's
 unicodedata); their special tokens are added tokens after the vocabulary. With falcon, starcoder or bloom:
 their pre-tokenizer Sequences (split_text), in a tokenizer.json. Pieces are written as lists of their bytes.
@@ -21,7 +21,8 @@ newline (Llama 2's and Mistral's vocabularies write it as its byte token <0x0A> 
 usage: bpe_reference.py OUT CORPUS TEXT MERGES
            [gpt2|llama3|qwen2|falcon|starcoder|bloom|llama2|mistral|gemma]
        bpe_reference.py --encode DIR TEXT OUT.json   (DIR's vocab.json and merges.txt; prints {"tokens", "seconds"})
-       bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each)
+       bpe_reference.py --pieces PATTERN IN.json OUT.json   (a list of texts -> [{"pieces", "nfc"}] each;
+                                                             PATTERN also o200k or tekken)
 """
 import collections
 import json
@@ -38,6 +39,13 @@ PATTERNS = {
               r"""|\s*[\r\n]+|\s+(?!\S)|\s+""",
     "qwen2": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
              r"""|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    # gpt-oss's (tiktoken's o200k) and Mistral's Tekken (without the contractions, each number alone)
+    "o200k": r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"""
+             r"""|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"""
+             r"""|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    "tekken": r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+              r"""|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+              r"""|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
 }
 PATTERN = regex.compile(PATTERNS["gpt2"])
 NFC = False  # Qwen2's normalizer
@@ -346,7 +354,7 @@ def main():
         return
     NAME = name
     PATTERN = regex.compile(PATTERNS.get(name, PATTERNS["gpt2"]))
-    NFC, WHOLE = name == "qwen2", name == "llama3"
+    NFC, WHOLE = name == "qwen2", name in ("llama3", "o200k")  # (tiktoken's conversions ignore merges)
     with open(corpus_path, encoding="utf-8", newline="") as f:
         corpus = f.read()
     with open(text_path, encoding="utf-8", newline="") as f:

@@ -127,6 +127,30 @@ TEST(Bpe, PretokenizerFollowsLlama3Pattern) {
   EXPECT_TRUE(l3("").empty());
 }
 
+// gpt-oss's o200k pattern (as the `regex` module splits by it): letter runs follow case (an upper-case run then
+// lower-case letters, "camelCase" in two, "HTTPServer" whole), take a contraction after them in any case, one
+// leading non-letter; numbers in threes; newlines and slashes end the other characters' piece. Mistral's
+// Tekken: no contractions, each number alone.
+TEST(Bpe, PretokenizerFollowsO200kPattern) {
+  using V = std::vector<std::string>;
+  const auto o = [](std::string_view t) { return pieces(t, PreTokenizer::kO200k); };
+  const auto tk = [](std::string_view t) { return pieces(t, PreTokenizer::kTekken); };
+  EXPECT_EQ(o("Hello World"), (V{"Hello", " World"}));
+  EXPECT_EQ(o("HTTPServer isn't"), (V{"HTTPServer", " isn't"}));
+  EXPECT_EQ(tk("HTTPServer isn't"), (V{"HTTPServer", " isn", "'t"}));
+  EXPECT_EQ(o("DON'T stop!'S"), (V{"DON'T", " stop", "!'", "S"}));
+  EXPECT_EQ(tk("DON'T stop!'S"), (V{"DON", "'T", " stop", "!'", "S"}));
+  EXPECT_EQ(o("camelCaseWORDS"), (V{"camel", "Case", "WORDS"}));
+  EXPECT_EQ(o("a.\n/b"), (V{"a", ".\n/", "b"}));
+  EXPECT_EQ(o(" 1234567"), (V{" ", "123", "456", "7"}));
+  EXPECT_EQ(tk(" 1234567"), (V{" ", "1", "2", "3", "4", "5", "6", "7"}));
+  EXPECT_EQ(o("\xE4\xB8\xAD\xE6\x96\x87OK"), (V{"\xE4\xB8\xAD\xE6\x96\x87", "OK"}));  // Lo is both
+  EXPECT_EQ(o("na\xC3\xAFve \xC7\x85ungla"), (V{"na\xC3\xAFve", " \xC7\x85ungla"}));  // Lt: upper-like
+  EXPECT_EQ(o("x   "), (V{"x", "   "}));
+  EXPECT_EQ(o("path/to/file\n\n"), (V{"path", "/to", "/file", "\n\n"}));
+  EXPECT_TRUE(o("").empty());
+}
+
 // NFC: compositions (also of a composite's decomposition and Hangul), marks put in canonical order, a
 // singleton replaced, composition exclusions left decomposed, bytes that are not UTF-8 kept.
 TEST(Bpe, NfcComposesAndOrdersMarks) {
@@ -209,7 +233,15 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
                                          "\xEF\xBD\x91",
                                          "\xE2\x80\xA8",
                                          "\xE0\xA5\x98",
-                                         "\xE1\xBA\xA1"};
+                                         "\xE1\xBA\xA1",
+                                         // (for o200k's case classes: Lu, Lt, Lm, Mc, and its slash)
+                                         "A",
+                                         "HE",
+                                         "\xC3\x80",
+                                         "\xC7\x85",
+                                         "\xCA\xB0",
+                                         "\xE0\xA4\x83",
+                                         "/"};
   std::mt19937 rng(11);
   nlohmann::json texts = nlohmann::json::array();
   for (int k = 0; k < 400; ++k) {
@@ -224,7 +256,8 @@ TEST(Bpe, PatternsAndNfcMatchPythonOnRandomText) {
   for (const auto& [name, pre] :
        {std::pair{"gpt2", PreTokenizer::kGpt2}, std::pair{"llama3", PreTokenizer::kLlama3},
         std::pair{"qwen2", PreTokenizer::kQwen2}, std::pair{"falcon", PreTokenizer::kFalcon},
-        std::pair{"starcoder", PreTokenizer::kStarCoder}, std::pair{"bloom", PreTokenizer::kBloom}}) {
+        std::pair{"starcoder", PreTokenizer::kStarCoder}, std::pair{"bloom", PreTokenizer::kBloom},
+        std::pair{"o200k", PreTokenizer::kO200k}, std::pair{"tekken", PreTokenizer::kTekken}}) {
     SCOPED_TRACE(name);
     const std::string cmd = "/usr/bin/python3 " + std::string(MEMWALL_TEST_SOURCE_DIR) +
                             "/engine/bpe_reference.py --pieces " + name + " " + dir + "/texts.json " + dir +
@@ -1031,9 +1064,9 @@ void expect_reference_encoding(const std::string& name, PreTokenizer pre) {
   if (t->normalizes()) {
     EXPECT_NE(nfc(text), text);
   }
-  // Llama 3's ignore_merges: " quux", a token no merge makes, is one token as a whole piece.
+  // Llama 3's and o200k's ignore_merges: " quux", a token no merge makes, is one token as a whole piece.
   const std::vector<int> quux = t->encode(" quux");
-  EXPECT_EQ(quux.size() == 1, pre == PreTokenizer::kLlama3) << quux.size();
+  EXPECT_EQ(quux.size() == 1, pre == PreTokenizer::kLlama3 || pre == PreTokenizer::kO200k) << quux.size();
   std::filesystem::remove_all(dir);
 }
 
@@ -1044,13 +1077,16 @@ TEST(Bpe, MatchesPythonReferenceEncoder) {
   expect_reference_encoding("gpt2", PreTokenizer::kGpt2);
 }
 
-// Llama 3's and Qwen2's tokenizer.json (their pre-tokenizer pattern, ignore_merges, NFC, added tokens).
+// Llama 3's, Qwen2's, gpt-oss's (o200k) and Mistral's Tekken tokenizer.json (their pre-tokenizer pattern,
+// ignore_merges, NFC, added tokens).
 TEST(Bpe, Llama3AndQwen2MatchPythonReferenceEncoder) {
   if (!have_python_regex()) {
     GTEST_SKIP() << "/usr/bin/python3 with the regex module (Debian's python3-regex) is not installed";
   }
   expect_reference_encoding("llama3", PreTokenizer::kLlama3);
   expect_reference_encoding("qwen2", PreTokenizer::kQwen2);
+  expect_reference_encoding("o200k", PreTokenizer::kO200k);
+  expect_reference_encoding("tekken", PreTokenizer::kTekken);
 }
 
 // Falcon's, StarCoder's and BLOOM's tokenizer.json (their pre-tokenizer Sequences: runs of punctuation,
