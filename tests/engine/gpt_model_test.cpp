@@ -964,7 +964,9 @@ TEST(GptModel, TilingGivesTheSameLossAndGradients) {
 // Fused (flash) attention computes the same function: loss and every gradient as the unfused model's, and its
 // graph keeps far fewer activation bytes.
 TEST(GptModel, FlashAttentionGivesTheSameLossAndGradients) {
-  for (const auto& [shape, c] : shapes()) {
+  auto all = shapes();
+  all.emplace_back("gpt-oss", gpt_oss());  // (its sink logits' gradients through the fused kernels)
+  for (const auto& [shape, c] : all) {
     SCOPED_TRACE(shape);
     std::vector<float> p(gpt_num_params(c));
     gpt_init(c, p.data(), 12);

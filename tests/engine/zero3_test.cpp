@@ -792,8 +792,8 @@ TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
 }
 
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
-  for (const model::GptConfig& c : {small(), small_llama(), small_moe()}) {
-    SCOPED_TRACE(c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
+  for (const model::GptConfig& c : {small(), small_llama(), small_moe(), small_gpt_oss()}) {
+    SCOPED_TRACE(c.gpt_oss ? "gpt-oss" : c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
     const Zero3Options base = two_sequences(3);
     const std::string dir = swap_dir("equivalence");
     auto nvme = [dir](Zero3Options& o) {
