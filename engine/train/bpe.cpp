@@ -139,6 +139,29 @@ std::size_t whitespace_piece_end(std::string_view s, std::size_t i) {
   return end < n && last > i ? last : end;
 }
 
+// The alternatives Llama 3's, Qwen2's and o200k's patterns end with, where their letters' do not match at i:
+// \p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ (o200k's `slash`: [\r\n/]* after the
+// other characters).
+std::size_t later_piece_end(std::string_view s, std::size_t i, int digits, bool slash) {
+  const std::size_t n = s.size();
+  if (decode_at(s, i).cls == Cls::kNumber) {
+    std::size_t k = i;
+    for (int d = 0; d < digits && k < n; ++d) {
+      const CodePoint x = decode_at(s, k);
+      if (x.cls != Cls::kNumber) break;
+      k += x.len;
+    }
+    return k;
+  }
+  const std::size_t o = s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls == Cls::kOther ? i + 1 : i;
+  if (decode_at(s, o).cls == Cls::kOther) {
+    std::size_t k = run_end(s, o, Cls::kOther);
+    while (k < n && (is_newline(s[k]) || (slash && s[k] == '/'))) ++k;
+    return k;
+  }
+  return whitespace_piece_end(s, i);
+}
+
 // The same for the pattern Llama 3 and Qwen2 share (numbers in runs of at most `digits`):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 // \s*[\r\n]+|\s+(?!\S)|\s+
@@ -153,22 +176,7 @@ std::size_t llama3_piece_end(std::string_view s, std::size_t i, int digits) {
       decode_at(s, i + cp.len).cls == Cls::kLetter) {
     return run_end(s, i + cp.len, Cls::kLetter);  // one leading space, tab, punctuation mark, ...
   }
-  if (cp.cls == Cls::kNumber) {
-    std::size_t k = i;
-    for (int d = 0; d < digits && k < n; ++d) {
-      const CodePoint x = decode_at(s, k);
-      if (x.cls != Cls::kNumber) break;
-      k += x.len;
-    }
-    return k;
-  }
-  const std::size_t o = s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls == Cls::kOther ? i + 1 : i;
-  if (decode_at(s, o).cls == Cls::kOther) {
-    std::size_t k = run_end(s, o, Cls::kOther);
-    while (k < n && is_newline(s[k])) ++k;
-    return k;
-  }
-  return whitespace_piece_end(s, i);
+  return later_piece_end(s, i, digits, false);
 }
 
 // The o200k pattern's two letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}] (a
@@ -232,22 +240,7 @@ std::size_t o200k_piece_end(std::string_view s, std::size_t i, bool suffixes, in
     if (const std::size_t k = class_run_end(s, j, upper_like); k > j)
       return with_suffix(class_run_end(s, k, lower_like));
   }
-  if (cp.cls == Cls::kNumber) {
-    std::size_t k = i;
-    for (int d = 0; d < digits && k < n; ++d) {
-      const CodePoint x = decode_at(s, k);
-      if (x.cls != Cls::kNumber) break;
-      k += x.len;
-    }
-    return k;
-  }
-  const std::size_t o = s[i] == ' ' && i + 1 < n && decode_at(s, i + 1).cls == Cls::kOther ? i + 1 : i;
-  if (decode_at(s, o).cls == Cls::kOther) {
-    std::size_t k = run_end(s, o, Cls::kOther);
-    while (k < n && (is_newline(s[k]) || s[k] == '/')) ++k;
-    return k;
-  }
-  return whitespace_piece_end(s, i);
+  return later_piece_end(s, i, digits, true);
 }
 
 // GPT-2 maps every byte to a printable code point so that vocab.json's keys are text: the printable Latin-1
