@@ -333,6 +333,14 @@ ModelGraph build_model_graph(const ModelSpec& m, const GraphOptions& opt) {
           const double n = std::ceil(seq / 128.0), w = m.attention_window(L);
           const double r = w > 0 ? std::min(n, std::ceil((w - 1) / 128)) : n;
           a.exec_fraction = (r * (r + 1) / 2 + (n - r) * (r + 1)) / (n * n);
+          // Llama 4's chunks instead: query tile i computes the key tiles from the one its first row's chunk
+          // starts in up to its own.
+          if (const int chunk = m.attention_chunk_at(L); chunk > 0 && w == 0) {
+            double seen = 0;
+            for (long i = 0; i < static_cast<long>(n); ++i)
+              seen += static_cast<double>(i - 128 * i / chunk * chunk / 128 + 1);
+            a.exec_fraction = seen / (n * n);
+          }
           a.saved_bytes = a.out_bytes + 4.0 * T * (m.heads / mp);
           a.fwd_mem_bytes = 2 * q + 2 * k;
           a.bwd_mem_bytes = 4 * q + 4 * k;

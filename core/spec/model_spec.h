@@ -236,6 +236,10 @@ struct ModelSpec {
   // SmolLM3's no_rope_layers: every nope_every-th layer (layers nope_every - 1, 2 nope_every - 1, ...)
   // without rotary positions (0: every layer turns); nothing to count.
   int nope_every = 0;
+  // Llama 4's attention_chunk_size: the rotary layers (all but every nope_every-th) attend within chunks of
+  // this many positions (query t sees keys u <= t with u / chunk == t / chunk), the others over every key (0:
+  // no chunks). Fused attention computes the chunks' tiles only; unfused attention, every score.
+  int attention_chunk = 0;
   // Granite's multipliers (nothing to count): the embedding times embed_multiplier (embedding_multiplier; 0:
   // none), each sublayer's output times residual_multiplier before its residual add; its
   // attention_multiplier is query_scale (its -2nd power), its logits_scaling logit_scale (its inverse).
@@ -293,6 +297,10 @@ struct ModelSpec {
   // Layer l's attention window (0: full causal attention).
   int attention_window(int layer) const {
     return layer_window(layer, sliding_window, first_window_layer, global_every);
+  }
+  // Layer l's attention chunk (0: none): Llama 4's rotary layers'.
+  int attention_chunk_at(int layer) const {
+    return attention_chunk > 0 && (nope_every == 0 || (layer + 1) % nope_every != 0) ? attention_chunk : 0;
   }
   // The context the model was pre-trained at, a run's default sequence length: max_positions, or where a
   // rope_scaling stretches it (Llama 3.1's 131072 positions from 8192), the original_max_position_embeddings.

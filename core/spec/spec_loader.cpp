@@ -1313,13 +1313,16 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
     // Llama 4's (Llama4ForCausalLM; Llama4TextConfig's defaults): heads of 128, no rotary turn on every
     // fourth layer (no_rope_layers, no_rope_layer_interval: SmolLM3's keys), an L2 norm without weights of
     // each query and key head on the rotary layers (use_qk_norm), attention within chunks of
-    // attention_chunk_size on them and a temperature on the others (nothing to count), and (below) its
-    // experts.
+    // attention_chunk_size (8192; null: none) on them (what fused attention computes) and a temperature on
+    // the others (nothing to count), and (below) its experts.
     const bool llama4 = type == "llama4_text";
     if (llama4) {
       head_dim = 128;
       m.rope_theta = 500000;
       MW_RETURN_IF_ERROR(read_no_rope_layers(j, r, m));
+      m.attention_chunk =
+          j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null() ? 0 : 8192;
+      MW_RETURN_IF_ERROR(r.get_int("attention_chunk_size", m.attention_chunk, 0, 1 << 28));
       r.ignore({"use_qk_norm", "attention_chunk_size", "attn_temperature_tuning", "floor_scale", "attn_scale",
                 "for_llm_compressor"});
     }
@@ -2135,6 +2138,7 @@ std::string to_json_text(const ModelSpec& m) {
             {"logit_scale", m.logit_scale},
             {"rope_windowed_only", m.rope_windowed_only},
             {"nope_every", m.nope_every},
+            {"attention_chunk", m.attention_chunk},
             {"embed_multiplier", m.embed_multiplier},
             {"residual_multiplier", m.residual_multiplier},
             {"post_norm", m.post_norm},

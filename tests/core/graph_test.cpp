@@ -428,6 +428,35 @@ TEST(ModelGraph, FlashAttentionSkipsTheTilesOutsideASlidingWindow) {
   }
 }
 
+// Llama 4's chunks of 8192 at 32768 positions: of 256 tiles of 128, each of the 4 chunks' 64 query tiles
+// computes the tiles of its chunk up to its own, 4 x 64 x 65 / 2 = 8320 of 65536, on the rotary layers; every
+// fourth layer (no rotary turn) attends over all keys, causal: 257 / 512. At 8192 positions the chunk is the
+// whole sequence; unfused attention computes every score. The shipped file reads attention_chunk_size.
+TEST(ModelGraph, FlashAttentionComputesLlama4sChunksOnly) {
+  ModelSpec m = testing::load_model_scenario("llama-4-scout");
+  EXPECT_EQ(m.attention_chunk, 8192);
+  m.layers = 4;
+  m.experts = 0;  // (the attention alone matters here)
+  m.shared_expert_ffn = 0;
+  m.moe_every = 1;
+  GraphOptions fo = options(1, 1);
+  fo.sequence_length = 32768;
+  fo.flash_attention = true;
+  const auto fractions = [&] {
+    std::vector<double> f;
+    for (const auto& o : build_model_graph(m, fo).ops) {
+      if (o.kind == OpKind::kAttention) f.push_back(o.exec_fraction);
+    }
+    return f;
+  };
+  const double chunked = 8320.0 / 65536, causal = 257.0 / 512;
+  EXPECT_EQ(fractions(), (std::vector<double>{chunked, chunked, chunked, causal}));
+  fo.sequence_length = 8192;
+  EXPECT_EQ(fractions(), (std::vector<double>(4, 65.0 / 128)));
+  fo.flash_attention = false;
+  EXPECT_EQ(fractions(), (std::vector<double>(4, 1.0)));
+}
+
 // Each op's device memory traffic (the roofline's bytes), counted by hand for GPT-2 small: 2 x 1024 tokens,
 // 16-bit activations, hidden 768, 12 heads, vocabulary 50257.
 TEST(ModelGraph, OpsCountTheDeviceMemoryTheyReadAndWrite) {
