@@ -464,6 +464,12 @@ int run_train(const TrainOptions& opt) {
     }
   }
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
+  // Each traced step's loss, gradient norm (-1: not taken) and busiest expert's load (0: no experts), the
+  // trace's "loss", "gradient norm" and "expert load" counters.
+  struct StepValues {
+    double loss, grad_norm, expert_load;
+  };
+  std::vector<StepValues> step_values;
   auto checkpoint = [&]() -> Status {
     if (opt.checkpoint_dir.empty()) return Status::ok();
     return timed_checkpoint("checkpoint", [&]() -> Status {
@@ -793,7 +799,10 @@ int run_train(const TrainOptions& opt) {
     }
     transfer_total += st.transfer_s;
     transfer_hidden += st.transfer_overlapped_s;
-    if (!opt.trace_path.empty()) runs.push_back(trainer->last_run());
+    if (!opt.trace_path.empty()) {
+      runs.push_back(trainer->last_run());
+      step_values.push_back({*loss, trainer->last_grad_norm(), trainer->last_expert_load()});
+    }
     if (s == first_step) first_loss = *loss;
     if (opt.checkpoint_every > 0 && (s + 1) % opt.checkpoint_every == 0 && s + 1 < opt.steps) {
       if (Status cs = checkpoint(); !cs.is_ok()) return report_error(cs);
@@ -955,11 +964,20 @@ int run_train(const TrainOptions& opt) {
       // Every rank writes its own measured steps: rank 0 to the path given, rank r to PATH.rank<r>.json[.gz].
       const std::string path = rank_trace_path(opt.trace_path, rank);
       const Schedule measured = trainer->measured_schedule();
-      const Status ts = write_trace_file(path, "cpu", "train", R, *in, trainer->run(), summary.dump(),
-                                         [&](trace::TraceWriter& w) {
-                                           for (const RunResult& rr : runs)
-                                             export_run_trace(measured, rr, rank, w);
-                                         });
+      const Status ts = write_trace_file(
+          path, "cpu", "train", R, *in, trainer->run(), summary.dump(), [&](trace::TraceWriter& w) {
+            for (std::size_t k = 0; k < runs.size(); ++k) {
+              export_run_trace(measured, runs[k], rank, w);
+              // The step's figures at its end.
+              double end = 0;
+              for (const Completion& done : runs[k].timing) end = std::max(end, done.end_s);
+              const StepValues& v = step_values[k];
+              w.counter({rank, "loss", end * 1e6, {{"loss", v.loss}}});
+              if (v.grad_norm >= 0) w.counter({rank, "gradient norm", end * 1e6, {{"norm", v.grad_norm}}});
+              if (v.expert_load > 0)
+                w.counter({rank, "expert load", end * 1e6, {{"busiest expert", v.expert_load}}});
+            }
+          });
       if (!ts.is_ok()) return report_error(ts);
       summary["trace"] = opt.trace_path;
       if (lead && !opt.json) {

@@ -2688,15 +2688,28 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(one.exit_code, 2) << one.output;
   EXPECT_NE(one.output.find("checkpoint has experts_per_token = 2, this run has 1"), std::string::npos)
       << one.output;
-  // Each step's JSON says how busy the busiest expert was against its even share: 1 to 4 / 2.
-  const CmdResult step = memwall("train --steps 1 --json --eval-batches 1 --data " + r.data +
-                                     " --model mixtral-8x7b --model-set '{" + shape + "}'",
+  // Each step's JSON says how busy the busiest expert was against its even share: 1 to 4 / 2; so does the
+  // trace's "expert load" counter.
+  const std::string trace = test_path("moe-trace.json").string();
+  const CmdResult step = memwall("train --steps 1 --json --eval-batches 1 --trace " + trace + " --data " +
+                                     r.data + " --model mixtral-8x7b --model-set '{" + shape + "}'",
                                  false);
   ASSERT_EQ(step.exit_code, 0) << step.output;
   const nlohmann::json first = parse_json(step.output.substr(0, step.output.find('\n')));
   ASSERT_TRUE(first.contains("expert_load")) << step.output;
   EXPECT_GE(first["expert_load"].get<double>(), 1.0);
   EXPECT_LE(first["expert_load"].get<double>(), 2.0);
+  std::ifstream trace_in(trace);
+  std::stringstream trace_text;
+  trace_text << trace_in.rdbuf();
+  int loads = 0;
+  const nlohmann::json traced = parse_json(trace_text.str());
+  for (const auto& e : traced.at("traceEvents")) {
+    if (e.at("ph") != "C" || e.at("name") != "expert load") continue;
+    ++loads;
+    EXPECT_EQ(e.at("args").at("busiest expert"), first["expert_load"]);
+  }
+  EXPECT_EQ(loads, 1);
   expect_train_refuses(
       r.data, R"({"model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8})",
       "clip_qkv 8 is not supported by memwall train for OLMoE; allowed: null");
@@ -3471,10 +3484,16 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   const auto j = parse_json(text.str());
   EXPECT_EQ(j["otherData"]["command"], "train");
   EXPECT_EQ(j["otherData"]["executor"], "cpu");
-  int adam = 0, norms = 0, fwd = 0, bwd = 0, copies = 0, memory = 0;
+  int adam = 0, norms = 0, fwd = 0, bwd = 0, copies = 0, memory = 0, losses = 0, grad_norms = 0, loads = 0;
   double moved = 0;
   for (const auto& e : j.at("traceEvents")) {
     if (e.at("ph") == "C" && e.at("name") == "memory gpu") ++memory;
+    if (e.at("ph") == "C" && e.at("name") == "loss") {
+      ++losses;
+      EXPECT_GT(e.at("args").at("loss").get<double>(), 0.0);
+    }
+    if (e.at("ph") == "C" && e.at("name") == "gradient norm") ++grad_norms;
+    if (e.at("ph") == "C" && e.at("name") == "expert load") ++loads;
     if (e.at("ph") != "X") continue;
     EXPECT_GE(e.at("dur").get<double>(), 0.0);
     const std::string phase = e.at("args").at("phase").get<std::string>();
@@ -3494,6 +3513,9 @@ TEST(CliTrain, WritesATraceOfTheMeasuredRun) {
   EXPECT_GT(copies, 0);  // the optimizer is offloaded: gradients down, parameters up, with real bytes
   EXPECT_GT(moved, 0.0);
   EXPECT_GT(memory, 3);
+  EXPECT_EQ(losses, 3);  // each step's loss, gradient norm (train-gpt clips), no expert load (no experts)
+  EXPECT_EQ(grad_norms, 3);
+  EXPECT_EQ(loads, 0);
 }
 
 TEST(CliTrain, DiskFullDuringACheckpointStopsWithAClearErrorAndKeepsTheLastOne) {
