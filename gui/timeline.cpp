@@ -73,6 +73,10 @@ QColor span_color(const trace::TraceSpan& s) {
   return QColor(120, 120, 120);
 }
 
+// A plain number as a label: 4 significant digits.
+std::string format_plain(double v) {
+  return QString::number(v, 'g', 4).toStdString();
+}
 }  // namespace
 
 TimelineView::TimelineView(std::shared_ptr<const TraceModel> model, TimeAxis* axis, QWidget* parent)
@@ -93,6 +97,10 @@ void TimelineView::layout_rows() {
   }
   for (std::size_t i = 0; i < model_->bandwidth.size(); ++i) {
     rows_.push_back({Row::kBandwidth, static_cast<int>(i), y, kBandwidthH});
+    y += kBandwidthH + 2;
+  }
+  for (std::size_t i = 0; i < model_->metrics.size(); ++i) {
+    rows_.push_back({Row::kMetric, static_cast<int>(i), y, kBandwidthH});
     y += kBandwidthH + 2;
   }
   int pid = -1;
@@ -146,7 +154,13 @@ void TimelineView::paint_axis(QPainter& p) {
   p.drawLine(kGutter, kAxisH, width(), kAxisH);
 }
 
-void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool stacked) {
+void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, Unit unit) {
+  const bool stacked = unit == Unit::kBytes;
+  const auto format_total = [&](double v) {
+    return unit == Unit::kBytes   ? format_bytes(v)
+           : unit == Unit::kPlain ? format_plain(v)
+                                  : format_bandwidth(v);
+  };
   const double t0 = axis_->t0() + model_->t_min, t1 = axis_->t1() + model_->t_min;
   const double cap = model_->capacity_of(s.name);
   // The hardware's reserved memory is not drawn (it would flatten everything else); the label says how much.
@@ -192,7 +206,7 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   std::vector<double> base(xs.size(), 0.0);
   for (std::size_t k = 0; k < keys; ++k) {
     QPainterPath path;
-    path.moveTo(kGutter, y0);
+    path.moveTo(xs.empty() ? kGutter : xs.front(), y0);  // (nothing before the first sample)
     for (std::size_t c = 0; c < xs.size(); ++c) {
       const double top = base[c] + value(k, at[c]);
       const double xn = c + 1 < xs.size() ? xs[c + 1] : x_end;
@@ -205,7 +219,9 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
       path.lineTo(xs[c], ypos(base[c]));
     }
     path.closeSubpath();
-    QColor col = stacked ? category_color(s.keys[k], static_cast<int>(k)) : QColor(70, 130, 180);
+    QColor col = stacked                ? category_color(s.keys[k], static_cast<int>(k))
+                 : unit == Unit::kPlain ? QColor(214, 130, 40)
+                                        : QColor(70, 130, 180);
     col.setAlpha(200);
     p.fillPath(path, col);
     for (std::size_t c = 0; c < xs.size(); ++c) base[c] += value(k, at[c]);
@@ -213,8 +229,9 @@ void TimelineView::paint_series(QPainter& p, const Series& s, const Row& r, bool
   p.setPen(QColor(40, 40, 40));
   p.drawText(6, r.y + 14, QString::fromStdString(s.name));
   p.drawText(6, r.y + 28,
-             QString::fromStdString("peak " +
-                                    (stacked ? format_bytes(s.peak_shown) : format_bandwidth(s.peak_total))));
+             QString::fromStdString(unit == Unit::kPlain
+                                        ? "last " + format_plain(s.t.empty() ? 0.0 : s.total(s.t.size() - 1))
+                                        : "peak " + format_total(stacked ? s.peak_shown : s.peak_total)));
   if (stacked && s.reserved > 0) {
     p.setPen(QColor(110, 110, 110));
     p.drawText(6, r.y + 56, QString::fromStdString("+ reserved " + format_bytes(s.reserved)));
@@ -276,10 +293,13 @@ void TimelineView::paintEvent(QPaintEvent*) {
   for (const Row& r : rows_) {
     switch (r.kind) {
       case Row::kMemory:
-        paint_series(p, model_->memory[static_cast<std::size_t>(r.index)], r, true);
+        paint_series(p, model_->memory[static_cast<std::size_t>(r.index)], r, Unit::kBytes);
         break;
       case Row::kBandwidth:
-        paint_series(p, model_->bandwidth[static_cast<std::size_t>(r.index)], r, false);
+        paint_series(p, model_->bandwidth[static_cast<std::size_t>(r.index)], r, Unit::kBandwidth);
+        break;
+      case Row::kMetric:
+        paint_series(p, model_->metrics[static_cast<std::size_t>(r.index)], r, Unit::kPlain);
         break;
       case Row::kRankHeader: {
         p.fillRect(QRect(0, r.y, width(), r.h), QColor(230, 232, 240));
@@ -330,9 +350,10 @@ QString TimelineView::tooltip_at(QPoint pt) const {
       if (s->flops > 0 && dur > 0) text += QString("\n%1 TFLOP/s").arg(s->flops / dur / 1e12, 0, 'f', 2);
       return text;
     }
-    if (r.kind == Row::kMemory || r.kind == Row::kBandwidth) {
-      const Series& s = r.kind == Row::kMemory ? model_->memory[static_cast<std::size_t>(r.index)]
-                                               : model_->bandwidth[static_cast<std::size_t>(r.index)];
+    if (r.kind == Row::kMemory || r.kind == Row::kBandwidth || r.kind == Row::kMetric) {
+      const Series& s = r.kind == Row::kMemory      ? model_->memory[static_cast<std::size_t>(r.index)]
+                        : r.kind == Row::kBandwidth ? model_->bandwidth[static_cast<std::size_t>(r.index)]
+                                                    : model_->metrics[static_cast<std::size_t>(r.index)];
       const long i = TraceModel::sample_at(s, t);
       if (i < 0) return {};
       QString text =
@@ -340,6 +361,8 @@ QString TimelineView::tooltip_at(QPoint pt) const {
               .arg(QString::fromStdString(s.name), QString::fromStdString(human_seconds(t - model_->t_min)));
       if (r.kind == Row::kBandwidth)
         return text + "\n" + QString::fromStdString(format_bandwidth(s.total(static_cast<std::size_t>(i))));
+      if (r.kind == Row::kMetric)  // (the step that ended last before t)
+        return text + "\n" + QString::fromStdString(format_plain(s.total(static_cast<std::size_t>(i))));
       text += "\ntotal " + QString::fromStdString(format_bytes(s.total(static_cast<std::size_t>(i))));
       for (std::size_t k = 0; k < s.keys.size(); ++k) {
         const double v = s.values[k][static_cast<std::size_t>(i)];

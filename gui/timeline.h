@@ -49,7 +49,7 @@ class TimelineView : public QWidget {
   QString tooltip_at(QPoint p) const;
   // Rows: where each part is drawn (for tests and tooltips).
   struct Row {
-    enum Kind { kMemory, kBandwidth, kRankHeader, kTrack } kind;
+    enum Kind { kMemory, kBandwidth, kMetric, kRankHeader, kTrack } kind;
     int index;  // series, rank or track index
     int y, h;
   };
@@ -70,7 +70,9 @@ class TimelineView : public QWidget {
 
  private:
   void layout_rows();
-  void paint_series(QPainter& p, const Series& s, const Row& r, bool stacked);
+  // Memory stacks its categories (bytes), bandwidth is one value (B/s), a training metric one plain number.
+  enum class Unit { kBytes, kBandwidth, kPlain };
+  void paint_series(QPainter& p, const Series& s, const Row& r, Unit unit);
   void paint_track(QPainter& p, const Track& t, const Row& r);
   void paint_axis(QPainter& p);
 

@@ -161,7 +161,14 @@ void TraceModel::build() {
       memory.push_back(std::move(sorted));
     else if (n.rfind("bandwidth ", 0) == 0)
       bandwidth.push_back(std::move(sorted));
+    else if (n == "loss" || n == "gradient norm" || n == "expert load")
+      metrics.push_back(std::move(sorted));
   }
+  const auto metric_rank = [](const Series& s) {
+    return s.name == "loss" ? 0 : s.name == "gradient norm" ? 1 : 2;
+  };
+  std::sort(metrics.begin(), metrics.end(),
+            [&](const Series& a, const Series& b) { return metric_rank(a) < metric_rank(b); });
   auto tier_rank = [](const Series& s) {
     return s.name == "memory gpu" ? 0 : s.name == "memory cpu" ? 1 : 2;
   };

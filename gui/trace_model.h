@@ -27,7 +27,7 @@ struct Track {
 
 // A counter track as a step function: values[k][i] holds from t[i] until t[i + 1].
 struct Series {
-  std::string name;                         // "memory gpu", "bandwidth h2d"
+  std::string name;                         // "memory gpu", "bandwidth h2d", "loss"
   std::vector<std::string> keys;            // categories ("params16", ...) or "Bps"
   std::vector<double> t;                    // seconds
   std::vector<std::vector<double>> values;  // [key][sample]
@@ -63,9 +63,11 @@ class TraceModel {
 
   std::string name;  // file name
   trace::TraceData data;
-  std::vector<Track> tracks;               // by (pid, tid)
-  std::vector<Series> memory;              // per tier present: gpu, cpu, nvme (first rank)
-  std::vector<Series> bandwidth;           // per link (first rank)
+  std::vector<Track> tracks;      // by (pid, tid)
+  std::vector<Series> memory;     // per tier present: gpu, cpu, nvme (first rank)
+  std::vector<Series> bandwidth;  // per link (first rank)
+  // memwall train's per-step figures (first rank): "loss", "gradient norm", "expert load", in that order.
+  std::vector<Series> metrics;
   double t_min = 0, t_max = 0;             // seconds
   std::map<std::string, double> capacity;  // "memory gpu" -> bytes, "bandwidth h2d" -> B/s (from hardware)
   Summary summary;

@@ -56,6 +56,10 @@ std::string sample_trace(double scale = 1.0) {
   w.counter({0, "memory gpu", 200 * scale, {{"params16", 100}, {"activations", 0}}});
   w.counter({0, "bandwidth h2d", 50 * scale, {{"Bps", 1e9}}});
   w.counter({0, "bandwidth h2d", 140 * scale, {{"Bps", 0}}});
+  // memwall train's per-step figures at each step's end (out of order in the file: the model sorts them).
+  w.counter({0, "expert load", 250 * scale, {{"busiest expert", 1.5}}});
+  w.counter({0, "loss", 100 * scale, {{"loss", 5.25}}});
+  w.counter({0, "loss", 250 * scale, {{"loss", 4.5}}});
   (void)w.finish();
   return out.str();
 }
@@ -78,6 +82,11 @@ class GuiTest : public QObject {
     QCOMPARE(m->tracks[0].name, std::string("rank 0 / compute"));
     QCOMPARE(m->memory.size(), std::size_t{1});
     QCOMPARE(m->memory[0].peak_total, 500.0);
+    QCOMPARE(m->metrics.size(), std::size_t{2});  // loss first, then the expert load
+    QCOMPARE(m->metrics[0].name, std::string("loss"));
+    QCOMPARE(m->metrics[0].t.size(), std::size_t{2});
+    QCOMPARE(m->metrics[0].total(1), 4.5);
+    QCOMPARE(m->metrics[1].name, std::string("expert load"));
     QCOMPARE(m->capacity_of("memory gpu"), 1000.0);
     QCOMPARE(m->capacity_of("bandwidth h2d"), 1e9);
     QCOMPARE(m->capacity_of("bandwidth h2d 1"), 1e9);  // a further lane of the link
@@ -147,18 +156,25 @@ class GuiTest : public QObject {
     QApplication::sendEvent(v, &wheel);
     QVERIFY(std::abs((axis->t1() - axis->t0()) - 0.8 * 250e-6) < 1e-12);
     QVERIFY(std::abs(v->x_to_time(at.x()) - t_at) < 1e-12);  // the time under the cursor stays put
-    // Drag 100 px to the right: the view moves left by 100 px worth of time.
+    // Drag 100 px to the right on rank 0's compute track: the view moves left by 100 px worth of time.
+    int y = 300;
+    for (const auto& r : v->rows()) {
+      if (r.kind == gui::TimelineView::Row::kTrack) {
+        y = r.y + r.h / 2;
+        break;
+      }
+    }
     const double before = axis->t0(),
                  per_px = (axis->t1() - axis->t0()) / (v->width() - gui::TimelineView::kGutter);
-    QTest::mousePress(v, Qt::LeftButton, Qt::NoModifier, QPoint(600, 300));
-    QTest::mouseMove(v, QPoint(700, 300));
-    QTest::mouseRelease(v, Qt::LeftButton, Qt::NoModifier, QPoint(700, 300));
+    QTest::mousePress(v, Qt::LeftButton, Qt::NoModifier, QPoint(600, y));
+    QTest::mouseMove(v, QPoint(700, y));
+    QTest::mouseRelease(v, Qt::LeftButton, Qt::NoModifier, QPoint(700, y));
     QVERIFY(std::abs(axis->t0() - (before - 100 * per_px)) < 1e-9);
     // Shift-drag: zoom to the band.
     const double a = v->x_to_time(400), b = v->x_to_time(800);
-    QTest::mousePress(v, Qt::LeftButton, Qt::ShiftModifier, QPoint(400, 300));
-    QTest::mouseMove(v, QPoint(800, 300));
-    QTest::mouseRelease(v, Qt::LeftButton, Qt::ShiftModifier, QPoint(800, 300));
+    QTest::mousePress(v, Qt::LeftButton, Qt::ShiftModifier, QPoint(400, y));
+    QTest::mouseMove(v, QPoint(800, y));
+    QTest::mouseRelease(v, Qt::LeftButton, Qt::ShiftModifier, QPoint(800, y));
     QVERIFY(std::abs(axis->t0() - a) < 1e-12 && std::abs(axis->t1() - b) < 1e-12);
     // Home resets; right arrow pans by a tenth.
     QTest::keyClick(v, Qt::Key_Home);
@@ -195,6 +211,10 @@ class GuiTest : public QObject {
     const auto mem = row_of(gui::TimelineView::Row::kMemory, 0);
     tip = v->tooltip_at(QPoint(static_cast<int>(v->time_to_x(150e-6)), mem.y + mem.h / 2));
     QVERIFY2(tip.contains("total 500 B") && tip.contains("activations: 200 B"), qPrintable(tip));
+    const auto loss = row_of(gui::TimelineView::Row::kMetric, 0);
+    QVERIFY(loss.y >= 0);
+    tip = v->tooltip_at(QPoint(static_cast<int>(v->time_to_x(150e-6)), loss.y + loss.h / 2));
+    QVERIFY2(tip.contains("loss") && tip.contains("5.25"), qPrintable(tip));  // the step that ended at 100
     // Collapsing rank 1 hides its tracks.
     const std::size_t n = v->rows().size();
     v->toggle_rank(1);
