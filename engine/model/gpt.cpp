@@ -376,8 +376,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       if (c.moe_layer(l)) {  // the router, then each expert's gate, up and down (the graph's order)
         const int E = c.expert_width();
         const auto expert = [&](int e) { return h + "mlp.experts." + std::to_string(e) + "."; };
-        if (c.gpt_oss) {  // the router with its bias; every expert's gate and up, their biases, the downs,
-                          // theirs
+        if (c.gpt_oss) {  // router and bias; all gates and ups, their biases; all downs, their biases
           add(h + "mlp.router.weight", {c.experts, C});
           add(h + "mlp.router.bias", {c.experts});
           for (const char* kind : {"weight", "bias"}) {
@@ -389,8 +388,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
           }
           for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.weight", {C, E});
           for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.bias", {C});
-          if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
-          continue;
+          continue;  // (validate() refuses output norms with experts)
         }
         add(h + "mlp.gate.weight", {c.experts, C});
         if (c.sigmoid_routing) add(h + "mlp.gate.e_score_correction_bias", {c.experts});
