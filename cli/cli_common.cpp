@@ -47,13 +47,24 @@ std::string scenarios_dir() {
 }
 
 Result<std::string> resolve_scenario(const std::string& kind, const std::string& name_or_path) {
+  std::error_code ec;
+  // A Hugging Face model's directory (a download, memwall export's output) stands for its config.json.
+  const auto model_directory = [&]() -> Result<std::string> {
+    const fs::path config = fs::path(name_or_path) / "config.json";
+    if (fs::is_regular_file(config, ec)) return config.string();
+    return Status::not_found("model directory " + name_or_path +
+                             " has no config.json; allowed: a model file, a Hugging Face model's directory "
+                             "(its config.json) or a built-in scenario");
+  };
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  if (kind == "models" && looks_like_path && fs::is_directory(name_or_path, ec)) return model_directory();
   if (looks_like_path) return name_or_path;
   const fs::path dir = fs::path(scenarios_dir()) / kind;
   const fs::path file = dir / (name_or_path + ".json");
-  std::error_code ec;
   if (fs::exists(file, ec)) return file.string();
+  // (a directory here by a name no built-in model has)
+  if (kind == "models" && fs::is_directory(name_or_path, ec)) return model_directory();
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());

@@ -29,7 +29,9 @@ Result<std::string> read_text_file(const std::string& path);
 std::string scenarios_dir();
 
 // `name_or_path` is a file path (contains '/' or ends in .json) or a scenario name looked up in
-// scenarios_dir()/<kind>/<name>.json. Not found -> kNotFound listing the available names.
+// scenarios_dir()/<kind>/<name>.json; for models also a Hugging Face model's directory, its config.json (a
+// name with a '/' first, else only when no built-in model has that name). Not found -> kNotFound listing the
+// available names.
 Result<std::string> resolve_scenario(const std::string& kind, const std::string& name_or_path);
 
 // Resolve, read and parse; warnings go to `diag`.

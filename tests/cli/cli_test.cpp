@@ -2795,6 +2795,17 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   EXPECT_EQ(oss.tensors["model.layers.1.mlp.experts.gate_up_proj_bias"]["shape"], (nlohmann::json{4, 128}));
   EXPECT_EQ(oss.tensors["model.layers.1.mlp.experts.down_proj"]["shape"], (nlohmann::json{4, 64, 64}));
   EXPECT_EQ(oss.tensors["model.layers.1.mlp.experts.down_proj_bias"]["shape"], (nlohmann::json{4, 64}));
+  // The export's directory is a --model as a download's would be (its config.json), and its weights the
+  // start: the first step's loss is the trained model's, low; a directory without config.json is one line.
+  const CmdResult again = memwall("train --steps 1 --json --eval-batches 1 --data " + oss.data + " --model " +
+                                      oss.hf + " --init-from " + oss.hf,
+                                  false);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_LT(parse_json(again.output.substr(0, again.output.find('\n')))["loss"].get<double>(), 0.3);
+  const CmdResult bare = memwall("predict --model " + oss.dir);
+  EXPECT_EQ(bare.exit_code, 2) << bare.output;
+  EXPECT_NE(bare.output.find("model directory " + oss.dir + " has no config.json"), std::string::npos)
+      << bare.output;
   std::filesystem::remove_all(oss.dir);
   std::filesystem::remove_all(oss.hf);
 }
