@@ -162,6 +162,10 @@ struct ModelSpec {
   int expert_groups = 1;
   int groups_per_token = 1;
   double routed_scale = 1;
+  // DeepSeek-V2's topk_method group_limited_greedy: a group scored by its best expert's probability (not the
+  // sum of its two best scores plus biases: GLM-4.5's, DeepSeek-V3's noaux_tc). memwall train does not take
+  // it.
+  bool group_by_best = false;
   // Whether the graph gives each router its correction bias as a parameter of experts elements (memwall
   // train's graphs of sigmoid routing, gpt_model_spec; the model files' counts leave the buffer out).
   bool router_bias_buffer = false;

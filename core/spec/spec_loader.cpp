@@ -229,8 +229,7 @@ Status read_latent_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
 // counted; the next-token-prediction modules (num_nextn_predict_layers) only with the run's memwall.mtp.
 Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   const bool v3 = m.model_type != "deepseek_v2";
-  r.ignore({"routed_scaling_factor", "n_group", "topk_group", "topk_method", "scoring_func", "norm_topk_prob",
-            "aux_loss_alpha", "seq_aux", "ep_size", "auto_map"});
+  r.ignore({"aux_loss_alpha", "seq_aux", "ep_size", "auto_map"});
   MW_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", m.mtp_in_file, 0, 64));
   int freq = 1;
   MW_RETURN_IF_ERROR(r.get_int("moe_layer_freq", freq, 1, 1 << 20));
@@ -258,7 +257,34 @@ Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   m.shared_expert_gate = false;
   m.dense_layers = v3 ? 3 : 0;
   MW_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", m.dense_layers, 0, m.layers));
-  return Status::ok();
+  // The routing (DeepseekV2Config's and V3's defaults): V2's softmax scores, the best experts (greedy) or the
+  // best among the topk_group groups of n_group scored by their best expert (group_limited_greedy); V3's
+  // sigmoid scores chosen with its correction bias among groups scored by their two best (noaux_tc: GLM-4.5's
+  // routing); the weights renormalised with norm_topk_prob, times routed_scaling_factor. What memwall train
+  // computes; predict and simulate do not depend on it.
+  std::string scoring = v3 ? "sigmoid" : "softmax", method = v3 ? "noaux_tc" : "greedy";
+  MW_RETURN_IF_ERROR(r.get_choice("scoring_func", scoring, {"softmax", "sigmoid"}));
+  // ("gready": DeepSeek-V2's own configuration code spells the default so)
+  MW_RETURN_IF_ERROR(
+      r.get_choice("topk_method", method, {"greedy", "gready", "group_limited_greedy", "noaux_tc"}));
+  m.sigmoid_routing = scoring == "sigmoid";
+  m.group_by_best = method == "group_limited_greedy";
+  const bool grouped = m.group_by_best || method == "noaux_tc";
+  m.expert_groups = grouped && v3 ? 8 : 1;
+  m.groups_per_token = grouped && v3 ? 4 : 1;
+  if (grouped) {
+    MW_RETURN_IF_ERROR(r.get_int("n_group", m.expert_groups, 1, m.experts));
+    MW_RETURN_IF_ERROR(r.get_int("topk_group", m.groups_per_token, 1, m.expert_groups));
+  }
+  r.ignore({"n_group", "topk_group"});
+  if (m.experts % m.expert_groups != 0) {
+    return r.error("n_group", std::to_string(m.expert_groups) + " does not divide the " +
+                                  std::to_string(m.experts) + " experts; allowed: a divisor of them");
+  }
+  m.routed_scale = v3 ? 2.5 : 1.0;
+  MW_RETURN_IF_ERROR(r.get_number("routed_scaling_factor", m.routed_scale, 0.0, 1e6));
+  m.norm_topk_prob = v3;
+  return r.get_bool("norm_topk_prob", m.norm_topk_prob);
 }
 
 // Qwen3-Next's hybrid attention (Qwen3NextConfig's defaults): every full_attention_interval-th layer (4)
@@ -2154,6 +2180,13 @@ std::string to_json_text(const ModelSpec& m) {
             {"dense_layers", m.dense_layers},
             {"moe_every", m.moe_every},
             {"shared_expert_gate", m.shared_expert_gate},
+            {"norm_topk_prob", m.norm_topk_prob},
+            {"router_aux_loss", m.router_aux_loss},
+            {"sigmoid_routing", m.sigmoid_routing},
+            {"expert_groups", m.expert_groups},
+            {"groups_per_token", m.groups_per_token},
+            {"group_by_best", m.group_by_best},
+            {"routed_scale", m.routed_scale},
             {"kv_lora_rank", m.kv_lora_rank},
             {"q_lora_rank", m.q_lora_rank},
             {"rope_head_size", m.rope_head_size},

@@ -378,6 +378,21 @@ TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
   EXPECT_EQ(k2.rope_scaling.beta_fast, 1.0);
   EXPECT_NEAR(k2.total_params(), 1.03e12, 0.01e12);
   EXPECT_NEAR(k2.active_params(), 32.5e9, 0.5e9);
+  // Their routing as their files give it: V3's sigmoid scores in 8 groups, the best 4 (noaux_tc), weights
+  // renormalised x 2.5; V2's softmax among the best 3 of 8 groups scored by their best (group_limited_greedy)
+  // x 16; V2-Lite's softmax, plain weights; Kimi K2's sigmoid in one group x 2.827.
+  for (const auto& [m, sigmoid, groups, per_token, by_best, scale, norm] :
+       {std::tuple{load_model_scenario("deepseek-v3"), true, 8, 4, false, 2.5, true},
+        std::tuple{v2, false, 8, 3, true, 16.0, false}, std::tuple{lite, false, 1, 1, false, 1.0, false},
+        std::tuple{k2, true, 1, 1, false, 2.827, true}}) {
+    SCOPED_TRACE(m.name);
+    EXPECT_EQ(m.sigmoid_routing, sigmoid);
+    EXPECT_EQ(m.expert_groups, groups);
+    EXPECT_EQ(m.groups_per_token, per_token);
+    EXPECT_EQ(m.group_by_best, by_best);
+    EXPECT_EQ(m.routed_scale, scale);
+    EXPECT_EQ(m.norm_topk_prob, norm);
+  }
 
   // DeepseekV3Config's defaults and DeepseekV2Config's; a dense DeepSeek (n_routed_experts null); what is
   // not modelled refused naming the key.
@@ -393,6 +408,11 @@ TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
   EXPECT_EQ(d3->experts_per_token, 8);
   EXPECT_EQ(d3->mlp_ffn(), 2048);
   EXPECT_EQ(d3->dense_layers, 3);
+  EXPECT_TRUE(d3->sigmoid_routing);  // (DeepseekV3Config's routing: noaux_tc, 8 groups, the best 4, x 2.5)
+  EXPECT_EQ(d3->expert_groups, 8);
+  EXPECT_EQ(d3->groups_per_token, 4);
+  EXPECT_EQ(d3->routed_scale, 2.5);
+  EXPECT_TRUE(d3->norm_topk_prob);
   auto d2 = parse_model(base + R"("model_type": "deepseek_v2", "num_experts_per_tok": 2,
       "head_dim": 64})",
                         "v2.json", diag);
@@ -401,7 +421,11 @@ TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
   EXPECT_EQ(d2->mlp_ffn(), 1407);
   EXPECT_EQ(d2->shared_expert_ffn, 2 * 1407);
   EXPECT_EQ(d2->dense_layers, 0);
-  EXPECT_EQ(d2->head_dim(), 192);  // (transformers' head_dim, the rotary part, not taken as the head's)
+  EXPECT_EQ(d2->head_dim(), 192);     // (transformers' head_dim, the rotary part, not taken as the head's)
+  EXPECT_FALSE(d2->sigmoid_routing);  // (DeepseekV2Config's: softmax, greedy, plain weights, x 1)
+  EXPECT_EQ(d2->expert_groups, 1);
+  EXPECT_EQ(d2->routed_scale, 1.0);
+  EXPECT_FALSE(d2->norm_topk_prob);
   auto dense = parse_model(base + R"("model_type": "deepseek_v2", "n_routed_experts": null,
       "q_lora_rank": null, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
       "kv_lora_rank": 32})",
@@ -428,6 +452,10 @@ TEST(ModelSpec, DeepSeekLatentAttentionAndExperts) {
                   "key 'num_experts_per_tok': is missing (required)"},
         std::pair{std::string(R"("model_type": "deepseek_v3", "moe_layer_freq": 2})"),
                   "key 'moe_layer_freq': 2 (dense MLPs between the blocks of experts) is not supported"},
+        std::pair{std::string(R"("model_type": "deepseek_v3", "topk_method": "random"})"),
+                  "key 'topk_method'"},
+        std::pair{std::string(R"("model_type": "deepseek_v3", "n_group": 7})"),
+                  "key 'n_group': 7 does not divide the 256 experts"},
         std::pair{std::string(R"("model_type": "kimi_k2", "attention_bias": true})"),
                   "key 'attention_bias': true (biases on the latent attention's projections) is not "
                   "supported; allowed: false"}}) {
