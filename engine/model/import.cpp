@@ -289,15 +289,15 @@ Status HfWeights::locate(const nlohmann::json& header, int shard, const std::str
 Status HfWeights::locate_mxfp4(const std::vector<nlohmann::json>& headers, int blocks, int scales,
                                const std::string& name, const std::vector<long long>& want, Tensor& x) const {
   // want: [experts, in, rows]; the blocks [experts, rows, in / 32, 16], the scales [experts, rows, in / 32]
+  if (want.size() != 3 || want[1] % 32 != 0) {
+    return Status::invalid_argument(shards_[static_cast<std::size_t>(blocks)].path + ": tensor '" + name +
+                                    "' is MXFP4 (_blocks, _scales), which needs a weight matrix per expert "
+                                    "whose width divides into blocks of 32; allowed: bf16, fp16 or fp32 "
+                                    "weights");
+  }
   const long long E = want[0], in = want[1], rows = want[2];
   const std::string what =
       "gpt-oss's MXFP4 experts of this model (blocks of 32 along " + std::to_string(in) + ")";
-  if (want.size() != 3 || in % 32 != 0) {
-    return Status::invalid_argument(
-        shards_[static_cast<std::size_t>(blocks)].path + ": tensor '" + name +
-        "' is MXFP4 (_blocks, _scales), which needs a width divisible by 32; got " + std::to_string(in) +
-        "; allowed: bf16, fp16 or fp32 weights");
-  }
   const auto entry = [&](int shard, const std::string& tensor, const std::vector<long long>& shape,
                          std::size_t& offset) -> Status {
     const Shard& sh = shards_[static_cast<std::size_t>(shard)];

@@ -1288,6 +1288,19 @@ TEST(Import, ReadsGptOssMxfp4Experts) {
                                       "blocks' has shape [3, 64, 2, 8], this model needs [3, 64, 1, 16]"),
             std::string::npos)
       << w.status().message();
+  // (a bias cannot be MXFP4: blocks of 32 along a weight's inputs)
+  bad = header;
+  const std::string bias = "model.layers.0.mlp.experts.down_proj_bias";
+  bad[bias + "_blocks"] = bad[bias];
+  bad[bias + "_scales"] = bad[bias];
+  bad.erase(bias);
+  write_safetensors(file, bad, data);
+  w = HfWeights::open(dir, c);
+  ASSERT_FALSE(w.is_ok());
+  EXPECT_NE(
+      w.status().message().find("tensor '" + bias + "' is MXFP4 (_blocks, _scales), which needs a weight"),
+      std::string::npos)
+      << w.status().message();
   std::filesystem::remove_all(dir);
 }
 
