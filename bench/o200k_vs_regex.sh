@@ -7,13 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TEXT=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/memwall/kjv.txt}
-MW=./build/cli/memwall
-PY=/usr/bin/python3
-[ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
-$PY -c "import regex" 2>/dev/null || { echo "needs python3-regex: apt-get install python3-regex" >&2; exit 1; }
-[ -f "$TEXT" ] || $MW train --steps 1 --eval-batches 1 >/dev/null  # materialises the default corpus
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+source bench/tokenize_common.sh regex python3-regex
 head -c 300000 "$TEXT" >"$WORK/corpus.txt"
 echo x >"$WORK/x.txt"
 for p in llama3 o200k; do

@@ -8,13 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TOK=${1:-tests/data/tiny-bpe}
 TEXT=${2:-${XDG_CACHE_HOME:-$HOME/.cache}/memwall/kjv.txt}
-MW=./build/cli/memwall
-PY=/usr/bin/python3
-[ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
-$PY -c "import regex" 2>/dev/null || { echo "needs python3-regex: apt-get install python3-regex" >&2; exit 1; }
-[ -f "$TEXT" ] || $MW train --steps 1 --eval-batches 1 >/dev/null  # materialises the default corpus
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+source bench/tokenize_common.sh regex python3-regex
 mw1=$($MW tokenize --tokenizer "$TOK" --data "$TEXT" --threads 1 --json)
 mw=$($MW tokenize --tokenizer "$TOK" --data "$TEXT" --out "$WORK/mw.bin" --dtype u32 --json)
 py=$($PY tests/engine/bpe_reference.py --encode "$TOK" "$TEXT" "$WORK/py.json")

@@ -10,14 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VOCAB=${1:-8000}
 TEXT=${2:-${XDG_CACHE_HOME:-$HOME/.cache}/memwall/kjv.txt}
-MW=./build/cli/memwall
-PY=/usr/bin/python3
-[ -x "$MW" ] || { echo "build first: bash scripts/setup.sh" >&2; exit 1; }
-$PY -c "import sentencepiece" 2>/dev/null ||
-  { echo "needs python3-sentencepiece: apt-get install python3-sentencepiece" >&2; exit 1; }
-[ -f "$TEXT" ] || $MW train --steps 1 --eval-batches 1 >/dev/null  # materialises the default corpus
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+source bench/tokenize_common.sh sentencepiece python3-sentencepiece
 sp=$($PY tests/engine/spm_reference.py "$WORK" "$TEXT" "$TEXT" "$VOCAB")
 mw1=$($MW tokenize --tokenizer "$WORK" --data "$TEXT" --threads 1 --json)
 mw=$($MW tokenize --tokenizer "$WORK" --data "$TEXT" --out "$WORK/mw.bin" --dtype u32 --json)

@@ -69,15 +69,21 @@ CodePoint decode_at(std::string_view s, std::size_t i) {
   return {c, len, cls};
 }
 
-// The end of the run of code points of class `cls` starting at `from`.
-std::size_t run_end(std::string_view s, std::size_t from, Cls cls) {
+// The end of the run of code points from `from` on that `inside` holds for.
+template <typename F>
+std::size_t class_run_end(std::string_view s, std::size_t from, F inside) {
   std::size_t k = from;
   while (k < s.size()) {
     const CodePoint cp = decode_at(s, k);
-    if (cp.cls != cls) break;
+    if (!inside(cp)) break;
     k += cp.len;
   }
   return k;
+}
+
+// The end of the run of code points of class `cls` starting at `from`.
+std::size_t run_end(std::string_view s, std::size_t from, Cls cls) {
+  return class_run_end(s, from, [cls](const CodePoint& cp) { return cp.cls == cls; });
 }
 
 // Where GPT-2's pre-tokenizer's piece starting at `i` (< s.size()) ends: the first of its alternatives that
@@ -189,16 +195,6 @@ bool lower_like(const CodePoint& cp) {
   if (cp.c < 0x80) return cp.c >= 'a' && cp.c <= 'z';
   return cp.len > 1 && in_ranges(kLowerLikeRanges, cp.c);
 }
-template <typename F>
-std::size_t class_run_end(std::string_view s, std::size_t from, F inside) {
-  std::size_t k = from;
-  while (k < s.size()) {
-    const CodePoint cp = decode_at(s, k);
-    if (!inside(cp)) break;
-    k += cp.len;
-  }
-  return k;
-}
 
 // Where "[upper-like]*[lower-like]+" matching from j ends, or npos: the upper-like run backs off to the last
 // place a lower-like code point starts (the run's end, or inside it: Lm, Lo and M are both), from which the
@@ -293,13 +289,7 @@ const std::array<bool, 256>& number_bytes() {
 template <typename F>
 std::size_t same_run_end(std::string_view s, std::size_t i, F inside) {
   const bool first = inside(decode_at(s, i));
-  std::size_t k = i;
-  while (k < s.size()) {
-    const CodePoint cp = decode_at(s, k);
-    if (inside(cp) != first) break;
-    k += cp.len;
-  }
-  return k;
+  return class_run_end(s, i, [&](const CodePoint& cp) { return inside(cp) == first; });
 }
 
 // BLOOM's pattern " ?[^(\s|[.,!?…。，、।۔،])]+" (Oniguruma's nested class: neither whitespace nor a paren,
