@@ -334,13 +334,13 @@ int run_train(const TrainOptions& opt) {
 
   train::Zero3Options zo;
   // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present (but
-  // for a mixture of experts, which trains on the CPU only).
+  // for a mixture of experts or the latent attention, which train on the CPU only).
   std::string gpu_why = "memwall was built without CUDA (MEMWALL_CUDA)";
   int gpus = 0;
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.moe());
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.moe() && !c.mla());
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }
@@ -546,8 +546,8 @@ int run_train(const TrainOptions& opt) {
                                             .c_str()
                                       : strprintf(", a window of %d tokens", c.sliding_window).c_str())
                             .c_str()
-                  : c.moe() ? strprintf("%s-shaped: RMSNorm", model::gpt_family(c)).c_str()
-                            : "Llama-shaped: RMSNorm",
+                  : c.moe() || c.mla() ? strprintf("%s-shaped: RMSNorm", model::gpt_family(c)).c_str()
+                                       : "Llama-shaped: RMSNorm",
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
@@ -570,7 +570,15 @@ int run_train(const TrainOptions& opt) {
                                              : "")
                             .c_str()
                       : strprintf("%s of %d", c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width()).c_str(),
-                  c.kv_head_count(), c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str() : "",
+                  c.kv_head_count(),
+                  c.mla()
+                      ? strprintf(" (latent attention: queries from %s, keys and values from a latent of %d; "
+                                  "heads of %d + %d rotary, values of %d)",
+                                  c.q_lora > 0 ? strprintf("a latent of %d", c.q_lora).c_str() : "q_proj",
+                                  c.kv_lora, c.nope_dim(), c.rope_dim, c.v_dim)
+                            .c_str()
+                  : c.head_dim > 0 ? strprintf(" (heads of %d)", c.head_dim).c_str()
+                                   : "",
                   c.tied ? "tied" : "untied",
                   c.gpt_oss        ? ", biases on q/k/v/o, the router and the experts"
                   : c.qkv_bias     ? ", q/k/v biases"

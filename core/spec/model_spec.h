@@ -198,6 +198,9 @@ struct ModelSpec {
   int q_lora_rank = 0;
   int rope_head_size = 0;
   int v_head_size = 0;  // 0: head_dim
+  // Whether the rotary parts turn neighbouring channels together (DeepseekV3Config's rope_interleave, true
+  // by default; DeepSeek-V2's always): what memwall train computes, nothing to count.
+  bool rope_interleave = true;
   // Qwen3-Next's hybrid attention: every full_attn_every-th layer (layers full_attn_every - 1,
   // 2 full_attn_every - 1, ...) softmax attention, the others linear attention (0: every layer softmax
   // attention). A linear-attention layer is a Gated DeltaNet: in_proj_qkvz (hidden -> queries and keys of

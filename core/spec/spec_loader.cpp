@@ -216,8 +216,8 @@ Status read_latent_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
     return r.error("qk_nope_head_dim", "and qk_rope_head_dim are both 0; allowed: a head of at least 1");
   m.head_size = nope + m.rope_head_size;
   m.kv_heads = m.heads;
-  r.ignore({"num_key_value_heads", "rope_interleave"});
-  return Status::ok();
+  r.ignore({"num_key_value_heads"});
+  return r.get_bool("rope_interleave", m.rope_interleave);
 }
 
 // DeepSeek's mixture of experts (DeepseekV3Config's defaults; DeepseekV2Config's in brackets): the first

@@ -258,6 +258,48 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"layer_types", layer_types(c)}},
                                torch_dtype);
   }
+  if (c.mla()) {  // DeepseekV2Config's or DeepseekV3Config's keys (Kimi K2's are V3's)
+    const bool v2 = c.deepseek == 2;
+    const char* architecture = v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM";
+    const int E = c.expert_width();
+    // (Its score scale is head_dim^-1/2, or yarn's mscale_all_dim's: nothing else has a key.)
+    if (c.sliding_window > 0 || c.gelu_mlp || c.norm_unit_offset || c.embed_scale || c.fused_names ||
+        c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_local_theta > 0 ||
+        c.rope_scaling.type == "longrope" ||
+        c.query_scale != latent_query_scale(c.head_size(), c.rope_scaling) || c.moe_every > 1 ||
+        (c.moe() && (c.shared_gate || c.shared_ffn % E != 0)) || (v2 && c.sigmoid_routing)) {
+      return no_config_form(
+          dir, gpt_family(c),
+          ", a score scale other than yarn's, experts every n-th layer, a gated shared expert "
+          "or one not a whole number of experts wide, or (V2) sigmoid routing",
+          architecture);
+    }
+    const auto or_null = [](bool has, int v) { return has ? nlohmann::ordered_json(v) : nullptr; };
+    nlohmann::ordered_json own = {{"rms_norm_eps", c.norm_eps},
+                                  {"attention_bias", false},
+                                  {"q_lora_rank", or_null(c.q_lora > 0, c.q_lora)},
+                                  {"kv_lora_rank", c.kv_lora},
+                                  {"qk_nope_head_dim", c.nope_dim()},
+                                  {"qk_rope_head_dim", c.rope_dim},
+                                  {"v_head_dim", c.v_dim}};
+    if (!v2) own["rope_interleave"] = true;
+    own["n_routed_experts"] = or_null(c.moe(), c.experts);  // (null: dense, no routing keys)
+    if (!c.moe())
+      return llama_family_config(architecture, v2 ? "deepseek_v2" : "deepseek_v3", c, own, torch_dtype);
+    own["num_experts_per_tok"] = c.experts_per_token;
+    own["moe_intermediate_size"] = E;
+    own["n_shared_experts"] = or_null(c.shared_ffn > 0, c.shared_ffn / E);
+    own["first_k_dense_replace"] = c.dense_layers;
+    own["moe_layer_freq"] = 1;
+    own["scoring_func"] = c.sigmoid_routing ? "sigmoid" : "softmax";
+    own["topk_method"] = c.sigmoid_routing ? "noaux_tc" : c.group_by_best ? "group_limited_greedy" : "greedy";
+    own["n_group"] = c.expert_groups;
+    own["topk_group"] = c.groups_per_token;
+    own["routed_scaling_factor"] = c.routed_scale;
+    own["norm_topk_prob"] = c.norm_topk;
+    if (!v2) own["num_nextn_predict_layers"] = 0;
+    return llama_family_config(architecture, v2 ? "deepseek_v2" : "deepseek_v3", c, own, torch_dtype);
+  }
   if (c.gpt_oss) {  // GptOssConfig's keys (validate() has refused what gpt-oss's shape does not have)
     if (beyond_plain_llama(c, true) || c.partial_rotary != 1.0 || c.first_window_layer > 0)
       return no_config_form(dir, "gpt-oss", ", partial rotary or windows from a later layer",

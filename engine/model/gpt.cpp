@@ -132,7 +132,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
       c.moe_every < 1 || (c.moe() && c.moe_layers() == 0) || c.expert_groups < 1 ||
       (c.moe() && c.experts % c.expert_groups != 0) || c.groups_per_token < 1 ||
       c.groups_per_token > c.expert_groups || (c.expert_groups > 1 && c.experts / c.expert_groups < 2) ||
-      !(c.routed_scale > 0) || (c.expert_groups > 1 && !c.sigmoid_routing)) {
+      !(c.routed_scale > 0) || (c.expert_groups > 1 && !c.sigmoid_routing && !c.group_by_best) ||
+      (c.group_by_best && c.sigmoid_routing)) {
     const auto n = [](int v) { return std::to_string(v); };
     return Status::invalid_argument(
         "model: experts (" + n(c.experts) + ") must be >= 0, experts_per_token (" + n(c.experts_per_token) +
@@ -140,7 +141,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
         ") >= 0 (a shared expert with experts only), dense_layers >= 0 and moe_every >= 1 leaving a layer "
         "of experts, expert_groups (" +
         n(c.expert_groups) +
-        ", sigmoid routing's) of 2 or more experts "
+        ", sigmoid routing's or group_by_best's) of 2 or more experts "
         "each, groups_per_token (" +
         n(c.groups_per_token) + ") 1 to them, routed_scale > 0");
   }
@@ -164,6 +165,22 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: gpt-oss's shape (gpt_oss) has experts in every layer weighted by the softmax of the chosen "
         "ones' logits (norm_topk), q/k/v biases (qkv_bias), no q/k norms or shared experts, swiglu_limit > "
         "0");
+  }
+  if (c.kv_lora < 0 || c.q_lora < 0 ||
+      (c.mla() && (!c.llama() || c.rope_dim < 2 || c.rope_dim % 2 != 0 || c.nope_dim() < 0 || c.v_dim < 1 ||
+                   c.v_dim > c.head_size() || c.kv_head_count() != c.heads || c.qk_norm || c.qkv_bias ||
+                   c.layer_norm || c.gpt_oss || c.clip_qkv > 0 || c.out_norms() || c.nope_every > 0 ||
+                   c.rope_windowed_only || c.partial_rotary != 1)) ||
+      (!c.mla() && (c.q_lora > 0 || c.deepseek != 0))) {
+    return Status::invalid_argument(
+        "model: the latent attention (kv_lora " + std::to_string(c.kv_lora) + ", q_lora " +
+        std::to_string(c.q_lora) +
+        ": >= 0) is the Llama shape's with RMSNorms before the sublayers, one key/value head per query "
+        "head, an even rope_dim (" +
+        std::to_string(c.rope_dim) + ") of 2 or more up to the head size (" + std::to_string(c.head_size()) +
+        "), v_dim (" + std::to_string(c.v_dim) +
+        ") 1 to the head size, without q/k norms, q/k/v biases or partial_rotary; q_lora and deepseek with "
+        "it only");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(
@@ -299,8 +316,13 @@ Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) 
   std::vector<std::pair<const char*, int>> rows = {
       {c.rotary() ? "channels (hidden_size)" : "channels (n_embd)", c.channels}};
   if (c.q_width() != c.channels) rows.push_back({"the query width heads x head_dim", c.q_width()});
+  if (c.mla()) {  // the latents' down and up projections
+    if (c.q_lora > 0) rows.push_back({"q_lora_rank", c.q_lora});
+    rows.push_back({"kv_lora_rank + qk_rope_head_dim", c.kv_lora + c.rope_dim});
+    rows.push_back({"kv_b_proj's rows heads x (qk_nope_head_dim + v_head_dim)", c.kv_b_width()});
+  }
   // (Grouped-query attention's key/value rows: GPT-BigCode's and Falcon's too.)
-  if (c.split_qkv()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
+  if (c.split_qkv() && !c.mla()) rows.push_back({"2 x the key/value width", 2 * c.kv_width()});
   rows.push_back({"the MLP's inner size", c.ffn_width()});  // (GPT-2's 4C: divided wherever C is)
   if (!c.tied) rows.push_back({"the vocabulary", c.vocab});
   for (const auto& [rows_of, n] : rows) {
@@ -346,10 +368,23 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
       // (OLMo 2 has no norm before the attention, OLMo's norms no tensors; StableLM's LayerNorms a bias.)
       if (!c.post_norm && c.norm_params) add(h + "input_layernorm.weight", {C});
       if (c.norm_bias()) add(h + "input_layernorm.bias", {C});
-      // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
-      add(h + "self_attn.q_proj.weight", {Q, C});
-      add(h + "self_attn.k_proj.weight", {kv, C});
-      add(h + "self_attn.v_proj.weight", {kv, C});
+      if (c.mla()) {  // the latent attention's, in the graph's order
+        if (c.q_lora > 0) {
+          add(h + "self_attn.q_a_proj.weight", {c.q_lora, C});
+          add(h + "self_attn.q_a_layernorm.weight", {c.q_lora});
+          add(h + "self_attn.q_b_proj.weight", {Q, c.q_lora});
+        } else {
+          add(h + "self_attn.q_proj.weight", {Q, C});
+        }
+        add(h + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora + c.rope_dim, C});
+        add(h + "self_attn.kv_a_layernorm.weight", {c.kv_lora});
+        add(h + "self_attn.kv_b_proj.weight", {c.kv_b_width(), c.kv_lora});
+      } else {
+        // q, k, v back to back: the graph's fused qkv weight (or its q and kv weights) is one block of rows.
+        add(h + "self_attn.q_proj.weight", {Q, C});
+        add(h + "self_attn.k_proj.weight", {kv, C});
+        add(h + "self_attn.v_proj.weight", {kv, C});
+      }
       if (c.qkv_bias) {  // back to back too
         add(h + "self_attn.q_proj.bias", {Q});
         add(h + "self_attn.k_proj.bias", {kv});
@@ -364,7 +399,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "self_attn.q_norm.weight", {c.qk_norm_width()});
         add(h + "self_attn.k_norm.weight", {c.qk_norm_kv_width()});
       }
-      add(h + "self_attn.o_proj.weight", {C, Q});
+      add(h + "self_attn.o_proj.weight", {C, c.attn_out_width()});
       if (c.gpt_oss) {  // o_proj's bias and the sink logits (gpt-oss's)
         add(h + "self_attn.o_proj.bias", {C});
         add(h + "self_attn.sinks", {c.heads});
@@ -902,10 +937,27 @@ Status check_layer_norm_eps(const ModelSpec& m, const char* key, const std::stri
 
 Status check_model_file(const ModelSpec& m, const std::string& tool) {
   const std::string where = "model " + m.name + ": ";
-  if (m.mla()) {
-    return Status::invalid_argument(where + "multi-head latent attention (kv_lora_rank " +
-                                    std::to_string(m.kv_lora_rank) + ") is not supported by " + tool +
-                                    "; memwall predict and simulate take it");
+  if (m.mla() && m.rope_head_size % 2 != 0) {
+    return Status::invalid_argument(where + "qk_rope_head_dim " + std::to_string(m.rope_head_size) +
+                                    " is not supported by " + tool +
+                                    "; allowed: an even number (rotary pairs)");
+  }
+  if (m.mla() && m.rope_head_size == 0) {
+    return Status::invalid_argument(where + "qk_rope_head_dim 0 is not supported by " + tool +
+                                    "; allowed: 2 or more (the latent attention's rotary key part)");
+  }
+  if (m.mla() && m.v_head_dim() > m.head_dim()) {
+    return Status::invalid_argument(where + "v_head_dim " + std::to_string(m.v_head_dim()) +
+                                    " is not supported by " + tool + "; allowed: up to qk_nope_head_dim + " +
+                                    "qk_rope_head_dim (" + std::to_string(m.head_dim()) + ")");
+  }
+  if (m.mla() && !m.rope_interleave) {
+    return Status::invalid_argument(where + "rope_interleave false is not supported by " + tool +
+                                    "; allowed: true (DeepSeek's rotary pairs)");
+  }
+  if (m.mtp_modules > 0) {
+    return Status::invalid_argument(where + "memwall.mtp (the next-token-prediction modules) is not " +
+                                    "supported by " + tool + "; allowed: false");
   }
   if (m.full_attn_every > 1 || m.attn_output_gate) {
     return Status::invalid_argument(
@@ -920,10 +972,16 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     // routing, Qwen's and GLM-4.5's dense layers.)
     if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
         m.model_type != "qwen2_moe" && m.model_type != "glm4_moe" && m.model_type != "granitemoe" &&
-        m.model_type != "gpt_oss") {
+        m.model_type != "gpt_oss" && !m.mla()) {
       return Status::invalid_argument(
           where + m.model_type + "'s mixture of experts is not supported by " + tool +
-          "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe, gpt_oss" + also);
+          "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe, gpt_oss, deepseek_v2, "
+          "deepseek_v3, kimi_k2" +
+          also);
+    }
+    if (m.group_by_best && m.sigmoid_routing) {
+      return Status::invalid_argument(where + "topk_method group_limited_greedy with scoring_func sigmoid " +
+                                      "is not supported by " + tool + "; allowed: softmax scores with it");
     }
     if (m.model_type == "gpt_oss" &&
         !m.linear_bias) {  // (its attention's biases: memwall's gpt-oss has them)
@@ -1131,6 +1189,19 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       c.qkv_bias = true;
       c.swiglu_limit = m.swiglu_limit;
     }
+    c.group_by_best = m.group_by_best;  // (DeepSeek-V2's group_limited_greedy)
+    if (m.mla()) {                      // DeepSeek's latent attention (Kimi K2's is V3's)
+      c.kv_lora = m.kv_lora_rank;
+      c.q_lora = m.q_lora_rank;
+      c.rope_dim = m.rope_head_size;
+      c.v_dim = m.v_head_dim();
+      c.head_dim = m.head_dim();
+      c.deepseek = m.model_type == "deepseek_v2" ? 2 : 3;
+      c.partial_rotary = 1;
+      c.query_scale = latent_query_scale(c.head_dim, m.rope_scaling);
+      // (DeepSeek-V2 renormalises the chosen weights or scales them by routed_scaling_factor, not both.)
+      if (c.deepseek == 2 && c.norm_topk) c.routed_scale = 1;
+    }
   }
   c.opt = m.model_type == "opt";
   if (m.model_type == "gpt_neox" || m.model_type == "phi" || m.model_type == "falcon" ||
@@ -1272,8 +1343,9 @@ namespace {
 // A mixture of experts' family name, by its model_type.
 const char* moe_family(const GptConfig& c) {
   static const std::map<std::string_view, const char*> names = {
-      {"gpt_oss", "gpt-oss"},     {"granitemoe", "Granite MoE"}, {"glm4_moe", "GLM-4.5"}, {"olmoe", "OLMoE"},
-      {"qwen3_moe", "Qwen3-MoE"}, {"qwen2_moe", "Qwen2-MoE"},    {"mixtral", "Mixtral"}};
+      {"gpt_oss", "gpt-oss"}, {"granitemoe", "Granite MoE"},  {"glm4_moe", "GLM-4.5"},
+      {"olmoe", "OLMoE"},     {"qwen3_moe", "Qwen3-MoE"},     {"qwen2_moe", "Qwen2-MoE"},
+      {"mixtral", "Mixtral"}, {"deepseek_v2", "DeepSeek-V2"}, {"deepseek_v3", "DeepSeek-V3"}};
   return names.at(c.moe_type());
 }
 }  // namespace
@@ -1283,6 +1355,7 @@ const char* gpt_family(const GptConfig& c) {
     return !c.norm_params ? "OLMo"
            : c.cohere     ? "Cohere"
            : c.moe()      ? moe_family(c)
+           : c.mla()      ? (c.deepseek == 2 ? "DeepSeek-V2" : "DeepSeek-V3")
            : c.granite    ? "Granite"
            : c.glm        ? (c.sandwich_norm ? "GLM-4" : "GLM")
            : c.layer_norm ? "StableLM"
@@ -1395,12 +1468,20 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.groups_per_token = c.groups_per_token;
       m.routed_scale = c.routed_scale;
       m.shared_expert_gate = c.shared_gate;
+      m.group_by_best = c.group_by_best;
       if (c.gpt_oss) {  // biases on q, k, v, o, the router and the experts; the sink logits
         m.linear_bias = m.attn_bias = m.expert_bias = m.attn_sinks = true;
         m.swiglu_limit = c.swiglu_limit;
         m.global_every = c.global_every;
       }
     }
+  }
+  if (c.mla()) {  // DeepSeek's latent attention
+    m.model_type = c.deepseek == 2 ? "deepseek_v2" : "deepseek_v3";
+    m.kv_lora_rank = c.kv_lora;
+    m.q_lora_rank = c.q_lora;
+    m.rope_head_size = c.rope_dim;
+    m.v_head_size = c.v_dim;
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
     m.model_type = c.neox         ? "gpt_neox"
@@ -1506,6 +1587,13 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
       {"qkv.b0", {"self_attn.q_proj"}},
       {"qkv.b1", {"self_attn.k_proj", "self_attn.v_proj"}},
       {"qk_norm.w", {"self_attn.q_norm", "self_attn.k_norm"}},
+      {"q.w", {"self_attn.q_proj"}},  // (the latent attention's)
+      {"q_a.w", {"self_attn.q_a_proj"}},
+      {"q_a_norm.w", {"self_attn.q_a_layernorm"}},
+      {"q_b.w", {"self_attn.q_b_proj"}},
+      {"kv_a.w", {"self_attn.kv_a_proj_with_mqa"}},
+      {"kv_a_norm.w", {"self_attn.kv_a_layernorm"}},
+      {"kv_b.w", {"self_attn.kv_b_proj"}},
       {"proj.w", {"self_attn.o_proj"}},
       {"proj.b", {"self_attn.o_proj"}},  // (gpt-oss's biases: o_proj's, and its experts')
       {"fc1.w0", {"mlp.gate_proj"}},
@@ -1659,11 +1747,24 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
   auto slices = map_graph_params(out.graph, c);
   MW_CHECK(slices.is_ok(), slices.status().message());
   out.slices = std::move(slices).value();
-  const std::map<std::string, GptRole> roles = {
-      {"ln1", GptRole::kLn1},          {"qkv", GptRole::kQkv},         {"qk_norm", GptRole::kQkNorm},
-      {"attn", GptRole::kAttn},        {"proj", GptRole::kProj},       {"ln2", GptRole::kLn2},
-      {"fc1", GptRole::kFc1},          {"gelu", GptRole::kGelu},       {"fc2", GptRole::kFc2},
-      {"ln1_post", GptRole::kLn1Post}, {"ln2_post", GptRole::kLn2Post}};
+  const std::map<std::string, GptRole> roles = {{"ln1", GptRole::kLn1},
+                                                {"qkv", GptRole::kQkv},
+                                                {"qk_norm", GptRole::kQkNorm},
+                                                {"attn", GptRole::kAttn},
+                                                {"proj", GptRole::kProj},
+                                                {"ln2", GptRole::kLn2},
+                                                {"fc1", GptRole::kFc1},
+                                                {"gelu", GptRole::kGelu},
+                                                {"fc2", GptRole::kFc2},
+                                                {"ln1_post", GptRole::kLn1Post},
+                                                {"ln2_post", GptRole::kLn2Post},
+                                                {"q_a", GptRole::kQA},
+                                                {"q_a_norm", GptRole::kQANorm},
+                                                {"q_b", GptRole::kQB},
+                                                {"q", GptRole::kQB},
+                                                {"kv_a", GptRole::kKvA},
+                                                {"kv_a_norm", GptRole::kKvANorm},
+                                                {"kv_b", GptRole::kKvB}};
   const std::map<std::string, GptRole> shared_roles = {{"shared.fc1", GptRole::kSharedFc1},
                                                        {"shared.gelu", GptRole::kSharedAct},
                                                        {"shared.fc2", GptRole::kSharedFc2},
@@ -1721,7 +1822,8 @@ bool is_linear(const GptOp& o) {
   return o.role == GptRole::kQkv || o.role == GptRole::kProj || o.role == GptRole::kFc1 ||
          o.role == GptRole::kFc2 || o.role == GptRole::kHead || o.role == GptRole::kRouter ||
          o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2 || o.role == GptRole::kSharedFc1 ||
-         o.role == GptRole::kSharedFc2 || o.role == GptRole::kSharedGate;
+         o.role == GptRole::kSharedFc2 || o.role == GptRole::kSharedGate || o.role == GptRole::kQA ||
+         o.role == GptRole::kQB || o.role == GptRole::kKvA || o.role == GptRole::kKvB;
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
@@ -1768,6 +1870,14 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
       return two(c.shared_ffn, c.shared_ffn);
     case GptRole::kSharedGate:
       return one(1);
+    case GptRole::kQA:
+      return one(c.q_lora);
+    case GptRole::kQB:
+      return one(c.q_width());
+    case GptRole::kKvA:
+      return one(c.kv_lora + c.rope_dim);
+    case GptRole::kKvB:
+      return one(c.kv_b_width());
     default:  // kProj, kFc2
       return one(C);
   }
@@ -1797,7 +1907,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   for (auto* v : {&ln1_, &res1_, &ln2_}) per_layer(*v, N * C, S);
   per_layer(atty_, N * Q, S);
   for (auto* v : {&m1_, &r1_, &m2_, &r2_}) per_layer(*v, N, S);
-  per_layer(qkv_, N * Wq, S);
+  per_layer(qkv_, c.mla() ? 0 : N * Wq, S);  // (the latent attention keeps its own)
   if (c.out_norms()) {
     for (auto* v : {&ao_, &mo_}) per_layer(*v, N * C, S);
     for (auto* v : {&rao_, &rmo_}) per_layer(*v, N, S);
@@ -1819,7 +1929,29 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   probs_.resize(logits_.size());
   for (auto* v : {&dx_, &dres_, &dln_}) v->resize(N * C);
   datty_.resize(N * Q);
-  dqkv_.resize(N * Wq);
+  dqkv_.resize(c.mla() ? 0 : N * Wq);
+  if (c.mla()) {
+    const auto ql = static_cast<std::size_t>(c.q_lora), kvl = static_cast<std::size_t>(c.kv_lora),
+               kva = kvl + static_cast<std::size_t>(c.rope_dim),
+               kvb = static_cast<std::size_t>(c.kv_b_width()),
+               O = static_cast<std::size_t>(c.attn_out_width());
+    if (ql > 0) {
+      for (auto* v : {&qa_, &qan_}) per_layer(*v, N * ql, S);
+      per_layer(rqa_, N, S);
+      for (auto* v : {&dqa_, &dqan_}) v->resize(N * ql);
+    }
+    per_layer(q_, N * Q, S);
+    per_layer(kva_, N * kva, S);
+    per_layer(kvn_, N * kvl, S);
+    per_layer(rkv_, N, S);
+    per_layer(kvb_, N * kvb, S);
+    per_layer(atto_, N * O, S);
+    for (auto* v : {&kvc_, &dkvc_, &dkvn_}) v->resize(N * kvl);
+    dq_.resize(N * Q);
+    dkva_.resize(N * kva);
+    dkvb_.resize(N * kvb);
+    datto_.resize(N * O);
+  }
   dfc_.resize(N * Wf);
   dgel_.resize(N * F);
   dlogits_.resize(logits_.size());
@@ -1990,6 +2122,107 @@ void GptModel::collapse_dqkv(int layer) {
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
 }
 
+double latent_query_scale(int head_dim, const RopeScaling& rs) {
+  // (DeepseekV3Attention's softmax_scale: head_dim^-1/2 x mscale^2, so query_scale = head_dim / mscale^4)
+  if (rs.type != "yarn" || !(rs.mscale_all_dim > 0) || !(rs.factor > 1)) return 0;
+  const double ms = 0.1 * rs.mscale_all_dim * std::log(rs.factor) + 1.0;
+  return head_dim / (ms * ms * ms * ms);
+}
+
+void mla_heads(const GptConfig& c, const float* q, const float* kv_a, const float* kv_b, float* qkv) {
+  const auto H = static_cast<std::size_t>(c.heads), D = static_cast<std::size_t>(c.head_size()),
+             R = static_cast<std::size_t>(c.rope_dim), P = static_cast<std::size_t>(c.nope_dim()),
+             V = static_cast<std::size_t>(c.v_dim), Q = H * D, KB = P + V;
+  const float* pe = kv_a + static_cast<std::size_t>(c.kv_lora);
+  for (std::size_t h = 0; h < H; ++h) {
+    float* qh = qkv + h * D;  // [rotary | nope], from the file's [nope | rotary]
+    std::copy_n(q + h * D + P, R, qh);
+    std::copy_n(q + h * D, P, qh + R);
+    float* kh = qkv + Q + h * D;  // the shared rotary part, then the head's own
+    std::copy_n(pe, R, kh);
+    std::copy_n(kv_b + h * KB, P, kh + R);
+    float* vh = qkv + 2 * Q + h * D;  // the value, zeros after it
+    std::copy_n(kv_b + h * KB + P, V, vh);
+    std::fill(vh + V, vh + D, 0.0f);
+  }
+}
+
+void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow) {
+  const auto D = static_cast<std::size_t>(c.head_size()), V = static_cast<std::size_t>(c.v_dim);
+  const std::size_t rows = static_cast<std::size_t>(N) * static_cast<std::size_t>(c.heads);
+  for (std::size_t i = 0; i < rows; ++i) {
+    if (to_narrow) {
+      std::copy_n(wide + i * D, V, narrow + i * V);
+    } else {
+      std::copy_n(narrow + i * V, V, wide + i * D);
+      std::fill(wide + i * D + V, wide + (i + 1) * D, 0.0f);
+    }
+  }
+}
+
+void GptModel::assemble_mla(std::size_t a, int layer) {
+  const int N = B_ * T_;
+  const auto Q = static_cast<std::size_t>(c_.q_width()),
+             KA = static_cast<std::size_t>(c_.kv_lora + c_.rope_dim),
+             KB = static_cast<std::size_t>(c_.kv_b_width());
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const auto t = static_cast<std::size_t>(n);
+    mla_heads(c_, q_[a].data() + t * Q, kva_[a].data() + t * KA, kvb_[a].data() + t * KB,
+              qf_.data() + t * 3 * Q);
+  }
+  const std::size_t at = c_.rope_table_offset(layer, T_);
+  k::rope_apply(qf_.data(), B_, T_, 3 * static_cast<int>(Q), 2 * c_.heads, c_.head_size(),
+                rope_cos_.data() + at, rope_sin_.data() + at, false, c_.rope_dim, c_.rope_pairs());
+}
+
+void GptModel::scatter_mla(int layer) {
+  const int N = B_ * T_;
+  const auto H = static_cast<std::size_t>(c_.heads), D = static_cast<std::size_t>(c_.head_size()),
+             R = static_cast<std::size_t>(c_.rope_dim), P = static_cast<std::size_t>(c_.nope_dim()),
+             V = static_cast<std::size_t>(c_.v_dim), Q = H * D, KA = static_cast<std::size_t>(c_.kv_lora) + R,
+             KB = P + V;
+  const std::size_t at = c_.rope_table_offset(layer, T_);
+  k::rope_apply(dqf_.data(), B_, T_, 3 * static_cast<int>(Q), 2 * c_.heads, c_.head_size(),
+                rope_cos_.data() + at, rope_sin_.data() + at, true, c_.rope_dim, c_.rope_pairs());
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const auto t = static_cast<std::size_t>(n);
+    const float* row = dqf_.data() + t * 3 * Q;
+    float* dq = dq_.data() + t * Q;
+    float* dkv = dkvb_.data() + t * H * KB;
+    float* dpe = dkva_.data() + t * KA + (KA - R);
+    std::fill(dpe, dpe + R, 0.0f);
+    for (std::size_t h = 0; h < H; ++h) {
+      const float* qh = row + h * D;
+      std::copy_n(qh, R, dq + h * D + P);
+      std::copy_n(qh + R, P, dq + h * D);
+      const float* kh = row + Q + h * D;
+      for (std::size_t j = 0; j < R; ++j) dpe[j] += kh[j];
+      std::copy_n(kh + R, P, dkv + h * KB);
+      std::copy_n(row + 2 * Q + h * D, V, dkv + h * KB + P);
+    }
+  }
+}
+
+namespace {
+// Columns [col0, col0 + width) of each of n rows of `stride` floats in `src` into dst [n][width], or (back)
+// src [n][width] into those columns of dst's rows.
+void copy_columns(float* dst, const float* src, int n, int stride, int col0, int width) {
+  for (int r = 0; r < n; ++r) {
+    std::copy_n(src + static_cast<std::size_t>(r) * static_cast<std::size_t>(stride) + col0, width,
+                dst + static_cast<std::size_t>(r) * static_cast<std::size_t>(width));
+  }
+}
+void uncopy_columns(float* dst, const float* src, int n, int stride, int col0, int width) {
+  for (int r = 0; r < n; ++r) {
+    std::copy_n(src + static_cast<std::size_t>(r) * static_cast<std::size_t>(width), width,
+                dst + static_cast<std::size_t>(r) * static_cast<std::size_t>(stride) + col0);
+  }
+}
+
+}  // namespace
+
 void GptModel::norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p) {
   const int N = B_ * T_, C = c_.channels;
   if (c_.rms_norm()) {
@@ -2044,7 +2277,19 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
     float sum = 0;
     for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
     for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
-    best_first(prob, K, order);
+    const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
+    if (!c.group_by_best || static_cast<std::size_t>(c.groups_per_token) >= G) {
+      best_first(prob, K, order);
+    } else {  // DeepSeek-V2's: among the groups whose best expert is most probable (the others' scored 0)
+      std::vector<float> group(G, 0.0f);
+      for (std::size_t e = 0; e < E; ++e) group[e / per] = std::max(group[e / per], prob[e]);
+      std::vector<int> groups(G);
+      best_first(group.data(), static_cast<std::size_t>(c.groups_per_token), groups);
+      std::vector<char> keep(G, 0);
+      for (int i = 0; i < c.groups_per_token; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
+      for (std::size_t e = 0; e < E; ++e) choice[e] = keep[e / per] ? prob[e] : 0.0f;
+      best_first(choice.data(), K, order);
+    }
   } else {  // sigmoid scores; chosen by score + bias within the best groups (the others' experts scored 0)
     for (std::size_t e = 0; e < E; ++e) {
       prob[e] = sigmoid(z[e]);
@@ -2254,7 +2499,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kAttn: {
       const float* qkv = (c_.qk_norm ? qkn_ : qkv_)[a].data();
-      if (c_.expanded_attention()) {
+      if (c_.mla()) {
+        assemble_mla(a, o.layer);
+        qkv = qf_.data();
+      } else if (c_.expanded_attention()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
       }
@@ -2268,14 +2516,40 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
                              c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
                              sinks);
       }
+      if (c_.mla()) mla_values(c_, N, atty_[a].data(), atto_[a].data(), true);
       break;
     }
     case Role::kProj:  // the residual added here, or (out_norms) after the output's norm
       if (c_.out_norms()) {
-        linear(ao_[a].data(), C, atty_[a].data(), Q, nullptr);
+        linear(ao_[a].data(), C, attn_output(a), c_.attn_out_width(), nullptr);
       } else {
-        linear(res1_[a].data(), C, atty_[a].data(), Q, resid_[l].data());
+        linear(res1_[a].data(), C, attn_output(a), c_.attn_out_width(), resid_[l].data());
       }
+      break;
+    case Role::kQA:
+      linear(qa_[a].data(), c_.q_lora, attn_input(l, a), C, nullptr);
+      break;
+    case Role::kQANorm:
+      k::rmsnorm_forward(qan_[a].data(), rqa_[a].data(), qa_[a].data(), p[0], N, c_.q_lora,
+                         GptConfig::kLatentNormEps);
+      break;
+    case Role::kQB:  // (q_proj without a query latent)
+      if (c_.q_lora > 0) {
+        linear(q_[a].data(), Q, qan_[a].data(), c_.q_lora, nullptr);
+      } else {
+        linear(q_[a].data(), Q, attn_input(l, a), C, nullptr);
+      }
+      break;
+    case Role::kKvA:
+      linear(kva_[a].data(), c_.kv_lora + c_.rope_dim, attn_input(l, a), C, nullptr);
+      break;
+    case Role::kKvANorm:  // the latent's first kv_lora columns (the rest: the rotary key part)
+      copy_columns(kvc_.data(), kva_[a].data(), N, c_.kv_lora + c_.rope_dim, 0, c_.kv_lora);
+      k::rmsnorm_forward(kvn_[a].data(), rkv_[a].data(), kvc_.data(), p[0], N, c_.kv_lora,
+                         GptConfig::kLatentNormEps);
+      break;
+    case Role::kKvB:
+      linear(kvb_[a].data(), c_.kv_b_width(), kvn_[a].data(), c_.kv_lora, nullptr);
       break;
     case Role::kLn1Post:
       post_norm_forward(res1_[a].data(), resid_[l].data(), ao_[a].data(), rao_[a].data(), p);
@@ -2564,8 +2838,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         if (!c_.out_norms() && !c_.parallel_residual) dx_ = dres_;
         if (c_.scaled_branches()) scale_branch(dres_);
       }
-      linear(datty_.data(), (c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_).data(), C,
-             atty_[a].data(), Q);
+      if (first_tile && c_.mla()) zero(datto_);
+      linear((c_.mla() ? datto_ : datty_).data(),
+             (c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_).data(), C, attn_output(a),
+             c_.attn_out_width());
       break;
     case Role::kAttn: {
       // The expanded shapes recompute their expanded, rotated qkv rather than keeping it per layer.
@@ -2573,7 +2849,13 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits, and their gradients)
       float* dsinks = c_.gpt_oss ? g[0] : nullptr;
       float* dqkv = dqkv_.data();
-      if (c_.expanded_attention()) {
+      if (c_.mla()) {  // (the output's gradient padded back to whole heads)
+        mla_values(c_, N, datty_.data(), datto_.data(), false);
+        assemble_mla(a, o.layer);
+        qkv = qf_.data();
+        dqkv = dqf_.data();
+        zero(dqf_);
+      } else if (c_.expanded_attention()) {
         expand_qkv(qkv, o.layer);
         qkv = qf_.data();
         dqkv = dqf_.data();
@@ -2589,9 +2871,43 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
                               c_.attention_window(l), c_.score_scale(), c_.score_cap(), sinks, dsinks);
       }
-      if (c_.expanded_attention()) collapse_dqkv(o.layer);
+      if (c_.mla()) {
+        scatter_mla(o.layer);
+      } else if (c_.expanded_attention()) {
+        collapse_dqkv(o.layer);
+      }
       break;
     }
+    case Role::kKvB:
+      if (first_tile) zero(dkvn_);
+      linear(dkvn_.data(), dkvb_.data(), c_.kv_b_width(), kvn_[a].data(), c_.kv_lora);
+      break;
+    case Role::kKvANorm:  // into the latent's columns of kv_a_proj's output gradient (scatter_mla wrote the
+                          // rest)
+      copy_columns(kvc_.data(), kva_[a].data(), N, c_.kv_lora + c_.rope_dim, 0, c_.kv_lora);
+      zero(dkvc_);
+      k::rmsnorm_backward(dkvc_.data(), g[0], dkvn_.data(), kvc_.data(), p[0], rkv_[a].data(), N, c_.kv_lora);
+      uncopy_columns(dkva_.data(), dkvc_.data(), N, c_.kv_lora + c_.rope_dim, 0, c_.kv_lora);
+      break;
+    case Role::kKvA:  // the attention input's gradient starts here (the latents' first linear backward)
+      if (first_tile) zero(dln_);
+      linear(dln_.data(), dkva_.data(), c_.kv_lora + c_.rope_dim, attn_input(l, a), C);
+      break;
+    case Role::kQB:
+      if (c_.q_lora == 0) {
+        linear(dln_.data(), dq_.data(), Q, attn_input(l, a), C);
+        break;
+      }
+      if (first_tile) zero(dqan_);
+      linear(dqan_.data(), dq_.data(), Q, qan_[a].data(), c_.q_lora);
+      break;
+    case Role::kQANorm:
+      zero(dqa_);
+      k::rmsnorm_backward(dqa_.data(), g[0], dqan_.data(), qa_[a].data(), p[0], rqa_[a].data(), N, c_.q_lora);
+      break;
+    case Role::kQA:
+      linear(dln_.data(), dqa_.data(), c_.q_lora, attn_input(l, a), C);
+      break;
     case Role::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       dqkn_ = dqkv_;
       if (c_.qk_layernorm) {

@@ -211,6 +211,9 @@ struct GptConfig {
   // two best, the other groups' experts scored 0); weights the chosen scores (over their sum with norm_topk)
   // times routed_scale. Its shared experts (mlp.shared_experts) have no gate (shared_gate false).
   bool sigmoid_routing = false;
+  // DeepSeek-V2's group_limited_greedy (softmax routing): the experts chosen among the groups_per_token
+  // groups whose best expert's probability is highest.
+  bool group_by_best = false;
   int expert_groups = 1;
   int groups_per_token = 1;
   double routed_scale = 1;
@@ -225,8 +228,29 @@ struct GptConfig {
   bool gpt_oss = false;
   double swiglu_limit = 7.0;
   static constexpr float kSwigluAlpha = 1.702f;
+  // DeepSeek-V2's and V3's multi-head latent attention (kv_lora > 0; the Llama shape, heads of head_dim =
+  // qk_nope_head_dim + rope_dim for queries and keys): the queries from a latent of q_lora features
+  // (self_attn.q_a_proj, its RMSNorm q_a_layernorm, q_b_proj; 0: one q_proj), the keys and values from one
+  // of kv_lora (kv_a_proj_with_mqa, whose last rope_dim outputs are a rotary key part every head shares, an
+  // RMSNorm kv_a_layernorm of the rest, kv_b_proj up to each head's key part without positions and its value
+  // of v_dim); rotary on neighbouring pairs of the rope_dim channels (rope_interleave), o_proj from heads x
+  // v_dim. Both latent norms' epsilon is kLatentNormEps (DeepseekV3RMSNorm's default). Rows as the files
+  // keep them: q_b_proj's each head's nope then rope part, kv_b_proj's each head's key part then value.
+  // deepseek: which config a file is (2: DeepseekV2Config, 3: DeepseekV3Config; 0 without latents).
+  int kv_lora = 0;
+  int q_lora = 0;
+  int rope_dim = 0;
+  int v_dim = 0;
+  int deepseek = 0;
+  static constexpr float kLatentNormEps = 1e-6f;
 
   bool llama() const { return arch == GptArch::kLlama; }
+  bool mla() const { return kv_lora > 0; }
+  // A latent-attention head's key part without positions, the attention's output width (o_proj's input),
+  // and kv_b_proj's outputs (every head's key part and value).
+  int nope_dim() const { return head_size() - rope_dim; }
+  int attn_out_width() const { return mla() ? heads * v_dim : q_width(); }
+  int kv_b_width() const { return heads * (nope_dim() + v_dim); }
   // Whether the attention scores take ALiBi's biases (BLOOM's), and whether the embedding adds a learned
   // position's row (neither rotary positions nor ALiBi).
   bool alibi() const { return bloom || falcon_alibi || mpt; }
@@ -241,7 +265,7 @@ struct GptConfig {
   bool scaled_branches() const { return residual_multiplier != 1; }
   // Whether rotary turns neighbouring channels (2i, 2i + 1) together (Cohere's, GLM's) rather than channel i
   // with i + rotary_dim / 2 (Llama's rotate_half).
-  bool rope_pairs() const { return cohere || glm; }
+  bool rope_pairs() const { return cohere || glm || mla(); }
   // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
   // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }
@@ -293,10 +317,13 @@ struct GptConfig {
   }
   int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn_width(); }
   // The family a mixture of experts is (its Hugging Face model_type, which names its tensors and config):
-  // "gpt_oss", "granitemoe", "glm4_moe" (sigmoid routing), "olmoe" (q/k norms over all heads), "qwen3_moe"
-  // (per-head q/k norms), "qwen2_moe" (q/k/v biases or a shared expert) or "mixtral"; "" without experts.
+  // "deepseek_v2", "deepseek_v3" (latent attention), "gpt_oss", "granitemoe", "glm4_moe" (sigmoid routing),
+  // "olmoe" (q/k norms over all heads), "qwen3_moe" (per-head q/k norms), "qwen2_moe" (q/k/v biases or a
+  // shared expert) or "mixtral"; "" without experts.
   const char* moe_type() const {
     return !moe()                       ? ""
+           : deepseek == 2              ? "deepseek_v2"
+           : deepseek == 3              ? "deepseek_v3"
            : gpt_oss                    ? "gpt_oss"
            : granite                    ? "granitemoe"
            : sigmoid_routing            ? "glm4_moe"
@@ -318,7 +345,8 @@ struct GptConfig {
   bool split_qkv() const { return kv_width() != channels || q_width() != channels; }
   int fc_width() const { return (llama() ? 2 : 1) * ffn_width(); }  // fc1's output (gate and up)
   // The channels of a head rotary turns (the first ones; all unless partial_rotary < 1).
-  int rotary_dim() const { return static_cast<int>(head_size() * partial_rotary); }
+  // (the latent attention's: rope_dim)
+  int rotary_dim() const { return mla() ? rope_dim : static_cast<int>(head_size() * partial_rotary); }
   // The rotary frequencies of the rotary_dim() / 2 pairs (rope_theta and rope_scaling) for a context of
   // `context` positions (longrope's factors depend on it).
   std::vector<double> rope_inv_freq(int context) const {
@@ -368,6 +396,20 @@ inline float sigmoid(float x) {
 // routed_scale). `order`, `choice`: scratch.
 void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
                  float* weight, std::vector<int>& order, std::vector<float>& choice);
+
+// DeepSeek's score scale as query_scale (its -2nd power): head_dim^-1/2 times yarn's
+// mscale(factor, mscale_all_dim) squared, or 0 (head_dim^-1/2 alone) without yarn's mscale_all_dim.
+double latent_query_scale(int head_dim, const RopeScaling& rs);
+
+// The latent attention's heads for one token (c.mla()): from its queries q [heads x head size] (each head's
+// nope part, then its rotary part, as q_b_proj writes them), its kv_a_proj output kv_a (the shared rotary key
+// part after the kv_lora latent) and its kv_b_proj output kv_b (each head's key part, then its value), the
+// row qkv [3 x heads x head size] the attention kernels take: each query and key head its rotary part first,
+// each value padded with zeros to the head size (rotary positions not applied).
+void mla_heads(const GptConfig& c, const float* q, const float* kv_a, const float* kv_b, float* qkv);
+// The latent attention's output: of each head's head-size columns in `wide` [N][heads x head size], the
+// first v_dim into `narrow` [N][heads x v_dim] (to_narrow), or back, the others zeros.
+void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow);
 
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
 // the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
@@ -488,7 +530,17 @@ enum class GptRole {
   kSharedFc1,
   kSharedAct,
   kSharedFc2,
-  kSharedGate
+  kSharedGate,
+  // DeepSeek's latent attention: the query latent's down projection (q_a_proj) and its RMSNorm, the
+  // queries' up projection (q_b_proj, or q_proj without a query latent), the key/value latent's down
+  // projection with the shared rotary key part (kv_a_proj_with_mqa), its RMSNorm, the up projection to each
+  // head's key part and value (kv_b_proj).
+  kQA,
+  kQANorm,
+  kQB,
+  kKvA,
+  kKvANorm,
+  kKvB
 };
 struct GptOp {
   GptRole role = GptRole::kEmbed;
@@ -605,6 +657,13 @@ class GptModel {
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
   void expand_qkv(const float* qkv, int layer);
   void collapse_dqkv(int layer);
+  // The latent attention's input (mla): every head's query, key and value assembled into qf_ in the [B*T, 3Q]
+  // layout the attention kernels take (each head's rotary part first, the shared one its keys' rotary part,
+  // values padded with zeros to the head size), rotary positions applied; and back: that layout's gradient
+  // (dqf_) turned back and scattered into the queries' (dq_), kv_b_proj's outputs' (dkvb_) and the shared
+  // rotary key part's (dkva_'s last rope_dim columns, summed over the heads).
+  void assemble_mla(std::size_t a, int layer);
+  void scatter_mla(int layer);
   // The MLP's norm's input in layer l (activation slot a): the attention's residual sum, or with
   // parallel_residual the block's input.
   const float* mlp_input(std::size_t l, std::size_t a) const {
@@ -615,6 +674,9 @@ class GptModel {
   const float* fc1_input(std::size_t a) const {
     return (c_.post_norm ? res1_ : c_.shared_norm() ? ln1_ : ln2_)[a].data();
   }
+  // The attention's output as o_proj reads it: the kernels', or the latent attention's without the value
+  // padding.
+  const float* attn_output(std::size_t a) const { return (c_.mla() ? atto_ : atty_)[a].data(); }
   // The attention's input in layer l: its norm's output, or (post_norm) the block's input.
   const float* attn_input(std::size_t l, std::size_t a) const {
     return (c_.post_norm ? resid_[l] : ln1_[a]).data();
@@ -683,6 +745,12 @@ class GptModel {
   std::vector<std::vector<float>> sfc_, sgel_, sout_, sgate_;
   std::vector<float> glogit_, dsout_;
   std::vector<float> rlogit_, drlogit_, drw_, ein_, dein_, dy_, degel_, defc_;
+  // The latent attention's, per activation slot: the query latent, normed, and its rstd; the queries; the
+  // key/value latent with the rotary key part, its first kv_lora normed and their rstd; kv_b_proj's output;
+  // the attention's output without the value padding (o_proj's input). Scratch: the latent before its norm
+  // and the gradients.
+  std::vector<std::vector<float>> qa_, qan_, rqa_, q_, kva_, kvn_, rkv_, kvb_, atto_;
+  std::vector<float> kvc_, dqa_, dqan_, dq_, dkva_, dkvc_, dkvn_, dkvb_, datto_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
 };

@@ -46,6 +46,10 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
     return Status::invalid_argument("a mixture of experts (" + std::to_string(c.experts) +
                                     " experts) trains on the CPU device only; allowed: --device cpu");
   }
+  if (c.mla()) {
+    return Status::invalid_argument("DeepSeek's latent attention (kv_lora_rank " + std::to_string(c.kv_lora) +
+                                    ") trains on the CPU device only; allowed: --device cpu");
+  }
   if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
@@ -532,6 +536,12 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kSharedAct:
     case GptRole::kSharedFc2:
     case GptRole::kSharedGate:
+    case GptRole::kQA:  // (create refuses the latent attention)
+    case GptRole::kQANorm:
+    case GptRole::kQB:
+    case GptRole::kKvA:
+    case GptRole::kKvANorm:
+    case GptRole::kKvB:
       break;
   }
   return Status::internal("cuda model: unknown op");
@@ -674,6 +684,12 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kSharedAct:
     case GptRole::kSharedFc2:
     case GptRole::kSharedGate:
+    case GptRole::kQA:  // (create refuses the latent attention)
+    case GptRole::kQANorm:
+    case GptRole::kQB:
+    case GptRole::kKvA:
+    case GptRole::kKvANorm:
+    case GptRole::kKvB:
       break;
   }
   return Status::internal("cuda model: unknown op");

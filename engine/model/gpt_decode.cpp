@@ -49,6 +49,17 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
     gel_.resize(std::max(gel_.size(), std::max(FE, FS)));
     proj_.resize(std::max(proj_.size(), T * C));
   }
+  if (c.mla()) {
+    const auto ql = static_cast<std::size_t>(c.q_lora), kvl = static_cast<std::size_t>(c.kv_lora);
+    lq_.resize(T * static_cast<std::size_t>(c.q_width()));
+    lqa_.resize(T * ql);
+    lqn_.resize(T * ql);
+    lkva_.resize(T * (kvl + static_cast<std::size_t>(c.rope_dim)));
+    lkvc_.resize(T * kvl);
+    lkvn_.resize(T * kvl);
+    lkvb_.resize(T * static_cast<std::size_t>(c.kv_b_width()));
+    lo_.resize(T * static_cast<std::size_t>(c.attn_out_width()));
+  }
   mean_.resize(T);
   rstd_.resize(T);
   logits_.resize(static_cast<std::size_t>(c.vocab));
@@ -87,6 +98,38 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
     run_rows(tokens + done, rows, done + rows == n);
   }
   return static_cast<const float*>(logits_.data());
+}
+
+void GptDecoder::mla_rows(int n, std::size_t first) {
+  const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
+  const int C = c_.channels, Q = c_.q_width(), KA = c_.kv_lora + c_.rope_dim, KB = c_.kv_b_width();
+  std::size_t t = first;
+  const float* q_in = ln_.data();
+  int q_width = C;
+  if (c_.q_lora > 0) {  // the query latent, normed
+    k::matmul_forward(lqa_.data(), ln_.data(), at(t), nullptr, n, C, c_.q_lora);
+    k::rmsnorm_forward(lqn_.data(), rstd_.data(), lqa_.data(), at(t + 1), n, c_.q_lora,
+                       GptConfig::kLatentNormEps);
+    q_in = lqn_.data();
+    q_width = c_.q_lora;
+    t += 2;
+  }
+  k::matmul_forward(lq_.data(), q_in, at(t), nullptr, n, q_width, Q);
+  k::matmul_forward(lkva_.data(), ln_.data(), at(t + 1), nullptr, n, C, KA);
+  for (int r = 0; r < n; ++r) {  // the key/value latent (before the rotary key part), normed
+    std::copy_n(lkva_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(KA), c_.kv_lora,
+                lkvc_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(c_.kv_lora));
+  }
+  k::rmsnorm_forward(lkvn_.data(), rstd_.data(), lkvc_.data(), at(t + 2), n, c_.kv_lora,
+                     GptConfig::kLatentNormEps);
+  k::matmul_forward(lkvb_.data(), lkvn_.data(), at(t + 3), nullptr, n, c_.kv_lora, KB);
+  for (int r = 0; r < n; ++r) {
+    const auto rz = static_cast<std::size_t>(r);
+    mla_heads(c_, lq_.data() + rz * static_cast<std::size_t>(Q),
+              lkva_.data() + rz * static_cast<std::size_t>(KA),
+              lkvb_.data() + rz * static_cast<std::size_t>(KB),
+              qkv_.data() + rz * static_cast<std::size_t>(c_.qkv_width()));
+  }
 }
 
 void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
@@ -145,7 +188,12 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
                     na = attn_biases ? 1 : 0, nb = biases ? 1 : 0, n2 = c_.shared_norm() ? 0 : nt;
   const std::size_t g_proj = nt + wq + bq, g_ln2 = g_proj + 1 + na, g_fc = g_ln2 + n2, g_down = g_fc + 1 + nb;
   const std::size_t n1 = c_.post_norm ? 0 : nt;  // the input norm's tensors
-  const std::size_t qkv_w = n1, qkv_b = n1 + 3, proj_w = llama ? qkv_b + qb + qn : g_proj,
+  // (the latent attention's: q_a_proj, its norm, q_b_proj or q_proj alone; kv_a_proj, its norm, kv_b_proj)
+  const std::size_t mla_tensors = c_.q_lora > 0 ? 6 : 4;
+  const std::size_t qkv_w = n1, qkv_b = n1 + 3,
+                    proj_w = c_.mla() ? n1 + mla_tensors
+                             : llama  ? qkv_b + qb + qn
+                                      : g_proj,
                     // (gpt-oss's o_proj bias and sink logits follow o_proj)
       ln2_w = llama ? proj_w + 1 + sw + (c_.gpt_oss ? 2 : 0) : g_ln2,
                     fc_w = !llama         ? g_fc
@@ -190,7 +238,11 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     auto& values = v_[static_cast<std::size_t>(l)];
     input_norm(p);
     const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
-    k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
+    if (c_.mla()) {
+      mla_rows(n, p + n1);
+    } else {
+      k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
+    }
     if (c_.clip_qkv > 0) {  // OLMo 1.7's
       k::clamp_forward(qkv_.data(), static_cast<std::size_t>(n) * static_cast<std::size_t>(Wq),
                        static_cast<float>(c_.clip_qkv));
@@ -269,8 +321,13 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
-    k::matmul_forward(proj_.data(), y_.data(), at(p + proj_w),
-                      c_.gpt_oss ? at(p + proj_w + 1) : attn_bias(p + proj_w + 1), n, Q, C);
+    const float* attn_out = y_.data();
+    if (c_.mla()) {  // (each head's value width, without the padding)
+      mla_values(c_, n, y_.data(), lo_.data(), true);
+      attn_out = lo_.data();
+    }
+    k::matmul_forward(proj_.data(), attn_out, at(p + proj_w),
+                      c_.gpt_oss ? at(p + proj_w + 1) : attn_bias(p + proj_w + 1), n, c_.attn_out_width(), C);
     // (With one norm the MLP reads ln_1's output, still in ln_.)
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);
     residual_add(p + proj_w + 1, proj_.data());

@@ -62,6 +62,11 @@ class GptDecoder {
 
   // Activations of the rows being appended (a chunk's).
   std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, mqk_, scores_, logits_;
+  // The latent attention's (mla): rows [0, n) of ln_ through its linears (the layout's tensors from
+  // `first`: q_a_proj, its norm and q_b_proj, or q_proj; kv_a_proj_with_mqa, its norm, kv_b_proj) into the
+  // heads' queries, keys and values in qkv_ (mla_heads' rows); and its scratch.
+  void mla_rows(int n, std::size_t first);
+  std::vector<float> lq_, lqa_, lqn_, lkva_, lkvc_, lkvn_, lkvb_, lo_;
 };
 
 }  // namespace memwall::model

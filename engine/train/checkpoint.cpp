@@ -154,6 +154,12 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"shared_gate", c.shared_gate},
           {"gpt_oss", c.gpt_oss},
           {"swiglu_limit", c.swiglu_limit},
+          {"group_by_best", c.group_by_best},
+          {"kv_lora", c.kv_lora},
+          {"q_lora", c.q_lora},
+          {"rope_dim", c.rope_dim},
+          {"v_dim", c.v_dim},
+          {"deepseek", c.deepseek},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -258,6 +264,12 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.shared_gate = j.value("shared_gate", true);
     c.gpt_oss = j.value("gpt_oss", false);  // (gpt-oss's biases, sinks and clamped SwiGLU)
     c.swiglu_limit = j.value("swiglu_limit", 7.0);
+    c.group_by_best = j.value("group_by_best", false);  // (DeepSeek-V2's)
+    c.kv_lora = j.value("kv_lora", 0);                  // (DeepSeek's latent attention)
+    c.q_lora = j.value("q_lora", 0);
+    c.rope_dim = j.value("rope_dim", 0);
+    c.v_dim = j.value("v_dim", 0);
+    c.deepseek = j.value("deepseek", 0);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

@@ -2810,6 +2810,50 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   std::filesystem::remove_all(oss.hf);
 }
 
+// DeepSeek-V3's (deepseek-v3's file: the latent attention with a query latent and YaRN's score scale, sigmoid
+// routing in groups with the correction bias, an ungated shared expert, a dense first layer) trains on the
+// CPU, generates from its checkpoint and from its export as DeepseekV3ForCausalLM; DeepSeek-V2-Lite's
+// (q_proj, softmax routing, two shared experts) too, as DeepseekV2ForCausalLM.
+TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
+  const ShapeRoundTrip v3 = train_export_generate(
+      "deepseek-v3",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "q_lora_rank": 32,
+          "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+          "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2,
+          "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "max_position_embeddings": 64,
+          "vocab_size": 256})",
+      "deepseek-v3", 200);
+  EXPECT_EQ(v3.latest["kv_lora"], 32);
+  EXPECT_EQ(v3.latest["q_lora"], 32);
+  EXPECT_EQ(v3.latest["deepseek"], 3);
+  EXPECT_EQ(v3.config["architectures"][0], "DeepseekV3ForCausalLM");
+  EXPECT_EQ(v3.config["rope_scaling"]["mscale_all_dim"], 1.0);
+  EXPECT_EQ(v3.config["q_lora_rank"], 32);
+  EXPECT_EQ(v3.tensors["model.layers.1.self_attn.kv_a_proj_with_mqa.weight"]["shape"],
+            (nlohmann::json{40, 64}));
+  EXPECT_EQ(v3.tensors["model.layers.1.self_attn.kv_b_proj.weight"]["shape"], (nlohmann::json{128, 32}));
+  EXPECT_EQ(v3.tensors["model.layers.1.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 64}));
+  EXPECT_EQ(v3.tensors["model.layers.1.mlp.gate.e_score_correction_bias"]["shape"], (nlohmann::json{4}));
+  std::filesystem::remove_all(v3.dir);
+  std::filesystem::remove_all(v3.hf);
+  const ShapeRoundTrip v2 = train_export_generate(
+      "deepseek-v2",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "kv_lora_rank": 32,
+          "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24, "intermediate_size": 128,
+          "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+          "max_position_embeddings": 64, "vocab_size": 256})",
+      "deepseek-v2-lite", 200);
+  EXPECT_EQ(v2.latest["q_lora"], 0);
+  EXPECT_EQ(v2.latest["deepseek"], 2);
+  EXPECT_EQ(v2.config["architectures"][0], "DeepseekV2ForCausalLM");
+  EXPECT_EQ(v2.config["n_shared_experts"], 2);
+  EXPECT_EQ(v2.tensors["model.layers.0.self_attn.q_proj.weight"]["shape"], (nlohmann::json{96, 64}));
+  EXPECT_EQ(v2.tensors["model.layers.1.mlp.shared_experts.down_proj.weight"]["shape"],
+            (nlohmann::json{64, 64}));
+  std::filesystem::remove_all(v2.dir);
+  std::filesystem::remove_all(v2.hf);
+}
+
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
 // RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
 // generates the same text from either.

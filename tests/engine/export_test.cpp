@@ -597,6 +597,136 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
 }
 
+// DeepSeek's latent attention exports as DeepseekV3ForCausalLM (a query latent, YaRN whose mscale_all_dim
+// scales the scores, sigmoid routing in groups, an ungated shared expert, a dense first layer) or
+// DeepseekV2ForCausalLM (q_proj, softmax routing by the groups' best experts, two shared experts) or without
+// experts (n_routed_experts null), each reading back as the same model with every parameter where it was
+// under DeepSeek's names; a score scale its config cannot say is refused before anything is written. The
+// published DeepSeek-V3, V2-Lite and Kimi K2 files read as memwall train's model, their score scale yarn's.
+TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
+  GptConfig v3 = small_llama_config();
+  v3.layers = 3;
+  v3.heads = 2;
+  v3.kv_heads = 0;
+  v3.deepseek = 3;
+  v3.kv_lora = 6;
+  v3.q_lora = 4;
+  v3.rope_dim = 2;
+  v3.head_dim = 6;
+  v3.v_dim = 4;
+  v3.rope_scaling = {
+      .type = "yarn", .factor = 4, .original_max_positions = 2, .mscale = 1, .mscale_all_dim = 1};
+  v3.query_scale = latent_query_scale(v3.head_dim, v3.rope_scaling);
+  v3.experts = 4;
+  v3.experts_per_token = 2;
+  v3.expert_ffn = 4;
+  v3.shared_ffn = 4;
+  v3.shared_gate = false;
+  v3.dense_layers = 1;
+  v3.sigmoid_routing = v3.norm_topk = true;
+  v3.expert_groups = 2;
+  v3.routed_scale = 2.5;
+  GptConfig v2 = v3;
+  v2.deepseek = 2;
+  v2.q_lora = 0;
+  v2.rope_scaling = {};
+  v2.query_scale = 0;
+  v2.sigmoid_routing = v2.norm_topk = false;
+  v2.group_by_best = true;
+  v2.shared_ffn = 8;
+  v2.routed_scale = 16;
+  GptConfig dense = v3;
+  dense.experts = dense.experts_per_token = dense.expert_ffn = dense.shared_ffn = dense.dense_layers = 0;
+  dense.sigmoid_routing = dense.norm_topk = false;
+  dense.shared_gate = true;
+  dense.expert_groups = 1;
+  dense.routed_scale = 1;
+  for (const GptConfig& c : {v3, v2, dense}) {
+    SCOPED_TRACE(std::string(gpt_family(c)) + (c.moe() ? "" : ", dense"));
+    std::vector<float> p(gpt_num_params(c));
+    gpt_init(c, p.data(), 5);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += 1e-3f * static_cast<float>(i % 89);
+    const std::string dir = temp_dir("export-deepseek");
+    const Status exported = export_hf(c, p.data(), dir);
+    ASSERT_TRUE(exported.is_ok()) << exported.to_string();
+    Diagnostics diag;
+    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+    EXPECT_TRUE(check_model_file(*spec, "memwall train").is_ok());
+    EXPECT_EQ(spec->model_type, c.deepseek == 2 ? "deepseek_v2" : "deepseek_v3");
+    // (the files' count leaves out V3's correction biases, a buffer)
+    const int buffers = c.sigmoid_routing ? c.moe_layers() * c.experts : 0;
+    EXPECT_EQ(spec->total_params(), static_cast<double>(p.size() - static_cast<std::size_t>(buffers)));
+    const GptConfig back = gpt_config_of(*spec);
+    EXPECT_EQ(back.deepseek, c.deepseek);
+    EXPECT_EQ(back.kv_lora, c.kv_lora);
+    EXPECT_EQ(back.q_lora, c.q_lora);
+    EXPECT_EQ(back.rope_dim, c.rope_dim);
+    EXPECT_EQ(back.v_dim, c.v_dim);
+    EXPECT_EQ(back.head_size(), c.head_size());
+    EXPECT_DOUBLE_EQ(back.query_scale, c.query_scale);
+    EXPECT_EQ(back.experts, c.experts);
+    EXPECT_EQ(back.shared_ffn, c.shared_ffn);
+    EXPECT_EQ(back.shared_gate, c.shared_gate);
+    EXPECT_EQ(back.dense_layers, c.dense_layers);
+    EXPECT_EQ(back.sigmoid_routing, c.sigmoid_routing);
+    EXPECT_EQ(back.group_by_best, c.group_by_best);
+    EXPECT_EQ(back.expert_groups, c.expert_groups);
+    EXPECT_EQ(back.routed_scale, c.routed_scale);
+    EXPECT_EQ(back.norm_topk, c.norm_topk);
+    EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
+    ASSERT_EQ(gpt_num_params(back), gpt_num_params(c));
+    auto w = HfWeights::open(dir, back);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> got(p.size());
+    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+    EXPECT_EQ(got, p);
+    const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
+    const std::string a = "model.layers.1.self_attn.";
+    EXPECT_EQ(h[a + "kv_a_proj_with_mqa.weight"]["shape"],
+              (nlohmann::json{c.kv_lora + c.rope_dim, c.channels}));
+    EXPECT_EQ(h[a + "kv_b_proj.weight"]["shape"],
+              (nlohmann::json{c.heads * (c.head_size() - c.rope_dim + c.v_dim), c.kv_lora}));
+    EXPECT_EQ(h[a + "o_proj.weight"]["shape"], (nlohmann::json{c.channels, c.heads * c.v_dim}));
+    EXPECT_EQ(h.contains(a + "q_a_layernorm.weight"), c.q_lora > 0);
+    EXPECT_EQ(h.contains(a + "q_proj.weight"), c.q_lora == 0);
+    EXPECT_EQ(h.contains("model.layers.1.mlp.shared_experts.up_proj.weight"), c.moe());
+    EXPECT_EQ(h.contains("model.layers.1.mlp.gate.e_score_correction_bias"), c.sigmoid_routing);
+    std::filesystem::remove_all(dir);
+  }
+  const std::string dir = temp_dir("export-deepseek-refused");
+  GptConfig odd = v3;
+  odd.query_scale = 9;
+  const Status s = export_hf(odd, std::vector<float>(gpt_num_params(odd)).data(), dir);
+  EXPECT_NE(s.message().find("a score scale other than yarn's"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+
+  // The published files: yarn's mscale(40, mscale_all_dim)^2 on head_dim^-1/2.
+  struct Published {
+    const char* file;
+    double factor, all_dim;
+  };
+  for (const auto& [file, factor, all_dim] :
+       {Published{"deepseek-v3.json", 40, 1.0}, Published{"deepseek-v2-lite.json", 40, 0.707},
+        Published{"kimi-k2.json", 32, 1.0}}) {
+    SCOPED_TRACE(file);
+    const std::string path = std::string(MEMWALL_TEST_SOURCE_DIR) + "/../scenarios/models/" + file;
+    Diagnostics d;
+    auto m = parse_model(slurp(path), path, d);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_TRUE(check_model_file(*m, "memwall train").is_ok())
+        << check_model_file(*m, "memwall train").to_string();
+    const GptConfig c = gpt_config_of(*m);
+    const double mscale = 0.1 * all_dim * std::log(factor) + 1.0;
+    EXPECT_NEAR(1.0 / std::sqrt(c.query_scale), mscale * mscale / std::sqrt(192.0), 1e-12);
+    EXPECT_EQ(c.head_size(), 192);
+    EXPECT_EQ(c.attn_out_width(), c.heads * 128);
+    EXPECT_EQ(c.rotary_dim(), 64);
+    EXPECT_TRUE(c.rope_pairs());
+  }
+}
+
 // OPT exports as OPTForCausalLM (model.decoder.* names, [out, in] weights, c_attn as q_proj, k_proj and
 // v_proj, a position table of max_seq + 2 rows) with an OPT config.json that reads back as the same model;
 // the facebook/opt-* checkpoints' names (decoder.*, OPTModel's) with a tied lm_head.weight read too.

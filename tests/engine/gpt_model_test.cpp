@@ -213,6 +213,59 @@ GptConfig gpt_oss() {
   return c;
 }
 
+// DeepSeek's latent attention (dense: DeepSeek-V3's shape without experts): 4 heads whose queries come from a
+// latent of 8 and whose keys and values from one of 8, heads of 6 + 4 rotary (turned on neighbouring pairs),
+// values of 6 (the kernels' heads of 10 padded), scores scaled by 7^-1/2 (yarn's mscale_all_dim's form);
+// every linear's rows divisible by 4 (tiling).
+GptConfig deepseek_dense() {
+  GptConfig c = llama_gqa();
+  c.kv_heads = 0;
+  c.deepseek = 3;
+  c.kv_lora = 8;
+  c.q_lora = 8;
+  c.rope_dim = 4;
+  c.head_dim = 10;
+  c.v_dim = 6;
+  c.query_scale = 7;
+  c.norm_eps = 1e-5;  // (the latents' norms keep their 1e-6)
+  return c;
+}
+
+// DeepSeek-V3's: that attention, the first of 3 layers dense, then GLM-4.5's routing (8 experts of 6 in 4
+// groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias, renormalised, x 2.5)
+// beside an ungated shared expert of 6.
+GptConfig deepseek_v3() {
+  GptConfig c = deepseek_dense();
+  c.layers = 3;
+  c.experts = 8;
+  c.experts_per_token = 2;
+  c.expert_ffn = 6;
+  c.shared_ffn = 6;
+  c.shared_gate = false;
+  c.dense_layers = 1;
+  c.sigmoid_routing = c.norm_topk = true;
+  c.expert_groups = 4;
+  c.groups_per_token = 2;
+  c.routed_scale = 2.5;
+  return c;
+}
+
+// DeepSeek-V2's (V2-Lite's q_proj without a query latent, values as wide as the heads): softmax routing of 8
+// experts in 4 groups, 2 a token from the 2 groups whose best expert is most probable (group_limited_greedy),
+// their probabilities x 2, beside two ungated shared experts (12); the first layer dense.
+GptConfig deepseek_v2() {
+  GptConfig c = deepseek_v3();
+  c.deepseek = 2;
+  c.q_lora = 0;
+  c.v_dim = c.head_dim;
+  c.query_scale = 0;
+  c.sigmoid_routing = c.norm_topk = false;
+  c.group_by_best = true;
+  c.shared_ffn = 12;
+  c.routed_scale = 2;
+  return c;
+}
+
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
 GptConfig wide_heads() {
   GptConfig c = llama_mha();
@@ -630,7 +683,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"olmo", olmo()},
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
-          {"olmo2-gqa", olmo2_gqa()}};
+          {"olmo2-gqa", olmo2_gqa()},
+          {"deepseek-dense", deepseek_dense()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -966,6 +1020,7 @@ TEST(GptModel, TilingGivesTheSameLossAndGradients) {
 TEST(GptModel, FlashAttentionGivesTheSameLossAndGradients) {
   auto all = shapes();
   all.emplace_back("gpt-oss", gpt_oss());  // (its sink logits' gradients through the fused kernels)
+  all.emplace_back("deepseek-v3", deepseek_v3());
   for (const auto& [shape, c] : all) {
     SCOPED_TRACE(shape);
     std::vector<float> p(gpt_num_params(c));
@@ -1232,7 +1287,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   glm45_shape.max_seq = gqa.max_seq;
   glm45_shape.channels = gqa.channels;
   glm45_shape.rope_theta = gqa.rope_theta;
+  GptConfig deepseek3_shape = deepseek_v3();  // and DeepSeek's latent attention (V3's routing), with YaRN
+  deepseek3_shape.max_seq = 12;
+  deepseek3_shape.rope_scaling = yarn_scaled().rope_scaling;
+  GptConfig deepseek2_shape = deepseek_v2();  // and V2's: q_proj, softmax routing in groups
+  deepseek2_shape.max_seq = 12;
   for (const GptConfig& c : {gpt2,
+                             deepseek3_shape,
+                             deepseek2_shape,
                              mixtral_shape,
                              olmoe_shape,
                              qwen2_moe_shape,
@@ -1274,6 +1336,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                              nemotron_shape,
                              phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
+                 : c.mla()                ? (c.deepseek == 2 ? "deepseek-v2" : "deepseek-v3")
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
                  : c.gptj                 ? "gptj"
@@ -1574,8 +1637,10 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
-  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe(), gpt_oss()}) {
-    SCOPED_TRACE(c.gpt_oss                  ? "gpt-oss"
+  for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe(), gpt_oss(),
+                      deepseek_v3(), deepseek_v2(), deepseek_dense()}) {
+    SCOPED_TRACE(c.mla()                    ? std::string(gpt_family(c)) + (c.moe() ? "" : ", dense")
+                 : c.gpt_oss                ? "gpt-oss"
                  : c.granite                ? "granite moe"
                  : c.sigmoid_routing        ? "glm-4.5"
                  : c.shared_ffn > 0         ? "qwen2_moe, shared expert"
@@ -1614,6 +1679,12 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"mixtral", c.mixtral()},
                                    {"gpt_oss", c.gpt_oss},
                                    {"swiglu_limit", c.swiglu_limit},
+                                   {"mla", c.mla()},
+                                   {"q_lora", c.q_lora},
+                                   {"kv_lora", c.kv_lora},
+                                   {"rope_dim", c.rope_dim},
+                                   {"v_dim", c.v_dim},
+                                   {"group_by_best", c.group_by_best},
                                    {"windows", windows},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

@@ -49,8 +49,8 @@ def forward(cfg, t, tokens, torch, router_logits):
     moe = "block_sparse_moe." if cfg["mixtral"] else "mlp."
     up_names = ("w1", "w3", "w2") if cfg["mixtral"] else ("gate_proj", "up_proj", "down_proj")
 
-    def rmsnorm(x, name):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * t[name + ".weight"]
+    def rmsnorm(x, name, epsilon=eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + epsilon) * t[name + ".weight"]
 
     def linear(x, name):
         y = x @ t[name + ".weight"].T
@@ -68,6 +68,29 @@ def forward(cfg, t, tokens, torch, router_logits):
             x = rmsnorm(x, name)
         return x.transpose(1, 2)
 
+    def latent_attention(h, a):
+        """DeepSeek's: queries from q_proj or the query latent, keys and values from the key/value latent, the
+        rotary parts (the queries' own, the keys' one shared by every head) reordered from neighbouring pairs
+        to halves and turned (apply_rotary_pos_emb_interleave), each head's [nope | rotary] query and key."""
+        R, V, L = cfg["rope_dim"], cfg["v_dim"], cfg["kv_lora"]
+        P = hs - R
+        if cfg["q_lora"]:
+            q = linear(rmsnorm(linear(h, a + "q_a_proj"), a + "q_a_layernorm", 1e-6), a + "q_b_proj")
+        else:
+            q = linear(h, a + "q_proj")
+        q_nope, q_pe = q.view(B, T, H, hs).transpose(1, 2).split([P, R], dim=-1)
+        latent, k_pe = linear(h, a + "kv_a_proj_with_mqa").split([L, R], dim=-1)
+        kv = linear(rmsnorm(latent, a + "kv_a_layernorm", 1e-6), a + "kv_b_proj")
+        k_nope, v = kv.view(B, T, H, P + V).transpose(1, 2).split([P, V], dim=-1)
+        k_pe = k_pe.view(B, 1, T, R)
+
+        def halves(x):
+            return x.reshape(*x.shape[:-1], R // 2, 2).transpose(-1, -2).reshape(*x.shape)
+        turn = reference_io.rotary(torch, T, R, cfg["rope_theta"])
+        q = torch.cat([q_nope, turn(halves(q_pe))], dim=-1) * q_scale
+        k = torch.cat([k_nope, turn(halves(k_pe)).expand(B, H, T, R)], dim=-1)
+        return reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * V)
+
     granite = cfg.get("granite", False)
     branch = cfg.get("residual_multiplier", 1.0)
     q_scale = (cfg.get("query_scale") or hs) ** -0.5 * hs ** 0.5  # (causal_attention divides by hs^1/2)
@@ -75,19 +98,22 @@ def forward(cfg, t, tokens, torch, router_logits):
     for layer in range(cfg["layers"]):
         p = "model.layers.%d." % layer
         h = rmsnorm(x, p + "input_layernorm")
-        q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm")) * q_scale
-        k = rotate(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
-        k = k.repeat_interleave(H // KV, dim=1)
-        v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2)
-        v = v.repeat_interleave(H // KV, dim=1)
         oss = cfg.get("gpt_oss", False)
-        y = reference_io.causal_attention(q, k, v, torch, window=cfg["windows"][layer] if oss else 0,
-                                          sinks=t[p + "self_attn.sinks"] if oss else None)
-        y = y.transpose(1, 2).reshape(B, T, H * hs)
+        if cfg.get("mla"):
+            y = latent_attention(h, p + "self_attn.")
+        else:
+            q = rotate(heads(linear(h, p + "self_attn.q_proj"), H, p + "self_attn.q_norm")) * q_scale
+            k = rotate(heads(linear(h, p + "self_attn.k_proj"), KV, p + "self_attn.k_norm"))
+            k = k.repeat_interleave(H // KV, dim=1)
+            v = linear(h, p + "self_attn.v_proj").view(B, T, KV, hs).transpose(1, 2)
+            v = v.repeat_interleave(H // KV, dim=1)
+            y = reference_io.causal_attention(q, k, v, torch, window=cfg["windows"][layer] if oss else 0,
+                                              sinks=t[p + "self_attn.sinks"] if oss else None)
+            y = y.transpose(1, 2).reshape(B, T, H * hs)
         x = x + branch * linear(y, p + "self_attn.o_proj")
         h = rmsnorm(x, p + "post_attention_layernorm")
         every = cfg.get("moe_every", 1)
-        if layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
+        if E == 0 or layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
             x = x + branch * swiglu(h, p + "mlp")
             continue
         z = linear(h, p + ("block_sparse_moe.router.layer" if granite else "mlp.router" if oss else moe + "gate"))
@@ -110,9 +136,17 @@ def forward(cfg, t, tokens, torch, router_logits):
             top = top * cfg["routed_scale"]
         else:
             prob = torch.softmax(z, dim=-1)
-            top, chosen = torch.topk(prob, K, dim=-1)
+            choice = prob
+            if cfg.get("group_by_best"):  # DeepSeek-V2's group_limited_greedy: groups by their best expert
+                G, TG = cfg["expert_groups"], cfg["groups_per_token"]
+                group_scores = prob.view(B, T, G, E // G).max(dim=-1).values
+                keep = torch.zeros_like(group_scores).scatter_(-1, torch.topk(group_scores, TG, dim=-1)[1], 1)
+                keep = keep.unsqueeze(-1).expand(B, T, G, E // G).reshape(B, T, E)
+                choice = prob.masked_fill(keep == 0, 0.0)
+            top, chosen = torch.topk(choice, K, dim=-1)
             if cfg["norm_topk"]:
                 top = top / top.sum(dim=-1, keepdim=True)
+            top = top * cfg["routed_scale"]
         out = torch.zeros_like(x)
         for e in range(E):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen

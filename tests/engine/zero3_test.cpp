@@ -98,6 +98,28 @@ model::GptConfig small_gpt_oss() {
   return c;
 }
 
+// DeepSeek-V3's: GLM-4.5's routing beside the latent attention (4 heads of 6 + 4 rotary from latents of 8,
+// values of 6).
+model::GptConfig small_deepseek() {
+  model::GptConfig c = small_glm45();
+  c.kv_heads = 0;
+  c.deepseek = 3;
+  c.kv_lora = c.q_lora = 8;
+  c.rope_dim = 4;
+  c.head_dim = 10;
+  c.v_dim = 6;
+  return c;
+}
+// And dense (its linears' rows all divisible by 4: tiling).
+model::GptConfig small_deepseek_dense() {
+  model::GptConfig c = small_deepseek();
+  c.experts = c.experts_per_token = c.expert_ffn = c.shared_ffn = c.dense_layers = 0;
+  c.sigmoid_routing = false;
+  c.expert_groups = 1;
+  c.routed_scale = 1;
+  return c;
+}
+
 void batch(int step, int B, int T, std::vector<int>& tok, std::vector<int>& tgt) {
   tok.clear();
   tgt.clear();
@@ -196,6 +218,8 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0, small_glm45());
   follow_the_plain_model(0, small_granite_moe());
   follow_the_plain_model(0.05, small_gpt_oss());
+  follow_the_plain_model(0.05, small_deepseek());
+  follow_the_plain_model(0, small_deepseek_dense());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -240,8 +264,8 @@ namespace {
 // Mixtral's with the load-balancing loss, gpt-oss's with its sinks and biases) resumes from its checkpoint
 // bitwise as it ran on.
 TEST(Zero3, AMixtureOfExpertsResumesBitwise) {
-  for (const model::GptConfig& c : {small_glm45(), small_moe(), small_gpt_oss()}) {
-    SCOPED_TRACE(c.sigmoid_routing ? "glm-4.5" : c.gpt_oss ? "gpt-oss" : "mixtral");
+  for (const model::GptConfig& c : {small_glm45(), small_moe(), small_gpt_oss(), small_deepseek()}) {
+    SCOPED_TRACE(c.mla() ? "deepseek-v3" : c.sigmoid_routing ? "glm-4.5" : c.gpt_oss ? "gpt-oss" : "mixtral");
     Zero3Options o;
     o.micro_batch = 2;
     o.seq = 8;
@@ -767,10 +791,11 @@ TEST(Zero3, TheRoutingCorrectionBiasIsNeverStepped) {
 // interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
-  for (model::GptConfig c :
-       {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45(), small_gpt_oss()}) {
+  for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45(),
+                             small_gpt_oss(), small_deepseek()}) {
     c.layers = 5;
-    SCOPED_TRACE(c.gpt_oss          ? "gpt-oss"
+    SCOPED_TRACE(c.mla()            ? "deepseek-v3"
+                 : c.gpt_oss        ? "gpt-oss"
                  : c.shared_ffn > 0 ? "shared expert"
                  : c.moe()          ? "experts"
                  : c.llama()        ? "llama"
@@ -792,8 +817,13 @@ TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
 }
 
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
-  for (const model::GptConfig& c : {small(), small_llama(), small_moe(), small_gpt_oss()}) {
-    SCOPED_TRACE(c.gpt_oss ? "gpt-oss" : c.moe() ? "experts" : c.llama() ? "llama" : "gpt2");
+  for (const model::GptConfig& c :
+       {small(), small_llama(), small_moe(), small_gpt_oss(), small_deepseek(), small_deepseek_dense()}) {
+    SCOPED_TRACE(c.mla()     ? (c.moe() ? "deepseek-v3" : "deepseek, dense")
+                 : c.gpt_oss ? "gpt-oss"
+                 : c.moe()   ? "experts"
+                 : c.llama() ? "llama"
+                             : "gpt2");
     const Zero3Options base = two_sequences(3);
     const std::string dir = swap_dir("equivalence");
     auto nvme = [dir](Zero3Options& o) {
