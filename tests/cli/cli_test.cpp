@@ -1111,8 +1111,8 @@ TEST(CliInfo, ReportsBackendsAsJson) {
 
 // `info --models` lists every shipped model file with its parameters and whether memwall train takes it:
 // the Llama shape's and GPT-2's variants train (their family named), as do the mixtures of experts of the
-// families memwall train runs (gpt-oss's among them), DeepSeek-V3's latent attention does not (why: one
-// line), and the table says the same.
+// families memwall train runs (gpt-oss's, DeepSeek-V3's and Kimi K2's latent attention among them),
+// Qwen3-Next's linear attention does not (why: one line), and the table says the same.
 TEST(CliInfo, ListsTheShippedModelsAndWhichTrain) {
   const CmdResult r = memwall("info --models --json", false);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1141,8 +1141,15 @@ TEST(CliInfo, ListsTheShippedModelsAndWhichTrain) {
   EXPECT_EQ(by_name["nemotron-mini-4b"]["family"], "Nemotron");
   ASSERT_TRUE(by_name.count("deepseek-v3"));
   EXPECT_EQ(by_name["deepseek-v3"]["params"], 671026404352.0);
-  EXPECT_NE(by_name["deepseek-v3"]["why_not"].get<std::string>().find(
-                "multi-head latent attention (kv_lora_rank 512) is not supported by memwall train"),
+  EXPECT_EQ(by_name["deepseek-v3"]["trains"], true);
+  EXPECT_EQ(by_name["deepseek-v3"]["family"], "DeepSeek-V3");
+  EXPECT_EQ(by_name["kimi-k2"]["family"], "DeepSeek-V3");
+  EXPECT_EQ(by_name["deepseek-v2-lite"]["family"], "DeepSeek-V2");
+  ASSERT_TRUE(by_name.count("qwen3-next-80b-a3b"));
+  EXPECT_EQ(by_name["qwen3-next-80b-a3b"]["trains"], false);
+  EXPECT_NE(by_name["qwen3-next-80b-a3b"]["why_not"].get<std::string>().find(
+                "linear-attention (Gated DeltaNet) layers and gated attention output are not supported by "
+                "memwall train"),
             std::string::npos);
   for (const auto& m : j["models"]) EXPECT_FALSE(m.contains("error")) << m.dump();
   const CmdResult table = memwall("info --models", false);
