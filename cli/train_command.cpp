@@ -221,6 +221,12 @@ int run_train(const TrainOptions& opt) {
   run.memwall.data_parallel = R;
   if (Status s = resolve_run_config(run, in->model, in->hw); !s.is_ok()) return report_error(s);
   if (Status s = model::check_model_file(in->model, "memwall train"); !s.is_ok()) return report_error(s);
+  if (run.memwall.router_bias_update > 0 && !in->model.sigmoid_routing) {
+    return report_error(Status::invalid_argument(
+        strprintf("run %s: memwall.router_bias_update_speed %g: model %s has no routing correction bias to "
+                  "step; allowed: 0, or a model with sigmoid routing (DeepSeek-V3's, Kimi K2's, GLM-4.5's)",
+                  run.name.c_str(), run.memwall.router_bias_update, in->model.name.c_str())));
+  }
   std::string swap_dir = opt.nvme_path;
   if (swap_dir.empty()) {
     swap_dir = run.zero.offload_optimizer.device == OffloadDevice::kNvme
@@ -667,7 +673,7 @@ int run_train(const TrainOptions& opt) {
         trainer->schedule().tasks.size());
     const kernels::AdamHyper& h = zo.adam;
     const RunConfig::LrSchedule& ls = run.scheduler;
-    std::printf("optimizer: %s, lr %s, betas (%g, %g), eps %g, weight decay %g%s, gradient clipping %s\n",
+    std::printf("optimizer: %s, lr %s, betas (%g, %g), eps %g, weight decay %g%s, gradient clipping %s%s\n",
                 h.decoupled ? "AdamW" : "Adam",
                 ls.implemented() ? "by the scheduler" : strprintf("%g", static_cast<double>(h.lr)).c_str(),
                 static_cast<double>(h.beta1), static_cast<double>(h.beta2), static_cast<double>(h.eps),
@@ -677,7 +683,12 @@ int run_train(const TrainOptions& opt) {
                                                          : " (L2, matrices only: not biases or norms)")
                                           : (h.decoupled ? " (decoupled)" : " (L2)"))
                                    : "",
-                run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off");
+                run.gradient_clipping > 0 ? strprintf("to norm %g", run.gradient_clipping).c_str() : "off",
+                run.memwall.router_bias_update > 0
+                    ? strprintf("; routing correction biases stepped %g against each expert's load error",
+                                run.memwall.router_bias_update)
+                          .c_str()
+                    : "");
     if (ls.type == "LRRangeTest") {
       std::printf("scheduler: LRRangeTest, %g x (1 + %g x steps / %.0f)%s\n", ls.lr_range_test_min_lr,
                   ls.lr_range_test_step_rate, ls.lr_range_test_step_size,

@@ -2031,6 +2031,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     std::string decay = mw.decay_matrices_only ? "matrices" : "all";
     MW_RETURN_IF_ERROR(o.get_choice("weight_decay_params", decay, {"all", "matrices"}));
     mw.decay_matrices_only = decay == "matrices";
+    MW_RETURN_IF_ERROR(o.get_number("router_bias_update_speed", mw.router_bias_update, 0.0, 1.0));
     if (mw.delayed_parameter_update && (run.zero.offload_optimizer.device != OffloadDevice::kCpu ||
                                         run.zero.stage < 1 || run.zero.stage > 2)) {
       return o.error(
@@ -2290,6 +2291,7 @@ std::string to_json_text(const RunConfig& run) {
       {"delayed_parameter_update", mw.delayed_parameter_update},
       {"delayed_parameter_update_warmup", mw.delayed_parameter_update_warmup},
       {"weight_decay_params", mw.decay_matrices_only ? "matrices" : "all"},
+      {"router_bias_update_speed", mw.router_bias_update},
       {"optimizer_gradients", optimizer_gradients_name(mw.optimizer_gradients)},
       {"memory_order", mw.memory_in_program_order ? "program" : "dependencies"},
       {"strategy", mw.strategy}};

@@ -2280,14 +2280,14 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
     const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
     if (!c.group_by_best || static_cast<std::size_t>(c.groups_per_token) >= G) {
       best_first(prob, K, order);
-    } else {  // DeepSeek-V2's: among the groups whose best expert is most probable (the others' scored 0)
+    } else {  // DeepSeek-V2's: among the groups whose best expert is most probable (the others' never)
       std::vector<float> group(G, 0.0f);
       for (std::size_t e = 0; e < E; ++e) group[e / per] = std::max(group[e / per], prob[e]);
       std::vector<int> groups(G);
       best_first(group.data(), static_cast<std::size_t>(c.groups_per_token), groups);
       std::vector<char> keep(G, 0);
       for (int i = 0; i < c.groups_per_token; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
-      for (std::size_t e = 0; e < E; ++e) choice[e] = keep[e / per] ? prob[e] : 0.0f;
+      for (std::size_t e = 0; e < E; ++e) choice[e] = keep[e / per] ? prob[e] : -INFINITY;
       best_first(choice.data(), K, order);
     }
   } else {  // sigmoid scores; chosen by score + bias within the best groups (the others' experts scored 0)
@@ -2315,8 +2315,11 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
       best_first(group.data(), kept, groups);
       std::vector<char> keep(G, 0);
       for (std::size_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
+      // The other groups' experts are never chosen (DeepSeek-V3's own gate masks them with -inf;
+      // transformers fills 0, the same unless a kept expert's score plus its bias is negative, which the
+      // balancing's biases make common: then every token would take the same masked experts).
       for (std::size_t e = 0; e < E; ++e) {
-        if (!keep[e / per]) choice[e] = 0;
+        if (!keep[e / per]) choice[e] = -INFINITY;
       }
     }
     best_first(choice.data(), K, order);
@@ -2800,6 +2803,11 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kRouter:
       route_backward(a);
       linear(dln_.data(), drlogit_.data(), c_.experts, fc1_input(a), C);
+      if (bias_update_ && c_.sigmoid_routing) {  // each expert's load error, for the correction bias's rule
+        const double even = static_cast<double>(N) * static_cast<double>(c_.experts_per_token) / c_.experts;
+        for (std::size_t x = 0; x < erows_[a].size(); ++x)
+          g[1][x] += static_cast<float>(static_cast<double>(erows_[a][x].size()) - even);
+      }
       break;
     case Role::kGelu:
       zero(dfc_);

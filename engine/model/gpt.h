@@ -208,7 +208,7 @@ struct GptConfig {
   // GLM-4.5's routing (Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus the router's
   // correction bias (mlp.gate.e_score_correction_bias: a tensor of the layout its gradient never reaches,
   // nor weight decay) among the groups_per_token best of expert_groups groups (a group's score the sum of its
-  // two best, the other groups' experts scored 0); weights the chosen scores (over their sum with norm_topk)
+  // two best, the other groups' experts never chosen); weights the chosen scores (over their sum with norm_topk)
   // times routed_scale. Its shared experts (mlp.shared_experts) have no gate (shared_gate false).
   bool sigmoid_routing = false;
   // DeepSeek-V2's group_limited_greedy (softmax routing): the experts chosen among the groups_per_token
@@ -620,6 +620,13 @@ class GptModel {
   // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
   // does; the attention's GEMMs and everything else stay fp32. Off by default (fp32 throughout).
   void set_bf16_matmuls(bool on) { bf16_ = on; }
+  // DeepSeek-V3's auxiliary-loss-free balancing: with sigmoid routing, backward adds each expert's load
+  // error in the micro-batch, its routing choices minus its even share (tokens x experts_per_token /
+  // experts), into the correction bias's gradient (a buffer's: no loss reaches it), for the trainer to step
+  // the bias by its sign (memwall.router_bias_update_speed). Off by default (the gradient stays 0).
+  void set_router_bias_update(bool on) { bias_update_ = on; }
+  // The last forward's routing choices per layer and expert, [layers][experts] (0 for dense layers).
+  const std::vector<double>& routing_counts() const { return rcount_; }
   // After forward: the logits of every position, [B*T][vocab].
   const float* logits() const { return logits_.data(); }
   // The residual stream at layer l's input, B*T*C floats (l = layers: the final norm's input): what an
@@ -706,6 +713,7 @@ class GptModel {
   bool flash_;
   int slots_;  // layers' activations kept at once
   bool bf16_ = false;
+  bool bias_update_ = false;
   std::vector<std::uint16_t> in16_, w16_, dout16_;  // bf16 copies of a matmul's operands
   ModelGraph graph_;
   std::vector<ParamSlice> slices_;

@@ -113,6 +113,10 @@ struct Zero3Trainer::State {
   // Per parameter: whether weight decay applies (memwall.weight_decay_params "matrices": not to biases and
   // norm weights, the layout's 1-D tensors).
   std::vector<char> decays;
+  // Per parameter: whether it is a routing's correction bias stepped by DeepSeek-V3's balancing rule (its
+  // gradient the summed load errors: bias -= speed x sign) rather than by Adam, and the speed.
+  std::vector<char> bias_rule;
+  double bias_speed = 0;
   std::size_t total = 0;  // this rank's flat elements
   std::vector<Group> groups;
   std::vector<Tier> home;      // per parameter: where its bf16 shard lives
@@ -791,7 +795,8 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
   if (t.param >= 0) {  // a gradient shard, from its swap-out slot
     const Part& pt = part(t.param);
     auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
-    if (clip > 0 && last_micro) grad_sq[static_cast<std::size_t>(t.param)] = sum_of_squares(slot, valid(pt));
+    if (clip > 0 && last_micro && !bias_rule[static_cast<std::size_t>(t.param)])
+      grad_sq[static_cast<std::size_t>(t.param)] = sum_of_squares(slot, valid(pt));
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
@@ -1042,7 +1047,8 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
       } else {
         g = cpu_grads(step_grads(), pt.local);
       }
-      grad_sq[p] = sum_of_squares(g, valid(pt));
+      // (a correction bias's load errors are not a gradient: not in the norm)
+      grad_sq[p] = bias_rule[p] ? 0.0 : sum_of_squares(g, valid(pt));
     }
     local += grad_sq[p];
   }
@@ -1093,6 +1099,16 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     }
     a.params_out = updated16(t, static_cast<int>(p));
     a.out_type = kernels::DType::kBF16;
+    if (bias_rule[p]) {  // DeepSeek-V3's rule: down where the expert was overloaded, up where underloaded
+      const auto* load_error = static_cast<const float*>(a.grads);
+      for (std::size_t i = 0; i < valid(pt); ++i) {
+        const float e = load_error[i];
+        a.params[i] -= static_cast<float>(bias_speed) * static_cast<float>((e > 0) - (e < 0));
+      }
+      if (a.params_out != nullptr)
+        kernels::cast_f32_to_bf16(a.params, static_cast<std::uint16_t*>(a.params_out), a.n);
+      continue;
+    }
     kernels::AdamHyper h = adam_hyper;
     if (!decays[p]) h.weight_decay = 0;
 #if MEMWALL_HAVE_CUDA
@@ -1419,7 +1435,9 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
     st.model = std::make_unique<model::GptModel>(c, o.micro_batch, o.seq, o.tiling, flash,
                                                  ac.enabled ? std::max(1, ac.interval) : 0);
     st.model->set_bf16_matmuls(o.cpu_bf16_matmuls);
+    st.model->set_router_bias_update(run.memwall.router_bias_update > 0);
   }
+  st.bias_speed = run.memwall.router_bias_update;
   const ModelGraph& g = st.gg.graph;
   // The planner built its graph from the same spec and options: it must be the model's.
   std::size_t computes = 0;
@@ -1473,6 +1491,7 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       // (never a routing's correction bias: a buffer its model does not train)
       const bool buffer = std::prev(t)->name.find("e_score_correction_bias") != std::string::npos;
       st.decays.push_back(!buffer && (!run.memwall.decay_matrices_only || std::prev(t)->shape.size() >= 2));
+      st.bias_rule.push_back(buffer && run.memwall.router_bias_update > 0);
     }
     int groups = 0;
     for (const Task& t : st.sched.tasks) groups = std::max(groups, t.subgroup + 1);

@@ -15,7 +15,7 @@ those not in every "moe_every"-th (decoder_sparse_step) have a SwiGLU mlp.gate_p
 instead of the experts, and no router logits for the load-balancing loss. GLM-4.5's ("sigmoid", as
 Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus mlp.gate.e_score_correction_bias among the
 "groups_per_token" best of "expert_groups" groups (a group scored by its two best; the other groups' experts
-scored 0), weighted by their scores (over their sum + 1e-20 with "norm_topk") times "routed_scale"; its shared
+never: DeepSeek-V3's gate's -inf, where transformers fills 0), weighted by their scores (over their sum + 1e-20 with "norm_topk") times "routed_scale"; its shared
 experts (mlp.shared_experts, "shared_gate" false) without a gate; rotary on the first "partial_rotary" of
 each head. Granite MoE's ("granite", GraniteMoeForCausalLM): the embedding times "embed_multiplier", the
 scores scaled by "query_scale"^-1/2 (its attention_multiplier), each sublayer's output times
@@ -129,7 +129,7 @@ def forward(cfg, t, tokens, torch, router_logits):
             group_scores = grouped.topk(min(2, E // G), dim=-1)[0].sum(dim=-1)
             keep = torch.zeros_like(group_scores).scatter_(-1, torch.topk(group_scores, TG, dim=-1)[1], 1)
             keep = keep.unsqueeze(-1).expand(B, T, G, E // G).reshape(B, T, E)
-            chosen = torch.topk(choice.masked_fill(keep == 0, 0.0), K, dim=-1)[1]
+            chosen = torch.topk(choice.masked_fill(keep == 0, float("-inf")), K, dim=-1)[1]
             top = scores.gather(-1, chosen)
             if cfg["norm_topk"]:
                 top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)
@@ -142,7 +142,7 @@ def forward(cfg, t, tokens, torch, router_logits):
                 group_scores = prob.view(B, T, G, E // G).max(dim=-1).values
                 keep = torch.zeros_like(group_scores).scatter_(-1, torch.topk(group_scores, TG, dim=-1)[1], 1)
                 keep = keep.unsqueeze(-1).expand(B, T, G, E // G).reshape(B, T, E)
-                choice = prob.masked_fill(keep == 0, 0.0)
+                choice = prob.masked_fill(keep == 0, float("-inf"))
             top, chosen = torch.topk(choice, K, dim=-1)
             if cfg["norm_topk"]:
                 top = top / top.sum(dim=-1, keepdim=True)

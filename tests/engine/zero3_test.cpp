@@ -787,6 +787,90 @@ TEST(Zero3, TheRoutingCorrectionBiasIsNeverStepped) {
   std::filesystem::remove_all(dir);
 }
 
+// DeepSeek-V3's auxiliary-loss-free balancing (memwall.router_bias_update_speed): after a step of two
+// micro-batches each correction bias has moved by the speed against the sign of its expert's load error over
+// both (its routing choices, counted here by the plain model on the same bf16 weights, minus twice its even
+// share), exactly, and no other way, with the optimizer on the device, on the CPU or on NVMe; the gradient
+// norm leaves the load errors out (clipping at 1 steps the same biases).
+TEST(Zero3, DeepSeekBalancingMovesEachCorrectionBiasAgainstItsLoad) {
+  const model::GptConfig c = small_deepseek();
+  const std::vector<model::ParamTensor> layout = model::gpt_param_layout(c);
+  std::vector<float> init(model::gpt_num_params(c));
+  model::gpt_init(c, init.data(), 3);
+  for (const auto& t : layout) {
+    if (t.name.find("e_score_correction_bias") == std::string::npos) continue;
+    for (std::size_t i = 0; i < t.numel; ++i) init[t.offset + i] = 0.01f * static_cast<float>(i % 3) - 0.01f;
+  }
+  // The routing the trainer's first step sees: its bf16 weights, its two micro-batches.
+  std::vector<std::uint16_t> w16(init.size());
+  std::vector<float> w(init.size());
+  kernels::cast_f32_to_bf16(init.data(), w16.data(), init.size());
+  kernels::cast_bf16_to_f32(w16.data(), w.data(), init.size());
+  Zero3Options base = two_sequences(3);
+  const int B = base.micro_batch, T = base.seq;
+  std::vector<int> tok, tgt;
+  batch(0, 2 * B, T, tok, tgt);
+  model::GptModel plain(c, B, T);
+  std::vector<double> counts(static_cast<std::size_t>(c.layers * c.experts), 0.0);
+  for (int m = 0; m < 2; ++m) {
+    plain.forward(w.data(), tok.data() + m * B * T, tgt.data() + m * B * T);
+    for (std::size_t i = 0; i < counts.size(); ++i) counts[i] += plain.routing_counts()[i];
+  }
+  const double even = 2.0 * B * T * c.experts_per_token / c.experts;
+  const float speed = 0.01f;
+  std::vector<float> want = init;
+  int up = 0, down = 0;
+  for (const auto& t : layout) {
+    if (t.name.find("e_score_correction_bias") == std::string::npos) continue;
+    const int l = std::stoi(t.name.substr(t.name.find("layers.") + 7));
+    for (std::size_t e = 0; e < t.numel; ++e) {
+      const double error = counts[static_cast<std::size_t>(l * c.experts) + e] - even;
+      want[t.offset + e] -= speed * static_cast<float>((error > 0) - (error < 0));
+      up += error < 0 ? 1 : 0;
+      down += error > 0 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(up, 0);
+  EXPECT_GT(down, 0);
+  base.run.memwall.router_bias_update = speed;
+  base.init = [&init](std::size_t offset, std::size_t n, float* out) {
+    std::copy_n(init.begin() + static_cast<std::ptrdiff_t>(offset), n, out);
+    return Status::ok();
+  };
+  const std::string dir = swap_dir("balancing");
+  std::vector<Variant> variants = {{"optimizer on the device", [](Zero3Options&) {}},
+                                   {"clipping at 1", [](Zero3Options& o) { o.run.gradient_clipping = 1; }}};
+  for (Variant& v : optimizer_placements(dir)) variants.push_back(std::move(v));
+  for (const auto& v : variants) {
+    SCOPED_TRACE(v.name);
+    Zero3Options o = base;
+    v.apply(o);
+    std::vector<float> losses, params;
+    train_accumulating(c, o, 2, 1, losses, params);
+    ASSERT_EQ(params.size(), init.size());
+    for (const auto& t : layout) {
+      if (t.name.find("e_score_correction_bias") == std::string::npos) continue;
+      for (std::size_t e = 0; e < t.numel; ++e)
+        EXPECT_EQ(params[t.offset + e], want[t.offset + e]) << t.name << " expert " << e;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  // The first step's gradient norm is the same with the rule as without it.
+  double norms[2] = {};
+  for (int k = 0; k < 2; ++k) {
+    Zero3Options o = base;
+    o.run.gradient_clipping = 1;
+    o.run.memwall.router_bias_update = k == 0 ? 0.0 : static_cast<double>(speed);
+    auto local = comm::make_local_comm();
+    auto z = Zero3Trainer::create(c, o, *local);
+    ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+    ASSERT_TRUE(z->step(tok.data(), tgt.data()).is_ok());
+    norms[k] = z->last_grad_norm();
+  }
+  EXPECT_GT(norms[0], 0.0);
+  EXPECT_EQ(norms[1], norms[0]);
+}
+
 // With activation checkpointing the CPU model keeps one segment's activations (slots of the checkpoint
 // interval; the residual stream at every layer), refilled by the schedule's recompute: on 5 layers, every 1,
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
