@@ -144,8 +144,8 @@ struct MemwallRunConfig {
   // DeepSeek-V3's auxiliary-loss-free load balancing (train only; a router with a correction bias:
   // sigmoid routing): after each step every expert's correction bias moves by this speed (gamma; the
   // report's 0.001) against the sign of its load error, down when it got more routing choices than its even
-  // share over the step's tokens (every micro-batch and rank), up when fewer. 0: the bias stays (transformers'
-  // buffer, which nothing trains).
+  // share over the step's tokens (every micro-batch and rank), up when fewer. 0: the bias stays
+  // (transformers' buffer, which nothing trains).
   double router_bias_update = 0;
   // NVMe optimizer: where the fp32 gradients the step reads are kept between backward and the step. kCpu: a
   // CPU buffer of 4 B per optimizer element (as DeepSpeed's flat gradient buffer), summed there over

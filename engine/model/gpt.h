@@ -208,8 +208,8 @@ struct GptConfig {
   // GLM-4.5's routing (Glm4MoeTopkRouter): sigmoid scores; the experts chosen by score plus the router's
   // correction bias (mlp.gate.e_score_correction_bias: a tensor of the layout its gradient never reaches,
   // nor weight decay) among the groups_per_token best of expert_groups groups (a group's score the sum of its
-  // two best, the other groups' experts never chosen); weights the chosen scores (over their sum with norm_topk)
-  // times routed_scale. Its shared experts (mlp.shared_experts) have no gate (shared_gate false).
+  // two best, the other groups' experts never chosen); weights the chosen scores (over their sum with
+  // norm_topk) times routed_scale. Its shared experts (mlp.shared_experts) have no gate (shared_gate false).
   bool sigmoid_routing = false;
   // DeepSeek-V2's group_limited_greedy (softmax routing): the experts chosen among the groups_per_token
   // groups whose best expert's probability is highest.

@@ -2841,6 +2841,25 @@ TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
   EXPECT_EQ(v3.tensors["model.layers.1.self_attn.kv_b_proj.weight"]["shape"], (nlohmann::json{128, 32}));
   EXPECT_EQ(v3.tensors["model.layers.1.self_attn.o_proj.weight"]["shape"], (nlohmann::json{64, 64}));
   EXPECT_EQ(v3.tensors["model.layers.1.mlp.gate.e_score_correction_bias"]["shape"], (nlohmann::json{4}));
+  // DeepSeek-V3's balancing: said in the summary; refused for a model without a correction bias.
+  const CmdResult balanced =
+      memwall("train --steps 2 --data " + v3.data +
+              " --model deepseek-v3 --model-set '{\"num_hidden_layers\": 2, \"hidden_size\": 64, "
+              "\"num_attention_heads\": 4, \"n_routed_experts\": 8, \"n_group\": 2, \"topk_group\": 1, "
+              "\"first_k_dense_replace\": 1, \"max_position_embeddings\": 64, \"vocab_size\": 256}' --set "
+              "'{\"memwall.router_bias_update_speed\": 0.001}'");
+  EXPECT_EQ(balanced.exit_code, 0) << balanced.output;
+  EXPECT_NE(balanced.output.find("routing correction biases stepped 0.001 against each expert's load error"),
+            std::string::npos)
+      << balanced.output;
+  const CmdResult unbalanced =
+      memwall("train --steps 1 --data " + v3.data +
+              " --model llama-mini --set '{\"memwall.router_bias_update_speed\": 0.001}'");
+  EXPECT_EQ(unbalanced.exit_code, 2) << unbalanced.output;
+  EXPECT_NE(unbalanced.output.find("memwall.router_bias_update_speed 0.001: model llama-mini has no routing "
+                                   "correction bias to step"),
+            std::string::npos)
+      << unbalanced.output;
   std::filesystem::remove_all(v3.dir);
   std::filesystem::remove_all(v3.hf);
   const ShapeRoundTrip v2 = train_export_generate(
