@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -236,6 +237,22 @@ Result<HfWeights> HfWeights::open(const std::string& path, const GptConfig& c) {
                             "tokenizer is given: --tokenizer DIR)"
                           : ")"),
                  x));
+    if (x.dtype == "F8_E4M3") {  // block-quantized: its scales beside it
+      const std::string scales_name = name + "_scale_inv";
+      if (x.transposed) {
+        return Status::invalid_argument(paths[static_cast<std::size_t>(x.shard)] + ": tensor '" + name +
+                                        "' has dtype F8_E4M3 in Conv1D's [in, out] layout; allowed: F32, "
+                                        "F16, BF16");
+      }
+      if (!shard_of.count(scales_name)) {
+        return Status::invalid_argument(paths[static_cast<std::size_t>(x.shard)] + ": tensor '" + name +
+                                        "' has dtype F8_E4M3 without its block scales '" + scales_name +
+                                        "'; allowed: F32, F16, BF16, or F8_E4M3 with them");
+      }
+      used[scales_name] = true;
+      MW_RETURN_IF_ERROR(w.locate_fp8_scales(headers[static_cast<std::size_t>(shard_of.at(scales_name))],
+                                             shard_of.at(scales_name), scales_name, x));
+    }
     w.dtype_ = w.dtype_.empty() || w.dtype_ == x.dtype ? x.dtype : "mixed";
     w.tensors_.push_back(std::move(x));
   }
@@ -267,9 +284,12 @@ Status HfWeights::locate(const nlohmann::json& header, int shard, const std::str
       x.element_bytes = 4;
     } else if (x.dtype == "F16" || x.dtype == "BF16") {
       x.element_bytes = 2;
+    } else if (x.dtype == "F8_E4M3" && want.size() == 2) {  // (block-quantized: open finds its scales)
+      x.element_bytes = 1;
     } else {
       return Status::invalid_argument(sh.path + ": tensor '" + name + "' has dtype " + x.dtype +
-                                      "; allowed: F32, F16, BF16");
+                                      "; allowed: F32, F16, BF16" +
+                                      (want.size() == 2 ? ", F8_E4M3 with block scales" : ""));
     }
     if (offsets.size() != 2 || offsets[1] < offsets[0] ||
         offsets[1] - offsets[0] != x.numel * static_cast<std::size_t>(x.element_bytes) ||
@@ -338,6 +358,86 @@ Status HfWeights::locate_mxfp4(const std::vector<nlohmann::json>& headers, int b
   return entry(scales, name + "_scales", {E, rows, in / 32}, x.scales_offset);
 }
 
+Status HfWeights::locate_fp8_scales(const nlohmann::json& header, int shard, const std::string& name,
+                                    Tensor& x) const {
+  const Shard& sh = shards_[static_cast<std::size_t>(shard)];
+  const auto blocks = [](std::size_t n) { return static_cast<long long>((n + kFp8Block - 1) / kFp8Block); };
+  const std::vector<long long> want = {blocks(x.out), blocks(x.in)};
+  try {
+    const nlohmann::json& e = header.at(name);
+    const auto dtype = e.at("dtype").get<std::string>();
+    const auto shape = e.at("shape").get<std::vector<long long>>();
+    const auto offsets = e.at("data_offsets").get<std::vector<std::size_t>>();
+    if (shape != want) {
+      return Status::invalid_argument(
+          sh.path + ": tensor '" + name + "' has shape " + shape_text(shape) + ", this model needs " +
+          shape_text(want) + "; allowed: one scale per 128 x 128 block (weight_block_size [128, 128])");
+    }
+    if (dtype != "F32" && dtype != "BF16") {
+      return Status::invalid_argument(sh.path + ": tensor '" + name + "' has dtype " + dtype +
+                                      "; allowed: F32 or BF16 block scales");
+    }
+    x.scale_bytes = dtype == "F32" ? 4 : 2;
+    const auto bytes = static_cast<std::size_t>(want[0] * want[1]) * static_cast<std::size_t>(x.scale_bytes);
+    if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] - offsets[0] != bytes ||
+        sh.data_start + offsets[1] > sh.size) {
+      return Status::invalid_argument(sh.path + ": tensor '" + name +
+                                      "': its data_offsets do not fit its shape or the " +
+                                      std::to_string(sh.size) + "-byte file (truncated?)");
+    }
+    x.scales_shard = shard;
+    x.scales_offset = sh.data_start + offsets[0];
+  } catch (const nlohmann::json::exception& ex) {
+    return Status::invalid_argument(sh.path + ": tensor '" + name + "': malformed header entry (" +
+                                    ex.what() + ")");
+  }
+  return Status::ok();
+}
+
+namespace {
+// OCP FP8 E4M3 (the "fn" variant: no infinities, S.1111.111 NaN): sign, 4 exponent bits (bias 7), 3
+// mantissa bits; exponent 0 subnormal (m / 8 x 2^-6).
+float fp8_e4m3(std::uint8_t b) {
+  const int e = (b >> 3) & 0x0f, m = b & 0x07;
+  const float sign = (b & 0x80) != 0 ? -1.0f : 1.0f;
+  if (e == 0x0f && m == 0x07) return std::numeric_limits<float>::quiet_NaN();
+  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
+  return sign * std::ldexp(static_cast<float>(8 + m), e - 10);
+}
+}  // namespace
+
+Status HfWeights::read_fp8(const Tensor& t, std::size_t first, std::size_t n, float* out) {
+  if (n == 0) return Status::ok();
+  // The block rows the range touches: their scales, widened to fp32.
+  const std::size_t cols = (t.in + kFp8Block - 1) / kFp8Block, row0 = first / t.in / kFp8Block,
+                    row1 = (first + n - 1) / t.in / kFp8Block;
+  const std::size_t count = (row1 - row0 + 1) * cols;
+  std::vector<float> scale(count);
+  const Shard& ss = shards_[static_cast<std::size_t>(t.scales_shard)];
+  const std::size_t scale_at = t.scales_offset + row0 * cols * static_cast<std::size_t>(t.scale_bytes);
+  if (t.scale_bytes == 4) {
+    MW_RETURN_IF_ERROR(io::pread_full(ss.fd, scale.data(), count * 4, scale_at, ss.path));
+  } else {
+    std::vector<std::uint16_t> bf(count);
+    MW_RETURN_IF_ERROR(io::pread_full(ss.fd, bf.data(), count * 2, scale_at, ss.path));
+    kernels::cast_bf16_to_f32(bf.data(), scale.data(), count);
+  }
+  float table[256];
+  for (int b = 0; b < 256; ++b) table[b] = fp8_e4m3(static_cast<std::uint8_t>(b));
+  const Shard& sh = shards_[static_cast<std::size_t>(t.shard)];
+  std::vector<std::uint8_t> bytes(std::min(n, kChunkElements));
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t k = std::min(bytes.size(), n - done);
+    MW_RETURN_IF_ERROR(io::pread_full(sh.fd, bytes.data(), k, t.file_offset + first + done, sh.path));
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::size_t at = first + done + i, r = at / t.in, col = at % t.in;
+      out[done + i] = table[bytes[i]] * scale[(r / kFp8Block - row0) * cols + col / kFp8Block];
+    }
+    done += k;
+  }
+  return Status::ok();
+}
+
 Status HfWeights::read_mxfp4(const Tensor& t, float* out) {
   // OCP Microscaling's FP4 (E2M1): sign, two exponent bits, one mantissa bit.
   static constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
@@ -397,6 +497,7 @@ Status HfWeights::read_elements(const Tensor& t, std::size_t first, std::size_t 
     MW_CHECK(first == 0 && n == t.numel, "HfWeights: an MXFP4 tensor is read whole");
     return read_mxfp4(t, out);
   }
+  if (t.element_bytes == 1) return read_fp8(t, first, n, out);
   const Shard& sh = shards_[static_cast<std::size_t>(t.shard)];
   const std::size_t at = t.file_offset + first * static_cast<std::size_t>(t.element_bytes);
   if (t.element_bytes == 4) return io::pread_full(sh.fd, out, n * 4, at, sh.path);

@@ -7,7 +7,9 @@
 // model-00001-of-0000N.safetensors, ...) is read the same way, each tensor from its shard, and so is a
 // PyTorch checkpoint (pytorch_model.bin, or the shards its index lists), indexed without running its pickle
 // (engine/model/torch_bin.h). gpt-oss's experts may be MXFP4 as OpenAI publishes them (gate_up_proj_blocks
-// and _scales, down_proj_blocks and _scales: U8), dequantized as read.
+// and _scales, down_proj_blocks and _scales: U8), dequantized as read; so are block-quantized FP8 weights
+// (DeepSeek-V3's, Kimi K2's and the Qwen3 FP8 releases': F8_E4M3 with a name_scale_inv of one F32 or BF16
+// scale per 128 x 128 block).
 #pragma once
 
 #include <cstddef>
@@ -68,7 +70,12 @@ class HfWeights {
     bool mxfp4 = false;
     int scales_shard = 0;
     std::size_t scales_offset = 0;
+    // Block FP8 (element_bytes 1, dtype F8_E4M3): each value times its 128 x 128 block's scale, from
+    // name_scale_inv [ceil(out / 128), ceil(in / 128)] (shard scales_shard at scales_offset, elements of
+    // scale_bytes: 4 for F32, 2 for BF16).
+    int scale_bytes = 0;
   };
+  static constexpr std::size_t kFp8Block = 128;
   HfWeights() = default;
   // Opens `path` as shards_[k] and parses its header into `header`.
   Status open_shard(const std::string& path, nlohmann::json& header);
@@ -81,6 +88,10 @@ class HfWeights {
                       const std::string& name, const std::vector<long long>& want, Tensor& x) const;
   // All of an MXFP4 tensor, dequantized into its [experts, in, rows] order.
   Status read_mxfp4(const Tensor& t, float* out);
+  // A block-FP8 weight's scales tensor name_scale_inv (shard `shard`) into x.
+  Status locate_fp8_scales(const nlohmann::json& header, int shard, const std::string& name, Tensor& x) const;
+  // Elements [first, first + n) of a block-FP8 weight, dequantized.
+  Status read_fp8(const Tensor& t, std::size_t first, std::size_t n, float* out);
   // A file's head tensor `head_name` (lm_head.weight, GPT-NeoX's embed_out.weight), if it has one, must be
   // the token embedding's copy.
   Status check_tied_head(const std::vector<nlohmann::json>& headers, const std::string& head_name);

@@ -1282,6 +1282,103 @@ TEST(Import, ReadsAModelSavedInShards) {
 // times a power of two per row, rewritten with its experts in MXFP4, reads back exactly; one byte set by hand
 // (0x71 under exponent 128: 0.5 x 2 then 6 x 2) lands as those two values in the gate's first row; a scale of
 // the wrong dtype or blocks of the wrong shape are one line naming the tensor.
+// Block-quantized FP8 weights as DeepSeek-V3, Kimi K2 and the Qwen3 FP8 releases publish them: each linear
+// weight F8_E4M3 (OCP's E4M3FN: 0x38 is 1, 0x7E 448, 0x01 the smallest subnormal 2^-9, 0xB4 -0.75) with a
+// weight_scale_inv of one scale per 128 x 128 block (F32, or BF16), the rest BF16/F32: read as value x its
+// block's scale, whole or by ranges that cross blocks; an FP8 weight without its scales, or scales of another
+// shape, is one line naming the tensor.
+TEST(Import, ReadsBlockFp8Weights) {
+  GptConfig c = small_llama_config();
+  c.channels = 16;
+  c.heads = 2;
+  c.ffn = 200;  // (the MLP's matrices: 2 blocks of rows or of columns)
+  const std::uint8_t codes[] = {0x38, 0x40, 0xC0, 0x01, 0x7E, 0x3C, 0x00, 0xB4};
+  const float values[] = {1.0f, 2.0f, -2.0f, 0x1p-9f, 448.0f, 1.5f, 0.0f, -0.75f};
+  std::vector<float> p(gpt_num_params(c)), want(p.size());
+  gpt_init(c, p.data(), 6);
+  nlohmann::ordered_json header;
+  std::string data;
+  const auto append = [&](const std::string& name, const char* dtype, const std::vector<std::size_t>& shape,
+                          const void* bytes, std::size_t n) {
+    header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n}}};
+    data.append(static_cast<const char*>(bytes), n);
+  };
+  int fp8 = 0;
+  for (const auto& t : hf_param_layout(c)) {
+    const bool linear = t.shape.size() == 2 && t.name.find(".layers.") != std::string::npos;
+    if (!linear) {
+      append(t.name, "F32", {t.numel}, p.data() + t.offset, 4 * t.numel);
+      if (t.shape.size() == 2) header[t.name]["shape"] = t.shape;
+      std::copy_n(p.data() + t.offset, t.numel, want.data() + t.offset);
+      continue;
+    }
+    const auto rows = static_cast<std::size_t>(t.shape[0]), cols = static_cast<std::size_t>(t.shape[1]);
+    const std::size_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+    std::vector<std::uint8_t> q(t.numel);
+    std::vector<float> scale(br * bc);
+    for (std::size_t i = 0; i < scale.size(); ++i)
+      scale[i] = 0.5f + static_cast<float>(i / bc + 2 * (i % bc));
+    for (std::size_t i = 0; i < t.numel; ++i) {
+      const std::size_t k = (i * 7 + static_cast<std::size_t>(fp8)) % 8;
+      q[i] = codes[k];
+      want[t.offset + i] = values[k] * scale[(i / cols) / 128 * bc + (i % cols) / 128];
+    }
+    append(t.name, "F8_E4M3", {rows, cols}, q.data(), q.size());
+    if (fp8 % 2 == 0) {
+      append(t.name + "_scale_inv", "F32", {br, bc}, scale.data(), 4 * scale.size());
+    } else {  // (BF16 scales: these are exact in bf16)
+      std::vector<std::uint16_t> s16(scale.size());
+      kernels::cast_f32_to_bf16(scale.data(), s16.data(), scale.size());
+      append(t.name + "_scale_inv", "BF16", {br, bc}, s16.data(), 2 * s16.size());
+    }
+    ++fp8;
+  }
+  ASSERT_GT(fp8, 4);
+  const std::string dir = temp_dir("import-fp8");
+  test_files::write_safetensors(dir + "/model.safetensors", header, data);
+  auto w = HfWeights::open(dir, c);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  EXPECT_EQ(w->dtype(), "mixed");
+  EXPECT_TRUE(w->ignored().empty());
+  std::vector<float> got(p.size());
+  ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+  EXPECT_EQ(got, want);
+  // A range of the down projection [16, 200] from inside its first column block into the second, and of
+  // the gate [200, 16] across its row blocks.
+  for (const auto& t : gpt_param_layout(c)) {
+    if (t.name != "model.layers.1.mlp.down_proj.weight" && t.name != "model.layers.0.mlp.gate_proj.weight")
+      continue;
+    const std::size_t from = t.offset + 120, n = t.numel - 150;
+    std::vector<float> part(n);
+    ASSERT_TRUE(w->read(from, n, part.data()).is_ok());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), want.begin() + static_cast<std::ptrdiff_t>(from)))
+        << t.name;
+  }
+  // Refusals: the scales missing, or of another block size.
+  const std::string gate = "model.layers.0.mlp.gate_proj.weight";
+  nlohmann::ordered_json bare = header;
+  bare.erase(gate + "_scale_inv");
+  test_files::write_safetensors(dir + "/model.safetensors", bare, data);
+  auto missing = HfWeights::open(dir, c);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("tensor '" + gate +
+                                            "' has dtype F8_E4M3 without its block "
+                                            "scales '" +
+                                            gate + "_scale_inv'"),
+            std::string::npos)
+      << missing.status().message();
+  nlohmann::ordered_json other = header;
+  other[gate + "_scale_inv"]["shape"] = {1, 1};
+  test_files::write_safetensors(dir + "/model.safetensors", other, data);
+  auto blocks = HfWeights::open(dir, c);
+  ASSERT_FALSE(blocks.is_ok());
+  EXPECT_NE(
+      blocks.status().message().find("'" + gate + "_scale_inv' has shape [1, 1], this model needs [2, 1]"),
+      std::string::npos)
+      << blocks.status().message();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Import, ReadsGptOssMxfp4Experts) {
   static constexpr float kFp4[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   GptConfig c = small_llama_config();
