@@ -573,7 +573,11 @@ int run_train(const TrainOptions& opt) {
                                       .c_str()
                                 : "",
                             c.router_aux > 0 ? strprintf(", load-balancing loss x %g", c.router_aux).c_str()
-                                             : "")
+                            : c.seq_aux_alpha > 0
+                                ? strprintf(", DeepSeek's balance loss x %g per %s", c.seq_aux_alpha,
+                                            c.seq_aux ? "sequence" : "micro-batch")
+                                      .c_str()
+                                : "")
                             .c_str()
                       : strprintf("%s of %d", c.gelu_mlp ? "GeGLU" : "SwiGLU", c.ffn_width()).c_str(),
                   c.kv_head_count(),

@@ -152,6 +152,12 @@ struct ModelSpec {
   // router probability), both over all the layers' tokens together; 0: none (output_router_logits false, the
   // published files' setting).
   double router_aux_loss = 0;
+  // DeepSeek's own balance loss (aux_loss_alpha, seq_aux; what memwall train computes): per layer of experts,
+  // alpha x the sum over experts of (its routing choices over their even share) x (its mean score), each
+  // sequence's (seq_aux, then the mean over sequences) or the micro-batch's; the scores the router's softmax
+  // (V2) or its sigmoid scores over their sum (V3's sequence-wise balance loss). 0: none.
+  double seq_aux_alpha = 0;
+  bool seq_aux = true;
   // GLM-4.5's routing (DeepSeek-V3's is the same; its reader does not set it, train refusing its latent
   // attention anyway): sigmoid scores instead of the softmax, the experts chosen by score
   // plus a per-expert correction bias (e_score_correction_bias: a buffer, not trained) among the

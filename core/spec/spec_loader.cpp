@@ -229,7 +229,7 @@ Status read_latent_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
 // counted; the next-token-prediction modules (num_nextn_predict_layers) only with the run's memwall.mtp.
 Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   const bool v3 = m.model_type != "deepseek_v2";
-  r.ignore({"aux_loss_alpha", "seq_aux", "ep_size", "auto_map"});
+  r.ignore({"ep_size", "auto_map"});
   MW_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", m.mtp_in_file, 0, 64));
   int freq = 1;
   MW_RETURN_IF_ERROR(r.get_int("moe_layer_freq", freq, 1, 1 << 20));
@@ -240,7 +240,7 @@ Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   }
   if (j.contains("n_routed_experts") && j["n_routed_experts"].is_null()) {  // a dense model
     r.ignore({"n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
-              "first_k_dense_replace"});
+              "first_k_dense_replace", "aux_loss_alpha", "seq_aux"});
     return Status::ok();
   }
   m.experts = v3 ? 256 : 64;
@@ -284,7 +284,11 @@ Status read_deepseek_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   m.routed_scale = v3 ? 2.5 : 1.0;
   MW_RETURN_IF_ERROR(r.get_number("routed_scaling_factor", m.routed_scale, 0.0, 1e6));
   m.norm_topk_prob = v3;
-  return r.get_bool("norm_topk_prob", m.norm_topk_prob);
+  MW_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", m.norm_topk_prob));
+  // DeepSeek's balance loss (DeepseekV2Config's and V3's defaults: 0.001, per sequence).
+  m.seq_aux_alpha = 0.001;
+  MW_RETURN_IF_ERROR(r.get_number("aux_loss_alpha", m.seq_aux_alpha, 0.0, 1e3));
+  return r.get_bool("seq_aux", m.seq_aux);
 }
 
 // Qwen3-Next's hybrid attention (Qwen3NextConfig's defaults): every full_attention_interval-th layer (4)
@@ -2183,6 +2187,8 @@ std::string to_json_text(const ModelSpec& m) {
             {"shared_expert_gate", m.shared_expert_gate},
             {"norm_topk_prob", m.norm_topk_prob},
             {"router_aux_loss", m.router_aux_loss},
+            {"seq_aux_alpha", m.seq_aux_alpha},
+            {"seq_aux", m.seq_aux},
             {"sigmoid_routing", m.sigmoid_routing},
             {"expert_groups", m.expert_groups},
             {"groups_per_token", m.groups_per_token},

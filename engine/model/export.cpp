@@ -297,6 +297,8 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     own["topk_group"] = c.groups_per_token;
     own["routed_scaling_factor"] = c.routed_scale;
     own["norm_topk_prob"] = c.norm_topk;
+    own["aux_loss_alpha"] = c.seq_aux_alpha;
+    own["seq_aux"] = c.seq_aux;
     if (!v2) own["num_nextn_predict_layers"] = 0;
     return llama_family_config(architecture, v2 ? "deepseek_v2" : "deepseek_v3", c, own, torch_dtype);
   }

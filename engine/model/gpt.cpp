@@ -146,10 +146,11 @@ Status validate(const GptConfig& c, int batch, int seq) {
         n(c.groups_per_token) + ") 1 to them, routed_scale > 0");
   }
   if (c.moe() && (!c.llama() || c.layer_norm || c.gelu_mlp || c.out_norms() || c.parallel_residual ||
-                  c.fused_names || c.glm || !(c.router_aux >= 0))) {
+                  c.fused_names || c.glm || !(c.router_aux >= 0) || !(c.seq_aux_alpha >= 0))) {
     return Status::invalid_argument(
         "model: a mixture of experts (experts > 0) is the Llama shape's with RMSNorms before the sublayers, "
-        "in sequence, SwiGLU experts, without Gemma's, GLM's or Phi-3's parts, router_aux >= 0");
+        "in sequence, SwiGLU experts, without Gemma's, GLM's or Phi-3's parts, router_aux and "
+        "seq_aux_alpha >= 0");
   }
   if (c.moe() && c.granite &&
       (c.qk_norm || c.qkv_bias || c.shared_ffn > 0 || c.sigmoid_routing || !c.norm_topk ||
@@ -1190,7 +1191,9 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       c.swiglu_limit = m.swiglu_limit;
     }
     c.group_by_best = m.group_by_best;  // (DeepSeek-V2's group_limited_greedy)
-    if (m.mla()) {                      // DeepSeek's latent attention (Kimi K2's is V3's)
+    c.seq_aux_alpha = m.seq_aux_alpha;  // (DeepSeek's balance loss)
+    c.seq_aux = m.seq_aux;
+    if (m.mla()) {  // DeepSeek's latent attention (Kimi K2's is V3's)
       c.kv_lora = m.kv_lora_rank;
       c.q_lora = m.q_lora_rank;
       c.rope_dim = m.rope_head_size;
@@ -1469,6 +1472,8 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.routed_scale = c.routed_scale;
       m.shared_expert_gate = c.shared_gate;
       m.group_by_best = c.group_by_best;
+      m.seq_aux_alpha = c.seq_aux_alpha;
+      m.seq_aux = c.seq_aux;
       if (c.gpt_oss) {  // biases on q, k, v, o, the router and the experts; the sink logits
         m.linear_bias = m.attn_bias = m.expert_bias = m.attn_sinks = true;
         m.swiglu_limit = c.swiglu_limit;
@@ -1969,6 +1974,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     for (auto* v : {&efc_, &egel_, &eout_})
       v->assign(static_cast<std::size_t>(S), std::vector<std::vector<float>>(E));
     rcount_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
+    rseq_.assign(static_cast<std::size_t>(c.layers), 0.0);
     rpsum_.assign(rcount_.size(), 0.0);
     for (auto* v : {&rlogit_, &drlogit_}) v->resize(N * E);
     drw_.resize(N * K);
@@ -2363,8 +2369,57 @@ void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
     egel_[a][e].resize(n * F);
     eout_[a][e].resize(n * C);
   }
+  if (c_.seq_aux_alpha > 0) rseq_[l] = seq_aux_loss(a, nullptr);
   // The experts add their weighted outputs to the attention's residual sum.
   std::copy(res1_[a].begin(), res1_[a].end(), resid_[l + 1].begin());
+}
+
+double GptModel::seq_aux_loss(std::size_t a, float* dscore) const {
+  const std::size_t E = static_cast<std::size_t>(c_.experts),
+                    K = static_cast<std::size_t>(c_.experts_per_token),
+                    N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  // The groups the loss averages over: each sequence, or the whole micro-batch.
+  const std::size_t per = c_.seq_aux ? static_cast<std::size_t>(T_) : N, groups = N / per;
+  const float* prob = rprob_[a].data();
+  const int* sel = rsel_[a].data();
+  std::vector<double> ce(E), score(E), q(E);
+  double loss = 0;
+  for (std::size_t b = 0; b < groups; ++b) {
+    std::fill(ce.begin(), ce.end(), 0.0);
+    std::fill(score.begin(), score.end(), 0.0);
+    for (std::size_t t = b * per; t < (b + 1) * per; ++t) {
+      for (std::size_t j = 0; j < K; ++j) ce[static_cast<std::size_t>(sel[t * K + j])] += 1;
+      const float* p = prob + t * E;
+      double sum = 1;  // (the softmax's probabilities as they are; sigmoid scores over their sum)
+      if (c_.sigmoid_routing) {
+        sum = 0;
+        for (std::size_t e = 0; e < E; ++e) sum += static_cast<double>(p[e]);
+      }
+      for (std::size_t e = 0; e < E; ++e) score[e] += static_cast<double>(p[e]) / sum;
+    }
+    const double share = static_cast<double>(per * K) / static_cast<double>(E);
+    for (std::size_t e = 0; e < E; ++e) {
+      ce[e] /= share;
+      loss += ce[e] * score[e] / static_cast<double>(per);
+    }
+    if (dscore == nullptr) continue;
+    // d loss / d q_te = alpha ce_e / (tokens x groups); with sigmoid routing q = s / S, so
+    // d/ds_e = (g_e - sum_f g_f q_f) / S.
+    const double coef = c_.seq_aux_alpha / (static_cast<double>(per) * static_cast<double>(groups));
+    for (std::size_t t = b * per; t < (b + 1) * per; ++t) {
+      const float* p = prob + t * E;
+      float* d = dscore + t * E;
+      if (!c_.sigmoid_routing) {
+        for (std::size_t e = 0; e < E; ++e) d[e] += static_cast<float>(coef * ce[e]);
+        continue;
+      }
+      double sum = 0, dot = 0;
+      for (std::size_t e = 0; e < E; ++e) sum += static_cast<double>(p[e]);
+      for (std::size_t e = 0; e < E; ++e) dot += coef * ce[e] * static_cast<double>(p[e]) / sum;
+      for (std::size_t e = 0; e < E; ++e) d[e] += static_cast<float>((coef * ce[e] - dot) / sum);
+    }
+  }
+  return c_.seq_aux_alpha * loss / static_cast<double>(groups);
 }
 
 void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
@@ -2419,13 +2474,18 @@ void GptModel::route_backward(std::size_t a) {
     for (std::size_t e = 0; e < E; ++e)
       aux[e] = c_.router_aux * static_cast<double>(E) * over_layers(rcount_, e) / (tokens * tokens);
   }
-  std::vector<float> dp(E);
+  std::vector<float> dp(E), dseq;
+  if (c_.seq_aux_alpha > 0) {  // DeepSeek's balance loss's gradient at every token's scores
+    dseq.assign(N * E, 0.0f);
+    seq_aux_loss(a, dseq.data());
+  }
   for (std::size_t t = 0; t < N; ++t) {
     const float* p = rprob_[a].data() + t * E;
     const int* sel = rsel_[a].data() + t * K;
     const float* w = rwt_[a].data() + t * K;
     const float* dw = drw_.data() + t * K;
-    for (std::size_t e = 0; e < E; ++e) dp[e] = static_cast<float>(aux[e]);
+    for (std::size_t e = 0; e < E; ++e)
+      dp[e] = static_cast<float>(aux[e]) + (dseq.empty() ? 0.0f : dseq[t * E + e]);
     const auto scale = static_cast<float>(c_.routed_scale);
     if (c_.norm_topk) {  // w_j = scale p_j / S: dp_j = scale (dw_j - sum_i dw_i w_i / scale) / S
       float chosen = 0, dot = 0;
@@ -2659,6 +2719,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
         k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
       if (c_.moe() && c_.router_aux > 0) loss_ += static_cast<float>(aux_loss());
+      if (c_.moe() && c_.seq_aux_alpha > 0) {  // (DeepSeek's balance loss, each layer's)
+        double seq = 0;
+        for (double x : rseq_) seq += x;
+        loss_ += static_cast<float>(seq);
+      }
       break;
   }
 }

@@ -197,6 +197,13 @@ struct GptConfig {
   int expert_ffn = 0;  // (0: ffn_width())
   bool norm_topk = false;
   double router_aux = 0;
+  // DeepSeek's balance loss (aux_loss_alpha; 0: none): per layer of experts, seq_aux_alpha x the sum over
+  // experts of (its routing choices over its even share, K x tokens / experts) x (its mean score), over each
+  // sequence's tokens and averaged over the sequences (seq_aux) or over the micro-batch's; the scores the
+  // softmax's probabilities, or with sigmoid routing the sigmoid scores over their sum (DeepSeek-V3's
+  // sequence-wise balance loss). Its gradient reaches the router through the scores only.
+  double seq_aux_alpha = 0;
+  bool seq_aux = true;
   // Qwen2-MoE's shared expert: a SwiGLU MLP of shared_ffn inner features every token goes through beside its
   // routed experts, its output times the sigmoid of shared_expert_gate (a linear of channels x 1); 0: none.
   // Hugging Face names mlp.shared_expert.gate_proj, up_proj, down_proj and mlp.shared_expert_gate.
@@ -657,6 +664,9 @@ class GptModel {
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);
   double aux_loss() const;
+  // DeepSeek's balance loss of layer l's routing (slot a): its value, and (grad) its gradient at each
+  // token's scores (prob_) added into dscore [tokens][experts].
+  double seq_aux_loss(std::size_t a, float* dscore) const;
   // Expert e's entry of a per-layer [layers][experts] table (rcount_, rpsum_), summed over the layers.
   double over_layers(const std::vector<double>& per_layer, std::size_t e) const;
   // The rotary shapes' attention input: qkv_[l] with K and V repeated to every query head and rotary
@@ -748,6 +758,7 @@ class GptModel {
   std::vector<std::vector<std::vector<int>>> erows_;
   std::vector<std::vector<std::vector<float>>> efc_, egel_, eout_;
   std::vector<double> rcount_, rpsum_;
+  std::vector<double> rseq_;  // per layer: DeepSeek's balance loss of its routing (0 for dense layers)
   // Qwen2-MoE's shared expert, per activation slot: its fc1, SwiGLU and down outputs and its gate's sigmoid;
   // scratch: the gate's logits (and their gradient) and the output's gradient.
   std::vector<std::vector<float>> sfc_, sgel_, sout_, sgate_;

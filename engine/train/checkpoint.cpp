@@ -155,6 +155,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"gpt_oss", c.gpt_oss},
           {"swiglu_limit", c.swiglu_limit},
           {"group_by_best", c.group_by_best},
+          {"seq_aux_alpha", c.seq_aux_alpha},
+          {"seq_aux", c.seq_aux},
           {"kv_lora", c.kv_lora},
           {"q_lora", c.q_lora},
           {"rope_dim", c.rope_dim},
@@ -265,7 +267,9 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.gpt_oss = j.value("gpt_oss", false);  // (gpt-oss's biases, sinks and clamped SwiGLU)
     c.swiglu_limit = j.value("swiglu_limit", 7.0);
     c.group_by_best = j.value("group_by_best", false);  // (DeepSeek-V2's)
-    c.kv_lora = j.value("kv_lora", 0);                  // (DeepSeek's latent attention)
+    c.seq_aux_alpha = j.value("seq_aux_alpha", 0.0);    // (DeepSeek's balance loss)
+    c.seq_aux = j.value("seq_aux", true);
+    c.kv_lora = j.value("kv_lora", 0);  // (DeepSeek's latent attention)
     c.q_lora = j.value("q_lora", 0);
     c.rope_dim = j.value("rope_dim", 0);
     c.v_dim = j.value("v_dim", 0);

@@ -2833,6 +2833,8 @@ TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
   EXPECT_EQ(v3.latest["kv_lora"], 32);
   EXPECT_EQ(v3.latest["q_lora"], 32);
   EXPECT_EQ(v3.latest["deepseek"], 3);
+  EXPECT_EQ(v3.latest["seq_aux_alpha"], 0.001);  // (DeepseekV3Config's aux_loss_alpha)
+  EXPECT_EQ(v3.config["aux_loss_alpha"], 0.001);
   EXPECT_EQ(v3.config["architectures"][0], "DeepseekV3ForCausalLM");
   EXPECT_EQ(v3.config["rope_scaling"]["mscale_all_dim"], 1.0);
   EXPECT_EQ(v3.config["q_lora_rank"], 32);

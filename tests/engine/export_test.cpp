@@ -626,6 +626,7 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
   v3.sigmoid_routing = v3.norm_topk = true;
   v3.expert_groups = 2;
   v3.routed_scale = 2.5;
+  v3.seq_aux_alpha = 0.002;
   GptConfig v2 = v3;
   v2.deepseek = 2;
   v2.q_lora = 0;
@@ -635,6 +636,7 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
   v2.group_by_best = true;
   v2.shared_ffn = 8;
   v2.routed_scale = 16;
+  v2.seq_aux = false;
   GptConfig dense = v3;
   dense.experts = dense.experts_per_token = dense.expert_ffn = dense.shared_ffn = dense.dense_layers = 0;
   dense.sigmoid_routing = dense.norm_topk = false;
@@ -675,6 +677,10 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
     EXPECT_EQ(back.expert_groups, c.expert_groups);
     EXPECT_EQ(back.routed_scale, c.routed_scale);
     EXPECT_EQ(back.norm_topk, c.norm_topk);
+    if (c.moe()) {
+      EXPECT_EQ(back.seq_aux_alpha, c.seq_aux_alpha);
+      EXPECT_EQ(back.seq_aux, c.seq_aux);
+    }
     EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
     ASSERT_EQ(gpt_num_params(back), gpt_num_params(c));
     auto w = HfWeights::open(dir, back);

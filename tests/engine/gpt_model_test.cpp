@@ -233,7 +233,8 @@ GptConfig deepseek_dense() {
 
 // DeepSeek-V3's: that attention, the first of 3 layers dense, then GLM-4.5's routing (8 experts of 6 in 4
 // groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias, renormalised, x 2.5)
-// beside an ungated shared expert of 6.
+// beside an ungated shared expert of 6; DeepSeek's balance loss per sequence at 0.05 (its scores the sigmoid
+// scores over their sum).
 GptConfig deepseek_v3() {
   GptConfig c = deepseek_dense();
   c.layers = 3;
@@ -247,12 +248,14 @@ GptConfig deepseek_v3() {
   c.expert_groups = 4;
   c.groups_per_token = 2;
   c.routed_scale = 2.5;
+  c.seq_aux_alpha = 0.05;  // (DeepSeek's balance loss, per sequence)
   return c;
 }
 
 // DeepSeek-V2's (V2-Lite's q_proj without a query latent, values as wide as the heads): softmax routing of 8
 // experts in 4 groups, 2 a token from the 2 groups whose best expert is most probable (group_limited_greedy),
-// their probabilities x 2, beside two ungated shared experts (12); the first layer dense.
+// their probabilities x 2, beside two ungated shared experts (12); the first layer dense; the balance loss
+// over the micro-batch (seq_aux false), of the softmax's probabilities.
 GptConfig deepseek_v2() {
   GptConfig c = deepseek_v3();
   c.deepseek = 2;
@@ -263,6 +266,7 @@ GptConfig deepseek_v2() {
   c.group_by_best = true;
   c.shared_ffn = 12;
   c.routed_scale = 2;
+  c.seq_aux = false;  // (over the micro-batch)
   return c;
 }
 
@@ -1685,6 +1689,8 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"rope_dim", c.rope_dim},
                                    {"v_dim", c.v_dim},
                                    {"group_by_best", c.group_by_best},
+                                   {"seq_aux_alpha", c.seq_aux_alpha},
+                                   {"seq_aux", c.seq_aux},
                                    {"windows", windows},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

@@ -31,7 +31,9 @@ up to +-it, (up + 1) x gate x sigmoid(1.702 gate) @ down_proj [experts, F, C] + 
 "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
-checkpoints' names (tests/engine/gpt_model_test.cpp).
+checkpoints' names (tests/engine/gpt_model_test.cpp). DeepSeek's ("mla": its latent attention; "group_by_best":
+V2's group_limited_greedy; "seq_aux_alpha" > 0: its MoEGate's balance loss of every layer, per sequence with
+"seq_aux", scores the softmax's or the sigmoid scores over their sum) too.
 
 usage: moe_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
@@ -41,7 +43,18 @@ import sys
 import reference_io
 
 
-def forward(cfg, t, tokens, torch, router_logits):
+def deepseek_balance(scores, chosen, E, K, per_sequence, torch):
+    """DeepSeek's balance loss of one layer (its MoEGate's aux_loss without alpha): per sequence (seq_aux) or
+    over the batch, the sum over experts of (its choices over their even share) x (its mean score), averaged
+    over the sequences. scores [B, T, E], chosen [B, T, K]."""
+    if not per_sequence:
+        scores, chosen = scores.reshape(1, -1, E), chosen.reshape(1, -1, K)
+    n = scores.shape[1]
+    ce = torch.nn.functional.one_hot(chosen, E).to(scores.dtype).sum(dim=(1, 2)) / (n * K / E)
+    return (ce * scores.mean(dim=1)).sum(dim=1).mean()
+
+
+def forward(cfg, t, tokens, torch, router_logits, balance=None):
     """The logits [B, T, vocab] of `tokens`; each layer's router logits appended to router_logits."""
     B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs, eps, E, K = cfg["head_dim"], cfg["norm_eps"], cfg["experts"], cfg["experts_per_token"]
@@ -134,6 +147,7 @@ def forward(cfg, t, tokens, torch, router_logits):
             if cfg["norm_topk"]:
                 top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)
             top = top * cfg["routed_scale"]
+            aux_scores = scores / scores.sum(dim=-1, keepdim=True)  # (DeepSeek-V3's: normalised)
         else:
             prob = torch.softmax(z, dim=-1)
             choice = prob
@@ -147,6 +161,9 @@ def forward(cfg, t, tokens, torch, router_logits):
             if cfg["norm_topk"]:
                 top = top / top.sum(dim=-1, keepdim=True)
             top = top * cfg["routed_scale"]
+            aux_scores = prob
+        if cfg.get("seq_aux_alpha", 0) > 0:
+            balance.append(deepseek_balance(aux_scores, chosen, E, K, cfg["seq_aux"], torch))
         out = torch.zeros_like(x)
         for e in range(E):
             weight = (top * (chosen == e)).sum(dim=-1, keepdim=True)  # [B, T, 1]: 0 where not chosen
@@ -192,12 +209,14 @@ def main():
         sys.exit(77)
     d = sys.argv[1]
     cfg, t, flat, tokens, targets = reference_io.load(d, torch)
-    router_logits = []
-    logits = forward(cfg, t, tokens, torch, router_logits)
+    router_logits, balance = [], []
+    logits = forward(cfg, t, tokens, torch, router_logits, balance)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.view(-1))
     if cfg["router_aux"] > 0:
         loss = loss + cfg["router_aux"] * load_balancing_loss(router_logits, cfg["experts"],
                                                               cfg["experts_per_token"], torch)
+    if balance:  # DeepSeek's: every layer's
+        loss = loss + cfg["seq_aux_alpha"] * sum(balance)
     reference_io.save(d, loss, flat, torch)
 
 
