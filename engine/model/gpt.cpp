@@ -171,7 +171,7 @@ Status validate(const GptConfig& c, int batch, int seq) {
       (c.mla() && (!c.llama() || c.rope_dim < 2 || c.rope_dim % 2 != 0 || c.nope_dim() < 0 || c.v_dim < 1 ||
                    c.v_dim > c.head_size() || c.kv_head_count() != c.heads || c.qk_norm || c.qkv_bias ||
                    c.layer_norm || c.gpt_oss || c.clip_qkv > 0 || c.out_norms() || c.nope_every > 0 ||
-                   c.rope_windowed_only || c.partial_rotary != 1)) ||
+                   c.rope_windowed_only || c.partial_rotary != 1 || c.sliding_window > 0)) ||
       (!c.mla() && (c.q_lora > 0 || c.deepseek != 0))) {
     return Status::invalid_argument(
         "model: the latent attention (kv_lora " + std::to_string(c.kv_lora) + ", q_lora " +
@@ -180,8 +180,8 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "head, an even rope_dim (" +
         std::to_string(c.rope_dim) + ") of 2 or more up to the head size (" + std::to_string(c.head_size()) +
         "), v_dim (" + std::to_string(c.v_dim) +
-        ") 1 to the head size, without q/k norms, q/k/v biases or partial_rotary; q_lora and deepseek with "
-        "it only");
+        ") 1 to the head size, without q/k norms, q/k/v biases, partial_rotary or a window; q_lora and "
+        "deepseek with it only");
   }
   if (c.nope_every < 0 || (c.nope_every > 0 && !c.llama())) {
     return Status::invalid_argument(

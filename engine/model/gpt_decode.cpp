@@ -57,7 +57,6 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
     lkva_.resize(T * (kvl + static_cast<std::size_t>(c.rope_dim)));
     lkvc_.resize(T * kvl);
     lkvn_.resize(T * kvl);
-    lkvb_.resize(T * static_cast<std::size_t>(c.kv_b_width()));
     lo_.resize(T * static_cast<std::size_t>(c.attn_out_width()));
   }
   mean_.resize(T);
@@ -74,7 +73,10 @@ std::size_t GptDecoder::cache_bytes() const {
 std::size_t GptDecoder::cache_capacity_bytes() const {
   std::size_t rows = 0;
   for (int cap : capacity_) rows += static_cast<std::size_t>(cap);
-  return 2 * rows * static_cast<std::size_t>(c_.kv_width()) * sizeof(float);
+  // (the latent attention's: one latent and rotary key part a position)
+  const std::size_t width = c_.mla() ? static_cast<std::size_t>(c_.kv_lora + c_.rope_dim)
+                                     : 2 * static_cast<std::size_t>(c_.kv_width());
+  return rows * width * sizeof(float);
 }
 
 Result<const float*> GptDecoder::append(const int* tokens, int n) {
@@ -100,9 +102,12 @@ Result<const float*> GptDecoder::append(const int* tokens, int n) {
   return static_cast<const float*>(logits_.data());
 }
 
-void GptDecoder::mla_rows(int n, std::size_t first) {
+void GptDecoder::mla_rows(int n, std::size_t first, int layer) {
   const auto at = [this](std::size_t i) { return params_ + layout_[i].offset; };
-  const int C = c_.channels, Q = c_.q_width(), KA = c_.kv_lora + c_.rope_dim, KB = c_.kv_b_width();
+  const int C = c_.channels, Q = c_.q_width(), L = c_.kv_lora, R = c_.rope_dim, KA = L + R,
+            D = c_.head_size(), P = c_.nope_dim(), V = c_.v_dim;
+  const auto Lz = static_cast<std::size_t>(L), Rz = static_cast<std::size_t>(R),
+             KAz = static_cast<std::size_t>(KA);
   std::size_t t = first;
   const float* q_in = ln_.data();
   int q_width = C;
@@ -117,18 +122,73 @@ void GptDecoder::mla_rows(int n, std::size_t first) {
   k::matmul_forward(lq_.data(), q_in, at(t), nullptr, n, q_width, Q);
   k::matmul_forward(lkva_.data(), ln_.data(), at(t + 1), nullptr, n, C, KA);
   for (int r = 0; r < n; ++r) {  // the key/value latent (before the rotary key part), normed
-    std::copy_n(lkva_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(KA), c_.kv_lora,
-                lkvc_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(c_.kv_lora));
+    std::copy_n(lkva_.data() + static_cast<std::size_t>(r) * KAz, L,
+                lkvc_.data() + static_cast<std::size_t>(r) * Lz);
   }
-  k::rmsnorm_forward(lkvn_.data(), rstd_.data(), lkvc_.data(), at(t + 2), n, c_.kv_lora,
-                     GptConfig::kLatentNormEps);
-  k::matmul_forward(lkvb_.data(), lkvn_.data(), at(t + 3), nullptr, n, c_.kv_lora, KB);
+  k::rmsnorm_forward(lkvn_.data(), rstd_.data(), lkvc_.data(), at(t + 2), n, L, GptConfig::kLatentNormEps);
+  const float* up = at(t + 3);  // kv_b_proj [heads x (nope + value)][kv_lora]
+  // Rotary positions on each query head's rotary part (after its nope part) and on the shared key part.
+  const double rope_scale = c_.rope_attention_scale();
+  k::rope_rotate(lq_.data() + P, 1, n, Q, c_.heads, D, inv_freq_.data(), pos_, false, rope_scale, R,
+                 c_.rope_pairs());
+  k::rope_rotate(lkva_.data() + L, 1, n, KA, 1, R, inv_freq_.data(), pos_, false, rope_scale, R,
+                 c_.rope_pairs());
+  // The cache: each position's normed latent and its turned key part, kv_lora + rope_dim floats a layer.
+  auto& cache = k_[static_cast<std::size_t>(layer)];
+  const std::size_t need = (static_cast<std::size_t>(pos_) + static_cast<std::size_t>(n)) * KAz;
+  if (cache.size() < need) {
+    cache.resize(std::min(static_cast<std::size_t>(c_.max_seq) * KAz, std::max(need, 2 * cache.size())));
+  }
   for (int r = 0; r < n; ++r) {
-    const auto rz = static_cast<std::size_t>(r);
-    mla_heads(c_, lq_.data() + rz * static_cast<std::size_t>(Q),
-              lkva_.data() + rz * static_cast<std::size_t>(KA),
-              lkvb_.data() + rz * static_cast<std::size_t>(KB),
-              qkv_.data() + rz * static_cast<std::size_t>(c_.qkv_width()));
+    float* row = cache.data() + (static_cast<std::size_t>(pos_) + static_cast<std::size_t>(r)) * KAz;
+    std::copy_n(lkvn_.data() + static_cast<std::size_t>(r) * Lz, L, row);
+    std::copy_n(lkva_.data() + static_cast<std::size_t>(r) * KAz + Lz, R, row + Lz);
+  }
+  // Each head's query absorbed into the latent (W_uk^T q_nope), its scores against every cached latent plus
+  // rotary part, the probabilities' sum of latents, and that through W_uv: the head's value.
+  const float scale = k::attention_scale(c_.score_scale(), D), cap = c_.score_cap();
+  std::vector<float> ql(Lz), ol(Lz);
+  for (int r = 0; r < n; ++r) {
+    const int last = pos_ + r;
+    if (scores_.size() < static_cast<std::size_t>(last + 1))
+      scores_.resize(static_cast<std::size_t>(last + 1));
+    for (int h = 0; h < c_.heads; ++h) {
+      const float* q = lq_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(Q) +
+                       static_cast<std::size_t>(h) * static_cast<std::size_t>(D);
+      const float* w_uk = up + static_cast<std::size_t>(h) * static_cast<std::size_t>(P + V) * Lz;
+      const float* w_uv = w_uk + static_cast<std::size_t>(P) * Lz;
+      std::fill(ql.begin(), ql.end(), 0.0f);
+      for (int i = 0; i < P; ++i) {
+        const float* row = w_uk + static_cast<std::size_t>(i) * Lz;
+        for (std::size_t j = 0; j < Lz; ++j) ql[j] += q[i] * row[j];
+      }
+      float maxv = -INFINITY;
+      for (int u = 0; u <= last; ++u) {
+        const float* kv = cache.data() + static_cast<std::size_t>(u) * KAz;
+        float dot = 0;
+        for (std::size_t j = 0; j < Lz; ++j) dot += ql[j] * kv[j];
+        for (std::size_t j = 0; j < Rz; ++j) dot += q[static_cast<std::size_t>(P) + j] * kv[Lz + j];
+        scores_[static_cast<std::size_t>(u)] = k::soft_cap(dot * scale, cap);
+        maxv = std::max(maxv, scores_[static_cast<std::size_t>(u)]);
+      }
+      float sum = 0;
+      for (int u = 0; u <= last; ++u)
+        sum += (scores_[static_cast<std::size_t>(u)] = std::exp(scores_[static_cast<std::size_t>(u)] - maxv));
+      std::fill(ol.begin(), ol.end(), 0.0f);
+      for (int u = 0; u <= last; ++u) {
+        const float a = scores_[static_cast<std::size_t>(u)] / sum;
+        const float* kv = cache.data() + static_cast<std::size_t>(u) * KAz;
+        for (std::size_t j = 0; j < Lz; ++j) ol[j] += a * kv[j];
+      }
+      float* o = lo_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(c_.attn_out_width()) +
+                 static_cast<std::size_t>(h) * static_cast<std::size_t>(V);
+      for (int v = 0; v < V; ++v) {
+        const float* row = w_uv + static_cast<std::size_t>(v) * Lz;
+        float acc = 0;
+        for (std::size_t j = 0; j < Lz; ++j) acc += row[j] * ol[j];
+        o[v] = acc;
+      }
+    }
   }
 }
 
@@ -237,96 +297,91 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];
     input_norm(p);
-    const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
-    if (c_.mla()) {
-      mla_rows(n, p + n1);
+    if (c_.mla()) {  // DeepSeek's latent attention, its latents cached: into lo_
+      mla_rows(n, p + n1, l);
     } else {
+      const float* qkv_bias = !llama ? attn_bias(p + qkv_w + wq) : c_.qkv_bias ? at(p + qkv_b) : nullptr;
       k::matmul_forward(qkv_.data(), ln_.data(), at(p + qkv_w), qkv_bias, n, C, Wq);
-    }
-    if (c_.clip_qkv > 0) {  // OLMo 1.7's
-      k::clamp_forward(qkv_.data(), static_cast<std::size_t>(n) * static_cast<std::size_t>(Wq),
-                       static_cast<float>(c_.clip_qkv));
-    }
-    if (c_.qk_layernorm) {  // StableLM 2 12B's LayerNorm of each head, in place
-      k::head_layernorm_forward(qkv_.data(), mqk_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
-                                c_.heads + c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps));
-    } else if (c_.qk_norm) {  // each query and key head normed, in place
-      k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
-                              c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
-                              c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
-    }
-    // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
-    if (c_.rotary_at(l)) {  // (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's NoPE ones)
-      const bool local = c_.local_rope(l);
-      const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
-      const double* freq = (local ? local_freq_ : inv_freq_).data();
-      const int rot = c_.rotary_dim();
-      k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot,
-                     c_.rope_pairs());
-      k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot,
-                     c_.rope_pairs());
-    }
-    // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
-    // layer, whose older positions no query attends any more), the cache grown as positions arrive.
-    const auto capacity = static_cast<std::size_t>(capacity_[static_cast<std::size_t>(l)]);
-    const std::size_t need = std::min(capacity, static_cast<std::size_t>(pos_) + rows) * KVz;
-    if (keys.size() < need) {
-      const std::size_t grown = std::min(capacity * KVz, std::max(need, 2 * keys.size()));
-      keys.resize(grown);
-      values.resize(grown);
-    }
-    const auto slot = [&](int u) { return static_cast<std::size_t>(u) % capacity * KVz; };
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t row = slot(pos_ + static_cast<int>(r));
-      std::copy_n(qkv_.data() + r * Wqz + Qz, KVz, keys.data() + row);
-      std::copy_n(qkv_.data() + r * Wqz + Qz + KVz, KVz, values.data() + row);
-    }
-    // Causal attention of each new position's query over the positions up to it (those in the layer's
-    // window, if it has one), head by head (a query head reads its group's key/value head).
-    const int window = c_.attention_window(l);
-    for (std::size_t r = 0; r < rows; ++r) {
-      const int last = pos_ + static_cast<int>(r), lo = k::attention_window_start(last, window);
-      if (scores_.size() < static_cast<std::size_t>(last - lo + 1))
-        scores_.resize(static_cast<std::size_t>(last - lo + 1));
-      float* score = scores_.data();  // score[u - lo] for u in [lo, last]
-      for (int h = 0; h < c_.heads; ++h) {
-        const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
-                          kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
-        const float* q = qkv_.data() + r * Wqz + off;
-        const float slope = k::alibi_head_slope(c_.alibi_scale(), h, c_.heads);  // BLOOM's, Falcon's, MPT's
-        // (gpt-oss's sink logit: one more score in the denominator)
-        const float sink = c_.gpt_oss ? at(p + proj_w + 2)[h] : -INFINITY;
-        float maxv = sink;
-        for (int u = lo; u <= last; ++u) {
-          const float* key = keys.data() + slot(u) + kv_off;
-          float dot = 0;
-          for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
-          score[u - lo] = k::soft_cap(dot * scale, cap) + slope * static_cast<float>(u - last);
-          maxv = std::max(maxv, score[u - lo]);
-        }
-        float sum = c_.gpt_oss ? std::exp(sink - maxv) : 0.0f;
-        for (int u = lo; u <= last; ++u) {
-          score[u - lo] = std::exp(score[u - lo] - maxv);
-          sum += score[u - lo];
-        }
-        const float inv = 1.0f / sum;
-        float* o = y_.data() + r * Qz + off;
-        std::fill_n(o, hs, 0.0f);
-        for (int u = lo; u <= last; ++u) {
-          const float a = score[u - lo] * inv;
-          const float* value = values.data() + slot(u) + kv_off;
-          for (int i = 0; i < hs; ++i) o[i] += a * value[i];
+      if (c_.clip_qkv > 0) {  // OLMo 1.7's
+        k::clamp_forward(qkv_.data(), static_cast<std::size_t>(n) * static_cast<std::size_t>(Wq),
+                         static_cast<float>(c_.clip_qkv));
+      }
+      if (c_.qk_layernorm) {  // StableLM 2 12B's LayerNorm of each head, in place
+        k::head_layernorm_forward(qkv_.data(), mqk_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n,
+                                  Wq, c_.heads + c_.kv_head_count(), hs, static_cast<float>(c_.norm_eps));
+      } else if (c_.qk_norm) {  // each query and key head normed, in place
+        k::head_rmsnorm_forward(qkv_.data(), rqk_.data(), qkv_.data(), at(p + qkv_b + qb), n, Wq,
+                                c_.qk_norm_heads(), c_.qk_norm_kv_heads(), c_.qk_norm_width(),
+                                c_.qk_norm_kv_width(), static_cast<float>(c_.norm_eps), c_.norm_offset());
+      }
+      // Rotary positions on the new rows' queries and keys (Gemma 3's local base on its windows).
+      if (c_.rotary_at(l)) {  // (not Cohere2's and EXAONE 4's global layers, nor SmolLM3's NoPE ones)
+        const bool local = c_.local_rope(l);
+        const double rope_scale = local ? 1.0 : c_.rope_attention_scale();
+        const double* freq = (local ? local_freq_ : inv_freq_).data();
+        const int rot = c_.rotary_dim();
+        k::rope_rotate(qkv_.data(), 1, n, Wq, c_.heads, hs, freq, pos_, false, rope_scale, rot,
+                       c_.rope_pairs());
+        k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot,
+                       c_.rope_pairs());
+      }
+      // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
+      // layer, whose older positions no query attends any more), the cache grown as positions arrive.
+      const auto capacity = static_cast<std::size_t>(capacity_[static_cast<std::size_t>(l)]);
+      const std::size_t need = std::min(capacity, static_cast<std::size_t>(pos_) + rows) * KVz;
+      if (keys.size() < need) {
+        const std::size_t grown = std::min(capacity * KVz, std::max(need, 2 * keys.size()));
+        keys.resize(grown);
+        values.resize(grown);
+      }
+      const auto slot = [&](int u) { return static_cast<std::size_t>(u) % capacity * KVz; };
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::size_t row = slot(pos_ + static_cast<int>(r));
+        std::copy_n(qkv_.data() + r * Wqz + Qz, KVz, keys.data() + row);
+        std::copy_n(qkv_.data() + r * Wqz + Qz + KVz, KVz, values.data() + row);
+      }
+      // Causal attention of each new position's query over the positions up to it (those in the layer's
+      // window, if it has one), head by head (a query head reads its group's key/value head).
+      const int window = c_.attention_window(l);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const int last = pos_ + static_cast<int>(r), lo = k::attention_window_start(last, window);
+        if (scores_.size() < static_cast<std::size_t>(last - lo + 1))
+          scores_.resize(static_cast<std::size_t>(last - lo + 1));
+        float* score = scores_.data();  // score[u - lo] for u in [lo, last]
+        for (int h = 0; h < c_.heads; ++h) {
+          const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(hs),
+                            kv_off = static_cast<std::size_t>(h / group) * static_cast<std::size_t>(hs);
+          const float* q = qkv_.data() + r * Wqz + off;
+          const float slope = k::alibi_head_slope(c_.alibi_scale(), h, c_.heads);  // BLOOM's, Falcon's, MPT's
+          // (gpt-oss's sink logit: one more score in the denominator)
+          const float sink = c_.gpt_oss ? at(p + proj_w + 2)[h] : -INFINITY;
+          float maxv = sink;
+          for (int u = lo; u <= last; ++u) {
+            const float* key = keys.data() + slot(u) + kv_off;
+            float dot = 0;
+            for (int i = 0; i < hs; ++i) dot += q[i] * key[i];
+            score[u - lo] = k::soft_cap(dot * scale, cap) + slope * static_cast<float>(u - last);
+            maxv = std::max(maxv, score[u - lo]);
+          }
+          float sum = c_.gpt_oss ? std::exp(sink - maxv) : 0.0f;
+          for (int u = lo; u <= last; ++u) {
+            score[u - lo] = std::exp(score[u - lo] - maxv);
+            sum += score[u - lo];
+          }
+          const float inv = 1.0f / sum;
+          float* o = y_.data() + r * Qz + off;
+          std::fill_n(o, hs, 0.0f);
+          for (int u = lo; u <= last; ++u) {
+            const float a = score[u - lo] * inv;
+            const float* value = values.data() + slot(u) + kv_off;
+            for (int i = 0; i < hs; ++i) o[i] += a * value[i];
+          }
         }
       }
     }
     // Projection and residual, then the MLP and its residual (x_ is the residual stream).
     // (parallel_residual: the MLP's norm reads the block's input, before the attention's output is added.)
-    const float* attn_out = y_.data();
-    if (c_.mla()) {  // (each head's value width, without the padding)
-      mla_values(c_, n, y_.data(), lo_.data(), true);
-      attn_out = lo_.data();
-    }
-    k::matmul_forward(proj_.data(), attn_out, at(p + proj_w),
+    k::matmul_forward(proj_.data(), c_.mla() ? lo_.data() : y_.data(), at(p + proj_w),
                       c_.gpt_oss ? at(p + proj_w + 1) : attn_bias(p + proj_w + 1), n, c_.attn_out_width(), C);
     // (With one norm the MLP reads ln_1's output, still in ln_.)
     if (c_.parallel_residual && !c_.shared_norm()) norm(ln_.data(), x_.data(), p + ln2_w, n);

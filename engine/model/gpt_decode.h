@@ -62,11 +62,14 @@ class GptDecoder {
 
   // Activations of the rows being appended (a chunk's).
   std::vector<float> x_, ln_, qkv_, y_, proj_, fc_, gel_, mean_, rstd_, rqk_, mqk_, scores_, logits_;
-  // The latent attention's (mla): rows [0, n) of ln_ through its linears (the layout's tensors from
-  // `first`: q_a_proj, its norm and q_b_proj, or q_proj; kv_a_proj_with_mqa, its norm, kv_b_proj) into the
-  // heads' queries, keys and values in qkv_ (mla_heads' rows); and its scratch.
-  void mla_rows(int n, std::size_t first);
-  std::vector<float> lq_, lqa_, lqn_, lkva_, lkvc_, lkvn_, lkvb_, lo_;
+  // The latent attention's (mla) in layer `layer`: rows [0, n) of ln_ through its down projections (the
+  // layout's tensors from `first`: q_a_proj, its norm and q_b_proj, or q_proj; kv_a_proj_with_mqa, its norm;
+  // then kv_b_proj), each new position's normed latent and turned rotary key part cached (k_[layer]: kv_lora
+  // + rope_dim floats a position, v_ unused), each head's query absorbed into the latent space (kv_b_proj's
+  // key rows transposed) and attending over the cached latents, its value kv_b_proj's value rows times the
+  // probabilities' sum of latents: the heads' outputs into lo_ [n][heads x v_dim]. Its scratch.
+  void mla_rows(int n, std::size_t first, int layer);
+  std::vector<float> lq_, lqa_, lqn_, lkva_, lkvc_, lkvn_, lo_;
 };
 
 }  // namespace memwall::model

@@ -1431,14 +1431,16 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
       d.reset();
       EXPECT_FALSE(d.append(c.vocab).is_ok());
       EXPECT_FALSE(d.append(-1).is_ok());
-      // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer.
+      // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer; DeepSeek's
+      // one latent and rotary key part a position (12 floats here against k's and v's 2 x 40).
       std::size_t rows = 0;
       for (int l = 0; l < c.layers; ++l) {
         const int w = c.attention_window(l);
         rows += static_cast<std::size_t>(w > 0 ? std::min(c.max_seq, w + std::min(chunk, c.max_seq) - 1)
                                                : c.max_seq);
       }
-      EXPECT_EQ(d.cache_capacity_bytes(), 2 * rows * static_cast<std::size_t>(c.kv_width()) * sizeof(float));
+      const auto width = static_cast<std::size_t>(c.mla() ? c.kv_lora + c.rope_dim : 2 * c.kv_width());
+      EXPECT_EQ(d.cache_capacity_bytes(), rows * width * sizeof(float));
       EXPECT_EQ(d.cache_bytes(), d.cache_capacity_bytes());  // grown to it by the full context
       if (c.sliding_window > 0 && chunk == 3) {
         EXPECT_LT(d.cache_bytes(),
