@@ -148,3 +148,111 @@ class Llama(nn.Module):
             x = b(x, self.cos[:T], self.sin[:T], self.mask[:T, :T])
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.view(-1, self.vocab), tgt.view(-1))
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek's multi-head latent attention as transformers' DeepseekV3Attention computes it: queries from a
+    normed latent (q_a_proj, q_a_layernorm, q_b_proj), keys and values from another (kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj) with one rotary key part for every head, the rotary parts' neighbouring pairs
+    reordered to halves before rotate_half (apply_rotary_pos_emb_interleave), scores over nope + rope."""
+
+    def __init__(self, C, NH, q_lora, kv_lora, nope, rope, v):
+        super().__init__()
+        self.NH, self.kv_lora, self.nope, self.rope, self.v = NH, kv_lora, nope, rope, v
+        self.q_a, self.q_norm = nn.Linear(C, q_lora, bias=False), RMSNorm(q_lora, 1e-6)
+        self.q_b = nn.Linear(q_lora, NH * (nope + rope), bias=False)
+        self.kv_a, self.kv_norm = nn.Linear(C, kv_lora + rope, bias=False), RMSNorm(kv_lora, 1e-6)
+        self.kv_b = nn.Linear(kv_lora, NH * (nope + v), bias=False)
+        self.o = nn.Linear(NH * v, C, bias=False)
+
+    def forward(self, h, cos, sin, mask):
+        B, T, _ = h.shape
+        q = self.q_b(self.q_norm(self.q_a(h))).view(B, T, self.NH, -1).transpose(1, 2)
+        q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
+        latent, k_pe = self.kv_a(h).split([self.kv_lora, self.rope], dim=-1)
+        kv = self.kv_b(self.kv_norm(latent)).view(B, T, self.NH, -1).transpose(1, 2)
+        k_nope, v = kv.split([self.nope, self.v], dim=-1)
+        k_pe = k_pe.view(B, 1, T, self.rope)
+
+        def turn(x):
+            x = x.reshape(*x.shape[:-1], self.rope // 2, 2).transpose(-1, -2).reshape(*x.shape)
+            return x * cos + rotate_half(x) * sin
+        q = torch.cat([q_nope, turn(q_pe)], dim=-1)
+        k = torch.cat([k_nope, turn(k_pe).expand(B, self.NH, T, self.rope)], dim=-1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.nope + self.rope))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return self.o((att @ v).transpose(1, 2).reshape(B, T, -1))
+
+
+class DeepSeekMoE(nn.Module):
+    """DeepseekV3MoE: sigmoid scores, the experts chosen by score plus the correction bias among the best
+    topk_group of n_group groups (a group scored by its two best), weighted by their scores over their sum
+    times routed_scaling_factor, each expert on the tokens routed to it, plus one ungated shared expert."""
+
+    def __init__(self, C, FF, experts, topk, groups, topk_groups, scale=2.5):
+        super().__init__()
+        self.router = nn.Linear(C, experts, bias=False)
+        self.register_buffer("bias", torch.zeros(experts))
+        self.experts = nn.ModuleList(SwiGLU(C, FF) for _ in range(experts))
+        self.shared = SwiGLU(C, FF)
+        self.topk, self.groups, self.topk_groups, self.scale = topk, groups, topk_groups, scale
+
+    def forward(self, h):
+        B, T, C = h.shape
+        x = h.reshape(-1, C)
+        E, G = len(self.experts), self.groups
+        scores = self.router(x).sigmoid()
+        choice = scores + self.bias
+        group = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)
+        keep = torch.zeros_like(group).scatter_(1, group.topk(self.topk_groups, dim=-1)[1], 1)
+        keep = keep.unsqueeze(-1).expand(-1, G, E // G).reshape(-1, E)
+        chosen = choice.masked_fill(keep == 0, float("-inf")).topk(self.topk, dim=-1)[1]
+        weight = scores.gather(1, chosen)
+        weight = weight / (weight.sum(dim=-1, keepdim=True) + 1e-20) * self.scale
+        out = torch.zeros_like(x)
+        mask = F.one_hot(chosen, E).permute(2, 1, 0)  # [experts, topk, tokens]
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(mask[e])
+            if token.numel() == 0:
+                continue
+            out.index_add_(0, token, (expert(x[token]) * weight[token, slot, None]).to(x.dtype))
+        return (out + self.shared(x)).view(B, T, C)
+
+
+class DeepSeekBlock(nn.Module):
+    def __init__(self, C, NH, FF, mla, moe):
+        super().__init__()
+        self.ln1, self.ln2 = RMSNorm(C), RMSNorm(C)
+        self.attn = LatentAttention(C, NH, *mla)
+        self.mlp = DeepSeekMoE(C, FF, *moe) if moe else SwiGLU(C, FF)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.ln1(x), cos, sin, mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class DeepSeek(nn.Module):
+    """DeepSeek-V3's shape (ARCH=deepseek): the latent attention in every layer, a dense SwiGLU MLP in the
+    first, the mixture of experts in the others, an untied head; no balance loss (the benchmark sets
+    aux_loss_alpha 0 on memwall's side too)."""
+
+    def __init__(self, L, C, NH, FF, T, mla, moe, vocab=256, theta=10000.0):
+        super().__init__()
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, C)
+        self.blocks = nn.ModuleList(DeepSeekBlock(C, NH, FF, mla, moe if l > 0 else None) for l in range(L))
+        self.norm = RMSNorm(C)
+        self.head = nn.Linear(C, vocab, bias=False)
+        rope = mla[3]
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rope, 2, dtype=torch.float32) / rope))
+        emb = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq).repeat(1, 2)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def forward(self, idx, tgt):
+        T = idx.shape[1]
+        x = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, self.cos[:T], self.sin[:T], self.mask[:T, :T])
+        return F.cross_entropy(self.head(self.norm(x)).view(-1, self.vocab), tgt.view(-1))

@@ -6,10 +6,11 @@
 # prints the median seconds per training step.
 # Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS [PRECISION=fp32]
 #        [ARCH=gpt2 [KV_HEADS FFN [EXPERTS TOPK [WINDOW]]]]
+#        or deepseek FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS (bench/torch_llama.py DeepSeek)
 import json, sys, time
 import torch
 from torch_gpt import GPT
-from torch_llama import Llama
+from torch_llama import DeepSeek, Llama
 
 L, C, NH, B, T, steps, threads = map(int, sys.argv[1:8])
 bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
@@ -20,9 +21,13 @@ window = int(sys.argv[14]) if oss else 0
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 
-model = (Llama(L, C, NH, int(sys.argv[10]), int(sys.argv[11]), T, experts=experts, topk=topk, oss=oss,
-               window=window) if llama
-         else GPT(L, C, NH, T))
+if arch == "deepseek":  # FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS
+    d = list(map(int, sys.argv[10:20]))
+    model = DeepSeek(L, C, NH, d[0], T, mla=tuple(d[1:6]), moe=tuple(d[6:10]))
+else:
+    model = (Llama(L, C, NH, int(sys.argv[10]), int(sys.argv[11]), T, experts=experts, topk=topk, oss=oss,
+                   window=window) if llama
+             else GPT(L, C, NH, T))
 opt = torch.optim.Adam(model.parameters(), lr=3e-3)
 times = []
 for s in range(steps):

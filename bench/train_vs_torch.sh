@@ -9,9 +9,14 @@
 # experts of that width, TOPK=2 a token, renormalised; mixtral-8x7b's file cut to these shapes, against
 # transformers' MixtralSparseMoeBlock loop in bench/torch_llama.py); with ARCH=gpt_oss gpt-oss's (those experts
 # with biases and the clamped SwiGLU, sink logits, biases on q, k, v, o, a WINDOW=T/2 on every other layer;
-# gpt-oss-20b's file cut to these shapes, against transformers' GptOssExperts loop). Needs
+# gpt-oss-20b's file cut to these shapes, against transformers' GptOssExperts loop); with ARCH=deepseek
+# DeepSeek-V3's (the latent attention with queries from a latent of CHANNELS/2, keys and values from one of
+# CHANNELS/4, heads of 2/3 nope and 1/3 rotary, values as wide as the nope part; EXPERTS experts of that MLP
+# width, TOPK a token from the best 2 of 4 groups by sigmoid score, a shared expert, the first layer dense;
+# deepseek-v3's file cut to these shapes without the balance loss, against bench/torch_llama.py's
+# DeepseekV3Attention and DeepseekV3MoE equations). Needs
 # `bash scripts/setup.sh --bench`.
-# Usage: [ARCH=gpt2|llama|mixtral|gpt_oss] [EXPERTS=8] [TOPK=2] [WINDOW=T/2] bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
+# Usage: [ARCH=gpt2|llama|mixtral|gpt_oss|deepseek] [EXPERTS=8] [TOPK=2] [WINDOW=T/2] bash bench/train_vs_torch.sh [LAYERS=4] [CHANNELS=256] [HEADS=4] [B=2] [T=256] [STEPS=20] [THREADS=2] [ROUNDS=2] [PRECISION=fp32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 L=${1:-4}; C=${2:-256}; NH=${3:-4}; B=${4:-2}; T=${5:-256}; S=${6:-20}; TH=${7:-2}; R=${8:-2}; P=${9:-fp32}
@@ -33,7 +38,10 @@ case "$ARCH" in
          types=$(for l in $(seq 0 $((L - 1))); do [ $((l % 2)) = 0 ] && echo '"sliding_attention"' || echo '"full_attention"'; done | paste -sd,)
          model="{\"num_hidden_layers\":$L,\"layer_types\":[$types],\"hidden_size\":$C,\"num_attention_heads\":$NH,\"num_key_value_heads\":$KV,\"head_dim\":$((C / NH)),\"intermediate_size\":$FF,\"max_position_embeddings\":$T,\"vocab_size\":256,\"num_local_experts\":$E,\"num_experts_per_tok\":$K,\"sliding_window\":$W,\"rope_theta\":10000,\"rope_scaling\":null}"
          base=gpt-oss-20b; extra=(gpt_oss "$KV" "$FF" "$E" "$K" "$W") ;;
-  *) echo "ARCH must be gpt2, llama, mixtral or gpt_oss, got '$ARCH'" >&2; exit 2 ;;
+  deepseek) E=${EXPERTS:-8}; K=${TOPK:-2}; HD=$((C / NH)); QL=$((C / 2)); KVL=$((C / 4)); NOPE=$((2 * HD / 3 / 2 * 2)); ROPE=$((HD - NOPE))
+         model="{\"num_hidden_layers\":$L,\"hidden_size\":$C,\"num_attention_heads\":$NH,\"q_lora_rank\":$QL,\"kv_lora_rank\":$KVL,\"qk_nope_head_dim\":$NOPE,\"qk_rope_head_dim\":$ROPE,\"v_head_dim\":$NOPE,\"intermediate_size\":$FF,\"moe_intermediate_size\":$FF,\"n_routed_experts\":$E,\"num_experts_per_tok\":$K,\"n_group\":4,\"topk_group\":2,\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"max_position_embeddings\":$T,\"vocab_size\":256,\"rope_theta\":10000,\"rope_scaling\":null,\"rms_norm_eps\":1e-5,\"aux_loss_alpha\":0}"
+         base=deepseek-v3; extra=(deepseek "$FF" "$QL" "$KVL" "$NOPE" "$ROPE" "$NOPE" "$E" "$K" 4 2) ;;
+  *) echo "ARCH must be gpt2, llama, mixtral, gpt_oss or deepseek, got '$ARCH'" >&2; exit 2 ;;
 esac
 run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0}"  # torch's loop does not clip
 mw=(); pt=()
@@ -50,7 +58,8 @@ pt = [json.loads(l) for l in sys.argv[2].splitlines()]
 m, p = statistics.median(mw), statistics.median(r["s_per_step"] for r in pt)
 what = "fp32" if sys.argv[3] == "fp32" else "bf16 GEMMs: memwall --cpu-matmul bf16, torch bf16 autocast"
 arch = {"gpt2": "GPT-2", "llama": "Llama-shaped", "mixtral": "Mixtral-shaped (mixture of experts)",
-        "gpt_oss": "gpt-oss-shaped (mixture of experts, sinks, windows)"}[sys.argv[4]]
+        "gpt_oss": "gpt-oss-shaped (mixture of experts, sinks, windows)",
+        "deepseek": "DeepSeek-V3-shaped (latent attention, grouped sigmoid routing, a shared expert)"}[sys.argv[4]]
 print(f"{arch} training step ({what}, Adam), {pt[0]['params']:,} params, {len(mw)} alternating rounds; torch {pt[0]['torch']}")
 print(f"memwall train   {m*1e3:8.1f} ms/step")
 print(f"torch           {p*1e3:8.1f} ms/step   memwall speedup {p/m:.2f}x")
