@@ -125,17 +125,18 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class Llama(nn.Module):
-    def __init__(self, L, C, NH, KV, FF, T, vocab=256, theta=10000.0, experts=0, topk=0, oss=False, window=0):
+class Decoder(nn.Module):
+    """The token embedding, `blocks`, the final RMSNorm and an untied head; rotary tables of `rot` channels
+    for T positions, the causal mask; the mean cross-entropy."""
+
+    def __init__(self, C, T, rot, blocks, vocab=256, theta=10000.0):
         super().__init__()
         self.vocab = vocab
         self.embed = nn.Embedding(vocab, C)
-        self.blocks = nn.ModuleList(Block(C, NH, KV, FF, experts, topk, oss, window if l % 2 == 0 else 0)
-                                    for l in range(L))
+        self.blocks = blocks
         self.norm = RMSNorm(C)
         self.head = nn.Linear(C, vocab, bias=False)
-        hs = C // NH
-        inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
         emb = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq).repeat(1, 2)
         self.register_buffer("cos", emb.cos())
         self.register_buffer("sin", emb.sin())
@@ -148,6 +149,13 @@ class Llama(nn.Module):
             x = b(x, self.cos[:T], self.sin[:T], self.mask[:T, :T])
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.view(-1, self.vocab), tgt.view(-1))
+
+
+class Llama(Decoder):
+    def __init__(self, L, C, NH, KV, FF, T, vocab=256, theta=10000.0, experts=0, topk=0, oss=False, window=0):
+        super().__init__(C, T, C // NH,
+                         nn.ModuleList(Block(C, NH, KV, FF, experts, topk, oss, window if l % 2 == 0 else 0)
+                                       for l in range(L)), vocab, theta)
 
 
 class LatentAttention(nn.Module):
@@ -231,28 +239,13 @@ class DeepSeekBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class DeepSeek(nn.Module):
-    """DeepSeek-V3's shape (ARCH=deepseek): the latent attention in every layer, a dense SwiGLU MLP in the
-    first, the mixture of experts in the others, an untied head; no balance loss (the benchmark sets
-    aux_loss_alpha 0 on memwall's side too)."""
+class DeepSeek(Decoder):
+    """DeepSeek-V3's shape (ARCH=deepseek): the latent attention in every layer (mla: q_lora, kv_lora, nope,
+    rope, v), a dense SwiGLU MLP in the first, the mixture of experts in the others (moe: experts, topk,
+    groups, topk_groups), an untied head; no balance loss (the benchmark sets aux_loss_alpha 0 on memwall's
+    side too)."""
 
     def __init__(self, L, C, NH, FF, T, mla, moe, vocab=256, theta=10000.0):
-        super().__init__()
-        self.vocab = vocab
-        self.embed = nn.Embedding(vocab, C)
-        self.blocks = nn.ModuleList(DeepSeekBlock(C, NH, FF, mla, moe if l > 0 else None) for l in range(L))
-        self.norm = RMSNorm(C)
-        self.head = nn.Linear(C, vocab, bias=False)
-        rope = mla[3]
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rope, 2, dtype=torch.float32) / rope))
-        emb = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq).repeat(1, 2)
-        self.register_buffer("cos", emb.cos())
-        self.register_buffer("sin", emb.sin())
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
-
-    def forward(self, idx, tgt):
-        T = idx.shape[1]
-        x = self.embed(idx)
-        for b in self.blocks:
-            x = b(x, self.cos[:T], self.sin[:T], self.mask[:T, :T])
-        return F.cross_entropy(self.head(self.norm(x)).view(-1, self.vocab), tgt.view(-1))
+        super().__init__(C, T, mla[3],
+                         nn.ModuleList(DeepSeekBlock(C, NH, FF, mla, moe if l > 0 else None) for l in range(L)),
+                         vocab, theta)

@@ -168,6 +168,28 @@ std::string temp_dir(const char* what) {
   return dir;
 }
 
+// `c` with parameters `p` exported into `dir`, its config.json read back (without warnings) and taken by
+// memwall train.
+Result<ModelSpec> export_read_back(const GptConfig& c, const std::vector<float>& p, const std::string& dir) {
+  MW_RETURN_IF_ERROR(export_hf(c, p.data(), dir));
+  Diagnostics diag;
+  auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+  if (!spec.is_ok()) return spec.status();
+  EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  MW_RETURN_IF_ERROR(check_model_file(*spec, "memwall train"));
+  return spec;
+}
+
+// The weights in `dir` read as model `back`: `p`, every element.
+void expect_weights(const std::string& dir, const GptConfig& back, const std::vector<float>& p) {
+  ASSERT_EQ(gpt_num_params(back), p.size());
+  auto w = HfWeights::open(dir, back);
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  std::vector<float> got(p.size());
+  ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
+  EXPECT_EQ(got, p);
+}
+
 // Export, then read back in pieces that cross tensors (and the transposed Conv1D weights): every element as
 // it was.
 TEST(Import, ReadsAnExportBackByRange) {
@@ -485,13 +507,8 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     gpt_init(c, p.data(), 3);
     for (std::size_t i = 0; i < p.size(); ++i) p[i] += 1e-3f * static_cast<float>(i % 97);
     const std::string dir = temp_dir("export-moe");
-    const Status exported = export_hf(c, p.data(), dir);
-    ASSERT_TRUE(exported.is_ok()) << exported.to_string();
-    Diagnostics diag;
-    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    auto spec = export_read_back(c, p, dir);
     ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
-    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
-    EXPECT_TRUE(check_model_file(*spec, "memwall train").is_ok());
     const GptConfig back = gpt_config_of(*spec);
     EXPECT_EQ(spec->model_type, gpt_model_spec(c).model_type);
     EXPECT_EQ(back.experts, c.experts);
@@ -516,12 +533,7 @@ TEST(Export, MixturesOfExpertsReadBackAsWritten) {
     EXPECT_EQ(back.clip_qkv, c.clip_qkv);
     EXPECT_EQ(back.kv_head_count(), c.kv_head_count());
     EXPECT_EQ(back.tied, c.tied);
-    ASSERT_EQ(gpt_num_params(back), gpt_num_params(c));
-    auto w = HfWeights::open(dir, back);
-    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    std::vector<float> got(p.size());
-    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
-    EXPECT_EQ(got, p);
+    expect_weights(dir, back, p);
     const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
     EXPECT_EQ(back.granite, c.granite);
     EXPECT_EQ(back.residual_multiplier, c.residual_multiplier);
@@ -649,13 +661,8 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
     gpt_init(c, p.data(), 5);
     for (std::size_t i = 0; i < p.size(); ++i) p[i] += 1e-3f * static_cast<float>(i % 89);
     const std::string dir = temp_dir("export-deepseek");
-    const Status exported = export_hf(c, p.data(), dir);
-    ASSERT_TRUE(exported.is_ok()) << exported.to_string();
-    Diagnostics diag;
-    auto spec = parse_model(slurp(dir + "/config.json"), dir + "/config.json", diag);
+    auto spec = export_read_back(c, p, dir);
     ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
-    EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
-    EXPECT_TRUE(check_model_file(*spec, "memwall train").is_ok());
     EXPECT_EQ(spec->model_type, c.deepseek == 2 ? "deepseek_v2" : "deepseek_v3");
     // (the files' count leaves out V3's correction biases, a buffer)
     const int buffers = c.sigmoid_routing ? c.moe_layers() * c.experts : 0;
@@ -682,12 +689,7 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
       EXPECT_EQ(back.seq_aux, c.seq_aux);
     }
     EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
-    ASSERT_EQ(gpt_num_params(back), gpt_num_params(c));
-    auto w = HfWeights::open(dir, back);
-    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    std::vector<float> got(p.size());
-    ASSERT_TRUE(w->read(0, got.size(), got.data()).is_ok());
-    EXPECT_EQ(got, p);
+    expect_weights(dir, back, p);
     const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
     const std::string a = "model.layers.1.self_attn.";
     EXPECT_EQ(h[a + "kv_a_proj_with_mqa.weight"]["shape"],
