@@ -501,8 +501,10 @@ void Planner::plan_fetches() {
   for (size_t i = 0; i < events_.size(); ++i) {
     for (int p : g_.ops[events_[i].op].params) {
       if (!partitioned(p)) continue;
+      long prev_use = -1;  // the last event before i that uses p
       if (auto it = previous.find(p); it != previous.end()) {
         const size_t prev = it->second;
+        prev_use = static_cast<long>(prev);
         const double distance = prefix_elems_[i] - prefix_elems_[prev + 1];
         const bool keepable =
             !(dp_of(p) == 1 && home_[p] == Tier::kGpu);  // the shard itself is the parameter
@@ -511,16 +513,8 @@ void Planner::plan_fetches() {
       previous[p] = i;
       const bool fetched_before = fetch_of_.count({i, p}) > 0;
       if (fetched_before) continue;
-      bool needed = true;
-      for (size_t back = i; back-- > 0;) {
-        bool uses_p = false;
-        for (int q : g_.ops[events_[back].op].params) uses_p = uses_p || q == p;
-        if (uses_p) {
-          needed = !keep_after_[{back, p}];
-          break;
-        }
-      }
-      if (!needed) continue;
+      // Needed unless its previous use kept it (within the reuse distance).
+      if (prev_use >= 0 && keep_after_[{static_cast<size_t>(prev_use), p}]) continue;
       const int f = static_cast<int>(fetches_.size());
       fetches_.push_back({p, i, shard_buf_[p], -1, -1});
       fetch_of_[{i, p}] = f;
@@ -983,7 +977,9 @@ void Planner::optimizer() {
     const int states_buf = on_gpu ? gpu_states_buf_ : opt_states_buf_;
     const std::string nm = strprintf("subgroup %d/%d", g + 1, groups);
     const size_t first_task = s_.tasks.size();
-    std::vector<int> step_deps = join;
+    // (After the first, each sub-group's step follows the previous one, which followed every gradient: not
+    // every gradient task again, which would make a many-sub-group step of a large model quadratic.)
+    std::vector<int> step_deps = g == 0 ? join : std::vector<int>{};
     if (g > 0) step_deps.push_back(step[g - 1]);
     if (norm >= 0) step_deps.push_back(norm);
     int swap = -1;
