@@ -2363,11 +2363,16 @@ void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
       erows_[a][e].push_back(static_cast<int>(t * K + j));
     }
   }
+  // Each expert's activations, for its rows (only grown: every element is written before it is read, so
+  // a smaller routing keeps the room rather than zeroing it again next time).
+  const auto grow = [](std::vector<float>& v, std::size_t n) {
+    if (v.size() < n) v.resize(n);
+  };
   for (std::size_t e = 0; e < E; ++e) {
     const std::size_t n = erows_[a][e].size(), F = static_cast<std::size_t>(c_.expert_width());
-    efc_[a][e].resize(n * 2 * F);
-    egel_[a][e].resize(n * F);
-    eout_[a][e].resize(n * C);
+    grow(efc_[a][e], n * 2 * F);
+    grow(egel_[a][e], n * F);
+    grow(eout_[a][e], n * C);
   }
   if (c_.seq_aux_alpha > 0) rseq_[l] = seq_aux_loss(a, nullptr);
   // The experts add their weighted outputs to the attention's residual sum.
