@@ -267,11 +267,12 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         c.attn_softcap > 0 || c.final_softcap > 0 || c.rope_local_theta > 0 ||
         c.rope_scaling.type == "longrope" ||
         c.query_scale != latent_query_scale(c.head_size(), c.rope_scaling) || c.moe_every > 1 ||
-        (c.moe() && (c.shared_gate || c.shared_ffn % E != 0)) || (v2 && c.sigmoid_routing)) {
+        (c.moe() && (c.shared_gate || c.shared_ffn % E != 0)) ||
+        (v2 && (c.sigmoid_routing || !c.rope_interleave))) {
       return no_config_form(
           dir, gpt_family(c),
           ", a score scale other than yarn's, experts every n-th layer, a gated shared expert "
-          "or one not a whole number of experts wide, or (V2) sigmoid routing",
+          "or one not a whole number of experts wide, or (V2) sigmoid routing or rotary halves",
           architecture);
     }
     const auto or_null = [](bool has, int v) { return has ? nlohmann::ordered_json(v) : nullptr; };
@@ -282,7 +283,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                   {"qk_nope_head_dim", c.nope_dim()},
                                   {"qk_rope_head_dim", c.rope_dim},
                                   {"v_head_dim", c.v_dim}};
-    if (!v2) own["rope_interleave"] = true;
+    if (!v2) own["rope_interleave"] = c.rope_interleave;
     own["n_routed_experts"] = or_null(c.moe(), c.experts);  // (null: dense, no routing keys)
     if (!c.moe())
       return llama_family_config(architecture, v2 ? "deepseek_v2" : "deepseek_v3", c, own, torch_dtype);

@@ -952,10 +952,6 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " is not supported by " + tool + "; allowed: up to qk_nope_head_dim + " +
                                     "qk_rope_head_dim (" + std::to_string(m.head_dim()) + ")");
   }
-  if (m.mla() && !m.rope_interleave) {
-    return Status::invalid_argument(where + "rope_interleave false is not supported by " + tool +
-                                    "; allowed: true (DeepSeek's rotary pairs)");
-  }
   if (m.mtp_modules > 0) {
     return Status::invalid_argument(where + "memwall.mtp (the next-token-prediction modules) is not " +
                                     "supported by " + tool + "; allowed: false");
@@ -1200,6 +1196,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       c.v_dim = m.v_head_dim();
       c.head_dim = m.head_dim();
       c.deepseek = m.model_type == "deepseek_v2" ? 2 : 3;
+      c.rope_interleave = m.rope_interleave;
       c.partial_rotary = 1;
       c.query_scale = latent_query_scale(c.head_dim, m.rope_scaling);
       // (DeepSeek-V2 renormalises the chosen weights or scales them by routed_scaling_factor, not both.)
@@ -1487,6 +1484,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
     m.q_lora_rank = c.q_lora;
     m.rope_head_size = c.rope_dim;
     m.v_head_size = c.v_dim;
+    m.rope_interleave = c.rope_interleave;
   }
   if (c.neox || c.phi || c.falcon || c.gptj || c.starcoder2 || c.nemotron) {
     m.model_type = c.neox         ? "gpt_neox"

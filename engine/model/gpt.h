@@ -240,15 +240,19 @@ struct GptConfig {
   // (self_attn.q_a_proj, its RMSNorm q_a_layernorm, q_b_proj; 0: one q_proj), the keys and values from one
   // of kv_lora (kv_a_proj_with_mqa, whose last rope_dim outputs are a rotary key part every head shares, an
   // RMSNorm kv_a_layernorm of the rest, kv_b_proj up to each head's key part without positions and its value
-  // of v_dim); rotary on neighbouring pairs of the rope_dim channels (rope_interleave), o_proj from heads x
-  // v_dim. Both latent norms' epsilon is kLatentNormEps (DeepseekV3RMSNorm's default). Rows as the files
-  // keep them: q_b_proj's each head's nope then rope part, kv_b_proj's each head's key part then value.
-  // deepseek: which config a file is (2: DeepseekV2Config, 3: DeepseekV3Config; 0 without latents).
+  // of v_dim); rotary on neighbouring pairs of the rope_dim channels (rope_interleave; else its halves),
+  // o_proj from heads x v_dim. Both latent norms' epsilon is kLatentNormEps (DeepseekV3RMSNorm's default).
+  // Rows as the files keep them: q_b_proj's each head's nope then rope part, kv_b_proj's each head's key part
+  // then value. deepseek: which config a file is (2: DeepseekV2Config, 3: DeepseekV3Config; 0 without
+  // latents).
   int kv_lora = 0;
   int q_lora = 0;
   int rope_dim = 0;
   int v_dim = 0;
   int deepseek = 0;
+  // DeepseekV3Config's rope_interleave: the rotary parts turn neighbouring pairs (true: V2's and V3's
+  // default), or rotate_half's halves (false).
+  bool rope_interleave = true;
   static constexpr float kLatentNormEps = 1e-6f;
 
   bool llama() const { return arch == GptArch::kLlama; }
@@ -272,7 +276,7 @@ struct GptConfig {
   bool scaled_branches() const { return residual_multiplier != 1; }
   // Whether rotary turns neighbouring channels (2i, 2i + 1) together (Cohere's, GLM's) rather than channel i
   // with i + rotary_dim / 2 (Llama's rotate_half).
-  bool rope_pairs() const { return cohere || glm || mla(); }
+  bool rope_pairs() const { return cohere || glm || (mla() && rope_interleave); }
   // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
   // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }

@@ -162,6 +162,7 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"rope_dim", c.rope_dim},
           {"v_dim", c.v_dim},
           {"deepseek", c.deepseek},
+          {"rope_interleave", c.rope_interleave},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -274,6 +275,7 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.rope_dim = j.value("rope_dim", 0);
     c.v_dim = j.value("v_dim", 0);
     c.deepseek = j.value("deepseek", 0);
+    c.rope_interleave = j.value("rope_interleave", true);
   }
   if (c.rotary() && j.contains("rope_scaling")) {
     // Written by model_fields; one that does not read back is refused by validate() naming its type.

@@ -655,6 +655,7 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
   dense.shared_gate = true;
   dense.expert_groups = 1;
   dense.routed_scale = 1;
+  dense.rope_interleave = false;  // (rotate_half on the rotary parts)
   for (const GptConfig& c : {v3, v2, dense}) {
     SCOPED_TRACE(std::string(gpt_family(c)) + (c.moe() ? "" : ", dense"));
     std::vector<float> p(gpt_num_params(c));
@@ -689,6 +690,7 @@ TEST(Export, DeepSeekLatentAttentionReadsBackAsWritten) {
       EXPECT_EQ(back.seq_aux, c.seq_aux);
     }
     EXPECT_EQ(back.rope_scaling.type, c.rope_scaling.type);
+    EXPECT_EQ(back.rope_interleave, c.rope_interleave);
     expect_weights(dir, back, p);
     const nlohmann::json h = safetensors_header(dir + "/model.safetensors");
     const std::string a = "model.layers.1.self_attn.";

@@ -1643,9 +1643,12 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   GptConfig one = mixtral();
   one.experts_per_token = 1;
   one.router_aux = 0;
+  GptConfig halves = deepseek_dense();  // (rope_interleave false: rotate_half on the rotary parts)
+  halves.rope_interleave = false;
   for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe(), gpt_oss(),
-                      deepseek_v3(), deepseek_v2(), deepseek_dense()}) {
-    SCOPED_TRACE(c.mla()                    ? std::string(gpt_family(c)) + (c.moe() ? "" : ", dense")
+                      deepseek_v3(), deepseek_v2(), deepseek_dense(), halves}) {
+    SCOPED_TRACE(c.mla() ? std::string(gpt_family(c)) + (c.moe() ? "" : ", dense") +
+                               (c.rope_interleave ? "" : ", rotary halves")
                  : c.gpt_oss                ? "gpt-oss"
                  : c.granite                ? "granite moe"
                  : c.sigmoid_routing        ? "glm-4.5"
@@ -1691,6 +1694,7 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"rope_dim", c.rope_dim},
                                    {"v_dim", c.v_dim},
                                    {"group_by_best", c.group_by_best},
+                                   {"rope_interleave", c.rope_interleave},
                                    {"seq_aux_alpha", c.seq_aux_alpha},
                                    {"seq_aux", c.seq_aux},
                                    {"windows", windows},
