@@ -2271,6 +2271,39 @@ void best_first(const float* score, std::size_t n, std::vector<int>& order) {
 }
 }  // namespace
 
+namespace {
+// Leaves in `choice` [experts] only the experts of the groups_per_token best of expert_groups groups, the
+// others' -inf: never chosen (DeepSeek-V3's own gate masks them so; transformers fills 0, the same unless a
+// kept expert's score plus its bias is negative, which the balancing's biases make common: then every token
+// would take the same masked experts). A group scores its best expert's choice value (`by_best`:
+// DeepSeek-V2's group_limited_greedy) or the sum of its two best (GLM-4.5's and DeepSeek-V3's).
+void keep_best_groups(const GptConfig& c, std::vector<float>& choice, bool by_best) {
+  const auto G = static_cast<std::size_t>(c.expert_groups), per = choice.size() / G,
+             kept = static_cast<std::size_t>(c.groups_per_token);
+  if (kept >= G) return;
+  std::vector<float> group(G);
+  for (std::size_t g = 0; g < G; ++g) {
+    float a = -INFINITY, b = -INFINITY;  // the group's best two
+    for (std::size_t e = g * per; e < (g + 1) * per; ++e) {
+      if (choice[e] > a) {
+        b = a;
+        a = choice[e];
+      } else if (choice[e] > b) {
+        b = choice[e];
+      }
+    }
+    group[g] = by_best ? a : a + b;
+  }
+  std::vector<int> groups(G);
+  best_first(group.data(), kept, groups);
+  std::vector<char> keep(G, 0);
+  for (std::size_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
+  for (std::size_t e = 0; e < choice.size(); ++e) {
+    if (!keep[e / per]) choice[e] = -INFINITY;
+  }
+}
+}  // namespace
+
 void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
                  float* weight, std::vector<int>& order, std::vector<float>& choice) {
   const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
@@ -2280,54 +2313,16 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
     const float zmax = *std::max_element(z, z + E);
     float sum = 0;
     for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
-    for (std::size_t e = 0; e < E; ++e) prob[e] /= sum;
-    const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
-    if (!c.group_by_best || static_cast<std::size_t>(c.groups_per_token) >= G) {
-      best_first(prob, K, order);
-    } else {  // DeepSeek-V2's: among the groups whose best expert is most probable (the others' never)
-      std::vector<float> group(G, 0.0f);
-      for (std::size_t e = 0; e < E; ++e) group[e / per] = std::max(group[e / per], prob[e]);
-      std::vector<int> groups(G);
-      best_first(group.data(), static_cast<std::size_t>(c.groups_per_token), groups);
-      std::vector<char> keep(G, 0);
-      for (int i = 0; i < c.groups_per_token; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
-      for (std::size_t e = 0; e < E; ++e) choice[e] = keep[e / per] ? prob[e] : -INFINITY;
-      best_first(choice.data(), K, order);
-    }
-  } else {  // sigmoid scores; chosen by score + bias within the best groups (the others' experts scored 0)
+    for (std::size_t e = 0; e < E; ++e) choice[e] = (prob[e] /= sum);
+    if (c.group_by_best) keep_best_groups(c, choice, true);  // (DeepSeek-V2's group_limited_greedy)
+  } else {  // sigmoid scores; chosen by score + bias within the best groups
     for (std::size_t e = 0; e < E; ++e) {
       prob[e] = sigmoid(z[e]);
       choice[e] = prob[e] + (bias != nullptr ? bias[e] : 0.0f);
     }
-    const auto G = static_cast<std::size_t>(c.expert_groups), per = E / G;
-    if (static_cast<std::size_t>(c.groups_per_token) < G) {
-      std::vector<float> group(G);
-      for (std::size_t g = 0; g < G; ++g) {  // a group's score: the sum of its two best
-        float a = -INFINITY, b = -INFINITY;
-        for (std::size_t e = g * per; e < (g + 1) * per; ++e) {
-          if (choice[e] > a) {
-            b = a;
-            a = choice[e];
-          } else if (choice[e] > b) {
-            b = choice[e];
-          }
-        }
-        group[g] = a + b;
-      }
-      std::vector<int> groups(G);
-      const auto kept = static_cast<std::size_t>(c.groups_per_token);
-      best_first(group.data(), kept, groups);
-      std::vector<char> keep(G, 0);
-      for (std::size_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
-      // The other groups' experts are never chosen (DeepSeek-V3's own gate masks them with -inf;
-      // transformers fills 0, the same unless a kept expert's score plus its bias is negative, which the
-      // balancing's biases make common: then every token would take the same masked experts).
-      for (std::size_t e = 0; e < E; ++e) {
-        if (!keep[e / per]) choice[e] = -INFINITY;
-      }
-    }
-    best_first(choice.data(), K, order);
+    keep_best_groups(c, choice, false);
   }
+  best_first(choice.data(), K, order);
   float total = 0;
   for (std::size_t j = 0; j < K; ++j) total += prob[order[j]];
   const auto scale = static_cast<float>(c.routed_scale);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -422,8 +423,12 @@ Status HfWeights::read_fp8(const Tensor& t, std::size_t first, std::size_t n, fl
     MW_RETURN_IF_ERROR(io::pread_full(ss.fd, bf.data(), count * 2, scale_at, ss.path));
     kernels::cast_bf16_to_f32(bf.data(), scale.data(), count);
   }
-  float table[256];
-  for (int b = 0; b < 256; ++b) table[b] = fp8_e4m3(static_cast<std::uint8_t>(b));
+  static const auto table = [] {
+    std::array<float, 256> values{};
+    for (int b = 0; b < 256; ++b)
+      values[static_cast<std::size_t>(b)] = fp8_e4m3(static_cast<std::uint8_t>(b));
+    return values;
+  }();
   const Shard& sh = shards_[static_cast<std::size_t>(t.shard)];
   std::vector<std::uint8_t> bytes(std::min(n, kChunkElements));
   for (std::size_t done = 0; done < n;) {
@@ -431,7 +436,8 @@ Status HfWeights::read_fp8(const Tensor& t, std::size_t first, std::size_t n, fl
     MW_RETURN_IF_ERROR(io::pread_full(sh.fd, bytes.data(), k, t.file_offset + first + done, sh.path));
     for (std::size_t i = 0; i < k; ++i) {
       const std::size_t at = first + done + i, r = at / t.in, col = at % t.in;
-      out[done + i] = table[bytes[i]] * scale[(r / kFp8Block - row0) * cols + col / kFp8Block];
+      out[done + i] =
+          table[static_cast<std::size_t>(bytes[i])] * scale[(r / kFp8Block - row0) * cols + col / kFp8Block];
     }
     done += k;
   }

@@ -97,12 +97,11 @@ def forward(cfg, t, tokens, torch, router_logits, balance=None):
         k_nope, v = kv.view(B, T, H, P + V).transpose(1, 2).split([P, V], dim=-1)
         k_pe = k_pe.view(B, 1, T, R)
 
-        def halves(x):
+        def halves(x):  # (with rope_interleave false, rotate_half on the rotary parts as they are)
+            if not cfg.get("rope_interleave", True):
+                return x
             return x.reshape(*x.shape[:-1], R // 2, 2).transpose(-1, -2).reshape(*x.shape)
         turn = reference_io.rotary(torch, T, R, cfg["rope_theta"])
-        if not cfg.get("rope_interleave", True):  # (rotate_half on the rotary parts as they are)
-            def halves(x):
-                return x
         q = torch.cat([q_nope, turn(halves(q_pe))], dim=-1) * q_scale
         k = torch.cat([k_nope, turn(halves(k_pe)).expand(B, H, T, R)], dim=-1)
         return reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * V)
