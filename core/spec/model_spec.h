@@ -253,6 +253,13 @@ struct ModelSpec {
   // this many positions (query t sees keys u <= t with u / chunk == t / chunk), the others over every key (0:
   // no chunks). Fused attention computes the chunks' tiles only; unfused attention, every score.
   int attention_chunk = 0;
+  // Llama 4's use_qk_norm: an RMSNorm without weights (epsilon norm_eps) of each query and key head on the
+  // rotary layers, after the turn (Llama4TextL2Norm); and its attn_temperature_tuning on the other layers:
+  // each query at position t times 1 + attn_temperature x log(1 + floor((t + 1) / floor_scale)) (its
+  // attn_scale; 0: none). Nothing to count.
+  bool qk_l2_norm = false;
+  double attn_temperature = 0;
+  int floor_scale = 8192;
   // Granite's multipliers (nothing to count): the embedding times embed_multiplier (embedding_multiplier; 0:
   // none), each sublayer's output times residual_multiplier before its residual add; its
   // attention_multiplier is query_scale (its -2nd power), its logits_scaling logit_scale (its inverse).

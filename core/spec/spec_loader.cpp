@@ -1353,8 +1353,15 @@ Result<ModelSpec> parse_model(std::string_view text, const std::string& source, 
       m.attention_chunk =
           j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null() ? 0 : 8192;
       MW_RETURN_IF_ERROR(r.get_int("attention_chunk_size", m.attention_chunk, 0, 1 << 28));
-      r.ignore({"use_qk_norm", "attention_chunk_size", "attn_temperature_tuning", "floor_scale", "attn_scale",
-                "for_llm_compressor"});
+      m.qk_l2_norm = true;
+      MW_RETURN_IF_ERROR(r.get_bool("use_qk_norm", m.qk_l2_norm));
+      bool tuning = true;
+      MW_RETURN_IF_ERROR(r.get_bool("attn_temperature_tuning", tuning));
+      m.attn_temperature = 0.1;
+      MW_RETURN_IF_ERROR(r.get_number("attn_scale", m.attn_temperature, 0.0, 1e6));
+      if (!tuning) m.attn_temperature = 0;
+      MW_RETURN_IF_ERROR(r.get_int("floor_scale", m.floor_scale, 1, 1 << 30));
+      r.ignore({"attention_chunk_size", "for_llm_compressor"});
     }
     MW_RETURN_IF_ERROR(r.get_number("rope_theta", m.rope_theta, 1.0, 1e12));
     // Mistral's and Phi-3's attention window (Qwen2's only with use_sliding_window); null or absent: none.
@@ -2170,6 +2177,9 @@ std::string to_json_text(const ModelSpec& m) {
             {"rope_windowed_only", m.rope_windowed_only},
             {"nope_every", m.nope_every},
             {"attention_chunk", m.attention_chunk},
+            {"qk_l2_norm", m.qk_l2_norm},
+            {"attn_temperature", m.attn_temperature},
+            {"floor_scale", m.floor_scale},
             {"embed_multiplier", m.embed_multiplier},
             {"residual_multiplier", m.residual_multiplier},
             {"post_norm", m.post_norm},

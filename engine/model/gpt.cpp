@@ -37,6 +37,13 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: seq (" + std::to_string(seq) + ") exceeds max_seq (" +
                                     std::to_string(c.max_seq) + ")");
   }
+  if (c.attention_chunk > 0 && seq > c.attention_chunk) {
+    return Status::invalid_argument("model: seq (" + std::to_string(seq) + ") exceeds attention_chunk (" +
+                                    std::to_string(c.attention_chunk) +
+                                    "): Llama 4's rotary layers attend within chunks of it, which memwall's "
+                                    "attention kernels do not compute; allowed: up to " +
+                                    std::to_string(c.attention_chunk) + " positions");
+  }
   if (c.kv_heads < 0 || c.ffn < 0) {
     return Status::invalid_argument("model: kv_heads and ffn must be >= 0 (0: GPT-2's), got " +
                                     std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
@@ -166,6 +173,18 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "model: gpt-oss's shape (gpt_oss) has experts in every layer weighted by the softmax of the chosen "
         "ones' logits (norm_topk), q/k/v biases (qkv_bias), no q/k norms or shared experts, swiglu_limit > "
         "0");
+  }
+  if ((c.llama4 && (!c.moe() || c.granite || c.gpt_oss || c.mla() || c.qk_norm || c.qkv_bias ||
+                    c.sigmoid_routing || c.group_by_best || c.norm_topk || c.routed_scale != 1 ||
+                    c.dense_layers > 0 || (c.shared_ffn > 0 && c.shared_gate) || c.router_aux > 0 ||
+                    c.seq_aux_alpha > 0 || c.expert_groups > 1)) ||
+      (!c.llama4 && (c.qk_l2_norm || c.attn_temperature != 0 || c.attention_chunk != 0)) ||
+      !(c.attn_temperature >= 0) || c.floor_scale < 1 || c.attention_chunk < 0) {
+    return Status::invalid_argument(
+        "model: Llama 4's shape (llama4) has experts every moe_every-th layer chosen by their logits, their "
+        "sigmoids scaling each expert's input, a shared expert without a gate, no q/k/v biases, weighted "
+        "q/k norms or balance losses; qk_l2_norm, attn_temperature (>= 0), floor_scale (>= 1) and "
+        "attention_chunk (>= 0) are its");
   }
   if (c.kv_lora < 0 || c.q_lora < 0 ||
       (c.mla() && (!c.llama() || c.rope_dim < 2 || c.rope_dim % 2 != 0 || c.nope_dim() < 0 || c.v_dim < 1 ||
@@ -427,15 +446,16 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
           continue;  // (validate() refuses output norms with experts)
         }
         add(h + "mlp.gate.weight", {c.experts, C});
+        // (Granite MoE's and Llama 4's every expert's down after all their gates and ups: Granite's
+        // input_linear and output_linear tensors, Llama 4's gate_up_proj and down_proj)
+        const bool downs_after = c.granite || c.llama4;
         if (c.sigmoid_routing) add(h + "mlp.gate.e_score_correction_bias", {c.experts});
         for (int e = 0; e < c.experts; ++e) {
           add(expert(e) + "gate_proj.weight", {E, C});
           add(expert(e) + "up_proj.weight", {E, C});
-          if (!c.granite) add(expert(e) + "down_proj.weight", {C, E});
+          if (!downs_after) add(expert(e) + "down_proj.weight", {C, E});
         }
-        // (Granite MoE's every expert's down after all their gates and ups: its output_linear and
-        // input_linear tensors)
-        for (int e = 0; e < c.experts && c.granite; ++e) add(expert(e) + "down_proj.weight", {C, E});
+        for (int e = 0; e < c.experts && downs_after; ++e) add(expert(e) + "down_proj.weight", {C, E});
         if (c.shared_ffn > 0) {  // then the shared expert's gate, up and down, and its gate (Qwen2-MoE's)
           const std::string x = h + shared_expert_stem(c);
           add(x + "gate_proj.weight", {c.shared_ffn, C});
@@ -827,11 +847,11 @@ std::vector<ParamTensor> granite_moe_layout(const GptConfig& c, const std::vecto
   return out;
 }
 
-// gpt-oss's names for the experts: per layer every expert's gate and up weights as one
-// mlp.experts.gate_up_proj [experts, C, 2F], their biases as gate_up_proj_bias [experts, 2F], the downs as
-// down_proj [experts, F, C] and theirs as down_proj_bias [experts, C] (gpt_param_layout keeps each group
-// together; hf_reorder interleaves and transposes them).
-std::vector<ParamTensor> gpt_oss_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
+// gpt-oss's and Llama 4's names for the experts: per layer every expert's gate and up weights as one
+// mlp.experts.gate_up_proj [experts, C, 2F], their biases (gpt-oss's) as gate_up_proj_bias [experts, 2F],
+// the downs as down_proj [experts, F, C] and theirs as down_proj_bias [experts, C] (gpt_param_layout keeps
+// each group together; hf_reorder interleaves or joins, and transposes them).
+std::vector<ParamTensor> joined_experts_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
   std::vector<ParamTensor> out;
   const auto E = static_cast<std::size_t>(c.experts);
   const int F = c.expert_width(), C = c.channels;
@@ -844,7 +864,7 @@ std::vector<ParamTensor> gpt_oss_layout(const GptConfig& c, const std::vector<Pa
     }
     const bool down = name.find(".down_proj.") != std::string::npos, bias = name.ends_with(".bias");
     const std::size_t n = down ? E : 2 * E;
-    MW_CHECK(i + n <= layout.size(), "gpt_oss_layout: " + name + " is not followed by its experts'");
+    MW_CHECK(i + n <= layout.size(), "joined_experts_layout: " + name + " is not followed by its experts'");
     ParamTensor t = layout[i];
     for (std::size_t k = 1; k < n; ++k) t.numel += layout[i + k].numel;
     t.name =
@@ -853,6 +873,25 @@ std::vector<ParamTensor> gpt_oss_layout(const GptConfig& c, const std::vector<Pa
                    : (bias ? std::vector<int>{c.experts, 2 * F} : std::vector<int>{c.experts, C, 2 * F});
     out.push_back(std::move(t));
     i += n;
+  }
+  return out;
+}
+
+// Llama 4's names: the MLPs under feed_forward, the router feed_forward.router, the shared expert
+// feed_forward.shared_expert, the experts joined as gpt-oss's.
+std::vector<ParamTensor> llama4_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
+  std::vector<ParamTensor> out = joined_experts_layout(c, layout);
+  const std::pair<std::string_view, std::string_view> names[] = {
+      {".mlp.gate.", ".feed_forward.router."},
+      {".mlp.shared_experts.", ".feed_forward.shared_expert."},
+      {".mlp.", ".feed_forward."}};
+  for (ParamTensor& t : out) {
+    for (const auto& [ours, theirs] : names) {
+      if (const auto at = t.name.find(ours); at != std::string::npos) {
+        t.name.replace(at, ours.size(), theirs);
+        break;
+      }
+    }
   }
   return out;
 }
@@ -889,7 +928,8 @@ std::vector<ParamTensor> hf_param_layout(const GptConfig& c) {
   if (c.glm) return glm_layout(layout, c.sandwich_norm);
   if (c.mixtral()) return mixtral_layout(std::move(layout));
   if (c.moe() && c.granite) return granite_moe_layout(c, layout);
-  if (c.gpt_oss) return gpt_oss_layout(c, layout);
+  if (c.gpt_oss) return joined_experts_layout(c, layout);
+  if (c.llama4) return llama4_layout(c, layout);
   if (!c.fused_names) return layout;
   return joined_layout(layout, {{{"q_proj.", "k_proj.", "v_proj."}, "qkv_proj."}, kGateUp});
 }
@@ -969,11 +1009,11 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
     // routing, Qwen's and GLM-4.5's dense layers.)
     if (m.model_type != "mixtral" && m.model_type != "qwen3_moe" && m.model_type != "olmoe" &&
         m.model_type != "qwen2_moe" && m.model_type != "glm4_moe" && m.model_type != "granitemoe" &&
-        m.model_type != "gpt_oss" && !m.mla()) {
+        m.model_type != "gpt_oss" && m.model_type != "llama4" && m.model_type != "llama4_text" && !m.mla()) {
       return Status::invalid_argument(
           where + m.model_type + "'s mixture of experts is not supported by " + tool +
           "; allowed: mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, granitemoe, gpt_oss, deepseek_v2, "
-          "deepseek_v3, kimi_k2" +
+          "deepseek_v3, kimi_k2, llama4" +
           also);
     }
     if (m.group_by_best && m.sigmoid_routing) {
@@ -1186,6 +1226,15 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       c.qkv_bias = true;
       c.swiglu_limit = m.swiglu_limit;
     }
+    // Llama 4's: routing by logits scaling the experts' inputs, rotary on neighbouring pairs, the rotary
+    // layers' heads normed without weights and chunked, the others' queries tempered.
+    c.llama4 = m.model_type == "llama4" || m.model_type == "llama4_text";
+    if (c.llama4) {
+      c.qk_l2_norm = m.qk_l2_norm;
+      c.attn_temperature = m.attn_temperature;
+      c.floor_scale = m.floor_scale;
+      c.attention_chunk = m.attention_chunk;
+    }
     c.group_by_best = m.group_by_best;  // (DeepSeek-V2's group_limited_greedy)
     c.seq_aux_alpha = m.seq_aux_alpha;  // (DeepSeek's balance loss)
     c.seq_aux = m.seq_aux;
@@ -1248,9 +1297,9 @@ bool hf_transposed(const GptConfig& c, const ParamTensor& t) {
 }
 
 bool hf_interleaved(const GptConfig& c, const ParamTensor& t) {
-  return (c.gpt_oss && (t.name.ends_with(".mlp.experts.gate_up_proj") ||
-                        t.name.ends_with(".mlp.experts.gate_up_proj_bias") ||
-                        t.name.ends_with(".mlp.experts.down_proj"))) ||
+  return ((c.gpt_oss || c.llama4) &&
+          (t.name.ends_with(".experts.gate_up_proj") || t.name.ends_with(".experts.gate_up_proj_bias") ||
+           t.name.ends_with(".experts.down_proj"))) ||
          ((c.neox || c.falcon || c.bloom) && t.name.find(".query_key_value.") != std::string::npos) ||
          (c.bigcode && t.name.find(".attn.c_attn.") != std::string::npos) ||
          (c.gptj && (t.name.find(".attn.q_proj.") != std::string::npos ||
@@ -1297,7 +1346,7 @@ void interleave_qkv(const GptConfig& c, const float* src, std::size_t cols, floa
 }
 
 void hf_reorder(const GptConfig& c, const ParamTensor& t, const float* src, float* dst, bool to_hf) {
-  if (!c.gpt_oss) {
+  if (!c.gpt_oss && !c.llama4) {
     interleave_qkv(c, src, t.shape.size() > 1 ? static_cast<std::size_t>(t.shape[1]) : 1, dst, to_hf);
     return;
   }
@@ -1318,8 +1367,8 @@ void hf_reorder(const GptConfig& c, const ParamTensor& t, const float* src, floa
     }
     return;
   }
-  // gate_up_proj [C, 2F] per expert (bias: [2F]), gate f at column 2f and up f at 2f + 1; memwall's expert
-  // holds [gate F | up F] rows of C (bias: F then F).
+  // gate_up_proj [C, 2F] per expert (bias: [2F]), gate f at column 2f and up f at 2f + 1 (Llama 4's: gate f
+  // at column f, up f at F + f); memwall's expert holds [gate F | up F] rows of C (bias: F then F).
   const bool bias = t.shape.size() == 2;
   const std::size_t C = bias ? 1 : static_cast<std::size_t>(t.shape[1]),
                     F = static_cast<std::size_t>(t.shape.back()) / 2;
@@ -1327,7 +1376,8 @@ void hf_reorder(const GptConfig& c, const ParamTensor& t, const float* src, floa
     for (std::size_t k = 0; k < 2; ++k) {
       for (std::size_t f = 0; f < F; ++f) {
         for (std::size_t ch = 0; ch < C; ++ch)
-          move(e * 2 * F * C + (k * F + f) * C + ch, e * C * 2 * F + ch * 2 * F + 2 * f + k);
+          move(e * 2 * F * C + (k * F + f) * C + ch,
+               e * C * 2 * F + ch * 2 * F + (c.llama4 ? k * F + f : 2 * f + k));
       }
     }
   }
@@ -1343,9 +1393,10 @@ namespace {
 // A mixture of experts' family name, by its model_type.
 const char* moe_family(const GptConfig& c) {
   static const std::map<std::string_view, const char*> names = {
-      {"gpt_oss", "gpt-oss"}, {"granitemoe", "Granite MoE"},  {"glm4_moe", "GLM-4.5"},
-      {"olmoe", "OLMoE"},     {"qwen3_moe", "Qwen3-MoE"},     {"qwen2_moe", "Qwen2-MoE"},
-      {"mixtral", "Mixtral"}, {"deepseek_v2", "DeepSeek-V2"}, {"deepseek_v3", "DeepSeek-V3"}};
+      {"gpt_oss", "gpt-oss"},    {"granitemoe", "Granite MoE"},  {"glm4_moe", "GLM-4.5"},
+      {"olmoe", "OLMoE"},        {"qwen3_moe", "Qwen3-MoE"},     {"qwen2_moe", "Qwen2-MoE"},
+      {"mixtral", "Mixtral"},    {"deepseek_v2", "DeepSeek-V2"}, {"deepseek_v3", "DeepSeek-V3"},
+      {"llama4_text", "Llama 4"}};
   return names.at(c.moe_type());
 }
 }  // namespace
@@ -1471,6 +1522,12 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.group_by_best = c.group_by_best;
       m.seq_aux_alpha = c.seq_aux_alpha;
       m.seq_aux = c.seq_aux;
+      if (c.llama4) {  // (nothing to count, but what train computes)
+        m.qk_l2_norm = c.qk_l2_norm;
+        m.attn_temperature = c.attn_temperature;
+        m.floor_scale = c.floor_scale;
+        m.attention_chunk = c.attention_chunk;
+      }
       if (c.gpt_oss) {  // biases on q, k, v, o, the router and the experts; the sink logits
         m.linear_bias = m.attn_bias = m.expert_bias = m.attn_sinks = true;
         m.swiglu_limit = c.swiglu_limit;
@@ -1962,6 +2019,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     qf_.resize(N * 3 * Q);
     dqf_.resize(N * 3 * Q);
   }
+  if (c.qk_l2_norm) qkr_.resize(N * 2 * static_cast<std::size_t>(c.heads));
   if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
   if (c.moe()) {
     const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
@@ -2106,24 +2164,75 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   }
 }
 
+void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps) {
+  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    for (std::size_t h = 0; h < H; ++h) {
+      float* v = x + static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
+      double sum = 0;
+      for (std::size_t i = 0; i < D; ++i) sum += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+      const auto r =
+          static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(D) + static_cast<double>(eps)));
+      for (std::size_t i = 0; i < D; ++i) v[i] *= r;
+      if (rstd != nullptr) rstd[static_cast<std::size_t>(n) * H + h] = r;
+    }
+  }
+}
+
+void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
+                            int hs) {
+  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const std::size_t at = static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
+      double dot = 0;
+      for (std::size_t i = 0; i < D; ++i)
+        dot += static_cast<double>(d[at + i]) * static_cast<double>(y[at + i]);
+      const auto mean = static_cast<float>(dot / static_cast<double>(D));
+      const float r = rstd[static_cast<std::size_t>(n) * H + h];
+      for (std::size_t i = 0; i < D; ++i) d[at + i] = r * (d[at + i] - y[at + i] * mean);
+    }
+  }
+}
+
 void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
+  temper_queries(qf_.data(), layer);
   if (!c_.rotary_at(layer)) return;  // (GPT-BigCode's learned positions, Cohere2's global layers)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                 rope_sin_.data() + at, false, c_.rotary_dim(), c_.rope_pairs());
+  if (c_.l2_norm_at(layer)) {  // (Llama 4's, after the turn)
+    l2_norm_heads(qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size(),
+                  static_cast<float>(c_.norm_eps));
+  }
 }
 
 void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
+  if (c_.l2_norm_at(layer))  // (qf_ holds the normed heads expand_qkv left)
+    l2_norm_heads_backward(dqf_.data(), qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size());
   if (c_.rotary_at(layer)) {
     k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                   rope_sin_.data() + at, true, c_.rotary_dim(), c_.rope_pairs());
   }
+  temper_queries(dqf_.data(), layer);
   k::sum_kv(dqkv_.data(), dqf_.data(), N, Q, c_.heads, c_.kv_head_count());
+}
+
+void GptModel::temper_queries(float* rows, int layer) const {
+  if (c_.query_temperature(layer, T_ - 1) == 1.0f) return;  // (every position's, then: the scale grows)
+  const auto Q = static_cast<std::size_t>(c_.q_width());
+  for (int n = 0; n < B_ * T_; ++n) {
+    const float s = c_.query_temperature(layer, n % T_);
+    float* q = rows + static_cast<std::size_t>(n) * 3 * Q;
+    for (std::size_t i = 0; i < Q; ++i) q[i] *= s;
+  }
 }
 
 double latent_query_scale(int head_dim, const RopeScaling& rs) {
@@ -2309,16 +2418,16 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
   const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
   order.resize(E);
   choice.resize(E);
-  if (!c.sigmoid_routing) {  // the softmax over the experts (in fp32, as transformers computes it)
+  if (!c.sigmoid_scores()) {  // the softmax over the experts (in fp32, as transformers computes it)
     const float zmax = *std::max_element(z, z + E);
     float sum = 0;
     for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
     for (std::size_t e = 0; e < E; ++e) choice[e] = (prob[e] /= sum);
     if (c.group_by_best) keep_best_groups(c, choice, true);  // (DeepSeek-V2's group_limited_greedy)
-  } else {  // sigmoid scores; chosen by score + bias within the best groups
+  } else {  // sigmoid scores; chosen by score + bias within the best groups (Llama 4's by logit)
     for (std::size_t e = 0; e < E; ++e) {
       prob[e] = sigmoid(z[e]);
-      choice[e] = prob[e] + (bias != nullptr ? bias[e] : 0.0f);
+      choice[e] = c.llama4 ? z[e] : prob[e] + (bias != nullptr ? bias[e] : 0.0f);
     }
     keep_best_groups(c, choice, false);
   }
@@ -2427,6 +2536,9 @@ void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const float* row = src + static_cast<std::size_t>(rows[i]) / K * C;
     std::copy(row, row + C, ein_.data() + i * C);
+    if (!c_.llama4) continue;
+    const float w = rwt_[a][static_cast<std::size_t>(rows[i])];  // (Llama 4's: the weight scales the input)
+    for (std::size_t j = 0; j < C; ++j) ein_[i * C + j] *= w;
   }
 }
 
@@ -2497,7 +2609,7 @@ void GptModel::route_backward(std::size_t a) {
       for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += scale * dw[j];
     }
     float* dz = drlogit_.data() + t * E;
-    if (c_.sigmoid_routing) {  // each score its own sigmoid: dz_e = dp_e s_e (1 - s_e)
+    if (c_.sigmoid_scores()) {  // each score its own sigmoid: dz_e = dp_e s_e (1 - s_e)
       for (std::size_t e = 0; e < E; ++e) dz[e] = dp[e] * p[e] * (1 - p[e]);
       continue;
     }
@@ -2671,7 +2783,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       const auto& rows = erows_[a][e];
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
-        const float w = branch * rwt_[a][r];
+        const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);  // (Llama 4's weighted the input)
         float* dst = resid_[l + 1].data() + r / K * W;
         const float* y = eout_[a][e].data() + i * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
@@ -2822,20 +2934,21 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       // (the block's first op backward without a shared expert)
       if (o.expert == c_.experts - 1 && c_.shared_ffn == 0) moe_block_backward();
       if (routed == 0) break;
-      // The weighted output's gradients: w dx at the output, dx . output at the weight.
+      // The weighted output's gradients: w dx at the output, dx . output at the weight (Llama 4's weight is
+      // the input's: ExpertFc1's).
       const auto& rows = erows_[a][e];
       dy_.resize(rows.size() * W);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
         const float* dx = dx_.data() + r / K * W;
         const float* y = eout_[a][e].data() + i * W;
-        const float w = branch * rwt_[a][r];
+        const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
           dy_[i * W + j] = w * dx[j];
           dot += dx[j] * y[j];
         }
-        drw_[r] = branch * dot;
+        if (!c_.llama4) drw_[r] = branch * dot;
       }
       degel_.assign(rows.size() * static_cast<std::size_t>(FE), 0.0f);
       linear(degel_.data(), dy_.data(), C, egel_[a][e].data(), FE, routed);
@@ -2857,9 +2970,24 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       dein_.assign(ein_.size(), 0.0f);
       linear(dein_.data(), defc_.data(), 2 * FE, ein_.data(), C, routed);
       const auto& rows = erows_[a][e];
+      const float* x = fc1_input(a);
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        float* dst = dln_.data() + static_cast<std::size_t>(rows[i]) / K * W;
-        for (std::size_t j = 0; j < W; ++j) dst[j] += dein_[i * W + j];
+        const auto r = static_cast<std::size_t>(rows[i]);
+        float* dst = dln_.data() + r / K * W;
+        const float* din = dein_.data() + i * W;
+        if (!c_.llama4) {
+          for (std::size_t j = 0; j < W; ++j) dst[j] += din[j];
+          continue;
+        }
+        // Llama 4's input w x: w din into the input's gradient, din . x into the weight's.
+        const float w = rwt_[a][r];
+        const float* xr = x + r / K * W;
+        float dot = 0;
+        for (std::size_t j = 0; j < W; ++j) {
+          dst[j] += w * din[j];
+          dot += din[j] * xr[j];
+        }
+        drw_[r] += dot;
       }
       break;
     }

@@ -254,6 +254,23 @@ struct GptConfig {
   // default), or rotate_half's halves (false).
   bool rope_interleave = true;
   static constexpr float kLatentNormEps = 1e-6f;
+  // Llama 4's (Llama4ForCausalLM; the Llama shape with experts, every moe_every-th layer's, the others a
+  // dense MLP of ffn): rotary on neighbouring pairs of channels (2i with 2i + 1: its complex rotation), the
+  // experts_per_token largest router logits chosen and their sigmoids scaling the token's input to each
+  // chosen expert (not its output), a shared expert without a gate (shared_gate false); in Hugging Face
+  // files the blocks' MLPs under feed_forward: the router feed_forward.router, every expert's gate and up as
+  // one experts.gate_up_proj [experts, C, 2F] (the gates the first F columns), the downs as one
+  // experts.down_proj [experts, F, C], the shared expert's linears under shared_expert. With qk_l2_norm each
+  // query and key head of the rotary layers is RMS-normed without weights (epsilon norm_eps) after the turn
+  // (use_qk_norm); with attn_temperature > 0 the other layers' query at position t is multiplied by
+  // 1 + attn_temperature x log(1 + floor((t + 1) / floor_scale)) (attn_temperature_tuning, attn_scale).
+  // attention_chunk (attention_chunk_size; 0: none): the rotary layers attend within chunks of it, which
+  // memwall's kernels do not compute, so a run may be at most that long.
+  bool llama4 = false;
+  bool qk_l2_norm = false;
+  double attn_temperature = 0;
+  int floor_scale = 8192;
+  int attention_chunk = 0;
 
   bool llama() const { return arch == GptArch::kLlama; }
   bool mla() const { return kv_lora > 0; }
@@ -276,7 +293,17 @@ struct GptConfig {
   bool scaled_branches() const { return residual_multiplier != 1; }
   // Whether rotary turns neighbouring channels (2i, 2i + 1) together (Cohere's, GLM's) rather than channel i
   // with i + rotary_dim / 2 (Llama's rotate_half).
-  bool rope_pairs() const { return cohere || glm || (mla() && rope_interleave); }
+  bool rope_pairs() const { return cohere || glm || llama4 || (mla() && rope_interleave); }
+  // Whether routing scores are sigmoids of the logits (GLM-4.5's, DeepSeek-V3's, Llama 4's) rather than
+  // their softmax.
+  bool sigmoid_scores() const { return sigmoid_routing || llama4; }
+  // Layer l's query scale from Llama 4's temperature tuning at position t (1 on the rotary layers).
+  float query_temperature(int layer, int t) const {
+    if (attn_temperature <= 0 || rotary_at(layer)) return 1.0f;
+    return static_cast<float>(1.0 + attn_temperature * std::log1p(std::floor((t + 1.0) / floor_scale)));
+  }
+  // Whether layer l's query and key heads are normed without weights after the turn (Llama 4's).
+  bool l2_norm_at(int layer) const { return qk_l2_norm && rotary_at(layer); }
   // The q/k norms as the head-norm kernels take them: query heads, key heads and their widths (for
   // qk_norm_full one "head" of all the queries and one of all the keys, narrower with grouped-query heads).
   int qk_norm_heads() const { return qk_norm_full ? 1 : heads; }
@@ -335,6 +362,7 @@ struct GptConfig {
     return !moe()                       ? ""
            : deepseek == 2              ? "deepseek_v2"
            : deepseek == 3              ? "deepseek_v3"
+           : llama4                     ? "llama4_text"
            : gpt_oss                    ? "gpt_oss"
            : granite                    ? "granitemoe"
            : sigmoid_routing            ? "glm4_moe"
@@ -421,6 +449,13 @@ void mla_heads(const GptConfig& c, const float* q, const float* kv_a, const floa
 // The latent attention's output: of each head's head-size columns in `wide` [N][heads x head size], the
 // first v_dim into `narrow` [N][heads x v_dim] (to_narrow), or back, the others zeros.
 void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow);
+
+// Llama 4's norm without weights of the first `heads` heads of hs in each of N rows of `stride` floats, in
+// place: x / sqrt(mean(x^2) + eps), each head's 1 / sqrt(...) into rstd [N][heads] (if not null). Backward,
+// in place on the heads' gradient d, from the normed heads y and rstd: rstd (d - y mean(d . y)).
+void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps);
+void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
+                            int hs);
 
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
 // the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
@@ -678,6 +713,10 @@ class GptModel {
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
   void expand_qkv(const float* qkv, int layer);
   void collapse_dqkv(int layer);
+  // Llama 4's temperature on layer `layer`'s queries: the first q_width() floats of each of the B x T rows
+  // of 3 x q_width() in `rows` times their position's query_temperature (forward, and the same on their
+  // gradient).
+  void temper_queries(float* rows, int layer) const;
   // The latent attention's input (mla): every head's query, key and value assembled into qf_ in the [B*T, 3Q]
   // layout the attention kernels take (each head's rotary part first, the shared one its keys' rotary part,
   // values padded with zeros to the head size), rotary positions applied; and back: that layout's gradient
@@ -749,6 +788,7 @@ class GptModel {
   // Gradient scratch, reused across layers.
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
+  std::vector<float> qkr_;       // Llama 4's: its query and key heads' rstd [tokens][2 x heads]
   // its rotary angles' cosines and sines, [T][head size / 2] (twice: the local base's after, with
   // rope_local_theta)
   std::vector<float> rope_cos_, rope_sin_;

@@ -44,6 +44,7 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
     route_p_.resize(E);
     route_e_.resize(K);
     route_w_.resize(K);
+    if (c.llama4) route_x_.resize(C);
     const auto FS = static_cast<std::size_t>(c.shared_ffn);
     fc_.resize(std::max(fc_.size(), 2 * std::max(FE, FS)));
     gel_.resize(std::max(gel_.size(), std::max(FE, FS)));
@@ -80,8 +81,10 @@ std::size_t GptDecoder::cache_capacity_bytes() const {
 }
 
 Result<const float*> GptDecoder::append(const int* tokens, int n) {
-  if (n < 1 || pos_ + n > c_.max_seq) {
-    return Status::failed_precondition("the context is full: the model has " + std::to_string(c_.max_seq) +
+  // (Llama 4's: one attention chunk, which its rotary layers attend within)
+  const int context = c_.attention_chunk > 0 ? std::min(c_.max_seq, c_.attention_chunk) : c_.max_seq;
+  if (n < 1 || pos_ + n > context) {
+    return Status::failed_precondition("the context is full: the model has " + std::to_string(context) +
                                        " positions, " + std::to_string(pos_) + " are used and " +
                                        std::to_string(n) + " more were given");
   }
@@ -325,6 +328,16 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
         k::rope_rotate(qkv_.data() + Q, 1, n, Wq, c_.kv_head_count(), hs, freq, pos_, false, rope_scale, rot,
                        c_.rope_pairs());
       }
+      if (c_.l2_norm_at(l)) {  // Llama 4's norm of each query and key head, after the turn
+        const auto eps = static_cast<float>(c_.norm_eps);
+        l2_norm_heads(qkv_.data(), nullptr, n, Wq, c_.heads, hs, eps);
+        l2_norm_heads(qkv_.data() + Q, nullptr, n, Wq, c_.kv_head_count(), hs, eps);
+      }
+      for (std::size_t r = 0; r < rows; ++r) {  // Llama 4's temperature on the other layers' queries
+        const float s = c_.query_temperature(l, pos_ + static_cast<int>(r));
+        if (s == 1.0f) continue;
+        for (std::size_t i = 0; i < Qz; ++i) qkv_[r * Wqz + i] *= s;
+      }
       // The new rows' keys and values: position u in slot u mod the layer's capacity (a ring for a windowed
       // layer, whose older positions no query attends any more), the cache grown as positions arrive.
       const auto capacity = static_cast<std::size_t>(capacity_[static_cast<std::size_t>(l)]);
@@ -446,15 +459,22 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
     route_token(c_, route_z_.data(), c_.sigmoid_routing ? at(router + 1) : nullptr, route_p_.data(),
                 route_e_.data(), route_w_.data(), order_, choice_);
     for (int j = 0; j < K; ++j) {
-      // Expert e's gate and up, and its down: three tensors in a row, or (Granite MoE's) every expert's gate
-      // and up first, then every down; gpt-oss's every gate and up, their biases, every down, their biases.
+      // Expert e's gate and up, and its down: three tensors in a row, or (Granite MoE's, Llama 4's) every
+      // expert's gate and up first, then every down; gpt-oss's every gate and up, their biases, every down,
+      // their biases.
       const auto e = static_cast<std::size_t>(route_e_[static_cast<std::size_t>(j)]);
-      const bool joined = c_.granite || c_.gpt_oss;
+      const bool joined = c_.granite || c_.gpt_oss || c_.llama4;
       const std::size_t fc1 = first_expert + (joined ? 2 : 3) * e,
                         fc2 = joined ? first_expert + (c_.gpt_oss ? 4 : 2) * Ez + e : fc1 + 2;
       const float* b1 = c_.gpt_oss ? at(first_expert + 2 * Ez + 2 * e) : nullptr;
       const float* b2 = c_.gpt_oss ? at(first_expert + 5 * Ez + e) : nullptr;
-      k::matmul_forward(fc_.data(), in, at(fc1), b1, 1, c_.channels, 2 * F);
+      const float w = route_w_[static_cast<std::size_t>(j)];
+      const float* x = in;
+      if (c_.llama4) {  // the weight scales the expert's input, not its output
+        for (std::size_t i = 0; i < C; ++i) route_x_[i] = w * in[i];
+        x = route_x_.data();
+      }
+      k::matmul_forward(fc_.data(), x, at(fc1), b1, 1, c_.channels, 2 * F);
       if (c_.gpt_oss) {
         k::clamped_swiglu_forward(gel_.data(), fc_.data(), 1, F, GptConfig::kSwigluAlpha,
                                   static_cast<float>(c_.swiglu_limit));
@@ -462,8 +482,8 @@ void GptDecoder::moe_rows(int n, std::size_t router) {
         k::swiglu_forward(gel_.data(), fc_.data(), 1, F);
       }
       k::matmul_forward(proj_.data(), gel_.data(), at(fc2), b2, 1, F, c_.channels);
-      const float w = route_w_[static_cast<std::size_t>(j)];
-      for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += w * proj_[i];
+      const float wy = c_.llama4 ? 1.0f : w;
+      for (std::size_t i = 0; i < C; ++i) y_[r * C + i] += wy * proj_[i];
     }
     if (c_.shared_ffn > 0) {  // the shared expert (gate and up, down, then Qwen2-MoE's gate) after them
       const std::size_t s = first_expert + 3 * static_cast<std::size_t>(E);

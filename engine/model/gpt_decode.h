@@ -58,6 +58,7 @@ class GptDecoder {
   // `router` of the layout, the experts' follow), their weighted sum into y_.
   void moe_rows(int n, std::size_t router);
   std::vector<float> route_z_, route_p_, route_w_, choice_;
+  std::vector<float> route_x_;  // (Llama 4's: a row's input times an expert's weight)
   std::vector<int> route_e_, order_;
 
   // Activations of the rows being appended (a chunk's).

@@ -163,6 +163,11 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"v_dim", c.v_dim},
           {"deepseek", c.deepseek},
           {"rope_interleave", c.rope_interleave},
+          {"llama4", c.llama4},
+          {"qk_l2_norm", c.qk_l2_norm},
+          {"attn_temperature", c.attn_temperature},
+          {"floor_scale", c.floor_scale},
+          {"attention_chunk", c.attention_chunk},
           {"norm_eps", c.norm_eps}};
 }
 
@@ -270,6 +275,11 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.group_by_best = j.value("group_by_best", false);  // (DeepSeek-V2's)
     c.seq_aux_alpha = j.value("seq_aux_alpha", 0.0);    // (DeepSeek's balance loss)
     c.seq_aux = j.value("seq_aux", true);
+    c.llama4 = j.value("llama4", false);  // (Llama 4's routing, names and rotary pairs; its attention's)
+    c.qk_l2_norm = j.value("qk_l2_norm", false);
+    c.attn_temperature = j.value("attn_temperature", 0.0);
+    c.floor_scale = j.value("floor_scale", 8192);
+    c.attention_chunk = j.value("attention_chunk", 0);
     c.kv_lora = j.value("kv_lora", 0);  // (DeepSeek's latent attention)
     c.q_lora = j.value("q_lora", 0);
     c.rope_dim = j.value("rope_dim", 0);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -267,6 +268,28 @@ GptConfig deepseek_v2() {
   c.shared_ffn = 12;
   c.routed_scale = 2;
   c.seq_aux = false;  // (over the micro-batch)
+  return c;
+}
+
+// Llama 4's: 4 layers of grouped-query heads turning neighbouring pairs but the last (nope_every 4), their
+// query and key heads normed without weights after the turn, the last one's queries tempered from position 2
+// on (floor_scale 3, attn_scale 0.5: 8 positions see two scales); experts in layers 1 and 3 (moe_every 2), 4
+// of 6, 2 a token chosen by logit, their sigmoids scaling each expert's input, beside a shared expert of 6
+// without a gate; dense MLPs of 24 between.
+GptConfig llama4() {
+  GptConfig c = llama_gqa();
+  c.layers = 4;
+  c.llama4 = c.qk_l2_norm = true;
+  c.nope_every = 4;
+  c.attn_temperature = 0.5;
+  c.floor_scale = 3;
+  c.attention_chunk = 8;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.expert_ffn = 6;
+  c.shared_ffn = 6;
+  c.shared_gate = false;
+  c.moe_every = 2;
   return c;
 }
 
@@ -1296,7 +1319,10 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   deepseek3_shape.rope_scaling = yarn_scaled().rope_scaling;
   GptConfig deepseek2_shape = deepseek_v2();  // and V2's: q_proj, softmax routing in groups
   deepseek2_shape.max_seq = 12;
+  GptConfig llama4_shape = llama4();  // and Llama 4's: L2 norms, tempered NoPE queries, inputs scaled
+  llama4_shape.max_seq = llama4_shape.attention_chunk = 12;
   for (const GptConfig& c : {gpt2,
+                             llama4_shape,
                              deepseek3_shape,
                              deepseek2_shape,
                              mixtral_shape,
@@ -1353,6 +1379,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                  : c.exact_gelu           ? "gpt2, exact gelu"
                  : !c.llama()             ? "gpt2"
                  : c.sigmoid_routing      ? "glm-4.5"
+                 : c.llama4               ? "llama 4"
                  : c.gpt_oss              ? "gpt-oss"
                  : c.moe() && c.granite   ? "granite moe"
                  : c.moe()                ? (c.qk_norm          ? "olmoe"
@@ -1704,6 +1731,84 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
     if (!matches_reference("moe_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
+}
+
+// Llama 4 against an independent PyTorch implementation of transformers' Llama4ForCausalLM equations
+// (tests/engine/llama4_reference.py, in float64: the rotary turn as complex numbers, every expert computed on
+// every token's input scaled by its sigmoid score, 0 where not chosen), which reads the tensors by their
+// checkpoints' names (feed_forward.router, the experts' joined gate_up_proj and down_proj in the files'
+// order): the loss and every gradient element (the router's through the sigmoids at the chosen logits and the
+// scaled inputs, the L2 norms', the tempered queries'); also without the q/k norms and the temperature, and
+// with one expert a token as Scout has it. Skipped without torch.
+TEST(GptModel, Llama4MatchesAPyTorchReference) {
+  GptConfig plain = llama4();
+  plain.qk_l2_norm = false;
+  plain.attn_temperature = 0;
+  GptConfig one = llama4();
+  one.experts_per_token = 1;
+  for (GptConfig c : {llama4(), plain, one}) {
+    SCOPED_TRACE(std::string(c.qk_l2_norm ? "l2 norms" : "no l2 norms") + ", " +
+                 std::to_string(c.experts_per_token) + " a token");
+    c.rope_theta = 500;  // the rotation matters even over 8 positions
+    const nlohmann::json config = {{"layers", c.layers},
+                                   {"channels", c.channels},
+                                   {"heads", c.heads},
+                                   {"kv_heads", c.kv_head_count()},
+                                   {"head_dim", c.head_size()},
+                                   {"norm_eps", c.norm_eps},
+                                   {"rope_theta", c.rope_theta},
+                                   {"experts", c.experts},
+                                   {"experts_per_token", c.experts_per_token},
+                                   {"moe_every", c.moe_every},
+                                   {"nope_every", c.nope_every},
+                                   {"qk_l2_norm", c.qk_l2_norm},
+                                   {"attn_temperature", c.attn_temperature},
+                                   {"floor_scale", c.floor_scale}};
+    if (!matches_reference("llama4_reference.py", c, hf_param_layout(c), config))
+      GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
+  }
+}
+
+// Llama 4's Hugging Face names: the MLPs under feed_forward, the router, every expert's gate and up joined
+// as experts.gate_up_proj [experts, C, 2F] and the downs as experts.down_proj [experts, F, C], the shared
+// expert's linears; the joined tensors read back in memwall's order as they were written. A run longer than
+// the attention chunk is refused in one line.
+TEST(GptModel, Llama4NamesItsTensorsAsItsFilesDo) {
+  const GptConfig c = llama4();
+  std::map<std::string, std::vector<int>> shapes;
+  for (const auto& t : hf_param_layout(c)) shapes[t.name] = t.shape;
+  const std::map<std::string, std::vector<int>> want = {
+      {"model.layers.1.feed_forward.router.weight", {4, 16}},
+      {"model.layers.1.feed_forward.experts.gate_up_proj", {4, 16, 12}},
+      {"model.layers.1.feed_forward.experts.down_proj", {4, 6, 16}},
+      {"model.layers.1.feed_forward.shared_expert.gate_proj.weight", {6, 16}},
+      {"model.layers.1.feed_forward.shared_expert.down_proj.weight", {16, 6}},
+      {"model.layers.0.feed_forward.gate_proj.weight", {24, 16}},
+      {"model.layers.2.feed_forward.down_proj.weight", {16, 24}}};
+  for (const auto& [name, shape] : want) {
+    ASSERT_EQ(shapes.count(name), 1u) << name;
+    EXPECT_EQ(shapes[name], shape) << name;
+  }
+  EXPECT_EQ(shapes.count("model.layers.1.mlp.gate.weight"), 0u);
+  std::vector<float> p(gpt_num_params(c));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(i);
+  for (const auto& t : hf_param_layout(c)) {
+    if (!hf_interleaved(c, t)) continue;
+    std::vector<float> filed(t.numel), back(t.numel);
+    hf_reorder(c, t, p.data() + t.offset, filed.data(), true);
+    if (t.name.ends_with("gate_up_proj")) {  // expert 1's up row 2 at column F + 2 of row 5 of its [C, 2F]
+      const std::size_t C = 16, F = 6, e = 1, ch = 5, f = 2;
+      EXPECT_EQ(filed[e * C * 2 * F + ch * 2 * F + F + f], p[t.offset + e * 2 * F * C + (F + f) * C + ch]);
+    }
+    hf_reorder(c, t, filed.data(), back.data(), false);
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), p.begin() + static_cast<std::ptrdiff_t>(t.offset)))
+        << t.name;
+  }
+  GptConfig longer = c;  // (a context beyond the chunk)
+  longer.max_seq = 16;
+  const Status s = validate(longer, 1, 9);
+  EXPECT_NE(s.message().find("attention_chunk (8)"), std::string::npos) << s.message();
+  EXPECT_TRUE(validate(longer, 1, 8).is_ok());
 }
 
 // A router of zeros gives every expert the same probability, so each token goes to the first
