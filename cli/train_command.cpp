@@ -185,6 +185,8 @@ std::string rotary_summary(const model::GptConfig& c, int seq) {
                                   : strprintf(" (none on layers %d, %d, ...: no positions)", c.nope_every - 1,
                                               2 * c.nope_every - 1);
   }
+  if (c.attn_temperature > 0 && c.nope_every > 0 && c.nope_every <= c.layers)  // (Llama 4's)
+    s += strprintf(", their queries tempered from position %d", c.floor_scale - 1);
   const RopeScaling& rs = c.rope_scaling;
   if (!rs.none()) {
     s += " (rope_scaling " + rs.type;
@@ -256,7 +258,12 @@ int run_train(const TrainOptions& opt) {
   const bool lead = rank == 0;
   if (lead) print_warnings(in->diag);
 
-  const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length : in->model.max_positions;
+  // (Llama 4's by default one attention chunk: its rotary layers attend within chunks, which memwall's
+  // kernels do not compute)
+  const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length
+                  : in->model.attention_chunk > 0
+                      ? std::min(in->model.max_positions, in->model.attention_chunk)
+                      : in->model.max_positions;
   if (in->model.rope_scaling.type == "dynamic" && seq > in->model.max_positions) {
     return report_error(Status::invalid_argument(
         "memwall.sequence_length " + std::to_string(seq) + ": model " + in->model.name +
@@ -557,10 +564,13 @@ int run_train(const TrainOptions& opt) {
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
-                            "%d %s experts of %d, %d a token at their %s %s%s%s%s%s", c.experts,
+                            "%d %s experts of %d, %d a token %s%s%s%s%s", c.experts,
                             c.gpt_oss ? strprintf("clamped (+-%g) SwiGLU", c.swiglu_limit).c_str() : "SwiGLU",
-                            c.expert_width(), c.experts_per_token, c.norm_topk ? "renormalised" : "router",
-                            c.sigmoid_routing ? "sigmoid scores" : "probabilities",
+                            c.expert_width(), c.experts_per_token,
+                            c.llama4 ? "by router logit, its sigmoid scaling the expert's input"
+                                     : strprintf("at their %s %s", c.norm_topk ? "renormalised" : "router",
+                                                 c.sigmoid_routing ? "sigmoid scores" : "probabilities")
+                                           .c_str(),
                             c.routed_scale != 1 ? strprintf(" x %g", c.routed_scale).c_str() : "",
                             c.groups_per_token < c.expert_groups
                                 ? strprintf(" from the best %d of %d groups", c.groups_per_token,
@@ -594,7 +604,8 @@ int run_train(const TrainOptions& opt) {
                   : c.qkv_bias     ? ", q/k/v biases"
                   : c.clip_qkv > 0 ? strprintf(", q/k/v clipped to +-%g", c.clip_qkv).c_str()
                                    : "",
-                  !c.qk_norm       ? ""
+                  c.qk_l2_norm     ? ", per-head q/k norms without weights after the turn"
+                  : !c.qk_norm     ? ""
                   : c.qk_norm_full ? ", q/k norms over all heads"
                   : c.qk_layernorm ? ", per-head q/k LayerNorms"
                                    : ", per-head q/k norms",

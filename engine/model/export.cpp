@@ -157,6 +157,37 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"attention_bias", c.qkv_bias}},
                                torch_dtype);
   }
+  if (c.llama4) {  // Llama4TextConfig's keys (validate() has refused what Llama 4's shape does not have)
+    if (beyond_plain_llama(c, true) || c.sliding_window > 0 || c.partial_rotary != 1.0 ||
+        c.shared_ffn != c.expert_width()) {
+      return no_config_form(dir, "Llama 4",
+                            " (but head_dim), partial rotary or a shared expert not as wide as an expert",
+                            "Llama4ForCausalLM");
+    }
+    nlohmann::ordered_json turns = nlohmann::ordered_json::array();
+    for (int l = 0; l < c.layers; ++l) turns.push_back(c.rotary_at(l) ? 1 : 0);
+    const bool tempered = c.attn_temperature > 0;
+    return llama_family_config("Llama4ForCausalLM", c.moe_type(), c,
+                               {{"intermediate_size", c.expert_width()},
+                                {"intermediate_size_mlp", c.ffn_width()},
+                                {"head_dim", c.head_size()},
+                                {"rms_norm_eps", c.norm_eps},
+                                {"attention_bias", false},
+                                {"num_local_experts", c.experts},
+                                {"num_experts_per_tok", c.experts_per_token},
+                                {"interleave_moe_layer_step", c.moe_every},
+                                {"use_qk_norm", c.qk_l2_norm},
+                                {"no_rope_layers", turns},
+                                {"no_rope_layer_interval", c.nope_every > 0 ? c.nope_every : 4},
+                                {"attention_chunk_size",
+                                 c.attention_chunk > 0 ? nlohmann::ordered_json(c.attention_chunk) : nullptr},
+                                {"attn_temperature_tuning", tempered},
+                                {"floor_scale", c.floor_scale},
+                                {"attn_scale", tempered ? c.attn_temperature : 0.1},
+                                {"output_router_logits", false},
+                                {"router_aux_loss_coef", 0.001}},
+                               torch_dtype);
+  }
   if (c.nope_every > 0) {  // SmolLM3Config's keys: the plain Llama shape with every n-th layer unturned
     if (beyond_plain_llama(c) || c.qkv_bias || c.partial_rotary != 1.0 || c.qk_norm || c.layer_norm ||
         c.post_norm) {

@@ -2882,6 +2882,44 @@ TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
   std::filesystem::remove_all(v2.hf);
 }
 
+// Llama 4's blocks (Scout's file cut down to 4 layers, the last without positions and its queries tempered
+// from position 15; experts in layers 1 and 3, one a token, beside a shared expert) train, are kept by the
+// checkpoint, export as Llama4ForCausalLM with feed_forward's joined experts, and generate the same text from
+// either; a run longer than the attention chunk is refused in one line.
+TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
+  const std::string shape = R"("num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "intermediate_size_mlp": 128,
+      "num_local_experts": 4, "interleave_moe_layer_step": 2, "floor_scale": 16, "vocab_size": 256)";
+  const ShapeRoundTrip r =
+      train_export_generate("llama4", R"({"text_config": {)" + shape + R"(, "max_position_embeddings": 64}})",
+                            "llama-4-scout", 200);
+  EXPECT_EQ(r.latest["llama4"], true);
+  EXPECT_EQ(r.latest["qk_l2_norm"], true);
+  EXPECT_EQ(r.latest["floor_scale"], 16);
+  EXPECT_EQ(r.latest["attention_chunk"], 8192);
+  EXPECT_EQ(r.config["architectures"][0], "Llama4ForCausalLM");
+  EXPECT_EQ(r.config["model_type"], "llama4_text");
+  EXPECT_EQ(r.config["no_rope_layers"], (nlohmann::json{1, 1, 1, 0}));
+  EXPECT_EQ(r.config["interleave_moe_layer_step"], 2);
+  EXPECT_EQ(r.config["intermediate_size_mlp"], 128);
+  EXPECT_EQ(r.tensors["model.layers.1.feed_forward.router.weight"]["shape"], (nlohmann::json{4, 64}));
+  EXPECT_EQ(r.tensors["model.layers.1.feed_forward.experts.gate_up_proj"]["shape"],
+            (nlohmann::json{4, 64, 128}));
+  EXPECT_EQ(r.tensors["model.layers.3.feed_forward.experts.down_proj"]["shape"], (nlohmann::json{4, 64, 64}));
+  EXPECT_EQ(r.tensors["model.layers.3.feed_forward.shared_expert.up_proj.weight"]["shape"],
+            (nlohmann::json{64, 64}));
+  EXPECT_EQ(r.tensors["model.layers.2.feed_forward.gate_proj.weight"]["shape"], (nlohmann::json{128, 64}));
+  const CmdResult chunked = memwall("train --steps 1 --data " + r.data +
+                                    R"( --model llama-4-scout --model-set '{"text_config": {)" + shape +
+                                    R"(, "max_position_embeddings": 64, "attention_chunk_size": 32}}')" +
+                                    R"( --set '{"memwall.sequence_length": 48}')");
+  EXPECT_EQ(chunked.exit_code, 2) << chunked.output;
+  EXPECT_NE(chunked.output.find("seq (48) exceeds attention_chunk (32)"), std::string::npos)
+      << chunked.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
 // Qwen3's shape (heads of their own width, 4 x 24 = 96 query channels over 64, each query and key head
 // RMS-normed) trains, is kept by the checkpoint, exports as Qwen3's config.json and safetensors names, and
 // generates the same text from either.

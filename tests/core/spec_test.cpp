@@ -234,6 +234,11 @@ TEST(ModelSpec, Llama4ExpertsInterleavedWithDenseBlocks) {
   EXPECT_EQ(scout.rope_scaling.type, "llama3");
   EXPECT_EQ(scout.rope_scaling.high_freq_factor, scout.rope_scaling.low_freq_factor);
   EXPECT_EQ(scout.norm_eps, 1e-5);
+  // (what memwall train computes: weightless q/k norms on the rotary layers, tempered queries on the others)
+  EXPECT_TRUE(scout.qk_l2_norm);
+  EXPECT_EQ(scout.attn_temperature, 0.1);
+  EXPECT_EQ(scout.floor_scale, 8192);
+  EXPECT_EQ(scout.attention_chunk, 8192);
   const double attention = 2 * 5120.0 * 5120 + 2 * 5120.0 * 1024 + 2 * 5120;
   const double expert = 3 * 5120.0 * 8192, embeddings = 2 * 202048.0 * 5120 + 5120;
   EXPECT_EQ(scout.total_params(), embeddings + 48 * (attention + 16 * 5120.0 + 17 * expert));
@@ -269,7 +274,17 @@ TEST(ModelSpec, Llama4ExpertsInterleavedWithDenseBlocks) {
   EXPECT_EQ(d->head_dim(), 128);
   EXPECT_EQ(d->rope_theta, 500000);
   EXPECT_EQ(d->moe_layers(), 2);
+  EXPECT_TRUE(d->qk_l2_norm);
+  EXPECT_EQ(d->attn_temperature, 0.1);
   EXPECT_TRUE(diag.warnings.empty()) << diag.warnings.front();
+  auto plain =
+      parse_model(base + R"("use_qk_norm": false, "attn_temperature_tuning": false, "attn_scale": 0.3,
+      "floor_scale": 100})",
+                  "plain.json", diag);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_FALSE(plain->qk_l2_norm);
+  EXPECT_EQ(plain->attn_temperature, 0);
+  EXPECT_EQ(plain->floor_scale, 100);
   auto bad = parse_model(base + R"("interleave_moe_layer_step": 2, "moe_layers": [0, 2]})", "bad.json", diag);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().to_string().find("key 'moe_layers': [0,2] is a pattern memwall does not compute; "

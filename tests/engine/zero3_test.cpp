@@ -98,6 +98,25 @@ model::GptConfig small_gpt_oss() {
   return c;
 }
 
+// Llama 4's: experts every second layer chosen by logit, their sigmoids scaling the inputs, an ungated
+// shared expert of 12; rotary on neighbouring pairs, weightless q/k norms, the last of 3 layers without
+// positions and its queries tempered from position 1 (floor_scale 2).
+model::GptConfig small_llama4() {
+  model::GptConfig c = small_moe();
+  c.norm_topk = false;
+  c.router_aux = 0;
+  c.layers = 3;
+  c.llama4 = c.qk_l2_norm = true;
+  c.shared_ffn = 12;
+  c.shared_gate = false;
+  c.moe_every = 2;
+  c.nope_every = 3;
+  c.attn_temperature = 0.1;
+  c.floor_scale = 2;
+  c.attention_chunk = 8;
+  return c;
+}
+
 // DeepSeek-V3's: GLM-4.5's routing beside the latent attention (4 heads of 6 + 4 rotary from latents of 8,
 // values of 6).
 model::GptConfig small_deepseek() {
@@ -220,6 +239,7 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0.05, small_gpt_oss());
   follow_the_plain_model(0.05, small_deepseek());
   follow_the_plain_model(0, small_deepseek_dense());
+  follow_the_plain_model(0.05, small_llama4());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -876,9 +896,10 @@ TEST(Zero3, DeepSeekBalancingMovesEachCorrectionBiasAgainstItsLoad) {
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
   for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45(),
-                             small_gpt_oss(), small_deepseek()}) {
+                             small_gpt_oss(), small_deepseek(), small_llama4()}) {
     c.layers = 5;
     SCOPED_TRACE(c.mla()            ? "deepseek-v3"
+                 : c.llama4         ? "llama 4"
                  : c.gpt_oss        ? "gpt-oss"
                  : c.shared_ffn > 0 ? "shared expert"
                  : c.moe()          ? "experts"
@@ -901,9 +922,10 @@ TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
 }
 
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
-  for (const model::GptConfig& c :
-       {small(), small_llama(), small_moe(), small_gpt_oss(), small_deepseek(), small_deepseek_dense()}) {
+  for (const model::GptConfig& c : {small(), small_llama(), small_moe(), small_gpt_oss(), small_deepseek(),
+                                    small_deepseek_dense(), small_llama4()}) {
     SCOPED_TRACE(c.mla()     ? (c.moe() ? "deepseek-v3" : "deepseek, dense")
+                 : c.llama4  ? "llama 4"
                  : c.gpt_oss ? "gpt-oss"
                  : c.moe()   ? "experts"
                  : c.llama() ? "llama"
