@@ -249,3 +249,84 @@ class DeepSeek(Decoder):
         super().__init__(C, T, mla[3],
                          nn.ModuleList(DeepSeekBlock(C, NH, FF, mla, moe if l > 0 else None) for l in range(L)),
                          vocab, theta)
+
+
+class Llama4MoE(nn.Module):
+    """Llama4TextMoe's equations (ARCH=llama4): the router's topk largest logits, their sigmoids scaling each
+    chosen expert's input (not its output), plus one ungated shared expert on every token. Each expert runs
+    on the tokens routed to it (index_select, index_add_), as the Mixtral loop above; transformers' own
+    Llama4TextExperts instead multiplies every expert with every token (zeros where not chosen), experts /
+    topk times these FLOPs, which would flatter memwall."""
+
+    def __init__(self, C, FF, experts, topk):
+        super().__init__()
+        self.router = nn.Linear(C, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(C, FF) for _ in range(experts))
+        self.shared = SwiGLU(C, FF)
+        self.topk = topk
+
+    def forward(self, h):
+        B, T, C = h.shape
+        x = h.reshape(-1, C)
+        top, chosen = torch.topk(self.router(x), self.topk, dim=-1)
+        weight = torch.sigmoid(top.float()).to(x.dtype)
+        out = self.shared(x)
+        mask = F.one_hot(chosen, len(self.experts)).permute(2, 1, 0)  # [experts, topk, tokens]
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(mask[e])
+            if token.numel() == 0:
+                continue
+            out = out.index_add(0, token, expert(x[token] * weight[token, slot, None]).to(out.dtype))
+        return out.view(B, T, C)
+
+
+class Llama4Block(nn.Module):
+    """Llama4TextDecoderLayer: grouped-query attention, the rotary layers' queries and keys turned as complex
+    numbers (neighbouring pairs) then RMS-normed without weights (use_qk_norm), the others' queries tempered
+    (attn_temperature_tuning: 1 at positions below floor_scale - 1); then the experts, or (not every
+    moe_every-th layer) a dense SwiGLU of FFM."""
+
+    def __init__(self, C, NH, KV, FF, FFM, experts, topk, rope, moe, floor_scale=8192, attn_scale=0.1):
+        super().__init__()
+        self.NH, self.KV, self.hs, self.rope = NH, KV, C // NH, rope
+        self.ln1, self.ln2 = RMSNorm(C), RMSNorm(C)
+        self.q, self.o = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
+        self.k, self.v = nn.Linear(C, KV * self.hs, bias=False), nn.Linear(C, KV * self.hs, bias=False)
+        self.mlp = Llama4MoE(C, FF, experts, topk) if moe else SwiGLU(C, FFM)
+        self.floor_scale, self.attn_scale = floor_scale, attn_scale
+
+    def forward(self, x, cos, sin, mask):
+        B, T, C = x.shape
+        h = self.ln1(x)
+        q = self.q(h).view(B, T, self.NH, self.hs)
+        k = self.k(h).view(B, T, self.KV, self.hs)
+        v = self.v(h).view(B, T, self.KV, self.hs).transpose(1, 2)
+        if self.rope:
+            freqs = torch.complex(cos[:, : self.hs // 2], sin[:, : self.hs // 2])[None, :, None, :]
+
+            def turn(t):
+                pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2).contiguous())
+                return torch.view_as_real(pairs * freqs).flatten(3).to(t.dtype)
+            q, k = turn(q), turn(k)
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-5)
+            k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-5)
+        else:
+            pos = torch.arange(T, dtype=torch.float32)
+            q = q * (torch.log1p(torch.floor((pos + 1) / self.floor_scale)) * self.attn_scale + 1).view(1, T, 1, 1)
+        q, k = q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(self.NH // self.KV, dim=1)
+        v = v.repeat_interleave(self.NH // self.KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hs))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        x = x + self.o((att @ v).transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp(self.ln2(x))
+
+
+class Llama4(Decoder):
+    """Llama 4's shape (ARCH=llama4): every fourth layer without rotary positions, experts (of FF, topk a
+    token) in every moe_every-th layer, dense MLPs of FFM between, an untied head."""
+
+    def __init__(self, L, C, NH, KV, FF, FFM, T, experts, topk, moe_every=1, vocab=256, theta=10000.0):
+        super().__init__(C, T, C // NH,
+                         nn.ModuleList(Llama4Block(C, NH, KV, FF, FFM, experts, topk, (l + 1) % 4 != 0,
+                                                   (l + 1) % moe_every == 0) for l in range(L)),
+                         vocab, theta)

@@ -7,10 +7,11 @@
 # Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS [PRECISION=fp32]
 #        [ARCH=gpt2 [KV_HEADS FFN [EXPERTS TOPK [WINDOW]]]]
 #        or deepseek FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS (bench/torch_llama.py DeepSeek)
+#        or llama4 KV_HEADS FFN FFN_MLP EXPERTS TOPK MOE_EVERY (bench/torch_llama.py Llama4)
 import json, sys, time
 import torch
 from torch_gpt import GPT
-from torch_llama import DeepSeek, Llama
+from torch_llama import DeepSeek, Llama, Llama4
 
 L, C, NH, B, T, steps, threads = map(int, sys.argv[1:8])
 bf16 = len(sys.argv) > 8 and sys.argv[8] == "bf16"
@@ -24,6 +25,9 @@ torch.manual_seed(0)
 if arch == "deepseek":  # FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS
     d = list(map(int, sys.argv[10:20]))
     model = DeepSeek(L, C, NH, d[0], T, mla=tuple(d[1:6]), moe=tuple(d[6:10]))
+elif arch == "llama4":  # KV_HEADS FFN FFN_MLP EXPERTS TOPK MOE_EVERY
+    d = list(map(int, sys.argv[10:16]))
+    model = Llama4(L, C, NH, d[0], d[1], d[2], T, experts=d[3], topk=d[4], moe_every=d[5])
 else:
     model = (Llama(L, C, NH, int(sys.argv[10]), int(sys.argv[11]), T, experts=experts, topk=topk, oss=oss,
                    window=window) if llama
