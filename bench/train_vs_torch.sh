@@ -46,7 +46,8 @@ case "$ARCH" in
          model="{\"num_hidden_layers\":$L,\"hidden_size\":$C,\"num_attention_heads\":$NH,\"q_lora_rank\":$QL,\"kv_lora_rank\":$KVL,\"qk_nope_head_dim\":$NOPE,\"qk_rope_head_dim\":$ROPE,\"v_head_dim\":$NOPE,\"intermediate_size\":$FF,\"moe_intermediate_size\":$FF,\"n_routed_experts\":$E,\"num_experts_per_tok\":$K,\"n_group\":4,\"topk_group\":2,\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"max_position_embeddings\":$T,\"vocab_size\":256,\"rope_theta\":10000,\"rope_scaling\":null,\"rms_norm_eps\":1e-5,\"aux_loss_alpha\":0}"
          base=deepseek-v3; extra=(deepseek "$FF" "$QL" "$KVL" "$NOPE" "$ROPE" "$NOPE" "$E" "$K" 4 2) ;;
   llama4) E=${EXPERTS:-8}; K=${TOPK:-1}; ME=${MOE_EVERY:-1}
-         model="{\"text_config\":{\"num_hidden_layers\":$L,\"hidden_size\":$C,\"num_attention_heads\":$NH,\"num_key_value_heads\":$KV,\"head_dim\":$((C / NH)),\"intermediate_size\":$FF,\"intermediate_size_mlp\":$((2 * FF)),\"num_local_experts\":$E,\"num_experts_per_tok\":$K,\"interleave_moe_layer_step\":$ME,\"max_position_embeddings\":$T,\"vocab_size\":256,\"rope_theta\":10000,\"rope_scaling\":null,\"rms_norm_eps\":1e-5}}"
+         model=$(printf '"text_config.%s":%s,' num_hidden_layers "$L" hidden_size "$C" num_attention_heads "$NH" num_key_value_heads "$KV" head_dim $((C / NH)) intermediate_size "$FF" intermediate_size_mlp $((2 * FF)) num_local_experts "$E" num_experts_per_tok "$K" interleave_moe_layer_step "$ME" max_position_embeddings "$T" vocab_size 256 rope_theta 10000 rope_scaling null rms_norm_eps 1e-5)
+         model="{${model%,}}"
          base=llama-4-scout; extra=(llama4 "$KV" "$FF" "$((2 * FF))" "$E" "$K" "$ME") ;;
   *) echo "ARCH must be gpt2, llama, mixtral, gpt_oss, deepseek or llama4, got '$ARCH'" >&2; exit 2 ;;
 esac

@@ -564,7 +564,7 @@ int run_train(const TrainOptions& opt) {
                   rotary_summary(c, seq).c_str(),
                   c.moe()
                       ? strprintf(
-                            "%d %s experts of %d, %d a token %s%s%s%s%s", c.experts,
+                            "%d %s experts of %d, %d a token %s%s%s%s%s%s", c.experts,
                             c.gpt_oss ? strprintf("clamped (+-%g) SwiGLU", c.swiglu_limit).c_str() : "SwiGLU",
                             c.expert_width(), c.experts_per_token,
                             c.llama4 ? "by router logit, its sigmoid scaling the expert's input"
@@ -580,6 +580,11 @@ int run_train(const TrainOptions& opt) {
                             c.shared_ffn > 0
                                 ? strprintf(", %s shared expert of %d",
                                             c.shared_gate ? "a gated" : "an ungated", c.shared_ffn)
+                                      .c_str()
+                                : "",
+                            c.moe_layers() < c.layers
+                                ? strprintf(" in %d of %d layers (SwiGLUs of %d in the others)",
+                                            c.moe_layers(), c.layers, c.ffn_width())
                                       .c_str()
                                 : "",
                             c.router_aux > 0 ? strprintf(", load-balancing loss x %g", c.router_aux).c_str()

@@ -333,7 +333,8 @@ Status read_linear_attention(const json& j, JsonObjectReader& r, ModelSpec& m) {
 // Llama 4's mixture of experts (Llama4TextConfig's defaults): num_local_experts (16) of intermediate_size,
 // num_experts_per_tok (1) per token, beside a shared expert of intermediate_size without a gate, in every
 // interleave_moe_layer_step-th block (1: every one; Maverick's 2), the others a dense gated MLP of
-// intermediate_size_mlp (16384); moe_layers, where given, must list those blocks.
+// intermediate_size_mlp (16384); moe_layers, where given, must list those blocks (its entries past
+// num_hidden_layers name no block, as transformers reads it: a file cut to fewer layers keeps its list).
 Status read_llama4_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
   m.experts = 16;
   m.experts_per_token = 1;
@@ -349,7 +350,11 @@ Status read_llama4_experts(const json& j, JsonObjectReader& r, ModelSpec& m) {
     for (int l = 0; l < m.layers; ++l) {
       if (m.moe_layer(l)) expected.push_back(l);
     }
-    if (j["moe_layers"] != expected) {
+    json listed = json::array();
+    for (const json& l : j["moe_layers"]) {
+      if (!l.is_number_integer() || l.get<long long>() < m.layers) listed.push_back(l);
+    }
+    if (!j["moe_layers"].is_array() || listed != expected) {
       return r.error("moe_layers", detail::short_dump(j["moe_layers"]) +
                                        " is a pattern memwall does not compute; allowed: every "
                                        "interleave_moe_layer_step-th block (" +

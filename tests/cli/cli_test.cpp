@@ -2887,12 +2887,15 @@ TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
 // checkpoint, export as Llama4ForCausalLM with feed_forward's joined experts, and generate the same text from
 // either; a run longer than the attention chunk is refused in one line.
 TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
-  const std::string shape = R"("num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "intermediate_size_mlp": 128,
-      "num_local_experts": 4, "interleave_moe_layer_step": 2, "floor_scale": 16, "vocab_size": 256)";
-  const ShapeRoundTrip r =
-      train_export_generate("llama4", R"({"text_config": {)" + shape + R"(, "max_position_embeddings": 64}})",
-                            "llama-4-scout", 200);
+  // (--model-set's dotted keys patch the file's text_config; the rest of it, Scout's llama3 rope_scaling
+  // among them, stays)
+  const std::string shape = R"("text_config.num_hidden_layers": 4, "text_config.hidden_size": 64,
+      "text_config.num_attention_heads": 4, "text_config.num_key_value_heads": 2, "text_config.head_dim": 16,
+      "text_config.intermediate_size": 64, "text_config.intermediate_size_mlp": 128,
+      "text_config.num_local_experts": 4, "text_config.interleave_moe_layer_step": 2,
+      "text_config.floor_scale": 16, "text_config.vocab_size": 256,
+      "text_config.max_position_embeddings": 64)";
+  const ShapeRoundTrip r = train_export_generate("llama4", "{" + shape + "}", "llama-4-scout", 200);
   EXPECT_EQ(r.latest["llama4"], true);
   EXPECT_EQ(r.latest["qk_l2_norm"], true);
   EXPECT_EQ(r.latest["floor_scale"], 16);
@@ -2902,6 +2905,7 @@ TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
   EXPECT_EQ(r.config["no_rope_layers"], (nlohmann::json{1, 1, 1, 0}));
   EXPECT_EQ(r.config["interleave_moe_layer_step"], 2);
   EXPECT_EQ(r.config["intermediate_size_mlp"], 128);
+  EXPECT_EQ(r.config["rope_scaling"]["rope_type"], "llama3");
   EXPECT_EQ(r.tensors["model.layers.1.feed_forward.router.weight"]["shape"], (nlohmann::json{4, 64}));
   EXPECT_EQ(r.tensors["model.layers.1.feed_forward.experts.gate_up_proj"]["shape"],
             (nlohmann::json{4, 64, 128}));
@@ -2909,10 +2913,9 @@ TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
   EXPECT_EQ(r.tensors["model.layers.3.feed_forward.shared_expert.up_proj.weight"]["shape"],
             (nlohmann::json{64, 64}));
   EXPECT_EQ(r.tensors["model.layers.2.feed_forward.gate_proj.weight"]["shape"], (nlohmann::json{128, 64}));
-  const CmdResult chunked = memwall("train --steps 1 --data " + r.data +
-                                    R"( --model llama-4-scout --model-set '{"text_config": {)" + shape +
-                                    R"(, "max_position_embeddings": 64, "attention_chunk_size": 32}}')" +
-                                    R"( --set '{"memwall.sequence_length": 48}')");
+  const CmdResult chunked = memwall(
+      "train --steps 1 --data " + r.data + " --model llama-4-scout --model-set '{" + shape +
+      R"(, "text_config.attention_chunk_size": 32}')" + R"( --set '{"memwall.sequence_length": 48}')");
   EXPECT_EQ(chunked.exit_code, 2) << chunked.output;
   EXPECT_NE(chunked.output.find("seq (48) exceeds attention_chunk (32)"), std::string::npos)
       << chunked.output;

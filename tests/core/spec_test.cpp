@@ -267,7 +267,9 @@ TEST(ModelSpec, Llama4ExpertsInterleavedWithDenseBlocks) {
   Diagnostics diag;
   const std::string base = R"({"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
       "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 256, )";
-  auto d = parse_model(base + R"("interleave_moe_layer_step": 2, "moe_layers": [1, 3]})", "l4.json", diag);
+  // (a list past num_hidden_layers, as Maverick's file cut to 4 layers keeps it: those entries name no block)
+  auto d =
+      parse_model(base + R"("interleave_moe_layer_step": 2, "moe_layers": [1, 3, 5, 7]})", "l4.json", diag);
   ASSERT_TRUE(d.is_ok()) << d.status().to_string();
   EXPECT_EQ(d->experts, 16);
   EXPECT_EQ(d->ffn_hidden, 16384);
