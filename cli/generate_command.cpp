@@ -104,9 +104,6 @@ int run_generate(const GenerateOptions& opt) {
     params.resize(model::gpt_num_params(c));
     if (Status s = w->read(0, params.size(), params.data()); !s.is_ok()) return report_error(s);
   }
-  // Llama 4's rotary layers attend within chunks of attention_chunk positions, which memwall's kernels do not
-  // compute: its context is one chunk (then the window slides, as for any model).
-  if (c.attention_chunk > 0) c.max_seq = std::min(c.max_seq, c.attention_chunk);
   // The vocabulary: byte-level BPE where the model's directory (or --tokenizer) holds vocab.json and
   // merges.txt or tokenizer.json, else bytes.
   const std::string model_dir = opt.checkpoint_dir.empty() ? opt.weights : opt.checkpoint_dir;

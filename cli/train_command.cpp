@@ -258,8 +258,7 @@ int run_train(const TrainOptions& opt) {
   const bool lead = rank == 0;
   if (lead) print_warnings(in->diag);
 
-  // (Llama 4's by default one attention chunk: its rotary layers attend within chunks, which memwall's
-  // kernels do not compute)
+  // (Llama 4's by default one attention chunk, its rotary layers' context, rather than its 10M positions)
   const int seq = run.memwall.sequence_length > 0 ? run.memwall.sequence_length
                   : in->model.attention_chunk > 0
                       ? std::min(in->model.max_positions, in->model.attention_chunk)

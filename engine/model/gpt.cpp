@@ -37,13 +37,6 @@ Status validate(const GptConfig& c, int batch, int seq) {
     return Status::invalid_argument("model: seq (" + std::to_string(seq) + ") exceeds max_seq (" +
                                     std::to_string(c.max_seq) + ")");
   }
-  if (c.attention_chunk > 0 && seq > c.attention_chunk) {
-    return Status::invalid_argument("model: seq (" + std::to_string(seq) + ") exceeds attention_chunk (" +
-                                    std::to_string(c.attention_chunk) +
-                                    "): Llama 4's rotary layers attend within chunks of it, which memwall's "
-                                    "attention kernels do not compute; allowed: up to " +
-                                    std::to_string(c.attention_chunk) + " positions");
-  }
   if (c.kv_heads < 0 || c.ffn < 0) {
     return Status::invalid_argument("model: kv_heads and ffn must be >= 0 (0: GPT-2's), got " +
                                     std::to_string(c.kv_heads) + " and " + std::to_string(c.ffn));
@@ -2682,12 +2675,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits)
       if (flash_) {
         k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                                   c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
+                                   c_.attention_span(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
                                    sinks);
       } else {
-        k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
-                             c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
-                             sinks);
+        k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads, c_.attention_span(l),
+                             c_.score_scale(), c_.score_cap(), c_.alibi_scale(), sinks);
       }
       if (c_.mla()) mla_values(c_, N, atty_[a].data(), atto_[a].data(), true);
       break;
@@ -3064,11 +3056,11 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       }
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
-                                    c_.heads, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                    c_.heads, c_.attention_span(l), c_.score_scale(), c_.score_cap(),
                                     c_.alibi_scale(), sinks, dsinks);
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
-                              c_.attention_window(l), c_.score_scale(), c_.score_cap(), sinks, dsinks);
+                              c_.attention_span(l), c_.score_scale(), c_.score_cap(), sinks, dsinks);
       }
       if (c_.mla()) {
         scatter_mla(o.layer);

@@ -264,8 +264,8 @@ struct GptConfig {
   // query and key head of the rotary layers is RMS-normed without weights (epsilon norm_eps) after the turn
   // (use_qk_norm); with attn_temperature > 0 the other layers' query at position t is multiplied by
   // 1 + attn_temperature x log(1 + floor((t + 1) / floor_scale)) (attn_temperature_tuning, attn_scale).
-  // attention_chunk (attention_chunk_size; 0: none): the rotary layers attend within chunks of it, which
-  // memwall's kernels do not compute, so a run may be at most that long.
+  // attention_chunk (attention_chunk_size; 0: none): the rotary layers attend within chunks of it (query t
+  // sees keys u <= t with u / chunk == t / chunk: attention_span).
   bool llama4 = false;
   bool qk_l2_norm = false;
   double attn_temperature = 0;
@@ -416,6 +416,12 @@ struct GptConfig {
   // Layer l's attention window for the kernels (0: full causal attention).
   int attention_window(int layer) const {
     return layer_window(layer, sliding_window, first_window_layer, global_every);
+  }
+  // Layer l's attention for the kernels: its window (attention_window), or on Llama 4's rotary layers its
+  // chunks as the kernels take them, a negative window (-attention_chunk); 0: full causal attention.
+  int attention_span(int layer) const {
+    const int w = attention_window(layer);
+    return w == 0 && attention_chunk > 0 && rotary_at(layer) ? -attention_chunk : w;
   }
   // The attention kernels' score scale (0: theirs, 1 / sqrt(head size)) and soft cap.
   float score_scale() const {

@@ -81,10 +81,8 @@ std::size_t GptDecoder::cache_capacity_bytes() const {
 }
 
 Result<const float*> GptDecoder::append(const int* tokens, int n) {
-  // (Llama 4's: one attention chunk, which its rotary layers attend within)
-  const int context = c_.attention_chunk > 0 ? std::min(c_.max_seq, c_.attention_chunk) : c_.max_seq;
-  if (n < 1 || pos_ + n > context) {
-    return Status::failed_precondition("the context is full: the model has " + std::to_string(context) +
+  if (n < 1 || pos_ + n > c_.max_seq) {
+    return Status::failed_precondition("the context is full: the model has " + std::to_string(c_.max_seq) +
                                        " positions, " + std::to_string(pos_) + " are used and " +
                                        std::to_string(n) + " more were given");
   }
@@ -355,7 +353,7 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       }
       // Causal attention of each new position's query over the positions up to it (those in the layer's
       // window, if it has one), head by head (a query head reads its group's key/value head).
-      const int window = c_.attention_window(l);
+      const int window = c_.attention_span(l);
       for (std::size_t r = 0; r < rows; ++r) {
         const int last = pos_ + static_cast<int>(r), lo = k::attention_window_start(last, window);
         if (scores_.size() < static_cast<std::size_t>(last - lo + 1))

@@ -129,7 +129,9 @@ void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
 // att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window
-// (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it. The
+// (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it; `window`
+// < 0 chunks of -window positions (Llama 4's attention_chunk_size): query t sees keys u <= t of its own
+// chunk, u / -window == t / -window (attention_window_start). The
 // scores are q . k times `scale` (0: 1 / sqrt(C / NH); Gemma 2's query_pre_attn_scalar^-1/2), then with
 // `softcap` > 0 softcap * tanh(score / softcap) (Gemma 2's attn_logit_softcapping) before the softmax;
 // backward recomputes the scores to take the cap's derivative.
@@ -186,8 +188,11 @@ inline float alibi_slope(int h, int NH) {
 inline float alibi_head_slope(float alibi, int h, int NH) {
   return alibi != 0 ? alibi * alibi_slope(h, NH) : 0.0f;
 }
-// The first key query t sees: 0, or t - window + 1 with a sliding window.
+// The first key query t sees: 0, t - window + 1 with a sliding window (window > 0), or its chunk's first
+// position with chunks of -window (window < 0). Never decreasing in t, so a block of rows sees no key before
+// its first row's.
 inline int attention_window_start(int t, int window) {
+  if (window < 0) return t - t % -window;
   return window > 0 && t >= window ? t - window + 1 : 0;
 }
 

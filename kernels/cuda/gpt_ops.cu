@@ -523,9 +523,16 @@ __global__ void merge_heads_kernel(float* dst, const float* src, int B, int T, i
   o = add ? o + src[i] : src[i];
 }
 
-// The first key query t sees: 0, or t - window + 1 with a sliding window.
+// The first key query t sees: 0, t - window + 1 with a sliding window, or its chunk's first position with
+// chunks of -window (window < 0), as kernels/cpu's attention_window_start.
 __device__ int window_start(int t, int window) {
+  if (window < 0) return t - t % -window;
   return window > 0 && t >= window ? t - window + 1 : 0;
+}
+// Past the last query that sees key u of T: u + window with a sliding window, its chunk's end with chunks.
+__device__ int window_end(int u, int window, int T) {
+  const int end = window > 0 ? u + window : window < 0 ? u - u % -window - window : T;
+  return end < T ? end : T;
 }
 
 // ALiBi's slope of head h of NH (kernels/cpu's alibi_slope) times `alibi`, or 0 without ALiBi (0).
@@ -734,7 +741,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
 }
 
 // One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over the
-// queries that see it, u <= t < u + window (or T).
+// queries that see it, u <= t < window_end(u).
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
                                           float scale, int window, float cap, float alibi) {
@@ -748,7 +755,7 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
   float dk[kFlashChannels] = {}, dv[kFlashChannels] = {};
   const float slope = flash_slope(row, T, NH, alibi);
-  const int end = window > 0 && T - u > window ? u + window : T;  // past the last query that sees key u
+  const int end = window_end(u, window, T);  // past the last query that sees key u
   for (int t0 = u; t0 < end; t0 += kFlashTile) {
     const int t = t0 + i;
     float pt = 0, gt = 0;

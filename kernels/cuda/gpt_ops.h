@@ -117,7 +117,8 @@ int relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t
 // zero above the diagonal). `scratch` holds attention_forward_scratch(B, T, C) floats. Its batched GEMMs
 // take fp32 operands with fp32 accumulation; with `tf32` cuBLAS may round the operands to TF32 (10-bit
 // mantissa) for the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32), several times the fp32 rate. `window` > 0:
-// a sliding window, query t sees keys t - window < u <= t (kernels/cpu's attention_window_start). `scale`
+// a sliding window, query t sees keys t - window < u <= t; < 0: chunks of -window (kernels/cpu's
+// attention_window_start). `scale`
 // (0: 1 / sqrt(head size)) and `softcap` (0: none) as kernels/cpu's: scores cap * tanh(scale q . k / cap);
 // `alibi` > 0: plus alibi x ALiBi's alibi_slope(h, NH) x (u - t), as kernels/cpu's (backward needs no flag).
 std::size_t attention_forward_scratch(int B, int T, int C);

@@ -2885,7 +2885,7 @@ TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
 // Llama 4's blocks (Scout's file cut down to 4 layers, the last without positions and its queries tempered
 // from position 15; experts in layers 1 and 3, one a token, beside a shared expert) train, are kept by the
 // checkpoint, export as Llama4ForCausalLM with feed_forward's joined experts, and generate the same text from
-// either; a run longer than the attention chunk is refused in one line.
+// either; a run longer than the attention chunk trains (its rotary layers attending within the chunks).
 TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
   // (--model-set's dotted keys patch the file's text_config; the rest of it, Scout's llama3 rope_scaling
   // among them, stays)
@@ -2916,9 +2916,7 @@ TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
   const CmdResult chunked = memwall(
       "train --steps 1 --data " + r.data + " --model llama-4-scout --model-set '{" + shape +
       R"(, "text_config.attention_chunk_size": 32}')" + R"( --set '{"memwall.sequence_length": 48}')");
-  EXPECT_EQ(chunked.exit_code, 2) << chunked.output;
-  EXPECT_NE(chunked.output.find("seq (48) exceeds attention_chunk (32)"), std::string::npos)
-      << chunked.output;
+  EXPECT_EQ(chunked.exit_code, 0) << chunked.output;
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

@@ -438,15 +438,15 @@ TEST_F(CudaKernels, HeadLayernormMatchesTheCpu) {
 }
 
 // Full causal attention, a sliding window of 5 (query t sees keys t - 4 .. t), soft-capped scores, ALiBi's
-// biases.
+// biases, chunks of 3 (Llama 4's: query t sees its own chunk's keys up to it).
 TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 31),
              dout = randn(static_cast<std::size_t>(N) * C, 32), dqkv0 = randn(qkv.size(), 33);
   // Full, a window of 5, Gemma 2's soft-capped scores (at 1.5) of another scale (0.4) in that window, and
   // BLOOM's ALiBi (6: full attention with it).
-  for (const int wc : {0, 5, -5, 6}) {
+  for (const int wc : {0, 5, -5, 6, 7}) {
     const bool alibi = wc == 6;
-    const int window = wc < 0 ? -wc : alibi ? 0 : wc;
+    const int window = wc == 7 ? -3 : wc < 0 ? -wc : alibi ? 0 : wc;
     const float scale = wc < 0 ? 0.4f : 0.0f, cap = wc < 0 ? 1.5f : 0.0f;
     std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
         dqkv = dqkv0;
@@ -478,7 +478,8 @@ TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
 // of three key tiles (T = 300 > 2 x 128) whose running maximum and sums carry across tiles; sliding windows
 // shorter than the fixture's sequence and longer than a tile (rows' tiles then start mid-sequence, and a key
 // row's queries end before T). Gemma 2's soft-capped scores of another scale, across tiles and in a window.
-// Heads of 256 and 200 channels (Gemma's; a thread keeps two channels, the second partly).
+// Heads of 256 and 200 channels (Gemma's; a thread keeps two channels, the second partly). Chunks (a negative
+// window: Llama 4's) of 3, and of 140 across the key tiles (a key row's queries end at its chunk's end).
 TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH, window;
@@ -489,7 +490,7 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
        {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140},
         Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}, Shape{1, 150, 512, 2, 0},
         Shape{1, 150, 400, 2, 20, 0.05f, 3.0f}, Shape{1, 300, 30, 5, 0, 0, 0, true},
-        Shape{B, T, C, NH, 3, 0, 0, true}}) {
+        Shape{B, T, C, NH, 3, 0, 0, true}, Shape{B, T, C, NH, -3}, Shape{1, 300, 32, 2, -140}}) {
     SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window) + " cap " +
                  std::to_string(s.cap) + (s.alibi ? " alibi" : ""));
     const std::size_t n = static_cast<std::size_t>(s.B) * s.T;

@@ -272,8 +272,9 @@ GptConfig deepseek_v2() {
 }
 
 // Llama 4's: 4 layers of grouped-query heads turning neighbouring pairs but the last (nope_every 4), their
-// query and key heads normed without weights after the turn, the last one's queries tempered from position 2
-// on (floor_scale 3, attn_scale 0.5: 8 positions see two scales); experts in layers 1 and 3 (moe_every 2), 4
+// query and key heads normed without weights after the turn and attending within chunks of 3 positions, the
+// last one's queries tempered from position 2 on over all keys (floor_scale 3, attn_scale 0.5: 8 positions
+// see two scales); experts in layers 1 and 3 (moe_every 2), 4
 // of 6, 2 a token chosen by logit, their sigmoids scaling each expert's input, beside a shared expert of 6
 // without a gate; dense MLPs of 24 between.
 GptConfig llama4() {
@@ -283,7 +284,7 @@ GptConfig llama4() {
   c.nope_every = 4;
   c.attn_temperature = 0.5;
   c.floor_scale = 3;
-  c.attention_chunk = 8;
+  c.attention_chunk = 3;
   c.experts = 4;
   c.experts_per_token = 2;
   c.expert_ffn = 6;
@@ -1048,6 +1049,7 @@ TEST(GptModel, FlashAttentionGivesTheSameLossAndGradients) {
   auto all = shapes();
   all.emplace_back("gpt-oss", gpt_oss());  // (its sink logits' gradients through the fused kernels)
   all.emplace_back("deepseek-v3", deepseek_v3());
+  all.emplace_back("llama 4", llama4());  // (chunks of 3 through the fused kernels)
   for (const auto& [shape, c] : all) {
     SCOPED_TRACE(shape);
     std::vector<float> p(gpt_num_params(c));
@@ -1319,8 +1321,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   deepseek3_shape.rope_scaling = yarn_scaled().rope_scaling;
   GptConfig deepseek2_shape = deepseek_v2();  // and V2's: q_proj, softmax routing in groups
   deepseek2_shape.max_seq = 12;
-  GptConfig llama4_shape = llama4();  // and Llama 4's: L2 norms, tempered NoPE queries, inputs scaled
-  llama4_shape.max_seq = llama4_shape.attention_chunk = 12;
+  GptConfig llama4_shape = llama4();  // and Llama 4's: L2 norms, chunks of 5, tempered NoPE queries, inputs
+  llama4_shape.max_seq = 12;          // scaled
+  llama4_shape.attention_chunk = 5;
   for (const GptConfig& c : {gpt2,
                              llama4_shape,
                              deepseek3_shape,
@@ -1734,16 +1737,17 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
 }
 
 // Llama 4 against an independent PyTorch implementation of transformers' Llama4ForCausalLM equations
-// (tests/engine/llama4_reference.py, in float64: the rotary turn as complex numbers, every expert computed on
-// every token's input scaled by its sigmoid score, 0 where not chosen), which reads the tensors by their
-// checkpoints' names (feed_forward.router, the experts' joined gate_up_proj and down_proj in the files'
-// order): the loss and every gradient element (the router's through the sigmoids at the chosen logits and the
-// scaled inputs, the L2 norms', the tempered queries'); also without the q/k norms and the temperature, and
-// with one expert a token as Scout has it. Skipped without torch.
+// (tests/engine/llama4_reference.py, in float64: the rotary turn as complex numbers, the chunked causal mask,
+// every expert computed on every token's input scaled by its sigmoid score, 0 where not chosen), which reads
+// the tensors by their checkpoints' names (feed_forward.router, the experts' joined gate_up_proj and
+// down_proj in the files' order): the loss and every gradient element (the router's through the sigmoids at
+// the chosen logits and the scaled inputs, the L2 norms', the tempered queries'); also without the q/k norms,
+// the temperature and the chunks, and with one expert a token as Scout has it. Skipped without torch.
 TEST(GptModel, Llama4MatchesAPyTorchReference) {
   GptConfig plain = llama4();
   plain.qk_l2_norm = false;
   plain.attn_temperature = 0;
+  plain.attention_chunk = 0;
   GptConfig one = llama4();
   one.experts_per_token = 1;
   for (GptConfig c : {llama4(), plain, one}) {
@@ -1763,7 +1767,8 @@ TEST(GptModel, Llama4MatchesAPyTorchReference) {
                                    {"nope_every", c.nope_every},
                                    {"qk_l2_norm", c.qk_l2_norm},
                                    {"attn_temperature", c.attn_temperature},
-                                   {"floor_scale", c.floor_scale}};
+                                   {"floor_scale", c.floor_scale},
+                                   {"attention_chunk", c.attention_chunk}};
     if (!matches_reference("llama4_reference.py", c, hf_param_layout(c), config))
       GTEST_SKIP() << "PyTorch is not installed (python3-torch)";
   }
@@ -1771,8 +1776,8 @@ TEST(GptModel, Llama4MatchesAPyTorchReference) {
 
 // Llama 4's Hugging Face names: the MLPs under feed_forward, the router, every expert's gate and up joined
 // as experts.gate_up_proj [experts, C, 2F] and the downs as experts.down_proj [experts, F, C], the shared
-// expert's linears; the joined tensors read back in memwall's order as they were written. A run longer than
-// the attention chunk is refused in one line.
+// expert's linears; the joined tensors read back in memwall's order as they were written. The rotary layers
+// attend within chunks (the kernels' negative window), the others over every key.
 TEST(GptModel, Llama4NamesItsTensorsAsItsFilesDo) {
   const GptConfig c = llama4();
   std::map<std::string, std::vector<int>> shapes;
@@ -1804,11 +1809,9 @@ TEST(GptModel, Llama4NamesItsTensorsAsItsFilesDo) {
     EXPECT_TRUE(std::equal(back.begin(), back.end(), p.begin() + static_cast<std::ptrdiff_t>(t.offset)))
         << t.name;
   }
-  GptConfig longer = c;  // (a context beyond the chunk)
-  longer.max_seq = 16;
-  const Status s = validate(longer, 1, 9);
-  EXPECT_NE(s.message().find("attention_chunk (8)"), std::string::npos) << s.message();
-  EXPECT_TRUE(validate(longer, 1, 8).is_ok());
+  EXPECT_EQ(c.attention_span(0), -3);
+  EXPECT_EQ(c.attention_span(2), -3);
+  EXPECT_EQ(c.attention_span(3), 0);  // (no positions, no chunks)
 }
 
 // A router of zeros gives every expert the same probability, so each token goes to the first

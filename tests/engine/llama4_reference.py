@@ -4,8 +4,9 @@ every "nope_every"-th) the queries and keys turned as complex numbers, each neig
 (2i, 2i + 1) times exp(i t theta^(-2i / head size)), then with "qk_l2_norm" each query and key head
 RMS-normed without weights; on the other layers the queries at position t times
 1 + "attn_temperature" x log(1 + floor((t + 1) / "floor_scale")); each key/value head serving heads /
-kv_heads consecutive query heads, causal softmax attention scaled by head size^-1/2, o_proj and the residual
-add; then the post-attention RMSNorm and, in every "moe_every"-th layer, the mixture of experts: the router
+kv_heads consecutive query heads, causal softmax attention scaled by head size^-1/2 (on the rotary layers
+within chunks of "attention_chunk" positions, if > 0: query t sees keys u <= t with u // chunk == t // chunk,
+transformers' chunked causal mask), o_proj and the residual add; then the post-attention RMSNorm and, in every "moe_every"-th layer, the mixture of experts: the router
 (feed_forward.router) logits' experts_per_token largest kept (torch.topk), the others -inf, their sigmoids
 scaling the token's input to every expert (0 for the others), each expert's gate and up one batched product
 with feed_forward.experts.gate_up_proj [experts, C, 2F] (gates the first F columns), silu(gate) x up times
@@ -16,6 +17,8 @@ down_proj. Then the final RMSNorm and the untied lm_head. No balance loss (Llama
 usage: llama4_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
 """
+import math
+
 import reference_io
 
 
@@ -48,7 +51,8 @@ def forward(cfg, t, tokens, torch):
         k = (h @ t[a + "k_proj.weight"].T).view(B, T, KV, hs)
         v = (h @ t[a + "v_proj.weight"].T).view(B, T, KV, hs)
         every = cfg["nope_every"]
-        if every == 0 or (layer + 1) % every != 0:
+        rotary = every == 0 or (layer + 1) % every != 0
+        if rotary:
             q, k = turn(q), turn(k)
             if cfg["qk_l2_norm"]:
                 q, k = rmsnorm(q), rmsnorm(k)
@@ -59,7 +63,13 @@ def forward(cfg, t, tokens, torch):
         q = q.transpose(1, 2)
         k = k.transpose(1, 2).repeat_interleave(H // KV, dim=1)
         v = v.transpose(1, 2).repeat_interleave(H // KV, dim=1)
-        y = reference_io.causal_attention(q, k, v, torch).transpose(1, 2).reshape(B, T, H * hs)
+        pos = torch.arange(T)
+        seen = pos.view(1, T) <= pos.view(T, 1)  # [query, key]
+        chunk = cfg["attention_chunk"]
+        if rotary and chunk > 0:
+            seen = seen & (pos.view(1, T) // chunk == pos.view(T, 1) // chunk)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(hs)).masked_fill(~seen, float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, H * hs)
         x = x + y @ t[a + "o_proj.weight"].T
         h = rmsnorm(x, t[p + "post_attention_layernorm.weight"])
         f = p + "feed_forward."

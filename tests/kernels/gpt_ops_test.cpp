@@ -608,7 +608,8 @@ TEST(GptOps, SquaredReluAndLayerNormWithAUnitOffset) {
 
 // Full causal attention, and with a sliding window of 3 (query t sees keys t - 2 .. t, as transformers'
 // sliding_window_overlay masks kv_idx > q_idx - window); scores of another scale, soft-capped (Gemma 2's
-// cap * tanh(score / cap)).
+// cap * tanh(score / cap)); chunks of 3 (window -3: Llama 4's chunked_attention, query t sees keys u <= t
+// with u / 3 == t / 3, as transformers' chunked_overlay masks them).
 TEST(GptOps, AttentionMatchesANaiveImplementation) {
   const int B = 2, T = 7, C = 12, NH = 3, hs = C / NH;
   const auto qkv = randn(B * T * 3 * C, 40);
@@ -620,7 +621,7 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
   // ALiBi's slopes for 3 heads (BLOOM's rule: 2^-4 and 2^-8 for the largest power of two, 2, then 2^-2).
   const double slopes[] = {1.0 / 16, 1.0 / 256, 1.0 / 4};
   for (const Case cs : {Case{0, 0, 0}, Case{3, 0, 0}, Case{0, 0.8f, 1.5f}, Case{3, 0.3f, 0.5f},
-                        Case{0, 0, 0, true}, Case{3, 0.5f, 0, true}}) {
+                        Case{0, 0, 0, true}, Case{3, 0.5f, 0, true}, Case{-3, 0, 0}, Case{-3, 0.4f, 1.5f}}) {
     const int window = cs.window;
     SCOPED_TRACE("window " + std::to_string(window) + " scale " + std::to_string(cs.scale) + " cap " +
                  std::to_string(cs.cap) + " alibi " + std::to_string(cs.alibi));
@@ -629,7 +630,7 @@ TEST(GptOps, AttentionMatchesANaiveImplementation) {
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         for (int t = 0; t < T; ++t) {
-          const int lo = window > 0 ? std::max(0, t - window + 1) : 0;
+          const int lo = window > 0 ? std::max(0, t - window + 1) : window < 0 ? t / -window * -window : 0;
           std::vector<double> s(t + 1, -INFINITY);
           double maxv = -1e300, sum = 0;
           for (int u = lo; u <= t; ++u) {
@@ -683,8 +684,8 @@ TEST(GptOps, AlibiSlopesFollowBloom) {
 TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   const int B = 2, T = 9, C = 16, NH = 4;
   const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
-  for (const int window : {0, 1, 4, 9}) {
-    for (const float cap : {0.0f, 2.0f}) {  // with soft-capping, and scores scaled by 0.3
+  for (const int window : {0, 1, 4, 9, -4}) {  // (-4: chunks of 4)
+    for (const float cap : {0.0f, 2.0f}) {     // with soft-capping, and scores scaled by 0.3
       const float scale = cap > 0 ? 0.3f : 0.0f;
       SCOPED_TRACE("window " + std::to_string(window) + " cap " + std::to_string(cap));
       std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
@@ -706,7 +707,8 @@ TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
 // (the log-sum-exp must carry the maximum across key tiles). Sliding windows: one key, shorter than a row
 // tile, one that starts a row tile's keys inside a later key tile (rows of the tile that see no key of the
 // first tile visited), longer than a key tile, and as long as the sequence. Soft-capped scores of another
-// scale (Gemma 2's), with and without a window.
+// scale (Gemma 2's), with and without a window. Chunks (a negative window, Llama 4's): shorter than a row
+// tile, starting inside a key tile, and as long as one.
 TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
   struct Shape {
     int B, T, C, NH, window;
@@ -717,7 +719,8 @@ TEST(GptOps, FlashAttentionMatchesTheUnfusedReference) {
        {Shape{1, 1, 8, 2, 0}, Shape{2, 16, 24, 3, 0}, Shape{2, 37, 24, 3, 0}, Shape{1, 130, 40, 2, 0},
         Shape{2, 37, 24, 3, 1}, Shape{2, 37, 24, 3, 5}, Shape{1, 130, 40, 2, 20}, Shape{1, 150, 16, 2, 70},
         Shape{2, 37, 24, 3, 37}, Shape{1, 130, 40, 2, 0, 0.2f, 3.0f}, Shape{2, 37, 24, 3, 5, 0.5f, 2.0f},
-        Shape{1, 130, 40, 5, 0, 0, 0, true}, Shape{2, 37, 24, 3, 5, 0, 0, true}}) {
+        Shape{1, 130, 40, 5, 0, 0, 0, true}, Shape{2, 37, 24, 3, 5, 0, 0, true}, Shape{2, 37, 24, 3, -5},
+        Shape{1, 150, 16, 2, -70}, Shape{1, 130, 40, 2, -64, 0.2f, 3.0f}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
     const float S = sh.scale, cap = sh.cap;
     const bool A = sh.alibi;
