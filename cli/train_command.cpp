@@ -290,6 +290,7 @@ int run_train(const TrainOptions& opt) {
   std::optional<train::BpeTokenizer> tokenizer;
   std::optional<train::TextDataset> ds;
   model::GptConfig c = model::gpt_config_of(in->model);
+  c.mtp_weight = run.memwall.mtp_weight;  // (memwall.mtp_loss_weight: the next-token-prediction module's)
   std::string data = opt.data;
   std::string format;
   const Status tokenizer_read = [&]() -> Status {
@@ -518,7 +519,7 @@ int run_train(const TrainOptions& opt) {
         in->model.name.c_str(),
         c.llama()
             ? strprintf(
-                  "%s, %s, %s, %d key/value heads%s, %s head%s%s%s%s; ",
+                  "%s, %s, %s, %d key/value heads%s, %s head%s%s%s%s%s; ",
                   !c.norm_params ? "OLMo-shaped: LayerNorm without weight or bias"
                   : c.cohere ? "Cohere-shaped: one LayerNorm without bias, the attention and the MLP side by "
                                "side, scaled logits"
@@ -614,7 +615,12 @@ int run_train(const TrainOptions& opt) {
                   : c.qk_layernorm ? ", per-head q/k LayerNorms"
                                    : ", per-head q/k norms",
                   c.gemma() ? ", Gemma's 1 + weight norms and sqrt(C) embedding" : "",
-                  c.sandwich_norm && !c.glm ? gemma_extras(c).c_str() : "")
+                  c.sandwich_norm && !c.glm ? gemma_extras(c).c_str() : "",
+                  c.mtp > 0
+                      ? strprintf(", a next-token-prediction module after the %d blocks (its loss x %g)",
+                                  c.main_layers(), c.mtp_weight)
+                            .c_str()
+                      : "")
                   .c_str()
         : c.opt  ? "OPT-shaped: ReLU MLP, positions from row 2; "
         : c.neox ? strprintf("GPT-NeoX-shaped: %s, %s GELU MLP of %d, attention and MLP %s, %s head; ",

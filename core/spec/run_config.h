@@ -122,6 +122,9 @@ struct MemwallRunConfig {
   // num_nextn_predict_layers), as their makers did: each one more block, its input projection and norms, and
   // another pass of the shared head and loss (false: the main model only, as transformers loads it).
   bool mtp = false;
+  // memwall train's weight of their loss (mtp_loss_weight; DeepSeek-V3's lambda: 0.3 for its first 10T
+  // tokens, 0.1 after): the loss is the main model's plus it times the modules' mean cross-entropy.
+  double mtp_weight = 0.3;
   int sequence_length = 0;  // 0 = the model's max_positions
   AttentionKernel attention = AttentionKernel::kUnfused;
   Partitioning partitioning = Partitioning::kBandwidthCentric;

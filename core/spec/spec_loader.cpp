@@ -2032,6 +2032,7 @@ Result<RunConfig> parse_run(std::string_view text, const std::string& source, Di
     MW_RETURN_IF_ERROR(o.get_int("expert_parallel", mw.expert_parallel, 1, 1 << 20));
     MW_RETURN_IF_ERROR(o.get_number("expert_load", mw.expert_load, 1.0, 1e6));
     MW_RETURN_IF_ERROR(o.get_bool("mtp", mw.mtp));
+    MW_RETURN_IF_ERROR(o.get_number("mtp_loss_weight", mw.mtp_weight, 0.0, 1e3));
     MW_RETURN_IF_ERROR(o.get_int("sequence_length", mw.sequence_length, 1, 1 << 28));
     std::string attention = attention_kernel_name(mw.attention);
     MW_RETURN_IF_ERROR(o.get_choice("attention", attention, {"unfused", "flash"}));
@@ -2304,6 +2305,7 @@ std::string to_json_text(const RunConfig& run) {
       {"expert_parallel", mw.expert_parallel},
       {"expert_load", mw.expert_load},
       {"mtp", mw.mtp},
+      {"mtp_loss_weight", mw.mtp_weight},
       {"sequence_length", mw.sequence_length},
       {"attention", attention_kernel_name(mw.attention)},
       {"partitioning", mw.partitioning == Partitioning::kBroadcast ? "broadcast" : "bandwidth-centric"},

@@ -52,9 +52,12 @@ namespace {
 // family's own keys, then torch_dtype.
 std::string family_config(const char* architecture, const char* model_type, const GptConfig& c,
                           const nlohmann::ordered_json& own, const char* torch_dtype) {
-  nlohmann::ordered_json config = {{"architectures", {architecture}}, {"model_type", model_type},
-                                   {"vocab_size", c.vocab},           {"hidden_size", c.channels},
-                                   {"num_hidden_layers", c.layers},   {"num_attention_heads", c.heads}};
+  nlohmann::ordered_json config = {{"architectures", {architecture}},
+                                   {"model_type", model_type},
+                                   {"vocab_size", c.vocab},
+                                   {"hidden_size", c.channels},
+                                   {"num_hidden_layers", c.main_layers()},
+                                   {"num_attention_heads", c.heads}};
   for (const auto& [key, value] : own.items()) config[key] = value;
   config["torch_dtype"] = torch_dtype;
   return config.dump(2) + "\n";
@@ -115,6 +118,11 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
   const char* torch_dtype = dtype == ExportDtype::kF32    ? "float32"
                             : dtype == ExportDtype::kBF16 ? "bfloat16"
                                                           : "float16";
+  if (c.mtp > 0 && c.deepseek != 3 && !(c.sigmoid_routing && !c.mla())) {
+    return Status::invalid_argument(dir +
+                                    ": a next-token-prediction module has a config.json form only as "
+                                    "DeepseekV3Config's or Glm4MoeConfig's num_nextn_predict_layers");
+  }
   if (c.granite) {  // GraniteConfig's keys: the plain Llama shape with its four multipliers
                     // (GraniteMoeConfig's with its experts: their width as intermediate_size)
     const bool moe = c.moe();
@@ -331,7 +339,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
     own["norm_topk_prob"] = c.norm_topk;
     own["aux_loss_alpha"] = c.seq_aux_alpha;
     own["seq_aux"] = c.seq_aux;
-    if (!v2) own["num_nextn_predict_layers"] = 0;
+    if (!v2) own["num_nextn_predict_layers"] = c.mtp;  // (its module: model.layers.<num_hidden_layers>)
     return llama_family_config(architecture, v2 ? "deepseek_v2" : "deepseek_v3", c, own, torch_dtype);
   }
   if (c.gpt_oss) {  // GptOssConfig's keys (validate() has refused what gpt-oss's shape does not have)
@@ -376,7 +384,8 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
                                 {"n_group", c.expert_groups},
                                 {"topk_group", c.groups_per_token},
                                 {"routed_scaling_factor", c.routed_scale},
-                                {"norm_topk_prob", c.norm_topk}},
+                                {"norm_topk_prob", c.norm_topk},
+                                {"num_nextn_predict_layers", c.mtp}},
                                torch_dtype);
   }
   if (c.moe()) {  // MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's or OlmoeConfig's keys
@@ -539,7 +548,7 @@ Result<std::string> hf_config(const GptConfig& c, const std::string& dir, Export
         {"max_position_embeddings", c.max_seq},
         {"hidden_size", c.channels},
         {"intermediate_size", c.ffn_width()},
-        {"num_hidden_layers", c.layers},
+        {"num_hidden_layers", c.main_layers()},
         {"num_attention_heads", c.heads},
         {"num_key_value_heads", c.kv_head_count()},
         {"hidden_act", gemma || sandwich ? "gelu_pytorch_tanh" : "silu"},
@@ -870,7 +879,21 @@ Status export_hf(const GptConfig& c, const ParamReader& read, const std::string&
   // The config first: a model without a config.json form is refused before any file is written.
   const Result<std::string> config = hf_config(c, dir, dtype);
   if (!config.is_ok()) return config.status();
-  const std::vector<ParamTensor> layout = hf_param_layout(c);
+  std::vector<ParamTensor> layout = hf_param_layout(c);
+  if (c.mtp > 0) {
+    // The next-token-prediction module's copies of the embedding and the head, under its layer as DeepSeek's
+    // and GLM-4.5's files keep them (what vLLM's and SGLang's MTP loaders read; memwall reads the model's
+    // own).
+    const std::string h = "model.layers." + std::to_string(c.main_layers()) + ".";
+    std::vector<ParamTensor> copies;
+    for (const auto& t : layout) {
+      if (t.name == "model.embed_tokens.weight")
+        copies.push_back({h + "embed_tokens.weight", t.offset, t.numel, t.shape});
+      if (t.name == (c.tied ? "model.embed_tokens.weight" : "lm_head.weight"))
+        copies.push_back({h + "shared_head.head.weight", t.offset, t.numel, t.shape});
+    }
+    layout.insert(layout.end(), copies.begin(), copies.end());
+  }
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"producer", "memwall"}};
   std::size_t at = 0, largest = 0;

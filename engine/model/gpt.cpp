@@ -167,6 +167,13 @@ Status validate(const GptConfig& c, int batch, int seq) {
         "ones' logits (norm_topk), q/k/v biases (qkv_bias), no q/k norms or shared experts, swiglu_limit > "
         "0");
   }
+  if (c.mtp < 0 || c.mtp > 1 || !(c.mtp_weight >= 0) ||
+      (c.mtp > 0 && (!c.llama() || c.layer_norm || c.out_norms() || c.parallel_residual || c.layers < 2))) {
+    return Status::invalid_argument(
+        "model: mtp " + std::to_string(c.mtp) +
+        " (the next-token-prediction modules: 0 or 1, after at least one block) is the Llama shape's with "
+        "RMSNorms before the sublayers, in sequence; mtp_weight >= 0");
+  }
   if ((c.llama4 && (!c.moe() || c.granite || c.gpt_oss || c.mla() || c.qk_norm || c.qkv_bias ||
                     c.sigmoid_routing || c.group_by_best || c.norm_topk || c.routed_scale != 1 ||
                     c.dense_layers > 0 || (c.shared_ffn > 0 && c.shared_gate) || c.router_aux > 0 ||
@@ -376,7 +383,8 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
   if (c.llama()) {
     const int kv = c.kv_width(), F = c.ffn_width(), Q = c.q_width();
     add("model.embed_tokens.weight", {c.vocab, C});
-    for (int l = 0; l < c.layers; ++l) {
+    // A block's tensors (layer l's).
+    const auto block = [&](int l) {
       const std::string h = "model.layers." + std::to_string(l) + ".";
       // (OLMo 2 has no norm before the attention, OLMo's norms no tensors; StableLM's LayerNorms a bias.)
       if (!c.post_norm && c.norm_params) add(h + "input_layernorm.weight", {C});
@@ -436,7 +444,7 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
           }
           for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.weight", {C, E});
           for (int e = 0; e < c.experts; ++e) add(expert(e) + "down_proj.bias", {C});
-          continue;  // (validate() refuses output norms with experts)
+          return;  // (validate() refuses output norms with experts)
         }
         add(h + "mlp.gate.weight", {c.experts, C});
         // (Granite MoE's and Llama 4's every expert's down after all their gates and ups: Granite's
@@ -462,10 +470,21 @@ std::vector<ParamTensor> gpt_param_layout(const GptConfig& c) {
         add(h + "mlp.down_proj.weight", {C, F});
       }
       if (c.out_norms()) add(h + "post_feedforward_layernorm.weight", {C});
-    }
+    };
+    for (int l = 0; l < c.main_layers(); ++l) block(l);
     if (c.norm_params) add("model.norm.weight", {C});
     if (c.norm_bias()) add("model.norm.bias", {C});
     if (!c.tied) add("lm_head.weight", {c.vocab, C});
+    // The next-token-prediction module after them (the decoder reads the main model's tensors alone): its
+    // inputs' norms and eh_proj, its block, its head's norm.
+    for (int l = c.main_layers(); l < c.layers; ++l) {
+      const std::string h = "model.layers." + std::to_string(l) + ".";
+      add(h + "enorm.weight", {C});
+      add(h + "hnorm.weight", {C});
+      add(h + "eh_proj.weight", {C, 2 * C});
+      block(l);
+      add(h + "shared_head.norm.weight", {C});
+    }
     return out;
   }
   const int F = c.ffn_width(), kv = c.kv_width(), Q = c.q_width();
@@ -985,9 +1004,10 @@ Status check_model_file(const ModelSpec& m, const std::string& tool) {
                                     " is not supported by " + tool + "; allowed: up to qk_nope_head_dim + " +
                                     "qk_rope_head_dim (" + std::to_string(m.head_dim()) + ")");
   }
-  if (m.mtp_modules > 0) {
-    return Status::invalid_argument(where + "memwall.mtp (the next-token-prediction modules) is not " +
-                                    "supported by " + tool + "; allowed: false");
+  if (m.mtp_modules > 1) {
+    return Status::invalid_argument(where + "num_nextn_predict_layers " + std::to_string(m.mtp_modules) +
+                                    " with memwall.mtp is not supported by " + tool +
+                                    "; allowed: 1 (DeepSeek-V3's and GLM-4.5's), or memwall.mtp false");
   }
   if (m.full_attn_every > 1 || m.attn_output_gate) {
     return Status::invalid_argument(
@@ -1228,6 +1248,7 @@ GptConfig gpt_config_of(const ModelSpec& m) {
       c.floor_scale = m.floor_scale;
       c.attention_chunk = m.attention_chunk;
     }
+    c.mtp = m.mtp_modules;              // (DeepSeek-V3's and GLM-4.5's, with the run's memwall.mtp)
     c.group_by_best = m.group_by_best;  // (DeepSeek-V2's group_limited_greedy)
     c.seq_aux_alpha = m.seq_aux_alpha;  // (DeepSeek's balance loss)
     c.seq_aux = m.seq_aux;
@@ -1497,6 +1518,7 @@ ModelSpec gpt_model_spec(const GptConfig& c) {
       m.model_type = c.qk_norm && !c.qk_norm_full ? "exaone4" : c.sliding_window > 0 ? "olmo3" : "olmo2";
     }
     m.rope_windowed_only = c.rope_windowed_only;
+    m.mtp_modules = m.mtp_in_file = c.mtp;
     if (c.moe()) {
       m.model_type = c.moe_type();
       m.experts = c.experts;
@@ -1609,6 +1631,8 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
     if (name == "final_norm.b") return {"model.norm.bias"};
     if (name == "lm_head.w") return {"lm_head.weight"};
   }
+  if (name == "mtp0.norm.w" && c.mtp > 0)  // (the next-token-prediction module's head's own norm)
+    return {"model.layers." + std::to_string(c.main_layers()) + ".shared_head.norm.weight"};
   const auto d1 = name.find('.'), d2 = name.rfind('.');
   if (name.size() < 2 || name[0] != 'L' || d1 == std::string::npos) return {};
   const std::string layer = name.substr(1, d1 - 1);
@@ -1631,6 +1655,9 @@ std::vector<std::string> layout_names(const std::string& name, const GptConfig& 
   static const std::map<std::string, std::vector<std::string>> llama = {
       {"ln1.w", {"input_layernorm"}},
       {"ln1.b", {"input_layernorm"}},  // (StableLM's LayerNorms)
+      {"mtp_enorm.w", {"enorm"}},      // (the next-token-prediction module's)
+      {"mtp_hnorm.w", {"hnorm"}},
+      {"mtp_eh_proj.w", {"eh_proj"}},
       {"ln2.w", {"post_attention_layernorm"}},
       {"ln2.b", {"post_attention_layernorm"}},
       {"qkv.w", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
@@ -1817,7 +1844,10 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
                                                 {"q", GptRole::kQB},
                                                 {"kv_a", GptRole::kKvA},
                                                 {"kv_a_norm", GptRole::kKvANorm},
-                                                {"kv_b", GptRole::kKvB}};
+                                                {"kv_b", GptRole::kKvB},
+                                                {"mtp_enorm", GptRole::kMtpENorm},
+                                                {"mtp_hnorm", GptRole::kMtpHNorm},
+                                                {"mtp_eh_proj", GptRole::kMtpEhProj}};
   const std::map<std::string, GptRole> shared_roles = {{"shared.fc1", GptRole::kSharedFc1},
                                                        {"shared.gelu", GptRole::kSharedAct},
                                                        {"shared.fc2", GptRole::kSharedFc2},
@@ -1835,6 +1865,10 @@ GptGraph make_gpt_graph(const GptConfig& c, int B, int T, int tiling, bool flash
       o.role = GptRole::kHead;
     } else if (name == "loss") {
       o.role = GptRole::kLoss;
+    } else if (name == "mtp0.norm" || name == "mtp0.lm_head" || name == "mtp0.loss") {
+      o.role = name == "mtp0.norm"   ? GptRole::kMtpNorm
+               : name == "mtp0.loss" ? GptRole::kMtpLoss
+                                     : GptRole::kMtpHead;
     } else if (int e = -1, n = 0;
                std::sscanf(name.c_str() + name.find('.') + 1, "expert%d.%n", &e, &n) == 1 && n > 0) {
       const std::string stem = name.substr(name.find('.') + 1 + static_cast<std::size_t>(n));
@@ -1862,7 +1896,7 @@ namespace {
 // GPT-2's linears and Qwen2's q, k, v have biases: [w, b] per matrix; the Llama shape's others [w], or
 // [w0, w1] for two fused matrices.
 bool linear_bias(const GptConfig& c, const GptOp& o) {
-  if (o.role == GptRole::kHead) return c.head_bias();  // Phi's and GPT-J's untied heads have one
+  if (o.role == GptRole::kHead || o.role == GptRole::kMtpHead) return c.head_bias();  // (Phi's, GPT-J's)
   if (!c.llama()) return o.role == GptRole::kQkv || o.role == GptRole::kProj ? c.attn_bias() : c.mlp_bias();
   if (o.role == GptRole::kQkv) return c.qkv_bias;
   // gpt-oss's o_proj, router and experts
@@ -1876,7 +1910,8 @@ bool is_linear(const GptOp& o) {
          o.role == GptRole::kFc2 || o.role == GptRole::kHead || o.role == GptRole::kRouter ||
          o.role == GptRole::kExpertFc1 || o.role == GptRole::kExpertFc2 || o.role == GptRole::kSharedFc1 ||
          o.role == GptRole::kSharedFc2 || o.role == GptRole::kSharedGate || o.role == GptRole::kQA ||
-         o.role == GptRole::kQB || o.role == GptRole::kKvA || o.role == GptRole::kKvB;
+         o.role == GptRole::kQB || o.role == GptRole::kKvA || o.role == GptRole::kKvB ||
+         o.role == GptRole::kMtpEhProj || o.role == GptRole::kMtpHead;
 }
 
 bool linear_weight(const GptConfig& c, const GptOp& o, int k) {
@@ -1914,6 +1949,7 @@ int linear_parts(const GptConfig& c, const GptOp& o, const float* const* p, floa
     case GptRole::kFc1:
       return c.llama() ? two(c.ffn_width(), c.ffn_width()) : one(c.ffn_width());
     case GptRole::kHead:  // the token embedding's rows when tied; a bias (Phi's) or not
+    case GptRole::kMtpHead:
       return one(c.vocab);
     case GptRole::kRouter:
       return one(c.experts);
@@ -1955,7 +1991,8 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   };
   // The residual stream at every layer boundary (the checkpoints); the rest of a layer's activations in one
   // of slots_ slots, layer l in slot l % slots_.
-  per_layer(resid_, N * C, c.layers + 1);
+  // (With the next-token-prediction module one more: the main model's output, then its block's input.)
+  per_layer(resid_, N * C, c.layers + 1 + c.mtp);
   const int S = slots_;
   for (auto* v : {&ln1_, &res1_, &ln2_}) per_layer(*v, N * C, S);
   per_layer(atty_, N * Q, S);
@@ -1980,6 +2017,14 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   rf_.resize(N);
   logits_.resize(N * static_cast<std::size_t>(c.vocab));
   probs_.resize(logits_.size());
+  if (c.mtp > 0) {
+    for (auto* v : {&emb_next_, &mtpe_, &mtph_, &lnm_, &dmtp_, &dmain_, &dhalf_, &demb_next_})
+      v->resize(N * C);
+    for (auto* v : {&rmtpe_, &rmtph_, &rmn_}) v->resize(N);
+    for (auto* v : {&ehin_, &dehin_}) v->resize(2 * N * C);
+    logits2_.resize(logits_.size());
+    probs2_.resize(logits_.size());
+  }
   for (auto* v : {&dx_, &dres_, &dln_}) v->resize(N * C);
   datty_.resize(N * Q);
   dqkv_.resize(c.mla() ? 0 : N * Wq);
@@ -2471,7 +2516,7 @@ void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
   }
   if (c_.seq_aux_alpha > 0) rseq_[l] = seq_aux_loss(a, nullptr);
   // The experts add their weighted outputs to the attention's residual sum.
-  std::copy(res1_[a].begin(), res1_[a].end(), resid_[l + 1].begin());
+  std::copy(res1_[a].begin(), res1_[a].end(), resid_[rin(l) + 1].begin());
 }
 
 double GptModel::seq_aux_loss(std::size_t a, float* dscore) const {
@@ -2621,6 +2666,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
+  const std::size_t ri = rin(l);                               // the layer's input in the residual stream
   Part parts[2];
   const auto linear = [&](float* out, int out_width, const float* in, int in_width, const float* residual,
                           int rows = 0) {
@@ -2637,12 +2683,16 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       k::embedding_forward(c_.bloom ? emb_.data() : resid_[0].data(), tokens_.data(), p[0],
                            c_.learned_positions() ? p[1] + c_.position0() : nullptr, B_, T_, C,
                            c_.embedding_scale());
+      if (c_.mtp > 0) {  // each position's next token (its target), for the next-token-prediction module
+        k::embedding_forward(emb_next_.data(), targets_.data(), p[0], nullptr, B_, T_, C,
+                             c_.embedding_scale());
+      }
       break;
     case Role::kEmbedNorm:
       k::layernorm_forward(resid_[0].data(), me_.data(), re_.data(), emb_.data(), p[0], p[1], N, C);
       break;
     case Role::kLn1:
-      norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[l].data(), p);
+      norm_forward(ln1_[a].data(), m1_[a].data(), r1_[a].data(), resid_[ri].data(), p);
       break;
     case Role::kQkv:
       linear(qkv_[a].data(), c_.qkv_width(), attn_input(l, a), C, nullptr);
@@ -2688,7 +2738,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (c_.out_norms()) {
         linear(ao_[a].data(), C, attn_output(a), c_.attn_out_width(), nullptr);
       } else {
-        linear(res1_[a].data(), C, attn_output(a), c_.attn_out_width(), resid_[l].data());
+        linear(res1_[a].data(), C, attn_output(a), c_.attn_out_width(), resid_[ri].data());
       }
       break;
     case Role::kQA:
@@ -2717,7 +2767,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       linear(kvb_[a].data(), c_.kv_b_width(), kvn_[a].data(), c_.kv_lora, nullptr);
       break;
     case Role::kLn1Post:
-      post_norm_forward(res1_[a].data(), resid_[l].data(), ao_[a].data(), rao_[a].data(), p);
+      post_norm_forward(res1_[a].data(), resid_[ri].data(), ao_[a].data(), rao_[a].data(), p);
       break;
     case Role::kLn2:  // the attention's output added, or (parallel_residual) the block's input
       norm_forward(ln2_[a].data(), m2_[a].data(), r2_[a].data(), mlp_input(l, a), p);
@@ -2744,11 +2794,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (c_.out_norms()) {
         linear(mo_[a].data(), C, gel_[a].data(), F, nullptr);
       } else {
-        linear(resid_[l + 1].data(), C, gel_[a].data(), F, res1_[a].data());
+        linear(resid_[ri + 1].data(), C, gel_[a].data(), F, res1_[a].data());
       }
       break;
     case Role::kLn2Post:
-      post_norm_forward(resid_[l + 1].data(), res1_[a].data(), mo_[a].data(), rmo_[a].data(), p);
+      post_norm_forward(resid_[ri + 1].data(), res1_[a].data(), mo_[a].data(), rmo_[a].data(), p);
       break;
     case Role::kRouter:
       linear(rlogit_.data(), c_.experts, fc1_input(a), C, nullptr);
@@ -2776,7 +2826,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
         const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);  // (Llama 4's weighted the input)
-        float* dst = resid_[l + 1].data() + r / K * W;
+        float* dst = resid_[ri + 1].data() + r / K * W;
         const float* y = eout_[a][e].data() + i * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
       }
@@ -2791,9 +2841,9 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kSharedFc2:  // (GLM-4.5's, without a gate, added to the block's output here)
       linear(sout_[a].data(), C, sgel_[a].data(), c_.shared_ffn, nullptr);
       if (!c_.shared_gate) {
-        float* dst = resid_[l + 1].data();
+        float* dst = resid_[ri + 1].data();
         const float* y = sout_[a].data();
-        for (std::size_t i = 0; i < resid_[l + 1].size(); ++i) dst[i] += branch * y[i];
+        for (std::size_t i = 0; i < resid_[ri + 1].size(); ++i) dst[i] += branch * y[i];
       }
       break;
     case Role::kSharedGate: {  // sigmoid(gate . x) times the shared expert's output, added to the block's
@@ -2801,15 +2851,49 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       const auto W = static_cast<std::size_t>(C);
       for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
         const float s = sgate_[a][t] = sigmoid(glogit_[t]);
-        float* dst = resid_[l + 1].data() + t * W;
+        float* dst = resid_[ri + 1].data() + t * W;
         const float* y = sout_[a].data() + t * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += branch * s * y[j];
       }
       break;
     }
-    case Role::kFinalNorm:
-      norm_forward(lnf_.data(), mf_.data(), rf_.data(), resid_.back().data(), p);
+    case Role::kFinalNorm:  // (the main model's output: before the next-token-prediction module's)
+      norm_forward(lnf_.data(), mf_.data(), rf_.data(),
+                   resid_[static_cast<std::size_t>(c_.main_layers())].data(), p);
       break;
+    case Role::kMtpENorm:  // the next tokens' embedding, normed
+      k::rmsnorm_forward(mtpe_.data(), rmtpe_.data(), emb_next_.data(), p[0], N, C,
+                         static_cast<float>(c_.norm_eps));
+      break;
+    case Role::kMtpHNorm:  // the main model's output, normed
+      k::rmsnorm_forward(mtph_.data(), rmtph_.data(), resid_[ri - 1].data(), p[0], N, C,
+                         static_cast<float>(c_.norm_eps));
+      break;
+    case Role::kMtpEhProj:  // [enorm | hnorm] projected: the module's block input
+      uncopy_columns(ehin_.data(), mtpe_.data(), N, 2 * C, 0, C);
+      uncopy_columns(ehin_.data(), mtph_.data(), N, 2 * C, C, C);
+      linear(resid_[ri].data(), C, ehin_.data(), 2 * C, nullptr);
+      break;
+    case Role::kMtpNorm:  // the module's output (the stream's last), through its own norm
+      k::rmsnorm_forward(lnm_.data(), rmn_.data(), resid_.back().data(), p[0], N, C,
+                         static_cast<float>(c_.norm_eps));
+      break;
+    case Role::kMtpHead:
+      linear(logits2_.data(), c_.vocab, lnm_.data(), C, nullptr);
+      break;
+    case Role::kMtpLoss: {  // position t of each sequence predicts target t + 1 (the token after the next)
+      mtp_loss_ = 0;
+      if (T_ < 2) break;
+      const auto V = static_cast<std::size_t>(c_.vocab), T = static_cast<std::size_t>(T_);
+      for (std::size_t b = 0; b < static_cast<std::size_t>(B_); ++b) {
+        mtp_loss_ += static_cast<double>(
+                         k::crossentropy_forward(probs2_.data() + b * T * V, logits2_.data() + b * T * V,
+                                                 targets_.data() + b * T + 1, T_ - 1, c_.vocab)) /
+                     B_;
+      }
+      loss_ += static_cast<float>(c_.mtp_weight * mtp_loss_);
+      break;
+    }
     case Role::kHead:  // the token embedding's rows when tied
       linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
       break;
@@ -2835,6 +2919,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
+  const std::size_t ri = rin(l);                               // the layer's input in the residual stream
   const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
   // Backward visits the tiles of a linear last-first: the first visit starts the input gradient.
   const bool first_tile = o.tile == o.tiles - 1;
@@ -2873,7 +2958,48 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     case Role::kFinalNorm:
       zero(dx_);
-      norm_backward(dx_.data(), g, dln_.data(), resid_.back().data(), p, mf_.data(), rf_.data());
+      norm_backward(dx_.data(), g, dln_.data(), resid_[static_cast<std::size_t>(c_.main_layers())].data(), p,
+                    mf_.data(), rf_.data());
+      if (c_.mtp > 0) {  // the module's block backward next: its output's gradient; the main output's aside
+        dmain_ = dx_;
+        dx_ = dmtp_;
+      }
+      break;
+    case Role::kMtpLoss: {  // mtp_weight x the mean over the B x (T - 1) predicting positions
+      zero(dlogits_);
+      if (T_ < 2) break;
+      const auto V = static_cast<std::size_t>(c_.vocab), T = static_cast<std::size_t>(T_);
+      for (std::size_t b = 0; b < static_cast<std::size_t>(B_); ++b) {
+        k::crossentropy_backward(dlogits_.data() + b * T * V, probs2_.data() + b * T * V,
+                                 targets_.data() + b * T + 1, T_ - 1, c_.vocab);
+      }
+      k::scale_values(dlogits_.data(), dlogits_.size(), static_cast<float>(c_.mtp_weight / B_));
+      break;
+    }
+    case Role::kMtpHead:
+      if (first_tile) zero(dln_);
+      linear(dln_.data(), dlogits_.data(), c_.vocab, lnm_.data(), C);
+      break;
+    case Role::kMtpNorm:
+      zero(dmtp_);
+      k::rmsnorm_backward(dmtp_.data(), g[0], dln_.data(), resid_.back().data(), p[0], rmn_.data(), N, C);
+      break;
+    case Role::kMtpEhProj:  // dx_: the block input's gradient
+      if (first_tile) zero(dehin_);
+      linear(dehin_.data(), dx_.data(), C, ehin_.data(), 2 * C);
+      break;
+    case Role::kMtpHNorm:  // into the main model's output's gradient, which the main blocks' backward takes
+      copy_columns(dhalf_.data(), dehin_.data(), N, 2 * C, C, C);
+      k::rmsnorm_backward(dmain_.data(), g[0], dhalf_.data(), resid_[ri - 1].data(), p[0], rmtph_.data(), N,
+                          C);
+      dx_ = dmain_;
+      break;
+    case Role::kMtpENorm:  // into the next tokens' embedding's gradient (added to the table's at the
+                           // embedding)
+      copy_columns(dhalf_.data(), dehin_.data(), N, 2 * C, 0, C);
+      zero(demb_next_);
+      k::rmsnorm_backward(demb_next_.data(), g[0], dhalf_.data(), emb_next_.data(), p[0], rmtpe_.data(), N,
+                          C);
       break;
     case Role::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
       dres_ = dx_;
@@ -3122,7 +3248,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       linear((c_.post_norm ? dx_ : dln_).data(), dqkv_.data(), c_.qkv_width(), attn_input(l, a), C);
       break;
     case Role::kLn1:
-      norm_backward(dx_.data(), g, dln_.data(), resid_[l].data(), p, m1_[a].data(), r1_[a].data());
+      norm_backward(dx_.data(), g, dln_.data(), resid_[ri].data(), p, m1_[a].data(), r1_[a].data());
       break;
     case Role::kEmbedNorm:
       zero(demb_);
@@ -3132,6 +3258,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kEmbed:
       k::embedding_backward(g[0], c_.learned_positions() ? g[1] + c_.position0() : nullptr,
                             (c_.bloom ? demb_ : dx_).data(), tokens_.data(), B_, T_, C, c_.embedding_scale());
+      if (c_.mtp > 0) {  // (the next tokens' rows, read by the next-token-prediction module)
+        k::embedding_backward(g[0], nullptr, demb_next_.data(), targets_.data(), B_, T_, C,
+                              c_.embedding_scale());
+      }
       break;
   }
 }

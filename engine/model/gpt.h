@@ -272,6 +272,19 @@ struct GptConfig {
   int floor_scale = 8192;
   int attention_chunk = 0;
 
+  // DeepSeek-V3's and GLM-4.5's next-token-prediction module (num_nextn_predict_layers with the run's
+  // memwall.mtp; 0: none, else 1): after the main model's main_layers() blocks, one more (of the last block's
+  // kind, counted in `layers`) whose input is eh_proj (a linear of 2C to C) of [enorm(the embedding of each
+  // position's next token) | hnorm(the main model's last hidden state)], then its own RMSNorm
+  // (shared_head.norm) and the model's head, predicting the token after the next: its mean cross-entropy
+  // over the positions that have one (T - 1 a sequence) times mtp_weight is added to the loss. In Hugging
+  // Face files the module is model.layers.<main_layers()>: enorm, hnorm, eh_proj, shared_head.norm and its
+  // block's tensors (with copies of the embedding and the head, embed_tokens and shared_head.head, which
+  // export writes and import does not read).
+  int mtp = 0;
+  double mtp_weight = 0.3;
+  int main_layers() const { return layers - mtp; }
+
   bool llama() const { return arch == GptArch::kLlama; }
   bool mla() const { return kv_lora > 0; }
   // A latent-attention head's key part without positions, the attention's output width (o_proj's input),
@@ -592,7 +605,16 @@ enum class GptRole {
   kQB,
   kKvA,
   kKvANorm,
-  kKvB
+  kKvB,
+  // The next-token-prediction module (mtp): the norms of its inputs (the next tokens' embedding, the main
+  // model's last hidden state), eh_proj joining them into its block's input; after the main head, its
+  // output's norm, the head again and its loss.
+  kMtpENorm,
+  kMtpHNorm,
+  kMtpEhProj,
+  kMtpNorm,
+  kMtpHead,
+  kMtpLoss
 };
 struct GptOp {
   GptRole role = GptRole::kEmbed;
@@ -668,6 +690,11 @@ class GptModel {
   // share (experts_per_token x tokens / experts), the largest over the layers of experts (1: balanced, as
   // the graph's FLOPs assume; 0 without experts).
   double expert_load() const;
+  // The next-token-prediction module's mean cross-entropy in the last forward (0 without one); the loss
+  // adds it times mtp_weight.
+  double mtp_loss() const { return mtp_loss_; }
+  // The loss without that term: the main model's (what a held-out evaluation reports).
+  float main_loss() const { return loss_ - static_cast<float>(c_.mtp_weight * mtp_loss_); }
   // bf16 GEMMs: the linears' and the head's matmuls, forward and backward, on bf16 copies of their operands
   // with fp32 accumulation (oneDNN on AMX or AVX-512 BF16 where the CPU has them), as PyTorch's bf16 autocast
   // does; the attention's GEMMs and everything else stay fp32. Off by default (fp32 throughout).
@@ -683,7 +710,7 @@ class GptModel {
   const float* logits() const { return logits_.data(); }
   // The residual stream at layer l's input, B*T*C floats (l = layers: the final norm's input): what an
   // activation checkpoint holds, which the trainer copies out and back in with cpu_checkpointing.
-  float* residual(int layer) { return resid_[static_cast<std::size_t>(layer)].data(); }
+  float* residual(int layer) { return resid_[rin(static_cast<std::size_t>(layer))].data(); }
 
   const ModelGraph& graph() const { return graph_; }
   const std::vector<ParamSlice>& slices() const { return slices_; }
@@ -733,7 +760,7 @@ class GptModel {
   // The MLP's norm's input in layer l (activation slot a): the attention's residual sum, or with
   // parallel_residual the block's input.
   const float* mlp_input(std::size_t l, std::size_t a) const {
-    return (c_.parallel_residual ? resid_[l] : res1_[a]).data();
+    return (c_.parallel_residual ? resid_[rin(l)] : res1_[a]).data();
   }
   // The MLP's input: its norm's output, or (shared_norm) the attention's norm's, or (post_norm: no norm
   // before it) the attention's residual sum.
@@ -745,7 +772,7 @@ class GptModel {
   const float* attn_output(std::size_t a) const { return (c_.mla() ? atto_ : atty_)[a].data(); }
   // The attention's input in layer l: its norm's output, or (post_norm) the block's input.
   const float* attn_input(std::size_t l, std::size_t a) const {
-    return (c_.post_norm ? resid_[l] : ln1_[a]).data();
+    return (c_.post_norm ? resid_[rin(l)] : ln1_[a]).data();
   }
   void norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   void post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
@@ -779,6 +806,19 @@ class GptModel {
   std::vector<OpInfo> info_;
   std::vector<int> tokens_, targets_;
   float loss_ = 0;
+  double mtp_loss_ = 0;
+  // The next-token-prediction module's (mtp): the embedding of each position's next token (its target),
+  // normed, and its rstd; the main model's last hidden state normed, its rstd; both side by side [N][2C]
+  // (eh_proj's input); its output's norm and rstd; its logits and probabilities. Backward: the module's
+  // output's gradient, the main model's output's (from its own head), eh_proj's input's, one half of it,
+  // and the next tokens' embedding's (added to the table's at the embedding).
+  std::vector<float> emb_next_, mtpe_, rmtpe_, mtph_, rmtph_, ehin_, lnm_, rmn_, logits2_, probs2_;
+  std::vector<float> dmtp_, dmain_, dehin_, dhalf_, demb_next_;
+  // Where layer l's input is in the residual stream: resid_[l], or past the main model's output for the
+  // next-token-prediction module's block (its input is eh_proj's output, resid_[l + 1]).
+  std::size_t rin(std::size_t l) const {
+    return c_.mtp > 0 && static_cast<int>(l) >= c_.main_layers() ? l + 1 : l;
+  }
   // Per layer: the block's input (resid[l]); per activation slot (layer l in slot l % slots_): everything
   // its backward needs (att_: the probabilities, or with flash attention the log-sum-exps).
   std::vector<std::vector<float>> resid_, ln1_, m1_, r1_, qkv_, att_, atty_, res1_, ln2_, m2_, r2_, fc_, gel_;

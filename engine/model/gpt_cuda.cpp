@@ -50,6 +50,11 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
     return Status::invalid_argument("DeepSeek's latent attention (kv_lora_rank " + std::to_string(c.kv_lora) +
                                     ") trains on the CPU device only; allowed: --device cpu");
   }
+  if (c.mtp > 0) {
+    return Status::invalid_argument(
+        "the next-token-prediction module (memwall.mtp) trains on the CPU device "
+        "only; allowed: --device cpu");
+  }
   if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
@@ -542,6 +547,12 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kKvA:
     case GptRole::kKvANorm:
     case GptRole::kKvB:
+    case GptRole::kMtpENorm:  // (create refuses the next-token-prediction module)
+    case GptRole::kMtpHNorm:
+    case GptRole::kMtpEhProj:
+    case GptRole::kMtpNorm:
+    case GptRole::kMtpHead:
+    case GptRole::kMtpLoss:
       break;
   }
   return Status::internal("cuda model: unknown op");
@@ -690,6 +701,12 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kKvA:
     case GptRole::kKvANorm:
     case GptRole::kKvB:
+    case GptRole::kMtpENorm:
+    case GptRole::kMtpHNorm:
+    case GptRole::kMtpEhProj:
+    case GptRole::kMtpNorm:
+    case GptRole::kMtpHead:
+    case GptRole::kMtpLoss:
       break;
   }
   return Status::internal("cuda model: unknown op");

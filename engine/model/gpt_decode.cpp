@@ -291,9 +291,9 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
     const auto s = static_cast<float>(c_.residual_multiplier);  // (Granite's; else 1)
     for (std::size_t i = 0; i < nc; ++i) x_[i] = s * sub[i] + x_[i];
   };
-  std::size_t next = first;  // the next block's first tensor
-  for (int l = 0; l < c_.layers; ++l) {
-    const std::size_t p = next;  // this block's first tensor
+  std::size_t next = first;                     // the next block's first tensor
+  for (int l = 0; l < c_.main_layers(); ++l) {  // (not the next-token-prediction module's)
+    const std::size_t p = next;                 // this block's first tensor
     next += block_tensors(l);
     auto& keys = k_[static_cast<std::size_t>(l)];
     auto& values = v_[static_cast<std::size_t>(l)];

@@ -164,6 +164,8 @@ nlohmann::json model_fields(const model::GptConfig& c) {
           {"deepseek", c.deepseek},
           {"rope_interleave", c.rope_interleave},
           {"llama4", c.llama4},
+          {"mtp", c.mtp},
+          {"mtp_weight", c.mtp_weight},
           {"qk_l2_norm", c.qk_l2_norm},
           {"attn_temperature", c.attn_temperature},
           {"floor_scale", c.floor_scale},
@@ -275,6 +277,8 @@ model::GptConfig model_of(const nlohmann::json& j) {
     c.group_by_best = j.value("group_by_best", false);  // (DeepSeek-V2's)
     c.seq_aux_alpha = j.value("seq_aux_alpha", 0.0);    // (DeepSeek's balance loss)
     c.seq_aux = j.value("seq_aux", true);
+    c.mtp = j.value("mtp", 0);  // (the next-token-prediction module: the last of `layers`)
+    c.mtp_weight = j.value("mtp_weight", 0.3);
     c.llama4 = j.value("llama4", false);  // (Llama 4's routing, names and rotary pairs; its attention's)
     c.qk_l2_norm = j.value("qk_l2_norm", false);
     c.attn_temperature = j.value("attn_temperature", 0.0);

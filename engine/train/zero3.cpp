@@ -2022,7 +2022,8 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
     mine = *l;
   }
 #endif
-  if (!st.cuda) mine = st.model->loss();
+  // (A held-out evaluation's is the main model's, without the next-token-prediction module's term.)
+  if (!st.cuda) mine = train ? st.model->loss() : st.model->main_loss();
   if (!train) return mine;
   std::vector<float> all(static_cast<std::size_t>(comm_->size()));
   MW_RETURN_IF_ERROR(comm_->allgather(&mine, all.data(), sizeof(float), at + "loss"));

@@ -2008,7 +2008,8 @@ struct ShapeRoundTrip {
 // checks it learned it (held-out loss under 0.2, the sentence greedily from the checkpoint and from the
 // export alike), and exports it to `name`-hf.
 ShapeRoundTrip train_export_generate(const std::string& name, const std::string& model_set,
-                                     const std::string& base = "llama-mini", int steps = 150) {
+                                     const std::string& base = "llama-mini", int steps = 150,
+                                     const std::string& run_set = "") {
   ShapeRoundTrip r;
   std::string text;
   for (int i = 0; i < 4000; ++i) text += "the cat sat. ";
@@ -2017,11 +2018,11 @@ ShapeRoundTrip train_export_generate(const std::string& name, const std::string&
   r.hf = test_path(name + "-hf").string();
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
-  const CmdResult t =
-      memwall("train --steps " + std::to_string(steps) + " --log-every " + std::to_string(steps) +
-                  " --eval-batches 1 --json --checkpoint-dir " + r.dir + " --data " + r.data + " --model " +
-                  base + " --model-set '" + model_set + "'",
-              false);
+  const CmdResult t = memwall(
+      "train --steps " + std::to_string(steps) + " --log-every " + std::to_string(steps) +
+          " --eval-batches 1 --json --checkpoint-dir " + r.dir + " --data " + r.data + " --model " + base +
+          " --model-set '" + model_set + "'" + (run_set.empty() ? std::string() : " --set '" + run_set + "'"),
+      false);
   EXPECT_EQ(t.exit_code, 0) << t.output;
   if (t.exit_code != 0) return r;
   EXPECT_LT(static_cast<double>(train_json_summary(t.output)["val_loss"]), 0.2) << t.output;
@@ -2917,6 +2918,40 @@ TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
       "train --steps 1 --data " + r.data + " --model llama-4-scout --model-set '{" + shape +
       R"(, "text_config.attention_chunk_size": 32}')" + R"( --set '{"memwall.sequence_length": 48}')");
   EXPECT_EQ(chunked.exit_code, 0) << chunked.output;
+  std::filesystem::remove_all(r.dir);
+  std::filesystem::remove_all(r.hf);
+}
+
+// DeepSeek-V3's next-token-prediction module (memwall.mtp) trains beside the model (the step's loss adds 0.3
+// of its cross-entropy, the held-out loss is the model's), is kept by the checkpoint, exports as DeepSeek's
+// files keep it (model.layers.2: enorm, hnorm, eh_proj, shared_head.norm and its block, with copies of the
+// embedding and the head; num_nextn_predict_layers 1 beside num_hidden_layers 2) and is read back by
+// --init-from; generate runs the model without it, the same text from the checkpoint and the export.
+TEST(CliGenerate, DeepSeekNextTokenPredictionTrainsAndExports) {
+  const ShapeRoundTrip r = train_export_generate(
+      "deepseek-mtp",
+      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "q_lora_rank": 32,
+          "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+          "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2,
+          "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "max_position_embeddings": 64,
+          "vocab_size": 256})",
+      "deepseek-v3", 200, R"({"memwall.mtp": true})");
+  EXPECT_EQ(r.latest["mtp"], 1);
+  EXPECT_EQ(r.latest["layers"], 3);
+  EXPECT_EQ(r.config["num_hidden_layers"], 2);
+  EXPECT_EQ(r.config["num_nextn_predict_layers"], 1);
+  EXPECT_EQ(r.tensors["model.layers.2.eh_proj.weight"]["shape"], (nlohmann::json{64, 128}));
+  EXPECT_EQ(r.tensors["model.layers.2.enorm.weight"]["shape"], (nlohmann::json{64}));
+  EXPECT_EQ(r.tensors["model.layers.2.shared_head.norm.weight"]["shape"], (nlohmann::json{64}));
+  EXPECT_EQ(r.tensors["model.layers.2.shared_head.head.weight"]["shape"], (nlohmann::json{256, 64}));
+  EXPECT_EQ(r.tensors["model.layers.2.embed_tokens.weight"]["shape"], (nlohmann::json{256, 64}));
+  EXPECT_EQ(r.tensors["model.layers.2.mlp.gate.weight"]["shape"], (nlohmann::json{4, 64}));
+  const CmdResult more = memwall("train --steps 1 --data " + r.data + " --init-from " + r.hf +
+                                 R"( --set '{"memwall.mtp": true}')");
+  EXPECT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("a next-token-prediction module after the 2 blocks (its loss x 0.3)"),
+            std::string::npos)
+      << more.output;
   std::filesystem::remove_all(r.dir);
   std::filesystem::remove_all(r.hf);
 }

@@ -1675,10 +1675,17 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
   one.router_aux = 0;
   GptConfig halves = deepseek_dense();  // (rope_interleave false: rotate_half on the rotary parts)
   halves.rope_interleave = false;
+  GptConfig v3_mtp = deepseek_v3(), glm_mtp = glm45();  // (with the next-token-prediction module)
+  for (GptConfig* m : {&v3_mtp, &glm_mtp}) {
+    m->layers += 1;
+    m->mtp = 1;
+    m->mtp_weight = 0.3;
+  }
   for (GptConfig c : {mixtral(), qwen3_moe(), olmoe(), one, qwen2_moe(), glm45(), granite_moe(), gpt_oss(),
-                      deepseek_v3(), deepseek_v2(), deepseek_dense(), halves}) {
-    SCOPED_TRACE(c.mla() ? std::string(gpt_family(c)) + (c.moe() ? "" : ", dense") +
-                               (c.rope_interleave ? "" : ", rotary halves")
+                      deepseek_v3(), deepseek_v2(), deepseek_dense(), halves, v3_mtp, glm_mtp}) {
+    SCOPED_TRACE(c.mtp > 0 ? std::string(gpt_family(c)) + ", next-token prediction"
+                 : c.mla() ? std::string(gpt_family(c)) + (c.moe() ? "" : ", dense") +
+                                 (c.rope_interleave ? "" : ", rotary halves")
                  : c.gpt_oss                ? "gpt-oss"
                  : c.granite                ? "granite moe"
                  : c.sigmoid_routing        ? "glm-4.5"
@@ -1727,6 +1734,8 @@ TEST(GptModel, MixtureOfExpertsMatchesAPyTorchReference) {
                                    {"rope_interleave", c.rope_interleave},
                                    {"seq_aux_alpha", c.seq_aux_alpha},
                                    {"seq_aux", c.seq_aux},
+                                   {"mtp", c.mtp},
+                                   {"mtp_weight", c.mtp_weight},
                                    {"windows", windows},
                                    {"qk_norm", c.qk_norm_full ? "full"
                                                : c.qk_norm    ? "head"

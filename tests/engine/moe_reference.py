@@ -33,7 +33,9 @@ load_balancing_loss_func over every layer's router logits concatenated: experts 
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
 checkpoints' names (tests/engine/gpt_model_test.cpp). DeepSeek's ("mla": its latent attention; "group_by_best":
 V2's group_limited_greedy; "seq_aux_alpha" > 0: its MoEGate's balance loss of every layer, per sequence with
-"seq_aux", scores the softmax's or the sigmoid scores over their sum) too.
+"seq_aux", scores the softmax's or the sigmoid scores over their sum; "mtp": its next-token-prediction
+module, whose cross-entropy for the token after each target, over every position but each sequence's last,
+times "mtp_weight" joins the loss) too.
 
 usage: moe_reference.py DIR
 DIR as tests/engine/reference_io.py describes; writes loss.json and grads.f32. Exits 77 without torch.
@@ -54,8 +56,9 @@ def deepseek_balance(scores, chosen, E, K, per_sequence, torch):
     return (ce * scores.mean(dim=1)).sum(dim=1).mean()
 
 
-def forward(cfg, t, tokens, torch, router_logits, balance=None):
-    """The logits [B, T, vocab] of `tokens`; each layer's router logits appended to router_logits."""
+def forward(cfg, t, tokens, torch, router_logits, balance=None, targets=None):
+    """The logits [B, T, vocab] of `tokens`, and (with "mtp") the next-token-prediction module's, for the
+    token after each target (None without); each layer's router logits appended to router_logits."""
     B, T, C, H, KV = cfg["batch"], cfg["seq"], cfg["channels"], cfg["heads"], cfg["kv_heads"]
     hs, eps, E, K = cfg["head_dim"], cfg["norm_eps"], cfg["experts"], cfg["experts_per_token"]
     rotate = reference_io.rotary(torch, T, int(hs * cfg.get("partial_rotary", 1.0)), cfg["rope_theta"])
@@ -110,7 +113,7 @@ def forward(cfg, t, tokens, torch, router_logits, balance=None):
     branch = cfg.get("residual_multiplier", 1.0)
     q_scale = (cfg.get("query_scale") or hs) ** -0.5 * hs ** 0.5  # (causal_attention divides by hs^1/2)
     x = t["model.embed_tokens.weight"][tokens] * cfg.get("embed_multiplier", 1.0)
-    for layer in range(cfg["layers"]):
+    def block(x, layer):
         p = "model.layers.%d." % layer
         h = rmsnorm(x, p + "input_layernorm")
         oss = cfg.get("gpt_oss", False)
@@ -130,7 +133,7 @@ def forward(cfg, t, tokens, torch, router_logits, balance=None):
         every = cfg.get("moe_every", 1)
         if E == 0 or layer < cfg.get("dense_layers", 0) or (every > 1 and (layer + 1) % every != 0):
             x = x + branch * swiglu(h, p + "mlp")
-            continue
+            return x
         z = linear(h, p + ("block_sparse_moe.router.layer" if granite else "mlp.router" if oss else moe + "gate"))
         router_logits.append(z.reshape(B * T, E))
         if granite or oss:  # the top-k logits, then their softmax
@@ -192,8 +195,23 @@ def forward(cfg, t, tokens, torch, router_logits, balance=None):
             gate = torch.sigmoid(linear(h, p + "mlp.shared_expert_gate"))
             out = out + gate * swiglu(h, p + "mlp.shared_expert")
         x = x + branch * out
-    x = rmsnorm(x, "model.norm")
-    return x @ t.get("lm_head.weight", t["model.embed_tokens.weight"]).T * cfg.get("logit_scale", 1.0)
+        return x
+
+    main_layers = cfg["layers"] - cfg.get("mtp", 0)
+    for layer in range(main_layers):
+        x = block(x, layer)
+    head = t.get("lm_head.weight", t["model.embed_tokens.weight"])
+    logits = rmsnorm(x, "model.norm") @ head.T * cfg.get("logit_scale", 1.0)
+    if not cfg.get("mtp", 0):
+        return logits, None
+    # DeepSeek-V3's next-token-prediction module (its MTP module 1; GLM-4.5's alike): the next token's
+    # embedding and the main model's last hidden state, each RMS-normed, side by side through eh_proj, one
+    # more block, its own norm (shared_head.norm) and the shared head.
+    p = "model.layers.%d." % main_layers
+    e = t["model.embed_tokens.weight"][targets] * cfg.get("embed_multiplier", 1.0)
+    h = torch.cat([rmsnorm(e, p + "enorm"), rmsnorm(x, p + "hnorm")], dim=-1) @ t[p + "eh_proj.weight"].T
+    h = block(h, main_layers)
+    return logits, rmsnorm(h, p + "shared_head.norm") @ head.T * cfg.get("logit_scale", 1.0)
 
 
 def load_balancing_loss(router_logits, E, K, torch):
@@ -212,8 +230,12 @@ def main():
     d = sys.argv[1]
     cfg, t, flat, tokens, targets = reference_io.load(d, torch)
     router_logits, balance = [], []
-    logits = forward(cfg, t, tokens, torch, router_logits, balance)
+    logits, mtp_logits = forward(cfg, t, tokens, torch, router_logits, balance, targets)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.view(-1))
+    if mtp_logits is not None:  # position t predicts target t + 1: the last position predicts nothing
+        V = mtp_logits.shape[-1]
+        loss = loss + cfg["mtp_weight"] * torch.nn.functional.cross_entropy(
+            mtp_logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1))
     if cfg["router_aux"] > 0:
         loss = loss + cfg["router_aux"] * load_balancing_loss(router_logits, cfg["experts"],
                                                               cfg["experts_per_token"], torch)

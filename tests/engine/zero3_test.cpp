@@ -129,6 +129,14 @@ model::GptConfig small_deepseek() {
   c.v_dim = 6;
   return c;
 }
+// With its next-token-prediction module (a third block after the two, eh_proj joining the next token's
+// embedding to the main model's output; its loss at 0.3).
+model::GptConfig small_deepseek_mtp() {
+  model::GptConfig c = small_deepseek();
+  c.layers = 3;
+  c.mtp = 1;
+  return c;
+}
 // And dense (its linears' rows all divisible by 4: tiling).
 model::GptConfig small_deepseek_dense() {
   model::GptConfig c = small_deepseek();
@@ -240,6 +248,7 @@ TEST(Zero3, OneRankFollowsThePlainMixtureOfExperts) {
   follow_the_plain_model(0.05, small_deepseek());
   follow_the_plain_model(0, small_deepseek_dense());
   follow_the_plain_model(0.05, small_llama4());
+  follow_the_plain_model(0.05, small_deepseek_mtp());
 }
 
 TEST(Zero3, Bf16MatmulsFollowThePlainModel) {
@@ -284,8 +293,13 @@ namespace {
 // Mixtral's with the load-balancing loss, gpt-oss's with its sinks and biases) resumes from its checkpoint
 // bitwise as it ran on.
 TEST(Zero3, AMixtureOfExpertsResumesBitwise) {
-  for (const model::GptConfig& c : {small_glm45(), small_moe(), small_gpt_oss(), small_deepseek()}) {
-    SCOPED_TRACE(c.mla() ? "deepseek-v3" : c.sigmoid_routing ? "glm-4.5" : c.gpt_oss ? "gpt-oss" : "mixtral");
+  for (const model::GptConfig& c :
+       {small_glm45(), small_moe(), small_gpt_oss(), small_deepseek(), small_deepseek_mtp()}) {
+    SCOPED_TRACE(c.mtp > 0           ? "deepseek-v3, next-token prediction"
+                 : c.mla()           ? "deepseek-v3"
+                 : c.sigmoid_routing ? "glm-4.5"
+                 : c.gpt_oss         ? "gpt-oss"
+                                     : "mixtral");
     Zero3Options o;
     o.micro_batch = 2;
     o.seq = 8;
@@ -896,9 +910,10 @@ TEST(Zero3, DeepSeekBalancingMovesEachCorrectionBiasAgainstItsLoad) {
 // 2 (a last segment of one layer) and 3 layers train bitwise as keeping every layer's activations does.
 TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
   for (model::GptConfig c : {small(), small_llama(), small_moe(), small_qwen2_moe(), small_glm45(),
-                             small_gpt_oss(), small_deepseek(), small_llama4()}) {
+                             small_gpt_oss(), small_deepseek(), small_llama4(), small_deepseek_mtp()}) {
     c.layers = 5;
-    SCOPED_TRACE(c.mla()            ? "deepseek-v3"
+    SCOPED_TRACE(c.mtp > 0          ? "deepseek-v3, next-token prediction"
+                 : c.mla()          ? "deepseek-v3"
                  : c.llama4         ? "llama 4"
                  : c.gpt_oss        ? "gpt-oss"
                  : c.shared_ffn > 0 ? "shared expert"
@@ -923,8 +938,9 @@ TEST(Zero3, CheckpointedActivationSlotsTrainAsKeepingEveryLayer) {
 
 TEST(Zero3, OffloadTilingCheckpointingAndPrefetchGiveBitwiseTheSameLosses) {
   for (const model::GptConfig& c : {small(), small_llama(), small_moe(), small_gpt_oss(), small_deepseek(),
-                                    small_deepseek_dense(), small_llama4()}) {
-    SCOPED_TRACE(c.mla()     ? (c.moe() ? "deepseek-v3" : "deepseek, dense")
+                                    small_deepseek_dense(), small_llama4(), small_deepseek_mtp()}) {
+    SCOPED_TRACE(c.mtp > 0   ? "deepseek-v3, next-token prediction"
+                 : c.mla()   ? (c.moe() ? "deepseek-v3" : "deepseek, dense")
                  : c.llama4  ? "llama 4"
                  : c.gpt_oss ? "gpt-oss"
                  : c.moe()   ? "experts"
