@@ -21,11 +21,11 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
   const auto T = static_cast<std::size_t>(chunk_), C = static_cast<std::size_t>(c.channels);
   const auto F = static_cast<std::size_t>(c.ffn_width());
   // A windowed layer's ring: its window, and room for the rows of a chunk written before they attend.
-  for (int l = 0; l < c.layers; ++l) {
+  for (int l = 0; l < c.main_layers(); ++l) {  // (the next-token-prediction module's block: none)
     const int window = c.attention_window(l);
     capacity_.push_back(window > 0 ? std::min(c.max_seq, window + chunk_ - 1) : c.max_seq);
   }
-  k_.resize(static_cast<std::size_t>(c.layers));
+  k_.resize(static_cast<std::size_t>(c.main_layers()));
   v_ = k_;
   // Activations of up to a chunk's rows at once.
   x_.resize(T * C);

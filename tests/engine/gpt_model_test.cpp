@@ -654,6 +654,14 @@ GptConfig olmo_clipped() {
   return c;
 }
 
+// DeepSeek's dense shape with its next-token-prediction module (a third block; eh_proj's rows tile too).
+GptConfig deepseek_dense_mtp() {
+  GptConfig c = deepseek_dense();
+  c.layers += 1;
+  c.mtp = 1;
+  return c;
+}
+
 // GPT-2 (16 channels; with the exact GELU too), OPT, GPT-NeoX, Phi, Falcon, GPT-BigCode, BLOOM, MPT, GPT-J
 // and the Llama shapes (StableLM's with LayerNorms, OLMo's without their parameters, OLMo 2's norms), named
 // for SCOPED_TRACE.
@@ -712,7 +720,8 @@ std::vector<std::pair<std::string, GptConfig>> shapes() {
           {"olmo-clipped", olmo_clipped()},
           {"olmo2", olmo2()},
           {"olmo2-gqa", olmo2_gqa()},
-          {"deepseek-dense", deepseek_dense()}};
+          {"deepseek-dense", deepseek_dense()},
+          {"deepseek-dense-mtp", deepseek_dense_mtp()}};
 }
 
 TEST(GptModel, LayoutCountsEveryParameterOnce) {
@@ -1321,10 +1330,14 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
   deepseek3_shape.rope_scaling = yarn_scaled().rope_scaling;
   GptConfig deepseek2_shape = deepseek_v2();  // and V2's: q_proj, softmax routing in groups
   deepseek2_shape.max_seq = 12;
+  GptConfig mtp_shape = deepseek3_shape;  // and V3's next-token-prediction module, which the decoder skips
+  mtp_shape.layers += 1;
+  mtp_shape.mtp = 1;
   GptConfig llama4_shape = llama4();  // and Llama 4's: L2 norms, chunks of 5, tempered NoPE queries, inputs
   llama4_shape.max_seq = 12;          // scaled
   llama4_shape.attention_chunk = 5;
   for (const GptConfig& c : {gpt2,
+                             mtp_shape,
                              llama4_shape,
                              deepseek3_shape,
                              deepseek2_shape,
@@ -1369,7 +1382,9 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
                              nemotron_shape,
                              phi}) {
     SCOPED_TRACE(c.opt                    ? "opt"
-                 : c.mla()                ? (c.deepseek == 2 ? "deepseek-v2" : "deepseek-v3")
+                 : c.mla()                ? (c.deepseek == 2 ? "deepseek-v2"
+                                             : c.mtp > 0     ? "deepseek-v3, mtp"
+                                                             : "deepseek-v3")
                  : c.bloom                ? "bloom"
                  : c.mpt                  ? "mpt"
                  : c.gptj                 ? "gptj"
@@ -1464,7 +1479,7 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
       // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer; DeepSeek's
       // one latent and rotary key part a position (12 floats here against k's and v's 2 x 40).
       std::size_t rows = 0;
-      for (int l = 0; l < c.layers; ++l) {
+      for (int l = 0; l < c.main_layers(); ++l) {
         const int w = c.attention_window(l);
         rows += static_cast<std::size_t>(w > 0 ? std::min(c.max_seq, w + std::min(chunk, c.max_seq) - 1)
                                                : c.max_seq);
