@@ -1219,33 +1219,35 @@ TEST(Zero3, StepStatsCountTransfersAndTheirOverlap) {
 // recompute, counted in the step's device-to-host and host-to-device bytes; with the model's own copy
 // scrubbed (NaN) before each comes back, the losses are those of checkpoints kept on the device.
 TEST(Zero3, OffloadedActivationCheckpointsAreCopiedOutAndBack) {
-  const model::GptConfig c = small();
-  Zero3Options o = two_sequences(4);
-  o.run.activation_checkpointing.enabled = true;
-  double d2h[2] = {}, h2d[2] = {};
-  std::vector<float> losses[2];
-  for (const bool cpu : {false, true}) {
-    o.run.activation_checkpointing.cpu_checkpointing = cpu;
-    o.scrub_offloaded_checkpoints = cpu;
-    auto local = comm::make_local_comm();
-    auto z = Zero3Trainer::create(c, o, *local);
-    ASSERT_TRUE(z.is_ok()) << z.status().to_string();
-    std::vector<int> tok, tgt;
-    for (int s = 0; s < 3; ++s) {
-      batch(s, o.micro_batch, o.seq, tok, tgt);
-      auto loss = z->step(tok.data(), tgt.data());
-      ASSERT_TRUE(loss.is_ok()) << loss.status().to_string();
-      losses[cpu].push_back(*loss);
+  for (const model::GptConfig& c : {small(), small_deepseek_mtp()}) {  // (and a next-token-prediction module)
+    SCOPED_TRACE(c.mtp > 0 ? "deepseek-v3, next-token prediction" : "gpt2");
+    Zero3Options o = two_sequences(4);
+    o.run.activation_checkpointing.enabled = true;
+    double d2h[2] = {}, h2d[2] = {};
+    std::vector<float> losses[2];
+    for (const bool cpu : {false, true}) {
+      o.run.activation_checkpointing.cpu_checkpointing = cpu;
+      o.scrub_offloaded_checkpoints = cpu;
+      auto local = comm::make_local_comm();
+      auto z = Zero3Trainer::create(c, o, *local);
+      ASSERT_TRUE(z.is_ok()) << z.status().to_string();
+      std::vector<int> tok, tgt;
+      for (int s = 0; s < 3; ++s) {
+        batch(s, o.micro_batch, o.seq, tok, tgt);
+        auto loss = z->step(tok.data(), tgt.data());
+        ASSERT_TRUE(loss.is_ok()) << loss.status().to_string();
+        losses[cpu].push_back(*loss);
+      }
+      const StepStats& st = z->last_step();
+      d2h[cpu] = st.bytes[static_cast<int>(Resource::kD2H)];
+      h2d[cpu] = st.bytes[static_cast<int>(Resource::kH2D)];
     }
-    const StepStats& st = z->last_step();
-    d2h[cpu] = st.bytes[static_cast<int>(Resource::kD2H)];
-    h2d[cpu] = st.bytes[static_cast<int>(Resource::kH2D)];
+    EXPECT_EQ(losses[1], losses[0]);
+    // One checkpoint per layer (interval 1), each micro-batch x sequence x channels fp32 values, each way.
+    const double ckpt = static_cast<double>(c.layers) * o.micro_batch * o.seq * c.channels * 4;
+    EXPECT_DOUBLE_EQ(d2h[1] - d2h[0], ckpt);
+    EXPECT_DOUBLE_EQ(h2d[1] - h2d[0], ckpt);
   }
-  EXPECT_EQ(losses[1], losses[0]);
-  // One checkpoint per layer (interval 1), each micro-batch x sequence x channels fp32 values, each way.
-  const double ckpt = static_cast<double>(c.layers) * o.micro_batch * o.seq * c.channels * 4;
-  EXPECT_DOUBLE_EQ(d2h[1] - d2h[0], ckpt);
-  EXPECT_DOUBLE_EQ(h2d[1] - h2d[0], ckpt);
 }
 
 // An NVMe optimizer's gradients kept in CPU memory (memwall.optimizer_gradients auto, when the CPU holds
