@@ -807,23 +807,27 @@ std::vector<ParamTensor> joined_layout(const std::vector<ParamTensor>& layout,
   return out;
 }
 
+// Each tensor's name with the first of `names`' parts it holds (in their order) replaced by its own.
+void rename_parts(std::vector<ParamTensor>& layout,
+                  std::initializer_list<std::pair<std::string_view, std::string_view>> names) {
+  for (ParamTensor& t : layout) {
+    for (const auto& [ours, theirs] : names) {
+      if (const auto at = t.name.find(ours); at != std::string::npos) {
+        t.name.replace(at, ours.size(), theirs);
+        break;
+      }
+    }
+  }
+}
+
 // GLM's: gate and up joined; GLM-4's four norms by its names (Gemma 2's post_attention_layernorm is its
 // post_self_attn_layernorm, pre_feedforward_layernorm its post_attention_layernorm).
 std::vector<ParamTensor> glm_layout(const std::vector<ParamTensor>& layout, bool sandwich) {
   std::vector<ParamTensor> out = joined_layout(layout, {kGateUp});
   if (!sandwich) return out;
-  const std::pair<std::string_view, std::string_view> names[] = {
-      {".post_attention_layernorm.", ".post_self_attn_layernorm."},
-      {".pre_feedforward_layernorm.", ".post_attention_layernorm."},
-      {".post_feedforward_layernorm.", ".post_mlp_layernorm."}};
-  for (ParamTensor& t : out) {
-    for (const auto& [gemma2, glm4] : names) {
-      if (const auto at = t.name.find(gemma2); at != std::string::npos) {
-        t.name.replace(at, gemma2.size(), glm4);
-        break;
-      }
-    }
-  }
+  rename_parts(out, {{".post_attention_layernorm.", ".post_self_attn_layernorm."},
+                     {".pre_feedforward_layernorm.", ".post_attention_layernorm."},
+                     {".post_feedforward_layernorm.", ".post_mlp_layernorm."}});
   return out;
 }
 // Granite MoE's names for the experts: the router block_sparse_moe.router.layer, every expert's gate and up
@@ -893,34 +897,17 @@ std::vector<ParamTensor> joined_experts_layout(const GptConfig& c, const std::ve
 // feed_forward.shared_expert, the experts joined as gpt-oss's.
 std::vector<ParamTensor> llama4_layout(const GptConfig& c, const std::vector<ParamTensor>& layout) {
   std::vector<ParamTensor> out = joined_experts_layout(c, layout);
-  const std::pair<std::string_view, std::string_view> names[] = {
-      {".mlp.gate.", ".feed_forward.router."},
-      {".mlp.shared_experts.", ".feed_forward.shared_expert."},
-      {".mlp.", ".feed_forward."}};
-  for (ParamTensor& t : out) {
-    for (const auto& [ours, theirs] : names) {
-      if (const auto at = t.name.find(ours); at != std::string::npos) {
-        t.name.replace(at, ours.size(), theirs);
-        break;
-      }
-    }
-  }
+  rename_parts(out, {{".mlp.gate.", ".feed_forward.router."},
+                     {".mlp.shared_experts.", ".feed_forward.shared_expert."},
+                     {".mlp.", ".feed_forward."}});
   return out;
 }
 
 // Mixtral's names for the experts: the router block_sparse_moe.gate, an expert's gate, up and down w1, w3
 // and w2.
 std::vector<ParamTensor> mixtral_layout(std::vector<ParamTensor> layout) {
-  const std::pair<std::string_view, std::string_view> names[] = {
-      {".gate_proj.", ".w1."}, {".up_proj.", ".w3."}, {".down_proj.", ".w2."}};
-  for (ParamTensor& t : layout) {
-    const auto at = t.name.find(".mlp.");
-    if (at == std::string::npos) continue;
-    t.name.replace(at, 5, ".block_sparse_moe.");
-    for (const auto& [ours, theirs] : names) {
-      if (const auto p = t.name.find(ours); p != std::string::npos) t.name.replace(p, ours.size(), theirs);
-    }
-  }
+  rename_parts(layout, {{".mlp.", ".block_sparse_moe."}});
+  rename_parts(layout, {{".gate_proj.", ".w1."}, {".up_proj.", ".w3."}, {".down_proj.", ".w2."}});
   return layout;
 }
 }  // namespace

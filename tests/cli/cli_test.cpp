@@ -2818,19 +2818,21 @@ TEST(CliGenerate, AMixtureOfExpertsTrainsGeneratesAndExports) {
   std::filesystem::remove_all(oss.hf);
 }
 
+// deepseek-v3's file cut to two layers of 64 (4 heads of 16 + 8 rotary, latents of 32, 4 experts of 64 in 2
+// groups, the first layer dense).
+const char* const kDeepSeekV3Tiny =
+    R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "q_lora_rank": 32,
+        "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+        "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "max_position_embeddings": 64,
+        "vocab_size": 256})";
+
 // DeepSeek-V3's (deepseek-v3's file: the latent attention with a query latent and YaRN's score scale, sigmoid
 // routing in groups with the correction bias, an ungated shared expert, a dense first layer) trains on the
 // CPU, generates from its checkpoint and from its export as DeepseekV3ForCausalLM; DeepSeek-V2-Lite's
 // (q_proj, softmax routing, two shared experts) too, as DeepseekV2ForCausalLM.
 TEST(CliGenerate, DeepSeekLatentAttentionTrainsGeneratesAndExports) {
-  const ShapeRoundTrip v3 = train_export_generate(
-      "deepseek-v3",
-      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "q_lora_rank": 32,
-          "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
-          "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2,
-          "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "max_position_embeddings": 64,
-          "vocab_size": 256})",
-      "deepseek-v3", 200);
+  const ShapeRoundTrip v3 = train_export_generate("deepseek-v3", kDeepSeekV3Tiny, "deepseek-v3", 200);
   EXPECT_EQ(v3.latest["kv_lora"], 32);
   EXPECT_EQ(v3.latest["q_lora"], 32);
   EXPECT_EQ(v3.latest["deepseek"], 3);
@@ -2928,14 +2930,8 @@ TEST(CliGenerate, Llama4TrainsGeneratesAndExports) {
 // embedding and the head; num_nextn_predict_layers 1 beside num_hidden_layers 2) and is read back by
 // --init-from; generate runs the model without it, the same text from the checkpoint and the export.
 TEST(CliGenerate, DeepSeekNextTokenPredictionTrainsAndExports) {
-  const ShapeRoundTrip r = train_export_generate(
-      "deepseek-mtp",
-      R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "q_lora_rank": 32,
-          "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
-          "intermediate_size": 128, "moe_intermediate_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2,
-          "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "max_position_embeddings": 64,
-          "vocab_size": 256})",
-      "deepseek-v3", 200, R"({"memwall.mtp": true})");
+  const ShapeRoundTrip r =
+      train_export_generate("deepseek-mtp", kDeepSeekV3Tiny, "deepseek-v3", 200, R"({"memwall.mtp": true})");
   EXPECT_EQ(r.latest["mtp"], 1);
   EXPECT_EQ(r.latest["layers"], 3);
   EXPECT_EQ(r.config["num_hidden_layers"], 2);

@@ -274,9 +274,8 @@ GptConfig deepseek_v2() {
 // Llama 4's: 4 layers of grouped-query heads turning neighbouring pairs but the last (nope_every 4), their
 // query and key heads normed without weights after the turn and attending within chunks of 3 positions, the
 // last one's queries tempered from position 2 on over all keys (floor_scale 3, attn_scale 0.5: 8 positions
-// see two scales); experts in layers 1 and 3 (moe_every 2), 4
-// of 6, 2 a token chosen by logit, their sigmoids scaling each expert's input, beside a shared expert of 6
-// without a gate; dense MLPs of 24 between.
+// see two scales); experts in layers 1 and 3 (moe_every 2), 4 of 6, 2 a token chosen by logit, their sigmoids
+// scaling each expert's input, beside a shared expert of 6 without a gate; dense MLPs of 24 between.
 GptConfig llama4() {
   GptConfig c = llama_gqa();
   c.layers = 4;
