@@ -22,7 +22,8 @@ GptDecoder::GptDecoder(const GptConfig& c, const float* params, int chunk)
   const auto F = static_cast<std::size_t>(c.ffn_width());
   // A windowed layer's ring: its window, and room for the rows of a chunk written before they attend.
   for (int l = 0; l < c.main_layers(); ++l) {  // (the next-token-prediction module's block: none)
-    const int window = c.attention_window(l);
+    // (Llama 4's chunked layers: a query sees at most a chunk's keys, as a window of that many)
+    const int span = c.attention_span(l), window = span < 0 ? -span : span;
     capacity_.push_back(window > 0 ? std::min(c.max_seq, window + chunk_ - 1) : c.max_seq);
   }
   k_.resize(static_cast<std::size_t>(c.main_layers()));

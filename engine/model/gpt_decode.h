@@ -6,7 +6,8 @@
 // GptModel::forward's at every position to float rounding (the test compares them).
 //
 // Memory: the cache grows with the positions used (not the model's whole context up front), a windowed
-// layer's (Mistral's, Gemma's local layers) is a ring of its window plus a chunk's rows, and a prompt runs
+// layer's (Mistral's, Gemma's local layers; Llama 4's chunked ones, of an attention chunk) is a ring of its
+// window plus a chunk's rows, and a prompt runs
 // in chunks of `chunk` rows, so the activations are a chunk's, whatever the context length.
 #pragma once
 

@@ -1475,11 +1475,12 @@ TEST(GptDecoder, CachedLogitsMatchTheFullForwardPass) {
       d.reset();
       EXPECT_FALSE(d.append(c.vocab).is_ok());
       EXPECT_FALSE(d.append(-1).is_ok());
-      // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer; DeepSeek's
-      // one latent and rotary key part a position (12 floats here against k's and v's 2 x 40).
+      // The cache: every layer's 12 positions, a windowed layer's window + chunk - 1 when fewer (Llama 4's
+      // chunked layers': its attention chunk's, 5 + chunk - 1, which wraps with prompt chunks of 3);
+      // DeepSeek's one latent and rotary key part a position (12 floats here against k's and v's 2 x 40).
       std::size_t rows = 0;
       for (int l = 0; l < c.main_layers(); ++l) {
-        const int w = c.attention_window(l);
+        const int w = std::abs(c.attention_span(l));  // (Llama 4's chunks: rings of a chunk)
         rows += static_cast<std::size_t>(w > 0 ? std::min(c.max_seq, w + std::min(chunk, c.max_seq) - 1)
                                                : c.max_seq);
       }
