@@ -243,12 +243,32 @@ class DeepSeek(Decoder):
     """DeepSeek-V3's shape (ARCH=deepseek): the latent attention in every layer (mla: q_lora, kv_lora, nope,
     rope, v), a dense SwiGLU MLP in the first, the mixture of experts in the others (moe: experts, topk,
     groups, topk_groups), an untied head; no balance loss (the benchmark sets aux_loss_alpha 0 on memwall's
-    side too)."""
+    side too). With `mtp` its next-token-prediction module as vLLM's DeepSeekMultiTokenPredictorLayer reads
+    the published weights: the next token's embedding and the last hidden state RMS-normed (enorm, hnorm),
+    concatenated through eh_proj, one more expert block, its norm and the shared head; its cross-entropy for
+    the token after each target, x 0.3 (memwall.mtp_loss_weight's default), added to the loss."""
 
-    def __init__(self, L, C, NH, FF, T, mla, moe, vocab=256, theta=10000.0):
+    def __init__(self, L, C, NH, FF, T, mla, moe, vocab=256, theta=10000.0, mtp=False):
         super().__init__(C, T, mla[3],
                          nn.ModuleList(DeepSeekBlock(C, NH, FF, mla, moe if l > 0 else None) for l in range(L)),
                          vocab, theta)
+        self.mtp_block = DeepSeekBlock(C, NH, FF, mla, moe) if mtp else None
+        if mtp:
+            self.enorm, self.hnorm, self.mtp_norm = RMSNorm(C), RMSNorm(C), RMSNorm(C)
+            self.eh_proj = nn.Linear(2 * C, C, bias=False)
+
+    def forward(self, idx, tgt):
+        if self.mtp_block is None:
+            return super().forward(idx, tgt)
+        T = idx.shape[1]
+        cos, sin, mask = self.cos[:T], self.sin[:T], self.mask[:T, :T]
+        x = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, cos, sin, mask)
+        loss = F.cross_entropy(self.head(self.norm(x)).view(-1, self.vocab), tgt.view(-1))
+        h = self.eh_proj(torch.cat([self.enorm(self.embed(tgt)), self.hnorm(x)], dim=-1))
+        logits = self.head(self.mtp_norm(self.mtp_block(h, cos, sin, mask)))
+        return loss + 0.3 * F.cross_entropy(logits[:, :-1].reshape(-1, self.vocab), tgt[:, 1:].reshape(-1))
 
 
 class Llama4MoE(nn.Module):

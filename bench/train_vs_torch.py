@@ -6,7 +6,8 @@
 # prints the median seconds per training step.
 # Usage: /usr/bin/python3 bench/train_vs_torch.py LAYERS CHANNELS HEADS B T STEPS THREADS [PRECISION=fp32]
 #        [ARCH=gpt2 [KV_HEADS FFN [EXPERTS TOPK [WINDOW]]]]
-#        or deepseek FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS (bench/torch_llama.py DeepSeek)
+#        or deepseek FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS [MTP] (bench/torch_llama.py
+#        DeepSeek; MTP 1: with its next-token-prediction module)
 #        or llama4 KV_HEADS FFN FFN_MLP EXPERTS TOPK MOE_EVERY (bench/torch_llama.py Llama4)
 import json, sys, time
 import torch
@@ -23,8 +24,8 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 
 if arch == "deepseek":  # FFN Q_LORA KV_LORA NOPE ROPE V EXPERTS TOPK GROUPS TOPK_GROUPS
-    d = list(map(int, sys.argv[10:20]))
-    model = DeepSeek(L, C, NH, d[0], T, mla=tuple(d[1:6]), moe=tuple(d[6:10]))
+    d = list(map(int, sys.argv[10:21]))
+    model = DeepSeek(L, C, NH, d[0], T, mla=tuple(d[1:6]), moe=tuple(d[6:10]), mtp=len(d) > 10 and d[10] == 1)
 elif arch == "llama4":  # KV_HEADS FFN FFN_MLP EXPERTS TOPK MOE_EVERY
     d = list(map(int, sys.argv[10:16]))
     model = Llama4(L, C, NH, d[0], d[1], d[2], T, experts=d[3], topk=d[4], moe_every=d[5])
