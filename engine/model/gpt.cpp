@@ -2848,13 +2848,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       norm_forward(lnf_.data(), mf_.data(), rf_.data(),
                    resid_[static_cast<std::size_t>(c_.main_layers())].data(), p);
       break;
-    case Role::kMtpENorm:  // the next tokens' embedding, normed
-      k::rmsnorm_forward(mtpe_.data(), rmtpe_.data(), emb_next_.data(), p[0], N, C,
-                         static_cast<float>(c_.norm_eps));
+    case Role::kMtpENorm:  // the next tokens' embedding, normed (RMSNorms: no means)
+      norm_forward(mtpe_.data(), nullptr, rmtpe_.data(), emb_next_.data(), p);
       break;
     case Role::kMtpHNorm:  // the main model's output, normed
-      k::rmsnorm_forward(mtph_.data(), rmtph_.data(), resid_[ri - 1].data(), p[0], N, C,
-                         static_cast<float>(c_.norm_eps));
+      norm_forward(mtph_.data(), nullptr, rmtph_.data(), resid_[ri - 1].data(), p);
       break;
     case Role::kMtpEhProj:  // [enorm | hnorm] projected: the module's block input
       uncopy_columns(ehin_.data(), mtpe_.data(), N, 2 * C, 0, C);
@@ -2862,11 +2860,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       linear(resid_[ri].data(), C, ehin_.data(), 2 * C, nullptr);
       break;
     case Role::kMtpNorm:  // the module's output (the stream's last), through its own norm
-      k::rmsnorm_forward(lnm_.data(), rmn_.data(), resid_.back().data(), p[0], N, C,
-                         static_cast<float>(c_.norm_eps));
-      break;
-    case Role::kMtpHead:
-      linear(logits2_.data(), c_.vocab, lnm_.data(), C, nullptr);
+      norm_forward(lnm_.data(), nullptr, rmn_.data(), resid_.back().data(), p);
       break;
     case Role::kMtpLoss: {  // position t of each sequence predicts target t + 1 (the token after the next)
       mtp_loss_ = 0;
@@ -2881,8 +2875,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       loss_ += static_cast<float>(c_.mtp_weight * mtp_loss_);
       break;
     }
-    case Role::kHead:  // the token embedding's rows when tied
-      linear(logits_.data(), c_.vocab, lnf_.data(), C, nullptr);
+    case Role::kHead:  // the token embedding's rows when tied (kMtpHead: the module's, the same weights)
+    case Role::kMtpHead:
+      linear((o.role == Role::kHead ? logits_ : logits2_).data(), c_.vocab,
+             (o.role == Role::kHead ? lnf_ : lnm_).data(), C, nullptr);
       break;
     case Role::kLoss:  // Cohere and Granite scale the logits, Gemma 2 caps them first (in place: backward
                        // takes the cap's derivative from them)
@@ -2940,8 +2936,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         k::scale_values(dlogits_.data(), dlogits_.size(), static_cast<float>(c_.logit_scale));
       break;
     case Role::kHead:
+    case Role::kMtpHead:  // (the module's loss backward has just written dlogits_)
       if (first_tile) zero(dln_);
-      linear(dln_.data(), dlogits_.data(), c_.vocab, lnf_.data(), C);
+      linear(dln_.data(), dlogits_.data(), c_.vocab, (o.role == Role::kHead ? lnf_ : lnm_).data(), C);
       break;
     case Role::kFinalNorm:
       zero(dx_);
@@ -2963,13 +2960,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       k::scale_values(dlogits_.data(), dlogits_.size(), static_cast<float>(c_.mtp_weight / B_));
       break;
     }
-    case Role::kMtpHead:
-      if (first_tile) zero(dln_);
-      linear(dln_.data(), dlogits_.data(), c_.vocab, lnm_.data(), C);
-      break;
     case Role::kMtpNorm:
       zero(dmtp_);
-      k::rmsnorm_backward(dmtp_.data(), g[0], dln_.data(), resid_.back().data(), p[0], rmn_.data(), N, C);
+      norm_backward(dmtp_.data(), g, dln_.data(), resid_.back().data(), p, nullptr, rmn_.data());
       break;
     case Role::kMtpEhProj:  // dx_: the block input's gradient
       if (first_tile) zero(dehin_);
@@ -2977,16 +2970,14 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     case Role::kMtpHNorm:  // into the main model's output's gradient, which the main blocks' backward takes
       copy_columns(dhalf_.data(), dehin_.data(), N, 2 * C, C, C);
-      k::rmsnorm_backward(dmain_.data(), g[0], dhalf_.data(), resid_[ri - 1].data(), p[0], rmtph_.data(), N,
-                          C);
+      norm_backward(dmain_.data(), g, dhalf_.data(), resid_[ri - 1].data(), p, nullptr, rmtph_.data());
       dx_ = dmain_;
       break;
     case Role::kMtpENorm:  // into the next tokens' embedding's gradient (added to the table's at the
                            // embedding)
       copy_columns(dhalf_.data(), dehin_.data(), N, 2 * C, 0, C);
       zero(demb_next_);
-      k::rmsnorm_backward(demb_next_.data(), g[0], dhalf_.data(), emb_next_.data(), p[0], rmtpe_.data(), N,
-                          C);
+      norm_backward(demb_next_.data(), g, dhalf_.data(), emb_next_.data(), p, nullptr, rmtpe_.data());
       break;
     case Role::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
       dres_ = dx_;

@@ -99,8 +99,8 @@ model::GptConfig small_gpt_oss() {
 }
 
 // Llama 4's: experts every second layer chosen by logit, their sigmoids scaling the inputs, an ungated
-// shared expert of 12; rotary on neighbouring pairs, weightless q/k norms, the last of 3 layers without
-// positions and its queries tempered from position 1 (floor_scale 2).
+// shared expert of 12; rotary on neighbouring pairs, weightless q/k norms and chunks of 4 positions, the last
+// of 3 layers without positions and its queries tempered from position 1 (floor_scale 2).
 model::GptConfig small_llama4() {
   model::GptConfig c = small_moe();
   c.norm_topk = false;
@@ -113,7 +113,7 @@ model::GptConfig small_llama4() {
   c.nope_every = 3;
   c.attn_temperature = 0.1;
   c.floor_scale = 2;
-  c.attention_chunk = 8;
+  c.attention_chunk = 4;
   return c;
 }
 
