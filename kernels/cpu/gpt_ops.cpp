@@ -84,6 +84,8 @@ struct Dnnl {
   std::mutex mu;
   // Primitive cache: (M, K, N, a transposed, b transposed, accumulate, bias, bf16, lda, ldc)
   std::map<std::tuple<int, int, int, bool, bool, bool, bool, bool, int, int>, dnnl::matmul> cache;
+  // gemm4's: its five sizes, the three operands' strides and accumulate (1 or 0)
+  std::map<std::vector<memory::dim>, dnnl::matmul> cache4;
 };
 
 Dnnl& dnnl_ctx() {
@@ -132,16 +134,25 @@ void gemm4(float* c, const Dims& c_strides, const float* a, const Dims& a_stride
   Dnnl& d = dnnl_ctx();
   const memory::desc a_md({B, H, M, K}, Dt::f32, a_strides), b_md({B, H, K, N}, Dt::f32, b_strides),
       c_md({B, H, M, N}, Dt::f32, c_strides);
-  dnnl::primitive_attr attr;
-  if (accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
+  std::vector<memory::dim> key = {B, H, M, K, N, accumulate ? 1 : 0};
+  for (const Dims* s : {&a_strides, &b_strides, &c_strides}) key.insert(key.end(), s->begin(), s->end());
   std::lock_guard<std::mutex> lock(d.mu);
-  dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, d.eng));
+  auto it = d.cache4.find(key);
+  if (it == d.cache4.end()) {  // (a primitive descriptor costs tens of microseconds: the banded attention
+                               // below issues several of these per layer and batch row)
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    it = d.cache4
+             .emplace(std::move(key), dnnl::matmul(dnnl::matmul::primitive_desc(
+                                          dnnl::matmul::desc(a_md, b_md, c_md), attr, d.eng)))
+             .first;
+  }
   memory am(a_md, d.eng, const_cast<float*>(a)), bm(b_md, d.eng, const_cast<float*>(b)), cm(c_md, d.eng, c);
-  mm.execute(d.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  it->second.execute(d.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   d.strm.wait();
 }
 
@@ -852,15 +863,77 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   add_sink_gradients(dsinks, dsink, B, NH);
 }
 
+#if MEMWALL_HAVE_DNNL
+namespace {
+
+// The blocks of the [T, T] scores a layer's GEMMs compute: query rows [row, row + rows) against keys [key,
+// key
+// + keys). Full attention is one block, the whole square (its causal upper half wasted); chunks of c (a
+// negative window) are blocks of c on the diagonal; a sliding window w is a causal block up to the first row
+// P >= w - 1 that is a multiple of R, then blocks of R rows with their R + w - 1 keys. Blocks only where
+// those make at most half the square's columns (a window of 4096 in a run of 4096 is the full square).
+struct ScoreBlock {
+  int row, rows, key, keys;
+};
+
+std::vector<ScoreBlock> score_blocks(int T, int window) {
+  std::vector<ScoreBlock> v;
+  if (window < 0 && -2 * window <= T) {
+    for (int r = 0; r < T; r += -window)
+      v.push_back({r, std::min(-window, T - r), r, std::min(-window, T - r)});
+    return v;
+  }
+  const int R = window >= 128 ? 64 : window >= 32 ? 32 : 16;
+  if (window > 0 && 2 * (R + window - 1) <= T) {
+    const int P = (window - 1 + R - 1) / R * R;
+    if (P > 0) v.push_back({0, P, 0, P});
+    for (int r = P; r < T; r += R) {
+      const int rows = std::min(R, T - r);
+      v.push_back({r, rows, r - window + 1, rows + window - 1});
+    }
+    return v;
+  }
+  return {{0, T, 0, T}};
+}
+
+// The element strides of the batched GEMMs' operands over (batch row, head, row, column): q, k or v rows of
+// qkv (3C apart), and transposed; the [T, T] probabilities (or scores, or their gradient), and transposed;
+// the output's (or its gradient's) rows, C apart. A block's operands start at its first row's and key's.
+struct AttentionStrides {
+  Dims rows, rows_t, probs, probs_t, outs;
+};
+
+AttentionStrides attention_strides(int T, int C, int NH) {
+  const memory::dim hs = C / NH, t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
+                    tt = static_cast<memory::dim>(T) * T, tc = static_cast<memory::dim>(T) * C;
+  return {{bt3c, hs, t3c, 1}, {bt3c, hs, 1, t3c}, {NH * tt, tt, T, 1}, {NH * tt, tt, 1, T}, {tc, hs, C, 1}};
+}
+
+// Element offset of (row, column) in rows `width` apart.
+std::size_t at(int row, int width, int column = 0) {
+  return static_cast<std::size_t>(row) * static_cast<std::size_t>(width) + static_cast<std::size_t>(column);
+}
+
+// The scores q . k^T of every block into `scores` ([B, NH, T, T]; entries outside the blocks untouched).
+void block_scores(float* scores, const float* qkv, const std::vector<ScoreBlock>& blocks, int B, int T, int C,
+                  int NH) {
+  const AttentionStrides st = attention_strides(T, C, NH);
+  for (const ScoreBlock& k : blocks) {
+    gemm4(scores + at(k.row, T, k.key), st.probs, qkv + at(k.row, 3 * C), st.rows, qkv + at(k.key, 3 * C, C),
+          st.rows_t, B, NH, k.rows, C / NH, k.keys, false);
+  }
+}
+
+}  // namespace
+#endif
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
                        float score_scale, float softcap, float alibi, const float* sinks) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
-  const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
-                    tt = static_cast<memory::dim>(T) * T;
-  // scores[b, h] = q[b, h] . k[b, h]^T  (q: [T, hs] rows 3C apart; k^T: [hs, T])
-  gemm4(att, {NH * tt, tt, T, 1}, qkv, {bt3c, hs, t3c, 1}, qkv + C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
-        false);
+  // scores[b, h] = q[b, h] . k[b, h]^T over the blocks that hold every row's window
+  const std::vector<ScoreBlock> blocks = score_blocks(T, window);
+  block_scores(att, qkv, blocks, B, T, C, NH);
   const float scale = attention_scale(score_scale, hs);
 #pragma omp parallel for collapse(2)
   for (int bh = 0; bh < B * NH; ++bh) {
@@ -885,9 +958,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       for (int u = t + 1; u < T; ++u) a[u] = 0;
     }
   }
-  // out[b, :, h] = att[b, h] . v[b, h]
-  gemm4(out, {static_cast<memory::dim>(T) * C, hs, C, 1}, att, {NH * tt, tt, T, 1}, qkv + 2 * C,
-        {bt3c, hs, t3c, 1}, B, NH, T, T, hs, false);
+  // out[b, :, h] = att[b, h] . v[b, h], each block of rows from its keys' values
+  const AttentionStrides st = attention_strides(T, C, NH);
+  for (const ScoreBlock& k : blocks) {
+    gemm4(out + at(k.row, C), st.outs, att + at(k.row, T, k.key), st.probs, qkv + at(k.key, 3 * C, 2 * C),
+          st.rows, B, NH, k.rows, k.keys, hs, false);
+  }
 #else
   attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap, alibi, sinks);
 #endif
@@ -898,28 +974,29 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         float* dsinks) {
 #if MEMWALL_HAVE_DNNL
   const int hs = C / NH;
-  const memory::dim t3c = 3LL * C, bt3c = static_cast<memory::dim>(T) * t3c,
-                    tt = static_cast<memory::dim>(T) * T, tc = static_cast<memory::dim>(T) * C;
+  const std::vector<ScoreBlock> blocks = score_blocks(T, window);
+  const AttentionStrides st = attention_strides(T, C, NH);
   // The probabilities' gradient, [B, NH, T, T]: this thread's scratch, kept between calls (a fresh 12 MB
   // vector per call, zeroed and page-faulted in, cost 7% of a training step; the first GEMM writes all of
   // it). (thread_local: the OpenMP workers below see only this pointer to the calling thread's buffer.)
   static thread_local std::vector<float> scratch;
   scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(B) * NH * T * T));
   float* const dpre = scratch.data();
-  // datt = dout . v^T
-  gemm4(dpre, {NH * tt, tt, T, 1}, dout, {tc, hs, C, 1}, qkv + 2 * C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
-        false);
-  // dv += att^T . dout
-  gemm4(dqkv + 2 * C, {bt3c, hs, t3c, 1}, att, {NH * tt, tt, 1, T}, dout, {tc, hs, C, 1}, B, NH, T, T, hs,
-        true);
+  for (const ScoreBlock& k : blocks) {
+    // datt = dout . v^T
+    gemm4(dpre + at(k.row, T, k.key), st.probs, dout + at(k.row, C), st.outs, qkv + at(k.key, 3 * C, 2 * C),
+          st.rows_t, B, NH, k.rows, hs, k.keys, false);
+    // dv += att^T . dout (blocks one after another: a window's overlap in keys)
+    gemm4(dqkv + at(k.key, 3 * C, 2 * C), st.rows, att + at(k.row, T, k.key), st.probs_t, dout + at(k.row, C),
+          st.outs, B, NH, k.keys, k.rows, hs, true);
+  }
   // The soft-capped scores' derivative needs the scores again: q . k^T, into a second scratch.
   static thread_local std::vector<float> score_scratch;
   float* scores = nullptr;
   if (softcap > 0) {
     score_scratch.resize(std::max(score_scratch.size(), static_cast<std::size_t>(B) * NH * T * T));
     scores = score_scratch.data();
-    gemm4(scores, {NH * tt, tt, T, 1}, qkv, {bt3c, hs, t3c, 1}, qkv + C, {bt3c, hs, 1, t3c}, B, NH, T, hs, T,
-          false);
+    block_scores(scores, qkv, blocks, B, T, C, NH);
   }
   // softmax backward, with the score scale folded in: dpre = scale * att * (datt - sum(att * datt)), times
   // the cap's 1 - tanh^2 with soft-capping
@@ -951,10 +1028,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     }
   }
   // dq += dpre . k ; dk += dpre^T . q
-  gemm4(dqkv, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, T, 1}, qkv + C, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
-        true);
-  gemm4(dqkv + C, {bt3c, hs, t3c, 1}, dpre, {NH * tt, tt, 1, T}, qkv, {bt3c, hs, t3c, 1}, B, NH, T, T, hs,
-        true);
+  for (const ScoreBlock& k : blocks) {
+    gemm4(dqkv + at(k.row, 3 * C), st.rows, dpre + at(k.row, T, k.key), st.probs, qkv + at(k.key, 3 * C, C),
+          st.rows, B, NH, k.rows, k.keys, hs, true);
+    gemm4(dqkv + at(k.key, 3 * C, C), st.rows, dpre + at(k.row, T, k.key), st.probs_t, qkv + at(k.row, 3 * C),
+          st.rows, B, NH, k.keys, k.rows, hs, true);
+  }
   if (sinks != nullptr) {
     std::vector<double> per_bh(static_cast<std::size_t>(B) * NH, 0.0);
     for (std::size_t r = 0; r < sink_rows.size(); ++r)

@@ -681,23 +681,34 @@ TEST(GptOps, AlibiSlopesFollowBloom) {
   EXPECT_EQ(alibi_slope(0, 1), 1.0f / 256);
 }
 
+// The GEMMs compute the whole square of scores where windows are long (T 9), and only the blocks that hold
+// every row's window where they are short (T 70): a window of one key (blocks of 16 rows on the diagonal), 5
+// and 17 (a causal block of 16 or 32 rows, blocks of 16 rows with their 20 or 32 keys, overlapping, then 6
+// or 2 rows), chunks of 16 (4 and a partial one), 10 and 35.
 TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
-  const int B = 2, T = 9, C = 16, NH = 4;
-  const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
-  for (const int window : {0, 1, 4, 9, -4}) {  // (-4: chunks of 4)
-    for (const float cap : {0.0f, 2.0f}) {     // with soft-capping, and scores scaled by 0.3
-      const float scale = cap > 0 ? 0.3f : 0.0f;
-      SCOPED_TRACE("window " + std::to_string(window) + " cap " + std::to_string(cap));
-      std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
-      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap);
-      attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, window, scale, cap);
-      expect_close(out, out_r, 1e-4, 1e-5, "out");
-      expect_close(att, att_r, 1e-4, 1e-6, "att");
-      std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
-      attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, scale, cap);
-      attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, window, scale,
-                             cap);
-      expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+  struct Shape {
+    int T;
+    std::vector<int> windows;
+  };
+  for (const Shape& sh : {Shape{9, {0, 1, 4, 9, -4}}, Shape{70, {1, 5, 17, -16, -10, -35}}}) {
+    const int B = 2, T = sh.T, C = 16, NH = 4;
+    const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
+    for (const int window : sh.windows) {     // (negative: chunks)
+      for (const float cap : {0.0f, 2.0f}) {  // with soft-capping, and scores scaled by 0.3
+        const float scale = cap > 0 ? 0.3f : 0.0f;
+        SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(window) + " cap " +
+                     std::to_string(cap));
+        std::vector<float> out(B * T * C), att(B * NH * T * T), out_r(out.size()), att_r(att.size());
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+        attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, window, scale, cap);
+        expect_close(out, out_r, 1e-4, 1e-5, "out");
+        expect_close(att, att_r, 1e-4, 1e-6, "att");
+        std::vector<float> d(qkv.size(), 0.5f), d_r(qkv.size(), 0.5f);  // accumulates into existing gradients
+        attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, scale, cap);
+        attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, window, scale,
+                               cap);
+        expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+      }
     }
   }
 }
