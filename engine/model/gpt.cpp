@@ -2052,8 +2052,16 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     per_layer(rwt_, N * K, S);
     rsel_.assign(static_cast<std::size_t>(S), std::vector<int>(N * K));
     erows_.assign(static_cast<std::size_t>(S), std::vector<std::vector<int>>(E));
-    for (auto* v : {&efc_, &egel_, &eout_})
-      v->assign(static_cast<std::size_t>(S), std::vector<std::vector<float>>(E));
+    const auto FE = static_cast<std::size_t>(c.expert_width()),
+               Fmax = std::max<std::size_t>(FE, c.shared_ffn);
+    per_layer(efc_, N * K * 2 * FE, S);
+    per_layer(egel_, N * K * FE, S);
+    per_layer(eout_, N * K * C, S);
+    efirst_.assign(static_cast<std::size_t>(S), std::vector<std::size_t>(E));
+    // (scratch for one expert's rows, at most N: reserved so that it never reallocates)
+    for (auto* v : {&ein_, &dein_, &dy_}) v->reserve(N * C);
+    degel_.reserve(N * Fmax);
+    defc_.reserve(N * 2 * Fmax);
     rcount_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
     rseq_.assign(static_cast<std::size_t>(c.layers), 0.0);
     rpsum_.assign(rcount_.size(), 0.0);
@@ -2469,8 +2477,7 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
 void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
   const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
                     E = static_cast<std::size_t>(c_.experts),
-                    K = static_cast<std::size_t>(c_.experts_per_token),
-                    C = static_cast<std::size_t>(c_.channels);
+                    K = static_cast<std::size_t>(c_.experts_per_token);
   float* prob = rprob_[a].data();
   float* wt = rwt_[a].data();
   int* sel = rsel_[a].data();
@@ -2490,16 +2497,11 @@ void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
       erows_[a][e].push_back(static_cast<int>(t * K + j));
     }
   }
-  // Each expert's activations, for its rows (only grown: every element is written before it is read, so
-  // a smaller routing keeps the room rather than zeroing it again next time).
-  const auto grow = [](std::vector<float>& v, std::size_t n) {
-    if (v.size() < n) v.resize(n);
-  };
+  // Each expert's activations' rows in the slot's buffers, expert after expert.
+  std::size_t first = 0;
   for (std::size_t e = 0; e < E; ++e) {
-    const std::size_t n = erows_[a][e].size(), F = static_cast<std::size_t>(c_.expert_width());
-    grow(efc_[a][e], n * 2 * F);
-    grow(egel_[a][e], n * F);
-    grow(eout_[a][e], n * C);
+    efirst_[a][e] = first;
+    first += erows_[a][e].size();
   }
   if (c_.seq_aux_alpha > 0) rseq_[l] = seq_aux_loss(a, nullptr);
   // The experts add their weighted outputs to the attention's residual sum.
@@ -2552,6 +2554,11 @@ double GptModel::seq_aux_loss(std::size_t a, float* dscore) const {
     }
   }
   return c_.seq_aux_alpha * loss / static_cast<double>(groups);
+}
+
+float* GptModel::expert_rows(std::vector<std::vector<float>>& v, std::size_t a, std::size_t e,
+                             std::size_t width) {
+  return v[a].data() + efirst_[a][e] * width;
 }
 
 void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
@@ -2794,27 +2801,27 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kExpertFc1:
       if (routed == 0) break;
       gather_expert_input(a, o.expert, fc1_input(a));
-      linear(efc_[a][e].data(), 2 * FE, ein_.data(), C, nullptr, routed);
+      linear(expert_rows(efc_, a, e, 2 * FE), 2 * FE, ein_.data(), C, nullptr, routed);
       break;
     case Role::kExpertAct:
       if (routed == 0) break;
       if (c_.gpt_oss) {
-        k::clamped_swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE, GptConfig::kSwigluAlpha,
-                                  static_cast<float>(c_.swiglu_limit));
+        k::clamped_swiglu_forward(expert_rows(egel_, a, e, FE), expert_rows(efc_, a, e, 2 * FE), routed, FE,
+                                  GptConfig::kSwigluAlpha, static_cast<float>(c_.swiglu_limit));
       } else {
-        k::swiglu_forward(egel_[a][e].data(), efc_[a][e].data(), routed, FE);
+        k::swiglu_forward(expert_rows(egel_, a, e, FE), expert_rows(efc_, a, e, 2 * FE), routed, FE);
       }
       break;
     case Role::kExpertFc2: {  // its output, kept for the routing weight's gradient, weighted into the block's
       if (routed == 0) break;
-      linear(eout_[a][e].data(), C, egel_[a][e].data(), FE, nullptr, routed);
+      linear(expert_rows(eout_, a, e, C), C, expert_rows(egel_, a, e, FE), FE, nullptr, routed);
       const auto K = static_cast<std::size_t>(c_.experts_per_token), W = static_cast<std::size_t>(C);
       const auto& rows = erows_[a][e];
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
         const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);  // (Llama 4's weighted the input)
         float* dst = resid_[ri + 1].data() + r / K * W;
-        const float* y = eout_[a][e].data() + i * W;
+        const float* y = expert_rows(eout_, a, e, C) + i * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
       }
       break;
@@ -3037,7 +3044,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
         const float* dx = dx_.data() + r / K * W;
-        const float* y = eout_[a][e].data() + i * W;
+        const float* y = expert_rows(eout_, a, e, C) + i * W;
         const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
@@ -3047,17 +3054,17 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
         if (!c_.llama4) drw_[r] = branch * dot;
       }
       degel_.assign(rows.size() * static_cast<std::size_t>(FE), 0.0f);
-      linear(degel_.data(), dy_.data(), C, egel_[a][e].data(), FE, routed);
+      linear(degel_.data(), dy_.data(), C, expert_rows(egel_, a, e, FE), FE, routed);
       break;
     }
     case Role::kExpertAct:
       if (routed == 0) break;
       defc_.assign(static_cast<std::size_t>(routed) * 2 * static_cast<std::size_t>(FE), 0.0f);
       if (c_.gpt_oss) {
-        k::clamped_swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE,
+        k::clamped_swiglu_backward(defc_.data(), expert_rows(efc_, a, e, 2 * FE), degel_.data(), routed, FE,
                                    GptConfig::kSwigluAlpha, static_cast<float>(c_.swiglu_limit));
       } else {
-        k::swiglu_backward(defc_.data(), efc_[a][e].data(), degel_.data(), routed, FE);
+        k::swiglu_backward(defc_.data(), expert_rows(efc_, a, e, 2 * FE), degel_.data(), routed, FE);
       }
       break;
     case Role::kExpertFc1: {  // into the rows of the MLP input's gradient its tokens read

@@ -735,6 +735,8 @@ class GptModel {
   void route_backward(std::size_t a);
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);
+  // Expert e's first row in slot a's buffer v (efc_, egel_ or eout_) of rows `width` wide.
+  float* expert_rows(std::vector<std::vector<float>>& v, std::size_t a, std::size_t e, std::size_t width);
   double aux_loss() const;
   // DeepSeek's balance loss of layer l's routing (slot a): its value, and (grad) its gradient at each
   // token's scores (prob_) added into dscore [tokens][experts].
@@ -846,7 +848,11 @@ class GptModel {
   std::vector<std::vector<float>> rprob_, rwt_;
   std::vector<std::vector<int>> rsel_;
   std::vector<std::vector<std::vector<int>>> erows_;
-  std::vector<std::vector<std::vector<float>>> efc_, egel_, eout_;
+  // Per slot: every expert's fc1, SwiGLU and fc2 rows, expert after expert (N x K rows in all, allocated
+  // once: grown per expert as routings changed, they reallocated and page-faulted tens of ms a step), and
+  // where each expert's rows begin.
+  std::vector<std::vector<float>> efc_, egel_, eout_;
+  std::vector<std::vector<std::size_t>> efirst_;
   std::vector<double> rcount_, rpsum_;
   std::vector<double> rseq_;  // per layer: DeepSeek's balance loss of its routing (0 for dense layers)
   // Qwen2-MoE's shared expert, per activation slot: its fc1, SwiGLU and down outputs and its gate's sigmoid;
