@@ -1093,19 +1093,90 @@ void bias_tile(float (*s)[kRows], int n, float slope, int u0, int r0) {
 // target_clones); the rest of this file is baseline code.
 #define MEMWALL_TILE_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
 
-// tile[u][r] = sum_d qt[d][r] * key[u][d] for the n keys of the block (rows `ld` floats apart).
+// Sixteen floats as one value (GCC's vector extension: one AVX-512 register, two AVX2 ones, four SSE ones),
+// so that the tile loops below keep their sums in registers across their inner loops.
+// (Internal and inlined: the vector-argument ABI GCC warns about never crosses a call.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float Vec16 __attribute__((vector_size(64)));
+static_assert(kRows == 16, "a tile's rows are one Vec16");
+
+inline Vec16 load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store16(float* p, Vec16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// tile[u][r] = sum_d qt[d][r] * key[u][d] for the n keys of the block (rows `ld` floats apart), four keys at
+// a time (each query column loaded once for four keys).
 MEMWALL_TILE_CLONES void score_tile(float (*tile)[kRows], const float* qt, const float* key, std::size_t ld,
                                     int n, int hs) {
-  for (int u = 0; u < n; ++u) {
-    float* t = tile[u];
-#pragma omp simd
-    for (int r = 0; r < kRows; ++r) t[r] = 0;
+  int u = 0;
+  for (; u + 4 <= n; u += 4) {
     const float* k = key + static_cast<std::size_t>(u) * ld;
+    Vec16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
     for (int c = 0; c < hs; ++c) {
-      const float kc = k[c];
-      const float* q = qt + static_cast<std::size_t>(c) * kRows;
-#pragma omp simd
-      for (int r = 0; r < kRows; ++r) t[r] += q[r] * kc;
+      const Vec16 q = load16(qt + static_cast<std::size_t>(c) * kRows);
+      t0 += k[c] * q;
+      t1 += k[ld + c] * q;
+      t2 += k[2 * ld + c] * q;
+      t3 += k[3 * ld + c] * q;
+    }
+    store16(tile[u], t0);
+    store16(tile[u + 1], t1);
+    store16(tile[u + 2], t2);
+    store16(tile[u + 3], t3);
+  }
+  for (; u < n; ++u) {
+    const float* k = key + static_cast<std::size_t>(u) * ld;
+    Vec16 t = {};
+    for (int c = 0; c < hs; ++c) t += k[c] * load16(qt + static_cast<std::size_t>(c) * kRows);
+    store16(tile[u], t);
+  }
+}
+
+// out[i][:hs] += sum_j w[i si + j sj] src[j][:hs] for i < ni, j < nj (out's rows ld_out floats apart, src's
+// ld_src): sixteen columns of four output rows held in registers across j.
+MEMWALL_TILE_CLONES void weighted_rows(float* out, std::size_t ld_out, const float* w, int si, int sj,
+                                       const float* src, std::size_t ld_src, int ni, int nj, int hs) {
+  const auto at_w = [&](int i, int j) {
+    return w[static_cast<std::size_t>(i) * si + static_cast<std::size_t>(j) * sj];
+  };
+  int c = 0;
+  for (; c + 16 <= hs; c += 16) {
+    int i = 0;
+    for (; i + 4 <= ni; i += 4) {
+      float* o = out + static_cast<std::size_t>(i) * ld_out + c;
+      Vec16 a0 = load16(o), a1 = load16(o + ld_out), a2 = load16(o + 2 * ld_out), a3 = load16(o + 3 * ld_out);
+      for (int j = 0; j < nj; ++j) {
+        const Vec16 s = load16(src + static_cast<std::size_t>(j) * ld_src + c);
+        a0 += at_w(i, j) * s;
+        a1 += at_w(i + 1, j) * s;
+        a2 += at_w(i + 2, j) * s;
+        a3 += at_w(i + 3, j) * s;
+      }
+      store16(o, a0);
+      store16(o + ld_out, a1);
+      store16(o + 2 * ld_out, a2);
+      store16(o + 3 * ld_out, a3);
+    }
+    for (; i < ni; ++i) {
+      float* o = out + static_cast<std::size_t>(i) * ld_out + c;
+      Vec16 a = load16(o);
+      for (int j = 0; j < nj; ++j) a += at_w(i, j) * load16(src + static_cast<std::size_t>(j) * ld_src + c);
+      store16(o, a);
+    }
+  }
+  for (int i = 0; i < ni && c < hs; ++i) {  // the last hs % 16 columns
+    float* o = out + static_cast<std::size_t>(i) * ld_out;
+    for (int j = 0; j < nj; ++j) {
+      const float wij = at_w(i, j);
+      const float* s = src + static_cast<std::size_t>(j) * ld_src;
+      for (int cc = c; cc < hs; ++cc) o[cc] += wij * s[cc];
     }
   }
 }
@@ -1119,44 +1190,27 @@ void load_transposed(float* out, const float* src, std::size_t ld, int r0, int T
   }
 }
 
+#pragma GCC diagnostic pop
+
+// Whether every row of the block from r0 sees every key of the tile [u0, u0 + n) (no mask to apply): keys
+// at or before the first row, none before the last row's window.
+bool tile_inside(int u0, int n, int r0, int window) {
+  return u0 + n - 1 <= r0 && u0 >= attention_window_start(r0 + kRows - 1, window);
+}
+
 // acc[r][:] += sum_u p[u][r] v[u][:] over the block's n keys and `rows` rows.
-MEMWALL_TILE_CLONES void accumulate_values(float* acc, const float (*p)[kRows], const float* v,
-                                           std::size_t ld, int n, int rows, int hs) {
-  for (int u = 0; u < n; ++u) {
-    const float* vu = v + static_cast<std::size_t>(u) * ld;
-    for (int r = 0; r < rows; ++r) {
-      const float pr = p[u][r];
-      if (pr == 0) continue;
-      float* a = acc + static_cast<std::size_t>(r) * hs;
-#pragma omp simd
-      for (int c = 0; c < hs; ++c) a[c] += pr * vu[c];
-    }
-  }
+void accumulate_values(float* acc, const float (*p)[kRows], const float* v, std::size_t ld, int n, int rows,
+                       int hs) {
+  weighted_rows(acc, static_cast<std::size_t>(hs), &p[0][0], 1, kRows, v, ld, rows, n, hs);
 }
 
 // Backward of one tile: dv[u] += p[u][r] dy[r], dk[u] += ds[u][r] q[r], dq[r] += ds[u][r] k[u].
-MEMWALL_TILE_CLONES void tile_gradients(float* dq, float* dkv, const float (*p)[kRows],
-                                        const float (*ds)[kRows], const float* q, const float* k,
-                                        const float* dy, std::size_t ld, std::size_t ld_dy, int C, int n,
-                                        int rows, int hs) {
-  for (int u = 0; u < n; ++u) {
-    const float* ku = k + static_cast<std::size_t>(u) * ld;
-    float* dk = dkv + static_cast<std::size_t>(u) * ld;
-    float* dv = dk + C;
-    for (int r = 0; r < rows; ++r) {
-      const float pr = p[u][r], g = ds[u][r];
-      if (pr == 0) continue;
-      const float* qr = q + static_cast<std::size_t>(r) * ld;
-      const float* dyr = dy + static_cast<std::size_t>(r) * ld_dy;
-      float* dqr = dq + static_cast<std::size_t>(r) * hs;
-#pragma omp simd
-      for (int c = 0; c < hs; ++c) {
-        dv[c] += pr * dyr[c];
-        dk[c] += g * qr[c];
-        dqr[c] += g * ku[c];
-      }
-    }
-  }
+void tile_gradients(float* dq, float* dkv, const float (*p)[kRows], const float (*ds)[kRows], const float* q,
+                    const float* k, const float* dy, std::size_t ld, std::size_t ld_dy, int C, int n,
+                    int rows, int hs) {
+  weighted_rows(dkv + C, ld, &p[0][0], kRows, 1, dy, ld_dy, n, rows, hs);
+  weighted_rows(dkv, ld, &ds[0][0], kRows, 1, q, ld, n, rows, hs);
+  weighted_rows(dq, static_cast<std::size_t>(hs), &ds[0][0], 1, kRows, k, ld, rows, n, hs);
 }
 
 }  // namespace
@@ -1192,7 +1246,13 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
           bias_tile(tile.s, n, alibi_head_slope(alibi, h, NH), u0, r0);
           float mx[kRows], shift[kRows];
           for (int r = 0; r < kRows; ++r) mx[r] = m[r];
+          const bool inside = tile_inside(u0, n, r0, window);
           for (int u = 0; u < n; ++u) {
+            if (inside) {
+#pragma omp simd
+              for (int r = 0; r < kRows; ++r) mx[r] = std::max(mx[r], tile.s[u][r]);
+              continue;
+            }
             for (int r = 0; r < kRows; ++r) {
               if (u0 + u <= r0 + r && u0 + u >= attention_window_start(r0 + r, window))
                 mx[r] = std::max(mx[r], tile.s[u][r]);
@@ -1206,11 +1266,12 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
           exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
           float sum[kRows] = {};
           for (int u = 0; u < n; ++u) {
-            for (int r = 0; r < kRows; ++r) {
+            for (int r = 0; r < kRows && !inside; ++r) {
               // above the diagonal, or before the window
               if (u0 + u > r0 + r || u0 + u < attention_window_start(r0 + r, window)) tile.s[u][r] = 0;
-              sum[r] += tile.s[u][r];
             }
+#pragma omp simd
+            for (int r = 0; r < kRows; ++r) sum[r] += tile.s[u][r];
           }
           for (int r = 0; r < kRows; ++r) {
             corr[r] = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - mx[r]);  // 0 until a key is seen
@@ -1281,9 +1342,13 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
             for (int r = 0; r < kRows; ++r) tile.s[u][r] -= L[r];
           }
           exp_inplace(&tile.s[0][0], static_cast<std::size_t>(n) * kRows);
+          const bool inside = tile_inside(u0, n, r0, window);
           for (int u = 0; u < n; ++u) {
-            for (int r = 0; r < kRows; ++r) {
+            for (int r = 0; r < kRows && !inside; ++r) {
               if (u0 + u > r0 + r || u0 + u < attention_window_start(r0 + r, window)) tile.s[u][r] = 0;
+            }
+#pragma omp simd
+            for (int r = 0; r < kRows; ++r) {
               tile.d[u][r] = scale * tile.s[u][r] * (tile.d[u][r] - D[r]);  // dS (scaled)
               if (softcap > 0) tile.d[u][r] *= tile.g[u][r];
             }
