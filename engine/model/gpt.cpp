@@ -2720,10 +2720,10 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (flash_) {
         k::flash_attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads,
                                    c_.attention_span(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale(),
-                                   sinks);
+                                   sinks, attention_values());
       } else {
         k::attention_forward(atty_[a].data(), att_[a].data(), qkv, B_, T_, Q, c_.heads, c_.attention_span(l),
-                             c_.score_scale(), c_.score_cap(), c_.alibi_scale(), sinks);
+                             c_.score_scale(), c_.score_cap(), c_.alibi_scale(), sinks, attention_values());
       }
       if (c_.mla()) mla_values(c_, N, atty_[a].data(), atto_[a].data(), true);
       break;
@@ -3168,10 +3168,11 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (flash_) {
         k::flash_attention_backward(dqkv, datty_.data(), qkv, atty_[a].data(), att_[a].data(), B_, T_, Q,
                                     c_.heads, c_.attention_span(l), c_.score_scale(), c_.score_cap(),
-                                    c_.alibi_scale(), sinks, dsinks);
+                                    c_.alibi_scale(), sinks, dsinks, attention_values());
       } else {
         k::attention_backward(dqkv, datty_.data(), qkv, att_[a].data(), B_, T_, Q, c_.heads,
-                              c_.attention_span(l), c_.score_scale(), c_.score_cap(), sinks, dsinks);
+                              c_.attention_span(l), c_.score_scale(), c_.score_cap(), sinks, dsinks,
+                              attention_values());
       }
       if (c_.mla()) {
         scatter_mla(o.layer);

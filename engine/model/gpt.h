@@ -735,6 +735,9 @@ class GptModel {
   void route_backward(std::size_t a);
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);
+  // The attention kernels' `values`: the latent attention's value width (its heads' value channels past it
+  // are padding the kernels skip), else 0.
+  int attention_values() const { return c_.mla() ? c_.v_dim : 0; }
   // Expert e's first row in slot a's buffer v (efc_, egel_ or eout_) of rows `width` wide.
   float* expert_rows(std::vector<std::vector<float>>& v, std::size_t a, std::size_t e, std::size_t width);
   double aux_loss() const;

@@ -909,6 +909,19 @@ AttentionStrides attention_strides(int T, int C, int NH) {
   return {{bt3c, hs, t3c, 1}, {bt3c, hs, 1, t3c}, {NH * tt, tt, T, 1}, {NH * tt, tt, 1, T}, {tc, hs, C, 1}};
 }
 
+// Each row's keys in its block, [first, end) at 2t and 2t + 1: the part of its row of the [T, T]
+// probabilities (or their gradient) the kernels write (zero outside its window) and the GEMMs read.
+std::vector<int> block_keys_of_rows(const std::vector<ScoreBlock>& blocks, int T) {
+  std::vector<int> v(2 * static_cast<std::size_t>(T));
+  for (const ScoreBlock& k : blocks) {
+    for (int r = k.row; r < k.row + k.rows; ++r) {
+      v[2 * static_cast<std::size_t>(r)] = k.key;
+      v[2 * static_cast<std::size_t>(r) + 1] = k.key + k.keys;
+    }
+  }
+  return v;
+}
+
 // Element offset of (row, column) in rows `width` apart.
 std::size_t at(int row, int width, int column = 0) {
   return static_cast<std::size_t>(row) * static_cast<std::size_t>(width) + static_cast<std::size_t>(column);
@@ -928,11 +941,12 @@ void block_scores(float* scores, const float* qkv, const std::vector<ScoreBlock>
 #endif
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window,
-                       float score_scale, float softcap, float alibi, const float* sinks) {
+                       float score_scale, float softcap, float alibi, const float* sinks, int values) {
 #if MEMWALL_HAVE_DNNL
-  const int hs = C / NH;
+  const int hs = C / NH, vs = values > 0 ? values : hs;
   // scores[b, h] = q[b, h] . k[b, h]^T over the blocks that hold every row's window
   const std::vector<ScoreBlock> blocks = score_blocks(T, window);
+  const std::vector<int> keys = block_keys_of_rows(blocks, T);
   block_scores(att, qkv, blocks, B, T, C, NH);
   const float scale = attention_scale(score_scale, hs);
 #pragma omp parallel for collapse(2)
@@ -954,27 +968,36 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       for (int u = lo; u <= t; ++u) sum += a[u];
       const float inv = 1.0f / sum;
       for (int u = lo; u <= t; ++u) a[u] *= inv;
-      for (int u = 0; u < lo; ++u) a[u] = 0;
-      for (int u = t + 1; u < T; ++u) a[u] = 0;
+      // (zero in the rest of the row's block; the row's other entries are not written)
+      for (int u = keys[2 * static_cast<std::size_t>(t)]; u < lo; ++u) a[u] = 0;
+      for (int u = t + 1; u < keys[2 * static_cast<std::size_t>(t) + 1]; ++u) a[u] = 0;
     }
   }
   // out[b, :, h] = att[b, h] . v[b, h], each block of rows from its keys' values
   const AttentionStrides st = attention_strides(T, C, NH);
   for (const ScoreBlock& k : blocks) {
     gemm4(out + at(k.row, C), st.outs, att + at(k.row, T, k.key), st.probs, qkv + at(k.key, 3 * C, 2 * C),
-          st.rows, B, NH, k.rows, k.keys, hs, false);
+          st.rows, B, NH, k.rows, k.keys, vs, false);
+  }
+  if (vs < hs) {  // (the padding's output)
+#pragma omp parallel for
+    for (int n = 0; n < B * T; ++n) {
+      for (int h = 0; h < NH; ++h) std::fill_n(out + at(n, C, h * hs + vs), hs - vs, 0.0f);
+    }
   }
 #else
+  (void)values;  // (the padding is zero: the loops give the same)
   attention_forward_ref(out, att, qkv, B, T, C, NH, window, score_scale, softcap, alibi, sinks);
 #endif
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                         int C, int NH, int window, float score_scale, float softcap, const float* sinks,
-                        float* dsinks) {
+                        float* dsinks, int values) {
 #if MEMWALL_HAVE_DNNL
-  const int hs = C / NH;
+  const int hs = C / NH, vs = values > 0 ? values : hs;
   const std::vector<ScoreBlock> blocks = score_blocks(T, window);
+  const std::vector<int> keys = block_keys_of_rows(blocks, T);
   const AttentionStrides st = attention_strides(T, C, NH);
   // The probabilities' gradient, [B, NH, T, T]: this thread's scratch, kept between calls (a fresh 12 MB
   // vector per call, zeroed and page-faulted in, cost 7% of a training step; the first GEMM writes all of
@@ -985,10 +1008,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   for (const ScoreBlock& k : blocks) {
     // datt = dout . v^T
     gemm4(dpre + at(k.row, T, k.key), st.probs, dout + at(k.row, C), st.outs, qkv + at(k.key, 3 * C, 2 * C),
-          st.rows_t, B, NH, k.rows, hs, k.keys, false);
+          st.rows_t, B, NH, k.rows, vs, k.keys, false);
     // dv += att^T . dout (blocks one after another: a window's overlap in keys)
     gemm4(dqkv + at(k.key, 3 * C, 2 * C), st.rows, att + at(k.row, T, k.key), st.probs_t, dout + at(k.row, C),
-          st.outs, B, NH, k.keys, k.rows, hs, true);
+          st.outs, B, NH, k.keys, k.rows, vs, true);
   }
   // The soft-capped scores' derivative needs the scores again: q . k^T, into a second scratch.
   static thread_local std::vector<float> score_scratch;
@@ -1023,8 +1046,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           d[u] *= 1.0f - th * th;
         }
       }
-      for (int u = 0; u < lo; ++u) d[u] = 0;
-      for (int u = t + 1; u < T; ++u) d[u] = 0;
+      for (int u = keys[2 * static_cast<std::size_t>(t)]; u < lo; ++u) d[u] = 0;
+      for (int u = t + 1; u < keys[2 * static_cast<std::size_t>(t) + 1]; ++u) d[u] = 0;
     }
   }
   // dq += dpre . k ; dk += dpre^T . q
@@ -1041,6 +1064,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     add_sink_gradients(dsinks, per_bh, B, NH);
   }
 #else
+  (void)values;
   attention_backward_ref(dqkv, dout, qkv, att, B, T, C, NH, window, score_scale, softcap, sinks, dsinks);
 #endif
 }
@@ -1198,17 +1222,17 @@ bool tile_inside(int u0, int n, int r0, int window) {
   return u0 + n - 1 <= r0 && u0 >= attention_window_start(r0 + kRows - 1, window);
 }
 
-// acc[r][:] += sum_u p[u][r] v[u][:] over the block's n keys and `rows` rows.
+// acc[r][:vs] += sum_u p[u][r] v[u][:vs] over the block's n keys and `rows` rows (acc's rows hs apart).
 void accumulate_values(float* acc, const float (*p)[kRows], const float* v, std::size_t ld, int n, int rows,
-                       int hs) {
-  weighted_rows(acc, static_cast<std::size_t>(hs), &p[0][0], 1, kRows, v, ld, rows, n, hs);
+                       int hs, int vs) {
+  weighted_rows(acc, static_cast<std::size_t>(hs), &p[0][0], 1, kRows, v, ld, rows, n, vs);
 }
 
-// Backward of one tile: dv[u] += p[u][r] dy[r], dk[u] += ds[u][r] q[r], dq[r] += ds[u][r] k[u].
+// Backward of one tile: dv[u] += p[u][r] dy[r] (vs channels), dk[u] += ds[u][r] q[r], dq[r] += ds[u][r] k[u].
 void tile_gradients(float* dq, float* dkv, const float (*p)[kRows], const float (*ds)[kRows], const float* q,
                     const float* k, const float* dy, std::size_t ld, std::size_t ld_dy, int C, int n,
-                    int rows, int hs) {
-  weighted_rows(dkv + C, ld, &p[0][0], kRows, 1, dy, ld_dy, n, rows, hs);
+                    int rows, int hs, int vs) {
+  weighted_rows(dkv + C, ld, &p[0][0], kRows, 1, dy, ld_dy, n, rows, vs);
   weighted_rows(dkv, ld, &ds[0][0], kRows, 1, q, ld, n, rows, hs);
   weighted_rows(dq, static_cast<std::size_t>(hs), &ds[0][0], 1, kRows, k, ld, rows, n, hs);
 }
@@ -1216,8 +1240,9 @@ void tile_gradients(float* dq, float* dkv, const float (*p)[kRows], const float 
 }  // namespace
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             int window, float score_scale, float softcap, float alibi, const float* sinks) {
-  const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
+                             int window, float score_scale, float softcap, float alibi, const float* sinks,
+                             int values) {
+  const int hs = C / NH, vs = values > 0 ? values : hs, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
 #pragma omp parallel
@@ -1281,7 +1306,7 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
             for (int c = 0; c < hs; ++c) a[c] *= corr[r];
           }
           accumulate_values(acc.data(), tile.s, base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n,
-                            kRows, hs);
+                            kRows, hs, vs);
         }
         for (int r = 0; r < end - r0; ++r) {
           float* o = out + (static_cast<std::size_t>(b) * T + r0 + r) * C + static_cast<std::size_t>(h) * hs;
@@ -1296,8 +1321,8 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, int B, in
 
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window, float score_scale,
-                              float softcap, float alibi, const float* sinks, float* dsinks) {
-  const int hs = C / NH, blocks = (T + kRows - 1) / kRows;
+                              float softcap, float alibi, const float* sinks, float* dsinks, int values) {
+  const int hs = C / NH, vs = values > 0 ? values : hs, blocks = (T + kRows - 1) / kRows;
   const float scale = attention_scale(score_scale, hs);
   const std::size_t C3 = static_cast<std::size_t>(3) * C;
   std::vector<double> dsink(static_cast<std::size_t>(B) * NH, 0.0);
@@ -1327,7 +1352,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           if (r0 + r >= T) continue;
           L[r] = lse[static_cast<std::size_t>(bh) * T + r0 + r];
           D[r] = dot_f(dyb + static_cast<std::size_t>(r0 + r) * C, ob + static_cast<std::size_t>(r0 + r) * C,
-                       hs);
+                       vs);
           if (sinks != nullptr) dsink[static_cast<std::size_t>(bh)] -= std::exp(sinks[h] - L[r]) * D[r];
         }
         const int first = attention_window_start(r0, window);
@@ -1336,7 +1361,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           score_tile(tile.s, qt.data(), base + C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
           cap_tile(tile.s, tile.g, n, softcap);
           bias_tile(tile.s, n, alibi_head_slope(alibi, h, NH), u0, r0);
-          score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, hs);
+          score_tile(tile.d, dot.data(), base + 2 * C + static_cast<std::size_t>(u0) * C3, C3, n, vs);
           for (int u = 0; u < n; ++u) {
 #pragma omp simd
             for (int r = 0; r < kRows; ++r) tile.s[u][r] -= L[r];
@@ -1356,7 +1381,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, 
           tile_gradients(dq.data(), dbase + C + static_cast<std::size_t>(u0) * C3, tile.s, tile.d,
                          base + static_cast<std::size_t>(r0) * C3,
                          base + C + static_cast<std::size_t>(u0) * C3, dyb + static_cast<std::size_t>(r0) * C,
-                         C3, static_cast<std::size_t>(C), C, n, end - r0, hs);
+                         C3, static_cast<std::size_t>(C), C, n, end - r0, hs, vs);
         }
         for (int r = 0; r < end - r0; ++r) {
           float* d = dbase + static_cast<std::size_t>(r0 + r) * C3;

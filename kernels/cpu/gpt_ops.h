@@ -128,7 +128,9 @@ void relu2_forward(float* out, const float* inp, std::size_t n);
 void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
-// att [B, NH, T, T] holds the softmax probabilities for backward. `window` > 0 is a sliding window
+// att [B, NH, T, T] holds the softmax probabilities for backward: every entry with the full square of scores,
+// with a window or chunks short enough for blocks (docs/kernels.md) only the entries of each row's block
+// (zero outside its window), the rest not written. `window` > 0 is a sliding window
 // (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it; `window`
 // < 0 chunks of -window positions (Llama 4's attention_chunk_size): query t sees keys u <= t of its own
 // chunk, u / -window == t / -window (attention_window_start). The
@@ -142,11 +144,16 @@ void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_
 // `sinks` [NH] (gpt-oss's, or null): head h's sink logit joins every row's softmax as one more score whose
 // value is nothing (its probability only shrinks the others'); backward adds each logit's gradient,
 // -p_sink x sum_u p_u dp_u over the rows, into `dsinks` [NH].
+// `values` > 0 (DeepSeek's latent attention: values of v_head_dim narrower than the query and key heads):
+// only the first `values` channels of each head's value are values (the rest zero padding, as are the
+// output gradient's there); the kernels compute only those, write zeros to the output's others and leave
+// the value gradient's others as they are.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int window = 0,
-                       float scale = 0, float softcap = 0, float alibi = 0, const float* sinks = nullptr);
+                       float scale = 0, float softcap = 0, float alibi = 0, const float* sinks = nullptr,
+                       int values = 0);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                         int C, int NH, int window = 0, float scale = 0, float softcap = 0,
-                        const float* sinks = nullptr, float* dsinks = nullptr);
+                        const float* sinks = nullptr, float* dsinks = nullptr, int values = 0);
 // Loop references (tests); the functions above use batched GEMMs on strided views when oneDNN is built in.
 void attention_forward_ref(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                            int window = 0, float scale = 0, float softcap = 0, float alibi = 0,
@@ -200,13 +207,14 @@ inline int attention_window_start(int t, int window) {
 // lse [B, NH, T], each row's log-sum-exp of its scaled scores; no [T, T] tensor exists outside one row of
 // per-thread scratch. Backward recomputes each row's probabilities from qkv and lse, and takes the
 // softmax's row sums as dout . out. With a sliding `window` only the key tiles a row block sees are visited.
+// `values` as attention_forward's.
 void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                              int window = 0, float scale = 0, float softcap = 0, float alibi = 0,
-                             const float* sinks = nullptr);
+                             const float* sinks = nullptr, int values = 0);
 void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int B, int T, int C, int NH, int window = 0, float scale = 0,
                               float softcap = 0, float alibi = 0, const float* sinks = nullptr,
-                              float* dsinks = nullptr);
+                              float* dsinks = nullptr, int values = 0);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (no position table: rotary positions); `scale` is Gemma's sqrt(C) (else 1).

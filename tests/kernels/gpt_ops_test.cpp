@@ -790,6 +790,50 @@ TEST(GptOps, FlashAttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
+// DeepSeek's latent attention's narrower values (`values` < the head size, the rest of each head's value and
+// of the output's gradient zero padding): the unfused and flash kernels, which compute only those channels,
+// give the loop reference's output (zeros in the padding) and qkv gradient (the value gradient's padding left
+// as it was: the reference adds zeros there). Values of 5 of 8 channels (the tiles' scalar columns), 16 of
+// 24 with a window of 5 (one vector of columns), 42 of 64 (DeepSeek's cut of bench/train_vs_torch.sh: two
+// vectors and ten columns), chunks of 16.
+TEST(GptOps, NarrowValuesMatchTheZeroPaddedComputation) {
+  struct Shape {
+    int B, T, C, NH, window, values;
+  };
+  for (const Shape sh : {Shape{2, 37, 24, 3, 0, 5}, Shape{2, 70, 48, 2, 5, 16}, Shape{1, 130, 128, 2, 0, 42},
+                         Shape{1, 70, 128, 2, -16, 42}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window, hs = C / NH;
+    SCOPED_TRACE("T " + std::to_string(T) + " head " + std::to_string(hs) + " values " +
+                 std::to_string(sh.values) + " window " + std::to_string(W));
+    auto qkv = randn(B * T * 3 * C, 90);
+    auto dout = randn(B * T * C, 91);
+    for (int n = 0; n < B * T; ++n) {
+      for (int h = 0; h < NH; ++h) {
+        for (int c = sh.values; c < hs; ++c) {
+          qkv[static_cast<std::size_t>(n) * 3 * C + 2 * C + h * hs + c] = 0;
+          dout[static_cast<std::size_t>(n) * C + h * hs + c] = 0;
+        }
+      }
+    }
+    std::vector<float> out_r(B * T * C), att_r(B * NH * T * T), out(out_r.size(), 7.0f), att(att_r.size()),
+        out_f(out_r.size(), 7.0f), lse(B * NH * T);
+    attention_forward_ref(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH, W);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, nullptr, sh.values);
+    flash_attention_forward(out_f.data(), lse.data(), qkv.data(), B, T, C, NH, W, 0, 0, 0, nullptr,
+                            sh.values);
+    expect_close(out, out_r, 1e-4, 1e-5, "out");
+    expect_close(out_f, out_r, 1e-4, 1e-5, "flash out");
+    std::vector<float> d_r(qkv.size(), 0.5f), d(qkv.size(), 0.5f), d_f(qkv.size(), 0.5f);
+    attention_backward_ref(d_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH, W);
+    attention_backward(d.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W, 0, 0, nullptr, nullptr,
+                       sh.values);
+    flash_attention_backward(d_f.data(), dout.data(), qkv.data(), out_f.data(), lse.data(), B, T, C, NH, W, 0,
+                             0, 0, nullptr, nullptr, sh.values);
+    expect_close(d, d_r, 1e-4, 1e-5, "dqkv");
+    expect_close(d_f, d_r, 1e-4, 1e-4, "flash dqkv");
+  }
+}
+
 // gpt-oss's sink logits: the unfused kernel (GEMMs), its loop reference and flash attention agree on the
 // output, the qkv gradient and the sinks' gradient (full and windowed, one token to several tiles), and the
 // sinks' gradient matches finite differences of the output. A sink far below every score changes nothing.
