@@ -867,11 +867,12 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
 namespace {
 
 // The blocks of the [T, T] scores a layer's GEMMs compute: query rows [row, row + rows) against keys [key,
-// key
-// + keys). Full attention is one block, the whole square (its causal upper half wasted); chunks of c (a
-// negative window) are blocks of c on the diagonal; a sliding window w is a causal block up to the first row
-// P >= w - 1 that is a multiple of R, then blocks of R rows with their R + w - 1 keys. Blocks only where
-// those make at most half the square's columns (a window of 4096 in a run of 4096 is the full square).
+// key + keys). Chunks of c (a negative window) are blocks of c on the diagonal; a sliding window w is a
+// causal block up to the first row P >= w - 1 that is a multiple of R, then blocks of R rows with their
+// R + w - 1 keys; those only where they make at most half the square's columns (a window of 4096 in a run
+// of 4096 is not). Otherwise causal attention: from 128 tokens on, blocks of about T / 16 rows (at least 64)
+// against every key up to their last row (a little over half the square: 0.56 of it at 1024 tokens); below,
+// the whole square.
 struct ScoreBlock {
   int row, rows, key, keys;
 };
@@ -893,7 +894,10 @@ std::vector<ScoreBlock> score_blocks(int T, int window) {
     }
     return v;
   }
-  return {{0, T, 0, T}};
+  if (T < 128) return {{0, T, 0, T}};
+  const int rows = std::max(64, (T / 16 + 15) / 16 * 16);
+  for (int r = 0; r < T; r += rows) v.push_back({r, std::min(rows, T - r), 0, std::min(r + rows, T)});
+  return v;
 }
 
 // The element strides of the batched GEMMs' operands over (batch row, head, row, column): q, k or v rows of

@@ -684,13 +684,16 @@ TEST(GptOps, AlibiSlopesFollowBloom) {
 // The GEMMs compute the whole square of scores where windows are long (T 9), and only the blocks that hold
 // every row's window where they are short (T 70): a window of one key (blocks of 16 rows on the diagonal), 5
 // and 17 (a causal block of 16 or 32 rows, blocks of 16 rows with their 20 or 32 keys, overlapping, then 6
-// or 2 rows), chunks of 16 (4 and a partial one), 10 and 35.
+// or 2 rows), chunks of 16 (4 and a partial one), 10 and 35; from 128 tokens (T 150) causal blocks of 64
+// rows against the keys up to their last, for full attention, a window too long for its own blocks (80) and
+// chunks as long (100).
 TEST(GptOps, GemmAttentionMatchesTheLoopReference) {
   struct Shape {
     int T;
     std::vector<int> windows;
   };
-  for (const Shape& sh : {Shape{9, {0, 1, 4, 9, -4}}, Shape{70, {1, 5, 17, -16, -10, -35}}}) {
+  for (const Shape& sh :
+       {Shape{9, {0, 1, 4, 9, -4}}, Shape{70, {1, 5, 17, -16, -10, -35}}, Shape{150, {0, 80, -100}}}) {
     const int B = 2, T = sh.T, C = 16, NH = 4;
     const auto qkv = randn(B * T * 3 * C, 60), dout = randn(B * T * C, 61);
     for (const int window : sh.windows) {     // (negative: chunks)
