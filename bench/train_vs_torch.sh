@@ -51,7 +51,10 @@ case "$ARCH" in
          base=llama-4-scout; extra=(llama4 "$KV" "$FF" "$((2 * FF))" "$E" "$K" "$ME") ;;
   *) echo "ARCH must be gpt2, llama, mixtral, gpt_oss, deepseek or llama4, got '$ARCH'" >&2; exit 2 ;;
 esac
-run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0$([ "${MTP:-0}" = 1 ] && echo ',"memwall.mtp":true')}"  # torch's loop does not clip
+# (an if, not `[ ] && echo` inside the assignment: its failing status would end the script under set -e)
+mtp_set="" mtp_tag=""
+if [ "${MTP:-0}" = 1 ]; then mtp_set=',"memwall.mtp":true'; mtp_tag=+mtp; fi
+run="{\"train_micro_batch_size_per_gpu\":$B,\"activation_checkpointing\":null,\"gradient_clipping\":0$mtp_set}"  # torch's loop does not clip
 mw=(); pt=()
 for i in $(seq "$R"); do
   mw+=("$(OMP_NUM_THREADS=$TH $MW train --steps "$S" --json --model "$base" --model-set "$model" --set "$run" --eval-batches 1 \
@@ -59,7 +62,7 @@ for i in $(seq "$R"); do
           $PY -c 'import json,sys; r=[json.loads(l) for l in sys.stdin if l.startswith("{")]; t=sorted(x["seconds"] for x in r if "step" in x)[3:]; print(t[len(t)//2])')")
   pt+=("$(OPENBLAS_CORETYPE=${TORCH_OPENBLAS_CORETYPE:-SkylakeX} OMP_NUM_THREADS=$TH $PY bench/train_vs_torch.py "$L" "$C" "$NH" "$B" "$T" "$S" "$TH" "$P" "${extra[@]}")")
 done
-$PY - "$(printf '%s\n' "${mw[@]}")" "$(printf '%s\n' "${pt[@]}")" "$P" "$ARCH$([ "${MTP:-0}" = 1 ] && echo +mtp)" <<'PY'
+$PY - "$(printf '%s\n' "${mw[@]}")" "$(printf '%s\n' "${pt[@]}")" "$P" "$ARCH$mtp_tag" <<'PY'
 import json, statistics, sys
 mw = [float(x) for x in sys.argv[1].split()]
 pt = [json.loads(l) for l in sys.argv[2].splitlines()]
