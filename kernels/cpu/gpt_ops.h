@@ -128,9 +128,10 @@ void relu2_forward(float* out, const float* inp, std::size_t n);
 void relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // Causal multi-head self-attention. qkv [B*T, 3C] (q, k, v concatenated), out [B*T, C];
-// att [B, NH, T, T] holds the softmax probabilities for backward: every entry with the full square of scores,
-// with a window or chunks short enough for blocks (docs/kernels.md) only the entries of each row's block
-// (zero outside its window), the rest not written. `window` > 0 is a sliding window
+// att [B, NH, T, T] holds the softmax probabilities for backward: the entries of each row's block of keys
+// (score_blocks in gpt_ops.cpp, docs/kernels.md: the whole row below 128 tokens; from 128 tokens the keys up
+// to its block's last row, or its window's or chunk's block), zero there outside the row's keys; the rest of
+// the row is not written. `window` > 0 is a sliding window
 // (Mistral's sliding_window): query t sees keys t - window < u <= t only, as transformers masks it; `window`
 // < 0 chunks of -window positions (Llama 4's attention_chunk_size): query t sees keys u <= t of its own
 // chunk, u / -window == t / -window (attention_window_start). The
