@@ -2048,23 +2048,16 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
   if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
   if (c.moe()) {
     const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
-    per_layer(rprob_, N * E, S);
-    per_layer(rwt_, N * K, S);
-    rsel_.assign(static_cast<std::size_t>(S), std::vector<int>(N * K));
-    erows_.assign(static_cast<std::size_t>(S), std::vector<std::vector<int>>(E));
+    router_ = MoeRouter(c, B, T, S);
     const auto FE = static_cast<std::size_t>(c.expert_width()),
                Fmax = std::max<std::size_t>(FE, c.shared_ffn);
     per_layer(efc_, N * K * 2 * FE, S);
     per_layer(egel_, N * K * FE, S);
     per_layer(eout_, N * K * C, S);
-    efirst_.assign(static_cast<std::size_t>(S), std::vector<std::size_t>(E));
     // (scratch for one expert's rows, at most N: reserved so that it never reallocates)
     for (auto* v : {&ein_, &dein_, &dy_}) v->reserve(N * C);
     degel_.reserve(N * Fmax);
     defc_.reserve(N * 2 * Fmax);
-    rcount_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
-    rseq_.assign(static_cast<std::size_t>(c.layers), 0.0);
-    rpsum_.assign(rcount_.size(), 0.0);
     for (auto* v : {&rlogit_, &drlogit_}) v->resize(N * E);
     drw_.resize(N * K);
     if (c.shared_ffn > 0) {
@@ -2404,250 +2397,28 @@ void GptModel::post_norm_forward(float* out, const float* residual, const float*
   for (std::size_t i = 0; i < n; ++i) out[i] += residual[i];
 }
 
-namespace {
-// order[0, n): the indices of the n largest of score[0, order.size()), the lower index first among equals.
-void best_first(const float* score, std::size_t n, std::vector<int>& order) {
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
-                    [score](int x, int y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
-}
-}  // namespace
-
-namespace {
-// Leaves in `choice` [experts] only the experts of the groups_per_token best of expert_groups groups, the
-// others' -inf: never chosen (DeepSeek-V3's own gate masks them so; transformers fills 0, the same unless a
-// kept expert's score plus its bias is negative, which the balancing's biases make common: then every token
-// would take the same masked experts). A group scores its best expert's choice value (`by_best`:
-// DeepSeek-V2's group_limited_greedy) or the sum of its two best (GLM-4.5's and DeepSeek-V3's).
-void keep_best_groups(const GptConfig& c, std::vector<float>& choice, bool by_best) {
-  const auto G = static_cast<std::size_t>(c.expert_groups), per = choice.size() / G,
-             kept = static_cast<std::size_t>(c.groups_per_token);
-  if (kept >= G) return;
-  std::vector<float> group(G);
-  for (std::size_t g = 0; g < G; ++g) {
-    float a = -INFINITY, b = -INFINITY;  // the group's best two
-    for (std::size_t e = g * per; e < (g + 1) * per; ++e) {
-      if (choice[e] > a) {
-        b = a;
-        a = choice[e];
-      } else if (choice[e] > b) {
-        b = choice[e];
-      }
-    }
-    group[g] = by_best ? a : a + b;
-  }
-  std::vector<int> groups(G);
-  best_first(group.data(), kept, groups);
-  std::vector<char> keep(G, 0);
-  for (std::size_t i = 0; i < kept; ++i) keep[static_cast<std::size_t>(groups[i])] = 1;
-  for (std::size_t e = 0; e < choice.size(); ++e) {
-    if (!keep[e / per]) choice[e] = -INFINITY;
-  }
-}
-}  // namespace
-
-void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
-                 float* weight, std::vector<int>& order, std::vector<float>& choice) {
-  const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
-  order.resize(E);
-  choice.resize(E);
-  if (!c.sigmoid_scores()) {  // the softmax over the experts (in fp32, as transformers computes it)
-    const float zmax = *std::max_element(z, z + E);
-    float sum = 0;
-    for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
-    for (std::size_t e = 0; e < E; ++e) choice[e] = (prob[e] /= sum);
-    if (c.group_by_best) keep_best_groups(c, choice, true);  // (DeepSeek-V2's group_limited_greedy)
-  } else {  // sigmoid scores; chosen by score + bias within the best groups (Llama 4's by logit)
-    for (std::size_t e = 0; e < E; ++e) {
-      prob[e] = sigmoid(z[e]);
-      choice[e] = c.llama4 ? z[e] : prob[e] + (bias != nullptr ? bias[e] : 0.0f);
-    }
-    keep_best_groups(c, choice, false);
-  }
-  best_first(choice.data(), K, order);
-  float total = 0;
-  for (std::size_t j = 0; j < K; ++j) total += prob[order[j]];
-  const auto scale = static_cast<float>(c.routed_scale);
-  for (std::size_t j = 0; j < K; ++j) {
-    chosen[j] = order[j];
-    weight[j] = (c.norm_topk ? prob[order[j]] / total : prob[order[j]]) * scale;
-  }
-}
-
 void GptModel::route(std::size_t l, std::size_t a, const float* bias) {
-  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
-                    E = static_cast<std::size_t>(c_.experts),
-                    K = static_cast<std::size_t>(c_.experts_per_token);
-  float* prob = rprob_[a].data();
-  float* wt = rwt_[a].data();
-  int* sel = rsel_[a].data();
-  for (auto& rows : erows_[a]) rows.clear();
-  double* count = rcount_.data() + l * E;
-  double* psum = rpsum_.data() + l * E;
-  std::fill(count, count + E, 0.0);
-  std::fill(psum, psum + E, 0.0);
-  std::vector<int> order;
-  std::vector<float> choice;
-  for (std::size_t t = 0; t < N; ++t) {
-    route_token(c_, rlogit_.data() + t * E, bias, prob + t * E, sel + t * K, wt + t * K, order, choice);
-    for (std::size_t e = 0; e < E; ++e) psum[e] += static_cast<double>(prob[t * E + e]);
-    for (std::size_t j = 0; j < K; ++j) {
-      const auto e = static_cast<std::size_t>(sel[t * K + j]);
-      count[e] += 1;
-      erows_[a][e].push_back(static_cast<int>(t * K + j));
-    }
-  }
-  // Each expert's activations' rows in the slot's buffers, expert after expert.
-  std::size_t first = 0;
-  for (std::size_t e = 0; e < E; ++e) {
-    efirst_[a][e] = first;
-    first += erows_[a][e].size();
-  }
-  if (c_.seq_aux_alpha > 0) rseq_[l] = seq_aux_loss(a, nullptr);
+  router_.route(l, a, rlogit_.data(), bias);
   // The experts add their weighted outputs to the attention's residual sum.
   std::copy(res1_[a].begin(), res1_[a].end(), resid_[rin(l) + 1].begin());
 }
 
-double GptModel::seq_aux_loss(std::size_t a, float* dscore) const {
-  const std::size_t E = static_cast<std::size_t>(c_.experts),
-                    K = static_cast<std::size_t>(c_.experts_per_token),
-                    N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
-  // The groups the loss averages over: each sequence, or the whole micro-batch.
-  const std::size_t per = c_.seq_aux ? static_cast<std::size_t>(T_) : N, groups = N / per;
-  const float* prob = rprob_[a].data();
-  const int* sel = rsel_[a].data();
-  std::vector<double> ce(E), score(E), q(E);
-  double loss = 0;
-  for (std::size_t b = 0; b < groups; ++b) {
-    std::fill(ce.begin(), ce.end(), 0.0);
-    std::fill(score.begin(), score.end(), 0.0);
-    for (std::size_t t = b * per; t < (b + 1) * per; ++t) {
-      for (std::size_t j = 0; j < K; ++j) ce[static_cast<std::size_t>(sel[t * K + j])] += 1;
-      const float* p = prob + t * E;
-      double sum = 1;  // (the softmax's probabilities as they are; sigmoid scores over their sum)
-      if (c_.sigmoid_routing) {
-        sum = 0;
-        for (std::size_t e = 0; e < E; ++e) sum += static_cast<double>(p[e]);
-      }
-      for (std::size_t e = 0; e < E; ++e) score[e] += static_cast<double>(p[e]) / sum;
-    }
-    const double share = static_cast<double>(per * K) / static_cast<double>(E);
-    for (std::size_t e = 0; e < E; ++e) {
-      ce[e] /= share;
-      loss += ce[e] * score[e] / static_cast<double>(per);
-    }
-    if (dscore == nullptr) continue;
-    // d loss / d q_te = alpha ce_e / (tokens x groups); with sigmoid routing q = s / S, so
-    // d/ds_e = (g_e - sum_f g_f q_f) / S.
-    const double coef = c_.seq_aux_alpha / (static_cast<double>(per) * static_cast<double>(groups));
-    for (std::size_t t = b * per; t < (b + 1) * per; ++t) {
-      const float* p = prob + t * E;
-      float* d = dscore + t * E;
-      if (!c_.sigmoid_routing) {
-        for (std::size_t e = 0; e < E; ++e) d[e] += static_cast<float>(coef * ce[e]);
-        continue;
-      }
-      double sum = 0, dot = 0;
-      for (std::size_t e = 0; e < E; ++e) sum += static_cast<double>(p[e]);
-      for (std::size_t e = 0; e < E; ++e) dot += coef * ce[e] * static_cast<double>(p[e]) / sum;
-      for (std::size_t e = 0; e < E; ++e) d[e] += static_cast<float>((coef * ce[e] - dot) / sum);
-    }
-  }
-  return c_.seq_aux_alpha * loss / static_cast<double>(groups);
-}
-
 float* GptModel::expert_rows(std::vector<std::vector<float>>& v, std::size_t a, std::size_t e,
                              std::size_t width) {
-  return v[a].data() + efirst_[a][e] * width;
+  return v[a].data() + router_.first(a, e) * width;
 }
 
 void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
-  const auto& rows = erows_[a][static_cast<std::size_t>(e)];
+  const auto& rows = router_.rows(a, static_cast<std::size_t>(e));
   const auto C = static_cast<std::size_t>(c_.channels), K = static_cast<std::size_t>(c_.experts_per_token);
   ein_.resize(rows.size() * C);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const float* row = src + static_cast<std::size_t>(rows[i]) / K * C;
     std::copy(row, row + C, ein_.data() + i * C);
     if (!c_.llama4) continue;
-    const float w = rwt_[a][static_cast<std::size_t>(rows[i])];  // (Llama 4's: the weight scales the input)
+    const float w =
+        router_.weights(a)[static_cast<std::size_t>(rows[i])];  // (Llama 4's: the weight scales the input)
     for (std::size_t j = 0; j < C; ++j) ein_[i * C + j] *= w;
-  }
-}
-
-double GptModel::expert_load() const {
-  if (!c_.moe()) return 0;
-  const auto E = static_cast<std::size_t>(c_.experts);
-  const double even = static_cast<double>(B_) * T_ * c_.experts_per_token / c_.experts;
-  double busiest = 0;
-  for (int l = 0; l < c_.layers; ++l) {
-    if (!c_.moe_layer(l)) continue;
-    const double* count = rcount_.data() + static_cast<std::size_t>(l) * E;
-    busiest = std::max(busiest, *std::max_element(count, count + E) / even);
-  }
-  return busiest;
-}
-
-double GptModel::over_layers(const std::vector<double>& per_layer, std::size_t e) const {
-  const auto E = static_cast<std::size_t>(c_.experts);
-  double sum = 0;
-  for (int l = 0; l < c_.layers; ++l) sum += per_layer[static_cast<std::size_t>(l) * E + e];
-  return sum;
-}
-
-double GptModel::aux_loss() const {
-  // transformers' load_balancing_loss_func over every layer's tokens together: experts x the sum over experts
-  // of (its routing choices / tokens) x (its mean probability).
-  const std::size_t E = static_cast<std::size_t>(c_.experts);
-  const double tokens = static_cast<double>(B_) * T_ * c_.moe_layers();  // (the layers with experts)
-  double sum = 0;
-  for (std::size_t e = 0; e < E; ++e) sum += over_layers(rcount_, e) * over_layers(rpsum_, e);
-  return c_.router_aux * static_cast<double>(E) * sum / (tokens * tokens);
-}
-
-void GptModel::route_backward(std::size_t a) {
-  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
-                    E = static_cast<std::size_t>(c_.experts),
-                    K = static_cast<std::size_t>(c_.experts_per_token);
-  // The load-balancing loss's gradient at probability e of any token: coefficient x experts x (expert e's
-  // routing choices over all layers) / (tokens x layers)^2.
-  std::vector<double> aux(E, 0.0);
-  if (c_.router_aux > 0) {
-    const double tokens = static_cast<double>(N) * c_.moe_layers();
-    for (std::size_t e = 0; e < E; ++e)
-      aux[e] = c_.router_aux * static_cast<double>(E) * over_layers(rcount_, e) / (tokens * tokens);
-  }
-  std::vector<float> dp(E), dseq;
-  if (c_.seq_aux_alpha > 0) {  // DeepSeek's balance loss's gradient at every token's scores
-    dseq.assign(N * E, 0.0f);
-    seq_aux_loss(a, dseq.data());
-  }
-  for (std::size_t t = 0; t < N; ++t) {
-    const float* p = rprob_[a].data() + t * E;
-    const int* sel = rsel_[a].data() + t * K;
-    const float* w = rwt_[a].data() + t * K;
-    const float* dw = drw_.data() + t * K;
-    for (std::size_t e = 0; e < E; ++e)
-      dp[e] = static_cast<float>(aux[e]) + (dseq.empty() ? 0.0f : dseq[t * E + e]);
-    const auto scale = static_cast<float>(c_.routed_scale);
-    if (c_.norm_topk) {  // w_j = scale p_j / S: dp_j = scale (dw_j - sum_i dw_i w_i / scale) / S
-      float chosen = 0, dot = 0;
-      for (std::size_t j = 0; j < K; ++j) {
-        chosen += p[sel[j]];
-        dot += dw[j] * w[j] / scale;
-      }
-      for (std::size_t j = 0; j < K; ++j)
-        dp[static_cast<std::size_t>(sel[j])] += scale * (dw[j] - dot) / chosen;
-    } else {
-      for (std::size_t j = 0; j < K; ++j) dp[static_cast<std::size_t>(sel[j])] += scale * dw[j];
-    }
-    float* dz = drlogit_.data() + t * E;
-    if (c_.sigmoid_scores()) {  // each score its own sigmoid: dz_e = dp_e s_e (1 - s_e)
-      for (std::size_t e = 0; e < E; ++e) dz[e] = dp[e] * p[e] * (1 - p[e]);
-      continue;
-    }
-    float dot = 0;  // the softmax's: dz_e = p_e (dp_e - sum_f p_f dp_f)
-    for (std::size_t e = 0; e < E; ++e) dot += p[e] * dp[e];
-    for (std::size_t e = 0; e < E; ++e) dz[e] = p[e] * (dp[e] - dot);
   }
 }
 
@@ -2668,7 +2439,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     linear_forward(out, out_width, in, in_width, parts, n, o, residual, rows);
   };
   const auto e = static_cast<std::size_t>(std::max(0, o.expert));
-  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
+  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(router_.rows(a, e).size()) : 0;
   const int FE = c_.expert_width();
   // (Granite MoE's residual_multiplier on the experts' sum; else 1)
   const auto branch = static_cast<float>(c_.residual_multiplier);
@@ -2816,10 +2587,11 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (routed == 0) break;
       linear(expert_rows(eout_, a, e, C), C, expert_rows(egel_, a, e, FE), FE, nullptr, routed);
       const auto K = static_cast<std::size_t>(c_.experts_per_token), W = static_cast<std::size_t>(C);
-      const auto& rows = erows_[a][e];
+      const auto& rows = router_.rows(a, e);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
-        const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);  // (Llama 4's weighted the input)
+        const float w =
+            branch * (c_.llama4 ? 1.0f : router_.weights(a)[r]);  // (Llama 4's weighted the input)
         float* dst = resid_[ri + 1].data() + r / K * W;
         const float* y = expert_rows(eout_, a, e, C) + i * W;
         for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
@@ -2894,12 +2666,7 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       if (c_.final_softcap > 0)
         k::softcap_forward(logits_.data(), logits_.size(), static_cast<float>(c_.final_softcap));
       loss_ = k::crossentropy_forward(probs_.data(), logits_.data(), targets_.data(), N, c_.vocab);
-      if (c_.moe() && c_.router_aux > 0) loss_ += static_cast<float>(aux_loss());
-      if (c_.moe() && c_.seq_aux_alpha > 0) {  // (DeepSeek's balance loss, each layer's)
-        double seq = 0;
-        for (double x : rseq_) seq += x;
-        loss_ += static_cast<float>(seq);
-      }
+      router_.add_losses(loss_);
       break;
   }
 }
@@ -2920,7 +2687,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     linear_backward(din, dout, out_width, in, in_width, parts, n, o, rows);
   };
   const auto e = static_cast<std::size_t>(std::max(0, o.expert));
-  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(erows_[a][e].size()) : 0;
+  const int routed = c_.moe() && o.expert >= 0 ? static_cast<int>(router_.rows(a, e).size()) : 0;
   const int FE = c_.expert_width();
   // (Granite MoE's residual_multiplier on the experts' sum; else 1)
   const auto branch = static_cast<float>(c_.residual_multiplier);
@@ -3039,13 +2806,13 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       if (routed == 0) break;
       // The weighted output's gradients: w dx at the output, dx . output at the weight (Llama 4's weight is
       // the input's: ExpertFc1's).
-      const auto& rows = erows_[a][e];
+      const auto& rows = router_.rows(a, e);
       dy_.resize(rows.size() * W);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
         const float* dx = dx_.data() + r / K * W;
         const float* y = expert_rows(eout_, a, e, C) + i * W;
-        const float w = branch * (c_.llama4 ? 1.0f : rwt_[a][r]);
+        const float w = branch * (c_.llama4 ? 1.0f : router_.weights(a)[r]);
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
           dy_[i * W + j] = w * dx[j];
@@ -3072,7 +2839,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       gather_expert_input(a, o.expert, fc1_input(a));
       dein_.assign(ein_.size(), 0.0f);
       linear(dein_.data(), defc_.data(), 2 * FE, ein_.data(), C, routed);
-      const auto& rows = erows_[a][e];
+      const auto& rows = router_.rows(a, e);
       const float* x = fc1_input(a);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto r = static_cast<std::size_t>(rows[i]);
@@ -3083,7 +2850,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
           continue;
         }
         // Llama 4's input w x: w din into the input's gradient, din . x into the weight's.
-        const float w = rwt_[a][r];
+        const float w = router_.weights(a)[r];
         const float* xr = x + r / K * W;
         float dot = 0;
         for (std::size_t j = 0; j < W; ++j) {
@@ -3095,13 +2862,10 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       break;
     }
     case Role::kRouter:
-      route_backward(a);
+      router_.backward(a, drw_.data(), drlogit_.data());
       linear(dln_.data(), drlogit_.data(), c_.experts, fc1_input(a), C);
-      if (bias_update_ && c_.sigmoid_routing) {  // each expert's load error, for the correction bias's rule
-        const double even = static_cast<double>(N) * static_cast<double>(c_.experts_per_token) / c_.experts;
-        for (std::size_t x = 0; x < erows_[a].size(); ++x)
-          g[1][x] += static_cast<float>(static_cast<double>(erows_[a][x].size()) - even);
-      }
+      // (each expert's load error, for the correction bias's rule)
+      if (bias_update_ && c_.sigmoid_routing) router_.add_load_error(a, g[1]);
       break;
     case Role::kGelu:
       zero(dfc_);

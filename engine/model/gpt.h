@@ -455,6 +455,54 @@ inline float sigmoid(float x) {
 void route_token(const GptConfig& c, const float* z, const float* bias, float* prob, int* chosen,
                  float* weight, std::vector<int>& order, std::vector<float>& choice);
 
+// A mixture of experts' routing of B x T tokens on the host, for the CPU model and the GPU's (which copies
+// its router logits down): per activation slot the router's probabilities [tokens][experts], each token's
+// chosen experts and their weights [tokens][experts_per_token], per expert the routing choices it got
+// (token x experts_per_token + choice, in token order) and where its rows begin in a buffer of every
+// expert's rows, expert after expert; per layer the choices each expert got, the sum of its probabilities
+// over the tokens and DeepSeek's balance loss.
+class MoeRouter {
+ public:
+  MoeRouter() = default;
+  MoeRouter(const GptConfig& c, int B, int T, int slots);
+  // Layer l's routing into slot a from its router logits [tokens][experts] (`bias`: the sigmoid routing's
+  // correction bias, or null).
+  void route(std::size_t l, std::size_t a, const float* logits, const float* bias);
+  const std::vector<int>& rows(std::size_t a, std::size_t e) const { return rows_[a][e]; }
+  std::size_t first(std::size_t a, std::size_t e) const { return first_[a][e]; }
+  // Slot a's routing weights, [tokens][experts_per_token].
+  const float* weights(std::size_t a) const { return wt_[a].data(); }
+  // The router logits' gradient [tokens][experts] from the routing weights' (drw [tokens][K]) and the
+  // balance losses'.
+  void backward(std::size_t a, const float* drw, float* dlogits) const;
+  // The balance losses of the last forward added to `loss` (transformers' over all layers, router_aux; and
+  // DeepSeek's per layer, seq_aux_alpha).
+  void add_losses(float& loss) const;
+  // The busiest expert's routing choices over its even share, the largest over the layers (0: no experts).
+  double expert_load() const;
+  // DeepSeek-V3's bias rule: each expert's routing choices in slot a minus its even share, added into g.
+  void add_load_error(std::size_t a, float* g) const;
+  // The last forward's routing choices per layer and expert, [layers][experts] (0 for dense layers).
+  const std::vector<double>& counts() const { return count_; }
+
+ private:
+  double aux_loss() const;
+  // DeepSeek's balance loss of slot a's routing: its value, and (dscore) its gradient at each token's scores
+  // added into dscore [tokens][experts].
+  double seq_aux_loss(std::size_t a, float* dscore) const;
+  // Expert e's entry of a per-layer [layers][experts] table (count_, psum_), summed over the layers.
+  double over_layers(const std::vector<double>& per_layer, std::size_t e) const;
+
+  GptConfig c_;
+  std::size_t N_ = 0;
+  int T_ = 0;
+  std::vector<std::vector<float>> prob_, wt_;
+  std::vector<std::vector<int>> sel_;
+  std::vector<std::vector<std::vector<int>>> rows_;
+  std::vector<std::vector<std::size_t>> first_;
+  std::vector<double> count_, psum_, seq_;
+};
+
 // DeepSeek's score scale as query_scale (its -2nd power): head_dim^-1/2 times yarn's
 // mscale(factor, mscale_all_dim) squared, or 0 (head_dim^-1/2 alone) without yarn's mscale_all_dim.
 double latent_query_scale(int head_dim, const RopeScaling& rs);
@@ -689,7 +737,7 @@ class GptModel {
   // A mixture of experts' balance in the last forward: the busiest expert's routing choices over its even
   // share (experts_per_token x tokens / experts), the largest over the layers of experts (1: balanced, as
   // the graph's FLOPs assume; 0 without experts).
-  double expert_load() const;
+  double expert_load() const { return router_.expert_load(); }
   // The next-token-prediction module's mean cross-entropy in the last forward (0 without one); the loss
   // adds it times mtp_weight.
   double mtp_loss() const { return mtp_loss_; }
@@ -705,7 +753,7 @@ class GptModel {
   // the bias by its sign (memwall.router_bias_update_speed). Off by default (the gradient stays 0).
   void set_router_bias_update(bool on) { bias_update_ = on; }
   // The last forward's routing choices per layer and expert, [layers][experts] (0 for dense layers).
-  const std::vector<double>& routing_counts() const { return rcount_; }
+  const std::vector<double>& routing_counts() const { return router_.counts(); }
   // After forward: the logits of every position, [B*T][vocab].
   const float* logits() const { return logits_.data(); }
   // The residual stream at layer l's input, B*T*C floats (l = layers: the final norm's input): what an
@@ -726,13 +774,10 @@ class GptModel {
                       const OpInfo& o, const float* residual, int rows = 0);
   void linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
                        const Part* parts, int n, const OpInfo& o, int rows = 0);
-  // A mixture of experts in layer l (activation slot a): the routing from the router's logits (rlogit_):
-  // each token's experts and weights, each expert's tokens, the layer's routing counts and probability sums
-  // (for the load-balancing loss), and the block's output started at its residual sum (`bias`: the sigmoid
-  // routing's correction bias, or null). And back: the router
-  // logits' gradient (drlogit_) from the routing weights' (drw_) and the load-balancing loss's.
+  // A mixture of experts in layer l (activation slot a): the routing from the router's logits (rlogit_),
+  // and the block's output started at its residual sum (`bias`: the sigmoid routing's correction bias, or
+  // null).
   void route(std::size_t l, std::size_t a, const float* bias);
-  void route_backward(std::size_t a);
   // The rows of `src` ([tokens][C]) the tokens routed to expert e (slot a) read, into ein_.
   void gather_expert_input(std::size_t a, int e, const float* src);
   // The attention kernels' `values`: the latent attention's value width (its heads' value channels past it
@@ -740,12 +785,6 @@ class GptModel {
   int attention_values() const { return c_.mla() ? c_.v_dim : 0; }
   // Expert e's first row in slot a's buffer v (efc_, egel_ or eout_) of rows `width` wide.
   float* expert_rows(std::vector<std::vector<float>>& v, std::size_t a, std::size_t e, std::size_t width);
-  double aux_loss() const;
-  // DeepSeek's balance loss of layer l's routing (slot a): its value, and (grad) its gradient at each
-  // token's scores (prob_) added into dscore [tokens][experts].
-  double seq_aux_loss(std::size_t a, float* dscore) const;
-  // Expert e's entry of a per-layer [layers][experts] table (rcount_, rpsum_), summed over the layers.
-  double over_layers(const std::vector<double>& per_layer, std::size_t e) const;
   // The rotary shapes' attention input: qkv_[l] with K and V repeated to every query head and rotary
   // positions applied to Q and K, in the [B*T, 3C] layout the attention kernels take (qf_); and back: the
   // gradient of that layout turned back and summed over each key/value head's group into dqkv_.
@@ -843,21 +882,12 @@ class GptModel {
   // its rotary angles' cosines and sines, [T][head size / 2] (twice: the local base's after, with
   // rope_local_theta)
   std::vector<float> rope_cos_, rope_sin_;
-  // A mixture of experts, per activation slot: the router's probabilities [tokens][experts], each token's
-  // chosen experts and their weights [tokens][experts_per_token], per expert the routing choices it got
-  // (token x experts_per_token + choice, in token order), its fc1 output, SwiGLU output and output
-  // ([routed][2F], [routed][F], [routed][C]); per layer the routing choices each expert got and the sum of
-  // its probabilities over the tokens. Scratch: the logits, an expert's gathered input, and gradients.
-  std::vector<std::vector<float>> rprob_, rwt_;
-  std::vector<std::vector<int>> rsel_;
-  std::vector<std::vector<std::vector<int>>> erows_;
-  // Per slot: every expert's fc1, SwiGLU and fc2 rows, expert after expert (N x K rows in all, allocated
-  // once: grown per expert as routings changed, they reallocated and page-faulted tens of ms a step), and
-  // where each expert's rows begin.
+  // A mixture of experts: the routing (per activation slot), and per slot every expert's fc1, SwiGLU and
+  // fc2 rows ([routed][2F], [routed][F], [routed][C]), expert after expert (N x K rows in all, allocated
+  // once: grown per expert as routings changed, they reallocated and page-faulted tens of ms a step).
+  // Scratch: the router's logits, an expert's gathered input, and gradients.
+  MoeRouter router_;
   std::vector<std::vector<float>> efc_, egel_, eout_;
-  std::vector<std::vector<std::size_t>> efirst_;
-  std::vector<double> rcount_, rpsum_;
-  std::vector<double> rseq_;  // per layer: DeepSeek's balance loss of its routing (0 for dense layers)
   // Qwen2-MoE's shared expert, per activation slot: its fc1, SwiGLU and down outputs and its gate's sigmoid;
   // scratch: the gate's logits (and their gradient) and the output's gradient.
   std::vector<std::vector<float>> sfc_, sgel_, sout_, sgate_;
