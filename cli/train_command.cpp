@@ -347,13 +347,14 @@ int run_train(const TrainOptions& opt) {
 
   train::Zero3Options zo;
   // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present (but
-  // for a mixture of experts or the latent attention, which train on the CPU only).
+  // for what trains on the CPU only: model::cuda_trains).
   std::string gpu_why = "memwall was built without CUDA (MEMWALL_CUDA)";
   int gpus = 0;
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && !c.moe() && !c.mla());
+  const bool use_cuda =
+      opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && model::cuda_trains(c).is_ok());
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }
@@ -1085,11 +1086,12 @@ int run_export(const ExportOptions& opt) {
     copied += (copied.empty() ? "" : " and ") + name;
   }
   std::printf(
-      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
+      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to "
+      "%s/model.safetensors "
       "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.main_layers(),
-      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab,
-      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
+      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab, opt.dtype.c_str(),
+      opt.out.c_str(), opt.out.c_str(),
       copied.empty() ? "" : (" with the BPE tokenizer's " + copied).c_str());
   return kExitOk;
 }

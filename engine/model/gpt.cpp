@@ -326,6 +326,24 @@ Status validate(const GptConfig& c, int batch, int seq) {
   return Status::ok();
 }
 
+Status cuda_trains(const GptConfig& c) {
+  if (c.moe() && (c.llama4 || c.gpt_oss)) {
+    return Status::invalid_argument(
+        std::string(c.llama4 ? "Llama 4's" : "gpt-oss's") +
+        " mixture of experts trains on the CPU device only; allowed: --device cpu");
+  }
+  if (c.mla()) {
+    return Status::invalid_argument("DeepSeek's latent attention (kv_lora_rank " + std::to_string(c.kv_lora) +
+                                    ") trains on the CPU device only; allowed: --device cpu");
+  }
+  if (c.mtp > 0) {
+    return Status::invalid_argument(
+        "the next-token-prediction module (memwall.mtp) trains on the CPU device only; allowed: --device "
+        "cpu");
+  }
+  return Status::ok();
+}
+
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
   if (c.moe() && tiling != 1) {
     return Status::invalid_argument(what + " " + std::to_string(tiling) +
@@ -2410,16 +2428,10 @@ float* GptModel::expert_rows(std::vector<std::vector<float>>& v, std::size_t a, 
 
 void GptModel::gather_expert_input(std::size_t a, int e, const float* src) {
   const auto& rows = router_.rows(a, static_cast<std::size_t>(e));
-  const auto C = static_cast<std::size_t>(c_.channels), K = static_cast<std::size_t>(c_.experts_per_token);
-  ein_.resize(rows.size() * C);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const float* row = src + static_cast<std::size_t>(rows[i]) / K * C;
-    std::copy(row, row + C, ein_.data() + i * C);
-    if (!c_.llama4) continue;
-    const float w =
-        router_.weights(a)[static_cast<std::size_t>(rows[i])];  // (Llama 4's: the weight scales the input)
-    for (std::size_t j = 0; j < C; ++j) ein_[i * C + j] *= w;
-  }
+  ein_.resize(rows.size() * static_cast<std::size_t>(c_.channels));
+  // (Llama 4's: the weight scales the input)
+  k::gather_rows(ein_.data(), src, rows.data(), c_.llama4 ? router_.weights(a) : nullptr,
+                 static_cast<int>(rows.size()), c_.channels, c_.experts_per_token);
 }
 
 bool GptModel::bf16_weight(int op, int k) const {
@@ -2586,16 +2598,9 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
     case Role::kExpertFc2: {  // its output, kept for the routing weight's gradient, weighted into the block's
       if (routed == 0) break;
       linear(expert_rows(eout_, a, e, C), C, expert_rows(egel_, a, e, FE), FE, nullptr, routed);
-      const auto K = static_cast<std::size_t>(c_.experts_per_token), W = static_cast<std::size_t>(C);
-      const auto& rows = router_.rows(a, e);
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const auto r = static_cast<std::size_t>(rows[i]);
-        const float w =
-            branch * (c_.llama4 ? 1.0f : router_.weights(a)[r]);  // (Llama 4's weighted the input)
-        float* dst = resid_[ri + 1].data() + r / K * W;
-        const float* y = expert_rows(eout_, a, e, C) + i * W;
-        for (std::size_t j = 0; j < W; ++j) dst[j] += w * y[j];
-      }
+      // (Llama 4's weighted the input)
+      k::scatter_add_rows(resid_[ri + 1].data(), expert_rows(eout_, a, e, C), router_.rows(a, e).data(),
+                          c_.llama4 ? nullptr : router_.weights(a), branch, routed, C, c_.experts_per_token);
       break;
     }
     case Role::kSharedFc1:
@@ -2614,13 +2619,8 @@ void GptModel::forward_op(int op, const float* const* p, const std::uint16_t* co
       break;
     case Role::kSharedGate: {  // sigmoid(gate . x) times the shared expert's output, added to the block's
       linear(glogit_.data(), 1, fc1_input(a), C, nullptr);
-      const auto W = static_cast<std::size_t>(C);
-      for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
-        const float s = sgate_[a][t] = sigmoid(glogit_[t]);
-        float* dst = resid_[ri + 1].data() + t * W;
-        const float* y = sout_[a].data() + t * W;
-        for (std::size_t j = 0; j < W; ++j) dst[j] += branch * s * y[j];
-      }
+      k::gated_add_forward(resid_[ri + 1].data(), sgate_[a].data(), glogit_.data(), sout_[a].data(), branch,
+                           N, C);
       break;
     }
     case Role::kFinalNorm:  // (the main model's output: before the next-token-prediction module's)
@@ -2770,17 +2770,8 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
     case Role::kSharedGate: {
       moe_block_backward();
       // The gated output's gradients: s dx at the shared expert's output, s (1 - s) dx . output at the logit.
-      const auto& s = sgate_[a];
-      for (std::size_t t = 0; t < static_cast<std::size_t>(N); ++t) {
-        const float* dx = dx_.data() + t * W;
-        const float* y = sout_[a].data() + t * W;
-        float dot = 0;
-        for (std::size_t j = 0; j < W; ++j) {
-          dsout_[t * W + j] = branch * s[t] * dx[j];
-          dot += dx[j] * y[j];
-        }
-        glogit_[t] = branch * dot * s[t] * (1 - s[t]);
-      }
+      k::gated_add_backward(dsout_.data(), glogit_.data(), dx_.data(), sout_[a].data(), sgate_[a].data(),
+                            branch, N, C);
       linear(dln_.data(), glogit_.data(), 1, fc1_input(a), C);
       break;
     }
@@ -2808,18 +2799,9 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       // the input's: ExpertFc1's).
       const auto& rows = router_.rows(a, e);
       dy_.resize(rows.size() * W);
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const auto r = static_cast<std::size_t>(rows[i]);
-        const float* dx = dx_.data() + r / K * W;
-        const float* y = expert_rows(eout_, a, e, C) + i * W;
-        const float w = branch * (c_.llama4 ? 1.0f : router_.weights(a)[r]);
-        float dot = 0;
-        for (std::size_t j = 0; j < W; ++j) {
-          dy_[i * W + j] = w * dx[j];
-          dot += dx[j] * y[j];
-        }
-        if (!c_.llama4) drw_[r] = branch * dot;
-      }
+      k::scatter_add_rows_backward(
+          dy_.data(), c_.llama4 ? nullptr : drw_.data(), dx_.data(), expert_rows(eout_, a, e, C), rows.data(),
+          c_.llama4 ? nullptr : router_.weights(a), branch, routed, C, c_.experts_per_token);
       degel_.assign(rows.size() * static_cast<std::size_t>(FE), 0.0f);
       linear(degel_.data(), dy_.data(), C, expert_rows(egel_, a, e, FE), FE, routed);
       break;

@@ -42,19 +42,7 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
-  if (c.moe()) {
-    return Status::invalid_argument("a mixture of experts (" + std::to_string(c.experts) +
-                                    " experts) trains on the CPU device only; allowed: --device cpu");
-  }
-  if (c.mla()) {
-    return Status::invalid_argument("DeepSeek's latent attention (kv_lora_rank " + std::to_string(c.kv_lora) +
-                                    ") trains on the CPU device only; allowed: --device cpu");
-  }
-  if (c.mtp > 0) {
-    return Status::invalid_argument(
-        "the next-token-prediction module (memwall.mtp) trains on the CPU device "
-        "only; allowed: --device cpu");
-  }
+  MW_RETURN_IF_ERROR(cuda_trains(c));
   if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
@@ -183,8 +171,11 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dgel_ = buf(N * F, c_.llama() ? "dswiglu" : "dgelu");
   dlogits_ = buf(N * V, "dlogits");
   // A linear's tile, or one matrix of a fused pair (grouped-query q and kv, gate and up): at most the
-  // widest matrix's rows (an untied head's vocabulary too).
-  const std::size_t widest = std::max({Wq, Wf, V, 4 * C});
+  // widest matrix's rows (an untied head's vocabulary too, an expert's, the router's).
+  const std::size_t FE = static_cast<std::size_t>(c_.expert_width()),
+                    Fs = static_cast<std::size_t>(std::max(0, c_.shared_ffn)), Fx = std::max(FE, Fs),
+                    E = static_cast<std::size_t>(std::max(0, c_.experts));
+  const std::size_t widest = std::max({Wq, Wf, V, 4 * C, 2 * Fx, E});
   if (tiling > 1 || c_.llama() || c_.split_qkv()) tile_ = buf(N * widest, "tile");
   if (c_.expanded_attention()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
@@ -202,10 +193,36 @@ Status CudaGptModel::allocate_buffers(int tiling) {
       "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
   if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C, F or Q), weight, output gradient
-    const std::size_t in = std::max({4 * C, F, Q});
+    const std::size_t in = std::max({4 * C, F, Q, Fx});
     b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * in + 1) / 2, "bf16 GEMM input"));
     b16_w_ = reinterpret_cast<std::uint16_t*>(buf((widest * in + 1) / 2, "bf16 GEMM weight"));
     b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
+  }
+  if (c_.moe()) {
+    const std::size_t K = static_cast<std::size_t>(c_.experts_per_token);
+    router_ = MoeRouter(c_, B_, T_, slots_);
+    per_layer(erows_, N * K, S, "experts' routing choices");
+    per_layer(ewt_, N * K, S, "routing weights");
+    per_layer(efc_, N * K * 2 * FE, S, "experts' fc1 outputs");
+    per_layer(egel_, N * K * FE, S, "experts' swiglu outputs");
+    per_layer(eout_, N * K * C, S, "experts' outputs");
+    rlogit_ = buf(N * E, "router logits");
+    drlogit_ = buf(N * E, "drouter logits");
+    drw_ = buf(N * K, "drouting weights");
+    ein_ = buf(N * C, "an expert's input");
+    dein_ = buf(N * C, "an expert's dinput");
+    dy_ = buf(N * C, "an expert's doutput");
+    degel_ = buf(N * Fx, "an expert's dswiglu");
+    defc_ = buf(N * 2 * Fx, "an expert's dfc1");
+    load_ = buf(E, "experts' load errors");
+    if (Fs > 0) {
+      per_layer(sfc_, N * 2 * Fs, S, "shared expert fc1 output");
+      per_layer(sgel_, N * Fs, S, "shared expert swiglu output");
+      per_layer(sout_, N * C, S, "shared expert output");
+      per_layer(sgate_, N, S, "shared expert gate");
+      glogit_ = buf(N, "shared expert gate logits");
+      dsout_ = buf(N * C, "dshared expert output");
+    }
   }
   tokens_ = reinterpret_cast<int*>(buf(N, "tokens"));
   targets_ = reinterpret_cast<int*>(buf(N, "targets"));
@@ -234,6 +251,173 @@ Status CudaGptModel::copy(float* dst, const float* src, std::size_t floats) {
                   "cudaMemcpyAsync");
 }
 
+Status CudaGptModel::download(void* host, const void* device, std::size_t bytes, const char* what) {
+  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
+  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s), what));
+  return check_rt(cudaStreamSynchronize(s), what);
+}
+
+Status CudaGptModel::upload(void* device, const void* host, std::size_t bytes, const char* what) {
+  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
+  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s), what));
+  return check_rt(cudaStreamSynchronize(s), what);
+}
+
+// The routing needs the logits on the host: the compute stream drains here once per layer of experts (as a
+// dropless MoE's token counts make every GPU implementation wait), the rest of the block stays on the GPU.
+Status CudaGptModel::route(std::size_t l, std::size_t a, const float* const* p) {
+  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
+                    E = static_cast<std::size_t>(c_.experts),
+                    K = static_cast<std::size_t>(c_.experts_per_token);
+  host_logits_.resize(N * E);
+  MW_RETURN_IF_ERROR(download(host_logits_.data(), rlogit_, N * E * sizeof(float), "router logits"));
+  const float* bias = nullptr;  // (GLM-4.5's and DeepSeek-V3's correction bias)
+  if (c_.sigmoid_routing) {
+    host_bias_.resize(E);
+    MW_RETURN_IF_ERROR(download(host_bias_.data(), p[1], E * sizeof(float), "routing correction bias"));
+    bias = host_bias_.data();
+  }
+  router_.route(l, a, host_logits_.data(), bias);
+  host_rows_.clear();
+  for (std::size_t e = 0; e < E; ++e) {
+    const auto& rows = router_.rows(a, e);
+    host_rows_.insert(host_rows_.end(), rows.begin(), rows.end());
+  }
+  MW_RETURN_IF_ERROR(upload(erows_[a], host_rows_.data(), N * K * sizeof(int), "routing choices"));
+  MW_RETURN_IF_ERROR(upload(ewt_[a], router_.weights(a), N * K * sizeof(float), "routing weights"));
+  // The experts add their weighted outputs to the attention's residual sum.
+  return copy(resid_[l + 1], res1_[a], N * static_cast<std::size_t>(c_.channels));
+}
+
+Status CudaGptModel::route_backward(std::size_t a, float* const* g) {
+  const std::size_t N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_),
+                    E = static_cast<std::size_t>(c_.experts),
+                    K = static_cast<std::size_t>(c_.experts_per_token);
+  host_drw_.resize(N * K);
+  host_dlogits_.resize(N * E);
+  MW_RETURN_IF_ERROR(download(host_drw_.data(), drw_, N * K * sizeof(float), "drouting weights"));
+  router_.backward(a, host_drw_.data(), host_dlogits_.data());
+  MW_RETURN_IF_ERROR(upload(drlogit_, host_dlogits_.data(), N * E * sizeof(float), "drouter logits"));
+  if (!bias_update_ || !c_.sigmoid_routing) return Status::ok();
+  // Each expert's load error, for the correction bias's rule.
+  host_load_.assign(E, 0.0f);
+  router_.add_load_error(a, host_load_.data());
+  MW_RETURN_IF_ERROR(upload(load_, host_load_.data(), E * sizeof(float), "experts' load errors"));
+  return check(kc::accumulate(g[1], load_, E, dev_.compute().get()), "load errors");
+}
+
+Status CudaGptModel::moe_forward(
+    const GptOp& o, std::size_t l, std::size_t a, const float* const* p,
+    const std::function<Status(float*, int, const float*, int, const float*, int)>& linear) {
+  const int N = B_ * T_, C = c_.channels, FE = c_.expert_width(), Fs = c_.shared_ffn,
+            K = c_.experts_per_token;
+  void* s = dev_.compute().get();
+  const auto branch = static_cast<float>(c_.residual_multiplier);  // (Granite MoE's; else 1)
+  const std::size_t at = o.expert >= 0 ? expert_first(a, o.expert) : 0;
+  const int n = o.expert >= 0 ? routed(a, o.expert) : 0;
+  const int* rows = reinterpret_cast<const int*>(erows_[a]) + at;
+  const auto w = static_cast<std::size_t>(FE), W = static_cast<std::size_t>(C);
+  switch (o.role) {
+    case GptRole::kRouter:
+      MW_RETURN_IF_ERROR(linear(rlogit_, c_.experts, fc1_input(a), C, nullptr, 0));
+      return route(l, a, p);
+    case GptRole::kExpertFc1:
+      if (n == 0) return Status::ok();
+      MW_RETURN_IF_ERROR(check(kc::gather_rows(ein_, fc1_input(a), rows, nullptr, n, C, K, N, s), "gather"));
+      return linear(efc_[a] + at * 2 * w, 2 * FE, ein_, C, nullptr, n);
+    case GptRole::kExpertAct:
+      if (n == 0) return Status::ok();
+      return check(kc::swiglu_forward(egel_[a] + at * w, efc_[a] + at * 2 * w, n, FE, s), "expert swiglu");
+    case GptRole::kExpertFc2:  // its output, kept for the routing weight's gradient, weighted into the
+                               // block's
+      if (n == 0) return Status::ok();
+      MW_RETURN_IF_ERROR(linear(eout_[a] + at * W, C, egel_[a] + at * w, FE, nullptr, n));
+      return check(
+          kc::scatter_add_rows(resid_[l + 1], eout_[a] + at * W, rows, ewt_[a], branch, n, C, K, N, s),
+          "expert output");
+    case GptRole::kSharedFc1:
+      return linear(sfc_[a], 2 * Fs, fc1_input(a), C, nullptr, 0);
+    case GptRole::kSharedAct:
+      return check(kc::swiglu_forward(sgel_[a], sfc_[a], N, Fs, s), "shared swiglu");
+    case GptRole::kSharedFc2:  // (GLM-4.5's, without a gate, added to the block's output here)
+      MW_RETURN_IF_ERROR(linear(sout_[a], C, sgel_[a], Fs, nullptr, 0));
+      if (c_.shared_gate) return Status::ok();
+      return check(kc::accumulate_strided(resid_[l + 1], C, sout_[a], C, N, C, branch, s), "shared output");
+    case GptRole::kSharedGate:  // sigmoid(gate . x) times the shared expert's output, added to the block's
+      MW_RETURN_IF_ERROR(linear(glogit_, 1, fc1_input(a), C, nullptr, 0));
+      return check(kc::gated_add_forward(resid_[l + 1], sgate_[a], glogit_, sout_[a], branch, N, C, s),
+                   "shared gate");
+    default:
+      return Status::internal("cuda model: not an op of a mixture of experts");
+  }
+}
+
+Status CudaGptModel::moe_backward(
+    const GptOp& o, std::size_t a, float* const* g,
+    const std::function<Status(float*, const float*, int, const float*, int, int)>& linear) {
+  const int N = B_ * T_, C = c_.channels, FE = c_.expert_width(), Fs = c_.shared_ffn,
+            K = c_.experts_per_token;
+  void* s = dev_.compute().get();
+  const auto branch = static_cast<float>(c_.residual_multiplier);
+  const std::size_t at = o.expert >= 0 ? expert_first(a, o.expert) : 0;
+  const int n = o.expert >= 0 ? routed(a, o.expert) : 0;
+  const int* rows = reinterpret_cast<const int*>(erows_[a]) + at;
+  const auto w = static_cast<std::size_t>(FE), W = static_cast<std::size_t>(C),
+             nc = static_cast<std::size_t>(N) * W;
+  // The block's first op backward: its residual branch, no gradients at its input yet.
+  const auto block_backward = [&]() -> Status {
+    MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));
+    MW_RETURN_IF_ERROR(zero(dln_, nc));
+    return zero(drw_, static_cast<std::size_t>(N) * static_cast<std::size_t>(K));
+  };
+  switch (o.role) {
+    case GptRole::kSharedGate:
+      MW_RETURN_IF_ERROR(block_backward());
+      MW_RETURN_IF_ERROR(
+          check(kc::gated_add_backward(dsout_, glogit_, dx_, sout_[a], sgate_[a], branch, N, C, s),
+                "shared gate bwd"));
+      return linear(dln_, glogit_, 1, fc1_input(a), C, 0);
+    case GptRole::kSharedFc2:
+      if (!c_.shared_gate) {  // the block's first op backward: the output's gradient as it is
+        MW_RETURN_IF_ERROR(block_backward());
+        MW_RETURN_IF_ERROR(copy(dsout_, dx_, nc));
+        if (branch != 1) MW_RETURN_IF_ERROR(check(kc::scale_values(dsout_, nc, branch, s), "shared scale"));
+      }
+      MW_RETURN_IF_ERROR(zero(degel_, static_cast<std::size_t>(N) * static_cast<std::size_t>(Fs)));
+      return linear(degel_, dsout_, C, sgel_[a], Fs, 0);
+    case GptRole::kSharedAct:
+      MW_RETURN_IF_ERROR(zero(defc_, static_cast<std::size_t>(N) * 2 * static_cast<std::size_t>(Fs)));
+      return check(kc::swiglu_backward(defc_, sfc_[a], degel_, N, Fs, s), "shared swiglu bwd");
+    case GptRole::kSharedFc1:
+      return linear(dln_, defc_, 2 * Fs, fc1_input(a), C, 0);
+    case GptRole::kExpertFc2:
+      // (the block's first op backward without a shared expert)
+      if (o.expert == c_.experts - 1 && Fs == 0) MW_RETURN_IF_ERROR(block_backward());
+      if (n == 0) return Status::ok();
+      // The weighted output's gradients: w dx at the output, dx . output at the weight.
+      MW_RETURN_IF_ERROR(check(kc::scatter_add_rows_backward(dy_, drw_, dx_, eout_[a] + at * W, rows, ewt_[a],
+                                                             branch, n, C, K, N, s),
+                               "expert output bwd"));
+      MW_RETURN_IF_ERROR(zero(degel_, static_cast<std::size_t>(n) * w));
+      return linear(degel_, dy_, C, egel_[a] + at * w, FE, n);
+    case GptRole::kExpertAct:
+      if (n == 0) return Status::ok();
+      MW_RETURN_IF_ERROR(zero(defc_, static_cast<std::size_t>(n) * 2 * w));
+      return check(kc::swiglu_backward(defc_, efc_[a] + at * 2 * w, degel_, n, FE, s), "expert swiglu bwd");
+    case GptRole::kExpertFc1:  // into the rows of the MLP input's gradient its tokens read
+      if (n == 0) return Status::ok();
+      MW_RETURN_IF_ERROR(check(kc::gather_rows(ein_, fc1_input(a), rows, nullptr, n, C, K, N, s), "gather"));
+      MW_RETURN_IF_ERROR(zero(dein_, static_cast<std::size_t>(n) * W));
+      MW_RETURN_IF_ERROR(linear(dein_, defc_, 2 * FE, ein_, C, n));
+      return check(kc::scatter_add_rows(dln_, dein_, rows, nullptr, 1.0f, n, C, K, N, s), "expert dinput");
+    case GptRole::kRouter:
+      MW_RETURN_IF_ERROR(route_backward(a, g));
+      return linear(dln_, drlogit_, c_.experts, fc1_input(a), C, 0);
+    default:
+      return Status::internal("cuda model: not an op of a mixture of experts");
+  }
+}
+
 Status CudaGptModel::set_batch(const int* tokens, const int* targets) {
   const std::size_t bytes = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * sizeof(int);
   auto* s = static_cast<cudaStream_t>(dev_.compute().get());
@@ -253,7 +437,9 @@ Result<float> CudaGptModel::loss() {
   MW_RETURN_IF_ERROR(check_rt(cudaStreamSynchronize(s), "loss"));
   double total = 0;
   for (float l : host) total += static_cast<double>(l);
-  return static_cast<float>(total / static_cast<double>(N));
+  auto mean = static_cast<float>(total / static_cast<double>(N));
+  router_.add_losses(mean);
+  return mean;
 }
 
 // The bf16 GEMM weight [OC, IC]: the gathered bf16 copy when the op came with one, else `w` rounded in
@@ -297,8 +483,9 @@ Status CudaGptModel::gemm_backward(float* din, float* dw, float* db, const float
 // out[:, this tile's columns of each part] = in . w^T + b (+ residual there); each part's GEMM takes its
 // gathered bf16 weight where the op came with them.
 Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, int in_width,
-                                    const Part* parts, int n, const GptOp& o, const float* residual) {
-  const int N = B_ * T_;
+                                    const Part* parts, int n, const GptOp& o, const float* residual,
+                                    int rows_in) {
+  const int N = rows_in > 0 ? rows_in : B_ * T_;
   void* s = dev_.compute().get();
   const std::size_t rows = static_cast<std::size_t>(N);
   if (o.tiles == 1 && n == 1) {
@@ -335,8 +522,8 @@ Status CudaGptModel::linear_forward(float* out, int out_width, const float* in, 
 }
 
 Status CudaGptModel::linear_backward(float* din, const float* dout, int out_width, const float* in,
-                                     int in_width, const Part* parts, int n, const GptOp& o) {
-  const int N = B_ * T_;
+                                     int in_width, const Part* parts, int n, const GptOp& o, int rows) {
+  const int N = rows > 0 ? rows : B_ * T_;
   void* s = dev_.compute().get();
   if (o.tiles == 1 && n == 1)
     return gemm_backward(din, parts[0].dw, parts[0].db, dout, in, parts[0].w, parts[0].w16, N, in_width,
@@ -533,7 +720,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                                  "logit softcap"));
       }
       return check(kc::crossentropy_forward(probs_, losses_, logits_, targets_, N, c_.vocab, s), "loss");
-    case GptRole::kRouter:  // (create refuses a mixture of experts)
+    case GptRole::kRouter:
     case GptRole::kExpertFc1:
     case GptRole::kExpertAct:
     case GptRole::kExpertFc2:
@@ -541,6 +728,11 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kSharedAct:
     case GptRole::kSharedFc2:
     case GptRole::kSharedGate:
+      return moe_forward(o, l, a, p,
+                         [&](float* out, int ow, const float* in, int iw, const float* r, int rows) {
+                           const int n = linear_parts(c_, o, p, nullptr, parts, p16_);
+                           return linear_forward(out, ow, in, iw, parts, n, o, r, rows);
+                         });
     case GptRole::kQA:  // (create refuses the latent attention)
     case GptRole::kQANorm:
     case GptRole::kQB:
@@ -695,6 +887,11 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
     case GptRole::kSharedAct:
     case GptRole::kSharedFc2:
     case GptRole::kSharedGate:
+      return moe_backward(o, a, g,
+                          [&](float* din, const float* dout, int ow, const float* in, int iw, int rows) {
+                            const int k = linear_parts(c_, o, p, g, parts, p16_);
+                            return linear_backward(din, dout, ow, in, iw, parts, k, o, rows);
+                          });
     case GptRole::kQA:  // (create refuses the latent attention)
     case GptRole::kQANorm:
     case GptRole::kQB:

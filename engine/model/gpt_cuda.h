@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,8 +48,13 @@ class CudaGptModel {
   Status backward_op(int op, const float* const* param, float* const* grad,
                      const std::uint16_t* const* param16 = nullptr);
   bool bf16_weight(int op, int k) const;
-  // The last forward's mean cross-entropy (waits for the compute stream).
+  // The last forward's mean cross-entropy (waits for the compute stream), plus a mixture of experts' balance
+  // losses.
   Result<float> loss();
+  // A mixture of experts' balance in the last forward (GptModel::expert_load; 0 without experts).
+  double expert_load() const { return router_.expert_load(); }
+  // DeepSeek-V3's bias rule's load errors into the correction bias's gradient (GptModel's).
+  void set_router_bias_update(bool on) { bias_update_ = on; }
 
   // Whole passes over a flat device parameter array (and gradient array, accumulated).
   Result<float> forward(const float* params, const int* tokens, const int* targets);
@@ -66,10 +72,11 @@ class CudaGptModel {
   Status allocate_buffers(int tiling);
   float* buf(std::size_t floats, const char* what);
   using Part = LinearPart;
+  // (rows: of in and out; 0: B x T)
   Status linear_forward(float* out, int out_width, const float* in, int in_width, const Part* parts, int n,
-                        const GptOp& o, const float* residual);
+                        const GptOp& o, const float* residual, int rows = 0);
   Status linear_backward(float* din, const float* dout, int out_width, const float* in, int in_width,
-                         const Part* parts, int n, const GptOp& o);
+                         const Part* parts, int n, const GptOp& o, int rows = 0);
   Status norm_forward(float* out, float* mean, float* rstd, const float* in, const float* const* p);
   // The MLP's input in activation slot a: its norm's output, the attention's norm's (shared_norm), or the
   // attention's residual sum itself (post_norm).
@@ -103,6 +110,26 @@ class CudaGptModel {
   Status gemm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                        const std::uint16_t* w16, int N, int IC, int OC);
   Status copy(float* dst, const float* src, std::size_t floats);
+  // Host <-> device copies on the compute stream that return once done (the host arrays may change then).
+  Status download(void* host, const void* device, std::size_t bytes, const char* what);
+  Status upload(void* device, const void* host, std::size_t bytes, const char* what);
+  // A mixture of experts in layer l (slot a), forward: the router's logits copied down and routed on the host
+  // (MoeRouter, as the CPU model), each expert's routing choices and the routing weights copied up, the
+  // block's output started at its residual sum. Backward: the router logits' gradient from the routing
+  // weights' (copied down and up again).
+  Status route(std::size_t l, std::size_t a, const float* const* p);
+  Status route_backward(std::size_t a, float* const* g);
+  // Expert e's rows in slot a: its first routing choice in erows_/efc_/egel_/eout_ and how many it got.
+  std::size_t expert_first(std::size_t a, int e) const {
+    return router_.first(a, static_cast<std::size_t>(e));
+  }
+  int routed(std::size_t a, int e) const {
+    return static_cast<int>(router_.rows(a, static_cast<std::size_t>(e)).size());
+  }
+  Status moe_forward(const GptOp& o, std::size_t l, std::size_t a, const float* const* p,
+                     const std::function<Status(float*, int, const float*, int, const float*, int)>& linear);
+  Status moe_backward(const GptOp& o, std::size_t a, float* const* g,
+                      const std::function<Status(float*, const float*, int, const float*, int, int)>& linear);
   Status scale_branch(const float* d);
 
   GptConfig c_;
@@ -137,6 +164,18 @@ class CudaGptModel {
         *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
   float *qf_ = nullptr, *dqf_ = nullptr;  // the Llama shape's expanded, rotated qkv and its gradient
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // its rotary angles' table, [T][head size / 2] each
+  // A mixture of experts: the routing (host), per slot every routing choice's token row (int, expert after
+  // expert), the routing weights [tokens][K], the experts' fc1, SwiGLU and fc2 rows (N x K rows each) and
+  // the shared expert's fc1, SwiGLU, output and gate; scratch: the router's logits, an expert's gathered
+  // input, and gradients; host staging for the routing.
+  MoeRouter router_;
+  bool bias_update_ = false;
+  std::vector<float*> erows_, ewt_, efc_, egel_, eout_, sfc_, sgel_, sout_, sgate_;
+  float *rlogit_ = nullptr, *drlogit_ = nullptr, *drw_ = nullptr, *ein_ = nullptr, *dein_ = nullptr,
+        *dy_ = nullptr, *degel_ = nullptr, *defc_ = nullptr, *glogit_ = nullptr, *dsout_ = nullptr,
+        *load_ = nullptr;
+  std::vector<float> host_logits_, host_bias_, host_drw_, host_dlogits_, host_load_;
+  std::vector<int> host_rows_;
   std::vector<const float*> p_;
   std::vector<float*> gr_;
 };

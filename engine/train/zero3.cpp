@@ -1261,7 +1261,8 @@ double Zero3Trainer::last_grad_norm() const {
   return st_->grad_norm;
 }
 double Zero3Trainer::last_expert_load() const {
-  return st_->model ? st_->model->expert_load() : 0;
+  if (st_->model) return st_->model->expert_load();
+  return st_->cmodel ? st_->cmodel->expert_load() : 0;
 }
 const RunResult& Zero3Trainer::last_run() const {
   return st_->last_run;
@@ -1678,6 +1679,7 @@ Status Zero3Trainer::open_gpu() {
                                         slots, o_.run.memwall.attention == AttentionKernel::kFlash);
   if (!cm.is_ok()) return cm.status();
   st.cmodel = std::move(cm).value();
+  st.cmodel->set_router_bias_update(o_.run.memwall.router_bias_update > 0);
   std::size_t work = 0, most_shard = 1;
   const auto R = static_cast<std::size_t>(st.R);
   for (const GraphOp& op : st.gg.graph.ops) {

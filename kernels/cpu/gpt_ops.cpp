@@ -1462,4 +1462,79 @@ void crossentropy_backward(float* dlogits, const float* probs, const int* target
   }
 }
 
+void gather_rows(float* out, const float* x, const int* rows, const float* weight, int n, int C, int K) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(rows[i]);
+    const float* src = x + r / static_cast<std::size_t>(K) * W;
+    float* dst = out + static_cast<std::size_t>(i) * W;
+    if (weight == nullptr) {
+      std::copy(src, src + W, dst);
+      continue;
+    }
+    for (std::size_t j = 0; j < W; ++j) dst[j] = src[j] * weight[r];
+  }
+}
+
+void scatter_add_rows(float* dst, const float* y, const int* rows, const float* weight, float scale, int n,
+                      int C, int K) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int i = 0; i < n; ++i) {  // (each token once: no two rows i write the same row of dst)
+    const auto r = static_cast<std::size_t>(rows[i]);
+    const float w = weight != nullptr ? scale * weight[r] : scale;
+    float* d = dst + r / static_cast<std::size_t>(K) * W;
+    const float* src = y + static_cast<std::size_t>(i) * W;
+    for (std::size_t j = 0; j < W; ++j) d[j] += w * src[j];
+  }
+}
+
+void scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const float* y, const int* rows,
+                               const float* weight, float scale, int n, int C, int K) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(rows[i]);
+    const float w = weight != nullptr ? scale * weight[r] : scale;
+    const float* d = dx + r / static_cast<std::size_t>(K) * W;
+    const float* yi = y + static_cast<std::size_t>(i) * W;
+    float* out = dy + static_cast<std::size_t>(i) * W;
+    float dot = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+      out[j] = w * d[j];
+      dot += d[j] * yi[j];
+    }
+    if (dweight != nullptr) dweight[r] = scale * dot;
+  }
+}
+
+void gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int t = 0; t < N; ++t) {
+    const float g = s[t] = 1.0f / (1.0f + std::exp(-z[t]));
+    float* d = dst + static_cast<std::size_t>(t) * W;
+    const float* yt = y + static_cast<std::size_t>(t) * W;
+    for (std::size_t j = 0; j < W; ++j) d[j] += scale * g * yt[j];
+  }
+}
+
+void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale,
+                        int N, int C) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int t = 0; t < N; ++t) {
+    const float* d = dx + static_cast<std::size_t>(t) * W;
+    const float* yt = y + static_cast<std::size_t>(t) * W;
+    float* out = dy + static_cast<std::size_t>(t) * W;
+    float dot = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+      out[j] = scale * s[t] * d[j];
+      dot += d[j] * yt[j];
+    }
+    dz[t] = scale * dot * s[t] * (1 - s[t]);
+  }
+}
+
 }  // namespace memwall::kernels

@@ -229,4 +229,23 @@ float crossentropy_forward(float* probs, const float* logits, const int* targets
 // dlogits[N, V] += (probs - onehot(target)) / N (the gradient of the mean loss).
 void crossentropy_backward(float* dlogits, const float* probs, const int* targets, int N, int V);
 
+// A mixture of experts' rows. An expert's n routing choices rows[i] (token x K + choice, K experts per token;
+// each token at most once) and the tokens' rows of C: out[i, :] = x[rows[i] / K, :], times weight[rows[i]]
+// where `weight` (a routing weight per choice) is given (Llama 4's weighted input).
+void gather_rows(float* out, const float* x, const int* rows, const float* weight, int n, int C, int K);
+// dst[rows[i] / K, :] += w y[i, :], w = scale x weight[rows[i]] (scale alone without `weight`): the experts'
+// weighted outputs into the block's, their inputs' gradients into the MLP input's.
+void scatter_add_rows(float* dst, const float* y, const int* rows, const float* weight, float scale, int n,
+                      int C, int K);
+// Its backward at y and the weights: dy[i, :] = w dx[rows[i] / K, :] and (where dweight is given)
+// dweight[rows[i]] = scale (dx[rows[i] / K, :] . y[i, :]), both written.
+void scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const float* y, const int* rows,
+                               const float* weight, float scale, int n, int C, int K);
+// A sigmoid-gated branch (Qwen2-MoE's shared expert): s[t] = sigmoid(z[t]) written, dst[t, :] += scale s[t]
+// y[t, :] over N rows of C; backward writes dy[t, :] = scale s[t] dx[t, :] and dz[t] = scale (dx[t, :] .
+// y[t, :]) s[t] (1 - s[t]).
+void gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C);
+void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale,
+                        int N, int C);
+
 }  // namespace memwall::kernels

@@ -1372,4 +1372,108 @@ int crossentropy_backward(float* dlogits, const float* probs, const int* targets
   return launched();
 }
 
+// ---- a mixture of experts' rows ----
+
+namespace {
+
+__global__ void gather_rows_kernel(float* out, const float* x, const int* rows, const float* weight, int C,
+                                   int K, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / C, c = i % C, r = static_cast<std::size_t>(rows[row]);
+  const float v = x[r / K * C + c];
+  out[i] = weight != nullptr ? v * weight[r] : v;
+}
+
+// (each token once among an expert's rows: no two threads add into the same element)
+__global__ void scatter_add_rows_kernel(float* dst, const float* y, const int* rows, const float* weight,
+                                        float scale, int C, int K, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / C, c = i % C, r = static_cast<std::size_t>(rows[row]);
+  const float w = weight != nullptr ? scale * weight[r] : scale;
+  dst[r / K * C + c] += w * y[i];
+}
+
+// One block per routed row.
+__global__ void scatter_add_rows_backward_kernel(float* dy, float* dweight, const float* dx, const float* y,
+                                                 const int* rows, const float* weight, float scale, int C,
+                                                 int K) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x, r = static_cast<std::size_t>(rows[row]);
+  const float w = weight != nullptr ? scale * weight[r] : scale;
+  const float* d = dx + r / K * C;
+  const float* yi = y + row * C;
+  float* out = dy + row * C;
+  float dot = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    out[c] = w * d[c];
+    dot += d[c] * yi[c];
+  }
+  dot = block_reduce<false>(dot, shared);
+  if (dweight != nullptr && threadIdx.x == 0) dweight[r] = scale * dot;
+}
+
+__global__ void gated_add_forward_kernel(float* dst, float* s, const float* z, const float* y, float scale,
+                                         int C) {
+  const std::size_t t = blockIdx.x;
+  const float g = 1.0f / (1.0f + expf(-z[t]));
+  if (threadIdx.x == 0) s[t] = g;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dst[t * C + c] += scale * g * y[t * C + c];
+}
+
+__global__ void gated_add_backward_kernel(float* dy, float* dz, const float* dx, const float* y, const float* s,
+                                          float scale, int C) {
+  __shared__ float shared[32];
+  const std::size_t t = blockIdx.x;
+  float dot = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    dy[t * C + c] = scale * s[t] * dx[t * C + c];
+    dot += dx[t * C + c] * y[t * C + c];
+  }
+  dot = block_reduce<false>(dot, shared);
+  if (threadIdx.x == 0) dz[t] = scale * dot * s[t] * (1 - s[t]);
+}
+
+}  // namespace
+
+int gather_rows(float* out, const float* x, const int* rows, const float* weight, int n, int C, int K, int,
+                void* stream) {
+  const std::size_t total = static_cast<std::size_t>(n) * C;
+  if (total == 0) return 0;
+  gather_rows_kernel<<<blocks_for(total), kThreads, 0, as_stream(stream)>>>(out, x, rows, weight, C, K, total);
+  return launched();
+}
+
+int scatter_add_rows(float* dst, const float* y, const int* rows, const float* weight, float scale, int n,
+                     int C, int K, int, void* stream) {
+  const std::size_t total = static_cast<std::size_t>(n) * C;
+  if (total == 0) return 0;
+  scatter_add_rows_kernel<<<blocks_for(total), kThreads, 0, as_stream(stream)>>>(dst, y, rows, weight, scale, C,
+                                                                                 K, total);
+  return launched();
+}
+
+int scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const float* y, const int* rows,
+                              const float* weight, float scale, int n, int C, int K, int, void* stream) {
+  if (n == 0) return 0;
+  scatter_add_rows_backward_kernel<<<n, kThreads, 0, as_stream(stream)>>>(dy, dweight, dx, y, rows, weight,
+                                                                          scale, C, K);
+  return launched();
+}
+
+int gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C,
+                      void* stream) {
+  if (N == 0) return 0;
+  gated_add_forward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dst, s, z, y, scale, C);
+  return launched();
+}
+
+int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale, int N,
+                       int C, void* stream) {
+  if (N == 0) return 0;
+  gated_add_backward_kernel<<<N, kThreads, 0, as_stream(stream)>>>(dy, dz, dx, y, s, scale, C);
+  return launched();
+}
+
 }  // namespace memwall::kernels::cuda

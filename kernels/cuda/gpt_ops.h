@@ -178,4 +178,19 @@ int accumulate(float* out, const float* in, std::size_t n, void* stream);
 int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int rows, int cols, float scale,
                        void* stream);
 
+// A mixture of experts' rows and Qwen2-MoE's gated shared expert, as kernels/cpu's gather_rows,
+// scatter_add_rows (each token at most once among `rows`), scatter_add_rows_backward, gated_add_forward and
+// gated_add_backward (their dot products summed in a block's order). `tokens`: the rows of x, dst and dx
+// (weight and dweight: tokens x K), for the emulated GPU's checks.
+int gather_rows(float* out, const float* x, const int* rows, const float* weight, int n, int C, int K,
+                int tokens, void* stream);
+int scatter_add_rows(float* dst, const float* y, const int* rows, const float* weight, float scale, int n,
+                     int C, int K, int tokens, void* stream);
+int scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const float* y, const int* rows,
+                              const float* weight, float scale, int n, int C, int K, int tokens, void* stream);
+int gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C,
+                      void* stream);
+int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale, int N,
+                       int C, void* stream);
+
 }  // namespace memwall::kernels::cuda

@@ -457,6 +457,70 @@ TEST_P(CudaGpt, FlashAttentionTrainsLikeTheCpusUnfusedModel) {
   EXPECT_LT((*flash)->activation_bytes(), (*unfused)->activation_bytes());
 }
 
+// Mixtures of experts (which take no tiling): the routing on the host from the GPU's router logits, each
+// expert's rows gathered, its GEMMs on them and its weighted output scattered back, at GPT-2's tolerances
+// with the unfused attention (the first parameter) and the flash kernels (the second). Mixtral's (its
+// load-balancing loss), Qwen2-MoE's (a shared expert behind its sigmoid gate, experts on every other layer,
+// q/k/v biases), GLM-4.5's (sigmoid routing in groups with the correction bias, routed_scale, an ungated
+// shared expert, a dense first layer), Granite MoE's (the residual multiplier on the experts' sum) and
+// Qwen3-MoE's (per-head q/k norms, heads of their own width). The tolerances hold while no token's k-th and
+// (k+1)-th experts score within rounding of each other (a flipped choice would move the loss by far more).
+TEST_P(CudaGpt, MixturesOfExpertsMatchTheCpu) {
+  GptConfig mixtral = small_llama();
+  mixtral.experts = 4;
+  mixtral.experts_per_token = 2;
+  mixtral.expert_ffn = 40;
+  mixtral.norm_topk = true;
+  mixtral.router_aux = 0.02;
+  GptConfig qwen3_moe = mixtral;
+  qwen3_moe.router_aux = 0;
+  qwen3_moe.head_dim = 24;
+  qwen3_moe.qk_norm = true;
+  if (GetParam() == 2) {
+    expect_flash_trains_like_the_cpu(*dev_, blocks_, 1, mixtral, "mixtral");
+    expect_flash_trains_like_the_cpu(*dev_, blocks_, 1, qwen3_moe, "qwen3-moe");
+    return;
+  }
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, mixtral);
+  GptConfig qwen2_moe = mixtral;
+  qwen2_moe.norm_topk = false;
+  qwen2_moe.qkv_bias = true;
+  qwen2_moe.shared_ffn = 48;
+  qwen2_moe.moe_every = 2;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, qwen2_moe);
+  GptConfig glm45 = mixtral;
+  glm45.router_aux = 0;
+  glm45.sigmoid_routing = true;
+  glm45.expert_groups = 2;
+  glm45.routed_scale = 2.5;
+  glm45.shared_ffn = 2 * glm45.expert_ffn;
+  glm45.shared_gate = false;
+  glm45.dense_layers = 1;
+  glm45.layers = 3;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, glm45);
+  GptConfig granite_moe = mixtral;
+  granite_moe.granite = true;
+  granite_moe.embed_multiplier = 12;
+  granite_moe.query_scale = 256;
+  granite_moe.residual_multiplier = 0.22;
+  granite_moe.logit_scale = 0.25;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, granite_moe);
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, qwen3_moe);
+}
+
+// What the GPU's model leaves to the CPU's is refused by name.
+TEST_P(CudaGpt, RefusesWhatTrainsOnTheCpuOnly) {
+  GptConfig oss = small_llama();
+  oss.experts = 4;
+  oss.experts_per_token = 2;
+  oss.gpt_oss = oss.norm_topk = oss.qkv_bias = true;
+  oss.swiglu_limit = 7;
+  auto m = CudaGptModel::create(oss, kB, kT, 1, *dev_);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("gpt-oss"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("--device cpu"), std::string::npos) << m.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiling, CudaGpt, ::testing::Values(1, 2));
 
 }  // namespace

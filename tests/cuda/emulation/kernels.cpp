@@ -516,6 +516,64 @@ int accumulate_strided(float* out, int ld_out, const float* in, int ld_in, int r
   });
 }
 
+int gather_rows(float* out, const float* x, const int* rows, const float* weight, int n, int C, int K,
+                int tokens, void* stream) {
+  if (n == 0) return 0;
+  if (int e = device_args("gather_rows", {{out, f32(n, C), "out", true},
+                                          {x, f32(tokens, C), "x"},
+                                          {rows, f32(n, 1), "rows"},
+                                          {weight, f32(tokens, K), "weight"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::gather_rows(out, x, rows, weight, n, C, K); });
+}
+
+int scatter_add_rows(float* dst, const float* y, const int* rows, const float* weight, float scale, int n,
+                     int C, int K, int tokens, void* stream) {
+  if (n == 0) return 0;
+  if (int e = device_args("scatter_add_rows", {{dst, f32(tokens, C), "dst", true},
+                                               {y, f32(n, C), "y"},
+                                               {rows, f32(n, 1), "rows"},
+                                               {weight, f32(tokens, K), "weight"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::scatter_add_rows(dst, y, rows, weight, scale, n, C, K); });
+}
+
+int scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const float* y, const int* rows,
+                              const float* weight, float scale, int n, int C, int K, int tokens,
+                              void* stream) {
+  if (n == 0) return 0;
+  if (int e = device_args("scatter_add_rows_backward", {{dy, f32(n, C), "dy", true},
+                                                        {dweight, f32(tokens, K), "dweight", true},
+                                                        {dx, f32(tokens, C), "dx"},
+                                                        {y, f32(n, C), "y"},
+                                                        {rows, f32(n, 1), "rows"},
+                                                        {weight, f32(tokens, K), "weight"}}))
+    return e;
+  return enqueue(
+      stream, [=] { kernels::scatter_add_rows_backward(dy, dweight, dx, y, rows, weight, scale, n, C, K); });
+}
+
+int gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C,
+                      void* stream) {
+  if (int e = device_args("gated_add_forward", {{dst, f32(N, C), "dst", true},
+                                                {s, f32(N, 1), "s", true},
+                                                {z, f32(N, 1), "z"},
+                                                {y, f32(N, C), "y"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::gated_add_forward(dst, s, z, y, scale, N, C); });
+}
+
+int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale,
+                       int N, int C, void* stream) {
+  if (int e = device_args("gated_add_backward", {{dy, f32(N, C), "dy", true},
+                                                 {dz, f32(N, 1), "dz", true},
+                                                 {dx, f32(N, C), "dx"},
+                                                 {y, f32(N, C), "y"},
+                                                 {s, f32(N, 1), "s"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::gated_add_backward(dy, dz, dx, y, s, scale, N, C); });
+}
+
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
   if (int e = device_args("adam_step", {{a.params, f32(a.n), "params", true},
                                         {a.exp_avg, f32(a.n), "exp_avg", true},
