@@ -172,9 +172,10 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   dlogits_ = buf(N * V, "dlogits");
   // A linear's tile, or one matrix of a fused pair (grouped-query q and kv, gate and up): at most the
   // widest matrix's rows (an untied head's vocabulary too, an expert's, the router's).
-  const std::size_t FE = static_cast<std::size_t>(c_.expert_width()),
-                    Fs = static_cast<std::size_t>(std::max(0, c_.shared_ffn)), Fx = std::max(FE, Fs),
-                    E = static_cast<std::size_t>(std::max(0, c_.experts));
+  const bool moe = c_.moe();
+  const std::size_t FE = moe ? static_cast<std::size_t>(c_.expert_width()) : 0,
+                    Fs = moe ? static_cast<std::size_t>(c_.shared_ffn) : 0, Fx = std::max(FE, Fs),
+                    E = moe ? static_cast<std::size_t>(c_.experts) : 0;
   const std::size_t widest = std::max({Wq, Wf, V, 4 * C, 2 * Fx, E});
   if (tiling > 1 || c_.llama() || c_.split_qkv()) tile_ = buf(N * widest, "tile");
   if (c_.expanded_attention()) {
@@ -198,7 +199,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     b16_w_ = reinterpret_cast<std::uint16_t*>(buf((widest * in + 1) / 2, "bf16 GEMM weight"));
     b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
   }
-  if (c_.moe()) {
+  if (moe) {
     const std::size_t K = static_cast<std::size_t>(c_.experts_per_token);
     router_ = MoeRouter(c_, B_, T_, slots_);
     per_layer(erows_, N * K, S, "experts' routing choices");

@@ -1100,13 +1100,36 @@ Status Zero3Trainer::State::optimizer(const Task& t) {
     a.params_out = updated16(t, static_cast<int>(p));
     a.out_type = kernels::DType::kBF16;
     if (bias_rule[p]) {  // DeepSeek-V3's rule: down where the expert was overloaded, up where underloaded
+      // (a few hundred numbers: on the GPU's tier they come to the host and go back)
+      const bool on_gpu = cuda && tier == Tier::kGpu;
+      std::vector<float> host_params, host_errors;
+      float* params = a.params;
       const auto* load_error = static_cast<const float*>(a.grads);
+      if (on_gpu) {
+        host_params.resize(a.n);
+        host_errors.resize(a.n);
+        MW_RETURN_IF_ERROR(move(host_errors.data(), false, load_error, true, a.n * 4));
+        MW_RETURN_IF_ERROR(move(host_params.data(), false, params, true, a.n * 4));
+        params = host_params.data();
+        load_error = host_errors.data();
+      }
       for (std::size_t i = 0; i < valid(pt); ++i) {
         const float e = load_error[i];
-        a.params[i] -= static_cast<float>(bias_speed) * static_cast<float>((e > 0) - (e < 0));
+        params[i] -= static_cast<float>(bias_speed) * static_cast<float>((e > 0) - (e < 0));
       }
-      if (a.params_out != nullptr)
-        kernels::cast_f32_to_bf16(a.params, static_cast<std::uint16_t*>(a.params_out), a.n);
+      if (!on_gpu) {
+        if (a.params_out != nullptr)
+          kernels::cast_f32_to_bf16(a.params, static_cast<std::uint16_t*>(a.params_out), a.n);
+        continue;
+      }
+#if MEMWALL_HAVE_CUDA
+      MW_RETURN_IF_ERROR(move(a.params, true, params, false, a.n * 4));
+      if (a.params_out != nullptr) {
+        const int rc = kernels::cuda::cast_f32_to_bf16(a.params, static_cast<std::uint16_t*>(a.params_out),
+                                                       a.n, gpu->compute().get());
+        if (rc != 0) return Status::internal(t.name + ": " + kernels::cuda::error_string(rc));
+      }
+#endif
       continue;
     }
     kernels::AdamHyper h = adam_hyper;

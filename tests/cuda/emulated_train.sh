@@ -10,7 +10,9 @@
 # and the plan's tier (but not the activations twice) trains; calibrate --device cuda writes a spec of the
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
 # tokens; ZeRO stages 0, 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
-# parameter update on the GPU the one on the host; so does a Llama-shaped model with NVMe offload.
+# parameter update on the GPU the one on the host; so do a Llama-shaped model and a Mixtral-shaped one
+# (picked by --device auto) with NVMe offload, and a GLM-4.5-shaped one whose correction bias the bias rule
+# steps on the GPU.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -163,6 +165,30 @@ for v in llama_cpu llama_cuda; do
     --eval-batches 1 --json --nvme-path "$work/nvme" --set "{$nvme_set}" --steps 3 "${args[@]}" \
     >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
+# Mixtral's shape (4 experts of 48, 2 a token) with NVMe offload on the GPU and on the host; --device auto
+# takes the GPU for it.
+for v in moe_cpu moe_cuda; do
+  args=(--device cpu)
+  [ "$v" = moe_cuda ] && args=(--device auto --gpu-matmul fp32)
+  "$BIN" train --hardware dgx2 --model mixtral-8x7b --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_local_experts": 4,
+    "num_experts_per_tok": 2}' --data "$work/corpus.txt" --eval-batches 1 --json --nvme-path "$work/nvme" \
+    --set "{$nvme_set}" --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" \
+    || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
+done
+# GLM-4.5's shape (sigmoid routing in groups, a shared expert, a dense first layer) with DeepSeek-V3's bias
+# rule stepping the correction bias, whose states are on the GPU: its load errors and bias go to the host
+# and back.
+for v in glm_cpu glm_cuda; do
+  args=(--device cpu)
+  [ "$v" = glm_cuda ] && args=(--device cuda --gpu-matmul fp32)
+  "$BIN" train --hardware dgx2 --model glm-4.5-air --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "moe_intermediate_size": 32,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "head_dim": 16,
+    "first_k_dense_replace": 1}' --data "$work/corpus.txt" --eval-batches 1 --json --set '{
+    "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01}' \
+    --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
+done
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
 # (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
 # on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
@@ -224,6 +250,8 @@ for dev_run, host_run in (("gas_nvme_cuda", "gas_nvme_cpu"), ("gas_sums_cuda", "
 follows("BPE tokens", "bpe_cuda", "bpe_cpu")
 follows("delayed update", "dpu_cuda", "dpu_cpu")
 follows("Llama shape", "llama_cuda", "llama_cpu")
+follows("Mixtral shape", "moe_cuda", "moe_cpu")
+follows("GLM-4.5 shape with the bias rule", "glm_cuda", "glm_cpu")
 def norms(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
@@ -252,7 +280,8 @@ if sys.argv[2] == "ran":
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
-runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA"), ("llama_cuda", "CUDA")]
+runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA"), ("llama_cuda", "CUDA"),
+        ("moe_cuda", "CUDA")]
 if sys.argv[2] == "ran":
     runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z0_nccl", "CUDA"), ("z1_nccl", "CUDA"),
              ("z2off_host", "CUDA")]
