@@ -332,10 +332,6 @@ Status cuda_trains(const GptConfig& c) {
         std::string(c.llama4 ? "Llama 4's" : "gpt-oss's") +
         " mixture of experts trains on the CPU device only; allowed: --device cpu");
   }
-  if (c.mla()) {
-    return Status::invalid_argument("DeepSeek's latent attention (kv_lora_rank " + std::to_string(c.kv_lora) +
-                                    ") trains on the CPU device only; allowed: --device cpu");
-  }
   if (c.mtp > 0) {
     return Status::invalid_argument(
         "the next-token-prediction module (memwall.mtp) trains on the CPU device only; allowed: --device "
@@ -2286,80 +2282,31 @@ double latent_query_scale(int head_dim, const RopeScaling& rs) {
   return head_dim / (ms * ms * ms * ms);
 }
 
-void mla_heads(const GptConfig& c, const float* q, const float* kv_a, const float* kv_b, float* qkv) {
-  const auto H = static_cast<std::size_t>(c.heads), D = static_cast<std::size_t>(c.head_size()),
-             R = static_cast<std::size_t>(c.rope_dim), P = static_cast<std::size_t>(c.nope_dim()),
-             V = static_cast<std::size_t>(c.v_dim), Q = H * D, KB = P + V;
-  const float* pe = kv_a + static_cast<std::size_t>(c.kv_lora);
-  for (std::size_t h = 0; h < H; ++h) {
-    float* qh = qkv + h * D;  // [rotary | nope], from the file's [nope | rotary]
-    std::copy_n(q + h * D + P, R, qh);
-    std::copy_n(q + h * D, P, qh + R);
-    float* kh = qkv + Q + h * D;  // the shared rotary part, then the head's own
-    std::copy_n(pe, R, kh);
-    std::copy_n(kv_b + h * KB, P, kh + R);
-    float* vh = qkv + 2 * Q + h * D;  // the value, zeros after it
-    std::copy_n(kv_b + h * KB + P, V, vh);
-    std::fill(vh + V, vh + D, 0.0f);
-  }
-}
-
 void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow) {
-  const auto D = static_cast<std::size_t>(c.head_size()), V = static_cast<std::size_t>(c.v_dim);
   const std::size_t rows = static_cast<std::size_t>(N) * static_cast<std::size_t>(c.heads);
-  for (std::size_t i = 0; i < rows; ++i) {
-    if (to_narrow) {
-      std::copy_n(wide + i * D, V, narrow + i * V);
-    } else {
-      std::copy_n(narrow + i * V, V, wide + i * D);
-      std::fill(wide + i * D + V, wide + (i + 1) * D, 0.0f);
-    }
+  if (to_narrow) {
+    k::narrow_heads(narrow, wide, rows, c.head_size(), c.v_dim);
+  } else {
+    k::widen_heads(wide, narrow, rows, c.head_size(), c.v_dim);
   }
 }
 
 void GptModel::assemble_mla(std::size_t a, int layer) {
-  const int N = B_ * T_;
-  const auto Q = static_cast<std::size_t>(c_.q_width()),
-             KA = static_cast<std::size_t>(c_.kv_lora + c_.rope_dim),
-             KB = static_cast<std::size_t>(c_.kv_b_width());
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const auto t = static_cast<std::size_t>(n);
-    mla_heads(c_, q_[a].data() + t * Q, kva_[a].data() + t * KA, kvb_[a].data() + t * KB,
-              qf_.data() + t * 3 * Q);
-  }
+  const auto Q = static_cast<std::size_t>(c_.q_width());
+  k::mla_assemble(qf_.data(), q_[a].data(), kva_[a].data(), kvb_[a].data(), B_ * T_, c_.heads, c_.head_size(),
+                  c_.rope_dim, c_.v_dim, c_.kv_lora);
   const std::size_t at = c_.rope_table_offset(layer, T_);
   k::rope_apply(qf_.data(), B_, T_, 3 * static_cast<int>(Q), 2 * c_.heads, c_.head_size(),
                 rope_cos_.data() + at, rope_sin_.data() + at, false, c_.rope_dim, c_.rope_pairs());
 }
 
 void GptModel::scatter_mla(int layer) {
-  const int N = B_ * T_;
-  const auto H = static_cast<std::size_t>(c_.heads), D = static_cast<std::size_t>(c_.head_size()),
-             R = static_cast<std::size_t>(c_.rope_dim), P = static_cast<std::size_t>(c_.nope_dim()),
-             V = static_cast<std::size_t>(c_.v_dim), Q = H * D, KA = static_cast<std::size_t>(c_.kv_lora) + R,
-             KB = P + V;
+  const int Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  k::rope_apply(dqf_.data(), B_, T_, 3 * static_cast<int>(Q), 2 * c_.heads, c_.head_size(),
-                rope_cos_.data() + at, rope_sin_.data() + at, true, c_.rope_dim, c_.rope_pairs());
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const auto t = static_cast<std::size_t>(n);
-    const float* row = dqf_.data() + t * 3 * Q;
-    float* dq = dq_.data() + t * Q;
-    float* dkv = dkvb_.data() + t * H * KB;
-    float* dpe = dkva_.data() + t * KA + (KA - R);
-    std::fill(dpe, dpe + R, 0.0f);
-    for (std::size_t h = 0; h < H; ++h) {
-      const float* qh = row + h * D;
-      std::copy_n(qh, R, dq + h * D + P);
-      std::copy_n(qh + R, P, dq + h * D);
-      const float* kh = row + Q + h * D;
-      for (std::size_t j = 0; j < R; ++j) dpe[j] += kh[j];
-      std::copy_n(kh + R, P, dkv + h * KB);
-      std::copy_n(row + 2 * Q + h * D, V, dkv + h * KB + P);
-    }
-  }
+  k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
+                rope_sin_.data() + at, true, c_.rope_dim, c_.rope_pairs());
+  k::mla_scatter(dq_.data(), dkva_.data(), dkvb_.data(), dqf_.data(), B_ * T_, c_.heads, c_.head_size(),
+                 c_.rope_dim, c_.v_dim, c_.kv_lora);
 }
 
 namespace {

@@ -507,12 +507,6 @@ class MoeRouter {
 // mscale(factor, mscale_all_dim) squared, or 0 (head_dim^-1/2 alone) without yarn's mscale_all_dim.
 double latent_query_scale(int head_dim, const RopeScaling& rs);
 
-// The latent attention's heads for one token (c.mla()): from its queries q [heads x head size] (each head's
-// nope part, then its rotary part, as q_b_proj writes them), its kv_a_proj output kv_a (the shared rotary key
-// part after the kv_lora latent) and its kv_b_proj output kv_b (each head's key part, then its value), the
-// row qkv [3 x heads x head size] the attention kernels take: each query and key head its rotary part first,
-// each value padded with zeros to the head size (rotary positions not applied).
-void mla_heads(const GptConfig& c, const float* q, const float* kv_a, const float* kv_b, float* qkv);
 // The latent attention's output: of each head's head-size columns in `wide` [N][heads x head size], the
 // first v_dim into `narrow` [N][heads x v_dim] (to_narrow), or back, the others zeros.
 void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow);
@@ -530,9 +524,8 @@ void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, 
 Status validate(const GptConfig& c, int batch, int seq);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
-// Whether the GPU's model (gpt_cuda.h) trains `c`: all but Llama 4's and gpt-oss's experts, DeepSeek's
-// latent attention and the next-token-prediction module, which train on the CPU only (invalid argument
-// naming the feature).
+// Whether the GPU's model (gpt_cuda.h) trains `c`: all but Llama 4's and gpt-oss's experts and the
+// next-token-prediction module, which train on the CPU only (invalid argument naming the feature).
 Status cuda_trains(const GptConfig& c);
 
 struct ParamTensor {

@@ -132,7 +132,33 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   per_layer(r1_, N, S, "ln1 rstd");
   per_layer(m2_, N, S, "ln2 mean");
   per_layer(r2_, N, S, "ln2 rstd");
-  per_layer(qkv_, N * Wq, S, "qkv");
+  per_layer(qkv_, c_.mla() ? 0 : N * Wq, S, "qkv");  // (the latent attention keeps its own)
+  if (c_.mla()) {
+    const std::size_t ql = static_cast<std::size_t>(c_.q_lora), kvl = static_cast<std::size_t>(c_.kv_lora),
+                      kva = kvl + static_cast<std::size_t>(c_.rope_dim),
+                      kvb = static_cast<std::size_t>(c_.kv_b_width()),
+                      O = static_cast<std::size_t>(c_.attn_out_width());
+    if (ql > 0) {
+      per_layer(qa_, N * ql, S, "query latent");
+      per_layer(qan_, N * ql, S, "query latent normed");
+      per_layer(rqa_, N, S, "query latent rstd");
+      dqa_ = buf(N * ql, "dquery latent");
+      dqan_ = buf(N * ql, "dquery latent normed");
+    }
+    per_layer(q_, N * Q, S, "queries");
+    per_layer(kva_, N * kva, S, "key/value latent and rotary key");
+    per_layer(kvn_, N * kvl, S, "key/value latent normed");
+    per_layer(rkv_, N, S, "key/value latent rstd");
+    per_layer(kvb_, N * kvb, S, "keys and values");
+    per_layer(atto_, N * O, S, "attention output without padding");
+    kvc_ = buf(N * kvl, "key/value latent");
+    dkvc_ = buf(N * kvl, "dkey/value latent");
+    dkvn_ = buf(N * kvl, "dkey/value latent normed");
+    dq_ = buf(N * Q, "dqueries");
+    dkva_ = buf(N * kva, "dkey/value latent and rotary key");
+    dkvb_ = buf(N * kvb, "dkeys and values");
+    datto_ = buf(N * O, "dattention output without padding");
+  }
   if (c_.out_norms()) {
     per_layer(ao_, N * C, S, "attention output before its norm");
     per_layer(rao_, N, S, "attention output norm rstd");
@@ -176,9 +202,12 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   const std::size_t FE = moe ? static_cast<std::size_t>(c_.expert_width()) : 0,
                     Fs = moe ? static_cast<std::size_t>(c_.shared_ffn) : 0, Fx = std::max(FE, Fs),
                     E = moe ? static_cast<std::size_t>(c_.experts) : 0;
-  const std::size_t widest = std::max({Wq, Wf, V, 4 * C, 2 * Fx, E});
+  const std::size_t lat =
+      c_.mla() ? static_cast<std::size_t>(std::max({c_.q_lora, c_.kv_lora + c_.rope_dim, c_.kv_b_width()}))
+               : 0;
+  const std::size_t widest = std::max({Wq, Wf, V, 4 * C, 2 * Fx, E, Q, lat});
   if (tiling > 1 || c_.llama() || c_.split_qkv()) tile_ = buf(N * widest, "tile");
-  if (c_.expanded_attention()) {
+  if (c_.expanded_attention() || c_.mla()) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
   }
@@ -194,7 +223,7 @@ Status CudaGptModel::allocate_buffers(int tiling) {
       "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
   if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C, F or Q), weight, output gradient
-    const std::size_t in = std::max({4 * C, F, Q, Fx});
+    const std::size_t in = std::max({4 * C, F, Q, Fx, lat});
     b16_in_ = reinterpret_cast<std::uint16_t*>(buf((N * in + 1) / 2, "bf16 GEMM input"));
     b16_w_ = reinterpret_cast<std::uint16_t*>(buf((widest * in + 1) / 2, "bf16 GEMM weight"));
     b16_dout_ = reinterpret_cast<std::uint16_t*>(buf((N * widest + 1) / 2, "bf16 GEMM output gradient"));
@@ -603,6 +632,41 @@ Status CudaGptModel::collapse_dqkv(int layer) {
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
+Status CudaGptModel::copy_columns(float* dst, const float* src, int stride, int col0, int width, bool back) {
+  const std::size_t pitch = static_cast<std::size_t>(stride) * sizeof(float),
+                    w = static_cast<std::size_t>(width) * sizeof(float);
+  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
+  const auto rows = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
+  const cudaError_t rc =
+      back ? cudaMemcpy2DAsync(dst + col0, pitch, src, w, w, rows, cudaMemcpyDeviceToDevice, s)
+           : cudaMemcpy2DAsync(dst, w, src + col0, pitch, w, rows, cudaMemcpyDeviceToDevice, s);
+  return check_rt(rc, "columns");
+}
+
+Status CudaGptModel::assemble_mla(std::size_t a, int layer) {
+  void* s = dev_.compute().get();
+  const int Q = c_.q_width();
+  MW_RETURN_IF_ERROR(check(kc::mla_assemble(qf_, q_[a], kva_[a], kvb_[a], B_ * T_, c_.heads, c_.head_size(),
+                                            c_.rope_dim, c_.v_dim, c_.kv_lora, s),
+                           "latent heads"));
+  const std::size_t at = c_.rope_table_offset(layer, T_);
+  return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_ + at,
+                              rope_sin_ + at, false, s, c_.rope_dim, c_.rope_pairs()),
+               "rope");
+}
+
+Status CudaGptModel::scatter_mla(int layer) {
+  void* s = dev_.compute().get();
+  const int Q = c_.q_width();
+  const std::size_t at = c_.rope_table_offset(layer, T_);
+  MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_ + at,
+                                          rope_sin_ + at, true, s, c_.rope_dim, c_.rope_pairs()),
+                           "rope bwd"));
+  return check(kc::mla_scatter(dq_, dkva_, dkvb_, dqf_, B_ * T_, c_.heads, c_.head_size(), c_.rope_dim,
+                               c_.v_dim, c_.kv_lora, s),
+               "latent heads bwd");
+}
+
 bool CudaGptModel::bf16_weight(int op, int k) const {
   return bf16_ && linear_weight(c_, g_.ops[static_cast<std::size_t>(op)], k);
 }
@@ -668,24 +732,49 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
           "head rmsnorm");
     case GptRole::kAttn: {
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
-      if (c_.expanded_attention()) {
+      if (c_.mla()) {
+        MW_RETURN_IF_ERROR(assemble_mla(a, o.layer));
+        qkv = qf_;
+      } else if (c_.expanded_attention()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
       }
       if (flash_) {
-        return check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
-                                                 c_.attention_window(l), c_.score_scale(), c_.score_cap(),
-                                                 c_.alibi_scale()),
-                     "flash attention");
+        MW_RETURN_IF_ERROR(check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
+                                                             c_.attention_window(l), c_.score_scale(),
+                                                             c_.score_cap(), c_.alibi_scale()),
+                                 "flash attention"));
+      } else {
+        MW_RETURN_IF_ERROR(check(
+            kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_, s,
+                                  c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
+            "attention"));
       }
-      return check(
-          kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_, s,
-                                c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
-          "attention");
+      if (!c_.mla()) return Status::ok();
+      return check(kc::narrow_heads(atto_[a], atty_[a], n_heads(), c_.head_size(), c_.v_dim, s),
+                   "narrow values");
     }
     case GptRole::kProj:  // the residual added here, or (out_norms) after the output's norm
-      if (c_.out_norms()) return linear(ao_[a], C, atty_[a], Q, nullptr);
-      return linear(res1_[a], C, atty_[a], Q, resid_[l]);
+      if (c_.out_norms()) return linear(ao_[a], C, attn_output(a), c_.attn_out_width(), nullptr);
+      return linear(res1_[a], C, attn_output(a), c_.attn_out_width(), resid_[l]);
+    case GptRole::kQA:
+      return linear(qa_[a], c_.q_lora, attn_input(l, a), C, nullptr);
+    case GptRole::kQANorm:
+      return check(
+          kc::rmsnorm_forward(qan_[a], rqa_[a], qa_[a], p[0], N, c_.q_lora, GptConfig::kLatentNormEps, s),
+          "query latent norm");
+    case GptRole::kQB:  // (q_proj without a query latent)
+      if (c_.q_lora > 0) return linear(q_[a], Q, qan_[a], c_.q_lora, nullptr);
+      return linear(q_[a], Q, attn_input(l, a), C, nullptr);
+    case GptRole::kKvA:
+      return linear(kva_[a], c_.kv_lora + c_.rope_dim, attn_input(l, a), C, nullptr);
+    case GptRole::kKvANorm:  // the latent's first kv_lora columns (the rest: the rotary key part)
+      MW_RETURN_IF_ERROR(copy_columns(kvc_, kva_[a], c_.kv_lora + c_.rope_dim, 0, c_.kv_lora, false));
+      return check(
+          kc::rmsnorm_forward(kvn_[a], rkv_[a], kvc_, p[0], N, c_.kv_lora, GptConfig::kLatentNormEps, s),
+          "key/value latent norm");
+    case GptRole::kKvB:
+      return linear(kvb_[a], c_.kv_b_width(), kvn_[a], c_.kv_lora, nullptr);
     case GptRole::kLn1Post:
       return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
     case GptRole::kLn2:  // the attention's output added, or (parallel_residual) the block's input
@@ -734,12 +823,6 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                            const int n = linear_parts(c_, o, p, nullptr, parts, p16_);
                            return linear_forward(out, ow, in, iw, parts, n, o, r, rows);
                          });
-    case GptRole::kQA:  // (create refuses the latent attention)
-    case GptRole::kQANorm:
-    case GptRole::kQB:
-    case GptRole::kKvA:
-    case GptRole::kKvANorm:
-    case GptRole::kKvB:
     case GptRole::kMtpENorm:  // (create refuses the next-token-prediction module)
     case GptRole::kMtpHNorm:
     case GptRole::kMtpEhProj:
@@ -818,17 +901,25 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return norm_backward(dpost_, g, dres_, ao_[a], p, nullptr, rao_[a]);
     case GptRole::kProj:
       if (first_tile) {
-        MW_RETURN_IF_ERROR(zero(datty_, nq));
+        MW_RETURN_IF_ERROR(zero(c_.mla() ? datto_ : datty_,
+                                c_.mla() ? n * static_cast<std::size_t>(c_.attn_out_width()) : nq));
         // The attention's residual branch (parallel_residual: dx_ holds it, and the MLP's norm's gradient).
         if (!c_.out_norms() && !c_.parallel_residual) MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));
         if (c_.scaled_branches()) MW_RETURN_IF_ERROR(scale_branch(dres_));
       }
-      return linear(datty_, c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_, C, atty_[a], Q);
+      return linear(c_.mla() ? datto_ : datty_, c_.out_norms() || c_.scaled_branches() ? dpost_ : dres_, C,
+                    attn_output(a), c_.attn_out_width());
     case GptRole::kAttn: {
       // The expanded shapes rebuild their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
-      if (c_.expanded_attention()) {
+      if (c_.mla()) {  // (the output's gradient padded back to whole heads)
+        MW_RETURN_IF_ERROR(
+            check(kc::widen_heads(datty_, datto_, n_heads(), c_.head_size(), c_.v_dim, s), "widen values"));
+        MW_RETURN_IF_ERROR(assemble_mla(a, o.layer));
+        qkv = qf_;
+        dqkv = dqf_;
+      } else if (c_.expanded_attention()) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
         dqkv = dqf_;
@@ -844,8 +935,33 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                                                 c_.score_cap()),
                          "attention bwd");
       MW_RETURN_IF_ERROR(st);
+      if (c_.mla()) return scatter_mla(o.layer);
       return c_.expanded_attention() ? collapse_dqkv(o.layer) : Status::ok();
     }
+    case GptRole::kKvB:
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dkvn_, n * static_cast<std::size_t>(c_.kv_lora)));
+      return linear(dkvn_, dkvb_, c_.kv_b_width(), kvn_[a], c_.kv_lora);
+    case GptRole::kKvANorm:  // into the latent's columns of kv_a_proj's output gradient (scatter_mla wrote
+                             // the rest)
+      MW_RETURN_IF_ERROR(copy_columns(kvc_, kva_[a], c_.kv_lora + c_.rope_dim, 0, c_.kv_lora, false));
+      MW_RETURN_IF_ERROR(zero(dkvc_, n * static_cast<std::size_t>(c_.kv_lora)));
+      MW_RETURN_IF_ERROR(
+          check(kc::rmsnorm_backward(dkvc_, g[0], dkvn_, kvc_, p[0], rkv_[a], N, c_.kv_lora, s),
+                "key/value latent norm bwd"));
+      return copy_columns(dkva_, dkvc_, c_.kv_lora + c_.rope_dim, 0, c_.kv_lora, true);
+    case GptRole::kKvA:  // the attention input's gradient starts here (the latents' first linear backward)
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
+      return linear(dln_, dkva_, c_.kv_lora + c_.rope_dim, attn_input(l, a), C);
+    case GptRole::kQB:
+      if (c_.q_lora == 0) return linear(dln_, dq_, Q, attn_input(l, a), C);
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dqan_, n * static_cast<std::size_t>(c_.q_lora)));
+      return linear(dqan_, dq_, Q, qan_[a], c_.q_lora);
+    case GptRole::kQANorm:
+      MW_RETURN_IF_ERROR(zero(dqa_, n * static_cast<std::size_t>(c_.q_lora)));
+      return check(kc::rmsnorm_backward(dqa_, g[0], dqan_, qa_[a], p[0], rqa_[a], N, c_.q_lora, s),
+                   "query latent norm bwd");
+    case GptRole::kQA:
+      return linear(dln_, dqa_, c_.q_lora, attn_input(l, a), C);
     case GptRole::kQkNorm:  // dqkv_ holds the normed heads' gradient: turned into the linear's output's
       MW_RETURN_IF_ERROR(copy(dqkn_, dqkv_, n * static_cast<std::size_t>(c_.qkv_width())));
       if (c_.qk_layernorm) {
@@ -893,13 +1009,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                             const int k = linear_parts(c_, o, p, g, parts, p16_);
                             return linear_backward(din, dout, ow, in, iw, parts, k, o, rows);
                           });
-    case GptRole::kQA:  // (create refuses the latent attention)
-    case GptRole::kQANorm:
-    case GptRole::kQB:
-    case GptRole::kKvA:
-    case GptRole::kKvANorm:
-    case GptRole::kKvB:
-    case GptRole::kMtpENorm:
+    case GptRole::kMtpENorm:  // (create refuses the next-token-prediction module)
     case GptRole::kMtpHNorm:
     case GptRole::kMtpEhProj:
     case GptRole::kMtpNorm:

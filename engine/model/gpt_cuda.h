@@ -95,6 +95,19 @@ class CudaGptModel {
   // repeated over their groups, rotary positions on q and k), and its gradient back into dqkv_.
   Status expand_qkv(const float* qkv, int layer);
   Status collapse_dqkv(int layer);
+  // The latent attention's heads in the attention kernels' layout (qf_: queries, the shared rotary key and
+  // the heads' own keys, values padded with zeros, rotary positions applied), and back: that layout's
+  // gradient (dqf_) into the queries', kv_b_proj's output's and the rotary key part's (dq_, dkvb_, dkva_).
+  Status assemble_mla(std::size_t a, int layer);
+  Status scatter_mla(int layer);
+  // B x T x heads: the rows of heads in the attention's output.
+  std::size_t n_heads() const {
+    return static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * static_cast<std::size_t>(c_.heads);
+  }
+  // o_proj's input in slot a: the attention's output, or the latent attention's without its value padding.
+  const float* attn_output(std::size_t a) const { return (c_.mla() ? atto_ : atty_)[a]; }
+  // Columns [col0, col0 + width) of N rows of `stride` floats into dst [N][width], or (back) into them.
+  Status copy_columns(float* dst, const float* src, int stride, int col0, int width, bool back);
   // Layer l's rotary table in rope_cos_ and rope_sin_ (the local base's after the global one).
   std::size_t rope_offset(int layer) const;
   Status run_op(int op, bool backward, const float* const* param, float* const* grad,
@@ -164,6 +177,12 @@ class CudaGptModel {
         *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
   float *qf_ = nullptr, *dqf_ = nullptr;  // the Llama shape's expanded, rotated qkv and its gradient
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // its rotary angles' table, [T][head size / 2] each
+  // The latent attention's, per slot: the query latent, normed, and its rstd; the queries; kv_a_proj's
+  // output (the key/value latent and the rotary key part), the latent normed and its rstd; kv_b_proj's
+  // output; the attention's output without the value padding. Scratch: the latent alone, and gradients.
+  std::vector<float*> qa_, qan_, rqa_, q_, kva_, kvn_, rkv_, kvb_, atto_;
+  float *kvc_ = nullptr, *dkvc_ = nullptr, *dkvn_ = nullptr, *dq_ = nullptr, *dkva_ = nullptr,
+        *dkvb_ = nullptr, *datto_ = nullptr, *dqa_ = nullptr, *dqan_ = nullptr;
   // A mixture of experts: the routing (host), per slot every routing choice's token row (int, expert after
   // expert), the routing weights [tokens][K], the experts' fc1, SwiGLU and fc2 rows (N x K rows each) and
   // the shared expert's fc1, SwiGLU, output and gate; scratch: the router's logits, an expert's gathered

@@ -1537,4 +1537,68 @@ void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, c
   }
 }
 
+void mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D,
+                  int R, int V, int kv_lora) {
+  const auto h_ = static_cast<std::size_t>(H), d = static_cast<std::size_t>(D),
+             r = static_cast<std::size_t>(R), v = static_cast<std::size_t>(V), p = d - r, Q = h_ * d,
+             KA = static_cast<std::size_t>(kv_lora) + r, KB = h_ * (p + v);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const auto t = static_cast<std::size_t>(n);
+    const float* qt = q + t * Q;
+    const float* pe = kv_a + t * KA + static_cast<std::size_t>(kv_lora);
+    const float* kvb = kv_b + t * KB;
+    float* row = qkv + t * 3 * Q;
+    for (std::size_t h = 0; h < h_; ++h) {
+      float* qh = row + h * d;  // [rotary | nope], from the file's [nope | rotary]
+      std::copy_n(qt + h * d + p, r, qh);
+      std::copy_n(qt + h * d, p, qh + r);
+      float* kh = row + Q + h * d;  // the shared rotary part, then the head's own
+      std::copy_n(pe, r, kh);
+      std::copy_n(kvb + h * (p + v), p, kh + r);
+      float* vh = row + 2 * Q + h * d;  // the value, zeros after it
+      std::copy_n(kvb + h * (p + v) + p, v, vh);
+      std::fill(vh + v, vh + d, 0.0f);
+    }
+  }
+}
+
+void mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
+                 int kv_lora) {
+  const auto h_ = static_cast<std::size_t>(H), d = static_cast<std::size_t>(D),
+             r = static_cast<std::size_t>(R), v = static_cast<std::size_t>(V), p = d - r, Q = h_ * d,
+             KA = static_cast<std::size_t>(kv_lora) + r, KB = h_ * (p + v);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const auto t = static_cast<std::size_t>(n);
+    const float* row = dqkv + t * 3 * Q;
+    float* dqt = dq + t * Q;
+    float* dkv = dkv_b + t * KB;
+    float* dpe = dkv_a + t * KA + static_cast<std::size_t>(kv_lora);
+    std::fill(dpe, dpe + r, 0.0f);
+    for (std::size_t h = 0; h < h_; ++h) {
+      const float* qh = row + h * d;
+      std::copy_n(qh, r, dqt + h * d + p);
+      std::copy_n(qh + r, p, dqt + h * d);
+      const float* kh = row + Q + h * d;
+      for (std::size_t j = 0; j < r; ++j) dpe[j] += kh[j];
+      std::copy_n(kh + r, p, dkv + h * (p + v));
+      std::copy_n(row + 2 * Q + h * d, v, dkv + h * (p + v) + p);
+    }
+  }
+}
+
+void narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V) {
+  const auto d = static_cast<std::size_t>(D), v = static_cast<std::size_t>(V);
+  for (std::size_t i = 0; i < rows; ++i) std::copy_n(wide + i * d, v, narrow + i * v);
+}
+
+void widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V) {
+  const auto d = static_cast<std::size_t>(D), v = static_cast<std::size_t>(V);
+  for (std::size_t i = 0; i < rows; ++i) {
+    std::copy_n(narrow + i * v, v, wide + i * d);
+    std::fill(wide + i * d + v, wide + (i + 1) * d, 0.0f);
+  }
+}
+
 }  // namespace memwall::kernels

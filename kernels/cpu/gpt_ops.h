@@ -245,6 +245,20 @@ void scatter_add_rows_backward(float* dy, float* dweight, const float* dx, const
 // y[t, :] over N rows of C; backward writes dy[t, :] = scale s[t] dx[t, :] and dz[t] = scale (dx[t, :] .
 // y[t, :]) s[t] (1 - s[t]).
 void gated_add_forward(float* dst, float* s, const float* z, const float* y, float scale, int N, int C);
+// DeepSeek's latent attention: N tokens' H heads of D = P + R channels (P without positions, R rotary). Into
+// qkv [N][3 H D], the attention kernels' layout: each query head's rotary part first (from q [N][H D]'s
+// [P | R] per head), each key head the token's one rotary key (kv_a [N][kv_lora + R], its last R) then its
+// own P (kv_b [N][H (P + V)], the first P per head), each value head its V then zeros to D.
+void mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D,
+                  int R, int V, int kv_lora);
+// Back: qkv's gradient into dq and dkv_b (written whole) and kv_a's rotary columns (written: the sum over
+// the heads' keys, head after head); kv_a's first kv_lora columns are left as they are.
+void mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
+                 int kv_lora);
+// The first V of each of `rows` heads of D: narrow [rows][V] from wide [rows][D], or wide from narrow with
+// zeros past V (the latent attention's value heads, narrower than its query and key heads).
+void narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V);
+void widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V);
 void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale,
                         int N, int C);
 

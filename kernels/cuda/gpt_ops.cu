@@ -1476,4 +1476,111 @@ int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, co
   return launched();
 }
 
+// ---- DeepSeek's latent attention ----
+
+namespace {
+
+// One thread per element of qkv [N][3 H D].
+__global__ void mla_assemble_kernel(float* qkv, const float* q, const float* kv_a, const float* kv_b, int H, int D,
+                                    int R, int V, int kv_lora, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t Q = static_cast<std::size_t>(H) * D, t = i / (3 * Q), col = i % (3 * Q), part = col / Q,
+                    h = col % Q / D, j = col % D;
+  const int P = D - R;
+  const std::size_t KB = static_cast<std::size_t>(H) * (P + V);
+  float x = 0;
+  if (part == 0) {  // query: rotary first
+    x = j < static_cast<std::size_t>(R) ? q[t * Q + h * D + P + j] : q[t * Q + h * D + (j - R)];
+  } else if (part == 1) {  // key: the token's rotary part, then the head's own
+    x = j < static_cast<std::size_t>(R) ? kv_a[t * (kv_lora + R) + kv_lora + j]
+                                        : kv_b[t * KB + h * (P + V) + (j - R)];
+  } else if (j < static_cast<std::size_t>(V)) {  // value, zeros after it
+    x = kv_b[t * KB + h * (P + V) + P + j];
+  }
+  qkv[i] = x;
+}
+
+// One thread per element of a query or key head (dq, dkv_b's keys) and of a value (dkv_b's values); the
+// shared rotary key's gradient in mla_rope_sum_kernel.
+__global__ void mla_scatter_kernel(float* dq, float* dkv_b, const float* dqkv, int H, int D, int R, int V,
+                                   std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t Q = static_cast<std::size_t>(H) * D, t = i / Q, h = i % Q / D, j = i % D;
+  const int P = D - R;
+  const std::size_t KB = static_cast<std::size_t>(H) * (P + V);
+  const float* row = dqkv + t * 3 * Q;
+  // dq: the file's [nope | rotary] from the kernels' [rotary | nope]
+  if (j < static_cast<std::size_t>(P)) {
+    dq[t * Q + h * D + j] = row[h * D + R + j];
+    dkv_b[t * KB + h * (P + V) + j] = row[Q + h * D + R + j];
+  } else {
+    dq[t * Q + h * D + j] = row[h * D + (j - P)];
+  }
+  if (j < static_cast<std::size_t>(V)) dkv_b[t * KB + h * (P + V) + P + j] = row[2 * Q + h * D + j];
+}
+
+// The shared rotary key's gradient: the sum over the heads, head after head (the CPU's order).
+__global__ void mla_rope_sum_kernel(float* dkv_a, const float* dqkv, int H, int D, int R, int kv_lora,
+                                    std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t Q = static_cast<std::size_t>(H) * D, t = i / R, j = i % R;
+  float sum = 0;
+  for (int h = 0; h < H; ++h) sum += dqkv[t * 3 * Q + Q + h * D + j];
+  dkv_a[t * (kv_lora + R) + kv_lora + j] = sum;
+}
+
+// One thread per element of the wide heads [rows][D].
+__global__ void narrow_heads_kernel(float* narrow, const float* wide, int D, int V, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / D, j = i % D;
+  if (j < static_cast<std::size_t>(V)) narrow[row * V + j] = wide[i];
+}
+
+__global__ void widen_heads_kernel(float* wide, const float* narrow, int D, int V, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / D, j = i % D;
+  wide[i] = j < static_cast<std::size_t>(V) ? narrow[row * V + j] : 0.0f;
+}
+
+}  // namespace
+
+int mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D, int R,
+                 int V, int kv_lora, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * 3 * H * D;
+  if (n == 0) return 0;
+  mla_assemble_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(qkv, q, kv_a, kv_b, H, D, R, V, kv_lora,
+                                                                          n);
+  return launched();
+}
+
+int mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
+                int kv_lora, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * H * D, nr = static_cast<std::size_t>(N) * R;
+  if (n == 0) return 0;
+  mla_scatter_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dq, dkv_b, dqkv, H, D, R, V, n);
+  if (int e = launched(); e != 0) return e;
+  if (nr == 0) return 0;
+  mla_rope_sum_kernel<<<blocks_for(nr), kThreads, 0, as_stream(stream)>>>(dkv_a, dqkv, H, D, R, kv_lora, nr);
+  return launched();
+}
+
+int narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V, void* stream) {
+  const std::size_t n = rows * static_cast<std::size_t>(D);
+  if (n == 0) return 0;
+  narrow_heads_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(narrow, wide, D, V, n);
+  return launched();
+}
+
+int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V, void* stream) {
+  const std::size_t n = rows * static_cast<std::size_t>(D);
+  if (n == 0) return 0;
+  widen_heads_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(wide, narrow, D, V, n);
+  return launched();
+}
+
 }  // namespace memwall::kernels::cuda

@@ -192,5 +192,14 @@ int gated_add_forward(float* dst, float* s, const float* z, const float* y, floa
                       void* stream);
 int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale, int N,
                        int C, void* stream);
+// DeepSeek's latent attention's heads into the attention kernels' layout and back, and its narrower value
+// heads, as kernels/cpu's mla_assemble, mla_scatter (the rotary key's sum over the heads in their order),
+// narrow_heads and widen_heads.
+int mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D, int R,
+                 int V, int kv_lora, void* stream);
+int mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
+                int kv_lora, void* stream);
+int narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V, void* stream);
+int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V, void* stream);
 
 }  // namespace memwall::kernels::cuda

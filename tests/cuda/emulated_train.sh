@@ -11,8 +11,8 @@
 # GPU that loads; with gradient_clipping the GPU's norms and losses follow the CPU's; so do they on GPT-2 BPE
 # tokens; ZeRO stages 0, 1 and 2 on two GPU ranks follow the same runs on two CPU ranks, and the delayed
 # parameter update on the GPU the one on the host; so do a Llama-shaped model and a Mixtral-shaped one
-# (picked by --device auto) with NVMe offload, and a GLM-4.5-shaped one whose correction bias the bias rule
-# steps on the GPU.
+# (picked by --device auto) with NVMe offload, and a DeepSeek-V3-shaped one (auto too) whose correction bias
+# the bias rule steps on the GPU.
 # Usage: emulated_train.sh MEMWALL_EMULATED_GPU_BINARY SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 BIN=$1
@@ -176,16 +176,17 @@ for v in moe_cpu moe_cuda; do
     --set "{$nvme_set}" --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" \
     || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
-# GLM-4.5's shape (sigmoid routing in groups, a shared expert, a dense first layer) with DeepSeek-V3's bias
-# rule stepping the correction bias, whose states are on the GPU: its load errors and bias go to the host
-# and back.
-for v in glm_cpu glm_cuda; do
+# DeepSeek-V3's shape (the latent attention; sigmoid routing in groups, a shared expert, a dense first
+# layer) with its bias rule stepping the correction bias, whose states are on the GPU: its load errors and
+# bias go to the host and back. --device auto takes the GPU for it.
+for v in ds_cpu ds_cuda; do
   args=(--device cpu)
-  [ "$v" = glm_cuda ] && args=(--device cuda --gpu-matmul fp32)
-  "$BIN" train --hardware dgx2 --model glm-4.5-air --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "moe_intermediate_size": 32,
-    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "head_dim": 16,
-    "first_k_dense_replace": 1}' --data "$work/corpus.txt" --eval-batches 1 --json --set '{
+  [ "$v" = ds_cuda ] && args=(--device auto --gpu-matmul fp32)
+  "$BIN" train --hardware dgx2 --model deepseek-v3 --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+    "v_head_dim": 8, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8,
+    "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1}' \
+    --data "$work/corpus.txt" --eval-batches 1 --json --set '{
     "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01}' \
     --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
@@ -251,7 +252,7 @@ follows("BPE tokens", "bpe_cuda", "bpe_cpu")
 follows("delayed update", "dpu_cuda", "dpu_cpu")
 follows("Llama shape", "llama_cuda", "llama_cpu")
 follows("Mixtral shape", "moe_cuda", "moe_cpu")
-follows("GLM-4.5 shape with the bias rule", "glm_cuda", "glm_cpu")
+follows("DeepSeek-V3 shape with the bias rule", "ds_cuda", "ds_cpu")
 def norms(name):
     with open(f"{work}/{name}.jsonl") as f:
         return {r["step"]: r["grad_norm"] for r in map(json.loads, f) if "step" in r}
@@ -281,7 +282,7 @@ def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
 runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA"), ("llama_cuda", "CUDA"),
-        ("moe_cuda", "CUDA")]
+        ("moe_cuda", "CUDA"), ("ds_cuda", "CUDA")]
 if sys.argv[2] == "ran":
     runs += [("mpi_cuda", "CUDA"), ("mpi_nccl", "CUDA"), ("z0_nccl", "CUDA"), ("z1_nccl", "CUDA"),
              ("z2off_host", "CUDA")]

@@ -612,6 +612,39 @@ TEST_F(CudaKernels, ExpertRowsAndTheGatedAddMatchTheCpu) {
   expect_close(d_dz.host(), dz, 1e-5f, 1e-6f, "gate logits' gradient", 1e-5f);
 }
 
+// DeepSeek's latent heads (4 heads of 6 + 4 rotary channels, values of 5, a latent of 7) into the attention
+// kernels' layout and back, and the value heads narrowed and widened: copies, and the rotary key's gradient
+// summed over the heads in the CPU's order, so bitwise.
+TEST_F(CudaKernels, LatentHeadsMatchTheCpu) {
+  const int H = 4, D = 10, R = 4, Vd = 5, L = 7, P = D - R;
+  const auto q = randn(static_cast<std::size_t>(N) * H * D, 48),
+             kva = randn(static_cast<std::size_t>(N) * (L + R), 49),
+             kvb = randn(static_cast<std::size_t>(N) * H * (P + Vd), 50),
+             dqkv = randn(static_cast<std::size_t>(N) * 3 * H * D, 51);
+  std::vector<float> qkv(dqkv.size()), dq(q.size()), dkva = kva, dkvb(kvb.size());
+  mla_assemble(qkv.data(), q.data(), kva.data(), kvb.data(), N, H, D, R, Vd, L);
+  mla_scatter(dq.data(), dkva.data(), dkvb.data(), dqkv.data(), N, H, D, R, Vd, L);
+  Dev<float> d_q(q), d_kva(kva), d_kvb(kvb), d_dqkv(dqkv), d_qkv(qkv.size()), d_dq(dq.size()), d_dkva(kva),
+      d_dkvb(kvb.size());
+  ASSERT_EQ(cu::mla_assemble(d_qkv.get(), d_q.get(), d_kva.get(), d_kvb.get(), N, H, D, R, Vd, L, nullptr),
+            0);
+  ASSERT_EQ(cu::mla_scatter(d_dq.get(), d_dkva.get(), d_dkvb.get(), d_dqkv.get(), N, H, D, R, Vd, L, nullptr),
+            0);
+  expect_close(d_qkv.host(), qkv, 0.0f, 0.0f, "latent heads");
+  expect_close(d_dq.host(), dq, 0.0f, 0.0f, "dqueries");
+  expect_close(d_dkva.host(), dkva, 0.0f, 0.0f, "dkv_a (the latent's columns left as they were)");
+  expect_close(d_dkvb.host(), dkvb, 0.0f, 0.0f, "dkv_b");
+  const std::size_t rows = static_cast<std::size_t>(N) * H;
+  std::vector<float> narrow(rows * Vd), wide(rows * D, 1.0f);
+  narrow_heads(narrow.data(), qkv.data(), rows, D, Vd);
+  widen_heads(wide.data(), narrow.data(), rows, D, Vd);
+  Dev<float> d_narrow(narrow.size()), d_wide(std::vector<float>(wide.size(), 1.0f));
+  ASSERT_EQ(cu::narrow_heads(d_narrow.get(), d_qkv.get(), rows, D, Vd, nullptr), 0);
+  ASSERT_EQ(cu::widen_heads(d_wide.get(), d_narrow.get(), rows, D, Vd, nullptr), 0);
+  expect_close(d_narrow.host(), narrow, 0.0f, 0.0f, "narrow heads");
+  expect_close(d_wide.host(), wide, 0.0f, 0.0f, "widened heads (zeros past the values)");
+}
+
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {
   std::vector<int> tokens(N), targets(N);
   std::mt19937 g(41);

@@ -508,6 +508,52 @@ TEST_P(CudaGpt, MixturesOfExpertsMatchTheCpu) {
   forward_backward_and_ten_steps(*dev_, blocks_, 1, qwen3_moe);
 }
 
+// DeepSeek's latent attention: 4 heads of 6 + 4 rotary channels (neighbouring pairs) from a query latent of 8
+// and a key/value latent of 8, values of 6 (padded to the kernels' heads of 10, and narrowed back for
+// o_proj), scores scaled by 7^-1/2; unfused and flash at each tiling, at GPT-2's tolerances. Then (no tiling)
+// DeepSeek-V3's whole block: a dense first layer, sigmoid routing of 8 experts in 4 groups with the
+// correction bias, an ungated shared expert, the per-sequence balance loss; and V2-Lite's (q_proj without a
+// query latent, values as wide as the heads, softmax routing by the groups' best, the balance loss over the
+// micro-batch).
+TEST_P(CudaGpt, LatentAttentionMatchesTheCpu) {
+  GptConfig dense = small_llama();
+  dense.kv_heads = 0;
+  dense.deepseek = 3;
+  dense.kv_lora = 8;
+  dense.q_lora = 8;
+  dense.rope_dim = 4;
+  dense.head_dim = 10;
+  dense.v_dim = 6;
+  dense.query_scale = 7;
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, GetParam(), dense, "deepseek dense");
+  if (GetParam() != 1) return;
+  GptConfig v3 = dense;
+  v3.layers = 3;
+  v3.experts = 8;
+  v3.experts_per_token = 2;
+  v3.expert_ffn = 24;
+  v3.shared_ffn = 24;
+  v3.shared_gate = false;
+  v3.dense_layers = 1;
+  v3.sigmoid_routing = v3.norm_topk = true;
+  v3.expert_groups = 4;
+  v3.groups_per_token = 2;
+  v3.routed_scale = 2.5;
+  v3.seq_aux_alpha = 0.05;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, v3);
+  GptConfig v2 = v3;
+  v2.deepseek = 2;
+  v2.q_lora = 0;
+  v2.v_dim = v2.head_dim;
+  v2.query_scale = 0;
+  v2.sigmoid_routing = v2.norm_topk = false;
+  v2.group_by_best = true;
+  v2.shared_ffn = 48;
+  v2.routed_scale = 2;
+  v2.seq_aux = false;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, v2);
+}
+
 // What the GPU's model leaves to the CPU's is refused by name.
 TEST_P(CudaGpt, RefusesWhatTrainsOnTheCpuOnly) {
   GptConfig oss = small_llama();

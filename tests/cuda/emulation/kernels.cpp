@@ -574,6 +574,42 @@ int gated_add_backward(float* dy, float* dz, const float* dx, const float* y, co
   return enqueue(stream, [=] { kernels::gated_add_backward(dy, dz, dx, y, s, scale, N, C); });
 }
 
+int mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D, int R,
+                 int V, int kv_lora, void* stream) {
+  const int P = D - R;
+  if (int e = device_args("mla_assemble", {{qkv, f32(N, 3 * H * D), "qkv", true},
+                                           {q, f32(N, H * D), "q"},
+                                           {kv_a, f32(N, kv_lora + R), "kv_a"},
+                                           {kv_b, f32(N, H * (P + V)), "kv_b"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::mla_assemble(qkv, q, kv_a, kv_b, N, H, D, R, V, kv_lora); });
+}
+
+int mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
+                int kv_lora, void* stream) {
+  const int P = D - R;
+  if (int e = device_args("mla_scatter", {{dq, f32(N, H * D), "dq", true},
+                                          {dkv_a, f32(N, kv_lora + R), "dkv_a", true},
+                                          {dkv_b, f32(N, H * (P + V)), "dkv_b", true},
+                                          {dqkv, f32(N, 3 * H * D), "dqkv"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::mla_scatter(dq, dkv_a, dkv_b, dqkv, N, H, D, R, V, kv_lora); });
+}
+
+int narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V, void* stream) {
+  if (int e = device_args("narrow_heads", {{narrow, f32(rows * static_cast<std::size_t>(V)), "narrow", true},
+                                           {wide, f32(rows * static_cast<std::size_t>(D)), "wide"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::narrow_heads(narrow, wide, rows, D, V); });
+}
+
+int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V, void* stream) {
+  if (int e = device_args("widen_heads", {{wide, f32(rows * static_cast<std::size_t>(D)), "wide", true},
+                                          {narrow, f32(rows * static_cast<std::size_t>(V)), "narrow"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::widen_heads(wide, narrow, rows, D, V); });
+}
+
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
   if (int e = device_args("adam_step", {{a.params, f32(a.n), "params", true},
                                         {a.exp_avg, f32(a.n), "exp_avg", true},
