@@ -524,8 +524,8 @@ void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, 
 Status validate(const GptConfig& c, int batch, int seq);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
-// Whether the GPU's model (gpt_cuda.h) trains `c`: all but Llama 4's and gpt-oss's experts and the
-// next-token-prediction module, which train on the CPU only (invalid argument naming the feature).
+// Whether the GPU's model (gpt_cuda.h) trains `c`: all but Llama 4's shape and the next-token-prediction
+// module, which train on the CPU only (invalid argument naming the feature).
 Status cuda_trains(const GptConfig& c);
 
 struct ParamTensor {

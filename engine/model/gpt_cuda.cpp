@@ -216,11 +216,11 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     rope_cos_ = buf(table, "rotary cosines");
     rope_sin_ = buf(table, "rotary sines");
   }
-  scratch_ = buf(
-      flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads)
-             : std::max(kc::attention_forward_scratch(B_, T_, c_.q_width()),
-                        kc::attention_backward_scratch(B_, T_, c_.q_width(), c_.heads, c_.attn_softcap > 0)),
-      "attention scratch");
+  scratch_ = buf(flash_ ? kc::flash_attention_backward_scratch(B_, T_, c_.heads, c_.gpt_oss)
+                        : std::max(kc::attention_forward_scratch(B_, T_, c_.q_width()),
+                                   kc::attention_backward_scratch(B_, T_, c_.q_width(), c_.heads,
+                                                                  c_.attn_softcap > 0, c_.gpt_oss)),
+                 "attention scratch");
   static_assert(sizeof(int) == sizeof(float), "tokens share the float arena");
   if (bf16_) {  // bf16 copies of a GEMM's operands: the widest input (4C, F or Q), weight, output gradient
     const std::size_t in = std::max({4 * C, F, Q, Fx, lat});
@@ -357,6 +357,12 @@ Status CudaGptModel::moe_forward(
       return linear(efc_[a] + at * 2 * w, 2 * FE, ein_, C, nullptr, n);
     case GptRole::kExpertAct:
       if (n == 0) return Status::ok();
+      if (c_.gpt_oss) {
+        return check(
+            kc::clamped_swiglu_forward(egel_[a] + at * w, efc_[a] + at * 2 * w, n, FE,
+                                       GptConfig::kSwigluAlpha, static_cast<float>(c_.swiglu_limit), s),
+            "expert clamped swiglu");
+      }
       return check(kc::swiglu_forward(egel_[a] + at * w, efc_[a] + at * 2 * w, n, FE, s), "expert swiglu");
     case GptRole::kExpertFc2:  // its output, kept for the routing weight's gradient, weighted into the
                                // block's
@@ -433,6 +439,12 @@ Status CudaGptModel::moe_backward(
     case GptRole::kExpertAct:
       if (n == 0) return Status::ok();
       MW_RETURN_IF_ERROR(zero(defc_, static_cast<std::size_t>(n) * 2 * w));
+      if (c_.gpt_oss) {
+        return check(
+            kc::clamped_swiglu_backward(defc_, efc_[a] + at * 2 * w, degel_, n, FE, GptConfig::kSwigluAlpha,
+                                        static_cast<float>(c_.swiglu_limit), s),
+            "expert clamped swiglu bwd");
+      }
       return check(kc::swiglu_backward(defc_, efc_[a] + at * 2 * w, degel_, n, FE, s), "expert swiglu bwd");
     case GptRole::kExpertFc1:  // into the rows of the MLP input's gradient its tokens read
       if (n == 0) return Status::ok();
@@ -739,16 +751,18 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
         MW_RETURN_IF_ERROR(expand_qkv(qkv, o.layer));
         qkv = qf_;
       }
+      const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits)
       if (flash_) {
         MW_RETURN_IF_ERROR(check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
                                                              c_.attention_window(l), c_.score_scale(),
-                                                             c_.score_cap(), c_.alibi_scale()),
+                                                             c_.score_cap(), c_.alibi_scale(), sinks),
                                  "flash attention"));
       } else {
-        MW_RETURN_IF_ERROR(check(
-            kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_, s,
-                                  c_.attention_window(l), c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
-            "attention"));
+        MW_RETURN_IF_ERROR(
+            check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_,
+                                        s, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                        c_.alibi_scale(), sinks),
+                  "attention"));
       }
       if (!c_.mla()) return Status::ok();
       return check(kc::narrow_heads(atto_[a], atty_[a], n_heads(), c_.head_size(), c_.v_dim, s),
@@ -913,6 +927,8 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       // The expanded shapes rebuild their expanded, rotated qkv rather than keeping it per layer.
       const float* qkv = c_.qk_norm ? qkn_[a] : qkv_[a];
       float* dqkv = dqkv_;
+      const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits, and their gradients)
+      float* dsinks = c_.gpt_oss ? g[0] : nullptr;
       if (c_.mla()) {  // (the output's gradient padded back to whole heads)
         MW_RETURN_IF_ERROR(
             check(kc::widen_heads(datty_, datto_, n_heads(), c_.head_size(), c_.v_dim, s), "widen values"));
@@ -926,14 +942,15 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       }
       MW_RETURN_IF_ERROR(zero(dqkv, nq * 3));
       Status st =
-          flash_ ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q,
-                                                      c_.heads, scratch_, s, c_.attention_window(l),
-                                                      c_.score_scale(), c_.score_cap(), c_.alibi_scale()),
-                         "flash attention bwd")
-                 : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q, c_.heads,
-                                                bf16_, scratch_, s, c_.attention_window(l), c_.score_scale(),
-                                                c_.score_cap()),
-                         "attention bwd");
+          flash_
+              ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q, c_.heads,
+                                                   scratch_, s, c_.attention_window(l), c_.score_scale(),
+                                                   c_.score_cap(), c_.alibi_scale(), sinks, dsinks),
+                      "flash attention bwd")
+              : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q, c_.heads, bf16_,
+                                             scratch_, s, c_.attention_window(l), c_.score_scale(),
+                                             c_.score_cap(), sinks, dsinks),
+                      "attention bwd");
       MW_RETURN_IF_ERROR(st);
       if (c_.mla()) return scatter_mla(o.layer);
       return c_.expanded_attention() ? collapse_dqkv(o.layer) : Status::ok();

@@ -444,6 +444,33 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const floa
   dinp[at] += dout[k] * u * sig * (1.0f + g * (1.0f - sig));
 }
 
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) g sigmoid(alpha g),
+// the sigmoid's exponent clamped at 80 as the CPU's; backward passes nothing where a clamp cut.
+__device__ float clamped_sigmoid(float g, float alpha, float limit) {
+  return 1.0f / (1.0f + expf(fminf(80.0f, -alpha * fminf(g, limit))));
+}
+
+__global__ void clamped_swiglu_forward_kernel(float* out, const float* inp, int F, float alpha, float limit,
+                                              std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  const float g = inp[at], u = inp[at + F];
+  const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+  out[k] = (uc + 1.0f) * gc * clamped_sigmoid(g, alpha, limit);
+}
+
+__global__ void clamped_swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, int F,
+                                               float alpha, float limit, std::size_t n) {
+  const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const std::size_t at = k / F * 2 * F + k % F;
+  const float g = inp[at], u = inp[at + F], d = dout[k], sig = clamped_sigmoid(g, alpha, limit);
+  const float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+  if (u >= -limit && u <= limit) dinp[at + F] += d * gc * sig;
+  if (g <= limit) dinp[at] += d * (uc + 1.0f) * sig * (1.0f + alpha * gc * (1.0f - sig));
+}
+
 // GeGLU (Gemma's): gelu(gate) * up over [N, 2F] -> [N, F], and back.
 __global__ void geglu_forward_kernel(float* out, const float* inp, int F, std::size_t n) {
   const std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
@@ -553,11 +580,14 @@ __device__ float capped(float s, float cap) {
 // In place over rows of `att` [rows, T] (row r is query t = r % T of head (r / T) % NH): causal softmax of
 // the scaled scores (soft-capped first with `cap` > 0; plus `alibi` x the head's ALiBi slope x (u - t) with
 // `alibi` > 0) over keys window_start(t) .. t, zero elsewhere.
-__global__ void causal_softmax_kernel(float* att, int T, int window, float cap, int NH, float alibi) {
+// With `sinks` (gpt-oss's, [NH]) the head's sink logit joins the softmax as one more score, its probability
+// nobody's.
+__global__ void causal_softmax_kernel(float* att, int T, int window, float cap, int NH, float alibi,
+                                      const float* sinks) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T), lo = window_start(t, window);
-  const float slope = alibi_slope_of(alibi, static_cast<int>(row / T % NH), NH);
+  const int t = static_cast<int>(row % T), lo = window_start(t, window), h = static_cast<int>(row / T % NH);
+  const float slope = alibi_slope_of(alibi, h, NH);
   float* a = att + row * T;
   float mx = -INFINITY;
   for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
@@ -565,29 +595,39 @@ __global__ void causal_softmax_kernel(float* att, int T, int window, float cap, 
     mx = fmaxf(mx, a[u]);
   }
   mx = block_reduce<true>(mx, shared);
+  if (sinks != nullptr) mx = fmaxf(mx, sinks[h]);
   float s = 0;
   for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
     const float e = expf(a[u] - mx);
     a[u] = e;
     s += e;
   }
-  const float inv = 1.0f / block_reduce<false>(s, shared);
+  const float inv = 1.0f / (block_reduce<false>(s, shared) + (sinks != nullptr ? expf(sinks[h] - mx) : 0.0f));
   for (int u = threadIdx.x; u < T; u += blockDim.x) a[u] = u >= lo && u <= t ? a[u] * inv : 0.0f;
 }
 
 // In place: datt becomes the gradient of the scaled scores, att * (datt - sum(att * datt)) * scale, zero
 // above the diagonal and before the window; with soft-capping times the cap's 1 - tanh^2 of the recomputed
 // scaled scores `scores`.
+// With `sink_rows`, each row's sink's gradient there: -(1 - sum(att)) sum(att * datt), the sink's
+// probability times the row's dot.
 __global__ void causal_softmax_backward_kernel(float* datt, const float* att, int T, float scale, int window,
-                                               const float* scores, float cap) {
+                                               const float* scores, float cap, float* sink_rows) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int t = static_cast<int>(row % T), lo = window_start(t, window);
   float* d = datt + row * T;
   const float* a = att + row * T;
-  float s = 0;
-  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) s += a[u] * d[u];
+  float s = 0, kept = 0;
+  for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
+    s += a[u] * d[u];
+    kept += a[u];
+  }
   s = block_reduce<false>(s, shared);
+  if (sink_rows != nullptr) {
+    kept = block_reduce<false>(kept, shared);
+    if (threadIdx.x == 0) sink_rows[row] = -(1.0f - kept) * s;
+  }
   for (int u = threadIdx.x; u < T; u += blockDim.x) {
     float g = u >= lo && u <= t ? a[u] * (d[u] - s) * scale : 0.0f;
     if (cap > 0) {
@@ -595,6 +635,19 @@ __global__ void causal_softmax_backward_kernel(float* datt, const float* att, in
       g *= 1.0f - th * th;
     }
     d[u] = g;
+  }
+}
+
+// dsinks[h] += each sequence's sum of its rows' sink gradients (rows [B][NH][T]), summed in double as the
+// CPU's; one thread per head.
+__global__ void sink_gradients_kernel(float* dsinks, const float* rows, int B, int NH, int T) {
+  const int h = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (h >= NH) return;
+  for (int b = 0; b < B; ++b) {
+    double sum = 0;
+    const float* r = rows + (static_cast<std::size_t>(b) * NH + h) * T;
+    for (int t = 0; t < T; ++t) sum += static_cast<double>(r[t]);
+    dsinks[h] += static_cast<float>(sum);
   }
 }
 
@@ -661,7 +714,7 @@ __device__ float flash_dot(const float* a, const float* b, int n) {
 // One block per query row t: each thread scores one key of the tile; thread i accumulates output channels
 // i and i + 128 (those below hs), rescaled whenever the running maximum grows.
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                                     float scale, int window, float cap, float alibi) {
+                                     float scale, int window, float cap, float alibi, const float* sinks) {
   __shared__ float shared[32];
   __shared__ float p[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -670,7 +723,9 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   const std::size_t C3 = r.C3;
   const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
   const float slope = flash_slope(row, T, NH, alibi);
-  float m = -INFINITY, l = 0, acc[kFlashChannels] = {};
+  // (a sink logit starts the running maximum and sum: one more score, with no value)
+  const float sink = sinks != nullptr ? sinks[row / T % NH] : -INFINITY;
+  float m = sink, l = sinks != nullptr ? 1.0f : 0.0f, acc[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
     const int u = u0 + i;
     const float s = u <= t ? capped(scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs), cap) +
@@ -702,7 +757,8 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
 // keeps dout[t] . out[t] in rowsum for the key pass.
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale, int window, float cap, float alibi) {
+                                            float scale, int window, float cap, float alibi, const float* sinks,
+                                            float* sink_rows) {
   __shared__ float shared[32];
   __shared__ float g[kFlashTile];
   const std::size_t row = blockIdx.x;
@@ -716,6 +772,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   const float D = block_reduce<false>(d_part, shared);
   if (i == 0) rowsum[row] = D;
   const float L = lse[row], slope = flash_slope(row, T, NH, alibi);
+  if (sinks != nullptr && i == 0) sink_rows[row] = -expf(sinks[row / T % NH] - L) * D;
   float dq[kFlashChannels] = {};
   for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {
     const int u = u0 + i;
@@ -1101,6 +1158,22 @@ int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int
   return launched();
 }
 
+int clamped_swiglu_forward(float* out, const float* inp, int N, int F, float alpha, float limit, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  clamped_swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(out, inp, F, alpha, limit, n);
+  return launched();
+}
+
+int clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, float alpha,
+                            float limit, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * F;
+  if (n == 0) return 0;
+  clamped_swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, F, alpha,
+                                                                                    limit, n);
+  return launched();
+}
+
 int repeat_kv(float* qkv3, const float* qkv, int N, int C, int NH, int KVH, void* stream) {
   const std::size_t n = static_cast<std::size_t>(N) * 3 * C;
   if (n == 0) return 0;
@@ -1219,7 +1292,7 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
 
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window, float score_scale_or_0,
-                      float softcap, float alibi) {
+                      float softcap, float alibi, const float* sinks) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *oh = v + btc;
@@ -1237,7 +1310,7 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
       batched(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, th, q, hs, th, att, T, tt, B * NH);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   causal_softmax_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(B) * NH * T), kThreads, 0, st>>>(
-      att, T, window, softcap, NH, alibi);
+      att, T, window, softcap, NH, alibi, sinks);
   if (int e = launched(); e != 0) return e;
   // oh[t] = sum_u att[t][u] v[u]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, th, att, T, tt, oh, hs, th, B * NH);
@@ -1246,14 +1319,14 @@ int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int 
   return launched();
 }
 
-std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap) {
-  return 7 * static_cast<std::size_t>(B) * T * C +
-         (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T;
+std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap, bool sinks) {
+  return 7 * static_cast<std::size_t>(B) * T * C + (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T +
+         (sinks ? static_cast<std::size_t>(B) * NH * T : 0);
 }
 
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                        int T, int C, int NH, bool tf32, float* scratch, void* stream, int window,
-                       float score_scale_or_0, float softcap) {
+                       float score_scale_or_0, float softcap, const float* sinks, float* dsinks) {
   const int hs = C / NH;
   const std::size_t btc = static_cast<std::size_t>(B) * T * C;
   float *q = scratch, *k = q + btc, *v = k + btc, *dq = v + btc, *dk = dq + btc, *dv = dk + btc,
@@ -1283,9 +1356,17 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
                 batch);
     if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
   }
+  // (the rows' sink gradients after the scores, or after datt without a cap)
+  float* sink_rows = sinks != nullptr ? datt + (softcap > 0 ? 2 : 1) * static_cast<std::size_t>(batch) * T * T
+                                      : nullptr;
   causal_softmax_backward_kernel<<<static_cast<unsigned>(static_cast<std::size_t>(batch) * T), kThreads, 0,
-                                   st>>>(datt, att, T, scale, window, scores, softcap);
+                                   st>>>(datt, att, T, scale, window, scores, softcap, sink_rows);
   if (int e = launched(); e != 0) return e;
+  if (sinks != nullptr && dsinks != nullptr) {
+    sink_gradients_kernel<<<blocks_for(static_cast<std::size_t>(NH)), kThreads, 0, st>>>(dsinks, sink_rows, B,
+                                                                                         NH, T);
+    if (int e = launched(); e != 0) return e;
+  }
   // dq[t] = sum_u dpre[t][u] k[u]; dk[u] = sum_t dpre[t][u] q[t]
   s = batched(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, th, datt, T, tt, dq, hs, th, batch);
   if (s != CUBLAS_STATUS_SUCCESS) return blas_status(s);
@@ -1300,32 +1381,39 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap, float alibi) {
+                            void* stream, int window, float scale, float softcap, float alibi, const float* sinks) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap, alibi);
+      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap, alibi, sinks);
   return launched();
 }
 
-std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
-  return static_cast<std::size_t>(B) * NH * T;
+std::size_t flash_attention_backward_scratch(int B, int T, int NH, bool sinks) {
+  return (sinks ? 2 : 1) * static_cast<std::size_t>(B) * NH * T;
 }
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float score_scale_or_0, float softcap, float alibi) {
+                             int window, float score_scale_or_0, float softcap, float alibi, const float* sinks,
+                             float* dsinks) {
   const int hs = C / NH;
   if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
   const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
   if (rows == 0) return 0;
   const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
   cudaStream_t st = as_stream(stream);
+  float* sink_rows = sinks != nullptr ? scratch + rows : nullptr;
   flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap, alibi);
+      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap, alibi, sinks, sink_rows);
   if (int e = launched(); e != 0) return e;
+  if (sinks != nullptr && dsinks != nullptr) {
+    sink_gradients_kernel<<<blocks_for(static_cast<std::size_t>(NH)), kThreads, 0, st>>>(dsinks, sink_rows, B,
+                                                                                         NH, T);
+    if (int e = launched(); e != 0) return e;
+  }
   flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
       dqkv, scratch, dout, qkv, lse, T, C, NH, scale, window, softcap, alibi);
   return launched();

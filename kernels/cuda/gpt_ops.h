@@ -91,6 +91,10 @@ int rope_apply(float* x, int B, int T, int stride, int heads, int hs, const floa
                bool inverse, void* stream, int rotary = 0, bool pairs = false);
 int swiglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
+// gpt-oss's clamped SwiGLU, as kernels/cpu's clamped_swiglu_*.
+int clamped_swiglu_forward(float* out, const float* inp, int N, int F, float alpha, float limit, void* stream);
+int clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, float alpha,
+                            float limit, void* stream);
 // Gemma's GeGLU: gelu(gate) * up (GELU's tanh approximation), the same layouts.
 int geglu_forward(float* out, const float* inp, int N, int F, void* stream);
 int geglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream);
@@ -121,16 +125,18 @@ int relu2_backward(float* dinp, const float* inp, const float* dout, std::size_t
 // attention_window_start). `scale`
 // (0: 1 / sqrt(head size)) and `softcap` (0: none) as kernels/cpu's: scores cap * tanh(scale q . k / cap);
 // `alibi` > 0: plus alibi x ALiBi's alibi_slope(h, NH) x (u - t), as kernels/cpu's (backward needs no flag).
+// `sinks` [NH] (gpt-oss's, or null): the head's sink logit in every row's softmax, as kernels/cpu's; backward
+// adds its gradient into `dsinks` [NH] (each sequence's sum in double, as the CPU's).
 std::size_t attention_forward_scratch(int B, int T, int C);
 int attention_forward(Blas& blas, float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       bool tf32, float* scratch, void* stream, int window = 0, float scale = 0,
-                      float softcap = 0, float alibi = 0);
-// dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH, softcap) floats
-// (with soft-capping, room for the recomputed scores too).
-std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap = false);
+                      float softcap = 0, float alibi = 0, const float* sinks = nullptr);
+// dqkv [B*T, 3C] += the gradient; `scratch` holds attention_backward_scratch(B, T, C, NH, softcap, sinks)
+// floats (with soft-capping, room for the recomputed scores too; with sinks, for each row's sink gradient).
+std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap = false, bool sinks = false);
 int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                        int T, int C, int NH, bool tf32, float* scratch, void* stream, int window = 0,
-                       float scale = 0, float softcap = 0);
+                       float scale = 0, float softcap = 0, const float* sinks = nullptr, float* dsinks = nullptr);
 // Gemma 2's logit soft-capping in place, x = cap * tanh(x / cap), and backward dx *= 1 - (y / cap)^2 from the
 // capped values y.
 int softcap_forward(float* x, std::size_t n, float cap, void* stream);
@@ -150,13 +156,15 @@ int scale_values(float* x, std::size_t n, float s, void* stream);
 // one block per key row for dk and dv, so no two blocks add into the same gradient. fp32 on the CUDA cores:
 // the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256 (two channels a
 // thread), else cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
+// `sinks` and `dsinks` as the unfused kernels' (the scratch then twice as large).
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window = 0, float scale = 0, float softcap = 0,
-                            float alibi = 0);
-std::size_t flash_attention_backward_scratch(int B, int T, int NH);
+                            float alibi = 0, const float* sinks = nullptr);
+std::size_t flash_attention_backward_scratch(int B, int T, int NH, bool sinks = false);
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0);
+                             int window = 0, float scale = 0, float softcap = 0, float alibi = 0,
+                             const float* sinks = nullptr, float* dsinks = nullptr);
 
 // out[B*T, C] = scale * wte[token] + wpe[t]; backward accumulates into dwte [V, C] and dwpe [T, C]. wpe and
 // dwpe may be null (rotary positions); `scale` is Gemma's sqrt(C).

@@ -525,6 +525,51 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
             static_cast<int>(cudaErrorInvalidValue));
 }
 
+// gpt-oss's sink logits (one a head, some above the rows' scores, some far below) in the unfused and the
+// fused kernels, full and in a window of 5, against the CPU reference: outputs, dqkv and the sinks' gradients
+// (each head's sum over its rows, within 1e-4 of their RMS).
+TEST_F(CudaKernels, AttentionSinksMatchTheCpu) {
+  const auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 52),
+             dout = randn(static_cast<std::size_t>(N) * C, 53), dqkv0 = randn(qkv.size(), 54);
+  const std::vector<float> sinks = {2.0f, -1.0f, 0.5f, -30.0f};
+  for (const int window : {0, 5}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(B) * NH * T * T),
+        dqkv = dqkv0, dsinks(NH, 0.25f);
+    attention_forward_ref(out.data(), att.data(), qkv.data(), B, T, C, NH, window, 0, 0, 0, sinks.data());
+    attention_backward_ref(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, window, 0, 0,
+                           sinks.data(), dsinks.data());
+    Dev<float> d_qkv(qkv), d_dout(dout), d_out(out.size()), d_att(att.size()), d_dqkv(dqkv0), d_sinks(sinks),
+        d_dsinks(std::vector<float>(NH, 0.25f)),
+        d_scratch(std::max(cu::attention_forward_scratch(B, T, C),
+                           cu::attention_backward_scratch(B, T, C, NH, false, true)));
+    ASSERT_EQ(cu::attention_forward(*blas_, d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH, false,
+                                    d_scratch.get(), nullptr, window, 0, 0, 0, d_sinks.get()),
+              0);
+    ASSERT_EQ(
+        cu::attention_backward(*blas_, d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH,
+                               false, d_scratch.get(), nullptr, window, 0, 0, d_sinks.get(), d_dsinks.get()),
+        0);
+    expect_close(d_out.host(), out, 1e-4f, 1e-5f, "out", 1e-5f);
+    expect_close(d_dqkv.host(), dqkv, 1e-4f, 1e-5f, "dqkv", 1e-5f);
+    expect_close(d_dsinks.host(), dsinks, 1e-4f, 1e-5f, "dsinks", 1e-4f);
+    Dev<float> f_out(out.size()), f_lse(static_cast<std::size_t>(B) * NH * T), f_dqkv(dqkv0),
+        f_dsinks(std::vector<float>(NH, 0.25f)),
+        f_scratch(cu::flash_attention_backward_scratch(B, T, NH, true));
+    ASSERT_EQ(cu::flash_attention_forward(f_out.get(), f_lse.get(), d_qkv.get(), B, T, C, NH, nullptr, window,
+                                          0, 0, 0, d_sinks.get()),
+              0);
+    ASSERT_EQ(cu::flash_attention_backward(f_dqkv.get(), d_dout.get(), d_qkv.get(), f_out.get(), f_lse.get(),
+                                           B, T, C, NH, f_scratch.get(), nullptr, window, 0, 0, 0,
+                                           d_sinks.get(), f_dsinks.get()),
+              0);
+    expect_close(f_out.host(), out, 1e-4f, 1e-5f, "flash out", 1e-5f);
+    expect_close(f_dqkv.host(), dqkv, 1e-4f, 1e-5f, "flash dqkv", 1e-5f);
+    expect_close(f_dsinks.host(), dsinks, 1e-4f, 1e-5f, "flash dsinks", 1e-4f);
+    EXPECT_GT(std::fabs(dsinks[0] - 0.25f), 1e-3f);  // (a sink above the scores takes a real gradient)
+  }
+}
+
 // Gemma 2's logit soft-capping, forward in place and backward from the capped values.
 TEST_F(CudaKernels, SoftcapMatchesTheCpu) {
   auto x = randn(1000, 37);

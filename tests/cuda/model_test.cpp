@@ -479,6 +479,12 @@ TEST_P(CudaGpt, MixturesOfExpertsMatchTheCpu) {
   if (GetParam() == 2) {
     expect_flash_trains_like_the_cpu(*dev_, blocks_, 1, mixtral, "mixtral");
     expect_flash_trains_like_the_cpu(*dev_, blocks_, 1, qwen3_moe, "qwen3-moe");
+    GptConfig oss = mixtral;  // (gpt-oss's sinks in the fused kernels, below)
+    oss.gpt_oss = oss.qkv_bias = true;
+    oss.sliding_window = 8;
+    oss.global_every = 2;
+    oss.swiglu_limit = 1.0;
+    expect_flash_trains_like_the_cpu(*dev_, blocks_, 1, oss, "gpt-oss");
     return;
   }
   forward_backward_and_ten_steps(*dev_, blocks_, 1, mixtral);
@@ -506,6 +512,15 @@ TEST_P(CudaGpt, MixturesOfExpertsMatchTheCpu) {
   granite_moe.logit_scale = 0.25;
   forward_backward_and_ten_steps(*dev_, blocks_, 1, granite_moe);
   forward_backward_and_ten_steps(*dev_, blocks_, 1, qwen3_moe);
+  // gpt-oss's: biases on q, k, v, o, the router and the experts, sink logits, a window of 8 on every other
+  // layer, the clamped SwiGLU at a limit of 1 (which the activations cross both ways).
+  GptConfig oss = mixtral;
+  oss.gpt_oss = oss.qkv_bias = true;
+  oss.sliding_window = 8;
+  oss.global_every = 2;
+  oss.router_aux = 0.05;
+  oss.swiglu_limit = 1.0;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, oss);
 }
 
 // DeepSeek's latent attention: 4 heads of 6 + 4 rotary channels (neighbouring pairs) from a query latent of 8
@@ -556,14 +571,23 @@ TEST_P(CudaGpt, LatentAttentionMatchesTheCpu) {
 
 // What the GPU's model leaves to the CPU's is refused by name.
 TEST_P(CudaGpt, RefusesWhatTrainsOnTheCpuOnly) {
-  GptConfig oss = small_llama();
-  oss.experts = 4;
-  oss.experts_per_token = 2;
-  oss.gpt_oss = oss.norm_topk = oss.qkv_bias = true;
-  oss.swiglu_limit = 7;
-  auto m = CudaGptModel::create(oss, kB, kT, 1, *dev_);
+  GptConfig llama4 = small_llama();
+  llama4.layers = 4;
+  llama4.llama4 = llama4.qk_l2_norm = true;
+  llama4.nope_every = 4;
+  llama4.attn_temperature = 0.5;
+  llama4.floor_scale = 3;
+  llama4.attention_chunk = 3;
+  llama4.experts = 4;
+  llama4.experts_per_token = 2;
+  llama4.expert_ffn = 6;
+  llama4.shared_ffn = 6;
+  llama4.shared_gate = false;
+  llama4.moe_every = 2;
+  ASSERT_TRUE(validate(llama4, kB, kT).is_ok()) << validate(llama4, kB, kT).message();
+  auto m = CudaGptModel::create(llama4, kB, kT, 1, *dev_);
   ASSERT_FALSE(m.is_ok());
-  EXPECT_NE(m.status().message().find("gpt-oss"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("Llama 4"), std::string::npos) << m.status().message();
   EXPECT_NE(m.status().message().find("--device cpu"), std::string::npos) << m.status().message();
 }
 

@@ -260,6 +260,23 @@ int swiglu_forward(float* out, const float* inp, int N, int F, void* stream) {
   return enqueue(stream, [=] { kernels::swiglu_forward(out, inp, N, F); });
 }
 
+int clamped_swiglu_forward(float* out, const float* inp, int N, int F, float alpha, float limit,
+                           void* stream) {
+  if (int e =
+          device_args("clamped_swiglu_forward", {{out, f32(N, F), "out", true}, {inp, f32(N, 2 * F), "inp"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::clamped_swiglu_forward(out, inp, N, F, alpha, limit); });
+}
+
+int clamped_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, float alpha,
+                            float limit, void* stream) {
+  if (int e = device_args(
+          "clamped_swiglu_backward",
+          {{dinp, f32(N, 2 * F), "dinp", true}, {inp, f32(N, 2 * F), "inp"}, {dout, f32(N, F), "dout"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::clamped_swiglu_backward(dinp, inp, dout, N, F, alpha, limit); });
+}
+
 int swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, void* stream) {
   if (int e = device_args(
           "swiglu_backward",
@@ -349,9 +366,10 @@ std::size_t attention_forward_scratch(int B, int T, int C) {
   return 4 * static_cast<std::size_t>(B) * T * C;
 }
 
-std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap) {
+std::size_t attention_backward_scratch(int B, int T, int C, int NH, bool softcap, bool sinks) {
   return 7 * static_cast<std::size_t>(B) * T * C +
-         (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T;
+         (softcap ? 2 : 1) * static_cast<std::size_t>(B) * NH * T * T +
+         (sinks ? static_cast<std::size_t>(B) * NH * T : 0);
 }
 
 int softcap_forward(float* x, std::size_t n, float cap, void* stream) {
@@ -382,69 +400,82 @@ int clamp_backward(float* dx, const float* y, std::size_t n, float clip, void* s
 // The emulation computes attention in fp32 whether or not `tf32` allows TF32 operands (cuda_simt_tests
 // checks the TF32 path on the emulated cuBLAS).
 int attention_forward(Blas&, float* out, float* att, const float* qkv, int B, int T, int C, int NH, bool,
-                      float* scratch, void* stream, int window, float scale, float softcap, float alibi) {
+                      float* scratch, void* stream, int window, float scale, float softcap, float alibi,
+                      const float* sinks) {
   const int N = B * T;
   if (int e = device_args("attention_forward",
                           {{out, f32(N, C), "out", true},
                            {att, f32(B * NH, T * T), "att", true},
                            {qkv, f32(N, 3 * C), "qkv"},
-                           {scratch, f32(attention_forward_scratch(B, T, C)), "scratch", true}}))
+                           {scratch, f32(attention_forward_scratch(B, T, C)), "scratch", true},
+                           {sinks, f32(NH, 1), "sinks"}}))
     return e;
-  return enqueue(
-      stream, [=] { kernels::attention_forward(out, att, qkv, B, T, C, NH, window, scale, softcap, alibi); });
+  return enqueue(stream, [=] {
+    kernels::attention_forward(out, att, qkv, B, T, C, NH, window, scale, softcap, alibi, sinks);
+  });
 }
 
 int attention_backward(Blas&, float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                        int T, int C, int NH, bool, float* scratch, void* stream, int window, float scale,
-                       float softcap) {
+                       float softcap, const float* sinks, float* dsinks) {
   const int N = B * T;
-  if (int e = device_args(
-          "attention_backward",
-          {{dqkv, f32(N, 3 * C), "dqkv", true},
-           {dout, f32(N, C), "dout"},
-           {qkv, f32(N, 3 * C), "qkv"},
-           {att, f32(B * NH, T * T), "att"},
-           {scratch, f32(attention_backward_scratch(B, T, C, NH, softcap > 0)), "scratch", true}}))
+  if (int e =
+          device_args("attention_backward",
+                      {{dqkv, f32(N, 3 * C), "dqkv", true},
+                       {dout, f32(N, C), "dout"},
+                       {qkv, f32(N, 3 * C), "qkv"},
+                       {att, f32(B * NH, T * T), "att"},
+                       {scratch, f32(attention_backward_scratch(B, T, C, NH, softcap > 0, sinks != nullptr)),
+                        "scratch", true},
+                       {sinks, f32(NH, 1), "sinks"},
+                       {dsinks, f32(NH, 1), "dsinks", true}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, window, scale, softcap);
+    kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, window, scale, softcap, sinks, dsinks);
   });
 }
 
 // The fused kernels' limit (head size at most two channels for each of a block's 128 threads) is the real
 // one's too.
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap, float alibi) {
+                            void* stream, int window, float scale, float softcap, float alibi,
+                            const float* sinks) {
   if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
-  if (int e = device_args(
-          "flash_attention_forward",
-          {{out, f32(N, C), "out", true}, {lse, f32(B * NH, T), "lse", true}, {qkv, f32(N, 3 * C), "qkv"}}))
+  if (int e = device_args("flash_attention_forward", {{out, f32(N, C), "out", true},
+                                                      {lse, f32(B * NH, T), "lse", true},
+                                                      {qkv, f32(N, 3 * C), "qkv"},
+                                                      {sinks, f32(NH, 1), "sinks"}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH, window, scale, softcap, alibi);
+    kernels::flash_attention_forward(out, lse, qkv, B, T, C, NH, window, scale, softcap, alibi, sinks);
   });
 }
 
-std::size_t flash_attention_backward_scratch(int B, int T, int NH) {
-  return static_cast<std::size_t>(B) * NH * T;
+std::size_t flash_attention_backward_scratch(int B, int T, int NH, bool sinks) {
+  return (sinks ? 2 : 1) * static_cast<std::size_t>(B) * NH * T;
 }
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float scale, float softcap, float alibi) {
+                             int window, float scale, float softcap, float alibi, const float* sinks,
+                             float* dsinks) {
   if (C / NH > 256) return static_cast<int>(cudaErrorInvalidValue);
   const int N = B * T;
-  if (int e = device_args("flash_attention_backward",
-                          {{dqkv, f32(N, 3 * C), "dqkv", true},
-                           {dout, f32(N, C), "dout"},
-                           {qkv, f32(N, 3 * C), "qkv"},
-                           {out, f32(N, C), "out"},
-                           {lse, f32(B * NH, T), "lse"},
-                           {scratch, f32(flash_attention_backward_scratch(B, T, NH)), "scratch", true}}))
+  if (int e = device_args(
+          "flash_attention_backward",
+          {{dqkv, f32(N, 3 * C), "dqkv", true},
+           {dout, f32(N, C), "dout"},
+           {qkv, f32(N, 3 * C), "qkv"},
+           {out, f32(N, C), "out"},
+           {lse, f32(B * NH, T), "lse"},
+           {scratch, f32(flash_attention_backward_scratch(B, T, NH, sinks != nullptr)), "scratch", true},
+           {sinks, f32(NH, 1), "sinks"},
+           {dsinks, f32(NH, 1), "dsinks", true}}))
     return e;
   return enqueue(stream, [=] {
-    kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, window, scale, softcap, alibi);
+    kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, window, scale, softcap, alibi,
+                                      sinks, dsinks);
   });
 }
 
