@@ -327,11 +327,6 @@ Status validate(const GptConfig& c, int batch, int seq) {
 }
 
 Status cuda_trains(const GptConfig& c) {
-  if (c.llama4) {
-    return Status::invalid_argument(
-        "Llama 4's shape (its weighted expert inputs, normed and tempered queries) trains on the CPU device "
-        "only; allowed: --device cpu");
-  }
   if (c.mtp > 0) {
     return Status::invalid_argument(
         "the next-token-prediction module (memwall.mtp) trains on the CPU device only; allowed: --device "
@@ -2204,39 +2199,6 @@ void GptModel::linear_backward(float* din, const float* dout, int out_width, con
   }
 }
 
-void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps) {
-  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    for (std::size_t h = 0; h < H; ++h) {
-      float* v = x + static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
-      double sum = 0;
-      for (std::size_t i = 0; i < D; ++i) sum += static_cast<double>(v[i]) * static_cast<double>(v[i]);
-      const auto r =
-          static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(D) + static_cast<double>(eps)));
-      for (std::size_t i = 0; i < D; ++i) v[i] *= r;
-      if (rstd != nullptr) rstd[static_cast<std::size_t>(n) * H + h] = r;
-    }
-  }
-}
-
-void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
-                            int hs) {
-  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    for (std::size_t h = 0; h < H; ++h) {
-      const std::size_t at = static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
-      double dot = 0;
-      for (std::size_t i = 0; i < D; ++i)
-        dot += static_cast<double>(d[at + i]) * static_cast<double>(y[at + i]);
-      const auto mean = static_cast<float>(dot / static_cast<double>(D));
-      const float r = rstd[static_cast<std::size_t>(n) * H + h];
-      for (std::size_t i = 0; i < D; ++i) d[at + i] = r * (d[at + i] - y[at + i] * mean);
-    }
-  }
-}
-
 void GptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   k::repeat_kv(qf_.data(), qkv, N, Q, c_.heads, c_.kv_head_count());
@@ -2247,8 +2209,8 @@ void GptModel::expand_qkv(const float* qkv, int layer) {
   k::rope_apply(qf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                 rope_sin_.data() + at, false, c_.rotary_dim(), c_.rope_pairs());
   if (c_.l2_norm_at(layer)) {  // (Llama 4's, after the turn)
-    l2_norm_heads(qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size(),
-                  static_cast<float>(c_.norm_eps));
+    k::l2_norm_heads(qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size(),
+                     static_cast<float>(c_.norm_eps));
   }
 }
 
@@ -2256,7 +2218,7 @@ void GptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width();
   const std::size_t at = c_.rope_table_offset(layer, T_);
   if (c_.l2_norm_at(layer))  // (qf_ holds the normed heads expand_qkv left)
-    l2_norm_heads_backward(dqf_.data(), qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size());
+    k::l2_norm_heads_backward(dqf_.data(), qf_.data(), qkr_.data(), N, 3 * Q, 2 * c_.heads, c_.head_size());
   if (c_.rotary_at(layer)) {
     k::rope_apply(dqf_.data(), B_, T_, 3 * Q, 2 * c_.heads, c_.head_size(), rope_cos_.data() + at,
                   rope_sin_.data() + at, true, c_.rotary_dim(), c_.rope_pairs());
@@ -2638,7 +2600,7 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
   const int FE = c_.expert_width();
   // (Granite MoE's residual_multiplier on the experts' sum; else 1)
   const auto branch = static_cast<float>(c_.residual_multiplier);
-  const auto W = static_cast<std::size_t>(C), K = static_cast<std::size_t>(std::max(1, c_.experts_per_token));
+  const auto W = static_cast<std::size_t>(C);
   // A mixture of experts' first op backward: the block's residual branch, no gradients at its input yet.
   const auto moe_block_backward = [&] {
     dres_ = dx_;
@@ -2768,26 +2730,12 @@ void GptModel::backward_op(int op, const float* const* p, float* const* g, const
       gather_expert_input(a, o.expert, fc1_input(a));
       dein_.assign(ein_.size(), 0.0f);
       linear(dein_.data(), defc_.data(), 2 * FE, ein_.data(), C, routed);
-      const auto& rows = router_.rows(a, e);
-      const float* x = fc1_input(a);
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const auto r = static_cast<std::size_t>(rows[i]);
-        float* dst = dln_.data() + r / K * W;
-        const float* din = dein_.data() + i * W;
-        if (!c_.llama4) {
-          for (std::size_t j = 0; j < W; ++j) dst[j] += din[j];
-          continue;
-        }
-        // Llama 4's input w x: w din into the input's gradient, din . x into the weight's.
-        const float w = router_.weights(a)[r];
-        const float* xr = x + r / K * W;
-        float dot = 0;
-        for (std::size_t j = 0; j < W; ++j) {
-          dst[j] += w * din[j];
-          dot += din[j] * xr[j];
-        }
-        drw_[r] += dot;
-      }
+      const int* rows = router_.rows(a, e).data();
+      // (Llama 4's input w x: w din into the input's gradient, din . x into the weight's)
+      k::scatter_add_rows(dln_.data(), dein_.data(), rows, c_.llama4 ? router_.weights(a) : nullptr, 1.0f,
+                          routed, C, c_.experts_per_token);
+      if (c_.llama4)
+        k::add_row_dots(drw_.data(), dein_.data(), fc1_input(a), rows, routed, C, c_.experts_per_token);
       break;
     }
     case Role::kRouter:

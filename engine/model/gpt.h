@@ -511,21 +511,14 @@ double latent_query_scale(int head_dim, const RopeScaling& rs);
 // first v_dim into `narrow` [N][heads x v_dim] (to_narrow), or back, the others zeros.
 void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_narrow);
 
-// Llama 4's norm without weights of the first `heads` heads of hs in each of N rows of `stride` floats, in
-// place: x / sqrt(mean(x^2) + eps), each head's 1 / sqrt(...) into rstd [N][heads] (if not null). Backward,
-// in place on the heads' gradient d, from the normed heads y and rstd: rstd (d - y mean(d . y)).
-void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps);
-void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
-                            int hs);
-
 // Rejects non-positive sizes, channels not divisible by heads (without head_dim) and seq > max_seq, naming
 // the field; for the Llama shape heads not a multiple of kv_heads and an odd head size (rotary pairs); for
 // GPT-2 the Llama shape's fields other than their GPT-2 values.
 Status validate(const GptConfig& c, int batch, int seq);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
-// Whether the GPU's model (gpt_cuda.h) trains `c`: all but Llama 4's shape and the next-token-prediction
-// module, which train on the CPU only (invalid argument naming the feature).
+// Whether the GPU's model (gpt_cuda.h) trains `c`: all but the next-token-prediction module, which trains on
+// the CPU only (invalid argument naming it).
 Status cuda_trains(const GptConfig& c);
 
 struct ParamTensor {

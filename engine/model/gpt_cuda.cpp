@@ -97,6 +97,15 @@ Status CudaGptModel::allocate(int tiling) {
         " free; lower train_micro_batch_size_per_gpu or memwall.sequence_length");
   }
   MW_RETURN_IF_ERROR(allocate_buffers(tiling));
+  if (temper_ != nullptr) {  // Llama 4's query temperature by position (the same on each layer it tempers)
+    int layer = 0;
+    while (c_.rotary_at(layer)) ++layer;
+    std::vector<float> by_position(static_cast<std::size_t>(T_));
+    for (int t = 0; t < T_; ++t) by_position[static_cast<std::size_t>(t)] = c_.query_temperature(layer, t);
+    MW_RETURN_IF_ERROR(check_rt(
+        cudaMemcpy(temper_, by_position.data(), by_position.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "query temperature table"));
+  }
   if (!c_.rotary()) return Status::ok();
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
   std::vector<float> cos_t, sin_t;
@@ -211,6 +220,12 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     qf_ = buf(N * 3 * Q, "rotated qkv");
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
   }
+  if (c_.qk_l2_norm) qkr_ = buf(N * 2 * static_cast<std::size_t>(c_.heads), "q/k l2 norms' rstd");
+  // (a layer without positions to temper: Llama 4's every nope_every-th)
+  bool tempers = false;
+  for (int layer = 0; layer < c_.layers; ++layer)
+    tempers = tempers || c_.query_temperature(layer, T_ - 1) != 1.0f;
+  if (tempers) temper_ = buf(static_cast<std::size_t>(T_), "query temperature by position");
   if (c_.rotary()) {
     const std::size_t table = c_.rope_tables_floats(T_);
     rope_cos_ = buf(table, "rotary cosines");
@@ -353,7 +368,9 @@ Status CudaGptModel::moe_forward(
       return route(l, a, p);
     case GptRole::kExpertFc1:
       if (n == 0) return Status::ok();
-      MW_RETURN_IF_ERROR(check(kc::gather_rows(ein_, fc1_input(a), rows, nullptr, n, C, K, N, s), "gather"));
+      // (Llama 4's: the routing weight scales the input)
+      MW_RETURN_IF_ERROR(check(
+          kc::gather_rows(ein_, fc1_input(a), rows, c_.llama4 ? ewt_[a] : nullptr, n, C, K, N, s), "gather"));
       return linear(efc_[a] + at * 2 * w, 2 * FE, ein_, C, nullptr, n);
     case GptRole::kExpertAct:
       if (n == 0) return Status::ok();
@@ -368,9 +385,9 @@ Status CudaGptModel::moe_forward(
                                // block's
       if (n == 0) return Status::ok();
       MW_RETURN_IF_ERROR(linear(eout_[a] + at * W, C, egel_[a] + at * w, FE, nullptr, n));
-      return check(
-          kc::scatter_add_rows(resid_[l + 1], eout_[a] + at * W, rows, ewt_[a], branch, n, C, K, N, s),
-          "expert output");
+      return check(kc::scatter_add_rows(resid_[l + 1], eout_[a] + at * W, rows, c_.llama4 ? nullptr : ewt_[a],
+                                        branch, n, C, K, N, s),
+                   "expert output");
     case GptRole::kSharedFc1:
       return linear(sfc_[a], 2 * Fs, fc1_input(a), C, nullptr, 0);
     case GptRole::kSharedAct:
@@ -431,9 +448,11 @@ Status CudaGptModel::moe_backward(
       if (o.expert == c_.experts - 1 && Fs == 0) MW_RETURN_IF_ERROR(block_backward());
       if (n == 0) return Status::ok();
       // The weighted output's gradients: w dx at the output, dx . output at the weight.
-      MW_RETURN_IF_ERROR(check(kc::scatter_add_rows_backward(dy_, drw_, dx_, eout_[a] + at * W, rows, ewt_[a],
-                                                             branch, n, C, K, N, s),
-                               "expert output bwd"));
+      // (Llama 4's weight is the input's: ExpertFc1's)
+      MW_RETURN_IF_ERROR(
+          check(kc::scatter_add_rows_backward(dy_, c_.llama4 ? nullptr : drw_, dx_, eout_[a] + at * W, rows,
+                                              c_.llama4 ? nullptr : ewt_[a], branch, n, C, K, N, s),
+                "expert output bwd"));
       MW_RETURN_IF_ERROR(zero(degel_, static_cast<std::size_t>(n) * w));
       return linear(degel_, dy_, C, egel_[a] + at * w, FE, n);
     case GptRole::kExpertAct:
@@ -448,10 +467,17 @@ Status CudaGptModel::moe_backward(
       return check(kc::swiglu_backward(defc_, efc_[a] + at * 2 * w, degel_, n, FE, s), "expert swiglu bwd");
     case GptRole::kExpertFc1:  // into the rows of the MLP input's gradient its tokens read
       if (n == 0) return Status::ok();
-      MW_RETURN_IF_ERROR(check(kc::gather_rows(ein_, fc1_input(a), rows, nullptr, n, C, K, N, s), "gather"));
+      MW_RETURN_IF_ERROR(check(
+          kc::gather_rows(ein_, fc1_input(a), rows, c_.llama4 ? ewt_[a] : nullptr, n, C, K, N, s), "gather"));
       MW_RETURN_IF_ERROR(zero(dein_, static_cast<std::size_t>(n) * W));
       MW_RETURN_IF_ERROR(linear(dein_, defc_, 2 * FE, ein_, C, n));
-      return check(kc::scatter_add_rows(dln_, dein_, rows, nullptr, 1.0f, n, C, K, N, s), "expert dinput");
+      // (Llama 4's input w x: w din into the input's gradient, din . x into the weight's)
+      MW_RETURN_IF_ERROR(
+          check(kc::scatter_add_rows(dln_, dein_, rows, c_.llama4 ? ewt_[a] : nullptr, 1.0f, n, C, K, N, s),
+                "expert dinput"));
+      if (!c_.llama4) return Status::ok();
+      return check(kc::add_row_dots(drw_, dein_, fc1_input(a), rows, n, C, K, N, s),
+                   "routing weights' gradient");
     case GptRole::kRouter:
       MW_RETURN_IF_ERROR(route_backward(a, g));
       return linear(dln_, drlogit_, c_.experts, fc1_input(a), C, 0);
@@ -623,24 +649,41 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   MW_RETURN_IF_ERROR(check(kc::repeat_kv(qf_, qkv, N, Q, c_.heads, c_.kv_head_count(), s), "repeat kv"));
+  MW_RETURN_IF_ERROR(temper_queries(qf_, layer));
   if (!c_.rotary_at(layer))
     return Status::ok();  // (GPT-BigCode's learned positions, Cohere2's global layers)
   // q and k: 2 x heads heads of hs from the start of each 3Q row.
   const std::size_t at = c_.rope_table_offset(layer, T_);
-  return check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at, rope_sin_ + at, false, s,
-                              c_.rotary_dim(), c_.rope_pairs()),
-               "rope");
+  MW_RETURN_IF_ERROR(check(kc::rope_apply(qf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
+                                          rope_sin_ + at, false, s, c_.rotary_dim(), c_.rope_pairs()),
+                           "rope"));
+  if (!c_.l2_norm_at(layer)) return Status::ok();  // (Llama 4's, after the turn)
+  return check(kc::l2_norm_heads(qf_, qkr_, N, 3 * Q, 2 * c_.heads, hs, static_cast<float>(c_.norm_eps), s),
+               "q/k l2 norm");
+}
+
+// Llama 4's temperature on layer `layer`'s queries (its layers without positions), by position.
+Status CudaGptModel::temper_queries(float* rows, int layer) {
+  if (temper_ == nullptr || c_.query_temperature(layer, T_ - 1) == 1.0f) return Status::ok();
+  return check(kc::scale_rows_by_position(rows, B_ * T_, T_, 3 * c_.q_width(), c_.q_width(), temper_,
+                                          dev_.compute().get()),
+               "query temperature");
 }
 
 Status CudaGptModel::collapse_dqkv(int layer) {
   const int N = B_ * T_, Q = c_.q_width(), hs = c_.head_size();
   void* s = dev_.compute().get();
   const std::size_t at = c_.rope_table_offset(layer, T_);
+  if (c_.l2_norm_at(layer)) {  // (qf_ holds the normed heads expand_qkv left)
+    MW_RETURN_IF_ERROR(
+        check(kc::l2_norm_heads_backward(dqf_, qf_, qkr_, N, 3 * Q, 2 * c_.heads, hs, s), "q/k l2 norm bwd"));
+  }
   if (c_.rotary_at(layer)) {
     MW_RETURN_IF_ERROR(check(kc::rope_apply(dqf_, B_, T_, 3 * Q, 2 * c_.heads, hs, rope_cos_ + at,
                                             rope_sin_ + at, true, s, c_.rotary_dim(), c_.rope_pairs()),
                              "rope bwd"));
   }
+  MW_RETURN_IF_ERROR(temper_queries(dqf_, layer));
   return check(kc::sum_kv(dqkv_, dqf_, N, Q, c_.heads, c_.kv_head_count(), s), "sum kv");
 }
 
@@ -753,14 +796,14 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       }
       const float* sinks = c_.gpt_oss ? p[0] : nullptr;  // (gpt-oss's sink logits)
       if (flash_) {
-        MW_RETURN_IF_ERROR(check(kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s,
-                                                             c_.attention_window(l), c_.score_scale(),
-                                                             c_.score_cap(), c_.alibi_scale(), sinks),
-                                 "flash attention"));
+        MW_RETURN_IF_ERROR(check(
+            kc::flash_attention_forward(atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, s, c_.attention_span(l),
+                                        c_.score_scale(), c_.score_cap(), c_.alibi_scale(), sinks),
+            "flash attention"));
       } else {
         MW_RETURN_IF_ERROR(
             check(kc::attention_forward(*blas_, atty_[a], att_[a], qkv, B_, T_, Q, c_.heads, bf16_, scratch_,
-                                        s, c_.attention_window(l), c_.score_scale(), c_.score_cap(),
+                                        s, c_.attention_span(l), c_.score_scale(), c_.score_cap(),
                                         c_.alibi_scale(), sinks),
                   "attention"));
       }
@@ -944,11 +987,11 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       Status st =
           flash_
               ? check(kc::flash_attention_backward(dqkv, datty_, qkv, atty_[a], att_[a], B_, T_, Q, c_.heads,
-                                                   scratch_, s, c_.attention_window(l), c_.score_scale(),
+                                                   scratch_, s, c_.attention_span(l), c_.score_scale(),
                                                    c_.score_cap(), c_.alibi_scale(), sinks, dsinks),
                       "flash attention bwd")
               : check(kc::attention_backward(*blas_, dqkv, datty_, qkv, att_[a], B_, T_, Q, c_.heads, bf16_,
-                                             scratch_, s, c_.attention_window(l), c_.score_scale(),
+                                             scratch_, s, c_.attention_span(l), c_.score_scale(),
                                              c_.score_cap(), sinks, dsinks),
                       "attention bwd");
       MW_RETURN_IF_ERROR(st);

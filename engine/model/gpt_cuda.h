@@ -94,6 +94,7 @@ class CudaGptModel {
   // The Llama shape's attention input in the [B*T, 3C] layout of the attention kernels (key/value heads
   // repeated over their groups, rotary positions on q and k), and its gradient back into dqkv_.
   Status expand_qkv(const float* qkv, int layer);
+  Status temper_queries(float* rows, int layer);
   Status collapse_dqkv(int layer);
   // The latent attention's heads in the attention kernels' layout (qf_: queries, the shared rotary key and
   // the heads' own keys, values padded with zeros, rotary positions applied), and back: that layout's
@@ -176,6 +177,8 @@ class CudaGptModel {
   float *dx_ = nullptr, *dres_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr,
         *dfc_ = nullptr, *dgel_ = nullptr, *dlogits_ = nullptr, *tile_ = nullptr, *scratch_ = nullptr;
   float *qf_ = nullptr, *dqf_ = nullptr;  // the Llama shape's expanded, rotated qkv and its gradient
+  float* qkr_ = nullptr;                  // Llama 4's: its query and key heads' rstd [tokens][2 x heads]
+  float* temper_ = nullptr;               // and its query temperature by position [T]
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // its rotary angles' table, [T][head size / 2] each
   // The latent attention's, per slot: the query latent, normed, and its rstd; the queries; kv_a_proj's
   // output (the key/value latent and the rotary key part), the latent normed and its rstd; kv_b_proj's

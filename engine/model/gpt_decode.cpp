@@ -329,8 +329,8 @@ void GptDecoder::run_rows(const int* tokens, int n, bool logits) {
       }
       if (c_.l2_norm_at(l)) {  // Llama 4's norm of each query and key head, after the turn
         const auto eps = static_cast<float>(c_.norm_eps);
-        l2_norm_heads(qkv_.data(), nullptr, n, Wq, c_.heads, hs, eps);
-        l2_norm_heads(qkv_.data() + Q, nullptr, n, Wq, c_.kv_head_count(), hs, eps);
+        k::l2_norm_heads(qkv_.data(), nullptr, n, Wq, c_.heads, hs, eps);
+        k::l2_norm_heads(qkv_.data() + Q, nullptr, n, Wq, c_.kv_head_count(), hs, eps);
       }
       for (std::size_t r = 0; r < rows; ++r) {  // Llama 4's temperature on the other layers' queries
         const float s = c_.query_temperature(l, pos_ + static_cast<int>(r));

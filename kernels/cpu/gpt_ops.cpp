@@ -1601,4 +1601,59 @@ void widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int 
   }
 }
 
+void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps) {
+  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    for (std::size_t h = 0; h < H; ++h) {
+      float* v = x + static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
+      double sum = 0;
+      for (std::size_t i = 0; i < D; ++i) sum += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+      const auto r =
+          static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(D) + static_cast<double>(eps)));
+      for (std::size_t i = 0; i < D; ++i) v[i] *= r;
+      if (rstd != nullptr) rstd[static_cast<std::size_t>(n) * H + h] = r;
+    }
+  }
+}
+
+void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
+                            int hs) {
+  const auto D = static_cast<std::size_t>(hs), H = static_cast<std::size_t>(heads);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const std::size_t at = static_cast<std::size_t>(n) * static_cast<std::size_t>(stride) + h * D;
+      double dot = 0;
+      for (std::size_t i = 0; i < D; ++i)
+        dot += static_cast<double>(d[at + i]) * static_cast<double>(y[at + i]);
+      const auto mean = static_cast<float>(dot / static_cast<double>(D));
+      const float r = rstd[static_cast<std::size_t>(n) * H + h];
+      for (std::size_t i = 0; i < D; ++i) d[at + i] = r * (d[at + i] - y[at + i] * mean);
+    }
+  }
+}
+
+void scale_rows_by_position(float* rows, int N, int T, int stride, int width, const float* by_position) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float s = by_position[n % T];
+    float* q = rows + static_cast<std::size_t>(n) * static_cast<std::size_t>(stride);
+    for (int i = 0; i < width; ++i) q[i] *= s;
+  }
+}
+
+void add_row_dots(float* dweight, const float* y, const float* x, const int* rows, int n, int C, int K) {
+  const auto W = static_cast<std::size_t>(C);
+#pragma omp parallel for
+  for (int i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(rows[i]);
+    const float* yi = y + static_cast<std::size_t>(i) * W;
+    const float* xr = x + r / static_cast<std::size_t>(K) * W;
+    float dot = 0;
+    for (std::size_t j = 0; j < W; ++j) dot += yi[j] * xr[j];
+    dweight[r] += dot;
+  }
+}
+
 }  // namespace memwall::kernels

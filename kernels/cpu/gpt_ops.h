@@ -258,6 +258,19 @@ void mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N
 // The first V of each of `rows` heads of D: narrow [rows][V] from wide [rows][D], or wide from narrow with
 // zeros past V (the latent attention's value heads, narrower than its query and key heads).
 void narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V);
+// Llama 4's norm without weights of the first `heads` heads of hs in each of N rows of `stride` floats, in
+// place: x / sqrt(mean(x^2) + eps) (the mean in double), each head's 1 / sqrt(...) into rstd [N][heads] (if
+// not null). Backward, in place on the heads' gradient d, from the normed heads y and rstd: rstd (d - y
+// mean(d . y)).
+void l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps);
+void l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads,
+                            int hs);
+// The first `width` floats of each of N rows of `stride` times their position's by_position[n % T] (Llama 4's
+// query temperature, forward and on the gradient).
+void scale_rows_by_position(float* rows, int N, int T, int stride, int width, const float* by_position);
+// dweight[rows[i]] += y[i, :] . x[rows[i] / K, :] over an expert's n rows (Llama 4's routing weights'
+// gradient from its weighted inputs').
+void add_row_dots(float* dweight, const float* y, const float* x, const int* rows, int n, int C, int K);
 void widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V);
 void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, const float* s, float scale,
                         int N, int C);

@@ -1671,4 +1671,88 @@ int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V
   return launched();
 }
 
+// ---- Llama 4's ----
+
+namespace {
+
+// One thread per (row, head): the mean of squares in double, as the CPU's.
+__global__ void l2_norm_heads_kernel(float* x, float* rstd, int stride, int heads, int hs, float eps,
+                                     std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / heads, h = i % heads;
+  float* v = x + row * stride + h * hs;
+  double sum = 0;
+  for (int j = 0; j < hs; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  const auto r = static_cast<float>(1.0 / sqrt(sum / hs + static_cast<double>(eps)));
+  for (int j = 0; j < hs; ++j) v[j] *= r;
+  if (rstd != nullptr) rstd[i] = r;
+}
+
+__global__ void l2_norm_heads_backward_kernel(float* d, const float* y, const float* rstd, int stride, int heads,
+                                              int hs, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t at = i / heads * stride + i % heads * hs;
+  double dot = 0;
+  for (int j = 0; j < hs; ++j) dot += static_cast<double>(d[at + j]) * static_cast<double>(y[at + j]);
+  const auto mean = static_cast<float>(dot / hs);
+  const float r = rstd[i];
+  for (int j = 0; j < hs; ++j) d[at + j] = r * (d[at + j] - y[at + j] * mean);
+}
+
+__global__ void scale_rows_by_position_kernel(float* rows, int T, int stride, int width, const float* by_position,
+                                              std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::size_t row = i / width, j = i % width;
+  rows[row * stride + j] *= by_position[row % T];
+}
+
+// One block per routed row: dweight[rows[i]] += y[i] . x[rows[i] / K].
+__global__ void add_row_dots_kernel(float* dweight, const float* y, const float* x, const int* rows, int C, int K) {
+  __shared__ float shared[32];
+  const std::size_t i = blockIdx.x, r = static_cast<std::size_t>(rows[i]);
+  const float* yi = y + i * C;
+  const float* xr = x + r / K * C;
+  float dot = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dot += yi[c] * xr[c];
+  dot = block_reduce<false>(dot, shared);
+  if (threadIdx.x == 0) dweight[r] += dot;
+}
+
+}  // namespace
+
+int l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps, void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * heads;
+  if (n == 0) return 0;
+  l2_norm_heads_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, rstd, stride, heads, hs, eps, n);
+  return launched();
+}
+
+int l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads, int hs,
+                           void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * heads;
+  if (n == 0) return 0;
+  l2_norm_heads_backward_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(d, y, rstd, stride, heads, hs,
+                                                                                   n);
+  return launched();
+}
+
+int scale_rows_by_position(float* rows, int N, int T, int stride, int width, const float* by_position,
+                           void* stream) {
+  const std::size_t n = static_cast<std::size_t>(N) * width;
+  if (n == 0) return 0;
+  scale_rows_by_position_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(rows, T, stride, width,
+                                                                                   by_position, n);
+  return launched();
+}
+
+int add_row_dots(float* dweight, const float* y, const float* x, const int* rows, int n, int C, int K, int,
+                 void* stream) {
+  if (n == 0) return 0;
+  add_row_dots_kernel<<<n, kThreads, 0, as_stream(stream)>>>(dweight, y, x, rows, C, K);
+  return launched();
+}
+
 }  // namespace memwall::kernels::cuda

@@ -208,6 +208,16 @@ int mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_
 int mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
                 int kv_lora, void* stream);
 int narrow_heads(float* narrow, const float* wide, std::size_t rows, int D, int V, void* stream);
+// Llama 4's, as kernels/cpu's: the query and key heads' norm without weights (one thread a head, the sums in
+// double), the queries' temperature by position, and the routing weights' gradient from the weighted expert
+// inputs' (`tokens` as gather_rows's).
+int l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps, void* stream);
+int l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads, int hs,
+                           void* stream);
+int scale_rows_by_position(float* rows, int N, int T, int stride, int width, const float* by_position,
+                           void* stream);
+int add_row_dots(float* dweight, const float* y, const float* x, const int* rows, int n, int C, int K, int tokens,
+                 void* stream);
 int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V, void* stream);
 
 }  // namespace memwall::kernels::cuda

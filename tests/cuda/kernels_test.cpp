@@ -690,6 +690,41 @@ TEST_F(CudaKernels, LatentHeadsMatchTheCpu) {
   expect_close(d_wide.host(), wide, 0.0f, 0.0f, "widened heads (zeros past the values)");
 }
 
+// Llama 4's: its query and key heads' norm without weights (8 heads of 12 in rows of 100, forward and
+// backward; double sums as the CPU's), the queries' temperature by position, and the routing weights'
+// gradient from the weighted expert inputs' (a block's dot products against a loop's: within 1e-5).
+TEST_F(CudaKernels, Llama4OperatorsMatchTheCpu) {
+  const int stride = 100, heads = 8, hs = 12;
+  const auto x = randn(static_cast<std::size_t>(N) * stride, 55), d0 = randn(x.size(), 56);
+  std::vector<float> y = x, rstd(static_cast<std::size_t>(N) * heads), d = d0;
+  l2_norm_heads(y.data(), rstd.data(), N, stride, heads, hs, 1e-5f);
+  l2_norm_heads_backward(d.data(), y.data(), rstd.data(), N, stride, heads, hs);
+  Dev<float> d_y(x), d_rstd(rstd.size()), d_d(d0);
+  ASSERT_EQ(cu::l2_norm_heads(d_y.get(), d_rstd.get(), N, stride, heads, hs, 1e-5f, nullptr), 0);
+  ASSERT_EQ(cu::l2_norm_heads_backward(d_d.get(), d_y.get(), d_rstd.get(), N, stride, heads, hs, nullptr), 0);
+  expect_close(d_y.host(), y, 1e-6f, 1e-7f, "l2 norm");
+  expect_close(d_rstd.host(), rstd, 1e-6f, 1e-7f, "l2 norm rstd");
+  expect_close(d_d.host(), d, 1e-5f, 1e-6f, "l2 norm bwd");
+  std::vector<float> temp(T), scaled = x;
+  for (int t = 0; t < T; ++t) temp[static_cast<std::size_t>(t)] = 1.0f + 0.1f * static_cast<float>(t % 7);
+  scale_rows_by_position(scaled.data(), N, T, stride, 40, temp.data());
+  Dev<float> d_scaled(x), d_temp(temp);
+  ASSERT_EQ(cu::scale_rows_by_position(d_scaled.get(), N, T, stride, 40, d_temp.get(), nullptr), 0);
+  expect_close(d_scaled.host(), scaled, 0.0f, 0.0f, "query temperature");
+  const int K = 2;
+  std::vector<int> rows;
+  for (int r = 1; r < N * K; r += 3) rows.push_back(r);
+  const int n = static_cast<int>(rows.size());
+  const auto din = randn(static_cast<std::size_t>(n) * C, 57),
+             xin = randn(static_cast<std::size_t>(N) * C, 58);
+  std::vector<float> dw(static_cast<std::size_t>(N) * K, 0.5f);
+  add_row_dots(dw.data(), din.data(), xin.data(), rows.data(), n, C, K);
+  Dev<float> d_dw(std::vector<float>(dw.size(), 0.5f)), d_din(din), d_xin(xin);
+  Dev<int> d_rows(rows);
+  ASSERT_EQ(cu::add_row_dots(d_dw.get(), d_din.get(), d_xin.get(), d_rows.get(), n, C, K, N, nullptr), 0);
+  expect_close(d_dw.host(), dw, 1e-5f, 1e-5f, "routing weights' gradient", 1e-5f);
+}
+
 TEST_F(CudaKernels, EmbeddingAndCrossEntropyMatchTheCpu) {
   std::vector<int> tokens(N), targets(N);
   std::mt19937 g(41);

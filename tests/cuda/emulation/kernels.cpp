@@ -641,6 +641,41 @@ int widen_heads(float* wide, const float* narrow, std::size_t rows, int D, int V
   return enqueue(stream, [=] { kernels::widen_heads(wide, narrow, rows, D, V); });
 }
 
+int l2_norm_heads(float* x, float* rstd, int N, int stride, int heads, int hs, float eps, void* stream) {
+  if (int e =
+          device_args("l2_norm_heads", {{x, f32(N, stride), "x", true}, {rstd, f32(N, heads), "rstd", true}}))
+    return e;
+  return enqueue(stream, [=] { kernels::l2_norm_heads(x, rstd, N, stride, heads, hs, eps); });
+}
+
+int l2_norm_heads_backward(float* d, const float* y, const float* rstd, int N, int stride, int heads, int hs,
+                           void* stream) {
+  if (int e = device_args(
+          "l2_norm_heads_backward",
+          {{d, f32(N, stride), "d", true}, {y, f32(N, stride), "y"}, {rstd, f32(N, heads), "rstd"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::l2_norm_heads_backward(d, y, rstd, N, stride, heads, hs); });
+}
+
+int scale_rows_by_position(float* rows, int N, int T, int stride, int width, const float* by_position,
+                           void* stream) {
+  if (int e = device_args("scale_rows_by_position",
+                          {{rows, f32(N, stride), "rows", true}, {by_position, f32(T, 1), "by_position"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::scale_rows_by_position(rows, N, T, stride, width, by_position); });
+}
+
+int add_row_dots(float* dweight, const float* y, const float* x, const int* rows, int n, int C, int K,
+                 int tokens, void* stream) {
+  if (n == 0) return 0;
+  if (int e = device_args("add_row_dots", {{dweight, f32(tokens, K), "dweight", true},
+                                           {y, f32(n, C), "y"},
+                                           {x, f32(tokens, C), "x"},
+                                           {rows, f32(n, 1), "rows"}}))
+    return e;
+  return enqueue(stream, [=] { kernels::add_row_dots(dweight, y, x, rows, n, C, K); });
+}
+
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
   if (int e = device_args("adam_step", {{a.params, f32(a.n), "params", true},
                                         {a.exp_avg, f32(a.n), "exp_avg", true},
