@@ -346,15 +346,13 @@ int run_train(const TrainOptions& opt) {
   const train::BpeTokenizer* bpe = tokenizer ? &*tokenizer : nullptr;
 
   train::Zero3Options zo;
-  // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present (but
-  // for what trains on the CPU only: model::cuda_trains).
+  // cpu: the host-emulated device; cuda: a real GPU (one per rank); auto: cuda when a GPU is present.
   std::string gpu_why = "memwall was built without CUDA (MEMWALL_CUDA)";
   int gpus = 0;
 #if MEMWALL_HAVE_CUDA
   gpus = gpu::device_count(&gpu_why);
 #endif
-  const bool use_cuda =
-      opt.device == "cuda" || (opt.device == "auto" && gpus > 0 && model::cuda_trains(c).is_ok());
+  const bool use_cuda = opt.device == "cuda" || (opt.device == "auto" && gpus > 0);
   if (use_cuda && gpus == 0) {
     return report_error(Status::failed_precondition("--device cuda: " + gpu_why + "; use --device cpu"));
   }

@@ -326,15 +326,6 @@ Status validate(const GptConfig& c, int batch, int seq) {
   return Status::ok();
 }
 
-Status cuda_trains(const GptConfig& c) {
-  if (c.mtp > 0) {
-    return Status::invalid_argument(
-        "the next-token-prediction module (memwall.mtp) trains on the CPU device only; allowed: --device "
-        "cpu");
-  }
-  return Status::ok();
-}
-
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what) {
   if (c.moe() && tiling != 1) {
     return Status::invalid_argument(what + " " + std::to_string(tiling) +

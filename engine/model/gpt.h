@@ -517,9 +517,6 @@ void mla_values(const GptConfig& c, int N, float* wide, float* narrow, bool to_n
 Status validate(const GptConfig& c, int batch, int seq);
 // Memory-centric tiling splits every linear's output rows: `tiling` must divide each (named when not).
 Status validate_tiling(const GptConfig& c, int tiling, const std::string& what = "tiling");
-// Whether the GPU's model (gpt_cuda.h) trains `c`: all but the next-token-prediction module, which trains on
-// the CPU only (invalid argument naming it).
-Status cuda_trains(const GptConfig& c);
 
 struct ParamTensor {
   std::string name;  // e.g. "h.3.attn.c_attn.weight"

@@ -42,7 +42,6 @@ Result<std::unique_ptr<CudaGptModel>> CudaGptModel::create(const GptConfig& c, i
                                                            int activation_slots, bool flash_attention) {
   MW_RETURN_IF_ERROR(validate(c, B, T));
   MW_RETURN_IF_ERROR(validate_tiling(c, tiling));
-  MW_RETURN_IF_ERROR(cuda_trains(c));
   if (flash_attention && c.head_size() > 256) {
     return Status::invalid_argument(
         "memwall.attention \"flash\" on the GPU takes heads of at most 256 channels (" +
@@ -132,7 +131,8 @@ Status CudaGptModel::allocate_buffers(int tiling) {
   // The residual stream at every layer boundary (the checkpoints); the rest of a layer's activations in one
   // of slots_ slots, layer l in slot l % slots_.
   const auto S = static_cast<std::size_t>(slots_);
-  per_layer(resid_, N * C, L + 1, "residual stream");
+  // (with the next-token-prediction module one more: the main model's output, then its block's input)
+  per_layer(resid_, N * C, L + 1 + static_cast<std::size_t>(c_.mtp), "residual stream");
   per_layer(ln1_, N * C, S, "ln1 output");
   per_layer(atty_, N * Q, S, "attention output");
   per_layer(res1_, N * C, S, "attention residual");
@@ -269,6 +269,26 @@ Status CudaGptModel::allocate_buffers(int tiling) {
       dsout_ = buf(N * C, "dshared expert output");
     }
   }
+  if (c_.mtp > 0) {
+    for (const auto& [p, what] : {std::pair<float**, const char*>{&emb_next_, "next tokens' embedding"},
+                                  {&mtpe_, "next tokens' embedding normed"},
+                                  {&mtph_, "main output normed"},
+                                  {&lnm_, "prediction module output normed"},
+                                  {&dmtp_, "dprediction module output"},
+                                  {&dmain_, "dmain output"},
+                                  {&dhalf_, "deh_proj input half"},
+                                  {&demb_next_, "dnext tokens' embedding"}})
+      *p = buf(N * C, what);
+    for (const auto& [p, what] : {std::pair<float**, const char*>{&rmtpe_, "enorm rstd"},
+                                  {&rmtph_, "hnorm rstd"},
+                                  {&rmn_, "prediction module norm rstd"},
+                                  {&losses2_, "prediction module losses"}})
+      *p = buf(N, what);
+    ehin_ = buf(N * 2 * C, "eh_proj input");
+    dehin_ = buf(N * 2 * C, "deh_proj input");
+    logits2_ = buf(N * V, "prediction module logits");
+    probs2_ = buf(N * V, "prediction module probabilities");
+  }
   tokens_ = reinterpret_cast<int*>(buf(N, "tokens"));
   targets_ = reinterpret_cast<int*>(buf(N, "targets"));
   return alloc_error_;
@@ -331,7 +351,7 @@ Status CudaGptModel::route(std::size_t l, std::size_t a, const float* const* p) 
   MW_RETURN_IF_ERROR(upload(erows_[a], host_rows_.data(), N * K * sizeof(int), "routing choices"));
   MW_RETURN_IF_ERROR(upload(ewt_[a], router_.weights(a), N * K * sizeof(float), "routing weights"));
   // The experts add their weighted outputs to the attention's residual sum.
-  return copy(resid_[l + 1], res1_[a], N * static_cast<std::size_t>(c_.channels));
+  return copy(resid_[rin(l) + 1], res1_[a], N * static_cast<std::size_t>(c_.channels));
 }
 
 Status CudaGptModel::route_backward(std::size_t a, float* const* g) {
@@ -385,8 +405,8 @@ Status CudaGptModel::moe_forward(
                                // block's
       if (n == 0) return Status::ok();
       MW_RETURN_IF_ERROR(linear(eout_[a] + at * W, C, egel_[a] + at * w, FE, nullptr, n));
-      return check(kc::scatter_add_rows(resid_[l + 1], eout_[a] + at * W, rows, c_.llama4 ? nullptr : ewt_[a],
-                                        branch, n, C, K, N, s),
+      return check(kc::scatter_add_rows(resid_[rin(l) + 1], eout_[a] + at * W, rows,
+                                        c_.llama4 ? nullptr : ewt_[a], branch, n, C, K, N, s),
                    "expert output");
     case GptRole::kSharedFc1:
       return linear(sfc_[a], 2 * Fs, fc1_input(a), C, nullptr, 0);
@@ -395,10 +415,11 @@ Status CudaGptModel::moe_forward(
     case GptRole::kSharedFc2:  // (GLM-4.5's, without a gate, added to the block's output here)
       MW_RETURN_IF_ERROR(linear(sout_[a], C, sgel_[a], Fs, nullptr, 0));
       if (c_.shared_gate) return Status::ok();
-      return check(kc::accumulate_strided(resid_[l + 1], C, sout_[a], C, N, C, branch, s), "shared output");
+      return check(kc::accumulate_strided(resid_[rin(l) + 1], C, sout_[a], C, N, C, branch, s),
+                   "shared output");
     case GptRole::kSharedGate:  // sigmoid(gate . x) times the shared expert's output, added to the block's
       MW_RETURN_IF_ERROR(linear(glogit_, 1, fc1_input(a), C, nullptr, 0));
-      return check(kc::gated_add_forward(resid_[l + 1], sgate_[a], glogit_, sout_[a], branch, N, C, s),
+      return check(kc::gated_add_forward(resid_[rin(l) + 1], sgate_[a], glogit_, sout_[a], branch, N, C, s),
                    "shared gate");
     default:
       return Status::internal("cuda model: not an op of a mixture of experts");
@@ -496,18 +517,24 @@ Status CudaGptModel::set_batch(const int* tokens, const int* targets) {
   return check_rt(cudaStreamSynchronize(s), "set_batch");
 }
 
-Result<float> CudaGptModel::loss() {
+Result<float> CudaGptModel::loss(bool main_only) {
   const auto N = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_);
   std::vector<float> host(N);
-  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
-  MW_RETURN_IF_ERROR(check_rt(
-      cudaMemcpyAsync(host.data(), losses_, N * sizeof(float), cudaMemcpyDeviceToHost, s), "losses"));
-  MW_RETURN_IF_ERROR(check_rt(cudaStreamSynchronize(s), "loss"));
+  MW_RETURN_IF_ERROR(download(host.data(), losses_, N * sizeof(float), "losses"));
   double total = 0;
   for (float l : host) total += static_cast<double>(l);
   auto mean = static_cast<float>(total / static_cast<double>(N));
   router_.add_losses(mean);
-  return mean;
+  if (c_.mtp == 0 || main_only || T_ < 2) return mean;
+  // The module's: each sequence's mean over its T - 1 predicting positions, averaged over the sequences.
+  MW_RETURN_IF_ERROR(download(host.data(), losses2_, N * sizeof(float), "prediction module losses"));
+  double mtp = 0;
+  for (int b = 0; b < B_; ++b) {
+    double seq = 0;
+    for (int t = 0; t + 1 < T_; ++t) seq += static_cast<double>(host[static_cast<std::size_t>(b * T_ + t)]);
+    mtp += seq / (T_ - 1) / B_;
+  }
+  return mean + static_cast<float>(c_.mtp_weight * mtp);
 }
 
 // The bf16 GEMM weight [OC, IC]: the gathered bf16 copy when the op came with one, else `w` rounded in
@@ -748,6 +775,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t ri = rin(l);                               // the layer's input in the residual stream
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t nf = static_cast<std::size_t>(N) * static_cast<std::size_t>(F);
@@ -760,12 +788,17 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kEmbedNorm:  // BLOOM's, into the residual stream
       return check(kc::layernorm_forward(resid_[0], me_, re_, emb_, p[0], p[1], N, C, s), "embedding norm");
     case GptRole::kEmbed:
-      return check(kc::embedding_forward(c_.bloom ? emb_ : resid_[0], tokens_, p[0],
-                                         c_.learned_positions() ? p[1] + c_.position0() : nullptr, B_, T_, C,
-                                         s, c_.embedding_scale()),
-                   "embedding");
+      MW_RETURN_IF_ERROR(check(kc::embedding_forward(c_.bloom ? emb_ : resid_[0], tokens_, p[0],
+                                                     c_.learned_positions() ? p[1] + c_.position0() : nullptr,
+                                                     B_, T_, C, s, c_.embedding_scale()),
+                               "embedding"));
+      if (c_.mtp == 0) return Status::ok();
+      // each position's next token (its target), for the next-token-prediction module
+      return check(
+          kc::embedding_forward(emb_next_, targets_, p[0], nullptr, B_, T_, C, s, c_.embedding_scale()),
+          "next tokens' embedding");
     case GptRole::kLn1:
-      return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[l], p);
+      return norm_forward(ln1_[a], m1_[a], r1_[a], resid_[ri], p);
     case GptRole::kQkv:  // (post_norm: no norm before the attention)
       MW_RETURN_IF_ERROR(linear(qkv_[a], c_.qkv_width(), attn_input(l, a), C, nullptr));
       if (c_.clip_qkv <= 0) return Status::ok();
@@ -813,7 +846,7 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     }
     case GptRole::kProj:  // the residual added here, or (out_norms) after the output's norm
       if (c_.out_norms()) return linear(ao_[a], C, attn_output(a), c_.attn_out_width(), nullptr);
-      return linear(res1_[a], C, attn_output(a), c_.attn_out_width(), resid_[l]);
+      return linear(res1_[a], C, attn_output(a), c_.attn_out_width(), resid_[ri]);
     case GptRole::kQA:
       return linear(qa_[a], c_.q_lora, attn_input(l, a), C, nullptr);
     case GptRole::kQANorm:
@@ -833,9 +866,9 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
     case GptRole::kKvB:
       return linear(kvb_[a], c_.kv_b_width(), kvn_[a], c_.kv_lora, nullptr);
     case GptRole::kLn1Post:
-      return post_norm_forward(res1_[a], resid_[l], ao_[a], rao_[a], p);
+      return post_norm_forward(res1_[a], resid_[ri], ao_[a], rao_[a], p);
     case GptRole::kLn2:  // the attention's output added, or (parallel_residual) the block's input
-      return norm_forward(ln2_[a], m2_[a], r2_[a], c_.parallel_residual ? resid_[l] : res1_[a], p);
+      return norm_forward(ln2_[a], m2_[a], r2_[a], c_.parallel_residual ? resid_[ri] : res1_[a], p);
     case GptRole::kFc1:  // (one norm: the MLP reads the attention's norm's output; post_norm: res1 itself)
       return linear(fc_[a], c_.fc_width(), fc1_input(a), C, nullptr);
     case GptRole::kGelu:
@@ -847,11 +880,11 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
       return check(kc::gelu_forward(gel_[a], fc_[a], nf, s), "gelu");
     case GptRole::kFc2:
       if (c_.out_norms()) return linear(mo_[a], C, gel_[a], F, nullptr);
-      return linear(resid_[l + 1], C, gel_[a], F, res1_[a]);
+      return linear(resid_[ri + 1], C, gel_[a], F, res1_[a]);
     case GptRole::kLn2Post:
-      return post_norm_forward(resid_[l + 1], res1_[a], mo_[a], rmo_[a], p);
+      return post_norm_forward(resid_[ri + 1], res1_[a], mo_[a], rmo_[a], p);
     case GptRole::kFinalNorm:
-      return norm_forward(lnf_, mf_, rf_, resid_.back(), p);
+      return norm_forward(lnf_, mf_, rf_, resid_[static_cast<std::size_t>(c_.main_layers())], p);
     case GptRole::kHead:  // the token embedding's rows when tied
       return linear(logits_, c_.vocab, lnf_, C, nullptr);
     case GptRole::kLoss:  // Cohere and Granite scale the logits, Gemma 2 caps them first (in place: backward
@@ -880,13 +913,27 @@ Status CudaGptModel::forward_op_impl(int op, const float* const* p) {
                            const int n = linear_parts(c_, o, p, nullptr, parts, p16_);
                            return linear_forward(out, ow, in, iw, parts, n, o, r, rows);
                          });
-    case GptRole::kMtpENorm:  // (create refuses the next-token-prediction module)
-    case GptRole::kMtpHNorm:
-    case GptRole::kMtpEhProj:
-    case GptRole::kMtpNorm:
-    case GptRole::kMtpHead:
-    case GptRole::kMtpLoss:
-      break;
+    case GptRole::kMtpENorm:  // the next tokens' embedding, normed (RMSNorms: no means)
+      return norm_forward(mtpe_, nullptr, rmtpe_, emb_next_, p);
+    case GptRole::kMtpHNorm:  // the main model's output, normed
+      return norm_forward(mtph_, nullptr, rmtph_, resid_[ri - 1], p);
+    case GptRole::kMtpEhProj:  // [enorm | hnorm] projected: the module's block input
+      MW_RETURN_IF_ERROR(copy_columns(ehin_, mtpe_, 2 * C, 0, C, true));
+      MW_RETURN_IF_ERROR(copy_columns(ehin_, mtph_, 2 * C, C, C, true));
+      return linear(resid_[ri], C, ehin_, 2 * C, nullptr);
+    case GptRole::kMtpNorm:  // the module's output (the stream's last), through its own norm
+      return norm_forward(lnm_, nullptr, rmn_, resid_.back(), p);
+    case GptRole::kMtpHead:  // the token embedding's rows when tied, as the main head
+      return linear(logits2_, c_.vocab, lnm_, C, nullptr);
+    case GptRole::kMtpLoss:  // position t of each sequence predicts target t + 1 (the token after the next)
+      for (int b = 0; b < B_ && T_ > 1; ++b) {
+        const std::size_t at = static_cast<std::size_t>(b) * static_cast<std::size_t>(T_);
+        MW_RETURN_IF_ERROR(
+            check(kc::crossentropy_forward(probs2_ + at * c_.vocab, losses2_ + at, logits2_ + at * c_.vocab,
+                                           targets_ + at + 1, T_ - 1, c_.vocab, s),
+                  "prediction module loss"));
+      }
+      return Status::ok();
   }
   return Status::internal("cuda model: unknown op");
 }
@@ -895,6 +942,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
   const GptOp& o = g_.ops[static_cast<std::size_t>(op)];
   const int N = B_ * T_, C = c_.channels, F = c_.ffn_width(), Q = c_.q_width();
   const auto l = static_cast<std::size_t>(std::max(0, std::min(o.layer, c_.layers - 1)));
+  const std::size_t ri = rin(l);                               // the layer's input in the residual stream
   const std::size_t a = l % static_cast<std::size_t>(slots_);  // the layer's activation slot
   void* s = dev_.compute().get();
   const std::size_t n = static_cast<std::size_t>(N), nc = n * static_cast<std::size_t>(C),
@@ -920,11 +968,43 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       if (c_.logit_scale == 1) return Status::ok();
       return check(kc::scale_values(dlogits_, nv, static_cast<float>(c_.logit_scale), s), "logit scale bwd");
     case GptRole::kHead:
+    case GptRole::kMtpHead:  // (the module's loss backward has just written dlogits_)
       if (first_tile) MW_RETURN_IF_ERROR(zero(dln_, nc));
-      return linear(dln_, dlogits_, c_.vocab, lnf_, C);
+      return linear(dln_, dlogits_, c_.vocab, o.role == GptRole::kHead ? lnf_ : lnm_, C);
     case GptRole::kFinalNorm:
       MW_RETURN_IF_ERROR(zero(dx_, nc));
-      return norm_backward(dx_, g, dln_, resid_.back(), p, mf_, rf_);
+      MW_RETURN_IF_ERROR(
+          norm_backward(dx_, g, dln_, resid_[static_cast<std::size_t>(c_.main_layers())], p, mf_, rf_));
+      if (c_.mtp == 0) return Status::ok();
+      // the module's block backward next: its output's gradient; the main output's aside
+      MW_RETURN_IF_ERROR(copy(dmain_, dx_, nc));
+      return copy(dx_, dmtp_, nc);
+    case GptRole::kMtpLoss:  // mtp_weight x the mean over the B x (T - 1) predicting positions
+      MW_RETURN_IF_ERROR(zero(dlogits_, nv));
+      for (int b = 0; b < B_ && T_ > 1; ++b) {
+        const std::size_t at = static_cast<std::size_t>(b) * static_cast<std::size_t>(T_);
+        MW_RETURN_IF_ERROR(check(kc::crossentropy_backward(dlogits_ + at * c_.vocab, probs2_ + at * c_.vocab,
+                                                           targets_ + at + 1, T_ - 1, c_.vocab, s),
+                                 "prediction module loss bwd"));
+      }
+      return check(kc::scale_values(dlogits_, nv, static_cast<float>(c_.mtp_weight / B_), s),
+                   "prediction module loss weight");
+    case GptRole::kMtpNorm:
+      MW_RETURN_IF_ERROR(zero(dmtp_, nc));
+      return norm_backward(dmtp_, g, dln_, resid_.back(), p, nullptr, rmn_);
+    case GptRole::kMtpEhProj:  // dx_: the block input's gradient
+      if (first_tile) MW_RETURN_IF_ERROR(zero(dehin_, 2 * nc));
+      return linear(dehin_, dx_, C, ehin_, 2 * C);
+    case GptRole::kMtpHNorm:  // into the main model's output's gradient, which the main blocks' backward
+                              // takes
+      MW_RETURN_IF_ERROR(copy_columns(dhalf_, dehin_, 2 * C, C, C, false));
+      MW_RETURN_IF_ERROR(norm_backward(dmain_, g, dhalf_, resid_[ri - 1], p, nullptr, rmtph_));
+      return copy(dx_, dmain_, nc);
+    case GptRole::kMtpENorm:  // into the next tokens' embedding's gradient (added to the table's at the
+                              // embedding)
+      MW_RETURN_IF_ERROR(copy_columns(dhalf_, dehin_, 2 * C, 0, C, false));
+      MW_RETURN_IF_ERROR(zero(demb_next_, nc));
+      return norm_backward(demb_next_, g, dhalf_, emb_next_, p, nullptr, rmtpe_);
     case GptRole::kLn2Post:  // dx_: the residual stream's gradient, its branch and the normed output's
       MW_RETURN_IF_ERROR(copy(dres_, dx_, nc));
       MW_RETURN_IF_ERROR(zero(dpost_, nc));
@@ -950,7 +1030,7 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       return linear(dln_, dfc_, c_.fc_width(), fc1_input(a), C);
     case GptRole::kLn2:  // into res1's gradient, all of which the block's input also gets (kProj); or
                          // (parallel_residual) into the block input's, which holds the output's already
-      if (c_.parallel_residual) return norm_backward(dx_, g, dln_, resid_[l], p, m2_[a], r2_[a]);
+      if (c_.parallel_residual) return norm_backward(dx_, g, dln_, resid_[ri], p, m2_[a], r2_[a]);
       return norm_backward(dres_, g, dln_, res1_[a], p, m2_[a], r2_[a]);
     case GptRole::kLn1Post:
       MW_RETURN_IF_ERROR(copy(dx_, dres_, nc));  // the attention's residual branch
@@ -1046,12 +1126,17 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
       if (first_tile && !c_.shared_norm()) MW_RETURN_IF_ERROR(zero(dln_, nc));
       return linear(dln_, dqkv_, c_.qkv_width(), attn_input(l, a), C);
     case GptRole::kLn1:
-      return norm_backward(dx_, g, dln_, resid_[l], p, m1_[a], r1_[a]);
+      return norm_backward(dx_, g, dln_, resid_[ri], p, m1_[a], r1_[a]);
     case GptRole::kEmbed:
+      MW_RETURN_IF_ERROR(
+          check(kc::embedding_backward(g[0], c_.learned_positions() ? g[1] + c_.position0() : nullptr,
+                                       c_.bloom ? demb_ : dx_, tokens_, B_, T_, C, s, c_.embedding_scale()),
+                "embedding bwd"));
+      if (c_.mtp == 0) return Status::ok();
+      // (the next tokens' rows, read by the next-token-prediction module)
       return check(
-          kc::embedding_backward(g[0], c_.learned_positions() ? g[1] + c_.position0() : nullptr,
-                                 c_.bloom ? demb_ : dx_, tokens_, B_, T_, C, s, c_.embedding_scale()),
-          "embedding bwd");
+          kc::embedding_backward(g[0], nullptr, demb_next_, targets_, B_, T_, C, s, c_.embedding_scale()),
+          "next tokens' embedding bwd");
     case GptRole::kEmbedNorm:
       MW_RETURN_IF_ERROR(zero(demb_, nc));
       return check(kc::layernorm_backward(demb_, g[0], g[1], dx_, emb_, p[0], me_, re_, N, C, s),
@@ -1069,13 +1154,6 @@ Status CudaGptModel::backward_op_impl(int op, const float* const* p, float* cons
                             const int k = linear_parts(c_, o, p, g, parts, p16_);
                             return linear_backward(din, dout, ow, in, iw, parts, k, o, rows);
                           });
-    case GptRole::kMtpENorm:  // (create refuses the next-token-prediction module)
-    case GptRole::kMtpHNorm:
-    case GptRole::kMtpEhProj:
-    case GptRole::kMtpNorm:
-    case GptRole::kMtpHead:
-    case GptRole::kMtpLoss:
-      break;
   }
   return Status::internal("cuda model: unknown op");
 }

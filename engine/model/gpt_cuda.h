@@ -49,8 +49,8 @@ class CudaGptModel {
                      const std::uint16_t* const* param16 = nullptr);
   bool bf16_weight(int op, int k) const;
   // The last forward's mean cross-entropy (waits for the compute stream), plus a mixture of experts' balance
-  // losses.
-  Result<float> loss();
+  // losses and (unless main_only: a held-out evaluation's) mtp_weight x the next-token-prediction module's.
+  Result<float> loss(bool main_only = false);
   // A mixture of experts' balance in the last forward (GptModel::expert_load; 0 without experts).
   double expert_load() const { return router_.expert_load(); }
   // DeepSeek-V3's bias rule's load errors into the correction bias's gradient (GptModel's).
@@ -64,7 +64,7 @@ class CudaGptModel {
   const std::vector<ParamSlice>& slices() const { return g_.slices; }
   std::size_t activation_bytes() const { return activation_bytes_; }
   // The residual stream at layer l's input in device memory, B*T*C floats (GptModel::residual).
-  float* residual(int layer) const { return resid_[static_cast<std::size_t>(layer)]; }
+  float* residual(int layer) const { return resid_[rin(static_cast<std::size_t>(layer))]; }
 
  private:
   CudaGptModel(const GptConfig& c, int B, int T, gpu::Device& device);
@@ -85,7 +85,14 @@ class CudaGptModel {
   }
   // The attention's input in layer l (activation slot a): its norm's output, or (post_norm) the block's
   // input.
-  const float* attn_input(std::size_t l, std::size_t a) const { return c_.post_norm ? resid_[l] : ln1_[a]; }
+  const float* attn_input(std::size_t l, std::size_t a) const {
+    return c_.post_norm ? resid_[rin(l)] : ln1_[a];
+  }
+  // Layer l's input in the residual stream: its index, one further on for the next-token-prediction module's
+  // block (after the main model's output).
+  std::size_t rin(std::size_t l) const {
+    return c_.mtp > 0 && static_cast<int>(l) >= c_.main_layers() ? l + 1 : l;
+  }
   // Gemma 2's norm of a sublayer's output, then the residual add: out = rmsnorm(in) + residual.
   Status post_norm_forward(float* out, const float* residual, const float* in, float* rstd,
                            const float* const* p);
@@ -180,6 +187,14 @@ class CudaGptModel {
   float* qkr_ = nullptr;                  // Llama 4's: its query and key heads' rstd [tokens][2 x heads]
   float* temper_ = nullptr;               // and its query temperature by position [T]
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // its rotary angles' table, [T][head size / 2] each
+  // The next-token-prediction module's: the next tokens' embedding, normed, and the main output normed (their
+  // rstd), [enorm | hnorm] (eh_proj's input), the module's output normed and its rstd, logits, probabilities
+  // and losses; backward, the module's output gradient, the main output's, one half of eh_proj's input's, and
+  // the next tokens' embedding's.
+  float *emb_next_ = nullptr, *mtpe_ = nullptr, *rmtpe_ = nullptr, *mtph_ = nullptr, *rmtph_ = nullptr,
+        *ehin_ = nullptr, *lnm_ = nullptr, *rmn_ = nullptr, *logits2_ = nullptr, *probs2_ = nullptr,
+        *losses2_ = nullptr, *dmtp_ = nullptr, *dmain_ = nullptr, *dehin_ = nullptr, *dhalf_ = nullptr,
+        *demb_next_ = nullptr;
   // The latent attention's, per slot: the query latent, normed, and its rstd; the queries; kv_a_proj's
   // output (the key/value latent and the rotary key part), the latent normed and its rstd; kv_b_proj's
   // output; the attention's output without the value padding. Scratch: the latent alone, and gradients.

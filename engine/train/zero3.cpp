@@ -2042,7 +2042,7 @@ Result<float> Zero3Trainer::run_phases(const int* tokens, const int* targets, bo
   float mine = 0;
 #if MEMWALL_HAVE_CUDA
   if (st.cuda) {
-    auto l = st.cmodel->loss();
+    auto l = st.cmodel->loss(!train);
     if (!l.is_ok()) return l.status();
     mine = *l;
   }

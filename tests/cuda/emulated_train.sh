@@ -177,8 +177,9 @@ for v in moe_cpu moe_cuda; do
     || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
 # DeepSeek-V3's shape (the latent attention; sigmoid routing in groups, a shared expert, a dense first
-# layer) with its bias rule stepping the correction bias, whose states are on the GPU: its load errors and
-# bias go to the host and back. --device auto takes the GPU for it.
+# layer, its next-token-prediction module) with its bias rule stepping the correction bias, whose states are
+# on the GPU: its load errors and bias go to the host and back. --device auto takes the GPU for it. The
+# held-out loss (the main model's alone) too.
 for v in ds_cpu ds_cuda; do
   args=(--device cpu)
   [ "$v" = ds_cuda ] && args=(--device auto --gpu-matmul fp32)
@@ -187,7 +188,8 @@ for v in ds_cpu ds_cuda; do
     "v_head_dim": 8, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8,
     "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1}' \
     --data "$work/corpus.txt" --eval-batches 1 --json --set '{
-    "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01}' \
+    "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01,
+    "memwall.mtp": true}' \
     --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
@@ -281,6 +283,7 @@ if sys.argv[2] == "ran":
 def summary(name):
     with open(f"{work}/{name}.jsonl") as f:
         return [r for r in map(json.loads, f) if "summary" in r][0]["summary"]
+near("DeepSeek-V3 shape's held-out loss", summary("ds_cuda")["val_loss"], summary("ds_cpu")["val_loss"], 1e-4)
 runs = [("cpu", "host-emulated"), ("cuda", "CUDA"), ("bf16", "CUDA"), ("auto", "CUDA"), ("llama_cuda", "CUDA"),
         ("moe_cuda", "CUDA"), ("ds_cuda", "CUDA")]
 if sys.argv[2] == "ran":
