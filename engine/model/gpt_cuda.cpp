@@ -401,8 +401,8 @@ Status CudaGptModel::moe_forward(
             "expert clamped swiglu");
       }
       return check(kc::swiglu_forward(egel_[a] + at * w, efc_[a] + at * 2 * w, n, FE, s), "expert swiglu");
-    case GptRole::kExpertFc2:  // its output, kept for the routing weight's gradient, weighted into the
-                               // block's
+    case GptRole::kExpertFc2:
+      // its output, kept for the routing weight's gradient, weighted into the block's
       if (n == 0) return Status::ok();
       MW_RETURN_IF_ERROR(linear(eout_[a] + at * W, C, egel_[a] + at * w, FE, nullptr, n));
       return check(kc::scatter_add_rows(resid_[rin(l) + 1], eout_[a] + at * W, rows,

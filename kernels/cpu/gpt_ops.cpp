@@ -1537,53 +1537,66 @@ void gated_add_backward(float* dy, float* dz, const float* dx, const float* y, c
   }
 }
 
+namespace {
+// The latent attention's sizes: heads, head size, rotary and nope (d - r) and value channels, a token's
+// query width, kv_a_proj's output width and kv_b_proj's.
+struct LatentDims {
+  std::size_t h, d, r, v, p, q, ka, kb;
+  LatentDims(int H, int D, int R, int V, int kv_lora)
+      : h(static_cast<std::size_t>(H)),
+        d(static_cast<std::size_t>(D)),
+        r(static_cast<std::size_t>(R)),
+        v(static_cast<std::size_t>(V)),
+        p(d - r),
+        q(h * d),
+        ka(static_cast<std::size_t>(kv_lora) + r),
+        kb(h * (p + v)) {}
+};
+}  // namespace
+
 void mla_assemble(float* qkv, const float* q, const float* kv_a, const float* kv_b, int N, int H, int D,
                   int R, int V, int kv_lora) {
-  const auto h_ = static_cast<std::size_t>(H), d = static_cast<std::size_t>(D),
-             r = static_cast<std::size_t>(R), v = static_cast<std::size_t>(V), p = d - r, Q = h_ * d,
-             KA = static_cast<std::size_t>(kv_lora) + r, KB = h_ * (p + v);
+  const LatentDims m(H, D, R, V, kv_lora);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const auto t = static_cast<std::size_t>(n);
-    const float* qt = q + t * Q;
-    const float* pe = kv_a + t * KA + static_cast<std::size_t>(kv_lora);
-    const float* kvb = kv_b + t * KB;
-    float* row = qkv + t * 3 * Q;
-    for (std::size_t h = 0; h < h_; ++h) {
-      float* qh = row + h * d;  // [rotary | nope], from the file's [nope | rotary]
-      std::copy_n(qt + h * d + p, r, qh);
-      std::copy_n(qt + h * d, p, qh + r);
-      float* kh = row + Q + h * d;  // the shared rotary part, then the head's own
-      std::copy_n(pe, r, kh);
-      std::copy_n(kvb + h * (p + v), p, kh + r);
-      float* vh = row + 2 * Q + h * d;  // the value, zeros after it
-      std::copy_n(kvb + h * (p + v) + p, v, vh);
-      std::fill(vh + v, vh + d, 0.0f);
+    const float* qt = q + t * m.q;
+    const float* pe = kv_a + t * m.ka + static_cast<std::size_t>(kv_lora);
+    const float* kvb = kv_b + t * m.kb;
+    float* row = qkv + t * 3 * m.q;
+    for (std::size_t h = 0; h < m.h; ++h) {
+      float* qh = row + h * m.d;  // [rotary | nope], from the file's [nope | rotary]
+      std::copy_n(qt + h * m.d + m.p, m.r, qh);
+      std::copy_n(qt + h * m.d, m.p, qh + m.r);
+      float* kh = row + m.q + h * m.d;  // the shared rotary part, then the head's own
+      std::copy_n(pe, m.r, kh);
+      std::copy_n(kvb + h * (m.p + m.v), m.p, kh + m.r);
+      float* vh = row + 2 * m.q + h * m.d;  // the value, zeros after it
+      std::copy_n(kvb + h * (m.p + m.v) + m.p, m.v, vh);
+      std::fill(vh + m.v, vh + m.d, 0.0f);
     }
   }
 }
 
 void mla_scatter(float* dq, float* dkv_a, float* dkv_b, const float* dqkv, int N, int H, int D, int R, int V,
                  int kv_lora) {
-  const auto h_ = static_cast<std::size_t>(H), d = static_cast<std::size_t>(D),
-             r = static_cast<std::size_t>(R), v = static_cast<std::size_t>(V), p = d - r, Q = h_ * d,
-             KA = static_cast<std::size_t>(kv_lora) + r, KB = h_ * (p + v);
+  const LatentDims m(H, D, R, V, kv_lora);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const auto t = static_cast<std::size_t>(n);
-    const float* row = dqkv + t * 3 * Q;
-    float* dqt = dq + t * Q;
-    float* dkv = dkv_b + t * KB;
-    float* dpe = dkv_a + t * KA + static_cast<std::size_t>(kv_lora);
-    std::fill(dpe, dpe + r, 0.0f);
-    for (std::size_t h = 0; h < h_; ++h) {
-      const float* qh = row + h * d;
-      std::copy_n(qh, r, dqt + h * d + p);
-      std::copy_n(qh + r, p, dqt + h * d);
-      const float* kh = row + Q + h * d;
-      for (std::size_t j = 0; j < r; ++j) dpe[j] += kh[j];
-      std::copy_n(kh + r, p, dkv + h * (p + v));
-      std::copy_n(row + 2 * Q + h * d, v, dkv + h * (p + v) + p);
+    const float* row = dqkv + t * 3 * m.q;
+    float* dqt = dq + t * m.q;
+    float* dkv = dkv_b + t * m.kb;
+    float* dpe = dkv_a + t * m.ka + static_cast<std::size_t>(kv_lora);
+    std::fill(dpe, dpe + m.r, 0.0f);
+    for (std::size_t h = 0; h < m.h; ++h) {
+      const float* qh = row + h * m.d;
+      std::copy_n(qh, m.r, dqt + h * m.d + m.p);
+      std::copy_n(qh + m.r, m.p, dqt + h * m.d);
+      const float* kh = row + m.q + h * m.d;
+      for (std::size_t j = 0; j < m.r; ++j) dpe[j] += kh[j];
+      std::copy_n(kh + m.r, m.p, dkv + h * (m.p + m.v));
+      std::copy_n(row + 2 * m.q + h * m.d, m.v, dkv + h * (m.p + m.v) + m.p);
     }
   }
 }

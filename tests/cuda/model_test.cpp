@@ -16,6 +16,7 @@
 #include "engine/cuda/device.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_cuda.h"
+#include "model_shapes.h"
 
 namespace memwall::model {
 namespace {
@@ -531,42 +532,11 @@ TEST_P(CudaGpt, MixturesOfExpertsMatchTheCpu) {
 // query latent, values as wide as the heads, softmax routing by the groups' best, the balance loss over the
 // micro-batch).
 TEST_P(CudaGpt, LatentAttentionMatchesTheCpu) {
-  GptConfig dense = small_llama();
-  dense.kv_heads = 0;
-  dense.deepseek = 3;
-  dense.kv_lora = 8;
-  dense.q_lora = 8;
-  dense.rope_dim = 4;
-  dense.head_dim = 10;
-  dense.v_dim = 6;
-  dense.query_scale = 7;
-  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, GetParam(), dense, "deepseek dense");
+  expect_unfused_and_flash_match_the_cpu(*dev_, blocks_, GetParam(),
+                                         test_shapes::deepseek_dense(small_llama()), "deepseek dense");
   if (GetParam() != 1) return;
-  GptConfig v3 = dense;
-  v3.layers = 3;
-  v3.experts = 8;
-  v3.experts_per_token = 2;
-  v3.expert_ffn = 24;
-  v3.shared_ffn = 24;
-  v3.shared_gate = false;
-  v3.dense_layers = 1;
-  v3.sigmoid_routing = v3.norm_topk = true;
-  v3.expert_groups = 4;
-  v3.groups_per_token = 2;
-  v3.routed_scale = 2.5;
-  v3.seq_aux_alpha = 0.05;
-  forward_backward_and_ten_steps(*dev_, blocks_, 1, v3);
-  GptConfig v2 = v3;
-  v2.deepseek = 2;
-  v2.q_lora = 0;
-  v2.v_dim = v2.head_dim;
-  v2.query_scale = 0;
-  v2.sigmoid_routing = v2.norm_topk = false;
-  v2.group_by_best = true;
-  v2.shared_ffn = 48;
-  v2.routed_scale = 2;
-  v2.seq_aux = false;
-  forward_backward_and_ten_steps(*dev_, blocks_, 1, v2);
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, test_shapes::deepseek_v3(small_llama(), 24));
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, test_shapes::deepseek_v2(small_llama(), 24));
 }
 
 // Llama 4's: 4 layers of grouped-query heads turning neighbouring pairs but the last (nope_every 4), their
@@ -575,19 +545,7 @@ TEST_P(CudaGpt, LatentAttentionMatchesTheCpu) {
 // logit, the routing weight scaling the expert's input, beside an ungated shared expert. Unfused (the first
 // parameter) and flash (the second; experts take no tiling).
 TEST_P(CudaGpt, Llama4ShapeMatchesTheCpu) {
-  GptConfig llama4 = small_llama();
-  llama4.layers = 4;
-  llama4.llama4 = llama4.qk_l2_norm = true;
-  llama4.nope_every = 4;
-  llama4.attn_temperature = 0.5;
-  llama4.floor_scale = 3;
-  llama4.attention_chunk = 3;
-  llama4.experts = 4;
-  llama4.experts_per_token = 2;
-  llama4.expert_ffn = 24;
-  llama4.shared_ffn = 24;
-  llama4.shared_gate = false;
-  llama4.moe_every = 2;
+  const GptConfig llama4 = test_shapes::llama4(small_llama(), 24);
   if (GetParam() == 1) {
     forward_backward_and_ten_steps(*dev_, blocks_, 1, llama4);
   } else {
@@ -604,6 +562,11 @@ TEST_P(CudaGpt, NextTokenPredictionMatchesTheCpu) {
   mtp.mtp = 1;
   mtp.mtp_weight = 0.3;
   forward_backward_and_ten_steps(*dev_, blocks_, GetParam(), mtp);
+  if (GetParam() != 1) return;  // (experts take no tiling)
+  GptConfig v3 = test_shapes::deepseek_v3(small_llama(), 24);
+  v3.layers = 4;  // (3 and the module's)
+  v3.mtp = 1;
+  forward_backward_and_ten_steps(*dev_, blocks_, 1, v3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiling, CudaGpt, ::testing::Values(1, 2));

@@ -3,6 +3,7 @@
 #include "engine/model/export.h"
 #include "engine/model/gpt.h"
 #include "engine/model/gpt_decode.h"
+#include "model_shapes.h"
 
 #include <unistd.h>
 
@@ -214,83 +215,20 @@ GptConfig gpt_oss() {
   return c;
 }
 
-// DeepSeek's latent attention (dense: DeepSeek-V3's shape without experts): 4 heads whose queries come from a
-// latent of 8 and whose keys and values from one of 8, heads of 6 + 4 rotary (turned on neighbouring pairs),
-// values of 6 (the kernels' heads of 10 padded), scores scaled by 7^-1/2 (yarn's mscale_all_dim's form);
-// every linear's rows divisible by 4 (tiling).
+// The families of tests/model_shapes.h on llama_gqa (vocabulary 12, 16 channels): DeepSeek's latent
+// attention (every linear's rows divisible by 4: tiling), DeepSeek-V3 and V2 with experts of 6 (V2's shared
+// ones of 12), Llama 4 with experts of 6 (8 positions see two temperatures; dense MLPs of 24 between).
 GptConfig deepseek_dense() {
-  GptConfig c = llama_gqa();
-  c.kv_heads = 0;
-  c.deepseek = 3;
-  c.kv_lora = 8;
-  c.q_lora = 8;
-  c.rope_dim = 4;
-  c.head_dim = 10;
-  c.v_dim = 6;
-  c.query_scale = 7;
-  c.norm_eps = 1e-5;  // (the latents' norms keep their 1e-6)
-  return c;
+  return test_shapes::deepseek_dense(llama_gqa());
 }
-
-// DeepSeek-V3's: that attention, the first of 3 layers dense, then GLM-4.5's routing (8 experts of 6 in 4
-// groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias, renormalised, x 2.5)
-// beside an ungated shared expert of 6; DeepSeek's balance loss per sequence at 0.05 (its scores the sigmoid
-// scores over their sum).
 GptConfig deepseek_v3() {
-  GptConfig c = deepseek_dense();
-  c.layers = 3;
-  c.experts = 8;
-  c.experts_per_token = 2;
-  c.expert_ffn = 6;
-  c.shared_ffn = 6;
-  c.shared_gate = false;
-  c.dense_layers = 1;
-  c.sigmoid_routing = c.norm_topk = true;
-  c.expert_groups = 4;
-  c.groups_per_token = 2;
-  c.routed_scale = 2.5;
-  c.seq_aux_alpha = 0.05;  // (DeepSeek's balance loss, per sequence)
-  return c;
+  return test_shapes::deepseek_v3(llama_gqa(), 6);
 }
-
-// DeepSeek-V2's (V2-Lite's q_proj without a query latent, values as wide as the heads): softmax routing of 8
-// experts in 4 groups, 2 a token from the 2 groups whose best expert is most probable (group_limited_greedy),
-// their probabilities x 2, beside two ungated shared experts (12); the first layer dense; the balance loss
-// over the micro-batch (seq_aux false), of the softmax's probabilities.
 GptConfig deepseek_v2() {
-  GptConfig c = deepseek_v3();
-  c.deepseek = 2;
-  c.q_lora = 0;
-  c.v_dim = c.head_dim;
-  c.query_scale = 0;
-  c.sigmoid_routing = c.norm_topk = false;
-  c.group_by_best = true;
-  c.shared_ffn = 12;
-  c.routed_scale = 2;
-  c.seq_aux = false;  // (over the micro-batch)
-  return c;
+  return test_shapes::deepseek_v2(llama_gqa(), 6);
 }
-
-// Llama 4's: 4 layers of grouped-query heads turning neighbouring pairs but the last (nope_every 4), their
-// query and key heads normed without weights after the turn and attending within chunks of 3 positions, the
-// last one's queries tempered from position 2 on over all keys (floor_scale 3, attn_scale 0.5: 8 positions
-// see two scales); experts in layers 1 and 3 (moe_every 2), 4 of 6, 2 a token chosen by logit, their sigmoids
-// scaling each expert's input, beside a shared expert of 6 without a gate; dense MLPs of 24 between.
 GptConfig llama4() {
-  GptConfig c = llama_gqa();
-  c.layers = 4;
-  c.llama4 = c.qk_l2_norm = true;
-  c.nope_every = 4;
-  c.attn_temperature = 0.5;
-  c.floor_scale = 3;
-  c.attention_chunk = 3;
-  c.experts = 4;
-  c.experts_per_token = 2;
-  c.expert_ffn = 6;
-  c.shared_ffn = 6;
-  c.shared_gate = false;
-  c.moe_every = 2;
-  return c;
+  return test_shapes::llama4(llama_gqa(), 6);
 }
 
 // Heads wider than channels / heads without those norms (Mistral Nemo's shape: 2 x 12 over 16), tied.
