@@ -2045,6 +2045,7 @@ GptModel::GptModel(const GptConfig& c, int B, int T, int tiling, bool flash_atte
     dqf_.resize(N * 3 * Q);
   }
   if (c.qk_l2_norm) qkr_.resize(N * 2 * static_cast<std::size_t>(c.heads));
+  temper_ = c.query_temperatures(T);
   if (c.rotary()) gpt_rope_tables(c, T, rope_cos_, rope_sin_);
   if (c.moe()) {
     const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
@@ -2219,13 +2220,8 @@ void GptModel::collapse_dqkv(int layer) {
 }
 
 void GptModel::temper_queries(float* rows, int layer) const {
-  if (c_.query_temperature(layer, T_ - 1) == 1.0f) return;  // (every position's, then: the scale grows)
-  const auto Q = static_cast<std::size_t>(c_.q_width());
-  for (int n = 0; n < B_ * T_; ++n) {
-    const float s = c_.query_temperature(layer, n % T_);
-    float* q = rows + static_cast<std::size_t>(n) * 3 * Q;
-    for (std::size_t i = 0; i < Q; ++i) q[i] *= s;
-  }
+  if (!c_.tempered(layer)) return;
+  k::scale_rows_by_position(rows, B_ * T_, T_, 3 * c_.q_width(), c_.q_width(), temper_.data());
 }
 
 double latent_query_scale(int head_dim, const RopeScaling& rs) {

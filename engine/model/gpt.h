@@ -310,10 +310,20 @@ struct GptConfig {
   // Whether routing scores are sigmoids of the logits (GLM-4.5's, DeepSeek-V3's, Llama 4's) rather than
   // their softmax.
   bool sigmoid_scores() const { return sigmoid_routing || llama4; }
+  // Whether Llama 4's temperature tuning scales layer l's queries (its layers without positions).
+  bool tempered(int layer) const { return attn_temperature > 0 && !rotary_at(layer); }
   // Layer l's query scale from Llama 4's temperature tuning at position t (1 on the rotary layers).
   float query_temperature(int layer, int t) const {
-    if (attn_temperature <= 0 || rotary_at(layer)) return 1.0f;
+    if (!tempered(layer)) return 1.0f;
     return static_cast<float>(1.0 + attn_temperature * std::log1p(std::floor((t + 1.0) / floor_scale)));
+  }
+  // The tempered layers' query scale by position, [T] (each such layer's the same; empty without any).
+  std::vector<float> query_temperatures(int T) const {
+    int layer = 0;
+    while (layer < layers && !tempered(layer)) ++layer;
+    std::vector<float> v;
+    for (int t = 0; t < T && layer < layers; ++t) v.push_back(query_temperature(layer, t));
+    return v;
   }
   // Whether layer l's query and key heads are normed without weights after the turn (Llama 4's).
   bool l2_norm_at(int layer) const { return qk_l2_norm && rotary_at(layer); }
@@ -866,6 +876,7 @@ class GptModel {
   std::vector<float> dx_, dres_, dln_, datty_, dqkv_, dqkn_, dfc_, dgel_, dlogits_;
   std::vector<float> qf_, dqf_;  // the Llama shape's expanded, rotated qkv and its gradient (one layer's)
   std::vector<float> qkr_;       // Llama 4's: its query and key heads' rstd [tokens][2 x heads]
+  std::vector<float> temper_;    // and its tempered layers' query scale by position (query_temperatures)
   // its rotary angles' cosines and sines, [T][head size / 2] (twice: the local base's after, with
   // rope_local_theta)
   std::vector<float> rope_cos_, rope_sin_;

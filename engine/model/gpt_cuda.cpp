@@ -97,13 +97,9 @@ Status CudaGptModel::allocate(int tiling) {
   }
   MW_RETURN_IF_ERROR(allocate_buffers(tiling));
   if (temper_ != nullptr) {  // Llama 4's query temperature by position (the same on each layer it tempers)
-    int layer = 0;
-    while (c_.rotary_at(layer)) ++layer;
-    std::vector<float> by_position(static_cast<std::size_t>(T_));
-    for (int t = 0; t < T_; ++t) by_position[static_cast<std::size_t>(t)] = c_.query_temperature(layer, t);
-    MW_RETURN_IF_ERROR(check_rt(
-        cudaMemcpy(temper_, by_position.data(), by_position.size() * sizeof(float), cudaMemcpyHostToDevice),
-        "query temperature table"));
+    const std::vector<float> by_position = c_.query_temperatures(T_);
+    MW_RETURN_IF_ERROR(
+        upload(temper_, by_position.data(), by_position.size() * sizeof(float), "query temperatures"));
   }
   if (!c_.rotary()) return Status::ok();
   // The rotary angles' cosines and sines, computed on the host as the CPU model's, uploaded once.
@@ -221,11 +217,9 @@ Status CudaGptModel::allocate_buffers(int tiling) {
     dqf_ = buf(N * 3 * Q, "rotated dqkv");
   }
   if (c_.qk_l2_norm) qkr_ = buf(N * 2 * static_cast<std::size_t>(c_.heads), "q/k l2 norms' rstd");
-  // (a layer without positions to temper: Llama 4's every nope_every-th)
-  bool tempers = false;
-  for (int layer = 0; layer < c_.layers; ++layer)
-    tempers = tempers || c_.query_temperature(layer, T_ - 1) != 1.0f;
-  if (tempers) temper_ = buf(static_cast<std::size_t>(T_), "query temperature by position");
+  // (Llama 4's layers without positions, every nope_every-th)
+  if (!c_.query_temperatures(T_).empty())
+    temper_ = buf(static_cast<std::size_t>(T_), "query temperature by position");
   if (c_.rotary()) {
     const std::size_t table = c_.rope_tables_floats(T_);
     rope_cos_ = buf(table, "rotary cosines");
@@ -317,15 +311,15 @@ Status CudaGptModel::copy(float* dst, const float* src, std::size_t floats) {
 }
 
 Status CudaGptModel::download(void* host, const void* device, std::size_t bytes, const char* what) {
-  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
-  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s), what));
-  return check_rt(cudaStreamSynchronize(s), what);
+  Status st = dev_.copy_to_host(host, device, bytes, dev_.compute());
+  if (st.is_ok()) st = dev_.compute().synchronize();
+  return st.is_ok() ? st : Status(st.code(), std::string("cuda model: ") + what + ": " + st.message());
 }
 
 Status CudaGptModel::upload(void* device, const void* host, std::size_t bytes, const char* what) {
-  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
-  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s), what));
-  return check_rt(cudaStreamSynchronize(s), what);
+  Status st = dev_.copy_to_device(device, host, bytes, dev_.compute());
+  if (st.is_ok()) st = dev_.compute().synchronize();
+  return st.is_ok() ? st : Status(st.code(), std::string("cuda model: ") + what + ": " + st.message());
 }
 
 // The routing needs the logits on the host: the compute stream drains here once per layer of experts (as a
@@ -509,12 +503,9 @@ Status CudaGptModel::moe_backward(
 
 Status CudaGptModel::set_batch(const int* tokens, const int* targets) {
   const std::size_t bytes = static_cast<std::size_t>(B_) * static_cast<std::size_t>(T_) * sizeof(int);
-  auto* s = static_cast<cudaStream_t>(dev_.compute().get());
-  MW_RETURN_IF_ERROR(check_rt(cudaMemcpyAsync(tokens_, tokens, bytes, cudaMemcpyHostToDevice, s), "tokens"));
-  MW_RETURN_IF_ERROR(
-      check_rt(cudaMemcpyAsync(targets_, targets, bytes, cudaMemcpyHostToDevice, s), "targets"));
-  // The host arrays may change once this returns.
-  return check_rt(cudaStreamSynchronize(s), "set_batch");
+  // (each waited for: the host arrays may change once this returns)
+  MW_RETURN_IF_ERROR(upload(tokens_, tokens, bytes, "tokens"));
+  return upload(targets_, targets, bytes, "targets");
 }
 
 Result<float> CudaGptModel::loss(bool main_only) {
@@ -691,7 +682,7 @@ Status CudaGptModel::expand_qkv(const float* qkv, int layer) {
 
 // Llama 4's temperature on layer `layer`'s queries (its layers without positions), by position.
 Status CudaGptModel::temper_queries(float* rows, int layer) {
-  if (temper_ == nullptr || c_.query_temperature(layer, T_ - 1) == 1.0f) return Status::ok();
+  if (!c_.tempered(layer)) return Status::ok();
   return check(kc::scale_rows_by_position(rows, B_ * T_, T_, 3 * c_.q_width(), c_.q_width(), temper_,
                                           dev_.compute().get()),
                "query temperature");
