@@ -15,9 +15,7 @@ void best_first(const float* score, std::size_t n, std::vector<int>& order) {
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
                     [score](int x, int y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
 }
-}  // namespace
 
-namespace {
 // Leaves in `choice` [experts] only the experts of the groups_per_token best of expert_groups groups, the
 // others' -inf: never chosen (DeepSeek-V3's own gate masks them so; transformers fills 0, the same unless a
 // kept expert's score plus its bias is negative, which the balancing's biases make common: then every token
@@ -76,6 +74,21 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
     chosen[j] = order[j];
     weight[j] = (c.norm_topk ? prob[order[j]] / total : prob[order[j]]) * scale;
   }
+}
+
+MoeRouter::MoeRouter(const GptConfig& c, int B, int T, int slots)
+    : c_(c), N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(T)), T_(T) {
+  if (!c.moe()) return;
+  const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token),
+             S = static_cast<std::size_t>(slots);
+  prob_.assign(S, std::vector<float>(N_ * E));
+  wt_.assign(S, std::vector<float>(N_ * K));
+  sel_.assign(S, std::vector<int>(N_ * K));
+  rows_.assign(S, std::vector<std::vector<int>>(E));
+  first_.assign(S, std::vector<std::size_t>(E));
+  count_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
+  psum_.assign(count_.size(), 0.0);
+  seq_.assign(static_cast<std::size_t>(c.layers), 0.0);
 }
 
 void MoeRouter::route(std::size_t l, std::size_t a, const float* logits, const float* bias) {
@@ -230,21 +243,6 @@ void MoeRouter::backward(std::size_t a, const float* drw, float* dlogits) const 
     for (std::size_t e = 0; e < E; ++e) dot += p[e] * dp[e];
     for (std::size_t e = 0; e < E; ++e) dz[e] = p[e] * (dp[e] - dot);
   }
-}
-
-MoeRouter::MoeRouter(const GptConfig& c, int B, int T, int slots)
-    : c_(c), N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(T)), T_(T) {
-  if (!c.moe()) return;
-  const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token),
-             S = static_cast<std::size_t>(slots);
-  prob_.assign(S, std::vector<float>(N_ * E));
-  wt_.assign(S, std::vector<float>(N_ * K));
-  sel_.assign(S, std::vector<int>(N_ * K));
-  rows_.assign(S, std::vector<std::vector<int>>(E));
-  first_.assign(S, std::vector<std::size_t>(E));
-  count_.assign(static_cast<std::size_t>(c.layers) * E, 0.0);
-  psum_.assign(count_.size(), 0.0);
-  seq_.assign(static_cast<std::size_t>(c.layers), 0.0);
 }
 
 void MoeRouter::add_losses(float& loss) const {

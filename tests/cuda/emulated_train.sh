@@ -155,43 +155,37 @@ for v in dpu_cpu dpu_cuda; do
     "cpu", "memwall.delayed_parameter_update": true}' >"$work/$v.jsonl" 2>"$work/$v.err" \
     || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
 done
+# `train` of 3 steps on the host and on the GPU, as $1_cpu and $1_cuda; $2: the GPU run's --device (cuda or
+# auto), then the runs' own arguments.
+side_by_side() {
+  local name=$1 gpu=$2
+  shift 2
+  for v in "${name}_cpu" "${name}_cuda"; do
+    local args=(--device cpu)
+    [ "$v" = "${name}_cuda" ] && args=(--device "$gpu" --gpu-matmul fp32)
+    "$BIN" train --hardware dgx2 --data "$work/corpus.txt" --eval-batches 1 --json --steps 3 "$@" "${args[@]}" \
+      >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
+  done
+}
 # The Llama shape (RMSNorm, rotary positions, 4 query heads on 2 key/value heads, SwiGLU, an untied head)
 # with its parameters and optimizer states on NVMe, on the GPU and on the host.
-for v in llama_cpu llama_cuda; do
-  args=(--device cpu)
-  [ "$v" = llama_cuda ] && args=(--device cuda --gpu-matmul fp32)
-  "$BIN" train --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 176}' --data "$work/corpus.txt" \
-    --eval-batches 1 --json --nvme-path "$work/nvme" --set "{$nvme_set}" --steps 3 "${args[@]}" \
-    >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
-done
-# Mixtral's shape (4 experts of 48, 2 a token) with NVMe offload on the GPU and on the host; --device auto
-# takes the GPU for it.
-for v in moe_cpu moe_cuda; do
-  args=(--device cpu)
-  [ "$v" = moe_cuda ] && args=(--device auto --gpu-matmul fp32)
-  "$BIN" train --hardware dgx2 --model mixtral-8x7b --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_local_experts": 4,
-    "num_experts_per_tok": 2}' --data "$work/corpus.txt" --eval-batches 1 --json --nvme-path "$work/nvme" \
-    --set "{$nvme_set}" --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" \
-    || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
-done
+side_by_side llama cuda --model llama-mini --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 176}' --nvme-path "$work/nvme" \
+  --set "{$nvme_set}"
+# Mixtral's shape (4 experts of 48, 2 a token) with NVMe offload; --device auto takes the GPU for it.
+side_by_side moe auto --model mixtral-8x7b --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_local_experts": 4,
+  "num_experts_per_tok": 2}' --nvme-path "$work/nvme" --set "{$nvme_set}"
 # DeepSeek-V3's shape (the latent attention; sigmoid routing in groups, a shared expert, a dense first
 # layer, its next-token-prediction module) with its bias rule stepping the correction bias, whose states are
 # on the GPU: its load errors and bias go to the host and back. --device auto takes the GPU for it. The
 # held-out loss (the main model's alone) too.
-for v in ds_cpu ds_cuda; do
-  args=(--device cpu)
-  [ "$v" = ds_cuda ] && args=(--device auto --gpu-matmul fp32)
-  "$BIN" train --hardware dgx2 --model deepseek-v3 --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
-    "num_attention_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
-    "v_head_dim": 8, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8,
-    "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1}' \
-    --data "$work/corpus.txt" --eval-batches 1 --json --set '{
-    "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01,
-    "memwall.mtp": true}' \
-    --steps 3 "${args[@]}" >"$work/$v.jsonl" 2>"$work/$v.err" || { echo "FAILED: $v"; cat "$work/$v.err"; exit 1; }
-done
+side_by_side ds auto --model deepseek-v3 --model-set '{"num_hidden_layers": 2, "hidden_size": 64,
+  "num_attention_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+  "v_head_dim": 8, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8,
+  "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1}' --set '{
+  "train_micro_batch_size_per_gpu": 2, "memwall.sequence_length": 32, "memwall.router_bias_update_speed": 0.01,
+  "memwall.mtp": true}'
 # ZeRO stages 1 and 2 on two ranks: the whole parameters on each GPU, all-gathered after the optimizer step
 # (stage 1 all-reduces whole gradients: with the optimizer on the device, on NCCL; stage 2 with the optimizer
 # on the CPU, ZeRO-Offload: reduce-scatters, gradients to the host and parameters back, NCCL and host
