@@ -170,7 +170,7 @@ if [ "$(left)" -gt 45 ]; then
   ran_llama=yes
   gpu_train "$BUILD/train_llama.log" --hardware dgx2 --model llama-mini --model-set '{"num_hidden_layers": 16,
     "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 5632,
-    "max_position_embeddings": 1024}' --device cuda --steps 3 --eval-batches 1 \
+    "max_position_embeddings": 1024}' --device cuda --steps 3 --eval-batches 1 --data "$BUILD/corpus.txt" \
     --set '{"train_micro_batch_size_per_gpu": 4, "memwall.sequence_length": 1024}'
 fi
 

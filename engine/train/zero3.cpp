@@ -75,13 +75,6 @@ namespace {
 
 constexpr std::size_t kB16 = sizeof(std::uint16_t);
 
-// Sum of squares in double, in index order.
-double sum_of_squares(const float* x, std::size_t n) {
-  double s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return s;
-}
-
 std::string store_key(const char* kind, std::size_t index) {
   return std::string(kind) + "." + std::to_string(index);
 }
@@ -234,6 +227,8 @@ struct Zero3Trainer::State {
   host::Arena::Block tier_block{};
   std::unique_ptr<model::CudaGptModel> cmodel;
   float *work_dev = nullptr, *reduced_dev = nullptr;
+  double* squares_dev =
+      nullptr;  // gradient clipping: per parameter its shard's squares, then the kernel's partials
 #endif
 #if MEMWALL_HAVE_NCCL
   std::unique_ptr<comm::NcclComm> nccl;
@@ -796,7 +791,7 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
     const Part& pt = part(t.param);
     auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
     if (clip > 0 && last_micro && !bias_rule[static_cast<std::size_t>(t.param)])
-      grad_sq[static_cast<std::size_t>(t.param)] = sum_of_squares(slot, valid(pt));
+      grad_sq[static_cast<std::size_t>(t.param)] = kernels::sum_of_squares(slot, valid(pt));
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
@@ -1028,27 +1023,44 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
   // This rank's squares: where the gradients wait for the optimizer (on the GPU, in CPU memory), or as the
   // last micro-batch wrote them to NVMe.
   const bool on_nvme = opt_tier == Tier::kNvme && !grads_in_cpu;
-  std::vector<float> staged;
+  // Gradients in device memory: their squares summed there, one copy of the sums down for them all.
+  std::vector<double> device_sq(cuda ? parts.size() : 0);
+#if MEMWALL_HAVE_CUDA
+  if (cuda && !on_nvme) {
+    MW_RETURN_IF_ERROR(deps_on_stream(gpu->compute()));
+    void* stream = gpu->compute().get();
+    bool any = false;
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const int b = persistent_grad[p];
+      if (param_opt_tier(p) != Tier::kGpu || b < 0 || !on_device(b)) continue;
+      if (int rc = kernels::cuda::sum_of_squares(grad_shard(static_cast<int>(p), b), valid(parts[p]),
+                                                 squares_dev + parts.size(), squares_dev + p, stream);
+          rc != 0)
+        return Status::internal(std::string("gradient norm: ") + kernels::cuda::error_string(rc));
+      any = true;
+    }
+    if (any) {
+      MW_RETURN_IF_ERROR(gpu->compute().synchronize());
+      MW_RETURN_IF_ERROR(move(device_sq.data(), false, squares_dev, true, parts.size() * sizeof(double)));
+    }
+  }
+#endif
   double local = 0;
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const Part& pt = parts[p];
     if (!on_nvme) {
-      const float* g = nullptr;
-      if (param_opt_tier(p) == Tier::kGpu) {
-        const int b = persistent_grad[p];
-        if (b < 0)
-          return Status::internal("gradient norm: parameter " + std::to_string(p) + " has no gradient");
-        g = grad_shard(static_cast<int>(p), b);
-        if (on_device(b)) {
-          staged.resize(pt.shard);
-          MW_RETURN_IF_ERROR(move(staged.data(), false, g, true, pt.shard * 4));
-          g = staged.data();
-        }
-      } else {
-        g = cpu_grads(step_grads(), pt.local);
-      }
+      const int b = persistent_grad[p];
+      const bool gpu_tier = param_opt_tier(p) == Tier::kGpu;
+      if (gpu_tier && b < 0)
+        return Status::internal("gradient norm: parameter " + std::to_string(p) + " has no gradient");
       // (a correction bias's load errors are not a gradient: not in the norm)
-      grad_sq[p] = bias_rule[p] ? 0.0 : sum_of_squares(g, valid(pt));
+      if (bias_rule[p])
+        grad_sq[p] = 0.0;
+      else if (gpu_tier && on_device(b))
+        grad_sq[p] = device_sq[p];
+      else
+        grad_sq[p] = kernels::sum_of_squares(
+            gpu_tier ? grad_shard(static_cast<int>(p), b) : cpu_grads(step_grads(), pt.local), valid(pt));
     }
     local += grad_sq[p];
   }
@@ -1595,7 +1607,16 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       const double data = static_cast<double>(st.total) * (2 + 4 + 12);
       const double slack = 2.0 * 1048576.0 * static_cast<double>(st.parts.size() * 2 + st.groups.size());
       so.capacity_bytes = static_cast<std::uint64_t>(2 * data + slack) / 4096 * 4096 + (64ull << 20);
-      so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, 1ull << 30);
+      // An extent holds whole tensors: at least the largest one the store takes (a sub-group's swap slot, a
+      // shard's fp32 gradient), rounded up to a MiB; 1 GiB when they are all smaller.
+      std::uint64_t largest = 0;
+      for (const State::Group& sg : st.groups)
+        largest = std::max<std::uint64_t>(largest, (sg.end - sg.begin) * (st.slot_fp32_bytes() + kB16));
+      for (const State::Part& pt : st.parts) largest = std::max<std::uint64_t>(largest, pt.shard * 4);
+      const std::uint64_t extent =
+          std::max<std::uint64_t>(1ull << 30, (largest + (1ull << 20) - 1) >> 20 << 20);
+      so.capacity_bytes = std::max(so.capacity_bytes, extent);
+      so.extent_bytes = std::min<std::uint64_t>(so.capacity_bytes, extent);
       so.durable = false;  // swap: recreated on every start (checkpoints are written elsewhere, durably)
       std::error_code ec;
       std::filesystem::remove_all(o.swap_dir + "/rank" + std::to_string(st.rank), ec);  // swap, not state
@@ -1714,10 +1735,15 @@ Status Zero3Trainer::open_gpu() {
   for (const auto& sl : st.gg.slices) most_shard = std::max(most_shard, (sl.numel + R - 1) / R);
   auto w = st.gpu->arena().allocate(std::max<std::size_t>(work, 1) * 4, "fp32 copies of an op's parameters");
   auto r = st.gpu->arena().allocate(most_shard * 4, "reduce-scatter result");
+  // (one sum per graph parameter, as State::parts will have)
+  auto q = st.gpu->arena().allocate((st.gg.slices.size() + kernels::kSquaresSplit) * sizeof(double),
+                                    "gradient norm's sums of squares");
   if (!w.is_ok()) return w.status();
   if (!r.is_ok()) return r.status();
+  if (!q.is_ok()) return q.status();
   st.work_dev = static_cast<float*>(w->data);
   st.reduced_dev = static_cast<float*>(r->data);
+  st.squares_dev = static_cast<double*>(q->data);
   // The tier: what is left of the device allocation, and no more than the hardware file's GPU leaves
   // beside the runtime's reserve and what the model just took (the plan leaves those out of the tier).
   const std::size_t left = st.gpu->arena().largest_free() / host::Arena::kAlign * host::Arena::kAlign;

@@ -139,6 +139,32 @@ bool grads_finite(const void* grads, DType type, std::size_t n, float scale, int
   return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
 }
 
+namespace {
+// The pairwise sum of v[0, kSquaresSplit) (v is overwritten), as a CUDA block's shared-memory tree.
+double tree_sum(double* v) {
+  for (int h = kSquaresSplit / 2; h > 0; h >>= 1) {
+    for (int t = 0; t < h; ++t) v[t] += v[t + h];
+  }
+  return v[0];
+}
+}  // namespace
+
+double sum_of_squares(const float* x, std::size_t n) {
+  constexpr auto kS = static_cast<std::size_t>(kSquaresSplit);
+  const std::size_t chunk = (n + kS - 1) / kS;
+  double chunks[kSquaresSplit];
+  for (std::size_t b = 0; b < kS; ++b) {
+    double acc[kSquaresSplit] = {};
+    const std::size_t begin = std::min(n, b * chunk), end = std::min(n, begin + chunk);
+    for (std::size_t i = begin; i < end; ++i) {
+      const auto v = static_cast<double>(x[i]);
+      acc[(i - begin) % kS] += v * v;
+    }
+    chunks[b] = tree_sum(acc);
+  }
+  return tree_sum(chunks);
+}
+
 bool adam_step_isa(Isa isa, const AdamArrays& a, const AdamHyper& h, int threads, bool check_finite) {
   if (check_finite && !grads_finite(a.grads, a.grad_type, a.n, h.grad_scale, threads)) return false;
   const detail::AdamConsts c = detail::adam_consts(h);

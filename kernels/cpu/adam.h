@@ -63,6 +63,11 @@ bool adam_step(const AdamArrays& a, const AdamHyper& h, int threads, bool check_
 bool adam_step_isa(Isa isa, const AdamArrays& a, const AdamHyper& h, int threads, bool check_finite = false);
 // True when every gradient, divided by `scale`, is finite.
 bool grads_finite(const void* grads, DType type, std::size_t n, float scale, int threads);
+// The sum of squares of x[0, n) in double (gradient clipping's norm), in the CUDA kernel's fixed order so
+// that both agree bitwise: kSquaresSplit contiguous chunks, in each kSquaresSplit strided partial sums added
+// pairwise (halves, then quarters...), then the chunks' sums added pairwise the same way.
+inline constexpr int kSquaresSplit = 256;
+double sum_of_squares(const float* x, std::size_t n);
 
 namespace detail {
 // Per-ISA bodies over [begin, end); constants precomputed by the dispatcher.

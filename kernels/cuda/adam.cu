@@ -32,7 +32,48 @@ __global__ void adam_kernel(AdamDeviceArrays a, detail::AdamConsts c) {
   if (a.params_bf16 != nullptr) a.params_bf16[i] = to_bf16(p);
 }
 
+// The pairwise sum of the block's values in s[0, kSquaresSplit) (tree_sum in kernels/cpu/adam.cpp).
+__device__ double block_tree_sum(double* s) {
+  for (int h = kSquaresSplit / 2; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.x) < h) s[threadIdx.x] += s[threadIdx.x + h];
+    __syncthreads();
+  }
+  return s[0];
+}
+
+// Block b: its chunk's squares, thread t adding elements t, t + kSquaresSplit, ... of it.
+__global__ void squares_kernel(const float* x, std::size_t n, std::size_t chunk, double* partials) {
+  __shared__ double s[kSquaresSplit];
+  const std::size_t first = blockIdx.x * chunk, begin = first < n ? first : n,
+                    end = begin + chunk < n ? begin + chunk : n;
+  double acc = 0;
+  for (std::size_t i = begin + threadIdx.x; i < end; i += kSquaresSplit) {
+    const auto v = static_cast<double>(x[i]);
+    acc += v * v;
+  }
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  const double sum = block_tree_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void squares_total_kernel(const double* partials, double* out) {
+  __shared__ double s[kSquaresSplit];
+  s[threadIdx.x] = partials[threadIdx.x];
+  __syncthreads();
+  const double sum = block_tree_sum(s);
+  if (threadIdx.x == 0) *out = sum;
+}
+
 }  // namespace
+
+int sum_of_squares(const float* x, std::size_t n, double* partials, double* out, void* stream) {
+  const auto S = static_cast<std::size_t>(kSquaresSplit);
+  auto* s = static_cast<cudaStream_t>(stream);
+  squares_kernel<<<kSquaresSplit, kSquaresSplit, 0, s>>>(x, n, (n + S - 1) / S, partials);
+  squares_total_kernel<<<1, kSquaresSplit, 0, s>>>(partials, out);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
   if (a.n == 0) return 0;

@@ -22,4 +22,9 @@ struct AdamDeviceArrays {
 
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream);
 
+// *out = the sum of squares of x[0, n) in double, bitwise kernels::sum_of_squares (kernels/cpu/adam.h):
+// one block of kSquaresSplit threads per chunk, then one block over the chunks' sums. `partials` holds
+// kSquaresSplit doubles of device scratch (the launches on one stream may share it). Device pointers.
+int sum_of_squares(const float* x, std::size_t n, double* partials, double* out, void* stream);
+
 }  // namespace memwall::kernels::cuda

@@ -810,5 +810,25 @@ TEST_F(CudaKernels, AdamAndCastsAreBitwiseTheCpuReference) {
   EXPECT_EQ(std::memcmp(gb.data(), back.data(), n * 4), 0);
 }
 
+// Gradient clipping's sum of squares: bitwise the reference's order on the GPU, and within rounding of the
+// plain sum (sizes below, at and above one element per thread, chunks that end past n).
+TEST_F(CudaKernels, SumOfSquaresIsBitwiseTheCpuReference) {
+  Dev<double> partials(static_cast<std::size_t>(kSquaresSplit)), out(1);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{300}, std::size_t{65536},
+                              std::size_t{2 * 65536 + 17}, std::size_t{100003}}) {
+    const auto x = randn(n, 56 + static_cast<std::uint32_t>(n % 1000), 3.0f);
+    Dev<float> d_x(x);
+    ASSERT_EQ(cu::sum_of_squares(d_x.get(), n, partials.get(), out.get(), nullptr), 0);
+    const double got = out.host()[0], want = sum_of_squares(x.data(), n);
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << "n " << n << ": " << got << " vs " << want;
+    double plain = 0;
+    for (float v : x) plain += static_cast<double>(v) * static_cast<double>(v);
+    EXPECT_NEAR(got, plain, 1e-12 * plain) << "n " << n;
+    if (n == 1) {
+      EXPECT_EQ(got, static_cast<double>(x[0]) * static_cast<double>(x[0]));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace memwall::kernels

@@ -676,6 +676,14 @@ int add_row_dots(float* dweight, const float* y, const float* x, const int* rows
   return enqueue(stream, [=] { kernels::add_row_dots(dweight, y, x, rows, n, C, K); });
 }
 
+int sum_of_squares(const float* x, std::size_t n, double* partials, double* out, void* stream) {
+  if (int e = device_args("sum_of_squares", {{x, f32(n), "x"},
+                                             {partials, kSquaresSplit * sizeof(double), "partials", true},
+                                             {out, sizeof(double), "out", true}}))
+    return e;
+  return enqueue(stream, [=] { *out = kernels::sum_of_squares(x, n); });
+}
+
 int adam_step(const AdamDeviceArrays& a, const AdamHyper& h, void* stream) {
   if (int e = device_args("adam_step", {{a.params, f32(a.n), "params", true},
                                         {a.exp_avg, f32(a.n), "exp_avg", true},
