@@ -1008,7 +1008,8 @@ int run_train(const TrainOptions& opt) {
       const std::string path = rank_trace_path(opt.trace_path, rank);
       const Schedule measured = trainer->measured_schedule();
       const Status ts = write_trace_file(
-          path, "cpu", "train", R, *in, trainer->run(), summary.dump(), [&](trace::TraceWriter& w) {
+          path, zo.device == train::ComputeDevice::kCuda ? "cuda" : "cpu", "train", R, *in, trainer->run(),
+          summary.dump(), [&](trace::TraceWriter& w) {
             for (std::size_t k = 0; k < runs.size(); ++k) {
               export_run_trace(measured, runs[k], rank, w);
               // The step's figures at its end.
@@ -1084,11 +1085,12 @@ int run_export(const ExportOptions& opt) {
     copied += (copied.empty() ? "" : " and ") + name;
   }
   std::printf(
-      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
+      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to "
+      "%s/model.safetensors "
       "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.main_layers(),
-      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab,
-      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
+      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab, opt.dtype.c_str(),
+      opt.out.c_str(), opt.out.c_str(),
       copied.empty() ? "" : (" with the BPE tokenizer's " + copied).c_str());
   return kExitOk;
 }

@@ -178,7 +178,7 @@ if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then
   echo "== memwall calibrate --device cuda, then the NVMe run's iteration replayed and simulated on that spec"
   echo "   (closed-form executor: this build has no SimGrid)"
   set +e
-  timeout 120 "$BUILD/cli/memwall" calibrate --device cuda --model gpt2-xl --batch 4 --seq 1024 --path "$swap" \
+  timeout "$(( $(left) > 120 ? 120 : $(left) ))" "$BUILD/cli/memwall" calibrate --device cuda --model gpt2-xl --batch 4 --seq 1024 --path "$swap" \
     --out "$BUILD/gpu-local.json" >"$BUILD/calibrate.log" 2>&1
   cal_rc=$?
   if [ "$cal_rc" = 0 ]; then
