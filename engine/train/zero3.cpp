@@ -791,7 +791,7 @@ Status Zero3Trainer::State::nvme_write(const Task& t, double& moved_bytes) {
     const Part& pt = part(t.param);
     auto* slot = reinterpret_cast<float*>(ptr(use(t, BufferRole::kGradSwapOut)));
     if (clip > 0 && last_micro && !bias_rule[static_cast<std::size_t>(t.param)])
-      grad_sq[static_cast<std::size_t>(t.param)] = kernels::sum_of_squares(slot, valid(pt));
+      grad_sq[static_cast<std::size_t>(t.param)] = kernels::sum_of_squares(slot, valid(pt), adam_threads);
     MW_RETURN_IF_ERROR(store_put(store_key("grad", static_cast<std::size_t>(t.param)), slot, pt.shard * 4));
     moved_bytes = static_cast<double>(pt.shard * 4);
     return Status::ok();
@@ -1060,7 +1060,8 @@ Status Zero3Trainer::State::clip_gradients(const std::string& at, comm::Communic
         grad_sq[p] = device_sq[p];
       else
         grad_sq[p] = kernels::sum_of_squares(
-            gpu_tier ? grad_shard(static_cast<int>(p), b) : cpu_grads(step_grads(), pt.local), valid(pt));
+            gpu_tier ? grad_shard(static_cast<int>(p), b) : cpu_grads(step_grads(), pt.local), valid(pt),
+            adam_threads);
     }
     local += grad_sq[p];
   }

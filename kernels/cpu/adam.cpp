@@ -149,19 +149,21 @@ double tree_sum(double* v) {
 }
 }  // namespace
 
-double sum_of_squares(const float* x, std::size_t n) {
+double sum_of_squares(const float* x, std::size_t n, int threads) {
   constexpr auto kS = static_cast<std::size_t>(kSquaresSplit);
   const std::size_t chunk = (n + kS - 1) / kS;
   double chunks[kSquaresSplit];
-  for (std::size_t b = 0; b < kS; ++b) {
-    double acc[kSquaresSplit] = {};
-    const std::size_t begin = std::min(n, b * chunk), end = std::min(n, begin + chunk);
-    for (std::size_t i = begin; i < end; ++i) {
-      const auto v = static_cast<double>(x[i]);
-      acc[(i - begin) % kS] += v * v;
+  parallel_ranges(kS, n >= (std::size_t{1} << 20) ? threads : 1, [&](std::size_t b0, std::size_t b1) {
+    for (std::size_t b = b0; b < b1; ++b) {
+      double acc[kSquaresSplit] = {};
+      const std::size_t begin = std::min(n, b * chunk), end = std::min(n, begin + chunk);
+      for (std::size_t i = begin; i < end; ++i) {
+        const auto v = static_cast<double>(x[i]);
+        acc[(i - begin) % kS] += v * v;
+      }
+      chunks[b] = tree_sum(acc);
     }
-    chunks[b] = tree_sum(acc);
-  }
+  });
   return tree_sum(chunks);
 }
 

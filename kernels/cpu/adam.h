@@ -65,9 +65,10 @@ bool adam_step_isa(Isa isa, const AdamArrays& a, const AdamHyper& h, int threads
 bool grads_finite(const void* grads, DType type, std::size_t n, float scale, int threads);
 // The sum of squares of x[0, n) in double (gradient clipping's norm), in the CUDA kernel's fixed order so
 // that both agree bitwise: kSquaresSplit contiguous chunks, in each kSquaresSplit strided partial sums added
-// pairwise (halves, then quarters...), then the chunks' sums added pairwise the same way.
+// pairwise (halves, then quarters...), then the chunks' sums added pairwise the same way. The chunks go to up
+// to `threads` threads (from a million elements; the result does not depend on the count).
 inline constexpr int kSquaresSplit = 256;
-double sum_of_squares(const float* x, std::size_t n);
+double sum_of_squares(const float* x, std::size_t n, int threads = 1);
 
 namespace detail {
 // Per-ISA bodies over [begin, end); constants precomputed by the dispatcher.

@@ -156,6 +156,30 @@ TEST(Adam, SkipsTheStepWhenAGradientOverflows) {
   EXPECT_TRUE(grads_finite(l.g32.data(), DType::kF32, big, 1.0f, 3));
 }
 
+// Gradient clipping's sum of squares: the same bits on any number of threads, within rounding of the plain
+// sum, exact on small integers.
+TEST(Adam, SumOfSquaresIsThreadCountIndependent) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{3}, std::size_t{1000}, (std::size_t{1} << 20) + 977}) {
+    std::mt19937 rng(static_cast<std::uint32_t>(n));
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    std::vector<float> x(n);
+    double plain = 0;
+    for (float& v : x) {
+      v = d(rng);
+      plain += static_cast<double>(v) * static_cast<double>(v);
+    }
+    const double one = sum_of_squares(x.data(), n, 1);
+    for (int threads : {2, 3, 7}) {
+      const double many = sum_of_squares(x.data(), n, threads);
+      EXPECT_EQ(std::memcmp(&one, &many, sizeof(double)), 0) << "n " << n << ", " << threads << " threads";
+    }
+    EXPECT_NEAR(one, plain, 1e-12 * plain) << "n " << n;
+  }
+  const std::vector<float> small = {1, -2, 3};
+  EXPECT_EQ(sum_of_squares(small.data(), small.size()), 14.0);
+}
+
 TEST(Half, ScalarConversionsMatchF16c) {
   if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C";
   for (std::uint32_t h = 0; h < 65536; ++h) {
