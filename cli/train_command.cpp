@@ -55,6 +55,71 @@ json twin_flow_summary(const RunConfig& run, const train::Zero3Trainer& trainer)
           {"gpu_elements_per_rank", trainer.device_optimizer_elements()}};
 }
 
+// A task's kind: its name without layer and sub-group numbers ("bwd L17.attn" -> "bwd attn", "adam subgroup
+// 3/8" -> "adam subgroup").
+std::string task_kind(const std::string& name) {
+  const std::size_t slash = name.rfind('/'), space = name.rfind(' ');
+  if (slash != std::string::npos && space != std::string::npos && space < slash && slash + 1 < name.size() &&
+      name.find_first_not_of("0123456789", space + 1) == slash &&
+      name.find_first_not_of("0123456789", slash + 1) == std::string::npos && slash > space + 1)
+    return task_kind(name.substr(0, space));
+  std::string out;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    std::size_t j = i + 1;
+    while (name[i] == 'L' && (i == 0 || name[i - 1] == ' ') && j < name.size() && name[j] >= '0' &&
+           name[j] <= '9')
+      ++j;
+    if (j > i + 1 && j < name.size() && name[j] == '.') {
+      i = j;  // "L<digits>." left out
+      continue;
+    }
+    out += name[i];
+  }
+  return out;
+}
+
+// The time the steps' tasks took, by kind (summed over layers and steps): where a step goes.
+class TaskKindTimes {
+ public:
+  void add(const train::Zero3Trainer& trainer) {
+    const RunResult& run = trainer.last_run();
+    if (kind_of_.empty()) {  // (the schedule's tasks are the same every step)
+      const Schedule s = trainer.measured_schedule();
+      kind_of_.assign(s.tasks.size(), -1);
+      for (const Task& t : s.tasks) {
+        if (t.resource == Resource::kNone) continue;
+        const std::string k = task_kind(t.name);
+        auto at = std::find(names_.begin(), names_.end(), k);
+        if (at == names_.end()) {
+          names_.push_back(k);
+          seconds_.push_back(0);
+          at = names_.end() - 1;
+        }
+        kind_of_[static_cast<std::size_t>(t.id)] = static_cast<int>(at - names_.begin());
+      }
+    }
+    for (const Completion& c : run.timing) {
+      if (c.task < 0 || static_cast<std::size_t>(c.task) >= kind_of_.size()) continue;
+      const int k = kind_of_[static_cast<std::size_t>(c.task)];
+      if (k >= 0) seconds_[static_cast<std::size_t>(k)] += c.end_s - c.start_s;
+    }
+  }
+  // The `count` longest kinds, longest first: (kind, seconds per step).
+  std::vector<std::pair<std::string, double>> longest(std::size_t count, int steps) const {
+    std::vector<std::pair<std::string, double>> v;
+    for (std::size_t k = 0; k < names_.size(); ++k)
+      v.emplace_back(names_[k], seconds_[k] / std::max(1, steps));
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (v.size() > count) v.resize(count);
+    return v;
+  }
+
+ private:
+  std::vector<int> kind_of_;  // per task id: its kind, or -1 (bookkeeping tasks)
+  std::vector<std::string> names_;
+  std::vector<double> seconds_;
+};
+
 struct TrainOptions {
   InputOptions inputs;
   bool hardware_given = false;  // --hardware on the command line (not the default file)
@@ -476,6 +541,7 @@ int run_train(const TrainOptions& opt) {
     }
   }
   std::vector<RunResult> runs;  // rank 0's measured steps, for --trace
+  TaskKindTimes kind_times;     // where the steps' time went, by task kind
   // Each traced step's loss, gradient norm (-1: not taken) and busiest expert's load (0: no experts), the
   // trace's "loss", "gradient norm" and "expert load" counters.
   struct StepValues {
@@ -842,6 +908,7 @@ int run_train(const TrainOptions& opt) {
     }
     transfer_total += st.transfer_s;
     transfer_hidden += st.transfer_overlapped_s;
+    kind_times.add(*trainer);
     if (!opt.trace_path.empty()) {
       runs.push_back(trainer->last_run());
       step_values.push_back({*loss, trainer->last_grad_norm(), trainer->last_expert_load()});
@@ -985,6 +1052,13 @@ int run_train(const TrainOptions& opt) {
         {"busy_s_per_step", per_step_busy},
         {"transfer_s_per_step", transfer_total / trained},
         {"transfer_overlap", overlap},
+        {"longest_tasks_s_per_step",
+         [&] {
+           json v = json::array();
+           for (const auto& [kind, s] : kind_times.longest(5, trained))
+             v.push_back({{"task", kind}, {"s", s}});
+           return v;
+         }()},
         {"peak_bytes", {{"gpu", st.peak_bytes[0]}, {"cpu", st.peak_bytes[1]}, {"nvme", st.peak_bytes[2]}}},
         {"capacity_bytes",
          {{"gpu", st.capacity_bytes[0]}, {"cpu", st.capacity_bytes[1]}, {"nvme", st.capacity_bytes[2]}}},
@@ -1049,6 +1123,10 @@ int run_train(const TrainOptions& opt) {
           format_bytes(st.peak_bytes[0]).c_str(), format_bytes(st.capacity_bytes[0]).c_str(),
           format_bytes(st.peak_bytes[1]).c_str(), format_bytes(st.capacity_bytes[1]).c_str(),
           format_bytes(st.peak_bytes[2]).c_str());
+      std::string longest;
+      for (const auto& [kind, s] : kind_times.longest(3, trained))
+        longest += strprintf("%s%s %.3f s", longest.empty() ? "" : ", ", kind.c_str(), s);
+      std::printf("longest tasks per step (by kind, over all layers): %s\n", longest.c_str());
     }
   }
   return kExitOk;

@@ -1404,6 +1404,18 @@ TEST(CliTrain, LowersTheLossAndReportsEachStepAsJson) {
   EXPECT_LT(last, 2.6) << r.output;
   EXPECT_LT(val, 2.6) << r.output;
   EXPECT_GT(static_cast<double>(summary["flops_per_s"]), 0.0);
+  // Where a step's time went: the longest task kinds, layers and sub-groups folded, longest first.
+  const auto& longest = summary["longest_tasks_s_per_step"];
+  ASSERT_EQ(longest.size(), 5u) << summary.dump();
+  for (std::size_t i = 0; i < longest.size(); ++i) {
+    const std::string kind = longest[i]["task"];
+    EXPECT_EQ(kind.find("L0."), std::string::npos) << kind;
+    EXPECT_EQ(kind.find('/'), std::string::npos) << kind;
+    EXPECT_GT(static_cast<double>(longest[i]["s"]), 0.0) << kind;
+    if (i > 0) {
+      EXPECT_LE(longest[i]["s"].get<double>(), longest[i - 1]["s"].get<double>());
+    }
+  }
   // The default run's optimizer (train-gpt): AdamW at 3e-3, clipping at norm 1.
   EXPECT_EQ(summary["optimizer"]["type"], "AdamW");
   EXPECT_EQ(summary["optimizer"]["lr"], 0.003);
