@@ -245,7 +245,7 @@ else
   echo "flash attention benchmark: not run (time)"
 fi
 echo "memwall train (1B, NVMe offload, one GPU): $([ "$train_rc" = 0 ] && echo ok || echo "FAILED (exit $train_rc)")"
-grep -E "^(step 2/2|per step|done|warning)" "$BUILD/train.log" || true
+grep -E "^(step 2/2|per step|longest|done|warning)" "$BUILD/train.log" || true
 if [ "$calibrated" = yes ]; then
   grep -E "^(GPU|host link)" "$BUILD/calibrate.log" | sed 's/^/calibrated: /' || true
   grep -E "measured" "$BUILD/replay.log" | sed 's/^ */replay on the calibrated spec: /' || true
@@ -256,6 +256,7 @@ fi
 if [ "$ran_async" = yes ]; then
   for mode in async sync; do
     echo "memwall train (1B, no offload, one GPU, $mode): $(grep -E "^step 3/3" "$BUILD/train_$mode.log" || echo FAILED)"
+    grep -E "^longest" "$BUILD/train_$mode.log" | sed "s/^/  ($mode) /" || true
   done
 else
   echo "memwall train async against --gpu-sync: not run (time)"
