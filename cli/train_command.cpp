@@ -1163,12 +1163,11 @@ int run_export(const ExportOptions& opt) {
     copied += (copied.empty() ? "" : " and ") + name;
   }
   std::printf(
-      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to "
-      "%s/model.safetensors "
+      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
       "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.main_layers(),
-      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab, opt.dtype.c_str(),
-      opt.out.c_str(), opt.out.c_str(),
+      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab,
+      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
       copied.empty() ? "" : (" with the BPE tokenizer's " + copied).c_str());
   return kExitOk;
 }

@@ -178,8 +178,8 @@ if [ "$(left)" -gt 60 ] && [ "$train_rc" = 0 ]; then
   echo "== memwall calibrate --device cuda, then the NVMe run's iteration replayed and simulated on that spec"
   echo "   (closed-form executor: this build has no SimGrid)"
   set +e
-  timeout "$(( $(left) > 120 ? 120 : $(left) ))" "$BUILD/cli/memwall" calibrate --device cuda --model gpt2-xl --batch 4 --seq 1024 --path "$swap" \
-    --out "$BUILD/gpu-local.json" >"$BUILD/calibrate.log" 2>&1
+  timeout "$(( $(left) > 120 ? 120 : $(left) ))" "$BUILD/cli/memwall" calibrate --device cuda --model gpt2-xl \
+    --batch 4 --seq 1024 --path "$swap" --out "$BUILD/gpu-local.json" >"$BUILD/calibrate.log" 2>&1
   cal_rc=$?
   if [ "$cal_rc" = 0 ]; then
     calibrated=yes
@@ -213,7 +213,7 @@ elif [ "$(left)" -ge 30 ]; then
   case $mc in
     0) sanitizer="memcheck clean" ;;
     124) sanitizer="memcheck timed out" ;;
-    *) if grep -qE "Device not supported" "$BUILD/memcheck.log"; then
+    *) if grep -q "Device not supported" "$BUILD/memcheck.log"; then
          sanitizer="not run (compute-sanitizer cannot attach to this machine's GPU: $(grep -m1 'not supported' "$BUILD/memcheck.log"))"
        else
          sanitizer="memcheck FAILED (exit $mc, $BUILD/memcheck.log)"; [ "$tests_rc" = 0 ] && tests_rc=5

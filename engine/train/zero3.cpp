@@ -227,8 +227,8 @@ struct Zero3Trainer::State {
   host::Arena::Block tier_block{};
   std::unique_ptr<model::CudaGptModel> cmodel;
   float *work_dev = nullptr, *reduced_dev = nullptr;
-  double* squares_dev =
-      nullptr;  // gradient clipping: per parameter its shard's squares, then the kernel's partials
+  // Gradient clipping: per parameter the sum of squares of its shard, then the kernel's partial sums.
+  double* squares_dev = nullptr;
 #endif
 #if MEMWALL_HAVE_NCCL
   std::unique_ptr<comm::NcclComm> nccl;
