@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,24 +59,8 @@ json twin_flow_summary(const RunConfig& run, const train::Zero3Trainer& trainer)
 // A task's kind: its name without layer and sub-group numbers ("bwd L17.attn" -> "bwd attn", "adam subgroup
 // 3/8" -> "adam subgroup").
 std::string task_kind(const std::string& name) {
-  const std::size_t slash = name.rfind('/'), space = name.rfind(' ');
-  if (slash != std::string::npos && space != std::string::npos && space < slash && slash + 1 < name.size() &&
-      name.find_first_not_of("0123456789", space + 1) == slash &&
-      name.find_first_not_of("0123456789", slash + 1) == std::string::npos && slash > space + 1)
-    return task_kind(name.substr(0, space));
-  std::string out;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    std::size_t j = i + 1;
-    while (name[i] == 'L' && (i == 0 || name[i - 1] == ' ') && j < name.size() && name[j] >= '0' &&
-           name[j] <= '9')
-      ++j;
-    if (j > i + 1 && j < name.size() && name[j] == '.') {
-      i = j;  // "L<digits>." left out
-      continue;
-    }
-    out += name[i];
-  }
-  return out;
+  static const std::regex kNumbers(R"((^| )L\d+\.| \d+/\d+$)");
+  return std::regex_replace(name, kNumbers, "$1");
 }
 
 // The time the steps' tasks took, by kind (summed over layers and steps): where a step goes.
@@ -1163,11 +1148,12 @@ int run_export(const ExportOptions& opt) {
     copied += (copied.empty() ? "" : " and ") + name;
   }
   std::printf(
-      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to %s/model.safetensors "
+      "exported %s parameters (%d layers%s, %d channels, %d heads, vocabulary %d, %s) to "
+      "%s/model.safetensors "
       "and %s/config.json%s\n",
       format_count(static_cast<double>(params->size())).c_str(), c.main_layers(),
-      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab,
-      opt.dtype.c_str(), opt.out.c_str(), opt.out.c_str(),
+      c.mtp > 0 ? " and a next-token-prediction module" : "", c.channels, c.heads, c.vocab, opt.dtype.c_str(),
+      opt.out.c_str(), opt.out.c_str(),
       copied.empty() ? "" : (" with the BPE tokenizer's " + copied).c_str());
   return kExitOk;
 }

@@ -23,12 +23,10 @@ inline model::GptConfig deepseek_dense(model::GptConfig c) {
   return c;
 }
 
-// DeepSeek-V3's: that attention, the first of 3 layers dense, then GLM-4.5's routing (8 experts of `ffn` in 4
-// groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias, renormalised, x 2.5)
-// beside an ungated shared expert of `ffn`; DeepSeek's balance loss per sequence at 0.05 (its scores the
-// sigmoid scores over their sum).
-inline model::GptConfig deepseek_v3(const model::GptConfig& base, int ffn) {
-  model::GptConfig c = deepseek_dense(base);
+// GLM-4.5's experts on `c`: the first of 3 layers dense, then 8 experts of `ffn` in 4 groups, 2 a token from
+// the best 2 groups by sigmoid score plus the correction bias, weighted by their renormalised scores x 2.5,
+// beside an ungated shared expert of `ffn`.
+inline model::GptConfig glm45_experts(model::GptConfig c, int ffn) {
   c.layers = 3;
   c.experts = 8;
   c.experts_per_token = 2;
@@ -40,6 +38,13 @@ inline model::GptConfig deepseek_v3(const model::GptConfig& base, int ffn) {
   c.expert_groups = 4;
   c.groups_per_token = 2;
   c.routed_scale = 2.5;
+  return c;
+}
+
+// DeepSeek-V3's: that attention with GLM-4.5's experts (the routing is the same); DeepSeek's balance loss per
+// sequence at 0.05 (its scores the sigmoid scores over their sum).
+inline model::GptConfig deepseek_v3(const model::GptConfig& base, int ffn) {
+  model::GptConfig c = glm45_experts(deepseek_dense(base), ffn);
   c.seq_aux_alpha = 0.05;  // (DeepSeek's balance loss, per sequence)
   return c;
 }

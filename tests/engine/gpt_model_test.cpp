@@ -164,20 +164,9 @@ GptConfig qwen2_moe() {
 // 8 experts of 6 in 4 groups, 2 a token from the best 2 groups by sigmoid score plus the correction bias,
 // weighted by their renormalised scores times 2.5, beside an ungated shared expert of 6.
 GptConfig glm45() {
-  GptConfig c = llama_gqa();
-  c.layers = 3;
+  GptConfig c = test_shapes::glm45_experts(llama_gqa(), 6);
   c.qkv_bias = c.qk_norm = true;
   c.partial_rotary = 0.5;
-  c.experts = 8;
-  c.experts_per_token = 2;
-  c.expert_ffn = 6;
-  c.shared_ffn = 6;
-  c.shared_gate = false;
-  c.dense_layers = 1;
-  c.sigmoid_routing = c.norm_topk = true;
-  c.expert_groups = 4;
-  c.groups_per_token = 2;
-  c.routed_scale = 2.5;
   return c;
 }
 
