@@ -241,6 +241,8 @@ fi
 if [ -n "$flash16" ]; then
   echo "flash attention, bf16 GEMMs: $(echo "$flash16" | grep -E "^step" || echo "FAILED: $flash16" | head -1)"
   echo "$flash16" | grep -E "^device memory" | sed 's/^/flash attention: /' || true
+  awk -v a="$(echo "$flash16" | awk '/^step /{print $2}')" -v b="$(echo "$bench16" | awk '/^step /{print $2}')" \
+    'BEGIN{if (a > 0 && b > 0) printf "flash attention against unfused (bf16 GEMMs both): %.2fx the step time\n", a / b}'
 else
   echo "flash attention benchmark: not run (time)"
 fi

@@ -680,167 +680,278 @@ __global__ void clamp_backward_kernel(float* dx, const float* y, std::size_t n, 
 
 // ---- fused (flash) attention ----
 
-constexpr int kFlashTile = 128;  // threads per block, and keys (or queries) per tile
-// Head channels per thread: thread i keeps channels i, i + 128, ... of its row's output or gradients, so
-// heads of up to 256 channels (Gemma's) run.
-constexpr int kFlashChannels = 2;
-constexpr int kFlashMaxHead = kFlashTile * kFlashChannels;
-
-// Row `row` = (b * NH + h) * T + t of a head's attention: its q in qkv (its k at +C, v at +2C), row 0 of
-// its sequence and head there, where it starts in a [B*T, C] array, its position t, the head size and qkv's
-// row stride.
-struct FlashRow {
-  const float* q;
-  const float* q0;
-  std::size_t qkv, bt, C3;
-  int t, hs;
+// The tiles of one head size class: a block takes kTile query rows (or key rows) of one sequence and head,
+// kTpr threads a row, and walks the other side's rows kTile at a time through shared memory, so each key
+// and value row read from global memory serves kTile queries (each query row kTile keys). Rows are kHead + 1
+// floats apart there (an odd stride: the rows a warp reads at once fall in different banks). The three
+// classes fit the backward kernels' six tiles in 48 KB of static shared memory.
+template <int Head, int Tile, int Tpr>
+struct FlashTiles {
+  static constexpr int kHead = Head, kTile = Tile, kTpr = Tpr, kThreads = Tile * Tpr;
+  static constexpr int kStride = Head + 1;
+  static constexpr int kPerRow = Tile / Tpr;      // scores a thread computes per tile
+  static constexpr int kPerChannel = Head / Tpr;  // output channels a thread keeps
 };
-__device__ FlashRow flash_row(const float* qkv, std::size_t row, int T, int C, int NH) {
-  const int hs = C / NH;
-  const std::size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH, C3 = 3 * static_cast<std::size_t>(C);
-  const std::size_t at = (b * T + t) * C3 + h * hs;
-  return {qkv + at, qkv + at - t * C3, at, (b * T + t) * C + h * hs, C3, static_cast<int>(t), hs};
-}
-// The ALiBi slope of row `row`'s head, times `alibi` (0 without ALiBi).
-__device__ float flash_slope(std::size_t row, int T, int NH, float alibi) {
-  return alibi_slope_of(alibi, static_cast<int>(row / T % NH), NH);
-}
-__device__ float flash_dot(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int j = 0; j < n; ++j) s += a[j] * b[j];
-  return s;
+using FlashSmall = FlashTiles<64, 32, 4>;
+using FlashMedium = FlashTiles<128, 16, 4>;
+using FlashLarge = FlashTiles<256, 8, 8>;
+
+// Blocks of a launch: a tile of rows of each sequence and head.
+template <typename F>
+unsigned flash_blocks(int B, int T, int NH) {
+  return static_cast<unsigned>(static_cast<std::size_t>(B) * NH * ((T + F::kTile - 1) / F::kTile));
 }
 
-// One block per query row t: each thread scores one key of the tile; thread i accumulates output channels
-// i and i + 128 (those below hs), rescaled whenever the running maximum grows.
+// Calls f with the smallest class that holds heads of hs channels; cudaErrorInvalidValue past the largest.
+template <typename Fn>
+int flash_tiles_for(int hs, Fn&& f) {
+  if (hs <= FlashSmall::kHead) return f(FlashSmall{});
+  if (hs <= FlashMedium::kHead) return f(FlashMedium{});
+  if (hs <= FlashLarge::kHead) return f(FlashLarge{});
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// One head's part of rows first .. first + kTile - 1 of `src` (row 0 of the sequence and head, `stride`
+// floats a row) into `dst`: zero past the sequence's end and past the head's hs channels.
+template <typename F>
+__device__ void flash_load(float (*dst)[F::kStride], const float* src, std::size_t stride, int first, int T,
+                           int hs) {
+  for (int i = static_cast<int>(threadIdx.x); i < F::kTile * F::kHead; i += F::kThreads) {
+    const int r = i / F::kHead, c = i % F::kHead;
+    dst[r][c] = c < hs && first + r < T ? src[static_cast<std::size_t>(first + r) * stride + c] : 0.0f;
+  }
+}
+
+// Whether query t (of T) sees key u.
+__device__ bool flash_sees(int t, int u, int window, int T) {
+  return t < T && u <= t && u >= window_start(t, window);
+}
+
+// Sum (or max) of v over the kLanes threads of a row (adjacent lanes of one warp); every one gets it.
+template <bool kMax, int kLanes>
+__device__ float row_reduce(float v) {
+  for (int o = kLanes / 2; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  return v;
+}
+
+// Where a sequence and head starts: block b of B*NH*tiles takes rows first .. first + kTile - 1 of
+// sequence and head bh; q0 is that sequence and head's query row 0 in qkv, bt0 its row 0 in [B*T, C].
+struct FlashBlock {
+  int bh, h, first, hs;
+  std::size_t C3;
+  const float* q0;
+  std::size_t bt0;
+};
+template <typename F>
+__device__ FlashBlock flash_block(const float* qkv, int T, int C, int NH) {
+  const int tiles = (T + F::kTile - 1) / F::kTile, bh = static_cast<int>(blockIdx.x) / tiles;
+  const int h = bh % NH, b = bh / NH, hs = C / NH;
+  const std::size_t C3 = 3 * static_cast<std::size_t>(C), bt = static_cast<std::size_t>(b) * T;
+  return {bh,
+          h,
+          static_cast<int>(blockIdx.x) % tiles * F::kTile,
+          hs,
+          C3,
+          qkv + bt * C3 + h * hs,
+          bt * C + h * hs};
+}
+
+// Forward: a block per tile of query rows. Each thread scores kPerRow keys of its row a tile, the row's
+// threads share its running maximum and sum, and thread `lane` keeps output channels lane, lane + kTpr, ...
+// rescaled whenever the maximum grows.
+template <typename F>
 __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
                                      float scale, int window, float cap, float alibi, const float* sinks) {
-  __shared__ float shared[32];
-  __shared__ float p[kFlashTile];
-  const std::size_t row = blockIdx.x;
-  const FlashRow r = flash_row(qkv, row, T, C, NH);
-  const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = r.C3;
-  const float *q = r.q, *k0 = r.q0 + C;  // key 0 of this sequence and head
-  const float slope = flash_slope(row, T, NH, alibi);
+  __shared__ float q[F::kTile][F::kStride];
+  __shared__ float k[F::kTile][F::kStride];
+  __shared__ float v[F::kTile][F::kStride];
+  __shared__ float p[F::kTile][F::kTile + 1];
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
+  const int r = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
+  const int t = fb.first + r, hs = fb.hs, last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
+  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  flash_load<F>(q, fb.q0, fb.C3, fb.first, T, hs);
   // (a sink logit starts the running maximum and sum: one more score, with no value)
-  const float sink = sinks != nullptr ? sinks[row / T % NH] : -INFINITY;
-  float m = sink, l = sinks != nullptr ? 1.0f : 0.0f, acc[kFlashChannels] = {};
-  for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {  // the first tile holds a key
-    const int u = u0 + i;
-    const float s = u <= t ? capped(scale * flash_dot(q, k0 + static_cast<std::size_t>(u) * C3, hs), cap) +
-                                 slope * static_cast<float>(u - t)
-                           : -INFINITY;
-    const float m_new = fmaxf(m, block_reduce<true>(s, shared));
-    const float e = u <= t ? expf(s - m_new) : 0.0f;
-    p[i] = e;
-    const float tile_sum = block_reduce<false>(e, shared);  // its barriers publish p
-    const float corr = expf(m - m_new);                     // 0 on the first tile
-    l = l * corr + tile_sum;
-    const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
-    for (int w = 0; w < kFlashChannels; ++w) {
-      const int c = i + w * kFlashTile;
-      if (c >= hs) break;
-      float a = 0;
-      for (int j = 0; j < n; ++j) a += p[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + C + c];
-      acc[w] = acc[w] * corr + a;
+  float m = sinks != nullptr ? sinks[fb.h] : -INFINITY, l = sinks != nullptr ? 1.0f : 0.0f;
+  float acc[F::kPerChannel] = {};
+  for (int u0 = window_start(fb.first, window); u0 <= last; u0 += F::kTile) {
+    __syncthreads();  // q is in; the last tile's k, v and p are read
+    flash_load<F>(k, fb.q0 + C, fb.C3, u0, T, hs);
+    flash_load<F>(v, fb.q0 + 2 * C, fb.C3, u0, T, hs);
+    __syncthreads();
+    float s[F::kPerRow] = {};
+    for (int d = 0; d < hs; ++d) {
+      const float x = q[r][d];
+      for (int j = 0; j < F::kPerRow; ++j) s[j] += x * k[lane + j * F::kTpr][d];
     }
+    float tile_max = -INFINITY;
+    for (int j = 0; j < F::kPerRow; ++j) {
+      const int u = u0 + lane + j * F::kTpr;
+      s[j] = flash_sees(t, u, window, T) ? capped(scale * s[j], cap) + slope * static_cast<float>(u - t)
+                                         : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    const float m_new = fmaxf(m, row_reduce<true, F::kTpr>(tile_max));
+    // (a row that has seen no key yet, its window starting past this tile, keeps nothing)
+    const float corr = m_new == -INFINITY ? 1.0f : expf(m - m_new);  // 0 on the row's first key
+    float sum = 0;
+    for (int j = 0; j < F::kPerRow; ++j) {
+      const float e = s[j] == -INFINITY ? 0.0f : expf(s[j] - m_new);
+      p[r][lane + j * F::kTpr] = e;
+      sum += e;
+    }
+    l = l * corr + row_reduce<false, F::kTpr>(sum);
     m = m_new;
-    __syncthreads();  // the next tile rewrites p
+    __syncthreads();  // p is in
+    for (int w = 0; w < F::kPerChannel; ++w) acc[w] *= corr;
+    for (int j = 0; j < F::kTile; ++j) {
+      const float pj = p[r][j];
+      for (int w = 0; w < F::kPerChannel; ++w) acc[w] += pj * v[j][lane + w * F::kTpr];
+    }
   }
-  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w)
-    out[r.bt + i + w * kFlashTile] = acc[w] / l;
-  if (i == 0) lse[row] = m + logf(l);
+  if (t >= T) return;
+  for (int w = 0; w < F::kPerChannel && lane + w * F::kTpr < hs; ++w)
+    out[fb.bt0 + static_cast<std::size_t>(t) * C + lane + w * F::kTpr] = acc[w] / l;
+  if (lane == 0) lse[static_cast<std::size_t>(fb.bh) * T + t] = m + logf(l);
 }
 
-// One block per query row t: dq[t] += sum_u g[t][u] k[u], g = scale p (dout[t] . v[u] - dout[t] . out[t]);
-// keeps dout[t] . out[t] in rowsum for the key pass.
+// The gradient of one score from its two dot products q . k and dout . v: g = scale p (dout . v - D)
+// (1 - tanh^2 under a cap), p = exp(score - L) the probability the forward pass gave it; *pt gets p.
+__device__ float flash_score_gradient(float qk, float dv, int t, int u, float scale, float cap, float slope,
+                                      float L, float D, float* pt) {
+  const float sc = scale * qk, th = cap > 0 ? tanhf(sc / cap) : 0.0f;
+  const float p = expf((cap > 0 ? cap * th : sc) + slope * static_cast<float>(u - t) - L);
+  *pt = p;
+  return scale * p * (dv - D) * (1.0f - th * th);
+}
+
+// Both backward passes' dot products: s[i] = a . x[lane + i kTpr] (q . k) and dp[i] = b . y[lane + i kTpr]
+// (dout . v), a and b one row of the block's tiles, x and y the other side's.
+template <typename F>
+__device__ void flash_dot_pairs(float* s, float* dp, const float* a, const float* b,
+                                const float (*x)[F::kStride], const float (*y)[F::kStride], int lane, int hs) {
+  for (int i = 0; i < F::kPerRow; ++i) s[i] = dp[i] = 0;
+  for (int d = 0; d < hs; ++d) {
+    const float ad = a[d], bd = b[d];
+    for (int i = 0; i < F::kPerRow; ++i) {
+      s[i] += ad * x[lane + i * F::kTpr][d];
+      dp[i] += bd * y[lane + i * F::kTpr][d];
+    }
+  }
+}
+
+// Backward for dq: a block per tile of query rows, dq[t] += sum_u g[t][u] k[u]; keeps each row's
+// D = dout[t] . out[t] in rowsum for the key pass (and with sinks the sink's share of its gradient in
+// sink_rows).
+template <typename F>
 __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const float* dout, const float* qkv,
                                             const float* out, const float* lse, int T, int C, int NH,
-                                            float scale, int window, float cap, float alibi, const float* sinks,
-                                            float* sink_rows) {
-  __shared__ float shared[32];
-  __shared__ float g[kFlashTile];
-  const std::size_t row = blockIdx.x;
-  const FlashRow r = flash_row(qkv, row, T, C, NH);
-  const int t = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = r.C3;
-  const float *q = r.q, *k0 = r.q0 + C;
-  const float* dy = dout + r.bt;
+                                            float scale, int window, float cap, float alibi,
+                                            const float* sinks, float* sink_rows) {
+  __shared__ float q[F::kTile][F::kStride];
+  __shared__ float dy[F::kTile][F::kStride];
+  __shared__ float k[F::kTile][F::kStride];
+  __shared__ float v[F::kTile][F::kStride];
+  __shared__ float g[F::kTile][F::kTile + 1];
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
+  const int r = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
+  const int t = fb.first + r, hs = fb.hs, last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
+  const std::size_t row = static_cast<std::size_t>(fb.bh) * T + t;
+  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  flash_load<F>(q, fb.q0, fb.C3, fb.first, T, hs);
+  flash_load<F>(dy, dout + fb.bt0, static_cast<std::size_t>(C), fb.first, T, hs);
+  __syncthreads();
   float d_part = 0;
-  for (int c = i; c < hs; c += kFlashTile) d_part += dy[c] * out[r.bt + c];
-  const float D = block_reduce<false>(d_part, shared);
-  if (i == 0) rowsum[row] = D;
-  const float L = lse[row], slope = flash_slope(row, T, NH, alibi);
-  if (sinks != nullptr && i == 0) sink_rows[row] = -expf(sinks[row / T % NH] - L) * D;
-  float dq[kFlashChannels] = {};
-  for (int u0 = window_start(t, window); u0 <= t; u0 += kFlashTile) {
-    const int u = u0 + i;
-    float gu = 0;
-    if (u <= t) {
-      const float* k = k0 + static_cast<std::size_t>(u) * C3;
-      const float sc = scale * flash_dot(q, k, hs), th = cap > 0 ? tanhf(sc / cap) : 0.0f;
-      const float p = expf((cap > 0 ? cap * th : sc) + slope * static_cast<float>(u - t) - L);
-      gu = scale * p * (flash_dot(dy, k + C, hs) - D) * (1.0f - th * th);
-    }
-    g[i] = gu;
-    __syncthreads();
-    const int n = t - u0 + 1 < kFlashTile ? t - u0 + 1 : kFlashTile;
-    for (int w = 0; w < kFlashChannels; ++w) {
-      const int c = i + w * kFlashTile;
-      if (c >= hs) break;
-      for (int j = 0; j < n; ++j) dq[w] += g[j] * k0[static_cast<std::size_t>(u0 + j) * C3 + c];
-    }
-    __syncthreads();
+  if (t < T) {
+    for (int c = lane; c < hs; c += F::kTpr)
+      d_part += dy[r][c] * out[fb.bt0 + static_cast<std::size_t>(t) * C + c];
   }
-  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w)
-    dqkv[r.qkv + i + w * kFlashTile] += dq[w];
+  const float D = row_reduce<false, F::kTpr>(d_part), L = t < T ? lse[row] : 0.0f;
+  if (t < T && lane == 0) {
+    rowsum[row] = D;
+    if (sinks != nullptr) sink_rows[row] = -expf(sinks[fb.h] - L) * D;
+  }
+  float dq[F::kPerChannel] = {};
+  for (int u0 = window_start(fb.first, window); u0 <= last; u0 += F::kTile) {
+    __syncthreads();  // the last tile's k and g are read
+    flash_load<F>(k, fb.q0 + C, fb.C3, u0, T, hs);
+    flash_load<F>(v, fb.q0 + 2 * C, fb.C3, u0, T, hs);
+    __syncthreads();
+    float s[F::kPerRow], dp[F::kPerRow];
+    flash_dot_pairs<F>(s, dp, q[r], dy[r], k, v, lane, hs);
+    for (int j = 0; j < F::kPerRow; ++j) {
+      const int u = u0 + lane + j * F::kTpr;
+      float p = 0;
+      g[r][lane + j * F::kTpr] = flash_sees(t, u, window, T)
+                                     ? flash_score_gradient(s[j], dp[j], t, u, scale, cap, slope, L, D, &p)
+                                     : 0.0f;
+    }
+    __syncthreads();  // g is in
+    for (int j = 0; j < F::kTile; ++j) {
+      const float gj = g[r][j];
+      for (int w = 0; w < F::kPerChannel; ++w) dq[w] += gj * k[j][lane + w * F::kTpr];
+    }
+  }
+  if (t >= T) return;
+  float* dst = dqkv + (fb.q0 - qkv) + static_cast<std::size_t>(t) * fb.C3;
+  for (int w = 0; w < F::kPerChannel && lane + w * F::kTpr < hs; ++w) dst[lane + w * F::kTpr] += dq[w];
 }
 
-// One block per key row u: dk[u] += sum_t g[t][u] q[t] and dv[u] += sum_t p[t][u] dout[t] over the
-// queries that see it, u <= t < window_end(u).
+// Backward for dk and dv: a block per tile of key rows, over the query tiles that see them (u <= t <
+// window_end(u)): dk[u] += sum_t g[t][u] q[t], dv[u] += sum_t p[t][u] dout[t].
+template <typename F>
 __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, const float* dout,
                                           const float* qkv, const float* lse, int T, int C, int NH,
                                           float scale, int window, float cap, float alibi) {
-  __shared__ float g[kFlashTile];
-  __shared__ float p[kFlashTile];
-  const std::size_t row = blockIdx.x;
-  const FlashRow r = flash_row(qkv, row, T, C, NH);  // key row u
-  const int u = r.t, hs = r.hs, i = static_cast<int>(threadIdx.x);
-  const std::size_t C3 = r.C3, first = row - static_cast<std::size_t>(u);
-  const float *k = r.q + C, *q0 = r.q0;  // query 0 of this sequence and head
-  const float* dy0 = dout + r.bt - static_cast<std::size_t>(u) * C;
-  float dk[kFlashChannels] = {}, dv[kFlashChannels] = {};
-  const float slope = flash_slope(row, T, NH, alibi);
-  const int end = window_end(u, window, T);  // past the last query that sees key u
-  for (int t0 = u; t0 < end; t0 += kFlashTile) {
-    const int t = t0 + i;
-    float pt = 0, gt = 0;
-    if (t < end) {
-      const float* dy = dy0 + static_cast<std::size_t>(t) * C;
-      const float sc = scale * flash_dot(q0 + static_cast<std::size_t>(t) * C3, k, hs),
-                  th = cap > 0 ? tanhf(sc / cap) : 0.0f;
-      pt = expf((cap > 0 ? cap * th : sc) + slope * static_cast<float>(u - t) - lse[first + t]);
-      gt = scale * pt * (flash_dot(dy, k + C, hs) - rowsum[first + t]) * (1.0f - th * th);
-    }
-    p[i] = pt;
-    g[i] = gt;
+  __shared__ float k[F::kTile][F::kStride];
+  __shared__ float v[F::kTile][F::kStride];
+  __shared__ float q[F::kTile][F::kStride];
+  __shared__ float dy[F::kTile][F::kStride];
+  __shared__ float p[F::kTile][F::kTile + 1];
+  __shared__ float g[F::kTile][F::kTile + 1];
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
+  const int j = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
+  const int u = fb.first + j, hs = fb.hs;
+  const int last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
+  const int end = window_end(last, window, T);  // past the last query that sees a key of the tile
+  const std::size_t row0 = static_cast<std::size_t>(fb.bh) * T;
+  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  flash_load<F>(k, fb.q0 + C, fb.C3, fb.first, T, hs);
+  flash_load<F>(v, fb.q0 + 2 * C, fb.C3, fb.first, T, hs);
+  float dk[F::kPerChannel] = {}, dv[F::kPerChannel] = {};
+  for (int t0 = fb.first; t0 < end; t0 += F::kTile) {
+    __syncthreads();  // k and v are in; the last tile's q, dy, p and g are read
+    flash_load<F>(q, fb.q0, fb.C3, t0, T, hs);
+    flash_load<F>(dy, dout + fb.bt0, static_cast<std::size_t>(C), t0, T, hs);
     __syncthreads();
-    const int n = end - t0 < kFlashTile ? end - t0 : kFlashTile;
-    for (int w = 0; w < kFlashChannels; ++w) {
-      const int c = i + w * kFlashTile;
-      if (c >= hs) break;
-      for (int j = 0; j < n; ++j) {
-        dk[w] += g[j] * q0[static_cast<std::size_t>(t0 + j) * C3 + c];
-        dv[w] += p[j] * dy0[static_cast<std::size_t>(t0 + j) * C + c];
+    float s[F::kPerRow], dp[F::kPerRow];
+    flash_dot_pairs<F>(s, dp, k[j], v[j], q, dy, lane, hs);
+    for (int i = 0; i < F::kPerRow; ++i) {
+      const int t = t0 + lane + i * F::kTpr;
+      float pt = 0, gt = 0;
+      if (u < T && flash_sees(t, u, window, T)) {
+        gt = flash_score_gradient(s[i], dp[i], t, u, scale, cap, slope, lse[row0 + t], rowsum[row0 + t], &pt);
+      }
+      p[j][lane + i * F::kTpr] = pt;
+      g[j][lane + i * F::kTpr] = gt;
+    }
+    __syncthreads();  // p and g are in
+    for (int i = 0; i < F::kTile; ++i) {
+      const float pi = p[j][i], gi = g[j][i];
+      for (int w = 0; w < F::kPerChannel; ++w) {
+        dk[w] += gi * q[i][lane + w * F::kTpr];
+        dv[w] += pi * dy[i][lane + w * F::kTpr];
       }
     }
-    __syncthreads();
   }
-  for (int w = 0; w < kFlashChannels && i + w * kFlashTile < hs; ++w) {
-    const std::size_t c = static_cast<std::size_t>(i + w * kFlashTile);
-    dqkv[r.qkv + C + c] += dk[w];
-    dqkv[r.qkv + 2 * static_cast<std::size_t>(C) + c] += dv[w];
+  if (u >= T) return;
+  float* dst = dqkv + (fb.q0 - qkv) + static_cast<std::size_t>(u) * fb.C3;
+  for (int w = 0; w < F::kPerChannel && lane + w * F::kTpr < hs; ++w) {
+    dst[C + lane + w * F::kTpr] += dk[w];
+    dst[2 * static_cast<std::size_t>(C) + lane + w * F::kTpr] += dv[w];
   }
 }
 
@@ -1381,14 +1492,16 @@ int attention_backward(Blas& blas, float* dqkv, const float* dout, const float* 
 // ---- fused (flash) attention ----
 
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            void* stream, int window, float scale, float softcap, float alibi, const float* sinks) {
+                            void* stream, int window, float scale, float softcap, float alibi,
+                            const float* sinks) {
   const int hs = C / NH;
-  if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
-  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
-  if (rows == 0) return 0;
-  flash_forward_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, as_stream(stream)>>>(
-      out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap, alibi, sinks);
-  return launched();
+  return flash_tiles_for(hs, [&](auto tiles) {
+    using F = decltype(tiles);
+    if (static_cast<std::size_t>(B) * NH * T == 0) return 0;
+    flash_forward_kernel<F><<<flash_blocks<F>(B, T, NH), F::kThreads, 0, as_stream(stream)>>>(
+        out, lse, qkv, T, C, NH, memwall::kernels::attention_scale(scale, hs), window, softcap, alibi, sinks);
+    return launched();
+  });
 }
 
 std::size_t flash_attention_backward_scratch(int B, int T, int NH, bool sinks) {
@@ -1397,26 +1510,29 @@ std::size_t flash_attention_backward_scratch(int B, int T, int NH, bool sinks) {
 
 int flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, int B, int T, int C, int NH, float* scratch, void* stream,
-                             int window, float score_scale_or_0, float softcap, float alibi, const float* sinks,
-                             float* dsinks) {
+                             int window, float score_scale_or_0, float softcap, float alibi,
+                             const float* sinks, float* dsinks) {
   const int hs = C / NH;
-  if (hs > kFlashMaxHead) return static_cast<int>(cudaErrorInvalidValue);
-  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
-  if (rows == 0) return 0;
-  const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
-  cudaStream_t st = as_stream(stream);
-  float* sink_rows = sinks != nullptr ? scratch + rows : nullptr;
-  flash_backward_query_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap, alibi, sinks, sink_rows);
-  if (int e = launched(); e != 0) return e;
-  if (sinks != nullptr && dsinks != nullptr) {
-    sink_gradients_kernel<<<blocks_for(static_cast<std::size_t>(NH)), kThreads, 0, st>>>(dsinks, sink_rows, B,
-                                                                                         NH, T);
+  return flash_tiles_for(hs, [&](auto tiles) {
+    using F = decltype(tiles);
+    const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+    if (rows == 0) return 0;
+    const float scale = memwall::kernels::attention_scale(score_scale_or_0, hs);
+    cudaStream_t st = as_stream(stream);
+    float* sink_rows = sinks != nullptr ? scratch + rows : nullptr;
+    const unsigned blocks = flash_blocks<F>(B, T, NH);
+    flash_backward_query_kernel<F><<<blocks, F::kThreads, 0, st>>>(
+        dqkv, scratch, dout, qkv, out, lse, T, C, NH, scale, window, softcap, alibi, sinks, sink_rows);
     if (int e = launched(); e != 0) return e;
-  }
-  flash_backward_key_kernel<<<static_cast<unsigned>(rows), kFlashTile, 0, st>>>(
-      dqkv, scratch, dout, qkv, lse, T, C, NH, scale, window, softcap, alibi);
-  return launched();
+    if (sinks != nullptr && dsinks != nullptr) {
+      sink_gradients_kernel<<<blocks_for(static_cast<std::size_t>(NH)), kThreads, 0, st>>>(dsinks, sink_rows,
+                                                                                           B, NH, T);
+      if (int e = launched(); e != 0) return e;
+    }
+    flash_backward_key_kernel<F><<<blocks, F::kThreads, 0, st>>>(dqkv, scratch, dout, qkv, lse, T, C, NH,
+                                                                 scale, window, softcap, alibi);
+    return launched();
+  });
 }
 
 // ---- embedding, cross-entropy ----

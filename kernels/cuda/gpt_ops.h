@@ -151,11 +151,13 @@ int scale_values(float* x, std::size_t n, float s, void* stream);
 
 // Fused causal attention, the CPU's flash_attention_* on the GPU: out [B*T, C] and lse [B, NH, T] (each
 // row's log-sum-exp of its scaled scores) are all it keeps; no [T, T] tensor exists. Forward runs one block
-// per query row over the keys in tiles with an online softmax. Backward runs one block per query row for dq
-// (and each row's dout . out, kept in `scratch` of flash_attention_backward_scratch(B, T, NH) floats), then
-// one block per key row for dk and dv, so no two blocks add into the same gradient. fp32 on the CUDA cores:
-// the memory of FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256 (two channels a
-// thread), else cudaErrorInvalidValue. A sliding `window` visits only the keys (queries) each row sees.
+// per tile of query rows of a sequence and head (32, 16 or 8 rows for heads of up to 64, 128 or 256
+// channels), walking the keys and values a tile at a time through shared memory with an online softmax.
+// Backward runs one block per query tile for dq (and each row's dout . out, kept in `scratch` of
+// flash_attention_backward_scratch(B, T, NH) floats), then one block per key tile for dk and dv over the
+// query tiles that see it, so no two blocks add into the same gradient. fp32 on the CUDA cores: the memory of
+// FlashAttention, not its tensor-core speed. Head size (C / NH) at most 256, else cudaErrorInvalidValue. A
+// sliding `window` (or chunks) visits only the tiles of keys (queries) its rows see.
 // `sinks` and `dsinks` as the unfused kernels' (the scratch then twice as large).
 int flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             void* stream, int window = 0, float scale = 0, float softcap = 0,

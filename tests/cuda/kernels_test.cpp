@@ -474,12 +474,15 @@ TEST_F(CudaKernels, CausalAttentionMatchesTheCpu) {
   }
 }
 
-// The fused kernels against the unfused CPU reference (fp32 tolerances): the fixture's shape, and a sequence
-// of three key tiles (T = 300 > 2 x 128) whose running maximum and sums carry across tiles; sliding windows
-// shorter than the fixture's sequence and longer than a tile (rows' tiles then start mid-sequence, and a key
-// row's queries end before T). Gemma 2's soft-capped scores of another scale, across tiles and in a window.
-// Heads of 256 and 200 channels (Gemma's; a thread keeps two channels, the second partly). Chunks (a negative
-// window: Llama 4's) of 3, and of 140 across the key tiles (a key row's queries end at its chunk's end).
+// The fused kernels against the unfused CPU reference (fp32 tolerances): the fixture's shape (two tiles of
+// 32 rows, the second partly filled), and T = 300 (ten tiles) whose running maximum and sums carry across
+// tiles; sliding windows shorter than the fixture's sequence and longer than a tile (rows' tiles then start
+// mid-sequence, and a key tile's queries end before T). Gemma 2's soft-capped scores of another scale, across
+// tiles and in a window. Every head size class (up to 64, 128 and 256 channels, tiles of 32, 16 and 8 rows)
+// at its top and past the one below (64, 65, 128, 200, 256: channels past the head size in a class's tiles
+// stay zero), in windows and chunks; heads of 6 channels (a thread's channels past them). Chunks (a negative
+// window: Llama 4's) of 3, of 140 across the key tiles (a key tile's queries end at its chunk's end), and of 40
+// over tiles of 32.
 TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
   struct Shape {
     int B, T, C, NH, window;
@@ -490,7 +493,8 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
        {Shape{B, T, C, NH, 0}, Shape{1, 300, 32, 2, 0}, Shape{B, T, C, NH, 3}, Shape{1, 300, 32, 2, 140},
         Shape{1, 300, 32, 2, 0, 0.3f, 2.0f}, Shape{B, T, C, NH, 3, 0.4f, 1.5f}, Shape{1, 150, 512, 2, 0},
         Shape{1, 150, 400, 2, 20, 0.05f, 3.0f}, Shape{1, 300, 30, 5, 0, 0, 0, true},
-        Shape{B, T, C, NH, 3, 0, 0, true}, Shape{B, T, C, NH, -3}, Shape{1, 300, 32, 2, -140}}) {
+        Shape{B, T, C, NH, 3, 0, 0, true}, Shape{B, T, C, NH, -3}, Shape{1, 300, 32, 2, -140},
+        Shape{1, 70, 256, 2, 0}, Shape{1, 70, 130, 2, 20, 0.1f, 2.0f}, Shape{2, 100, 128, 2, -40}}) {
     SCOPED_TRACE("T " + std::to_string(s.T) + " window " + std::to_string(s.window) + " cap " +
                  std::to_string(s.cap) + (s.alibi ? " alibi" : ""));
     const std::size_t n = static_cast<std::size_t>(s.B) * s.T;
@@ -519,7 +523,7 @@ TEST_F(CudaKernels, FlashAttentionMatchesTheCpu) {
                             s.cap, s.alibi);
     expect_close(d_lse.host(), lse_c, 1e-5f, 1e-5f, "lse");
   }
-  // Heads wider than two channels a thread: refused, nothing launched.
+  // Heads wider than the largest class: refused, nothing launched.
   Dev<float> d(static_cast<std::size_t>(3) * 384);
   EXPECT_EQ(cu::flash_attention_forward(d.get(), d.get(), d.get(), 1, 1, 384, 1, nullptr),
             static_cast<int>(cudaErrorInvalidValue));
