@@ -737,26 +737,33 @@ __device__ float row_reduce(float v) {
   return v;
 }
 
-// Where a sequence and head starts: block b of B*NH*tiles takes rows first .. first + kTile - 1 of
-// sequence and head bh; q0 is that sequence and head's query row 0 in qkv, bt0 its row 0 in [B*T, C].
+// Where a block works: block b of B*NH*tiles takes rows first .. last (at most kTile, within T) of sequence
+// and head bh (head h of hs channels, ALiBi slope `slope`); q0 is that sequence and head's query row 0 in qkv
+// (C3 floats a row), bt0 its row 0 in [B*T, C]. This thread works on row `row` of the tile, as its `lane`-th.
 struct FlashBlock {
-  int bh, h, first, hs;
+  int bh, h, first, last, hs, row, lane;
+  float slope;
   std::size_t C3;
   const float* q0;
   std::size_t bt0;
 };
 template <typename F>
-__device__ FlashBlock flash_block(const float* qkv, int T, int C, int NH) {
-  const int tiles = (T + F::kTile - 1) / F::kTile, bh = static_cast<int>(blockIdx.x) / tiles;
-  const int h = bh % NH, b = bh / NH, hs = C / NH;
-  const std::size_t C3 = 3 * static_cast<std::size_t>(C), bt = static_cast<std::size_t>(b) * T;
-  return {bh,
-          h,
-          static_cast<int>(blockIdx.x) % tiles * F::kTile,
-          hs,
-          C3,
-          qkv + bt * C3 + h * hs,
-          bt * C + h * hs};
+__device__ FlashBlock flash_block(const float* qkv, int T, int C, int NH, float alibi) {
+  FlashBlock fb;
+  const int tiles = (T + F::kTile - 1) / F::kTile;
+  fb.bh = static_cast<int>(blockIdx.x) / tiles;
+  fb.h = fb.bh % NH;
+  fb.first = static_cast<int>(blockIdx.x) % tiles * F::kTile;
+  fb.last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
+  fb.hs = C / NH;
+  fb.row = static_cast<int>(threadIdx.x) / F::kTpr;
+  fb.lane = static_cast<int>(threadIdx.x) % F::kTpr;
+  fb.slope = alibi_slope_of(alibi, fb.h, NH);
+  fb.C3 = 3 * static_cast<std::size_t>(C);
+  const std::size_t bt = static_cast<std::size_t>(fb.bh / NH) * T;
+  fb.q0 = qkv + bt * fb.C3 + fb.h * fb.hs;
+  fb.bt0 = bt * C + fb.h * fb.hs;
+  return fb;
 }
 
 // Forward: a block per tile of query rows. Each thread scores kPerRow keys of its row a tile, the row's
@@ -769,10 +776,9 @@ __global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, i
   __shared__ float k[F::kTile][F::kStride];
   __shared__ float v[F::kTile][F::kStride];
   __shared__ float p[F::kTile][F::kTile + 1];
-  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
-  const int r = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
-  const int t = fb.first + r, hs = fb.hs, last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
-  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH, alibi);
+  const int r = fb.row, lane = fb.lane, t = fb.first + r, hs = fb.hs, last = fb.last;
+  const float slope = fb.slope;
   flash_load<F>(q, fb.q0, fb.C3, fb.first, T, hs);
   // (a sink logit starts the running maximum and sum: one more score, with no value)
   float m = sinks != nullptr ? sinks[fb.h] : -INFINITY, l = sinks != nullptr ? 1.0f : 0.0f;
@@ -856,11 +862,10 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   __shared__ float k[F::kTile][F::kStride];
   __shared__ float v[F::kTile][F::kStride];
   __shared__ float g[F::kTile][F::kTile + 1];
-  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
-  const int r = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
-  const int t = fb.first + r, hs = fb.hs, last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH, alibi);
+  const int r = fb.row, lane = fb.lane, t = fb.first + r, hs = fb.hs, last = fb.last;
   const std::size_t row = static_cast<std::size_t>(fb.bh) * T + t;
-  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  const float slope = fb.slope;
   flash_load<F>(q, fb.q0, fb.C3, fb.first, T, hs);
   flash_load<F>(dy, dout + fb.bt0, static_cast<std::size_t>(C), fb.first, T, hs);
   __syncthreads();
@@ -912,13 +917,11 @@ __global__ void flash_backward_key_kernel(float* dqkv, const float* rowsum, cons
   __shared__ float dy[F::kTile][F::kStride];
   __shared__ float p[F::kTile][F::kTile + 1];
   __shared__ float g[F::kTile][F::kTile + 1];
-  const FlashBlock fb = flash_block<F>(qkv, T, C, NH);
-  const int j = static_cast<int>(threadIdx.x) / F::kTpr, lane = static_cast<int>(threadIdx.x) % F::kTpr;
-  const int u = fb.first + j, hs = fb.hs;
-  const int last = (fb.first + F::kTile < T ? fb.first + F::kTile : T) - 1;
-  const int end = window_end(last, window, T);  // past the last query that sees a key of the tile
+  const FlashBlock fb = flash_block<F>(qkv, T, C, NH, alibi);
+  const int j = fb.row, lane = fb.lane, u = fb.first + j, hs = fb.hs;
+  const int end = window_end(fb.last, window, T);  // past the last query that sees a key of the tile
   const std::size_t row0 = static_cast<std::size_t>(fb.bh) * T;
-  const float slope = alibi_slope_of(alibi, fb.h, NH);
+  const float slope = fb.slope;
   flash_load<F>(k, fb.q0 + C, fb.C3, fb.first, T, hs);
   flash_load<F>(v, fb.q0 + 2 * C, fb.C3, fb.first, T, hs);
   float dk[F::kPerChannel] = {}, dv[F::kPerChannel] = {};
