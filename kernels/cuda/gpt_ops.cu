@@ -881,7 +881,7 @@ __global__ void flash_backward_query_kernel(float* dqkv, float* rowsum, const fl
   }
   float dq[F::kPerChannel] = {};
   for (int u0 = window_start(fb.first, window); u0 <= last; u0 += F::kTile) {
-    __syncthreads();  // the last tile's k and g are read
+    __syncthreads();  // the last tile's k, v and g are read
     flash_load<F>(k, fb.q0 + C, fb.C3, u0, T, hs);
     flash_load<F>(v, fb.q0 + 2 * C, fb.C3, u0, T, hs);
     __syncthreads();
