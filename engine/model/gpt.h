@@ -497,6 +497,10 @@ class MoeRouter {
 
  private:
   double aux_loss() const;
+  // gpt-oss's load-balancing probabilities q [experts] of a token routed to `sel` with weights `w`
+  // [experts_per_token]: transformers' load_balancing_loss_func takes what GptOssForCausalLM records as the
+  // router logits, its router's scores (the chosen experts' weights, 0 elsewhere), so q is their softmax.
+  void balance_probabilities(const float* w, const int* sel, std::vector<float>& q) const;
   // DeepSeek's balance loss of slot a's routing: its value, and (dscore) its gradient at each token's scores
   // added into dscore [tokens][experts].
   double seq_aux_loss(std::size_t a, float* dscore) const;

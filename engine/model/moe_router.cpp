@@ -106,7 +106,12 @@ void MoeRouter::route(std::size_t l, std::size_t a, const float* logits, const f
   std::vector<float> choice;
   for (std::size_t t = 0; t < N; ++t) {
     route_token(c_, logits + t * E, bias, prob + t * E, sel + t * K, wt + t * K, order, choice);
-    for (std::size_t e = 0; e < E; ++e) psum[e] += static_cast<double>(prob[t * E + e]);
+    const float* p = prob + t * E;
+    if (c_.gpt_oss) {  // (the load-balancing loss's probabilities, not the router's)
+      balance_probabilities(wt + t * K, sel + t * K, choice);
+      p = choice.data();
+    }
+    for (std::size_t e = 0; e < E; ++e) psum[e] += static_cast<double>(p[e]);
     for (std::size_t j = 0; j < K; ++j) {
       const auto e = static_cast<std::size_t>(sel[t * K + j]);
       count[e] += 1;
@@ -182,6 +187,16 @@ double MoeRouter::expert_load() const {
   return busiest;
 }
 
+void MoeRouter::balance_probabilities(const float* w, const int* sel, std::vector<float>& q) const {
+  const auto E = static_cast<std::size_t>(c_.experts), K = static_cast<std::size_t>(c_.experts_per_token);
+  q.assign(E, 0.0f);  // the scores: the chosen experts' weights, 0 elsewhere
+  for (std::size_t j = 0; j < K; ++j) q[static_cast<std::size_t>(sel[j])] = w[j];
+  const float top = *std::max_element(q.begin(), q.end());
+  float sum = 0;
+  for (float& x : q) sum += (x = std::exp(x - top));
+  for (float& x : q) x /= sum;
+}
+
 double MoeRouter::over_layers(const std::vector<double>& per_layer, std::size_t e) const {
   const auto E = static_cast<std::size_t>(c_.experts);
   double sum = 0;
@@ -210,7 +225,7 @@ void MoeRouter::backward(std::size_t a, const float* drw, float* dlogits) const 
     for (std::size_t e = 0; e < E; ++e)
       aux[e] = c_.router_aux * static_cast<double>(E) * over_layers(count_, e) / (tokens * tokens);
   }
-  std::vector<float> dp(E), dseq;
+  std::vector<float> dp(E), dseq, q, dws(K);
   if (c_.seq_aux_alpha > 0) {  // DeepSeek's balance loss's gradient at every token's scores
     dseq.assign(N * E, 0.0f);
     seq_aux_loss(a, dseq.data());
@@ -220,8 +235,21 @@ void MoeRouter::backward(std::size_t a, const float* drw, float* dlogits) const 
     const int* sel = sel_[a].data() + t * K;
     const float* w = wt_[a].data() + t * K;
     const float* dw = drw + t * K;
+    const bool oss_aux = c_.gpt_oss && c_.router_aux > 0;
     for (std::size_t e = 0; e < E; ++e)
-      dp[e] = static_cast<float>(aux[e]) + (dseq.empty() ? 0.0f : dseq[t * E + e]);
+      dp[e] = (oss_aux ? 0.0f : static_cast<float>(aux[e])) + (dseq.empty() ? 0.0f : dseq[t * E + e]);
+    if (oss_aux) {
+      // gpt-oss's load-balancing loss reaches the router through the chosen weights, the scores its
+      // probabilities are the softmax of: dw_j += q_e (aux_e - sum_f q_f aux_f) at e = sel_j.
+      balance_probabilities(w, sel, q);
+      double dot = 0;
+      for (std::size_t e = 0; e < E; ++e) dot += static_cast<double>(q[e]) * aux[e];
+      for (std::size_t j = 0; j < K; ++j) {
+        const auto e = static_cast<std::size_t>(sel[j]);
+        dws[j] = dw[j] + static_cast<float>(static_cast<double>(q[e]) * (aux[e] - dot));
+      }
+      dw = dws.data();
+    }
     const auto scale = static_cast<float>(c_.routed_scale);
     if (c_.norm_topk) {  // w_j = scale p_j / S: dp_j = scale (dw_j - sum_i dw_i w_i / scale) / S
       float chosen = 0, dot = 0;

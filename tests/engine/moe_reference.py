@@ -29,7 +29,8 @@ softmax; every expert's gate and up one mlp.experts.gate_up_proj [experts, C, 2F
 (gate_up_proj_bias), gate the even columns and up the odd ones, gate clamped to at most "swiglu_limit" and
 up to +-it, (up + 1) x gate x sigmoid(1.702 gate) @ down_proj [experts, F, C] + down_proj_bias. With
 "router_aux" > 0 the loss adds router_aux times transformers'
-load_balancing_loss_func over every layer's router logits concatenated: experts x sum over (choice, expert)
+load_balancing_loss_func over every layer's router logits concatenated (gpt-oss's: what GptOssForCausalLM
+records as them, its router's first output, the top-k softmax scattered among zeros): experts x sum over (choice, expert)
 of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
 checkpoints' names (tests/engine/gpt_model_test.cpp). DeepSeek's ("mla": its latent attention; "group_by_best":
 V2's group_limited_greedy; "seq_aux_alpha" > 0: its MoEGate's balance loss of every layer, per sequence with
@@ -135,10 +136,13 @@ def forward(cfg, t, tokens, torch, router_logits, balance=None, targets=None):
             x = x + branch * swiglu(h, p + "mlp")
             return x
         z = linear(h, p + ("block_sparse_moe.router.layer" if granite else "mlp.router" if oss else moe + "gate"))
-        router_logits.append(z.reshape(B * T, E))
+        if not oss:
+            router_logits.append(z.reshape(B * T, E))
         if granite or oss:  # the top-k logits, then their softmax
             top_logits, chosen = torch.topk(z, K, dim=-1)
             top = torch.softmax(top_logits, dim=-1)
+            if oss:  # (GptOssForCausalLM records its router's router_scores: that softmax among zeros)
+                router_logits.append(torch.zeros_like(z).scatter(-1, chosen, top).reshape(B * T, E))
         elif cfg.get("sigmoid"):
             scores = torch.sigmoid(z)
             choice = scores + t[p + "mlp.gate.e_score_correction_bias"]
