@@ -30,8 +30,8 @@ softmax; every expert's gate and up one mlp.experts.gate_up_proj [experts, C, 2F
 up to +-it, (up + 1) x gate x sigmoid(1.702 gate) @ down_proj [experts, F, C] + down_proj_bias. With
 "router_aux" > 0 the loss adds router_aux times transformers'
 load_balancing_loss_func over every layer's router logits concatenated (gpt-oss's: what GptOssForCausalLM
-records as them, its router's first output, the top-k softmax scattered among zeros): experts x sum over (choice, expert)
-of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
+records as them, its router's first output, the top-k softmax scattered among zeros): experts x sum over
+(choice, expert) of (the share of tokens whose choice it was) x (the expert's mean probability). It reads the tensors by the
 checkpoints' names (tests/engine/gpt_model_test.cpp). DeepSeek's ("mla": its latent attention; "group_by_best":
 V2's group_limited_greedy; "seq_aux_alpha" > 0: its MoEGate's balance loss of every layer, per sequence with
 "seq_aux", scores the softmax's or the sigmoid scores over their sum; "mtp": its next-token-prediction
