@@ -470,7 +470,8 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
 // chosen experts and their weights [tokens][experts_per_token], per expert the routing choices it got
 // (token x experts_per_token + choice, in token order) and where its rows begin in a buffer of every
 // expert's rows, expert after expert; per layer the choices each expert got, the sum of its probabilities
-// over the tokens and DeepSeek's balance loss.
+// over the tokens (gpt-oss's: balance_probabilities') for the load-balancing loss, and DeepSeek's balance
+// loss.
 class MoeRouter {
  public:
   MoeRouter() = default;

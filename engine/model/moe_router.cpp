@@ -226,6 +226,7 @@ void MoeRouter::backward(std::size_t a, const float* drw, float* dlogits) const 
       aux[e] = c_.router_aux * static_cast<double>(E) * over_layers(count_, e) / (tokens * tokens);
   }
   std::vector<float> dp(E), dseq, q, dws(K);
+  const bool oss_aux = c_.gpt_oss && c_.router_aux > 0;  // (its balance loss through the chosen weights)
   if (c_.seq_aux_alpha > 0) {  // DeepSeek's balance loss's gradient at every token's scores
     dseq.assign(N * E, 0.0f);
     seq_aux_loss(a, dseq.data());
@@ -235,7 +236,6 @@ void MoeRouter::backward(std::size_t a, const float* drw, float* dlogits) const 
     const int* sel = sel_[a].data() + t * K;
     const float* w = wt_[a].data() + t * K;
     const float* dw = drw + t * K;
-    const bool oss_aux = c_.gpt_oss && c_.router_aux > 0;
     for (std::size_t e = 0; e < E; ++e)
       dp[e] = (oss_aux ? 0.0f : static_cast<float>(aux[e])) + (dseq.empty() ? 0.0f : dseq[t * E + e]);
     if (oss_aux) {
