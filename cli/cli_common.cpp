@@ -17,6 +17,7 @@
 #include "base/suggest.h"
 #include "exec/trace_export.h"
 #include "replay/replay.h"
+#include "spec/json_text.h"
 #include "trace/trace.h"
 
 namespace memwall::cli {
@@ -101,17 +102,15 @@ Result<RunConfig> load_run_arg(const std::string& arg, Diagnostics& diag) {
 namespace {
 
 // Applies {"a.b": v, ...} to the JSON text of a file, creating sections as needed.
-Result<std::string> apply_overrides(const std::string& text, const std::string& path,
+Result<std::string> apply_overrides(const std::string& text, const std::string& path, const char* flag,
                                     const std::string& set) {
   if (set.empty()) return text;
-  nlohmann::json doc, patch;
-  try {
-    doc = nlohmann::json::parse(text);
-    patch = nlohmann::json::parse(set);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_argument(path + ": cannot apply overrides: " + e.what());
-  }
-  if (!patch.is_object()) return Status::invalid_argument(path + ": overrides must be a JSON object");
+  auto doc_or = parse_json_object(text, path);
+  if (!doc_or.is_ok()) return doc_or.status();
+  auto patch_or = parse_json_object(set, std::string(flag) + " '" + set + "'");
+  if (!patch_or.is_ok()) return patch_or.status();
+  nlohmann::json doc = std::move(*doc_or);
+  const nlohmann::json patch = std::move(*patch_or);
   for (auto it = patch.begin(); it != patch.end(); ++it) {
     nlohmann::json* node = &doc;
     std::string key = it.key();
@@ -124,15 +123,16 @@ Result<std::string> apply_overrides(const std::string& text, const std::string& 
   return doc.dump();
 }
 
-// A scenario (or file) of `kind` read, with the overrides applied; `path` is where it was found.
-Result<std::string> read_with_overrides(const std::string& kind, const std::string& arg,
+// A scenario (or file) of `kind` read, with the overrides (`flag`'s JSON object) applied; `path` is where it
+// was found.
+Result<std::string> read_with_overrides(const std::string& kind, const std::string& arg, const char* flag,
                                         const std::string& set, std::string& path) {
   Result<std::string> found = resolve_scenario(kind, arg);
   if (!found.is_ok()) return found.status();
   path = *found;
   Result<std::string> text = read_text_file(path);
   if (!text.is_ok()) return text.status();
-  return apply_overrides(*text, path, set);
+  return apply_overrides(*text, path, flag, set);
 }
 
 // An error in a file the user patched with `flag`: says so, as the value may be the flag's, not the file's.
@@ -176,12 +176,12 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
                                     "' has no network section; allowed: --nodes 1");
   }
   std::string path;
-  Result<std::string> model_json = read_with_overrides("models", model, model_set, path);
+  Result<std::string> model_json = read_with_overrides("models", model, "--model-set", model_set, path);
   if (!model_json.is_ok()) return model_json.status();
   Result<ModelSpec> m = parse_model(*model_json, path, in.diag);
   if (!m.is_ok()) return with_overrides_named(m.status(), "--model-set", model_set);
   in.model = std::move(*m);
-  Result<std::string> run_json = read_with_overrides("runs", run, run_set, path);
+  Result<std::string> run_json = read_with_overrides("runs", run, "--set", run_set, path);
   if (!run_json.is_ok()) return run_json.status();
   Result<RunConfig> r = parse_run(*run_json, path, in.diag);
   if (!r.is_ok()) return with_overrides_named(r.status(), "--set", run_set);
@@ -199,7 +199,7 @@ Result<Inputs> load_inputs(const InputOptions& opt) {
 
 Result<std::string> run_file_with_overrides(const std::string& run, const std::string& run_set) {
   std::string path;
-  Result<std::string> patched = read_with_overrides("runs", run, run_set, path);
+  Result<std::string> patched = read_with_overrides("runs", run, "--set", run_set, path);
   if (!patched.is_ok()) return patched.status();
   return nlohmann::json::parse(*patched).dump(2) + "\n";
 }

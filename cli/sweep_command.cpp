@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "simulate_experiment.h"
+#include "spec/json_text.h"
 
 namespace memwall::cli {
 
@@ -43,8 +44,8 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
   json doc;
   try {
     doc = json::parse(*text);
-  } catch (const json::parse_error& e) {
-    return Status::invalid_argument(path + ": not valid JSON: " + e.what());
+  } catch (const json::exception& e) {  // (a syntax error, or a number out of a double's range)
+    return Status::invalid_argument(path + ": not valid JSON: " + json_error_text(e));
   }
   auto bad = [&](const std::string& what) { return Status::invalid_argument(path + ": " + what); };
   if (!doc.is_object()) return bad("top level is not an object");

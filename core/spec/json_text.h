@@ -13,4 +13,7 @@ namespace memwall {
 
 Result<nlohmann::json> parse_json_object(std::string_view text, const std::string& source);
 
+// A JSON library error's message without its "[json.exception.parse_error.101] " prefix.
+std::string json_error_text(const nlohmann::json::exception& e);
+
 }  // namespace memwall

@@ -2326,13 +2326,16 @@ Result<json> parse_json_object(std::string_view text, const std::string& source)
     json j = json::parse(text.begin(), text.end());
     if (!j.is_object()) return Status::invalid_argument(source + ": top level is not a JSON object");
     return j;
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-    std::string what = e.what();
-    const auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    return Status::invalid_argument(source + ": not valid JSON: " + what);
+  } catch (const json::exception& e) {  // (a syntax error, or a number past a double's range)
+    return Status::invalid_argument(source + ": not valid JSON: " + json_error_text(e));
   }
+}
+
+std::string json_error_text(const json::exception& e) {
+  // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+  const std::string what = e.what();
+  const auto pos = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && pos != std::string::npos ? what.substr(pos + 2) : what;
 }
 
 }  // namespace memwall

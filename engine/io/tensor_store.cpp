@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "base/units.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/crc32c.h"
+#include "spec/json_text.h"
 
 namespace memwall::io {
 
@@ -48,7 +50,7 @@ std::uint64_t TensorStore::reserved(std::uint64_t bytes) const {
 }
 
 Status TensorStore::open_extents(bool create) {
-  free_.assign(static_cast<std::size_t>(extent_count_), {});
+  free_.clear();  // (grown a file at a time: an index's count is trusted only as far as its files exist)
   for (int k = 0; k < extent_count_; ++k) {
     const std::string path = root_ + "/" + extent_name(k);
     std::vector<std::string> warnings;
@@ -63,7 +65,7 @@ Status TensorStore::open_extents(bool create) {
       }
     }
     extents_.push_back(std::move(*f));
-    free_[static_cast<std::size_t>(k)][0] = extent_bytes_;
+    free_.emplace_back()[0] = extent_bytes_;
   }
   return Status::ok();
 }
@@ -119,32 +121,71 @@ Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& dir, i
   json j;
   try {
     j = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    return Status::io_error(index + ": corrupt index: " + e.what());
+  } catch (const json::exception& e) {  // (a syntax error, or a number out of a double's range)
+    return Status::io_error(index + ": corrupt index: " + json_error_text(e));
   }
-  if (j.value("format", "") != kFormat)
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (format == j.end() || *format != kFormat)
     return Status::invalid_argument(index + ": not a memwall tensor store index");
-  if (j.value("version", 0) != kVersion) {
-    return Status::invalid_argument(index + ": version " + std::to_string(j.value("version", 0)) +
+  const auto version = j.find("version");
+  if (version == j.end() || *version != kVersion) {
+    return Status::invalid_argument(index + ": version " + (version == j.end() ? "(none)" : version->dump()) +
                                     " is not supported; this memwall reads version " +
                                     std::to_string(kVersion));
   }
+  // A size or count of the index (key `key` of `o`, shown as `shown`) into `out`: an integer from `least` to
+  // `most` (read as unsigned, the library would wrap -5 round to 2^64 - 5).
+  const auto count = [&](const json& o, const char* key, const std::string& shown, std::uint64_t least,
+                         std::uint64_t most, std::uint64_t& out) -> Status {
+    const auto it = o.is_object() ? o.find(key) : o.end();
+    if (it == o.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() < least ||
+        it->get<std::uint64_t>() > most) {
+      return Status::io_error(index + ": corrupt index: '" + shown + "' is " +
+                              (it == o.end() ? "missing" : it->dump()) + "; allowed: an integer " +
+                              std::to_string(least) + ".." + std::to_string(most));
+    }
+    out = it->get<std::uint64_t>();
+    return Status::ok();
+  };
+  constexpr std::uint64_t kMost = std::numeric_limits<std::int64_t>::max();
   std::unique_ptr<TensorStore> s(new TensorStore(root, io));
   try {
-    s->extent_bytes_ = j.at("extent_bytes").get<std::uint64_t>();
-    s->extent_count_ = j.at("extents").get<int>();
+    MW_RETURN_IF_ERROR(count(j, "extent_bytes", "extent_bytes", kAlign, kMost, s->extent_bytes_));
+    if (s->extent_bytes_ % kAlign != 0) {
+      return Status::io_error(index + ": corrupt index: 'extent_bytes' " + std::to_string(s->extent_bytes_) +
+                              " is not a multiple of " + std::to_string(kAlign));
+    }
+    std::uint64_t extents = 0;
+    MW_RETURN_IF_ERROR(count(j, "extents", "extents", 1, std::numeric_limits<int>::max(), extents));
+    s->extent_count_ = static_cast<int>(extents);
     s->checksums_ = j.at("checksums").get<bool>();
-    s->checksum_block_ = j.at("checksum_block").get<std::uint64_t>();
+    MW_RETURN_IF_ERROR(count(j, "checksum_block", "checksum_block", 1, kMost, s->checksum_block_));
     MW_RETURN_IF_ERROR(s->open_extents(false));
+    if (!j.contains("tensors") || !j["tensors"].is_object()) {
+      return Status::io_error(index + ": corrupt index: 'tensors' is " +
+                              (j.contains("tensors") ? j["tensors"].dump() : std::string("missing")) +
+                              "; allowed: an object of {name: location}");
+    }
     for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
+      const std::string field = "tensors." + it.key() + ".";
       Location loc;
-      loc.extent = it.value().at("extent").get<int>();
-      loc.offset = it.value().at("offset").get<std::uint64_t>();
-      loc.bytes = it.value().at("bytes").get<std::uint64_t>();
-      loc.crc = it.value().value("crc32c", std::vector<std::uint32_t>{});
-      if (loc.extent < 0 || loc.extent >= s->extent_count_ || loc.offset + loc.bytes > s->extent_bytes_) {
+      std::uint64_t extent = 0;
+      MW_RETURN_IF_ERROR(count(it.value(), "extent", field + "extent", 0, kMost, extent));
+      MW_RETURN_IF_ERROR(count(it.value(), "offset", field + "offset", 0, kMost, loc.offset));
+      MW_RETURN_IF_ERROR(count(it.value(), "bytes", field + "bytes", 0, kMost, loc.bytes));
+      if (const auto crc = it.value().find("crc32c"); crc != it.value().end()) {
+        if (!crc->is_array() || !std::all_of(crc->begin(), crc->end(), [](const json& c) {
+              return c.is_number_unsigned() && c.get<std::uint64_t>() <= 0xffffffffu;
+            })) {
+          return Status::io_error(index + ": corrupt index: '" + field + "crc32c' is " + crc->dump() +
+                                  "; allowed: a list of 32-bit checksums");
+        }
+        loc.crc = crc->get<std::vector<std::uint32_t>>();
+      }
+      if (extent >= extents || loc.offset > s->extent_bytes_ || loc.bytes > s->extent_bytes_ - loc.offset) {
         return Status::io_error(index + ": tensor '" + it.key() + "' lies outside the extents");
       }
+      loc.extent = static_cast<int>(extent);
       // Carve the region out of the free map.
       auto& fm = s->free_[static_cast<std::size_t>(loc.extent)];
       const std::uint64_t need = s->reserved(loc.bytes);
@@ -160,7 +201,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::open(const std::string& dir, i
       s->tensors_[it.key()] = loc;
     }
   } catch (const json::exception& e) {
-    return Status::io_error(index + ": corrupt index: " + e.what());
+    return Status::io_error(index + ": corrupt index: " + json_error_text(e));
   }
   s->committed_ = s->tensors_;
   return s;

@@ -14,6 +14,7 @@
 #include "engine/io/crc32c.h"
 #include "engine/io/read_file.h"
 #include "engine/model/export.h"
+#include "spec/json_text.h"
 #include "spec/spec_loader.h"
 
 namespace memwall::train::ckpt {
@@ -71,11 +72,46 @@ Result<nlohmann::json> read_latest(const std::string& dir) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(ss.str());
-  } catch (const std::exception& e) {
-    return Status::invalid_argument(latest_path + ": not valid JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(latest_path + ": not valid JSON: " + json_error_text(e));
   }
-  if (!j.is_object() || j.value("format", "") != "memwall-zero3-checkpoint") {
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (format == j.end() || *format != "memwall-zero3-checkpoint") {
     return Status::invalid_argument(latest_path + ": not a memwall checkpoint");
+  }
+  // Its readers trust what they read from here on: a field of the wrong type, a count below 1, a step
+  // directory outside the checkpoint's or a model that does not validate is refused now, naming the file.
+  const std::string bad = latest_path + ": not a consistent memwall checkpoint: ";
+  try {
+    // The model's fields of the types this memwall writes them (a number where it writes one, and so on).
+    const nlohmann::json written = model_fields(model::GptConfig{});
+    for (const auto& [key, want] : written.items()) {
+      const auto it = j.find(key);
+      if (it == j.end() || want.is_null() || it->is_null() || want.type() == it->type() ||
+          (want.is_number() && it->is_number())) {
+        continue;
+      }
+      return Status::invalid_argument(bad + "key '" + key + "' is " + it->dump() + "; allowed: a " +
+                                      want.type_name());
+    }
+    for (const char* key : {"ranks", "data_parallel", "tiling", "params"}) {
+      if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<long>() >= (key[0] == 'p' ? 0 : 1))) {
+        return Status::invalid_argument(bad + "key '" + key + "' is " + j[key].dump() +
+                                        "; allowed: an integer >= " + (key[0] == 'p' ? "0" : "1"));
+      }
+    }
+    const auto step_dir = j.find("dir");
+    if (step_dir == j.end() || !step_dir->is_string() || step_dir->get<std::string>().empty() ||
+        step_dir->get<std::string>().find('/') != std::string::npos || *step_dir == "." ||
+        *step_dir == "..") {
+      return Status::invalid_argument(bad + "key 'dir' is " +
+                                      (step_dir == j.end() ? "missing" : step_dir->dump()) +
+                                      "; allowed: the name of a step directory in " + dir);
+    }
+    if (Status s = model::validate(model_of(j), 1, 1); !s.is_ok())
+      return Status::invalid_argument(bad + s.message());
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_argument(bad + json_error_text(e));
   }
   return j;
 }

@@ -27,7 +27,8 @@ namespace memwall::train::ckpt {
 
 std::string step_dir_name(long step);
 std::string rank_file(const std::string& step_dir, int rank, int ranks);
-// DIR/latest.json, checked to be a memwall checkpoint's.
+// DIR/latest.json, checked to be a memwall checkpoint's: the model's fields of the types memwall writes, a
+// model that validates, counts of at least 1 and a step directory inside DIR (else one line naming the key).
 Result<nlohmann::json> read_latest(const std::string& dir);
 // The model's keys of latest.json: layers, channels, heads, vocab, max_seq, and arch ("gpt2" or "llama"),
 // kv_heads, ffn, tied, qkv_bias, rope_theta, norm_eps.

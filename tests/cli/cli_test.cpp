@@ -355,6 +355,12 @@ TEST(CliErrors, BadValuesInFiles) {
                    "train_micro_batch_size_per_gpu");
   expect_bad_input("predict --run " + write_file("broken.json", R"({"zero_optimization": )"),
                    "not valid JSON");
+  // A number past a double's range is the JSON library's other parse error (it used to abort memwall).
+  expect_bad_input("predict --model " + write_file("huge.json", R"({"n_layer": 1e400})"),
+                   "huge.json: not valid JSON: number overflow parsing '1e400'");
+  expect_bad_input("simulate --fast --set '{\"memwall.sequence_length\": 1e400}'",
+                   "--set '{\"memwall.sequence_length\": 1e400}': not valid JSON: number overflow");
+  expect_bad_input("predict --model-set '[2]'", "--model-set '[2]': top level is not a JSON object");
   expect_bad_input("predict --model " + write_file("heads.json", R"({"model_type": "gpt2", "n_layer": 2,
       "n_embd": 100, "n_head": 3, "vocab_size": 10, "n_positions": 64})"),
                    "heads.json");

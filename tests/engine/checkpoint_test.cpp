@@ -1,5 +1,5 @@
 // Checkpoint rank files: written in pieces as three aligned streams (version 2), read back in any range,
-// checked by CRC; version 1 files (no padding) still read.
+// checked by CRC; version 1 files (no padding) still read; a bad latest.json is refused naming its key.
 #include "engine/train/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -82,6 +84,50 @@ TEST(Checkpoint, PiecesOfAnySizeWriteAlignedStreamsThatReadBack) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   std::filesystem::remove_all(dir);
+}
+
+// latest.json edited by hand or cut short: each bad field is refused in one line naming the file and the key,
+// not thrown as a JSON type error or divided by (heads 0) in the readers that trust it.
+TEST(Checkpoint, ABadLatestFileIsNamed) {
+  const std::string dir = temp_dir("latest");
+  model::GptConfig c;
+  nlohmann::json good = model_fields(c);
+  good.update({{"format", "memwall-zero3-checkpoint"},
+               {"step", 3},
+               {"dir", step_dir_name(3)},
+               {"ranks", 2},
+               {"data_parallel", 2},
+               {"tiling", 1},
+               {"params", 1000}});
+  const auto write = [&](const std::string& text) { std::ofstream(dir + "/latest.json") << text; };
+  write(good.dump());
+  ASSERT_TRUE(read_latest(dir).is_ok()) << read_latest(dir).status().message();
+  const std::pair<std::string, std::function<void(nlohmann::json&)>> cases[] = {
+      {"key 'channels' is \"x\"; allowed: a number", [](nlohmann::json& j) { j["channels"] = "x"; }},
+      {"key 'tied' is 1; allowed: a boolean", [](nlohmann::json& j) { j["tied"] = 1; }},
+      {"heads must be >= 1, got 0", [](nlohmann::json& j) { j["heads"] = 0; }},
+      {"key 'ranks' is 0", [](nlohmann::json& j) { j["ranks"] = 0; }},
+      {"key 'tiling' is 1.5", [](nlohmann::json& j) { j["tiling"] = 1.5; }},
+      {"key 'dir' is \"../elsewhere\"", [](nlohmann::json& j) { j["dir"] = "../elsewhere"; }},
+      {"key 'dir' is missing", [](nlohmann::json& j) { j.erase("dir"); }},
+      {"not a memwall checkpoint", [](nlohmann::json& j) { j["format"] = 3; }},
+      {"not a memwall checkpoint", [](nlohmann::json& j) { j = nlohmann::json::array(); }},
+  };
+  for (const auto& [want, edit] : cases) {
+    nlohmann::json j = good;
+    edit(j);
+    write(j.dump());
+    const auto r = read_latest(dir);
+    ASSERT_FALSE(r.is_ok()) << want;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+    EXPECT_NE(r.status().message().find(dir + "/latest.json: "), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+  write(R"({"format": "memwall-zero3-checkpoint", "step": 1e400})");
+  const auto r = read_latest(dir);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("not valid JSON: number overflow"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(Checkpoint, Version1FilesStillRead) {

@@ -1,5 +1,6 @@
 // Tensor store: round trips and reopen, versions and uncommitted writes, space reuse and a full store,
-// checksum corruption, kill -9 in the middle of commits, bad indexes, a full filesystem at creation.
+// checksum corruption, kill -9 in the middle of commits, bad indexes and bad fields in one, a full filesystem
+// at creation.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -12,7 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "engine/io/crc32c.h"
@@ -283,6 +287,49 @@ TEST(TensorStore, BadStoresAreNamed) {
   opt.extent_bytes = 1 << 20;
   ASSERT_TRUE(TensorStore::create(opt, *io).is_ok());
   EXPECT_EQ(TensorStore::create(opt, *io).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// An index edited by hand or by a broken tool: each bad field is refused in one line naming it, never a
+// crash, a hang (a checksum block of 0), a table sized by a negative count or a wrapped offset let through.
+TEST(TensorStore, CorruptIndexFieldsAreNamed) {
+  auto io = engine();
+  StoreOptions opt;
+  opt.dir = fresh_dir("fields");
+  opt.capacity_bytes = 1 << 20;
+  opt.extent_bytes = 1 << 20;
+  opt.checksum_block = 64 * 1024;
+  {
+    auto store = TensorStore::create(opt, *io).value();
+    const auto data = pattern("t", 1, 10000);
+    ASSERT_TRUE(store->put("t", data.data(), data.size()).is_ok());
+  }
+  const std::string index = opt.dir + "/rank0/index.json";
+  std::stringstream text;
+  text << std::ifstream(index).rdbuf();
+  const auto good = nlohmann::json::parse(text.str());
+  const std::pair<std::string, std::function<void(nlohmann::json&)>> cases[] = {
+      {"'extents' is -1", [](nlohmann::json& j) { j["extents"] = -1; }},
+      {"'extent_bytes' 4100 is not a multiple", [](nlohmann::json& j) { j["extent_bytes"] = 4100; }},
+      {"'checksum_block' is 0", [](nlohmann::json& j) { j["checksum_block"] = 0; }},
+      {"'tensors.t.offset' is -5", [](nlohmann::json& j) { j["tensors"]["t"]["offset"] = -5; }},
+      {"tensor 't' lies outside the extents",  // (an offset past the extent)
+       [](nlohmann::json& j) { j["tensors"]["t"]["offset"] = (1ull << 63) - 1; }},
+      {"'tensors.t.crc32c' is \"x\"", [](nlohmann::json& j) { j["tensors"]["t"]["crc32c"] = "x"; }},
+      {"'tensors' is 5", [](nlohmann::json& j) { j["tensors"] = 5; }},
+      {"number overflow", [](nlohmann::json&) {}},
+  };
+  for (const auto& [want, edit] : cases) {
+    nlohmann::json j = good;
+    edit(j);
+    std::ofstream(index) << (want == "number overflow" ? std::string(R"({"extents": 1e400})") : j.dump());
+    const auto r = TensorStore::open(opt.dir, 0, *io);
+    ASSERT_FALSE(r.is_ok()) << want;
+    EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().message();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  }
+  std::ofstream(index) << good.dump();
+  ASSERT_TRUE(TensorStore::open(opt.dir, 0, *io).is_ok());
 }
 
 TEST(TensorStore, CreationOnAFullFilesystemLeavesNothingBehind) {
