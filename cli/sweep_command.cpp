@@ -49,19 +49,49 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
   }
   auto bad = [&](const std::string& what) { return Status::invalid_argument(path + ": " + what); };
   if (!doc.is_object()) return bad("top level is not an object");
-  if (doc.value("format", "memwall-sweep") != "memwall-sweep")
-    return bad("key 'format': expected \"memwall-sweep\"");
-  if (doc.value("version", 1) != 1) return bad("key 'version': this memwall reads version 1");
+  if (doc.contains("format") && doc["format"] != "memwall-sweep")
+    return bad("key 'format' is " + doc["format"].dump() + "; allowed: \"memwall-sweep\"");
+  if (doc.contains("version") && doc["version"] != 1)
+    return bad("key 'version' is " + doc["version"].dump() + "; this memwall reads version 1");
   if (!doc.contains("experiments") || !doc["experiments"].is_array() || doc["experiments"].empty()) {
     return bad("key 'experiments': a non-empty list of experiments is required");
   }
+  if (doc.contains("name") && !doc["name"].is_string())
+    return bad("key 'name' is " + doc["name"].dump() + "; allowed: a string");
   title = doc.value("name", path);
   const json defaults = doc.value("defaults", json::object());
+  if (!defaults.is_object()) return bad("key 'defaults' is " + defaults.dump() + "; allowed: an object");
+  // Each experiment key's type, checked before it is read (nlohmann's own type errors name no key).
+  const auto type_ok = [](const std::string& key, const json& v) {
+    if (key == "nodes") return v.is_number_integer();
+    if (key == "fast") return v.is_boolean();
+    if (key == "set" || key == "model_set") return v.is_object();
+    if (key == "what_if") {
+      return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& w) { return w.is_string(); });
+    }
+    return key == "_comment" || v.is_string();
+  };
+  const auto type_name = [](const std::string& key) -> std::string {
+    return key == "nodes"                       ? "an integer"
+           : key == "fast"                      ? "true or false"
+           : key == "set" || key == "model_set" ? "an object of overrides"
+           : key == "what_if"                   ? "a list of strings (\"nvme=2\")"
+                                                : "a string";
+  };
   std::vector<Experiment> out;
   for (size_t i = 0; i < doc["experiments"].size(); ++i) {
     json e = defaults;
     const json& x = doc["experiments"][i];
     if (!x.is_object()) return bad("experiments[" + std::to_string(i) + "] is not an object");
+    for (const json* from : {&defaults, &x}) {
+      for (auto it = from->begin(); it != from->end(); ++it) {
+        if (!type_ok(it.key(), it.value())) {
+          return bad((from == &x ? "experiments[" + std::to_string(i) + "]" : std::string("defaults")) +
+                     ": key '" + it.key() + "' is " + it.value().dump() +
+                     "; allowed: " + type_name(it.key()));
+        }
+      }
+    }
     for (auto it = x.begin(); it != x.end(); ++it) {
       if ((it.key() == "set" || it.key() == "model_set") && e.contains(it.key())) {
         e[it.key()].update(it.value());
@@ -91,7 +121,7 @@ Result<std::vector<Experiment>> load_sweep(const std::string& path, std::string&
       if (e.contains("model_set")) in.model_set = e["model_set"].dump();
       if (e.contains("what_if")) ex.sim.what_ifs = e["what_if"].get<std::vector<std::string>>();
     } catch (const json::exception& err) {
-      return bad("experiments[" + std::to_string(i) + "]: " + err.what());
+      return bad("experiments[" + std::to_string(i) + "]: " + json_error_text(err));
     }
     out.push_back(std::move(ex));
   }

@@ -1049,6 +1049,14 @@ TEST(CliSweep, BadSweepFilesAreNamed) {
   expect_bad_input("sweep " + write_file("sweep_key.json", R"({"experiments": [{"modle": "gpt2"}]})"),
                    "unknown key 'modle'");
   expect_bad_input("sweep /nonexistent/sweep.json", "/nonexistent/sweep.json");
+  // Values of the wrong type, at the top or in an experiment, name their key (they used to abort memwall).
+  expect_bad_input("sweep " + write_file("sweep_format.json", R"({"format": 5, "experiments": [{}]})"),
+                   "sweep_format.json: key 'format' is 5; allowed: \"memwall-sweep\"");
+  expect_bad_input(
+      "sweep " + write_file("sweep_set.json", R"({"defaults": {"set": 5}, "experiments": [{}]})"),
+      "sweep_set.json: defaults: key 'set' is 5; allowed: an object of overrides");
+  expect_bad_input("sweep " + write_file("sweep_nodes.json", R"({"experiments": [{}, {"nodes": 1.5}]})"),
+                   "sweep_nodes.json: experiments[1]: key 'nodes' is 1.5; allowed: an integer");
 }
 
 TEST(CliIoBench, MeasuresAndSweeps) {
