@@ -23,6 +23,7 @@
 #include "cpu/cast.h"
 #include "engine/io/read_file.h"
 #include "engine/model/torch_bin.h"
+#include "spec/json_text.h"
 
 namespace memwall::model {
 
@@ -101,8 +102,8 @@ Status HfWeights::open_shard(const std::string& f, nlohmann::json& header) {
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    return Status::invalid_argument(f + ": not a safetensors file (its header is not JSON: " + e.what() +
-                                    ")");
+    return Status::invalid_argument(
+        f + ": not a safetensors file (its header is not JSON: " + json_error_text(e) + ")");
   }
   if (!header.is_object())
     return Status::invalid_argument(f + ": not a safetensors file (header not an object)");
@@ -121,7 +122,7 @@ Result<std::vector<std::string>> shards_of_index(const std::string& index) {
   try {
     j = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
-    return Status::invalid_argument(index + ": not JSON (" + std::string(e.what()) + ")");
+    return Status::invalid_argument(index + ": not JSON (" + json_error_text(e) + ")");
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object() ||
       j["weight_map"].empty()) {
@@ -302,7 +303,7 @@ Status HfWeights::locate(const nlohmann::json& header, int shard, const std::str
     x.file_offset = sh.data_start + offsets[0];
   } catch (const nlohmann::json::exception& ex) {
     return Status::invalid_argument(sh.path + ": tensor '" + name + "': malformed header entry (" +
-                                    ex.what() + ")");
+                                    json_error_text(ex) + ")");
   }
   return Status::ok();
 }
@@ -346,7 +347,7 @@ Status HfWeights::locate_mxfp4(const std::vector<nlohmann::json>& headers, int b
       offset = sh.data_start + offsets[0];
     } catch (const nlohmann::json::exception& ex) {
       return Status::invalid_argument(sh.path + ": tensor '" + tensor + "': malformed header entry (" +
-                                      ex.what() + ")");
+                                      json_error_text(ex) + ")");
     }
     return Status::ok();
   };
@@ -390,7 +391,7 @@ Status HfWeights::locate_fp8_scales(const nlohmann::json& header, int shard, con
     x.scales_offset = sh.data_start + offsets[0];
   } catch (const nlohmann::json::exception& ex) {
     return Status::invalid_argument(sh.path + ": tensor '" + name + "': malformed header entry (" +
-                                    ex.what() + ")");
+                                    json_error_text(ex) + ")");
   }
   return Status::ok();
 }

@@ -1208,17 +1208,35 @@ std::string BpeTokenizer::decode(const int* ids, std::size_t n) const {
 Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, const std::string& model_dir,
                                                      int max_vocab, const std::string& what) {
   if (choice == "bytes") return std::optional<BpeTokenizer>();
+  const char* allowed =
+      "; allowed: a directory holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Falcon's, "
+      "StarCoder's, BLOOM's, Llama 2's, Mistral's), its tokenizer.json, or bytes";
   std::string dir = choice;
+  std::error_code ec;
+  const std::filesystem::path file(choice);
+  bool whole_file = false;  // --tokenizer DIR/tokenizer.json: that file, even where DIR also has the pair
   if (dir.empty()) {
     if (model_dir.empty() || !BpeTokenizer::present(model_dir)) return std::optional<BpeTokenizer>();
     dir = model_dir;
+  } else if (std::filesystem::is_regular_file(file, ec)) {
+    // A tokenizer's own file stands for its directory (where memwall also finds a pair's other file).
+    const std::string name = file.filename().string();
+    if (name != "tokenizer.json" && name != "vocab.json" && name != "merges.txt")
+      return Status::invalid_argument(what + " " + choice + ": a file that is not a tokenizer's" + allowed);
+    dir = file.has_parent_path() ? file.parent_path().string() : ".";
+    whole_file = name == "tokenizer.json";
+    if (!whole_file && !BpeTokenizer::present(dir))
+      return Status::not_found(what + " " + choice + ": the other file of the pair (vocab.json and merges.txt) is not beside it" + allowed);
   } else if (!BpeTokenizer::present(dir)) {
-    return Status::not_found(what + " " + dir +
-                             ": no vocab.json and merges.txt (or tokenizer.json) there; allowed: a directory "
-                             "holding BPE tokenizer files (GPT-2's, Llama 3's, Qwen2's, Falcon's, "
-                             "StarCoder's, BLOOM's, Llama 2's, Mistral's), or bytes");
+    return Status::not_found(what + " " + dir + ": no vocab.json and merges.txt (or tokenizer.json) there" +
+                             allowed);
   }
-  auto t = BpeTokenizer::load(dir);
+  auto t = [&]() -> Result<BpeTokenizer> {
+    if (!whole_file) return BpeTokenizer::load(dir);
+    auto text = io::read_file(choice);
+    if (!text.is_ok()) return text.status();
+    return BpeTokenizer::parse_tokenizer_json(*text, dir);
+  }();
   if (!t.is_ok()) return Status(t.status().code(), what + ": " + t.status().message());
   if (max_vocab > 0 && t->vocab_size() > max_vocab) {
     return Status::invalid_argument(what + " " + dir + ": " + std::to_string(t->vocab_size()) +

@@ -20,6 +20,7 @@
 #include "engine/comm/comm.h"
 #include "engine/io/atomic_file.h"
 #include "engine/io/read_file.h"
+#include "spec/json_text.h"
 
 namespace memwall::train {
 
@@ -140,7 +141,7 @@ Status read_jsonl(const std::string& path, const std::string& text, bool newline
     try {
       j = nlohmann::json::parse(row);
     } catch (const nlohmann::json::exception& e) {
-      return Status::invalid_argument(where + "not JSON (" + std::string(e.what()) +
+      return Status::invalid_argument(where + "not JSON (" + json_error_text(e) +
                                       "); allowed: one JSON object per line with a string \"text\"");
     }
     const auto it = j.is_object() ? j.find("text") : j.end();

@@ -3441,6 +3441,11 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
   for (const auto& piece : l3j["pieces"]) joined += "|" + piece.get<std::string>();
   EXPECT_NE(joined.find("| |1"), std::string::npos) << joined;  // " " alone, then "123"'s tokens
   EXPECT_NE(joined.find("3|4"), std::string::npos) << joined;
+  // The tokenizer.json itself names the same tokenizer as its directory.
+  const CmdResult l3_file =
+      memwall("tokenize --tokenizer " + l3 + "/tokenizer.json --text 'And 12345' --json", false);
+  ASSERT_EQ(l3_file.exit_code, 0) << l3_file.output;
+  EXPECT_EQ(parse_json(l3_file.output)["pieces"], l3j["pieces"]);
   const CmdResult on_l3 =
       memwall("train --tokenizer " + l3 + " --data " + data + " --steps 1 --eval-batches 1 " + kTinyModel);
   ASSERT_EQ(on_l3.exit_code, 0) << on_l3.output;
@@ -3458,6 +3463,7 @@ TEST(CliTrain, TrainsAndGeneratesWithGpt2Bpe) {
        "not on bytes"},
       {"train --tokenizer /nonexistent/tok --steps 1 --data " + data + " " + kTinyModel,
        "--tokenizer /nonexistent/tok: no vocab.json and merges.txt"},
+      {"tokenize --tokenizer " + data + " --text a", data + ": a file that is not a tokenizer's"},
       {"generate --weights " + out + " --prompt x", "vocabulary of 657 tokens and no vocab.json/merges.txt"},
       {"train --data " + bin + " --steps 1 " + kTinyModel, "outside the vocabulary of 256"},
       {"tokenize --tokenizer " + tok + " --text a --data " + data,
