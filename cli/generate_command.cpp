@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/units.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "engine/model/gpt.h"
@@ -71,11 +72,17 @@ int sample(const float* logits, int vocab, const GenerateOptions& opt, std::mt19
 int run_generate(const GenerateOptions& opt) {
   if (!(opt.top_p > 0 && opt.top_p <= 1)) {
     return report_error(
-        Status::invalid_argument("--top-p " + std::to_string(opt.top_p) + ": allowed: 0 < p <= 1 (1: off)"));
+        Status::invalid_argument(strprintf("--top-p %g", opt.top_p) + ": allowed: 0 < p <= 1 (1: off)"));
   }
-  if (opt.tokens < 1 || !(opt.temperature >= 0) || opt.top_k < 0) {
+  if (opt.tokens < 1)
+    return report_error(Status::invalid_argument(strprintf("--tokens %d: allowed: 1 or more", opt.tokens)));
+  if (!(opt.temperature >= 0)) {
     return report_error(Status::invalid_argument(
-        "--tokens must be >= 1, --temperature >= 0 and --top-k >= 0 (0: every token)"));
+        strprintf("--temperature %g: allowed: 0 (greedy) or more", opt.temperature)));
+  }
+  if (opt.top_k < 0) {
+    return report_error(
+        Status::invalid_argument(strprintf("--top-k %d: allowed: 0 (every token) or more", opt.top_k)));
   }
   if (opt.prompt.empty())
     return report_error(Status::invalid_argument("--prompt: empty (allowed: any text)"));

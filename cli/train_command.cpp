@@ -293,8 +293,8 @@ int run_train(const TrainOptions& opt) {
           Status::invalid_argument(std::string(name) + " " + std::to_string(value) + ": allowed: 1 or more"));
     }
   }
-  if (!(opt.lr > 0)) {
-    return report_error(Status::invalid_argument(strprintf("--lr %g: allowed: > 0", opt.lr)));
+  if (!(opt.lr > 0) || !std::isfinite(opt.lr)) {
+    return report_error(Status::invalid_argument(strprintf("--lr %g: allowed: a finite number > 0", opt.lr)));
   }
   // Outputs are checked before training, not after it.
   if (!opt.checkpoint_dir.empty()) {
