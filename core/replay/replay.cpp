@@ -22,8 +22,9 @@ Result<TaskKind> kind_of(const std::string& cat) {
 }
 
 CollectiveKind collective_of(const std::string& name) {
-  for (CollectiveKind c : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce,
-                           CollectiveKind::kBroadcast, CollectiveKind::kAllToAll}) {
+  for (CollectiveKind c :
+       {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce,
+        CollectiveKind::kBroadcast, CollectiveKind::kAllToAll}) {
     if (name == collective_name(c)) return c;
   }
   return CollectiveKind::kAllGather;
@@ -259,12 +260,13 @@ void place_ranks(const HardwareSpec& hw, ReplayGraph& g) {
 
 namespace {
 
-// A what-if's number: positive.
+// A what-if's number: from 1e-6 to 1e6 (inf made SimGrid abort; a rate times 1e-300 never finishes).
 Result<double> what_if_factor(const WhatIf& w) {
   char* end = nullptr;
   const double x = std::strtod(w.value.c_str(), &end);
-  if (end == w.value.c_str() || *end != '\0' || !(x > 0)) {
-    return Status::invalid_argument("--what-if " + w.key + "=" + w.value + ": expected a positive number");
+  if (end == w.value.c_str() || *end != '\0' || !(x >= 1e-6 && x <= 1e6)) {
+    return Status::invalid_argument("--what-if " + w.key + "=" + w.value +
+                                    ": expected a positive number from 1e-6 to 1e6");
   }
   return x;
 }

@@ -634,6 +634,11 @@ TEST(CliSimulate, WhatIfsSimulateTheChangedHardwareBesideIt) {
   }
   expect_bad_input("simulate --fast --what-if disk=2", "allowed: pcie");
   expect_bad_input("simulate --fast --what-if gpu=no-such-gpu", "no-such-gpu");
+  // Infinite or vanishing factors (compute=inf aborted SimGrid) are refused with the range.
+  for (const char* factor : {"compute=inf", "nvme=0", "pcie=-2", "network=1e-9", "cpu_memory=nan"}) {
+    expect_bad_input(std::string("simulate --what-if ") + factor,
+                     std::string(factor) + ": expected a positive number from 1e-6 to 1e6");
+  }
 }
 
 // memwall.attention "flash": predict's activation working memory loses the T x T probabilities (Llama-2-7B at
