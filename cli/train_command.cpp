@@ -320,6 +320,18 @@ int run_train(const TrainOptions& opt) {
         std::to_string(in->model.max_positions) + "), which memwall does not; allowed: at most " +
         std::to_string(in->model.max_positions)));
   }
+  // (The model's own check names neither the run's key nor the model's.)
+  if (in->model.max_positions < 1) {
+    return report_error(Status::invalid_argument("model " + in->model.name +
+                                                 ": max_position_embeddings 0; allowed: 1 or more"));
+  }
+  if (seq > in->model.max_positions) {
+    return report_error(
+        Status::invalid_argument("memwall.sequence_length " + std::to_string(seq) + ": more than model " +
+                                 in->model.name + "'s " + std::to_string(in->model.max_positions) +
+                                 " positions (max_position_embeddings, n_positions); allowed: 1 to " +
+                                 std::to_string(in->model.max_positions)));
+  }
   const int B = static_cast<int>(run.micro_batch_per_gpu.value);
   // Tokens: byte-level BPE from --tokenizer DIR, or from the --init-from weights' directory (or, resuming,
   // the checkpoint) when it holds vocab.json and merges.txt or tokenizer.json; else each byte is a token.
@@ -459,10 +471,13 @@ int run_train(const TrainOptions& opt) {
   if (uses_nvme && !swap_dir.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(swap_dir, ec)) {
-      return report_error(
-          Status::not_found(swap_dir + ": the NVMe path does not exist (run " + run.name +
-                            ", zero_optimization.offload_*.nvme_path); pass --nvme-path DIR, a "
-                            "directory on a local disk"));
+      return report_error(Status::not_found(
+          swap_dir +
+          (std::filesystem::exists(swap_dir, ec) ? ": the NVMe path is not a directory (run "
+                                                 : ": the NVMe path does not exist (run ") +
+          run.name +
+          ", zero_optimization.offload_*.nvme_path); pass --nvme-path DIR, a "
+          "directory on a local disk"));
     }
     std::filesystem::create_directories(zo.swap_dir, ec);
     if (ec) {

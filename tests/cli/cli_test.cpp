@@ -385,6 +385,9 @@ TEST(CliErrors, TrainFlagsNameTheValue) {
   expect_bad_input("train --log-every -2", "--log-every -2");
   expect_bad_input("train --lr -0.5", "--lr -0.5: allowed: a finite number > 0");
   expect_bad_input("train --lr inf", "--lr inf: allowed: a finite number > 0");
+  expect_bad_input("train --steps 1 --set '{\"memwall.sequence_length\": 300}'",
+                   "memwall.sequence_length 300: more than model gpt-mini's 256 positions "
+                   "(max_position_embeddings, n_positions); allowed: 1 to 256");
   // Twin-Flow needs the optimizer on the CPU: one line before any work.
   expect_bad_input(
       "train --steps 1 --set '{\"zero_optimization.offload_optimizer.ratio\": 0.5}'",
