@@ -8,6 +8,7 @@
 
 #include "base/stats.h"
 #include "base/suggest.h"
+#include "base/units.h"
 
 namespace memwall {
 
@@ -21,13 +22,17 @@ Result<TaskKind> kind_of(const std::string& cat) {
   return Status::invalid_argument("span category '" + cat + "' is not a memwall task kind");
 }
 
-CollectiveKind collective_of(const std::string& name) {
+// A collective span's kind (none named: an all-gather, as traces before format 1.1 leave it out).
+Result<CollectiveKind> collective_of(const std::string& name) {
+  if (name.empty()) return CollectiveKind::kAllGather;
+  std::string allowed;
   for (CollectiveKind c :
        {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce,
         CollectiveKind::kBroadcast, CollectiveKind::kAllToAll}) {
     if (name == collective_name(c)) return c;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(collective_name(c));
   }
-  return CollectiveKind::kAllGather;
+  return Status::invalid_argument("collective '" + name + "' is not one memwall runs; allowed: " + allowed);
 }
 
 Phase phase_of(const std::string& p) {
@@ -96,6 +101,17 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
     if (s.task < 0) {
       ++g.skipped_spans;
       continue;
+    }
+    // Sizes and times a run could have measured (a negative transfer would run backwards in the simulator).
+    for (const auto& [key, v] : {std::pair<const char*, double>{"ts", s.ts_us},
+                                 {"dur", s.dur_us},
+                                 {"args.bytes", s.bytes},
+                                 {"args.flops", s.flops}}) {
+      if (!std::isfinite(v) || (v < 0 && key[0] != 't')) {
+        return Status::invalid_argument("task " + std::to_string(s.task) + " ('" + s.name + "') has " + key +
+                                        " " + strprintf("%g", v) + "; allowed: a finite number" +
+                                        (key[0] == 't' ? "" : ", 0 or more"));
+      }
     }
     any_deps = any_deps || !s.deps.empty();
     spans.push_back(&s);
@@ -194,10 +210,16 @@ Result<ReplayGraph> import_memwall_trace(const trace::TraceData& d, int pid, int
         t.src = Tier::kCpu;
         t.dst = Tier::kNvme;
         break;
-      case TaskKind::kCollective:
-        t.collective = collective_of(sp.collective);
+      case TaskKind::kCollective: {
+        auto collective = collective_of(sp.collective);
+        if (!collective.is_ok()) {
+          return Status::invalid_argument("task " + std::to_string(id) + " ('" + sp.name +
+                                          "'): " + collective.status().message());
+        }
+        t.collective = *collective;
         t.group = std::max(1, sp.group);
         break;
+      }
       case TaskKind::kOptimizerStep:
         t.dst = t.resource == Resource::kCompute ? Tier::kGpu : Tier::kCpu;
         break;

@@ -572,6 +572,18 @@ Result<TraceData> read_trace(std::string_view bytes) {
     return Status::invalid_argument(
         "not a memwall trace: no \"otherData\" header (a plain Chrome or PyTorch trace?)");
   }
+  // The header's fields of the types memwall writes (the JSON library's own errors name no key).
+  for (const char* key : {"format", "version", "memwall_version", "executor", "command"}) {
+    if (od.contains(key) && !od[key].is_string()) {
+      return Status::invalid_argument(std::string("otherData.") + key + " is " + od[key].dump() +
+                                      "; allowed: a string");
+    }
+  }
+  if (od.contains("ranks") && !(od["ranks"].is_number_integer() && od["ranks"].get<long>() >= 1 &&
+                                od["ranks"].get<long>() <= 1 << 20)) {
+    return Status::invalid_argument("otherData.ranks is " + od["ranks"].dump() +
+                                    "; allowed: an integer 1..1048576");
+  }
   d.format = od.value("format", "");
   d.version = od.value("version", "");
   MW_RETURN_IF_ERROR(check_version(d.format, d.version));

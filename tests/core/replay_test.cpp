@@ -2,6 +2,8 @@
 // graph and re-run must give the same iteration time; what-ifs move it the right way; bad traces are named.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "exec/executor.h"
@@ -179,6 +181,34 @@ TEST(Replay, BadInputIsNamed) {
   ASSERT_FALSE(old.is_ok());
   EXPECT_NE(old.status().message().find("no task dependencies"), std::string::npos);
   EXPECT_FALSE(import_memwall_trace(t.data, 7, 0, -1).is_ok());  // no such rank
+  // A span edited into something no run measures: named by its task, not replayed.
+  const auto first = [](trace::TraceData& d, const char* category) -> trace::TraceSpan& {
+    for (auto& s : d.spans) {
+      if (s.task >= 0 && s.category == category) return s;
+    }
+    ADD_FAILURE() << "no " << category << " span";
+    return d.spans.front();
+  };
+  const std::pair<std::string, std::function<void(trace::TraceData&)>> edits[] = {
+      {"has args.bytes -5; allowed: a finite number, 0 or more",
+       [&](trace::TraceData& d) { first(d, "compute").bytes = -5; }},
+      {"has dur -1", [&](trace::TraceData& d) { first(d, "compute").dur_us = -1; }},
+      {"has args.flops inf", [&](trace::TraceData& d) { first(d, "compute").flops = HUGE_VAL; }},
+      {"): collective 'bogus' is not one memwall runs; allowed: allgather",
+       [&](trace::TraceData& d) {
+         trace::TraceSpan& s = first(d, "compute");  // (one rank's run has no collectives: made one)
+         s.category = "collective";
+         s.collective = "bogus";
+       }},
+  };
+  for (const auto& [want, edit] : edits) {
+    trace::TraceData bad = t.data;
+    edit(bad);
+    auto r = import_memwall_trace(bad, 0, 0, -1);
+    ASSERT_FALSE(r.is_ok()) << want;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().rfind("task ", 0), 0u) << r.status().message();
+  }
 }
 
 }  // namespace

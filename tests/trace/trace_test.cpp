@@ -97,6 +97,19 @@ TEST(Trace, BadInputIsNamed) {
       read_trace(R"({"otherData": {"format": "memwall-trace", "version": "2.0"}, "traceEvents": []})");
   ASSERT_FALSE(future.is_ok());
   EXPECT_NE(future.status().message().find("2.x"), std::string::npos) << future.status().message();
+
+  // Header fields of another type name their key (a string rank count and a numeric version aborted memwall).
+  const Result<TraceData> ranks = read_trace(
+      R"({"otherData": {"format": "memwall-trace", "version": "1.1", "ranks": "x"}, "traceEvents": []})");
+  ASSERT_FALSE(ranks.is_ok());
+  EXPECT_NE(ranks.status().message().find("otherData.ranks is \"x\"; allowed: an integer 1..1048576"),
+            std::string::npos)
+      << ranks.status().message();
+  const Result<TraceData> version =
+      read_trace(R"({"otherData": {"format": "memwall-trace", "version": 2}, "traceEvents": []})");
+  ASSERT_FALSE(version.is_ok());
+  EXPECT_NE(version.status().message().find("otherData.version is 2; allowed: a string"), std::string::npos)
+      << version.status().message();
 }
 
 TEST(Trace, UnknownEventKindsAreCountedNotFatal) {
