@@ -91,6 +91,10 @@ int run_tokenize(const TokenizeOptions& opt) {
         "--tokenizer bytes: nothing to do (each byte is its token); allowed: a directory with vocab.json and "
         "merges.txt, or tokenizer.json"));
   }
+  // The output is checked before the work (a directory there was found only at the rename, after it).
+  if (!opt.out.empty()) {
+    if (Status s = prepare_output("--out", opt.out, false); !s.is_ok()) return report_error(s);
+  }
   auto chosen = train::choose_tokenizer(opt.tokenizer, "", 0, "--tokenizer");
   if (!chosen.is_ok()) return report_error(chosen.status());
   train::BpeTokenizer& t = **chosen;

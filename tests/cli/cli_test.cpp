@@ -400,7 +400,9 @@ TEST(CliErrors, UnwritableOutputsFailBeforeTheWork) {
   const std::string file = write_file("not-a-dir", "x");
   for (const std::string& args :
        {"train --steps 1 --checkpoint-dir " + file + "/ckpt", "train --steps 1 --trace " + file + "/t.json",
-        "calibrate --out " + file + "/hw.json", "tune --model gpt2 --write-run " + file + "/best.json"}) {
+        "calibrate --out " + file + "/hw.json", "tune --model gpt2 --write-run " + file + "/best.json",
+        "tokenize --tokenizer " + std::string(MEMWALL_TEST_SOURCE_DIR) + "/data/tiny-bpe --text a --out " +
+            file + "/ids.bin"}) {
     const CmdResult r = memwall(args);
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("memwall: error: --", 0), 0u) << args << "\n" << r.output;
