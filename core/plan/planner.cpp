@@ -26,14 +26,18 @@ class Planner {
   // ---- task and buffer helpers ----
   int add_task(Task t) {
     t.id = static_cast<int>(s_.tasks.size());
-    std::sort(t.deps.begin(), t.deps.end());
+    // Dependencies sorted, once each, without -1 (none). A long list that comes sorted (the optimizer's
+    // join of every gradient task) costs a pass, not a sort: a large model's sub-groups each take it.
+    if (!std::is_sorted(t.deps.begin(), t.deps.end())) std::sort(t.deps.begin(), t.deps.end());
     t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
     t.deps.erase(std::remove(t.deps.begin(), t.deps.end(), -1), t.deps.end());
+    const auto given = static_cast<std::ptrdiff_t>(t.deps.size());
     for (int b : t.uses) {
       MW_CHECK(!freed_[b], "use of a freed buffer: " + s_.buffers[b].name);
       t.deps.push_back(alloc_task_[b]);
     }
-    std::sort(t.deps.begin(), t.deps.end());
+    std::sort(t.deps.begin() + given, t.deps.end());
+    std::inplace_merge(t.deps.begin(), t.deps.begin() + given, t.deps.end());
     t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
     for (int d : t.deps) MW_CHECK(d >= 0 && d < t.id, "dependency must precede its task");
     for (int b : t.uses) users_[b].push_back(t.id);
@@ -898,10 +902,16 @@ void Planner::optimizer() {
   const ZeroConfig& z = run_.zero;
   const Phase ph = Phase::kOptimizer;
   const int groups = opt_groups_;
-  std::vector<int> join;
+  std::vector<int> join;  // every gradient task, sorted (add_task then takes it as it is)
   for (int t : grad_done_) {
     if (t >= 0) join.push_back(t);
   }
+  std::sort(join.begin(), join.end());
+  // `sorted` with x added in order (a copy of the join with one more task stays sorted).
+  const auto with = [](std::vector<int> sorted, int x) {
+    sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), x), x);
+    return sorted;
+  };
   // Delayed parameter update (steady state): the step uses the previous step's gradients, so it does not
   // wait for this one's backward; only the updated parameters must wait until backward no longer reads the
   // current ones.
@@ -989,7 +999,7 @@ void Planner::optimizer() {
       if (opt_states_[g] < 0) {
         const bool early = run_.memwall.optimizer_prefetch;
         std::vector<int> alloc_deps = early ? std::vector<int>{} : join;
-        if (g >= sets) alloc_deps.push_back(freed[g - sets]);
+        if (g >= sets) alloc_deps = with(std::move(alloc_deps), freed[g - sets]);
         std::vector<int> read_deps;
         if (g > 0) {
           read_deps.push_back(z.offload_optimizer.pipeline_read ? opt_states_[g - 1] : step[g - 1]);
@@ -1000,8 +1010,7 @@ void Planner::optimizer() {
       swap = opt_swap_[g];
       const int states = opt_states_[g];
       if (grad_tier_ == Tier::kNvme) {
-        std::vector<int> grad_deps = join;
-        grad_deps.push_back(states);
+        const std::vector<int> grad_deps = with(join, states);
         read[g] = copy(Tier::kNvme, Tier::kCpu, 4 * n, "nvme->cpu grads " + nm, ph, grad_deps,
                        {swap, opt_states_buf_});
         step_deps.push_back(read[g]);
