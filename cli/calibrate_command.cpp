@@ -391,6 +391,16 @@ int run_calibrate(const CalibrateOptions& opt) {
   if (!fs::is_directory(opt.path, ec)) {
     return report_error(Status::invalid_argument("--path " + opt.path + ": not a directory"));
   }
+  // The spec's drive capacity is the filesystem's size: one that reports none (ramfs) is no disk.
+  struct statvfs vfs {};
+  const double disk_bytes = ::statvfs(opt.path.c_str(), &vfs) == 0
+                                ? static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize)
+                                : 0;
+  if (!(disk_bytes > 0)) {
+    return report_error(Status::invalid_argument(
+        "--path " + opt.path +
+        ": its filesystem reports no size (a ramfs?); allowed: a directory on the disk to measure"));
+  }
   const ParsedBytes size = parse_bytes(opt.size);
   if (!size.ok || size.bytes < (1 << 20)) {
     return report_error(
@@ -454,7 +464,11 @@ int run_calibrate(const CalibrateOptions& opt) {
   if (!disk.is_ok()) return report_error(disk.status());
   if (!lat.is_ok()) return report_error(lat.status());
   double latency_s = 0.5 * (4096 / lat->read_Bps + 4096 / lat->write_Bps);
-  std::string nvme_source = "O_DIRECT sequential I/O of " + opt.size + " and 4 KiB requests";
+  std::string nvme_source =
+      (disk->direct ? "O_DIRECT sequential I/O of "
+                    : "buffered sequential I/O (the filesystem refuses O_DIRECT: page-cache "
+                      "rates, not the disk's) of ") +
+      opt.size + " and 4 KiB requests";
   if (!opt.tensor_size.empty()) {
     const ParsedBytes t = parse_bytes(opt.tensor_size);
     if (!t.ok || t.bytes < 4096) {
@@ -472,10 +486,6 @@ int run_calibrate(const CalibrateOptions& opt) {
     latency_s = 0;  // included in the measured rates
     nvme_source = "memwall's tensor store, " + opt.tensor_size + " tensors read and written concurrently";
   }
-  struct statvfs vfs {};
-  const double disk_bytes = ::statvfs(opt.path.c_str(), &vfs) == 0
-                                ? static_cast<double>(vfs.f_blocks) * static_cast<double>(vfs.f_frsize)
-                                : 0;
   const double ram = mem_total_bytes();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   char host[256] = "this machine";

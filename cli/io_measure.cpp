@@ -60,6 +60,7 @@ Result<Measurement> measure_disk(const std::string& path, std::uint64_t size, co
     return Status::out_of_memory("io-bench: cannot allocate " + format_bytes(2.0 * window) + " of buffers");
   std::memset(buf.get(), 0x5a, 2 * window);
   Measurement m;
+  m.direct = (*file)->direct();
   // Lay the file out first (untimed), as fio does: a first write into a fresh file is slower than an
   // overwrite.
   Result<std::uint64_t> existing = (*file)->size();

@@ -15,6 +15,7 @@ struct Measurement {
   double read_Bps = 0;
   double readwrite_Bps = 0;   // reads and writes at once, both directions together (0: not measured)
   double cpu_s_per_byte = 0;  // CPU seconds this process spent per byte moved in the timed passes
+  bool direct = true;         // through O_DIRECT (false: the filesystem refused it, buffered I/O measured)
 };
 
 // CPU seconds (user + system) this process has used so far, every thread included (io_uring's workers

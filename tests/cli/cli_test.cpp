@@ -1070,6 +1070,28 @@ TEST(CliSweep, BadSweepFilesAreNamed) {
                    "sweep_nodes.json: experiments[1]: key 'nodes' is 1.5; allowed: an integer");
 }
 
+// ramfs refuses O_DIRECT: io-bench says it measured buffered I/O (the page cache), not O_DIRECT, and
+// calibrate refuses a filesystem without a size rather than writing a spec its own check rejects.
+TEST(CliIoBench, AFilesystemThatRefusesODirectIsNamed) {
+  const std::string dir = test_path("ramfs").string();
+  std::filesystem::create_directories(dir);
+  if (::mount("ramfs", dir.c_str(), "ramfs", 0, nullptr) != 0) {
+    GTEST_SKIP() << "cannot mount a ramfs here (" << std::strerror(errno) << ")";
+  }
+  const CmdResult text = memwall("io-bench --path " + dir + " --size 4M");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("the filesystem refuses O_DIRECT; using buffered I/O"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find(", buffered (the filesystem refuses O_DIRECT"), std::string::npos)
+      << text.output;
+  const CmdResult js = memwall("io-bench --path " + dir + " --size 4M --json", false);
+  ASSERT_EQ(js.exit_code, 0) << js.output;
+  EXPECT_EQ(parse_json(js.output)["settings"]["direct"], false) << js.output;
+  expect_bad_input("calibrate --path " + dir + " --size 4M --out " + test_path("ramfs-hw.json").string(),
+                   "--path " + dir + ": its filesystem reports no size (a ramfs?)");
+  ::umount(dir.c_str());
+}
+
 TEST(CliIoBench, MeasuresAndSweeps) {
   const std::string dir = test_path("io").string();
   std::filesystem::create_directories(dir);
