@@ -13,6 +13,7 @@
 // engine must outlive the store.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -68,6 +69,10 @@ class TensorStore {
   std::uint64_t capacity_bytes() const;
   std::uint64_t free_bytes() const;
   const std::string& path() const { return root_; }
+  // Whether every extent goes through O_DIRECT (false: the filesystem refused it, the page cache serves).
+  bool direct() const {
+    return std::all_of(extents_.begin(), extents_.end(), [](const auto& f) { return f->direct(); });
+  }
 
  private:
   struct Location {

@@ -1624,6 +1624,12 @@ Result<Zero3Trainer> Zero3Trainer::create(const model::GptConfig& c, const Zero3
       auto store = io::TensorStore::create(so, *st.aio);
       if (!store.is_ok()) return store.status();
       st.store = std::move(store).value();
+      if (!st.store->direct()) {
+        st.warnings.push_back(
+            o.swap_dir +
+            ": the filesystem refuses O_DIRECT, so the NVMe tier's swap goes through the page "
+            "cache (buffered I/O: host memory, not the disk's rate)");
+      }
     }
     // Setup tasks: the persistent buffers.
     for (const Task& t : st.sched.tasks) {
