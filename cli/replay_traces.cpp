@@ -144,7 +144,10 @@ Result<ReplayGraph> load_graph(const std::string& path, int first, int last, std
     // A step of memwall train with gradient accumulation is all its micro-batches: say so.
     const json summary =
         json::parse(d->header.summary_json.empty() ? "{}" : d->header.summary_json, nullptr, false);
-    gas = summary.is_object() ? summary.value("gradient_accumulation_steps", 1) : 1;
+    const auto steps = summary.is_object() ? summary.find("gradient_accumulation_steps") : summary.end();
+    gas = steps != summary.end() && steps->is_number_integer()  // (another type: a note less, not a throw)
+              ? static_cast<int>(std::clamp<long>(steps->get<long>(), 1, 1 << 24))
+              : 1;
     if (gas > 1 && log != nullptr) {
       std::fprintf(log,
                    "memwall: note: %s was trained with %d micro-batches per step: each iteration below is "

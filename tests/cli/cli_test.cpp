@@ -761,7 +761,7 @@ TEST(CliSimulate, InconsistentInputsAreRejectedBeforeSimulating) {
   expect_bad_input("simulate --model gpt2 --set '{\"memwall.data_parallel\": 64}'", "more than the 16 GPUs");
   expect_bad_input("simulate --model gpt2 --set '{\"memwall.model_parallel\": 5}'", "memwall.model_parallel");
   expect_bad_input("simulate --model gpt3-175b --run zero-3", "GPU: the schedule needs");
-  expect_bad_input("simulate --model gpt2 --set 'not json'", "overrides");
+  expect_bad_input("simulate --model gpt2 --set 'not json'", "--set 'not json': not valid JSON");
 }
 
 TEST(CliSweep, EveryPaperSweepRunsWithTheReferenceExecutor) {
@@ -3838,6 +3838,18 @@ TEST(CliReplay, ATrainTraceWithAccumulationHoldsWholeSteps) {
   const auto n1 = one.at("tasks").get<std::size_t>(), n2 = two.at("tasks").get<std::size_t>();
   EXPECT_GT(n2, n1 + n1 / 2) << n1 << " vs " << n2;
   EXPECT_LT(n2, 2 * n1);
+  // The summary's count edited to another type: read as 1 (no note), not thrown out of replay.
+  std::string edited = two_text;
+  const std::size_t key =
+      edited.rfind("\"gradient_accumulation_steps\":");  // (the summary's, after the run's)
+  ASSERT_NE(key, std::string::npos);
+  const std::size_t digit = edited.find('2', key + 30);
+  ASSERT_NE(digit, std::string::npos);
+  edited.replace(digit, 1, "\"two\"");
+  const CmdResult r =
+      memwall("replay " + write_file("replay-gas-edited.json", edited) + " --fast --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(parse_json(r.output).at("replay").at(0).value("gradient_accumulation_steps", 1), 1);
 }
 
 TEST(CliCalibrate, WritesAHardwareSpecThatTheOtherCommandsLoad) {
