@@ -1226,7 +1226,9 @@ Result<std::optional<BpeTokenizer>> choose_tokenizer(const std::string& choice, 
     dir = file.has_parent_path() ? file.parent_path().string() : ".";
     whole_file = name == "tokenizer.json";
     if (!whole_file && !BpeTokenizer::present(dir))
-      return Status::not_found(what + " " + choice + ": the other file of the pair (vocab.json and merges.txt) is not beside it" + allowed);
+      return Status::not_found(what + " " + choice +
+                               ": the other file of the pair (vocab.json and merges.txt) is not beside it" +
+                               allowed);
   } else if (!BpeTokenizer::present(dir)) {
     return Status::not_found(what + " " + dir + ": no vocab.json and merges.txt (or tokenizer.json) there" +
                              allowed);

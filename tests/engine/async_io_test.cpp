@@ -233,7 +233,8 @@ TEST(AsyncIo, AFilesystemThatRefusesODirectFallsBackToBufferedIo) {
     ASSERT_TRUE(file.is_ok()) << file.status().message();
     ASSERT_EQ(warnings.size(), 1u);
     EXPECT_EQ(warnings[0], path + ": the filesystem refuses O_DIRECT; using buffered I/O");
-    for (const auto& [bytes, offset] : {std::pair<std::size_t, std::uint64_t>{1 << 20, 0}, {12345, 4096 + 7}}) {
+    for (const auto& [bytes, offset] :
+         {std::pair<std::size_t, std::uint64_t>{1 << 20, 0}, {12345, 4096 + 7}}) {
       Buffer out(bytes), in(bytes);
       fill(out.data, bytes, static_cast<unsigned>(bytes));
       ASSERT_TRUE(io->wait(io->write(**file, out.data, bytes, offset)).is_ok());
