@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -359,11 +360,15 @@ Result<json> replay_traces(const ReplayRequest& req, std::FILE* log) {
   int first = 0, last = -1;
   if (!req.steps.empty()) {
     const auto colon = req.steps.find(':');
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      if (colon > 0) first = std::stoi(req.steps.substr(0, colon));
-      if (colon + 1 < req.steps.size()) last = std::stoi(req.steps.substr(colon + 1));
-    } catch (const std::exception&) {
+    // Each side empty or a whole number of 0 or more (stoi took "-1" and "2x"; -1 then meant the first or
+    // every step).
+    const auto step_of = [](const std::string& text, int& out) {
+      if (text.empty()) return true;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+      return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+    };
+    if (colon == std::string::npos || !step_of(req.steps.substr(0, colon), first) ||
+        !step_of(req.steps.substr(colon + 1), last)) {
       return Status::invalid_argument("--steps '" + req.steps +
                                       "': expected a:b (0-based, b exclusive; either may be empty)");
     }

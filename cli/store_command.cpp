@@ -45,7 +45,8 @@ int run_store(const StoreCliOptions& opt) {
     const ParsedBytes size = parse_bytes(opt.tensor_size);
     const ParsedBytes cap = parse_bytes(opt.capacity);
     if (!size.ok || size.bytes < 8)
-      return report_error(Status::invalid_argument("--tensor-size: at least 8 bytes"));
+      return report_error(Status::invalid_argument("--tensor-size " + opt.tensor_size +
+                                                   ": allowed: a size of 8 bytes or more, e.g. 4M"));
     if (!cap.ok) return report_error(Status::invalid_argument("--capacity: a size such as 256M"));
     Result<std::unique_ptr<io::TensorStore>> store = io::TensorStore::open(opt.path, opt.rank, **io);
     if (!store.is_ok() && store.status().code() == StatusCode::kNotFound) {

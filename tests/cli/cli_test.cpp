@@ -1121,6 +1121,8 @@ TEST(CliStore, FillVerifyAndDetectCorruption) {
       memwall("store fill --path " + dir + " --tensors 3 --tensor-size 100K --capacity 4M --versions 4");
   ASSERT_EQ(fill.exit_code, 0) << fill.output;
   EXPECT_NE(fill.output.find("committed version 4 of 3 tensors"), std::string::npos);
+  expect_bad_input("store fill --path " + dir + " --tensor-size 1E",
+                   "--tensor-size 1E: allowed: a size of 8 bytes or more, e.g. 4M");
   const CmdResult ok = memwall("store verify --path " + dir + " --json", false);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   const nlohmann::json d = parse_json(ok.output);
@@ -3809,6 +3811,11 @@ TEST(CliReplay, ReplaysATrainTraceWithWhatIfsAndNamesBadInput) {
   r = memwall("replay " + cut);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("replay-truncated.json: not valid JSON"), std::string::npos) << r.output;
+  // Steps are whole numbers of 0 or more ("-1:" replayed from step 0, ":2x" to step 2).
+  for (const char* steps : {"-1:", ":2x", "1", "a:b"}) {
+    expect_bad_input("replay " + trace + " --steps " + steps,
+                     "--steps '" + std::string(steps) + "': expected a:b (0-based, b exclusive");
+  }
 }
 
 // With gradient accumulation a traced step is every micro-batch (forward and backward G times, the
