@@ -9,6 +9,14 @@
 namespace memwall::model {
 
 namespace {
+// p[0, n) = softmax(z[0, n)) in fp32 (as transformers computes the router's); z and p may be the same.
+void softmax(const float* z, std::size_t n, float* p) {
+  const float zmax = *std::max_element(z, z + n);
+  float sum = 0;
+  for (std::size_t e = 0; e < n; ++e) sum += (p[e] = std::exp(z[e] - zmax));
+  for (std::size_t e = 0; e < n; ++e) p[e] /= sum;
+}
+
 // order[0, n): the indices of the n largest of score[0, order.size()), the lower index first among equals.
 void best_first(const float* score, std::size_t n, std::vector<int>& order) {
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -53,11 +61,9 @@ void route_token(const GptConfig& c, const float* z, const float* bias, float* p
   const auto E = static_cast<std::size_t>(c.experts), K = static_cast<std::size_t>(c.experts_per_token);
   order.resize(E);
   choice.resize(E);
-  if (!c.sigmoid_scores()) {  // the softmax over the experts (in fp32, as transformers computes it)
-    const float zmax = *std::max_element(z, z + E);
-    float sum = 0;
-    for (std::size_t e = 0; e < E; ++e) sum += (prob[e] = std::exp(z[e] - zmax));
-    for (std::size_t e = 0; e < E; ++e) choice[e] = (prob[e] /= sum);
+  if (!c.sigmoid_scores()) {  // the softmax over the experts
+    softmax(z, E, prob);
+    std::copy(prob, prob + E, choice.begin());
     if (c.group_by_best) keep_best_groups(c, choice, true);  // (DeepSeek-V2's group_limited_greedy)
   } else {  // sigmoid scores; chosen by score + bias within the best groups (Llama 4's by logit)
     for (std::size_t e = 0; e < E; ++e) {
@@ -191,10 +197,7 @@ void MoeRouter::balance_probabilities(const float* w, const int* sel, std::vecto
   const auto E = static_cast<std::size_t>(c_.experts), K = static_cast<std::size_t>(c_.experts_per_token);
   q.assign(E, 0.0f);  // the scores: the chosen experts' weights, 0 elsewhere
   for (std::size_t j = 0; j < K; ++j) q[static_cast<std::size_t>(sel[j])] = w[j];
-  const float top = *std::max_element(q.begin(), q.end());
-  float sum = 0;
-  for (float& x : q) sum += (x = std::exp(x - top));
-  for (float& x : q) x /= sum;
+  softmax(q.data(), E, q.data());
 }
 
 double MoeRouter::over_layers(const std::vector<double>& per_layer, std::size_t e) const {
