@@ -85,9 +85,13 @@ class SimGridExecutor final : public Executor {
     // the list of activities of the actor that started it, and every Comm or Exec that actor later waits
     // for is looked up in that list: a lane that started its own I/O would make each of its transfers
     // through CPU memory scan all its past reads or writes (quadratic; 14x the wall time for paper-1t).
+    // Nor does it free them before that actor ends: its I/O actor ends after kIosPerActor transfers, and
+    // the next one starts a new actor (the Io objects had taken 0.5 GiB for DeepSeek-V3 on one DGX-2).
     sg4::SemaphorePtr io_go, io_done;
     const Task* io_task = nullptr;
+    int io_left = 0;  // transfers the current I/O actor takes before it ends
   };
+  static constexpr int kIosPerActor = 1024;
 
   // An Exec on `host` (Host::exec_async in 3.32 runs on the calling actor's host, not on `host`).
   static sg4::ExecPtr exec_on(sg4::Host* host, double amount) {
@@ -188,16 +192,19 @@ class SimGridExecutor final : public Executor {
     }
   }
 
-  // Hands `t`'s drive transfer to the lane's I/O actor (started the first time); lane.io_done is released
-  // when it is done.
+  // Hands `t`'s drive transfer to the lane's I/O actor (started the first time, and again after each
+  // kIosPerActor transfers); lane.io_done is released when it is done.
   void start_io(Lane& lane, const Task& t) {
     if (!lane.io_go) {
       lane.io_go = sg4::Semaphore::create(0);
       lane.io_done = sg4::Semaphore::create(0);
+    }
+    if (lane.io_left == 0) {
+      lane.io_left = kIosPerActor;
       Lane* l = &lane;
       sg4::Actor::create("rank" + std::to_string(rank_) + "-io", p_.gpu(rank_), [this, l]() {
         sg4::Actor::self()->daemonize();
-        for (;;) {
+        for (int i = 0; i < kIosPerActor; ++i) {
           l->io_go->acquire();
           const auto bytes = static_cast<sg_size_t>(l->io_task->bytes);
           wait(l->io_task->kind == TaskKind::kNvmeRead ? p_.nvme()->read_async(bytes)
@@ -206,6 +213,7 @@ class SimGridExecutor final : public Executor {
         }
       });
     }
+    --lane.io_left;
     lane.io_task = &t;
     lane.io_go->release();
   }
@@ -323,6 +331,8 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
   std::vector<std::vector<Interval>> node_intervals(kResourceCount);
   // Executors (and their lane actors) live for the whole run: daemon lanes outlive their rank's driver.
   std::vector<std::unique_ptr<SimGridExecutor>> execs;
+  // One index of the schedule for every rank that runs it (a joint replay's ranks index their own).
+  const ScheduleIndex shared_index = joint ? ScheduleIndex{} : index_schedule(s);
   for (int r = 0; r < rpn; ++r)
     execs.push_back(
         std::make_unique<SimGridExecutor>(platform, r, rpn, result.activities, opt.rendezvous, &barriers));
@@ -332,17 +342,23 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
       const Schedule& mine = joint ? *opt.rank_schedules[static_cast<std::size_t>(r)] : s;
       for (int it = 0; it < opt.iterations; ++it) {
         exec.reset_origin();
-        Result<RunResult> run = run_schedule(mine, exec);
+        Result<RunResult> run = run_schedule(mine, exec, joint ? nullptr : &shared_index);
         if (!run.is_ok()) {
           failure = run.status();
           return;
         }
         if (it + 1 == opt.iterations) {
-          // Each rank's intervals from its iteration's start.
+          // Each rank's intervals from its iteration's start, merged per rank first (a lane's tasks run
+          // back to back: a few intervals where the schedule has millions of tasks).
+          std::vector<Interval> mine_busy[kResourceCount];
           for (const Task& t : mine.tasks) {
             if (t.resource == Resource::kNone) continue;
             const Completion& c = run->timing[t.id];
-            node_intervals[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
+            mine_busy[static_cast<int>(t.resource)].push_back({c.start_s, c.end_s});
+          }
+          for (int k = 0; k < kResourceCount; ++k) {
+            const std::vector<Interval> merged = interval_union(std::move(mine_busy[k]));
+            node_intervals[k].insert(node_intervals[k].end(), merged.begin(), merged.end());
           }
           result.rank_end_s[static_cast<std::size_t>(r)] = run->makespan_s;
           result.rank_collective_wait_s[static_cast<std::size_t>(r)] = collective_wait_s(mine, *run);
@@ -468,9 +484,9 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
   Status status;
   SimulationResult out;
   if (!read_all(fds[0], &h, sizeof h)) {
-    // Why the child ended: SimGrid keeps every activity of the iteration in memory, so a huge schedule (a
-    // mixture of experts of hundreds of experts a layer) can exhaust it: the kernel's OOM killer (SIGKILL)
-    // or, under a memory limit, an allocation that fails (SIGABRT).
+    // Why the child ended: every simulated rank keeps its state of each task of the schedule, so a huge
+    // schedule (a mixture of experts of hundreds of experts a layer) can exhaust memory: the kernel's OOM
+    // killer (SIGKILL) or, under a memory limit, an allocation that fails (SIGABRT).
     ::close(fds[0]);
     int ws = 0;
     ::waitpid(pid, &ws, 0);
@@ -480,8 +496,9 @@ Result<SimulationResult> simulate_schedule(const Schedule& s, const HardwareSpec
       why = strprintf("ended by signal %d (%s)", sig, strsignal(sig));
       if (sig == SIGKILL || sig == SIGABRT) {
         why +=
-            ": most likely out of memory (SimGrid holds every activity of the iteration, about 0.5 KiB "
-            "each); --fast runs the closed form in a fraction of the memory, or simulate fewer GPUs per node";
+            ": most likely out of memory (every simulated GPU keeps its state of each task of the schedule, "
+            "some 30 bytes a task); --fast runs the closed form in less memory, or simulate fewer GPUs per "
+            "node";
       }
     } else if (WIFEXITED(ws)) {
       why = strprintf("exited with status %d", WEXITSTATUS(ws));

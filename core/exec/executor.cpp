@@ -218,20 +218,41 @@ Result<Completion> ReferenceExecutor::wait_any() {
   }
 }
 
-Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
+ScheduleIndex index_schedule(const Schedule& s) {
+  // One array of every task's dependents (a schedule of millions of tasks would otherwise be millions of
+  // small vectors): counted, then placed from the last task back, each segment's cursor moving down to its
+  // start.
+  const std::size_t n = s.tasks.size();
+  ScheduleIndex x;
+  x.first.assign(n + 1, 0);
+  for (const Task& t : s.tasks) {
+    for (int d : t.deps) ++x.first[static_cast<std::size_t>(d)];
+    if (t.resource == Resource::kNone) x.memory_ops.push_back(t.id);
+  }
+  for (std::size_t i = 1; i <= n; ++i) x.first[i] += x.first[i - 1];  // each segment's end
+  x.dependents.resize(x.first[n]);
+  for (auto t = s.tasks.rbegin(); t != s.tasks.rend(); ++t) {
+    for (int d : t->deps) x.dependents[--x.first[static_cast<std::size_t>(d)]] = t->id;
+  }
+  std::sort(x.memory_ops.begin(), x.memory_ops.end());
+  return x;
+}
+
+Result<RunResult> run_schedule(const Schedule& s, Executor& exec, const ScheduleIndex* index) {
   const ExecutorCaps caps = exec.caps();
   const size_t n = s.tasks.size();
+  ScheduleIndex own;
+  if (index == nullptr) {
+    own = index_schedule(s);
+    index = &own;
+  }
+  const std::vector<std::size_t>& first = index->first;
+  const std::vector<int>& dependents = index->dependents;
+  const std::vector<int>& memory_ops = index->memory_ops;
   RunResult result;
   result.timing.assign(n, Completion{});
   std::vector<int> waiting(n, 0);
-  std::vector<std::vector<int>> dependents(n);
-  std::vector<int> memory_ops;  // alloc/free tasks in the planner's order
-  for (const Task& t : s.tasks) {
-    waiting[t.id] = static_cast<int>(t.deps.size());
-    for (int d : t.deps) dependents[d].push_back(t.id);
-    if (t.resource == Resource::kNone) memory_ops.push_back(t.id);
-  }
-  std::sort(memory_ops.begin(), memory_ops.end());
+  for (const Task& t : s.tasks) waiting[t.id] = static_cast<int>(t.deps.size());
   size_t next_memory_op = 0;
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   // Alloc/free join the ready queue like any task unless the schedule keeps them in program order.
@@ -259,7 +280,9 @@ Result<RunResult> run_schedule(const Schedule& s, Executor& exec) {
     }
     result.makespan_s = std::max(result.makespan_s, c.end_s);
     ++done;
-    for (int d : dependents[c.task]) {
+    const auto task = static_cast<std::size_t>(c.task);
+    for (std::size_t i = first[task]; i < first[task + 1]; ++i) {
+      const int d = dependents[i];
       if (--waiting[d] == 0 && queued(s.tasks[d])) ready.push(d);
     }
   };

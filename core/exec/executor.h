@@ -85,11 +85,21 @@ struct RunResult {
   double busy_s[kResourceCount] = {};  // time each resource was occupied
 };
 
+// What run_schedule needs of a schedule beyond its tasks, the same for every run of it (the simulator runs
+// one schedule on every rank of a node: one index for all of them).
+struct ScheduleIndex {
+  std::vector<std::size_t> first;  // task d's dependents are dependents[first[d] .. first[d + 1])
+  std::vector<int> dependents;     // in task order
+  std::vector<int> memory_ops;     // alloc/free tasks in the planner's order
+};
+ScheduleIndex index_schedule(const Schedule& s);
+
 // Runs every task of `s` on `exec` in dependency order: a task is submitted once its dependencies have
 // completed, lowest id first. With s.memory_in_program_order (run key memwall.memory_order "program", what
 // memwall train's executor does) alloc/free tasks follow the planner's order strictly, each waiting for
 // every earlier one, so memory is taken and given back in the order whose peak the planner checked.
-Result<RunResult> run_schedule(const Schedule& s, Executor& exec);
+// `index`: index_schedule(s) (made here when not given).
+Result<RunResult> run_schedule(const Schedule& s, Executor& exec, const ScheduleIndex* index = nullptr);
 
 // The run of accumulated_schedule(s, G) from the runs of its G copies (runs[k]: micro-batch k's timings,
 // indexed by the task ids of `s`, on one clock): makespan and busy time summed over the runs.

@@ -153,6 +153,45 @@ TEST(RunSchedule, FallsBackToOneTaskAtATime) {
   EXPECT_NEAR(r.makespan_s, total, 1e-9 * total);
 }
 
+// The index lists each task's dependents in task order, its memory tasks sorted; runs given one index (as
+// the simulator's ranks share theirs) time every task as runs that make their own.
+TEST(RunSchedule, ScheduleIndexListsDependents) {
+  Schedule s;
+  s.tasks.push_back(make(0, TaskKind::kCompute, Resource::kCompute));
+  s.tasks.push_back(make(1, TaskKind::kAlloc, Resource::kNone));
+  s.tasks.push_back(make(2, TaskKind::kCopy, Resource::kH2D, {0, 1}));
+  s.tasks.push_back(make(3, TaskKind::kCompute, Resource::kCompute, {0}));
+  s.tasks.push_back(make(4, TaskKind::kFree, Resource::kNone, {2, 3, 0}));
+  const ScheduleIndex x = index_schedule(s);
+  ASSERT_EQ(x.first.size(), 6u);
+  auto of = [&](int d) {
+    return std::vector<int>(x.dependents.begin() + static_cast<std::ptrdiff_t>(x.first[d]),
+                            x.dependents.begin() + static_cast<std::ptrdiff_t>(x.first[d + 1]));
+  };
+  EXPECT_EQ(of(0), (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(of(1), (std::vector<int>{2}));
+  EXPECT_EQ(of(2), (std::vector<int>{4}));
+  EXPECT_EQ(of(3), (std::vector<int>{4}));
+  EXPECT_TRUE(of(4).empty());
+  EXPECT_EQ(x.memory_ops, (std::vector<int>{1, 4}));
+
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const ModelSpec m = testing::load_model_scenario("gpt2");
+  RunConfig run = testing::load_run_scenario("zero-infinity-nvme");
+  ASSERT_TRUE(resolve_run_config(run, m, hw).is_ok());
+  const Schedule plan = plan_iteration(m, run, hw).value();
+  const ScheduleIndex shared = index_schedule(plan);
+  ReferenceExecutor own_exec(hw, 16), shared_exec(hw, 16);
+  const RunResult own = run_schedule(plan, own_exec).value();
+  const RunResult with_shared = run_schedule(plan, shared_exec, &shared).value();
+  ASSERT_EQ(own.timing.size(), with_shared.timing.size());
+  EXPECT_EQ(own.makespan_s, with_shared.makespan_s);
+  for (std::size_t i = 0; i < own.timing.size(); ++i) {
+    EXPECT_EQ(own.timing[i].start_s, with_shared.timing[i].start_s) << plan.tasks[i].name;
+    EXPECT_EQ(own.timing[i].end_s, with_shared.timing[i].end_s) << plan.tasks[i].name;
+  }
+}
+
 // A free waiting on a 1 s compute, then an alloc with no dependencies and a copy into that buffer: in
 // dependency order the alloc and the copy go at once; in program order (memwall train's) the alloc waits
 // for the earlier free, so the copy starts after the compute.

@@ -86,6 +86,22 @@ TEST(SimGrid, NvmeReadIsSizeOverTheDrivesRate) {
   EXPECT_NEAR(simulate(one_task(1, nvme_read_task(0, 25.6e9)), hw), expected, 0.02 * expected);
 }
 
+// Thousands of transfers on one lane, more than one I/O actor takes before the next replaces it (SimGrid
+// keeps an actor's finished I/O until it ends): each read still takes its bytes over the drives' rate plus
+// the latency, one after the other, on every rank.
+TEST(SimGrid, ManyNvmeTransfersInSequence) {
+  const HardwareSpec hw = testing::load_hardware_scenario("dgx2");
+  const int n = 2500;
+  Schedule s = one_task(2, nvme_read_task(0, 0));
+  s.tasks.clear();
+  for (int i = 0; i < n; ++i) {
+    s.tasks.push_back(nvme_read_task(i, 25.6e6 / 2));  // two ranks share the drives: 1 ms each
+    if (i > 0) s.tasks.back().deps = {i - 1};
+  }
+  const double expected = n * (1e-3 + hw.nvme.latency_s);
+  EXPECT_NEAR(simulate(s, hw), expected, 0.02 * expected);
+}
+
 // Reads and writes at once share the drive's combined rate (nvme.drive_readwrite_Bps); alone each gets
 // its own rate.
 TEST(SimGrid, NvmeReadsAndWritesShareTheCombinedRate) {
