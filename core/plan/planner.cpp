@@ -320,6 +320,14 @@ Schedule Planner::plan() {
   }
   if (const std::string note = twin_flow_note(run_, opt_total_); !note.empty()) s_.notes.push_back(note);
   if (opt_tier_ != Tier::kGpu) s_.optimizer_gradients = tier_name(grad_tier_);
+  // Room for the tasks and buffers up front (plans make up to 24 tasks and 9 buffers an op, 43 and 16 with
+  // NVMe offload; capacity never written takes no memory): growing a vector of millions of tasks moved
+  // each of them about twice and held the old and the new array at once (DeepSeek-V3: 10.2 s -> 8.1 s).
+  const bool nvme =
+      z.offload_param.device == OffloadDevice::kNvme || z.offload_optimizer.device == OffloadDevice::kNvme;
+  const std::size_t ops = g_.ops.size(), groups = static_cast<std::size_t>(opt_groups_);
+  s_.tasks.reserve((nvme ? 48 : 26) * ops + 4 * groups + 1024);
+  s_.buffers.reserve((nvme ? 17 : 10) * ops + 2 * groups + 1024);
   setup();
   build_events();
   plan_events();
