@@ -3,6 +3,8 @@
 // micro-batch, checkpoint offload and memory-centric tiling, simulates every configuration that fits
 // (SimGrid, or the closed-form reference executor with --fast) and ranks them by tokens per second per GPU.
 // DeepSpeed leaves this search to its users (docs/cli.md).
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -10,9 +12,11 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -127,8 +131,10 @@ struct Chain {
   double sub_group_size = 0;
 };
 
-// {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}.
-json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, double seq) {
+// {"tried": n, "fit": [result rows as --json lists them], "error": the first error or ""}. `tick` is
+// called after each configuration tried.
+json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, double seq,
+               const std::function<void()>& tick) {
   json out = {{"tried", 0}, {"fit", json::array()}, {"error", ""}};
   const Placement& p = *c.placement;
   // Whether this chain's steps settled into a period so far; once not, larger micro-batches (the same
@@ -185,6 +191,7 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
       }
     }
     set["memwall.tiling_factor"] = simulated_set["memwall.tiling_factor"];
+    tick();
     if (s.code() == StatusCode::kOutOfMemory) break;  // larger micro-batches do not fit either
     if (!s.is_ok()) {
       out["error"] = std::string(p.name) + ": " + s.message();
@@ -219,15 +226,77 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
   return out;
 }
 
-// Runs the chains in up to `jobs` child processes at once (each writes its result to a file of its own);
-// the results come back in chain order. A child that fails is a chain with that error.
+// Progress on stderr while the searches run (a huge model's take minutes each): on a terminal one line
+// rewritten every second; in a log a line every 30 s once the search has run 10 s, so short ones stay
+// quiet, and a last one if any was written.
+class TuneProgress {
+ public:
+  TuneProgress(std::size_t searches, bool terminal)
+      : searches_(searches), terminal_(terminal), start_(std::chrono::steady_clock::now()) {}
+
+  void update(std::size_t done, long configurations, std::size_t fitting) {
+    const double now = elapsed();
+    if (terminal_) {
+      if (configurations == shown_ && now - last_ < 1) return;
+      std::fprintf(stderr, "\r%s   ", line(done, configurations, fitting, now).c_str());
+      shown_ = configurations;
+      last_ = now;
+      written_ = true;
+    } else if (now >= 10 && (!written_ || now - last_ >= 30)) {
+      std::fprintf(stderr, "%s\n", line(done, configurations, fitting, now).c_str());
+      last_ = now;
+      written_ = true;
+    }
+  }
+
+  void finish(long configurations, std::size_t fitting) {
+    if (terminal_ && written_) {
+      std::fprintf(stderr, "\r%90s\r", "");
+    } else if (written_) {
+      std::fprintf(stderr, "%s\n", line(searches_, configurations, fitting, elapsed()).c_str());
+    }
+  }
+
+ private:
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  std::string line(std::size_t done, long configurations, std::size_t fitting, double seconds) const {
+    const long s = std::lround(seconds);
+    return strprintf("tune: %zu of %zu searches done, %ld configurations tried, %zu fit, %ld:%02ld", done,
+                     searches_, configurations, fitting, s / 60, s % 60);
+  }
+  std::size_t searches_;
+  bool terminal_;
+  std::chrono::steady_clock::time_point start_;
+  double last_ = 0;
+  long shown_ = -1;
+  bool written_ = false;
+};
+
+// Runs the chains in up to `jobs` child processes at once (each writes its result to a file of its own, and
+// a byte down a pipe for each configuration it has tried, for the progress line); the results come back in
+// chain order. A child that fails is a chain with that error.
 std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const std::vector<Chain>& chains,
-                             double seq, int jobs, bool progress) {
+                             double seq, int jobs, bool terminal) {
   std::vector<json> results(chains.size());
   std::vector<std::string> files(chains.size());
   std::vector<std::pair<pid_t, std::size_t>> running;
-  std::size_t next = 0, done = 0;
+  std::size_t next = 0, done = 0, fitting = 0;
+  long configurations = 0;
+  TuneProgress progress(chains.size(), terminal);
+  int ticks[2] = {-1, -1};
+  if (::pipe(ticks) == 0) ::fcntl(ticks[0], F_SETFL, O_NONBLOCK);
+  long announced = 0, reaped = 0;  // children that said they end; children reaped
+  auto drain_ticks = [&] {
+    char buf[256];
+    for (ssize_t n; ticks[0] >= 0 && (n = ::read(ticks[0], buf, sizeof buf)) > 0;) {
+      configurations += std::count(buf, buf + n, '+');
+      announced += std::count(buf, buf + n, '=');
+    }
+  };
   auto collect = [&](pid_t pid, int status) {
+    ++reaped;
     for (auto it = running.begin(); it != running.end(); ++it) {
       if (it->first != pid) continue;
       const std::size_t k = it->second;
@@ -238,10 +307,10 @@ std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const
         r = {
             {"tried", 1}, {"fit", json::array()}, {"error", "the search process for a configuration failed"}};
       }
+      fitting += r["fit"].size();
       results[k] = std::move(r);
       std::remove(files[k].c_str());
       ++done;
-      if (progress) std::fprintf(stderr, "\rtune: %zu of %zu searches done   ", done, chains.size());
       return;
     }
   };
@@ -253,14 +322,23 @@ std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const
       std::fflush(nullptr);
       const pid_t pid = fd < 0 ? -1 : ::fork();
       if (pid == 0) {
-        const std::string text = run_chain(opt, user_set, chains[next], seq).dump();
+        if (ticks[0] >= 0) ::close(ticks[0]);
+        const std::string text = run_chain(opt, user_set, chains[next], seq, [&] {
+                                   if (ticks[1] >= 0 && ::write(ticks[1], "+", 1) != 1) {
+                                     // (only the progress line misses it)
+                                   }
+                                 }).dump();
         const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
         ::close(fd);
+        if (ticks[1] >= 0 && ::write(ticks[1], "=", 1) != 1) {
+          // (the parent notices the exit at its next look instead)
+        }
         ::_exit(ok ? 0 : 1);
       }
       if (fd >= 0) ::close(fd);
       if (pid < 0) {  // no process: run it here
-        results[next] = run_chain(opt, user_set, chains[next], seq);
+        results[next] = run_chain(opt, user_set, chains[next], seq, [&] { ++configurations; });
+        fitting += results[next]["fit"].size();
         std::remove(files[next].c_str());
         ++done;
       } else {
@@ -269,10 +347,29 @@ std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const
       ++next;
     }
     if (running.empty()) continue;
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid > 0) collect(pid, status);
+    // Up to 0.1 s for a child's next configuration ('+') or its end ('=', written just before it exits),
+    // then the children that said they end, and any other that has (one that crashed says nothing). While
+    // fewer have been reaped than said they end, one that did is still to exit: waiting for it is short.
+    pollfd ready{ticks[0], POLLIN, 0};
+    ::poll(&ready, 1, 100);
+    drain_ticks();
+    for (int status = 0; reaped < announced;) {
+      const pid_t pid = ::waitpid(-1, &status, 0);
+      if (pid <= 0) break;
+      collect(pid, status);
+    }
+    for (int status = 0;;) {
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      collect(pid, status);
+    }
+    progress.update(done, configurations, fitting);
   }
+  drain_ticks();
+  for (const int fd : ticks) {
+    if (fd >= 0) ::close(fd);
+  }
+  progress.finish(configurations, fitting);
   return results;
 }
 
@@ -381,7 +478,6 @@ int run_tune(const TuneOptions& options) {
       if (first_error.empty()) first_error = r["error"];
     }
   }
-  if (progress) std::fprintf(stderr, "\r%70s\r", "");
   if (fit.empty()) {
     return report_error(Status::out_of_memory(
         "no configuration of " + in->model.name + " fits " + in->hw.name +

@@ -813,10 +813,24 @@ TEST(CliSweep, SingleNodeTableOneOnSimGridWithCsv) {
 // 1.00-1.02x, the closed form 1.14-1.2x).
 TEST(CliTune, PipelinedSwappingGainsLittleOnDrivesSharedByReadsAndWrites) {
   auto pairs = [](const std::string& extra) {
-    const CmdResult r = memwall("tune --model paper-1t --max-micro-batch 8 --top 1000 --json" + extra, false);
+    // (stderr kept apart: a search of 10 s or more writes progress lines there)
+    const std::string progress = test_path("tune-progress.txt").string();
+    const CmdResult r =
+        run_shell(std::string(MEMWALL_BINARY) +
+                  " tune --model paper-1t --max-micro-batch 8 --top 1000 --json" + extra + " 2>" + progress);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::map<std::string, double> plain, piped, ratio;
     const nlohmann::json j = parse_json(r.output);  // kept: the loop below reads into it
+    // The last progress line counts every configuration the searches tried, as the summary does.
+    std::ifstream in(progress);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    if (!last.empty()) {
+      EXPECT_NE(last.find(" searches done, " + j["tried"].dump() + " configurations tried, " +
+                          j["fit"].dump() + " fit"),
+                std::string::npos)
+          << last;
+    }
     for (const auto& row : j["results"]) {
       const std::string key = row["placement"].get<std::string>() + " " + row["micro_batch"].dump() + " " +
                               row["cpu_checkpointing"].dump() + " " + row["tiling_factor"].dump();
