@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <sstream>
 
 #include "base/suggest.h"
+#include "base/units.h"
 #include "exec/trace_export.h"
 #include "replay/replay.h"
 #include "spec/json_text.h"
@@ -276,6 +279,48 @@ int report_error(const Status& status) {
     default:
       return kExitFailure;
   }
+}
+
+namespace {
+double monotonic_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ProgressLine::ProgressLine() : terminal_(isatty(STDERR_FILENO) != 0), start_(monotonic_s()) {}
+
+double ProgressLine::elapsed_s() const {
+  return monotonic_s() - start_;
+}
+
+std::string ProgressLine::clock() const {
+  const long s = std::lround(elapsed_s());
+  return strprintf("%ld:%02ld", s / 60, s % 60);
+}
+
+void ProgressLine::show(const std::string& text, bool force) {
+  const double now = elapsed_s();
+  if (terminal_) {
+    if (!force && written_ && now - last_ < 1) return;
+    std::fprintf(stderr, "\r%s   ", text.c_str());
+    width_ = std::max(width_, text.size() + 3);
+  } else if (now >= 10 && (!written_ || now - last_ >= 30)) {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  } else {
+    return;
+  }
+  last_ = now;
+  written_ = true;
+}
+
+void ProgressLine::finish(const std::string& text) {
+  if (!written_) return;
+  if (terminal_) {
+    std::fprintf(stderr, "\r%*s\r", static_cast<int>(width_), "");
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  written_ = false;
 }
 
 void print_warnings(const Diagnostics& diag) {

@@ -88,6 +88,26 @@ Status write_run_trace(const std::string& path, const std::string& executor, con
 
 // Prints "memwall: error: <message>" and returns the exit code for the status.
 int report_error(const Status& status);
+
+// Progress of long work on stderr: on a terminal one line rewritten at most once a second (or when `force`);
+// otherwise (a log) a line every 30 s from 10 s on, so short work writes nothing. finish() clears the
+// terminal's line, or writes a log's last one (`text`) if any was written.
+class ProgressLine {
+ public:
+  ProgressLine();
+  void show(const std::string& text, bool force = false);
+  void finish(const std::string& text);
+  double elapsed_s() const;
+  bool terminal() const { return terminal_; }
+  // "1:05": minutes and seconds of elapsed_s().
+  std::string clock() const;
+
+ private:
+  bool terminal_;
+  double start_, last_ = 0;
+  bool written_ = false;
+  std::size_t width_ = 0;  // the widest line shown on the terminal
+};
 // Prints each warning as "memwall: warning: <text>" to stderr.
 void print_warnings(const Diagnostics& diag);
 

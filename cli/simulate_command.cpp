@@ -1,6 +1,5 @@
 // `memwall simulate`: the planner's schedule run on the SimGrid model of the hardware (or the reference
 // executor with --fast): iteration time, TFLOP/s, where the time goes, achieved bandwidth, memory peaks.
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -78,13 +77,17 @@ Status simulate_experiment(const SimulateCliOptions& opt, json& out, [[maybe_unu
 #if MEMWALL_WITH_SIMGRID
     sim::SimulateOptions so;
     so.iterations = opt.iterations;
-    if (show_progress && isatty(STDERR_FILENO)) {
-      so.progress = [](double, double t) {
-        std::fprintf(stderr, "\rsimulating: %.1f s of simulated time", t);
+    // Progress on stderr (a large mixture of experts simulates for minutes), shown by the simulating child
+    // process; its terminal line is cleared here.
+    auto progress = std::make_shared<ProgressLine>();
+    if (show_progress) {
+      so.progress = [progress](double done, double t) {
+        progress->show(strprintf("simulating: %.0f%% of rank 0's tasks done, %.1f s simulated, %s",
+                                 100 * done, t, progress->clock().c_str()));
       };
     }
     Result<sim::SimulationResult> r = sim::simulate_schedule(iteration, in->hw, so);
-    if (so.progress) std::fprintf(stderr, "\r%60s\r", "");
+    if (so.progress && progress->terminal()) std::fprintf(stderr, "\r%100s\r", "");
     if (!r.is_ok()) return r.status();
     result = std::move(r->rank0);
     iteration_s = r->iteration_s;

@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -226,65 +225,22 @@ json run_chain(const TuneOptions& opt, const json& user_set, const Chain& c, dou
   return out;
 }
 
-// Progress on stderr while the searches run (a huge model's take minutes each): on a terminal one line
-// rewritten every second; in a log a line every 30 s once the search has run 10 s, so short ones stay
-// quiet, and a last one if any was written.
-class TuneProgress {
- public:
-  TuneProgress(std::size_t searches, bool terminal)
-      : searches_(searches), terminal_(terminal), start_(std::chrono::steady_clock::now()) {}
-
-  void update(std::size_t done, long configurations, std::size_t fitting) {
-    const double now = elapsed();
-    if (terminal_) {
-      if (configurations == shown_ && now - last_ < 1) return;
-      std::fprintf(stderr, "\r%s   ", line(done, configurations, fitting, now).c_str());
-      shown_ = configurations;
-      last_ = now;
-      written_ = true;
-    } else if (now >= 10 && (!written_ || now - last_ >= 30)) {
-      std::fprintf(stderr, "%s\n", line(done, configurations, fitting, now).c_str());
-      last_ = now;
-      written_ = true;
-    }
-  }
-
-  void finish(long configurations, std::size_t fitting) {
-    if (terminal_ && written_) {
-      std::fprintf(stderr, "\r%90s\r", "");
-    } else if (written_) {
-      std::fprintf(stderr, "%s\n", line(searches_, configurations, fitting, elapsed()).c_str());
-    }
-  }
-
- private:
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-  std::string line(std::size_t done, long configurations, std::size_t fitting, double seconds) const {
-    const long s = std::lround(seconds);
-    return strprintf("tune: %zu of %zu searches done, %ld configurations tried, %zu fit, %ld:%02ld", done,
-                     searches_, configurations, fitting, s / 60, s % 60);
-  }
-  std::size_t searches_;
-  bool terminal_;
-  std::chrono::steady_clock::time_point start_;
-  double last_ = 0;
-  long shown_ = -1;
-  bool written_ = false;
-};
-
 // Runs the chains in up to `jobs` child processes at once (each writes its result to a file of its own, and
-// a byte down a pipe for each configuration it has tried, for the progress line); the results come back in
-// chain order. A child that fails is a chain with that error.
+// a byte down a pipe for each configuration it has tried, for the progress line on stderr: a huge model's
+// searches take minutes each); the results come back in chain order. A child that fails is a chain with
+// that error.
 std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const std::vector<Chain>& chains,
-                             double seq, int jobs, bool terminal) {
+                             double seq, int jobs) {
   std::vector<json> results(chains.size());
   std::vector<std::string> files(chains.size());
   std::vector<std::pair<pid_t, std::size_t>> running;
   std::size_t next = 0, done = 0, fitting = 0;
-  long configurations = 0;
-  TuneProgress progress(chains.size(), terminal);
+  long configurations = 0, shown = -1;
+  ProgressLine progress;
+  auto line = [&] {
+    return strprintf("tune: %zu of %zu searches done, %ld configurations tried, %zu fit, %s", done,
+                     chains.size(), configurations, fitting, progress.clock().c_str());
+  };
   int ticks[2] = {-1, -1};
   if (::pipe(ticks) == 0) ::fcntl(ticks[0], F_SETFL, O_NONBLOCK);
   long announced = 0, reaped = 0;  // children that said they end; children reaped
@@ -363,13 +319,14 @@ std::vector<json> run_chains(const TuneOptions& opt, const json& user_set, const
       if (pid <= 0) break;
       collect(pid, status);
     }
-    progress.update(done, configurations, fitting);
+    progress.show(line(), configurations != shown);
+    shown = configurations;
   }
   drain_ticks();
   for (const int fd : ticks) {
     if (fd >= 0) ::close(fd);
   }
-  progress.finish(configurations, fitting);
+  progress.finish(line());
   return results;
 }
 
@@ -394,7 +351,6 @@ int run_tune(const TuneOptions& options) {
   if (!opt.inputs.run_set.empty()) user_set = json::parse(opt.inputs.run_set, nullptr, false);
   if (!user_set.is_object()) return report_error(Status::invalid_argument("--set: not a JSON object"));
 
-  const bool progress = isatty(STDERR_FILENO) != 0;
   std::vector<int> mps = opt.model_parallel;
   if (mps.empty()) mps.push_back(base.memwall.model_parallel);
   std::vector<int> eps = opt.expert_parallel;
@@ -470,7 +426,7 @@ int run_tune(const TuneOptions& options) {
   json fit = json::array();
   int tried = 0, errors = 0;
   std::string first_error;
-  for (const json& r : run_chains(opt, user_set, chains, seq, jobs, progress)) {
+  for (const json& r : run_chains(opt, user_set, chains, seq, jobs)) {
     tried += r["tried"].get<int>();
     for (const json& row : r["fit"]) fit.push_back(row);
     if (!r["error"].get<std::string>().empty()) {

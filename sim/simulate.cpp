@@ -54,6 +54,7 @@ class SimGridExecutor final : public Executor {
   }
 
   const char* name() const override { return "simgrid"; }
+  std::uint64_t completed() const { return completed_; }  // tasks run to completion so far
   ExecutorCaps caps() const override { return {}; }
   double now() const override { return sg4::Engine::get_clock() - origin_; }
   void reset_origin() { origin_ = sg4::Engine::get_clock(); }
@@ -125,6 +126,7 @@ class SimGridExecutor final : public Executor {
       if (t.kind == TaskKind::kCollective) rendezvous(t);
       const double start = now();
       run(t, lane);
+      ++completed_;
       done_.push_back({t.id, start, now()});
       done_sem_->release();
     }
@@ -290,6 +292,7 @@ class SimGridExecutor final : public Executor {
   std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_;  // (resource, lane)
   std::deque<Completion> done_;
   sg4::SemaphorePtr done_sem_;
+  std::uint64_t completed_ = 0;
 };
 
 std::uint64_t peak_rss() {
@@ -374,12 +377,19 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
     });
   }
   if (opt.progress) {
+    // (alloc and free tasks never reach the executor)
+    const Schedule& first = joint ? *opt.rank_schedules[0] : s;
+    const double rank0_tasks = std::max<double>(
+        1.0, static_cast<double>(opt.iterations) *
+                 static_cast<double>(std::count_if(first.tasks.begin(), first.tasks.end(), [](const Task& t) {
+                   return t.resource != Resource::kNone;
+                 })));
     auto last = std::chrono::steady_clock::now();
     sg4::Engine::on_time_advance_cb([&](double) {
       const auto now = std::chrono::steady_clock::now();
       if (now - last < std::chrono::seconds(1)) return;
       last = now;
-      opt.progress(0, sg4::Engine::get_clock());
+      opt.progress(static_cast<double>(execs[0]->completed()) / rank0_tasks, sg4::Engine::get_clock());
     });
   }
   engine.run();
