@@ -384,13 +384,14 @@ Result<SimulationResult> run_simulation(const Schedule& s, const HardwareSpec& h
                  static_cast<double>(std::count_if(first.tasks.begin(), first.tasks.end(), [](const Task& t) {
                    return t.resource != Resource::kNone;
                  })));
-    auto last = std::chrono::steady_clock::now();
-    sg4::Engine::on_time_advance_cb([&](double) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last < std::chrono::seconds(1)) return;
-      last = now;
-      opt.progress(static_cast<double>(execs[0]->completed()) / rank0_tasks, sg4::Engine::get_clock());
-    });
+    // (by value: the callback runs in engine.run(), after this block)
+    sg4::Engine::on_time_advance_cb(
+        [&opt, &execs, rank0_tasks, last = std::chrono::steady_clock::now()](double) mutable {
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last < std::chrono::seconds(1)) return;
+          last = now;
+          opt.progress(static_cast<double>(execs[0]->completed()) / rank0_tasks, sg4::Engine::get_clock());
+        });
   }
   engine.run();
   if (!failure.is_ok()) return failure;
