@@ -97,12 +97,12 @@ class ProgressLine {
   ProgressLine();
   void show(const std::string& text, bool force = false);
   void finish(const std::string& text);
-  double elapsed_s() const;
   bool terminal() const { return terminal_; }
-  // "1:05": minutes and seconds of elapsed_s().
+  // "1:05": minutes and seconds since it was made.
   std::string clock() const;
 
  private:
+  double elapsed_s() const;
   bool terminal_;
   double start_, last_ = 0;
   bool written_ = false;

@@ -1143,29 +1143,6 @@ std::string top_categories(const MemoryTimeline& tl, Tier tier) {
 
 }  // namespace
 
-// (Not the pools, whose slots prefetching fills.)
-double fixed_gpu_bytes(const Schedule& s) {
-  double total = 0;
-  for (const Buffer& b : s.buffers) {
-    if (b.tier != Tier::kGpu || !b.persistent || b.pool >= 0) continue;
-    switch (b.category) {
-      case MemCategory::kParams16:
-      case MemCategory::kGrads16:
-      case MemCategory::kMasterParams32:
-      case MemCategory::kMomentum32:
-      case MemCategory::kVariance32:
-      case MemCategory::kGrads32:
-      case MemCategory::kPersistentParams:
-      case MemCategory::kRuntimeReserved:
-        total += b.bytes;
-        break;
-      default:
-        break;
-    }
-  }
-  return total;
-}
-
 GraphOptions graph_options(const RunConfig& run) {
   GraphOptions opt;
   opt.micro_batch = run.micro_batch_per_gpu.value;
@@ -1225,9 +1202,10 @@ Result<Schedule> plan_iteration(const ModelSpec& model, const RunConfig& run_in,
           format_bytes(over->used - over->capacity).c_str()));
       continue;
     }
-    // Shrink the prefetch budget first: it is the only part of the plan that is optional (unless what the
-    // GPU holds throughout is too much already).
-    if (over->tier == Tier::kGpu && run.memwall.prefetch && fixed_gpu_bytes(s) <= over->capacity) {
+    // Shrink the prefetch budget first: it is the only part of the plan that is optional. Not where the
+    // GPU's persistent buffers alone (the model states and the runtime's reserve setup() allocates, which no
+    // prefetch budget changes) are more than it has: each try is a plan.
+    if (over->tier == Tier::kGpu && run.memwall.prefetch && tl->persistent_bytes[0] <= over->capacity) {
       if (z.prefetch_bucket_size.value >= 1e6) {
         z.prefetch_bucket_size.value = std::floor(z.prefetch_bucket_size.value / 4);
         notes.push_back(strprintf("GPU peak over capacity: prefetch bucket shrunk to %s elements",

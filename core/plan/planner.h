@@ -17,7 +17,7 @@
 //  - activation checkpoints every ci blocks, optionally offloaded to CPU and brought back before their
 //    segment is recomputed.
 // If the schedule's memory peak exceeds a tier, the planner shrinks the prefetch budget and tries again
-// (unless the GPU's fixed_gpu_bytes exceed it already); if it still does not fit, it fails with
+// (unless the GPU's persistent buffers alone exceed it); if it still does not fit, it fails with
 // kOutOfMemory naming the tier and the shortfall.
 #pragma once
 
@@ -39,10 +39,5 @@ GraphOptions graph_options(const RunConfig& run);
 
 // The same on a prebuilt graph, without the capacity check and budget shrinking (for tests and tools).
 Schedule plan_graph(const ModelGraph& graph, const RunConfig& run, const HardwareSpec& hw);
-
-// The bytes a schedule's GPU holds for the whole iteration whatever its prefetch budget: the persistent
-// model states and the runtime's reserve. A lower bound of its GPU peak; where it exceeds the GPU,
-// plan_iteration fails without shrinking the prefetch budget (each try is a plan).
-double fixed_gpu_bytes(const Schedule& s);
 
 }  // namespace memwall
